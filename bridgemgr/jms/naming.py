@@ -1,0 +1,102 @@
+"""JNDI-style lookups: ``lookup-name`` plus environment properties -> provider objects.
+
+A bridge XML names connection factories and destinations by ``lookup-name`` with
+``<property>`` elements as the JNDI environment. ``java.naming.factory.initial``
+picks the context factory:
+
+* a name registered with :func:`register_context_factory` (our providers register
+  short names such as ``imq.embedded``);
+* a Python ``module:attribute`` path to an :class:`InitialContextFactory`;
+* anything else that looks like a Java class name goes to the Java provider
+  (JPype), registered under :data:`JAVA_CONTEXT_FACTORY` when it is available.
+
+Contexts are built per lookup from the environment; factories may cache.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+import threading
+from abc import ABC, abstractmethod
+from typing import Any, Callable, Mapping
+
+from .errors import NamingException
+
+INITIAL_CONTEXT_FACTORY = "java.naming.factory.initial"
+PROVIDER_URL = "java.naming.provider.url"
+SECURITY_PRINCIPAL = "java.naming.security.principal"
+SECURITY_CREDENTIALS = "java.naming.security.credentials"
+JAVA_CONTEXT_FACTORY = "java"  # registry key of the JPype-backed factory
+
+_JAVA_CLASS = re.compile(r"[A-Za-z_$][\w$]*(\.[A-Za-z_$][\w$]*)+\Z")
+
+
+class Context(ABC):
+    """A naming context: resolves names to connection factories and destinations."""
+
+    @abstractmethod
+    def lookup(self, name: str) -> Any:
+        """The object bound to ``name``; NamingException when there is none."""
+
+    def close(self) -> None:
+        pass
+
+
+class InitialContextFactory(ABC):
+    @abstractmethod
+    def get_initial_context(self, environment: Mapping[str, str]) -> Context: ...
+
+
+_registry: dict[str, Callable[[], InitialContextFactory]] = {}
+_lock = threading.Lock()
+
+
+def register_context_factory(name: str, factory: Callable[[], InitialContextFactory]) -> None:
+    """Make ``name`` usable as java.naming.factory.initial."""
+    with _lock:
+        _registry[name] = factory
+
+
+def _context_factory(name: str) -> InitialContextFactory:
+    with _lock:
+        maker = _registry.get(name)
+    if maker is not None:
+        return maker()
+    if ":" in name:
+        module_name, _, attr = name.partition(":")
+        try:
+            obj = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError) as exc:
+            raise NamingException(f"cannot load context factory {name!r}: {exc}") from None
+        factory = obj() if isinstance(obj, type) else obj
+        if not isinstance(factory, InitialContextFactory):
+            raise NamingException(f"{name!r} is not an InitialContextFactory")
+        return factory
+    if _JAVA_CLASS.match(name):
+        with _lock:
+            java = _registry.get(JAVA_CONTEXT_FACTORY)
+        if java is None:
+            raise NamingException(
+                f"context factory {name!r} is a Java class, and the Java provider is not available")
+        return java()
+    raise NamingException(f"unknown context factory {name!r} ({INITIAL_CONTEXT_FACTORY})")
+
+
+def initial_context(environment: Mapping[str, str]) -> Context:
+    """An initial context for ``environment`` (which must name a context factory)."""
+    name = environment.get(INITIAL_CONTEXT_FACTORY)
+    if not name:
+        raise NamingException(f"the environment does not set {INITIAL_CONTEXT_FACTORY}")
+    return _context_factory(name).get_initial_context(environment)
+
+
+def lookup(name: str, environment: Mapping[str, str]) -> Any:
+    """Resolve ``name`` in the context described by ``environment``."""
+    if not name:
+        raise NamingException("an empty lookup name")
+    ctx = initial_context(environment)
+    try:
+        return ctx.lookup(name)
+    finally:
+        ctx.close()

@@ -1,0 +1,339 @@
+"""The provider SPI: the JMS API as abstract Python classes.
+
+Every provider (the embedded host broker, the mq:// client, STOMP brokers, Java
+providers through JPype) implements these, and bridges use nothing else. Names are
+the JMS ones in snake_case; timeouts are seconds. Connections and sessions are
+context managers: a connection closes on exit, a transacted session commits on a
+clean exit and rolls back on an exception.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import IntEnum
+from typing import Any, Callable, Iterator
+
+from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from .errors import JMSException
+from .message import (
+    BytesMessage,
+    DEFAULT_DELIVERY_MODE,
+    DEFAULT_PRIORITY,
+    DEFAULT_TIME_TO_LIVE,
+    MapMessage,
+    Message,
+    ObjectMessage,
+    StreamMessage,
+    TextMessage,
+)
+from .xa import Xid
+
+
+class AckMode(IntEnum):
+    SESSION_TRANSACTED = 0
+    AUTO_ACKNOWLEDGE = 1
+    CLIENT_ACKNOWLEDGE = 2
+    DUPS_OK_ACKNOWLEDGE = 3
+    INDIVIDUAL_ACKNOWLEDGE = 4  # acknowledge() acks only that message (where supported)
+
+
+AUTO_ACKNOWLEDGE = AckMode.AUTO_ACKNOWLEDGE
+CLIENT_ACKNOWLEDGE = AckMode.CLIENT_ACKNOWLEDGE
+DUPS_OK_ACKNOWLEDGE = AckMode.DUPS_OK_ACKNOWLEDGE
+INDIVIDUAL_ACKNOWLEDGE = AckMode.INDIVIDUAL_ACKNOWLEDGE
+SESSION_TRANSACTED = AckMode.SESSION_TRANSACTED
+
+ExceptionListener = Callable[[JMSException], None]
+MessageListener = Callable[[Message], None]
+
+
+@dataclass(frozen=True)
+class ConnectionMetaData:
+    provider_name: str
+    provider_version: str
+    jms_version: str = "1.1"
+
+
+class MessageProducer(ABC):
+    """Sends messages; defaults for delivery mode, priority and time to live."""
+
+    def __init__(self, destination: Destination | None) -> None:
+        self.destination = destination
+        self.delivery_mode = DEFAULT_DELIVERY_MODE
+        self.priority = DEFAULT_PRIORITY
+        self.time_to_live = DEFAULT_TIME_TO_LIVE  # milliseconds; 0 = never expires
+        self.disable_message_id = False
+        self.disable_message_timestamp = False
+
+    @abstractmethod
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: int | None = None, priority: int | None = None,
+             time_to_live: int | None = None) -> None:
+        """Send; sets message_id, timestamp, destination, delivery_mode, priority, expiration."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "MessageProducer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class MessageConsumer(ABC):
+    """Receives from a destination, optionally filtered by a selector."""
+
+    @property
+    @abstractmethod
+    def message_selector(self) -> str | None: ...
+
+    @abstractmethod
+    def receive(self, timeout: float | None = None) -> Message | None:
+        """The next message; None after ``timeout`` seconds (None = wait until closed)."""
+
+    def receive_no_wait(self) -> Message | None:
+        return self.receive(0)
+
+    @abstractmethod
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        """Deliver asynchronously to ``listener`` on the session's thread."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __iter__(self) -> Iterator[Message]:
+        """Messages until the consumer is closed."""
+        while True:
+            msg = self.receive()
+            if msg is None:
+                return
+            yield msg
+
+    def __enter__(self) -> "MessageConsumer":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class QueueBrowser(ABC):
+    """Looks at the messages of a queue without consuming them."""
+
+    queue: Queue
+    message_selector: str | None
+
+    @abstractmethod
+    def __iter__(self) -> Iterator[Message]: ...
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "QueueBrowser":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session(ABC):
+    """A single-threaded context for producing and consuming messages."""
+
+    transacted: bool
+    ack_mode: AckMode
+
+    # --- destinations -----------------------------------------------------
+    def create_queue(self, name: str) -> Queue:
+        return Queue(name)
+
+    def create_topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    @abstractmethod
+    def create_temporary_queue(self) -> TemporaryQueue: ...
+
+    @abstractmethod
+    def create_temporary_topic(self) -> TemporaryTopic: ...
+
+    # --- messages ---------------------------------------------------------
+    def create_message(self) -> Message:
+        return Message()
+
+    def create_text_message(self, text: str | None = None) -> TextMessage:
+        return TextMessage(text)
+
+    def create_bytes_message(self, body: bytes | None = None) -> BytesMessage:
+        return BytesMessage(body)
+
+    def create_map_message(self, values: dict[str, Any] | None = None) -> MapMessage:
+        return MapMessage(values)
+
+    def create_stream_message(self, items: list[Any] | None = None) -> StreamMessage:
+        return StreamMessage(items)
+
+    def create_object_message(self, obj: Any = None) -> ObjectMessage:
+        return ObjectMessage(obj)
+
+    # --- producers and consumers -----------------------------------------
+    @abstractmethod
+    def create_producer(self, destination: Destination | None = None) -> MessageProducer: ...
+
+    @abstractmethod
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> MessageConsumer: ...
+
+    @abstractmethod
+    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
+                                  no_local: bool = False) -> MessageConsumer:
+        """A consumer of a durable subscription (connection client id + ``name``)."""
+
+    @abstractmethod
+    def unsubscribe(self, name: str) -> None:
+        """Delete the durable subscription ``name`` of this connection's client id."""
+
+    @abstractmethod
+    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser: ...
+
+    # --- transactions and acknowledgement -------------------------------
+    @abstractmethod
+    def commit(self) -> None: ...
+
+    @abstractmethod
+    def rollback(self) -> None: ...
+
+    @abstractmethod
+    def recover(self) -> None:
+        """Redeliver every unacknowledged message, from the oldest, marked redelivered."""
+
+    @abstractmethod
+    def acknowledge(self) -> None:
+        """Acknowledge every message delivered so far (CLIENT_ACKNOWLEDGE)."""
+
+    @abstractmethod
+    def close(self) -> None: ...
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
+        try:
+            if self.transacted:
+                if exc_type is None:
+                    self.commit()
+                else:
+                    self.rollback()
+        finally:
+            self.close()
+
+
+class Connection(ABC):
+    """A client's link to a provider: creates sessions, owns temporary destinations."""
+
+    @property
+    @abstractmethod
+    def client_id(self) -> str | None: ...
+
+    @client_id.setter
+    @abstractmethod
+    def client_id(self, value: str) -> None:
+        """Set before anything else is done with the connection (JMS rule)."""
+
+    @property
+    @abstractmethod
+    def metadata(self) -> ConnectionMetaData: ...
+
+    @abstractmethod
+    def create_session(self, transacted: bool = False,
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> Session: ...
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start (or restart) delivery of incoming messages."""
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Pause delivery; receives block until start()."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Release everything: unacknowledged messages return to their queues."""
+
+    @abstractmethod
+    def set_exception_listener(self, listener: ExceptionListener | None) -> None: ...
+
+    def __enter__(self) -> "Connection":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class XAResource(ABC):
+    """The XA branch interface of one resource manager (javax.transaction.xa.XAResource)."""
+
+    @abstractmethod
+    def start(self, xid: Xid, flags: int = 0) -> None: ...
+
+    @abstractmethod
+    def end(self, xid: Xid, flags: int) -> None: ...
+
+    @abstractmethod
+    def prepare(self, xid: Xid) -> int:
+        """XA_OK, or XA_RDONLY when the branch did no work (and is then forgotten)."""
+
+    @abstractmethod
+    def commit(self, xid: Xid, one_phase: bool) -> None: ...
+
+    @abstractmethod
+    def rollback(self, xid: Xid) -> None: ...
+
+    @abstractmethod
+    def recover(self, flags: int) -> list[Xid]:
+        """The prepared (in-doubt) branches of this resource manager."""
+
+    @abstractmethod
+    def forget(self, xid: Xid) -> None: ...
+
+    @abstractmethod
+    def is_same_rm(self, other: "XAResource") -> bool: ...
+
+    def get_transaction_timeout(self) -> int:
+        return 0
+
+    def set_transaction_timeout(self, seconds: int) -> bool:
+        return False
+
+
+class XASession(Session):
+    """A session whose work belongs to the XA branch its resource is started on."""
+
+    @property
+    @abstractmethod
+    def xa_resource(self) -> XAResource: ...
+
+    @property
+    def session(self) -> Session:
+        return self
+
+
+class XAConnection(Connection):
+    @abstractmethod
+    def create_xa_session(self) -> XASession: ...
+
+
+class ConnectionFactory(ABC):
+    @abstractmethod
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> Connection: ...
+
+
+class XAConnectionFactory(ConnectionFactory):
+    @abstractmethod
+    def create_xa_connection(self, username: str | None = None,
+                             password: str | None = None) -> XAConnection: ...
+
+
+def is_xa_capable(factory: object) -> bool:
+    """True when ``factory`` can take part in XA transactions (a transacted link needs it)."""
+    return isinstance(factory, XAConnectionFactory)
