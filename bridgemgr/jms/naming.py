@@ -50,6 +50,8 @@ class InitialContextFactory(ABC):
 
 _registry: dict[str, Callable[[], InitialContextFactory]] = {}
 _lock = threading.Lock()
+# Our own providers register on import; name them here so a lookup imports them.
+_BUILTIN = {"imq.embedded": "bridgemgr.providers.embedded"}
 
 
 def register_context_factory(name: str, factory: Callable[[], InitialContextFactory]) -> None:
@@ -59,6 +61,8 @@ def register_context_factory(name: str, factory: Callable[[], InitialContextFact
 
 
 def _context_factory(name: str) -> InitialContextFactory:
+    if name in _BUILTIN and name not in _registry:
+        importlib.import_module(_BUILTIN[name])
     with _lock:
         maker = _registry.get(name)
     if maker is not None:

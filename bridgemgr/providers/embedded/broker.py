@@ -1,0 +1,883 @@
+"""The embedded host broker: destinations, routing, acknowledgement, transactions.
+
+How it works: one lock guards all broker state. Producers route a snapshot of each
+message into the :class:`MessageQueue` s it belongs to (a queue, or every matching
+subscription of a topic) as :class:`Envelope` s; consumers take envelopes out under
+the same lock and either acknowledge them at once (AUTO/DUPS_OK) or hold them in their
+session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
+messages on durable queues get a row in the :class:`Store`; a transaction's sends and
+acks go to the store in one batch, so they land together or not at all.
+
+XA branches are :class:`Work` with an Xid and a state (ACTIVE, IDLE, PREPARED,
+ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepared
+branch is written to the store and survives a crash: at open it comes back with its
+sends held back and the messages it consumed locked until ``commit`` or ``rollback``.
+
+Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
+non-durable subscribers and temporary destinations live in memory only. The broker's
+own dead message queue is the queue ``mq.sys.dmq``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+import uuid
+from dataclasses import asdict, dataclass
+from enum import Enum
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from ...jms import codec
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.errors import (
+    IllegalStateException,
+    InvalidClientIDException,
+    InvalidDestinationException,
+    JMSException,
+    JMSSecurityException,
+    ResourceAllocationException,
+    XAException,
+)
+from ...jms.message import DeliveryMode, Message
+from ...jms.selector import Selector, compile_selector
+from ...jms import xa
+from ...jms.xa import Xid
+from .queues import DestinationLimits, Envelope, LimitBehavior, MessageQueue, UNLIMITED
+from .store import PreparedBranch, Store
+
+log = logging.getLogger(__name__)
+
+DMQ_NAME = "mq.sys.dmq"
+Authenticator = Callable[[str | None, str | None], bool]
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+class WorkState(str, Enum):
+    LOCAL = "LOCAL"                  # a local transaction or a CLIENT_ACKNOWLEDGE session
+    ACTIVE = "ACTIVE"                # XA: associated with a session (start)
+    IDLE = "IDLE"                    # XA: ended, may be prepared or committed
+    ROLLBACK_ONLY = "ROLLBACK_ONLY"  # XA: ended with TMFAIL
+    PREPARED = "PREPARED"            # XA: prepared, durable, in doubt until commit/rollback
+    DONE = "DONE"
+
+
+# Which XA call is legal in which branch state (anything else: XAER_PROTO).
+_XA_ALLOWED: dict[str, frozenset[WorkState]] = {
+    "join": frozenset({WorkState.ACTIVE, WorkState.IDLE}),
+    "end": frozenset({WorkState.ACTIVE}),
+    "prepare": frozenset({WorkState.IDLE, WorkState.ROLLBACK_ONLY}),
+    "commit_one_phase": frozenset({WorkState.IDLE, WorkState.ROLLBACK_ONLY}),
+    "commit_two_phase": frozenset({WorkState.PREPARED}),
+    "rollback": frozenset({WorkState.IDLE, WorkState.ROLLBACK_ONLY, WorkState.PREPARED}),
+}
+
+
+class Work:
+    """Messages a session consumed and sent but has not completed (tx or XA branch)."""
+
+    __slots__ = ("xid", "state", "sends", "acks", "prepared_sends", "sessions", "connection")
+
+    def __init__(self, xid: Xid | None = None, state: WorkState = WorkState.LOCAL,
+                 connection: Any = None) -> None:
+        self.xid = xid
+        self.connection = connection   # XA: the connection that started the branch
+        self.state = state
+        self.sends: list[tuple[Message, Destination, Any]] = []   # (snapshot, dest, connection)
+        self.acks: list[Envelope] = []
+        self.prepared_sends: list[Envelope] = []                   # routed at prepare
+        self.sessions: set[Any] = set()
+
+    @property
+    def empty(self) -> bool:
+        return not (self.sends or self.acks or self.prepared_sends)
+
+
+@dataclass
+class Subscription:
+    client_id: str
+    name: str
+    topic: Topic
+    selector: str | None
+    no_local: bool
+    queue: MessageQueue
+    active: Any = None  # the consumer, while one is open
+
+
+class Broker:
+    """An in-process JMS broker; thread-safe; persistent when given a directory."""
+
+    provider_name = "imqbridge embedded broker"
+
+    def __init__(self, data_dir: str | Path | None = None, *, sync: bool = False,
+                 instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
+                 autocreate_queue: bool = True, autocreate_topic: bool = True,
+                 authenticator: Authenticator | None = None) -> None:
+        self.instance_name = instance_name
+        self.data_dir = Path(data_dir) if data_dir is not None else None
+        self.default_limits = limits
+        self.autocreate_queue = autocreate_queue
+        self.autocreate_topic = autocreate_topic
+        self.authenticator = authenticator
+        self.lock = threading.Lock()
+        self.closed = False
+        self.rm_id = uuid.uuid4().hex        # is_same_rm: same broker, same store
+        self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
+        self._ids = itertools.count(1)
+        self.queues: dict[str, MessageQueue] = {}
+        self.topics: dict[str, list[MessageQueue]] = {}       # topic name -> subscription queues
+        self.known_topics: set[str] = set()
+        self.durable: dict[tuple[str, str], Subscription] = {}
+        self.temporary: dict[str, MessageQueue] = {}
+        self.connections: set[Any] = set()
+        self.client_ids: dict[str, Any] = {}
+        self.branches: dict[Xid, Work] = {}
+        self.configured: dict[str, DestinationLimits] = {}
+        self.store = Store(self.data_dir, sync=sync) if self.data_dir is not None else None
+        self._seq = itertools.count(1)
+        if self.store is not None:
+            self._recover()
+        self.dmq = self._queue(DMQ_NAME, create=True)
+
+    # --- opening: rebuild state from the store -------------------------------------
+    def _recover(self) -> None:
+        assert self.store is not None
+        rec = self.store.load()
+        self._seq = itertools.count(rec.max_seq + 1)
+        for qkey, cfg in rec.destinations.items():
+            self.configured[qkey] = _limits_from_json(cfg)
+        for client_id, name, topic, selector, no_local in rec.subscriptions:
+            self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False)
+        locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
+        branches = {xid: Work(Xid.parse(xid), WorkState.PREPARED) for xid in rec.prepared}
+        for seq, qkey, dcount, blob in rec.messages:
+            mq = self._queue_for_key(qkey)
+            if mq is None:
+                log.warning("store: dropping message %d of unknown destination %r", seq, qkey)
+                self.store.remove(seq)
+                continue
+            env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
+            mq.admit(env)
+            owner = locked.get(seq)
+            if owner is None:
+                mq.push(env)
+            else:
+                env.owner = branches[owner]
+                branches[owner].acks.append(env)
+        for xid, br in rec.prepared.items():
+            work = branches[xid]
+            for seq, qkey, blob in br.sends:
+                mq = self._queue_for_key(qkey, create=True)
+                if mq is not None:
+                    work.prepared_sends.append(Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob)))
+            self.branches[work.xid] = work
+        if rec.messages or rec.prepared:
+            log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
+                     self.store.path, len(rec.messages), len(rec.subscriptions), len(rec.prepared))
+
+    def _queue_for_key(self, qkey: str, create: bool = True) -> MessageQueue | None:
+        kind, _, rest = qkey.partition(":")
+        if kind == "q":
+            return self._queue(rest, create=create)
+        if kind == "d":
+            client_id, _, name = rest.partition("\0")
+            sub = self.durable.get((client_id, name))
+            return sub.queue if sub else None
+        return None
+
+    # --- destinations --------------------------------------------------------------
+    def _limits(self, qkey: str) -> DestinationLimits:
+        return self.configured.get(qkey, self.default_limits)
+
+    def _queue(self, name: str, create: bool = False) -> MessageQueue:
+        mq = self.queues.get(name)
+        if mq is None:
+            if not (create or self.autocreate_queue):
+                raise InvalidDestinationException(f"queue {name!r} does not exist and auto-create is off")
+            key = f"q:{name}"
+            mq = MessageQueue(key, Queue(name), durable=True, limits=self._limits(key))
+            self.queues[name] = mq
+        return mq
+
+    def configure_destination(self, destination: Destination, limits: DestinationLimits) -> None:
+        """Create (admin-create) a destination with limits; kept in the store."""
+        if destination.is_temporary:
+            raise InvalidDestinationException("temporary destinations cannot be configured")
+        key = ("t:" if destination.is_topic else "q:") + destination.name
+        with self.lock:
+            self.configured[key] = limits
+            if destination.is_topic:
+                self.known_topics.add(destination.name)
+                for mq in self.topics.get(destination.name, ()):
+                    mq.limits = limits
+            else:
+                self._queue(destination.name, create=True).limits = limits
+            if self.store is not None:
+                self.store.op("dest_put", key, _limits_to_json(limits))
+                ticket = self.store.ticket()
+        if self.store is not None:
+            self.store.wait(ticket)
+
+    def destinations(self) -> dict[str, dict[str, int]]:
+        """Queue and subscription depths (admin and tests)."""
+        with self.lock:
+            out = {f"queue:{n}": {"pending": len(mq), "unacked": mq.count - len(mq), "bytes": mq.bytes}
+                   for n, mq in self.queues.items()}
+            for (cid, name), sub in self.durable.items():
+                mq = sub.queue
+                out[f"durable:{cid}:{name}"] = {"pending": len(mq), "unacked": mq.count - len(mq),
+                                                 "bytes": mq.bytes}
+            return out
+
+    def queue_depth(self, name: str) -> int:
+        with self.lock:
+            mq = self.queues.get(name)
+            return len(mq) if mq else 0
+
+    # --- connections -----------------------------------------------------------------
+    def authenticate(self, username: str | None, password: str | None) -> None:
+        if self.closed:
+            raise IllegalStateException("the broker is closed")
+        if self.authenticator is not None and not self.authenticator(username, password):
+            raise JMSSecurityException(f"authentication failed for user {username!r}")
+
+    def attach(self, connection: Any) -> None:
+        with self.lock:
+            if self.closed:
+                raise IllegalStateException("the broker is closed")
+            self.connections.add(connection)
+
+    def claim_client_id(self, connection: Any, client_id: str) -> None:
+        with self.lock:
+            holder = self.client_ids.get(client_id)
+            if holder is not None and holder is not connection:
+                raise InvalidClientIDException(f"client id {client_id!r} is in use by another connection")
+            self.client_ids[client_id] = connection
+
+    def detach(self, connection: Any) -> None:
+        """A connection closed: free its client id, temporary destinations, subscribers."""
+        with self.lock:
+            self.connections.discard(connection)
+            if connection.client_id_value is not None and self.client_ids.get(connection.client_id_value) is connection:
+                del self.client_ids[connection.client_id_value]
+            for name in [n for n, mq in self.temporary.items() if mq.owner is connection]:
+                self._delete_temporary(name)
+            # Its unprepared XA branches die with it; prepared ones stay in doubt for the TM.
+            for work in [w for w in self.branches.values() if w.connection is connection]:
+                if work.state is not WorkState.PREPARED:
+                    self._xa_forget_rollback(work)
+
+    def next_message_id(self) -> str:
+        return self._id_prefix + str(next(self._ids))
+
+    # --- temporary destinations ------------------------------------------------------------
+    def create_temporary(self, connection: Any, topic: bool) -> Destination:
+        with self.lock:
+            name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
+            dest: Destination = TemporaryTopic(name) if topic else TemporaryQueue(name)
+            mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection)
+            self.temporary[name] = mq
+            if topic:
+                self.topics[name] = []
+            return dest
+
+    def delete_temporary(self, connection: Any, dest: Destination) -> None:
+        with self.lock:
+            mq = self.temporary.get(dest.name)
+            if mq is None:
+                return
+            if mq.owner is not connection:
+                raise InvalidDestinationException(f"{dest} belongs to another connection")
+            busy = mq.consumers or (dest.is_topic and self.topics.get(dest.name))
+            if busy:
+                raise IllegalStateException(f"{dest} still has consumers")
+            self._delete_temporary(dest.name)
+
+    def _delete_temporary(self, name: str) -> None:
+        mq = self.temporary.pop(name)
+        mq.deleted = True
+        mq.drain()
+        for sub in self.topics.pop(name, []) if mq.destination.is_topic else ():
+            sub.deleted = True
+            sub.drain()
+        mq.wake_all()
+
+    # --- sending ----------------------------------------------------------------------------
+    def _size(self, mq: MessageQueue, blob: bytes | None) -> int:
+        return len(blob) if blob is not None and mq.limits.counts_bytes else 0
+
+    def _targets(self, dest: Destination, sender: Any, message: Message) -> list[MessageQueue]:
+        """The message queues a message sent to ``dest`` goes to (under the lock)."""
+        if dest.is_temporary:
+            mq = self.temporary.get(dest.name)
+            if mq is None:
+                raise InvalidDestinationException(f"{dest} no longer exists (its connection closed)")
+            if not dest.is_topic:
+                return [mq]
+        elif not dest.is_topic:
+            return [self._queue(dest.name)]
+        elif dest.name not in self.known_topics:
+            if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
+                raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
+            self.known_topics.add(dest.name)
+        out = []
+        for sub in self.topics.get(dest.name, ()):
+            if sub.no_local and sender is not None and _same_origin(sub, sender):
+                continue
+            if sub.selector is not None and not sub.selector.matches(message):
+                continue
+            out.append(sub)
+        return out
+
+    def _route(self, message: Message, targets: list[MessageQueue],
+               blob: bytes | None = None) -> list[Envelope]:
+        """Envelopes for ``message`` in each target, limits applied (under the lock)."""
+        persistent = message.delivery_mode == DeliveryMode.PERSISTENT and self.store is not None
+        envs = []
+        for i, mq in enumerate(targets):
+            stored = persistent and mq.durable
+            if (stored or mq.limits.counts_bytes) and blob is None:
+                blob = codec.encode(message)
+            size = self._size(mq, blob)
+            if not mq.limits.unlimited:
+                self._make_room(mq, size)
+            msg = message if i == 0 else message.copy()
+            envs.append(Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None))
+        return envs
+
+    def _make_room(self, mq: MessageQueue, size: int) -> None:
+        lim = mq.limits
+        name = mq.destination
+        if 0 <= lim.max_bytes_per_msg < size:
+            raise ResourceAllocationException(
+                f"{name}: message of {size} bytes exceeds maxBytesPerMsg={lim.max_bytes_per_msg}")
+
+        def full() -> bool:
+            return ((0 <= lim.max_num_msgs <= mq.count)
+                    or (0 <= lim.max_total_msg_bytes < mq.bytes + size))
+
+        if not full():
+            return
+        if lim.limit_behavior is LimitBehavior.REMOVE_OLDEST:
+            while full():
+                oldest = mq.oldest()
+                if oldest is None:
+                    break
+                mq.remove(oldest)
+                self._discard(oldest, "REMOVE_OLDEST")
+        if full():
+            raise ResourceAllocationException(
+                f"{name} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes={lim.max_total_msg_bytes}, "
+                f"{mq.count} messages, {mq.bytes} bytes); limitBehavior={lim.limit_behavior.value}")
+
+    def _commit_envelopes(self, envs: Iterable[Envelope]) -> None:
+        """Make routed envelopes durable (recorded) and visible (under the lock)."""
+        store = self.store
+        for env in envs:
+            mq = env.queue
+            if mq.deleted:
+                continue
+            if env.stored:
+                store.add(env.seq, mq.key, env.blob)  # type: ignore[union-attr]
+                env.blob = None
+            mq.admit(env)
+            mq.push(env)
+
+    def send(self, sender: Any, message: Message, dest: Destination) -> int | None:
+        """Route and enqueue now; the store ticket to wait on for a durable send, or None."""
+        with self.lock:
+            if self.closed:
+                raise IllegalStateException("the broker is closed")
+            envs = self._route(message, self._targets(dest, sender, message))
+            self._commit_envelopes(envs)
+            if self.store is not None and any(e.stored for e in envs):
+                return self.store.ticket()
+        return None
+
+    def wait_durable(self, ticket: int | None) -> None:
+        if ticket is not None and self.store is not None:
+            self.store.wait(ticket)
+
+    @property
+    def sync(self) -> bool:
+        return self.store is not None and self.store.sync
+
+    # --- consuming --------------------------------------------------------------------------
+    def receive(self, consumer: Any, timeout: float | None, ack_now: bool) -> Envelope | None:
+        """Take the next envelope for ``consumer``, waiting up to ``timeout`` seconds.
+
+        With ``ack_now`` (AUTO/DUPS_OK) it is acknowledged as it is taken; otherwise its
+        delivery count is recorded so a crash still reports it redelivered.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        mq: MessageQueue = consumer.queue
+        with self.lock:
+            while True:
+                if consumer.closed or self.closed or mq.deleted:
+                    return None
+                if consumer.connection.started:
+                    env = mq.take(consumer.selector, now_ms(), self._expire)
+                    if env is not None:
+                        env.dcount += 1
+                        if ack_now:
+                            self._ack((env,))
+                        elif env.stored:
+                            self.store.mark_delivered(env.seq, env.dcount)  # type: ignore[union-attr]
+                        return env
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return None
+                mq.waiters.append(consumer)
+                consumer.cond.wait(remaining)
+                try:
+                    mq.waiters.remove(consumer)
+                except ValueError:
+                    pass
+
+    def acknowledge(self, envs: Iterable[Envelope]) -> None:
+        """Consumed for good: drop from queues' accounting and from the store."""
+        with self.lock:
+            self._ack(envs)
+
+    def _ack(self, envs: Iterable[Envelope]) -> None:
+        store = self.store
+        for env in envs:
+            env.owner = None
+            env.queue.release(env)
+            if env.stored:
+                store.remove(env.seq)  # type: ignore[union-attr]
+
+    def redeliver(self, envs: list[Envelope]) -> None:
+        """Return unacknowledged messages to their queues (recover, rollback, close)."""
+        with self.lock:
+            self._redeliver(envs)
+
+    def _redeliver(self, envs: list[Envelope]) -> None:
+        by_queue: dict[int, list[Envelope]] = {}
+        for env in envs:
+            if env.queue.deleted:
+                continue
+            if env.stored:
+                self.store.mark_delivered(env.seq, env.dcount)  # type: ignore[union-attr]
+            by_queue.setdefault(id(env.queue), []).append(env)
+        for group in by_queue.values():
+            group[0].queue.push_back(group)
+
+    def _expire(self, env: Envelope) -> None:
+        self._discard(env, "EXPIRED")
+
+    def _discard(self, env: Envelope, reason: str) -> None:
+        """Remove a message the broker will never deliver; to the DMQ if the destination says so."""
+        mq = env.queue
+        mq.release(env)
+        if env.stored:
+            self.store.remove(env.seq)  # type: ignore[union-attr]
+        if mq.limits.use_dmq and mq is not getattr(self, "dmq", None) and not mq.destination.is_temporary:
+            dead = env.message.copy()
+            dead.expiration = 0
+            dead.set_string_property("JMS_SUN_DMQ_UNDELIVERED_REASON", reason)
+            dead.set_long_property("JMS_SUN_DMQ_UNDELIVERED_TIMESTAMP", now_ms())
+            dead.set_string_property("JMS_SUN_DMQ_DESTINATION", str(mq.destination))
+            dead.set_int_property("JMS_SUN_DMQ_DELIVERY_COUNT", env.dcount)
+            dead.destination = self.dmq.destination
+            try:
+                self._commit_envelopes(self._route(dead, [self.dmq]))
+            except JMSException as exc:
+                log.warning("%s: message %s dropped (%s); the DMQ refused it: %s",
+                            mq.destination, env.message.message_id, reason, exc)
+        else:
+            log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason)
+
+    def browse(self, queue: Queue, selector: Selector | None) -> list[Message]:
+        with self.lock:
+            if queue.is_temporary:
+                mq = self.temporary.get(queue.name)
+                if mq is None:
+                    raise InvalidDestinationException(f"{queue} no longer exists")
+            else:
+                mq = self._queue(queue.name)
+            now = now_ms()
+            out = []
+            for env in mq.browse():
+                if env.expired(now) or (selector is not None and not selector.matches(env.message)):
+                    continue
+                msg = env.message.copy()
+                msg.delivery_count = env.dcount
+                msg.redelivered = env.dcount > 0
+                msg.set_read_only()
+                out.append(msg)
+            return out
+
+    # --- consumers and subscriptions -------------------------------------------------------------
+    def queue_for_consumer(self, consumer: Any, dest: Destination, selector: str | None,
+                           no_local: bool) -> MessageQueue:
+        """The message queue a new consumer reads (a new one for a topic subscriber)."""
+        with self.lock:
+            if dest.is_temporary:
+                tmq = self.temporary.get(dest.name)
+                if tmq is None:
+                    raise InvalidDestinationException(f"{dest} no longer exists")
+                if tmq.owner is not consumer.connection:
+                    raise InvalidDestinationException(
+                        f"{dest} belongs to another connection; only its creator may consume from it")
+            if not dest.is_topic:
+                mq = self.temporary[dest.name] if dest.is_temporary else self._queue(dest.name)
+            else:
+                if not dest.is_temporary and dest.name not in self.known_topics:
+                    if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
+                        raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
+                    self.known_topics.add(dest.name)
+                mq = MessageQueue(f"sub:{id(consumer)}", dest, durable=False,
+                                  limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                                  owner=consumer.connection, selector=compile_selector(selector),
+                                  no_local=no_local, topic=dest)
+                self.topics.setdefault(dest.name, []).append(mq)
+            mq.consumers.append(consumer)
+            return mq
+
+    def durable_queue(self, consumer: Any, topic: Topic, name: str, selector: str | None,
+                      no_local: bool) -> MessageQueue:
+        client_id = consumer.connection.client_id_value
+        if client_id is None:
+            raise IllegalStateException("a durable subscription needs the connection's client id to be set")
+        if topic.is_temporary:
+            raise InvalidDestinationException("a durable subscription cannot be made on a temporary topic")
+        compiled = compile_selector(selector)
+        with self.lock:
+            sub = self.durable.get((client_id, name))
+            if sub is not None and sub.active is not None:
+                raise IllegalStateException(
+                    f"durable subscription {name!r} of client {client_id!r} already has an active subscriber")
+            if sub is not None and (sub.topic != topic or sub.selector != selector or sub.no_local != no_local):
+                self._drop_subscription(sub)
+                sub = None
+            if sub is None:
+                sub = self._make_subscription(client_id, name, topic, selector, no_local, persist=True,
+                                              compiled=compiled)
+            sub.active = consumer
+            sub.queue.consumers.append(consumer)
+            self.known_topics.add(topic.name)
+            return sub.queue
+
+    def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
+                           no_local: bool, persist: bool, compiled: Selector | None = None) -> Subscription:
+        key = f"d:{client_id}\0{name}"
+        mq = MessageQueue(key, topic, durable=True,
+                          limits=self.configured.get(f"t:{topic.name}", self.default_limits),
+                          selector=compiled if compiled is not None else compile_selector(selector),
+                          no_local=no_local, topic=topic)
+        sub = Subscription(client_id, name, topic, selector, no_local, mq)
+        self.durable[(client_id, name)] = sub
+        self.topics.setdefault(topic.name, []).append(mq)
+        if persist and self.store is not None:
+            self.store.op("sub_put", client_id, name, topic.name, selector, int(no_local))
+        return sub
+
+    def _drop_subscription(self, sub: Subscription) -> None:
+        mq = sub.queue
+        del self.durable[(sub.client_id, sub.name)]
+        subs = self.topics.get(sub.topic.name, [])
+        if mq in subs:
+            subs.remove(mq)
+        mq.deleted = True
+        for env in mq.drain():
+            mq.release(env)
+        if self.store is not None:
+            self.store.op("purge", mq.key, next(self._seq))
+            self.store.op("sub_del", sub.client_id, sub.name)
+
+    def unsubscribe(self, connection: Any, name: str) -> None:
+        client_id = connection.client_id_value
+        if client_id is None:
+            raise IllegalStateException("unsubscribe needs the connection's client id to be set")
+        with self.lock:
+            sub = self.durable.get((client_id, name))
+            if sub is None:
+                raise InvalidDestinationException(f"no durable subscription {name!r} for client {client_id!r}")
+            if sub.active is not None:
+                raise IllegalStateException(f"durable subscription {name!r} has an active subscriber")
+            if any(env.owner is not None for env in _owned(sub.queue, self)):
+                raise IllegalStateException(f"durable subscription {name!r} has unacknowledged messages")
+            self._drop_subscription(sub)
+            ticket = self.store.ticket() if self.store is not None else None
+        self.wait_durable(ticket)
+
+    def remove_consumer(self, consumer: Any) -> None:
+        with self.lock:
+            mq: MessageQueue = consumer.queue
+            if consumer in mq.consumers:
+                mq.consumers.remove(consumer)
+            consumer.cond.notify_all()
+            if mq.topic is not None and mq.key.startswith("sub:"):
+                subs = self.topics.get(mq.topic.name, [])
+                if mq in subs:
+                    subs.remove(mq)
+                mq.deleted = True
+                mq.drain()
+            for sub in self.durable.values():
+                if sub.active is consumer:
+                    sub.active = None
+
+    def wake_connection(self, connection: Any) -> None:
+        """Connection started or closed: let its waiting consumers look again."""
+        with self.lock:
+            for consumer in connection.consumers():
+                consumer.cond.notify_all()
+                if consumer.queue is not None and len(consumer.queue):
+                    consumer.queue.wake(None)
+
+    # --- transactions -----------------------------------------------------------------------------
+    def commit(self, work: Work) -> int | None:
+        """Apply a local transaction atomically; the store ticket that makes it durable."""
+        with self.lock:
+            if self.closed:
+                raise IllegalStateException("the broker is closed")
+            return self._commit_work(work)
+
+    def _commit_work(self, work: Work) -> int | None:
+        envs: list[Envelope] = []
+        for message, dest, sender in work.sends:
+            envs.extend(self._route(message, self._targets(dest, sender, message)))
+        with self.store.lock if self.store is not None else _NULL:
+            self._commit_envelopes(envs)
+            self._ack(work.acks)
+        work.sends, work.acks = [], []
+        return self.store.ticket() if self.store is not None else None
+
+    def acknowledge_work(self, work: Work, env: Envelope | None = None) -> None:
+        """CLIENT_ACKNOWLEDGE (everything delivered) or INDIVIDUAL (just ``env``)."""
+        with self.lock:
+            if env is None:
+                acks, work.acks = work.acks, []
+            elif env in work.acks:
+                work.acks.remove(env)
+                acks = [env]
+            else:
+                return
+            self._ack(acks)
+
+    def rollback(self, work: Work) -> None:
+        with self.lock:
+            acks, work.sends, work.acks = work.acks, [], []
+            for env in acks:
+                env.owner = None
+            self._redeliver(acks)
+
+    # --- XA -------------------------------------------------------------------------------------------
+    def xa_start(self, session: Any, xid: Xid, flags: int) -> Work:
+        with self.lock:
+            work = self.branches.get(xid)
+            if flags & (xa.TMJOIN | xa.TMRESUME):
+                if work is None:
+                    raise XAException(f"start: unknown branch {xid}", xa.XAER_NOTA)
+                self._xa_check(work, "join", "start(TMJOIN/TMRESUME)")
+            elif flags == xa.TMNOFLAGS:
+                if work is not None:
+                    raise XAException(f"start: branch {xid} already exists", xa.XAER_DUPID)
+                work = Work(xid, WorkState.ACTIVE, session.connection)
+                self.branches[xid] = work
+            else:
+                raise XAException(f"start: invalid flags {flags:#x}", xa.XAER_INVAL)
+            work.state = WorkState.ACTIVE
+            work.sessions.add(session)
+            return work
+
+    def xa_end(self, session: Any, xid: Xid, flags: int) -> None:
+        with self.lock:
+            work = self._branch(xid, "end")
+            if session not in work.sessions:
+                raise XAException(f"end: branch {xid} is not associated with this session", xa.XAER_PROTO)
+            self._xa_check(work, "end", "end")
+            work.sessions.discard(session)
+            if flags & xa.TMFAIL:
+                work.state = WorkState.ROLLBACK_ONLY
+            elif flags & xa.TMSUSPEND or work.sessions:
+                work.state = WorkState.ACTIVE if work.sessions else WorkState.IDLE
+            elif flags & xa.TMSUCCESS:
+                work.state = WorkState.IDLE
+            else:
+                raise XAException(f"end: invalid flags {flags:#x}", xa.XAER_INVAL)
+
+    def xa_prepare(self, xid: Xid) -> int:
+        with self.lock:
+            work = self._branch(xid, "prepare")
+            self._xa_check(work, "prepare", "prepare")
+            if work.state is WorkState.ROLLBACK_ONLY:
+                self._xa_forget_rollback(work)
+                raise XAException(f"prepare: branch {xid} was marked rollback-only and is rolled back",
+                                  xa.XA_RBROLLBACK)
+            if work.empty:
+                del self.branches[xid]
+                work.state = WorkState.DONE
+                return xa.XA_RDONLY
+            envs: list[Envelope] = []
+            try:
+                for message, dest, sender in work.sends:
+                    envs.extend(self._route(message, self._targets(dest, sender, message)))
+            except JMSException as exc:
+                self._xa_forget_rollback(work)
+                raise XAException(f"prepare: branch {xid} cannot be prepared and is rolled back: {exc}",
+                                  xa.XA_RBROLLBACK) from exc
+            work.sends = []
+            work.prepared_sends = envs
+            work.state = WorkState.PREPARED
+            ticket = None
+            if self.store is not None:
+                sends = []
+                for env in envs:
+                    if env.stored:
+                        sends.append((env.seq, env.queue.key, env.blob))
+                        env.blob = None
+                self.store.prepare_xa(str(xid), sends, [e.seq for e in work.acks if e.stored])
+                ticket = self.store.ticket()
+        self.wait_durable(ticket)
+        return xa.XA_OK
+
+    def xa_commit(self, xid: Xid, one_phase: bool) -> None:
+        with self.lock:
+            work = self._branch(xid, "commit")
+            self._xa_check(work, "commit_one_phase" if one_phase else "commit_two_phase", "commit")
+            if one_phase and work.state is WorkState.ROLLBACK_ONLY:
+                self._xa_forget_rollback(work)
+                raise XAException(f"commit: branch {xid} was marked rollback-only and is rolled back",
+                                  xa.XA_RBROLLBACK)
+            del self.branches[xid]
+            work.state = WorkState.DONE
+            if one_phase:
+                ticket = self._commit_work(work)
+            else:
+                with self.store.lock if self.store is not None else _NULL:
+                    if self.store is not None:
+                        self.store.op("xa_commit", str(xid))  # moves the prepared rows
+                    for env in work.prepared_sends:
+                        if not env.queue.deleted:
+                            env.queue.admit(env)
+                            env.queue.push(env)
+                    for env in work.acks:
+                        env.owner = None
+                        env.queue.release(env)
+                ticket = self.store.ticket() if self.store is not None else None
+        self.wait_durable(ticket)
+
+    def xa_rollback(self, xid: Xid) -> None:
+        with self.lock:
+            work = self._branch(xid, "rollback")
+            self._xa_check(work, "rollback", "rollback")
+            prepared = work.state is WorkState.PREPARED
+            self._xa_forget_rollback(work)
+            ticket = None
+            if prepared and self.store is not None:
+                self.store.op("xa_rollback", str(xid))
+                ticket = self.store.ticket()
+        self.wait_durable(ticket)
+
+    def _xa_forget_rollback(self, work: Work) -> None:
+        self.branches.pop(work.xid, None)  # type: ignore[arg-type]
+        work.state = WorkState.DONE
+        acks, work.acks, work.sends, work.prepared_sends = work.acks, [], [], []
+        for env in acks:
+            env.owner = None
+        self._redeliver(acks)
+
+    def xa_recover(self) -> list[Xid]:
+        with self.lock:
+            return [xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED]
+
+    def xa_forget(self, xid: Xid) -> None:
+        with self.lock:
+            if xid not in self.branches:
+                raise XAException(f"forget: unknown branch {xid}", xa.XAER_NOTA)
+            raise XAException(f"forget: branch {xid} has no heuristic outcome to forget", xa.XAER_PROTO)
+
+    def xa_abandon(self, session: Any) -> None:
+        """A session closed: branches it was still associated with fail (rollback-only)."""
+        with self.lock:
+            for work in list(self.branches.values()):
+                if session in work.sessions:
+                    work.sessions.discard(session)
+                    if not work.sessions and work.state is WorkState.ACTIVE:
+                        work.state = WorkState.ROLLBACK_ONLY
+
+    def _branch(self, xid: Xid, call: str) -> Work:
+        work = self.branches.get(xid)
+        if work is None:
+            raise XAException(f"{call}: unknown branch {xid}", xa.XAER_NOTA)
+        return work
+
+    @staticmethod
+    def _xa_check(work: Work, what: str, call: str) -> None:
+        if work.state not in _XA_ALLOWED[what]:
+            raise XAException(f"{call}: not allowed while branch {work.xid} is {work.state.value}", xa.XAER_PROTO)
+
+    # --- closing ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Stop: break every connection, write what is pending, close the store."""
+        with self.lock:
+            if self.closed:
+                return
+            self.closed = True
+            conns = list(self.connections)
+        for conn in conns:
+            conn.broker_closed()
+        with self.lock:
+            for mq in list(self.queues.values()) + list(self.temporary.values()):
+                mq.wake_all()
+            for subs in self.topics.values():
+                for mq in subs:
+                    mq.wake_all()
+        if self.store is not None:
+            self.store.close()
+
+    def __enter__(self) -> "Broker":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _Null:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+_NULL = _Null()
+
+
+def _same_origin(sub: MessageQueue, sender: Any) -> bool:
+    """no_local: did the subscriber's own connection (or client id, when durable) publish it?"""
+    if sub.owner is not None:
+        return sub.owner is sender
+    client_id = getattr(sender, "client_id_value", None)
+    return client_id is not None and sub.key.startswith(f"d:{client_id}\0")
+
+
+def _owned(mq: MessageQueue, broker: Broker) -> list[Envelope]:
+    """Envelopes of ``mq`` held unacknowledged by sessions or branches."""
+    out = []
+    for conn in broker.connections:
+        for session in conn.sessions_list():
+            out.extend(e for e in session.unacked() if e.queue is mq)
+    for work in broker.branches.values():
+        out.extend(e for e in work.acks if e.queue is mq)
+    return out
+
+
+def _limits_to_json(limits: DestinationLimits) -> str:
+    import json
+    data = asdict(limits)
+    data["limit_behavior"] = limits.limit_behavior.value
+    return json.dumps(data)
+
+
+def _limits_from_json(data: dict[str, Any]) -> DestinationLimits:
+    return DestinationLimits(**{**data, "limit_behavior": LimitBehavior(data["limit_behavior"])})

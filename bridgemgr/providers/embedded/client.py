@@ -1,0 +1,552 @@
+"""The provider SPI over the in-process broker: connections, sessions, producers,
+consumers, browsers and the XA resource.
+
+How it works: these objects hold client-side state only (started flag, client id,
+the session's unfinished :class:`Work`, the current XA branch) and call the broker
+for everything shared. A session completes its work as its mode says: AUTO/DUPS_OK
+acknowledge as the broker hands a message over; CLIENT/INDIVIDUAL keep it until
+``acknowledge``; transacted sessions keep sends and receives until commit/rollback;
+an XA session's work belongs to the branch its resource started, and outside a
+branch it behaves as AUTO_ACKNOWLEDGE.
+
+Sending copies the message (the sender may change it afterwards); delivering hands
+out a read-only copy, except that an AUTO_ACKNOWLEDGE delivery hands out the
+broker's own snapshot, which nothing references afterwards.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from functools import partial
+from typing import Any, Iterator
+
+from ...jms import codec
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.errors import (
+    IllegalStateException,
+    InvalidDestinationException,
+    JMSException,
+    TransactionInProgressException,
+    TransportException,
+    XAException,
+)
+from ...jms.message import DeliveryMode, Message, ObjectMessage
+from ...jms.selector import compile_selector
+from ...jms.spi import (
+    AckMode,
+    ConnectionMetaData,
+    ExceptionListener,
+    MessageConsumer,
+    MessageListener,
+    MessageProducer,
+    QueueBrowser,
+    Session,
+    XAConnection,
+    XAConnectionFactory,
+    XAResource,
+    XASession,
+)
+from ...jms.xa import XAER_PROTO, Xid
+from ... import __version__
+from .broker import Broker, Work, now_ms
+from .queues import Envelope, MessageQueue
+
+log = logging.getLogger(__name__)
+
+
+class EmbeddedConnectionFactory(XAConnectionFactory):
+    """Connections (plain and XA) to an in-process :class:`Broker`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+
+    def create_connection(self, username: str | None = None, password: str | None = None) -> "EmbeddedConnection":
+        self.broker.authenticate(username, password)
+        conn = EmbeddedConnection(self.broker, username)
+        self.broker.attach(conn)
+        return conn
+
+    create_xa_connection = create_connection
+
+    def __repr__(self) -> str:
+        return f"EmbeddedConnectionFactory({self.broker.instance_name}, {self.broker.data_dir})"
+
+
+class EmbeddedConnection(XAConnection):
+    def __init__(self, broker: Broker, username: str | None) -> None:
+        self.broker = broker
+        self.username = username
+        self.started = False
+        self.closed = False
+        self.client_id_value: str | None = None
+        self._sessions: list[EmbeddedSession] = []
+        self._listener: ExceptionListener | None = None
+        self._used = False
+
+    @property
+    def client_id(self) -> str | None:
+        return self.client_id_value
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        self._check_open()
+        if self.client_id_value is not None or self._used:
+            raise IllegalStateException("the client id must be set right after the connection is created")
+        if not value:
+            raise IllegalStateException("a client id must be a non-empty string")
+        self.broker.claim_client_id(self, value)
+        self.client_id_value = value
+
+    @property
+    def metadata(self) -> ConnectionMetaData:
+        return ConnectionMetaData(Broker.provider_name, __version__)
+
+    def _check_open(self) -> None:
+        if self.closed:
+            raise IllegalStateException("the connection is closed")
+
+    def create_session(self, transacted: bool = False,
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "EmbeddedSession":
+        self._check_open()
+        self._used = True
+        session = EmbeddedSession(self, transacted, AckMode(ack_mode))
+        self._sessions.append(session)
+        return session
+
+    def create_xa_session(self) -> "EmbeddedXASession":
+        self._check_open()
+        self._used = True
+        session = EmbeddedXASession(self)
+        self._sessions.append(session)
+        return session
+
+    def sessions_list(self) -> list["EmbeddedSession"]:
+        return list(self._sessions)
+
+    def consumers(self) -> Iterator["EmbeddedConsumer"]:
+        for session in self._sessions:
+            yield from session.consumers
+
+    def start(self) -> None:
+        self._check_open()
+        self._used = True
+        if not self.started:
+            self.started = True
+            self.broker.wake_connection(self)
+
+    def stop(self) -> None:
+        self._check_open()
+        self.started = False
+
+    def set_exception_listener(self, listener: ExceptionListener | None) -> None:
+        self._listener = listener
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.started = False
+        for session in list(self._sessions):
+            session.close()
+        self.broker.detach(self)
+
+    def broker_closed(self) -> None:
+        """The broker shut down under this connection."""
+        listener = self._listener
+        try:
+            self.close()
+        except JMSException:
+            pass
+        if listener is not None:
+            try:
+                listener(TransportException("the embedded broker was shut down"))
+            except Exception:  # a listener's failure must not stop the shutdown
+                log.exception("exception listener failed")
+
+
+class EmbeddedSession(Session):
+    """A session; :class:`EmbeddedXASession` adds the XA branch association."""
+
+    def __init__(self, connection: EmbeddedConnection, transacted: bool, ack_mode: AckMode) -> None:
+        self.connection = connection
+        self.broker = connection.broker
+        self.transacted = transacted
+        self.ack_mode = AckMode.SESSION_TRANSACTED if transacted else ack_mode
+        if ack_mode is AckMode.SESSION_TRANSACTED and not transacted:
+            raise IllegalStateException("SESSION_TRANSACTED needs transacted=True")
+        self.closed = False
+        self.consumers: list[EmbeddedConsumer] = []
+        self._producers: list[EmbeddedProducer] = []
+        self._work = Work()
+        self.branch: Work | None = None   # the XA branch this session is associated with
+        self.listener_lock = threading.Lock()
+
+    # --- state ------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise IllegalStateException("the session is closed")
+        if self.connection.closed:
+            raise IllegalStateException("the connection is closed")
+
+    def unacked(self) -> list[Envelope]:
+        return list(self._work.acks)
+
+    # --- destinations -------------------------------------------------------------
+    def create_temporary_queue(self) -> TemporaryQueue:
+        self._check_open()
+        return self.broker.create_temporary(self.connection, topic=False)  # type: ignore[return-value]
+
+    def create_temporary_topic(self) -> TemporaryTopic:
+        self._check_open()
+        return self.broker.create_temporary(self.connection, topic=True)  # type: ignore[return-value]
+
+    def delete_temporary(self, destination: Destination) -> None:
+        self._check_open()
+        self.broker.delete_temporary(self.connection, destination)
+
+    # --- producers, consumers, browsers -----------------------------------------------
+    def create_producer(self, destination: Destination | None = None) -> "EmbeddedProducer":
+        self._check_open()
+        producer = EmbeddedProducer(self, destination)
+        self._producers.append(producer)
+        return producer
+
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> "EmbeddedConsumer":
+        self._check_open()
+        if not isinstance(destination, Destination):
+            raise InvalidDestinationException(f"not a destination: {destination!r}")
+        consumer = EmbeddedConsumer(self, destination, selector)
+        consumer.queue = self.broker.queue_for_consumer(consumer, destination, selector, no_local)
+        self.consumers.append(consumer)
+        return consumer
+
+    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
+                                  no_local: bool = False) -> "EmbeddedConsumer":
+        self._check_open()
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
+        consumer = EmbeddedConsumer(self, topic, selector, durable_name=name)
+        consumer.queue = self.broker.durable_queue(consumer, topic, name, selector, no_local)
+        self.consumers.append(consumer)
+        return consumer
+
+    def unsubscribe(self, name: str) -> None:
+        self._check_open()
+        self.broker.unsubscribe(self.connection, name)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> "EmbeddedBrowser":
+        self._check_open()
+        if not isinstance(queue, Queue):
+            raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
+        return EmbeddedBrowser(self, queue, selector)
+
+    # --- the data path --------------------------------------------------------------------
+    def _work_now(self) -> Work | None:
+        """Where sends and receives go: the XA branch, the local transaction, or None."""
+        if self.branch is not None:
+            return self.branch
+        return self._work if self.transacted else None
+
+    def _acks_now(self) -> bool:
+        return self.branch is None and not self.transacted and self.ack_mode in (
+            AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
+
+    def _send(self, snapshot: Message, destination: Destination) -> None:
+        work = self._work_now()
+        if work is not None:
+            work.sends.append((snapshot, destination, self.connection))
+            return
+        ticket = self.broker.send(self.connection, snapshot, destination)
+        if ticket is not None and self.broker.sync:
+            self.broker.wait_durable(ticket)
+
+    def _deliver(self, env: Envelope, acked: bool) -> Message:
+        """Turn a taken envelope into the message the application sees."""
+        if acked:
+            msg = env.message
+        else:
+            msg = env.message.copy()
+            work = self._work_now() or self._work
+            env.owner = work
+            work.acks.append(env)
+            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and work is self._work:
+                msg._ack = partial(self.broker.acknowledge_work, work, env)
+            elif self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE and work is self._work:
+                msg._ack = self.acknowledge
+        msg.delivery_count = env.dcount
+        msg.redelivered = env.dcount > 1
+        msg.set_read_only()
+        return msg
+
+    # --- completion -------------------------------------------------------------------------
+    def commit(self) -> None:
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateException("commit() on a session that is not transacted")
+        ticket = self.broker.commit(self._work)
+        if ticket is not None and self.broker.sync:
+            self.broker.wait_durable(ticket)
+
+    def rollback(self) -> None:
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateException("rollback() on a session that is not transacted")
+        self.broker.rollback(self._work)
+
+    def recover(self) -> None:
+        self._check_open()
+        if self.transacted:
+            raise IllegalStateException("recover() on a transacted session (use rollback())")
+        self.broker.rollback(self._work)
+
+    def acknowledge(self) -> None:
+        if self.closed:
+            raise IllegalStateException("acknowledge() after the session closed")
+        self.broker.acknowledge_work(self._work)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        for consumer in list(self.consumers):
+            consumer.close()
+        self.closed = True
+        self.broker.rollback(self._work)  # transacted: roll back; CLIENT: redeliver unacked
+        self.broker.xa_abandon(self)
+        self.branch = None
+        if self in self.connection._sessions:
+            self.connection._sessions.remove(self)
+
+
+class EmbeddedXASession(EmbeddedSession, XASession):
+    """An XA session: its work belongs to the branch started on ``xa_resource``."""
+
+    def __init__(self, connection: EmbeddedConnection) -> None:
+        super().__init__(connection, False, AckMode.AUTO_ACKNOWLEDGE)
+        self.transacted = True  # as javax.jms.XASession.getTransacted() says
+        self._resource = EmbeddedXAResource(self)
+
+    @property
+    def xa_resource(self) -> "EmbeddedXAResource":
+        return self._resource
+
+    def _work_now(self) -> Work | None:
+        return self.branch
+
+    def _acks_now(self) -> bool:
+        return self.branch is None
+
+    def commit(self) -> None:
+        raise TransactionInProgressException("an XA session commits through its XA resource")
+
+    def rollback(self) -> None:
+        raise TransactionInProgressException("an XA session rolls back through its XA resource")
+
+    def recover(self) -> None:
+        raise IllegalStateException("recover() on an XA session")
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class EmbeddedXAResource(XAResource):
+    def __init__(self, session: EmbeddedSession) -> None:
+        self.session = session
+        self.broker = session.broker
+        self._timeout = 0
+
+    def start(self, xid: Xid, flags: int = 0) -> None:
+        if self.session.branch is not None:
+            raise_xa_proto("start: the session is already associated with a branch")
+        self.session.branch = self.broker.xa_start(self.session, xid, flags)
+
+    def end(self, xid: Xid, flags: int) -> None:
+        self.broker.xa_end(self.session, xid, flags)
+        self.session.branch = None
+
+    def prepare(self, xid: Xid) -> int:
+        return self.broker.xa_prepare(xid)
+
+    def commit(self, xid: Xid, one_phase: bool) -> None:
+        self.broker.xa_commit(xid, one_phase)
+
+    def rollback(self, xid: Xid) -> None:
+        self.broker.xa_rollback(xid)
+
+    def recover(self, flags: int) -> list[Xid]:
+        return self.broker.xa_recover()
+
+    def forget(self, xid: Xid) -> None:
+        self.broker.xa_forget(xid)
+
+    def is_same_rm(self, other: XAResource) -> bool:
+        return isinstance(other, EmbeddedXAResource) and other.broker is self.broker
+
+    def get_transaction_timeout(self) -> int:
+        return self._timeout
+
+    def set_transaction_timeout(self, seconds: int) -> bool:
+        self._timeout = seconds
+        return False  # branches do not time out in the embedded broker
+
+
+def raise_xa_proto(text: str) -> None:
+    raise XAException(text, XAER_PROTO)
+
+
+class EmbeddedProducer(MessageProducer):
+    def __init__(self, session: EmbeddedSession, destination: Destination | None) -> None:
+        super().__init__(destination)
+        self.session = session
+        self.closed = False
+
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: int | None = None, priority: int | None = None,
+             time_to_live: int | None = None) -> None:
+        if self.closed:
+            raise IllegalStateException("the producer is closed")
+        self.session._check_open()
+        if destination is not None and self.destination is not None and destination != self.destination:
+            raise InvalidDestinationException(
+                f"this producer sends to {self.destination}; create one without a destination to choose per send")
+        dest = destination or self.destination
+        if dest is None:
+            raise InvalidDestinationException("no destination: give one to the producer or to send()")
+        if not isinstance(message, Message):
+            raise JMSException(f"not a message: {message!r}")
+        mode = DeliveryMode(self.delivery_mode if delivery_mode is None else delivery_mode)
+        prio = self.priority if priority is None else priority
+        if not (isinstance(prio, int) and 0 <= prio <= 9):
+            raise JMSException(f"priority must be 0..9, not {prio!r}")
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        if ttl < 0:
+            raise JMSException(f"time to live must be >= 0 milliseconds, not {ttl}")
+        now = now_ms()
+        message.destination = dest
+        message.delivery_mode = mode
+        message.priority = prio
+        message.timestamp = 0 if self.disable_message_timestamp else now
+        message.expiration = now + ttl if ttl else 0
+        message.message_id = None if self.disable_message_id else self.session.broker.next_message_id()
+        if isinstance(message, ObjectMessage):  # deep, safe copy; refuses what cannot be serialised
+            snapshot = codec.decode(codec.encode(message))
+        else:
+            snapshot = message.copy()
+        snapshot.redelivered = False
+        snapshot.delivery_count = 0
+        self.session._send(snapshot, dest)
+
+    def close(self) -> None:
+        self.closed = True
+
+
+class EmbeddedConsumer(MessageConsumer):
+    def __init__(self, session: EmbeddedSession, destination: Destination, selector: str | None,
+                 durable_name: str | None = None) -> None:
+        self.session = session
+        self.connection = session.connection
+        self.broker = session.broker
+        self.destination = destination
+        self.durable_name = durable_name
+        self._selector_text = selector
+        compiled = compile_selector(selector)
+        # Topic subscriptions filter when a message is published; queues when it is taken.
+        self.selector = None if destination.is_topic else compiled
+        self.closed = False
+        self.cond = threading.Condition(self.broker.lock)
+        self.queue: MessageQueue = None  # type: ignore[assignment]  (set by the session)
+        self._listener: MessageListener | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def message_selector(self) -> str | None:
+        return self._selector_text
+
+    # called by the broker, under its lock
+    def can_take(self, message: Message | None) -> bool:
+        if self.closed or not self.connection.started:
+            return False
+        return message is None or self.selector is None or self.selector.matches(message)
+
+    def notify(self) -> None:
+        self.cond.notify()
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        if self.closed:
+            raise IllegalStateException("the consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateException("receive() on a consumer that has a message listener")
+        self.session._check_open()
+        acks_now = self.session._acks_now()
+        env = self.broker.receive(self, timeout, acks_now)
+        if env is None:
+            return None
+        return self.session._deliver(env, acks_now)
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        if self.closed:
+            raise IllegalStateException("the consumer is closed")
+        self._listener = listener
+        if listener is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._listen, daemon=True,
+                                            name=f"listener:{self.destination}")
+            self._thread.start()
+
+    def _listen(self) -> None:
+        """Deliver to the listener on its own thread, one message at a time per session."""
+        session = self.session
+        while not self.closed:
+            listener = self._listener
+            if listener is None:
+                return
+            env = self.broker.receive(self, None, False)
+            if env is None:
+                continue
+            with session.listener_lock:
+                auto = session._acks_now()
+                if auto:
+                    msg = env.message.copy()
+                    msg.delivery_count = env.dcount
+                    msg.redelivered = env.dcount > 1
+                    msg.set_read_only()
+                else:
+                    msg = session._deliver(env, False)
+                try:
+                    listener(msg)
+                except Exception:
+                    log.exception("message listener of %s failed; the message will be redelivered", self.destination)
+                    if auto:
+                        self.broker.redeliver([env])
+                    continue
+                if auto:
+                    self.broker.acknowledge([env])
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._listener = None
+        self.broker.remove_consumer(self)
+        if self in self.session.consumers:
+            self.session.consumers.remove(self)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+
+class EmbeddedBrowser(QueueBrowser):
+    def __init__(self, session: EmbeddedSession, queue: Queue, selector: str | None) -> None:
+        self.session = session
+        self.queue = queue
+        self.message_selector = selector
+        self._selector = compile_selector(selector)
+        self.closed = False
+
+    def __iter__(self) -> Iterator[Message]:
+        if self.closed:
+            raise IllegalStateException("the browser is closed")
+        return iter(self.session.broker.browse(self.queue, self._selector))
+
+    def close(self) -> None:
+        self.closed = True

@@ -1,0 +1,82 @@
+"""A broker workload run in a subprocess by test_embedded_crash.py, to be killed with SIGKILL.
+
+Usage: crash_child.py MODE STORE_DIR ROUND [SYNC]. After each guarantee is reached it
+prints one line (flushed) naming it; the parent kills the process at a random line
+and then checks that everything printed survived and nothing uncommitted is visible.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from bridgemgr.jms import AckMode, Queue, TextMessage, xa
+from bridgemgr.jms.xa import Xid
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+SRC, DST = Queue("src"), Queue("dst")
+
+
+def say(line: str) -> None:
+    sys.stdout.write(line + "\n")
+    sys.stdout.flush()
+
+
+def main() -> None:
+    mode, store, rnd = sys.argv[1], sys.argv[2], sys.argv[3]
+    sync = len(sys.argv) < 5 or sys.argv[4] == "sync"
+    broker = Broker(store, sync=sync)
+    conn = EmbeddedConnectionFactory(broker).create_xa_connection()
+    conn.start()
+    say("ready")
+    i = 0
+    if mode == "send":
+        producer = conn.create_session().create_producer(DST)
+        while True:
+            producer.send(TextMessage(f"{rnd}:{i}"))
+            say(f"sent {rnd}:{i}")
+            i += 1
+    elif mode == "tx":
+        tx = conn.create_session(transacted=True)
+        producer = tx.create_producer(DST)
+        while True:
+            for k in range(10):
+                m = TextMessage(f"{rnd}:{i}:{k}")
+                m.set_string_property("batch", f"{rnd}:{i}")
+                producer.send(m)
+            tx.commit()
+            say(f"committed {rnd}:{i}")
+            i += 1
+    elif mode == "consume":
+        session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(SRC)
+        while (m := consumer.receive(2)) is not None:
+            m.acknowledge()
+            say(f"acked {m.text}")
+        say("empty")
+    elif mode == "xa":
+        xs = conn.create_xa_session()
+        res = xs.xa_resource
+        consumer = xs.create_consumer(SRC)
+        producer = xs.create_producer(DST)
+        while True:
+            x = Xid(7, f"{rnd}-{i}".encode(), b"rm")
+            res.start(x, xa.TMNOFLAGS)
+            m = consumer.receive(2)
+            if m is None:
+                res.end(x, xa.TMSUCCESS)
+                res.rollback(x)
+                say("empty")
+                return
+            producer.send(TextMessage(m.text))
+            res.end(x, xa.TMSUCCESS)
+            res.prepare(x)
+            say(f"prepared {rnd}-{i} {m.text}")
+            res.commit(x, False)
+            say(f"committed {rnd}-{i} {m.text}")
+            i += 1
+    else:
+        raise SystemExit(f"unknown mode {mode}")
+
+
+if __name__ == "__main__":
+    main()
