@@ -13,5 +13,42 @@ def main() -> None:
     """imqbridgemgr: run and operate the Bridge Service Manager."""
 
 
+@main.command("check")
+@click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
+              help="Broker properties file (repeatable; later files win).")
+@click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A broker property, overriding the files (repeatable).")
+@click.option("-resolve", "--resolve", is_flag=True,
+              help="Also look up the connection factories of transacted links (JNDI) and "
+                   "check that they are XA-capable.")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.argument("xml_files", nargs=-1, metavar="[XMLFILE]...")
+def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: bool,
+          as_json: bool, xml_files: tuple[str, ...]) -> None:
+    """Validate broker properties and bridge XML files without starting anything.
+
+    Prints every problem with its file and line and exits 1, or prints one line per
+    bridge and link and exits 0 (warnings do not fail the check).
+    """
+    import json
+
+    # Imported here so the admin subcommands do not pay for lxml.
+    from .jmsbridge.check import run_check
+
+    if not (props_files or overrides or xml_files):
+        raise click.UsageError("nothing to check; give -props FILE, -Dkey=value or XML files")
+    report = run_check(props_files, overrides, xml_files, resolve=resolve)
+    if as_json:
+        click.echo(json.dumps(report.to_json(), indent=2))
+    else:
+        for problem in report.problems:
+            click.echo(str(problem), err=True)
+        if report.ok:
+            for line in report.summary:
+                click.echo(line)
+    if not report.ok:
+        raise click.exceptions.Exit(1)
+
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,85 @@
+# How it works: parsing a bridge XML never touches a provider; this module is the step
+# after it. resolve_connection_factories() turns <connection-factory> elements into
+# provider objects: a lookup-name goes through bridgemgr.jms.naming with the element's
+# properties as the JNDI environment; no lookup-name means the host broker's factory,
+# which the caller supplies (host_factory, called with those properties). check_xa() applies
+# the chapter's rule that a transacted link's source and target factories are XA
+# connection factories, and names each offender with the file and line of its link.
+"""Resolving a bridge's connection factories, and the XA rule for transacted links."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable, Mapping
+
+from ..jms import naming
+from ..jms.spi import ConnectionFactory, is_xa_capable
+from ..props import Problem, shorten
+from .config import BridgeConfig, LinkConfig
+
+HostFactory = Callable[[Mapping[str, str]], Any]
+Lookup = Callable[[str, Mapping[str, str]], Any]
+
+
+def resolve_connection_factories(
+        config: BridgeConfig, host_factory: HostFactory | None = None,
+        lookup: Lookup = naming.lookup, refs: Iterable[str] | None = None,
+) -> tuple[dict[str, ConnectionFactory], list[Problem]]:
+    """The connection factories named by ``refs`` (all by default), by ref-name.
+
+    Factories without lookup-name are skipped when ``host_factory`` is None. Every failed
+    lookup is a problem; the others still resolve.
+    """
+    wanted = None if refs is None else set(refs)
+    factories: dict[str, ConnectionFactory] = {}
+    problems: list[Problem] = []
+    for cf in config.connection_factories:
+        if wanted is not None and cf.ref_name not in wanted:
+            continue
+        if cf.lookup_name is None and host_factory is None:
+            continue
+        what = (f"the host broker's factory for connection-factory {shorten(cf.ref_name)}"
+                if cf.lookup_name is None else
+                f"lookup-name {shorten(cf.lookup_name)} of connection-factory "
+                f"{shorten(cf.ref_name)}")
+        try:
+            found = (host_factory(cf.environment) if cf.lookup_name is None  # type: ignore[misc]
+                     else lookup(cf.lookup_name, cf.environment))
+        except Exception as exc:  # provider code: any failure is a problem to report
+            problems.append(Problem(config.source, cf.line, f"{what} cannot be found "
+                                    f"({type(exc).__name__}: {shorten(str(exc), 160)[1:-1]}); "
+                                    "check lookup-name and the property elements"))
+            continue
+        if not isinstance(found, ConnectionFactory):
+            problems.append(Problem(config.source, cf.line, f"{what} is a "
+                                    f"{type(found).__name__}, not a connection factory; "
+                                    "check lookup-name"))
+            continue
+        factories[cf.ref_name] = found
+    return factories, problems
+
+
+def _xa_links(config: BridgeConfig) -> list[LinkConfig]:
+    """Links that will run in XA transactions (a disabled link never starts)."""
+    return [link for link in config.links if link.enabled and link.transacted]
+
+
+def check_xa(config: BridgeConfig, host_factory: HostFactory | None = None,
+             lookup: Lookup = naming.lookup) -> list[Problem]:
+    """Every factory of a transacted link that is not XA-capable, plus failed lookups."""
+    links = _xa_links(config)
+    refs = {ref for link in links
+            for ref in (link.source.connection_factory_ref, link.target.connection_factory_ref)}
+    factories, problems = resolve_connection_factories(config, host_factory, lookup, refs)
+    for link in links:
+        for role, ref in (("source", link.source.connection_factory_ref),
+                          ("target", link.target.connection_factory_ref)):
+            factory = factories.get(ref)
+            if factory is None or is_xa_capable(factory):
+                continue
+            cf_line = config.connection_factory(ref).line
+            problems.append(Problem(config.source, link.line, f"link {shorten(link.name)} is "
+                                    f"transacted but its {role} connection factory "
+                                    f"{shorten(ref)} (line {cf_line}) is a "
+                                    f"{type(factory).__name__}, which cannot do XA; use an XA "
+                                    'connection factory or set transacted="false"'))
+    return problems

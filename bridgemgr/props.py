@@ -1,0 +1,682 @@
+# How it works: broker properties come from Java .properties files (read with
+# javaproperties, later files winning) and then from `-Dkey=value` overrides. Every key
+# we understand is a row of a schema table: its kind (how to parse and what to tell the
+# user when the value is wrong) and its default. Keys come in three shapes: fixed keys
+# (imq.bridge.enabled), per-bridge keys (imq.bridge.<name>.xmlurl) and prefix families
+# (imq.bridge.spark.conf.*). load_properties() parses every value once, collects every
+# problem of every file (file and line), raises ConfigError with all errors together, and
+# otherwise returns a frozen BrokerProperties holding typed values, with grouped views
+# (BridgeProperties, StompProperties, DestinationLimits) for the code that uses them.
+# Unknown imq.bridge.* keys are warnings naming the closest known key. Secrets (the
+# admin password) never appear in repr, str, logs or messages.
+"""Broker properties: parsing, the schema of every bridge property, and defaults.
+
+``ConfigError`` and ``Problem`` live here because the broker properties are the root of
+all configuration: the bridge XML loader (``bridgemgr.jmsbridge.config``) reports its
+problems with the same classes, so a caller catches one error type for everything.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import keyword
+import logging
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Callable, Iterable, Literal, Mapping, Sequence
+
+import javaproperties
+
+log = logging.getLogger(__name__)
+
+Severity = Literal["error", "warning"]
+COMMAND_LINE = "command line"
+REDACTED = "********"
+
+
+# --- problems ----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Problem:
+    """One thing wrong with a configuration, where it is, and what to do about it."""
+
+    source: str  # a file path, a URL, or COMMAND_LINE
+    line: int | None
+    message: str
+    severity: Severity = "error"
+
+    def __str__(self) -> str:
+        where = self.source if self.line is None else f"{self.source}:{self.line}"
+        kind = "warning: " if self.severity == "warning" else ""
+        return f"{where}: {kind}{self.message}"
+
+
+class ConfigError(Exception):
+    """A configuration cannot be used; carries every problem found (errors and warnings)."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = tuple(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+    @property
+    def errors(self) -> tuple[Problem, ...]:
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.problems,))
+
+
+def raise_if_errors(problems: Iterable[Problem]) -> None:
+    """Raise ConfigError when ``problems`` has an error (the warnings go along with it)."""
+    problems = list(problems)
+    if any(p.severity == "error" for p in problems):
+        raise ConfigError(problems)
+
+
+def shorten(value: str, limit: int = 60) -> str:
+    """A value quoted for a message; long values are cut so messages stay one line."""
+    value = value if len(value) <= limit else value[:limit] + "..."
+    return repr(value)
+
+
+SECRET_WORDS = ("password", "passcode", "credentials", "secret")
+
+
+def is_secret_name(name: str) -> bool:
+    """Names whose values are never shown (admin password, JNDI credentials, ...)."""
+    lowered = name.lower()
+    return any(word in lowered for word in SECRET_WORDS)
+
+
+# --- kinds of values: how to parse, and what to tell the user ------------------------------
+
+@dataclass(frozen=True)
+class Kind:
+    """How a property value is parsed; ``expected`` completes "...; <expected>"."""
+
+    parse: Callable[[str], Any]
+    expected: str
+
+
+_INT = re.compile(r"[+-]?[0-9]+\Z")
+_SIZE = re.compile(r"([+-]?[0-9]+)\s*([bkmg]?)\Z", re.IGNORECASE)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+_DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z", re.ASCII)
+INT32_MAX = 2 ** 31 - 1
+INT64_MAX = 2 ** 63 - 1
+
+
+def _bool(text: str) -> bool:
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false"):
+        raise ValueError
+    return lowered == "true"
+
+
+def integer(lo: int, hi: int) -> Kind:
+    """Whole numbers in [lo, hi], written as Java's Integer.parseInt reads them."""
+    def parse(text: str) -> int:
+        text = text.strip()
+        if not _INT.match(text) or not lo <= int(text) <= hi:
+            raise ValueError
+        return int(text)
+    return Kind(parse, f"write a whole number from {lo} to {hi}")
+
+
+def parse_size(text: str) -> int:
+    """OpenMQ byte sizes: 512, 512b, 10k, 10m, 1g (units of 1024); -1 means unlimited."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise ValueError
+    number = int(match.group(1))
+    if number == -1:
+        return -1
+    if number < 0:
+        raise ValueError
+    return number * _SIZE_UNITS[match.group(2).lower()]
+
+
+def _enum(*values: str, upper: bool = False) -> Kind:
+    def parse(text: str) -> str:
+        norm = text.strip().upper() if upper else text.strip().lower()
+        if norm not in values:
+            raise ValueError
+        return norm
+    return Kind(parse, "write one of " + ", ".join(values))
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+def parse_key_values(text: str) -> dict[str, str]:
+    """``k1=v1, k2=v2`` as used by imq.bridge.tm.props."""
+    result: dict[str, str] = {}
+    for item in (i.strip() for i in text.split(",")):
+        if not item:
+            continue
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ValueError
+        result[key.strip()] = value.strip()
+    return result
+
+
+def _class_name(text: str) -> str:
+    text = text.strip()
+    if not _DOTTED.match(text) or any(keyword.iskeyword(p) for p in text.split(".")):
+        raise ValueError
+    return text
+
+
+def _text(text: str) -> str:
+    return text
+
+
+BOOL = Kind(_bool, "write true or false")
+COUNT = integer(0, INT32_MAX)
+POSITIVE = integer(1, INT32_MAX)
+LIMIT = integer(-1, INT32_MAX)
+PORT = integer(0, 65535)  # 0: any free port (tests)
+SIZE = Kind(parse_size,
+            "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
+TEXT = Kind(_text, "write any text")
+NAMES = Kind(_names, "write names separated by commas")
+KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
+CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
+                               "transformers.uppercase.UppercaseTransformer")
+
+
+@dataclass(frozen=True)
+class Prop:
+    """One row of the schema: a key, its kind, its default and why it exists."""
+
+    key: str
+    kind: Kind
+    default: Any
+    doc: str
+    secret: bool = False
+
+
+# --- the schema -----------------------------------------------------------------------------
+
+BRIDGE_PREFIX = "imq.bridge."
+VARHOME_ENV = "IMQ_VARHOME"
+DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's own default
+
+FIXED_PROPS: tuple[Prop, ...] = (
+    # The Bridge Service Manager (the chapter's "To Enable the Bridge Service Manager").
+    Prop("imq.bridge.enabled", BOOL, False, "run the Bridge Service Manager at all"),
+    Prop("imq.bridge.activelist", NAMES, (), "bridges loaded at broker start, by name"),
+    Prop("imq.bridge.admin.user", TEXT, None, "user of the admin command port"),
+    Prop("imq.bridge.admin.password", TEXT, None, "password of the admin user", secret=True),
+    Prop("imq.bridge.tm.props", KEY_VALUES, {}, "XA coordinator settings for every bridge"),
+    Prop("imq.bridge.spark.master", TEXT, None, "Spark master URL for runner=spark links"),
+    Prop("imq.bridge.java.classpath", TEXT, None, "jars of Java JMS providers (JPype)"),
+    # The STOMP bridge (Table 12-10).
+    Prop("imq.bridge.stomp.hostname", TEXT, None, "overrides imq.hostname for STOMP"),
+    Prop("imq.bridge.stomp.tcp.enabled", BOOL, True, "accept plain TCP connections"),
+    Prop("imq.bridge.stomp.tcp.port", PORT, 7672, "TCP port"),
+    Prop("imq.bridge.stomp.tls.enabled", BOOL, False, "accept TLS connections"),
+    Prop("imq.bridge.stomp.tls.port", PORT, 7673, "TLS port"),
+    Prop("imq.bridge.stomp.tls.requireClientAuth", BOOL, False, "TLS clients need a certificate"),
+    Prop("imq.bridge.stomp.consumerFlowLimit", POSITIVE, 1000,
+         "unacknowledged messages per transacted subscription"),
+    Prop("imq.bridge.stomp.messageTransformer", CLASS_NAME, None, "MessageTransformer class"),
+    # The host broker.
+    Prop("imq.instancename", TEXT, "imqbroker", "broker instance: names its var directory"),
+    Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
+    Prop("imq.portmapper.port", PORT, 7676, "the port mapper (admin clients start here)"),
+    Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
+    Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
+    Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
+    Prop("imq.autocreate.queue", BOOL, True, "create queues on first use"),
+    Prop("imq.autocreate.topic", BOOL, True, "create topics on first use"),
+    Prop("imq.autocreate.destination.maxNumMsgs", LIMIT, -1, "messages per destination"),
+    Prop("imq.autocreate.destination.maxTotalMsgBytes", SIZE, -1, "bytes per destination"),
+    Prop("imq.autocreate.destination.maxBytesPerMsg", SIZE, -1, "bytes per message"),
+    Prop("imq.autocreate.destination.limitBehavior", _enum("REJECT_NEWEST", "REMOVE_OLDEST",
+                                                           upper=True),
+         "REJECT_NEWEST", "what a full destination does"),
+    Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
+)
+
+# imq.bridge.<name>.<suffix> (Table 12-2, the STOMP logfile rows, and ours for later issues).
+BRIDGE_PROPS: tuple[Prop, ...] = (
+    Prop("type", _enum("jms", "stomp"), None, "JMS or STOMP (either case)"),
+    Prop("xmlurl", TEXT, None, "the bridge XML: a path, file: or http(s): URL"),
+    Prop("autostart", BOOL, True, "start the bridge with the broker"),
+    Prop("logfile.limit", COUNT, 0, "bytes per log file; 0 = no limit"),
+    Prop("logfile.count", POSITIVE, 1, "log files cycled through"),
+    Prop("tm.props", KEY_VALUES, {}, "XA coordinator settings; win over imq.bridge.tm.props"),
+    Prop("backoutThreshold", COUNT, 0, "redeliveries before a message goes to the DMQ; 0 = off"),
+    Prop("runner", _enum("local", "spark"), "local", "run links in threads or on Spark"),
+    Prop("transaction.batchSize", POSITIVE, 1, "messages per XA transaction"),
+)
+
+# imq.bridge.spark.conf.<spark key>=<value>: passed to SparkConf as they are.
+PREFIX_FAMILIES: tuple[Prop, ...] = (
+    Prop("imq.bridge.spark.conf.", TEXT, None, "Spark configuration entries"),
+)
+
+# tm.props keys the file transaction log understands (the chapter), with their kinds.
+TM_KEYS: Mapping[str, Kind] = MappingProxyType({
+    "txlogSize": SIZE, "txlogSync": BOOL, "txlogMmap": BOOL,
+})
+
+# Segments after imq.bridge. that are not bridge names (they start fixed keys).
+RESERVED_BRIDGE_NAMES = frozenset({"enabled", "activelist", "admin", "tm", "spark", "java"})
+BRIDGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
+STOMP = "stomp"
+
+_FIXED = {p.key: p for p in FIXED_PROPS}
+_PER_BRIDGE = {p.key: p for p in BRIDGE_PROPS}
+
+
+def schema_row(key: str) -> tuple[Prop, str | None] | None:
+    """The schema row of ``key`` and the bridge name it is about (None if unknown)."""
+    if key in _FIXED:
+        return _FIXED[key], None
+    for family in PREFIX_FAMILIES:
+        if key.startswith(family.key) and len(key) > len(family.key):
+            return family, None
+    if key.startswith(BRIDGE_PREFIX):
+        name, _, suffix = key[len(BRIDGE_PREFIX):].partition(".")
+        if suffix in _PER_BRIDGE and name not in RESERVED_BRIDGE_NAMES:
+            return _PER_BRIDGE[suffix], name
+    return None
+
+
+def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
+    guessed = key[len(BRIDGE_PREFIX):].partition(".")[0]
+    names = {guessed, *bridge_names} - RESERVED_BRIDGE_NAMES
+    candidates = [*_FIXED, *(f"{BRIDGE_PREFIX}{n}.{s}" for n in names for s in _PER_BRIDGE)]
+    found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
+    return found[0] if found else None
+
+
+# --- reading --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Origin:
+    """Where a property value came from: a file and line, or the command line."""
+
+    source: str
+    line: int | None
+
+    @property
+    def directory(self) -> Path | None:
+        """The folder relative paths in this value are resolved against (files only)."""
+        return None if self.source == COMMAND_LINE else Path(self.source).parent
+
+
+_NEWLINES = re.compile(r"\r\n|\r|\n")
+
+
+def read_properties_file(path: str | os.PathLike[str]) -> list[tuple[str, str, Origin]]:
+    """(key, value, origin) for every entry of a .properties file, in file order.
+
+    Read as UTF-8, falling back to ISO-8859-1 (Java's encoding for .properties) when
+    the file is not valid UTF-8; ``\\uXXXX`` escapes work in both.
+    """
+    source = os.fspath(path)
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise ConfigError([Problem(source, None, f"cannot read the properties file: "
+                                                 f"{exc.strerror or exc}")]) from None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        text = data.decode("iso-8859-1")
+    entries: list[tuple[str, str, Origin]] = []
+    line = 1
+    try:
+        for element in javaproperties.parse(text):
+            if isinstance(element, javaproperties.KeyValue):
+                entries.append((element.key, element.value, Origin(source, line)))
+            line += len(_NEWLINES.findall(element.source))
+    except javaproperties.InvalidUEscapeError as exc:
+        raise ConfigError([Problem(source, line, f"{exc}; write \\u followed by four "
+                                                 f"hexadecimal digits")]) from None
+    return entries
+
+
+def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Origin]],
+                                                        list[Problem]]:
+    """``key=value`` strings from -D options."""
+    entries, problems = [], []
+    for item in overrides:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            problems.append(Problem(COMMAND_LINE, None,
+                                    f"-D{shorten(item)[1:-1]} is not key=value; write -Dkey=value"))
+            continue
+        entries.append((key.strip(), value, Origin(COMMAND_LINE, None)))
+    return entries, problems
+
+
+# --- the result -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class BridgeProperties:
+    """The imq.bridge.<name>.* properties of one bridge, defaults applied."""
+
+    name: str
+    type: str | None  # "jms" or "stomp", lowercased
+    xmlurl: str | None
+    xml_base: Path | None  # folder of the file that set xmlurl: relative paths start there
+    autostart: bool
+    active: bool  # named in imq.bridge.activelist
+    logfile_limit: int
+    logfile_count: int
+    tm_props: Mapping[str, str]  # imq.bridge.tm.props, then this bridge's (which win)
+    backout_threshold: int
+    runner: str
+    transaction_batch_size: int
+
+
+@dataclass(frozen=True)
+class StompProperties:
+    """The STOMP bridge's settings (Table 12-10)."""
+
+    hostname: str | None  # imq.bridge.stomp.hostname, else imq.hostname
+    tcp_enabled: bool
+    tcp_port: int
+    tls_enabled: bool
+    tls_port: int
+    tls_require_client_auth: bool
+    consumer_flow_limit: int
+    message_transformer: str | None
+    logfile_limit: int
+    logfile_count: int
+
+
+@dataclass(frozen=True)
+class DestinationLimits:
+    """Limits the embedded host broker applies to auto-created destinations."""
+
+    autocreate_queue: bool
+    autocreate_topic: bool
+    max_num_msgs: int  # -1: unlimited
+    max_total_msg_bytes: int  # -1: unlimited
+    max_bytes_per_msg: int  # -1: unlimited
+    limit_behavior: str  # REJECT_NEWEST or REMOVE_OLDEST
+    use_dmq: bool
+
+
+@dataclass(frozen=True)
+class BrokerProperties:
+    """Validated broker properties: typed values plus where each came from."""
+
+    values: Mapping[str, Any] = field(repr=False)  # every key set, parsed
+    raw: Mapping[str, str] = field(repr=False)  # every key set (incl. non-bridge ones)
+    origins: Mapping[str, Origin] = field(repr=False)
+    warnings: tuple[Problem, ...] = ()
+    environ_varhome: str | None = field(default=None, repr=False)
+
+    def get(self, key: str) -> Any:
+        """The typed value of a schema key: the set value or the default."""
+        row = schema_row(key)
+        if row is None:
+            raise KeyError(f"{key} is not a known broker property")
+        return self.values[key] if key in self.values else row[0].default
+
+    def is_set(self, key: str) -> bool:
+        return key in self.raw
+
+    def origin(self, key: str) -> Origin | None:
+        return self.origins.get(key)
+
+    def redacted(self) -> dict[str, str]:
+        """Every raw property, with secret values replaced (for display and logs)."""
+        return {k: REDACTED if is_secret_name(k) else v for k, v in sorted(self.raw.items())}
+
+    def __repr__(self) -> str:
+        return f"BrokerProperties({self.redacted()!r})"
+
+    __str__ = __repr__
+
+    # --- grouped views ---
+    @property
+    def enabled(self) -> bool:
+        return self.get("imq.bridge.enabled")
+
+    @property
+    def activelist(self) -> tuple[str, ...]:
+        return self.get("imq.bridge.activelist")
+
+    @property
+    def admin_user(self) -> str | None:
+        return self.get("imq.bridge.admin.user")
+
+    @property
+    def admin_password(self) -> str | None:
+        return self.get("imq.bridge.admin.password")
+
+    def bridge_type(self, name: str) -> str | None:
+        """jms or stomp; the bridge named stomp is the STOMP bridge without saying so."""
+        return self.get(f"{BRIDGE_PREFIX}{name}.type") or (STOMP if name == STOMP else None)
+
+    @property
+    def bridge_names(self) -> tuple[str, ...]:
+        """The active bridges in activelist order, then other bridges with a type, sorted."""
+        typed = {name for key in self.values
+                 if (row := schema_row(key)) and (name := row[1]) and key.endswith(".type")}
+        active = tuple(dict.fromkeys(self.activelist))
+        return active + tuple(sorted(typed - set(active)))
+
+    def bridge(self, name: str) -> BridgeProperties:
+        def get(suffix: str) -> Any:
+            return self.get(f"{BRIDGE_PREFIX}{name}.{suffix}")
+        xml_origin = self.origin(f"{BRIDGE_PREFIX}{name}.xmlurl")
+        return BridgeProperties(
+            name=name, type=self.bridge_type(name), xmlurl=get("xmlurl"),
+            xml_base=xml_origin.directory if xml_origin else None,
+            autostart=get("autostart"), active=name in self.activelist,
+            logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"),
+            tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
+            backout_threshold=get("backoutThreshold"), runner=get("runner"),
+            transaction_batch_size=get("transaction.batchSize"))
+
+    @property
+    def stomp(self) -> StompProperties:
+        def get(suffix: str) -> Any:
+            return self.get(f"{BRIDGE_PREFIX}stomp.{suffix}")
+        return StompProperties(
+            hostname=get("hostname") or self.get("imq.hostname"),
+            tcp_enabled=get("tcp.enabled"), tcp_port=get("tcp.port"),
+            tls_enabled=get("tls.enabled"), tls_port=get("tls.port"),
+            tls_require_client_auth=get("tls.requireClientAuth"),
+            consumer_flow_limit=get("consumerFlowLimit"),
+            message_transformer=get("messageTransformer"),
+            logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"))
+
+    @property
+    def destination_limits(self) -> DestinationLimits:
+        def get(suffix: str) -> Any:
+            return self.get(f"imq.autocreate.{suffix}")
+        return DestinationLimits(
+            autocreate_queue=get("queue"), autocreate_topic=get("topic"),
+            max_num_msgs=get("destination.maxNumMsgs"),
+            max_total_msg_bytes=get("destination.maxTotalMsgBytes"),
+            max_bytes_per_msg=get("destination.maxBytesPerMsg"),
+            limit_behavior=get("destination.limitBehavior"),
+            use_dmq=get("destination.useDMQ"))
+
+    @property
+    def spark_conf(self) -> dict[str, str]:
+        """imq.bridge.spark.conf.<key> entries as SparkConf keys and values."""
+        prefix = PREFIX_FAMILIES[0].key
+        return {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+
+    @property
+    def var_home(self) -> Path:
+        """imq.varhome, else $IMQ_VARHOME, else ./var (relative to the current directory)."""
+        return Path(self.get("imq.varhome") or self.environ_varhome or DEFAULT_VARHOME)
+
+    @property
+    def instance_dir(self) -> Path:
+        return self.var_home / "instances" / self.get("imq.instancename")
+
+    def bridge_dir(self, name: str) -> Path:
+        """IMQ_VARHOME/instances/<instance>/bridges/<name>: the bridge's logs and txlog."""
+        return self.instance_dir / "bridges" / name
+
+
+# --- loading and the checks across properties --------------------------------------------
+
+def load_properties(files: Sequence[str | os.PathLike[str]] = (), overrides: Iterable[str] = (),
+                    environ: Mapping[str, str] | None = None) -> BrokerProperties:
+    """Read ``files`` (later ones win), apply ``-D`` ``overrides``, validate everything.
+
+    Raises ConfigError listing every problem of every file; warnings alone are logged
+    and kept in ``BrokerProperties.warnings``.
+    """
+    props, problems = parse_properties(files, overrides, environ)
+    raise_if_errors(problems)
+    for warning in props.warnings:
+        log.warning("%s", warning)
+    return props
+
+
+def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
+                     overrides: Iterable[str] = (), environ: Mapping[str, str] | None = None,
+                     ) -> tuple[BrokerProperties, list[Problem]]:
+    """Like load_properties, but never raises: wrong values are left out (their defaults
+    apply) and every problem is returned, so a checker can go on to the bridges."""
+    environ = os.environ if environ is None else environ
+    problems: list[Problem] = []
+    entries: list[tuple[str, str, Origin]] = []
+    for path in files:
+        try:
+            entries += read_properties_file(path)
+        except ConfigError as exc:
+            problems += exc.problems
+    cli_entries, cli_problems = parse_overrides(overrides)
+    entries += cli_entries
+    problems += cli_problems
+
+    raw: dict[str, str] = {}
+    origins: dict[str, Origin] = {}
+    for key, value, origin in entries:
+        raw[key], origins[key] = value, origin
+
+    values: dict[str, Any] = {}
+    unknown: list[str] = []
+    for key, value in raw.items():
+        row = schema_row(key)
+        if row is None:
+            if key.startswith(BRIDGE_PREFIX):
+                unknown.append(key)
+            continue
+        prop = row[0]
+        try:
+            values[key] = prop.kind.parse(value)
+        except ValueError:
+            shown = "a value that is not shown" if is_secret_name(key) else shorten(value)
+            origin = origins[key]
+            problems.append(Problem(origin.source, origin.line,
+                                    f"{key} is {shown}; {prop.kind.expected}"))
+    props = BrokerProperties(MappingProxyType(values), MappingProxyType(raw),
+                             MappingProxyType(origins), (),
+                             environ.get(VARHOME_ENV) or None)
+    problems += _unknown_key_warnings(unknown, props)
+    problems += _cross_checks(props)
+    warnings = tuple(p for p in problems if p.severity == "warning")
+    return dataclasses.replace(props, warnings=warnings), problems
+
+
+def _problem(props: BrokerProperties, key: str, message: str,
+             severity: Severity = "error") -> Problem:
+    origin = props.origin(key) or Origin(COMMAND_LINE, None)
+    return Problem(origin.source, origin.line, message, severity)
+
+
+def _unknown_key_warnings(keys: list[str], props: BrokerProperties) -> list[Problem]:
+    names = [n for n in props.activelist if BRIDGE_NAME.match(n)]
+    found = []
+    for key in keys:
+        closest = _closest_key(key, names)
+        hint = f"did you mean {closest}?" if closest else "it is ignored"
+        found.append(_problem(props, key, f"unknown property {key}; {hint}", "warning"))
+    return found
+
+
+def _cross_checks(props: BrokerProperties) -> list[Problem]:
+    """What single values cannot show: names, types and xmlurls of bridges, tm.props keys."""
+    found: list[Problem] = []
+    active_key = "imq.bridge.activelist"
+    seen: set[str] = set()
+    for name in props.activelist:
+        if name in seen:
+            found.append(_problem(props, active_key, f"bridge {name} is listed twice in "
+                                  f"{active_key}; list it once", "warning"))
+        seen.add(name)
+        if not BRIDGE_NAME.match(name) or name in RESERVED_BRIDGE_NAMES:
+            found.append(_problem(props, active_key, f"{shorten(name)} in {active_key} is not a "
+                                  "usable bridge name; use letters, digits, _ and - (not "
+                                  + ", ".join(sorted(RESERVED_BRIDGE_NAMES)) + ")"))
+        elif props.bridge_type(name) is None:
+            found.append(_problem(props, active_key, f"bridge {name} is in {active_key} but "
+                                  f"{BRIDGE_PREFIX}{name}.type is not set; set it to jms or stomp"))
+    bridge_keys: dict[str, str] = {}
+    for key in props.values:
+        row = schema_row(key)
+        if row and row[1] is not None:
+            bridge_keys.setdefault(row[1], key)
+    for name, first_key in sorted(bridge_keys.items()):
+        found += _bridge_checks(props, name, first_key)
+    for key in props.values:
+        if key.endswith("tm.props"):
+            found += _tm_props_checks(props, key)
+    if props.enabled and not props.admin_user:
+        found.append(_problem(props, "imq.bridge.enabled", "imq.bridge.enabled is true but "
+                              "imq.bridge.admin.user is not set; imqbridgemgr cannot log in "
+                              "until it is", "warning"))
+    if props.activelist and not props.enabled and props.is_set(active_key):
+        found.append(_problem(props, active_key, f"{active_key} names bridges but "
+                              "imq.bridge.enabled is not true; no bridge will run", "warning"))
+    return found
+
+
+def _bridge_checks(props: BrokerProperties, name: str, first_key: str) -> list[Problem]:
+    found: list[Problem] = []
+    type_key = f"{BRIDGE_PREFIX}{name}.type"
+    btype = props.bridge_type(name)
+    if not BRIDGE_NAME.match(name):
+        found.append(_problem(props, first_key, f"{shorten(name)} in {first_key} is not a usable "
+                              "bridge name; use letters, digits, _ and -"))
+    elif btype is None:
+        found.append(_problem(props, first_key, f"{first_key} is set but {type_key} is not; "
+                              f"set {type_key} or check the bridge name", "warning"))
+    elif btype == "jms" and name == STOMP:
+        found.append(_problem(props, type_key, f"{type_key} is jms; the name stomp belongs to "
+                              "the STOMP bridge, so choose another name for a JMS bridge"))
+    elif btype == STOMP and name != STOMP:
+        found.append(_problem(props, type_key, f"{type_key} is stomp; the STOMP bridge must be "
+                              "named stomp (there is one per broker)"))
+    elif btype == "jms" and not props.get(f"{BRIDGE_PREFIX}{name}.xmlurl"):
+        found.append(_problem(props, type_key, f"JMS bridge {name} has no "
+                              f"{BRIDGE_PREFIX}{name}.xmlurl; set it to its XML file"))
+    return found
+
+
+def _tm_props_checks(props: BrokerProperties, key: str) -> list[Problem]:
+    found = []
+    for tm_key, value in props.values[key].items():
+        kind = TM_KEYS.get(tm_key)
+        if kind is None:
+            found.append(_problem(props, key, f"{key} has the unknown key {shorten(tm_key)}; "
+                                  "known keys are " + ", ".join(TM_KEYS), "warning"))
+            continue
+        try:
+            kind.parse(value)
+        except ValueError:
+            found.append(_problem(props, key, f"{key} sets {tm_key} to {shorten(value)}; "
+                                  f"{kind.expected}"))
+    return found
