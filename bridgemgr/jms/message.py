@@ -16,6 +16,8 @@ from __future__ import annotations
 import math
 import re
 import struct
+import unicodedata
+from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
 from typing import Any, Callable, Iterator, Mapping
@@ -89,16 +91,28 @@ SELECTOR_RESERVED = frozenset(
 JMSX_NAMES = frozenset({
     "JMSXUserID", "JMSXAppID", "JMSXDeliveryCount", "JMSXGroupID", "JMSXGroupSeq",
     "JMSXProducerTXID", "JMSXConsumerTXID", "JMSXRcvTimestamp", "JMSXState"})
-# A Java identifier: letter, '_' or '$' first, then letters, digits, '_' or '$'.
-_IDENT = re.compile(r"[^\W\d]|[_$]", re.UNICODE)
-_IDENT_PART = re.compile(r"[\w$]*\Z", re.UNICODE)
+# A Java identifier (Character.isJavaIdentifierStart, then isJavaIdentifierPart): a
+# letter, letter-number, currency symbol or connector first; then those, digits,
+# combining marks and the "identifier-ignorable" format and control characters.
+_ASCII_IDENT = re.compile(r"[A-Za-z_$][A-Za-z0-9_$\x00-\x08\x0e-\x1b\x7f]*\Z")
+_IDENT_START = frozenset({"Lu", "Ll", "Lt", "Lm", "Lo", "Nl", "Sc", "Pc"})
+_IDENT_PART = _IDENT_START | {"Nd", "Mn", "Mc", "Cf"}
+_IDENT_IGNORABLE_CONTROLS = re.compile(r"[\x00-\x08\x0e-\x1b\x7f-\x9f]")
+
+
+def _is_java_identifier(name: str) -> bool:
+    if name.isascii():
+        return _ASCII_IDENT.match(name) is not None
+    category = unicodedata.category
+    return category(name[0]) in _IDENT_START and all(
+        category(c) in _IDENT_PART or _IDENT_IGNORABLE_CONTROLS.match(c) for c in name[1:])
 
 
 def property_name_problem(name: object) -> str | None:
     """Why ``name`` is not a valid JMS property name, or None when it is."""
     if not isinstance(name, str) or not name:
         return "a property name must be a non-empty string"
-    if not (_IDENT.match(name[0]) and _IDENT_PART.match(name, 1)):
+    if not _is_java_identifier(name):
         return f"property name {name!r} is not a Java identifier"
     if name.upper() in SELECTOR_RESERVED:
         return f"property name {name!r} is a reserved word of the selector language"
@@ -117,6 +131,22 @@ def is_valid_property_name(name: object) -> bool:
 # ---------------------------------------------------------------------------
 # typed values
 
+def _round_f32(value: float) -> float:
+    """``(float) value`` in Java: the nearest float32, infinite past its range."""
+    try:
+        return _F32.unpack(_F32.pack(value))[0]
+    except OverflowError:
+        return math.copysign(math.inf, value)
+
+
+def as_value_type(ptype: Any) -> PropertyType:
+    """``ptype`` as a PropertyType (an int code is accepted); MessageFormatException if unknown."""
+    try:
+        return PropertyType(ptype)
+    except (ValueError, TypeError):
+        raise MessageFormatException(f"unknown value type {ptype!r}") from None
+
+
 def check_value(ptype: PropertyType, value: Any) -> Any:
     """Validate ``value`` for ``ptype`` and return it normalised; raise MessageFormatException."""
     if ptype in INT_RANGES:
@@ -133,13 +163,11 @@ def check_value(ptype: PropertyType, value: Any) -> Any:
     if ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise MessageFormatException(f"{ptype.name} value must be a float, not {type(value).__name__}")
-        value = float(value)
-        if ptype is PropertyType.FLOAT:  # round to float32 as Java would store it
-            try:
-                value = _F32.unpack(_F32.pack(value))[0]
-            except OverflowError:
-                value = math.copysign(math.inf, value)
-        return value
+        try:
+            value = float(value)
+        except OverflowError:
+            raise MessageFormatException(f"{value} is out of range for {ptype.name}") from None
+        return _round_f32(value) if ptype is PropertyType.FLOAT else value
     if ptype is PropertyType.STRING:
         if not isinstance(value, str):
             raise MessageFormatException(f"STRING value must be a str, not {type(value).__name__}")
@@ -175,12 +203,44 @@ def java_string(ptype: PropertyType, value: Any) -> str:
     if ptype is PropertyType.BOOLEAN:
         return "true" if value else "false"
     if ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
-        if math.isnan(value):
-            return "NaN"
-        if math.isinf(value):
-            return "Infinity" if value > 0 else "-Infinity"
-        return repr(value)
+        return java_float_string(value, single=ptype is PropertyType.FLOAT)
     return str(value)
+
+
+def java_float_string(value: float, single: bool = False) -> str:
+    """Java's ``Float.toString`` (``single``) or ``Double.toString`` (JDK 19+): the shortest
+    digits that read back as the same value (the closest of the 1- and 2-digit ones when
+    one digit is enough), plain from 1e-3 to 1e7, else ``d.dddE<n>``."""
+    if single:
+        value = _round_f32(value)
+    if value != value:
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value == 0:
+        return "-0.0" if math.copysign(1.0, value) < 0 else "0.0"
+
+    def reads_back(text: str) -> bool:
+        return (_round_f32(float(text)) if single else float(text)) == value
+
+    text = repr(value)  # the shortest digits that round-trip a double
+    if single:
+        text = next(t for t in (f"{value:.{n}e}" for n in range(9)) if reads_back(t))
+    sign, digit_tuple, exponent = Decimal(text).normalize().as_tuple()
+    if len(digit_tuple) == 1 and reads_back(f"{value:.1e}"):
+        sign, digit_tuple, exponent = Decimal(f"{value:.1e}").normalize().as_tuple()
+    digits = "".join(map(str, digit_tuple))
+    point = len(digits) + int(exponent)  # value = 0.<digits> * 10**point
+    if -3 < point <= 7:
+        if point <= 0:
+            body = "0." + "0" * -point + digits
+        elif point >= len(digits):
+            body = digits + "0" * (point - len(digits)) + ".0"
+        else:
+            body = digits[:point] + "." + digits[point:]
+    else:
+        body = f"{digits[0]}.{digits[1:] or '0'}E{point - 1}"
+    return "-" + body if sign else body
 
 
 def convert(ptype: PropertyType, value: Any, want: PropertyType, what: str) -> Any:
@@ -196,15 +256,24 @@ def convert(ptype: PropertyType, value: Any, want: PropertyType, what: str) -> A
     return float(value) if want is PropertyType.DOUBLE else value  # widening
 
 
+# What Integer.parseInt and Double.parseDouble accept (Java trims chars <= ' ' for floats).
+_JAVA_INT = re.compile(r"[+-]?\d+\Z")
+_JAVA_FLOAT = re.compile(r"[+-]?(?:NaN|Infinity|(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?)\Z")
+_JAVA_TRIM = "".join(map(chr, range(0x21)))
+
+
 def _parse_string(text: str, want: PropertyType, what: str) -> Any:
     if want is PropertyType.BOOLEAN:
-        return text.lower() == "true"
+        return text.lower() == "true"  # Boolean.valueOf: anything else is false
     try:
         if want in INT_RANGES:
-            if not re.fullmatch(r"[+-]?\d+", text):
+            if not _JAVA_INT.match(text):
                 raise ValueError(text)
             return check_value(want, int(text))
-        return check_value(want, float(text))
+        number = text.strip(_JAVA_TRIM)
+        if not _JAVA_FLOAT.match(number):
+            raise ValueError(text)
+        return check_value(want, float(number.rstrip("fFdD")))
     except (ValueError, MessageFormatException):
         raise MessageFormatException(f"{what} value {text!r} is not a valid {want.name}") from None
 
@@ -288,17 +357,22 @@ class Message:
 
     def set_typed_property(self, name: str, ptype: PropertyType, value: Any) -> None:
         """Set a property with an explicit type (codecs and provider bridges use this)."""
+        ptype = as_value_type(ptype)
         if ptype not in PROPERTY_TYPES:
             raise MessageFormatException(f"{ptype.name} is not a property type")
         self._set(name, ptype, value)
 
-    def _get(self, name: str, want: PropertyType) -> Any:
+    def _entry(self, name: str) -> tuple[PropertyType, Any] | None:
+        """A property's (type, value); JMSXDeliveryCount comes from ``delivery_count``."""
         entry = self._props.get(name)
+        if entry is None and name == "JMSXDeliveryCount" and self.delivery_count:
+            return (PropertyType.INT, self.delivery_count)
+        return entry
+
+    def _get(self, name: str, want: PropertyType) -> Any:
+        entry = self._entry(name)
         if entry is None:
-            if name == "JMSXDeliveryCount" and self.delivery_count:
-                entry = (PropertyType.INT, self.delivery_count)
-            else:
-                return _missing(want, f"property {name!r}")
+            return _missing(want, f"property {name!r}")
         return convert(entry[0], entry[1], want, f"property {name!r}")
 
     def get_boolean_property(self, name: str) -> bool:
@@ -326,17 +400,15 @@ class Message:
         return self._get(name, PropertyType.STRING)
 
     def get_object_property(self, name: str) -> bool | int | float | str | None:
-        entry = self._props.get(name)
-        if entry is None:
-            return self.delivery_count or None if name == "JMSXDeliveryCount" else None
-        return entry[1]
+        entry = self._entry(name)
+        return None if entry is None else entry[1]
 
     def get_property_type(self, name: str) -> PropertyType | None:
-        entry = self._props.get(name)
-        return entry[0] if entry else None
+        entry = self._entry(name)
+        return None if entry is None else entry[0]
 
     def property_exists(self, name: str) -> bool:
-        return name in self._props
+        return self._entry(name) is not None
 
     @property
     def property_names(self) -> list[str]:
@@ -417,7 +489,7 @@ class Message:
         if type(other) is not type(self):
             return NotImplemented
         return (self.headers() == other.headers()
-                and _typed_equal(list(self._props.items()), list(other._props.items()))  # type: ignore[attr-defined]
+                and _typed_dict_equal(self._props, other._props)  # type: ignore[attr-defined]
                 and self._body_equal(other))  # type: ignore[arg-type]
 
     __hash__ = None  # type: ignore[assignment]
@@ -508,6 +580,9 @@ def encode_modified_utf8(text: str) -> bytes:
 
 
 def decode_modified_utf8(data: bytes) -> str:
+    """Java's ``DataInput.readUTF`` decoding; MessageFormatException on malformed bytes."""
+    if data.isascii():
+        return data.decode("ascii")
     units = []
     i, n = 0, len(data)
     try:
@@ -516,14 +591,14 @@ def decode_modified_utf8(data: bytes) -> str:
             if b < 0x80:
                 units.append(b)
                 i += 1
-            elif b >> 5 == 0b110:
+            elif b >> 5 == 0b110 and data[i + 1] >> 6 == 0b10:
                 units.append((b & 0x1F) << 6 | data[i + 1] & 0x3F)
                 i += 2
-            elif b >> 4 == 0b1110:
+            elif b >> 4 == 0b1110 and data[i + 1] >> 6 == 0b10 and data[i + 2] >> 6 == 0b10:
                 units.append((b & 0x0F) << 12 | (data[i + 1] & 0x3F) << 6 | data[i + 2] & 0x3F)
                 i += 3
             else:
-                raise MessageFormatException(f"invalid modified UTF-8 byte 0x{b:02x} at {i}")
+                raise MessageFormatException(f"invalid modified UTF-8 sequence at byte {i}")
     except IndexError:
         raise MessageFormatException("truncated modified UTF-8 string") from None
     return struct.pack(f">{len(units)}H", *units).decode("utf-16-be", "surrogatepass")
@@ -612,22 +687,34 @@ class BytesMessage(Message):
         self._buf += struct.pack(">H", len(data)) + data
 
     def read_utf(self) -> str:
-        length = self._read(PropertyType.CHAR)
-        n = ord(length)
-        if self._pos + n > len(self._buf):
-            raise MessageEOFException("end of the bytes body reached")
-        data = bytes(self._buf[self._pos:self._pos + n])
-        self._pos += n
-        return decode_modified_utf8(data)
+        """A length-prefixed modified UTF-8 string; on failure the position is unchanged."""
+        start = self._pos
+        n = self.read_unsigned_short()
+        end = self._pos + n
+        try:
+            if end > len(self._buf):
+                raise MessageEOFException("end of the bytes body reached")
+            text = decode_modified_utf8(bytes(self._buf[self._pos:end]))
+        except (MessageEOFException, MessageFormatException):
+            self._pos = start
+            raise
+        self._pos = end
+        return text
 
     def write_bytes(self, data: bytes | bytearray | memoryview, offset: int = 0, length: int | None = None) -> None:
         self._check_writable()
-        view = memoryview(check_value(PropertyType.BYTES, data))
-        self._buf += view[offset: None if length is None else offset + length]
+        data = check_value(PropertyType.BYTES, data)
+        if length is None:
+            length = len(data) - offset
+        if not (0 <= offset <= len(data) and 0 <= length <= len(data) - offset):
+            raise MessageFormatException(f"offset {offset} and length {length} are outside {len(data)} bytes")
+        self._buf += memoryview(data)[offset:offset + length]
 
     def read_bytes(self, length: int | None = None) -> bytes:
         """Up to ``length`` bytes (all remaining when None); b'' at the end (JMS: -1)."""
         self._check_readable()
+        if length is not None and length < 0:
+            raise MessageFormatException(f"read_bytes: negative length {length}")
         end = len(self._buf) if length is None else min(len(self._buf), self._pos + length)
         data = bytes(self._buf[self._pos:end])
         self._pos = end
@@ -686,7 +773,7 @@ class MapMessage(Message):
         self._put(name, infer_type(value), value)
 
     def set_typed(self, name: str, ptype: PropertyType, value: Any) -> None:
-        self._put(name, ptype, value)
+        self._put(name, as_value_type(ptype), value)
 
     def _get(self, name: str, want: PropertyType) -> Any:
         entry = self._map.get(name)
@@ -733,7 +820,7 @@ class MapMessage(Message):
         clone._map = dict(self._map)  # type: ignore[attr-defined]
 
     def _body_equal(self, other: Message) -> bool:
-        return _typed_equal(list(self._map.items()), list(other._map.items()))  # type: ignore[attr-defined]
+        return _typed_dict_equal(self._map, other._map)  # type: ignore[attr-defined]
 
     def _body_repr(self) -> str:
         return f"map={_short(self.get_body())}"
@@ -772,7 +859,7 @@ class StreamMessage(Message):
         self._write(infer_type(value), value)
 
     def write_typed(self, ptype: PropertyType, value: Any) -> None:
-        self._write(ptype, value)
+        self._write(as_value_type(ptype), value)
 
     def reset(self) -> None:
         self._reading = True
@@ -830,7 +917,8 @@ class StreamMessage(Message):
         clone._reading = False  # type: ignore[attr-defined]
 
     def _body_equal(self, other: Message) -> bool:
-        return _typed_equal(self._items, other._items)  # type: ignore[attr-defined]
+        items = other._items  # type: ignore[attr-defined]
+        return len(self._items) == len(items) and all(map(_same_typed, self._items, items))
 
     def _body_repr(self) -> str:
         return f"items={_short(self.get_body())}"
@@ -869,8 +957,7 @@ class ObjectMessage(Message):
         self._object = None
 
     def _copy_body(self, clone: Message) -> None:
-        value = self._object
-        clone._object = value.copy() if isinstance(value, Message) else value  # type: ignore[attr-defined]
+        clone._object = _copy_object(self._object)  # type: ignore[attr-defined]
 
     def _body_equal(self, other: Message) -> bool:
         return _object_equal(self._object, other._object)  # type: ignore[attr-defined]
@@ -888,24 +975,37 @@ class JavaSerialized(bytes):
         return f"JavaSerialized({len(self)} bytes)"
 
 
+def _copy_object(value: Any) -> Any:
+    """A copy of an object body that shares nothing mutable (lists, dicts, messages)."""
+    if isinstance(value, Message):
+        return value.copy()
+    if type(value) is list:
+        return [_copy_object(v) for v in value]
+    if type(value) is dict:
+        return {k: _copy_object(v) for k, v in value.items()}
+    return value
+
+
 def _same_float(a: float, b: float) -> bool:
-    return a == b or (a != a and b != b)
+    """Java's ``Double.equals``: NaN equals NaN, 0.0 and -0.0 differ."""
+    if a == b:
+        return a != 0 or math.copysign(1.0, a) == math.copysign(1.0, b)
+    return a != a and b != b
 
 
-def _typed_equal(a: list, b: list) -> bool:
-    """Compare lists of typed values, counting NaN equal to NaN."""
-    if len(a) != len(b):
+def _same_typed(x: tuple[PropertyType, Any], y: tuple[PropertyType, Any]) -> bool:
+    """Two typed values are equal: same type and same value (floats as ``_same_float``)."""
+    if x[0] != y[0]:
         return False
-    for x, y in zip(a, b):
-        if x == y:
-            continue
-        if not (isinstance(x, tuple) and isinstance(y, tuple) and len(x) == len(y)):
-            return False
-        if not all(_same_float(p, q) if isinstance(p, float) and isinstance(q, float)
-                   else _typed_equal(list(p), list(q)) if isinstance(p, tuple) and isinstance(q, tuple)
-                   else p == q for p, q in zip(x, y)):
-            return False
-    return True
+    a, b = x[1], y[1]
+    if isinstance(a, float) and isinstance(b, float):
+        return _same_float(a, b)
+    return a == b
+
+
+def _typed_dict_equal(a: dict[str, tuple[PropertyType, Any]], b: dict[str, tuple[PropertyType, Any]]) -> bool:
+    """Properties or map entries are equal whatever their order."""
+    return a.keys() == b.keys() and all(_same_typed(v, b[k]) for k, v in a.items())
 
 
 def _object_equal(a: Any, b: Any) -> bool:

@@ -1,0 +1,680 @@
+"""The message codec: any JMS message (or ObjectMessage body value) to bytes and back.
+
+Wire format, version 1. Integers are big-endian; text is UTF-8 with "surrogatepass",
+so every Python str round-trips (lone surrogates too); NONE is 0xFFFFFFFF::
+
+    blob    = b"IMQB" | version u8 | value                nothing may follow the value
+    value   = tag u8 | payload
+        0 None  1 False  2 True  3 int64  4 big int (u32 n | n bytes two's complement)
+        5 double  6 str (u32 n | text)  7 bytes (u32 n | raw)  8 JavaSerialized (as 7)
+        9 list (u32 count | value*)  10 dict (u32 count | (u32 n | key text | value)*)
+        11 Destination (u8 kind | u32 n | name)   kinds: 0 queue 1 topic 2 temp-queue 3 temp-topic
+        12..17 a message of kind MESSAGE, TEXT, BYTES, MAP, STREAM, OBJECT:
+    message = one fixed head (the tag included, one struct call):
+                flags u8 (1 = redelivered; the other bits are reserved, 0)
+                | reply_to kind u8 | destination kind u8         (255 when None)
+                | timestamp q | expiration q | delivery_time q
+                | delivery_count i | delivery_mode i | priority i
+                | u32 lengths of message_id, correlation_id, type (NONE when None)
+                  and of the reply_to and destination names (0 when None)
+                | u32 property count | u32 body size (TEXT: text length or NONE;
+                  BYTES: length; MAP, STREAM: entry count; MESSAGE, OBJECT: 0)
+              then the five header texts, the properties as entries, and the body:
+              TEXT text; BYTES raw; MAP entries; STREAM items; OBJECT a value.
+    entry   = type code u8 | u32 name length | fixed value or u32 length | name | [text or raw]
+    item    = type code u8 | fixed value or u32 length | [text or raw]
+              (codes are PropertyType's; fixed values: BOOLEAN u8 0/1, BYTE b, SHORT h,
+              INT i, LONG q, FLOAT f (float32, exact), DOUBLE d, CHAR u16 code unit)
+
+A later version bumps the version byte and can add fields behind a reserved flag bit;
+its decoder keeps reading version 1 by dispatching on the byte this one checks.
+Decoding trusts nothing: no pickle, every length and count is checked against the
+bytes left before anything is built, nesting stops at ``MAX_DEPTH``, and any
+malformed input raises :class:`MessageCodecError`.
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Any, Callable
+
+from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, from_kind
+from .errors import MessageCodecError, MessageFormatException
+from .message import (
+    BytesMessage,
+    DeliveryMode,
+    JavaSerialized,
+    MapMessage,
+    Message,
+    ObjectMessage,
+    PropertyType,
+    StreamMessage,
+    TextMessage,
+    property_name_problem,
+)
+
+FORMAT_VERSION = 1
+MAGIC = b"IMQB"
+MAX_DEPTH = 100  # nested lists, dicts and messages, the outermost one included
+_PREFIX = MAGIC + bytes((FORMAT_VERSION,))
+NONE = 0xFFFFFFFF
+_NO_DEST = 0xFF
+
+_U32 = struct.Struct(">I")
+_TAG_U32 = struct.Struct(">BI")
+_TAG_I64 = struct.Struct(">Bq")
+_TAG_F64 = struct.Struct(">Bd")
+_I64 = struct.Struct(">q")
+_F64 = struct.Struct(">d")
+_HEAD = struct.Struct(">BBBBqqqiiiIIIIIII")
+_HEAD_AFTER_TAG = struct.Struct(">BBBqqqiiiIIIIIII")
+
+(T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_STR, T_BYTES, T_JAVA, T_LIST, T_DICT,
+ T_DEST, T_MESSAGE) = range(13)
+_MESSAGE_CLASSES = (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
+K_MESSAGE, K_TEXT, K_BYTES, K_MAP, K_STREAM, K_OBJECT = range(len(_MESSAGE_CLASSES))
+_MESSAGE_KINDS: dict[type, int] = {cls: kind for kind, cls in enumerate(_MESSAGE_CLASSES)}
+_DEST_KINDS = (Queue.kind, Topic.kind, TemporaryQueue.kind, TemporaryTopic.kind)
+_DEST_CODES: dict[type, int] = {Queue: 0, Topic: 1, TemporaryQueue: 2, TemporaryTopic: 3}
+_DELIVERY_MODES = {int(mode): mode for mode in DeliveryMode}
+
+# Typed values (properties, map entries, stream items), by PropertyType code. The fixed
+# part of an entry is one struct: (code, name length, value) or, for STRING and BYTES,
+# (code, name length, value length).
+_STRING, _BYTES, _BOOLEAN, _CHAR = (int(PropertyType.STRING), int(PropertyType.BYTES),
+                                    int(PropertyType.BOOLEAN), int(PropertyType.CHAR))
+_VALUE_FORMATS = {PropertyType.BOOLEAN: "B", PropertyType.BYTE: "b", PropertyType.SHORT: "h",
+                  PropertyType.INT: "i", PropertyType.LONG: "q", PropertyType.FLOAT: "f",
+                  PropertyType.DOUBLE: "d", PropertyType.STRING: "I", PropertyType.CHAR: "H",
+                  PropertyType.BYTES: "I"}
+_PUT_ENTRY = {t: struct.Struct(">BI" + f) for t, f in _VALUE_FORMATS.items()}
+_PUT_ITEM = {t: struct.Struct(">B" + f) for t, f in _VALUE_FORMATS.items()}
+# Decoding: code -> (struct of the fixed part after the code, PropertyType, post-processing)
+_PLAIN, _TEXT, _RAW, _BOOL, _UNIT = range(5)
+_POST = {PropertyType.STRING: _TEXT, PropertyType.BYTES: _RAW, PropertyType.BOOLEAN: _BOOL,
+         PropertyType.CHAR: _UNIT}
+_Spec = tuple[struct.Struct, PropertyType, int]
+_ENTRY_SPECS: dict[int, _Spec] = {
+    t: (struct.Struct(">I" + f), t, _POST.get(t, _PLAIN)) for t, f in _VALUE_FORMATS.items()}
+_PROPERTY_SPECS: dict[int, _Spec] = {
+    t: spec for t, spec in _ENTRY_SPECS.items() if t not in (PropertyType.CHAR, PropertyType.BYTES)}
+_ITEM_SPECS: dict[int, _Spec] = {
+    t: (struct.Struct(">" + f), t, _POST.get(t, _PLAIN)) for t, f in _VALUE_FORMATS.items()}
+
+# Bounded caches of what recurs from message to message: the encoded property names
+# found valid (so the hot path skips the name rules and shares one str per name) and
+# the destinations (immutable values).
+_CACHE_LIMIT = 4096
+_PROPERTY_NAMES: dict[bytes, str] = {}
+_DESTINATIONS: dict[tuple[int, bytes], Destination] = {}
+
+_Writer = Callable[[bytearray, Any, int], None]
+_Reader = Callable[[bytes, int, int], "tuple[Any, int]"]
+
+
+# ---------------------------------------------------------------------------
+# public API
+
+def encode(message: Message) -> bytes:
+    """``message`` as a versioned blob; MessageFormatException if a part cannot be encoded
+    (an ObjectMessage body that is "not serialisable", a header of the wrong type)."""
+    if type(message) not in _MESSAGE_KINDS:
+        raise MessageFormatException(f"not a message: {type(message).__name__}")
+    out = bytearray(_PREFIX)
+    _put_message(out, message, 0)
+    return bytes(out)
+
+
+def decode(data: bytes | bytearray | memoryview) -> Message:
+    """The message in a blob from :func:`encode`, writable; MessageCodecError if the blob is
+    corrupt, truncated, of an unknown version or followed by anything."""
+    if type(data) is not bytes:
+        data = _as_bytes(data)
+    try:
+        pos = 5 if data.startswith(_PREFIX) else _open(data)
+        if not T_MESSAGE <= data[pos] < T_MESSAGE + len(_MESSAGE_CLASSES):
+            raise MessageCodecError(f"the blob holds a value of tag {data[pos]}, not a message")
+        message, pos = _read_message(data, pos + 1, 0)
+        if pos != len(data):
+            raise _trailing(data, pos)
+        return message
+    except MessageCodecError:
+        raise
+    except Exception as exc:  # struct.error, UnicodeDecodeError, IndexError, RecursionError ...
+        raise _corrupt(exc) from exc
+
+
+def encode_value(obj: Any) -> bytes:
+    """An ObjectMessage body value as a versioned blob; MessageFormatException ("not
+    serialisable") for anything but None, bool, int, float, str, bytes, JavaSerialized,
+    list, str-keyed dict, Destination and Message (exact types, nested to ``MAX_DEPTH``)."""
+    out = bytearray(_PREFIX)
+    _put_value(out, obj, 0)
+    return bytes(out)
+
+
+def decode_value(data: bytes | bytearray | memoryview) -> Any:
+    """The value in a blob from :func:`encode_value` (or :func:`encode`); MessageCodecError if corrupt."""
+    data = _as_bytes(data)
+    try:
+        value, pos = _read_value(data, _open(data), 0)
+        if pos != len(data):
+            raise _trailing(data, pos)
+        return value
+    except MessageCodecError:
+        raise
+    except Exception as exc:
+        raise _corrupt(exc) from exc
+
+
+def is_serialisable(obj: Any) -> bool:
+    """Whether ``obj`` can be an ObjectMessage body (the codec round-trips it exactly)."""
+    try:
+        encode_value(obj)
+    except MessageFormatException:
+        return False
+    return True
+
+
+# ---------------------------------------------------------------------------
+# encoding
+
+def _not_serialisable(what: str) -> MessageFormatException:
+    return MessageFormatException(
+        f"not serialisable: {what} (an ObjectMessage body may hold None, bool, int, float, "
+        "str, bytes, JavaSerialized, list, dict with str keys, Destination and Message values)")
+
+
+def _too_deep() -> MessageFormatException:
+    return _not_serialisable(f"nested deeper than {MAX_DEPTH} levels")
+
+
+def _bad_headers(m: Message) -> MessageFormatException:
+    wrong = [f"{name}={getattr(m, name)!r}" for name, ok in (
+        ("message_id", str), ("correlation_id", str), ("type", str),
+        ("reply_to", Destination), ("destination", Destination))
+        if not isinstance(getattr(m, name), (ok, type(None)))]
+    if wrong:
+        return MessageFormatException(f"cannot encode headers of the wrong type: {', '.join(wrong)}")
+    return MessageFormatException(
+        "cannot encode the headers: timestamp, expiration and delivery_time must be int64, "
+        "delivery_count, delivery_mode and priority int32; got "
+        f"{m.timestamp!r}, {m.expiration!r}, {m.delivery_time!r}, "
+        f"{m.delivery_count!r}, {m.delivery_mode!r}, {m.priority!r}")
+
+
+def _dest_code(dest: Destination) -> int:
+    code = _DEST_CODES.get(type(dest))
+    if code is None or type(dest.name) is not str:
+        raise _not_serialisable(f"destination {dest!r}")
+    return code
+
+
+def _put_message(out: bytearray, m: Message, depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise _too_deep()
+    kind = _MESSAGE_KINDS[type(m)]
+    message_id, correlation_id, jms_type = m.message_id, m.correlation_id, m.type
+    reply_to, destination = m.reply_to, m.destination
+    body: bytes | bytearray = b""
+    try:
+        raw_id = b"" if message_id is None else message_id.encode("utf-8", "surrogatepass")
+        raw_corr = b"" if correlation_id is None else correlation_id.encode("utf-8", "surrogatepass")
+        raw_type = b"" if jms_type is None else jms_type.encode("utf-8", "surrogatepass")
+        if reply_to is None:
+            reply_kind, raw_reply = _NO_DEST, b""
+        else:
+            reply_kind, raw_reply = _dest_code(reply_to), reply_to.name.encode("utf-8", "surrogatepass")
+        if destination is None:
+            dest_kind, raw_dest = _NO_DEST, b""
+        else:
+            dest_kind, raw_dest = _dest_code(destination), destination.name.encode("utf-8", "surrogatepass")
+        if kind == K_TEXT:
+            text = m._text  # type: ignore[attr-defined]
+            body_size = NONE if text is None else len(body := text.encode("utf-8", "surrogatepass"))
+        elif kind == K_BYTES:
+            body = m._buf  # type: ignore[attr-defined]
+            body_size = len(body)
+        elif kind == K_MAP:
+            body_size = len(m._map)  # type: ignore[attr-defined]
+        elif kind == K_STREAM:
+            body_size = len(m._items)  # type: ignore[attr-defined]
+        else:
+            body_size = 0
+        out += _HEAD.pack(
+            T_MESSAGE + kind, 1 if m.redelivered else 0, reply_kind, dest_kind,
+            m.timestamp, m.expiration, m.delivery_time, m.delivery_count, m.delivery_mode, m.priority,
+            NONE if message_id is None else len(raw_id), NONE if correlation_id is None else len(raw_corr),
+            NONE if jms_type is None else len(raw_type), len(raw_reply), len(raw_dest),
+            len(m._props), body_size)
+    except (AttributeError, struct.error):
+        raise _bad_headers(m) from None
+    out += raw_id
+    out += raw_corr
+    out += raw_type
+    out += raw_reply
+    out += raw_dest
+    try:
+        _put_entries(out, m._props)
+        if kind == K_TEXT or kind == K_BYTES:
+            out += body
+        elif kind == K_MAP:
+            _put_entries(out, m._map)  # type: ignore[attr-defined]
+        elif kind == K_STREAM:
+            _put_items(out, m._items)  # type: ignore[attr-defined]
+        elif kind == K_OBJECT:
+            _put_value(out, m._object, depth + 1)  # type: ignore[attr-defined]
+    except (struct.error, OverflowError) as exc:
+        raise MessageFormatException(f"cannot encode a value of the message: {exc}") from None
+
+
+def _put_entries(out: bytearray, entries: dict[str, tuple[PropertyType, Any]]) -> None:
+    for name, (ptype, value) in entries.items():
+        raw_name = name.encode("utf-8", "surrogatepass")
+        if ptype == _STRING:
+            raw = value.encode("utf-8", "surrogatepass")
+            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), len(raw))
+            out += raw_name
+            out += raw
+        elif ptype == _BYTES:
+            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), len(value))
+            out += raw_name
+            out += value
+        else:
+            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), ord(value) if ptype == _CHAR else value)
+            out += raw_name
+
+
+def _put_items(out: bytearray, items: list[tuple[PropertyType, Any]]) -> None:
+    for ptype, value in items:
+        if ptype == _STRING:
+            raw = value.encode("utf-8", "surrogatepass")
+            out += _PUT_ITEM[ptype].pack(ptype, len(raw))
+            out += raw
+        elif ptype == _BYTES:
+            out += _PUT_ITEM[ptype].pack(ptype, len(value))
+            out += value
+        else:
+            out += _PUT_ITEM[ptype].pack(ptype, ord(value) if ptype == _CHAR else value)
+
+
+def _put_str(out: bytearray, text: str) -> None:
+    raw = text.encode("utf-8", "surrogatepass")
+    out += _U32.pack(len(raw))
+    out += raw
+
+
+def _put_value(out: bytearray, obj: Any, depth: int) -> None:
+    writer = _VALUE_WRITERS.get(type(obj))
+    if writer is None:
+        raise _not_serialisable(f"a {type(obj).__qualname__} value")
+    writer(out, obj, depth)
+
+
+def _put_none(out: bytearray, obj: None, depth: int) -> None:
+    out.append(T_NONE)
+
+
+def _put_bool(out: bytearray, obj: bool, depth: int) -> None:
+    out.append(T_TRUE if obj else T_FALSE)
+
+
+def _put_int(out: bytearray, obj: int, depth: int) -> None:
+    if -(2**63) <= obj < 2**63:
+        out += _TAG_I64.pack(T_INT, obj)
+    else:
+        raw = obj.to_bytes((obj.bit_length() + 8) // 8, "big", signed=True)
+        out += _TAG_U32.pack(T_BIGINT, len(raw))
+        out += raw
+
+
+def _put_float(out: bytearray, obj: float, depth: int) -> None:
+    out += _TAG_F64.pack(T_FLOAT, obj)
+
+
+def _put_str_value(out: bytearray, obj: str, depth: int) -> None:
+    out.append(T_STR)
+    _put_str(out, obj)
+
+
+def _put_bytes_value(out: bytearray, obj: bytes, depth: int) -> None:
+    out += _TAG_U32.pack(T_JAVA if type(obj) is JavaSerialized else T_BYTES, len(obj))
+    out += obj
+
+
+def _put_list(out: bytearray, obj: list, depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise _too_deep()
+    out += _TAG_U32.pack(T_LIST, len(obj))
+    for item in obj:
+        _put_value(out, item, depth + 1)
+
+
+def _put_dict(out: bytearray, obj: dict, depth: int) -> None:
+    if depth >= MAX_DEPTH:
+        raise _too_deep()
+    out += _TAG_U32.pack(T_DICT, len(obj))
+    for key, item in obj.items():
+        if type(key) is not str:
+            raise _not_serialisable(f"a dict with a {type(key).__qualname__} key ({key!r}); keys must be str")
+        _put_str(out, key)
+        _put_value(out, item, depth + 1)
+
+
+def _put_destination(out: bytearray, obj: Destination, depth: int) -> None:
+    out += bytes((T_DEST, _dest_code(obj)))
+    _put_str(out, obj.name)
+
+
+_VALUE_WRITERS: dict[type, _Writer] = {
+    type(None): _put_none, bool: _put_bool, int: _put_int, float: _put_float,
+    str: _put_str_value, bytes: _put_bytes_value, JavaSerialized: _put_bytes_value,
+    list: _put_list, dict: _put_dict,
+    **{cls: _put_destination for cls in _DEST_CODES},
+    **{cls: _put_message for cls in _MESSAGE_CLASSES},
+}
+
+
+# ---------------------------------------------------------------------------
+# decoding
+
+def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise TypeError(f"a message blob must be bytes, bytearray or memoryview, not {type(data).__name__}")
+
+
+def _corrupt(exc: BaseException) -> MessageCodecError:
+    if isinstance(exc, RecursionError):
+        return MessageCodecError("corrupt message blob: nested too deeply")
+    if isinstance(exc, (struct.error, IndexError)):
+        return MessageCodecError(f"truncated message blob ({exc})")
+    return MessageCodecError(f"corrupt message blob: {type(exc).__name__}: {exc}")
+
+
+def _bad(what: str) -> MessageCodecError:
+    return MessageCodecError(f"corrupt message blob: {what}")
+
+
+def _truncated(data: bytes, pos: int, n: int) -> MessageCodecError:
+    return MessageCodecError(f"truncated message blob: a length of {n} at byte {pos} "
+                             f"exceeds the {len(data) - pos} bytes left")
+
+
+def _trailing(data: bytes, pos: int) -> MessageCodecError:
+    return _bad(f"{len(data) - pos} bytes of trailing garbage after byte {pos}")
+
+
+def _open(data: bytes) -> int:
+    """Check the magic and version; the position of the value."""
+    if data[:4] != MAGIC:
+        if MAGIC.startswith(data):
+            raise MessageCodecError(f"truncated message blob ({len(data)} bytes)")
+        raise MessageCodecError(f"not a message blob: it starts {data[:4]!r}, not {MAGIC!r}")
+    if len(data) > 4 and data[4] != FORMAT_VERSION:
+        raise MessageCodecError(
+            f"unknown message blob format version {data[4]} (this codec reads version {FORMAT_VERSION})")
+    if len(data) < 6:
+        raise MessageCodecError(f"truncated message blob ({len(data)} bytes)")
+    return 5
+
+
+def _check_count(data: bytes, pos: int, count: int, what: str) -> None:
+    if count > len(data) - pos:  # every item takes at least one byte
+        raise _bad(f"{what} count {count} exceeds the {len(data) - pos} bytes left")
+
+
+def _read_header_dest(data: bytes, pos: int, kind: int, n: int) -> tuple[Destination | None, int]:
+    if kind == _NO_DEST:
+        if n:
+            raise _bad(f"an absent destination has a name of {n} bytes")
+        return None, pos
+    end = pos + n
+    if end > len(data):
+        raise _truncated(data, pos, n)
+    key = (kind, data[pos:end])
+    dest = _DESTINATIONS.get(key)
+    if dest is None:
+        if kind >= len(_DEST_KINDS):
+            raise _bad(f"unknown destination kind {kind}")
+        dest = from_kind(_DEST_KINDS[kind], key[1].decode("utf-8", "surrogatepass"))
+        if len(_DESTINATIONS) < _CACHE_LIMIT:
+            _DESTINATIONS[key] = dest
+    return dest, end
+
+
+def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
+    """The message whose tag is at ``pos - 1``."""
+    if depth >= MAX_DEPTH:
+        raise _bad(f"nested deeper than {MAX_DEPTH} levels")
+    kind = data[pos - 1] - T_MESSAGE
+    (flags, reply_kind, dest_kind, timestamp, expiration, delivery_time, delivery_count,
+     delivery_mode, priority, n_id, n_corr, n_type, n_reply, n_dest, n_props, body_size,
+     ) = _HEAD_AFTER_TAG.unpack_from(data, pos)
+    pos += _HEAD_AFTER_TAG.size
+    if flags > 1:
+        raise _bad(f"reserved header flags 0x{flags:02x} are set")
+    size = len(data)
+    m = _MESSAGE_CLASSES[kind]()
+    m.timestamp = timestamp
+    m.expiration = expiration
+    m.delivery_time = delivery_time
+    m.delivery_count = delivery_count
+    m.delivery_mode = _DELIVERY_MODES.get(delivery_mode, delivery_mode)
+    m.priority = priority
+    m.redelivered = flags == 1
+    if n_id != NONE:
+        if pos + n_id > size:
+            raise _truncated(data, pos, n_id)
+        m.message_id = data[pos:pos + n_id].decode("utf-8", "surrogatepass")
+        pos += n_id
+    if n_corr != NONE:
+        if pos + n_corr > size:
+            raise _truncated(data, pos, n_corr)
+        m.correlation_id = data[pos:pos + n_corr].decode("utf-8", "surrogatepass")
+        pos += n_corr
+    if n_type != NONE:
+        if pos + n_type > size:
+            raise _truncated(data, pos, n_type)
+        m.type = data[pos:pos + n_type].decode("utf-8", "surrogatepass")
+        pos += n_type
+    if reply_kind != _NO_DEST or n_reply:
+        m.reply_to, pos = _read_header_dest(data, pos, reply_kind, n_reply)
+    if dest_kind != _NO_DEST or n_dest:
+        m.destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
+    if n_props:
+        pos = _read_entries(data, pos, n_props, m._props, _PROPERTY_SPECS, _PROPERTY_NAMES)
+    if kind == K_TEXT:
+        if body_size != NONE:
+            if pos + body_size > size:
+                raise _truncated(data, pos, body_size)
+            m._text = data[pos:pos + body_size].decode("utf-8", "surrogatepass")  # type: ignore[attr-defined]
+            pos += body_size
+        return m, pos
+    if kind == K_BYTES:
+        if pos + body_size > size:
+            raise _truncated(data, pos, body_size)
+        m._buf = bytearray(data[pos:pos + body_size])  # type: ignore[attr-defined]
+        return m, pos + body_size
+    if kind == K_MAP:
+        return m, _read_entries(data, pos, body_size, m._map, _ENTRY_SPECS, None)  # type: ignore[attr-defined]
+    if kind == K_STREAM:
+        return m, _read_items(data, pos, body_size, m._items)  # type: ignore[attr-defined]
+    if body_size:
+        raise _bad(f"a {m.message_type} message has a body size of {body_size}")
+    if kind == K_OBJECT:
+        m._object, pos = _read_value(data, pos, depth + 1)  # type: ignore[attr-defined]
+    return m, pos
+
+
+def _finish_value(data: bytes, pos: int, post: int, value: int) -> tuple[Any, int]:
+    """A typed value that is not a plain number, from the number its fixed part held."""
+    if post == _TEXT or post == _RAW:
+        end = pos + value
+        if end > len(data):
+            raise _truncated(data, pos, value)
+        return (data[pos:end].decode("utf-8", "surrogatepass") if post == _TEXT else data[pos:end]), end
+    if post == _BOOL:
+        if value > 1:
+            raise _bad(f"boolean byte {value}")
+        return value == 1, pos
+    return chr(value), pos  # _UNIT: a CHAR
+
+
+def _read_entries(data: bytes, pos: int, count: int, entries: dict[str, tuple[PropertyType, Any]],
+                  specs: dict[int, _Spec], names: dict[bytes, str] | None) -> int:
+    """Read ``count`` named typed values into ``entries``: properties (``names`` is the
+    cache of valid property names) or map entries (``names`` is None)."""
+    what = "map entry" if names is None else "property"
+    _check_count(data, pos, count, what)
+    size = len(data)
+    for _ in range(count):
+        spec = specs.get(data[pos])
+        if spec is None:
+            raise _bad(f"value type code {data[pos]} is not valid for a {what}")
+        fixed, ptype, post = spec
+        n, value = fixed.unpack_from(data, pos + 1)
+        pos += 1 + fixed.size
+        end = pos + n
+        if end > size:
+            raise _truncated(data, pos, n)
+        if names is None:
+            name = data[pos:end].decode("utf-8", "surrogatepass")
+            if not name:
+                raise _bad("a map entry has an empty name")
+        else:
+            raw = data[pos:end]
+            name = names.get(raw)  # type: ignore[assignment]
+            if name is None:
+                name = _new_property_name(raw)
+        pos = end
+        if post == _TEXT:
+            end = pos + value
+            if end > size:
+                raise _truncated(data, pos, value)
+            value = data[pos:end].decode("utf-8", "surrogatepass")
+            pos = end
+        elif post != _PLAIN:
+            value, pos = _finish_value(data, pos, post, value)
+        entries[name] = (ptype, value)
+    if len(entries) != count:
+        raise _bad(f"a {what} name is repeated")
+    return pos
+
+
+def _new_property_name(raw: bytes) -> str:
+    name = raw.decode("utf-8", "surrogatepass")
+    problem = property_name_problem(name)
+    if problem:
+        raise _bad(problem)
+    if len(_PROPERTY_NAMES) < _CACHE_LIMIT:
+        _PROPERTY_NAMES[raw] = name
+    return name
+
+
+def _read_items(data: bytes, pos: int, count: int, items: list[tuple[PropertyType, Any]]) -> int:
+    _check_count(data, pos, count, "stream item")
+    for _ in range(count):
+        spec = _ITEM_SPECS.get(data[pos])
+        if spec is None:
+            raise _bad(f"unknown value type code {data[pos]}")
+        fixed, ptype, post = spec
+        (value,) = fixed.unpack_from(data, pos + 1)
+        pos += 1 + fixed.size
+        if post != _PLAIN:
+            value, pos = _finish_value(data, pos, post, value)
+        items.append((ptype, value))
+    return pos
+
+
+def _read_len(data: bytes, pos: int) -> tuple[int, int]:
+    """A u32 length at ``pos``: the start and end of the bytes it counts."""
+    (n,) = _U32.unpack_from(data, pos)
+    if pos + 4 + n > len(data):
+        raise _truncated(data, pos + 4, n)
+    return pos + 4, pos + 4 + n
+
+
+def _read_str(data: bytes, pos: int) -> tuple[str, int]:
+    pos, end = _read_len(data, pos)
+    return data[pos:end].decode("utf-8", "surrogatepass"), end
+
+
+def _read_value(data: bytes, pos: int, depth: int) -> tuple[Any, int]:
+    tag = data[pos]
+    if tag >= len(_VALUE_READERS):
+        raise _bad(f"unknown value tag {tag}")
+    return _VALUE_READERS[tag](data, pos + 1, depth)
+
+
+def _read_int(data: bytes, pos: int, depth: int) -> tuple[int, int]:
+    return _I64.unpack_from(data, pos)[0], pos + 8
+
+
+def _read_bigint(data: bytes, pos: int, depth: int) -> tuple[int, int]:
+    pos, end = _read_len(data, pos)
+    return int.from_bytes(data[pos:end], "big", signed=True), end
+
+
+def _read_float(data: bytes, pos: int, depth: int) -> tuple[float, int]:
+    return _F64.unpack_from(data, pos)[0], pos + 8
+
+
+def _read_str_value(data: bytes, pos: int, depth: int) -> tuple[str, int]:
+    return _read_str(data, pos)
+
+
+def _read_bytes_value(data: bytes, pos: int, depth: int) -> tuple[bytes, int]:
+    pos, end = _read_len(data, pos)
+    return data[pos:end], end
+
+
+def _read_java(data: bytes, pos: int, depth: int) -> tuple[JavaSerialized, int]:
+    pos, end = _read_len(data, pos)
+    return JavaSerialized(data[pos:end]), end
+
+
+def _read_list(data: bytes, pos: int, depth: int) -> tuple[list, int]:
+    if depth >= MAX_DEPTH:
+        raise _bad(f"nested deeper than {MAX_DEPTH} levels")
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
+    _check_count(data, pos, count, "list item")
+    items = []
+    for _ in range(count):
+        item, pos = _read_value(data, pos, depth + 1)
+        items.append(item)
+    return items, pos
+
+
+def _read_dict(data: bytes, pos: int, depth: int) -> tuple[dict, int]:
+    if depth >= MAX_DEPTH:
+        raise _bad(f"nested deeper than {MAX_DEPTH} levels")
+    (count,) = _U32.unpack_from(data, pos)
+    pos += 4
+    _check_count(data, pos, count, "dict entry")
+    entries = {}
+    for _ in range(count):
+        key, pos = _read_str(data, pos)
+        entries[key], pos = _read_value(data, pos, depth + 1)
+    if len(entries) != count:
+        raise _bad("a dict key is repeated")
+    return entries, pos
+
+
+def _read_destination(data: bytes, pos: int, depth: int) -> tuple[Destination, int]:
+    kind = data[pos]
+    if kind >= len(_DEST_KINDS):
+        raise _bad(f"unknown destination kind {kind}")
+    name, pos = _read_str(data, pos + 1)
+    return from_kind(_DEST_KINDS[kind], name), pos
+
+
+def _constant(value: Any) -> _Reader:
+    return lambda data, pos, depth: (value, pos)
+
+
+_VALUE_READERS: tuple[_Reader, ...] = (
+    _constant(None), _constant(False), _constant(True), _read_int, _read_bigint, _read_float,
+    _read_str_value, _read_bytes_value, _read_java, _read_list, _read_dict, _read_destination,
+    *(_read_message for _ in _MESSAGE_CLASSES))
