@@ -775,7 +775,7 @@ class MapMessage(Message):
     def set_typed(self, name: str, ptype: PropertyType, value: Any) -> None:
         self._put(name, as_value_type(ptype), value)
 
-    def _get(self, name: str, want: PropertyType) -> Any:
+    def _get_item(self, name: str, want: PropertyType) -> Any:
         entry = self._map.get(name)
         if entry is None:
             if want is PropertyType.BYTES:
@@ -783,16 +783,16 @@ class MapMessage(Message):
             return _missing(want, f"map entry {name!r}")
         return convert(entry[0], entry[1], want, f"map entry {name!r}")
 
-    def get_boolean(self, name: str) -> bool: return self._get(name, PropertyType.BOOLEAN)
-    def get_byte(self, name: str) -> int: return self._get(name, PropertyType.BYTE)
-    def get_short(self, name: str) -> int: return self._get(name, PropertyType.SHORT)
-    def get_char(self, name: str) -> str: return self._get(name, PropertyType.CHAR)
-    def get_int(self, name: str) -> int: return self._get(name, PropertyType.INT)
-    def get_long(self, name: str) -> int: return self._get(name, PropertyType.LONG)
-    def get_float(self, name: str) -> float: return self._get(name, PropertyType.FLOAT)
-    def get_double(self, name: str) -> float: return self._get(name, PropertyType.DOUBLE)
-    def get_string(self, name: str) -> str | None: return self._get(name, PropertyType.STRING)
-    def get_bytes(self, name: str) -> bytes | None: return self._get(name, PropertyType.BYTES)
+    def get_boolean(self, name: str) -> bool: return self._get_item(name, PropertyType.BOOLEAN)
+    def get_byte(self, name: str) -> int: return self._get_item(name, PropertyType.BYTE)
+    def get_short(self, name: str) -> int: return self._get_item(name, PropertyType.SHORT)
+    def get_char(self, name: str) -> str: return self._get_item(name, PropertyType.CHAR)
+    def get_int(self, name: str) -> int: return self._get_item(name, PropertyType.INT)
+    def get_long(self, name: str) -> int: return self._get_item(name, PropertyType.LONG)
+    def get_float(self, name: str) -> float: return self._get_item(name, PropertyType.FLOAT)
+    def get_double(self, name: str) -> float: return self._get_item(name, PropertyType.DOUBLE)
+    def get_string(self, name: str) -> str | None: return self._get_item(name, PropertyType.STRING)
+    def get_bytes(self, name: str) -> bytes | None: return self._get_item(name, PropertyType.BYTES)
 
     def get_object(self, name: str) -> Any:
         entry = self._map.get(name)
