@@ -6,7 +6,7 @@
 # (imq.bridge.spark.conf.*). load_properties() parses every value once, collects every
 # problem of every file (file and line), raises ConfigError with all errors together, and
 # otherwise returns a frozen BrokerProperties holding typed values, with grouped views
-# (BridgeProperties, StompProperties, DestinationLimits) for the code that uses them.
+# (BridgeProperties, StompProperties, AutocreateProperties) for the code that uses them.
 # Unknown imq.bridge.* keys are warnings naming the closest known key. Secrets (the
 # admin password) never appear in repr, str, logs or messages.
 """Broker properties: parsing, the schema of every bridge property, and defaults.
@@ -83,7 +83,7 @@ def shorten(value: str, limit: int = 60) -> str:
     return repr(value)
 
 
-SECRET_WORDS = ("password", "passcode", "credentials", "secret")
+SECRET_WORDS = ("pass", "pwd", "credential", "secret")
 
 
 def is_secret_name(name: str) -> bool:
@@ -292,8 +292,8 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
 
 
 def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
-    guessed = key[len(BRIDGE_PREFIX):].partition(".")[0]
-    names = {guessed, *bridge_names} - RESERVED_BRIDGE_NAMES
+    guessed, dot, _ = key[len(BRIDGE_PREFIX):].partition(".")
+    names = (({guessed} if dot else set()) | set(bridge_names)) - RESERVED_BRIDGE_NAMES
     candidates = [*_FIXED, *(f"{BRIDGE_PREFIX}{n}.{s}" for n in names for s in _PER_BRIDGE)]
     found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
     return found[0] if found else None
@@ -397,8 +397,9 @@ class StompProperties:
 
 
 @dataclass(frozen=True)
-class DestinationLimits:
-    """Limits the embedded host broker applies to auto-created destinations."""
+class AutocreateProperties:
+    """imq.autocreate.*: whether the host broker creates destinations on first use, and the
+    limits it gives them (field names as in the embedded broker's DestinationLimits)."""
 
     autocreate_queue: bool
     autocreate_topic: bool
@@ -433,8 +434,11 @@ class BrokerProperties:
         return self.origins.get(key)
 
     def redacted(self) -> dict[str, str]:
-        """Every raw property, with secret values replaced (for display and logs)."""
-        return {k: REDACTED if is_secret_name(k) else v for k, v in sorted(self.raw.items())}
+        """Every raw property for display and logs, secrets replaced. Unknown imq.bridge.*
+        keys are hidden too: a misspelt password key must not show its password."""
+        return {k: REDACTED if is_secret_name(k) or (k.startswith(BRIDGE_PREFIX)
+                                                     and schema_row(k) is None) else v
+                for k, v in sorted(self.raw.items())}
 
     def __repr__(self) -> str:
         return f"BrokerProperties({self.redacted()!r})"
@@ -497,10 +501,10 @@ class BrokerProperties:
             logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"))
 
     @property
-    def destination_limits(self) -> DestinationLimits:
+    def autocreate(self) -> AutocreateProperties:
         def get(suffix: str) -> Any:
             return self.get(f"imq.autocreate.{suffix}")
-        return DestinationLimits(
+        return AutocreateProperties(
             autocreate_queue=get("queue"), autocreate_topic=get("topic"),
             max_num_msgs=get("destination.maxNumMsgs"),
             max_total_msg_bytes=get("destination.maxTotalMsgBytes"),

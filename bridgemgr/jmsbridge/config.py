@@ -294,13 +294,17 @@ def _parse(data: bytes, source: str) -> etree._ElementTree:
 
 def _doctype_problems(tree: etree._ElementTree, source: str) -> list[Problem]:
     info = tree.docinfo
-    if not info.doctype:
+    subset = info.internalDTD  # the DOCTYPE's name and declarations, if there is a DOCTYPE
+    if subset is None:
         return []
-    head = etree.tostring(tree, encoding=str)[: len(info.doctype) + 2]
-    if info.root_name != "jmsbridge" or info.public_id or info.system_url != DTD_SYSTEM_ID:
-        return [Problem(source, 1, f"the DOCTYPE is {shorten(info.doctype, 120)}; write "
+    if subset.name != "jmsbridge" or info.public_id or info.system_url not in (
+            None, DTD_SYSTEM_ID):
+        shown = f'<!DOCTYPE {subset.name} ... "{info.system_url or ""}">'
+        return [Problem(source, 1, f"the DOCTYPE is {shorten(shown, 120)}; write "
                                    f"{DOCTYPE} or leave it out")]
-    if "[" in head[len(info.doctype) - 1:]:
+    head = etree.tostring(tree, encoding=str)[: len(info.doctype) + 2]
+    if (next(subset.iterelements(), None) or next(subset.iterentities(), None)
+            or "[" in head[len(info.doctype) - 1:]):
         return [Problem(source, 1, "the DOCTYPE has an internal subset (entity or other "
                                    "declarations), which is refused; write "
                                    f"{DOCTYPE} with nothing in brackets")]

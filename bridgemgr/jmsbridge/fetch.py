@@ -86,6 +86,10 @@ def _read_http(url: str, timeout: float, max_bytes: int) -> bytes:
                 if time.monotonic() > deadline:
                     raise TimeoutError
     except urllib.error.HTTPError as exc:
+        location = exc.headers.get("Location") if exc.headers else None
+        if 300 <= exc.code < 400 and location:
+            raise _fail(url, f"redirects to {shorten(location, 120)}, which is refused; only "
+                             "redirects to http(s) URLs are followed") from None
         raise _fail(url, f"answered HTTP {exc.code} {shorten(str(exc.reason))[1:-1]}; check "
                          "the URL and the web server") from None
     except (TimeoutError, socket.timeout):

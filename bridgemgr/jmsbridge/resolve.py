@@ -50,9 +50,9 @@ def resolve_connection_factories(
                                     "check lookup-name and the property elements"))
             continue
         if not isinstance(found, ConnectionFactory):
-            problems.append(Problem(config.source, cf.line, f"{what} is a "
-                                    f"{type(found).__name__}, not a connection factory; "
-                                    "check lookup-name"))
+            kind = f"{type(found).__module__}.{type(found).__qualname__}"
+            problems.append(Problem(config.source, cf.line, f"{what} is not a connection "
+                                    f"factory (it is a {kind}); check lookup-name"))
             continue
         factories[cf.ref_name] = found
     return factories, problems
