@@ -77,10 +77,14 @@ def raise_if_errors(problems: Iterable[Problem]) -> None:
         raise ConfigError(problems)
 
 
+def clip(value: str, limit: int = 60) -> str:
+    """``value`` cut to ``limit`` characters, so a message stays one readable line."""
+    return value if len(value) <= limit else value[:limit] + "..."
+
+
 def shorten(value: str, limit: int = 60) -> str:
-    """A value quoted for a message; long values are cut so messages stay one line."""
-    value = value if len(value) <= limit else value[:limit] + "..."
-    return repr(value)
+    """A value quoted for a message, cut like clip()."""
+    return repr(clip(value, limit))
 
 
 SECRET_WORDS = ("pass", "pwd", "credential", "secret")
@@ -273,6 +277,11 @@ RESERVED_BRIDGE_NAMES = frozenset({"enabled", "activelist", "admin", "tm", "spar
 BRIDGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
 STOMP = "stomp"
 
+def is_bridge_name(name: str) -> bool:
+    """Usable as <name> in imq.bridge.<name>.* (and as a folder name under var)."""
+    return bool(BRIDGE_NAME.match(name)) and name not in RESERVED_BRIDGE_NAMES
+
+
 _FIXED = {p.key: p for p in FIXED_PROPS}
 _PER_BRIDGE = {p.key: p for p in BRIDGE_PROPS}
 
@@ -354,7 +363,7 @@ def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Orig
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
             problems.append(Problem(COMMAND_LINE, None,
-                                    f"-D{shorten(item)[1:-1]} is not key=value; write -Dkey=value"))
+                                    f"-D{clip(item)} is not key=value; write -Dkey=value"))
             continue
         entries.append((key.strip(), value, Origin(COMMAND_LINE, None)))
     return entries, problems
@@ -471,8 +480,8 @@ class BrokerProperties:
         """The active bridges in activelist order, then other bridges with a type, sorted."""
         typed = {name for key in self.values
                  if (row := schema_row(key)) and (name := row[1]) and key.endswith(".type")}
-        active = tuple(dict.fromkeys(self.activelist))
-        return active + tuple(sorted(typed - set(active)))
+        active = tuple(n for n in dict.fromkeys(self.activelist) if is_bridge_name(n))
+        return active + tuple(sorted(n for n in typed - set(active) if is_bridge_name(n)))
 
     def bridge(self, name: str) -> BridgeProperties:
         def get(suffix: str) -> Any:
@@ -582,7 +591,8 @@ def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
         try:
             values[key] = prop.kind.parse(value)
         except ValueError:
-            shown = "a value that is not shown" if is_secret_name(key) else shorten(value)
+            secret = prop.secret or is_secret_name(key)
+            shown = "a value that is not shown" if secret else shorten(value)
             origin = origins[key]
             problems.append(Problem(origin.source, origin.line,
                                     f"{key} is {shown}; {prop.kind.expected}"))
@@ -602,7 +612,7 @@ def _problem(props: BrokerProperties, key: str, message: str,
 
 
 def _unknown_key_warnings(keys: list[str], props: BrokerProperties) -> list[Problem]:
-    names = [n for n in props.activelist if BRIDGE_NAME.match(n)]
+    names = [n for n in props.activelist if is_bridge_name(n)]
     found = []
     for key in keys:
         closest = _closest_key(key, names)
@@ -621,7 +631,7 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
             found.append(_problem(props, active_key, f"bridge {name} is listed twice in "
                                   f"{active_key}; list it once", "warning"))
         seen.add(name)
-        if not BRIDGE_NAME.match(name) or name in RESERVED_BRIDGE_NAMES:
+        if not is_bridge_name(name):
             found.append(_problem(props, active_key, f"{shorten(name)} in {active_key} is not a "
                                   "usable bridge name; use letters, digits, _ and - (not "
                                   + ", ".join(sorted(RESERVED_BRIDGE_NAMES)) + ")"))
@@ -636,13 +646,14 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
     for name, first_key in sorted(bridge_keys.items()):
         found += _bridge_checks(props, name, first_key)
     for key in props.values:
-        if key.endswith("tm.props"):
+        row = schema_row(key)
+        if row and row[0].kind is KEY_VALUES:
             found += _tm_props_checks(props, key)
     if props.enabled and not props.admin_user:
         found.append(_problem(props, "imq.bridge.enabled", "imq.bridge.enabled is true but "
                               "imq.bridge.admin.user is not set; imqbridgemgr cannot log in "
                               "until it is", "warning"))
-    if props.activelist and not props.enabled and props.is_set(active_key):
+    if props.activelist and not props.enabled:
         found.append(_problem(props, active_key, f"{active_key} names bridges but "
                               "imq.bridge.enabled is not true; no bridge will run", "warning"))
     return found

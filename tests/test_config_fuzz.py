@@ -178,10 +178,18 @@ def test_an_empty_internal_subset_is_harmless():
     assert parse_bridge_config(b'<!DOCTYPE jmsbridge []><jmsbridge name="b"/>').name == "b"
 
 
-def test_undeclared_entities_are_refused():
-    text = refused(f'{C.DOCTYPE}<jmsbridge name="b"><link name="l">&undefined;</link>'
-                   f'</jmsbridge>'.encode())
-    assert "undefined" in text
+@pytest.mark.parametrize("body", ['<jmsbridge name="b"><link name="l">&undefined;</link>'
+                                  "</jmsbridge>",
+                                  '<jmsbridge name="a&undefined;b"/>'])
+def test_undeclared_entities_are_refused_not_dropped(body):
+    text = refused(f"<?xml version='1.0'?>\n{C.DOCTYPE}\n{body}".encode())
+    assert text.startswith("hostile.xml:3: the entity reference &undefined; is refused")
+
+
+def test_the_doctype_problem_names_its_line():
+    text = refused(b'<?xml version="1.0"?>\n\n<!DOCTYPE jmsbridge SYSTEM "x.dtd">\n'
+                   b'<jmsbridge name="b"/>')
+    assert text.startswith("hostile.xml:3: the DOCTYPE is") and text.count("\n") == 0
 
 
 @pytest.mark.parametrize("data", [

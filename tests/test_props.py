@@ -276,6 +276,11 @@ def test_cross_check_warnings(overrides, expected):
     assert any(expected in w.message for w in props.warnings), props.warnings
 
 
+def test_a_spark_conf_key_ending_like_tm_props_is_just_text():
+    props = load_properties(overrides=["imq.bridge.spark.conf.x.tm.props=a"], environ={})
+    assert props.spark_conf == {"x.tm.props": "a"}
+
+
 def test_stomp_needs_no_type():
     props = load_properties(overrides=["imq.bridge.enabled=true", "imq.bridge.admin.user=a",
                                        "imq.bridge.activelist=stomp"], environ={})
@@ -368,3 +373,27 @@ def test_parse_properties_never_raises_and_keeps_good_values():
                                                   "imq.instancename=ok"], environ={})
     assert [p.severity for p in problems] == ["error"]
     assert props.get("imq.portmapper.port") == 7676 and props.get("imq.instancename") == "ok"
+
+
+KEYS = sorted(DEFAULTS) + ["imq.bridge.spark.conf.a", "imq.bridge.x y.type", "imq.bridge..type",
+                           "imq.bridge.b1.type.extra", "imq.bridge.", "imq.bridge.admin.type"]
+
+
+NAME_LISTS = st.lists(st.sampled_from(["b1", "stomp", "admin", "a.b", "", " ", "x y", "tm",
+                                        "spark", "B-2_c"]), max_size=4).map(",".join)
+
+
+@given(st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=30)),
+                          st.text(max_size=30)), max_size=12), NAME_LISTS)
+def test_any_properties_give_config_error_or_properties(pairs, active):
+    overrides = [f"imq.bridge.activelist={active}"] + [f"{k}={v}" for k, v in pairs]
+    props, problems = parse_properties(overrides=overrides, environ={})
+    try:
+        loaded = load_properties(overrides=overrides, environ={})
+    except ConfigError as exc:
+        assert exc.errors
+    else:
+        assert loaded.warnings == props.warnings
+    for name in props.bridge_names:
+        assert props.bridge(name).type == props.bridge_type(name)
+    assert props.stomp and props.autocreate and repr(props)

@@ -37,7 +37,7 @@ from lxml import etree
 from ..jms.naming import INITIAL_CONTEXT_FACTORY
 from ..props import (
     CLASS_NAME, INT32_MAX, INT64_MAX, TEXT, BrokerProperties, ConfigError, Kind,
-    Problem, integer, is_secret_name, raise_if_errors, shorten,
+    Problem, clip, integer, is_secret_name, raise_if_errors, shorten,
 )
 from .fetch import DEFAULT_TIMEOUT, MAX_CONFIG_BYTES, read_xmlurl
 
@@ -267,6 +267,9 @@ class _RefuseAll(etree.Resolver):
         return self.resolve_string("", context)
 
 
+_UNDECLARED = re.compile(r"Entity '(.*)' not defined")
+
+
 def _parse(data: bytes, source: str) -> etree._ElementTree:
     resolver = _RefuseAll()
     parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
@@ -275,24 +278,37 @@ def _parse(data: bytes, source: str) -> etree._ElementTree:
     parser.resolvers.add(resolver)
     try:
         root = etree.fromstring(data, parser)
-    except etree.XMLSyntaxError as exc:
-        line = exc.lineno if exc.lineno else None
-        message = str(exc.msg or exc).split(", line ")[0]
+    except etree.LxmlError as exc:  # XMLSyntaxError, and the rarer parser failures
+        line = getattr(exc, "lineno", None) or None
+        message = str(getattr(exc, "msg", None) or exc).split(", line ")[0]
+        hint = ("save it as UTF-8 or declare its encoding" if re.search(
+            "encod|UTF|Char|Bytes", message) else "fix the XML")
         raise ConfigError([Problem(source, line, f"the file is not well-formed XML "
-                                                 f"({shorten(message, 200)[1:-1]}); fix it "
-                                                 "or save it as UTF-8")]) from None
+                                                 f"({clip(message, 200)}); {hint}")]) from None
     if root is None:
         raise ConfigError([Problem(source, None, "the file is empty; write a <jmsbridge>")])
     tree = root.getroottree()
-    problems = _doctype_problems(tree, source)
-    problems += [Problem(source, None, f"the file asks to load {shorten(url)}, which is "
-                                       "refused; remove the reference") for url in
-                 dict.fromkeys(resolver.requested)]
+    problems = _doctype_problems(tree, source, data)
+    if not problems:
+        problems = [Problem(source, None, f"the file asks to load {shorten(url)}, which is "
+                                          "refused; remove the reference")
+                    for url in dict.fromkeys(resolver.requested)]
+    # Undeclared entities stay unexpanded (in attributes they would silently vanish).
+    problems += [Problem(source, e.line or None, f"the entity reference "
+                                                f"&{clip(m[1])}; is refused; write the text "
+                                                "itself (or &amp; for &)")
+                 for e in parser.error_log if (m := _UNDECLARED.match(e.message))]
     raise_if_errors(problems)
     return tree
 
 
-def _doctype_problems(tree: etree._ElementTree, source: str) -> list[Problem]:
+def _doctype_line(data: bytes) -> int | None:
+    """The line of the DOCTYPE (in ASCII-compatible encodings; else unknown)."""
+    at = data.find(b"<!DOCTYPE")
+    return data.count(b"\n", 0, at) + 1 if at >= 0 else None
+
+
+def _doctype_problems(tree: etree._ElementTree, source: str, data: bytes) -> list[Problem]:
     info = tree.docinfo
     subset = info.internalDTD  # the DOCTYPE's name and declarations, if there is a DOCTYPE
     if subset is None:
@@ -300,14 +316,14 @@ def _doctype_problems(tree: etree._ElementTree, source: str) -> list[Problem]:
     if subset.name != "jmsbridge" or info.public_id or info.system_url not in (
             None, DTD_SYSTEM_ID):
         shown = f'<!DOCTYPE {subset.name} ... "{info.system_url or ""}">'
-        return [Problem(source, 1, f"the DOCTYPE is {shorten(shown, 120)}; write "
-                                   f"{DOCTYPE} or leave it out")]
+        return [Problem(source, _doctype_line(data), f"the DOCTYPE is {shorten(shown, 120)}; "
+                        f"write {DOCTYPE} or leave it out")]
     head = etree.tostring(tree, encoding=str)[: len(info.doctype) + 2]
     if (next(subset.iterelements(), None) or next(subset.iterentities(), None)
             or "[" in head[len(info.doctype) - 1:]):
-        return [Problem(source, 1, "the DOCTYPE has an internal subset (entity or other "
-                                   "declarations), which is refused; write "
-                                   f"{DOCTYPE} with nothing in brackets")]
+        return [Problem(source, _doctype_line(data), "the DOCTYPE has an internal subset "
+                        "(entity or other declarations), which is refused; write "
+                        f"{DOCTYPE} with nothing in brackets")]
     return []
 
 
@@ -324,7 +340,7 @@ def _missing_attribute(m: re.Match[str]) -> str:
 
 def _unknown_attribute(m: re.Match[str]) -> str:
     known = dtd_attributes().get(m[2], {})
-    return f"<{m[2]}> has no attribute {shorten(m[1])[1:-1]}{_hint(m[1], known)}; remove it"
+    return f"<{m[2]}> has no attribute {clip(m[1])}{_hint(m[1], known)}; remove it"
 
 
 def _bad_value(m: re.Match[str]) -> str:
@@ -334,7 +350,7 @@ def _bad_value(m: re.Match[str]) -> str:
 
 
 def _unknown_element(m: re.Match[str]) -> str:
-    return (f"there is no element <{shorten(m[1])[1:-1]}> in a JMS bridge configuration"
+    return (f"there is no element <{clip(m[1])}> in a JMS bridge configuration"
             f"{_hint(m[1], dtd_attributes())}; remove it")
 
 
@@ -359,7 +375,7 @@ def _dtd_message(message: str) -> str:
         match = pattern.match(message)
         if match:
             return rewrite(match)
-    return f"{shorten(message.strip(), 200)[1:-1]} (see {DTD_SYSTEM_ID})"
+    return f"{clip(message.strip(), 200)} (see {DTD_SYSTEM_ID})"
 
 
 def _validate(tree: etree._ElementTree, source: str) -> list[Problem]:
@@ -368,16 +384,13 @@ def _validate(tree: etree._ElementTree, source: str) -> list[Problem]:
     if root.tag != "jmsbridge":
         tag = root.tag if isinstance(root.tag, str) else "?"
         problems.append(Problem(source, root.sourceline, f"the top element is "
-                                f"<{shorten(tag)[1:-1]}>; a bridge configuration starts with "
+                                f"<{clip(tag)}>; a bridge configuration starts with "
                                 "<jmsbridge name=...>"))
     with _dtd_lock:
         dtd = _dtd()
         if not dtd.validate(tree):
             problems += [Problem(source, e.line or None, _dtd_message(e.message))
                          for e in dtd.error_log]
-    for node in root.iter(etree.Entity):
-        problems.append(Problem(source, node.sourceline, f"the entity reference "
-                                f"{shorten(node.text)[1:-1]} is refused; write the text itself"))
     return problems
 
 

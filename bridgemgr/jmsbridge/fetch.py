@@ -18,7 +18,7 @@ import urllib.request
 from pathlib import Path
 from typing import Callable, Mapping
 
-from ..props import ConfigError, Problem, shorten
+from ..props import ConfigError, Problem, clip, shorten
 
 DEFAULT_TIMEOUT = 10.0  # seconds for a whole http(s) transfer
 MAX_CONFIG_BYTES = 4 * 1024 * 1024  # bridge configurations are a few kilobytes
@@ -90,17 +90,17 @@ def _read_http(url: str, timeout: float, max_bytes: int) -> bytes:
         if 300 <= exc.code < 400 and location:
             raise _fail(url, f"redirects to {shorten(location, 120)}, which is refused; only "
                              "redirects to http(s) URLs are followed") from None
-        raise _fail(url, f"answered HTTP {exc.code} {shorten(str(exc.reason))[1:-1]}; check "
+        raise _fail(url, f"answered HTTP {exc.code} {clip(str(exc.reason))}; check "
                          "the URL and the web server") from None
     except (TimeoutError, socket.timeout):
         raise _fail(url, f"did not send the file within {timeout:g} seconds; check the web "
                          "server") from None
     except urllib.error.URLError as exc:
-        raise _fail(url, f"cannot be read ({shorten(str(exc.reason), 120)[1:-1]}); check the "
+        raise _fail(url, f"cannot be read ({clip(str(exc.reason), 120)}); check the "
                          "URL and the web server") from None
     except (OSError, http.client.HTTPException, ValueError) as exc:
         raise _fail(url, f"cannot be read ({type(exc).__name__}: "
-                         f"{shorten(str(exc), 120)[1:-1]}); check the URL") from None
+                         f"{clip(str(exc), 120)}); check the URL") from None
     return b"".join(chunks)
 
 
@@ -119,7 +119,7 @@ def read_xmlurl(url: str, *, base_dir: str | os.PathLike[str] | None = None,
     if scheme in SCHEMES:
         return SCHEMES[scheme](url, timeout, max_bytes), url
     if scheme not in ("", "file") and len(scheme) > 1:  # one letter: a Windows drive
-        raise _fail(url, f"uses the scheme {shorten(scheme)[1:-1]}:, which is not supported; "
+        raise _fail(url, f"uses the scheme {clip(scheme)}:, which is not supported; "
                          "use a path, a file: URL or an http(s): URL")
     path = _local(url, Path(base_dir) if base_dir is not None else None)
     return _read_path(path, max_bytes), str(path)

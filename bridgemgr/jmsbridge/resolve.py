@@ -13,7 +13,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from ..jms import naming
 from ..jms.spi import ConnectionFactory, is_xa_capable
-from ..props import Problem, shorten
+from ..props import Problem, clip, shorten
 from .config import BridgeConfig, LinkConfig
 
 HostFactory = Callable[[Mapping[str, str]], Any]
@@ -46,7 +46,7 @@ def resolve_connection_factories(
                      else lookup(cf.lookup_name, cf.environment))
         except Exception as exc:  # provider code: any failure is a problem to report
             problems.append(Problem(config.source, cf.line, f"{what} cannot be found "
-                                    f"({type(exc).__name__}: {shorten(str(exc), 160)[1:-1]}); "
+                                    f"({type(exc).__name__}: {clip(str(exc), 160)}); "
                                     "check lookup-name and the property elements"))
             continue
         if not isinstance(found, ConnectionFactory):
