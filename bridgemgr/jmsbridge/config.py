@@ -417,7 +417,8 @@ class _Builder:
         self.source = source
         self.problems: list[Problem] = []
 
-    def attrs(self, el: etree._Element, tag: str, skip: Iterable[str] = ()) -> dict[str, Any]:
+    def attrs(self, el: etree._Element | None, tag: str,
+              skip: Iterable[str] = ()) -> dict[str, Any]:
         """Every DTD attribute of ``tag`` as a dataclass keyword, defaults applied."""
         result: dict[str, Any] = {}
         for name, decl in dtd_attributes()[tag].items():
@@ -435,7 +436,7 @@ class _Builder:
         result["line"] = el.sourceline if el is not None else None
         return result
 
-    def convert(self, el: etree._Element, tag: str, name: str, value: str | None,
+    def convert(self, el: etree._Element | None, tag: str, name: str, value: str | None,
                 decl: Any) -> Any:
         choices = decl.values()
         if choices and value not in choices:  # the DTD check has reported it
