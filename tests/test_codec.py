@@ -440,7 +440,7 @@ def test_count_fields_are_checked_against_the_data():
     m = MapMessage({"a": 1})
     blob = bytearray(encode(m))
     blob[HEAD_END - 4:HEAD_END] = struct.pack(">I", 2**32 - 2)  # the entry count
-    with pytest.raises(MessageCodecError, match="count"):
+    with pytest.raises(MessageCodecError, match="exceed"):
         decode(bytes(blob))
 
 
@@ -473,11 +473,11 @@ def test_invalid_value_types_in_a_blob():
             decode(bytes(_property_blob("p", ptype, value)))
     for code in (0, 11, 255):
         blob = _property_blob("p", PropertyType.INT, 1)
-        blob[HEAD_END] = code  # the first property's type code
+        blob[HEAD_END + 4 + 4 + 1] = code  # after the names length, the name length and "p"
         with pytest.raises(MessageCodecError, match=f"code {code}"):
             decode(bytes(blob))
     blob = _property_blob("p", PropertyType.BOOLEAN, True)
-    blob[HEAD_END + 5] = 2  # after the code and the name length
+    blob[-1] = 2  # the last value
     with pytest.raises(MessageCodecError, match="boolean"):
         decode(bytes(blob))
 
@@ -499,8 +499,8 @@ def test_invalid_destination_kinds_and_flags():
 
 def test_repeated_names_and_bad_utf8():
     blob = bytearray(encode(MapMessage({"a": 1, "b": 2})))
-    assert blob[-1:] == b"b"
-    blob[-1:] = b"a"
+    names = blob.index(b"ab", HEAD_END)
+    blob[names + 1] = ord("a")
     with pytest.raises(MessageCodecError, match="repeated"):
         decode(bytes(blob))
     with pytest.raises(MessageCodecError, match="UnicodeDecodeError"):
@@ -557,3 +557,29 @@ def test_random_corruption_of_random_messages(m, data):
         i = data.draw(st.integers(0, len(blob) - 1))
         blob[i] = data.draw(st.integers(0, 255))
     _decodes_or_refuses(bytes(blob))
+
+
+def test_caches_give_the_same_result_and_stay_bounded():
+    m = MapMessage({"a": "x", "b": True, "c": "\ud800"})
+    m.set_string_property("p", "v")
+    m.destination = Queue("q")
+    blob = encode(m)
+    assert decode(blob) == decode(blob) == m  # the second decode hits every cache
+    for i in range(3 * codec._CACHE_LIMIT):
+        junk = Message()
+        junk.set_int_property(f"p{i}", i)
+        junk.destination = Queue(f"q{i}")
+        assert decode(encode(junk)) == junk
+    for cache in (codec._PROPERTY_NAMES, codec._DESTINATIONS, codec._ENCODED_NAMES, codec._LAYOUTS):
+        assert len(cache) <= codec._CACHE_LIMIT
+    assert decode(blob) == m
+
+
+def test_a_cached_name_prefix_is_still_checked_against_the_data():
+    m = Message()
+    m.set_string_property("name", "value")
+    blob = encode(m)
+    decode(blob)  # cache the prefix
+    for cut in range(len(blob)):
+        with pytest.raises(MessageCodecError):
+            decode(blob[:cut])

@@ -21,10 +21,17 @@ so every Python str round-trips (lone surrogates too); NONE is 0xFFFFFFFF::
                   BYTES: length; MAP, STREAM: entry count; MESSAGE, OBJECT: 0)
               then the five header texts, the properties as entries, and the body:
               TEXT text; BYTES raw; MAP entries; STREAM items; OBJECT a value.
-    entry   = type code u8 | u32 name length | fixed value or u32 length | name | [text or raw]
-    item    = type code u8 | fixed value or u32 length | [text or raw]
-              (codes are PropertyType's; fixed values: BOOLEAN u8 0/1, BYTE b, SHORT h,
-              INT i, LONG q, FLOAT f (float32, exact), DOUBLE d, CHAR u16 code unit)
+    entries = u32 length of the names | name lengths (u32 each) | names | type codes (u8
+              each, PropertyType's) | values | the STRING texts and BYTES raw values, in order
+    items   = type codes | values | texts and raw values       (a stream: entries without names)
+    values  = one fixed-width value per entry: BOOLEAN u8 0/1, BYTE b, SHORT h, INT i, LONG q,
+              FLOAT f (float32, exact), DOUBLE d, CHAR u16 code unit, STRING and BYTES u32 length
+    (entries and items are absent when their count is 0)
+
+Entries are laid out in columns so that one struct call reads every fixed value, and
+so that what recurs from message to message is contiguous: the encoder caches the
+bytes up to the end of the names, and the decoder caches the parse (names checked
+once, the struct of the values) of the bytes up to the end of the type codes.
 
 A later version bumps the version byte and can add fields behind a reserved flag bit;
 its decoder keeps reading version 1 by dispatching on the byte this one checks.
@@ -36,7 +43,8 @@ malformed input raises :class:`MessageCodecError`.
 from __future__ import annotations
 
 import struct
-from typing import Any, Callable
+from operator import itemgetter
+from typing import Any, Callable, Iterable, NamedTuple
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, from_kind
 from .errors import MessageCodecError, MessageFormatException
@@ -72,40 +80,47 @@ _HEAD_AFTER_TAG = struct.Struct(">BBBqqqiiiIIIIIII")
 (T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_STR, T_BYTES, T_JAVA, T_LIST, T_DICT,
  T_DEST, T_MESSAGE) = range(13)
 _MESSAGE_CLASSES = (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
-K_MESSAGE, K_TEXT, K_BYTES, K_MAP, K_STREAM, K_OBJECT = range(len(_MESSAGE_CLASSES))
+K_TEXT, K_BYTES, K_MAP, K_STREAM, K_OBJECT = range(1, len(_MESSAGE_CLASSES))  # 0: MESSAGE
 _MESSAGE_KINDS: dict[type, int] = {cls: kind for kind, cls in enumerate(_MESSAGE_CLASSES)}
+_T_END = T_MESSAGE + len(_MESSAGE_CLASSES)
 _DEST_KINDS = (Queue.kind, Topic.kind, TemporaryQueue.kind, TemporaryTopic.kind)
 _DEST_CODES: dict[type, int] = {Queue: 0, Topic: 1, TemporaryQueue: 2, TemporaryTopic: 3}
 _DELIVERY_MODES = {int(mode): mode for mode in DeliveryMode}
 
-# Typed values (properties, map entries, stream items), by PropertyType code. The fixed
-# part of an entry is one struct: (code, name length, value) or, for STRING and BYTES,
-# (code, name length, value length).
-_STRING, _BYTES, _BOOLEAN, _CHAR = (int(PropertyType.STRING), int(PropertyType.BYTES),
-                                    int(PropertyType.BOOLEAN), int(PropertyType.CHAR))
+# Typed values (properties, map entries, stream items): the struct format of each
+# PropertyType's fixed-width value (a length for STRING and BYTES, a code unit for CHAR).
+_BYTES, _CHAR = int(PropertyType.BYTES), int(PropertyType.CHAR)
 _VALUE_FORMATS = {PropertyType.BOOLEAN: "B", PropertyType.BYTE: "b", PropertyType.SHORT: "h",
                   PropertyType.INT: "i", PropertyType.LONG: "q", PropertyType.FLOAT: "f",
                   PropertyType.DOUBLE: "d", PropertyType.STRING: "I", PropertyType.CHAR: "H",
                   PropertyType.BYTES: "I"}
-_PUT_ENTRY = {t: struct.Struct(">BI" + f) for t, f in _VALUE_FORMATS.items()}
-_PUT_ITEM = {t: struct.Struct(">B" + f) for t, f in _VALUE_FORMATS.items()}
-# Decoding: code -> (struct of the fixed part after the code, PropertyType, post-processing)
-_PLAIN, _TEXT, _RAW, _BOOL, _UNIT = range(5)
-_POST = {PropertyType.STRING: _TEXT, PropertyType.BYTES: _RAW, PropertyType.BOOLEAN: _BOOL,
-         PropertyType.CHAR: _UNIT}
-_Spec = tuple[struct.Struct, PropertyType, int]
-_ENTRY_SPECS: dict[int, _Spec] = {
-    t: (struct.Struct(">I" + f), t, _POST.get(t, _PLAIN)) for t, f in _VALUE_FORMATS.items()}
-_PROPERTY_SPECS: dict[int, _Spec] = {
-    t: spec for t, spec in _ENTRY_SPECS.items() if t not in (PropertyType.CHAR, PropertyType.BYTES)}
-_ITEM_SPECS: dict[int, _Spec] = {
-    t: (struct.Struct(">" + f), t, _POST.get(t, _PLAIN)) for t, f in _VALUE_FORMATS.items()}
+_FIRST, _SECOND = itemgetter(0), itemgetter(1)
+_ALL_CODES = frozenset(int(t) for t in PropertyType)
+_PROPERTY_CODES = _ALL_CODES - {_CHAR, _BYTES}
 
-# Bounded caches of what recurs from message to message: the encoded property names
-# found valid (so the hot path skips the name rules and shares one str per name) and
-# the destinations (immutable values).
-_CACHE_LIMIT = 4096
-_PROPERTY_NAMES: dict[bytes, str] = {}
+
+class _Layout(NamedTuple):
+    """The parse of a run of type codes: one struct for their fixed-width values, and
+    where those are not the values themselves."""
+    ptypes: tuple[PropertyType, ...]
+    fixed: struct.Struct
+    plain: bool  # every value is a number as it stands
+    variable: tuple[tuple[int, bool], ...]  # (index, is STRING) of STRING and BYTES values: lengths
+    bools: tuple[int, ...]
+    chars: tuple[int, ...]
+
+
+# Caches of what recurs from message to message: layouts by type codes, the parsed
+# names of properties and map entries by their encoded prefix, encoded names by the
+# names, and destinations. Each is emptied when full and long keys are not kept, so
+# junk input cannot grow them.
+_CACHE_LIMIT = 1024
+_CACHED_CODES_LIMIT = 64
+_CACHED_NAMES_LIMIT = 512  # bytes
+_LAYOUTS: dict[bytes, _Layout] = {}
+_PROPERTY_NAMES: dict[bytes, tuple[tuple[str, ...], _Layout]] = {}
+_MAP_NAMES: dict[bytes, tuple[tuple[str, ...], _Layout]] = {}
+_ENCODED_NAMES: dict[tuple[str, ...], bytes] = {}
 _DESTINATIONS: dict[tuple[int, bytes], Destination] = {}
 
 _Writer = Callable[[bytearray, Any, int], None]
@@ -132,8 +147,9 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         data = _as_bytes(data)
     try:
         pos = 5 if data.startswith(_PREFIX) else _open(data)
-        if not T_MESSAGE <= data[pos] < T_MESSAGE + len(_MESSAGE_CLASSES):
-            raise MessageCodecError(f"the blob holds a value of tag {data[pos]}, not a message")
+        tag = data[pos]
+        if not T_MESSAGE <= tag < _T_END:
+            raise MessageCodecError(f"the blob holds a value of tag {tag}, not a message")
         message, pos = _read_message(data, pos + 1, 0)
         if pos != len(data):
             raise _trailing(data, pos)
@@ -190,12 +206,14 @@ def _too_deep() -> MessageFormatException:
 
 
 def _bad_headers(m: Message) -> MessageFormatException:
-    wrong = [f"{name}={getattr(m, name)!r}" for name, ok in (
-        ("message_id", str), ("correlation_id", str), ("type", str),
-        ("reply_to", Destination), ("destination", Destination))
-        if not isinstance(getattr(m, name), (ok, type(None)))]
+    texts = (("message_id", m.message_id), ("correlation_id", m.correlation_id), ("type", m.type))
+    dests = (("reply_to", m.reply_to), ("destination", m.destination))
+    wrong = [f"{name}={value!r}" for name, value in texts if value is not None and not isinstance(value, str)]
+    wrong += [f"{name}={value!r}" for name, value in dests if value is not None and _dest_code(value) is None]
     if wrong:
-        return MessageFormatException(f"cannot encode headers of the wrong type: {', '.join(wrong)}")
+        return MessageFormatException(
+            f"cannot encode headers of the wrong type: {', '.join(wrong)} (texts must be str, "
+            "destinations a Queue, Topic, TemporaryQueue or TemporaryTopic with a str name)")
     return MessageFormatException(
         "cannot encode the headers: timestamp, expiration and delivery_time must be int64, "
         "delivery_count, delivery_mode and priority int32; got "
@@ -203,11 +221,10 @@ def _bad_headers(m: Message) -> MessageFormatException:
         f"{m.delivery_count!r}, {m.delivery_mode!r}, {m.priority!r}")
 
 
-def _dest_code(dest: Destination) -> int:
+def _dest_code(dest: Destination) -> int | None:
+    """The wire kind of a destination the codec can rebuild exactly, else None."""
     code = _DEST_CODES.get(type(dest))
-    if code is None or type(dest.name) is not str:
-        raise _not_serialisable(f"destination {dest!r}")
-    return code
+    return code if code is not None and type(dest.name) is str else None
 
 
 def _put_message(out: bytearray, m: Message, depth: int) -> None:
@@ -221,14 +238,10 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
         raw_id = b"" if message_id is None else message_id.encode("utf-8", "surrogatepass")
         raw_corr = b"" if correlation_id is None else correlation_id.encode("utf-8", "surrogatepass")
         raw_type = b"" if jms_type is None else jms_type.encode("utf-8", "surrogatepass")
-        if reply_to is None:
-            reply_kind, raw_reply = _NO_DEST, b""
-        else:
-            reply_kind, raw_reply = _dest_code(reply_to), reply_to.name.encode("utf-8", "surrogatepass")
-        if destination is None:
-            dest_kind, raw_dest = _NO_DEST, b""
-        else:
-            dest_kind, raw_dest = _dest_code(destination), destination.name.encode("utf-8", "surrogatepass")
+        reply_kind = _NO_DEST if reply_to is None else _dest_code(reply_to)
+        dest_kind = _NO_DEST if destination is None else _dest_code(destination)
+        raw_reply = b"" if reply_to is None else reply_to.name.encode("utf-8", "surrogatepass")
+        raw_dest = b"" if destination is None else destination.name.encode("utf-8", "surrogatepass")
         if kind == K_TEXT:
             text = m._text  # type: ignore[attr-defined]
             body_size = NONE if text is None else len(body := text.encode("utf-8", "surrogatepass"))
@@ -247,7 +260,7 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
             NONE if message_id is None else len(raw_id), NONE if correlation_id is None else len(raw_corr),
             NONE if jms_type is None else len(raw_type), len(raw_reply), len(raw_dest),
             len(m._props), body_size)
-    except (AttributeError, struct.error):
+    except (AttributeError, struct.error):  # a wrong type, an int out of range, a kind of None
         raise _bad_headers(m) from None
     out += raw_id
     out += raw_corr
@@ -255,13 +268,15 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
     out += raw_reply
     out += raw_dest
     try:
-        _put_entries(out, m._props)
+        if m._props:
+            _put_entries(out, m._props)
         if kind == K_TEXT or kind == K_BYTES:
             out += body
         elif kind == K_MAP:
-            _put_entries(out, m._map)  # type: ignore[attr-defined]
+            if m._map:  # type: ignore[attr-defined]
+                _put_entries(out, m._map)  # type: ignore[attr-defined]
         elif kind == K_STREAM:
-            _put_items(out, m._items)  # type: ignore[attr-defined]
+            _put_values(out, m._items)  # type: ignore[attr-defined]
         elif kind == K_OBJECT:
             _put_value(out, m._object, depth + 1)  # type: ignore[attr-defined]
     except (struct.error, OverflowError) as exc:
@@ -269,33 +284,34 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
 
 
 def _put_entries(out: bytearray, entries: dict[str, tuple[PropertyType, Any]]) -> None:
-    for name, (ptype, value) in entries.items():
-        raw_name = name.encode("utf-8", "surrogatepass")
-        if ptype == _STRING:
-            raw = value.encode("utf-8", "surrogatepass")
-            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), len(raw))
-            out += raw_name
-            out += raw
-        elif ptype == _BYTES:
-            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), len(value))
-            out += raw_name
-            out += value
-        else:
-            out += _PUT_ENTRY[ptype].pack(ptype, len(raw_name), ord(value) if ptype == _CHAR else value)
-            out += raw_name
+    names = tuple(entries)
+    encoded = _ENCODED_NAMES.get(names)
+    if encoded is None:
+        raw_names = [name.encode("utf-8", "surrogatepass") for name in names]
+        joined = b"".join(raw_names)
+        encoded = _U32.pack(len(joined)) + struct.pack(f">{len(names)}I", *map(len, raw_names)) + joined
+        if len(encoded) <= _CACHED_NAMES_LIMIT:
+            _remember(_ENCODED_NAMES, names, encoded)
+    out += encoded
+    _put_values(out, entries.values())
 
 
-def _put_items(out: bytearray, items: list[tuple[PropertyType, Any]]) -> None:
-    for ptype, value in items:
-        if ptype == _STRING:
-            raw = value.encode("utf-8", "surrogatepass")
-            out += _PUT_ITEM[ptype].pack(ptype, len(raw))
-            out += raw
-        elif ptype == _BYTES:
-            out += _PUT_ITEM[ptype].pack(ptype, len(value))
-            out += value
-        else:
-            out += _PUT_ITEM[ptype].pack(ptype, ord(value) if ptype == _CHAR else value)
+def _put_values(out: bytearray, typed: Iterable[tuple[PropertyType, Any]]) -> None:
+    """Type codes, fixed values, texts: the part of entries after the names, or items."""
+    codes = bytes(map(_FIRST, typed))
+    layout = _layout(codes)
+    values = list(map(_SECOND, typed))
+    texts = []
+    for i, is_text in layout.variable:
+        raw = values[i].encode("utf-8", "surrogatepass") if is_text else values[i]
+        values[i] = len(raw)
+        texts.append(raw)
+    for i in layout.chars:
+        values[i] = ord(values[i])
+    out += codes
+    out += layout.fixed.pack(*values)
+    for raw in texts:
+        out += raw
 
 
 def _put_str(out: bytearray, text: str) -> None:
@@ -362,7 +378,10 @@ def _put_dict(out: bytearray, obj: dict, depth: int) -> None:
 
 
 def _put_destination(out: bytearray, obj: Destination, depth: int) -> None:
-    out += bytes((T_DEST, _dest_code(obj)))
+    code = _dest_code(obj)
+    if code is None:
+        raise _not_serialisable(f"destination {obj!r} (its name must be a str)")
+    out += bytes((T_DEST, code))
     _put_str(out, obj.name)
 
 
@@ -438,8 +457,8 @@ def _read_header_dest(data: bytes, pos: int, kind: int, n: int) -> tuple[Destina
         if kind >= len(_DEST_KINDS):
             raise _bad(f"unknown destination kind {kind}")
         dest = from_kind(_DEST_KINDS[kind], key[1].decode("utf-8", "surrogatepass"))
-        if len(_DESTINATIONS) < _CACHE_LIMIT:
-            _DESTINATIONS[key] = dest
+        if n <= _CACHED_NAMES_LIMIT:
+            _remember(_DESTINATIONS, key, dest)
     return dest, end
 
 
@@ -480,10 +499,17 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
         pos += n_type
     if reply_kind != _NO_DEST or n_reply:
         m.reply_to, pos = _read_header_dest(data, pos, reply_kind, n_reply)
-    if dest_kind != _NO_DEST or n_dest:
+    if dest_kind != _NO_DEST and pos + n_dest <= size:
+        destination = _DESTINATIONS.get((dest_kind, data[pos:pos + n_dest]))
+        if destination is None:
+            destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
+        else:
+            pos += n_dest
+        m.destination = destination
+    elif dest_kind != _NO_DEST or n_dest:
         m.destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
     if n_props:
-        pos = _read_entries(data, pos, n_props, m._props, _PROPERTY_SPECS, _PROPERTY_NAMES)
+        pos = _read_entries(data, pos, n_props, m._props, _PROPERTY_NAMES)
     if kind == K_TEXT:
         if body_size != NONE:
             if pos + body_size > size:
@@ -497,9 +523,9 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
         m._buf = bytearray(data[pos:pos + body_size])  # type: ignore[attr-defined]
         return m, pos + body_size
     if kind == K_MAP:
-        return m, _read_entries(data, pos, body_size, m._map, _ENTRY_SPECS, None)  # type: ignore[attr-defined]
+        return m, _read_entries(data, pos, body_size, m._map, _MAP_NAMES) if body_size else pos  # type: ignore[attr-defined]
     if kind == K_STREAM:
-        return m, _read_items(data, pos, body_size, m._items)  # type: ignore[attr-defined]
+        return m, _read_items(data, pos, body_size, m._items) if body_size else pos  # type: ignore[attr-defined]
     if body_size:
         raise _bad(f"a {m.message_type} message has a body size of {body_size}")
     if kind == K_OBJECT:
@@ -507,83 +533,108 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
     return m, pos
 
 
-def _finish_value(data: bytes, pos: int, post: int, value: int) -> tuple[Any, int]:
-    """A typed value that is not a plain number, from the number its fixed part held."""
-    if post == _TEXT or post == _RAW:
-        end = pos + value
-        if end > len(data):
-            raise _truncated(data, pos, value)
-        return (data[pos:end].decode("utf-8", "surrogatepass") if post == _TEXT else data[pos:end]), end
-    if post == _BOOL:
-        if value > 1:
-            raise _bad(f"boolean byte {value}")
-        return value == 1, pos
-    return chr(value), pos  # _UNIT: a CHAR
+def _remember(cache: dict, key: Any, value: Any) -> None:
+    if len(cache) >= _CACHE_LIMIT:
+        cache.clear()
+    cache[key] = value
+
+
+def _layout(codes: bytes) -> _Layout:
+    """The layout of a run of type codes, from the cache or checked and built."""
+    layout = _LAYOUTS.get(codes)
+    if layout is None:
+        for code in codes:
+            if code not in _ALL_CODES:
+                raise _bad(f"unknown value type code {code}")
+        ptypes = tuple(map(PropertyType, codes))
+        at = lambda *kinds: tuple(i for i, t in enumerate(ptypes) if t in kinds)  # noqa: E731
+        layout = _Layout(
+            ptypes, struct.Struct(">" + "".join(_VALUE_FORMATS[t] for t in ptypes)),
+            not at(PropertyType.STRING, PropertyType.BYTES, PropertyType.BOOLEAN, PropertyType.CHAR),
+            tuple((i, ptypes[i] is PropertyType.STRING) for i in at(PropertyType.STRING, PropertyType.BYTES)),
+            at(PropertyType.BOOLEAN), at(PropertyType.CHAR))
+        if len(codes) <= _CACHED_CODES_LIMIT:
+            _remember(_LAYOUTS, codes, layout)
+    return layout
+
+
+def _read_fixed(data: bytes, pos: int, layout: _Layout) -> tuple[Any, int]:
+    """The values of a layout at ``pos``, and the position after their texts."""
+    values = layout.fixed.unpack_from(data, pos)
+    pos += layout.fixed.size
+    if layout.plain:
+        return values, pos
+    values = list(values)
+    size = len(data)
+    for i, is_text in layout.variable:
+        end = pos + values[i]
+        if end > size:
+            raise _truncated(data, pos, values[i])
+        values[i] = data[pos:end].decode("utf-8", "surrogatepass") if is_text else data[pos:end]
+        pos = end
+    for i in layout.bools:
+        if values[i] > 1:
+            raise _bad(f"boolean byte {values[i]}")
+        values[i] = values[i] == 1
+    for i in layout.chars:
+        values[i] = chr(values[i])
+    return values, pos
 
 
 def _read_entries(data: bytes, pos: int, count: int, entries: dict[str, tuple[PropertyType, Any]],
-                  specs: dict[int, _Spec], names: dict[bytes, str] | None) -> int:
-    """Read ``count`` named typed values into ``entries``: properties (``names`` is the
-    cache of valid property names) or map entries (``names`` is None)."""
-    what = "map entry" if names is None else "property"
-    _check_count(data, pos, count, what)
-    size = len(data)
-    for _ in range(count):
-        spec = specs.get(data[pos])
-        if spec is None:
-            raise _bad(f"value type code {data[pos]} is not valid for a {what}")
-        fixed, ptype, post = spec
-        n, value = fixed.unpack_from(data, pos + 1)
-        pos += 1 + fixed.size
-        end = pos + n
-        if end > size:
-            raise _truncated(data, pos, n)
-        if names is None:
-            name = data[pos:end].decode("utf-8", "surrogatepass")
-            if not name:
-                raise _bad("a map entry has an empty name")
-        else:
-            raw = data[pos:end]
-            name = names.get(raw)  # type: ignore[assignment]
-            if name is None:
-                name = _new_property_name(raw)
-        pos = end
-        if post == _TEXT:
-            end = pos + value
-            if end > size:
-                raise _truncated(data, pos, value)
-            value = data[pos:end].decode("utf-8", "surrogatepass")
-            pos = end
-        elif post != _PLAIN:
-            value, pos = _finish_value(data, pos, post, value)
-        entries[name] = (ptype, value)
-    if len(entries) != count:
-        raise _bad(f"a {what} name is repeated")
+                  cache: dict[bytes, tuple[tuple[str, ...], _Layout]]) -> int:
+    """Read ``count`` named typed values into ``entries``: properties (``cache`` is
+    ``_PROPERTY_NAMES``) or map entries (``_MAP_NAMES``)."""
+    (names_size,) = _U32.unpack_from(data, pos)
+    end = pos + 4 + 5 * count + names_size
+    if end > len(data):
+        raise MessageCodecError(f"truncated message blob: {count} entries with {names_size} bytes of "
+                                f"names exceed the {len(data) - pos} bytes left")
+    key = data[pos:end]
+    parsed = cache.get(key)
+    if parsed is None:
+        parsed = _parse_names(key, count, cache is _PROPERTY_NAMES)
+        if len(key) <= _CACHED_NAMES_LIMIT:
+            _remember(cache, key, parsed)
+    names, layout = parsed
+    values, pos = _read_fixed(data, end, layout)
+    entries.update(zip(names, zip(layout.ptypes, values)))
     return pos
 
 
-def _new_property_name(raw: bytes) -> str:
-    name = raw.decode("utf-8", "surrogatepass")
-    problem = property_name_problem(name)
-    if problem:
-        raise _bad(problem)
-    if len(_PROPERTY_NAMES) < _CACHE_LIMIT:
-        _PROPERTY_NAMES[raw] = name
-    return name
+def _parse_names(key: bytes, count: int, properties: bool) -> tuple[tuple[str, ...], _Layout]:
+    """Check and parse a names length, name lengths, names and type codes (all of ``key``)."""
+    codes = key[len(key) - count:]
+    layout = _layout(codes)
+    if properties:
+        for code in codes:
+            if code not in _PROPERTY_CODES:
+                raise _bad(f"value type code {code} is not valid for a property")
+    lengths = struct.unpack_from(f">{count}I", key, 4)
+    pos = 4 + 4 * count
+    if sum(lengths) != len(key) - count - pos:
+        raise _bad("the name lengths do not add up to the names length")
+    names = []
+    for n in lengths:
+        name = key[pos:pos + n].decode("utf-8", "surrogatepass")
+        pos += n
+        if properties:
+            problem = property_name_problem(name)
+            if problem:
+                raise _bad(problem)
+        elif not name:
+            raise _bad("a map entry has an empty name")
+        names.append(name)
+    if len(set(names)) != count:
+        raise _bad(f"a {'property' if properties else 'map entry'} name is repeated")
+    return tuple(names), layout
 
 
 def _read_items(data: bytes, pos: int, count: int, items: list[tuple[PropertyType, Any]]) -> int:
     _check_count(data, pos, count, "stream item")
-    for _ in range(count):
-        spec = _ITEM_SPECS.get(data[pos])
-        if spec is None:
-            raise _bad(f"unknown value type code {data[pos]}")
-        fixed, ptype, post = spec
-        (value,) = fixed.unpack_from(data, pos + 1)
-        pos += 1 + fixed.size
-        if post != _PLAIN:
-            value, pos = _finish_value(data, pos, post, value)
-        items.append((ptype, value))
+    layout = _layout(data[pos:pos + count])
+    values, pos = _read_fixed(data, pos + count, layout)
+    items.extend(zip(layout.ptypes, values))
     return pos
 
 
