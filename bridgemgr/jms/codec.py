@@ -499,14 +499,7 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
         pos += n_type
     if reply_kind != _NO_DEST or n_reply:
         m.reply_to, pos = _read_header_dest(data, pos, reply_kind, n_reply)
-    if dest_kind != _NO_DEST and pos + n_dest <= size:
-        destination = _DESTINATIONS.get((dest_kind, data[pos:pos + n_dest]))
-        if destination is None:
-            destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
-        else:
-            pos += n_dest
-        m.destination = destination
-    elif dest_kind != _NO_DEST or n_dest:
+    if dest_kind != _NO_DEST or n_dest:
         m.destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
     if n_props:
         pos = _read_entries(data, pos, n_props, m._props, _PROPERTY_NAMES)
