@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import click
 
 from . import __version__
@@ -48,6 +50,46 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
                 click.echo(line)
     if not report.ok:
         raise click.exceptions.Exit(1)
+
+
+@main.command("serve")
+@click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
+              help="Broker properties file (repeatable; later files win).")
+@click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
+              help="A broker property, overriding the files (repeatable).")
+@click.option("-passfile", "--passfile", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Properties file holding imq.bridge.admin.password.")
+@click.option("--demo/--no-demo", default=None,
+              help="Move demo messages through the host broker at start "
+                   "(default: on when no properties file is given).")
+def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
+          demo: bool | None) -> None:
+    """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT."""
+    import logging
+
+    from .props import ConfigError, load_properties
+    from .service import BridgeServiceManager, ServiceError
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    files = list(props_files) + ([passfile] if passfile else [])
+    try:
+        props = load_properties(files, overrides, environ=os.environ)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    manager = BridgeServiceManager(props)
+    try:
+        manager.start()
+    except ServiceError as exc:
+        raise click.ClickException(str(exc)) from None
+    assert manager.broker is not None
+    click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} running, "
+               f"store {manager.instance_dir / 'store'}")
+    if demo or (demo is None and not props_files):
+        from .demo import run_demo
+        run_demo(manager.broker, echo=click.echo)
+    click.echo("Running; stop with Ctrl-C or SIGTERM.")
+    manager.run()
+    click.echo("Stopped cleanly.")
 
 
 if __name__ == "__main__":

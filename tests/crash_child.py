@@ -50,6 +50,7 @@ def main() -> None:
         session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
         consumer = session.create_consumer(SRC)
         while (m := consumer.receive(2)) is not None:
+            say(f"got {m.text}")
             m.acknowledge()
             say(f"acked {m.text}")
         say("empty")

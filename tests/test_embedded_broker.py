@@ -730,3 +730,21 @@ def test_broker_close_breaks_connections_and_tells_listener(tmp_path):
     assert errors and "shut down" in str(errors[0])
     with pytest.raises(IllegalStateException):
         EmbeddedConnectionFactory(b).create_connection()
+
+
+def test_selector_consumer_skips_a_backlog_and_sees_later_arrivals_before_it(session):
+    producer = session.create_producer(Q)
+    for i in range(300):
+        m = TextMessage(f"n{i}")
+        m.set_boolean_property("match", i % 100 == 99)
+        producer.send(m)
+    picky = session.create_consumer(Q, "match = TRUE")
+    assert texts(drain(picky, 0)) == ["n99", "n199", "n299"]
+    late = TextMessage("urgent")
+    late.set_boolean_property("match", True)
+    producer.send(late, priority=9)  # lands before the skipped backlog
+    redo = TextMessage("again")
+    redo.set_boolean_property("match", True)
+    producer.send(redo, priority=0)
+    assert texts(drain(picky, 0)) == ["urgent", "again"]
+    assert len(drain(session.create_consumer(Q), 0)) == 297

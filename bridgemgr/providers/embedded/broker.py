@@ -421,7 +421,7 @@ class Broker:
                 if consumer.closed or self.closed or mq.deleted:
                     return None
                 if consumer.connection.started:
-                    env = mq.take(consumer.selector, now_ms(), self._expire)
+                    env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
                     if env is not None:
                         env.dcount += 1
                         if ack_now:

@@ -454,6 +454,7 @@ class EmbeddedConsumer(MessageConsumer):
         # Topic subscriptions filter when a message is published; queues when it is taken.
         self.selector = None if destination.is_topic else compiled
         self.closed = False
+        self.scan: tuple[int, Any] | None = None  # selector scan position (MessageQueue.take)
         self.cond = threading.Condition(self.broker.lock)
         self.queue: MessageQueue = None  # type: ignore[assignment]  (set by the session)
         self._listener: MessageListener | None = None

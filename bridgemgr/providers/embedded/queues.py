@@ -2,9 +2,10 @@
 
 How it works: every place messages wait is a :class:`MessageQueue` — a queue
 destination, a durable subscription, a non-durable subscriber, a temporary queue.
-Messages are :class:`Envelope` records in a heap ordered by (-priority, seq): highest
-priority first, FIFO within a priority, and a message put back (recover, rollback,
-a closed consumer) returns to its old place because it keeps its seq.
+Messages are :class:`Envelope` records in a sorted list keyed by (-priority, seq):
+highest priority first, FIFO within a priority, and a message put back (recover,
+rollback, a closed consumer) returns to its old place because it keeps its seq. A
+consumer with a selector walks the list in that order to the first match.
 
 Waiting consumers register in ``waiters``; each put wakes exactly one eligible waiter
 (round robin over competing consumers, no lost wake-ups). All methods run under the
@@ -13,11 +14,12 @@ broker lock.
 
 from __future__ import annotations
 
-import heapq
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable
+
+from sortedcontainers import SortedList
 
 from ...jms.destination import Destination
 from ...jms.message import Message
@@ -89,15 +91,16 @@ class MessageQueue:
         self.selector = selector        # subscription selector (topics filter at publish)
         self.no_local = no_local
         self.topic = topic              # the topic a subscription listens to
-        self._heap: list[tuple[int, int, Envelope]] = []
+        self._list: SortedList = SortedList()  # of (-priority, seq, Envelope)
         self.count = 0                  # unacknowledged messages (queued + in flight)
         self.bytes = 0
         self.waiters: deque[Any] = deque()
+        self.epoch = 0                  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
         self.deleted = False
 
     def __len__(self) -> int:
-        return len(self._heap)
+        return len(self._list)
 
     # --- putting -------------------------------------------------------------
     def admit(self, env: Envelope) -> None:
@@ -111,14 +114,19 @@ class MessageQueue:
         self.bytes -= env.size
 
     def push(self, env: Envelope) -> None:
-        heapq.heappush(self._heap, (-env.message.priority, env.seq, env))
+        item = (-env.message.priority, env.seq, env)
+        items = self._list
+        if items and item < items[-1]:
+            self.epoch += 1
+        items.add(item)
         self.wake(env.message)
 
     def push_back(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their old places."""
+        self.epoch += 1
         for env in envs:
             env.owner = None
-            heapq.heappush(self._heap, (-env.message.priority, env.seq, env))
+            self._list.add((-env.message.priority, env.seq, env))
         if envs:
             for _ in range(min(len(envs), len(self.waiters))):
                 self.wake(envs[0].message)
@@ -139,53 +147,63 @@ class MessageQueue:
 
     # --- taking --------------------------------------------------------------
     def take(self, selector: "Selector | None", now_ms: int,
-             on_expired: Callable[[Envelope], None]) -> Envelope | None:
-        """The next message for a consumer, dropping expired ones on the way."""
-        heap = self._heap
+             on_expired: Callable[[Envelope], None], cursor: Any = None) -> Envelope | None:
+        """The next message for a consumer, dropping expired ones on the way.
+
+        A selector consumer passes a ``cursor`` object: its ``scan`` attribute remembers
+        (epoch, key) of the last message it skipped, so the next take starts after it
+        unless something has since been put before it. Without that, a backlog of
+        non-matching messages makes every receive walk the whole queue.
+        """
+        items = self._list
         if selector is None:
-            while heap:
-                env = heapq.heappop(heap)[2]
+            while items:
+                env = items.pop(0)[2]
                 if env.message.expiration and env.expired(now_ms):
                     on_expired(env)
                     continue
                 return env
             return None
-        for item in sorted(heap):
-            env = item[2]
-            if env.expired(now_ms):
-                self._remove_item(item)
-                on_expired(env)
-            elif selector.matches(env.message):
-                self._remove_item(item)
-                return env
-        return None
-
-    def _remove_item(self, item: tuple[int, int, Envelope]) -> None:
-        heap = self._heap
-        i = heap.index(item)
-        heap[i] = heap[-1]
-        heap.pop()
-        if i < len(heap):
-            heapq.heapify(heap)
+        scan = getattr(cursor, "scan", None)
+        i = items.bisect_right(scan[1]) if scan is not None and scan[0] == self.epoch else 0
+        skipped = None
+        try:
+            while i < len(items):
+                item = items[i]
+                env = item[2]
+                if env.expired(now_ms):
+                    del items[i]
+                    on_expired(env)
+                elif selector.matches(env.message):
+                    del items[i]
+                    return env
+                else:
+                    skipped = item
+                    i += 1
+            return None
+        finally:
+            if cursor is not None:
+                if skipped is not None:
+                    cursor.scan = (self.epoch, skipped)
+                elif scan is not None and scan[0] != self.epoch:
+                    cursor.scan = None
 
     def remove(self, env: Envelope) -> bool:
         item = (-env.message.priority, env.seq, env)
-        try:
-            self._remove_item(item)
-        except ValueError:
-            return False
-        return True
+        if item in self._list:
+            self._list.remove(item)
+            return True
+        return False
 
     def oldest(self) -> Envelope | None:
         """The waiting message with the smallest seq (REMOVE_OLDEST)."""
-        return min(self._heap, key=lambda item: item[1])[2] if self._heap else None
+        return min(self._list, key=lambda item: item[1])[2] if self._list else None
 
     def drain(self) -> list[Envelope]:
-        envs = [item[2] for item in self._heap]
-        self._heap = []
+        envs = [item[2] for item in self._list]
+        self._list = SortedList()
         return envs
 
-    def browse(self) -> Iterator[Envelope]:
+    def browse(self) -> list[Envelope]:
         """Waiting messages in delivery order (a snapshot)."""
-        for item in sorted(self._heap):
-            yield item[2]
+        return [item[2] for item in self._list]

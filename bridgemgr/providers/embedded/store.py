@@ -25,6 +25,7 @@ import json
 import logging
 import sqlite3
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -34,6 +35,9 @@ from ...jms.errors import JMSException
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
+LINGER = 0.002   # seconds a batch may wait to grow while nobody waits for it
+LINGER_WAITED = 0.0005  # ... and while callers are blocked on it
+GATHER = 0.00005  # ... as long as a change arrives within this many seconds
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -98,7 +102,11 @@ class Store:
         self.path = Path(directory) / "store.db"
         self.sync = sync
         self.lock = threading.RLock()
-        self._cv = threading.Condition(self.lock)
+        self._work = threading.Condition(self.lock)    # the writer waits here for changes
+        self._written = threading.Condition(self.lock)  # callers wait here for batches
+        self._waiting = 0                               # callers blocked in wait()
+        self._idle = False                              # the writer sleeps until a change
+        self._changes = 0                               # changes recorded (gathering watches it)
         self._inserts: dict[int, list[Any]] = {}
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
@@ -160,17 +168,19 @@ class Store:
             raise StoreError(f"{self.path}: the store is closed")
 
     def add(self, seq: int, qkey: str, blob: bytes, dcount: int = 0) -> None:
-        with self._cv:
+        with self.lock:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
-            self._cv.notify_all()
+            self._changed()
 
     def remove(self, seq: int) -> None:
-        with self._cv:
+        with self.lock:
             self._updates.pop(seq, None)
             if self._inserts.pop(seq, None) is None:
                 self._deletes.add(seq)
-                self._cv.notify_all()
+                self._changed()
+            elif self._waiting and not self._dirty():
+                self._written.notify_all()  # cancelling left nothing to wait for
 
     def mark_delivered(self, seq: int, dcount: int) -> None:
         with self.lock:
@@ -182,27 +192,45 @@ class Store:
 
     def op(self, name: str, *args: Any) -> None:
         """Record an ordered op (see ``_OPS`` and ``_write``)."""
-        with self._cv:
+        with self.lock:
             self._check()
             self._ops.append((name, args))
-            self._cv.notify_all()
+            self._changed()
 
     def prepare_xa(self, xid: str, sends: list[tuple[int, str, bytes]], acks: list[int]) -> None:
         self.op("xa_prepare", xid, sends, acks)
 
     # --- durability -------------------------------------------------------------
+    def _changed(self) -> None:
+        self._changes += 1
+        if self._idle:
+            self._work.notify()
+
+    def _dirty(self) -> bool:
+        return bool(self._inserts or self._deletes or self._updates or self._ops)
+
+    def _settled(self, ticket: int) -> bool:
+        """Batch ``ticket`` is written, or nothing is left to write (a cancelled insert)."""
+        return (self._done >= ticket or self._error is not None
+                or (not self._dirty() and self._done == self._next - 1))
+
     def ticket(self) -> int:
         """The batch that will hold every change recorded so far."""
         with self.lock:
-            dirty = self._inserts or self._deletes or self._updates or self._ops
-            return self._next if dirty else self._done
+            return self._next if self._dirty() else self._done
 
     def wait(self, ticket: int, timeout: float | None = None) -> None:
         """Block until batch ``ticket`` is committed (fsynced in sync mode)."""
-        with self._cv:
-            if not self._cv.wait_for(lambda: self._done >= ticket or self._error is not None, timeout):
-                raise StoreError(f"{self.path}: timed out waiting for the store to write")
-            if self._done < ticket:
+        with self.lock:
+            if self._settled(ticket):
+                return
+            self._waiting += 1
+            try:
+                if not self._written.wait_for(lambda: self._settled(ticket), timeout):
+                    raise StoreError(f"{self.path}: timed out waiting for the store to write")
+            finally:
+                self._waiting -= 1
+            if self._done < ticket and self._error is not None:
                 raise StoreError(f"{self.path}: the store failed: {self._error}")
 
     def flush(self) -> None:
@@ -211,10 +239,13 @@ class Store:
     # --- the writer ---------------------------------------------------------------
     def _run(self) -> None:
         while True:
-            with self._cv:
-                while not (self._inserts or self._deletes or self._updates or self._ops or self._closing):
-                    self._cv.wait()
-                if self._closing and not (self._inserts or self._deletes or self._updates or self._ops):
+            with self.lock:
+                while not (self._dirty() or self._closing):
+                    self._idle = True
+                    self._work.wait()
+                    self._idle = False
+                self._gather()
+                if self._closing and not self._dirty():
                     return
                 inserts, deletes, updates, ops = self._inserts, self._deletes, self._updates, self._ops
                 self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
@@ -224,15 +255,28 @@ class Store:
                 self._write(inserts, deletes, updates, ops)
             except BaseException as exc:  # disk full, I/O error: stop accepting work
                 log.error("store %s: writing batch %d failed: %s", self.path, batch, exc)
-                with self._cv:
+                with self.lock:
                     self._error = exc
-                    self._cv.notify_all()
+                    self._written.notify_all()
                 return
-            with self._cv:
+            with self.lock:
                 self._done = batch
                 self.batches += 1
                 self.rows += len(inserts) + len(deletes)
-                self._cv.notify_all()
+                if self._waiting:
+                    self._written.notify_all()
+
+    def _gather(self) -> None:
+        """Group commit: let a batch grow while changes keep arriving (at most LINGER)."""
+        deadline = time.monotonic() + (LINGER_WAITED if self._waiting else LINGER)
+        while not self._closing:
+            seen = self._changes
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return
+            self._work.wait(min(GATHER, remaining))
+            if self._changes == seen:
+                return
 
     def _write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
                ops: list[tuple[str, tuple[Any, ...]]]) -> None:
@@ -265,11 +309,11 @@ class Store:
 
     def close(self) -> None:
         """Write what is pending, stop the writer, close the database."""
-        with self._cv:
+        with self.lock:
             if self._closing:
                 return
             self._closing = True
-            self._cv.notify_all()
+            self._work.notify()
         if self._writer.is_alive():
             self._writer.join()
         self._db.close()

@@ -1,0 +1,104 @@
+"""MessageTransformer: the plugin API for link targets, DMQs and the STOMP bridge.
+
+A plugin subclasses :class:`MessageTransformer` and writes ``transform``; it returns
+the message to send (the one given, changed, or a new one) or None, which the
+caller treats as a transform failure. During a call the plugin may use the helpers
+``create_message``, ``create_queue``, ``create_topic`` and, on a JMS bridge link,
+``branch_to`` (send somewhere else) and ``no_transfer`` (consume, do not send). The
+caller resets both before every call and reads them after it with
+:meth:`MessageTransformer.outcome`.
+
+Plugins are named by dotted class path (``package.module.ClassName``) in the bridge
+XML or the broker properties; :func:`load_transformer` imports and instantiates one.
+"""
+
+from __future__ import annotations
+
+import importlib
+import re
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from .jms.destination import Destination, Queue, Topic
+from .jms.errors import IllegalStateException, JMSException
+from .jms.message import Message, create_message
+
+SUN_MQ = "SUN_MQ"   # the host broker's provider name, as the original passes it
+STOMP = "STOMP"
+
+_CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
+
+
+@dataclass(frozen=True)
+class TransformOutcome:
+    """What the plugin asked for besides the returned message."""
+
+    branch_to: Destination | str | None = None  # a destination, or a destination ref-name
+    no_transfer: bool = False
+
+
+class MessageTransformer(ABC):
+    """Base class of every message transformer plugin."""
+
+    def __init__(self) -> None:
+        self._branch_to: Destination | str | None = None
+        self._no_transfer = False
+        self._in_bridge_link = False
+
+    @abstractmethod
+    def transform(self, message: Message, read_only: bool, charset_name: str | None,
+                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message | None:
+        """Return the message to send, or None (a transform failure)."""
+
+    # --- helpers for the plugin --------------------------------------------------------
+    def create_message(self, message_type: str = "MESSAGE") -> Message:
+        """A new message: MESSAGE, TEXT, BYTES, MAP, STREAM or OBJECT."""
+        return create_message(message_type)
+
+    def create_queue(self, name: str) -> Queue:
+        return Queue(name)
+
+    def create_topic(self, name: str) -> Topic:
+        return Topic(name)
+
+    def branch_to(self, destination: Destination | str) -> None:
+        """Send this message to ``destination`` (or the destination ref-name) instead."""
+        if not self._in_bridge_link:
+            raise IllegalStateException("branch_to() is only available on a JMS bridge link")
+        if not isinstance(destination, (Destination, str)) or not destination:
+            raise JMSException(f"branch_to() needs a destination or a ref-name, not {destination!r}")
+        self._branch_to = destination
+
+    def no_transfer(self) -> None:
+        """Consume this message from the source without sending it to the target."""
+        if not self._in_bridge_link:
+            raise IllegalStateException("no_transfer() is only available on a JMS bridge link")
+        self._no_transfer = True
+
+    # --- for the caller ------------------------------------------------------------------
+    def reset(self, in_bridge_link: bool) -> None:
+        """Clear branch_to/no_transfer before a call."""
+        self._branch_to = None
+        self._no_transfer = False
+        self._in_bridge_link = in_bridge_link
+
+    def outcome(self) -> TransformOutcome:
+        return TransformOutcome(self._branch_to, self._no_transfer)
+
+
+def load_transformer(class_path: str) -> MessageTransformer:
+    """Import ``package.module.ClassName`` and make an instance; JMSException if it cannot."""
+    if not _CLASS_PATH.match(class_path or ""):
+        raise JMSException(f"message transformer {class_path!r} is not a dotted class name")
+    module_name, _, class_name = class_path.rpartition(".")
+    try:
+        cls = getattr(importlib.import_module(module_name), class_name)
+    except (ImportError, AttributeError) as exc:
+        raise JMSException(f"cannot load message transformer {class_path}: {exc}") from exc
+    if not (isinstance(cls, type) and issubclass(cls, MessageTransformer)):
+        raise JMSException(f"{class_path} is not a subclass of bridgemgr.transform.MessageTransformer")
+    try:
+        return cls()
+    except Exception as exc:
+        raise JMSException(f"cannot create message transformer {class_path}: {exc}") from exc
