@@ -710,7 +710,7 @@ def test_naming_lookup_of_the_embedded_broker(tmp_path):
     assert naming.lookup("topic/t", env) == Topic("t")
     with pytest.raises(naming.NamingException):
         naming.lookup("nothing", env)
-    cf.broker.close()
+    cf.broker.close()  # the factory resolves the broker of that directory
 
 
 def test_broker_close_breaks_connections_and_tells_listener(tmp_path):

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import threading
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 from urllib.parse import unquote, urlparse
 
 from ...jms import naming
@@ -63,11 +63,12 @@ def host_broker() -> Broker:
 
 
 def connection_factory(broker: Broker | None = None) -> EmbeddedConnectionFactory:
-    return EmbeddedConnectionFactory(broker or host_broker())
+    """A factory for ``broker``; without one, for whatever host broker runs at connect time."""
+    return EmbeddedConnectionFactory(broker if broker is not None else host_broker)
 
 
 class _Context(naming.Context):
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Callable[[], Broker]) -> None:
         self.broker = broker
 
     def lookup(self, name: str) -> Any:
@@ -87,11 +88,11 @@ class EmbeddedContextFactory(naming.InitialContextFactory):
     def get_initial_context(self, environment: Mapping[str, str]) -> naming.Context:
         url = environment.get(naming.PROVIDER_URL, "")
         if not url:
-            return _Context(host_broker())
+            return _Context(host_broker)
         parsed = urlparse(url)
         if parsed.scheme in ("", "file"):
             path = unquote(parsed.path) if parsed.scheme else url
-            return _Context(open_broker(path))
+            return _Context(lambda: open_broker(path))
         raise NamingException(f"{naming.PROVIDER_URL}={url!r}: the embedded broker takes a file: URL or a path")
 
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import threading
 from functools import partial
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
@@ -56,21 +56,33 @@ log = logging.getLogger(__name__)
 
 
 class EmbeddedConnectionFactory(XAConnectionFactory):
-    """Connections (plain and XA) to an in-process :class:`Broker`."""
+    """Connections (plain and XA) to an in-process :class:`Broker`.
 
-    def __init__(self, broker: Broker) -> None:
-        self.broker = broker
+    Given a callable instead of a broker, it asks it for the broker at every
+    connection, so a factory naming "the host broker" or "the broker of this
+    directory" reaches the broker running now, also after a restart.
+    """
+
+    def __init__(self, broker: Broker | Callable[[], Broker]) -> None:
+        self._broker = broker
+
+    @property
+    def broker(self) -> Broker:
+        return self._broker if isinstance(self._broker, Broker) else self._broker()
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> "EmbeddedConnection":
-        self.broker.authenticate(username, password)
-        conn = EmbeddedConnection(self.broker, username)
-        self.broker.attach(conn)
+        broker = self.broker
+        broker.authenticate(username, password)
+        conn = EmbeddedConnection(broker, username)
+        broker.attach(conn)
         return conn
 
     create_xa_connection = create_connection
 
     def __repr__(self) -> str:
-        return f"EmbeddedConnectionFactory({self.broker.instance_name}, {self.broker.data_dir})"
+        if isinstance(self._broker, Broker):
+            return f"EmbeddedConnectionFactory({self._broker.instance_name}, {self._broker.data_dir})"
+        return f"EmbeddedConnectionFactory({getattr(self._broker, '__name__', self._broker)})"
 
 
 class EmbeddedConnection(XAConnection):
