@@ -1,0 +1,62 @@
+"""The one asyncio loop of the service's network front ends (STOMP bridge, jms
+connection service, admin port, port mapper), running in its own thread.
+
+Broker and link threads hand work to it with ``call_soon`` (thread-safe); code on
+other threads runs a coroutine there and waits for its result with ``run``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import threading
+from typing import Any, Awaitable, Callable, TypeVar
+
+T = TypeVar("T")
+
+
+class NetLoop:
+    def __init__(self, name: str = "imqbridge-net") -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._main, name=name, daemon=True)
+        self._started = threading.Event()
+
+    def _main(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        self.loop.call_soon(self._started.set)
+        self.loop.run_forever()
+        pending = asyncio.all_tasks(self.loop)
+        for task in pending:
+            task.cancel()
+        if pending:
+            self.loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        self.loop.run_until_complete(self.loop.shutdown_asyncgens())
+        self.loop.close()
+
+    def start(self) -> "NetLoop":
+        self._thread.start()
+        self._started.wait()
+        return self
+
+    def run(self, coro: Awaitable[T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop from another thread and return its result."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)  # type: ignore[arg-type]
+        try:
+            return future.result(timeout)
+        except concurrent.futures.TimeoutError:
+            future.cancel()
+            raise
+
+    def call_soon(self, fn: Callable[..., Any], *args: Any) -> None:
+        self.loop.call_soon_threadsafe(fn, *args)
+
+    def stop(self, timeout: float = 10) -> None:
+        if self._thread.is_alive():
+            self.loop.call_soon_threadsafe(self.loop.stop)
+            self._thread.join(timeout)
+
+    def __enter__(self) -> "NetLoop":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
