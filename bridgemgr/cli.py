@@ -77,6 +77,7 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     manager = BridgeServiceManager(props)
+    manager.handle_signals()
     try:
         manager.start()
     except ServiceError as exc:
@@ -88,7 +89,7 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
         from .demo import run_demo
         run_demo(manager.broker, echo=click.echo)
     click.echo("Running; stop with Ctrl-C or SIGTERM.")
-    manager.run()
+    manager.run()  # a signal during start or the demo is seen here, then it stops
     click.echo("Stopped cleanly.")
 
 

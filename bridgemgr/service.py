@@ -88,10 +88,13 @@ class BridgeServiceManager:
     def request_stop(self, *_: object) -> None:
         self._stop.set()
 
-    def run(self) -> None:
-        """Block until SIGTERM/SIGINT (or request_stop), then stop."""
+    def handle_signals(self) -> None:
+        """SIGTERM and SIGINT ask ``run()`` to stop (call from the main thread)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
+
+    def run(self) -> None:
+        """Block until request_stop (a signal, once handle_signals was called), then stop."""
         try:
             while not self._stop.wait(0.5):
                 pass
