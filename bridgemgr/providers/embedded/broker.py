@@ -42,6 +42,8 @@ from ...jms.errors import (
     XAException,
 )
 from ...jms.message import DeliveryMode, Message
+
+PERSISTENT = int(DeliveryMode.PERSISTENT)
 from ...jms.selector import Selector, compile_selector
 from ...jms import xa
 from ...jms.xa import Xid
@@ -337,14 +339,19 @@ class Broker:
     def _route(self, message: Message, targets: list[MessageQueue],
                blob: bytes | None = None) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied (under the lock)."""
-        persistent = message.delivery_mode == DeliveryMode.PERSISTENT and self.store is not None
+        persistent = message.delivery_mode == PERSISTENT and self.store is not None
         envs = []
         for i, mq in enumerate(targets):
             stored = persistent and mq.durable
-            if (stored or mq.limits.counts_bytes) and blob is None:
-                blob = codec.encode(message)
-            size = self._size(mq, blob)
-            if not mq.limits.unlimited:
+            limits = mq.limits
+            if limits.unlimited:
+                size = 0
+                if stored and blob is None:
+                    blob = codec.encode(message)
+            else:
+                if blob is None and (stored or limits.counts_bytes):
+                    blob = codec.encode(message)
+                size = self._size(mq, blob)
                 self._make_room(mq, size)
             msg = message if i == 0 else message.copy()
             envs.append(Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None))

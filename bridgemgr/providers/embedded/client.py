@@ -31,7 +31,7 @@ from ...jms.errors import (
     TransportException,
     XAException,
 )
-from ...jms.message import DeliveryMode, Message, ObjectMessage
+from ...jms.message import Message, ObjectMessage
 from ...jms.selector import compile_selector
 from ...jms.spi import (
     AckMode,
@@ -418,19 +418,24 @@ class EmbeddedProducer(MessageProducer):
              time_to_live: int | None = None) -> None:
         if self.closed:
             raise IllegalStateException("the producer is closed")
-        self.session._check_open()
-        if destination is not None and self.destination is not None and destination != self.destination:
-            raise InvalidDestinationException(
-                f"this producer sends to {self.destination}; create one without a destination to choose per send")
-        dest = destination or self.destination
+        session = self.session
+        session._check_open()
+        dest = self.destination
+        if destination is not None:
+            if dest is not None and destination != dest:
+                raise InvalidDestinationException(
+                    f"this producer sends to {dest}; create one without a destination to choose per send")
+            dest = destination
         if dest is None:
             raise InvalidDestinationException("no destination: give one to the producer or to send()")
         if not isinstance(message, Message):
             raise JMSException(f"not a message: {message!r}")
-        mode = DeliveryMode(self.delivery_mode if delivery_mode is None else delivery_mode)
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        if mode != 2 and mode != 1:
+            raise JMSException(f"delivery mode must be PERSISTENT (2) or NON_PERSISTENT (1), not {mode!r}")
         prio = self.priority if priority is None else priority
-        if not (isinstance(prio, int) and 0 <= prio <= 9):
-            raise JMSException(f"priority must be 0..9, not {prio!r}")
+        if prio.__class__ is not int or not 0 <= prio <= 9:
+            raise JMSException(f"priority must be an int 0..9, not {prio!r}")
         ttl = self.time_to_live if time_to_live is None else time_to_live
         if ttl < 0:
             raise JMSException(f"time to live must be >= 0 milliseconds, not {ttl}")
@@ -440,14 +445,14 @@ class EmbeddedProducer(MessageProducer):
         message.priority = prio
         message.timestamp = 0 if self.disable_message_timestamp else now
         message.expiration = now + ttl if ttl else 0
-        message.message_id = None if self.disable_message_id else self.session.broker.next_message_id()
+        message.message_id = None if self.disable_message_id else session.broker.next_message_id()
         if isinstance(message, ObjectMessage):  # deep, safe copy; refuses what cannot be serialised
             snapshot = codec.decode(codec.encode(message))
         else:
             snapshot = message.copy()
         snapshot.redelivered = False
         snapshot.delivery_count = 0
-        self.session._send(snapshot, dest)
+        session._send(snapshot, dest)
 
     def close(self) -> None:
         self.closed = True

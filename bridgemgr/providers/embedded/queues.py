@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass
 from enum import Enum
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Callable
 
 from sortedcontainers import SortedList
@@ -43,11 +44,11 @@ class DestinationLimits:
     limit_behavior: LimitBehavior = LimitBehavior.REJECT_NEWEST
     use_dmq: bool = True
 
-    @property
+    @cached_property
     def counts_bytes(self) -> bool:
         return self.max_total_msg_bytes >= 0 or self.max_bytes_per_msg >= 0
 
-    @property
+    @cached_property
     def unlimited(self) -> bool:
         return self.max_num_msgs < 0 and not self.counts_bytes
 
