@@ -1,0 +1,134 @@
+"""The admin command protocol: JSON lines over TCP (or TLS), sans-IO.
+
+How it works: the client sends one JSON object per line and the server answers each
+with one JSON object per line, in order. The first request must be HELLO with the
+admin credentials; anything else before a successful HELLO gets 401... no: gets 400
+and the connection closes. Then any number of commands.
+
+Request::
+
+    {"op": "HELLO", "version": 1, "user": "admin", "password": "..."}
+    {"op": "LIST" | "START" | "STOP" | "PAUSE" | "RESUME",
+     "type": "JMS" | "STOMP" | null, "bridge": NAME | null, "link": NAME | null}
+
+Reply::
+
+    {"status": 200, "message": "...", "data": {...}}
+
+Status codes are the original product's: 200 OK, 400 bad request, 404 not found,
+500 error, 501 not implemented, 503 unavailable. A line longer than
+``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of the wrong shape
+get 400; the connection is closed after a 400 on an unparseable line.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+VERSION = 1
+MAX_LINE = 64 * 1024
+
+OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
+
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME")
+TYPES = ("JMS", "STOMP")
+
+
+class AdminProtocolError(Exception):
+    """A request that cannot be understood; carries the status to answer with."""
+
+    def __init__(self, message: str, status: int = BAD_REQUEST) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+@dataclass(frozen=True)
+class Hello:
+    version: int
+    user: str
+    password: str = field(repr=False)
+
+
+@dataclass(frozen=True)
+class Command:
+    op: str
+    type: str | None = None
+    bridge: str | None = None
+    link: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
+
+
+@dataclass(frozen=True)
+class Reply:
+    status: int
+    message: str
+    data: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == OK
+
+    def encode(self) -> bytes:
+        return json.dumps({"status": self.status, "message": self.message, "data": self.data},
+                          separators=(",", ":")).encode() + b"\n"
+
+
+def _name(obj: dict[str, Any], key: str) -> str | None:
+    value = obj.get(key)
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value or len(value) > 255:
+        raise AdminProtocolError(f"'{key}' must be a non-empty string of at most 255 characters")
+    return value
+
+
+def parse_request(line: bytes) -> Hello | Command:
+    """One request line -> Hello or Command; AdminProtocolError(400) when malformed."""
+    if len(line) > MAX_LINE:
+        raise AdminProtocolError(f"request longer than {MAX_LINE} bytes")
+    try:
+        obj = json.loads(line.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise AdminProtocolError(f"not a JSON request: {exc}") from None
+    if not isinstance(obj, dict):
+        raise AdminProtocolError("a request must be a JSON object")
+    op = obj.get("op")
+    if op == "HELLO":
+        version, user, password = obj.get("version"), obj.get("user"), obj.get("password")
+        if version != VERSION:
+            raise AdminProtocolError(f"protocol version {version!r} is not supported (this service speaks {VERSION})")
+        if not isinstance(user, str) or not isinstance(password, str):
+            raise AdminProtocolError("HELLO needs 'user' and 'password' strings")
+        return Hello(version, user, password)
+    if op not in COMMANDS:
+        raise AdminProtocolError(f"unknown operation {op!r}; expected HELLO or one of {', '.join(COMMANDS)}")
+    btype = obj.get("type")
+    if btype is not None:
+        if not isinstance(btype, str) or btype.upper() not in TYPES:
+            raise AdminProtocolError(f"bridge type {btype!r} is not JMS or STOMP")
+        btype = btype.upper()
+    cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
+    if cmd.link is not None and cmd.bridge is None:
+        raise AdminProtocolError("a link command needs the bridge name too")
+    return cmd
+
+
+def encode_request(request: Hello | Command) -> bytes:
+    if isinstance(request, Hello):
+        obj: dict[str, Any] = {"op": "HELLO", "version": request.version, "user": request.user,
+                               "password": request.password}
+    else:
+        obj = request.to_json()
+    return json.dumps(obj, separators=(",", ":")).encode() + b"\n"
+
+
+def parse_reply(line: bytes) -> Reply:
+    try:
+        obj = json.loads(line.decode("utf-8"))
+        return Reply(int(obj["status"]), str(obj["message"]), obj.get("data"))
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as exc:
+        raise AdminProtocolError(f"the service sent an unreadable reply: {exc}", ERROR) from None

@@ -1,0 +1,174 @@
+"""The admin command port: a thin asyncio shell around admin/protocol.py.
+
+How it works: each connection must first authenticate with HELLO (user and password
+compared in constant time; a failure is answered only after a delay that doubles
+with each recent failure from that address, up to ``MAX_DELAY``); then each request
+line is parsed and handed to ``dispatch`` on a worker thread (bridge operations
+block: they wait for in-flight transfers), and its Reply is written back. Malformed
+or oversize lines get 400; a line that cannot be framed closes the connection. The
+password never reaches a log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+import ssl
+import time
+from typing import Callable
+
+from ..netloop import NetLoop
+from .protocol import (
+    BAD_REQUEST,
+    ERROR,
+    MAX_LINE,
+    OK,
+    AdminProtocolError,
+    Command,
+    Hello,
+    Reply,
+    parse_request,
+)
+
+log = logging.getLogger(__name__)
+
+BASE_DELAY = 0.25   # seconds before answering a failed HELLO ...
+MAX_DELAY = 5.0     # ... doubling per recent failure up to this
+FORGET_AFTER = 300  # seconds after which an address's failures are forgotten
+
+Dispatch = Callable[[Command], Reply]
+
+
+class AdminServer:
+    def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
+                 host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
+                 base_delay: float = BASE_DELAY) -> None:
+        if not user or not password:
+            raise ValueError("the admin port needs an admin user and password "
+                             "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
+        self.netloop = netloop
+        self.dispatch = dispatch
+        self._user = user.encode()
+        self._password = password.encode()
+        self.host = host
+        self.requested_port = port
+        self.ssl_context = ssl_context
+        self.base_delay = base_delay
+        self._server: asyncio.base_events.Server | None = None
+        self._failures: dict[str, tuple[int, float]] = {}
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return self._server.sockets[0].getsockname()[1]
+
+    @property
+    def secure(self) -> bool:
+        return self.ssl_context is not None
+
+    def start(self) -> "AdminServer":
+        self._server = self.netloop.run(asyncio.start_server(
+            self._serve, self.host, self.requested_port, ssl=self.ssl_context, limit=MAX_LINE + 2))
+        log.info("admin command port listening on %s:%d%s", self.host, self.port,
+                 " (TLS)" if self.ssl_context else "")
+        return self
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+
+        async def close() -> None:
+            server.close()
+            for writer in list(self._writers):
+                writer.close()
+            await server.wait_closed()
+
+        self.netloop.run(close(), timeout=10)
+
+    # --- one connection ----------------------------------------------------------------
+    def _authentic(self, hello: Hello) -> bool:
+        user_ok = hmac.compare_digest(hello.user.encode(), self._user)
+        password_ok = hmac.compare_digest(hello.password.encode(), self._password)
+        return user_ok and password_ok
+
+    async def _failed_login(self, peer: str, user: str) -> None:
+        count, last = self._failures.get(peer, (0, 0.0))
+        now = time.monotonic()
+        count = 1 if now - last > FORGET_AFTER else count + 1
+        self._failures[peer] = (count, now)
+        log.warning("admin login failed for user %r from %s (%d recent failures)", user, peer, count)
+        await asyncio.sleep(min(MAX_DELAY, self.base_delay * 2 ** (count - 1)))
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = str((writer.get_extra_info("peername") or ("?",))[0])
+        self._writers.add(writer)
+        authenticated = False
+        try:
+            while True:
+                try:
+                    line = await reader.readuntil(b"\n")
+                except asyncio.IncompleteReadError:
+                    return
+                except asyncio.LimitOverrunError:
+                    await self._reply(writer, Reply(BAD_REQUEST, f"request longer than {MAX_LINE} bytes"))
+                    await _linger(reader, writer)
+                    return
+                try:
+                    request = parse_request(line)
+                except AdminProtocolError as exc:
+                    await self._reply(writer, Reply(exc.status, str(exc)))
+                    if not authenticated:
+                        await _linger(reader, writer)
+                        return
+                    continue
+                if not authenticated:
+                    if not isinstance(request, Hello):
+                        await self._reply(writer, Reply(BAD_REQUEST, "authenticate with HELLO first"))
+                        await _linger(reader, writer)
+                        return
+                    if not self._authentic(request):
+                        await self._failed_login(peer, request.user)
+                        await self._reply(writer, Reply(BAD_REQUEST, "authentication failed: wrong user name or password"))
+                        await _linger(reader, writer)
+                        return
+                    self._failures.pop(peer, None)
+                    authenticated = True
+                    await self._reply(writer, Reply(OK, "welcome"))
+                    continue
+                if isinstance(request, Hello):
+                    await self._reply(writer, Reply(BAD_REQUEST, "already authenticated"))
+                    continue
+                try:
+                    reply = await asyncio.to_thread(self.dispatch, request)
+                except Exception as exc:  # a bug in a bridge must not take the port down
+                    log.exception("admin command %s failed", request)
+                    reply = Reply(ERROR, f"the operation failed: {exc}")
+                await self._reply(writer, reply)
+        except (ConnectionError, asyncio.CancelledError):
+            return
+        finally:
+            self._writers.discard(writer)
+            writer.close()
+
+    @staticmethod
+    async def _reply(writer: asyncio.StreamWriter, reply: Reply) -> None:
+        writer.write(reply.encode())
+        await writer.drain()
+
+
+async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                  seconds: float = 1.0, limit: int = 1 << 20) -> None:
+    """Before closing on an error: half-close and drop what the peer still sends, so
+    the error reply is not lost to a TCP reset."""
+    if writer.can_write_eof():
+        writer.write_eof()
+    dropped = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while dropped < limit and (chunk := await reader.read(65536)):
+                dropped += len(chunk)
+    except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError):
+        pass

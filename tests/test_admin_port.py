@@ -1,0 +1,180 @@
+"""The admin command port: authentication, framing, dispatch, TLS, bad input."""
+
+from __future__ import annotations
+
+import json
+import socket
+import ssl
+import threading
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridgemgr.admin.client import AdminClient, AuthenticationFailed, ServiceUnavailable
+from bridgemgr.admin.protocol import (
+    BAD_REQUEST,
+    MAX_LINE,
+    NOT_FOUND,
+    OK,
+    AdminProtocolError,
+    Command,
+    Reply,
+    parse_request,
+)
+from bridgemgr.admin.server import AdminServer
+from bridgemgr.netloop import NetLoop
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class Recorder:
+    """A dispatch target that records commands and answers from a table."""
+
+    def __init__(self) -> None:
+        self.seen: list[Command] = []
+
+    def __call__(self, cmd: Command) -> Reply:
+        self.seen.append(cmd)
+        if cmd.bridge == "missing":
+            return Reply(NOT_FOUND, "bridge missing not found", {"known": ["b1"]})
+        if cmd.bridge == "boom":
+            raise RuntimeError("kaboom")
+        return Reply(OK, f"{cmd.op} done", {"bridge": cmd.bridge})
+
+
+@pytest.fixture(scope="module")
+def netloop():
+    with NetLoop() as n:
+        yield n
+
+
+@pytest.fixture
+def server(netloop):
+    rec = Recorder()
+    srv = AdminServer(netloop, rec, "admin", "s3cret", base_delay=0.05).start()
+    srv.recorder = rec
+    yield srv
+    srv.stop()
+
+
+def raw(server, *lines: bytes) -> list[dict]:
+    with socket.create_connection(("127.0.0.1", server.port), timeout=5) as s:
+        for line in lines:
+            s.sendall(line)
+        s.shutdown(socket.SHUT_WR)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    return [json.loads(x) for x in data.splitlines()]
+
+
+HELLO = b'{"op":"HELLO","version":1,"user":"admin","password":"s3cret"}\n'
+
+
+def test_commands_after_hello_reach_dispatch(server):
+    with AdminClient("127.0.0.1", server.port, "admin", "s3cret") as c:
+        reply = c.request(Command("START", "JMS", "b1", "l1"))
+        assert reply.ok and reply.data == {"bridge": "b1"}
+        assert c.request(Command("LIST")).message == "LIST done"
+    assert server.recorder.seen == [Command("START", "JMS", "b1", "l1"), Command("LIST")]
+
+
+def test_wrong_password_is_refused_after_a_growing_delay(server):
+    times = []
+    for _ in range(3):
+        t = time.monotonic()
+        with pytest.raises(AuthenticationFailed, match="wrong user name or password"):
+            AdminClient("127.0.0.1", server.port, "admin", "guess").request(Command("LIST"))
+        times.append(time.monotonic() - t)
+    assert times[2] > times[0] and times[2] >= 0.2
+    assert server.recorder.seen == []
+
+
+def test_password_never_logged(server, caplog):
+    with pytest.raises(AuthenticationFailed):
+        AdminClient("127.0.0.1", server.port, "admin", "hunter2-guess").request(Command("LIST"))
+    assert "hunter2-guess" not in caplog.text
+    assert "admin login failed" in caplog.text
+
+
+def test_command_before_hello_closes_with_400(server):
+    replies = raw(server, b'{"op":"LIST"}\n', HELLO)
+    assert [r["status"] for r in replies] == [BAD_REQUEST]
+
+
+def test_garbage_and_bad_shapes_get_400_and_the_session_goes_on(server):
+    replies = raw(server, HELLO, b"not json\n", b"[1,2]\n", b'{"op":"FLY"}\n',
+                  b'{"op":"START","type":"AMQP"}\n', b'{"op":"START","link":"l"}\n',
+                  b'{"op":"STOP","bridge":"b1"}\n')
+    assert [r["status"] for r in replies] == [OK, 400, 400, 400, 400, 400, OK]
+    assert "unknown operation" in replies[3]["message"]
+
+
+def test_oversize_line_gets_400_and_close(server):
+    replies = raw(server, HELLO, b'{"op":"LIST","bridge":"' + b"x" * (MAX_LINE + 10) + b'"}\n', b'{"op":"LIST"}\n')
+    assert [r["status"] for r in replies] == [OK, BAD_REQUEST]
+
+
+def test_dispatch_errors_become_500_and_not_found_is_404(server):
+    with AdminClient("127.0.0.1", server.port, "admin", "s3cret") as c:
+        assert c.request(Command("START", None, "missing")).status == NOT_FOUND
+        reply = c.request(Command("START", None, "boom"))
+        assert reply.status == 500 and "kaboom" in reply.message
+        assert c.request(Command("LIST")).ok  # still serving
+
+
+def test_service_down_is_reported_clearly():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    with pytest.raises(ServiceUnavailable, match="cannot reach the bridge admin service"):
+        AdminClient("127.0.0.1", port, "a", "b", retries=1, retry_interval=0.01).request(Command("LIST"))
+
+
+def test_admin_port_refuses_to_open_without_credentials(netloop):
+    with pytest.raises(ValueError, match="admin user and password"):
+        AdminServer(netloop, Recorder(), "admin", "")
+
+
+def test_tls(netloop, tmp_path):
+    trustme = pytest.importorskip("trustme", reason="trustme is a test dependency (pip install -e .[test])")
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1")
+    server_ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    cert.configure_cert(server_ctx)
+    client_ctx = ssl.create_default_context()
+    ca.configure_trust(client_ctx)
+    srv = AdminServer(netloop, Recorder(), "admin", "s3cret", ssl_context=server_ctx).start()
+    try:
+        with AdminClient("127.0.0.1", srv.port, "admin", "s3cret", ssl_context=client_ctx) as c:
+            assert c.request(Command("LIST")).ok
+        with pytest.raises(ServiceUnavailable, match="TLS"):  # plain client to a TLS port... or TLS without trust
+            AdminClient("127.0.0.1", srv.port, "admin", "s3cret", ssl_context=ssl.create_default_context(),
+                        retries=0).request(Command("LIST"))
+    finally:
+        srv.stop()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.binary(max_size=300))
+def test_parse_request_accepts_or_rejects_cleanly(data):
+    try:
+        parse_request(data)
+    except AdminProtocolError as exc:
+        assert exc.status == BAD_REQUEST
+
+
+def test_random_bytes_never_take_the_port_down(server):
+    import random
+    rnd = random.Random(7)
+    for _ in range(30):
+        blob = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 2000)))
+        try:
+            raw(server, blob)
+        except (ConnectionError, json.JSONDecodeError):
+            pass
+    with AdminClient("127.0.0.1", server.port, "admin", "s3cret") as c:
+        assert c.request(Command("LIST")).ok
