@@ -93,5 +93,9 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     click.echo("Stopped cleanly.")
 
 
+from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)
+
+_register_admin_commands(main)
+
 if __name__ == "__main__":
     main()

@@ -1,0 +1,219 @@
+"""imqbridgemgr's admin subcommands, in the original utility's syntax and messages.
+
+    imqbridgemgr <list|start|stop|pause|resume> <bridge|link> [options]
+
+How it works: the options are checked against the original's rules (``link`` needs
+``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
+STOMP bridge knows only start, stop and list), the admin port is looked up through
+the port mapper at ``-b host:port``, the user and password come from ``-u`` /
+``-passfile`` or a prompt, every command but ``list`` asks for confirmation unless
+``-f``, and the reply is printed as the original's tables and success line — or, with
+``--json``, as one JSON object. Exit status: 0 success, 1 failure (2 for usage errors).
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+from typing import Any
+
+import click
+
+from .admin.client import AdminClient, AdminError
+from .admin.protocol import Command, Reply
+
+DEFAULT_BROKER = "localhost:7676"
+PASSWORD_KEY = "imq.imqbridgemgr.password"
+STOMP = "STOMP"
+
+EXAMPLES = """Examples:
+  imqbridgemgr list bridge -b localhost:7676
+  imqbridgemgr list bridge -bn mq2external -u admin -passfile pw.txt
+  imqbridgemgr list link -bn mq2external
+  imqbridgemgr start bridge -bn mq2external -b myhost:8886 -f
+  imqbridgemgr stop link -ln link1 -bn mq2external -b myhost:8886
+  imqbridgemgr pause link -ln link1 -bn mq2external
+  imqbridgemgr stop bridge -t STOMP -b myhost:8886
+  imqbridgemgr list bridge --json
+"""
+
+
+def _show_examples(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help())
+        click.echo()
+        click.echo(EXAMPLES)
+        ctx.exit(0)
+
+
+def _table(titles: list[str], rows: list[list[str]]) -> str:
+    """The original's table: dash line, titles, dash line, rows sorted by the first column."""
+    rows = sorted(rows, key=lambda r: r[0])
+    widths = [max([len(t)] + [len(r[i]) for r in rows]) for i, t in enumerate(titles)]
+    line = "-" * (sum(widths) + 2 * (len(widths) - 1))
+    fmt = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
+    return "\n".join([line, fmt(titles), line] + [fmt(r) for r in rows] + [""])
+
+
+def _link_rows(links: list[dict[str, Any]], with_counters: bool) -> tuple[list[str], list[list[str]]]:
+    titles = ["Link Name", "Link State", "Source", "Target", "Transacted"]
+    if with_counters:
+        titles += ["Transferred", "DMQ", "Last Error"]
+    rows = []
+    for link in links:
+        row = [link["name"], link["state"], link["source"], link["target"], str(link["transacted"]).lower()]
+        if with_counters:
+            c = link.get("counters", {})
+            row += [str(c.get("transferred", 0)), str(c.get("dmq", 0)), c.get("last_error") or "-"]
+        rows.append(row)
+    return titles, rows
+
+
+def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None) -> str:
+    data = reply.data or {}
+    out = []
+    if argument == "bridge" and bridge is None:
+        rows = [[b["name"], b["type"], b["state"]] for b in data.get("bridges", [])]
+        out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"], rows))
+    elif argument == "bridge":
+        b = data["bridge"]
+        if b["type"] == "JMS":
+            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State", "Links"],
+                              [[b["name"], b["type"], b["state"], str(len(data.get("links", [])))]]))
+            out.append(_table(*_link_rows(data.get("links", []), with_counters=False)))
+        else:
+            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"], [[b["name"], b["type"], b["state"]]]))
+    else:
+        links = [x for x in data.get("links", []) if link is None or x["name"] == link]
+        out.append(_table(*_link_rows(links, with_counters=True)))
+    out.append(f"The operation [list] on the {'bridge(s)' if argument == 'bridge' else 'link(s)'} was successful.")
+    return "\n".join(out)
+
+
+def _read_passfile(path: str) -> str:
+    import javaproperties
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            props = javaproperties.load(fh)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the password file {path}: {exc.strerror}") from None
+    if PASSWORD_KEY not in props:
+        raise click.ClickException(f"the password file {path} does not set {PASSWORD_KEY}")
+    return props[PASSWORD_KEY]
+
+
+def _check_usage(op: str, argument: str, bridge: str | None, link: str | None, btype: str | None) -> str | None:
+    """The original's option rules; returns the bridge name to use (STOMP: 'stomp')."""
+    if btype == STOMP:
+        if op in ("pause", "resume"):
+            raise click.UsageError(f"the STOMP bridge cannot be {op}d (it knows start, stop and list)")
+        if argument == "link":
+            raise click.UsageError("the STOMP bridge has no links")
+        if bridge is not None and op == "list":
+            raise click.UsageError("list bridge -bn is not supported for the STOMP bridge")
+        if op != "list":
+            bridge = bridge or "stomp"
+    if argument == "bridge":
+        if link is not None:
+            raise click.UsageError("-ln is not allowed with 'bridge' (use 'link')")
+        if op != "list" and bridge is None:
+            raise click.UsageError(f"{op} bridge needs -bn BRIDGE (or -t STOMP)")
+    else:
+        if bridge is None:
+            raise click.UsageError(f"{op} link needs -bn BRIDGE")
+        if op != "list" and link is None:
+            raise click.UsageError(f"{op} link needs -ln LINK")
+    return bridge
+
+
+def _host_port(broker: str) -> tuple[str, int]:
+    host, sep, port_text = broker.rpartition(":")
+    if not sep or not port_text.isdigit() or not host:
+        raise click.UsageError(f"-b must be host:port, not {broker!r}")
+    return host, int(port_text)
+
+
+def _admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
+    """Find the admin port through the port mapper: (host, port, is TLS)."""
+    from .admin.portmapper import PortMapperError, find_service
+
+    host, port = _host_port(broker)
+    try:
+        entry = find_service(host, port, ("bridgeadmin",), timeout=timeout)
+    except PortMapperError as exc:
+        raise click.ClickException(f"cannot reach the broker at {broker}: {exc}") from None
+    return host, entry.port, entry.protocol == "tls"
+
+
+def _command(op: str):
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
+    @click.argument("argument", type=click.Choice(["bridge", "link"], case_sensitive=False))
+    @click.option("-b", "broker", default=DEFAULT_BROKER, show_default=True, metavar="HOST:PORT",
+                  help="The broker's port mapper.")
+    @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
+    @click.option("-ln", "link", metavar="NAME", help="Link name.")
+    @click.option("-t", "btype", type=click.Choice(["JMS", "STOMP"], case_sensitive=False),
+                  help="Bridge type.")
+    @click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing).")
+    @click.option("-passfile", "passfile", metavar="FILE",
+                  help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing).")
+    @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
+    @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
+    @click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS.")
+    @click.option("--cafile", envvar="IMQ_BRIDGEMGR_CAFILE", metavar="FILE",
+                  help="CA certificates to trust for -secure (default: the system's).")
+    @click.option("-rtm", "reply_timeout", type=click.IntRange(1), default=10, show_default=True,
+                  help="Seconds to wait for each reply.")
+    @click.option("-rtr", "retries", type=click.IntRange(0), default=5, show_default=True,
+                  help="How often to retry a broken connection.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+    @click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
+                  help="Show this help with examples.")
+    def command(argument: str, broker: str, bridge: str | None, link: str | None, btype: str | None,
+                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
+                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+        argument = argument.lower()
+        btype = btype.upper() if btype else None
+        bridge = _check_usage(op, argument, bridge, link, btype)
+        _host_port(broker)
+        if op != "list" and not force:
+            if not click.confirm(f"Are you sure you want to perform operation [{op}] on this {argument} ?",
+                                 default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
+                click.echo(f"The operation [{op}] on the {argument} was not performed.")
+                raise click.exceptions.Exit(0)
+        if user is None:
+            user = click.prompt("Enter the user name", default="admin")
+        password = _read_passfile(passfile) if passfile else click.prompt(
+            "Enter the password", hide_input=True)
+        host, port, tls = _admin_address(broker, float(reply_timeout))
+        if secure and not tls:
+            raise click.ClickException(f"the admin service at {broker} does not offer TLS (-secure)")
+        ctx = ssl.create_default_context(cafile=cafile) if tls else None
+        cmd = Command(op.upper(), btype, bridge, link if argument == "link" else None)
+        try:
+            with AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout,
+                             retries=retries) as client:
+                reply = client.request(cmd)
+        except AdminError as exc:
+            raise click.ClickException(str(exc)) from None
+        if as_json:
+            click.echo(json.dumps({"status": reply.status, "message": reply.message, "data": reply.data},
+                                  indent=2))
+        elif not reply.ok:
+            click.echo(f"The operation [{op}] on the {argument} failed: {reply.message}", err=True)
+        elif not silent:
+            if op == "list":
+                click.echo(render_list(reply, argument, bridge, link))
+            else:
+                click.echo(f"The operation [{op}] on the {argument} was successful.")
+        if not reply.ok:
+            raise click.exceptions.Exit(1)
+
+    command.__doc__ = f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax)."
+    return command
+
+
+def register(group: click.Group) -> None:
+    for op in ("list", "start", "stop", "pause", "resume"):
+        group.add_command(_command(op))
