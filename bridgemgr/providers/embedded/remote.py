@@ -1,0 +1,909 @@
+"""The ``mq://`` client: the provider SPI over the wire to a host broker's ``jms`` service.
+
+How it works: ``RemoteConnectionFactory("mq://host:7676")`` asks the port mapper there
+for the ``jms`` service's port (``mqtcp://host:port`` skips the port mapper; several
+URLs separated by commas are tried in turn), connects, and says HELLO with the
+credentials. A :class:`RemoteConnection` then owns one socket and two threads: a reader
+that turns frames into events (:mod:`.wire`, sans-IO) and a heart-beat thread. Callers
+write frames themselves under a write lock; a request that needs an answer waits on a
+:class:`_Call` the reader completes, so every call is one round trip.
+
+What needs no answer is not waited for: CONSUMED reports (AUTO_ACKNOWLEDGE writes them at
+once; the other modes batch them until the next request, until a receive would wait, or
+for at most one heart-beat interval), sends inside a transaction (written with the next
+request), and NON_PERSISTENT sends outside one (``sync_sends=True`` waits for those
+too). A failed asynchronous send comes back as an ERROR naming the session: the next
+send or commit of that session raises it (a transaction that lost a send rolls back).
+
+Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
+reader queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
+room in the window. Messages still queued when a consumer, session or connection closes,
+recovers or rolls back go back to the broker as never delivered.
+
+When the connection breaks (the service stops, the network fails, three heart-beat
+intervals pass in silence) every waiting call and receive raises a TransportException
+naming the service and the cause, the exception listener hears the same, and the
+broker gives back what the connection held. Nothing reconnects by itself: a caller that
+wants to go on makes a new connection (``RemoteConnectionFactory`` looks the service
+up again each time, so a restarted service on another port is found).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import socket
+import ssl
+import threading
+import time
+import uuid
+from collections import deque
+from dataclasses import dataclass
+from functools import partial
+from typing import Any, Callable, Iterator
+from urllib.parse import urlsplit
+
+from ... import __version__
+from ...admin.portmapper import DEFAULT_PORT, find_service
+from ...jms import codec
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.errors import (
+    IllegalStateException,
+    InvalidDestinationException,
+    JMSException,
+    ResourceAllocationException,
+    TransactionInProgressException,
+    TransportException,
+    XAException,
+)
+from ...jms.message import DeliveryMode, Message
+from ...jms.selector import compile_selector
+from ...jms.spi import (
+    AckMode,
+    ConnectionMetaData,
+    ExceptionListener,
+    MessageConsumer,
+    MessageListener,
+    QueueBrowser,
+    Session,
+    XAConnection,
+    XAConnectionFactory,
+    XAResource,
+    XASession,
+)
+from ...jms.xa import XAER_PROTO, Xid
+from . import wire
+from .client import EmbeddedProducer
+
+log = logging.getLogger(__name__)
+
+SCHEMES = {"mq": (True, False), "mqtcp": (False, False), "mqssl": (False, True)}  # (port mapper, tls)
+LAZY_LIMIT = 256 * 1024    # bytes of unsent CONSUMED reports / transacted sends before writing
+_NON_PERSISTENT = int(DeliveryMode.NON_PERSISTENT)
+
+
+@dataclass(frozen=True)
+class Address:
+    """One place to connect: through the port mapper at host:port, or straight to the service."""
+
+    host: str
+    port: int
+    portmapper: bool
+    tls: bool
+
+    def __str__(self) -> str:
+        scheme = next(s for s, flags in SCHEMES.items() if flags == (self.portmapper, self.tls))
+        return f"{scheme}://{self.host}:{self.port}"
+
+
+def parse_url(url: str) -> list[Address]:
+    """``mq://host[:port]`` (port mapper, default 7676), ``mqtcp://host:port`` or
+    ``mqssl://host:port`` (the service itself); several separated by commas."""
+    out = []
+    for part in url.split(","):
+        part = part.strip()
+        try:
+            parts = urlsplit(part)
+            port = parts.port
+        except ValueError as exc:
+            raise JMSException(f"bad broker URL {part!r}: {exc}") from None
+        if parts.scheme not in SCHEMES or not parts.hostname or parts.path.strip("/") not in ("", "jms"):
+            raise JMSException(f"bad broker URL {part!r}: write mq://host:port (the port mapper), "
+                               "mqtcp://host:port or mqssl://host:port (the jms service itself)")
+        portmapper, tls = SCHEMES[parts.scheme]
+        if port is None and not portmapper:
+            raise JMSException(f"bad broker URL {part!r}: {parts.scheme}:// needs the service's port")
+        out.append(Address(parts.hostname, port if port is not None else DEFAULT_PORT, portmapper, tls))
+    return out
+
+
+class RemoteConnectionFactory(XAConnectionFactory):
+    """Connections (plain and XA) to a host broker's jms service, addressed by URL."""
+
+    def __init__(self, url: str = f"mq://127.0.0.1:{DEFAULT_PORT}", *, ssl_context: ssl.SSLContext | None = None,
+                 prefetch: int = 100, heartbeat: float = 30.0, connect_timeout: float = 10.0,
+                 sync_sends: bool = False, client_name: str | None = None) -> None:
+        self.url = url
+        self.addresses = parse_url(url)
+        self.ssl_context = ssl_context
+        if not 1 <= prefetch <= 65536:
+            raise JMSException(f"prefetch must be 1..65536, not {prefetch}")
+        self.prefetch = prefetch
+        self.heartbeat = heartbeat
+        self.connect_timeout = connect_timeout
+        self.sync_sends = sync_sends
+        self.client_name = client_name or f"python pid {os.getpid()}"
+
+    def create_connection(self, username: str | None = None, password: str | None = None) -> "RemoteConnection":
+        errors: list[JMSException] = []
+        for address in self.addresses:
+            try:
+                return RemoteConnection(self, address, username, password)
+            except JMSException as exc:
+                errors.append(exc)
+        if len(errors) == 1:
+            raise errors[0]
+        last = errors[-1]
+        raise type(last)("no broker could be reached: " + "; ".join(str(e) for e in errors))  # type: ignore[call-arg]
+
+    create_xa_connection = create_connection
+
+    def __repr__(self) -> str:
+        return f"RemoteConnectionFactory({self.url!r})"
+
+
+class _Call:
+    """A request waiting for its answer; the reader thread completes it."""
+
+    __slots__ = ("_lock", "value", "error", "then")
+
+    def __init__(self, then: Callable[[], None] | None = None) -> None:
+        self._lock = threading.Lock()
+        self._lock.acquire()
+        self.value: Any = None
+        self.error: JMSException | None = None
+        self.then = then   # run by the reader as the answer arrives (before later frames)
+
+    def complete(self, value: Any = None, error: JMSException | None = None) -> None:
+        self.value, self.error = value, error
+        if error is None and self.then is not None:
+            self.then()
+        self._lock.release()
+
+    def wait(self) -> Any:
+        self._lock.acquire()
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+class RemoteConnection(XAConnection):
+    def __init__(self, factory: RemoteConnectionFactory, address: Address, username: str | None,
+                 password: str | None) -> None:
+        self.factory = factory
+        self.address = address
+        self.username = username
+        self.started = False
+        self.closed = False
+        self.broken: TransportException | None = None
+        self.client_id_value: str | None = None
+        self._used = False
+        self._listener: ExceptionListener | None = None
+        self._calls: dict[int, _Call] = {}
+        self._call_ids = itertools.count(1)
+        self._session_ids = itertools.count(1)
+        self._consumer_ids = itertools.count(1)
+        self._sessions: dict[int, RemoteSession] = {}
+        self._consumers: dict[int, RemoteConsumer] = {}
+        self._wlock = threading.Lock()
+        self._state_lock = threading.Lock()
+        self._lazy: list[bytes] = []
+        self._lazy_size = 0
+        self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
+        self._ids = itertools.count(1)
+        self._wire = wire.Wire(wire.Role.CLIENT)
+        self._stop = threading.Event()
+        self.where = str(address)
+        self._sock = self._connect(address, username, password)
+        self.last_read = self.last_write = time.monotonic()
+        self._reader = threading.Thread(target=self._read, name=f"mq-reader {self.where}", daemon=True)
+        self._reader.start()
+        self._beater = threading.Thread(target=self._beat, name=f"mq-heartbeat {self.where}", daemon=True)
+        self._beater.start()
+
+    # --- connecting ------------------------------------------------------------------------
+    def _connect(self, address: Address, username: str | None, password: str | None) -> socket.socket:
+        f = self.factory
+        host, port = address.host, address.port
+        tls = address.tls or f.ssl_context is not None
+        if address.portmapper:
+            entry = find_service(host, port, ("ssljms",) if tls else ("jms",), f.connect_timeout)
+            port = entry.port
+        self.where = f"{address} (jms service at {host}:{port})"
+        try:
+            sock = socket.create_connection((host, port), timeout=f.connect_timeout)
+        except OSError as exc:
+            raise TransportException(f"cannot connect to {self.where}: {exc.strerror or exc}") from None
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls:
+                context = f.ssl_context or ssl.create_default_context()
+                sock = context.wrap_socket(sock, server_hostname=host)
+            sock.sendall(wire.PREAMBLE + wire.request(1, wire.Op.HELLO, username, password,
+                                                      int(f.heartbeat * 1000), f.client_name))
+            welcome = self._handshake(sock)
+        except BaseException as exc:
+            sock.close()
+            if isinstance(exc, OSError):
+                raise TransportException(f"{self.where}: handshake failed: {exc}") from None
+            raise
+        sock.settimeout(None)
+        self.instance = welcome["instance"]
+        self.rm_id = welcome["rm_id"]
+        self.interval = max(0.05, welcome["heartbeat_ms"] / 1000)
+        self._wire.max_frame = self.max_frame = welcome["max_frame"]
+        self._metadata = ConnectionMetaData(welcome["provider"], welcome["version"])
+        return sock
+
+    def _handshake(self, sock: socket.socket) -> dict[str, Any]:
+        while True:
+            data = sock.recv(65536)
+            if not data:
+                raise TransportException(f"{self.where} closed the connection during the handshake")
+            self._wire.receive_data(data)
+            event = self._wire.next_event()
+            if isinstance(event, wire.Failure):
+                raise event.error
+            if isinstance(event, wire.Reply):
+                if not isinstance(event.value, dict) or "rm_id" not in event.value:
+                    raise wire.ProtocolError(f"{self.where}: a HELLO answer without broker details")
+                self._wire.open()
+                return event.value
+
+    # --- writing and calling ---------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.broken is not None:
+            raise self.broken
+        if self.closed:
+            raise IllegalStateException("the connection is closed")
+
+    def _write(self, data: bytes | None, lazy: bool = False) -> None:
+        """Write ``data`` (after anything lazily kept); ``lazy``: keep it for the next write."""
+        with self._wlock:
+            if lazy:
+                self._lazy.append(data)  # type: ignore[arg-type]
+                self._lazy_size += len(data)  # type: ignore[arg-type]
+                if self._lazy_size < LAZY_LIMIT:
+                    return
+                data = None
+            if self._lazy:
+                if data is not None:
+                    self._lazy.append(data)
+                data = b"".join(self._lazy)
+                self._lazy.clear()
+                self._lazy_size = 0
+            if data is None:
+                return
+            if self.broken is not None:
+                raise self.broken
+            try:
+                self._sock.sendall(data)
+            except OSError as exc:
+                self._lost(f"writing failed: {exc}")
+                raise self.broken from None  # type: ignore[misc]
+            self.last_write = time.monotonic()
+
+    def flush(self) -> None:
+        """Write what was kept lazily (CONSUMED reports, transacted sends)."""
+        if self._lazy:
+            self._write(None)
+
+    def _call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
+              check: bool = True) -> Any:
+        if check:
+            self._check_open()
+        call_id = next(self._call_ids)
+        call = _Call(then)
+        self._calls[call_id] = call
+        try:
+            self._write(frame(call_id))
+        except TransportException:
+            self._calls.pop(call_id, None)
+            raise
+        return call.wait()
+
+    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
+        return self._call(lambda call_id: wire.request(call_id, op, *args), then)
+
+    def next_message_id(self) -> str:
+        return self._id_prefix + str(next(self._ids))
+
+    # --- reading ---------------------------------------------------------------------------------
+    def _read(self) -> None:
+        sock, w = self._sock, self._wire
+        reason = "the service closed the connection"
+        try:
+            while True:
+                data = sock.recv(262144)
+                if not data:
+                    break
+                self.last_read = time.monotonic()
+                w.receive_data(data)
+                while (event := w.next_event()) is not None:
+                    self._dispatch(event)
+        except wire.ProtocolError as exc:
+            reason = f"protocol error: {exc}"
+        except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
+            reason = f"reading failed: {exc}"
+        except JMSException as exc:
+            reason = str(exc)
+        self._lost(reason)
+
+    def _dispatch(self, event: wire.Event) -> None:
+        cls = event.__class__
+        if cls is wire.Delivery:
+            consumer = self._consumers.get(event.consumer)  # type: ignore[union-attr]
+            if consumer is not None:
+                consumer._arrive(event)  # type: ignore[arg-type]
+        elif cls is wire.Reply:
+            call = self._calls.pop(event.call, None)  # type: ignore[union-attr]
+            if call is not None:
+                call.complete(event.value)  # type: ignore[union-attr]
+        elif cls is wire.Failure:
+            if event.fatal:  # type: ignore[union-attr]
+                raise event.error  # type: ignore[union-attr]
+            call = self._calls.pop(event.call, None) if event.call else None  # type: ignore[union-attr]
+            if call is not None:
+                call.complete(error=event.error)  # type: ignore[union-attr]
+            elif event.session is not None:  # type: ignore[union-attr]
+                session = self._sessions.get(event.session)  # type: ignore[union-attr]
+                if session is not None:
+                    session._async_failed(event.error)  # type: ignore[union-attr]
+
+    def _beat(self) -> None:
+        while not self._stop.wait(self.interval / 2):
+            now = time.monotonic()
+            if now - self.last_read > 3 * self.interval:
+                self._lost(f"no heart-beat from the service for {now - self.last_read:.1f} s")
+                return
+            try:
+                if self._lazy:
+                    self.flush()
+                elif now - self.last_write >= self.interval * 0.9:
+                    self._write(wire.HEARTBEAT)
+            except JMSException:
+                return
+
+    def _lost(self, reason: str) -> None:
+        """The connection broke (or closed): fail everything waiting, tell the listener once."""
+        with self._state_lock:
+            first = self.broken is None
+            if first:
+                self.broken = TransportException(f"the connection to {self.where} is closed" if self.closed
+                                                 else f"the connection to {self.where} was lost: {reason}")
+        self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        calls, self._calls = self._calls, {}
+        for call in calls.values():
+            call.complete(error=self.broken)
+        for consumer in list(self._consumers.values()):
+            consumer._wake()
+        listener = self._listener
+        if first and not self.closed:
+            log.warning("%s", self.broken)
+            if listener is not None:
+                try:
+                    listener(self.broken)  # type: ignore[arg-type]
+                except Exception:
+                    log.exception("exception listener failed")
+
+    # --- the Connection API -------------------------------------------------------------------
+    @property
+    def client_id(self) -> str | None:
+        return self.client_id_value
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        self._check_open()
+        if self.client_id_value is not None or self._used:
+            raise IllegalStateException("the client id must be set right after the connection is created")
+        if not value:
+            raise IllegalStateException("a client id must be a non-empty string")
+        self.request(wire.Op.SET_CLIENT_ID, value)
+        self.client_id_value = value
+
+    @property
+    def metadata(self) -> ConnectionMetaData:
+        return self._metadata
+
+    def create_session(self, transacted: bool = False,
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "RemoteSession":
+        return self._new_session(RemoteSession, transacted, AckMode(ack_mode), False)
+
+    def create_xa_session(self) -> "RemoteXASession":
+        return self._new_session(RemoteXASession, True, AckMode.AUTO_ACKNOWLEDGE, True)  # type: ignore[return-value]
+
+    def _new_session(self, cls: type, transacted: bool, ack_mode: AckMode, xa: bool) -> "RemoteSession":
+        self._check_open()
+        if ack_mode is AckMode.SESSION_TRANSACTED and not transacted:
+            raise IllegalStateException("SESSION_TRANSACTED needs transacted=True")
+        self._used = True
+        sid = next(self._session_ids)
+        self.request(wire.Op.SESSION, sid, transacted, int(ack_mode), xa)
+        session = cls(self, sid, transacted, ack_mode)
+        self._sessions[sid] = session
+        return session
+
+    def start(self) -> None:
+        self._check_open()
+        self._used = True
+        if not self.started:
+            self.request(wire.Op.START)
+            self.started = True
+            for consumer in list(self._consumers.values()):
+                consumer._wake()
+
+    def stop(self) -> None:
+        self._check_open()
+        if self.started:
+            self.started = False
+            self.request(wire.Op.STOP)
+
+    def set_exception_listener(self, listener: ExceptionListener | None) -> None:
+        self._listener = listener
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.started = False
+        for session in list(self._sessions.values()):
+            session._closed_locally()
+        if self.broken is None:
+            try:
+                self._call(lambda call_id: wire.request(call_id, wire.Op.CLOSE), check=False)
+            except JMSException:
+                pass
+        self._stop.set()
+        try:
+            self._sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        if threading.current_thread() is not self._reader:
+            self._reader.join(5)
+        self._sock.close()
+        self._lost("closed")
+
+    def __repr__(self) -> str:
+        return f"RemoteConnection({self.where}, user={self.username!r})"
+
+
+class RemoteSession(Session):
+    """A session; its work lives in the service (see the module notes for what waits)."""
+
+    def __init__(self, connection: RemoteConnection, sid: int, transacted: bool, ack_mode: AckMode) -> None:
+        self.connection = connection
+        self.broker = connection          # EmbeddedProducer asks session.broker for message ids
+        self.sid = sid
+        self.transacted = transacted
+        self.ack_mode = AckMode.SESSION_TRANSACTED if transacted else ack_mode
+        self.closed = False
+        self.consumers: list[RemoteConsumer] = []
+        self.listener_lock = threading.Lock()
+        self._failed: JMSException | None = None
+        self._in_branch = False
+
+    # --- state --------------------------------------------------------------------------------
+    def _check_open(self) -> None:
+        if self.closed:
+            raise IllegalStateException("the session is closed")
+        self.connection._check_open()
+
+    def _async_failed(self, error: JMSException) -> None:
+        log.warning("%s: an asynchronous send of session %d failed: %s", self.connection.where, self.sid, error)
+        if self._failed is None:
+            self._failed = error
+
+    def _raise_failed(self) -> None:
+        failed, self._failed = self._failed, None
+        if failed is not None:
+            raise failed
+
+    def _in_transaction(self) -> bool:
+        return self.transacted
+
+    def _acks_at_once(self) -> bool:
+        return not self.transacted and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE
+
+    # --- destinations -----------------------------------------------------------------------
+    def create_temporary_queue(self) -> TemporaryQueue:
+        self._check_open()
+        return self.connection.request(wire.Op.TEMP_CREATE, self.sid, False)
+
+    def create_temporary_topic(self) -> TemporaryTopic:
+        self._check_open()
+        return self.connection.request(wire.Op.TEMP_CREATE, self.sid, True)
+
+    def delete_temporary(self, destination: Destination) -> None:
+        self._check_open()
+        self.connection.request(wire.Op.TEMP_DELETE, self.sid, destination)
+
+    # --- producers, consumers, browsers -----------------------------------------------------------
+    def create_producer(self, destination: Destination | None = None) -> "RemoteProducer":
+        self._check_open()
+        return RemoteProducer(self, destination)  # type: ignore[arg-type]
+
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> "RemoteConsumer":
+        if not isinstance(destination, Destination):
+            raise InvalidDestinationException(f"not a destination: {destination!r}")
+        return self._new_consumer(destination, selector, no_local, None)
+
+    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
+                                  no_local: bool = False) -> "RemoteConsumer":
+        if not isinstance(topic, Topic):
+            raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
+        return self._new_consumer(topic, selector, no_local, name)
+
+    def _new_consumer(self, destination: Destination, selector: str | None, no_local: bool,
+                      durable_name: str | None) -> "RemoteConsumer":
+        self._check_open()
+        compile_selector(selector)  # a bad selector fails here, with its position
+        conn = self.connection
+        cid = next(conn._consumer_ids)
+        consumer = RemoteConsumer(self, cid, destination, selector)
+        conn._consumers[cid] = consumer
+        try:
+            conn.request(wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name,
+                         conn.factory.prefetch)
+        except BaseException:
+            conn._consumers.pop(cid, None)
+            raise
+        self.consumers.append(consumer)
+        return consumer
+
+    def unsubscribe(self, name: str) -> None:
+        self._check_open()
+        self.connection.request(wire.Op.UNSUBSCRIBE, self.sid, name)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> "RemoteBrowser":
+        self._check_open()
+        if not isinstance(queue, Queue):
+            raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
+        compile_selector(selector)
+        return RemoteBrowser(self, queue, selector)
+
+    # --- the data path -------------------------------------------------------------------------------
+    def _send(self, snapshot: Message, destination: Destination) -> None:
+        """Called by the producer with the stamped copy of a message."""
+        self._raise_failed()
+        conn = self.connection
+        blob = codec.encode(snapshot)
+        if len(blob) + 32 > conn.max_frame:
+            raise ResourceAllocationException(f"a message of {len(blob)} bytes is more than the jms service "
+                                              f"takes in one frame ({conn.max_frame} bytes)")
+        if self._in_transaction():
+            conn._check_open()
+            conn._write(wire.send_request(0, self.sid, blob), lazy=True)
+        elif snapshot.delivery_mode == _NON_PERSISTENT and not conn.factory.sync_sends:
+            conn._check_open()
+            conn._write(wire.send_request(0, self.sid, blob))
+        else:
+            conn._call(lambda call_id: wire.send_request(call_id, self.sid, blob))
+
+    def _deliver(self, consumer: "RemoteConsumer", item: wire.Delivery, report: bool = True) -> Message:
+        """The message of a delivery as the application sees it; reports it CONSUMED."""
+        msg = codec.decode(item.blob)
+        msg.delivery_count = item.dcount
+        msg.redelivered = item.dcount > 1
+        if not self._in_transaction():
+            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE:
+                msg._ack = partial(self._ack_one, item.tag)
+            elif self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
+                msg._ack = self.acknowledge
+        msg.set_read_only()
+        if report:
+            self._report(consumer, item.tag)
+        return msg
+
+    def _report(self, consumer: "RemoteConsumer", tag: int) -> None:
+        self.connection._write(wire.consumed_request(self.sid, consumer.cid, [tag]),
+                               lazy=not self._acks_at_once())
+
+    def _ack_one(self, tag: int) -> None:
+        self._check_open()
+        self.connection.request(wire.Op.ACK_ONE, self.sid, tag)
+
+    def _forget_buffered(self) -> None:
+        """(Reader thread) the service took back every in-flight message of this session."""
+        for consumer in self.consumers:
+            consumer._clear()
+
+    # --- completion ---------------------------------------------------------------------------------
+    def commit(self) -> None:
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateException("commit() on a session that is not transacted")
+        self._failed = None  # the service knows and rolls back
+        self.connection.request(wire.Op.COMMIT, self.sid)
+
+    def rollback(self) -> None:
+        self._check_open()
+        if not self.transacted:
+            raise IllegalStateException("rollback() on a session that is not transacted")
+        self._failed = None
+        self.connection.request(wire.Op.ROLLBACK, self.sid, then=self._forget_buffered)
+
+    def recover(self) -> None:
+        self._check_open()
+        if self.transacted:
+            raise IllegalStateException("recover() on a transacted session (use rollback())")
+        self.connection.request(wire.Op.RECOVER, self.sid, then=self._forget_buffered)
+
+    def acknowledge(self) -> None:
+        if self.closed:
+            raise IllegalStateException("acknowledge() after the session closed")
+        self.connection.request(wire.Op.ACKNOWLEDGE, self.sid)
+
+    def _closed_locally(self) -> None:
+        self.closed = True
+        for consumer in list(self.consumers):
+            consumer._closed_locally()
+        self.connection._sessions.pop(self.sid, None)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._closed_locally()
+        conn = self.connection
+        if conn.broken is None and not conn.closed:
+            conn.request(wire.Op.SESSION_CLOSE, self.sid)
+
+
+class RemoteXASession(RemoteSession, XASession):
+    """An XA session: its work belongs to the branch started on ``xa_resource``."""
+
+    def __init__(self, connection: RemoteConnection, sid: int, transacted: bool, ack_mode: AckMode) -> None:
+        super().__init__(connection, sid, False, AckMode.AUTO_ACKNOWLEDGE)
+        self.transacted = True  # as javax.jms.XASession.getTransacted() says
+        self._resource = RemoteXAResource(self)
+
+    @property
+    def xa_resource(self) -> "RemoteXAResource":
+        return self._resource
+
+    def _in_transaction(self) -> bool:
+        return self._in_branch
+
+    def _acks_at_once(self) -> bool:
+        return not self._in_branch
+
+    def commit(self) -> None:
+        raise TransactionInProgressException("an XA session commits through its XA resource")
+
+    def rollback(self) -> None:
+        raise TransactionInProgressException("an XA session rolls back through its XA resource")
+
+    def recover(self) -> None:
+        raise IllegalStateException("recover() on an XA session")
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class RemoteXAResource(XAResource):
+    """The XA resource of a remote session; branches live in the broker (same RM per broker)."""
+
+    def __init__(self, session: RemoteXASession) -> None:
+        self.session = session
+        self.connection = session.connection
+        self.rm_id = session.connection.rm_id
+        self._timeout = 0
+
+    def _request(self, op: wire.Op, *args: Any) -> Any:
+        try:
+            return self.connection.request(op, *args)
+        except TransportException as exc:
+            raise XAException(f"{op.name.lower()}: {exc}", -7) from exc  # XAER_RMFAIL
+
+    def start(self, xid: Xid, flags: int = 0) -> None:
+        if self.session._in_branch:
+            raise XAException("start: the session is already associated with a branch", XAER_PROTO)
+        self._request(wire.Op.XA_START, self.session.sid, xid, flags)
+        self.session._in_branch = True
+
+    def end(self, xid: Xid, flags: int) -> None:
+        self._request(wire.Op.XA_END, self.session.sid, xid, flags)
+        self.session._in_branch = False
+
+    def prepare(self, xid: Xid) -> int:
+        return self._request(wire.Op.XA_PREPARE, xid)
+
+    def commit(self, xid: Xid, one_phase: bool) -> None:
+        self._request(wire.Op.XA_COMMIT, xid, one_phase)
+
+    def rollback(self, xid: Xid) -> None:
+        self._request(wire.Op.XA_ROLLBACK, xid)
+
+    def recover(self, flags: int) -> list[Xid]:
+        return [Xid(f, g, b) for f, g, b in self._request(wire.Op.XA_RECOVER, flags)]
+
+    def forget(self, xid: Xid) -> None:
+        self._request(wire.Op.XA_FORGET, xid)
+
+    def is_same_rm(self, other: XAResource) -> bool:
+        return isinstance(other, RemoteXAResource) and other.rm_id == self.rm_id
+
+    def get_transaction_timeout(self) -> int:
+        return self._timeout
+
+    def set_transaction_timeout(self, seconds: int) -> bool:
+        self._timeout = seconds
+        return False  # branches do not time out in the embedded broker
+
+
+class RemoteProducer(EmbeddedProducer):
+    """The embedded producer's checks and header stamping; its session sends over the wire."""
+
+
+class RemoteConsumer(MessageConsumer):
+    def __init__(self, session: RemoteSession, cid: int, destination: Destination, selector: str | None) -> None:
+        self.session = session
+        self.connection = session.connection
+        self.cid = cid
+        self.destination = destination
+        self._selector_text = selector
+        self.closed = False
+        self._buf: deque[wire.Delivery] = deque()
+        self._cond = threading.Condition(threading.Lock())
+        self._listener: MessageListener | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def message_selector(self) -> str | None:
+        return self._selector_text
+
+    # --- from the reader thread ---------------------------------------------------------------
+    def _arrive(self, item: wire.Delivery) -> None:
+        with self._cond:
+            self._buf.append(item)
+            self._cond.notify()
+
+    def _wake(self) -> None:
+        with self._cond:
+            self._cond.notify_all()
+
+    def _clear(self) -> None:
+        with self._cond:
+            self._buf.clear()
+
+    # --- receiving -------------------------------------------------------------------------------
+    def _next(self, timeout: float | None) -> wire.Delivery | None:
+        conn = self.connection
+        deadline = None if timeout is None else time.monotonic() + timeout
+        flushed = False
+        while True:
+            with self._cond:
+                while True:
+                    if self.closed:
+                        return None
+                    if conn.broken is not None:
+                        raise conn.broken
+                    if self._buf and conn.started:
+                        return self._buf.popleft()
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        return None
+                    if not flushed and conn._lazy:
+                        break  # write the kept reports first: they refill the window
+                    self._cond.wait(remaining)
+            conn.flush()
+            flushed = True
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        if self.closed:
+            raise IllegalStateException("the consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateException("receive() on a consumer that has a message listener")
+        self.session._check_open()
+        item = self._next(timeout)
+        if item is None:
+            return None
+        return self.session._deliver(self, item)
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        if self.closed:
+            raise IllegalStateException("the consumer is closed")
+        self._listener = listener
+        if listener is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._listen, daemon=True, name=f"listener:{self.destination}")
+            self._thread.start()
+
+    def _listen(self) -> None:
+        """Deliver to the listener, one message at a time per session; a failure in
+        AUTO_ACKNOWLEDGE gives the message back for redelivery."""
+        session = self.session
+        while not self.closed and self._listener is not None:
+            try:
+                item = self._next(None)
+            except JMSException:
+                return
+            listener = self._listener
+            if item is None or listener is None:
+                continue
+            with session.listener_lock:
+                auto = session._acks_at_once()
+                msg = session._deliver(self, item, report=not auto)
+                try:
+                    listener(msg)
+                except Exception:
+                    log.exception("message listener of %s failed; the message will be redelivered", self.destination)
+                    if auto:
+                        self._give_back([item.tag], seen=True)
+                    continue
+                if auto:
+                    session._report(self, item.tag)
+
+    def _give_back(self, tags: list[int], seen: bool) -> None:
+        try:
+            self.connection._write(wire.request(0, wire.Op.RETURN, self.session.sid, self.cid, tags, seen))
+        except JMSException:
+            pass  # the connection is gone: the broker takes everything back anyway
+
+    def _closed_locally(self) -> None:
+        with self._cond:
+            self.closed = True
+            self._listener = None
+            self._buf.clear()
+            self._cond.notify_all()
+        self.connection._consumers.pop(self.cid, None)
+        if self in self.session.consumers:
+            self.session.consumers.remove(self)
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=5)
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self._closed_locally()
+        conn = self.connection
+        if conn.broken is None and not conn.closed and not self.session.closed:
+            conn.request(wire.Op.CONSUMER_CLOSE, self.session.sid, self.cid)
+
+
+class RemoteBrowser(QueueBrowser):
+    def __init__(self, session: RemoteSession, queue: Queue, selector: str | None) -> None:
+        self.session = session
+        self.queue = queue
+        self.message_selector = selector
+        self.closed = False
+        self._open: set[int] = set()
+
+    def __iter__(self) -> Iterator[Message]:
+        if self.closed:
+            raise IllegalStateException("the browser is closed")
+        self.session._check_open()
+        conn = self.session.connection
+        bid, page, done = conn.request(wire.Op.BROWSE, self.session.sid, self.queue, self.message_selector)
+        self._open.add(bid)
+        try:
+            while True:
+                for blob in page:
+                    msg = codec.decode(blob)
+                    msg.set_read_only()
+                    yield msg
+                if done:
+                    return
+                page, done = conn.request(wire.Op.BROWSE_MORE, bid)
+        finally:
+            if not done and not conn.broken:
+                conn.request(wire.Op.BROWSE_CLOSE, bid)
+            self._open.discard(bid)
+
+    def close(self) -> None:
+        self.closed = True
