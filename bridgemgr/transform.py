@@ -9,16 +9,28 @@ caller resets both before every call and reads them after it with
 :meth:`MessageTransformer.outcome`.
 
 Plugins are named by dotted class path (``package.module.ClassName``) in the bridge
-XML or the broker properties; :func:`load_transformer` imports and instantiates one.
+XML or the broker properties; :func:`load_transformer` imports and instantiates one. It
+looks in the transformer folders first (the original's ``lib/ext``): the directories in
+``$IMQ_BRIDGE_TRANSFORMER_PATH`` (separated by ``os.pathsep``), then the repository's
+``transformers/``. There ``module.Class`` names ``<folder>/module.py``, and a path that
+starts with the folder's own name (``transformers.uppercase.UppercaseTransformer``) names a
+module inside it. Anything else is imported from the Python path as usual.
 """
 
 from __future__ import annotations
 
 import importlib
+import importlib.machinery
+import importlib.util
+import os
 import re
+import sys
+import threading
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Mapping
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Mapping, Sequence
 
 from .jms.destination import Destination, Queue, Topic
 from .jms.errors import IllegalStateException, JMSException
@@ -28,6 +40,9 @@ SUN_MQ = "SUN_MQ"   # the host broker's provider name, as the original passes it
 STOMP = "STOMP"
 
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
+TRANSFORMER_PATH_ENV = "IMQ_BRIDGE_TRANSFORMER_PATH"
+SHIPPED_TRANSFORMERS = Path(__file__).resolve().parents[1] / "transformers"
+_import_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -87,15 +102,60 @@ class MessageTransformer(ABC):
         return TransformOutcome(self._branch_to, self._no_transfer)
 
 
-def load_transformer(class_path: str) -> MessageTransformer:
-    """Import ``package.module.ClassName`` and make an instance; JMSException if it cannot."""
+def transformer_path() -> list[Path]:
+    """The transformer folders: $IMQ_BRIDGE_TRANSFORMER_PATH, then the shipped one."""
+    dirs = [Path(p) for p in os.environ.get(TRANSFORMER_PATH_ENV, "").split(os.pathsep) if p]
+    if SHIPPED_TRANSFORMERS.is_dir():
+        dirs.append(SHIPPED_TRANSFORMERS)
+    return dirs
+
+
+def _from_folders(top: str, folders: Sequence[Path]) -> ModuleType | None:
+    """The top-level module ``top`` found in a transformer folder, loaded; None if none has it."""
+    for folder in folders:
+        # The folder itself as package `top`, or `top` as a module or package inside it.
+        where = [str(folder.parent)] if folder.name == top else [str(folder)]
+        spec = importlib.machinery.PathFinder.find_spec(top, where)
+        if spec is None:
+            continue
+        module = importlib.util.module_from_spec(spec)  # a folder without __init__.py too
+        sys.modules[top] = module
+        try:
+            if spec.loader is not None:
+                spec.loader.exec_module(module)
+        except BaseException:
+            del sys.modules[top]
+            raise
+        return module
+    return None
+
+
+def _import(module_name: str, folders: Sequence[Path]) -> ModuleType:
+    top = module_name.partition(".")[0]
+    with _import_lock:
+        if top not in sys.modules:
+            _from_folders(top, folders)
+    return importlib.import_module(module_name)
+
+
+def load_transformer(class_path: str,
+                     search_path: Sequence[str | os.PathLike[str]] | None = None
+                     ) -> MessageTransformer:
+    """Import ``package.module.ClassName`` (transformer folders first, see the module
+    doc; ``search_path`` replaces them) and make an instance; JMSException if it cannot."""
     if not _CLASS_PATH.match(class_path or ""):
         raise JMSException(f"message transformer {class_path!r} is not a dotted class name")
     module_name, _, class_name = class_path.rpartition(".")
+    folders = transformer_path() if search_path is None else [Path(p) for p in search_path]
     try:
-        cls = getattr(importlib.import_module(module_name), class_name)
+        cls = getattr(_import(module_name, folders), class_name)
     except (ImportError, AttributeError) as exc:
-        raise JMSException(f"cannot load message transformer {class_path}: {exc}") from exc
+        where = ", ".join(str(f) for f in folders) or "no transformer folder"
+        raise JMSException(f"cannot load message transformer {class_path}: {exc} (looked in "
+                           f"{where} and on the Python path)") from exc
+    except Exception as exc:  # the module itself failed while being imported
+        raise JMSException(f"cannot load message transformer {class_path}: importing "
+                           f"{module_name} failed: {type(exc).__name__}: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, MessageTransformer)):
         raise JMSException(f"{class_path} is not a subclass of bridgemgr.transform.MessageTransformer")
     try:

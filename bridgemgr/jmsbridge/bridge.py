@@ -1,0 +1,416 @@
+# How it works: JMSBridge is what the Bridge Service Manager drives for one JMS bridge.
+# start() performs the chapter's steps ("Starting and Stopping JMS Bridges") in order:
+#   1. parse and validate the XML (a BridgeConfig given, or loaded from the broker
+#      properties on every start, so a restart picks up an edited file);
+#   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
+#      transformers (a class that cannot be loaded fails the start, naming it);
+#   3-6. transacted links: the XA coordinator arrives with issue 5; until then
+#      transfer.transaction_for() accepts a transacted link only when both ends are the same
+#      embedded broker (one local transaction) and the start fails for the others;
+#   7. resolve the connection factories and create the pools and shared connections;
+#   8. make the DMQs ready (the built-in one must connect);
+#   9. start the enabled links.
+# Anything failing undoes what was done and leaves the bridge STOPPED. stop() stops every
+# link (each finishes its message in flight), closes the DMQ senders, waits until every
+# pooled and shared connection is back, and closes them. A housekeeping thread closes
+# pooled connections past their idle timeout. Link commands are legal only while the
+# bridge is STARTED; every command checks the state tables of states.py. Per-link
+# counters outlive restarts, for the admin `list` and metrics.
+"""A JMS bridge: lifecycle, its links, connections and DMQs, and its log."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+from ..jms import naming
+from ..jms.destination import Destination, Queue, Topic
+from ..jms.errors import JMSException
+from ..jms.spi import ConnectionFactory
+from ..props import BrokerProperties, clip, shorten
+from ..providers import embedded
+from ..transform import MessageTransformer, load_transformer
+from .config import (
+    BUILTIN_DMQ,
+    BUILTIN_DMQ_DESTINATION,
+    BridgeConfig,
+    ConnectionFactoryConfig,
+    DestinationConfig,
+    DestinationType,
+    LinkConfig,
+    load_bridge,
+)
+from .connections import BridgeConnections, Connector, configured_client_id, connection_kind
+from .counters import LinkCounters
+from .dmq import DeadMessageQueues, DMQSender
+from .link import Link, LinkSetup, LinkTuning
+from .logs import BridgeLog
+from .resolve import HostFactory, Lookup, resolve_connection_factories
+from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
+from .transfer import TransactedLinkUnsupported, transaction_for
+
+LOGGING_CONFIG_PROPERTY = "java.util.logging.config.file"
+
+
+class BridgeStartError(JMSException, code="BRIDGE_START"):
+    """The bridge cannot start; the message names the element and what to do."""
+
+
+class NoSuchLink(JMSException, code="NO_SUCH_LINK"):
+    """A link command named a link the bridge does not have."""
+
+
+def default_host_factory(environment: Mapping[str, str]) -> ConnectionFactory:
+    """The host broker running in this process, whichever it is at connect time."""
+    return embedded.connection_factory()
+
+
+def resolve_destination(dest: DestinationConfig, lookup: Lookup = naming.lookup) -> Destination:
+    """A <destination>: by JNDI lookup-name, or by name and type."""
+    if dest.lookup_name is not None:
+        found = lookup(dest.lookup_name, dest.environment)
+        if not isinstance(found, Destination):
+            raise JMSException(f"lookup-name {dest.lookup_name} is a {type(found).__name__}, "
+                               "not a destination")
+        return found
+    assert dest.name is not None
+    return Topic(dest.name) if dest.type is DestinationType.TOPIC else Queue(dest.name)
+
+
+class JMSBridge:
+    """One JMS bridge; thread-safe; driven by the service (start/stop/pause/resume)."""
+
+    type = "JMS"
+
+    def __init__(self, config: BridgeConfig | Callable[[], BridgeConfig],
+                 props: BrokerProperties | None = None,
+                 host_factory: HostFactory | None = None, *,
+                 name: str | None = None, lookup: Lookup = naming.lookup,
+                 tuning: LinkTuning = LinkTuning(),
+                 logging_config: str | Path | None = None,
+                 transformer_path: Sequence[str | Path] | None = None,
+                 reap_interval: float = 1.0) -> None:
+        self._loader = config if callable(config) else None
+        self.config: BridgeConfig | None = None if callable(config) else config
+        if name is None and self.config is None:
+            raise ValueError("give the bridge name when the configuration is loaded later")
+        self.name: str = name or self.config.name  # type: ignore[union-attr]
+        self.props = props
+        self.host_factory = host_factory or default_host_factory
+        self.lookup = lookup
+        self.tuning = tuning
+        self.logging_config = logging_config or (
+            props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
+        self.transformer_path = transformer_path
+        self.reap_interval = reap_interval
+        self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
+        self.log = logging.getLogger(f"imq.bridge.{self.name}")
+        self._bridge_log: BridgeLog | None = None
+        self._links: dict[str, Link] = {}
+        self._counters: dict[str, LinkCounters] = {}
+        self._connections: BridgeConnections | None = None
+        self._dmqs: DeadMessageQueues | None = None
+        self._housekeeping: threading.Thread | None = None
+        self._halt = threading.Event()
+        self._lock = threading.RLock()  # one command at a time
+
+    @classmethod
+    def from_properties(cls, props: BrokerProperties, name: str, **kwargs: Any) -> "JMSBridge":
+        """The bridge imq.bridge.<name>.* describes; its XML is read at every start."""
+        return cls(lambda: load_bridge(props, name), props, name=name, **kwargs)
+
+    # --- state ------------------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self.lifecycle.state
+
+    @property
+    def links(self) -> list[Link]:
+        """The enabled links of the last start, in file order."""
+        return list(self._links.values())
+
+    def link(self, name: str) -> Link:
+        link = self._links.get(name)
+        if link is None:
+            known = [l.name for l in self.config.links] if self.config else []
+            if name in known and self.state is State.STARTED:
+                raise IllegalTransition(f"link {name} of bridge {self.name} is not enabled "
+                                        '(enabled="false" in its XML); it cannot be started')
+            if name in known:
+                raise IllegalTransition(f"link {name} of bridge {self.name} is not running: "
+                                        f"the bridge is {self.state.value}")
+            raise NoSuchLink(f"bridge {self.name} has no link {name!r} (links: "
+                             f"{', '.join(known) or 'none'})")
+        return link
+
+    def info(self) -> dict[str, Any]:
+        """Name, type, state and every link (disabled ones UNINITIALIZED) with counters."""
+        rows = []
+        for cfg in self.config.links if self.config is not None else ():
+            link = self._links.get(cfg.name)
+            if link is not None:
+                rows.append(link.info())
+            else:
+                rows.append({"name": cfg.name, "state": State.UNINITIALIZED.value,
+                             "source": _label(self.config, cfg, "source"),
+                             "target": _label(self.config, cfg, "target"),
+                             "transacted": cfg.transacted,
+                             "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()})
+        return {"name": self.name, "type": self.type, "state": self.state.value, "links": rows}
+
+    # --- bridge commands ----------------------------------------------------------------------
+    def start(self) -> State:
+        with self._lock:
+            if self.lifecycle.begin(Command.START) is None:
+                return self.state
+            try:
+                self._start()
+            except BaseException:
+                self._teardown()
+                self.lifecycle.set(State.STOPPED)
+                raise
+            self.lifecycle.set(State.STARTED)
+            self.log.info("bridge %s started with %d link(s)", self.name, len(self._links))
+            return self.state
+
+    def stop(self) -> State:
+        with self._lock:
+            if self.lifecycle.begin(Command.STOP) is None:
+                return self.state
+            self._teardown()
+            self.lifecycle.set(State.STOPPED)
+            return self.state
+
+    def pause(self) -> State:
+        with self._lock:
+            if self.lifecycle.begin(Command.PAUSE) is None:
+                return self.state
+            for link in self._links.values():
+                if link.state in (State.STARTED, State.STARTING, State.RESUMING):
+                    link.pause()
+            self.lifecycle.set(State.PAUSED)
+            return self.state
+
+    def resume(self) -> State:
+        with self._lock:
+            if self.lifecycle.begin(Command.RESUME) is None:
+                return self.state
+            for link in self._links.values():
+                if link.state in (State.PAUSED, State.PAUSING):
+                    link.resume()
+            self.lifecycle.set(State.STARTED)
+            return self.state
+
+    # --- link commands -------------------------------------------------------------------------
+    def _link_command(self, name: str, command: Command) -> Link:
+        if self.state is not State.STARTED:
+            raise IllegalTransition(f"cannot {command.value} link {name} of bridge {self.name}: "
+                                    f"the bridge is {self.state.value} (link commands need "
+                                    "it STARTED)")
+        return self.link(name)
+
+    def start_link(self, name: str, timeout: float | None = -1) -> State:
+        with self._lock:
+            return self._link_command(name, Command.START).start(timeout)
+
+    def stop_link(self, name: str, timeout: float | None = None) -> State:
+        with self._lock:
+            return self._link_command(name, Command.STOP).stop(timeout)
+
+    def pause_link(self, name: str, timeout: float | None = None) -> State:
+        with self._lock:
+            return self._link_command(name, Command.PAUSE).pause(timeout)
+
+    def resume_link(self, name: str, timeout: float | None = None) -> State:
+        with self._lock:
+            return self._link_command(name, Command.RESUME).resume(timeout)
+
+    # --- the start steps ---------------------------------------------------------------------------
+    def _start(self) -> None:
+        # 1. parse and validate
+        self._links = {}
+        if self._loader is not None:
+            self.config = self._loader()
+        config = self.config
+        assert config is not None
+        self._open_log(config)
+        self.log.info("bridge %s starting (%s)", self.name, config.source or "configuration")
+        # 2. the enabled links and DMQs: destinations and transformers
+        enabled = [link for link in config.links if link.enabled]
+        dmqs = [d for d in config.dmqs if d.enabled or d.is_builtin]
+        destinations = self._destinations(config, enabled, dmqs)
+        transformers = {link.name: self._transformer(link.target.message_transformer_class,
+                                                     f"link {link.name}", link.target.line)
+                        for link in enabled}
+        # 3-7. factories; transacted links; pools and shared connections
+        connectors = self._connectors(config, enabled, dmqs)
+        transactions = {}
+        for link in enabled:
+            src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
+            try:
+                transactions[link.name] = transaction_for(
+                    link.transacted, connectors[src].factory, connectors[tgt].factory)
+            except TransactedLinkUnsupported as exc:
+                raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
+                                       f"{exc}") from None
+            if (destinations[link.source.destination_ref].is_topic and link.source.durable_sub
+                    and not link.source.clientid):
+                raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "
+                                       f"durable-sub {link.source.durable_sub} needs the "
+                                       "source's clientid attribute; add clientid")
+        self._connections = connections = BridgeConnections(connectors)
+        connections.prepare()
+        # 8. the DMQs
+        senders = []
+        for dmq in dmqs:
+            if dmq.is_builtin:
+                dest, ref = Queue(BUILTIN_DMQ_DESTINATION), BUILTIN_DMQ
+            else:
+                dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref  # type: ignore[index]
+            senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
+                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line)))
+        self._dmqs = DeadMessageQueues(senders, self.log)
+        try:
+            self._dmqs.ready(self._halt)
+        except Exception as exc:
+            raise BridgeStartError(f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host "
+                                   f"broker) is not ready: {exc}") from exc
+        # 9. the links
+        bridge_props = self.props.bridge(self.name) if self.props is not None else None
+        for link in enabled:
+            target = (None if link.target.as_source
+                      else destinations[link.target.destination_ref])
+            txn = transactions[link.name]
+            batch = ((bridge_props.transaction_batch_size if bridge_props else 1)
+                     if txn.transacted else self.tuning.ack_batch)
+            setup = LinkSetup(
+                config=link, bridge=config, source=destinations[link.source.destination_ref],
+                target=target,
+                target_kind=connections.kind("target", link.target.connection_factory_ref,
+                                             link.target.stay_connected, link.target.clientid),
+                transaction=txn, transformer=transformers[link.name],
+                destinations=destinations,
+                backout_threshold=bridge_props.backout_threshold if bridge_props else 0,
+                batch_size=batch)
+            runner = Link(setup, connections, self._dmqs, self.log, self.tuning)
+            runner.counters = self._counters.setdefault(link.name, runner.counters)
+            self._links[link.name] = runner
+        self._halt.clear()
+        self._housekeeping = threading.Thread(target=self._housekeep, daemon=True,
+                                              name=f"bridge {self.name} housekeeping")
+        self._housekeeping.start()
+        for runner in self._links.values():
+            runner.start()
+
+    def _open_log(self, config: BridgeConfig) -> None:
+        if self._bridge_log is None:
+            bp = self.props.bridge(self.name) if self.props is not None else None
+            secrets = [cf.password for cf in config.connection_factories if cf.password]
+            self._bridge_log = BridgeLog(
+                self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
+                bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
+                self.logging_config, secrets)
+        self._bridge_log.open()
+
+    def _destinations(self, config: BridgeConfig, links: list[LinkConfig],
+                      dmqs: list[Any]) -> dict[str, Destination]:
+        """Every <destination>; one that a link or DMQ uses must resolve."""
+        used = {ref for link in links
+                for ref in (link.source.destination_ref, link.target.destination_ref)}
+        used |= {d.destination_ref for d in dmqs if not d.is_builtin}
+        found: dict[str, Destination] = {}
+        for dest in config.destinations:
+            try:
+                found[dest.ref_name] = resolve_destination(dest, self.lookup)
+            except Exception as exc:
+                text = (f"{_where(config, dest.line)}destination {shorten(dest.ref_name)} "
+                        f"cannot be resolved ({type(exc).__name__}: {clip(str(exc), 200)})")
+                if dest.ref_name in used:
+                    raise BridgeStartError(text + "; check lookup-name and its properties") from exc
+                self.log.warning("%s; branch_to cannot use it", text)
+        return found
+
+    def _transformer(self, class_path: str | None, owner: str,
+                     line: int | None) -> MessageTransformer | None:
+        if class_path is None:
+            return None
+        try:
+            return load_transformer(class_path, self.transformer_path)
+        except JMSException as exc:
+            raise BridgeStartError(f"{_where(self.config, line)}{owner}: {exc}; put the module "
+                                   "in a transformer folder (transformers/, or one in "
+                                   "$IMQ_BRIDGE_TRANSFORMER_PATH) or on the Python path") from exc
+
+    def _connectors(self, config: BridgeConfig, links: list[LinkConfig],
+                    dmqs: list[Any]) -> dict[str, Connector]:
+        refs = {ref for link in links
+                for ref in (link.source.connection_factory_ref, link.target.connection_factory_ref)}
+        refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin}
+        factories, problems = resolve_connection_factories(config, self.host_factory,
+                                                           self.lookup, refs)
+        if problems:
+            raise BridgeStartError("; ".join(str(p) for p in problems))
+        connectors = {ref: Connector(config.connection_factory(ref), factory, self.log)
+                      for ref, factory in factories.items()}
+        builtin = ConnectionFactoryConfig(BUILTIN_DMQ, connect_attempts=1)
+        connectors[BUILTIN_DMQ] = Connector(builtin, self.host_factory({}), self.log)
+        return connectors
+
+    def _housekeep(self) -> None:
+        while not self._halt.wait(self.reap_interval):
+            connections = self._connections
+            if connections is not None:
+                closed = connections.reap()
+                if closed:
+                    self.log.debug("closed %d idle pooled connection(s)", closed)
+
+    def _teardown(self) -> None:
+        """The stop steps: links, then DMQs, then every pooled and shared connection."""
+        self._halt.set()
+        for link in list(self._links.values()):
+            try:
+                link.stop()
+            except Exception:
+                self.log.exception("stopping link %s failed", link.name)
+        if self._housekeeping is not None:
+            self._housekeeping.join()
+            self._housekeeping = None
+        if self._dmqs is not None:
+            self._dmqs.close()
+            self._dmqs = None
+        if self._connections is not None:
+            if not self._connections.close(timeout=30):
+                self.log.warning("bridge %s: some connections were not returned within 30 s; "
+                                 "closing them anyway", self.name)
+            self._connections = None
+        if self._bridge_log is not None:
+            self.log.info("bridge %s stopped", self.name)
+            self._bridge_log.close()
+
+    def metrics(self) -> dict[str, dict[str, Any]]:
+        """Counters per link name (also of links not running now)."""
+        return {name: c.snapshot() for name, c in self._counters.items()}
+
+
+def _where(config: BridgeConfig | None, line: int | None) -> str:
+    if config is None or not config.source:
+        return ""
+    return f"{config.source}:{line}: " if line is not None else f"{config.source}: "
+
+
+def _label(config: BridgeConfig, link: LinkConfig, role: str) -> str:
+    """`list link`'s Source/Target column from the configuration alone."""
+    end = link.source if role == "source" else link.target
+    cf = config.connection_factory(end.connection_factory_ref)
+    if role == "source":
+        kind = connection_kind("source")
+    else:
+        kind = connection_kind("target", link.target.stay_connected, link.target.clientid,
+                               configured_client_id(cf))
+    if role == "target" and link.target.as_source:
+        return f"{cf.ref_name}:{kind.value}:AS_SOURCE"
+    dest = config.destination(end.destination_ref)
+    kind_name = dest.type.value if dest.lookup_name is None else "lookup"
+    return f"{cf.ref_name}:{kind.value}:{kind_name}:{dest.name or dest.lookup_name}"

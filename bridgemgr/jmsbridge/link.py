@@ -1,0 +1,483 @@
+# How it works: a started link runs one thread, _main(): connect (the source on a
+# dedicated connection with its clientid, durable-sub and selector; the target by the
+# chapter's rules, through BridgeConnections), then _loop() until told otherwise:
+#   receive -> pipeline.run_steps() -> send | DMQ | consume-only | halt -> complete.
+# "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
+# non-transacted link, a local commit for the interim transacted one. Handled messages
+# wait in `pending` until a batch is full (tuning.ack_batch, or the bridge's
+# transaction.batchSize when transacted) or the source has nothing more right now; a
+# batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
+# as transferred and get the INFO log line.
+#
+# Failures: a tolerated send failure goes to the DMQ (non-transacted) or rolls the unit
+# back (transacted; the message comes back, poison ones reach the DMQ through the backout
+# threshold); a failed completion sends the batch to the DMQ (ACK_FAILURE, COMMIT_FAILURE).
+# A lost connection (ConnectionLost) drops every connection, aborts the unit (unacked
+# messages come back: at-least-once, never lost) and reconnects within the factory's
+# connect-attempts; when those run out, or on a transformer failure with
+# consume-no-transfer-on-transform-error false (HALT), the link stops by itself with
+# last_error set. Commands (start/stop/pause/resume) come from other threads: they set
+# `_want` and wait on the Lifecycle for the thread to get there; the thread looks at
+# `_want` between messages, so stop and pause always finish the message in flight.
+"""A JMS bridge link: the transfer loop and its commands."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from ..jms.destination import Destination
+from ..jms.errors import JMSException
+from ..jms.message import HEADER_FIELDS
+from ..jms.spi import MessageConsumer, MessageProducer
+from ..transform import MessageTransformer
+from .config import BridgeConfig, LinkConfig
+from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
+from .counters import LinkCounters
+from .dmq import DeadLetter, DeadMessageQueues
+from .pipeline import (
+    CONNECTION_LOST,
+    Action,
+    DMQReason,
+    Interrupted,
+    LinkPlan,
+    ProcessingContext,
+    RetryWithTolerance,
+    Stage,
+    run_steps,
+)
+from .states import LINK_TRANSITIONS, Command, Lifecycle, State
+from .transfer import TransferTransaction
+
+_DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
+_PRIORITY = HEADER_FIELDS.index("priority")
+_DESTINATION = HEADER_FIELDS.index("destination")
+_MESSAGE_ID = HEADER_FIELDS.index("message_id")
+
+
+@dataclass(frozen=True)
+class LinkTuning:
+    """Knobs the chapter does not have; the defaults follow the chapter."""
+
+    poll_interval: float = 0.2     # an idle link looks at its commands this often (s)
+    ack_batch: int = 1             # non-transacted: messages per CLIENT_ACKNOWLEDGE
+    retry_deadline: float = 30.0   # how long a retriable failure is retried (s)
+    backoff_initial: float = 0.3
+    backoff_max: float = 10.0
+    start_timeout: float = 30.0    # how long start() waits for the link to connect (s)
+
+
+@dataclass(frozen=True)
+class LinkSetup:
+    """What the bridge resolved for one link at start."""
+
+    config: LinkConfig
+    bridge: BridgeConfig
+    source: Destination
+    target: Destination | None              # None: AS_SOURCE
+    target_kind: ConnectionKind
+    transaction: type[TransferTransaction]
+    transformer: MessageTransformer | None = None
+    destinations: Mapping[str, Destination] = field(default_factory=dict)
+    backout_threshold: int = 0
+    batch_size: int = 1
+
+    @property
+    def source_label(self) -> str:
+        """`list link`'s Source column: <cf-ref>:D:<queue:|topic:><name>."""
+        return f"{self.config.source.connection_factory_ref}:D:{self.source.kind}:{self.source.name}"
+
+    @property
+    def target_label(self) -> str:
+        where = (f"{self.target.kind}:{self.target.name}" if self.target is not None
+                 else "AS_SOURCE")
+        return f"{self.config.target.connection_factory_ref}:{self.target_kind.value}:{where}"
+
+
+class ConnectionLost(Exception):
+    """The source or target connection failed; the link reconnects."""
+
+
+class Link:
+    """One <link> of a running bridge."""
+
+    def __init__(self, setup: LinkSetup, connections: BridgeConnections,
+                 dmqs: DeadMessageQueues, log: logging.Logger,
+                 tuning: LinkTuning = LinkTuning()) -> None:
+        self.setup = setup
+        self.config = setup.config
+        self.name = setup.config.name
+        self.bridge_name = setup.bridge.name
+        self.connections = connections
+        self.dmqs = dmqs
+        self.log = log
+        self.tuning = tuning
+        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
+                                   LINK_TRANSITIONS, State.STOPPED)
+        self.counters = LinkCounters()
+        self._want = State.STOPPED
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.operator = RetryWithTolerance(self._stop, tuning.retry_deadline,
+                                           tuning.backoff_initial, tuning.backoff_max)
+        # per connection
+        self._source: Lease | None = None
+        self._target: Lease | None = None
+        self._txn: TransferTransaction | None = None
+        self._consumer: MessageConsumer | None = None
+        self._producer: MessageProducer | None = None
+        self._plan: LinkPlan | None = None
+        self._audited: set[DMQReason] = set()
+        halts = (setup.transformer is not None
+                 and not setup.config.target.consume_no_transfer_on_transform_error)
+        # CLIENT_ACKNOWLEDGE acks everything delivered: a link that may have to stop without
+        # consuming a message must complete each message before it receives the next one.
+        self.batch = 1 if halts and not setup.transaction.transacted else max(1, setup.batch_size)
+
+    # --- state and commands (any thread) ---------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self.lifecycle.state
+
+    @property
+    def transacted(self) -> bool:
+        return self.config.transacted
+
+    def start(self, timeout: float | None = -1) -> State:
+        """Start the transfer thread; wait until it connected (or ``timeout`` seconds,
+        tuning.start_timeout by default); the state then (STARTING while still connecting)."""
+        if self.lifecycle.begin(Command.START) is None:
+            return self.state
+        if self._thread is not None:
+            self._thread.join()
+        self._stop.clear()
+        self._want = State.STARTED
+        self._audited = set()
+        self._thread = threading.Thread(target=self._main, daemon=True,
+                                        name=f"link {self.bridge_name}/{self.name}")
+        self._thread.start()
+        wait = self.tuning.start_timeout if timeout == -1 else timeout
+        return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED}, wait)
+
+    def stop(self, timeout: float | None = None) -> State:
+        """Finish the message in flight, complete what was handled, close the connections."""
+        if self.lifecycle.begin(Command.STOP) is None:
+            return self.state
+        self._command(State.STOPPED)
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+        if thread is None or not thread.is_alive():
+            self.lifecycle.set(State.STOPPED)
+        return self.state
+
+    def pause(self, timeout: float | None = None) -> State:
+        if self.lifecycle.begin(Command.PAUSE) is None:
+            return self.state
+        self._command(State.PAUSED)
+        return self.lifecycle.wait_for({State.PAUSED, State.STOPPED}, timeout)
+
+    def resume(self, timeout: float | None = None) -> State:
+        if self.lifecycle.begin(Command.RESUME) is None:
+            return self.state
+        self._command(State.STARTED)
+        return self.lifecycle.wait_for({State.STARTED, State.STOPPED}, timeout)
+
+    def _command(self, want: State) -> None:
+        with self.lifecycle.cond:
+            self._want = want
+            self.lifecycle.cond.notify_all()
+
+    def info(self) -> dict[str, object]:
+        """What the admin `list link` shows, plus the counters."""
+        return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
+                "target": self.setup.target_label, "transacted": self.transacted,
+                "counters": self.counters.snapshot()}
+
+    # --- the thread -------------------------------------------------------------------------
+    def _main(self) -> None:
+        failures = 0  # connection losses in a row, for the backoff between reconnects
+        try:
+            while self._want is not State.STOPPED:
+                try:
+                    self._connect()
+                except Interrupted:
+                    break
+                except ConnectError as exc:  # every connect attempt the factory allows failed
+                    self._failed(str(exc))
+                    break
+                except CONNECTION_LOST as exc:  # lost again while setting up: try again
+                    failures += 1
+                    self._lost(exc)
+                    if not self.operator.backoff(failures):
+                        break
+                    continue
+                except Exception as exc:
+                    self._failed(f"cannot start: {type(exc).__name__}: {exc}")
+                    break
+                self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
+                connected = time.monotonic()
+                try:
+                    self._loop()
+                    break
+                except ConnectionLost as exc:
+                    # Lost again soon after connecting: back off before the next reconnect.
+                    failures = failures + 1 if time.monotonic() - connected < 1.0 else 0
+                    self._lost(exc)
+                    if failures and not self.operator.backoff(failures):
+                        break
+                except _Halt as exc:
+                    self._failed(str(exc))
+                    break
+                except Interrupted:
+                    break
+                except Exception as exc:  # a bug: stop rather than loop on it
+                    self.log.exception("link %s failed", self.name)
+                    self._failed(f"{type(exc).__name__}: {exc}")
+                    break
+        finally:
+            self._disconnect(broken=False)
+            with self.lifecycle.cond:
+                self._want = State.STOPPED
+                self.lifecycle.set(State.STOPPED)
+            self.log.info("link %s stopped", self.name)
+
+    def _lost(self, exc: BaseException) -> None:
+        self.counters.reconnects += 1
+        self.counters.error(f"connection lost: {exc}")
+        self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
+        self._disconnect(broken=True)
+
+    def _failed(self, text: str) -> None:
+        self.counters.error(text)
+        self.log.error("link %s stops: %s", self.name, text)
+
+    def _connect(self) -> None:
+        setup, cfg = self.setup, self.config
+        self._source = self.connections.lease(cfg.source.connection_factory_ref,
+                                              ConnectionKind.DEDICATED, cfg.source.clientid,
+                                              self._stop)
+        self._txn = txn = setup.transaction()
+        session = txn.open_source(self._source.connection)
+        src = setup.source
+        if src.is_topic and cfg.source.durable_sub:
+            self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,  # type: ignore[arg-type]
+                                                               cfg.source.selector)
+        else:
+            self._consumer = session.create_consumer(src, cfg.source.selector)
+        self._open_target()
+        source_provider = self._source.handle.provider_name
+        target_provider = (self._target.handle.provider_name if self._target is not None
+                           else source_provider)
+        self._plan = LinkPlan(
+            bridge_name=self.bridge_name, link_name=self.name, target=setup.target,
+            retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
+            tag_bridge_name=setup.bridge.message_transfer_tag_bridge_name,
+            consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
+            source_provider=source_provider, target_provider=target_provider,
+            transformer=setup.transformer,
+            transformer_properties={**{p.name: p.value for p in cfg.target.properties},
+                                    "JMS_SUN_JMSBRIDGE_NAME": self.bridge_name},
+            destinations=setup.destinations, backout_threshold=setup.backout_threshold)
+        self._source.connection.start()
+        self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
+                      setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
+
+    def _open_target(self) -> None:
+        txn = self._txn
+        assert txn is not None
+        if txn.uses_target_connection:
+            target = self.config.target
+            self._target = self.connections.lease(target.connection_factory_ref,
+                                                  self.setup.target_kind, target.clientid,
+                                                  self._stop)
+            session = txn.open_target(self._target.connection)
+        else:
+            session = txn.open_target(None)
+        self._producer = session.create_producer(None)
+
+    def _release_idle_target(self) -> None:
+        """A link that does not stay connected gives its pooled connection back when idle."""
+        if self.setup.target_kind is ConnectionKind.POOLED and self._target is not None:
+            assert self._txn is not None
+            self._txn.close_target()
+            self._producer = None
+            self._target.release()
+            self._target = None
+
+    def _disconnect(self, broken: bool) -> None:
+        txn = self._txn
+        if txn is not None:
+            if not broken:
+                try:
+                    txn.abort()  # nothing is pending after a clean stop; else it comes back
+                except Exception:
+                    pass
+            txn.close()
+        for lease in (self._target, self._source):
+            if lease is not None:
+                lease.release(broken)
+        self._txn = self._consumer = self._producer = None
+        self._source = self._target = None
+
+    # --- the transfer loop --------------------------------------------------------------------
+    def _loop(self) -> None:
+        consumer, txn, plan = self._consumer, self._txn, self._plan
+        assert consumer is not None and txn is not None and plan is not None
+        receive = consumer.receive
+        poll = self.tuning.poll_interval
+        batch = self.batch
+        pending: list[ProcessingContext] = []
+        counters = self.counters
+        while True:
+            if self._want is not State.STARTED:
+                self._complete(pending)
+                if not self._hold():
+                    return
+            try:
+                message = receive(0 if pending else poll)
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"receive: {exc}") from exc
+            if message is None:
+                if pending:
+                    self._complete(pending)
+                    continue
+                if self._source is not None and self._source.broken:
+                    raise ConnectionLost("the source connection reported a failure")
+                self._release_idle_target()
+                continue
+            counters.received += 1
+            if message.redelivered:
+                counters.redelivered += 1
+            ctx = ProcessingContext(message, int(time.time() * 1000))
+            try:
+                self._handle(ctx, plan, pending)
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
+            if len(pending) >= batch:
+                self._complete(pending)
+
+    def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
+                pending: list[ProcessingContext]) -> None:
+        out = run_steps(ctx.original, plan, ctx, self.operator)
+        if out is not None:
+            if self._producer is None:
+                self._open_target()
+            self.operator.execute(ctx, Stage.SEND, self._producer.send, out,  # type: ignore[union-attr]
+                                  ctx.destination, delivery_mode=ctx.headers[_DELIVERY_MODE],
+                                  priority=ctx.headers[_PRIORITY], time_to_live=ctx.time_to_live)
+            if ctx.error is not None:
+                self._send_failed(ctx, pending)
+                return
+        if ctx.audit is not None and ctx.audit not in self._audited:
+            self._audited.add(ctx.audit)
+            self._to_dmq(ctx, ctx.audit)
+        if ctx.action is Action.HALT:
+            raise _Halt(f"the transformer failed on message {ctx.header('message_id')} "
+                        f"({ctx.failure}) and consume-no-transfer-on-transform-error is false; "
+                        "the message stays on the source")
+        if ctx.action is Action.DEAD:
+            self.log.warning("link %s: message %s goes to the DMQ: %s%s", self.name,
+                             ctx.headers[_MESSAGE_ID], ctx.reason.value if ctx.reason else "?",
+                             f" ({ctx.failure})" if ctx.failure else "")
+            self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
+        pending.append(ctx)
+
+    def _send_failed(self, ctx: ProcessingContext, pending: list[ProcessingContext]) -> None:
+        txn = self._txn
+        assert txn is not None
+        self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
+        if txn.transacted:
+            # The chapter: roll back instead of the DMQ; the message comes back (and reaches
+            # the DMQ through the backout threshold if it keeps failing).
+            self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
+                             self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+            self._abort(pending, extra=1)
+            if not self.operator.backoff(ctx.headers[HEADER_FIELDS.index("delivery_count")]):
+                raise Interrupted("stopped while backing off after a failed send")
+            return
+        self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
+                         self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+        ctx.dead(DMQReason.SEND_FAILURE)
+        self._to_dmq(ctx, DMQReason.SEND_FAILURE)
+        pending.append(ctx)
+
+    def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
+        assert self._txn is not None
+        self.counters.rolled_back += len(pending) + extra
+        pending.clear()
+        self._txn.abort()
+
+    def _complete(self, pending: list[ProcessingContext]) -> None:
+        """Acknowledge or commit the handled messages; a failure sends them to the DMQ."""
+        if not pending:
+            return
+        txn = self._txn
+        assert txn is not None
+        try:
+            self.operator.execute(None, txn.completion_stage, txn.complete)
+        except JMSException as exc:
+            self.counters.error(f"{txn.completion_stage.value}: {exc}")
+            self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
+                             self.name, txn.completion_stage.value, len(pending), exc)
+            for ctx in pending:
+                ctx.fail(txn.completion_stage, exc)
+                self._to_dmq(ctx, txn.failure_reason)
+            pending.clear()
+            if isinstance(exc, CONNECTION_LOST):
+                raise ConnectionLost(f"{txn.completion_stage.value}: {exc}") from exc
+            return
+        counters = self.counters
+        log_transfers = self.setup.bridge.log_message_transfer and self.log.isEnabledFor(logging.INFO)
+        for ctx in pending:
+            if ctx.action is Action.TRANSFER:
+                counters.transferred += 1
+                if log_transfers:
+                    self.log.info("link %s: transferred message %s from %s to %s", self.name,
+                                  ctx.headers[_MESSAGE_ID], ctx.headers[_DESTINATION],
+                                  ctx.destination)
+            elif ctx.action is Action.CONSUME:
+                counters.consumed_only += 1
+        pending.clear()
+
+    def _to_dmq(self, ctx: ProcessingContext, reason: DMQReason) -> None:
+        plan = self._plan
+        assert plan is not None
+        source = ctx.headers[_DESTINATION]
+        target = self.setup.target if self.setup.target is not None else source
+        letter = DeadLetter(
+            original=ctx.original_message(), reason=reason, exception=ctx.failure,
+            bridge=self.bridge_name, link=self.name,
+            source_destination=source.name if source is not None else self.setup.source.name,
+            target_destination=target.name if target is not None else None,
+            target_current_destination=(ctx.destination.name if ctx.destination is not None
+                                        else None),
+            source_provider=plan.source_provider, target_provider=plan.target_provider)
+        result = self.dmqs.send(letter, self._stop)
+        if result.interrupted:
+            raise Interrupted("stopped while sending to the DMQ")
+        self.counters.dead(reason.value, result.taken_by is not None)
+
+    def _hold(self) -> bool:
+        """Wait here while paused; False when the link is to stop."""
+        with self.lifecycle.cond:
+            if self._want is State.PAUSED:
+                self._release_idle_target()
+                self.lifecycle.set(State.PAUSED)
+                self.log.info("link %s paused", self.name)
+                while self._want is State.PAUSED:
+                    self.lifecycle.cond.wait()
+            if self._want is State.STOPPED:
+                return False
+            self.lifecycle.set(State.STARTED)
+            self.log.info("link %s resumed", self.name)
+            return True
+
+
+class _Halt(Exception):
+    """The link stops without consuming the current message."""
+

@@ -1,0 +1,139 @@
+# How it works: every JMS bridge logs through the logger imq.bridge.<name> (its links
+# too), which BridgeLog gives its own file, IMQ_VARHOME/instances/<instance>/bridges/
+# <name>/log.txt, rotating as imq.bridge.<name>.logfile.limit (bytes; 0 = no limit) and
+# logfile.count (files cycled through) say: count N keeps log.txt and N-1 older files
+# (log.txt.1 ...); with count 1 the file starts over when it reaches the limit, as
+# java.util.logging.FileHandler does. Levels come from a logging configuration file in the
+# Java format the chapter names (java.util.logging.config.file): lines
+# `imq.bridge.<name>.level=FINE` set the bridge's logger (and `imq.bridge.<name>.<x>.level`
+# a child's); Java and Python level names are both understood; INFO is the default, so
+# the per-transfer INFO lines are written. A filter on the logger replaces the bridge's
+# configured passwords with ******** wherever they would appear (a provider error text
+# may quote one), so the file never holds a password.
+"""Per-bridge log files, rotation, levels from a logging configuration file, redaction."""
+
+from __future__ import annotations
+
+import logging
+import logging.handlers
+from pathlib import Path
+from typing import Iterable, Mapping
+
+from ..props import REDACTED, ConfigError, Problem, read_properties_file, shorten
+
+LOG_FILE = "log.txt"
+FORMAT = "%(asctime)s %(levelname)s %(message)s"
+# java.util.logging level names -> Python levels (Python's own names work too).
+JAVA_LEVELS: Mapping[str, int] = {
+    "OFF": logging.CRITICAL + 10, "SEVERE": logging.ERROR, "WARNING": logging.WARNING,
+    "INFO": logging.INFO, "CONFIG": logging.INFO - 5, "FINE": logging.DEBUG,
+    "FINER": logging.DEBUG - 3, "FINEST": logging.DEBUG - 5, "ALL": 1,
+    "CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING,
+    "DEBUG": logging.DEBUG,
+}
+DEFAULT_LEVEL = logging.INFO
+
+
+def logger_name(bridge: str) -> str:
+    return f"imq.bridge.{bridge}"
+
+
+def read_levels(path: str | Path) -> dict[str, int]:
+    """``logger -> level`` from the `<logger>.level=<LEVEL>` lines of a logging
+    configuration file (other lines are the Java handlers' business and are ignored);
+    ConfigError naming the file and line of every bad level."""
+    levels: dict[str, int] = {}
+    problems: list[Problem] = []
+    for key, value, origin in read_properties_file(path):
+        if not key.endswith(".level") and key != ".level":
+            continue
+        level = JAVA_LEVELS.get(value.strip().upper())
+        if level is None and value.strip().isdigit():
+            level = int(value.strip())
+        if level is None:
+            problems.append(Problem(origin.source, origin.line, f"{key} is {shorten(value)}; "
+                                    "write a level: " + ", ".join(JAVA_LEVELS)))
+            continue
+        levels[key[:-len(".level")]] = level
+    if problems:
+        raise ConfigError(problems)
+    return levels
+
+
+class _RotatingFile(logging.handlers.RotatingFileHandler):
+    """RotatingFileHandler that, with no backups, starts the file over at the limit."""
+
+    def doRollover(self) -> None:
+        if self.backupCount > 0:
+            super().doRollover()
+            return
+        if self.stream:
+            self.stream.close()
+        self.stream = open(self.baseFilename, "w", encoding=self.encoding)  # noqa: SIM115
+
+
+class _Redact(logging.Filter):
+    def __init__(self, secrets: Iterable[str]) -> None:
+        super().__init__()
+        self.secrets = sorted({s for s in secrets if s}, key=len, reverse=True)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        text = record.getMessage()
+        if any(secret in text for secret in self.secrets):
+            for secret in self.secrets:
+                text = text.replace(secret, REDACTED)
+            record.msg, record.args = text, None
+        return True
+
+
+class BridgeLog:
+    """The logger of one bridge and its file."""
+
+    def __init__(self, bridge: str, directory: Path | None = None, limit: int = 0,
+                 count: int = 1, config_file: str | Path | None = None,
+                 secrets: Iterable[str] = ()) -> None:
+        self.bridge = bridge
+        self.directory = directory
+        self.limit = limit
+        self.count = count
+        self.config_file = config_file
+        self.secrets = [s for s in secrets if s]
+        self.logger = logging.getLogger(logger_name(bridge))
+        self._handler: logging.Handler | None = None
+        self._filter: _Redact | None = None
+
+    @property
+    def path(self) -> Path | None:
+        return self.directory / LOG_FILE if self.directory is not None else None
+
+    def open(self) -> logging.Logger:
+        """Attach the file (and the configured levels); the logger to log to."""
+        self.close()
+        prefix = logger_name(self.bridge)
+        levels = read_levels(self.config_file) if self.config_file else {}
+        self.logger.setLevel(levels.get(prefix, DEFAULT_LEVEL))
+        for name, level in levels.items():
+            if name.startswith(prefix + "."):
+                logging.getLogger(name).setLevel(level)
+        if self.secrets:
+            self._filter = _Redact(self.secrets)
+            self.logger.addFilter(self._filter)
+        if self.path is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            handler = _RotatingFile(self.path, maxBytes=self.limit,
+                                    backupCount=max(self.count - 1, 0), encoding="utf-8")
+            handler.setFormatter(logging.Formatter(FORMAT))
+            if self._filter is not None:  # records of child loggers reach the handler only
+                handler.addFilter(self._filter)
+            self.logger.addHandler(handler)
+            self._handler = handler
+        return self.logger
+
+    def close(self) -> None:
+        if self._handler is not None:
+            self.logger.removeHandler(self._handler)
+            self._handler.close()
+            self._handler = None
+        if self._filter is not None:
+            self.logger.removeFilter(self._filter)
+            self._filter = None
