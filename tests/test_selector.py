@@ -164,11 +164,12 @@ def test_boolean_literals_and_comparisons() -> None:
     assert ev("false") is F
     assert ev("flag = TRUE", flag=True) is T
     assert ev("flag <> false", flag=True) is T
-    assert ev("flag = TRUE", flag=1) is U
+    assert ev("flag = TRUE", flag=1) is F  # non-like types compare false (JMS 1.1 3.8.1.1)
     assert ev("(a > 1) = (b > 1)", a=2, b=3) is T
     assert ev("(a > 1) <> TRUE", a=2) is F
-    assert ev("flag < TRUE", flag=False) is U  # booleans are not ordered
-    assert ev("flag >= flag", flag=True) is U
+    assert ev("flag < TRUE", flag=False) is F  # booleans are not ordered
+    assert ev("flag >= flag", flag=True) is F
+    assert ev("flag < TRUE") is U  # but NULL stays UNKNOWN
 
 
 # ---------------------------------------------------------------------------
@@ -207,7 +208,7 @@ def test_string_equality(text: str) -> None:
 
 @pytest.mark.parametrize("text", ["s < 'b'", "s > 'a'", "s <= 'abc'", "'a' < s", "s >= t"])
 def test_strings_are_not_ordered(text: str) -> None:
-    assert ev(text, s="abc", t="abc") is U
+    assert ev(text, s="abc", t="abc") is F
 
 
 @pytest.mark.parametrize("text,values", [
@@ -215,9 +216,11 @@ def test_strings_are_not_ordered(text: str) -> None:
     ("n = TRUE", {"n": 1}), ("b = 1", {"b": True}), ("s = b", {"s": "true", "b": True}),
     ("'1' = 1", {}), ("TRUE = 1", {}), ("TRUE <> 'TRUE'", {}),
 ])
-def test_different_kinds_compare_as_unknown(text: str, values: dict) -> None:
-    assert ev(text, **values) is U
-    assert ev(f"NOT ({text})", **values) is U
+def test_different_kinds_compare_as_false(text: str, values: dict) -> None:
+    """JMS 1.1 3.8.1.1: "If the comparison of non-like type values is attempted, the
+    value of the operation is false" (as OpenMQ evaluates it)."""
+    assert ev(text, **values) is F
+    assert ev(f"NOT ({text})", **values) is T
 
 
 @pytest.mark.parametrize("text", ["a = 1", "a <> 1", "a < 1", "1 = a", "a = 'x'", "a <> 'x'",
@@ -285,8 +288,8 @@ def test_between_with_nulls_and_strings() -> None:
     assert ev("x BETWEEN lo AND 10", x=5) is U
     assert ev("x BETWEEN lo AND 3", x=5) is F  # x <= 3 is FALSE whatever lo is
     assert ev("x NOT BETWEEN lo AND 3", x=5) is T
-    assert ev("x BETWEEN 1 AND 10", x="5") is U
-    assert ev("x BETWEEN 1 AND 10", x=True) is U
+    assert ev("x BETWEEN 1 AND 10", x="5") is F  # x >= 1 AND x <= 10 with non-like types
+    assert ev("x BETWEEN 1 AND 10", x=True) is F
 
 
 def test_between_binds_its_own_and() -> None:
@@ -711,7 +714,7 @@ def ref_compare(op: str, x: Any, y: Any) -> bool | None:
             x, y = float(x), float(y)
     elif not ((isinstance(x, str) and isinstance(y, str))
               or (isinstance(x, bool) and isinstance(y, bool))) or op not in ("=", "<>"):
-        return None
+        return False  # JMS 1.1 3.8.1.1: comparing non-like types is false
     return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
 

@@ -19,10 +19,12 @@ Semantic choices, where JMS 1.1 leaves room or this project decided:
   JMSPriority, JMSMessageID, JMSTimestamp, JMSCorrelationID and JMSType. Every other
   name, JMSDestination, JMSReplyTo, JMSExpiration and JMSRedelivered included, is a
   property; since those names cannot be set as properties they are NULL.
-* Values of different kinds (number, string, boolean) compare as UNKNOWN, not FALSE
-  (JMS 1.1 section 3.8.1.1 says false; we keep SQL's UNKNOWN so ``NOT`` cannot
-  turn a type mismatch into a match). ``<``, ``<=``, ``>``, ``>=`` on strings or
-  booleans are UNKNOWN. Numbers compare after Java's promotion (long to double).
+* Values of different kinds (number, string, boolean) compare as FALSE, as JMS 1.1
+  section 3.8.1.1 says ("If the comparison of non-like type values is attempted,
+  the value of the operation is false") and OpenMQ does; so ``NOT (s = 5)`` is TRUE
+  for a string ``s``. ``<``, ``<=``, ``>``, ``>=`` on strings or booleans are FALSE
+  too (the spec allows only ``=`` and ``<>`` there). A NULL operand still gives
+  UNKNOWN. Numbers compare after Java's promotion (long to double).
 * Arithmetic on a non-number is NULL. Integer arithmetic wraps like Java ``long`` and
   integer division truncates toward zero; division by zero (integer or floating) is
   NULL, where Java would throw or give an infinity.
@@ -385,10 +387,10 @@ def _compare(op: Callable[[Any, Any], bool], ordered: bool, a: Any, b: Any) -> b
             return op(_to_float(a), _to_float(b))
         return op(a, b)
     if ordered:
-        return None
+        return False
     if (isinstance(a, str) and isinstance(b, str)) or (type(a) is bool and type(b) is bool):
         return op(a, b)
-    return None
+    return False
 
 
 def _java_div(a: int, b: int) -> int:
@@ -574,10 +576,10 @@ class _Compiler:
         # The right side is a literal: specialise on its kind.
         if type(lit) is str or type(lit) is bool:
             if ordered:
-                return _const(None)
+                return lambda ctx: None if get(ctx) is None else False
             if type(lit) is str:
-                return lambda ctx: fn(v, lit) if isinstance(v := get(ctx), str) else None
-            return lambda ctx: fn(v, lit) if type(v := get(ctx)) is bool else None
+                return lambda ctx: fn(v, lit) if isinstance(v := get(ctx), str) else (None if v is None else False)
+            return lambda ctx: fn(v, lit) if type(v := get(ctx)) is bool else (None if v is None else False)
         flit = _to_float(lit)
         int_lit = type(lit) is int
 
