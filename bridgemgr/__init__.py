@@ -5,3 +5,24 @@ bridge lets STOMP clients reach the host broker, and ``imqbridgemgr`` operates b
 """
 
 __version__ = "0.1.0"
+
+
+# --- one call for users' own programs (the mq:// client; imported only when used) -------------
+
+def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
+            **options: object):
+    """A :class:`~bridgemgr.jms.spi.Connection` to the host broker's jms service.
+
+    ``url`` is the port mapper's address (``mq://host:port``), or several separated by
+    commas; ``options`` go to :class:`~bridgemgr.providers.embedded.remote.RemoteConnectionFactory`
+    (``ssl_context``, ``prefetch``, ``heartbeat``, ``connect_timeout``, ``sync_sends``).
+    """
+    from .providers.embedded.remote import RemoteConnectionFactory
+    return RemoteConnectionFactory(url, **options).create_connection(username, password)  # type: ignore[arg-type]
+
+
+def connect_xa(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
+               **options: object):
+    """Like :func:`connect`, an :class:`~bridgemgr.jms.spi.XAConnection` (XA sessions too)."""
+    from .providers.embedded.remote import RemoteConnectionFactory
+    return RemoteConnectionFactory(url, **options).create_xa_connection(username, password)  # type: ignore[arg-type]

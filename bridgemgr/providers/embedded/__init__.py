@@ -11,10 +11,18 @@ java.naming.provider.url               the broker's data directory (``file:`` UR
 ConnectionFactory, XAConnectionFactory  the broker's (XA-capable) connection factory
 queue/NAME, topic/NAME                 a Queue or Topic named NAME
 =====================================  ===========================================
+
+Other processes reach the host broker over its ``jms`` connection service
+(:mod:`.jmsservice`, client :mod:`.remote`): in a process where no host broker runs,
+"the host broker" (``connection_factory()``, an empty provider URL) means the remote
+broker at ``remote_broker_url()``: the URL given to ``set_remote_broker_url`` (CLI jobs
+set it from the broker properties with ``broker_url(props)``), else ``$IMQ_BROKER_URL``,
+else ``mq://127.0.0.1:7676``. A provider URL ``mq://host:port`` names a remote broker.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -23,12 +31,14 @@ from urllib.parse import unquote, urlparse
 from ...jms import naming
 from ...jms.destination import Queue, Topic
 from ...jms.errors import NamingException
+from ...jms.spi import XAConnectionFactory
 from .broker import DMQ_NAME, Broker
 from .client import EmbeddedConnectionFactory
 from .queues import DestinationLimits, LimitBehavior
 
 __all__ = ["Broker", "DMQ_NAME", "DestinationLimits", "EmbeddedConnectionFactory", "LimitBehavior",
-           "CONTEXT_FACTORY", "open_broker", "set_host_broker", "host_broker", "connection_factory"]
+           "CONTEXT_FACTORY", "open_broker", "set_host_broker", "host_broker", "connection_factory",
+           "HostBrokerFactory", "BROKER_URL_ENV", "set_remote_broker_url", "remote_broker_url", "broker_url"]
 
 CONTEXT_FACTORY = "imq.embedded"
 
@@ -62,14 +72,59 @@ def host_broker() -> Broker:
         return _host
 
 
-def connection_factory(broker: Broker | None = None) -> EmbeddedConnectionFactory:
-    """A factory for ``broker``; without one, for whatever host broker runs at connect time."""
-    return EmbeddedConnectionFactory(broker if broker is not None else host_broker)
+def connection_factory(broker: Broker | None = None) -> XAConnectionFactory:
+    """A factory for ``broker``; without one, for whatever host broker runs at connect time
+    (in this process, or else over the wire: see :class:`HostBrokerFactory`)."""
+    return EmbeddedConnectionFactory(broker) if broker is not None else HostBrokerFactory()
+
+
+# --- the host broker seen from other processes -----------------------------------------------
+BROKER_URL_ENV = "IMQ_BROKER_URL"
+_remote_url: str | None = None
+
+
+def set_remote_broker_url(url: str | None) -> None:
+    """Where this process finds the host broker when it does not run it (None: the default)."""
+    global _remote_url
+    if url is not None:
+        from .remote import parse_url
+        parse_url(url)  # refuse a bad URL now, not at the first connection
+    _remote_url = url
+
+
+def remote_broker_url() -> str:
+    return _remote_url or os.environ.get(BROKER_URL_ENV) or "mq://127.0.0.1:7676"
+
+
+def broker_url(props: Any) -> str:
+    """``mq://<imq.hostname or 127.0.0.1>:<imq.portmapper.port>`` of broker properties."""
+    host = props.get("imq.hostname") or "127.0.0.1"
+    return f"mq://{'[' + host + ']' if ':' in host else host}:{props.get('imq.portmapper.port')}"
+
+
+class HostBrokerFactory(XAConnectionFactory):
+    """The host broker, resolved at connect time: the one running in this process if any,
+    else the remote one at :func:`remote_broker_url` (so one bridge XML works in the
+    service, in Spark executors and in CLI jobs)."""
+
+    def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
+        with _lock:
+            local = _host if _host is not None and not _host.closed else None
+        if local is not None:
+            return EmbeddedConnectionFactory(local).create_connection(username, password)
+        from .remote import RemoteConnectionFactory
+        return RemoteConnectionFactory(remote_broker_url()).create_connection(username, password)
+
+    create_xa_connection = create_connection
+
+    def __repr__(self) -> str:
+        return "HostBrokerFactory()"
 
 
 class _Context(naming.Context):
-    def __init__(self, broker: Callable[[], Broker]) -> None:
+    def __init__(self, broker: Callable[[], Broker], factory: Callable[[], XAConnectionFactory] | None = None) -> None:
         self.broker = broker
+        self.factory = factory
 
     def lookup(self, name: str) -> Any:
         kind, sep, rest = name.partition("/")
@@ -79,7 +134,7 @@ class _Context(naming.Context):
             if kind in ("topic", "dynamicTopics"):
                 return Topic(rest)
         if name.endswith("ConnectionFactory"):
-            return EmbeddedConnectionFactory(self.broker)
+            return self.factory() if self.factory is not None else EmbeddedConnectionFactory(self.broker)
         raise NamingException(f"{name!r} is not bound in the embedded broker's context "
                               "(use ConnectionFactory, XAConnectionFactory, queue/NAME or topic/NAME)")
 
@@ -88,8 +143,11 @@ class EmbeddedContextFactory(naming.InitialContextFactory):
     def get_initial_context(self, environment: Mapping[str, str]) -> naming.Context:
         url = environment.get(naming.PROVIDER_URL, "")
         if not url:
-            return _Context(host_broker)
+            return _Context(host_broker, HostBrokerFactory)
         parsed = urlparse(url)
+        if parsed.scheme.startswith("mq"):
+            from .remote import RemoteConnectionFactory
+            return _Context(host_broker, lambda: RemoteConnectionFactory(url))
         if parsed.scheme in ("", "file"):
             path = unquote(parsed.path) if parsed.scheme else url
             return _Context(lambda: open_broker(path))

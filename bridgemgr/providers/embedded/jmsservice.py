@@ -176,13 +176,17 @@ class _RemoteConsumer(EmbeddedConsumer):
         self.link = link
         self.remote = session
         self.cid = cid
-        self.prefetch = prefetch
+        self.prefetch = prefetch          # 0: a pull consumer (see wire's notes)
+        self.credit = 0                   # PULL credits of a pull consumer
         self.inflight: dict[int, Envelope] = {}
         self._scheduled = False
 
+    def room(self) -> int:
+        return self.prefetch - len(self.inflight) if self.prefetch else self.credit
+
     # called by the broker under its lock, from any thread
     def can_take(self, message: Any) -> bool:
-        return len(self.inflight) < self.prefetch and not self.link.paused and super().can_take(message)
+        return self.room() > 0 and not self.link.paused and super().can_take(message)
 
     def notify(self) -> None:
         self.schedule()
@@ -200,7 +204,7 @@ class _RemoteConsumer(EmbeddedConsumer):
             return
         out = []
         broker, inflight, tags = self.broker, self.inflight, self.remote.tags
-        while len(inflight) < self.prefetch and not link.paused:
+        while self.room() > 0 and not link.paused:
             env = broker.receive(self, 0, False)
             if env is None:
                 with broker.lock:  # park, then look once more: no wake-up can be missed
@@ -211,6 +215,8 @@ class _RemoteConsumer(EmbeddedConsumer):
                     break
             tag = next(tags)
             inflight[tag] = env
+            if not self.prefetch:
+                self.credit -= 1
             out.append(wire.delivery(self.cid, tag, env.dcount, codec.encode(env.message)))
         if out:
             link.write(b"".join(out))
@@ -219,6 +225,7 @@ class _RemoteConsumer(EmbeddedConsumer):
         """Return in-flight messages to the queue; ``seen=False``: as never delivered."""
         envs = list(self.inflight.values())
         self.inflight.clear()
+        self.credit = 0
         if not seen:
             for env in envs:
                 env.dcount -= 1
@@ -281,6 +288,10 @@ class _Link(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         self.last_read = time.monotonic()
         self.wire.receive_data(data)
+        self._drain()
+
+    def _drain(self) -> None:
+        """Handle every complete request received, then write the answers at once."""
         self._out = out = []
         try:
             while not (self.closed or self.closing or self.halted) and (event := self.wire.next_event()) is not None:
@@ -406,17 +417,30 @@ class _Link(asyncio.Protocol):
         future.add_done_callback(done)
 
     def _hello(self, req: wire.Request) -> None:
-        user, password, heartbeat_ms, client = req.args
-        if not self.service.authenticate(user, password):
+        """Authenticate in the pool (checking a password may be slow on purpose); read
+        nothing more until that is done."""
+        user, password = req.args[:2]
+        self.halted = True
+        future = self.loop.run_in_executor(self.service.executor, self.service.authenticate, user, password)
+        future.add_done_callback(partial(self._hello_done, req))
+
+    def _hello_done(self, req: wire.Request, future: asyncio.Future) -> None:
+        user, _, heartbeat_ms, client = req.args
+        if self.closed:
+            return
+        if future.exception() is not None:
+            log.error("jms client %s: the authenticator failed", self.peer, exc_info=future.exception())
+        if future.exception() is not None or not future.result():
             log.warning("jms client %s (%s): authentication failed for user %r", self.peer, client, user)
-            self.halted = True
-            if self.transport is not None:
-                self.transport.pause_reading()
             self.loop.call_later(self.service.auth_failure_delay, self.fail,
                                  JMSSecurityException(f"authentication failed for user {user!r}"))
             return
-        conn = EmbeddedConnection(self.broker, user)
-        self.broker.attach(conn)
+        try:
+            conn = EmbeddedConnection(self.broker, user)
+            self.broker.attach(conn)
+        except JMSException as exc:
+            self.fail(exc)
+            return
         conn.set_exception_listener(self._broker_gone)
         self.conn, self.user = conn, user
         self.wire.open()
@@ -430,6 +454,8 @@ class _Link(asyncio.Protocol):
             "instance": self.broker.instance_name, "rm_id": self.broker.rm_id,
             "provider": Broker.provider_name, "version": __version__, "protocol": wire.VERSION,
             "heartbeat_ms": int(self.interval * 1000), "max_frame": self.service.max_frame}))
+        self.halted = False
+        self._drain()
 
     def _broker_gone(self, exc: JMSException) -> None:
         self.loop.call_soon_threadsafe(self.fail, exc)
@@ -503,8 +529,8 @@ class _Link(asyncio.Protocol):
         session = self._session(sid)
         if cid in self.consumers:
             raise IllegalStateException(f"consumer {cid} already exists")
-        if not 1 <= prefetch <= MAX_PREFETCH:
-            raise IllegalStateException(f"prefetch {prefetch} is outside 1..{MAX_PREFETCH}")
+        if not 0 <= prefetch <= MAX_PREFETCH:
+            raise IllegalStateException(f"prefetch {prefetch} is outside 0..{MAX_PREFETCH}")
         session.s._check_open()
         self._check("consume", dest)
         consumer = _RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name)
@@ -579,6 +605,22 @@ class _Link(asyncio.Protocol):
                 env.dcount -= 1
         self.broker.redeliver(envs)
         consumer.schedule()
+
+    def _pull(self, sid: int, cid: int, n: int) -> None:
+        consumer = self.consumers.get(cid)
+        if consumer is None:
+            return
+        if n < 0:
+            consumer.credit = 0
+        elif n > 0:
+            consumer.credit += n if not consumer.prefetch else 0
+            consumer.schedule()
+        elif consumer.prefetch:  # n == 0: deliver now, before this request's reply
+            consumer.pump()
+        else:
+            consumer.credit = 1
+            consumer.pump()
+            consumer.credit = 0
 
     def _acknowledge(self, sid: int) -> None:
         session = self._session(sid)
@@ -687,6 +729,7 @@ class _Link(asyncio.Protocol):
         wire.Op.SEND: _send,
         wire.Op.CONSUMED: _consumed,
         wire.Op.RETURN: _return,
+        wire.Op.PULL: _pull,
         wire.Op.ACKNOWLEDGE: _acknowledge,
         wire.Op.ACK_ONE: _ack_one,
         wire.Op.RECOVER: _recover,

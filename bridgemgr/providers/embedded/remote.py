@@ -18,7 +18,10 @@ send or commit of that session raises it (a transaction that lost a send rolls b
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
 reader queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
 room in the window. Messages still queued when a consumer, session or connection closes,
-recovers or rolls back go back to the broker as never delivered.
+recovers or rolls back go back to the broker as never delivered. With ``prefetch=0`` a
+consumer pulls: it is sent a message only while a receive waits for one (one round trip
+more per receive, and no message sits with an idle consumer, as in-process).
+``receive_no_wait`` asks the service for what the queue holds at that moment.
 
 When the connection breaks (the service stops, the network fails, three heart-beat
 intervals pass in silence) every waiting call and receive raises a TransportException
@@ -127,8 +130,8 @@ class RemoteConnectionFactory(XAConnectionFactory):
         self.url = url
         self.addresses = parse_url(url)
         self.ssl_context = ssl_context
-        if not 1 <= prefetch <= 65536:
-            raise JMSException(f"prefetch must be 1..65536, not {prefetch}")
+        if not 0 <= prefetch <= 65536:
+            raise JMSException(f"prefetch must be 0 (pull) .. 65536, not {prefetch}")
         self.prefetch = prefetch
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout
@@ -762,6 +765,8 @@ class RemoteConsumer(MessageConsumer):
         self._cond = threading.Condition(threading.Lock())
         self._listener: MessageListener | None = None
         self._thread: threading.Thread | None = None
+        self._pull = session.connection.factory.prefetch == 0   # a pull consumer (wire's notes)
+        self._pulled = False                                   # a PULL credit is outstanding
 
     @property
     def message_selector(self) -> str | None:
@@ -780,10 +785,16 @@ class RemoteConsumer(MessageConsumer):
     def _clear(self) -> None:
         with self._cond:
             self._buf.clear()
+            self._pulled = False
 
     # --- receiving -------------------------------------------------------------------------------
     def _next(self, timeout: float | None) -> wire.Delivery | None:
-        conn = self.connection
+        """The next delivery within ``timeout`` seconds (0: what the broker holds now)."""
+        conn, sid = self.connection, self.session.sid
+        if timeout is not None and timeout <= 0:
+            if not self._buf and conn.started and not self.closed:
+                conn.request(wire.Op.PULL, sid, self.cid, 0)
+            return self._take()
         deadline = None if timeout is None else time.monotonic() + timeout
         flushed = False
         while True:
@@ -794,15 +805,38 @@ class RemoteConsumer(MessageConsumer):
                     if conn.broken is not None:
                         raise conn.broken
                     if self._buf and conn.started:
+                        self._pulled = False
                         return self._buf.popleft()
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        return None
-                    if not flushed and conn._lazy:
-                        break  # write the kept reports first: they refill the window
-                    self._cond.wait(remaining)
-            conn.flush()
+                        if not self._pulled:
+                            return None
+                        action = "withdraw"
+                    elif self._pull and conn.started and not self._pulled:
+                        action = "pull"
+                    elif not flushed and conn._lazy:
+                        action = "flush"  # the kept reports refill the window
+                    else:
+                        self._cond.wait(remaining)
+                        continue
+                    break
+            if action == "pull":
+                self._pulled = True
+                conn._write(wire.request(0, wire.Op.PULL, sid, self.cid, 1))
+            elif action == "flush":
+                conn.flush()
+            else:  # after the answer nothing more comes for the credit: take what came
+                conn.request(wire.Op.PULL, sid, self.cid, -1)
+                self._pulled = False
+                return self._take()
             flushed = True
+
+    def _take(self) -> wire.Delivery | None:
+        with self._cond:
+            if self._buf and self.connection.started and not self.closed:
+                self._pulled = False
+                return self._buf.popleft()
+            return None
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self.closed:

@@ -28,7 +28,11 @@ reads it sends an ERROR frame and closes, and the state is ERROR for good.
 Heart-beats: each side sends HEARTBEAT when it has written nothing for the negotiated
 interval and takes the peer for dead after three intervals without a byte from it.
 Flow control: a consumer asks for a prefetch window; the server keeps at most that
-many of its messages delivered and not yet reported CONSUMED (or RETURNed).
+many of its messages delivered and not yet reported CONSUMED (or RETURNed). A window
+of 0 makes a pull consumer, which gets messages only for PULL credits: PULL n > 0
+grants n, n < 0 withdraws them (nothing comes for them after the REPLY), and n = 0
+delivers what the queue holds now (one message for a pull consumer, up to the window
+otherwise) before the REPLY (``receive_no_wait``).
 """
 
 from __future__ import annotations
@@ -100,6 +104,7 @@ class Op(IntEnum):
     XA_ROLLBACK = 28
     XA_RECOVER = 29
     XA_FORGET = 30
+    PULL = 31
 
 
 class Role(Enum):
@@ -155,6 +160,7 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     Op.XA_ROLLBACK: (_XID,),
     Op.XA_RECOVER: (int,),
     Op.XA_FORGET: (_XID,),
+    Op.PULL: (int, int, int),                          # session, consumer, n (see above)
 }
 
 
