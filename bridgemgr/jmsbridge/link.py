@@ -56,6 +56,12 @@ _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
 _DESTINATION = HEADER_FIELDS.index("destination")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
+_DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
+
+
+def now_ms() -> int:
+    """The link's clock (the expiration check and the remaining time to live)."""
+    return int(time.time() * 1000)
 
 
 @dataclass(frozen=True)
@@ -353,7 +359,7 @@ class Link:
             counters.received += 1
             if message.redelivered:
                 counters.redelivered += 1
-            ctx = ProcessingContext(message, int(time.time() * 1000))
+            ctx = ProcessingContext(message, now_ms())
             try:
                 self._handle(ctx, plan, pending)
             except CONNECTION_LOST as exc:
@@ -397,7 +403,7 @@ class Link:
             self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
                              self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
             self._abort(pending, extra=1)
-            if not self.operator.backoff(ctx.headers[HEADER_FIELDS.index("delivery_count")]):
+            if not self.operator.backoff(ctx.headers[_DELIVERY_COUNT]):
                 raise Interrupted("stopped while backing off after a failed send")
             return
         self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
@@ -427,9 +433,17 @@ class Link:
             for ctx in pending:
                 ctx.fail(txn.completion_stage, exc)
                 self._to_dmq(ctx, txn.failure_reason)
-            pending.clear()
             if isinstance(exc, CONNECTION_LOST):
+                pending.clear()
                 raise ConnectionLost(f"{txn.completion_stage.value}: {exc}") from exc
+            if txn.transacted:
+                # A failed commit leaves nothing half done: roll back, the messages come
+                # back; back off so a commit that keeps failing does not spin.
+                attempt = max(ctx.headers[_DELIVERY_COUNT] for ctx in pending)
+                self._abort(pending)
+                if not self.operator.backoff(attempt):
+                    raise Interrupted("stopped while backing off after a failed commit")
+            pending.clear()
             return
         counters = self.counters
         log_transfers = self.setup.bridge.log_message_transfer and self.log.isEnabledFor(logging.INFO)
