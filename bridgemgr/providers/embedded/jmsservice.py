@@ -57,7 +57,9 @@ from ...jms.errors import (
     JMSSecurityException,
     TransactionRolledBackException,
     TransportException,
+    XAException,
 )
+from ...jms import xa
 from ...jms.selector import compile_selector
 from ...jms.spi import AckMode
 from ...netloop import NetLoop
@@ -397,8 +399,9 @@ class _Link(asyncio.Protocol):
             self.write(wire.failure(call, exc))
             return
         session = self.sessions.get(sid) if sid is not None else None
-        if session is not None and session.s.transacted:
-            session.failed = session.failed or exc
+        if session is not None and session.s._work_now() is not None:
+            session.failed = session.failed or exc  # its commit (or XA end) fails with it
+            return
         self.write(wire.failure(0, exc, session=sid))
 
     def _defer(self, call: int, sid: int | None, fn: Callable[[], Any]) -> None:
@@ -697,7 +700,14 @@ class _Link(asyncio.Protocol):
         self._xa_session(sid).xa_resource.start(xid, flags)
 
     def _xa_end(self, sid: int, xid: Any, flags: int) -> None:
-        self._xa_session(sid).xa_resource.end(xid, flags)
+        s = self._xa_session(sid)
+        session = self.sessions[sid]
+        failed, session.failed = session.failed, None
+        if failed is not None and not flags & xa.TMFAIL:
+            s.xa_resource.end(xid, xa.TMFAIL)
+            raise XAException(f"end: branch {xid} is rollback-only because a send in it failed: {failed}",
+                              xa.XA_RBROLLBACK)
+        s.xa_resource.end(xid, flags)
 
     def _xa_prepare(self, xid: Any) -> Any:
         return _Deferred(partial(self.broker.xa_prepare, xid))

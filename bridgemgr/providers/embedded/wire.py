@@ -54,6 +54,7 @@ HANDSHAKE_MAX_FRAME = 64 * 1024          # before HELLO is answered: nobody buff
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 _HEAD = struct.Struct(">IBI")            # size, kind, channel
+_SIZE = struct.Struct(">I")
 _OP = struct.Struct(">B")
 _SEND = struct.Struct(">BI")             # op, session
 _CONSUMED = struct.Struct(">BII")        # op, session, consumer
@@ -373,15 +374,16 @@ class Wire:
         buf, pos = self._buf, self._pos
         if self.state is State.ERROR:
             raise ProtocolError("the connection already failed")
-        if len(buf) - pos < _HEAD.size:
+        if len(buf) - pos < 4:
             return None
-        size, kind, channel = _HEAD.unpack_from(buf, pos)
+        size = _SIZE.unpack_from(buf, pos)[0]
         limit = self.max_frame if self.state is State.OPEN else HANDSHAKE_MAX_FRAME
         where = f"frame {self.frames + 1}"
         if size < 5 or size > limit:
             raise ProtocolError(f"{where}: size {size} is outside 5..{limit} bytes")
         if len(buf) - pos < size + 4:
             return None
+        _, kind, channel = _HEAD.unpack_from(buf, pos)
         try:
             kind = Kind(kind)
         except ValueError:
