@@ -236,6 +236,7 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
     Prop("imq.portmapper.port", PORT, 7676, "the port mapper (admin clients start here)"),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
+    Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
     Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
     Prop("imq.autocreate.queue", BOOL, True, "create queues on first use"),

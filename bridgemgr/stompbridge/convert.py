@@ -1,0 +1,260 @@
+# How it works: the chapter's two processing sequences as plain functions.
+#
+# SEND -> JMS (inbound): a body with content-length becomes a BytesMessage, one without a
+# TextMessage decoded as UTF-8. The STOMP JMS binding headers (persistent, priority,
+# expires, correlation-id, type, reply-to) set the JMS headers, with the JMS client's
+# defaults when absent; every other user header becomes a String property. A header whose
+# name is no valid JMS property name goes to the transformer's ``properties`` argument
+# when a transformer is configured, and is refused (ERROR) otherwise, as the original does.
+# content-type, which nearly every client sends, rides along as the vendor property
+# JMS_STOMP_CONTENT_TYPE and comes back as content-type.
+#
+# JMS -> MESSAGE (outbound): the transformer (if any) sees a read-only copy; only Text and
+# Bytes messages can be delivered (anything else closes the connection, the message going
+# back to its queue); MESSAGE always carries subscription, destination, message-id,
+# expires, redelivered, priority, timestamp, persistent and content-length, plus reply-to,
+# correlation-id and type when set, every property as a header, and ack (1.2, not auto).
+#
+# Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
+# A temporary NAME is the client's own alias for a temporary destination of its
+# connection, created on first use; a MESSAGE's reply-to names a temporary destination in
+# the reserved form /temp-queue/temporary_destination://queue/REAL-NAME, which any
+# connection may SEND to.
+"""STOMP frames <-> JMS messages and destinations (the chapter's processing sequences)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Mapping
+
+from ..jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ..jms.message import (
+    DEFAULT_PRIORITY,
+    BytesMessage,
+    DeliveryMode,
+    Message,
+    TextMessage,
+    java_string,
+    property_name_problem,
+)
+from ..transform import STOMP, SUN_MQ, MessageTransformer
+from .frames import MESSAGE, Frame, LocalProtocolError
+
+QUEUE, TOPIC, TEMP_QUEUE, TEMP_TOPIC = "/queue/", "/topic/", "/temp-queue/", "/temp-topic/"
+REPLY_QUEUE = TEMP_QUEUE + "temporary_destination://queue/"
+REPLY_TOPIC = TEMP_TOPIC + "temporary_destination://topic/"
+CONTENT_TYPE_PROPERTY = "JMS_STOMP_CONTENT_TYPE"
+
+# Headers of SEND that are protocol, not message properties.
+_SEND_PROTOCOL = frozenset({"destination", "transaction", "receipt", "content-length",
+                            "content-type", "persistent", "priority", "expires", "correlation-id",
+                            "type", "reply-to"})
+# Headers a client may copy from a MESSAGE it received; the broker sets them anew.
+_SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscription", "ack"})
+_TRUE_FALSE = {"true": True, "false": False}
+
+
+class NotDeliverable(Exception):
+    """A JMS message that cannot become a MESSAGE frame (neither Text nor Bytes)."""
+
+
+# --- destinations ------------------------------------------------------------------------
+
+class Destinations:
+    """One connection's view of destination names, including its temporary aliases.
+
+    ``create_temporary(topic)`` makes a temporary destination owned by the connection.
+    Written on the connection's loop, read by its delivery threads (plain dict reads).
+    """
+
+    def __init__(self, create_temporary: Callable[[bool], Destination]) -> None:
+        self._create = create_temporary
+        self._by_alias: dict[tuple[bool, str], Destination] = {}
+        self._alias_of: dict[Destination, str] = {}
+
+    def to_jms(self, text: str | None, header: str = "destination") -> Destination:
+        """The JMS destination a STOMP destination string names (LocalProtocolError if none)."""
+        if not text:
+            raise LocalProtocolError(f"missing {header}", f"the {header} header is required")
+        for prefix, make in ((QUEUE, Queue), (TOPIC, Topic), (REPLY_QUEUE, TemporaryQueue),
+                             (REPLY_TOPIC, TemporaryTopic)):
+            if text.startswith(prefix) and len(text) > len(prefix):
+                return make(text[len(prefix):])
+        for prefix, topic in ((TEMP_QUEUE, False), (TEMP_TOPIC, True)):
+            if text.startswith(prefix) and len(text) > len(prefix):
+                return self._temporary(topic, text[len(prefix):])
+        raise LocalProtocolError(f"invalid {header}",
+                                 f"{header} {text[:80]!r} must start with {QUEUE}, {TOPIC}, "
+                                 f"{TEMP_QUEUE} or {TEMP_TOPIC} followed by a name")
+
+    def _temporary(self, topic: bool, alias: str) -> Destination:
+        dest = self._by_alias.get((topic, alias))
+        if dest is None:
+            dest = self._create(topic)
+            self._by_alias[(topic, alias)] = dest
+            self._alias_of[dest] = (TEMP_TOPIC if topic else TEMP_QUEUE) + alias
+        return dest
+
+    def to_stomp(self, dest: Destination | None, *, alias: bool = True) -> str:
+        """The STOMP string for ``dest``: this connection's alias for its own temporary
+        destinations (when ``alias``), else the form any connection can use."""
+        if dest is None:
+            return ""
+        if dest.is_temporary:
+            if alias and dest in self._alias_of:
+                return self._alias_of[dest]
+            return (REPLY_TOPIC if dest.is_topic else REPLY_QUEUE) + dest.name
+        return (TOPIC if dest.is_topic else QUEUE) + dest.name
+
+
+# --- inbound: SEND -> JMS ------------------------------------------------------------------
+
+@dataclass
+class Inbound:
+    """A converted SEND: the message, where it goes, and the headers JMS could not take."""
+
+    message: Message
+    destination: Destination
+    invalid: dict[str, str]
+
+
+def from_send(frame: Frame, destinations: Destinations,
+              transformer: MessageTransformer | None) -> Inbound:
+    """Steps 1 and 2 of the inbound sequence (the caller sends: step 3)."""
+    headers = frame.headers
+    destination = destinations.to_jms(headers.get("destination"))
+    if "content-length" in headers:
+        message: Message = BytesMessage(frame.body)
+    else:
+        try:
+            message = TextMessage(frame.body.decode("utf-8"))
+        except UnicodeDecodeError as exc:
+            raise LocalProtocolError("body is not UTF-8", f"a SEND without content-length is a text "
+                                     f"message and must be UTF-8 ({exc}); send content-length for "
+                                     "binary bodies") from None
+    message.delivery_mode = _persistent(headers.get("persistent"))
+    message.priority = _priority(headers.get("priority"))
+    message.expiration = _expires(headers.get("expires"))
+    message.correlation_id = headers.get("correlation-id")
+    message.type = headers.get("type")
+    if "reply-to" in headers:
+        message.reply_to = destinations.to_jms(headers["reply-to"], "reply-to")
+    if "content-type" in headers:
+        message.set_string_property(CONTENT_TYPE_PROPERTY, headers["content-type"])
+    invalid: dict[str, str] = {}
+    for name, value in headers.items():
+        if name in _SEND_PROTOCOL or name in _SEND_IGNORED:
+            continue
+        problem = property_name_problem(name)
+        if problem is None:
+            message.set_string_property(name, value)
+        elif transformer is not None:
+            invalid[name] = value
+        else:
+            raise LocalProtocolError("invalid header name",
+                                     f"SEND header {name[:80]!r} cannot become a JMS property: {problem}. "
+                                     "Rename it to a Java identifier, or configure "
+                                     "imq.bridge.stomp.messageTransformer to receive it")
+    if transformer is not None:
+        message = _transform(transformer, message, False, "UTF-8", STOMP, SUN_MQ, invalid)
+    return Inbound(message, destination, invalid)
+
+
+def _persistent(text: str | None) -> DeliveryMode:
+    if text is None:
+        return DeliveryMode.PERSISTENT  # the JMS client's default
+    value = _TRUE_FALSE.get(text.strip().lower())
+    if value is None:
+        raise LocalProtocolError("invalid persistent", f"persistent is {text[:40]!r}; write true or false")
+    return DeliveryMode.PERSISTENT if value else DeliveryMode.NON_PERSISTENT
+
+
+def _priority(text: str | None) -> int:
+    if text is None:
+        return DEFAULT_PRIORITY
+    text = text.strip()
+    if not (text.isdigit() and len(text) == 1):
+        raise LocalProtocolError("invalid priority", f"priority is {text[:40]!r}; write 0 to 9")
+    return int(text)
+
+
+def _expires(text: str | None) -> int:
+    """expires: the absolute expiration time in ms since the epoch; 0 = never."""
+    if text is None:
+        return 0
+    text = text.strip()
+    if not text.isdigit():
+        raise LocalProtocolError("invalid expires", f"expires is {text[:40]!r}; write the expiration "
+                                 "time in milliseconds since the epoch, or 0 for never")
+    return int(text)
+
+
+def _transform(transformer: MessageTransformer, message: Message, read_only: bool,
+               charset: str | None, source: str, target: str,
+               properties: Mapping[str, str] | None) -> Message:
+    transformer.reset(in_bridge_link=False)
+    try:
+        result = transformer.transform(message, read_only, charset, source, target, properties)
+    except Exception as exc:
+        raise TransformFailed(f"the message transformer {type(transformer).__name__} failed: {exc}") from exc
+    if not isinstance(result, Message):
+        raise TransformFailed(f"the message transformer {type(transformer).__name__} returned "
+                              f"{type(result).__name__}, not a message")
+    return result
+
+
+class TransformFailed(LocalProtocolError):
+    """The configured transformer raised or returned no message."""
+
+    def __init__(self, detail: str) -> None:
+        super().__init__("message transformer failed", detail)
+
+
+# --- outbound: JMS -> MESSAGE -----------------------------------------------------------------
+
+def to_message_frame(message: Message, subscription: str, destinations: Destinations,
+                     transformer: MessageTransformer | None, ack: str | None = None,
+                     delivery_count: int = 1) -> Frame:
+    """Steps 1 to 3 of the outbound sequence. ``message`` is the broker's snapshot (never
+    changed here; ``delivery_count`` says how often it was delivered, this time included);
+    raises NotDeliverable or TransformFailed."""
+    redelivered = delivery_count > 1
+    if transformer is not None:
+        copy = message.copy()
+        copy.delivery_count, copy.redelivered = delivery_count, redelivered
+        copy.set_read_only()
+        message = _transform(transformer, copy, True, None, SUN_MQ, STOMP, None)
+    if isinstance(message, TextMessage):
+        body = (message.text or "").encode("utf-8")
+    elif isinstance(message, BytesMessage):
+        body = message.get_body()
+    else:
+        raise NotDeliverable(f"message {message.message_id} is a {type(message).__name__}; the STOMP "
+                             "bridge delivers only TextMessage and BytesMessage (configure "
+                             "imq.bridge.stomp.messageTransformer to convert others)")
+    headers = {
+        "subscription": subscription,
+        "destination": destinations.to_stomp(message.destination),
+        "message-id": message.message_id or "",
+        "expires": str(message.expiration),
+        "redelivered": "true" if redelivered else "false",
+        "priority": str(message.priority),
+        "timestamp": str(message.timestamp),
+        "persistent": "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
+        "content-length": str(len(body)),
+    }
+    if message.reply_to is not None:
+        headers["reply-to"] = destinations.to_stomp(message.reply_to, alias=False)
+    if message.correlation_id is not None:
+        headers["correlation-id"] = message.correlation_id
+    if message.type is not None:
+        headers["type"] = message.type
+    if ack is not None:
+        headers["ack"] = ack
+    for name, ptype, value in message.typed_properties():
+        if name == CONTENT_TYPE_PROPERTY:
+            headers.setdefault("content-type", value)
+        else:
+            headers.setdefault(name, java_string(ptype, value))
+    return Frame(MESSAGE, headers, body)
+

@@ -1,0 +1,264 @@
+# How it works: a STOMP frame is a command line, header lines "name:value", a blank line,
+# a body and a NUL. parse_frame() is a pure function: given the bytes received so far and
+# where the next frame starts, it returns the frame and where the one after it starts, or
+# None when more bytes are needed, or raises LocalProtocolError when the bytes can never
+# become a valid frame. It skips the EOLs that STOMP 1.1+ peers send as heart-beats.
+# A body is exactly content-length bytes when that header is present (NULs allowed), or
+# runs to the first NUL. Limits (frame size, header count, header length) are checked
+# as bytes arrive, so an endless header or body is refused before it fills memory.
+#
+# Version rules (the "dialect"): 1.1 and 1.2 escape \n, : and \ in headers (1.2 also \r),
+# except in CONNECT and CONNECTED frames; 1.0 escapes nothing. 1.2 allows \r\n line ends;
+# so does a frame read before the version is known (the CONNECT frame itself). A
+# repeated header keeps its first value.
+"""STOMP frames: the Frame value, the incremental parser and the encoder (no I/O)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
+
+V10, V11, V12 = "1.0", "1.1", "1.2"
+VERSIONS = (V10, V11, V12)  # oldest first
+PRE_CONNECT = None  # dialect of frames read before the version is negotiated
+
+CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE = "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE"
+ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT = "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"
+CONNECTED, MESSAGE, RECEIPT, ERROR = "CONNECTED", "MESSAGE", "RECEIPT", "ERROR"
+CLIENT_COMMANDS = frozenset({CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN,
+                             COMMIT, ABORT, DISCONNECT})
+SERVER_COMMANDS = frozenset({CONNECTED, MESSAGE, RECEIPT, ERROR})
+COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
+UNESCAPED_COMMANDS = frozenset({CONNECT, STOMP, CONNECTED})  # never escaped (spec 1.1, 1.2)
+
+HEARTBEAT = b"\n"
+
+
+class ProtocolError(Exception):
+    """A STOMP protocol violation. ``message`` is the short text of the ERROR frame's
+    message header; ``detail`` its body. Not raised directly: see the two subclasses."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        if type(self) is ProtocolError:
+            raise TypeError("raise LocalProtocolError or RemoteProtocolError")
+        super().__init__(message)
+        self.message = message
+        self.detail = detail or message
+
+
+class LocalProtocolError(ProtocolError):
+    """Raised inside the codec and the session; the session turns it into a
+    RemoteProtocolError (the peer broke the protocol) and answers with ERROR."""
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer broke the protocol; the session is in ERROR for good."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Bounds against abusive peers (also the bound on an incomplete frame)."""
+
+    max_frame_size: int = 16 * 1024 * 1024  # command + headers + body, bytes
+    max_headers: int = 1000
+    max_header_length: int = 10240  # one header line, bytes
+
+
+DEFAULT_LIMITS = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    """One STOMP frame. ``headers`` keeps the first value of each name, in order."""
+
+    command: str
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+    def get(self, name: str, default: str | None = None) -> str | None:
+        return self.headers.get(name, default)
+
+    def __repr__(self) -> str:
+        body = self.body if len(self.body) <= 60 else self.body[:60] + b"..."
+        return f"Frame({self.command}, {dict(self.headers)!r}, {body!r})"
+
+
+# --- header escaping ---------------------------------------------------------------------
+
+_UNESCAPE = {V11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
+             V12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}}
+_ESCAPE = {V11: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
+           V12: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})}
+_ESCAPE_SEQ = re.compile(r"\\.?", re.DOTALL)
+_V10_CLEAN = str.maketrans({"\n": " ", "\r": " "})
+
+
+def unescape(text: str, version: str) -> str:
+    """Undo 1.1/1.2 header escaping; an undefined escape is a fatal protocol error."""
+    if "\\" not in text:
+        return text
+    table = _UNESCAPE[version]
+
+    def one(match: re.Match[str]) -> str:
+        seq = match.group(0)
+        if seq not in table:
+            raise LocalProtocolError("invalid header escape",
+                                     f"the header {text[:80]!r} has the escape {seq!r}, which STOMP "
+                                     f"{version} does not define (use \\n, \\c, \\\\"
+                                     + (", \\r" if version == V12 else "") + ")")
+        return table[seq]
+
+    return _ESCAPE_SEQ.sub(one, text)
+
+
+def escape(text: str, version: str | None) -> str:
+    """Escape a header name or value for ``version``; 1.0 cannot carry EOLs, so they
+    become spaces (the frame would otherwise break)."""
+    if version in _ESCAPE:
+        return text.translate(_ESCAPE[version])
+    return text.translate(_V10_CLEAN)
+
+
+# --- parsing -------------------------------------------------------------------------------
+
+def _allows_crlf(version: str | None) -> bool:
+    return version is None or version == V12
+
+
+def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
+                limits: Limits = DEFAULT_LIMITS) -> tuple[Frame | None, int]:
+    """The frame starting at ``pos`` (after any heart-beat EOLs) and the offset just past
+    its NUL; or (None, offset of the incomplete frame) when more bytes are needed.
+
+    ``version`` is the negotiated version, or PRE_CONNECT. Raises LocalProtocolError.
+    """
+    n = len(buf)
+    crlf = _allows_crlf(version)
+    while pos < n:
+        byte = buf[pos]
+        if byte == 10:
+            pos += 1
+        elif byte == 13 and crlf:
+            if pos + 1 >= n:
+                return None, pos
+            if buf[pos + 1] != 10:
+                raise LocalProtocolError("malformed frame", "a carriage return not followed by a line feed")
+            pos += 2
+        else:
+            break
+    if pos >= n:
+        return None, pos
+    head_end = buf.find(b"\n\n", pos)
+    sep = 2
+    if crlf:
+        stop = n if head_end < 0 else head_end
+        crlf_end = buf.find(b"\n\r\n", pos, stop + 1)
+        if crlf_end >= 0:
+            head_end, sep = crlf_end, 3
+    if head_end < 0:
+        _check_incomplete_head(buf, pos, n, limits)
+        return None, pos
+    try:
+        head = bytes(buf[pos:head_end]).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise LocalProtocolError("malformed frame", f"the command and headers are not UTF-8 ({exc})") from None
+    lines = head.split("\n")
+    if crlf:
+        lines = [line[:-1] if line.endswith("\r") else line for line in lines]
+    command = lines[0]
+    if command not in COMMANDS:
+        shown = command if len(command) <= 40 else command[:40] + "..."
+        raise LocalProtocolError("unknown command", f"{shown!r} is not a STOMP command; expected one of "
+                                 + ", ".join(sorted(CLIENT_COMMANDS)))
+    headers = _parse_headers(lines, command, version, limits)
+    body_start = head_end + sep
+    length_text = headers.get("content-length")
+    if length_text is not None:
+        length = _content_length(length_text, limits)
+        end = body_start + length
+        if end - pos > limits.max_frame_size:
+            raise _too_big(end - pos, limits)
+        if end >= n:
+            return None, pos
+        if buf[end] != 0:
+            raise LocalProtocolError("malformed frame", f"{command}: content-length is {length} but the "
+                                     "byte after that many body bytes is not the NUL that ends a frame")
+    else:
+        end = buf.find(b"\0", body_start)
+        if end < 0:
+            if n - pos > limits.max_frame_size:
+                raise _too_big(n - pos, limits)
+            return None, pos
+        if end - pos > limits.max_frame_size:
+            raise _too_big(end - pos, limits)
+    return Frame(command, headers, bytes(buf[body_start:end])), end + 1
+
+
+def _check_incomplete_head(buf: bytes | bytearray, pos: int, n: int, limits: Limits) -> None:
+    last_nl = buf.rfind(b"\n", pos, n)
+    line_start = pos if last_nl < 0 else last_nl + 1
+    if n - line_start > limits.max_header_length:
+        raise LocalProtocolError("header too long", f"a command or header line is longer than "
+                                 f"{limits.max_header_length} bytes")
+    if buf.count(b"\n", pos, n) > limits.max_headers + 1:
+        raise LocalProtocolError("too many headers", f"a frame has more than {limits.max_headers} headers")
+    if n - pos > limits.max_frame_size:
+        raise _too_big(n - pos, limits)
+
+
+def _parse_headers(lines: list[str], command: str, version: str | None,
+                   limits: Limits) -> dict[str, str]:
+    if len(lines) - 1 > limits.max_headers:
+        raise LocalProtocolError("too many headers", f"{command} has {len(lines) - 1} headers; "
+                                 f"at most {limits.max_headers} are allowed")
+    escaped = version in _UNESCAPE and command not in UNESCAPED_COMMANDS
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        if len(line) > limits.max_header_length and len(line.encode()) > limits.max_header_length:
+            raise LocalProtocolError("header too long", f"{command}: a header line is longer than "
+                                     f"{limits.max_header_length} bytes")
+        name, colon, value = line.partition(":")
+        if not colon or not name:
+            raise LocalProtocolError("malformed header", f"{command}: the header line {line[:80]!r} "
+                                     "is not name:value")
+        if escaped:
+            name, value = unescape(name, version), unescape(value, version)  # type: ignore[arg-type]
+        if name not in headers:
+            headers[name] = value
+    return headers
+
+
+def _content_length(text: str, limits: Limits) -> int:
+    text = text.strip()
+    if not text.isdigit() or not text.isascii():
+        raise LocalProtocolError("invalid content-length", f"content-length {text[:40]!r} is not a "
+                                 "whole number of bytes")
+    length = int(text)
+    if length > limits.max_frame_size:
+        raise _too_big(length, limits)
+    return length
+
+
+def _too_big(size: int, limits: Limits) -> LocalProtocolError:
+    return LocalProtocolError("frame too large", f"a frame of {size} bytes or more exceeds the "
+                              f"limit of {limits.max_frame_size} bytes")
+
+
+# --- encoding ------------------------------------------------------------------------------
+
+def encode_frame(frame: Frame, version: str | None) -> bytes:
+    """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped)."""
+    parts = [frame.command]
+    if version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS:
+        table = _ESCAPE[version]
+        parts += [f"{k.translate(table)}:{v.translate(table)}" for k, v in frame.headers.items()]
+    else:
+        parts += [f"{escape(k, V10).replace(':', '_')}:{escape(v, V10)}" for k, v in frame.headers.items()]
+    parts.append("\n")
+    return "\n".join(parts).encode("utf-8") + frame.body + b"\0"
+
+
+def write_frame(frame: Frame, version: str | None, write: Callable[[bytes], object]) -> None:
+    """Encode ``frame`` and hand it to ``write`` (a transport's write, a list's append)."""
+    write(encode_frame(frame, version))

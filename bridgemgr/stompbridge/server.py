@@ -1,0 +1,307 @@
+# How it works: a thin asyncio shell around StompSession, on the service's one NetLoop.
+# StompProtocol (one per accepted socket) sets TCP_NODELAY, feeds received bytes to its
+# session, writes whatever the session has to send in one write, runs the session's
+# blocking calls (password check, durable waits, unsubscribe) in the bridge's thread pool,
+# ticks heart-beats with call_later, and closes the transport once the session is closed.
+# Subscriber threads post their batches with call_soon_threadsafe; the protocol runs them
+# and flushes once per loop iteration, so frames that become ready together go out in one
+# write. When the transport's buffer is full, the session's subscribers stop taking
+# messages until it drains: a slow consumer holds only its own messages.
+#
+# StompBridge is the service: it listens on imq.bridge.stomp.tcp.port and, when enabled,
+# tls.port (optionally requiring client certificates), and lists both for the port mapper.
+"""The STOMP bridge service: asyncio TCP/TLS listeners and the per-socket protocol."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import itertools
+import logging
+import socket
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from ..jms.errors import JMSException
+from ..netloop import NetLoop
+from ..props import BrokerProperties
+from ..providers.embedded import Broker, EmbeddedConnectionFactory
+from ..transform import load_transformer
+from ..users import UserRepository
+from .frames import LocalProtocolError
+from .host import HostConnection
+from .session import SessionConfig, StompSession
+
+log = logging.getLogger(__name__)
+
+SERVICE = "stomp"
+WRITE_BUFFER_HIGH = 256 * 1024
+BrokerSource = Broker | EmbeddedConnectionFactory | Callable[[], Broker]
+
+
+class StompBridgeError(Exception):
+    """The bridge cannot start (port in use, TLS files missing, transformer not loadable)."""
+
+
+@dataclass(frozen=True)
+class StompConfig:
+    """Table 12-10 plus what the properties cannot say (TLS files, frame limits)."""
+
+    hostname: str | None = None  # None: every interface
+    tcp_enabled: bool = True
+    tcp_port: int = 7672
+    tls_enabled: bool = False
+    tls_port: int = 7673
+    tls_require_client_auth: bool = False
+    tls_certfile: Path | None = None  # PEM: certificate chain (and key, unless tls_keyfile)
+    tls_keyfile: Path | None = None
+    tls_cafile: Path | None = None  # PEM: CAs whose client certificates are accepted
+    session: SessionConfig = field(default_factory=SessionConfig)
+    call_threads: int = 8  # pool for blocking calls (password checks, durable waits)
+
+    @classmethod
+    def from_props(cls, props: BrokerProperties) -> "StompConfig":
+        """imq.bridge.stomp.*; TLS files default to <instance>/etc/stomp-{cert,key,ca}.pem."""
+        s = props.stomp
+        etc = props.instance_dir / "etc"
+        transformer = None
+        if s.message_transformer:
+            path = s.message_transformer
+            try:
+                load_transformer(path)
+            except JMSException as exc:
+                raise StompBridgeError(f"imq.bridge.stomp.messageTransformer: {exc}") from exc
+            transformer = lambda: load_transformer(path)  # noqa: E731
+        return cls(hostname=s.hostname, tcp_enabled=s.tcp_enabled, tcp_port=s.tcp_port,
+                   tls_enabled=s.tls_enabled, tls_port=s.tls_port,
+                   tls_require_client_auth=s.tls_require_client_auth,
+                   tls_certfile=etc / "stomp-cert.pem", tls_keyfile=etc / "stomp-key.pem",
+                   tls_cafile=etc / "stomp-ca.pem",
+                   session=SessionConfig(consumer_flow_limit=s.consumer_flow_limit,
+                                         transformer=transformer))
+
+    def tls_context(self) -> ssl.SSLContext:
+        if self.tls_certfile is None:
+            raise StompBridgeError("TLS is enabled but no certificate file is configured")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(self.tls_certfile, self.tls_keyfile if self.tls_keyfile and
+                                Path(self.tls_keyfile).exists() else None)
+            if self.tls_require_client_auth:
+                if self.tls_cafile is None:
+                    raise StompBridgeError("tls.requireClientAuth is true but no CA file is configured")
+                ctx.load_verify_locations(self.tls_cafile)
+                ctx.verify_mode = ssl.CERT_REQUIRED
+        except (OSError, ssl.SSLError) as exc:
+            raise StompBridgeError(f"cannot set up TLS from {self.tls_certfile}: {exc}") from exc
+        return ctx
+
+
+class StompBridge:
+    """The STOMP bridge service (name and type ``stomp``): start(), stop(), state."""
+
+    name = SERVICE
+
+    def __init__(self, config: StompConfig | BrokerProperties, broker: BrokerSource,
+                 users: UserRepository, netloop: NetLoop) -> None:
+        self.config = config if isinstance(config, StompConfig) else StompConfig.from_props(config)
+        self._broker = broker
+        self.users = users
+        self.netloop = netloop
+        self.state = "STOPPED"
+        self.tcp_port: int | None = None
+        self.tls_port: int | None = None
+        self.connections: set[StompProtocol] = set()
+        self._servers: list[asyncio.AbstractServer] = []
+        self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self._ids = itertools.count(1)
+
+    # --- for the service manager and the port mapper ---------------------------------------
+    def start(self) -> None:
+        if self.state == "STARTED":
+            return
+        self.state = "STARTING"
+        try:
+            self.netloop.run(self._start())
+        except BaseException:
+            self.netloop.run(self._stop())
+            self.state = "STOPPED"
+            raise
+        self.state = "STARTED"
+
+    def stop(self) -> None:
+        if self.state == "STOPPED":
+            return
+        self.state = "STOPPING"
+        self.netloop.run(self._stop())
+        self.state = "STOPPED"
+
+    def service_entries(self) -> list[tuple[str, str, str, int]]:
+        """(name, protocol, type, port) rows for the port mapper while started."""
+        rows = []
+        if self.tcp_port is not None:
+            rows.append((SERVICE, "tcp", "STOMP", self.tcp_port))
+        if self.tls_port is not None:
+            rows.append((SERVICE, "tls", "STOMP", self.tls_port))
+        return rows
+
+    def broker(self) -> Broker:
+        source = self._broker
+        if isinstance(source, Broker):
+            return source
+        if isinstance(source, EmbeddedConnectionFactory):
+            return source.broker
+        return source()
+
+    def authenticate(self, login: str, passcode: str) -> object | None:
+        return self.users.authenticate(login, passcode)
+
+    # --- on the loop -----------------------------------------------------------------------------
+    async def _start(self) -> None:
+        cfg = self.config
+        loop = asyncio.get_running_loop()
+        self._pool = concurrent.futures.ThreadPoolExecutor(cfg.call_threads, thread_name_prefix="stomp-call")
+        listeners = []
+        if cfg.tcp_enabled:
+            listeners.append(("tcp", cfg.tcp_port, None))
+        if cfg.tls_enabled:
+            listeners.append(("tls", cfg.tls_port, cfg.tls_context()))
+        for kind, port, ctx in listeners:
+            try:
+                server = await loop.create_server(lambda: StompProtocol(self), cfg.hostname or None, port,
+                                                  ssl=ctx, reuse_address=True, backlog=512)
+            except OSError as exc:
+                raise StompBridgeError(f"the STOMP bridge cannot listen on {kind} port {port}: {exc}") from exc
+            self._servers.append(server)
+            bound = server.sockets[0].getsockname()[1]
+            if kind == "tcp":
+                self.tcp_port = bound
+            else:
+                self.tls_port = bound
+            log.info("STOMP bridge listening on %s %s:%d", kind, cfg.hostname or "*", bound)
+
+    async def _stop(self) -> None:
+        for server in self._servers:
+            server.close()
+        self._servers.clear()
+        for conn in list(self.connections):
+            conn.abort("the STOMP bridge is stopping")
+        self.tcp_port = self.tls_port = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+
+    def call_pool(self) -> concurrent.futures.ThreadPoolExecutor:
+        assert self._pool is not None
+        return self._pool
+
+
+class StompProtocol(asyncio.Protocol):
+    """One client socket: bytes in and out of its StompSession."""
+
+    def __init__(self, bridge: StompBridge) -> None:
+        self.bridge = bridge
+        self.loop = asyncio.get_running_loop()
+        self.transport: asyncio.Transport | None = None
+        self.session: StompSession | None = None
+        self._flush_pending = False
+        self._timer: asyncio.TimerHandle | None = None
+
+    # --- asyncio callbacks ------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # type: ignore[union-attr]
+        bridge = self.bridge
+        self.session = StompSession(bridge.config.session, authenticate=bridge.authenticate,
+                                    open_host=self._open_host, session_id=f"stomp-{next(bridge._ids)}",
+                                    now=self.loop.time())
+        bridge.connections.add(self)
+
+    def data_received(self, data: bytes) -> None:
+        assert self.session is not None
+        self.session.receive_data(data, self.loop.time())
+        self._pump()
+
+    def eof_received(self) -> bool:
+        return False  # close our side too
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if self.session is not None:
+            self.session.connection_lost()
+        self.bridge.connections.discard(self)
+
+    def pause_writing(self) -> None:
+        if self.session is not None:
+            self.session.set_writable(False)
+
+    def resume_writing(self) -> None:
+        if self.session is not None:
+            self.session.set_writable(True)
+
+    # --- the session's needs -------------------------------------------------------------------
+    def _open_host(self, client_id: str | None, username: str) -> HostConnection:
+        return HostConnection(self.bridge.broker(), self._post, client_id, username)
+
+    def _post(self, fn: Callable[..., Any], *args: Any) -> None:
+        """From a subscriber thread: run ``fn`` on the loop, then flush with the others."""
+        self.loop.call_soon_threadsafe(self._run_posted, fn, args)
+
+    def _run_posted(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        fn(*args)
+        if not self._flush_pending:
+            self._flush_pending = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_pending = False
+        self._pump()
+
+    def _pump(self) -> None:
+        """Write what is ready, start the pending blocking call, close when done."""
+        session, transport = self.session, self.transport
+        assert session is not None and transport is not None
+        data = session.data_to_send(self.loop.time())
+        if data and not transport.is_closing():
+            transport.write(data)
+        call = session.take_call()
+        if call is not None:
+            future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
+            future.add_done_callback(self._call_done)
+        if session.closed:
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
+            transport.close()
+        elif self._timer is None and session.tick_interval:
+            self._timer = self.loop.call_later(session.tick_interval, self._tick)
+
+    def _call_done(self, future: asyncio.Future[Any]) -> None:
+        assert self.session is not None
+        if future.cancelled():
+            self.session.complete_call(None, LocalProtocolError("interrupted", "the STOMP bridge is stopping"))
+        elif future.exception() is not None:
+            self.session.complete_call(None, future.exception())
+        else:
+            self.session.complete_call(future.result())
+        if self.transport is not None:
+            self._pump()
+
+    def _tick(self) -> None:
+        self._timer = None
+        if self.session is not None and not self.session.closed:
+            self.session.tick(self.loop.time())
+            self._pump()
+
+    def abort(self, reason: str) -> None:
+        """Close this connection from the server side with an ERROR frame."""
+        if self.session is not None and not self.session.closed:
+            self.session.fail("server stopping", reason)
+            self._pump()

@@ -1,0 +1,676 @@
+# How it works (theory of operation)
+#
+# A StompSession is one client connection's protocol state, with no sockets: the server
+# feeds it bytes (receive_data), takes the bytes to write (data_to_send), runs the
+# blocking calls it asks for in a thread pool (take_call / complete_call), hands it the
+# batches its subscriber threads render (through the post function of its
+# HostConnection), and ticks it for heart-beats. A test does the same by hand.
+#
+# States and the frames each accepts are the TRANSITIONS table; a frame not in the row of
+# the current state is a protocol error naming that state. CONNECT/STOMP moves to
+# AUTHENTICATING while the password hash is checked off the loop; frames that arrive
+# meanwhile wait in the buffer. Every error inside (codec, table, handlers, the broker's
+# JMSException) is a LocalProtocolError; _process() alone turns it into the session's
+# RemoteProtocolError, answers with an ERROR frame (message header, text body,
+# content-length, receipt-id when the frame asked for a receipt) and moves to ERROR for
+# good: the connection then closes, unacknowledged messages go back to their queues and
+# an open transaction rolls back.
+#
+# Receipts confirm work that is done: when the store fsyncs (imq.persist.file.sync) a
+# receipt waits for the batch holding the frame's messages, and frame processing pauses
+# until then, so receipts and errors keep the order of the frames.
+#
+# Acknowledgement (Table 12-11 and STOMP 1.2):
+#   ack:auto               consumed as soon as it is written to the client
+#   ack:client             ACK/NACK of a message covers every earlier one of its subscription
+#   ack:client-individual  ACK/NACK covers that message only
+#   transaction:T on SUBSCRIBE  a transacted subscription: delivers only while a
+#                          transaction is open; ACKs (cumulative) join the transaction and
+#                          consume at COMMIT; ABORT stops delivery and returns every
+#                          delivered, unconsumed message; the next BEGIN restarts delivery.
+# imq.bridge.stomp.consumerFlowLimit bounds the deliveries a subscription has not had
+# acknowledged (for transacted ones: committed).
+"""The STOMP protocol state machine of one connection (sans-IO)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from dataclasses import dataclass, field
+from enum import Enum
+from functools import partial
+from typing import Any, Callable
+
+from .. import __version__
+from ..jms.destination import Destination
+from ..jms.errors import JMSException
+from ..providers.embedded.queues import Envelope
+from ..transform import MessageTransformer
+from .convert import Destinations, NotDeliverable, TransformFailed, from_send, to_message_frame
+from .frames import (
+    ABORT, ACK, BEGIN, COMMIT, CONNECT, CONNECTED, DEFAULT_LIMITS, DISCONNECT, ERROR, NACK,
+    PRE_CONNECT, RECEIPT, SEND, STOMP, SUBSCRIBE, UNSUBSCRIBE, V10, V11, V12, VERSIONS, Frame,
+    Limits, LocalProtocolError, ProtocolError, RemoteProtocolError, encode_frame, parse_frame,
+)
+from .host import HostConnection, Subscriber
+
+log = logging.getLogger(__name__)
+
+
+class State(Enum):
+    AWAIT_CONNECT = "waiting for CONNECT"
+    AUTHENTICATING = "authenticating"
+    CONNECTED = "connected"
+    CLOSED = "closed"
+    ERROR = "closed after an error"
+
+
+_IN_SESSION = {cmd: State.CONNECTED for cmd in (SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN,
+                                                 COMMIT, ABORT)}
+TRANSITIONS: dict[State, dict[str, State]] = {
+    State.AWAIT_CONNECT: {CONNECT: State.AUTHENTICATING, STOMP: State.AUTHENTICATING},
+    State.CONNECTED: {**_IN_SESSION, DISCONNECT: State.CLOSED},
+}
+MIN_VERSION = {NACK: V11}
+REQUIRED = {CONNECT: ("login", "passcode"), STOMP: ("login", "passcode"),
+            SEND: ("destination",), SUBSCRIBE: ("destination",),
+            BEGIN: ("transaction",), COMMIT: ("transaction",), ABORT: ("transaction",)}
+ACK_MODES = ("auto", "client", "client-individual")
+DEFAULT_ID_PREFIX = "/subscription-to/"
+SUPPORTED = ",".join(VERSIONS)
+
+
+@dataclass(frozen=True)
+class SessionConfig:
+    """Per-connection settings (from the broker properties; see StompConfig)."""
+
+    consumer_flow_limit: int = 1000
+    heart_beat: tuple[int, int] = (1000, 1000)  # ms: we can send every / want to receive every
+    heart_beat_grace: float = 2.0  # a peer is dead after this many missed intervals
+    limits: Limits = DEFAULT_LIMITS
+    server: str = f"imqbridge/{__version__}"
+    transformer: Callable[[], MessageTransformer] | None = None  # one instance per thread
+
+
+@dataclass(slots=True)
+class Delivery:
+    """One message rendered for a subscription (on its thread), waiting for the loop."""
+
+    ack_no: int
+    env: Envelope
+    message_id: str
+    data: bytes | None  # the encoded MESSAGE frame; None when it cannot be delivered
+    error: str = ""
+
+
+@dataclass(eq=False)
+class Subscription:
+    id: str
+    ack: str
+    transacted: bool
+    durable_name: str | None
+    handle: Subscriber | None = None
+    outstanding: dict[int, Delivery] = field(default_factory=dict)  # ack_no -> delivered, unacked
+    by_message_id: dict[str, int] = field(default_factory=dict)
+    held: int = 0  # transacted: ACKed in the open transaction, credit returns at commit
+    closed: bool = False
+
+    @property
+    def auto(self) -> bool:
+        return self.ack == "auto" and not self.transacted
+
+    def take(self, ack_no: int, cumulative: bool) -> list[Delivery]:
+        """Remove ``ack_no`` (and, cumulative, every earlier delivery) from outstanding."""
+        if cumulative:
+            keys = list(itertools.takewhile(lambda k: k <= ack_no, self.outstanding))
+        else:
+            keys = [ack_no]
+        taken = [self.outstanding.pop(k) for k in keys]
+        for d in taken:
+            if self.by_message_id.get(d.message_id) == d.ack_no:
+                del self.by_message_id[d.message_id]
+        return taken
+
+    def take_all(self) -> list[Delivery]:
+        taken = list(self.outstanding.values())
+        self.outstanding.clear()
+        self.by_message_id.clear()
+        return taken
+
+
+@dataclass
+class PendingCall:
+    """A blocking call the driver must run off the loop, then report to complete_call()."""
+
+    fn: Callable[[], Any]
+    done: Callable[[Any], None]
+    frame: Frame | None
+
+
+class Blocking:
+    """A handler's answer: finish this call off the loop first; its result is the ticket."""
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
+class StompSession:
+    """One STOMP connection's protocol state. Not thread-safe: the loop owns it."""
+
+    def __init__(self, config: SessionConfig, *,
+                 authenticate: Callable[[str, str], object | None],
+                 open_host: Callable[[str | None, str], HostConnection],
+                 session_id: str, now: float = 0.0) -> None:
+        self.config = config
+        self.session_id = session_id
+        self.state = State.AWAIT_CONNECT
+        self.version: str | None = PRE_CONNECT
+        self.error: RemoteProtocolError | None = None
+        self.host: HostConnection | None = None
+        self.destinations: Destinations | None = None
+        self.subscriptions: dict[str, Subscription] = {}
+        self.send_every = 0  # ms between our heart-beats; 0: none
+        self.expect_every = 0  # ms between the client's heart-beats; 0: not checked
+        self._authenticate = authenticate
+        self._open_host = open_host
+        self._buffer = bytearray()
+        self._out: list[bytes] = []
+        self._call: PendingCall | None = None
+        self._running: PendingCall | None = None
+        self._tx: tuple[str, Any] | None = None  # (transaction id, broker Work)
+        self._last_ticket: int | None = None
+        self._ack_numbers = itertools.count(1)
+        self._inbound_transformer: MessageTransformer | None = None
+        self._last_received = self._last_sent = now
+
+    # --- the driver's interface ----------------------------------------------------------
+    @property
+    def closed(self) -> bool:
+        return self.state in (State.CLOSED, State.ERROR)
+
+    def receive_data(self, data: bytes, now: float) -> None:
+        """Bytes from the client (b"" is not EOF here: use connection_lost)."""
+        self._last_received = now
+        if self.closed:
+            return
+        self._buffer += data
+        self._process()
+
+    def data_to_send(self, now: float) -> bytes:
+        """Everything to write, as one write."""
+        if not self._out:
+            return b""
+        self._last_sent = now
+        data = self._out[0] if len(self._out) == 1 else b"".join(self._out)
+        self._out.clear()
+        return data
+
+    def take_call(self) -> PendingCall | None:
+        call, self._call = self._call, None
+        self._running = call
+        return call
+
+    def complete_call(self, result: Any, exc: BaseException | None = None) -> None:
+        call, self._running = self._running, None
+        if call is None or self.closed:
+            return
+        try:
+            if isinstance(exc, LocalProtocolError):
+                raise exc
+            if exc is not None:
+                raise LocalProtocolError("operation failed", str(exc)) from exc
+            call.done(result)
+        except LocalProtocolError as error:
+            self._fail(error, call.frame)
+            return
+        self._process()
+
+    def connection_lost(self) -> None:
+        self._shutdown(State.CLOSED)
+
+    def fail(self, message: str, detail: str) -> None:
+        """Close from our side with an ERROR frame (the bridge is stopping, ...)."""
+        self._fail(LocalProtocolError(message, detail))
+
+    def set_writable(self, writable: bool) -> None:
+        """Transport flow control: subscribers stop taking messages while it is full."""
+        for sub in self.subscriptions.values():
+            if sub.handle is not None:
+                sub.handle.set_writable(writable)
+
+    def tick(self, now: float) -> None:
+        """Heart-beats: send one when we have been quiet; fail a silent client."""
+        if self.state is not State.CONNECTED:
+            return
+        if self.expect_every and now - self._last_received > self.expect_every / 1000 * self.config.heart_beat_grace:
+            self._fail(LocalProtocolError("heart-beat timeout", f"nothing received for "
+                                          f"{int((now - self._last_received) * 1000)} ms; the "
+                                          f"negotiated heart-beat is {self.expect_every} ms"))
+        elif self.send_every and now - self._last_sent >= self.send_every / 1000 and not self._out:
+            self._out.append(b"\n")
+
+    @property
+    def tick_interval(self) -> float | None:
+        """Seconds between tick() calls the server should make, or None for none."""
+        beats = [b for b in (self.send_every, self.expect_every) if b]
+        return min(beats) / 2000 if beats else None
+
+    # --- processing ---------------------------------------------------------------------
+    def _process(self) -> None:
+        pos = 0
+        try:
+            while self._call is None and self._running is None and not self.closed \
+                    and self.state is not State.AUTHENTICATING:
+                frame, pos = parse_frame(self._buffer, pos, self.version, self.config.limits)
+                if frame is None:
+                    break
+                try:
+                    self._handle(frame)
+                except LocalProtocolError as exc:
+                    self._fail(exc, frame)
+        except LocalProtocolError as exc:
+            self._fail(exc)
+        finally:
+            if pos:
+                del self._buffer[:pos]
+
+    def _handle(self, frame: Frame) -> None:
+        next_state = TRANSITIONS.get(self.state, {}).get(frame.command)
+        if next_state is None:
+            raise LocalProtocolError(f"unexpected {frame.command}",
+                                     f"{frame.command} is not allowed while the connection is "
+                                     f"{self.state.value}" + (" (send CONNECT first)"
+                                                              if self.state is State.AWAIT_CONNECT else ""))
+        minimum = MIN_VERSION.get(frame.command)
+        if minimum and self.version is not None and VERSIONS.index(self.version) < VERSIONS.index(minimum):
+            raise LocalProtocolError(f"unexpected {frame.command}", f"{frame.command} needs STOMP "
+                                     f"{minimum} or later; this connection speaks {self.version}")
+        for name in REQUIRED.get(frame.command, ()):
+            if frame.get(name) is None:
+                raise LocalProtocolError(f"missing {name}", f"{frame.command} requires the {name} header")
+        result = HANDLERS[frame.command](self, frame)
+        if next_state is State.AUTHENTICATING:
+            self.state = next_state
+        else:
+            self._confirm(frame, result, next_state)
+
+    def _confirm(self, frame: Frame, result: Any, next_state: State) -> None:
+        """Send the receipt once the frame's work is durable, then move on."""
+        if isinstance(result, Blocking):
+            self._call = PendingCall(result.fn, lambda ticket: self._confirm(frame, ticket, next_state), frame)
+            return
+        receipt = frame.get("receipt")
+        if receipt is not None and result is not None and self.host is not None:
+            self._call = PendingCall(partial(self.host.wait_durable, result),
+                                     lambda _: self._confirm(frame, None, next_state), frame)
+            return
+        if receipt is not None:
+            self._emit(Frame(RECEIPT, {"receipt-id": receipt}))
+        if next_state is State.CLOSED:
+            self._shutdown(State.CLOSED)
+
+    def _emit(self, frame: Frame) -> None:
+        self._out.append(encode_frame(frame, self.version))
+
+    def _fail(self, exc: ProtocolError, frame: Frame | None = None) -> None:
+        """Answer with ERROR and close for good (the one place a local error becomes remote)."""
+        if self.closed:
+            return
+        self.error = RemoteProtocolError(exc.message, exc.detail)
+        body = exc.detail.encode("utf-8")
+        headers = {"message": exc.message, "content-type": "text/plain;charset=utf-8",
+                   "content-length": str(len(body))}
+        if frame is not None and frame.get("receipt") is not None:
+            headers["receipt-id"] = frame.headers["receipt"]
+        if exc.message == "unsupported version":
+            headers["version"] = SUPPORTED
+        self._emit(Frame(ERROR, headers, body))
+        log.info("STOMP session %s: ERROR %s: %s", self.session_id, exc.message, exc.detail)
+        self._shutdown(State.ERROR)
+
+    def _shutdown(self, state: State) -> None:
+        if self.closed:
+            return
+        self.state = state
+        self._call = None
+        for sub in list(self.subscriptions.values()):
+            self._close_subscription(sub)
+        host = self.host
+        if host is not None:
+            try:
+                if self._tx is not None:
+                    host.rollback(self._tx[1])
+                host.close()
+            except JMSException as exc:  # the broker went away under us: nothing left to return
+                log.warning("STOMP session %s: closing: %s", self.session_id, exc)
+        self._tx = None
+
+    # --- CONNECT ----------------------------------------------------------------------------
+    def _on_connect(self, frame: Frame) -> None:
+        self.version = _negotiate_version(frame.get("accept-version"))
+        if self.version != V10:
+            self.send_every, self.expect_every = _negotiate_heart_beat(frame.get("heart-beat"),
+                                                                       self.config.heart_beat)
+        login, passcode = frame.headers["login"], frame.headers["passcode"]
+        self._call = PendingCall(partial(self._authenticate, login, passcode),
+                                 partial(self._authenticated, frame), frame)
+
+    def _authenticated(self, frame: Frame, user: object | None) -> None:
+        login = frame.headers["login"]
+        if user is None:
+            raise LocalProtocolError("authentication failed", f"login {login[:80]!r} with the given "
+                                     "passcode is not valid")
+        try:
+            self.host = self._open_host(frame.get("client-id"), login)
+        except JMSException as exc:
+            raise LocalProtocolError("connect failed", str(exc)) from exc
+        self.destinations = Destinations(self.host.create_temporary)
+        if self.config.transformer is not None:
+            self._inbound_transformer = self.config.transformer()
+        self.state = State.CONNECTED
+        sx, sy = self.config.heart_beat if self.version != V10 else (0, 0)
+        headers = {"version": self.version or V10, "session": self.session_id,
+                   "server": self.config.server, "heart-beat": f"{sx},{sy}"}
+        self._emit(Frame(CONNECTED, headers))
+        if frame.get("receipt") is not None:
+            self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
+
+    # --- SEND and transactions ----------------------------------------------------------------
+    def _on_send(self, frame: Frame) -> int | None:
+        assert self.host is not None and self.destinations is not None
+        tx = frame.get("transaction")
+        work = self._work(tx) if tx is not None else None
+        inbound = from_send(frame, self.destinations, self._inbound_transformer)
+        try:
+            if work is not None:
+                self.host.send_in(work, inbound.message, inbound.destination)
+                return None
+            ticket = self.host.send(inbound.message, inbound.destination)
+        except JMSException as exc:
+            raise LocalProtocolError("send failed", f"SEND to {frame.get('destination')}: {exc}") from exc
+        if ticket is not None:
+            self._last_ticket = ticket
+        return ticket
+
+    def _work(self, tx: str) -> Any:
+        if self._tx is None or self._tx[0] != tx:
+            current = f"the open transaction is {self._tx[0]!r}" if self._tx else "no transaction is open"
+            raise LocalProtocolError("unknown transaction", f"transaction {tx[:80]!r} has not been "
+                                     f"started with BEGIN ({current})")
+        return self._tx[1]
+
+    def _on_begin(self, frame: Frame) -> None:
+        assert self.host is not None
+        tx = frame.headers["transaction"]
+        if self._tx is not None:
+            raise LocalProtocolError("nested transaction", f"BEGIN {tx[:80]!r} while transaction "
+                                     f"{self._tx[0]!r} is open; transactions do not nest")
+        self._tx = (tx, self.host.new_work())
+        for sub in self._transacted():
+            sub.handle.pause(False)  # type: ignore[union-attr]
+
+    def _on_commit(self, frame: Frame) -> int | None:
+        assert self.host is not None
+        work = self._work(frame.headers["transaction"])
+        try:
+            ticket = self.host.commit(work)
+        except JMSException as exc:
+            raise LocalProtocolError("commit failed", f"COMMIT {frame.headers['transaction']!r}: {exc}") from exc
+        self._tx = None
+        for sub in self._transacted():
+            sub.handle.pause(True)  # type: ignore[union-attr]
+            sub.handle.release(sub.held)  # type: ignore[union-attr]
+            sub.held = 0
+        if ticket is not None:
+            self._last_ticket = ticket
+        return ticket
+
+    def _on_abort(self, frame: Frame) -> None:
+        assert self.host is not None
+        work = self._work(frame.headers["transaction"])
+        self._tx = None
+        self.host.rollback(work)
+        for sub in self._transacted():
+            handle = sub.handle
+            assert handle is not None
+            handle.pause(True)
+            returned = sub.take_all()
+            self.host.redeliver([d.env for d in returned])
+            handle.release(len(returned) + sub.held)
+            sub.held = 0
+
+    def _transacted(self) -> list[Subscription]:
+        return [s for s in self.subscriptions.values() if s.transacted]
+
+    def _on_disconnect(self, frame: Frame) -> int | None:
+        return self._last_ticket
+
+    # --- subscriptions ------------------------------------------------------------------------
+    def _on_subscribe(self, frame: Frame) -> None:
+        assert self.host is not None and self.destinations is not None
+        text = frame.headers["destination"]
+        destination = self.destinations.to_jms(text)
+        sub_id = frame.get("id") or DEFAULT_ID_PREFIX + text
+        if sub_id in self.subscriptions:
+            raise LocalProtocolError("duplicate subscription", f"subscription id {sub_id[:80]!r} is "
+                                     "already in use on this connection")
+        ack = frame.get("ack", "auto")
+        if ack not in ACK_MODES:
+            raise LocalProtocolError("invalid ack", f"ack {ack[:40]!r} is not one of {', '.join(ACK_MODES)}")
+        tx = frame.get("transaction")
+        if tx is not None:
+            self._work(tx)
+        durable = frame.get("durable-subscriber-name")
+        if durable and not destination.is_topic:
+            raise LocalProtocolError("invalid durable subscription", f"durable-subscriber-name needs "
+                                     f"a /topic/ destination, not {text[:80]!r}")
+        if durable and self.host.client_id is None:
+            raise LocalProtocolError("no client-id", "a durable subscription needs the client-id "
+                                     "header on CONNECT")
+        sub = Subscription(sub_id, ack, tx is not None, durable or None)
+        render = self._renderer(sub, destination)
+        try:
+            sub.handle = self.host.subscribe(destination, frame.get("selector"), sub.durable_name,
+                                             frame.get("no-local", "false").lower() == "true",
+                                             self.config.consumer_flow_limit, render,
+                                             partial(self._deliver, sub))
+        except JMSException as exc:
+            raise LocalProtocolError("subscribe failed", f"SUBSCRIBE {text[:80]!r}: {exc}") from exc
+        self.subscriptions[sub_id] = sub
+
+    def _renderer(self, sub: Subscription, destination: Destination) -> Callable[[Envelope], Delivery]:
+        """The function a subscriber thread turns each message into frame bytes with."""
+        numbers, version, destinations = self._ack_numbers, self.version, self.destinations
+        assert destinations is not None
+        transformer = self.config.transformer() if self.config.transformer else None
+        ack_header = version == V12 and not sub.auto
+
+        def render(env: Envelope) -> Delivery:
+            ack_no = next(numbers)
+            message = env.message
+            try:
+                frame = to_message_frame(message, sub.id, destinations, transformer,
+                                         str(ack_no) if ack_header else None, env.dcount)
+                return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
+            except (NotDeliverable, TransformFailed) as exc:
+                return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
+            except Exception as exc:  # a bug must close the connection, not lose the message
+                log.exception("STOMP session %s: cannot render a message", self.session_id)
+                return Delivery(ack_no, env, message.message_id or "", None, f"cannot deliver: {exc}")
+
+        return render
+
+    def _deliver(self, sub: Subscription, items: list[Delivery] | None) -> None:
+        """A subscriber's batch arrives on the loop: write it, or give it back."""
+        if items is None:
+            self._fail(LocalProtocolError("internal error", "a subscriber failed; see the server log"))
+            return
+        host = self.host
+        assert host is not None
+        if self.closed or sub.closed or (sub.transacted and self._tx is None):
+            host.redeliver([d.env for d in items])
+            if not sub.closed and sub.handle is not None:
+                sub.handle.release(len(items))
+            return
+        acked: list[Envelope] = []
+        for i, d in enumerate(items):
+            if d.data is None:
+                host.redeliver([x.env for x in items[i:]])
+                self._fail(LocalProtocolError("message not deliverable", d.error))
+                break
+            self._out.append(d.data)
+            if sub.auto:
+                acked.append(d.env)
+            else:
+                sub.outstanding[d.ack_no] = d
+                sub.by_message_id[d.message_id] = d.ack_no
+        if acked:
+            host.acknowledge(acked)
+            assert sub.handle is not None
+            sub.handle.release(len(acked))
+
+    def _on_unsubscribe(self, frame: Frame) -> Blocking | None:
+        assert self.host is not None
+        durable = frame.get("durable-subscriber-name")
+        if durable:
+            if self.host.client_id is None:
+                raise LocalProtocolError("no client-id", "unsubscribing a durable subscription needs "
+                                         "the client-id header on CONNECT")
+            for sub in list(self.subscriptions.values()):
+                if sub.durable_name == durable:
+                    self._close_subscription(sub)
+            host = self.host
+
+            def unsubscribe() -> None:
+                try:
+                    host.unsubscribe(durable)
+                except JMSException as exc:
+                    raise LocalProtocolError("unsubscribe failed", f"UNSUBSCRIBE {durable[:80]!r}: {exc}") from exc
+
+            return Blocking(unsubscribe)
+        sub_id = frame.get("id")
+        if sub_id is None and frame.get("destination"):
+            sub_id = DEFAULT_ID_PREFIX + frame.headers["destination"]
+        if sub_id is None:
+            raise LocalProtocolError("missing id", "UNSUBSCRIBE requires the id header (or, in STOMP "
+                                     "1.0, destination; or durable-subscriber-name)")
+        sub = self.subscriptions.get(sub_id)
+        if sub is None:
+            raise LocalProtocolError("unknown subscription", f"no subscription {sub_id[:80]!r} on this connection")
+        self._close_subscription(sub)
+        return None
+
+    def _close_subscription(self, sub: Subscription) -> None:
+        sub.closed = True
+        self.subscriptions.pop(sub.id, None)
+        if sub.handle is not None:
+            sub.handle.stop()
+        if self.host is not None:
+            self.host.redeliver([d.env for d in sub.take_all()])
+
+    # --- ACK and NACK -------------------------------------------------------------------------
+    def _on_ack(self, frame: Frame) -> None:
+        self._settle(frame, consume=True)
+
+    def _on_nack(self, frame: Frame) -> None:
+        self._settle(frame, consume=False)
+
+    def _settle(self, frame: Frame, consume: bool) -> None:
+        assert self.host is not None
+        sub, ack_no = self._find_delivery(frame)
+        tx = frame.get("transaction")
+        if sub.transacted:
+            work = self._work(tx if tx is not None else self._open_tx(sub))
+            taken = sub.take(ack_no, cumulative=True)
+            if consume:
+                self.host.hold(work, [d.env for d in taken])
+                sub.held += len(taken)
+                return
+        else:
+            if tx is not None:
+                raise LocalProtocolError("not a transacted subscription", f"{frame.command} names "
+                                         f"transaction {tx[:80]!r} but subscription {sub.id[:80]!r} "
+                                         "was not created with a transaction header")
+            taken = sub.take(ack_no, cumulative=sub.ack == "client")
+        envs = [d.env for d in taken]
+        if consume:
+            self.host.acknowledge(envs)
+        else:
+            self.host.redeliver(envs)
+        assert sub.handle is not None
+        sub.handle.release(len(envs))
+
+    def _open_tx(self, sub: Subscription) -> str:
+        if self._tx is None:
+            raise LocalProtocolError("no transaction", f"subscription {sub.id[:80]!r} is transacted "
+                                     "and no transaction is open; BEGIN one first")
+        return self._tx[0]
+
+    def _find_delivery(self, frame: Frame) -> tuple[Subscription, int]:
+        """The subscription and delivery an ACK/NACK names (1.2: id; before: message-id)."""
+        ack_id = frame.get("id") if self.version == V12 else None
+        if ack_id is not None:
+            if ack_id.isdigit():
+                ack_no = int(ack_id)
+                for sub in self.subscriptions.values():
+                    if ack_no in sub.outstanding:
+                        return sub, ack_no
+            raise LocalProtocolError("unknown message", f"{frame.command} id {ack_id[:80]!r} names no "
+                                     "message awaiting acknowledgement on this connection")
+        message_id = frame.get("message-id")
+        if message_id is None:
+            raise LocalProtocolError(f"missing {'id' if self.version == V12 else 'message-id'}",
+                                     f"{frame.command} requires the "
+                                     + ("id header (the MESSAGE's ack header)" if self.version == V12
+                                        else "message-id header"))
+        sub_id = frame.get("subscription")
+        if sub_id is not None:
+            sub = self.subscriptions.get(sub_id)
+            if sub is None:
+                raise LocalProtocolError("unknown subscription", f"{frame.command} names subscription "
+                                         f"{sub_id[:80]!r}, which does not exist on this connection")
+            candidates = [sub]
+        else:  # STOMP 1.0: default-id subscriptions first (Table 12-11), then the others
+            subs = list(self.subscriptions.values())
+            candidates = [s for s in subs if s.id.startswith(DEFAULT_ID_PREFIX)] + \
+                         [s for s in subs if not s.id.startswith(DEFAULT_ID_PREFIX)]
+        for sub in candidates:
+            ack_no = sub.by_message_id.get(message_id)
+            if ack_no is not None:
+                return sub, ack_no
+        where = f"subscription {sub_id[:80]!r}" if sub_id is not None else "any subscription"
+        raise LocalProtocolError("unknown message", f"{frame.command}: message {message_id[:80]!r} is "
+                                 f"not awaiting acknowledgement on {where}")
+
+
+HANDLERS: dict[str, Callable[[StompSession, Frame], Any]] = {
+    CONNECT: StompSession._on_connect, STOMP: StompSession._on_connect,
+    SEND: StompSession._on_send, SUBSCRIBE: StompSession._on_subscribe,
+    UNSUBSCRIBE: StompSession._on_unsubscribe, ACK: StompSession._on_ack,
+    NACK: StompSession._on_nack, BEGIN: StompSession._on_begin, COMMIT: StompSession._on_commit,
+    ABORT: StompSession._on_abort, DISCONNECT: StompSession._on_disconnect,
+}
+
+
+def _negotiate_version(accept: str | None) -> str:
+    if accept is None:
+        return V10
+    offered = {v.strip() for v in accept.split(",")}
+    for version in reversed(VERSIONS):
+        if version in offered:
+            return version
+    raise LocalProtocolError("unsupported version", f"accept-version {accept[:80]!r} names no version "
+                             f"this server speaks; supported protocol versions are {SUPPORTED}")
+
+
+def _negotiate_heart_beat(header: str | None, ours: tuple[int, int]) -> tuple[int, int]:
+    """(ms between our beats, ms between the client's) from its heart-beat header."""
+    if header is None:
+        return 0, 0
+    parts = header.split(",")
+    if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
+        raise LocalProtocolError("invalid heart-beat", f"heart-beat {header[:40]!r} must be two whole "
+                                 "numbers of milliseconds, such as 10000,10000")
+    cx, cy = (int(p) for p in parts)
+    sx, sy = ours
+    return (max(sx, cy) if sx and cy else 0), (max(cx, sy) if cx and sy else 0)
