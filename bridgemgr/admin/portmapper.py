@@ -93,6 +93,8 @@ def parse_table(data: bytes) -> tuple[str, list[ServiceEntry]]:
     for number, line in enumerate(lines[1:], start=2):
         if line.rstrip("\r") == END:
             return head[1], entries
+        if not line and number == len(lines):
+            break  # the text ended
         fields = line.rstrip("\r").split(" ")
         try:
             # the original may append "[properties]" after the port: ignore it
@@ -116,7 +118,12 @@ def lookup_table(host: str, port: int = DEFAULT_PORT, timeout: float = 5.0) -> t
             sock.sendall(f"{PORTMAPPER_VERSION}\n".encode())
             data = b""
             while b"\n.\n" not in data:
-                chunk = sock.recv(4096)
+                try:
+                    chunk = sock.recv(4096)
+                except OSError:
+                    if not data:
+                        raise
+                    break  # reset after its answer: read what came
                 if not chunk:
                     break
                 data += chunk
