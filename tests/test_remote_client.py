@@ -1,0 +1,354 @@
+"""The mq:// client beyond the shared SPI scenarios: addressing, failover, the host
+broker seen from other processes, prefetch and pull, asynchronous sends, browsing in
+pages, TLS."""
+
+from __future__ import annotations
+
+import ssl
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import bridgemgr
+from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, naming
+from bridgemgr.jms.errors import JMSException, ResourceAllocationException, TransportException
+from bridgemgr.providers import embedded
+from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, jmsservice
+from bridgemgr.providers.embedded.client import EmbeddedConnection
+from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
+from remote.support import Harness, free_port
+
+Q = Queue("orders")
+
+
+@pytest.fixture
+def harness(broker):
+    h = Harness(broker, heartbeat=5.0)
+    yield h
+    h.close()
+
+
+def put(conn, *texts, dest=Q):
+    producer = conn.create_session().create_producer(dest)
+    for text in texts:
+        producer.send(TextMessage(text))
+
+
+def wait_for(predicate, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not reached")
+        time.sleep(0.01)
+
+
+def depth(broker):
+    return broker.destinations()["queue:orders"]
+
+
+# --- addressing and connecting ------------------------------------------------------------
+
+def test_connect_is_one_call(harness):
+    with bridgemgr.connect(harness.url) as conn:
+        conn.start()
+        put(conn, "hi")
+        assert conn.create_session().create_consumer(Q).receive(2).text == "hi"
+        assert conn.metadata.provider_name == "imqbridge embedded broker"
+        assert isinstance(conn, RemoteConnection)
+    with bridgemgr.connect_xa(harness.url) as xconn:
+        assert xconn.create_xa_session().xa_resource.recover(0) == []
+
+
+def test_import_bridgemgr_does_not_load_the_client():
+    code = "import bridgemgr, sys; print('bridgemgr.providers.embedded.remote' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+
+
+@pytest.mark.parametrize("url, addresses", [
+    ("mq://broker", [Address("broker", 7676, True, False)]),
+    ("mq://10.0.0.1:7677/jms", [Address("10.0.0.1", 7677, True, False)]),
+    ("mqtcp://h:1234, mqssl://[::1]:99", [Address("h", 1234, False, False), Address("::1", 99, False, True)]),
+])
+def test_urls(url, addresses):
+    assert parse_url(url) == addresses
+    assert str(addresses[0]).startswith(url.split(":")[0] + "://")
+
+
+@pytest.mark.parametrize("url, match", [
+    ("tcp://h:1", "write mq://host:port"), ("mq://", "write mq://host:port"),
+    ("mqtcp://h", "needs the service's port"), ("mq://h:99999", "bad broker URL"),
+    ("mq://h/queue", "write mq://host:port"),
+])
+def test_bad_urls_say_how_to_write_them(url, match):
+    with pytest.raises(JMSException, match=match):
+        RemoteConnectionFactory(url)
+
+
+def test_the_next_url_is_tried_and_every_failure_is_reported(harness):
+    dead = free_port()
+    conn = RemoteConnectionFactory(f"mq://127.0.0.1:{dead},{harness.url}").create_connection()
+    assert conn.address.port == harness.portmapper.port
+    conn.close()
+    with pytest.raises(TransportException) as e:
+        RemoteConnectionFactory(f"mq://127.0.0.1:{dead},mqtcp://127.0.0.1:{dead}",
+                                connect_timeout=2).create_connection()
+    text = str(e.value)
+    assert text.startswith("no broker could be reached: ")
+    assert f"cannot reach the port mapper at 127.0.0.1:{dead}" in text
+    assert f"cannot connect to mqtcp://127.0.0.1:{dead}" in text
+
+
+def test_a_port_mapper_without_a_jms_service_is_named(broker):
+    from bridgemgr.admin.portmapper import PortMapper
+    from bridgemgr.netloop import NetLoop
+    with NetLoop() as netloop:
+        pm = PortMapper(netloop, "127.0.0.1", 0, "lonely").start()
+        with pytest.raises(TransportException, match=r"broker lonely .* offers no jms service \(its services: "
+                                                     r"portmapper\)"):
+            RemoteConnectionFactory(f"mq://127.0.0.1:{pm.port}").create_connection()
+        pm.stop()
+
+
+# --- the host broker from another process ----------------------------------------------------
+
+@pytest.fixture
+def no_host_broker(monkeypatch):
+    previous = embedded._host
+    embedded.set_host_broker(None)
+    monkeypatch.delenv(embedded.BROKER_URL_ENV, raising=False)
+    yield
+    embedded.set_remote_broker_url(None)
+    embedded.set_host_broker(previous)
+
+
+def test_without_a_host_broker_in_process_the_host_factory_goes_over_the_wire(harness, no_host_broker,
+                                                                              monkeypatch, broker):
+    factory = embedded.connection_factory()
+    monkeypatch.setenv(embedded.BROKER_URL_ENV, harness.url)
+    conn = factory.create_xa_connection()
+    assert isinstance(conn, RemoteConnection) and conn.address.port == harness.portmapper.port
+    conn.close()
+    monkeypatch.delenv(embedded.BROKER_URL_ENV)
+    embedded.set_remote_broker_url(f"mqtcp://127.0.0.1:{harness.service.port}")
+    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded"}
+    conn = naming.lookup("XAConnectionFactory", env).create_connection()
+    assert isinstance(conn, RemoteConnection)
+    conn.close()
+    embedded.set_host_broker(broker)            # in the service's own process: in-process
+    conn = factory.create_connection()
+    assert isinstance(conn, EmbeddedConnection)
+    conn.close()
+
+
+def test_a_provider_url_names_a_remote_broker(harness):
+    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded", naming.PROVIDER_URL: harness.url}
+    factory = naming.lookup("ConnectionFactory", env)
+    assert isinstance(factory, RemoteConnectionFactory)
+    factory.create_connection().close()
+
+
+def test_the_remote_url_comes_from_the_broker_properties(no_host_broker):
+    from bridgemgr.props import load_properties
+    props = load_properties([], ["imq.portmapper.port=7777", "imq.hostname=mq.example"], {})
+    assert embedded.broker_url(props) == "mq://mq.example:7777"
+    assert embedded.broker_url(load_properties([], [], {})) == "mq://127.0.0.1:7676"
+    assert embedded.remote_broker_url() == "mq://127.0.0.1:7676"
+    embedded.set_remote_broker_url(embedded.broker_url(props))
+    assert embedded.remote_broker_url() == "mq://mq.example:7777"
+    with pytest.raises(JMSException, match="bad broker URL"):
+        embedded.set_remote_broker_url("http://x")
+
+
+def test_without_any_broker_the_error_says_where_it_looked(no_host_broker, monkeypatch):
+    port = free_port()
+    monkeypatch.setenv(embedded.BROKER_URL_ENV, f"mq://127.0.0.1:{port}")
+    with pytest.raises(TransportException, match=f"cannot reach the port mapper at 127.0.0.1:{port}"):
+        embedded.connection_factory().create_connection()
+
+
+# --- prefetch, pull and acknowledgement ------------------------------------------------------------
+
+def test_the_prefetch_window_bounds_what_a_consumer_holds(harness, broker):
+    conn = harness.factory(prefetch=10).create_connection()
+    put(conn, *[str(i) for i in range(50)])
+    conn.start()
+    consumer = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE).create_consumer(Q)
+    wait_for(lambda: depth(broker)["pending"] == 40)
+    time.sleep(0.1)
+    assert depth(broker) == {"pending": 40, "unacked": 10, "bytes": 0}
+    assert consumer.receive(1).text == "0"
+    consumer.close()                            # the nine not handed out go back as never delivered
+    wait_for(lambda: depth(broker)["pending"] == 49)
+    again = conn.create_session().create_consumer(Q).receive(1)
+    assert again.text == "1" and not again.redelivered
+    conn.close()
+
+
+def test_a_pull_consumer_holds_nothing_while_it_does_not_receive(harness, broker):
+    conn = harness.factory(prefetch=0).create_connection()
+    conn.start()
+    put(conn, "a", "b", "c")
+    consumer = conn.create_session().create_consumer(Q)
+    time.sleep(0.2)
+    assert depth(broker)["pending"] == 3
+    assert consumer.receive(1).text == "a"
+    assert consumer.receive(0.05).text == "b"
+    assert consumer.receive_no_wait().text == "c"
+    assert consumer.receive(0.05) is None
+    put(conn, "late")
+    time.sleep(0.1)
+    assert depth(broker)["pending"] == 1        # the timed-out receive took its credit back
+    conn.close()
+
+
+def test_receive_no_wait_sees_what_the_queue_holds(harness):
+    conn = harness.factory().create_connection()
+    conn.start()
+    put(conn, "x")
+    assert conn.create_session().create_consumer(Q).receive_no_wait().text == "x"
+    conn.close()
+
+
+@pytest.mark.parametrize("mode, acked_at_once", [(AckMode.AUTO_ACKNOWLEDGE, True),
+                                                 (AckMode.DUPS_OK_ACKNOWLEDGE, False)])
+def test_auto_acknowledges_at_once_and_dups_ok_within_a_heart_beat(broker, mode, acked_at_once):
+    with Harness(broker, heartbeat=0.3) as h:
+        conn = h.factory(heartbeat=0.3).create_connection()
+        conn.start()
+        put(conn, "a", "b")
+        consumer = conn.create_session(ack_mode=mode).create_consumer(Q)
+        assert consumer.receive(1).text == "a" and consumer.receive(1).text == "b"
+        time.sleep(0.05)
+        assert (depth(broker)["unacked"] == 0) is acked_at_once
+        wait_for(lambda: depth(broker)["unacked"] == 0, timeout=2)
+        conn.close()
+
+
+def test_a_listener_in_client_acknowledge_mode(harness, broker):
+    conn = harness.factory(prefetch=0).create_connection()
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    got, done = [], threading.Event()
+
+    def listener(m):
+        got.append(m.text)
+        if len(got) == 3:
+            m.acknowledge()
+            done.set()
+    session.create_consumer(Q).set_message_listener(listener)
+    conn.start()
+    put(conn, "1", "2", "3")
+    assert done.wait(5) and got == ["1", "2", "3"]
+    wait_for(lambda: depth(broker) == {"pending": 0, "unacked": 0, "bytes": 0})
+    conn.close()
+
+
+# --- sending ----------------------------------------------------------------------------------------
+
+def test_a_refused_non_persistent_send_surfaces_at_the_next_send(harness, broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
+    conn = harness.factory().create_connection()
+    producer = conn.create_session().create_producer(Q)
+    producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+    producer.send(TextMessage("1"))
+    producer.send(TextMessage("2"))            # refused by the broker, not waited for
+    with pytest.raises(ResourceAllocationException, match="full"):
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            producer.send(TextMessage("3"))
+    conn.close()
+    strict = harness.factory(sync_sends=True).create_connection()
+    with pytest.raises(ResourceAllocationException, match="full"):
+        strict.create_session().create_producer(Q).send(TextMessage("4"),
+                                                        delivery_mode=DeliveryMode.NON_PERSISTENT)
+    strict.close()
+
+
+def test_a_transaction_that_fails_at_commit_stays_open(harness, broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
+    conn = harness.factory().create_connection()
+    put(conn, "first")
+    tx = conn.create_session(transacted=True)
+    tx.create_producer(Q).send(TextMessage("2"))
+    with pytest.raises(ResourceAllocationException, match="full"):
+        tx.commit()
+    tx.rollback()
+    conn.start()
+    with conn.create_session().create_consumer(Q) as consumer:
+        assert consumer.receive(1).text == "first"
+    tx.create_producer(Q).send(TextMessage("only"))
+    tx.commit()
+    assert depth(broker)["pending"] == 1
+    conn.close()
+
+
+def test_a_persistent_send_returns_once_the_store_has_it_when_it_fsyncs(tmp_path):
+    from bridgemgr.providers.embedded import Broker
+    b = Broker(tmp_path / "s", sync=True)
+    with Harness(b) as h:
+        conn = h.factory().create_connection()
+        put(conn, "durable")
+        b.store.close()                         # what was answered is on disk
+        conn.close()
+    b.close()
+    b = Broker(tmp_path / "s")
+    assert b.queue_depth("orders") == 1
+    b.close()
+
+
+# --- browsing and XA --------------------------------------------------------------------------------
+
+def test_browsing_pages_through_a_long_queue(harness, monkeypatch):
+    monkeypatch.setattr(jmsservice, "BROWSE_PAGE_MESSAGES", 7)
+    conn = harness.factory().create_connection()
+    put(conn, *[str(i) for i in range(30)])
+    session = conn.create_session()
+    assert [m.text for m in session.create_browser(Q)] == [str(i) for i in range(30)]
+    for m in session.create_browser(Q, "JMSPriority = 4"):
+        assert m.is_read_only
+        break                                   # stopping early closes it in the service
+    wait_for(lambda: not next(iter(harness.service.links)).browsers)
+    conn.close()
+
+
+def test_xa_resources_of_the_same_broker_are_the_same_rm(harness, tmp_path):
+    a, b = harness.factory().create_xa_connection(), harness.factory().create_xa_connection()
+    ra, rb = a.create_xa_session().xa_resource, b.create_xa_session().xa_resource
+    assert ra.is_same_rm(rb)
+    from bridgemgr.providers.embedded import Broker
+    other = Broker(tmp_path / "other")
+    with Harness(other) as h2:
+        c = h2.factory().create_xa_connection()
+        assert not ra.is_same_rm(c.create_xa_session().xa_resource)
+        assert not ra.is_same_rm(EmbeddedConnectionFactory(other).create_xa_connection()
+                                 .create_xa_session().xa_resource)
+        c.close()
+    other.close()
+    a.close()
+    b.close()
+
+
+# --- TLS --------------------------------------------------------------------------------------------
+
+def test_tls_through_the_port_mapper_and_directly(broker):
+    trustme = pytest.importorskip("trustme", reason="trustme is a test dependency (pip install -e .[test])")
+    ca = trustme.CA()
+    server_context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    ca.issue_cert("127.0.0.1").configure_cert(server_context)
+    client_context = ssl.create_default_context()
+    ca.configure_trust(client_context)
+    with Harness(broker, ssl_context=server_context) as h:
+        assert h.service.service_entry().name == "ssljms"
+        for url in (h.url, f"mqssl://127.0.0.1:{h.service.port}"):
+            conn = RemoteConnectionFactory(url, ssl_context=client_context).create_connection()
+            conn.start()
+            put(conn, "secret")
+            assert conn.create_session().create_consumer(Q).receive(2).text == "secret"
+            conn.close()
+        with pytest.raises(TransportException, match="offers no jms service"):
+            RemoteConnectionFactory(h.url).create_connection()     # plain TCP is not offered
+        with pytest.raises(TransportException, match="handshake failed"):
+            RemoteConnectionFactory(f"mqssl://127.0.0.1:{h.service.port}").create_connection()  # untrusted
