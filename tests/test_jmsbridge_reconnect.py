@@ -1,0 +1,107 @@
+"""A provider goes away under traffic and comes back: the link reconnects within the
+connection factory's connect-attempts and resumes; every message arrives, duplicates
+only for what was in flight at each outage (at-least-once)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import Counter
+
+import pytest
+
+from bridgemgr.jms import Queue, TextMessage
+from bridgemgr.jms.errors import IllegalStateException, JMSException
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.jmsbridge.states import State
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory, open_broker
+
+from jmsbridge_support import FAST, bridge_xml, link_xml, wait_until
+
+pytestmark = pytest.mark.timeout(90)
+N = 1500
+OUTAGES = 3
+
+
+class Provider:
+    """The broker of one directory that can be taken down and brought back."""
+
+    def __init__(self, path) -> None:
+        self.path = path
+        self.down = False
+        self.broker = open_broker(path)
+
+    def __call__(self):
+        if self.down:
+            raise IllegalStateException("the provider is down")
+        return open_broker(self.path)
+
+    def stop(self) -> None:
+        self.down = True
+        self.broker.close()
+
+    def restart(self) -> None:
+        self.broker = open_broker(self.path)
+        self.down = False
+
+
+def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: list[int]) -> None:
+    """Send 0..N-1 to src, reconnecting (and resending the failed one) across outages."""
+    i, producer, conn = 0, None, None
+    while i < N:
+        try:
+            if producer is None:
+                conn = factory.create_connection()
+                producer = conn.create_session().create_producer(Queue("src"))
+            m = TextMessage(str(i))
+            producer.send(m)
+            sent.append(i)
+            i += 1
+            if i % 50 == 0:
+                time.sleep(0.01)  # spread the traffic over the outages
+        except JMSException:
+            producer = None
+            time.sleep(0.02)
+    if conn is not None:
+        conn.close()
+    done.set()
+
+
+def test_provider_restarts_under_traffic(tmp_path):
+    provider = Provider(tmp_path / "store")
+    factory = EmbeddedConnectionFactory(provider)
+    xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host" connect-attempts="-1" '
+                                     'connect-attempt-interval-in-seconds="1"/>')
+    bridge = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: factory, tuning=FAST)
+    bridge.start()
+    link = bridge.links[0]
+    done, sent = threading.Event(), []
+    producer = threading.Thread(target=produce, args=(factory, done, sent), daemon=True)
+    producer.start()
+    try:
+        for k in range(OUTAGES):
+            wait_until(lambda: link.counters.transferred >= (k + 1) * N // (OUTAGES + 2),
+                       30, "traffic before the outage")
+            provider.stop()
+            time.sleep(0.3)
+            provider.restart()
+        assert done.wait(60)
+        wait_until(lambda: provider.broker.queue_depth("dst") >= N and
+                   provider.broker.queue_depth("src") == 0, 30, "the link to catch up")
+        time.sleep(0.2)
+        assert link.state is State.STARTED and link.counters.reconnects >= OUTAGES
+    finally:
+        bridge.stop()
+    conn = EmbeddedConnectionFactory(provider.broker).create_connection()
+    conn.start()
+    consumer = conn.create_session().create_consumer(Queue("dst"))
+    got = Counter()
+    while (m := consumer.receive(0.2)) is not None:
+        got[int(m.text)] += 1
+    conn.close()
+    provider.broker.close()
+    assert sorted(sent) == list(range(N))
+    assert set(got) == set(range(N)), f"lost: {sorted(set(range(N)) - set(got))[:20]}"
+    duplicates = sum(n - 1 for n in got.values())
+    assert duplicates <= OUTAGES  # only the message in flight at each outage
