@@ -1,0 +1,208 @@
+"""Loading MessageTransformers (transformer folders, the Python path, clear errors) and the
+shipped ones: uppercase, header/property mapping, content routing, text <-> bytes."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from bridgemgr.jms import BytesMessage, MapMessage, Queue, TextMessage, Topic
+from bridgemgr.jms.errors import IllegalStateException, JMSException, MessageFormatException
+from bridgemgr.jms.message import PropertyType
+from bridgemgr.transform import (
+    SHIPPED_TRANSFORMERS, TRANSFORMER_PATH_ENV, MessageTransformer, load_transformer,
+    transformer_path,
+)
+
+
+def received(msg):
+    msg.message_id, msg.destination = "ID:1", Queue("src")
+    msg.set_read_only()
+    return msg
+
+
+def run(transformer: MessageTransformer, msg, properties=None, charset=None):
+    transformer.reset(in_bridge_link=True)
+    out = transformer.transform(msg, True, charset, "A", "B", properties or {})
+    return out, transformer.outcome()
+
+
+# --- loading -----------------------------------------------------------------------------------
+
+def test_shipped_folder_is_on_the_path_and_both_names_work():
+    assert SHIPPED_TRANSFORMERS in transformer_path()
+    assert type(load_transformer("transformers.uppercase.UppercaseTransformer")).__name__ == \
+        "UppercaseTransformer"
+    assert type(load_transformer("routing.ContentRouter")).__name__ == "ContentRouter"
+
+
+def test_configured_folder_comes_first(tmp_path, monkeypatch):
+    (tmp_path / "mine_tx_mod.py").write_text(
+        "from bridgemgr.transform import MessageTransformer\n"
+        "class T(MessageTransformer):\n"
+        "    def transform(self, *a): return a[0]\n")
+    monkeypatch.setenv(TRANSFORMER_PATH_ENV, str(tmp_path))
+    assert transformer_path()[0] == tmp_path
+    assert type(load_transformer("mine_tx_mod.T")).__module__ == "mine_tx_mod"
+    sys.modules.pop("mine_tx_mod", None)
+
+
+def test_package_in_a_folder(tmp_path):
+    pkg = tmp_path / "acme_tx_pkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "mapping.py").write_text(
+        "from bridgemgr.transform import MessageTransformer\n"
+        "class M(MessageTransformer):\n"
+        "    def transform(self, *a): return a[0]\n")
+    try:
+        assert load_transformer("acme_tx_pkg.mapping.M", [tmp_path])
+    finally:
+        for name in ("acme_tx_pkg", "acme_tx_pkg.mapping"):
+            sys.modules.pop(name, None)
+
+
+@pytest.mark.parametrize("path, match", [
+    ("nothing", "not a dotted class name"),
+    ("no_such_module_x.Cls", "No module named 'no_such_module_x'.*looked in"),
+    ("transformers.uppercase.Nope", "has no attribute 'Nope'"),
+    ("bridgemgr.jms.Queue", "not a subclass of bridgemgr.transform.MessageTransformer"),
+])
+def test_clear_errors(path, match):
+    with pytest.raises(JMSException, match=match):
+        load_transformer(path)
+
+
+def test_a_module_that_fails_to_import(tmp_path):
+    (tmp_path / "broken_tx_mod.py").write_text("raise RuntimeError('oops at import')\n")
+    with pytest.raises(JMSException, match="importing broken_tx_mod failed: RuntimeError: oops"):
+        load_transformer("broken_tx_mod.X", [tmp_path])
+    assert "broken_tx_mod" not in sys.modules
+
+
+def test_branch_to_only_on_a_link():
+    t = load_transformer("routing.ContentRouter")
+    t.reset(in_bridge_link=False)  # a DMQ or the STOMP bridge
+    with pytest.raises(IllegalStateException):
+        t.branch_to("x")
+    with pytest.raises(IllegalStateException):
+        t.no_transfer()
+
+
+# --- uppercase -------------------------------------------------------------------------------------
+
+def test_uppercase_keeps_the_read_only_original():
+    msg = received(TextMessage("abc"))
+    out, _ = run(load_transformer("transformers.uppercase.UppercaseTransformer"), msg)
+    assert out.text == "ABC" and msg.text == "abc"
+
+
+# --- header mapping ------------------------------------------------------------------------------------
+
+def test_header_mapping():
+    msg = TextMessage("x")
+    msg.set_int_property("orderId", 42)
+    msg.set_string_property("secretish", "s")
+    msg.set_string_property("corr", "C-1")
+    msg.set_string_property("prio", "7")
+    msg.type = "old"
+    msg = received(msg)
+    rules = {"set.region": "EU", "rename.orderId": "externalId", "drop": "secretish, missing",
+             "to-header.JMSCorrelationID": "corr", "to-header.JMSPriority": "prio",
+             "from-header.JMSMessageID": "sourceId", "from-header.JMSType": "sourceType",
+             "JMS_SUN_JMSBRIDGE_NAME": "b"}
+    out, _ = run(load_transformer("transformers.headers.HeaderMapping"), msg, rules)
+    assert out.get_string_property("region") == "EU"
+    assert out.get_property_type("externalId") is PropertyType.INT
+    assert out.get_int_property("externalId") == 42 and not out.property_exists("orderId")
+    assert not out.property_exists("secretish")
+    assert out.correlation_id == "C-1" and out.priority == 7
+    assert out.get_string_property("sourceId") == "ID:1"
+    assert out.get_string_property("sourceType") == "old"
+    assert not out.property_exists("JMS_SUN_JMSBRIDGE_NAME")
+    assert msg.property_exists("orderId")  # the original is untouched
+
+
+def test_header_mapping_unknown_header_is_a_failure():
+    with pytest.raises(JMSException, match="JMSExpiration"):
+        run(load_transformer("transformers.headers.HeaderMapping"), received(TextMessage("x")),
+            {"to-header.JMSExpiration": "x"})
+
+
+# --- routing --------------------------------------------------------------------------------------------
+
+ROUTES = {"route.2.selector": "amount > 1000", "route.2.to": "queue:big",
+          "route.1.selector": "region = 'EU'", "route.1.to": "orders-eu",
+          "route.10.selector": "region = 'US'", "route.10.to": "topic:us"}
+
+
+def order(region: str, amount: int):
+    m = MapMessage()
+    m.set_string_property("region", region)
+    m.set_int_property("amount", amount)
+    return received(m)
+
+
+@pytest.mark.parametrize("region, amount, default, branch, drop", [
+    ("EU", 5000, None, "orders-eu", False),        # route 1 first, though 2 matches too
+    ("US", 5000, None, Queue("big"), False),
+    ("US", 5, None, Topic("us"), False),           # 10 after 2
+    ("JP", 5, None, None, False),                  # the link's target
+    ("JP", 5, "drop", None, True),
+    ("JP", 5, "queue:rest", Queue("rest"), False),
+])
+def test_content_router(region, amount, default, branch, drop):
+    props = dict(ROUTES, **({"default": default} if default else {}))
+    out, outcome = run(load_transformer("routing.ContentRouter"), order(region, amount), props)
+    assert outcome.branch_to == branch and outcome.no_transfer is drop
+
+
+@pytest.mark.parametrize("props, match", [
+    ({"route.1.selector": "a = 1"}, "needs both"),
+    ({"route.x.to": "q"}, "route.N"),
+    ({"route.1.selector": "a = = 1", "route.1.to": "q"}, "invalid selector"),
+])
+def test_content_router_bad_routes(props, match):
+    with pytest.raises(JMSException, match=match):
+        run(load_transformer("routing.ContentRouter"), order("EU", 1), props)
+
+
+# --- text <-> bytes --------------------------------------------------------------------------------------
+
+CHARSETS = ["UTF-8", "UTF-16", "ISO-8859-1", "cp1252", "Shift_JIS"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(text=st.text(max_size=80), charset=st.sampled_from(CHARSETS))
+def test_text_bytes_round_trip(text, charset):
+    to_bytes = load_transformer("charset.TextToBytes")
+    to_text = load_transformer("charset.BytesToText")
+    msg = TextMessage(text)
+    msg.set_int_property("n", 1)
+    try:
+        encoded = text.encode(charset)
+    except UnicodeEncodeError:
+        with pytest.raises(MessageFormatException, match="cannot be encoded"):
+            run(to_bytes, received(msg), {"charset": charset})
+        return
+    as_bytes, _ = run(to_bytes, received(msg), {"charset": charset})
+    assert isinstance(as_bytes, BytesMessage) and as_bytes.get_body() == encoded
+    assert as_bytes.get_int_property("n") == 1 and as_bytes.message_id == "ID:1"
+    assert as_bytes.get_string_property("JMS_IMQ_CHARSET") == charset
+    as_bytes.set_read_only()
+    back, _ = run(to_text, as_bytes, {"charset": charset})
+    assert isinstance(back, TextMessage) and back.text == text
+
+
+def test_charset_from_the_caller_and_bad_input():
+    to_text = load_transformer("charset.BytesToText")
+    out, _ = run(to_text, received(BytesMessage("é".encode("latin-1"))), charset="ISO-8859-1")
+    assert out.text == "é"
+    with pytest.raises(MessageFormatException, match="not UTF-8 text"):
+        run(to_text, received(BytesMessage(b"\xff\xfe\xfa")))
+    with pytest.raises(MessageFormatException, match="unknown charset"):
+        run(to_text, received(BytesMessage(b"x")), {"charset": "klingon"})
+    other = received(MapMessage({"a": 1}))
+    assert run(to_text, other)[0] is other  # other types pass through
