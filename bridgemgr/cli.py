@@ -85,12 +85,121 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     assert manager.broker is not None
     click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} running, "
                f"store {manager.instance_dir / 'store'}")
+    click.echo(f"port mapper: {manager.portmapper.host}:{manager.portmapper.port}")
+    for name, bridge in manager.bridges.items():
+        click.echo(f"bridge {name} ({bridge.type}): {getattr(bridge.state, 'value', bridge.state)}")
     if demo or (demo is None and not props_files):
         from .demo import run_demo
         run_demo(manager.broker, echo=click.echo)
     click.echo("Running; stop with Ctrl-C or SIGTERM.")
     manager.run()  # a signal during start or the demo is seen here, then it stops
     click.echo("Stopped cleanly.")
+
+
+USER_PASSWORD_KEYS = ("imq.imqusermgr.password", "imq.imqbridgemgr.password")
+
+
+def _user_repository(props_files: tuple[str, ...], overrides: tuple[str, ...]):  # type: ignore[no-untyped-def]
+    from .props import ConfigError, load_properties
+    from .users import UserRepository, default_path
+
+    try:
+        props = load_properties(props_files, overrides, environ=os.environ)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    return UserRepository(default_path(props))
+
+
+def _password_from(passfile: str | None) -> str:
+    """The new user's password: from the passfile's imq.imqusermgr.password (or
+    imq.imqbridgemgr.password), else asked for twice without echo."""
+    if passfile is None:
+        return click.prompt("Password", hide_input=True, confirmation_prompt=True)
+    import javaproperties
+
+    try:
+        with open(passfile, encoding="utf-8") as handle:
+            values = javaproperties.load(handle)
+    except OSError as exc:
+        raise click.ClickException(f"cannot read the passfile {passfile}: {exc}") from None
+    for key in USER_PASSWORD_KEYS:
+        if values.get(key):
+            return values[key]
+    raise click.ClickException(f"the passfile {passfile} sets none of {', '.join(USER_PASSWORD_KEYS)}")
+
+
+_USER_OPTIONS = [
+    click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
+                 help="Broker properties file naming the instance (repeatable; later files win)."),
+    click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
+                 help="A broker property, overriding the files (repeatable)."),
+]
+
+
+def _user_options(fn):  # type: ignore[no-untyped-def]
+    for option in reversed(_USER_OPTIONS):
+        fn = option(fn)
+    return fn
+
+
+@main.group("user")
+def user() -> None:
+    """Edit the user repository (imq.user_repository.file, else
+    <var>/instances/<instance>/etc/passwd) that STOMP logins are checked against."""
+
+
+@user.command("add")
+@_user_options
+@click.option("-u", "name", required=True, metavar="NAME", help="The user name.")
+@click.option("-passfile", "--passfile", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Properties file holding imq.imqusermgr.password (else you are asked).")
+@click.option("-g", "group", type=click.Choice(["admin", "user"]), default="user", show_default=True,
+              help="The user's group.")
+@click.option("-replace", "--replace", is_flag=True, help="Change an existing user's password and group.")
+def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], name: str,
+             passfile: str | None, group: str, replace: bool) -> None:
+    """Add a user (the password is stored only as a salted scrypt hash)."""
+    from .users import UserRepositoryError
+
+    repo = _user_repository(props_files, overrides)
+    try:
+        repo.add(name, _password_from(passfile), group, replace=replace)
+    except UserRepositoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"User {name} ({group}) saved in {repo.path}.")
+
+
+@user.command("delete")
+@_user_options
+@click.option("-u", "name", required=True, metavar="NAME", help="The user name.")
+def user_delete(props_files: tuple[str, ...], overrides: tuple[str, ...], name: str) -> None:
+    """Delete a user."""
+    from .users import UserRepositoryError
+
+    repo = _user_repository(props_files, overrides)
+    try:
+        repo.delete(name)
+    except UserRepositoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"User {name} deleted from {repo.path}.")
+
+
+@user.command("list")
+@_user_options
+def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+    """List the users and their groups (never a password or hash)."""
+    from .users import UserRepositoryError
+
+    repo = _user_repository(props_files, overrides)
+    try:
+        users = repo.users()
+    except UserRepositoryError as exc:
+        raise click.ClickException(str(exc)) from None
+    width = max([len("User Name")] + [len(u.name) for u in users])
+    click.echo(f"{'User Name'.ljust(width)}  Group")
+    click.echo("-" * (width + 7))
+    for u in users:
+        click.echo(f"{u.name.ljust(width)}  {u.group}")
 
 
 from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)

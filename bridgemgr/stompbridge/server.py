@@ -37,6 +37,7 @@ from .session import SessionConfig, StompSession
 log = logging.getLogger(__name__)
 
 SERVICE = "stomp"
+TLS_SERVICE = "sslstomp"  # as the port mapper names jms / ssljms
 WRITE_BUFFER_HIGH = 256 * 1024
 BrokerSource = Broker | EmbeddedConnectionFactory | Callable[[], Broker]
 
@@ -142,9 +143,9 @@ class StompBridge:
         """(name, protocol, type, port) rows for the port mapper while started."""
         rows = []
         if self.tcp_port is not None:
-            rows.append((SERVICE, "tcp", "STOMP", self.tcp_port))
+            rows.append((SERVICE, "tcp", "NORMAL", self.tcp_port))
         if self.tls_port is not None:
-            rows.append((SERVICE, "tls", "STOMP", self.tls_port))
+            rows.append((TLS_SERVICE, "tls", "NORMAL", self.tls_port))
         return rows
 
     def broker(self) -> Broker:

@@ -1,0 +1,187 @@
+"""The sans-IO STOMP codec: any split of the stream, bodies, escaping per version, limits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridgemgr.stompbridge.frames import (
+    CONNECT, CONNECTED, MESSAGE, PRE_CONNECT, SEND, V10, V11, V12, Frame, Limits,
+    LocalProtocolError, encode_frame, parse_frame,
+)
+
+
+def parse_all(data: bytes, version: str | None = V12, limits: Limits = Limits()) -> list[Frame]:
+    frames, pos = [], 0
+    while True:
+        frame, pos = parse_frame(data, pos, version, limits)
+        if frame is None:
+            assert pos <= len(data)
+            return frames
+        frames.append(frame)
+
+
+def feed_in_pieces(data: bytes, cuts: list[int], version: str | None = V12) -> list[Frame]:
+    """What a session does: append each piece, parse what is complete, drop what is used."""
+    buf, frames, last = bytearray(), [], 0
+    for cut in sorted(set(cuts)) + [len(data)]:
+        buf += data[last:cut]
+        last = cut
+        pos = 0
+        while True:
+            frame, pos = parse_frame(buf, pos, version)
+            if frame is None:
+                break
+            frames.append(frame)
+        del buf[:pos]
+    return frames
+
+
+def test_a_simple_frame_and_the_need_for_more_bytes():
+    data = b"SEND\ndestination:/queue/a\n\nhello\0"
+    assert parse_all(data) == [Frame(SEND, {"destination": "/queue/a"}, b"hello")]
+    for i in range(len(data)):
+        assert parse_frame(data[:i], 0, V12) == (None, 0)
+
+
+def test_content_length_bodies_may_hold_nuls():
+    body = b"a\0b\0\0c"
+    data = b"SEND\ndestination:/queue/a\ncontent-length:6\n\n" + body + b"\0"
+    assert parse_all(data)[0].body == body
+    assert parse_frame(data[:-1], 0, V12) == (None, 0)
+
+
+def test_content_length_must_end_with_nul():
+    with pytest.raises(LocalProtocolError, match="malformed frame"):
+        parse_all(b"SEND\ncontent-length:2\n\nabc\0")
+
+
+@pytest.mark.parametrize("value", ["-1", "x", "1.5", "", "١"])
+def test_content_length_must_be_a_number(value):
+    with pytest.raises(LocalProtocolError, match="invalid content-length"):
+        parse_all(f"SEND\ncontent-length:{value}\n\nabc\0".encode())
+
+
+def test_heart_beat_eols_between_frames_are_skipped():
+    data = b"\n\r\n\nSEND\n\nx\0\n\n\r\nSEND\n\ny\0\n"
+    assert [f.body for f in parse_all(data, V12)] == [b"x", b"y"]
+
+
+def test_crlf_line_ends_only_in_1_2_and_before_connect():
+    data = b"SEND\r\ndestination:/queue/a\r\n\r\nx\0"
+    assert parse_all(data, V12)[0].headers == {"destination": "/queue/a"}
+    assert parse_all(b"CONNECT\r\nlogin:u\r\npasscode:p\r\n\r\n\0", PRE_CONNECT)[0].headers == {
+        "login": "u", "passcode": "p"}
+    # in 1.1 a \r belongs to the value (or breaks the frame)
+    assert parse_all(b"SEND\ndestination:/queue/a\r\n\nx\0", V11)[0].headers["destination"] == "/queue/a\r"
+    with pytest.raises(LocalProtocolError):
+        parse_all(b"\r\nSEND\n\nx\0", V11)
+
+
+def test_repeated_headers_keep_the_first_value():
+    frame = parse_all(b"SEND\ndestination:/queue/a\ndestination:/queue/b\nfoo:1\nfoo:2\n\n\0")[0]
+    assert frame.headers == {"destination": "/queue/a", "foo": "1"}
+
+
+@pytest.mark.parametrize("version,raw,value", [
+    (V11, r"a\cb\nc\\d", "a:b\nc\\d"),
+    (V12, r"a\cb\nc\\d\re", "a:b\nc\\d\re"),
+    (V10, r"a\cb\nc", r"a\cb\nc"),
+])
+def test_header_unescaping_per_version(version, raw, value):
+    frame = parse_all(f"SEND\nk:{raw}\n\n\0".encode(), version)[0]
+    assert frame.headers["k"] == value
+
+
+def test_connect_and_connected_are_never_escaped():
+    frame = parse_all(b"CONNECT\nlogin:a\\cb\npasscode:p\\q\n\n\0", V12)[0]
+    assert frame.headers == {"login": "a\\cb", "passcode": "p\\q"}
+    assert encode_frame(Frame(CONNECTED, {"server": "x:y"}), V12) == b"CONNECTED\nserver:x:y\n\n\0"
+
+
+@pytest.mark.parametrize("version,escape", [(V11, r"\r"), (V11, r"\t"), (V12, r"\t"), (V12, "\\")])
+def test_undefined_escapes_are_fatal(version, escape):
+    with pytest.raises(LocalProtocolError, match="invalid header escape"):
+        parse_all(f"SEND\nk:a{escape}\n\n\0".encode(), version)
+
+
+@pytest.mark.parametrize("data,message", [
+    (b"HELLO\n\n\0", "unknown command"),
+    (b"\xff\xfe\n\n\0", "malformed frame"),
+    (b"SEND\nnocolon\n\n\0", "malformed header"),
+    (b"SEND\n:value\n\n\0", "malformed header"),
+])
+def test_malformed_frames(data, message):
+    with pytest.raises(LocalProtocolError, match=message):
+        parse_all(data)
+
+
+def test_limits_frame_size_headers_and_header_length():
+    small = Limits(max_frame_size=100, max_headers=3, max_header_length=20)
+    with pytest.raises(LocalProtocolError, match="frame too large"):
+        parse_all(b"SEND\n\n" + b"x" * 200 + b"\0", V12, small)
+    with pytest.raises(LocalProtocolError, match="frame too large"):  # refused before the body arrives
+        parse_frame(b"SEND\ncontent-length:5000\n\nabc", 0, V12, small)
+    with pytest.raises(LocalProtocolError, match="frame too large"):  # an endless body without NUL
+        parse_frame(b"SEND\n\n" + b"x" * 150, 0, V12, small)
+    with pytest.raises(LocalProtocolError, match="too many headers"):
+        parse_all(b"SEND\na:1\nb:2\nc:3\nd:4\n\n\0", V12, small)
+    with pytest.raises(LocalProtocolError, match="header too long"):
+        parse_all(b"SEND\na:" + b"y" * 30 + b"\n\n\0", V12, small)
+    with pytest.raises(LocalProtocolError, match="header too long"):  # an endless header line
+        parse_frame(b"SEND\na:" + b"y" * 30, 0, V12, small)
+    with pytest.raises(LocalProtocolError, match="too many headers"):  # endless headers
+        parse_frame(b"SEND\n" + b"a:1\n" * 10, 0, V12, small)
+    with pytest.raises(LocalProtocolError, match="header too long"):  # garbage without newlines
+        parse_frame(b"\x01" * 50, 0, V12, small)
+
+
+def test_encoding_escapes_per_version():
+    frame = Frame(MESSAGE, {"k:1": "a\nb:c\\d\re"}, b"body")
+    assert encode_frame(frame, V12) == b"MESSAGE\nk\\c1:a\\nb\\cc\\\\d\\re\n\nbody\0"
+    assert encode_frame(frame, V11) == b"MESSAGE\nk\\c1:a\\nb\\cc\\\\d\re\n\nbody\0"
+    assert encode_frame(frame, V10) == b"MESSAGE\nk_1:a b:c\\d e\n\nbody\0"
+
+
+header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+frames = st.builds(
+    Frame,
+    st.sampled_from([SEND, MESSAGE, "SUBSCRIBE", "ACK", "ERROR", "RECEIPT"]),
+    st.dictionaries(header_text.filter(bool), header_text, max_size=5),
+    st.binary(max_size=100),
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(frames, min_size=1, max_size=5), st.sampled_from([V11, V12]),
+       st.lists(st.integers(0, 2000), max_size=8), st.booleans())
+def test_round_trip_over_any_split(frame_list, version, cuts, heart_beats):
+    """Encoded frames (bodies with content-length, so NULs are allowed) come back equal
+    however the stream is cut."""
+    wire = []
+    for f in frame_list:
+        headers = {"content-length": str(len(f.body)), **{k: v for k, v in f.headers.items()
+                                                           if k != "content-length"}}
+        wire.append(encode_frame(Frame(f.command, headers, f.body), version) + (b"\n" if heart_beats else b""))
+    data = b"".join(wire)
+    got = feed_in_pieces(data, [c % (len(data) + 1) for c in cuts], version)
+    assert [(g.command, g.body) for g in got] == [(f.command, f.body) for f in frame_list]
+    for g, f in zip(got, frame_list):
+        for k, v in f.headers.items():
+            if k != "content-length":
+                assert g.headers[k] == v
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.binary(max_size=300), st.sampled_from([PRE_CONNECT, V10, V11, V12]))
+def test_garbage_never_raises_anything_but_a_protocol_error(data, version):
+    try:
+        parse_all(data, version, Limits(max_frame_size=200, max_headers=5, max_header_length=50))
+    except LocalProtocolError as exc:
+        assert exc.message and exc.detail
+
+
+def test_connect_frames_of_every_version_parse_before_the_version_is_known():
+    for data in (b"CONNECT\nlogin:a\npasscode:b\n\n\0", b"STOMP\naccept-version:1.2\nhost:h\n\n\0"):
+        assert parse_all(data, PRE_CONNECT)[0].command in (CONNECT, "STOMP")
