@@ -64,7 +64,7 @@ def _link_rows(links: list[dict[str, Any]], with_counters: bool) -> tuple[list[s
         row = [link["name"], link["state"], link["source"], link["target"], str(link["transacted"]).lower()]
         if with_counters:
             c = link.get("counters", {})
-            row += [str(c.get("transferred", 0)), str(c.get("dmq", 0)), c.get("last_error") or "-"]
+            row += [str(c.get("transferred", 0)), str(c.get("to_dmq", 0)), c.get("last_error") or "-"]
         rows.append(row)
     return titles, rows
 

@@ -1,12 +1,17 @@
-"""The Bridge Service Manager process: broker properties -> the host broker (and, as
-later parts land, its bridges), run until told to stop, then stop cleanly.
+"""The Bridge Service Manager process: broker properties -> the host broker, its
+network front ends and its bridges; run until told to stop, then stop cleanly.
 
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
-opens the embedded host broker there with the properties' persistence and
-auto-create settings, and makes it the process's host broker (what a bridge XML
-connection factory without lookup-name means). ``run()`` blocks until SIGTERM or
-SIGINT; ``stop()`` closes the broker, which writes what is pending and closes the store.
+opens the embedded host broker there and makes it the process's host broker (what a
+bridge XML connection factory without lookup-name means), starts the network loop
+and the port mapper, and — when imq.bridge.enabled is true — the admin command port
+(only with an admin user and password) and every bridge of imq.bridge.activelist,
+starting those with autostart. A bridge that fails to start is logged and left
+STOPPED; the others still start. ``dispatch`` carries out admin commands (the
+``_OPS`` table maps each to a bridge or link method). ``stop()`` stops the bridges,
+then the front ends, then the broker (which writes what is pending and closes the
+store), within ``STOP_TIMEOUT`` per bridge.
 """
 
 from __future__ import annotations
@@ -16,9 +21,20 @@ import logging
 import os
 import signal
 import threading
-from typing import IO
+from typing import IO, Any, Callable, Protocol
 
-from .props import BrokerProperties
+from .admin.protocol import (
+    BAD_REQUEST,
+    ERROR,
+    NOT_FOUND,
+    NOT_IMPLEMENTED,
+    OK,
+    Command,
+    Reply,
+)
+from .jms.errors import IllegalStateException, JMSException
+from .netloop import NetLoop
+from .props import BrokerProperties, ConfigError
 from .providers.embedded import (
     Broker,
     DestinationLimits,
@@ -28,39 +44,112 @@ from .providers.embedded import (
 
 log = logging.getLogger(__name__)
 
+STOP_TIMEOUT = 30.0
+
 
 class ServiceError(Exception):
     """The service cannot start (the instance is locked, the store cannot open)."""
 
 
+class ManagedBridge(Protocol):
+    """What the service needs of a bridge (JMS or STOMP)."""
+
+    name: str
+    type: str
+
+    @property
+    def state(self) -> Any: ...
+    def start(self) -> Any: ...
+    def stop(self) -> Any: ...
+    def info(self) -> dict[str, Any]: ...
+
+
+# admin op -> method name on the bridge (bridge commands) / on the JMS bridge (link commands)
+_BRIDGE_OPS = {"START": "start", "STOP": "stop", "PAUSE": "pause", "RESUME": "resume"}
+_LINK_OPS = {"START": "start_link", "STOP": "stop_link", "PAUSE": "pause_link", "RESUME": "resume_link"}
+
+
 class BridgeServiceManager:
-    def __init__(self, props: BrokerProperties) -> None:
+    def __init__(self, props: BrokerProperties, *,
+                 bridge_factories: dict[str, Callable[[BrokerProperties, str], ManagedBridge]] | None = None) -> None:
         self.props = props
         self.instance_dir = props.instance_dir
         self.broker: Broker | None = None
+        self.netloop: NetLoop | None = None
+        self.portmapper: Any = None
+        self.admin: Any = None
+        self.bridges: dict[str, ManagedBridge] = {}
+        self.bridge_factories = bridge_factories or default_bridge_factories()
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
 
+    # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
         self.instance_dir.mkdir(parents=True, exist_ok=True)
         self._lock_instance()
-        auto = self.props.autocreate
         try:
-            self.broker = Broker(
-                self.instance_dir / "store",
-                sync=self.props.get("imq.persist.file.sync.enabled"),
-                instance_name=self.props.get("imq.instancename"),
-                autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic,
-                limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,
-                                         auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
-                                         auto.use_dmq))
-        except Exception:
-            self._unlock_instance()
+            self._open_broker()
+            self._open_front_ends()
+            if self.props.enabled:
+                self._load_bridges()
+            else:
+                log.info("imq.bridge.enabled is false: no bridges, no admin port")
+        except BaseException:
+            self.stop()
             raise
+
+    def _open_broker(self) -> None:
+        auto = self.props.autocreate
+        self.broker = Broker(
+            self.instance_dir / "store",
+            sync=self.props.get("imq.persist.file.sync.enabled"),
+            instance_name=self.props.get("imq.instancename"),
+            autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic,
+            limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,
+                                     auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
+                                     auto.use_dmq))
         set_host_broker(self.broker)
         log.info("host broker %s started, store %s (fsync %s)", self.broker.instance_name,
                  self.broker.store.path if self.broker.store else "-",
                  "on" if self.broker.sync else "off")
+
+    def _open_front_ends(self) -> None:
+        from .admin.portmapper import PortMapper, ServiceEntry
+
+        self.netloop = NetLoop().start()
+        host = self.props.get("imq.hostname") or "127.0.0.1"
+        self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
+                                     self.props.get("imq.instancename")).start()
+        if not self.props.enabled:
+            return
+        user, password = self.props.admin_user, self.props.admin_password
+        if not (user and password):
+            log.error("the admin port stays closed: set imq.bridge.admin.user and "
+                      "imq.bridge.admin.password (or give -passfile)")
+            return
+        from .admin.server import AdminServer
+
+        self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host).start()
+        self.portmapper.register(ServiceEntry("bridgeadmin", "tcp", "ADMIN", self.admin.port))
+
+    def _load_bridges(self) -> None:
+        for name in self.props.activelist:
+            btype = (self.props.bridge_type(name) or "").lower()
+            make = self.bridge_factories.get(btype)
+            if make is None:
+                log.error("bridge %s: imq.bridge.%s.type must be jms or stomp, not %r", name, name, btype)
+                continue
+            try:
+                bridge = make(self.props, name)
+            except (JMSException, ConfigError, OSError, ValueError) as exc:
+                log.error("bridge %s cannot be loaded: %s", name, exc)
+                continue
+            self.bridges[name] = bridge
+            if self.props.bridge(name).autostart:
+                try:
+                    bridge.start()
+                except Exception as exc:  # the others still start (chapter)
+                    log.error("bridge %s failed to start and stays STOPPED: %s", name, exc)
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
@@ -85,13 +174,68 @@ class BridgeServiceManager:
             self._lock_file.close()
             self._lock_file = None
 
-    def request_stop(self, *_: object) -> None:
-        self._stop.set()
+    # --- admin commands --------------------------------------------------------------------
+    def dispatch(self, cmd: Command) -> Reply:
+        """Carry out one admin command (called on a worker thread of the admin port)."""
+        if cmd.op == "LIST":
+            return self._list(cmd)
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        table = _LINK_OPS if cmd.link else _BRIDGE_OPS
+        method = getattr(bridge, table[cmd.op], None)
+        what = f"link {cmd.link} of bridge {bridge.name}" if cmd.link else f"bridge {bridge.name}"
+        if method is None:
+            return Reply(NOT_IMPLEMENTED, f"the {bridge.type} bridge does not support {cmd.op.lower()}"
+                         + (" for links" if cmd.link else ""))
+        try:
+            state = method(cmd.link) if cmd.link else method()
+        except IllegalStateException as exc:
+            return Reply(BAD_REQUEST, str(exc))
+        except JMSException as exc:
+            if exc.code == "NO_SUCH_LINK":
+                return Reply(NOT_FOUND, str(exc))
+            return Reply(ERROR, f"{cmd.op.lower()} {what} failed: {exc}")
+        return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
+    def _find(self, cmd: Command) -> ManagedBridge | Reply:
+        name = cmd.bridge or (cmd.type.lower() if cmd.type == "STOMP" else None)
+        if name is None:
+            return Reply(BAD_REQUEST, "name the bridge (-bn)")
+        bridge = self.bridges.get(name)
+        if bridge is None:
+            known = ", ".join(sorted(self.bridges)) or "none"
+            return Reply(NOT_FOUND, f"no bridge named {name} (bridges: {known})", {"known": sorted(self.bridges)})
+        if cmd.type is not None and bridge.type != cmd.type:
+            return Reply(BAD_REQUEST, f"bridge {name} is a {bridge.type} bridge, not {cmd.type}")
+        return bridge
+
+    def _list(self, cmd: Command) -> Reply:
+        if cmd.bridge is None:
+            rows = [{"name": b.name, "type": b.type, "state": _value(b.state)}
+                    for b in self.bridges.values() if cmd.type is None or b.type == cmd.type]
+            return Reply(OK, f"{len(rows)} bridge(s)", {"bridges": rows})
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        info = bridge.info()
+        links = info.get("links", [])
+        if cmd.link is not None:
+            links = [x for x in links if x["name"] == cmd.link]
+            if not links:
+                known = ", ".join(x["name"] for x in info.get("links", [])) or "none"
+                return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
+        head = {k: v for k, v in info.items() if k != "links"}
+        return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:
         """SIGTERM and SIGINT ask ``run()`` to stop (call from the main thread)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
+
+    def request_stop(self, *_: object) -> None:
+        self._stop.set()
 
     def run(self) -> None:
         """Block until request_stop (a signal, once handle_signals was called), then stop."""
@@ -102,6 +246,22 @@ class BridgeServiceManager:
             self.stop()
 
     def stop(self) -> None:
+        for name, bridge in reversed(list(self.bridges.items())):
+            done = threading.Thread(target=_quietly(bridge.stop, name), name=f"stop:{name}")
+            done.start()
+            done.join(STOP_TIMEOUT)
+            if done.is_alive():
+                log.error("bridge %s did not stop within %.0f s; going on", name, STOP_TIMEOUT)
+        self.bridges = {}
+        if self.admin is not None:
+            self.admin.stop()
+            self.admin = None
+        if self.portmapper is not None:
+            self.portmapper.stop()
+            self.portmapper = None
+        if self.netloop is not None:
+            self.netloop.stop()
+            self.netloop = None
         if self.broker is not None:
             log.info("stopping the host broker")
             set_host_broker(None)
@@ -115,3 +275,24 @@ class BridgeServiceManager:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _value(state: Any) -> str:
+    return getattr(state, "value", str(state))
+
+
+def _quietly(fn: Callable[[], Any], name: str) -> Callable[[], None]:
+    def run() -> None:
+        try:
+            fn()
+        except Exception as exc:
+            log.error("bridge %s: stop failed: %s", name, exc)
+    return run
+
+
+def default_bridge_factories() -> dict[str, Callable[[BrokerProperties, str], ManagedBridge]]:
+    def jms(props: BrokerProperties, name: str) -> ManagedBridge:
+        from .jmsbridge.bridge import JMSBridge
+        return JMSBridge.from_properties(props, name)
+
+    return {"jms": jms}

@@ -74,9 +74,9 @@ def test_list_tables_have_the_original_layout():
 def test_list_bridge_with_links_and_list_link_counters():
     data = {"bridge": {"name": "b1", "type": "JMS", "state": "STARTED"},
             "links": [{"name": "l2", "state": "PAUSED", "source": "cf1:D:queue:a", "target": "cf2:P:topic:b",
-                       "transacted": False, "counters": {"transferred": 7, "dmq": 1, "last_error": None}},
+                       "transacted": False, "counters": {"transferred": 7, "to_dmq": 1, "last_error": None}},
                       {"name": "l1", "state": "STARTED", "source": "cf1:S:queue:x", "target": "cf2:D:queue:y",
-                       "transacted": True, "counters": {"transferred": 3, "dmq": 0, "last_error": "boom"}}]}
+                       "transacted": True, "counters": {"transferred": 3, "to_dmq": 0, "last_error": "boom"}}]}
     text = render_list(Reply(OK, "ok", data), "bridge", "b1", None)
     assert "Links" in text.splitlines()[1] and text.splitlines()[3].split() == ["b1", "JMS", "STARTED", "2"]
     link_lines = [x.split() for x in text.splitlines() if x.startswith("l")]

@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_serve(varhome: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, IMQ_VARHOME=str(varhome), PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", *args],
+    return subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-Dimq.portmapper.port=0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
@@ -72,8 +72,8 @@ def test_serve_with_properties_keeps_messages_across_restarts(tmp_path):
 
 def test_serve_reports_bad_properties_with_file_and_line(tmp_path):
     props = tmp_path / "bad.properties"
-    props.write_text("imq.portmapper.port=seventy\n")
+    props.write_text("imq.persist.file.sync.enabled=maybe\n")
     proc = start_serve(tmp_path, "-props", str(props))
     out, _ = proc.communicate(timeout=60)
     assert proc.returncode == 1
-    assert "bad.properties" in out and "imq.portmapper.port" in out
+    assert "bad.properties" in out and "imq.persist.file.sync.enabled" in out
