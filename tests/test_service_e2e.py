@@ -1,0 +1,198 @@
+"""End to end: `imqbridgemgr serve` as a process with a JMS bridge, driven only through
+the `imqbridgemgr` CLI (as a process); messages counted in the store afterwards.
+Includes a kill -9 of the daemon: the bridge comes back as configured and no message
+is lost.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridgemgr.jms import DeliveryMode, Queue, TextMessage
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+pytestmark = pytest.mark.timeout(240)
+ROOT = Path(__file__).resolve().parents[1]
+N = 300
+
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="b1">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"/>
+  </link>
+  <link name="off" enabled="false" transacted="false">
+    <source connection-factory-ref="host" destination-ref="dst"/>
+    <target connection-factory-ref="host" destination-ref="src"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="e2e.src"/>
+  <destination ref-name="dst" name="e2e.dst"/>
+</jmsbridge>
+"""
+
+
+@pytest.fixture
+def setup(tmp_path):
+    (tmp_path / "b1.xml").write_text(XML)
+    props = tmp_path / "broker.properties"
+    props.write_text(f"""imq.varhome={tmp_path / 'var'}
+imq.instancename=e2e
+imq.portmapper.port=0
+imq.persist.file.sync.enabled=true
+imq.bridge.enabled=true
+imq.bridge.admin.user=admin
+imq.bridge.admin.password=Secret-1
+imq.bridge.activelist=b1
+imq.bridge.b1.type=jms
+imq.bridge.b1.xmlurl=b1.xml
+imq.bridge.b1.autostart=true
+""")
+    passfile = tmp_path / "pw.properties"
+    passfile.write_text("imq.imqbridgemgr.password=Secret-1\n")
+    store = tmp_path / "var" / "instances" / "e2e" / "store"
+    broker = Broker(store, sync=True)
+    producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(Queue("e2e.src"))
+    for i in range(N):
+        producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
+    broker.close()
+    return props, passfile, store
+
+
+class Daemon:
+    def __init__(self, props: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.lines: list[str] = []
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip())
+            if m := re.match(r"port mapper: (\S+):(\d+)", line):
+                self.address = f"{m.group(1)}:{m.group(2)}"
+            if "Running" in line:
+                return
+        raise AssertionError(f"serve did not come up: {self.lines}")
+
+
+def cli(daemon: Daemon, passfile: Path, *args: str) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address,
+                           "-u", "admin", "-passfile", str(passfile), "-f"],
+                          capture_output=True, text=True, env=env, timeout=60)
+
+
+def link_row(daemon: Daemon, passfile: Path, link: str = "l1") -> list[str]:
+    out = cli(daemon, passfile, "list", "link", "-bn", "b1").stdout
+    return next(line.split() for line in out.splitlines() if line.startswith(link + " "))
+
+
+def wait_transferred(daemon: Daemon, passfile: Path, at_least: int) -> int:
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        done = int(link_row(daemon, passfile)[5])
+        if done >= at_least:
+            return done
+        time.sleep(0.2)
+    raise AssertionError(f"transferred stays below {at_least}")
+
+
+def wait_idle(daemon: Daemon, passfile: Path, quiet: float = 1.5) -> None:
+    """Until the link's transferred counter has not moved for ``quiet`` seconds."""
+    last, since = -1, time.time()
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        now = int(link_row(daemon, passfile)[5])
+        if now != last:
+            last, since = now, time.time()
+        elif time.time() - since >= quiet:
+            return
+        time.sleep(0.2)
+    raise AssertionError("the link never went idle")
+
+
+def count(store: Path, queue: str) -> list[str]:
+    broker = Broker(store)
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    consumer = conn.create_session().create_consumer(Queue(queue))
+    out = []
+    while (m := consumer.receive(0.2)) is not None:
+        out.append(m.text)
+    broker.close()
+    return out
+
+
+def test_operate_a_bridge_through_the_cli(setup):
+    props, passfile, store = setup
+    daemon = Daemon(props)
+    try:
+        assert "bridge b1 (JMS): STARTED" in daemon.lines
+        r = cli(daemon, passfile, "list", "bridge")
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"^b1\s+JMS\s+STARTED$", r.stdout, re.M)
+        assert "The operation [list] on the bridge(s) was successful." in r.stdout
+        assert wait_transferred(daemon, passfile, N) == N
+
+        r = cli(daemon, passfile, "list", "bridge", "-bn", "b1")
+        assert re.search(r"^b1\s+JMS\s+STARTED\s+2$", r.stdout, re.M)
+        assert re.search(r"^l1\s+STARTED\s+host:\w:queue:e2e.src\s+host:\w:queue:e2e.dst\s+false$", r.stdout, re.M)
+        assert re.search(r"^off\s+UNINITIALIZED", r.stdout, re.M)
+
+        for op, state in (("pause", "PAUSED"), ("resume", "STARTED"), ("stop", "STOPPED"), ("start", "STARTED")):
+            r = cli(daemon, passfile, op, "link", "-bn", "b1", "-ln", "l1")
+            assert r.returncode == 0, r.stderr
+            assert f"The operation [{op}] on the link was successful." in r.stdout
+            assert link_row(daemon, passfile)[1] == state
+
+        r = cli(daemon, passfile, "stop", "bridge", "-bn", "b1")
+        assert r.returncode == 0 and "The operation [stop] on the bridge was successful." in r.stdout
+        r = cli(daemon, passfile, "pause", "link", "-bn", "b1", "-ln", "l1")
+        assert r.returncode == 1 and "the bridge is STOPPED" in r.stderr
+        r = cli(daemon, passfile, "start", "bridge", "-bn", "nope")
+        assert r.returncode == 1 and "no bridge named nope (bridges: b1)" in r.stderr
+        r = cli(daemon, passfile, "start", "bridge", "-bn", "b1", "-t", "stomp")
+        assert r.returncode == 1
+        r = cli(daemon, passfile, "start", "bridge", "-bn", "b1")
+        assert r.returncode == 0
+        r = cli(daemon, passfile, "list", "bridge", "--json")
+        assert '"state": "STARTED"' in r.stdout
+
+        bad = passfile.with_name("bad.properties")
+        bad.write_text("imq.imqbridgemgr.password=wrong\n")
+        r = cli(daemon, bad, "list", "bridge")
+        assert r.returncode == 1 and "authentication failed" in r.stderr
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        rest, _ = daemon.proc.communicate(timeout=60)
+    assert daemon.proc.returncode == 0, rest
+    assert sorted(count(store, "e2e.dst"), key=lambda t: int(t[1:])) == [f"m{i}" for i in range(N)]
+
+
+def test_kill9_of_the_daemon_then_restart(setup):
+    props, passfile, store = setup
+    daemon = Daemon(props)
+    wait_transferred(daemon, passfile, 1)
+    os.kill(daemon.proc.pid, signal.SIGKILL)
+    daemon.proc.wait()
+    daemon = Daemon(props)          # the lock of the killed daemon is gone with it
+    try:
+        assert "bridge b1 (JMS): STARTED" in daemon.lines
+        r = cli(daemon, passfile, "list", "bridge")
+        assert re.search(r"^b1\s+JMS\s+STARTED$", r.stdout, re.M)
+        wait_idle(daemon, passfile)  # the restarted bridge drained what was left
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.communicate(timeout=60)
+    moved = count(store, "e2e.dst")
+    assert set(moved) == {f"m{i}" for i in range(N)}, "messages lost across kill -9"
+    assert len(moved) - N <= 1, "more than the in-flight message duplicated"
+    assert count(store, "e2e.src") == []
