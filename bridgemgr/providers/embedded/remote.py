@@ -36,6 +36,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
+import select
 import socket
 import ssl
 import threading
@@ -157,13 +158,12 @@ class RemoteConnectionFactory(XAConnectionFactory):
 
 
 class _Call:
-    """A request waiting for its answer; the reader thread completes it."""
+    """A request waiting for its answer; whichever thread reads the answer completes it."""
 
-    __slots__ = ("_lock", "value", "error", "then")
+    __slots__ = ("done", "value", "error", "then")
 
     def __init__(self, then: Callable[[], None] | None = None) -> None:
-        self._lock = threading.Lock()
-        self._lock.acquire()
+        self.done = False
         self.value: Any = None
         self.error: JMSException | None = None
         self.then = then   # run by the reader as the answer arrives (before later frames)
@@ -172,13 +172,7 @@ class _Call:
         self.value, self.error = value, error
         if error is None and self.then is not None:
             self.then()
-        self._lock.release()
-
-    def wait(self) -> Any:
-        self._lock.acquire()
-        if self.error is not None:
-            raise self.error
-        return self.value
+        self.done = True
 
 
 class RemoteConnection(XAConnection):
@@ -207,13 +201,20 @@ class RemoteConnection(XAConnection):
         self._ids = itertools.count(1)
         self._wire = wire.Wire(wire.Role.CLIENT)
         self._stop = threading.Event()
+        self._cond = threading.Condition()     # waiting for answers and deliveries, the read role
+        self._read_lock = threading.Lock()     # held by the thread reading the socket
+        self._idle_reading = False             # ... which is the monitor, until a caller wants it
         self.where = str(address)
         self._sock = self._connect(address, username, password)
-        self.last_read = self.last_write = time.monotonic()
-        self._reader = threading.Thread(target=self._read, name=f"mq-reader {self.where}", daemon=True)
-        self._reader.start()
-        self._beater = threading.Thread(target=self._beat, name=f"mq-heartbeat {self.where}", daemon=True)
-        self._beater.start()
+        self._tls = isinstance(self._sock, ssl.SSLSocket)
+        self._poller = select.poll()
+        self._poller.register(self._sock, select.POLLIN)
+        self._wake_r, self._wake_w = os.pipe()
+        os.set_blocking(self._wake_w, False)
+        self.last_read = self.last_write = self._last_lead = time.monotonic()
+        self._monitor_thread = threading.Thread(target=self._monitor, name=f"mq-monitor {self.where}",
+                                                daemon=True)
+        self._monitor_thread.start()
 
     # --- connecting ------------------------------------------------------------------------
     def _connect(self, address: Address, username: str | None, password: str | None) -> socket.socket:
@@ -314,7 +315,10 @@ class RemoteConnection(XAConnection):
         except TransportException:
             self._calls.pop(call_id, None)
             raise
-        return call.wait()
+        self._await(lambda: call.done, None)
+        if call.error is not None:
+            raise call.error
+        return call.value
 
     def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
         return self._call(lambda call_id: wire.request(call_id, op, *args), then)
@@ -322,26 +326,82 @@ class RemoteConnection(XAConnection):
     def next_message_id(self) -> str:
         return self._id_prefix + str(next(self._ids))
 
-    # --- reading ---------------------------------------------------------------------------------
-    def _read(self) -> None:
-        sock, w = self._sock, self._wire
-        reason = "the service closed the connection"
+    # --- reading -----------------------------------------------------------------------------
+    # No thread is dedicated to reading: a thread that waits (for an answer or a delivery)
+    # reads the socket itself while nobody else does (the "leader"), and the others wait on
+    # _cond for what it dispatches. A round trip thus needs no hand-over between threads.
+    # While nobody waits, the monitor thread reads (so a closed connection is noticed at
+    # once), and steps aside as soon as a caller wants to read (the wake-up pipe).
+
+    def _await(self, ready: Callable[[], bool], deadline: float | None) -> bool:
+        """Wait until ``ready()`` (True) or ``deadline`` (False); raise if the connection broke."""
+        while True:
+            if ready():
+                return True
+            if self.broken is not None:
+                raise self.broken
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            if self._read_lock.acquire(False):
+                try:
+                    while not ready() and self.broken is None:
+                        remaining = None if deadline is None else deadline - time.monotonic()
+                        if remaining is not None and remaining <= 0:
+                            break
+                        self._read_some(remaining)
+                    self._last_lead = time.monotonic()
+                finally:
+                    self._resign()
+                continue
+            with self._cond:
+                if ready() or self.broken is not None:
+                    continue
+                if self._idle_reading:
+                    self._evict()
+                if self._read_lock.locked():
+                    self._cond.wait(remaining)
+
+    def _resign(self) -> None:
+        with self._cond:
+            self._read_lock.release()
+            self._cond.notify_all()
+
+    def _evict(self) -> None:
         try:
-            while True:
-                data = sock.recv(262144)
-                if not data:
-                    break
-                self.last_read = time.monotonic()
-                w.receive_data(data)
-                while (event := w.next_event()) is not None:
-                    self._dispatch(event)
-        except wire.ProtocolError as exc:
-            reason = f"protocol error: {exc}"
+            os.write(self._wake_w, b"!")
+        except OSError:
+            pass  # already signalled (or closed)
+
+    def _read_some(self, timeout: float | None, poller: Any = None) -> bool:
+        """(With the read role) read what arrives within ``timeout`` and dispatch it."""
+        sock = self._sock
+        if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+            ready = (poller or self._poller).poll(None if timeout is None else max(0.0, timeout * 1000))
+            if not any(fd == sock.fileno() for fd, _ in ready):
+                return False
+        try:
+            data = sock.recv(262144)
+        except ssl.SSLWantReadError:
+            return True
         except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
-            reason = f"reading failed: {exc}"
-        except JMSException as exc:
-            reason = str(exc)
-        self._lost(reason)
+            self._lost(f"reading failed: {exc}")
+            return True
+        if not data:
+            self._lost("the service closed the connection")
+            return True
+        self.last_read = time.monotonic()
+        self._wire.receive_data(data)
+        try:
+            while (event := self._wire.next_event()) is not None:
+                self._dispatch(event)
+        except wire.ProtocolError as exc:
+            self._lost(f"protocol error: {exc}")
+        except JMSException as exc:  # a fatal ERROR from the service
+            self._lost(str(exc))
+        with self._cond:
+            self._cond.notify_all()
+        return True
 
     def _dispatch(self, event: wire.Event) -> None:
         cls = event.__class__
@@ -364,19 +424,37 @@ class RemoteConnection(XAConnection):
                 if session is not None:
                     session._async_failed(event.error)  # type: ignore[union-attr]
 
-    def _beat(self) -> None:
-        while not self._stop.wait(self.interval / 2):
+    def _monitor(self) -> None:
+        """Heart-beats, written reports kept lazily, a silent service, and reading while idle."""
+        tick = min(self.interval / 4, 0.05)
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        poller.register(self._wake_r, select.POLLIN)
+        while not self._stop.wait(tick):
             now = time.monotonic()
             if now - self.last_read > 3 * self.interval:
                 self._lost(f"no heart-beat from the service for {now - self.last_read:.1f} s")
                 return
             try:
-                if self._lazy:
+                if self._lazy and now - self.last_write >= tick:
                     self.flush()
                 elif now - self.last_write >= self.interval * 0.9:
                     self._write(wire.HEARTBEAT)
             except JMSException:
                 return
+            if now - self._last_lead < tick or not self._read_lock.acquire(False):
+                continue
+            self._idle_reading = True
+            try:
+                while self.broken is None and not self._stop.is_set():
+                    if self._read_some(self.interval / 4, poller):
+                        continue
+                    if any(fd == self._wake_r for fd, _ in poller.poll(0)):
+                        os.read(self._wake_r, 64)  # a caller wants to read
+                    break
+            finally:
+                self._idle_reading = False
+                self._resign()
 
     def _lost(self, reason: str) -> None:
         """The connection broke (or closed): fail everything waiting, tell the listener once."""
@@ -390,11 +468,12 @@ class RemoteConnection(XAConnection):
             self._sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
-        calls, self._calls = self._calls, {}
-        for call in calls.values():
-            call.complete(error=self.broken)
-        for consumer in list(self._consumers.values()):
-            consumer._wake()
+        with self._cond:
+            calls, self._calls = self._calls, {}
+            for call in calls.values():
+                call.complete(error=self.broken)
+            self._cond.notify_all()
+        self._evict()
         listener = self._listener
         if first and not self.closed:
             log.warning("%s", self.broken)
@@ -447,8 +526,8 @@ class RemoteConnection(XAConnection):
         if not self.started:
             self.request(wire.Op.START)
             self.started = True
-            for consumer in list(self._consumers.values()):
-                consumer._wake()
+            with self._cond:
+                self._cond.notify_all()
 
     def stop(self) -> None:
         self._check_open()
@@ -471,15 +550,12 @@ class RemoteConnection(XAConnection):
                 self._call(lambda call_id: wire.request(call_id, wire.Op.CLOSE), check=False)
             except JMSException:
                 pass
-        self._stop.set()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        if threading.current_thread() is not self._reader:
-            self._reader.join(5)
-        self._sock.close()
         self._lost("closed")
+        if threading.current_thread() is not self._monitor_thread:
+            self._monitor_thread.join(5)
+        self._sock.close()
+        for fd in (self._wake_r, self._wake_w):
+            os.close(fd)
 
     def __repr__(self) -> str:
         return f"RemoteConnection({self.where}, user={self.username!r})"
@@ -761,8 +837,7 @@ class RemoteConsumer(MessageConsumer):
         self.destination = destination
         self._selector_text = selector
         self.closed = False
-        self._buf: deque[wire.Delivery] = deque()
-        self._cond = threading.Condition(threading.Lock())
+        self._buf: deque[wire.Delivery] = deque()   # filled by whichever thread reads
         self._listener: MessageListener | None = None
         self._thread: threading.Thread | None = None
         self._pull = session.connection.factory.prefetch == 0   # a pull consumer (wire's notes)
@@ -772,22 +847,18 @@ class RemoteConsumer(MessageConsumer):
     def message_selector(self) -> str | None:
         return self._selector_text
 
-    # --- from the reader thread ---------------------------------------------------------------
+    # --- from the reading thread (under the connection's _cond or alone) -----------------------
     def _arrive(self, item: wire.Delivery) -> None:
-        with self._cond:
-            self._buf.append(item)
-            self._cond.notify()
-
-    def _wake(self) -> None:
-        with self._cond:
-            self._cond.notify_all()
+        self._buf.append(item)
 
     def _clear(self) -> None:
-        with self._cond:
-            self._buf.clear()
-            self._pulled = False
+        self._buf.clear()
+        self._pulled = False
 
     # --- receiving -------------------------------------------------------------------------------
+    def _ready(self) -> bool:
+        return self.closed or (bool(self._buf) and self.connection.started)
+
     def _next(self, timeout: float | None) -> wire.Delivery | None:
         """The next delivery within ``timeout`` seconds (0: what the broker holds now)."""
         conn, sid = self.connection, self.session.sid
@@ -795,48 +866,24 @@ class RemoteConsumer(MessageConsumer):
             if not self._buf and conn.started and not self.closed:
                 conn.request(wire.Op.PULL, sid, self.cid, 0)
             return self._take()
-        deadline = None if timeout is None else time.monotonic() + timeout
-        flushed = False
-        while True:
-            with self._cond:
-                while True:
-                    if self.closed:
-                        return None
-                    if conn.broken is not None:
-                        raise conn.broken
-                    if self._buf and conn.started:
-                        self._pulled = False
-                        return self._buf.popleft()
-                    remaining = None if deadline is None else deadline - time.monotonic()
-                    if remaining is not None and remaining <= 0:
-                        if not self._pulled:
-                            return None
-                        action = "withdraw"
-                    elif self._pull and conn.started and not self._pulled:
-                        action = "pull"
-                    elif not flushed and conn._lazy:
-                        action = "flush"  # the kept reports refill the window
-                    else:
-                        self._cond.wait(remaining)
-                        continue
-                    break
-            if action == "pull":
+        if not self._buf:
+            if self._pull and not self._pulled:
                 self._pulled = True
                 conn._write(wire.request(0, wire.Op.PULL, sid, self.cid, 1))
-            elif action == "flush":
-                conn.flush()
-            else:  # after the answer nothing more comes for the credit: take what came
-                conn.request(wire.Op.PULL, sid, self.cid, -1)
-                self._pulled = False
-                return self._take()
-            flushed = True
+            else:
+                conn.flush()  # the kept reports refill the window
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if conn._await(self._ready, deadline) or not self._pulled:
+            return self._take()
+        conn.request(wire.Op.PULL, sid, self.cid, -1)  # nothing comes for the credit after the answer
+        self._pulled = False
+        return self._take()
 
     def _take(self) -> wire.Delivery | None:
-        with self._cond:
-            if self._buf and self.connection.started and not self.closed:
-                self._pulled = False
-                return self._buf.popleft()
-            return None
+        if self._buf and self.connection.started and not self.closed:
+            self._pulled = False
+            return self._buf.popleft()
+        return None
 
     def receive(self, timeout: float | None = None) -> Message | None:
         if self.closed:
@@ -889,11 +936,11 @@ class RemoteConsumer(MessageConsumer):
             pass  # the connection is gone: the broker takes everything back anyway
 
     def _closed_locally(self) -> None:
-        with self._cond:
-            self.closed = True
-            self._listener = None
-            self._buf.clear()
-            self._cond.notify_all()
+        self.closed = True
+        self._listener = None
+        self._buf.clear()
+        with self.connection._cond:
+            self.connection._cond.notify_all()
         self.connection._consumers.pop(self.cid, None)
         if self in self.session.consumers:
             self.session.consumers.remove(self)
