@@ -60,8 +60,8 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
 @click.option("-passfile", "--passfile", type=click.Path(dir_okay=False), metavar="FILE",
               help="Properties file holding imq.bridge.admin.password.")
 @click.option("--demo/--no-demo", default=None,
-              help="Move demo messages through the host broker at start "
-                   "(default: on when no properties file is given).")
+              help="Serve the demo: the STOMP bridge on 7672 and a JMS bridge moving demo.in "
+                   "to demo.out (default: on when no properties file is given).")
 def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
           demo: bool | None) -> None:
     """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT."""
@@ -72,25 +72,36 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     files = list(props_files) + ([passfile] if passfile else [])
+    demo = demo if demo is not None else not props_files
     try:
         props = load_properties(files, overrides, environ=os.environ)
+        if demo:  # the demo's bridges first; the command line's -D still win
+            from .demo import demo_overrides
+            props = load_properties(files, demo_overrides(props.instance_dir) + list(overrides),
+                                    environ=os.environ)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
     manager = BridgeServiceManager(props)
     manager.handle_signals()
     try:
         manager.start()
-    except ServiceError as exc:
-        raise click.ClickException(str(exc)) from None
+    except (ServiceError, OSError) as exc:
+        raise click.ClickException(f"the service cannot start: {exc}") from None
     assert manager.broker is not None
     click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} running, "
                f"store {manager.instance_dir / 'store'}")
-    click.echo(f"port mapper: {manager.portmapper.host}:{manager.portmapper.port}")
+    portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
+    click.echo(f"port mapper: {portmapper}")
     for name, bridge in manager.bridges.items():
         click.echo(f"bridge {name} ({bridge.type}): {getattr(bridge.state, 'value', bridge.state)}")
-    if demo or (demo is None and not props_files):
-        from .demo import run_demo
-        run_demo(manager.broker, echo=click.echo)
+    if demo:
+        from .demo import how_to_reach, run_demo
+        if "demo" in manager.bridges:
+            run_demo(manager.broker, echo=click.echo)
+        stomp = manager.bridges.get("stomp")
+        for line in how_to_reach(manager.instance_dir, portmapper,
+                                 getattr(getattr(stomp, "bridge", None), "tcp_port", None)):
+            click.echo(line)
     click.echo("Running; stop with Ctrl-C or SIGTERM.")
     manager.run()  # a signal during start or the demo is seen here, then it stops
     click.echo("Stopped cleanly.")

@@ -4,10 +4,12 @@ network front ends and its bridges; run until told to stop, then stop cleanly.
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
 opens the embedded host broker there and makes it the process's host broker (what a
-bridge XML connection factory without lookup-name means), starts the network loop
-and the port mapper, and — when imq.bridge.enabled is true — the admin command port
-(only with an admin user and password) and every bridge of imq.bridge.activelist,
-starting those with autostart. A bridge that fails to start is logged and left
+bridge XML connection factory without lookup-name means), starts the network loop,
+the port mapper and the broker's ``jms`` connection service (other processes reach
+the broker at ``mq://host:portmapper-port``; logins are checked against the user
+repository), and — when imq.bridge.enabled is true — the admin command port (only
+with an admin user and password) and every bridge of imq.bridge.activelist (type
+jms or stomp), starting those with autostart. A bridge that fails to start is logged and left
 STOPPED; the others still start. ``dispatch`` carries out admin commands (the
 ``_OPS`` table maps each to a bridge or link method). ``stop()`` stops the bridges,
 then the front ends, then the broker (which writes what is pending and closes the
@@ -71,13 +73,15 @@ _LINK_OPS = {"START": "start_link", "STOP": "stop_link", "PAUSE": "pause_link", 
 
 class BridgeServiceManager:
     def __init__(self, props: BrokerProperties, *,
-                 bridge_factories: dict[str, Callable[[BrokerProperties, str], ManagedBridge]] | None = None) -> None:
+                 bridge_factories: dict[str, BridgeFactory] | None = None) -> None:
         self.props = props
         self.instance_dir = props.instance_dir
         self.broker: Broker | None = None
         self.netloop: NetLoop | None = None
         self.portmapper: Any = None
+        self.jms_service: Any = None
         self.admin: Any = None
+        self.users: Any = None
         self.bridges: dict[str, ManagedBridge] = {}
         self.bridge_factories = bridge_factories or default_bridge_factories()
         self._lock_file: IO[str] | None = None
@@ -120,6 +124,13 @@ class BridgeServiceManager:
         host = self.props.get("imq.hostname") or "127.0.0.1"
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
+        from .providers.embedded.jmsservice import JmsService
+        from .users import open_repository
+
+        self.users = open_repository(self.props)
+        self.jms_service = JmsService(self.broker, self.netloop, host,
+                                      authenticator=lambda u, p: self.users.authenticate(u, p) is not None).start()
+        self.portmapper.register(ServiceEntry("jms", "tcp", "NORMAL", self.jms_service.port))
         if not self.props.enabled:
             return
         user, password = self.props.admin_user, self.props.admin_password
@@ -140,7 +151,7 @@ class BridgeServiceManager:
                 log.error("bridge %s: imq.bridge.%s.type must be jms or stomp, not %r", name, name, btype)
                 continue
             try:
-                bridge = make(self.props, name)
+                bridge = make(self, name)
             except (JMSException, ConfigError, OSError, ValueError) as exc:
                 log.error("bridge %s cannot be loaded: %s", name, exc)
                 continue
@@ -256,6 +267,9 @@ class BridgeServiceManager:
         if self.admin is not None:
             self.admin.stop()
             self.admin = None
+        if self.jms_service is not None:
+            self.jms_service.stop()
+            self.jms_service = None
         if self.portmapper is not None:
             self.portmapper.stop()
             self.portmapper = None
@@ -290,9 +304,48 @@ def _quietly(fn: Callable[[], Any], name: str) -> Callable[[], None]:
     return run
 
 
-def default_bridge_factories() -> dict[str, Callable[[BrokerProperties, str], ManagedBridge]]:
-    def jms(props: BrokerProperties, name: str) -> ManagedBridge:
-        from .jmsbridge.bridge import JMSBridge
-        return JMSBridge.from_properties(props, name)
+class StompService:
+    """The STOMP bridge as the service manages it: listed in the port mapper while started."""
 
-    return {"jms": jms}
+    type = "STOMP"
+
+    def __init__(self, manager: "BridgeServiceManager", name: str) -> None:
+        from .stompbridge import StompBridge
+
+        assert manager.netloop is not None and manager.broker is not None
+        self.name = name
+        self._manager = manager
+        self.bridge = StompBridge(manager.props, manager.broker, manager.users, manager.netloop)
+
+    @property
+    def state(self) -> str:
+        return self.bridge.state
+
+    def start(self) -> str:
+        from .admin.portmapper import ServiceEntry
+
+        self.bridge.start()
+        for row in self.bridge.service_entries():
+            self._manager.portmapper.register(ServiceEntry(*row))
+        return self.state
+
+    def stop(self) -> str:
+        for row in self.bridge.service_entries():
+            self._manager.portmapper.unregister(row[0])
+        self.bridge.stop()
+        return self.state
+
+    def info(self) -> dict[str, Any]:
+        return {"name": self.name, "type": self.type, "state": self.state,
+                "ports": {row[0]: row[3] for row in self.bridge.service_entries()}}
+
+
+BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]
+
+
+def default_bridge_factories() -> dict[str, BridgeFactory]:
+    def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
+        from .jmsbridge.bridge import JMSBridge
+        return JMSBridge.from_properties(manager.props, name)
+
+    return {"jms": jms, "stomp": StompService}

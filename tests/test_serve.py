@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_serve(varhome: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, IMQ_VARHOME=str(varhome), PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-Dimq.portmapper.port=0", *args],
+    return subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-Dimq.portmapper.port=0",
+                             "-Dimq.bridge.stomp.tcp.port=0", *args],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
 
 
@@ -35,7 +36,11 @@ def read_until(proc: subprocess.Popen, marker: str) -> list[str]:
 def test_serve_runs_the_demo_refuses_a_second_instance_and_stops_on_sigterm(tmp_path):
     first = start_serve(tmp_path)
     out = read_until(first, "Running")
-    assert any("demo: sent 1000" in line and "received 1000" in line for line in out)
+    assert "bridge stomp (STOMP): STARTED" in out and "bridge demo (JMS): STARTED" in out
+    assert any("demo: sent 1000" in line and "moved 1000 to demo.out (last: 'ORDER 999')" in line for line in out)
+    passfile = tmp_path / "instances" / "imqbroker" / "etc" / "demo-admin.properties"
+    assert any(f"-passfile {passfile}" in line for line in out)
+    assert not any(passfile.read_text().split("=", 1)[1].strip() in line for line in out)  # never printed
     second = start_serve(tmp_path)
     text, _ = second.communicate(timeout=60)
     assert second.returncode == 1
@@ -46,7 +51,7 @@ def test_serve_runs_the_demo_refuses_a_second_instance_and_stops_on_sigterm(tmp_
     assert "Stopped cleanly." in rest
     # The store was closed cleanly and holds nothing but what the demo left (nothing).
     broker = Broker(tmp_path / "instances" / "imqbroker" / "store")
-    assert broker.queue_depth("demo.orders") == 0
+    assert broker.queue_depth("demo.in") == 0 and broker.queue_depth("demo.out") == 0
     broker.close()
 
 
