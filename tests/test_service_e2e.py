@@ -196,3 +196,55 @@ def test_kill9_of_the_daemon_then_restart(setup):
     assert set(moved) == {f"m{i}" for i in range(N)}, "messages lost across kill -9"
     assert len(moved) - N <= 1, "more than the in-flight message duplicated"
     assert count(store, "e2e.src") == []
+
+
+def test_stomp_bridge_and_remote_clients_through_the_service(setup):
+    """STOMP in, JMS bridge across, STOMP out; the STOMP bridge started and stopped with
+    `-t STOMP` and listed by the port mapper only while it runs; an mq:// client of
+    another process reaches the same broker."""
+    import stomp
+
+    from bridgemgr import connect
+    from bridgemgr.admin.portmapper import lookup_services
+
+    props, passfile, store = setup
+    text = props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=b1,stomp")
+    props.write_text(text + "imq.bridge.stomp.tcp.port=0\n")
+    daemon = Daemon(props)
+    try:
+        host, port = daemon.address.split(":")
+        services = {e.name: e.port for e in lookup_services(host, int(port))}
+        assert {"portmapper", "jms", "bridgeadmin", "stomp"} <= set(services)
+        wait_transferred(daemon, passfile, N)
+
+        got: list[str] = []
+        listener = type("L", (stomp.ConnectionListener,), {"on_message": lambda self, f: got.append(f.body)})()
+        client = stomp.Connection12([(host, services["stomp"])])
+        client.set_listener("", listener)
+        client.connect("admin", "Secret-1", wait=True)
+        client.subscribe("/queue/e2e.dst", id="1", ack="auto")
+        client.send("/queue/e2e.src", "via stomp", headers={"persistent": "true"})
+        deadline = time.time() + 30
+        while len(got) < N + 1 and time.time() < deadline:
+            time.sleep(0.1)
+        client.disconnect()
+        assert "via stomp" in got and len(got) == N + 1
+
+        with connect(f"mq://{daemon.address}", username="admin", password="Secret-1") as conn:
+            conn.start()
+            session = conn.create_session()
+            session.create_producer(Queue("e2e.src")).send(TextMessage("via mq"))
+            consumer = session.create_consumer(Queue("e2e.dst"))
+            assert consumer.receive(30).text == "via mq"
+
+        r = cli(daemon, passfile, "stop", "bridge", "-t", "STOMP")
+        assert r.returncode == 0, r.stderr
+        assert "stomp" not in {e.name for e in lookup_services(host, int(port))}
+        r = cli(daemon, passfile, "pause", "bridge", "-t", "STOMP")
+        assert r.returncode == 2  # the STOMP bridge cannot be paused (usage error, as the original)
+        r = cli(daemon, passfile, "start", "bridge", "-t", "STOMP")
+        assert r.returncode == 0, r.stderr
+        assert "stomp" in {e.name for e in lookup_services(host, int(port))}
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.communicate(timeout=60)
