@@ -8,10 +8,12 @@
 # Work whose sends and acks commit() applies in one store batch.
 #
 # Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
-# deliveries not yet acknowledged), a writable transport and, for transacted
-# subscriptions, an open transaction; then it takes up to a batch of messages (blocking
-# only for the first), renders them to frame bytes with the session's render function,
-# and posts the batch to the event loop in one call. Nothing here blocks the loop except
+# deliveries not yet acknowledged), a writable transport, the loop having taken its
+# previous batch and, for transacted subscriptions, an open transaction; then it takes up
+# to a batch of messages (blocking only for the first; at most BATCH messages or about
+# BATCH_BYTES of frames), renders them to frame bytes with the session's render function,
+# and posts the batch to the event loop in one call. So a client that stops reading holds
+# at most the transport's high-water mark plus one batch in our memory. Nothing here blocks the loop except
 # the calls marked blocking (durable waits, unsubscribe), which the server runs in a pool.
 """The host broker side of a STOMP connection: sends, subscriber threads, acks, transactions."""
 
@@ -29,7 +31,8 @@ from ..providers.embedded.queues import Envelope
 
 log = logging.getLogger(__name__)
 
-BATCH = 64  # messages a subscriber takes before handing them to the loop
+BATCH = 64  # messages a subscriber takes before handing them to the loop ...
+BATCH_BYTES = 128 * 1024  # ... or fewer, once their frames are this big
 Post = Callable[..., None]  # loop.call_soon_threadsafe, or a test's queue
 
 
@@ -148,6 +151,7 @@ class Subscriber:
         self._credit = window
         self._paused = paused
         self._writable = True
+        self._in_flight = False  # a batch is on its way to the loop
         self._stopped = False
         self.thread = threading.Thread(target=self._run, daemon=True,
                                        name=f"stomp-sub:{consumer.destination}")
@@ -162,6 +166,13 @@ class Subscriber:
             with self._cond:
                 self._credit += n
                 self._cond.notify()
+
+    def batch_done(self) -> None:
+        """The loop has taken the last batch: the next may come (one at a time, so a
+        full transport stops this thread within one batch)."""
+        with self._cond:
+            self._in_flight = False
+            self._cond.notify()
 
     def pause(self, paused: bool) -> None:
         with self._cond:
@@ -192,7 +203,8 @@ class Subscriber:
         try:
             while True:
                 with self._cond:
-                    while not self._stopped and (self._credit <= 0 or self._paused or not self._writable):
+                    while not self._stopped and (self._credit <= 0 or self._paused or not self._writable
+                                                 or self._in_flight):
                         self._cond.wait()
                     if self._stopped:
                         return
@@ -200,15 +212,18 @@ class Subscriber:
                 env = broker.receive(consumer, None, False)
                 if env is None:
                     return  # consumer closed, or the broker shut down
-                envs = [env]
-                while len(envs) < limit:
+                items = [render(env)]
+                size = len(items[0].data or b"")
+                while len(items) < limit and size < BATCH_BYTES:
                     more = broker.receive(consumer, 0, False)
                     if more is None:
                         break
-                    envs.append(more)
+                    items.append(render(more))
+                    size += len(items[-1].data or b"")
                 with self._cond:
-                    self._credit -= len(envs)
-                self.host.post(self.deliver, [render(e) for e in envs])
+                    self._credit -= len(items)
+                    self._in_flight = True
+                self.host.post(self.deliver, items)
         except Exception:  # a bug here must not leave messages stranded silently
             log.exception("STOMP subscriber on %s failed", consumer.destination)
             self.host.post(self.deliver, None)

@@ -229,6 +229,9 @@ class StompProtocol(asyncio.Protocol):
         self._pump()
 
     def eof_received(self) -> bool:
+        if self.session is not None:
+            self.session.connection_lost()
+            self._pump()
         return False  # close our side too
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -256,6 +259,8 @@ class StompProtocol(asyncio.Protocol):
         self.loop.call_soon_threadsafe(self._run_posted, fn, args)
 
     def _run_posted(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
+        if self.transport is not None and self.transport.is_closing() and self.session is not None:
+            self.session.connection_lost()  # nothing can be written: deliveries go back
         fn(*args)
         if not self._flush_pending:
             self._flush_pending = True
@@ -276,6 +281,8 @@ class StompProtocol(asyncio.Protocol):
         if call is not None:
             future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
             future.add_done_callback(self._call_done)
+            if not transport.is_closing():
+                transport.pause_reading()  # frames wait in the socket, not in our memory
         if session.closed:
             if self._timer is not None:
                 self._timer.cancel()
@@ -293,6 +300,8 @@ class StompProtocol(asyncio.Protocol):
         else:
             self.session.complete_call(future.result())
         if self.transport is not None:
+            if not self.session.waiting and not self.transport.is_closing():
+                self.transport.resume_reading()
             self._pump()
 
     def _tick(self) -> None:

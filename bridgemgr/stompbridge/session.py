@@ -206,9 +206,16 @@ class StompSession:
         return data
 
     def take_call(self) -> PendingCall | None:
+        """The blocking call to run now, if any (frame processing waits for it)."""
         call, self._call = self._call, None
-        self._running = call
+        if call is not None:
+            self._running = call
         return call
+
+    @property
+    def waiting(self) -> bool:
+        """A blocking call is pending or running: the driver should stop reading."""
+        return self._call is not None or self._running is not None
 
     def complete_call(self, result: Any, exc: BaseException | None = None) -> None:
         call, self._running = self._running, None
@@ -506,7 +513,8 @@ class StompSession:
             self._fail(LocalProtocolError("internal error", "a subscriber failed; see the server log"))
             return
         host = self.host
-        assert host is not None
+        assert host is not None and sub.handle is not None
+        sub.handle.batch_done()
         if self.closed or sub.closed or (sub.transacted and self._tx is None):
             host.redeliver([d.env for d in items])
             if not sub.closed and sub.handle is not None:
