@@ -18,10 +18,12 @@ store), within ``STOP_TIMEOUT`` per bridge.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import logging
 import os
 import signal
+import ssl
 import threading
 from typing import IO, Any, Callable, Protocol
 
@@ -102,6 +104,12 @@ class BridgeServiceManager:
             self.stop()
             raise
 
+    @property
+    def host(self) -> str:
+        """Where every front end listens: imq.hostname, else loopback only (set
+        imq.hostname=0.0.0.0 to listen on every interface)."""
+        return self.props.get("imq.hostname") or "127.0.0.1"
+
     def _open_broker(self) -> None:
         auto = self.props.autocreate
         self.broker = Broker(
@@ -121,7 +129,7 @@ class BridgeServiceManager:
         from .admin.portmapper import PortMapper, ServiceEntry
 
         self.netloop = NetLoop().start()
-        host = self.props.get("imq.hostname") or "127.0.0.1"
+        host = self.host
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
         from .providers.embedded.jmsservice import JmsService
@@ -140,8 +148,24 @@ class BridgeServiceManager:
             return
         from .admin.server import AdminServer
 
-        self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host).start()
-        self.portmapper.register(ServiceEntry("bridgeadmin", "tcp", "ADMIN", self.admin.port))
+        self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
+                                 port=self.props.get("imq.bridge.admin.port"),
+                                 ssl_context=self._admin_tls()).start()
+        self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
+                                              "ADMIN", self.admin.port))
+
+    def _admin_tls(self) -> ssl.SSLContext | None:
+        if not self.props.get("imq.bridge.admin.tls.enabled"):
+            return None
+        cert, key = self.props.get("imq.bridge.admin.tls.certfile"), self.props.get("imq.bridge.admin.tls.keyfile")
+        if not cert:
+            raise ServiceError("imq.bridge.admin.tls.enabled needs imq.bridge.admin.tls.certfile (and keyfile)")
+        ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        try:
+            ctx.load_cert_chain(cert, key)
+        except (OSError, ssl.SSLError) as exc:
+            raise ServiceError(f"cannot load the admin port's TLS certificate {cert}: {exc}") from None
+        return ctx
 
     def _load_bridges(self) -> None:
         for name in self.props.activelist:
@@ -310,12 +334,14 @@ class StompService:
     type = "STOMP"
 
     def __init__(self, manager: "BridgeServiceManager", name: str) -> None:
-        from .stompbridge import StompBridge
+        from .stompbridge import StompBridge, StompConfig
 
         assert manager.netloop is not None and manager.broker is not None
         self.name = name
         self._manager = manager
-        self.bridge = StompBridge(manager.props, manager.broker, manager.users, manager.netloop)
+        config = StompConfig.from_props(manager.props)
+        config = dataclasses.replace(config, hostname=config.hostname or manager.host)
+        self.bridge = StompBridge(config, manager.broker, manager.users, manager.netloop)
 
     @property
     def state(self) -> str:

@@ -248,3 +248,25 @@ def test_stomp_bridge_and_remote_clients_through_the_service(setup):
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
+
+
+def test_admin_port_over_tls_with_secure(setup, tmp_path):
+    trustme = pytest.importorskip("trustme", reason="trustme is a test dependency (pip install -e .[test])")
+    props, passfile, store = setup
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "admin.pem"))
+    ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
+    props.write_text(props.read_text() + f"imq.bridge.admin.tls.enabled=true\n"
+                     f"imq.bridge.admin.tls.certfile={tmp_path / 'admin.pem'}\n")
+    daemon = Daemon(props)
+    try:
+        env_ca = ["--cafile", str(tmp_path / "ca.pem")]
+        r = cli(daemon, passfile, "list", "bridge", "-secure", *env_ca)
+        assert r.returncode == 0, r.stderr
+        assert re.search(r"^b1\s+JMS\s+STARTED$", r.stdout, re.M)
+        r = cli(daemon, passfile, "list", "bridge", "-secure")  # the system CAs do not trust it
+        assert r.returncode == 1 and "TLS" in r.stderr
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.communicate(timeout=60)
