@@ -5,27 +5,24 @@ lifecycle, and hypothesis throwing random bytes and frame sequences at the serve
 
 from __future__ import annotations
 
-import itertools
 import socket
 import ssl
 import time
 
 import pytest
-import stomp
-import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridgemgr.netloop import NetLoop
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker
-from bridgemgr.stompbridge import SessionConfig, StompBridge, StompBridgeError, StompConfig
-from bridgemgr.stompbridge.frames import Frame, Limits, encode_frame, parse_frame
-from bridgemgr.users import UserRepository, open_repository
+from bridgemgr.stompbridge import StompBridge, StompBridgeError, StompConfig
+from bridgemgr.stompbridge.frames import Frame, encode_frame
+from bridgemgr.users import open_repository
 
-from stomp_support import Collector, pending, wait_until
-
-HOST = "127.0.0.1"
+from stomp_support import (
+    HOST, Raw, make_bridge, make_certs, make_users, pending, qname, stomp_conn, wait_until,
+)
 
 
 @pytest.fixture(scope="module")
@@ -36,30 +33,12 @@ def netloop():
 
 @pytest.fixture(scope="module")
 def users(tmp_path_factory):
-    repo = UserRepository(tmp_path_factory.mktemp("users") / "passwd")
-    repo.add("admin", "secret", "admin")
-    repo.add("guest", "guest")
-    return repo
+    return make_users(tmp_path_factory.mktemp("users"))
 
 
 @pytest.fixture(scope="module")
 def certs(tmp_path_factory):
-    d = tmp_path_factory.mktemp("certs")
-    ca = trustme.CA()
-    server = ca.issue_cert(HOST)
-    client = ca.issue_cert("client@example.com")
-    paths = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key",
-             "client": d / "client.pem"}
-    ca.cert_pem.write_to_path(paths["ca"])
-    server.cert_chain_pems[0].write_to_path(paths["cert"])
-    for extra in server.cert_chain_pems[1:]:
-        extra.write_to_path(paths["cert"], append=True)
-    server.private_key_pem.write_to_path(paths["key"])
-    client.private_key_and_cert_chain_pem.write_to_path(paths["client"])
-    other = trustme.CA().issue_cert("intruder@example.com")
-    paths["stranger"] = d / "stranger.pem"
-    other.private_key_and_cert_chain_pem.write_to_path(paths["stranger"])
-    return paths
+    return make_certs(tmp_path_factory.mktemp("certs"))
 
 
 @pytest.fixture(scope="module")
@@ -67,17 +46,6 @@ def broker(tmp_path_factory):
     b = Broker(tmp_path_factory.mktemp("broker") / "store")
     yield b
     b.close()
-
-
-def make_bridge(netloop, broker, users, certs=None, require_client_auth=False, **session):
-    config = StompConfig(hostname=HOST, tcp_port=0, tls_enabled=certs is not None, tls_port=0,
-                         tls_require_client_auth=require_client_auth,
-                         tls_certfile=certs and certs["cert"], tls_keyfile=certs and certs["key"],
-                         tls_cafile=certs and certs["ca"],
-                         session=SessionConfig(limits=Limits(max_frame_size=256 * 1024), **session))
-    bridge = StompBridge(config, broker, users, netloop)
-    bridge.start()
-    return bridge
 
 
 @pytest.fixture(scope="module")
@@ -94,94 +62,6 @@ def no_leaks(request, broker):
         bridge = request.getfixturevalue("bridge")
         assert wait_until(lambda: not bridge.connections), f"{len(bridge.connections)} connections left"
         assert wait_until(lambda: not broker.connections), "broker connections left"
-
-
-_names = itertools.count(1)
-
-
-def qname(prefix="q"):
-    return f"{prefix}{next(_names)}"
-
-
-class Raw:
-    """A plain socket speaking STOMP by hand (for what stomp.py refuses to send)."""
-
-    def __init__(self, port, version=None, context=None, rcvbuf=None):
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        if rcvbuf:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
-        sock.settimeout(5)
-        sock.connect((HOST, port))
-        self.sock = context.wrap_socket(sock, server_hostname=HOST) if context else sock
-        self.version = version
-        self.buf = bytearray()
-        self.frames: list[Frame] = []
-        self.closed = False
-
-    def send(self, data: bytes) -> "Raw":
-        self.sock.sendall(data)
-        return self
-
-    def frame(self, command, headers=None, body=b"") -> "Raw":
-        return self.send(encode_frame(Frame(command, headers or {}, body), self.version))
-
-    def connect(self, version="1.2", **headers) -> Frame:
-        self.frame("CONNECT", {"accept-version": version, "login": "admin", "passcode": "secret", **headers})
-        connected = self.wait(lambda f: f.command == "CONNECTED")
-        self.version = connected.headers["version"]
-        return connected
-
-    def _read(self, timeout) -> None:
-        self.sock.settimeout(timeout)
-        try:
-            data = self.sock.recv(65536)
-        except (socket.timeout, TimeoutError):
-            return
-        except (ConnectionResetError, ssl.SSLError, OSError):
-            data = b""
-        if not data:
-            self.closed = True
-            return
-        self.buf += data
-        pos = 0
-        while True:
-            frame, pos = parse_frame(self.buf, pos, self.version)
-            if frame is None:
-                break
-            self.frames.append(frame)
-        del self.buf[:pos]
-
-    def wait(self, predicate, timeout=5.0) -> Frame:
-        deadline = time.monotonic() + timeout
-        seen = 0
-        while True:
-            for f in self.frames[seen:]:
-                if predicate(f):
-                    return f
-            seen = len(self.frames)
-            if self.closed or time.monotonic() > deadline:
-                raise AssertionError(f"not seen; got {self.frames}, closed={self.closed}")
-            self._read(min(0.2, max(0.01, deadline - time.monotonic())))
-
-    def until_closed(self, timeout=5.0) -> list[Frame]:
-        deadline = time.monotonic() + timeout
-        while not self.closed and time.monotonic() < deadline:
-            self._read(0.2)
-        assert self.closed, "the server did not close the connection"
-        return self.frames
-
-    def close(self):
-        self.sock.close()
-
-
-def stomp_conn(version, port, heartbeats=(0, 0), ssl_args=None, **kw):
-    cls = {"1.0": stomp.Connection10, "1.1": stomp.Connection11, "1.2": stomp.Connection12}[version]
-    conn = cls([(HOST, port)], heartbeats=heartbeats, **kw) if version != "1.0" else cls([(HOST, port)], **kw)
-    if ssl_args is not None:
-        conn.set_ssl(for_hosts=[(HOST, port)], **ssl_args)
-    listener = Collector()
-    conn.set_listener("c", listener)
-    return conn, listener
 
 
 # --- stomp.py over TCP and TLS -------------------------------------------------------------

@@ -8,7 +8,7 @@ import pytest
 
 from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, MapMessage, Queue, TextMessage, Topic
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.stompbridge.frames import ERROR, MESSAGE, RECEIPT, Limits
+from bridgemgr.stompbridge.frames import ERROR, RECEIPT, Limits
 from bridgemgr.stompbridge.session import SessionConfig, State
 from bridgemgr.transform import MessageTransformer
 
