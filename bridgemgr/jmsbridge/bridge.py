@@ -219,11 +219,11 @@ class JMSBridge:
         with self._lock:
             return self._link_command(name, Command.STOP).stop(timeout)
 
-    def pause_link(self, name: str, timeout: float | None = None) -> State:
+    def pause_link(self, name: str, timeout: float | None = -1) -> State:
         with self._lock:
             return self._link_command(name, Command.PAUSE).pause(timeout)
 
-    def resume_link(self, name: str, timeout: float | None = None) -> State:
+    def resume_link(self, name: str, timeout: float | None = -1) -> State:
         with self._lock:
             return self._link_command(name, Command.RESUME).resume(timeout)
 

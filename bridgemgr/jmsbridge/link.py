@@ -125,6 +125,7 @@ class Link:
                                    LINK_TRANSITIONS, State.STOPPED)
         self.counters = LinkCounters()
         self._want = State.STOPPED
+        self._commands = 0  # bumped by every command: the loop looks at _want when it changes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.operator = RetryWithTolerance(self._stop, tuning.retry_deadline,
@@ -165,8 +166,8 @@ class Link:
         self._thread = threading.Thread(target=self._main, daemon=True,
                                         name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
-        wait = self.tuning.start_timeout if timeout == -1 else timeout
-        return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED}, wait)
+        return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED},
+                                       self._wait(timeout))
 
     def stop(self, timeout: float | None = None) -> State:
         """Finish the message in flight, complete what was handled, close the connections."""
@@ -181,21 +182,27 @@ class Link:
             self.lifecycle.set(State.STOPPED)
         return self.state
 
-    def pause(self, timeout: float | None = None) -> State:
+    def pause(self, timeout: float | None = -1) -> State:
+        """Finish the message in flight and hold; waits like start() (a link still
+        connecting pauses once connected)."""
         if self.lifecycle.begin(Command.PAUSE) is None:
             return self.state
         self._command(State.PAUSED)
-        return self.lifecycle.wait_for({State.PAUSED, State.STOPPED}, timeout)
+        return self.lifecycle.wait_for({State.PAUSED, State.STOPPED}, self._wait(timeout))
 
-    def resume(self, timeout: float | None = None) -> State:
+    def resume(self, timeout: float | None = -1) -> State:
         if self.lifecycle.begin(Command.RESUME) is None:
             return self.state
         self._command(State.STARTED)
-        return self.lifecycle.wait_for({State.STARTED, State.STOPPED}, timeout)
+        return self.lifecycle.wait_for({State.STARTED, State.STOPPED}, self._wait(timeout))
+
+    def _wait(self, timeout: float | None) -> float | None:
+        return self.tuning.start_timeout if timeout == -1 else timeout
 
     def _command(self, want: State) -> None:
         with self.lifecycle.cond:
             self._want = want
+            self._commands += 1
             self.lifecycle.cond.notify_all()
 
     def info(self) -> dict[str, object]:
@@ -339,8 +346,10 @@ class Link:
         batch = self.batch
         pending: list[ProcessingContext] = []
         counters = self.counters
+        seen = -1
         while True:
-            if self._want is not State.STARTED:
+            if seen != self._commands:  # a command came: settle into what it wants
+                seen = self._commands
                 self._complete(pending)
                 if not self._hold():
                     return
@@ -373,9 +382,13 @@ class Link:
         if out is not None:
             if self._producer is None:
                 self._open_target()
-            self.operator.execute(ctx, Stage.SEND, self._producer.send, out,  # type: ignore[union-attr]
-                                  ctx.destination, delivery_mode=ctx.headers[_DELIVERY_MODE],
-                                  priority=ctx.headers[_PRIORITY], time_to_live=ctx.time_to_live)
+            send = self._producer.send  # type: ignore[union-attr]
+            params = {"delivery_mode": ctx.headers[_DELIVERY_MODE],
+                      "priority": ctx.headers[_PRIORITY], "time_to_live": ctx.time_to_live}
+            try:
+                send(out, ctx.destination, **params)
+            except Exception as exc:
+                self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), params)
             if ctx.error is not None:
                 self._send_failed(ctx, pending)
                 return
@@ -425,26 +438,13 @@ class Link:
         txn = self._txn
         assert txn is not None
         try:
-            self.operator.execute(None, txn.completion_stage, txn.complete)
-        except JMSException as exc:
-            self.counters.error(f"{txn.completion_stage.value}: {exc}")
-            self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
-                             self.name, txn.completion_stage.value, len(pending), exc)
-            for ctx in pending:
-                ctx.fail(txn.completion_stage, exc)
-                self._to_dmq(ctx, txn.failure_reason)
-            if isinstance(exc, CONNECTION_LOST):
-                pending.clear()
-                raise ConnectionLost(f"{txn.completion_stage.value}: {exc}") from exc
-            if txn.transacted:
-                # A failed commit leaves nothing half done: roll back, the messages come
-                # back; back off so a commit that keeps failing does not spin.
-                attempt = max(ctx.headers[_DELIVERY_COUNT] for ctx in pending)
-                self._abort(pending)
-                if not self.operator.backoff(attempt):
-                    raise Interrupted("stopped while backing off after a failed commit")
-            pending.clear()
-            return
+            txn.complete()
+        except Exception as first:  # retried when retriable (no context: nothing tolerated)
+            try:
+                self.operator.failed(None, txn.completion_stage, first, txn.complete, (), {})
+            except JMSException as exc:
+                self._completion_failed(pending, exc)
+                return
         counters = self.counters
         log_transfers = self.setup.bridge.log_message_transfer and self.log.isEnabledFor(logging.INFO)
         for ctx in pending:
@@ -456,6 +456,29 @@ class Link:
                                   ctx.destination)
             elif ctx.action is Action.CONSUME:
                 counters.consumed_only += 1
+        pending.clear()
+
+    def _completion_failed(self, pending: list[ProcessingContext], exc: JMSException) -> None:
+        """The chapter: a failed acknowledge or commit sends the messages to the DMQ."""
+        txn = self._txn
+        assert txn is not None
+        stage = txn.completion_stage
+        self.counters.error(f"{stage.value}: {exc}")
+        self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
+                         self.name, stage.value, len(pending), exc)
+        for ctx in pending:
+            ctx.fail(stage, exc)
+            self._to_dmq(ctx, txn.failure_reason)
+        if isinstance(exc, CONNECTION_LOST):
+            pending.clear()
+            raise ConnectionLost(f"{stage.value}: {exc}") from exc
+        if txn.transacted:
+            # A failed commit leaves nothing half done: roll back, the messages come back;
+            # back off so that a commit that keeps failing does not spin.
+            attempt = max(ctx.headers[_DELIVERY_COUNT] for ctx in pending)
+            self._abort(pending)
+            if not self.operator.backoff(attempt):
+                raise Interrupted("stopped while backing off after a failed commit")
         pending.clear()
 
     def _to_dmq(self, ctx: ProcessingContext, reason: DMQReason) -> None:
@@ -477,7 +500,7 @@ class Link:
         self.counters.dead(reason.value, result.taken_by is not None)
 
     def _hold(self) -> bool:
-        """Wait here while paused; False when the link is to stop."""
+        """Take the state the commands want: wait here while paused; False to stop."""
         with self.lifecycle.cond:
             if self._want is State.PAUSED:
                 self._release_idle_target()
@@ -487,8 +510,9 @@ class Link:
                     self.lifecycle.cond.wait()
             if self._want is State.STOPPED:
                 return False
-            self.lifecycle.set(State.STARTED)
-            self.log.info("link %s resumed", self.name)
+            if self.lifecycle.state is not State.STARTED:
+                self.lifecycle.set(State.STARTED)
+                self.log.info("link %s runs", self.name)
             return True
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
+from functools import cached_property
 from enum import Enum
 from operator import attrgetter
 from types import MappingProxyType
@@ -123,6 +124,11 @@ class LinkPlan:
     transformer_properties: Mapping[str, str] = field(default_factory=dict)
     destinations: Mapping[str, Destination] = field(default_factory=dict)  # for branch_to
     backout_threshold: int = 0               # 0: off
+
+    @cached_property
+    def steps(self) -> tuple[tuple["Stage", "Step"], ...]:
+        """STEPS without those this link's configuration makes no-ops (hoisted once)."""
+        return tuple((stage, step) for stage, step in STEPS if SKIP.get(stage, _never)(self) is False)
 
 
 _HEADERS = attrgetter(*HEADER_FIELDS)
@@ -290,6 +296,17 @@ STEPS: tuple[tuple[Stage, Step], ...] = (
     (Stage.TAG, tag_bridge_name),
     (Stage.ADDRESS, address),
 )
+# When a step has nothing to do for a whole link (LinkPlan.steps leaves it out).
+SKIP: Mapping[Stage, Callable[[LinkPlan], bool]] = MappingProxyType({
+    Stage.BACKOUT: lambda plan: not plan.backout_threshold,
+    Stage.REPLY_TO: lambda plan: plan.retain_reply_to,
+    Stage.TRANSFORM: lambda plan: plan.transformer is None,
+    Stage.TAG: lambda plan: not plan.tag_bridge_name,
+})
+
+
+def _never(plan: LinkPlan) -> bool:
+    return False
 
 
 def on_transform_failure(plan: LinkPlan, ctx: ProcessingContext) -> None:
@@ -306,8 +323,11 @@ def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext,
     """The message to send (ctx.destination, ctx.time_to_live set), or None with
     ctx.action saying what to do instead."""
     msg: Message | None = message
-    for stage, step in STEPS:
-        msg = operator.execute(ctx, stage, step, msg, plan, ctx)
+    for stage, step in plan.steps:
+        try:  # the first attempt inline: this runs for every message
+            msg = step(msg, plan, ctx)  # type: ignore[arg-type]
+        except Exception as exc:
+            msg = operator.failed(ctx, stage, exc, step, (msg, plan, ctx), {})
         if msg is None:
             if ctx.error is not None and ctx.stage is Stage.TRANSFORM:
                 on_transform_failure(plan, ctx)
@@ -334,31 +354,38 @@ class RetryWithTolerance:
                 operation: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
         """``operation(*args, **kwargs)``; None with ctx.error set when the stage tolerated
         its error (without a context nothing is tolerated)."""
+        try:
+            return operation(*args, **kwargs)
+        except Exception as exc:
+            return self.failed(ctx, stage, exc, operation, args, kwargs)
+
+    def failed(self, ctx: ProcessingContext | None, stage: Stage, first: Exception,
+               operation: Callable[..., T], args: tuple[Any, ...],
+               kwargs: Mapping[str, Any]) -> T | None:
+        """After ``operation`` raised ``first``: retry, tolerate or raise (see execute)."""
         if ctx is not None:
             ctx.stage = stage
-        give_up = None
+        error: Exception = first
+        give_up = time.monotonic() + self.deadline
         delay = self.initial
-        while True:
+        while isinstance(error, RETRIED):
+            if ctx is not None:
+                ctx.attempts += 1
+            now = time.monotonic()
+            if now >= give_up:
+                break
+            if self.stop.wait(min(delay, give_up - now)):
+                raise Interrupted(f"stopped while retrying {stage.value}: {error}") from error
+            delay = min(delay * 2, self.maximum)
             try:
                 return operation(*args, **kwargs)
-            except RETRIED as exc:
-                if ctx is not None:
-                    ctx.attempts += 1
-                now = time.monotonic()
-                give_up = give_up if give_up is not None else now + self.deadline
-                if now < give_up:
-                    if self.stop.wait(min(delay, give_up - now)):
-                        raise Interrupted(f"stopped while retrying {stage.value}: {exc}") from exc
-                    delay = min(delay * 2, self.maximum)
-                    continue
-                error: BaseException = exc
             except Exception as exc:
                 error = exc
-            if (isinstance(error, NEVER_TOLERATED.get(stage, ()))
-                    or not isinstance(error, self.tolerance.get(stage, ())) or ctx is None):
-                raise error
-            ctx.fail(stage, error)
-            return None
+        if (ctx is None or isinstance(error, NEVER_TOLERATED.get(stage, ()))
+                or not isinstance(error, self.tolerance.get(stage, ()))):
+            raise error
+        ctx.fail(stage, error)
+        return None
 
     def backoff(self, attempt: int) -> bool:
         """Wait before trying again after ``attempt`` failures in a row; False if stopped."""

@@ -1,0 +1,238 @@
+"""JMS bridge link throughput and latency against the raw broker ceiling; prints JSON.
+
+    .venv/bin/python benchmarks/link.py [--messages N] [--rounds R] [--ack-batch B]
+
+One embedded broker with a persistent store (imq.persist.file.sync.enabled=false, the
+default: each batch is handed to the OS, not fsynced), persistent 1 KiB BytesMessages,
+one non-transacted link src -> dst, all in this process. Each measurement runs --rounds
+times, interleaved, and the median is reported (this machine is shared and noisy):
+
+- ceiling (raw_move): the same queues without the bridge: N messages waiting in src, one
+  plain JMS client thread receives each (AUTO_ACKNOWLEDGE, the cheapest) and sends it to
+  dst, flat out. It does exactly the broker work the link does (N receives from src,
+  N persistent sends to dst), so link / ceiling is the bridge's own cost;
+- link: N messages waiting in src, the bridge started; msg/s = N / (start .. the last
+  one on dst); with an acknowledge per message (the chapter's rule) and with acknowledge
+  batches (--ack-batch, still at-least-once); log-message-transfer off, and once on (an
+  INFO line per message into the bridge's log file);
+- flat_out_produce_consume (reference): one producer thread and one consumer thread on
+  one queue at once. Messages consumed before the store writes them never touch the disk,
+  so this shape does less store work per message than either of the above;
+- end_to_end: a producer thread into src, the link, a consumer thread on dst at once;
+- latency: a paced producer (1,000 msg/s) into src; p50/p99 from send to receive on dst.
+
+ratio_to_ceiling = link msg/s / raw_move msg/s (the target: >= 0.6 and >= 10,000 msg/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.jmsbridge.link import LinkTuning
+from bridgemgr.props import load_properties
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+SRC, DST = Queue("src"), Queue("dst")
+
+
+def bridge_xml(log_transfers: bool) -> bytes:
+    return f"""<jmsbridge name="bench" log-message-transfer="{str(log_transfers).lower()}">
+      <link name="l" transacted="false">
+        <source connection-factory-ref="host" destination-ref="src"/>
+        <target connection-factory-ref="host" destination-ref="dst"/>
+      </link>
+      <connection-factory ref-name="host"/>
+      <destination ref-name="src" name="src"/><destination ref-name="dst" name="dst"/>
+    </jmsbridge>""".encode()
+
+
+def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool) -> JMSBridge:
+    props = load_properties([], [f"imq.varhome={var}"])
+    return JMSBridge(parse_bridge_config(bridge_xml(log_transfers)), props,
+                     host_factory=lambda env: EmbeddedConnectionFactory(broker),
+                     tuning=LinkTuning(ack_batch=ack_batch))
+
+
+def percentiles(samples: list[float]) -> dict[str, float]:
+    samples = sorted(samples)
+    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
+    return {"p50_ms": round(pick(0.50) * 1e3, 3), "p99_ms": round(pick(0.99) * 1e3, 3)}
+
+
+def produce(broker: Broker, n: int, body: bytes, dest: Queue = SRC) -> None:
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    producer = conn.create_session().create_producer(dest)
+    producer.delivery_mode = DeliveryMode.PERSISTENT
+    for _ in range(n):
+        producer.send(BytesMessage(body))
+    conn.close()
+
+
+def consume(broker: Broker, n: int, dest: Queue) -> float:
+    """Receive n messages; the time of the last one."""
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    consumer = conn.create_session().create_consumer(dest)
+    for got in range(n):
+        if consumer.receive(10) is None:
+            raise RuntimeError(f"stalled after {got} messages on {dest}")
+    conn.close()
+    return time.perf_counter()
+
+
+def flat_out(broker: Broker, n: int, body: bytes) -> dict:
+    """One producer thread and one consumer thread on src, no bridge."""
+    done: list[float] = []
+    consumer = threading.Thread(target=lambda: done.append(consume(broker, n, SRC)))
+    consumer.start()
+    start = time.perf_counter()
+    produce(broker, n, body)
+    consumer.join()
+    elapsed = done[0] - start
+    return {"messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
+
+
+def raw_move(broker: Broker, n: int, body: bytes) -> dict:
+    """n messages waiting in src; a plain client moves them to dst (no bridge)."""
+    produce(broker, n, body)
+    if broker.store is not None:
+        broker.store.flush()
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    session = conn.create_session()
+    consumer, producer = session.create_consumer(SRC), session.create_producer(DST)
+    start = time.perf_counter()
+    for _ in range(n):
+        m = consumer.receive(10)
+        producer.send(m, delivery_mode=m.delivery_mode, priority=m.priority)
+    elapsed = time.perf_counter() - start
+    conn.close()
+    consume(broker, n, DST)
+    return {"messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
+
+
+def link_drain(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
+               log_transfers: bool) -> dict:
+    """n messages waiting in src; the (started, then paused) bridge resumes and moves
+    them all to dst; the time from resume to the last one on dst."""
+    bridge = make_bridge(broker, var, ack_batch, log_transfers)
+    bridge.start()
+    bridge.pause()
+    produce(broker, n, body)
+    if broker.store is not None:
+        broker.store.flush()
+    start = time.perf_counter()
+    bridge.resume()
+    while broker.queue_depth("dst") < n:  # coarse: a busy poller would slow the link
+        time.sleep(0.005)
+    elapsed = time.perf_counter() - start
+    bridge.stop()
+    consume(broker, n, DST)  # empty it for the next run
+    return {"ack_batch": ack_batch, "log_message_transfer": log_transfers, "messages": n,
+            "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
+
+
+def end_to_end(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int) -> dict:
+    bridge = make_bridge(broker, var, ack_batch, False)
+    bridge.start()
+    done: list[float] = []
+    consumer = threading.Thread(target=lambda: done.append(consume(broker, n, DST)))
+    consumer.start()
+    start = time.perf_counter()
+    produce(broker, n, body)
+    consumer.join()
+    bridge.stop()
+    elapsed = done[0] - start
+    return {"ack_batch": ack_batch, "messages": n, "seconds": round(elapsed, 3),
+            "msg_per_s": round(n / elapsed)}
+
+
+def latency(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
+            rate: int = 1000) -> dict:
+    bridge = make_bridge(broker, var, ack_batch, False)
+    bridge.start()
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    receiver = conn.create_session().create_consumer(DST)
+    samples: list[float] = []
+
+    def receive() -> None:
+        for _ in range(n):
+            m = receiver.receive(10)
+            samples.append(time.perf_counter() - m.get_double_property("t"))
+
+    t = threading.Thread(target=receive)
+    t.start()
+    producer = conn.create_session().create_producer(SRC)
+    producer.delivery_mode = DeliveryMode.PERSISTENT
+    start = time.perf_counter()
+    for i in range(n):
+        due = start + i / rate
+        while (now := time.perf_counter()) < due:
+            time.sleep(min(due - now, 0.0005))
+        m = BytesMessage(body)
+        m.set_double_property("t", time.perf_counter())
+        producer.send(m)
+    t.join()
+    conn.close()
+    bridge.stop()
+    return {"ack_batch": ack_batch, "rate_msg_per_s": rate, **percentiles(samples),
+            "mean_ms": round(statistics.fmean(samples) * 1e3, 3)}
+
+
+def median_run(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["msg_per_s"])
+    return {**ordered[len(ordered) // 2], "all_msg_per_s": [r["msg_per_s"] for r in runs]}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=30_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--latency-messages", type=int, default=3000)
+    ap.add_argument("--ack-batch", type=int, default=100)
+    args = ap.parse_args()
+    body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
+    n = args.messages
+    out: dict = {"message_bytes": args.size, "messages": n, "rounds": args.rounds,
+                 "store": "persistent, no fsync"}
+    with tempfile.TemporaryDirectory() as tmp:
+        var = Path(tmp) / "var"
+        broker = Broker(Path(tmp) / "store")
+        ceiling, link_1, link_b, flat = [], [], [], []
+        for _ in range(args.rounds):
+            ceiling.append(raw_move(broker, n, body))
+            link_1.append(link_drain(broker, var, n, body, 1, False))
+            link_b.append(link_drain(broker, var, n, body, args.ack_batch, False))
+            flat.append(flat_out(broker, n, body))
+        out["ceiling_raw_move"] = median_run(ceiling)
+        out["link"] = [median_run(link_1), median_run(link_b),
+                       link_drain(broker, var, n // 5, body, 1, True)]
+        out["flat_out_produce_consume"] = median_run(flat)
+        out["end_to_end"] = [end_to_end(broker, var, n, body, 1),
+                             end_to_end(broker, var, n, body, args.ack_batch)]
+        out["latency"] = [latency(broker, var, args.latency_messages, body, 1),
+                          latency(broker, var, args.latency_messages, body, args.ack_batch)]
+        broker.close()
+    ceil = out["ceiling_raw_move"]["msg_per_s"]
+    out["ratio_to_ceiling"] = {f"ack_batch_{r['ack_batch']}": round(r["msg_per_s"] / ceil, 2)
+                               for r in out["link"][:2]}
+    best = max(r["msg_per_s"] for r in out["link"][:2])
+    out["target_met"] = best >= 10_000 and best >= 0.6 * ceil
+    out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
