@@ -297,6 +297,18 @@ def test_transform_failure_without_consume_stops_the_link(broker, bridges):
     assert texts(drain(broker, "src")) == ["bad2", "good3"]
 
 
+def test_a_link_that_may_halt_acknowledges_each_message(broker, bridges):
+    send(broker, "src", ["good1", "good2", "bad3"])
+    xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Failing"'))
+    tuning = LinkTuning(**{**FAST.__dict__, "ack_batch": 50})
+    b = run(broker, xml, tuning=tuning)
+    bridges.append(b)
+    assert b.links[0].lifecycle.wait_for({State.STOPPED}, 5) is State.STOPPED
+    b.start_link("l")  # stops on bad3 again; good1 and good2 were acknowledged, not resent
+    assert b.links[0].lifecycle.wait_for({State.STOPPED}, 5) is State.STOPPED
+    assert texts(drain(broker, "dst", expect=2)) == ["good1", "good2"]
+
+
 def test_backout_threshold_moves_a_poison_message_to_the_dmq(broker, bridges, tmp_path):
     props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.b.backoutThreshold=2"])
     send(broker, "src", ["bad-poison", "good"])

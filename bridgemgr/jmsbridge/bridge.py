@@ -255,6 +255,9 @@ class JMSBridge:
             except TransactedLinkUnsupported as exc:
                 raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
                                        f"{exc}") from None
+            except JMSException as exc:  # e.g. no host broker runs to compare with
+                raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: cannot "
+                                       f"reach its providers: {exc}") from exc
             if (destinations[link.source.destination_ref].is_topic and link.source.durable_sub
                     and not link.source.clientid):
                 raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "
