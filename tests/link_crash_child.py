@@ -1,9 +1,13 @@
 """A JMS bridge run in a subprocess by test_jmsbridge_crash.py, to be killed with SIGKILL.
 
-Usage: link_crash_child.py STORE_DIR. Opens the persistent embedded broker of STORE_DIR
-(fsync on), makes it the host broker and starts bridge `crash` with one non-transacted
-link src -> dst. Prints "ready" once the link runs; when src is empty it stops the bridge
-cleanly and prints "done". The parent kills it at random moments in between.
+Usage: link_crash_child.py SOURCE_STORE [TARGET_STORE]. Opens the persistent embedded
+broker of SOURCE_STORE (fsync on) as the host broker and starts bridge `crash` with one
+non-transacted link src -> dst; dst is on the same broker, or, given TARGET_STORE, on a
+second broker (fsync on too), reached by a JNDI lookup. The link's transformer pauses on
+every 25th message, as a slow transformer or target would: a link that consumed before
+sending would lose the messages caught there by a kill. Prints "ready" once the link
+runs; when src is empty it stops the bridge cleanly and prints "done". The parent kills
+it at random moments in between.
 """
 
 from __future__ import annotations
@@ -14,9 +18,25 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bridgemgr.providers.embedded import Broker, connection_factory, set_host_broker  # noqa: E402
+from bridgemgr.providers.embedded import (  # noqa: E402
+    Broker, connection_factory, open_broker, set_host_broker,
+)
+
+from bridgemgr.transform import MessageTransformer  # noqa: E402
 
 from jmsbridge_support import FAST, bridge_xml, link_xml  # noqa: E402
+
+
+class SlowEvery25th(MessageTransformer):
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def transform(self, message, read_only, charset_name, source, target, properties):
+        self.seen += 1
+        if self.seen % 25 == 0:
+            time.sleep(0.05)
+        return message
 
 
 def say(line: str) -> None:
@@ -30,7 +50,17 @@ def main() -> None:
 
     broker = Broker(sys.argv[1], sync=True)
     set_host_broker(broker)
-    bridge = JMSBridge(parse_bridge_config(bridge_xml(link_xml(), name="crash",
+    links = link_xml(target_attrs='message-transformer-class="link_crash_child.SlowEvery25th"')
+    cfs, target = "", None
+    if len(sys.argv) > 2:
+        target = open_broker(sys.argv[2], sync=True)  # the one the lookup below finds
+        links = links.replace('<target connection-factory-ref="host"',
+                              '<target connection-factory-ref="remote"')
+        cfs = ('<connection-factory ref-name="remote" lookup-name="ConnectionFactory">'
+               '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+               f'<property name="java.naming.provider.url" value="{sys.argv[2]}"/>'
+               '</connection-factory>')
+    bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
                                                       log_message_transfer="false")),
                        host_factory=lambda env: connection_factory(), tuning=FAST)
     bridge.start()
@@ -39,6 +69,8 @@ def main() -> None:
         time.sleep(0.01)
     bridge.stop()
     broker.close()
+    if target is not None:
+        target.close()
     say("done")
 
 
