@@ -122,8 +122,24 @@ def workloads(factory: ConnectionFactory, args: argparse.Namespace, mode_name: s
 def child(args: argparse.Namespace) -> None:
     """The remote side: run the workloads against the service and print them as JSON."""
     from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
-    factory = RemoteConnectionFactory(args.child, prefetch=args.prefetch)
+    factory = RemoteConnectionFactory(args.child, prefetch=args.prefetch, send_window=args.send_window)
     print(json.dumps(workloads(factory, args, args.mode)))
+
+
+def run_child(args: argparse.Namespace, mode: str, url: str, window: int) -> dict:
+    """One remote run in a child process; the service's CPU time is measured here."""
+    cmd = [sys.executable, __file__, "--child", url, "--mode", mode, "--messages", str(args.messages),
+           "--size", str(args.size), "--latency-messages", str(args.latency_messages),
+           "--prefetch", str(args.prefetch), "--send-window", str(window)]
+    cpu0 = time.process_time()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the remote run of {mode} failed:\n{done.stderr}")
+    remote = json.loads(done.stdout)
+    remote["flat_out"]["service_cpu_us_per_msg"] = round(
+        (time.process_time() - cpu0) / remote["flat_out"]["messages"] * 1e6, 1)
+    remote["send_window"] = window
+    return remote
 
 
 def main() -> None:
@@ -132,6 +148,8 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--latency-messages", type=int, default=3000)
     ap.add_argument("--prefetch", type=int, default=100)
+    ap.add_argument("--send-window", type=int, default=64,
+                    help="window of the pipelined persistent runs (the strict runs wait for every send)")
     ap.add_argument("--mode", choices=sorted(MODES))
     ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -154,20 +172,18 @@ def main() -> None:
             service = JmsService(broker, netloop, "127.0.0.1", 0).start()
             mapper = PortMapper(netloop, "127.0.0.1", 0, "bench").start()
             mapper.register(service.service_entry())
-            cmd = [sys.executable, __file__, "--child", f"mq://127.0.0.1:{mapper.port}", "--mode", name,
-                   "--messages", str(args.messages), "--size", str(args.size),
-                   "--latency-messages", str(args.latency_messages), "--prefetch", str(args.prefetch)]
-            cpu0 = time.process_time()
-            done = subprocess.run(cmd, capture_output=True, text=True, check=False)
-            if done.returncode:
-                raise SystemExit(f"the remote run of {name} failed:\n{done.stderr}")
-            remote = json.loads(done.stdout)
-            remote["flat_out"]["service_cpu_s"] = round(time.process_time() - cpu0, 2)
+            result = {"in_process": local}
+            variants = {"remote": 0}
+            if MODES[name][0] == DeliveryMode.PERSISTENT:
+                variants[f"remote_send_window_{args.send_window}"] = args.send_window
+            for label, window in variants.items():
+                remote = run_child(args, name, f"mq://127.0.0.1:{mapper.port}", window)
+                remote["ratio"] = round(remote["flat_out"]["msg_per_s"] / local["flat_out"]["msg_per_s"], 2)
+                result[label] = remote
             service.stop()
             mapper.stop()
             broker.close()
-            out[name] = {"in_process": local, "remote": remote,
-                         "ratio": round(remote["flat_out"]["msg_per_s"] / local["flat_out"]["msg_per_s"], 2)}
+            out[name] = result
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
 

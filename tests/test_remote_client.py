@@ -267,6 +267,26 @@ def test_a_refused_non_persistent_send_surfaces_at_the_next_send(harness, broker
     strict.close()
 
 
+def test_a_send_window_pipelines_persistent_sends_and_still_reports_refusals(harness, broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_msgs=3))
+    conn = harness.factory(send_window=8).create_connection()
+    session = conn.create_session()
+    producer = session.create_producer(Q)
+    for i in range(6):
+        producer.send(TextMessage(str(i)))     # none waits: the window holds eight
+    with pytest.raises(ResourceAllocationException, match="full"):
+        session.close()                        # closing waits for the window: three were refused
+    assert depth(broker)["pending"] == 3
+    small = harness.factory(send_window=2).create_connection()
+    producer = small.create_session().create_producer(Q)
+    producer.send(TextMessage("a"))
+    producer.send(TextMessage("b"))
+    with pytest.raises(ResourceAllocationException, match="full"):
+        producer.send(TextMessage("c"))        # the window is full: it waits, and sees "a" refused
+    small.close()
+    conn.close()
+
+
 def test_a_transaction_that_fails_at_commit_stays_open(harness, broker):
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
     conn = harness.factory().create_connection()

@@ -17,8 +17,11 @@ waits in the queue's ``waiters`` like an in-process consumer; the broker's wake-
 (``notify``, called under the broker lock from any thread) schedules another ``pump``
 on the loop. Taken messages stay with the consumer ("in flight") until the client
 reports them CONSUMED, which moves them into the session's work (or acknowledges them,
-in AUTO/DUPS_OK) and frees room in the window. A clean close gives in-flight messages
-back as never delivered; a lost connection gives them back as redelivered.
+in AUTO/DUPS_OK) and frees room in the window; the window is refilled once a quarter of
+it is free, so deliveries leave in batches (one write, one wake-up of the client for
+many messages), while a message arriving for a waiting consumer goes out at once. A
+clean close gives in-flight messages back as never delivered; a lost connection gives
+them back as redelivered.
 
 Requests run on the loop thread, except those that may wait for the store (XA
 prepare/commit/rollback, unsubscribe, and sends and commits when the store fsyncs): their
@@ -77,6 +80,7 @@ MIN_HEARTBEAT = 0.05
 BROWSE_PAGE_MESSAGES = 500
 BROWSE_PAGE_BYTES = 1 << 20
 MAX_PREFETCH = 65536
+_HELLO, _INDIVIDUAL = wire.Op.HELLO, AckMode.INDIVIDUAL_ACKNOWLEDGE
 
 
 class JmsService:
@@ -179,6 +183,7 @@ class _RemoteConsumer(EmbeddedConsumer):
         self.remote = session
         self.cid = cid
         self.prefetch = prefetch          # 0: a pull consumer (see wire's notes)
+        self.refill = max(1, prefetch // 4)  # CONSUMED refills the window in batches this big
         self.credit = 0                   # PULL credits of a pull consumer
         self.inflight: dict[int, Envelope] = {}
         self._scheduled = False
@@ -268,7 +273,8 @@ class _Link(asyncio.Protocol):
         self.browsers: dict[int, list[Any]] = {}
         self._browser_ids = itertools.count(1)
         self._allowed: dict[tuple[str, Destination], bool] = {}
-        self._out: list[bytes] | None = None
+        self._outq: list[bytes] = []
+        self._flush_scheduled = False
         self.closing = False                    # CLOSE answered: close once written
         self.halted = False                     # login refused: read nothing more
         self.interval = 0.0
@@ -293,23 +299,17 @@ class _Link(asyncio.Protocol):
         self._drain()
 
     def _drain(self) -> None:
-        """Handle every complete request received, then write the answers at once."""
-        self._out = out = []
+        """Handle every complete request received."""
         try:
             while not (self.closed or self.closing or self.halted) and (event := self.wire.next_event()) is not None:
                 if event.__class__ is wire.Request:
                     self._request(event)  # type: ignore[arg-type]
         except wire.ProtocolError as exc:
             log.warning("jms client %s broke the protocol: %s", self.peer, exc)
-            self._out = None
-            if out:
-                self.write(b"".join(out))
             self.fail(exc)
             return
-        self._out = None
-        if out:
-            self.write(b"".join(out))
         if self.closing and self.transport is not None:
+            self._flush()
             self.closed = True
             self.transport.close()
 
@@ -337,11 +337,21 @@ class _Link(asyncio.Protocol):
 
     # --- writing -----------------------------------------------------------------------------
     def write(self, data: bytes) -> None:
-        if self._out is not None:
-            self._out.append(data)
-        elif self.transport is not None and not self.closed:
-            self.transport.write(data)
+        """Queue ``data``; what one loop iteration writes goes out in one send (a system
+        call wakes the client, which costs more than the bytes)."""
+        if self.closed or self.transport is None:
+            return
+        self._outq.append(data)
+        if not self._flush_scheduled:
+            self._flush_scheduled = True
+            self.loop.call_soon(self._flush)
+
+    def _flush(self) -> None:
+        self._flush_scheduled = False
+        if self._outq and self.transport is not None and not self.transport.is_closing():
+            self.transport.write(b"".join(self._outq) if len(self._outq) > 1 else self._outq[0])
             self.last_write = time.monotonic()
+        self._outq.clear()
 
     def call_soon(self, fn: Callable[[], None]) -> None:
         if threading.get_ident() == self.service.loop_thread:
@@ -354,6 +364,7 @@ class _Link(asyncio.Protocol):
         if self.closed or self.transport is None:
             return
         self.write(wire.failure(0, exc, fatal=True))
+        self._flush()
         self.closed = True
         self.transport.close()
 
@@ -376,7 +387,7 @@ class _Link(asyncio.Protocol):
     # --- requests -------------------------------------------------------------------------------------
     def _request(self, req: wire.Request) -> None:
         op = req.op
-        if op is wire.Op.HELLO:
+        if op is _HELLO:
             self._hello(req)
             return
         sid = req.args[0] if op in _SESSION_OPS else None
@@ -590,13 +601,14 @@ class _Link(asyncio.Protocol):
             self.broker.acknowledge(envs)
         else:
             work = s._work_now() or s._work
-            individual = s.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and work is s._work
+            individual = s.ack_mode is _INDIVIDUAL and work is s._work
             for tag, env in zip(tags, envs):
                 env.owner = work
                 work.acks.append(env)
                 if individual:
                     session.by_tag[tag] = env
-        consumer.schedule()
+        if consumer.room() >= consumer.refill:
+            consumer.schedule()
 
     def _return(self, sid: int, cid: int, tags: list[int], seen: bool) -> None:
         consumer = self.consumers.get(cid)

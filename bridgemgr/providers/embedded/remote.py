@@ -13,7 +13,14 @@ once; the other modes batch them until the next request, until a receive would w
 for at most one heart-beat interval), sends inside a transaction (written with the next
 request), and NON_PERSISTENT sends outside one (``sync_sends=True`` waits for those
 too). A failed asynchronous send comes back as an ERROR naming the session: the next
-send or commit of that session raises it (a transaction that lost a send rolls back).
+send of that session raises it (a transaction that lost a send rolls back at commit).
+
+A PERSISTENT send outside a transaction returns once the service has the message (and,
+if its store fsyncs, once it is on disk): one round trip each. With ``send_window=N``
+they are pipelined instead: ``send`` returns at once as long as at most N of the
+session's persistent sends are unconfirmed, and otherwise waits for the oldest; a
+refused one fails the next send, and ``close`` waits for all of them. The price: when
+``send`` returns, the message may still be on its way, as with any asynchronous send.
 
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
 reader queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
@@ -85,6 +92,7 @@ log = logging.getLogger(__name__)
 SCHEMES = {"mq": (True, False), "mqtcp": (False, False), "mqssl": (False, True)}  # (port mapper, tls)
 LAZY_LIMIT = 256 * 1024    # bytes of unsent CONSUMED reports / transacted sends before writing
 _NON_PERSISTENT = int(DeliveryMode.NON_PERSISTENT)
+_AUTO, _CLIENT, _INDIVIDUAL = AckMode.AUTO_ACKNOWLEDGE, AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE
 
 
 @dataclass(frozen=True)
@@ -127,7 +135,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
 
     def __init__(self, url: str = f"mq://127.0.0.1:{DEFAULT_PORT}", *, ssl_context: ssl.SSLContext | None = None,
                  prefetch: int = 100, heartbeat: float = 30.0, connect_timeout: float = 10.0,
-                 sync_sends: bool = False, client_name: str | None = None) -> None:
+                 sync_sends: bool = False, send_window: int = 0, client_name: str | None = None) -> None:
         self.url = url
         self.addresses = parse_url(url)
         self.ssl_context = ssl_context
@@ -137,6 +145,9 @@ class RemoteConnectionFactory(XAConnectionFactory):
         self.heartbeat = heartbeat
         self.connect_timeout = connect_timeout
         self.sync_sends = sync_sends
+        if send_window < 0:
+            raise JMSException(f"send_window must be >= 0, not {send_window}")
+        self.send_window = send_window
         self.client_name = client_name or f"python pid {os.getpid()}"
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> "RemoteConnection":
@@ -305,6 +316,11 @@ class RemoteConnection(XAConnection):
 
     def _call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
               check: bool = True) -> Any:
+        return self._finish(self._start(frame, then, check))
+
+    def _start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
+               check: bool = True) -> _Call:
+        """Write a request; its answer completes the returned call."""
         if check:
             self._check_open()
         call_id = next(self._call_ids)
@@ -315,6 +331,9 @@ class RemoteConnection(XAConnection):
         except TransportException:
             self._calls.pop(call_id, None)
             raise
+        return call
+
+    def _finish(self, call: _Call) -> Any:
         self._await(lambda: call.done, None)
         if call.error is not None:
             raise call.error
@@ -575,6 +594,7 @@ class RemoteSession(Session):
         self.listener_lock = threading.Lock()
         self._failed: JMSException | None = None
         self._in_branch = False
+        self._unconfirmed: deque[_Call] = deque()   # persistent sends in the send window
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -596,7 +616,7 @@ class RemoteSession(Session):
         return self.transacted
 
     def _acks_at_once(self) -> bool:
-        return not self.transacted and self.ack_mode is AckMode.AUTO_ACKNOWLEDGE
+        return not self.transacted and self.ack_mode is _AUTO
 
     # --- destinations -----------------------------------------------------------------------
     def create_temporary_queue(self) -> TemporaryQueue:
@@ -671,8 +691,23 @@ class RemoteSession(Session):
         elif snapshot.delivery_mode == _NON_PERSISTENT and not conn.factory.sync_sends:
             conn._check_open()
             conn._write(wire.send_request(0, self.sid, blob))
+        elif conn.factory.send_window:
+            self._unconfirmed.append(conn._start(lambda call_id: wire.send_request(call_id, self.sid, blob)))
+            self._settle(conn.factory.send_window)
         else:
             conn._call(lambda call_id: wire.send_request(call_id, self.sid, blob))
+
+    def _settle(self, keep: int) -> None:
+        """Wait until at most ``keep`` sends of the window are unconfirmed; raise the first refusal."""
+        unconfirmed, conn = self._unconfirmed, self.connection
+        while unconfirmed and (len(unconfirmed) > keep or unconfirmed[0].done):
+            call = unconfirmed.popleft()
+            try:
+                conn._finish(call)
+            except BaseException:
+                if not isinstance(call.error, JMSException):  # the connection broke: nothing to wait for
+                    unconfirmed.clear()
+                raise
 
     def _deliver(self, consumer: "RemoteConsumer", item: wire.Delivery, report: bool = True) -> Message:
         """The message of a delivery as the application sees it; reports it CONSUMED."""
@@ -680,9 +715,9 @@ class RemoteSession(Session):
         msg.delivery_count = item.dcount
         msg.redelivered = item.dcount > 1
         if not self._in_transaction():
-            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE:
+            if self.ack_mode is _INDIVIDUAL:
                 msg._ack = partial(self._ack_one, item.tag)
-            elif self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE:
+            elif self.ack_mode is _CLIENT:
                 msg._ack = self.acknowledge
         msg.set_read_only()
         if report:
@@ -737,10 +772,14 @@ class RemoteSession(Session):
     def close(self) -> None:
         if self.closed:
             return
-        self._closed_locally()
         conn = self.connection
-        if conn.broken is None and not conn.closed:
-            conn.request(wire.Op.SESSION_CLOSE, self.sid)
+        try:
+            if conn.broken is None:
+                self._settle(0)  # a refused send of the window fails the close
+        finally:
+            self._closed_locally()
+            if conn.broken is None and not conn.closed:
+                conn.request(wire.Op.SESSION_CLOSE, self.sid)
 
 
 class RemoteXASession(RemoteSession, XASession):

@@ -67,6 +67,8 @@ class ProtocolError(TransportException, code="WIRE_PROTOCOL"):
 
 
 class Kind(IntEnum):
+    __hash__ = int.__hash__   # (Enum's own hash is Python code: too slow per frame)
+
     REQUEST = 1
     REPLY = 2
     ERROR = 3
@@ -75,6 +77,8 @@ class Kind(IntEnum):
 
 
 class Op(IntEnum):
+    __hash__ = int.__hash__
+
     HELLO = 1
     CLOSE = 2
     SET_CLIENT_ID = 3
@@ -106,6 +110,10 @@ class Op(IntEnum):
     XA_RECOVER = 29
     XA_FORGET = 30
     PULL = 31
+
+
+_KINDS = {int(k): k for k in Kind}
+_OPS = {int(o): o for o in Op}
 
 
 class Role(Enum):
@@ -282,10 +290,9 @@ def _check_args(op: Op, args: Any) -> tuple[Any, ...]:
 def _parse_request(call: int, body: bytes) -> Request:
     if not body:
         raise ProtocolError("an empty REQUEST frame")
-    try:
-        op = Op(body[0])
-    except ValueError:
-        raise ProtocolError(f"unknown op {body[0]} in a REQUEST frame") from None
+    op = _OPS.get(body[0])
+    if op is None:
+        raise ProtocolError(f"unknown op {body[0]} in a REQUEST frame")
     if op is Op.SEND:
         if len(body) < _SEND.size:
             raise ProtocolError("a truncated SEND request")
@@ -326,7 +333,7 @@ def _parse_delivery(consumer: int, body: bytes) -> Delivery:
     return Delivery(consumer, tag, dcount, body[_DELIVER.size:])
 
 
-_PARSERS: dict[Kind, Callable[[int, bytes], Event]] = {
+_PARSERS: dict[int, Callable[[int, bytes], Event]] = {
     Kind.REQUEST: _parse_request,
     Kind.REPLY: lambda call, body: Reply(call, _parse_value(Kind.REPLY, body)),
     Kind.ERROR: _parse_failure,
@@ -335,18 +342,32 @@ _PARSERS: dict[Kind, Callable[[int, bytes], Event]] = {
 }
 
 
+_OPEN, _PREAMBLE, _ERROR, _HELLO = State.OPEN, State.PREAMBLE, State.ERROR, Op.HELLO
+
+
 class Wire:
     """One side of a connection: bytes in, events out (``receive_data`` / ``next_event``)."""
 
     def __init__(self, role: Role, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.role = role
-        self.state = State.PREAMBLE
+        self._state = State.PREAMBLE
         self.max_frame = max_frame           # applies once OPEN
         self.peer_version: int | None = None
         self._buf = bytearray()
         self._pos = 0
         self.frames = 0
         self._hello = False
+        self._legal: frozenset[int] = frozenset()     # the frame kinds legal in this state
+        self._server = role is Role.SERVER
+
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        self._legal = frozenset(int(k) for k in _LEGAL.get((self.role, state), ()))
 
     def receive_data(self, data: bytes) -> None:
         if self._pos > 65536 and self._pos * 2 > len(self._buf):
@@ -369,46 +390,53 @@ class Wire:
             raise
 
     def _next(self) -> Event | None:
-        if self.state is State.PREAMBLE and not self._preamble():
-            return None
+        state = self._state
+        if state is not _OPEN:
+            if state is _PREAMBLE and not self._preamble():
+                return None
+            if state is _ERROR:
+                raise ProtocolError("the connection already failed")
+            state = self._state
         buf, pos = self._buf, self._pos
-        if self.state is State.ERROR:
-            raise ProtocolError("the connection already failed")
         if len(buf) - pos < 4:
             return None
         size = _SIZE.unpack_from(buf, pos)[0]
-        limit = self.max_frame if self.state is State.OPEN else HANDSHAKE_MAX_FRAME
-        where = f"frame {self.frames + 1}"
+        limit = self.max_frame if state is _OPEN else HANDSHAKE_MAX_FRAME
         if size < 5 or size > limit:
-            raise ProtocolError(f"{where}: size {size} is outside 5..{limit} bytes")
-        if len(buf) - pos < size + 4:
+            raise ProtocolError(f"frame {self.frames + 1}: size {size} is outside 5..{limit} bytes")
+        end = pos + 4 + size
+        if len(buf) < end:
             return None
-        _, kind, channel = _HEAD.unpack_from(buf, pos)
-        try:
-            kind = Kind(kind)
-        except ValueError:
-            raise ProtocolError(f"{where}: unknown frame kind {kind}") from None
-        if kind not in _LEGAL[(self.role, self.state)]:
-            raise ProtocolError(f"{where}: a {kind.name} frame is not allowed in state {self.state.value}")
-        body = bytes(buf[pos + _HEAD.size:pos + 4 + size])
-        self._pos = pos + 4 + size
-        if self._pos == len(buf):
+        _, code, channel = _HEAD.unpack_from(buf, pos)
+        if code not in self._legal:
+            kind = _KINDS.get(code)
+            what = f"unknown frame kind {code}" if kind is None else \
+                f"a {kind.name} frame is not allowed in state {state.value}"
+            raise ProtocolError(f"frame {self.frames + 1}: {what}")
+        body = bytes(buf[pos + 9:end])
+        if end == len(buf):
             buf.clear()
             self._pos = 0
+        else:
+            self._pos = end
         self.frames += 1
         try:
-            event = _PARSERS[kind](channel, body)
+            event = _PARSERS[code](channel, body)
         except ProtocolError as exc:
-            raise ProtocolError(f"{where}: {exc}") from None
-        if kind is Kind.REQUEST and self.role is Role.SERVER:
-            hello = event.op is Op.HELLO  # type: ignore[union-attr]
-            if self.state is State.HANDSHAKE and (not hello or self._hello):
-                raise ProtocolError(f"{where}: only one HELLO is allowed before the handshake is done, "
-                                    f"not {event.op.name}")  # type: ignore[union-attr]
-            if self.state is State.OPEN and hello:
-                raise ProtocolError(f"{where}: HELLO after the handshake")
-            self._hello = self._hello or hello
+            raise ProtocolError(f"frame {self.frames}: {exc}") from None
+        if code == 1 and self._server and (state is not _OPEN or event.op is _HELLO):  # type: ignore[union-attr]
+            self._check_hello(event)  # type: ignore[arg-type]
         return event
+
+    def _check_hello(self, event: Request) -> None:
+        """HELLO once, first, and nothing else until the handshake is done."""
+        hello = event.op is Op.HELLO
+        if self.state is State.HANDSHAKE and (not hello or self._hello):
+            raise ProtocolError(f"frame {self.frames}: only one HELLO is allowed before the handshake "
+                                f"is done, not {event.op.name}")
+        if self.state is State.OPEN and hello:
+            raise ProtocolError(f"frame {self.frames}: HELLO after the handshake")
+        self._hello = True
 
     def _preamble(self) -> bool:
         """Read the peer's preamble; False until all of it is here."""
