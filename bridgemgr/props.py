@@ -239,6 +239,8 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.instancename", TEXT, "imqbroker", "broker instance: names its var directory"),
     Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
     Prop("imq.portmapper.port", PORT, 7676, "the port mapper (admin clients start here)"),
+    Prop("imq.jms.tcp.port", PORT, 0, "the jms connection service (mq:// clients); 0: any free port"),
+    Prop("imq.jms.tls.enabled", BOOL, False, "also offer the jms service over TLS (ssljms, any free port)"),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
     Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
