@@ -245,6 +245,18 @@ def test_a_listener_in_client_acknowledge_mode(harness, broker):
     conn.close()
 
 
+def test_closing_a_consumer_whose_listener_is_reading_the_socket_is_prompt(harness):
+    conn = harness.factory().create_connection()
+    conn.start()
+    consumer = conn.create_session().create_consumer(Q)
+    consumer.set_message_listener(lambda m: None)
+    time.sleep(0.2)                             # its thread now waits in the socket
+    started = time.monotonic()
+    consumer.close()
+    assert time.monotonic() - started < 1
+    conn.close()
+
+
 # --- sending ----------------------------------------------------------------------------------------
 
 def test_a_refused_non_persistent_send_surfaces_at_the_next_send(harness, broker):

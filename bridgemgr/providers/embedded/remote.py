@@ -218,10 +218,12 @@ class RemoteConnection(XAConnection):
         self.where = str(address)
         self._sock = self._connect(address, username, password)
         self._tls = isinstance(self._sock, ssl.SSLSocket)
+        self._wake_r, self._wake_w = os.pipe()   # interrupts the reader (_interrupt)
+        os.set_blocking(self._wake_r, False)
+        os.set_blocking(self._wake_w, False)
         self._poller = select.poll()
         self._poller.register(self._sock, select.POLLIN)
-        self._wake_r, self._wake_w = os.pipe()
-        os.set_blocking(self._wake_w, False)
+        self._poller.register(self._wake_r, select.POLLIN)
         self.last_read = self.last_write = self._last_lead = time.monotonic()
         self._monitor_thread = threading.Thread(target=self._monitor, name=f"mq-monitor {self.where}",
                                                 daemon=True)
@@ -377,7 +379,7 @@ class RemoteConnection(XAConnection):
                 if ready() or self.broken is not None:
                     continue
                 if self._idle_reading:
-                    self._evict()
+                    self._interrupt()
                 if self._read_lock.locked():
                     self._cond.wait(remaining)
 
@@ -386,18 +388,30 @@ class RemoteConnection(XAConnection):
             self._read_lock.release()
             self._cond.notify_all()
 
-    def _evict(self) -> None:
+    def _interrupt(self) -> None:
+        """Make the reading thread look up from the socket (its wait may be over, or the
+        monitor must hand the read role to a caller)."""
         try:
             os.write(self._wake_w, b"!")
         except OSError:
             pass  # already signalled (or closed)
 
-    def _read_some(self, timeout: float | None, poller: Any = None) -> bool:
-        """(With the read role) read what arrives within ``timeout`` and dispatch it."""
+    def _read_some(self, timeout: float | None) -> bool:
+        """(With the read role) read what arrives within ``timeout`` and dispatch it; False
+        when nothing came (timeout or interrupt)."""
         sock = self._sock
         if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
-            ready = (poller or self._poller).poll(None if timeout is None else max(0.0, timeout * 1000))
-            if not any(fd == sock.fileno() for fd, _ in ready):
+            ready = self._poller.poll(None if timeout is None else max(0.0, timeout * 1000))
+            readable = False
+            for fd, _ in ready:
+                if fd == self._wake_r:
+                    try:
+                        os.read(self._wake_r, 64)
+                    except OSError:
+                        pass
+                else:
+                    readable = True
+            if not readable:
                 return False
         try:
             data = sock.recv(262144)
@@ -446,9 +460,6 @@ class RemoteConnection(XAConnection):
     def _monitor(self) -> None:
         """Heart-beats, written reports kept lazily, a silent service, and reading while idle."""
         tick = min(self.interval / 4, 0.05)
-        poller = select.poll()
-        poller.register(self._sock, select.POLLIN)
-        poller.register(self._wake_r, select.POLLIN)
         while not self._stop.wait(tick):
             now = time.monotonic()
             if now - self.last_read > 3 * self.interval:
@@ -464,13 +475,9 @@ class RemoteConnection(XAConnection):
             if now - self._last_lead < tick or not self._read_lock.acquire(False):
                 continue
             self._idle_reading = True
-            try:
-                while self.broken is None and not self._stop.is_set():
-                    if self._read_some(self.interval / 4, poller):
-                        continue
-                    if any(fd == self._wake_r for fd, _ in poller.poll(0)):
-                        os.read(self._wake_r, 64)  # a caller wants to read
-                    break
+            try:  # read until a caller wants to (or the duties above are due)
+                while self.broken is None and not self._stop.is_set() and self._read_some(self.interval / 4):
+                    pass
             finally:
                 self._idle_reading = False
                 self._resign()
@@ -492,7 +499,7 @@ class RemoteConnection(XAConnection):
             for call in calls.values():
                 call.complete(error=self.broken)
             self._cond.notify_all()
-        self._evict()
+        self._interrupt()
         listener = self._listener
         if first and not self.closed:
             log.warning("%s", self.broken)
@@ -980,6 +987,7 @@ class RemoteConsumer(MessageConsumer):
         self._buf.clear()
         with self.connection._cond:
             self.connection._cond.notify_all()
+        self.connection._interrupt()  # its receive may be the one reading the socket
         self.connection._consumers.pop(self.cid, None)
         if self in self.session.consumers:
             self.session.consumers.remove(self)
