@@ -260,6 +260,7 @@ class Link:
             self.log.info("link %s stopped", self.name)
 
     def _lost(self, exc: BaseException) -> None:
+        self.lifecycle.move({State.STARTED}, State.STARTING)  # until it is connected again
         self.counters.reconnects += 1
         self.counters.error(f"connection lost: {exc}")
         self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
