@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any, Mapping
+from typing import Any
 
 import pytest
 
-from bridgemgr.jms import DeliveryMode, Message, ObjectMessage, Queue, TextMessage, Topic
-from bridgemgr.jms.errors import JMSException
+from bridgemgr.jms import DeliveryMode, ObjectMessage, Queue, TextMessage, Topic
 from bridgemgr.jms.spi import ConnectionMetaData
 from bridgemgr.jmsbridge import link as link_module
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge
