@@ -12,7 +12,6 @@ import pytest
 from bridgemgr.jms import Queue, TextMessage, xa
 from bridgemgr.jms.errors import InvalidDestinationException, TransportException
 from bridgemgr.jms.xa import Xid
-from bridgemgr.providers.embedded import Broker
 from remote.support import Harness, expect_line, free_port, spawn
 
 pytestmark = pytest.mark.crash

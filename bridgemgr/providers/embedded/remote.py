@@ -3,10 +3,9 @@
 How it works: ``RemoteConnectionFactory("mq://host:7676")`` asks the port mapper there
 for the ``jms`` service's port (``mqtcp://host:port`` skips the port mapper; several
 URLs separated by commas are tried in turn), connects, and says HELLO with the
-credentials. A :class:`RemoteConnection` then owns one socket and two threads: a reader
-that turns frames into events (:mod:`.wire`, sans-IO) and a heart-beat thread. Callers
-write frames themselves under a write lock; a request that needs an answer waits on a
-:class:`_Call` the reader completes, so every call is one round trip.
+credentials. A :class:`RemoteConnection` then talks through one :class:`.channel.Channel`
+(the socket, calls, which thread reads, heart-beats); every session, consumer,
+transaction and XA branch is the service's embedded one, named by an id the client chose.
 
 What needs no answer is not waited for: CONSUMED reports (AUTO_ACKNOWLEDGE writes them at
 once; the other modes batch them until the next request, until a receive would wait, or
@@ -43,20 +42,15 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-import select
-import socket
 import ssl
 import threading
 import time
 import uuid
 from collections import deque
-from dataclasses import dataclass
 from functools import partial
 from typing import Any, Callable, Iterator
-from urllib.parse import urlsplit
 
-from ... import __version__
-from ...admin.portmapper import DEFAULT_PORT, find_service
+from ...admin.portmapper import DEFAULT_PORT
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -83,51 +77,17 @@ from ...jms.spi import (
     XAResource,
     XASession,
 )
-from ...jms.xa import XAER_PROTO, Xid
+from ...jms.xa import XAER_PROTO, XAER_RMFAIL, Xid
 from . import wire
+from .channel import Address, Call, Hello, open_channel, parse_url
 from .client import EmbeddedProducer
+
+__all__ = ["Address", "RemoteConnectionFactory", "RemoteConnection", "parse_url"]
 
 log = logging.getLogger(__name__)
 
-SCHEMES = {"mq": (True, False), "mqtcp": (False, False), "mqssl": (False, True)}  # (port mapper, tls)
-LAZY_LIMIT = 256 * 1024    # bytes of unsent CONSUMED reports / transacted sends before writing
 _NON_PERSISTENT = int(DeliveryMode.NON_PERSISTENT)
 _AUTO, _CLIENT, _INDIVIDUAL = AckMode.AUTO_ACKNOWLEDGE, AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE
-
-
-@dataclass(frozen=True)
-class Address:
-    """One place to connect: through the port mapper at host:port, or straight to the service."""
-
-    host: str
-    port: int
-    portmapper: bool
-    tls: bool
-
-    def __str__(self) -> str:
-        scheme = next(s for s, flags in SCHEMES.items() if flags == (self.portmapper, self.tls))
-        return f"{scheme}://{self.host}:{self.port}"
-
-
-def parse_url(url: str) -> list[Address]:
-    """``mq://host[:port]`` (port mapper, default 7676), ``mqtcp://host:port`` or
-    ``mqssl://host:port`` (the service itself); several separated by commas."""
-    out = []
-    for part in url.split(","):
-        part = part.strip()
-        try:
-            parts = urlsplit(part)
-            port = parts.port
-        except ValueError as exc:
-            raise JMSException(f"bad broker URL {part!r}: {exc}") from None
-        if parts.scheme not in SCHEMES or not parts.hostname or parts.path.strip("/") not in ("", "jms"):
-            raise JMSException(f"bad broker URL {part!r}: write mq://host:port (the port mapper), "
-                               "mqtcp://host:port or mqssl://host:port (the jms service itself)")
-        portmapper, tls = SCHEMES[parts.scheme]
-        if port is None and not portmapper:
-            raise JMSException(f"bad broker URL {part!r}: {parts.scheme}:// needs the service's port")
-        out.append(Address(parts.hostname, port if port is not None else DEFAULT_PORT, portmapper, tls))
-    return out
 
 
 class RemoteConnectionFactory(XAConnectionFactory):
@@ -168,24 +128,6 @@ class RemoteConnectionFactory(XAConnectionFactory):
         return f"RemoteConnectionFactory({self.url!r})"
 
 
-class _Call:
-    """A request waiting for its answer; whichever thread reads the answer completes it."""
-
-    __slots__ = ("done", "value", "error", "then")
-
-    def __init__(self, then: Callable[[], None] | None = None) -> None:
-        self.done = False
-        self.value: Any = None
-        self.error: JMSException | None = None
-        self.then = then   # run by the reader as the answer arrives (before later frames)
-
-    def complete(self, value: Any = None, error: JMSException | None = None) -> None:
-        self.value, self.error = value, error
-        if error is None and self.then is not None:
-            self.then()
-        self.done = True
-
-
 class RemoteConnection(XAConnection):
     def __init__(self, factory: RemoteConnectionFactory, address: Address, username: str | None,
                  password: str | None) -> None:
@@ -194,320 +136,62 @@ class RemoteConnection(XAConnection):
         self.username = username
         self.started = False
         self.closed = False
-        self.broken: TransportException | None = None
         self.client_id_value: str | None = None
         self._used = False
         self._listener: ExceptionListener | None = None
-        self._calls: dict[int, _Call] = {}
-        self._call_ids = itertools.count(1)
         self._session_ids = itertools.count(1)
         self._consumer_ids = itertools.count(1)
         self._sessions: dict[int, RemoteSession] = {}
         self._consumers: dict[int, RemoteConsumer] = {}
-        self._wlock = threading.Lock()
-        self._state_lock = threading.Lock()
-        self._lazy: list[bytes] = []
-        self._lazy_size = 0
         self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
         self._ids = itertools.count(1)
-        self._wire = wire.Wire(wire.Role.CLIENT)
-        self._stop = threading.Event()
-        self._cond = threading.Condition()     # waiting for answers and deliveries, the read role
-        self._read_lock = threading.Lock()     # held by the thread reading the socket
-        self._idle_reading = False             # ... which is the monitor, until a caller wants it
-        self.where = str(address)
-        self._sock = self._connect(address, username, password)
-        self._tls = isinstance(self._sock, ssl.SSLSocket)
-        self._wake_r, self._wake_w = os.pipe()   # interrupts the reader (_interrupt)
-        os.set_blocking(self._wake_r, False)
-        os.set_blocking(self._wake_w, False)
-        self._poller = select.poll()
-        self._poller.register(self._sock, select.POLLIN)
-        self._poller.register(self._wake_r, select.POLLIN)
-        self.last_read = self.last_write = self._last_lead = time.monotonic()
-        self._monitor_thread = threading.Thread(target=self._monitor, name=f"mq-monitor {self.where}",
-                                                daemon=True)
-        self._monitor_thread.start()
-
-    # --- connecting ------------------------------------------------------------------------
-    def _connect(self, address: Address, username: str | None, password: str | None) -> socket.socket:
-        f = self.factory
-        host, port = address.host, address.port
-        tls = address.tls or f.ssl_context is not None
-        if address.portmapper:
-            entry = find_service(host, port, ("ssljms",) if tls else ("jms",), f.connect_timeout)
-            port = entry.port
-        self.where = f"{address} (jms service at {host}:{port})"
-        try:
-            sock = socket.create_connection((host, port), timeout=f.connect_timeout)
-        except OSError as exc:
-            raise TransportException(f"cannot connect to {self.where}: {exc.strerror or exc}") from None
-        try:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            if tls:
-                context = f.ssl_context or ssl.create_default_context()
-                sock = context.wrap_socket(sock, server_hostname=host)
-            sock.sendall(wire.PREAMBLE + wire.request(1, wire.Op.HELLO, username, password,
-                                                      int(f.heartbeat * 1000), f.client_name))
-            welcome = self._handshake(sock)
-        except BaseException as exc:
-            sock.close()
-            if isinstance(exc, OSError):
-                raise TransportException(f"{self.where}: handshake failed: {exc}") from None
-            raise
-        sock.settimeout(None)
-        self.instance = welcome["instance"]
-        self.rm_id = welcome["rm_id"]
-        self.interval = max(0.05, welcome["heartbeat_ms"] / 1000)
-        self._wire.max_frame = self.max_frame = welcome["max_frame"]
+        self.channel = open_channel(address, Hello(username, password, factory.heartbeat, factory.client_name),
+                                    factory.ssl_context, factory.connect_timeout, self._event, self._lost)
+        welcome = self.channel.welcome
+        self.where = self.channel.where
+        self.instance, self.rm_id = welcome["instance"], welcome["rm_id"]
         self._metadata = ConnectionMetaData(welcome["provider"], welcome["version"])
-        return sock
 
-    def _handshake(self, sock: socket.socket) -> dict[str, Any]:
-        while True:
-            data = sock.recv(65536)
-            if not data:
-                raise TransportException(f"{self.where} closed the connection during the handshake")
-            self._wire.receive_data(data)
-            event = self._wire.next_event()
-            if isinstance(event, wire.Failure):
-                raise event.error
-            if isinstance(event, wire.Reply):
-                if not isinstance(event.value, dict) or "rm_id" not in event.value:
-                    raise wire.ProtocolError(f"{self.where}: a HELLO answer without broker details")
-                self._wire.open()
-                return event.value
+    @property
+    def broken(self) -> TransportException | None:
+        return self.channel.broken
 
-    # --- writing and calling ---------------------------------------------------------------------
     def _check_open(self) -> None:
-        if self.broken is not None:
-            raise self.broken
+        if self.channel.broken is not None:
+            raise self.channel.broken
         if self.closed:
             raise IllegalStateException("the connection is closed")
 
-    def _write(self, data: bytes | None, lazy: bool = False) -> None:
-        """Write ``data`` (after anything lazily kept); ``lazy``: keep it for the next write."""
-        with self._wlock:
-            if lazy:
-                self._lazy.append(data)  # type: ignore[arg-type]
-                self._lazy_size += len(data)  # type: ignore[arg-type]
-                if self._lazy_size < LAZY_LIMIT:
-                    return
-                data = None
-            if self._lazy:
-                if data is not None:
-                    self._lazy.append(data)
-                data = b"".join(self._lazy)
-                self._lazy.clear()
-                self._lazy_size = 0
-            if data is None:
-                return
-            if self.broken is not None:
-                raise self.broken
-            try:
-                self._sock.sendall(data)
-            except OSError as exc:
-                self._lost(f"writing failed: {exc}")
-                raise self.broken from None  # type: ignore[misc]
-            self.last_write = time.monotonic()
+    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
+        self._check_open()
+        return self.channel.request(op, *args, then=then)
 
     def flush(self) -> None:
         """Write what was kept lazily (CONSUMED reports, transacted sends)."""
-        if self._lazy:
-            self._write(None)
-
-    def _call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
-              check: bool = True) -> Any:
-        return self._finish(self._start(frame, then, check))
-
-    def _start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
-               check: bool = True) -> _Call:
-        """Write a request; its answer completes the returned call."""
-        if check:
-            self._check_open()
-        call_id = next(self._call_ids)
-        call = _Call(then)
-        self._calls[call_id] = call
-        try:
-            self._write(frame(call_id))
-        except TransportException:
-            self._calls.pop(call_id, None)
-            raise
-        return call
-
-    def _finish(self, call: _Call) -> Any:
-        self._await(lambda: call.done, None)
-        if call.error is not None:
-            raise call.error
-        return call.value
-
-    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
-        return self._call(lambda call_id: wire.request(call_id, op, *args), then)
+        self.channel.flush()
 
     def next_message_id(self) -> str:
         return self._id_prefix + str(next(self._ids))
 
-    # --- reading -----------------------------------------------------------------------------
-    # No thread is dedicated to reading: a thread that waits (for an answer or a delivery)
-    # reads the socket itself while nobody else does (the "leader"), and the others wait on
-    # _cond for what it dispatches. A round trip thus needs no hand-over between threads.
-    # While nobody waits, the monitor thread reads (so a closed connection is noticed at
-    # once), and steps aside as soon as a caller wants to read (the wake-up pipe).
-
-    def _await(self, ready: Callable[[], bool], deadline: float | None) -> bool:
-        """Wait until ``ready()`` (True) or ``deadline`` (False); raise if the connection broke."""
-        while True:
-            if ready():
-                return True
-            if self.broken is not None:
-                raise self.broken
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            if self._read_lock.acquire(False):
-                try:
-                    while not ready() and self.broken is None:
-                        remaining = None if deadline is None else deadline - time.monotonic()
-                        if remaining is not None and remaining <= 0:
-                            break
-                        self._read_some(remaining)
-                    self._last_lead = time.monotonic()
-                finally:
-                    self._resign()
-                continue
-            with self._cond:
-                if ready() or self.broken is not None:
-                    continue
-                if self._idle_reading:
-                    self._interrupt()
-                if self._read_lock.locked():
-                    self._cond.wait(remaining)
-
-    def _resign(self) -> None:
-        with self._cond:
-            self._read_lock.release()
-            self._cond.notify_all()
-
-    def _interrupt(self) -> None:
-        """Make the reading thread look up from the socket (its wait may be over, or the
-        monitor must hand the read role to a caller)."""
-        try:
-            os.write(self._wake_w, b"!")
-        except OSError:
-            pass  # already signalled (or closed)
-
-    def _read_some(self, timeout: float | None) -> bool:
-        """(With the read role) read what arrives within ``timeout`` and dispatch it; False
-        when nothing came (timeout or interrupt)."""
-        sock = self._sock
-        if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
-            ready = self._poller.poll(None if timeout is None else max(0.0, timeout * 1000))
-            readable = False
-            for fd, _ in ready:
-                if fd == self._wake_r:
-                    try:
-                        os.read(self._wake_r, 64)
-                    except OSError:
-                        pass
-                else:
-                    readable = True
-            if not readable:
-                return False
-        try:
-            data = sock.recv(262144)
-        except ssl.SSLWantReadError:
-            return True
-        except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
-            self._lost(f"reading failed: {exc}")
-            return True
-        if not data:
-            self._lost("the service closed the connection")
-            return True
-        self.last_read = time.monotonic()
-        self._wire.receive_data(data)
-        try:
-            while (event := self._wire.next_event()) is not None:
-                self._dispatch(event)
-        except wire.ProtocolError as exc:
-            self._lost(f"protocol error: {exc}")
-        except JMSException as exc:  # a fatal ERROR from the service
-            self._lost(str(exc))
-        with self._cond:
-            self._cond.notify_all()
-        return True
-
-    def _dispatch(self, event: wire.Event) -> None:
-        cls = event.__class__
-        if cls is wire.Delivery:
+    def _event(self, event: wire.Event) -> None:
+        """(The reading thread) a delivery, or an asynchronous failure of a session."""
+        if event.__class__ is wire.Delivery:
             consumer = self._consumers.get(event.consumer)  # type: ignore[union-attr]
             if consumer is not None:
-                consumer._arrive(event)  # type: ignore[arg-type]
-        elif cls is wire.Reply:
-            call = self._calls.pop(event.call, None)  # type: ignore[union-attr]
-            if call is not None:
-                call.complete(event.value)  # type: ignore[union-attr]
-        elif cls is wire.Failure:
-            if event.fatal:  # type: ignore[union-attr]
-                raise event.error  # type: ignore[union-attr]
-            call = self._calls.pop(event.call, None) if event.call else None  # type: ignore[union-attr]
-            if call is not None:
-                call.complete(error=event.error)  # type: ignore[union-attr]
-            elif event.session is not None:  # type: ignore[union-attr]
-                session = self._sessions.get(event.session)  # type: ignore[union-attr]
-                if session is not None:
-                    session._async_failed(event.error)  # type: ignore[union-attr]
+                consumer._buf.append(event)  # type: ignore[arg-type]
+        elif event.session is not None:  # type: ignore[union-attr]
+            session = self._sessions.get(event.session)  # type: ignore[union-attr]
+            if session is not None:
+                session._async_failed(event.error)  # type: ignore[union-attr]
 
-    def _monitor(self) -> None:
-        """Heart-beats, written reports kept lazily, a silent service, and reading while idle."""
-        tick = min(self.interval / 4, 0.05)
-        while not self._stop.wait(tick):
-            now = time.monotonic()
-            if now - self.last_read > 3 * self.interval:
-                self._lost(f"no heart-beat from the service for {now - self.last_read:.1f} s")
-                return
-            try:
-                if self._lazy and now - self.last_write >= tick:
-                    self.flush()
-                elif now - self.last_write >= self.interval * 0.9:
-                    self._write(wire.HEARTBEAT)
-            except JMSException:
-                return
-            if now - self._last_lead < tick or not self._read_lock.acquire(False):
-                continue
-            self._idle_reading = True
-            try:  # read until a caller wants to (or the duties above are due)
-                while self.broken is None and not self._stop.is_set() and self._read_some(self.interval / 4):
-                    pass
-            finally:
-                self._idle_reading = False
-                self._resign()
-
-    def _lost(self, reason: str) -> None:
-        """The connection broke (or closed): fail everything waiting, tell the listener once."""
-        with self._state_lock:
-            first = self.broken is None
-            if first:
-                self.broken = TransportException(f"the connection to {self.where} is closed" if self.closed
-                                                 else f"the connection to {self.where} was lost: {reason}")
-        self._stop.set()
-        try:
-            self._sock.shutdown(socket.SHUT_RDWR)
-        except OSError:
-            pass
-        with self._cond:
-            calls, self._calls = self._calls, {}
-            for call in calls.values():
-                call.complete(error=self.broken)
-            self._cond.notify_all()
-        self._interrupt()
+    def _lost(self, error: TransportException) -> None:
+        log.warning("%s", error)
         listener = self._listener
-        if first and not self.closed:
-            log.warning("%s", self.broken)
-            if listener is not None:
-                try:
-                    listener(self.broken)  # type: ignore[arg-type]
-                except Exception:
-                    log.exception("exception listener failed")
+        if listener is not None:
+            try:
+                listener(error)
+            except Exception:
+                log.exception("exception listener failed")
 
     # --- the Connection API -------------------------------------------------------------------
     @property
@@ -552,8 +236,7 @@ class RemoteConnection(XAConnection):
         if not self.started:
             self.request(wire.Op.START)
             self.started = True
-            with self._cond:
-                self._cond.notify_all()
+            self.channel.wake()
 
     def stop(self) -> None:
         self._check_open()
@@ -571,17 +254,12 @@ class RemoteConnection(XAConnection):
         self.started = False
         for session in list(self._sessions.values()):
             session._closed_locally()
-        if self.broken is None:
+        if self.channel.broken is None:
             try:
-                self._call(lambda call_id: wire.request(call_id, wire.Op.CLOSE), check=False)
+                self.channel.request(wire.Op.CLOSE)
             except JMSException:
                 pass
-        self._lost("closed")
-        if threading.current_thread() is not self._monitor_thread:
-            self._monitor_thread.join(5)
-        self._sock.close()
-        for fd in (self._wake_r, self._wake_w):
-            os.close(fd)
+        self.channel.close()
 
     def __repr__(self) -> str:
         return f"RemoteConnection({self.where}, user={self.username!r})"
@@ -601,7 +279,7 @@ class RemoteSession(Session):
         self.listener_lock = threading.Lock()
         self._failed: JMSException | None = None
         self._in_branch = False
-        self._unconfirmed: deque[_Call] = deque()   # persistent sends in the send window
+        self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -689,20 +367,20 @@ class RemoteSession(Session):
         self._raise_failed()
         conn = self.connection
         blob = codec.encode(snapshot)
-        if len(blob) + 32 > conn.max_frame:
+        if len(blob) + 32 > conn.channel.max_frame:
             raise ResourceAllocationException(f"a message of {len(blob)} bytes is more than the jms service "
-                                              f"takes in one frame ({conn.max_frame} bytes)")
+                                              f"takes in one frame ({conn.channel.max_frame} bytes)")
         if self._in_transaction():
             conn._check_open()
-            conn._write(wire.send_request(0, self.sid, blob), lazy=True)
+            conn.channel.write(wire.send_request(0, self.sid, blob), lazy=True)
         elif snapshot.delivery_mode == _NON_PERSISTENT and not conn.factory.sync_sends:
             conn._check_open()
-            conn._write(wire.send_request(0, self.sid, blob))
+            conn.channel.write(wire.send_request(0, self.sid, blob))
         elif conn.factory.send_window:
-            self._unconfirmed.append(conn._start(lambda call_id: wire.send_request(call_id, self.sid, blob)))
+            self._unconfirmed.append(conn.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob)))
             self._settle(conn.factory.send_window)
         else:
-            conn._call(lambda call_id: wire.send_request(call_id, self.sid, blob))
+            conn.channel.call(lambda call_id: wire.send_request(call_id, self.sid, blob))
 
     def _settle(self, keep: int) -> None:
         """Wait until at most ``keep`` sends of the window are unconfirmed; raise the first refusal."""
@@ -710,7 +388,7 @@ class RemoteSession(Session):
         while unconfirmed and (len(unconfirmed) > keep or unconfirmed[0].done):
             call = unconfirmed.popleft()
             try:
-                conn._finish(call)
+                conn.channel.finish(call)
             except BaseException:
                 if not isinstance(call.error, JMSException):  # the connection broke: nothing to wait for
                     unconfirmed.clear()
@@ -732,8 +410,8 @@ class RemoteSession(Session):
         return msg
 
     def _report(self, consumer: "RemoteConsumer", tag: int) -> None:
-        self.connection._write(wire.consumed_request(self.sid, consumer.cid, [tag]),
-                               lazy=not self._acks_at_once())
+        self.connection.channel.write(wire.consumed_request(self.sid, consumer.cid, [tag]),
+                                      lazy=not self._acks_at_once())
 
     def _ack_one(self, tag: int) -> None:
         self._check_open()
@@ -833,7 +511,7 @@ class RemoteXAResource(XAResource):
         try:
             return self.connection.request(op, *args)
         except TransportException as exc:
-            raise XAException(f"{op.name.lower()}: {exc}", -7) from exc  # XAER_RMFAIL
+            raise XAException(f"{op.name.lower()}: {exc}", XAER_RMFAIL) from exc
 
     def start(self, xid: Xid, flags: int = 0) -> None:
         if self.session._in_branch:
@@ -893,10 +571,7 @@ class RemoteConsumer(MessageConsumer):
     def message_selector(self) -> str | None:
         return self._selector_text
 
-    # --- from the reading thread (under the connection's _cond or alone) -----------------------
-    def _arrive(self, item: wire.Delivery) -> None:
-        self._buf.append(item)
-
+    # --- from the reading thread --------------------------------------------------------------
     def _clear(self) -> None:
         self._buf.clear()
         self._pulled = False
@@ -915,11 +590,11 @@ class RemoteConsumer(MessageConsumer):
         if not self._buf:
             if self._pull and not self._pulled:
                 self._pulled = True
-                conn._write(wire.request(0, wire.Op.PULL, sid, self.cid, 1))
+                conn.channel.write(wire.request(0, wire.Op.PULL, sid, self.cid, 1))
             else:
-                conn.flush()  # the kept reports refill the window
+                conn.channel.flush()  # the kept reports refill the window
         deadline = None if timeout is None else time.monotonic() + timeout
-        if conn._await(self._ready, deadline) or not self._pulled:
+        if conn.channel.wait_for(self._ready, deadline) or not self._pulled:
             return self._take()
         conn.request(wire.Op.PULL, sid, self.cid, -1)  # nothing comes for the credit after the answer
         self._pulled = False
@@ -977,7 +652,7 @@ class RemoteConsumer(MessageConsumer):
 
     def _give_back(self, tags: list[int], seen: bool) -> None:
         try:
-            self.connection._write(wire.request(0, wire.Op.RETURN, self.session.sid, self.cid, tags, seen))
+            self.connection.channel.write(wire.request(0, wire.Op.RETURN, self.session.sid, self.cid, tags, seen))
         except JMSException:
             pass  # the connection is gone: the broker takes everything back anyway
 
@@ -985,9 +660,7 @@ class RemoteConsumer(MessageConsumer):
         self.closed = True
         self._listener = None
         self._buf.clear()
-        with self.connection._cond:
-            self.connection._cond.notify_all()
-        self.connection._interrupt()  # its receive may be the one reading the socket
+        self.connection.channel.wake()  # its receive may be the one reading the socket
         self.connection._consumers.pop(self.cid, None)
         if self in self.session.consumers:
             self.session.consumers.remove(self)

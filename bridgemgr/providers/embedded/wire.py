@@ -42,7 +42,7 @@ from enum import Enum, IntEnum
 from typing import Any, Callable, NamedTuple
 
 from ...jms import codec
-from ...jms.destination import Destination, Queue, Topic
+from ...jms.destination import Destination, Queue
 from ...jms.errors import JMSException, TransportException, XAException, lookup
 from ...jms.xa import Xid
 
