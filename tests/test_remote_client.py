@@ -187,6 +187,19 @@ def test_the_prefetch_window_bounds_what_a_consumer_holds(harness, broker):
     conn.close()
 
 
+def test_closed_consumers_leave_no_trace_in_the_queue(harness, broker):
+    conn = harness.factory().create_connection()
+    conn.start()
+    session = conn.create_session()
+    for _ in range(20):
+        session.create_consumer(Q).close()     # each one parked in the queue while open
+    put(conn, "after")
+    assert session.create_consumer(Q).receive(2).text == "after"
+    conn.close()
+    mq = broker.queues["orders"]
+    assert not mq.waiters and not mq.consumers
+
+
 def test_a_pull_consumer_holds_nothing_while_it_does_not_receive(harness, broker):
     conn = harness.factory(prefetch=0).create_connection()
     conn.start()

@@ -242,6 +242,10 @@ class _RemoteConsumer(EmbeddedConsumer):
     def close(self) -> None:
         if not self.closed:
             self.give_back(seen=True)
+            with self.broker.lock:  # unpark: the queue keeps waiters that cannot take
+                waiters = self.queue.waiters
+                while self in waiters:
+                    waiters.remove(self)
         super().close()
 
 
