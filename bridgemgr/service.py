@@ -136,7 +136,7 @@ class BridgeServiceManager:
         from .users import open_repository
 
         self.users = open_repository(self.props)
-        self.jms_service = JmsService(self.broker, self.netloop, host,
+        self.jms_service = JmsService(self.broker, self.netloop, host, self.props.get("imq.jms.tcp.port"),
                                       authenticator=lambda u, p: self.users.authenticate(u, p) is not None).start()
         self.portmapper.register(ServiceEntry("jms", "tcp", "NORMAL", self.jms_service.port))
         if not self.props.enabled:
