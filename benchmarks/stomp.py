@@ -1,0 +1,347 @@
+"""STOMP bridge against ActiveMQ's own STOMP connector, same load, same run; prints JSON.
+
+    .venv/bin/python benchmarks/stomp.py [--messages N] [--rate R] [--seconds S]
+                                         [--acks auto,client-individual] [--only imqbridge|activemq]
+
+The load (stomp-notes.md): 4 producer and 4 consumer stomp.py 1.2 connections, one process
+per connection (threads would be GIL-bound), TCP_NODELAY on the clients, 1 KiB bodies,
+one shared queue (competing consumers), persistent and non-persistent:
+
+- throughput: every producer sends N messages flat out; msg/s = messages received /
+  (common start .. last message received);
+- latency: the producers together send R msg/s (paced) for S seconds; each message carries
+  its send time; p50/p99 of receive minus send, on one clock (one machine).
+
+Brokers: our bridge in its own process (embedded broker, SQLite store with fsync per group
+commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default), and
+ActiveMQ 5.x from the Debian package, started as DESIGN.md says with a STOMP connector on a
+free port (transport.tcpNoDelay=true) in a temporary activemq.base, stopped at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# This file is called stomp.py: keep its folder off the path so `import stomp` is stomp.py.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
+
+HOST = "127.0.0.1"
+BODY = b"x" * 1024
+PRODUCERS = CONSUMERS = 4
+ACTIVEMQ_JAR = Path("/usr/share/activemq/bin/activemq.jar")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind((HOST, 0))
+        return s.getsockname()[1]
+
+
+# --- client processes ---------------------------------------------------------------------
+
+def _connect(port: int):
+    import stomp
+
+    conn = stomp.Connection12([(HOST, port)], heartbeats=(0, 0), auto_decode=False)
+    return conn
+
+
+def _nodelay(conn) -> None:
+    sock = getattr(conn.transport, "socket", None)
+    if sock is not None:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+def producer(port: int, queue: str, count: int, rate: float, persistent: str, start_at: float) -> dict:
+    import threading
+
+    import stomp
+
+    confirmed = threading.Event()
+
+    class Listener(stomp.ConnectionListener):
+        def on_receipt(self, frame):
+            confirmed.set()
+
+    conn = _connect(port)
+    conn.set_listener("l", Listener())
+    conn.connect("admin", "secret", wait=True)
+    _nodelay(conn)
+    while time.time() < start_at:
+        time.sleep(0.001)
+    begin = time.time()
+    for i in range(count):
+        if rate:
+            delay = begin + i / rate - time.time()
+            if delay > 0:
+                time.sleep(delay)
+        headers = {"persistent": persistent, "ts": repr(time.time())}
+        if i == count - 1:
+            headers["receipt"] = "last"  # the broker has taken every SEND when it answers
+        conn.send(queue, BODY, headers=headers)
+    confirmed.wait(600)
+    conn.disconnect()
+    return {"sent": count, "seconds": time.time() - begin}
+
+
+def consumer(port: int, queue: str, ack: str, start_at: float) -> dict:
+    import threading
+
+    import stomp
+
+    done = threading.Event()
+    stats = {"received": 0, "first": None, "last": None, "latencies": []}
+    conn = _connect(port)
+
+    class Listener(stomp.ConnectionListener):
+        def on_message(self, frame):
+            now = time.time()
+            headers = frame.headers
+            if headers.get("kind") == "stop":
+                if ack != "auto":
+                    conn.ack(headers["ack"])
+                done.set()
+                return
+            if done.is_set():
+                return
+            stats["received"] += 1
+            stats["last"] = now
+            if stats["first"] is None:
+                stats["first"] = now
+            stats["latencies"].append(now - float(headers["ts"]))
+            if ack != "auto":
+                conn.ack(headers["ack"])
+
+    conn.set_listener("l", Listener())
+    conn.connect("admin", "secret", wait=True)
+    _nodelay(conn)
+    conn.subscribe(queue, id="1", ack=ack)
+    done.wait(600)
+    conn.disconnect()
+    return stats
+
+
+def run_role(args: argparse.Namespace) -> None:
+    spec = json.loads(args.role)
+    role = spec.pop("role")
+    result = producer(**spec) if role == "producer" else consumer(**spec)
+    sys.stdout.write(json.dumps(result))
+
+
+def spawn(spec: dict) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, __file__, "--role", json.dumps(spec)],
+                            stdout=subprocess.PIPE, text=True)
+
+
+def stop_consumers(port: int, queue: str, consumers: list[subprocess.Popen]) -> None:
+    """Send stop messages (after every producer's last message) until every consumer left;
+    one consumer may take several, so send more while any is still there."""
+    conn = _connect(port)
+    conn.connect("admin", "secret", wait=True)
+    while any(proc.poll() is None for proc in consumers):
+        for _ in range(CONSUMERS):
+            conn.send(queue, b"", headers={"kind": "stop", "persistent": "false", "ts": "0"})
+        time.sleep(0.5)
+    conn.disconnect()
+
+
+_runs = iter(range(1, 10**6))
+
+
+def run_load(port: int, *, count: int, rate: float, persistent: bool, ack: str) -> dict:
+    queue = f"/queue/bench{next(_runs)}"  # stop messages of one run never reach the next
+    start_at = time.time() + 2.0
+    p = "true" if persistent else "false"
+    consumers = [spawn({"role": "consumer", "port": port, "queue": queue, "ack": ack, "start_at": start_at})
+                 for _ in range(CONSUMERS)]
+    time.sleep(1.0)  # subscribed before the first send
+    per_rate = rate / PRODUCERS if rate else 0
+    producers = [spawn({"role": "producer", "port": port, "queue": queue, "count": count, "rate": per_rate,
+                        "persistent": p, "start_at": start_at}) for _ in range(PRODUCERS)]
+    for proc in producers:
+        proc.communicate(timeout=900)
+    stop_consumers(port, queue, consumers)
+    results = [json.loads(proc.communicate(timeout=900)[0]) for proc in consumers]
+    received = sum(r["received"] for r in results)
+    last = max(r["last"] for r in results if r["last"])
+    latencies = sorted(x for r in results for x in r["latencies"])
+    pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
+    return {"messages": received, "expected": count * PRODUCERS,
+            "msg_per_s": round(received / (last - start_at)),
+            "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2),
+            "mean_ms": round(statistics.fmean(latencies) * 1000, 2)}
+
+
+# --- the brokers ---------------------------------------------------------------------------
+
+def serve_bridge(directory: str, port: int) -> None:
+    """Our bridge in this process until SIGTERM (the --serve-bridge role)."""
+    import logging
+
+    from bridgemgr.netloop import NetLoop
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.stompbridge import StompBridge, StompConfig
+    from bridgemgr.users import UserRepository
+
+    logging.basicConfig(level=logging.WARNING)
+    broker = Broker(Path(directory) / "store", sync=True)
+    users = UserRepository(Path(directory) / "passwd")
+    users.add("admin", "secret", "admin")
+    loop = NetLoop().start()
+    bridge = StompBridge(StompConfig(hostname=HOST, tcp_port=port), broker, users, loop)
+    bridge.start()
+    stop = []
+    signal.signal(signal.SIGTERM, lambda *_: stop.append(1))
+    print("ready", flush=True)
+    while not stop:
+        time.sleep(0.2)
+    bridge.stop()
+    loop.stop()
+    broker.close()
+
+
+def wait_port(port: int, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((HOST, port), timeout=1).close()
+            return
+        except OSError:
+            time.sleep(0.2)
+    raise RuntimeError(f"nothing listens on {HOST}:{port} after {timeout} s")
+
+
+class OurBridge:
+    name = "imqbridge"
+
+    def __enter__(self) -> int:
+        self.dir = tempfile.mkdtemp(prefix="stomp-bench-")
+        self.port = free_port()
+        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-bridge", self.dir, str(self.port)],
+                                     stdout=subprocess.PIPE, text=True)
+        assert self.proc.stdout.readline().strip() == "ready"
+        return self.port
+
+    def __exit__(self, *exc: object) -> None:
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(60)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+class ActiveMQ:
+    name = "activemq"
+
+    def __enter__(self) -> int:
+        self.base = Path(tempfile.mkdtemp(prefix="activemq-bench-"))
+        conf = self.base / "conf"
+        conf.mkdir()
+        self.port = free_port()
+        (conf / "activemq.xml").write_text(textwrap.dedent(f"""\
+            <beans xmlns="http://www.springframework.org/schema/beans"
+              xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
+              xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
+              http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+              <bean class="org.springframework.beans.factory.config.PropertyPlaceholderConfigurer"/>
+              <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="bench"
+                      dataDirectory="{self.base}/data">
+                <persistenceAdapter><kahaDB directory="{self.base}/data/kahadb"/></persistenceAdapter>
+                <transportConnectors>
+                  <transportConnector name="stomp" uri="stomp://{HOST}:{self.port}?transport.tcpNoDelay=true"/>
+                </transportConnectors>
+              </broker>
+            </beans>
+            """))
+        log4j = Path("/etc/activemq/instances-available/main/log4j2.properties")
+        if log4j.exists():
+            shutil.copy(log4j, conf / "log4j2.properties")
+        self.proc = subprocess.Popen(
+            ["java", "-Xms512M", "-Xmx512M", f"-Dactivemq.base={self.base}", f"-Dactivemq.conf={conf}",
+             f"-Dactivemq.data={self.base / 'data'}", "-Dactivemq.home=/usr/share/activemq",
+             "-jar", str(ACTIVEMQ_JAR), "start", f"xbean:file:{conf / 'activemq.xml'}"],
+            stdout=open(self.base / "out.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+        try:
+            wait_port(self.port, 90)
+        except RuntimeError:
+            self.__exit__()
+            raise
+        return self.port
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def bench(broker, args: argparse.Namespace) -> dict:
+    out: dict = {}
+    with broker as port:
+        for ack in args.acks.split(","):
+            for persistent in (True, False):
+                key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"
+                flat = run_load(port, count=args.messages, rate=0, persistent=persistent, ack=ack)
+                paced = run_load(port, count=int(args.rate * args.seconds / PRODUCERS), rate=args.rate,
+                                 persistent=persistent, ack=ack)
+                out[key] = {"msg_per_s": flat["msg_per_s"], "flat_out_p50_ms": flat["p50_ms"],
+                            "received": f"{flat['messages']}/{flat['expected']}",
+                            f"at_{int(args.rate)}_msg_per_s": {k: paced[k] for k in ("p50_ms", "p99_ms", "mean_ms")},
+                            "paced_received": f"{paced['messages']}/{paced['expected']}"}
+                print(f"{broker.name} {key}: {out[key]}", file=sys.stderr, flush=True)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=5000, help="per producer, flat out")
+    parser.add_argument("--rate", type=float, default=1000.0, help="msg/s of all producers together")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run")
+    parser.add_argument("--acks", default="auto", help="ack modes to run, comma separated")
+    parser.add_argument("--only", choices=["imqbridge", "activemq"], help="run one broker only")
+    parser.add_argument("--role", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-bridge", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.role:
+        return run_role(args)
+    if args.serve_bridge:
+        return serve_bridge(*args.serve_bridge[:1], int(args.serve_bridge[1]))
+    result = {"load": {"producers": PRODUCERS, "consumers": CONSUMERS, "body_bytes": len(BODY),
+                       "messages_per_producer": args.messages, "paced_rate": args.rate,
+                       "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection"}}
+    result["imqbridge"] = bench(OurBridge(), args) if args.only != "activemq" else "skipped (--only)"
+    if args.only == "imqbridge":
+        result["activemq"] = "skipped (--only)"
+    elif not ACTIVEMQ_JAR.exists() or shutil.which("java") is None:
+        result["activemq"] = "skipped: the Debian package activemq (and java) is not installed"
+    else:
+        result["activemq"] = bench(ActiveMQ(), args)
+        ratio = {}
+        for key, ours in (result["imqbridge"] if isinstance(result["imqbridge"], dict) else {}).items():
+            theirs = result["activemq"].get(key)
+            if theirs:
+                paced = f"at_{int(args.rate)}_msg_per_s"
+                ratio[key] = {"throughput_x": round(ours["msg_per_s"] / theirs["msg_per_s"], 2),
+                              "p99_ours_ms": ours[paced]["p99_ms"], "p99_activemq_ms": theirs[paced]["p99_ms"]}
+        result["ratio"] = ratio
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
