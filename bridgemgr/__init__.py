@@ -13,9 +13,11 @@ def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, passw
             **options: object):
     """A :class:`~bridgemgr.jms.spi.Connection` to the host broker's jms service.
 
-    ``url`` is the port mapper's address (``mq://host:port``), or several separated by
-    commas; ``options`` go to :class:`~bridgemgr.providers.embedded.remote.RemoteConnectionFactory`
-    (``ssl_context``, ``prefetch``, ``heartbeat``, ``connect_timeout``, ``sync_sends``).
+    ``url`` is the port mapper's address (``mq://host:port``; ``mqtcp://`` / ``mqssl://``
+    name the service's own port), or several separated by commas, tried in turn;
+    ``options`` go to :class:`~bridgemgr.providers.embedded.remote.RemoteConnectionFactory`
+    (``ssl_context``, ``prefetch`` (0: pull), ``heartbeat``, ``connect_timeout``,
+    ``sync_sends``, ``send_window``).
     """
     from .providers.embedded.remote import RemoteConnectionFactory
     return RemoteConnectionFactory(url, **options).create_connection(username, password)  # type: ignore[arg-type]
