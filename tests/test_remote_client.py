@@ -143,6 +143,19 @@ def test_without_a_host_broker_in_process_the_host_factory_goes_over_the_wire(ha
     conn.close()
 
 
+def test_factories_travel_to_other_processes(harness, no_host_broker, monkeypatch):
+    """Spark ships factories to executors by pickling them."""
+    import pickle
+    remote = pickle.loads(pickle.dumps(RemoteConnectionFactory(harness.url, prefetch=7)))
+    assert remote.prefetch == 7
+    remote.create_connection().close()
+    host = pickle.loads(pickle.dumps(embedded.connection_factory()))
+    monkeypatch.setenv(embedded.BROKER_URL_ENV, harness.url)
+    conn = host.create_connection()
+    assert isinstance(conn, RemoteConnection)
+    conn.close()
+
+
 def test_a_provider_url_names_a_remote_broker(harness):
     env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded", naming.PROVIDER_URL: harness.url}
     factory = naming.lookup("ConnectionFactory", env)
