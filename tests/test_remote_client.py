@@ -321,7 +321,9 @@ def test_a_send_window_pipelines_persistent_sends_and_still_reports_refusals(har
     producer.send(TextMessage("b"))
     with pytest.raises(ResourceAllocationException, match="full"):
         producer.send(TextMessage("c"))        # the window is full: it waits, and sees "a" refused
-    small.close()
+    with pytest.raises(ResourceAllocationException, match="full"):
+        small.close()                          # closing the connection waits for the windows too
+    assert small.closed
     conn.close()
 
 

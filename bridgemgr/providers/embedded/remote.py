@@ -22,7 +22,7 @@ refused one fails the next send, and ``close`` waits for all of them. The price:
 ``send`` returns, the message may still be on its way, as with any asynchronous send.
 
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
-reader queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
+reading thread queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
 room in the window. Messages still queued when a consumer, session or connection closes,
 recovers or rolls back go back to the broker as never delivered. With ``prefetch=0`` a
 consumer pulls: it is sent a message only while a receive waits for one (one round trip
@@ -108,7 +108,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
         if send_window < 0:
             raise JMSException(f"send_window must be >= 0, not {send_window}")
         self.send_window = send_window
-        self.client_name = client_name or f"python pid {os.getpid()}"
+        self.client_name = client_name       # what the service logs; default: this process's pid
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> "RemoteConnection":
         errors: list[JMSException] = []
@@ -145,8 +145,9 @@ class RemoteConnection(XAConnection):
         self._consumers: dict[int, RemoteConsumer] = {}
         self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
         self._ids = itertools.count(1)
-        self.channel = open_channel(address, Hello(username, password, factory.heartbeat, factory.client_name),
-                                    factory.ssl_context, factory.connect_timeout, self._event, self._lost)
+        hello = Hello(username, password, factory.heartbeat, factory.client_name or f"python pid {os.getpid()}")
+        self.channel = open_channel(address, hello, factory.ssl_context, factory.connect_timeout,
+                                    self._event, self._lost)
         welcome = self.channel.welcome
         self.where = self.channel.where
         self.instance, self.rm_id = welcome["instance"], welcome["rm_id"]
@@ -250,6 +251,13 @@ class RemoteConnection(XAConnection):
     def close(self) -> None:
         if self.closed:
             return
+        refused: JMSException | None = None
+        for session in list(self._sessions.values()):
+            try:
+                if self.channel.broken is None:
+                    session._settle(0)   # sends of a send window are answered first
+            except JMSException as exc:
+                refused = refused or exc
         self.closed = True
         self.started = False
         for session in list(self._sessions.values()):
@@ -260,6 +268,8 @@ class RemoteConnection(XAConnection):
             except JMSException:
                 pass
         self.channel.close()
+        if refused is not None:
+            raise refused
 
     def __repr__(self) -> str:
         return f"RemoteConnection({self.where}, user={self.username!r})"
