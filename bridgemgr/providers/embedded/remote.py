@@ -530,8 +530,10 @@ class RemoteXAResource(XAResource):
         self.session._in_branch = True
 
     def end(self, xid: Xid, flags: int) -> None:
-        self._request(wire.Op.XA_END, self.session.sid, xid, flags)
-        self.session._in_branch = False
+        try:
+            self._request(wire.Op.XA_END, self.session.sid, xid, flags)
+        finally:  # also when the branch ends rolled back (XA_RB*): the session is free again
+            self.session._in_branch = False
 
     def prepare(self, xid: Xid) -> int:
         return self._request(wire.Op.XA_PREPARE, xid)
