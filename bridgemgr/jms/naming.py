@@ -51,7 +51,9 @@ class InitialContextFactory(ABC):
 _registry: dict[str, Callable[[], InitialContextFactory]] = {}
 _lock = threading.Lock()
 # Our own providers register on import; name them here so a lookup imports them.
-_BUILTIN = {"imq.embedded": "bridgemgr.providers.embedded"}
+_BUILTIN = {"imq.embedded": "bridgemgr.providers.embedded",
+            "imq.stomp": "bridgemgr.providers.stomp",
+            JAVA_CONTEXT_FACTORY: "bridgemgr.providers.java"}
 
 
 def register_context_factory(name: str, factory: Callable[[], InitialContextFactory]) -> None:
@@ -78,6 +80,8 @@ def _context_factory(name: str) -> InitialContextFactory:
             raise NamingException(f"{name!r} is not an InitialContextFactory")
         return factory
     if _JAVA_CLASS.match(name):
+        if JAVA_CONTEXT_FACTORY not in _registry:
+            importlib.import_module(_BUILTIN[JAVA_CONTEXT_FACTORY])
         with _lock:
             java = _registry.get(JAVA_CONTEXT_FACTORY)
         if java is None:

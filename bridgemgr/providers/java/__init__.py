@@ -1,0 +1,47 @@
+"""Any Java JMS provider (javax.jms or jakarta.jms) through JPype and real JNDI.
+
+A ``lookup-name`` whose ``java.naming.factory.initial`` is a Java class name (for example
+``org.apache.activemq.jndi.ActiveMQInitialContextFactory``) resolves here: the process's
+one JVM starts on first use, a real ``javax.naming.InitialContext`` is built from the
+``<property>`` elements, and what it returns is wrapped behind our provider SPI:
+
+=================================  ==========================================================
+Java object                        ours
+=================================  ==========================================================
+XAConnectionFactory                :class:`JavaXAConnectionFactory` (XA-capable: transacted
+                                   links may use it; its XAResource is real)
+ConnectionFactory                  :class:`JavaConnectionFactory`
+Queue / Topic / temporary ones     Queue / Topic / TemporaryQueue / TemporaryTopic
+=================================  ==========================================================
+
+Where the classes come from (:mod:`.jvm`): ``configure()`` / ``configure_from_properties()``
+(``imq.bridge.java.classpath`` of the broker properties), ``$IMQ_BRIDGE_JAVA_CLASSPATH`` and
+the ``lib/ext`` folders of ``$IMQ_HOME`` and of the broker instance form the JVM's classpath.
+A lookup environment may also carry ``imq.bridge.java.classpath`` itself: that provider
+then gets a class loader of its own (its jars must include the JMS API jar).
+
+Messages convert losslessly (:mod:`.convert`), XA resources keep their Xids across
+restarts (:mod:`.xa`), and a ``message-transformer-class`` may be a Java class
+(:mod:`.transformer`): name it ``bridgemgr.providers.java.classes.<Java class name>``.
+Every Java connection is closed at interpreter exit if its user did not close it.
+"""
+
+from __future__ import annotations
+
+from ...jms import naming
+from .client import (
+    JavaConnection,
+    JavaConnectionFactory,
+    JavaXAConnection,
+    JavaXAConnectionFactory,
+    JavaXASession,
+    wrap_factory,
+)
+from .context import JavaContextFactory
+from .jvm import CLASSPATH_PROPERTY, close_all, configure, configure_from_properties, is_started
+
+__all__ = ["CLASSPATH_PROPERTY", "JavaConnection", "JavaConnectionFactory", "JavaContextFactory",
+           "JavaXAConnection", "JavaXAConnectionFactory", "JavaXASession", "close_all", "configure",
+           "configure_from_properties", "is_started", "wrap_factory"]
+
+naming.register_context_factory(naming.JAVA_CONTEXT_FACTORY, JavaContextFactory)

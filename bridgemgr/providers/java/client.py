@@ -1,0 +1,416 @@
+# How it works: thin wrappers that put a Java provider's JMS objects behind our SPI. Each
+# wrapper holds the Java object and the provider's Flavor; every Java call runs inside
+# jvm.java_errors(), so callers only ever see our JMSException tree (a broken socket is a
+# TransportException, a closed session an IllegalStateException: the link reconnects).
+#
+# Messages cross in convert.py at the edges: send() builds a Java message with the
+# sending session and copies the headers the provider set (id, timestamp, expiration)
+# back onto ours; a delivery becomes our read-only message whose acknowledge() acknowledges
+# the Java one. Session.acknowledge() (ours; JMS 1.1 has it only on messages) acknowledges
+# through the last message delivered (CLIENT_ACKNOWLEDGE covers everything delivered by the
+# session), or every delivered one under INDIVIDUAL_ACKNOWLEDGE.
+#
+# Calls that may load provider classes by name (createConnection: transports, SSL, auth
+# modules) run with the provider's class loader as thread context loader. Connections
+# register with jvm.track() until closed, so the process can close them at exit.
+"""Our provider SPI over a Java JMS provider (javax.jms or jakarta.jms) through JPype."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Iterator
+
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.errors import InvalidDestinationException, TransportException
+from ...jms.message import Message
+from ...jms.spi import (
+    AckMode,
+    Connection,
+    ConnectionFactory,
+    ConnectionMetaData,
+    ExceptionListener,
+    MessageConsumer,
+    MessageListener,
+    MessageProducer,
+    QueueBrowser,
+    Session,
+    XAConnection,
+    XAConnectionFactory,
+    XAResource,
+    XASession,
+)
+from . import jvm
+from .convert import Flavor, flavor_of, to_java, to_java_destination, to_python, to_python_destination
+from .jvm import java_errors
+
+log = logging.getLogger(__name__)
+
+
+def _s(value: Any) -> str | None:
+    return None if value is None else str(value)
+
+
+def _proxy(interface: Any, **methods: Any) -> Any:
+    import jpype
+    return jpype.JProxy(interface, dict=methods)
+
+
+class JavaConnectionFactory(ConnectionFactory):
+    """A Java ConnectionFactory (javax.jms or jakarta.jms)."""
+
+    def __init__(self, jfactory: Any, flavor: Flavor | None = None) -> None:
+        self.java = jfactory
+        self.flavor = flavor or flavor_of(jfactory)
+        self.loader = jfactory.getClass().getClassLoader()
+
+    @property
+    def client_id(self) -> str | None:
+        """The client id the Java factory configures for its connections, if it says."""
+        getter = getattr(self.java, "getClientID", None)
+        return _s(getter()) if getter is not None else None
+
+    def _connect(self, method: str, username: str | None, password: str | None) -> Any:
+        with java_errors(method), jvm.context_loader(self.loader):
+            create = getattr(self.java, method)
+            return create(username, password) if username is not None else create()
+
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> "JavaConnection":
+        return JavaConnection(self._connect("createConnection", username, password), self.flavor)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.java.getClass().getName()})"
+
+
+class JavaXAConnectionFactory(JavaConnectionFactory, XAConnectionFactory):
+    """A Java XAConnectionFactory: XA connections, and plain ones where it also makes those."""
+
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> "JavaConnection":
+        if isinstance(self.java, self.flavor.ConnectionFactory):
+            return super().create_connection(username, password)
+        return self.create_xa_connection(username, password)
+
+    def create_xa_connection(self, username: str | None = None,
+                             password: str | None = None) -> "JavaXAConnection":
+        return JavaXAConnection(self._connect("createXAConnection", username, password), self.flavor)
+
+
+def wrap_factory(jfactory: Any) -> JavaConnectionFactory:
+    """The SPI factory for a Java (XA)ConnectionFactory."""
+    flavor = flavor_of(jfactory)
+    if isinstance(jfactory, flavor.XAConnectionFactory):
+        return JavaXAConnectionFactory(jfactory, flavor)
+    return JavaConnectionFactory(jfactory, flavor)
+
+
+class JavaConnection(Connection):
+    """A Java Connection; closing it is what lets the JVM exit."""
+
+    def __init__(self, jconn: Any, flavor: Flavor) -> None:
+        self.java = jconn
+        self.flavor = flavor
+        self.closed = False
+        self._listener_proxy: Any = None
+        jvm.track(jconn)
+
+    @property
+    def client_id(self) -> str | None:
+        with java_errors("getClientID"):
+            return _s(self.java.getClientID())
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        with java_errors("setClientID"):
+            self.java.setClientID(value)
+
+    @property
+    def metadata(self) -> ConnectionMetaData:
+        with java_errors("getMetaData"):
+            meta = self.java.getMetaData()
+            return ConnectionMetaData(str(meta.getJMSProviderName()), str(meta.getProviderVersion()),
+                                      str(meta.getJMSVersion()))
+
+    def create_session(self, transacted: bool = False,
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "JavaSession":
+        mode = AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode)
+        with java_errors("createSession"):
+            return JavaSession(self, self.java.createSession(bool(transacted), int(mode)))
+
+    def start(self) -> None:
+        with java_errors("start"):
+            self.java.start()
+
+    def stop(self) -> None:
+        with java_errors("stop"):
+            self.java.stop()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            with java_errors("close"):
+                self.java.close()
+        finally:
+            jvm.untrack(self.java)
+
+    def set_exception_listener(self, listener: ExceptionListener | None) -> None:
+        if listener is None:
+            proxy = None
+        else:
+            def on_exception(jexc: Any) -> None:
+                exc = jvm.translate(jexc, "connection failed")
+                if not isinstance(exc, TransportException):
+                    exc = TransportException(str(exc))
+                try:
+                    listener(exc)
+                except Exception:
+                    log.exception("the exception listener failed")
+            proxy = _proxy(self.flavor.ExceptionListener, onException=on_exception)
+        with java_errors("setExceptionListener"):
+            self.java.setExceptionListener(proxy)
+        self._listener_proxy = proxy  # JPype proxies must outlive Java's reference
+
+    def __repr__(self) -> str:
+        return f"JavaConnection({self.java.getClass().getName()}, closed={self.closed})"
+
+
+class JavaXAConnection(JavaConnection, XAConnection):
+    """A Java XAConnection."""
+
+    def create_xa_session(self) -> "JavaXASession":
+        with java_errors("createXASession"):
+            return JavaXASession(self, self.java.createXASession())
+
+
+class JavaSession(Session):
+    """A Java Session (single-threaded, as in JMS)."""
+
+    def __init__(self, connection: JavaConnection, jsession: Any) -> None:
+        self.connection = connection
+        self.java = jsession
+        self.flavor = connection.flavor
+        with java_errors("session"):
+            self.transacted = bool(jsession.getTransacted())
+            mode = int(jsession.getAcknowledgeMode())
+        self.ack_mode = AckMode(mode) if mode in AckMode._value2member_map_ else AckMode.CLIENT_ACKNOWLEDGE
+        self._destinations: dict[Destination, Any] = {}
+        self._unacked: list[Any] = []  # delivered Java messages not acknowledged yet
+
+    # --- destinations ------------------------------------------------------------------------
+    def java_destination(self, dest: Destination) -> Any:
+        jdest = self._destinations.get(dest)
+        if jdest is None:
+            with java_errors(f"destination {dest}"):
+                jdest = to_java_destination(dest, self.java, self.flavor)
+            self._destinations[dest] = jdest
+        return jdest
+
+    def _temporary(self, method: str) -> Any:
+        with java_errors(method):
+            jdest = getattr(self.java, method)()
+            dest = to_python_destination(jdest, self.flavor)
+        self._destinations[dest] = jdest  # type: ignore[index]
+        return dest
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        return self._temporary("createTemporaryQueue")
+
+    def create_temporary_topic(self) -> TemporaryTopic:
+        return self._temporary("createTemporaryTopic")
+
+    # --- producers and consumers -------------------------------------------------------------
+    def create_producer(self, destination: Destination | None = None) -> "JavaProducer":
+        jdest = self.java_destination(destination) if destination is not None else None
+        with java_errors("createProducer"):
+            return JavaProducer(self, self.java.createProducer(jdest), destination)
+
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> "JavaConsumer":
+        jdest = self.java_destination(destination)
+        with java_errors("createConsumer"):
+            return JavaConsumer(self, self.java.createConsumer(jdest, selector, bool(no_local)), selector)
+
+    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
+                                  no_local: bool = False) -> "JavaConsumer":
+        jdest = self.java_destination(topic)
+        with java_errors("createDurableSubscriber"):
+            return JavaConsumer(self, self.java.createDurableSubscriber(jdest, name, selector,
+                                                                         bool(no_local)), selector)
+
+    def unsubscribe(self, name: str) -> None:
+        with java_errors("unsubscribe"):
+            self.java.unsubscribe(name)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> "JavaBrowser":
+        jdest = self.java_destination(queue)
+        with java_errors("createBrowser"):
+            return JavaBrowser(self, self.java.createBrowser(jdest, selector), queue, selector)
+
+    # --- deliveries, transactions, acknowledgement ------------------------------------------
+    def delivered(self, jmsg: Any) -> Message:
+        """Our message for a Java delivery of this session."""
+        with java_errors("convert a received message"):
+            msg = to_python(jmsg, self.flavor)
+        if not self.transacted and self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE,
+                                                     AckMode.INDIVIDUAL_ACKNOWLEDGE):
+            self._unacked.append(jmsg)
+            msg._ack = lambda: self._acknowledge(jmsg)
+        return msg
+
+    def _acknowledge(self, jmsg: Any) -> None:
+        with java_errors("acknowledge"):
+            jmsg.acknowledge()
+        if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE:
+            self._unacked = [m for m in self._unacked if m is not jmsg]
+        else:
+            self._unacked.clear()
+
+    def acknowledge(self) -> None:
+        if not self._unacked:
+            return
+        with java_errors("acknowledge"):
+            if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE:
+                for jmsg in self._unacked:
+                    jmsg.acknowledge()
+            else:
+                self._unacked[-1].acknowledge()
+        self._unacked.clear()
+
+    def commit(self) -> None:
+        with java_errors("commit"):
+            self.java.commit()
+
+    def rollback(self) -> None:
+        with java_errors("rollback"):
+            self.java.rollback()
+
+    def recover(self) -> None:
+        self._unacked.clear()
+        with java_errors("recover"):
+            self.java.recover()
+
+    def close(self) -> None:
+        self._unacked.clear()
+        with java_errors("close session"):
+            self.java.close()
+
+
+class JavaXASession(JavaSession, XASession):
+    """A Java XASession: its work belongs to the branch its XAResource is started on."""
+
+    def __init__(self, connection: JavaConnection, jxasession: Any) -> None:
+        from .xa import JavaXAResource
+        with java_errors("XASession"):
+            super().__init__(connection, jxasession.getSession())
+            self._resource = JavaXAResource(jxasession.getXAResource())
+        self.java_xa = jxasession
+        self.transacted = True
+
+    @property
+    def xa_resource(self) -> XAResource:
+        return self._resource
+
+    def close(self) -> None:
+        with java_errors("close session"):
+            self.java_xa.close()
+
+
+class JavaProducer(MessageProducer):
+    def __init__(self, session: JavaSession, jproducer: Any, destination: Destination | None) -> None:
+        super().__init__(destination)
+        self.session = session
+        self.java = jproducer
+
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: int | None = None, priority: int | None = None,
+             time_to_live: int | None = None) -> None:
+        if self.destination is not None and destination not in (None, self.destination):
+            raise InvalidDestinationException(f"this producer sends to {self.destination}; "
+                                              f"it cannot send to {destination}")
+        dest = destination or self.destination
+        if dest is None:
+            raise InvalidDestinationException("send() needs a destination (the producer has none)")
+        mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        prio = self.priority if priority is None else priority
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        session = self.session
+        with java_errors(f"send to {dest}"):
+            jmsg = to_java(message, session.java, session.flavor, session.java_destination)
+            if self.disable_message_id:
+                self.java.setDisableMessageID(True)
+            if self.disable_message_timestamp:
+                self.java.setDisableMessageTimestamp(True)
+            if self.destination is None:
+                self.java.send(session.java_destination(dest), jmsg, int(mode), int(prio), int(ttl))
+            else:
+                self.java.send(jmsg, int(mode), int(prio), int(ttl))
+            message.message_id = _s(jmsg.getJMSMessageID())
+            message.timestamp = int(jmsg.getJMSTimestamp())
+            message.expiration = int(jmsg.getJMSExpiration())
+        message.destination = dest
+        message.delivery_mode = mode
+        message.priority = prio
+
+    def close(self) -> None:
+        with java_errors("close producer"):
+            self.java.close()
+
+
+class JavaConsumer(MessageConsumer):
+    def __init__(self, session: JavaSession, jconsumer: Any, selector: str | None) -> None:
+        self.session = session
+        self.java = jconsumer
+        self._selector = selector
+        self._listener_proxy: Any = None
+
+    @property
+    def message_selector(self) -> str | None:
+        return self._selector
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        with java_errors("receive"):
+            if timeout is None:
+                jmsg = self.java.receive()
+            elif timeout <= 0:
+                jmsg = self.java.receiveNoWait()
+            else:
+                jmsg = self.java.receive(max(1, int(timeout * 1000)))
+        return None if jmsg is None else self.session.delivered(jmsg)
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        if listener is None:
+            proxy = None
+        else:
+            def on_message(jmsg: Any) -> None:
+                try:
+                    listener(self.session.delivered(jmsg))
+                except Exception:
+                    log.exception("the message listener failed")
+            proxy = _proxy(self.session.flavor.MessageListener, onMessage=on_message)
+        with java_errors("setMessageListener"):
+            self.java.setMessageListener(proxy)
+        self._listener_proxy = proxy
+
+    def close(self) -> None:
+        with java_errors("close consumer"):
+            self.java.close()
+
+
+class JavaBrowser(QueueBrowser):
+    def __init__(self, session: JavaSession, jbrowser: Any, queue: Queue, selector: str | None) -> None:
+        self.session = session
+        self.java = jbrowser
+        self.queue = queue
+        self.message_selector = selector
+
+    def __iter__(self) -> Iterator[Message]:
+        with java_errors("browse"):
+            messages = self.java.getEnumeration()
+            while messages.hasMoreElements():
+                yield to_python(messages.nextElement(), self.session.flavor)
+
+    def close(self) -> None:
+        with java_errors("close browser"):
+            self.java.close()

@@ -1,0 +1,909 @@
+# How it works: any STOMP 1.2 broker as a JMS provider, through stomp.py.
+#
+# Naming: java.naming.factory.initial = imq.stomp, java.naming.provider.url =
+# stomp://host:port[,host:port...][?option=value&...] (stomp+ssl:// for TLS). Lookups:
+# "...ConnectionFactory" -> a StompConnectionFactory for that URL (credentials from
+# java.naming.security.principal/credentials unless the bridge gives its own);
+# queue/NAME, topic/NAME (or dynamicQueues/, dynamicTopics/) -> Queue/Topic; a raw STOMP
+# destination such as /exchange/amq.direct/key -> the destination of that exact string.
+# URL options are OPTIONS below (heart-beats, prefetch, connect attempts, vhost, TLS files,
+# receipt timeout, dialect).
+#
+# A StompConnection is one stomp.py connection; its listener (stomp.py's receiver thread)
+# routes MESSAGE frames by subscription to the consumers' local queues, RECEIPT and ERROR
+# frames to whoever waits for them, and a lost connection (socket, heart-beat timeout, ERROR)
+# to the exception listener and every blocked call, which then raise TransportException:
+# the bridge link reconnects, and the broker redelivers what was not acknowledged.
+# "Reconnection" is connect-time: the URL's hosts are tried in turn, with backoff, for the
+# connect attempts the URL allows; a connection never silently resumes half its state.
+#
+# JMS semantics over STOMP (every subscription is ack:client-individual):
+#   AUTO/DUPS_OK     ACK when receive() hands the message over
+#   CLIENT           Session.acknowledge() (or any message's acknowledge()) ACKs every
+#                    message the session delivered, the last with a receipt
+#   INDIVIDUAL       a message's acknowledge() ACKs that message only
+#   transacted       BEGIN at once and after each COMMIT/ABORT; SENDs and ACKs carry the
+#                    transaction; commit() waits for COMMIT's receipt; rollback() ABORTs and
+#                    has the broker redeliver what the transaction received
+#   recover()        has the broker redeliver every unacknowledged delivery
+# A PERSISTENT send outside a transaction waits for its receipt (a JMS send is
+# synchronous); a NON_PERSISTENT one does not. Not XA: StompConnectionFactory is no
+# XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
+#
+# Brokers differ where STOMP says nothing; DIALECTS (chosen by the CONNECTED frame's server
+# header, or dialect=) holds how each does redelivery, durable subscriptions, selectors and
+# prefetch. Messages: a TextMessage travels as a UTF-8 body with content-type text/plain
+# and no content-length (ActiveMQ and our STOMP bridge make a TextMessage of that), a
+# BytesMessage with content-length; Map, Stream, Object and body-less messages travel as our
+# codec's bytes with content-type CODEC_TYPE, so they come back whole from any STOMP broker.
+# Headers map to the STOMP JMS headers; properties become STOMP headers (strings).
+"""STOMP brokers (ActiveMQ, RabbitMQ, our STOMP bridge, any STOMP 1.2 server) as JMS providers."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import queue
+import socket
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+import stomp
+
+from .. import __version__
+from ..jms import codec, naming
+from ..jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ..jms.errors import (
+    IllegalStateException,
+    InvalidSelectorError,
+    JMSException,
+    JMSSecurityException,
+    NamingException,
+    TransportException,
+)
+from ..jms.message import (
+    BytesMessage,
+    DeliveryMode,
+    Message,
+    TextMessage,
+    java_string,
+    property_name_problem,
+)
+from ..jms.selector import compile_selector
+from ..jms.spi import (
+    AckMode,
+    Connection,
+    ConnectionFactory,
+    ConnectionMetaData,
+    ExceptionListener,
+    MessageConsumer,
+    MessageListener,
+    MessageProducer,
+    QueueBrowser,
+    Session,
+)
+
+log = logging.getLogger(__name__)
+
+CONTEXT_FACTORY = "imq.stomp"
+PROVIDER_NAME = "STOMP"
+CODEC_TYPE = "application/x-imqbridge-jms"
+TEXT_TYPE = "text/plain;charset=utf-8"
+# The property our STOMP bridge keeps a SEND's content-type in; the same name here makes a
+# content-type survive a trip through it.
+CONTENT_TYPE_PROPERTY = "JMS_STOMP_CONTENT_TYPE"
+_TEXT_TYPES = ("text/", "application/json", "application/xml")
+# Headers of a MESSAGE that are protocol or JMS headers, never properties.
+_NOT_PROPERTIES = frozenset({
+    "subscription", "ack", "message-id", "destination", "content-length", "content-type",
+    "expires", "priority", "persistent", "redelivered", "timestamp", "correlation-id", "type",
+    "reply-to", "receipt", "amq-msg-type", "transaction"})
+# STOMP destination prefixes -> our destination kinds (anything else is kept raw).
+PREFIXES: dict[str, type[Destination]] = {
+    "/queue/": Queue, "/topic/": Topic, "/temp-queue/": TemporaryQueue,
+    "/temp-topic/": TemporaryTopic,
+}
+RAW_KINDS: dict[str, type[Destination]] = {
+    "/remote-temp-queue/": TemporaryQueue, "/remote-temp-topic/": TemporaryTopic,
+    "/reply-queue/": TemporaryQueue, "/exchange/": Topic,
+}
+
+
+# --- URL and options -------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StompOptions:
+    """A provider URL's hosts and options."""
+
+    hosts: tuple[tuple[str, int], ...]
+    tls: bool = False
+    vhost: str = "/"
+    heart_beat: tuple[int, int] = (10_000, 10_000)  # ms: we send every / we want every
+    prefetch: int = 1000
+    connect_attempts: int = 3
+    connect_delay: float = 0.5  # s before the second attempt; grows by half each time
+    receipt_timeout: float = 30.0
+    dialect: str = "auto"
+    ca: str | None = None
+    cert: str | None = None
+    key: str | None = None
+
+
+def _heart_beat(text: str) -> tuple[int, int]:
+    cx, _, cy = text.partition(",")
+    return int(cx), int(cy or cx)
+
+
+# option name -> (StompOptions field, parser)
+OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "vhost": ("vhost", str), "heart-beat": ("heart_beat", _heart_beat),
+    "prefetch": ("prefetch", int), "connect-attempts": ("connect_attempts", int),
+    "connect-delay": ("connect_delay", float), "receipt-timeout": ("receipt_timeout", float),
+    "dialect": ("dialect", str.lower), "ca": ("ca", str), "cert": ("cert", str), "key": ("key", str),
+}
+
+
+def parse_url(url: str) -> StompOptions:
+    """stomp://host:port[,host:port...][?opt=value&...] or stomp+ssl://...; NamingException if bad."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("stomp", "stomp+ssl", "stomp+tls", "stomps"):
+        raise NamingException(f"{naming.PROVIDER_URL}={url!r}: use stomp://host:port or "
+                              "stomp+ssl://host:port")
+    hosts = []
+    for item in unquote(parts.netloc.rpartition("@")[2]).split(","):
+        host, _, port = item.strip().rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: {item!r} is not host:port")
+        hosts.append((host.strip("[]"), int(port)))
+    values: dict[str, Any] = {}
+    for name, text in parse_qsl(parts.query, keep_blank_values=True):
+        if name not in OPTIONS:
+            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: unknown option {name!r} "
+                                  f"(known: {', '.join(sorted(OPTIONS))})")
+        attr, parse = OPTIONS[name]
+        try:
+            values[attr] = parse(text)
+        except ValueError:
+            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: option {name}={text!r} is "
+                                  "not valid") from None
+    if values.get("dialect", "auto") not in ("auto", *DIALECTS):
+        raise NamingException(f"{naming.PROVIDER_URL}={url!r}: dialect must be auto or one of "
+                              f"{', '.join(DIALECTS)}")
+    return StompOptions(tuple(hosts), tls=parts.scheme != "stomp", **values)
+
+
+# --- broker dialects ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Dialect:
+    """What a broker does where STOMP 1.2 leaves it open."""
+
+    name: str
+    redeliver: str = "nack"  # how recover()/rollback() get deliveries back: nack | resubscribe
+    abort_redelivers: bool = False  # ABORT alone returns what the transaction ACKed
+    selectors: bool = True  # the broker filters with the selector header
+    transacted_subscribe: bool = False  # a transacted session's SUBSCRIBE names its transaction
+    delete_needs_subscription: bool = False  # a durable subscription is deleted while subscribed
+    prefetch: Callable[[int], dict[str, str]] = lambda n: {}
+    durable: Callable[[str], dict[str, str]] = lambda name: {}
+    text_marker: dict[str, str] = field(default_factory=dict)  # a TextMessage with content-length
+
+
+DIALECTS: dict[str, Dialect] = {
+    "activemq": Dialect(
+        "activemq", redeliver="resubscribe",
+        prefetch=lambda n: {"activemq.prefetchSize": str(n)},
+        durable=lambda name: {"activemq.subscriptionName": name},
+        text_marker={"amq-msg-type": "text"}),
+    "rabbitmq": Dialect(
+        "rabbitmq", selectors=False,
+        prefetch=lambda n: {"prefetch-count": str(n)},
+        durable=lambda name: {"durable": "true", "auto-delete": "false"},
+        delete_needs_subscription=True),
+    "imqbridge": Dialect(
+        "imqbridge", abort_redelivers=True, transacted_subscribe=True,
+        durable=lambda name: {"durable-subscriber-name": name}),
+    "generic": Dialect("generic", durable=lambda name: {"durable-subscriber-name": name}),
+}
+
+
+def dialect_for(server: str | None, wanted: str = "auto") -> Dialect:
+    """The dialect named by ``wanted``, else the one of the CONNECTED server header."""
+    if wanted != "auto":
+        return DIALECTS[wanted]
+    product = (server or "").partition("/")[0].lower()
+    return DIALECTS.get(product, DIALECTS["generic"])
+
+
+# --- destinations and messages -------------------------------------------------------------------------
+
+def to_stomp_destination(dest: Destination) -> str:
+    """The STOMP destination string: a name starting with / is used as it is."""
+    if dest.name.startswith("/"):
+        return dest.name
+    prefix = {"queue": "/queue/", "topic": "/topic/", "temp-queue": "/temp-queue/",
+              "temp-topic": "/temp-topic/"}[dest.kind]
+    return prefix + dest.name
+
+
+def to_jms_destination(text: str | None) -> Destination | None:
+    if not text:
+        return None
+    for prefix, kind in PREFIXES.items():
+        if text.startswith(prefix) and len(text) > len(prefix):
+            return kind(text[len(prefix):])
+    for prefix, kind in RAW_KINDS.items():
+        if text.startswith(prefix):
+            return kind(text)
+    return Queue(text)
+
+
+def to_frame(msg: Message, dialect: Dialect) -> tuple[dict[str, str], bytes]:
+    """SEND headers (without destination) and body for ``msg``."""
+    headers = {"persistent": "true" if msg.delivery_mode == DeliveryMode.PERSISTENT else "false",
+               "priority": str(msg.priority), "expires": str(msg.expiration)}
+    if msg.correlation_id is not None:
+        headers["correlation-id"] = msg.correlation_id
+    if msg.type is not None:
+        headers["type"] = msg.type
+    if msg.reply_to is not None:
+        headers["reply-to"] = to_stomp_destination(msg.reply_to)
+    for name, ptype, value in msg.typed_properties():
+        if name == CONTENT_TYPE_PROPERTY:
+            headers["content-type"] = value
+        else:
+            headers[name] = java_string(ptype, value)
+    if type(msg) is TextMessage:
+        body = (msg.text or "").encode("utf-8")
+        headers.setdefault("content-type", TEXT_TYPE)
+        if b"\0" in body:  # only then a text body needs its length
+            headers["content-length"] = str(len(body))
+            headers.update(dialect.text_marker)
+    elif type(msg) is BytesMessage:
+        body = msg.get_body()
+        headers["content-length"] = str(len(body))
+    else:
+        body = codec.encode(msg)
+        headers["content-type"] = CODEC_TYPE
+        headers["content-length"] = str(len(body))
+    return headers, body
+
+
+def _is_text(headers: Mapping[str, str]) -> bool:
+    ctype = headers.get("content-type", "").lower()
+    return (ctype.startswith(_TEXT_TYPES) or headers.get("amq-msg-type") == "text"
+            or ("content-length" not in headers and ctype != CODEC_TYPE and not ctype))
+
+
+def _int(headers: Mapping[str, str], name: str, default: int) -> int:
+    try:
+        return int(headers[name])
+    except (KeyError, ValueError):
+        return default
+
+
+def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
+    """Our read-only message for a MESSAGE frame."""
+    ctype = headers.get("content-type")
+    if ctype == CODEC_TYPE:
+        msg = codec.decode(body)
+    elif _is_text(headers):
+        try:
+            msg = TextMessage(body.decode("utf-8"))
+        except UnicodeDecodeError:
+            msg = BytesMessage(body)
+    else:
+        msg = BytesMessage(body)
+    if ctype != CODEC_TYPE:
+        msg.timestamp = _int(headers, "timestamp", 0)
+        msg.expiration = _int(headers, "expires", 0)
+        msg.priority = min(9, max(0, _int(headers, "priority", 4)))
+        msg.delivery_mode = (DeliveryMode.PERSISTENT if headers.get("persistent") == "true"
+                             else DeliveryMode.NON_PERSISTENT)
+        msg.correlation_id = headers.get("correlation-id")
+        msg.type = headers.get("type")
+        msg.reply_to = to_jms_destination(headers.get("reply-to"))
+        if ctype and not (isinstance(msg, TextMessage) and ctype.lower() == TEXT_TYPE):
+            msg.set_string_property(CONTENT_TYPE_PROPERTY, ctype)
+        for name, value in headers.items():
+            if name not in _NOT_PROPERTIES and property_name_problem(name) is None:
+                msg.set_string_property(name, value)
+    msg.message_id = headers.get("message-id")
+    msg.destination = to_jms_destination(headers.get("destination")) or msg.destination
+    msg.redelivered = headers.get("redelivered") == "true"
+    msg.delivery_count = 2 if msg.redelivered else 1
+    msg.set_read_only()
+    return msg
+
+
+# --- the connection ------------------------------------------------------------------------------------
+
+@dataclass
+class _Delivery:
+    """A MESSAGE frame handed to a consumer, until it is acknowledged."""
+
+    subscription: "_Subscription"
+    ack_id: str
+    headers: dict[str, str]
+    body: bytes
+
+
+class _Listener(stomp.ConnectionListener):
+    """stomp.py's callbacks (its receiver thread) -> the connection."""
+
+    def __init__(self, connection: "StompConnection") -> None:
+        self.connection = connection
+
+    def on_connected(self, frame: Any) -> None:
+        self.connection.server = frame.headers.get("server")
+
+    def on_message(self, frame: Any) -> None:
+        self.connection._deliver(frame.headers, frame.body)
+
+    def on_receipt(self, frame: Any) -> None:
+        self.connection._receipt(frame.headers.get("receipt-id"), None)
+
+    def on_error(self, frame: Any) -> None:
+        message = frame.headers.get("message", "")
+        body = frame.body.decode("utf-8", "replace") if isinstance(frame.body, bytes) else str(frame.body)
+        text = f"{message}: {body.strip()}" if body.strip() else message
+        self.connection._error(frame.headers.get("receipt-id"), text)
+
+    def on_heartbeat_timeout(self) -> None:
+        self.connection.last_error = "heart-beat timeout"
+
+    def on_disconnected(self) -> None:
+        self.connection._lost()
+
+
+class StompConnectionFactory(ConnectionFactory):
+    """Connections to the STOMP broker at a provider URL (not XA-capable)."""
+
+    def __init__(self, url: str, username: str | None = None, password: str | None = None) -> None:
+        self.url = url
+        self.options = parse_url(url)
+        self.username = username
+        self._password = password
+
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> "StompConnection":
+        if username is None:
+            username, password = self.username, self._password
+        return StompConnection(self.options, username, password)
+
+    def __repr__(self) -> str:
+        return f"StompConnectionFactory({self.url})"
+
+
+class StompConnection(Connection):
+    def __init__(self, options: StompOptions, username: str | None, password: str | None) -> None:
+        self.options = options
+        self._credentials = (username, password)
+        self._client_id: str | None = None
+        self.server: str | None = None
+        self.dialect = DIALECTS["generic"]
+        self.last_error: str | None = None
+        self.broken = threading.Event()
+        self.closed = False
+        self._lock = threading.Lock()
+        self._waiting: dict[str, list[Any]] = {}  # receipt id -> [event, error]
+        self._subscriptions: dict[str, _Subscription] = {}
+        self._sessions: list[StompSession] = []
+        self._started = threading.Event()
+        self._listener: ExceptionListener | None = None
+        self._ids = itertools.count(1)
+        self._stomp = self._connect()
+
+    # --- connecting ------------------------------------------------------------------------------
+    def _connect(self) -> stomp.Connection12:
+        opts = self.options
+        conn = stomp.Connection12(
+            list(opts.hosts), heartbeats=opts.heart_beat, vhost=opts.vhost,
+            auto_content_length=False, auto_decode=False, try_loopback_connect=False,
+            reconnect_attempts_max=max(1, opts.connect_attempts),
+            reconnect_sleep_initial=opts.connect_delay, timeout=opts.receipt_timeout)
+        if opts.tls:
+            conn.set_ssl(for_hosts=list(opts.hosts), key_file=opts.key, cert_file=opts.cert,
+                         ca_certs=opts.ca)
+        conn.set_listener("imq", _Listener(self))
+        headers = {"client-id": self._client_id} if self._client_id else {}
+        username, password = self._credentials
+        try:
+            conn.connect(username, password, wait=True, headers=headers)
+        except Exception as exc:
+            reason = self.last_error or f"{type(exc).__name__} {exc}".strip()
+            if conn.is_connected():
+                conn.disconnect()
+            where = ", ".join(f"{h}:{p}" for h, p in opts.hosts)
+            error = (JMSSecurityException if self.last_error and _looks_like_auth(self.last_error)
+                     else TransportException)
+            raise error(f"cannot connect to the STOMP broker at {where}: {reason}") from None
+        sock = getattr(conn.transport, "socket", None)
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.dialect = dialect_for(self.server, opts.dialect)
+        return conn
+
+    # --- Connection API -------------------------------------------------------------------------------
+    @property
+    def client_id(self) -> str | None:
+        return self._client_id
+
+    @client_id.setter
+    def client_id(self, value: str) -> None:
+        """STOMP sends the client id in CONNECT: connect again with it."""
+        if self._sessions or self._client_id is not None:
+            raise IllegalStateException("the client id must be set right after the connection is created")
+        self._client_id = value
+        old, self._stomp = self._stomp, None
+        old.remove_listener("imq")
+        old.disconnect()
+        self._stomp = self._connect()
+
+    @property
+    def metadata(self) -> ConnectionMetaData:
+        return ConnectionMetaData(PROVIDER_NAME, __version__, "1.1")
+
+    def create_session(self, transacted: bool = False,
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "StompSession":
+        self._check()
+        session = StompSession(self, transacted, AckMode.SESSION_TRANSACTED if transacted
+                               else AckMode(ack_mode))
+        self._sessions.append(session)
+        return session
+
+    def start(self) -> None:
+        self._started.set()
+
+    def stop(self) -> None:
+        self._started.clear()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        for session in list(self._sessions):
+            session.close()
+        if not self.broken.is_set():
+            try:
+                self._stomp.disconnect(receipt=self._next_id("bye"))
+            except Exception as exc:
+                log.debug("disconnecting: %s", exc)
+        self._lost()
+
+    def set_exception_listener(self, listener: ExceptionListener | None) -> None:
+        self._listener = listener
+
+    # --- frames and receipts ------------------------------------------------------------------------
+    def _check(self) -> None:
+        if self.closed:
+            raise IllegalStateException("the connection is closed")
+        if self.broken.is_set():
+            raise TransportException(f"the STOMP connection is lost: {self.last_error or 'closed by the broker'}")
+
+    def _next_id(self, kind: str) -> str:
+        return f"{kind}-{next(self._ids)}"
+
+    def frame(self, command: str, headers: dict[str, str], body: bytes = b"",
+              wait: bool = False) -> None:
+        """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
+        self._check()
+        slot = None
+        if wait:
+            receipt = headers["receipt"] = self._next_id("r")
+            slot = [threading.Event(), None]
+            with self._lock:
+                self._waiting[receipt] = slot
+        try:
+            self._stomp.send_frame(command, headers, body)
+        except Exception as exc:
+            raise TransportException(f"{command}: {exc}") from None
+        if slot is None:
+            return
+        if not slot[0].wait(self.options.receipt_timeout):
+            with self._lock:
+                self._waiting.pop(headers["receipt"], None)
+            raise TransportException(f"{command}: no receipt within {self.options.receipt_timeout} s")
+        if slot[1] is not None:
+            raise (TransportException if self.broken.is_set() else JMSException)(f"{command}: {slot[1]}")
+
+    def _receipt(self, receipt: str | None, error: str | None) -> None:
+        with self._lock:
+            slot = self._waiting.pop(receipt, None) if receipt is not None else None
+        if slot is not None:
+            slot[1] = error
+            slot[0].set()
+
+    def _error(self, receipt: str | None, text: str) -> None:
+        """An ERROR frame: it fails the frame it names, else every frame awaiting a receipt
+        (brokers that keep the connection open after an ERROR rarely name the frame)."""
+        if receipt is not None:
+            self._receipt(receipt, text)
+            return
+        self.last_error = text
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot[1] = text
+            slot[0].set()
+
+    def _lost(self) -> None:
+        """The connection ended (closed, dropped, or an ERROR): wake everyone waiting."""
+        if self.broken.is_set():
+            return
+        self.broken.set()
+        with self._lock:
+            waiting, self._waiting = self._waiting, {}
+        for slot in waiting.values():
+            slot[1] = self.last_error or "the connection was lost"
+            slot[0].set()
+        for sub in list(self._subscriptions.values()):
+            sub.inbox.put(None)
+        if not self.closed and self._listener is not None:
+            try:
+                self._listener(TransportException(f"STOMP connection lost: {self.last_error or 'socket closed'}"))
+            except Exception:
+                log.exception("the exception listener failed")
+
+    def _deliver(self, headers: dict[str, str], body: bytes) -> None:
+        sub = self._subscriptions.get(headers.get("subscription", ""))
+        if sub is None:
+            return  # a subscription closed meanwhile: the broker redelivers it
+        sub.inbox.put(_Delivery(sub, headers.get("ack") or headers.get("message-id", ""), headers, body))
+
+
+def _looks_like_auth(text: str) -> bool:
+    lowered = text.lower()
+    return any(word in lowered for word in ("denied", "refused", "auth", "login", "password",
+                                            "credential", "security"))
+
+
+# --- sessions ------------------------------------------------------------------------------------------
+
+class _Subscription:
+    def __init__(self, session: "StompSession", destination: Destination, selector: str | None,
+                 durable: str | None) -> None:
+        self.session = session
+        self.destination = destination
+        self.selector = selector
+        self.durable = durable
+        self.local_filter = None
+        self.inbox: queue.Queue[_Delivery | None] = queue.Queue()
+        self.id = ""
+
+    def headers(self) -> dict[str, str]:
+        session = self.session
+        dialect = session.connection.dialect
+        headers = {"destination": to_stomp_destination(self.destination), "id": self.id,
+                   "ack": "client-individual", **dialect.prefetch(session.connection.options.prefetch)}
+        if self.selector:
+            if dialect.selectors:
+                headers["selector"] = self.selector
+            elif self.destination.is_topic:
+                self.local_filter = compile_selector(self.selector)
+            else:
+                raise InvalidSelectorError(f"the {dialect.name} STOMP broker cannot select messages "
+                                           "of a queue; a selector works on a topic only")
+        if self.durable:
+            headers.update(dialect.durable(self.durable))
+        if session.transacted and dialect.transacted_subscribe:
+            headers["transaction"] = session.tx
+        return headers
+
+    def subscribe(self) -> None:
+        connection = self.session.connection
+        self.id = self.durable or connection._next_id("sub")
+        headers = self.headers()
+        connection._subscriptions[self.id] = self
+        try:
+            connection.frame("SUBSCRIBE", headers, wait=True)
+        except BaseException:
+            connection._subscriptions.pop(self.id, None)
+            raise
+
+    def unsubscribe(self, extra: Mapping[str, str] = {}) -> None:
+        connection = self.session.connection
+        connection._subscriptions.pop(self.id, None)
+        if not connection.broken.is_set():
+            connection.frame("UNSUBSCRIBE", {"id": self.id, **extra}, wait=True)
+        self.inbox = queue.Queue()  # what was buffered comes back from the broker
+
+
+class StompSession(Session):
+    """A JMS session over one STOMP connection (single-threaded, as in JMS)."""
+
+    def __init__(self, connection: StompConnection, transacted: bool, ack_mode: AckMode) -> None:
+        self.connection = connection
+        self.transacted = transacted
+        self.ack_mode = ack_mode
+        self.tx = ""
+        self.closed = False
+        self._unacked: list[_Delivery] = []  # delivered, not acknowledged (or, transacted: not committed)
+        self._consumers: list[StompConsumer] = []
+        if transacted:
+            self._begin()
+
+    def _begin(self) -> None:
+        self.tx = f"tx-{uuid.uuid4().hex}"
+        self.connection.frame("BEGIN", {"transaction": self.tx})
+
+    def _check(self) -> None:
+        if self.closed:
+            raise IllegalStateException("the session is closed")
+        self.connection._check()
+
+    def create_temporary_queue(self) -> TemporaryQueue:
+        return TemporaryQueue(uuid.uuid4().hex)
+
+    def create_temporary_topic(self) -> TemporaryTopic:
+        return TemporaryTopic(uuid.uuid4().hex)
+
+    def create_producer(self, destination: Destination | None = None) -> "StompProducer":
+        self._check()
+        return StompProducer(self, destination)
+
+    def create_consumer(self, destination: Destination, selector: str | None = None,
+                        no_local: bool = False) -> "StompConsumer":
+        return self._consumer(destination, selector, None)
+
+    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
+                                  no_local: bool = False) -> "StompConsumer":
+        if self.connection.client_id is None:
+            raise IllegalStateException("a durable subscription needs the connection's client id")
+        return self._consumer(topic, selector, name)
+
+    def _consumer(self, destination: Destination, selector: str | None,
+                  durable: str | None) -> "StompConsumer":
+        self._check()
+        sub = _Subscription(self, destination, selector, durable)
+        sub.subscribe()
+        consumer = StompConsumer(self, sub)
+        self._consumers.append(consumer)
+        return consumer
+
+    def unsubscribe(self, name: str) -> None:
+        """Delete durable subscription ``name`` (the broker's way, see DIALECTS)."""
+        self._check()
+        dialect = self.connection.dialect
+        if dialect.delete_needs_subscription and name not in self.connection._subscriptions:
+            sub = _Subscription(self, Topic(name), None, name)  # RabbitMQ finds it by id alone
+            sub.subscribe()
+            self.connection._subscriptions.pop(name, None)
+        self.connection.frame("UNSUBSCRIBE", {"id": name, **dialect.durable(name)}, wait=True)
+
+    def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
+        raise JMSException("STOMP cannot browse a queue")
+
+    # --- deliveries ------------------------------------------------------------------------------
+    def _ack(self, deliveries: list[_Delivery], wait: bool) -> None:
+        for i, delivery in enumerate(deliveries):
+            headers = {"id": delivery.ack_id}
+            if self.transacted:
+                headers["transaction"] = self.tx
+            self.connection.frame("ACK", headers, wait=wait and i == len(deliveries) - 1)
+
+    def delivered(self, delivery: _Delivery) -> Message:
+        msg = from_frame(delivery.headers, delivery.body)
+        mode = self.ack_mode
+        if self.transacted:
+            self._ack([delivery], wait=False)
+            self._unacked.append(delivery)
+        elif mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE):
+            self._ack([delivery], wait=False)
+        elif mode is AckMode.INDIVIDUAL_ACKNOWLEDGE:
+            self._unacked.append(delivery)
+            msg._ack = lambda: self._ack_one(delivery)
+        else:
+            self._unacked.append(delivery)
+            msg._ack = self.acknowledge
+        return msg
+
+    def _ack_one(self, delivery: _Delivery) -> None:
+        if delivery in self._unacked:
+            self._ack([delivery], wait=True)
+            self._unacked.remove(delivery)
+
+    def acknowledge(self) -> None:
+        if self.transacted or not self._unacked:
+            return
+        pending, self._unacked = self._unacked, []
+        self._ack(pending, wait=True)
+
+    def _redeliver(self, deliveries: list[_Delivery]) -> None:
+        """Have the broker deliver these again (recover, rollback)."""
+        if not deliveries or self.connection.broken.is_set():
+            return
+        if self.connection.dialect.redeliver == "nack":
+            for i, delivery in enumerate(deliveries):
+                self.connection.frame("NACK", {"id": delivery.ack_id}, wait=i == len(deliveries) - 1)
+            return
+        for sub in {d.subscription for d in deliveries}:  # resubscribe: the broker takes them back
+            sub.unsubscribe()
+            sub.subscribe()
+
+    def recover(self) -> None:
+        self._check()
+        pending, self._unacked = self._unacked, []
+        self._redeliver(pending)
+
+    def commit(self) -> None:
+        self._check()
+        if not self.transacted:
+            raise IllegalStateException("commit() on a session that is not transacted")
+        self.connection.frame("COMMIT", {"transaction": self.tx}, wait=True)
+        self._unacked = []
+        self._begin()
+
+    def rollback(self) -> None:
+        self._check()
+        if not self.transacted:
+            raise IllegalStateException("rollback() on a session that is not transacted")
+        self.connection.frame("ABORT", {"transaction": self.tx}, wait=True)
+        pending, self._unacked = self._unacked, []
+        if not self.connection.dialect.abort_redelivers:
+            self._redeliver(pending)
+        self._begin()
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        connection = self.connection
+        try:
+            if not connection.broken.is_set() and not connection.closed:
+                for consumer in list(self._consumers):
+                    consumer.close()
+                if self.transacted:
+                    connection.frame("ABORT", {"transaction": self.tx}, wait=True)
+        except JMSException as exc:
+            log.debug("closing a STOMP session: %s", exc)
+        finally:
+            if self in connection._sessions:
+                connection._sessions.remove(self)
+
+
+class StompProducer(MessageProducer):
+    def __init__(self, session: StompSession, destination: Destination | None) -> None:
+        super().__init__(destination)
+        self.session = session
+
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: int | None = None, priority: int | None = None,
+             time_to_live: int | None = None) -> None:
+        dest = destination or self.destination
+        if dest is None:
+            raise JMSException("send() needs a destination (the producer has none)")
+        session = self.session
+        session._check()
+        message.delivery_mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        message.priority = self.priority if priority is None else priority
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        message.timestamp = int(time.time() * 1000)
+        message.expiration = message.timestamp + ttl if ttl else 0
+        message.destination = dest
+        message.message_id = f"ID:{uuid.uuid4()}"
+        headers, body = to_frame(message, session.connection.dialect)
+        headers["destination"] = to_stomp_destination(dest)
+        if session.transacted:
+            headers["transaction"] = session.tx
+        persistent = message.delivery_mode == DeliveryMode.PERSISTENT
+        session.connection.frame("SEND", headers, body, wait=persistent and not session.transacted)
+
+    def close(self) -> None:
+        pass
+
+
+class StompConsumer(MessageConsumer):
+    def __init__(self, session: StompSession, subscription: _Subscription) -> None:
+        self.session = session
+        self.subscription = subscription
+        self.closed = False
+        self._thread: threading.Thread | None = None
+        self._listener: MessageListener | None = None
+
+    @property
+    def message_selector(self) -> str | None:
+        return self.subscription.selector
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        connection = self.session.connection
+        deadline = None if timeout is None else time.monotonic() + max(0.0, timeout)
+        while True:
+            if self.closed:
+                return None
+            connection._check()
+            if not connection._started.is_set():
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    return None
+                connection._started.wait(left if left is not None else 0.5)
+                continue
+            try:
+                if deadline is None:
+                    delivery = self.subscription.inbox.get(timeout=0.5)
+                else:
+                    delivery = self.subscription.inbox.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    return None
+                continue
+            if delivery is None:  # the connection ended
+                continue
+            message = self.session.delivered(delivery)
+            selector = self.subscription.local_filter
+            if selector is not None and not selector.matches(message):
+                self.session._ack([delivery], wait=False)  # a topic copy nobody here wants
+                if delivery in self.session._unacked:
+                    self.session._unacked.remove(delivery)
+                continue
+            return message
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        self._listener = listener
+        if listener is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._dispatch, daemon=True,
+                                            name=f"stomp listener {self.subscription.id}")
+            self._thread.start()
+
+    def _dispatch(self) -> None:
+        while not self.closed and self._listener is not None:
+            try:
+                message = self.receive(0.5)
+            except JMSException:
+                return
+            if message is not None and self._listener is not None:
+                try:
+                    self._listener(message)
+                except Exception:
+                    log.exception("the message listener failed")
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        session = self.session
+        session._unacked = [d for d in session._unacked if d.subscription is not self.subscription
+                            or session.transacted]
+        if self in session._consumers:
+            session._consumers.remove(self)
+        if not session.connection.broken.is_set():
+            self.subscription.unsubscribe()
+
+
+# --- naming -----------------------------------------------------------------------------------------------
+
+class _Context(naming.Context):
+    def __init__(self, environment: Mapping[str, str]) -> None:
+        self.url = environment.get(naming.PROVIDER_URL, "")
+        if not self.url:
+            raise NamingException(f"{CONTEXT_FACTORY} needs {naming.PROVIDER_URL} "
+                                  "(stomp://host:port or stomp+ssl://host:port)")
+        parse_url(self.url)
+        self.username = environment.get(naming.SECURITY_PRINCIPAL)
+        self.password = environment.get(naming.SECURITY_CREDENTIALS)
+
+    def lookup(self, name: str) -> Any:
+        kind, sep, rest = name.partition("/")
+        if sep and rest:
+            if kind in ("queue", "dynamicQueues"):
+                return Queue(rest)
+            if kind in ("topic", "dynamicTopics"):
+                return Topic(rest)
+        if name.startswith("/"):
+            return to_jms_destination(name)
+        if name.endswith("ConnectionFactory"):
+            return StompConnectionFactory(self.url, self.username, self.password)
+        raise NamingException(f"{name!r} is not bound in the STOMP context (use ConnectionFactory, "
+                              "queue/NAME, topic/NAME or a STOMP destination such as /queue/NAME)")
+
+
+class StompContextFactory(naming.InitialContextFactory):
+    def get_initial_context(self, environment: Mapping[str, str]) -> naming.Context:
+        return _Context(environment)
+
+
+naming.register_context_factory(CONTEXT_FACTORY, StompContextFactory)
