@@ -137,6 +137,7 @@ class Link:
         self._consumer: MessageConsumer | None = None
         self._producer: MessageProducer | None = None
         self._plan: LinkPlan | None = None
+        self._log_transfers = False  # an INFO line per transfer (decided when connecting)
         self._audited: set[DMQReason] = set()
         halts = (setup.transformer is not None
                  and not setup.config.target.consume_no_transfer_on_transform_error)
@@ -297,6 +298,8 @@ class Link:
             transformer_properties={**{p.name: p.value for p in cfg.target.properties},
                                     "JMS_SUN_JMSBRIDGE_NAME": self.bridge_name},
             destinations=setup.destinations, backout_threshold=setup.backout_threshold)
+        self._log_transfers = (setup.bridge.log_message_transfer
+                               and self.log.isEnabledFor(logging.INFO))
         self._source.connection.start()
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
                       setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
@@ -384,14 +387,19 @@ class Link:
             if self._producer is None:
                 self._open_target()
             send = self._producer.send  # type: ignore[union-attr]
-            params = {"delivery_mode": ctx.headers[_DELIVERY_MODE],
-                      "priority": ctx.headers[_PRIORITY], "time_to_live": ctx.time_to_live}
+            headers = ctx.headers
             try:
-                send(out, ctx.destination, **params)
+                send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
+                     priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
             except Exception as exc:
-                self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), params)
+                self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), {
+                    "delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
+                    "time_to_live": ctx.time_to_live})
             if ctx.error is not None:
                 self._send_failed(ctx, pending)
+                return
+            if ctx.audit is None:  # the common case: sent as it is
+                pending.append(ctx)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -447,11 +455,11 @@ class Link:
                 self._completion_failed(pending, exc)
                 return
         counters = self.counters
-        log_transfers = self.setup.bridge.log_message_transfer and self.log.isEnabledFor(logging.INFO)
+        transfer = Action.TRANSFER
         for ctx in pending:
-            if ctx.action is Action.TRANSFER:
+            if ctx.action is transfer:
                 counters.transferred += 1
-                if log_transfers:
+                if self._log_transfers:
                     self.log.info("link %s: transferred message %s from %s to %s", self.name,
                                   ctx.headers[_MESSAGE_ID], ctx.headers[_DESTINATION],
                                   ctx.destination)
