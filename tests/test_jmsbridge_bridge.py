@@ -152,6 +152,19 @@ def test_the_bridge_has_its_own_rotating_log(broker, tmp_path):
     assert "INFO link l: transferred message" in text and "bridge b stopped" in text
 
 
+def test_log_lines_reach_the_file_while_running(broker, tmp_path):
+    b = make_bridge(broker, bridge_xml(link_xml()), props=props_for(tmp_path), reap_interval=0.1)
+    b.start()
+    try:
+        log = bridge_log_dir(tmp_path) / "log.txt"
+        send(broker, "src", ["m"])
+        wait_until(lambda: "transferred message" in log.read_text(), 5, "the buffered INFO line")
+        b.links[0].log.warning("link l: something odd")
+        assert "WARNING link l: something odd" in log.read_text()  # at once
+    finally:
+        b.stop()
+
+
 def test_one_log_file_starts_over_at_the_limit(broker, tmp_path):
     props = props_for(tmp_path, "imq.bridge.b.logfile.limit=1500")
     b = make_bridge(broker, bridge_xml(link_xml()), props=props)

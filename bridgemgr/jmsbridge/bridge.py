@@ -362,12 +362,15 @@ class JMSBridge:
         return connectors
 
     def _housekeep(self) -> None:
+        """Every reap_interval: close idle pooled connections, write buffered log lines."""
         while not self._halt.wait(self.reap_interval):
             connections = self._connections
             if connections is not None:
                 closed = connections.reap()
                 if closed:
                     self.log.debug("closed %d idle pooled connection(s)", closed)
+            if self._bridge_log is not None:
+                self._bridge_log.flush()
 
     def _teardown(self) -> None:
         """The stop steps: links, then DMQs, then every pooled and shared connection."""

@@ -10,12 +10,18 @@
 # the per-transfer INFO lines are written. A filter on the logger replaces the bridge's
 # configured passwords with ******** wherever they would appear (a provider error text
 # may quote one), so the file never holds a password.
+#
+# A busy link writes an INFO line per message, so the file handler is built for that: it
+# counts the bytes it wrote instead of asking the file, formats the time once a second,
+# and writes INFO and below through the file's buffer, which flush() (the bridge's
+# housekeeping, every second, and close) empties; WARNING and above are flushed at once.
 """Per-bridge log files, rotation, levels from a logging configuration file, redaction."""
 
 from __future__ import annotations
 
 import logging
-import logging.handlers
+import os
+import time
 from pathlib import Path
 from typing import Iterable, Mapping
 
@@ -60,16 +66,66 @@ def read_levels(path: str | Path) -> dict[str, int]:
     return levels
 
 
-class _RotatingFile(logging.handlers.RotatingFileHandler):
-    """RotatingFileHandler that, with no backups, starts the file over at the limit."""
+class _Formatter(logging.Formatter):
+    """FORMAT, with the date and time text made once per second."""
 
-    def doRollover(self) -> None:
-        if self.backupCount > 0:
-            super().doRollover()
-            return
-        if self.stream:
-            self.stream.close()
-        self.stream = open(self.baseFilename, "w", encoding=self.encoding)  # noqa: SIM115
+    def __init__(self) -> None:
+        super().__init__(FORMAT)
+        self._second = -1
+        self._text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
+        return f"{self._text},{int(record.msecs):03d}"
+
+
+class _RotatingFile(logging.Handler):
+    """The bridge's file: rotation by logfile.limit/count, buffered INFO lines."""
+
+    def __init__(self, path: Path, limit: int, count: int) -> None:
+        super().__init__()
+        self.path = path
+        self.limit = limit
+        self.count = max(count, 1)
+        self.stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self.size = self.stream.tell()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + "\n"
+            n = len(line.encode("utf-8")) if not line.isascii() else len(line)
+            if self.limit and self.size and self.size + n > self.limit:
+                self._rotate()
+            self.stream.write(line)
+            self.size += n
+            if record.levelno >= logging.WARNING:
+                self.stream.flush()
+        except Exception:
+            self.handleError(record)
+
+    def _rotate(self) -> None:
+        self.stream.close()
+        for i in range(self.count - 1, 0, -1):  # log.txt.(i-1) -> log.txt.i; log.txt -> .1
+            older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
+        self.stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self.size = 0
+
+    def flush(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if not self.stream.closed:
+                self.stream.flush()
+
+    def close(self) -> None:
+        with self.lock:  # type: ignore[union-attr]
+            if not self.stream.closed:
+                self.stream.flush()
+                self.stream.close()
+        super().close()
 
 
 class _Redact(logging.Filter):
@@ -120,14 +176,18 @@ class BridgeLog:
             self.logger.addFilter(self._filter)
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            handler = _RotatingFile(self.path, maxBytes=self.limit,
-                                    backupCount=max(self.count - 1, 0), encoding="utf-8")
-            handler.setFormatter(logging.Formatter(FORMAT))
+            handler = _RotatingFile(self.path, self.limit, self.count)
+            handler.setFormatter(_Formatter())
             if self._filter is not None:  # records of child loggers reach the handler only
                 handler.addFilter(self._filter)
             self.logger.addHandler(handler)
             self._handler = handler
         return self.logger
+
+    def flush(self) -> None:
+        """Write the buffered lines (the bridge's housekeeping calls this every second)."""
+        if self._handler is not None:
+            self._handler.flush()
 
     def close(self) -> None:
         if self._handler is not None:
