@@ -13,9 +13,15 @@ the service's asyncio loop). Workloads (1 KiB BytesMessages through one queue):
 - latency: a producer paced at 1,000 msg/s, send-to-receive p50/p99 (both ends in one
   process, so one clock).
 
-``ratio`` is remote msg/s / in-process msg/s of the same run. The remote client
-prefetches 100 messages per consumer; persistent sends wait for the service's answer,
-non-persistent ones do not.
+Each persistent mode runs remotely twice: ``remote``, where every persistent send waits
+for the service's answer (JMS's rule, the client's default), and
+``remote_send_window_64``, where up to 64 persistent sends per session are in flight
+(``send_window``; refusals surface at the next send or at close). Non-persistent sends
+are never waited for. The remote consumer prefetches 100 messages.
+
+``ratio`` is remote msg/s / in-process msg/s of the same run; ``cpu_us_per_msg`` is the
+CPU time of the process running the workload (the client, remotely) and
+``service_cpu_us_per_msg`` that of the service's process during the remote run.
 """
 
 from __future__ import annotations
