@@ -241,6 +241,8 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.portmapper.port", PORT, 7676, "the port mapper (admin clients start here)"),
     Prop("imq.jms.tcp.port", PORT, 0, "the jms connection service (mq:// clients); 0: any free port"),
     Prop("imq.jms.tls.enabled", BOOL, False, "also offer the jms service over TLS (ssljms, any free port)"),
+    Prop("imq.jms.tls.certfile", TEXT, None, "PEM certificate chain of the ssljms service"),
+    Prop("imq.jms.tls.keyfile", TEXT, None, "PEM private key of the ssljms service"),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
     Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),

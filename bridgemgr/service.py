@@ -81,7 +81,7 @@ class BridgeServiceManager:
         self.broker: Broker | None = None
         self.netloop: NetLoop | None = None
         self.portmapper: Any = None
-        self.jms_service: Any = None
+        self.jms_services: list[Any] = []
         self.admin: Any = None
         self.users: Any = None
         self.bridges: dict[str, ManagedBridge] = {}
@@ -136,9 +136,12 @@ class BridgeServiceManager:
         from .users import open_repository
 
         self.users = open_repository(self.props)
-        self.jms_service = JmsService(self.broker, self.netloop, host, self.props.get("imq.jms.tcp.port"),
-                                      authenticator=lambda u, p: self.users.authenticate(u, p) is not None).start()
-        self.portmapper.register(ServiceEntry("jms", "tcp", "NORMAL", self.jms_service.port))
+        tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
+        for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
+            service = JmsService(self.broker, self.netloop, host, port, ssl_context=ctx,
+                                 authenticator=lambda u, p: self.users.authenticate(u, p) is not None)
+            self.jms_services.append(service.start())
+            self.portmapper.register(service.service_entry())
         if not self.props.enabled:
             return
         user, password = self.props.admin_user, self.props.admin_password
@@ -148,23 +151,22 @@ class BridgeServiceManager:
             return
         from .admin.server import AdminServer
 
+        tls = self._tls("imq.bridge.admin.tls") if self.props.get("imq.bridge.admin.tls.enabled") else None
         self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
-                                 port=self.props.get("imq.bridge.admin.port"),
-                                 ssl_context=self._admin_tls()).start()
+                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls).start()
         self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
                                               "ADMIN", self.admin.port))
 
-    def _admin_tls(self) -> ssl.SSLContext | None:
-        if not self.props.get("imq.bridge.admin.tls.enabled"):
-            return None
-        cert, key = self.props.get("imq.bridge.admin.tls.certfile"), self.props.get("imq.bridge.admin.tls.keyfile")
+    def _tls(self, prefix: str) -> ssl.SSLContext:
+        """The server TLS context of ``<prefix>.certfile`` / ``<prefix>.keyfile``."""
+        cert, key = self.props.get(f"{prefix}.certfile"), self.props.get(f"{prefix}.keyfile")
         if not cert:
-            raise ServiceError("imq.bridge.admin.tls.enabled needs imq.bridge.admin.tls.certfile (and keyfile)")
+            raise ServiceError(f"{prefix}.enabled needs {prefix}.certfile (and keyfile)")
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
             ctx.load_cert_chain(cert, key)
         except (OSError, ssl.SSLError) as exc:
-            raise ServiceError(f"cannot load the admin port's TLS certificate {cert}: {exc}") from None
+            raise ServiceError(f"cannot load the TLS certificate {cert} ({prefix}): {exc}") from None
         return ctx
 
     def _load_bridges(self) -> None:
@@ -291,9 +293,9 @@ class BridgeServiceManager:
         if self.admin is not None:
             self.admin.stop()
             self.admin = None
-        if self.jms_service is not None:
-            self.jms_service.stop()
-            self.jms_service = None
+        for service in self.jms_services:
+            service.stop()
+        self.jms_services = []
         if self.portmapper is not None:
             self.portmapper.stop()
             self.portmapper = None

@@ -258,7 +258,8 @@ def test_admin_port_over_tls_with_secure(setup, tmp_path):
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "admin.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
     props.write_text(props.read_text() + f"imq.bridge.admin.tls.enabled=true\n"
-                     f"imq.bridge.admin.tls.certfile={tmp_path / 'admin.pem'}\n")
+                     f"imq.bridge.admin.tls.certfile={tmp_path / 'admin.pem'}\n"
+                     f"imq.jms.tls.enabled=true\nimq.jms.tls.certfile={tmp_path / 'admin.pem'}\n")
     daemon = Daemon(props)
     try:
         env_ca = ["--cafile", str(tmp_path / "ca.pem")]
@@ -267,6 +268,19 @@ def test_admin_port_over_tls_with_secure(setup, tmp_path):
         assert re.search(r"^b1\s+JMS\s+STARTED$", r.stdout, re.M)
         r = cli(daemon, passfile, "list", "bridge", "-secure")  # the system CAs do not trust it
         assert r.returncode == 1 and "TLS" in r.stderr
+        import ssl
+
+        from bridgemgr import connect
+        from bridgemgr.admin.portmapper import lookup_services
+
+        host, port = daemon.address.split(":")
+        ssljms = next(e for e in lookup_services(host, int(port)) if e.name == "ssljms")
+        assert ssljms.protocol == "tls"
+        ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
+        with connect(f"mqssl://{host}:{ssljms.port}", username="admin", password="Secret-1",
+                     ssl_context=ctx) as conn:
+            conn.start()
+            assert conn.create_session().create_consumer(Queue("e2e.dst")).receive(30) is not None
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
