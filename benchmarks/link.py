@@ -21,9 +21,12 @@ times, interleaved, and the median is reported (this machine is shared and noisy
   one queue at once. Messages consumed before the store writes them never touch the disk,
   so this shape does less store work per message than either of the above;
 - end_to_end: a producer thread into src, the link, a consumer thread on dst at once;
-- latency: a paced producer (1,000 msg/s) into src; p50/p99 from send to receive on dst.
+- latency: a paced producer (1,000 msg/s) into src; p50/p99 from send to receive on dst;
+- transacted_local: the same drain on a transacted link (this release's interim local
+  transaction within one embedded broker), committing every 1 and every 100 messages.
 
-ratio_to_ceiling = link msg/s / raw_move msg/s (the target: >= 0.6 and >= 10,000 msg/s).
+ratio_to_ceiling = link msg/s / raw_move msg/s; target_met says, per ceiling, whether the
+better link run reaches >= 60% of it and >= 10,000 msg/s.
 """
 
 from __future__ import annotations
@@ -47,9 +50,9 @@ from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 SRC, DST = Queue("src"), Queue("dst")
 
 
-def bridge_xml(log_transfers: bool) -> bytes:
+def bridge_xml(log_transfers: bool, transacted: bool = False) -> bytes:
     return f"""<jmsbridge name="bench" log-message-transfer="{str(log_transfers).lower()}">
-      <link name="l" transacted="false">
+      <link name="l" transacted="{str(transacted).lower()}">
         <source connection-factory-ref="host" destination-ref="src"/>
         <target connection-factory-ref="host" destination-ref="dst"/>
       </link>
@@ -58,9 +61,16 @@ def bridge_xml(log_transfers: bool) -> bytes:
     </jmsbridge>""".encode()
 
 
-def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool) -> JMSBridge:
-    props = load_properties([], [f"imq.varhome={var}"])
-    return JMSBridge(parse_bridge_config(bridge_xml(log_transfers)), props,
+def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool,
+                tx_batch: int = 0) -> JMSBridge:
+    """The bench bridge; tx_batch > 0: a transacted link (the interim local transaction,
+    source and target in one embedded broker) committing every tx_batch messages."""
+    settings = [f"imq.varhome={var}"]
+    if tx_batch:
+        settings += ["imq.bridge.bench.type=jms", "imq.bridge.bench.xmlurl=unused.xml",
+                     f"imq.bridge.bench.transaction.batchSize={tx_batch}"]
+    props = load_properties([], settings)
+    return JMSBridge(parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0)), props,
                      host_factory=lambda env: EmbeddedConnectionFactory(broker),
                      tuning=LinkTuning(ack_batch=ack_batch))
 
@@ -127,10 +137,10 @@ def raw_move(broker: Broker, n: int, body: bytes, ack_mode: AckMode) -> dict:
 
 
 def link_drain(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
-               log_transfers: bool) -> dict:
+               log_transfers: bool, tx_batch: int = 0) -> dict:
     """n messages waiting in src; the (started, then paused) bridge resumes and moves
     them all to dst; the time from resume to the last one on dst."""
-    bridge = make_bridge(broker, var, ack_batch, log_transfers)
+    bridge = make_bridge(broker, var, ack_batch, log_transfers, tx_batch)
     bridge.start()
     bridge.pause()
     produce(broker, n, body)
@@ -143,7 +153,8 @@ def link_drain(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
     elapsed = time.perf_counter() - start
     bridge.stop()
     consume(broker, n, DST)  # empty it for the next run
-    return {"ack_batch": ack_batch, "log_message_transfer": log_transfers, "messages": n,
+    kind = {"transacted_batch": tx_batch} if tx_batch else {"ack_batch": ack_batch}
+    return {**kind, "log_message_transfer": log_transfers, "messages": n,
             "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
 
 
@@ -225,7 +236,9 @@ def main() -> None:
         out["ceiling_raw_move"] = median_run(ceiling)
         out["raw_move_client_ack"] = median_run(client)
         out["link"] = [median_run(link_1), median_run(link_b),
-                       link_drain(broker, var, n // 5, body, 1, True)]
+                       link_drain(broker, var, n // 2, body, 1, True)]
+        out["transacted_local"] = [link_drain(broker, var, n, body, 1, False, tx_batch=1),
+                                   link_drain(broker, var, n, body, 1, False, tx_batch=100)]
         out["flat_out_produce_consume"] = median_run(flat)
         out["end_to_end"] = [end_to_end(broker, var, n, body, 1),
                              end_to_end(broker, var, n, body, args.ack_batch)]
@@ -240,7 +253,9 @@ def main() -> None:
     out["ratio_to_flat_out"] = round(out["link"][0]["msg_per_s"]
                                      / out["flat_out_produce_consume"]["msg_per_s"], 2)
     best = max(r["msg_per_s"] for r in out["link"][:2])
-    out["target_met"] = best >= 10_000 and best >= 0.6 * ceil
+    out["target_met"] = {  # >= 10,000 msg/s and >= 60% of each ceiling
+        name: best >= 10_000 and best >= 0.6 * out[name]["msg_per_s"]
+        for name in ("ceiling_raw_move", "raw_move_client_ack", "flat_out_produce_consume")}
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
 
