@@ -335,8 +335,9 @@ class _Delivery:
 class _Listener(stomp.ConnectionListener):
     """stomp.py's callbacks (its receiver thread) -> the connection."""
 
-    def __init__(self, connection: "StompConnection") -> None:
+    def __init__(self, connection: "StompConnection", client: stomp.Connection12) -> None:
         self.connection = connection
+        self.client = client
 
     def on_connected(self, frame: Any) -> None:
         self.connection.server = frame.headers.get("server")
@@ -353,10 +354,14 @@ class _Listener(stomp.ConnectionListener):
         text = f"{message}: {body.strip()}" if body.strip() else message
         self.connection._error(frame.headers.get("receipt-id"), text)
 
-    def on_heartbeat_timeout(self) -> None:
-        self.connection.last_error = "heart-beat timeout"
-
     def on_disconnected(self) -> None:
+        # stomp.py reports a heart-beat timeout only after the disconnect: tell it apart here.
+        beats = self.client.get_listener("protocol-listener")
+        last = getattr(beats, "received_heartbeat", None)
+        wait = getattr(beats, "receive_sleep", 0)
+        if last is not None and wait and time.monotonic() - last > wait:
+            silent = time.monotonic() - last
+            self.connection.last_error = f"heart-beat timeout (nothing received for {silent:.1f} s)"
         self.connection._lost()
 
 
@@ -409,7 +414,7 @@ class StompConnection(Connection):
         if opts.tls:
             conn.set_ssl(for_hosts=list(opts.hosts), key_file=opts.key, cert_file=opts.cert,
                          ca_certs=opts.ca)
-        conn.set_listener("imq", _Listener(self))
+        conn.set_listener("imq", _Listener(self, conn))
         headers = {"client-id": self._client_id} if self._client_id else {}
         username, password = self._credentials
         try:

@@ -39,9 +39,11 @@ from .client import (
 )
 from .context import JavaContextFactory
 from .jvm import CLASSPATH_PROPERTY, close_all, configure, configure_from_properties, is_started
+from .transformer import JavaTransformer, install_finder
 
 __all__ = ["CLASSPATH_PROPERTY", "JavaConnection", "JavaConnectionFactory", "JavaContextFactory",
-           "JavaXAConnection", "JavaXAConnectionFactory", "JavaXASession", "close_all", "configure",
-           "configure_from_properties", "is_started", "wrap_factory"]
+           "JavaTransformer", "JavaXAConnection", "JavaXAConnectionFactory", "JavaXASession",
+           "close_all", "configure", "configure_from_properties", "is_started", "wrap_factory"]
 
 naming.register_context_factory(naming.JAVA_CONTEXT_FACTORY, JavaContextFactory)
+install_finder()

@@ -1,0 +1,30 @@
+"""Session fixtures for tests against real servers: ActiveMQ Classic and RabbitMQ (with its
+STOMP plugin) on 127.0.0.1, free ports, temporary data directories. Each starts on first
+use only (a test that needs neither pays nothing) and stops at the end of the session; a
+test skips, naming the reason, only when the Debian package is not installed."""
+
+from __future__ import annotations
+
+import pytest
+
+from servers import ActiveMQ, RabbitMQ, missing_package
+
+
+@pytest.fixture(scope="session")
+def activemq(tmp_path_factory):
+    reason = missing_package("activemq")
+    if reason:
+        pytest.skip(reason)
+    broker = ActiveMQ(tmp_path_factory.mktemp("activemq")).start()
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def rabbitmq(tmp_path_factory):
+    reason = missing_package("rabbitmq-server")
+    if reason:
+        pytest.skip(reason)
+    node = RabbitMQ(tmp_path_factory.mktemp("rabbitmq")).start()
+    yield node
+    node.stop()
