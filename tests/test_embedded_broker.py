@@ -748,3 +748,21 @@ def test_selector_consumer_skips_a_backlog_and_sees_later_arrivals_before_it(ses
     producer.send(redo, priority=0)
     assert texts(drain(picky, 0)) == ["urgent", "again"]
     assert len(drain(session.create_consumer(Q), 0)) == 297
+
+
+def test_a_transaction_cannot_overshoot_a_limit_and_is_rolled_back(broker, conn):
+    from bridgemgr.jms.errors import TransactionRolledBackException
+
+    broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
+    send_texts(conn.create_session(), Queue("in"), ["x"])
+    tx = conn.create_session(transacted=True)
+    assert tx.create_consumer(Queue("in")).receive(1).text == "x"
+    send_texts(tx, Q, ["1", "2"])
+    with pytest.raises(TransactionRolledBackException, match="full"):
+        tx.commit()
+    plain = conn.create_session()
+    assert drain(plain.create_consumer(Q)) == []            # neither send landed
+    again = plain.create_consumer(Queue("in")).receive(1)   # the receive was rolled back
+    assert again.text == "x" and again.redelivered
+    send_texts(plain, Q, ["3"])                             # and the room is free again
+    assert texts(drain(plain.create_consumer(Q))) == ["3"]

@@ -234,3 +234,29 @@ def test_prepared_branch_survives_restart_and_commits(tmp_path):
     assert drain(obs.create_consumer(DST)) == ["A"]
     assert drain(obs.create_consumer(SRC)) == ["b"]
     b.close()
+
+
+def test_prepared_sends_hold_their_room_until_commit_or_rollback(broker, xconn, conn):
+    from bridgemgr.providers.embedded import DestinationLimits
+    from bridgemgr.jms.errors import ResourceAllocationException
+
+    broker.configure_destination(DST, DestinationLimits(max_num_msgs=1))
+    put(conn, SRC, "a")
+    res = move_one(xconn.create_xa_session(), xid(30))
+    res.prepare(xid(30))
+    with pytest.raises(ResourceAllocationException):
+        put(conn, DST, "squeezed")                   # the prepared send took the only room
+    res.rollback(xid(30))
+    put(conn, DST, "now")                            # given back by the rollback
+    assert drain(conn.create_session().create_consumer(DST)) == ["now"]
+    xs = xconn.create_xa_session()
+    res = xs.xa_resource
+    res.start(xid(31), xa.TMNOFLAGS)
+    p = xs.create_producer(DST)
+    p.send(TextMessage("1"))
+    p.send(TextMessage("2"))
+    res.end(xid(31), xa.TMSUCCESS)
+    with pytest.raises(XAException) as e:
+        res.prepare(xid(31))                         # two sends, room for one
+    assert e.value.errorcode == xa.XA_RBROLLBACK
+    put(conn, DST, "fits")

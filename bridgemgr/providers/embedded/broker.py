@@ -39,6 +39,7 @@ from ...jms.errors import (
     JMSException,
     JMSSecurityException,
     ResourceAllocationException,
+    TransactionRolledBackException,
     XAException,
 )
 from ...jms.message import DeliveryMode, Message
@@ -176,7 +177,9 @@ class Broker:
             for seq, qkey, blob in br.sends:
                 mq = self._queue_for_key(qkey, create=True)
                 if mq is not None:
-                    work.prepared_sends.append(Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob)))
+                    env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob))
+                    mq.admit(env)  # a prepared send holds its room until commit or rollback
+                    work.prepared_sends.append(env)
             self.branches[work.xid] = work
         if rec.messages or rec.prepared:
             log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
@@ -338,23 +341,47 @@ class Broker:
 
     def _route(self, message: Message, targets: list[MessageQueue],
                blob: bytes | None = None) -> list[Envelope]:
-        """Envelopes for ``message`` in each target, limits applied (under the lock)."""
+        """Envelopes for ``message`` in each target, limits applied and room taken (under
+        the lock); on a refusal nothing stays taken."""
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
-        envs = []
-        for i, mq in enumerate(targets):
-            stored = persistent and mq.durable
-            limits = mq.limits
-            if limits.unlimited:
-                size = 0
-                if stored and blob is None:
-                    blob = codec.encode(message)
-            else:
-                if blob is None and (stored or limits.counts_bytes):
-                    blob = codec.encode(message)
-                size = self._size(mq, blob)
-                self._make_room(mq, size)
-            msg = message if i == 0 else message.copy()
-            envs.append(Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None))
+        envs: list[Envelope] = []
+        try:
+            for i, mq in enumerate(targets):
+                stored = persistent and mq.durable
+                limits = mq.limits
+                if limits.unlimited:
+                    size = 0
+                    if stored and blob is None:
+                        blob = codec.encode(message)
+                else:
+                    if blob is None and (stored or limits.counts_bytes):
+                        blob = codec.encode(message)
+                    size = self._size(mq, blob)
+                    self._make_room(mq, size)
+                msg = message if i == 0 else message.copy()
+                env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None)
+                mq.admit(env)
+                envs.append(env)
+        except BaseException:
+            self._unroute(envs)
+            raise
+        return envs
+
+    @staticmethod
+    def _unroute(envs: Iterable[Envelope]) -> None:
+        """Give back the room of routed envelopes that will not be committed."""
+        for env in envs:
+            env.queue.release(env)
+
+    def _route_all(self, sends: list[tuple[Message, Destination, Any]]) -> list[Envelope]:
+        """Route every send of a transaction; all or none (room included)."""
+        envs: list[Envelope] = []
+        try:
+            for message, dest, sender in sends:
+                envs.extend(self._route(message, self._targets(dest, sender, message)))
+        except BaseException:
+            self._unroute(envs)
+            raise
         return envs
 
     def _make_room(self, mq: MessageQueue, size: int) -> None:
@@ -392,7 +419,6 @@ class Broker:
             if env.stored:
                 store.add(env.seq, mq.key, env.blob)  # type: ignore[union-attr]
                 env.blob = None
-            mq.admit(env)
             mq.push(env)
 
     def send(self, sender: Any, message: Message, dest: Destination) -> int | None:
@@ -646,12 +672,15 @@ class Broker:
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
-            return self._commit_work(work)
+            try:
+                return self._commit_work(work)
+            except JMSException as exc:  # a destination refused a send: nothing was applied
+                self._rollback_locked(work)
+                raise TransactionRolledBackException(
+                    f"the transaction was rolled back: {exc}") from exc
 
     def _commit_work(self, work: Work) -> int | None:
-        envs: list[Envelope] = []
-        for message, dest, sender in work.sends:
-            envs.extend(self._route(message, self._targets(dest, sender, message)))
+        envs = self._route_all(work.sends)
         with self.store.lock if self.store is not None else _NULL:
             self._commit_envelopes(envs)
             self._ack(work.acks)
@@ -672,10 +701,13 @@ class Broker:
 
     def rollback(self, work: Work) -> None:
         with self.lock:
-            acks, work.sends, work.acks = work.acks, [], []
-            for env in acks:
-                env.owner = None
-            self._redeliver(acks)
+            self._rollback_locked(work)
+
+    def _rollback_locked(self, work: Work) -> None:
+        acks, work.sends, work.acks = work.acks, [], []
+        for env in acks:
+            env.owner = None
+        self._redeliver(acks)
 
     # --- XA -------------------------------------------------------------------------------------------
     def xa_start(self, session: Any, xid: Xid, flags: int) -> Work:
@@ -724,10 +756,8 @@ class Broker:
                 del self.branches[xid]
                 work.state = WorkState.DONE
                 return xa.XA_RDONLY
-            envs: list[Envelope] = []
             try:
-                for message, dest, sender in work.sends:
-                    envs.extend(self._route(message, self._targets(dest, sender, message)))
+                envs = self._route_all(work.sends)
             except JMSException as exc:
                 self._xa_forget_rollback(work)
                 raise XAException(f"prepare: branch {xid} cannot be prepared and is rolled back: {exc}",
@@ -758,14 +788,17 @@ class Broker:
             del self.branches[xid]
             work.state = WorkState.DONE
             if one_phase:
-                ticket = self._commit_work(work)
+                try:
+                    ticket = self._commit_work(work)
+                except JMSException as exc:
+                    self._xa_forget_rollback(work)
+                    raise XAException(f"commit: branch {xid} was rolled back: {exc}", xa.XA_RBROLLBACK) from exc
             else:
                 with self.store.lock if self.store is not None else _NULL:
                     if self.store is not None:
                         self.store.op("xa_commit", str(xid))  # moves the prepared rows
-                    for env in work.prepared_sends:
+                    for env in work.prepared_sends:  # their room was taken at prepare
                         if not env.queue.deleted:
-                            env.queue.admit(env)
                             env.queue.push(env)
                     for env in work.acks:
                         env.owner = None
@@ -788,6 +821,7 @@ class Broker:
     def _xa_forget_rollback(self, work: Work) -> None:
         self.branches.pop(work.xid, None)  # type: ignore[arg-type]
         work.state = WorkState.DONE
+        self._unroute(work.prepared_sends)
         acks, work.acks, work.sends, work.prepared_sends = work.acks, [], [], []
         for env in acks:
             env.owner = None
