@@ -261,3 +261,32 @@ def test_commands_from_many_threads(bridge):
     for t in threads:
         t.join()
     assert not errors and bridge.link("l1").state is State.STARTED
+
+
+def test_the_embedded_example_runs(tmp_path):
+    from pathlib import Path
+
+    from bridgemgr.jms import Queue, TextMessage, Topic
+    from bridgemgr.providers.embedded import Broker, set_host_broker
+
+    root = Path(__file__).resolve().parents[1]
+    props = load_properties([root / "examples" / "embedded" / "broker.properties"],
+                            [f"imq.varhome={tmp_path}"])
+    broker = Broker(tmp_path / "store")
+    set_host_broker(broker)
+    bridge = JMSBridge.from_properties(props, "orders", tuning=FAST)  # the host broker: default
+    try:
+        bridge.start()
+        links = {l["name"]: l for l in bridge.info()["links"]}
+        assert links["orders-upper"]["transacted"] and links["orders-upper"]["state"] == "STARTED"
+        assert links["urgent-orders"]["target"] == "host:P:queue:orders.urgent"
+        send(broker, "orders.in", ["order one"])
+        send(broker, Topic("orders.priority"), ["urgent", "routine"], priority=8)
+        assert [m.text for m in drain(broker, "orders.out", expect=1)] == ["ORDER ONE"]
+        assert {m.get_string_property("JMS_SUN_JMSBRIDGE_NAME")
+                for m in drain(broker, Queue("orders.urgent"), expect=2)} == {"orders"}
+    finally:
+        bridge.stop()
+        set_host_broker(None)
+        broker.close()
+    assert (tmp_path / "instances" / "imqbroker" / "bridges" / "orders" / "log.txt").exists()

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridgemgr.jms import DeliveryMode, ObjectMessage, Queue, TextMessage, Topic
-from bridgemgr.jms.spi import ConnectionMetaData
+from bridgemgr.jms.spi import ConnectionMetaData, XAConnectionFactory
 from bridgemgr.jmsbridge import link as link_module
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
@@ -446,7 +446,7 @@ def test_transacted_commit_failure_goes_to_the_dmq_and_rolls_back(broker, bridge
     assert texts(drain(broker, "dst")) == ["a"]
 
 
-def test_transacted_link_across_brokers_needs_the_xa_coordinator(tmp_path):
+def test_transacted_link_across_embedded_brokers_stops_with_a_clear_error(tmp_path):
     a = Broker(tmp_path / "a")
     try:
         xml = bridge_xml(
@@ -456,13 +456,44 @@ def test_transacted_link_across_brokers_needs_the_xa_coordinator(tmp_path):
                 '<property name="java.naming.factory.initial" value="imq.embedded"/>'
                 f'<property name="java.naming.provider.url" value="{tmp_path / "b"}"/>'
                 '</connection-factory>')
+        send(a, "src", ["stays"])
         b = JMSBridge(parse_bridge_config(xml, "x.xml"), host_factory=host(a), tuning=FAST)
-        with pytest.raises(BridgeStartError, match="XA coordinator") as err:
-            b.start()
-        assert "issue 5" in str(err.value) and "x.xml:1" in str(err.value)
-        assert b.state is State.STOPPED
+        b.start()
+        link = b.links[0]
+        assert link.lifecycle.wait_for({State.STOPPED}, 5) is State.STOPPED
+        assert "XA coordinator" in link.counters.last_error
+        assert "issue 5" in link.counters.last_error
+        b.stop()
+        assert texts(drain(a, "src")) == ["stays"]
     finally:
         a.close()
+        open_broker(tmp_path / "b").close()
+
+
+class Wrapped(XAConnectionFactory):
+    """Some other XA-capable provider (here: the embedded broker behind a wrapper)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.inner = EmbeddedConnectionFactory(broker)
+
+    def create_connection(self, username=None, password=None):
+        return self.inner.create_connection(username, password)
+
+    create_xa_connection = create_connection
+
+
+def test_transacted_link_to_another_provider_needs_the_xa_coordinator(broker):
+    xml = bridge_xml(
+        '<link name="l"><source connection-factory-ref="host" destination-ref="src"/>'
+        '<target connection-factory-ref="other" destination-ref="dst"/></link>',
+        cfs='<connection-factory ref-name="other" lookup-name="XAConnectionFactory">'
+            '<property name="java.naming.factory.initial" value="x"/></connection-factory>')
+    b = JMSBridge(parse_bridge_config(xml, "x.xml"), host_factory=host(broker),
+                  lookup=lambda name, env: Wrapped(broker), tuning=FAST)
+    with pytest.raises(BridgeStartError, match="XA coordinator") as err:
+        b.start()
+    assert "issue 5" in str(err.value) and "x.xml:1: link l" in str(err.value)
+    assert b.state is State.STOPPED and not broker.connections
 
 
 # --- acknowledge batches --------------------------------------------------------------------------------

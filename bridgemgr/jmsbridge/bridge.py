@@ -5,8 +5,9 @@
 #   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
 #      transformers (a class that cannot be loaded fails the start, naming it);
 #   3-6. transacted links: the XA coordinator arrives with issue 5; until then
-#      transfer.transaction_for() accepts a transacted link only when both ends are the same
-#      embedded broker (one local transaction) and the start fails for the others;
+#      transfer.transaction_for() accepts a transacted link only when both ends can be the
+#      same embedded broker (one local transaction; the link checks it on connecting) and
+#      the start fails for the others;
 #   7. resolve the connection factories and create the pools and shared connections;
 #   8. make the DMQs ready (the built-in one must connect);
 #   9. start the enabled links.
@@ -255,9 +256,6 @@ class JMSBridge:
             except TransactedLinkUnsupported as exc:
                 raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
                                        f"{exc}") from None
-            except JMSException as exc:  # e.g. no host broker runs to compare with
-                raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: cannot "
-                                       f"reach its providers: {exc}") from exc
             if (destinations[link.source.destination_ref].is_topic and link.source.durable_sub
                     and not link.source.clientid):
                 raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "

@@ -50,7 +50,7 @@ from .pipeline import (
     run_steps,
 )
 from .states import LINK_TRANSITIONS, Command, Lifecycle, State
-from .transfer import TransferTransaction
+from .transfer import TransactedLinkUnsupported, TransferTransaction
 
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
@@ -230,6 +230,9 @@ class Link:
                     if not self.operator.backoff(failures):
                         break
                     continue
+                except TransactedLinkUnsupported as exc:
+                    self._failed(str(exc))
+                    break
                 except Exception as exc:
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
@@ -287,7 +290,7 @@ class Link:
         self._open_target()
         source_provider = self._source.handle.provider_name
         target_provider = (self._target.handle.provider_name if self._target is not None
-                           else source_provider)
+                           else self._check_target(txn))
         self._plan = LinkPlan(
             bridge_name=self.bridge_name, link_name=self.name, target=setup.target,
             retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
@@ -316,6 +319,19 @@ class Link:
         else:
             session = txn.open_target(None)
         self._producer = session.create_producer(None)
+
+    def _check_target(self, txn: TransferTransaction) -> str:
+        """A transaction that produces on the source's session still connects to the target
+        once, to check that both are one broker; the target's provider name."""
+        assert self._source is not None
+        target = self.config.target
+        lease = self.connections.lease(target.connection_factory_ref, self.setup.target_kind,
+                                       target.clientid, self._stop)
+        try:
+            txn.check(self._source.connection, lease.connection)
+            return lease.handle.provider_name
+        finally:
+            lease.release()
 
     def _release_idle_target(self) -> None:
         """A link that does not stay connected gives its pooled connection back when idle."""

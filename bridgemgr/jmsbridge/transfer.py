@@ -9,7 +9,10 @@
 # the target's own non-transacted session: at-least-once. LocalTransaction: the interim
 # transacted link of this release, for a link whose source and target are the same
 # embedded broker: one transacted session on the source connection does both, so one
-# local commit covers the receive and the send (once-and-only-once). The XA coordinator
+# local commit covers the receive and the send (once-and-only-once). transaction_for()
+# picks one at bridge start from the factories (a transacted link between factories that
+# cannot be one embedded broker is refused there); check() verifies on the connections,
+# each time the link connects, that they really reach one broker. The XA coordinator
 # (issue 5) adds an XA implementation for any two XA-capable providers.
 """The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or a local transaction."""
 
@@ -18,7 +21,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 
 from ..jms.spi import AckMode, Connection, ConnectionFactory, Session
-from ..providers.embedded.client import EmbeddedConnectionFactory
+from ..providers.embedded import HostBrokerFactory
+from ..providers.embedded.client import EmbeddedConnection, EmbeddedConnectionFactory
 from .pipeline import DMQReason, Stage
 
 
@@ -47,6 +51,9 @@ class TransferTransaction(ABC):
         if self.target_session is not None and self.target_session is not self.source_session:
             _close(self.target_session)
         self.target_session = None
+
+    def check(self, source: Connection, target: Connection) -> None:
+        """Raise TransactedLinkUnsupported when these connections cannot be used together."""
 
     @abstractmethod
     def complete(self) -> None:
@@ -112,6 +119,12 @@ class LocalTransaction(TransferTransaction):
         self.target_session = self.source_session
         return self.target_session
 
+    def check(self, source: Connection, target: Connection) -> None:
+        if not (isinstance(source, EmbeddedConnection) and isinstance(target, EmbeddedConnection)
+                and source.broker is target.broker):
+            raise TransactedLinkUnsupported(NEEDS_XA + " (its connections reach different "
+                                            "brokers)")
+
     def complete(self) -> None:
         assert self.source_session is not None
         self.source_session.commit()
@@ -125,13 +138,12 @@ class TransactedLinkUnsupported(Exception):
     """A transacted link this release cannot run (it needs the XA coordinator)."""
 
 
-def same_embedded_broker(source: ConnectionFactory, target: ConnectionFactory) -> bool:
-    """Both factories reach the same embedded broker now (so one session serves both);
-    raises what resolving a factory's broker raises (no host broker running)."""
-    if not (isinstance(source, EmbeddedConnectionFactory)
-            and isinstance(target, EmbeddedConnectionFactory)):
-        return False
-    return source.broker is target.broker
+NEEDS_XA = ("transacted links need the XA coordinator, which is not in this release yet "
+            "(issue 5); until then a transacted link runs only when its source and target "
+            "are the same embedded broker (one local transaction covers both). Set "
+            'transacted="false" for at-least-once transfer')
+# Factories that may reach the one embedded broker in this process (checked on connecting).
+EMBEDDED_FACTORIES = (EmbeddedConnectionFactory, HostBrokerFactory)
 
 
 def transaction_for(transacted: bool, source: ConnectionFactory,
@@ -139,10 +151,6 @@ def transaction_for(transacted: bool, source: ConnectionFactory,
     """The transaction class a link runs with; TransactedLinkUnsupported when none fits."""
     if not transacted:
         return ClientAcknowledge
-    if same_embedded_broker(source, target):
+    if isinstance(source, EMBEDDED_FACTORIES) and isinstance(target, EMBEDDED_FACTORIES):
         return LocalTransaction
-    raise TransactedLinkUnsupported(
-        "transacted links need the XA coordinator, which is not in this release yet "
-        "(issue 5); until then a transacted link runs only when its source and target are "
-        "the same embedded broker (one local transaction covers both). Set "
-        'transacted="false" for at-least-once transfer')
+    raise TransactedLinkUnsupported(NEEDS_XA)
