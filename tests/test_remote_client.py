@@ -327,15 +327,16 @@ def test_a_send_window_pipelines_persistent_sends_and_still_reports_refusals(har
     conn.close()
 
 
-def test_a_transaction_that_fails_at_commit_stays_open(harness, broker):
+def test_a_transaction_that_fails_at_commit_is_rolled_back(harness, broker):
+    from bridgemgr.jms.errors import TransactionRolledBackException
+
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
     conn = harness.factory().create_connection()
     put(conn, "first")
     tx = conn.create_session(transacted=True)
     tx.create_producer(Q).send(TextMessage("2"))
-    with pytest.raises(ResourceAllocationException, match="full"):
+    with pytest.raises(TransactionRolledBackException, match="full"):
         tx.commit()
-    tx.rollback()
     conn.start()
     with conn.create_session().create_consumer(Q) as consumer:
         assert consumer.receive(1).text == "first"
