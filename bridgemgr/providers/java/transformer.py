@@ -351,22 +351,23 @@ class JavaTransformer(MessageTransformer):
         jvm.start()
         self.class_name = class_name
         try:
-            with jvm.java_errors(f"Java transformer {class_name}"):
-                cls = jvm.jclass(class_name, loader or jvm.default_loader())
-                method = next((m for m in cls.class_.getMethods()
-                               if m.getName() == "transform" and m.getParameterCount() == 6), None)
-                if method is None:
-                    raise JMSException(f"{class_name} has no public transform(Message, boolean, "
-                                       "String, String, String, Properties) method")
-                api = str(method.getParameterTypes()[0].getName()).rpartition(".")[0]
-                if api not in API_PACKAGES:
-                    raise JMSException(f"{class_name}.transform() takes a {api} type, not a "
-                                       "javax.jms or jakarta.jms Message")
-                self.flavor = flavor_for(api, cls.class_.getClassLoader())
-                self.java = cls()
-        except TypeError as exc:  # JPype: no such class
-            raise JMSException(f"cannot load Java transformer {class_name}: {exc} (classpath: "
-                               f"{', '.join(jvm.classpath()) or 'empty'})") from None
+            cls = jvm.jclass(class_name, loader or jvm.default_loader())
+        except Exception as exc:  # ClassNotFoundException, NoClassDefFoundError, bad bytecode
+            raise JMSException(f"Java class {class_name} cannot be loaded ({type(exc).__name__}: "
+                               f"{exc}); the JVM classpath is {', '.join(jvm.classpath()) or 'empty'} "
+                               f"(set {jvm.CLASSPATH_PROPERTY})") from None
+        with jvm.java_errors(f"Java transformer {class_name}"):
+            method = next((m for m in cls.class_.getMethods()
+                           if m.getName() == "transform" and m.getParameterCount() == 6), None)
+            if method is None:
+                raise JMSException(f"{class_name} has no public transform(Message, boolean, "
+                                   "String, String, String, Properties) method")
+            api = str(method.getParameterTypes()[0].getName()).rpartition(".")[0]
+            if api not in API_PACKAGES:
+                raise JMSException(f"{class_name}.transform() takes a {api} type, not a "
+                                   "javax.jms or jakarta.jms Message")
+            self.flavor = flavor_for(api, cls.class_.getClassLoader())
+            self.java = cls()
         self._java_branch = getattr(self.java, "getBranchTo", None)
         self._java_no_transfer = getattr(self.java, "isNoTransfer", None)
 
