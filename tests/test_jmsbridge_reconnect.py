@@ -105,3 +105,22 @@ def test_provider_restarts_under_traffic(tmp_path):
     assert set(got) == set(range(N)), f"lost: {sorted(set(range(N)) - set(got))[:20]}"
     duplicates = sum(n - 1 for n in got.values())
     assert duplicates <= OUTAGES  # only the message in flight at each outage
+
+
+def test_link_stops_when_the_connect_attempts_run_out(tmp_path):
+    provider = Provider(tmp_path / "store")
+    factory = EmbeddedConnectionFactory(provider)
+    xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host" connect-attempts="3" '
+                                     'connect-attempt-interval-in-seconds="0"/>')
+    bridge = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: factory, tuning=FAST)
+    bridge.start()
+    link = bridge.links[0]
+    try:
+        provider.stop()  # and it stays down
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+        assert "after 3 attempt(s)" in link.counters.last_error
+        assert link.counters.reconnects >= 1
+    finally:
+        bridge.stop()
+        provider.restart()
+        provider.broker.close()
