@@ -11,11 +11,13 @@
 # link without consuming). Steps never send, acknowledge or log: link.py does the I/O
 # (and so does the Spark runner, which reuses these steps).
 #
-# Every step and every I/O call runs through RetryWithTolerance.execute(), as in Kafka
-# Connect: RetriableError (and a retriable transport error) is retried with exponential
+# Every step and every I/O call is governed by RetryWithTolerance, as in Kafka Connect
+# (execute() runs an operation; the hot paths try once inline and hand a failure to
+# failed()): RetriableError (and a retriable transport error) is retried with exponential
 # backoff until a deadline, interruptible by the link's stop event; an error the stage
-# tolerates (TOLERANCE) is recorded on the context and execute() returns None; anything
-# else propagates (a lost connection: the link reconnects; a bug: the link stops).
+# tolerates (TOLERANCE) is recorded on the context and None comes back; anything else
+# propagates (a lost connection: the link reconnects; a bug: the link stops). LinkPlan.steps
+# leaves out the steps a link's configuration makes no-ops, once per connection.
 """The per-message steps of a JMS bridge link, and the retry-with-tolerance executor."""
 
 from __future__ import annotations
@@ -23,8 +25,8 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from functools import cached_property
 from enum import Enum
+from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, Callable, Mapping, TypeVar
