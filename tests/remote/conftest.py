@@ -5,7 +5,8 @@ consumer (prefetch 0, the in-process behaviour) and with the default window of 1
 With a window, an open consumer that is not receiving holds up to 100 messages of its
 queue (JMS allows it, and every prefetching provider does it); the scenarios that read
 a queue through a second consumer while the first is still open cannot pass then and
-are skipped with prefetch 100 (PREFETCH_SENSITIVE)."""
+are not collected with prefetch 100 (PREFETCH_SENSITIVE): they do not apply there, and
+a skip would read as something missing in CI."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ PREFETCH_SENSITIVE = {
 }
 
 
-def pytest_collection_modifyitems(items):
-    for item in items:
-        if item.originalname in PREFETCH_SENSITIVE and "prefetch100" in item.name:
-            item.add_marker(pytest.mark.skip(reason="an idle open consumer holds prefetched messages"))
+def pytest_collection_modifyitems(config, items):
+    inapplicable = [item for item in items
+                    if item.originalname in PREFETCH_SENSITIVE and "prefetch100" in item.name]
+    if inapplicable:
+        config.hook.pytest_deselected(items=inapplicable)
+        items[:] = [item for item in items if item not in inapplicable]
 
 
 @pytest.fixture(params=[0, 100], ids=["prefetch0", "prefetch100"])
