@@ -306,13 +306,15 @@ class JMSBridge:
             runner.start()
 
     def _open_log(self, config: BridgeConfig) -> None:
-        if self._bridge_log is None:
-            bp = self.props.bridge(self.name) if self.props is not None else None
-            secrets = [cf.password for cf in config.connection_factories if cf.password]
-            self._bridge_log = BridgeLog(
-                self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
-                bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
-                self.logging_config, secrets)
+        """The bridge's file, levels and password filter, for this start's configuration."""
+        if self._bridge_log is not None:
+            self._bridge_log.close()
+        bp = self.props.bridge(self.name) if self.props is not None else None
+        secrets = [cf.password for cf in config.connection_factories if cf.password]
+        self._bridge_log = BridgeLog(
+            self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
+            bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
+            self.logging_config, secrets)
         self._bridge_log.open()
 
     def _destinations(self, config: BridgeConfig, links: list[LinkConfig],
