@@ -402,6 +402,30 @@ def test_send_failure_goes_to_the_dmq_and_the_link_goes_on(broker, bridges):
     assert b.links[0].state is State.STARTED
 
 
+def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
+    from bridgemgr.jms.errors import JMSException
+    from bridgemgr.jmsbridge.transfer import ClientAcknowledge
+
+    real, calls = ClientAcknowledge.complete, []
+
+    def flaky(self):
+        calls.append(1)
+        if len(calls) == 1:
+            raise JMSException("the provider refused the acknowledge")
+        real(self)
+    monkeypatch.setattr(ClientAcknowledge, "complete", flaky)
+    send(broker, "src", ["a", "b"])
+    b = run(broker, bridge_xml(link_xml()))
+    bridges.append(b)
+    assert texts(drain(broker, "dst", expect=2)) == ["a", "b"]
+    (dead,) = dmq_letters(broker, expect=1)
+    assert dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "ACK_FAILURE"
+    assert dead.object.text == "a"
+    assert "refused the acknowledge" in dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+    b.stop()
+    assert drain(broker, "src") == []  # b's acknowledge took a along (CLIENT_ACKNOWLEDGE)
+
+
 # --- transacted links (interim: one embedded broker, one local transaction) ---------------------------
 
 def test_transacted_link_within_one_embedded_broker(broker, bridges):
