@@ -15,7 +15,7 @@ from enum import IntEnum
 from typing import Any, Callable, Iterator
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
-from .errors import JMSException
+from .errors import IllegalStateException, JMSException, TransactionInProgressException
 from .message import (
     BytesMessage,
     DEFAULT_DELIVERY_MODE,
@@ -306,7 +306,8 @@ class XAResource(ABC):
 
 
 class XASession(Session):
-    """A session whose work belongs to the XA branch its resource is started on."""
+    """A session whose work belongs to the XA branch its resource is started on; the
+    branch, not the session, commits (JMS: TransactionInProgressException)."""
 
     @property
     @abstractmethod
@@ -315,6 +316,18 @@ class XASession(Session):
     @property
     def session(self) -> Session:
         return self
+
+    def commit(self) -> None:
+        raise TransactionInProgressException("an XA session commits through its XA resource")
+
+    def rollback(self) -> None:
+        raise TransactionInProgressException("an XA session rolls back through its XA resource")
+
+    def recover(self) -> None:
+        raise IllegalStateException("recover() on an XA session")
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
 
 class XAConnection(Connection):

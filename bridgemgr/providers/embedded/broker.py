@@ -49,7 +49,7 @@ from ...jms.selector import Selector, compile_selector
 from ...jms import xa
 from ...jms.xa import Xid
 from .queues import DestinationLimits, Envelope, LimitBehavior, MessageQueue, UNLIMITED
-from .store import PreparedBranch, Store
+from .store import Store
 
 log = logging.getLogger(__name__)
 

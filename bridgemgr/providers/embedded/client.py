@@ -27,7 +27,6 @@ from ...jms.errors import (
     IllegalStateException,
     InvalidDestinationException,
     JMSException,
-    TransactionInProgressException,
     TransportException,
     XAException,
 )
@@ -331,7 +330,7 @@ class EmbeddedSession(Session):
             self.connection._sessions.remove(self)
 
 
-class EmbeddedXASession(EmbeddedSession, XASession):
+class EmbeddedXASession(XASession, EmbeddedSession):  # XASession's commit/rollback win
     """An XA session: its work belongs to the branch started on ``xa_resource``."""
 
     def __init__(self, connection: EmbeddedConnection) -> None:
@@ -348,18 +347,6 @@ class EmbeddedXASession(EmbeddedSession, XASession):
 
     def _acks_now(self) -> bool:
         return self.branch is None
-
-    def commit(self) -> None:
-        raise TransactionInProgressException("an XA session commits through its XA resource")
-
-    def rollback(self) -> None:
-        raise TransactionInProgressException("an XA session rolls back through its XA resource")
-
-    def recover(self) -> None:
-        raise IllegalStateException("recover() on an XA session")
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class EmbeddedXAResource(XAResource):

@@ -58,7 +58,6 @@ from ...jms.errors import (
     InvalidDestinationException,
     JMSException,
     ResourceAllocationException,
-    TransactionInProgressException,
     TransportException,
     XAException,
 )
@@ -477,7 +476,7 @@ class RemoteSession(Session):
                 conn.request(wire.Op.SESSION_CLOSE, self.sid)
 
 
-class RemoteXASession(RemoteSession, XASession):
+class RemoteXASession(XASession, RemoteSession):  # XASession's commit/rollback win
     """An XA session: its work belongs to the branch started on ``xa_resource``."""
 
     def __init__(self, connection: RemoteConnection, sid: int, transacted: bool, ack_mode: AckMode) -> None:
@@ -494,18 +493,6 @@ class RemoteXASession(RemoteSession, XASession):
 
     def _acks_at_once(self) -> bool:
         return not self._in_branch
-
-    def commit(self) -> None:
-        raise TransactionInProgressException("an XA session commits through its XA resource")
-
-    def rollback(self) -> None:
-        raise TransactionInProgressException("an XA session rolls back through its XA resource")
-
-    def recover(self) -> None:
-        raise IllegalStateException("recover() on an XA session")
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
 
 class RemoteXAResource(XAResource):
