@@ -5,6 +5,10 @@ test skips, naming the reason, only when the Debian package is not installed."""
 
 from __future__ import annotations
 
+import shutil
+import tempfile
+from pathlib import Path
+
 import pytest
 
 from servers import ActiveMQ, RabbitMQ, missing_package
@@ -25,6 +29,11 @@ def rabbitmq(tmp_path_factory):
     reason = missing_package("rabbitmq-server")
     if reason:
         pytest.skip(reason)
-    node = RabbitMQ(tmp_path_factory.mktemp("rabbitmq")).start()
-    yield node
-    node.stop()
+    # Not under pytest's (root-only) temporary root: user rabbitmq must reach its files.
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-rabbitmq-"))
+    try:
+        node = RabbitMQ(base).start()
+        yield node
+        node.stop()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

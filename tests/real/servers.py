@@ -118,8 +118,12 @@ class ActiveMQ:
              "-jar", str(ACTIVEMQ_JAR), "start", f"xbean:file:{conf / 'activemq.xml'}"],
             stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
             start_new_session=True)
-        wait_port(self.openwire_port, timeout, self.proc, log)
-        wait_port(self.stomp_port, timeout, self.proc, log)
+        try:
+            wait_port(self.openwire_port, timeout, self.proc, log)
+            wait_port(self.stomp_port, timeout, self.proc, log)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def stop(self, timeout: float = 60) -> None:
@@ -196,8 +200,12 @@ class RabbitMQ:
         self.proc = subprocess.Popen(self._as_rabbitmq([str(RABBITMQ_BIN / "rabbitmq-server")]),
                                      stdout=log.open("ab"), stderr=subprocess.STDOUT,
                                      stdin=subprocess.DEVNULL, start_new_session=True)
-        wait_port(self.amqp_port, timeout, self.proc, log)
-        wait_port(self.stomp_port, timeout, self.proc, log)
+        try:
+            wait_port(self.amqp_port, timeout, self.proc, log)
+            wait_port(self.stomp_port, timeout, self.proc, log)
+        except BaseException:
+            self.stop()
+            raise
         return self
 
     def ctl(self, *args: str, timeout: float = 60) -> str:
