@@ -4,10 +4,10 @@
 #      properties on every start, so a restart picks up an edited file);
 #   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
 #      transformers (a class that cannot be loaded fails the start, naming it);
-#   3-6. transacted links: the XA coordinator arrives with issue 5; until then
-#      transfer.transaction_for() accepts a transacted link only when both ends can be the
-#      same embedded broker (one local transaction; the link checks it on connecting) and
-#      the start fails for the others;
+#   3-6. with enabled transacted links: the XA coordinator and its log, the resource
+#      managers registered (every XA <connection-factory> with multi-rm="false", named
+#      <bridge>:<ref-name>) and recovered, before any link starts (xa/registry.py); a
+#      transacted link needs XA connection factories at both ends;
 #   7. resolve the connection factories and create the pools and shared connections;
 #   8. make the DMQs ready (the built-in one must connect);
 #   9. start the enabled links.
@@ -33,6 +33,8 @@ from ..jms.spi import ConnectionFactory
 from ..props import BrokerProperties, clip, shorten
 from ..providers import embedded
 from ..transform import MessageTransformer, load_transformer
+from ..xa.registry import BridgeTransactions, FactoryEntry
+from ..xa.txlog import TxLogError
 from .config import (
     BUILTIN_DMQ,
     BUILTIN_DMQ_DESTINATION,
@@ -113,6 +115,7 @@ class JMSBridge:
         self._counters: dict[str, LinkCounters] = {}
         self._connections: BridgeConnections | None = None
         self._dmqs: DeadMessageQueues | None = None
+        self._xa: BridgeTransactions | None = None
         self._housekeeping: threading.Thread | None = None
         self._halt = threading.Event()
         self._lock = threading.RLock()  # one command at a time
@@ -245,14 +248,16 @@ class JMSBridge:
         transformers = {link.name: self._transformer(link.target.message_transformer_class,
                                                      f"link {link.name}", link.target.line)
                         for link in enabled}
-        # 3-7. factories; transacted links; pools and shared connections
+        # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
         connectors = self._connectors(config, enabled, dmqs)
+        self._xa = self._start_xa(enabled, connectors)
         transactions = {}
         for link in enabled:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
             try:
                 transactions[link.name] = transaction_for(
-                    link.transacted, connectors[src].factory, connectors[tgt].factory)
+                    link.transacted, connectors[src].factory, connectors[tgt].factory,
+                    self._xa, src, tgt)
             except TransactedLinkUnsupported as exc:
                 raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
                                        f"{exc}") from None
@@ -361,6 +366,23 @@ class JMSBridge:
         connectors[BUILTIN_DMQ] = Connector(builtin, self.host_factory({}), self.log)
         return connectors
 
+    def _start_xa(self, links: list[LinkConfig],
+                  connectors: dict[str, Connector]) -> BridgeTransactions | None:
+        """Start steps 3-6, when an enabled link is transacted."""
+        if not any(link.transacted for link in links):
+            return None
+        props = self.props
+        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, c.config.username,
+                                c.config.password)
+                   for ref, c in connectors.items() if ref != BUILTIN_DMQ]
+        try:
+            return BridgeTransactions.start(
+                self.name, entries, props.bridge_dir(self.name) if props else None,
+                props.bridge(self.name).tm_props if props else {}, self.log,
+                store=props.get("imq.persist.store") if props else "file")
+        except TxLogError as exc:
+            raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
+
     def _housekeep(self) -> None:
         """Every reap_interval: close idle pooled connections, write buffered log lines."""
         while not self._halt.wait(self.reap_interval):
@@ -383,6 +405,12 @@ class JMSBridge:
         if self._housekeeping is not None:
             self._housekeeping.join()
             self._housekeeping = None
+        if self._xa is not None:
+            try:
+                self._xa.close()
+            except Exception:
+                self.log.exception("closing the XA coordinator of bridge %s failed", self.name)
+            self._xa = None
         if self._dmqs is not None:
             self._dmqs.close()
             self._dmqs = None

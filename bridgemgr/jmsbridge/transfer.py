@@ -6,33 +6,43 @@
 # to the DMQ (non-transacted) or rolls back (transacted).
 #
 # ClientAcknowledge: the chapter's non-transacted link, CLIENT_ACKNOWLEDGE on the source,
-# the target's own non-transacted session: at-least-once. LocalTransaction: the interim
-# transacted link of this release, for a link whose source and target are the same
-# embedded broker: one transacted session on the source connection does both, so one
-# local commit covers the receive and the send (once-and-only-once). transaction_for()
-# picks one at bridge start from the factories (a transacted link between factories that
-# cannot be one embedded broker is refused there); check() verifies on the connections,
-# each time the link connects, that they really reach one broker. The XA coordinator
-# (issue 5) adds an XA implementation for any two XA-capable providers.
-"""The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or a local transaction."""
+# the target's own non-transacted session: at-least-once. XATransaction: the transacted
+# link, for any two XA-capable providers: an XA session at each end, both enlisted in one
+# transaction of the bridge's coordinator (bridgemgr/xa) per unit of work, committed with
+# two phases, or with one when both ends are the same resource manager (the target joins
+# the source's branch): once-and-only-once. A new transaction begins whenever one ends, so
+# every receive of the link belongs to one. transaction_for() picks the class at bridge
+# start from the factories (a transacted link needs XA-capable ones at both ends).
+"""The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or an XA transaction."""
 
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from typing import ClassVar
 
-from ..jms.spi import AckMode, Connection, ConnectionFactory, Session
-from ..providers.embedded import HostBrokerFactory
-from ..providers.embedded.client import EmbeddedConnection, EmbeddedConnectionFactory
+from ..jms.errors import TransportException, XAException
+from ..jms.spi import (
+    AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
+    is_xa_capable,
+)
+from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
+from ..xa.registry import BridgeTransactions
 from .pipeline import DMQReason, Stage
 
 
 class TransferTransaction(ABC):
-    """Where a link's unit of work begins and ends."""
+    """Where a link's unit of work begins and ends.
+
+    The link calls begin() before it receives the first message of a unit, complete() or
+    abort() to end a unit with messages, and idle() to end one in which the source had
+    nothing to give; a unit may hold several messages (the link's batch)."""
 
     transacted: bool
     completion_stage: Stage             # ACKNOWLEDGE or COMMIT (tolerance, logs)
     failure_reason: DMQReason           # what a failed completion sends to the DMQ
     uses_target_connection: bool = True  # False: the target producer lives on the source session
+    xa: bool = False                     # its connections must be XA connections
+    xa: bool = False                     # the link's connections must be XA connections
 
     source_session: Session | None = None
     target_session: Session | None = None
@@ -52,8 +62,20 @@ class TransferTransaction(ABC):
             _close(self.target_session)
         self.target_session = None
 
+    def begin(self) -> None:
+        """A unit of work starts (before the receive that opens it)."""
+
+    def idle(self) -> None:
+        """The open unit ended without a message (nothing to complete)."""
+
     def check(self, source: Connection, target: Connection) -> None:
         """Raise TransactedLinkUnsupported when these connections cannot be used together."""
+
+    def begin(self) -> None:
+        """A unit starts (an XA transaction would start its branches here)."""
+
+    def idle(self) -> None:
+        """End a unit in which nothing was received."""
 
     @abstractmethod
     def complete(self) -> None:
@@ -102,55 +124,139 @@ class ClientAcknowledge(TransferTransaction):
             self.source_session.recover()
 
 
-class LocalTransaction(TransferTransaction):
-    """Transacted link within one embedded broker: one local transaction per unit."""
+class XATransaction(TransferTransaction):
+    """Transacted link: each unit of work is one XA transaction of the bridge's coordinator,
+    the source and target sessions' XA resources enlisted (once-and-only-once)."""
 
     transacted = True
+    xa = True
     completion_stage = Stage.COMMIT
     failure_reason = DMQReason.COMMIT_FAILURE
-    uses_target_connection = False
+    # bound per link by bind(): the link calls its transaction class without arguments
+    coordinator: ClassVar[Coordinator]
+    source_rm: ClassVar[str]
+    target_rm: ClassVar[str]
+    source_ref: ClassVar[str]
+    target_ref: ClassVar[str]
+
+    @classmethod
+    def bind(cls, xa: BridgeTransactions, source_ref: str,
+             target_ref: str) -> type["XATransaction"]:
+        """This class for one link: its coordinator and the RMs of its two ends."""
+        return type(cls.__name__, (cls,), {
+            "coordinator": xa.coordinator, "source_ref": source_ref, "target_ref": target_ref,
+            "source_rm": xa.rm_name(source_ref), "target_rm": xa.rm_name(target_ref)})
+
+    def __init__(self) -> None:
+        self.tx: Transaction | None = None
+        self._source: XAResource | None = None
+        self._target: XAResource | None = None
 
     def open_source(self, source: Connection) -> Session:
-        self.source_session = source.create_session(True)
-        return self.source_session
+        session = _xa_session(source, self.source_ref)
+        self.source_session, self._source = session, session.xa_resource
+        self.tx = self._begin()  # before the first receive: it belongs to the transaction
+        return session
 
     def open_target(self, target: Connection | None) -> Session:
-        assert self.source_session is not None
-        self.target_session = self.source_session
-        return self.target_session
+        assert target is not None and self.tx is not None
+        session = _xa_session(target, self.target_ref)
+        self.target_session, self._target = session, session.xa_resource
+        _enlist(self.tx, self._target, self.target_rm, self.target_ref)
+        return session
 
-    def check(self, source: Connection, target: Connection) -> None:
-        if not (isinstance(source, EmbeddedConnection) and isinstance(target, EmbeddedConnection)
-                and source.broker is target.broker):
-            raise TransactedLinkUnsupported(NEEDS_XA + " (its connections reach different "
-                                            "brokers)")
+    def close_target(self) -> None:
+        # only while idle (nothing handled since the last completion): the target did no
+        # work in the current transaction and leaves it
+        if self._target is not None and self.tx is not None and self.tx.state is TxState.ACTIVE:
+            try:
+                self.tx.release(self._target)
+            except Exception:
+                pass  # an empty branch: the RM drops it with the session
+        self._target = None
+        super().close_target()
+
+    def begin(self) -> None:
+        if self.tx is None:  # after a failure; otherwise the next one began already
+            self.tx = self._begin()
 
     def complete(self) -> None:
-        assert self.source_session is not None
-        self.source_session.commit()
+        """End the transaction, begin the next one (so the link's next receive is in it),
+        then commit; a failure has rolled the ended one back when this raises."""
+        old = self.tx
+        assert old is not None
+        old.end()
+        try:
+            self.tx = self._begin()
+        except BaseException:
+            self.tx = None
+            old.rollback()
+            raise
+        old.commit()
 
     def abort(self) -> None:
-        if self.source_session is not None:
-            self.source_session.rollback()
+        old, self.tx = self.tx, None
+        if old is not None:
+            old.rollback()
+        self.tx = self._begin()
+
+    def close(self) -> None:
+        tx, self.tx = self.tx, None
+        if tx is not None:
+            try:
+                tx.rollback()
+            except Exception:
+                pass  # unprepared branches: the RMs drop them with the sessions
+        super().close()
+
+    def _begin(self) -> Transaction:
+        tx = self.coordinator.begin()
+        try:
+            assert self._source is not None
+            _enlist(tx, self._source, self.source_rm, self.source_ref)
+            if self._target is not None:
+                _enlist(tx, self._target, self.target_rm, self.target_ref)
+        except BaseException:
+            tx.rollback()
+            raise
+        return tx
+
+
+def _xa_session(connection: Connection, ref: str) -> XASession:
+    if not isinstance(connection, XAConnection):
+        raise TransactedLinkUnsupported(
+            f"connection-factory {ref} gave a {type(connection).__name__}, which has no XA "
+            "sessions; a transacted link needs XA connections")
+    return connection.create_xa_session()
+
+
+def _enlist(tx: Transaction, resource: XAResource, rm: str, ref: str) -> None:
+    """Enlist; an RM that cannot be reached is a lost connection to the link."""
+    try:
+        tx.enlist(resource, rm, ref)
+    except XAException as exc:
+        if unreachable(exc):
+            raise TransportException(f"connection-factory {ref}: XA start failed: {exc}") from exc
+        raise
 
 
 class TransactedLinkUnsupported(Exception):
-    """A transacted link this release cannot run (it needs the XA coordinator)."""
+    """A transacted link that cannot run (its factories are not XA-capable)."""
 
 
-NEEDS_XA = ("transacted links need the XA coordinator, which is not in this release yet "
-            "(issue 5); until then a transacted link runs only when its source and target "
-            "are the same embedded broker (one local transaction covers both). Set "
-            'transacted="false" for at-least-once transfer')
-# Factories that may reach the one embedded broker in this process (checked on connecting).
-EMBEDDED_FACTORIES = (EmbeddedConnectionFactory, HostBrokerFactory)
-
-
-def transaction_for(transacted: bool, source: ConnectionFactory,
-                    target: ConnectionFactory) -> type[TransferTransaction]:
+def transaction_for(transacted: bool, source: ConnectionFactory, target: ConnectionFactory,
+                    xa: BridgeTransactions | None = None, source_ref: str = "",
+                    target_ref: str = "") -> type[TransferTransaction]:
     """The transaction class a link runs with; TransactedLinkUnsupported when none fits."""
     if not transacted:
         return ClientAcknowledge
-    if isinstance(source, EMBEDDED_FACTORIES) and isinstance(target, EMBEDDED_FACTORIES):
-        return LocalTransaction
-    raise TransactedLinkUnsupported(NEEDS_XA)
+    not_xa = [ref for ref, f in ((source_ref, source), (target_ref, target))
+              if not is_xa_capable(f)]
+    if not_xa:
+        raise TransactedLinkUnsupported(
+            f"connection-factory {' and '.join(dict.fromkeys(not_xa))} is not an "
+            "XAConnectionFactory; a transacted link needs XA connection factories at both "
+            'ends (the chapter). Set transacted="false" for at-least-once transfer')
+    if xa is None:
+        raise TransactedLinkUnsupported("the bridge has no XA coordinator running")
+    return XATransaction.bind(xa, source_ref, target_ref)

@@ -1,0 +1,688 @@
+# How it works: the coordinator of a JMS bridge logs one thing, under presumed abort: the
+# decision to commit a transaction that has two or more prepared branches (a CommitRecord:
+# its gtrid and the branches, each an Xid and the resource manager it lives in), written
+# (and, with txlogSync, fsynced) after every branch voted yes and before the first
+# commit. Once every branch is committed a DoneRecord forgets it. Anything in doubt without
+# a live CommitRecord is rolled back by recovery; that is why aborts and one-phase commits
+# are never logged.
+#
+# Records are framed: magic b"\xa7\x5c", payload length (u32), CRC-32 of length and payload
+# (u32), payload. The payload is decoded strictly (every length checked, nothing left
+# over), so a record is either read exactly as written or not at all. On open the file is
+# scanned from its header; the first frame that is short, zero, fails its CRC or does not
+# decode ends the log: a crash can only tear what was written after the last fsync, i.e.
+# the tail, so the tail from there on is cut off (and logged), never read.
+#
+# FileTxLog is txlog.<bridge> in the bridge's var directory, bounded by txlogSize: an
+# append that would pass the bound first compacts the file (the live CommitRecords, written
+# to txlog.<bridge>.compact, fsynced and renamed over the log, so a crash leaves the old or
+# the new file whole); if the live records alone do not leave room, TxLogFull (the link
+# stops; its messages stay on the source). txlogMmap keeps the file at txlogSize and writes
+# through a memory map (msync for the sync). Syncs are grouped: a thread whose bytes a sync
+# by another thread already covered does not sync again. SqlTxLog keeps the same records
+# in a table of a DB-API database (the host broker's JDBC store); MemoryTxLog is for a
+# bridge without a var directory (tests, embedded use), and survives nothing.
+"""The XA coordinator's transaction log: checksummed commit records in a file or a table."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import mmap
+import os
+import struct
+import threading
+import zlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from enum import IntEnum
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping, Sequence
+
+from ..jms.xa import MAXBQUALSIZE, MAXGTRIDSIZE, Xid
+from ..props import TM_KEYS
+
+log = logging.getLogger(__name__)
+
+FILE_MAGIC = b"IMQTXL\x00\x01"        # file header: name and format version 1
+RECORD_MAGIC = b"\xa7\x5c"
+FRAME = struct.Struct(">2sII")         # record magic, payload length, CRC-32
+MAX_PAYLOAD = 1 << 16
+DEFAULT_SIZE = 10 * 1024 * 1024        # txlogSize when tm.props does not say
+UNBOUNDED_COMPACT = 16 * 1024 * 1024   # txlogSize -1: compact when the file grows past this
+DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class TxLogError(Exception):
+    """The transaction log cannot be read or written. Not a JMSException on purpose: a link
+    whose commit decisions cannot be logged stops (with this as its error) instead of
+    retrying; its messages stay on the source."""
+
+
+class TxLogFull(TxLogError):
+    """No room for a record: the disk is full, or txlogSize is too small for the
+    transactions still in doubt."""
+
+
+class RecordError(ValueError):
+    """A payload that is not a record of this format (decoding is strict)."""
+
+
+class RecordType(IntEnum):
+    COMMIT = 1
+    DONE = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Participant:
+    """One prepared branch of a logged transaction: its Xid and resource manager name."""
+
+    rm: str
+    xid: Xid
+
+
+@dataclass(frozen=True, slots=True)
+class CommitRecord:
+    """The decision to commit global transaction ``gtrid`` with these prepared branches."""
+
+    gtrid: bytes
+    participants: tuple[Participant, ...]
+
+    def __post_init__(self) -> None:
+        if not 1 <= len(self.gtrid) <= MAXGTRIDSIZE:
+            raise RecordError(f"gtrid must be 1..{MAXGTRIDSIZE} bytes")
+        if any(p.xid.gtrid != self.gtrid for p in self.participants):
+            raise RecordError("every branch of a commit record has the record's gtrid")
+
+
+@dataclass(frozen=True, slots=True)
+class DoneRecord:
+    """Transactions whose every branch is committed: forget their CommitRecords."""
+
+    gtrids: tuple[bytes, ...]
+
+
+Record = CommitRecord | DoneRecord
+
+
+# --- the record codec (pure) ---------------------------------------------------------------------
+
+def encode_payload(record: Record) -> bytes:
+    out = bytearray()
+    if isinstance(record, CommitRecord):
+        out.append(RecordType.COMMIT)
+        _put_bytes8(out, record.gtrid)
+        out += struct.pack(">H", len(record.participants))
+        for p in record.participants:
+            out += struct.pack(">i", p.xid.format_id)
+            _put_bytes8(out, p.xid.bqual)
+            rm = p.rm.encode("utf-8")
+            out += struct.pack(">H", len(rm)) + rm
+    else:
+        out.append(RecordType.DONE)
+        out += struct.pack(">H", len(record.gtrids))
+        for gtrid in record.gtrids:
+            _put_bytes8(out, gtrid)
+    if len(out) > MAX_PAYLOAD:
+        raise RecordError(f"a record of {len(out)} bytes is larger than {MAX_PAYLOAD}")
+    return bytes(out)
+
+
+def _put_bytes8(out: bytearray, value: bytes) -> None:
+    if len(value) > 255:
+        raise RecordError("a gtrid or bqual is at most 255 bytes")
+    out.append(len(value))
+    out += value
+
+
+class _Reader:
+    """Strict cursor over a payload: every read is bounds-checked."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data, self.pos = data, 0
+
+    def take(self, n: int) -> bytes:
+        if self.pos + n > len(self.data):
+            raise RecordError(f"payload ends at {len(self.data)}, a field needs {self.pos + n}")
+        chunk = self.data[self.pos:self.pos + n]
+        self.pos += n
+        return chunk
+
+    def u8(self) -> int:
+        return self.take(1)[0]
+
+    def unpack(self, fmt: str) -> int:
+        size = struct.calcsize(fmt)
+        return struct.unpack(fmt, self.take(size))[0]
+
+    def bytes8(self) -> bytes:
+        return self.take(self.u8())
+
+
+def decode_payload(payload: bytes) -> Record:
+    """The record ``payload`` encodes; RecordError unless it is exactly one valid record."""
+    r = _Reader(payload)
+    kind = r.u8()
+    record: Record
+    try:
+        if kind == RecordType.COMMIT:
+            gtrid = r.bytes8()
+            participants = []
+            for _ in range(r.unpack(">H")):
+                format_id = r.unpack(">i")
+                bqual = r.bytes8()
+                if len(bqual) > MAXBQUALSIZE:
+                    raise RecordError("bqual too long")
+                rm = r.take(r.unpack(">H")).decode("utf-8")
+                participants.append(Participant(rm, Xid(format_id, gtrid, bqual)))
+            record = CommitRecord(gtrid, tuple(participants))
+        elif kind == RecordType.DONE:
+            gtrids = tuple(r.bytes8() for _ in range(r.unpack(">H")))
+            if any(not g for g in gtrids):
+                raise RecordError("an empty gtrid")
+            record = DoneRecord(gtrids)
+        else:
+            raise RecordError(f"unknown record type {kind}")
+    except (UnicodeDecodeError, ValueError, TypeError) as exc:
+        raise RecordError(str(exc)) from exc
+    if r.pos != len(payload):
+        raise RecordError(f"{len(payload) - r.pos} byte(s) after the record")
+    return record
+
+
+def frame(record: Record) -> bytes:
+    """The record as it is written: magic, length, CRC-32 of length and payload, payload."""
+    payload = encode_payload(record)
+    length = struct.pack(">I", len(payload))
+    return FRAME.pack(RECORD_MAGIC, len(payload), zlib.crc32(length + payload)) + payload
+
+
+@dataclass(frozen=True)
+class Scan:
+    """What scanning a log body found: the records up to ``end`` and why it stopped there."""
+
+    records: list[Record]
+    end: int                    # offset after the last good record
+    problem: str | None = None  # None: a clean end (no bytes, or only zeros, after ``end``)
+
+
+def scan(data: bytes | memoryview, start: int = 0) -> Scan:
+    """Read frames from ``start`` until the data ends or a frame is not good."""
+    data = memoryview(data)
+    records: list[Record] = []
+    pos = start
+    while True:
+        rest = len(data) - pos
+        if rest == 0:
+            return Scan(records, pos)
+        if rest < FRAME.size:
+            return Scan(records, pos, _tail_problem(data[pos:], "a partial frame header"))
+        magic, length, crc = FRAME.unpack_from(data, pos)
+        if magic != RECORD_MAGIC:
+            return Scan(records, pos, _tail_problem(data[pos:], "no record magic"))
+        if length > MAX_PAYLOAD or length > rest - FRAME.size:
+            return Scan(records, pos, f"a frame of {length} bytes where {rest - FRAME.size} remain")
+        payload = bytes(data[pos + FRAME.size:pos + FRAME.size + length])
+        if zlib.crc32(struct.pack(">I", length) + payload) != crc:
+            return Scan(records, pos, "a checksum mismatch")
+        try:
+            records.append(decode_payload(payload))
+        except RecordError as exc:
+            return Scan(records, pos, f"a record that does not decode ({exc})")
+        pos += FRAME.size + length
+
+
+def _tail_problem(rest: memoryview, what: str) -> str | None:
+    """Only zeros left is a clean end (a preallocated or mapped file); anything else is torn."""
+    return None if not any(rest) else what
+
+
+def fold(records: Iterable[Record], live: dict[bytes, CommitRecord] | None = None
+         ) -> dict[bytes, CommitRecord]:
+    """The CommitRecords still live after ``records`` (in order)."""
+    live = {} if live is None else live
+    for record in records:
+        if isinstance(record, CommitRecord):
+            live[record.gtrid] = record
+        else:
+            for gtrid in record.gtrids:
+                live.pop(gtrid, None)
+    return live
+
+
+# --- settings -------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TxLogSettings:
+    """The tm.props keys of the file log (the chapter's txlogSize, txlogSync, txlogMmap)."""
+
+    size: int = DEFAULT_SIZE   # bytes; -1: unbounded
+    sync: bool = True          # fsync the commit record before the commit phase
+    mmap: bool = False
+
+    @classmethod
+    def from_tm_props(cls, tm_props: Mapping[str, str]) -> "TxLogSettings":
+        values: dict[str, Any] = {}
+        for key, field_name in (("txlogSize", "size"), ("txlogSync", "sync"), ("txlogMmap", "mmap")):
+            if key in tm_props:
+                try:
+                    values[field_name] = TM_KEYS[key].parse(tm_props[key])
+                except ValueError:
+                    raise TxLogError(f"tm.props {key}={tm_props[key]!r}: "
+                                     f"{TM_KEYS[key].expected}") from None
+        settings = cls(**values)
+        if settings.mmap and settings.size < 0:
+            log.warning("txlogMmap needs a bounded txlogSize; using %d bytes", DEFAULT_SIZE)
+            settings = cls(DEFAULT_SIZE, settings.sync, True)
+        if 0 <= settings.size < 4096:
+            raise TxLogError(f"tm.props txlogSize={settings.size} is too small; "
+                             "give at least 4k (10m is the default)")
+        return settings
+
+
+# --- the logs -------------------------------------------------------------------------------------
+
+class TxLog(ABC):
+    """Where a coordinator's commit decisions live."""
+
+    description: str
+
+    @abstractmethod
+    def open(self) -> dict[bytes, CommitRecord]:
+        """Open (creating if needed) and return the live commit records."""
+
+    @abstractmethod
+    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+        """Make the decision durable (as txlogSync says) before the commit phase; first
+        forget the finished transactions ``forget`` (one write for both)."""
+
+    @abstractmethod
+    def log_done(self, gtrids: Sequence[bytes]) -> None:
+        """Forget finished transactions (not synced: if it is lost, recovery finds no
+        branch of them and forgets them again)."""
+
+    @abstractmethod
+    def live(self) -> dict[bytes, CommitRecord]:
+        """The commit records not yet forgotten (a copy)."""
+
+    def close(self) -> None:
+        pass
+
+
+class MemoryTxLog(TxLog):
+    """For a bridge without a var directory: decisions are lost with the process."""
+
+    description = "memory (no var directory: decisions do not survive a crash)"
+
+    def __init__(self) -> None:
+        self._live: dict[bytes, CommitRecord] = {}
+        self._lock = threading.Lock()
+
+    def open(self) -> dict[bytes, CommitRecord]:
+        return self.live()
+
+    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+        with self._lock:
+            fold([DoneRecord(tuple(forget)), record], self._live)
+
+    def log_done(self, gtrids: Sequence[bytes]) -> None:
+        with self._lock:
+            fold([DoneRecord(tuple(gtrids))], self._live)
+
+    def live(self) -> dict[bytes, CommitRecord]:
+        with self._lock:
+            return dict(self._live)
+
+
+class FileTxLog(TxLog):
+    """txlog.<bridge>: appended frames, bounded, compacted, optionally memory-mapped."""
+
+    def __init__(self, path: str | Path, settings: TxLogSettings = TxLogSettings()) -> None:
+        self.path = Path(path)
+        self.settings = settings
+        self.description = str(self.path)
+        self._lock = threading.Lock()        # the file, offsets, live records
+        self._sync_lock = threading.Lock()   # one fsync at a time
+        self._fd = -1
+        self._map: mmap.mmap | None = None
+        self._end = 0                        # offset after the last record
+        self._written = 0                    # bytes appended since open (all generations)
+        self._synced = 0                     # ... of which known durable
+        self._live: dict[bytes, CommitRecord] = {}
+        self._kept = 0                       # bytes the last compaction kept
+        self.compactions = 0
+
+    @property
+    def _limit(self) -> int:
+        """Where the next append compacts first: txlogSize, or when unbounded, a size that
+        grows with what the last compaction kept (so compaction does not run constantly)."""
+        size = self.settings.size
+        return size if size >= 0 else max(UNBOUNDED_COMPACT, 4 * self._kept)
+
+    # --- open --------------------------------------------------------------------------------
+    def open(self) -> dict[bytes, CommitRecord]:
+        with self._lock:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            stale = self._compact_path
+            if stale.exists():  # a compaction cut short by a crash; the log itself is whole
+                stale.unlink()
+            try:
+                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                with open(self._fd, "rb", closefd=False) as f:
+                    data = f.read()
+            except OSError as exc:
+                raise TxLogError(f"cannot open the transaction log {self.path}: {exc}") from exc
+            if len(data) < len(FILE_MAGIC) and FILE_MAGIC.startswith(data.rstrip(b"\0")):
+                data = self._initialise()   # new, or its creation was cut short
+            elif not data.startswith(FILE_MAGIC):
+                self._close_fd()
+                raise TxLogError(f"{self.path} is not a transaction log of this version (it "
+                                 f"starts with {data[:8]!r}); move it away if it is not needed")
+            found = scan(data, len(FILE_MAGIC))
+            self._live = fold(found.records)
+            self._end = found.end
+            if found.problem is not None:
+                tail = len(data.rstrip(b"\0") if self.settings.mmap else data) - found.end
+                log.warning("transaction log %s: %s at offset %d; cutting off the last %d "
+                            "byte(s) (a write torn by a crash)", self.path, found.problem,
+                            found.end, tail)
+            if found.problem is not None or (found.end < len(data) and not self.settings.mmap):
+                self._cut_tail(found.end, len(data))
+            if self.settings.mmap:
+                self._map_file()
+            return dict(self._live)
+
+    def _initialise(self) -> bytes:
+        size = self.settings.size if self.settings.mmap else len(FILE_MAGIC)
+        os.ftruncate(self._fd, 0)
+        os.pwrite(self._fd, FILE_MAGIC, 0)
+        if size > len(FILE_MAGIC):
+            os.ftruncate(self._fd, size)
+        os.fsync(self._fd)
+        _fsync_dir(self.path.parent)
+        return FILE_MAGIC
+
+    def _cut_tail(self, end: int, length: int) -> None:
+        if self.settings.mmap:  # the file keeps its size: zero the torn bytes
+            os.pwrite(self._fd, bytes(length - end), end)
+        else:
+            os.ftruncate(self._fd, end)
+        os.fsync(self._fd)
+
+    def _map_file(self) -> None:
+        size = self.settings.size
+        if os.fstat(self._fd).st_size < size:
+            os.ftruncate(self._fd, size)
+        self._map = mmap.mmap(self._fd, size)
+
+    # --- append --------------------------------------------------------------------------------
+    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+        self._append([DoneRecord(tuple(forget)), record] if forget else [record],
+                     self.settings.sync)
+
+    def log_done(self, gtrids: Sequence[bytes]) -> None:
+        if gtrids:
+            self._append([DoneRecord(tuple(gtrids))], False)
+
+    def _append(self, records: list[Record], sync: bool) -> None:
+        data = b"".join(frame(r) for r in records)
+        with self._lock:
+            if self._fd < 0:
+                raise TxLogError(f"the transaction log {self.path} is closed")
+            if self._end + len(data) > self._limit:
+                self._compact(len(data))
+            self._write(data)
+            fold(records, self._live)
+            self._written += len(data)
+            mark = self._written
+        if sync:
+            self._sync_to(mark)
+
+    def _write(self, data: bytes) -> None:
+        start = self._end
+        if self._map is not None:
+            self._map[start:start + len(data)] = data
+        else:
+            try:
+                written = os.pwrite(self._fd, data, start)
+                if written != len(data):
+                    raise OSError(errno.ENOSPC, "short write")
+            except OSError as exc:
+                try:
+                    os.ftruncate(self._fd, start)  # no partial record left behind
+                except OSError:
+                    pass  # the next open cuts it off
+                if exc.errno in DISK_FULL:
+                    raise TxLogFull(f"cannot write the transaction log {self.path}: "
+                                    f"{exc.strerror}; free space on its disk") from exc
+                raise TxLogError(f"cannot write the transaction log {self.path}: {exc}") from exc
+        self._end = start + len(data)
+
+    def _sync_to(self, mark: int) -> None:
+        """Make everything up to ``mark`` durable; a sync by another thread may cover it."""
+        with self._sync_lock:
+            if self._synced >= mark:
+                return
+            try:
+                with self._lock:
+                    covered = self._written
+                    if self._map is not None:
+                        self._map.flush()
+                        self._synced = max(self._synced, covered)
+                        return
+                    fd = os.dup(self._fd)  # a compaction may replace self._fd meanwhile
+                try:
+                    os.fdatasync(fd)
+                finally:
+                    os.close(fd)
+            except OSError as exc:
+                raise TxLogError(f"cannot sync the transaction log {self.path}: {exc}") from exc
+            self._synced = max(self._synced, covered)
+
+    # --- compaction --------------------------------------------------------------------------
+    @property
+    def _compact_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".compact")
+
+    def _compact(self, room: int) -> None:
+        """Rewrite the log with its live records only (under self._lock)."""
+        body = FILE_MAGIC + b"".join(frame(r) for r in self._live.values())
+        if self.settings.size >= 0 and len(body) + room > self.settings.size:
+            raise TxLogFull(f"the transaction log {self.path} is full: {len(self._live)} "
+                            f"transaction(s) in doubt take {len(body)} bytes and txlogSize is "
+                            f"{self.settings.size}; raise txlogSize in tm.props or let "
+                            "recovery resolve them")
+        tmp = self._compact_path
+        try:
+            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                os.pwrite(fd, body, 0)
+                if self.settings.mmap:
+                    os.ftruncate(fd, self.settings.size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
+            raise kind(f"cannot compact the transaction log {self.path}: {exc.strerror}") from exc
+        self._close_fd()
+        self._fd = os.open(self.path, os.O_RDWR)
+        if self.settings.mmap:
+            self._map_file()
+        self._end = self._kept = len(body)
+        self._synced = self._written  # the rewrite was fsynced
+        self.compactions += 1
+        log.info("transaction log %s compacted to %d live record(s)", self.path, len(self._live))
+
+    # --- the rest --------------------------------------------------------------------------------
+    def live(self) -> dict[bytes, CommitRecord]:
+        with self._lock:
+            return dict(self._live)
+
+    @property
+    def end(self) -> int:
+        """Offset after the last record (tests, benchmarks)."""
+        return self._end
+
+    def _close_fd(self) -> None:
+        if self._map is not None:
+            self._map.close()
+            self._map = None
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def close(self) -> None:
+        with self._sync_lock, self._lock:
+            if self._fd < 0:
+                return
+            try:
+                if self._map is not None:
+                    self._map.flush()
+                else:
+                    os.fdatasync(self._fd)
+            except OSError:
+                pass
+            self._close_fd()
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+# --- SQL ---------------------------------------------------------------------------------------------
+
+DBAPIConnect = Callable[[], Any]
+_PLACEHOLDERS: Mapping[str, Callable[[int], str]] = {
+    "qmark": lambda i: "?", "format": lambda i: "%s", "numeric": lambda i: f":{i}",
+    "named": lambda i: f":p{i}", "pyformat": lambda i: f"%(p{i})s",
+}
+
+
+class SqlTxLog(TxLog):
+    """The records in a table of a DB-API database: one row per live commit record (the
+    framed record as hex, so its checksum is checked on load); DONE deletes rows."""
+
+    def __init__(self, connect: DBAPIConnect, bridge: str, paramstyle: str = "qmark",
+                 table: str = "imq_bridge_txlog") -> None:
+        if paramstyle not in _PLACEHOLDERS:
+            raise ValueError(f"unknown DB-API paramstyle {paramstyle!r}")
+        if not table.replace("_", "").isalnum():
+            raise ValueError(f"table name {table!r}: letters, digits and _ only")
+        self.connect, self.bridge, self.paramstyle, self.table = connect, bridge, paramstyle, table
+        self.description = f"table {table} (bridge {bridge})"
+        self._conn: Any = None
+        self._lock = threading.Lock()
+        self._live: dict[bytes, CommitRecord] = {}
+
+    def _run(self, sql: str, *args: Any) -> Any:
+        """``sql`` written with ? placeholders, run in this database's paramstyle."""
+        parts = sql.split("?")
+        text = parts[0] + "".join(_PLACEHOLDERS[self.paramstyle](i + 1) + part
+                                  for i, part in enumerate(parts[1:]))
+        params: Any = args
+        if self.paramstyle in ("named", "pyformat"):
+            params = {f"p{i + 1}": a for i, a in enumerate(args)}
+        cursor = self._conn.cursor()
+        cursor.execute(text, params)
+        return cursor
+
+    def open(self) -> dict[bytes, CommitRecord]:
+        with self._lock:
+            try:
+                self._conn = self.connect()
+                self._run(f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
+                          "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, "
+                          "PRIMARY KEY (bridge, gtrid))")
+                self._conn.commit()
+                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
+                                 self.bridge).fetchall()
+            except Exception as exc:
+                raise TxLogError(f"cannot open the transaction log {self.description}: "
+                                 f"{exc}") from exc
+            self._live = {}
+            for gtrid_hex, text in rows:
+                found = scan(bytes.fromhex(text))
+                if (found.problem is not None or len(found.records) != 1
+                        or not isinstance(found.records[0], CommitRecord)
+                        or found.records[0].gtrid.hex() != gtrid_hex):
+                    raise TxLogError(f"{self.description}: the row of gtrid {gtrid_hex} is not "
+                                     f"a valid commit record ({found.problem or 'mismatch'}); "
+                                     "it cannot be trusted, so the bridge does not start")
+                fold(found.records, self._live)
+            return dict(self._live)
+
+    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+        def insert() -> None:
+            self._delete(forget)
+            self._run(f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
+                      self.bridge, record.gtrid.hex(), frame(record).hex())
+        self._change(insert, [DoneRecord(tuple(forget)), record])
+
+    def log_done(self, gtrids: Sequence[bytes]) -> None:
+        if gtrids:
+            self._change(lambda: self._delete(gtrids), [DoneRecord(tuple(gtrids))])
+
+    def _delete(self, gtrids: Sequence[bytes]) -> None:
+        for gtrid in gtrids:
+            self._run(f"DELETE FROM {self.table} WHERE bridge = ? AND gtrid = ?",
+                      self.bridge, gtrid.hex())
+
+    def _change(self, statement: Callable[[], Any], records: list[Record]) -> None:
+        with self._lock:
+            if self._conn is None:
+                raise TxLogError(f"the transaction log {self.description} is closed")
+            try:
+                statement()
+                self._conn.commit()
+            except Exception as exc:
+                try:
+                    self._conn.rollback()
+                except Exception:
+                    pass
+                raise TxLogError(f"cannot write the transaction log {self.description}: "
+                                 f"{exc}") from exc
+            fold(records, self._live)
+
+    def live(self) -> dict[bytes, CommitRecord]:
+        with self._lock:
+            return dict(self._live)
+
+    def close(self) -> None:
+        with self._lock:
+            if self._conn is not None:
+                try:
+                    self._conn.close()
+                finally:
+                    self._conn = None
+
+
+def txlog_path(directory: str | Path, bridge: str) -> Path:
+    """IMQ_VARHOME/instances/<instance>/bridges/<bridge>/txlog.<bridge> (the chapter)."""
+    return Path(directory) / f"txlog.{bridge}"
+
+
+def open_txlog(bridge: str, directory: str | Path | None, tm_props: Mapping[str, str],
+               sql: tuple[DBAPIConnect, str] | None = None) -> TxLog:
+    """The log a bridge's coordinator uses, opened: SQL when ``sql`` (connect function,
+    paramstyle) is given (imq.persist.store=jdbc), else txlog.<bridge> in ``directory``,
+    else in memory."""
+    txlog: TxLog
+    if sql is not None:
+        txlog = SqlTxLog(sql[0], bridge, sql[1])
+    elif directory is not None:
+        txlog = FileTxLog(txlog_path(directory, bridge), TxLogSettings.from_tm_props(tm_props))
+    else:
+        txlog = MemoryTxLog()
+    txlog.open()
+    return txlog
