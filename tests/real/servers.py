@@ -67,6 +67,7 @@ ACTIVEMQ_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
   xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
   xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
   http://activemq.apache.org/schema/core http://activemq.apache.org/schema/core/activemq-core.xsd">
+  {beans}
   <broker xmlns="http://activemq.apache.org/schema/core" useJmx="false" brokerName="{name}"
           dataDirectory="{data}" schedulerSupport="false">
     <persistenceAdapter><kahaDB directory="{data}/kahadb"/></persistenceAdapter>
@@ -82,11 +83,13 @@ ACTIVEMQ_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
 
 @dataclass
 class ActiveMQ:
-    """One ActiveMQ Classic broker; ``extra`` is XML put inside <broker>."""
+    """One ActiveMQ Classic broker; ``extra`` is XML put inside <broker>, ``beans`` before it
+    (both may use {url}: the broker's own OpenWire URL)."""
 
     base: Path
     name: str = "test"
     extra: str = ""
+    beans: str = ""
     openwire_port: int = field(default_factory=free_port)
     stomp_port: int = field(default_factory=free_port)
     proc: subprocess.Popen | None = None
@@ -110,7 +113,8 @@ class ActiveMQ:
         data.mkdir(exist_ok=True)
         (conf / "activemq.xml").write_text(ACTIVEMQ_XML.format(
             name=self.name, data=data, host=HOST, openwire=self.openwire_port,
-            stomp=self.stomp_port, extra=self.extra))
+            stomp=self.stomp_port, extra=self.extra.replace("{url}", self.url),
+            beans=self.beans.replace("{url}", self.url)))
         log = self.base / "activemq.log"
         self.proc = subprocess.Popen(
             ["java", "-Xmx512m", f"-Dactivemq.base={self.base}", f"-Dactivemq.conf={conf}",

@@ -1,0 +1,240 @@
+"""Moving persistent messages between two queues of a real broker: our bridge through the
+external providers beside each broker's own forwarding; prints JSON.
+
+    .venv/bin/python benchmarks/providers.py [--messages 50000] [--ack-batch 1]
+                                             [--only activemq|rabbitmq]
+
+Each case preloads N persistent 1 KiB BytesMessages into a source queue (in local
+transactions of 1,000, so preloading is not what is measured), then times the move of all
+N to the target queue. The servers are the Debian packages, started here on 127.0.0.1 with
+temporary data directories (tests/real/servers.py), with their default (fsyncing) stores.
+
+- activemq_bridge_jms: our JMS bridge, one non-transacted link, ActiveMQ -> ActiveMQ
+  through the Java provider (JPype, ActiveMQ's own JMS client over OpenWire): receive
+  CLIENT_ACKNOWLEDGE, synchronous persistent send, acknowledge every --ack-batch messages
+  (1: the chapter's rule). msg/s = N / (bridge start .. the link has acknowledged N).
+- activemq_bridge_xa: the transacted (XA) link, once the XA coordinator (issue 5) exists;
+  null until then, with the reason.
+- activemq_own: ActiveMQ's jmsBridgeConnector (a JmsQueueConnector with an outbound queue
+  bridge to itself) moving the same queue. It starts with the broker, so the broker is
+  restarted with it after preloading, and it may move some before the first sample: msg/s =
+  (N - count at the first sample that sees any) / (that sample .. N there), sampled every
+  50 ms through ActiveMQ's statistics plugin.
+- rabbitmq_bridge_stomp: our bridge, one non-transacted link RabbitMQ -> RabbitMQ through the
+  STOMP provider (client-individual acks, a receipt per persistent send).
+- rabbitmq_own: RabbitMQ's Shovel plugin, a dynamic shovel with ack-mode on-confirm over the
+  node's direct connection; msg/s = N / (shovel declared .. N on the target), sampled with
+  rabbitmqctl (about 0.3 s a sample, so short runs read low).
+ratios: ours / theirs per broker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/stomp.py would shadow the stomp.py package the STOMP provider imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != ROOT / "benchmarks"]
+sys.path.insert(0, str(ROOT / "tests" / "real"))
+
+from servers import ActiveMQ, RabbitMQ, missing_package  # noqa: E402
+
+from bridgemgr.jms import naming  # noqa: E402
+from bridgemgr.jms.destination import Queue  # noqa: E402
+from bridgemgr.jms.message import BytesMessage, MapMessage, TextMessage  # noqa: E402
+from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
+from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
+from bridgemgr.jmsbridge.link import LinkTuning  # noqa: E402
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory  # noqa: E402
+
+PAYLOAD = bytes(range(256)) * 4  # 1 KiB
+STATISTICS = "<plugins><statisticsBrokerPlugin/></plugins>"
+JMS_BRIDGE_CONNECTOR = """<jmsBridgeConnectors>
+  <jmsQueueConnector outboundQueueConnectionFactory="#self">
+    <outboundQueueBridges>
+      <outboundQueueBridge outboundQueueName="own.dst" localQueueName="own.src"/>
+    </outboundQueueBridges>
+  </jmsQueueConnector>
+</jmsBridgeConnectors>"""
+SELF_FACTORY = """<bean id="self" class="org.apache.activemq.ActiveMQConnectionFactory">
+  <property name="brokerURL" value="{url}"/></bean>"""
+
+
+def preload(factory: Any, queue: str, n: int) -> float:
+    """N persistent 1 KiB messages into ``queue``, committed every 1,000; msg/s."""
+    started = time.monotonic()
+    with factory.create_connection() as conn:
+        session = conn.create_session(True)
+        producer = session.create_producer(Queue(queue))
+        for i in range(n):
+            producer.send(BytesMessage(PAYLOAD))
+            if i % 1000 == 999:
+                session.commit()
+        session.commit()
+    return n / (time.monotonic() - started)
+
+
+def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: str) -> bytes:
+    def cf(ref: str, env: dict[str, str]) -> str:
+        props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
+        return f'<connection-factory ref-name="{ref}" lookup-name="ConnectionFactory">{props}</connection-factory>'
+    return f"""<jmsbridge name="bench" log-message-transfer="false">
+      <link name="move" transacted="false">
+        <source connection-factory-ref="src" destination-ref="src"/>
+        <target connection-factory-ref="dst" destination-ref="dst"/>
+      </link>
+      {cf("src", src_env)}{cf("dst", dst_env)}<connection-factory ref-name="host"/>
+      <destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>
+    </jmsbridge>""".encode()
+
+
+def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
+    """Start the bridge on preloaded messages; time until the link acknowledged N."""
+    host = Broker(workdir / "host")  # the built-in DMQ lives on the host broker
+    bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host),
+                       tuning=LinkTuning(ack_batch=ack_batch, start_timeout=60))
+    started = time.monotonic()
+    bridge.start()
+    try:
+        counters = bridge.links[0].counters
+        while counters.transferred < n:
+            time.sleep(0.01)
+            if bridge.links[0].state.value == "STOPPED":
+                raise RuntimeError(f"the link stopped: {counters.snapshot()}")
+        elapsed = time.monotonic() - started
+        return {"messages": n, "seconds": round(elapsed, 2), "msg_per_s": round(n / elapsed),
+                "ack_batch": ack_batch, "dead": counters.snapshot().get("dead", 0)}
+    finally:
+        bridge.stop()
+        host.close()
+
+
+def activemq_depth(factory: Any, queue: str) -> int:
+    """Messages on ``queue`` by ActiveMQ's statistics plugin (a request/reply over JMS)."""
+    with factory.create_connection() as conn:
+        conn.start()
+        session = conn.create_session()
+        replies = session.create_temporary_queue()
+        request = TextMessage("")
+        request.reply_to = replies
+        consumer = session.create_consumer(replies)
+        session.create_producer(Queue(f"ActiveMQ.Statistics.Destination.{queue}")).send(request)
+        reply = consumer.receive(2)
+        # The plugin answers for existing destinations only: no answer, no messages yet.
+        return int(reply.get_long("size")) if isinstance(reply, MapMessage) else 0
+
+
+def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool,
+               timeout: float = 900) -> dict[str, Any]:
+    """Sample ``count()`` until it reaches N: the rate from the first sample that sees any
+    (or from now, counting from 0) to the one that sees N."""
+    started = time.monotonic()
+    first: tuple[float, int] | None = (started, 0) if from_now else None
+    while time.monotonic() - started < timeout:
+        seen = count()
+        now = time.monotonic()
+        if first is None and seen > 0:
+            first = (now, seen)
+        if seen >= n and first is not None and now > first[0]:
+            moved, elapsed = n - first[1], now - first[0]
+            return {"messages": n, "measured_messages": moved, "seconds": round(elapsed, 2),
+                    "msg_per_s": round(moved / elapsed)}
+        time.sleep(interval)
+    raise RuntimeError(f"not done within {timeout} s")
+
+
+def bench_activemq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
+    try:
+        env = amq.jndi()
+        factory = naming.lookup("ConnectionFactory", env)
+        out["activemq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
+        out["activemq_bridge_jms"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
+                                                ack_batch, workdir / "jms")
+        assert activemq_depth(factory, "ours.dst") == n
+        preload(factory, "own.src", n)
+    finally:
+        amq.stop()
+    out["activemq_bridge_xa"] = None
+    out["activemq_bridge_xa_reason"] = ("transacted links need the XA coordinator (issue 5); the "
+                                        "provider's XAResource is tested in tests/real/test_java_xa.py")
+    # ActiveMQ's own forwarding starts with the broker: restart the broker with it.
+    amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS + JMS_BRIDGE_CONNECTOR,
+                   beans=SELF_FACTORY, openwire_port=amq.openwire_port, stomp_port=amq.stomp_port).start()
+    try:
+        factory = naming.lookup("ConnectionFactory", amq.jndi())
+        out["activemq_own"] = {"forwarder": "jmsBridgeConnector (JmsQueueConnector)",
+                               **rate_until(lambda: activemq_depth(factory, "own.dst"), n, 0.05,
+                                            from_now=False)}
+    finally:
+        amq.stop()
+    out["activemq_ratio_ours_to_own"] = round(
+        out["activemq_bridge_jms"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3)
+    return out
+
+
+def rabbit_depth(node: RabbitMQ, queue: str) -> int:
+    for line in node.ctl("list_queues", "-q", "--no-table-headers", "name", "messages").splitlines():
+        name, _, count = line.strip().partition("\t")
+        if name == queue:
+            return int(count)
+    return 0
+
+
+def bench_rabbitmq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-rabbitmq-"))  # user rabbitmq must reach it
+    node = RabbitMQ(base).start()
+    try:
+        env = node.stomp_env()
+        factory = naming.lookup("ConnectionFactory", env)
+        out["rabbitmq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
+        out["rabbitmq_bridge_stomp"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
+                                                  ack_batch, workdir / "stomp")
+        assert rabbit_depth(node, "ours.dst") == n
+        preload(factory, "own.src", n)
+        shovel = {"src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": "own.src",
+                  "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": "own.dst",
+                  "ack-mode": "on-confirm", "src-delete-after": "never"}
+        node.ctl("set_parameter", "shovel", "bench", json.dumps(shovel))
+        out["rabbitmq_own"] = {"forwarder": "shovel, ack-mode on-confirm, direct connection",
+                               **rate_until(lambda: rabbit_depth(node, "own.dst"), n, 0.0,
+                                            from_now=True)}
+    finally:
+        node.stop()
+        shutil.rmtree(base, ignore_errors=True)
+    out["rabbitmq_ratio_ours_to_own"] = round(
+        out["rabbitmq_bridge_stomp"]["msg_per_s"] / out["rabbitmq_own"]["msg_per_s"], 3)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--messages", type=int, default=50_000)
+    parser.add_argument("--ack-batch", type=int, default=1)
+    parser.add_argument("--only", choices=["activemq", "rabbitmq"])
+    args = parser.parse_args()
+    result: dict[str, Any] = {"messages": args.messages, "message_bytes": len(PAYLOAD)}
+    with tempfile.TemporaryDirectory(prefix="imqbridge-bench-") as tmp:
+        for name, bench in (("activemq", bench_activemq), ("rabbitmq", bench_rabbitmq)):
+            if args.only not in (None, name):
+                continue
+            reason = missing_package("activemq" if name == "activemq" else "rabbitmq-server")
+            if reason:
+                result[name] = {"skipped": reason}
+                continue
+            result.update(bench(args.messages, args.ack_batch, Path(tmp) / name))
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()
