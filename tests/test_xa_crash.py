@@ -1,0 +1,144 @@
+"""Once-and-only-once under kill -9: a bridge moving persistent messages over a transacted
+link between two embedded brokers (two stores, fsync on: a genuine two-phase commit across
+resource managers) runs in a subprocess that is killed with SIGKILL many times, at random
+moments and, through the coordinator's fault hook, exactly between the two prepares,
+between the commit record and the first commit, and between the two commits. Each restart
+recovers the in-doubt branches before the link starts. At the end every message is on the
+target exactly once, in order within each run, none is left on the source or in the DMQ,
+no branch is in doubt at either broker and the transaction log holds no live record."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bridgemgr.jms import DeliveryMode, Queue, TextMessage
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.xa.coordinator import FAULT_ENV, is_ours, name_tag
+from bridgemgr.xa.txlog import FileTxLog, txlog_path
+
+pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
+
+CHILD = Path(__file__).with_name("xa_crash_child.py")
+ROOT = Path(__file__).resolve().parents[1]
+BUILTIN_DMQ = "imq.bridge.jms.dmq"
+FAULTS = ["prepared-one:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None]
+
+
+def fill(store: Path, n: int) -> None:
+    broker = Broker(store, sync=True)
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    session = conn.create_session(True)
+    producer = session.create_producer(Queue("src"))
+    for i in range(n):
+        producer.send(TextMessage(str(i)), delivery_mode=DeliveryMode.PERSISTENT)
+        if i % 500 == 499:
+            session.commit()
+    session.commit()
+    broker.close()
+
+
+def start_child(paths: list[Path], batch: int, fault: str | None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    proc = subprocess.Popen([sys.executable, str(CHILD), *map(str, paths), str(batch)],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    assert proc.stdout is not None
+    line = proc.stdout.readline().strip()
+    if line != "ready":  # a fault may kill it during recovery's first transactions
+        proc.wait()
+        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL, (line, proc.returncode)
+        return proc
+    return proc
+
+
+def in_doubt(store: Path) -> int:
+    """Prepared branches of bridge `crash` in a store (opened and closed here)."""
+    broker = Broker(store)
+    try:
+        return sum(1 for xid in broker.xa_recover() if is_ours(xid, name_tag("crash")))
+    finally:
+        broker.close()
+
+
+def depth(store: Path, queue: str) -> int:
+    broker = Broker(store)
+    try:
+        return broker.queue_depth(queue)
+    finally:
+        broker.close()
+
+
+def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
+                window: float) -> None:
+    source, target, var = tmp_path / "source", tmp_path / "target", tmp_path / "var"
+    fill(source, n)
+    paths = [source, target, var]
+    progress, doubts, by_fault = [], 0, 0
+    for i in range(kills):
+        fault = FAULTS[i % len(FAULTS)]
+        proc = start_child(paths, batch, fault.format(p=p) if fault else None)
+        if proc.returncode is None:
+            try:  # the fault hook may kill it first; else a kill at a random moment
+                proc.wait(random.uniform(0.05, window) if fault is None else 2 * window)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                by_fault += 1
+            proc.stdout.close()
+        else:
+            by_fault += 1
+        assert proc.returncode == -signal.SIGKILL, "the source emptied before the last kill"
+        doubts += in_doubt(source) + in_doubt(target)
+        progress.append(depth(source, "src"))
+    assert by_fault, "the fault hook never fired"
+    assert doubts, "no kill landed between prepare and commit"
+    assert progress[-1] < n, "the link never moved anything"
+
+    proc = start_child(paths, batch, None)  # the last run finishes the queue cleanly
+    assert proc.stdout.readline().strip() == "done"
+    proc.wait(60)
+    proc.stdout.close()
+
+    assert depth(source, "src") == 0
+    assert depth(source, BUILTIN_DMQ) == 0, "nothing may reach the DMQ"
+    assert in_doubt(source) == 0 and in_doubt(target) == 0
+    log = FileTxLog(txlog_path(var / "instances" / "imqbroker" / "bridges" / "crash", "crash"))
+    assert log.open() == {}, "every commit record is forgotten after a clean stop"
+    log.close()
+    broker = Broker(target)
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    got: list[int] = []
+    consumer = conn.create_session().create_consumer(Queue("dst"))
+    while (m := consumer.receive(0.2)) is not None:
+        got.append(int(m.text))
+    broker.close()
+    counts = Counter(got)
+    missing = sorted(set(range(n)) - set(counts))
+    assert not missing, f"lost {len(missing)}: {missing[:20]}"
+    duplicated = {i: c for i, c in counts.items() if c > 1}
+    assert not duplicated, f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}"
+    assert got == sorted(got), "one link keeps the order of its source"
+
+
+def test_once_and_only_once_through_kill9_batched(tmp_path):
+    """10,000 messages, 10 per XA transaction."""
+    run_crashes(tmp_path, 10_000, 10, kills=16, p=0.04, window=0.4)
+
+
+def test_once_and_only_once_through_kill9_one_per_transaction(tmp_path):
+    """batchSize 1: every message its own two-phase commit."""
+    run_crashes(tmp_path, 800, 1, kills=10, p=0.03, window=0.3)
