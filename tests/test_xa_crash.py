@@ -1,7 +1,7 @@
 """Once-and-only-once under kill -9: a bridge moving persistent messages over a transacted
 link between two embedded brokers (two stores, fsync on: a genuine two-phase commit across
 resource managers) runs in a subprocess that is killed with SIGKILL many times, at random
-moments and, through the coordinator's fault hook, exactly between the two prepares,
+moments and, through the coordinator's fault hook, exactly after the prepares,
 between the commit record and the first commit, and between the two commits. Each restart
 recovers the in-doubt branches before the link starts. At the end every message is on the
 target exactly once, in order within each run, none is left on the source or in the DMQ,
@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
 CHILD = Path(__file__).with_name("xa_crash_child.py")
 ROOT = Path(__file__).resolve().parents[1]
 BUILTIN_DMQ = "imq.bridge.jms.dmq"
-FAULTS = ["prepared-one:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None]
+FAULTS = ["prepared:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None]
 
 
 def fill(store: Path, n: int) -> None:

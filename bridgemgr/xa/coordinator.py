@@ -189,27 +189,27 @@ def unreachable(exc: BaseException) -> bool:
 # --- the fault hook (tests) --------------------------------------------------------------------------
 
 class FaultPoint(str, Enum):
-    PREPARED_ONE = "prepared-one"    # after the first prepare, before the next
+    PREPARED = "prepared"            # every branch prepared, the decision not logged
     LOGGED = "logged"                # after the commit record, before any commit
     COMMITTED_ONE = "committed-one"  # after the first commit of a logged transaction
 
 
 @dataclass(frozen=True)
 class Fault:
-    action: str        # kill | pause | fail
-    argument: float    # kill: probability; pause: seconds; fail: probability
+    action: str        # kill | pause
+    argument: float    # kill: probability; pause: seconds
 
 
 class Faults:
     """IMQBRIDGE_XA_FAULT="point:action[:argument],...": lets crash tests stop the process
-    exactly between two protocol steps (kill: SIGKILL with a probability), hold it there
-    (pause: seconds) or make a resource manager look unreachable (fail: probability)."""
+    exactly between two protocol steps (kill: SIGKILL, with a probability) or hold it
+    there (pause: seconds)."""
 
     def __init__(self, spec: str = "") -> None:
         self.faults: dict[FaultPoint, Fault] = {}
         for item in filter(None, (i.strip() for i in spec.split(","))):
             point, action, *arg = item.split(":")
-            if action not in ("kill", "pause", "fail"):
+            if action not in ("kill", "pause"):
                 raise ValueError(f"{FAULT_ENV}: unknown action {action!r} in {item!r}")
             self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
 
@@ -224,9 +224,7 @@ class Faults:
         if fault.action == "pause":
             time.sleep(fault.argument)
         elif random.random() < fault.argument:
-            if fault.action == "kill":
-                os.kill(os.getpid(), signal.SIGKILL)
-            raise XAException(f"fault hook: {point.value}", xa.XAER_RMFAIL)
+            os.kill(os.getpid(), signal.SIGKILL)
 
 
 # --- branches and transactions ----------------------------------------------------------------------
@@ -353,6 +351,7 @@ class Transaction:
             return
         self._fire(TxEvent.PREPARE)
         prepared = self._prepare(live)
+        self.coordinator.faults.hit(FaultPoint.PREPARED)
         if len(prepared) >= 2:
             self._log_decision(prepared)
         self._fire(TxEvent.DECIDE)
@@ -383,10 +382,8 @@ class Transaction:
 
     def _prepare(self, live: list[Branch]) -> list[Branch]:
         prepared: list[Branch] = []
-        for n, branch in enumerate(live):
+        for branch in live:
             try:
-                if n:
-                    self.coordinator.faults.hit(FaultPoint.PREPARED_ONE)
                 vote = branch.resource.prepare(branch.xid)
             except Exception as exc:
                 if rolled_back(exc):

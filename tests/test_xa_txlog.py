@@ -1,0 +1,351 @@
+"""The XA transaction log: the record codec (hypothesis), torn tails and corruption never
+misread, compaction within txlogSize, mmap mode, a full disk (a real EFBIG from the
+kernel, in a subprocess), tm.props settings, and the SQL log on sqlite3."""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridgemgr.jms.xa import Xid
+from bridgemgr.xa.txlog import (
+    FILE_MAGIC,
+    CommitRecord,
+    DoneRecord,
+    FileTxLog,
+    MemoryTxLog,
+    Participant,
+    RecordError,
+    SqlTxLog,
+    TxLogError,
+    TxLogFull,
+    TxLogSettings,
+    decode_payload,
+    encode_payload,
+    fold,
+    frame,
+    open_txlog,
+    scan,
+    txlog_path,
+)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+gtrids = st.binary(min_size=1, max_size=64)
+bquals = st.binary(min_size=0, max_size=64)
+rm_names = st.text(max_size=40)
+
+
+@st.composite
+def commit_records(draw) -> CommitRecord:
+    gtrid = draw(gtrids)
+    branches = draw(st.lists(st.tuples(rm_names, st.integers(-(2**31), 2**31 - 1), bquals),
+                             max_size=5))
+    return CommitRecord(gtrid, tuple(Participant(rm, Xid(fmt, gtrid, bq))
+                                     for rm, fmt, bq in branches))
+
+
+records = st.one_of(commit_records(),
+                    st.lists(gtrids, max_size=6).map(lambda g: DoneRecord(tuple(g))))
+
+
+def commit(n: int, rms: int = 2) -> CommitRecord:
+    gtrid = f"b|boot.{n:x}".encode()
+    return CommitRecord(gtrid, tuple(Participant(f"b:rm{i}", Xid(7, gtrid, f"rm{i}#{i}".encode()))
+                                     for i in range(rms)))
+
+
+# --- the codec ----------------------------------------------------------------------------------
+
+@given(records)
+def test_records_round_trip(record):
+    assert decode_payload(encode_payload(record)) == record
+    found = scan(frame(record))
+    assert found.records == [record] and found.problem is None
+
+
+@given(st.lists(records, max_size=8), st.data())
+def test_a_truncated_log_reads_as_a_prefix(recs, data):
+    body = b"".join(frame(r) for r in recs)
+    cut = data.draw(st.integers(0, len(body)))
+    found = scan(body[:cut])
+    assert found.records == recs[:len(found.records)]
+    # everything but the last started record is read
+    whole = 0
+    ends = []
+    for r in recs:
+        whole += len(frame(r))
+        ends.append(whole)
+    assert len(found.records) == sum(1 for e in ends if e <= cut)
+    assert (found.problem is None) == (cut in (0, *ends))
+
+
+@given(st.lists(records, min_size=1, max_size=8), st.data())
+def test_a_damaged_byte_is_never_misread(recs, data):
+    body = bytearray(b"".join(frame(r) for r in recs))
+    at = data.draw(st.integers(0, len(body) - 1))
+    body[at] ^= data.draw(st.integers(1, 255))
+    found = scan(bytes(body))
+    assert found.records == recs[:len(found.records)]  # a prefix: never a changed record
+    assert found.end <= at  # nothing at or after the damage is read
+
+
+@given(st.binary(max_size=300))
+def test_garbage_payloads_raise_record_error_only(payload):
+    try:
+        decode_payload(payload)
+    except RecordError:
+        pass
+
+
+def test_strict_decoding():
+    good = encode_payload(commit(1))
+    with pytest.raises(RecordError, match="after the record"):
+        decode_payload(good + b"\0")
+    with pytest.raises(RecordError, match="unknown record type"):
+        decode_payload(b"\x09")
+    with pytest.raises(RecordError):
+        CommitRecord(b"g", (Participant("rm", Xid(1, b"other", b"")),))
+
+
+def test_fold_keeps_live_commit_records():
+    a, b = commit(1), commit(2)
+    assert fold([a, b, DoneRecord((a.gtrid,))]) == {b.gtrid: b}
+
+
+# --- the file log ------------------------------------------------------------------------------
+
+def test_file_log_survives_reopen(tmp_path):
+    path = txlog_path(tmp_path, "b")
+    assert path.name == "txlog.b"
+    log = FileTxLog(path)
+    assert log.open() == {}
+    log.log_commit(commit(1))
+    log.log_commit(commit(2), forget=[commit(1).gtrid])
+    log.log_commit(commit(3))
+    log.log_done([commit(3).gtrid])
+    log.close()
+    again = FileTxLog(path)
+    assert again.open() == {commit(2).gtrid: commit(2)}
+    again.close()
+    assert path.read_bytes().startswith(FILE_MAGIC)
+
+
+@pytest.mark.parametrize("tail", [b"\xa7", b"\xa7\x5c\0\0\0\x20", frame(commit(9))[:-3],
+                                  b"\xa7\x5c" + bytes(200)])
+def test_a_torn_tail_is_cut_off_and_never_read(tmp_path, caplog, tail):
+    path = tmp_path / "txlog.b"
+    log = FileTxLog(path)
+    log.open()
+    log.log_commit(commit(1))
+    log.close()
+    good = path.stat().st_size
+    with path.open("ab") as f:
+        f.write(tail)
+    log = FileTxLog(path)
+    assert log.open() == {commit(1).gtrid: commit(1)}
+    assert "torn by a crash" in caplog.text
+    assert path.stat().st_size == good
+    log.log_commit(commit(2))  # appends after the cut: readable again
+    log.close()
+    assert set(FileTxLog(path).open()) == {commit(1).gtrid, commit(2).gtrid}
+
+
+def test_damage_in_the_middle_ends_the_log_there(tmp_path):
+    path = tmp_path / "txlog.b"
+    log = FileTxLog(path)
+    log.open()
+    for n in range(3):
+        log.log_commit(commit(n))
+    log.close()
+    data = bytearray(path.read_bytes())
+    second = len(FILE_MAGIC) + len(frame(commit(0)))
+    data[second + 20] ^= 0xFF
+    path.write_bytes(bytes(data))
+    assert FileTxLog(path).open() == {commit(0).gtrid: commit(0)}
+
+
+def test_not_a_transaction_log_is_refused(tmp_path):
+    path = tmp_path / "txlog.b"
+    path.write_bytes(b"something else entirely")
+    with pytest.raises(TxLogError, match="not a transaction log"):
+        FileTxLog(path).open()
+    assert path.read_bytes() == b"something else entirely"
+
+
+def test_a_cut_short_creation_starts_over(tmp_path):
+    path = tmp_path / "txlog.b"
+    path.write_bytes(FILE_MAGIC[:3])
+    assert FileTxLog(path).open() == {}
+
+
+@pytest.mark.parametrize("mapped", [False, True])
+def test_compaction_keeps_the_file_within_txlog_size(tmp_path, mapped):
+    path = tmp_path / "txlog.b"
+    log = FileTxLog(path, TxLogSettings(size=4096, sync=False, mmap=mapped))
+    log.open()
+    log.log_commit(commit(10_000))  # stays live throughout
+    for n in range(400):
+        log.log_commit(commit(n), forget=[commit(n - 1).gtrid] if n else [])
+        assert log.end <= 4096
+    assert log.compactions >= 5
+    assert path.stat().st_size <= 4096
+    log.close()
+    assert set(FileTxLog(path, TxLogSettings(size=4096, mmap=mapped)).open()) == {
+        commit(10_000).gtrid, commit(399).gtrid}
+    assert not (tmp_path / "txlog.b.compact").exists()
+
+
+def test_live_records_that_do_not_fit_are_txlog_full(tmp_path):
+    log = FileTxLog(tmp_path / "txlog.b", TxLogSettings(size=4096, sync=False))
+    log.open()
+    with pytest.raises(TxLogFull, match="in doubt .* txlogSize is 4096"):
+        for n in range(200):
+            log.log_commit(commit(n))
+    live = log.live()
+    log.close()
+    assert FileTxLog(tmp_path / "txlog.b").open() == live  # what was written stays
+
+
+def test_mmap_log_keeps_its_size_and_cuts_torn_bytes(tmp_path):
+    path = tmp_path / "txlog.b"
+    settings = TxLogSettings(size=8192, mmap=True)
+    log = FileTxLog(path, settings)
+    log.open()
+    log.log_commit(commit(1))
+    end = log.end
+    log.close()
+    assert path.stat().st_size == 8192
+    data = bytearray(path.read_bytes())
+    data[end:end + 5] = frame(commit(2))[:5]  # a record torn while being copied in
+    path.write_bytes(bytes(data))
+    log = FileTxLog(path, settings)
+    assert log.open() == {commit(1).gtrid: commit(1)}
+    assert path.read_bytes()[end:] == bytes(8192 - end)
+    log.close()
+
+
+def test_a_stale_compaction_file_is_removed(tmp_path):
+    (tmp_path / "txlog.b.compact").write_bytes(b"half a compaction")
+    FileTxLog(tmp_path / "txlog.b").open()
+    assert not (tmp_path / "txlog.b.compact").exists()
+
+
+FULL_DISK_CHILD = textwrap.dedent("""
+    import json, os, resource, signal, sys
+    from bridgemgr.xa.txlog import FileTxLog, TxLogSettings, TxLogFull, CommitRecord, Participant
+    from bridgemgr.jms.xa import Xid
+    path = sys.argv[1]
+    log = FileTxLog(path, TxLogSettings(size=-1))
+    log.open()
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # the kernel answers EFBIG instead
+    resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+    written, error = 0, None
+    try:
+        for n in range(1000):
+            g = b"b|x.%d" % n
+            log.log_commit(CommitRecord(g, (Participant("b:a", Xid(1, g, b"a")),
+                                            Participant("b:b", Xid(1, g, b"b")))))
+            written += 1
+    except TxLogFull as exc:
+        error = str(exc)
+    print(json.dumps({"written": written, "error": error, "size": os.path.getsize(path)}))
+""")
+
+
+def test_a_full_disk_is_a_clear_error_and_loses_nothing_written(tmp_path):
+    path = tmp_path / "txlog.b"
+    out = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(path)], check=True,
+                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    result = json.loads(out.stdout)
+    assert result["error"] and "cannot write the transaction log" in result["error"]
+    assert 0 < result["written"] < 1000 and result["size"] <= 2000
+    live = FileTxLog(path).open()  # no partial record was left behind
+    assert len(live) == result["written"]
+
+
+def test_tm_props_settings():
+    assert TxLogSettings.from_tm_props({}) == TxLogSettings(10 * 1024 * 1024, True, False)
+    assert TxLogSettings.from_tm_props({"txlogSize": "64k", "txlogSync": "false",
+                                        "txlogMmap": "true"}) == TxLogSettings(65536, False, True)
+    with pytest.raises(TxLogError, match="txlogSync='maybe'"):
+        TxLogSettings.from_tm_props({"txlogSync": "maybe"})
+    with pytest.raises(TxLogError, match="too small"):
+        TxLogSettings.from_tm_props({"txlogSize": "100"})
+
+
+def test_open_txlog_picks_the_kind(tmp_path):
+    assert isinstance(open_txlog("b", None, {}), MemoryTxLog)
+    log = open_txlog("b", tmp_path, {"txlogSize": "1m"})
+    assert isinstance(log, FileTxLog) and log.path == tmp_path / "txlog.b"
+    assert log.settings.size == 1024 * 1024
+    log.close()
+    sql = open_txlog("b", tmp_path, {}, sql=(lambda: sqlite3.connect(tmp_path / "db"), "qmark"))
+    assert isinstance(sql, SqlTxLog)
+    sql.close()
+
+
+# --- the SQL log ----------------------------------------------------------------------------------
+
+def test_sql_log_on_sqlite(tmp_path):
+    db = tmp_path / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    other = SqlTxLog(lambda: sqlite3.connect(db), "other-bridge")
+    assert log.open() == {} and other.open() == {}
+    log.log_commit(commit(1))
+    log.log_commit(commit(2), forget=[commit(1).gtrid])
+    other.log_commit(commit(7))
+    log.close()
+    other.close()
+    again = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    assert again.open() == {commit(2).gtrid: commit(2)}  # only this bridge's rows
+    again.log_done([commit(2).gtrid])
+    assert again.live() == {}
+    again.close()
+
+
+def test_sql_log_named_paramstyle_and_a_damaged_row(tmp_path):
+    db = tmp_path / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b", paramstyle="named")
+    log.open()
+    log.log_commit(commit(1))
+    log.close()
+    conn = sqlite3.connect(db)
+    text = conn.execute("SELECT record FROM imq_bridge_txlog").fetchone()[0]
+    conn.execute("UPDATE imq_bridge_txlog SET record = ?", (text[:-2] + "00",))
+    conn.commit()
+    conn.close()
+    with pytest.raises(TxLogError, match="not a valid commit record"):
+        SqlTxLog(lambda: sqlite3.connect(db), "b").open()
+
+
+def test_sql_log_write_failure_is_a_txlog_error(tmp_path):
+    db = tmp_path / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    log.open()
+    log.log_commit(commit(1))
+    with pytest.raises(TxLogError, match="cannot write"):
+        log.log_commit(commit(1))  # the primary key refuses a second decision
+    assert log.live() == {commit(1).gtrid: commit(1)}
+    log.close()
+
+
+@settings(max_examples=30, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.lists(commit_records(), max_size=5, unique_by=lambda r: r.gtrid))
+def test_sql_log_round_trips_any_record(tmp_path_factory, recs):
+    db = tmp_path_factory.mktemp("sql") / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    log.open()
+    for r in recs:
+        log.log_commit(r)
+    log.close()
+    assert SqlTxLog(lambda: sqlite3.connect(db), "b").open() == {r.gtrid: r for r in recs}
