@@ -137,6 +137,7 @@ class Link:
         self._consumer: MessageConsumer | None = None
         self._producer: MessageProducer | None = None
         self._plan: LinkPlan | None = None
+        self._unit_open = False  # the transaction's begin() was called, its unit not ended
         self._log_transfers = False  # an INFO line per transfer (decided when connecting)
         self._audited: set[DMQReason] = set()
         halts = (setup.transformer is not None
@@ -278,8 +279,9 @@ class Link:
         setup, cfg = self.setup, self.config
         self._source = self.connections.lease(cfg.source.connection_factory_ref,
                                               ConnectionKind.DEDICATED, cfg.source.clientid,
-                                              self._stop)
+                                              self._stop, xa=setup.transaction.xa)
         self._txn = txn = setup.transaction()
+        self._unit_open = False
         session = txn.open_source(self._source.connection)
         src = setup.source
         if src.is_topic and cfg.source.durable_sub:
@@ -288,9 +290,9 @@ class Link:
         else:
             self._consumer = session.create_consumer(src, cfg.source.selector)
         self._open_target()
+        assert self._target is not None
         source_provider = self._source.handle.provider_name
-        target_provider = (self._target.handle.provider_name if self._target is not None
-                           else self._check_target(txn))
+        target_provider = self._target.handle.provider_name
         self._plan = LinkPlan(
             bridge_name=self.bridge_name, link_name=self.name, target=setup.target,
             retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
@@ -310,28 +312,12 @@ class Link:
     def _open_target(self) -> None:
         txn = self._txn
         assert txn is not None
-        if txn.uses_target_connection:
-            target = self.config.target
-            self._target = self.connections.lease(target.connection_factory_ref,
-                                                  self.setup.target_kind, target.clientid,
-                                                  self._stop)
-            session = txn.open_target(self._target.connection)
-        else:
-            session = txn.open_target(None)
-        self._producer = session.create_producer(None)
-
-    def _check_target(self, txn: TransferTransaction) -> str:
-        """A transaction that produces on the source's session still connects to the target
-        once, to check that both are one broker; the target's provider name."""
-        assert self._source is not None
         target = self.config.target
-        lease = self.connections.lease(target.connection_factory_ref, self.setup.target_kind,
-                                       target.clientid, self._stop)
-        try:
-            txn.check(self._source.connection, lease.connection)
-            return lease.handle.provider_name
-        finally:
-            lease.release()
+        self._target = self.connections.lease(target.connection_factory_ref,
+                                              self.setup.target_kind, target.clientid,
+                                              self._stop, xa=txn.xa)
+        session = txn.open_target(self._target.connection)
+        self._producer = session.create_producer(None)
 
     def _release_idle_target(self) -> None:
         """A link that does not stay connected gives its pooled connection back when idle."""
@@ -370,10 +356,13 @@ class Link:
         while True:
             if seen != self._commands:  # a command came: settle into what it wants
                 seen = self._commands
-                self._complete(pending)
+                self._end_unit(pending)
                 if not self._hold():
                     return
             try:
+                if not self._unit_open:
+                    txn.begin()
+                    self._unit_open = True
                 message = receive(0 if pending else poll)
             except CONNECTION_LOST as exc:
                 raise ConnectionLost(f"receive: {exc}") from exc
@@ -381,6 +370,7 @@ class Link:
                 if pending:
                     self._complete(pending)
                     continue
+                self._end_unit(pending)
                 if self._source is not None and self._source.broken:
                     raise ConnectionLost("the source connection reported a failure")
                 self._release_idle_target()
@@ -454,7 +444,20 @@ class Link:
         assert self._txn is not None
         self.counters.rolled_back += len(pending) + extra
         pending.clear()
+        self._unit_open = False
         self._txn.abort()
+
+    def _end_unit(self, pending: list[ProcessingContext]) -> None:
+        """End the open unit: complete its messages, or close it empty."""
+        if pending:
+            self._complete(pending)
+        elif self._unit_open:
+            assert self._txn is not None
+            self._unit_open = False
+            try:
+                self._txn.idle()
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"idle: {exc}") from exc
 
     def _complete(self, pending: list[ProcessingContext]) -> None:
         """Acknowledge or commit the handled messages; a failure sends them to the DMQ."""
@@ -462,6 +465,7 @@ class Link:
             return
         txn = self._txn
         assert txn is not None
+        self._unit_open = False
         try:
             txn.complete()
         except Exception as first:  # retried when retriable (no context: nothing tolerated)

@@ -40,8 +40,6 @@ class TransferTransaction(ABC):
     transacted: bool
     completion_stage: Stage             # ACKNOWLEDGE or COMMIT (tolerance, logs)
     failure_reason: DMQReason           # what a failed completion sends to the DMQ
-    uses_target_connection: bool = True  # False: the target producer lives on the source session
-    xa: bool = False                     # its connections must be XA connections
     xa: bool = False                     # the link's connections must be XA connections
 
     source_session: Session | None = None
@@ -52,9 +50,8 @@ class TransferTransaction(ABC):
         """The session the link consumes on."""
 
     @abstractmethod
-    def open_target(self, target: Connection | None) -> Session:
-        """The session the link produces on (``target`` is None when the transaction
-        does not use a target connection of its own)."""
+    def open_target(self, target: Connection) -> Session:
+        """The session the link produces on."""
 
     def close_target(self) -> None:
         """Close the target session (before its connection goes back to a pool)."""
@@ -67,15 +64,6 @@ class TransferTransaction(ABC):
 
     def idle(self) -> None:
         """The open unit ended without a message (nothing to complete)."""
-
-    def check(self, source: Connection, target: Connection) -> None:
-        """Raise TransactedLinkUnsupported when these connections cannot be used together."""
-
-    def begin(self) -> None:
-        """A unit starts (an XA transaction would start its branches here)."""
-
-    def idle(self) -> None:
-        """End a unit in which nothing was received."""
 
     @abstractmethod
     def complete(self) -> None:
@@ -110,8 +98,7 @@ class ClientAcknowledge(TransferTransaction):
         self.source_session = source.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
         return self.source_session
 
-    def open_target(self, target: Connection | None) -> Session:
-        assert target is not None
+    def open_target(self, target: Connection) -> Session:
         self.target_session = target.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
         return self.target_session
 
@@ -158,8 +145,8 @@ class XATransaction(TransferTransaction):
         self.tx = self._begin()  # before the first receive: it belongs to the transaction
         return session
 
-    def open_target(self, target: Connection | None) -> Session:
-        assert target is not None and self.tx is not None
+    def open_target(self, target: Connection) -> Session:
+        assert self.tx is not None
         session = _xa_session(target, self.target_ref)
         self.target_session, self._target = session, session.xa_resource
         _enlist(self.tx, self._target, self.target_rm, self.target_ref)
