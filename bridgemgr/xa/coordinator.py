@@ -38,9 +38,10 @@ import random
 import signal
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, TypeVar
 
 from ..jms import xa
 from ..jms.errors import (
@@ -61,6 +62,8 @@ FORMAT_ID = 0x494D5142   # "IMQB"
 TAG_MAX = 32             # bytes of the bridge name kept in a gtrid
 FAULT_ENV = "IMQBRIDGE_XA_FAULT"
 FORGET_BATCH = 256       # finished transactions forgotten at the latest after this many
+POOL_THREADS = 8         # prepares and commits of the second and further branches
+T = TypeVar("T")
 
 
 # --- our Xid format ---------------------------------------------------------------------------------
@@ -381,22 +384,25 @@ class Transaction:
         self._fire(TxEvent.COMMITTED)
 
     def _prepare(self, live: list[Branch]) -> list[Branch]:
+        """Every branch prepares at once (each RM its own machine); any "no" or failure
+        rolls all back."""
         prepared: list[Branch] = []
-        for branch in live:
-            try:
-                vote = branch.resource.prepare(branch.xid)
-            except Exception as exc:
+        failed: tuple[Branch, BaseException] | None = None
+        for branch, vote, exc in self.coordinator.each(live, lambda b: b.resource.prepare(b.xid)):
+            if exc is not None:
                 if rolled_back(exc):
                     branch.fire(BranchEvent.VOTE_ROLLBACK)
                 # else the vote is unknown: the branch stays ENDED and is rolled back below
-                self._fire(TxEvent.ROLLBACK)
-                self._rollback_all()
-                raise _failure(f"prepare of {branch.rm}", self, exc)
-            if vote == xa.XA_RDONLY:
+                failed = failed or (branch, exc)
+            elif vote == xa.XA_RDONLY:
                 branch.fire(BranchEvent.VOTE_READ_ONLY)
             else:
                 branch.fire(BranchEvent.VOTE_OK)
                 prepared.append(branch)
+        if failed is not None:
+            self._fire(TxEvent.ROLLBACK)
+            self._rollback_all()
+            raise _failure(f"prepare of {failed[0].rm}", self, failed[1])
         return prepared
 
     def _log_decision(self, prepared: list[Branch]) -> None:
@@ -412,12 +418,14 @@ class Transaction:
     def _commit_prepared(self, prepared: list[Branch]) -> None:
         heuristic: list[str] = []
         in_doubt: list[Branch] = []
-        for n, branch in enumerate(prepared):
-            if n and self.logged:
+
+        def commit(branch: Branch) -> None:
+            branch.resource.commit(branch.xid, False)
+            if branch is prepared[0] and self.logged:  # the others may be committing now
                 self.coordinator.faults.hit(FaultPoint.COMMITTED_ONE)
-            try:
-                branch.resource.commit(branch.xid, False)
-            except Exception as exc:
+
+        for branch, _, exc in self.coordinator.each(prepared, commit):
+            if exc is not None:
                 code = exc.errorcode if isinstance(exc, XAException) else None
                 if code in (xa.XAER_NOTA, xa.XA_HEURCOM):
                     branch.fire(BranchEvent.COMMIT)  # already committed (or forgotten)
@@ -490,6 +498,13 @@ def _same_rm(branch: Branch, resource: XAResource) -> bool:
         return False
 
 
+def _attempt(call: Callable[[Branch], T], branch: Branch) -> tuple[T | None, BaseException | None]:
+    try:
+        return call(branch), None
+    except Exception as exc:
+        return None, exc
+
+
 def _forget(branch: Branch) -> None:
     try:
         branch.resource.forget(branch.xid)
@@ -524,6 +539,7 @@ class Coordinator:
         self._in_flight: set[bytes] = set()
         self._forget: list[bytes] = []
         self.on_in_doubt: Callable[[list[str]], None] | None = None  # recovery's retry
+        self._pool: ThreadPoolExecutor | None = None
         self.counts = dict.fromkeys(["committed", "rolled_back", "in_doubt", "unknown",
                                      "logged"], 0)
 
@@ -532,6 +548,19 @@ class Coordinator:
         with self._lock:
             self._in_flight.add(gtrid)
         return Transaction(self, gtrid)
+
+    def each(self, branches: list[Branch], call: Callable[[Branch], T]
+             ) -> list[tuple[Branch, T | None, BaseException | None]]:
+        """``call`` for every branch at the same time (the first in this thread, the others
+        in the coordinator's pool): (branch, result, error) in order. Each branch's resource
+        is still used by one thread at a time: the link's thread waits here."""
+        if len(branches) > 1 and self._pool is None:
+            with self._lock:
+                if self._pool is None:
+                    self._pool = ThreadPoolExecutor(POOL_THREADS, f"xa {self.bridge}")
+        futures = [self._pool.submit(_attempt, call, b) for b in branches[1:]] if self._pool else []
+        first = [(branches[0], *_attempt(call, branches[0]))] if branches else []
+        return first + [(b, *f.result()) for b, f in zip(branches[1:], futures)]
 
     def in_flight(self, gtrid: bytes) -> bool:
         """Recovery leaves a transaction alone while a link is still completing it."""
@@ -580,6 +609,8 @@ class Coordinator:
             self.on_in_doubt(rms)
 
     def close(self) -> None:
+        if self._pool is not None:
+            self._pool.shutdown()
         try:
             self.flush()
         finally:
