@@ -284,3 +284,48 @@ def test_admin_port_over_tls_with_secure(setup, tmp_path):
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
+
+
+def test_a_broken_bridge_stays_stopped_others_start_and_garbage_is_refused(setup, tmp_path):
+    import json
+    import socket
+
+    from bridgemgr.admin.portmapper import find_service
+
+    props, passfile, store = setup
+    (tmp_path / "broken.xml").write_text("<jmsbridge name='broken'><link></jmsbridge>")
+    props.write_text(props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=broken,b1")
+                     + f"imq.bridge.broken.type=jms\nimq.bridge.broken.xmlurl={tmp_path / 'broken.xml'}\n")
+    daemon = Daemon(props)
+    try:
+        assert "bridge broken (JMS): STOPPED" in daemon.lines
+        assert "bridge b1 (JMS): STARTED" in daemon.lines
+        assert any("broken.xml" in line and "ERROR" in line for line in daemon.lines)
+        r = cli(daemon, passfile, "start", "bridge", "-bn", "broken")
+        assert r.returncode == 1 and "broken.xml" in r.stderr
+        host, port = daemon.address.split(":")
+        admin = find_service(host, int(port), ("bridgeadmin",))
+        with socket.create_connection((host, admin.port), timeout=10) as s:
+            s.sendall(b"\x00\xff garbage \n")
+            reply = json.loads(s.makefile("rb").readline())
+        assert reply["status"] == 400
+        assert cli(daemon, passfile, "list", "bridge").returncode == 0   # still serving
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.communicate(timeout=60)
+
+
+def test_no_admin_credentials_no_admin_port(setup):
+    from bridgemgr.admin.portmapper import lookup_services
+
+    props, passfile, store = setup
+    props.write_text("\n".join(line for line in props.read_text().splitlines()
+                               if "admin.password" not in line) + "\n")
+    daemon = Daemon(props)
+    try:
+        host, port = daemon.address.split(":")
+        assert "bridgeadmin" not in {e.name for e in lookup_services(host, int(port))}
+        assert any("the admin port stays closed" in line for line in daemon.lines)
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        daemon.proc.communicate(timeout=60)
