@@ -49,7 +49,6 @@ _lock = threading.RLock()
 _configured: list[str] = []
 _jvm_args: list[str] = []
 _loaders: dict[tuple[str, ...], Any] = {}
-_thread = threading.local()
 
 
 # --- classpath ------------------------------------------------------------------------------
@@ -268,8 +267,7 @@ TABLE: dict[str, type[JMSException]] = {
     "ConfigurationException": NamingException,
     "CommunicationException": TransportException,
 }
-_TRANSPORT_CAUSES = frozenset({"java.io.IOException", "java.net.SocketException",
-                               "java.util.concurrent.TimeoutException"})
+_TRANSPORT_CAUSES = frozenset({"java.io.IOException", "java.util.concurrent.TimeoutException"})
 
 
 def _hierarchy(jclass_: Any) -> list[str]:
