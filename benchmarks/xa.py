@@ -15,7 +15,8 @@ true, the default), a commit at each broker.
   N / (resume .. the last one on dst). Non-transacted (CLIENT_ACKNOWLEDGE per message, the
   chapter's link), and transacted with transaction.batchSize 1 and 100, txlogSync on and
   off; also a transacted link within one broker (one resource manager: one-phase commit,
-  nothing logged) for reference.
+  nothing logged) for reference. Each drain runs --rounds times, interleaved (this
+  machine is shared and noisy), and the median is reported.
 - latency: a paced producer into src (at half the drain rate of that configuration, at
   most 1,000 msg/s); p50/p99 from send to receive on dst.
 
@@ -172,12 +173,18 @@ def latency(setup: Setup, n: int, body: bytes, rate: int, transacted: bool,
             "mean_ms": round(statistics.fmean(samples) * 1e3, 3)}
 
 
+def median_run(runs: list[dict]) -> dict:
+    ordered = sorted(runs, key=lambda r: r["msg_per_s"])
+    return {**ordered[len(ordered) // 2], "all_msg_per_s": [r["msg_per_s"] for r in runs]}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=20_000)
     ap.add_argument("--batch1-messages", type=int, default=1_500)
     ap.add_argument("--latency-messages", type=int, default=600)
     ap.add_argument("--size", type=int, default=1024)
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--broker-sync", action="store_true")
     args = ap.parse_args()
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
@@ -186,14 +193,18 @@ def main() -> None:
                  "broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync")}
     with tempfile.TemporaryDirectory() as tmp:
         setup = Setup(Path(tmp), args.broker_sync)
-        out["non_transacted"] = drain(setup, n, body, False)
-        out["transacted"] = [
-            drain(setup, n1, body, True, 1, True),
-            drain(setup, n1, body, True, 1, False),
-            drain(setup, n, body, True, 100, True),
-            drain(setup, n, body, True, 100, False),
-        ]
-        out["transacted_one_broker"] = drain(setup, n1, body, True, 1, True, same_broker=True)
+        runs: dict[str, list[dict]] = {}
+        for _ in range(args.rounds):
+            for key, m, kw in (("plain", n, {}), ("b1", n1, {"batch": 1}),
+                               ("b1_nosync", n1, {"batch": 1, "txlog_sync": False}),
+                               ("b100", n, {"batch": 100}),
+                               ("b100_nosync", n, {"batch": 100, "txlog_sync": False}),
+                               ("one", n1, {"batch": 1, "same_broker": True})):
+                runs.setdefault(key, []).append(drain(setup, m, body, key != "plain", **kw))
+        out["non_transacted"] = median_run(runs["plain"])
+        out["transacted"] = [median_run(runs[k]) for k in ("b1", "b1_nosync", "b100",
+                                                           "b100_nosync")]
+        out["transacted_one_broker"] = median_run(runs["one"])
         rate = lambda r: max(10, min(1000, r["msg_per_s"] // 2))  # noqa: E731
         out["latency"] = [
             latency(setup, args.latency_messages, body, rate(out["non_transacted"]), False),

@@ -133,6 +133,7 @@ def test_file_log_survives_reopen(tmp_path):
     log.log_commit(commit(2), forget=[commit(1).gtrid])
     log.log_commit(commit(3))
     log.log_done([commit(3).gtrid])
+    assert path.stat().st_size > log.end  # zeros written ahead: the clean end of the log
     log.close()
     again = FileTxLog(path)
     assert again.open() == {commit(2).gtrid: commit(2)}
@@ -147,9 +148,10 @@ def test_a_torn_tail_is_cut_off_and_never_read(tmp_path, caplog, tail):
     log = FileTxLog(path)
     log.open()
     log.log_commit(commit(1))
+    good = log.end
     log.close()
-    good = path.stat().st_size
-    with path.open("ab") as f:
+    with path.open("r+b") as f:  # the next record, torn (zeros written ahead follow it)
+        f.seek(good)
         f.write(tail)
     log = FileTxLog(path)
     assert log.open() == {commit(1).gtrid: commit(1)}

@@ -18,10 +18,12 @@
 # to txlog.<bridge>.compact, fsynced and renamed over the log, so a crash leaves the old or
 # the new file whole); if the live records alone do not leave room, TxLogFull (the link
 # stops; its messages stay on the source). txlogMmap keeps the file at txlogSize and writes
-# through a memory map (msync for the sync). Syncs are grouped: a thread whose bytes a sync
-# by another thread already covered does not sync again. SqlTxLog keeps the same records
-# in a table of a DB-API database (the host broker's JDBC store); MemoryTxLog is for a
-# bridge without a var directory (tests, embedded use), and survives nothing.
+# through a memory map (msync for the sync); otherwise zeros are written ahead of the
+# records in steps (so a sync need not record a new file size). Syncs are grouped: a
+# thread whose bytes a sync by another thread already covered does not sync again.
+# SqlTxLog keeps the same records in a table of a DB-API database (the host broker's JDBC
+# store); MemoryTxLog is for a bridge without a var directory (tests, embedded use), and
+# survives nothing.
 """The XA coordinator's transaction log: checksummed commit records in a file or a table."""
 
 from __future__ import annotations
@@ -50,6 +52,7 @@ FRAME = struct.Struct(">2sII")         # record magic, payload length, CRC-32
 MAX_PAYLOAD = 1 << 16
 DEFAULT_SIZE = 10 * 1024 * 1024        # txlogSize when tm.props does not say
 UNBOUNDED_COMPACT = 16 * 1024 * 1024   # txlogSize -1: compact when the file grows past this
+PREALLOCATE = 256 * 1024               # zeros written ahead of the records at a time
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -350,6 +353,8 @@ class FileTxLog(TxLog):
         self._synced = 0                     # ... of which known durable
         self._live: dict[bytes, CommitRecord] = {}
         self._kept = 0                       # bytes the last compaction kept
+        self._allocated = 0                  # file size (zeros after self._end)
+        self._no_prealloc = False            # preallocating failed (a full disk)
         self.compactions = 0
 
     @property
@@ -380,9 +385,9 @@ class FileTxLog(TxLog):
                                  f"starts with {data[:8]!r}); move it away if it is not needed")
             found = scan(data, len(FILE_MAGIC))
             self._live = fold(found.records)
-            self._end = found.end
+            self._end = self._allocated = found.end
             if found.problem is not None:
-                tail = len(data.rstrip(b"\0") if self.settings.mmap else data) - found.end
+                tail = len(data.rstrip(b"\0")) - found.end
                 log.warning("transaction log %s: %s at offset %d; cutting off the last %d "
                             "byte(s) (a write torn by a crash)", self.path, found.problem,
                             found.end, tail)
@@ -444,12 +449,15 @@ class FileTxLog(TxLog):
             self._map[start:start + len(data)] = data
         else:
             try:
+                if start + len(data) > self._allocated:
+                    self._preallocate(start + len(data))
                 written = os.pwrite(self._fd, data, start)
                 if written != len(data):
                     raise OSError(errno.ENOSPC, "short write")
             except OSError as exc:
                 try:
                     os.ftruncate(self._fd, start)  # no partial record left behind
+                    self._allocated = start
                 except OSError:
                     pass  # the next open cuts it off
                 if exc.errno in DISK_FULL:
@@ -457,6 +465,25 @@ class FileTxLog(TxLog):
                                     f"{exc.strerror}; free space on its disk") from exc
                 raise TxLogError(f"cannot write the transaction log {self.path}: {exc}") from exc
         self._end = start + len(data)
+
+    def _preallocate(self, need: int) -> None:
+        """Write zeros ahead of the records (they read as the clean end of the log): an
+        fdatasync then writes data only, not a new file size, which costs about a third
+        less. A disk too full for them just goes without until the next compaction."""
+        target = self._allocated + PREALLOCATE
+        if self.settings.size >= 0:
+            target = min(target, self.settings.size)
+        if self._no_prealloc or target <= need:
+            return
+        try:
+            if os.pwrite(self._fd, bytes(target - self._allocated), self._allocated) == (
+                    target - self._allocated):
+                self._allocated = target
+                return
+        except OSError:
+            pass
+        os.ftruncate(self._fd, self._allocated)
+        self._no_prealloc = True
 
     def _sync_to(self, mark: int) -> None:
         """Make everything up to ``mark`` durable; a sync by another thread may cover it."""
@@ -515,7 +542,8 @@ class FileTxLog(TxLog):
         self._fd = os.open(self.path, os.O_RDWR)
         if self.settings.mmap:
             self._map_file()
-        self._end = self._kept = len(body)
+        self._end = self._kept = self._allocated = len(body)
+        self._no_prealloc = False
         self._synced = self._written  # the rewrite was fsynced
         self.compactions += 1
         log.info("transaction log %s compacted to %d live record(s)", self.path, len(self._live))
