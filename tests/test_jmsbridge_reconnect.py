@@ -80,8 +80,10 @@ def test_provider_restarts_under_traffic(tmp_path):
     producer = threading.Thread(target=produce, args=(factory, done, sent), daemon=True)
     producer.start()
     try:
-        for k in range(OUTAGES):
-            wait_until(lambda: link.counters.transferred >= (k + 1) * N // (OUTAGES + 2),
+        for _ in range(OUTAGES):
+            moved = link.counters.transferred
+            wait_until(lambda: link.state is State.STARTED  # connected again
+                       and link.counters.transferred >= moved + N // (OUTAGES + 2),
                        30, "traffic before the outage")
             provider.stop()
             time.sleep(0.3)
