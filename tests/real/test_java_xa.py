@@ -118,6 +118,31 @@ def test_one_phase_commit_and_a_branch_without_work(xaconn, plain):
     assert idle not in in_doubt(resource)
 
 
+def test_the_next_transaction_may_begin_before_the_last_commits(xaconn, plain):
+    """Our coordinator's order: end T1, start T2 on the same session, then commit T1. ActiveMQ's
+    session forgets T1's acknowledgement bookkeeping when T2 starts; the resource holds T2's
+    start back until T1 completes, so every unit consumes exactly what it received."""
+    source = qname("xa.order")
+    put(plain, source, *[str(i) for i in range(6)])
+    session = xaconn.create_xa_session()
+    resource, consumer = session.xa_resource, session.create_consumer(source)
+    xid = new_xid()
+    resource.start(xid, TMNOFLAGS)
+    for unit in range(3):
+        got = [consumer.receive(5).text for _ in range(2)]
+        assert got == [str(2 * unit), str(2 * unit + 1)]
+        resource.end(xid, TMSUCCESS)
+        following = new_xid()
+        resource.start(following, TMNOFLAGS)  # before the commit, as the coordinator does
+        assert resource.prepare(xid) == XA_OK
+        resource.commit(xid, False)
+        xid = following
+    resource.end(xid, TMSUCCESS)
+    resource.rollback(xid)
+    session.close()
+    assert take(plain, source) == []  # all six consumed, none twice
+
+
 def test_resource_identity_and_error_codes(xaconn, xacf):
     a, b = xaconn.create_xa_session().xa_resource, xaconn.create_xa_session().xa_resource
     assert a.is_same_rm(b)

@@ -198,6 +198,9 @@ class JavaSession(Session):
         self._destinations: dict[Destination, Any] = {}
         self._unacked: list[Any] = []  # delivered Java messages not acknowledged yet
 
+    def before_work(self) -> None:
+        """Called before a receive or a send (an XA session starts a held branch here)."""
+
     # --- destinations ------------------------------------------------------------------------
     def java_destination(self, dest: Destination) -> Any:
         jdest = self._destinations.get(dest)
@@ -312,6 +315,9 @@ class JavaXASession(JavaSession, XASession):
     def xa_resource(self) -> XAResource:
         return self._resource
 
+    def before_work(self) -> None:
+        self._resource.flush()
+
     def close(self) -> None:
         with java_errors("close session"):
             self.java_xa.close()
@@ -336,6 +342,7 @@ class JavaProducer(MessageProducer):
         prio = self.priority if priority is None else priority
         ttl = self.time_to_live if time_to_live is None else time_to_live
         session = self.session
+        session.before_work()
         with java_errors(f"send to {dest}"):
             jmsg = to_java(message, session.java, session.flavor, session.java_destination)
             if self.disable_message_id:
@@ -370,6 +377,7 @@ class JavaConsumer(MessageConsumer):
         return self._selector
 
     def receive(self, timeout: float | None = None) -> Message | None:
+        self.session.before_work()
         with java_errors("receive"):
             if timeout is None:
                 jmsg = self.java.receive()

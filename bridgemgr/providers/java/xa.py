@@ -6,6 +6,14 @@
 # recover() after a restart of our process finds the branches it prepared before, and
 # commit/rollback of a rebuilt Xid reach them. Java's XAException becomes ours with the
 # same X/Open error code.
+#
+# One session, one transaction at a time: Java clients keep per-session transaction state
+# (ActiveMQ's consumers register their acknowledgement bookkeeping with the session's
+# TransactionContext, and its start() forgets what the ended transaction still needs at
+# commit), so a start() that arrives while a transaction this resource ended is not
+# completed yet (our coordinator begins the next unit before it commits the last) is held
+# back until that one commits, rolls back or votes read-only here, or until the session is
+# used again (flush(), called by the session before a receive or a send).
 """Java XAResource <-> our XAResource, Xids both ways."""
 
 from __future__ import annotations
@@ -13,7 +21,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...jms.spi import XAResource
-from ...jms.xa import Xid
+from ...jms.xa import TMJOIN, TMNOFLAGS, XA_RDONLY, Xid
 from .jvm import java_errors
 
 _xid_class: list[Any] = []
@@ -57,26 +65,59 @@ class JavaXAResource(XAResource):
 
     def __init__(self, jresource: Any) -> None:
         self.java = jresource
+        self._ended: set[Xid] = set()  # ended here, not completed here yet
+        self._held: tuple[Xid, int] | None = None  # a start() waiting for them
 
     def start(self, xid: Xid, flags: int = 0) -> None:
+        if self._ended and flags in (TMNOFLAGS, TMJOIN):
+            self._held = (xid, flags)
+            return
+        self._start(xid, flags)
+
+    def _start(self, xid: Xid, flags: int) -> None:
         with java_errors(f"xa start {xid}"):
             self.java.start(to_java_xid(xid), int(flags))
 
+    def flush(self) -> None:
+        """The session is about to work: start the held transaction now."""
+        if self._held is not None:
+            self._ended.clear()  # completed elsewhere (a joined branch), or never will be here
+            held, self._held = self._held, None
+            self._start(*held)
+
+    def _completed(self, xid: Xid) -> None:
+        self._ended.discard(xid)
+        if not self._ended and self._held is not None:
+            held, self._held = self._held, None
+            self._start(*held)
+
     def end(self, xid: Xid, flags: int) -> None:
+        if self._held is not None and self._held[0] == xid:
+            self.flush()  # ended before any work: it must exist to be ended
         with java_errors(f"xa end {xid}"):
             self.java.end(to_java_xid(xid), int(flags))
+        self._ended.add(xid)
 
     def prepare(self, xid: Xid) -> int:
         with java_errors(f"xa prepare {xid}"):
-            return int(self.java.prepare(to_java_xid(xid)))
+            vote = int(self.java.prepare(to_java_xid(xid)))
+        if vote == XA_RDONLY:
+            self._completed(xid)
+        return vote
 
     def commit(self, xid: Xid, one_phase: bool) -> None:
-        with java_errors(f"xa commit {xid}"):
-            self.java.commit(to_java_xid(xid), bool(one_phase))
+        try:
+            with java_errors(f"xa commit {xid}"):
+                self.java.commit(to_java_xid(xid), bool(one_phase))
+        finally:
+            self._completed(xid)
 
     def rollback(self, xid: Xid) -> None:
-        with java_errors(f"xa rollback {xid}"):
-            self.java.rollback(to_java_xid(xid))
+        try:
+            with java_errors(f"xa rollback {xid}"):
+                self.java.rollback(to_java_xid(xid))
+        finally:
+            self._completed(xid)
 
     def recover(self, flags: int) -> list[Xid]:
         with java_errors("xa recover"):
@@ -84,8 +125,11 @@ class JavaXAResource(XAResource):
             return [from_java_xid(x) for x in found] if found is not None else []
 
     def forget(self, xid: Xid) -> None:
-        with java_errors(f"xa forget {xid}"):
-            self.java.forget(to_java_xid(xid))
+        try:
+            with java_errors(f"xa forget {xid}"):
+                self.java.forget(to_java_xid(xid))
+        finally:
+            self._completed(xid)
 
     def is_same_rm(self, other: XAResource) -> bool:
         if not isinstance(other, JavaXAResource):

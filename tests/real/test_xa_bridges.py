@@ -1,0 +1,207 @@
+"""Transacted (XA) links to a real ActiveMQ through the Java provider and the bridge's XA
+coordinator: embedded -> ActiveMQ with two-phase commit across two resource managers,
+ActiveMQ -> ActiveMQ with the target joining the source's branch (one-phase), and a bridge
+killed with SIGKILL again and again mid-transfer (at random, and exactly after the prepares,
+after the commit record, between the commits): every message reaches ActiveMQ exactly once,
+nothing stays in doubt."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from bridgemgr.jms import naming
+from bridgemgr.jms.destination import Queue
+from bridgemgr.jms.message import DeliveryMode, MapMessage, TextMessage
+from bridgemgr.jms.xa import TMENDRSCAN, TMSTARTRSCAN
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.jmsbridge.states import State
+from bridgemgr.props import load_properties
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.xa.coordinator import FAULT_ENV, is_ours, name_tag
+
+from jmsbridge_support import FAST, bridge_xml, drain, send, wait_until
+from xa_bridge_child import amq_factory
+
+pytest.importorskip("jpype")
+pytestmark = pytest.mark.timeout(240)
+CHILD = Path(__file__).with_name("xa_bridge_child.py")
+ROOT = Path(__file__).resolve().parents[2]
+FAULTS = ["prepared:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None]
+
+
+def xa_link(src_ref: str = "host", dst_ref: str = "amq", src: str = "src", dst: str = "dst") -> str:
+    return (f'<link name="l" transacted="true"><source connection-factory-ref="{src_ref}" '
+            f'destination-ref="{src}"/><target connection-factory-ref="{dst_ref}" '
+            f'destination-ref="{dst}"/></link>')
+
+
+def props(tmp_path: Path, name: str, batch: int):
+    return load_properties([], [f"imq.varhome={tmp_path / 'var'}", f"imq.bridge.{name}.type=jms",
+                                f"imq.bridge.{name}.xmlurl=x.xml",
+                                f"imq.bridge.{name}.transaction.batchSize={batch}"], environ={})
+
+
+def amq_in_doubt(activemq, bridge: str) -> int:
+    factory = naming.lookup("XAConnectionFactory", activemq.jndi())
+    with factory.create_xa_connection() as conn:
+        found = conn.create_xa_session().xa_resource.recover(TMSTARTRSCAN | TMENDRSCAN)
+    return sum(1 for xid in found if is_ours(xid, name_tag(bridge)))
+
+
+def take(activemq, queue: str) -> list:
+    """Everything on an ActiveMQ queue (consumed)."""
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        conn.start()
+        consumer = conn.create_session().create_consumer(Queue(queue))
+        out = []
+        while (m := consumer.receive(1.0)) is not None:
+            out.append(m)
+        return out
+
+
+def test_embedded_to_activemq_in_xa_transactions(activemq, tmp_path):
+    name, dst = "xa1", f"xa.dst.{uuid.uuid4().hex[:8]}"
+    broker = Broker(tmp_path / "store", sync=True)
+    xml = bridge_xml(xa_link(), cfs=amq_factory(activemq.jndi()), name=name,
+                     dests=f'<destination ref-name="dst" name="{dst}"/>')
+    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 10),
+                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    sent = []
+    for i in range(300):
+        m = TextMessage(str(i)) if i % 2 else MapMessage({"i": i})
+        m.set_int_property("i", i)
+        sent.append(m)
+    send(broker, "src", sent, delivery_mode=DeliveryMode.PERSISTENT)
+    try:
+        assert bridge.start() is State.STARTED
+        wait_until(lambda: bridge.links[0].counters.transferred >= 300, 120, "the transfer")
+        link_state = bridge.links[0].state
+    finally:
+        bridge.stop()
+        broker.close()
+    got = take(activemq, dst)
+    assert link_state is State.STARTED
+    assert sorted(m.get_int_property("i") for m in got) == list(range(300))  # once each
+    assert [m.get_int_property("i") for m in got] == list(range(300))  # in order
+    assert amq_in_doubt(activemq, name) == 0
+
+
+def test_activemq_to_activemq_joins_one_branch(activemq, tmp_path):
+    """Both ends on one ActiveMQ: the target joins the source's branch (same RM), one phase."""
+    name = "xa2"
+    src, dst = f"xa.src.{uuid.uuid4().hex[:8]}", f"xa.dst.{uuid.uuid4().hex[:8]}"
+    host = Broker(tmp_path / "host")
+    cfs = amq_factory(activemq.jndi()) + amq_factory(activemq.jndi()).replace('ref-name="amq"', 'ref-name="amq2"')
+    xml = bridge_xml(xa_link("amq", "amq2"), cfs=cfs, name=name,
+                     dests=f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>')
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        producer = conn.create_session().create_producer(Queue(src))
+        for i in range(100):
+            producer.send(TextMessage(str(i)))
+    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 5),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host), tuning=FAST)
+    try:
+        bridge.start()
+        wait_until(lambda: bridge.links[0].counters.transferred >= 100, 120, "the transfer")
+    finally:
+        bridge.stop()
+        host.close()
+    assert [m.text for m in take(activemq, dst)] == [str(i) for i in range(100)]
+    assert take(activemq, src) == []
+    assert amq_in_doubt(activemq, name) == 0
+
+
+def test_activemq_to_embedded_in_xa_transactions(activemq, tmp_path):
+    """ActiveMQ as the XA source: its consumer's acknowledgements commit with each unit, so
+    nothing is left behind on ActiveMQ and nothing arrives twice."""
+    name, src = "xa3", f"xa.src.{uuid.uuid4().hex[:8]}"
+    host = Broker(tmp_path / "host", sync=True)
+    xml = bridge_xml(xa_link("amq", "host"), cfs=amq_factory(activemq.jndi()), name=name,
+                     dests=f'<destination ref-name="src" name="{src}"/>')
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        producer = conn.create_session().create_producer(Queue(src))
+        for i in range(200):
+            producer.send(TextMessage(str(i)))
+    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 3),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host), tuning=FAST)
+    try:
+        bridge.start()
+        wait_until(lambda: bridge.links[0].counters.transferred >= 200, 120, "the transfer")
+        assert bridge.links[0].counters.reconnects == 0
+    finally:
+        bridge.stop()
+    try:
+        assert [m.text for m in drain(host, "dst")] == [str(i) for i in range(200)]
+    finally:
+        host.close()
+    assert take(activemq, src) == []
+    assert amq_in_doubt(activemq, name) == 0
+
+
+def start_child(args: list[str], fault: str | None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "tests")]))
+    env.pop(FAULT_ENV, None)
+    if fault:
+        env[FAULT_ENV] = fault
+    proc = subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.DEVNULL, text=True, env=env)
+    line = proc.stdout.readline().strip()
+    if line != "ready":  # a fault may kill it during recovery's first transactions
+        proc.wait()
+        assert proc.returncode == -signal.SIGKILL, (line, proc.returncode)
+    return proc
+
+
+@pytest.mark.crash
+def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
+    """5,000 messages, 4 per XA transaction, the bridge process killed 8 times."""
+    n, batch = 5000, 4
+    source = tmp_path / "source"
+    fill = Broker(source, sync=True)
+    send(fill, "src", [TextMessage(str(i)) for i in range(n)], delivery_mode=DeliveryMode.PERSISTENT)
+    fill.close()
+    args = [str(source), str(tmp_path / "var"), repr(activemq.jndi()), str(batch)]
+    doubts, by_fault = 0, 0
+    for i in range(8):
+        fault = FAULTS[i % len(FAULTS)]
+        proc = start_child(args, fault.format(p=0.05) if fault else None)
+        if proc.returncode is None:
+            try:
+                proc.wait(random.uniform(0.3, 1.5) if fault is None else 4)
+            except subprocess.TimeoutExpired:
+                os.kill(proc.pid, signal.SIGKILL)
+                proc.wait()
+            else:
+                by_fault += 1
+        else:
+            by_fault += 1
+        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL, "the source emptied before the last kill"
+        doubts += amq_in_doubt(activemq, "crash")
+    proc = start_child(args, None)  # the last run finishes cleanly
+    assert proc.stdout.readline().strip() == "done"
+    proc.wait(60)
+    proc.stdout.close()
+    assert by_fault, "the fault hook never fired"
+    assert doubts, "no kill landed between prepare and commit at ActiveMQ"
+    got = Counter(int(m.text) for m in take(activemq, "dst"))
+    missing = sorted(set(range(n)) - set(got))
+    assert not missing, f"lost {len(missing)}: {missing[:20]}"
+    duplicated = {k: c for k, c in got.items() if c > 1}
+    assert not duplicated, f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}"
+    assert amq_in_doubt(activemq, "crash") == 0
+    broker = Broker(source)
+    try:
+        assert broker.queue_depth("src") == 0 and drain(broker, "imq.bridge.jms.dmq") == []
+    finally:
+        broker.close()

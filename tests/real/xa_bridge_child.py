@@ -1,0 +1,60 @@
+"""A JMS bridge with one transacted (XA) link from an embedded broker to ActiveMQ, run in a
+subprocess by test_xa_bridges.py and killed there with SIGKILL.
+
+Usage: xa_bridge_child.py SOURCE_STORE VARHOME JNDI BATCH, JNDI being the repr of the
+ActiveMQ lookup environment. The source store is fsynced and is the host broker; the target
+is ActiveMQ's XAConnectionFactory through the Java provider. The XA fault hook
+(IMQBRIDGE_XA_FAULT) may kill the process between two protocol steps. Prints "ready" once
+the bridge runs (recovery is done by then); when the source is empty it stops the bridge
+cleanly and prints "done"."""
+
+from __future__ import annotations
+
+import ast
+import sys
+import time
+from html import escape
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
+from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
+from bridgemgr.props import load_properties  # noqa: E402
+from bridgemgr.providers.embedded import Broker, connection_factory, set_host_broker  # noqa: E402
+
+from jmsbridge_support import FAST, bridge_xml  # noqa: E402
+
+LINK = ('<link name="l" transacted="true">'
+        '<source connection-factory-ref="host" destination-ref="src"/>'
+        '<target connection-factory-ref="amq" destination-ref="dst"/></link>')
+
+
+def amq_factory(env: dict[str, str]) -> str:
+    props = "".join(f'<property name="{escape(k)}" value="{escape(v)}"/>' for k, v in env.items())
+    return (f'<connection-factory ref-name="amq" lookup-name="XAConnectionFactory" '
+            f'connect-attempt-interval-in-seconds="1">{props}</connection-factory>')
+
+
+def main() -> None:
+    source_store, varhome, jndi, batch = sys.argv[1:5]
+    broker = Broker(source_store, sync=True)
+    set_host_broker(broker)
+    props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
+                                 "imq.bridge.crash.xmlurl=crash.xml",
+                                 f"imq.bridge.crash.transaction.batchSize={batch}"], environ={})
+    xml = bridge_xml(LINK, cfs=amq_factory(ast.literal_eval(jndi)), name="crash",
+                     log_message_transfer="false")
+    bridge = JMSBridge(parse_bridge_config(xml), props,
+                       host_factory=lambda env: connection_factory(), tuning=FAST)
+    bridge.start()
+    print("ready", flush=True)
+    while broker.queue_depth("src") > 0:
+        time.sleep(0.01)
+    bridge.stop()
+    broker.close()
+    print("done", flush=True)
+
+
+if __name__ == "__main__":
+    main()
