@@ -2,7 +2,7 @@
 external providers beside each broker's own forwarding; prints JSON.
 
     .venv/bin/python benchmarks/providers.py [--messages 50000] [--ack-batch 1]
-                                             [--only activemq|rabbitmq]
+                                             [--xa-batch 1] [--only activemq|rabbitmq]
 
 Each case preloads N persistent 1 KiB BytesMessages into a source queue (in local
 transactions of 1,000, so preloading is not what is measured), then times the move of all
@@ -13,8 +13,11 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
   through the Java provider (JPype, ActiveMQ's own JMS client over OpenWire): receive
   CLIENT_ACKNOWLEDGE, synchronous persistent send, acknowledge every --ack-batch messages
   (1: the chapter's rule). msg/s = N / (bridge start .. the link has acknowledged N).
-- activemq_bridge_xa: the transacted (XA) link, once the XA coordinator (issue 5) exists;
-  null until then, with the reason.
+- activemq_bridge_xa: the same link transacted: each unit of --xa-batch messages
+  (imq.bridge.<name>.transaction.batchSize, 1 by default as in the chapter) one XA
+  transaction of our coordinator, both ends ActiveMQ's XAResource; both ends are the same
+  resource manager, so the target joins the source's branch and it commits in one phase
+  (transaction log in a temporary var directory).
 - activemq_own: ActiveMQ's jmsBridgeConnector (a JmsQueueConnector with an outbound queue
   bridge to itself) moving the same queue. It starts with the broker, so the broker is
   restarted with it after preloading, and it may move some before the first sample: msg/s =
@@ -25,7 +28,7 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
 - rabbitmq_own: RabbitMQ's Shovel plugin, a dynamic shovel with ack-mode on-confirm over the
   node's direct connection; msg/s = N / (shovel declared .. N on the target), sampled with
   rabbitmqctl (about 0.3 s a sample, so short runs read low).
-ratios: ours / theirs per broker.
+ratios: ours / theirs per broker. dead/redelivered counts show nothing went wrong meanwhile.
 """
 
 from __future__ import annotations
@@ -52,6 +55,7 @@ from bridgemgr.jms.message import BytesMessage, MapMessage, TextMessage  # noqa:
 from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
 from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
 from bridgemgr.jmsbridge.link import LinkTuning  # noqa: E402
+from bridgemgr.props import load_properties  # noqa: E402
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory  # noqa: E402
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
@@ -81,12 +85,15 @@ def preload(factory: Any, queue: str, n: int) -> float:
     return n / (time.monotonic() - started)
 
 
-def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: str) -> bytes:
+def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: str,
+               xa: bool = False) -> bytes:
+    lookup = "XAConnectionFactory" if xa else "ConnectionFactory"
+
     def cf(ref: str, env: dict[str, str]) -> str:
         props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
-        return f'<connection-factory ref-name="{ref}" lookup-name="ConnectionFactory">{props}</connection-factory>'
+        return f'<connection-factory ref-name="{ref}" lookup-name="{lookup}">{props}</connection-factory>'
     return f"""<jmsbridge name="bench" log-message-transfer="false">
-      <link name="move" transacted="false">
+      <link name="move" transacted="{str(xa).lower()}">
         <source connection-factory-ref="src" destination-ref="src"/>
         <target connection-factory-ref="dst" destination-ref="dst"/>
       </link>
@@ -95,10 +102,15 @@ def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: 
     </jmsbridge>""".encode()
 
 
-def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
-    """Start the bridge on preloaded messages; time until the link acknowledged N."""
+def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path,
+               xa_batch: int | None = None) -> dict[str, Any]:
+    """Start the bridge on preloaded messages; time until the link completed N."""
     host = Broker(workdir / "host")  # the built-in DMQ lives on the host broker
-    bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"),
+    props = load_properties([], [f"imq.varhome={workdir / 'var'}", "imq.bridge.bench.type=jms",
+                                 "imq.bridge.bench.xmlurl=bench.xml",
+                                 f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}"],
+                            environ={})
+    bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"), props,
                        host_factory=lambda env: EmbeddedConnectionFactory(host),
                        tuning=LinkTuning(ack_batch=ack_batch, start_timeout=60))
     started = time.monotonic()
@@ -110,8 +122,9 @@ def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path) -> dict[str, A
             if bridge.links[0].state.value == "STOPPED":
                 raise RuntimeError(f"the link stopped: {counters.snapshot()}")
         elapsed = time.monotonic() - started
+        batch = {"transaction_batch_size": xa_batch} if xa_batch else {"ack_batch": ack_batch}
         return {"messages": n, "seconds": round(elapsed, 2), "msg_per_s": round(n / elapsed),
-                "ack_batch": ack_batch, "dead": counters.snapshot().get("dead", 0)}
+                **batch, "to_dmq": counters.to_dmq, "redelivered": counters.redelivered}
     finally:
         bridge.stop()
         host.close()
@@ -151,7 +164,7 @@ def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool
     raise RuntimeError(f"not done within {timeout} s")
 
 
-def bench_activemq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
+def bench_activemq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
     try:
@@ -161,12 +174,13 @@ def bench_activemq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
         out["activemq_bridge_jms"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
                                                 ack_batch, workdir / "jms")
         assert activemq_depth(factory, "ours.dst") == n
+        preload(factory, "xa.src", n)
+        out["activemq_bridge_xa"] = run_bridge(bridge_xml(env, env, "xa.src", "xa.dst", xa=True), n,
+                                               ack_batch, workdir / "xa", xa_batch)
+        assert activemq_depth(factory, "xa.dst") == n
         preload(factory, "own.src", n)
     finally:
         amq.stop()
-    out["activemq_bridge_xa"] = None
-    out["activemq_bridge_xa_reason"] = ("transacted links need the XA coordinator (issue 5); the "
-                                        "provider's XAResource is tested in tests/real/test_java_xa.py")
     # ActiveMQ's own forwarding starts with the broker: restart the broker with it.
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS + JMS_BRIDGE_CONNECTOR,
                    beans=SELF_FACTORY, openwire_port=amq.openwire_port, stomp_port=amq.stomp_port).start()
@@ -177,8 +191,9 @@ def bench_activemq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
                                             from_now=False)}
     finally:
         amq.stop()
-    out["activemq_ratio_ours_to_own"] = round(
-        out["activemq_bridge_jms"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3)
+    for kind in ("jms", "xa"):
+        out[f"activemq_ratio_ours_{kind}_to_own"] = round(
+            out[f"activemq_bridge_{kind}"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3)
     return out
 
 
@@ -190,7 +205,7 @@ def rabbit_depth(node: RabbitMQ, queue: str) -> int:
     return 0
 
 
-def bench_rabbitmq(n: int, ack_batch: int, workdir: Path) -> dict[str, Any]:
+def bench_rabbitmq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     base = Path(tempfile.mkdtemp(prefix="imqbridge-rabbitmq-"))  # user rabbitmq must reach it
     node = RabbitMQ(base).start()
@@ -221,6 +236,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--ack-batch", type=int, default=1)
+    parser.add_argument("--xa-batch", type=int, default=1)
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
     result: dict[str, Any] = {"messages": args.messages, "message_bytes": len(PAYLOAD)}
@@ -232,7 +248,7 @@ def main() -> None:
             if reason:
                 result[name] = {"skipped": reason}
                 continue
-            result.update(bench(args.messages, args.ack_batch, Path(tmp) / name))
+            result.update(bench(args.messages, args.ack_batch, args.xa_batch, Path(tmp) / name))
     print(json.dumps(result, indent=2))
 
 
