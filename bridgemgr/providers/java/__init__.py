@@ -20,10 +20,19 @@ the ``lib/ext`` folders of ``$IMQ_HOME`` and of the broker instance form the JVM
 A lookup environment may also carry ``imq.bridge.java.classpath`` itself: that provider
 then gets a class loader of its own (its jars must include the JMS API jar).
 
-Messages convert losslessly (:mod:`.convert`), XA resources keep their Xids across
-restarts (:mod:`.xa`), and a ``message-transformer-class`` may be a Java class
-(:mod:`.transformer`): name it ``bridgemgr.providers.java.classes.<Java class name>``.
+Messages convert losslessly (:mod:`.convert`; Java-serialised ObjectMessage bodies stay
+opaque :class:`~bridgemgr.jms.message.JavaSerialized` bytes), XA resources keep their Xids
+across restarts (:mod:`.xa`), and a ``message-transformer-class`` may be a Java class
+(:mod:`.transformer`): name it ``bridgemgr.providers.java.classes.<Java class name>``; it
+needs a public ``transform(Message, boolean, String, String, String, Properties)`` (the
+original's signature, no base class) and may offer ``getBranchTo()`` / ``isNoTransfer()``.
 Every Java connection is closed at interpreter exit if its user did not close it.
+
+Provider notes (ActiveMQ Classic 5.x, measured): its XAConnectionFactory makes XA sessions
+even for non-transacted use, which then fail ("XAResource has not been enlisted"): use
+``ConnectionFactory`` for non-transacted links, or add the property ``xaAckMode=2``. Its
+ObjectMessage bodies cross the bridge without ActiveMQ's trusted-packages list (they are
+never deserialised here); only the Java consumer at the far end needs it.
 """
 
 from __future__ import annotations
