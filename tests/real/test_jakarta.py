@@ -1,5 +1,5 @@
 """The jakarta.jms flavour against the real ActiveMQ: ActiveMQ's client renamed to
-jakarta.jms (tests/real/jakarta.py) in a class loader of its own, in the same JVM as the
+jakarta.jms (tests/real/jakarta_jars.py) in a class loader of its own, in the same JVM as the
 javax.jms one; messages cross between the two flavours, XA works, and a Java transformer
 compiled against jakarta.jms sees jakarta messages."""
 
@@ -19,7 +19,7 @@ from bridgemgr.jms.spi import is_xa_capable
 from bridgemgr.jms.xa import TMNOFLAGS, TMSUCCESS, XA_OK, Xid
 from bridgemgr.transform import load_transformer
 
-from jakarta import rename_jar
+from jakarta_jars import rename_jar
 from servers import ACTIVEMQ_CLIENT_JARS, JMS_API_JAR
 
 pytest.importorskip("jpype")
