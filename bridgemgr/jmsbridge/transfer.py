@@ -25,7 +25,7 @@ from ..jms.spi import (
     AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
     is_xa_capable,
 )
-from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
+from ..xa.coordinator import FINISHED, Coordinator, Transaction, TxState, unreachable
 from ..xa.registry import BridgeTransactions
 from .pipeline import DMQReason, Stage
 
@@ -164,7 +164,7 @@ class XATransaction(TransferTransaction):
         super().close_target()
 
     def begin(self) -> None:
-        if self.tx is None:  # after a failure; otherwise the next one began already
+        if self.tx is None or self.tx.state in FINISHED:  # else the next one began already
             self.tx = self._begin()
 
     def complete(self) -> None:
