@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bridgemgr.jms import ObjectMessage, Queue, TextMessage
+from bridgemgr.jms import ObjectMessage, Queue
 from bridgemgr.jms.spi import ConnectionFactory
 from bridgemgr.jms.xa import Xid
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge

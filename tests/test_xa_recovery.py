@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-import pytest
 
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import NamingException

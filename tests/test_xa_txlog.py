@@ -25,7 +25,6 @@ from bridgemgr.xa.txlog import (
     MemoryTxLog,
     Participant,
     RecordError,
-    SqlTxLog,
     TxLogError,
     TxLogFull,
     TxLogSettings,
@@ -33,10 +32,11 @@ from bridgemgr.xa.txlog import (
     encode_payload,
     fold,
     frame,
-    open_txlog,
     scan,
     txlog_path,
 )
+from bridgemgr.xa.registry import open_txlog
+from bridgemgr.xa.sqllog import SqlTxLog
 
 ROOT = Path(__file__).resolve().parents[1]
 

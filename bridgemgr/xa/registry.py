@@ -19,12 +19,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..jms.spi import Connection, ConnectionFactory, XAConnection, XAConnectionFactory, XAResource, is_xa_capable
+from ..jms.spi import (
+    Connection, ConnectionFactory, XAConnection, XAConnectionFactory, XAResource, is_xa_capable,
+)
 from .coordinator import Coordinator
 from .recovery import Recovery, RecoverySource
-from .txlog import DBAPIConnect, TxLog, open_txlog
+from .sqllog import DBAPIConnect, SqlTxLog
+from .txlog import FileTxLog, MemoryTxLog, TxLog, TxLogSettings, txlog_path
 
 log = logging.getLogger(__name__)
+
+
+def open_txlog(bridge: str, directory: str | Path | None, tm_props: Mapping[str, str],
+               sql: tuple[DBAPIConnect, str] | None = None) -> TxLog:
+    """The log a bridge's coordinator uses, opened: SQL when ``sql`` (connect function,
+    paramstyle) is given (imq.persist.store=jdbc), else txlog.<bridge> in ``directory``,
+    else in memory."""
+    txlog: TxLog
+    if sql is not None:
+        txlog = SqlTxLog(sql[0], bridge, sql[1])
+    elif directory is not None:
+        txlog = FileTxLog(txlog_path(directory, bridge), TxLogSettings.from_tm_props(tm_props))
+    else:
+        txlog = MemoryTxLog()
+    txlog.open()
+    return txlog
 
 
 def rm_name(bridge: str, ref_name: str) -> str:

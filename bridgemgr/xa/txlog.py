@@ -21,10 +21,9 @@
 # through a memory map (msync for the sync); otherwise zeros are written ahead of the
 # records in steps (so a sync need not record a new file size). Syncs are grouped: a
 # thread whose bytes a sync by another thread already covered does not sync again.
-# SqlTxLog keeps the same records in a table of a DB-API database (the host broker's JDBC
-# store); MemoryTxLog is for a bridge without a var directory (tests, embedded use), and
-# survives nothing.
-"""The XA coordinator's transaction log: checksummed commit records in a file or a table."""
+# MemoryTxLog is for a bridge without a var directory (tests, embedded use), and survives
+# nothing; sqllog.SqlTxLog keeps the same records in a table of a DB-API database.
+"""The XA coordinator's transaction log: checksummed commit records, in a file."""
 
 from __future__ import annotations
 
@@ -39,7 +38,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 from ..jms.xa import MAXBQUALSIZE, MAXGTRIDSIZE, Xid
 from ..props import TM_KEYS
@@ -588,129 +587,6 @@ def _fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-# --- SQL ---------------------------------------------------------------------------------------------
-
-DBAPIConnect = Callable[[], Any]
-_PLACEHOLDERS: Mapping[str, Callable[[int], str]] = {
-    "qmark": lambda i: "?", "format": lambda i: "%s", "numeric": lambda i: f":{i}",
-    "named": lambda i: f":p{i}", "pyformat": lambda i: f"%(p{i})s",
-}
-
-
-class SqlTxLog(TxLog):
-    """The records in a table of a DB-API database: one row per live commit record (the
-    framed record as hex, so its checksum is checked on load); DONE deletes rows."""
-
-    def __init__(self, connect: DBAPIConnect, bridge: str, paramstyle: str = "qmark",
-                 table: str = "imq_bridge_txlog") -> None:
-        if paramstyle not in _PLACEHOLDERS:
-            raise ValueError(f"unknown DB-API paramstyle {paramstyle!r}")
-        if not table.replace("_", "").isalnum():
-            raise ValueError(f"table name {table!r}: letters, digits and _ only")
-        self.connect, self.bridge, self.paramstyle, self.table = connect, bridge, paramstyle, table
-        self.description = f"table {table} (bridge {bridge})"
-        self._conn: Any = None
-        self._lock = threading.Lock()
-        self._live: dict[bytes, CommitRecord] = {}
-
-    def _run(self, sql: str, *args: Any) -> Any:
-        """``sql`` written with ? placeholders, run in this database's paramstyle."""
-        parts = sql.split("?")
-        text = parts[0] + "".join(_PLACEHOLDERS[self.paramstyle](i + 1) + part
-                                  for i, part in enumerate(parts[1:]))
-        params: Any = args
-        if self.paramstyle in ("named", "pyformat"):
-            params = {f"p{i + 1}": a for i, a in enumerate(args)}
-        cursor = self._conn.cursor()
-        cursor.execute(text, params)
-        return cursor
-
-    def open(self) -> dict[bytes, CommitRecord]:
-        with self._lock:
-            try:
-                self._conn = self.connect()
-                self._run(f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
-                          "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, "
-                          "PRIMARY KEY (bridge, gtrid))")
-                self._conn.commit()
-                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
-                                 self.bridge).fetchall()
-            except Exception as exc:
-                raise TxLogError(f"cannot open the transaction log {self.description}: "
-                                 f"{exc}") from exc
-            self._live = {}
-            for gtrid_hex, text in rows:
-                found = scan(bytes.fromhex(text))
-                if (found.problem is not None or len(found.records) != 1
-                        or not isinstance(found.records[0], CommitRecord)
-                        or found.records[0].gtrid.hex() != gtrid_hex):
-                    raise TxLogError(f"{self.description}: the row of gtrid {gtrid_hex} is not "
-                                     f"a valid commit record ({found.problem or 'mismatch'}); "
-                                     "it cannot be trusted, so the bridge does not start")
-                fold(found.records, self._live)
-            return dict(self._live)
-
-    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
-        def insert() -> None:
-            self._delete(forget)
-            self._run(f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
-                      self.bridge, record.gtrid.hex(), frame(record).hex())
-        self._change(insert, [DoneRecord(tuple(forget)), record])
-
-    def log_done(self, gtrids: Sequence[bytes]) -> None:
-        if gtrids:
-            self._change(lambda: self._delete(gtrids), [DoneRecord(tuple(gtrids))])
-
-    def _delete(self, gtrids: Sequence[bytes]) -> None:
-        for gtrid in gtrids:
-            self._run(f"DELETE FROM {self.table} WHERE bridge = ? AND gtrid = ?",
-                      self.bridge, gtrid.hex())
-
-    def _change(self, statement: Callable[[], Any], records: list[Record]) -> None:
-        with self._lock:
-            if self._conn is None:
-                raise TxLogError(f"the transaction log {self.description} is closed")
-            try:
-                statement()
-                self._conn.commit()
-            except Exception as exc:
-                try:
-                    self._conn.rollback()
-                except Exception:
-                    pass
-                raise TxLogError(f"cannot write the transaction log {self.description}: "
-                                 f"{exc}") from exc
-            fold(records, self._live)
-
-    def live(self) -> dict[bytes, CommitRecord]:
-        with self._lock:
-            return dict(self._live)
-
-    def close(self) -> None:
-        with self._lock:
-            if self._conn is not None:
-                try:
-                    self._conn.close()
-                finally:
-                    self._conn = None
-
-
 def txlog_path(directory: str | Path, bridge: str) -> Path:
     """IMQ_VARHOME/instances/<instance>/bridges/<bridge>/txlog.<bridge> (the chapter)."""
     return Path(directory) / f"txlog.{bridge}"
-
-
-def open_txlog(bridge: str, directory: str | Path | None, tm_props: Mapping[str, str],
-               sql: tuple[DBAPIConnect, str] | None = None) -> TxLog:
-    """The log a bridge's coordinator uses, opened: SQL when ``sql`` (connect function,
-    paramstyle) is given (imq.persist.store=jdbc), else txlog.<bridge> in ``directory``,
-    else in memory."""
-    txlog: TxLog
-    if sql is not None:
-        txlog = SqlTxLog(sql[0], bridge, sql[1])
-    elif directory is not None:
-        txlog = FileTxLog(txlog_path(directory, bridge), TxLogSettings.from_tm_props(tm_props))
-    else:
-        txlog = MemoryTxLog()
-    txlog.open()
-    return txlog
