@@ -197,7 +197,7 @@ def serve_bridge(directory: str, port: int) -> None:
     from bridgemgr.stompbridge import StompBridge, StompConfig
     from bridgemgr.users import UserRepository
 
-    logging.basicConfig(level=logging.WARNING)
+    logging.basicConfig(level=logging.INFO if os.environ.get("STOMP_BENCH_LOG") else logging.WARNING)
     broker = Broker(Path(directory) / "store", sync=True)
     users = UserRepository(Path(directory) / "passwd")
     users.add("admin", "secret", "admin")
@@ -294,6 +294,8 @@ class ActiveMQ:
 def bench(broker, args: argparse.Namespace) -> dict:
     out: dict = {}
     with broker as port:
+        for persistent in (True, False):  # warm up (the JVM's JIT, our caches); not reported
+            run_load(port, count=max(200, args.messages // 10), rate=0, persistent=persistent, ack="auto")
         for ack in args.acks.split(","):
             for persistent in (True, False):
                 key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"

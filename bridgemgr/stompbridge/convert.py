@@ -71,14 +71,20 @@ class Destinations:
         self._create = create_temporary
         self._by_alias: dict[tuple[bool, str], Destination] = {}
         self._alias_of: dict[Destination, str] = {}
+        self._seen: dict[str, Destination] = {}  # parsed strings (not temporary aliases)
 
     def to_jms(self, text: str | None, header: str = "destination") -> Destination:
         """The JMS destination a STOMP destination string names (LocalProtocolError if none)."""
         if not text:
             raise LocalProtocolError(f"missing {header}", f"the {header} header is required")
+        dest = self._seen.get(text)
+        if dest is not None:
+            return dest
         for prefix, make in ((QUEUE, Queue), (TOPIC, Topic), (REPLY_QUEUE, TemporaryQueue),
                              (REPLY_TOPIC, TemporaryTopic)):
             if text.startswith(prefix) and len(text) > len(prefix):
+                if len(self._seen) < 1000:
+                    self._seen[text] = make(text[len(prefix):])
                 return make(text[len(prefix):])
         for prefix, topic in ((TEMP_QUEUE, False), (TEMP_TOPIC, True)):
             if text.startswith(prefix) and len(text) > len(prefix):

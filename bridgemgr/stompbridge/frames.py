@@ -88,8 +88,25 @@ class Frame:
 
 _UNESCAPE = {V11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
              V12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}}
-_ESCAPE = {V11: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c"}),
-           V12: str.maketrans({"\\": "\\\\", "\n": "\\n", ":": "\\c", "\r": "\\r"})}
+
+
+def _escape_11(text: str) -> str:
+    # str.replace behind "in" tests: several times faster than str.translate on short headers
+    if "\\" in text:
+        text = text.replace("\\", "\\\\")
+    if "\n" in text:
+        text = text.replace("\n", "\\n")
+    if ":" in text:
+        text = text.replace(":", "\\c")
+    return text
+
+
+def _escape_12(text: str) -> str:
+    text = _escape_11(text)
+    return text.replace("\r", "\\r") if "\r" in text else text
+
+
+_ESCAPE: dict[str, Callable[[str], str]] = {V11: _escape_11, V12: _escape_12}
 _ESCAPE_SEQ = re.compile(r"\\.?", re.DOTALL)
 _V10_CLEAN = str.maketrans({"\n": " ", "\r": " "})
 
@@ -116,7 +133,7 @@ def escape(text: str, version: str | None) -> str:
     """Escape a header name or value for ``version``; 1.0 cannot carry EOLs, so they
     become spaces (the frame would otherwise break)."""
     if version in _ESCAPE:
-        return text.translate(_ESCAPE[version])
+        return _ESCAPE[version](text)  # type: ignore[index]
     return text.translate(_V10_CLEAN)
 
 
@@ -251,8 +268,8 @@ def encode_frame(frame: Frame, version: str | None) -> bytes:
     """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped)."""
     parts = [frame.command]
     if version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS:
-        table = _ESCAPE[version]
-        parts += [f"{k.translate(table)}:{v.translate(table)}" for k, v in frame.headers.items()]
+        esc = _ESCAPE[version]  # type: ignore[index]
+        parts += [f"{esc(k)}:{esc(v)}" for k, v in frame.headers.items()]
     else:
         parts += [f"{escape(k, V10).replace(':', '_')}:{escape(v, V10)}" for k, v in frame.headers.items()]
     parts.append("\n")

@@ -15,11 +15,13 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import itertools
 import logging
 import socket
 import ssl
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -100,6 +102,37 @@ class StompConfig:
         return ctx
 
 
+class Inbox:
+    """Work posted by subscriber threads for the loop. call_soon_threadsafe writes to the
+    loop's self-pipe every time; here only the first post after a drain does, so when
+    the loop is busy many posts cost one wake-up."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self._items: collections.deque[tuple[Callable[..., Any], tuple[Any, ...]]] = collections.deque()
+        self._lock = threading.Lock()
+        self._scheduled = False
+
+    def post(self, fn: Callable[..., Any], *args: Any) -> None:
+        self._items.append((fn, args))
+        with self._lock:
+            if self._scheduled:
+                return
+            self._scheduled = True
+        try:
+            self.loop.call_soon_threadsafe(self._drain)
+        except RuntimeError:  # the loop is closed: the service is gone, nothing to deliver to
+            pass
+
+    def _drain(self) -> None:
+        with self._lock:
+            self._scheduled = False
+        items = self._items
+        while items:
+            fn, args = items.popleft()
+            fn(*args)
+
+
 class StompBridge:
     """The STOMP bridge service (name and type ``stomp``): start(), stop(), state."""
 
@@ -117,6 +150,7 @@ class StompBridge:
         self.connections: set[StompProtocol] = set()
         self._servers: list[asyncio.AbstractServer] = []
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
+        self.inbox: Inbox | None = None
         self._ids = itertools.count(1)
 
     # --- for the service manager and the port mapper ---------------------------------------
@@ -164,6 +198,7 @@ class StompBridge:
         cfg = self.config
         loop = asyncio.get_running_loop()
         self._pool = concurrent.futures.ThreadPoolExecutor(cfg.call_threads, thread_name_prefix="stomp-call")
+        self.inbox = Inbox(loop)
         listeners = []
         if cfg.tcp_enabled:
             listeners.append(("tcp", cfg.tcp_port, None))
@@ -256,7 +291,8 @@ class StompProtocol(asyncio.Protocol):
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a subscriber thread: run ``fn`` on the loop, then flush with the others."""
-        self.loop.call_soon_threadsafe(self._run_posted, fn, args)
+        assert self.bridge.inbox is not None
+        self.bridge.inbox.post(self._run_posted, fn, args)
 
     def _run_posted(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
         if self.transport is not None and self.transport.is_closing() and self.session is not None:
