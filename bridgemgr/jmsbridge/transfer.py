@@ -10,8 +10,10 @@
 # link, for any two XA-capable providers: an XA session at each end, both enlisted in one
 # transaction of the bridge's coordinator (bridgemgr/xa) per unit of work, committed with
 # two phases, or with one when both ends are the same resource manager (the target joins
-# the source's branch): once-and-only-once. A new transaction begins whenever one ends, so
-# every receive of the link belongs to one. transaction_for() picks the class at bridge
+# the source's branch): once-and-only-once. The link calls begin() before a unit's first
+# receive, so every receive belongs to a transaction; a unit that ends empty (idle())
+# rolls its transaction back. A transaction is completed before the next one starts on
+# the same sessions (Java clients keep per-session transaction state). transaction_for() picks the class at bridge
 # start from the factories (a transacted link needs XA-capable ones at both ends).
 """The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or an XA transaction."""
 
@@ -25,7 +27,7 @@ from ..jms.spi import (
     AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
     is_xa_capable,
 )
-from ..xa.coordinator import FINISHED, Coordinator, Transaction, TxState, unreachable
+from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
 from ..xa.registry import BridgeTransactions
 from .pipeline import DMQReason, Stage
 
@@ -135,26 +137,25 @@ class XATransaction(TransferTransaction):
             "source_rm": xa.rm_name(source_ref), "target_rm": xa.rm_name(target_ref)})
 
     def __init__(self) -> None:
-        self.tx: Transaction | None = None
-        self._source: XAResource | None = None
+        self.tx: Transaction | None = None  # the open unit's transaction, between begin()
+        self._source: XAResource | None = None  # and complete(), abort() or idle()
         self._target: XAResource | None = None
 
     def open_source(self, source: Connection) -> Session:
         session = _xa_session(source, self.source_ref)
         self.source_session, self._source = session, session.xa_resource
-        self.tx = self._begin()  # before the first receive: it belongs to the transaction
         return session
 
     def open_target(self, target: Connection) -> Session:
-        assert self.tx is not None
         session = _xa_session(target, self.target_ref)
         self.target_session, self._target = session, session.xa_resource
-        _enlist(self.tx, self._target, self.target_rm, self.target_ref)
+        if self.tx is not None:  # a target (re)opened within a unit joins its transaction
+            _enlist(self.tx, self._target, self.target_rm, self.target_ref)
         return session
 
     def close_target(self) -> None:
-        # only while idle (nothing handled since the last completion): the target did no
-        # work in the current transaction and leaves it
+        # only between units, or within one before anything was sent (a pooled target
+        # going back while the link is idle): the target did no work in a transaction
         if self._target is not None and self.tx is not None and self.tx.state is TxState.ACTIVE:
             try:
                 self.tx.release(self._target)
@@ -164,39 +165,8 @@ class XATransaction(TransferTransaction):
         super().close_target()
 
     def begin(self) -> None:
-        if self.tx is None or self.tx.state in FINISHED:  # else the next one began already
-            self.tx = self._begin()
-
-    def complete(self) -> None:
-        """End the transaction, begin the next one (so the link's next receive is in it),
-        then commit; a failure has rolled the ended one back when this raises."""
-        old = self.tx
-        assert old is not None
-        old.end()
-        try:
-            self.tx = self._begin()
-        except BaseException:
-            self.tx = None
-            old.rollback()
-            raise
-        old.commit()
-
-    def abort(self) -> None:
-        old, self.tx = self.tx, None
-        if old is not None:
-            old.rollback()
-        self.tx = self._begin()
-
-    def close(self) -> None:
-        tx, self.tx = self.tx, None
-        if tx is not None:
-            try:
-                tx.rollback()
-            except Exception:
-                pass  # unprepared branches: the RMs drop them with the sessions
-        super().close()
-
-    def _begin(self) -> Transaction:
+        """A new transaction, the link's sessions enlisted, before the unit's first receive
+        (an XA session outside a transaction would acknowledge what it receives)."""
         tx = self.coordinator.begin()
         try:
             assert self._source is not None
@@ -206,7 +176,29 @@ class XATransaction(TransferTransaction):
         except BaseException:
             tx.rollback()
             raise
-        return tx
+        self.tx = tx
+
+    def complete(self) -> None:
+        """Commit (two phases, or one); when this raises the transaction is rolled back."""
+        tx, self.tx = self.tx, None
+        assert tx is not None
+        tx.commit()
+
+    def abort(self) -> None:
+        tx, self.tx = self.tx, None
+        if tx is not None:
+            tx.rollback()
+
+    def idle(self) -> None:
+        """The unit ended without a message: its empty transaction goes."""
+        self.abort()
+
+    def close(self) -> None:
+        try:
+            self.abort()
+        except Exception:
+            pass  # unprepared branches: the RMs drop them with the sessions
+        super().close()
 
 
 def _xa_session(connection: Connection, ref: str) -> XASession:
