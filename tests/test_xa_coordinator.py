@@ -374,6 +374,8 @@ def test_guards_name_the_state(brokers, coordinator):
     tx.commit()
     with pytest.raises(IllegalStateException, match="cannot end while COMMITTED"):
         tx.end()
+    with pytest.raises(IllegalStateException, match="cannot commit while COMMITTED"):
+        tx.commit()
     branch = Branch(Xid(1, b"g", b""), "rm", End(a).resource, state=BranchState.PREPARED)
     with pytest.raises(IllegalStateException, match="cannot vote ok while PREPARED"):
         branch.fire(BranchEvent.VOTE_OK)

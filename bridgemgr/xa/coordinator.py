@@ -9,10 +9,11 @@
 #
 # Completion is end() (every association ended with TMSUCCESS) then commit():
 #   one branch            -> commit(one_phase=True), nothing logged;
-#   two or more           -> prepare each; a read-only vote drops that branch; any "no"
-#                            rolls every branch back (TransactionRolledBackException);
-#   two or more prepared  -> the CommitRecord is logged (fsynced with txlogSync) and then
-#                            each branch committed; one prepared branch is committed
+#   two or more           -> prepare all at once (the others in a small pool: each RM
+#                            is its own machine); a read-only vote drops that branch;
+#                            any "no" rolls every branch back (TransactionRolledBack);
+#   two or more prepared  -> the CommitRecord is logged (fsynced with txlogSync), then
+#                            all committed at once; one prepared branch is committed
 #                            without a log record (the others did nothing);
 # presumed abort: nothing but the commit decision is ever logged, so recovery rolls back
 # every in-doubt branch of ours without a live CommitRecord. A branch the commit phase
@@ -24,8 +25,8 @@
 # IllegalStateException naming the state. Errors reaching the link are a TransportException
 # when a resource manager was unreachable (the link reconnects) or a
 # TransactionRolledBackException / HeuristicMixedException otherwise (the chapter's
-# COMMIT_FAILURE). The fault hook (IMQBRIDGE_XA_FAULT, tests only) pauses, fails or kills
-# the process at a named point of the protocol, e.g. "logged:kill:0.01".
+# COMMIT_FAILURE). The fault hook (IMQBRIDGE_XA_FAULT, tests only) pauses or kills the
+# process at a named point of the protocol, e.g. "logged:kill:0.01".
 """The built-in XA transaction coordinator of a JMS bridge: Xids, 2PC, branch states."""
 
 from __future__ import annotations
@@ -341,6 +342,9 @@ class Transaction:
 
     def commit(self) -> None:
         """Commit an ended transaction (see the module comment); raises after rolling back."""
+        if self.state not in (TxState.ACTIVE, TxState.ENDED):
+            raise IllegalStateException(f"transaction {self._name}: cannot commit while "
+                                        f"{self.state.value}")
         if self.state is TxState.ACTIVE:
             self.end()
         live = [b for b in self.branches if b.state is BranchState.ENDED]
