@@ -583,7 +583,8 @@ class Coordinator:
             with self._lock:
                 self._forget[:0] = forget
             raise
-        self.counts["logged"] += 1
+        with self._lock:
+            self.counts["logged"] += 1
 
     def forget(self, gtrids: Iterable[bytes]) -> None:
         """Finished transactions whose commit records may go (written with the next one)."""
