@@ -137,17 +137,35 @@ def consumer(port: int, queue: str, ack: str, start_at: float) -> dict:
 
 def run_role(args: argparse.Namespace) -> None:
     spec = json.loads(args.role)
-    role = spec.pop("role")
+    role, out = spec.pop("role"), spec.pop("out")
     result = producer(**spec) if role == "producer" else consumer(**spec)
-    sys.stdout.write(json.dumps(result))
+    Path(out).write_text(json.dumps(result))  # a file: a pipe would block on big results
 
 
-def spawn(spec: dict) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, __file__, "--role", json.dumps(spec)],
-                            stdout=subprocess.PIPE, text=True)
+class Client:
+    """One client process; its result lands in a file."""
+
+    def __init__(self, spec: dict) -> None:
+        fd, self.out = tempfile.mkstemp(prefix="stomp-bench-", suffix=".json")
+        os.close(fd)
+        self.proc = subprocess.Popen([sys.executable, __file__, "--role", json.dumps({**spec, "out": self.out})])
+
+    def poll(self) -> int | None:
+        return self.proc.poll()
+
+    def result(self) -> dict:
+        self.proc.wait(900)
+        try:
+            return json.loads(Path(self.out).read_text())
+        finally:
+            os.unlink(self.out)
 
 
-def stop_consumers(port: int, queue: str, consumers: list[subprocess.Popen]) -> None:
+def spawn(spec: dict) -> Client:
+    return Client(spec)
+
+
+def stop_consumers(port: int, queue: str, consumers: list[Client]) -> None:
     """Send stop messages (after every producer's last message) until every consumer left;
     one consumer may take several, so send more while any is still there."""
     conn = _connect(port)
@@ -173,9 +191,9 @@ def run_load(port: int, *, count: int, rate: float, persistent: bool, ack: str) 
     producers = [spawn({"role": "producer", "port": port, "queue": queue, "count": count, "rate": per_rate,
                         "persistent": p, "start_at": start_at}) for _ in range(PRODUCERS)]
     for proc in producers:
-        proc.communicate(timeout=900)
+        proc.result()
     stop_consumers(port, queue, consumers)
-    results = [json.loads(proc.communicate(timeout=900)[0]) for proc in consumers]
+    results = [proc.result() for proc in consumers]
     received = sum(r["received"] for r in results)
     last = max(r["last"] for r in results if r["last"])
     latencies = sorted(x for r in results for x in r["latencies"])

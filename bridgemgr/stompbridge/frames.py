@@ -274,8 +274,3 @@ def encode_frame(frame: Frame, version: str | None) -> bytes:
         parts += [f"{escape(k, V10).replace(':', '_')}:{escape(v, V10)}" for k, v in frame.headers.items()]
     parts.append("\n")
     return "\n".join(parts).encode("utf-8") + frame.body + b"\0"
-
-
-def write_frame(frame: Frame, version: str | None, write: Callable[[bytes], object]) -> None:
-    """Encode ``frame`` and hand it to ``write`` (a transport's write, a list's append)."""
-    write(encode_frame(frame, version))

@@ -130,7 +130,10 @@ class Inbox:
         items = self._items
         while items:
             fn, args = items.popleft()
-            fn(*args)
+            try:
+                fn(*args)
+            except Exception:  # one connection's bug must not strand the others' batches
+                log.exception("STOMP bridge: a delivery failed")
 
 
 class StompBridge:

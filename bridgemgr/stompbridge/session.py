@@ -48,7 +48,7 @@ from ..providers.embedded.queues import Envelope
 from ..transform import MessageTransformer
 from .convert import Destinations, NotDeliverable, TransformFailed, from_send, to_message_frame
 from .frames import (
-    ABORT, ACK, BEGIN, COMMIT, CONNECT, CONNECTED, DEFAULT_LIMITS, DISCONNECT, ERROR, NACK,
+    ABORT, ACK, BEGIN, COMMIT, CONNECT, CONNECTED, DEFAULT_LIMITS, DISCONNECT, ERROR, HEARTBEAT, NACK,
     PRE_CONNECT, RECEIPT, SEND, STOMP, SUBSCRIBE, UNSUBSCRIBE, V10, V11, V12, VERSIONS, Frame,
     Limits, LocalProtocolError, ProtocolError, RemoteProtocolError, encode_frame, parse_frame,
 )
@@ -254,7 +254,7 @@ class StompSession:
                                           f"{int((now - self._last_received) * 1000)} ms; the "
                                           f"negotiated heart-beat is {self.expect_every} ms"))
         elif self.send_every and now - self._last_sent >= self.send_every / 1000 and not self._out:
-            self._out.append(b"\n")
+            self._out.append(HEARTBEAT)
 
     @property
     def tick_interval(self) -> float | None:
