@@ -647,7 +647,11 @@ class Broker:
             mq: MessageQueue = consumer.queue
             if consumer in mq.consumers:
                 mq.consumers.remove(consumer)
+            if consumer in mq.waiters:
+                mq.waiters.remove(consumer)
             consumer.cond.notify_all()
+            if len(mq):  # it may have been woken for a message it will now never take
+                mq.wake(None)
             if mq.topic is not None and mq.key.startswith("sub:"):
                 subs = self.topics.get(mq.topic.name, [])
                 if mq in subs:
