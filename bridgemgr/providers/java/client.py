@@ -42,6 +42,7 @@ from ...jms.spi import (
 from . import jvm
 from .convert import Flavor, flavor_of, to_java, to_java_destination, to_python, to_python_destination
 from .jvm import java_errors
+from .xa import JavaXAResource
 
 log = logging.getLogger(__name__)
 
@@ -304,7 +305,6 @@ class JavaXASession(JavaSession, XASession):
     """A Java XASession: its work belongs to the branch its XAResource is started on."""
 
     def __init__(self, connection: JavaConnection, jxasession: Any) -> None:
-        from .xa import JavaXAResource
         with java_errors("XASession"):
             super().__init__(connection, jxasession.getSession())
             self._resource = JavaXAResource(jxasession.getXAResource())
