@@ -193,7 +193,8 @@ def test_text_bytes_round_trip(text, charset):
     assert as_bytes.get_string_property("JMS_IMQ_CHARSET") == charset
     as_bytes.set_read_only()
     back, _ = run(to_text, as_bytes, {"charset": charset})
-    assert isinstance(back, TextMessage) and back.text == text
+    # What the charset itself gives back (Shift_JIS maps U+00A5 to 0x5C, read as '\\').
+    assert isinstance(back, TextMessage) and back.text == encoded.decode(charset)
 
 
 def test_charset_from_the_caller_and_bad_input():
