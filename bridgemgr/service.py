@@ -97,6 +97,9 @@ class BridgeServiceManager:
             self._open_broker()
             self._open_front_ends()
             if self.props.enabled:
+                from .providers.java import configure_from_properties
+
+                configure_from_properties(self.props)  # imq.bridge.java.classpath, lib/ext
                 self._load_bridges()
             else:
                 log.info("imq.bridge.enabled is false: no bridges, no admin port")
