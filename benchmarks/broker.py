@@ -17,22 +17,17 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, Queue
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
+from benchcommon import paced_latency, percentiles
+
 Q = Queue("bench")
-
-
-def _percentiles(samples: list[float]) -> dict[str, float]:
-    samples = sorted(samples)
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
-    return {"p50_ms": round(pick(0.50) * 1e3, 3), "p99_ms": round(pick(0.99) * 1e3, 3)}
 
 
 def flat_out(broker: Broker, n: int, body: bytes, mode: DeliveryMode, producers: int = 1) -> dict:
@@ -91,28 +86,11 @@ def latency(broker: Broker, n: int, body: bytes, mode: DeliveryMode, rate: int =
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
-    samples: list[float] = []
-
-    def consume() -> None:
-        for _ in range(n):
-            m = consumer.receive(5)
-            samples.append(time.perf_counter() - m.get_double_property("t"))
-
-    t = threading.Thread(target=consume)
-    t.start()
     producer = conn.create_session().create_producer(Q)
     producer.delivery_mode = mode
-    start = time.perf_counter()
-    for i in range(n):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            time.sleep(min(due - now, 0.0005))
-        m = BytesMessage(body)
-        m.set_double_property("t", time.perf_counter())
-        producer.send(m)
-    t.join()
+    samples = paced_latency(producer, consumer, n, body, rate, timeout=5)
     conn.close()
-    return {"rate_msg_per_s": rate, **_percentiles(samples)}
+    return {"rate_msg_per_s": rate, **percentiles(samples)}
 
 
 def main() -> None:

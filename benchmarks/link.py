@@ -35,7 +35,6 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import tempfile
 import threading
 import time
@@ -47,6 +46,8 @@ from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+from benchcommon import paced_latency, percentiles
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -73,12 +74,6 @@ def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool,
     return JMSBridge(parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0)), props,
                      host_factory=lambda env: EmbeddedConnectionFactory(broker),
                      tuning=LinkTuning(ack_batch=ack_batch))
-
-
-def percentiles(samples: list[float]) -> dict[str, float]:
-    samples = sorted(samples)
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
-    return {"p50_ms": round(pick(0.50) * 1e3, 3), "p99_ms": round(pick(0.99) * 1e3, 3)}
 
 
 def produce(broker: Broker, n: int, body: bytes, dest: Queue = SRC) -> None:
@@ -180,30 +175,12 @@ def latency(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     receiver = conn.create_session().create_consumer(DST)
-    samples: list[float] = []
-
-    def receive() -> None:
-        for _ in range(n):
-            m = receiver.receive(10)
-            samples.append(time.perf_counter() - m.get_double_property("t"))
-
-    t = threading.Thread(target=receive)
-    t.start()
     producer = conn.create_session().create_producer(SRC)
     producer.delivery_mode = DeliveryMode.PERSISTENT
-    start = time.perf_counter()
-    for i in range(n):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            time.sleep(min(due - now, 0.0005))
-        m = BytesMessage(body)
-        m.set_double_property("t", time.perf_counter())
-        producer.send(m)
-    t.join()
+    samples = paced_latency(producer, receiver, n, body, rate)
     conn.close()
     bridge.stop()
-    return {"ack_batch": ack_batch, "rate_msg_per_s": rate, **percentiles(samples),
-            "mean_ms": round(statistics.fmean(samples) * 1e3, 3)}
+    return {"ack_batch": ack_batch, "rate_msg_per_s": rate, **percentiles(samples)}
 
 
 def median_run(runs: list[dict]) -> dict:

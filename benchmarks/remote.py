@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import resource
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -43,19 +42,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue  # noqa: E402
 from bridgemgr.jms.spi import ConnectionFactory  # noqa: E402
 
+from benchcommon import paced_latency, percentiles  # noqa: E402
+
 Q = Queue("bench")
 MODES = {
     "non_persistent": (DeliveryMode.NON_PERSISTENT, False, 1),
     "persistent": (DeliveryMode.PERSISTENT, False, 1),
     "persistent_sync": (DeliveryMode.PERSISTENT, True, 8),
 }
-
-
-def _percentiles(samples: list[float]) -> dict[str, float]:
-    samples = sorted(samples)
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
-    return {"p50_ms": round(pick(0.50) * 1e3, 3), "p99_ms": round(pick(0.99) * 1e3, 3),
-            "mean_ms": round(statistics.fmean(samples) * 1e3, 3)}
 
 
 def flat_out(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode, producers: int) -> dict:
@@ -93,28 +87,11 @@ def latency(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode,
     conn = factory.create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
-    samples: list[float] = []
-
-    def consume() -> None:
-        for _ in range(n):
-            m = consumer.receive(10)
-            samples.append(time.perf_counter() - m.get_double_property("t"))
-
-    t = threading.Thread(target=consume)
-    t.start()
     producer = conn.create_session().create_producer(Q)
     producer.delivery_mode = mode
-    start = time.perf_counter()
-    for i in range(n):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            time.sleep(min(due - now, 0.0005))
-        m = BytesMessage(body)
-        m.set_double_property("t", time.perf_counter())
-        producer.send(m)
-    t.join()
+    samples = paced_latency(producer, consumer, n, body, rate)
     conn.close()
-    return {"rate_msg_per_s": rate, **_percentiles(samples)}
+    return {"rate_msg_per_s": rate, **percentiles(samples)}
 
 
 def workloads(factory: ConnectionFactory, args: argparse.Namespace, mode_name: str) -> dict:

@@ -29,9 +29,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
-import statistics
 import tempfile
-import threading
 import time
 from pathlib import Path
 
@@ -41,6 +39,8 @@ from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+from benchcommon import paced_latency, percentiles
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -141,36 +141,15 @@ def latency(setup: Setup, n: int, body: bytes, rate: int, transacted: bool,
     receiver_conn = EmbeddedConnectionFactory(setup.b).create_connection()
     receiver_conn.start()
     receiver = receiver_conn.create_session().create_consumer(DST)
-    samples: list[float] = []
-
-    def receive() -> None:
-        for _ in range(n):
-            m = receiver.receive(10)
-            samples.append(time.perf_counter() - m.get_double_property("t"))
-
-    t = threading.Thread(target=receive)
-    t.start()
     conn = EmbeddedConnectionFactory(setup.a).create_connection()
     producer = conn.create_session().create_producer(SRC)
     producer.delivery_mode = DeliveryMode.PERSISTENT
-    start = time.perf_counter()
-    for i in range(n):
-        due = start + i / rate
-        while (now := time.perf_counter()) < due:
-            time.sleep(min(due - now, 0.0005))
-        m = BytesMessage(body)
-        m.set_double_property("t", time.perf_counter())
-        producer.send(m)
-    t.join()
+    samples = paced_latency(producer, receiver, n, body, rate)
     conn.close()
     receiver_conn.close()
     bridge.stop()
-    samples.sort()
-    pick = lambda q: samples[min(len(samples) - 1, int(q * len(samples)))]  # noqa: E731
     return {"transacted": transacted, **({"batch_size": batch} if transacted else {}),
-            "rate_msg_per_s": rate, "p50_ms": round(pick(0.5) * 1e3, 3),
-            "p99_ms": round(pick(0.99) * 1e3, 3),
-            "mean_ms": round(statistics.fmean(samples) * 1e3, 3)}
+            "rate_msg_per_s": rate, **percentiles(samples)}
 
 
 def median_run(runs: list[dict]) -> dict:
