@@ -1,0 +1,79 @@
+# How it works: every Spark job of ours (a runner=spark link, drain, the dmq commands)
+# gets its SparkSession from spark_session(). Python workers are started by the JVM and
+# run `python3` from PATH unless told otherwise, which is not our venv: PYSPARK_PYTHON
+# and PYSPARK_DRIVER_PYTHON are set to this interpreter before the JVM starts. Our data
+# source classes are pickled by reference, so workers must import bridgemgr: the folder
+# that holds it goes on PYTHONPATH (an editable install is seen anyway; a plain checkout
+# is not). imq.bridge.spark.master (default local[*]) and imq.bridge.spark.conf.* come
+# from the broker properties; DEFAULTS are ours, and a user's conf.* entry wins.
+"""The SparkSession of imqbridge's Spark jobs, configured from the broker properties."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Mapping
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..props import BrokerProperties
+
+DEFAULT_MASTER = "local[*]"
+DEFAULTS: Mapping[str, str] = {
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+    "spark.sql.session.timeZone": "UTC",
+    "spark.sql.execution.arrow.pyspark.enabled": "true",
+    "spark.python.worker.reuse": "true",
+}
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+
+
+class SparkUnavailable(RuntimeError):
+    """pyspark (with pyarrow) is not installed, or no JVM could be started."""
+
+
+def spark_settings(props: "BrokerProperties | None") -> tuple[str, dict[str, str]]:
+    """The master URL and SparkConf entries that ``props`` ask for (defaults applied)."""
+    conf = dict(DEFAULTS)
+    master = DEFAULT_MASTER
+    if props is not None:
+        master = props.get("imq.bridge.spark.master") or DEFAULT_MASTER
+        conf.update(props.spark_conf)
+    return master, conf
+
+
+def prepare_python_environment() -> None:
+    """Make Spark's Python workers run this interpreter and find bridgemgr."""
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if _PACKAGE_ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([_PACKAGE_ROOT, *paths])
+
+
+def spark_session(props: "BrokerProperties | None" = None, *, app_name: str = "imqbridge",
+                  master: str | None = None, conf: Mapping[str, Any] | None = None
+                  ) -> "SparkSession":
+    """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
+    session and its settings. ``master``/``conf`` override the properties (tests, drain)."""
+    try:
+        import pyarrow  # noqa: F401  Python data sources fail obscurely without it
+        from pyspark.sql import SparkSession
+    except ImportError as exc:
+        raise SparkUnavailable(f"Spark jobs need pyspark[sql] (pyspark and pyarrow): {exc}. "
+                               f"Install them with: pip install 'pyspark[sql]>=4.3,<4.4'") from exc
+    prop_master, settings = spark_settings(props)
+    settings.update({k: str(v) for k, v in (conf or {}).items()})
+    prepare_python_environment()
+    builder = SparkSession.builder.appName(app_name).master(master or prop_master)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    try:
+        session = builder.getOrCreate()
+    except Exception as exc:  # no java, a bad conf value, a port in use ...
+        raise SparkUnavailable(f"cannot start Spark ({master or prop_master}): {exc}") from exc
+    session.sparkContext.setLogLevel("WARN")
+    return session
