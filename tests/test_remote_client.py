@@ -413,3 +413,24 @@ def test_tls_through_the_port_mapper_and_directly(broker):
             RemoteConnectionFactory(h.url).create_connection()     # plain TCP is not offered
         with pytest.raises(TransportException, match="handshake failed"):
             RemoteConnectionFactory(f"mqssl://127.0.0.1:{h.service.port}").create_connection()  # untrusted
+
+
+def test_connections_without_a_user_log_in_with_the_default_login(broker, no_host_broker, monkeypatch):
+    """CLI jobs and Spark workers reach a service that checks passwords: a connection that
+    names no user (a bridge XML rarely does) logs in with the job's login."""
+    from bridgemgr.jms.errors import JMSSecurityException
+    with Harness(broker, heartbeat=5.0,
+                 authenticator=lambda user, password: (user, password) == ("job", "s3cret")) as h:
+        factory = embedded.connection_factory()
+        embedded.set_remote_broker_url(h.url)
+        with pytest.raises(JMSSecurityException):
+            factory.create_connection()
+        embedded.set_remote_broker_url(h.url, "job", "s3cret")
+        factory.create_connection().close()
+        embedded.set_remote_broker_url(None)
+        monkeypatch.setenv(embedded.BROKER_URL_ENV, h.url)
+        monkeypatch.setenv(embedded.BROKER_USER_ENV, "job")
+        monkeypatch.setenv(embedded.BROKER_PASSWORD_ENV, "s3cret")
+        factory.create_connection().close()
+        with pytest.raises(JMSSecurityException):  # a named user is never replaced
+            factory.create_connection("job", "wrong")

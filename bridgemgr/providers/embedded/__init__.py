@@ -18,6 +18,10 @@ Other processes reach the host broker over its ``jms`` connection service
 broker at ``remote_broker_url()``: the URL given to ``set_remote_broker_url`` (CLI jobs
 set it from the broker properties with ``broker_url(props)``), else ``$IMQ_BROKER_URL``,
 else ``mq://127.0.0.1:7676``. A provider URL ``mq://host:port`` names a remote broker.
+A connection made without a user name logs in to the remote host broker with the
+credentials given to ``set_remote_broker_url``, else ``$IMQ_BROKER_USER`` /
+``$IMQ_BROKER_PASSWORD`` (how CLI jobs and Spark workers log in; a bridge XML rarely
+names a user for the host broker).
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from .queues import DestinationLimits, LimitBehavior
 
 __all__ = ["Broker", "DMQ_NAME", "DestinationLimits", "EmbeddedConnectionFactory", "LimitBehavior",
            "CONTEXT_FACTORY", "open_broker", "set_host_broker", "host_broker", "connection_factory",
-           "HostBrokerFactory", "BROKER_URL_ENV", "set_remote_broker_url", "remote_broker_url", "broker_url"]
+           "HostBrokerFactory", "BROKER_URL_ENV", "BROKER_USER_ENV", "BROKER_PASSWORD_ENV",
+           "set_remote_broker_url", "remote_broker_url", "remote_login", "broker_url"]
 
 CONTEXT_FACTORY = "imq.embedded"
 
@@ -80,20 +85,33 @@ def connection_factory(broker: Broker | None = None) -> XAConnectionFactory:
 
 # --- the host broker seen from other processes -----------------------------------------------
 BROKER_URL_ENV = "IMQ_BROKER_URL"
+BROKER_USER_ENV = "IMQ_BROKER_USER"
+BROKER_PASSWORD_ENV = "IMQ_BROKER_PASSWORD"
 _remote_url: str | None = None
+_remote_login: tuple[str, str] | None = None
 
 
-def set_remote_broker_url(url: str | None) -> None:
-    """Where this process finds the host broker when it does not run it (None: the default)."""
-    global _remote_url
+def set_remote_broker_url(url: str | None, user: str | None = None,
+                          password: str | None = None) -> None:
+    """Where this process finds the host broker when it does not run it (None: the default),
+    and who logs in there when a connection names no user."""
+    global _remote_url, _remote_login
     if url is not None:
         from .remote import parse_url
         parse_url(url)  # refuse a bad URL now, not at the first connection
     _remote_url = url
+    _remote_login = (user, password or "") if user else None
 
 
 def remote_broker_url() -> str:
     return _remote_url or os.environ.get(BROKER_URL_ENV) or "mq://127.0.0.1:7676"
+
+
+def remote_login() -> tuple[str | None, str | None]:
+    """The default (user, password) for the remote host broker (see the module doc)."""
+    if _remote_login is not None:
+        return _remote_login
+    return os.environ.get(BROKER_USER_ENV), os.environ.get(BROKER_PASSWORD_ENV)
 
 
 def broker_url(props: Any) -> str:
@@ -113,6 +131,8 @@ class HostBrokerFactory(XAConnectionFactory):
         if local is not None:
             return EmbeddedConnectionFactory(local).create_connection(username, password)
         from .remote import RemoteConnectionFactory
+        if username is None:
+            username, password = remote_login()
         return RemoteConnectionFactory(remote_broker_url()).create_connection(username, password)
 
     create_xa_connection = create_connection
