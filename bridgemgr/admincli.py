@@ -146,27 +146,58 @@ def _admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
     return host, entry.port, entry.protocol == "tls"
 
 
+def admin_options(fn):  # type: ignore[no-untyped-def]
+    """The options that find and log in to a service's admin port (every admin command and
+    every CLI job): -b, -u, -passfile, -secure, --cafile, -rtm, -rtr."""
+    for option in reversed((
+        click.option("-b", "broker", default=DEFAULT_BROKER, show_default=True, metavar="HOST:PORT",
+                     help="The broker's port mapper."),
+        click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing)."),
+        click.option("-passfile", "passfile", metavar="FILE",
+                     help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing)."),
+        click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS."),
+        click.option("--cafile", envvar="IMQ_BRIDGEMGR_CAFILE", metavar="FILE",
+                     help="CA certificates to trust for -secure (default: the system's)."),
+        click.option("-rtm", "reply_timeout", type=click.IntRange(1), default=10, show_default=True,
+                     help="Seconds to wait for each reply."),
+        click.option("-rtr", "retries", type=click.IntRange(0), default=5, show_default=True,
+                     help="How often to retry a broken connection."),
+    )):
+        fn = option(fn)
+    return fn
+
+
+def admin_login(user: str | None, passfile: str | None) -> tuple[str, str]:
+    """The admin user and password: -u / -passfile, else asked for."""
+    if user is None:
+        user = click.prompt("Enter the user name", default="admin")
+    password = _read_passfile(passfile) if passfile else click.prompt(
+        "Enter the password", hide_input=True)
+    return user, password
+
+
+def open_admin(broker: str, user: str, password: str, secure: bool, cafile: str | None,
+               reply_timeout: int, retries: int) -> AdminClient:
+    """A client of the admin port behind the port mapper at ``broker`` (it logs in with
+    its first request)."""
+    host, port, tls = _admin_address(broker, float(reply_timeout))
+    if secure and not tls:
+        raise click.ClickException(f"the admin service at {broker} does not offer TLS (-secure)")
+    ctx = ssl.create_default_context(cafile=cafile) if tls else None
+    return AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout,
+                       retries=retries)
+
+
 def _command(op: str):
     @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
     @click.argument("argument", type=click.Choice(["bridge", "link"], case_sensitive=False))
-    @click.option("-b", "broker", default=DEFAULT_BROKER, show_default=True, metavar="HOST:PORT",
-                  help="The broker's port mapper.")
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
     @click.option("-ln", "link", metavar="NAME", help="Link name.")
     @click.option("-t", "btype", type=click.Choice(["JMS", "STOMP"], case_sensitive=False),
                   help="Bridge type.")
-    @click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing).")
-    @click.option("-passfile", "passfile", metavar="FILE",
-                  help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing).")
+    @admin_options
     @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
     @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
-    @click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS.")
-    @click.option("--cafile", envvar="IMQ_BRIDGEMGR_CAFILE", metavar="FILE",
-                  help="CA certificates to trust for -secure (default: the system's).")
-    @click.option("-rtm", "reply_timeout", type=click.IntRange(1), default=10, show_default=True,
-                  help="Seconds to wait for each reply.")
-    @click.option("-rtr", "retries", type=click.IntRange(0), default=5, show_default=True,
-                  help="How often to retry a broken connection.")
     @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
     @click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
                   help="Show this help with examples.")
@@ -182,18 +213,10 @@ def _command(op: str):
                                  default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
                 click.echo(f"The operation [{op}] on the {argument} was not performed.")
                 raise click.exceptions.Exit(0)
-        if user is None:
-            user = click.prompt("Enter the user name", default="admin")
-        password = _read_passfile(passfile) if passfile else click.prompt(
-            "Enter the password", hide_input=True)
-        host, port, tls = _admin_address(broker, float(reply_timeout))
-        if secure and not tls:
-            raise click.ClickException(f"the admin service at {broker} does not offer TLS (-secure)")
-        ctx = ssl.create_default_context(cafile=cafile) if tls else None
+        user, password = admin_login(user, passfile)
         cmd = Command(op.upper(), btype, bridge, link if argument == "link" else None)
         try:
-            with AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout,
-                             retries=retries) as client:
+            with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
                 reply = client.request(cmd)
         except AdminError as exc:
             raise click.ClickException(str(exc)) from None

@@ -33,6 +33,7 @@ from .admin.protocol import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     OK,
+    UNAVAILABLE,
     Command,
     Reply,
 )
@@ -219,6 +220,8 @@ class BridgeServiceManager:
         """Carry out one admin command (called on a worker thread of the admin port)."""
         if cmd.op == "LIST":
             return self._list(cmd)
+        if cmd.op == "CONFIG":
+            return self._config(cmd)
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
             return bridge
@@ -267,6 +270,35 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def _config(self, cmd: Command) -> Reply:
+        """What a CLI job (drain, dmq) needs to work on a JMS bridge from another process."""
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        if bridge.type != "JMS":
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS "
+                                      "bridge has a configuration to work with")
+        if not self.jms_services:
+            return Reply(UNAVAILABLE, "the host broker's jms connection service is not running")
+        from .spark.session import spark_settings
+
+        settings = self.props.bridge(bridge.name)
+        xmlurl = settings.xmlurl
+        if xmlurl and "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
+            xmlurl = str((settings.xml_base / xmlurl).resolve())
+        master, conf = spark_settings(self.props)
+        return Reply(OK, f"bridge {bridge.name}", {
+            "bridge": bridge.name, "type": bridge.type, "xmlurl": xmlurl,
+            "runner": settings.runner, "backoutThreshold": settings.backout_threshold,
+            "jms": self.jms_url,
+            "spark": {"master": master, "conf": conf}})
+
+    @property
+    def jms_url(self) -> str:
+        """The host broker's jms connection service, as other processes on this host reach it."""
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
+        return f"mqtcp://{'[' + host + ']' if ':' in host else host}:{self.jms_services[0].port}"
 
     # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:

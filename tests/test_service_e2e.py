@@ -9,8 +9,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,9 +16,9 @@ import pytest
 
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from service_support import Daemon, cli
 
 pytestmark = pytest.mark.timeout(240)
-ROOT = Path(__file__).resolve().parents[1]
 N = 300
 
 XML = """<?xml version="1.0" encoding="UTF-8"?>
@@ -66,28 +64,6 @@ imq.bridge.b1.autostart=true
         producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
     broker.close()
     return props, passfile, store
-
-
-class Daemon:
-    def __init__(self, props: Path) -> None:
-        env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        self.lines: list[str] = []
-        for line in self.proc.stdout:
-            self.lines.append(line.rstrip())
-            if m := re.match(r"port mapper: (\S+):(\d+)", line):
-                self.address = f"{m.group(1)}:{m.group(2)}"
-            if "Running" in line:
-                return
-        raise AssertionError(f"serve did not come up: {self.lines}")
-
-
-def cli(daemon: Daemon, passfile: Path, *args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address,
-                           "-u", "admin", "-passfile", str(passfile), "-f"],
-                          capture_output=True, text=True, env=env, timeout=60)
 
 
 def link_row(daemon: Daemon, passfile: Path, link: str = "l1") -> list[str]:

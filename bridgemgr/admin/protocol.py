@@ -8,8 +8,12 @@ and the connection closes. Then any number of commands.
 Request::
 
     {"op": "HELLO", "version": 1, "user": "admin", "password": "..."}
-    {"op": "LIST" | "START" | "STOP" | "PAUSE" | "RESUME",
+    {"op": "LIST" | "START" | "STOP" | "PAUSE" | "RESUME" | "CONFIG",
      "type": "JMS" | "STOMP" | null, "bridge": NAME | null, "link": NAME | null}
+
+CONFIG (ours, for CLI jobs such as ``drain`` and ``dmq``) answers with what a job needs
+to work on a JMS bridge from another process: the host broker's ``jms`` service URL, the
+bridge's xmlurl and runner settings, and the Spark master and configuration.
 
 Reply::
 
@@ -32,7 +36,7 @@ MAX_LINE = 64 * 1024
 
 OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
 
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME")
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG")
 TYPES = ("JMS", "STOMP")
 
 

@@ -1,0 +1,89 @@
+# How it works: a CLI job (drain, dmq archive|report|redrive) runs in its own process,
+# next to a running service. job_options gives it the admin commands' options (-b, -u,
+# -passfile, -secure, --cafile, -rtm, -rtr, plus -bn); service_job() logs in to the admin
+# port found through the port mapper at -b, asks CONFIG for the bridge, loads the bridge
+# XML the service uses, and points this process's host broker at the service's jms
+# connection service (mq://<-b>, the port mapper resolves it) with the admin login, so
+# every connection factory of the bridge XML that means "the host broker" works here.
+"""What a CLI job needs from the running service: its bridge's configuration and broker."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+import click
+
+from ..admin.client import AdminError
+from ..admin.protocol import Command
+from ..admincli import _host_port, admin_login, admin_options, open_admin
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+    from ..jmsbridge.config import BridgeConfig
+
+
+@dataclass(frozen=True)
+class ServiceJob:
+    """One job's view of the service and of the JMS bridge it works on."""
+
+    broker_url: str                    # the host broker's jms connection service
+    bridge: str
+    xmlurl: str
+    config: "BridgeConfig"
+    runner: str = "local"
+    backout_threshold: int = 0
+    spark_master: str = "local[*]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    user: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+
+    def spark(self, app_name: str, **conf: Any) -> "SparkSession":
+        """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
+        from .session import spark_session
+
+        return spark_session(app_name=app_name, master=self.spark_master,
+                             conf={**self.spark_conf, **conf})
+
+
+def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """-bn (required) and the admin commands' options; the command gets them as keyword
+    arguments broker, bridge, user, passfile, secure, cafile, reply_timeout, retries."""
+    fn = admin_options(fn)
+    return click.option("-bn", "bridge", required=True, metavar="NAME",
+                        help="The JMS bridge whose configuration the job uses.")(fn)
+
+
+def service_job(broker: str, bridge: str, user: str | None, passfile: str | None,
+                secure: bool = False, cafile: str | None = None, reply_timeout: int = 10,
+                retries: int = 5) -> ServiceJob:
+    """Ask the service at ``broker`` about ``bridge`` and connect this process to its host
+    broker; ClickException with the service's answer when it cannot."""
+    from ..jmsbridge.config import load_bridge_config
+    from ..props import ConfigError
+    from ..providers.embedded import set_remote_broker_url
+
+    host, port = _host_port(broker)
+    user, password = admin_login(user, passfile)
+    try:
+        with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
+            reply = client.request(Command("CONFIG", None, bridge, None))
+    except AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+    if not reply.ok:
+        raise click.ClickException(reply.message)
+    data = reply.data
+    if not data.get("xmlurl"):
+        raise click.ClickException(f"bridge {bridge} has no imq.bridge.{bridge}.xmlurl")
+    try:
+        config = load_bridge_config(data["xmlurl"], bridge_name=bridge)
+    except ConfigError as exc:
+        raise click.ClickException(f"the configuration of bridge {bridge} cannot be loaded:\n{exc}") from None
+    url = f"mq://{'[' + host + ']' if ':' in host else host}:{port}"
+    set_remote_broker_url(url, user, password)
+    spark = data.get("spark") or {}
+    return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
+                      backout_threshold=int(data.get("backoutThreshold") or 0),
+                      spark_master=spark.get("master") or "local[*]",
+                      spark_conf=dict(spark.get("conf") or {}), user=user, password=password)

@@ -1,0 +1,120 @@
+"""CLI jobs find their bridge through a running service's admin port (op CONFIG) and reach
+its host broker over the jms connection service with the admin login."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from bridgemgr.admin.client import AdminClient
+from bridgemgr.admin.protocol import Command
+from bridgemgr.admincli import _admin_address
+from bridgemgr.jms import DeliveryMode, Queue, TextMessage
+from bridgemgr.providers import embedded
+from bridgemgr.providers.embedded.remote import RemoteConnection
+from bridgemgr.spark.jobs import service_job
+from service_support import Daemon
+
+pytestmark = pytest.mark.timeout(120)
+
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="jobs.src"/>
+  <destination ref-name="dst" name="jobs.dst"/>
+</jmsbridge>
+"""
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    base = tmp_path_factory.mktemp("jobs")
+    (base / "conf").mkdir()
+    (base / "conf" / "jb.xml").write_text(XML)
+    props = base / "conf" / "broker.properties"
+    props.write_text(f"""imq.varhome={base / 'var'}
+imq.instancename=jobs
+imq.portmapper.port=0
+imq.bridge.enabled=true
+imq.bridge.admin.user=admin
+imq.bridge.admin.password=Job-Secret-1
+imq.bridge.activelist=jb,stomp
+imq.bridge.stomp.tcp.port=0
+imq.bridge.jb.type=jms
+imq.bridge.jb.xmlurl=jb.xml
+imq.bridge.jb.autostart=false
+imq.bridge.jb.runner=spark
+imq.bridge.spark.master=local[1]
+imq.bridge.spark.conf.spark.sql.shuffle.partitions=3
+""")
+    passfile = base / "pw.properties"
+    passfile.write_text("imq.imqbridgemgr.password=Job-Secret-1\n")
+    daemon = Daemon(props)
+    yield daemon, passfile, base
+    daemon.stop()
+
+
+@pytest.fixture
+def remote_only():
+    """This test process plays a job's process: no host broker of its own."""
+    previous = embedded._host
+    embedded.set_host_broker(None)
+    yield
+    embedded.set_remote_broker_url(None)
+    embedded.set_host_broker(previous)
+
+
+def admin(daemon: Daemon) -> AdminClient:
+    host, port, _ = _admin_address(daemon.address, 10.0)
+    return AdminClient(host, port, "admin", "Job-Secret-1")
+
+
+def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
+    daemon, _, base = service
+    with admin(daemon) as client:
+        reply = client.request(Command("CONFIG", None, "jb", None))
+        assert reply.ok, reply.message
+        data = reply.data
+        assert data["xmlurl"] == str(base / "conf" / "jb.xml")  # relative to the properties file
+        assert data["runner"] == "spark" and data["type"] == "JMS"
+        assert data["spark"]["master"] == "local[1]"
+        assert data["spark"]["conf"]["spark.sql.shuffle.partitions"] == "3"
+        assert data["jms"].startswith("mqtcp://127.0.0.1:")
+        assert "Job-Secret-1" not in str(data)
+        missing = client.request(Command("CONFIG", None, "nope", None))
+        assert missing.status == 404 and "bridges: jb, stomp" in missing.message
+        stomp = client.request(Command("CONFIG", None, "stomp", None))
+        assert stomp.status == 400 and "only a JMS bridge" in stomp.message
+
+
+def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service, remote_only):
+    daemon, passfile, _ = service
+    job = service_job(daemon.address, "jb", "admin", str(passfile))
+    assert job.config.name == "jb" and [link.name for link in job.config.links] == ["l1"]
+    assert job.runner == "spark" and job.spark_master == "local[1]"
+    assert "Job-Secret-1" not in repr(job)
+    conn = embedded.connection_factory().create_connection()  # no user: the job's login
+    try:
+        assert isinstance(conn, RemoteConnection)
+        session = conn.create_session()
+        session.create_producer(Queue("jobs.src")).send(TextMessage("from a job"),
+                                                        delivery_mode=DeliveryMode.PERSISTENT)
+        conn.start()
+        assert session.create_consumer(Queue("jobs.src")).receive(5).text == "from a job"
+    finally:
+        conn.close()
+
+
+def test_service_job_errors_name_the_problem(service, remote_only, tmp_path):
+    daemon, passfile, _ = service
+    with pytest.raises(click.ClickException, match="no bridge named nope"):
+        service_job(daemon.address, "nope", "admin", str(passfile))
+    wrong = tmp_path / "wrong.properties"
+    wrong.write_text("imq.imqbridgemgr.password=not-it\n")
+    with pytest.raises(click.ClickException, match="(?i)authentication|login|password"):
+        service_job(daemon.address, "jb", "admin", str(wrong), retries=0)
