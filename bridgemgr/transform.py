@@ -14,7 +14,9 @@ looks in the transformer folders first (the original's ``lib/ext``): the directo
 ``$IMQ_BRIDGE_TRANSFORMER_PATH`` (separated by ``os.pathsep``), then the repository's
 ``transformers/``. There ``module.Class`` names ``<folder>/module.py``, and a path that
 starts with the folder's own name (``transformers.uppercase.UppercaseTransformer``) names a
-module inside it. Anything else is imported from the Python path as usual.
+module inside it. Anything else is imported from the Python path as usual. A name that is
+no Python module (``com.example.Upper``) is taken for a Java class when Java is configured
+(imq.bridge.java.classpath, lib/ext, or a running JVM): see bridgemgr.providers.java.transformer.
 """
 
 from __future__ import annotations
@@ -138,6 +140,25 @@ def _import(module_name: str, folders: Sequence[Path]) -> ModuleType:
     return importlib.import_module(module_name)
 
 
+def _java_configured() -> bool:
+    """Whether a Java class could be meant: a JVM runs or a Java classpath is set."""
+    try:
+        from .providers.java import jvm
+    except ImportError:
+        return False
+    return jvm.is_started() or bool(jvm.classpath())
+
+
+def _java_transformer(class_path: str, python_problem: str) -> MessageTransformer:
+    """A plain Java class name (com.example.Upper) as a transformer, through JPype."""
+    from .providers.java.transformer import JavaTransformer
+
+    try:
+        return JavaTransformer(class_path)
+    except JMSException as exc:
+        raise JMSException(f"{python_problem}; nor is it a Java transformer: {exc}") from exc
+
+
 def load_transformer(class_path: str,
                      search_path: Sequence[str | os.PathLike[str]] | None = None
                      ) -> MessageTransformer:
@@ -151,8 +172,11 @@ def load_transformer(class_path: str,
         cls = getattr(_import(module_name, folders), class_name)
     except (ImportError, AttributeError) as exc:
         where = ", ".join(str(f) for f in folders) or "no transformer folder"
-        raise JMSException(f"cannot load message transformer {class_path}: {exc} (looked in "
-                           f"{where} and on the Python path)") from exc
+        problem = (f"cannot load message transformer {class_path}: {exc} (looked in "
+                   f"{where} and on the Python path)")
+        if isinstance(exc, ModuleNotFoundError) and _java_configured():
+            return _java_transformer(class_path, problem)
+        raise JMSException(problem) from exc
     except Exception as exc:  # the module itself failed while being imported
         raise JMSException(f"cannot load message transformer {class_path}: importing "
                            f"{module_name} failed: {type(exc).__name__}: {exc}") from exc

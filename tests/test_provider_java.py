@@ -472,3 +472,27 @@ def test_every_body_kind_through_java(java_classes):
 def test_a_missing_java_class_is_a_clear_load_error(java_classes):
     with pytest.raises(JMSException, match="Java class NoSuchTransformer cannot be loaded .*classpath is .*java-transformers"):
         transformer("NoSuchTransformer")
+
+
+def test_a_plain_java_class_name_loads_as_a_transformer(java_classes, tmp_path):
+    """message-transformer-class="com.example.Upper": no Python module of that name, Java
+    is configured, so the Java class is meant."""
+    pkg = tmp_path / "com" / "example"
+    pkg.mkdir(parents=True)
+    (pkg / "Shout.java").write_text(
+        "package com.example;\nimport javax.jms.*;\nimport java.util.Properties;\n"
+        "public class Shout {\n public Message transform(Message m, boolean ro, String cs, String s,"
+        " String t, Properties p) throws JMSException {\n"
+        "  TextMessage tm = (TextMessage) m; tm.clearBody(); tm.setText(\"SHOUT\"); return tm; }\n}\n")
+    subprocess.run(["javac", "-cp", JMS_API_JAR, "-d", str(tmp_path), str(pkg / "Shout.java")],
+                   check=True, capture_output=True, timeout=120)
+    java.configure([str(tmp_path)])
+    t = load_transformer("com.example.Shout")
+    t.reset(in_bridge_link=True)
+    assert t.transform(received(TextMessage("hi")), True, None, "a", "b", {}).text == "SHOUT"
+    with pytest.raises(JMSException, match=r"(?s)No module named 'com'.*nor is it a Java transformer: "
+                                           r"Java class com.example.Missing cannot be loaded"):
+        load_transformer("com.example.Missing")
+    with pytest.raises(JMSException, match="has no attribute 'Nope'"):  # a Python module stays Python
+        load_transformer("transformers.uppercase.Nope")
+
