@@ -182,3 +182,21 @@ def test_recovery_after_our_process_is_killed(activemq, plain, xaconn):
     assert not {keep_xid, drop_xid} & set(in_doubt(resource))
     assert take(plain, target) == [f"moved {moved[keep]} in {keep}"]
     assert take(plain, source) == [moved[drop]]  # once and only once, on either side
+
+
+def test_the_xa_factory_serves_non_transacted_sessions_too(xacf, plain):
+    """ActiveMQ's XA connections ignore createSession's ack mode unless xaAckMode is set:
+    a CLIENT_ACKNOWLEDGE session from the XAConnectionFactory must work like a plain one
+    (a non-transacted link on the same factory as an XA link)."""
+    queue = qname("xa.plain")
+    put(plain, queue, "a", "b", "c")
+    with xacf.create_connection() as conn:
+        conn.start()
+        session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(queue)
+        got = [consumer.receive(5.0) for _ in range(2)]
+        assert [m.text for m in got] == ["a", "b"]
+        got[-1].acknowledge()                      # CLIENT_ACKNOWLEDGE: both are gone
+        auto = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+        auto.create_producer(queue).send(TextMessage("d"))  # sent outside any transaction
+    assert take(plain, queue) == ["c", "d"]

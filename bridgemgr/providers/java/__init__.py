@@ -29,8 +29,10 @@ original's signature, no base class) and may offer ``getBranchTo()`` / ``isNoTra
 Every Java connection is closed at interpreter exit if its user did not close it.
 
 Provider notes (ActiveMQ Classic 5.x, measured): its XAConnectionFactory makes XA sessions
-even for non-transacted use, which then fail ("XAResource has not been enlisted"): use
-``ConnectionFactory`` for non-transacted links, or add the property ``xaAckMode=2``. Its
+even for non-transacted use, which then fail ("XAResource has not been enlisted") unless
+the connection's xaAckMode is set: a non-transacted session of such a connection is made
+with xaAckMode set to the session's ack mode, so one XAConnectionFactory serves both
+transacted (XA) and non-transacted links. Its
 ObjectMessage bodies cross the bridge without ActiveMQ's trusted-packages list (they are
 never deserialised here); only the Java consumer at the far end needs it.
 """

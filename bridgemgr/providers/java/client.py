@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Any, Iterator
 
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
@@ -112,6 +113,7 @@ class JavaConnection(Connection):
         self.java = jconn
         self.flavor = flavor
         self.closed = False
+        self._xa_ack_lock = threading.Lock()
         self._listener_proxy: Any = None
         jvm.track(jconn)
 
@@ -136,7 +138,15 @@ class JavaConnection(Connection):
                        ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "JavaSession":
         mode = AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode)
         with java_errors("createSession"):
-            return JavaSession(self, self.java.createSession(bool(transacted), int(mode)))
+            set_xa_ack_mode = getattr(self.java, "setXaAckMode", None)
+            if set_xa_ack_mode is None or transacted:
+                return JavaSession(self, self.java.createSession(bool(transacted), int(mode)))
+            # ActiveMQ Classic: an XAConnectionFactory's connections make XA sessions that
+            # ignore createSession's ack mode and act transacted outside a transaction
+            # unless xaAckMode is set; it is read when a session is made, so set it per call.
+            with self._xa_ack_lock:
+                set_xa_ack_mode(int(mode))
+                return JavaSession(self, self.java.createSession(False, int(mode)))
 
     def start(self) -> None:
         with java_errors("start"):
