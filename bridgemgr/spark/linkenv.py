@@ -1,0 +1,173 @@
+# How it works: a runner=spark link's code runs in Python processes that Spark starts (the
+# driver's source runner, executor workers): they share no globals with the service. What
+# they need travels as the data source's string options (LinkOptions: the bridge XML's
+# xmlurl, bridge and link names, the host broker's jms service URL, the source log folder,
+# batch and parallelism settings), and each process rebuilds the rest from the bridge XML
+# with the same code the local runner uses (LinkEnvironment): the configuration, the
+# destinations, the connection factories (the host broker over mq://, never in-process),
+# the transformer, the DMQs. The transfer rules themselves stay in jmsbridge/pipeline.py.
+"""What the Spark processes of a link rebuild from the bridge XML and the query's options."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from ..jms.destination import Destination, Queue
+from ..jms.errors import JMSException
+from ..jmsbridge.bridge import resolve_destination
+from ..jmsbridge.config import (
+    BUILTIN_DMQ,
+    BUILTIN_DMQ_DESTINATION,
+    BridgeConfig,
+    ConnectionFactoryConfig,
+    LinkConfig,
+    load_bridge_config,
+)
+from ..jmsbridge.connections import BridgeConnections, Connector
+from ..jmsbridge.dmq import DeadMessageQueues, DMQSender
+from ..jmsbridge.resolve import resolve_connection_factories
+from ..providers.embedded import set_remote_broker_url
+from ..providers.embedded.remote import RemoteConnectionFactory
+from ..transform import MessageTransformer, load_transformer
+
+FORMAT = "imqbridge_link"
+SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
+SCHEMA = "offset long, message_id string, provider string, data binary"
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """The query's options (strings on the wire), for the reader and the writer."""
+
+    xmlurl: str                      # the bridge XML (absolute path or URL)
+    bridge: str
+    link: str
+    broker_url: str                  # the host broker's jms service (mq:// or mqtcp://)
+    source_log: str                  # <checkpoint>/sourcelog
+    stats: str                       # the per-batch counters file (JSON lines)
+    parallelism: int = 2             # partitions a batch is read in (executor tasks)
+    max_per_batch: int = 10000       # messages received for one micro-batch at most
+    receive_wait: float = 1.0        # how long the driver waits for a batch's first message (s)
+    backout_threshold: int = 0
+    transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
+    send_window: int = 256           # unconfirmed persistent sends per executor session
+    broker_user: str = ""            # for host-broker factories without a username
+    broker_password: str = ""        # (an option named *password* is redacted by Spark)
+
+    def to_options(self) -> dict[str, str]:
+        return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> "LinkOptions":
+        values: dict[str, Any] = {}
+        lowered = {k.lower(): v for k, v in options.items()}
+        for f in dataclasses.fields(cls):
+            raw = lowered.get(f.name.lower())
+            if raw is None:
+                if f.default is dataclasses.MISSING:
+                    raise ValueError(f"the {FORMAT} data source needs the option {f.name}")
+                continue
+            values[f.name] = _cast(f.default, raw)
+        return cls(**values)
+
+
+def _cast(default: Any, raw: str) -> Any:
+    if isinstance(default, bool):
+        return raw.lower() == "true"
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    return raw
+
+
+class HostBroker(RemoteConnectionFactory):
+    """The host broker over its jms service, with the service's credentials unless the
+    <connection-factory> has its own."""
+
+    def __init__(self, url: str, *, user: str | None, password: str | None,
+                 **options: Any) -> None:
+        super().__init__(url, **options)
+        self.user, self.password = user, password
+
+    def create_connection(self, username: str | None = None,
+                          password: str | None = None) -> Any:
+        if username is None:
+            username, password = self.user, self.password
+        return super().create_connection(username, password)
+
+    create_xa_connection = create_connection
+
+
+class LinkEnvironment:
+    """The link's configuration and resources, built in a Spark process from LinkOptions."""
+
+    def __init__(self, options: LinkOptions, log: logging.Logger) -> None:
+        set_remote_broker_url(options.broker_url)
+        self.options = options
+        self.log = log
+        self.config: BridgeConfig = load_bridge_config(options.xmlurl, bridge_name=options.bridge)
+        self.link: LinkConfig = self.config.link(options.link)
+        self.destinations: dict[str, Destination] = {}
+        for dest in self.config.destinations:
+            try:
+                self.destinations[dest.ref_name] = resolve_destination(dest)
+            except Exception as exc:  # unused ones only warn, as in the bridge
+                if dest.ref_name in (self.link.source.destination_ref,
+                                     self.link.target.destination_ref):
+                    raise JMSException(f"link {self.link.name}: destination {dest.ref_name} "
+                                       f"cannot be resolved: {exc}") from exc
+                log.warning("destination %s cannot be resolved (%s); branch_to cannot use it",
+                            dest.ref_name, exc)
+
+        def host(environment: Mapping[str, str]) -> Any:
+            return HostBroker(options.broker_url, send_window=options.send_window,
+                              prefetch=min(max(options.max_per_batch, 1), 1000),
+                              user=options.broker_user or None,
+                              password=options.broker_password or None)
+
+        self._host = host
+        dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]
+        refs = {self.link.source.connection_factory_ref, self.link.target.connection_factory_ref}
+        refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin}
+        factories, problems = resolve_connection_factories(self.config, host, refs=refs)
+        if problems:
+            raise JMSException("; ".join(str(p) for p in problems))
+        self.connectors = {ref: Connector(self.config.connection_factory(ref), factory, log)
+                           for ref, factory in factories.items()}
+        self.connectors[BUILTIN_DMQ] = Connector(
+            ConnectionFactoryConfig(BUILTIN_DMQ, connect_attempts=1), host({}), log)
+        self._dmq_configs = dmqs
+
+    @property
+    def source(self) -> Destination:
+        return self.destinations[self.link.source.destination_ref]
+
+    @property
+    def target(self) -> Destination | None:
+        return (None if self.link.target.as_source
+                else self.destinations[self.link.target.destination_ref])
+
+    def transformer(self, class_path: str | None) -> MessageTransformer | None:
+        if class_path is None:
+            return None
+        path = [p for p in self.options.transformer_path.split(os.pathsep) if p]
+        return load_transformer(class_path, path or None)
+
+    def dead_message_queues(self, connections: BridgeConnections) -> DeadMessageQueues:
+        """The bridge's DMQs in the chapter's order (built-in first), as the bridge has them."""
+        senders = []
+        for dmq in self._dmq_configs:
+            if dmq.is_builtin:
+                dest: Destination = Queue(BUILTIN_DMQ_DESTINATION)
+                ref = BUILTIN_DMQ
+            else:
+                dest = self.destinations[dmq.destination_ref]  # type: ignore[index]
+                ref = dmq.connection_factory_ref  # type: ignore[assignment]
+            senders.append(DMQSender(dmq, dest, ref, connections, self.log,
+                                     self.transformer(dmq.message_transformer_class)))
+        return DeadMessageQueues(senders, self.log)

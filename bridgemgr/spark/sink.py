@@ -1,0 +1,266 @@
+# How it works: LinkStreamWriter.write() runs in executor tasks, one per log slice of the
+# micro-batch. Each Python worker keeps one Transfer per link (worker reuse: the next task
+# of the link finds it), built from the options like the driver's reader: the LinkPlan (the
+# same per-message steps as the local runner, jmsbridge/pipeline.py), a target connection
+# and the bridge's DMQs. For every row it decodes the message as received, runs the steps
+# and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
+# MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
+# cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,
+# transform failure, send failure, backout; the first branch_to / no_transfer of a worker
+# as the audit copy), or consumes it (no_transfer). HALT (a transformer failure with
+# consume-no-transfer-on-transform-error false) fails the task: the batch is not committed,
+# the query stops, and the message stays in the source log for the next start.
+#
+# A task's sends are confirmed before write() returns (its target session is closed: the
+# send window is settled), so a batch Spark commits is on the target. A lost target
+# connection fails the task (unconfirmed sends may be gone): the batch runs again when
+# the runner restarts the query from its checkpoint (at-least-once). write() returns
+# the batch's counts; commit() (driver, once per batch) appends them to the link's stats
+# file, one JSON line per batch id (a retried batch id replaces the earlier line when read).
+"""The streaming sink of a runner=spark link: the pipeline steps, the send, the DMQ."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterator
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
+
+from ..jms import codec
+from ..jms.message import HEADER_FIELDS, Message
+from ..jms.spi import AckMode, MessageProducer, Session
+from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
+from ..jmsbridge.dmq import DeadLetter, DeadMessageQueues
+from ..jmsbridge.pipeline import (
+    Action,
+    DMQReason,
+    LinkPlan,
+    ProcessingContext,
+    RetryWithTolerance,
+    Stage,
+    run_steps,
+)
+from .linkenv import SOURCE_ID_PROPERTY, LinkEnvironment, LinkOptions
+
+log = logging.getLogger("imq.bridge.spark.sink")
+_DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
+_PRIORITY = HEADER_FIELDS.index("priority")
+_DESTINATION = HEADER_FIELDS.index("destination")
+
+
+@dataclass
+class BatchCounts(WriterCommitMessage):
+    """What one task did (summed per batch on the driver)."""
+
+    rows: int = 0
+    transferred: int = 0
+    consumed_only: int = 0
+    to_dmq: int = 0
+    dmq_lost: int = 0
+    reasons: dict[str, int] = field(default_factory=dict)
+
+
+class LinkHalted(Exception):
+    """The transformer failed and the link must stop without consuming the message."""
+
+
+class Transfer:
+    """One worker's side of a link: plan, target connection, DMQs."""
+
+    def __init__(self, options: LinkOptions) -> None:
+        self.env = env = LinkEnvironment(options, log)
+        self.stop = threading.Event()
+        self.operator = RetryWithTolerance(self.stop, deadline=30.0)
+        self.connections = BridgeConnections(env.connectors)
+        self.connections.prepare()
+        self.dmqs: DeadMessageQueues = env.dead_message_queues(self.connections)
+        self.transformer = env.transformer(env.link.target.message_transformer_class)
+        self.audited: set[DMQReason] = set()
+        self.plans: dict[str, LinkPlan] = {}
+        self._target: Lease | None = None
+        self._session: Session | None = None
+        self._producer: MessageProducer | None = None
+
+    def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
+        plan = self.plans.get(source_provider)
+        if plan is None:
+            env, cfg = self.env, self.env.link
+            plan = self.plans[source_provider] = LinkPlan(
+                bridge_name=env.config.name, link_name=cfg.name, target=env.target,
+                retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
+                tag_bridge_name=env.config.message_transfer_tag_bridge_name,
+                consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
+                source_provider=source_provider, target_provider=target_provider,
+                transformer=self.transformer,
+                transformer_properties={**{p.name: p.value for p in cfg.target.properties},
+                                        "JMS_SUN_JMSBRIDGE_NAME": env.config.name},
+                destinations=env.destinations,
+                backout_threshold=env.options.backout_threshold)
+        return plan
+
+    def open_target(self) -> MessageProducer:
+        """A fresh session and producer on the target connection (the connection is made
+        on first use and kept by the worker)."""
+        if self._target is None or self._target.broken:
+            self.drop_target()
+            ref = self.env.link.target.connection_factory_ref
+            # Every worker is a producer of its own: no client id (it would clash).
+            self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None,
+                                                  self.stop)
+        self._session = self._target.connection.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+        self._producer = self._session.create_producer(None)
+        return self._producer
+
+    def drop_target(self) -> None:
+        if self._target is not None:
+            self._target.release(broken=True)
+        self._target = self._session = self._producer = None
+
+    def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
+        counts = BatchCounts()
+        reasons: Counter[str] = Counter()
+        self.open_target()
+        assert self._target is not None
+        target_provider = self._target.handle.provider_name
+        try:
+            for batch in batches:
+                ids = batch.column("message_id").to_pylist()
+                providers = batch.column("provider").to_pylist()
+                blobs = batch.column("data").to_pylist()
+                for message_id, provider, blob in zip(ids, providers, blobs):
+                    counts.rows += 1
+                    plan = self.plan(provider, target_provider)
+                    ctx = ProcessingContext(codec.decode(blob), int(time.time() * 1000))
+                    self._handle(ctx, plan, message_id, counts, reasons)
+            assert self._session is not None
+            self._session.close()  # waits for the send window: every send is confirmed
+        except BaseException:
+            self.drop_target()
+            raise
+        counts.reasons = dict(reasons)
+        return counts
+
+    def _handle(self, ctx: ProcessingContext, plan: LinkPlan, message_id: str,
+                counts: BatchCounts, reasons: Counter[str]) -> None:
+        out = run_steps(ctx.original, plan, ctx, self.operator)
+        if out is not None:
+            if out.is_read_only:
+                out = out.copy()
+            out.set_string_property(SOURCE_ID_PROPERTY, message_id)
+            self._send(ctx, out)
+            if ctx.error is not None:
+                ctx.dead(DMQReason.SEND_FAILURE)
+                self._to_dmq(ctx, plan, DMQReason.SEND_FAILURE, counts, reasons)
+                return
+            if ctx.audit is None:
+                counts.transferred += 1
+                return
+        if ctx.audit is not None and ctx.audit not in self.audited:
+            self.audited.add(ctx.audit)
+            self._to_dmq(ctx, plan, ctx.audit, counts, reasons)
+        if ctx.action is Action.HALT:
+            raise LinkHalted(f"link {plan.link_name}: the transformer failed on message "
+                             f"{message_id} ({ctx.failure}) and consume-no-transfer-on-"
+                             "transform-error is false; it stays in the source log")
+        if ctx.action is Action.DEAD:
+            self._to_dmq(ctx, plan, ctx.reason or DMQReason.SEND_FAILURE, counts, reasons)
+        elif ctx.action is Action.CONSUME:
+            counts.consumed_only += 1
+        elif ctx.action is Action.TRANSFER:
+            counts.transferred += 1  # branched (audited above) and sent
+
+    def _send(self, ctx: ProcessingContext, out: Message) -> None:
+        """Send (retriable failures retried, tolerated ones recorded on ``ctx``); a lost
+        connection propagates: the task fails, since the sends of the window it had not
+        confirmed may be gone, and the whole batch runs again."""
+        producer = self._producer
+        assert producer is not None
+        headers = ctx.headers
+        kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
+                  "time_to_live": ctx.time_to_live}
+        try:
+            producer.send(out, ctx.destination, **kwargs)
+        except Exception as exc:
+            self.operator.failed(ctx, Stage.SEND, exc, producer.send, (out, ctx.destination),
+                                 kwargs)
+
+    def _to_dmq(self, ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason,
+                counts: BatchCounts, reasons: Counter[str]) -> None:
+        source = ctx.headers[_DESTINATION]
+        target = plan.target if plan.target is not None else source
+        letter = DeadLetter(
+            original=ctx.original_message(), reason=reason, exception=ctx.failure,
+            bridge=plan.bridge_name, link=plan.link_name,
+            source_destination=source.name if source is not None else self.env.source.name,
+            target_destination=target.name if target is not None else None,
+            target_current_destination=(ctx.destination.name if ctx.destination is not None
+                                        else None),
+            source_provider=plan.source_provider, target_provider=plan.target_provider)
+        result = self.dmqs.send(letter, self.stop)
+        counts.to_dmq += 1
+        reasons[reason.value] += 1
+        if result.taken_by is None:
+            counts.dmq_lost += 1
+
+
+_transfers: dict[LinkOptions, Transfer] = {}
+
+
+class LinkStreamWriter(DataSourceStreamArrowWriter):
+    """Executors: transfer a log slice; driver: record the batch's counts."""
+
+    def __init__(self, options: LinkOptions) -> None:
+        self.options = options
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchCounts:
+        transfer = _transfers.get(self.options)
+        if transfer is None:
+            transfer = _transfers[self.options] = Transfer(self.options)
+        return transfer.write(iterator)
+
+    def commit(self, messages: list[BatchCounts | None], batchId: int) -> None:
+        total = sum_counts(m for m in messages if m is not None)
+        line = {"batch": batchId, "at": time.time(), **total.__dict__}
+        with open(self.options.stats, "a", encoding="utf-8") as out:
+            out.write(json.dumps(line) + "\n")
+
+    def abort(self, messages: list[BatchCounts | None], batchId: int) -> None:
+        log.warning("link %s: batch %d failed; it runs again from the source log at the next "
+                    "start", self.options.link, batchId)
+
+
+def sum_counts(parts: Any) -> BatchCounts:
+    total = BatchCounts()
+    reasons: Counter[str] = Counter()
+    for part in parts:
+        total.rows += part.rows
+        total.transferred += part.transferred
+        total.consumed_only += part.consumed_only
+        total.to_dmq += part.to_dmq
+        total.dmq_lost += part.dmq_lost
+        reasons.update(part.reasons)
+    total.reasons = dict(reasons)
+    return total
+
+
+def read_stats(path: str | Path) -> dict[int, dict[str, Any]]:
+    """The stats file's lines by batch id (a retried batch's last line wins)."""
+    found: dict[int, dict[str, Any]] = {}
+    try:
+        with open(path, encoding="utf-8") as lines:
+            for line in lines:
+                try:
+                    entry = json.loads(line)
+                except ValueError:  # a line cut short by a crash
+                    continue
+                found[int(entry["batch"])] = entry
+    except FileNotFoundError:
+        pass
+    return found
