@@ -94,7 +94,7 @@ class JMSBridge:
                  tuning: LinkTuning = LinkTuning(),
                  logging_config: str | Path | None = None,
                  transformer_path: Sequence[str | Path] | None = None,
-                 reap_interval: float = 1.0) -> None:
+                 reap_interval: float = 1.0, broker_url: str | None = None) -> None:
         self._loader = config if callable(config) else None
         self.config: BridgeConfig | None = None if callable(config) else config
         if name is None and self.config is None:
@@ -108,6 +108,7 @@ class JMSBridge:
             props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
         self.transformer_path = transformer_path
         self.reap_interval = reap_interval
+        self.broker_url = broker_url  # the host broker's jms service, for runner=spark links
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
         self.log = logging.getLogger(f"imq.bridge.{self.name}")
         self._bridge_log: BridgeLog | None = None
