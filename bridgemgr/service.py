@@ -409,6 +409,8 @@ BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]
 def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
-        return JMSBridge.from_properties(manager.props, name)
+        # runner=spark links reach the host broker from Spark's processes over jms
+        return JMSBridge.from_properties(
+            manager.props, name, broker_url=manager.jms_url if manager.jms_services else None)
 
     return {"jms": jms, "stomp": StompService}
