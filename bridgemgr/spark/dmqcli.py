@@ -1,0 +1,188 @@
+# How it works: `imqbridgemgr dmq archive|report|redrive` are thin: each takes the admin
+# commands' options and -bn (jobs.job_options), asks the running service for the bridge's
+# configuration and host broker (jobs.service_job, which points this process's host broker
+# at the service's jms connection service), finds the DMQ (--dmq NAME, default the
+# built-in one) and calls the core functions of spark/dmq.py. pyspark and the core are
+# imported inside the commands, so `imqbridgemgr --help` stays fast. `report --archive`
+# reads Parquet only and needs no service. JMS and job errors become one clear line.
+"""The `imqbridgemgr dmq` commands: archive, report and redrive a bridge's DMQ."""
+
+from __future__ import annotations
+
+import json
+import sys
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, Iterator
+
+import click
+
+from .jobs import job_options, service_job
+
+if TYPE_CHECKING:
+    from .dmq import DMQEndpoint
+    from .jobs import ServiceJob
+
+DMQ_HELP = "The <dmq> of the bridge to use (default: the built-in DMQ, imq.bridge.jms.dmq)."
+
+
+@click.group("dmq")
+def dmq() -> None:
+    """Archive, report and redrive the dead messages of a JMS bridge's DMQs."""
+
+
+@contextmanager
+def _errors() -> Iterator[None]:
+    """JMS, DMQ-job and Spark failures as one ClickException line."""
+    from ..jms.errors import JMSException
+
+    try:
+        yield
+    except JMSException as exc:
+        raise click.ClickException(str(exc)) from None
+
+
+def _job(options: dict[str, Any], dmq_name: str) -> tuple["ServiceJob", "DMQEndpoint"]:
+    from .dmq import dmq_endpoint
+
+    job = service_job(**options)
+    with _errors():
+        return job, dmq_endpoint(job.config, dmq_name)
+
+
+def _write(text: str, target: str) -> None:
+    """To a file, or to stdout for '-'."""
+    if target == "-":
+        click.echo(text, nl=False)
+    else:
+        with open(target, "w", encoding="utf-8") as out:
+            out.write(text)
+        click.echo(f"wrote {target}", err=True)
+
+
+@dmq.command("archive")
+@job_options
+@click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
+@click.option("--chunk-size", type=click.IntRange(1), default=5000, show_default=True,
+              help="Messages per Parquet commit (each chunk is acknowledged after its write).")
+@click.option("--limit", type=click.IntRange(1), default=None, help="Archive at most this many messages.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.argument("path")
+def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool, path: str,
+                **options: Any) -> None:
+    """Move the DMQ's messages to Parquet at PATH (partitioned by day and reason).
+
+    Each chunk is acknowledged in the DMQ only after its Parquet write committed; a crash
+    in between archives that chunk twice, never loses it (readers drop duplicates by
+    dmq_message_id, as `dmq report --archive` does).
+    """
+    from .dmq import archive
+
+    job, endpoint = _job(options, dmq_name)
+    spark = job.spark("imqbridge-dmq-archive")
+    try:
+        with _errors():
+            result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit)
+    finally:
+        spark.stop()
+    if as_json:
+        click.echo(json.dumps({"bridge": job.bridge, "dmq": dmq_name, **result.as_dict()}))
+    else:
+        click.echo(f"archived {result.messages} messages of DMQ {dmq_name} in {result.chunks} "
+                   f"chunks to {path} ({result.seconds:.1f} s)")
+
+
+@dmq.command("report")
+@job_options
+@click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
+@click.option("--archive", "archive_path", metavar="PATH",
+              help="Report on this archive instead of the DMQ (no service is asked).")
+@click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Write CSV to FILE (alone: to stdout).")
+@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
+              help="Write JSON to FILE (alone: to stdout, instead of the table).")
+@click.option("--html", "html_out", metavar="FILE",
+              help="Write a self-contained HTML page with bar charts to FILE.")
+def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
+               json_out: str | None, html_out: str | None, **options: Any) -> None:
+    """Count and bytes of dead messages by hour, reason, link, source and target.
+
+    Reads the DMQ without consuming anything (a queue browser), or an archive.
+    """
+    from . import dmqreport
+    from .dmq import browse_frame, read_archive, report
+
+    if archive_path is not None:
+        from .session import spark_session
+
+        spark = spark_session(app_name="imqbridge-dmq-report")
+        source = f"archive {archive_path}"
+    else:
+        job, endpoint = _job(options, dmq_name)
+        spark = job.spark("imqbridge-dmq-report")
+        source = f"DMQ {dmq_name} of bridge {job.bridge}"
+    try:
+        with _errors():
+            df = read_archive(spark, archive_path) if archive_path else browse_frame(spark, endpoint)
+            rows = report(df)
+    finally:
+        spark.stop()
+    for kind, target in (("csv", csv_out), ("json", json_out), ("html", html_out)):
+        if target is not None:
+            _write(dmqreport.render(kind, rows, source), target)
+    if "-" not in (csv_out, json_out):
+        click.echo(dmqreport.table(rows), nl=False)
+
+
+@dmq.command("redrive")
+@job_options
+@click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
+@click.option("--reason", required=True, metavar="REASON",
+              help="JMS_SUN_JMSBRIDGE_DMQ_REASON of the messages to resend (SEND_FAILURE ...).")
+@click.option("--since", required=True, metavar="TIME",
+              help="Earliest DMQ time: ISO 8601 (2026-11-22T09:00Z) or a time ago (30m, 2h, 1d).")
+@click.option("--until", metavar="TIME", help="Only messages that reached the DMQ before this time (default: no end).")
+@click.option("--to", "to", metavar="DEST",
+              help="Send here instead of the original target: NAME, queue:NAME or topic:NAME.")
+@click.option("--transformer", metavar="CLASS",
+              help="A MessageTransformer (package.module.Class) applied before each resend.")
+@click.option("--dry-run", is_flag=True, help="Print what would be sent where; consume nothing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: str | None,
+                transformer: str | None, dry_run: bool, as_json: bool, **options: Any) -> None:
+    """Resend chosen dead messages to their original target (or DEST).
+
+    The original message is restored (body, properties and headers as it had them) and
+    sent through the link's target connection factory; each DMQ message is consumed only
+    after its resend committed. Exits 1 when some resend failed (those stay in the DMQ).
+    """
+    from ..transform import load_transformer
+    from .dmq import parse_destination, parse_time, redrive, target_factories
+
+    with _errors():
+        since_ms = parse_time(since)
+        until_ms = parse_time(until) if until else None
+        dest = parse_destination(to) if to else None
+        plugin = load_transformer(transformer) if transformer else None
+    job, endpoint = _job(options, dmq_name)
+    with _errors():
+        result = redrive(endpoint, reason, since_ms, until_ms, to=dest, transformer=plugin,
+                         dry_run=dry_run, factories=target_factories(job.config))
+    if as_json:
+        click.echo(json.dumps(result.as_dict(), indent=2))
+    else:
+        _print_redrive(result)
+    if result.count("failed"):
+        sys.exit(1)
+
+
+def _print_redrive(result: Any) -> None:
+    rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
+    rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
+              i.destination or "-", i.detail or "") for i in result.items]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
+    for r in rows:
+        click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
+    counts = ", ".join(f"{result.count(s)} {s}" for s in
+                       ("would-send", "sent", "failed", "skipped", "gone") if result.count(s))
+    click.echo(f"{'dry run: ' if result.dry_run else ''}{len(result.items)} chosen"
+               f"{': ' + counts if counts else ''}")
