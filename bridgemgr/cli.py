@@ -216,6 +216,7 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)
 
 _register_admin_commands(main)
+main.add_command(__import__("bridgemgr.spark.dmqcli", fromlist=["dmq"]).dmq)  # dmq archive|report|redrive
 
 if __name__ == "__main__":
     main()
