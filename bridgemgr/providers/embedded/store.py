@@ -2,17 +2,22 @@
 
 How it works: the broker records changes (a message row added, removed, its
 delivery count bumped, a subscription, an XA branch prepared or completed) into
-in-memory pending sets under the store lock; one writer thread swaps them out and
-writes each swap as one SQLite transaction (a "batch"). Whatever the broker adds
-under one ``with store.lock`` lands in the same batch, so a JMS commit is atomic on
-disk. A row added and removed before its batch is written never touches the disk.
+in-memory pending sets under the store lock; a writer swaps them out and writes each
+swap as one SQLite transaction (a "batch"). Whatever the broker adds under one
+``with store.lock`` lands in the same batch, so a JMS commit is atomic on disk. A row
+added and removed before its batch is written never touches the disk.
 
 Durability: ``ticket()`` names the batch that will hold everything recorded so far
 and ``wait(ticket)`` blocks until it is committed. With ``sync=True`` each batch is
 fsynced (SQLite synchronous=FULL) and survives power loss; with ``sync=False`` it is
 handed to the OS (synchronous=OFF) and survives ``kill -9`` once written. Callers wait
 when their guarantee needs it (sync-mode sends and commits, every XA prepare and
-commit); everyone else goes on and the writer catches up.
+commit), and the waiting caller is the writer (leader/follower group commit): the
+first to find nobody writing takes everything pending and writes it in its own thread
+(no hand-off, no linger); callers arriving meanwhile wait, and the first of them then
+writes all they recorded as the next batch. What nobody waits for (non-durable sends,
+acknowledgements) the writer thread writes, letting a batch grow for up to LINGER.
+One batch is written at a time, in ticket order.
 
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
@@ -35,8 +40,7 @@ from ...jms.errors import JMSException
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
-LINGER = 0.002   # seconds a batch may wait to grow while nobody waits for it
-LINGER_WAITED = 0.0005  # ... and while callers are blocked on it
+LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
 GATHER = 0.00005  # ... as long as a change arrives within this many seconds
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
@@ -85,6 +89,17 @@ class PreparedBranch:
 
 
 @dataclass
+class _Claim:
+    """A batch taken for writing: its number and the changes it holds."""
+
+    batch: int
+    inserts: dict[int, list[Any]]
+    deletes: set[int]
+    updates: dict[int, int]
+    ops: list[tuple[str, tuple[Any, ...]]]
+
+
+@dataclass
 class Recovered:
     """What a store holds at open: everything the broker rebuilds its state from."""
 
@@ -105,6 +120,7 @@ class Store:
         self._work = threading.Condition(self.lock)    # the writer waits here for changes
         self._written = threading.Condition(self.lock)  # callers wait here for batches
         self._waiting = 0                               # callers blocked in wait()
+        self._writing = False                           # a batch is being written
         self._idle = False                              # the writer sleeps until a change
         self._changes = 0                               # changes recorded (gathering watches it)
         self._inserts: dict[int, list[Any]] = {}
@@ -215,29 +231,69 @@ class Store:
                 or (not self._dirty() and self._done == self._next - 1))
 
     def ticket(self) -> int:
-        """The batch that will hold every change recorded so far."""
+        """The batch that will hold every change recorded so far (the one being written
+        when nothing is pending)."""
         with self.lock:
-            return self._next if self._dirty() else self._done
+            return self._next if self._dirty() else self._next - 1
 
     def wait(self, ticket: int, timeout: float | None = None) -> None:
-        """Block until batch ``ticket`` is committed (fsynced in sync mode)."""
-        with self.lock:
-            if self._settled(ticket):
-                return
-            self._waiting += 1
-            try:
-                if not self._written.wait_for(lambda: self._settled(ticket), timeout):
-                    raise StoreError(f"{self.path}: timed out waiting for the store to write")
-            finally:
-                self._waiting -= 1
-            if self._done < ticket and self._error is not None:
-                raise StoreError(f"{self.path}: the store failed: {self._error}")
+        """Block until batch ``ticket`` is committed (fsynced in sync mode). Leader/follower
+        group commit: a caller that finds nobody writing writes everything pending itself,
+        at once; the callers that arrive while it writes wait, and the first of them writes
+        what they recorded meanwhile in one batch."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            with self.lock:
+                while self._writing and not self._settled(ticket):
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise StoreError(f"{self.path}: timed out waiting for the store to write")
+                    self._waiting += 1
+                    try:
+                        self._written.wait(remaining)
+                    finally:
+                        self._waiting -= 1
+                if self._settled(ticket):
+                    if self._done < ticket and self._error is not None:
+                        raise StoreError(f"{self.path}: the store failed: {self._error}")
+                    return
+                self._check()
+                claim = self._take()
+            self._commit(claim)
 
     def flush(self) -> None:
         self.wait(self.ticket())
 
-    # --- the writer ---------------------------------------------------------------
+    # --- writing: one writer at a time, a caller (wait) or the writer thread --------------
+    def _take(self) -> _Claim:
+        """Become the writer of everything pending (under the lock, nobody writing)."""
+        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops)
+        self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
+        self._next += 1
+        self._writing = True
+        return claim
+
+    def _commit(self, claim: _Claim) -> bool:
+        """Write a taken batch (outside the lock); False when the store failed."""
+        try:
+            self._write(claim.inserts, claim.deletes, claim.updates, claim.ops)
+        except BaseException as exc:  # disk full, I/O error: stop accepting work
+            log.error("store %s: writing batch %d failed: %s", self.path, claim.batch, exc)
+            with self.lock:
+                self._error = exc
+                self._writing = False
+                self._written.notify_all()
+            return False
+        with self.lock:
+            self._done = claim.batch
+            self._writing = False
+            self.batches += 1
+            self.rows += len(claim.inserts) + len(claim.deletes)
+            self._written.notify_all()
+        return True
+
     def _run(self) -> None:
+        """The writer thread: writes what nobody waits for (non-durable sends, acks)."""
         while True:
             with self.lock:
                 while not (self._dirty() or self._closing):
@@ -245,31 +301,21 @@ class Store:
                     self._work.wait()
                     self._idle = False
                 self._gather()
-                if self._closing and not self._dirty():
+                while self._writing:  # a caller is writing: what it leaves is ours
+                    self._written.wait()
+                if self._error is not None or (self._closing and not self._dirty()):
                     return
-                inserts, deletes, updates, ops = self._inserts, self._deletes, self._updates, self._ops
-                self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
-                batch = self._next
-                self._next += 1
-            try:
-                self._write(inserts, deletes, updates, ops)
-            except BaseException as exc:  # disk full, I/O error: stop accepting work
-                log.error("store %s: writing batch %d failed: %s", self.path, batch, exc)
-                with self.lock:
-                    self._error = exc
-                    self._written.notify_all()
+                if not self._dirty():
+                    continue
+                claim = self._take()
+            if not self._commit(claim):
                 return
-            with self.lock:
-                self._done = batch
-                self.batches += 1
-                self.rows += len(inserts) + len(deletes)
-                if self._waiting:
-                    self._written.notify_all()
 
     def _gather(self) -> None:
-        """Group commit: let a batch grow while changes keep arriving (at most LINGER)."""
-        deadline = time.monotonic() + (LINGER_WAITED if self._waiting else LINGER)
-        while not self._closing:
+        """Let a batch grow while changes keep arriving (at most LINGER); a caller that
+        waits meanwhile writes it at once itself."""
+        deadline = time.monotonic() + LINGER
+        while not self._closing and not self._waiting:
             seen = self._changes
             remaining = deadline - time.monotonic()
             if remaining <= 0:

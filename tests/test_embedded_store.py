@@ -1,0 +1,117 @@
+"""The embedded store's leader/follower group commit: durable when wait() returns, the
+waiting caller writes, concurrent waiters share batches, a failed write fails them all."""
+
+from __future__ import annotations
+
+import sqlite3
+import threading
+
+import pytest
+
+from bridgemgr.providers.embedded.store import Store, StoreError
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = Store(tmp_path)
+    s.load()
+    yield s
+    s.close()
+
+
+def rows_on_disk(store: Store) -> set[int]:
+    """What another connection reads: only committed batches."""
+    with sqlite3.connect(store.path) as db:
+        return {seq for (seq,) in db.execute("SELECT seq FROM msgs")}
+
+
+def test_the_waiting_caller_writes_its_batch_itself(store, monkeypatch):
+    writers: list[str] = []
+    write = store._write
+    monkeypatch.setattr(store, "_write", lambda *a: (writers.append(threading.current_thread().name),
+                                                     write(*a))[1])
+    store.add(1, "q:a", b"one")
+    store.wait(store.ticket())
+    assert writers == [threading.current_thread().name]
+    assert rows_on_disk(store) == {1}
+
+
+def test_concurrent_waiters_are_all_durable_and_share_batches(store):
+    threads, per_thread = 8, 50
+    barrier = threading.Barrier(threads)
+    failures: list[BaseException] = []
+
+    def work(t: int) -> None:
+        try:
+            barrier.wait()
+            for i in range(per_thread):
+                seq = t * 1000 + i + 1
+                store.add(seq, "q:a", b"x" * 100)
+                store.wait(store.ticket())
+                assert seq in rows_on_disk(store)
+        except BaseException as exc:  # reported below
+            failures.append(exc)
+
+    workers = [threading.Thread(target=work, args=(t,)) for t in range(threads)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join()
+    assert not failures
+    assert len(rows_on_disk(store)) == threads * per_thread
+    assert store.stats()["batches"] <= threads * per_thread
+
+
+def test_a_ticket_taken_while_a_batch_is_written_waits_for_that_batch(store, monkeypatch):
+    started, release = threading.Event(), threading.Event()
+    write = store._write
+
+    def slow_write(*args):
+        started.set()
+        release.wait(5)
+        write(*args)
+
+    monkeypatch.setattr(store, "_write", slow_write)
+    store.add(1, "q:a", b"one")
+    leader = threading.Thread(target=store.flush)
+    leader.start()
+    assert started.wait(5)
+    ticket = store.ticket()  # nothing pending: the batch in flight holds row 1
+    done = threading.Event()
+    follower = threading.Thread(target=lambda: (store.wait(ticket), done.set()))
+    follower.start()
+    assert not done.wait(0.2)  # not before the batch in flight is committed
+    release.set()
+    leader.join(5)
+    follower.join(5)
+    assert done.is_set() and rows_on_disk(store) == {1}
+
+
+def test_a_cancelled_insert_leaves_nothing_to_wait_for(store):
+    store.add(1, "q:a", b"one")
+    ticket = store.ticket()
+    store.remove(1)
+    store.wait(ticket, timeout=1)
+    assert rows_on_disk(store) == set()
+
+
+def test_a_failed_write_fails_the_waiter_and_every_later_change(store, monkeypatch):
+    def broken(*args):
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store, "_write", broken)
+    store.add(1, "q:a", b"one")
+    with pytest.raises(StoreError, match="disk is full"):
+        store.wait(store.ticket())
+    with pytest.raises(StoreError, match="failed"):
+        store.add(2, "q:a", b"two")
+
+
+def test_what_nobody_waits_for_is_written_by_the_writer_thread(store):
+    store.add(1, "q:a", b"one")
+    store.remove(2)  # an acknowledgement of an older row: nobody waits for it
+    for _ in range(500):
+        if store.stats()["batches"]:
+            break
+        threading.Event().wait(0.01)
+    assert rows_on_disk(store) == {1}
