@@ -28,8 +28,8 @@ import logging
 import re
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
 
 from ..jms import codec, naming
 from ..jms.destination import Destination, Queue, Topic
@@ -448,16 +448,20 @@ class _Senders:
         except Exception:
             try:
                 session.rollback()
-            except Exception:
-                self._open.pop(ref)[0].close()  # a broken session: a new one next time
+            except Exception:  # a broken session: a new connection next time
+                self._close(self._open.pop(ref)[0])
             raise
+
+    @staticmethod
+    def _close(conn: Connection) -> None:
+        try:
+            conn.close()
+        except Exception:  # closing a broken connection: nothing more to do
+            pass
 
     def close(self) -> None:
         for conn, _, _ in self._open.values():
-            try:
-                conn.close()
-            except Exception:
-                pass
+            self._close(conn)
 
 
 def target_factories(config: BridgeConfig | None, host_factory: HostFactory = host_broker_factory,
