@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue, Topic
@@ -53,6 +53,9 @@ from .logs import BridgeLog
 from .resolve import HostFactory, Lookup, resolve_connection_factories
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
+
+if TYPE_CHECKING:
+    from ..spark.runner import SparkLink
 
 LOGGING_CONFIG_PROPERTY = "java.util.logging.config.file"
 
@@ -112,7 +115,7 @@ class JMSBridge:
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
         self.log = logging.getLogger(f"imq.bridge.{self.name}")
         self._bridge_log: BridgeLog | None = None
-        self._links: dict[str, Link] = {}
+        self._links: dict[str, Link | SparkLink] = {}
         self._counters: dict[str, LinkCounters] = {}
         self._connections: BridgeConnections | None = None
         self._dmqs: DeadMessageQueues | None = None
@@ -132,11 +135,11 @@ class JMSBridge:
         return self.lifecycle.state
 
     @property
-    def links(self) -> list[Link]:
+    def links(self) -> "list[Link | SparkLink]":
         """The enabled links of the last start, in file order."""
         return list(self._links.values())
 
-    def link(self, name: str) -> Link:
+    def link(self, name: str) -> "Link | SparkLink":
         link = self._links.get(name)
         if link is None:
             known = [l.name for l in self.config.links] if self.config else []
@@ -209,7 +212,7 @@ class JMSBridge:
             return self.state
 
     # --- link commands -------------------------------------------------------------------------
-    def _link_command(self, name: str, command: Command) -> Link:
+    def _link_command(self, name: str, command: Command) -> "Link | SparkLink":
         if self.state is not State.STARTED:
             raise IllegalTransition(f"cannot {command.value} link {name} of bridge {self.name}: "
                                     f"the bridge is {self.state.value} (link commands need "
@@ -301,7 +304,15 @@ class JMSBridge:
                 destinations=destinations,
                 backout_threshold=bridge_props.backout_threshold if bridge_props else 0,
                 batch_size=batch)
-            runner = Link(setup, connections, self._dmqs, self.log, self.tuning)
+            runner: Link | SparkLink
+            if bridge_props is not None and bridge_props.runner == "spark" and not link.transacted:
+                runner = self._spark_link(setup)
+            else:
+                if bridge_props is not None and bridge_props.runner == "spark":
+                    self.log.info("link %s is transacted: it runs on the local runner (a Spark "
+                                  "link is at-least-once, a transacted one once-and-only-once)",
+                                  link.name)
+                runner = Link(setup, connections, self._dmqs, self.log, self.tuning)
             runner.counters = self._counters.setdefault(link.name, runner.counters)
             self._links[link.name] = runner
         self._halt.clear()
@@ -310,6 +321,18 @@ class JMSBridge:
         self._housekeeping.start()
         for runner in self._links.values():
             runner.start()
+
+    def _spark_link(self, setup: LinkSetup) -> "SparkLink":
+        """runner=spark: the link as a Structured Streaming query (bridgemgr/spark)."""
+        from ..spark.runner import SparkLink, spark_link_options
+
+        if self.props is None or self.broker_url is None:
+            raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{self.name}.runner=spark "
+                                   "needs the service's host broker and its jms connection "
+                                   "service (imq.jms.tcp.port)")
+        options, checkpoint = spark_link_options(self.props, self.name, setup.config.name,
+                                                 self.broker_url, self.transformer_path)
+        return SparkLink(setup, options, checkpoint, self.log, self.props, self.tuning)
 
     def _open_log(self, config: BridgeConfig) -> None:
         """The bridge's file, levels and password filter, for this start's configuration."""

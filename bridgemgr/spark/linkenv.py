@@ -30,7 +30,7 @@ from ..jmsbridge.config import (
 from ..jmsbridge.connections import BridgeConnections, Connector
 from ..jmsbridge.dmq import DeadMessageQueues, DMQSender
 from ..jmsbridge.resolve import resolve_connection_factories
-from ..providers.embedded import set_remote_broker_url
+from ..providers.embedded import remote_login, set_remote_broker_url
 from ..providers.embedded.remote import RemoteConnectionFactory
 from ..transform import MessageTransformer, load_transformer
 
@@ -86,18 +86,13 @@ def _cast(default: Any, raw: str) -> Any:
 
 
 class HostBroker(RemoteConnectionFactory):
-    """The host broker over its jms service, with the service's credentials unless the
-    <connection-factory> has its own."""
-
-    def __init__(self, url: str, *, user: str | None, password: str | None,
-                 **options: Any) -> None:
-        super().__init__(url, **options)
-        self.user, self.password = user, password
+    """The host broker over its jms service; connections that name no user log in as
+    set_remote_broker_url() says (the service's login)."""
 
     def create_connection(self, username: str | None = None,
                           password: str | None = None) -> Any:
         if username is None:
-            username, password = self.user, self.password
+            username, password = remote_login()
         return super().create_connection(username, password)
 
     create_xa_connection = create_connection
@@ -107,7 +102,8 @@ class LinkEnvironment:
     """The link's configuration and resources, built in a Spark process from LinkOptions."""
 
     def __init__(self, options: LinkOptions, log: logging.Logger) -> None:
-        set_remote_broker_url(options.broker_url)
+        set_remote_broker_url(options.broker_url, options.broker_user or None,
+                              options.broker_password or None)
         self.options = options
         self.log = log
         self.config: BridgeConfig = load_bridge_config(options.xmlurl, bridge_name=options.bridge)
@@ -126,9 +122,7 @@ class LinkEnvironment:
 
         def host(environment: Mapping[str, str]) -> Any:
             return HostBroker(options.broker_url, send_window=options.send_window,
-                              prefetch=min(max(options.max_per_batch, 1), 1000),
-                              user=options.broker_user or None,
-                              password=options.broker_password or None)
+                              prefetch=min(max(options.max_per_batch, 1), 1000))
 
         self._host = host
         dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]

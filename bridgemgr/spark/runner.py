@@ -1,0 +1,314 @@
+# How it works: a SparkLink is what JMSBridge builds instead of a Link for a
+# non-transacted link of a bridge with imq.bridge.<name>.runner=spark. It has the Link's
+# public interface (state, start/stop/pause/resume, info, counters), and runs the link as
+# one Structured Streaming query: LinkDataSource (source.py) -> LinkStreamWriter
+# (sink.py), checkpointed under <bridge dir>/spark/<link>/checkpoint, the source log in
+# its sourcelog folder. start() and resume() start the query (from the checkpoint when
+# there is one); pause() and stop() stop it and keep the checkpoint, so nothing received
+# is lost: what the source log holds runs at the next start. A watcher thread follows the
+# query: when it fails (a lost connection, a broken executor) it is started again from
+# its checkpoint after a backoff, as a local link reconnects; a transformer failure that
+# must halt the link (LinkHalted), or RESTARTS failures in a row without a committed batch,
+# stop it with last_error set. Counters come from the stats file the sink's commit()
+# writes (they survive restarts); info() adds the query's progress for `list link`.
+"""A JMS bridge link that runs as a Spark Structured Streaming query."""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ..jmsbridge.counters import LinkCounters
+from ..jmsbridge.link import LinkSetup, LinkTuning
+from ..jmsbridge.states import LINK_TRANSITIONS, Command, Lifecycle, State
+from .linkenv import FORMAT, LinkOptions
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+    from ..props import BrokerProperties
+
+RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
+TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
+
+
+def checkpoint_dir(bridge_dir: Path, link: str) -> Path:
+    return bridge_dir / "spark" / link / "checkpoint"
+
+
+def link_options(checkpoint: Path, **values: Any) -> LinkOptions:
+    """LinkOptions whose source log and stats file live in ``checkpoint``."""
+    return LinkOptions(source_log=str(checkpoint / "sourcelog"),
+                       stats=str(checkpoint / "linkstats.jsonl"), **values)
+
+
+def start_query(spark: "SparkSession", options: LinkOptions, checkpoint: Path,
+                available_now: bool = False, name: str | None = None) -> "StreamingQuery":
+    """The link's streaming query, started (from ``checkpoint`` when it has one)."""
+    from .source import LinkDataSource
+
+    spark.dataSource.register(LinkDataSource)
+    opts = options.to_options()
+    writer = (spark.readStream.format(FORMAT).options(**opts).load()
+              .writeStream.format(FORMAT).options(**opts)
+              .option("checkpointLocation", str(checkpoint)))
+    if name:
+        writer = writer.queryName(name)
+    writer = (writer.trigger(availableNow=True) if available_now
+              else writer.trigger(processingTime=TRIGGER))
+    return writer.start()
+
+
+def stats_totals(stats: str | Path) -> dict[str, Any]:
+    """The stats file summed: batches, rows, transferred, consumed_only, to_dmq, dmq_lost,
+    reasons, last_batch_id."""
+    from .sink import read_stats
+
+    totals: dict[str, Any] = {"batches": 0, "rows": 0, "transferred": 0, "consumed_only": 0,
+                              "to_dmq": 0, "dmq_lost": 0, "reasons": {}, "last_batch_id": None}
+    for batch, entry in sorted(read_stats(stats).items()):
+        totals["batches"] += 1
+        for key in ("rows", "transferred", "consumed_only", "to_dmq", "dmq_lost"):
+            totals[key] += int(entry.get(key, 0))
+        for reason, n in (entry.get("reasons") or {}).items():
+            totals["reasons"][reason] = totals["reasons"].get(reason, 0) + int(n)
+        totals["last_batch_id"] = batch
+    return totals
+
+
+class SparkLink:
+    """One <link> of a running bridge, run by Spark (runner=spark)."""
+
+    runner = "spark"
+
+    def __init__(self, setup: LinkSetup, options: LinkOptions, checkpoint: Path,
+                 log: logging.Logger, props: "BrokerProperties | None" = None,
+                 tuning: LinkTuning = LinkTuning(), spark: "SparkSession | None" = None) -> None:
+        self.setup = setup
+        self.config = setup.config
+        self.name = setup.config.name
+        self.bridge_name = setup.bridge.name
+        self.options = options
+        self.checkpoint = checkpoint
+        self.log = log
+        self.props = props
+        self.tuning = tuning
+        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
+                                   LINK_TRANSITIONS, State.STOPPED)
+        self.counters = LinkCounters()
+        self._spark = spark
+        self._query: "StreamingQuery | None" = None
+        self._want = State.STOPPED
+        self._lock = threading.RLock()   # query start/stop
+        self._wake = threading.Event()   # a command for the watcher's backoff
+
+    # --- state and commands ------------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self.lifecycle.state
+
+    @property
+    def transacted(self) -> bool:
+        return self.config.transacted
+
+    def start(self, timeout: float | None = -1) -> State:
+        """Start the query (from the checkpoint when there is one)."""
+        if self.lifecycle.begin(Command.START) is None:
+            return self.state
+        return self._run(State.STARTED)
+
+    def resume(self, timeout: float | None = -1) -> State:
+        """Start the query again from the checkpoint that pause() kept."""
+        if self.lifecycle.begin(Command.RESUME) is None:
+            return self.state
+        return self._run(State.STARTED)
+
+    def pause(self, timeout: float | None = -1) -> State:
+        """Stop the query between batches; keep the checkpoint (and the source log)."""
+        if self.lifecycle.begin(Command.PAUSE) is None:
+            return self.state
+        self._halt(State.PAUSED)
+        self.log.info("link %s paused (Spark query stopped, checkpoint kept)", self.name)
+        return self.state
+
+    def stop(self, timeout: float | None = None) -> State:
+        if self.lifecycle.begin(Command.STOP) is None:
+            return self.state
+        self._halt(State.STOPPED)
+        self.log.info("link %s stopped", self.name)
+        return self.state
+
+    def _run(self, want: State) -> State:
+        self._want = want
+        self._wake.clear()
+        try:
+            self._start_query()
+        except Exception as exc:
+            self._failed(f"cannot start the Spark query: {type(exc).__name__}: {exc}")
+            self.lifecycle.set(State.STOPPED)
+            return self.state
+        self.lifecycle.set(State.STARTED)
+        threading.Thread(target=self._watch, args=(self._query,), daemon=True,
+                         name=f"spark link {self.bridge_name}/{self.name}").start()
+        return self.state
+
+    def _halt(self, final: State) -> None:
+        self._want = final
+        self._wake.set()
+        with self._lock:
+            query = self._query
+            if query is not None:
+                try:
+                    _between_batches(query, self.tuning.start_timeout)
+                    query.stop()
+                except Exception as exc:  # the JVM may be gone already
+                    self.log.warning("link %s: stopping its Spark query: %s", self.name, exc)
+        self.lifecycle.set(final)
+
+    def _session(self) -> "SparkSession":
+        if self._spark is None:
+            from .session import spark_session
+            self._spark = spark_session(self.props, app_name=f"imqbridge {self.bridge_name}")
+        return self._spark
+
+    def _start_query(self) -> None:
+        with self._lock:
+            self.checkpoint.mkdir(parents=True, exist_ok=True)
+            self._query = start_query(self._session(), self.options, self.checkpoint,
+                                      name=f"{self.bridge_name}.{self.name}")
+        self.log.info("link %s runs on Spark (%s -> %s), checkpoint %s", self.name,
+                      self.setup.source_label, self.setup.target_label, self.checkpoint)
+
+    # --- the watcher ------------------------------------------------------------------------------
+    def _watch(self, query: "StreamingQuery") -> None:
+        """Follow ``query``; restart it after a failure (with backoff) while wanted. A
+        watcher ends when its query was stopped on purpose or replaced by a command."""
+        failures = 0
+        committed = stats_totals(self.options.stats)["batches"]
+        while True:
+            error = _await(query)
+            if self._query is not query or self._want is not State.STARTED:
+                return
+            if error is None:
+                self.log.info("link %s: its Spark query ended", self.name)
+                self.lifecycle.set(State.STOPPED)
+                return
+            now_committed = stats_totals(self.options.stats)["batches"]
+            failures = 1 if now_committed > committed else failures + 1
+            committed = now_committed
+            self.counters.reconnects += 1
+            self._failed(f"Spark query failed: {error}")
+            halted = "LinkHalted" in error
+            if halted or failures > RESTARTS:
+                self.log.error("link %s stops: %s", self.name,
+                               "the transformer halted it" if halted
+                               else f"{RESTARTS} restarts in a row failed")
+                self._want = State.STOPPED
+                self.lifecycle.set(State.STOPPED)
+                return
+            self.lifecycle.move({State.STARTED}, State.STARTING)
+            delay = min(self.tuning.backoff_initial * 2 ** (failures - 1), self.tuning.backoff_max)
+            if self._wake.wait(delay):
+                return
+            with self._lock:
+                if self._query is not query or self._want is not State.STARTED:
+                    return
+                try:
+                    self._start_query()
+                except Exception as exc:
+                    self._failed(f"cannot restart the Spark query: {exc}")
+                    self._want = State.STOPPED
+                    self.lifecycle.set(State.STOPPED)
+                    return
+                query = self._query
+            self.lifecycle.move({State.STARTING}, State.STARTED)
+
+    def _failed(self, text: str) -> None:
+        self.counters.error(text[:2000])
+        self.log.error("link %s: %s", self.name, text[:2000])
+
+    # --- what `list link` shows -----------------------------------------------------------------
+    def progress(self) -> dict[str, Any]:
+        """The query's progress: committed batches, input rows, rows/s, last batch id."""
+        totals = stats_totals(self.options.stats)
+        last = self._query.lastProgress if self._query is not None else None
+        return {"batches": totals["batches"], "input_rows": totals["rows"],
+                "rows_per_second": round(float(last.get("processedRowsPerSecond") or 0.0), 1)
+                if last else 0.0,
+                "last_batch_id": last.get("batchId") if last else totals["last_batch_id"],
+                "active": bool(self._query is not None and self._query.isActive)}
+
+    def info(self) -> dict[str, object]:
+        totals = stats_totals(self.options.stats)
+        c = self.counters
+        c.received, c.transferred = totals["rows"], totals["transferred"]
+        c.consumed_only, c.to_dmq, c.dmq_lost = (totals["consumed_only"], totals["to_dmq"],
+                                                  totals["dmq_lost"])
+        c.dmq_reasons.clear()
+        c.dmq_reasons.update(totals["reasons"])
+        return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
+                "target": self.setup.target_label, "transacted": self.transacted,
+                "runner": self.runner, "progress": self.progress(), "counters": c.snapshot()}
+
+
+def _between_batches(query: "StreamingQuery", timeout: float) -> None:
+    """Wait (up to ``timeout`` s) until ``query`` is not writing a batch, so that a stop
+    does not cut a batch short: it would run again at the next start (duplicates)."""
+    deadline = time.monotonic() + timeout
+    while (query.isActive and query.status.get("message") == "Processing new data"
+           and time.monotonic() < deadline):
+        time.sleep(0.05)
+
+
+def _await(query: "StreamingQuery") -> str | None:
+    """Wait for the query to end; its error text (None when it ended cleanly)."""
+    while True:
+        try:
+            if query.awaitTermination(1.0):
+                break
+        except Exception as exc:
+            return f"{type(exc).__name__}: {exc}"
+        if not query.isActive:
+            break
+    try:
+        error = query.exception()
+    except Exception as exc:  # the JVM is gone
+        return f"{type(exc).__name__}: {exc}"
+    return None if error is None else str(error)
+
+
+def parallelism(master: str, conf: dict[str, str]) -> int:
+    """How many slices a batch is read in: spark.default.parallelism, else local[N]'s N
+    (local[*]: the CPU count), else 2."""
+    if conf.get("spark.default.parallelism"):
+        return max(1, int(conf["spark.default.parallelism"]))
+    m = re.fullmatch(r"local\[(\d+|\*)(?:,\d+)?\]", master.strip())
+    if m:
+        return (os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
+    return 1 if master.strip() == "local" else 2
+
+
+def spark_link_options(props: "BrokerProperties", bridge: str, link: str, broker_url: str,
+                       transformer_path: Sequence[str | Path] | None = None
+                       ) -> tuple[LinkOptions, Path]:
+    """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
+    from .session import spark_settings
+
+    settings = props.bridge(bridge)
+    xmlurl = settings.xmlurl or ""
+    if xmlurl and "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
+        xmlurl = str((settings.xml_base / xmlurl).resolve())
+    master, conf = spark_settings(props)
+    checkpoint = checkpoint_dir(props.bridge_dir(bridge), link)
+    options = link_options(
+        checkpoint, xmlurl=xmlurl, bridge=bridge, link=link, broker_url=broker_url,
+        parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
+        transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
+        broker_user=props.admin_user or "", broker_password=props.admin_password or "")
+    return options, checkpoint
