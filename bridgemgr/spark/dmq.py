@@ -67,6 +67,7 @@ OTHER_COLUMNS: tuple[tuple[str, str], ...] = (
 )
 PARTITIONS: tuple[tuple[str, str], ...] = (("day", "string"), ("reason", "string"))
 COLUMNS = tuple(name for name, _ in (*OTHER_COLUMNS, *DMQ_FIELDS, *PARTITIONS))
+_SIZE = COLUMNS.index("size")
 REPORT_KEYS = ("hour", "reason", "link", "source", "target")
 UNKNOWN_REASON = "UNKNOWN"
 
@@ -195,8 +196,9 @@ def original_of(dead: Message) -> Message | None:
     return body if isinstance(body, Message) else None
 
 
-def dead_row(dead: Message, endpoint: DMQEndpoint) -> tuple[Any, ...]:
-    """The archive row of one DMQ message, in COLUMNS order."""
+def dead_row(dead: Message, endpoint: DMQEndpoint, keep_message: bool = True) -> tuple[Any, ...]:
+    """The archive row of one DMQ message, in COLUMNS order (``keep_message=False``: no
+    message bytes, for reports)."""
     ms = dmq_timestamp_ms(dead)
     when = datetime.fromtimestamp(ms / 1000, timezone.utc)
     original = original_of(dead)
@@ -224,7 +226,8 @@ def dead_row(dead: Message, endpoint: DMQEndpoint) -> tuple[Any, ...]:
             value = str(value)
         fields.append(value)
     return (dead.message_id, endpoint.name, bridge, target.link if target else None, when,
-            when.strftime("%Y-%m-%dT%H:00Z"), kind, data, text, size, *fields,
+            when.strftime("%Y-%m-%dT%H:00Z"), kind, data if keep_message else None,
+            text if keep_message else None, size, *fields,
             when.strftime("%Y-%m-%d"), str(reason) if reason is not None else UNKNOWN_REASON)
 
 
@@ -243,11 +246,14 @@ class ArchiveResult:
 
 
 def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_size: int = 5000,
-            receive_timeout: float = 1.0, limit: int | None = None) -> ArchiveResult:
-    """Move the DMQ's messages into Parquet at ``path``; each chunk is acknowledged only
-    after its write returned (a failed write leaves the chunk in the DMQ and raises)."""
-    if chunk_size < 1:
-        raise DMQJobError(f"chunk size must be at least 1, not {chunk_size}")
+            chunk_bytes: int = 64 << 20, receive_timeout: float = 1.0,
+            limit: int | None = None) -> ArchiveResult:
+    """Move the DMQ's messages into Parquet at ``path``; each chunk (``chunk_size``
+    messages, or fewer once they hold ``chunk_bytes``) is acknowledged only after its
+    write returned (a failed write leaves the chunk in the DMQ and raises)."""
+    if chunk_size < 1 or chunk_bytes < 1:
+        raise DMQJobError(f"a chunk needs room for a message (chunk_size={chunk_size}, "
+                          f"chunk_bytes={chunk_bytes})")
     schema = archive_schema()
     started = time.monotonic()
     total = chunks = 0
@@ -257,10 +263,9 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
         consumer = session.create_consumer(endpoint.queue)
         while limit is None or total < limit:
             want = chunk_size if limit is None else min(chunk_size, limit - total)
-            chunk = _receive_chunk(consumer, want, receive_timeout)
+            chunk, rows = _receive_chunk(consumer, endpoint, want, chunk_bytes, receive_timeout)
             if not chunk:
                 break
-            rows = [dead_row(m, endpoint) for m in chunk]
             try:
                 (spark.createDataFrame(rows, schema).coalesce(1).write.mode("append")
                  .partitionBy(*(n for n, _ in PARTITIONS)).parquet(path))
@@ -278,14 +283,19 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
     return ArchiveResult(total, chunks, path, time.monotonic() - started)
 
 
-def _receive_chunk(consumer: Any, want: int, timeout: float) -> list[Message]:
+def _receive_chunk(consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: int,
+                   timeout: float) -> tuple[list[Message], list[tuple[Any, ...]]]:
     chunk: list[Message] = []
-    while len(chunk) < want:
+    rows: list[tuple[Any, ...]] = []
+    size = 0
+    while len(chunk) < want and size < max_bytes:
         message = consumer.receive(timeout)
         if message is None:
             break
         chunk.append(message)
-    return chunk
+        rows.append(dead_row(message, endpoint))
+        size += rows[-1][_SIZE]
+    return chunk, rows
 
 
 def read_archive(spark: "SparkSession", path: str) -> "DataFrame":
@@ -317,9 +327,9 @@ def browse(endpoint: DMQEndpoint, selector: str | None = None) -> Iterator[Messa
 
 
 def browse_frame(spark: "SparkSession", endpoint: DMQEndpoint) -> "DataFrame":
-    """The DMQ as archive rows, without consuming anything."""
-    return spark.createDataFrame([dead_row(m, endpoint) for m in browse(endpoint)],
-                                 archive_schema())
+    """The DMQ as archive rows without the message bytes, consuming nothing."""
+    return spark.createDataFrame([dead_row(m, endpoint, keep_message=False)
+                                  for m in browse(endpoint)], archive_schema())
 
 
 @dataclass(frozen=True)

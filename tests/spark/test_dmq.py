@@ -82,7 +82,7 @@ def drain(host, queue) -> list:
     try:
         consumer = conn.create_session().create_consumer(queue)
         out = []
-        while (m := consumer.receive(0.3)) is not None:
+        while (m := consumer.receive_no_wait()) is not None:
             out.append(m)
         return out
     finally:
