@@ -342,7 +342,9 @@ class Broker:
     def _route(self, message: Message, targets: list[MessageQueue],
                blob: bytes | None = None) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
-        the lock); on a refusal nothing stays taken."""
+        the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
+        remote sender sent it; stored as it is and kept for deliveries over the wire."""
+        wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
         envs: list[Envelope] = []
         try:
@@ -359,7 +361,8 @@ class Broker:
                     size = self._size(mq, blob)
                     self._make_room(mq, size)
                 msg = message if i == 0 else message.copy()
-                env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None)
+                env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
+                               wire=wire)
                 mq.admit(env)
                 envs.append(env)
         except BaseException:
@@ -421,12 +424,14 @@ class Broker:
                 env.blob = None
             mq.push(env)
 
-    def send(self, sender: Any, message: Message, dest: Destination) -> int | None:
-        """Route and enqueue now; the store ticket to wait on for a durable send, or None."""
+    def send(self, sender: Any, message: Message, dest: Destination,
+             blob: bytes | None = None) -> int | None:
+        """Route and enqueue now; the store ticket to wait on for a durable send, or None.
+        ``blob``: ``message`` as a remote client encoded it (see ``_route``)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
-            envs = self._route(message, self._targets(dest, sender, message))
+            envs = self._route(message, self._targets(dest, sender, message), blob)
             self._commit_envelopes(envs)
             if self.store is not None and any(e.stored for e in envs):
                 return self.store.ticket()

@@ -46,6 +46,7 @@ log = logging.getLogger(__name__)
 SCHEMES = {"mq": (True, False), "mqtcp": (False, False), "mqssl": (False, True)}  # (port mapper, tls)
 LAZY_LIMIT = 256 * 1024    # bytes kept lazily before they are written anyway
 MIN_HEARTBEAT = 0.05
+READ_BUFFER = 262144       # bytes one read of the socket takes at most
 
 
 @dataclass(frozen=True)
@@ -169,6 +170,7 @@ class Channel:
         self._sock = sock
         self._tls = isinstance(sock, ssl.SSLSocket)
         self._wire = reader
+        self._rbuf = memoryview(bytearray(READ_BUFFER))  # reused: a fresh 256 KiB per read costs more than the read
         self._deliver = deliver
         self._on_lost = lost
         self._calls: dict[int, Call] = {}
@@ -315,17 +317,17 @@ class Channel:
             if not readable:
                 return False
         try:
-            data = sock.recv(262144)
+            nbytes = sock.recv_into(self._rbuf)
         except ssl.SSLWantReadError:
             return True
         except (OSError, ValueError) as exc:  # ValueError: the socket was closed under us
             self._lost(f"reading failed: {exc}")
             return True
-        if not data:
+        if not nbytes:
             self._lost("the service closed the connection")
             return True
         self.last_read = time.monotonic()
-        self._wire.receive_data(data)
+        self._wire.receive_data(self._rbuf[:nbytes])
         try:
             while (event := self._wire.next_event()) is not None:
                 self._dispatch(event)

@@ -264,12 +264,13 @@ class EmbeddedSession(Session):
         return self.branch is None and not self.transacted and self.ack_mode in (
             AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
 
-    def _send(self, snapshot: Message, destination: Destination) -> None:
+    def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
+        """``blob``: the snapshot as a remote client encoded it (the jms service)."""
         work = self._work_now()
         if work is not None:
             work.sends.append((snapshot, destination, self.connection))
             return
-        ticket = self.broker.send(self.connection, snapshot, destination)
+        ticket = self.broker.send(self.connection, snapshot, destination, blob)
         if ticket is not None and self.broker.sync:
             self.broker.wait_durable(ticket)
 

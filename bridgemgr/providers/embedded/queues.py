@@ -59,10 +59,11 @@ UNLIMITED = DestinationLimits()
 class Envelope:
     """The broker's record of one message in one queue."""
 
-    __slots__ = ("seq", "queue", "message", "stored", "size", "dcount", "owner", "blob")
+    __slots__ = ("seq", "queue", "message", "stored", "size", "dcount", "owner", "blob", "wire")
 
     def __init__(self, seq: int, queue: "MessageQueue", message: Message, stored: bool,
-                 size: int, dcount: int = 0, blob: bytes | None = None) -> None:
+                 size: int, dcount: int = 0, blob: bytes | None = None,
+                 wire: bytes | None = None) -> None:
         self.seq = seq
         self.queue = queue
         self.message = message          # the broker's snapshot; never handed out writable
@@ -71,6 +72,7 @@ class Envelope:
         self.dcount = dcount            # deliveries so far
         self.owner: Any = None          # the session holding it unacknowledged, or an XA branch
         self.blob = blob                # encoded form while it may still need writing
+        self.wire = wire                # encoded form as a remote sender sent it (deliveries reuse it)
 
     def expired(self, now_ms: int) -> bool:
         exp = self.message.expiration

@@ -41,7 +41,6 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
-GATHER = 0.00005  # ... as long as a change arrives within this many seconds
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -122,7 +121,6 @@ class Store:
         self._waiting = 0                               # callers blocked in wait()
         self._writing = False                           # a batch is being written
         self._idle = False                              # the writer sleeps until a change
-        self._changes = 0                               # changes recorded (gathering watches it)
         self._inserts: dict[int, list[Any]] = {}
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
@@ -218,7 +216,6 @@ class Store:
 
     # --- durability -------------------------------------------------------------
     def _changed(self) -> None:
-        self._changes += 1
         if self._idle:
             self._work.notify()
 
@@ -312,17 +309,12 @@ class Store:
                 return
 
     def _gather(self) -> None:
-        """Let a batch grow while changes keep arriving (at most LINGER); a caller that
-        waits meanwhile writes it at once itself."""
+        """Let a batch grow for LINGER: one wake-up per batch, not per change, and a message
+        consumed meanwhile never touches the disk. A caller that waits meanwhile writes
+        the batch at once itself; close() ends the wait."""
         deadline = time.monotonic() + LINGER
-        while not self._closing and not self._waiting:
-            seen = self._changes
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
-                return
-            self._work.wait(min(GATHER, remaining))
-            if self._changes == seen:
-                return
+        while not self._closing and (remaining := deadline - time.monotonic()) > 0:
+            self._work.wait(remaining)
 
     def _write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
                ops: list[tuple[str, tuple[Any, ...]]]) -> None:
