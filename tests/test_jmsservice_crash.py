@@ -213,3 +213,47 @@ def test_clean_service_stop_closes_clients_with_a_clear_error(tmp_path):
     finally:
         if service.poll() is None:
             service.kill()
+
+
+def test_confirmed_persistent_sends_survive_kill9_of_the_service(tmp_path):
+    """With an fsyncing store a persistent send returns once it is on disk: several
+    producers (their answers come from one wait per read, see the service's notes) send
+    until the service is killed; after the restart every confirmed message is there."""
+    store, pm_port = tmp_path / "store", free_port()
+    service = spawn("service_child.py", store, pm_port, "sync")
+    import bridgemgr
+    url = f"mq://127.0.0.1:{pm_port}"
+    confirmed: list[str] = []
+    try:
+        expect_line(service, "ready ")
+        conn = bridgemgr.connect(url, heartbeat=1.0)
+
+        def produce(p: int) -> None:
+            producer = conn.create_session().create_producer(SRC)
+            for i in range(100_000):
+                try:
+                    producer.send(TextMessage(f"{p}:{i}"))
+                except TransportException:
+                    return
+                confirmed.append(f"{p}:{i}")
+
+        producers = [threading.Thread(target=produce, args=(p,)) for p in range(4)]
+        for t in producers:
+            t.start()
+        wait_for(lambda: len(confirmed) >= 200, timeout=30)
+        kill(service)
+        for t in producers:
+            t.join(10)
+        conn.close()
+        service = spawn("service_child.py", store, pm_port, "sync")
+        expect_line(service, "ready ")
+        again = bridgemgr.connect(url)
+        again.start()
+        got = {m.text for m in drain(again.create_session().create_consumer(SRC))}
+        again.close()
+        lost = [text for text in confirmed if text not in got]
+        assert not lost, f"{len(lost)} confirmed sends lost, e.g. {lost[:5]}"
+    finally:
+        if service.poll() is None:
+            service.terminate()
+            service.wait(10)

@@ -294,12 +294,16 @@ class EmbeddedSession(Session):
 
     # --- completion -------------------------------------------------------------------------
     def commit(self) -> None:
+        ticket = self.commit_no_wait()
+        if ticket is not None and self.broker.sync:
+            self.broker.wait_durable(ticket)
+
+    def commit_no_wait(self) -> int | None:
+        """Commit, applied and visible now; the store ticket that makes it durable."""
         self._check_open()
         if not self.transacted:
             raise IllegalStateException("commit() on a session that is not transacted")
-        ticket = self.broker.commit(self._work)
-        if ticket is not None and self.broker.sync:
-            self.broker.wait_durable(ticket)
+        return self.broker.commit(self._work)
 
     def rollback(self) -> None:
         self._check_open()

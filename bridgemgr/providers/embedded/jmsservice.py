@@ -24,9 +24,12 @@ clean close gives in-flight messages back as never delivered; a lost connection 
 them back as redelivered.
 
 Requests run on the loop thread, except those that may wait for the store (XA
-prepare/commit/rollback, unsubscribe, and sends and commits when the store fsyncs): their
-handlers return a :class:`_Deferred`, run in the service's thread pool and answered when done. Clients send nothing
-on a session while such a request is pending, so a session's requests stay in order.
+prepare/commit/rollback, unsubscribe): their handlers return a :class:`_Deferred`, run in
+the service's thread pool and answered when done. Sends and commits when the store fsyncs
+are applied on the loop thread and answered once their store batch is on disk: their
+handlers return a :class:`_Durable` ticket, and one pool job per read waits for the
+newest ticket (batches commit in order) and answers them all. Clients send nothing on a
+session while such a request is pending, so a session's requests stay in order.
 
 Security: nothing but HELLO is accepted before authentication, and frames are limited
 to 64 KiB until then; a failed login is answered after ``auth_failure_delay`` and the
@@ -260,6 +263,15 @@ class _Deferred:
         self.fn = fn
 
 
+class _Durable:
+    """A handler's answer once store batch ``ticket`` is durable (see the module notes)."""
+
+    __slots__ = ("ticket",)
+
+    def __init__(self, ticket: int) -> None:
+        self.ticket = ticket
+
+
 class _Link(asyncio.BufferedProtocol):
     """One remote connection. It reads into a buffer of its own (BufferedProtocol): a plain
     Protocol gets a fresh 256 KiB bytes object per read, which costs more than the read."""
@@ -285,6 +297,7 @@ class _Link(asyncio.BufferedProtocol):
         self._flush_scheduled = False
         self._draining = False                  # handling what one read brought
         self._after_drain: list[Callable[[], None]] = []  # ... and what runs at its end
+        self._durable: list[tuple[int, int | None, int]] = []  # (call, sid, ticket) answered once durable
         self.closing = False                    # CLOSE answered: close once written
         self.halted = False                     # login refused: read nothing more
         self.interval = 0.0
@@ -321,8 +334,29 @@ class _Link(asyncio.BufferedProtocol):
         finally:
             self._draining = False
             self._after_drain.clear()
+        if self._durable:
+            self._answer_when_durable()
         if self._outq and not self.closed:
             self._flush()
+
+    def _answer_when_durable(self) -> None:
+        """One pool job waits for the newest ticket of this read, then answers them all."""
+        waiting, self._durable = self._durable, []
+        ticket = max(t for _, _, t in waiting)
+        future = self.loop.run_in_executor(self.service.executor, self.broker.wait_durable, ticket)
+
+        def done(f: asyncio.Future) -> None:
+            exc = f.exception()
+            for call, sid, _ in waiting:
+                if exc is None:
+                    if call:
+                        self.write(wire.reply(call, None))
+                elif isinstance(exc, JMSException):
+                    self._answer_error(call, sid, exc)
+                else:
+                    log.error("jms client %s: waiting for the store failed", self.peer, exc_info=exc)
+                    self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
+        future.add_done_callback(done)
 
     def _drain(self) -> None:
         """Handle every complete request received."""
@@ -429,7 +463,9 @@ class _Link(asyncio.BufferedProtocol):
             log.exception("jms client %s: %s failed", self.peer, op.name)
             self._answer_error(req.call, sid, JMSException(f"internal error in {op.name}: {exc}"))
             return
-        if result.__class__ is _Deferred:
+        if result.__class__ is _Durable:
+            self._durable.append((req.call, sid, result.ticket))  # type: ignore[union-attr]
+        elif result.__class__ is _Deferred:
             self._defer(req.call, sid, result.fn)
         elif req.call:
             self.write(wire.reply(req.call, result))
@@ -614,7 +650,8 @@ class _Link(asyncio.BufferedProtocol):
             raise InvalidDestinationException("a SEND without a destination header")
         self._check("produce", dest)
         if s._work_now() is None and self.broker.sync:
-            return _Deferred(partial(s._send, message, dest, blob))
+            ticket = self.broker.send(s.connection, message, dest, blob)
+            return None if ticket is None else _Durable(ticket)
         s._send(message, dest, blob)  # into the transaction, or to the broker without waiting
         return None
 
@@ -702,10 +739,8 @@ class _Link(asyncio.BufferedProtocol):
             self._rollback(sid)
             raise TransactionRolledBackException(
                 f"the transaction was rolled back because a send in it failed: {failed}")
-        if self.broker.sync:
-            return _Deferred(session.s.commit)
-        session.s.commit()
-        return None
+        ticket = session.s.commit_no_wait()
+        return _Durable(ticket) if ticket is not None and self.broker.sync else None
 
     def _browse(self, sid: int, queue: Any, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()
