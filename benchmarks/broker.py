@@ -1,15 +1,33 @@
-"""Embedded broker throughput and latency; prints one JSON object.
+"""Embedded broker throughput and latency, in-process and over the wire; prints one JSON object.
 
-    .venv/bin/python benchmarks/broker.py [--messages N] [--size BYTES]
+    .venv/bin/python benchmarks/broker.py [--messages N] [--size BYTES] [--only MODE]
+                                          [--send-window W] [--prefetch P]
 
-Workloads (1 KiB BytesMessages through one queue, AUTO_ACKNOWLEDGE):
+Three store modes, each on a broker of its own: non_persistent (no store),
+persistent_no_sync (the default store: each batch handed to the OS) and persistent_sync
+(fsync per group commit). Workloads (1 KiB BytesMessages through one queue,
+AUTO_ACKNOWLEDGE):
 - flat-out produce+consume: one producer thread and one consumer thread at once;
-  msg/s = messages / (first send .. last receive);
-- backlog: produce everything, then consume everything (every persistent message
-  is written to and deleted from the store);
-- sync: persistent with fsync per group commit, 8 producer threads (group commit
-  needs concurrent writers) and one consumer;
+  msg/s = messages / (first send .. last receive). With fsync also eight producer threads
+  (group commit needs concurrent writers);
+- backlog (in-process): produce everything, then consume everything (every persistent
+  message is written to and deleted from the store);
 - latency: a paced producer at 1,000 msg/s; send-to-receive p50/p99.
+
+Remote runs (issue 8): the same broker, the same flat-out workloads with the same message
+counts and sizes, and the latency run, from a client in a child process (as a Spark
+executor or a CLI job would be) over the host broker's jms connection service running in
+this process (mq://, through the port mapper). ``remote`` is the client as it comes:
+every PERSISTENT send outside a transaction waits for the service's answer (JMS: a
+persistent send returns when the provider has the message). ``remote_send_window_W``
+(persistent modes) is the opt-in ``send_window``: up to W persistent sends per session
+unconfirmed, a refusal raised at the next send or at close; a send that returned may
+still be on its way, so it is not the same guarantee (see remote.py) and is reported
+beside, not instead. NON_PERSISTENT sends are never waited for. ``ratio`` = remote msg/s /
+in-process msg/s of the same workload in this run; ``cpu_us_per_msg`` is the CPU time of
+the process running the workload (the client, remotely) and ``service_cpu_us_per_msg``
+that of this process (the broker and its jms service) during a remote run.
+``remote_target_met``: issue 8's target, remote persistent (strict) >= 50% of in-process.
 """
 
 from __future__ import annotations
@@ -17,21 +35,31 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
-from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchcommon import paced_latency, percentiles
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue  # noqa: E402
+from bridgemgr.jms.spi import ConnectionFactory  # noqa: E402
+
+from benchcommon import paced_latency, percentiles  # noqa: E402
 
 Q = Queue("bench")
+MODES = {  # name: (delivery mode, store, fsync)
+    "non_persistent": (DeliveryMode.NON_PERSISTENT, False, False),
+    "persistent_no_sync": (DeliveryMode.PERSISTENT, True, False),
+    "persistent_sync": (DeliveryMode.PERSISTENT, True, True),
+}
 
 
-def flat_out(broker: Broker, n: int, body: bytes, mode: DeliveryMode, producers: int = 1) -> dict:
-    factory = EmbeddedConnectionFactory(broker)
+def flat_out(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode,
+             producers: int = 1) -> dict:
     conn = factory.create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
@@ -44,23 +72,27 @@ def flat_out(broker: Broker, n: int, body: bytes, mode: DeliveryMode, producers:
             p.send(BytesMessage(body))
 
     threads = [threading.Thread(target=produce) for _ in range(producers)]
+    cpu0 = time.process_time()
     start = time.perf_counter()
     for t in threads:
         t.start()
     got = 0
     while got < per * producers:
-        if consumer.receive(5) is None:
+        if consumer.receive(10) is None:
             raise RuntimeError(f"stalled after {got} messages")
         got += 1
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu0
     for t in threads:
         t.join()
     conn.close()
-    return {"messages": got, "seconds": round(elapsed, 3), "msg_per_s": round(got / elapsed)}
+    return {"messages": got, "producers": producers, "seconds": round(elapsed, 3),
+            "msg_per_s": round(got / elapsed), "cpu_us_per_msg": round(cpu / got * 1e6, 1)}
 
 
-def backlog(broker: Broker, n: int, body: bytes, mode: DeliveryMode) -> dict:
-    conn = EmbeddedConnectionFactory(broker).create_connection()
+def backlog(factory: ConnectionFactory, flush: Callable[[], None], n: int, body: bytes,
+            mode: DeliveryMode) -> dict:
+    conn = factory.create_connection()
     conn.start()
     session = conn.create_session()
     producer = session.create_producer(Q)
@@ -68,29 +100,74 @@ def backlog(broker: Broker, n: int, body: bytes, mode: DeliveryMode) -> dict:
     t0 = time.perf_counter()
     for _ in range(n):
         producer.send(BytesMessage(body))
-    if broker.store is not None:
-        broker.store.flush()
+    flush()
     t1 = time.perf_counter()
     consumer = session.create_consumer(Q)
     for _ in range(n):
         consumer.receive(5)
-    if broker.store is not None:
-        broker.store.flush()
+    flush()
     t2 = time.perf_counter()
     conn.close()
     return {"produce_msg_per_s": round(n / (t1 - t0)), "consume_msg_per_s": round(n / (t2 - t1)),
             "msg_per_s": round(n / (t2 - t0))}
 
 
-def latency(broker: Broker, n: int, body: bytes, mode: DeliveryMode, rate: int = 1000) -> dict:
-    conn = EmbeddedConnectionFactory(broker).create_connection()
+def latency(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode,
+            rate: int = 1000) -> dict:
+    conn = factory.create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
     producer = conn.create_session().create_producer(Q)
     producer.delivery_mode = mode
-    samples = paced_latency(producer, consumer, n, body, rate, timeout=5)
+    samples = paced_latency(producer, consumer, n, body, rate)
     conn.close()
     return {"rate_msg_per_s": rate, **percentiles(samples)}
+
+
+def flat_out_runs(mode_name: str, n: int) -> list[tuple[str, int, int]]:
+    """(label, messages, producers) of a mode's flat-out runs."""
+    if MODES[mode_name][2]:
+        return [("flat_out_8_producers", n // 2, 8), ("flat_out_1_producer", n // 20, 1)]
+    return [("flat_out", n, 1)]
+
+
+def workloads(factory: ConnectionFactory, args: argparse.Namespace, mode_name: str) -> dict:
+    """What both sides run: the flat-out runs and the latency run."""
+    mode = MODES[mode_name][0]
+    body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
+    out = {label: flat_out(factory, m, body, mode, producers)
+           for label, m, producers in flat_out_runs(mode_name, args.messages)}
+    out["latency_at_1000_msg_per_s"] = latency(factory, args.latency_messages, body, mode)
+    return out
+
+
+def child(args: argparse.Namespace) -> None:
+    """The remote side: run the workloads against the service; print them as JSON."""
+    from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
+    factory = RemoteConnectionFactory(args.child, prefetch=args.prefetch,
+                                      send_window=args.send_window)
+    print(json.dumps(workloads(factory, args, args.mode)))
+
+
+def remote_run(args: argparse.Namespace, mode: str, url: str, window: int, local: dict) -> dict:
+    """One remote run in a child process; this process's CPU time is the service's."""
+    cmd = [sys.executable, __file__, "--child", url, "--mode", mode,
+           "--messages", str(args.messages), "--size", str(args.size),
+           "--latency-messages", str(args.latency_messages), "--prefetch", str(args.prefetch),
+           "--send-window", str(window)]
+    cpu0 = time.process_time()
+    done = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if done.returncode:
+        raise SystemExit(f"the remote run of {mode} failed:\n{done.stderr}")
+    cpu = time.process_time() - cpu0
+    remote = json.loads(done.stdout)
+    runs = [label for label, *_ in flat_out_runs(mode, args.messages)]
+    total = sum(remote[label]["messages"] for label in runs) + args.latency_messages
+    for label in runs:
+        remote[label]["ratio"] = round(remote[label]["msg_per_s"] / local[label]["msg_per_s"], 2)
+    remote["service_cpu_us_per_msg"] = round(cpu / total * 1e6, 1)
+    remote["send_window"] = window
+    return remote
 
 
 def main() -> None:
@@ -98,30 +175,52 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=100_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--latency-messages", type=int, default=3000)
+    ap.add_argument("--prefetch", type=int, default=100, help="the remote consumer's window")
+    ap.add_argument("--send-window", type=int, default=64,
+                    help="the opt-in pipelined persistent runs (the strict ones wait for every send)")
+    ap.add_argument("--only", choices=sorted(MODES))
+    ap.add_argument("--mode", choices=sorted(MODES), help=argparse.SUPPRESS)
+    ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    from bridgemgr.admin.portmapper import PortMapper
+    from bridgemgr.netloop import NetLoop
+    from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+    from bridgemgr.providers.embedded.jmsservice import JmsService
+
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
-    n = args.messages
-    out: dict = {"message_bytes": args.size, "messages": n}
-    with tempfile.TemporaryDirectory() as tmp:
-        runs = {
-            "non_persistent": (None, False, DeliveryMode.NON_PERSISTENT),
-            "persistent_no_sync": (Path(tmp) / "nosync", False, DeliveryMode.PERSISTENT),
-            "persistent_sync": (Path(tmp) / "sync", True, DeliveryMode.PERSISTENT),
-        }
-        for name, (path, sync, mode) in runs.items():
-            broker = Broker(path, sync=sync)
-            result: dict = {}
-            if sync:
-                result["flat_out_8_producers"] = flat_out(broker, n // 2, body, mode, producers=8)
-                result["flat_out_1_producer"] = flat_out(broker, n // 20, body, mode)
-            else:
-                result["flat_out"] = flat_out(broker, n, body, mode)
-                result["backlog"] = backlog(broker, n, body, mode)
-            result["latency_at_1000_msg_per_s"] = latency(broker, args.latency_messages, body, mode)
+    out: dict = {"message_bytes": args.size, "messages": args.messages, "prefetch": args.prefetch}
+    with tempfile.TemporaryDirectory() as tmp, NetLoop() as netloop:
+        for name in [args.only] if args.only else MODES:
+            mode, stored, sync = MODES[name]
+            broker = Broker(Path(tmp) / name if stored else None, sync=sync)
+            factory = EmbeddedConnectionFactory(broker)
+            local = workloads(factory, args, name)
+            if not sync:
+                flush = broker.store.flush if broker.store is not None else (lambda: None)
+                local["backlog"] = backlog(factory, flush, args.messages, body, mode)
+            result: dict = {"in_process": local}
+            service = JmsService(broker, netloop, "127.0.0.1", 0).start()
+            mapper = PortMapper(netloop, "127.0.0.1", 0, "bench").start()
+            mapper.register(service.service_entry())
+            url = f"mq://127.0.0.1:{mapper.port}"
+            result["remote"] = remote_run(args, name, url, 0, local)
+            if mode is DeliveryMode.PERSISTENT:
+                result[f"remote_send_window_{args.send_window}"] = remote_run(
+                    args, name, url, args.send_window, local)
+            service.stop()
+            mapper.stop()
             if broker.store is not None:
                 result["store"] = broker.store.stats()
             broker.close()
             out[name] = result
+    out["remote_target_met"] = {  # issue 8: remote persistent >= 50% of in-process
+        f"{name}_{label}": out[name]["remote"][label]["ratio"] >= 0.5
+        for name in out if name in MODES and MODES[name][0] is DeliveryMode.PERSISTENT
+        for label, *_ in flat_out_runs(name, args.messages)}
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
 
