@@ -301,12 +301,10 @@ def _receive_chunk(consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: i
 def read_archive(spark: "SparkSession", path: str) -> "DataFrame":
     """The archive at ``path``, without the duplicates a crash between write and
     acknowledge leaves (same dmq_message_id: the same DMQ message archived twice)."""
-    from pyspark.errors import AnalysisException
-
     try:
         df = spark.read.schema(archive_schema()).parquet(path)
         df.limit(1).collect()  # a path that is not an archive fails here, not later
-    except AnalysisException as exc:
+    except Exception as exc:  # Spark's errors (missing path, not Parquet, no permission)
         raise DMQJobError(f"the DMQ archive {path} cannot be read: {clip(str(exc), 300)}") from exc
     return df.dropDuplicates(["dmq_message_id"])
 
@@ -542,7 +540,7 @@ def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | N
     """Resend the chosen DMQ messages' originals; each DMQ message is consumed only after
     its send returned. ``factories`` gives a target factory by ref (default: the host broker)."""
     reasons = [r.value for r in DMQReason]
-    if reason not in reasons and reason != UNKNOWN_REASON:
+    if reason not in reasons:
         raise DMQJobError(f"{reason!r} is not a DMQ reason (one of {', '.join(reasons)})")
     items = choose(endpoint, reason, since_ms, until_ms, to)
     for item in items:

@@ -219,6 +219,11 @@ def test_report_from_the_dmq_consumes_nothing_and_matches_the_archive(spark, hos
 def test_an_unreadable_archive_is_named(spark, tmp_path):
     with pytest.raises(jobs.DMQJobError, match=f"the DMQ archive {tmp_path / 'none'} cannot be read"):
         jobs.read_archive(spark, str(tmp_path / "none"))
+    junk = tmp_path / "junk"
+    junk.mkdir()
+    (junk / "part-0.parquet").write_text("not Parquet")
+    with pytest.raises(jobs.DMQJobError, match=f"the DMQ archive {junk} cannot be read"):
+        jobs.read_archive(spark, str(junk))
 
 
 class Stamp(MessageTransformer):
