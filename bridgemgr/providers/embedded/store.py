@@ -254,8 +254,7 @@ class Store:
                     if self._done < ticket and self._error is not None:
                         raise StoreError(f"{self.path}: the store failed: {self._error}")
                     return
-                self._check()
-                claim = self._take()
+                claim = self._take()  # also while closing: close() waits for this write
             self._commit(claim)
 
     def flush(self) -> None:
