@@ -275,12 +275,16 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
     assert depth(host) == 3  # orig-5 (text only), orig-6 (refused), orig-7 (no link)
 
 
-def test_bad_requests_are_named(host, config):
+def test_a_named_dmq_and_bad_requests(host, config, endpoint):
     with pytest.raises(jobs.DMQJobError, match=r"bridge orders has no DMQ named 'nope' \(its DMQs: "
                                                r"built-in-dmq, audit"):
         jobs.dmq_endpoint(config, "nope", host_factory=lambda env: host.factory())
     named = jobs.dmq_endpoint(config, "audit", host_factory=lambda env: host.factory())
     assert named.queue == Queue("orders.audit")
+    put_dead(host, 8, DMQReason.SEND_FAILURE, "orders.ship", DAY1, queue=named.queue)
+    assert [i.link for i in jobs.redrive(named, "SEND_FAILURE", DAY1, dry_run=True).items] == ["to-shipping"]
+    assert jobs.redrive(endpoint, "SEND_FAILURE", DAY1, dry_run=True).items == []
+    assert len(drain(host, named.queue)) == 1
     with pytest.raises(jobs.DMQJobError, match="'LATE' is not a DMQ reason"):
         jobs.redrive(named, "LATE", 0)
     with pytest.raises(jobs.DMQJobError, match="write NAME, queue:NAME or topic:NAME"):
