@@ -1,7 +1,8 @@
 # How it works: `dmq report` aggregates with Spark (dmq.report) and hands the few rows it
 # collected to this module, which only formats them: a terminal table with a total line,
 # CSV, JSON, and one self-contained HTML page (inline CSS and SVG bar charts of messages
-# by reason and by hour, then the full table; no script, font or image is fetched).
+# by reason and by hour, or by day past two days of hours, then the full table; no
+# script, font or image is fetched).
 """Formats of the DMQ report: table, CSV, JSON and an HTML page with charts."""
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any, Iterable, Sequence
 from .dmq import REPORT_KEYS, ReportRow
 
 HEADINGS = (*REPORT_KEYS, "messages", "bytes")
+MAX_HOUR_BARS = 48
 
 
 def totals(rows: Sequence[ReportRow]) -> dict[str, int]:
@@ -84,6 +86,12 @@ def to_html(rows: Sequence[ReportRow], source: str) -> str:
     for r in rows:
         by_reason[r.reason] += r.messages
         by_hour[r.hour] += r.messages
+    period = "hour"
+    if len(by_hour) > MAX_HOUR_BARS:  # a long span: one bar a day
+        by_day: Counter[str] = Counter()
+        for hour, count in by_hour.items():
+            by_day[hour[:10]] += count
+        by_hour, period = by_day, "day"
     total = totals(rows)
     made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
@@ -91,7 +99,7 @@ def to_html(rows: Sequence[ReportRow], source: str) -> str:
         f'<td class="{"n" if i >= len(REPORT_KEYS) else ""}">{html.escape(c)}</td>'
         for i, c in enumerate(_cells(r))) + "</tr>" for r in rows)
     charts = (_bars("Dead messages by reason", by_reason.most_common(), "#c0392b")
-              + _bars("Dead messages by hour (UTC)", sorted(by_hour.items()), "#2c7fb8"))
+              + _bars(f"Dead messages by {period} (UTC)", sorted(by_hour.items()), "#2c7fb8"))
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>DMQ report: {html.escape(source)}</title>

@@ -307,3 +307,11 @@ def test_iso_times():
     assert jobs.parse_time("now", NOW) == NOW * 1000
     with pytest.raises(jobs.DMQJobError, match="is not a time"):
         jobs.parse_time("yesterday-ish")
+
+
+def test_the_html_page_charts_days_once_hours_are_too_many():
+    rows = [jobs.ReportRow(f"2026-11-{20 + h // 24:02d}T{h % 24:02d}:00Z", "SEND_FAILURE", "l",
+                           "a", "b", 1, 10) for h in range(60)]
+    page = dmqreport.to_html(rows, "archive x")
+    assert "Dead messages by day (UTC)" in page and page.count("<rect") == 1 + 3
+    assert dmqreport.to_html(rows[:48], "archive x").count("<rect") == 1 + 48
