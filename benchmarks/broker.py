@@ -1,7 +1,7 @@
 """Embedded broker throughput and latency, in-process and over the wire; prints one JSON object.
 
-    .venv/bin/python benchmarks/broker.py [--messages N] [--size BYTES] [--only MODE]
-                                          [--send-window W] [--prefetch P]
+    .venv/bin/python benchmarks/broker.py [--messages N] [--size BYTES] [--rounds R]
+                                          [--only MODE] [--send-window W] [--prefetch P]
 
 Three store modes, each on a broker of its own: non_persistent (no store),
 persistent_no_sync (the default store: each batch handed to the OS) and persistent_sync
@@ -19,7 +19,9 @@ counts and sizes, and the latency run, from a client in a child process (as a Sp
 executor or a CLI job would be) over the host broker's jms connection service running in
 this process (mq://, through the port mapper). ``remote`` is the client as it comes:
 every PERSISTENT send outside a transaction waits for the service's answer (JMS: a
-persistent send returns when the provider has the message). ``remote_send_window_W``
+persistent send returns when the provider has the message). The in-process and remote
+runs alternate for --rounds rounds (this machine is shared and noisy) and the median is
+reported. ``remote_send_window_W``
 (persistent modes) is the opt-in ``send_window``: up to W persistent sends per session
 unconfirmed, a refusal raised at the next send or at close; a send that returned may
 still be on its way, so it is not the same guarantee (see remote.py) and is reported
@@ -149,7 +151,7 @@ def child(args: argparse.Namespace) -> None:
     print(json.dumps(workloads(factory, args, args.mode)))
 
 
-def remote_run(args: argparse.Namespace, mode: str, url: str, window: int, local: dict) -> dict:
+def remote_run(args: argparse.Namespace, mode: str, url: str, window: int) -> dict:
     """One remote run in a child process; this process's CPU time is the service's."""
     cmd = [sys.executable, __file__, "--child", url, "--mode", mode,
            "--messages", str(args.messages), "--size", str(args.size),
@@ -161,23 +163,34 @@ def remote_run(args: argparse.Namespace, mode: str, url: str, window: int, local
         raise SystemExit(f"the remote run of {mode} failed:\n{done.stderr}")
     cpu = time.process_time() - cpu0
     remote = json.loads(done.stdout)
-    runs = [label for label, *_ in flat_out_runs(mode, args.messages)]
-    total = sum(remote[label]["messages"] for label in runs) + args.latency_messages
-    for label in runs:
-        remote[label]["ratio"] = round(remote[label]["msg_per_s"] / local[label]["msg_per_s"], 2)
-    remote["service_cpu_us_per_msg"] = round(cpu / total * 1e6, 1)
+    total = sum(remote[label]["messages"] for label, *_ in flat_out_runs(mode, args.messages))
+    remote["service_cpu_us_per_msg"] = round(cpu / (total + args.latency_messages) * 1e6, 1)
     remote["send_window"] = window
     return remote
 
 
+def medians(rounds: list[dict], mode: str, n: int) -> dict:
+    """Per flat-out run the round with the median msg/s (and every round's msg/s); the
+    latency run with the median p50; the rest from the last round."""
+    out = dict(rounds[-1])
+    for label, *_ in flat_out_runs(mode, n):
+        ordered = sorted((r[label] for r in rounds), key=lambda r: r["msg_per_s"])
+        out[label] = {**ordered[len(ordered) // 2],
+                      "all_msg_per_s": [r[label]["msg_per_s"] for r in rounds]}
+    key = "latency_at_1000_msg_per_s"
+    out[key] = sorted((r[key] for r in rounds), key=lambda r: r["p50_ms"])[len(rounds) // 2]
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--messages", type=int, default=100_000)
+    ap.add_argument("--messages", type=int, default=30_000)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--latency-messages", type=int, default=3000)
     ap.add_argument("--prefetch", type=int, default=100, help="the remote consumer's window")
     ap.add_argument("--send-window", type=int, default=64,
                     help="the opt-in pipelined persistent runs (the strict ones wait for every send)")
+    ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=sorted(MODES))
     ap.add_argument("--mode", choices=sorted(MODES), help=argparse.SUPPRESS)
     ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
@@ -192,25 +205,34 @@ def main() -> None:
     from bridgemgr.providers.embedded.jmsservice import JmsService
 
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
-    out: dict = {"message_bytes": args.size, "messages": args.messages, "prefetch": args.prefetch}
+    out: dict = {"message_bytes": args.size, "messages": args.messages, "prefetch": args.prefetch,
+                 "rounds": args.rounds}
     with tempfile.TemporaryDirectory() as tmp, NetLoop() as netloop:
         for name in [args.only] if args.only else MODES:
             mode, stored, sync = MODES[name]
             broker = Broker(Path(tmp) / name if stored else None, sync=sync)
             factory = EmbeddedConnectionFactory(broker)
-            local = workloads(factory, args, name)
-            if not sync:
-                flush = broker.store.flush if broker.store is not None else (lambda: None)
-                local["backlog"] = backlog(factory, flush, args.messages, body, mode)
-            result: dict = {"in_process": local}
             service = JmsService(broker, netloop, "127.0.0.1", 0).start()
             mapper = PortMapper(netloop, "127.0.0.1", 0, "bench").start()
             mapper.register(service.service_entry())
             url = f"mq://127.0.0.1:{mapper.port}"
-            result["remote"] = remote_run(args, name, url, 0, local)
+            windows = {"remote": 0}
             if mode is DeliveryMode.PERSISTENT:
-                result[f"remote_send_window_{args.send_window}"] = remote_run(
-                    args, name, url, args.send_window, local)
+                windows[f"remote_send_window_{args.send_window}"] = args.send_window
+            rounds: dict[str, list[dict]] = {"in_process": [], **{label: [] for label in windows}}
+            for _ in range(args.rounds):  # interleaved: this machine is shared and noisy
+                rounds["in_process"].append(workloads(factory, args, name))
+                for label, window in windows.items():
+                    rounds[label].append(remote_run(args, name, url, window))
+            result: dict = {side: medians(runs, name, args.messages) for side, runs in rounds.items()}
+            local = result["in_process"]
+            for label in windows:
+                for run, *_ in flat_out_runs(name, args.messages):
+                    result[label][run]["ratio"] = round(
+                        result[label][run]["msg_per_s"] / local[run]["msg_per_s"], 2)
+            if not sync:
+                flush = broker.store.flush if broker.store is not None else (lambda: None)
+                local["backlog"] = backlog(factory, flush, args.messages, body, mode)
             service.stop()
             mapper.stop()
             if broker.store is not None:
