@@ -1,23 +1,24 @@
 # How it works: LinkDataSource (format "imqbridge_link") is the Python streaming data
-# source of a runner=spark link; its options are a LinkOptions. The reader's
-# latestOffset() runs in one long-lived Python process on the driver (Spark's source
-# runner), the same reader object every call, so it keeps the source connection: it
-#   1. returns what the source log already holds beyond ``start`` (a batch received before
-#      a crash that Spark had not planned yet), else
-#   2. receives up to maxPerBatch messages (waiting receiveWait seconds for the first,
-#      then taking what is there), appends them to a log segment (fsync file and folder:
-#      log.py) and only then acknowledges them at the source (CLIENT_ACKNOWLEDGE: exactly
-#      the messages received since the last acknowledge, i.e. this batch, in one round
-#      trip; nothing else was received on that session), and returns the new offset.
+# source of a runner=spark link; its options are a LinkOptions. The reader's driver-side
+# methods (latestOffset, partitions, commit) run in one long-lived Python process on the
+# driver (Spark's source runner), the same reader object every call. Its Receiver keeps
+# the source connection and a thread that stays ahead of Spark: while the executors work
+# on one batch it receives the next (up to maxPerBatch messages: it waits receiveWait
+# seconds for the first, then takes what is there), appends them to a segment of the
+# source log (fsync file and folder: log.py) and only then acknowledges them at the source
+# (CLIENT_ACKNOWLEDGE: exactly the messages received since the last acknowledge, i.e. that
+# segment, in one round trip). latestOffset(start) returns the log's end (at most
+# maxPerBatch past start), waiting up to receiveWait when nothing is logged yet; what a
+# crash left logged but unplanned is simply there at the next start.
 # An offset is {"offset": n}, the log's record count. partitions(start, end) cuts the range
 # into `parallelism` slices; read(slice) runs on executors (another reader instance,
 # from the options alone) and yields the slice's records as Arrow batches of
 # (offset, message_id, provider, data). commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
 #
-# Failures: the source connection lost while receiving drops the batch (the broker gives
-# the unacknowledged messages back) and reconnects on the next call; lost after the log
-# write, the logged messages are still the batch (the broker redelivers them too: a
+# Failures: the source connection lost while receiving drops that receive (the broker
+# gives the unacknowledged messages back) and the thread reconnects with backoff; lost
+# after the log write, the logged messages stay logged (the broker redelivers them too: a
 # duplicate, which carries the same source message id). A crash anywhere loses nothing:
 # unlogged messages were never acknowledged, logged ones are replayed from the log.
 # Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
@@ -26,6 +27,8 @@
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from typing import Any, Iterator, Sequence
 
 import pyarrow as pa
@@ -88,24 +91,25 @@ def slices(lo: int, hi: int, parts: int) -> list[LogSlice]:
 
 
 class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
-    """Driver side: receive -> log -> acknowledge; executor side: read log slices."""
+    """Driver side: receive -> log -> acknowledge, ahead of Spark; executor side: read log
+    slices."""
 
     def __init__(self, options: LinkOptions) -> None:
         self.options = options
         # driver side only, made on first use (an executor's instance never connects)
-        self._env: LinkEnvironment | None = None
-        self._log: SourceLog | None = None
-        self._handle: Handle | None = None
-        self._session: Session | None = None
-        self._consumer: MessageConsumer | None = None
+        self._receiver: Receiver | None = None
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"options": self.options, "_env": None, "_log": None, "_handle": None,
-                "_session": None, "_consumer": None}
+        return {"options": self.options, "_receiver": None}
 
     # --- offsets (driver) -----------------------------------------------------------------------
+    def _driver(self) -> "Receiver":
+        if self._receiver is None:
+            self._receiver = Receiver(self.options)
+        return self._receiver
+
     def initialOffset(self) -> dict:
-        bounds = self._source_log().bounds()
+        bounds = self._driver().log.bounds()
         return {"offset": bounds[0] if bounds else 0}
 
     def getDefaultReadLimit(self) -> ReadLimit:
@@ -114,38 +118,21 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def prepareForTriggerAvailableNow(self) -> None:
         """A queue has no "latest offset" to aim at: a drain takes batches until the source
         has had nothing for receiveWait seconds (latestOffset then returns its start)."""
-        log.info("link %s: draining until the source is empty", self.options.link)
+        self._driver().until_empty = True
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         first = int(start["offset"])
         cap = self.options.max_per_batch
         if isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows))
-        source_log = self._source_log()
-        bounds = source_log.bounds()
-        if bounds is not None and bounds[1] > first:
-            return {"offset": min(bounds[1], first + cap)}  # logged before a restart
-        messages = self._receive(cap)
-        if not messages:
-            return start
-        assert self._handle is not None
-        records = [(m.message_id or "", codec.encode(m)) for m in messages]
-        end = source_log.append(first, records, self._handle.provider_name)
-        try:
-            assert self._session is not None
-            self._session.acknowledge()
-        except CONNECTION_LOST as exc:
-            log.warning("link %s: acknowledging %d logged message(s) failed (%s); the source "
-                        "gives them again: duplicates carry the same source message id",
-                        self.options.link, len(records), exc)
-            self._disconnect()
-        return {"offset": end}
+        end = self._driver().logged_beyond(first, self.options.receive_wait)
+        return {"offset": min(end, first + cap)} if end > first else start
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         return slices(int(start["offset"]), int(end["offset"]), self.options.parallelism)
 
     def commit(self, end: dict) -> None:
-        self._source_log().delete_through(int(end["offset"]))
+        self._driver().log.delete_through(int(end["offset"]))
 
     # --- executors ------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -164,11 +151,91 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if columns[0]:
             yield pa.RecordBatch.from_arrays(list(columns), schema=_ARROW_SCHEMA)
 
-    # --- the source connection (driver) ------------------------------------------------------
-    def _source_log(self) -> SourceLog:
-        if self._log is None:
-            self._log = SourceLog(self.options.source_log).open()
-        return self._log
+
+class Receiver:
+    """The driver's side of the source: a thread that keeps up to maxPerBatch messages
+    received, logged and acknowledged beyond what Spark has planned (so that receiving
+    overlaps the executors' work), and the log it writes."""
+
+    def __init__(self, options: LinkOptions) -> None:
+        self.options = options
+        self.log = SourceLog(options.source_log).open()
+        bounds = self.log.bounds()
+        self.end = bounds[1] if bounds else 0   # the offset after the last logged record
+        self.planned = 0                        # the start of the batch Spark asked for last
+        self.until_empty = False                # availableNow: stop at an empty source
+        self.drained = False
+        self.cond = threading.Condition()
+        self._env: LinkEnvironment | None = None
+        self._handle: Handle | None = None
+        self._session: Session | None = None
+        self._consumer: MessageConsumer | None = None
+        self._thread: threading.Thread | None = None
+
+    def logged_beyond(self, start: int, wait: float) -> int:
+        """The log's end once it is past ``start`` (waiting up to ``wait`` s for the
+        receiving thread); ``start`` when nothing came."""
+        with self.cond:
+            self.planned = start
+            self.end = max(self.end, start)  # segments below start may be gone already
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"receive {self.options.link}")
+                self._thread.start()
+            self.cond.notify_all()
+            deadline = time.monotonic() + wait
+            while self.end <= start and not self.drained:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    break
+                self.cond.wait(remaining)
+            return self.end
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            most = self.options.max_per_batch
+            with self.cond:
+                # the batch Spark works on (from planned) and one more, received ahead
+                while self.end - self.planned >= 2 * most or self.drained:
+                    self.cond.wait()
+                start = self.end
+                room = min(most, 2 * most - (self.end - self.planned))
+            try:
+                end = self._receive_batch(start, room)
+                failures = 0
+            except Exception as exc:  # the source is unreachable, or refused something
+                failures += 1
+                log.warning("link %s: receiving failed (%s: %s); trying again",
+                            self.options.link, type(exc).__name__, exc)
+                self._disconnect()
+                time.sleep(min(0.5 * 2 ** failures, 10.0))
+                continue
+            with self.cond:
+                if end > start:
+                    self.end = end
+                elif self.until_empty:
+                    self.drained = True
+                self.cond.notify_all()
+
+    def _receive_batch(self, start: int, room: int) -> int:
+        """Receive up to ``room`` messages, log them from ``start``, acknowledge them; the
+        log's end after them (``start`` when the source had nothing)."""
+        messages = self._receive(room)
+        if not messages:
+            return start
+        assert self._handle is not None
+        records = [(m.message_id or "", codec.encode(m)) for m in messages]
+        end = self.log.append(start, records, self._handle.provider_name)
+        try:
+            assert self._session is not None
+            self._session.acknowledge()
+        except CONNECTION_LOST as exc:
+            log.warning("link %s: acknowledging %d logged message(s) failed (%s); the source "
+                        "gives them again: duplicates carry the same source message id",
+                        self.options.link, len(records), exc)
+            self._disconnect()
+        return end
 
     def _connect(self) -> MessageConsumer:
         if self._consumer is not None:
@@ -203,19 +270,14 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def _receive(self, cap: int) -> list[Message]:
         """Up to ``cap`` messages: wait receiveWait for the first, then take what is there.
-        A lost connection gives back what this call received (it was not acknowledged)."""
-        try:
-            consumer = self._connect()
-            batch: list[Message] = []
-            message = consumer.receive(self.options.receive_wait)
-            while message is not None:
-                batch.append(message)
-                if len(batch) >= cap:
-                    break
-                message = consumer.receive(0)
-            return batch
-        except CONNECTION_LOST as exc:
-            log.warning("link %s: the source connection was lost (%s); reconnecting",
-                        self.options.link, exc)
-            self._disconnect()
-            return []
+        A lost connection raises: what this call received was not acknowledged, and the
+        source gives it back."""
+        consumer = self._connect()
+        batch: list[Message] = []
+        message = consumer.receive(self.options.receive_wait)
+        while message is not None:
+            batch.append(message)
+            if len(batch) >= cap:
+                break
+            message = consumer.receive(0)
+        return batch

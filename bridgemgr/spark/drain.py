@@ -1,0 +1,158 @@
+# How it works: `imqbridgemgr drain -bn BRIDGE -ln LINK` empties a link's source in bulk,
+# next to a running service: service_job() (jobs.py) gets the bridge's configuration and
+# the host broker's jms service from the service's admin port; a link that runs there is
+# paused through the same admin port first (so the two do not compete for the source)
+# and resumed afterwards, whatever happens. The drain is the link's Spark query
+# (runner.py: source.py -> sink.py, the same steps, stamping and DMQ reasons as a
+# runner=spark link) with Trigger.AvailableNow: batches until the source has had nothing
+# for receiveWait, then the query ends. A line per batch shows the progress; the summary
+# (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
+# printed, or given as JSON with --json.
+#
+# The drain's checkpoint (and the source log in it) is --checkpoint, by default
+# ~/.imqbridge/drain/<bridge>/<link>: messages it has acknowledged at the source live
+# there until they are sent, so a drain that dies is run again with the same checkpoint
+# and finishes them first. A drain that ends cleanly removes it. pyspark is imported only
+# when the command runs (the CLI starts fast).
+"""imqbridgemgr drain: empty a link's source through Spark (bulk migration)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any
+
+import click
+
+from .jobs import job_options, service_job
+
+
+def default_checkpoint(bridge: str, link: str) -> Path:
+    return Path.home() / ".imqbridge" / "drain" / bridge / link
+
+
+@click.command("drain")
+@job_options
+@click.option("-ln", "link", required=True, metavar="NAME", help="The link whose source is drained.")
+@click.option("--batch", default=10000, show_default=True, type=click.IntRange(1),
+              help="Messages per micro-batch at most.")
+@click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
+              help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secure: bool,
+          cafile: str | None, reply_timeout: int, retries: int, link: str, batch: int,
+          checkpoint: Path | None, as_json: bool) -> None:
+    """Move everything waiting on a link's source to its target, with Spark, and exit.
+
+    The link's transformer, DMQ rules and the stamped source message id
+    (JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID) apply as on a runner=spark link: at-least-once.
+    A running link is paused for the drain and resumed after it.
+    """
+    job = service_job(broker, bridge, user, passfile, secure, cafile, reply_timeout, retries)
+    try:
+        cfg = job.config.link(link)
+    except Exception:
+        known = ", ".join(l.name for l in job.config.links) or "none"
+        raise click.ClickException(f"bridge {bridge} has no link {link!r} (links: {known})") from None
+    if cfg.transacted:
+        raise click.ClickException(f"link {link} is transacted (once-and-only-once); a drain is "
+                                   "at-least-once and runs non-transacted links only")
+    checkpoint = checkpoint or default_checkpoint(bridge, link)
+    admin = _Admin(broker, job.user, job.password, secure, cafile, reply_timeout, retries)
+    paused = admin.pause_if_running(bridge, link)
+    if paused:
+        click.echo(f"link {link} of bridge {bridge} paused for the drain", err=True)
+    try:
+        summary = _run(job, link, batch, checkpoint)
+    finally:
+        if paused:
+            admin.resume(bridge, link)
+            click.echo(f"link {link} of bridge {bridge} resumed", err=True)
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        reasons = ", ".join(f"{k} {v}" for k, v in sorted(summary["dmq_reasons"].items()))
+        click.echo(f"drained link {link} of bridge {bridge}: {summary['transferred']} transferred, "
+                   f"{summary['to_dmq']} to the DMQ{f' ({reasons})' if reasons else ''}, "
+                   f"{summary['consumed_only']} consumed without transfer, in "
+                   f"{summary['seconds']} s ({summary['msg_per_s']} msg/s)")
+
+
+def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
+    """The drain's query, a line per batch on stderr; the summary."""
+    from .runner import link_options, parallelism, start_query, stats_totals
+
+    spark = job.spark(f"imqbridge drain {job.bridge}/{link}")
+    options = link_options(
+        checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
+        parallelism=parallelism(job.spark_master, dict(job.spark_conf)), max_per_batch=batch,
+        backout_threshold=job.backout_threshold, broker_user=job.user or "",
+        broker_password=job.password or "")
+    checkpoint.mkdir(parents=True, exist_ok=True)
+    before = stats_totals(options.stats)  # a drain that died before: its totals so far
+    start = time.monotonic()
+    query = start_query(spark, options, checkpoint, available_now=True,
+                        name=f"drain {job.bridge}.{link}")
+    shown = before["batches"]
+    while True:
+        ended = query.awaitTermination(1.0)
+        totals = stats_totals(options.stats)
+        if totals["batches"] > shown:
+            shown = totals["batches"]
+            moved = totals["rows"] - before["rows"]
+            click.echo(f"batch {totals['last_batch_id']}: {moved} message(s) so far, "
+                       f"{moved / max(time.monotonic() - start, 1e-9):.0f} msg/s", err=True)
+        if ended or not query.isActive:
+            break
+    error = query.exception()
+    if error is not None:
+        raise click.ClickException(f"the drain failed: {error}; what it had taken from the "
+                                   f"source is kept in {checkpoint}: run the drain again")
+    seconds = time.monotonic() - start
+    totals = stats_totals(options.stats)
+    shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is committed
+    moved = totals["rows"] - before["rows"]
+    return {"bridge": job.bridge, "link": link, "messages": totals["rows"],
+            "transferred": totals["transferred"], "to_dmq": totals["to_dmq"],
+            "dmq_reasons": totals["reasons"], "consumed_only": totals["consumed_only"],
+            "batches": totals["batches"], "seconds": round(seconds, 2),
+            "msg_per_s": round(moved / seconds) if seconds > 0 else 0}
+
+
+class _Admin:
+    """The service's admin port, for pausing and resuming the link around the drain."""
+
+    def __init__(self, broker: str, user: str | None, password: str | None, secure: bool,
+                 cafile: str | None, reply_timeout: int, retries: int) -> None:
+        self.args = (broker, user or "", password or "", secure, cafile, reply_timeout, retries)
+
+    def _request(self, op: str, bridge: str, link: str) -> Any:
+        from ..admin.client import AdminError
+        from ..admin.protocol import Command
+        from ..admincli import open_admin
+
+        try:
+            with open_admin(*self.args) as client:
+                return client.request(Command(op, "link", bridge, link))
+        except AdminError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    def pause_if_running(self, bridge: str, link: str) -> bool:
+        """Pause the link when it is running in the service; True if it was paused here."""
+        reply = self._request("LIST", bridge, link)
+        rows = [x for x in ((reply.data or {}).get("links") or []) if x.get("name") == link]
+        if not reply.ok or not rows or rows[0].get("state") not in ("STARTED", "STARTING",
+                                                                    "RESUMING"):
+            return False
+        reply = self._request("PAUSE", bridge, link)
+        if not reply.ok:
+            raise click.ClickException(f"cannot pause link {link} for the drain: {reply.message}")
+        return True
+
+    def resume(self, bridge: str, link: str) -> None:
+        reply = self._request("RESUME", bridge, link)
+        if not reply.ok:
+            click.echo(f"resuming link {link} failed: {reply.message}; resume it with "
+                       f"imqbridgemgr resume link -bn {bridge} -ln {link}", err=True)
