@@ -217,6 +217,7 @@ from .admincli import register as _register_admin_commands  # noqa: E402  (list/
 
 _register_admin_commands(main)
 main.add_command(__import__("bridgemgr.spark.dmqcli", fromlist=["dmq"]).dmq)  # dmq archive|report|redrive
+main.add_command(__import__("bridgemgr.spark.drain", fromlist=["drain"]).drain)  # drain -bn -ln
 
 if __name__ == "__main__":
     main()
