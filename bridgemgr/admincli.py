@@ -57,16 +57,27 @@ def _table(titles: list[str], rows: list[list[str]]) -> str:
 
 def _link_rows(links: list[dict[str, Any]], with_counters: bool) -> tuple[list[str], list[list[str]]]:
     titles = ["Link Name", "Link State", "Source", "Target", "Transacted"]
+    spark = with_counters and any("progress" in link for link in links)  # runner=spark links
     if with_counters:
-        titles += ["Transferred", "DMQ", "Last Error"]
+        titles += ["Transferred", "DMQ", "Last Error"] + (["Spark Progress"] if spark else [])
     rows = []
     for link in links:
         row = [link["name"], link["state"], link["source"], link["target"], str(link["transacted"]).lower()]
         if with_counters:
             c = link.get("counters", {})
             row += [str(c.get("transferred", 0)), str(c.get("to_dmq", 0)), c.get("last_error") or "-"]
+            if spark:
+                row.append(_progress(link.get("progress")))
         rows.append(row)
     return titles, rows
+
+
+def _progress(p: dict[str, Any] | None) -> str:
+    """A Spark link's query progress: batches, input rows, rows/s, last batch id."""
+    if not p:
+        return "-"
+    return (f"{p.get('batches', 0)} batches, {p.get('input_rows', 0)} rows, "
+            f"{p.get('rows_per_second', 0)} rows/s, last batch {p.get('last_batch_id', '-')}")
 
 
 def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None) -> str:
