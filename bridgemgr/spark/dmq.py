@@ -533,15 +533,20 @@ def _quote(text: str) -> str:
     return text.replace("'", "''")
 
 
+def check_reason(reason: str) -> None:
+    """A JMS_SUN_JMSBRIDGE_DMQ_REASON value, or DMQJobError listing them."""
+    reasons = [r.value for r in DMQReason]
+    if reason not in reasons:
+        raise DMQJobError(f"{reason!r} is not a DMQ reason (one of {', '.join(reasons)})")
+
+
 def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | None = None, *,
             to: Destination | None = None, transformer: MessageTransformer | None = None,
             dry_run: bool = False, factories: Callable[[str | None], ConnectionFactory] | None = None,
             receive_timeout: float = 2.0, batch: int = 200) -> RedriveResult:
     """Resend the chosen DMQ messages' originals; each DMQ message is consumed only after
     its send returned. ``factories`` gives a target factory by ref (default: the host broker)."""
-    reasons = [r.value for r in DMQReason]
-    if reason not in reasons:
-        raise DMQJobError(f"{reason!r} is not a DMQ reason (one of {', '.join(reasons)})")
+    check_reason(reason)
     items = choose(endpoint, reason, since_ms, until_ms, to)
     for item in items:
         if item.status == "chosen" and dry_run:

@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Iterator
@@ -47,6 +48,13 @@ def _job(options: dict[str, Any], dmq_name: str) -> tuple["ServiceJob", "DMQEndp
     job = service_job(**options)
     with _errors():
         return job, dmq_endpoint(job.config, dmq_name)
+
+
+def _check_local(path: str) -> None:
+    """A local archive path that does not exist fails before Spark starts."""
+    local = path[len("file:"):] if path.startswith("file:") else path
+    if "://" not in path and not os.path.exists(local):
+        raise click.ClickException(f"the DMQ archive {path} cannot be read: no such directory")
 
 
 def _write(text: str, target: str) -> None:
@@ -114,6 +122,8 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
     if archive_path is not None:
         from .session import spark_session
 
+        _check_local(archive_path)
+
         spark = spark_session(app_name="imqbridge-dmq-report")
         source = f"archive {archive_path}"
     else:
@@ -156,9 +166,10 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
     after its resend committed. Exits 1 when some resend failed (those stay in the DMQ).
     """
     from ..transform import load_transformer
-    from .dmq import parse_destination, parse_time, redrive, target_factories
+    from .dmq import check_reason, parse_destination, parse_time, redrive, target_factories
 
     with _errors():
+        check_reason(reason)
         since_ms = parse_time(since)
         until_ms = parse_time(until) if until else None
         dest = parse_destination(to) if to else None

@@ -131,7 +131,7 @@ def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
     assert "<svg" in page.read_text()
 
 
-def test_unknown_bridge_dmq_and_reason_are_named(service, tmp_path):
+def test_bad_requests_are_named(service, tmp_path):
     nobridge = dmq(service, "redrive", "-bn", "nope", "--reason", "SEND_FAILURE", "--since", "1h")
     assert nobridge.returncode == 1 and "no bridge named nope" in nobridge.stderr
     nodmq = dmq(service, "redrive", "-bn", "jb", "--dmq", "audit", "--reason", "SEND_FAILURE",
@@ -139,3 +139,7 @@ def test_unknown_bridge_dmq_and_reason_are_named(service, tmp_path):
     assert nodmq.returncode == 1 and "bridge jb has no DMQ named 'audit'" in nodmq.stderr
     badtime = dmq(service, "redrive", "-bn", "jb", "--reason", "SEND_FAILURE", "--since", "lately")
     assert badtime.returncode == 1 and "'lately' is not a time" in badtime.stderr
+    badreason = dmq(service, "redrive", "-bn", "jb", "--reason", "LATE", "--since", "1h")
+    assert badreason.returncode == 1 and "'LATE' is not a DMQ reason" in badreason.stderr
+    noarchive = dmq(service, "report", "-bn", "jb", "--archive", str(tmp_path / "none"))
+    assert noarchive.returncode == 1 and "cannot be read" in noarchive.stderr
