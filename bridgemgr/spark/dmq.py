@@ -254,7 +254,6 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
     if chunk_size < 1 or chunk_bytes < 1:
         raise DMQJobError(f"a chunk needs room for a message (chunk_size={chunk_size}, "
                           f"chunk_bytes={chunk_bytes})")
-    schema = archive_schema()
     started = time.monotonic()
     total = chunks = 0
     conn = endpoint.connect()
@@ -267,8 +266,7 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
             if not chunk:
                 break
             try:
-                (spark.createDataFrame(rows, schema).coalesce(1).write.mode("append")
-                 .partitionBy(*(n for n, _ in PARTITIONS)).parquet(path))
+                write_rows(spark, rows, path)
             except Exception as exc:
                 raise DMQJobError(f"writing {len(rows)} DMQ messages to {path} failed; they "
                                   f"stay in DMQ {endpoint.name} ({total} archived before): "
@@ -281,6 +279,12 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
     finally:
         conn.close()
     return ArchiveResult(total, chunks, path, time.monotonic() - started)
+
+
+def write_rows(spark: "SparkSession", rows: list[tuple[Any, ...]], path: str) -> None:
+    """Append archive rows to the Parquet at ``path`` in one write (one commit)."""
+    (spark.createDataFrame(rows, archive_schema()).coalesce(1).write.mode("append")
+     .partitionBy(*(n for n, _ in PARTITIONS)).parquet(path))
 
 
 def _receive_chunk(consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: int,

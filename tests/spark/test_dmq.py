@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from bridgemgr.jms import codec
 from bridgemgr.jms.destination import Queue, Topic
+from bridgemgr.jms.spi import CLIENT_ACKNOWLEDGE
 from bridgemgr.jms.message import DeliveryMode, ObjectMessage, TextMessage
 from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION, load_bridge_config
 from bridgemgr.jmsbridge.dmq import DeadLetter, dmq_message
@@ -144,7 +145,7 @@ def fill(host) -> None:
     put_dead(host, 5, DMQReason.TRANSFORM_FAILURE, "orders.ship", DAY2, body=unencodable)
 
 
-def test_archive_writes_then_acknowledges_and_readers_drop_duplicates(spark, host, endpoint, tmp_path):
+def test_archive_writes_then_acknowledges(spark, host, endpoint, tmp_path):
     fill(host)
     assert depth(host) == 6
     # A write that fails (the path is a file) acknowledges nothing.
@@ -179,10 +180,25 @@ def test_archive_writes_then_acknowledges_and_readers_drop_duplicates(spark, hos
     assert truncated["message"] is None and truncated["JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED"]
     assert "NotSerialisable" in truncated["truncated_body"]
 
-    # A crash between write and acknowledge archives a chunk twice: readers drop the copy.
-    spark.read.parquet(path).limit(4).write.mode("append").partitionBy("day", "reason").parquet(path)
+
+def test_a_crash_between_write_and_acknowledge_leaves_duplicates_not_losses(spark, host, endpoint, tmp_path):
+    fill(host)
+    path = str(tmp_path / "archive")
+    # What a driver that dies after the write and before the acknowledge leaves behind:
+    # the chunk in Parquet, its connection gone without acknowledging.
+    conn = endpoint.connect()
+    consumer = conn.create_session(ack_mode=CLIENT_ACKNOWLEDGE).create_consumer(DMQ)
+    chunk = [consumer.receive(2) for _ in range(4)]
+    jobs.write_rows(spark, [jobs.dead_row(m, endpoint) for m in chunk], path)
+    conn.close()
+    assert depth(host) == 6
+    assert jobs.archive(spark, endpoint, path, receive_timeout=0.5).messages == 6
+    assert depth(host) == 0
     assert spark.read.parquet(path).count() == 10
-    assert jobs.read_archive(spark, path).count() == 6
+    archived = jobs.read_archive(spark, path)
+    assert archived.count() == 6
+    assert sorted(r[0] for r in archived.select("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID").collect()) == [
+        f"ID:orig-{i}" for i in range(6)]
 
 
 def expected_report() -> list[tuple]:
