@@ -16,7 +16,7 @@ from bridgemgr.jms import codec
 from bridgemgr.jms.destination import Queue, Topic
 from bridgemgr.jms.spi import CLIENT_ACKNOWLEDGE
 from bridgemgr.jms.message import DeliveryMode, ObjectMessage, TextMessage
-from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION, load_bridge_config
+from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION, parse_bridge_config
 from bridgemgr.jmsbridge.dmq import DeadLetter, dmq_message
 from bridgemgr.jmsbridge.pipeline import DMQReason
 from bridgemgr.providers.embedded import Broker, DestinationLimits
@@ -62,10 +62,8 @@ def host(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def config(tmp_path_factory):
-    path = tmp_path_factory.mktemp("dmqconfig") / "orders.xml"
-    path.write_text(XML)
-    return load_bridge_config(str(path))
+def config():
+    return parse_bridge_config(XML.encode())
 
 
 @pytest.fixture
@@ -331,3 +329,24 @@ def test_the_html_page_charts_days_once_hours_are_too_many():
     page = dmqreport.to_html(rows, "archive x")
     assert "Dead messages by day (UTC)" in page and page.count("<rect") == 1 + 3
     assert dmqreport.to_html(rows[:48], "archive x").count("<rect") == 1 + 48
+
+
+@given(st.sampled_from(list(DMQReason)), st.integers(0, 4_102_444_800_000),
+       st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
+                       st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=20), st.booleans()),
+                       max_size=5),
+       st.text(max_size=50))
+def test_a_dead_row_keeps_every_field_and_the_original(reason, at_ms, props, text):
+    orig = TextMessage(text)
+    orig.message_id, orig.timestamp = "ID:x", 5
+    for name, value in props.items():
+        orig.set_object_property(name, value)
+    letter = DeadLetter(orig, reason, None, "orders", "?", "orders.in", "orders.bill", None, "p", "q")
+    row = dict(zip(jobs.COLUMNS, jobs.dead_row(dmq_message(letter, orig, at_ms), jobs.DMQEndpoint(
+        "built-in-dmq", None, DMQ, jobs.LinkIndex(parse_bridge_config(XML.encode()))))))
+    assert codec.decode(row["message"]) == orig and row["size"] == len(row["message"])
+    assert (row["reason"], row["JMS_SUN_JMSBRIDGE_DMQ_REASON"]) == (reason.value, reason.value)
+    assert row["JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP"] == at_ms
+    when = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
+    assert (row["day"], row["hour"][:13]) == (when.strftime("%Y-%m-%d"), when.strftime("%Y-%m-%dT%H"))
+    assert (row["link"], row["bridge"], row["JMS_SUN_JMSBRIDGE_TARGET_PROVIDER"]) == ("to-billing", "orders", "q")
