@@ -123,7 +123,6 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
         from .session import spark_session
 
         _check_local(archive_path)
-
         spark = spark_session(app_name="imqbridge-dmq-report")
         source = f"archive {archive_path}"
     else:
