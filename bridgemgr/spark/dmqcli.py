@@ -20,7 +20,7 @@ import click
 from .jobs import job_options, service_job
 
 if TYPE_CHECKING:
-    from .dmq import DMQEndpoint
+    from .dmq import DMQEndpoint, RedriveResult
     from .jobs import ServiceJob
 
 DMQ_HELP = "The <dmq> of the bridge to use (default: the built-in DMQ, imq.bridge.jms.dmq)."
@@ -185,7 +185,7 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
         sys.exit(1)
 
 
-def _print_redrive(result: Any) -> None:
+def _print_redrive(result: "RedriveResult") -> None:
     rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
     rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
               i.destination or "-", i.detail or "") for i in result.items]
