@@ -11,12 +11,15 @@
 # consume-no-transfer-on-transform-error false) fails the task: the batch is not committed,
 # the query stops, and the message stays in the source log for the next start.
 #
-# A task's sends are confirmed before write() returns (its target session is closed: the
-# send window is settled), so a batch Spark commits is on the target. A lost target
-# connection fails the task (unconfirmed sends may be gone): the batch runs again when
-# the runner restarts the query from its checkpoint (at-least-once). write() returns
-# the batch's counts; commit() (driver, once per batch) appends them to the link's stats
-# file, one JSON line per batch id (a retried batch id replaces the earlier line when read).
+# A task sends on a transacted target session and commits every CHUNK messages and at
+# its end (sends inside a transaction travel in batches: no round trip per message), so a
+# batch Spark commits is on the target. When the target refuses a commit (a send in it
+# failed), that chunk is sent again one message at a time and only the failing message
+# goes to the DMQ. A lost target connection fails the task (what it had not committed is
+# rolled back): the batch runs again when the runner restarts the query from its
+# checkpoint (at-least-once). write() returns the batch's counts; commit() (driver, once
+# per batch) appends them to the link's stats file, one JSON line per batch id (a retried
+# batch id replaces the earlier line when read).
 """The streaming sink of a runner=spark link: the pipeline steps, the send, the DMQ."""
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import AckMode, MessageProducer, Session
 from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
 from ..jmsbridge.dmq import DeadLetter, DeadMessageQueues
+from ..jms.errors import JMSException
 from ..jmsbridge.pipeline import (
+    CONNECTION_LOST,
     Action,
     DMQReason,
     LinkPlan,
@@ -53,6 +58,7 @@ log = logging.getLogger("imq.bridge.spark.sink")
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
 _DESTINATION = HEADER_FIELDS.index("destination")
+CHUNK = 500  # sends per target transaction
 
 
 @dataclass
@@ -85,8 +91,6 @@ class Transfer:
         self.audited: set[DMQReason] = set()
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
-        self._session: Session | None = None
-        self._producer: MessageProducer | None = None
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
         plan = self.plans.get(source_provider)
@@ -105,28 +109,25 @@ class Transfer:
                 backout_threshold=env.options.backout_threshold)
         return plan
 
-    def open_target(self) -> MessageProducer:
-        """A fresh session and producer on the target connection (the connection is made
-        on first use and kept by the worker)."""
+    def open_target(self, transacted: bool = True) -> tuple[Session, MessageProducer]:
+        """A session and producer on the target connection (made on first use and kept by
+        the worker): transacted for the chunks, or not for sending one at a time."""
         if self._target is None or self._target.broken:
             self.drop_target()
             ref = self.env.link.target.connection_factory_ref
             # Every worker is a producer of its own: no client id (it would clash).
             self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None,
                                                   self.stop)
-        self._session = self._target.connection.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
-        self._producer = self._session.create_producer(None)
-        return self._producer
+        session = self._target.connection.create_session(transacted, AckMode.AUTO_ACKNOWLEDGE)
+        return session, session.create_producer(None)
 
     def drop_target(self) -> None:
         if self._target is not None:
             self._target.release(broken=True)
-        self._target = self._session = self._producer = None
+        self._target = None
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
-        counts = BatchCounts()
-        reasons: Counter[str] = Counter()
-        self.open_target()
+        task = _Task(*self.open_target())
         assert self._target is not None
         target_provider = self._target.handle.provider_name
         try:
@@ -135,53 +136,47 @@ class Transfer:
                 providers = batch.column("provider").to_pylist()
                 blobs = batch.column("data").to_pylist()
                 for message_id, provider, blob in zip(ids, providers, blobs):
-                    counts.rows += 1
+                    task.counts.rows += 1
                     plan = self.plan(provider, target_provider)
                     ctx = ProcessingContext(codec.decode(blob), int(time.time() * 1000))
-                    self._handle(ctx, plan, message_id, counts, reasons)
-            assert self._session is not None
-            self._session.close()  # waits for the send window: every send is confirmed
+                    self._handle(task, ctx, plan, message_id)
+                    if len(task.chunk) >= CHUNK:
+                        self._commit(task)
+            self._commit(task)
+            task.session.close()
         except BaseException:
             self.drop_target()
             raise
-        counts.reasons = dict(reasons)
-        return counts
+        task.counts.reasons = dict(task.reasons)
+        return task.counts
 
-    def _handle(self, ctx: ProcessingContext, plan: LinkPlan, message_id: str,
-                counts: BatchCounts, reasons: Counter[str]) -> None:
+    def _handle(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
+                message_id: str) -> None:
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
             if out.is_read_only:
                 out = out.copy()
             out.set_string_property(SOURCE_ID_PROPERTY, message_id)
-            self._send(ctx, out)
+            self._send(task.producer, ctx, out)
             if ctx.error is not None:
-                ctx.dead(DMQReason.SEND_FAILURE)
-                self._to_dmq(ctx, plan, DMQReason.SEND_FAILURE, counts, reasons)
+                self._send_failed(task, ctx, plan)
                 return
-            if ctx.audit is None:
-                counts.transferred += 1
-                return
+            task.chunk.append((ctx, out, plan))
         if ctx.audit is not None and ctx.audit not in self.audited:
             self.audited.add(ctx.audit)
-            self._to_dmq(ctx, plan, ctx.audit, counts, reasons)
+            self._to_dmq(task, ctx, plan, ctx.audit)
         if ctx.action is Action.HALT:
             raise LinkHalted(f"link {plan.link_name}: the transformer failed on message "
                              f"{message_id} ({ctx.failure}) and consume-no-transfer-on-"
                              "transform-error is false; it stays in the source log")
         if ctx.action is Action.DEAD:
-            self._to_dmq(ctx, plan, ctx.reason or DMQReason.SEND_FAILURE, counts, reasons)
+            self._to_dmq(task, ctx, plan, ctx.reason or DMQReason.SEND_FAILURE)
         elif ctx.action is Action.CONSUME:
-            counts.consumed_only += 1
-        elif ctx.action is Action.TRANSFER:
-            counts.transferred += 1  # branched (audited above) and sent
+            task.counts.consumed_only += 1
 
-    def _send(self, ctx: ProcessingContext, out: Message) -> None:
+    def _send(self, producer: MessageProducer, ctx: ProcessingContext, out: Message) -> None:
         """Send (retriable failures retried, tolerated ones recorded on ``ctx``); a lost
-        connection propagates: the task fails, since the sends of the window it had not
-        confirmed may be gone, and the whole batch runs again."""
-        producer = self._producer
-        assert producer is not None
+        connection propagates: the task fails and the whole batch runs again."""
         headers = ctx.headers
         kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
                   "time_to_live": ctx.time_to_live}
@@ -191,8 +186,39 @@ class Transfer:
             self.operator.failed(ctx, Stage.SEND, exc, producer.send, (out, ctx.destination),
                                  kwargs)
 
-    def _to_dmq(self, ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason,
-                counts: BatchCounts, reasons: Counter[str]) -> None:
+    def _send_failed(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan) -> None:
+        log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
+                    plan.link_name, ctx.header("message_id"), ctx.destination, ctx.failure)
+        ctx.dead(DMQReason.SEND_FAILURE)
+        self._to_dmq(task, ctx, plan, DMQReason.SEND_FAILURE)
+
+    def _commit(self, task: "_Task") -> None:
+        """Commit the chunk's sends. When the target refuses the commit (a send in it
+        failed), the chunk is sent again one message at a time, so that only the message
+        that fails goes to the DMQ (SEND_FAILURE), as on the local runner."""
+        if not task.chunk:
+            return
+        try:
+            task.session.commit()
+            task.counts.transferred += len(task.chunk)
+        except CONNECTION_LOST:
+            raise
+        except JMSException as exc:
+            log.warning("link %s: the target refused a chunk of %d message(s) (%s); sending "
+                        "them one at a time", self.env.link.name, len(task.chunk), exc)
+            session, producer = self.open_target(transacted=False)
+            for ctx, out, plan in task.chunk:
+                ctx.error = None
+                self._send(producer, ctx, out)
+                if ctx.error is not None:
+                    self._send_failed(task, ctx, plan)
+                else:
+                    task.counts.transferred += 1
+            session.close()  # waits for the send window
+        task.chunk.clear()
+
+    def _to_dmq(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
+                reason: DMQReason) -> None:
         source = ctx.headers[_DESTINATION]
         target = plan.target if plan.target is not None else source
         letter = DeadLetter(
@@ -204,10 +230,22 @@ class Transfer:
                                         else None),
             source_provider=plan.source_provider, target_provider=plan.target_provider)
         result = self.dmqs.send(letter, self.stop)
-        counts.to_dmq += 1
-        reasons[reason.value] += 1
+        task.counts.to_dmq += 1
+        task.reasons[reason.value] += 1
         if result.taken_by is None:
-            counts.dmq_lost += 1
+            task.counts.dmq_lost += 1
+
+
+@dataclass
+class _Task:
+    """One write(): the transacted target session, the chunk sent since its last commit
+    (context, message sent, plan), the counts."""
+
+    session: Session
+    producer: MessageProducer
+    chunk: list[tuple[ProcessingContext, Message, LinkPlan]] = field(default_factory=list)
+    counts: BatchCounts = field(default_factory=BatchCounts)
+    reasons: Counter[str] = field(default_factory=Counter)
 
 
 _transfers: dict[LinkOptions, Transfer] = {}

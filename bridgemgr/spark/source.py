@@ -50,6 +50,7 @@ from .log import SourceLog
 
 log = logging.getLogger("imq.bridge.spark.source")
 ARROW_ROWS = 1024  # rows per Arrow batch that read() yields
+DRAIN_FAILURES = 5  # receive failures in a row after which a drain gives up
 _ARROW_SCHEMA = pa.schema([("offset", pa.int64()), ("message_id", pa.string()),
                            ("provider", pa.string()), ("data", pa.binary())])
 
@@ -165,6 +166,7 @@ class Receiver:
         self.planned = 0                        # the start of the batch Spark asked for last
         self.until_empty = False                # availableNow: stop at an empty source
         self.drained = False
+        self.error: Exception | None = None     # why a drain's receiving gave up
         self.cond = threading.Condition()
         self._env: LinkEnvironment | None = None
         self._handle: Handle | None = None
@@ -183,12 +185,15 @@ class Receiver:
                                                 name=f"receive {self.options.link}")
                 self._thread.start()
             self.cond.notify_all()
-            deadline = time.monotonic() + wait
+            # a drain needs an answer (returning start ends it); a stream asks again later
+            deadline = None if self.until_empty else time.monotonic() + wait
             while self.end <= start and not self.drained:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
+                if self.error is not None:
+                    raise self.error
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
                     break
-                self.cond.wait(remaining)
+                self.cond.wait(remaining if remaining is not None else 1.0)
             return self.end
 
     def _run(self) -> None:
@@ -209,6 +214,11 @@ class Receiver:
                 log.warning("link %s: receiving failed (%s: %s); trying again",
                             self.options.link, type(exc).__name__, exc)
                 self._disconnect()
+                if self.until_empty and failures >= DRAIN_FAILURES:
+                    with self.cond:  # a drain gives up: latestOffset raises it
+                        self.error = exc
+                        self.cond.notify_all()
+                    return
                 time.sleep(min(0.5 * 2 ** failures, 10.0))
                 continue
             with self.cond:
