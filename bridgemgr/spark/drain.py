@@ -135,7 +135,7 @@ class _Admin:
 
         try:
             with open_admin(*self.args) as client:
-                return client.request(Command(op, "link", bridge, link))
+                return client.request(Command(op, None, bridge, link))
         except AdminError as exc:
             raise click.ClickException(str(exc)) from None
 
