@@ -1,0 +1,224 @@
+"""A link drained on the local runner and on Spark local[1] / local[2], in one run; prints JSON.
+
+    .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B]
+
+One embedded broker in this process with a persistent store and its jms connection
+service on loopback (what a Spark link's processes reach the host broker through). Each
+run fills its own source queue with N persistent 1 KiB TextMessages (an XML document),
+then drains it through a non-transacted link to its own target queue:
+
+- local: the local runner (a thread of this process, the broker in-process, as in the
+  service), acknowledge per message as the chapter says;
+- spark_local1, spark_local2: the same link as a Spark query (runner=spark: the driver
+  receives, logs and acknowledges; executors transform and send over the jms service),
+  Trigger.AvailableNow, in a child process per master (one SparkSession per process).
+  msg/s = N / (query start .. query end); the session start-up (7-11 s) is left out, the
+  first micro-batch's set-up (Python workers, connections) is in.
+
+The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
+again (~0.6 ms of pure-Python CPU per message): on this 2-core machine the target is
+spark_local2 >= 1.6 x local (it must scale with cores). The trivial runs (an identity
+transformer, --trivial-messages each) give the per-message cost of each runner and
+Spark's overhead per message over the local runner's, in microseconds.
+
+Runs are interleaved (local, spark 1, spark 2, per transformer) and the machine is shared:
+read the numbers as a comparison within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+from bridgemgr.jms import DeliveryMode, Queue, TextMessage  # noqa: E402
+
+HEAVY = "benchxml.ReserialiseXML"
+TRIVIAL = "benchxml.Identity"
+TRANSFORMERS = HERE / "transformers"
+
+
+def document(size: int = 1024) -> str:
+    """An XML order of about ``size`` characters."""
+    items, i = [], 0
+    head = '<?xml version="1.0"?><order id="42"><customer>ACME</customer>'
+    while len(head) + sum(map(len, items)) < size - 60:
+        items.append(f'<item id="{i}" kind="k{i % 7}"><name>item {i}</name><qty>{i * 3}</qty></item>')
+        i += 1
+    body = head + "".join(items) + "</order>"
+    return body + " " * max(0, size - len(body))
+
+
+def bridge_xml(run: str, transformer: str) -> bytes:
+    return f"""<jmsbridge name="bench" log-message-transfer="false">
+      <link name="l" transacted="false">
+        <source connection-factory-ref="host" destination-ref="src"/>
+        <target connection-factory-ref="host" destination-ref="dst"
+                message-transformer-class="{transformer}"/>
+      </link>
+      <connection-factory ref-name="host"/>
+      <destination ref-name="src" name="src_{run}"/><destination ref-name="dst" name="dst_{run}"/>
+    </jmsbridge>""".encode()
+
+
+# --- the child: one Spark query -------------------------------------------------------------------
+def child(args: argparse.Namespace) -> None:
+    from bridgemgr.spark.runner import link_options, parallelism, start_query
+    from bridgemgr.spark.session import spark_session
+
+    base = Path(args.work)
+    spark = spark_session(app_name="imqbridge-bench", master=args.master, conf={
+        "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
+        "spark.local.dir": str(base / "spark-local"),
+        "spark.sql.warehouse.dir": str(base / "warehouse")})
+    checkpoint = base / "checkpoint"
+    options = link_options(checkpoint, xmlurl=args.xml, bridge="bench", link="l",
+                           broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
+                           max_per_batch=args.batch, receive_wait=1.0,
+                           transformer_path=str(TRANSFORMERS))
+    start = time.perf_counter()
+    query = start_query(spark, options, checkpoint, available_now=True)
+    query.awaitTermination()
+    elapsed = time.perf_counter() - start
+    batches = [p for p in query.recentProgress if p.get("numInputRows")]
+    print(json.dumps({"seconds": elapsed, "batches": len(batches),
+                      "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
+                                        if batches else None)}))
+    spark.stop()
+
+
+# --- the parent ---------------------------------------------------------------------------------
+def fill(broker, queue: str, n: int, text: str) -> None:
+    from bridgemgr.providers.embedded import EmbeddedConnectionFactory
+
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    producer = conn.create_session().create_producer(Queue(queue))
+    producer.delivery_mode = DeliveryMode.PERSISTENT
+    for _ in range(n):
+        producer.send(TextMessage(text))
+    conn.close()
+    if broker.store is not None:
+        broker.store.flush()
+
+
+def wait_depth(broker, queue: str, n: int, stall: float = 60.0) -> float:
+    """Until ``queue`` holds n messages; the time then (RuntimeError after a stall)."""
+    last, since = -1, time.perf_counter()
+    while True:
+        depth = broker.queue_depth(queue)
+        now = time.perf_counter()
+        if depth >= n:
+            return now
+        if depth != last:
+            last, since = depth, now
+        elif now - since > stall:
+            raise RuntimeError(f"{queue} stalled at {depth} of {n}")
+        time.sleep(0.05)
+
+
+def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
+    from bridgemgr.jmsbridge.bridge import JMSBridge
+    from bridgemgr.jmsbridge.config import parse_bridge_config
+    from bridgemgr.props import load_properties
+    from bridgemgr.providers.embedded import EmbeddedConnectionFactory
+
+    props = load_properties([], [f"imq.varhome={work / 'var'}"])
+    bridge = JMSBridge(parse_bridge_config(bridge_xml(run, transformer)), props,
+                       host_factory=lambda env: EmbeddedConnectionFactory(broker),
+                       transformer_path=[TRANSFORMERS])
+    start = time.perf_counter()
+    bridge.start()
+    end = wait_depth(broker, f"dst_{run}", n)
+    bridge.stop()
+    return {"messages": n, "seconds": round(end - start, 2), "msg_per_s": round(n / (end - start))}
+
+
+def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
+              batch: int) -> dict:
+    folder = work / run
+    folder.mkdir()
+    xml = folder / "bench.xml"
+    xml.write_bytes(bridge_xml(run, transformer))
+    out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--xml", str(xml),
+                          "--broker-url", url, "--work", str(folder), "--batch", str(batch)],
+                         capture_output=True, text=True, timeout=3600)
+    if out.returncode != 0:
+        raise RuntimeError(f"the Spark child failed:\n{out.stderr[-3000:]}")
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    depth = broker.queue_depth(f"dst_{run}")
+    if depth < n:
+        raise RuntimeError(f"{run}: {depth} of {n} messages reached the target")
+    return {"messages": n, "seconds": round(result["seconds"], 2),
+            "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
+            "first_batch_s": result["first_batch_s"], "duplicates": depth - n}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=200_000)
+    ap.add_argument("--trivial-messages", type=int, default=50_000)
+    ap.add_argument("--batch", type=int, default=20_000, help="messages per micro-batch at most")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--master", help=argparse.SUPPRESS)
+    ap.add_argument("--xml", help=argparse.SUPPRESS)
+    ap.add_argument("--broker-url", help=argparse.SUPPRESS)
+    ap.add_argument("--work", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.child:
+        child(args)
+        return
+
+    from bridgemgr.admin.portmapper import PortMapper
+    from bridgemgr.netloop import NetLoop
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.providers.embedded.jmsservice import JmsService
+
+    text = document()
+    out: dict = {"message_bytes": len(text.encode()), "batch": args.batch, "runs": {}}
+    with tempfile.TemporaryDirectory(prefix="imq-spark-bench-") as tmp:
+        work = Path(tmp)
+        broker = Broker(work / "store")
+        netloop = NetLoop().start()
+        service = JmsService(broker, netloop, "127.0.0.1", 0).start()
+        portmapper = PortMapper(netloop, "127.0.0.1", 0, broker.instance_name).start()
+        portmapper.register(service.service_entry())
+        url = f"mq://127.0.0.1:{portmapper.port}"
+        try:
+            for kind, transformer, n in (("heavy", HEAVY, args.messages),
+                                         ("trivial", TRIVIAL, args.trivial_messages)):
+                runs = out["runs"][kind] = {}
+                for name, master in (("local", None), ("spark_local1", "local[1]"),
+                                     ("spark_local2", "local[2]")):
+                    run = f"{kind}_{name}"
+                    fill(broker, f"src_{run}", n, text)
+                    runs[name] = (run_local(broker, work, run, transformer, n) if master is None
+                                  else run_spark(broker, url, work, run, transformer, n, master,
+                                                 args.batch))
+                    print(f"{run}: {runs[name]}", file=sys.stderr)
+        finally:
+            service.stop()
+            portmapper.stop()
+            netloop.stop()
+            broker.close()
+    heavy, trivial = out["runs"]["heavy"], out["runs"]["trivial"]
+    ratio = heavy["spark_local2"]["msg_per_s"] / heavy["local"]["msg_per_s"]
+    out["spark_local2_to_local"] = round(ratio, 2)
+    out["spark_local2_to_local1"] = round(heavy["spark_local2"]["msg_per_s"]
+                                          / heavy["spark_local1"]["msg_per_s"], 2)
+    out["target_met"] = ratio >= 1.6
+    out["trivial_us_per_msg"] = {name: round(1e6 / r["msg_per_s"], 1) for name, r in trivial.items()}
+    out["spark_overhead_us_per_msg"] = {
+        name: round(1e6 / trivial[name]["msg_per_s"] - 1e6 / trivial["local"]["msg_per_s"], 1)
+        for name in ("spark_local1", "spark_local2")}
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()
