@@ -45,12 +45,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
+from bridgemgr.jms.spi import ConnectionFactory
 
-from bridgemgr.jms import BytesMessage, DeliveryMode, Queue  # noqa: E402
-from bridgemgr.jms.spi import ConnectionFactory  # noqa: E402
-
-from benchcommon import paced_latency, percentiles  # noqa: E402
+from benchcommon import paced_latency, percentiles
 
 Q = Queue("bench")
 MODES = {  # name: (delivery mode, store, fsync)

@@ -26,7 +26,8 @@ times, interleaved, and the median is reported (this machine is shared and noisy
 - transacted (issue 5): the same drain on a transacted link, one XA transaction of the
   bridge's coordinator per unit of transaction.batchSize messages (1 and 100), msg/s
   (median of --rounds, interleaved) and p50/p99 send-to-receive latency (a paced producer
-  at half that drain rate, at most 1,000 msg/s), in two topologies:
+  at a quarter of that drain rate, at most 1,000 msg/s: the producer and the receiver
+  share the link's process), in two topologies:
   ``two_rm``: the target queue on a second embedded broker (its own store, reached by a
   connection-factory lookup), so each transaction is a genuine two-phase commit across two
   resource managers: a prepare at each broker, the commit record in txlog.<bridge>
@@ -238,7 +239,7 @@ def transacted(tmp: Path, args: argparse.Namespace, body: bytes) -> dict:
     out: dict = {"broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync")}
     for label, rms, batch, sync in TX_RUNS:
         run = median_run(runs[label])
-        rate = max(10, min(1000, run["msg_per_s"] // 2))
+        rate = max(10, min(1000, run["msg_per_s"] // 4))
         run["latency"] = latency(broker, var, args.tx_latency_messages, body, 1, rate, batch,
                                  far if rms == 2 else None, sync)
         out[label] = run

@@ -360,6 +360,28 @@ def test_a_persistent_send_returns_once_the_store_has_it_when_it_fsyncs(tmp_path
     b.close()
 
 
+def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness, broker, monkeypatch):
+    """The service keeps the client's encoding (no re-encoding on the hot path) while a
+    queue is short, and re-encodes past that; either way every message arrives whole.
+    (The stored copy, also the client's encoding, is read back by the kill -9 tests.)"""
+    from bridgemgr.providers.embedded import broker as broker_module
+    monkeypatch.setattr(broker_module, "WIRE_KEEP", 3)
+    conn = harness.factory().create_connection()
+    producer = conn.create_session().create_producer(Q)
+    for i in range(5):
+        m = TextMessage(f"m{i}")
+        m.set_int_property("i", i)
+        producer.send(m, delivery_mode=DeliveryMode.PERSISTENT)
+    queue = broker._queue("orders")
+    kept = [env.wire is not None for env in queue.browse()]
+    assert kept == [True, True, True, False, False]
+    conn.start()
+    consumer = conn.create_session().create_consumer(Q)
+    got = [consumer.receive(2) for _ in range(5)]
+    assert [(m.text, m.get_int_property("i")) for m in got] == [(f"m{i}", i) for i in range(5)]
+    conn.close()
+
+
 # --- browsing and XA --------------------------------------------------------------------------------
 
 def test_browsing_pages_through_a_long_queue(harness, monkeypatch):

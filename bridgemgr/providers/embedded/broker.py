@@ -54,6 +54,7 @@ from .store import Store
 log = logging.getLogger(__name__)
 
 DMQ_NAME = "mq.sys.dmq"
+WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
 Authenticator = Callable[[str | None, str | None], bool]
 
 
@@ -343,7 +344,8 @@ class Broker:
                blob: bytes | None = None) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
         the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
-        remote sender sent it; stored as it is and kept for deliveries over the wire."""
+        remote sender sent it; stored as it is and kept for deliveries over the wire while
+        the queue is short (a backlog would hold every message twice)."""
         wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
         envs: list[Envelope] = []
@@ -362,7 +364,7 @@ class Broker:
                     self._make_room(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
-                               wire=wire)
+                               wire=wire if mq.count < WIRE_KEEP else None)
                 mq.admit(env)
                 envs.append(env)
         except BaseException:
