@@ -13,7 +13,8 @@ then drains it through a non-transacted link to its own target queue:
   receives, logs and acknowledges; executors transform and send over the jms service),
   Trigger.AvailableNow, in a child process per master (one SparkSession per process).
   msg/s = N / (query start .. query end); the session start-up (7-11 s) is left out, the
-  first micro-batch's set-up (Python workers, connections) is in.
+  first micro-batch's set-up (Python workers, connections) is in; steady_msg_per_s
+  leaves the first batch out.
 
 The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
 again (~0.6 ms of pure-Python CPU per message): on this 2-core machine the target is
@@ -22,13 +23,15 @@ transformer, --trivial-messages each) give the per-message cost of each runner a
 Spark's overhead per message over the local runner's, in microseconds.
 
 Runs are interleaved (local, spark 1, spark 2, per transformer) and the machine is shared:
-read the numbers as a comparison within one run.
+read the numbers as a comparison within one run, with the load average each run saw
+(load_before/after: work of other processes takes cores that local[2] needs).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -88,9 +91,13 @@ def child(args: argparse.Namespace) -> None:
     query.awaitTermination()
     elapsed = time.perf_counter() - start
     batches = [p for p in query.recentProgress if p.get("numInputRows")]
+    later = batches[1:]
+    later_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
     print(json.dumps({"seconds": elapsed, "batches": len(batches),
                       "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
-                                        if batches else None)}))
+                                        if batches else None),
+                      "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
+                                           if later_s else None)}))
     spark.stop()
 
 
@@ -157,7 +164,8 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
         raise RuntimeError(f"{run}: {depth} of {n} messages reached the target")
     return {"messages": n, "seconds": round(result["seconds"], 2),
             "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
-            "first_batch_s": result["first_batch_s"], "duplicates": depth - n}
+            "first_batch_s": result["first_batch_s"],
+            "steady_msg_per_s": result["steady_msg_per_s"], "duplicates": depth - n}
 
 
 def main() -> None:
@@ -198,9 +206,13 @@ def main() -> None:
                                      ("spark_local2", "local[2]")):
                     run = f"{kind}_{name}"
                     fill(broker, f"src_{run}", n, text)
+                    load = os.getloadavg()[0]
                     runs[name] = (run_local(broker, work, run, transformer, n) if master is None
                                   else run_spark(broker, url, work, run, transformer, n, master,
                                                  args.batch))
+                    # others' work on this machine: a load above 1-2 starves the runs
+                    runs[name]["load_before"] = round(load, 2)
+                    runs[name]["load_after"] = round(os.getloadavg()[0], 2)
                     print(f"{run}: {runs[name]}", file=sys.stderr)
         finally:
             service.stop()
