@@ -84,9 +84,9 @@ def service(tmp_path, spark):
     broker.close()
 
 
-def make_spark_bridge(broker, harness, tmp_path, links: str) -> JMSBridge:
+def make_spark_bridge(broker, harness, tmp_path, links: str, dests: str = "") -> JMSBridge:
     xml = tmp_path / "b.xml"
-    xml.write_bytes(bridge_xml(links))
+    xml.write_bytes(bridge_xml(links, dests=dests))
     props_file = tmp_path / "broker.properties"
     props_file.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.b.type=jms\n"
                           f"imq.bridge.b.xmlurl={xml}\nimq.bridge.b.runner=spark\n"
@@ -97,13 +97,18 @@ def make_spark_bridge(broker, harness, tmp_path, links: str) -> JMSBridge:
                                      transformer_path=[tmp_path / "tx"])
 
 
-def test_spark_link_transfers_stamps_dead_letters_pauses_and_resumes(service):
+def test_spark_link_transfers_stamps_dead_letters_halts_pauses_and_resumes(service):
     broker, harness, tmp_path = service
     links = (link_xml("l", target_attrs=f'message-transformer-class="{FAILING}" '
                                         'consume-no-transfer-on-transform-error="true"')
-             + link_xml("tx", src="other", dst="other", transacted="true"))
-    bridge = make_spark_bridge(broker, harness, tmp_path, links)
+             + link_xml("tx", src="other", dst="other", transacted="true")
+             + link_xml("halts", src="hsrc", dst="hdst",
+                        target_attrs=f'message-transformer-class="{FAILING}" '
+                                     'consume-no-transfer-on-transform-error="false"'))
+    bridge = make_spark_bridge(broker, harness, tmp_path, links, dests="".join(
+        f'<destination ref-name="{d}" name="{d}"/>' for d in ("hsrc", "hdst")))
     sent = send(broker, "src", [f"m{i}" for i in range(40)] + ["bad1"])
+    send(broker, "hsrc", ["bad, and the link must not consume it"])
     try:
         bridge.start()
         assert isinstance(bridge.link("tx"), Link)  # transacted: stays on the local runner
@@ -119,6 +124,11 @@ def test_spark_link_transfers_stamps_dead_letters_pauses_and_resumes(service):
                           60, "the counters")
         assert info["counters"]["to_dmq"] == 1 and info["progress"]["batches"] >= 1
         assert info["progress"]["input_rows"] == 41
+
+        halting = bridge.link("halts")  # a transformer failure that must stop the link
+        wait_until(lambda: halting.state is State.STOPPED, 120, "the halting link to stop")
+        assert "LinkHalted" in halting.info()["counters"]["last_error"]
+        assert drain(broker, "hdst", total=0.5) == [] and halting.info()["counters"]["transferred"] == 0
 
         assert bridge.pause_link("l") is State.PAUSED
         send(broker, "src", ["while paused"])
