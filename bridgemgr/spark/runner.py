@@ -9,8 +9,9 @@
 # query: when it fails (a lost connection, a broken executor) it is started again from
 # its checkpoint after a backoff, as a local link reconnects; a transformer failure that
 # must halt the link (LinkHalted), or RESTARTS failures in a row without a committed batch,
-# stop it with last_error set. Counters come from the stats file the sink's commit()
-# writes (they survive restarts); info() adds the query's progress for `list link`.
+# stop it with last_error set. Counters (SparkCounters) come from the stats file the
+# sink's commit() writes (they survive restarts); info() adds the query's progress for
+# `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
 
 from __future__ import annotations
@@ -82,6 +83,24 @@ def stats_totals(stats: str | Path) -> dict[str, Any]:
     return totals
 
 
+class SparkCounters(LinkCounters):
+    """A Spark link's counters: what the sink's commits recorded in the stats file (they
+    survive restarts), plus the runner's own (errors, restarts)."""
+
+    def __init__(self, stats: str) -> None:
+        super().__init__()
+        self.stats = stats
+
+    def snapshot(self) -> dict[str, Any]:
+        totals = stats_totals(self.stats)
+        self.received, self.transferred = totals["rows"], totals["transferred"]
+        self.consumed_only, self.to_dmq = totals["consumed_only"], totals["to_dmq"]
+        self.dmq_lost = totals["dmq_lost"]
+        self.dmq_reasons.clear()
+        self.dmq_reasons.update(totals["reasons"])
+        return super().snapshot()
+
+
 class SparkLink:
     """One <link> of a running bridge, run by Spark (runner=spark)."""
 
@@ -101,7 +120,7 @@ class SparkLink:
         self.tuning = tuning
         self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
                                    LINK_TRANSITIONS, State.STOPPED)
-        self.counters = LinkCounters()
+        self.counters: LinkCounters = SparkCounters(options.stats)
         self._spark = spark
         self._query: "StreamingQuery | None" = None
         self._want = State.STOPPED
@@ -245,16 +264,10 @@ class SparkLink:
                 "active": bool(self._query is not None and self._query.isActive)}
 
     def info(self) -> dict[str, object]:
-        totals = stats_totals(self.options.stats)
-        c = self.counters
-        c.received, c.transferred = totals["rows"], totals["transferred"]
-        c.consumed_only, c.to_dmq, c.dmq_lost = (totals["consumed_only"], totals["to_dmq"],
-                                                  totals["dmq_lost"])
-        c.dmq_reasons.clear()
-        c.dmq_reasons.update(totals["reasons"])
+        counters = self.counters.snapshot()  # read before the progress: never behind it
         return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
                 "target": self.setup.target_label, "transacted": self.transacted,
-                "runner": self.runner, "progress": self.progress(), "counters": c.snapshot()}
+                "runner": self.runner, "progress": self.progress(), "counters": counters}
 
 
 def _between_batches(query: "StreamingQuery", timeout: float) -> None:
