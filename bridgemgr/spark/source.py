@@ -154,9 +154,9 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 
 class Receiver:
-    """The driver's side of the source: a thread that keeps up to maxPerBatch messages
-    received, logged and acknowledged beyond what Spark has planned (so that receiving
-    overlaps the executors' work), and the log it writes."""
+    """The driver's side of the source: a thread that keeps one batch (maxPerBatch
+    messages) received, logged and acknowledged beyond the batch Spark works on (so that
+    receiving overlaps the executors' work), and the log it writes."""
 
     def __init__(self, options: LinkOptions) -> None:
         self.options = options
