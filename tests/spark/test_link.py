@@ -15,8 +15,9 @@ from bridgemgr.jmsbridge.link import Link
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY
+from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.log import SourceLog, SourceLogError
+from bridgemgr.spark.runner import link_options, parallelism
 from bridgemgr.spark.source import slices
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -60,6 +61,20 @@ def test_log_drops_a_crashed_write_and_names_a_damaged_segment(tmp_path):
 ])
 def test_slices_cover_the_range_once(lo, hi, parts, expect):
     assert [(s.lo, s.hi) for s in slices(lo, hi, parts)] == expect
+
+
+def test_options_travel_as_strings_and_parallelism_follows_the_master(tmp_path):
+    options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l",
+                           broker_url="mq://h:1", max_per_batch=7, receive_wait=0.25,
+                           broker_password="secret")
+    strings = options.to_options()
+    assert all(isinstance(v, str) for v in strings.values())
+    assert LinkOptions.from_options({k.lower(): v for k, v in strings.items()}) == options
+    assert options.source_log == str(tmp_path / "sourcelog")
+    with pytest.raises(ValueError, match="needs the option xmlurl"):
+        LinkOptions.from_options({"bridge": "b"})
+    assert [parallelism(m, {}) for m in ("local[3]", "local[2,4]", "local", "yarn")] == [3, 2, 1, 2]
+    assert parallelism("local[1]", {"spark.default.parallelism": "6"}) == 6
 
 
 # --- a bridge with runner=spark ---------------------------------------------------------------
