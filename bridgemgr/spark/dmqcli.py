@@ -100,7 +100,7 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
 
 
 @dmq.command("report")
-@job_options
+@job_options(bridge_required=False)
 @click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
 @click.option("--archive", "archive_path", metavar="PATH",
               help="Report on this archive instead of the DMQ (no service is asked).")
@@ -126,6 +126,8 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
         spark = spark_session(app_name="imqbridge-dmq-report")
         source = f"archive {archive_path}"
     else:
+        if options["bridge"] is None:
+            raise click.UsageError("name the bridge whose DMQ to report on (-bn), or give --archive")
         job, endpoint = _job(options, dmq_name)
         spark = job.spark("imqbridge-dmq-report")
         source = f"DMQ {dmq_name} of bridge {job.bridge}"

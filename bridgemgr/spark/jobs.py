@@ -47,12 +47,15 @@ class ServiceJob:
                              conf={**self.spark_conf, **conf})
 
 
-def job_options(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """-bn (required) and the admin commands' options; the command gets them as keyword
-    arguments broker, bridge, user, passfile, secure, cafile, reply_timeout, retries."""
-    fn = admin_options(fn)
-    return click.option("-bn", "bridge", required=True, metavar="NAME",
-                        help="The JMS bridge whose configuration the job uses.")(fn)
+def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool = True) -> Any:
+    """-bn and the admin commands' options; the command gets them as keyword arguments
+    broker, bridge, user, passfile, secure, cafile, reply_timeout, retries. A command that
+    can also work without the service says bridge_required=False and checks -bn itself."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        fn = admin_options(fn)
+        return click.option("-bn", "bridge", required=bridge_required, metavar="NAME",
+                            help="The JMS bridge whose configuration the job uses.")(fn)
+    return decorate if fn is None else decorate(fn)
 
 
 def service_job(broker: str, bridge: str, user: str | None, passfile: str | None,

@@ -121,7 +121,7 @@ def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
     assert received(service, BUILTIN_DMQ_DESTINATION) == []
 
     page, data = tmp_path / "report.html", tmp_path / "report.json"
-    offline = dmq(service, "report", "-bn", "jb", "--archive", str(path), "--csv", "--json",
+    offline = dmq(service, "report", "--archive", str(path), "--csv", "--json",  # no -bn needed
                   str(data), "--html", str(page))
     assert offline.returncode == 0, offline.stderr
     lines = offline.stdout.splitlines()
@@ -143,3 +143,5 @@ def test_bad_requests_are_named(service, tmp_path):
     assert badreason.returncode == 1 and "'LATE' is not a DMQ reason" in badreason.stderr
     noarchive = dmq(service, "report", "-bn", "jb", "--archive", str(tmp_path / "none"))
     assert noarchive.returncode == 1 and "cannot be read" in noarchive.stderr
+    nothing = dmq(service, "report")
+    assert nothing.returncode == 2 and "(-bn), or give --archive" in nothing.stderr
