@@ -356,6 +356,7 @@ class _Link(asyncio.BufferedProtocol):
                 else:
                     log.error("jms client %s: waiting for the store failed", self.peer, exc_info=exc)
                     self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
+            self._flush()  # now, not in another loop iteration: the clients wait for these
         future.add_done_callback(done)
 
     def _drain(self) -> None:
@@ -493,6 +494,7 @@ class _Link(asyncio.BufferedProtocol):
             else:
                 log.error("jms client %s: request failed", self.peer, exc_info=exc)
                 self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
+            self._flush()  # now, not in another loop iteration: the client waits for it
         future.add_done_callback(done)
 
     def _hello(self, req: wire.Request) -> None:
