@@ -170,7 +170,7 @@ class Channel:
         self._sock = sock
         self._tls = isinstance(sock, ssl.SSLSocket)
         self._wire = reader
-        self._rbuf = memoryview(bytearray(READ_BUFFER))  # reused: a fresh 256 KiB per read costs more than the read
+        self._rbuf = memoryview(bytearray(READ_BUFFER))  # reused: a fresh one per read costs more
         self._deliver = deliver
         self._on_lost = lost
         self._calls: dict[int, Call] = {}
