@@ -46,10 +46,31 @@ class Provider:
         self.down = False
 
 
-def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: list[int]) -> None:
+class Allowance:
+    """How many messages the producer may have sent so far: the test hands out traffic
+    phase by phase, so every outage happens with messages still flowing however fast the
+    producer and the link are."""
+
+    def __init__(self) -> None:
+        self.limit = 0
+        self.cond = threading.Condition()
+
+    def allow(self, limit: int) -> None:
+        with self.cond:
+            self.limit = max(self.limit, limit)
+            self.cond.notify_all()
+
+    def wait_for(self, i: int) -> None:
+        with self.cond:
+            self.cond.wait_for(lambda: i < self.limit)
+
+
+def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: list[int],
+            allowance: Allowance) -> None:
     """Send 0..N-1 to src, reconnecting (and resending the failed one) across outages."""
     i, producer, conn = 0, None, None
     while i < N:
+        allowance.wait_for(i)
         try:
             if producer is None:
                 conn = factory.create_connection()
@@ -76,11 +97,12 @@ def test_provider_restarts_under_traffic(tmp_path):
     bridge = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: factory, tuning=FAST)
     bridge.start()
     link = bridge.links[0]
-    done, sent = threading.Event(), []
-    producer = threading.Thread(target=produce, args=(factory, done, sent), daemon=True)
+    done, sent, allowance = threading.Event(), [], Allowance()
+    producer = threading.Thread(target=produce, args=(factory, done, sent, allowance), daemon=True)
     producer.start()
     try:
-        for _ in range(OUTAGES):
+        for phase in range(1, OUTAGES + 1):
+            allowance.allow(phase * N // (OUTAGES + 1))
             moved = link.counters.transferred
             wait_until(lambda: link.state is State.STARTED  # connected again
                        and link.counters.transferred >= moved + N // (OUTAGES + 2),
@@ -88,6 +110,7 @@ def test_provider_restarts_under_traffic(tmp_path):
             provider.stop()
             time.sleep(0.3)
             provider.restart()
+        allowance.allow(N)
         assert done.wait(60)
         wait_until(lambda: provider.broker.queue_depth("dst") >= N and
                    provider.broker.queue_depth("src") == 0, 30, "the link to catch up")
