@@ -42,3 +42,20 @@ def cli(daemon: Daemon, passfile: Path, *args: str, timeout: float = 60) -> subp
     return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address,
                            "-u", "admin", "-passfile", str(passfile), "-f"],
                           capture_output=True, text=True, env=env, timeout=timeout)
+
+
+def one_bridge_files(base: Path, instance: str, xml: str, password: str, *extra: str,
+                     activelist: str = "jb") -> tuple[Path, Path]:
+    """A service's files under ``base``: jb.xml (``xml``, the JMS bridge jb), broker
+    properties with an admin login (``extra`` lines appended) and the admin passfile.
+    Returns (properties file, passfile)."""
+    (base / "jb.xml").write_text(xml)
+    props = base / "broker.properties"
+    lines = [f"imq.varhome={base / 'var'}", f"imq.instancename={instance}", "imq.portmapper.port=0",
+             "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
+             f"imq.bridge.admin.password={password}", f"imq.bridge.activelist={activelist}",
+             "imq.bridge.jb.type=jms", "imq.bridge.jb.xmlurl=jb.xml", *extra]
+    props.write_text("\n".join(lines) + "\n")
+    passfile = base / "pw.properties"
+    passfile.write_text(f"imq.imqbridgemgr.password={password}\n")
+    return props, passfile

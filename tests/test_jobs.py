@@ -13,7 +13,7 @@ from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers import embedded
 from bridgemgr.providers.embedded.remote import RemoteConnection
 from bridgemgr.spark.jobs import service_job
-from service_support import Daemon
+from service_support import Daemon, one_bridge_files
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -34,26 +34,11 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("jobs")
-    (base / "conf").mkdir()
-    (base / "conf" / "jb.xml").write_text(XML)
-    props = base / "conf" / "broker.properties"
-    props.write_text(f"""imq.varhome={base / 'var'}
-imq.instancename=jobs
-imq.portmapper.port=0
-imq.bridge.enabled=true
-imq.bridge.admin.user=admin
-imq.bridge.admin.password=Job-Secret-1
-imq.bridge.activelist=jb,stomp
-imq.bridge.stomp.tcp.port=0
-imq.bridge.jb.type=jms
-imq.bridge.jb.xmlurl=jb.xml
-imq.bridge.jb.autostart=false
-imq.bridge.jb.runner=spark
-imq.bridge.spark.master=local[1]
-imq.bridge.spark.conf.spark.sql.shuffle.partitions=3
-""")
-    passfile = base / "pw.properties"
-    passfile.write_text("imq.imqbridgemgr.password=Job-Secret-1\n")
+    (base / "conf").mkdir()  # the XML is found relative to the properties file
+    props, passfile = one_bridge_files(
+        base / "conf", "jobs", XML, "Job-Secret-1", "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.jb.autostart=false", "imq.bridge.jb.runner=spark", "imq.bridge.spark.master=local[1]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=3", activelist="jb,stomp")
     daemon = Daemon(props)
     yield daemon, passfile, base
     daemon.stop()

@@ -17,7 +17,7 @@ from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
 from bridgemgr.jmsbridge.dmq import DeadLetter, dmq_message
 from bridgemgr.jmsbridge.pipeline import DMQReason
-from service_support import ROOT, Daemon
+from service_support import ROOT, Daemon, one_bridge_files
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -39,24 +39,9 @@ PASSWORD = "Dmq-Secret-1"
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("dmqcli")
-    (base / "jb.xml").write_text(XML)
-    props = base / "broker.properties"
-    props.write_text(f"""imq.varhome={base / 'var'}
-imq.instancename=dmqcli
-imq.portmapper.port=0
-imq.bridge.enabled=true
-imq.bridge.admin.user=admin
-imq.bridge.admin.password={PASSWORD}
-imq.bridge.activelist=jb
-imq.bridge.jb.type=jms
-imq.bridge.jb.xmlurl=jb.xml
-imq.bridge.jb.autostart=false
-imq.bridge.spark.master=local[1]
-imq.bridge.spark.conf.spark.sql.shuffle.partitions=2
-imq.bridge.spark.conf.spark.driver.memory=512m
-""")
-    passfile = base / "pw.properties"
-    passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
+    props, passfile = one_bridge_files(
+        base, "dmqcli", XML, PASSWORD, "imq.bridge.jb.autostart=false", "imq.bridge.spark.master=local[1]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2", "imq.bridge.spark.conf.spark.driver.memory=512m")
     daemon = Daemon(props)
     yield daemon, passfile, base
     daemon.stop()

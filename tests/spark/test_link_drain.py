@@ -18,7 +18,7 @@ from bridgemgr.spark.drain import _Admin
 from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from service_support import ROOT, Daemon  # noqa: E402
+from service_support import ROOT, Daemon, one_bridge_files  # noqa: E402
 
 N = 1000
 PASSWORD = "Drain-Secret-1"
@@ -37,23 +37,9 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 @pytest.fixture
 def service(tmp_path):
-    (tmp_path / "jb.xml").write_text(XML)
-    props = tmp_path / "broker.properties"
-    props.write_text(f"""imq.varhome={tmp_path / 'var'}
-imq.instancename=drain
-imq.portmapper.port=0
-imq.bridge.enabled=true
-imq.bridge.admin.user=admin
-imq.bridge.admin.password={PASSWORD}
-imq.bridge.activelist=jb
-imq.bridge.jb.type=jms
-imq.bridge.jb.xmlurl=jb.xml
-imq.bridge.spark.master=local[2]
-imq.bridge.spark.conf.spark.sql.shuffle.partitions=2
-imq.bridge.spark.conf.spark.driver.memory=512m
-""")
-    passfile = tmp_path / "pw.properties"
-    passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
+    props, passfile = one_bridge_files(
+        tmp_path, "drain", XML, PASSWORD, "imq.bridge.spark.master=local[2]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2", "imq.bridge.spark.conf.spark.driver.memory=512m")
     daemon = Daemon(props)
     yield daemon, passfile
     daemon.stop()
