@@ -121,7 +121,10 @@ def test_unacknowledged_messages_survive_kill9_of_a_consumer(tmp_path):
     assert len(remaining) == len(set(remaining))
     lost = everything - acked - in_hand - set(remaining)
     assert not lost, f"messages lost: {sorted(lost)[:10]}"
-    assert len(remaining) < len(everything)
+    # The kills landed while the consumer acknowledged. Whether an acknowledgement reached
+    # the disk before its kill is timing (an acknowledged message that comes back is a
+    # redelivery, which at-least-once allows), so how many remain is not asserted.
+    assert acked
 
 
 def test_xa_transfers_are_exactly_once_across_kill9(tmp_path):
