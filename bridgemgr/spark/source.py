@@ -22,6 +22,8 @@
 # duplicate, which carries the same source message id). A crash anywhere loses nothing:
 # unlogged messages were never acknowledged, logged ones are replayed from the log.
 # Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
+# The thread logs in segments of a tenth of maxPerBatch (at least SEGMENT_MIN): the first
+# batch is planned as soon as one segment is logged instead of after a whole batch.
 """The streaming source of a runner=spark link: receive, log (fsync), acknowledge."""
 
 from __future__ import annotations
@@ -51,6 +53,7 @@ from .log import SourceLog
 log = logging.getLogger("imq.bridge.spark.source")
 ARROW_ROWS = 1024  # rows per Arrow batch that read() yields
 DRAIN_FAILURES = 5  # receive failures in a row after which a drain gives up
+SEGMENT_MIN = 500  # messages: below this, a segment's fsync and acknowledge cost too much
 _ARROW_SCHEMA = pa.schema([("offset", pa.int64()), ("message_id", pa.string()),
                            ("provider", pa.string()), ("data", pa.binary())])
 
@@ -206,6 +209,9 @@ class Receiver:
                     self.cond.wait()
                 start = self.end
                 room = min(most, 2 * most - (self.end - self.planned))
+            # in segments of a tenth of a batch: the first batch starts as soon as its first
+            # segment is logged (executors start early), later batches take what is logged
+            room = min(room, max(SEGMENT_MIN, most // 10))
             try:
                 end = self._receive_batch(start, room)
                 failures = 0
