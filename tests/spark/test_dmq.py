@@ -4,12 +4,13 @@ archive, redrive of chosen dead messages (consumed only after their resend)."""
 
 from __future__ import annotations
 
+import functools
 import json
 from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridgemgr.jms import codec
@@ -331,6 +332,13 @@ def test_the_html_page_charts_days_once_hours_are_too_many():
     assert dmqreport.to_html(rows[:48], "archive x").count("<rect") == 1 + 48
 
 
+@functools.cache
+def _bridge_config():
+    """Parsed once: the DTD validation would dominate every example."""
+    return parse_bridge_config(XML.encode())
+
+
+@settings(deadline=None)  # a JSON/codec round trip per example: slow on a loaded CI machine
 @given(st.sampled_from(list(DMQReason)), st.integers(0, 4_102_444_800_000),
        st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
                        st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=20), st.booleans()),
@@ -343,7 +351,7 @@ def test_a_dead_row_keeps_every_field_and_the_original(reason, at_ms, props, tex
         orig.set_object_property(name, value)
     letter = DeadLetter(orig, reason, None, "orders", "?", "orders.in", "orders.bill", None, "p", "q")
     row = dict(zip(jobs.COLUMNS, jobs.dead_row(dmq_message(letter, orig, at_ms), jobs.DMQEndpoint(
-        "built-in-dmq", None, DMQ, jobs.LinkIndex(parse_bridge_config(XML.encode()))))))
+        "built-in-dmq", None, DMQ, jobs.LinkIndex(_bridge_config())))))
     assert codec.decode(row["message"]) == orig and row["size"] == len(row["message"])
     assert (row["reason"], row["JMS_SUN_JMSBRIDGE_DMQ_REASON"]) == (reason.value, reason.value)
     assert row["JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP"] == at_ms
