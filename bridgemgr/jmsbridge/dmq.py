@@ -33,7 +33,7 @@ from ..props import clip, is_secret_name
 from ..transform import MessageTransformer
 from .config import DMQConfig
 from .connections import BridgeConnections, ConnectionKind, Lease
-from .pipeline import DMQReason, Interrupted
+from .pipeline import DMQReason, Interrupted, LinkPlan, ProcessingContext
 
 P = "JMS_SUN_JMSBRIDGE_"
 BODY_TRUNCATED = P + "DMQ_BODY_TRUNCATED"
@@ -65,6 +65,22 @@ class DeadLetter:
     target_current_destination: str | None  # where branch_to sent it
     source_provider: str
     target_provider: str
+
+
+def dead_letter(ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason,
+                link_source: Destination) -> DeadLetter:
+    """The DeadLetter of a message a link (local or Spark) cannot transfer: its received
+    original, where it came from (``link_source`` when it names no JMSDestination) and
+    where it was meant to go (the target, or AS_SOURCE: where it came from)."""
+    source = ctx.header("destination")
+    target = plan.target if plan.target is not None else source
+    return DeadLetter(
+        original=ctx.original_message(), reason=reason, exception=ctx.failure,
+        bridge=plan.bridge_name, link=plan.link_name,
+        source_destination=source.name if source is not None else link_source.name,
+        target_destination=target.name if target is not None else None,
+        target_current_destination=ctx.destination.name if ctx.destination is not None else None,
+        source_provider=plan.source_provider, target_provider=plan.target_provider)
 
 
 def _name(dest: Destination | None) -> str | None:

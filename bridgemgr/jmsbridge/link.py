@@ -37,7 +37,7 @@ from ..transform import MessageTransformer
 from .config import BridgeConfig, LinkConfig
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .counters import LinkCounters
-from .dmq import DeadLetter, DeadMessageQueues
+from .dmq import DeadMessageQueues, dead_letter
 from .pipeline import (
     CONNECTION_LOST,
     Action,
@@ -513,16 +513,7 @@ class Link:
     def _to_dmq(self, ctx: ProcessingContext, reason: DMQReason) -> None:
         plan = self._plan
         assert plan is not None
-        source = ctx.headers[_DESTINATION]
-        target = self.setup.target if self.setup.target is not None else source
-        letter = DeadLetter(
-            original=ctx.original_message(), reason=reason, exception=ctx.failure,
-            bridge=self.bridge_name, link=self.name,
-            source_destination=source.name if source is not None else self.setup.source.name,
-            target_destination=target.name if target is not None else None,
-            target_current_destination=(ctx.destination.name if ctx.destination is not None
-                                        else None),
-            source_provider=plan.source_provider, target_provider=plan.target_provider)
+        letter = dead_letter(ctx, plan, reason, self.setup.source)
         result = self.dmqs.send(letter, self._stop)
         if result.interrupted:
             raise Interrupted("stopped while sending to the DMQ")

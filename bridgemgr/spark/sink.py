@@ -40,7 +40,7 @@ from ..jms import codec
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import AckMode, MessageProducer, Session
 from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
-from ..jmsbridge.dmq import DeadLetter, DeadMessageQueues
+from ..jmsbridge.dmq import DeadMessageQueues, dead_letter
 from ..jms.errors import JMSException
 from ..jmsbridge.pipeline import (
     CONNECTION_LOST,
@@ -57,7 +57,6 @@ from .linkenv import SOURCE_ID_PROPERTY, LinkEnvironment, LinkOptions
 log = logging.getLogger("imq.bridge.spark.sink")
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
-_DESTINATION = HEADER_FIELDS.index("destination")
 CHUNK = 500  # sends per target transaction
 
 
@@ -219,16 +218,7 @@ class Transfer:
 
     def _to_dmq(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
                 reason: DMQReason) -> None:
-        source = ctx.headers[_DESTINATION]
-        target = plan.target if plan.target is not None else source
-        letter = DeadLetter(
-            original=ctx.original_message(), reason=reason, exception=ctx.failure,
-            bridge=plan.bridge_name, link=plan.link_name,
-            source_destination=source.name if source is not None else self.env.source.name,
-            target_destination=target.name if target is not None else None,
-            target_current_destination=(ctx.destination.name if ctx.destination is not None
-                                        else None),
-            source_provider=plan.source_provider, target_provider=plan.target_provider)
+        letter = dead_letter(ctx, plan, reason, self.env.source)
         result = self.dmqs.send(letter, self.stop)
         task.counts.to_dmq += 1
         task.reasons[reason.value] += 1
