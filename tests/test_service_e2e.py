@@ -203,7 +203,7 @@ def test_stomp_bridge_and_remote_clients_through_the_service(setup):
         deadline = time.time() + 30
         while len(got) < N + 1 and time.time() < deadline:
             time.sleep(0.1)
-        client.disconnect()
+        client.disconnect(receipt="bye")  # waits for the receipt: no delivery to this client after it
         assert "via stomp" in got and len(got) == N + 1
 
         with connect(f"mq://{daemon.address}", username="admin", password="Secret-1") as conn:

@@ -682,3 +682,31 @@ def test_a_jms_client_and_a_stomp_client_share_a_queue(drivers, jms):
     d.send("SUBSCRIBE", {"destination": "/queue/shared2"})
     assert d.messages(1)[0].body == b"back"
     assert jms.ack_mode is AckMode.AUTO_ACKNOWLEDGE
+
+
+def test_no_message_is_written_after_disconnect(tmp_path):
+    """A client need not wait for DISCONNECT's receipt (stomp.py's disconnect() does not):
+    a message that arrives while the receipt waits for the store stays queued instead of
+    being written, and with ack:auto consumed, after the client has gone."""
+    broker = Broker(tmp_path / "sync", sync=True)
+    try:
+        d = Driver(broker)
+        d.connect()
+        d.send("SUBSCRIBE", {"destination": "/queue/bye", "id": "1", "ack": "auto"})
+        d.send("SEND", {"destination": "/queue/other", "receipt": "r"}, b"x")
+        d.session.receive_data(b"DISCONNECT\nreceipt:bye\n\n\0", d.now)
+        call = d.session.take_call()
+        assert call is not None  # the receipt waits for the store
+        jms = EmbeddedConnectionFactory(broker).create_connection().create_session()
+        jms.create_producer(Queue("bye")).send(TextMessage("late"))
+        d.pump(0.3)  # whatever a subscriber posts now
+        call.fn()
+        d.session.complete_call(None)
+        d.pump(0.1)
+        assert [f.command for f in d.received[-1:]] == [RECEIPT]
+        assert not [f for f in d.received if f.body == b"late"]
+        assert d.session.state is State.CLOSED
+        assert broker.queue_depth("bye") == 1
+        d.close()
+    finally:
+        broker.close()

@@ -450,6 +450,11 @@ class StompSession:
         return [s for s in self.subscriptions.values() if s.transacted]
 
     def _on_disconnect(self, frame: Frame) -> int | None:
+        """Subscriptions end now, not after the receipt's store wait: a client need not
+        wait for the receipt, so a MESSAGE written meanwhile (consumed, if ack:auto)
+        could be lost with it."""
+        for sub in list(self.subscriptions.values()):
+            self._close_subscription(sub)
         return self._last_ticket
 
     # --- subscriptions ------------------------------------------------------------------------
