@@ -1,19 +1,18 @@
 # How it works: a runner=spark link's code runs in Python processes that Spark starts (the
 # driver's source runner, executor workers): they share no globals with the service. What
-# they need travels as the data source's string options (LinkOptions: the bridge XML's
-# xmlurl, bridge and link names, the host broker's jms service URL, the source log folder,
-# batch and parallelism settings), and each process rebuilds the rest from the bridge XML
-# with the same code the local runner uses (LinkEnvironment): the configuration, the
-# destinations, the connection factories (the host broker over mq://, never in-process),
-# the transformer, the DMQs. The transfer rules themselves stay in jmsbridge/pipeline.py.
+# they need travels as the data source's string options (LinkOptions, options.py: the bridge
+# XML's xmlurl, bridge and link names, the host broker's jms service URL, the source log
+# folder, batch and parallelism settings), and each process that connects rebuilds the
+# rest from the bridge XML with the same code the local runner uses (LinkEnvironment): the
+# configuration, the destinations, the connection factories (the host broker over mq://,
+# never in-process), the transformer, the DMQs. The transfer rules themselves stay in
+# jmsbridge/pipeline.py.
 """What the Spark processes of a link rebuild from the bridge XML and the query's options."""
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import os
-from dataclasses import dataclass
 from typing import Any, Mapping
 
 from ..jms.destination import Destination, Queue
@@ -33,56 +32,7 @@ from ..jmsbridge.resolve import resolve_connection_factories
 from ..providers.embedded import remote_login, set_remote_broker_url
 from ..providers.embedded.remote import RemoteConnectionFactory
 from ..transform import MessageTransformer, load_transformer
-
-FORMAT = "imqbridge_link"
-SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
-SCHEMA = "offset long, message_id string, provider string, data binary"
-
-
-@dataclass(frozen=True)
-class LinkOptions:
-    """The query's options (strings on the wire), for the reader and the writer."""
-
-    xmlurl: str                      # the bridge XML (absolute path or URL)
-    bridge: str
-    link: str
-    broker_url: str                  # the host broker's jms service (mq:// or mqtcp://)
-    source_log: str                  # <checkpoint>/sourcelog
-    stats: str                       # the per-batch counters file (JSON lines)
-    parallelism: int = 2             # partitions a batch is read in (executor tasks)
-    max_per_batch: int = 10000       # messages received for one micro-batch at most
-    receive_wait: float = 1.0        # how long the driver waits for a batch's first message (s)
-    backout_threshold: int = 0
-    transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
-    send_window: int = 256           # unconfirmed persistent sends per executor session
-    broker_user: str = ""            # for host-broker factories without a username
-    broker_password: str = ""        # (an option named *password* is redacted by Spark)
-
-    def to_options(self) -> dict[str, str]:
-        return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
-
-    @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "LinkOptions":
-        values: dict[str, Any] = {}
-        lowered = {k.lower(): v for k, v in options.items()}
-        for f in dataclasses.fields(cls):
-            raw = lowered.get(f.name.lower())
-            if raw is None:
-                if f.default is dataclasses.MISSING:
-                    raise ValueError(f"the {FORMAT} data source needs the option {f.name}")
-                continue
-            values[f.name] = _cast(f.default, raw)
-        return cls(**values)
-
-
-def _cast(default: Any, raw: str) -> Any:
-    if isinstance(default, bool):
-        return raw.lower() == "true"
-    if isinstance(default, int):
-        return int(raw)
-    if isinstance(default, float):
-        return float(raw)
-    return raw
+from .options import LinkOptions
 
 
 class HostBroker(RemoteConnectionFactory):

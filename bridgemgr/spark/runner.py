@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 from ..jmsbridge.counters import LinkCounters
 from ..jmsbridge.link import LinkSetup, LinkTuning
 from ..jmsbridge.states import LINK_TRANSITIONS, Command, Lifecycle, State
-from .linkenv import FORMAT, LinkOptions
+from .options import FORMAT, LinkOptions
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

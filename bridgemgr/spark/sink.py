@@ -1,63 +1,34 @@
 # How it works: LinkStreamWriter.write() runs in executor tasks, one per log slice of the
-# micro-batch. Each Python worker keeps one Transfer per link (worker reuse: the next task
-# of the link finds it), built from the options like the driver's reader: the LinkPlan (the
-# same per-message steps as the local runner, jmsbridge/pipeline.py), a target connection
-# and the bridge's DMQs. For every row it decodes the message as received, runs the steps
-# and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
-# MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
-# cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,
-# transform failure, send failure, backout; the first branch_to / no_transfer of a worker
-# as the audit copy), or consumes it (no_transfer). HALT (a transformer failure with
-# consume-no-transfer-on-transform-error false) fails the task: the batch is not committed,
-# the query stops, and the message stays in the source log for the next start.
-#
-# A task sends on a transacted target session and commits every CHUNK messages and at
-# its end (sends inside a transaction travel in batches: no round trip per message), so a
-# batch Spark commits is on the target. When the target refuses a commit (a send in it
-# failed), that chunk is sent again one message at a time and only the failing message
-# goes to the DMQ. A lost target connection fails the task (what it had not committed is
-# rolled back): the batch runs again when the runner restarts the query from its
-# checkpoint (at-least-once). write() returns the batch's counts; commit() (driver, once
-# per batch) appends them to the link's stats file, one JSON line per batch id (a retried
+# micro-batch. Each Python worker keeps one Transfer per link (transfer.py; worker reuse:
+# the next task of the link finds it), which runs the pipeline steps and sends or gives
+# to the DMQs, and returns the task's counts (BatchCounts). commit() (driver, once per
+# batch) appends them to the link's stats file, one JSON line per batch id (a retried
 # batch id replaces the earlier line when read).
-"""The streaming sink of a runner=spark link: the pipeline steps, the send, the DMQ."""
+#
+# Spark unpickles the writer and the counts in short-lived processes too (the write's
+# planning, the sink's commit on the driver): this module imports nothing of the bridge,
+# the transfer is imported in the worker that transfers.
+"""The streaming sink of a runner=spark link: tasks transfer, the driver records counts."""
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
-from ..jms import codec
-from ..jms.message import HEADER_FIELDS, Message
-from ..jms.spi import AckMode, MessageProducer, Session
-from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
-from ..jmsbridge.dmq import DeadMessageQueues, dead_letter
-from ..jms.errors import JMSException
-from ..jmsbridge.pipeline import (
-    CONNECTION_LOST,
-    Action,
-    DMQReason,
-    LinkPlan,
-    ProcessingContext,
-    RetryWithTolerance,
-    Stage,
-    run_steps,
-)
-from .linkenv import SOURCE_ID_PROPERTY, LinkEnvironment, LinkOptions
+from .options import LinkOptions
+
+if TYPE_CHECKING:
+    from .transfer import Transfer
 
 log = logging.getLogger("imq.bridge.spark.sink")
-_DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
-_PRIORITY = HEADER_FIELDS.index("priority")
-CHUNK = 500  # sends per target transaction
 
 
 @dataclass
@@ -72,173 +43,7 @@ class BatchCounts(WriterCommitMessage):
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-class LinkHalted(Exception):
-    """The transformer failed and the link must stop without consuming the message."""
-
-
-class Transfer:
-    """One worker's side of a link: plan, target connection, DMQs."""
-
-    def __init__(self, options: LinkOptions) -> None:
-        self.env = env = LinkEnvironment(options, log)
-        self.stop = threading.Event()
-        self.operator = RetryWithTolerance(self.stop, deadline=30.0)
-        self.connections = BridgeConnections(env.connectors)
-        self.connections.prepare()
-        self.dmqs: DeadMessageQueues = env.dead_message_queues(self.connections)
-        self.transformer = env.transformer(env.link.target.message_transformer_class)
-        self.audited: set[DMQReason] = set()
-        self.plans: dict[str, LinkPlan] = {}
-        self._target: Lease | None = None
-
-    def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
-        plan = self.plans.get(source_provider)
-        if plan is None:
-            env, cfg = self.env, self.env.link
-            plan = self.plans[source_provider] = LinkPlan(
-                bridge_name=env.config.name, link_name=cfg.name, target=env.target,
-                retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
-                tag_bridge_name=env.config.message_transfer_tag_bridge_name,
-                consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
-                source_provider=source_provider, target_provider=target_provider,
-                transformer=self.transformer,
-                transformer_properties={**{p.name: p.value for p in cfg.target.properties},
-                                        "JMS_SUN_JMSBRIDGE_NAME": env.config.name},
-                destinations=env.destinations,
-                backout_threshold=env.options.backout_threshold)
-        return plan
-
-    def open_target(self, transacted: bool = True) -> tuple[Session, MessageProducer]:
-        """A session and producer on the target connection (made on first use and kept by
-        the worker): transacted for the chunks, or not for sending one at a time."""
-        if self._target is None or self._target.broken:
-            self.drop_target()
-            ref = self.env.link.target.connection_factory_ref
-            # Every worker is a producer of its own: no client id (it would clash).
-            self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None,
-                                                  self.stop)
-        session = self._target.connection.create_session(transacted, AckMode.AUTO_ACKNOWLEDGE)
-        return session, session.create_producer(None)
-
-    def drop_target(self) -> None:
-        if self._target is not None:
-            self._target.release(broken=True)
-        self._target = None
-
-    def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
-        task = _Task(*self.open_target())
-        assert self._target is not None
-        target_provider = self._target.handle.provider_name
-        try:
-            for batch in batches:
-                ids = batch.column("message_id").to_pylist()
-                providers = batch.column("provider").to_pylist()
-                blobs = batch.column("data").to_pylist()
-                for message_id, provider, blob in zip(ids, providers, blobs):
-                    task.counts.rows += 1
-                    plan = self.plan(provider, target_provider)
-                    ctx = ProcessingContext(codec.decode(blob), int(time.time() * 1000))
-                    self._handle(task, ctx, plan, message_id)
-                    if len(task.chunk) >= CHUNK:
-                        self._commit(task)
-            self._commit(task)
-            task.session.close()
-        except BaseException:
-            self.drop_target()
-            raise
-        task.counts.reasons = dict(task.reasons)
-        return task.counts
-
-    def _handle(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
-                message_id: str) -> None:
-        out = run_steps(ctx.original, plan, ctx, self.operator)
-        if out is not None:
-            if out.is_read_only:
-                out = out.copy()
-            out.set_string_property(SOURCE_ID_PROPERTY, message_id)
-            self._send(task.producer, ctx, out)
-            if ctx.error is not None:
-                self._send_failed(task, ctx, plan)
-                return
-            task.chunk.append((ctx, out, plan))
-        if ctx.audit is not None and ctx.audit not in self.audited:
-            self.audited.add(ctx.audit)
-            self._to_dmq(task, ctx, plan, ctx.audit)
-        if ctx.action is Action.HALT:
-            raise LinkHalted(f"link {plan.link_name}: the transformer failed on message "
-                             f"{message_id} ({ctx.failure}) and consume-no-transfer-on-"
-                             "transform-error is false; it stays in the source log")
-        if ctx.action is Action.DEAD:
-            self._to_dmq(task, ctx, plan, ctx.reason or DMQReason.SEND_FAILURE)
-        elif ctx.action is Action.CONSUME:
-            task.counts.consumed_only += 1
-
-    def _send(self, producer: MessageProducer, ctx: ProcessingContext, out: Message) -> None:
-        """Send (retriable failures retried, tolerated ones recorded on ``ctx``); a lost
-        connection propagates: the task fails and the whole batch runs again."""
-        headers = ctx.headers
-        kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
-                  "time_to_live": ctx.time_to_live}
-        try:
-            producer.send(out, ctx.destination, **kwargs)
-        except Exception as exc:
-            self.operator.failed(ctx, Stage.SEND, exc, producer.send, (out, ctx.destination),
-                                 kwargs)
-
-    def _send_failed(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan) -> None:
-        log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
-                    plan.link_name, ctx.header("message_id"), ctx.destination, ctx.failure)
-        ctx.dead(DMQReason.SEND_FAILURE)
-        self._to_dmq(task, ctx, plan, DMQReason.SEND_FAILURE)
-
-    def _commit(self, task: "_Task") -> None:
-        """Commit the chunk's sends. When the target refuses the commit (a send in it
-        failed), the chunk is sent again one message at a time, so that only the message
-        that fails goes to the DMQ (SEND_FAILURE), as on the local runner."""
-        if not task.chunk:
-            return
-        try:
-            task.session.commit()
-            task.counts.transferred += len(task.chunk)
-        except CONNECTION_LOST:
-            raise
-        except JMSException as exc:
-            log.warning("link %s: the target refused a chunk of %d message(s) (%s); sending "
-                        "them one at a time", self.env.link.name, len(task.chunk), exc)
-            session, producer = self.open_target(transacted=False)
-            for ctx, out, plan in task.chunk:
-                ctx.error = None
-                self._send(producer, ctx, out)
-                if ctx.error is not None:
-                    self._send_failed(task, ctx, plan)
-                else:
-                    task.counts.transferred += 1
-            session.close()  # waits for the send window
-        task.chunk.clear()
-
-    def _to_dmq(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
-                reason: DMQReason) -> None:
-        letter = dead_letter(ctx, plan, reason, self.env.source)
-        result = self.dmqs.send(letter, self.stop)
-        task.counts.to_dmq += 1
-        task.reasons[reason.value] += 1
-        if result.taken_by is None:
-            task.counts.dmq_lost += 1
-
-
-@dataclass
-class _Task:
-    """One write(): the transacted target session, the chunk sent since its last commit
-    (context, message sent, plan), the counts."""
-
-    session: Session
-    producer: MessageProducer
-    chunk: list[tuple[ProcessingContext, Message, LinkPlan]] = field(default_factory=list)
-    counts: BatchCounts = field(default_factory=BatchCounts)
-    reasons: Counter[str] = field(default_factory=Counter)
-
-
-_transfers: dict[LinkOptions, Transfer] = {}
+_transfers: dict[LinkOptions, "Transfer"] = {}
 
 
 class LinkStreamWriter(DataSourceStreamArrowWriter):
@@ -250,6 +55,7 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchCounts:
         transfer = _transfers.get(self.options)
         if transfer is None:
+            from .transfer import Transfer
             transfer = _transfers[self.options] = Transfer(self.options)
         return transfer.write(iterator)
 

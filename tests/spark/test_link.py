@@ -15,7 +15,7 @@ from bridgemgr.jmsbridge.link import Link
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY, LinkOptions
+from bridgemgr.spark.options import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.log import SourceLog, SourceLogError
 from bridgemgr.spark.runner import link_options, parallelism
 from bridgemgr.spark.source import slices

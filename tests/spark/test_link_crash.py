@@ -15,7 +15,7 @@ from pathlib import Path
 
 from bridgemgr.jms import Queue
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY
+from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 from bridgemgr.spark.runner import start_query
 
 HERE = Path(__file__).resolve().parent

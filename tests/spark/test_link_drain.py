@@ -15,7 +15,7 @@ import pytest
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
 from bridgemgr.spark.drain import _Admin
-from bridgemgr.spark.linkenv import SOURCE_ID_PROPERTY
+from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from service_support import ROOT, Daemon, one_bridge_files  # noqa: E402

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import importlib.util
 import sys
+from pathlib import Path
 
 from bridgemgr.props import load_properties
 from bridgemgr.spark.session import DEFAULT_MASTER, spark_settings
+
+SITECUSTOMIZE = Path(__file__).resolve().parents[2] / "bridgemgr/spark/sitepath/sitecustomize.py"
 
 
 def test_settings_from_properties():
@@ -27,3 +31,23 @@ def test_workers_run_this_interpreter(spark):
     executables = set(rdd.map(lambda _: __import__("sys").executable).collect())
     assert executables == {sys.executable}
     assert set(rdd.map(lambda _: __import__("bridgemgr").__name__).collect()) == {"bridgemgr"}
+    # pyspark from the installed package (compiled), not Spark's pyspark.zip
+    files = set(rdd.map(lambda _: __import__("pyspark").__file__).collect())
+    assert not any(".zip" in f for f in files), files
+
+
+def test_the_zips_move_behind_the_installed_pyspark_they_came_with(tmp_path):
+    spec = importlib.util.spec_from_file_location("sitepath_under_test", SITECUSTOMIZE)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    site = tmp_path / "site-packages"
+    lib = site / "pyspark" / "python" / "lib"
+    lib.mkdir(parents=True)
+    (site / "pyspark" / "__init__.py").write_text("")
+    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
+    path = [*zips, "/app", str(site)]
+    assert module.installed_pyspark_first(path) == ["/app", str(site), *zips]
+    # zips of another Spark distribution, or no installed pyspark: left as they are
+    other = [str(tmp_path / "spark/python/lib/pyspark.zip"), "/app", str(site)]
+    assert module.installed_pyspark_first(other) == other
+    assert module.installed_pyspark_first([*zips, "/app"]) == [*zips, "/app"]

@@ -1,0 +1,64 @@
+# How it works: what a runner=spark link's query carries to every process Spark starts for
+# it (the data source's string options, LinkOptions) and the names both ends share. This
+# module imports nothing heavy on purpose: Spark unpickles the link's reader and writer
+# (which hold a LinkOptions) in several short-lived Python processes on the way to the
+# first micro-batch (planning, the sink's commit, the log-reading tasks), one after the
+# other, and each would otherwise import the whole bridge (~1 s apiece). Only the processes
+# that connect (the driver's receiver, the executors' transfer) build a LinkEnvironment.
+"""A Spark link's query options and shared names, importable at no cost."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+FORMAT = "imqbridge_link"
+SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
+SCHEMA = "offset long, message_id string, provider string, data binary"
+
+
+@dataclass(frozen=True)
+class LinkOptions:
+    """The query's options (strings on the wire), for the reader and the writer."""
+
+    xmlurl: str                      # the bridge XML (absolute path or URL)
+    bridge: str
+    link: str
+    broker_url: str                  # the host broker's jms service (mq:// or mqtcp://)
+    source_log: str                  # <checkpoint>/sourcelog
+    stats: str                       # the per-batch counters file (JSON lines)
+    parallelism: int = 2             # partitions a batch is read in (executor tasks)
+    max_per_batch: int = 10000       # messages received for one micro-batch at most
+    receive_wait: float = 1.0        # how long the driver waits for a batch's first message (s)
+    backout_threshold: int = 0
+    transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
+    send_window: int = 256           # unconfirmed persistent sends per executor session
+    broker_user: str = ""            # for host-broker factories without a username
+    broker_password: str = ""        # (an option named *password* is redacted by Spark)
+
+    def to_options(self) -> dict[str, str]:
+        return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> "LinkOptions":
+        values: dict[str, Any] = {}
+        lowered = {k.lower(): v for k, v in options.items()}
+        for f in dataclasses.fields(cls):
+            raw = lowered.get(f.name.lower())
+            if raw is None:
+                if f.default is dataclasses.MISSING:
+                    raise ValueError(f"the {FORMAT} data source needs the option {f.name}")
+                continue
+            values[f.name] = _cast(f.default, raw)
+        return cls(**values)
+
+
+def _cast(default: Any, raw: str) -> Any:
+    if isinstance(default, bool):
+        return raw.lower() == "true"
+    if isinstance(default, int):
+        return int(raw)
+    if isinstance(default, float):
+        return float(raw)
+    return raw

@@ -1,0 +1,179 @@
+# How it works: the driver's side of a runner=spark link's source. A Receiver keeps the
+# source connection and a thread that stays ahead of Spark: while the executors work on
+# one batch it receives the next (up to maxPerBatch messages: it waits receiveWait seconds
+# for the first, then takes what is there), appends them to a segment of the source log
+# (fsync file and folder: log.py) and only then acknowledges them at the source
+# (CLIENT_ACKNOWLEDGE: exactly the messages received since the last acknowledge, i.e. that
+# segment, in one round trip). The reader (source.py) asks logged_beyond() how far the log
+# goes.
+#
+# Failures: the source connection lost while receiving drops that receive (the broker
+# gives the unacknowledged messages back) and the thread reconnects with backoff; lost
+# after the log write, the logged messages stay logged (the broker redelivers them too: a
+# duplicate, which carries the same source message id). A crash anywhere loses nothing:
+# unlogged messages were never acknowledged, logged ones are replayed from the log.
+# The thread logs in segments of a tenth of maxPerBatch (at least SEGMENT_MIN): the first
+# batch is planned as soon as one segment is logged instead of after a whole batch.
+"""The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from ..jms import codec
+from ..jms.message import Message
+from ..jms.spi import AckMode, MessageConsumer, Session
+from ..jmsbridge.connections import Handle
+from ..jmsbridge.pipeline import CONNECTION_LOST
+from .linkenv import LinkEnvironment
+from .log import SourceLog
+from .options import LinkOptions
+
+log = logging.getLogger("imq.bridge.spark.source")
+DRAIN_FAILURES = 5  # receive failures in a row after which a drain gives up
+SEGMENT_MIN = 500  # messages: below this, a segment's fsync and acknowledge cost too much
+
+
+class Receiver:
+    """The driver's side of the source: a thread that keeps one batch (maxPerBatch
+    messages) received, logged and acknowledged beyond the batch Spark works on (so that
+    receiving overlaps the executors' work), and the log it writes."""
+
+    def __init__(self, options: LinkOptions) -> None:
+        self.options = options
+        self.log = SourceLog(options.source_log).open()
+        bounds = self.log.bounds()
+        self.end = bounds[1] if bounds else 0   # the offset after the last logged record
+        self.planned = 0                        # the start of the batch Spark asked for last
+        self.until_empty = False                # availableNow: stop at an empty source
+        self.drained = False
+        self.error: Exception | None = None     # why a drain's receiving gave up
+        self.cond = threading.Condition()
+        self._env: LinkEnvironment | None = None
+        self._handle: Handle | None = None
+        self._session: Session | None = None
+        self._consumer: MessageConsumer | None = None
+        self._thread: threading.Thread | None = None
+
+    def logged_beyond(self, start: int, wait: float) -> int:
+        """The log's end once it is past ``start`` (waiting up to ``wait`` s for the
+        receiving thread); ``start`` when nothing came."""
+        with self.cond:
+            self.planned = start
+            self.end = max(self.end, start)  # segments below start may be gone already
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"receive {self.options.link}")
+                self._thread.start()
+            self.cond.notify_all()
+            # a drain needs an answer (returning start ends it); a stream asks again later
+            deadline = None if self.until_empty else time.monotonic() + wait
+            while self.end <= start and not self.drained:
+                if self.error is not None:
+                    raise self.error
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    break
+                self.cond.wait(remaining if remaining is not None else 1.0)
+            return self.end
+
+    def _run(self) -> None:
+        failures = 0
+        while True:
+            most = self.options.max_per_batch
+            with self.cond:
+                # the batch Spark works on (from planned) and one more, received ahead
+                while self.end - self.planned >= 2 * most or self.drained:
+                    self.cond.wait()
+                start = self.end
+                room = min(most, 2 * most - (self.end - self.planned))
+            # in segments of a tenth of a batch: the first batch starts as soon as its first
+            # segment is logged (executors start early), later batches take what is logged
+            room = min(room, max(SEGMENT_MIN, most // 10))
+            try:
+                end = self._receive_batch(start, room)
+                failures = 0
+            except Exception as exc:  # the source is unreachable, or refused something
+                failures += 1
+                log.warning("link %s: receiving failed (%s: %s); trying again",
+                            self.options.link, type(exc).__name__, exc)
+                self._disconnect()
+                if self.until_empty and failures >= DRAIN_FAILURES:
+                    with self.cond:  # a drain gives up: latestOffset raises it
+                        self.error = exc
+                        self.cond.notify_all()
+                    return
+                time.sleep(min(0.5 * 2 ** failures, 10.0))
+                continue
+            with self.cond:
+                if end > start:
+                    self.end = end
+                elif self.until_empty:
+                    self.drained = True
+                self.cond.notify_all()
+
+    def _receive_batch(self, start: int, room: int) -> int:
+        """Receive up to ``room`` messages, log them from ``start``, acknowledge them; the
+        log's end after them (``start`` when the source had nothing)."""
+        messages = self._receive(room)
+        if not messages:
+            return start
+        assert self._handle is not None
+        records = [(m.message_id or "", codec.encode(m)) for m in messages]
+        end = self.log.append(start, records, self._handle.provider_name)
+        try:
+            assert self._session is not None
+            self._session.acknowledge()
+        except CONNECTION_LOST as exc:
+            log.warning("link %s: acknowledging %d logged message(s) failed (%s); the source "
+                        "gives them again: duplicates carry the same source message id",
+                        self.options.link, len(records), exc)
+            self._disconnect()
+        return end
+
+    def _connect(self) -> MessageConsumer:
+        if self._consumer is not None:
+            if self._handle is not None and not self._handle.broken.is_set():
+                return self._consumer
+            self._disconnect()
+        if self._env is None:
+            self._env = LinkEnvironment(self.options, log)
+        env = self._env
+        cfg = env.link.source
+        handle = env.connectors[cfg.connection_factory_ref].connect(cfg.clientid)
+        try:
+            session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+            src = env.source
+            if src.is_topic and cfg.durable_sub:
+                consumer = session.create_durable_subscriber(src, cfg.durable_sub,  # type: ignore[arg-type]
+                                                             cfg.selector)
+            else:
+                consumer = session.create_consumer(src, cfg.selector)
+            handle.connection.start()
+        except BaseException:
+            handle.close()
+            raise
+        self._handle, self._session, self._consumer = handle, session, consumer
+        log.info("link %s: receiving from %s on the driver", self.options.link, src)
+        return consumer
+
+    def _disconnect(self) -> None:
+        if self._handle is not None:
+            self._handle.close()  # unacknowledged messages go back to the source
+        self._handle = self._session = self._consumer = None
+
+    def _receive(self, cap: int) -> list[Message]:
+        """Up to ``cap`` messages: wait receiveWait for the first, then take what is there.
+        A lost connection raises: what this call received was not acknowledged, and the
+        source gives it back."""
+        consumer = self._connect()
+        batch: list[Message] = []
+        message = consumer.receive(self.options.receive_wait)
+        while message is not None:
+            batch.append(message)
+            if len(batch) >= cap:
+                break
+            message = consumer.receive(0)
+        return batch
