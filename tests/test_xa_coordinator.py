@@ -6,6 +6,8 @@ state tables and their guards, and the fault hook."""
 
 from __future__ import annotations
 
+import threading
+
 import time
 
 import pytest
@@ -183,6 +185,43 @@ def test_two_phase_commit_across_brokers_is_logged_then_forgotten(brokers, coord
     assert [p.rm for p in record.participants] == ["b:src", "b:dst"]
     coordinator.flush()
     assert coordinator.txlog.live() == {} and not coordinator.in_flight(tx.gtrid)
+
+
+class Remote(Failing):
+    """The same resource as a remote RM's (not in_process); records the threads it ran in."""
+
+    in_process = False
+
+    def __init__(self, inner: XAResource) -> None:
+        super().__init__(inner, {})
+        self.threads: list[str] = []
+
+    def _call(self, name, *args):
+        self.threads.append(threading.current_thread().name)
+        return super()._call(name, *args)
+
+
+@pytest.mark.parametrize("remote", [False, True])
+def test_in_process_branches_complete_in_the_link_thread_remote_ones_in_the_pool(brokers, coordinator,
+                                                                                  remote):
+    """A hand-off to the pool costs more than an embedded broker's prepare or commit; the
+    round trips of remote RMs overlap there."""
+    a, b = brokers
+    put(a, SRC, "m1")
+    src, dst = End(a), End(b)
+    seen, target = Remote(src.resource), Remote(dst.resource)
+    seen.in_process = target.in_process = not remote
+    tx = coordinator.begin()
+    tx.enlist(seen, "b:src", "src")
+    tx.enlist(target, "b:dst", "dst")
+    dst.producer.send(src.consumer.receive(1))
+    tx.end()
+    tx.commit()
+    assert tx.state is TxState.COMMITTED and take(b, DST) == ["m1"]
+    here = threading.current_thread().name
+    assert set(seen.threads) == {here}  # the first branch: always in the link's thread
+    expected = {f"xa {coordinator.bridge}"} if remote else {here}
+    assert {t.rsplit("_", 1)[0] for t in target.threads[2:]} == expected  # prepare, commit
 
 
 def test_one_resource_manager_joins_one_branch_and_commits_in_one_phase(brokers, coordinator):

@@ -272,6 +272,10 @@ class Connection(ABC):
 class XAResource(ABC):
     """The XA branch interface of one resource manager (javax.transaction.xa.XAResource)."""
 
+    # Its calls run in this process with no network round trip (an embedded broker): a
+    # coordinator gains nothing by running them in another thread, and pays a hand-off.
+    in_process: bool = False
+
     @abstractmethod
     def start(self, xid: Xid, flags: int = 0) -> None: ...
 

@@ -9,8 +9,9 @@
 #
 # Completion is end() (every association ended with TMSUCCESS) then commit():
 #   one branch            -> commit(one_phase=True), nothing logged;
-#   two or more           -> prepare all at once (the others in a small pool: each RM
-#                            is its own machine); a read-only vote drops that branch;
+#   two or more           -> prepare all (remote RMs at once, in a small pool: each is its
+#                            own machine; in-process ones in the link's thread); a
+#                            read-only vote drops that branch;
 #                            any "no" rolls every branch back (TransactionRolledBack);
 #   two or more prepared  -> the CommitRecord is logged (fsynced with txlogSync), then
 #                            all committed at once; one prepared branch is committed
@@ -63,7 +64,7 @@ FORMAT_ID = 0x494D5142   # "IMQB"
 TAG_MAX = 32             # bytes of the bridge name kept in a gtrid
 FAULT_ENV = "IMQBRIDGE_XA_FAULT"
 FORGET_BATCH = 256       # finished transactions forgotten at the latest after this many
-POOL_THREADS = 8         # prepares and commits of the second and further branches
+POOL_THREADS = 8         # prepares and commits of remote RMs' second and further branches
 T = TypeVar("T")
 
 
@@ -388,8 +389,7 @@ class Transaction:
         self._fire(TxEvent.COMMITTED)
 
     def _prepare(self, live: list[Branch]) -> list[Branch]:
-        """Every branch prepares at once (each RM its own machine); any "no" or failure
-        rolls all back."""
+        """Every branch prepares (see Coordinator.each); any "no" or failure rolls all back."""
         prepared: list[Branch] = []
         failed: tuple[Branch, BaseException] | None = None
         for branch, vote, exc in self.coordinator.each(live, lambda b: b.resource.prepare(b.xid)):
@@ -555,16 +555,20 @@ class Coordinator:
 
     def each(self, branches: list[Branch], call: Callable[[Branch], T]
              ) -> list[tuple[Branch, T | None, BaseException | None]]:
-        """``call`` for every branch at the same time (the first in this thread, the others
-        in the coordinator's pool): (branch, result, error) in order. Each branch's resource
-        is still used by one thread at a time: the link's thread waits here."""
-        if len(branches) > 1 and self._pool is None:
+        """``call`` for every branch: (branch, result, error) in order. Branches of remote
+        resource managers after the first run at the same time in the coordinator's pool
+        (each RM its own machine: the round trips overlap); the first and every in-process
+        one run in this thread (a hand-off to the pool would cost more than the call). Each
+        branch's resource is still used by one thread at a time: the link's thread waits
+        here."""
+        remote = [b for b in branches[1:] if not b.resource.in_process]
+        if remote and self._pool is None:
             with self._lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(POOL_THREADS, f"xa {self.bridge}")
-        futures = [self._pool.submit(_attempt, call, b) for b in branches[1:]] if self._pool else []
-        first = [(branches[0], *_attempt(call, branches[0]))] if branches else []
-        return first + [(b, *f.result()) for b, f in zip(branches[1:], futures)]
+        futures = {id(b): self._pool.submit(_attempt, call, b) for b in remote} if remote else {}
+        here = {id(b): _attempt(call, b) for b in branches if id(b) not in futures}
+        return [(b, *(here[id(b)] if id(b) in here else futures[id(b)].result())) for b in branches]
 
     def in_flight(self, gtrid: bytes) -> bool:
         """Recovery leaves a transaction alone while a link is still completing it."""

@@ -783,7 +783,7 @@ class Broker:
                     if env.stored:
                         sends.append((env.seq, env.queue.key, env.blob))
                         env.blob = None
-                self.store.prepare_xa(str(xid), sends, [e.seq for e in work.acks if e.stored])
+                self.store.prepare_xa(str(xid), sends, [e.seq for e in work.acks if e.stored], waited=True)
                 ticket = self.store.ticket()
         self.wait_durable(ticket)
         return xa.XA_OK
@@ -807,7 +807,7 @@ class Broker:
             else:
                 with self.store.lock if self.store is not None else _NULL:
                     if self.store is not None:
-                        self.store.op("xa_commit", str(xid))  # moves the prepared rows
+                        self.store.op("xa_commit", str(xid), waited=True)  # moves the prepared rows
                     for env in work.prepared_sends:  # their room was taken at prepare
                         if not env.queue.deleted:
                             env.queue.push(env)
@@ -825,7 +825,7 @@ class Broker:
             self._xa_forget_rollback(work)
             ticket = None
             if prepared and self.store is not None:
-                self.store.op("xa_rollback", str(xid))
+                self.store.op("xa_rollback", str(xid), waited=True)
                 ticket = self.store.ticket()
         self.wait_durable(ticket)
 

@@ -355,6 +355,8 @@ class EmbeddedXASession(XASession, EmbeddedSession):  # XASession's commit/rollb
 
 
 class EmbeddedXAResource(XAResource):
+    in_process = True
+
     def __init__(self, session: EmbeddedSession) -> None:
         self.session = session
         self.broker = session.broker
