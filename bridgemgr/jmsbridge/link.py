@@ -26,6 +26,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from typing import Mapping
 
@@ -138,6 +139,7 @@ class Link:
         self._producer: MessageProducer | None = None
         self._plan: LinkPlan | None = None
         self._unit_open = False  # the transaction's begin() was called, its unit not ended
+        self._behind: deque[list[ProcessingContext]] = deque()  # units completing behind
         self._log_transfers = False  # an INFO line per transfer (decided when connecting)
         self._audited: set[DMQReason] = set()
         halts = (setup.transformer is not None
@@ -336,7 +338,14 @@ class Link:
                     txn.abort()  # nothing is pending after a clean stop; else it comes back
                 except Exception:
                     pass
-            txn.close()
+            txn.close()  # units completing behind the link finish first
+            for outcome in txn.outcomes():
+                unit = self._behind.popleft()
+                if outcome.error is None:
+                    self._count_completed(unit)
+                else:  # rolled back: the messages come back from the source
+                    self.counters.rolled_back += len(unit)
+        self._behind.clear()
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
@@ -448,7 +457,8 @@ class Link:
         self._txn.abort()
 
     def _end_unit(self, pending: list[ProcessingContext]) -> None:
-        """End the open unit: complete its messages, or close it empty."""
+        """End the open unit: complete its messages, or close it empty; then wait for the
+        units completing behind the link (the source is idle, or a command came)."""
         if pending:
             self._complete(pending)
         elif self._unit_open:
@@ -458,6 +468,8 @@ class Link:
                 self._txn.idle()
             except CONNECTION_LOST as exc:
                 raise ConnectionLost(f"idle: {exc}") from exc
+        if self._behind:
+            self._settle(pending, wait=True)
 
     def _complete(self, pending: list[ProcessingContext]) -> None:
         """Acknowledge or commit the handled messages; a failure sends them to the DMQ."""
@@ -465,15 +477,53 @@ class Link:
             return
         txn = self._txn
         assert txn is not None
+        if self._behind and not self._settle(pending):
+            return
         self._unit_open = False
         try:
-            txn.complete()
+            final = txn.complete()
         except Exception as first:  # retried when retriable (no context: nothing tolerated)
             try:
-                self.operator.failed(None, txn.completion_stage, first, txn.complete, (), {})
+                final = self.operator.failed(None, txn.completion_stage, first, txn.complete, (), {})
             except JMSException as exc:
                 self._completion_failed(pending, exc)
                 return
+        if final is False:  # handed over: final behind the link
+            self._behind.append(list(pending))
+        else:
+            self._count_completed(pending)
+        pending.clear()
+
+    def _settle(self, pending: list[ProcessingContext], wait: bool = False) -> bool:
+        """Take the outcomes of the units completing behind the link and count the
+        committed ones. A failed one is the chapter's commit failure (DMQ); everything
+        after it comes back from the source in order: the units the completer rolled back
+        behind it and the open unit ``pending``. False after a failure."""
+        txn = self._txn
+        assert txn is not None
+        failed: tuple[list[ProcessingContext], BaseException] | None = None
+        for outcome in txn.outcomes(wait):
+            unit = self._behind.popleft()
+            if outcome.error is None:
+                self._count_completed(unit)
+            elif outcome.behind:
+                self.counters.rolled_back += len(unit)
+            else:
+                failed = (unit, outcome.error)
+        if failed is None:
+            return True
+        for _ in txn.outcomes(wait=True):  # the rest: all rolled back behind it
+            self.counters.rolled_back += len(self._behind.popleft())
+        if pending:
+            self._abort(pending)
+        txn.reset()
+        unit, exc = failed
+        if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
+            raise exc
+        self._completion_failed(unit, exc)
+        return False
+
+    def _count_completed(self, pending: list[ProcessingContext]) -> None:
         counters = self.counters
         transfer = Action.TRANSFER
         for ctx in pending:

@@ -13,8 +13,11 @@
 # the source's branch): once-and-only-once. The link calls begin() before a unit's first
 # receive, so every receive belongs to a transaction; a unit that ends empty (idle())
 # rolls its transaction back. A transaction is completed before the next one starts on
-# the same sessions (Java clients keep per-session transaction state). transaction_for() picks the class at bridge
-# start from the factories (a transacted link needs XA-capable ones at both ends).
+# the same sessions (Java clients keep per-session transaction state), except between
+# in-process resource managers: there the commit phase runs behind the link, in order,
+# in a Completer (bridgemgr/xa/completer.py), and the link takes the outcomes later.
+# transaction_for() picks the class at bridge start from the factories (a transacted link
+# needs XA-capable ones at both ends).
 """The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or an XA transaction."""
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from ..jms.spi import (
     AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
     is_xa_capable,
 )
+from ..xa.completer import Completer, Outcome
 from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
 from ..xa.registry import BridgeTransactions
 from .pipeline import DMQReason, Stage
@@ -68,8 +72,17 @@ class TransferTransaction(ABC):
         """The open unit ended without a message (nothing to complete)."""
 
     @abstractmethod
-    def complete(self) -> None:
-        """Make everything handled since the last completion final."""
+    def complete(self) -> bool:
+        """Make everything handled since the last completion final: True when it is now;
+        False when it is handed over and becomes final behind the link (outcomes())."""
+
+    def outcomes(self, wait: bool = False) -> list[Outcome]:
+        """How the units handed over by complete() ended, in order (taken); ``wait``: of
+        all of them."""
+        return []
+
+    def reset(self) -> None:
+        """The link has handled a failed outcome: later units complete again."""
 
     @abstractmethod
     def abort(self) -> None:
@@ -104,9 +117,10 @@ class ClientAcknowledge(TransferTransaction):
         self.target_session = target.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
         return self.target_session
 
-    def complete(self) -> None:
+    def complete(self) -> bool:
         assert self.source_session is not None
         self.source_session.acknowledge()
+        return True
 
     def abort(self) -> None:
         if self.source_session is not None:
@@ -140,6 +154,7 @@ class XATransaction(TransferTransaction):
         self.tx: Transaction | None = None  # the open unit's transaction, between begin()
         self._source: XAResource | None = None  # and complete(), abort() or idle()
         self._target: XAResource | None = None
+        self.completer = Completer(self.coordinator, f"{self.source_ref}->{self.target_ref}")
 
     def open_source(self, source: Connection) -> Session:
         session = _xa_session(source, self.source_ref)
@@ -178,11 +193,18 @@ class XATransaction(TransferTransaction):
             raise
         self.tx = tx
 
-    def complete(self) -> None:
-        """Commit (two phases, or one); when this raises the transaction is rolled back."""
+    def complete(self) -> bool:
+        """Commit (two phases, or one); when this raises the transaction is rolled back.
+        A two-phase commit of in-process RMs is finished by the completer (False)."""
         tx, self.tx = self.tx, None
         assert tx is not None
-        tx.commit()
+        return tx.commit(defer=self.completer)
+
+    def outcomes(self, wait: bool = False) -> list[Outcome]:
+        return self.completer.outcomes(wait)
+
+    def reset(self) -> None:
+        self.completer.reset()
 
     def abort(self) -> None:
         tx, self.tx = self.tx, None
@@ -198,6 +220,7 @@ class XATransaction(TransferTransaction):
             self.abort()
         except Exception:
             pass  # unprepared branches: the RMs drop them with the sessions
+        self.completer.close()  # what was handed over completes before the sessions go
         super().close()
 
 

@@ -15,7 +15,10 @@
 #                            any "no" rolls every branch back (TransactionRolledBack);
 #   two or more prepared  -> the CommitRecord is logged (fsynced with txlogSync), then
 #                            all committed at once; one prepared branch is committed
-#                            without a log record (the others did nothing);
+#                            without a log record (the others did nothing); with
+#                            commit(defer=completer), a link's two-phase transaction of
+#                            in-process RMs goes to its Completer (completer.py) once
+#                            prepared, which logs and commits in order behind the link;
 # presumed abort: nothing but the commit decision is ever logged, so recovery rolls back
 # every in-doubt branch of ours without a live CommitRecord. A branch the commit phase
 # cannot reach stays IN_DOUBT with its record live; recovery (recovery.py) commits it
@@ -43,7 +46,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
 
 from ..jms import xa
 from ..jms.errors import (
@@ -57,6 +60,9 @@ from ..jms.errors import (
 from ..jms.spi import XAResource
 from ..jms.xa import Xid
 from .txlog import CommitRecord, Participant, TxLog
+
+if TYPE_CHECKING:
+    from .completer import Completer
 
 log = logging.getLogger(__name__)
 
@@ -341,8 +347,10 @@ class Transaction:
             raise _failure("ending", self, failure)
         self._fire(TxEvent.END)
 
-    def commit(self) -> None:
-        """Commit an ended transaction (see the module comment); raises after rolling back."""
+    def commit(self, defer: "Completer | None" = None) -> bool:
+        """Commit an ended transaction (see the module comment); raises after rolling back.
+        With ``defer``, a two-phase transaction of in-process RMs is handed to that
+        completer once prepared (False: its outcome comes from there); True: complete."""
         if self.state not in (TxState.ACTIVE, TxState.ENDED):
             raise IllegalStateException(f"transaction {self._name}: cannot commit while "
                                         f"{self.state.value}")
@@ -356,16 +364,33 @@ class Transaction:
                                                  "rollback-only; rolled back")
         if len(live) <= 1:
             self._commit_one_phase(live)
-            return
+            return True
         self._fire(TxEvent.PREPARE)
         prepared = self._prepare(live)
         self.coordinator.faults.hit(FaultPoint.PREPARED)
+        if defer is not None and len(prepared) >= 2 and all(b.resource.in_process for b in prepared):
+            defer.submit(self, prepared)
+            return False
         if len(prepared) >= 2:
             self._log_decision(prepared)
+        self.decided(prepared, self.logged)
+        return True
+
+    def commit_record(self, prepared: list[Branch]) -> CommitRecord:
+        return CommitRecord(self.gtrid, tuple(Participant(b.rm, b.xid) for b in prepared))
+
+    def decided(self, prepared: list[Branch], logged: bool) -> None:
+        """The commit phase, once the decision is made (logged when it had to be)."""
+        self.logged = logged
         self._fire(TxEvent.DECIDE)
-        if self.logged:
+        if logged:
             self.coordinator.faults.hit(FaultPoint.LOGGED)
         self._commit_prepared(prepared)
+
+    def undecided(self) -> None:
+        """Prepared, but the decision could not be logged: presumed abort, roll back."""
+        self._fire(TxEvent.ROLLBACK)
+        self._rollback_all()
 
     def _commit_one_phase(self, live: list[Branch]) -> None:
         self._fire(TxEvent.DECIDE)
@@ -410,12 +435,10 @@ class Transaction:
         return prepared
 
     def _log_decision(self, prepared: list[Branch]) -> None:
-        record = CommitRecord(self.gtrid, tuple(Participant(b.rm, b.xid) for b in prepared))
         try:
-            self.coordinator.log_commit(record)
+            self.coordinator.log_commits([self.commit_record(prepared)])
         except BaseException:
-            self._fire(TxEvent.ROLLBACK)  # nothing decided: presumed abort holds
-            self._rollback_all()
+            self.undecided()  # nothing decided: presumed abort holds
             raise
         self.logged = True
 
@@ -578,17 +601,18 @@ class Coordinator:
     def is_ours(self, xid: Xid) -> bool:
         return is_ours(xid, self.tag)
 
-    def log_commit(self, record: CommitRecord) -> None:
+    def log_commits(self, records: list[CommitRecord]) -> None:
+        """Log commit decisions (one write, one sync), with the forgets pending."""
         with self._lock:
             forget, self._forget = self._forget, []
         try:
-            self.txlog.log_commit(record, forget)
+            self.txlog.log_commits(records, forget)
         except BaseException:
             with self._lock:
                 self._forget[:0] = forget
             raise
         with self._lock:
-            self.counts["logged"] += 1
+            self.counts["logged"] += len(records)
 
     def forget(self, gtrids: Iterable[bytes]) -> None:
         """Finished transactions whose commit records may go (written with the next one)."""

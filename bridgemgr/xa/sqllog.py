@@ -75,12 +75,13 @@ class SqlTxLog(TxLog):
                 fold(found.records, self._live)
             return dict(self._live)
 
-    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+    def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
         def insert() -> None:
             self._delete(forget)
-            self._run(f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
-                      self.bridge, record.gtrid.hex(), frame(record).hex())
-        self._change(insert, [DoneRecord(tuple(forget)), record])
+            for record in records:
+                self._run(f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
+                          self.bridge, record.gtrid.hex(), frame(record).hex())
+        self._change(insert, [DoneRecord(tuple(forget)), *records])
 
     def log_done(self, gtrids: Sequence[bytes]) -> None:
         if gtrids:

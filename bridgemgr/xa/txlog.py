@@ -294,9 +294,12 @@ class TxLog(ABC):
         """Open (creating if needed) and return the live commit records."""
 
     @abstractmethod
+    def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
+        """Make the decisions durable (as txlogSync says) before their commit phase, in
+        one write and one sync; first forget the finished transactions ``forget``."""
+
     def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
-        """Make the decision durable (as txlogSync says) before the commit phase; first
-        forget the finished transactions ``forget`` (one write for both)."""
+        self.log_commits([record], forget)
 
     @abstractmethod
     def log_done(self, gtrids: Sequence[bytes]) -> None:
@@ -323,9 +326,9 @@ class MemoryTxLog(TxLog):
     def open(self) -> dict[bytes, CommitRecord]:
         return self.live()
 
-    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
+    def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
         with self._lock:
-            fold([DoneRecord(tuple(forget)), record], self._live)
+            fold([DoneRecord(tuple(forget)), *records], self._live)
 
     def log_done(self, gtrids: Sequence[bytes]) -> None:
         with self._lock:
@@ -420,8 +423,8 @@ class FileTxLog(TxLog):
         self._map = mmap.mmap(self._fd, size)
 
     # --- append --------------------------------------------------------------------------------
-    def log_commit(self, record: CommitRecord, forget: Sequence[bytes] = ()) -> None:
-        self._append([DoneRecord(tuple(forget)), record] if forget else [record],
+    def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
+        self._append([DoneRecord(tuple(forget)), *records] if forget else list(records),
                      self.settings.sync)
 
     def log_done(self, gtrids: Sequence[bytes]) -> None:

@@ -1,0 +1,146 @@
+# How it works: a transacted link with batchSize 1 would otherwise spend most of each
+# transaction waiting: for the fsync of its commit record and for the commits at both
+# resource managers. A Completer takes a link's transactions once every branch voted yes
+# (Transaction.commit(defer=...)) and finishes them in its own thread, in the order they
+# came, while the link already moves the next message:
+#   take everything queued -> log all their commit records in one write and one sync
+#   -> commit each transaction's branches, one transaction after the other.
+# So the target sees the messages in source order (the commits are in order), the
+# fsync is shared by the transactions queued meanwhile, and a crash at any point leaves
+# only prepared branches that recovery resolves from the log (presumed abort), exactly
+# as for a transaction committed by the link itself.
+#
+# Failures keep the order too: when a transaction cannot be logged or committed, every
+# transaction queued after it is rolled back (they are only prepared: their messages go
+# back to the source in order) until the link has seen the failure (outcomes()) and
+# reset() the completer. Only transactions of in-process resource managers are
+# deferred (an XA branch of a network RM is completed by the link itself).
+"""The commit phase of a link's two-phase transactions, in order, behind the link."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..jms.errors import TransactionRolledBackException
+
+if TYPE_CHECKING:
+    from .coordinator import Branch, Coordinator, Transaction
+
+DEPTH = 64  # transactions a link may have prepared and not yet completed
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How a deferred transaction ended: error None when committed; behind: rolled back
+    only because an earlier one failed (its messages come back, nothing of its own failed)."""
+
+    error: BaseException | None = None
+    behind: bool = False
+
+
+class Completer:
+    """Finishes one link's prepared transactions in order (see the module comment)."""
+
+    def __init__(self, coordinator: "Coordinator", name: str, depth: int = DEPTH) -> None:
+        self.coordinator = coordinator
+        self.name = name
+        self.depth = depth
+        self._cond = threading.Condition()
+        self._queue: deque[tuple["Transaction", list["Branch"]]] = deque()
+        self._working = 0          # transactions taken by the thread, not yet finished
+        self._outcomes: deque[Outcome] = deque()
+        self._failure: BaseException | None = None  # until reset(): roll back the rest
+        self._thread: threading.Thread | None = None
+
+    @property
+    def behind(self) -> int:
+        """Transactions handed over whose outcome the link has not taken yet."""
+        with self._cond:
+            return len(self._queue) + self._working + len(self._outcomes)
+
+    def submit(self, tx: "Transaction", prepared: list["Branch"]) -> None:
+        """Queue a transaction whose branches all voted yes; waits while DEPTH are queued."""
+        with self._cond:
+            while len(self._queue) + self._working >= self.depth:
+                self._cond.wait()
+            self._queue.append((tx, prepared))
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name=f"xa completer {self.name}")
+                self._thread.start()
+            self._cond.notify_all()
+
+    def outcomes(self, wait: bool = False) -> list[Outcome]:
+        """The outcomes finished so far, in submission order (taken); with ``wait``, of
+        everything submitted."""
+        with self._cond:
+            while wait and (self._queue or self._working):
+                self._cond.wait()
+            taken = list(self._outcomes)
+            self._outcomes.clear()
+            return taken
+
+    def reset(self) -> None:
+        """The link has handled a failure: transactions submitted from now on complete."""
+        with self._cond:
+            self._failure = None
+
+    def close(self) -> None:
+        """Finish what is queued and stop the thread."""
+        self.outcomes(wait=True)
+        with self._cond:
+            thread, self._thread = self._thread, None
+            self._cond.notify_all()
+        if thread is not None:
+            thread.join()
+
+    def _run(self) -> None:
+        me = threading.current_thread()
+        while True:
+            with self._cond:
+                while not self._queue and self._thread is me:
+                    self._cond.wait()
+                if not self._queue:
+                    return
+                group = list(self._queue)
+                self._queue.clear()
+                self._working = len(group)
+            outcomes = self._complete(group)
+            with self._cond:
+                self._outcomes.extend(outcomes)
+                self._working = 0
+                self._cond.notify_all()
+
+    def _complete(self, group: list[tuple["Transaction", list["Branch"]]]) -> list[Outcome]:
+        if self._failure is None:
+            try:
+                self.coordinator.log_commits([tx.commit_record(prepared) for tx, prepared in group])
+            except Exception as exc:  # nothing decided: presumed abort holds
+                self._failure = exc
+                return [self._roll_back(tx, exc, behind=i > 0) for i, (tx, _) in enumerate(group)]
+        outcomes = []
+        for tx, prepared in group:
+            if self._failure is not None:
+                outcomes.append(self._roll_back(tx, self._failure, behind=True))
+                continue
+            try:
+                tx.decided(prepared, logged=True)
+            except Exception as exc:  # a heuristic outcome: what follows waits for the link
+                self._failure = exc
+                outcomes.append(Outcome(exc))
+                continue
+            outcomes.append(Outcome())
+        return outcomes
+
+    @staticmethod
+    def _roll_back(tx: "Transaction", cause: BaseException, behind: bool) -> Outcome:
+        tx.undecided()
+        if not behind:
+            return Outcome(cause)
+        error = TransactionRolledBackException(
+            f"transaction {tx.gtrid.decode(errors='replace')}: rolled back after an earlier "
+            f"transaction of the link failed ({cause}), to keep the messages in order")
+        return Outcome(error, behind=True)

@@ -1,0 +1,135 @@
+"""The commit phase behind the link (bridgemgr/xa/completer.py), on two real embedded
+brokers: deferred transactions commit in order with their records logged; a failure rolls
+back it and everything after it (the messages come back in order) until reset(); only
+in-process resource managers are deferred; a group of records costs one sync."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from bridgemgr.jms.errors import HeuristicMixedException, TransactionRolledBackException
+from bridgemgr.jms import xa
+from bridgemgr.xa.completer import Completer, Outcome
+from bridgemgr.xa.coordinator import Coordinator, Faults, TxState
+from bridgemgr.xa.txlog import CommitRecord, FileTxLog, MemoryTxLog, Participant, TxLogError, TxLogSettings
+
+from test_xa_coordinator import DST, SRC, End, Failing, Remote, brokers, put, take  # noqa: F401
+
+pytestmark = pytest.mark.timeout(60)
+
+
+class FlakyLog(MemoryTxLog):
+    """Refuses its next ``fail`` writes of commit records (a disk error)."""
+
+    def __init__(self, fail: int = 0) -> None:
+        super().__init__()
+        self.fail = fail
+
+    def log_commits(self, records, forget=()):
+        if self.fail:
+            self.fail -= 1
+            raise TxLogError("simulated write error")
+        super().log_commits(records, forget)
+
+
+def deferred(coordinator: Coordinator, completer: Completer, src: End, dst: End,
+             source=None, target=None) -> object:
+    """One message moved in a transaction handed to ``completer`` once prepared."""
+    tx = coordinator.begin()
+    tx.enlist(source or src.resource, "b:src", "src")
+    tx.enlist(target or dst.resource, "b:dst", "dst")
+    dst.producer.send(src.consumer.receive(1))
+    tx.end()
+    assert tx.commit(defer=completer) is False
+    return tx
+
+
+def test_deferred_transactions_commit_in_order_with_their_records_logged(brokers):
+    a, b = brokers
+    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
+    completer = Completer(coordinator, "l")
+    put(a, SRC, *[f"m{i}" for i in range(20)])
+    src, dst = End(a), End(b)
+    txs = [deferred(coordinator, completer, src, dst) for _ in range(20)]
+    assert completer.outcomes(wait=True) == [Outcome()] * 20
+    assert all(tx.state is TxState.COMMITTED and tx.logged for tx in txs)
+    assert take(b, DST) == [f"m{i}" for i in range(20)] and take(a, SRC) == []
+    assert coordinator.counts["logged"] == 20 and a.xa_recover() == [] == b.xa_recover()
+    completer.close()
+    coordinator.close()
+
+
+def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):
+    a, b = brokers
+    coordinator = Coordinator("b", FlakyLog(fail=1), Faults(""))
+    completer = Completer(coordinator, "l")
+    put(a, SRC, "m0", "m1", "m2", "m3")
+    src, dst = End(a), End(b)
+    txs = [deferred(coordinator, completer, src, dst) for _ in range(3)]
+    first, *rest = completer.outcomes(wait=True)
+    assert isinstance(first.error, TxLogError) and not first.behind
+    assert all(o.behind and isinstance(o.error, TransactionRolledBackException) for o in rest)
+    assert all(tx.state is TxState.ROLLED_BACK for tx in txs)
+    assert a.xa_recover() == [] == b.xa_recover() and take(b, DST) == []
+    src.conn.close()  # what it had received comes back, in order
+    assert take(a, SRC) == ["m0", "m1", "m2", "m3"]  # (taken away by this check)
+    put(a, SRC, "m4")
+    src = End(a)
+    deferred(coordinator, completer, src, dst)  # still failing: not reset yet
+    assert completer.outcomes(wait=True)[0].behind
+    completer.reset()
+    src.conn.close()
+    src = End(a)
+    deferred(coordinator, completer, src, dst)
+    assert completer.outcomes(wait=True) == [Outcome()]
+    assert take(b, DST) == ["m4"]
+    completer.close()
+    coordinator.close()
+
+
+def test_a_heuristic_commit_is_the_failed_outcome(brokers):
+    a, b = brokers
+    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
+    completer = Completer(coordinator, "l")
+    put(a, SRC, "m0", "m1")
+    src, dst = End(a), End(b)
+    target = Failing(dst.resource, {"commit": xa.XA_HEURRB})
+    target.in_process = True
+    deferred(coordinator, completer, src, dst, target=target)
+    deferred(coordinator, completer, src, dst)
+    first, second = completer.outcomes(wait=True)
+    assert isinstance(first.error, HeuristicMixedException) and not first.behind
+    assert second.behind
+    completer.close()
+    coordinator.close()
+
+
+def test_remote_resource_managers_are_completed_by_the_caller(brokers):
+    a, b = brokers
+    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
+    completer = Completer(coordinator, "l")
+    put(a, SRC, "m")
+    src, dst = End(a), End(b)
+    tx = coordinator.begin()
+    tx.enlist(src.resource, "b:src", "src")
+    tx.enlist(Remote(dst.resource), "b:dst", "dst")
+    dst.producer.send(src.consumer.receive(1))
+    tx.end()
+    assert tx.commit(defer=completer) is True and tx.state is TxState.COMMITTED
+    assert completer.behind == 0 and take(b, DST) == ["m"]
+    coordinator.close()
+
+
+def test_a_group_of_commit_records_costs_one_sync(tmp_path, monkeypatch):
+    log = FileTxLog(tmp_path / "txlog.b", TxLogSettings(sync=True))
+    log.open()
+    syncs: list[int] = []
+    real = os.fdatasync
+    monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
+    records = [CommitRecord(b"g%d" % i, (Participant("x", xa.Xid(1, b"g%d" % i, b"x")),))
+               for i in range(5)]
+    log.log_commits(records)
+    assert len(syncs) == 1 and set(log.live()) == {r.gtrid for r in records}
+    log.close()
