@@ -13,11 +13,13 @@ import os
 import subprocess
 import sys
 import textwrap
+import threading
 from pathlib import Path
 
 import pytest
 
-from bridgemgr.jms import ObjectMessage, Queue
+from bridgemgr.jms import ObjectMessage, Queue, xa
+from bridgemgr.jms.errors import XAException
 from bridgemgr.jms.spi import ConnectionFactory
 from bridgemgr.jms.xa import Xid
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge
@@ -300,3 +302,34 @@ def test_a_full_disk_under_the_log_stops_the_link_and_loses_nothing(tmp_path):
     assert "TxLogFull" in result["error"] and "cannot write the transaction log" in result["error"]
     assert 0 < result["dst"] < 5000 and result["src"] + result["dst"] == 5000
     assert result["doubt"] == 0 and result["dmq"] == 0
+
+
+def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_order(pair, bridges,
+                                                                                      monkeypatch):
+    """Between in-process brokers the commit phase runs behind the link (xa/completer.py):
+    a commit that fails there still reaches the DMQ as COMMIT_FAILURE (the chapter), and
+    the messages after it, rolled back behind it, arrive in order."""
+    a, b = pair
+    send(a, "src", [f"m{i}" for i in range(10)])
+    commit, seen = b.xa_commit, []
+
+    def heuristic_third(xid, one_phase, *args):
+        seen.append(threading.current_thread().name)
+        if len(seen) == 3 and not one_phase:  # the target's RM rolls it back on its own
+            b.xa_rollback(xid)
+            raise XAException("simulated heuristic rollback", xa.XA_HEURRB)
+        return commit(xid, one_phase, *args)
+
+    monkeypatch.setattr(b, "xa_commit", heuristic_third)
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR))
+    bridges.append(br)
+    br.start()
+    wait_until(lambda: b.queue_depth("dst") >= 9 and a.queue_depth("src") == 0, what="transfer")
+    br.stop()
+    assert texts(drain(b, "dst")) == [f"m{i}" for i in range(10) if i != 2]
+    dead = drain(a, BUILTIN_DMQ)
+    assert [(d.object.text, d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON")) for d in dead] == [
+        ("m2", "COMMIT_FAILURE")]
+    assert br.links[0].counters.transferred == 9
+    assert a.xa_recover() == [] and b.xa_recover() == []
+    assert all(name.startswith("xa completer") for name in seen)  # behind the link
