@@ -313,12 +313,12 @@ def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_
     send(a, "src", [f"m{i}" for i in range(10)])
     commit, seen = b.xa_commit, []
 
-    def heuristic_third(xid, one_phase, *args):
+    def heuristic_third(xid, one_phase, *args, **kwargs):
         seen.append(threading.current_thread().name)
         if len(seen) == 3 and not one_phase:  # the target's RM rolls it back on its own
             b.xa_rollback(xid)
             raise XAException("simulated heuristic rollback", xa.XA_HEURRB)
-        return commit(xid, one_phase, *args)
+        return commit(xid, one_phase, *args, **kwargs)
 
     monkeypatch.setattr(b, "xa_commit", heuristic_third)
     br = make(a, b, bridge_xml(cross_link(), cfs=FAR))

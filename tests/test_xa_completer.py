@@ -57,6 +57,35 @@ def test_deferred_transactions_commit_in_order_with_their_records_logged(brokers
     assert all(tx.state is TxState.COMMITTED and tx.logged for tx in txs)
     assert take(b, DST) == [f"m{i}" for i in range(20)] and take(a, SRC) == []
     assert coordinator.counts["logged"] == 20 and a.xa_recover() == [] == b.xa_recover()
+    coordinator.flush()
+    assert coordinator.txlog.live() == {}  # forgotten once the brokers wrote the commits
+    completer.close()
+    coordinator.close()
+
+
+class Unconfirmed(Failing):
+    """An in-process RM that commits but cannot confirm its commit record durable."""
+
+    in_process = True
+
+    def commit_logged(self, xid):
+        self.inner.commit(xid, False)
+
+        def wait():
+            raise OSError("simulated store failure")
+        return wait
+
+
+def test_commits_an_rm_cannot_confirm_durable_keep_their_log_records(brokers):
+    a, b = brokers
+    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
+    completer = Completer(coordinator, "l")
+    put(a, SRC, "m")
+    src, dst = End(a), End(b)
+    tx = deferred(coordinator, completer, src, dst, target=Unconfirmed(dst.resource, {}))
+    assert completer.outcomes(wait=True) == [Outcome()] and take(b, DST) == ["m"]
+    coordinator.flush()
+    assert set(coordinator.txlog.live()) == {tx.gtrid}  # recovery would redo the commit
     completer.close()
     coordinator.close()
 

@@ -289,6 +289,14 @@ class XAResource(ABC):
     @abstractmethod
     def commit(self, xid: Xid, one_phase: bool) -> None: ...
 
+    def commit_logged(self, xid: Xid) -> Callable[[], None]:
+        """Second phase of a commit whose decision the coordinator has logged: the RM may
+        return before its own record of the commit is durable (the coordinator's log would
+        redo it) and gives a wait for that, which the coordinator calls before it forgets
+        its log record. By default a full commit, and nothing to wait for."""
+        self.commit(xid, False)
+        return _nothing_to_wait_for
+
     @abstractmethod
     def rollback(self, xid: Xid) -> None: ...
 
@@ -307,6 +315,10 @@ class XAResource(ABC):
 
     def set_transaction_timeout(self, seconds: int) -> bool:
         return False
+
+
+def _nothing_to_wait_for() -> None:
+    pass
 
 
 class XASession(Session):

@@ -4,7 +4,9 @@
 # (Transaction.commit(defer=...)) and finishes them in its own thread, in the order they
 # came, while the link already moves the next message:
 #   take everything queued -> log all their commit records in one write and one sync
-#   -> commit each transaction's branches, one transaction after the other.
+#   -> commit each transaction's branches, one transaction after the other (commit_logged:
+#   an embedded broker writes the group's commits in one store batch) -> wait for those
+#   writes -> let the log forget the group.
 # So the target sees the messages in source order (the commits are in order), the
 # fsync is shared by the transactions queued meanwhile, and a crash at any point leaves
 # only prepared branches that recovery resolves from the log (presumed abort), exactly
@@ -19,16 +21,19 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..jms.errors import TransactionRolledBackException
+from .coordinator import TxState
 
 if TYPE_CHECKING:
     from .coordinator import Branch, Coordinator, Transaction
 
+log = logging.getLogger(__name__)
 DEPTH = 64  # transactions a link may have prepared and not yet completed
 
 
@@ -126,6 +131,7 @@ class Completer:
             if self._failure is not None:
                 outcomes.append(self._roll_back(tx, self._failure, behind=True))
                 continue
+            tx.durable = []
             try:
                 tx.decided(prepared, logged=True)
             except Exception as exc:  # a heuristic outcome: what follows waits for the link
@@ -133,7 +139,22 @@ class Completer:
                 outcomes.append(Outcome(exc))
                 continue
             outcomes.append(Outcome())
+        self._forget_durable([tx for tx, _ in group])
         return outcomes
+
+    def _forget_durable(self, txs: list["Transaction"]) -> None:
+        """Wait for the RMs' records of the group's commits (one store batch per RM for
+        all of them), then let the log forget those transactions."""
+        try:
+            for tx in txs:
+                for wait in tx.durable or ():
+                    wait()
+        except Exception as exc:  # the records stay: recovery finds those commits done
+            log.error("completer %s: a resource manager did not confirm its commits: %s",
+                      self.name, exc)
+            return
+        self.coordinator.forget([tx.gtrid for tx in txs
+                                 if tx.state is TxState.COMMITTED and tx.logged])
 
     @staticmethod
     def _roll_back(tx: "Transaction", cause: BaseException, behind: bool) -> Outcome:

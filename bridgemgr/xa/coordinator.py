@@ -267,6 +267,8 @@ class Transaction:
         self.state = TxState.ACTIVE
         self.branches: list[Branch] = []
         self.logged = False
+        # commit_logged's waits, when the caller (a Completer) waits for a group at once
+        self.durable: list[Callable[[], None]] | None = None
 
     def __repr__(self) -> str:
         return f"Transaction({self.gtrid!r}, {self.state.value}, {len(self.branches)} branch(es))"
@@ -447,7 +449,10 @@ class Transaction:
         in_doubt: list[Branch] = []
 
         def commit(branch: Branch) -> None:
-            branch.resource.commit(branch.xid, False)
+            if self.durable is not None and self.logged:
+                self.durable.append(branch.resource.commit_logged(branch.xid))
+            else:
+                branch.resource.commit(branch.xid, False)
             if branch is prepared[0] and self.logged:  # the others may be committing now
                 self.coordinator.faults.hit(FaultPoint.COMMITTED_ONE)
 
@@ -633,8 +638,8 @@ class Coordinator:
         with self._lock:
             self._in_flight.discard(tx.gtrid)
             self.counts[tx.state.value.lower()] += 1
-        if tx.state is TxState.COMMITTED and tx.logged:
-            self.forget([tx.gtrid])
+        if tx.state is TxState.COMMITTED and tx.logged and tx.durable is None:
+            self.forget([tx.gtrid])  # (a Completer forgets after its waits)
 
     def in_doubt(self, tx: Transaction, rms: list[str]) -> None:
         """A decided transaction some RM did not get to commit: recovery's to finish."""

@@ -788,7 +788,9 @@ class Broker:
         self.wait_durable(ticket)
         return xa.XA_OK
 
-    def xa_commit(self, xid: Xid, one_phase: bool) -> None:
+    def xa_commit(self, xid: Xid, one_phase: bool, wait: bool = True) -> int | None:
+        """Commit branch ``xid``; returns the store ticket that makes it durable, waited
+        for here unless ``wait`` is false (the caller waits later)."""
         with self.lock:
             work = self._branch(xid, "commit")
             self._xa_check(work, "commit_one_phase" if one_phase else "commit_two_phase", "commit")
@@ -815,7 +817,9 @@ class Broker:
                         env.owner = None
                         env.queue.release(env)
                 ticket = self.store.ticket() if self.store is not None else None
-        self.wait_durable(ticket)
+        if wait:
+            self.wait_durable(ticket)
+        return ticket
 
     def xa_rollback(self, xid: Xid) -> None:
         with self.lock:
