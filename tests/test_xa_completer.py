@@ -34,6 +34,14 @@ class FlakyLog(MemoryTxLog):
         super().log_commits(records, forget)
 
 
+@pytest.fixture
+def completing(brokers):
+    """Two brokers, a coordinator with a memory log, and a completer (closed after)."""
+    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
+    completer = Completer(coordinator, "l")
+    yield (*brokers, coordinator, completer)
+
+
 def deferred(coordinator: Coordinator, completer: Completer, src: End, dst: End,
              source=None, target=None) -> object:
     """One message moved in a transaction handed to ``completer`` once prepared."""
@@ -46,10 +54,8 @@ def deferred(coordinator: Coordinator, completer: Completer, src: End, dst: End,
     return tx
 
 
-def test_deferred_transactions_commit_in_order_with_their_records_logged(brokers):
-    a, b = brokers
-    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
-    completer = Completer(coordinator, "l")
+def test_deferred_transactions_commit_in_order_with_their_records_logged(completing):
+    a, b, coordinator, completer = completing
     put(a, SRC, *[f"m{i}" for i in range(20)])
     src, dst = End(a), End(b)
     txs = [deferred(coordinator, completer, src, dst) for _ in range(20)]
@@ -59,8 +65,6 @@ def test_deferred_transactions_commit_in_order_with_their_records_logged(brokers
     assert coordinator.counts["logged"] == 20 and a.xa_recover() == [] == b.xa_recover()
     coordinator.flush()
     assert coordinator.txlog.live() == {}  # forgotten once the brokers wrote the commits
-    completer.close()
-    coordinator.close()
 
 
 class Unconfirmed(Failing):
@@ -76,18 +80,14 @@ class Unconfirmed(Failing):
         return wait
 
 
-def test_commits_an_rm_cannot_confirm_durable_keep_their_log_records(brokers):
-    a, b = brokers
-    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
-    completer = Completer(coordinator, "l")
+def test_commits_an_rm_cannot_confirm_durable_keep_their_log_records(completing):
+    a, b, coordinator, completer = completing
     put(a, SRC, "m")
     src, dst = End(a), End(b)
     tx = deferred(coordinator, completer, src, dst, target=Unconfirmed(dst.resource, {}))
     assert completer.outcomes(wait=True) == [Outcome()] and take(b, DST) == ["m"]
     coordinator.flush()
     assert set(coordinator.txlog.live()) == {tx.gtrid}  # recovery would redo the commit
-    completer.close()
-    coordinator.close()
 
 
 def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):
@@ -118,10 +118,8 @@ def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):
     coordinator.close()
 
 
-def test_a_heuristic_commit_is_the_failed_outcome(brokers):
-    a, b = brokers
-    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
-    completer = Completer(coordinator, "l")
+def test_a_heuristic_commit_is_the_failed_outcome(completing):
+    a, b, coordinator, completer = completing
     put(a, SRC, "m0", "m1")
     src, dst = End(a), End(b)
     target = Failing(dst.resource, {"commit": xa.XA_HEURRB})
@@ -131,14 +129,10 @@ def test_a_heuristic_commit_is_the_failed_outcome(brokers):
     first, second = completer.outcomes(wait=True)
     assert isinstance(first.error, HeuristicMixedException) and not first.behind
     assert second.behind
-    completer.close()
-    coordinator.close()
 
 
-def test_remote_resource_managers_are_completed_by_the_caller(brokers):
-    a, b = brokers
-    coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
-    completer = Completer(coordinator, "l")
+def test_remote_resource_managers_are_completed_by_the_caller(completing):
+    a, b, coordinator, completer = completing
     put(a, SRC, "m")
     src, dst = End(a), End(b)
     tx = coordinator.begin()
@@ -148,7 +142,6 @@ def test_remote_resource_managers_are_completed_by_the_caller(brokers):
     tx.end()
     assert tx.commit(defer=completer) is True and tx.state is TxState.COMMITTED
     assert completer.behind == 0 and take(b, DST) == ["m"]
-    coordinator.close()
 
 
 def test_a_group_of_commit_records_costs_one_sync(tmp_path, monkeypatch):
