@@ -13,8 +13,9 @@ then drains it through a non-transacted link to its own target queue:
   receives, logs and acknowledges; executors transform and send over the jms service),
   Trigger.AvailableNow, in a child process per master (one SparkSession per process).
   msg/s = N / (query start .. query end); the session start-up (7-11 s) is left out, the
-  first micro-batch's set-up (Python workers, connections) is in; steady_msg_per_s
-  leaves the first batch out.
+  query's start (query_start_s: Spark's Python processes for the data source, the
+  driver's receiver) and the first micro-batch's set-up (Python workers, connections) are
+  in; steady_msg_per_s leaves the first batch out.
 
 The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
 again (~0.6 ms of pure-Python CPU per message on a quiet core): on this 2-core machine
@@ -37,6 +38,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -87,14 +89,19 @@ def child(args: argparse.Namespace) -> None:
                            broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
                            max_per_batch=args.batch, receive_wait=1.0,
                            transformer_path=str(TRANSFORMERS))
-    start = time.perf_counter()
+    start, wall = time.perf_counter(), time.time()
     query = start_query(spark, options, checkpoint, available_now=True)
     query.awaitTermination()
     elapsed = time.perf_counter() - start
     batches = [p for p in query.recentProgress if p.get("numInputRows")]
     later = batches[1:]
     later_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
+    # from start_query until the first batch begins: Spark's Python processes for the data
+    # source's lookup and creation, the driver's source runner (receiver connected)
+    first_at = (datetime.fromisoformat(batches[0]["timestamp"].replace("Z", "+00:00")).timestamp()
+                if batches else None)
     print(json.dumps({"seconds": elapsed, "batches": len(batches),
+                      "query_start_s": round(first_at - wall, 2) if first_at else None,
                       "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
                                         if batches else None),
                       "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
@@ -165,7 +172,7 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
         raise RuntimeError(f"{run}: {depth} of {n} messages reached the target")
     return {"messages": n, "seconds": round(result["seconds"], 2),
             "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
-            "first_batch_s": result["first_batch_s"],
+            "query_start_s": result["query_start_s"], "first_batch_s": result["first_batch_s"],
             "steady_msg_per_s": result["steady_msg_per_s"], "duplicates": depth - n}
 
 
@@ -233,6 +240,8 @@ def main() -> None:
         name: round(1e6 / rate[name] - 1e6 / rate["local"], 1)
         for name in ("spark_local1", "spark_local2")}
     out["spark_first_batch_s"] = {name: trivial[name]["first_batch_s"]
+                                  for name in ("spark_local1", "spark_local2")}
+    out["spark_query_start_s"] = {name: trivial[name]["query_start_s"]
                                   for name in ("spark_local1", "spark_local2")}
     print(json.dumps(out, indent=2))
 
