@@ -6,7 +6,7 @@ thing on either side of the JPype bridge and in transaction logs.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # flags for start/end/recover
 TMNOFLAGS = 0
@@ -49,6 +49,10 @@ class Xid:
     format_id: int
     gtrid: bytes
     bqual: bytes
+    # computed once: a branch's Xid is hashed and printed (store key) several times per
+    # transaction on a link's hot path
+    _hash: int = field(init=False, repr=False, compare=False)
+    _text: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.gtrid, bytes) or not isinstance(self.bqual, bytes):
@@ -59,9 +63,14 @@ class Xid:
             raise ValueError(f"Xid bqual must be at most {MAXBQUALSIZE} bytes")
         if not -(2**31) <= self.format_id < 2**31:
             raise ValueError("Xid format_id must fit in 32 bits")
+        object.__setattr__(self, "_hash", hash((self.format_id, self.gtrid, self.bqual)))
+        object.__setattr__(self, "_text", f"{self.format_id}:{self.gtrid.hex()}:{self.bqual.hex()}")
+
+    def __hash__(self) -> int:
+        return self._hash
 
     def __str__(self) -> str:
-        return f"{self.format_id}:{self.gtrid.hex()}:{self.bqual.hex()}"
+        return self._text
 
     @classmethod
     def parse(cls, text: str) -> "Xid":
