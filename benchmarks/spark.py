@@ -18,7 +18,7 @@ then drains it through a non-transacted link to its own target queue:
   in; steady_msg_per_s leaves the first batch out.
 
 The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
-again (~0.6 ms of pure-Python CPU per message on a quiet core): on this 2-core machine
+again (~0.25 ms of pure-Python CPU per message on an idle core, ~0.6 ms on a busy machine): on this 2-core machine
 the target is spark_local2 >= 1.6 x local (it must scale with cores). The trivial runs
 (an identity transformer, --trivial-messages each) give the per-message cost of each
 runner once running (steady, in microseconds), Spark's overhead per message over the
