@@ -68,6 +68,7 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     import logging
 
     from .props import ConfigError, load_properties
+    from .providers.embedded.store import StoreError
     from .service import BridgeServiceManager, ServiceError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -85,11 +86,11 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     manager.handle_signals()
     try:
         manager.start()
-    except (ServiceError, OSError) as exc:
+    except (ServiceError, StoreError, OSError) as exc:
         raise click.ClickException(f"the service cannot start: {exc}") from None
-    assert manager.broker is not None
+    assert manager.broker is not None and manager.broker.store is not None
     click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} running, "
-               f"store {manager.instance_dir / 'store'}")
+               f"store {manager.broker.store.path}")
     portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
     click.echo(f"port mapper: {portmapper}")
     for name, bridge in manager.bridges.items():

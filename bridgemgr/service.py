@@ -116,9 +116,17 @@ class BridgeServiceManager:
 
     def _open_broker(self) -> None:
         auto = self.props.autocreate
+        database, sync = None, self.props.get("imq.persist.file.sync.enabled")
+        if self.props.get("imq.persist.store") == "jdbc":
+            # The original's JDBC store commits every persistent message before the send
+            # returns; so does ours (a database commit per group of sends).
+            from .providers.embedded.pgstore import PostgresDatabase, jdbc_settings
+
+            database, sync = PostgresDatabase(jdbc_settings(self.props, self.props.get(
+                "imq.instancename")), sync=True), True
         self.broker = Broker(
-            self.instance_dir / "store",
-            sync=self.props.get("imq.persist.file.sync.enabled"),
+            None if database else self.instance_dir / "store", database=database,
+            sync=sync,
             instance_name=self.props.get("imq.instancename"),
             autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic,
             limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,

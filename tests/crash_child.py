@@ -1,6 +1,7 @@
 """A broker workload run in a subprocess by test_embedded_crash.py, to be killed with SIGKILL.
 
-Usage: crash_child.py MODE STORE_DIR ROUND [SYNC]. After each guarantee is reached it
+Usage: crash_child.py MODE STORE ROUND [SYNC]; STORE is a directory or a jdbc spec
+(tests/stores.py). After each guarantee is reached it
 prints one line (flushed) naming it; the parent kills the process at a random line
 and then checks that everything printed survived and nothing uncommitted is visible.
 """
@@ -11,7 +12,8 @@ import sys
 
 from bridgemgr.jms import AckMode, Queue, TextMessage, xa
 from bridgemgr.jms.xa import Xid
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory
+from stores import open_at
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -24,7 +26,7 @@ def say(line: str) -> None:
 def main() -> None:
     mode, store, rnd = sys.argv[1], sys.argv[2], sys.argv[3]
     sync = len(sys.argv) < 5 or sys.argv[4] == "sync"
-    broker = Broker(store, sync=sync)
+    broker = open_at(store, sync=sync)
     conn = EmbeddedConnectionFactory(broker).create_xa_connection()
     conn.start()
     say("ready")

@@ -1,6 +1,7 @@
 """Crash tests: a broker in a subprocess is killed with SIGKILL mid-traffic, many times;
 then the store is reopened and every message is counted.
 
+Each runs on the SQLite store and on the jdbc store (a real PostgreSQL server).
 Guarantees checked (sync mode): a send that returned is never lost; a committed
 transaction is all there, an uncommitted one not at all; a prepared XA branch comes
 back from recover() and, resolved as a TM would, moves every message exactly once;
@@ -22,7 +23,8 @@ import pytest
 
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage, xa
 from bridgemgr.jms.xa import Xid
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory
+from stores import open_at
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
 
@@ -32,9 +34,9 @@ SRC, DST = Queue("src"), Queue("dst")
 ROUNDS = 5
 
 
-def run_and_kill(mode: str, store: Path, rnd: int, kill_after: int, sync: str = "sync") -> list[str]:
+def run_and_kill(mode: str, store: str | Path, rnd: int, kill_after: int, sync: str = "sync") -> list[str]:
     """Run the child until it printed ``kill_after`` lines (or ended), then SIGKILL it."""
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     proc = subprocess.Popen([sys.executable, str(CHILD), mode, str(store), str(rnd), sync],
                             stdout=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
@@ -52,8 +54,8 @@ def run_and_kill(mode: str, store: Path, rnd: int, kill_after: int, sync: str = 
     return lines[1:]
 
 
-def open_and_drain(store: Path, dest: Queue) -> list:
-    broker = Broker(store)
+def open_and_drain(store: str | Path, dest: Queue) -> list:
+    broker = open_at(store)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(dest)
@@ -64,8 +66,8 @@ def open_and_drain(store: Path, dest: Queue) -> list:
     return out
 
 
-def preload(store: Path, n: int) -> list[str]:
-    broker = Broker(store, sync=True)
+def preload(store: str | Path, n: int) -> list[str]:
+    broker = open_at(store, sync=True)
     producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(SRC)
     for i in range(n):
         producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
@@ -73,8 +75,8 @@ def preload(store: Path, n: int) -> list[str]:
     return [f"m{i}" for i in range(n)]
 
 
-def test_confirmed_sends_survive_kill9(tmp_path):
-    store = tmp_path / "store"
+def test_confirmed_sends_survive_kill9(store_spec):
+    store = store_spec
     confirmed: dict[int, set[int]] = {}
     for rnd in range(ROUNDS):
         lines = run_and_kill("send", store, rnd, random.randint(30, 600))
@@ -89,8 +91,8 @@ def test_confirmed_sends_survive_kill9(tmp_path):
 
 
 @pytest.mark.parametrize("sync", ["sync", "nosync"])
-def test_transactions_are_all_or_nothing_after_kill9(tmp_path, sync):
-    store = tmp_path / "store"
+def test_transactions_are_all_or_nothing_after_kill9(store_spec, sync):
+    store = store_spec
     committed: dict[int, set[str]] = {}
     for rnd in range(ROUNDS):
         lines = run_and_kill("tx", store, rnd, random.randint(5, 80), sync)
@@ -127,15 +129,15 @@ def test_unacknowledged_messages_survive_kill9_of_a_consumer(tmp_path):
     assert acked
 
 
-def test_xa_transfers_are_exactly_once_across_kill9(tmp_path):
-    store = tmp_path / "store"
+def test_xa_transfers_are_exactly_once_across_kill9(store_spec):
+    store = store_spec
     everything = preload(store, 400)
     for rnd in range(ROUNDS):
         lines = run_and_kill("xa", store, rnd, random.randint(10, 120))
         printed = {line.split()[1] for line in lines if line.startswith("prepared")}
         # Recovery as a transaction manager does it: commit what it had decided to
         # commit (printed as prepared), presume abort for the rest.
-        broker = Broker(store, sync=True)
+        broker = open_at(store, sync=True)
         res = EmbeddedConnectionFactory(broker).create_xa_connection().create_xa_session().xa_resource
         in_doubt = res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN)
         assert len(in_doubt) <= 1, f"more than one branch in doubt: {in_doubt}"
@@ -155,13 +157,13 @@ def test_xa_transfers_are_exactly_once_across_kill9(tmp_path):
     assert open_and_drain(store, SRC) == []
 
 
-def test_prepared_branch_locks_survive_kill9(tmp_path):
+def test_prepared_branch_locks_survive_kill9(store_spec):
     """Killed right after prepare: the branch is in doubt, its source message locked."""
-    store = tmp_path / "store"
+    store = store_spec
     preload(store, 1)
     lines = run_and_kill("xa", store, 0, 2)   # ready + prepared
     assert lines[0].startswith("prepared")
-    broker = Broker(store)
+    broker = open_at(store)
     conn = EmbeddedConnectionFactory(broker).create_xa_connection()
     conn.start()
     res = conn.create_xa_session().xa_resource

@@ -95,8 +95,11 @@ def wait_idle(daemon: Daemon, passfile: Path, quiet: float = 1.5) -> None:
     raise AssertionError("the link never went idle")
 
 
-def count(store: Path, queue: str) -> list[str]:
-    broker = Broker(store)
+def count(store: Path | str, queue: str) -> list[str]:
+    """The texts on ``queue`` of a store (a directory or a jdbc spec: tests/stores.py)."""
+    from stores import open_at
+
+    broker = open_at(store)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Queue(queue))
@@ -305,3 +308,96 @@ def test_no_admin_credentials_no_admin_port(setup):
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
+
+
+JDBC_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="b1" log-message-transfer="false">
+  <link name="l1">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="far" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <connection-factory ref-name="far" lookup-name="XAConnectionFactory">
+    <property name="java.naming.factory.initial" value="imq.embedded"/>
+    <property name="java.naming.provider.url" value="{far}"/>
+  </connection-factory>
+  <destination ref-name="src" name="e2e.src"/>
+  <destination ref-name="dst" name="e2e.dst"/>
+</jmsbridge>
+"""
+
+
+def test_jdbc_store_with_a_transacted_link_through_kill9(tmp_path, postgresql):
+    """imq.persist.store=jdbc: the host broker's store and the bridge's XA log live in
+    PostgreSQL (schema imq_<instance>), no store.db and no txlog file; a transacted link to
+    a second broker moves every message exactly once across a kill -9 of the service; the
+    database password is never printed. (Transfers are not logged: the test reads the
+    service's output only at its end, and a full pipe would stall the service.)"""
+    import psycopg
+
+    from stores import open_at
+
+    with psycopg.connect(**postgresql.conninfo(), autocommit=True) as admin:
+        admin.execute("CREATE ROLE bridge LOGIN PASSWORD 'Db-Secret-7'")
+        admin.execute("CREATE DATABASE imqstore OWNER bridge")
+    far = tmp_path / "far"
+    (tmp_path / "b1.xml").write_text(JDBC_XML.format(far=far))
+    url = postgresql.url("imqstore").split("?")[0]
+    props = tmp_path / "broker.properties"
+    props.write_text(f"""imq.varhome={tmp_path / 'var'}
+imq.instancename=e2e
+imq.portmapper.port=0
+imq.persist.store=jdbc
+imq.persist.jdbc.dbVendor=postgresql
+imq.persist.jdbc.postgresql.property.url={url}
+imq.persist.jdbc.postgresql.user=bridge
+imq.persist.jdbc.postgresql.password=Db-Secret-7
+imq.bridge.enabled=true
+imq.bridge.admin.user=admin
+imq.bridge.admin.password=Secret-1
+imq.bridge.activelist=b1
+imq.bridge.b1.type=jms
+imq.bridge.b1.xmlurl=b1.xml
+imq.bridge.b1.autostart=true
+imq.bridge.b1.transaction.batchSize=5
+""")
+    passfile = tmp_path / "pw.properties"
+    passfile.write_text("imq.imqbridgemgr.password=Secret-1\n")
+    spec = f"{url}?user=bridge&password=Db-Secret-7#imq_e2e"
+    n = 2000
+    broker = open_at(spec, sync=True)
+    producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(Queue("e2e.src"))
+    for i in range(n):
+        producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
+    broker.close()
+
+    daemon = Daemon(props)
+    printed = list(daemon.lines)
+    wait_transferred(daemon, passfile, 1)
+    os.kill(daemon.proc.pid, signal.SIGKILL)
+    daemon.proc.wait()
+    printed += daemon.proc.stdout.read().splitlines()
+    daemon = Daemon(props)
+    try:
+        printed += daemon.lines
+        assert any("schema imq_e2e" in line for line in printed), printed[:20]
+        wait_idle(daemon, passfile)
+        r = cli(daemon, passfile, "list", "link", "-bn", "b1")
+        assert re.search(r"^l1\s+STARTED\s.*\strue\s", r.stdout, re.M), r.stdout
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        rest, _ = daemon.proc.communicate(timeout=60)
+    printed += rest.splitlines()
+    assert daemon.proc.returncode == 0, rest
+    assert not any("Db-Secret-7" in line for line in printed), "the database password was printed"
+
+    instance = tmp_path / "var" / "instances" / "e2e"
+    assert not (instance / "store" / "store.db").exists()
+    assert not list(instance.rglob("txlog.*")), "the XA log belongs in the database"
+    with psycopg.connect(**postgresql.conninfo("imqstore")) as db:
+        assert db.execute("SELECT count(*) FROM imq_e2e.imq_bridge_txlog").fetchone()[0] == 0
+    moved = count(far, "e2e.dst")
+    assert sorted(moved, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(n)], \
+        "a transacted link moves every message exactly once"
+    assert count(spec, "e2e.src") == []

@@ -20,9 +20,11 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from bridgemgr.xa.coordinator import FAULT_ENV, is_ours, name_tag
+from bridgemgr.xa.sqllog import SqlTxLog
 from bridgemgr.xa.txlog import FileTxLog, txlog_path
+from stores import jdbc, open_at
 
 pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
 
@@ -32,9 +34,9 @@ BUILTIN_DMQ = "imq.bridge.jms.dmq"
 FAULTS = ["prepared:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None]
 
 
-def fill(store: Path, first: int, last: int) -> None:
+def fill(store: str | Path, first: int, last: int) -> None:
     """Messages numbered first .. last-1 onto src."""
-    broker = Broker(store, sync=True)
+    broker = open_at(store, sync=True)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     session = conn.create_session(True)
     producer = session.create_producer(Queue("src"))
@@ -46,8 +48,8 @@ def fill(store: Path, first: int, last: int) -> None:
     broker.close()
 
 
-def start_child(paths: list[Path], batch: int, fault: str | None) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=str(ROOT))
+def start_child(paths: list, batch: int, fault: str | None) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
@@ -63,17 +65,17 @@ def start_child(paths: list[Path], batch: int, fault: str | None) -> subprocess.
     return proc
 
 
-def in_doubt(store: Path) -> int:
+def in_doubt(store: str | Path) -> int:
     """Prepared branches of bridge `crash` in a store (opened and closed here)."""
-    broker = Broker(store)
+    broker = open_at(store)
     try:
         return sum(1 for xid in broker.xa_recover() if is_ours(xid, name_tag("crash")))
     finally:
         broker.close()
 
 
-def depth(store: Path, queue: str) -> int:
-    broker = Broker(store)
+def depth(store: str | Path, queue: str) -> int:
+    broker = open_at(store)
     try:
         return broker.queue_depth(queue)
     finally:
@@ -81,11 +83,12 @@ def depth(store: Path, queue: str) -> int:
 
 
 def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
-                window: float) -> None:
+                window: float, source: str | Path | None = None) -> None:
     """Before each run the source is topped up to n messages (numbered on from the last
     one), so however fast the link is, every run still has work when it is killed; the
     final count covers every message ever sent."""
-    source, target, var = tmp_path / "source", tmp_path / "target", tmp_path / "var"
+    source = source or tmp_path / "source"  # the host broker: its store, or a jdbc spec
+    target, var = tmp_path / "target", tmp_path / "var"
     paths = [source, target, var]
     doubts, by_fault, sent = 0, 0, 0
     for i in range(kills):
@@ -119,10 +122,17 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     assert depth(source, "src") == 0
     assert depth(source, BUILTIN_DMQ) == 0, "nothing may reach the DMQ"
     assert in_doubt(source) == 0 and in_doubt(target) == 0
-    log = FileTxLog(txlog_path(var / "instances" / "imqbroker" / "bridges" / "crash", "crash"))
+    bridge_dir = var / "instances" / "imqbroker" / "bridges" / "crash"
+    settings = jdbc(source)
+    if settings is None:
+        log = FileTxLog(txlog_path(bridge_dir, "crash"))
+    else:  # the decisions were in the host broker's database, never in a file
+        assert not txlog_path(bridge_dir, "crash").exists()
+        connect, paramstyle = settings.txlog_sql()
+        log = SqlTxLog(connect, "crash", paramstyle)
     assert log.open() == {}, "every commit record is forgotten after a clean stop"
     log.close()
-    broker = Broker(target)
+    broker = open_at(target)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     got: list[int] = []
@@ -138,9 +148,10 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     assert got == sorted(got), "one link keeps the order of its source"
 
 
-def test_once_and_only_once_through_kill9_batched(tmp_path):
-    """10,000 messages waiting at each start (more than 10,000 in all), 10 per XA transaction."""
-    run_crashes(tmp_path, 10_000, 10, kills=16, p=0.04, window=0.4)
+def test_once_and_only_once_through_kill9_batched(tmp_path, store_spec):
+    """10,000 messages waiting at each start (more than 10,000 in all), 10 per XA transaction;
+    the host broker on SQLite (log txlog.crash) and on PostgreSQL (log in its database)."""
+    run_crashes(tmp_path, 10_000, 10, kills=16, p=0.04, window=0.4, source=store_spec)
 
 
 def test_once_and_only_once_through_kill9_one_per_transaction(tmp_path):

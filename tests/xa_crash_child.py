@@ -1,8 +1,9 @@
 """A JMS bridge with one transacted link between two embedded brokers, run in a subprocess
 by test_xa_crash.py and killed there with SIGKILL.
 
-Usage: xa_crash_child.py SOURCE_STORE TARGET_STORE VARHOME BATCH. Opens both brokers with
-fsync on (two stores: the link is a genuine two-phase commit across resource managers),
+Usage: xa_crash_child.py SOURCE_STORE TARGET_STORE VARHOME BATCH. SOURCE_STORE may be a
+jdbc spec (tests/stores.py): the host broker and the bridge's XA log are then in PostgreSQL.
+Opens both brokers with fsync on (two stores: the link is a genuine two-phase commit across resource managers),
 the source one as the host broker, and starts bridge `crash` (its transaction log under
 VARHOME) with the transacted link src -> dst, transaction.batchSize BATCH. The target is
 reached by a JNDI lookup of the second store. The XA fault hook (IMQBRIDGE_XA_FAULT in the
@@ -23,10 +24,11 @@ from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
 from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
 from bridgemgr.props import load_properties  # noqa: E402
 from bridgemgr.providers.embedded import (  # noqa: E402
-    Broker, connection_factory, open_broker, set_host_broker,
+    connection_factory, open_broker, set_host_broker,
 )
 
 from jmsbridge_support import FAST, bridge_xml  # noqa: E402
+from stores import jdbc, open_at  # noqa: E402
 
 LINK = ('<link name="l" transacted="true">'
         '<source connection-factory-ref="host" destination-ref="src"/>'
@@ -47,12 +49,14 @@ def say(line: str) -> None:
 
 def main() -> None:
     source_store, target_store, varhome, batch = sys.argv[1:5]
-    broker = Broker(source_store, sync=True)
+    broker = open_at(source_store, sync=True)
     set_host_broker(broker)
     target = open_broker(target_store, sync=True)  # the one the lookup finds
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
-                                 f"imq.bridge.crash.transaction.batchSize={batch}"], environ={})
+                                 f"imq.bridge.crash.transaction.batchSize={batch}",
+                                 f"imq.persist.store={'jdbc' if jdbc(source_store) else 'file'}"],
+                            environ={})
     xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash",
                      log_message_transfer="false")
     bridge = JMSBridge(parse_bridge_config(xml), props,

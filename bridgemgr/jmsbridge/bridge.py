@@ -403,7 +403,8 @@ class JMSBridge:
             return BridgeTransactions.start(
                 self.name, entries, props.bridge_dir(self.name) if props else None,
                 props.bridge(self.name).tm_props if props else {}, self.log,
-                store=props.get("imq.persist.store") if props else "file")
+                store=props.get("imq.persist.store") if props else "file",
+                sql=embedded.host_txlog_sql())
         except TxLogError as exc:
             raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
 

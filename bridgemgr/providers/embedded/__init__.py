@@ -77,6 +77,16 @@ def host_broker() -> Broker:
         return _host
 
 
+def host_txlog_sql() -> tuple[Callable[[], Any], str] | None:
+    """The host broker's database for the bridges' XA logs (a DB-API connect function and
+    its paramstyle) when its store is a jdbc one, else None (chapter: the coordinator uses
+    the same JDBC store as the broker the bridge lives in)."""
+    with _lock:
+        store = _host.store if _host is not None and not _host.closed else None
+    settings = getattr(store.database, "settings", None) if store is not None else None
+    return settings.txlog_sql() if settings is not None else None
+
+
 def connection_factory(broker: Broker | None = None) -> XAConnectionFactory:
     """A factory for ``broker``; without one, for whatever host broker runs at connect time
     (in this process, or else over the wire: see :class:`HostBrokerFactory`)."""

@@ -49,7 +49,7 @@ from ...jms.selector import Selector, compile_selector
 from ...jms import xa
 from ...jms.xa import Xid
 from .queues import DestinationLimits, Envelope, LimitBehavior, MessageQueue, UNLIMITED
-from .store import Store
+from .store import Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -121,7 +121,10 @@ class Broker:
     def __init__(self, data_dir: str | Path | None = None, *, sync: bool = False,
                  instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
-                 authenticator: Authenticator | None = None) -> None:
+                 authenticator: Authenticator | None = None,
+                 database: Database | None = None) -> None:
+        """``database``: where the store lives instead of SQLite under ``data_dir``
+        (pgstore.PostgresDatabase for imq.persist.store=jdbc)."""
         self.instance_name = instance_name
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.default_limits = limits
@@ -142,7 +145,8 @@ class Broker:
         self.client_ids: dict[str, Any] = {}
         self.branches: dict[Xid, Work] = {}
         self.configured: dict[str, DestinationLimits] = {}
-        self.store = Store(self.data_dir, sync=sync) if self.data_dir is not None else None
+        self.store = (Store(self.data_dir, sync=sync, database=database)
+                      if self.data_dir is not None or database is not None else None)
         self._seq = itertools.count(1)
         if self.store is not None:
             self._recover()

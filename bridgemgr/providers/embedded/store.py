@@ -1,4 +1,4 @@
-"""The embedded broker's persistent store: SQLite in WAL mode with group commit.
+"""The embedded broker's persistent store: group commit over SQLite (WAL) or PostgreSQL.
 
 How it works: the broker records changes (a message row added, removed, its
 delivery count bumped, a subscription, an XA branch prepared or completed) into
@@ -19,6 +19,10 @@ writes all they recorded as the next batch. What nobody waits for (non-durable s
 acknowledgements) the writer thread writes, letting a batch grow for up to LINGER.
 One batch is written at a time, in ticket order.
 
+Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
+directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
+The group commit above is the same for both.
+
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
 delivery-count updates, then deletes. A seq is never reused.
@@ -33,7 +37,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from ...jms.errors import JMSException
 
@@ -109,11 +113,131 @@ class Recovered:
     max_seq: int
 
 
-class Store:
-    """Group-commit SQLite store; see the module comment."""
+class Database:
+    """Where a store's batches go. ``where`` names it in errors (never a password)."""
 
-    def __init__(self, directory: str | Path, *, sync: bool = False) -> None:
+    where: str = ""
+
+    def load(self) -> Recovered:
+        raise NotImplementedError
+
+    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
+              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+        """One batch as one database transaction, in the order the module comment gives."""
+        raise NotImplementedError
+
+    def close(self) -> None:
+        raise NotImplementedError
+
+
+class SQLiteDatabase(Database):
+    """store.db in a directory, WAL mode; synchronous=FULL with sync, else OFF."""
+
+    def __init__(self, directory: str | Path, sync: bool) -> None:
         self.path = Path(directory) / "store.db"
+        self.where = str(self.path)
+        Path(directory).mkdir(parents=True, exist_ok=True)
+        try:
+            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
+            db.executescript(SCHEMA)
+            row = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
+            if row is None:
+                db.execute("INSERT INTO meta(k, v) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            elif row[0] != SCHEMA_VERSION:
+                raise StoreError(f"{self.path}: store schema version {row[0]} is not supported "
+                                 f"(this broker reads version {SCHEMA_VERSION})")
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
+        self._db = db
+
+    def load(self) -> Recovered:
+        try:
+            return recovered(self._db.execute)
+        except (sqlite3.Error, ValueError) as exc:
+            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+
+    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
+              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+        db = self._db
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            write_batch(db.executemany, inserts, deletes, updates, ops, _OPS,
+                        "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')")
+            db.execute("COMMIT")
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+
+    def close(self) -> None:
+        self._db.close()
+
+
+def recovered(execute: Callable[..., Any]) -> Recovered:
+    """Everything a store holds, read through a DB-API ``execute`` returning a cursor."""
+    messages = [(seq, q, d, bytes(b)) for seq, q, d, b in
+                execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()]
+    subs = [(c, n, t, s, bool(nl)) for c, n, t, s, nl in
+            execute("SELECT client_id, name, topic, selector, no_local FROM subs").fetchall()]
+    dests = {k: json.loads(v) for k, v in execute("SELECT qkey, config FROM dests").fetchall()}
+    prepared: dict[str, PreparedBranch] = {}
+    for (xid,) in execute("SELECT xid FROM xa WHERE state = 'prepared'").fetchall():
+        prepared[xid] = PreparedBranch()
+    for xid, seq, qkey, blob in execute(
+            "SELECT xid, seq, qkey, blob FROM xa_sends ORDER BY seq").fetchall():
+        prepared.setdefault(xid, PreparedBranch()).sends.append((seq, qkey, bytes(blob)))
+    for xid, seq in execute("SELECT xid, seq FROM xa_acks ORDER BY seq").fetchall():
+        prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
+    max_seq = max(execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
+                  execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0])
+    return Recovered(messages, subs, dests, prepared, max_seq)
+
+
+def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
+                inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
+                ops: list[tuple[str, tuple[Any, ...]]], statements: dict[str, tuple[str, ...]],
+                prepare_xa: str, mark: str = "?") -> None:
+    """A batch's statements in the fixed order (inserts, ordered ops, delivery counts,
+    deletes) inside the caller's transaction; ``mark`` is the driver's placeholder."""
+    def sql(text: str) -> str:
+        return text if mark == "?" else text.replace("?", mark)
+
+    if inserts:
+        executemany(sql("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"),
+                    [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
+    for name, args in ops:
+        if name == "xa_prepare":
+            xid, sends, acks = args
+            executemany(sql(prepare_xa), [(xid,)])
+            if sends:
+                executemany(sql("INSERT INTO xa_sends(xid, seq, qkey, blob) VALUES (?, ?, ?, ?)"),
+                            [(xid, seq, q, b) for seq, q, b in sends])
+            if acks:
+                executemany(sql("INSERT INTO xa_acks(xid, seq) VALUES (?, ?)"),
+                            [(xid, seq) for seq in acks])
+            continue
+        for statement in statements[name]:
+            executemany(sql(statement), [args])
+    if updates:
+        executemany(sql("UPDATE msgs SET dcount = ? WHERE seq = ?"),
+                    [(d, seq) for seq, d in updates.items()])
+    if deletes:
+        executemany(sql("DELETE FROM msgs WHERE seq = ?"), [(seq,) for seq in deletes])
+
+
+class Store:
+    """Group commit over a ``Database`` (SQLite under ``directory`` unless one is given);
+    see the module comment."""
+
+    def __init__(self, directory: str | Path | None = None, *, sync: bool = False,
+                 database: Database | None = None) -> None:
+        if database is None:
+            if directory is None:
+                raise ValueError("a store needs a directory or a database")
+            database = SQLiteDatabase(directory, sync)
+        self.database = database
+        self.path = database.where  # what errors and logs name
         self.sync = sync
         self.lock = threading.RLock()
         self._work = threading.Condition(self.lock)    # the writer waits here for changes
@@ -131,48 +255,14 @@ class Store:
         self._closing = False
         self.batches = 0      # written batches (benchmarks report batch sizes)
         self.rows = 0
-        Path(directory).mkdir(parents=True, exist_ok=True)
-        self._db = self._connect()
         self._writer = threading.Thread(target=self._run, name=f"store-writer:{self.path}", daemon=True)
-
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-            db.execute("PRAGMA journal_mode=WAL")
-            db.execute(f"PRAGMA synchronous={'FULL' if self.sync else 'OFF'}")
-            db.executescript(SCHEMA)
-            row = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
-            if row is None:
-                db.execute("INSERT INTO meta(k, v) VALUES ('schema', ?)", (SCHEMA_VERSION,))
-            elif row[0] != SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: store schema version {row[0]} is not supported "
-                                 f"(this broker reads version {SCHEMA_VERSION})")
-            return db
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
 
     # --- open -----------------------------------------------------------------
     def load(self) -> Recovered:
         """Read everything, then start the writer. Call once, before any change."""
-        db = self._db
-        try:
-            messages = db.execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()
-            subs = [(c, n, t, s, bool(nl)) for c, n, t, s, nl in
-                    db.execute("SELECT client_id, name, topic, selector, no_local FROM subs")]
-            dests = {k: json.loads(v) for k, v in db.execute("SELECT qkey, config FROM dests")}
-            prepared: dict[str, PreparedBranch] = {}
-            for (xid,) in db.execute("SELECT xid FROM xa WHERE state = 'prepared'"):
-                prepared[xid] = PreparedBranch()
-            for xid, seq, qkey, blob in db.execute("SELECT xid, seq, qkey, blob FROM xa_sends ORDER BY seq"):
-                prepared.setdefault(xid, PreparedBranch()).sends.append((seq, qkey, blob))
-            for xid, seq in db.execute("SELECT xid, seq FROM xa_acks ORDER BY seq"):
-                prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
-            max_seq = max(db.execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
-                          db.execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0])
-        except (sqlite3.Error, ValueError) as exc:
-            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+        rec = self.database.load()
         self._writer.start()
-        return Recovered(messages, subs, dests, prepared, max_seq)
+        return rec
 
     # --- recording changes (callers may hold the broker lock) -------------------
     def _check(self) -> None:
@@ -321,32 +411,7 @@ class Store:
 
     def _write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
                ops: list[tuple[str, tuple[Any, ...]]]) -> None:
-        db = self._db
-        db.execute("BEGIN IMMEDIATE")
-        try:
-            if inserts:
-                db.executemany("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)",
-                               [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
-            for name, args in ops:
-                if name == "xa_prepare":
-                    xid, sends, acks = args
-                    db.execute("INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')", (xid,))
-                    db.executemany("INSERT INTO xa_sends(xid, seq, qkey, blob) VALUES (?, ?, ?, ?)",
-                                   [(xid, seq, q, b) for seq, q, b in sends])
-                    db.executemany("INSERT INTO xa_acks(xid, seq) VALUES (?, ?)",
-                                   [(xid, seq) for seq in acks])
-                    continue
-                for sql in _OPS[name]:
-                    db.execute(sql, args)
-            if updates:
-                db.executemany("UPDATE msgs SET dcount = ? WHERE seq = ?",
-                               [(d, seq) for seq, d in updates.items()])
-            if deletes:
-                db.executemany("DELETE FROM msgs WHERE seq = ?", [(seq,) for seq in deletes])
-            db.execute("COMMIT")
-        except BaseException:
-            db.execute("ROLLBACK")
-            raise
+        self.database.write(inserts, deletes, updates, ops)
 
     def close(self) -> None:
         """Write what is pending, stop the writer, close the database."""
@@ -357,7 +422,7 @@ class Store:
             self._work.notify()
         if self._writer.is_alive():
             self._writer.join()
-        self._db.close()
+        self.database.close()
 
     def stats(self) -> dict[str, int]:
         return {"batches": self.batches, "rows": self.rows}

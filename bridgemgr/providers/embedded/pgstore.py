@@ -1,0 +1,184 @@
+# How it works: with imq.persist.store=jdbc the host broker keeps its store in PostgreSQL
+# instead of store.db. The tables are the SQLite store's (same rows, same batch order),
+# in a schema of their own per broker instance (imq_<instance>), so several brokers can
+# share one database. A batch is one PostgreSQL transaction; sync maps to
+# synchronous_commit (on: the commit returns once the server flushed its WAL; off: it
+# returns before, and a crash of the database server, not of ours, can lose the last
+# batches). The bridges' XA transaction log goes into the same database (table
+# imq_bridge_txlog of that schema: xa/sqllog.py), as the chapter asks of a JDBC store.
+"""The embedded broker's store in PostgreSQL (psycopg 3)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from typing import Any, Callable
+from urllib.parse import parse_qsl, unquote, urlsplit
+
+from .store import _OPS, SCHEMA_VERSION, Database, Recovered, StoreError, recovered, write_batch
+
+SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS msgs(seq BIGINT PRIMARY KEY, qkey TEXT NOT NULL, "
+    "dcount INTEGER NOT NULL DEFAULT 0, blob BYTEA NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS subs(client_id TEXT NOT NULL, name TEXT NOT NULL, "
+    "topic TEXT NOT NULL, selector TEXT, no_local INTEGER NOT NULL, PRIMARY KEY(client_id, name))",
+    "CREATE TABLE IF NOT EXISTS dests(qkey TEXT PRIMARY KEY, config TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq BIGINT NOT NULL, "
+    "qkey TEXT NOT NULL, blob BYTEA NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
+    "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",
+)
+# SQLite's INSERT OR REPLACE, said the PostgreSQL way.
+_PG_OPS = {**_OPS,
+           "sub_put": ("INSERT INTO subs(client_id, name, topic, selector, no_local) "
+                       "VALUES (?, ?, ?, ?, ?) ON CONFLICT (client_id, name) DO UPDATE SET "
+                       "topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+                       "no_local = EXCLUDED.no_local",),
+           "dest_put": ("INSERT INTO dests(qkey, config) VALUES (?, ?) "
+                        "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",)}
+_PREPARE_XA = ("INSERT INTO xa(xid, state) VALUES (?, 'prepared') "
+               "ON CONFLICT (xid) DO UPDATE SET state = 'prepared'")
+
+
+@dataclass(frozen=True)
+class JdbcSettings:
+    """Where a jdbc store lives: a PostgreSQL conninfo (from the JDBC URL and the user and
+    password properties) and the schema of this broker instance."""
+
+    conninfo: dict[str, str]
+    schema: str
+
+    @property
+    def where(self) -> str:
+        """The database as errors and logs name it: no password."""
+        c = self.conninfo
+        return (f"postgresql://{c.get('user', '')}@{c.get('host', 'localhost')}:"
+                f"{c.get('port', '5432')}/{c.get('dbname', '')} (schema {self.schema})")
+
+    def connect(self) -> Any:
+        """A new psycopg connection with this instance's schema first on its search path."""
+        try:
+            import psycopg
+        except ImportError as exc:
+            raise StoreError("imq.persist.store=jdbc needs psycopg: pip install 'psycopg[binary]'") from exc
+        try:
+            conn = psycopg.connect(**self.conninfo, connect_timeout=10)
+            with conn.cursor() as cur:
+                cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
+                cur.execute(f'SET search_path TO "{self.schema}"')
+            conn.commit()
+            return conn
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: cannot connect: {exc}") from exc
+
+    def txlog_sql(self) -> tuple[Callable[[], Any], str]:
+        """What xa/sqllog.py needs to keep a bridge's XA log in this database."""
+        return self.connect, "format"
+
+
+def schema_name(instance: str) -> str:
+    """imq_<instance>, folded to what PostgreSQL takes unquoted (letters, digits, _)."""
+    return "imq_" + re.sub(r"[^a-z0-9_]", "_", instance.lower())[:50]
+
+
+def jdbc_settings(props: Any, instance: str) -> JdbcSettings:
+    """The imq.persist.jdbc.* properties of the original (dbVendor postgresql; its
+    property.url, user, password) as psycopg connection settings."""
+    prefix = "imq.persist.jdbc.postgresql"
+    url = props.get(f"{prefix}.property.url")
+    if not url:
+        raise StoreError(f"imq.persist.store=jdbc needs {prefix}.property.url "
+                         "(jdbc:postgresql://host:port/database)")
+    conninfo = parse_jdbc_url(url)
+    if props.get(f"{prefix}.user"):
+        conninfo["user"] = props.get(f"{prefix}.user")
+    if props.get(f"{prefix}.password"):
+        conninfo["password"] = props.get(f"{prefix}.password")
+    return JdbcSettings(conninfo, schema_name(instance))
+
+
+def parse_jdbc_url(url: str) -> dict[str, str]:
+    """jdbc:postgresql://host[:port]/database[?user=..&password=..&k=v] as conninfo."""
+    text = url[len("jdbc:"):] if url.startswith("jdbc:") else url
+    parts = urlsplit(text)
+    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
+        raise StoreError(f"{url.split('?')[0]}: not a jdbc:postgresql://host:port/database URL")
+    info = {"dbname": unquote(parts.path.strip("/")), "host": parts.hostname or "localhost"}
+    try:
+        if parts.port:
+            info["port"] = str(parts.port)
+    except ValueError:
+        raise StoreError(f"{url.split('?')[0]}: bad port") from None
+    if parts.username:
+        info["user"] = unquote(parts.username)
+    if parts.password:
+        info["password"] = unquote(parts.password)
+    for key, value in parse_qsl(parts.query):
+        info[{"ssl": "sslmode"}.get(key, key)] = value
+    return info
+
+
+class PostgresDatabase(Database):
+    """The store's tables in this instance's schema of a PostgreSQL database."""
+
+    def __init__(self, settings: JdbcSettings, sync: bool) -> None:
+        self.settings = settings
+        self.where = settings.where
+        self._lock = threading.Lock()
+        conn = settings.connect()
+        try:
+            import psycopg
+
+            with conn.cursor() as cur:
+                cur.execute(f"SET synchronous_commit TO {'on' if sync else 'off'}")
+                for statement in SCHEMA:
+                    cur.execute(statement)
+                cur.execute("SELECT v FROM meta WHERE k = 'schema'")
+                row = cur.fetchone()
+                if row is None:
+                    cur.execute("INSERT INTO meta(k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING",
+                                (SCHEMA_VERSION,))
+                elif row[0] != SCHEMA_VERSION:
+                    raise StoreError(f"{self.where}: store schema version {row[0]} is not "
+                                     f"supported (this broker reads version {SCHEMA_VERSION})")
+            conn.commit()
+        except psycopg.Error as exc:
+            conn.close()
+            raise StoreError(f"{self.where}: cannot open the store: {exc}") from exc
+        except BaseException:
+            conn.close()
+            raise
+        self._conn = conn
+
+    def load(self) -> Recovered:
+        import psycopg
+
+        try:
+            with self._lock:
+                cur = self._conn.cursor()
+                try:
+                    return recovered(lambda sql: cur.execute(sql) or cur)
+                finally:
+                    cur.close()
+                    self._conn.commit()
+        except (psycopg.Error, ValueError) as exc:
+            raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
+
+    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
+              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+        with self._lock, self._conn.cursor() as cur:
+            try:
+                write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
+                            _PREPARE_XA, mark="%s")
+                self._conn.commit()
+            except BaseException:
+                self._conn.rollback()
+                raise
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
