@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from service_support import Daemon, cli
+from stores import open_at
 
 pytestmark = pytest.mark.timeout(240)
 N = 300
@@ -39,30 +40,36 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-@pytest.fixture
-def setup(tmp_path):
-    (tmp_path / "b1.xml").write_text(XML)
-    props = tmp_path / "broker.properties"
-    props.write_text(f"""imq.varhome={tmp_path / 'var'}
-imq.instancename=e2e
-imq.portmapper.port=0
-imq.persist.file.sync.enabled=true
-imq.bridge.enabled=true
-imq.bridge.admin.user=admin
-imq.bridge.admin.password=Secret-1
-imq.bridge.activelist=b1
-imq.bridge.b1.type=jms
-imq.bridge.b1.xmlurl=b1.xml
-imq.bridge.b1.autostart=true
-""")
-    passfile = tmp_path / "pw.properties"
+def service_files(base: Path, xml: str, *extra: str) -> tuple[Path, Path]:
+    """b1.xml, broker properties of instance e2e with bridge b1 and an admin login (plus
+    ``extra`` lines), and the admin passfile."""
+    (base / "b1.xml").write_text(xml)
+    props = base / "broker.properties"
+    props.write_text("\n".join([
+        f"imq.varhome={base / 'var'}", "imq.instancename=e2e", "imq.portmapper.port=0",
+        "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
+        "imq.bridge.admin.password=Secret-1", "imq.bridge.activelist=b1",
+        "imq.bridge.b1.type=jms", "imq.bridge.b1.xmlurl=b1.xml", "imq.bridge.b1.autostart=true",
+        *extra]) + "\n")
+    passfile = base / "pw.properties"
     passfile.write_text("imq.imqbridgemgr.password=Secret-1\n")
-    store = tmp_path / "var" / "instances" / "e2e" / "store"
-    broker = Broker(store, sync=True)
+    return props, passfile
+
+
+def preload(store: Path | str, n: int) -> None:
+    """m0 .. m<n-1>, persistent, on e2e.src of a store (a directory or a jdbc spec)."""
+    broker = open_at(store, sync=True)
     producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(Queue("e2e.src"))
-    for i in range(N):
+    for i in range(n):
         producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
     broker.close()
+
+
+@pytest.fixture
+def setup(tmp_path):
+    props, passfile = service_files(tmp_path, XML, "imq.persist.file.sync.enabled=true")
+    store = tmp_path / "var" / "instances" / "e2e" / "store"
+    preload(store, N)
     return props, passfile, store
 
 
@@ -97,8 +104,6 @@ def wait_idle(daemon: Daemon, passfile: Path, quiet: float = 1.5) -> None:
 
 def count(store: Path | str, queue: str) -> list[str]:
     """The texts on ``queue`` of a store (a directory or a jdbc spec: tests/stores.py)."""
-    from stores import open_at
-
     broker = open_at(store)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
@@ -336,41 +341,19 @@ def test_jdbc_store_with_a_transacted_link_through_kill9(tmp_path, postgresql):
     service's output only at its end, and a full pipe would stall the service.)"""
     import psycopg
 
-    from stores import open_at
-
     with psycopg.connect(**postgresql.conninfo(), autocommit=True) as admin:
         admin.execute("CREATE ROLE bridge LOGIN PASSWORD 'Db-Secret-7'")
         admin.execute("CREATE DATABASE imqstore OWNER bridge")
     far = tmp_path / "far"
-    (tmp_path / "b1.xml").write_text(JDBC_XML.format(far=far))
     url = postgresql.url("imqstore").split("?")[0]
-    props = tmp_path / "broker.properties"
-    props.write_text(f"""imq.varhome={tmp_path / 'var'}
-imq.instancename=e2e
-imq.portmapper.port=0
-imq.persist.store=jdbc
-imq.persist.jdbc.dbVendor=postgresql
-imq.persist.jdbc.postgresql.property.url={url}
-imq.persist.jdbc.postgresql.user=bridge
-imq.persist.jdbc.postgresql.password=Db-Secret-7
-imq.bridge.enabled=true
-imq.bridge.admin.user=admin
-imq.bridge.admin.password=Secret-1
-imq.bridge.activelist=b1
-imq.bridge.b1.type=jms
-imq.bridge.b1.xmlurl=b1.xml
-imq.bridge.b1.autostart=true
-imq.bridge.b1.transaction.batchSize=5
-""")
-    passfile = tmp_path / "pw.properties"
-    passfile.write_text("imq.imqbridgemgr.password=Secret-1\n")
+    props, passfile = service_files(
+        tmp_path, JDBC_XML.format(far=far), "imq.persist.store=jdbc",
+        "imq.persist.jdbc.dbVendor=postgresql", f"imq.persist.jdbc.postgresql.property.url={url}",
+        "imq.persist.jdbc.postgresql.user=bridge", "imq.persist.jdbc.postgresql.password=Db-Secret-7",
+        "imq.bridge.b1.transaction.batchSize=5")
     spec = f"{url}?user=bridge&password=Db-Secret-7#imq_e2e"
     n = 2000
-    broker = open_at(spec, sync=True)
-    producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(Queue("e2e.src"))
-    for i in range(n):
-        producer.send(TextMessage(f"m{i}"), delivery_mode=DeliveryMode.PERSISTENT)
-    broker.close()
+    preload(spec, n)
 
     daemon = Daemon(props)
     printed = list(daemon.lines)
