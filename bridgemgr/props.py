@@ -672,6 +672,11 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
     if props.activelist and not props.enabled:
         found.append(_problem(props, active_key, f"{active_key} names bridges but "
                               "imq.bridge.enabled is not true; no bridge will run", "warning"))
+    url_key = "imq.persist.jdbc.postgresql.property.url"
+    if props.get("imq.persist.store") == "jdbc" and not props.get(url_key):
+        found.append(_problem(props, "imq.persist.store", f"{url_key} is not set, and "
+                              "imq.persist.store=jdbc needs it: "
+                              "jdbc:postgresql://host:port/database"))
     return found
 
 

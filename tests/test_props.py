@@ -257,6 +257,7 @@ def test_unknown_keys_far_from_anything_are_ignored_with_a_warning():
     (["imq.bridge.activelist=a.b"], "is not a usable bridge name"),
     (["imq.bridge.activelist=admin"], "is not a usable bridge name"),
     (["imq.bridge.b1.tm.props=txlogSize=big"], "sets txlogSize to 'big'"),
+    (["imq.persist.store=jdbc"], "imq.persist.jdbc.postgresql.property.url is not set"),
 ])
 def test_cross_checks(overrides, expected):
     with pytest.raises(ConfigError) as info:
