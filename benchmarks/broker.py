@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/broker.py [--messages N] [--size BYTES] [--rounds R]
                                           [--only MODE] [--send-window W] [--prefetch P]
+                                          [--store file|jdbc]
 
 Three store modes, each on a broker of its own: non_persistent (no store),
 persistent_no_sync (the default store: each batch handed to the OS) and persistent_sync
@@ -30,20 +31,27 @@ in-process msg/s of the same workload in this run; ``cpu_us_per_msg`` is the CPU
 the process running the workload (the client, remotely) and ``service_cpu_us_per_msg``
 that of this process (the broker and its jms service) during a remote run.
 ``remote_target_met``: issue 8's target, remote persistent (strict) >= 50% of in-process.
+
+``--store jdbc`` runs the persistent modes on the host broker's PostgreSQL store
+(imq.persist.store=jdbc) instead of SQLite: a PostgreSQL server of the Debian package is
+started here on 127.0.0.1 in a temporary directory (tests/pgserver.py), each mode in a
+schema of its own; persistent_sync is then synchronous_commit on, persistent_no_sync off.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import resource
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable, Iterator
 
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
 from bridgemgr.jms.spi import ConnectionFactory
@@ -180,6 +188,27 @@ def medians(rounds: list[dict], mode: str, n: int) -> dict:
     return out
 
 
+@contextlib.contextmanager
+def postgresql(store: str) -> Iterator[Any]:
+    """A PostgreSQL server for --store jdbc (None for file), stopped and removed after."""
+    if store != "jdbc":
+        yield None
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from pgserver import PostgreSQL, missing_postgresql
+
+    reason = missing_postgresql()
+    if reason:
+        raise SystemExit(reason)
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-bench-postgresql-"))
+    server = PostgreSQL(base)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=30_000)
@@ -192,6 +221,8 @@ def main() -> None:
     ap.add_argument("--only", choices=sorted(MODES))
     ap.add_argument("--mode", choices=sorted(MODES), help=argparse.SUPPRESS)
     ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
+    ap.add_argument("--store", choices=("file", "jdbc"), default="file",
+                    help="the persistent modes' store: SQLite (file) or PostgreSQL (jdbc)")
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -204,11 +235,16 @@ def main() -> None:
 
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
     out: dict = {"message_bytes": args.size, "messages": args.messages, "prefetch": args.prefetch,
-                 "rounds": args.rounds}
-    with tempfile.TemporaryDirectory() as tmp, NetLoop() as netloop:
+                 "rounds": args.rounds, "store": args.store}
+    with tempfile.TemporaryDirectory() as tmp, NetLoop() as netloop, postgresql(args.store) as pg:
         for name in [args.only] if args.only else MODES:
             mode, stored, sync = MODES[name]
-            broker = Broker(Path(tmp) / name if stored else None, sync=sync)
+            if stored and pg is not None:
+                from bridgemgr.providers.embedded.pgstore import JdbcSettings, PostgresDatabase
+                database = PostgresDatabase(JdbcSettings(pg.conninfo(), f"imq_bench_{name}"), sync)
+                broker = Broker(None, sync=sync, database=database)
+            else:
+                broker = Broker(Path(tmp) / name if stored else None, sync=sync)
             factory = EmbeddedConnectionFactory(broker)
             service = JmsService(broker, netloop, "127.0.0.1", 0).start()
             mapper = PortMapper(netloop, "127.0.0.1", 0, "bench").start()
