@@ -52,10 +52,12 @@ def main() -> None:
     broker = open_at(source_store, sync=True)
     set_host_broker(broker)
     target = open_broker(target_store, sync=True)  # the one the lookup finds
+    store = (["imq.persist.store=jdbc",
+              f"imq.persist.jdbc.postgresql.property.url={source_store.split('#')[0]}"]
+             if jdbc(source_store) else [])
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
-                                 f"imq.bridge.crash.transaction.batchSize={batch}",
-                                 f"imq.persist.store={'jdbc' if jdbc(source_store) else 'file'}"],
+                                 f"imq.bridge.crash.transaction.batchSize={batch}", *store],
                             environ={})
     xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash",
                      log_message_transfer="false")
