@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import statistics
+import sys
+import tempfile
 import threading
 import time
+from pathlib import Path
+from typing import Any, Iterator
 
 from bridgemgr.jms import BytesMessage
 from bridgemgr.jms.spi import MessageConsumer, MessageProducer
@@ -41,3 +47,33 @@ def paced_latency(producer: MessageProducer, consumer: MessageConsumer, n: int, 
         producer.send(m)
     t.join()
     return samples
+
+
+@contextlib.contextmanager
+def postgresql(store: str) -> Iterator[Any]:
+    """For --store jdbc a PostgreSQL server of the Debian package on 127.0.0.1 in a
+    temporary directory (tests/pgserver.py), stopped and removed after; None for file."""
+    if store != "jdbc":
+        yield None
+        return
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+    from pgserver import PostgreSQL, missing_postgresql
+
+    reason = missing_postgresql()
+    if reason:
+        raise SystemExit(reason)
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-bench-postgresql-"))
+    server = PostgreSQL(base)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def jdbc_broker(server: Any, schema: str, sync: bool) -> Any:
+    """An embedded broker whose store is ``schema`` of the PostgreSQL ``server``."""
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.providers.embedded.pgstore import JdbcSettings, PostgresDatabase
+
+    return Broker(None, sync=sync, database=PostgresDatabase(JdbcSettings(server.conninfo(), schema), sync))

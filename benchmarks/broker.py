@@ -41,22 +41,20 @@ schema of its own; persistent_sync is then synchronous_commit on, persistent_no_
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import resource
-import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Iterator
+from typing import Callable
 
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
 from bridgemgr.jms.spi import ConnectionFactory
 
-from benchcommon import paced_latency, percentiles
+from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
 
 Q = Queue("bench")
 MODES = {  # name: (delivery mode, store, fsync)
@@ -188,27 +186,6 @@ def medians(rounds: list[dict], mode: str, n: int) -> dict:
     return out
 
 
-@contextlib.contextmanager
-def postgresql(store: str) -> Iterator[Any]:
-    """A PostgreSQL server for --store jdbc (None for file), stopped and removed after."""
-    if store != "jdbc":
-        yield None
-        return
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-    from pgserver import PostgreSQL, missing_postgresql
-
-    reason = missing_postgresql()
-    if reason:
-        raise SystemExit(reason)
-    base = Path(tempfile.mkdtemp(prefix="imqbridge-bench-postgresql-"))
-    server = PostgreSQL(base)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=30_000)
@@ -240,9 +217,7 @@ def main() -> None:
         for name in [args.only] if args.only else MODES:
             mode, stored, sync = MODES[name]
             if stored and pg is not None:
-                from bridgemgr.providers.embedded.pgstore import JdbcSettings, PostgresDatabase
-                database = PostgresDatabase(JdbcSettings(pg.conninfo(), f"imq_bench_{name}"), sync)
-                broker = Broker(None, sync=sync, database=database)
+                broker = jdbc_broker(pg, f"imq_bench_{name}", sync)
             else:
                 broker = Broker(Path(tmp) / name if stored else None, sync=sync)
             factory = EmbeddedConnectionFactory(broker)

@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/link.py [--messages N] [--rounds R] [--ack-batch B]
                                         [--only transacted|non-transacted] [--broker-sync]
+                                        [--store file|jdbc]
 
 One embedded broker with a persistent store (imq.persist.file.sync.enabled=false, the
 default: each batch is handed to the OS, not fsynced), persistent 1 KiB BytesMessages,
@@ -35,6 +36,9 @@ times, interleaved, and the median is reported (this machine is shared and noisy
   each broker; ``one_rm``: both ends on this link's broker, one resource manager, so the
   target joins the source's branch and it commits in one phase, nothing logged (txlogSync
   does not apply). --broker-sync fsyncs the brokers' stores too (off by default, as above).
+  --store jdbc puts the host broker (the source, and the target of one_rm) and with it the
+  bridge's XA log in PostgreSQL (imq.persist.store=jdbc, a server started for the run;
+  every commit waits for the database, as the service does); the second broker stays SQLite.
 
 ratio_to_ceiling = link msg/s / raw_move msg/s; target_met says, per ceiling, whether the
 better link run reaches >= 60% of it and >= 10,000 msg/s. transacted_target_met compares
@@ -51,15 +55,17 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, Queue
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import (Broker, EmbeddedConnectionFactory, host_txlog_sql,
+                                         set_host_broker)
 
-from benchcommon import paced_latency, percentiles
+from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -82,12 +88,16 @@ def bridge_xml(log_transfers: bool, transacted: bool = False, far: bool = False)
 def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool,
                 tx_batch: int = 0, far: Broker | None = None, txlog_sync: bool = True) -> JMSBridge:
     """The bench bridge; tx_batch > 0: a transacted link committing every tx_batch messages,
-    to ``far`` (a second broker, a second resource manager) when given."""
+    to ``far`` (a second broker, a second resource manager) when given. A host broker on
+    PostgreSQL (the process's host broker then) keeps the XA log in its database."""
     settings = [f"imq.varhome={var}"]
     if tx_batch:
         settings += ["imq.bridge.bench.type=jms", "imq.bridge.bench.xmlurl=unused.xml",
                      f"imq.bridge.bench.transaction.batchSize={tx_batch}",
                      f"imq.bridge.bench.tm.props=txlogSync={str(txlog_sync).lower()}"]
+    if host_txlog_sql() is not None:
+        settings += ["imq.persist.store=jdbc",
+                     "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://bench/bench"]
     props = load_properties([], settings, environ={})
     target = far if far is not None else broker
     return JMSBridge(parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0, far is not None)),
@@ -224,11 +234,13 @@ TX_RUNS = (  # label, resource managers, transaction.batchSize, txlogSync
     ("one_rm_batch_1", 1, 1, True), ("one_rm_batch_100", 1, 100, True))
 
 
-def transacted(tmp: Path, args: argparse.Namespace, body: bytes) -> dict:
+def transacted(tmp: Path, args: argparse.Namespace, body: bytes, pg: Any = None) -> dict:
     """The transacted runs (see the module comment): drains interleaved over --rounds,
     then one paced latency run per configuration."""
     var = tmp / "var-tx"
-    broker = Broker(tmp / "tx-a", sync=args.broker_sync)
+    broker = (jdbc_broker(pg, "imq_bench_link", True) if pg is not None
+              else Broker(tmp / "tx-a", sync=args.broker_sync))
+    set_host_broker(broker)
     far = Broker(tmp / "tx-b", sync=args.broker_sync)
     runs: dict[str, list[dict]] = {label: [] for label, *_ in TX_RUNS}
     for _ in range(args.rounds):
@@ -236,7 +248,8 @@ def transacted(tmp: Path, args: argparse.Namespace, body: bytes) -> dict:
             n = args.tx_messages if batch > 1 else args.tx_batch1_messages
             runs[label].append(link_drain(broker, var, n, body, 1, False, batch,
                                           far if rms == 2 else None, sync))
-    out: dict = {"broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync")}
+    out: dict = {"broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync"),
+                 "host_store": "PostgreSQL (jdbc), XA log in it" if pg is not None else "SQLite"}
     for label, rms, batch, sync in TX_RUNS:
         run = median_run(runs[label])
         rate = max(10, min(1000, run["msg_per_s"] // 4))
@@ -249,6 +262,7 @@ def transacted(tmp: Path, args: argparse.Namespace, body: bytes) -> dict:
                    "batch_100_8000": rate("two_rm_batch_100_sync_on") >= 8000},
         "one_rm": {"batch_1_1500": rate("one_rm_batch_1") >= 1500,
                    "batch_100_8000": rate("one_rm_batch_100") >= 8000}}
+    set_host_broker(None)
     broker.close()
     far.close()
     return out
@@ -302,14 +316,16 @@ def main() -> None:
     ap.add_argument("--tx-latency-messages", type=int, default=600)
     ap.add_argument("--broker-sync", action="store_true", help="the transacted runs' brokers fsync")
     ap.add_argument("--only", choices=("non-transacted", "transacted"))
+    ap.add_argument("--store", choices=("file", "jdbc"), default="file",
+                    help="the transacted runs' host broker and XA log: SQLite or PostgreSQL")
     args = ap.parse_args()
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
     out: dict = {"message_bytes": args.size, "rounds": args.rounds}
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp, postgresql(args.store) as pg:
         if args.only != "transacted":
             out["non_transacted"] = non_transacted(Path(tmp), args, body)
         if args.only != "non-transacted":
-            out["transacted"] = transacted(Path(tmp), args, body)
+            out["transacted"] = transacted(Path(tmp), args, body, pg)
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
 
