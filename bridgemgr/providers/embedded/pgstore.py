@@ -105,7 +105,8 @@ def parse_jdbc_url(url: str) -> dict[str, str]:
     """jdbc:postgresql://host[:port]/database[?user=..&password=..&k=v] as conninfo."""
     text = url[len("jdbc:"):] if url.startswith("jdbc:") else url
     parts = urlsplit(text)
-    if parts.scheme not in ("postgresql", "postgres") or not parts.path.strip("/"):
+    if (parts.scheme not in ("postgresql", "postgres") or not parts.netloc
+            or not parts.path.strip("/")):
         raise StoreError(f"{url.split('?')[0]}: not a jdbc:postgresql://host:port/database URL")
     info = {"dbname": unquote(parts.path.strip("/")), "host": parts.hostname or "localhost"}
     try:
