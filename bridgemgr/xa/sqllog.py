@@ -5,7 +5,12 @@
 # Each change is one database transaction, so a commit record is durable when log_commit
 # returns. On open every row must decode to the commit record of its gtrid, or the bridge
 # does not start (a damaged decision cannot be trusted either way). Any DB-API 2.0 driver
-# works: statements are written with ? and rewritten to the driver's paramstyle.
+# works: statements are written with ? and rewritten to the driver's paramstyle. No
+# transaction stays open between calls (open ends its read too: an idle transaction would
+# hold PostgreSQL's snapshot and locks for as long as the bridge runs). A write that fails
+# drops the connection and the next write connects again, so a database restart costs the
+# transactions in between (presumed abort), not every later one; a failed commit whose row
+# did reach the database only leaves a record that recovery finds nothing to commit for.
 """The XA transaction log in a table of a DB-API database (the host broker's JDBC store)."""
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ class SqlTxLog(TxLog):
         self.connect, self.bridge, self.paramstyle, self.table = connect, bridge, paramstyle, table
         self.description = f"table {table} (bridge {bridge})"
         self._conn: Any = None
+        self._opened = False  # open() ran and close() did not: writes may reconnect
         self._lock = threading.Lock()
         self._live: dict[bytes, CommitRecord] = {}
 
@@ -52,28 +58,56 @@ class SqlTxLog(TxLog):
 
     def open(self) -> dict[bytes, CommitRecord]:
         with self._lock:
+            self._opened = False
+            self._drop()
             try:
                 self._conn = self.connect()
-                self._run(f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
-                          "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, "
-                          "PRIMARY KEY (bridge, gtrid))")
-                self._conn.commit()
+                self._create_table()
                 rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
                                  self.bridge).fetchall()
+                self._conn.commit()  # the read's transaction too: none stays open
             except Exception as exc:
+                self._drop()
                 raise TxLogError(f"cannot open the transaction log {self.description}: "
                                  f"{exc}") from exc
             self._live = {}
-            for gtrid_hex, text in rows:
-                found = scan(bytes.fromhex(text))
-                if (found.problem is not None or len(found.records) != 1
-                        or not isinstance(found.records[0], CommitRecord)
-                        or found.records[0].gtrid.hex() != gtrid_hex):
-                    raise TxLogError(f"{self.description}: the row of gtrid {gtrid_hex} is not "
-                                     f"a valid commit record ({found.problem or 'mismatch'}); "
-                                     "it cannot be trusted, so the bridge does not start")
-                fold(found.records, self._live)
+            try:
+                fold([self._decode(gtrid_hex, text) for gtrid_hex, text in rows], self._live)
+            except TxLogError:
+                self._drop()
+                raise
+            self._opened = True
             return dict(self._live)
+
+    def _decode(self, gtrid_hex: str, text: str) -> CommitRecord:
+        """The commit record of one row; TxLogError naming the row when it is not one."""
+        try:
+            found = scan(bytes.fromhex(text))
+        except ValueError as exc:  # not hex at all
+            problem = f"not hex: {exc}"
+        else:
+            record = found.records[0] if len(found.records) == 1 else None
+            if (found.problem is None and isinstance(record, CommitRecord)
+                    and record.gtrid.hex() == gtrid_hex):
+                return record
+            problem = found.problem or "mismatch"
+        raise TxLogError(f"{self.description}: the row of gtrid {gtrid_hex} is not "
+                         f"a valid commit record ({problem}); "
+                         "it cannot be trusted, so the bridge does not start")
+
+    def _create_table(self) -> None:
+        """CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL: of two bridges creating
+        the table at the same moment one fails on the catalog's unique index (pg_type);
+        the table is there then, so a second try finds it."""
+        create = (f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
+                  "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))")
+        try:
+            self._run(create)
+            self._conn.commit()
+        except Exception:
+            self._conn.rollback()
+            self._run(create)
+            self._conn.commit()
 
     def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
         def insert() -> None:
@@ -94,16 +128,15 @@ class SqlTxLog(TxLog):
 
     def _change(self, statement: Callable[[], Any], records: list[Record]) -> None:
         with self._lock:
-            if self._conn is None:
+            if not self._opened:
                 raise TxLogError(f"the transaction log {self.description} is closed")
             try:
+                if self._conn is None:  # the last write failed: a new connection
+                    self._conn = self.connect()
                 statement()
                 self._conn.commit()
             except Exception as exc:
-                try:
-                    self._conn.rollback()
-                except Exception:
-                    pass
+                self._drop()  # its state is unknown (lost, or mid-transaction): never reused
                 raise TxLogError(f"cannot write the transaction log {self.description}: "
                                  f"{exc}") from exc
             fold(records, self._live)
@@ -112,10 +145,19 @@ class SqlTxLog(TxLog):
         with self._lock:
             return dict(self._live)
 
+    def _drop(self) -> None:
+        """Close the connection, if any, ignoring errors (it may be lost already); an
+        open transaction on it is rolled back by the database."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
     def close(self) -> None:
         with self._lock:
-            if self._conn is not None:
-                try:
-                    self._conn.close()
-                finally:
-                    self._conn = None
+            self._opened = False
+            conn, self._conn = self._conn, None
+            if conn is not None:
+                conn.close()

@@ -1,16 +1,20 @@
-"""Real ActiveMQ Classic and RabbitMQ servers on 127.0.0.1, free ports and temporary
-directories, for tests/real and benchmarks/providers.py (see DESIGN.md).
+"""Real ActiveMQ Classic, RabbitMQ and PostgreSQL servers on 127.0.0.1, free ports and
+temporary directories, for tests/real and benchmarks/providers.py (see DESIGN.md).
 
 ActiveMQ runs as `java -jar activemq.jar start xbean:file:<dir>/conf/activemq.xml` with
 activemq.base/conf/data pointing at the temporary directory (the packaged wrapper switches
 user and fails there), with OpenWire and STOMP connectors and KahaDB persistence in that
 directory. RabbitMQ runs as user rabbitmq (its data must belong to it) with its node name,
 ports, Erlang distribution and epmd on loopback, and the STOMP and Shovel plugins.
+PostgreSQL 15 runs as user postgres (initdb refuses root) on a data directory of its own,
+TCP on loopback only, its socket in that directory, SCRAM passwords over TCP, and a test
+user owning a test database.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -22,6 +26,7 @@ from pathlib import Path
 HOST = "127.0.0.1"
 ACTIVEMQ_JAR = Path("/usr/share/activemq/bin/activemq.jar")
 RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
+PG_BIN = Path("/usr/lib/postgresql/15/bin")
 JAVA_LIB = Path("/usr/share/java")
 # What a JMS client of ActiveMQ needs (and slf4j-nop to keep it quiet).
 ACTIVEMQ_CLIENT_JARS = [str(JAVA_LIB / j) for j in (
@@ -34,10 +39,19 @@ ACTIVEMQ_JNDI = "org.apache.activemq.jndi.ActiveMQInitialContextFactory"
 def missing_package(name: str) -> str | None:
     """Why the Debian package ``name`` cannot be used here, or None."""
     needs = {"activemq": [ACTIVEMQ_JAR, *map(Path, ACTIVEMQ_CLIENT_JARS)],
-             "rabbitmq-server": [RABBITMQ_BIN / "rabbitmq-server"]}[name]
+             "rabbitmq-server": [RABBITMQ_BIN / "rabbitmq-server"],
+             "postgresql": [PG_BIN / "initdb", PG_BIN / "postgres", PG_BIN / "pg_isready"]}[name]
     absent = [str(p) for p in needs if not p.exists()]
     if absent:
         return f"Debian package {name} is not installed ({', '.join(absent)} missing; tests/run installs it)"
+    if name == "postgresql":  # no Java; the tests talk to it through psycopg
+        try:
+            import psycopg  # noqa: F401
+        except ImportError:
+            return "psycopg is not installed (pip install 'psycopg[binary]>=3.1'; tests/run installs it)"
+        if os.geteuid() == 0 and shutil.which("runuser") is None:
+            return "runuser is missing (util-linux): initdb must run as user postgres"
+        return None
     if shutil.which("java") is None:
         return "no java on PATH (Debian package default-jre-headless)"
     return None
@@ -233,3 +247,109 @@ class RabbitMQ:
         if epmd is not None:
             subprocess.run([str(epmd), "-port", str(self.epmd_port), "-kill"], capture_output=True,
                            env={**os.environ, "ERL_EPMD_PORT": str(self.epmd_port)}, timeout=10)
+
+
+@dataclass
+class PostgreSQL:
+    """One PostgreSQL 15 server of the Debian package, run as user postgres in ``base``:
+    TCP on 127.0.0.1 only, the Unix socket in ``base`` (not /run/postgresql), fsync on (the
+    default), password (SCRAM) authentication over TCP, and ``user`` owning ``database``,
+    created at start. initdb runs through runuser; the server itself is started as user
+    postgres directly (Popen user=), not under runuser: runuser answers SIGTERM by killing
+    its child with SIGKILL two seconds later, so the server could never shut down cleanly."""
+
+    base: Path
+    user: str = "imqtest"
+    database: str = "imqtest"
+    password: str = field(default_factory=lambda: secrets.token_hex(12), repr=False)
+    port: int = field(default_factory=free_port)
+    superuser_password: str = field(default_factory=lambda: secrets.token_hex(12), repr=False)
+    proc: subprocess.Popen | None = None
+
+    @property
+    def data(self) -> Path:
+        return self.base / "data"
+
+    @property
+    def log(self) -> Path:
+        return self.base / "postgres.log"
+
+    def conninfo(self, database: str | None = None, superuser: bool = False) -> dict[str, str]:
+        """psycopg.connect keyword arguments: the test user (or postgres) over TCP."""
+        user, password = ("postgres", self.superuser_password) if superuser else (self.user, self.password)
+        return {"host": HOST, "port": str(self.port), "dbname": database or self.database,
+                "user": user, "password": password}
+
+    def url(self, database: str | None = None) -> str:
+        """The JDBC URL broker properties take (imq.persist.jdbc.postgresql.property.url)."""
+        return (f"jdbc:postgresql://{HOST}:{self.port}/{database or self.database}"
+                f"?user={self.user}&password={self.password}")
+
+    def _as_postgres(self, argv: list[str]) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
+
+    def start(self, timeout: float = 60) -> "PostgreSQL":
+        self.base.mkdir(parents=True, exist_ok=True)
+        pwfile = self.base / "pwfile"
+        pwfile.write_text(self.superuser_password + "\n")
+        if os.geteuid() == 0:
+            for path in (self.base, pwfile):
+                shutil.chown(path, "postgres", "postgres")
+        done = subprocess.run(self._as_postgres(
+            [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", f"--pwfile={pwfile}",
+             "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-locale",
+             "--no-instructions"]), capture_output=True, text=True, timeout=timeout)
+        pwfile.unlink()
+        if done.returncode != 0:
+            raise RuntimeError(f"initdb failed:\n{done.stdout}{done.stderr}")
+        as_postgres = ({"user": "postgres", "group": "postgres", "extra_groups": []}
+                       if os.geteuid() == 0 else {})
+        # -h: listen_addresses, loopback only; -k: the socket beside the data, private.
+        with self.log.open("ab") as out:
+            self.proc = subprocess.Popen(
+                [str(PG_BIN / "postgres"), "-D", str(self.data), "-h", HOST, "-p", str(self.port),
+                 "-k", str(self.base)],
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                start_new_session=True, cwd=self.base, **as_postgres)
+        try:
+            self._wait_ready(timeout)
+            self._create_user_and_database()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _wait_ready(self, timeout: float) -> None:
+        deadline = time.monotonic() + timeout
+        while subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)],
+                             stdin=subprocess.DEVNULL, timeout=timeout).returncode != 0:
+            if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"PostgreSQL did not start on {HOST}:{self.port} within "
+                                   f"{timeout} s:\n" + self.log.read_text(errors="replace")[-3000:])
+            time.sleep(0.1)
+
+    def _create_user_and_database(self) -> None:
+        import psycopg
+        from psycopg import sql
+
+        with psycopg.connect(**self.conninfo("postgres", superuser=True), autocommit=True) as conn:
+            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                sql.Identifier(self.user), sql.Literal(self.password)))
+            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
+                sql.Identifier(self.database), sql.Identifier(self.user)))
+
+    def stop(self, timeout: float = 60) -> None:
+        """Fast shutdown (SIGINT: sessions are ended, then a checkpoint); immediate
+        shutdown (SIGQUIT), then SIGKILL, only if it hangs."""
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        for sig in (signal.SIGINT, signal.SIGQUIT):
+            proc.send_signal(sig)
+            try:
+                proc.wait(timeout)
+                return
+            except subprocess.TimeoutExpired:
+                pass
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
