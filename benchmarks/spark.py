@@ -181,6 +181,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--trivial-messages", type=int, default=50_000)
     ap.add_argument("--batch", type=int, default=20_000, help="messages per micro-batch at most")
+    ap.add_argument("--runs", default="",
+                    help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
+                         "the ratios need the runs they compare")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
     ap.add_argument("--xml", help=argparse.SUPPRESS)
@@ -213,6 +216,8 @@ def main() -> None:
                 for name, master in (("local", None), ("spark_local1", "local[1]"),
                                      ("spark_local2", "local[2]")):
                     run = f"{kind}_{name}"
+                    if args.runs and run not in args.runs.split(","):
+                        continue
                     fill(broker, f"src_{run}", n, text)
                     load = os.getloadavg()[0]
                     runs[name] = (run_local(broker, work, run, transformer, n) if master is None
@@ -227,6 +232,13 @@ def main() -> None:
             portmapper.stop()
             netloop.stop()
             broker.close()
+    if not args.runs:
+        summarise(out)
+    print(json.dumps(out, indent=2))
+
+
+def summarise(out: dict) -> None:
+    """The ratios of the heavy runs and the per-message costs of the trivial ones."""
     heavy, trivial = out["runs"]["heavy"], out["runs"]["trivial"]
     ratio = heavy["spark_local2"]["msg_per_s"] / heavy["local"]["msg_per_s"]
     out["spark_local2_to_local"] = round(ratio, 2)
@@ -243,7 +255,6 @@ def main() -> None:
                                   for name in ("spark_local1", "spark_local2")}
     out["spark_query_start_s"] = {name: trivial[name]["query_start_s"]
                                   for name in ("spark_local1", "spark_local2")}
-    print(json.dumps(out, indent=2))
 
 
 if __name__ == "__main__":

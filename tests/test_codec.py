@@ -192,6 +192,31 @@ def test_any_message_round_trips_losslessly(m):
 
 
 @FAST
+@given(messages(), st.integers(min_value=0, max_value=2**31 - 1))
+def test_the_head_peek_and_the_delivery_patch_agree_with_a_full_decode(m, count):
+    """A receiver that passes blobs on (receive_blob) reads the message id from the head and
+    sets the delivery count in place: exactly what decoding and encoding would give."""
+    blob = encode(m)
+    assert codec.message_id(blob) == m.message_id
+    patched = codec.with_delivery(blob, count)
+    received = decode(blob)
+    received.delivery_count, received.redelivered = count, count > 1
+    assert patched == encode(received)
+    assert decode(patched) == received
+
+
+def test_the_head_peek_and_the_patch_refuse_what_is_not_a_message():
+    for bad in (b"", b"IMQB", PREFIX + bytes([codec.T_STR]) + b"\0\0\0\0", b"nope" * 30):
+        with pytest.raises(MessageCodecError):
+            codec.message_id(bad)
+        with pytest.raises(MessageCodecError):
+            codec.with_delivery(bad, 2)
+    cut = encode(TextMessage("x"))[:-1]  # the head checks out; whoever decodes names the cut
+    with pytest.raises(MessageCodecError, match="truncated"):
+        decode(codec.with_delivery(cut, 2))
+
+
+@FAST
 @given(messages())
 def test_decoded_messages_are_writable(m):
     decoded = decode(encode(m))

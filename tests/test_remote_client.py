@@ -238,6 +238,38 @@ def test_receive_no_wait_sees_what_the_queue_holds(harness):
     conn.close()
 
 
+def test_receive_blob_hands_over_what_receive_would_give_encoded_and_acknowledges_alike(
+        harness, broker):
+    """A runner=spark link's receiver logs blobs: the host broker's are passed on without
+    decoding, redelivery counted, and CLIENT_ACKNOWLEDGE covers them like messages."""
+    from bridgemgr.jms import codec
+
+    conn = harness.factory().create_connection()
+    conn.start()
+    put(conn, "a", "b")
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    consumer = session.create_consumer(Q)
+    first = consumer.receive_blob(2)
+    assert codec.decode(first).text == "a" and codec.decode(first).delivery_count == 1
+    session.recover()  # both come again, now redelivered
+    again = [consumer.receive_blob(2), consumer.receive_blob(2)]
+    assert [codec.decode(b).text for b in again] == ["a", "b"]
+    seen = codec.decode(again[0])
+    assert (seen.delivery_count, seen.redelivered) == (2, True)
+    assert seen.message_id.startswith("ID:") and codec.message_id(again[0]) == seen.message_id
+    assert consumer.receive_blob(0.1) is None
+    session.acknowledge()
+    wait_for(lambda: depth(broker) == {"pending": 0, "unacked": 0, "bytes": 0})
+    # every provider has it: the SPI's receive_blob encodes what receive() gives
+    local = EmbeddedConnectionFactory(broker).create_connection()
+    local.start()
+    put(local, "c")
+    blob = local.create_session().create_consumer(Q).receive_blob(2)
+    assert codec.decode(blob).text == "c"
+    local.close()
+    conn.close()
+
+
 @pytest.mark.parametrize("mode, acked_at_once", [(AckMode.AUTO_ACKNOWLEDGE, True),
                                                  (AckMode.DUPS_OK_ACKNOWLEDGE, False)])
 def test_auto_acknowledges_at_once_and_dups_ok_within_a_heart_beat(broker, mode, acked_at_once):

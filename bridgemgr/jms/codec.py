@@ -76,6 +76,13 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _HEAD = struct.Struct(">BBBBqqqiiiIIIIIII")
 _HEAD_AFTER_TAG = struct.Struct(">BBBqqqiiiIIIIIII")
+_I32 = struct.Struct(">i")
+# where fields of a message's head are in a blob (prefix, tag, flags, two kinds, 3 q): the
+# redelivered flag, delivery_count, the message id's length, the head's end (the id's text)
+_FLAGS_AT = len(_PREFIX) + 1
+_DELIVERY_COUNT_AT = len(_PREFIX) + 4 + 3 * 8
+_ID_LENGTH_AT = _DELIVERY_COUNT_AT + 3 * 4
+_HEAD_END = len(_PREFIX) + _HEAD.size
 
 (T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_STR, T_BYTES, T_JAVA, T_LIST, T_DICT,
  T_DEST, T_MESSAGE) = range(13)
@@ -158,6 +165,30 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise
     except Exception as exc:  # struct.error, UnicodeDecodeError, IndexError, RecursionError ...
         raise _corrupt(exc) from exc
+
+
+def message_id(blob: bytes) -> str | None:
+    """The JMSMessageID of an encoded message, read from its head without decoding the rest
+    (a receiver that passes blobs on needs only that); MessageCodecError if not a message."""
+    if blob[:5] == _PREFIX and len(blob) >= _HEAD_END and T_MESSAGE <= blob[5] < _T_END:
+        (n_id,) = _U32.unpack_from(blob, _ID_LENGTH_AT)
+        if n_id == NONE:
+            return None
+        if _HEAD_END + n_id <= len(blob):
+            return blob[_HEAD_END:_HEAD_END + n_id].decode("utf-8", "surrogatepass")
+    return decode(blob).message_id  # raises the precise error
+
+
+def with_delivery(blob: bytes, delivery_count: int) -> bytes:
+    """An encoded message with its delivery count and redelivered flag set as a consumer
+    sees them (what encode() of the received message gives), the rest as it is. Only the
+    head is checked (MessageCodecError): the body is checked where it is decoded."""
+    if not (blob[:5] == _PREFIX and len(blob) >= _HEAD_END and T_MESSAGE <= blob[5] < _T_END):
+        decode(blob)  # raises the precise error
+    out = bytearray(blob)
+    out[_FLAGS_AT] = 1 if delivery_count > 1 else 0
+    _I32.pack_into(out, _DELIVERY_COUNT_AT, delivery_count)
+    return bytes(out)
 
 
 def encode_value(obj: Any) -> bytes:

@@ -96,6 +96,15 @@ class MessageConsumer(ABC):
     def receive_no_wait(self) -> Message | None:
         return self.receive(0)
 
+    def receive_blob(self, timeout: float | None = None) -> bytes | None:
+        """receive(), the message encoded (jms/codec.py) as this consumer gave it: for a
+        receiver that only stores messages. A provider that gets messages encoded
+        (the host broker's jms service) hands them over without decoding them."""
+        from . import codec
+
+        message = self.receive(timeout)
+        return None if message is None else codec.encode(message)
+
     @abstractmethod
     def set_message_listener(self, listener: MessageListener | None) -> None:
         """Deliver asynchronously to ``listener`` on the session's thread."""

@@ -15,7 +15,7 @@ from typing import Any, Mapping
 
 FORMAT = "imqbridge_link"
 SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
-SCHEMA = "offset long, message_id string, provider string, data binary"
+SCHEMA = "offset long"  # a row is a message of the source log, by its offset (source.py)
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,6 @@ import threading
 import time
 
 from ..jms import codec
-from ..jms.message import Message
 from ..jms.spi import AckMode, MessageConsumer, Session
 from ..jmsbridge.connections import Handle
 from ..jmsbridge.pipeline import CONNECTION_LOST
@@ -117,11 +116,10 @@ class Receiver:
     def _receive_batch(self, start: int, room: int) -> int:
         """Receive up to ``room`` messages, log them from ``start``, acknowledge them; the
         log's end after them (``start`` when the source had nothing)."""
-        messages = self._receive(room)
-        if not messages:
+        records = self._receive(room)
+        if not records:
             return start
         assert self._handle is not None
-        records = [(m.message_id or "", codec.encode(m)) for m in messages]
         end = self.log.append(start, records, self._handle.provider_name)
         try:
             assert self._session is not None
@@ -164,16 +162,18 @@ class Receiver:
             self._handle.close()  # unacknowledged messages go back to the source
         self._handle = self._session = self._consumer = None
 
-    def _receive(self, cap: int) -> list[Message]:
-        """Up to ``cap`` messages: wait receiveWait for the first, then take what is there.
-        A lost connection raises: what this call received was not acknowledged, and the
-        source gives it back."""
+    def _receive(self, cap: int) -> list[tuple[str, bytes]]:
+        """Up to ``cap`` messages as log records (message id, codec blob): wait receiveWait
+        for the first, then take what is there. The blobs come as the provider has them
+        (the host broker's are never decoded here: receive_blob). A lost connection
+        raises: what this call received was not acknowledged, and the source gives it
+        back."""
         consumer = self._connect()
-        batch: list[Message] = []
-        message = consumer.receive(self.options.receive_wait)
-        while message is not None:
-            batch.append(message)
+        batch: list[tuple[str, bytes]] = []
+        blob = consumer.receive_blob(self.options.receive_wait)
+        while blob is not None:
+            batch.append((codec.message_id(blob) or "", blob))
             if len(batch) >= cap:
                 break
-            message = consumer.receive(0)
+            blob = consumer.receive_blob(0)
         return batch

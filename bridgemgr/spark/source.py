@@ -8,18 +8,24 @@
 # a crash left logged but unplanned is simply there at the next start.
 # An offset is {"offset": n}, the log's record count. partitions(start, end) cuts the range
 # into `parallelism` slices; read(slice) runs on executors (another reader instance,
-# from the options alone) and yields the slice's records as Arrow batches of
-# (offset, message_id, provider, data). commit(end) deletes the segments below ``end``:
+# from the options alone) and yields one row per message of the slice: its log offset, and
+# nothing else. The sink's task reads those records from the log itself (transfer.py), as
+# Kafka's Spark source hands executors offset ranges: a message's bytes never cross into
+# the JVM and back (two Arrow conversions and a row copy each way, ~100 us per 1 KiB
+# message measured on 2 cores), while Spark still counts, plans, retries and checkpoints
+# every message. commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
 # Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
 # log-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
-# light options and log modules; the receiver and the sink's transfer, which need the
+# light options module; the receiver and the sink's transfer, which need the
 # whole bridge, are imported where they run.
 """The streaming source of a runner=spark link: offsets over the source log, log slices."""
 
 from __future__ import annotations
+
+import array
 
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
@@ -32,15 +38,13 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .log import SourceLog
 from .options import FORMAT, SCHEMA, LinkOptions
 
 if TYPE_CHECKING:
     from .receiver import Receiver
 
-ARROW_ROWS = 1024  # rows per Arrow batch that read() yields
-_ARROW_SCHEMA = pa.schema([("offset", pa.int64()), ("message_id", pa.string()),
-                           ("provider", pa.string()), ("data", pa.binary())])
+ARROW_ROWS = 8192  # rows (offsets) per Arrow batch that read() yields
+_ARROW_SCHEMA = pa.schema([("offset", pa.int64())])
 
 
 class LinkDataSource(DataSource):
@@ -126,17 +130,11 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors ------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        """The slice's offsets; the sink's task reads their records from the source log."""
         assert isinstance(partition, LogSlice)
-        source_log = SourceLog(self.options.source_log)
-        columns: tuple[list[Any], ...] = ([], [], [], [])
-        for record, provider in source_log.read(partition.lo, partition.hi):
-            offsets, ids, providers, data = columns
-            offsets.append(record.offset)
-            ids.append(record.message_id)
-            providers.append(provider)
-            data.append(record.blob)
-            if len(offsets) >= ARROW_ROWS:
-                yield pa.RecordBatch.from_arrays(list(columns), schema=_ARROW_SCHEMA)
-                columns = ([], [], [], [])
-        if columns[0]:
-            yield pa.RecordBatch.from_arrays(list(columns), schema=_ARROW_SCHEMA)
+        for lo in range(partition.lo, partition.hi, ARROW_ROWS):
+            hi = min(lo + ARROW_ROWS, partition.hi)
+            # from a buffer: pa.array() of Python ints imports pandas (~0.4 s per worker)
+            data = pa.py_buffer(array.array("q", range(lo, hi)))
+            offsets = pa.Array.from_buffers(pa.int64(), hi - lo, [None, data])
+            yield pa.RecordBatch.from_arrays([offsets], schema=_ARROW_SCHEMA)

@@ -2,7 +2,8 @@
 # sink.py, keeps one per link and worker: worker reuse, the next task of the link finds
 # it), built from the options like the driver's receiver: the LinkPlan (the same
 # per-message steps as the local runner, jmsbridge/pipeline.py), a target connection and
-# the bridge's DMQs. For every row it decodes the message as received, runs the steps
+# the bridge's DMQs. A task's rows are offsets of the source log (source.py): it reads
+# those records from the log, and for each decodes the message as received, runs the steps
 # and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
 # MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
 # cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,
@@ -48,6 +49,7 @@ from ..jmsbridge.pipeline import (
     run_steps,
 )
 from .linkenv import LinkEnvironment
+from .log import SourceLog
 from .options import SOURCE_ID_PROPERTY, LinkOptions
 from .sink import BatchCounts
 
@@ -75,6 +77,7 @@ class Transfer:
         self.audited: set[DMQReason] = set()
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
+        self.source_log = SourceLog(options.source_log)
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
         plan = self.plans.get(source_provider)
@@ -115,15 +118,12 @@ class Transfer:
         assert self._target is not None
         target_provider = self._target.handle.provider_name
         try:
-            for batch in batches:
-                ids = batch.column("message_id").to_pylist()
-                providers = batch.column("provider").to_pylist()
-                blobs = batch.column("data").to_pylist()
-                for message_id, provider, blob in zip(ids, providers, blobs):
+            for lo, hi in offset_runs(batches):
+                for record, provider in self.source_log.read(lo, hi):
                     task.counts.rows += 1
                     plan = self.plan(provider, target_provider)
-                    ctx = ProcessingContext(codec.decode(blob), int(time.time() * 1000))
-                    self._handle(task, ctx, plan, message_id)
+                    ctx = ProcessingContext(codec.decode(record.blob), int(time.time() * 1000))
+                    self._handle(task, ctx, plan, record.message_id)
                     if len(task.chunk) >= CHUNK:
                         self._commit(task)
             self._commit(task)
@@ -209,6 +209,19 @@ class Transfer:
         task.reasons[reason.value] += 1
         if result.taken_by is None:
             task.counts.dmq_lost += 1
+
+
+def offset_runs(batches: Iterator[pa.RecordBatch]) -> list[tuple[int, int]]:
+    """A task's rows (source log offsets) as runs [lo, hi) of consecutive offsets, in order:
+    a slice is one run, read from the log in one pass."""
+    runs: list[list[int]] = []
+    for batch in batches:
+        for offset in batch.column(0).to_pylist():
+            if runs and runs[-1][1] == offset:
+                runs[-1][1] += 1
+            else:
+                runs.append([offset, offset + 1])
+    return [(lo, hi) for lo, hi in runs]
 
 
 @dataclass

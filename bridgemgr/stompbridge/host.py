@@ -75,7 +75,7 @@ class HostConnection:
     def send_in(self, work: Work, message: Message, destination: Destination) -> None:
         """Send as part of ``work`` (a STOMP transaction): routed at commit."""
         self._stamp(message, destination)
-        work.sends.append((message, destination, self.connection))
+        work.sends.append((message, destination, self.connection, None))
 
     def wait_durable(self, ticket: int | None) -> None:
         """Blocking: until the store has written ``ticket``."""

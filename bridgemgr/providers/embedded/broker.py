@@ -92,7 +92,8 @@ class Work:
         self.xid = xid
         self.connection = connection   # XA: the connection that started the branch
         self.state = state
-        self.sends: list[tuple[Message, Destination, Any]] = []   # (snapshot, dest, connection)
+        # (snapshot, dest, connection, the blob a remote client sent or None)
+        self.sends: list[tuple[Message, Destination, Any, bytes | None]] = []
         self.acks: list[Envelope] = []
         self.prepared_sends: list[Envelope] = []                   # routed at prepare
         self.sessions: set[Any] = set()
@@ -382,12 +383,14 @@ class Broker:
         for env in envs:
             env.queue.release(env)
 
-    def _route_all(self, sends: list[tuple[Message, Destination, Any]]) -> list[Envelope]:
-        """Route every send of a transaction; all or none (room included)."""
+    def _route_all(self, sends: list[tuple[Message, Destination, Any, bytes | None]]
+                   ) -> list[Envelope]:
+        """Route every send of a transaction; all or none (room included). A remote send's
+        blob is stored as it came, not encoded again at the commit."""
         envs: list[Envelope] = []
         try:
-            for message, dest, sender in sends:
-                envs.extend(self._route(message, self._targets(dest, sender, message)))
+            for message, dest, sender, blob in sends:
+                envs.extend(self._route(message, self._targets(dest, sender, message), blob))
         except BaseException:
             self._unroute(envs)
             raise

@@ -268,7 +268,7 @@ class EmbeddedSession(Session):
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
         work = self._work_now()
         if work is not None:
-            work.sends.append((snapshot, destination, self.connection))
+            work.sends.append((snapshot, destination, self.connection, blob))
             return
         ticket = self.broker.send(self.connection, snapshot, destination, blob)
         if ticket is not None and self.broker.sync:

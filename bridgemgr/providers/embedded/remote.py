@@ -418,6 +418,13 @@ class RemoteSession(Session):
             self._report(consumer, item.tag)
         return msg
 
+    def _deliver_blob(self, consumer: "RemoteConsumer", item: wire.Delivery) -> bytes:
+        """A delivery's blob as encode() of _deliver's message would give it; reports it
+        CONSUMED (acknowledged as the session's mode says: acknowledge(), commit())."""
+        blob = codec.with_delivery(item.blob, item.dcount)
+        self._report(consumer, item.tag)
+        return blob
+
     def _report(self, consumer: "RemoteConsumer", tag: int) -> None:
         self.connection.channel.write(wire.consumed_request(self.sid, consumer.cid, [tag]),
                                       lazy=not self._acks_at_once())
@@ -615,6 +622,18 @@ class RemoteConsumer(MessageConsumer):
         if item is None:
             return None
         return self.session._deliver(self, item)
+
+    def receive_blob(self, timeout: float | None = None) -> bytes | None:
+        """receive() without decoding: the delivered blob, its delivery count set."""
+        if self.closed:
+            raise IllegalStateException("the consumer is closed")
+        if self._listener is not None:
+            raise IllegalStateException("receive() on a consumer that has a message listener")
+        self.session._check_open()
+        item = self._next(timeout)
+        if item is None:
+            return None
+        return self.session._deliver_blob(self, item)
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
         if self.closed:
