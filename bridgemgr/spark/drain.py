@@ -36,8 +36,9 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @click.command("drain")
 @job_options
 @click.option("-ln", "link", required=True, metavar="NAME", help="The link whose source is drained.")
-@click.option("--batch", default=10000, show_default=True, type=click.IntRange(1),
-              help="Messages per micro-batch at most.")
+@click.option("--batch", default=50000, show_default=True, type=click.IntRange(1),
+              help="Messages per micro-batch at most (a bulk drain: few batch boundaries; "
+                   "the source log holds up to two batches ahead).")
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
