@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from bridgemgr.jmsbridge.bridge import JMSBridge
@@ -18,7 +19,8 @@ from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.log import SourceLog, SourceLogError
 from bridgemgr.spark.runner import link_options, parallelism
-from bridgemgr.spark.source import slices
+from bridgemgr.spark.source import LinkStreamReader, LogSlice, slices
+from bridgemgr.spark.transfer import offset_runs
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "remote")]
@@ -61,6 +63,30 @@ def test_log_drops_a_crashed_write_and_names_a_damaged_segment(tmp_path):
 ])
 def test_slices_cover_the_range_once(lo, hi, parts, expect):
     assert [(s.lo, s.hi) for s in slices(lo, hi, parts)] == expect
+
+
+def test_a_slice_is_read_as_its_offsets_and_the_sink_reads_them_back_as_runs(tmp_path):
+    """Rows carry only log offsets (the message bytes stay out of the JVM): read() yields
+    exactly the slice's offsets, without importing pandas in the worker; the sink's task
+    turns its rows back into runs of the log to read."""
+    import subprocess
+
+    options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l",
+                           broker_url="mq://h:1")
+    batches = list(LinkStreamReader(options).read(LogSlice(5, 20_000)))
+    offsets = [o for b in batches for o in b.column("offset").to_pylist()]
+    assert offsets == list(range(5, 20_000)) and batches[0].schema.names == ["offset"]
+    assert offset_runs(iter(batches)) == [(5, 20_000)]
+    gapped = [pa.record_batch([pa.array(v, pa.int64())], names=["offset"])
+              for v in ([1, 2, 3], [4, 9], [10, 11], [])]
+    assert offset_runs(iter(gapped)) == [(1, 5), (9, 12)]
+    code = ("import sys; from bridgemgr.spark.source import LinkStreamReader, LogSlice; "
+            "from bridgemgr.spark.options import LinkOptions; "
+            "o = LinkOptions(xmlurl='x', bridge='b', link='l', broker_url='mq://h:1', "
+            "source_log='s', stats='t'); list(LinkStreamReader(o).read(LogSlice(0, 10))); "
+            "print('pandas' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
 
 
 def test_options_travel_as_strings_and_parallelism_follows_the_master(tmp_path):
