@@ -612,28 +612,23 @@ class RemoteConsumer(MessageConsumer):
             return self._buf.popleft()
         return None
 
-    def receive(self, timeout: float | None = None) -> Message | None:
+    def _delivery(self, timeout: float | None) -> wire.Delivery | None:
+        """The next delivery for a receive call (None after ``timeout``)."""
         if self.closed:
             raise IllegalStateException("the consumer is closed")
         if self._listener is not None:
             raise IllegalStateException("receive() on a consumer that has a message listener")
         self.session._check_open()
-        item = self._next(timeout)
-        if item is None:
-            return None
-        return self.session._deliver(self, item)
+        return self._next(timeout)
+
+    def receive(self, timeout: float | None = None) -> Message | None:
+        item = self._delivery(timeout)
+        return None if item is None else self.session._deliver(self, item)
 
     def receive_blob(self, timeout: float | None = None) -> bytes | None:
         """receive() without decoding: the delivered blob, its delivery count set."""
-        if self.closed:
-            raise IllegalStateException("the consumer is closed")
-        if self._listener is not None:
-            raise IllegalStateException("receive() on a consumer that has a message listener")
-        self.session._check_open()
-        item = self._next(timeout)
-        if item is None:
-            return None
-        return self.session._deliver_blob(self, item)
+        item = self._delivery(timeout)
+        return None if item is None else self.session._deliver_blob(self, item)
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
         if self.closed:
