@@ -124,6 +124,11 @@ def property_name_problem(name: object) -> str | None:
     return None
 
 
+# names that passed property_name_problem: a bridge stamps the same few on every message
+_CHECKED_NAMES: set[str] = set()
+_CHECKED_NAMES_LIMIT = 4096
+
+
 def is_valid_property_name(name: object) -> bool:
     return property_name_problem(name) is None
 
@@ -320,9 +325,12 @@ class Message:
     def _set(self, name: str, ptype: PropertyType, value: Any) -> None:
         if self._props_ro:
             raise MessageNotWriteableException(f"properties of a received message are read-only (call clear_properties() first): {name}")
-        problem = property_name_problem(name)
-        if problem:
-            raise MessageFormatException(problem)
+        if name not in _CHECKED_NAMES:
+            problem = property_name_problem(name)
+            if problem:
+                raise MessageFormatException(problem)
+            if len(_CHECKED_NAMES) < _CHECKED_NAMES_LIMIT and type(name) is str:
+                _CHECKED_NAMES.add(name)
         self._props[name] = (ptype, check_value(ptype, value))
 
     def set_boolean_property(self, name: str, value: bool) -> None:
