@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ..jms import naming
-from ..jms.destination import Destination, Queue, Topic
+from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory
 from ..props import BrokerProperties, clip, shorten
@@ -40,8 +40,6 @@ from .config import (
     BUILTIN_DMQ_DESTINATION,
     BridgeConfig,
     ConnectionFactoryConfig,
-    DestinationConfig,
-    DestinationType,
     LinkConfig,
     load_bridge,
 )
@@ -50,7 +48,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .link import Link, LinkSetup, LinkTuning
 from .logs import BridgeLog
-from .resolve import HostFactory, Lookup, resolve_connection_factories
+from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
 
@@ -71,18 +69,6 @@ class NoSuchLink(JMSException, code="NO_SUCH_LINK"):
 def default_host_factory(environment: Mapping[str, str]) -> ConnectionFactory:
     """The host broker running in this process, whichever it is at connect time."""
     return embedded.connection_factory()
-
-
-def resolve_destination(dest: DestinationConfig, lookup: Lookup = naming.lookup) -> Destination:
-    """A <destination>: by JNDI lookup-name, or by name and type."""
-    if dest.lookup_name is not None:
-        found = lookup(dest.lookup_name, dest.environment)
-        if not isinstance(found, Destination):
-            raise JMSException(f"lookup-name {dest.lookup_name} is a {type(found).__name__}, "
-                               "not a destination")
-        return found
-    assert dest.name is not None
-    return Topic(dest.name) if dest.type is DestinationType.TOPIC else Queue(dest.name)
 
 
 class JMSBridge:

@@ -5,16 +5,20 @@
 # which the caller supplies (host_factory, called with those properties). check_xa() applies
 # the chapter's rule that a transacted link's source and target factories are XA
 # connection factories, and names each offender with the file and line of its link.
-"""Resolving a bridge's connection factories, and the XA rule for transacted links."""
+# resolve_destination() does the same for a <destination>.
+"""Resolving a bridge's connection factories and destinations, and the XA rule for
+transacted links."""
 
 from __future__ import annotations
 
 from typing import Any, Callable, Iterable, Mapping
 
 from ..jms import naming
+from ..jms.destination import Destination, Queue, Topic
+from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
-from .config import BridgeConfig, LinkConfig
+from .config import BridgeConfig, DestinationConfig, DestinationType, LinkConfig
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
@@ -83,3 +87,15 @@ def check_xa(config: BridgeConfig, host_factory: HostFactory | None = None,
                                     f"{type(factory).__name__}, which cannot do XA; use an XA "
                                     'connection factory or set transacted="false"'))
     return problems
+
+
+def resolve_destination(dest: DestinationConfig, lookup: Lookup = naming.lookup) -> Destination:
+    """A <destination>: by JNDI lookup-name, or by name and type."""
+    if dest.lookup_name is not None:
+        found = lookup(dest.lookup_name, dest.environment)
+        if not isinstance(found, Destination):
+            raise JMSException(f"lookup-name {dest.lookup_name} is a {type(found).__name__}, "
+                               "not a destination")
+        return found
+    assert dest.name is not None
+    return Topic(dest.name) if dest.type is DestinationType.TOPIC else Queue(dest.name)

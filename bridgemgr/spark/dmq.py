@@ -97,7 +97,7 @@ class LinkIndex:
     """The bridge's links by (source, target) destination names, and their targets."""
 
     def __init__(self, config: BridgeConfig | None, lookup: Lookup = naming.lookup) -> None:
-        from ..jmsbridge.bridge import resolve_destination
+        from ..jmsbridge.resolve import resolve_destination
 
         self.bridge = config.name if config is not None else None
         self._by_names: dict[tuple[str, str], Target] = {}
@@ -149,7 +149,7 @@ def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ,
                  host_factory: HostFactory = host_broker_factory,
                  lookup: Lookup = naming.lookup) -> DMQEndpoint:
     """The DMQ ``dmq_name`` of the bridge (default the built-in one), ready to connect."""
-    from ..jmsbridge.bridge import resolve_destination
+    from ..jmsbridge.resolve import resolve_destination
 
     known = [q.name for q in config.dmqs]
     if dmq_name not in known:

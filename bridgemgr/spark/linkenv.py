@@ -17,7 +17,7 @@ from typing import Any, Mapping
 
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
-from ..jmsbridge.bridge import resolve_destination
+from ..jmsbridge.resolve import resolve_destination
 from ..jmsbridge.config import (
     BUILTIN_DMQ,
     BUILTIN_DMQ_DESTINATION,
