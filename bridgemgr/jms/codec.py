@@ -167,10 +167,16 @@ def decode(data: bytes | bytearray | memoryview) -> Message:
         raise _corrupt(exc) from exc
 
 
+def _has_message_head(blob: bytes) -> bool:
+    """Whether ``blob`` starts with this version's prefix and a whole message head (what
+    message_id and with_delivery read in place; anything else goes to decode's errors)."""
+    return blob[:5] == _PREFIX and len(blob) >= _HEAD_END and T_MESSAGE <= blob[5] < _T_END
+
+
 def message_id(blob: bytes) -> str | None:
     """The JMSMessageID of an encoded message, read from its head without decoding the rest
     (a receiver that passes blobs on needs only that); MessageCodecError if not a message."""
-    if blob[:5] == _PREFIX and len(blob) >= _HEAD_END and T_MESSAGE <= blob[5] < _T_END:
+    if _has_message_head(blob):
         (n_id,) = _U32.unpack_from(blob, _ID_LENGTH_AT)
         if n_id == NONE:
             return None
@@ -183,7 +189,7 @@ def with_delivery(blob: bytes, delivery_count: int) -> bytes:
     """An encoded message with its delivery count and redelivered flag set as a consumer
     sees them (what encode() of the received message gives), the rest as it is. Only the
     head is checked (MessageCodecError): the body is checked where it is decoded."""
-    if not (blob[:5] == _PREFIX and len(blob) >= _HEAD_END and T_MESSAGE <= blob[5] < _T_END):
+    if not _has_message_head(blob):
         decode(blob)  # raises the precise error
     out = bytearray(blob)
     out[_FLAGS_AT] = 1 if delivery_count > 1 else 0
