@@ -18,7 +18,7 @@
 # Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
-# log-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
+# offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
 # light options module; the receiver and the sink's transfer, which need the
 # whole bridge, are imported where they run.
 """The streaming source of a runner=spark link: offsets over the source log, log slices."""
@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import array
-
 from typing import TYPE_CHECKING, Any, Iterator, Sequence
 
 import pyarrow as pa
