@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import importlib.util
+import struct
 import sys
 from pathlib import Path
 
+import bridgemgr
 from bridgemgr.props import load_properties
 from bridgemgr.spark.session import DEFAULT_MASTER, spark_settings
 
@@ -34,6 +36,28 @@ def test_workers_run_this_interpreter(spark):
     # pyspark from the installed package (compiled), not Spark's pyspark.zip
     files = set(rdd.map(lambda _: __import__("pyspark").__file__).collect())
     assert not any(".zip" in f for f in files), files
+
+
+def test_the_driver_jvm_runs_without_the_optimising_jit(spark):
+    """Our default reaches the JVM (C2 compiling cost more CPU than it saved: session.py)."""
+    jvm = spark.sparkContext._jvm
+    args = list(jvm.java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments())
+    assert "-XX:TieredStopAtLevel=1" in args
+
+
+def test_workers_find_the_package_compiled(spark):
+    """Spark's Python processes load bridgemgr's bytecode, not compile it again each: every
+    module has a cache file that matches its source (what Python checks before using it)."""
+    stale = []
+    for source in Path(bridgemgr.__file__).parent.rglob("*.py"):
+        try:
+            head = Path(importlib.util.cache_from_source(str(source))).read_bytes()[8:16]
+        except OSError:
+            head = b""
+        st = source.stat()
+        if head != struct.pack("<II", int(st.st_mtime) & 0xFFFF_FFFF, st.st_size & 0xFFFF_FFFF):
+            stale.append(source.name)
+    assert not stale
 
 
 def test_the_zips_move_behind_the_installed_pyspark_they_came_with(tmp_path):
