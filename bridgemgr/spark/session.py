@@ -38,9 +38,10 @@ DEFAULTS: Mapping[str, str] = {
     # CPU in all, 8.6 s without it), taken from the Python workers that do the real work.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
 }
-_PACKAGE = Path(__file__).resolve().parents[1]
+_HERE = Path(__file__).resolve().parent
+_PACKAGE = _HERE.parent
 _PACKAGE_ROOT = str(_PACKAGE.parent)
-_SITE_PATH = str(Path(__file__).resolve().parent / "sitepath")  # sitecustomize.py
+_SITE_PATH = str(_HERE / "sitepath")  # sitecustomize.py
 
 
 class SparkUnavailable(RuntimeError):
@@ -57,12 +58,12 @@ def spark_settings(props: "BrokerProperties | None") -> tuple[str, dict[str, str
     return master, conf
 
 
-def compile_package() -> bool:
+def compile_package() -> None:
     """Write bridgemgr's bytecode where it is missing or stale (as pip does on install:
-    it writes whatever PYTHONDONTWRITEBYTECODE says); False when some could not be written
-    (a read-only tree: the processes then compile in memory, only slower)."""
+    it writes whatever PYTHONDONTWRITEBYTECODE says). Where it cannot (a read-only tree)
+    the processes compile in memory, only slower."""
     import compileall
-    return bool(compileall.compile_dir(_PACKAGE, quiet=2))
+    compileall.compile_dir(_PACKAGE, quiet=2)
 
 
 def prepare_python_environment() -> None:

@@ -48,15 +48,16 @@ def test_the_driver_jvm_runs_without_the_optimising_jit(spark):
 def test_workers_find_the_package_compiled(spark):
     """Spark's Python processes load bridgemgr's bytecode, not compile it again each: every
     module has a cache file that matches its source (what Python checks before using it)."""
+    package = Path(bridgemgr.__file__).parent
     stale = []
-    for source in Path(bridgemgr.__file__).parent.rglob("*.py"):
+    for source in package.rglob("*.py"):
         try:
             head = Path(importlib.util.cache_from_source(str(source))).read_bytes()[8:16]
         except OSError:
             head = b""
         st = source.stat()
         if head != struct.pack("<II", int(st.st_mtime) & 0xFFFF_FFFF, st.st_size & 0xFFFF_FFFF):
-            stale.append(source.name)
+            stale.append(str(source.relative_to(package)))
     assert not stale
 
 
