@@ -9,7 +9,9 @@
 # CPU per process otherwise, and a query starts several in a row). For the same reason
 # bridgemgr itself is compiled first (compile_package): a checkout or an editable install
 # has no bytecode, and with PYTHONDONTWRITEBYTECODE set (it is on this machine) each of
-# those processes compiled it again (~0.4 s of CPU apiece).
+# those processes compiled it again (~0.4 s of CPU apiece). The executors' Python workers
+# are forks of our daemon module (daemon.py), which imports pyspark's worker and the bridge
+# once before it forks them.
 # imq.bridge.spark.master (default local[*]) and imq.bridge.spark.conf.* come from the
 # broker properties; DEFAULTS are ours, and a user's conf.* entry wins.
 """The SparkSession of imqbridge's Spark jobs, configured from the broker properties."""
@@ -37,6 +39,8 @@ DEFAULTS: Mapping[str, str] = {
     # optimising JIT, spent ~9 s of CPU compiling during a 100k-message drain (27.7 s of JVM
     # CPU in all, 8.6 s without it), taken from the Python workers that do the real work.
     "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1",
+    # executors' Python workers fork with pyspark's worker and the bridge imported (daemon.py)
+    "spark.python.daemon.module": "bridgemgr.spark.daemon",
 }
 _HERE = Path(__file__).resolve().parent
 _PACKAGE = _HERE.parent

@@ -20,12 +20,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
-import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
 from .options import LinkOptions
 
 if TYPE_CHECKING:
+    import pyarrow as pa
+
     from .transfer import Transfer
 
 log = logging.getLogger("imq.bridge.spark.sink")

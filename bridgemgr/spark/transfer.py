@@ -28,9 +28,7 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Iterator
-
-import pyarrow as pa
+from typing import TYPE_CHECKING, Iterator
 
 from ..jms import codec
 from ..jms.errors import JMSException
@@ -52,6 +50,9 @@ from .linkenv import LinkEnvironment
 from .log import SourceLog
 from .options import SOURCE_ID_PROPERTY, LinkOptions
 from .sink import BatchCounts
+
+if TYPE_CHECKING:  # pyarrow starts threads: not imported before Spark's daemon forks (daemon.py)
+    import pyarrow as pa
 
 log = logging.getLogger("imq.bridge.spark.sink")
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")

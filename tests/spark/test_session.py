@@ -76,3 +76,39 @@ def test_the_zips_move_behind_the_installed_pyspark_they_came_with(tmp_path):
     other = [str(tmp_path / "spark/python/lib/pyspark.zip"), "/app", str(site)]
     assert module.installed_pyspark_first(other) == other
     assert module.installed_pyspark_first([*zips, "/app"]) == [*zips, "/app"]
+
+
+PRELOAD_PROBE = """
+import gc, os, sys
+from bridgemgr.spark import daemon
+daemon.preload()
+print(len(os.listdir("/proc/self/task")), "pyarrow" in sys.modules,
+      "bridgemgr.spark.transfer" in sys.modules, "pyspark.worker" in sys.modules,
+      gc.get_freeze_count() > 0)
+"""
+
+
+def test_the_daemon_preloads_the_bridge_and_starts_no_thread():
+    """What daemon.py imports before Spark's daemon forks: the sink's transfer and pyspark's
+    worker, with no thread started (a fork keeps only the forking thread: a lock held by
+    another stays locked in the child) and so without pyarrow, which starts two."""
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", PRELOAD_PROBE], capture_output=True, text=True,
+                         check=True, cwd=Path(bridgemgr.__file__).parents[1]).stdout.split()
+    assert out == ["1", "False", "True", "True", "True"], out
+
+
+def test_executor_workers_fork_from_our_daemon(spark):
+    """Our default reaches Spark: executors' workers are forks of daemon.py's process, so
+    they find the bridge imported and the imported heap frozen."""
+    def probe(_):
+        import gc
+        import os
+        import sys
+        with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmd:
+            parent = cmd.read().split(b"\0")
+        return (b"bridgemgr.spark.daemon" in parent and b"pyspark.worker" in parent,
+                "bridgemgr.spark.transfer" in sys.modules, gc.get_freeze_count() > 0)
+
+    found = set(spark.sparkContext.parallelize(range(2), 2).map(probe).collect())
+    assert found == {(True, True, True)}
