@@ -12,14 +12,22 @@
 # as received, jms/codec.py). Readers take any slice [lo, hi) of the offsets, across
 # segments; delete_through(end) removes the segments wholly below ``end`` once Spark has
 # committed them.
+# One process writes the log at a time: the writer holds an exclusive lock (flock) on
+# <folder>/.writer, released when it lets go or when its process ends, however it ends.
+# The driver's process prefetches into the log while Spark starts the query
+# (receiver.py); Spark's source runner then takes the log over: it asks for it with the
+# file .handover and waits for the lock (own), and the prefetcher lets go as soon as it
+# sees the request (handover_requested).
 """The durable log between a Spark link's driver (which receives) and its executors."""
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import struct
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterable, Iterator
@@ -28,6 +36,8 @@ MAGIC = b"IMQSLOG1"
 _U32 = struct.Struct(">I")
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.seg$")
 _TMP_PREFIX = ".tmp-"
+_WRITER = ".writer"
+_HANDOVER = ".handover"
 
 
 class SourceLogError(Exception):
@@ -53,6 +63,50 @@ class SourceLog:
 
     def __init__(self, folder: str | os.PathLike[str]) -> None:
         self.folder = Path(folder)
+        self._writer: int | None = None  # the lock file's descriptor while this one writes
+
+    def own(self, wait: float | None) -> bool:
+        """Become the log's one writer. ``wait`` None: only if no one is (False otherwise);
+        else ask the writer to hand over and wait up to ``wait`` s for it (SourceLogError
+        naming its process when it does not)."""
+        self.folder.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.folder / _WRITER, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = None if wait is None else time.monotonic() + wait
+        asked = False
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if deadline is None or time.monotonic() >= deadline:
+                    holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+                    os.close(fd)
+                    if deadline is None:
+                        return False
+                    raise SourceLogError(f"source log {self.folder}: process {holder or '?'} "
+                                         f"still writes it after {wait:.0f} s") from None
+                if not asked:
+                    (self.folder / _HANDOVER).touch()
+                    asked = True
+                time.sleep(0.02)
+        if wait is not None:
+            # answered (or left by a crashed process); a prefetcher leaves a request where it
+            # is: it lets go at once
+            (self.folder / _HANDOVER).unlink(missing_ok=True)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(os.getpid()).encode(), 0)
+        self._writer = fd
+        return True
+
+    def handover_requested(self) -> bool:
+        """Another process waits to take this log over (own)."""
+        return (self.folder / _HANDOVER).exists()
+
+    def let_go(self) -> None:
+        """Stop being the log's writer (the lock is released; so it is at process end)."""
+        if self._writer is not None:
+            os.close(self._writer)
+            self._writer = None
 
     def open(self) -> "SourceLog":
         """Create the folder; drop temporary files a crash left behind."""

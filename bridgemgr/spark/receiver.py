@@ -14,6 +14,15 @@
 # unlogged messages were never acknowledged, logged ones are replayed from the log.
 # The thread logs in segments of a tenth of maxPerBatch (at least SEGMENT_MIN): the first
 # batch is planned as soon as one segment is logged instead of after a whole batch.
+#
+# Prefetch: Spark's source runner, the process this receiver runs in, exists only ~3 s
+# after a query is asked to start (Spark starts its Python planning processes one after
+# another first), while one core is mostly idle. So start_query (runner.py) runs a
+# receiver in the driver's own process meanwhile (prefetch: the same receive, log, then
+# acknowledge, up to two batches beyond the log's start), which lets go of the log and its
+# source connection when the source runner's receiver asks for the log (log.py: one
+# writer at a time, a lock and a handover request) or when the query ends. A non-durable
+# topic subscription is not prefetched: the handover would leave a gap in it.
 """The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from ..jms import codec
 from ..jms.spi import AckMode, MessageConsumer, Session
@@ -33,6 +43,8 @@ from .options import LinkOptions
 log = logging.getLogger("imq.bridge.spark.source")
 DRAIN_FAILURES = 5  # receive failures in a row after which a drain gives up
 SEGMENT_MIN = 500  # messages: below this, a segment's fsync and acknowledge cost too much
+HANDOVER_WAIT = 60.0  # s: how long the source runner waits for the prefetcher to let go
+PREFETCH_WAIT = 0.2  # s: a prefetcher's receive wait (it answers a handover request within)
 
 
 class Receiver:
@@ -40,12 +52,16 @@ class Receiver:
     messages) received, logged and acknowledged beyond the batch Spark works on (so that
     receiving overlaps the executors' work), and the log it writes."""
 
-    def __init__(self, options: LinkOptions) -> None:
+    def __init__(self, options: LinkOptions, log_: SourceLog | None = None) -> None:
+        """The receiver of Spark's source runner: it takes the log over (from a prefetcher)."""
         self.options = options
-        self.log = SourceLog(options.source_log).open()
+        if log_ is None:
+            log_ = SourceLog(options.source_log)
+            log_.own(wait=HANDOVER_WAIT)
+        self.log = log_.open()
         bounds = self.log.bounds()
         self.end = bounds[1] if bounds else 0   # the offset after the last logged record
-        self.planned = 0                        # the start of the batch Spark asked for last
+        self.planned = bounds[0] if bounds else 0  # the batch Spark asked for last starts here
         self.until_empty = False                # availableNow: stop at an empty source
         self.drained = False
         self.error: Exception | None = None     # why a drain's receiving gave up
@@ -55,6 +71,36 @@ class Receiver:
         self._session: Session | None = None
         self._consumer: MessageConsumer | None = None
         self._thread: threading.Thread | None = None
+
+    @classmethod
+    def prefetching(cls, options: LinkOptions) -> "Receiver | None":
+        """A receiver for prefetch(), when no one writes the link's log (None otherwise)."""
+        log_ = SourceLog(options.source_log)
+        return cls(options, log_) if log_.own(wait=None) else None
+
+    def prefetch(self, active: Callable[[], bool]) -> None:
+        """(A thread of the driver's process) receive, log and acknowledge ahead of a query
+        being started, up to two batches beyond the log's start, until the source runner
+        asks for the log or ``active()`` is false; then let go of the source and the log."""
+        most = self.options.max_per_batch
+        try:
+            env = self._environment()
+            if env.source.is_topic and not env.link.source.durable_sub:
+                return
+            while active() and not self.log.handover_requested():
+                ahead = self.end - self.planned
+                if ahead >= 2 * most:
+                    time.sleep(PREFETCH_WAIT)
+                    continue
+                room = min(2 * most - ahead, max(SEGMENT_MIN, most // 10))
+                self.end = self._receive_batch(self.end, room, PREFETCH_WAIT)
+        except Exception as exc:  # the source runner's receiver receives (and retries) itself
+            log.warning("link %s: prefetching stopped (%s: %s)", self.options.link,
+                        type(exc).__name__, exc)
+        finally:
+            self._disconnect()
+            self.log.let_go()
+            log.info("link %s: prefetched up to offset %d", self.options.link, self.end)
 
     def logged_beyond(self, start: int, wait: float) -> int:
         """The log's end once it is past ``start`` (waiting up to ``wait`` s for the
@@ -113,10 +159,11 @@ class Receiver:
                     self.drained = True
                 self.cond.notify_all()
 
-    def _receive_batch(self, start: int, room: int) -> int:
-        """Receive up to ``room`` messages, log them from ``start``, acknowledge them; the
-        log's end after them (``start`` when the source had nothing)."""
-        records = self._receive(room)
+    def _receive_batch(self, start: int, room: int, wait: float | None = None) -> int:
+        """Receive up to ``room`` messages (waiting ``wait`` s, receiveWait by default, for
+        the first), log them from ``start``, acknowledge them; the log's end after them
+        (``start`` when the source had nothing)."""
+        records = self._receive(room, self.options.receive_wait if wait is None else wait)
         if not records:
             return start
         assert self._handle is not None
@@ -136,9 +183,7 @@ class Receiver:
             if self._handle is not None and not self._handle.broken.is_set():
                 return self._consumer
             self._disconnect()
-        if self._env is None:
-            self._env = LinkEnvironment(self.options, log)
-        env = self._env
+        env = self._environment()
         cfg = env.link.source
         handle = env.connectors[cfg.connection_factory_ref].connect(cfg.clientid)
         try:
@@ -157,20 +202,25 @@ class Receiver:
         log.info("link %s: receiving from %s on the driver", self.options.link, src)
         return consumer
 
+    def _environment(self) -> LinkEnvironment:
+        if self._env is None:
+            self._env = LinkEnvironment(self.options, log)
+        return self._env
+
     def _disconnect(self) -> None:
         if self._handle is not None:
             self._handle.close()  # unacknowledged messages go back to the source
         self._handle = self._session = self._consumer = None
 
-    def _receive(self, cap: int) -> list[tuple[str, bytes]]:
-        """Up to ``cap`` messages as log records (message id, codec blob): wait receiveWait
+    def _receive(self, cap: int, wait: float) -> list[tuple[str, bytes]]:
+        """Up to ``cap`` messages as log records (message id, codec blob): wait ``wait`` s
         for the first, then take what is there. The blobs come as the provider has them
         (the host broker's are never decoded here: receive_blob). A lost connection
         raises: what this call received was not acknowledged, and the source gives it
         back."""
         consumer = self._connect()
         batch: list[tuple[str, bytes]] = []
-        blob = consumer.receive_blob(self.options.receive_wait)
+        blob = consumer.receive_blob(wait)
         while blob is not None:
             batch.append((codec.message_id(blob) or "", blob))
             if len(batch) >= cap:

@@ -51,7 +51,10 @@ def link_options(checkpoint: Path, **values: Any) -> LinkOptions:
 
 def start_query(spark: "SparkSession", options: LinkOptions, checkpoint: Path,
                 available_now: bool = False, name: str | None = None) -> "StreamingQuery":
-    """The link's streaming query, started (from ``checkpoint`` when it has one)."""
+    """The link's streaming query, started (from ``checkpoint`` when it has one); this
+    process receives into its source log until the query's own receiver takes over
+    (prefetch, receiver.py)."""
+    from .receiver import Receiver
     from .source import LinkDataSource
 
     spark.dataSource.register(LinkDataSource)
@@ -63,7 +66,12 @@ def start_query(spark: "SparkSession", options: LinkOptions, checkpoint: Path,
         writer = writer.queryName(name)
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=TRIGGER))
-    return writer.start()
+    query = writer.start()
+    prefetcher = Receiver.prefetching(options)
+    if prefetcher is not None:
+        threading.Thread(target=prefetcher.prefetch, args=(lambda: query.isActive,),
+                         name=f"prefetch {options.link}", daemon=True).start()
+    return query
 
 
 def stats_totals(stats: str | Path) -> dict[str, Any]:
