@@ -52,13 +52,13 @@ class Receiver:
     messages) received, logged and acknowledged beyond the batch Spark works on (so that
     receiving overlaps the executors' work), and the log it writes."""
 
-    def __init__(self, options: LinkOptions, log_: SourceLog | None = None) -> None:
+    def __init__(self, options: LinkOptions, source_log: SourceLog | None = None) -> None:
         """The receiver of Spark's source runner: it takes the log over (from a prefetcher)."""
         self.options = options
-        if log_ is None:
-            log_ = SourceLog(options.source_log)
-            log_.own(wait=HANDOVER_WAIT)
-        self.log = log_.open()
+        if source_log is None:
+            source_log = SourceLog(options.source_log)
+            source_log.own(wait=HANDOVER_WAIT)
+        self.log = source_log.open()
         bounds = self.log.bounds()
         self.end = bounds[1] if bounds else 0   # the offset after the last logged record
         self.planned = bounds[0] if bounds else 0  # the batch Spark asked for last starts here
@@ -75,8 +75,8 @@ class Receiver:
     @classmethod
     def prefetching(cls, options: LinkOptions) -> "Receiver | None":
         """A receiver for prefetch(), when no one writes the link's log (None otherwise)."""
-        log_ = SourceLog(options.source_log)
-        return cls(options, log_) if log_.own(wait=None) else None
+        source_log = SourceLog(options.source_log)
+        return cls(options, source_log) if source_log.own(wait=None) else None
 
     def prefetch(self, active: Callable[[], bool]) -> None:
         """(A thread of the driver's process) receive, log and acknowledge ahead of a query
