@@ -82,17 +82,15 @@ class Receiver:
         """(A thread of the driver's process) receive, log and acknowledge ahead of a query
         being started, up to two batches beyond the log's start, until the source runner
         asks for the log or ``active()`` is false; then let go of the source and the log."""
-        most = self.options.max_per_batch
         try:
             env = self._environment()
             if env.source.is_topic and not env.link.source.durable_sub:
                 return
             while active() and not self.log.handover_requested():
-                ahead = self.end - self.planned
-                if ahead >= 2 * most:
+                room = self._room()
+                if room == 0:
                     time.sleep(PREFETCH_WAIT)
                     continue
-                room = min(2 * most - ahead, max(SEGMENT_MIN, most // 10))
                 self.end = self._receive_batch(self.end, room, PREFETCH_WAIT)
         except Exception as exc:  # the source runner's receiver receives (and retries) itself
             log.warning("link %s: prefetching stopped (%s: %s)", self.options.link,
@@ -127,16 +125,10 @@ class Receiver:
     def _run(self) -> None:
         failures = 0
         while True:
-            most = self.options.max_per_batch
             with self.cond:
-                # the batch Spark works on (from planned) and one more, received ahead
-                while self.end - self.planned >= 2 * most or self.drained:
+                while self._room() == 0 or self.drained:
                     self.cond.wait()
-                start = self.end
-                room = min(most, 2 * most - (self.end - self.planned))
-            # in segments of a tenth of a batch: the first batch starts as soon as its first
-            # segment is logged (executors start early), later batches take what is logged
-            room = min(room, max(SEGMENT_MIN, most // 10))
+                start, room = self.end, self._room()
             try:
                 end = self._receive_batch(start, room)
                 failures = 0
@@ -158,6 +150,15 @@ class Receiver:
                 elif self.until_empty:
                     self.drained = True
                 self.cond.notify_all()
+
+    def _room(self) -> int:
+        """How many messages to receive next: the batch Spark works on (from planned) and
+        one more are received ahead (0: that far already), in segments of a tenth of a
+        batch (the first batch starts as soon as its first segment is logged: executors
+        start early; later batches take what is logged)."""
+        most = self.options.max_per_batch
+        room = min(most, 2 * most - (self.end - self.planned))
+        return max(0, min(room, max(SEGMENT_MIN, most // 10)))
 
     def _receive_batch(self, start: int, room: int, wait: float | None = None) -> int:
         """Receive up to ``room`` messages (waiting ``wait`` s, receiveWait by default, for
