@@ -9,7 +9,7 @@
 # thread may be imported before a fork (a forked child has only the forking thread; a
 # lock another thread held stays locked): pyarrow starts two, so nothing here imports it
 # (transfer.py and sink.py import it for type checking only) and the workers import it
-# after the fork as before; tests/spark/test_daemon.py holds both to that.
+# after the fork as before; tests/spark/test_session.py holds both to that.
 # gc.freeze() then moves what was imported out of the collector's generations: the
 # daemon's gc.collect() after each task no longer walks it, and the forks do not touch
 # (copy) its pages to do so. Spark's other Python processes (data source planning, the
