@@ -12,7 +12,6 @@ from pathlib import Path
 
 import pytest
 
-from bridgemgr.jms.destination import Queue
 from bridgemgr.providers.embedded import Broker
 from bridgemgr.spark.log import SourceLog, SourceLogError
 from bridgemgr.spark.receiver import Receiver
