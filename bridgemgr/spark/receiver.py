@@ -71,12 +71,17 @@ class Receiver:
         self._session: Session | None = None
         self._consumer: MessageConsumer | None = None
         self._thread: threading.Thread | None = None
+        self._connect_attempts: int | None = None  # the factory's; a prefetch tries once
 
     @classmethod
     def prefetching(cls, options: LinkOptions) -> "Receiver | None":
         """A receiver for prefetch(), when no one writes the link's log (None otherwise)."""
         source_log = SourceLog(options.source_log)
-        return cls(options, source_log) if source_log.own(wait=None) else None
+        if not source_log.own(wait=None):
+            return None
+        receiver = cls(options, source_log)
+        receiver._connect_attempts = 1  # a source it cannot reach is left to the query's own
+        return receiver
 
     def prefetch(self, active: Callable[[], bool]) -> None:
         """(A thread of the driver's process) receive, log and acknowledge ahead of a query
@@ -186,7 +191,8 @@ class Receiver:
             self._disconnect()
         env = self._environment()
         cfg = env.link.source
-        handle = env.connectors[cfg.connection_factory_ref].connect(cfg.clientid)
+        handle = env.connectors[cfg.connection_factory_ref].connect(
+            cfg.clientid, attempts=self._connect_attempts)
         try:
             session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
             src = env.source

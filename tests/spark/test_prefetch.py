@@ -110,3 +110,22 @@ def test_a_writer_that_does_not_hand_over_is_named(tmp_path):
     assert log.handover_requested()
     log.let_go()
     assert other.own(wait=1.0) and not other.handover_requested()
+
+
+def test_a_prefetcher_that_cannot_reach_the_source_gives_up_at_once(tmp_path):
+    """The factory retries without limit; a prefetch tries once and lets go (the query's
+    own receiver keeps trying), so no thread of the service keeps dialling a gone broker."""
+    import socket
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    xml = tmp_path / "b.xml"
+    xml.write_bytes(bridge_xml(link_xml("l")))
+    options = link_options(tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l",
+                           broker_url=f"mq://127.0.0.1:{port}", max_per_batch=BATCH)
+    prefetcher = Receiver.prefetching(options)
+    thread = threading.Thread(target=prefetcher.prefetch, args=(lambda: True,), daemon=True)
+    thread.start()
+    thread.join(10)
+    assert not thread.is_alive()
+    assert Receiver.prefetching(options) is not None  # the log is free again
