@@ -61,21 +61,31 @@ def test_workers_find_the_package_compiled(spark):
     assert not stale
 
 
-def test_the_zips_move_behind_the_installed_pyspark_they_came_with(tmp_path):
+def test_the_archives_shipped_with_the_installed_pyspark_leave_the_path(tmp_path):
+    """Spark's zips and jar are the installed package's own files: off the path, so no
+    process compiles pyspark from a zip or reads 7,467 archive entries again."""
     spec = importlib.util.spec_from_file_location("sitepath_under_test", SITECUSTOMIZE)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     site = tmp_path / "site-packages"
     lib = site / "pyspark" / "python" / "lib"
     lib.mkdir(parents=True)
+    (site / "pyspark" / "jars").mkdir()
     (site / "pyspark" / "__init__.py").write_text("")
-    zips = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip")]
-    path = [*zips, "/app", str(site)]
-    assert module.installed_pyspark_first(path) == ["/app", str(site), *zips]
-    # zips of another Spark distribution, or no installed pyspark: left as they are
-    other = [str(tmp_path / "spark/python/lib/pyspark.zip"), "/app", str(site)]
-    assert module.installed_pyspark_first(other) == other
-    assert module.installed_pyspark_first([*zips, "/app"]) == [*zips, "/app"]
+    shipped = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"),
+               str(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")]
+    assert module.without_shipped_archives([*shipped, "/app", str(site)]) == ["/app", str(site)]
+    # another Spark distribution's archives stay, and so does everything without a pyspark
+    other = [str(tmp_path / "spark/python/lib/pyspark.zip"), "/app", "/deps.zip", str(site)]
+    assert module.without_shipped_archives(other) == other
+    assert module.without_shipped_archives([*shipped, "/app"]) == [*shipped, "/app"]
+
+
+def test_workers_have_no_spark_archive_on_their_path(spark):
+    found = spark.sparkContext.parallelize(range(2), 2).map(
+        lambda _: [p for p in __import__("sys").path if p.endswith((".zip", ".jar"))
+                   and "pyspark" in p]).collect()
+    assert found == [[], []]
 
 
 PRELOAD_PROBE = """
