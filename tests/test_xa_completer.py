@@ -6,6 +6,7 @@ in-process resource managers are deferred; a group of records costs one sync."""
 from __future__ import annotations
 
 import os
+import threading
 
 import pytest
 
@@ -13,8 +14,10 @@ from bridgemgr.jms.errors import HeuristicMixedException, TransactionRolledBackE
 from bridgemgr.jms import xa
 from bridgemgr.xa.completer import Completer, Outcome
 from bridgemgr.xa.coordinator import Coordinator, Faults, TxState
+from bridgemgr.xa.recovery import Recovery
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, MemoryTxLog, Participant, TxLogError, TxLogSettings
 
+from jmsbridge_support import wait_until
 from test_xa_coordinator import DST, SRC, End, Failing, Remote, brokers, put, take  # noqa: F401
 
 pytestmark = pytest.mark.timeout(60)
@@ -88,6 +91,57 @@ def test_commits_an_rm_cannot_confirm_durable_keep_their_log_records(completing)
     assert completer.outcomes(wait=True) == [Outcome()] and take(b, DST) == ["m"]
     coordinator.flush()
     assert set(coordinator.txlog.live()) == {tx.gtrid}  # recovery would redo the commit
+
+
+class Unwritten(Failing):
+    """An in-process RM whose commits reach its store only once ``written`` is set."""
+
+    in_process = True
+
+    def __init__(self, inner, written: threading.Event) -> None:
+        super().__init__(inner, {})
+        self.written = written
+
+    def commit_logged(self, xid):
+        wait = self.inner.commit_logged(xid)
+
+        def later():
+            assert self.written.wait(10)
+            wait()
+        return later
+
+
+class Asked:
+    """A registered RM as recovery sees it."""
+
+    def __init__(self, name, resource) -> None:
+        self.name, self._resource = name, resource
+
+    def resource(self):
+        return self._resource
+
+    def reset(self) -> None:
+        pass
+
+
+def test_recovery_leaves_a_commit_alone_until_its_store_write(completing):
+    """A recovery pass (they run while links do, after an RM was unreachable) that comes
+    while a deferred commit is in memory but not yet in the store must not take its record
+    for settled: forgotten then, a crash would roll back the branch whose write was
+    pending while its partner kept the messages, a duplicate on the target."""
+    a, b, coordinator, completer = completing
+    put(a, SRC, "m")
+    src, dst = End(a), End(b)
+    written = threading.Event()
+    tx = deferred(coordinator, completer, src, dst, target=Unwritten(dst.resource, written))
+    wait_until(lambda: tx.state is TxState.COMMITTED)  # in memory; the store write waits
+    recovery = Recovery(coordinator, [Asked("b:src", src.resource), Asked("b:dst", dst.resource)])
+    assert recovery.run_pass()
+    assert tx.gtrid in coordinator.txlog.live()
+    written.set()
+    assert completer.outcomes(wait=True) == [Outcome()]
+    coordinator.flush()
+    assert coordinator.txlog.live() == {} and take(b, DST) == ["m"] and take(a, SRC) == []
 
 
 def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):

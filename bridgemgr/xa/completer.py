@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from ..jms.errors import TransactionRolledBackException
-from .coordinator import TxState
 
 if TYPE_CHECKING:
     from .coordinator import Branch, Coordinator, Transaction
@@ -152,9 +151,9 @@ class Completer:
         except Exception as exc:  # the records stay: recovery finds those commits done
             log.error("completer %s: a resource manager did not confirm its commits: %s",
                       self.name, exc)
+            self.coordinator.durable(txs, confirmed=False)
             return
-        self.coordinator.forget([tx.gtrid for tx in txs
-                                 if tx.state is TxState.COMMITTED and tx.logged])
+        self.coordinator.durable(txs)
 
     @staticmethod
     def _roll_back(tx: "Transaction", cause: BaseException, behind: bool) -> Outcome:

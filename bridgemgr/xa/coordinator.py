@@ -635,11 +635,26 @@ class Coordinator:
         self.txlog.log_done(forget)
 
     def _finished(self, tx: Transaction) -> None:
+        waits = tx.state is TxState.COMMITTED and tx.logged and tx.durable is not None
         with self._lock:
-            self._in_flight.discard(tx.gtrid)
+            if not waits:  # a Completer's commits are in memory only: see durable()
+                self._in_flight.discard(tx.gtrid)
             self.counts[tx.state.value.lower()] += 1
-        if tx.state is TxState.COMMITTED and tx.logged and tx.durable is None:
-            self.forget([tx.gtrid])  # (a Completer forgets after its waits)
+        if tx.state is TxState.COMMITTED and tx.logged and not waits:
+            self.forget([tx.gtrid])
+
+    def durable(self, txs: Iterable[Transaction], confirmed: bool = True) -> None:
+        """A Completer's transactions after its waits for their commits' store writes: no
+        longer in flight, and (``confirmed``) their records may go. Until then recovery
+        must leave them alone: a commit in memory has left the RM's recover() list but
+        not its store, so a pass that took the record for settled would forget it, and a
+        crash would then roll back a branch whose partner committed."""
+        txs = list(txs)
+        with self._lock:
+            for tx in txs:
+                self._in_flight.discard(tx.gtrid)
+        if confirmed:
+            self.forget([tx.gtrid for tx in txs if tx.state is TxState.COMMITTED and tx.logged])
 
     def in_doubt(self, tx: Transaction, rms: list[str]) -> None:
         """A decided transaction some RM did not get to commit: recovery's to finish."""
