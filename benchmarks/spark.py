@@ -1,6 +1,6 @@
 """A link drained on the local runner and on Spark local[1] / local[2], in one run; prints JSON.
 
-    .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B]
+    .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B] [--pairs K]
 
 One embedded broker in this process with a persistent store and its jms connection
 service on loopback (what a Spark link's processes reach the host broker through). Each
@@ -26,9 +26,13 @@ the target is spark_local2 >= 1.6 x local (it must scale with cores). The trivia
 runner once running (steady, in microseconds), Spark's overhead per message over the
 local runner's, and the first batch's seconds (Python workers, connections: fixed).
 
-Runs are interleaved (local, spark 1, spark 2, per transformer) and the machine is shared:
-read the numbers as a comparison within one run, with the load average each run saw
-(load_before/after: work of other processes takes cores that local[2] needs).
+This machine is a shared virtual machine, and its speed moves while the runs go: one
+process's rate of the heavy work varies by +-15% from one 2-second sample to the next, and
+two processes get 1.5x to 2.7x of one. So the heavy local and spark_local2 runs are made
+--pairs times each (2), in mirrored order (local, spark 2, spark 1, spark 2, local), and
+the ratio is of their summed times; spark_local2_to_local_by_pair shows how far single
+pairs stray. load_before/after: the load average each run saw (other processes' work takes
+cores local[2] needs).
 """
 
 from __future__ import annotations
@@ -107,7 +111,9 @@ def child(args: argparse.Namespace) -> None:
                       "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
                                         if batches else None),
                       "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
-                                           if later_s else None)}))
+                                           if later_s else None),
+                      "batch_rows": [p["numInputRows"] for p in batches],
+                      "batch_s": [p["durationMs"]["triggerExecution"] / 1000 for p in batches]}))
     spark.stop()
 
 
@@ -175,7 +181,32 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
     return {"messages": n, "seconds": round(result["seconds"], 2),
             "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
             "query_start_s": result["query_start_s"], "first_batch_s": result["first_batch_s"],
-            "steady_msg_per_s": result["steady_msg_per_s"], "duplicates": depth - n}
+            "steady_msg_per_s": result["steady_msg_per_s"], "batch_rows": result["batch_rows"],
+            "batch_s": result["batch_s"], "duplicates": depth - n}
+
+
+MASTERS = {"spark_local1": "local[1]", "spark_local2": "local[2]"}
+
+
+def run_order(pairs: int) -> list[str]:
+    """local and spark_local2 ``pairs`` times, mirrored (local, spark 2, spark 1, spark 2,
+    local, ...) so a machine speeding up or slowing down during the runs weighs on both
+    alike; spark_local1 once, after the first pair."""
+    order: list[str] = []
+    for i in range(pairs):
+        order += ["local", "spark_local2"] if i % 2 == 0 else ["spark_local2", "local"]
+        if i == 0:
+            order.append("spark_local1")
+    return order
+
+
+def combined(each: list[dict]) -> dict:
+    """One runner's runs as one: messages and seconds summed (msg/s over them all)."""
+    if len(each) == 1:
+        return each[0]
+    messages, seconds = sum(r["messages"] for r in each), sum(r["seconds"] for r in each)
+    return {"messages": messages, "seconds": round(seconds, 2),
+            "msg_per_s": round(messages / seconds), "each": each}
 
 
 def main() -> None:
@@ -183,6 +214,8 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--trivial-messages", type=int, default=50_000)
     ap.add_argument("--batch", type=int, default=50_000, help="messages per micro-batch at most")
+    ap.add_argument("--pairs", type=int, default=2,
+                    help="heavy local and spark_local2 runs of each (mirrored order)")
     ap.add_argument("--runs", default="",
                     help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
                          "the ratios need the runs they compare")
@@ -215,20 +248,23 @@ def main() -> None:
             for kind, transformer, n in (("heavy", HEAVY, args.messages),
                                          ("trivial", TRIVIAL, args.trivial_messages)):
                 runs = out["runs"][kind] = {}
-                for name, master in (("local", None), ("spark_local1", "local[1]"),
-                                     ("spark_local2", "local[2]")):
+                for i, name in enumerate(run_order(args.pairs if kind == "heavy" else 1)):
                     run = f"{kind}_{name}"
                     if args.runs and run not in args.runs.split(","):
                         continue
-                    fill(broker, f"src_{run}", n, text)
+                    fill(broker, f"src_{run}_{i}", n, text)
                     load = os.getloadavg()[0]
-                    runs[name] = (run_local(broker, work, run, transformer, n) if master is None
-                                  else run_spark(broker, url, work, run, transformer, n, master,
-                                                 args.batch))
+                    result = (run_local(broker, work, f"{run}_{i}", transformer, n)
+                              if name == "local" else
+                              run_spark(broker, url, work, f"{run}_{i}", transformer, n,
+                                        MASTERS[name], args.batch))
                     # others' work on this machine: a load above 1-2 starves the runs
-                    runs[name]["load_before"] = round(load, 2)
-                    runs[name]["load_after"] = round(os.getloadavg()[0], 2)
-                    print(f"{run}: {runs[name]}", file=sys.stderr)
+                    result["load_before"] = round(load, 2)
+                    result["load_after"] = round(os.getloadavg()[0], 2)
+                    runs.setdefault(name, []).append(result)
+                    print(f"{run}: {result}", file=sys.stderr)
+                for name, each in runs.items():
+                    runs[name] = combined(each)
         finally:
             service.stop()
             portmapper.stop()
@@ -244,6 +280,10 @@ def summarise(out: dict) -> None:
     heavy, trivial = out["runs"]["heavy"], out["runs"]["trivial"]
     ratio = heavy["spark_local2"]["msg_per_s"] / heavy["local"]["msg_per_s"]
     out["spark_local2_to_local"] = round(ratio, 2)
+    if "each" in heavy["local"]:  # each pair's own ratio: how much the machine moved
+        out["spark_local2_to_local_by_pair"] = [
+            round(local["seconds"] / spark["seconds"], 2)
+            for local, spark in zip(heavy["local"]["each"], heavy["spark_local2"]["each"])]
     out["spark_local2_to_local1"] = round(heavy["spark_local2"]["msg_per_s"]
                                           / heavy["spark_local1"]["msg_per_s"], 2)
     out["target_met"] = ratio >= 1.6
