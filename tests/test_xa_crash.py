@@ -14,6 +14,7 @@ import random
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -91,25 +92,34 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     target, var = tmp_path / "target", tmp_path / "var"
     paths = [source, target, var]
     doubts, by_fault, sent = 0, 0, 0
+    runs: list[str] = []  # what each run had and how it ended, for a failure's message
     for i in range(kills):
         left = depth(source, "src") if sent else 0
         fill(source, sent, sent + n - left)
         sent += n - left
         fault = FAULTS[i % len(FAULTS)]
+        started = time.monotonic()
         proc = start_child(paths, batch, fault.format(p=p) if fault else None)
+        how = "killed by the fault hook before ready"
         if proc.returncode is None:
             try:  # the fault hook may kill it first; else a kill at a random moment
                 proc.wait(random.uniform(0.05, window) if fault is None else 2 * window)
             except subprocess.TimeoutExpired:
                 os.kill(proc.pid, signal.SIGKILL)
                 proc.wait()
+                how = "killed at a random moment"
             else:
                 by_fault += 1
+                how = "killed by the fault hook"
             proc.stdout.close()
         else:
             by_fault += 1
         assert proc.returncode == -signal.SIGKILL, "the source emptied before the last kill"
-        doubts += in_doubt(source) + in_doubt(target)
+        found = (in_doubt(source), in_doubt(target))
+        doubts += sum(found)
+        runs.append(f"run {i} ({fault or 'no fault'}): {left} waiting + up to {sent - 1}, "
+                    f"{how} after {time.monotonic() - started:.2f} s, in doubt after: "
+                    f"source {found[0]}, target {found[1]}, src depth {depth(source, 'src')}")
     assert by_fault, "the fault hook never fired"
     assert doubts, "no kill landed between prepare and commit"
     assert sent > n, "the link never moved anything"
@@ -136,15 +146,22 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     got: list[int] = []
+    copies: dict[int, list[str]] = {}  # each copy: its place on dst and what it carries
     consumer = conn.create_session().create_consumer(Queue("dst"))
     while (m := consumer.receive(0.2)) is not None:
         got.append(int(m.text))
+        copies.setdefault(got[-1], []).append(
+            f"#{len(got) - 1} {m.message_id} ts={m.timestamp} "
+            + " ".join(f"{k}={m.get_object_property(k)}" for k in sorted(m.property_names)))
     broker.close()
     counts = Counter(got)
     missing = sorted(set(range(sent)) - set(counts))
-    assert not missing, f"lost {len(missing)}: {missing[:20]}"
+    history = "\n".join(runs)
+    assert not missing, f"lost {len(missing)}: {missing[:20]}\n{history}"
     duplicated = {i: c for i, c in counts.items() if c > 1}
-    assert not duplicated, f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}"
+    assert not duplicated, (f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}\n"
+                            + "\n".join(f"{i}: {copies[i]}" for i in list(duplicated)[:3])
+                            + f"\n{history}")
     assert got == sorted(got), "one link keeps the order of its source"
 
 
