@@ -94,9 +94,13 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     doubts, by_fault, sent = 0, 0, 0
     runs: list[str] = []  # what each run had and how it ended, for a failure's message
     for i in range(kills):
+        # More than n can be waiting: recovery gives an undecided transaction's messages
+        # back, and a run killed before it took as many leaves them. The top-up is then
+        # none; never negative, which numbered a batch's worth again (a false duplicate).
         left = depth(source, "src") if sent else 0
-        fill(source, sent, sent + n - left)
-        sent += n - left
+        added = max(0, n - left)
+        fill(source, sent, sent + added)
+        sent += added
         fault = FAULTS[i % len(FAULTS)]
         started = time.monotonic()
         proc = start_child(paths, batch, fault.format(p=p) if fault else None)
