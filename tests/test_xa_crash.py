@@ -91,13 +91,12 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
     source = source or tmp_path / "source"  # the host broker: its store, or a jdbc spec
     target, var = tmp_path / "target", tmp_path / "var"
     paths = [source, target, var]
-    doubts, by_fault, sent = 0, 0, 0
+    doubts, by_fault, sent, left = 0, 0, 0, 0  # left: src's depth after the last run
     runs: list[str] = []  # what each run had and how it ended, for a failure's message
     for i in range(kills):
         # More than n can be waiting: recovery gives an undecided transaction's messages
         # back, and a run killed before it took as many leaves them. The top-up is then
         # none; never negative, which numbered a batch's worth again (a false duplicate).
-        left = depth(source, "src") if sent else 0
         added = max(0, n - left)
         fill(source, sent, sent + added)
         sent += added
@@ -121,9 +120,10 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
         assert proc.returncode == -signal.SIGKILL, "the source emptied before the last kill"
         found = (in_doubt(source), in_doubt(target))
         doubts += sum(found)
-        runs.append(f"run {i} ({fault or 'no fault'}): {left} waiting + up to {sent - 1}, "
+        waiting, left = left, depth(source, "src")
+        runs.append(f"run {i} ({fault or 'no fault'}): {waiting} waiting + up to {sent - 1}, "
                     f"{how} after {time.monotonic() - started:.2f} s, in doubt after: "
-                    f"source {found[0]}, target {found[1]}, src depth {depth(source, 'src')}")
+                    f"source {found[0]}, target {found[1]}, src depth {left}")
     assert by_fault, "the fault hook never fired"
     assert doubts, "no kill landed between prepare and commit"
     assert sent > n, "the link never moved anything"
