@@ -12,10 +12,11 @@
 # any failure, the commit records that were live and settled (not in flight) when the pass
 # began: every branch they had was then prepared or gone, and the pass committed what it
 # found. (A Completer's transaction stays in flight until its commits are in the stores,
-# not just in memory: Coordinator.durable.) An RM that cannot be reached, or a commit or rollback that fails, leaves its work
-# for the next pass: a background thread runs passes with a growing interval until one is
-# clean, so an unreachable RM delays its own recovery but never fails the bridge. The
-# coordinator asks for a pass too when a commit phase could not reach an RM (retry()).
+# not just in memory: Coordinator.durable.) An RM that cannot be reached, or a commit or
+# rollback that fails, leaves its work for the next pass: a background thread runs passes
+# with a growing interval until one is clean, so an unreachable RM delays its own
+# recovery but never fails the bridge. The coordinator asks for a pass too when a commit
+# phase could not reach an RM (retry()).
 """XA recovery of a JMS bridge: in-doubt branches committed or rolled back at start."""
 
 from __future__ import annotations
