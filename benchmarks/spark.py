@@ -32,7 +32,9 @@ two processes get 1.5x to 2.7x of one. So the heavy local and spark_local2 runs 
 --pairs times each (2), in mirrored order (local, spark 2, spark 1, spark 2, local), and
 the ratio is of their summed times; spark_local2_to_local_by_pair shows how far single
 pairs stray. load_before/after: the load average each run saw (other processes' work takes
-cores local[2] needs).
+cores local[2] needs). spark_local2_steady_to_local compares Spark once running (its
+batches after the first) with the local runner, and spark_local2_fixed_s is what each
+Spark drain took beyond its steady rate: the query's start and the first batch's set-up.
 """
 
 from __future__ import annotations
@@ -287,6 +289,14 @@ def summarise(out: dict) -> None:
     out["spark_local2_to_local1"] = round(heavy["spark_local2"]["msg_per_s"]
                                           / heavy["spark_local1"]["msg_per_s"], 2)
     out["target_met"] = ratio >= 1.6
+    # once running (the batches after the first) against the whole drain: what the fixed
+    # start costs (query start, the first batch's set-up, beyond the steady rate)
+    spark2 = heavy["spark_local2"].get("each", [heavy["spark_local2"]])
+    steady = sum(r["messages"] for r in spark2) / sum(r["messages"] / r["steady_msg_per_s"]
+                                                      for r in spark2)
+    out["spark_local2_steady_to_local"] = round(steady / heavy["local"]["msg_per_s"], 2)
+    out["spark_local2_fixed_s"] = [round(r["seconds"] - r["messages"] / r["steady_msg_per_s"], 2)
+                                   for r in spark2]
     # per message once running (the first batch's set-up is a fixed cost, shown apart)
     rate = {name: r.get("steady_msg_per_s") or r["msg_per_s"] for name, r in trivial.items()}
     out["trivial_us_per_msg"] = {name: round(1e6 / r, 1) for name, r in rate.items()}
