@@ -292,11 +292,11 @@ def summarise(out: dict) -> None:
     # once running (the batches after the first) against the whole drain: what the fixed
     # start costs (query start, the first batch's set-up, beyond the steady rate)
     spark2 = heavy["spark_local2"].get("each", [heavy["spark_local2"]])
-    steady = sum(r["messages"] for r in spark2) / sum(r["messages"] / r["steady_msg_per_s"]
-                                                      for r in spark2)
+    # a drain of one batch has no steady rate: its own rate stands in (no fixed start shown)
+    steady_s = [r["messages"] / (r.get("steady_msg_per_s") or r["msg_per_s"]) for r in spark2]
+    steady = sum(r["messages"] for r in spark2) / sum(steady_s)
     out["spark_local2_steady_to_local"] = round(steady / heavy["local"]["msg_per_s"], 2)
-    out["spark_local2_fixed_s"] = [round(r["seconds"] - r["messages"] / r["steady_msg_per_s"], 2)
-                                   for r in spark2]
+    out["spark_local2_fixed_s"] = [round(r["seconds"] - s, 2) for r, s in zip(spark2, steady_s)]
     # per message once running (the first batch's set-up is a fixed cost, shown apart)
     rate = {name: r.get("steady_msg_per_s") or r["msg_per_s"] for name, r in trivial.items()}
     out["trivial_us_per_msg"] = {name: round(1e6 / r, 1) for name, r in rate.items()}
