@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/stomp.py [--messages N] [--rate R] [--seconds S]
                                          [--acks auto,client-individual] [--only imqbridge|activemq]
 
-The load (stomp-notes.md): 4 producer and 4 consumer stomp.py 1.2 connections, one process
+The load: 4 producer and 4 consumer stomp.py 1.2 connections, one process
 per connection (threads would be GIL-bound), TCP_NODELAY on the clients, 1 KiB bodies,
 one shared queue (competing consumers), persistent and non-persistent:
 
@@ -14,8 +14,9 @@ one shared queue (competing consumers), persistent and non-persistent:
 
 Brokers: our bridge in its own process (embedded broker, SQLite store with fsync per group
 commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default), and
-ActiveMQ 5.x from the Debian package, started as DESIGN.md says with a STOMP connector on a
-free port (transport.tcpNoDelay=true) in a temporary activemq.base, stopped at the end.
+ActiveMQ 5.x from the Debian package, started as docs/architecture.md says with a STOMP
+connector on a free port (transport.tcpNoDelay=true) in a temporary activemq.base, stopped
+at the end.
 """
 
 from __future__ import annotations

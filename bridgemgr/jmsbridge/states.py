@@ -1,4 +1,4 @@
-# How it works: bridges and links share one set of states (openmq-facts.md) and differ
+# How it works: bridges and links share one set of states (docs/jms-bridges.md) and differ
 # only in which command is legal where. A command looks up (current state) in its row of
 # a TRANSITIONS table: a hit gives the transient state to show while the work is done
 # and the final state when it is; NO_OPS lists the states where the command has nothing

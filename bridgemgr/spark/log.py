@@ -1,6 +1,6 @@
 # How it works: a runner=spark link receives on the driver and its executors read what was
 # received from here, so that a message is acknowledged at the source only once it is on
-# disk ("log, then ack", spark-notes.md). The log is a folder (<checkpoint>/sourcelog) of
+# disk ("log, then ack", docs/spark.md). The log is a folder (<checkpoint>/sourcelog) of
 # segments, one per micro-batch, named by the offsets they hold: <start>-<end>.seg holds
 # the records start .. end-1 (an offset is a record's sequence number, counted from 0 over
 # the life of the checkpoint). A segment is written to a temporary file, fsynced, renamed

@@ -1,5 +1,5 @@
 """Real ActiveMQ Classic, RabbitMQ and PostgreSQL servers on 127.0.0.1, free ports and
-temporary directories, for tests/real and benchmarks/providers.py (see DESIGN.md).
+temporary directories, for tests/real and benchmarks/providers.py (docs/architecture.md).
 
 ActiveMQ runs as `java -jar activemq.jar start xbean:file:<dir>/conf/activemq.xml` with
 activemq.base/conf/data pointing at the temporary directory (the packaged wrapper switches

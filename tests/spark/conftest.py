@@ -1,5 +1,5 @@
 """One SparkSession for every Spark test (starting one costs 7-11 s): local[2], no UI,
-two shuffle partitions, 512 MB driver, its own warehouse (spark-notes.md)."""
+two shuffle partitions, 512 MB driver, its own warehouse."""
 
 from __future__ import annotations
 
