@@ -15,7 +15,7 @@ DOCS = [ROOT / "README.md", ROOT / "examples" / "README.md", *sorted((ROOT / "do
 SKIP_DIRS = {".git", ".venv", "var", "build", "dist", "__pycache__", ".hypothesis", ".pytest_cache"}
 # Files of the project workspace that a clone does not have: naming one sends a reader nowhere.
 # (Spelled in pieces so that this file does not name them itself.)
-WORKSPACE_ONLY = ["../" + "shared", "shared/" + "DESIGN", "shared/" + "reference", "DESIGN" + ".md",
+WORKSPACE_ONLY = ["../" + "shared", "shared" + "/DESIGN", "shared" + "/reference", "DESIGN" + ".md",
                   "spark" + "-notes.md", "openmq" + "-facts.md", "stomp" + "-notes.md",
                   "style" + "-examples.md", "bridge" + "-services.txt"]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
