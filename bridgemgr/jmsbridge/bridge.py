@@ -30,7 +30,7 @@ from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory
-from ..props import BrokerProperties, clip, shorten
+from ..props import BrokerProperties, clip, is_secret_name, shorten
 from ..providers import embedded
 from ..transform import MessageTransformer, load_transformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
@@ -325,7 +325,9 @@ class JMSBridge:
         if self._bridge_log is not None:
             self._bridge_log.close()
         bp = self.props.bridge(self.name) if self.props is not None else None
-        secrets = [cf.password for cf in config.connection_factories if cf.password]
+        secrets = [secret for cf in config.connection_factories
+                   for secret in (cf.password, *(p.value for p in cf.properties
+                                                 if is_secret_name(p.name))) if secret]
         self._bridge_log = BridgeLog(
             self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
             bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
@@ -382,8 +384,7 @@ class JMSBridge:
         if not any(link.transacted for link in links):
             return None
         props = self.props
-        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, c.config.username,
-                                c.config.password)
+        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
                    for ref, c in connectors.items() if ref != BUILTIN_DMQ]
         try:
             return BridgeTransactions.start(
