@@ -4,6 +4,7 @@ password), the login's precedence, and the address list walked over real sockets
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import pytest
@@ -11,7 +12,7 @@ import pytest
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import JMSSecurityException, TransportException
 from bridgemgr.jms.spi import is_xa_capable
-from bridgemgr.jmsbridge.config import DOCTYPE, parse_bridge_config
+from bridgemgr.jmsbridge.config import DOCTYPE, Property, parse_bridge_config
 from bridgemgr.jmsbridge.connections import Connector, configured_client_id
 from bridgemgr.jmsbridge.imqcf import (
     AddressListBehavior,
@@ -169,6 +170,17 @@ def test_an_address_list_resolves_to_its_brokers_not_the_host_broker():
     assert isinstance(factories["cf"], AddressListFactory) and is_xa_capable(factories["cf"])
     assert resolve_connection_factories(config)[0].keys() == {"cf"}  # no host factory needed
     assert check_xa(config) == []
+
+
+def test_an_unchecked_bad_address_list_is_a_problem_not_the_host_broker():
+    config = parse_bridge_config(bridge(props(imqAddressList="mq://h:7676")), "b.xml")
+    cf = dataclasses.replace(config.connection_factory("cf"),
+                             properties=(Property("imqAddressList", "http://h", 5),))
+    unchecked = dataclasses.replace(config, connection_factories=(cf,))
+    factories, (problem,) = resolve_connection_factories(
+        unchecked, lambda env: pytest.fail("the host broker instead of imqAddressList"))
+    assert factories == {} and "b.xml:5: connection-factory 'cf': property imqAddressList " \
+        "entry 'http://h': HTTP tunnelling is not supported" in str(problem)
 
 
 # --- the address list over real sockets ------------------------------------------------------

@@ -105,7 +105,7 @@ def service_b(tmp_path):
 def test_a_factory_without_lookup_name_reaches_the_broker_of_its_address_list(tmp_path, service_b):
     base = tmp_path / "a"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "A", a_xml(service_b.address, PW_B), PW_A)
+    props, _ = one_bridge_files(base, "A", a_xml(service_b.address, PW_B), PW_A)
     a = Daemon(props)
     try:
         assert "bridge jb (JMS): STARTED" in a.lines, a.lines

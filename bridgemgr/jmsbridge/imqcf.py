@@ -37,7 +37,7 @@ from urllib.parse import urlsplit
 
 from ..jms.errors import JMSException, JMSSecurityException, TransportException
 from ..jms.spi import XAConnectionFactory
-from ..props import Problem, clip, integer, shorten
+from ..props import Problem, Severity, clip, integer, shorten
 
 if TYPE_CHECKING:
     from .config import Property
@@ -149,7 +149,7 @@ def _did_you_mean(name: str) -> str | None:
     return close[0] if close else None
 
 
-def imq_settings(properties: Iterable["Property"], source: str = "", line: int | None = None,
+def imq_settings(properties: Iterable[Property], source: str = "", line: int | None = None,
                  name: str = "") -> tuple[IMQSettings, list[Problem]]:
     """The settings, and a problem for each property that is not honoured (``line``: the
     <connection-factory>'s, for properties without a line of their own)."""
@@ -158,9 +158,8 @@ def imq_settings(properties: Iterable["Property"], source: str = "", line: int |
     problems: list[Problem] = []
     where = f"connection-factory {shorten(name)}"
 
-    def problem(prop: str, text: str, severity: str = "error") -> None:
-        problems.append(Problem(source, lines.get(prop, line), f"{where}: {text}",
-                                severity))  # type: ignore[arg-type]
+    def problem(prop: str, text: str, severity: Severity = "error") -> None:
+        problems.append(Problem(source, lines.get(prop, line), f"{where}: {text}", severity))
 
     for prop in properties:
         lines[prop.name] = prop.line if prop.line is not None else line
@@ -211,9 +210,9 @@ def imq_settings(properties: Iterable["Property"], source: str = "", line: int |
         except ValueError as exc:
             problem(ADDRESS_LIST, f"property {ADDRESS_LIST} {exc}")
     else:
-        for prop in LIST_ONLY:
-            if prop in values:
-                problem(prop, f"property {prop} has no effect without {ADDRESS_LIST} (the host "
+        for setting in LIST_ONLY:
+            if setting in values:
+                problem(setting, f"property {setting} has no effect without {ADDRESS_LIST} (the host "
                         f"broker is reached as the service's own); remove it or add "
                         f"{ADDRESS_LIST}", "warning")
     ping = number(PING_INTERVAL, -1, 86400, DEFAULT_PING_SECONDS)
@@ -233,7 +232,7 @@ def imq_settings(properties: Iterable["Property"], source: str = "", line: int |
         default_username=values.get(DEFAULT_USERNAME),
         default_password=values.get(DEFAULT_PASSWORD),
         client_id=values.get(CONFIGURED_CLIENT_ID, "").strip() or None,
-        ping_interval_s=ping if ping > 0 else 0)
+        ping_interval_s=max(0, ping))
     return settings, problems
 
 

@@ -21,7 +21,7 @@ from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
 from .config import BridgeConfig, DestinationConfig, DestinationType, LinkConfig
-from .imqcf import ADDRESS_LIST, AddressListFactory
+from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
@@ -42,9 +42,16 @@ def resolve_connection_factories(
     for cf in config.connection_factories:
         if wanted is not None and cf.ref_name not in wanted:
             continue
-        addresses = cf.imq.addresses
-        if cf.lookup_name is None and not addresses and host_factory is None:
-            continue
+        settings = IMQSettings()
+        if cf.lookup_name is None:
+            settings, noted = imq_settings(cf.properties, config.source, cf.line, cf.ref_name)
+            refused = [p for p in noted if p.severity == "error"]
+            if refused:  # a configuration built without its checks: never the host instead
+                problems.extend(refused)
+                continue
+            if not settings.addresses and host_factory is None:
+                continue
+        addresses = settings.addresses
         what = (f"lookup-name {shorten(cf.lookup_name)} of connection-factory "
                 f"{shorten(cf.ref_name)}" if cf.lookup_name is not None else
                 f"the {ADDRESS_LIST} of connection-factory {shorten(cf.ref_name)}" if addresses
@@ -53,7 +60,7 @@ def resolve_connection_factories(
             if cf.lookup_name is not None:
                 found = lookup(cf.lookup_name, cf.environment)
             elif addresses:
-                found = AddressListFactory(cf.imq)
+                found = AddressListFactory(settings)
             else:
                 found = host_factory(cf.environment)  # type: ignore[misc]
         except Exception as exc:  # provider code: any failure is a problem to report
