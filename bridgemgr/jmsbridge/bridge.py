@@ -32,7 +32,7 @@ from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory
 from ..props import BrokerProperties, clip, is_secret_name, shorten
 from ..providers import embedded
-from ..transform import MessageTransformer, load_transformer
+from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
 from .config import (
@@ -48,6 +48,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .link import Link, LinkSetup, LinkTuning
 from .logs import BridgeLog
+from .plugins import load_configured_transformer
 from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
@@ -357,11 +358,9 @@ class JMSBridge:
         if class_path is None:
             return None
         try:
-            return load_transformer(class_path, self.transformer_path)
-        except JMSException as exc:
-            raise BridgeStartError(f"{_where(self.config, line)}{owner}: {exc}; put the module "
-                                   "in a transformer folder (transformers/, or one in "
-                                   "$IMQ_BRIDGE_TRANSFORMER_PATH) or on the Python path") from exc
+            return load_configured_transformer(class_path, owner, self.transformer_path)
+        except JMSException as exc:  # the same load and words as `check`
+            raise BridgeStartError(f"{_where(self.config, line)}{exc}") from exc
 
     def _connectors(self, config: BridgeConfig, links: list[LinkConfig],
                     dmqs: list[Any]) -> dict[str, Connector]:
