@@ -20,8 +20,8 @@
 #
 # Unlimited iterations or attempts (-1) are refused: a connect could then not be stopped;
 # the factory's connect-attempts="-1" retries forever and a stop still ends it. With an
-# address list, address_list_factory() gives the XA-capable factory the bridge connects
-# with: one mq:// client factory per address, walked as the settings say.
+# address list, AddressListFactory is the XA-capable factory the bridge connects with
+# (resolve.py): one mq:// client factory per address, walked as the settings say.
 """The original's imq* connection factory attributes, for factories without lookup-name."""
 
 from __future__ import annotations
