@@ -29,8 +29,9 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
           as_json: bool, xml_files: tuple[str, ...]) -> None:
     """Validate broker properties and bridge XML files without starting anything.
 
-    Prints every problem with its file and line and exits 1, or prints one line per
-    bridge and link and exits 0 (warnings do not fail the check).
+    Every message transformer is loaded as serve loads it. Prints every problem with its
+    file and line and exits 1, or prints one line per bridge and link and exits 0
+    (warnings do not fail the check).
     """
     import json
 

@@ -191,3 +191,108 @@ def test_resolve_reports_non_xa_factories_of_transacted_links(tmp_path):
         in result.stderr
     report = run_check(xml_files=[str(xml)], resolve=True)
     assert not report.ok and len(report.problems) == 2 and report.summary
+
+
+# --- connection factory properties and transformers: loaded as a start loads them -------------
+
+def xml_with(tmp_path: Path, target: str = "", cf: str = "", dmq: str = "",
+             link_attrs: str = "") -> Path:
+    """A bridge XML: link l (line 3, its target on line 5), DMQ d (line 7), cf host (line 8,
+    its properties from line 9)."""
+    xml = tmp_path / "t.xml"
+    xml.write_text(f"""{DOCTYPE}
+<jmsbridge name="t">
+  <link name="l" transacted="false"{link_attrs}>
+    <source connection-factory-ref="host" destination-ref="q"/>
+    <target connection-factory-ref="host" destination-ref="q" {target}/>
+  </link>
+  <dmq name="d" connection-factory-ref="host" destination-ref="q" {dmq}/>
+  <connection-factory ref-name="host">
+    {cf}
+  </connection-factory>
+  <destination ref-name="q" name="Q"/>
+</jmsbridge>
+""")
+    return xml
+
+
+def test_a_property_a_factory_without_lookup_name_does_not_take_is_reported(tmp_path):
+    xml = xml_with(tmp_path, cf='<property name="imqAddressList" value="mq://b:7676"/>\n'
+                               f'<property name="imqSSLIsHostTrusted" value="{CF_PASSWORD}"/>')
+    result = run("check", str(xml))
+    assert result.exit_code == 1 and CF_PASSWORD not in result.output
+    assert result.stderr.splitlines() == [
+        f"{xml}:10: connection-factory 'host': property 'imqSSLIsHostTrusted' is not supported "
+        "for a connection factory without lookup-name (the broker's certificate is always "
+        "verified; give its CA with the SSL_CERT_FILE environment variable); remove it"]
+
+
+@pytest.mark.parametrize("class_path, cause", [
+    ("nosuchmodule_4d1f.Upper", "No module named 'nosuchmodule_4d1f'"),
+    ("transformers.uppercase.NoSuchClass",
+     "module 'transformers.uppercase' has no attribute 'NoSuchClass'"),
+    ("transformers.uppercase", "is not a subclass of bridgemgr.transform.MessageTransformer"),
+])
+def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_path, class_path,
+                                                                          cause):
+    xml = xml_with(tmp_path, target=f'message-transformer-class="{class_path}"',
+                   dmq=f'message-transformer-class="{class_path}"')
+    result = run("check", str(xml))
+    assert result.exit_code == 1 and result.stdout == ""
+    link, dmq = result.stderr.splitlines()
+    assert link.startswith(f"{xml}:5: link l: ") and cause in link
+    assert "put the module in a transformer folder" in link
+    assert dmq.startswith(f"{xml}:7: dmq d: ") and cause in dmq
+
+
+def test_a_valid_transformer_passes_from_where_serve_finds_it(tmp_path, monkeypatch):
+    folder = tmp_path / "plugins"
+    folder.mkdir()
+    (folder / "stamp_9b2e.py").write_text(
+        "from bridgemgr.transform import MessageTransformer\n"
+        "class Stamp(MessageTransformer):\n"
+        "    def transform(self, message, read_only, charset_name, source, target, props):\n"
+        "        return message\n")
+    xml = xml_with(tmp_path, target='message-transformer-class="stamp_9b2e.Stamp"',
+                   dmq='message-transformer-class="transformers.uppercase.UppercaseTransformer"')
+    assert run("check", str(xml)).exit_code == 1  # not in a transformer folder
+    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(folder))
+    result = run("check", str(xml))
+    assert result.exit_code == 0, result.output
+    assert result.stderr == "" and ", transformer stamp_9b2e.Stamp" in result.stdout
+
+
+def test_a_disabled_links_transformer_that_does_not_load_is_a_warning(tmp_path):
+    xml = xml_with(tmp_path, target='message-transformer-class="nosuchmodule_4d1f.Upper"',
+                   link_attrs=' enabled="false"')
+    result = run("check", str(xml))
+    assert result.exit_code == 0
+    assert result.stderr.startswith(f"{xml}:5: warning: link l: cannot load message transformer")
+    assert result.stderr.rstrip().endswith("(a start does not load it while link l is disabled)")
+
+
+def test_a_java_class_that_does_not_exist_is_reported_with_file_and_line(tmp_path):
+    """As a process: the JVM and its classpath are the process's (imq.bridge.java.classpath
+    and <instance>/lib/ext, as `serve` configures them)."""
+    import os
+    import subprocess
+    import sys
+
+    pytest.importorskip("jpype")
+    classes = tmp_path / "classes"
+    classes.mkdir()
+    xml = xml_with(tmp_path, target='message-transformer-class="com.example.NoSuchTransformer"')
+    props = tmp_path / "broker.properties"
+    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.enabled=true\n"
+                     f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\n"
+                     f"imq.bridge.t.xmlurl={xml}\nimq.bridge.java.classpath={classes}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", "check", "-props", str(props)],
+        capture_output=True, text=True, timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+    assert result.returncode == 1, result.stdout + result.stderr
+    (line,) = [x for x in result.stderr.splitlines() if x.startswith(f"{xml}:")]
+    assert line.startswith(f"{xml}:5: link l: cannot load message transformer "
+                           "com.example.NoSuchTransformer")
+    assert "nor is it a Java transformer: Java class com.example.NoSuchTransformer cannot be " \
+           "loaded" in line and str(classes) in line

@@ -319,9 +319,10 @@ WARNINGS = [
     (bridge('<dmq name="built-in-dmq" connection-factory-ref="cf" destination-ref="q" '
             'stay-connected="false"/>' + CF + DEST),
      "stay-connected is ignored for the built-in DMQ"),
-    (bridge('<connection-factory ref-name="cf"><property name="a" value="1"/>'
-            '<property name="a" value="2"/></connection-factory>' + DEST),
-     "property 'a' is set twice in <connection-factory>; the last one wins"),
+    (bridge('<connection-factory ref-name="cf"><property name="imqConfiguredClientID" '
+            'value="1"/><property name="imqConfiguredClientID" value="2"/>'
+            '</connection-factory>' + DEST),
+     "property 'imqConfiguredClientID' is set twice in <connection-factory>; the last one wins"),
 ]
 
 
@@ -333,9 +334,11 @@ def test_warnings_do_not_fail_the_load(data, expected):
 
 def test_a_duplicated_property_keeps_the_last_value():
     config = parse_bridge_config(bridge(
-        '<connection-factory ref-name="cf"><property name="a" value="1"/>'
-        '<property name="b" value="2"/><property name="a" value="3"/></connection-factory>'))
-    assert config.connection_factory("cf").environment == {"b": "2", "a": "3"}
+        '<connection-factory ref-name="cf"><property name="imqConfiguredClientID" value="1"/>'
+        '<property name="imqDefaultUsername" value="2"/>'
+        '<property name="imqConfiguredClientID" value="3"/></connection-factory>'))
+    assert config.connection_factory("cf").environment == {"imqDefaultUsername": "2",
+                                                           "imqConfiguredClientID": "3"}
 
 
 def test_the_bridge_name_must_match_when_given():

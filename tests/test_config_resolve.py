@@ -60,8 +60,8 @@ def registered():
 
 def cf(ref: str, lookup: str | None) -> str:
     if lookup is None:
-        return f'<connection-factory ref-name="{ref}"><property name="imqAddressList" ' \
-               f'value="mq://h:7676"/></connection-factory>'
+        return f'<connection-factory ref-name="{ref}"><property name="imqConfiguredClientID" ' \
+               f'value="c1"/></connection-factory>'
     return (f'<connection-factory ref-name="{ref}" lookup-name="{lookup}">'
             f'<property name="java.naming.factory.initial" value="{CONTEXT}"/>'
             f'<property name="java.naming.provider.url" value="test://{ref}"/>'
@@ -117,7 +117,7 @@ def test_host_factories_come_from_the_caller():
 
     (problem,) = check_xa(config, host_factory=host)
     assert "source connection factory 'host'" in problem.message
-    assert seen == [{"imqAddressList": "mq://h:7676"}]
+    assert seen == [{"imqConfiguredClientID": "c1"}]
     assert check_xa(config, host_factory=lambda env: XAFactory()) == []
 
 

@@ -214,7 +214,8 @@ def test_builtin_dmq_must_be_ready_at_start(broker):
             raise JMSException("host broker unreachable")
 
     xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host">'
-                                     '<property name="x" value="1"/></connection-factory>')
+                                     '<property name="imqDefaultUsername" value="u"/>'
+                                     '</connection-factory>')
     b = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: (
         EmbeddedConnectionFactory(broker) if env else Down(broker)))
     with pytest.raises(BridgeStartError, match="built-in DMQ"):

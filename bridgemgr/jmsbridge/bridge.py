@@ -30,9 +30,9 @@ from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory
-from ..props import BrokerProperties, clip, shorten
+from ..props import BrokerProperties, clip, is_secret_name, shorten
 from ..providers import embedded
-from ..transform import MessageTransformer, load_transformer
+from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
 from .config import (
@@ -48,6 +48,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .link import Link, LinkSetup, LinkTuning
 from .logs import BridgeLog
+from .plugins import load_configured_transformer
 from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
@@ -325,7 +326,9 @@ class JMSBridge:
         if self._bridge_log is not None:
             self._bridge_log.close()
         bp = self.props.bridge(self.name) if self.props is not None else None
-        secrets = [cf.password for cf in config.connection_factories if cf.password]
+        secrets = [secret for cf in config.connection_factories
+                   for secret in (cf.password, *(p.value for p in cf.properties
+                                                 if is_secret_name(p.name))) if secret]
         self._bridge_log = BridgeLog(
             self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
             bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
@@ -355,11 +358,9 @@ class JMSBridge:
         if class_path is None:
             return None
         try:
-            return load_transformer(class_path, self.transformer_path)
-        except JMSException as exc:
-            raise BridgeStartError(f"{_where(self.config, line)}{owner}: {exc}; put the module "
-                                   "in a transformer folder (transformers/, or one in "
-                                   "$IMQ_BRIDGE_TRANSFORMER_PATH) or on the Python path") from exc
+            return load_configured_transformer(class_path, owner, self.transformer_path)
+        except JMSException as exc:  # the same load and words as `check`
+            raise BridgeStartError(f"{_where(self.config, line)}{exc}") from exc
 
     def _connectors(self, config: BridgeConfig, links: list[LinkConfig],
                     dmqs: list[Any]) -> dict[str, Connector]:
@@ -382,8 +383,7 @@ class JMSBridge:
         if not any(link.transacted for link in links):
             return None
         props = self.props
-        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, c.config.username,
-                                c.config.password)
+        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
                    for ref, c in connectors.items() if ref != BUILTIN_DMQ]
         try:
             return BridgeTransactions.start(

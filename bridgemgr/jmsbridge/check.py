@@ -1,10 +1,12 @@
 # How it works: run_check() is `imqbridgemgr check` without the command line. It parses the
 # broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
 # they define (relative xmlurls start at the properties file's folder), then any XML files
-# named on the command line that no bridge already covered, optionally resolves the
-# connection factories of transacted links (JNDI lookups, so it is opt-in), and returns a
-# CheckReport: every problem with file and line, and one summary line per bridge and link.
-# Nothing is started, and no secret is ever part of the report.
+# named on the command line that no bridge already covered, loads every message transformer
+# they name exactly as a bridge's start does (plugins.py: the transformer folders, the
+# Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext),
+# optionally resolves the connection factories of transacted links (JNDI lookups, so it
+# is opt-in), and returns a CheckReport: every problem with file and line, and one summary
+# line per bridge and link. Nothing is started, and no secret is ever part of the report.
 """Checking broker properties and bridge XML offline, before a restart or in CI."""
 
 from __future__ import annotations
@@ -14,9 +16,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from ..jms.errors import JMSException
 from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
 from .config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
 from .fetch import DEFAULT_TIMEOUT
+from .plugins import load_configured_transformer, transformer_uses
 from .resolve import HostFactory, check_xa
 
 
@@ -93,6 +97,22 @@ def _stomp_summary(props: BrokerProperties) -> str:
     return f"bridge {STOMP} ({_state(props, STOMP, STOMP)}): {tcp}, {tls}{extra}"
 
 
+def check_transformers(config: BridgeConfig) -> list[Problem]:
+    """A problem for every transformer that does not load as a start would load it (a
+    warning for a disabled link or DMQ, which a start does not load)."""
+    problems = []
+    for use in transformer_uses(config):
+        try:
+            load_configured_transformer(use.class_path, use.owner)
+        except JMSException as exc:
+            if use.enabled:
+                problems.append(Problem(config.source, use.line, str(exc)))
+            else:
+                problems.append(Problem(config.source, use.line, f"{exc} (a start does not "
+                                        f"load it while {use.owner} is disabled)", "warning"))
+    return problems
+
+
 def _same_file(a: str, b: str) -> bool:
     try:
         return Path(a).resolve() == Path(b).resolve()
@@ -119,6 +139,7 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
             problems.extend(exc.problems)
             return
         problems.extend(config.warnings)
+        problems.extend(check_transformers(config))
         if resolve:
             problems.extend(check_xa(config, host_factory))
         configs.append(config)
@@ -128,6 +149,9 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
     if props_files or overrides:
         props, found = parse_properties(props_files, overrides, environ)
         problems += found
+        from ..providers.java import configure_from_properties
+
+        configure_from_properties(props)  # Java transformers: the classpath `serve` gives
         for name in props.bridge_names:
             btype = props.bridge_type(name)
             if btype == STOMP:

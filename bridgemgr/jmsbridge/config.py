@@ -11,7 +11,9 @@
 #   3. build the dataclasses, taking every missing attribute's default from the DTD itself
 #      and converting each attribute with the kind in ATTRIBUTE_KINDS (numbers in range,
 #      dotted class names). The built-in DMQ is always present, and first.
-#   4. run the rules a DTD cannot express (CHECKS) over the dataclasses.
+#   4. run the rules a DTD cannot express (CHECKS) over the dataclasses, among them the
+#      imq* properties of a factory without lookup-name: one it does not honour is an
+#      error (imqcf.py), never silently ignored.
 # Every problem carries file and line; all of them are raised together in one ConfigError.
 # Resolving connection factories (JNDI lookups, XA capability) is a separate step:
 # bridgemgr.jmsbridge.resolve.
@@ -40,6 +42,7 @@ from ..props import (
     Problem, clip, integer, is_secret_name, raise_if_errors, shorten,
 )
 from .fetch import DEFAULT_TIMEOUT, MAX_CONFIG_BYTES, read_xmlurl
+from .imqcf import IMQSettings, imq_settings
 
 DTD_SYSTEM_ID = "sun_jmsbridge_1_0.dtd"
 DOCTYPE = f'<!DOCTYPE jmsbridge SYSTEM "{DTD_SYSTEM_ID}">'
@@ -68,6 +71,7 @@ class Property:
 
     name: str
     value: str
+    line: int | None = field(default=None, compare=False)
 
     def __repr__(self) -> str:
         value = "********" if is_secret_name(self.name) else self.value
@@ -80,7 +84,8 @@ def _environment(properties: tuple[Property, ...]) -> dict[str, str]:
 
 @dataclass(frozen=True)
 class ConnectionFactoryConfig:
-    """A <connection-factory>: a JNDI lookup, or (no lookup-name) the host broker's factory."""
+    """A <connection-factory>: a JNDI lookup, or (no lookup-name) the host broker's factory
+    or the brokers of its imqAddressList, configured by imq* properties (imqcf.py)."""
 
     ref_name: str
     lookup_name: str | None = None
@@ -98,6 +103,21 @@ class ConnectionFactoryConfig:
     def environment(self) -> dict[str, str]:
         """The property elements as a JNDI environment (or host factory settings)."""
         return _environment(self.properties)
+
+    @property
+    def imq(self) -> IMQSettings:
+        """The imq* settings of a factory without lookup-name (their problems are the
+        configuration's: check_connection_factories)."""
+        return imq_settings(self.properties)[0] if self.lookup_name is None else IMQSettings()
+
+    @property
+    def login(self) -> tuple[str | None, str | None]:
+        """Who connections log in as: the username/password attributes (the original's
+        createConnection(user, password)), else imqDefaultUsername/imqDefaultPassword."""
+        imq = self.imq
+        if self.username is None and imq.default_username is not None:
+            return imq.default_username, imq.default_password
+        return self.username, self.password
 
 
 @dataclass(frozen=True)
@@ -469,7 +489,7 @@ class _Builder:
                                              "the last one wins, remove the other",
                                              "warning"))
                 del found[name]
-            found[name] = Property(name, value)
+            found[name] = Property(name, value, prop.sourceline)
         return tuple(found.values())
 
     def bridge(self, root: etree._Element) -> BridgeConfig:
@@ -603,6 +623,8 @@ def check_connection_factories(config: BridgeConfig) -> Iterator[Problem]:
                           "the password is not used; add username or remove password",
                           "warning")
         yield from _lookup_environment(config, name, cf.lookup_name, cf.environment, cf.line)
+        if cf.lookup_name is None:
+            yield from imq_settings(cf.properties, config.source, cf.line, cf.ref_name)[1]
 
 
 def _lookup_environment(config: BridgeConfig, name: str, lookup_name: str | None,

@@ -1,8 +1,9 @@
 # How it works: a Connector wraps one <connection-factory> and its resolved provider
-# factory and makes connections the way the element says: username/password,
-# connect-attempts (-1: forever) with connect-attempt-interval between them, the wait
-# interruptible by the caller's stop event. Each connection comes back as a Handle whose
-# `broken` event the provider's exception listener sets.
+# factory and makes connections the way the element says: username/password (else
+# imqDefaultUsername/imqDefaultPassword), connect-attempts (-1: forever) with
+# connect-attempt-interval between them, the wait interruptible by the caller's stop
+# event. Each connection comes back as a Handle whose `broken` event the provider's
+# exception listener sets.
 #
 # BridgeConnections hands connections out as Leases, by the chapter's rules
 # (connection_kind): a link source always gets a DEDICATED connection; a target or DMQ
@@ -39,20 +40,12 @@ class ConnectionKind(str, Enum):
     SHARED = "S"
 
 
-# <property> names of a host-broker connection factory that configure a JMS client id
-# (the first is OpenMQ's own); a factory with one cannot pool its connections.
-CLIENT_ID_PROPERTIES = ("imqConfiguredClientID", "clientID", "clientId", "client.id")
-
-
 def configured_client_id(config: ConnectionFactoryConfig, factory: object = None) -> str | None:
-    """The client id a <connection-factory> gives its connections: a client-id <property>
-    of a host-broker factory (no lookup-name), or a looked-up factory's ``client_id``."""
+    """The client id a <connection-factory> gives its connections (a factory with one
+    cannot pool them): imqConfiguredClientID of a factory without lookup-name, or a
+    looked-up factory's ``client_id``."""
     if config.lookup_name is None:
-        env = config.environment
-        for name in CLIENT_ID_PROPERTIES:
-            if env.get(name):
-                return env[name]
-        return None
+        return config.imq.client_id
     return getattr(factory, "client_id", None) or None
 
 
@@ -151,13 +144,14 @@ class Connector:
 
     def _connect_once(self, clientid: str | None, xa: bool) -> Handle:
         cfg = self.config
+        username, password = cfg.login
         if xa:
             if not isinstance(self.factory, XAConnectionFactory):
                 raise TransportException(f"connection-factory {cfg.ref_name} is not an XA "
                                          "connection factory")
-            conn: Connection = self.factory.create_xa_connection(cfg.username, cfg.password)
+            conn: Connection = self.factory.create_xa_connection(username, password)
         else:
-            conn = self.factory.create_connection(cfg.username, cfg.password)
+            conn = self.factory.create_connection(username, password)
         try:
             if clientid:
                 conn.client_id = clientid

@@ -1,8 +1,10 @@
 # How it works: parsing a bridge XML never touches a provider; this module is the step
 # after it. resolve_connection_factories() turns <connection-factory> elements into
 # provider objects: a lookup-name goes through bridgemgr.jms.naming with the element's
-# properties as the JNDI environment; no lookup-name means the host broker's factory,
-# which the caller supplies (host_factory, called with those properties). check_xa() applies
+# properties as the JNDI environment; no lookup-name means the brokers of its
+# imqAddressList property over the mq:// client (imqcf.AddressListFactory), or without
+# one the host broker's factory, which the caller supplies (host_factory, called with
+# those properties). check_xa() applies
 # the chapter's rule that a transacted link's source and target factories are XA
 # connection factories, and names each offender with the file and line of its link.
 # resolve_destination() does the same for a <destination>.
@@ -19,6 +21,7 @@ from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
 from .config import BridgeConfig, DestinationConfig, DestinationType, LinkConfig
+from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
@@ -30,8 +33,8 @@ def resolve_connection_factories(
 ) -> tuple[dict[str, ConnectionFactory], list[Problem]]:
     """The connection factories named by ``refs`` (all by default), by ref-name.
 
-    Factories without lookup-name are skipped when ``host_factory`` is None. Every failed
-    lookup is a problem; the others still resolve.
+    Host broker factories (no lookup-name, no imqAddressList) are skipped when
+    ``host_factory`` is None. Every failed lookup is a problem; the others still resolve.
     """
     wanted = None if refs is None else set(refs)
     factories: dict[str, ConnectionFactory] = {}
@@ -39,15 +42,27 @@ def resolve_connection_factories(
     for cf in config.connection_factories:
         if wanted is not None and cf.ref_name not in wanted:
             continue
-        if cf.lookup_name is None and host_factory is None:
-            continue
-        what = (f"the host broker's factory for connection-factory {shorten(cf.ref_name)}"
-                if cf.lookup_name is None else
-                f"lookup-name {shorten(cf.lookup_name)} of connection-factory "
-                f"{shorten(cf.ref_name)}")
+        settings = IMQSettings()
+        if cf.lookup_name is None:
+            settings, noted = imq_settings(cf.properties, config.source, cf.line, cf.ref_name)
+            refused = [p for p in noted if p.severity == "error"]
+            if refused:  # a configuration built without its checks: never the host instead
+                problems.extend(refused)
+                continue
+            if not settings.addresses and host_factory is None:
+                continue
+        addresses = settings.addresses
+        what = (f"lookup-name {shorten(cf.lookup_name)} of connection-factory "
+                f"{shorten(cf.ref_name)}" if cf.lookup_name is not None else
+                f"the {ADDRESS_LIST} of connection-factory {shorten(cf.ref_name)}" if addresses
+                else f"the host broker's factory for connection-factory {shorten(cf.ref_name)}")
         try:
-            found = (host_factory(cf.environment) if cf.lookup_name is None  # type: ignore[misc]
-                     else lookup(cf.lookup_name, cf.environment))
+            if cf.lookup_name is not None:
+                found = lookup(cf.lookup_name, cf.environment)
+            elif addresses:
+                found = AddressListFactory(settings)
+            else:
+                found = host_factory(cf.environment)  # type: ignore[misc]
         except Exception as exc:  # provider code: any failure is a problem to report
             problems.append(Problem(config.source, cf.line, f"{what} cannot be found "
                                     f"({type(exc).__name__}: {clip(str(exc), 160)}); "
