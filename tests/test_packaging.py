@@ -27,5 +27,6 @@ def test_wheel_contains_the_dtd_and_the_console_script(tmp_path):
     names = zipfile.ZipFile(wheel).namelist()
     assert "bridgemgr/dtd/sun_jmsbridge_1_0.dtd" in names
     assert "bridgemgr/providers/embedded/store.py" in names
+    assert "bridgemgr/providers/java/src/com/sun/messaging/bridge/service/MessageTransformer.java" in names
     entry = next(n for n in names if n.endswith("entry_points.txt"))
     assert "imqbridgemgr = bridgemgr.cli:main" in zipfile.ZipFile(wheel).read(entry).decode()

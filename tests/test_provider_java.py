@@ -500,3 +500,145 @@ def test_a_plain_java_class_name_loads_as_a_transformer(java_classes, tmp_path):
     with pytest.raises(JMSException, match="has no attribute 'Nope'"):  # a Python module stays Python
         load_transformer("transformers.uppercase.Nope")
 
+
+
+# --- Java transformers that extend the original's base class -------------------------------------------
+
+ROUTER = """
+package com.example;
+import javax.jms.*;
+import java.util.Properties;
+import com.sun.messaging.bridge.service.MessageTransformer;
+
+/** Routes by its text: ref:NAME branches to a ref-name, queue:NAME to a queue it makes, drop
+ *  is consumed only, new is replaced by a message it makes, anything else is upper-cased and
+ *  tagged with the bridge name, a configured property and the route. */
+public class Router extends MessageTransformer<Message, Message> {
+    public Message transform(Message m, boolean readOnly, String charsetName, String source,
+                             String target, Properties props) throws Exception {
+        String text = ((TextMessage) m).getText();
+        if (text.startsWith("ref:")) { branchTo(text.substring(4)); return m; }
+        if (text.startsWith("queue:")) { branchTo(createQueue(text.substring(6))); return m; }
+        if (text.equals("drop")) { noTransfer(); return m; }
+        if (text.equals("new")) {
+            TextMessage made = (TextMessage) createJMSMessage(JMSMessageType.TEXTMESSAGE);
+            made.setText("made for " + target);
+            return made;
+        }
+        TextMessage t = (TextMessage) m;
+        t.clearBody();
+        t.clearProperties();
+        t.setText(text.toUpperCase());
+        t.setStringProperty("bridge", props.getProperty("JMS_SUN_JMSBRIDGE_NAME"));
+        t.setStringProperty("region", props.getProperty("region"));
+        t.setStringProperty("route", source + ">" + target + ":" + readOnly + ":" + (source.equals(SUN_MQ)));
+        return t;
+    }
+}
+"""
+
+
+def compile_against_base(dest: Path, sources: dict[str, str], api: str = "javax.jms",
+                         api_jar: str = JMS_API_JAR) -> tuple[Path, Path]:
+    """Java ``sources`` (relative path -> text) compiled against the shipped base class for
+    ``api`` (its classes in ``api_jar``): the folder of their classes only (a user's jar built
+    against the original does not hold the base class), and the folder of the base classes."""
+    from bridgemgr.providers.java.baseclass import sources as base_sources
+
+    if shutil.which("javac") is None:
+        pytest.skip("javac is not installed (Debian package default-jdk-headless)")
+    src, base, classes = dest / "src", dest / "base", dest / "classes"
+    for root, files in ((src, sources), (base, base_sources(api))):
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+    subprocess.run(["javac", "-cp", api_jar, "-d", str(base / "out"), *map(str, base.rglob("*.java"))],
+                   check=True, capture_output=True, timeout=120)
+    subprocess.run(["javac", "-cp", os.pathsep.join([api_jar, str(base / "out")]), "-d", str(classes),
+                    *map(str, src.rglob("*.java"))], check=True, capture_output=True, timeout=120)
+    return classes, base / "out"
+
+
+@pytest.fixture(scope="module")
+def router_classes(java_classes, tmp_path_factory):
+    """com.example.Router on the classpath without the base class; the base class compiles
+    into a fresh cache folder."""
+    dest = tmp_path_factory.mktemp("router")
+    classes, _ = compile_against_base(dest, {"com/example/Router.java": ROUTER})
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("XDG_CACHE_HOME", str(dest / "cache"))
+        java.configure([str(classes)])
+        yield load_transformer("com.example.Router"), dest / "cache"
+
+
+def routed(t, text: str, in_bridge_link: bool = True, source: str = "SUN_MQ", target: str = "far"):
+    msg = TextMessage(text)
+    t.reset(in_bridge_link=in_bridge_link)
+    out = t.transform(received(msg), True, None, source, target,
+                      {"region": "emea", "JMS_SUN_JMSBRIDGE_NAME": "jb"})
+    return out, t.outcome()
+
+
+def test_a_subclass_of_the_base_class_transforms(router_classes):
+    t, cache = router_classes
+    assert [p.name for p in (cache / "imqbridge" / "java").iterdir()][0].startswith("javax.jms-")
+    out, outcome = routed(t, "plain")
+    assert out.text == "PLAIN" and outcome.branch_to is None and not outcome.no_transfer
+    assert out.properties == {"bridge": "jb", "region": "emea", "route": "SUN_MQ>far:true:true"}
+    made, _ = routed(t, "new")
+    assert isinstance(made, TextMessage) and made.text == "made for far"
+
+
+@pytest.mark.parametrize("text, branch, drop", [
+    ("ref:other", "other", False), ("queue:elsewhere", Queue("elsewhere"), False), ("drop", None, True),
+])
+def test_branch_to_and_no_transfer_of_the_base_class(router_classes, text, branch, drop):
+    t, _ = router_classes
+    out, outcome = routed(t, text)
+    assert out.text == text
+    assert outcome.branch_to == branch and outcome.no_transfer == drop
+    _, after = routed(t, "plain")  # init() before each call resets both
+    assert after.branch_to is None and not after.no_transfer
+
+
+def test_branch_to_is_refused_on_the_stomp_bridge_and_ignored_in_a_dmq(router_classes):
+    t, _ = router_classes
+    with pytest.raises(JMSException, match="UnsupportedOperationException: branchTo.. is only available on a JMS bridge link"):
+        routed(t, "ref:other", in_bridge_link=False, source="STOMP", target="SUN_MQ")
+    out, outcome = routed(t, "drop", in_bridge_link=False)  # a DMQ's transformer: as the original, no effect
+    assert out.text == "drop" and not outcome.no_transfer
+
+
+def test_one_jms_api_per_process(router_classes):
+    from bridgemgr.providers.java import baseclass
+
+    with pytest.raises(JMSException, match="built for javax.jms; a transformer built against jakarta.jms"):
+        baseclass.install("jakarta.jms", jvm.default_loader())
+
+
+def test_the_base_class_source_compiles_for_jakarta_jms(tmp_path):
+    """No jakarta.jms jar here: a minimal API of the names the base class uses stands in."""
+    from bridgemgr.providers.java.baseclass import sources
+
+    if shutil.which("javac") is None:
+        pytest.skip("javac is not installed (Debian package default-jdk-headless)")
+    api = tmp_path / "api" / "jakarta" / "jms"
+    api.mkdir(parents=True)
+    for name in ("Message", "TextMessage", "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage"):
+        (api / f"{name}.java").write_text(f"package jakarta.jms; public interface {name} "
+                                          f"{'' if name == 'Message' else 'extends Message '}{{}}\n")
+    for name in ("Destination", "Queue", "Topic"):
+        (api / f"{name}.java").write_text(f"package jakarta.jms; public interface {name} "
+                                          f"{'' if name == 'Destination' else 'extends Destination '}{{}}\n")
+    (api / "Session.java").write_text(
+        "package jakarta.jms; public interface Session {\n" + "".join(
+            f" {kind}Message create{kind}Message();\n" for kind in ("", "Text", "Bytes", "Map", "Stream", "Object"))
+        + " Queue createQueue(String n); Topic createTopic(String n);\n}\n")
+    for rel, text in sources("jakarta.jms").items():
+        assert "import javax" not in text
+        (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "src" / rel).write_text(text)
+    subprocess.run(["javac", "-d", str(tmp_path / "out"), *map(str, (tmp_path / "api").rglob("*.java")),
+                    *map(str, (tmp_path / "src").rglob("*.java"))], check=True, capture_output=True, timeout=120)
+    assert (tmp_path / "out" / "com/sun/messaging/bridge/api/MessageTransformer$JMSMessageType.class").exists()
+    assert (tmp_path / "out" / "com/sun/messaging/bridge/service/MessageTransformer.class").exists()

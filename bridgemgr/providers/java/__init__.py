@@ -23,9 +23,13 @@ then gets a class loader of its own (its jars must include the JMS API jar).
 Messages convert losslessly (:mod:`.convert`; Java-serialised ObjectMessage bodies stay
 opaque :class:`~bridgemgr.jms.message.JavaSerialized` bytes), XA resources keep their Xids
 across restarts (:mod:`.xa`), and a ``message-transformer-class`` may be a Java class
-(:mod:`.transformer`): name it ``bridgemgr.providers.java.classes.<Java class name>``; it
-needs a public ``transform(Message, boolean, String, String, String, Properties)`` (the
-original's signature, no base class) and may offer ``getBranchTo()`` / ``isNoTransfer()``.
+(:mod:`.transformer`): name it by its Java name or as
+``bridgemgr.providers.java.classes.<Java class name>``. It either extends the original's
+``com.sun.messaging.bridge.service.MessageTransformer`` (a jar built for the original runs
+unchanged: :mod:`.baseclass` compiles our copy of that base class with the JDK's javac at
+first need, so branchTo(), noTransfer() and the create helpers work), or simply has a public
+``transform(Message, boolean, String, String, String, Properties)`` and may offer
+``getBranchTo()`` / ``isNoTransfer()``.
 Every Java connection is closed at interpreter exit if its user did not close it.
 
 Provider notes (ActiveMQ Classic 5.x, measured): its XAConnectionFactory makes XA sessions

@@ -5,6 +5,9 @@
 # <instance>/lib/ext). Entries are jars, folders of classes, or `folder/*` for every jar
 # in a folder, separated by os.pathsep (or ',' as the original's property allows).
 # Entries configured after the JVM started are added to JPype's dynamic class loader.
+# The startup classpath begins with late_folder(), a folder of this process empty at the
+# start: classes made after the start (the transformer base class, baseclass.py) go there
+# so that classes of the startup classpath (lib/ext jars) see them too.
 #
 # A lookup environment may name its own classpath (imq.bridge.java.classpath as a
 # <property>): isolated_loader() gives such a provider a URLClassLoader of its own whose
@@ -30,6 +33,8 @@ import atexit
 import glob
 import logging
 import os
+import shutil
+import tempfile
 import threading
 from contextlib import contextmanager
 from pathlib import Path
@@ -49,6 +54,7 @@ _lock = threading.RLock()
 _configured: list[str] = []
 _jvm_args: list[str] = []
 _loaders: dict[tuple[str, ...], Any] = {}
+_late_folder: str | None = None
 
 
 # --- classpath ------------------------------------------------------------------------------
@@ -141,14 +147,25 @@ def start() -> None:
         except ImportError as exc:
             raise NamingException("the Java provider needs the jpype1 package "
                                   f"(pip install jpype1): {exc}") from None
-        path = [os.path.abspath(p) for p in classpath()]
+        global _late_folder
+        late = tempfile.mkdtemp(prefix="imqbridge-jvm-")
+        path = [late] + [os.path.abspath(p) for p in classpath()]
         try:
             jpype.startJVM(*_jvm_args, classpath=path, convertStrings=False)
         except Exception as exc:
+            shutil.rmtree(late, ignore_errors=True)
             raise NamingException(f"cannot start the JVM through JPype: {exc}") from exc
+        _late_folder = late
+        atexit.register(shutil.rmtree, late, True)
         log.info("JVM started (classpath: %s)", os.pathsep.join(path) or "empty")
         # atexit runs in reverse order: registered after JPype's own hook, ours runs first.
         atexit.register(close_all)
+
+
+def late_folder() -> str | None:
+    """The folder at the head of the startup classpath for classes made after the start
+    (None before the JVM runs, or when something else started it)."""
+    return _late_folder
 
 
 def jclass(name: str, loader: Any = None) -> Any:

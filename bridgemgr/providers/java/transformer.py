@@ -1,5 +1,22 @@
-# How it works: a message-transformer-class may name a Java class. The contract is the
-# original's MessageTransformer.transform, duck-typed (no base class or API jar needed):
+# How it works: a message-transformer-class may name a Java class, in one of two shapes.
+#
+# 1. A subclass of the original's base class, so a transformer jar built for the original
+#    runs unchanged (baseclass.py compiles our copy of that class when the JVM lacks it):
+#
+#     public class Router extends com.sun.messaging.bridge.service.MessageTransformer<Message, Message> {
+#         public Message transform(Message message, boolean readOnly, String charsetName,
+#                 String source, String target, Properties properties) throws Exception {
+#             ... createJMSMessage(JMSMessageType.TEXTMESSAGE), createQueue(name), createTopic(name),
+#             ... branchTo(destination or ref-name), noTransfer()
+#         }
+#     }
+#
+#    Before each call the transformer gets init(session, bridge type): the session is a
+#    TargetSession (our messages and destinations behind the JMS Session interface), the
+#    type "JMS", or "STOMP" on the STOMP bridge (where branchTo/noTransfer throw, as in the
+#    original). After the call getBranchTo() and isNoTransfer() are read.
+#
+# 2. Any class, duck-typed (no base class or API jar needed):
 #
 #     public class Upper {                                // public, no-argument constructor
 #         public javax.jms.Message transform(javax.jms.Message message, boolean readOnly,
@@ -9,8 +26,10 @@
 #         public boolean isNoTransfer()
 #     }
 #
-# (jakarta.jms.Message works the same; the parameter type of transform() picks the flavour.)
-# Name it in the bridge XML as bridgemgr.providers.java.classes.<Java class name>: the module
+# (jakarta.jms works the same; the parameter type of transform() picks the flavour.) A branch
+# or drop counts on a JMS bridge link only (elsewhere, as in the original's DMQ, it is
+# ignored). Name the class in the bridge XML by its Java name (com.example.Router), or as
+# bridgemgr.providers.java.classes.<Java class name>: the module
 # bridgemgr.providers.java.classes is a finder (install_finder) that makes every dotted name
 # below it resolve to a JavaTransformer of that class, so the loader of transformers
 # (bridgemgr.transform.load_transformer) loads it like any Python plugin. load() does the
@@ -20,9 +39,9 @@
 # message, a JPype proxy (MessageView and its kinds) over a copy of our message: every
 # JMS getter and setter works on it, a received message is read-only until clearBody() /
 # clearProperties() as in JMS, and errors are the flavour's own JMS exceptions. If Java
-# returns the view, the (possibly changed) copy goes on; any other Java message (say, one
-# the class made with its provider's API) is converted with convert.to_python. null is a
-# transform failure, as for Python transformers.
+# returns the view, or a message the TargetSession made, that message goes on; any other
+# Java message (say, one the class made with its provider's API) is converted with
+# convert.to_python. null is a transform failure, as for Python transformers.
 """Java classes as message transformers."""
 
 from __future__ import annotations
@@ -33,7 +52,7 @@ import sys
 import types
 from typing import Any, Callable, Mapping
 
-from ...jms.destination import Destination
+from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException
 from ...jms.message import (
     BytesMessage,
@@ -44,9 +63,10 @@ from ...jms.message import (
     PropertyType,
     StreamMessage,
     TextMessage,
+    create_message,
 )
-from ...transform import MessageTransformer
-from . import jvm
+from ...transform import STOMP, MessageTransformer
+from . import baseclass, jvm
 from .convert import (
     API_PACKAGES,
     JAVA_TYPES,
@@ -343,6 +363,67 @@ def view_of(message: Message, flavor: Flavor) -> tuple[Any, MessageView]:
 
 # --- the transformer ---------------------------------------------------------------------------
 
+class TargetSession:
+    """The session init() hands a subclass of the base class: createJMSMessage(),
+    createQueue() and createTopic() make our messages and destinations behind Java proxies,
+    remembered (with the message given to transform()) so what Java returns maps back."""
+
+    def __init__(self, flavor: Flavor, given: tuple[Any, MessageView]) -> None:
+        self.flavor = flavor
+        self.views: list[tuple[Any, MessageView]] = [given]
+        self.destinations: list[tuple[Any, Destination]] = []
+
+    def proxy(self) -> Any:
+        import jpype
+        methods = {
+            "createMessage": lambda: self._message("MESSAGE"),
+            "createTextMessage": lambda *text: self._message("TEXT", *text),
+            "createBytesMessage": lambda: self._message("BYTES"),
+            "createMapMessage": lambda: self._message("MAP"),
+            "createStreamMessage": lambda: self._message("STREAM"),
+            "createObjectMessage": lambda *body: self._message("OBJECT", *body),
+            "createQueue": lambda name: self._destination(Queue(str(name))),
+            "createTopic": lambda name: self._destination(Topic(str(name))),
+        }
+        session = jvm.jclass(f"{self.flavor.package}.Session", self.flavor.loader)
+        return jpype.JProxy(session, dict={k: _java_errors(self.flavor, f) for k, f in methods.items()})
+
+    def _message(self, kind: str, *body: Any) -> Any:
+        proxy, view = view_of(create_message(kind), self.flavor)
+        if body and body[0] is not None:  # createTextMessage(text), createObjectMessage(object)
+            getattr(view, "setText" if kind == "TEXT" else "setObject")(body[0])
+        self.views.append((proxy, view))
+        return proxy
+
+    def _destination(self, dest: Destination) -> Any:
+        proxy = _destination_proxy(dest, self.flavor)
+        self.destinations.append((proxy, dest))
+        return proxy
+
+    def message(self, result: Any) -> Message | None:
+        """What transform() returned, as our message."""
+        if result is None:
+            return None
+        for proxy, view in self.views:
+            if result is proxy:
+                return view.message
+        return to_python(result, self.flavor)
+
+    def branch(self, branch: Any) -> Destination | str | None:
+        """What getBranchTo() returned: a ref-name, or a destination (ours or the provider's)."""
+        if branch is None:
+            return None
+        if isinstance(branch, jvm.jclass("java.lang.String")):
+            return str(branch)
+        for proxy, dest in self.destinations + [d for _, v in self.views for d in v._destinations]:
+            if branch is proxy:
+                return dest
+        if isinstance(branch, self.flavor.Destination):
+            return to_python_destination(branch, self.flavor)
+        raise JMSException(f"getBranchTo() returned a {type(branch).__name__}, "
+                           "not a String or a Destination")
+
+
 class JavaTransformer(MessageTransformer):
     """A MessageTransformer whose transform() is a Java class's (see the module comment)."""
 
@@ -351,18 +432,24 @@ class JavaTransformer(MessageTransformer):
         jvm.start()
         self.class_name = class_name
         try:
-            cls = jvm.jclass(class_name, loader or jvm.default_loader())
+            cls = baseclass.load_class(class_name, loader or jvm.default_loader())
+        except JMSException:
+            raise
         except Exception as exc:  # ClassNotFoundException, NoClassDefFoundError, bad bytecode
             raise JMSException(f"Java class {class_name} cannot be loaded ({type(exc).__name__}: "
                                f"{exc}); the JVM classpath is {', '.join(jvm.classpath()) or 'empty'} "
                                f"(set {jvm.CLASSPATH_PROPERTY})") from None
         with jvm.java_errors(f"Java transformer {class_name}"):
-            method = next((m for m in cls.class_.getMethods()
-                           if m.getName() == "transform" and m.getParameterCount() == 6), None)
+            self.base = _base_class(cls.class_)
+            methods = [m for m in cls.class_.getMethods()
+                       if m.getName() == "transform" and m.getParameterCount() == 6]
+            method = next((m for m in methods if not m.isBridge()), None)
             if method is None:
                 raise JMSException(f"{class_name} has no public transform(Message, boolean, "
                                    "String, String, String, Properties) method")
             api = str(method.getParameterTypes()[0].getName()).rpartition(".")[0]
+            if api not in API_PACKAGES and self.base is not None:  # MessageTransformer<Object, Object>
+                api = _api_of_base(self.base)
             if api not in API_PACKAGES:
                 raise JMSException(f"{class_name}.transform() takes a {api} type, not a "
                                    "javax.jms or jakarta.jms Message")
@@ -377,24 +464,43 @@ class JavaTransformer(MessageTransformer):
         if read_only:
             copy.set_read_only()
         proxy, view = view_of(copy, self.flavor)
+        session = TargetSession(self.flavor, (proxy, view))
         jprops = jvm.jclass("java.util.Properties")()
         for key, value in (properties or {}).items():
             jprops.setProperty(str(key), str(value))
         with jvm.java_errors(f"{self.class_name}.transform"):
+            if self.base is not None:  # the original's reset before each call
+                stomp = not self._in_bridge_link and STOMP in (source, target)
+                self.java.init(session.proxy(), "STOMP" if stomp else "JMS")
             result = self.java.transform(proxy, bool(read_only), charset_name, source, target, jprops)
             branch = self._java_branch() if self._java_branch is not None else None
             no_transfer = bool(self._java_no_transfer()) if self._java_no_transfer is not None else False
-            if result is None:
-                out = None
-            elif result is proxy:
-                out = view.message
-            else:
-                out = to_python(result, self.flavor)
-        if branch is not None:
-            self.branch_to(str(branch))
-        if no_transfer:
-            self.no_transfer()
+            out = session.message(result)
+            destination = session.branch(branch)
+        if self._in_bridge_link:
+            if destination is not None:
+                self.branch_to(destination)
+            if no_transfer:
+                self.no_transfer()
         return out
+
+
+def _base_class(jclass_: Any) -> Any:
+    """The original's base class among the superclasses of ``jclass_``, or None."""
+    cls = jclass_.getSuperclass()
+    while cls is not None:
+        if str(cls.getName()) in baseclass.BASE_CLASSES:
+            return cls
+        cls = cls.getSuperclass()
+    return None
+
+
+def _api_of_base(base: Any) -> str:
+    """The JMS API package of a base class (the type createQueue() returns)."""
+    for method in base.getDeclaredMethods():
+        if method.getName() == "createQueue":
+            return str(method.getReturnType().getName()).rpartition(".")[0]
+    return ""
 
 
 def load(class_name: str) -> JavaTransformer:
@@ -438,4 +544,5 @@ def install_finder() -> None:
         sys.meta_path.insert(0, _ClassesFinder())
 
 
-__all__ = ["JavaTransformer", "MessageView", "PACKAGE", "install_finder", "load", "view_of"]
+__all__ = ["JavaTransformer", "MessageView", "PACKAGE", "TargetSession", "install_finder", "load",
+           "view_of"]
