@@ -1,6 +1,6 @@
 """Start-up of `imqbridgemgr serve` with a bridge that cannot connect: bridges start
 independently, so a bridge stuck in connect-attempts="-1" is listed as STARTING at once
-beside the others, which start and move messages; a STARTING bridge answers every
+beside the others (a JMS bridge and the STOMP bridge), which start and move messages; a STARTING bridge answers every
 command sensibly and `stop bridge` cancels its start. Everything through the CLI, as
 processes, against a real service.
 """
@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 from bridgemgr import connect
+from bridgemgr.admin.portmapper import lookup_services
 from bridgemgr.jms import Queue, TextMessage
 from service_support import Daemon, cli, one_bridge_files
 
 pytestmark = pytest.mark.timeout(180)
+UP = {"stuck": "STARTING", "jb": "STARTED", "stomp": "STARTED"}
 
 WORKING = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
@@ -64,7 +66,8 @@ def closed_port() -> int:
 def bridge_states(daemon: Daemon, passfile: Path) -> dict[str, str]:
     r = cli(daemon, passfile, "list", "bridge")
     assert r.returncode == 0, r.stderr
-    return {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\s+JMS\s+(\w+)$", r.stdout, re.M)}
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\s+(?:JMS|STOMP)\s+(\w+)$",
+                                                        r.stdout, re.M)}
 
 
 @pytest.fixture
@@ -72,7 +75,8 @@ def service(tmp_path):
     (tmp_path / "stuck.xml").write_text(STUCK.format(port=closed_port()))
     props, passfile = one_bridge_files(
         tmp_path, "startup", WORKING, "Secret-1", "imq.bridge.stuck.type=jms",
-        "imq.bridge.stuck.xmlurl=stuck.xml", activelist="stuck,jb")
+        "imq.bridge.stuck.xmlurl=stuck.xml", "imq.bridge.stomp.tcp.port=0",
+        activelist="stuck,jb,stomp")
     began = time.monotonic()
     daemon = Daemon(props, settle=False)
     up = time.monotonic() - began
@@ -89,10 +93,12 @@ def test_a_bridge_stuck_connecting_holds_up_nothing(service):
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
         states = bridge_states(daemon, passfile)
-        if states == {"stuck": "STARTING", "jb": "STARTED"}:
+        if states == UP:
             break
         time.sleep(0.2)
-    assert states == {"stuck": "STARTING", "jb": "STARTED"}
+    assert states == UP
+    host, port = daemon.address.split(":")
+    assert "stomp" in {e.name for e in lookup_services(host, int(port))}
     r = cli(daemon, passfile, "list", "link", "-bn", "stuck")
     assert re.search(r"^far\s+STARTING\s", r.stdout, re.M), r.stdout
 
@@ -118,12 +124,12 @@ def test_a_bridge_stuck_connecting_holds_up_nothing(service):
     r = cli(daemon, passfile, "stop", "bridge", "-bn", "stuck")
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - began < 8
-    assert bridge_states(daemon, passfile) == {"stuck": "STOPPED", "jb": "STARTED"}
+    assert bridge_states(daemon, passfile) == {**UP, "stuck": "STOPPED"}
 
     # An admin start of it is answered (STARTING) instead of waiting for the provider.
     began = time.monotonic()
     r = cli(daemon, passfile, "start", "bridge", "-bn", "stuck")
     assert r.returncode == 0, r.stderr
     assert time.monotonic() - began < 9
-    assert bridge_states(daemon, passfile) == {"stuck": "STARTING", "jb": "STARTED"}
+    assert bridge_states(daemon, passfile) == UP
     # SIGTERM (the fixture) stops the service promptly though one bridge is connecting.
