@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+from typing import Any
 
 import click
 
@@ -85,17 +87,35 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
         raise click.ClickException(str(exc)) from None
     manager = BridgeServiceManager(props)
     manager.handle_signals()
-    try:
-        manager.start()
-    except (ServiceError, StoreError, OSError) as exc:
-        raise click.ClickException(f"the service cannot start: {exc}") from None
-    assert manager.broker is not None and manager.broker.store is not None
-    click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} running, "
-               f"store {manager.broker.store.path}")
-    portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
-    click.echo(f"port mapper: {portmapper}")
+    # Bridges start on threads of their own: a line per bridge now (STARTING while it
+    # connects) and another when its start has ended, whether before or after "Running".
+    output = threading.Lock()
+    shown: dict[str, str] = {}
+
+    def show(bridge: Any, starting: bool = False) -> None:
+        with output:
+            state = getattr(bridge.state, "value", str(bridge.state))
+            if starting and state == "UNINITIALIZED":  # its thread has not begun yet
+                state = "STARTING"
+            if shown.get(bridge.name) != state:
+                shown[bridge.name] = state
+                click.echo(f"bridge {bridge.name} ({bridge.type}): {state}")
+
+    manager.on_bridge_started = show
+    with output:  # the service's lines first
+        try:
+            manager.start()
+        except (ServiceError, StoreError, OSError) as exc:
+            raise click.ClickException(f"the service cannot start: {exc}") from None
+        assert manager.broker is not None and manager.broker.store is not None
+        click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} "
+                   f"running, store {manager.broker.store.path}")
+        portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
+        click.echo(f"port mapper: {portmapper}")
+    if demo:  # the demo needs its bridges
+        manager.wait_for_starts(60)
     for name, bridge in manager.bridges.items():
-        click.echo(f"bridge {name} ({bridge.type}): {getattr(bridge.state, 'value', bridge.state)}")
+        show(bridge, starting=props.bridge(name).autostart)
     if demo:
         from .demo import how_to_reach, run_demo
         if "demo" in manager.bridges:

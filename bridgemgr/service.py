@@ -9,11 +9,16 @@ the port mapper and the broker's ``jms`` connection service (other processes rea
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
 repository), and — when imq.bridge.enabled is true — the admin command port (only
 with an admin user and password) and every bridge of imq.bridge.activelist (type
-jms or stomp), starting those with autostart. A bridge that fails to start is logged and left
-STOPPED; the others still start. ``dispatch`` carries out admin commands (the
-``_OPS`` table maps each to a bridge or link method). ``stop()`` stops the bridges,
-then the front ends, then the broker (which writes what is pending and closes the
-store), within ``STOP_TIMEOUT`` per bridge.
+jms or stomp). Every bridge is listed from then on; those with autostart start each on
+its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
+provider is unreachable (connect-attempts -1) shows STARTING without holding up the
+others. A bridge that fails to start is logged and left STOPPED. ``on_bridge_started``,
+when set, hears of each start-up bridge once its start has ended. ``dispatch`` carries
+out admin commands (the ``_OPS`` table maps each to a bridge or link method); an admin
+start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` seconds,
+STARTING if the bridge is still connecting. ``stop()`` stops the bridges (cancelling starts
+still under way), then the front ends, then the broker (which writes what is pending and
+closes the store), within ``STOP_TIMEOUT`` per bridge.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ import os
 import signal
 import ssl
 import threading
+import time
 from typing import IO, Any, Callable, Protocol
 
 from .admin.protocol import (
@@ -50,6 +56,7 @@ from .providers.embedded import (
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT = 30.0
+ADMIN_START_WAIT = 5.0  # an admin start is answered within this (the CLI waits 10 s by default)
 
 
 class ServiceError(Exception):
@@ -87,6 +94,9 @@ class BridgeServiceManager:
         self.users: Any = None
         self.bridges: dict[str, ManagedBridge] = {}
         self.bridge_factories = bridge_factories or default_bridge_factories()
+        self.on_bridge_started: Callable[[ManagedBridge], None] | None = None
+        self._starts: list[_Start] = []  # starts under way (and the last ones that ended)
+        self._closing = threading.Event()  # stop() has begun: starts ending now go unreported
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
 
@@ -189,16 +199,26 @@ class BridgeServiceManager:
                 log.error("bridge %s: imq.bridge.%s.type must be jms or stomp, not %r", name, name, btype)
                 continue
             try:
-                bridge = make(self, name)
+                self.bridges[name] = make(self, name)
             except (JMSException, ConfigError, OSError, ValueError) as exc:
                 log.error("bridge %s cannot be loaded: %s", name, exc)
-                continue
-            self.bridges[name] = bridge
+        for name, bridge in self.bridges.items():  # every bridge is listed before any starts
             if self.props.bridge(name).autostart:
-                try:
-                    bridge.start()
-                except Exception as exc:  # the others still start (chapter)
-                    log.error("bridge %s failed to start and stays STOPPED: %s", name, exc)
+                self._start_bridge(bridge, report=True)
+
+    def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> "_Start":
+        """Start ``bridge`` on a thread of its own; ``report``: tell on_bridge_started
+        once the start has ended (for a JMS bridge: its links have connected)."""
+        start = _Start(bridge, self if report else None)
+        self._starts = [s for s in self._starts if s.thread.is_alive()] + [start]
+        start.thread.start()
+        return start
+
+    def wait_for_starts(self, timeout: float | None = None) -> None:
+        """Until every start under way has ended (or ``timeout`` seconds)."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for start in list(self._starts):
+            start.thread.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
@@ -240,7 +260,12 @@ class BridgeServiceManager:
             return Reply(NOT_IMPLEMENTED, f"the {bridge.type} bridge does not support {cmd.op.lower()}"
                          + (" for links" if cmd.link else ""))
         try:
-            state = method(cmd.link) if cmd.link else method()
+            if cmd.link:
+                state = method(cmd.link)
+            elif cmd.op == "START":
+                state = self._admin_start(bridge)
+            else:
+                state = method()
         except IllegalStateException as exc:
             return Reply(BAD_REQUEST, str(exc))
         except JMSException as exc:
@@ -248,6 +273,15 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, str(exc))
             return Reply(ERROR, f"{cmd.op.lower()} {what} failed: {exc}")
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
+
+    def _admin_start(self, bridge: ManagedBridge) -> Any:
+        """Start ``bridge`` on its own thread; its state after at most ADMIN_START_WAIT
+        seconds (STARTING while it is still connecting); a failed start raises."""
+        start = self._start_bridge(bridge)
+        start.thread.join(ADMIN_START_WAIT)
+        if start.error is not None:
+            raise start.error
+        return bridge.state
 
     def _find(self, cmd: Command) -> ManagedBridge | Reply:
         name = cmd.bridge or (cmd.type.lower() if cmd.type == "STOMP" else None)
@@ -326,8 +360,10 @@ class BridgeServiceManager:
             self.stop()
 
     def stop(self) -> None:
+        self._closing.set()
         for name, bridge in reversed(list(self.bridges.items())):
-            done = threading.Thread(target=_quietly(bridge.stop, name), name=f"stop:{name}")
+            done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge),
+                                    name=f"stop:{name}")
             done.start()
             done.join(STOP_TIMEOUT)
             if done.is_alive():
@@ -352,6 +388,16 @@ class BridgeServiceManager:
             self.broker = None
         self._unlock_instance()
 
+    def _stop_bridge(self, bridge: ManagedBridge) -> None:
+        """Stop ``bridge``, cancelling a start under way; once that start has returned,
+        stop again what it may have finished after the first stop."""
+        bridge.stop()
+        starts = [s for s in list(self._starts) if s.bridge is bridge and s.thread.is_alive()]
+        for start in starts:
+            start.thread.join(STOP_TIMEOUT)
+        if starts:
+            bridge.stop()
+
     def __enter__(self) -> "BridgeServiceManager":
         self.start()
         return self
@@ -364,10 +410,37 @@ def _value(state: Any) -> str:
     return getattr(state, "value", str(state))
 
 
-def _quietly(fn: Callable[[], Any], name: str) -> Callable[[], None]:
+class _Start:
+    """One bridge's start on a thread of its own, and how it ended."""
+
+    def __init__(self, bridge: ManagedBridge, report_to: "BridgeServiceManager | None") -> None:
+        self.bridge = bridge
+        self.error: Exception | None = None
+        self._report_to = report_to
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"start:{bridge.name}")
+
+    def _run(self) -> None:
+        bridge = self.bridge
+        try:
+            bridge.start()
+        except IllegalStateException as exc:  # refused in its state (already STARTING)
+            self.error = exc
+        except Exception as exc:  # the others still start (chapter)
+            self.error = exc
+            log.error("bridge %s failed to start and stays STOPPED: %s", bridge.name, exc)
+        if self._report_to is None:
+            return
+        while _value(bridge.state) in ("STARTING", "STOPPING"):  # links still connecting, or a stop
+            time.sleep(0.2)
+        hook = self._report_to.on_bridge_started
+        if hook is not None and not self._report_to._closing.is_set():
+            hook(bridge)
+
+
+def _quietly(fn: Callable[..., Any], name: str, *args: Any) -> Callable[[], None]:
     def run() -> None:
         try:
-            fn()
+            fn(*args)
         except Exception as exc:
             log.error("bridge %s: stop failed: %s", name, exc)
     return run
@@ -387,6 +460,7 @@ class StompService:
         config = StompConfig.from_props(manager.props)
         config = dataclasses.replace(config, hostname=config.hostname or manager.host)
         self.bridge = StompBridge(config, manager.broker, manager.users, manager.netloop)
+        self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
 
     @property
     def state(self) -> str:
@@ -395,16 +469,18 @@ class StompService:
     def start(self) -> str:
         from .admin.portmapper import ServiceEntry
 
-        self.bridge.start()
-        for row in self.bridge.service_entries():
-            self._manager.portmapper.register(ServiceEntry(*row))
-        return self.state
+        with self._lock:
+            self.bridge.start()
+            for row in self.bridge.service_entries():
+                self._manager.portmapper.register(ServiceEntry(*row))
+            return self.state
 
     def stop(self) -> str:
-        for row in self.bridge.service_entries():
-            self._manager.portmapper.unregister(row[0])
-        self.bridge.stop()
-        return self.state
+        with self._lock:
+            for row in self.bridge.service_entries():
+                self._manager.portmapper.unregister(row[0])
+            self.bridge.stop()
+            return self.state
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "state": self.state,

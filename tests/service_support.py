@@ -13,20 +13,27 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 class Daemon:
-    """`imqbridgemgr serve -props PROPS`, up once it printed "Running"; ``address`` is its
-    port mapper (what -b takes)."""
+    """`imqbridgemgr serve -props PROPS`, up once it printed "Running" and (unless
+    ``settle`` is false) every bridge's start has ended: serve prints "bridge NAME (TYPE):
+    STATE" for each, again when a STARTING one is done. ``address`` is its port mapper
+    (what -b takes); ``bridges`` the last state printed per bridge."""
 
-    def __init__(self, props: Path, *args: str) -> None:
+    def __init__(self, props: Path, *args: str, settle: bool = True) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props),
                                       *args],
                                      stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
         self.lines: list[str] = []
+        self.bridges: dict[str, str] = {}
+        running = False
         for line in self.proc.stdout:
             self.lines.append(line.rstrip())
             if m := re.match(r"port mapper: (\S+):(\d+)", line):
                 self.address = f"{m.group(1)}:{m.group(2)}"
-            if "Running" in line:
+            if m := re.match(r"bridge (\S+) \(\w+\): (\w+)$", line):
+                self.bridges[m.group(1)] = m.group(2)
+            running = running or "Running" in line
+            if running and not (settle and "STARTING" in self.bridges.values()):
                 return
         raise AssertionError(f"serve did not come up: {self.lines}")
 

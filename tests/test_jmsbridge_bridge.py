@@ -8,7 +8,8 @@ import threading
 
 import pytest
 
-from bridgemgr.jms.errors import JMSException
+from bridgemgr.jms.errors import JMSException, TransportException
+from bridgemgr.jms.spi import ConnectionFactory
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge, NoSuchLink
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.logs import read_levels
@@ -87,6 +88,65 @@ def test_link_commands(bridge, broker):
     bridge.pause()
     with pytest.raises(IllegalTransition, match="the bridge is PAUSED"):
         bridge.start_link("l1")
+
+
+class Gate(ConnectionFactory):
+    """The broker's factory behind a gate: every connect fails until the gate opens."""
+
+    def __init__(self, broker) -> None:
+        self.inner = EmbeddedConnectionFactory(broker)
+        self.open = threading.Event()
+
+    def create_connection(self, username=None, password=None):
+        if not self.open.is_set():
+            raise TransportException("the gate is closed")
+        return self.inner.create_connection(username, password)
+
+
+def gated_bridge(broker):
+    """Bridge b: link l reads src through the gate (connect-attempts -1, 1 s apart)."""
+    gate = Gate(broker)
+    xml = bridge_xml(link_xml("l").replace('<source connection-factory-ref="host"',
+                                           '<source connection-factory-ref="gated"'),
+                     cfs='<connection-factory ref-name="gated" connect-attempts="-1" '
+                         'connect-attempt-interval-in-seconds="1">'
+                         '<property name="gated" value="yes"/></connection-factory>')
+    bridge = JMSBridge(parse_bridge_config(xml, "test.xml"), tuning=FAST, reap_interval=0.05,
+                       host_factory=lambda env: gate if env.get("gated") else host(broker)(env))
+    return bridge, gate
+
+
+def test_a_bridge_is_starting_until_its_links_connect(broker):
+    bridge, gate = gated_bridge(broker)
+    try:
+        assert bridge.start(timeout=0.3) is State.STARTING
+        assert states(bridge) == {"l": "STARTING"} and bridge.info()["state"] == "STARTING"
+        for command in (bridge.start, bridge.pause, bridge.resume):
+            with pytest.raises(IllegalTransition, match="it is STARTING"):
+                command()
+        with pytest.raises(IllegalTransition, match="the bridge is STARTING"):
+            bridge.stop_link("l")
+        gate.open.set()  # the provider comes up: the housekeeping thread finishes the start
+        wait_until(lambda: bridge.state is State.STARTED, 5)
+        send(broker, "src", ["late"])
+        assert [m.text for m in drain(broker, "dst", expect=1)] == ["late"]
+    finally:
+        bridge.stop()
+
+
+def test_stop_cancels_a_start_under_way(broker):
+    bridge, gate = gated_bridge(broker)
+    returned: list[State] = []
+    starter = threading.Thread(target=lambda: returned.append(bridge.start(timeout=None)))
+    starter.start()
+    wait_until(lambda: states(bridge) == {"l": "STARTING"}, 5)
+    assert bridge.stop() is State.STOPPED  # at once, not after the provider
+    starter.join(5)
+    assert not starter.is_alive() and returned[0] in (State.STOPPING, State.STOPPED)
+    assert bridge.state is State.STOPPED and not broker.connections
+    gate.open.set()
+    assert bridge.start() is State.STARTED  # a new start after a cancelled one
+    bridge.stop()
 
 
 def test_missing_transformer_class_fails_the_start_clearly(broker):

@@ -312,6 +312,42 @@ def test_message_transformer_hook_both_ways(drivers, jms):
     assert d.messages(1)[0].body == b"[('k', 1)]"
 
 
+class Fresh(MessageTransformer):
+    """Test transformer: outbound, a new message that sets only its body, a property and
+    (when the text says so) its own correlation id."""
+
+    def transform(self, message, read_only, charset_name, source, target, properties):
+        if source == "STOMP":
+            return message
+        out = self.create_message("TEXT")
+        out.text = message.text.upper()
+        out.set_string_property("fresh", "yes")
+        if message.text == "own":
+            out.correlation_id = "from-transformer"
+        return out
+
+
+def test_a_new_message_from_the_transformer_keeps_the_deliverys_headers(drivers, jms, broker):
+    d = drivers("1.0", config=SessionConfig(transformer=Fresh))
+    d.send("SUBSCRIBE", {"destination": "/queue/fresh", "ack": "client"})
+    producer = jms.create_producer(Queue("fresh"))
+    sent = TextMessage("abc")
+    sent.correlation_id, sent.type, sent.reply_to = "c1", "kind", Queue("replies")
+    sent.set_string_property("lost", "x")  # the transformer's message has its own properties
+    producer.send(sent, priority=7)
+    frame = d.messages(1)[0]
+    h = frame.headers
+    assert frame.body == b"ABC" and h["fresh"] == "yes" and "lost" not in h
+    assert (h["destination"], h["message-id"], h["timestamp"], h["priority"]) == (
+        "/queue/fresh", sent.message_id, str(sent.timestamp), "7")
+    assert (h["correlation-id"], h["type"], h["reply-to"]) == ("c1", "kind", "/queue/replies")
+    own = TextMessage("own")
+    producer.send(own)
+    assert d.messages(1)[0].headers["correlation-id"] == "from-transformer"
+    assert d.send("ACK", {"message-id": own.message_id}) == []  # client ack: covers both
+    assert pending(broker, "fresh") == 0
+
+
 # --- SUBSCRIBE, UNSUBSCRIBE, ack modes ---------------------------------------------------------
 
 def test_subscribe_without_id_gets_the_default_id(drivers):

@@ -11,9 +11,14 @@
 #   7. resolve the connection factories and create the pools and shared connections;
 #   8. make the DMQs ready (the built-in one must connect);
 #   9. start the enabled links.
-# Anything failing undoes what was done and leaves the bridge STOPPED. stop() stops every
-# link (each finishes its message in flight), closes the DMQ senders, waits until every
-# pooled and shared connection is back, and closes them. A housekeeping thread closes
+# Anything failing undoes what was done and leaves the bridge STOPPED. The bridge stays
+# STARTING until every link has connected (or given up): start() waits for that, up to its
+# timeout, outside the command lock, and the housekeeping thread finishes the move to
+# STARTED if the links take longer (connect-attempts="-1" retries forever). stop() on a
+# STARTING bridge cancels the start: it moves to STOPPING at once and sets `_halt`, which the
+# start checks between its steps and every wait of a link connecting observes. stop() stops
+# every link (each finishes its message in flight), closes the DMQ senders, waits until
+# every pooled and shared connection is back, and closes them. A housekeeping thread closes
 # pooled connections past their idle timeout. Link commands are legal only while the
 # bridge is STARTED; every command checks the state tables of states.py. Per-link
 # counters outlive restarts, for the admin `list` and metrics.
@@ -23,6 +28,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
@@ -48,6 +54,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .link import Link, LinkSetup, LinkTuning
 from .logs import BridgeLog
+from .pipeline import Interrupted
 from .plugins import load_configured_transformer
 from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
@@ -57,6 +64,8 @@ if TYPE_CHECKING:
     from ..spark.runner import SparkLink
 
 LOGGING_CONFIG_PROPERTY = "java.util.logging.config.file"
+# A link no longer connecting: what start() waits for.
+_CONNECTED_OR_DONE = frozenset(State) - {State.STARTING}
 
 
 class BridgeStartError(JMSException, code="BRIDGE_START"):
@@ -108,8 +117,9 @@ class JMSBridge:
         self._dmqs: DeadMessageQueues | None = None
         self._xa: BridgeTransactions | None = None
         self._housekeeping: threading.Thread | None = None
-        self._halt = threading.Event()
+        self._halt = threading.Event()  # set by stop(): housekeeping ends, a start gives up
         self._lock = threading.RLock()  # one command at a time
+        self._generation = 0  # bumped by each start, so a late waiter cannot finish a newer one
 
     @classmethod
     def from_properties(cls, props: BrokerProperties, name: str, **kwargs: Any) -> "JMSBridge":
@@ -156,23 +166,53 @@ class JMSBridge:
         return {"name": self.name, "type": self.type, "state": self.state.value, "links": rows}
 
     # --- bridge commands ----------------------------------------------------------------------
-    def start(self) -> State:
+    def start(self, timeout: float | None = -1) -> State:
+        """The start steps, then wait up to ``timeout`` seconds (tuning.start_timeout by
+        default, None: as long as it takes) for the links to connect; the state then:
+        STARTING while a link is still connecting (the bridge turns STARTED once every
+        link has), STOPPED when stop() cancelled the start."""
         with self._lock:
-            if self.lifecycle.begin(Command.START) is None:
-                return self.state
+            with self.lifecycle.cond:  # begin, clear and count as one step for stop()
+                if self.lifecycle.begin(Command.START) is None:
+                    return self.state
+                self._halt.clear()
+                self._generation += 1
+                generation = self._generation
             try:
-                self._start()
-            except BaseException:
+                self._start(generation)
+            except BaseException as exc:
+                if self.state is not State.STARTING and isinstance(exc, Exception):
+                    return self.state  # stop() cancelled the start and tears it down
                 self._teardown()
-                self.lifecycle.set(State.STOPPED)
+                self.lifecycle.move({State.STARTING}, State.STOPPED)
                 raise
-            self.lifecycle.set(State.STARTED)
-            self.log.info("bridge %s started with %d link(s)", self.name, len(self._links))
-            return self.state
+            links = list(self._links.values())
+        # Outside the lock: stop() and list must not wait for a link that is connecting.
+        deadline = None if timeout is None else time.monotonic() + (
+            self.tuning.start_timeout if timeout == -1 else timeout)
+        for link in links:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if link.lifecycle.wait_for(_CONNECTED_OR_DONE, remaining) is State.STARTING:
+                return self.state  # still connecting: the housekeeping thread finishes
+        self._started(generation)
+        return self.state
+
+    def _started(self, generation: int) -> None:
+        """STARTING -> STARTED, unless a stop (or a stop and a new start) came first."""
+        with self.lifecycle.cond:
+            if generation != self._generation or not self.lifecycle.move({State.STARTING},
+                                                                          State.STARTED):
+                return
+        self.log.info("bridge %s started with %d link(s)", self.name, len(self._links))
 
     def stop(self) -> State:
+        with self.lifecycle.cond:
+            cancel = self.lifecycle.state is State.STARTING
+            if cancel:  # a start is under way: STOPPING now, and the start gives up
+                self.lifecycle.begin(Command.STOP)
+                self._halt.set()
         with self._lock:
-            if self.lifecycle.begin(Command.STOP) is None:
+            if not cancel and self.lifecycle.begin(Command.STOP) is None:
                 return self.state
             self._teardown()
             self.lifecycle.set(State.STOPPED)
@@ -223,7 +263,12 @@ class JMSBridge:
             return self._link_command(name, Command.RESUME).resume(timeout)
 
     # --- the start steps ---------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _go_on(self) -> None:
+        """Between start steps: give up when stop() cancelled the start."""
+        if self._halt.is_set():
+            raise Interrupted(f"bridge {self.name} was stopped while starting")
+
+    def _start(self, generation: int) -> None:
         # 1. parse and validate
         self._links = {}
         if self._loader is not None:
@@ -239,9 +284,12 @@ class JMSBridge:
         transformers = {link.name: self._transformer(link.target.message_transformer_class,
                                                      f"link {link.name}", link.target.line)
                         for link in enabled}
+        self._go_on()
         # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
         connectors = self._connectors(config, enabled, dmqs)
+        self._go_on()
         self._xa = self._start_xa(enabled, connectors)
+        self._go_on()
         transactions = {}
         for link in enabled:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
@@ -272,8 +320,10 @@ class JMSBridge:
         try:
             self._dmqs.ready(self._halt)
         except Exception as exc:
+            self._go_on()
             raise BridgeStartError(f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host "
                                    f"broker) is not ready: {exc}") from exc
+        self._go_on()
         # 9. the links
         bridge_props = self.props.bridge(self.name) if self.props is not None else None
         for link in enabled:
@@ -302,12 +352,11 @@ class JMSBridge:
                 runner = Link(setup, connections, self._dmqs, self.log, self.tuning)
             runner.counters = self._counters.setdefault(link.name, runner.counters)
             self._links[link.name] = runner
-        self._halt.clear()
-        self._housekeeping = threading.Thread(target=self._housekeep, daemon=True,
-                                              name=f"bridge {self.name} housekeeping")
+        self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
+                                              daemon=True, name=f"bridge {self.name} housekeeping")
         self._housekeeping.start()
         for runner in self._links.values():
-            runner.start()
+            runner.start(0)  # connecting goes on in the link's thread; start() waits for it
 
     def _spark_link(self, setup: LinkSetup) -> "SparkLink":
         """runner=spark: the link as a Structured Streaming query (bridgemgr/spark)."""
@@ -394,9 +443,13 @@ class JMSBridge:
         except TxLogError as exc:
             raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
 
-    def _housekeep(self) -> None:
-        """Every reap_interval: close idle pooled connections, write buffered log lines."""
+    def _housekeep(self, generation: int) -> None:
+        """Every reap_interval: finish a start whose links connected after start() stopped
+        waiting, close idle pooled connections, write buffered log lines."""
         while not self._halt.wait(self.reap_interval):
+            if self.state is State.STARTING and all(
+                    link.state is not State.STARTING for link in list(self._links.values())):
+                self._started(generation)
             connections = self._connections
             if connections is not None:
                 closed = connections.reap()

@@ -74,7 +74,7 @@ class LinkTuning:
     retry_deadline: float = 30.0   # how long a retriable failure is retried (s)
     backoff_initial: float = 0.3
     backoff_max: float = 10.0
-    start_timeout: float = 30.0    # how long start() waits for the link to connect (s)
+    start_timeout: float = 30.0    # how long start() of a link or bridge waits for connecting (s)
 
 
 @dataclass(frozen=True)

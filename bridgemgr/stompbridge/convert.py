@@ -14,6 +14,10 @@
 # back to its queue); MESSAGE always carries subscription, destination, message-id,
 # expires, redelivered, priority, timestamp, persistent and content-length, plus reply-to,
 # correlation-id and type when set, every property as a header, and ack (1.2, not auto).
+# Those headers describe the delivery, so they come from the delivered message whatever
+# the transformer returns (a message made with create_message() has none, and ACK names
+# the delivered message-id); the body and the properties come from the transformer's
+# result, and so do reply-to, correlation-id and type when it sets them.
 #
 # Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
 # A temporary NAME is the client's own alias for a temporary destination of its
@@ -225,20 +229,21 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
     changed here; ``delivery_count`` says how often it was delivered, this time included);
     raises NotDeliverable or TransformFailed."""
     redelivered = delivery_count > 1
+    out = message  # what the client gets: body, properties, reply-to/correlation-id/type
     if transformer is not None:
         copy = message.copy()
         copy.delivery_count, copy.redelivered = delivery_count, redelivered
         copy.set_read_only()
-        message = _transform(transformer, copy, True, None, SUN_MQ, STOMP, None)
-    if isinstance(message, TextMessage):
-        body = (message.text or "").encode("utf-8")
-    elif isinstance(message, BytesMessage):
-        body = message.get_body()
+        out = _transform(transformer, copy, True, None, SUN_MQ, STOMP, None)
+    if isinstance(out, TextMessage):
+        body = (out.text or "").encode("utf-8")
+    elif isinstance(out, BytesMessage):
+        body = out.get_body()
     else:
-        raise NotDeliverable(f"message {message.message_id} is a {type(message).__name__}; the STOMP "
+        raise NotDeliverable(f"message {message.message_id} is a {type(out).__name__}; the STOMP "
                              "bridge delivers only TextMessage and BytesMessage (configure "
                              "imq.bridge.stomp.messageTransformer to convert others)")
-    headers = {
+    headers = {  # the delivery's
         "subscription": subscription,
         "destination": destinations.to_stomp(message.destination),
         "message-id": message.message_id or "",
@@ -249,15 +254,18 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
         "persistent": "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
         "content-length": str(len(body)),
     }
-    if message.reply_to is not None:
-        headers["reply-to"] = destinations.to_stomp(message.reply_to, alias=False)
-    if message.correlation_id is not None:
-        headers["correlation-id"] = message.correlation_id
-    if message.type is not None:
-        headers["type"] = message.type
+    reply_to = out.reply_to if out.reply_to is not None else message.reply_to
+    if reply_to is not None:
+        headers["reply-to"] = destinations.to_stomp(reply_to, alias=False)
+    correlation_id = out.correlation_id if out.correlation_id is not None else message.correlation_id
+    if correlation_id is not None:
+        headers["correlation-id"] = correlation_id
+    jms_type = out.type if out.type is not None else message.type
+    if jms_type is not None:
+        headers["type"] = jms_type
     if ack is not None:
         headers["ack"] = ack
-    for name, ptype, value in message.typed_properties():
+    for name, ptype, value in out.typed_properties():
         if name == CONTENT_TYPE_PROPERTY:
             headers.setdefault("content-type", value)
         else:
