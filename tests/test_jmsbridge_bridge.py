@@ -110,9 +110,10 @@ def gated_bridge(broker):
                                            '<source connection-factory-ref="gated"'),
                      cfs='<connection-factory ref-name="gated" connect-attempts="-1" '
                          'connect-attempt-interval-in-seconds="1">'
-                         '<property name="gated" value="yes"/></connection-factory>')
+                         '<property name="imqConfiguredClientID" value="gated"/>'
+                         '</connection-factory>')
     bridge = JMSBridge(parse_bridge_config(xml, "test.xml"), tuning=FAST, reap_interval=0.05,
-                       host_factory=lambda env: gate if env.get("gated") else host(broker)(env))
+                       host_factory=lambda env: gate if env.get("imqConfiguredClientID") else host(broker)(env))
     return bridge, gate
 
 
