@@ -3,7 +3,8 @@
 # the sessions the link consumes and produces on, what "complete" means for the messages
 # handled since the last completion (acknowledge, or commit), what "abort" means (recover,
 # or roll back: those messages come back from the source), and whether a failed send goes
-# to the DMQ (non-transacted) or rolls back (transacted).
+# to the DMQ (non-transacted) or rolls back (transacted), and which failed completions
+# undid the whole unit (undone(): those messages come back, none goes to the DMQ).
 #
 # ClientAcknowledge: the chapter's non-transacted link, CLIENT_ACKNOWLEDGE on the source,
 # the target's own non-transacted session: at-least-once. XATransaction: the transacted
@@ -25,7 +26,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ..jms.errors import TransportException, XAException
+from ..jms.errors import TransactionRolledBackException, TransportException, XAException
 from ..jms.spi import (
     AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
     is_xa_capable,
@@ -80,6 +81,12 @@ class TransferTransaction(ABC):
         """How the units handed over by complete() ended, in order (taken); ``wait``: of
         all of them."""
         return []
+
+    def undone(self, error: BaseException) -> bool:
+        """Whether a completion that failed with ``error`` left the unit undone as a
+        whole: its messages come back from the source, so none of them goes to the DMQ
+        (else it is the chapter's acknowledge or commit failure)."""
+        return False
 
     def reset(self) -> None:
         """The link has handled a failed outcome: later units complete again."""
@@ -205,6 +212,14 @@ class XATransaction(TransferTransaction):
 
     def reset(self) -> None:
         self.completer.reset()
+
+    def undone(self, error: BaseException) -> bool:
+        """A failure before the commit decision (ending, a prepare voting no or failing, a
+        rollback-only branch, a one-phase commit the RM rolled back) rolled everything
+        back; so did a lost RM then, and a one-phase commit whose answer was lost is all
+        or nothing. Only a failure of the commit phase (HeuristicMixedException: some
+        branch did not commit) is a commit failure."""
+        return isinstance(error, (TransactionRolledBackException, TransportException))
 
     def abort(self) -> None:
         tx, self.tx = self.tx, None
