@@ -268,6 +268,33 @@ def test_a_dead_message_of_a_rolled_back_batch_goes_to_the_dmq_once(pair, bridge
     assert drain(a, BUILTIN_DMQ) == [] and drain(a, "src") == []
 
 
+@pytest.mark.parametrize("call", ["xa_end", "xa_prepare"])
+def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair, bridges,
+                                                                            tmp_path, monkeypatch,
+                                                                            call):
+    """The target unreachable while ending or preparing: the transaction is rolled back
+    everywhere, the link reconnects and moves the batch again; no COMMIT_FAILURE copies."""
+    a, b = pair
+    send(a, "src", [f"m{i}" for i in range(10)])
+    real, failed = getattr(b, call), []
+
+    def lost_once(*args, **kwargs):
+        if not failed:
+            failed.append(args)
+            raise XAException(f"{call}: connection lost", xa.XAER_RMFAIL)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(b, call, lost_once)
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
+              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
+    bridges.append(br)
+    br.start()
+    assert texts(drain(b, "dst", expect=10)) == [f"m{i}" for i in range(10)]
+    link = br.links[0]
+    assert drain(a, BUILTIN_DMQ) == [] and not link.counters.dmq_reasons
+    assert failed and link.counters.reconnects == 1 and link.counters.rolled_back == 5
+
+
 # --- batches, settings, pooled targets, stopping -----------------------------------------------------
 
 def test_batches_move_in_order_once(pair, bridges, tmp_path):
