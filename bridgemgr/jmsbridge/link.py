@@ -586,7 +586,7 @@ class Link:
         assert txn is not None
         stage = txn.completion_stage
         self.counters.error(f"{stage.value}: {exc}")
-        if txn.undone(exc):
+        if txn.all_or_nothing(exc):
             self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
                              "the source", self.name, stage.value, len(pending), exc)
             if isinstance(exc, CONNECTION_LOST):

@@ -4,7 +4,7 @@
 # handled since the last completion (acknowledge, or commit), what "abort" means (recover,
 # or roll back: those messages come back from the source), and whether a failed send goes
 # to the DMQ (non-transacted) or rolls back (transacted), and which failed completions
-# undid the whole unit (undone(): those messages come back, none goes to the DMQ).
+# left the unit all or nothing (all_or_nothing(): no message of it goes to the DMQ).
 #
 # ClientAcknowledge: the chapter's non-transacted link, CLIENT_ACKNOWLEDGE on the source,
 # the target's own non-transacted session: at-least-once. XATransaction: the transacted
@@ -82,10 +82,11 @@ class TransferTransaction(ABC):
         all of them."""
         return []
 
-    def undone(self, error: BaseException) -> bool:
-        """Whether a completion that failed with ``error`` left the unit undone as a
-        whole: its messages come back from the source, so none of them goes to the DMQ
-        (else it is the chapter's acknowledge or commit failure)."""
+    def all_or_nothing(self, error: BaseException) -> bool:
+        """Whether a completion that failed with ``error`` left the unit all undone (its
+        messages come back from the source) or possibly all done, never half: then none
+        of its messages goes to the DMQ. Else it is the chapter's acknowledge or commit
+        failure."""
         return False
 
     def reset(self) -> None:
@@ -213,12 +214,12 @@ class XATransaction(TransferTransaction):
     def reset(self) -> None:
         self.completer.reset()
 
-    def undone(self, error: BaseException) -> bool:
+    def all_or_nothing(self, error: BaseException) -> bool:
         """A failure before the commit decision (ending, a prepare voting no or failing, a
-        rollback-only branch, a one-phase commit the RM rolled back) rolled everything
-        back; so did a lost RM then, and a one-phase commit whose answer was lost is all
-        or nothing. Only a failure of the commit phase (HeuristicMixedException: some
-        branch did not commit) is a commit failure."""
+        rollback-only branch, a one-phase commit the RM rolled back, an RM lost meanwhile)
+        rolled every branch back; a one-phase commit whose answer was lost did all or
+        nothing. Only a failed commit phase (HeuristicMixedException: some branch did not
+        commit) is the chapter's commit failure."""
         return isinstance(error, (TransactionRolledBackException, TransportException))
 
     def abort(self) -> None:
