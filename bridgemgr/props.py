@@ -211,6 +211,11 @@ class Prop:
 BRIDGE_PREFIX = "imq.bridge."
 VARHOME_ENV = "IMQ_VARHOME"
 DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's own default
+# imq.bridge.<name>.backoutThreshold: a message backed out (redelivered) this many times
+# goes to the DMQ the next time it comes, as WebSphere MQ's BOTHRESH. 5, not MQ's 20: a
+# transacted link backs off between tries (doubling from 0.3 s), so 5 holds the link
+# behind a poison message for about 10 s, where 20 would hold it for minutes.
+BACKOUT_THRESHOLD = 5
 
 FIXED_PROPS: tuple[Prop, ...] = (
     # The Bridge Service Manager (the chapter's "To Enable the Bridge Service Manager").
@@ -273,7 +278,8 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
     Prop("logfile.limit", COUNT, 0, "bytes per log file; 0 = no limit"),
     Prop("logfile.count", POSITIVE, 1, "log files cycled through"),
     Prop("tm.props", KEY_VALUES, {}, "XA coordinator settings; win over imq.bridge.tm.props"),
-    Prop("backoutThreshold", COUNT, 0, "redeliveries before a message goes to the DMQ; 0 = off"),
+    Prop("backoutThreshold", COUNT, BACKOUT_THRESHOLD,
+         "backouts (redeliveries) after which a message goes to the DMQ; 0 = never"),
     Prop("runner", _enum("local", "spark"), "local", "run links in threads or on Spark"),
     Prop("transaction.batchSize", POSITIVE, 1, "messages per XA transaction"),
 )

@@ -99,10 +99,11 @@ def test_tag_copies_a_read_only_message():
 
 
 def test_backout_threshold():
+    out, ctx = process(received(delivery_count=3), plan(backout_threshold=3))
+    assert out is not None  # backed out twice: tried again
     out, ctx = process(received(delivery_count=4), plan(backout_threshold=3))
-    assert out is not None  # redelivered 3 times: not more than 3
-    out, ctx = process(received(delivery_count=5), plan(backout_threshold=3))
     assert ctx.reason is DMQReason.BACKOUT_THRESHOLD_REACHED and "backoutThreshold=3" in ctx.detail
+    assert ctx.detail.startswith("backed out 3 times")  # the threshold reached: not tried again
     out, ctx = process(received(delivery_count=99), plan(backout_threshold=0))
     assert out is not None  # 0: off
 

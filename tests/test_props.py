@@ -50,7 +50,7 @@ DEFAULTS = {
     "imq.bridge.b1.logfile.limit": 0,
     "imq.bridge.b1.logfile.count": 1,
     "imq.bridge.b1.tm.props": {},
-    "imq.bridge.b1.backoutThreshold": 0,
+    "imq.bridge.b1.backoutThreshold": 5,
     "imq.bridge.b1.runner": "local",
     "imq.bridge.b1.transaction.batchSize": 1,
     "imq.bridge.spark.master": None,
@@ -74,6 +74,14 @@ DEFAULTS = {
 @pytest.mark.parametrize("key,default", sorted(DEFAULTS.items()))
 def test_every_property_has_its_default(key, default):
     assert load_properties(environ={}).get(key) == default
+
+
+def test_the_backout_threshold_default_is_the_same_for_every_runner():
+    from bridgemgr.spark import options
+    from bridgemgr.spark.jobs import ServiceJob
+
+    assert P.BACKOUT_THRESHOLD == options.BACKOUT_THRESHOLD == options.LinkOptions.backout_threshold
+    assert ServiceJob.backout_threshold == P.BACKOUT_THRESHOLD
 
 
 def test_unknown_schema_key_is_a_key_error():
@@ -322,7 +330,7 @@ def test_bridge_view_merges_tm_props_and_resolves_xml_base(tmp_path):
                            "imq.bridge.b1.autostart=false\n"
                            "imq.bridge.tm.props=txlogSize=1m,txlogSync=false\n"
                            "imq.bridge.b1.tm.props=txlogSync=true\n"
-                           "imq.bridge.b1.backoutThreshold=5\nimq.bridge.b1.runner=spark\n"
+                           "imq.bridge.b1.backoutThreshold=7\nimq.bridge.b1.runner=spark\n"
                            "imq.bridge.b1.transaction.batchSize=50\n"
                            "imq.bridge.b2.type=jms\nimq.bridge.b2.xmlurl=http://h/b2.xml\n"
                            "imq.bridge.b3.type=jms\nimq.bridge.b3.xmlurl=/abs/b3.xml\n"
@@ -333,7 +341,7 @@ def test_bridge_view_merges_tm_props_and_resolves_xml_base(tmp_path):
     assert (b1.type, b1.xmlurl, b1.xml_base, b1.autostart, b1.active) == (
         "jms", "conf/b1.xml", tmp_path, False, True)
     assert dict(b1.tm_props) == {"txlogSize": "1m", "txlogSync": "true"}
-    assert (b1.backout_threshold, b1.runner, b1.transaction_batch_size) == (5, "spark", 50)
+    assert (b1.backout_threshold, b1.runner, b1.transaction_batch_size) == (7, "spark", 50)
     assert props.bridge("b2").active is False
     assert props.bridge_names == ("b1", "b3", "b2")
     assert props.spark_conf == {"spark.ui.enabled": "false"}

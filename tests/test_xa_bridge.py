@@ -1,7 +1,8 @@
 """Transacted links of a JMS bridge through the XA coordinator, between two embedded
 brokers: resource manager registration and recovery at start (before any link moves a
-message), the chapter's failure rules (a failed send rolls back, a failed commit goes to
-the DMQ as COMMIT_FAILURE), transaction.batchSize, tm.props, pooled targets, a stop in the
+message), the chapter's failure rules (a failed send or prepare rolls back, a poison message
+reaches the DMQ through the backout threshold, a failed commit goes to the DMQ as
+COMMIT_FAILURE), transaction.batchSize, tm.props, pooled targets, a stop in the
 middle of a stream, and a full disk under the log (a real EFBIG, in a subprocess): the link
 stops with a clear error and no message is lost."""
 
@@ -172,12 +173,12 @@ class Unsendable(MessageTransformer):
         return ObjectMessage({1, 2}) if message.text.startswith("bad") else message
 
 
-def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges):
+def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges, tmp_path):
     a, b = pair
     send(a, "src", ["bad", "ok"])
     xml = bridge_xml(cross_link(target_attrs=f'message-transformer-class="{__name__}.Unsendable"'),
                      cfs=FAR)
-    br = make(a, b, xml)
+    br = make(a, b, xml, props_for(tmp_path, "imq.bridge.b.backoutThreshold=0"))
     bridges.append(br)
     br.start()
     wait_until(lambda: br.links[0].counters.rolled_back >= 2, what="rollbacks")
@@ -187,22 +188,111 @@ def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges):
     assert a.xa_recover() == [] and b.xa_recover() == []
 
 
-def test_a_failed_commit_goes_to_the_dmq_and_the_message_stays(pair, bridges):
+def test_a_refused_prepare_rolls_back_and_nothing_goes_to_the_dmq(pair, bridges, tmp_path):
+    """A prepare that fails is no commit failure: nothing was committed anywhere, the
+    message comes back, so it is not in the DMQ as well (backoutThreshold=0: it stays)."""
     a, b = pair
     b.configure_destination(Queue("dst"), DestinationLimits(max_num_msgs=1))
     send(a, "src", ["first", "second"])
-    br = make(a, b, bridge_xml(cross_link(), cfs=FAR))
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
+              props_for(tmp_path, "imq.bridge.b.backoutThreshold=0"))
     bridges.append(br)
     br.start()
-    wait_until(lambda: br.links[0].counters.dmq_reasons["COMMIT_FAILURE"] >= 1, what="DMQ")
+    wait_until(lambda: br.links[0].counters.rolled_back >= 3, what="rollbacks")
     br.stop()
-    dead = drain(a, BUILTIN_DMQ)
-    assert {d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") for d in dead} == {
-        "COMMIT_FAILURE"}
-    assert {d.object.text for d in dead} == {"second"}
-    assert "rolled back" in dead[0].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+    assert drain(a, BUILTIN_DMQ) == [] and not br.links[0].counters.dmq_reasons
+    assert "queue://dst is full" in br.links[0].counters.last_error
     assert texts(drain(a, "src")) == ["second"] and texts(drain(b, "dst")) == ["first"]
     assert a.xa_recover() == [] and b.xa_recover() == []
+
+
+def test_a_target_refusing_at_prepare_backs_out_the_poison_message_alone(pair, bridges, tmp_path):
+    """A refusal at the target's prepare rolls the whole batch back (no DMQ: nothing was
+    committed); the link then moves that batch's messages one per transaction, so only the
+    refused one is backed out, and after the default backoutThreshold it goes to the DMQ
+    once, BACKOUT_THRESHOLD_REACHED; the messages behind it follow in order."""
+    a, b = pair
+    b.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=20 * 1024))
+    send(a, "src", ["good1", "big" + "x" * 30 * 1024, "good2"])
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
+              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=3"))
+    bridges.append(br)
+    br.start()
+    link = br.links[0]
+    got = drain(b, "dst", expect=2)
+    assert texts(got) == ["good1", "good2"]
+    (dead,) = drain(a, BUILTIN_DMQ, expect=1)
+    assert dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "BACKOUT_THRESHOLD_REACHED"
+    assert dead.object.text.startswith("big") and "backoutThreshold=5" in dead.get_string_property(
+        "JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+    # good2 did not overtake it: it was sent after the poison message went to the DMQ
+    assert got[1].timestamp >= dead.get_long_property("JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP")
+    # the batch once, then the big one alone 4 more times: its neighbours only once
+    assert link.counters.rolled_back == 3 + 4
+    send(a, "src", ["later"])
+    assert texts(drain(b, "dst", expect=1)) == ["later"]
+    assert link.state is State.STARTED
+    assert dict(link.counters.dmq_reasons) == {"BACKOUT_THRESHOLD_REACHED": 1}
+    assert link.counters.transferred == 3
+    assert drain(a, BUILTIN_DMQ) == [] and drain(a, "src") == []
+    assert a.xa_recover() == [] and b.xa_recover() == []
+
+
+class Refusing(MessageTransformer):
+    """'bad...' cannot be transformed."""
+
+    def transform(self, message, read_only, charset_name, source, target, properties):
+        if message.text.startswith("bad"):
+            raise ValueError(f"cannot transform {message.text}")
+        return message
+
+
+def test_a_dead_message_of_a_rolled_back_batch_goes_to_the_dmq_once(pair, bridges, tmp_path):
+    """A message that went to the DMQ in a batch that was rolled back afterwards comes
+    back with the batch: it is consumed then, not copied to the DMQ a second time."""
+    a, b = pair
+    b.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=20 * 1024))
+    send(a, "src", ["good1", "bad", "big" + "x" * 30 * 1024, "good2"])
+    attrs = (f'message-transformer-class="{__name__}.Refusing" '
+             'consume-no-transfer-on-transform-error="true"')
+    br = make(a, b, bridge_xml(cross_link(target_attrs=attrs), cfs=FAR),
+              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=4"))
+    bridges.append(br)
+    br.start()
+    assert texts(drain(b, "dst", expect=2)) == ["good1", "good2"]
+    dead = drain(a, BUILTIN_DMQ, expect=2)
+    assert [(d.object.text[:3], d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"))
+            for d in dead] == [("bad", "TRANSFORM_FAILURE"), ("big", "BACKOUT_THRESHOLD_REACHED")]
+    assert dict(br.links[0].counters.dmq_reasons) == {"TRANSFORM_FAILURE": 1,
+                                                      "BACKOUT_THRESHOLD_REACHED": 1}
+    assert drain(a, BUILTIN_DMQ) == [] and drain(a, "src") == []
+
+
+@pytest.mark.parametrize("call", ["xa_end", "xa_prepare"])
+def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair, bridges,
+                                                                            tmp_path, monkeypatch,
+                                                                            call):
+    """The target unreachable while ending or preparing: the transaction is rolled back
+    everywhere, the link reconnects and moves the batch again; no COMMIT_FAILURE copies."""
+    a, b = pair
+    send(a, "src", [f"m{i}" for i in range(10)])
+    real, failed = getattr(b, call), []
+
+    def lost_once(*args, **kwargs):
+        if not failed:
+            failed.append(args)
+            raise XAException(f"{call}: connection lost", xa.XAER_RMFAIL)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(b, call, lost_once)
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
+              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
+    bridges.append(br)
+    br.start()
+    assert texts(drain(b, "dst", expect=10)) == [f"m{i}" for i in range(10)]
+    link = br.links[0]
+    assert drain(a, BUILTIN_DMQ) == [] and not link.counters.dmq_reasons
+    assert failed and link.counters.reconnects == 1 and link.counters.rolled_back == 5
 
 
 # --- batches, settings, pooled targets, stopping -----------------------------------------------------

@@ -36,7 +36,7 @@ from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory
-from ..props import BrokerProperties, clip, is_secret_name, shorten
+from ..props import BACKOUT_THRESHOLD, BrokerProperties, clip, is_secret_name, shorten
 from ..providers import embedded
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
@@ -339,7 +339,8 @@ class JMSBridge:
                                              link.target.stay_connected, link.target.clientid),
                 transaction=txn, transformer=transformers[link.name],
                 destinations=destinations,
-                backout_threshold=bridge_props.backout_threshold if bridge_props else 0,
+                backout_threshold=(bridge_props.backout_threshold if bridge_props
+                                   else BACKOUT_THRESHOLD),
                 batch_size=batch)
             runner: Link | SparkLink
             if bridge_props is not None and bridge_props.runner == "spark" and not link.transacted:

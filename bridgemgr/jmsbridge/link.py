@@ -3,15 +3,23 @@
 # chapter's rules, through BridgeConnections), then _loop() until told otherwise:
 #   receive -> pipeline.run_steps() -> send | DMQ | consume-only | halt -> complete.
 # "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
-# non-transacted link, a local commit for the interim transacted one. Handled messages
-# wait in `pending` until a batch is full (tuning.ack_batch, or the bridge's
+# non-transacted link, an XA commit for a transacted one. Handled messages wait in
+# `pending` until a batch is full (tuning.ack_batch, or the bridge's
 # transaction.batchSize when transacted) or the source has nothing more right now; a
 # batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
 # as transferred and get the INFO log line.
 #
 # Failures: a tolerated send failure goes to the DMQ (non-transacted) or rolls the unit
-# back (transacted; the message comes back, poison ones reach the DMQ through the backout
-# threshold); a failed completion sends the batch to the DMQ (ACK_FAILURE, COMMIT_FAILURE).
+# back (transacted), and so does, on a transacted link, a completion that failed before
+# the commit decision (a target refusing a message at prepare): the messages come back,
+# none goes to the DMQ. After such a rollback the unit's messages move one per
+# transaction (`_one_by_one`), so only the failing one is backed out again while the
+# others go through in order; once backed out backoutThreshold times it goes to the DMQ
+# (BACKOUT_THRESHOLD_REACHED, pipeline.py) and the link moves on. A completion that
+# failed otherwise sends the batch to the DMQ (ACK_FAILURE; COMMIT_FAILURE: a commit
+# phase with a heuristic outcome). A dead message whose unit is undone after it went to
+# the DMQ comes back with the others; `_lettered` remembers it, so it is consumed then
+# without a second DMQ copy.
 # A lost connection (ConnectionLost) drops every connection, aborts the unit (unacked
 # messages come back: at-least-once, never lost) and reconnects within the factory's
 # connect-attempts; when those run out, or on a transformer failure with
@@ -142,6 +150,8 @@ class Link:
         self._behind: deque[list[ProcessingContext]] = deque()  # units completing behind
         self._log_transfers = False  # an INFO line per transfer (decided when connecting)
         self._audited: set[DMQReason] = set()
+        self._one_by_one = 0  # messages still to move one per transaction after a rollback
+        self._lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
         halts = (setup.transformer is not None
                  and not setup.config.target.consume_no_transfer_on_transform_error)
         # CLIENT_ACKNOWLEDGE acks everything delivered: a link that may have to stop without
@@ -167,6 +177,8 @@ class Link:
         self._stop.clear()
         self._want = State.STARTED
         self._audited = set()
+        self._one_by_one = 0
+        self._lettered = set()
         self._thread = threading.Thread(target=self._main, daemon=True,
                                         name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
@@ -344,7 +356,7 @@ class Link:
                 if outcome.error is None:
                     self._count_completed(unit)
                 else:  # rolled back: the messages come back from the source
-                    self.counters.rolled_back += len(unit)
+                    self._returned(unit)
         self._behind.clear()
         for lease in (self._target, self._source):
             if lease is not None:
@@ -362,38 +374,42 @@ class Link:
         pending: list[ProcessingContext] = []
         counters = self.counters
         seen = -1
-        while True:
-            if seen != self._commands:  # a command came: settle into what it wants
-                seen = self._commands
-                self._end_unit(pending)
-                if not self._hold():
-                    return
-            try:
-                if not self._unit_open:
-                    txn.begin()
-                    self._unit_open = True
-                message = receive(0 if pending else poll)
-            except CONNECTION_LOST as exc:
-                raise ConnectionLost(f"receive: {exc}") from exc
-            if message is None:
-                if pending:
-                    self._complete(pending)
+        try:
+            while True:
+                if seen != self._commands:  # a command came: settle into what it wants
+                    seen = self._commands
+                    self._end_unit(pending)
+                    if not self._hold():
+                        return
+                try:
+                    if not self._unit_open:
+                        txn.begin()
+                        self._unit_open = True
+                    message = receive(0 if pending else poll)
+                except CONNECTION_LOST as exc:
+                    raise ConnectionLost(f"receive: {exc}") from exc
+                if message is None:
+                    if pending:
+                        self._complete(pending)
+                        continue
+                    self._end_unit(pending)
+                    if self._source is not None and self._source.broken:
+                        raise ConnectionLost("the source connection reported a failure")
+                    self._release_idle_target()
                     continue
-                self._end_unit(pending)
-                if self._source is not None and self._source.broken:
-                    raise ConnectionLost("the source connection reported a failure")
-                self._release_idle_target()
-                continue
-            counters.received += 1
-            if message.redelivered:
-                counters.redelivered += 1
-            ctx = ProcessingContext(message, now_ms())
-            try:
-                self._handle(ctx, plan, pending)
-            except CONNECTION_LOST as exc:
-                raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
-            if len(pending) >= batch:
-                self._complete(pending)
+                counters.received += 1
+                if message.redelivered:
+                    counters.redelivered += 1
+                ctx = ProcessingContext(message, now_ms())
+                try:
+                    self._handle(ctx, plan, pending)
+                except CONNECTION_LOST as exc:
+                    raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
+                if len(pending) >= batch or self._one_by_one:
+                    self._complete(pending)
+        except ConnectionLost:
+            self._returned(pending)  # they come back after the reconnect
+            raise
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
                 pending: list[ProcessingContext]) -> None:
@@ -424,10 +440,16 @@ class Link:
                         f"({ctx.failure}) and consume-no-transfer-on-transform-error is false; "
                         "the message stays on the source")
         if ctx.action is Action.DEAD:
-            self.log.warning("link %s: message %s goes to the DMQ: %s%s", self.name,
-                             ctx.headers[_MESSAGE_ID], ctx.reason.value if ctx.reason else "?",
-                             f" ({ctx.failure})" if ctx.failure else "")
-            self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
+            message_id = ctx.headers[_MESSAGE_ID]
+            if message_id in self._lettered:  # its unit was undone after it went there
+                self._lettered.discard(message_id)
+                self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
+                              message_id)
+            else:
+                self.log.warning("link %s: message %s goes to the DMQ: %s%s", self.name,
+                                 message_id, ctx.reason.value if ctx.reason else "?",
+                                 f" ({ctx.failure})" if ctx.failure else "")
+                self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
         pending.append(ctx)
 
     def _send_failed(self, ctx: ProcessingContext, pending: list[ProcessingContext]) -> None:
@@ -439,9 +461,7 @@ class Link:
             # the DMQ through the backout threshold if it keeps failing).
             self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
                              self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
-            self._abort(pending, extra=1)
-            if not self.operator.backoff(ctx.headers[_DELIVERY_COUNT]):
-                raise Interrupted("stopped while backing off after a failed send")
+            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", extra=1)
             return
         self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
                          self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
@@ -449,12 +469,30 @@ class Link:
         self._to_dmq(ctx, DMQReason.SEND_FAILURE)
         pending.append(ctx)
 
+    def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str,
+                  extra: int = 0) -> None:
+        """Roll the open unit back after ``what`` failed for one of its messages: they come
+        back from the source, and move one per transaction until all of them are through
+        again, so that only the failing one is backed out once more (it, not its
+        neighbours, reaches the backout threshold). Backs off before going on."""
+        self._one_by_one = max(self._one_by_one, len(pending) + extra)
+        self._abort(pending, extra)
+        if not self.operator.backoff(attempt):
+            raise Interrupted(f"stopped while backing off after {what}")
+
     def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
         assert self._txn is not None
-        self.counters.rolled_back += len(pending) + extra
+        self._returned(pending, extra)
         pending.clear()
         self._unit_open = False
         self._txn.abort()
+
+    def _returned(self, unit: list[ProcessingContext], extra: int = 0) -> None:
+        """A unit was undone: its messages (and ``extra`` ones not in it) come back from
+        the source; those of them already in a DMQ must not go there twice."""
+        self.counters.rolled_back += len(unit) + extra
+        self._lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
+                              if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
 
     def _end_unit(self, pending: list[ProcessingContext]) -> None:
         """End the open unit: complete its messages, or close it empty; then wait for the
@@ -488,6 +526,8 @@ class Link:
             except JMSException as exc:
                 self._completion_failed(pending, exc)
                 return
+        if self._one_by_one:
+            self._one_by_one = max(self._one_by_one - len(pending), 0)
         if final is False:  # handed over: final behind the link
             self._behind.append(list(pending))
         else:
@@ -507,13 +547,13 @@ class Link:
             if outcome.error is None:
                 self._count_completed(unit)
             elif outcome.behind:
-                self.counters.rolled_back += len(unit)
+                self._returned(unit)
             else:
                 failed = (unit, outcome.error)
         if failed is None:
             return True
         for _ in txn.outcomes(wait=True):  # the rest: all rolled back behind it
-            self.counters.rolled_back += len(self._behind.popleft())
+            self._returned(self._behind.popleft())
         if pending:
             self._abort(pending)
         txn.reset()
@@ -538,11 +578,23 @@ class Link:
         pending.clear()
 
     def _completion_failed(self, pending: list[ProcessingContext], exc: JMSException) -> None:
-        """The chapter: a failed acknowledge or commit sends the messages to the DMQ."""
+        """The chapter: a failed acknowledge or commit sends the messages to the DMQ; but
+        a transaction that failed before its commit decision was rolled back as a whole:
+        its messages come back from the source and none goes to the DMQ (a message is
+        never both redelivered and dead)."""
         txn = self._txn
         assert txn is not None
         stage = txn.completion_stage
         self.counters.error(f"{stage.value}: {exc}")
+        if txn.all_or_nothing(exc):
+            self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
+                             "the source", self.name, stage.value, len(pending), exc)
+            if isinstance(exc, CONNECTION_LOST):
+                self._abort(pending)
+                raise ConnectionLost(f"{stage.value}: {exc}") from exc
+            self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
+                           f"a failed {stage.value}")
+            return
         self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
                          self.name, stage.value, len(pending), exc)
         for ctx in pending:

@@ -198,11 +198,13 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 
 
 def check_backout(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> Message | None:
-    """A message redelivered more than backoutThreshold times is poison: to the DMQ."""
+    """A message backed out backoutThreshold times is poison: to the DMQ instead of being
+    tried again (WebSphere MQ's backout count reaching BOTHRESH). Every redelivery is a
+    backout: a rollback, a recover, or a connection lost before the acknowledge."""
     redeliveries = ctx.headers[_DELIVERY_COUNT] - 1
-    if plan.backout_threshold and redeliveries > plan.backout_threshold:
+    if plan.backout_threshold and redeliveries >= plan.backout_threshold:
         ctx.dead(DMQReason.BACKOUT_THRESHOLD_REACHED,
-                 f"redelivered {redeliveries} times, more than the backout threshold "
+                 f"backed out {redeliveries} times, reaching the backout threshold "
                  f"imq.bridge.{plan.bridge_name}.backoutThreshold={plan.backout_threshold}")
         return None
     return message

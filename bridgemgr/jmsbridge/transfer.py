@@ -3,7 +3,8 @@
 # the sessions the link consumes and produces on, what "complete" means for the messages
 # handled since the last completion (acknowledge, or commit), what "abort" means (recover,
 # or roll back: those messages come back from the source), and whether a failed send goes
-# to the DMQ (non-transacted) or rolls back (transacted).
+# to the DMQ (non-transacted) or rolls back (transacted), and which failed completions
+# left the unit all or nothing (all_or_nothing(): no message of it goes to the DMQ).
 #
 # ClientAcknowledge: the chapter's non-transacted link, CLIENT_ACKNOWLEDGE on the source,
 # the target's own non-transacted session: at-least-once. XATransaction: the transacted
@@ -25,7 +26,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import ClassVar
 
-from ..jms.errors import TransportException, XAException
+from ..jms.errors import TransactionRolledBackException, TransportException, XAException
 from ..jms.spi import (
     AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
     is_xa_capable,
@@ -80,6 +81,13 @@ class TransferTransaction(ABC):
         """How the units handed over by complete() ended, in order (taken); ``wait``: of
         all of them."""
         return []
+
+    def all_or_nothing(self, error: BaseException) -> bool:
+        """Whether a completion that failed with ``error`` left the unit all undone (its
+        messages come back from the source) or possibly all done, never half: then none
+        of its messages goes to the DMQ. Else it is the chapter's acknowledge or commit
+        failure."""
+        return False
 
     def reset(self) -> None:
         """The link has handled a failed outcome: later units complete again."""
@@ -205,6 +213,14 @@ class XATransaction(TransferTransaction):
 
     def reset(self) -> None:
         self.completer.reset()
+
+    def all_or_nothing(self, error: BaseException) -> bool:
+        """A failure before the commit decision (ending, a prepare voting no or failing, a
+        rollback-only branch, a one-phase commit the RM rolled back, an RM lost meanwhile)
+        rolled every branch back; a one-phase commit whose answer was lost did all or
+        nothing. Only a failed commit phase (HeuristicMixedException: some branch did not
+        commit) is the chapter's commit failure."""
+        return isinstance(error, (TransactionRolledBackException, TransportException))
 
     def abort(self) -> None:
         tx, self.tx = self.tx, None

@@ -17,6 +17,7 @@ import click
 from ..admin.client import AdminError
 from ..admin.protocol import Command
 from ..admincli import _host_port, admin_login, admin_options, open_admin
+from .options import BACKOUT_THRESHOLD
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +34,7 @@ class ServiceJob:
     xmlurl: str
     config: "BridgeConfig"
     runner: str = "local"
-    backout_threshold: int = 0
+    backout_threshold: int = BACKOUT_THRESHOLD
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     user: str | None = field(default=None, repr=False)
@@ -87,6 +88,6 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
     set_remote_broker_url(url, user, password)
     spark = data.get("spark") or {}
     return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
-                      backout_threshold=int(data.get("backoutThreshold") or 0),
+                      backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),
                       spark_master=spark.get("master") or "local[*]",
                       spark_conf=dict(spark.get("conf") or {}), user=user, password=password)

@@ -16,6 +16,8 @@ from typing import Any, Mapping
 FORMAT = "imqbridge_link"
 SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
 SCHEMA = "offset long"  # a row is a message of the source log, by its offset (source.py)
+# props.BACKOUT_THRESHOLD, repeated so that this module stays light (test_props checks it)
+BACKOUT_THRESHOLD = 5
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class LinkOptions:
     parallelism: int = 2             # partitions a batch is read in (executor tasks)
     max_per_batch: int = 10000       # messages received for one micro-batch at most
     receive_wait: float = 1.0        # how long the driver waits for a batch's first message (s)
-    backout_threshold: int = 0
+    backout_threshold: int = BACKOUT_THRESHOLD
     transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
     send_window: int = 256           # unconfirmed persistent sends per executor session
     broker_user: str = ""            # for host-broker factories without a username

@@ -27,10 +27,13 @@
 # Branch and transaction states follow the tables BRANCH_TRANSITIONS and TX_TRANSITIONS
 # (h11 style): every change goes through them and a missing entry raises
 # IllegalStateException naming the state. Errors reaching the link are a TransportException
-# when a resource manager was unreachable (the link reconnects) or a
-# TransactionRolledBackException / HeuristicMixedException otherwise (the chapter's
-# COMMIT_FAILURE). The fault hook (IMQBRIDGE_XA_FAULT, tests only) pauses or kills the
-# process at a named point of the protocol, e.g. "logged:kill:0.01".
+# when a resource manager was unreachable (the link reconnects), a
+# TransactionRolledBackException when the transaction failed before its commit decision
+# (ending, a prepare, a rollback-only branch, a one-phase commit the RM refused: rolled
+# back everywhere, nothing committed, so the link rolls back: no commit failure), and a
+# HeuristicMixedException when some branch did not commit after the decision (the
+# chapter's COMMIT_FAILURE). The fault hook (IMQBRIDGE_XA_FAULT, tests only) pauses or
+# kills the process at a named point of the protocol, e.g. "logged:kill:0.01".
 """The built-in XA transaction coordinator of a JMS bridge: Xids, 2PC, branch states."""
 
 from __future__ import annotations
@@ -547,7 +550,8 @@ def _forget(branch: Branch) -> None:
 
 def _failure(what: str, tx: Transaction, exc: BaseException) -> JMSException:
     """What a link sees: a TransportException when an RM was unreachable (it reconnects),
-    else a TransactionRolledBackException (the chapter's commit failure)."""
+    else a TransactionRolledBackException (rolled back before any commit: the messages come
+    back, the link backs them out; not the chapter's commit failure)."""
     text = f"transaction {tx._name}: {what} failed ({type(exc).__name__}: {exc}); rolled back"
     error: JMSException = (TransportException(text) if unreachable(exc)
                            else TransactionRolledBackException(text))
