@@ -9,8 +9,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from bridgemgr.jms import BytesMessage
 from bridgemgr.jms.spi import MessageConsumer, MessageProducer

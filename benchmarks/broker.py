@@ -48,13 +48,13 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
+
+from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
 
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
 from bridgemgr.jms.spi import ConnectionFactory
-
-from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
 
 Q = Queue("bench")
 MODES = {  # name: (delivery mode, store, fsync)

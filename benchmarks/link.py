@@ -57,15 +57,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
+
 from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, Queue
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import (Broker, EmbeddedConnectionFactory, host_txlog_sql,
-                                         set_host_broker)
-
-from benchcommon import jdbc_broker, paced_latency, percentiles, postgresql
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory, host_txlog_sql, set_host_broker
 
 SRC, DST = Queue("src"), Queue("dst")
 

@@ -39,8 +39,9 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 # benchmarks/stomp.py would shadow the stomp.py package the STOMP provider imports.

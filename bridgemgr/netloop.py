@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from typing import Any, Awaitable, Callable, TypeVar
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -33,7 +34,7 @@ class NetLoop:
         self.loop.run_until_complete(self.loop.shutdown_asyncgens())
         self.loop.close()
 
-    def start(self) -> "NetLoop":
+    def start(self) -> NetLoop:
         self._thread.start()
         self._started.wait()
         return self
@@ -55,7 +56,7 @@ class NetLoop:
             self.loop.call_soon_threadsafe(self.loop.stop)
             self._thread.join(timeout)
 
-    def __enter__(self) -> "NetLoop":
+    def __enter__(self) -> NetLoop:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -31,7 +31,8 @@ import signal
 import ssl
 import threading
 import time
-from typing import IO, Any, Callable, Protocol
+from collections.abc import Callable
+from typing import IO, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
@@ -206,7 +207,7 @@ class BridgeServiceManager:
             if self.props.bridge(name).autostart:
                 self._start_bridge(bridge, report=True)
 
-    def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> "_Start":
+    def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
         """Start ``bridge`` on a thread of its own; ``report``: tell on_bridge_started
         once the start has ended (for a JMS bridge: its links have connected)."""
         start = _Start(bridge, self if report else None)
@@ -398,7 +399,7 @@ class BridgeServiceManager:
         if starts:
             bridge.stop()
 
-    def __enter__(self) -> "BridgeServiceManager":
+    def __enter__(self) -> BridgeServiceManager:
         self.start()
         return self
 
@@ -413,7 +414,7 @@ def _value(state: Any) -> str:
 class _Start:
     """One bridge's start on a thread of its own, and how it ended."""
 
-    def __init__(self, bridge: ManagedBridge, report_to: "BridgeServiceManager | None") -> None:
+    def __init__(self, bridge: ManagedBridge, report_to: BridgeServiceManager | None) -> None:
         self.bridge = bridge
         self.error: Exception | None = None
         self._report_to = report_to
@@ -451,7 +452,7 @@ class StompService:
 
     type = "STOMP"
 
-    def __init__(self, manager: "BridgeServiceManager", name: str) -> None:
+    def __init__(self, manager: BridgeServiceManager, name: str) -> None:
         from .stompbridge import StompBridge, StompConfig
 
         assert manager.netloop is not None and manager.broker is not None

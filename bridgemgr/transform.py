@@ -29,10 +29,11 @@ import re
 import sys
 import threading
 from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from .jms.destination import Destination, Queue, Topic
 from .jms.errors import IllegalStateException, JMSException

@@ -19,10 +19,10 @@ import hmac
 import os
 import secrets
 import threading
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from .props import BrokerProperties
 
@@ -83,7 +83,7 @@ def default_path(props: BrokerProperties) -> Path:
     return Path(configured) if configured else props.instance_dir / "etc" / "passwd"
 
 
-def open_repository(props: BrokerProperties) -> "UserRepository":
+def open_repository(props: BrokerProperties) -> UserRepository:
     """The service's repository; a fresh (empty) one gets the admin user of
     imq.bridge.admin.user/password, so those credentials work from the first start."""
     repo = UserRepository(default_path(props))
@@ -156,7 +156,7 @@ class UserRepository:
         if entry is None:
             hash_password(password)  # spend the same time: no timing hint that the name is unknown
             return None
-        token = hmac.new(self._key, f"{name}\0{password}\0{entry.password_hash}".encode("utf-8"),
+        token = hmac.new(self._key, f"{name}\0{password}\0{entry.password_hash}".encode(),
                          hashlib.sha256).digest()
         if token in self._verified:
             return entry.user

@@ -14,7 +14,6 @@ import pytest
 
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
-
 _exit_status: int | None = None
 
 

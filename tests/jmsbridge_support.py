@@ -4,7 +4,8 @@ bridges on embedded brokers, sending and draining queues, waiting for conditions
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from bridgemgr.jms import Message, Queue, TextMessage
 from bridgemgr.jms.destination import Destination

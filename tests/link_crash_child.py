@@ -18,13 +18,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bridgemgr.providers.embedded import (  # noqa: E402
-    Broker, connection_factory, open_broker, set_host_broker,
+from bridgemgr.providers.embedded import (
+    Broker,
+    connection_factory,
+    open_broker,
+    set_host_broker,
 )
-
-from bridgemgr.transform import MessageTransformer  # noqa: E402
-
-from jmsbridge_support import FAST, bridge_xml, link_xml  # noqa: E402
+from bridgemgr.transform import MessageTransformer
+from jmsbridge_support import FAST, bridge_xml, link_xml
 
 
 class SlowEvery25th(MessageTransformer):

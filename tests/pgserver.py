@@ -56,7 +56,7 @@ class PostgreSQL:
     def conninfo(self, database: str = "postgres") -> dict[str, str]:
         return {"host": HOST, "port": str(self.port), "dbname": database, "user": USER}
 
-    def start(self, timeout: float = 60) -> "PostgreSQL":
+    def start(self, timeout: float = 60) -> PostgreSQL:
         self.base.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.base, USER, USER)
         subprocess.run(self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", USER,

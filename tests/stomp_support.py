@@ -19,7 +19,12 @@ from bridgemgr.netloop import NetLoop
 from bridgemgr.providers.embedded import Broker
 from bridgemgr.stompbridge import StompBridge, StompConfig
 from bridgemgr.stompbridge.frames import (
-    MESSAGE, PRE_CONNECT, Frame, Limits, encode_frame, parse_frame,
+    MESSAGE,
+    PRE_CONNECT,
+    Frame,
+    Limits,
+    encode_frame,
+    parse_frame,
 )
 from bridgemgr.stompbridge.host import HostConnection
 from bridgemgr.stompbridge.session import SessionConfig, StompSession
@@ -237,11 +242,11 @@ class Raw:
         self.frames: list[Frame] = []
         self.closed = False
 
-    def send(self, data: bytes) -> "Raw":
+    def send(self, data: bytes) -> Raw:
         self.sock.sendall(data)
         return self
 
-    def frame(self, command, headers=None, body=b"") -> "Raw":
+    def frame(self, command, headers=None, body=b"") -> Raw:
         return self.send(encode_frame(Frame(command, headers or {}, body), self.version))
 
     def connect(self, version="1.2", **headers) -> Frame:
@@ -254,7 +259,7 @@ class Raw:
         self.sock.settimeout(timeout)
         try:
             data = self.sock.recv(65536)
-        except (socket.timeout, TimeoutError):
+        except TimeoutError:
             return
         except (ConnectionResetError, ssl.SSLError, OSError):
             data = b""

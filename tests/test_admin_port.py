@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import socket
 import ssl
-import threading
 import time
 
 import pytest

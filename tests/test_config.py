@@ -10,7 +10,12 @@ import pytest
 
 from bridgemgr.jmsbridge import config as C
 from bridgemgr.jmsbridge.config import (
-    AS_SOURCE, BUILTIN_DMQ, BridgeConfig, ConfigError, DestinationType, parse_bridge_config,
+    AS_SOURCE,
+    BUILTIN_DMQ,
+    BridgeConfig,
+    ConfigError,
+    DestinationType,
+    parse_bridge_config,
 )
 
 pytestmark = pytest.mark.timeout(30)

@@ -41,7 +41,7 @@ def site(monkeypatch):
     state = Site()
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+        def do_GET(self) -> None:
             state.requests.append(self.path)
             status, body, delay, headers = state.pages.get(self.path, (404, b"", 0.0, {}))
             if delay:

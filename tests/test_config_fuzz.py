@@ -9,7 +9,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from lxml import etree
 
 from bridgemgr.jmsbridge import config as C
@@ -65,7 +66,7 @@ def web():
     requests: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:
             requests.append(self.path)
             body = f'<!ENTITY x "{MARKER}">'.encode()
             self.send_response(200)
@@ -194,7 +195,7 @@ def test_the_doctype_problem_names_its_line():
 
 @pytest.mark.parametrize("data", [
     b'<?xml version="1.0" encoding="UTF-8"?><jmsbridge name="caf\xe9"/>',
-    '<?xml version="1.0" encoding="UTF-16"?><jmsbridge name="b"/>'.encode("utf-8"),
+    b'<?xml version="1.0" encoding="UTF-16"?><jmsbridge name="b"/>',
     b'<?xml version="1.0" encoding="no-such-encoding"?><jmsbridge name="b"/>',
     b'\xff\xfe<\x00j\x00',
     b'<jmsbridge name="\x00"/>',

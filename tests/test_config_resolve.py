@@ -3,7 +3,8 @@ API, the host broker's factory, and the rule that transacted links need XA facto
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import pytest
 

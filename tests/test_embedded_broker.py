@@ -511,10 +511,9 @@ def test_rollback_discards_sends_and_redelivers_receives(conn):
 
 
 def test_transacted_session_context_manager(conn):
-    with pytest.raises(RuntimeError):
-        with conn.create_session(transacted=True) as tx:
-            send_texts(tx, Q, ["never"])
-            raise RuntimeError
+    with pytest.raises(RuntimeError), conn.create_session(transacted=True) as tx:
+        send_texts(tx, Q, ["never"])
+        raise RuntimeError
     with conn.create_session(transacted=True) as tx:
         send_texts(tx, Q, ["yes"])
     assert texts(drain(conn.create_session().create_consumer(Q))) == ["yes"]

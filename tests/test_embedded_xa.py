@@ -237,8 +237,8 @@ def test_prepared_branch_survives_restart_and_commits(tmp_path):
 
 
 def test_prepared_sends_hold_their_room_until_commit_or_rollback(broker, xconn, conn):
-    from bridgemgr.providers.embedded import DestinationLimits
     from bridgemgr.jms.errors import ResourceAllocationException
+    from bridgemgr.providers.embedded import DestinationLimits
 
     broker.configure_destination(DST, DestinationLimits(max_num_msgs=1))
     put(conn, SRC, "a")

@@ -23,9 +23,10 @@ from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
 from service_support import Daemon, cli, one_bridge_files
 
 sys.path.insert(0, str(Path(__file__).parent / "real"))
-from jakarta_jars import rename_jar  # noqa: E402
-from servers import JMS_API_JAR, missing_package  # noqa: E402
-from test_provider_java import ROUTER, compile_against_base  # noqa: E402
+from jakarta_jars import rename_jar
+from servers import JMS_API_JAR, missing_package
+
+from test_provider_java import ROUTER, compile_against_base
 
 pytest.importorskip("jpype")
 if missing_package("activemq"):  # the JMS API jar comes with it

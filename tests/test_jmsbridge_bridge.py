@@ -16,7 +16,6 @@ from bridgemgr.jmsbridge.logs import read_levels
 from bridgemgr.jmsbridge.states import IllegalTransition, State
 from bridgemgr.props import ConfigError, load_properties
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
-
 from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, make_bridge, send, wait_until
 
 pytestmark = pytest.mark.timeout(60)
@@ -327,7 +326,7 @@ def test_commands_from_many_threads(bridge):
 def test_the_embedded_example_runs(tmp_path):
     from pathlib import Path
 
-    from bridgemgr.jms import Queue, TextMessage, Topic
+    from bridgemgr.jms import Queue, Topic
     from bridgemgr.providers.embedded import Broker, set_host_broker
 
     root = Path(__file__).resolve().parents[1]

@@ -13,12 +13,15 @@ import pytest
 from bridgemgr.jms.errors import JMSException
 from bridgemgr.jmsbridge.config import ConnectionFactoryConfig, Property
 from bridgemgr.jmsbridge.connections import (
-    BridgeConnections, ConnectError, ConnectionKind, Connector, connection_kind,
+    BridgeConnections,
+    ConnectError,
+    ConnectionKind,
+    Connector,
+    connection_kind,
 )
 from bridgemgr.jmsbridge.pipeline import Interrupted
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
-
 from jmsbridge_support import bridge_xml, drain, link_xml, make_bridge, send, wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -7,7 +7,8 @@ import logging
 import threading
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridgemgr.jms import BytesMessage, ObjectMessage, Queue, TextMessage, codec
 from bridgemgr.jms.errors import JMSException
@@ -20,7 +21,6 @@ from bridgemgr.jmsbridge.pipeline import DMQReason
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory
 from bridgemgr.transform import MessageTransformer
-
 from jmsbridge_support import BUILTIN_DMQ, bridge_xml, drain, link_xml, make_bridge, send, wait_until
 
 pytestmark = pytest.mark.timeout(60)

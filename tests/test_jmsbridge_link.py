@@ -21,9 +21,17 @@ from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, open_broker
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.transform import MessageTransformer
-
 from jmsbridge_support import (
-    BUILTIN_DMQ, FAST, bridge_xml, drain, host, link_xml, make_bridge, send, texts, wait_until,
+    BUILTIN_DMQ,
+    FAST,
+    bridge_xml,
+    drain,
+    host,
+    link_xml,
+    make_bridge,
+    send,
+    texts,
+    wait_until,
 )
 
 pytestmark = pytest.mark.timeout(60)

@@ -10,15 +10,31 @@ import pytest
 
 from bridgemgr.jms import Queue, TextMessage, Topic
 from bridgemgr.jms.errors import (
-    IllegalStateException, InvalidDestinationException, JMSException,
-    RetriableTransportException, TransportException,
+    IllegalStateException,
+    InvalidDestinationException,
+    JMSException,
+    RetriableTransportException,
+    TransportException,
 )
 from bridgemgr.jmsbridge.pipeline import (
-    Action, DMQReason, Interrupted, LinkPlan, ProcessingContext, RetriableError,
-    RetryWithTolerance, Stage, TransformError, run_steps,
+    Action,
+    DMQReason,
+    Interrupted,
+    LinkPlan,
+    ProcessingContext,
+    RetriableError,
+    RetryWithTolerance,
+    Stage,
+    TransformError,
+    run_steps,
 )
 from bridgemgr.jmsbridge.states import (
-    BRIDGE_TRANSITIONS, LINK_TRANSITIONS, Command, IllegalTransition, Lifecycle, State,
+    BRIDGE_TRANSITIONS,
+    LINK_TRANSITIONS,
+    Command,
+    IllegalTransition,
+    Lifecycle,
+    State,
 )
 from bridgemgr.transform import MessageTransformer
 

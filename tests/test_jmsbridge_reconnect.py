@@ -16,7 +16,6 @@ from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory, open_broker
-
 from jmsbridge_support import FAST, bridge_xml, link_xml, wait_until
 
 pytestmark = pytest.mark.timeout(90)

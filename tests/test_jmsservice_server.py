@@ -13,7 +13,6 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, Topic, xa
-from bridgemgr.jms.xa import Xid
 from bridgemgr.jms.errors import (
     JMSSecurityException,
     ResourceAllocationException,
@@ -21,6 +20,7 @@ from bridgemgr.jms.errors import (
     TransportException,
     XAException,
 )
+from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import wire
 from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
 from bridgemgr.providers.embedded.wire import Op

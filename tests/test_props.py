@@ -8,7 +8,8 @@ import pickle
 from pathlib import Path
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridgemgr import props as P
 from bridgemgr.props import ConfigError, load_properties, parse_properties, parse_size
@@ -152,8 +153,8 @@ def test_wrong_types_name_the_key_and_the_value(tmp_path, key, raw, expected):
         load_properties([path], environ={})
     (problem,) = info.value.errors
     assert (problem.source, problem.line) == (str(path), 3)
-    assert key in problem.message and repr(raw.strip() if raw.strip() else raw) in \
-        problem.message or repr(raw) in problem.message
+    assert (key in problem.message and repr(raw.strip() if raw.strip() else raw) in \
+        problem.message) or repr(raw) in problem.message
     assert expected in problem.message
 
 

@@ -48,14 +48,14 @@ from bridgemgr.props import load_properties
 from bridgemgr.transform import load_transformer
 
 sys.path.insert(0, str(Path(__file__).parent / "real"))
-from servers import ACTIVEMQ_CLIENT_JARS, ACTIVEMQ_JNDI, JMS_API_JAR, missing_package  # noqa: E402
+from servers import ACTIVEMQ_CLIENT_JARS, ACTIVEMQ_JNDI, JMS_API_JAR, missing_package
 
 pytest.importorskip("jpype")
 if missing_package("activemq"):
     pytest.skip(missing_package("activemq"), allow_module_level=True)
 
-from bridgemgr.providers import java  # noqa: E402
-from bridgemgr.providers.java import convert, jvm  # noqa: E402
+from bridgemgr.providers import java
+from bridgemgr.providers.java import convert, jvm
 
 pytestmark = pytest.mark.timeout(120)
 CLASSPATH = os.pathsep.join(ACTIVEMQ_CLIENT_JARS)

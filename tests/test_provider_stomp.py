@@ -41,7 +41,6 @@ from bridgemgr.jmsbridge.resolve import check_xa
 from bridgemgr.netloop import NetLoop
 from bridgemgr.providers import stomp as sp
 from bridgemgr.providers.embedded import Broker
-
 from stomp_support import make_bridge, make_users, qname
 
 pytestmark = pytest.mark.timeout(60)
@@ -411,9 +410,8 @@ def test_client_id_only_right_after_connecting(conn):
 def test_selector_on_a_queue_of_a_broker_without_selectors(ours, conn):
     # Our bridge filters itself; the rabbitmq dialect cannot on a queue and says so.
     factory = sp.StompConnectionFactory(ours[0].url + "&dialect=rabbitmq", "admin", "secret")
-    with factory.create_connection() as c:
-        with pytest.raises(InvalidSelectorError, match="on a topic only"):
-            c.create_session().create_consumer(Queue("q"), "a = 1")
+    with factory.create_connection() as c, pytest.raises(InvalidSelectorError, match="on a topic only"):
+        c.create_session().create_consumer(Queue("q"), "a = 1")
 
 
 def test_message_listener(conn):

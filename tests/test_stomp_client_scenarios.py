@@ -55,7 +55,6 @@ from stomp.exception import ConnectFailedException
 
 from bridgemgr.netloop import NetLoop
 from bridgemgr.providers.embedded import Broker
-
 from stomp_support import HOST, make_bridge, make_certs, make_users, pending, qname, stomp_conn, wait_until
 
 

@@ -7,8 +7,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from bridgemgr.stompbridge.frames import (
-    CONNECT, CONNECTED, MESSAGE, PRE_CONNECT, SEND, V10, V11, V12, Frame, Limits,
-    LocalProtocolError, encode_frame, parse_frame,
+    CONNECT,
+    CONNECTED,
+    MESSAGE,
+    PRE_CONNECT,
+    SEND,
+    V10,
+    V11,
+    V12,
+    Frame,
+    Limits,
+    LocalProtocolError,
+    encode_frame,
+    parse_frame,
 )
 
 

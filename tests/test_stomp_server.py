@@ -19,9 +19,16 @@ from bridgemgr.providers.embedded import Broker
 from bridgemgr.stompbridge import StompBridge, StompBridgeError, StompConfig
 from bridgemgr.stompbridge.frames import Frame, encode_frame
 from bridgemgr.users import open_repository
-
 from stomp_support import (
-    HOST, Raw, make_bridge, make_certs, make_users, pending, qname, stomp_conn, wait_until,
+    HOST,
+    Raw,
+    make_bridge,
+    make_certs,
+    make_users,
+    pending,
+    qname,
+    stomp_conn,
+    wait_until,
 )
 
 

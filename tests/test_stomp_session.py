@@ -11,7 +11,6 @@ from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.stompbridge.frames import ERROR, RECEIPT, Limits
 from bridgemgr.stompbridge.session import SessionConfig, State
 from bridgemgr.transform import MessageTransformer
-
 from stomp_support import Driver, pending
 
 

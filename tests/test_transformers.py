@@ -6,13 +6,17 @@ from __future__ import annotations
 import sys
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from bridgemgr.jms import BytesMessage, MapMessage, Queue, TextMessage, Topic
 from bridgemgr.jms.errors import IllegalStateException, JMSException, MessageFormatException
 from bridgemgr.jms.message import PropertyType
 from bridgemgr.transform import (
-    SHIPPED_TRANSFORMERS, TRANSFORMER_PATH_ENV, MessageTransformer, load_transformer,
+    SHIPPED_TRANSFORMERS,
+    TRANSFORMER_PATH_ENV,
+    MessageTransformer,
+    load_transformer,
     transformer_path,
 )
 

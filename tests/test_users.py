@@ -12,7 +12,12 @@ from click.testing import CliRunner
 from bridgemgr.cli import main
 from bridgemgr.props import load_properties
 from bridgemgr.users import (
-    UserRepository, UserRepositoryError, default_path, hash_password, open_repository, verify_password,
+    UserRepository,
+    UserRepositoryError,
+    default_path,
+    hash_password,
+    open_repository,
+    verify_password,
 )
 
 

@@ -31,7 +31,6 @@ from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConn
 from bridgemgr.transform import MessageTransformer
 from bridgemgr.xa.coordinator import FORMAT_ID, make_gtrid
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, Participant, txlog_path
-
 from jmsbridge_support import BUILTIN_DMQ, FAST, bridge_xml, drain, send, texts, wait_until
 
 pytestmark = pytest.mark.timeout(60)

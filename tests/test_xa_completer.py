@@ -10,13 +10,12 @@ import threading
 
 import pytest
 
-from bridgemgr.jms.errors import HeuristicMixedException, TransactionRolledBackException
 from bridgemgr.jms import xa
+from bridgemgr.jms.errors import HeuristicMixedException, TransactionRolledBackException
 from bridgemgr.xa.completer import Completer, Outcome
 from bridgemgr.xa.coordinator import Coordinator, Faults, TxState
 from bridgemgr.xa.recovery import Recovery
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, MemoryTxLog, Participant, TxLogError, TxLogSettings
-
 from jmsbridge_support import wait_until
 from test_xa_coordinator import DST, SRC, End, Failing, Remote, brokers, put, take  # noqa: F401
 

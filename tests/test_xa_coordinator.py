@@ -7,7 +7,6 @@ state tables and their guards, and the fault hook."""
 from __future__ import annotations
 
 import threading
-
 import time
 
 import pytest

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import logging
 
-
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import NamingException
 from bridgemgr.jms.xa import Xid
@@ -17,7 +16,6 @@ from bridgemgr.xa.coordinator import FORMAT_ID, Coordinator, Faults, make_gtrid
 from bridgemgr.xa.recovery import Decision, Recovery, decide
 from bridgemgr.xa.registry import BridgeTransactions, FactoryEntry, ResourceManager, registration, rm_name
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, MemoryTxLog, Participant
-
 from jmsbridge_support import wait_until
 
 SRC, DST = Queue("src"), Queue("dst")

@@ -17,6 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from bridgemgr.jms.xa import Xid
+from bridgemgr.xa.registry import open_txlog
+from bridgemgr.xa.sqllog import SqlTxLog
 from bridgemgr.xa.txlog import (
     FILE_MAGIC,
     CommitRecord,
@@ -35,8 +37,6 @@ from bridgemgr.xa.txlog import (
     scan,
     txlog_path,
 )
-from bridgemgr.xa.registry import open_txlog
-from bridgemgr.xa.sqllog import SqlTxLog
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -12,7 +12,8 @@ cannot encode, or bytes it cannot decode, is a transform failure.
 from __future__ import annotations
 
 import codecs
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bridgemgr.jms.errors import MessageFormatException
 from bridgemgr.jms.message import HEADER_FIELDS, BytesMessage, Message, TextMessage

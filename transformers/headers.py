@@ -27,7 +27,8 @@ consume-no-transfer-on-transform-error decides what happens to the message).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from bridgemgr.jms.errors import JMSException
 from bridgemgr.jms.message import Message

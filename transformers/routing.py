@@ -28,7 +28,8 @@ A route without a selector or destination, or a bad selector, is a transform fai
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bridgemgr.jms.destination import Destination, Queue, Topic
 from bridgemgr.jms.errors import JMSException

@@ -8,7 +8,8 @@ types pass through unchanged.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from bridgemgr.jms.message import Message, TextMessage
 from bridgemgr.transform import MessageTransformer

@@ -90,7 +90,7 @@ class AdminClient:
                 if self._sock is None:
                     self._connect()
                 return self._exchange(encode_request(command))
-            except socket.timeout:
+            except TimeoutError:
                 self.close()
                 raise AdminError(f"no reply from the bridge admin service within {self.timeout:g} s") from None
             except (ConnectionError, OSError, ServiceUnavailable) as exc:
@@ -110,7 +110,7 @@ class AdminClient:
             finally:
                 self._sock = None
 
-    def __enter__(self) -> "AdminClient":
+    def __enter__(self) -> AdminClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

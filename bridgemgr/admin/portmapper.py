@@ -212,7 +212,7 @@ class PortMapper:
     def table(self) -> bytes:
         return format_table(self.instance_name, self.entries())
 
-    def start(self) -> "PortMapper":
+    def start(self) -> PortMapper:
         async def listen() -> asyncio.AbstractServer:
             loop = asyncio.get_running_loop()
             return await loop.create_server(lambda: _Answer(self.table()), self.host, self._port,

@@ -16,7 +16,7 @@ import hmac
 import logging
 import ssl
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..netloop import NetLoop
 from .protocol import (
@@ -68,7 +68,7 @@ class AdminServer:
     def secure(self) -> bool:
         return self.ssl_context is not None
 
-    def start(self) -> "AdminServer":
+    def start(self) -> AdminServer:
         self._server = self.netloop.run(asyncio.start_server(
             self._serve, self.host, self.requested_port, ssl=self.ssl_context, limit=MAX_LINE + 2))
         log.info("admin command port listening on %s:%d%s", self.host, self.port,

@@ -43,8 +43,9 @@ malformed input raises :class:`MessageCodecError`.
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable, Iterable
 from operator import itemgetter
-from typing import Any, Callable, Iterable, NamedTuple
+from typing import Any, NamedTuple
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, from_kind
 from .errors import MessageCodecError, MessageFormatException
@@ -426,8 +427,8 @@ _VALUE_WRITERS: dict[type, _Writer] = {
     type(None): _put_none, bool: _put_bool, int: _put_int, float: _put_float,
     str: _put_str_value, bytes: _put_bytes_value, JavaSerialized: _put_bytes_value,
     list: _put_list, dict: _put_dict,
-    **{cls: _put_destination for cls in _DEST_CODES},
-    **{cls: _put_message for cls in _MESSAGE_CLASSES},
+    **dict.fromkeys(_DEST_CODES, _put_destination),
+    **dict.fromkeys(_MESSAGE_CLASSES, _put_message),
 }
 
 

@@ -8,7 +8,7 @@ and code, so errors can cross process boundaries (Spark workers).
 
 from __future__ import annotations
 
-_BY_CODE: dict[str, type["JMSException"]] = {}
+_BY_CODE: dict[str, type[JMSException]] = {}
 
 
 class JMSException(Exception):

@@ -17,10 +17,11 @@ import math
 import re
 import struct
 import unicodedata
+from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any, Callable, Iterator, Mapping
+from typing import Any
 
 from .destination import Destination
 from .errors import (
@@ -299,9 +300,24 @@ class Message:
     """A JMS message with headers and properties and no body."""
 
     message_type = "MESSAGE"
-    __slots__ = ("message_id", "timestamp", "correlation_id", "reply_to", "destination",
-                 "delivery_mode", "redelivered", "type", "expiration", "priority",
-                 "delivery_count", "delivery_time", "_props", "_props_ro", "_body_ro", "_ack")
+    __slots__ = (
+        "_ack",
+        "_body_ro",
+        "_props",
+        "_props_ro",
+        "correlation_id",
+        "delivery_count",
+        "delivery_mode",
+        "delivery_time",
+        "destination",
+        "expiration",
+        "message_id",
+        "priority",
+        "redelivered",
+        "reply_to",
+        "timestamp",
+        "type",
+    )
 
     def __init__(self) -> None:
         self.message_id: str | None = None
@@ -462,7 +478,7 @@ class Message:
     def is_read_only(self) -> bool:
         return self._props_ro
 
-    def copy(self) -> "Message":
+    def copy(self) -> Message:
         """An independent copy with the same headers, properties and body, writable."""
         clone = type(self).__new__(type(self))
         clone.message_id = self.message_id
@@ -484,10 +500,10 @@ class Message:
         self._copy_body(clone)
         return clone
 
-    def _copy_body(self, clone: "Message") -> None:
+    def _copy_body(self, clone: Message) -> None:
         pass
 
-    def _body_equal(self, other: "Message") -> bool:
+    def _body_equal(self, other: Message) -> bool:
         return True
 
     def headers(self) -> dict[str, Any]:

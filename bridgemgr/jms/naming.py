@@ -19,7 +19,8 @@ import importlib
 import re
 import threading
 from abc import ABC, abstractmethod
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from .errors import NamingException
 

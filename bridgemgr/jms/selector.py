@@ -51,8 +51,9 @@ import math
 import operator
 import re
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken
@@ -692,7 +693,7 @@ def message_lookup(message: Any) -> Callable[[str], Any]:
 class Selector:
     """A compiled message selector. Build with :func:`compile_selector` (cached)."""
 
-    __slots__ = ("text", "_match", "_evaluate")
+    __slots__ = ("_evaluate", "_match", "text")
 
     def __init__(self, text: str) -> None:
         self.text = text

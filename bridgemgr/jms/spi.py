@@ -10,17 +10,18 @@ clean exit and rolls back on an exception.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from .errors import IllegalStateException, JMSException, TransactionInProgressException
 from .message import (
-    BytesMessage,
     DEFAULT_DELIVERY_MODE,
     DEFAULT_PRIORITY,
     DEFAULT_TIME_TO_LIVE,
+    BytesMessage,
     MapMessage,
     Message,
     ObjectMessage,
@@ -75,7 +76,7 @@ class MessageProducer(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> "MessageProducer":
+    def __enter__(self) -> MessageProducer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -120,7 +121,7 @@ class MessageConsumer(ABC):
                 return
             yield msg
 
-    def __enter__(self) -> "MessageConsumer":
+    def __enter__(self) -> MessageConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -139,7 +140,7 @@ class QueueBrowser(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> "QueueBrowser":
+    def __enter__(self) -> QueueBrowser:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -222,7 +223,7 @@ class Session(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
-    def __enter__(self) -> "Session":
+    def __enter__(self) -> Session:
         return self
 
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
@@ -271,7 +272,7 @@ class Connection(ABC):
     @abstractmethod
     def set_exception_listener(self, listener: ExceptionListener | None) -> None: ...
 
-    def __enter__(self) -> "Connection":
+    def __enter__(self) -> Connection:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -317,7 +318,7 @@ class XAResource(ABC):
     def forget(self, xid: Xid) -> None: ...
 
     @abstractmethod
-    def is_same_rm(self, other: "XAResource") -> bool: ...
+    def is_same_rm(self, other: XAResource) -> bool: ...
 
     def get_transaction_timeout(self) -> int:
         return 0

@@ -73,7 +73,7 @@ class Xid:
         return self._text
 
     @classmethod
-    def parse(cls, text: str) -> "Xid":
+    def parse(cls, text: str) -> Xid:
         """Inverse of ``str(xid)``."""
         fmt, gtrid, bqual = text.split(":")
         return cls(int(fmt), bytes.fromhex(gtrid), bytes.fromhex(bqual))

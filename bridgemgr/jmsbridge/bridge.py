@@ -29,8 +29,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue
@@ -122,7 +123,7 @@ class JMSBridge:
         self._generation = 0  # bumped by each start, so a late waiter cannot finish a newer one
 
     @classmethod
-    def from_properties(cls, props: BrokerProperties, name: str, **kwargs: Any) -> "JMSBridge":
+    def from_properties(cls, props: BrokerProperties, name: str, **kwargs: Any) -> JMSBridge:
         """The bridge imq.bridge.<name>.* describes; its XML is read at every start."""
         return cls(lambda: load_bridge(props, name), props, name=name, **kwargs)
 
@@ -132,11 +133,11 @@ class JMSBridge:
         return self.lifecycle.state
 
     @property
-    def links(self) -> "list[Link | SparkLink]":
+    def links(self) -> list[Link | SparkLink]:
         """The enabled links of the last start, in file order."""
         return list(self._links.values())
 
-    def link(self, name: str) -> "Link | SparkLink":
+    def link(self, name: str) -> Link | SparkLink:
         link = self._links.get(name)
         if link is None:
             known = [l.name for l in self.config.links] if self.config else []
@@ -239,7 +240,7 @@ class JMSBridge:
             return self.state
 
     # --- link commands -------------------------------------------------------------------------
-    def _link_command(self, name: str, command: Command) -> "Link | SparkLink":
+    def _link_command(self, name: str, command: Command) -> Link | SparkLink:
         if self.state is not State.STARTED:
             raise IllegalTransition(f"cannot {command.value} link {name} of bridge {self.name}: "
                                     f"the bridge is {self.state.value} (link commands need "
@@ -359,7 +360,7 @@ class JMSBridge:
         for runner in self._links.values():
             runner.start(0)  # connecting goes on in the link's thread; start() waits for it
 
-    def _spark_link(self, setup: LinkSetup) -> "SparkLink":
+    def _spark_link(self, setup: LinkSetup) -> SparkLink:
         """runner=spark: the link as a Structured Streaming query (bridgemgr/spark)."""
         from ..spark.runner import SparkLink, spark_link_options
 

@@ -12,9 +12,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..jms.errors import JMSException
 from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties

@@ -29,17 +29,29 @@ import io
 import os
 import re
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from lxml import etree
 
 from ..jms.naming import INITIAL_CONTEXT_FACTORY
 from ..props import (
-    CLASS_NAME, INT32_MAX, INT64_MAX, TEXT, BrokerProperties, ConfigError, Kind,
-    Problem, clip, integer, is_secret_name, raise_if_errors, shorten,
+    CLASS_NAME,
+    INT32_MAX,
+    INT64_MAX,
+    TEXT,
+    BrokerProperties,
+    ConfigError,
+    Kind,
+    Problem,
+    clip,
+    integer,
+    is_secret_name,
+    raise_if_errors,
+    shorten,
 )
 from .fetch import DEFAULT_TIMEOUT, MAX_CONFIG_BYTES, read_xmlurl
 from .imqcf import IMQSettings, imq_settings

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Mapping
 
 from ..jms.errors import TransportException
 from ..jms.spi import Connection, ConnectionFactory, XAConnectionFactory
@@ -66,7 +66,7 @@ class ConnectError(TransportException, code="BRIDGE_CONNECT"):
 class Handle:
     """A physical connection and whether its provider has reported it broken."""
 
-    def __init__(self, connection: Connection, connector: "Connector") -> None:
+    def __init__(self, connection: Connection, connector: Connector) -> None:
         self.connection = connection
         self.connector = connector
         self.broken = threading.Event()
@@ -164,8 +164,8 @@ class Connector:
 class Lease:
     """A connection handed out by BridgeConnections; give it back with release()."""
 
-    def __init__(self, handle: Handle, kind: ConnectionKind, owner: "BridgeConnections",
-                 holder: "ConnectionPool | SharedConnection | None") -> None:
+    def __init__(self, handle: Handle, kind: ConnectionKind, owner: BridgeConnections,
+                 holder: ConnectionPool | SharedConnection | None) -> None:
         self.handle = handle
         self.kind = kind
         self._owner = owner

@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import http.client
 import os
-import socket
 import stat
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Callable, Mapping
 
 from ..props import ConfigError, Problem, clip, shorten
 
@@ -92,7 +91,7 @@ def _read_http(url: str, timeout: float, max_bytes: int) -> bytes:
                              "redirects to http(s) URLs are followed") from None
         raise _fail(url, f"answered HTTP {exc.code} {clip(str(exc.reason))}; check "
                          "the URL and the web server") from None
-    except (TimeoutError, socket.timeout):
+    except TimeoutError:
         raise _fail(url, f"did not send the file within {timeout:g} seconds; check the web "
                          "server") from None
     except urllib.error.URLError as exc:

@@ -30,9 +30,10 @@ import difflib
 import random
 import ssl
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..jms.errors import JMSException, JMSSecurityException, TransportException

@@ -35,8 +35,8 @@ import logging
 import threading
 import time
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from ..jms.destination import Destination
 from ..jms.errors import JMSException

@@ -22,8 +22,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Iterable, Mapping
 
 from ..props import REDACTED, ConfigError, Problem, read_properties_file, shorten
 

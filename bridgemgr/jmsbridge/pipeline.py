@@ -24,12 +24,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import cached_property
 from operator import attrgetter
 from types import MappingProxyType
-from typing import Any, Callable, Mapping, TypeVar
+from typing import Any, TypeVar
 
 from ..jms.destination import Destination
 from ..jms.errors import (
@@ -128,7 +129,7 @@ class LinkPlan:
     backout_threshold: int = 0               # 0: off
 
     @cached_property
-    def steps(self) -> tuple[tuple["Stage", "Step"], ...]:
+    def steps(self) -> tuple[tuple[Stage, Step], ...]:
         """STEPS without those this link's configuration makes no-ops (hoisted once)."""
         return tuple((stage, step) for stage, step in STEPS if SKIP.get(stage, _never)(self) is False)
 
@@ -323,7 +324,7 @@ def on_transform_failure(plan: LinkPlan, ctx: ProcessingContext) -> None:
 
 
 def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext,
-              operator: "RetryWithTolerance") -> Message | None:
+              operator: RetryWithTolerance) -> Message | None:
     """The message to send (ctx.destination, ctx.time_to_live set), or None with
     ctx.action saying what to do instead."""
     msg: Message | None = message

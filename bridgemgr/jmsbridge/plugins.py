@@ -10,8 +10,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from ..jms.errors import JMSException
 from ..transform import MessageTransformer, load_transformer

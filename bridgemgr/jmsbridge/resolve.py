@@ -13,7 +13,8 @@ transacted links."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue, Topic

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Iterable, Mapping
 from enum import Enum
-from typing import Iterable, Mapping
 
 from ..jms.errors import IllegalStateException
 

@@ -28,7 +28,13 @@ from typing import ClassVar
 
 from ..jms.errors import TransactionRolledBackException, TransportException, XAException
 from ..jms.spi import (
-    AckMode, Connection, ConnectionFactory, Session, XAConnection, XAResource, XASession,
+    AckMode,
+    Connection,
+    ConnectionFactory,
+    Session,
+    XAConnection,
+    XAResource,
+    XASession,
     is_xa_capable,
 )
 from ..xa.completer import Completer, Outcome
@@ -152,7 +158,7 @@ class XATransaction(TransferTransaction):
 
     @classmethod
     def bind(cls, xa: BridgeTransactions, source_ref: str,
-             target_ref: str) -> type["XATransaction"]:
+             target_ref: str) -> type[XATransaction]:
         """This class for one link: its coordinator and the RMs of its two ends."""
         return type(cls.__name__, (cls,), {
             "coordinator": xa.coordinator, "source_ref": source_ref, "target_ref": target_ref,

@@ -27,8 +27,8 @@ EXECUTOR_WORKER = "pyspark.worker"
 
 def preload() -> None:
     """Import what every executor worker of a Spark link imports (no thread started)."""
+    import pyspark.sql.worker.write_into_data_source
     import pyspark.worker  # noqa: F401
-    import pyspark.sql.worker.write_into_data_source  # noqa: F401
 
     from . import transfer  # noqa: F401
     gc.collect()

@@ -27,9 +27,10 @@ from __future__ import annotations
 import logging
 import re
 import time
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
 
 from ..jms import codec, naming
 from ..jms.destination import Destination, Queue, Topic
@@ -76,7 +77,7 @@ class DMQJobError(JMSException, code="DMQ_JOB"):
     """A DMQ job cannot run as asked; the message says what to change."""
 
 
-def archive_schema() -> "StructType":
+def archive_schema() -> StructType:
     from pyspark.sql.types import StructType
     return StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in (*OTHER_COLUMNS, *DMQ_FIELDS,
                                                                   *PARTITIONS)))
@@ -200,7 +201,7 @@ def dead_row(dead: Message, endpoint: DMQEndpoint, keep_message: bool = True) ->
     """The archive row of one DMQ message, in COLUMNS order (``keep_message=False``: no
     message bytes, for reports)."""
     ms = dmq_timestamp_ms(dead)
-    when = datetime.fromtimestamp(ms / 1000, timezone.utc)
+    when = datetime.fromtimestamp(ms / 1000, UTC)
     original = original_of(dead)
     if original is not None:
         data: bytes | None = codec.encode(original)
@@ -245,7 +246,7 @@ class ArchiveResult:
                 "seconds": round(self.seconds, 3)}
 
 
-def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_size: int = 5000,
+def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size: int = 5000,
             chunk_bytes: int = 64 << 20, receive_timeout: float = 1.0,
             limit: int | None = None) -> ArchiveResult:
     """Move the DMQ's messages into Parquet at ``path``; each chunk (``chunk_size``
@@ -281,7 +282,7 @@ def archive(spark: "SparkSession", endpoint: DMQEndpoint, path: str, *, chunk_si
     return ArchiveResult(total, chunks, path, time.monotonic() - started)
 
 
-def write_rows(spark: "SparkSession", rows: list[tuple[Any, ...]], path: str) -> None:
+def write_rows(spark: SparkSession, rows: list[tuple[Any, ...]], path: str) -> None:
     """Append archive rows to the Parquet at ``path`` in one write (one commit)."""
     (spark.createDataFrame(rows, archive_schema()).coalesce(1).write.mode("append")
      .partitionBy(*(n for n, _ in PARTITIONS)).parquet(path))
@@ -302,7 +303,7 @@ def _receive_chunk(consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: i
     return chunk, rows
 
 
-def read_archive(spark: "SparkSession", path: str) -> "DataFrame":
+def read_archive(spark: SparkSession, path: str) -> DataFrame:
     """The archive at ``path``, without the duplicates a crash between write and
     acknowledge leaves (same dmq_message_id: the same DMQ message archived twice)."""
     try:
@@ -328,7 +329,7 @@ def browse(endpoint: DMQEndpoint, selector: str | None = None) -> Iterator[Messa
         conn.close()
 
 
-def browse_frame(spark: "SparkSession", endpoint: DMQEndpoint) -> "DataFrame":
+def browse_frame(spark: SparkSession, endpoint: DMQEndpoint) -> DataFrame:
     """The DMQ as archive rows without the message bytes, consuming nothing."""
     return spark.createDataFrame([dead_row(m, endpoint, keep_message=False)
                                   for m in browse(endpoint)], archive_schema())
@@ -348,7 +349,7 @@ class ReportRow:
         return {k: getattr(self, k) for k in (*REPORT_KEYS, "messages", "bytes")}
 
 
-def report(df: "DataFrame") -> list[ReportRow]:
+def report(df: DataFrame) -> list[ReportRow]:
     """Count and bytes by hour, reason, link, source and target destination."""
     from pyspark.sql import functions as F
 

@@ -12,8 +12,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -42,7 +43,7 @@ def _errors() -> Iterator[None]:
         raise click.ClickException(str(exc)) from None
 
 
-def _job(options: dict[str, Any], dmq_name: str) -> tuple["ServiceJob", "DMQEndpoint"]:
+def _job(options: dict[str, Any], dmq_name: str) -> tuple[ServiceJob, DMQEndpoint]:
     from .dmq import dmq_endpoint
 
     job = service_job(**options)
@@ -187,7 +188,7 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
         sys.exit(1)
 
 
-def _print_redrive(result: "RedriveResult") -> None:
+def _print_redrive(result: RedriveResult) -> None:
     rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
     rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
               i.destination or "-", i.detail or "") for i in result.items]

@@ -12,8 +12,9 @@ import html
 import io
 import json
 from collections import Counter
-from datetime import datetime, timezone
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from datetime import UTC, datetime
+from typing import Any
 
 from .dmq import REPORT_KEYS, ReportRow
 
@@ -93,7 +94,7 @@ def to_html(rows: Sequence[ReportRow], source: str) -> str:
             by_day[hour[:10]] += count
         by_hour, period = by_day, "day"
     total = totals(rows)
-    made = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
     body = "".join("<tr>" + "".join(
         f'<td class="{"n" if i >= len(REPORT_KEYS) else ""}">{html.escape(c)}</td>'

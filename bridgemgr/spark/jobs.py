@@ -9,8 +9,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -32,7 +33,7 @@ class ServiceJob:
     broker_url: str                    # the host broker's jms connection service
     bridge: str
     xmlurl: str
-    config: "BridgeConfig"
+    config: BridgeConfig
     runner: str = "local"
     backout_threshold: int = BACKOUT_THRESHOLD
     spark_master: str = "local[*]"
@@ -40,7 +41,7 @@ class ServiceJob:
     user: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
 
-    def spark(self, app_name: str, **conf: Any) -> "SparkSession":
+    def spark(self, app_name: str, **conf: Any) -> SparkSession:
         """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
         from .session import spark_session
 

@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
-from ..jmsbridge.resolve import resolve_destination
 from ..jmsbridge.config import (
     BUILTIN_DMQ,
     BUILTIN_DMQ_DESTINATION,
@@ -28,7 +28,7 @@ from ..jmsbridge.config import (
 )
 from ..jmsbridge.connections import BridgeConnections, Connector
 from ..jmsbridge.dmq import DeadMessageQueues, DMQSender
-from ..jmsbridge.resolve import resolve_connection_factories
+from ..jmsbridge.resolve import resolve_connection_factories, resolve_destination
 from ..providers.embedded import remote_login, set_remote_broker_url
 from ..providers.embedded.remote import RemoteConnectionFactory
 from ..transform import MessageTransformer, load_transformer

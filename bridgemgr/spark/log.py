@@ -28,9 +28,9 @@ import os
 import re
 import struct
 import time
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable, Iterator
 
 MAGIC = b"IMQSLOG1"
 _U32 = struct.Struct(">I")
@@ -108,7 +108,7 @@ class SourceLog:
             os.close(self._writer)
             self._writer = None
 
-    def open(self) -> "SourceLog":
+    def open(self) -> SourceLog:
         """Create the folder; drop temporary files a crash left behind."""
         self.folder.mkdir(parents=True, exist_ok=True)
         for leftover in self.folder.glob(_TMP_PREFIX + "*"):

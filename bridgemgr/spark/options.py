@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 FORMAT = "imqbridge_link"
 SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
@@ -43,7 +44,7 @@ class LinkOptions:
         return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> "LinkOptions":
+    def from_options(cls, options: Mapping[str, str]) -> LinkOptions:
         values: dict[str, Any] = {}
         lowered = {k.lower(): v for k, v in options.items()}
         for f in dataclasses.fields(cls):

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
+from collections.abc import Callable
 
 from ..jms import codec
 from ..jms.spi import AckMode, MessageConsumer, Session
@@ -74,7 +74,7 @@ class Receiver:
         self._connect_attempts: int | None = None  # the factory's; a prefetch tries once
 
     @classmethod
-    def prefetching(cls, options: LinkOptions) -> "Receiver | None":
+    def prefetching(cls, options: LinkOptions) -> Receiver | None:
         """A receiver for prefetch(), when no one writes the link's log (None otherwise)."""
         source_log = SourceLog(options.source_log)
         if not source_log.own(wait=None):

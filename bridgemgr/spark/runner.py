@@ -21,8 +21,9 @@ import os
 import re
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ..jmsbridge.counters import LinkCounters
 from ..jmsbridge.link import LinkSetup, LinkTuning
@@ -49,8 +50,8 @@ def link_options(checkpoint: Path, **values: Any) -> LinkOptions:
                        stats=str(checkpoint / "linkstats.jsonl"), **values)
 
 
-def start_query(spark: "SparkSession", options: LinkOptions, checkpoint: Path,
-                available_now: bool = False, name: str | None = None) -> "StreamingQuery":
+def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
+                available_now: bool = False, name: str | None = None) -> StreamingQuery:
     """The link's streaming query, started (from ``checkpoint`` when it has one); this
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
@@ -115,8 +116,8 @@ class SparkLink:
     runner = "spark"
 
     def __init__(self, setup: LinkSetup, options: LinkOptions, checkpoint: Path,
-                 log: logging.Logger, props: "BrokerProperties | None" = None,
-                 tuning: LinkTuning = LinkTuning(), spark: "SparkSession | None" = None) -> None:
+                 log: logging.Logger, props: BrokerProperties | None = None,
+                 tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None) -> None:
         self.setup = setup
         self.config = setup.config
         self.name = setup.config.name
@@ -130,7 +131,7 @@ class SparkLink:
                                    LINK_TRANSITIONS, State.STOPPED)
         self.counters: LinkCounters = SparkCounters(options.stats)
         self._spark = spark
-        self._query: "StreamingQuery | None" = None
+        self._query: StreamingQuery | None = None
         self._want = State.STOPPED
         self._lock = threading.RLock()   # query start/stop
         self._wake = threading.Event()   # a command for the watcher's backoff
@@ -198,7 +199,7 @@ class SparkLink:
                     self.log.warning("link %s: stopping its Spark query: %s", self.name, exc)
         self.lifecycle.set(final)
 
-    def _session(self) -> "SparkSession":
+    def _session(self) -> SparkSession:
         if self._spark is None:
             from .session import spark_session
             self._spark = spark_session(self.props, app_name=f"imqbridge {self.bridge_name}")
@@ -213,7 +214,7 @@ class SparkLink:
                       self.setup.source_label, self.setup.target_label, self.checkpoint)
 
     # --- the watcher ------------------------------------------------------------------------------
-    def _watch(self, query: "StreamingQuery") -> None:
+    def _watch(self, query: StreamingQuery) -> None:
         """Follow ``query``; restart it after a failure (with backoff) while wanted. A
         watcher ends when its query was stopped on purpose or replaced by a command."""
         failures = 0
@@ -278,7 +279,7 @@ class SparkLink:
                 "runner": self.runner, "progress": self.progress(), "counters": counters}
 
 
-def _between_batches(query: "StreamingQuery", timeout: float) -> None:
+def _between_batches(query: StreamingQuery, timeout: float) -> None:
     """Wait (up to ``timeout`` s) until ``query`` is not writing a batch, so that a stop
     does not cut a batch short: it would run again at the next start (duplicates)."""
     deadline = time.monotonic() + timeout
@@ -287,7 +288,7 @@ def _between_batches(query: "StreamingQuery", timeout: float) -> None:
         time.sleep(0.05)
 
 
-def _await(query: "StreamingQuery") -> str | None:
+def _await(query: StreamingQuery) -> str | None:
     """Wait for the query to end; its error text (None when it ended cleanly)."""
     while True:
         try:
@@ -315,7 +316,7 @@ def parallelism(master: str, conf: dict[str, str]) -> int:
     return 1 if master.strip() == "local" else 2
 
 
-def spark_link_options(props: "BrokerProperties", bridge: str, link: str, broker_url: str,
+def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_url: str,
                        transformer_path: Sequence[str | Path] | None = None
                        ) -> tuple[LinkOptions, Path]:
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""

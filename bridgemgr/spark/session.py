@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,7 +53,7 @@ class SparkUnavailable(RuntimeError):
     """pyspark (with pyarrow) is not installed, or no JVM could be started."""
 
 
-def spark_settings(props: "BrokerProperties | None") -> tuple[str, dict[str, str]]:
+def spark_settings(props: BrokerProperties | None) -> tuple[str, dict[str, str]]:
     """The master URL and SparkConf entries that ``props`` ask for (defaults applied)."""
     conf = dict(DEFAULTS)
     master = DEFAULT_MASTER
@@ -81,9 +82,9 @@ def prepare_python_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([*ours, *paths])
 
 
-def spark_session(props: "BrokerProperties | None" = None, *, app_name: str = "imqbridge",
+def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imqbridge",
                   master: str | None = None, conf: Mapping[str, Any] | None = None
-                  ) -> "SparkSession":
+                  ) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
     session and its settings. ``master``/``conf`` override the properties (tests, drain)."""
     try:

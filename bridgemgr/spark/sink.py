@@ -16,9 +16,10 @@ import json
 import logging
 import time
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
@@ -44,7 +45,7 @@ class BatchCounts(WriterCommitMessage):
     reasons: dict[str, int] = field(default_factory=dict)
 
 
-_transfers: dict[LinkOptions, "Transfer"] = {}
+_transfers: dict[LinkOptions, Transfer] = {}
 
 
 class LinkStreamWriter(DataSourceStreamArrowWriter):

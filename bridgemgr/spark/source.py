@@ -26,7 +26,8 @@
 from __future__ import annotations
 
 import array
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
@@ -56,7 +57,7 @@ class LinkDataSource(DataSource):
     def schema(self) -> str:
         return SCHEMA
 
-    def streamReader(self, schema: StructType) -> "LinkStreamReader":
+    def streamReader(self, schema: StructType) -> LinkStreamReader:
         return LinkStreamReader(LinkOptions.from_options(self.options))
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
@@ -95,7 +96,7 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"options": self.options, "_receiver": None}
 
     # --- offsets (driver) -----------------------------------------------------------------------
-    def _driver(self) -> "Receiver":
+    def _driver(self) -> Receiver:
         if self._receiver is None:
             from .receiver import Receiver
             self._receiver = Receiver(self.options)

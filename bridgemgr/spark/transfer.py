@@ -32,9 +32,10 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING
 
 from ..jms import codec
 from ..jms.errors import JMSException
@@ -146,7 +147,7 @@ class Transfer:
         task.counts.reasons = dict(task.reasons)
         return task.counts
 
-    def _handle(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
+    def _handle(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan,
                 message_id: str) -> None:
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
@@ -182,13 +183,13 @@ class Transfer:
             self.operator.failed(ctx, Stage.SEND, exc, producer.send, (out, ctx.destination),
                                  kwargs)
 
-    def _send_failed(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan) -> None:
+    def _send_failed(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan) -> None:
         log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
                     plan.link_name, ctx.header("message_id"), ctx.destination, ctx.failure)
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(task, ctx, plan, DMQReason.SEND_FAILURE)
 
-    def _commit(self, task: "_Task") -> None:
+    def _commit(self, task: _Task) -> None:
         """Hand the filling chunk's commit to the committer thread and fill the other
         session meanwhile; the chunk before it is settled first (chunks stay in order)."""
         chunk = task.filling
@@ -198,7 +199,7 @@ class Transfer:
         task.committing = (chunk, self._committer.submit(chunk.session.commit))
         task.filling = task.chunks[1] if chunk is task.chunks[0] else task.chunks[0]
 
-    def _settle(self, task: "_Task") -> None:
+    def _settle(self, task: _Task) -> None:
         """Wait for the chunk in commit; when the target refused it, send it again singly."""
         if task.committing is None:
             return
@@ -215,7 +216,7 @@ class Transfer:
             self._send_singly(task, chunk.sent)
         chunk.sent.clear()
 
-    def _send_singly(self, task: "_Task", sent: list[tuple[ProcessingContext, Message, LinkPlan]]
+    def _send_singly(self, task: _Task, sent: list[tuple[ProcessingContext, Message, LinkPlan]]
                      ) -> None:
         """Send a refused chunk again one message at a time, each committed on its own (a
         send's refusal may only show at the commit): only the message that fails goes to the
@@ -237,7 +238,7 @@ class Transfer:
                 task.counts.transferred += 1
         session.close()
 
-    def _to_dmq(self, task: "_Task", ctx: ProcessingContext, plan: LinkPlan,
+    def _to_dmq(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan,
                 reason: DMQReason) -> None:
         letter = dead_letter(ctx, plan, reason, self.env.source)
         result = self.dmqs.send(letter, self.stop)

@@ -28,8 +28,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Callable, Mapping
 
 from ..jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ..jms.message import (

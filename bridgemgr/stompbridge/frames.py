@@ -16,8 +16,8 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Callable, Mapping
 
 V10, V11, V12 = "1.0", "1.1", "1.2"
 VERSIONS = (V10, V11, V12)  # oldest first

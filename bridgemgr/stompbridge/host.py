@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from ..jms.destination import Destination
 from ..jms.message import Message
@@ -116,7 +117,7 @@ class HostConnection:
 
     def subscribe(self, destination: Destination, selector: str | None, durable_name: str | None,
                   no_local: bool, window: int, render: Callable[[Envelope], Any],
-                  deliver: Callable[..., None], paused: bool = False) -> "Subscriber":
+                  deliver: Callable[..., None], paused: bool = False) -> Subscriber:
         """A consumer and its thread; raises JMSException (bad selector, destination, ...)."""
         if durable_name:
             consumer = self.session.create_durable_subscriber(destination, durable_name, selector,  # type: ignore[arg-type]

@@ -22,9 +22,10 @@ import logging
 import socket
 import ssl
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from ..jms.errors import JMSException
 from ..netloop import NetLoop
@@ -65,7 +66,7 @@ class StompConfig:
     call_threads: int = 8  # pool for blocking calls (password checks, durable waits)
 
     @classmethod
-    def from_props(cls, props: BrokerProperties) -> "StompConfig":
+    def from_props(cls, props: BrokerProperties) -> StompConfig:
         """imq.bridge.stomp.*; TLS files default to <instance>/etc/stomp-{cert,key,ca}.pem."""
         s = props.stomp
         etc = props.instance_dir / "etc"

@@ -36,10 +36,11 @@ from __future__ import annotations
 
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from .. import __version__
 from ..jms.destination import Destination
@@ -48,9 +49,34 @@ from ..providers.embedded.queues import Envelope
 from ..transform import MessageTransformer
 from .convert import Destinations, NotDeliverable, TransformFailed, from_send, to_message_frame
 from .frames import (
-    ABORT, ACK, BEGIN, COMMIT, CONNECT, CONNECTED, DEFAULT_LIMITS, DISCONNECT, ERROR, HEARTBEAT, NACK,
-    PRE_CONNECT, RECEIPT, SEND, STOMP, SUBSCRIBE, UNSUBSCRIBE, V10, V11, V12, VERSIONS, Frame,
-    Limits, LocalProtocolError, ProtocolError, RemoteProtocolError, encode_frame, parse_frame,
+    ABORT,
+    ACK,
+    BEGIN,
+    COMMIT,
+    CONNECT,
+    CONNECTED,
+    DEFAULT_LIMITS,
+    DISCONNECT,
+    ERROR,
+    HEARTBEAT,
+    NACK,
+    PRE_CONNECT,
+    RECEIPT,
+    SEND,
+    STOMP,
+    SUBSCRIBE,
+    UNSUBSCRIBE,
+    V10,
+    V11,
+    V12,
+    VERSIONS,
+    Frame,
+    Limits,
+    LocalProtocolError,
+    ProtocolError,
+    RemoteProtocolError,
+    encode_frame,
+    parse_frame,
 )
 from .host import HostConnection, Subscriber
 
@@ -65,8 +91,7 @@ class State(Enum):
     ERROR = "closed after an error"
 
 
-_IN_SESSION = {cmd: State.CONNECTED for cmd in (SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN,
-                                                 COMMIT, ABORT)}
+_IN_SESSION = dict.fromkeys((SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT), State.CONNECTED)
 TRANSITIONS: dict[State, dict[str, State]] = {
     State.AWAIT_CONNECT: {CONNECT: State.AUTHENTICATING, STOMP: State.AUTHENTICATING},
     State.CONNECTED: {**_IN_SESSION, DISCONNECT: State.CLOSED},

@@ -48,12 +48,12 @@ class Outcome:
 class Completer:
     """Finishes one link's prepared transactions in order (see the module comment)."""
 
-    def __init__(self, coordinator: "Coordinator", name: str, depth: int = DEPTH) -> None:
+    def __init__(self, coordinator: Coordinator, name: str, depth: int = DEPTH) -> None:
         self.coordinator = coordinator
         self.name = name
         self.depth = depth
         self._cond = threading.Condition()
-        self._queue: deque[tuple["Transaction", list["Branch"]]] = deque()
+        self._queue: deque[tuple[Transaction, list[Branch]]] = deque()
         self._working = 0          # transactions taken by the thread, not yet finished
         self._outcomes: deque[Outcome] = deque()
         self._failure: BaseException | None = None  # until reset(): roll back the rest
@@ -65,7 +65,7 @@ class Completer:
         with self._cond:
             return len(self._queue) + self._working + len(self._outcomes)
 
-    def submit(self, tx: "Transaction", prepared: list["Branch"]) -> None:
+    def submit(self, tx: Transaction, prepared: list[Branch]) -> None:
         """Queue a transaction whose branches all voted yes; waits while DEPTH are queued."""
         with self._cond:
             while len(self._queue) + self._working >= self.depth:
@@ -118,7 +118,7 @@ class Completer:
                 self._working = 0
                 self._cond.notify_all()
 
-    def _complete(self, group: list[tuple["Transaction", list["Branch"]]]) -> list[Outcome]:
+    def _complete(self, group: list[tuple[Transaction, list[Branch]]]) -> list[Outcome]:
         if self._failure is None:
             try:
                 self.coordinator.log_commits([tx.commit_record(prepared) for tx, prepared in group])
@@ -141,7 +141,7 @@ class Completer:
         self._forget_durable([tx for tx, _ in group])
         return outcomes
 
-    def _forget_durable(self, txs: list["Transaction"]) -> None:
+    def _forget_durable(self, txs: list[Transaction]) -> None:
         """Wait for the RMs' records of the group's commits (one store batch per RM for
         all of them), then let the log forget those transactions."""
         try:
@@ -156,7 +156,7 @@ class Completer:
         self.coordinator.durable(txs)
 
     @staticmethod
-    def _roll_back(tx: "Transaction", cause: BaseException, behind: bool) -> Outcome:
+    def _roll_back(tx: Transaction, cause: BaseException, behind: bool) -> Outcome:
         tx.undecided()
         if not behind:
             return Outcome(cause)

@@ -46,10 +46,11 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TYPE_CHECKING, Callable, Iterable, Mapping, TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from ..jms import xa
 from ..jms.errors import (
@@ -228,7 +229,7 @@ class Faults:
             self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
 
     @classmethod
-    def from_env(cls) -> "Faults":
+    def from_env(cls) -> Faults:
         return cls(os.environ.get(FAULT_ENV, ""))
 
     def hit(self, point: FaultPoint) -> None:
@@ -264,7 +265,7 @@ class Branch:
 class Transaction:
     """One global transaction; used by one link thread at a time."""
 
-    def __init__(self, coordinator: "Coordinator", gtrid: bytes) -> None:
+    def __init__(self, coordinator: Coordinator, gtrid: bytes) -> None:
         self.coordinator = coordinator
         self.gtrid = gtrid
         self.state = TxState.ACTIVE
@@ -352,7 +353,7 @@ class Transaction:
             raise _failure("ending", self, failure)
         self._fire(TxEvent.END)
 
-    def commit(self, defer: "Completer | None" = None) -> bool:
+    def commit(self, defer: Completer | None = None) -> bool:
         """Commit an ended transaction (see the module comment); raises after rolling back.
         With ``defer``, a two-phase transaction of in-process RMs is handed to that
         completer once prepared (False: its outcome comes from there); True: complete."""

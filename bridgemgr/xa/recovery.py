@@ -23,9 +23,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import Callable, Mapping, Sequence
 
 from ..jms import xa
 from ..jms.errors import XAException

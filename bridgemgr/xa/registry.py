@@ -15,12 +15,18 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 from ..jms.spi import (
-    Connection, ConnectionFactory, XAConnection, XAConnectionFactory, XAResource, is_xa_capable,
+    Connection,
+    ConnectionFactory,
+    XAConnection,
+    XAConnectionFactory,
+    XAResource,
+    is_xa_capable,
 )
 from .coordinator import Coordinator
 from .recovery import Recovery, RecoverySource
@@ -130,7 +136,7 @@ class BridgeTransactions:
     def start(cls, bridge: str, factories: list[FactoryEntry], directory: str | Path | None,
               tm_props: Mapping[str, str], logger: logging.Logger,
               store: str = "file", sql: tuple[DBAPIConnect, str] | None = None,
-              retry_interval: float = 2.0) -> "BridgeTransactions":
+              retry_interval: float = 2.0) -> BridgeTransactions:
         """Steps 4-6 of a bridge start: coordinator and log, RM registration, recovery.
         ``store`` is imq.persist.store; with "jdbc" the log goes to the host broker's
         database through ``sql`` (a DB-API connect function and its paramstyle)."""

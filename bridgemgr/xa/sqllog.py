@@ -16,7 +16,8 @@
 from __future__ import annotations
 
 import threading
-from typing import Any, Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from .txlog import CommitRecord, DoneRecord, Record, TxLog, TxLogError, fold, frame, scan
 

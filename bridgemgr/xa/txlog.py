@@ -35,10 +35,11 @@ import struct
 import threading
 import zlib
 from abc import ABC, abstractmethod
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 from ..jms.xa import MAXBQUALSIZE, MAXGTRIDSIZE, Xid
 from ..props import TM_KEYS
@@ -263,7 +264,7 @@ class TxLogSettings:
     mmap: bool = False
 
     @classmethod
-    def from_tm_props(cls, tm_props: Mapping[str, str]) -> "TxLogSettings":
+    def from_tm_props(cls, tm_props: Mapping[str, str]) -> TxLogSettings:
         values: dict[str, Any] = {}
         for key, field_name in (("txlogSize", "size"), ("txlogSync", "sync"), ("txlogMmap", "mmap")):
             if key in tm_props:

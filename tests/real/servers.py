@@ -121,7 +121,7 @@ class ActiveMQ:
         return {"java.naming.factory.initial": "imq.stomp",
                 "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}"}
 
-    def start(self, timeout: float = 90) -> "ActiveMQ":
+    def start(self, timeout: float = 90) -> ActiveMQ:
         conf, data = self.base / "conf", self.base / "data"
         conf.mkdir(parents=True, exist_ok=True)
         data.mkdir(exist_ok=True)
@@ -203,7 +203,7 @@ class RabbitMQ:
         prefix = ["runuser", "-u", "rabbitmq", "--"] if os.geteuid() == 0 else []
         return [*prefix, "env", "-i", *env, *argv]
 
-    def start(self, timeout: float = 90) -> "RabbitMQ":
+    def start(self, timeout: float = 90) -> RabbitMQ:
         b = self.base
         for sub in ("mnesia", "log"):
             (b / sub).mkdir(parents=True, exist_ok=True)
@@ -288,7 +288,7 @@ class PostgreSQL:
     def _as_postgres(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
 
-    def start(self, timeout: float = 60) -> "PostgreSQL":
+    def start(self, timeout: float = 60) -> PostgreSQL:
         self.base.mkdir(parents=True, exist_ok=True)
         pwfile = self.base / "pwfile"
         pwfile.write_text(self.superuser_password + "\n")

@@ -18,6 +18,7 @@ from collections import Counter
 from html import escape
 
 import pytest
+from servers import JMS_API_JAR, ActiveMQ
 
 from bridgemgr.jms import naming
 from bridgemgr.jms.destination import Queue, Topic
@@ -27,9 +28,7 @@ from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-
 from jmsbridge_support import FAST, drain, send, wait_until
-from servers import JMS_API_JAR, ActiveMQ
 
 pytestmark = pytest.mark.timeout(180)
 

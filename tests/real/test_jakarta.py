@@ -11,6 +11,8 @@ import subprocess
 import uuid
 
 import pytest
+from jakarta_jars import rename_jar
+from servers import ACTIVEMQ_CLIENT_JARS, JMS_API_JAR
 
 from bridgemgr.jms import naming
 from bridgemgr.jms.destination import Queue
@@ -18,9 +20,6 @@ from bridgemgr.jms.message import JavaSerialized, MapMessage, ObjectMessage, Pro
 from bridgemgr.jms.spi import is_xa_capable
 from bridgemgr.jms.xa import TMNOFLAGS, TMSUCCESS, XA_OK, Xid
 from bridgemgr.transform import load_transformer
-
-from jakarta_jars import rename_jar
-from servers import ACTIVEMQ_CLIENT_JARS, JMS_API_JAR
 
 pytest.importorskip("jpype")
 pytestmark = pytest.mark.timeout(120)

@@ -19,7 +19,14 @@ from bridgemgr.jms.errors import XAException
 from bridgemgr.jms.message import TextMessage
 from bridgemgr.jms.spi import AckMode, is_xa_capable
 from bridgemgr.jms.xa import (
-    TMENDRSCAN, TMNOFLAGS, TMSTARTRSCAN, TMSUCCESS, XA_OK, XA_RDONLY, XAER_NOTA, Xid,
+    TMENDRSCAN,
+    TMNOFLAGS,
+    TMSTARTRSCAN,
+    TMSUCCESS,
+    XA_OK,
+    XA_RDONLY,
+    XAER_NOTA,
+    Xid,
 )
 
 pytest.importorskip("jpype")

@@ -17,6 +17,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from xa_bridge_child import amq_factory
 
 from bridgemgr.jms import naming
 from bridgemgr.jms.destination import Queue
@@ -28,9 +29,7 @@ from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.xa.coordinator import FAULT_ENV, is_ours, name_tag
-
 from jmsbridge_support import FAST, bridge_xml, drain, send, wait_until
-from xa_bridge_child import amq_factory
 
 pytest.importorskip("jpype")
 pytestmark = pytest.mark.timeout(240)

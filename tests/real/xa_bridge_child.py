@@ -18,12 +18,11 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
-from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
-from bridgemgr.props import load_properties  # noqa: E402
-from bridgemgr.providers.embedded import Broker, connection_factory, set_host_broker  # noqa: E402
-
-from jmsbridge_support import FAST, bridge_xml  # noqa: E402
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.props import load_properties
+from bridgemgr.providers.embedded import Broker, connection_factory, set_host_broker
+from jmsbridge_support import FAST, bridge_xml
 
 LINK = ('<link name="l" transacted="true">'
         '<source connection-factory-ref="host" destination-ref="src"/>'

@@ -13,7 +13,6 @@ from __future__ import annotations
 import pytest
 from support import Harness
 
-
 PREFETCH_SENSITIVE = {
     "test_two_phase_commit_moves_the_message",
     "test_rollback_of_prepared_branch_returns_source_and_drops_target",

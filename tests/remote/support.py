@@ -43,7 +43,7 @@ class Harness:
         self.portmapper.stop()
         self.netloop.stop()
 
-    def __enter__(self) -> "Harness":
+    def __enter__(self) -> Harness:
         return self
 
     def __exit__(self, *exc) -> None:

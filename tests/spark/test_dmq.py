@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 
 from bridgemgr.jms import codec
 from bridgemgr.jms.destination import Queue, Topic
-from bridgemgr.jms.spi import CLIENT_ACKNOWLEDGE
 from bridgemgr.jms.message import DeliveryMode, ObjectMessage, TextMessage
+from bridgemgr.jms.spi import CLIENT_ACKNOWLEDGE
 from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION, parse_bridge_config
 from bridgemgr.jmsbridge.dmq import DeadLetter, dmq_message
 from bridgemgr.jmsbridge.pipeline import DMQReason
@@ -46,8 +46,8 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 </jmsbridge>
 """
 DMQ = Queue(BUILTIN_DMQ_DESTINATION)
-DAY1 = int(datetime(2026, 11, 20, 9, 30, tzinfo=timezone.utc).timestamp() * 1000)
-DAY2 = int(datetime(2026, 11, 21, 14, 5, tzinfo=timezone.utc).timestamp() * 1000)
+DAY1 = int(datetime(2026, 11, 20, 9, 30, tzinfo=UTC).timestamp() * 1000)
+DAY2 = int(datetime(2026, 11, 21, 14, 5, tzinfo=UTC).timestamp() * 1000)
 HOUR = 3_600_000
 
 
@@ -355,6 +355,6 @@ def test_a_dead_row_keeps_every_field_and_the_original(reason, at_ms, props, tex
     assert codec.decode(row["message"]) == orig and row["size"] == len(row["message"])
     assert (row["reason"], row["JMS_SUN_JMSBRIDGE_DMQ_REASON"]) == (reason.value, reason.value)
     assert row["JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP"] == at_ms
-    when = datetime.fromtimestamp(at_ms / 1000, timezone.utc)
+    when = datetime.fromtimestamp(at_ms / 1000, UTC)
     assert (row["day"], row["hour"][:13]) == (when.strftime("%Y-%m-%d"), when.strftime("%Y-%m-%dT%H"))
     assert (row["link"], row["bridge"], row["JMS_SUN_JMSBRIDGE_TARGET_PROVIDER"]) == ("to-billing", "orders", "q")

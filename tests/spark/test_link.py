@@ -16,16 +16,17 @@ from bridgemgr.jmsbridge.link import Link
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.spark.options import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.log import SourceLog, SourceLogError
+from bridgemgr.spark.options import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.runner import link_options, parallelism
 from bridgemgr.spark.source import LinkStreamReader, LogSlice, slices
 from bridgemgr.spark.transfer import offset_runs
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "remote")]
-from jmsbridge_support import BUILTIN_DMQ, FAST, bridge_xml, drain, link_xml, send, wait_until  # noqa: E402
 from support import Harness  # noqa: E402
+
+from jmsbridge_support import BUILTIN_DMQ, FAST, bridge_xml, drain, link_xml, send, wait_until  # noqa: E402
 
 
 # --- the source log ---------------------------------------------------------------------------

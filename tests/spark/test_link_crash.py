@@ -20,9 +20,10 @@ from bridgemgr.spark.runner import start_query
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE), str(HERE.parent), str(HERE.parent / "remote")]
+from support import Harness  # noqa: E402
+
 from jmsbridge_support import bridge_xml, link_xml, send  # noqa: E402
 from link_crash_child import crash_options  # noqa: E402
-from support import Harness  # noqa: E402
 
 N = 3000
 

@@ -18,7 +18,7 @@ from bridgemgr.spark.drain import _Admin
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from service_support import ROOT, Daemon, one_bridge_files  # noqa: E402
+from service_support import ROOT, Daemon, one_bridge_files
 
 N = 1000
 PASSWORD = "Drain-Secret-1"

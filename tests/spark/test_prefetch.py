@@ -19,8 +19,9 @@ from bridgemgr.spark.runner import link_options
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "remote")]
-from jmsbridge_support import bridge_xml, link_xml, send, wait_until  # noqa: E402
 from support import Harness  # noqa: E402
+
+from jmsbridge_support import bridge_xml, link_xml, send, wait_until  # noqa: E402
 
 BATCH = 1000  # messages per batch: a prefetcher logs up to two batches, in segments of 500
 

@@ -25,8 +25,9 @@ from bridgemgr.spark.transfer import Transfer
 
 TESTS = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(TESTS), str(TESTS / "remote")]
-from jmsbridge_support import BUILTIN_DMQ, bridge_xml, drain, link_xml  # noqa: E402
 from support import Harness  # noqa: E402
+
+from jmsbridge_support import BUILTIN_DMQ, bridge_xml, drain, link_xml  # noqa: E402
 
 LIMIT = 400  # bytes: the target refuses a message larger than this
 

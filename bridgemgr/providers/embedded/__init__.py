@@ -28,8 +28,9 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import unquote, urlparse
 
 from ...jms import naming
@@ -40,10 +41,26 @@ from .broker import DMQ_NAME, Broker
 from .client import EmbeddedConnectionFactory
 from .queues import DestinationLimits, LimitBehavior
 
-__all__ = ["Broker", "DMQ_NAME", "DestinationLimits", "EmbeddedConnectionFactory", "LimitBehavior",
-           "CONTEXT_FACTORY", "open_broker", "set_host_broker", "host_broker", "connection_factory",
-           "HostBrokerFactory", "BROKER_URL_ENV", "BROKER_USER_ENV", "BROKER_PASSWORD_ENV",
-           "set_remote_broker_url", "remote_broker_url", "remote_login", "broker_url"]
+__all__ = [
+    "BROKER_PASSWORD_ENV",
+    "BROKER_URL_ENV",
+    "BROKER_USER_ENV",
+    "CONTEXT_FACTORY",
+    "DMQ_NAME",
+    "Broker",
+    "DestinationLimits",
+    "EmbeddedConnectionFactory",
+    "HostBrokerFactory",
+    "LimitBehavior",
+    "broker_url",
+    "connection_factory",
+    "host_broker",
+    "open_broker",
+    "remote_broker_url",
+    "remote_login",
+    "set_host_broker",
+    "set_remote_broker_url",
+]
 
 CONTEXT_FACTORY = "imq.embedded"
 

@@ -25,12 +25,13 @@ import logging
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any
 
-from ...jms import codec
+from ...jms import codec, xa
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
     IllegalStateException,
@@ -43,13 +44,12 @@ from ...jms.errors import (
     XAException,
 )
 from ...jms.message import DeliveryMode, Message
+from ...jms.selector import Selector, compile_selector
+from ...jms.xa import Xid
+from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue
+from .store import Database, Store
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
-from ...jms.selector import Selector, compile_selector
-from ...jms import xa
-from ...jms.xa import Xid
-from .queues import DestinationLimits, Envelope, LimitBehavior, MessageQueue, UNLIMITED
-from .store import Database, Store
 
 log = logging.getLogger(__name__)
 
@@ -85,7 +85,7 @@ _XA_ALLOWED: dict[str, frozenset[WorkState]] = {
 class Work:
     """Messages a session consumed and sent but has not completed (tx or XA branch)."""
 
-    __slots__ = ("xid", "state", "sends", "acks", "prepared_sends", "sessions", "connection")
+    __slots__ = ("acks", "connection", "prepared_sends", "sends", "sessions", "state", "xid")
 
     def __init__(self, xid: Xid | None = None, state: WorkState = WorkState.LOCAL,
                  connection: Any = None) -> None:
@@ -898,7 +898,7 @@ class Broker:
         if self.store is not None:
             self.store.close()
 
-    def __enter__(self) -> "Broker":
+    def __enter__(self) -> Broker:
         return self
 
     def __exit__(self, *exc: object) -> None:

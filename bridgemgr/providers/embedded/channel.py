@@ -33,8 +33,9 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import urlsplit
 
 from ...admin.portmapper import DEFAULT_PORT, find_service
@@ -96,7 +97,7 @@ class Hello:
 
 def open_channel(address: Address, hello: Hello, ssl_context: ssl.SSLContext | None,
                  timeout: float, deliver: Callable[[wire.Event], None],
-                 lost: Callable[[TransportException], None]) -> "Channel":
+                 lost: Callable[[TransportException], None]) -> Channel:
     """Connect to the jms service at ``address`` and log in."""
     host, port = address.host, address.port
     tls = address.tls or ssl_context is not None
@@ -143,7 +144,7 @@ def _handshake(sock: socket.socket, reader: wire.Wire, where: str) -> dict[str, 
 class Call:
     """A request waiting for its answer; whichever thread reads the answer completes it."""
 
-    __slots__ = ("done", "value", "error", "then")
+    __slots__ = ("done", "error", "then", "value")
 
     def __init__(self, then: Callable[[], None] | None = None) -> None:
         self.done = False

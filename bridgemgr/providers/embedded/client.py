@@ -18,9 +18,11 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
+from ... import __version__
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -47,7 +49,6 @@ from ...jms.spi import (
     XASession,
 )
 from ...jms.xa import XAER_PROTO, Xid
-from ... import __version__
 from .broker import Broker, Work, now_ms
 from .queues import Envelope, MessageQueue
 
@@ -69,7 +70,7 @@ class EmbeddedConnectionFactory(XAConnectionFactory):
     def broker(self) -> Broker:
         return self._broker if isinstance(self._broker, Broker) else self._broker()
 
-    def create_connection(self, username: str | None = None, password: str | None = None) -> "EmbeddedConnection":
+    def create_connection(self, username: str | None = None, password: str | None = None) -> EmbeddedConnection:
         broker = self.broker
         broker.authenticate(username, password)
         conn = EmbeddedConnection(broker, username)
@@ -118,24 +119,24 @@ class EmbeddedConnection(XAConnection):
             raise IllegalStateException("the connection is closed")
 
     def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "EmbeddedSession":
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> EmbeddedSession:
         self._check_open()
         self._used = True
         session = EmbeddedSession(self, transacted, AckMode(ack_mode))
         self._sessions.append(session)
         return session
 
-    def create_xa_session(self) -> "EmbeddedXASession":
+    def create_xa_session(self) -> EmbeddedXASession:
         self._check_open()
         self._used = True
         session = EmbeddedXASession(self)
         self._sessions.append(session)
         return session
 
-    def sessions_list(self) -> list["EmbeddedSession"]:
+    def sessions_list(self) -> list[EmbeddedSession]:
         return list(self._sessions)
 
-    def consumers(self) -> Iterator["EmbeddedConsumer"]:
+    def consumers(self) -> Iterator[EmbeddedConsumer]:
         for session in self._sessions:
             yield from session.consumers
 
@@ -217,14 +218,14 @@ class EmbeddedSession(Session):
         self.broker.delete_temporary(self.connection, destination)
 
     # --- producers, consumers, browsers -----------------------------------------------
-    def create_producer(self, destination: Destination | None = None) -> "EmbeddedProducer":
+    def create_producer(self, destination: Destination | None = None) -> EmbeddedProducer:
         self._check_open()
         producer = EmbeddedProducer(self, destination)
         self._producers.append(producer)
         return producer
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> "EmbeddedConsumer":
+                        no_local: bool = False) -> EmbeddedConsumer:
         self._check_open()
         if not isinstance(destination, Destination):
             raise InvalidDestinationException(f"not a destination: {destination!r}")
@@ -234,7 +235,7 @@ class EmbeddedSession(Session):
         return consumer
 
     def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> "EmbeddedConsumer":
+                                  no_local: bool = False) -> EmbeddedConsumer:
         self._check_open()
         if not isinstance(topic, Topic):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
@@ -247,7 +248,7 @@ class EmbeddedSession(Session):
         self._check_open()
         self.broker.unsubscribe(self.connection, name)
 
-    def create_browser(self, queue: Queue, selector: str | None = None) -> "EmbeddedBrowser":
+    def create_browser(self, queue: Queue, selector: str | None = None) -> EmbeddedBrowser:
         self._check_open()
         if not isinstance(queue, Queue):
             raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
@@ -344,7 +345,7 @@ class EmbeddedXASession(XASession, EmbeddedSession):  # XASession's commit/rollb
         self._resource = EmbeddedXAResource(self)
 
     @property
-    def xa_resource(self) -> "EmbeddedXAResource":
+    def xa_resource(self) -> EmbeddedXAResource:
         return self._resource
 
     def _work_now(self) -> Work | None:

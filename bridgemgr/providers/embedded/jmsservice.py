@@ -49,12 +49,13 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from functools import partial
-from typing import Any, Callable
+from typing import Any
 
 from ... import __version__
 from ...admin.portmapper import ServiceEntry
-from ...jms import codec
+from ...jms import codec, xa
 from ...jms.destination import Destination, Topic
 from ...jms.errors import (
     IllegalStateException,
@@ -65,7 +66,6 @@ from ...jms.errors import (
     TransportException,
     XAException,
 )
-from ...jms import xa
 from ...jms.selector import compile_selector
 from ...jms.spi import AckMode
 from ...netloop import NetLoop
@@ -122,7 +122,7 @@ class JmsService:
             return ServiceEntry("ssljms", "tls", "NORMAL", self._port)
         return ServiceEntry("jms", "tcp", "NORMAL", self._port)
 
-    def start(self) -> "JmsService":
+    def start(self) -> JmsService:
         self.executor = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="imq-jms")
 
         async def listen() -> asyncio.AbstractServer:
@@ -167,7 +167,7 @@ class JmsService:
 class _Session:
     """Service-side state of a remote session beside its embedded session."""
 
-    __slots__ = ("sid", "s", "tags", "by_tag", "failed")
+    __slots__ = ("by_tag", "failed", "s", "sid", "tags")
 
     def __init__(self, sid: int, session: EmbeddedSession) -> None:
         self.sid = sid
@@ -180,7 +180,7 @@ class _Session:
 class _RemoteConsumer(EmbeddedConsumer):
     """An embedded consumer whose messages go to a remote client (see the module notes)."""
 
-    def __init__(self, link: "_Link", session: _Session, cid: int, destination: Destination,
+    def __init__(self, link: _Link, session: _Session, cid: int, destination: Destination,
                  selector: str | None, prefetch: int, durable_name: str | None) -> None:
         super().__init__(session.s, destination, selector, durable_name)
         self.link = link

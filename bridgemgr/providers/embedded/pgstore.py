@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import re
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from .store import _OPS, SCHEMA_VERSION, Database, Recovered, StoreError, recovered, write_batch

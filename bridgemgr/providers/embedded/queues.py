@@ -15,10 +15,11 @@ broker lock.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from sortedcontainers import SortedList
 
@@ -59,9 +60,9 @@ UNLIMITED = DestinationLimits()
 class Envelope:
     """The broker's record of one message in one queue."""
 
-    __slots__ = ("seq", "queue", "message", "stored", "size", "dcount", "owner", "blob", "wire")
+    __slots__ = ("blob", "dcount", "message", "owner", "queue", "seq", "size", "stored", "wire")
 
-    def __init__(self, seq: int, queue: "MessageQueue", message: Message, stored: bool,
+    def __init__(self, seq: int, queue: MessageQueue, message: Message, stored: bool,
                  size: int, dcount: int = 0, blob: bytes | None = None,
                  wire: bytes | None = None) -> None:
         self.seq = seq
@@ -84,7 +85,7 @@ class MessageQueue:
 
     def __init__(self, key: str, destination: Destination, *, durable: bool,
                  limits: DestinationLimits = UNLIMITED, owner: Any = None,
-                 selector: "Selector | None" = None, no_local: bool = False,
+                 selector: Selector | None = None, no_local: bool = False,
                  topic: Destination | None = None) -> None:
         self.key = key                  # store key: q:NAME, d:CLIENT\0NAME, or in-memory
         self.destination = destination  # what consumers see as JMSDestination
@@ -149,7 +150,7 @@ class MessageQueue:
             self.waiters.popleft().notify()
 
     # --- taking --------------------------------------------------------------
-    def take(self, selector: "Selector | None", now_ms: int,
+    def take(self, selector: Selector | None, now_ms: int,
              on_expired: Callable[[Envelope], None], cursor: Any = None) -> Envelope | None:
         """The next message for a consumer, dropping expired ones on the way.
 

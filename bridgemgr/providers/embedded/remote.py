@@ -47,8 +47,9 @@ import threading
 import time
 import uuid
 from collections import deque
+from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any, Callable, Iterator
+from typing import Any
 
 from ...admin.portmapper import DEFAULT_PORT
 from ...jms import codec
@@ -81,7 +82,7 @@ from . import wire
 from .channel import Address, Call, Hello, open_channel, parse_url
 from .client import EmbeddedProducer
 
-__all__ = ["Address", "RemoteConnectionFactory", "RemoteConnection", "parse_url"]
+__all__ = ["Address", "RemoteConnection", "RemoteConnectionFactory", "parse_url"]
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +110,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
         self.send_window = send_window
         self.client_name = client_name       # what the service logs; default: this process's pid
 
-    def create_connection(self, username: str | None = None, password: str | None = None) -> "RemoteConnection":
+    def create_connection(self, username: str | None = None, password: str | None = None) -> RemoteConnection:
         errors: list[JMSException] = []
         for address in self.addresses:
             try:
@@ -213,13 +214,13 @@ class RemoteConnection(XAConnection):
         return self._metadata
 
     def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "RemoteSession":
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> RemoteSession:
         return self._new_session(RemoteSession, transacted, AckMode(ack_mode), False)
 
-    def create_xa_session(self) -> "RemoteXASession":
+    def create_xa_session(self) -> RemoteXASession:
         return self._new_session(RemoteXASession, True, AckMode.AUTO_ACKNOWLEDGE, True)  # type: ignore[return-value]
 
-    def _new_session(self, cls: type, transacted: bool, ack_mode: AckMode, xa: bool) -> "RemoteSession":
+    def _new_session(self, cls: type, transacted: bool, ack_mode: AckMode, xa: bool) -> RemoteSession:
         self._check_open()
         if ack_mode is AckMode.SESSION_TRANSACTED and not transacted:
             raise IllegalStateException("SESSION_TRANSACTED needs transacted=True")
@@ -326,24 +327,24 @@ class RemoteSession(Session):
         self.connection.request(wire.Op.TEMP_DELETE, self.sid, destination)
 
     # --- producers, consumers, browsers -----------------------------------------------------------
-    def create_producer(self, destination: Destination | None = None) -> "RemoteProducer":
+    def create_producer(self, destination: Destination | None = None) -> RemoteProducer:
         self._check_open()
         return RemoteProducer(self, destination)  # type: ignore[arg-type]
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> "RemoteConsumer":
+                        no_local: bool = False) -> RemoteConsumer:
         if not isinstance(destination, Destination):
             raise InvalidDestinationException(f"not a destination: {destination!r}")
         return self._new_consumer(destination, selector, no_local, None)
 
     def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> "RemoteConsumer":
+                                  no_local: bool = False) -> RemoteConsumer:
         if not isinstance(topic, Topic):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
         return self._new_consumer(topic, selector, no_local, name)
 
     def _new_consumer(self, destination: Destination, selector: str | None, no_local: bool,
-                      durable_name: str | None) -> "RemoteConsumer":
+                      durable_name: str | None) -> RemoteConsumer:
         self._check_open()
         compile_selector(selector)  # a bad selector fails here, with its position
         conn = self.connection
@@ -363,7 +364,7 @@ class RemoteSession(Session):
         self._check_open()
         self.connection.request(wire.Op.UNSUBSCRIBE, self.sid, name)
 
-    def create_browser(self, queue: Queue, selector: str | None = None) -> "RemoteBrowser":
+    def create_browser(self, queue: Queue, selector: str | None = None) -> RemoteBrowser:
         self._check_open()
         if not isinstance(queue, Queue):
             raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
@@ -403,7 +404,7 @@ class RemoteSession(Session):
                     unconfirmed.clear()
                 raise
 
-    def _deliver(self, consumer: "RemoteConsumer", item: wire.Delivery, report: bool = True) -> Message:
+    def _deliver(self, consumer: RemoteConsumer, item: wire.Delivery, report: bool = True) -> Message:
         """The message of a delivery as the application sees it; reports it CONSUMED."""
         msg = codec.decode(item.blob)
         msg.delivery_count = item.dcount
@@ -418,14 +419,14 @@ class RemoteSession(Session):
             self._report(consumer, item.tag)
         return msg
 
-    def _deliver_blob(self, consumer: "RemoteConsumer", item: wire.Delivery) -> bytes:
+    def _deliver_blob(self, consumer: RemoteConsumer, item: wire.Delivery) -> bytes:
         """A delivery's blob as encode() of _deliver's message would give it; reports it
         CONSUMED (acknowledged as the session's mode says: acknowledge(), commit())."""
         blob = codec.with_delivery(item.blob, item.dcount)
         self._report(consumer, item.tag)
         return blob
 
-    def _report(self, consumer: "RemoteConsumer", tag: int) -> None:
+    def _report(self, consumer: RemoteConsumer, tag: int) -> None:
         self.connection.channel.write(wire.consumed_request(self.sid, consumer.cid, [tag]),
                                       lazy=not self._acks_at_once())
 
@@ -492,7 +493,7 @@ class RemoteXASession(XASession, RemoteSession):  # XASession's commit/rollback 
         self._resource = RemoteXAResource(self)
 
     @property
-    def xa_resource(self) -> "RemoteXAResource":
+    def xa_resource(self) -> RemoteXAResource:
         return self._resource
 
     def _in_transaction(self) -> bool:

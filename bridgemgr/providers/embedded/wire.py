@@ -38,8 +38,9 @@ otherwise) before the REPLY (``receive_no_wait``).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from enum import Enum, IntEnum
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from ...jms import codec
 from ...jms.destination import Destination, Queue

@@ -19,7 +19,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import InvalidDestinationException, TransportException
@@ -77,7 +78,7 @@ class JavaConnectionFactory(ConnectionFactory):
             return create(username, password) if username is not None else create()
 
     def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> "JavaConnection":
+                          password: str | None = None) -> JavaConnection:
         return JavaConnection(self._connect("createConnection", username, password), self.flavor)
 
     def __repr__(self) -> str:
@@ -88,13 +89,13 @@ class JavaXAConnectionFactory(JavaConnectionFactory, XAConnectionFactory):
     """A Java XAConnectionFactory: XA connections, and plain ones where it also makes those."""
 
     def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> "JavaConnection":
+                          password: str | None = None) -> JavaConnection:
         if isinstance(self.java, self.flavor.ConnectionFactory):
             return super().create_connection(username, password)
         return self.create_xa_connection(username, password)
 
     def create_xa_connection(self, username: str | None = None,
-                             password: str | None = None) -> "JavaXAConnection":
+                             password: str | None = None) -> JavaXAConnection:
         return JavaXAConnection(self._connect("createXAConnection", username, password), self.flavor)
 
 
@@ -135,7 +136,7 @@ class JavaConnection(Connection):
                                       str(meta.getJMSVersion()))
 
     def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "JavaSession":
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> JavaSession:
         mode = AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode)
         with java_errors("createSession"):
             set_xa_ack_mode = getattr(self.java, "setXaAckMode", None)
@@ -190,7 +191,7 @@ class JavaConnection(Connection):
 class JavaXAConnection(JavaConnection, XAConnection):
     """A Java XAConnection."""
 
-    def create_xa_session(self) -> "JavaXASession":
+    def create_xa_session(self) -> JavaXASession:
         with java_errors("createXASession"):
             return JavaXASession(self, self.java.createXASession())
 
@@ -235,19 +236,19 @@ class JavaSession(Session):
         return self._temporary("createTemporaryTopic")
 
     # --- producers and consumers -------------------------------------------------------------
-    def create_producer(self, destination: Destination | None = None) -> "JavaProducer":
+    def create_producer(self, destination: Destination | None = None) -> JavaProducer:
         jdest = self.java_destination(destination) if destination is not None else None
         with java_errors("createProducer"):
             return JavaProducer(self, self.java.createProducer(jdest), destination)
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> "JavaConsumer":
+                        no_local: bool = False) -> JavaConsumer:
         jdest = self.java_destination(destination)
         with java_errors("createConsumer"):
             return JavaConsumer(self, self.java.createConsumer(jdest, selector, bool(no_local)), selector)
 
     def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> "JavaConsumer":
+                                  no_local: bool = False) -> JavaConsumer:
         jdest = self.java_destination(topic)
         with java_errors("createDurableSubscriber"):
             return JavaConsumer(self, self.java.createDurableSubscriber(jdest, name, selector,
@@ -257,7 +258,7 @@ class JavaSession(Session):
         with java_errors("unsubscribe"):
             self.java.unsubscribe(name)
 
-    def create_browser(self, queue: Queue, selector: str | None = None) -> "JavaBrowser":
+    def create_browser(self, queue: Queue, selector: str | None = None) -> JavaBrowser:
         jdest = self.java_destination(queue)
         with java_errors("createBrowser"):
             return JavaBrowser(self, self.java.createBrowser(jdest, selector), queue, selector)

@@ -11,7 +11,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...jms import naming
 from ...jms.errors import MessageFormatException, NamingException

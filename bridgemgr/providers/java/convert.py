@@ -32,8 +32,9 @@ import logging
 import threading
 import zlib
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import MessageFormatException
@@ -192,7 +193,7 @@ def _s(value: Any) -> str | None:
 
 # --- destinations ----------------------------------------------------------------------------
 
-TEMPORARY: "OrderedDict[tuple[str, str, str], Any]" = OrderedDict()
+TEMPORARY: OrderedDict[tuple[str, str, str], Any] = OrderedDict()
 
 
 def remember_temporary(dest: Destination, jdest: Any, flavor: Flavor) -> None:
@@ -454,5 +455,15 @@ def copy_headers_to_java(msg: Message, jmsg: Any, destination: Callable[[Destina
             getattr(jmsg, f"set{JAVA_TYPES[ptype][0]}Property")(name, _java_box(ptype)(value))
 
 
-__all__ = ["Flavor", "flavor_of", "flavor_for", "to_python", "to_java", "to_python_destination",
-           "to_java_destination", "read_serialized", "write_serialized", "typed"]
+__all__ = [
+    "Flavor",
+    "flavor_for",
+    "flavor_of",
+    "read_serialized",
+    "to_java",
+    "to_java_destination",
+    "to_python",
+    "to_python_destination",
+    "typed",
+    "write_serialized",
+]

@@ -36,9 +36,10 @@ import os
 import shutil
 import tempfile
 import threading
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 from ...jms import errors as jms_errors
 from ...jms.errors import JMSException, NamingException, TransportException, XAException

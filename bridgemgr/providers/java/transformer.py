@@ -50,7 +50,8 @@ import importlib.abc
 import importlib.machinery
 import sys
 import types
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException
@@ -544,5 +545,12 @@ def install_finder() -> None:
         sys.meta_path.insert(0, _ClassesFinder())
 
 
-__all__ = ["JavaTransformer", "MessageView", "PACKAGE", "TargetSession", "install_finder", "load",
-           "view_of"]
+__all__ = [
+    "PACKAGE",
+    "JavaTransformer",
+    "MessageView",
+    "TargetSession",
+    "install_finder",
+    "load",
+    "view_of",
+]

@@ -22,7 +22,8 @@ the connections over stomp.py.
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from ...jms import naming
 from ...jms.destination import Queue, Topic
@@ -49,10 +50,27 @@ from .wire import (
     to_stomp_destination,
 )
 
-__all__ = ["CODEC_TYPE", "CONTENT_TYPE_PROPERTY", "CONTEXT_FACTORY", "DIALECTS", "Dialect",
-           "PROVIDER_NAME", "StompConnection", "StompConnectionFactory", "StompConsumer",
-           "StompContextFactory", "StompOptions", "StompProducer", "StompSession", "dialect_for",
-           "from_frame", "parse_url", "to_frame", "to_jms_destination", "to_stomp_destination"]
+__all__ = [
+    "CODEC_TYPE",
+    "CONTENT_TYPE_PROPERTY",
+    "CONTEXT_FACTORY",
+    "DIALECTS",
+    "PROVIDER_NAME",
+    "Dialect",
+    "StompConnection",
+    "StompConnectionFactory",
+    "StompConsumer",
+    "StompContextFactory",
+    "StompOptions",
+    "StompProducer",
+    "StompSession",
+    "dialect_for",
+    "from_frame",
+    "parse_url",
+    "to_frame",
+    "to_jms_destination",
+    "to_stomp_destination",
+]
 
 CONTEXT_FACTORY = "imq.stomp"
 

@@ -31,8 +31,9 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Mapping
+from typing import Any
 
 import stomp
 
@@ -77,7 +78,7 @@ PROVIDER_NAME = "STOMP"
 class _Delivery:
     """A MESSAGE frame handed to a consumer, until it is acknowledged."""
 
-    subscription: "_Subscription"
+    subscription: _Subscription
     ack_id: str
     headers: dict[str, str]
     body: bytes
@@ -86,7 +87,7 @@ class _Delivery:
 class _Listener(stomp.ConnectionListener):
     """stomp.py's callbacks (its receiver thread) -> the connection."""
 
-    def __init__(self, connection: "StompConnection", client: stomp.Connection12) -> None:
+    def __init__(self, connection: StompConnection, client: stomp.Connection12) -> None:
         self.connection = connection
         self.client = client
 
@@ -126,7 +127,7 @@ class StompConnectionFactory(ConnectionFactory):
         self._password = password
 
     def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> "StompConnection":
+                          password: str | None = None) -> StompConnection:
         if username is None:
             username, password = self.username, self._password
         return StompConnection(self.options, username, password)
@@ -205,7 +206,7 @@ class StompConnection(Connection):
         return ConnectionMetaData(PROVIDER_NAME, __version__, "1.1")
 
     def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> "StompSession":
+                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> StompSession:
         self._check()
         session = StompSession(self, transacted, AckMode.SESSION_TRANSACTED if transacted
                                else AckMode(ack_mode))
@@ -321,7 +322,7 @@ def _looks_like_auth(text: str) -> bool:
 # --- sessions ------------------------------------------------------------------------------------------
 
 class _Subscription:
-    def __init__(self, session: "StompSession", destination: Destination, selector: str | None,
+    def __init__(self, session: StompSession, destination: Destination, selector: str | None,
                  durable: str | None) -> None:
         self.session = session
         self.destination = destination
@@ -398,22 +399,22 @@ class StompSession(Session):
     def create_temporary_topic(self) -> TemporaryTopic:
         return TemporaryTopic(uuid.uuid4().hex)
 
-    def create_producer(self, destination: Destination | None = None) -> "StompProducer":
+    def create_producer(self, destination: Destination | None = None) -> StompProducer:
         self._check()
         return StompProducer(self, destination)
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> "StompConsumer":
+                        no_local: bool = False) -> StompConsumer:
         return self._consumer(destination, selector, None)
 
     def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> "StompConsumer":
+                                  no_local: bool = False) -> StompConsumer:
         if self.connection.client_id is None:
             raise IllegalStateException("a durable subscription needs the connection's client id")
         return self._consumer(topic, selector, name)
 
     def _consumer(self, destination: Destination, selector: str | None,
-                  durable: str | None) -> "StompConsumer":
+                  durable: str | None) -> StompConsumer:
         self._check()
         sub = _Subscription(self, destination, selector, durable)
         sub.subscribe()

@@ -18,8 +18,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...jms import codec, naming
