@@ -219,11 +219,11 @@ def _command(op: str):
         btype = btype.upper() if btype else None
         bridge = _check_usage(op, argument, bridge, link, btype)
         _host_port(broker)
-        if op != "list" and not force:
-            if not click.confirm(f"Are you sure you want to perform operation [{op}] on this {argument} ?",
-                                 default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
-                click.echo(f"The operation [{op}] on the {argument} was not performed.")
-                raise click.exceptions.Exit(0)
+        if op != "list" and not force and not click.confirm(
+                f"Are you sure you want to perform operation [{op}] on this {argument} ?",
+                default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
+            click.echo(f"The operation [{op}] on the {argument} was not performed.")
+            raise click.exceptions.Exit(0)
         user, password = admin_login(user, passfile)
         cmd = Command(op.upper(), btype, bridge, link if argument == "link" else None)
         try:

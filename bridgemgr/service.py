@@ -223,7 +223,7 @@ class BridgeServiceManager:
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
-        handle = open(path, "a+")
+        handle = open(path, "a+")  # noqa: SIM115  (held open while the service runs: the lock)
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -67,7 +67,8 @@ class PostgreSQL:
             self._as_postgres([str(PG_BIN / "postgres"), "-D", str(self.data), "-h", HOST,
                                "-p", str(self.port), "-k", str(self.base),
                                "-c", "listen_addresses=" + HOST]),
-            stdout=subprocess.DEVNULL, stderr=open(log, "wb"), start_new_session=True)
+            stdout=subprocess.DEVNULL, stderr=open(log, "wb"),  # noqa: SIM115  (the server's)
+            start_new_session=True)
         deadline = time.monotonic() + timeout
         while subprocess.run(self._as_postgres([str(PG_BIN / "pg_isready"), "-q", "-h", HOST,
                                                 "-p", str(self.port)])).returncode != 0:

@@ -374,7 +374,7 @@ def test_nesting_limit_on_encode():
         return value
     assert decode_value(encode_value(nested(MAX_DEPTH))) == nested(MAX_DEPTH)
     assert not is_serialisable(nested(MAX_DEPTH + 1))
-    with pytest.raises(MessageFormatException, match="not serialisable.*deeper"):
+    with pytest.raises(MessageFormatException, match=r"not serialisable.*deeper"):
         encode(ObjectMessage(nested(MAX_DEPTH)))  # the message itself is one level
     cyclic: list = []
     cyclic.append(cyclic)

@@ -379,5 +379,5 @@ def test_load_bridge_uses_the_broker_properties(tmp_path):
     assert C.load_bridge(props, "b1").source == str(tmp_path / "conf" / "b1.xml")
     with pytest.raises(ConfigError, match="is the configuration of bridge 'b2'"):
         C.load_bridge(props, "b2")
-    with pytest.raises(ConfigError, match="has no imq.bridge.b3.xmlurl"):
+    with pytest.raises(ConfigError, match=r"has no imq.bridge.b3.xmlurl"):
         C.load_bridge(props, "b3")

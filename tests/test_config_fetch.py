@@ -146,7 +146,7 @@ def test_http_errors_name_the_url(site):
 def test_http_timeout_is_honoured(site):
     url = site.add("/slow.xml", delay=3.0)
     started = time.monotonic()
-    with pytest.raises(ConfigError, match="did not send the file within 0.3 seconds"):
+    with pytest.raises(ConfigError, match=r"did not send the file within 0.3 seconds"):
         load_bridge_config(url, timeout=0.3)
     assert time.monotonic() - started < 2.0
 
@@ -161,7 +161,7 @@ def test_http_redirects_to_file_urls_are_refused(site, tmp_path):
     secret = tmp_path / "secret.xml"
     secret.write_bytes(XML)
     url = site.add("/redirect.xml", status=302, Location=secret.as_uri())
-    with pytest.raises(ConfigError, match="redirects to 'file:.*which is refused"):
+    with pytest.raises(ConfigError, match=r"redirects to 'file:.*which is refused"):
         load_bridge_config(url)
     assert site.requests == ["/redirect.xml"]
 

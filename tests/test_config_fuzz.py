@@ -304,8 +304,8 @@ def test_random_bytes_are_refused_with_config_error(blob):
     only_config_error(blob)
 
 
-NAMES = sorted(C.dtd_attributes()) + ["foo", "xi:include"]
-ATTRS = sorted({a for decls in C.dtd_attributes().values() for a in decls}) + ["bogus"]
+NAMES = [*sorted(C.dtd_attributes()), "foo", "xi:include"]
+ATTRS = [*sorted({a for decls in C.dtd_attributes().values() for a in decls}), "bogus"]
 VALUES = st.one_of(
     st.sampled_from(["true", "false", "queue", "topic", "-1", "0", "3", "2147483648", "1.5",
                      "built-in-dmq", "AS_SOURCE", "as_source", "imq.bridge.jms.dmq", "", "cf",

@@ -4,7 +4,7 @@ API, the host broker's factory, and the rule that transacted links need XA facto
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -35,7 +35,7 @@ LOOKUPS: list[tuple[str, dict[str, str]]] = []
 
 
 class Context(naming.Context):
-    BOUND = {"PlainCF": PlainFactory(), "XACF": XAFactory(), "jms/Queue": object()}
+    BOUND: ClassVar[dict[str, object]] = {"PlainCF": PlainFactory(), "XACF": XAFactory(), "jms/Queue": object()}
 
     def __init__(self, environment: Mapping[str, str]) -> None:
         self.environment = dict(environment)

@@ -217,7 +217,7 @@ def test_client_acknowledge_acks_everything_delivered_so_far(conn):
     s = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
     send_texts(s, Q, ["a", "b", "c"])
     c = s.create_consumer(Q)
-    a, b = c.receive(1), c.receive(1)
+    _a, b = c.receive(1), c.receive(1)
     b.acknowledge()  # acks a and b
     assert c.receive(1).text == "c"
     s.recover()

@@ -1,8 +1,8 @@
 """End to end: a Java transformer jar built against the original's base class
 (com.sun.messaging.bridge.service.MessageTransformer) in the instance's lib/ext, with the
 base class left out (the service compiles its own, for javax.jms or jakarta.jms) or inside
-(as when the original's jar is there too), on the link of a real `serve` process whose target is a second `serve` process's
-broker. The transformer upper-cases one message (with the bridge name and a <property> it
+(as when the original's jar is there too), on the link of a real `serve` process whose target
+is a second `serve` process's broker. The transformer upper-cases one message (with the bridge name and a <property> it
 was given), branches one to a ref-name and one to a queue it creates, drops one
 (noTransfer) and replaces one with a message it creates; the audit copies of the first
 branch and the first drop land in the source service's built-in DMQ."""

@@ -32,7 +32,7 @@ def bridge(broker):
 
 
 def states(b: JMSBridge) -> dict[str, str]:
-    return {l["name"]: l["state"] for l in b.info()["links"]}
+    return {x["name"]: x["state"] for x in b.info()["links"]}
 
 
 def test_start_stop_and_what_info_shows(bridge, broker):
@@ -297,7 +297,7 @@ def test_from_properties_reads_the_xml_at_every_start(broker, tmp_path):
     assert [m.text for m in drain(broker, "other", expect=1)] == ["2"]
     b.stop()
     xml_file.write_bytes(b"<jmsbridge name='b'><oops/></jmsbridge>")
-    with pytest.raises(ConfigError, match="b.xml"):
+    with pytest.raises(ConfigError, match=r"b.xml"):
         b.start()
     assert b.state is State.STOPPED
 
@@ -337,7 +337,7 @@ def test_the_embedded_example_runs(tmp_path):
     bridge = JMSBridge.from_properties(props, "orders", tuning=FAST)  # the host broker: default
     try:
         bridge.start()
-        links = {l["name"]: l for l in bridge.info()["links"]}
+        links = {x["name"]: x for x in bridge.info()["links"]}
         assert links["orders-upper"]["transacted"] and links["orders-upper"]["state"] == "STARTED"
         assert links["urgent-orders"]["target"] == "host:P:queue:orders.urgent"
         send(broker, "orders.in", ["order one"])

@@ -185,7 +185,7 @@ def test_targets_share_a_factory_connection_with_a_client_id(broker):
     b = make_bridge(broker, xml)
     b.start()
     try:
-        assert {l["target"] for l in b.info()["links"]} == {"shared:S:queue:dst"}
+        assert {x["target"] for x in b.info()["links"]} == {"shared:S:queue:dst"}
         send(broker, "src", ["1"])
         send(broker, "other", ["2"])
         assert sorted(m.text for m in drain(broker, "dst", expect=2)) == ["1", "2"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -40,7 +40,7 @@ pytestmark = pytest.mark.timeout(60)
 # --- transformers used by the tests (loaded by dotted path from this module) -------------
 
 class Recorder(MessageTransformer):
-    calls: list[tuple[Any, ...]] = []
+    calls: ClassVar[list[tuple[Any, ...]]] = []
 
     def transform(self, message, read_only, charset_name, source, target, properties):
         Recorder.calls.append((message.text, read_only, charset_name, source, target,

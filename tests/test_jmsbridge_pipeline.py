@@ -42,9 +42,9 @@ NOW = 1_700_000_000_000
 
 
 def plan(**kw) -> LinkPlan:
-    base = dict(bridge_name="b", link_name="l", target=Queue("dst"), retain_reply_to=False,
-                tag_bridge_name=False, consume_on_transform_error=False,
-                source_provider="A", target_provider="B")
+    base = {"bridge_name": "b", "link_name": "l", "target": Queue("dst"), "retain_reply_to": False,
+            "tag_bridge_name": False, "consume_on_transform_error": False,
+            "source_provider": "A", "target_provider": "B"}
     return LinkPlan(**{**base, **kw})
 
 
@@ -79,7 +79,7 @@ def test_plain_transfer_parameters():
 
 
 def test_as_source_uses_the_received_destination():
-    out, ctx = process(received(destination=Topic("t")), plan(target=None))
+    _out, ctx = process(received(destination=Topic("t")), plan(target=None))
     assert ctx.destination == Topic("t")
 
 

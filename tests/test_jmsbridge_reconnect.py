@@ -103,7 +103,7 @@ def test_provider_restarts_under_traffic(tmp_path):
         for phase in range(1, OUTAGES + 1):
             allowance.allow(phase * N // (OUTAGES + 1))
             moved = link.counters.transferred
-            wait_until(lambda: link.state is State.STARTED  # connected again
+            wait_until(lambda moved=moved: link.state is State.STARTED  # connected again
                        and link.counters.transferred >= moved + N // (OUTAGES + 2),
                        30, "traffic before the outage")
             provider.stop()

@@ -199,11 +199,11 @@ def test_a_client_sees_only_what_its_credentials_allow(harness, alice):
     public, private = Queue("public.news"), Queue("private.pay")
     rs, ws = reader.create_session(), writer.create_session()
     ws.create_producer(public).send(TextMessage("hello"))
-    with pytest.raises(JMSSecurityException, match="'writer' may not produce queue://private.pay"):
+    with pytest.raises(JMSSecurityException, match=r"'writer' may not produce queue://private.pay"):
         ws.create_producer(private).send(TextMessage("x"))
     with pytest.raises(JMSSecurityException, match="may not consume"):
         ws.create_consumer(public)
-    with pytest.raises(JMSSecurityException, match="'reader' may not consume queue://private.pay"):
+    with pytest.raises(JMSSecurityException, match=r"'reader' may not consume queue://private.pay"):
         rs.create_consumer(private)
     with pytest.raises(JMSSecurityException, match="may not browse"):
         list(ws.create_browser(public))
@@ -223,7 +223,7 @@ def test_a_refused_asynchronous_send_fails_the_next_send_and_the_transaction(har
     session = writer.create_session()
     producer = session.create_producer(Topic("private.t"))
     producer.send(TextMessage("x"), delivery_mode=DeliveryMode.NON_PERSISTENT)   # not waited for
-    with pytest.raises(JMSSecurityException, match="may not produce topic://private.t"):
+    with pytest.raises(JMSSecurityException, match=r"may not produce topic://private.t"):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             time.sleep(0.05)

@@ -142,7 +142,7 @@ def test_the_frame_limit_is_checked_on_the_header_before_the_body_arrives():
     w = server()
     w.max_frame = 1000
     w.receive_data(b"\x00\x00\x10\x00\x01\x00\x00\x00\x01")  # says 4096 bytes follow
-    with pytest.raises(ProtocolError, match="size 4096 is outside 5..1000"):
+    with pytest.raises(ProtocolError, match=r"size 4096 is outside 5..1000"):
         w.next_event()
 
 
@@ -166,7 +166,7 @@ STREAM = (wire.PREAMBLE + HELLO + wire.request(2, Op.START) + wire.send_request(
 def test_any_split_of_a_stream_gives_the_same_events(cuts):
     w = Wire(Role.SERVER)
     got = []
-    pieces = sorted(set(cuts)) + [len(STREAM)]
+    pieces = [*sorted(set(cuts)), len(STREAM)]
     start = 0
     for end in pieces:
         w.receive_data(STREAM[start:end])

@@ -101,5 +101,5 @@ def test_service_job_errors_name_the_problem(service, remote_only, tmp_path):
         service_job(daemon.address, "nope", "admin", str(passfile))
     wrong = tmp_path / "wrong.properties"
     wrong.write_text("imq.imqbridgemgr.password=not-it\n")
-    with pytest.raises(click.ClickException, match="(?i)authentication|login|password"):
+    with pytest.raises(click.ClickException, match=r"(?i)authentication|login|password"):
         service_job(daemon.address, "jb", "admin", str(wrong), retries=0)

@@ -42,7 +42,7 @@ def test_any_text_is_a_url_or_a_store_error(text):
 @pytest.mark.parametrize("url", ["mysql://h/db", "jdbc:postgresql://h/", "jdbc:postgresql://h:99999/db",
                                  "postgresql:db"])
 def test_not_a_postgresql_url(url):
-    with pytest.raises(StoreError, match="jdbc:postgresql://|bad port"):
+    with pytest.raises(StoreError, match=r"jdbc:postgresql://|bad port"):
         parse_jdbc_url(url)
 
 

@@ -373,7 +373,7 @@ def test_stomp_and_autocreate_views():
     (["imq.varhome=/opt/v"], {"IMQ_VARHOME": "/srv/imq"}, Path("/opt/v")),
 ])
 def test_var_home_precedence(overrides, environ, expected):
-    props = load_properties(overrides=overrides + ["imq.instancename=b7"], environ=environ)
+    props = load_properties(overrides=[*overrides, "imq.instancename=b7"], environ=environ)
     assert props.var_home == expected
     assert props.bridge_dir("orders") == expected / "instances" / "b7" / "bridges" / "orders"
 
@@ -385,8 +385,8 @@ def test_parse_properties_never_raises_and_keeps_good_values():
     assert props.get("imq.portmapper.port") == 7676 and props.get("imq.instancename") == "ok"
 
 
-KEYS = sorted(DEFAULTS) + ["imq.bridge.spark.conf.a", "imq.bridge.x y.type", "imq.bridge..type",
-                           "imq.bridge.b1.type.extra", "imq.bridge.", "imq.bridge.admin.type"]
+KEYS = [*sorted(DEFAULTS), "imq.bridge.spark.conf.a", "imq.bridge.x y.type", "imq.bridge..type",
+        "imq.bridge.b1.type.extra", "imq.bridge.", "imq.bridge.admin.type"]
 
 
 NAME_LISTS = st.lists(st.sampled_from(["b1", "stomp", "admin", "a.b", "", " ", "x y", "tm",
@@ -397,7 +397,7 @@ NAME_LISTS = st.lists(st.sampled_from(["b1", "stomp", "admin", "a.b", "", " ", "
                           st.text(max_size=30)), max_size=12), NAME_LISTS)
 def test_any_properties_give_config_error_or_properties(pairs, active):
     overrides = [f"imq.bridge.activelist={active}"] + [f"{k}={v}" for k, v in pairs]
-    props, problems = parse_properties(overrides=overrides, environ={})
+    props, _problems = parse_properties(overrides=overrides, environ={})
     try:
         loaded = load_properties(overrides=overrides, environ={})
     except ConfigError as exc:

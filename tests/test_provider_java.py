@@ -109,7 +109,7 @@ def test_broker_properties_feed_the_classpath(tmp_path, monkeypatch):
 
 
 def test_a_missing_jar_in_a_lookup_classpath_is_named():
-    with pytest.raises(NamingException, match="/nowhere/x.jar does not exist"):
+    with pytest.raises(NamingException, match=r"/nowhere/x.jar does not exist"):
         naming.lookup("ConnectionFactory", jndi(**{java.CLASSPATH_PROPERTY: "/nowhere/x.jar"}))
 
 
@@ -286,7 +286,7 @@ def test_real_jndi_lookups():
 def test_an_unknown_initial_context_factory_names_where_classes_come_from():
     env = jndi()
     env[naming.INITIAL_CONTEXT_FACTORY] = "com.example.NoSuchContextFactory"
-    with pytest.raises(NamingException, match="classes from .*activemq-client.jar"):
+    with pytest.raises(NamingException, match=r"classes from .*activemq-client.jar"):
         naming.lookup("ConnectionFactory", env)
 
 
@@ -460,7 +460,7 @@ def test_every_body_kind_through_java(java_classes):
     m.set_char("c", "x")
     m.set_short("s", 9)
     out = t.transform(received(m), True, None, "a", "b", {})
-    assert dict((n, p) for n, p, _ in out.typed_items()) == {
+    assert {n: p for n, p, _ in out.typed_items()} == {
         "c2": PropertyType.CHAR, "raw": PropertyType.BYTES, "seen": PropertyType.STRING}
     assert out.get_body() == {"c2": "z", "raw": b"\x01\x02", "seen": "java.lang.Character,9"}
     s = StreamMessage()
@@ -474,7 +474,8 @@ def test_every_body_kind_through_java(java_classes):
 
 
 def test_a_missing_java_class_is_a_clear_load_error(java_classes):
-    with pytest.raises(JMSException, match="Java class NoSuchTransformer cannot be loaded .*classpath is .*java-transformers"):
+    with pytest.raises(JMSException,
+                       match=r"Java class NoSuchTransformer cannot be loaded .*classpath is .*java-transformers"):
         transformer("NoSuchTransformer")
 
 
@@ -581,7 +582,7 @@ def routed(t, text: str, in_bridge_link: bool = True, source: str = "SUN_MQ", ta
 
 def test_a_subclass_of_the_base_class_transforms(router_classes):
     t, cache = router_classes
-    assert [p.name for p in (cache / "imqbridge" / "java").iterdir()][0].startswith("javax.jms-")
+    assert next(p.name for p in (cache / "imqbridge" / "java").iterdir()).startswith("javax.jms-")
     out, outcome = routed(t, "plain")
     assert out.text == "PLAIN" and outcome.branch_to is None and not outcome.no_transfer
     assert out.properties == {"bridge": "jb", "region": "emea", "route": "SUN_MQ>far:true:true"}
@@ -603,7 +604,8 @@ def test_branch_to_and_no_transfer_of_the_base_class(router_classes, text, branc
 
 def test_branch_to_is_refused_on_the_stomp_bridge_and_ignored_in_a_dmq(router_classes):
     t, _ = router_classes
-    with pytest.raises(JMSException, match="UnsupportedOperationException: branchTo.. is only available on a JMS bridge link"):
+    with pytest.raises(JMSException,
+                       match=r"UnsupportedOperationException: branchTo.. is only available on a JMS bridge link"):
         routed(t, "ref:other", in_bridge_link=False, source="STOMP", target="SUN_MQ")
     out, outcome = routed(t, "drop", in_bridge_link=False)  # a DMQ's transformer: as the original, no effect
     assert out.text == "drop" and not outcome.no_transfer
@@ -612,7 +614,7 @@ def test_branch_to_is_refused_on_the_stomp_bridge_and_ignored_in_a_dmq(router_cl
 def test_one_jms_api_per_process(router_classes):
     from bridgemgr.providers.java import baseclass
 
-    with pytest.raises(JMSException, match="built for javax.jms; a transformer built against jakarta.jms"):
+    with pytest.raises(JMSException, match=r"built for javax.jms; a transformer built against jakarta.jms"):
         baseclass.install("jakarta.jms", jvm.default_loader())
 
 

@@ -68,7 +68,7 @@ def test_url_hosts_and_options():
     ("stomp://h:1?dialect=ibmmq", "dialect must be auto or one of"),
 ])
 def test_bad_urls_name_the_problem(url, says):
-    with pytest.raises(NamingException, match="java.naming.provider.url") as info:
+    with pytest.raises(NamingException, match=r"java.naming.provider.url") as info:
         sp.parse_url(url)
     assert says in str(info.value)
 
@@ -180,7 +180,7 @@ def test_text_rules_of_real_brokers():
     assert isinstance(bad_text, BytesMessage)  # not UTF-8 after all: keep the bytes
     json = sp.from_frame({"content-length": "2", "content-type": "application/json"}, b"{}")
     assert isinstance(json, TextMessage) and json.get_string_property("JMS_STOMP_CONTENT_TYPE") == "application/json"
-    headers, body = sp.to_frame(TextMessage("a\0b"), sp.DIALECTS["activemq"])
+    headers, _ = sp.to_frame(TextMessage("a\0b"), sp.DIALECTS["activemq"])
     assert headers["content-length"] == "3" and headers["amq-msg-type"] == "text"
     headers, _ = sp.to_frame(TextMessage("ab"), sp.DIALECTS["activemq"])
     assert "content-length" not in headers
@@ -231,7 +231,7 @@ def test_lookups():
     assert naming.lookup("/topic/x", ENV) == Topic("x")
     with pytest.raises(NamingException, match="not bound in the STOMP context"):
         naming.lookup("Orders", ENV)
-    with pytest.raises(NamingException, match="needs java.naming.provider.url"):
+    with pytest.raises(NamingException, match=r"needs java.naming.provider.url"):
         naming.lookup("ConnectionFactory", {naming.INITIAL_CONTEXT_FACTORY: "imq.stomp"})
 
 

@@ -618,7 +618,7 @@ def test_errors_are_not_cached_as_selectors() -> None:
 # Property names by the values they mostly get (any name can hold any kind, though).
 NUM_PROPS, STR_PROPS, ANY_PROPS = ["a", "b"], ["c", "Ab"], ["$d", "_e"]
 PROPS = NUM_PROPS + STR_PROPS + ANY_PROPS
-NUM_NAMES = NUM_PROPS + ["JMSPriority"] + ANY_PROPS
+NUM_NAMES = [*NUM_PROPS, "JMSPriority", *ANY_PROPS]
 STR_NAMES = STR_PROPS * 2 + ["JMSType", "JMSDeliveryMode", "JMSCorrelationID"] + ANY_PROPS[:1]
 TEXT_CHARS = "ab%_'\n"
 

@@ -191,7 +191,7 @@ def test_stomp_bridge_and_remote_clients_through_the_service(setup):
     from bridgemgr import connect
     from bridgemgr.admin.portmapper import lookup_services
 
-    props, passfile, store = setup
+    props, passfile, _store = setup
     text = props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=b1,stomp")
     props.write_text(text + "imq.bridge.stomp.tcp.port=0\n")
     daemon = Daemon(props)
@@ -236,7 +236,7 @@ def test_stomp_bridge_and_remote_clients_through_the_service(setup):
 
 def test_admin_port_over_tls_with_secure(setup, tmp_path):
     trustme = pytest.importorskip("trustme", reason="trustme is a test dependency (pip install -e .[test])")
-    props, passfile, store = setup
+    props, passfile, _store = setup
     ca = trustme.CA()
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "admin.pem"))
@@ -276,7 +276,7 @@ def test_a_broken_bridge_stays_stopped_others_start_and_garbage_is_refused(setup
 
     from bridgemgr.admin.portmapper import find_service
 
-    props, passfile, store = setup
+    props, passfile, _store = setup
     (tmp_path / "broken.xml").write_text("<jmsbridge name='broken'><link></jmsbridge>")
     props.write_text(props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=broken,b1")
                      + f"imq.bridge.broken.type=jms\nimq.bridge.broken.xmlurl={tmp_path / 'broken.xml'}\n")
@@ -302,7 +302,7 @@ def test_a_broken_bridge_stays_stopped_others_start_and_garbage_is_refused(setup
 def test_no_admin_credentials_no_admin_port(setup):
     from bridgemgr.admin.portmapper import lookup_services
 
-    props, passfile, store = setup
+    props, _passfile, _store = setup
     props.write_text("\n".join(line for line in props.read_text().splitlines()
                                if "admin.password" not in line) + "\n")
     daemon = Daemon(props)

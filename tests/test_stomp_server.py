@@ -130,7 +130,7 @@ def test_tls_requiring_client_certificates(mtls_bridge, certs):
         with pytest.raises((ssl.SSLError, ConnectionError, AssertionError, OSError)):
             r = Raw(mtls_bridge.tls_port, context=ctx)
             r.connect()
-    conn, listener = stomp_conn("1.2", mtls_bridge.tls_port,
+    conn, _listener = stomp_conn("1.2", mtls_bridge.tls_port,
                                 ssl_args={"ca_certs": str(certs["ca"]), "cert_file": str(certs["client"])})
     conn.connect("guest", "guest", wait=True)
     conn.disconnect()
@@ -297,7 +297,7 @@ def test_hundreds_of_concurrent_connections(bridge, broker):
     for c in clients:
         c.version = c.wait(lambda f: f.command == "CONNECTED").headers["version"]
     assert len(bridge.connections) == 200
-    for i, c in enumerate(clients[:100]):
+    for c in clients[:100]:
         c.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1"})
     for i, c in enumerate(clients[100:]):
         c.frame("SEND", {"destination": f"/queue/{queue}", "receipt": "r"}, b"%d" % i)

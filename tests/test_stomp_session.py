@@ -4,6 +4,8 @@ flow control, conversion, and the bad-input cases of the issue."""
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import pytest
 
 from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, MapMessage, Queue, TextMessage, Topic
@@ -155,7 +157,7 @@ def test_heart_beat_negotiation_sending_and_enforcement(drivers):
     s.tick(t0 + 3.4)
     assert s.state is State.CONNECTED  # 1.9 s < 2 intervals of 1 s
     s.tick(t0 + 3.6)
-    e = error_of([f for f in d._drain()] or d.received)
+    e = error_of(list(d._drain()) or d.received)
     assert e.headers["message"] == "heart-beat timeout"
     assert s.state is State.ERROR
 
@@ -280,7 +282,7 @@ def test_a_map_message_closes_the_connection_and_stays_queued(drivers, jms, brok
 class Upper(MessageTransformer):
     """Test transformer: text to upper case both ways; maps become text; collects headers."""
 
-    seen: list[dict] = []
+    seen: ClassVar[list[dict]] = []
 
     def transform(self, message, read_only, charset_name, source, target, properties):
         Upper.seen.append({"read_only": read_only, "charset": charset_name, "source": source,

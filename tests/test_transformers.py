@@ -159,7 +159,7 @@ def order(region: str, amount: int):
 ])
 def test_content_router(region, amount, default, branch, drop):
     props = dict(ROUTES, **({"default": default} if default else {}))
-    out, outcome = run(load_transformer("routing.ContentRouter"), order(region, amount), props)
+    _out, outcome = run(load_transformer("routing.ContentRouter"), order(region, amount), props)
     assert outcome.branch_to == branch and outcome.no_transfer is drop
 
 

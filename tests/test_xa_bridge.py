@@ -90,7 +90,7 @@ class Plain(ConnectionFactory):
 def test_a_transacted_link_needs_xa_factories_at_both_ends(pair):
     a, b = pair
     br = make(a, Plain(b), bridge_xml(cross_link(), cfs=FAR))
-    with pytest.raises(BridgeStartError, match="b.xml:1: link l: connection-factory far is not "
+    with pytest.raises(BridgeStartError, match=r"b.xml:1: link l: connection-factory far is not "
                                                "an XAConnectionFactory"):
         br.start()
     assert br.state is State.STOPPED and not a.connections and not b.connections

@@ -37,7 +37,7 @@ class FlakyLog(MemoryTxLog):
 
 
 @pytest.fixture
-def completing(brokers):
+def completing(brokers):  # noqa: F811  (the imported fixture)
     """Two brokers, a coordinator with a memory log, and a completer (closed after)."""
     coordinator = Coordinator("b", MemoryTxLog(), Faults(""))
     completer = Completer(coordinator, "l")
@@ -143,7 +143,7 @@ def test_recovery_leaves_a_commit_alone_until_its_store_write(completing):
     assert coordinator.txlog.live() == {} and take(b, DST) == ["m"] and take(a, SRC) == []
 
 
-def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):
+def test_a_failed_log_write_rolls_back_it_and_all_after_it_until_reset(brokers):  # noqa: F811  (the imported fixture)
     a, b = brokers
     coordinator = Coordinator("b", FlakyLog(fail=1), Faults(""))
     completer = Completer(coordinator, "l")

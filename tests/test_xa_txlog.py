@@ -210,7 +210,7 @@ def test_compaction_keeps_the_file_within_txlog_size(tmp_path, mapped):
 def test_live_records_that_do_not_fit_are_txlog_full(tmp_path):
     log = FileTxLog(tmp_path / "txlog.b", TxLogSettings(size=4096, sync=False))
     log.open()
-    with pytest.raises(TxLogFull, match="in doubt .* txlogSize is 4096"):
+    with pytest.raises(TxLogFull, match=r"in doubt .* txlogSize is 4096"):
         for n in range(200):
             log.log_commit(commit(n))
     live = log.live()

@@ -131,7 +131,8 @@ class AdminServer:
                         return
                     if not self._authentic(request):
                         await self._failed_login(peer, request.user)
-                        await self._reply(writer, Reply(BAD_REQUEST, "authentication failed: wrong user name or password"))
+                        await self._reply(writer, Reply(BAD_REQUEST,
+                                                        "authentication failed: wrong user name or password"))
                         await _linger(reader, writer)
                         return
                     self._failures.pop(peer, None)

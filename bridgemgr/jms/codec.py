@@ -308,7 +308,7 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
     try:
         if m._props:
             _put_entries(out, m._props)
-        if kind == K_TEXT or kind == K_BYTES:
+        if kind in (K_TEXT, K_BYTES):
             out += body
         elif kind == K_MAP:
             if m._map:  # type: ignore[attr-defined]

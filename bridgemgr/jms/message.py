@@ -194,7 +194,8 @@ def infer_type(value: Any) -> PropertyType:
     if isinstance(value, bool):
         return PropertyType.BOOLEAN
     if isinstance(value, int):
-        return PropertyType.INT if INT_RANGES[PropertyType.INT][0] <= value <= INT_RANGES[PropertyType.INT][1] else PropertyType.LONG
+        low, high = INT_RANGES[PropertyType.INT]
+        return PropertyType.INT if low <= value <= high else PropertyType.LONG
     if isinstance(value, float):
         return PropertyType.DOUBLE
     if isinstance(value, str):
@@ -340,7 +341,8 @@ class Message:
     # --- properties -------------------------------------------------------
     def _set(self, name: str, ptype: PropertyType, value: Any) -> None:
         if self._props_ro:
-            raise MessageNotWriteableException(f"properties of a received message are read-only (call clear_properties() first): {name}")
+            raise MessageNotWriteableException("properties of a received message are read-only "
+                                               f"(call clear_properties() first): {name}")
         if name not in _CHECKED_NAMES:
             problem = property_name_problem(name)
             if problem:
@@ -669,7 +671,8 @@ class BytesMessage(Message):
 
     def _write(self, ptype: PropertyType, value: Any) -> None:
         self._check_writable()
-        self._buf += _FORMATS[ptype].pack(check_value(ptype, value) if ptype is not PropertyType.CHAR else ord(check_value(ptype, value)))
+        checked = check_value(ptype, value)
+        self._buf += _FORMATS[ptype].pack(checked if ptype is not PropertyType.CHAR else ord(checked))
 
     def _read(self, ptype: PropertyType) -> Any:
         self._check_readable()

@@ -140,7 +140,7 @@ class JMSBridge:
     def link(self, name: str) -> Link | SparkLink:
         link = self._links.get(name)
         if link is None:
-            known = [l.name for l in self.config.links] if self.config else []
+            known = [cfg.name for cfg in self.config.links] if self.config else []
             if name in known and self.state is State.STARTED:
                 raise IllegalTransition(f"link {name} of bridge {self.name} is not enabled "
                                         '(enabled="false" in its XML); it cannot be started')

@@ -683,7 +683,7 @@ def _limit(problems: list[Problem], source: str) -> list[Problem]:
     problems.sort(key=lambda p: (p.line or 0, p.severity))
     if len(problems) <= MAX_PROBLEMS:
         return problems
-    return problems[:MAX_PROBLEMS] + [Problem(source, None, f"{len(problems) - MAX_PROBLEMS} "
+    return [*problems[:MAX_PROBLEMS], Problem(source, None, f"{len(problems) - MAX_PROBLEMS} "
                                               "more problems are not shown; fix these first")]
 
 

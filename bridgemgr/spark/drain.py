@@ -55,7 +55,7 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
     try:
         cfg = job.config.link(link)
     except Exception:
-        known = ", ".join(l.name for l in job.config.links) or "none"
+        known = ", ".join(cfg.name for cfg in job.config.links) or "none"
         raise click.ClickException(f"bridge {bridge} has no link {link!r} (links: {known})") from None
     if cfg.transacted:
         raise click.ClickException(f"link {link} is transacted (once-and-only-once); a drain is "

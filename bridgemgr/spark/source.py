@@ -26,6 +26,7 @@
 from __future__ import annotations
 
 import array
+import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -80,7 +81,7 @@ def slices(lo: int, hi: int, parts: int) -> list[LogSlice]:
     if n <= 0:
         return []
     bounds = [lo + n * i // parts for i in range(parts + 1)]
-    return [LogSlice(a, b) for a, b in zip(bounds, bounds[1:]) if b > a]
+    return [LogSlice(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -415,7 +415,7 @@ class Transaction:
                     f"{exc}") from exc
             # The outcome is the RM's; with one branch it is all or nothing, never half.
             self._fire(TxEvent.LOST)
-            raise _failure("one-phase commit", self, exc)
+            raise _failure("one-phase commit", self, exc) from exc
         branch.fire(BranchEvent.COMMIT_ONE_PHASE)
         self._fire(TxEvent.COMMITTED)
 

@@ -168,7 +168,7 @@ def test_a_damaged_row_stops_open_naming_it(schema, damage):
     log.log_commits([commit(1), commit(2)])
     log.close()
     gtrid, record = schema.rows("b")[0]
-    new_gtrid, new_record = DAMAGE[damage](gtrid, record)
+    _new_gtrid, new_record = DAMAGE[damage](gtrid, record)
     schema.execute(f"UPDATE {TABLE} SET record = %s WHERE bridge = 'b' AND gtrid = %s",
                    new_record, gtrid)
     app = f"txlog-{uuid.uuid4().hex[:8]}"
@@ -214,14 +214,14 @@ def test_bridges_creating_the_table_at_the_same_moment_all_open(postgresql):
         barrier = threading.Barrier(bridges, timeout=30)
         plain = connector(postgresql.conninfo(), name)
 
-        def connect() -> Any:
+        def connect(plain: Any = plain, barrier: threading.Barrier = barrier) -> Any:
             conn = plain()
             barrier.wait()  # everyone connected: the CREATEs go together
             return conn
 
         errors: list[BaseException] = []
 
-        def start(bridge: str) -> None:
+        def start(bridge: str, errors: list[BaseException] = errors) -> None:
             log = SqlTxLog(connect, bridge, psycopg.paramstyle)
             try:
                 log.open()

@@ -41,7 +41,7 @@ def test_log_appends_reads_slices_across_segments_and_deletes_committed(tmp_path
                    (5, "ID:5", b"\x05", "P2"), (6, "ID:6", b"\x06", "P2")]
     assert log.delete_through(6) == 1  # the first segment (0..4) only
     assert log.bounds() == (5, 8)
-    with pytest.raises(SourceLogError, match="records 0 .. 1 are not there"):
+    with pytest.raises(SourceLogError, match=r"records 0 .. 1 are not there"):
         list(log.read(0, 2))
 
 

@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from ... import __version__
 from ...admin.portmapper import ServiceEntry
@@ -802,7 +802,7 @@ class _Link(asyncio.BufferedProtocol):
     def _xa_forget(self, xid: Any) -> None:
         self.broker.xa_forget(xid)
 
-    HANDLERS: dict[wire.Op, Callable[..., Any]] = {
+    HANDLERS: ClassVar[dict[wire.Op, Callable[..., Any]]] = {
         wire.Op.CLOSE: _close,
         wire.Op.SET_CLIENT_ID: _set_client_id,
         wire.Op.START: _start,
