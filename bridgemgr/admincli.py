@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import json
 import ssl
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -25,6 +26,8 @@ from .admin.protocol import Command, Reply
 DEFAULT_BROKER = "localhost:7676"
 PASSWORD_KEY = "imq.imqbridgemgr.password"
 STOMP = "STOMP"
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 EXAMPLES = """Examples:
   imqbridgemgr list bridge -b localhost:7676
@@ -157,7 +160,7 @@ def _admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
     return host, entry.port, entry.protocol == "tls"
 
 
-def admin_options(fn):  # type: ignore[no-untyped-def]
+def admin_options(fn: F) -> F:
     """The options that find and log in to a service's admin port (every admin command and
     every CLI job): -b, -u, -passfile, -secure, --cafile, -rtm, -rtr."""
     for option in reversed((

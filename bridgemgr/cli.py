@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import os
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .users import UserRepository
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help", "-help"]})
@@ -132,7 +138,7 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
 USER_PASSWORD_KEYS = ("imq.imqusermgr.password", "imq.imqbridgemgr.password")
 
 
-def _user_repository(props_files: tuple[str, ...], overrides: tuple[str, ...]):  # type: ignore[no-untyped-def]
+def _user_repository(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> UserRepository:
     from .props import ConfigError, load_properties
     from .users import UserRepository, default_path
 
@@ -169,7 +175,7 @@ _USER_OPTIONS = [
 ]
 
 
-def _user_options(fn):  # type: ignore[no-untyped-def]
+def _user_options(fn: F) -> F:
     for option in reversed(_USER_OPTIONS):
         fn = option(fn)
     return fn

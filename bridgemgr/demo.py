@@ -89,7 +89,7 @@ def run_demo(broker: Broker, count: int = 1000, echo=print) -> dict[str, int]:
         while received < count and (msg := consumer.receive(5)) is not None:
             received, last = received + 1, msg
         elapsed = time.perf_counter() - start
-        sample = f" (last: {last.text!r})" if last is not None else ""
+        sample = f" (last: {last.text!r})" if isinstance(last, TextMessage) else ""
         echo(f"demo: sent {count} persistent orders to demo.in; the JMS bridge 'demo' moved "
              f"{received} to demo.out{sample} in {elapsed:.2f} s")
         return {"sent": count, "received": received}

@@ -160,6 +160,7 @@ class BridgeServiceManager:
 
         self.users = open_repository(self.props)
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
+        assert self.broker is not None  # opened first (start)
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = JmsService(self.broker, self.netloop, host, port, ssl_context=ctx,
                                  authenticator=lambda u, p: self.users.authenticate(u, p) is not None)

@@ -30,6 +30,7 @@ import re
 import socket
 import threading
 from dataclasses import dataclass
+from typing import cast
 
 from .. import __version__
 from ..jms.errors import TransportException
@@ -89,7 +90,7 @@ def parse_table(data: bytes) -> tuple[str, list[ServiceEntry]]:
     if int(head[0]) != PORTMAPPER_VERSION:
         raise PortMapperError(f"port mapper version {head[0]} is not supported (this client reads "
                               f"{PORTMAPPER_VERSION})")
-    entries = []
+    entries: list[ServiceEntry] = []
     for number, line in enumerate(lines[1:], start=2):
         if line.rstrip("\r") == END:
             return head[1], entries
@@ -161,10 +162,10 @@ class _Answer(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        transport.write(self.table)  # type: ignore[attr-defined]
-        if transport.can_write_eof():  # type: ignore[attr-defined]
-            transport.write_eof()  # type: ignore[attr-defined]
+        self.transport = tcp = cast(asyncio.Transport, transport)  # a stream server's: always a Transport
+        tcp.write(self.table)
+        if tcp.can_write_eof():
+            tcp.write_eof()
         asyncio.get_running_loop().call_later(_LINGER, transport.close)
 
     def data_received(self, data: bytes) -> None:
@@ -189,7 +190,7 @@ class PortMapper:
         self._port = port
         self._entries: dict[str, ServiceEntry] = {}
         self._lock = threading.Lock()
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
 
     @property
     def port(self) -> int:
@@ -213,7 +214,7 @@ class PortMapper:
         return format_table(self.instance_name, self.entries())
 
     def start(self) -> PortMapper:
-        async def listen() -> asyncio.AbstractServer:
+        async def listen() -> asyncio.Server:
             loop = asyncio.get_running_loop()
             return await loop.create_server(lambda: _Answer(self.table()), self.host, self._port,
                                             reuse_address=True)

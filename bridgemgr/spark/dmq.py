@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from ..jms import codec, naming
 from ..jms.destination import Destination, Queue, Topic
@@ -79,8 +79,8 @@ class DMQJobError(JMSException, code="DMQ_JOB"):
 
 def archive_schema() -> StructType:
     from pyspark.sql.types import StructType
-    return StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in (*OTHER_COLUMNS, *DMQ_FIELDS,
-                                                                  *PARTITIONS)))
+    return cast(StructType, StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in (*OTHER_COLUMNS, *DMQ_FIELDS,
+                                                                  *PARTITIONS))))
 
 
 # --- where a DMQ is, and which link a dead message came from -------------------------------
@@ -118,7 +118,7 @@ class LinkIndex:
     def target(self, dead: Message) -> Target | None:
         """The link (and its target) whose source and target the DMQ message names."""
         key = (_prop(dead, d.SOURCE_DESTINATION), _prop(dead, d.TARGET_DESTINATION))
-        return self._by_names.get(key)  # type: ignore[arg-type]
+        return self._by_names.get(key)
 
 
 @dataclass(frozen=True)
@@ -204,9 +204,10 @@ def dead_row(dead: Message, endpoint: DMQEndpoint, keep_message: bool = True) ->
     when = datetime.fromtimestamp(ms / 1000, UTC)
     original = original_of(dead)
     if original is not None:
-        data: bytes | None = codec.encode(original)
+        encoded = codec.encode(original)
+        data: bytes | None = encoded
         text = None
-        size = len(data)
+        size = len(encoded)
         kind = original.message_type
     else:
         body = dead.get_body()

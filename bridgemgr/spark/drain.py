@@ -98,7 +98,7 @@ def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
                         name=f"drain {job.bridge}.{link}")
     shown = before["batches"]
     while True:
-        ended = query.awaitTermination(1.0)
+        ended = query.awaitTermination(1)
         totals = stats_totals(options.stats)
         if totals["batches"] > shown:
             shown = totals["batches"]

@@ -77,7 +77,7 @@ class LinkEnvironment:
         self._host = host
         dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]
         refs = {self.link.source.connection_factory_ref, self.link.target.connection_factory_ref}
-        refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin}
+        refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin and d.connection_factory_ref is not None}
         factories, problems = resolve_connection_factories(self.config, host, refs=refs)
         if problems:
             raise JMSException("; ".join(str(p) for p in problems))

@@ -292,7 +292,7 @@ def _await(query: StreamingQuery) -> str | None:
     """Wait for the query to end; its error text (None when it ended cleanly)."""
     while True:
         try:
-            if query.awaitTermination(1.0):
+            if query.awaitTermination(1):
                 break
         except Exception as exc:
             return f"{type(exc).__name__}: {exc}"

@@ -61,13 +61,13 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
             transfer = _transfers[self.options] = Transfer(self.options)
         return transfer.write(iterator)
 
-    def commit(self, messages: list[BatchCounts | None], batchId: int) -> None:
-        total = sum_counts(m for m in messages if m is not None)
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        total = sum_counts(m for m in messages if isinstance(m, BatchCounts))
         line = {"batch": batchId, "at": time.time(), **total.__dict__}
         with open(self.options.stats, "a", encoding="utf-8") as out:
             out.write(json.dumps(line) + "\n")
 
-    def abort(self, messages: list[BatchCounts | None], batchId: int) -> None:
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("link %s: batch %d failed; it runs again from the source log at the next "
                     "start", self.options.link, batchId)
 

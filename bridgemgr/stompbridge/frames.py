@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import overload
 
 V10, V11, V12 = "1.0", "1.1", "1.2"
 VERSIONS = (V10, V11, V12)  # oldest first
@@ -76,6 +77,10 @@ class Frame:
     headers: Mapping[str, str] = field(default_factory=dict)
     body: bytes = b""
 
+    @overload
+    def get(self, name: str) -> str | None: ...
+    @overload
+    def get(self, name: str, default: str) -> str: ...
     def get(self, name: str, default: str | None = None) -> str | None:
         return self.headers.get(name, default)
 
@@ -133,7 +138,7 @@ def escape(text: str, version: str | None) -> str:
     """Escape a header name or value for ``version``; 1.0 cannot carry EOLs, so they
     become spaces (the frame would otherwise break)."""
     if version in _ESCAPE:
-        return _ESCAPE[version](text)  # type: ignore[index]
+        return _ESCAPE[version](text)
     return text.translate(_V10_CLEAN)
 
 
@@ -268,7 +273,7 @@ def encode_frame(frame: Frame, version: str | None) -> bytes:
     """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped)."""
     parts = [frame.command]
     if version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS:
-        esc = _ESCAPE[version]  # type: ignore[index]
+        esc = _ESCAPE[version]
         parts += [f"{esc(k)}:{esc(v)}" for k, v in frame.headers.items()]
     else:
         parts += [f"{escape(k, V10).replace(':', '_')}:{escape(v, V10)}" for k, v in frame.headers.items()]

@@ -203,7 +203,7 @@ class StompBridge:
         loop = asyncio.get_running_loop()
         self._pool = concurrent.futures.ThreadPoolExecutor(cfg.call_threads, thread_name_prefix="stomp-call")
         self.inbox = Inbox(loop)
-        listeners = []
+        listeners: list[tuple[str, int, ssl.SSLContext | None]] = []
         if cfg.tcp_enabled:
             listeners.append(("tcp", cfg.tcp_port, None))
         if cfg.tls_enabled:

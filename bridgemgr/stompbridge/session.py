@@ -592,10 +592,10 @@ class StompSession:
         if sub_id is None:
             raise LocalProtocolError("missing id", "UNSUBSCRIBE requires the id header (or, in STOMP "
                                      "1.0, destination; or durable-subscriber-name)")
-        sub = self.subscriptions.get(sub_id)
-        if sub is None:
+        named = self.subscriptions.get(sub_id)
+        if named is None:
             raise LocalProtocolError("unknown subscription", f"no subscription {sub_id[:80]!r} on this connection")
-        self._close_subscription(sub)
+        self._close_subscription(named)
         return None
 
     def _close_subscription(self, sub: Subscription) -> None:
@@ -663,19 +663,19 @@ class StompSession:
                                         else "message-id header"))
         sub_id = frame.get("subscription")
         if sub_id is not None:
-            sub = self.subscriptions.get(sub_id)
-            if sub is None:
+            named = self.subscriptions.get(sub_id)
+            if named is None:
                 raise LocalProtocolError("unknown subscription", f"{frame.command} names subscription "
                                          f"{sub_id[:80]!r}, which does not exist on this connection")
-            candidates = [sub]
+            candidates = [named]
         else:  # STOMP 1.0: default-id subscriptions first (Table 12-11), then the others
             subs = list(self.subscriptions.values())
             candidates = [s for s in subs if s.id.startswith(DEFAULT_ID_PREFIX)] + \
                          [s for s in subs if not s.id.startswith(DEFAULT_ID_PREFIX)]
         for sub in candidates:
-            ack_no = sub.by_message_id.get(message_id)
-            if ack_no is not None:
-                return sub, ack_no
+            found = sub.by_message_id.get(message_id)
+            if found is not None:
+                return sub, found
         where = f"subscription {sub_id[:80]!r}" if sub_id is not None else "any subscription"
         raise LocalProtocolError("unknown message", f"{frame.command}: message {message_id[:80]!r} is "
                                  f"not awaiting acknowledgement on {where}")

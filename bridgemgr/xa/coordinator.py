@@ -595,11 +595,13 @@ class Coordinator:
         branch's resource is still used by one thread at a time: the link's thread waits
         here."""
         remote = [b for b in branches[1:] if not b.resource.in_process]
-        if remote and self._pool is None:
+        pool = self._pool
+        if remote and pool is None:
             with self._lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(POOL_THREADS, f"xa {self.bridge}")
-        futures = {id(b): self._pool.submit(_attempt, call, b) for b in remote} if remote else {}
+                pool = self._pool
+        futures = {id(b): pool.submit(_attempt, call, b) for b in remote} if remote and pool is not None else {}
         here = {id(b): _attempt(call, b) for b in branches if id(b) not in futures}
         return [(b, *(here[id(b)] if id(b) in here else futures[id(b)].result())) for b in branches]
 

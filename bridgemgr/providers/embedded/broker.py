@@ -163,7 +163,8 @@ class Broker:
         for client_id, name, topic, selector, no_local in rec.subscriptions:
             self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False)
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
-        branches = {xid: Work(Xid.parse(xid), WorkState.PREPARED) for xid in rec.prepared}
+        xids = {xid: Xid.parse(xid) for xid in rec.prepared}
+        branches = {xid: Work(xids[xid], WorkState.PREPARED) for xid in rec.prepared}
         for seq, qkey, dcount, blob in rec.messages:
             mq = self._queue_for_key(qkey)
             if mq is None:
@@ -186,7 +187,7 @@ class Broker:
                     env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob))
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
-            self.branches[work.xid] = work
+            self.branches[xids[xid]] = work
         if rec.messages or rec.prepared:
             log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
                      self.store.path, len(rec.messages), len(rec.subscriptions), len(rec.prepared))
@@ -274,8 +275,9 @@ class Broker:
         """A connection closed: free its client id, temporary destinations, subscribers."""
         with self.lock:
             self.connections.discard(connection)
-            if connection.client_id_value is not None and self.client_ids.get(connection.client_id_value) is connection:
-                del self.client_ids[connection.client_id_value]
+            client_id = connection.client_id_value
+            if client_id is not None and self.client_ids.get(client_id) is connection:
+                del self.client_ids[client_id]
             for name in [n for n, mq in self.temporary.items() if mq.owner is connection]:
                 self._delete_temporary(name)
             # Its unprepared XA branches die with it; prepared ones stay in doubt for the TM.
@@ -429,7 +431,8 @@ class Broker:
             if mq.deleted:
                 continue
             if env.stored:
-                store.add(env.seq, mq.key, env.blob)  # type: ignore[union-attr]
+                assert store is not None and env.blob is not None  # stored: there is a store; routed: encoded
+                store.add(env.seq, mq.key, env.blob)
                 env.blob = None
             mq.push(env)
 
@@ -474,7 +477,8 @@ class Broker:
                         if ack_now:
                             self._ack((env,))
                         elif env.stored:
-                            self.store.mark_delivered(env.seq, env.dcount)  # type: ignore[union-attr]
+                            assert self.store is not None  # a stored envelope: there is a store
+                            self.store.mark_delivered(env.seq, env.dcount)
                         return env
                 remaining = None
                 if deadline is not None:
@@ -499,7 +503,8 @@ class Broker:
             env.owner = None
             env.queue.release(env)
             if env.stored:
-                store.remove(env.seq)  # type: ignore[union-attr]
+                assert store is not None  # a stored envelope: there is a store
+                store.remove(env.seq)
 
     def redeliver(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their queues (recover, rollback, close)."""
@@ -512,7 +517,8 @@ class Broker:
             if env.queue.deleted:
                 continue
             if env.stored:
-                self.store.mark_delivered(env.seq, env.dcount)  # type: ignore[union-attr]
+                assert self.store is not None  # a stored envelope: there is a store
+                self.store.mark_delivered(env.seq, env.dcount)
             by_queue.setdefault(id(env.queue), []).append(env)
         for group in by_queue.values():
             group[0].queue.push_back(group)
@@ -525,7 +531,8 @@ class Broker:
         mq = env.queue
         mq.release(env)
         if env.stored:
-            self.store.remove(env.seq)  # type: ignore[union-attr]
+            assert self.store is not None  # a stored envelope: there is a store
+            self.store.remove(env.seq)
         if mq.limits.use_dmq and mq is not getattr(self, "dmq", None) and not mq.destination.is_temporary:
             dead = env.message.copy()
             dead.expiration = 0
@@ -785,9 +792,10 @@ class Broker:
             work.state = WorkState.PREPARED
             ticket = None
             if self.store is not None:
-                sends = []
+                sends: list[tuple[int, str, bytes]] = []
                 for env in envs:
                     if env.stored:
+                        assert env.blob is not None  # a send not written yet: encoded
                         sends.append((env.seq, env.queue.key, env.blob))
                         env.blob = None
                 self.store.prepare_xa(str(xid), sends, [e.seq for e in work.acks if e.stored], waited=True)
@@ -841,7 +849,8 @@ class Broker:
         self.wait_durable(ticket)
 
     def _xa_forget_rollback(self, work: Work) -> None:
-        self.branches.pop(work.xid, None)  # type: ignore[arg-type]
+        if work.xid is not None:  # always, for a branch
+            self.branches.pop(work.xid, None)
         work.state = WorkState.DONE
         self._unroute(work.prepared_sends)
         acks, work.acks, work.sends, work.prepared_sends = work.acks, [], [], []
@@ -926,7 +935,7 @@ def _same_origin(sub: MessageQueue, sender: Any) -> bool:
 
 def _owned(mq: MessageQueue, broker: Broker) -> list[Envelope]:
     """Envelopes of ``mq`` held unacknowledged by sessions or branches."""
-    out = []
+    out: list[Envelope] = []
     for conn in broker.connections:
         for session in conn.sessions_list():
             out.extend(e for e in session.unacked() if e.queue is mq)

@@ -169,7 +169,7 @@ class Channel:
         self.broken: TransportException | None = None
         self.closing = False
         self._sock = sock
-        self._tls = isinstance(sock, ssl.SSLSocket)
+        self._tls = sock if isinstance(sock, ssl.SSLSocket) else None
         self._wire = reader
         self._rbuf = memoryview(bytearray(READ_BUFFER))  # reused: a fresh one per read costs more
         self._deliver = deliver
@@ -199,8 +199,9 @@ class Channel:
         """Write ``data`` (after anything kept lazily); ``lazy``: keep it for the next write."""
         with self._wlock:
             if lazy:
-                self._lazy.append(data)  # type: ignore[arg-type]
-                self._lazy_size += len(data)  # type: ignore[arg-type]
+                assert data is not None  # only a frame is kept for later
+                self._lazy.append(data)
+                self._lazy_size += len(data)
                 if self._lazy_size < LAZY_LIMIT:
                     return
                 data = None
@@ -217,8 +218,7 @@ class Channel:
             try:
                 self._sock.sendall(data)
             except OSError as exc:
-                self._lost(f"writing failed: {exc}")
-                raise self.broken from None  # type: ignore[misc]
+                raise self._lost(f"writing failed: {exc}") from None
             self.last_write = time.monotonic()
 
     def flush(self) -> None:
@@ -305,7 +305,7 @@ class Channel:
         """(With the read role) read what arrives within ``timeout`` and dispatch it; False
         when nothing came (timeout or interrupt)."""
         sock = self._sock
-        if not (self._tls and sock.pending()):  # type: ignore[attr-defined]
+        if not (self._tls and self._tls.pending()):
             readable = False
             for fd, _ in self._poller.poll(None if timeout is None else max(0.0, timeout * 1000)):
                 if fd != self._wake_r:
@@ -341,20 +341,19 @@ class Channel:
         return True
 
     def _dispatch(self, event: wire.Event) -> None:
-        cls = event.__class__
-        if cls is wire.Reply:
-            call = self._calls.pop(event.call, None)  # type: ignore[union-attr]
+        if event.__class__ is wire.Reply:
+            call = self._calls.pop(event.call, None)
             if call is not None:
-                call.complete(event.value)  # type: ignore[union-attr]
-        elif cls is wire.Failure:
-            if event.fatal:  # type: ignore[union-attr]
-                raise event.error  # type: ignore[union-attr]
-            call = self._calls.pop(event.call, None) if event.call else None  # type: ignore[union-attr]
+                call.complete(event.value)
+        elif event.__class__ is wire.Failure:
+            if event.fatal:
+                raise event.error
+            call = self._calls.pop(event.call, None) if event.call else None
             if call is not None:
-                call.complete(error=event.error)  # type: ignore[union-attr]
+                call.complete(error=event.error)
             else:
                 self._deliver(event)
-        elif cls is wire.Delivery:
+        elif event.__class__ is wire.Delivery:
             self._deliver(event)
 
     def _monitor(self) -> None:
@@ -383,12 +382,14 @@ class Channel:
                 self._resign()
 
     # --- the end ------------------------------------------------------------------------------
-    def _lost(self, reason: str) -> None:
-        """The connection broke (or closed): fail everything waiting, tell ``lost`` once."""
+    def _lost(self, reason: str) -> TransportException:
+        """The connection broke (or closed): fail everything waiting, tell ``lost`` once;
+        the connection's error (``broken``)."""
         with self._state_lock:
-            first = self.broken is None
-            if first:
-                self.broken = TransportException(f"the connection to {self.where} is closed" if self.closing
+            broken = self.broken
+            first = broken is None
+            if broken is None:
+                broken = self.broken = TransportException(f"the connection to {self.where} is closed" if self.closing
                                                  else f"the connection to {self.where} was lost: {reason}")
         self._stop.set()
         try:
@@ -402,7 +403,8 @@ class Channel:
             self._cond.notify_all()
         self.interrupt()
         if first and not self.closing:
-            self._on_lost(self.broken)  # type: ignore[arg-type]
+            self._on_lost(broken)
+        return broken
 
     def close(self) -> None:
         """Close the socket (after whatever the caller said last)."""

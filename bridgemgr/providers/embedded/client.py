@@ -473,7 +473,7 @@ class EmbeddedConsumer(MessageConsumer):
         self.closed = False
         self.scan: tuple[int, Any] | None = None  # selector scan position (MessageQueue.take)
         self.cond = threading.Condition(self.broker.lock)
-        self.queue: MessageQueue = None  # type: ignore[assignment]  (set by the session)
+        self.queue: MessageQueue = None  # type: ignore[assignment]  # None only until the session sets it (create_consumer)
         self._listener: MessageListener | None = None
         self._thread: threading.Thread | None = None
 

@@ -107,7 +107,7 @@ class JmsService:
         self.auth_failure_delay = auth_failure_delay
         self.links: set[_Link] = set()
         self._port = port
-        self._server: asyncio.AbstractServer | None = None
+        self._server: asyncio.Server | None = None
         self._threads = threads
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop_thread: int | None = None
@@ -125,7 +125,7 @@ class JmsService:
     def start(self) -> JmsService:
         self.executor = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="imq-jms")
 
-        async def listen() -> asyncio.AbstractServer:
+        async def listen() -> asyncio.Server:
             self.loop_thread = threading.get_ident()
             return await asyncio.get_running_loop().create_server(
                 lambda: _Link(self), self.host, self._port, ssl=self.ssl_context, reuse_address=True)
@@ -364,7 +364,7 @@ class _Link(asyncio.BufferedProtocol):
         try:
             while not (self.closed or self.closing or self.halted) and (event := self.wire.next_event()) is not None:
                 if event.__class__ is wire.Request:
-                    self._request(event)  # type: ignore[arg-type]
+                    self._request(event)
         except wire.ProtocolError as exc:
             log.warning("jms client %s broke the protocol: %s", self.peer, exc)
             self.fail(exc)
@@ -465,7 +465,7 @@ class _Link(asyncio.BufferedProtocol):
             self._answer_error(req.call, sid, JMSException(f"internal error in {op.name}: {exc}"))
             return
         if result.__class__ is _Durable:
-            self._durable.append((req.call, sid, result.ticket))  # type: ignore[union-attr]
+            self._durable.append((req.call, sid, result.ticket))
         elif result.__class__ is _Deferred:
             self._defer(req.call, sid, result.fn)
         elif req.call:
@@ -756,7 +756,8 @@ class _Link(asyncio.BufferedProtocol):
         messages = self.browsers.get(bid)
         if messages is None:
             raise IllegalStateException(f"browser {bid} is closed")
-        page, size = [], 0
+        page: list[bytes] = []
+        size = 0
         while messages and len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
             blob = codec.encode(messages.pop(0))
             page.append(blob)

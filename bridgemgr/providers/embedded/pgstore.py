@@ -67,7 +67,8 @@ class JdbcSettings:
         except ImportError as exc:
             raise StoreError("imq.persist.store=jdbc needs psycopg: pip install 'psycopg[binary]'") from exc
         try:
-            conn = psycopg.connect(**self.conninfo, connect_timeout=10)
+            params: dict[str, Any] = {**self.conninfo, "connect_timeout": 10}
+            conn = psycopg.connect(**params)
             with conn.cursor() as cur:
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 cur.execute(f'SET search_path TO "{self.schema}"')

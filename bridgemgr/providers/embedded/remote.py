@@ -120,7 +120,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
         if len(errors) == 1:
             raise errors[0]
         last = errors[-1]
-        raise type(last)("no broker could be reached: " + "; ".join(str(e) for e in errors))  # type: ignore[call-arg]
+        raise type(last)("no broker could be reached: " + "; ".join(str(e) for e in errors))
 
     create_xa_connection = create_connection
 
@@ -177,13 +177,13 @@ class RemoteConnection(XAConnection):
     def _event(self, event: wire.Event) -> None:
         """(The reading thread) a delivery, or an asynchronous failure of a session."""
         if event.__class__ is wire.Delivery:
-            consumer = self._consumers.get(event.consumer)  # type: ignore[union-attr]
+            consumer = self._consumers.get(event.consumer)
             if consumer is not None:
-                consumer._buf.append(event)  # type: ignore[arg-type]
-        elif event.session is not None:  # type: ignore[union-attr]
-            session = self._sessions.get(event.session)  # type: ignore[union-attr]
+                consumer._buf.append(event)
+        elif event.__class__ is wire.Failure and event.session is not None:  # (only these two come)
+            session = self._sessions.get(event.session)
             if session is not None:
-                session._async_failed(event.error)  # type: ignore[union-attr]
+                session._async_failed(event.error)
 
     def _lost(self, error: TransportException) -> None:
         log.warning("%s", error)

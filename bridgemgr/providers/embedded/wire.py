@@ -370,7 +370,7 @@ class Wire:
         self._state = state
         self._legal = frozenset(int(k) for k in _LEGAL.get((self.role, state), ()))
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         if self._pos > 65536 and self._pos * 2 > len(self._buf):
             del self._buf[:self._pos]
             self._pos = 0

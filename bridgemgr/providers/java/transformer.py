@@ -376,7 +376,7 @@ class TargetSession:
 
     def proxy(self) -> Any:
         import jpype
-        methods = {
+        methods: dict[str, Callable[..., Any]] = {
             "createMessage": lambda: self._message("MESSAGE"),
             "createTextMessage": lambda *text: self._message("TEXT", *text),
             "createBytesMessage": lambda: self._message("BYTES"),
@@ -532,7 +532,7 @@ class _ClassesFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 JavaTransformer.__init__(self, class_name)
             return type(name, (JavaTransformer,), {"__init__": init, "__module__": spec.name})
 
-        module.__getattr__ = attribute
+        module.__getattr__ = attribute  # type: ignore[method-assign]  # PEP 562: a module's __getattr__
         module.__path__ = []
         return module
 

@@ -47,7 +47,7 @@ from ...jms.errors import (
     TransportException,
 )
 from ...jms.message import DeliveryMode, Message
-from ...jms.selector import compile_selector
+from ...jms.selector import Selector, compile_selector
 from ...jms.spi import (
     AckMode,
     Connection,
@@ -249,7 +249,7 @@ class StompConnection(Connection):
               wait: bool = False) -> None:
         """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
         self._check()
-        slot = None
+        slot: list[Any] | None = None  # [event, error]
         if wait:
             receipt = headers["receipt"] = self._next_id("r")
             slot = [threading.Event(), None]
@@ -328,7 +328,7 @@ class _Subscription:
         self.destination = destination
         self.selector = selector
         self.durable = durable
-        self.local_filter = None
+        self.local_filter: Selector | None = None
         self.inbox: queue.Queue[_Delivery | None] = queue.Queue()
         self.id = ""
 
