@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any, Generic, Literal, TypeVar
 
 import javaproperties
 
@@ -99,11 +99,14 @@ def is_secret_name(name: str) -> bool:
 
 # --- kinds of values: how to parse, and what to tell the user ------------------------------
 
+_V = TypeVar("_V")
+
+
 @dataclass(frozen=True)
-class Kind:
+class Kind(Generic[_V]):
     """How a property value is parsed; ``expected`` completes "...; <expected>"."""
 
-    parse: Callable[[str], Any]
+    parse: Callable[[str], _V]
     expected: str
 
 
@@ -122,7 +125,7 @@ def _bool(text: str) -> bool:
     return lowered == "true"
 
 
-def integer(lo: int, hi: int) -> Kind:
+def integer(lo: int, hi: int) -> Kind[int]:
     """Whole numbers in [lo, hi], written as Java's Integer.parseInt reads them."""
     def parse(text: str) -> int:
         text = text.strip()
@@ -145,7 +148,7 @@ def parse_size(text: str) -> int:
     return number * _SIZE_UNITS[match.group(2).lower()]
 
 
-def _enum(*values: str, upper: bool = False) -> Kind:
+def _enum(*values: str, upper: bool = False) -> Kind[str]:
     def parse(text: str) -> str:
         norm = text.strip().upper() if upper else text.strip().lower()
         if norm not in values:
@@ -201,7 +204,7 @@ class Prop:
     """One row of the schema: a key, its kind, its default and why it exists."""
 
     key: str
-    kind: Kind
+    kind: Kind[Any]
     default: Any
     doc: str
     secret: bool = False

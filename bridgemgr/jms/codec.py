@@ -396,7 +396,7 @@ def _put_bytes_value(out: bytearray, obj: bytes, depth: int) -> None:
     out += obj
 
 
-def _put_list(out: bytearray, obj: list, depth: int) -> None:
+def _put_list(out: bytearray, obj: list[Any], depth: int) -> None:
     if depth >= MAX_DEPTH:
         raise _too_deep()
     out += _TAG_U32.pack(T_LIST, len(obj))
@@ -404,7 +404,7 @@ def _put_list(out: bytearray, obj: list, depth: int) -> None:
         _put_value(out, item, depth + 1)
 
 
-def _put_dict(out: bytearray, obj: dict, depth: int) -> None:
+def _put_dict(out: bytearray, obj: dict[Any, Any], depth: int) -> None:
     if depth >= MAX_DEPTH:
         raise _too_deep()
     out += _TAG_U32.pack(T_DICT, len(obj))
@@ -564,7 +564,7 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
     return m, pos
 
 
-def _remember(cache: dict, key: Any, value: Any) -> None:
+def _remember(cache: dict[Any, Any], key: Any, value: Any) -> None:
     if len(cache) >= _CACHE_LIMIT:
         cache.clear()
     cache[key] = value
@@ -578,7 +578,10 @@ def _layout(codes: bytes) -> _Layout:
             if code not in _ALL_CODES:
                 raise _bad(f"unknown value type code {code}")
         ptypes = tuple(map(PropertyType, codes))
-        at = lambda *kinds: tuple(i for i, t in enumerate(ptypes) if t in kinds)  # noqa: E731
+
+        def at(*kinds: PropertyType) -> tuple[int, ...]:
+            return tuple(i for i, t in enumerate(ptypes) if t in kinds)
+
         layout = _Layout(
             ptypes, struct.Struct(">" + "".join(_VALUE_FORMATS[t] for t in ptypes)),
             not at(PropertyType.STRING, PropertyType.BYTES, PropertyType.BOOLEAN, PropertyType.CHAR),
@@ -591,11 +594,11 @@ def _layout(codes: bytes) -> _Layout:
 
 def _read_fixed(data: bytes, pos: int, layout: _Layout) -> tuple[Any, int]:
     """The values of a layout at ``pos``, and the position after their texts."""
-    values = layout.fixed.unpack_from(data, pos)
+    fixed = layout.fixed.unpack_from(data, pos)
     pos += layout.fixed.size
     if layout.plain:
-        return values, pos
-    values = list(values)
+        return fixed, pos
+    values = list(fixed)
     size = len(data)
     for i, is_text in layout.variable:
         end = pos + values[i]
@@ -716,7 +719,7 @@ def _read_java(data: bytes, pos: int, depth: int) -> tuple[JavaSerialized, int]:
     return JavaSerialized(data[pos:end]), end
 
 
-def _read_list(data: bytes, pos: int, depth: int) -> tuple[list, int]:
+def _read_list(data: bytes, pos: int, depth: int) -> tuple[list[Any], int]:
     if depth >= MAX_DEPTH:
         raise _bad(f"nested deeper than {MAX_DEPTH} levels")
     (count,) = _U32.unpack_from(data, pos)
@@ -729,7 +732,7 @@ def _read_list(data: bytes, pos: int, depth: int) -> tuple[list, int]:
     return items, pos
 
 
-def _read_dict(data: bytes, pos: int, depth: int) -> tuple[dict, int]:
+def _read_dict(data: bytes, pos: int, depth: int) -> tuple[dict[Any, Any], int]:
     if depth >= MAX_DEPTH:
         raise _bad(f"nested deeper than {MAX_DEPTH} levels")
     (count,) = _U32.unpack_from(data, pos)

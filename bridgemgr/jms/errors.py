@@ -8,6 +8,9 @@ and code, so errors can cross process boundaries (Spark workers).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
 _BY_CODE: dict[str, type[JMSException]] = {}
 
 
@@ -26,7 +29,7 @@ class JMSException(Exception):
         super().__init__(message)
         self.error_code = error_code or self.code
 
-    def __reduce__(self):  # keep subclasses with extra init args picklable
+    def __reduce__(self) -> tuple[Callable[..., JMSException], tuple[Any, ...]]:  # extra init args: picklable
         return (_rebuild, (type(self).code, str(self), self.error_code))
 
 
@@ -125,5 +128,5 @@ class XAException(JMSException, code="XA"):
         super().__init__(message)
         self.errorcode = errorcode
 
-    def __reduce__(self):
+    def __reduce__(self) -> tuple[Callable[..., JMSException], tuple[Any, ...]]:
         return (XAException, (str(self), self.errorcode))

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator, Mapping
 from decimal import Decimal
 from enum import IntEnum
 from types import MappingProxyType
-from typing import Any
+from typing import Any, Self, cast
 
 from .destination import Destination
 from .errors import (
@@ -140,9 +140,10 @@ def is_valid_property_name(name: object) -> bool:
 def _round_f32(value: float) -> float:
     """``(float) value`` in Java: the nearest float32, infinite past its range."""
     try:
-        return _F32.unpack(_F32.pack(value))[0]
+        rounded: float = _F32.unpack(_F32.pack(value))[0]
     except OverflowError:
         return math.copysign(math.inf, value)
+    return rounded
 
 
 def as_value_type(ptype: Any) -> PropertyType:
@@ -402,28 +403,28 @@ class Message:
         return convert(entry[0], entry[1], want, f"property {name!r}")
 
     def get_boolean_property(self, name: str) -> bool:
-        return self._get(name, PropertyType.BOOLEAN)
+        return cast("bool", self._get(name, PropertyType.BOOLEAN))
 
     def get_byte_property(self, name: str) -> int:
-        return self._get(name, PropertyType.BYTE)
+        return cast("int", self._get(name, PropertyType.BYTE))
 
     def get_short_property(self, name: str) -> int:
-        return self._get(name, PropertyType.SHORT)
+        return cast("int", self._get(name, PropertyType.SHORT))
 
     def get_int_property(self, name: str) -> int:
-        return self._get(name, PropertyType.INT)
+        return cast("int", self._get(name, PropertyType.INT))
 
     def get_long_property(self, name: str) -> int:
-        return self._get(name, PropertyType.LONG)
+        return cast("int", self._get(name, PropertyType.LONG))
 
     def get_float_property(self, name: str) -> float:
-        return self._get(name, PropertyType.FLOAT)
+        return cast("float", self._get(name, PropertyType.FLOAT))
 
     def get_double_property(self, name: str) -> float:
-        return self._get(name, PropertyType.DOUBLE)
+        return cast("float", self._get(name, PropertyType.DOUBLE))
 
     def get_string_property(self, name: str) -> str | None:
-        return self._get(name, PropertyType.STRING)
+        return cast("str | None", self._get(name, PropertyType.STRING))
 
     def get_object_property(self, name: str) -> bool | int | float | str | None:
         entry = self._entry(name)
@@ -480,7 +481,7 @@ class Message:
     def is_read_only(self) -> bool:
         return self._props_ro
 
-    def copy(self) -> Message:
+    def copy(self) -> Self:
         """An independent copy with the same headers, properties and body, writable."""
         clone = type(self).__new__(type(self))
         clone.message_id = self.message_id
@@ -502,10 +503,10 @@ class Message:
         self._copy_body(clone)
         return clone
 
-    def _copy_body(self, clone: Message) -> None:
+    def _copy_body(self, clone: Self) -> None:
         pass
 
-    def _body_equal(self, other: Message) -> bool:
+    def _body_equal(self, other: Self) -> bool:
         return True
 
     def headers(self) -> dict[str, Any]:
@@ -515,8 +516,8 @@ class Message:
         if type(other) is not type(self):
             return NotImplemented
         return (self.headers() == other.headers()
-                and _typed_dict_equal(self._props, other._props)  # type: ignore[attr-defined]
-                and self._body_equal(other))  # type: ignore[arg-type]
+                and _typed_dict_equal(self._props, other._props)
+                and self._body_equal(other))
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -570,11 +571,11 @@ class TextMessage(Message):
         super().clear_body()
         self._text = None
 
-    def _copy_body(self, clone: Message) -> None:
-        clone._text = self._text  # type: ignore[attr-defined]
+    def _copy_body(self, clone: Self) -> None:
+        clone._text = self._text
 
-    def _body_equal(self, other: Message) -> bool:
-        return self._text == other._text  # type: ignore[attr-defined]
+    def _body_equal(self, other: Self) -> bool:
+        return self._text == other._text
 
     def _body_repr(self) -> str:
         return f"text={_short(self._text)}"
@@ -691,14 +692,14 @@ class BytesMessage(Message):
     def write_long(self, v: int) -> None: self._write(PropertyType.LONG, v)
     def write_float(self, v: float) -> None: self._write(PropertyType.FLOAT, v)
     def write_double(self, v: float) -> None: self._write(PropertyType.DOUBLE, v)
-    def read_boolean(self) -> bool: return self._read(PropertyType.BOOLEAN)
-    def read_byte(self) -> int: return self._read(PropertyType.BYTE)
-    def read_short(self) -> int: return self._read(PropertyType.SHORT)
-    def read_char(self) -> str: return self._read(PropertyType.CHAR)
-    def read_int(self) -> int: return self._read(PropertyType.INT)
-    def read_long(self) -> int: return self._read(PropertyType.LONG)
-    def read_float(self) -> float: return self._read(PropertyType.FLOAT)
-    def read_double(self) -> float: return self._read(PropertyType.DOUBLE)
+    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
+    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
+    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
+    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
+    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
+    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
+    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
+    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
 
     def read_unsigned_byte(self) -> int:
         return self.read_byte() & 0xFF
@@ -755,13 +756,13 @@ class BytesMessage(Message):
         else:
             self._write(infer_type(value) if not isinstance(value, float) else PropertyType.DOUBLE, value)
 
-    def _copy_body(self, clone: Message) -> None:
-        clone._buf = bytearray(self._buf)  # type: ignore[attr-defined]
-        clone._pos = 0  # type: ignore[attr-defined]
-        clone._reading = False  # type: ignore[attr-defined]
+    def _copy_body(self, clone: Self) -> None:
+        clone._buf = bytearray(self._buf)
+        clone._pos = 0
+        clone._reading = False
 
-    def _body_equal(self, other: Message) -> bool:
-        return self._buf == other._buf  # type: ignore[attr-defined]
+    def _body_equal(self, other: Self) -> bool:
+        return self._buf == other._buf
 
     def _body_repr(self) -> str:
         return f"body={len(self._buf)} bytes"
@@ -810,16 +811,17 @@ class MapMessage(Message):
             return _missing(want, f"map entry {name!r}")
         return convert(entry[0], entry[1], want, f"map entry {name!r}")
 
-    def get_boolean(self, name: str) -> bool: return self._get_item(name, PropertyType.BOOLEAN)
-    def get_byte(self, name: str) -> int: return self._get_item(name, PropertyType.BYTE)
-    def get_short(self, name: str) -> int: return self._get_item(name, PropertyType.SHORT)
-    def get_char(self, name: str) -> str: return self._get_item(name, PropertyType.CHAR)
-    def get_int(self, name: str) -> int: return self._get_item(name, PropertyType.INT)
-    def get_long(self, name: str) -> int: return self._get_item(name, PropertyType.LONG)
-    def get_float(self, name: str) -> float: return self._get_item(name, PropertyType.FLOAT)
-    def get_double(self, name: str) -> float: return self._get_item(name, PropertyType.DOUBLE)
-    def get_string(self, name: str) -> str | None: return self._get_item(name, PropertyType.STRING)
-    def get_bytes(self, name: str) -> bytes | None: return self._get_item(name, PropertyType.BYTES)
+    def get_boolean(self, name: str) -> bool: return cast("bool", self._get_item(name, PropertyType.BOOLEAN))
+    def get_byte(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.BYTE))
+    def get_short(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.SHORT))
+    def get_char(self, name: str) -> str: return cast("str", self._get_item(name, PropertyType.CHAR))
+    def get_int(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.INT))
+    def get_long(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.LONG))
+    def get_float(self, name: str) -> float: return cast("float", self._get_item(name, PropertyType.FLOAT))
+    def get_double(self, name: str) -> float: return cast("float", self._get_item(name, PropertyType.DOUBLE))
+    def get_string(self, name: str) -> str | None: return cast("str | None", self._get_item(name, PropertyType.STRING))
+    def get_bytes(self, name: str) -> bytes | None:
+        return cast("bytes | None", self._get_item(name, PropertyType.BYTES))
 
     def get_object(self, name: str) -> Any:
         entry = self._map.get(name)
@@ -843,11 +845,11 @@ class MapMessage(Message):
         super().clear_body()
         self._map = {}
 
-    def _copy_body(self, clone: Message) -> None:
-        clone._map = dict(self._map)  # type: ignore[attr-defined]
+    def _copy_body(self, clone: Self) -> None:
+        clone._map = dict(self._map)
 
-    def _body_equal(self, other: Message) -> bool:
-        return _typed_dict_equal(self._map, other._map)  # type: ignore[attr-defined]
+    def _body_equal(self, other: Self) -> bool:
+        return _typed_dict_equal(self._map, other._map)
 
     def _body_repr(self) -> str:
         return f"map={_short(self.get_body())}"
@@ -907,16 +909,16 @@ class StreamMessage(Message):
         self._pos += 1  # JMS: a failed conversion does not advance
         return result
 
-    def read_boolean(self) -> bool: return self._read(PropertyType.BOOLEAN)
-    def read_byte(self) -> int: return self._read(PropertyType.BYTE)
-    def read_short(self) -> int: return self._read(PropertyType.SHORT)
-    def read_char(self) -> str: return self._read(PropertyType.CHAR)
-    def read_int(self) -> int: return self._read(PropertyType.INT)
-    def read_long(self) -> int: return self._read(PropertyType.LONG)
-    def read_float(self) -> float: return self._read(PropertyType.FLOAT)
-    def read_double(self) -> float: return self._read(PropertyType.DOUBLE)
-    def read_string(self) -> str: return self._read(PropertyType.STRING)
-    def read_bytes(self) -> bytes: return self._read(PropertyType.BYTES)
+    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
+    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
+    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
+    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
+    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
+    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
+    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
+    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
+    def read_string(self) -> str: return cast("str", self._read(PropertyType.STRING))
+    def read_bytes(self) -> bytes: return cast("bytes", self._read(PropertyType.BYTES))
 
     def read_object(self) -> Any:
         if not self._reading:
@@ -938,13 +940,13 @@ class StreamMessage(Message):
         self._pos = 0
         self._reading = False
 
-    def _copy_body(self, clone: Message) -> None:
-        clone._items = list(self._items)  # type: ignore[attr-defined]
-        clone._pos = 0  # type: ignore[attr-defined]
-        clone._reading = False  # type: ignore[attr-defined]
+    def _copy_body(self, clone: Self) -> None:
+        clone._items = list(self._items)
+        clone._pos = 0
+        clone._reading = False
 
-    def _body_equal(self, other: Message) -> bool:
-        items = other._items  # type: ignore[attr-defined]
+    def _body_equal(self, other: Self) -> bool:
+        items = other._items
         return len(self._items) == len(items) and all(map(_same_typed, self._items, items))
 
     def _body_repr(self) -> str:
@@ -983,11 +985,11 @@ class ObjectMessage(Message):
         super().clear_body()
         self._object = None
 
-    def _copy_body(self, clone: Message) -> None:
-        clone._object = _copy_object(self._object)  # type: ignore[attr-defined]
+    def _copy_body(self, clone: Self) -> None:
+        clone._object = _copy_object(self._object)
 
-    def _body_equal(self, other: Message) -> bool:
-        return _object_equal(self._object, other._object)  # type: ignore[attr-defined]
+    def _body_equal(self, other: Self) -> bool:
+        return _object_equal(self._object, other._object)
 
     def _body_repr(self) -> str:
         return f"object={_short(self._object)}"
@@ -1027,7 +1029,7 @@ def _same_typed(x: tuple[PropertyType, Any], y: tuple[PropertyType, Any]) -> boo
     a, b = x[1], y[1]
     if isinstance(a, float) and isinstance(b, float):
         return _same_float(a, b)
-    return a == b
+    return bool(a == b)
 
 
 def _typed_dict_equal(a: dict[str, tuple[PropertyType, Any]], b: dict[str, tuple[PropertyType, Any]]) -> bool:
@@ -1044,7 +1046,7 @@ def _object_equal(a: Any, b: Any) -> bool:
         return len(a) == len(b) and all(_object_equal(x, y) for x, y in zip(a, b))
     if isinstance(a, dict):
         return a.keys() == b.keys() and all(_object_equal(a[k], b[k]) for k in a)
-    return a == b
+    return bool(a == b)
 
 
 MESSAGE_TYPES: dict[str, type[Message]] = {

@@ -53,7 +53,7 @@ import re
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedToken
@@ -237,8 +237,15 @@ class _SyntaxError(Exception):
         self.pos = pos
 
 
+def _at(tok: Token) -> int:
+    """Where ``tok`` starts (the basic lexer always says)."""
+    pos = tok.start_pos
+    assert pos is not None
+    return pos
+
+
 @v_args(inline=True)
-class _Builder(Transformer):
+class _Builder(Transformer[Token, Any]):
     """Parser callbacks: tokens and sub-results in, AST nodes out."""
 
     def number(self, tok: Token) -> _Lit:
@@ -247,8 +254,8 @@ class _Builder(Transformer):
             digits = text.rstrip("lL").lstrip("0")
             if len(digits) > 19:  # beyond any long, and too long for int()
                 raise _SyntaxError(f"integer literal {text} is out of the long range",
-                                   tok.start_pos)
-            return _Lit(int(digits or "0"), tok.start_pos)
+                                   _at(tok))
+            return _Lit(int(digits or "0"), _at(tok))
         value = float(text.rstrip("fFdD"))
         if text[-1] in "fF":
             try:
@@ -256,17 +263,17 @@ class _Builder(Transformer):
             except OverflowError:
                 value = math.inf
         if math.isinf(value):
-            raise _SyntaxError(f"floating-point literal {text} is too large", tok.start_pos)
-        return _Lit(value, tok.start_pos)
+            raise _SyntaxError(f"floating-point literal {text} is too large", _at(tok))
+        return _Lit(value, _at(tok))
 
     def string(self, tok: Token) -> _Lit:
-        return _Lit(_string_value(tok), tok.start_pos)
+        return _Lit(_string_value(tok), _at(tok))
 
     def boolean(self, tok: Token) -> _Lit:
-        return _Lit(tok.type == "TRUE", tok.start_pos)
+        return _Lit(tok.type == "TRUE", _at(tok))
 
     def ident(self, tok: Token) -> _Ident:
-        return _Ident(tok.value, tok.start_pos)
+        return _Ident(tok.value, _at(tok))
 
     def paren(self, _lpar: Token, node: Any, _rpar: Token) -> Any:
         return node
@@ -275,9 +282,10 @@ class _Builder(Transformer):
         if isinstance(operand, _Lit) and type(operand.value) in (int, float):
             value = operand.value
             if op == "-":  # 2**63 is only valid here, straight from the token; else wrap
-                value = -value if type(value) is float or value == 1 << 63 else _long(-value)
-            return _Lit(value, op.start_pos)
-        return _Unary(op.value, operand, op.start_pos)
+                assert isinstance(value, (int, float))  # (no bool: its type is not int)
+                value = -value if isinstance(value, float) or value == 1 << 63 else _long(-value)
+            return _Lit(value, _at(op))
+        return _Unary(op.value, operand, _at(op))
 
     def arith(self, left: Any, op: Token, right: Any) -> _Arith:
         return _Arith(op.value, left, right, left.pos)
@@ -297,7 +305,7 @@ class _Builder(Transformer):
              _esc: Token | None, escape: Token | None) -> _Like:
         return _Like(neg is not None, operand, _string_value(pattern),
                      None if escape is None else _string_value(escape), operand.pos,
-                     pattern.start_pos, -1 if escape is None else escape.start_pos)
+                     _at(pattern), -1 if escape is None else _at(escape))
 
     def is_null(self, operand: Any, _is: Token, neg: Token | None, _null: Token) -> _IsNull:
         return _IsNull(neg is not None, operand, operand.pos)
@@ -317,7 +325,7 @@ class _Builder(Transformer):
         return self._logic("OR", left, right)
 
     def not_(self, op: Token, operand: Any) -> _Not:
-        return _Not(operand, op.start_pos)
+        return _Not(operand, _at(op))
 
 
 @functools.cache
@@ -341,10 +349,11 @@ def _parse(text: str) -> Any:
     except _SyntaxError as e:
         raise _error(text, e.pos, str(e)) from None
     except UnexpectedCharacters as e:
-        char = text[e.pos_in_stream]
+        at = cast(int, e.pos_in_stream)  # lark declares it None on the base class; the lexer sets it
+        char = text[at]
         problem = ("unterminated string literal" if char == "'"
                    else f"unexpected character {char!r}")
-        raise _error(text, e.pos_in_stream, problem) from None
+        raise _error(text, at, problem) from None
     except UnexpectedToken as e:
         at_end = e.token.type == "$END"
         pos = len(text) if at_end else e.token.start_pos
@@ -424,10 +433,10 @@ def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str] | None:
     chars = iter(pattern)
     for c in chars:
         if c == escape:
-            c = next(chars, None)
-            if c is None:
+            escaped = next(chars, None)
+            if escaped is None:
                 return None
-            segments[-1].append(re.escape(c))
+            segments[-1].append(re.escape(escaped))
         elif c == "%":
             segments.append([])
         elif c == "_":
@@ -699,7 +708,9 @@ class Selector:
         self.text = text
         tree = _parse(text)
         self._match = _Compiler(text, _message_leaf).condition(tree, 0, "the selector")
-        self._evaluate = _Compiler(text, _lookup_leaf).condition(tree, 0, "the selector")
+        # a condition's value: True, False or None (UNKNOWN)
+        self._evaluate: Callable[[Callable[[str], Any]], bool | None] = \
+            _Compiler(text, _lookup_leaf).condition(tree, 0, "the selector")
 
     def matches(self, message: Any) -> bool:
         """True when the selector is TRUE for ``message`` (FALSE and UNKNOWN do not match)."""

@@ -153,18 +153,19 @@ class JMSBridge:
 
     def info(self) -> dict[str, Any]:
         """Name, type, state and every link (disabled ones UNINITIALIZED) with counters."""
-        rows = []
-        for cfg in self.config.links if self.config is not None else ():
-            link = self._links.get(cfg.name)
-            if link is not None:
-                rows.append(link.info())
-            else:
-                rows.append({"name": cfg.name, "state": State.UNINITIALIZED.value,
-                             "source": _label(self.config, cfg, "source"),
-                             "target": _label(self.config, cfg, "target"),
-                             "transacted": cfg.transacted,
-                             "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()})
+        config = self.config
+        rows = [self._link_info(config, cfg) for cfg in config.links] if config is not None else []
         return {"name": self.name, "type": self.type, "state": self.state.value, "links": rows}
+
+    def _link_info(self, config: BridgeConfig, cfg: LinkConfig) -> dict[str, Any]:
+        link = self._links.get(cfg.name)
+        if link is not None:
+            return link.info()
+        return {"name": cfg.name, "state": State.UNINITIALIZED.value,
+                "source": _label(config, cfg, "source"),
+                "target": _label(config, cfg, "target"),
+                "transacted": cfg.transacted,
+                "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()}
 
     # --- bridge commands ----------------------------------------------------------------------
     def start(self, timeout: float | None = -1) -> State:
@@ -310,11 +311,13 @@ class JMSBridge:
         connections.prepare()
         # 8. the DMQs
         senders = []
+        dest: Destination
         for dmq in dmqs:
             if dmq.is_builtin:
                 dest, ref = Queue(BUILTIN_DMQ_DESTINATION), BUILTIN_DMQ
-            else:
-                dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref  # type: ignore[index]
+            else:  # only the built-in DMQ has no destination and factory refs
+                assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
+                dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
             senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
                 dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line)))
         self._dmqs = DeadMessageQueues(senders, self.log)

@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from lxml import etree
 
@@ -246,7 +246,10 @@ class BridgeConfig:
         return self.dmqs[0]
 
 
-def _find(items: tuple[Any, ...], attr: str, value: str) -> Any:
+_Item = TypeVar("_Item")
+
+
+def _find(items: tuple[_Item, ...], attr: str, value: str) -> _Item:
     for item in items:
         if getattr(item, attr) == value:
             return item
@@ -281,12 +284,13 @@ def dtd_attributes() -> dict[str, dict[str, Any]]:
 
 
 def _default(element: str, attribute: str) -> str | None:
-    return dtd_attributes()[element][attribute].default_value
+    value: str | None = dtd_attributes()[element][attribute].default_value  # (lxml is untyped)
+    return value
 
 
 # --- step 1: parsing, safely --------------------------------------------------------------
 
-class _RefuseAll(etree.Resolver):
+class _RefuseAll(etree.Resolver):  # type: ignore[misc]  # lxml has no type information: Resolver is Any
     """Answers every external load with nothing and remembers what was asked for."""
 
     def __init__(self) -> None:
@@ -430,7 +434,7 @@ def _validate(tree: etree._ElementTree, source: str) -> list[Problem]:
 
 SECONDS = integer(0, INT32_MAX)
 # Kinds of the attributes that are not plain text (booleans: the DTD enumerates true|false).
-ATTRIBUTE_KINDS: Mapping[str, Kind] = {
+ATTRIBUTE_KINDS: Mapping[str, Kind[Any]] = {
     "connect-attempts": integer(-1, INT32_MAX),
     "connect-attempt-interval-in-seconds": SECONDS,
     "idle-timeout-in-seconds": SECONDS,

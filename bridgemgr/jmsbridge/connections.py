@@ -350,6 +350,7 @@ class BridgeConnections:
                     break
                 self._cond.wait(remaining)
             all_back = self._out == 0
-        for holder in [*self._pools.values(), *self._shared.values()]:
+        holders: list[ConnectionPool | SharedConnection] = [*self._pools.values(), *self._shared.values()]
+        for holder in holders:
             holder.close()
         return all_back

@@ -518,6 +518,7 @@ class Link:
         if self._behind and not self._settle(pending):
             return
         self._unit_open = False
+        final: bool | None
         try:
             final = txn.complete()
         except Exception as first:  # retried when retriable (no context: nothing tolerated)
