@@ -280,16 +280,16 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
         dest_kind = _NO_DEST if destination is None else _dest_code(destination)
         raw_reply = b"" if reply_to is None else reply_to.name.encode("utf-8", "surrogatepass")
         raw_dest = b"" if destination is None else destination.name.encode("utf-8", "surrogatepass")
-        if kind == K_TEXT:
-            text = m._text  # type: ignore[attr-defined]
+        if type(m) is TextMessage:
+            text = m._text
             body_size = NONE if text is None else len(body := text.encode("utf-8", "surrogatepass"))
-        elif kind == K_BYTES:
-            body = m._buf  # type: ignore[attr-defined]
+        elif type(m) is BytesMessage:
+            body = m._buf
             body_size = len(body)
-        elif kind == K_MAP:
-            body_size = len(m._map)  # type: ignore[attr-defined]
-        elif kind == K_STREAM:
-            body_size = len(m._items)  # type: ignore[attr-defined]
+        elif type(m) is MapMessage:
+            body_size = len(m._map)
+        elif type(m) is StreamMessage:
+            body_size = len(m._items)
         else:
             body_size = 0
         out += _HEAD.pack(
@@ -310,13 +310,13 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
             _put_entries(out, m._props)
         if kind in (K_TEXT, K_BYTES):
             out += body
-        elif kind == K_MAP:
-            if m._map:  # type: ignore[attr-defined]
-                _put_entries(out, m._map)  # type: ignore[attr-defined]
-        elif kind == K_STREAM:
-            _put_values(out, m._items)  # type: ignore[attr-defined]
-        elif kind == K_OBJECT:
-            _put_value(out, m._object, depth + 1)  # type: ignore[attr-defined]
+        elif type(m) is MapMessage:
+            if m._map:
+                _put_entries(out, m._map)
+        elif type(m) is StreamMessage:
+            _put_values(out, m._items)
+        elif type(m) is ObjectMessage:
+            _put_value(out, m._object, depth + 1)
     except (struct.error, OverflowError) as exc:
         raise MessageFormatException(f"cannot encode a value of the message: {exc}") from None
 
@@ -541,26 +541,26 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
         m.destination, pos = _read_header_dest(data, pos, dest_kind, n_dest)
     if n_props:
         pos = _read_entries(data, pos, n_props, m._props, _PROPERTY_NAMES)
-    if kind == K_TEXT:
+    if type(m) is TextMessage:
         if body_size != NONE:
             if pos + body_size > size:
                 raise _truncated(data, pos, body_size)
-            m._text = data[pos:pos + body_size].decode("utf-8", "surrogatepass")  # type: ignore[attr-defined]
+            m._text = data[pos:pos + body_size].decode("utf-8", "surrogatepass")
             pos += body_size
         return m, pos
-    if kind == K_BYTES:
+    if type(m) is BytesMessage:
         if pos + body_size > size:
             raise _truncated(data, pos, body_size)
-        m._buf = bytearray(data[pos:pos + body_size])  # type: ignore[attr-defined]
+        m._buf = bytearray(data[pos:pos + body_size])
         return m, pos + body_size
-    if kind == K_MAP:
-        return m, _read_entries(data, pos, body_size, m._map, _MAP_NAMES) if body_size else pos  # type: ignore[attr-defined]
-    if kind == K_STREAM:
-        return m, _read_items(data, pos, body_size, m._items) if body_size else pos  # type: ignore[attr-defined]
+    if type(m) is MapMessage:
+        return m, _read_entries(data, pos, body_size, m._map, _MAP_NAMES) if body_size else pos
+    if type(m) is StreamMessage:
+        return m, _read_items(data, pos, body_size, m._items) if body_size else pos
     if body_size:
         raise _bad(f"a {m.message_type} message has a body size of {body_size}")
-    if kind == K_OBJECT:
-        m._object, pos = _read_value(data, pos, depth + 1)  # type: ignore[attr-defined]
+    if type(m) is ObjectMessage:
+        m._object, pos = _read_value(data, pos, depth + 1)
     return m, pos
 
 

@@ -97,9 +97,12 @@ class JMSBridge:
                  reap_interval: float = 1.0, broker_url: str | None = None) -> None:
         self._loader = config if callable(config) else None
         self.config: BridgeConfig | None = None if callable(config) else config
-        if name is None and self.config is None:
+        if name:
+            self.name: str = name
+        elif self.config is not None:
+            self.name = self.config.name
+        else:
             raise ValueError("give the bridge name when the configuration is loaded later")
-        self.name: str = name or self.config.name  # type: ignore[union-attr]
         self.props = props
         self.host_factory = host_factory or default_host_factory
         self.lookup = lookup

@@ -16,6 +16,7 @@ import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import IO
 
 from ..props import ConfigError, Problem, clip, shorten
 
@@ -58,7 +59,8 @@ def _local(url: str, base_dir: Path | None) -> Path:
 class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Follow redirects to http(s) only (never to file: or ftp:)."""
 
-    def redirect_request(self, req, fp, code, msg, headers, newurl):  # type: ignore[no-untyped-def]
+    def redirect_request(self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str,
+                         headers: http.client.HTTPMessage, newurl: str) -> urllib.request.Request | None:
         if urllib.parse.urlsplit(newurl).scheme.lower() not in ("http", "https"):
             raise urllib.error.HTTPError(newurl, code, f"redirect to {newurl} refused",
                                          headers, fp)

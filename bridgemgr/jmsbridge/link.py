@@ -38,7 +38,7 @@ from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from ..jms.destination import Destination
+from ..jms.destination import Destination, Topic
 from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS
 from ..jms.spi import MessageConsumer, MessageProducer
@@ -298,8 +298,8 @@ class Link:
         self._unit_open = False
         session = txn.open_source(self._source.connection)
         src = setup.source
-        if src.is_topic and cfg.source.durable_sub:
-            self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,  # type: ignore[arg-type]
+        if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
+            self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
                                                                cfg.source.selector)
         else:
             self._consumer = session.create_consumer(src, cfg.source.selector)
@@ -323,7 +323,7 @@ class Link:
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
                       setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
 
-    def _open_target(self) -> None:
+    def _open_target(self) -> MessageProducer:
         txn = self._txn
         assert txn is not None
         target = self.config.target
@@ -331,7 +331,8 @@ class Link:
                                               self.setup.target_kind, target.clientid,
                                               self._stop, xa=txn.xa)
         session = txn.open_target(self._target.connection)
-        self._producer = session.create_producer(None)
+        self._producer = producer = session.create_producer(None)
+        return producer
 
     def _release_idle_target(self) -> None:
         """A link that does not stay connected gives its pooled connection back when idle."""
@@ -415,9 +416,8 @@ class Link:
                 pending: list[ProcessingContext]) -> None:
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
-            if self._producer is None:
-                self._open_target()
-            send = self._producer.send  # type: ignore[union-attr]
+            producer = self._producer if self._producer is not None else self._open_target()
+            send = producer.send
             headers = ctx.headers
             try:
                 send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],

@@ -116,15 +116,21 @@ class _RotatingFile(logging.Handler):
         self.size = 0
 
     def flush(self) -> None:
-        with self.lock:  # type: ignore[union-attr]
+        self.acquire()
+        try:
             if not self.stream.closed:
                 self.stream.flush()
+        finally:
+            self.release()
 
     def close(self) -> None:
-        with self.lock:  # type: ignore[union-attr]
+        self.acquire()
+        try:
             if not self.stream.closed:
                 self.stream.flush()
                 self.stream.close()
+        finally:
+            self.release()
         super().close()
 
 

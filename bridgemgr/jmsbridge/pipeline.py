@@ -327,16 +327,17 @@ def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext,
               operator: RetryWithTolerance) -> Message | None:
     """The message to send (ctx.destination, ctx.time_to_live set), or None with
     ctx.action saying what to do instead."""
-    msg: Message | None = message
+    msg = message
     for stage, step in plan.steps:
         try:  # the first attempt inline: this runs for every message
-            msg = step(msg, plan, ctx)  # type: ignore[arg-type]
+            out = step(msg, plan, ctx)
         except Exception as exc:
-            msg = operator.failed(ctx, stage, exc, step, (msg, plan, ctx), {})
-        if msg is None:
+            out = operator.failed(ctx, stage, exc, step, (msg, plan, ctx), {})
+        if out is None:
             if ctx.error is not None and ctx.stage is Stage.TRANSFORM:
                 on_transform_failure(plan, ctx)
             return None
+        msg = out
     return msg
 
 

@@ -63,7 +63,8 @@ def resolve_connection_factories(
             elif addresses:
                 found = AddressListFactory(settings)
             else:
-                found = host_factory(cf.environment)  # type: ignore[misc]
+                assert host_factory is not None  # (else skipped above)
+                found = host_factory(cf.environment)
         except Exception as exc:  # provider code: any failure is a problem to report
             problems.append(Problem(config.source, cf.line, f"{what} cannot be found "
                                     f"({type(exc).__name__}: {clip(str(exc), 160)}); "

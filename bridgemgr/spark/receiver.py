@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 
 from ..jms import codec
+from ..jms.destination import Topic
 from ..jms.spi import AckMode, MessageConsumer, Session
 from ..jmsbridge.connections import Handle
 from ..jmsbridge.pipeline import CONNECTION_LOST
@@ -196,8 +197,8 @@ class Receiver:
         try:
             session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
             src = env.source
-            if src.is_topic and cfg.durable_sub:
-                consumer = session.create_durable_subscriber(src, cfg.durable_sub,  # type: ignore[arg-type]
+            if isinstance(src, Topic) and cfg.durable_sub:  # (is_topic: a Topic)
+                consumer = session.create_durable_subscriber(src, cfg.durable_sub,
                                                              cfg.selector)
             else:
                 consumer = session.create_consumer(src, cfg.selector)

@@ -120,8 +120,9 @@ class HostConnection:
                   deliver: Callable[..., None], paused: bool = False) -> Subscriber:
         """A consumer and its thread; raises JMSException (bad selector, destination, ...)."""
         if durable_name:
-            consumer = self.session.create_durable_subscriber(destination, durable_name, selector,  # type: ignore[arg-type]
-                                                              no_local)
+            # a queue too: the provider refuses it (InvalidDestinationException), and the client is told
+            consumer = self.session.create_durable_subscriber(
+                destination, durable_name, selector, no_local)  # type: ignore[arg-type]
         else:
             consumer = self.session.create_consumer(destination, selector, no_local)
         sub = Subscriber(self, consumer, window, render, deliver, paused)
