@@ -567,7 +567,7 @@ class Link:
         result = self.dmqs.send(letter, self._stop)
         if result.interrupted:
             raise Interrupted("stopped while sending to the DMQ")
-        self.counters.dead(reason.value, result.taken_by is not None)
+        self.counters.dead(reason.value, result.taken)
 
     def _hold(self) -> bool:
         """Take the state the commands want: wait here while paused; False to stop."""
