@@ -245,6 +245,7 @@ class DMQSender:
             try:
                 self._session = self._lease.connection.create_session()
                 self._producer = self._session.create_producer(None)
+                self._producer.confirm_sends = True  # "sent" means the DMQ has it
             except BaseException:
                 self._drop(True)
                 raise

@@ -9,6 +9,11 @@
 # batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
 # as transferred and get the INFO log line.
 #
+# The link's producer has confirm_sends set: a send returns once the provider answered
+# for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
+# send over mq:// or STOMP), so a refusal is that message's failure, never the next
+# one's, and no message is acknowledged before its send is known to have succeeded.
+#
 # Failures: a tolerated send failure goes to the DMQ (non-transacted) or rolls the unit
 # back (transacted; the message comes back, poison ones reach the DMQ through the backout
 # threshold); a failed completion sends the batch to the DMQ (ACK_FAILURE, COMMIT_FAILURE).
@@ -319,7 +324,8 @@ class Link:
                                               self.setup.target_kind, target.clientid,
                                               self._stop, xa=txn.xa)
         session = txn.open_target(self._target.connection)
-        self._producer = session.create_producer(None)
+        self._producer = producer = session.create_producer(None)
+        producer.confirm_sends = True  # a refusal must be the failure of the message refused
 
     def _release_idle_target(self) -> None:
         """A link that does not stay connected gives its pooled connection back when idle."""

@@ -451,7 +451,11 @@ class EmbeddedProducer(MessageProducer):
             snapshot = message.copy()
         snapshot.redelivered = False
         snapshot.delivery_count = 0
-        session._send(snapshot, dest)
+        self._send(snapshot, dest)
+
+    def _send(self, snapshot: Message, destination: Destination) -> None:
+        """Hand the stamped copy to the session (in-process: done when this returns)."""
+        self.session._send(snapshot, destination)
 
     def close(self) -> None:
         self.closed = True
