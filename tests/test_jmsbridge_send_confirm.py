@@ -12,11 +12,10 @@ import pytest
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException
 from bridgemgr.providers.embedded import Broker, DestinationLimits
-from remote.support import Harness
-
 from bridgemgr.transform import MessageTransformer
 
 from jmsbridge_support import BUILTIN_DMQ, bridge_xml, drain, link_xml, make_bridge, send, texts, wait_until
+from remote.support import Harness
 
 pytestmark = pytest.mark.timeout(60)
 

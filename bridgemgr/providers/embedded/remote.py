@@ -562,10 +562,9 @@ class RemoteXAResource(XAResource):
 class RemoteProducer(EmbeddedProducer):
     """The embedded producer's checks and header stamping; its session sends over the wire."""
 
-    session: RemoteSession
-
     def _send(self, snapshot: Message, destination: Destination) -> None:
-        self.session._send(snapshot, destination, self.confirm_sends)
+        session: RemoteSession = self.session  # type: ignore[assignment]  # it made this producer
+        session._send(snapshot, destination, self.confirm_sends)
 
 
 class RemoteConsumer(MessageConsumer):

@@ -252,10 +252,10 @@ class StompConnection(Connection):
               wait: bool = False) -> None:
         """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
         self._check()
-        slot = None
+        slot: list[Any] | None = None  # answered (Event), error text, named by an ERROR
         if wait:
             receipt = headers["receipt"] = self._next_id("r")
-            slot = [threading.Event(), None, False]  # answered, error text, named by an ERROR
+            slot = [threading.Event(), None, False]
             with self._lock:
                 self._waiting[receipt] = slot
         try:
