@@ -395,6 +395,10 @@ class RemoteSession(Session):
         else:
             conn.channel.call(lambda call_id: wire.send_request(call_id, self.sid, blob))
 
+    def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
+        """_send() for a producer's confirm_sends."""
+        self._send(snapshot, destination, True)
+
     def _settle(self, keep: int) -> None:
         """Wait until at most ``keep`` sends of the window are unconfirmed; raise the first refusal."""
         unconfirmed, conn = self._unconfirmed, self.connection
@@ -561,10 +565,6 @@ class RemoteXAResource(XAResource):
 
 class RemoteProducer(EmbeddedProducer):
     """The embedded producer's checks and header stamping; its session sends over the wire."""
-
-    def _send(self, snapshot: Message, destination: Destination) -> None:
-        session: RemoteSession = self.session  # type: ignore[assignment]  # it made this producer
-        session._send(snapshot, destination, self.confirm_sends)
 
 
 class RemoteConsumer(MessageConsumer):
