@@ -1,11 +1,11 @@
 # How it works: a link that cannot (or must not) transfer a message describes it as a
 # DeadLetter and gives it to its bridge's DeadMessageQueues, which follows the chapter's
 # sequence ("Dead Message Queue (DMQ) Processing"): the built-in DMQ (queue
-# imq.bridge.jms.dmq on the host broker) always gets the message first; then every other
-# enabled <dmq> is tried in file order until one takes it (the chapter: "stopping when a
-# send attempt succeeds, unless it is the built-in DMQ"), so a dead message is in the
-# built-in DMQ and in the first user DMQ that takes it. When none takes it, FinalLog
-# writes one log line with every header and property. A DMQSender (one <dmq>)
+# imq.bridge.jms.dmq on the host broker) is tried first and, whether it took the message
+# or not, every other enabled <dmq> then in file order until one takes it (the chapter:
+# "stopping when a send attempt succeeds, unless it is the built-in DMQ"), so a dead
+# message is in the built-in DMQ and in the first user DMQ that takes it. When none takes
+# it, FinalLog writes one log line with every header and property. A DMQSender (one <dmq>)
 #   1. builds an ObjectMessage with the original's properties and the
 #      JMS_SUN_JMSBRIDGE_* properties of Table 12-1 (dmq_message(), a pure function),
 #   2. passes the original message to the DMQ's transformer, if it has one,
