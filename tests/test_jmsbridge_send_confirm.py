@@ -7,6 +7,8 @@ tests/test_bridge_refusal_e2e.py does the same between two serve processes."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
@@ -14,7 +16,7 @@ from bridgemgr.jms.errors import ResourceAllocationException
 from bridgemgr.providers.embedded import Broker, DestinationLimits
 from bridgemgr.transform import MessageTransformer
 
-from jmsbridge_support import BUILTIN_DMQ, bridge_xml, drain, link_xml, make_bridge, send, texts, wait_until
+from jmsbridge_support import BUILTIN_DMQ, FAST, bridge_xml, drain, link_xml, make_bridge, send, texts, wait_until
 from remote.support import Harness
 
 pytestmark = pytest.mark.timeout(60)
@@ -110,3 +112,47 @@ def test_confirm_sends_makes_a_non_persistent_send_answer_for_itself(broker, far
         producer.send(TextMessage("small again"))   # not failed by the refusal before it
     finally:
         conn.close()
+
+
+@pytest.fixture
+def stomp_far(tmp_path):
+    """Another broker behind our STOMP bridge (which, like most STOMP brokers, closes the
+    connection after it refused a frame): queue dst takes at most 1 KiB per message."""
+    from bridgemgr.netloop import NetLoop
+    from stomp_support import make_bridge as make_stomp_bridge, make_users
+
+    broker = Broker(tmp_path / "stomp-far")
+    broker.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=1024))
+    with NetLoop("stomp-far") as loop:
+        stomp_bridge = make_stomp_bridge(loop, broker, make_users(tmp_path))
+        yield broker, stomp_bridge.tcp_port
+        stomp_bridge.stop()
+    broker.close()
+
+
+def test_a_stomp_target_that_refuses_and_disconnects_gets_each_message_once(broker, stomp_far):
+    """Acknowledging in batches: the refused message goes to the DMQ once, and the link
+    consumes it (with the batch before it) before the lost connection that follows the
+    refusal sends the unacknowledged messages back: none is sent or dead-lettered twice."""
+    far_broker, port = stomp_far
+    cf = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+          'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+          f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+          '</connection-factory>')
+    link = link_xml().replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
+    sent = send(broker, "src", ["good 1"])
+    sent += send(broker, "src", [BIG], delivery_mode=DeliveryMode.NON_PERSISTENT)
+    sent += send(broker, "src", ["good 2", "good 3"])
+    b = make_bridge(broker, bridge_xml(link, cfs=cf), tuning=replace(FAST, ack_batch=10))
+    b.start()
+    try:
+        counters = b.links[0].counters
+        wait_until(lambda: counters.transferred + counters.to_dmq == 4, what="all four handled")
+        delivered = drain(far_broker, "dst", expect=3)
+        dead = drain(broker, BUILTIN_DMQ, expect=1)
+    finally:
+        b.stop()
+    assert [m.get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") for m in dead] == [sent[1].message_id]
+    assert texts(delivered) == ["good 1", "good 2", "good 3"]
+    assert (counters.transferred, counters.to_dmq) == (3, 1)
+    assert drain(broker, "src") == []

@@ -14,9 +14,11 @@
 # send over mq:// or STOMP), so a refusal is that message's failure, never the next
 # one's, and no message is acknowledged before its send is known to have succeeded.
 #
-# Failures: a tolerated send failure goes to the DMQ (non-transacted) or rolls the unit
-# back (transacted; the message comes back, poison ones reach the DMQ through the backout
-# threshold); a failed completion sends the batch to the DMQ (ACK_FAILURE, COMMIT_FAILURE).
+# Failures: a tolerated send failure goes to the DMQ and is consumed at once, with the
+# batch before it (non-transacted: the target may drop the connection next, and nothing
+# may come back to be sent or dead-lettered twice), or rolls the unit back (transacted;
+# the message comes back, poison ones reach the DMQ through the backout threshold); a
+# failed completion sends the batch to the DMQ (ACK_FAILURE, COMMIT_FAILURE).
 # A lost connection (ConnectionLost) drops every connection, aborts the unit (unacked
 # messages come back: at-least-once, never lost) and reconnects within the factory's
 # connect-attempts; when those run out, or on a transformer failure with
@@ -454,6 +456,10 @@ class Link:
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(ctx, DMQReason.SEND_FAILURE)
         pending.append(ctx)
+        # Consume it now, with the batch before it: a target that refused a send may drop
+        # the connection next (STOMP brokers do), and what comes back after a reconnect
+        # would be sent, or dead-lettered, once more.
+        self._complete(pending)
 
     def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
         assert self._txn is not None
