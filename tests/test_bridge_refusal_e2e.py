@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from bridgemgr import connect
-from bridgemgr.jms import DeliveryMode, Queue, TextMessage
-from service_support import Daemon, cli, one_bridge_files
+from bridgemgr.jms import DeliveryMode
+from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -83,40 +82,9 @@ def bridge_service(tmp_path: Path, target: Daemon, dmqs: str = "") -> tuple[Daem
     return Daemon(props), passfile
 
 
-def send(daemon: Daemon, queue: str, *messages: tuple[str, DeliveryMode]) -> list[str]:
-    """Send each (text, delivery mode) to ``queue`` at ``daemon``; the message ids."""
-    with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
-        producer = conn.create_session().create_producer(Queue(queue))
-        ids = []
-        for text, mode in messages:
-            message = TextMessage(text)
-            producer.send(message, delivery_mode=mode)
-            ids.append(message.message_id)
-        return ids
-
-
-def take(daemon: Daemon, queue: str, expect: int, quiet: float = 1.0) -> list:
-    """What ``queue`` at ``daemon`` holds: ``expect`` messages (waiting up to 30 s), and
-    whatever else comes within ``quiet`` seconds."""
-    with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
-        conn.start()
-        consumer = conn.create_session().create_consumer(Queue(queue))
-        out = []
-        deadline = time.monotonic() + 30
-        while len(out) < expect and time.monotonic() < deadline:
-            m = consumer.receive(0.5)
-            if m is not None:
-                out.append(m)
-        while (m := consumer.receive(quiet)) is not None:
-            out.append(m)
-        return out
-
-
 def link_counters(daemon: Daemon, passfile: Path) -> tuple[int, int]:
     """(Transferred, DMQ) of link l1 as `imqbridgemgr list link` shows them."""
-    r = cli(daemon, passfile, "list", "link", "-bn", "jb")
-    assert r.returncode == 0, r.stderr
-    row = next(line.split() for line in r.stdout.splitlines() if line.startswith("l1 "))
+    row = link_row(daemon, passfile, "l1")
     return int(row[5]), int(row[6])
 
 
@@ -136,14 +104,14 @@ def start_bridge(daemon: Daemon, passfile: Path) -> None:
 def test_a_refused_non_persistent_send_goes_to_the_dmq_and_the_next_message_is_sent(tmp_path, target):
     bridge, passfile = bridge_service(tmp_path, target)
     try:
-        ids = send(bridge, "e2e.src", ("good 1", DeliveryMode.PERSISTENT),
+        ids = send(bridge, PASSWORD, "e2e.src", ("good 1", DeliveryMode.PERSISTENT),
                    (BIG, DeliveryMode.NON_PERSISTENT))
         start_bridge(bridge, passfile)
         wait_handled(bridge, passfile, 2)
         # The target's refusal of BIG has long arrived when the link sends this one.
-        ids += send(bridge, "e2e.src", ("good 2", DeliveryMode.PERSISTENT))
-        delivered = take(target, "e2e.dst", expect=2)
-        dead = take(bridge, BUILTIN_DMQ, expect=1)
+        ids += send(bridge, PASSWORD, "e2e.src", ("good 2", DeliveryMode.PERSISTENT))
+        delivered = take(target, PASSWORD, "e2e.dst", expect=2)
+        dead = take(bridge, PASSWORD, BUILTIN_DMQ, expect=1)
         # The refused message is the one in the DMQ (not the next one), the good ones are
         # at the target (neither lost nor dead-lettered for another message's refusal).
         assert [m.get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") for m in dead] == [ids[1]]
@@ -155,7 +123,7 @@ def test_a_refused_non_persistent_send_goes_to_the_dmq_and_the_next_message_is_s
         assert re.search(r"ResourceAllocationException: .*maxBytesPerMsg=20480", exception), exception
         assert letter.object.text == BIG
         assert letter.delivery_mode == DeliveryMode.NON_PERSISTENT
-        assert take(bridge, "e2e.src", expect=0) == []
+        assert take(bridge, PASSWORD, "e2e.src", expect=0) == []
         assert link_counters(bridge, passfile) == (2, 1)
     finally:
         bridge.stop()
@@ -167,18 +135,18 @@ def test_a_refused_non_persistent_send_goes_to_the_dmq_and_the_next_message_is_s
 def test_a_dead_message_goes_to_the_builtin_dmq_and_the_first_user_dmq_that_takes_it(tmp_path, target):
     bridge, passfile = bridge_service(tmp_path, target, USER_DMQS)
     try:
-        (big,) = send(bridge, "e2e.src", (BIG, DeliveryMode.PERSISTENT))
+        (big,) = send(bridge, PASSWORD, "e2e.src", (BIG, DeliveryMode.PERSISTENT))
         start_bridge(bridge, passfile)
-        builtin = take(bridge, BUILTIN_DMQ, expect=1)
-        first = take(bridge, "user.dmq1", expect=1)
-        assert take(bridge, "user.dmq2", expect=0, quiet=0.5) == []
+        builtin = take(bridge, PASSWORD, BUILTIN_DMQ, expect=1)
+        first = take(bridge, PASSWORD, "user.dmq1", expect=1)
+        assert take(bridge, PASSWORD, "user.dmq2", expect=0, quiet=0.5) == []
         for dead in (builtin, first):
             assert len(dead) == 1
             assert dead[0].get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") == big
             assert dead[0].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "SEND_FAILURE"
             assert dead[0].object.text == BIG
-        assert take(target, "e2e.dst", expect=0, quiet=0.5) == []
-        assert take(bridge, "e2e.src", expect=0, quiet=0.5) == []
+        assert take(target, PASSWORD, "e2e.dst", expect=0, quiet=0.5) == []
+        assert take(bridge, PASSWORD, "e2e.src", expect=0, quiet=0.5) == []
         assert link_counters(bridge, passfile) == (0, 1)  # one dead message, in two DMQs
     finally:
         bridge.stop()
