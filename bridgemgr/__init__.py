@@ -4,13 +4,15 @@ JMS bridges move messages between destinations of different providers, the STOMP
 bridge lets STOMP clients reach the host broker, and ``imqbridgemgr`` operates both.
 """
 
+from typing import Any
+
 __version__ = "0.1.0"
 
 
 # --- one call for users' own programs (the mq:// client; imported only when used) -------------
 
 def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
-            **options: object):
+            **options: Any):
     """A :class:`~bridgemgr.jms.spi.Connection` to the host broker's jms service.
 
     ``url`` is the port mapper's address (``mq://host:port``; ``mqtcp://`` / ``mqssl://``
@@ -20,11 +22,11 @@ def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, passw
     ``sync_sends``, ``send_window``).
     """
     from .providers.embedded.remote import RemoteConnectionFactory
-    return RemoteConnectionFactory(url, **options).create_connection(username, password)  # type: ignore[arg-type]
+    return RemoteConnectionFactory(url, **options).create_connection(username, password)
 
 
 def connect_xa(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
-               **options: object):
+               **options: Any):
     """Like :func:`connect`, an :class:`~bridgemgr.jms.spi.XAConnection` (XA sessions too)."""
     from .providers.embedded.remote import RemoteConnectionFactory
-    return RemoteConnectionFactory(url, **options).create_xa_connection(username, password)  # type: ignore[arg-type]
+    return RemoteConnectionFactory(url, **options).create_xa_connection(username, password)

@@ -519,7 +519,7 @@ class Message:
                 and _typed_dict_equal(self._props, other._props)
                 and self._body_equal(other))
 
-    __hash__ = None  # type: ignore[assignment]
+    __hash__ = None  # type: ignore[assignment]  # unhashable (mutable, equal by value); typeshed has no way to say so
 
     def _body_repr(self) -> str:
         return ""

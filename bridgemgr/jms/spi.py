@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any
+from typing import Any, TypeGuard
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from .errors import IllegalStateException, JMSException, TransactionInProgressException
@@ -380,6 +380,6 @@ class XAConnectionFactory(ConnectionFactory):
                              password: str | None = None) -> XAConnection: ...
 
 
-def is_xa_capable(factory: object) -> bool:
+def is_xa_capable(factory: object) -> TypeGuard[XAConnectionFactory]:
     """True when ``factory`` can take part in XA transactions (a transacted link needs it)."""
     return isinstance(factory, XAConnectionFactory)

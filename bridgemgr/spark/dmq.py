@@ -105,9 +105,10 @@ class LinkIndex:
         for link in (config.links if config is not None else ()):
             if link.target.as_source:
                 continue
+            assert config is not None  # (it has links)
             try:
-                src = resolve_destination(config.destination(link.source.destination_ref), lookup)  # type: ignore[union-attr]
-                tgt = resolve_destination(config.destination(link.target.destination_ref), lookup)  # type: ignore[union-attr]
+                src = resolve_destination(config.destination(link.source.destination_ref), lookup)
+                tgt = resolve_destination(config.destination(link.target.destination_ref), lookup)
             except Exception as exc:  # a lookup that fails: that link cannot be matched
                 log.warning("link %s: its destinations cannot be resolved (%s); its dead "
                             "messages show no link", link.name, clip(str(exc), 200))
@@ -599,7 +600,8 @@ def _resend(consumer: Any, items: dict[str, RedriveItem], senders: _Senders,
             message = restore(dead)
             if transformer is not None:
                 message = _transform(transformer, message, dead)
-            dest = parse_destination(item.destination)  # type: ignore[arg-type]
+            assert item.destination is not None  # (only items with one are resent)
+            dest = parse_destination(item.destination)
             senders.send(item.factory, message, dest,
                          _time_to_live(message, int(time.time() * 1000)))
         except Exception as exc:  # provider or plugin code: that message stays in the DMQ

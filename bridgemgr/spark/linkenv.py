@@ -109,9 +109,10 @@ class LinkEnvironment:
             if dmq.is_builtin:
                 dest: Destination = Queue(BUILTIN_DMQ_DESTINATION)
                 ref = BUILTIN_DMQ
-            else:
-                dest = self.destinations[dmq.destination_ref]  # type: ignore[index]
-                ref = dmq.connection_factory_ref  # type: ignore[assignment]
+            else:  # only the built-in DMQ has no destination and factory refs
+                assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
+                dest = self.destinations[dmq.destination_ref]
+                ref = dmq.connection_factory_ref
             senders.append(DMQSender(dmq, dest, ref, connections, self.log,
                                      self.transformer(dmq.message_transformer_class)))
         return DeadMessageQueues(senders, self.log)

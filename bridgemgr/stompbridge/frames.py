@@ -234,7 +234,7 @@ def _parse_headers(lines: list[str], command: str, version: str | None,
     if len(lines) - 1 > limits.max_headers:
         raise LocalProtocolError("too many headers", f"{command} has {len(lines) - 1} headers; "
                                  f"at most {limits.max_headers} are allowed")
-    escaped = version in _UNESCAPE and command not in UNESCAPED_COMMANDS
+    escaped = version if version in _UNESCAPE and command not in UNESCAPED_COMMANDS else None
     headers: dict[str, str] = {}
     for line in lines[1:]:
         if len(line) > limits.max_header_length and len(line.encode()) > limits.max_header_length:
@@ -244,8 +244,8 @@ def _parse_headers(lines: list[str], command: str, version: str | None,
         if not colon or not name:
             raise LocalProtocolError("malformed header", f"{command}: the header line {line[:80]!r} "
                                      "is not name:value")
-        if escaped:
-            name, value = unescape(name, version), unescape(value, version)  # type: ignore[arg-type]
+        if escaped is not None:
+            name, value = unescape(name, escaped), unescape(value, escaped)
         if name not in headers:
             headers[name] = value
     return headers

@@ -122,7 +122,7 @@ class HostConnection:
         if durable_name:
             # a queue too: the provider refuses it (InvalidDestinationException), and the client is told
             consumer = self.session.create_durable_subscriber(
-                destination, durable_name, selector, no_local)  # type: ignore[arg-type]
+                destination, durable_name, selector, no_local)  # type: ignore[arg-type]  # (see above)
         else:
             consumer = self.session.create_consumer(destination, selector, no_local)
         sub = Subscriber(self, consumer, window, render, deliver, paused)

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..jms.errors import JMSException
 from ..netloop import NetLoop
@@ -251,11 +251,11 @@ class StompProtocol(asyncio.Protocol):
 
     # --- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = tcp = cast(asyncio.Transport, transport)  # a stream server's: always a Transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.transport.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)  # type: ignore[union-attr]
+        tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         bridge = self.bridge
         self.session = StompSession(bridge.config.session, authenticate=bridge.authenticate,
                                     open_host=self._open_host, session_id=f"stomp-{next(bridge._ids)}",

@@ -439,7 +439,8 @@ class StompSession:
                                      f"{self._tx[0]!r} is open; transactions do not nest")
         self._tx = (tx, self.host.new_work())
         for sub in self._transacted():
-            sub.handle.pause(False)  # type: ignore[union-attr]
+            assert sub.handle is not None  # (subscribed)
+            sub.handle.pause(False)
 
     def _on_commit(self, frame: Frame) -> int | None:
         assert self.host is not None
@@ -450,8 +451,9 @@ class StompSession:
             raise LocalProtocolError("commit failed", f"COMMIT {frame.headers['transaction']!r}: {exc}") from exc
         self._tx = None
         for sub in self._transacted():
-            sub.handle.pause(True)  # type: ignore[union-attr]
-            sub.handle.release(sub.held)  # type: ignore[union-attr]
+            assert sub.handle is not None  # (subscribed)
+            sub.handle.pause(True)
+            sub.handle.release(sub.held)
             sub.held = 0
         if ticket is not None:
             self._last_ticket = ticket

@@ -151,12 +151,13 @@ class BridgeTransactions:
         coordinator = Coordinator(bridge, txlog)
         rms = []
         for entry in factories:
-            why = registration(entry.multi_rm, entry.factory)
-            if why is not None:
+            factory = entry.factory
+            why = registration(entry.multi_rm, factory)
+            if why is not None or not is_xa_capable(factory):  # (registration says why not)
                 logger.info("connection-factory %s: %s", entry.ref_name, why)
                 continue
             rms.append(ResourceManager(rm_name(bridge, entry.ref_name), entry.ref_name,
-                                       entry.factory, entry.username, entry.password))  # type: ignore[arg-type]
+                                       factory, entry.username, entry.password))
         logger.info("XA coordinator of bridge %s: log %s, %d live commit record(s); resource "
                     "managers %s", bridge, txlog.description, len(txlog.live()),
                     ", ".join(rm.name for rm in rms) or "none")

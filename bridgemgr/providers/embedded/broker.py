@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from ...jms import codec, xa
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
@@ -289,10 +289,14 @@ class Broker:
         return self._id_prefix + str(next(self._ids))
 
     # --- temporary destinations ------------------------------------------------------------
-    def create_temporary(self, connection: Any, topic: bool) -> Destination:
+    @overload
+    def create_temporary(self, connection: Any, topic: Literal[False]) -> TemporaryQueue: ...
+    @overload
+    def create_temporary(self, connection: Any, topic: Literal[True]) -> TemporaryTopic: ...
+    def create_temporary(self, connection: Any, topic: bool) -> TemporaryQueue | TemporaryTopic:
         with self.lock:
             name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
-            dest: Destination = TemporaryTopic(name) if topic else TemporaryQueue(name)
+            dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
             mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection)
             self.temporary[name] = mq
             if topic:

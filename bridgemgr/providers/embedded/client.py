@@ -207,11 +207,11 @@ class EmbeddedSession(Session):
     # --- destinations -------------------------------------------------------------
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check_open()
-        return self.broker.create_temporary(self.connection, topic=False)  # type: ignore[return-value]
+        return self.broker.create_temporary(self.connection, topic=False)
 
     def create_temporary_topic(self) -> TemporaryTopic:
         self._check_open()
-        return self.broker.create_temporary(self.connection, topic=True)  # type: ignore[return-value]
+        return self.broker.create_temporary(self.connection, topic=True)
 
     def delete_temporary(self, destination: Destination) -> None:
         self._check_open()

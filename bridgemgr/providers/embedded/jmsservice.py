@@ -51,7 +51,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from ... import __version__
 from ...admin.portmapper import ServiceEntry
@@ -306,7 +306,7 @@ class _Link(asyncio.BufferedProtocol):
 
     # --- transport events --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
+        self.transport = cast(asyncio.Transport, transport)  # a stream server's: always a Transport
         sock = transport.get_extra_info("socket")
         if sock is not None and sock.family in (socket.AF_INET, socket.AF_INET6):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -573,15 +573,18 @@ class _Link(asyncio.BufferedProtocol):
         self.closing = True
 
     def _set_client_id(self, client_id: str) -> None:
-        self.conn.client_id = client_id  # type: ignore[union-attr]
+        assert self.conn is not None  # (requests come after HELLO)
+        self.conn.client_id = client_id
 
     def _start(self) -> None:
-        self.conn.start()  # type: ignore[union-attr]
+        assert self.conn is not None
+        self.conn.start()
         for consumer in self.consumers.values():
             consumer.schedule()
 
     def _stop(self) -> None:
-        self.conn.stop()  # type: ignore[union-attr]
+        assert self.conn is not None
+        self.conn.stop()
 
     def _new_session(self, sid: int, transacted: bool, ack_mode: int, xa: bool) -> None:
         if sid in self.sessions:

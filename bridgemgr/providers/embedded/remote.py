@@ -50,7 +50,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from ...admin.portmapper import DEFAULT_PORT
 from ...jms import codec
@@ -86,6 +86,8 @@ from .client import EmbeddedProducer
 __all__ = ["Address", "RemoteConnection", "RemoteConnectionFactory", "parse_url"]
 
 log = logging.getLogger(__name__)
+
+_S = TypeVar("_S", bound="RemoteSession")
 
 _NON_PERSISTENT = int(DeliveryMode.NON_PERSISTENT)
 _AUTO, _CLIENT, _INDIVIDUAL = AckMode.AUTO_ACKNOWLEDGE, AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE
@@ -219,9 +221,9 @@ class RemoteConnection(XAConnection):
         return self._new_session(RemoteSession, transacted, AckMode(ack_mode), False)
 
     def create_xa_session(self) -> RemoteXASession:
-        return self._new_session(RemoteXASession, True, AckMode.AUTO_ACKNOWLEDGE, True)  # type: ignore[return-value]
+        return self._new_session(RemoteXASession, True, AckMode.AUTO_ACKNOWLEDGE, True)
 
-    def _new_session(self, cls: type, transacted: bool, ack_mode: AckMode, xa: bool) -> RemoteSession:
+    def _new_session(self, cls: type[_S], transacted: bool, ack_mode: AckMode, xa: bool) -> _S:
         self._check_open()
         if ack_mode is AckMode.SESSION_TRANSACTED and not transacted:
             raise IllegalStateException("SESSION_TRANSACTED needs transacted=True")
@@ -330,7 +332,7 @@ class RemoteSession(Session):
     # --- producers, consumers, browsers -----------------------------------------------------------
     def create_producer(self, destination: Destination | None = None) -> RemoteProducer:
         self._check_open()
-        return RemoteProducer(self, destination)  # type: ignore[arg-type]
+        return RemoteProducer(self, destination)  # type: ignore[arg-type]  # a RemoteSession has all the producer uses
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
                         no_local: bool = False) -> RemoteConsumer:

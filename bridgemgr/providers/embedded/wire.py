@@ -425,8 +425,8 @@ class Wire:
             event = _PARSERS[code](channel, body)
         except ProtocolError as exc:
             raise ProtocolError(f"frame {self.frames}: {exc}") from None
-        if code == 1 and self._server and (state is not _OPEN or event.op is _HELLO):  # type: ignore[union-attr]
-            self._check_hello(event)  # type: ignore[arg-type]
+        if code == 1 and self._server and event.__class__ is Request and (state is not _OPEN or event.op is _HELLO):
+            self._check_hello(event)
         return event
 
     def _check_hello(self, event: Request) -> None:

@@ -235,7 +235,8 @@ class JavaSession(Session):
         with java_errors(method):
             jdest = getattr(self.java, method)()
             dest = to_python_destination(jdest, self.flavor)
-        self._destinations[dest] = jdest  # type: ignore[index]
+        assert dest is not None  # (the new temporary destination)
+        self._destinations[dest] = jdest
         return dest
 
     def create_temporary_queue(self) -> TemporaryQueue:
