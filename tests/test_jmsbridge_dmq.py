@@ -132,6 +132,7 @@ def full(broker, name):
     broker.configure_destination(Queue(name), DestinationLimits(max_num_msgs=0))
 
 
+@pytest.mark.slow
 def test_builtin_first(broker):
     send(broker, "src", ["x"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=DMQS, dests=DESTS))
@@ -145,6 +146,7 @@ def test_builtin_first(broker):
     assert drain(broker, "d1") == drain(broker, "d2") == []
 
 
+@pytest.mark.slow
 def test_file_order_until_one_takes_it_with_ttl_mode_and_priority(broker, caplog):
     full(broker, BUILTIN_DMQ)
     full(broker, "d1")
@@ -184,6 +186,7 @@ def test_final_log_when_no_dmq_takes_it(broker, caplog):
     assert drain(broker, "src") == []  # consumed: the chapter's sequence ends with the log
 
 
+@pytest.mark.slow
 def test_dmq_transformer_is_applied_and_its_failure_keeps_the_original(broker):
     dmqs = (f'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="d1" '
             f'send-attempt-interval-in-seconds="0" message-transformer-class="{__name__}.Tagging">'

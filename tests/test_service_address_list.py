@@ -16,7 +16,7 @@ from bridgemgr import connect
 from bridgemgr.jms import Queue, TextMessage
 from service_support import Daemon, cli, one_bridge_files
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PW_A, PW_B = "Pw-A-31c7", "Pw-B-9d02"
 WRONG = "Wrong-pw-e4a8"
 N = 20

@@ -16,7 +16,7 @@ from bridgemgr import connect
 from bridgemgr.jms import DeliveryMode, Message, Queue, TextMessage
 from service_support import Daemon, cli, one_bridge_files
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PASSWORD = "Backout-Secret-1"
 DMQ = "imq.bridge.jms.dmq"
 
