@@ -1,5 +1,5 @@
-"""A real `imqbridgemgr serve` process and the CLI as a process, for end-to-end tests
-(tests/test_service_e2e.py, tests/test_jobs.py, tests/spark/)."""
+"""A real `imqbridgemgr serve` process, the CLI as a process, and messages sent to and taken
+from a service's queues over mq://, for end-to-end tests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,11 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+from bridgemgr import connect
+from bridgemgr.jms import DeliveryMode, Message, Queue, TextMessage
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -66,3 +70,42 @@ def one_bridge_files(base: Path, instance: str, xml: str, password: str, *extra:
     passfile = base / "pw.properties"
     passfile.write_text(f"imq.imqbridgemgr.password={password}\n")
     return props, passfile
+
+
+def send(daemon: Daemon, password: str, queue: str,
+         *messages: str | tuple[str, DeliveryMode]) -> list[str]:
+    """Send each text (persistent) or (text, delivery mode) to ``queue`` of the service, as
+    admin; their message ids."""
+    with connect(f"mq://{daemon.address}", username="admin", password=password) as conn:
+        producer = conn.create_session().create_producer(Queue(queue))
+        ids = []
+        for item in messages:
+            text, mode = (item, DeliveryMode.PERSISTENT) if isinstance(item, str) else item
+            message = TextMessage(text)
+            producer.send(message, delivery_mode=mode)
+            ids.append(message.message_id)
+        return ids
+
+
+def take(daemon: Daemon, password: str, queue: str, expect: int = 0, wait: float = 30.0,
+         quiet: float = 1.0) -> list[Message]:
+    """Consume ``queue`` of the service: ``expect`` messages (waiting up to ``wait`` s),
+    then whatever else comes within ``quiet`` seconds."""
+    got: list[Message] = []
+    with connect(f"mq://{daemon.address}", username="admin", password=password) as conn:
+        conn.start()
+        consumer = conn.create_session().create_consumer(Queue(queue))
+        deadline = time.monotonic() + wait
+        while len(got) < expect and time.monotonic() < deadline:
+            if (m := consumer.receive(0.5)) is not None:
+                got.append(m)
+        while (m := consumer.receive(quiet)) is not None:
+            got.append(m)
+    return got
+
+
+def link_row(daemon: Daemon, passfile: Path, link: str, bridge: str = "jb") -> list[str]:
+    """The row of ``link`` in `imqbridgemgr list link -bn BRIDGE`, split into words."""
+    r = cli(daemon, passfile, "list", "link", "-bn", bridge)
+    assert r.returncode == 0, r.stdout + r.stderr
+    return next(line.split() for line in r.stdout.splitlines() if line.startswith(link + " "))

@@ -1,5 +1,6 @@
 """The DMQ pipeline: the DMQ message (Table 12-1), body truncation, DMQ transformers,
-send attempts, the order built-in DMQ -> file order -> final log, and readiness."""
+send attempts, the order built-in DMQ -> file order (until one takes it) -> final log,
+and readiness."""
 
 from __future__ import annotations
 
@@ -133,17 +134,25 @@ def full(broker, name):
 
 
 @pytest.mark.slow
-def test_builtin_first(broker):
+def test_builtin_first_then_the_first_user_dmq_that_takes_it(broker):
+    """Step 5: the built-in DMQ taking the message does not end the sequence; the first
+    user DMQ that takes it does (the second one never sees it)."""
     send(broker, "src", ["x"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=DMQS, dests=DESTS))
     b.start()
     try:
         (dead,) = drain(broker, BUILTIN_DMQ, expect=1)
-        assert dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "TRANSFORM_FAILURE"
-        assert "ValueError: no" in dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+        (copy,) = drain(broker, "d1", expect=1)
+        counters = b.links[0].counters
+        wait_until(lambda: counters.to_dmq == 1, what="counted")
+        assert counters.dmq_lost == 0 and counters.dmq_reasons == {"TRANSFORM_FAILURE": 1}
     finally:
         b.stop()
-    assert drain(broker, "d1") == drain(broker, "d2") == []
+    for m in (dead, copy):
+        assert m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "TRANSFORM_FAILURE"
+        assert "ValueError: no" in m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+        assert m.object.text == "x"
+    assert drain(broker, "d2") == drain(broker, "src") == []
 
 
 @pytest.mark.slow
@@ -239,6 +248,25 @@ def test_dmq_failures_are_never_raised(broker, monkeypatch):
         assert b.links[0].state is State.STARTED
     finally:
         b.stop()
+
+
+def test_stop_during_a_user_dmq_retry_consumes_what_the_builtin_dmq_has(broker):
+    """A stop cuts the user DMQ's attempts short; the built-in DMQ has the message, so it
+    is consumed rather than copied to the built-in DMQ again when it comes back."""
+    full(broker, "d1")
+    dmqs = ('<dmq name="slow" connection-factory-ref="host" destination-ref="d1" '
+            'send-attempts="100" send-attempt-interval-in-seconds="30"/>')
+    send(broker, "src", ["x"])
+    b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=dmqs, dests=DESTS))
+    b.start()
+    (dead,) = drain(broker, BUILTIN_DMQ, expect=1)
+    stopper = threading.Thread(target=b.stop)
+    stopper.start()
+    stopper.join(5)
+    assert not stopper.is_alive()
+    assert dead.object.text == "x"
+    assert b.links[0].counters.to_dmq == 1 and b.links[0].counters.dmq_lost == 0
+    assert drain(broker, "src") == drain(broker, BUILTIN_DMQ) == []
 
 
 def test_stop_interrupts_dmq_retries_and_keeps_the_message(broker):

@@ -40,7 +40,7 @@ from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.resolve import check_xa
 from bridgemgr.netloop import NetLoop
 from bridgemgr.providers import stomp as sp
-from bridgemgr.providers.embedded import Broker
+from bridgemgr.providers.embedded import Broker, DestinationLimits
 
 from stomp_support import make_bridge, make_users, qname
 
@@ -499,3 +499,25 @@ def test_float_property_text_is_javas(conn):
     session.create_producer(q).send(m)
     got = session.create_consumer(q).receive(5)
     assert got.properties == {"f": "0.1", "nan": "NaN"}
+
+
+def test_confirm_sends_makes_a_refused_non_persistent_send_fail_itself(ours):
+    """A NON_PERSISTENT SEND goes without a receipt, so a refusal (an ERROR, after which
+    our bridge, like most brokers, closes the connection) would only show as a later
+    call's lost connection. With confirm_sends (a bridge link's producer) the send waits
+    for its receipt and raises the refusal itself, as a JMSException, not as a lost
+    connection: the link sends that message to the DMQ."""
+    factory, broker = ours
+    q = Queue(qname("small"))
+    broker.configure_destination(q, DestinationLimits(max_bytes_per_msg=1024))
+    conn = factory.create_connection()
+    try:
+        producer = conn.create_session().create_producer(q)
+        producer.delivery_mode = DeliveryMode.NON_PERSISTENT
+        producer.confirm_sends = True
+        producer.send(TextMessage("small"))
+        with pytest.raises(JMSException, match="maxBytesPerMsg=1024") as refused:
+            producer.send(TextMessage("x" * 4096))
+        assert not isinstance(refused.value, TransportException)
+    finally:
+        conn.close()

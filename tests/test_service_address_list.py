@@ -8,13 +8,10 @@ from __future__ import annotations
 
 import signal
 import time
-from pathlib import Path
 
 import pytest
 
-from bridgemgr import connect
-from bridgemgr.jms import Queue, TextMessage
-from service_support import Daemon, cli, one_bridge_files
+from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PW_A, PW_B = "Pw-A-31c7", "Pw-B-9d02"
@@ -58,26 +55,9 @@ B_XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def send(daemon: Daemon, password: str, queue: str, n: int) -> None:
-    with connect(f"mq://{daemon.address}", username="admin", password=password) as conn:
-        producer = conn.create_session().create_producer(Queue(queue))
-        for i in range(n):
-            producer.send(TextMessage(f"{queue}-{i}"))
-
-
 def drain(daemon: Daemon, password: str, queue: str, want: int = 0, wait: float = 0.0) -> list[str]:
     """The texts on ``queue`` of a service (waiting up to ``wait`` s for ``want`` of them)."""
-    got: list[str] = []
-    deadline = time.monotonic() + wait
-    with connect(f"mq://{daemon.address}", username="admin", password=password) as conn:
-        conn.start()
-        consumer = conn.create_session().create_consumer(Queue(queue))
-        while True:
-            msg = consumer.receive(0.3)
-            if msg is not None:
-                got.append(msg.text)
-            elif len(got) >= want or time.monotonic() > deadline:
-                return got
+    return [m.text for m in take(daemon, password, queue, want, wait, quiet=0.3)]
 
 
 def stop(daemon: Daemon) -> str:
@@ -86,11 +66,6 @@ def stop(daemon: Daemon) -> str:
     rest, _ = daemon.proc.communicate(timeout=60)
     assert daemon.proc.returncode == 0, rest
     return rest
-
-
-def link_row(daemon: Daemon, passfile: Path, link: str) -> str:
-    out = cli(daemon, passfile, "list", "link", "-bn", "jb").stdout
-    return next(line for line in out.splitlines() if line.startswith(link + " "))
 
 
 @pytest.fixture
@@ -109,8 +84,8 @@ def test_a_factory_without_lookup_name_reaches_the_broker_of_its_address_list(tm
     a = Daemon(props)
     try:
         assert "bridge jb (JMS): STARTED" in a.lines, a.lines
-        send(a, PW_A, "addr.in1", N)
-        send(a, PW_A, "addr.in2", N)
+        send(a, PW_A, "addr.in1", *(f"addr.in1-{i}" for i in range(N)))
+        send(a, PW_A, "addr.in2", *(f"addr.in2-{i}" for i in range(N)))
         assert sorted(drain(service_b, PW_B, "addr.out1", N, 30)) == sorted(
             f"addr.in1-{i}" for i in range(N))
         assert sorted(drain(service_b, PW_B, "addr.out2", N, 30)) == sorted(
@@ -128,11 +103,12 @@ def test_a_wrong_password_stops_the_link_and_nothing_goes_to_the_host(tmp_path, 
                                                         transacted_link=False), PW_A)
     a = Daemon(props)
     try:
-        send(a, PW_A, "addr.in1", N)
+        send(a, PW_A, "addr.in1", *(f"addr.in1-{i}" for i in range(N)))
         deadline = time.monotonic() + 60
-        while "STOPPED" not in (row := link_row(a, passfile, "l1")).split()[1]:
-            assert time.monotonic() < deadline, row
+        while "STOPPED" not in (words := link_row(a, passfile, "l1"))[1]:
+            assert time.monotonic() < deadline, words
             time.sleep(0.3)
+        row = " ".join(words)
         assert "authentication failed for user 'admin'" in row
         listed = cli(a, passfile, "list", "link", "-bn", "jb", "-ln", "l1").stdout
         assert WRONG not in row + listed

@@ -7,14 +7,10 @@ default backoutThreshold, then puts it in the DMQ once and moves on, in order.""
 from __future__ import annotations
 
 import re
-import time
-from pathlib import Path
 
 import pytest
 
-from bridgemgr import connect
-from bridgemgr.jms import DeliveryMode, Message, Queue, TextMessage
-from service_support import Daemon, cli, one_bridge_files
+from service_support import Daemon, link_row, one_bridge_files, send, take
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PASSWORD = "Backout-Secret-1"
@@ -62,43 +58,15 @@ def services(tmp_path):
         far.stop()
 
 
-def take(daemon: Daemon, queue: str, expect: int, total: float = 60) -> list[Message]:
-    """``expect`` messages of ``queue`` (waiting up to ``total`` s), then whatever more
-    comes within a second."""
-    got: list[Message] = []
-    with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
-        conn.start()
-        consumer = conn.create_session().create_consumer(Queue(queue))
-        deadline = time.monotonic() + total
-        while len(got) < expect and time.monotonic() < deadline:
-            if (m := consumer.receive(0.5)) is not None:
-                got.append(m)
-        while (m := consumer.receive(1.0)) is not None:
-            got.append(m)
-    return got
-
-
-def put(daemon: Daemon, queue: str, texts: list[str]) -> None:
-    with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
-        producer = conn.create_session().create_producer(Queue(queue))
-        for text in texts:
-            producer.send(TextMessage(text), delivery_mode=DeliveryMode.PERSISTENT)
-
-
-def link_row(daemon: Daemon, passfile: Path) -> list[str]:
-    out = cli(daemon, passfile, "list", "link", "-bn", "jb").stdout
-    return next(line.split() for line in out.splitlines() if line.startswith("l "))
-
-
 def test_a_message_the_target_refuses_at_prepare_is_backed_out_then_dead_once(services):
     near, far, passfile, instance = services
     assert "bridge jb (JMS): STARTED" in near.lines
     big = "big" + "x" * 30 * 1024
-    put(near, "backout.src", ["good1", big, "good2"])
+    send(near, PASSWORD, "backout.src", "good1", big, "good2")
 
-    arrived = take(far, "backout.dst", expect=2)
+    arrived = take(far, PASSWORD, "backout.dst", expect=2)
     assert [m.text for m in arrived] == ["good1", "good2"]
-    dead = take(near, DMQ, expect=1, total=5)
+    dead = take(near, PASSWORD, DMQ, expect=1, wait=5)
     assert len(dead) == 1, [d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") for d in dead]
     (letter,) = dead
     assert letter.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "BACKOUT_THRESHOLD_REACHED"
@@ -107,11 +75,11 @@ def test_a_message_the_target_refuses_at_prepare_is_backed_out_then_dead_once(se
     # good2 waited behind the big one until it was in the DMQ
     assert arrived[1].timestamp >= letter.get_long_property("JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP")
 
-    assert link_row(near, passfile)[1] == "STARTED"
-    put(near, "backout.src", ["later"])
-    assert [m.text for m in take(far, "backout.dst", expect=1)] == ["later"]
-    assert take(near, DMQ, expect=0) == [] and take(near, "backout.src", expect=0) == []
-    assert link_row(near, passfile)[1] == "STARTED"
+    assert link_row(near, passfile, "l")[1] == "STARTED"
+    send(near, PASSWORD, "backout.src", "later")
+    assert [m.text for m in take(far, PASSWORD, "backout.dst", expect=1)] == ["later"]
+    assert take(near, PASSWORD, DMQ, expect=0) == [] and take(near, PASSWORD, "backout.src", expect=0) == []
+    assert link_row(near, passfile, "l")[1] == "STARTED"
     log = (instance / "bridges" / "jb" / "log.txt").read_text()
     assert "COMMIT_FAILURE" not in log
     assert len(re.findall(r"prepare of \S+ failed", log)) == 5  # backed out 5 times

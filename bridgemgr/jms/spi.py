@@ -65,6 +65,13 @@ class MessageProducer(ABC):
         self.time_to_live = DEFAULT_TIME_TO_LIVE  # milliseconds; 0 = never expires
         self.disable_message_id = False
         self.disable_message_timestamp = False
+        # True: send() returns only once the provider has answered for this message, and
+        # raises its refusal, also where it would return before (a NON_PERSISTENT send over
+        # the wire, whose refusal would otherwise fail a later send, as if that message had
+        # failed). A caller that must know which message was refused sets it: a bridge link,
+        # which may consume a source message only once its send succeeded. Sends inside a
+        # transaction are answered for by the commit.
+        self.confirm_sends = False
 
     @abstractmethod
     def send(self, message: Message, destination: Destination | None = None, *,

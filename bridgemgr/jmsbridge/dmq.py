@@ -1,9 +1,11 @@
 # How it works: a link that cannot (or must not) transfer a message describes it as a
 # DeadLetter and gives it to its bridge's DeadMessageQueues, which follows the chapter's
-# sequence ("Dead Message Queue (DMQ) Processing"): each ErrorReporter is tried in order,
-# the built-in DMQ (queue imq.bridge.jms.dmq on the host broker) first, then every other
-# enabled <dmq> in file order, until one takes the message; FinalLog is last and always
-# "takes" it, as one log line with every header and property. A DMQSender (one <dmq>)
+# sequence ("Dead Message Queue (DMQ) Processing"): the built-in DMQ (queue
+# imq.bridge.jms.dmq on the host broker) is tried first and, whether it took the message
+# or not, every other enabled <dmq> then in file order until one takes it (the chapter:
+# "stopping when a send attempt succeeds, unless it is the built-in DMQ"), so a dead
+# message is in the built-in DMQ and in the first user DMQ that takes it. When none takes
+# it, FinalLog writes one log line with every header and property. A DMQSender (one <dmq>)
 #   1. builds an ObjectMessage with the original's properties and the
 #      JMS_SUN_JMSBRIDGE_* properties of Table 12-1 (dmq_message(), a pure function),
 #   2. passes the original message to the DMQ's transformer, if it has one,
@@ -13,8 +15,10 @@
 #      time-to-live-in-millis and the original's delivery mode and priority.
 # A DMQ's connection follows the chapter's rules like a target's (connections.py); its
 # sender is locked, since every link of the bridge may use it. Failures are logged,
-# never raised: the link goes on. Only a stop request ends the attempts early
-# (DMQResult.interrupted), and then the link leaves the message unconsumed.
+# never raised: the link goes on. Only a stop request ends the attempts early: before
+# any DMQ took the message the link leaves it unconsumed (DMQResult.interrupted); once
+# the built-in DMQ has it, it counts as taken (the link consumes it rather than copy it
+# to the built-in DMQ again when it comes back).
 """The DMQ pipeline: DMQ messages, the DMQ senders and the final log, in the chapter's order."""
 
 from __future__ import annotations
@@ -139,8 +143,13 @@ def describe(letter: DeadLetter, now_ms: int) -> str:
 
 @dataclass(frozen=True)
 class DMQResult:
-    taken_by: str | None          # the DMQ that took it; None: only the final log has it
-    interrupted: bool = False     # a stop request ended the attempts: do not consume
+    taken_by: tuple[str, ...] = ()  # the DMQs that took it, in order; (): only the final log
+    interrupted: bool = False       # a stop request ended the attempts first: do not consume
+
+    @property
+    def taken(self) -> bool:
+        """A DMQ has the message (else only the final log line has it)."""
+        return bool(self.taken_by)
 
 
 class ErrorReporter(Protocol):
@@ -236,6 +245,7 @@ class DMQSender:
             try:
                 self._session = self._lease.connection.create_session()
                 self._producer = self._session.create_producer(None)
+                self._producer.confirm_sends = True  # "sent" means the DMQ has it
             except BaseException:
                 self._drop(True)
                 raise
@@ -282,19 +292,32 @@ class DeadMessageQueues:
         self.log = log
 
     def send(self, letter: DeadLetter, stop: threading.Event) -> DMQResult:
+        """The chapter's sequence: the built-in DMQ, then the others until one takes it,
+        else the final log."""
+        taken: list[str] = []
         for sender in self.senders:
             try:
-                if sender.report(letter, stop):
-                    self.log.info("link %s: message %s went to DMQ %s (%s%s)", letter.link,
-                                  letter.original.message_id, sender.name, letter.reason.value,
-                                  f": {letter.exception}" if letter.exception else "")
-                    return DMQResult(sender.name)
+                took = sender.report(letter, stop)
             except Interrupted:
-                return DMQResult(None, interrupted=True)
+                if not taken:
+                    return DMQResult(interrupted=True)
+                self.log.warning("link %s: stopped while sending message %s to DMQ %s; it is "
+                                 "in DMQ %s only", letter.link, letter.original.message_id,
+                                 sender.name, ", ".join(taken))
+                return DMQResult(tuple(taken))
             except Exception:  # a bug in a sender must not stop the link
                 self.log.exception("DMQ %s failed", sender.name)
-        self.final.report(letter, stop)
-        return DMQResult(None)
+                continue
+            if took:
+                self.log.info("link %s: message %s went to DMQ %s (%s%s)", letter.link,
+                              letter.original.message_id, sender.name, letter.reason.value,
+                              f": {letter.exception}" if letter.exception else "")
+                taken.append(sender.name)
+                if not sender.config.is_builtin:
+                    break
+        if not taken:
+            self.final.report(letter, stop)
+        return DMQResult(tuple(taken))
 
     def ready(self, stop: threading.Event | None = None) -> None:
         """Start step 8: the built-in DMQ must connect; others only warn."""

@@ -9,12 +9,19 @@
 # batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
 # as transferred and get the INFO log line.
 #
-# Failures: a tolerated send failure goes to the DMQ (non-transacted) or rolls the unit
-# back (transacted), and so does, on a transacted link, a completion that failed before
-# the commit decision (a target refusing a message at prepare): the messages come back,
-# none goes to the DMQ. After such a rollback the unit's messages move one per
-# transaction (`_one_by_one`), so only the failing one is backed out again while the
-# others go through in order; once backed out backoutThreshold times it goes to the DMQ
+# The link's producer has confirm_sends set: a send returns once the provider answered
+# for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
+# send over mq:// or STOMP), so a refusal is that message's failure, never the next
+# one's, and no message is acknowledged before its send is known to have succeeded.
+#
+# Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
+# consumed at once, with the batch before it (the target may drop the connection next,
+# and nothing may come back to be sent or dead-lettered twice). On a transacted link it
+# rolls the unit back, and so does a completion that failed before the commit decision
+# (a target refusing a message at prepare): the messages come back, none goes to the
+# DMQ. After such a rollback the unit's messages move one per transaction
+# (`_one_by_one`), so only the failing one is backed out again while the others go
+# through in order; once backed out backoutThreshold times it goes to the DMQ
 # (BACKOUT_THRESHOLD_REACHED, pipeline.py) and the link moves on. A completion that
 # failed otherwise sends the batch to the DMQ (ACK_FAILURE; COMMIT_FAILURE: a commit
 # phase with a heuristic outcome). A dead message whose unit is undone after it went to
@@ -331,7 +338,8 @@ class Link:
                                               self.setup.target_kind, target.clientid,
                                               self._stop, xa=txn.xa)
         session = txn.open_target(self._target.connection)
-        self._producer = session.create_producer(None)
+        self._producer = producer = session.create_producer(None)
+        producer.confirm_sends = True  # a refusal must be the failure of the message refused
 
     def _release_idle_target(self) -> None:
         """A link that does not stay connected gives its pooled connection back when idle."""
@@ -468,6 +476,10 @@ class Link:
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(ctx, DMQReason.SEND_FAILURE)
         pending.append(ctx)
+        # Consume it now, with the batch before it: a target that refused a send may drop
+        # the connection next (STOMP brokers do), and what comes back after a reconnect
+        # would be sent, or dead-lettered, once more.
+        self._complete(pending)
 
     def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str,
                   extra: int = 0) -> None:
@@ -619,7 +631,7 @@ class Link:
         result = self.dmqs.send(letter, self._stop)
         if result.interrupted:
             raise Interrupted("stopped while sending to the DMQ")
-        self.counters.dead(reason.value, result.taken_by is not None)
+        self.counters.dead(reason.value, result.taken)
 
     def _hold(self) -> bool:
         """Take the state the commands want: wait here while paused; False to stop."""

@@ -243,7 +243,7 @@ class Transfer:
         result = self.dmqs.send(letter, self.stop)
         task.counts.to_dmq += 1
         task.reasons[reason.value] += 1
-        if result.taken_by is None:
+        if not result.taken:
             task.counts.dmq_lost += 1
 
 

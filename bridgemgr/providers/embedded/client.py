@@ -274,6 +274,10 @@ class EmbeddedSession(Session):
         if ticket is not None and self.broker.sync:
             self.broker.wait_durable(ticket)
 
+    def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
+        """_send() for a producer's confirm_sends: in-process a send is answered when it returns."""
+        self._send(snapshot, destination)
+
     def _deliver(self, env: Envelope, acked: bool) -> Message:
         """Turn a taken envelope into the message the application sees."""
         if acked:
@@ -451,7 +455,10 @@ class EmbeddedProducer(MessageProducer):
             snapshot = message.copy()
         snapshot.redelivered = False
         snapshot.delivery_count = 0
-        session._send(snapshot, dest)
+        if self.confirm_sends:
+            session._send_confirmed(snapshot, dest)
+        else:
+            session._send(snapshot, dest)
 
     def close(self) -> None:
         self.closed = True

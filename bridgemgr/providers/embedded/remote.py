@@ -11,8 +11,9 @@ What needs no answer is not waited for: CONSUMED reports (AUTO_ACKNOWLEDGE write
 once; the other modes batch them until the next request, until a receive would wait, or
 for at most one heart-beat interval), sends inside a transaction (written with the next
 request), and NON_PERSISTENT sends outside one (``sync_sends=True`` waits for those
-too). A failed asynchronous send comes back as an ERROR naming the session: the next
-send of that session raises it (a transaction that lost a send rolls back at commit).
+too, and so does a producer's ``confirm_sends``: a bridge link's). A failed asynchronous
+send comes back as an ERROR naming the session: the next send of that session raises it
+(a transaction that lost a send rolls back at commit).
 
 A PERSISTENT send outside a transaction returns once the service has the message (and,
 if its store fsyncs, once it is on disk): one round trip each. With ``send_window=N``
@@ -371,8 +372,9 @@ class RemoteSession(Session):
         return RemoteBrowser(self, queue, selector)
 
     # --- the data path -------------------------------------------------------------------------------
-    def _send(self, snapshot: Message, destination: Destination) -> None:
-        """Called by the producer with the stamped copy of a message."""
+    def _send(self, snapshot: Message, destination: Destination, confirm: bool = False) -> None:
+        """Called by the producer with the stamped copy of a message; ``confirm``: wait for
+        the answer even where it is not waited for (the producer's confirm_sends)."""
         self._raise_failed()
         conn = self.connection
         blob = codec.encode(snapshot)
@@ -382,6 +384,8 @@ class RemoteSession(Session):
         if self._in_transaction():
             conn._check_open()
             conn.channel.write(wire.send_request(0, self.sid, blob), lazy=True)
+        elif confirm:
+            conn.channel.call(lambda call_id: wire.send_request(call_id, self.sid, blob))
         elif snapshot.delivery_mode == _NON_PERSISTENT and not conn.factory.sync_sends:
             conn._check_open()
             conn.channel.write(wire.send_request(0, self.sid, blob))
@@ -390,6 +394,10 @@ class RemoteSession(Session):
             self._settle(conn.factory.send_window)
         else:
             conn.channel.call(lambda call_id: wire.send_request(call_id, self.sid, blob))
+
+    def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
+        """_send() for a producer's confirm_sends."""
+        self._send(snapshot, destination, True)
 
     def _settle(self, keep: int) -> None:
         """Wait until at most ``keep`` sends of the window are unconfirmed; raise the first refusal."""

@@ -10,6 +10,15 @@
 # through the last message delivered (CLIENT_ACKNOWLEDGE covers everything delivered by the
 # session), or every delivered one under INDIVIDUAL_ACKNOWLEDGE.
 #
+# A producer's confirm_sends changes nothing here: a JMS 1.1 send gives no way to wait
+# for a message the provider sends without waiting for its broker, which some do with
+# NON_PERSISTENT messages outside a transaction (ActiveMQ Classic by default; Artemis
+# unless blockOnNonDurableSend): their refusal reaches the exception listener or the
+# provider's log, not the send, and a bridge link would count the message as sent.
+# Such a provider must be told to send synchronously when it is a non-transacted link's
+# target (ActiveMQ: jms.alwaysSyncSend=true in the provider URL); transacted links are not
+# affected (the commit answers for the sends).
+#
 # Calls that may load provider classes by name (createConnection: transports, SSL, auth
 # modules) run with the provider's class loader as thread context loader. Connections
 # register with jvm.track() until closed, so the process can close them at exit.

@@ -18,7 +18,11 @@
 #   recover()        has the broker redeliver every unacknowledged delivery (NACK, or
 #                    UNSUBSCRIBE + SUBSCRIBE where NACK means "dead", see wire.DIALECTS)
 # A PERSISTENT send outside a transaction waits for its receipt (a JMS send is
-# synchronous); a NON_PERSISTENT one does not. Not XA: StompConnectionFactory is no
+# synchronous); a NON_PERSISTENT one does not, unless the producer's confirm_sends is set
+# (a bridge link's: otherwise a refusal, an ERROR that usually closes the connection,
+# would surface as the next call's lost connection while the message counts as sent). An
+# ERROR naming the frame fails that frame with a JMSException (its refusal), even when the
+# broker closes the connection after it. Not XA: StompConnectionFactory is no
 # XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
 """JMS connections, sessions, producers and consumers over stomp.py."""
 
@@ -248,10 +252,10 @@ class StompConnection(Connection):
               wait: bool = False) -> None:
         """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
         self._check()
-        slot = None
+        slot: list[Any] | None = None  # answered (Event), error text, named by an ERROR
         if wait:
             receipt = headers["receipt"] = self._next_id("r")
-            slot = [threading.Event(), None]
+            slot = [threading.Event(), None, False]
             with self._lock:
                 self._waiting[receipt] = slot
         try:
@@ -265,13 +269,18 @@ class StompConnection(Connection):
                 self._waiting.pop(headers["receipt"], None)
             raise TransportException(f"{command}: no receipt within {self.options.receipt_timeout} s")
         if slot[1] is not None:
-            raise (TransportException if self.broken.is_set() else JMSException)(f"{command}: {slot[1]}")
+            # An ERROR naming this frame refused it (the broker may close the connection
+            # next: that is the following call's failure); otherwise the connection failed.
+            refused = slot[2] or not self.broken.is_set()
+            raise (JMSException if refused else TransportException)(f"{command}: {slot[1]}")
 
     def _receipt(self, receipt: str | None, error: str | None) -> None:
+        """The RECEIPT of a frame, or (``error``) an ERROR naming it."""
         with self._lock:
             slot = self._waiting.pop(receipt, None) if receipt is not None else None
         if slot is not None:
             slot[1] = error
+            slot[2] = error is not None
             slot[0].set()
 
     def _error(self, receipt: str | None, text: str) -> None:
@@ -546,8 +555,8 @@ class StompProducer(MessageProducer):
         headers["destination"] = to_stomp_destination(dest)
         if session.transacted:
             headers["transaction"] = session.tx
-        persistent = message.delivery_mode == DeliveryMode.PERSISTENT
-        session.connection.frame("SEND", headers, body, wait=persistent and not session.transacted)
+        confirm = message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends
+        session.connection.frame("SEND", headers, body, wait=confirm and not session.transacted)
 
     def close(self) -> None:
         pass
