@@ -250,6 +250,7 @@ def test_dmq_failures_are_never_raised(broker, monkeypatch):
         b.stop()
 
 
+@pytest.mark.slow
 def test_stop_during_a_user_dmq_retry_consumes_what_the_builtin_dmq_has(broker):
     """A stop cuts the user DMQ's attempts short; the built-in DMQ has the message, so it
     is consumed rather than copied to the built-in DMQ again when it comes back."""
