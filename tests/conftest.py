@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
@@ -15,6 +16,64 @@ import pytest
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
 _exit_status: int | None = None
+
+
+# The fast tier (`tests/run -m "not slow"`, docs/architecture.md) must stay under a minute:
+# tests over about 0.3 s are marked slow by hand (@pytest.mark.slow, or pytestmark for a
+# module), and here: everything under SLOW_DIRS and every test that uses a real server
+# (starting one takes seconds), so a new test there is slow without a mark. The guard below
+# names unmarked tests over SLOW_SECONDS and a fast tier over FAST_TIER_SECONDS.
+SLOW_SECONDS = 2.0
+FAST_TIER_SECONDS = 60.0
+SLOW_DIRS = ("real", "spark")
+SERVER_FIXTURES = {"postgresql", "activemq", "rabbitmq", "spark"}
+
+
+def pytest_collection_modifyitems(config, items):
+    here = Path(__file__).parent
+    slow_dirs = [here / d for d in SLOW_DIRS]
+    for item in items:
+        path = Path(item.path)
+        if (any(d in path.parents for d in slow_dirs)
+                or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)
+
+
+_durations: dict[str, float] = {}
+_marked_slow: set[str] = set()
+_started = time.monotonic()
+
+
+def pytest_runtest_logreport(report):
+    _durations[report.nodeid] = _durations.get(report.nodeid, 0.0) + report.duration
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_setup(item):
+    if item.get_closest_marker("slow"):
+        _marked_slow.add(item.nodeid)
+
+
+def pytest_terminal_summary(terminalreporter, config):
+    """The guard of the fast tier: with -m "not slow", name each test that took longer than
+    SLOW_SECONDS (setup, call and teardown) and is not marked slow, and say so when the
+    session took longer than FAST_TIER_SECONDS. A warning, not a failure: timings on a
+    shared machine are noisy; mark a test that is slow everywhere."""
+    if "not slow" not in (config.getoption("markexpr") or ""):
+        return
+    elapsed = time.monotonic() - _started
+    if elapsed > FAST_TIER_SECONDS:
+        terminalreporter.write_sep("=", f"the fast tier took {elapsed:.0f} s, over "
+                                   f"{FAST_TIER_SECONDS:g} s: mark its slowest tests slow "
+                                   "(--durations=30 lists them)", yellow=True)
+    over = sorted(((d, n) for n, d in _durations.items()
+                   if d > SLOW_SECONDS and n not in _marked_slow), reverse=True)
+    if over:
+        terminalreporter.write_sep("=", "unmarked tests slower than "
+                                   f"{SLOW_SECONDS:g} s (mark them @pytest.mark.slow)",
+                                   yellow=True)
+        for d, n in over:
+            terminalreporter.write_line(f"{d:6.2f}s {n}")
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -53,7 +112,7 @@ def postgresql():
         shutil.rmtree(base, ignore_errors=True)
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def store_spec(request, tmp_path) -> str:
     """Where a test's broker keeps its store: a directory (SQLite) or a schema of its own in
     the PostgreSQL server (tests/stores.py opens either)."""

@@ -80,6 +80,7 @@ def test_commands_after_hello_reach_dispatch(server):
     assert server.recorder.seen == [Command("START", "JMS", "b1", "l1"), Command("LIST")]
 
 
+@pytest.mark.slow
 def test_wrong_password_is_refused_after_a_growing_delay(server):
     times = []
     for _ in range(3):

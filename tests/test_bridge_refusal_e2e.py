@@ -22,7 +22,7 @@ import pytest
 from bridgemgr.jms import DeliveryMode
 from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 PASSWORD = "Secret-1"
 BIG = "x" * 30 * 1024   # over the target's maxBytesPerMsg=20k

@@ -272,6 +272,7 @@ def test_a_disabled_links_transformer_that_does_not_load_is_a_warning(tmp_path):
     assert result.stderr.rstrip().endswith("(a start does not load it while link l is disabled)")
 
 
+@pytest.mark.slow
 def test_a_java_class_that_does_not_exist_is_reported_with_file_and_line(tmp_path):
     """As a process: the JVM and its classpath are the process's (imq.bridge.java.classpath
     and <instance>/lib/ext, as `serve` configures them)."""

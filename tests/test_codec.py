@@ -179,6 +179,7 @@ def craft(*parts: bytes) -> bytes:
 # ---------------------------------------------------------------------------
 # round trips
 
+@pytest.mark.slow
 @FAST
 @given(messages())
 def test_any_message_round_trips_losslessly(m):
@@ -191,6 +192,7 @@ def test_any_message_round_trips_losslessly(m):
     assert decode_value(blob) == m  # a message blob is a value blob holding a message
 
 
+@pytest.mark.slow
 @FAST
 @given(messages(), st.integers(min_value=0, max_value=2**31 - 1))
 def test_the_head_peek_and_the_delivery_patch_agree_with_a_full_decode(m, count):
@@ -216,6 +218,7 @@ def test_the_head_peek_and_the_patch_refuse_what_is_not_a_message():
         decode(codec.with_delivery(cut, 2))
 
 
+@pytest.mark.slow
 @FAST
 @given(messages())
 def test_decoded_messages_are_writable(m):
@@ -226,6 +229,7 @@ def test_decoded_messages_are_writable(m):
     assert isinstance(decoded, type(m))
 
 
+@pytest.mark.slow
 @FAST
 @given(object_values(0))
 def test_any_object_value_round_trips(value):
@@ -574,6 +578,7 @@ def test_every_bit_flip_of_a_valid_blob_decodes_or_is_refused():
                 blob[i] ^= 1 << bit
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(messages(), st.data())
 def test_random_corruption_of_random_messages(m, data):

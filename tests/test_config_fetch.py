@@ -143,6 +143,7 @@ def test_http_errors_name_the_url(site):
                               "server"
 
 
+@pytest.mark.slow
 def test_http_timeout_is_honoured(site):
     url = site.add("/slow.xml", delay=3.0)
     started = time.monotonic()

@@ -290,6 +290,7 @@ def only_config_error(data: bytes) -> None:
         assert isinstance(config, C.BridgeConfig) and MARKER not in repr(config)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @FUZZ
 @given(data=st.data())
@@ -328,6 +329,7 @@ def element(tags: st.SearchStrategy[str]) -> st.SearchStrategy[etree._Element]:
         st.lists(kids, max_size=5)).map(build), max_leaves=15)
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(120)
 @settings(FUZZ, max_examples=150)
 @given(st.sampled_from(["jmsbridge", "link", "foo"]), st.lists(element(st.sampled_from(NAMES)),

@@ -208,6 +208,7 @@ def test_the_first_address_that_answers_wins_after_the_ones_that_do_not(service,
     assert broker.destinations()["queue:q"]["pending"] == 1
 
 
+@pytest.mark.slow
 def test_attempts_iterations_and_interval_when_nothing_answers():
     dead = ", ".join(f"mqtcp://127.0.0.1:{free_port()}" for _ in range(2))
     start = time.monotonic()

@@ -98,6 +98,7 @@ def test_changing_a_message_after_send_does_not_change_what_was_sent(session):
     assert got.text == "one" and got.get_string_property("k") == "v1"
 
 
+@pytest.mark.slow
 def test_competing_consumers_share_a_queue_round_robin(factory):
     conn = factory.create_connection()
     conn.start()
@@ -145,6 +146,7 @@ def test_priority_out_of_range_is_refused(session):
         session.create_producer(Q).send(TextMessage("x"), priority=10)
 
 
+@pytest.mark.slow
 def test_selector_on_queue_consumer_leaves_others(session):
     producer = session.create_producer(Q)
     for color in ["red", "blue", "red", "green"]:
@@ -165,6 +167,7 @@ def test_selector_on_header_fields(session):
     assert texts(got) == ["high"]
 
 
+@pytest.mark.slow
 def test_expired_messages_are_never_delivered_and_go_to_the_dmq(session, broker):
     producer = session.create_producer(Q)
     producer.send(TextMessage("short"), time_to_live=1)
@@ -228,6 +231,7 @@ def test_client_acknowledge_acks_everything_delivered_so_far(conn):
     assert c.receive(0.05) is None
 
 
+@pytest.mark.slow
 def test_individual_acknowledge_acks_only_that_message(conn):
     s = conn.create_session(ack_mode=AckMode.INDIVIDUAL_ACKNOWLEDGE)
     send_texts(s, Q, ["a", "b", "c"])
@@ -240,6 +244,7 @@ def test_individual_acknowledge_acks_only_that_message(conn):
     assert all(m.redelivered and m.delivery_count == 2 for m in again)
 
 
+@pytest.mark.slow
 def test_recover_redelivers_in_order_with_delivery_count(conn):
     s = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
     send_texts(s, Q, ["1", "2", "3"])
@@ -253,6 +258,7 @@ def test_recover_redelivers_in_order_with_delivery_count(conn):
     assert again[0].get_int_property("JMSXDeliveryCount") == 2
 
 
+@pytest.mark.slow
 def test_closing_a_connection_returns_unacked_messages_redelivered(factory):
     c1 = factory.create_connection()
     c1.start()
@@ -332,6 +338,7 @@ def test_receive_on_closed_consumer_returns_or_raises(session):
 
 # --- topics -------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_topic_delivers_to_every_subscriber_present(session):
     t = Topic("news")
     early1, early2 = session.create_consumer(t), session.create_consumer(t)
@@ -342,6 +349,7 @@ def test_topic_delivers_to_every_subscriber_present(session):
     assert drain(late) == []
 
 
+@pytest.mark.slow
 def test_topic_subscriber_selector_and_no_local(factory):
     t = Topic("news")
     c1, c2 = factory.create_connection(), factory.create_connection()
@@ -361,6 +369,7 @@ def test_topic_subscriber_selector_and_no_local(factory):
     c2.close()
 
 
+@pytest.mark.slow
 def test_durable_subscription_keeps_messages_while_inactive_and_across_restart(tmp_path):
     t = Topic("events")
     b = Broker(tmp_path / "s")
@@ -604,6 +613,7 @@ def test_max_num_msgs_reject_newest(broker, session):
     send_texts(session, Q, ["4"])  # room again once consumed
 
 
+@pytest.mark.slow
 def test_max_num_msgs_remove_oldest_goes_to_dmq(broker, session):
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=2, limit_behavior=LimitBehavior.REMOVE_OLDEST))
     send_texts(session, Q, ["1", "2", "3"])
@@ -613,6 +623,7 @@ def test_max_num_msgs_remove_oldest_goes_to_dmq(broker, session):
     assert dead[0].get_string_property("JMS_SUN_DMQ_UNDELIVERED_REASON") == "REMOVE_OLDEST"
 
 
+@pytest.mark.slow
 def test_remove_oldest_without_dmq_drops(broker, session):
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=1, use_dmq=False,
                                                       limit_behavior=LimitBehavior.REMOVE_OLDEST))
@@ -654,6 +665,7 @@ def test_autocreate_off_refuses_unknown_queues(tmp_path):
 
 # --- concurrency -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_many_producers_and_consumers_lose_and_duplicate_nothing(factory):
     n_prod, n_cons, per = 4, 4, 2000
     conn = factory.create_connection()
@@ -749,6 +761,7 @@ def test_selector_consumer_skips_a_backlog_and_sees_later_arrivals_before_it(ses
     assert len(drain(session.create_consumer(Q), 0)) == 297
 
 
+@pytest.mark.slow
 def test_a_transaction_cannot_overshoot_a_limit_and_is_rolled_back(broker, conn):
     from bridgemgr.jms.errors import TransactionRolledBackException
 

@@ -26,7 +26,7 @@ from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from stores import open_at
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(240)]
 
 CHILD = Path(__file__).with_name("crash_child.py")
 ROOT = Path(__file__).resolve().parents[1]

@@ -47,6 +47,7 @@ def move_one(xs, x):
     return res
 
 
+@pytest.mark.slow
 def test_two_phase_commit_moves_the_message(xconn, conn):
     put(conn, SRC, "a")
     xs = xconn.create_xa_session()
@@ -201,6 +202,7 @@ def test_closing_a_session_fails_its_active_branch(xconn, conn):
     assert conn.create_session().create_consumer(SRC).receive(1).text == "a"
 
 
+@pytest.mark.slow
 def test_prepared_branch_survives_restart_and_commits(tmp_path):
     path = tmp_path / "s"
     b = Broker(path)

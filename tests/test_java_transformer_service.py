@@ -32,7 +32,7 @@ pytest.importorskip("jpype")
 if missing_package("activemq"):  # the JMS API jar comes with it
     pytest.skip(missing_package("activemq"), allow_module_level=True)
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PASSWORD = "Javatx-Secret-1"
 
 FAR_XML = """<?xml version="1.0" encoding="UTF-8"?>

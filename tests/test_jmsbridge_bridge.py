@@ -52,6 +52,7 @@ def test_start_stop_and_what_info_shows(bridge, broker):
     assert bridge.start() is State.STARTED  # and again
 
 
+@pytest.mark.slow
 def test_pause_and_resume_the_bridge(bridge, broker):
     bridge.start()
     assert bridge.pause() is State.PAUSED
@@ -64,6 +65,7 @@ def test_pause_and_resume_the_bridge(bridge, broker):
         bridge.stop() and bridge.pause()
 
 
+@pytest.mark.slow
 def test_link_commands(bridge, broker):
     with pytest.raises(IllegalTransition, match="the bridge is UNINITIALIZED"):
         bridge.stop_link("l1")
@@ -116,6 +118,7 @@ def gated_bridge(broker):
     return bridge, gate
 
 
+@pytest.mark.slow
 def test_a_bridge_is_starting_until_its_links_connect(broker):
     bridge, gate = gated_bridge(broker)
     try:
@@ -149,6 +152,7 @@ def test_stop_cancels_a_start_under_way(broker):
     bridge.stop()
 
 
+@pytest.mark.slow
 def test_missing_transformer_class_fails_the_start_clearly(broker):
     xml = bridge_xml(link_xml(target_attrs='message-transformer-class="nowhere.Missing"'))
     b = make_bridge(broker, xml)
@@ -281,6 +285,7 @@ def test_passwords_never_reach_the_log(broker, tmp_path):
 
 # --- loading from properties ---------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_from_properties_reads_the_xml_at_every_start(broker, tmp_path):
     xml_file = tmp_path / "b.xml"
     xml_file.write_bytes(bridge_xml(link_xml(dst="dst")))
@@ -302,6 +307,7 @@ def test_from_properties_reads_the_xml_at_every_start(broker, tmp_path):
     assert b.state is State.STOPPED
 
 
+@pytest.mark.slow
 def test_commands_from_many_threads(bridge):
     bridge.start()
     errors: list[Exception] = []
@@ -323,6 +329,7 @@ def test_commands_from_many_threads(bridge):
     assert not errors and bridge.link("l1").state is State.STARTED
 
 
+@pytest.mark.slow
 def test_the_embedded_example_runs(tmp_path):
     from pathlib import Path
 

@@ -82,6 +82,7 @@ def test_forever_until_stopped(broker):
     assert len(factory.calls) > 3
 
 
+@pytest.mark.slow
 def test_interval_between_attempts(broker):
     start = time.monotonic()
     with pytest.raises(ConnectError):
@@ -156,6 +157,7 @@ def test_broken_handle_is_flagged_by_the_exception_listener(tmp_path):
 
 # --- on a running bridge ------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_pooled_target_connection_goes_back_and_times_out(broker):
     xml = bridge_xml(link_xml(target_attrs='stay-connected="false"'),
                      cfs='<connection-factory ref-name="host" idle-timeout-in-seconds="1"/>')

@@ -23,7 +23,7 @@ import pytest
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(180)]
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(180)]
 
 CHILD = Path(__file__).with_name("link_crash_child.py")
 ROOT = Path(__file__).resolve().parents[1]

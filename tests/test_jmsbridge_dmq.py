@@ -133,6 +133,7 @@ def full(broker, name):
     broker.configure_destination(Queue(name), DestinationLimits(max_num_msgs=0))
 
 
+@pytest.mark.slow
 def test_builtin_first_then_the_first_user_dmq_that_takes_it(broker):
     """Step 5: the built-in DMQ taking the message does not end the sequence; the first
     user DMQ that takes it does (the second one never sees it)."""
@@ -154,6 +155,7 @@ def test_builtin_first_then_the_first_user_dmq_that_takes_it(broker):
     assert drain(broker, "d2") == drain(broker, "src") == []
 
 
+@pytest.mark.slow
 def test_file_order_until_one_takes_it_with_ttl_mode_and_priority(broker, caplog):
     full(broker, BUILTIN_DMQ)
     full(broker, "d1")
@@ -193,6 +195,7 @@ def test_final_log_when_no_dmq_takes_it(broker, caplog):
     assert drain(broker, "src") == []  # consumed: the chapter's sequence ends with the log
 
 
+@pytest.mark.slow
 def test_dmq_transformer_is_applied_and_its_failure_keeps_the_original(broker):
     dmqs = (f'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="d1" '
             f'send-attempt-interval-in-seconds="0" message-transformer-class="{__name__}.Tagging">'
@@ -247,6 +250,7 @@ def test_dmq_failures_are_never_raised(broker, monkeypatch):
         b.stop()
 
 
+@pytest.mark.slow
 def test_stop_during_a_user_dmq_retry_consumes_what_the_builtin_dmq_has(broker):
     """A stop cuts the user DMQ's attempts short; the built-in DMQ has the message, so it
     is consumed rather than copied to the built-in DMQ again when it comes back."""

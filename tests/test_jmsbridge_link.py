@@ -99,6 +99,7 @@ def dmq_letters(broker: Broker, expect: int | None = None) -> list[ObjectMessage
 
 # --- steps 1, 6, 7, 8: transfer, order, headers --------------------------------------------
 
+@pytest.mark.slow
 def test_transfers_in_order_with_mode_priority_and_properties(broker, bridges):
     sent = []
     for i in range(60):
@@ -129,6 +130,7 @@ def test_same_priority_as_the_original(broker, bridges):
     assert {m.text: m.priority for m in got} == {"low": 1, "high": 9}
 
 
+@pytest.mark.slow
 def test_remaining_time_to_live(broker, bridges):
     sent = send(broker, "src", ["ttl"], time_to_live=60_000)[0]
     bridges.append(run(broker, bridge_xml(link_xml())))
@@ -139,6 +141,7 @@ def test_remaining_time_to_live(broker, bridges):
     assert drain(broker, "dst", expect=1)[0].expiration == 0
 
 
+@pytest.mark.slow
 def test_selector_and_the_rest_stays(broker, bridges):
     msgs = []
     for i in range(10):
@@ -152,6 +155,7 @@ def test_selector_and_the_rest_stays(broker, bridges):
     assert texts(drain(broker, "src")) == [f"m{i}" for i in range(5)]
 
 
+@pytest.mark.slow
 def test_durable_subscription_keeps_messages_while_stopped(broker, bridges):
     xml = bridge_xml(link_xml(src="t", source_attrs='durable-sub="sub1" clientid="bridge-c1"'),
                      dests='<destination ref-name="t" name="news" type="topic"/>')
@@ -174,6 +178,7 @@ def test_durable_sub_needs_a_clientid(broker):
     assert b.state is State.STOPPED
 
 
+@pytest.mark.slow
 def test_transfer_log_lines(broker, bridges, caplog):
     caplog.set_level(logging.INFO, logger="imq.bridge")
     send(broker, "src", ["a", "b"])
@@ -192,6 +197,7 @@ def test_transfer_log_lines(broker, bridges, caplog):
 
 # --- step 2: expiration --------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_expired_message_goes_to_the_dmq(broker, bridges, monkeypatch):
     send(broker, "src", ["late"], time_to_live=60_000)
     send(broker, "src", ["ok"])
@@ -272,6 +278,7 @@ def test_transformer_gets_target_properties_and_bridge_name(broker, bridges):
     assert props == {"charset": "UTF-8", "k": "v", "JMS_SUN_JMSBRIDGE_NAME": "b"}
 
 
+@pytest.mark.slow
 def test_transform_failure_with_consume_goes_to_the_dmq(broker, bridges):
     send(broker, "src", ["good1", "bad2", "none3", "good4"])
     xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Failing" '
@@ -288,6 +295,7 @@ def test_transform_failure_with_consume_goes_to_the_dmq(broker, bridges):
     assert b.links[0].state is State.STARTED
 
 
+@pytest.mark.slow
 def test_transform_failure_without_consume_stops_the_link(broker, bridges):
     send(broker, "src", ["good1", "bad2", "good3"])
     xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Failing"'))
@@ -316,6 +324,7 @@ def test_a_link_that_may_halt_acknowledges_each_message(broker, bridges):
     assert texts(drain(broker, "dst", expect=2)) == ["good1", "good2"]
 
 
+@pytest.mark.slow
 def test_backout_threshold_moves_a_poison_message_to_the_dmq(broker, bridges, tmp_path):
     props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.b.backoutThreshold=2"])
     send(broker, "src", ["bad-poison", "good"])
@@ -334,6 +343,7 @@ def test_backout_threshold_moves_a_poison_message_to_the_dmq(broker, bridges, tm
     assert link.state is State.STARTED
 
 
+@pytest.mark.slow
 def test_branch_to_and_no_transfer_with_first_audit_copies(broker, bridges):
     send(broker, "src", ["plain", "ref:other", "q:elsewhere", "drop1", "drop2", "ref:other"])
     xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Brancher"'))
@@ -396,6 +406,7 @@ def test_as_source_target(tmp_path, bridges):
         other.close()
 
 
+@pytest.mark.slow
 def test_send_failure_goes_to_the_dmq_and_the_link_goes_on(broker, bridges):
     broker.configure_destination(Queue("dst"), DestinationLimits(max_num_msgs=2))
     send(broker, "src", ["a", "b", "c", "d"])
@@ -410,6 +421,7 @@ def test_send_failure_goes_to_the_dmq_and_the_link_goes_on(broker, bridges):
     assert b.links[0].state is State.STARTED
 
 
+@pytest.mark.slow
 def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
     from bridgemgr.jms.errors import JMSException
     from bridgemgr.jmsbridge.transfer import ClientAcknowledge
@@ -451,6 +463,7 @@ class Unsendable(MessageTransformer):
         return ObjectMessage({1, 2}) if message.text.startswith("bad") else message
 
 
+@pytest.mark.slow
 def test_transacted_send_failure_rolls_back_instead_of_the_dmq(broker, bridges):
     """Not SEND_FAILURE: rolled back, tried again until the default backoutThreshold (5)
     is reached; then to the DMQ once, and the message behind it moves."""
@@ -467,6 +480,7 @@ def test_transacted_send_failure_rolls_back_instead_of_the_dmq(broker, bridges):
     assert drain(broker, "src") == [] and dmq_letters(broker) == []
 
 
+@pytest.mark.slow
 def test_transacted_commit_the_broker_rolls_back_is_backed_out_not_a_commit_failure(broker,
                                                                                     bridges):
     """One broker, one branch: the one-phase commit that the full dst refuses is rolled
@@ -484,6 +498,7 @@ def test_transacted_commit_the_broker_rolls_back_is_backed_out_not_a_commit_fail
     assert drain(broker, "src") == [] and texts(drain(broker, "dst")) == ["a"]
 
 
+@pytest.mark.slow
 def test_transacted_link_across_embedded_brokers_runs_through_the_xa_coordinator(tmp_path):
     a = Broker(tmp_path / "a")
     try:
@@ -533,6 +548,7 @@ def test_transacted_link_to_another_provider_runs_through_the_xa_coordinator(bro
 
 # --- acknowledge batches --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_acknowledge_batches(broker, bridges):
     send(broker, "src", [f"m{i}" for i in range(105)])
     b = run(broker, bridge_xml(link_xml()), tuning=LinkTuning(**{**FAST.__dict__, "ack_batch": 10}))
@@ -543,6 +559,7 @@ def test_acknowledge_batches(broker, bridges):
     assert drain(broker, "src") == []  # the last, partial batch was acknowledged too
 
 
+@pytest.mark.slow
 def test_stop_finishes_the_message_in_flight(broker, bridges):
     send(broker, "src", ["one", "two"])
     xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Slow"'))

@@ -88,6 +88,7 @@ def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: lis
     done.set()
 
 
+@pytest.mark.slow
 def test_provider_restarts_under_traffic(tmp_path):
     provider = Provider(tmp_path / "store")
     factory = EmbeddedConnectionFactory(provider)

@@ -53,6 +53,7 @@ def remote_cf(harness: Harness) -> str:
             '</connection-factory>')
 
 
+@pytest.mark.slow
 def test_the_refused_non_persistent_message_goes_to_the_dmq_and_the_next_one_is_sent(broker, far):
     far_broker, harness = far
     link = link_xml().replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
@@ -76,6 +77,7 @@ def test_the_refused_non_persistent_message_goes_to_the_dmq_and_the_next_one_is_
     assert drain(broker, "src") == []
 
 
+@pytest.mark.slow
 def test_a_dmq_that_refuses_a_non_persistent_message_has_not_taken_it(broker, far):
     """A DMQ send counts once the DMQ has the message: the sequence goes on to the next
     <dmq> when a remote one refuses it."""
@@ -130,6 +132,7 @@ def stomp_far(tmp_path):
     broker.close()
 
 
+@pytest.mark.slow
 def test_a_stomp_target_that_refuses_and_disconnects_gets_each_message_once(broker, stomp_far):
     """Acknowledging in batches: the refused message goes to the DMQ once, and the link
     consumes it (with the batch before it) before the lost connection that follows the

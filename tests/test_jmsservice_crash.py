@@ -14,7 +14,7 @@ from bridgemgr.jms.errors import InvalidDestinationException, TransportException
 from bridgemgr.jms.xa import Xid
 from remote.support import Harness, expect_line, free_port, spawn
 
-pytestmark = pytest.mark.crash
+pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
 SRC, DST = Queue("src"), Queue("dst")
 

@@ -262,6 +262,7 @@ def test_a_refused_send_in_an_xa_branch_makes_the_branch_roll_back(harness, alic
 
 # --- heart-beats ----------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_a_silent_client_is_taken_for_dead_and_its_messages_come_back(broker):
     with Harness(broker, heartbeat=0.1) as h:
         conn = h.factory().create_connection()
@@ -281,6 +282,7 @@ def test_a_silent_client_is_taken_for_dead_and_its_messages_come_back(broker):
         conn.close()
 
 
+@pytest.mark.slow
 def test_heart_beats_keep_an_idle_connection_alive(broker):
     with Harness(broker, heartbeat=0.1) as h:
         conn = h.factory(heartbeat=0.1).create_connection()
@@ -290,6 +292,7 @@ def test_heart_beats_keep_an_idle_connection_alive(broker):
         conn.close()
 
 
+@pytest.mark.slow
 def test_a_silent_service_is_taken_for_dead_by_the_client():
     """A fake service that answers HELLO and then says nothing at all."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -321,6 +324,7 @@ def test_a_silent_service_is_taken_for_dead_by_the_client():
 
 # --- many clients --------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_many_clients_at_once_lose_and_duplicate_nothing(harness, broker):
     n_clients, per = 12, 150
     factory = harness.factory(prefetch=20)

@@ -59,6 +59,7 @@ def admin(daemon: Daemon) -> AdminClient:
     return AdminClient(host, port, "admin", "Job-Secret-1")
 
 
+@pytest.mark.slow
 def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
     daemon, _, base = service
     with admin(daemon) as client:
@@ -95,6 +96,7 @@ def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service, re
         conn.close()
 
 
+@pytest.mark.slow
 def test_service_job_errors_name_the_problem(service, remote_only, tmp_path):
     daemon, passfile, _ = service
     with pytest.raises(click.ClickException, match="no bridge named nope"):

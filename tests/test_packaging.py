@@ -19,6 +19,7 @@ def test_every_package_folder_is_listed_in_pyproject():
     assert found | {"bridgemgr.dtd"} == listed
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_wheel_contains_the_dtd_and_the_console_script(tmp_path):
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",

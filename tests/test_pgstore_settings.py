@@ -19,6 +19,7 @@ names = st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), m
 hosts = st.from_regex(r"[a-z][a-z0-9-]{0,15}(\.[a-z][a-z0-9-]{0,10}){0,2}", fullmatch=True)
 
 
+@pytest.mark.slow
 @given(hosts, st.integers(1, 65535), names, names, names)
 def test_a_jdbc_url_round_trips(host, port, database, user, password):
     url = (f"jdbc:postgresql://{quote(user, safe='')}:{quote(password, safe='')}@{host}:{port}/"

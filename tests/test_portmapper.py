@@ -87,6 +87,7 @@ def test_a_chatty_client_is_cut_off_and_others_still_get_answers(mapper):
     assert read_all(mapper.port, b"101\n").endswith(b"\n.\n")
 
 
+@pytest.mark.slow
 def test_a_silent_client_that_never_closes_is_closed_by_the_server(mapper, monkeypatch):
     import bridgemgr.admin.portmapper as pm_module
     monkeypatch.setattr(pm_module, "_LINGER", 0.1)

@@ -57,7 +57,8 @@ if missing_package("activemq"):
 from bridgemgr.providers import java
 from bridgemgr.providers.java import convert, jvm
 
-pytestmark = pytest.mark.timeout(120)
+# Slow: the tests start the JVM (3-4 s) or use it.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 CLASSPATH = os.pathsep.join(ACTIVEMQ_CLIENT_JARS)
 
 

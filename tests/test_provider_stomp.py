@@ -148,6 +148,7 @@ def deliver(msg: Message, dialect: str = "generic", **extra: str) -> Message:
     return sp.from_frame(headers, body)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(messages())
 def test_messages_survive_a_stomp_trip(msg):
@@ -330,6 +331,7 @@ def test_every_kind_round_trips_through_our_bridge(conn):
     session.acknowledge()
 
 
+@pytest.mark.slow
 def test_client_acknowledge_and_recover(conn, ours):
     q = Queue(qname("ack"))
     session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
@@ -361,6 +363,7 @@ def test_individual_acknowledge(conn):
     assert back == ["0", "2"]
 
 
+@pytest.mark.slow
 def test_transactions(conn):
     q = Queue(qname("tx"))
     session = conn.create_session(True)
@@ -379,6 +382,7 @@ def test_transactions(conn):
     assert consumer.receive(0.3) is None
 
 
+@pytest.mark.slow
 def test_durable_subscription_with_selector(ours):
     factory = ours[0]
     topic = Topic(qname("news"))
@@ -444,6 +448,7 @@ def test_lost_connection_reaches_the_listener_and_every_call(ours):
     conn.close()
 
 
+@pytest.mark.slow
 def test_a_silent_broker_is_detected_by_heart_beats():
     """A server that answers CONNECT promising heart-beats every 200 ms and then says
     nothing more: the connection is declared lost within a few intervals."""

@@ -213,6 +213,7 @@ def test_closed_consumers_leave_no_trace_in_the_queue(harness, broker):
     assert not mq.waiters and not mq.consumers
 
 
+@pytest.mark.slow
 def test_a_pull_consumer_holds_nothing_while_it_does_not_receive(harness, broker):
     conn = harness.factory(prefetch=0).create_connection()
     conn.start()
@@ -469,6 +470,7 @@ def test_tls_through_the_port_mapper_and_directly(broker):
             RemoteConnectionFactory(f"mqssl://127.0.0.1:{h.service.port}").create_connection()  # untrusted
 
 
+@pytest.mark.slow
 def test_connections_without_a_user_log_in_with_the_default_login(broker, no_host_broker, monkeypatch):
     """CLI jobs and Spark workers reach a service that checks passwords: a connection that
     names no user (a bridge XML rarely does) logs in with the job's login."""

@@ -1007,6 +1007,7 @@ def ev_env(text: str, env: dict[str, Any]) -> bool | None:
     return compile_selector(text).evaluate(env.get)
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(tree=condition(4), props=st.fixed_dictionaries(PROP_VALUES), hdrs=headers)
 def test_compiled_evaluator_matches_reference(tree: tuple, props: dict, hdrs: dict) -> None:
@@ -1035,6 +1036,7 @@ TOKENS = ["a", "b", "JMSType", "NOT", "AND", "or", "BETWEEN", "IN", "LIKE", "ESC
           "$", "#", "!", "\n"]
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(text=st.one_of(st.text(max_size=40),
                       st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join),

@@ -33,6 +33,7 @@ def read_until(proc: subprocess.Popen, marker: str) -> list[str]:
     raise AssertionError(f"{marker!r} never printed; output: {lines}")
 
 
+@pytest.mark.slow
 def test_serve_runs_the_demo_refuses_a_second_instance_and_stops_on_sigterm(tmp_path):
     first = start_serve(tmp_path)
     out = read_until(first, "Running")

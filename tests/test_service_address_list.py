@@ -13,7 +13,7 @@ import pytest
 
 from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 PW_A, PW_B = "Pw-A-31c7", "Pw-B-9d02"
 WRONG = "Wrong-pw-e4a8"
 N = 20

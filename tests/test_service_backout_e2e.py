@@ -12,7 +12,7 @@ import pytest
 
 from service_support import Daemon, link_row, one_bridge_files, send, take
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PASSWORD = "Backout-Secret-1"
 DMQ = "imq.bridge.jms.dmq"
 

@@ -19,7 +19,7 @@ from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from service_support import Daemon, cli
 from stores import open_at
 
-pytestmark = pytest.mark.timeout(240)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 N = 300
 
 XML = """<?xml version="1.0" encoding="UTF-8"?>

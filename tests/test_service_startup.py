@@ -20,7 +20,7 @@ from bridgemgr.admin.portmapper import lookup_services
 from bridgemgr.jms import Queue, TextMessage
 from service_support import Daemon, cli, one_bridge_files
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 UP = {"stuck": "STARTING", "jb": "STARTED", "stomp": "STARTED"}
 
 WORKING = """<?xml version="1.0" encoding="UTF-8"?>

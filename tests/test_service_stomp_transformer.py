@@ -15,7 +15,7 @@ import pytest
 from service_support import Daemon, one_bridge_files
 from stomp_support import Raw
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
 TRANSFORMER = '''
 from bridgemgr.transform import MessageTransformer

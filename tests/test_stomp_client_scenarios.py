@@ -235,6 +235,7 @@ def test_1_1_unsubscribe_and_disconnect_with_receipt(conn11):
     listener.wait_receipt("DISCONNECT1")
 
 
+@pytest.mark.slow
 def test_1_1_heart_beats(bridge):
     conn, listener = stomp_conn("1.1", bridge.tcp_port, heartbeats=(2000, 3000))
     conn.connect("admin", "secret", wait=True)

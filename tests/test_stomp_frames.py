@@ -164,6 +164,7 @@ frames = st.builds(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.lists(frames, min_size=1, max_size=5), st.sampled_from([V11, V12]),
        st.lists(st.integers(0, 2000), max_size=8), st.booleans())

@@ -217,6 +217,7 @@ def test_an_endless_header_line_is_cut_off(bridge):
 
 # --- heart-beats -------------------------------------------------------------------------------------
 
+@pytest.mark.slow
 def test_heart_beats_keep_an_idle_stomp_py_connection_alive(bridge):
     conn, listener = stomp_conn("1.2", bridge.tcp_port, heartbeats=(300, 300))
     conn.connect("admin", "secret", wait=True)
@@ -242,6 +243,7 @@ def test_a_silent_client_is_disconnected(netloop, broker, users):
 
 # --- slow consumers, connection loss, many connections ------------------------------------------------
 
+@pytest.mark.slow
 def test_a_slow_consumer_never_blocks_others(bridge, broker):
     slow_q, fast_q = qname("slow"), qname("fast")
     body = b"x" * 65536
@@ -289,6 +291,7 @@ def test_connection_loss_returns_unacknowledged_messages(bridge, broker):
     assert wait_until(lambda: broker.queue_depth(queue) == 5)
 
 
+@pytest.mark.slow
 def test_hundreds_of_concurrent_connections(bridge, broker):
     queue = qname()
     clients = [Raw(bridge.tcp_port) for _ in range(200)]
@@ -432,6 +435,7 @@ def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str,
     return wire, confirmed
 
 
+@pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=st.data(), connect=st.sampled_from(["1.2", "1.2", "1.1", "1.0", None]),
        noise=st.one_of(st.just(b""), st.just(b""), st.just(b""), st.binary(min_size=1, max_size=64)),

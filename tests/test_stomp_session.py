@@ -570,6 +570,7 @@ def test_transaction_bad_input(drivers, frames, message):
     expect_error(d, out, message)
 
 
+@pytest.mark.slow
 def test_transacted_subscription(drivers, broker):
     d = drivers("1.1")
     send_n(d, "ts", 4)
@@ -588,6 +589,7 @@ def test_transacted_subscription(drivers, broker):
                  "no transaction")
 
 
+@pytest.mark.slow
 def test_abort_restarts_delivery_of_unconsumed_messages_at_the_next_begin(drivers, broker):
     d = drivers("1.2")
     send_n(d, "ab", 3)
@@ -623,6 +625,7 @@ def test_disconnect_rolls_back_an_open_transaction(drivers, broker):
 
 # --- flow control -------------------------------------------------------------------------------
 
+@pytest.mark.slow
 @pytest.mark.parametrize("ack", ["client", "client-individual"])
 def test_consumer_flow_limit_bounds_unacknowledged_deliveries(drivers, ack):
     d = drivers(config=SessionConfig(consumer_flow_limit=3))
@@ -635,6 +638,7 @@ def test_consumer_flow_limit_bounds_unacknowledged_deliveries(drivers, ack):
     assert d.pump(0.2) == []
 
 
+@pytest.mark.slow
 def test_consumer_flow_limit_on_transacted_subscriptions_frees_at_commit(drivers):
     d = drivers(config=SessionConfig(consumer_flow_limit=2))
     send_n(d, "tflow", 5)
@@ -721,6 +725,7 @@ def test_a_jms_client_and_a_stomp_client_share_a_queue(drivers, jms):
     assert jms.ack_mode is AckMode.AUTO_ACKNOWLEDGE
 
 
+@pytest.mark.slow
 def test_no_message_is_written_after_disconnect(tmp_path):
     """A client need not wait for DISCONNECT's receipt (stomp.py's disconnect() does not):
     a message that arrives while the receipt waits for the store stays queued instead of

@@ -172,6 +172,7 @@ class Unsendable(MessageTransformer):
         return ObjectMessage({1, 2}) if message.text.startswith("bad") else message
 
 
+@pytest.mark.slow
 def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges, tmp_path):
     a, b = pair
     send(a, "src", ["bad", "ok"])
@@ -187,6 +188,7 @@ def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges, tmp_path):
     assert a.xa_recover() == [] and b.xa_recover() == []
 
 
+@pytest.mark.slow
 def test_a_refused_prepare_rolls_back_and_nothing_goes_to_the_dmq(pair, bridges, tmp_path):
     """A prepare that fails is no commit failure: nothing was committed anywhere, the
     message comes back, so it is not in the DMQ as well (backoutThreshold=0: it stays)."""
@@ -205,6 +207,7 @@ def test_a_refused_prepare_rolls_back_and_nothing_goes_to_the_dmq(pair, bridges,
     assert a.xa_recover() == [] and b.xa_recover() == []
 
 
+@pytest.mark.slow
 def test_a_target_refusing_at_prepare_backs_out_the_poison_message_alone(pair, bridges, tmp_path):
     """A refusal at the target's prepare rolls the whole batch back (no DMQ: nothing was
     committed); the link then moves that batch's messages one per transaction, so only the
@@ -246,6 +249,7 @@ class Refusing(MessageTransformer):
         return message
 
 
+@pytest.mark.slow
 def test_a_dead_message_of_a_rolled_back_batch_goes_to_the_dmq_once(pair, bridges, tmp_path):
     """A message that went to the DMQ in a batch that was rolled back afterwards comes
     back with the batch: it is consumed then, not copied to the DMQ a second time."""
@@ -267,6 +271,7 @@ def test_a_dead_message_of_a_rolled_back_batch_goes_to_the_dmq_once(pair, bridge
     assert drain(a, BUILTIN_DMQ) == [] and drain(a, "src") == []
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("call", ["xa_end", "xa_prepare"])
 def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair, bridges,
                                                                             tmp_path, monkeypatch,
@@ -326,6 +331,7 @@ def test_tm_props_reach_the_log(pair, bridges, tmp_path, tm):
         assert log.settings.sync is False
 
 
+@pytest.mark.slow
 def test_a_pooled_target_goes_back_while_idle_and_returns(pair, bridges):
     a, b = pair
     xml = bridge_xml(cross_link(target_attrs='stay-connected="false"'), cfs=FAR)
@@ -339,6 +345,7 @@ def test_a_pooled_target_goes_back_while_idle_and_returns(pair, bridges):
     assert a.xa_recover() == [] and b.xa_recover() == []
 
 
+@pytest.mark.slow
 def test_stopping_in_the_middle_loses_and_doubles_nothing(pair, tmp_path):
     a, b = pair
     send(a, "src", [str(i) for i in range(3000)])
@@ -381,6 +388,7 @@ FULL_DISK_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_full_disk_under_the_log_stops_the_link_and_loses_nothing(tmp_path):
     out = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(tmp_path),
                           str(Path(__file__).parent)], capture_output=True, text=True,
@@ -393,6 +401,7 @@ def test_a_full_disk_under_the_log_stops_the_link_and_loses_nothing(tmp_path):
     assert result["doubt"] == 0 and result["dmq"] == 0
 
 
+@pytest.mark.slow
 def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_order(pair, bridges,
                                                                                       monkeypatch):
     """Between in-process brokers the commit phase runs behind the link (xa/completer.py):

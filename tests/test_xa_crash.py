@@ -27,7 +27,7 @@ from bridgemgr.xa.sqllog import SqlTxLog
 from bridgemgr.xa.txlog import FileTxLog, txlog_path
 from stores import jdbc, open_at
 
-pytestmark = [pytest.mark.crash, pytest.mark.timeout(240)]
+pytestmark = [pytest.mark.crash, pytest.mark.slow, pytest.mark.timeout(240)]
 
 CHILD = Path(__file__).with_name("xa_crash_child.py")
 ROOT = Path(__file__).resolve().parents[1]

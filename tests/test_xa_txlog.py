@@ -73,6 +73,7 @@ def test_records_round_trip(record):
     assert found.records == [record] and found.problem is None
 
 
+@pytest.mark.slow
 @given(st.lists(records, max_size=8), st.data())
 def test_a_truncated_log_reads_as_a_prefix(recs, data):
     body = b"".join(frame(r) for r in recs)
