@@ -14,20 +14,15 @@ the port mapper at ``-b host:port``, the user and password come from ``-u`` /
 from __future__ import annotations
 
 import json
-import ssl
-from collections.abc import Callable
-from typing import Any, TypeVar
+from typing import Any
 
 import click
 
-from .admin.client import AdminClient, AdminError
+from .admin.client import AdminError
+from .admin.login import admin_login, admin_options, host_port, open_admin
 from .admin.protocol import Command, Reply
 
-DEFAULT_BROKER = "localhost:7676"
-PASSWORD_KEY = "imq.imqbridgemgr.password"
 STOMP = "STOMP"
-
-F = TypeVar("F", bound=Callable[..., Any])
 
 EXAMPLES = """Examples:
   imqbridgemgr list bridge -b localhost:7676
@@ -104,19 +99,6 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
     return "\n".join(out)
 
 
-def _read_passfile(path: str) -> str:
-    import javaproperties
-
-    try:
-        with open(path, encoding="utf-8") as fh:
-            props = javaproperties.load(fh)
-    except OSError as exc:
-        raise click.ClickException(f"cannot read the password file {path}: {exc.strerror}") from None
-    if PASSWORD_KEY not in props:
-        raise click.ClickException(f"the password file {path} does not set {PASSWORD_KEY}")
-    return props[PASSWORD_KEY]
-
-
 def _check_usage(op: str, argument: str, bridge: str | None, link: str | None, btype: str | None) -> str | None:
     """The original's option rules; returns the bridge name to use (STOMP: 'stomp')."""
     if btype == STOMP:
@@ -141,67 +123,6 @@ def _check_usage(op: str, argument: str, bridge: str | None, link: str | None, b
     return bridge
 
 
-def _host_port(broker: str) -> tuple[str, int]:
-    host, sep, port_text = broker.rpartition(":")
-    if not sep or not port_text.isdigit() or not host:
-        raise click.UsageError(f"-b must be host:port, not {broker!r}")
-    return host, int(port_text)
-
-
-def _admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
-    """Find the admin port through the port mapper: (host, port, is TLS)."""
-    from .admin.portmapper import PortMapperError, find_service
-
-    host, port = _host_port(broker)
-    try:
-        entry = find_service(host, port, ("bridgeadmin",), timeout=timeout)
-    except PortMapperError as exc:
-        raise click.ClickException(f"cannot reach the broker at {broker}: {exc}") from None
-    return host, entry.port, entry.protocol == "tls"
-
-
-def admin_options(fn: F) -> F:
-    """The options that find and log in to a service's admin port (every admin command and
-    every CLI job): -b, -u, -passfile, -secure, --cafile, -rtm, -rtr."""
-    for option in reversed((
-        click.option("-b", "broker", default=DEFAULT_BROKER, show_default=True, metavar="HOST:PORT",
-                     help="The broker's port mapper."),
-        click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing)."),
-        click.option("-passfile", "passfile", metavar="FILE",
-                     help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing)."),
-        click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS."),
-        click.option("--cafile", envvar="IMQ_BRIDGEMGR_CAFILE", metavar="FILE",
-                     help="CA certificates to trust for -secure (default: the system's)."),
-        click.option("-rtm", "reply_timeout", type=click.IntRange(1), default=10, show_default=True,
-                     help="Seconds to wait for each reply."),
-        click.option("-rtr", "retries", type=click.IntRange(0), default=5, show_default=True,
-                     help="How often to retry a broken connection."),
-    )):
-        fn = option(fn)
-    return fn
-
-
-def admin_login(user: str | None, passfile: str | None) -> tuple[str, str]:
-    """The admin user and password: -u / -passfile, else asked for."""
-    if user is None:
-        user = click.prompt("Enter the user name", default="admin")
-    password = _read_passfile(passfile) if passfile else click.prompt(
-        "Enter the password", hide_input=True)
-    return user, password
-
-
-def open_admin(broker: str, user: str, password: str, secure: bool, cafile: str | None,
-               reply_timeout: int, retries: int) -> AdminClient:
-    """A client of the admin port behind the port mapper at ``broker`` (it logs in with
-    its first request)."""
-    host, port, tls = _admin_address(broker, float(reply_timeout))
-    if secure and not tls:
-        raise click.ClickException(f"the admin service at {broker} does not offer TLS (-secure)")
-    ctx = ssl.create_default_context(cafile=cafile) if tls else None
-    return AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout,
-                       retries=retries)
-
-
 def _command(op: str):
     @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
     @click.argument("argument", type=click.Choice(["bridge", "link"], case_sensitive=False))
@@ -221,7 +142,7 @@ def _command(op: str):
         argument = argument.lower()
         btype = btype.upper() if btype else None
         bridge = _check_usage(op, argument, bridge, link, btype)
-        _host_port(broker)
+        host_port(broker)
         if op != "list" and not force and not click.confirm(
                 f"Are you sure you want to perform operation [{op}] on this {argument} ?",
                 default=False, show_default=False, prompt_suffix=" (y/n)[n] "):

@@ -242,10 +242,12 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
 
 
 from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)
+from .spark.dmqcli import dmq  # noqa: E402  (dmq archive|report|redrive)
+from .spark.drain import drain  # noqa: E402  (drain -bn -ln)
 
 _register_admin_commands(main)
-main.add_command(__import__("bridgemgr.spark.dmqcli", fromlist=["dmq"]).dmq)  # dmq archive|report|redrive
-main.add_command(__import__("bridgemgr.spark.drain", fromlist=["drain"]).drain)  # drain -bn -ln
+main.add_command(dmq)
+main.add_command(drain)
 
 if __name__ == "__main__":
     main()

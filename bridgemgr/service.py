@@ -495,6 +495,9 @@ BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]
 def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
+
+        if manager.props.bridge(name).runner == "spark":
+            from .spark import runner  # noqa: F401  (registers the link runner "spark")
         # runner=spark links reach the host broker from Spark's processes over jms
         return JMSBridge.from_properties(
             manager.props, name, broker_url=manager.jms_url if manager.jms_services else None)

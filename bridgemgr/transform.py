@@ -15,8 +15,10 @@ looks in the transformer folders first (the original's ``lib/ext``): the directo
 ``transformers/``. There ``module.Class`` names ``<folder>/module.py``, and a path that
 starts with the folder's own name (``transformers.uppercase.UppercaseTransformer``) names a
 module inside it. Anything else is imported from the Python path as usual. A name that is
-no Python module (``com.example.Upper``) is taken for a Java class when Java is configured
-(imq.bridge.java.classpath, lib/ext, or a running JVM): see bridgemgr.providers.java.transformer.
+no Python module (``com.example.Upper``) goes to the loaders that providers register with
+:func:`register_transformer_loader`: the Java provider (bridgemgr.providers.java, registered
+when imported: the service and ``check`` import it where they configure Java) takes it for a
+Java class when Java is configured (imq.bridge.java.classpath, lib/ext, or a running JVM).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import re
 import sys
 import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -141,23 +143,40 @@ def _import(module_name: str, folders: Sequence[Path]) -> ModuleType:
     return importlib.import_module(module_name)
 
 
-def _java_configured() -> bool:
-    """Whether a Java class could be meant: a JVM runs or a Java classpath is set."""
-    try:
-        from .providers.java import jvm
-    except ImportError:
-        return False
-    return jvm.is_started() or bool(jvm.classpath())
+@dataclass(frozen=True)
+class TransformerLoader:
+    """A provider's way to load transformers named by something that is no Python module."""
+
+    kind: str  # what it loads, for the error: "... nor is it a Java transformer: ..."
+    load: Callable[[str], MessageTransformer | None]  # None: its kind is not configured
 
 
-def _java_transformer(class_path: str, python_problem: str) -> MessageTransformer:
-    """A plain Java class name (com.example.Upper) as a transformer, through JPype."""
-    from .providers.java.transformer import JavaTransformer
+_loaders: list[TransformerLoader] = []
 
-    try:
-        return JavaTransformer(class_path)
-    except JMSException as exc:
-        raise JMSException(f"{python_problem}; nor is it a Java transformer: {exc}") from exc
+
+def register_transformer_loader(kind: str, load: Callable[[str], MessageTransformer | None]) -> None:
+    """Offer ``load`` the class names no Python module has (tried in the order registered).
+
+    ``load`` returns None when it is not configured (the name stays a Python problem), the
+    transformer, or raises JMSException when it cannot make one. Registering a kind again
+    replaces its loader."""
+    with _import_lock:
+        _loaders[:] = [loader for loader in _loaders if loader.kind != kind]
+        _loaders.append(TransformerLoader(kind, load))
+
+
+def _from_loaders(class_path: str, python_problem: str) -> MessageTransformer | None:
+    """The transformer a registered loader makes of ``class_path``; None if none takes it."""
+    with _import_lock:
+        loaders = list(_loaders)
+    for loader in loaders:
+        try:
+            transformer = loader.load(class_path)
+        except JMSException as exc:
+            raise JMSException(f"{python_problem}; nor is it {loader.kind}: {exc}") from exc
+        if transformer is not None:
+            return transformer
+    return None
 
 
 def load_transformer(class_path: str,
@@ -175,8 +194,9 @@ def load_transformer(class_path: str,
         where = ", ".join(str(f) for f in folders) or "no transformer folder"
         problem = (f"cannot load message transformer {class_path}: {exc} (looked in "
                    f"{where} and on the Python path)")
-        if isinstance(exc, ModuleNotFoundError) and _java_configured():
-            return _java_transformer(class_path, problem)
+        found = _from_loaders(class_path, problem) if isinstance(exc, ModuleNotFoundError) else None
+        if found is not None:
+            return found
         raise JMSException(problem) from exc
     except Exception as exc:  # the module itself failed while being imported
         raise JMSException(f"cannot load message transformer {class_path}: importing "

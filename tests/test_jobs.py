@@ -7,8 +7,8 @@ import click
 import pytest
 
 from bridgemgr.admin.client import AdminClient
+from bridgemgr.admin.login import admin_address
 from bridgemgr.admin.protocol import Command
-from bridgemgr.admincli import _admin_address
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers import embedded
 from bridgemgr.providers.embedded.remote import RemoteConnection
@@ -55,7 +55,7 @@ def remote_only():
 
 
 def admin(daemon: Daemon) -> AdminClient:
-    host, port, _ = _admin_address(daemon.address, 10.0)
+    host, port, _ = admin_address(daemon.address, 10.0)
     return AdminClient(host, port, "admin", "Job-Secret-1")
 
 

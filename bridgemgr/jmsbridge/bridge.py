@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue
@@ -42,6 +42,7 @@ from ..providers import embedded
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
+from . import link as _local_runner  # noqa: F401  (registers the link runner "local")
 from .config import (
     BUILTIN_DMQ,
     BUILTIN_DMQ_DESTINATION,
@@ -53,16 +54,13 @@ from .config import (
 from .connections import BridgeConnections, Connector, configured_client_id, connection_kind
 from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
-from .link import Link, LinkSetup, LinkTuning
 from .logs import BridgeLog
 from .pipeline import Interrupted
 from .plugins import load_configured_transformer
 from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
+from .runners import LOCAL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, link_runner, runner_names
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
-
-if TYPE_CHECKING:
-    from ..spark.runner import SparkLink
 
 LOGGING_CONFIG_PROPERTY = "java.util.logging.config.file"
 # A link no longer connecting: what start() waits for.
@@ -115,7 +113,7 @@ class JMSBridge:
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
         self.log = logging.getLogger(f"imq.bridge.{self.name}")
         self._bridge_log: BridgeLog | None = None
-        self._links: dict[str, Link | SparkLink] = {}
+        self._links: dict[str, LinkRunner] = {}
         self._counters: dict[str, LinkCounters] = {}
         self._connections: BridgeConnections | None = None
         self._dmqs: DeadMessageQueues | None = None
@@ -136,11 +134,11 @@ class JMSBridge:
         return self.lifecycle.state
 
     @property
-    def links(self) -> list[Link | SparkLink]:
+    def links(self) -> list[LinkRunner]:
         """The enabled links of the last start, in file order."""
         return list(self._links.values())
 
-    def link(self, name: str) -> Link | SparkLink:
+    def link(self, name: str) -> LinkRunner:
         link = self._links.get(name)
         if link is None:
             known = [cfg.name for cfg in self.config.links] if self.config else []
@@ -244,7 +242,7 @@ class JMSBridge:
             return self.state
 
     # --- link commands -------------------------------------------------------------------------
-    def _link_command(self, name: str, command: Command) -> Link | SparkLink:
+    def _link_command(self, name: str, command: Command) -> LinkRunner:
         if self.state is not State.STARTED:
             raise IllegalTransition(f"cannot {command.value} link {name} of bridge {self.name}: "
                                     f"the bridge is {self.state.value} (link commands need "
@@ -333,6 +331,8 @@ class JMSBridge:
         self._go_on()
         # 9. the links
         bridge_props = self.props.bridge(self.name) if self.props is not None else None
+        context = RunnerContext(self.name, self.props, connections, self._dmqs, self.log, self.tuning,
+                                self.broker_url, self.transformer_path)
         for link in enabled:
             target = (None if link.target.as_source
                       else destinations[link.target.destination_ref])
@@ -349,15 +349,8 @@ class JMSBridge:
                 backout_threshold=(bridge_props.backout_threshold if bridge_props
                                    else BACKOUT_THRESHOLD),
                 batch_size=batch)
-            runner: Link | SparkLink
-            if bridge_props is not None and bridge_props.runner == "spark" and not link.transacted:
-                runner = self._spark_link(setup)
-            else:
-                if bridge_props is not None and bridge_props.runner == "spark":
-                    self.log.info("link %s is transacted: it runs on the local runner (a Spark "
-                                  "link is at-least-once, a transacted one once-and-only-once)",
-                                  link.name)
-                runner = Link(setup, connections, self._dmqs, self.log, self.tuning)
+            runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
+                                  setup)(setup, context)
             runner.counters = self._counters.setdefault(link.name, runner.counters)
             self._links[link.name] = runner
         self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
@@ -366,17 +359,20 @@ class JMSBridge:
         for runner in self._links.values():
             runner.start(0)  # connecting goes on in the link's thread; start() waits for it
 
-    def _spark_link(self, setup: LinkSetup) -> SparkLink:
-        """runner=spark: the link as a Structured Streaming query (bridgemgr/spark)."""
-        from ..spark.runner import SparkLink, spark_link_options
-
-        if self.props is None or self.broker_url is None:
-            raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{self.name}.runner=spark "
-                                   "needs the service's host broker and its jms connection "
-                                   "service (imq.jms.tcp.port)")
-        options, checkpoint = spark_link_options(self.props, self.name, setup.config.name,
-                                                 self.broker_url, self.transformer_path)
-        return SparkLink(setup, options, checkpoint, self.log, self.props, self.tuning)
+    def _runner(self, name: str, setup: LinkSetup) -> Callable[[LinkSetup, RunnerContext], LinkRunner]:
+        """The runner named ``name`` (imq.bridge.<name>.runner) for the link ``setup``
+        describes; a transacted link runs on the local runner."""
+        if name != LOCAL and setup.config.transacted:
+            self.log.info("link %s is transacted: it runs on the local runner (a Spark "
+                          "link is at-least-once, a transacted one once-and-only-once)",
+                          setup.config.name)
+            name = LOCAL
+        factory = link_runner(name)
+        if factory is None:
+            raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{self.name}.runner={name} "
+                                   f"names no registered link runner (registered: "
+                                   f"{', '.join(runner_names())})")
+        return factory
 
     def _open_log(self, config: BridgeConfig) -> None:
         """The bridge's file, levels and password filter, for this start's configuration."""

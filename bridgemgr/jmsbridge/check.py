@@ -127,6 +127,9 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
               environ: Mapping[str, str] | None = None,
               timeout: float = DEFAULT_TIMEOUT) -> CheckReport:
     """Check everything given; ``resolve`` also looks up the factories of transacted links."""
+    # The Java provider registers the loader of Java transformers (as serve imports it).
+    from ..providers.java import configure_from_properties
+
     overrides = list(overrides)
     problems: list[Problem] = []
     summary: list[str] = []
@@ -150,8 +153,6 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
     if props_files or overrides:
         props, found = parse_properties(props_files, overrides, environ)
         problems += found
-        from ..providers.java import configure_from_properties
-
         configure_from_properties(props)  # Java transformers: the classpath `serve` gives
         for name in props.bridge_names:
             btype = props.bridge_type(name)

@@ -42,17 +42,12 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from dataclasses import dataclass, field
 
-from ..jms.destination import Destination, Topic
+from ..jms.destination import Topic
 from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS
 from ..jms.spi import MessageConsumer, MessageProducer
-from ..transform import MessageTransformer
-from .config import BridgeConfig, LinkConfig
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
-from .counters import LinkCounters
 from .dmq import DeadMessageQueues, dead_letter
 from .pipeline import (
     CONNECTION_LOST,
@@ -65,7 +60,8 @@ from .pipeline import (
     Stage,
     run_steps,
 )
-from .states import LINK_TRANSITIONS, Command, Lifecycle, State
+from .runners import LOCAL, LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
+from .states import State
 from .transfer import TransactedLinkUnsupported, TransferTransaction
 
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
@@ -80,66 +76,21 @@ def now_ms() -> int:
     return int(time.time() * 1000)
 
 
-@dataclass(frozen=True)
-class LinkTuning:
-    """Knobs the chapter does not have; the defaults follow the chapter."""
-
-    poll_interval: float = 0.2     # an idle link looks at its commands this often (s)
-    ack_batch: int = 1             # non-transacted: messages per CLIENT_ACKNOWLEDGE
-    retry_deadline: float = 30.0   # how long a retriable failure is retried (s)
-    backoff_initial: float = 0.3
-    backoff_max: float = 10.0
-    start_timeout: float = 30.0    # how long start() of a link or bridge waits for connecting (s)
-
-
-@dataclass(frozen=True)
-class LinkSetup:
-    """What the bridge resolved for one link at start."""
-
-    config: LinkConfig
-    bridge: BridgeConfig
-    source: Destination
-    target: Destination | None              # None: AS_SOURCE
-    target_kind: ConnectionKind
-    transaction: type[TransferTransaction]
-    transformer: MessageTransformer | None = None
-    destinations: Mapping[str, Destination] = field(default_factory=dict)
-    backout_threshold: int = 0
-    batch_size: int = 1
-
-    @property
-    def source_label(self) -> str:
-        """`list link`'s Source column: <cf-ref>:D:<queue:|topic:><name>."""
-        return f"{self.config.source.connection_factory_ref}:D:{self.source.kind}:{self.source.name}"
-
-    @property
-    def target_label(self) -> str:
-        where = (f"{self.target.kind}:{self.target.name}" if self.target is not None
-                 else "AS_SOURCE")
-        return f"{self.config.target.connection_factory_ref}:{self.target_kind.value}:{where}"
-
-
 class ConnectionLost(Exception):
     """The source or target connection failed; the link reconnects."""
 
 
-class Link:
-    """One <link> of a running bridge."""
+class Link(RunnerBase):
+    """One <link> of a running bridge, run by a thread of this process (runner=local)."""
+
+    runner = LOCAL
 
     def __init__(self, setup: LinkSetup, connections: BridgeConnections,
                  dmqs: DeadMessageQueues, log: logging.Logger,
                  tuning: LinkTuning = LinkTuning()) -> None:
-        self.setup = setup
-        self.config = setup.config
-        self.name = setup.config.name
-        self.bridge_name = setup.bridge.name
+        super().__init__(setup, log, tuning)
         self.connections = connections
         self.dmqs = dmqs
-        self.log = log
-        self.tuning = tuning
-        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
-                                   LINK_TRANSITIONS, State.STOPPED)
-        self.counters = LinkCounters()
         self._want = State.STOPPED
         self._commands = 0  # bumped by every command: the loop looks at _want when it changes
         self._stop = threading.Event()
@@ -165,20 +116,10 @@ class Link:
         # consuming a message must complete each message before it receives the next one.
         self.batch = 1 if halts and not setup.transaction.transacted else max(1, setup.batch_size)
 
-    # --- state and commands (any thread) ---------------------------------------------------
-    @property
-    def state(self) -> State:
-        return self.lifecycle.state
-
-    @property
-    def transacted(self) -> bool:
-        return self.config.transacted
-
-    def start(self, timeout: float | None = -1) -> State:
+    # --- commands (any thread; RunnerBase checked the state table) ---------------------------
+    def _on_start(self, timeout: float | None) -> State:
         """Start the transfer thread; wait until it connected (or ``timeout`` seconds,
         tuning.start_timeout by default); the state then (STARTING while still connecting)."""
-        if self.lifecycle.begin(Command.START) is None:
-            return self.state
         if self._thread is not None:
             self._thread.join()
         self._stop.clear()
@@ -192,10 +133,8 @@ class Link:
         return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED},
                                        self._wait(timeout))
 
-    def stop(self, timeout: float | None = None) -> State:
+    def _on_stop(self, timeout: float | None) -> State:
         """Finish the message in flight, complete what was handled, close the connections."""
-        if self.lifecycle.begin(Command.STOP) is None:
-            return self.state
         self._command(State.STOPPED)
         self._stop.set()
         thread = self._thread
@@ -205,34 +144,21 @@ class Link:
             self.lifecycle.set(State.STOPPED)
         return self.state
 
-    def pause(self, timeout: float | None = -1) -> State:
+    def _on_pause(self, timeout: float | None) -> State:
         """Finish the message in flight and hold; waits like start() (a link still
         connecting pauses once connected)."""
-        if self.lifecycle.begin(Command.PAUSE) is None:
-            return self.state
         self._command(State.PAUSED)
         return self.lifecycle.wait_for({State.PAUSED, State.STOPPED}, self._wait(timeout))
 
-    def resume(self, timeout: float | None = -1) -> State:
-        if self.lifecycle.begin(Command.RESUME) is None:
-            return self.state
+    def _on_resume(self, timeout: float | None) -> State:
         self._command(State.STARTED)
         return self.lifecycle.wait_for({State.STARTED, State.STOPPED}, self._wait(timeout))
-
-    def _wait(self, timeout: float | None) -> float | None:
-        return self.tuning.start_timeout if timeout == -1 else timeout
 
     def _command(self, want: State) -> None:
         with self.lifecycle.cond:
             self._want = want
             self._commands += 1
             self.lifecycle.cond.notify_all()
-
-    def info(self) -> dict[str, object]:
-        """What the admin `list link` shows, plus the counters."""
-        return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
-                "target": self.setup.target_label, "transacted": self.transacted,
-                "counters": self.counters.snapshot()}
 
     # --- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
@@ -654,3 +580,10 @@ class Link:
 class _Halt(Exception):
     """The link stops without consuming the current message."""
 
+
+def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
+    """runner=local: the link in a thread of this process."""
+    return Link(setup, context.connections, context.dmqs, context.log, context.tuning)
+
+
+register_link_runner(LOCAL, local_link)

@@ -131,8 +131,8 @@ class _Admin:
 
     def _request(self, op: str, bridge: str, link: str) -> Any:
         from ..admin.client import AdminError
+        from ..admin.login import open_admin
         from ..admin.protocol import Command
-        from ..admincli import open_admin
 
         try:
             with open_admin(*self.args) as client:

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from ..admin.client import AdminError
+from ..admin.login import admin_login, admin_options, host_port, open_admin
 from ..admin.protocol import Command
-from ..admincli import _host_port, admin_login, admin_options, open_admin
 from .options import BACKOUT_THRESHOLD
 
 if TYPE_CHECKING:
@@ -69,7 +69,7 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
     from ..props import ConfigError
     from ..providers.embedded import set_remote_broker_url
 
-    host, port = _host_port(broker)
+    host, port = host_port(broker)
     user, password = admin_login(user, passfile)
     try:
         with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:

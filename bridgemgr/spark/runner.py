@@ -1,6 +1,8 @@
 # How it works: a SparkLink is what JMSBridge builds instead of a Link for a
-# non-transacted link of a bridge with imq.bridge.<name>.runner=spark. It has the Link's
-# public interface (state, start/stop/pause/resume, info, counters), and runs the link as
+# non-transacted link of a bridge with imq.bridge.<name>.runner=spark: this module registers
+# it as the link runner "spark" (jmsbridge/runners.py) when imported, which the service does
+# for such a bridge. It shares RunnerBase with the Link (state, start/stop/pause/resume,
+# info, counters), and runs the link as
 # one Structured Streaming query: LinkDataSource (source.py) -> LinkStreamWriter
 # (sink.py), checkpointed under <bridge dir>/spark/<link>/checkpoint, the source log in
 # its sourcelog folder. start() and resume() start the query (from the checkpoint when
@@ -26,8 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..jmsbridge.counters import LinkCounters
-from ..jmsbridge.link import LinkSetup, LinkTuning
-from ..jmsbridge.states import LINK_TRANSITIONS, Command, Lifecycle, State
+from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
+from ..jmsbridge.states import State
 from .options import FORMAT, LinkOptions
 
 if TYPE_CHECKING:
@@ -110,7 +112,7 @@ class SparkCounters(LinkCounters):
         return super().snapshot()
 
 
-class SparkLink:
+class SparkLink(RunnerBase):
     """One <link> of a running bridge, run by Spark (runner=spark)."""
 
     runner = "spark"
@@ -118,17 +120,10 @@ class SparkLink:
     def __init__(self, setup: LinkSetup, options: LinkOptions, checkpoint: Path,
                  log: logging.Logger, props: BrokerProperties | None = None,
                  tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None) -> None:
-        self.setup = setup
-        self.config = setup.config
-        self.name = setup.config.name
-        self.bridge_name = setup.bridge.name
+        super().__init__(setup, log, tuning)
         self.options = options
         self.checkpoint = checkpoint
-        self.log = log
         self.props = props
-        self.tuning = tuning
-        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
-                                   LINK_TRANSITIONS, State.STOPPED)
         self.counters: LinkCounters = SparkCounters(options.stats)
         self._spark = spark
         self._query: StreamingQuery | None = None
@@ -136,38 +131,22 @@ class SparkLink:
         self._lock = threading.RLock()   # query start/stop
         self._wake = threading.Event()   # a command for the watcher's backoff
 
-    # --- state and commands ------------------------------------------------------------------
-    @property
-    def state(self) -> State:
-        return self.lifecycle.state
-
-    @property
-    def transacted(self) -> bool:
-        return self.config.transacted
-
-    def start(self, timeout: float | None = -1) -> State:
+    # --- commands (RunnerBase checked the state table) -----------------------------------------
+    def _on_start(self, timeout: float | None) -> State:
         """Start the query (from the checkpoint when there is one)."""
-        if self.lifecycle.begin(Command.START) is None:
-            return self.state
         return self._run(State.STARTED)
 
-    def resume(self, timeout: float | None = -1) -> State:
+    def _on_resume(self, timeout: float | None) -> State:
         """Start the query again from the checkpoint that pause() kept."""
-        if self.lifecycle.begin(Command.RESUME) is None:
-            return self.state
         return self._run(State.STARTED)
 
-    def pause(self, timeout: float | None = -1) -> State:
+    def _on_pause(self, timeout: float | None) -> State:
         """Stop the query between batches; keep the checkpoint (and the source log)."""
-        if self.lifecycle.begin(Command.PAUSE) is None:
-            return self.state
         self._halt(State.PAUSED)
         self.log.info("link %s paused (Spark query stopped, checkpoint kept)", self.name)
         return self.state
 
-    def stop(self, timeout: float | None = None) -> State:
-        if self.lifecycle.begin(Command.STOP) is None:
-            return self.state
+    def _on_stop(self, timeout: float | None) -> State:
         self._halt(State.STOPPED)
         self.log.info("link %s stopped", self.name)
         return self.state
@@ -334,3 +313,19 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
         transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
         broker_user=props.admin_user or "", broker_password=props.admin_password or "")
     return options, checkpoint
+
+
+def spark_link(setup: LinkSetup, context: RunnerContext) -> SparkLink:
+    """runner=spark: the link as a Structured Streaming query."""
+    if context.props is None or context.broker_url is None:
+        from ..jmsbridge.bridge import BridgeStartError
+
+        raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{context.bridge}.runner=spark "
+                               "needs the service's host broker and its jms connection "
+                               "service (imq.jms.tcp.port)")
+    options, checkpoint = spark_link_options(context.props, context.bridge, setup.config.name,
+                                             context.broker_url, context.transformer_path)
+    return SparkLink(setup, options, checkpoint, context.log, context.props, context.tuning)
+
+
+register_link_runner("spark", spark_link)

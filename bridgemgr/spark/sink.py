@@ -1,9 +1,9 @@
 # How it works: LinkStreamWriter.write() runs in executor tasks, one per log slice of the
 # micro-batch. Each Python worker keeps one Transfer per link (transfer.py; worker reuse:
 # the next task of the link finds it), which runs the pipeline steps and sends or gives
-# to the DMQs, and returns the task's counts (BatchCounts). commit() (driver, once per
-# batch) appends them to the link's stats file, one JSON line per batch id (a retried
-# batch id replaces the earlier line when read).
+# to the DMQs, and returns the task's counts (BatchCounts, counts.py). commit() (driver,
+# once per batch) appends them to the link's stats file, one JSON line per batch id (a
+# retried batch id replaces the earlier line when read).
 #
 # Spark unpickles the writer and the counts in short-lived processes too (the write's
 # planning, the sink's commit on the driver): this module imports nothing of the bridge,
@@ -15,14 +15,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections import Counter
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from .counts import BatchCounts, sum_counts
 from .options import LinkOptions
 
 if TYPE_CHECKING:
@@ -31,18 +30,6 @@ if TYPE_CHECKING:
     from .transfer import Transfer
 
 log = logging.getLogger("imq.bridge.spark.sink")
-
-
-@dataclass
-class BatchCounts(WriterCommitMessage):
-    """What one task did (summed per batch on the driver)."""
-
-    rows: int = 0
-    transferred: int = 0
-    consumed_only: int = 0
-    to_dmq: int = 0
-    dmq_lost: int = 0
-    reasons: dict[str, int] = field(default_factory=dict)
 
 
 _transfers: dict[LinkOptions, Transfer] = {}
@@ -70,20 +57,6 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("link %s: batch %d failed; it runs again from the source log at the next "
                     "start", self.options.link, batchId)
-
-
-def sum_counts(parts: Any) -> BatchCounts:
-    total = BatchCounts()
-    reasons: Counter[str] = Counter()
-    for part in parts:
-        total.rows += part.rows
-        total.transferred += part.transferred
-        total.consumed_only += part.consumed_only
-        total.to_dmq += part.to_dmq
-        total.dmq_lost += part.dmq_lost
-        reasons.update(part.reasons)
-    total.reasons = dict(reasons)
-    return total
 
 
 def read_stats(path: str | Path) -> dict[int, dict[str, Any]]:

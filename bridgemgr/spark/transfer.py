@@ -53,10 +53,10 @@ from ..jmsbridge.pipeline import (
     Stage,
     run_steps,
 )
+from .counts import BatchCounts
 from .linkenv import LinkEnvironment
 from .log import SourceLog
 from .options import SOURCE_ID_PROPERTY, LinkOptions
-from .sink import BatchCounts
 
 if TYPE_CHECKING:  # pyarrow starts threads: not imported before Spark's daemon forks (daemon.py)
     import pyarrow as pa

@@ -44,6 +44,7 @@ never deserialised here); only the Java consumer at the far end needs it.
 from __future__ import annotations
 
 from ...jms import naming
+from ...transform import register_transformer_loader
 from .client import (
     JavaConnection,
     JavaConnectionFactory,
@@ -54,11 +55,12 @@ from .client import (
 )
 from .context import JavaContextFactory
 from .jvm import CLASSPATH_PROPERTY, close_all, configure, configure_from_properties, is_started
-from .transformer import JavaTransformer, install_finder
+from .transformer import JavaTransformer, install_finder, load_if_configured
 
 __all__ = ["CLASSPATH_PROPERTY", "JavaConnection", "JavaConnectionFactory", "JavaContextFactory",
            "JavaTransformer", "JavaXAConnection", "JavaXAConnectionFactory", "JavaXASession",
            "close_all", "configure", "configure_from_properties", "is_started", "wrap_factory"]
 
 naming.register_context_factory(naming.JAVA_CONTEXT_FACTORY, JavaContextFactory)
+register_transformer_loader("a Java transformer", load_if_configured)  # com.example.Upper
 install_finder()

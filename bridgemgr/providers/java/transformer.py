@@ -32,8 +32,9 @@
 # bridgemgr.providers.java.classes.<Java class name>: the module
 # bridgemgr.providers.java.classes is a finder (install_finder) that makes every dotted name
 # below it resolve to a JavaTransformer of that class, so the loader of transformers
-# (bridgemgr.transform.load_transformer) loads it like any Python plugin. load() does the
-# same for a plain Java class name.
+# (bridgemgr.transform.load_transformer) loads it like any Python plugin. For a plain Java
+# class name, load_transformer asks load_if_configured(), which the package registers
+# (register_transformer_loader), once no Python module has the name.
 #
 # JavaTransformer is our MessageTransformer: transform() hands Java a real javax.jms
 # message, a JPype proxy (MessageView and its kinds) over a copy of our message: every
@@ -509,6 +510,14 @@ def load(class_name: str) -> JavaTransformer:
     return JavaTransformer(class_name)
 
 
+def load_if_configured(class_name: str) -> JavaTransformer | None:
+    """load_transformer's loader for a name that is no Python module: a JavaTransformer when
+    Java is configured (a JVM runs or a classpath is set), else None (not meant for Java)."""
+    if not (jvm.is_started() or jvm.classpath()):
+        return None
+    return JavaTransformer(class_name)
+
+
 # --- bridgemgr.providers.java.classes.<Java class name> ---------------------------------------------
 
 class _ClassesFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -552,5 +561,6 @@ __all__ = [
     "TargetSession",
     "install_finder",
     "load",
+    "load_if_configured",
     "view_of",
 ]

@@ -1,0 +1,315 @@
+"""The import rules of docs/architecture.md ("What may import what"), checked on the source.
+
+Every module of ``bridgemgr`` is parsed with ``ast``; every import counts, at module level or
+inside a function, and so do ``importlib.import_module("...")`` and ``__import__("...")``
+with a literal name. Nothing is imported, so a test run needs none of the optional servers.
+Between layers an import under ``if TYPE_CHECKING:`` counts too (a layer that names another's
+types depends on it); inside a package it does not make a cycle, since nothing runs it.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGE = ROOT / "bridgemgr"
+
+# The nodes of the layer graph: these subpackages, and every other module of bridgemgr
+# (transform, service, cli, admincli, props, users, netloop, demo, the package itself)
+# on its own.
+SUBPACKAGES = ("bridgemgr.jms", "bridgemgr.jmsbridge", "bridgemgr.xa", "bridgemgr.spark",
+               "bridgemgr.stompbridge", "bridgemgr.admin", "bridgemgr.providers.embedded",
+               "bridgemgr.providers.java", "bridgemgr.providers.stomp")
+
+EMBEDDED = "bridgemgr.providers.embedded"
+# The host broker's internals: nothing outside providers/embedded/ imports these modules,
+# or Broker, Envelope and Work from anywhere.
+BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in ("broker", "queues", "store", "channel", "wire"))
+BROKER_NAMES = {"Broker", "Envelope", "Work"}
+
+# Today's violations, as (importing module below bridgemgr, "module:name" or "module" it takes). Each goes
+# when the module reaches the host broker through the HostBroker interface instead; an entry
+# that no longer matches an import fails the test, so the list only shrinks.
+ALLOWLIST = {
+    ("cli", f"{EMBEDDED}.store:StoreError"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("demo", f"{EMBEDDED}:Broker"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("service", f"{EMBEDDED}:Broker"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.host", f"{EMBEDDED}:Broker"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.host", f"{EMBEDDED}.broker:Work"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.host", f"{EMBEDDED}.broker:now_ms"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.host", f"{EMBEDDED}.queues:Envelope"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.server", f"{EMBEDDED}:Broker"),  # removed by the HostBroker interface (issue 20 item 1)
+    ("stompbridge.session", f"{EMBEDDED}.queues:Envelope"),  # removed by the HostBroker interface (issue 20 item 1)
+}
+
+
+@dataclass(frozen=True)
+class Import:
+    """One import statement's target, as the module that holds it sees it."""
+
+    module: str      # the importing module, e.g. bridgemgr.spark.sink
+    line: int
+    target: str      # the module imported, e.g. bridgemgr.spark.transfer
+    names: tuple[str, ...]  # the names taken from it (from-imports), else ()
+    type_only: bool = False  # under `if TYPE_CHECKING:`
+
+    def where(self) -> str:
+        path = MODULES[self.module].relative_to(ROOT) if self.module in MODULES else self.module
+        return f"{path}:{self.line} imports {self.target}" + (
+            f" ({', '.join(self.names)})" if self.names else "") + (
+            " [TYPE_CHECKING]" if self.type_only else "")
+
+
+def _modules() -> dict[str, Path]:
+    """Every module of bridgemgr by dotted name (a package by its own name)."""
+    modules = {}
+    for path in sorted(PACKAGE.rglob("*.py")):
+        parts = list(path.relative_to(ROOT).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        modules[".".join(parts)] = path
+    return modules
+
+
+MODULES = _modules()
+
+
+def _is_package(module: str) -> bool:
+    return MODULES[module].name == "__init__.py"
+
+
+def _literal_import_call(node: ast.Call) -> str | None:
+    """The module name of ``importlib.import_module("x")`` or ``__import__("x")``."""
+    func = node.func
+    name = func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else None
+    if name not in ("import_module", "__import__") or not node.args:
+        return None
+    arg = node.args[0]
+    return arg.value if isinstance(arg, ast.Constant) and isinstance(arg.value, str) else None
+
+
+def _type_checking_nodes(tree: ast.AST) -> set[int]:
+    """The ids of the nodes inside ``if TYPE_CHECKING:`` blocks."""
+    inside: set[int] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.If) and (
+                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            inside.update(id(n) for stmt in node.body for n in ast.walk(stmt))
+    return inside
+
+
+def parse_imports(module: str, source: str, is_package: bool = False) -> Iterator[Import]:
+    """Every import in ``source``, the text of ``module``, with relative names resolved."""
+    tree = ast.parse(source)
+    type_only = _type_checking_nodes(tree)
+    package = module if is_package else module.rpartition(".")[0]
+    for node in ast.walk(tree):
+        typed = id(node) in type_only
+        if isinstance(node, ast.Import):
+            for alias in node.names:
+                yield Import(module, node.lineno, alias.name, (), typed)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[:len(base) - node.level + 1]
+                target = ".".join(base + ([node.module] if node.module else []))
+            else:
+                target = node.module or ""
+            names = []
+            for alias in node.names:
+                if f"{target}.{alias.name}" in MODULES:  # `from pkg import mod`: the module pkg.mod
+                    yield Import(module, node.lineno, f"{target}.{alias.name}", (), typed)
+                else:
+                    names.append(alias.name)
+            if names:
+                yield Import(module, node.lineno, target, tuple(names), typed)
+        elif isinstance(node, ast.Call):
+            target = _literal_import_call(node)
+            if target is None:
+                continue
+            fromlist: tuple[str, ...] = ()
+            for keyword in node.keywords:
+                if keyword.arg == "fromlist" and isinstance(keyword.value, (ast.List, ast.Tuple)):
+                    fromlist = tuple(e.value for e in keyword.value.elts
+                                     if isinstance(e, ast.Constant) and isinstance(e.value, str))
+            modules = [f"{target}.{name}" for name in fromlist if f"{target}.{name}" in MODULES]
+            for found in modules:
+                yield Import(module, node.lineno, found, (), typed)
+            if not modules:
+                yield Import(module, node.lineno, target, fromlist, typed)
+
+
+def _imports(module: str) -> Iterator[Import]:
+    return parse_imports(module, MODULES[module].read_text(), _is_package(module))
+
+
+IMPORTS = [imp for module in MODULES for imp in _imports(module) if imp.target.startswith("bridgemgr")]
+
+
+# The package itself (bridgemgr/__init__.py: __version__, and connect() for users' own
+# programs) is the package's face, as any package's __init__ may re-export its modules: its
+# imports make no edges.
+FACE = "bridgemgr"
+
+
+def _layer(module: str) -> str:
+    """The node of the layer graph that ``module`` belongs to."""
+    for package in SUBPACKAGES:
+        if module == package or module.startswith(package + "."):
+            return package
+    return module
+
+
+def _package_module(module: str) -> tuple[str, str]:
+    """(package, module inside it) for the graph of a package's own modules.
+
+    A module in a folder below a package (spark/sitepath/) counts as its package's.
+    """
+    for package in sorted((m for m in MODULES if _is_package(m)), key=len, reverse=True):
+        if module.startswith(package + "."):
+            return package, package + "." + module[len(package) + 1:].split(".")[0]
+    return module.rpartition(".")[0], module
+
+
+def _cycles(edges: dict[tuple[str, str], list[Import]]) -> list[list[str]]:
+    """The strongly connected components of more than one node (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for a, b in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in sorted(graph[node]):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def _report(cycles: list[list[str]], edges: dict[tuple[str, str], list[Import]]) -> str:
+    """Each cycle with the import lines of its edges (the first few of a wide edge)."""
+    lines = []
+    for component in cycles:
+        members = set(component)
+        lines.append("cycle: " + " <-> ".join(component))
+        for (a, b), imports in sorted(edges.items()):
+            if a in members and b in members:
+                lines.append(f"  {a} -> {b}:")
+                lines.extend(f"    {imp.where()}" for imp in imports[:6])
+                if len(imports) > 6:
+                    lines.append(f"    ... and {len(imports) - 6} more")
+    return "\n".join(lines)
+
+
+def _resolved(target: str) -> str:
+    """``target`` as a module of bridgemgr (a from-import of a name: its module)."""
+    while target and target not in MODULES:
+        target = target.rpartition(".")[0]
+    return target
+
+
+def test_the_parser_sees_every_kind_of_import():
+    source = (
+        "from typing import TYPE_CHECKING\n"
+        "import importlib\n"
+        "from . import sink\n"                                   # a module of the package
+        "from ..jmsbridge.link import Link\n"                    # a name from a module
+        "if TYPE_CHECKING:\n"
+        "    from ..jms.spi import Session\n"
+        "def later():\n"
+        "    from ..admincli import open_admin\n"                # inside a function
+        "    importlib.import_module('bridgemgr.providers.java')\n"
+        "    return __import__('bridgemgr.spark.drain', fromlist=['drain'])\n")
+    found = {(imp.line, imp.target, imp.names, imp.type_only)
+             for imp in parse_imports("bridgemgr.spark.runner", source)}
+    assert found >= {
+        (3, "bridgemgr.spark.sink", (), False),
+        (4, "bridgemgr.jmsbridge.link", ("Link",), False),
+        (6, "bridgemgr.jms.spi", ("Session",), True),
+        (8, "bridgemgr.admincli", ("open_admin",), False),
+        (9, "bridgemgr.providers.java", (), False),
+        (10, "bridgemgr.spark.drain", ("drain",), False),
+    }
+
+
+def test_no_cycle_between_layers():
+    edges: dict[tuple[str, str], list[Import]] = {}
+    for imp in IMPORTS:
+        a, b = _layer(imp.module), _layer(_resolved(imp.target))
+        if a != b and FACE not in (a, b):
+            edges.setdefault((a, b), []).append(imp)
+    cycles = _cycles(edges)
+    assert not cycles, "import cycles between the layers of bridgemgr:\n" + _report(cycles, edges)
+
+
+def test_no_cycle_between_the_modules_of_a_package():
+    edges: dict[tuple[str, str], list[Import]] = {}
+    for imp in IMPORTS:
+        if imp.type_only:
+            continue
+        target = _resolved(imp.target)
+        (package_a, a), (package_b, b) = _package_module(imp.module), _package_module(target)
+        # a package's __init__ is its face: it may re-export its modules
+        if package_a == package_b and a != b and package_a not in (a, b):
+            edges.setdefault((a, b), []).append(imp)
+    cycles = _cycles(edges)
+    assert not cycles, "import cycles inside a package:\n" + _report(cycles, edges)
+
+
+def test_jms_is_the_bottom_layer():
+    outside = [imp.where() for imp in IMPORTS
+               if _layer(imp.module) == "bridgemgr.jms" and _layer(_resolved(imp.target)) != "bridgemgr.jms"]
+    assert not outside, "bridgemgr/jms imports the rest of bridgemgr:\n" + "\n".join(outside)
+
+
+def _broker_internals(imp: Import) -> list[str]:
+    """What of the host broker's internals ``imp`` takes: "module" or "module:name" each."""
+    target = _resolved(imp.target)
+    if any(target == m or target.startswith(m + ".") for m in BROKER_INTERNALS):
+        return [f"{target}:{name}" for name in imp.names] or [target]
+    if target.startswith(EMBEDDED):
+        return [f"{target}:{name}" for name in imp.names if name in BROKER_NAMES]
+    return []
+
+
+def test_nothing_outside_the_embedded_broker_touches_its_internals():
+    found: dict[tuple[str, str], Import] = {}
+    for imp in IMPORTS:
+        if _layer(imp.module) != EMBEDDED:
+            for what in _broker_internals(imp):
+                found.setdefault((imp.module.removeprefix("bridgemgr."), what), imp)
+    new = sorted(f"{imp.where()}: {what}" for (module, what), imp in found.items()
+                 if (module, what) not in ALLOWLIST)
+    assert not new, ("imports of the host broker's internals outside providers/embedded/ "
+                     "(reach it through the HostBroker interface):\n" + "\n".join(new))
+    gone = sorted(f"{module}: {what}" for module, what in ALLOWLIST if (module, what) not in found)
+    assert not gone, ("allowlisted imports of the host broker's internals that are gone; "
+                      "remove them from ALLOWLIST:\n" + "\n".join(gone))
