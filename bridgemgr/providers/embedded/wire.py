@@ -38,8 +38,9 @@ otherwise) before the REPLY (``receive_no_wait``).
 from __future__ import annotations
 
 import struct
+from collections.abc import Callable
 from enum import Enum, IntEnum
-from typing import Any, Callable, NamedTuple
+from typing import Any, NamedTuple
 
 from ...jms import codec
 from ...jms.destination import Destination, Queue
@@ -369,7 +370,7 @@ class Wire:
         self._state = state
         self._legal = frozenset(int(k) for k in _LEGAL.get((self.role, state), ()))
 
-    def receive_data(self, data: bytes) -> None:
+    def receive_data(self, data: bytes | memoryview) -> None:
         if self._pos > 65536 and self._pos * 2 > len(self._buf):
             del self._buf[:self._pos]
             self._pos = 0
