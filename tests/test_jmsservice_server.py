@@ -156,7 +156,7 @@ def test_every_connection_is_released_after_the_fuzzing(harness, alice):
         raw = RawClient(harness.service.port, preamble=None)
         raw.send(data)
         raw.close()
-    wait_for(lambda: len(harness.service.links) == 1)   # alice's only
+    wait_for(lambda: len(harness.service.connections) == 1)   # alice's only
 
 
 def test_no_hello_in_time_closes_the_connection(broker):
@@ -376,7 +376,7 @@ def test_many_clients_at_once_lose_and_duplicate_nothing(harness, broker):
     assert not errors
     assert sorted(received) == sorted(f"{i}:{k}" for i in range(n_clients) for k in range(per))
     wait_for(lambda: broker.destinations()["queue:orders"] == {"pending": 0, "unacked": 0, "bytes": 0})
-    wait_for(lambda: len(harness.service.links) == 0)
+    wait_for(lambda: len(harness.service.connections) == 0)
 
 
 def test_stopping_the_service_breaks_clients_clearly_and_returns_their_messages(broker):

@@ -16,7 +16,7 @@ import bridgemgr
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, naming
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException, TransportException
 from bridgemgr.providers import embedded
-from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, jmsservice
+from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, clientconn
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
 from remote.support import Harness, free_port
@@ -418,7 +418,7 @@ def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness,
 # --- browsing and XA --------------------------------------------------------------------------------
 
 def test_browsing_pages_through_a_long_queue(harness, monkeypatch):
-    monkeypatch.setattr(jmsservice, "BROWSE_PAGE_MESSAGES", 7)
+    monkeypatch.setattr(clientconn, "BROWSE_PAGE_MESSAGES", 7)
     conn = harness.factory().create_connection()
     put(conn, *[str(i) for i in range(30)])
     session = conn.create_session()
@@ -426,7 +426,7 @@ def test_browsing_pages_through_a_long_queue(harness, monkeypatch):
     for m in session.create_browser(Q, "JMSPriority = 4"):
         assert m.is_read_only
         break                                   # stopping early closes it in the service
-    wait_for(lambda: not next(iter(harness.service.links)).browsers)
+    wait_for(lambda: not next(iter(harness.service.connections)).client.browsers)
     conn.close()
 
 

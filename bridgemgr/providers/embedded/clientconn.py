@@ -1,0 +1,759 @@
+"""One client connection of the host broker's ``jms`` service, with no sockets (sans-IO).
+
+How it works: a :class:`ClientConnection` is one remote client's protocol state: its
+:class:`wire.Wire` (bytes in, frames out), its state (HANDSHAKE, AUTHENTICATING, REFUSED,
+OPEN, CLOSED), its sessions, consumers and browsers, and one handler per request op
+(``HANDLERS``). It does no I/O and knows no threads or timers; its driver (the service's
+asyncio protocol, or a test) feeds it what the socket read (``receive_data``), writes what
+it has to send (``data_to_send``), runs the blocking calls it asks for (``take_calls``) in a
+thread pool and reports each (``complete``), runs on the loop what the connection
+``post``s from any thread (consumer pumps, a broker failure), calls ``tick`` every half
+heart-beat interval, and closes the socket once ``closed`` is true.
+
+After HELLO is authenticated (a blocking call; nothing more is read until it is answered,
+and a refusal leaves the connection REFUSED, for the driver to fail after its delay) the
+connection owns one :class:`EmbeddedConnection` of the broker, and every remote session,
+consumer, transaction and XA branch is the embedded one, so the broker's rules hold over
+the wire unchanged. When the socket closes for any reason, ``connection_lost`` closes that
+embedded connection, which gives back what the client held: unacknowledged messages
+return to their queues (redelivered), open transactions roll back, unprepared XA branches
+roll back, prepared ones stay in doubt for ``recover``, temporary destinations go away.
+
+Deliveries are pushed. A remote consumer (:class:`RemoteConsumer`) takes messages from its
+queue on the loop thread while it has room in its prefetch window, and otherwise waits in
+the queue's ``waiters`` like an in-process consumer; the broker's wake-up (``notify``,
+called under the broker lock from any thread) posts another ``pump``. Taken messages stay
+with the consumer ("in flight") until the client reports them CONSUMED, which moves them
+into the session's work (or acknowledges them, in AUTO/DUPS_OK) and frees room in the
+window; the window is refilled once a quarter of it is free, so deliveries leave in
+batches (one write, one wake-up of the client for many messages), while a message
+arriving for a waiting consumer goes out at once. A clean close gives in-flight messages
+back as never delivered; a lost connection gives them back as redelivered. While the
+socket cannot take more (``set_writable(False)``) consumers take nothing.
+
+Requests are handled as they are read, except those that may wait for the store (XA
+prepare/commit/rollback, unsubscribe): their handlers return a :class:`Deferred`, which
+becomes a blocking call answered when it is done. Sends and commits when the store fsyncs
+are applied at once and answered once their store batch is on disk: their handlers return
+a :class:`Durable` ticket, and one blocking call per read waits for the newest ticket
+(batches commit in order) and answers them all. Clients send nothing on a session while
+such a request is pending, so a session's requests stay in order. A handler's
+JMSException is the request's ERROR reply (or, for a request without a reply inside a
+transaction, the failure of its commit); a frame that breaks the protocol is a fatal
+ERROR naming it, and the connection closes.
+
+Security: nothing but HELLO is accepted before authentication, and frames are limited to
+64 KiB until then. With an ``authorizer(user, action, destination) -> bool`` each
+destination a client produces to, consumes from or browses is checked (actions
+``produce``, ``consume``, ``browse``; temporary destinations are the client's own and
+always allowed). Passwords are never logged.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from enum import Enum
+from functools import partial
+from typing import Any
+
+from ... import __version__
+from ...jms import codec, xa
+from ...jms.destination import Destination, Queue, Topic
+from ...jms.errors import (
+    IllegalStateException,
+    InvalidDestinationException,
+    JMSException,
+    JMSSecurityException,
+    TransactionRolledBackException,
+    TransportException,
+    XAException,
+)
+from ...jms.message import Message
+from ...jms.selector import compile_selector
+from ...jms.spi import AckMode
+from ...jms.xa import Xid
+from . import wire
+from .broker import Broker
+from .client import EmbeddedConnection, EmbeddedConsumer, EmbeddedSession, EmbeddedXASession
+from .queues import Envelope
+
+log = logging.getLogger(__name__)
+
+Authenticate = Callable[[str | None, str | None], bool]
+Authorizer = Callable[[str | None, str, Destination], bool]
+Post = Callable[[Callable[[], None]], None]
+
+MIN_HEARTBEAT = 0.05
+BROWSE_PAGE_MESSAGES = 500
+BROWSE_PAGE_BYTES = 1 << 20
+MAX_PREFETCH = 65536
+_HELLO, _INDIVIDUAL = wire.Op.HELLO, AckMode.INDIVIDUAL_ACKNOWLEDGE
+
+
+class State(Enum):
+    HANDSHAKE = "waiting for HELLO"
+    AUTHENTICATING = "authenticating"
+    REFUSED = "login refused"       # the driver fails it after its delay
+    OPEN = "open"
+    CLOSED = "closed"
+
+
+@dataclass(slots=True, eq=False)
+class BlockingCall:
+    """Work the driver runs in its thread pool, then reports with ``complete``."""
+
+    fn: Callable[[], Any]
+    done: Callable[[Any, BaseException | None], None]
+
+
+class Deferred:
+    """A handler's answer that must wait: run ``fn`` off the loop, reply its result."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
+class Durable:
+    """A handler's answer once store batch ``ticket`` is durable (see the module notes)."""
+
+    __slots__ = ("ticket",)
+
+    def __init__(self, ticket: int) -> None:
+        self.ticket = ticket
+
+
+class RemoteSession:
+    """Service-side state of a remote session beside its embedded session."""
+
+    __slots__ = ("by_tag", "failed", "s", "sid", "tags")
+
+    def __init__(self, sid: int, session: EmbeddedSession) -> None:
+        self.sid = sid
+        self.s = session
+        self.tags = itertools.count(1)
+        self.by_tag: dict[int, Envelope] = {}      # INDIVIDUAL_ACKNOWLEDGE: consumed, unacked
+        self.failed: JMSException | None = None    # an asynchronous send of the transaction failed
+
+
+class RemoteConsumer(EmbeddedConsumer):
+    """An embedded consumer whose messages go to a remote client (see the module notes)."""
+
+    def __init__(self, client: ClientConnection, session: RemoteSession, cid: int,
+                 destination: Destination, selector: str | None, prefetch: int,
+                 durable_name: str | None) -> None:
+        super().__init__(session.s, destination, selector, durable_name)
+        self.client = client
+        self.remote = session
+        self.cid = cid
+        self.prefetch = prefetch          # 0: a pull consumer (see wire's notes)
+        self.refill = max(1, prefetch // 4)  # CONSUMED refills the window in batches this big
+        self.credit = 0                   # PULL credits of a pull consumer
+        self.inflight: dict[int, Envelope] = {}
+        self._scheduled = False
+
+    def room(self) -> int:
+        return self.prefetch - len(self.inflight) if self.prefetch else self.credit
+
+    # called by the broker under its lock, from any thread
+    def can_take(self, message: Message | None) -> bool:
+        return self.room() > 0 and not self.client.paused and super().can_take(message)
+
+    def notify(self) -> None:
+        self.schedule()
+
+    def schedule(self) -> None:
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            self.client.post(self.pump)
+
+    def pump(self) -> None:
+        """Deliver while the window has room; then wait in the queue for the next message."""
+        self._scheduled = False
+        client = self.client
+        if self.closed or client.closed:
+            return
+        out = []
+        broker, inflight, tags = self.broker, self.inflight, self.remote.tags
+        while self.room() > 0 and not client.paused:
+            env = broker.receive(self, 0, False)
+            if env is None:
+                with broker.lock:  # park, then look once more: no wake-up can be missed
+                    if self not in self.queue.waiters:
+                        self.queue.waiters.append(self)
+                env = broker.receive(self, 0, False)
+                if env is None:
+                    break
+            tag = next(tags)
+            inflight[tag] = env
+            if not self.prefetch:
+                self.credit -= 1
+            blob = env.wire if env.wire is not None else codec.encode(env.message)
+            out.append(wire.delivery(self.cid, tag, env.dcount, blob))
+        if out:
+            client._out.append(b"".join(out))
+
+    def give_back(self, seen: bool) -> None:
+        """Return in-flight messages to the queue; ``seen=False``: as never delivered."""
+        envs = list(self.inflight.values())
+        self.inflight.clear()
+        self.credit = 0
+        if not seen:
+            for env in envs:
+                env.dcount -= 1
+        if envs:
+            self.broker.redeliver(envs)
+
+    def close(self) -> None:
+        if not self.closed:
+            self.give_back(seen=True)
+            with self.broker.lock:  # unpark: the queue keeps waiters that cannot take
+                waiters = self.queue.waiters
+                while self in waiters:
+                    waiters.remove(self)
+        super().close()
+
+
+_NO_CALLS: tuple[BlockingCall, ...] = ()
+
+
+class ClientConnection:
+    """One remote client's connection (see the module notes). Not thread-safe: the loop
+    owns it; other threads reach it through ``post`` only."""
+
+    def __init__(self, broker: Broker, *, authenticate: Authenticate, post: Post,
+                 authorizer: Authorizer | None = None, heartbeat: float = 30.0,
+                 max_frame: int = wire.DEFAULT_MAX_FRAME, peer: str = "?", now: float = 0.0) -> None:
+        self.broker = broker
+        self.post = post
+        self.peer = peer
+        self.heartbeat = heartbeat        # ours, in seconds; HELLO negotiates the interval
+        self.max_frame = max_frame
+        self.embedded: EmbeddedConnection | None = None
+        self.user: str | None = None
+        self.interval = 0.0               # the negotiated heart-beat interval, once OPEN
+        self.refusal: JMSException | None = None
+        self.paused = False               # the socket takes nothing more for now
+        self.sessions: dict[int, RemoteSession] = {}
+        self.consumers: dict[int, RemoteConsumer] = {}
+        self.browsers: dict[int, list[Message]] = {}
+        self._authenticate = authenticate
+        self._authorizer = authorizer
+        self._wire = wire.Wire(wire.Role.SERVER, max_frame)
+        self._state = State.HANDSHAKE
+        self._reading = True              # HANDSHAKE or OPEN: requests are handled
+        self._closing = False             # CLOSE handled: CLOSED once its reply is queued
+        self._browser_ids = itertools.count(1)
+        self._allowed: dict[tuple[str, Destination], bool] = {}
+        self._out: list[bytes] = [wire.PREAMBLE]
+        self._calls: list[BlockingCall] = []
+        self._durable: list[tuple[int, int | None, int]] = []  # (call, sid, ticket) answered once durable
+        self._last_read = self._last_write = now
+
+    # --- the driver's interface ------------------------------------------------------------
+    @property
+    def state(self) -> State:
+        return self._state
+
+    @state.setter
+    def state(self, state: State) -> None:
+        self._state = state
+        self._reading = state is State.HANDSHAKE or state is State.OPEN
+
+    @property
+    def closed(self) -> bool:
+        """Nothing more is read or handled: write what is queued, then close the socket."""
+        return self._state is State.CLOSED
+
+    def receive_data(self, data: bytes | memoryview, now: float) -> None:
+        """Bytes from the client: handle every complete request they finish."""
+        self._last_read = now
+        self._wire.receive_data(data)
+        self._process()
+
+    @property
+    def has_output(self) -> bool:
+        return bool(self._out)
+
+    def data_to_send(self, now: float) -> bytes:
+        """Everything to write, as one write (a system call wakes the client, which costs
+        more than the bytes)."""
+        out = self._out
+        if not out:
+            return b""
+        self._last_write = now
+        data = out[0] if len(out) == 1 else b"".join(out)
+        out.clear()
+        return data
+
+    def take_calls(self) -> Sequence[BlockingCall]:
+        """The blocking calls to start now; one waits for the store for the whole read."""
+        if self._durable:
+            waiting, self._durable = self._durable, []
+            ticket = max(t for _, _, t in waiting)
+            self._calls.append(BlockingCall(partial(self.broker.wait_durable, ticket),
+                                            partial(self._durable_done, waiting)))
+        if not self._calls:
+            return _NO_CALLS
+        calls, self._calls = self._calls, []
+        return calls
+
+    def complete(self, call: BlockingCall, result: Any, exc: BaseException | None = None) -> None:
+        """A call of ``take_calls`` is done (``exc``: it raised)."""
+        if not self.closed:
+            call.done(result, exc)
+
+    def set_writable(self, writable: bool) -> None:
+        """Transport flow control: consumers take nothing while the socket is full."""
+        self.paused = not writable
+        if writable:
+            for consumer in self.consumers.values():
+                consumer.schedule()
+
+    def tick(self, now: float) -> None:
+        """Heart-beats: fail a client silent for three intervals; beat when we were quiet."""
+        if self._state is not State.OPEN:
+            return
+        silent = now - self._last_read
+        if silent > 3 * self.interval:
+            log.warning("jms client %s sent nothing for %.1f s; taking it for dead", self.peer, silent)
+            self.fail(TransportException(f"no heart-beat from the client for {silent:.1f} s"))
+        elif now - self._last_write >= self.interval * 0.9:
+            self._out.append(wire.HEARTBEAT)
+
+    def handshake_expired(self, timeout: float) -> None:
+        """The driver's handshake timer ran out: fail unless HELLO was accepted."""
+        if self.embedded is None and not self.closed:
+            self.fail(wire.ProtocolError(f"no HELLO within {timeout:g} s"))
+
+    def fail(self, exc: JMSException) -> None:
+        """Tell the client why (a fatal ERROR frame) and stop; the driver closes the socket."""
+        if self.closed:
+            return
+        self._out.append(wire.failure(0, exc, fatal=True))
+        self.state = State.CLOSED
+
+    def connection_lost(self, exc: BaseException | None = None) -> None:
+        """The socket is gone: closing the embedded connection gives back what the client held."""
+        self.state = State.CLOSED
+        self._calls.clear()
+        self._durable.clear()
+        conn, self.embedded = self.embedded, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                log.exception("jms client %s: releasing its connection failed", self.peer)
+            log.info("jms client %s (user %s) disconnected%s", self.peer, self.user,
+                     f": {exc}" if exc else "")
+
+    # --- processing --------------------------------------------------------------------------
+    def _process(self) -> None:
+        """Handle every complete request received (until the state stops reading)."""
+        wire_ = self._wire
+        try:
+            while self._reading and (event := wire_.next_event()) is not None:
+                if event.__class__ is wire.Request:
+                    self._request(event)
+        except wire.ProtocolError as exc:
+            log.warning("jms client %s broke the protocol: %s", self.peer, exc)
+            self.fail(exc)
+            return
+        if self._closing:
+            self.state = State.CLOSED
+
+    def _request(self, req: wire.Request) -> None:
+        op = req.op
+        if op is _HELLO:
+            self._hello(req)
+            return
+        sid = req.args[0] if op in _SESSION_OPS else None
+        try:
+            result = HANDLERS[op](self, *req.args)
+        except JMSException as exc:
+            self._answer_error(req.call, sid, exc)
+            return
+        except Exception as exc:  # a bug here must not take the service down
+            log.exception("jms client %s: %s failed", self.peer, op.name)
+            self._answer_error(req.call, sid, JMSException(f"internal error in {op.name}: {exc}"))
+            return
+        if result.__class__ is Durable:
+            self._durable.append((req.call, sid, result.ticket))
+        elif result.__class__ is Deferred:
+            self._calls.append(BlockingCall(result.fn, partial(self._answer, req.call, sid)))
+        elif req.call:
+            self._out.append(wire.reply(req.call, result))
+
+    def _answer_error(self, call: int, sid: int | None, exc: JMSException) -> None:
+        if call:
+            self._out.append(wire.failure(call, exc))
+            return
+        session = self.sessions.get(sid) if sid is not None else None
+        if session is not None and session.s._work_now() is not None:
+            session.failed = session.failed or exc  # its commit (or XA end) fails with it
+            return
+        self._out.append(wire.failure(0, exc, session=sid))
+
+    def _answer(self, call: int, sid: int | None, result: Any, exc: BaseException | None) -> None:
+        if exc is None:
+            if call:
+                self._out.append(wire.reply(call, result))
+        elif isinstance(exc, JMSException):
+            self._answer_error(call, sid, exc)
+        else:
+            log.error("jms client %s: request failed", self.peer, exc_info=exc)
+            self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
+
+    def _durable_done(self, waiting: list[tuple[int, int | None, int]], result: Any,
+                      exc: BaseException | None) -> None:
+        for call, sid, _ in waiting:
+            self._answer(call, sid, None, exc)
+
+    # --- HELLO ---------------------------------------------------------------------------------
+    def _hello(self, req: wire.Request) -> None:
+        """Authenticate off the loop (checking a password may be slow on purpose); read
+        nothing more until that is done."""
+        user, password = req.args[:2]
+        self.state = State.AUTHENTICATING
+        self._calls.append(BlockingCall(partial(self._authenticate, user, password),
+                                        partial(self._hello_done, req)))
+
+    def _hello_done(self, req: wire.Request, ok: Any, exc: BaseException | None) -> None:
+        user, _, heartbeat_ms, client = req.args
+        if exc is not None:
+            log.error("jms client %s: the authenticator failed", self.peer, exc_info=exc)
+        if exc is not None or not ok:
+            log.warning("jms client %s (%s): authentication failed for user %r", self.peer, client, user)
+            self.refusal = JMSSecurityException(f"authentication failed for user {user!r}")
+            self.state = State.REFUSED
+            return
+        try:
+            conn = EmbeddedConnection(self.broker, user)
+            self.broker.attach(conn)
+        except JMSException as error:
+            self.fail(error)
+            return
+        conn.set_exception_listener(self._broker_gone)
+        self.embedded, self.user = conn, user
+        self._wire.open()
+        mine, theirs = self.heartbeat, heartbeat_ms / 1000
+        self.interval = max(MIN_HEARTBEAT, min(x for x in (mine, theirs, 3600.0) if x > 0))
+        log.info("jms client %s (%s) connected as %r", self.peer, client, user)
+        self._out.append(wire.reply(req.call, {
+            "instance": self.broker.instance_name, "rm_id": self.broker.rm_id,
+            "provider": Broker.provider_name, "version": __version__, "protocol": wire.VERSION,
+            "heartbeat_ms": int(self.interval * 1000), "max_frame": self.max_frame}))
+        self.state = State.OPEN
+        self._process()
+
+    def _broker_gone(self, exc: JMSException) -> None:
+        self.post(partial(self.fail, exc))
+
+    # --- lookups and checks ---------------------------------------------------------------------
+    def _conn(self) -> EmbeddedConnection:
+        conn = self.embedded
+        assert conn is not None, "requests are handled only after HELLO"
+        return conn
+
+    def _session(self, sid: int) -> RemoteSession:
+        session = self.sessions.get(sid)
+        if session is None:
+            raise IllegalStateException(f"session {sid} does not exist (closed?)")
+        return session
+
+    def _check(self, action: str, dest: Destination) -> None:
+        authorizer = self._authorizer
+        if authorizer is None or dest.is_temporary:
+            return
+        key = (action, dest)
+        allowed = self._allowed.get(key)
+        if allowed is None:
+            allowed = self._allowed[key] = bool(authorizer(self.user, action, dest))
+        if not allowed:
+            raise JMSSecurityException(f"user {self.user!r} may not {action} {dest}")
+
+    @staticmethod
+    def _give_back_unseen(consumers: Iterable[RemoteConsumer]) -> None:
+        for consumer in list(consumers):
+            consumer.give_back(seen=False)
+
+    # --- handlers (one per op; arguments as wire.ARGS lists them) ---------------------------------
+    def _close(self) -> None:
+        conn, self.embedded = self._conn(), None
+        self._give_back_unseen(self.consumers.values())
+        self.consumers.clear()
+        conn.close()
+        self._closing = True
+
+    def _set_client_id(self, client_id: str) -> None:
+        self._conn().client_id = client_id
+
+    def _start(self) -> None:
+        self._conn().start()
+        for consumer in self.consumers.values():
+            consumer.schedule()
+
+    def _stop(self) -> None:
+        self._conn().stop()
+
+    def _new_session(self, sid: int, transacted: bool, ack_mode: int, xa: bool) -> None:
+        if sid in self.sessions:
+            raise IllegalStateException(f"session {sid} already exists")
+        conn = self._conn()
+        try:
+            mode = AckMode(ack_mode)
+        except ValueError:
+            raise IllegalStateException(f"unknown acknowledge mode {ack_mode}") from None
+        session = conn.create_xa_session() if xa else conn.create_session(transacted, mode)
+        self.sessions[sid] = RemoteSession(sid, session)
+
+    def _close_session(self, sid: int) -> None:
+        session = self.sessions.pop(sid, None)
+        if session is None:
+            return
+        mine = [c for c in self.consumers.values() if c.remote is session]
+        self._give_back_unseen(mine)
+        for consumer in mine:
+            del self.consumers[consumer.cid]
+        session.s.close()
+
+    def _new_consumer(self, sid: int, cid: int, dest: Destination, selector: str | None, no_local: bool,
+                      durable_name: str | None, prefetch: int) -> None:
+        session = self._session(sid)
+        if cid in self.consumers:
+            raise IllegalStateException(f"consumer {cid} already exists")
+        if not 0 <= prefetch <= MAX_PREFETCH:
+            raise IllegalStateException(f"prefetch {prefetch} is outside 0..{MAX_PREFETCH}")
+        session.s._check_open()
+        self._check("consume", dest)
+        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name)
+        if durable_name is not None:
+            if not isinstance(dest, Topic):
+                raise InvalidDestinationException(f"a durable subscription needs a topic, not {dest}")
+            consumer.queue = self.broker.durable_queue(consumer, dest, durable_name, selector, no_local)
+        else:
+            consumer.queue = self.broker.queue_for_consumer(consumer, dest, selector, no_local)
+        session.s.consumers.append(consumer)
+        self.consumers[cid] = consumer
+        consumer.schedule()
+
+    def _close_consumer(self, sid: int, cid: int) -> None:
+        consumer = self.consumers.pop(cid, None)
+        if consumer is not None:
+            consumer.give_back(seen=False)
+            consumer.close()
+
+    def _unsubscribe(self, sid: int, name: str) -> Deferred:
+        session = self._session(sid)
+        return Deferred(partial(session.s.unsubscribe, name))
+
+    def _temp_create(self, sid: int, topic: bool) -> Destination:
+        session = self._session(sid).s
+        return session.create_temporary_topic() if topic else session.create_temporary_queue()
+
+    def _temp_delete(self, sid: int, dest: Destination) -> None:
+        self._session(sid).s.delete_temporary(dest)
+
+    def _send(self, sid: int, blob: bytes) -> Durable | None:
+        session = self._session(sid)
+        s = session.s
+        s._check_open()
+        message = codec.decode(blob)
+        dest = message.destination
+        if dest is None:
+            raise InvalidDestinationException("a SEND without a destination header")
+        self._check("produce", dest)
+        if s._work_now() is None and self.broker.sync:
+            ticket = self.broker.send(s.connection, message, dest, blob)
+            return None if ticket is None else Durable(ticket)
+        s._send(message, dest, blob)  # into the transaction, or to the broker without waiting
+        return None
+
+    def _consumed(self, sid: int, cid: int, tags: list[int]) -> None:
+        session = self._session(sid)
+        consumer = self.consumers.get(cid)
+        if consumer is None:
+            return  # closed meanwhile: what it had in flight went back already
+        inflight = consumer.inflight
+        envs = [inflight.pop(t) for t in tags if t in inflight]
+        s = session.s
+        if s._acks_now():
+            self.broker.acknowledge(envs)
+        else:
+            work = s._work_now() or s._work
+            individual = s.ack_mode is _INDIVIDUAL and work is s._work
+            for tag, env in zip(tags, envs):
+                env.owner = work
+                work.acks.append(env)
+                if individual:
+                    session.by_tag[tag] = env
+        if consumer.room() >= consumer.refill:
+            consumer.schedule()
+
+    def _return(self, sid: int, cid: int, tags: list[int], seen: bool) -> None:
+        consumer = self.consumers.get(cid)
+        if consumer is None:
+            return
+        envs = [consumer.inflight.pop(t) for t in tags if t in consumer.inflight]
+        if not seen:
+            for env in envs:
+                env.dcount -= 1
+        self.broker.redeliver(envs)
+        consumer.schedule()
+
+    def _pull(self, sid: int, cid: int, n: int) -> None:
+        consumer = self.consumers.get(cid)
+        if consumer is None:
+            return
+        if n < 0:
+            consumer.credit = 0
+        elif n > 0:
+            consumer.credit += n if not consumer.prefetch else 0
+            consumer.schedule()
+        elif consumer.prefetch:  # n == 0: deliver now, before this request's reply
+            consumer.pump()
+        else:
+            consumer.credit = 1
+            consumer.pump()
+            consumer.credit = 0
+
+    def _acknowledge(self, sid: int) -> None:
+        session = self._session(sid)
+        session.by_tag.clear()
+        session.s.acknowledge()
+
+    def _ack_one(self, sid: int, tag: int) -> None:
+        session = self._session(sid)
+        env = session.by_tag.pop(tag, None)
+        if env is not None:
+            self.broker.acknowledge_work(session.s._work, env)
+
+    def _restart_session(self, session: RemoteSession, undo: Callable[[], None]) -> None:
+        """recover/rollback: in-flight messages go back unseen, then the session's work is undone."""
+        mine = [c for c in self.consumers.values() if c.remote is session]
+        self._give_back_unseen(mine)
+        session.by_tag.clear()
+        session.failed = None
+        undo()
+        for consumer in mine:
+            consumer.schedule()
+
+    def _recover(self, sid: int) -> None:
+        session = self._session(sid)
+        self._restart_session(session, session.s.recover)
+
+    def _rollback(self, sid: int) -> None:
+        session = self._session(sid)
+        self._restart_session(session, session.s.rollback)
+
+    def _commit(self, sid: int) -> Durable | None:
+        session = self._session(sid)
+        if session.failed is not None:
+            failed = session.failed
+            self._rollback(sid)
+            raise TransactionRolledBackException(
+                f"the transaction was rolled back because a send in it failed: {failed}")
+        ticket = session.s.commit_no_wait()
+        return Durable(ticket) if ticket is not None and self.broker.sync else None
+
+    def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
+        self._session(sid).s._check_open()
+        self._check("browse", queue)
+        messages = self.broker.browse(queue, compile_selector(selector))
+        bid = next(self._browser_ids)
+        self.browsers[bid] = messages
+        return [bid, *self._browse_more(bid)]
+
+    def _browse_more(self, bid: int) -> list[Any]:
+        messages = self.browsers.get(bid)
+        if messages is None:
+            raise IllegalStateException(f"browser {bid} is closed")
+        page: list[bytes] = []
+        size = 0
+        while messages and len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
+            blob = codec.encode(messages.pop(0))
+            page.append(blob)
+            size += len(blob)
+        if not messages:
+            del self.browsers[bid]
+        return [page, not messages]
+
+    def _browse_close(self, bid: int) -> None:
+        self.browsers.pop(bid, None)
+
+    def _xa_session(self, sid: int) -> EmbeddedXASession:
+        s = self._session(sid).s
+        if not isinstance(s, EmbeddedXASession):
+            raise IllegalStateException(f"session {sid} is not an XA session")
+        return s
+
+    def _xa_start(self, sid: int, xid: Xid, flags: int) -> None:
+        self._xa_session(sid).xa_resource.start(xid, flags)
+
+    def _xa_end(self, sid: int, xid: Xid, flags: int) -> None:
+        s = self._xa_session(sid)
+        session = self.sessions[sid]
+        failed, session.failed = session.failed, None
+        if failed is not None and not flags & xa.TMFAIL:
+            s.xa_resource.end(xid, xa.TMFAIL)
+            raise XAException(f"end: branch {xid} is rollback-only because a send in it failed: {failed}",
+                              xa.XA_RBROLLBACK)
+        s.xa_resource.end(xid, flags)
+
+    def _xa_prepare(self, xid: Xid) -> Deferred:
+        return Deferred(partial(self.broker.xa_prepare, xid))
+
+    def _xa_commit(self, xid: Xid, one_phase: bool) -> Deferred:
+        return Deferred(partial(self.broker.xa_commit, xid, one_phase))
+
+    def _xa_rollback(self, xid: Xid) -> Deferred:
+        return Deferred(partial(self.broker.xa_rollback, xid))
+
+    def _xa_recover(self, flags: int) -> list[list[Any]]:
+        return [[x.format_id, x.gtrid, x.bqual] for x in self.broker.xa_recover()]
+
+    def _xa_forget(self, xid: Xid) -> None:
+        self.broker.xa_forget(xid)
+
+
+HANDLERS: dict[wire.Op, Callable[..., Any]] = {
+    wire.Op.CLOSE: ClientConnection._close,
+    wire.Op.SET_CLIENT_ID: ClientConnection._set_client_id,
+    wire.Op.START: ClientConnection._start,
+    wire.Op.STOP: ClientConnection._stop,
+    wire.Op.SESSION: ClientConnection._new_session,
+    wire.Op.SESSION_CLOSE: ClientConnection._close_session,
+    wire.Op.CONSUMER: ClientConnection._new_consumer,
+    wire.Op.CONSUMER_CLOSE: ClientConnection._close_consumer,
+    wire.Op.UNSUBSCRIBE: ClientConnection._unsubscribe,
+    wire.Op.TEMP_CREATE: ClientConnection._temp_create,
+    wire.Op.TEMP_DELETE: ClientConnection._temp_delete,
+    wire.Op.SEND: ClientConnection._send,
+    wire.Op.CONSUMED: ClientConnection._consumed,
+    wire.Op.RETURN: ClientConnection._return,
+    wire.Op.PULL: ClientConnection._pull,
+    wire.Op.ACKNOWLEDGE: ClientConnection._acknowledge,
+    wire.Op.ACK_ONE: ClientConnection._ack_one,
+    wire.Op.RECOVER: ClientConnection._recover,
+    wire.Op.COMMIT: ClientConnection._commit,
+    wire.Op.ROLLBACK: ClientConnection._rollback,
+    wire.Op.BROWSE: ClientConnection._browse,
+    wire.Op.BROWSE_MORE: ClientConnection._browse_more,
+    wire.Op.BROWSE_CLOSE: ClientConnection._browse_close,
+    wire.Op.XA_START: ClientConnection._xa_start,
+    wire.Op.XA_END: ClientConnection._xa_end,
+    wire.Op.XA_PREPARE: ClientConnection._xa_prepare,
+    wire.Op.XA_COMMIT: ClientConnection._xa_commit,
+    wire.Op.XA_ROLLBACK: ClientConnection._xa_rollback,
+    wire.Op.XA_RECOVER: ClientConnection._xa_recover,
+    wire.Op.XA_FORGET: ClientConnection._xa_forget,
+}
+
+# Ops whose first argument is a session id (an asynchronous failure names it).
+_SESSION_OPS = frozenset({wire.Op.SEND, wire.Op.CONSUMED, wire.Op.RETURN, wire.Op.SESSION_CLOSE,
+                          wire.Op.CONSUMER, wire.Op.CONSUMER_CLOSE, wire.Op.ACKNOWLEDGE, wire.Op.ACK_ONE,
+                          wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER})
