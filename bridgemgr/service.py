@@ -44,6 +44,7 @@ from .admin.protocol import (
     Reply,
 )
 from .jms.errors import IllegalStateException, JMSException
+from .jms.hostbroker import HostBroker
 from .netloop import NetLoop
 from .props import BrokerProperties, ConfigError
 from .providers.embedded import (
@@ -52,6 +53,7 @@ from .providers.embedded import (
     LimitBehavior,
     set_host_broker,
 )
+from .providers.embedded.host import EmbeddedHostBroker
 
 log = logging.getLogger(__name__)
 
@@ -87,6 +89,7 @@ class BridgeServiceManager:
         self.props = props
         self.instance_dir = props.instance_dir
         self.broker: Broker | None = None
+        self.host_broker: HostBroker | None = None  # what every front end is given
         self.netloop: NetLoop | None = None
         self.portmapper: Any = None
         self.jms_services: list[Any] = []
@@ -143,6 +146,7 @@ class BridgeServiceManager:
                                      auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
                                      auto.use_dmq))
         set_host_broker(self.broker)
+        self.host_broker = EmbeddedHostBroker(self.broker)
         log.info("host broker %s started, store %s (fsync %s)", self.broker.instance_name,
                  self.broker.store.path if self.broker.store else "-",
                  "on" if self.broker.sync else "off")
@@ -384,6 +388,7 @@ class BridgeServiceManager:
         if self.broker is not None:
             log.info("stopping the host broker")
             set_host_broker(None)
+            self.host_broker = None
             self.broker.close()
             self.broker = None
         self._unlock_instance()
@@ -454,12 +459,12 @@ class StompService:
     def __init__(self, manager: "BridgeServiceManager", name: str) -> None:
         from .stompbridge import StompBridge, StompConfig
 
-        assert manager.netloop is not None and manager.broker is not None
+        assert manager.netloop is not None and manager.host_broker is not None
         self.name = name
         self._manager = manager
         config = StompConfig.from_props(manager.props)
         config = dataclasses.replace(config, hostname=config.hostname or manager.host)
-        self.bridge = StompBridge(config, manager.broker, manager.users, manager.netloop)
+        self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop)
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
 
     @property
