@@ -3,8 +3,9 @@ network front ends and its bridges; run until told to stop, then stop cleanly.
 
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
-opens the embedded host broker there and makes it the process's host broker (what a
-bridge XML connection factory without lookup-name means), starts the network loop,
+opens the embedded host broker there and wraps it in the one HostBroker interface that
+every front end and bridge is given (what a bridge XML connection factory without
+lookup-name means), starts the network loop,
 the port mapper and the broker's ``jms`` connection service (other processes reach
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
 repository), and — when imq.bridge.enabled is true — the admin command port (only
@@ -47,12 +48,7 @@ from .jms.errors import IllegalStateException, JMSException
 from .jms.hostbroker import HostBroker
 from .netloop import NetLoop
 from .props import BrokerProperties, ConfigError
-from .providers.embedded import (
-    Broker,
-    DestinationLimits,
-    LimitBehavior,
-    set_host_broker,
-)
+from .providers.embedded import Broker, DestinationLimits, LimitBehavior
 from .providers.embedded.host import EmbeddedHostBroker
 
 log = logging.getLogger(__name__)
@@ -145,7 +141,6 @@ class BridgeServiceManager:
             limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,
                                      auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
                                      auto.use_dmq))
-        set_host_broker(self.broker)
         self.host_broker = EmbeddedHostBroker(self.broker)
         log.info("host broker %s started, store %s (fsync %s)", self.broker.instance_name,
                  self.broker.store.path if self.broker.store else "-",
@@ -387,7 +382,6 @@ class BridgeServiceManager:
             self.netloop = None
         if self.broker is not None:
             log.info("stopping the host broker")
-            set_host_broker(None)
             self.host_broker = None
             self.broker.close()
             self.broker = None
@@ -500,6 +494,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
         from .jmsbridge.bridge import JMSBridge
         # runner=spark links reach the host broker from Spark's processes over jms
         return JMSBridge.from_properties(
-            manager.props, name, broker_url=manager.jms_url if manager.jms_services else None)
+            manager.props, name, host=manager.host_broker,
+            broker_url=manager.jms_url if manager.jms_services else None)
 
     return {"jms": jms, "stomp": StompService}

@@ -18,10 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bridgemgr.providers.embedded import (  # noqa: E402
-    Broker, connection_factory, open_broker, set_host_broker,
-)
-
+from bridgemgr.providers.embedded import Broker, open_broker  # noqa: E402
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker  # noqa: E402
 from bridgemgr.transform import MessageTransformer  # noqa: E402
 
 from jmsbridge_support import FAST, bridge_xml, link_xml  # noqa: E402
@@ -49,7 +47,6 @@ def main() -> None:
     from bridgemgr.jmsbridge.config import parse_bridge_config
 
     broker = Broker(sys.argv[1], sync=True)
-    set_host_broker(broker)
     links = link_xml(target_attrs='message-transformer-class="link_crash_child.SlowEvery25th"')
     cfs, target = "", None
     if len(sys.argv) > 2:
@@ -62,7 +59,7 @@ def main() -> None:
                '</connection-factory>')
     bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
                                                       log_message_transfer="false")),
-                       host_factory=lambda env: connection_factory(), tuning=FAST)
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready")
     while broker.queue_depth("src") > 0:

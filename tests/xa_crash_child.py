@@ -23,9 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
 from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
 from bridgemgr.props import load_properties  # noqa: E402
-from bridgemgr.providers.embedded import (  # noqa: E402
-    connection_factory, open_broker, set_host_broker,
-)
+from bridgemgr.providers.embedded import open_broker  # noqa: E402
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker  # noqa: E402
 
 from jmsbridge_support import FAST, bridge_xml  # noqa: E402
 from stores import jdbc, open_at  # noqa: E402
@@ -50,7 +49,6 @@ def say(line: str) -> None:
 def main() -> None:
     source_store, target_store, varhome, batch = sys.argv[1:5]
     broker = open_at(source_store, sync=True)
-    set_host_broker(broker)
     target = open_broker(target_store, sync=True)  # the one the lookup finds
     store = (["imq.persist.store=jdbc",
               f"imq.persist.jdbc.postgresql.property.url={source_store.split('#')[0]}"]
@@ -62,7 +60,7 @@ def main() -> None:
     xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash",
                      log_message_transfer="false")
     bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host_factory=lambda env: connection_factory(), tuning=FAST)
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready")
     while broker.queue_depth("src") > 0:
