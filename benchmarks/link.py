@@ -64,7 +64,8 @@ from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory, host_txlog_sql, set_host_broker
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -88,19 +89,20 @@ def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool,
                 tx_batch: int = 0, far: Broker | None = None, txlog_sync: bool = True) -> JMSBridge:
     """The bench bridge; tx_batch > 0: a transacted link committing every tx_batch messages,
     to ``far`` (a second broker, a second resource manager) when given. A host broker on
-    PostgreSQL (the process's host broker then) keeps the XA log in its database."""
+    PostgreSQL keeps the XA log in its database."""
     settings = [f"imq.varhome={var}"]
     if tx_batch:
         settings += ["imq.bridge.bench.type=jms", "imq.bridge.bench.xmlurl=unused.xml",
                      f"imq.bridge.bench.transaction.batchSize={tx_batch}",
                      f"imq.bridge.bench.tm.props=txlogSync={str(txlog_sync).lower()}"]
-    if host_txlog_sql() is not None:
+    host = EmbeddedHostBroker(broker)
+    if host.txlog_sql() is not None:
         settings += ["imq.persist.store=jdbc",
                      "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://bench/bench"]
     props = load_properties([], settings, environ={})
     target = far if far is not None else broker
     return JMSBridge(parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0, far is not None)),
-                     props, host_factory=lambda env: EmbeddedConnectionFactory(broker),
+                     props, host=host,
                      lookup=lambda name, env: EmbeddedConnectionFactory(target),
                      tuning=LinkTuning(ack_batch=ack_batch))
 
@@ -239,7 +241,6 @@ def transacted(tmp: Path, args: argparse.Namespace, body: bytes, pg: Any = None)
     var = tmp / "var-tx"
     broker = (jdbc_broker(pg, "imq_bench_link", True) if pg is not None
               else Broker(tmp / "tx-a", sync=args.broker_sync))
-    set_host_broker(broker)
     far = Broker(tmp / "tx-b", sync=args.broker_sync)
     runs: dict[str, list[dict]] = {label: [] for label, *_ in TX_RUNS}
     for _ in range(args.rounds):
@@ -261,7 +262,6 @@ def transacted(tmp: Path, args: argparse.Namespace, body: bytes, pg: Any = None)
                    "batch_100_8000": rate("two_rm_batch_100_sync_on") >= 8000},
         "one_rm": {"batch_1_1500": rate("one_rm_batch_1") >= 1500,
                    "batch_100_8000": rate("one_rm_batch_100") >= 8000}}
-    set_host_broker(None)
     broker.close()
     far.close()
     return out

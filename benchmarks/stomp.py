@@ -213,6 +213,7 @@ def serve_bridge(directory: str, port: int) -> None:
 
     from bridgemgr.netloop import NetLoop
     from bridgemgr.providers.embedded import Broker
+    from bridgemgr.providers.embedded.host import EmbeddedHostBroker
     from bridgemgr.stompbridge import StompBridge, StompConfig
     from bridgemgr.users import UserRepository
 
@@ -221,7 +222,7 @@ def serve_bridge(directory: str, port: int) -> None:
     users = UserRepository(Path(directory) / "passwd")
     users.add("admin", "secret", "admin")
     loop = NetLoop().start()
-    bridge = StompBridge(StompConfig(hostname=HOST, tcp_port=port), broker, users, loop)
+    bridge = StompBridge(StompConfig(hostname=HOST, tcp_port=port), EmbeddedHostBroker(broker), users, loop)
     bridge.start()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))

@@ -124,8 +124,8 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
         show(bridge, starting=props.bridge(name).autostart)
     if demo:
         from .demo import how_to_reach, run_demo
-        if "demo" in manager.bridges:
-            run_demo(manager.broker, echo=click.echo)
+        if "demo" in manager.bridges and manager.host_broker is not None:
+            run_demo(manager.host_broker, echo=click.echo)
         stomp = manager.bridges.get("stomp")
         for line in how_to_reach(manager.instance_dir, portmapper,
                                  getattr(getattr(stomp, "bridge", None), "tcp_port", None)):

@@ -18,7 +18,7 @@ from pathlib import Path
 import javaproperties
 
 from .jms import DeliveryMode, Queue, TextMessage
-from .providers.embedded import Broker, EmbeddedConnectionFactory
+from .jms.hostbroker import HostBroker
 
 DEMO_IN, DEMO_OUT = Queue("demo.in"), Queue("demo.out")
 PASSWORD_KEY = "imq.imqbridgemgr.password"
@@ -74,9 +74,9 @@ def how_to_reach(instance_dir: Path, portmapper: str, stomp_port: int | None) ->
     return lines
 
 
-def run_demo(broker: Broker, count: int = 1000, echo=print) -> dict[str, int]:
+def run_demo(host: HostBroker, count: int = 1000, echo=print) -> dict[str, int]:
     """Send ``count`` orders to demo.in and read them back, upper-cased, from demo.out."""
-    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn = host.connection_factory().create_connection()
     try:
         conn.start()
         session = conn.create_session()

@@ -3,8 +3,9 @@ network front ends and its bridges; run until told to stop, then stop cleanly.
 
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
-opens the embedded host broker there and makes it the process's host broker (what a
-bridge XML connection factory without lookup-name means), starts the network loop,
+opens the embedded host broker there and wraps it in the one HostBroker interface that
+every front end and bridge is given (what a bridge XML connection factory without
+lookup-name means), starts the network loop,
 the port mapper and the broker's ``jms`` connection service (other processes reach
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
 repository), and — when imq.bridge.enabled is true — the admin command port (only
@@ -45,14 +46,11 @@ from .admin.protocol import (
     Reply,
 )
 from .jms.errors import IllegalStateException, JMSException
+from .jms.hostbroker import HostBroker
 from .netloop import NetLoop
 from .props import BrokerProperties, ConfigError
-from .providers.embedded import (
-    Broker,
-    DestinationLimits,
-    LimitBehavior,
-    set_host_broker,
-)
+from .providers.embedded import Broker, DestinationLimits, LimitBehavior
+from .providers.embedded.host import EmbeddedHostBroker
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +86,7 @@ class BridgeServiceManager:
         self.props = props
         self.instance_dir = props.instance_dir
         self.broker: Broker | None = None
+        self.host_broker: HostBroker | None = None  # what every front end is given
         self.netloop: NetLoop | None = None
         self.portmapper: Any = None
         self.jms_services: list[Any] = []
@@ -143,7 +142,7 @@ class BridgeServiceManager:
             limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,
                                      auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
                                      auto.use_dmq))
-        set_host_broker(self.broker)
+        self.host_broker = EmbeddedHostBroker(self.broker)
         log.info("host broker %s started, store %s (fsync %s)", self.broker.instance_name,
                  self.broker.store.path if self.broker.store else "-",
                  "on" if self.broker.sync else "off")
@@ -385,7 +384,7 @@ class BridgeServiceManager:
             self.netloop = None
         if self.broker is not None:
             log.info("stopping the host broker")
-            set_host_broker(None)
+            self.host_broker = None
             self.broker.close()
             self.broker = None
         self._unlock_instance()
@@ -456,12 +455,12 @@ class StompService:
     def __init__(self, manager: BridgeServiceManager, name: str) -> None:
         from .stompbridge import StompBridge, StompConfig
 
-        assert manager.netloop is not None and manager.broker is not None
+        assert manager.netloop is not None and manager.host_broker is not None
         self.name = name
         self._manager = manager
         config = StompConfig.from_props(manager.props)
         config = dataclasses.replace(config, hostname=config.hostname or manager.host)
-        self.bridge = StompBridge(config, manager.broker, manager.users, manager.netloop)
+        self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop)
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
 
     @property
@@ -500,6 +499,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
         # runner=spark links reach the host broker from Spark's processes over jms
         return JMSBridge.from_properties(
-            manager.props, name, broker_url=manager.jms_url if manager.jms_services else None)
+            manager.props, name, host=manager.host_broker,
+            broker_url=manager.jms_url if manager.jms_services else None)
 
     return {"jms": jms, "stomp": StompService}

@@ -18,12 +18,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from bridgemgr.providers.embedded import (
-    Broker,
-    connection_factory,
-    open_broker,
-    set_host_broker,
-)
+from bridgemgr.providers.embedded import Broker, open_broker
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.transform import MessageTransformer
 from jmsbridge_support import FAST, bridge_xml, link_xml
 
@@ -50,7 +46,6 @@ def main() -> None:
     from bridgemgr.jmsbridge.config import parse_bridge_config
 
     broker = Broker(sys.argv[1], sync=True)
-    set_host_broker(broker)
     links = link_xml(target_attrs='message-transformer-class="link_crash_child.SlowEvery25th"')
     cfs, target = "", None
     if len(sys.argv) > 2:
@@ -63,7 +58,7 @@ def main() -> None:
                '</connection-factory>')
     bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
                                                       log_message_transfer="false")),
-                       host_factory=lambda env: connection_factory(), tuning=FAST)
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready")
     while broker.queue_depth("src") > 0:

@@ -15,8 +15,10 @@ from typing import Any
 import stomp
 import trustme
 
+from bridgemgr.jms.hostbroker import Principal
 from bridgemgr.netloop import NetLoop
 from bridgemgr.providers.embedded import Broker
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.stompbridge import StompBridge, StompConfig
 from bridgemgr.stompbridge.frames import (
     MESSAGE,
@@ -55,7 +57,8 @@ class Driver:
         self.now = time.monotonic()
 
     def _open_host(self, client_id: str | None, user: str) -> HostConnection:
-        return HostConnection(self.broker, lambda fn, *args: self.posted.put((fn, args)), client_id, user)
+        return HostConnection(EmbeddedHostBroker(self.broker), Principal(user),
+                              lambda fn, *args: self.posted.put((fn, args)), client_id)
 
     def feed(self, data: bytes) -> list[Frame]:
         self.session.receive_data(data, self.now)
@@ -214,7 +217,7 @@ def make_bridge(netloop: NetLoop, broker: Broker, users: UserRepository, certs: 
                          tls_certfile=certs and certs["cert"], tls_keyfile=certs and certs["key"],
                          tls_cafile=certs and certs["ca"],
                          session=SessionConfig(limits=Limits(max_frame_size=256 * 1024), **session))
-    bridge = StompBridge(config, broker, users, netloop)
+    bridge = StompBridge(config, EmbeddedHostBroker(broker), users, netloop)
     bridge.start()
     return bridge
 

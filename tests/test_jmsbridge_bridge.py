@@ -334,14 +334,14 @@ def test_the_embedded_example_runs(tmp_path):
     from pathlib import Path
 
     from bridgemgr.jms import Queue, Topic
-    from bridgemgr.providers.embedded import Broker, set_host_broker
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 
     root = Path(__file__).resolve().parents[1]
     props = load_properties([root / "examples" / "embedded" / "broker.properties"],
                             [f"imq.varhome={tmp_path}"])
     broker = Broker(tmp_path / "store")
-    set_host_broker(broker)
-    bridge = JMSBridge.from_properties(props, "orders", tuning=FAST)  # the host broker: default
+    bridge = JMSBridge.from_properties(props, "orders", host=EmbeddedHostBroker(broker), tuning=FAST)
     try:
         bridge.start()
         links = {x["name"]: x for x in bridge.info()["links"]}
@@ -354,6 +354,5 @@ def test_the_embedded_example_runs(tmp_path):
                 for m in drain(broker, Queue("orders.urgent"), expect=2)} == {"orders"}
     finally:
         bridge.stop()
-        set_host_broker(None)
         broker.close()
     assert (tmp_path / "instances" / "imqbroker" / "bridges" / "orders" / "log.txt").exists()

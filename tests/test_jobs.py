@@ -10,7 +10,6 @@ from bridgemgr.admin.client import AdminClient
 from bridgemgr.admin.login import admin_address
 from bridgemgr.admin.protocol import Command
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
-from bridgemgr.providers import embedded
 from bridgemgr.providers.embedded.remote import RemoteConnection
 from bridgemgr.spark.jobs import service_job
 from service_support import Daemon, one_bridge_files
@@ -44,16 +43,6 @@ def service(tmp_path_factory):
     daemon.stop()
 
 
-@pytest.fixture
-def remote_only():
-    """This test process plays a job's process: no host broker of its own."""
-    previous = embedded._host
-    embedded.set_host_broker(None)
-    yield
-    embedded.set_remote_broker_url(None)
-    embedded.set_host_broker(previous)
-
-
 def admin(daemon: Daemon) -> AdminClient:
     host, port, _ = admin_address(daemon.address, 10.0)
     return AdminClient(host, port, "admin", "Job-Secret-1")
@@ -78,13 +67,13 @@ def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
         assert stomp.status == 400 and "only a JMS bridge" in stomp.message
 
 
-def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service, remote_only):
+def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service):
     daemon, passfile, _ = service
     job = service_job(daemon.address, "jb", "admin", str(passfile))
     assert job.config.name == "jb" and [link.name for link in job.config.links] == ["l1"]
     assert job.runner == "spark" and job.spark_master == "local[1]"
     assert "Job-Secret-1" not in repr(job)
-    conn = embedded.connection_factory().create_connection()  # no user: the job's login
+    conn = job.host_factory({}).create_connection()  # no user: the job's login
     try:
         assert isinstance(conn, RemoteConnection)
         session = conn.create_session()
@@ -97,7 +86,7 @@ def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service, re
 
 
 @pytest.mark.slow
-def test_service_job_errors_name_the_problem(service, remote_only, tmp_path):
+def test_service_job_errors_name_the_problem(service, tmp_path):
     daemon, passfile, _ = service
     with pytest.raises(click.ClickException, match="no bridge named nope"):
         service_job(daemon.address, "nope", "admin", str(passfile))

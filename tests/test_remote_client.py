@@ -15,9 +15,11 @@ import pytest
 import bridgemgr
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, naming
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException, TransportException
+from bridgemgr.jmsbridge.resolve import with_host_broker
 from bridgemgr.providers import embedded
 from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, clientconn
 from bridgemgr.providers.embedded.client import EmbeddedConnection
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
 from remote.support import Harness, free_port
 
@@ -115,41 +117,40 @@ def test_a_port_mapper_without_a_jms_service_is_named(broker):
 # --- the host broker from another process ----------------------------------------------------
 
 @pytest.fixture
-def no_host_broker(monkeypatch):
-    previous = embedded._host
-    embedded.set_host_broker(None)
-    monkeypatch.delenv(embedded.BROKER_URL_ENV, raising=False)
-    yield
-    embedded.set_remote_broker_url(None)
-    embedded.set_host_broker(previous)
+def no_broker_env(monkeypatch):
+    for name in (embedded.BROKER_URL_ENV, embedded.BROKER_USER_ENV, embedded.BROKER_PASSWORD_ENV):
+        monkeypatch.delenv(name, raising=False)
 
 
-def test_without_a_host_broker_in_process_the_host_factory_goes_over_the_wire(harness, no_host_broker,
-                                                                              monkeypatch, broker):
-    factory = embedded.connection_factory()
+def test_without_a_host_broker_given_the_host_factory_goes_over_the_wire(harness, no_broker_env,
+                                                                         monkeypatch, broker):
+    factory = embedded.HostBrokerFactory()
     monkeypatch.setenv(embedded.BROKER_URL_ENV, harness.url)
     conn = factory.create_xa_connection()
     assert isinstance(conn, RemoteConnection) and conn.address.port == harness.portmapper.port
     conn.close()
     monkeypatch.delenv(embedded.BROKER_URL_ENV)
-    embedded.set_remote_broker_url(f"mqtcp://127.0.0.1:{harness.service.port}")
-    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded"}
+    monkeypatch.setenv(embedded.BROKER_URL_ENV, f"mqtcp://127.0.0.1:{harness.service.port}")
+    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded"}  # an empty provider URL
     conn = naming.lookup("XAConnectionFactory", env).create_connection()
     assert isinstance(conn, RemoteConnection)
     conn.close()
-    embedded.set_host_broker(broker)            # in the service's own process: in-process
-    conn = factory.create_connection()
+    # a JMS bridge resolves the empty provider URL against the host broker it was given
+    host = EmbeddedHostBroker(broker)
+    lookup = with_host_broker(naming.lookup, lambda env: host.connection_factory())
+    conn = lookup("XAConnectionFactory", env).create_connection()
     assert isinstance(conn, EmbeddedConnection)
     conn.close()
+    assert isinstance(lookup("queue/q", env), Queue)
 
 
-def test_factories_travel_to_other_processes(harness, no_host_broker, monkeypatch):
+def test_factories_travel_to_other_processes(harness, no_broker_env, monkeypatch):
     """Spark ships factories to executors by pickling them."""
     import pickle
     remote = pickle.loads(pickle.dumps(RemoteConnectionFactory(harness.url, prefetch=7)))
     assert remote.prefetch == 7
     remote.create_connection().close()
-    host = pickle.loads(pickle.dumps(embedded.connection_factory()))
+    host = pickle.loads(pickle.dumps(embedded.HostBrokerFactory()))
     monkeypatch.setenv(embedded.BROKER_URL_ENV, harness.url)
     conn = host.create_connection()
     assert isinstance(conn, RemoteConnection)
@@ -163,23 +164,21 @@ def test_a_provider_url_names_a_remote_broker(harness):
     factory.create_connection().close()
 
 
-def test_the_remote_url_comes_from_the_broker_properties(no_host_broker):
+def test_the_remote_url_comes_from_the_broker_properties(no_broker_env):
     from bridgemgr.props import load_properties
     props = load_properties([], ["imq.portmapper.port=7777", "imq.hostname=mq.example"], {})
     assert embedded.broker_url(props) == "mq://mq.example:7777"
-    assert embedded.broker_url(load_properties([], [], {})) == "mq://127.0.0.1:7676"
-    assert embedded.remote_broker_url() == "mq://127.0.0.1:7676"
-    embedded.set_remote_broker_url(embedded.broker_url(props))
-    assert embedded.remote_broker_url() == "mq://mq.example:7777"
+    assert embedded.broker_url(load_properties([], [], {})) == embedded.DEFAULT_BROKER_URL
+    assert embedded.HostBrokerFactory(embedded.broker_url(props)).url == "mq://mq.example:7777"
     with pytest.raises(JMSException, match="bad broker URL"):
-        embedded.set_remote_broker_url("http://x")
+        embedded.HostBrokerFactory("http://x")
 
 
-def test_without_any_broker_the_error_says_where_it_looked(no_host_broker, monkeypatch):
+def test_without_any_broker_the_error_says_where_it_looked(no_broker_env, monkeypatch):
     port = free_port()
     monkeypatch.setenv(embedded.BROKER_URL_ENV, f"mq://127.0.0.1:{port}")
     with pytest.raises(TransportException, match=f"cannot reach the port mapper at 127.0.0.1:{port}"):
-        embedded.connection_factory().create_connection()
+        embedded.HostBrokerFactory().create_connection()
 
 
 # --- prefetch, pull and acknowledgement ------------------------------------------------------------
@@ -471,19 +470,16 @@ def test_tls_through_the_port_mapper_and_directly(broker):
 
 
 @pytest.mark.slow
-def test_connections_without_a_user_log_in_with_the_default_login(broker, no_host_broker, monkeypatch):
+def test_connections_without_a_user_log_in_with_the_default_login(broker, no_broker_env, monkeypatch):
     """CLI jobs and Spark workers reach a service that checks passwords: a connection that
     names no user (a bridge XML rarely does) logs in with the job's login."""
     from bridgemgr.jms.errors import JMSSecurityException
     with Harness(broker, heartbeat=5.0,
                  authenticator=lambda user, password: (user, password) == ("job", "s3cret")) as h:
-        factory = embedded.connection_factory()
-        embedded.set_remote_broker_url(h.url)
         with pytest.raises(JMSSecurityException):
-            factory.create_connection()
-        embedded.set_remote_broker_url(h.url, "job", "s3cret")
-        factory.create_connection().close()
-        embedded.set_remote_broker_url(None)
+            embedded.HostBrokerFactory(h.url).create_connection()
+        embedded.HostBrokerFactory(h.url, "job", "s3cret").create_connection().close()
+        factory = embedded.HostBrokerFactory()
         monkeypatch.setenv(embedded.BROKER_URL_ENV, h.url)
         monkeypatch.setenv(embedded.BROKER_USER_ENV, "job")
         monkeypatch.setenv(embedded.BROKER_PASSWORD_ENV, "s3cret")

@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from bridgemgr.netloop import NetLoop
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.stompbridge import StompBridge, StompBridgeError, StompConfig
 from bridgemgr.stompbridge.frames import Frame, encode_frame
 from bridgemgr.users import open_repository
@@ -337,10 +338,10 @@ def test_lifecycle_and_port_mapper_rows(netloop, broker, users, certs):
     assert raw.until_closed()[-1].headers["message"] == "server stopping"
     with pytest.raises(OSError):
         Raw(port)
-    second = StompBridge(StompConfig(hostname=HOST, tcp_port=port), broker, users, netloop)
+    second = StompBridge(StompConfig(hostname=HOST, tcp_port=port), EmbeddedHostBroker(broker), users, netloop)
     second.start()  # the port is free again
     with pytest.raises(StompBridgeError, match="cannot listen"):
-        StompBridge(StompConfig(hostname=HOST, tcp_port=port), broker, users, netloop).start()
+        StompBridge(StompConfig(hostname=HOST, tcp_port=port), EmbeddedHostBroker(broker), users, netloop).start()
     second.stop()
 
 
@@ -362,7 +363,7 @@ def test_a_fresh_service_accepts_the_admin_credentials(tmp_path, netloop, broker
                                  f"imq.bridge.stomp.hostname={HOST}"], environ={})
     repo = open_repository(props)
     assert [u.name for u in repo.users()] == ["boss"]
-    bridge = StompBridge(props, broker, repo, netloop)
+    bridge = StompBridge(props, EmbeddedHostBroker(broker), repo, netloop)
     bridge.start()
     try:
         conn, _ = stomp_conn("1.2", bridge.tcp_port)

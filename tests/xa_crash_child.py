@@ -23,11 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import (
-    connection_factory,
-    open_broker,
-    set_host_broker,
-)
+from bridgemgr.providers.embedded import open_broker
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from jmsbridge_support import FAST, bridge_xml
 from stores import jdbc, open_at
 
@@ -51,7 +48,6 @@ def say(line: str) -> None:
 def main() -> None:
     source_store, target_store, varhome, batch = sys.argv[1:5]
     broker = open_at(source_store, sync=True)
-    set_host_broker(broker)
     target = open_broker(target_store, sync=True)  # the one the lookup finds
     store = (["imq.persist.store=jdbc",
               f"imq.persist.jdbc.postgresql.property.url={source_store.split('#')[0]}"]
@@ -63,7 +59,7 @@ def main() -> None:
     xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash",
                      log_message_transfer="false")
     bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host_factory=lambda env: connection_factory(), tuning=FAST)
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready")
     while broker.queue_depth("src") > 0:

@@ -29,16 +29,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
-from ..jms.spi import ConnectionFactory
+from ..jms.hostbroker import HostBroker
 from ..props import BACKOUT_THRESHOLD, BrokerProperties, clip, is_secret_name, shorten
-from ..providers import embedded
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
@@ -51,13 +50,24 @@ from .config import (
     LinkConfig,
     load_bridge,
 )
-from .connections import BridgeConnections, Connector, configured_client_id, connection_kind
+from .connections import (
+    BridgeConnections,
+    Connector,
+    configured_client_id,
+    connection_kind,
+)
 from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .logs import BridgeLog
 from .pipeline import Interrupted
 from .plugins import load_configured_transformer
-from .resolve import HostFactory, Lookup, resolve_connection_factories, resolve_destination
+from .resolve import (
+    HostFactory,
+    Lookup,
+    resolve_connection_factories,
+    resolve_destination,
+    with_host_broker,
+)
 from .runners import LOCAL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, link_runner, runner_names
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
@@ -75,11 +85,6 @@ class NoSuchLink(JMSException, code="NO_SUCH_LINK"):
     """A link command named a link the bridge does not have."""
 
 
-def default_host_factory(environment: Mapping[str, str]) -> ConnectionFactory:
-    """The host broker running in this process, whichever it is at connect time."""
-    return embedded.connection_factory()
-
-
 class JMSBridge:
     """One JMS bridge; thread-safe; driven by the service (start/stop/pause/resume)."""
 
@@ -87,7 +92,7 @@ class JMSBridge:
 
     def __init__(self, config: BridgeConfig | Callable[[], BridgeConfig],
                  props: BrokerProperties | None = None,
-                 host_factory: HostFactory | None = None, *,
+                 host_factory: HostFactory | None = None, *, host: HostBroker | None = None,
                  name: str | None = None, lookup: Lookup = naming.lookup,
                  tuning: LinkTuning = LinkTuning(),
                  logging_config: str | Path | None = None,
@@ -102,8 +107,13 @@ class JMSBridge:
         else:
             raise ValueError("give the bridge name when the configuration is loaded later")
         self.props = props
-        self.host_factory = host_factory or default_host_factory
-        self.lookup = lookup
+        if host_factory is None:
+            if host is None:
+                raise ValueError("a JMS bridge needs the host broker (host) or its factory (host_factory)")
+            host_factory = _factory_of(host)
+        self.host = host
+        self.host_factory = host_factory
+        self.lookup = with_host_broker(lookup, host_factory)
         self.tuning = tuning
         self.logging_config = logging_config or (
             props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
@@ -443,7 +453,7 @@ class JMSBridge:
                 self.name, entries, props.bridge_dir(self.name) if props else None,
                 props.bridge(self.name).tm_props if props else {}, self.log,
                 store=props.get("imq.persist.store") if props else "file",
-                sql=embedded.host_txlog_sql())
+                sql=self.host.txlog_sql() if self.host is not None else None)
         except TxLogError as exc:
             raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
 
@@ -516,3 +526,9 @@ def _label(config: BridgeConfig, link: LinkConfig, role: str) -> str:
     dest = config.destination(end.destination_ref)
     kind_name = dest.type.value if dest.lookup_name is None else "lookup"
     return f"{cf.ref_name}:{kind.value}:{kind_name}:{dest.name or dest.lookup_name}"
+
+
+def _factory_of(host: HostBroker) -> HostFactory:
+    """The host broker's connection factory, whatever a <connection-factory> says."""
+    factory = host.connection_factory()
+    return lambda environment: factory

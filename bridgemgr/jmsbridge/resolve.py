@@ -26,6 +26,19 @@ from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
+EMBEDDED_CONTEXT = "imq.embedded"  # java.naming.factory.initial of the embedded broker
+
+
+def with_host_broker(lookup: Lookup, host_factory: HostFactory) -> Lookup:
+    """``lookup``, except that a connection factory of the ``imq.embedded`` context without
+    a provider URL (the host broker, documented so) is ``host_factory``'s: the host broker
+    the caller was given, not one the process would have to find."""
+    def find(name: str, environment: Mapping[str, str]) -> Any:
+        if (environment.get(naming.INITIAL_CONTEXT_FACTORY) == EMBEDDED_CONTEXT
+                and not environment.get(naming.PROVIDER_URL) and name.endswith("ConnectionFactory")):
+            return host_factory(environment)
+        return lookup(name, environment)
+    return find
 
 
 def resolve_connection_factories(

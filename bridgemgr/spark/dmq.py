@@ -27,7 +27,7 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, cast
@@ -36,11 +36,21 @@ from ..jms import codec, naming
 from ..jms.destination import Destination, Queue, Topic
 from ..jms.errors import JMSException
 from ..jms.message import Message
-from ..jms.spi import CLIENT_ACKNOWLEDGE, INDIVIDUAL_ACKNOWLEDGE, Connection, ConnectionFactory
+from ..jms.spi import (
+    CLIENT_ACKNOWLEDGE,
+    INDIVIDUAL_ACKNOWLEDGE,
+    Connection,
+    ConnectionFactory,
+)
 from ..jmsbridge import dmq as d
 from ..jmsbridge.config import BUILTIN_DMQ, BUILTIN_DMQ_DESTINATION, BridgeConfig
 from ..jmsbridge.pipeline import BRIDGE_NAME_PROPERTY, DMQReason
-from ..jmsbridge.resolve import HostFactory, Lookup, resolve_connection_factories
+from ..jmsbridge.resolve import (
+    HostFactory,
+    Lookup,
+    resolve_connection_factories,
+    with_host_broker,
+)
 from ..props import clip
 from ..transform import MessageTransformer
 
@@ -141,17 +151,13 @@ class DMQEndpoint:
         return conn
 
 
-def host_broker_factory(environment: Mapping[str, str]) -> ConnectionFactory:
-    """The host broker: in-process if one runs here, else over its jms service (mq://)."""
-    from ..providers import embedded
-    return embedded.connection_factory()
-
-
-def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ,
-                 host_factory: HostFactory = host_broker_factory,
-                 lookup: Lookup = naming.lookup) -> DMQEndpoint:
-    """The DMQ ``dmq_name`` of the bridge (default the built-in one), ready to connect."""
+def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_factory: HostFactory,
+                 lookup: Lookup | None = None) -> DMQEndpoint:
+    """The DMQ ``dmq_name`` of the bridge (default the built-in one), ready to connect;
+    ``host_factory`` is the host broker (the job's, or the service's)."""
     from ..jmsbridge.resolve import resolve_destination
+
+    lookup = lookup or with_host_broker(naming.lookup, host_factory)
 
     known = [q.name for q in config.dmqs]
     if dmq_name not in known:
@@ -479,9 +485,10 @@ class _Senders:
             self._close(conn)
 
 
-def target_factories(config: BridgeConfig | None, host_factory: HostFactory = host_broker_factory,
-                     lookup: Lookup = naming.lookup) -> Callable[[str | None], ConnectionFactory]:
+def target_factories(config: BridgeConfig | None, host_factory: HostFactory,
+                     lookup: Lookup | None = None) -> Callable[[str | None], ConnectionFactory]:
     """ref -> the bridge's connection factory of that ref; None -> the host broker."""
+    lookup = lookup or with_host_broker(naming.lookup, host_factory)
     def factory(ref: str | None) -> ConnectionFactory:
         if ref is None or config is None:
             return host_factory({})
@@ -552,7 +559,8 @@ def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | N
             dry_run: bool = False, factories: Callable[[str | None], ConnectionFactory] | None = None,
             receive_timeout: float = 2.0, batch: int = 200) -> RedriveResult:
     """Resend the chosen DMQ messages' originals; each DMQ message is consumed only after
-    its send returned. ``factories`` gives a target factory by ref (default: the host broker)."""
+    its send returned. ``factories`` (see target_factories) gives a target factory by ref;
+    only a dry run goes without."""
     check_reason(reason)
     items = choose(endpoint, reason, since_ms, until_ms, to)
     for item in items:
@@ -561,7 +569,9 @@ def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | N
     if dry_run:
         return RedriveResult(items, True)
     todo = {i.dmq_message_id: i for i in items if i.status == "chosen"}
-    senders = _Senders(factories or target_factories(None))
+    if factories is None:
+        raise DMQJobError("a redrive needs the target factories (target_factories())")
+    senders = _Senders(factories)
     conn = endpoint.connect()
     try:
         session = conn.create_session(ack_mode=INDIVIDUAL_ACKNOWLEDGE)

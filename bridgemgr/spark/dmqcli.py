@@ -48,7 +48,7 @@ def _job(options: dict[str, Any], dmq_name: str) -> tuple[ServiceJob, DMQEndpoin
 
     job = service_job(**options)
     with _errors():
-        return job, dmq_endpoint(job.config, dmq_name)
+        return job, dmq_endpoint(job.config, dmq_name, host_factory=job.host_factory)
 
 
 def _check_local(path: str) -> None:
@@ -179,7 +179,7 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
     job, endpoint = _job(options, dmq_name)
     with _errors():
         result = redrive(endpoint, reason, since_ms, until_ms, to=dest, transformer=plugin,
-                         dry_run=dry_run, factories=target_factories(job.config))
+                         dry_run=dry_run, factories=target_factories(job.config, job.host_factory))
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:

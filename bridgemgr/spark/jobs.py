@@ -2,9 +2,10 @@
 # next to a running service. job_options gives it the admin commands' options (-b, -u,
 # -passfile, -secure, --cafile, -rtm, -rtr, plus -bn); service_job() logs in to the admin
 # port found through the port mapper at -b, asks CONFIG for the bridge, loads the bridge
-# XML the service uses, and points this process's host broker at the service's jms
-# connection service (mq://<-b>, the port mapper resolves it) with the admin login, so
-# every connection factory of the bridge XML that means "the host broker" works here.
+# XML the service uses, and gives the job a factory for the service's host broker over its
+# jms connection service (mq://<-b>, the port mapper resolves it) with the admin login:
+# the job resolves every connection factory of the bridge XML that means "the host
+# broker" to it (host_factory).
 """What a CLI job needs from the running service: its bridge's configuration and broker."""
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from .options import BACKOUT_THRESHOLD
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+    from ..jms.spi import XAConnectionFactory
     from ..jmsbridge.config import BridgeConfig
 
 
@@ -40,6 +42,12 @@ class ServiceJob:
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     user: str | None = field(default=None, repr=False)
     password: str | None = field(default=None, repr=False)
+
+    def host_factory(self, environment: Mapping[str, str]) -> XAConnectionFactory:
+        """The service's host broker; connections that name no user log in as the job."""
+        from ..providers.embedded import HostBrokerFactory
+
+        return HostBrokerFactory(self.broker_url, self.user, self.password)
 
     def spark(self, app_name: str, **conf: Any) -> SparkSession:
         """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
@@ -67,7 +75,6 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
     broker; ClickException with the service's answer when it cannot."""
     from ..jmsbridge.config import load_bridge_config
     from ..props import ConfigError
-    from ..providers.embedded import set_remote_broker_url
 
     host, port = host_port(broker)
     user, password = admin_login(user, passfile)
@@ -86,7 +93,6 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
     except ConfigError as exc:
         raise click.ClickException(f"the configuration of bridge {bridge} cannot be loaded:\n{exc}") from None
     url = f"mq://{'[' + host + ']' if ':' in host else host}:{port}"
-    set_remote_broker_url(url, user, password)
     spark = data.get("spark") or {}
     return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
                       backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),

@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jmsbridge.config import (
@@ -28,32 +29,20 @@ from ..jmsbridge.config import (
 )
 from ..jmsbridge.connections import BridgeConnections, Connector
 from ..jmsbridge.dmq import DeadMessageQueues, DMQSender
-from ..jmsbridge.resolve import resolve_connection_factories, resolve_destination
-from ..providers.embedded import remote_login, set_remote_broker_url
-from ..providers.embedded.remote import RemoteConnectionFactory
+from ..jmsbridge.resolve import (
+    resolve_connection_factories,
+    resolve_destination,
+    with_host_broker,
+)
+from ..providers.embedded import HostBrokerFactory
 from ..transform import MessageTransformer, load_transformer
 from .options import LinkOptions
-
-
-class HostBroker(RemoteConnectionFactory):
-    """The host broker over its jms service; connections that name no user log in as
-    set_remote_broker_url() says (the service's login)."""
-
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> Any:
-        if username is None:
-            username, password = remote_login()
-        return super().create_connection(username, password)
-
-    create_xa_connection = create_connection
 
 
 class LinkEnvironment:
     """The link's configuration and resources, built in a Spark process from LinkOptions."""
 
     def __init__(self, options: LinkOptions, log: logging.Logger) -> None:
-        set_remote_broker_url(options.broker_url, options.broker_user or None,
-                              options.broker_password or None)
         self.options = options
         self.log = log
         self.config: BridgeConfig = load_bridge_config(options.xmlurl, bridge_name=options.bridge)
@@ -71,14 +60,17 @@ class LinkEnvironment:
                             dest.ref_name, exc)
 
         def host(environment: Mapping[str, str]) -> Any:
-            return HostBroker(options.broker_url, send_window=options.send_window,
-                              prefetch=min(max(options.max_per_batch, 1), 1000))
+            # connections that name no user log in with the service's login
+            return HostBrokerFactory(options.broker_url, options.broker_user or None,
+                                     options.broker_password or None, send_window=options.send_window,
+                                     prefetch=min(max(options.max_per_batch, 1), 1000))
 
         self._host = host
         dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]
         refs = {self.link.source.connection_factory_ref, self.link.target.connection_factory_ref}
         refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin and d.connection_factory_ref is not None}
-        factories, problems = resolve_connection_factories(self.config, host, refs=refs)
+        factories, problems = resolve_connection_factories(self.config, host,
+                                                           with_host_broker(naming.lookup, host), refs)
         if problems:
             raise JMSException("; ".join(str(p) for p in problems))
         self.connectors = {ref: Connector(self.config.connection_factory(ref), factory, log)

@@ -1,11 +1,12 @@
-# How it works: the broker side of one STOMP connection. It owns an embedded-broker
-# connection (client id, temporary destinations, consumers) and uses the broker's own
-# thread-safe calls for the data path, because STOMP's acknowledgement model does not fit
-# a JMS session: ACK and NACK name single deliveries of one subscription, a transaction
-# spans several subscriptions, and any thread may complete them. So a delivery here is
-# the broker's Envelope: acknowledge() consumes it, redeliver() puts it back in its queue
-# (NACK, ABORT, a closed subscription, a lost connection), and a transaction is a broker
-# Work whose sends and acks commit() applies in one store batch.
+# How it works: the host broker side of one STOMP connection. It owns a HostBroker client
+# (client id, temporary destinations, consumers) and uses the HostBroker data path,
+# because STOMP's acknowledgement model does not fit a JMS session: ACK and NACK name
+# single deliveries of one subscription, a transaction spans several subscriptions, and
+# any thread may complete them. So a delivery here is the HostBroker's opaque Delivery:
+# acknowledge() consumes it, redeliver() puts it back in its queue (NACK, ABORT, a closed
+# subscription, a lost connection), and a STOMP transaction is a HostBroker Transaction
+# whose sends and acks commit() applies in one store batch. Every call names the
+# connection's authenticated Principal.
 #
 # Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
 # deliveries not yet acknowledged), a writable transport, the loop having taken its
@@ -25,10 +26,15 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..jms.destination import Destination
+from ..jms.hostbroker import (
+    Consumer,
+    Delivery,
+    HostBroker,
+    Principal,
+    Ticket,
+    Transaction,
+)
 from ..jms.message import Message
-from ..providers.embedded import Broker, EmbeddedConnectionFactory
-from ..providers.embedded.broker import Work, now_ms
-from ..providers.embedded.queues import Envelope
 
 log = logging.getLogger(__name__)
 
@@ -38,93 +44,65 @@ Post = Callable[..., None]  # loop.call_soon_threadsafe, or a test's queue
 
 
 class HostConnection:
-    """One STOMP connection's embedded-broker connection and data path."""
+    """One STOMP connection's host broker client and data path."""
 
-    def __init__(self, broker: Broker, post: Post, client_id: str | None = None,
-                 username: str | None = None) -> None:
+    def __init__(self, broker: HostBroker, principal: Principal, post: Post,
+                 client_id: str | None = None) -> None:
         self.broker = broker
+        self.principal = principal
         self.post = post
-        self.connection = EmbeddedConnectionFactory(broker).create_connection(username)
-        try:
-            if client_id:
-                self.connection.client_id = client_id
-            self.session = self.connection.create_session()
-            self.connection.start()
-        except BaseException:
-            self.connection.close()
-            raise
+        self.client = broker.connect(principal, client_id)
         self.subscribers: list[Subscriber] = []
 
     @property
     def client_id(self) -> str | None:
-        return self.connection.client_id
+        return self.client.client_id
 
     # --- sending ------------------------------------------------------------------------
-    def _stamp(self, message: Message, destination: Destination) -> None:
-        message.destination = destination
-        message.timestamp = now_ms()
-        message.message_id = self.broker.next_message_id()
-        message.redelivered = False
-        message.delivery_count = 0
-
-    def send(self, message: Message, destination: Destination) -> int | None:
+    def send(self, message: Message, destination: Destination) -> Ticket:
         """Route now; returns the store ticket to wait on before confirming, or None."""
-        self._stamp(message, destination)
-        ticket = self.broker.send(self.connection, message, destination)
-        return ticket if self.broker.sync else None
+        return self.broker.send(self.principal, self.client, message, destination)
 
-    def send_in(self, work: Work, message: Message, destination: Destination) -> None:
-        """Send as part of ``work`` (a STOMP transaction): routed at commit."""
-        self._stamp(message, destination)
-        work.sends.append((message, destination, self.connection, None))
+    def send_in(self, tx: Transaction, message: Message, destination: Destination) -> None:
+        """Send as part of ``tx`` (a STOMP transaction): routed at commit."""
+        self.broker.send(self.principal, self.client, message, destination, tx)
 
-    def wait_durable(self, ticket: int | None) -> None:
+    def wait_durable(self, ticket: Ticket) -> None:
         """Blocking: until the store has written ``ticket``."""
-        self.broker.wait_durable(ticket)
+        self.broker.wait_durable(self.principal, ticket)
 
     # --- acknowledging and transactions ---------------------------------------------------
-    def acknowledge(self, envs: Sequence[Envelope]) -> None:
-        if envs:
-            self.broker.acknowledge(envs)
+    def acknowledge(self, deliveries: Sequence[Delivery]) -> None:
+        if deliveries:
+            self.broker.acknowledge(self.principal, deliveries)
 
-    def redeliver(self, envs: Sequence[Envelope]) -> None:
-        if envs:
-            self.broker.redeliver(list(envs))
+    def redeliver(self, deliveries: Sequence[Delivery]) -> None:
+        if deliveries:
+            self.broker.redeliver(self.principal, deliveries)
 
-    @staticmethod
-    def new_work() -> Work:
-        return Work()
+    def begin(self) -> Transaction:
+        return self.broker.begin(self.principal)
 
-    @staticmethod
-    def hold(work: Work, envs: Sequence[Envelope]) -> None:
-        """ACK in a transaction: consumed when ``work`` commits, redelivered if it rolls back."""
-        for env in envs:
-            env.owner = work
-        work.acks.extend(envs)
+    def hold(self, tx: Transaction, deliveries: Sequence[Delivery]) -> None:
+        """ACK in a transaction: consumed when ``tx`` commits, redelivered if it rolls back."""
+        self.broker.acknowledge(self.principal, deliveries, tx)
 
-    def commit(self, work: Work) -> int | None:
-        ticket = self.broker.commit(work)
-        return ticket if self.broker.sync else None
+    def commit(self, tx: Transaction) -> Ticket:
+        return self.broker.commit(self.principal, tx)
 
-    def rollback(self, work: Work) -> None:
-        self.broker.rollback(work)
+    def rollback(self, tx: Transaction) -> None:
+        self.broker.rollback(self.principal, tx)
 
     # --- destinations and subscriptions ------------------------------------------------------
     def create_temporary(self, topic: bool) -> Destination:
-        if topic:
-            return self.session.create_temporary_topic()
-        return self.session.create_temporary_queue()
+        return self.broker.create_temporary(self.principal, self.client, topic)
 
     def subscribe(self, destination: Destination, selector: str | None, durable_name: str | None,
-                  no_local: bool, window: int, render: Callable[[Envelope], Any],
+                  no_local: bool, window: int, render: Callable[[Delivery], Any],
                   deliver: Callable[..., None], paused: bool = False) -> Subscriber:
         """A consumer and its thread; raises JMSException (bad selector, destination, ...)."""
-        if durable_name:
-            # a queue too: the provider refuses it (InvalidDestinationException), and the client is told
-            consumer = self.session.create_durable_subscriber(
-                destination, durable_name, selector, no_local)  # type: ignore[arg-type]  # (see above)
-        else:
-            consumer = self.session.create_consumer(destination, selector, no_local)
+        consumer = self.broker.subscribe(self.principal, self.client, destination, selector,
+                                         durable_name, no_local)
         sub = Subscriber(self, consumer, window, render, deliver, paused)
         self.subscribers.append(sub)
         sub.start()
@@ -132,19 +110,19 @@ class HostConnection:
 
     def unsubscribe(self, name: str) -> None:
         """Blocking: delete durable subscription ``name`` of this connection's client id."""
-        self.session.unsubscribe(name)
+        self.broker.unsubscribe(self.principal, self.client, name)
 
     def close(self) -> None:
         for sub in list(self.subscribers):
             sub.stop()
-        self.connection.close()
+        self.broker.disconnect(self.principal, self.client)
 
 
 class Subscriber:
     """The thread that moves one subscription's messages from the broker to the loop."""
 
-    def __init__(self, host: HostConnection, consumer: Any, window: int,
-                 render: Callable[[Envelope], Any], deliver: Callable[..., None], paused: bool) -> None:
+    def __init__(self, host: HostConnection, consumer: Consumer, window: int,
+                 render: Callable[[Delivery], Any], deliver: Callable[..., None], paused: bool) -> None:
         self.host = host
         self.consumer = consumer
         self.render = render
@@ -190,8 +168,7 @@ class Subscriber:
         with self._cond:
             self._stopped = True
             self._cond.notify()
-        self.consumer.close()  # wakes a receive() in progress
-        _pass_on_wakeup(self.host.broker, self.consumer.queue)
+        self.host.broker.close_consumer(self.host.principal, self.consumer)  # wakes a receive()
         if self in self.host.subscribers:
             self.host.subscribers.remove(self)
 
@@ -201,7 +178,7 @@ class Subscriber:
 
     # --- the thread -------------------------------------------------------------------------
     def _run(self) -> None:
-        broker, consumer, render = self.host.broker, self.consumer, self.render
+        broker, principal, consumer, render = self.host.broker, self.host.principal, self.consumer, self.render
         try:
             while True:
                 with self._cond:
@@ -211,13 +188,13 @@ class Subscriber:
                     if self._stopped:
                         return
                     limit = min(self._credit, BATCH)
-                env = broker.receive(consumer, None, False)
-                if env is None:
+                delivery = broker.receive(principal, consumer, None)
+                if delivery is None:
                     return  # consumer closed, or the broker shut down
-                items = [render(env)]
+                items = [render(delivery)]
                 size = len(items[0].data or b"")
                 while len(items) < limit and size < BATCH_BYTES:
-                    more = broker.receive(consumer, 0, False)
+                    more = broker.receive(principal, consumer, 0)
                     if more is None:
                         break
                     items.append(render(more))
@@ -230,14 +207,3 @@ class Subscriber:
             log.exception("STOMP subscriber on %s failed", consumer.destination)
             self.host.post(self.deliver, None)
 
-
-def _pass_on_wakeup(broker: Broker, queue: Any) -> None:
-    """The broker wakes one waiting consumer per message; a consumer closed between that
-    wake-up and its taking the message leaves with it, and the message would wait for the
-    next send. Wake another waiter for whatever is queued (the broker's remove_consumer
-    does not do this yet)."""
-    if queue is None:
-        return
-    with broker.lock:
-        if len(queue) and queue.waiters:
-            queue.wake(None)

@@ -28,9 +28,9 @@ from pathlib import Path
 from typing import Any, cast
 
 from ..jms.errors import JMSException
+from ..jms.hostbroker import HostBroker, Principal
 from ..netloop import NetLoop
 from ..props import BrokerProperties
-from ..providers.embedded import Broker, EmbeddedConnectionFactory
 from ..transform import load_transformer
 from ..users import UserRepository
 from .frames import LocalProtocolError
@@ -42,7 +42,6 @@ log = logging.getLogger(__name__)
 SERVICE = "stomp"
 TLS_SERVICE = "sslstomp"  # as the port mapper names jms / ssljms
 WRITE_BUFFER_HIGH = 256 * 1024
-BrokerSource = Broker | EmbeddedConnectionFactory | Callable[[], Broker]
 
 
 class StompBridgeError(Exception):
@@ -142,10 +141,10 @@ class StompBridge:
 
     name = SERVICE
 
-    def __init__(self, config: StompConfig | BrokerProperties, broker: BrokerSource,
+    def __init__(self, config: StompConfig | BrokerProperties, broker: HostBroker,
                  users: UserRepository, netloop: NetLoop) -> None:
         self.config = config if isinstance(config, StompConfig) else StompConfig.from_props(config)
-        self._broker = broker
+        self.broker = broker
         self.users = users
         self.netloop = netloop
         self.state = "STOPPED"
@@ -185,14 +184,6 @@ class StompBridge:
         if self.tls_port is not None:
             rows.append((TLS_SERVICE, "tls", "NORMAL", self.tls_port))
         return rows
-
-    def broker(self) -> Broker:
-        source = self._broker
-        if isinstance(source, Broker):
-            return source
-        if isinstance(source, EmbeddedConnectionFactory):
-            return source.broker
-        return source()
 
     def authenticate(self, login: str, passcode: str) -> object | None:
         return self.users.authenticate(login, passcode)
@@ -291,7 +282,9 @@ class StompProtocol(asyncio.Protocol):
 
     # --- the session's needs -------------------------------------------------------------------
     def _open_host(self, client_id: str | None, username: str) -> HostConnection:
-        return HostConnection(self.bridge.broker(), self._post, client_id, username)
+        peer = self.transport.get_extra_info("peername") if self.transport is not None else None
+        address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else None
+        return HostConnection(self.bridge.broker, Principal(username, address=address), self._post, client_id)
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a subscriber thread: run ``fn`` on the loop, then flush with the others."""

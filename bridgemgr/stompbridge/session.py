@@ -45,9 +45,16 @@ from typing import Any
 from .. import __version__
 from ..jms.destination import Destination
 from ..jms.errors import JMSException
-from ..providers.embedded.queues import Envelope
+from ..jms.hostbroker import Delivery as Handle
+from ..jms.hostbroker import Transaction
 from ..transform import MessageTransformer
-from .convert import Destinations, NotDeliverable, TransformFailed, from_send, to_message_frame
+from .convert import (
+    Destinations,
+    NotDeliverable,
+    TransformFailed,
+    from_send,
+    to_message_frame,
+)
 from .frames import (
     ABORT,
     ACK,
@@ -122,7 +129,7 @@ class Delivery:
     """One message rendered for a subscription (on its thread), waiting for the loop."""
 
     ack_no: int
-    env: Envelope
+    handle: Handle  # the host broker's delivery: acknowledged or redelivered through it
     message_id: str
     data: bytes | None  # the encoded MESSAGE frame; None when it cannot be delivered
     error: str = ""
@@ -202,7 +209,7 @@ class StompSession:
         self._out: list[bytes] = []
         self._call: PendingCall | None = None
         self._running: PendingCall | None = None
-        self._tx: tuple[str, Any] | None = None  # (transaction id, broker Work)
+        self._tx: tuple[str, Transaction] | None = None  # (transaction id, the host broker's)
         self._last_ticket: int | None = None
         self._ack_numbers = itertools.count(1)
         self._inbound_transformer: MessageTransformer | None = None
@@ -424,7 +431,7 @@ class StompSession:
             self._last_ticket = ticket
         return ticket
 
-    def _work(self, tx: str) -> Any:
+    def _work(self, tx: str) -> Transaction:
         if self._tx is None or self._tx[0] != tx:
             current = f"the open transaction is {self._tx[0]!r}" if self._tx else "no transaction is open"
             raise LocalProtocolError("unknown transaction", f"transaction {tx[:80]!r} has not been "
@@ -437,7 +444,7 @@ class StompSession:
         if self._tx is not None:
             raise LocalProtocolError("nested transaction", f"BEGIN {tx[:80]!r} while transaction "
                                      f"{self._tx[0]!r} is open; transactions do not nest")
-        self._tx = (tx, self.host.new_work())
+        self._tx = (tx, self.host.begin())
         for sub in self._transacted():
             assert sub.handle is not None  # (subscribed)
             sub.handle.pause(False)
@@ -469,7 +476,7 @@ class StompSession:
             assert handle is not None
             handle.pause(True)
             returned = sub.take_all()
-            self.host.redeliver([d.env for d in returned])
+            self.host.redeliver([d.handle for d in returned])
             handle.release(len(returned) + sub.held)
             sub.held = 0
 
@@ -517,19 +524,19 @@ class StompSession:
             raise LocalProtocolError("subscribe failed", f"SUBSCRIBE {text[:80]!r}: {exc}") from exc
         self.subscriptions[sub_id] = sub
 
-    def _renderer(self, sub: Subscription, destination: Destination) -> Callable[[Envelope], Delivery]:
+    def _renderer(self, sub: Subscription, destination: Destination) -> Callable[[Handle], Delivery]:
         """The function a subscriber thread turns each message into frame bytes with."""
         numbers, version, destinations = self._ack_numbers, self.version, self.destinations
         assert destinations is not None
         transformer = self.config.transformer() if self.config.transformer else None
         ack_header = version == V12 and not sub.auto
 
-        def render(env: Envelope) -> Delivery:
+        def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
             message = env.message
             try:
                 frame = to_message_frame(message, sub.id, destinations, transformer,
-                                         str(ack_no) if ack_header else None, env.dcount)
+                                         str(ack_no) if ack_header else None, env.delivery_count)
                 return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
             except (NotDeliverable, TransformFailed) as exc:
                 return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
@@ -548,19 +555,19 @@ class StompSession:
         assert host is not None and sub.handle is not None
         sub.handle.batch_done()
         if self.closed or sub.closed or (sub.transacted and self._tx is None):
-            host.redeliver([d.env for d in items])
+            host.redeliver([d.handle for d in items])
             if not sub.closed and sub.handle is not None:
                 sub.handle.release(len(items))
             return
-        acked: list[Envelope] = []
+        acked: list[Handle] = []
         for i, d in enumerate(items):
             if d.data is None:
-                host.redeliver([x.env for x in items[i:]])
+                host.redeliver([x.handle for x in items[i:]])
                 self._fail(LocalProtocolError("message not deliverable", d.error))
                 break
             self._out.append(d.data)
             if sub.auto:
-                acked.append(d.env)
+                acked.append(d.handle)
             else:
                 sub.outstanding[d.ack_no] = d
                 sub.by_message_id[d.message_id] = d.ack_no
@@ -606,7 +613,7 @@ class StompSession:
         if sub.handle is not None:
             sub.handle.stop()
         if self.host is not None:
-            self.host.redeliver([d.env for d in sub.take_all()])
+            self.host.redeliver([d.handle for d in sub.take_all()])
 
     # --- ACK and NACK -------------------------------------------------------------------------
     def _on_ack(self, frame: Frame) -> None:
@@ -623,7 +630,7 @@ class StompSession:
             work = self._work(tx if tx is not None else self._open_tx(sub))
             taken = sub.take(ack_no, cumulative=True)
             if consume:
-                self.host.hold(work, [d.env for d in taken])
+                self.host.hold(work, [d.handle for d in taken])
                 sub.held += len(taken)
                 return
         else:
@@ -632,7 +639,7 @@ class StompSession:
                                          f"transaction {tx[:80]!r} but subscription {sub.id[:80]!r} "
                                          "was not created with a transaction header")
             taken = sub.take(ack_no, cumulative=sub.ack == "client")
-        envs = [d.env for d in taken]
+        envs = [d.handle for d in taken]
         if consume:
             self.host.acknowledge(envs)
         else:

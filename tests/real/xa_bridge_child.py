@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import Broker, connection_factory, set_host_broker
+from bridgemgr.providers.embedded import Broker
+from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from jmsbridge_support import FAST, bridge_xml
 
 LINK = ('<link name="l" transacted="true">'
@@ -38,14 +39,13 @@ def amq_factory(env: dict[str, str]) -> str:
 def main() -> None:
     source_store, varhome, jndi, batch = sys.argv[1:5]
     broker = Broker(source_store, sync=True)
-    set_host_broker(broker)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
                                  f"imq.bridge.crash.transaction.batchSize={batch}"], environ={})
     xml = bridge_xml(LINK, cfs=amq_factory(ast.literal_eval(jndi)), name="crash",
                      log_message_transfer="false")
     bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host_factory=lambda env: connection_factory(), tuning=FAST)
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     print("ready", flush=True)
     while broker.queue_depth("src") > 0:

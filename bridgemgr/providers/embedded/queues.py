@@ -75,6 +75,11 @@ class Envelope:
         self.blob = blob                # encoded form while it may still need writing
         self.wire = wire                # encoded form as a remote sender sent it (deliveries reuse it)
 
+    @property
+    def delivery_count(self) -> int:
+        """Deliveries so far (a HostBroker Delivery's count)."""
+        return self.dcount
+
     def expired(self, now_ms: int) -> bool:
         exp = self.message.expiration
         return bool(exp) and exp <= now_ms

@@ -1,0 +1,152 @@
+# How it works: the host broker is the one broker the service runs; every front end of
+# it (the STOMP bridge, the JMS bridges, the Spark jobs, the demo) gets this interface
+# from service.py instead of importing the broker. Two ways in:
+#   - the provider SPI, through connection_factory(): JMS bridges, Spark links and tools
+#     move messages like any JMS client; a connection's principal is the user it logs in as;
+#   - a data path for front ends whose acknowledgement model is not a JMS session's (STOMP:
+#     an ACK names single deliveries, a transaction spans subscriptions, any thread may
+#     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
+#     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
+#     was sent or committed is durable.
+# Every data-path call names the Principal it is made for, so authorization can be
+# checked here, once, for every front end. Handles (Client, Consumer, Delivery,
+# Transaction) are the implementation's own objects: a front end only passes them back.
+"""The host broker as its front ends see it: one typed interface, built by the service."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from .destination import Destination
+from .message import Message
+from .spi import XAConnectionFactory
+
+Ticket = int | None  # what wait_durable waits for; None: nothing to wait for
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a call is made for: the authenticated user, their groups, where they connect from."""
+
+    user: str | None
+    groups: frozenset[str] = frozenset()
+    address: str | None = None
+
+
+class Client(Protocol):
+    """An open client of the host broker (connection-scoped state: client id, temporaries)."""
+
+    @property
+    def client_id(self) -> str | None: ...
+
+
+class Consumer(Protocol):
+    """A subscription of a client: receive() takes deliveries for it."""
+
+    @property
+    def destination(self) -> Destination: ...
+
+
+class Delivery(Protocol):
+    """One message taken for a consumer, until it is acknowledged or redelivered."""
+
+    @property
+    def message(self) -> Message: ...  # the broker's snapshot: read it, never change it
+
+    @property
+    def delivery_count(self) -> int: ...  # 1 the first time
+
+
+class Transaction(Protocol):
+    """A local transaction: sends and acknowledgements that commit applies together."""
+
+
+class HostBroker(ABC):
+    """The host broker, for one service's front ends (thread-safe)."""
+
+    @property
+    @abstractmethod
+    def instance_name(self) -> str: ...
+
+    # --- the provider SPI ---------------------------------------------------------------
+    @abstractmethod
+    def connection_factory(self) -> XAConnectionFactory:
+        """Connections (and XA sessions) to the host broker, for bridges, jobs and tools."""
+
+    @abstractmethod
+    def txlog_sql(self) -> tuple[Callable[[], Any], str] | None:
+        """The database of the host broker's jdbc store (a DB-API connect function and its
+        paramstyle), where the bridges keep their XA logs; None for another store."""
+
+    # --- clients and subscriptions --------------------------------------------------------------
+    @abstractmethod
+    def connect(self, principal: Principal, client_id: str | None = None) -> Client:
+        """A client; JMSException when ``client_id`` is in use."""
+
+    @abstractmethod
+    def disconnect(self, principal: Principal, client: Client) -> None:
+        """Close ``client`` and its consumers; what they hold unacknowledged comes back."""
+
+    @abstractmethod
+    def create_temporary(self, principal: Principal, client: Client, topic: bool) -> Destination: ...
+
+    @abstractmethod
+    def subscribe(self, principal: Principal, client: Client, destination: Destination,
+                  selector: str | None = None, durable_name: str | None = None,
+                  no_local: bool = False) -> Consumer:
+        """JMSException for a bad selector or destination, or a durable name in use."""
+
+    @abstractmethod
+    def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
+        """Blocking: the next delivery, waiting up to ``timeout`` seconds (None: until the
+        consumer is closed); None when there is none."""
+
+    @abstractmethod
+    def close_consumer(self, principal: Principal, consumer: Consumer) -> None:
+        """Stop ``consumer`` (a receive() under way returns None)."""
+
+    @abstractmethod
+    def unsubscribe(self, principal: Principal, client: Client, name: str) -> None:
+        """Blocking: delete the durable subscription ``name`` of the client's client id."""
+
+    # --- the data path ------------------------------------------------------------------------------
+    @abstractmethod
+    def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
+             transaction: Transaction | None = None) -> Ticket:
+        """Stamp and route ``message`` now, or at commit of ``transaction``; the ticket to
+        wait on before confirming a send outside a transaction."""
+
+    @abstractmethod
+    def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
+                    transaction: Transaction | None = None) -> None:
+        """Consumed for good, now or when ``transaction`` commits (redelivered if it rolls back)."""
+
+    @abstractmethod
+    def redeliver(self, principal: Principal, deliveries: Sequence[Delivery]) -> None:
+        """Back to their queues, counted as delivered (NACK, a closed subscription, ...)."""
+
+    @abstractmethod
+    def begin(self, principal: Principal) -> Transaction: ...
+
+    @abstractmethod
+    def commit(self, principal: Principal, transaction: Transaction) -> Ticket:
+        """Apply ``transaction`` in one store batch; the ticket that makes it durable."""
+
+    @abstractmethod
+    def rollback(self, principal: Principal, transaction: Transaction) -> None: ...
+
+    @abstractmethod
+    def wait_durable(self, principal: Principal, ticket: Ticket) -> None:
+        """Blocking: until the store has written what ``ticket`` stands for."""
+
+    # --- destination admin ------------------------------------------------------------------------------
+    @abstractmethod
+    def destinations(self, principal: Principal) -> dict[str, dict[str, int]]:
+        """Each destination's counts, by ``queue:NAME`` / ``topic:NAME``."""
+
+    @abstractmethod
+    def queue_depth(self, principal: Principal, name: str) -> int:
+        """Messages waiting in queue ``name``."""

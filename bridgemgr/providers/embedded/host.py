@@ -1,0 +1,158 @@
+# How it works: EmbeddedHostBroker is the HostBroker interface over one in-process Broker.
+# The SPI side is the broker's EmbeddedConnectionFactory. The data path uses the broker's
+# own thread-safe calls: a Client is an EmbeddedConnection (with one session for its
+# consumers and temporary destinations), a Consumer an EmbeddedConsumer, a Delivery the
+# broker's Envelope (it has the message and delivery_count a front end reads), and a
+# Transaction a broker Work whose sends and acknowledgements commit() applies in one store
+# batch. Every call takes the caller's Principal; access control will check it here.
+"""The embedded broker as the service's host broker."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, cast
+
+from ...jms.destination import Destination, Topic
+from ...jms.hostbroker import (
+    Client,
+    Consumer,
+    Delivery,
+    HostBroker,
+    Principal,
+    Ticket,
+    Transaction,
+)
+from ...jms.message import Message
+from ...jms.spi import XAConnectionFactory
+from .broker import Broker, Work, now_ms
+from .client import (
+    EmbeddedConnection,
+    EmbeddedConnectionFactory,
+    EmbeddedConsumer,
+    EmbeddedSession,
+)
+from .queues import Envelope
+
+
+class EmbeddedHostBroker(HostBroker):
+    """The HostBroker of an in-process :class:`Broker`."""
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self._factory = EmbeddedConnectionFactory(broker)
+
+    @property
+    def instance_name(self) -> str:
+        return self.broker.instance_name
+
+    def connection_factory(self) -> XAConnectionFactory:
+        return self._factory
+
+    def txlog_sql(self) -> tuple[Callable[[], Any], str] | None:
+        store = self.broker.store if not self.broker.closed else None
+        settings = getattr(store.database, "settings", None) if store is not None else None
+        return settings.txlog_sql() if settings is not None else None
+
+    # --- clients and subscriptions --------------------------------------------------------------
+    def connect(self, principal: Principal, client_id: str | None = None) -> Client:
+        connection = self._factory.create_connection(principal.user)
+        try:
+            if client_id:
+                connection.client_id = client_id
+            connection.create_session()  # the session of its consumers and temporaries
+            connection.start()
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def disconnect(self, principal: Principal, client: Client) -> None:
+        cast(EmbeddedConnection, client).close()
+
+    @staticmethod
+    def _session(client: Client) -> EmbeddedSession:
+        return cast(EmbeddedConnection, client).sessions_list()[0]
+
+    def create_temporary(self, principal: Principal, client: Client, topic: bool) -> Destination:
+        session = self._session(client)
+        return session.create_temporary_topic() if topic else session.create_temporary_queue()
+
+    def subscribe(self, principal: Principal, client: Client, destination: Destination,
+                  selector: str | None = None, durable_name: str | None = None,
+                  no_local: bool = False) -> Consumer:
+        session = self._session(client)
+        if durable_name:
+            return session.create_durable_subscriber(cast(Topic, destination), durable_name, selector, no_local)
+        return session.create_consumer(destination, selector, no_local)
+
+    def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
+        return self.broker.receive(consumer, timeout, False)
+
+    def close_consumer(self, principal: Principal, consumer: Consumer) -> None:
+        embedded = cast(EmbeddedConsumer, consumer)
+        embedded.close()  # wakes a receive() in progress
+        # The broker wakes one waiting consumer per message; one closed between that
+        # wake-up and its taking the message leaves with it: wake another waiter.
+        queue = embedded.queue
+        if queue is not None:
+            with self.broker.lock:
+                if len(queue) and queue.waiters:
+                    queue.wake(None)
+
+    def unsubscribe(self, principal: Principal, client: Client, name: str) -> None:
+        self._session(client).unsubscribe(name)
+
+    # --- the data path ------------------------------------------------------------------------------
+    def _stamp(self, message: Message, destination: Destination) -> None:
+        message.destination = destination
+        message.timestamp = now_ms()
+        message.message_id = self.broker.next_message_id()
+        message.redelivered = False
+        message.delivery_count = 0
+
+    def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
+             transaction: Transaction | None = None) -> Ticket:
+        self._stamp(message, destination)
+        if transaction is not None:
+            cast(Work, transaction).sends.append((message, destination, client, None))
+            return None
+        ticket = self.broker.send(client, message, destination)
+        return ticket if self.broker.sync else None
+
+    def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
+                    transaction: Transaction | None = None) -> None:
+        envs = cast(Sequence[Envelope], deliveries)
+        if transaction is not None:
+            work = cast(Work, transaction)
+            for env in envs:
+                env.owner = work
+            work.acks.extend(envs)
+        elif envs:
+            self.broker.acknowledge(envs)
+
+    def redeliver(self, principal: Principal, deliveries: Sequence[Delivery]) -> None:
+        if deliveries:
+            self.broker.redeliver(list(cast(Sequence[Envelope], deliveries)))
+
+    def begin(self, principal: Principal) -> Transaction:
+        return Work()
+
+    def commit(self, principal: Principal, transaction: Transaction) -> Ticket:
+        ticket = self.broker.commit(cast(Work, transaction))
+        return ticket if self.broker.sync else None
+
+    def rollback(self, principal: Principal, transaction: Transaction) -> None:
+        self.broker.rollback(cast(Work, transaction))
+
+    def wait_durable(self, principal: Principal, ticket: Ticket) -> None:
+        self.broker.wait_durable(ticket)
+
+    # --- destination admin ------------------------------------------------------------------------------
+    def destinations(self, principal: Principal) -> dict[str, dict[str, int]]:
+        return self.broker.destinations()
+
+    def queue_depth(self, principal: Principal, name: str) -> int:
+        return self.broker.queue_depth(name)
+
+    def __repr__(self) -> str:
+        return f"EmbeddedHostBroker({self.broker.instance_name!r})"
