@@ -3,6 +3,7 @@ real PostgreSQL server for the jdbc store (started on first use, once per sessio
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import shutil
 import sys
@@ -14,9 +15,6 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-
-_exit_status: int | None = None
-
 
 # The fast tier (`tests/run -m "not slow"`, docs/architecture.md) must stay under a minute:
 # tests over about 0.3 s are marked slow by hand (@pytest.mark.slow, or pytestmark for a
@@ -76,23 +74,19 @@ def pytest_terminal_summary(terminalreporter, config):
             terminalreporter.write_line(f"{d:6.2f}s {n}")
 
 
-def pytest_sessionfinish(session, exitstatus):
-    global _exit_status
-    _exit_status = int(exitstatus)
-
-
-@pytest.hookimpl(trylast=True)
-def pytest_unconfigure(config):
-    """End the test process here, with pytest's exit status, once every result and summary
-    is written: the suite leaves a JPype JVM in this process next to threads of stomp.py,
-    Spark's py4j gateway and the brokers, and interpreter finalization with all of them
-    crashed once in four full runs (SIGSEGV after "N passed"), which CI would count as a
-    failure. The service's own clean exit is tested where it matters (test_service_e2e,
-    test_serve: serve processes stopped with SIGTERM must exit 0)."""
-    if _exit_status is not None:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(_exit_status)
+def pytest_configure(config):
+    """Tracebacks of every thread on a fatal signal, without pytest's faulthandler plugin:
+    the tests start a JPype JVM, which replaces the SIGSEGV handler with its own (HotSpot
+    takes SIGSEGV on purpose, at safepoint polls); the plugin's faulthandler.disable() at
+    the end would put back the handler of before the JVM, and the JVM's shutdown at exit
+    would then kill the process with SIGSEGV after "N passed" (pyproject.toml turns the
+    plugin off). Enabled here, faulthandler stays on until the interpreter is gone, after
+    JPype has stopped the JVM."""
+    if config.pluginmanager.has_plugin("faulthandler"):
+        raise pytest.UsageError("run the tests with -p no:faulthandler (pyproject.toml's "
+                                "addopts): it disables faulthandler while the JVM runs")
+    # A descriptor of its own: pytest's capture redirects descriptor 2 during tests.
+    faulthandler.enable(file=os.dup(sys.stderr.fileno()), all_threads=True)
 
 
 @pytest.fixture(scope="session")

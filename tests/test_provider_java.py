@@ -330,6 +330,31 @@ def test_threads_share_the_jvm(loader, flavor):
     assert not errors
 
 
+
+def test_a_test_run_that_leaves_java_busy_exits_0(tmp_path):
+    """JPype stops the JVM at exit while Java threads run compiled code: HotSpot needs its
+    own SIGSEGV handler then (safepoint polls fault on purpose). The tests' configuration
+    (pyproject.toml's addopts, tests/conftest.py) must leave it in place; with pytest's
+    faulthandler plugin this run ended with SIGSEGV after "1 passed", every time."""
+    (tmp_path / "test_busy.py").write_text(textwrap.dedent("""
+        import threading, time
+        from bridgemgr.providers.java import jvm
+
+        def test_busy_java_threads_at_exit():
+            jvm.start()
+            import jpype
+            numbers = jpype.JClass("java.util.stream.LongStream").range(0, 10**15)
+            threading.Thread(target=numbers.parallel().sum, daemon=True).start()
+            time.sleep(2)
+        """))
+    root = Path(__file__).parent.parent
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests"), str(root)])}
+    run = subprocess.run([sys.executable, "-m", "pytest", "-c", str(root / "pyproject.toml"),
+                          "--rootdir", str(tmp_path), "-p", "conftest", "-p", "no:cacheprovider",
+                          "-q", str(tmp_path / "test_busy.py")],
+                         capture_output=True, text=True, timeout=90, env=env)
+    assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
+
 # --- Java transformers -----------------------------------------------------------------------------------
 
 TRANSFORMERS = {

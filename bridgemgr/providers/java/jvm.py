@@ -19,7 +19,9 @@
 # threads). Java connections register in OPEN; at interpreter exit close_all() closes
 # whatever is still open (each close bounded by a timeout), so the JVM's non-daemon
 # transport threads end and JPype's shutdown cannot hang; if a close does hang, the JVM is
-# left to die with the process instead of being destroyed.
+# left to die with the process instead of being destroyed. The JVM owns SIGSEGV (HotSpot's
+# safepoint polls fault on purpose) until it is gone: faulthandler.disable() after start()
+# would put back the earlier handler and the shutdown at exit would die with SIGSEGV.
 #
 # translate() turns a Java exception into our JMSException tree (jms/errors.py): by the
 # simple name of the first JMS exception class in its hierarchy (TABLE), a
