@@ -185,12 +185,12 @@ def test_units_handed_over_count_when_their_outcome_comes():
     pending = [ctx("ID:1")]
     s.handed_over(pending)
     pending.clear()  # the link reuses its list: the settler kept a copy
-    assert len(s) == 1
+    assert len(s.units) == 1
     txn = Txn()
-    assert s.settle(txn) is None and len(s) == 1  # not finished yet
+    assert s.settle(txn) is None and len(s.units) == 1  # not finished yet
     txn.ready = [Outcome()]
     assert s.settle(txn) is None
-    assert (len(s), counters.transferred, txn.resets) == (0, 1, 0)
+    assert (len(s.units), counters.transferred, txn.resets) == (0, 1, 0)
 
 
 def test_a_failed_unit_is_returned_and_those_after_it_come_back():
@@ -207,7 +207,7 @@ def test_a_failed_unit_is_returned_and_those_after_it_come_back():
     assert failed is not None
     unit, error = failed
     assert [c.headers[0] for c in unit] == ["ID:2", "ID:3"] and error is heuristic
-    assert (counters.transferred, counters.rolled_back, txn.resets, len(s)) == (1, 2, 1, 0)
+    assert (counters.transferred, counters.rolled_back, txn.resets, len(s.units)) == (1, 2, 1, 0)
     assert batch.lettered == {"ID:4"}  # in a DMQ already: not sent there twice
 
 
@@ -218,10 +218,10 @@ def test_closing_counts_the_committed_and_returns_the_rolled_back():
     txn = Txn()
     txn.ready = [Outcome(), Outcome(TransactionRolledBackException("no"))]
     s.closed(txn)
-    assert (counters.transferred, counters.rolled_back, len(s)) == (1, 1, 0)
+    assert (counters.transferred, counters.rolled_back, len(s.units)) == (1, 1, 0)
     s.handed_over([ctx("ID:3")])
     s.closed(None)  # never connected: nothing to take
-    assert len(s) == 0
+    assert len(s.units) == 0
 
 
 @pytest.mark.parametrize("wait", [False, True])

@@ -500,7 +500,7 @@ class Link:
                 self._txn.idle()
             except CONNECTION_LOST as exc:
                 raise ConnectionLost(f"idle: {exc}") from exc
-        if self.settler:
+        if self.settler.units:
             self._settle(pending, wait=True)
 
     def _complete(self, pending: list[ProcessingContext]) -> None:
@@ -509,7 +509,7 @@ class Link:
             return
         txn = self._txn
         assert txn is not None
-        if self.settler and not self._settle(pending):
+        if self.settler.units and not self._settle(pending):
             return
         batch = self.batch
         batch.open = False

@@ -38,10 +38,6 @@ class Settler:
         self.log_transfers = False  # an INFO line per transfer (decided when connecting)
         self.units: deque[list[ProcessingContext]] = deque()  # handed over, in order
 
-    def __len__(self) -> int:
-        """Units completing behind the link."""
-        return len(self.units)
-
     def handed_over(self, unit: list[ProcessingContext]) -> None:
         """``unit``'s completion becomes final behind the link (a copy is kept)."""
         self.units.append(list(unit))
