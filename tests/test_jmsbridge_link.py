@@ -1,6 +1,6 @@
 """A link's transfer sequence end to end on embedded brokers: the chapter's eight steps,
-transformers (branch_to, no_transfer, failures), the DMQ reasons, the interim local
-transaction, the backout threshold, acknowledge batches and the per-transfer log."""
+transformers (branch_to, no_transfer, failures), the DMQ reasons, transacted (XA) links,
+the backout threshold, acknowledge batches and the per-transfer log."""
 
 from __future__ import annotations
 
@@ -446,7 +446,7 @@ def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
     assert drain(broker, "src") == []  # b's acknowledge took a along (CLIENT_ACKNOWLEDGE)
 
 
-# --- transacted links (interim: one embedded broker, one local transaction) ---------------------------
+# --- transacted links (XA; in one embedded broker: one resource manager, one-phase commits) ---------
 
 def test_transacted_link_within_one_embedded_broker(broker, bridges):
     send(broker, "src", [f"m{i}" for i in range(20)])

@@ -2,8 +2,8 @@
 
 How it works: the client sends one JSON object per line and the server answers each
 with one JSON object per line, in order. The first request must be HELLO with the
-admin credentials; anything else before a successful HELLO gets 401... no: gets 400
-and the connection closes. Then any number of commands.
+admin credentials; anything else before a successful HELLO (a failed HELLO too) gets
+400 and the connection closes. Then any number of commands.
 
 Request::
 

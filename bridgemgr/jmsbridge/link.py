@@ -3,11 +3,12 @@
 # chapter's rules, through BridgeConnections), then _loop() until told otherwise:
 #   receive -> pipeline.run_steps() -> send | DMQ | consume-only | halt -> complete.
 # "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
-# non-transacted link, an XA commit for a transacted one. Handled messages wait in
-# `pending` until a batch is full (tuning.ack_batch, or the bridge's
+# non-transacted link, an XA commit for a transacted one. Handled messages wait in the
+# Batch (batch.py) until it is full (tuning.ack_batch, or the bridge's
 # transaction.batchSize when transacted) or the source has nothing more right now; a
 # batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
-# as transferred and get the INFO log line.
+# as transferred and get the INFO log line; the Settler (settle.py) counts them, at once
+# or when the outcome of a unit committed behind the link comes.
 #
 # The link's producer has confirm_sends set: a send returns once the provider answered
 # for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
@@ -20,20 +21,21 @@
 # rolls the unit back, and so does a completion that failed before the commit decision
 # (a target refusing a message at prepare): the messages come back, none goes to the
 # DMQ. After such a rollback the unit's messages move one per transaction
-# (`_one_by_one`), so only the failing one is backed out again while the others go
+# (Batch.back_out), so only the failing one is backed out again while the others go
 # through in order; once backed out backoutThreshold times it goes to the DMQ
 # (BACKOUT_THRESHOLD_REACHED, pipeline.py) and the link moves on. A completion that
 # failed otherwise sends the batch to the DMQ (ACK_FAILURE; COMMIT_FAILURE: a commit
 # phase with a heuristic outcome). A dead message whose unit is undone after it went to
-# the DMQ comes back with the others; `_lettered` remembers it, so it is consumed then
+# the DMQ comes back with the others; the Batch remembers it, so it is consumed then
 # without a second DMQ copy.
 # A lost connection (ConnectionLost) drops every connection, aborts the unit (unacked
 # messages come back: at-least-once, never lost) and reconnects within the factory's
-# connect-attempts; when those run out, or on a transformer failure with
-# consume-no-transfer-on-transform-error false (HALT), the link stops by itself with
-# last_error set. Commands (start/stop/pause/resume) come from other threads: they set
-# `_want` and wait on the Lifecycle for the thread to get there; the thread looks at
-# `_want` between messages, so stop and pause always finish the message in flight.
+# connect-attempts, backing off when it keeps losing it (ReconnectPolicy, reconnect.py);
+# when those run out, or on a transformer failure with consume-no-transfer-on-transform-
+# error false (HALT), the link stops by itself with last_error set. Commands
+# (start/stop/pause/resume) come from other threads: they set `_want` and wait on the
+# Lifecycle for the thread to get there; the thread looks at `_want` between messages, so
+# stop and pause always finish the message in flight.
 """A JMS bridge link: the transfer loop and its commands."""
 
 from __future__ import annotations
@@ -41,12 +43,12 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS
 from ..jms.spi import MessageConsumer, MessageProducer
+from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
 from .pipeline import (
@@ -60,13 +62,14 @@ from .pipeline import (
     Stage,
     run_steps,
 )
+from .reconnect import ReconnectPolicy
 from .runners import LOCAL, LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
+from .settle import Settler
 from .states import State
 from .transfer import TransactedLinkUnsupported, TransferTransaction
 
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
-_DESTINATION = HEADER_FIELDS.index("destination")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 
@@ -104,17 +107,14 @@ class Link(RunnerBase):
         self._consumer: MessageConsumer | None = None
         self._producer: MessageProducer | None = None
         self._plan: LinkPlan | None = None
-        self._unit_open = False  # the transaction's begin() was called, its unit not ended
-        self._behind: deque[list[ProcessingContext]] = deque()  # units completing behind
-        self._log_transfers = False  # an INFO line per transfer (decided when connecting)
         self._audited: set[DMQReason] = set()
-        self._one_by_one = 0  # messages still to move one per transaction after a rollback
-        self._lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
         halts = (setup.transformer is not None
                  and not setup.config.target.consume_no_transfer_on_transform_error)
         # CLIENT_ACKNOWLEDGE acks everything delivered: a link that may have to stop without
         # consuming a message must complete each message before it receives the next one.
-        self.batch = 1 if halts and not setup.transaction.transacted else max(1, setup.batch_size)
+        self.batch = Batch(1 if halts and not setup.transaction.transacted else setup.batch_size,
+                           self.counters)
+        self.settler = Settler(self.batch, self.counters, log, self.name)
 
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
     def _on_start(self, timeout: float | None) -> State:
@@ -125,8 +125,7 @@ class Link(RunnerBase):
         self._stop.clear()
         self._want = State.STARTED
         self._audited = set()
-        self._one_by_one = 0
-        self._lettered = set()
+        self.batch.restart()
         self._thread = threading.Thread(target=self._main, daemon=True,
                                         name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
@@ -162,7 +161,7 @@ class Link(RunnerBase):
 
     # --- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
-        failures = 0  # connection losses in a row, for the backoff between reconnects
+        reconnect = ReconnectPolicy(self.operator.backoff)
         try:
             while self._want is not State.STOPPED:
                 try:
@@ -173,9 +172,9 @@ class Link(RunnerBase):
                     self._failed(str(exc))
                     break
                 except CONNECTION_LOST as exc:  # lost again while setting up: try again
-                    failures += 1
+                    reconnect.lost(connecting=True)
                     self._lost(exc)
-                    if not self.operator.backoff(failures):
+                    if not reconnect.wait():
                         break
                     continue
                 except TransactedLinkUnsupported as exc:
@@ -185,15 +184,14 @@ class Link(RunnerBase):
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
                 self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
-                connected = time.monotonic()
+                reconnect.connected()
                 try:
                     self._loop()
                     break
                 except ConnectionLost as exc:
-                    # Lost again soon after connecting: back off before the next reconnect.
-                    failures = failures + 1 if time.monotonic() - connected < 1.0 else 0
+                    reconnect.lost()  # soon after connecting: back off before reconnecting
                     self._lost(exc)
-                    if failures and not self.operator.backoff(failures):
+                    if not reconnect.wait():
                         break
                 except _Halt as exc:
                     self._failed(str(exc))
@@ -228,7 +226,7 @@ class Link(RunnerBase):
                                               ConnectionKind.DEDICATED, cfg.source.clientid,
                                               self._stop, xa=setup.transaction.xa)
         self._txn = txn = setup.transaction()
-        self._unit_open = False
+        self.batch.open = False
         session = txn.open_source(self._source.connection)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
@@ -250,8 +248,8 @@ class Link(RunnerBase):
             transformer_properties={**{p.name: p.value for p in cfg.target.properties},
                                     "JMS_SUN_JMSBRIDGE_NAME": self.bridge_name},
             destinations=setup.destinations, backout_threshold=setup.backout_threshold)
-        self._log_transfers = (setup.bridge.log_message_transfer
-                               and self.log.isEnabledFor(logging.INFO))
+        self.settler.log_transfers = (setup.bridge.log_message_transfer
+                                      and self.log.isEnabledFor(logging.INFO))
         self._source.connection.start()
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
                       setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
@@ -286,13 +284,7 @@ class Link(RunnerBase):
                 except Exception:
                     pass
             txn.close()  # units completing behind the link finish first
-            for outcome in txn.outcomes():
-                unit = self._behind.popleft()
-                if outcome.error is None:
-                    self._count_completed(unit)
-                else:  # rolled back: the messages come back from the source
-                    self._returned(unit)
-        self._behind.clear()
+        self.settler.closed(txn)
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
@@ -306,7 +298,7 @@ class Link(RunnerBase):
         receive = consumer.receive
         poll = self.tuning.poll_interval
         batch = self.batch
-        pending: list[ProcessingContext] = []
+        pending = batch.pending
         counters = self.counters
         seen = -1
         try:
@@ -317,9 +309,9 @@ class Link(RunnerBase):
                     if not self._hold():
                         return
                 try:
-                    if not self._unit_open:
+                    if not batch.open:
                         txn.begin()
-                        self._unit_open = True
+                        batch.open = True
                     message = receive(0 if pending else poll)
                 except CONNECTION_LOST as exc:
                     raise ConnectionLost(f"receive: {exc}") from exc
@@ -340,10 +332,10 @@ class Link(RunnerBase):
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
-                if len(pending) >= batch or self._one_by_one:
+                if batch.full():
                     self._complete(pending)
         except ConnectionLost:
-            self._returned(pending)  # they come back after the reconnect
+            batch.undone(pending)  # they come back after the reconnect
             raise
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
@@ -375,8 +367,7 @@ class Link(RunnerBase):
                         "the message stays on the source")
         if ctx.action is Action.DEAD:
             message_id = ctx.headers[_MESSAGE_ID]
-            if message_id in self._lettered:  # its unit was undone after it went there
-                self._lettered.discard(message_id)
+            if self.batch.in_dmq_already(message_id):  # its unit was undone after it went there
                 self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
                               message_id)
             else:
@@ -413,38 +404,29 @@ class Link(RunnerBase):
         back from the source, and move one per transaction until all of them are through
         again, so that only the failing one is backed out once more (it, not its
         neighbours, reaches the backout threshold). Backs off before going on."""
-        self._one_by_one = max(self._one_by_one, len(pending) + extra)
+        self.batch.back_out(pending, extra)
         self._abort(pending, extra)
         if not self.operator.backoff(attempt):
             raise Interrupted(f"stopped while backing off after {what}")
 
     def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
         assert self._txn is not None
-        self._returned(pending, extra)
-        pending.clear()
-        self._unit_open = False
+        self.batch.undone(pending, extra)
         self._txn.abort()
-
-    def _returned(self, unit: list[ProcessingContext], extra: int = 0) -> None:
-        """A unit was undone: its messages (and ``extra`` ones not in it) come back from
-        the source; those of them already in a DMQ must not go there twice."""
-        self.counters.rolled_back += len(unit) + extra
-        self._lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
-                              if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
 
     def _end_unit(self, pending: list[ProcessingContext]) -> None:
         """End the open unit: complete its messages, or close it empty; then wait for the
         units completing behind the link (the source is idle, or a command came)."""
         if pending:
             self._complete(pending)
-        elif self._unit_open:
+        elif self.batch.open:
             assert self._txn is not None
-            self._unit_open = False
+            self.batch.open = False
             try:
                 self._txn.idle()
             except CONNECTION_LOST as exc:
                 raise ConnectionLost(f"idle: {exc}") from exc
-        if self._behind:
+        if self.settler.units:
             self._settle(pending, wait=True)
 
     def _complete(self, pending: list[ProcessingContext]) -> None:
@@ -453,9 +435,10 @@ class Link(RunnerBase):
             return
         txn = self._txn
         assert txn is not None
-        if self._behind and not self._settle(pending):
+        if self.settler.units and not self._settle(pending):
             return
-        self._unit_open = False
+        batch = self.batch
+        batch.open = False
         final: bool | None
         try:
             final = txn.complete()
@@ -465,56 +448,30 @@ class Link(RunnerBase):
             except JMSException as exc:
                 self._completion_failed(pending, exc)
                 return
-        if self._one_by_one:
-            self._one_by_one = max(self._one_by_one - len(pending), 0)
+        batch.completed()
         if final is False:  # handed over: final behind the link
-            self._behind.append(list(pending))
+            self.settler.handed_over(pending)
         else:
-            self._count_completed(pending)
+            self.settler.count(pending)
         pending.clear()
 
     def _settle(self, pending: list[ProcessingContext], wait: bool = False) -> bool:
-        """Take the outcomes of the units completing behind the link and count the
-        committed ones. A failed one is the chapter's commit failure (DMQ); everything
-        after it comes back from the source in order: the units the completer rolled back
-        behind it and the open unit ``pending``. False after a failure."""
+        """Take the outcomes of the units completing behind the link (Settler). A failed
+        one is the chapter's commit failure (DMQ); everything after it comes back from the
+        source in order: the units the completer rolled back behind it and the open unit
+        ``pending``. False after a failure."""
         txn = self._txn
         assert txn is not None
-        failed: tuple[list[ProcessingContext], BaseException] | None = None
-        for outcome in txn.outcomes(wait):
-            unit = self._behind.popleft()
-            if outcome.error is None:
-                self._count_completed(unit)
-            elif outcome.behind:
-                self._returned(unit)
-            else:
-                failed = (unit, outcome.error)
+        failed = self.settler.settle(txn, wait)
         if failed is None:
             return True
-        for _ in txn.outcomes(wait=True):  # the rest: all rolled back behind it
-            self._returned(self._behind.popleft())
         if pending:
             self._abort(pending)
-        txn.reset()
         unit, exc = failed
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
             raise exc
         self._completion_failed(unit, exc)
         return False
-
-    def _count_completed(self, pending: list[ProcessingContext]) -> None:
-        counters = self.counters
-        transfer = Action.TRANSFER
-        for ctx in pending:
-            if ctx.action is transfer:
-                counters.transferred += 1
-                if self._log_transfers:
-                    self.log.info("link %s: transferred message %s from %s to %s", self.name,
-                                  ctx.headers[_MESSAGE_ID], ctx.headers[_DESTINATION],
-                                  ctx.destination)
-            elif ctx.action is Action.CONSUME:
-                counters.consumed_only += 1
-        pending.clear()
 
     def _completion_failed(self, pending: list[ProcessingContext], exc: JMSException) -> None:
         """The chapter: a failed acknowledge or commit sends the messages to the DMQ; but

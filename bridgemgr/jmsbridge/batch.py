@@ -1,0 +1,72 @@
+# How it works: the link (link.py) appends each handled message to `pending` and completes
+# the unit (acknowledge or commit) when it is full: `size` messages, or one at a time while
+# `one_by_one` runs. A unit undone after a failure makes its messages come back from the
+# source; back_out() then makes them move one per transaction until that many went
+# through again, so only the failing one is backed out once more. `lettered` remembers
+# the dead messages of undone units that are in a DMQ already: when they come back they
+# are consumed without a second copy. Both memories last from the link's start to its
+# stop, across reconnects; `open` is the transaction's, set again on every connect.
+"""The unit of work a link is filling: its messages, when it is full, what came back."""
+
+from __future__ import annotations
+
+from ..jms.message import HEADER_FIELDS
+from .counters import LinkCounters
+from .pipeline import Action, ProcessingContext
+
+_MESSAGE_ID = HEADER_FIELDS.index("message_id")
+
+
+class Batch:
+    """The handled messages of a link's open unit of work and what outlives a rollback."""
+
+    def __init__(self, size: int, counters: LinkCounters) -> None:
+        self.size = max(1, size)
+        self.counters = counters
+        self.pending: list[ProcessingContext] = []
+        self.open = False          # the transaction's begin() was called, its unit not ended
+        self.one_by_one = 0        # messages still to move one per transaction
+        self.lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
+
+    def restart(self) -> None:
+        """The link starts: nothing pending, nothing remembered."""
+        self.pending.clear()
+        self.open = False
+        self.one_by_one = 0
+        self.lettered = set()
+
+    def full(self) -> bool:
+        """Whether the unit is to be completed now."""
+        return len(self.pending) >= self.size or self.one_by_one > 0
+
+    def completed(self) -> None:
+        """The pending messages were completed (before they are counted or handed over)."""
+        if self.one_by_one:
+            self.one_by_one = max(self.one_by_one - len(self.pending), 0)
+
+    def back_out(self, unit: list[ProcessingContext], extra: int = 0) -> None:
+        """``unit`` is undone because of one of its messages (or of ``extra`` ones not in
+        it): what comes back moves one per transaction."""
+        self.one_by_one = max(self.one_by_one, len(unit) + extra)
+
+    def undone(self, unit: list[ProcessingContext], extra: int = 0) -> None:
+        """``unit`` (the pending messages, or a unit that failed behind the link) is aborted
+        with the open one: its messages come back from the source."""
+        self.returned(unit, extra)
+        unit.clear()
+        self.open = False
+
+    def returned(self, unit: list[ProcessingContext], extra: int = 0) -> None:
+        """A unit was undone: its messages (and ``extra`` ones not in it) come back from
+        the source; those of them already in a DMQ must not go there twice."""
+        self.counters.rolled_back += len(unit) + extra
+        self.lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
+                             if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
+
+    def in_dmq_already(self, message_id: str) -> bool:
+        """Whether a dead message came back from an undone unit after it went to a DMQ
+        (it is remembered once: a later copy of it is a new dead message)."""
+        if message_id in self.lettered:
+            self.lettered.discard(message_id)
+            return True
+        return False
