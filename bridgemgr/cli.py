@@ -76,8 +76,8 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
     """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT."""
     import logging
 
+    from .jms.errors import StoreError
     from .props import ConfigError, load_properties
-    from .providers.embedded.store import StoreError
     from .service import BridgeServiceManager, ServiceError
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -113,9 +113,9 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
             manager.start()
         except (ServiceError, StoreError, OSError) as exc:
             raise click.ClickException(f"the service cannot start: {exc}") from None
-        assert manager.broker is not None and manager.broker.store is not None
-        click.echo(f"imqbridgemgr {__version__}: host broker {manager.broker.instance_name} "
-                   f"running, store {manager.broker.store.path}")
+        assert manager.host_broker is not None
+        click.echo(f"imqbridgemgr {__version__}: host broker {manager.host_broker.instance_name} "
+                   f"running, store {manager.host_broker.store_location()}")
         portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
         click.echo(f"port mapper: {portmapper}")
     if demo:  # the demo needs its bridges

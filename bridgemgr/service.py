@@ -3,9 +3,9 @@ network front ends and its bridges; run until told to stop, then stop cleanly.
 
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
-opens the embedded host broker there and wraps it in the one HostBroker interface that
-every front end and bridge is given (what a bridge XML connection factory without
-lookup-name means), starts the network loop,
+opens the embedded host broker there (the provider's ``open_host_broker``: the one
+HostBroker interface that every front end and bridge is given, what a bridge XML
+connection factory without lookup-name means), starts the network loop,
 the port mapper and the broker's ``jms`` connection service (other processes reach
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
 repository), and — when imq.bridge.enabled is true — the admin command port (only
@@ -46,11 +46,9 @@ from .admin.protocol import (
     Reply,
 )
 from .jms.errors import IllegalStateException, JMSException
-from .jms.hostbroker import HostBroker
 from .netloop import NetLoop
 from .props import BrokerProperties, ConfigError
-from .providers.embedded import Broker, DestinationLimits, LimitBehavior
-from .providers.embedded.host import EmbeddedHostBroker
+from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 log = logging.getLogger(__name__)
 
@@ -85,8 +83,7 @@ class BridgeServiceManager:
                  bridge_factories: dict[str, BridgeFactory] | None = None) -> None:
         self.props = props
         self.instance_dir = props.instance_dir
-        self.broker: Broker | None = None
-        self.host_broker: HostBroker | None = None  # what every front end is given
+        self.host_broker: EmbeddedHostBroker | None = None  # what every front end is given
         self.netloop: NetLoop | None = None
         self.portmapper: Any = None
         self.jms_services: list[Any] = []
@@ -125,27 +122,9 @@ class BridgeServiceManager:
         return self.props.get("imq.hostname") or "127.0.0.1"
 
     def _open_broker(self) -> None:
-        auto = self.props.autocreate
-        database, sync = None, self.props.get("imq.persist.file.sync.enabled")
-        if self.props.get("imq.persist.store") == "jdbc":
-            # The original's JDBC store commits every persistent message before the send
-            # returns; so does ours (a database commit per group of sends).
-            from .providers.embedded.pgstore import PostgresDatabase, jdbc_settings
-
-            database, sync = PostgresDatabase(jdbc_settings(self.props, self.props.get(
-                "imq.instancename")), sync=True), True
-        self.broker = Broker(
-            None if database else self.instance_dir / "store", database=database,
-            sync=sync,
-            instance_name=self.props.get("imq.instancename"),
-            autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic,
-            limits=DestinationLimits(auto.max_num_msgs, auto.max_total_msg_bytes,
-                                     auto.max_bytes_per_msg, LimitBehavior(auto.limit_behavior),
-                                     auto.use_dmq))
-        self.host_broker = EmbeddedHostBroker(self.broker)
-        log.info("host broker %s started, store %s (fsync %s)", self.broker.instance_name,
-                 self.broker.store.path if self.broker.store else "-",
-                 "on" if self.broker.sync else "off")
+        host_broker = self.host_broker = open_host_broker(self.props)
+        log.info("host broker %s started, store %s (fsync %s)", host_broker.instance_name,
+                 host_broker.store_location() or "-", "on" if host_broker.fsync else "off")
 
     def _open_front_ends(self) -> None:
         from .admin.portmapper import PortMapper, ServiceEntry
@@ -154,15 +133,15 @@ class BridgeServiceManager:
         host = self.host
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
-        from .providers.embedded.jmsservice import JmsService
         from .users import open_repository
 
         self.users = open_repository(self.props)
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
-        assert self.broker is not None  # opened first (start)
+        assert self.host_broker is not None  # opened first (start)
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
-            service = JmsService(self.broker, self.netloop, host, port, ssl_context=ctx,
-                                 authenticator=lambda u, p: self.users.authenticate(u, p) is not None)
+            service = self.host_broker.jms_service(
+                self.netloop, host, port, ssl_context=ctx,
+                authenticator=lambda u, p: self.users.authenticate(u, p) is not None)
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
         if not self.props.enabled:
@@ -382,11 +361,10 @@ class BridgeServiceManager:
         if self.netloop is not None:
             self.netloop.stop()
             self.netloop = None
-        if self.broker is not None:
+        if self.host_broker is not None:
             log.info("stopping the host broker")
-            self.host_broker = None
-            self.broker.close()
-            self.broker = None
+            host_broker, self.host_broker = self.host_broker, None
+            host_broker.close()
         self._unlock_instance()
 
     def _stop_bridge(self, bridge: ManagedBridge) -> None:

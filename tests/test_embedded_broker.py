@@ -23,10 +23,13 @@ from bridgemgr.jms.errors import (
     IllegalStateException,
     InvalidClientIDException,
     InvalidDestinationException,
+    JMSException,
     MessageFormatException,
     MessageNotWriteableException,
     ResourceAllocationException,
 )
+from bridgemgr.jms.hostbroker import DestinationAttributes, Principal
+from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import (
     DMQ_NAME,
     Broker,
@@ -34,6 +37,7 @@ from bridgemgr.providers.embedded import (
     EmbeddedConnectionFactory,
     LimitBehavior,
 )
+from bridgemgr.providers.embedded.host import open_host_broker
 
 Q = Queue("orders")
 
@@ -651,6 +655,29 @@ def test_limits_survive_restart(tmp_path):
     with pytest.raises(ResourceAllocationException):
         send_texts(s, Q, ["2"])
     b.close()
+
+
+def test_the_host_broker_opens_from_properties_and_configures_limits(tmp_path):
+    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.autocreate.destination.maxNumMsgs=1"],
+                            environ={})
+    host = open_host_broker(props)
+    try:
+        assert host.store_location() == str(props.instance_dir / "store" / "store.db")
+        assert not host.fsync
+        admin = Principal("admin")
+        host.configure_destination(admin, Q, DestinationAttributes(max_num_msgs=2, limit_behavior="REMOVE_OLDEST"))
+        with pytest.raises(JMSException, match="limit behavior 'DROP'"):
+            host.configure_destination(admin, Q, DestinationAttributes(limit_behavior="DROP"))
+        conn = host.connection_factory().create_connection()
+        conn.start()
+        s = conn.create_session()
+        send_texts(s, Q, ["1", "2", "3"])
+        assert texts(drain(s.create_consumer(Q))) == ["2", "3"]
+        send_texts(s, Queue("auto"), ["1"])  # created on first use, with imq.autocreate's limit
+        with pytest.raises(ResourceAllocationException):
+            send_texts(s, Queue("auto"), ["2"])
+    finally:
+        host.close()
 
 
 def test_autocreate_off_refuses_unknown_queues(tmp_path):

@@ -101,6 +101,10 @@ class RetriableTransportException(TransportException, code="TRANSPORT_RETRIABLE"
     """A transport failure that may succeed when tried again (reconnect, resend)."""
 
 
+class StoreError(JMSException, code="STORE"):
+    """A broker's store cannot be opened or written; the broker stops accepting work."""
+
+
 class TransactionInProgressException(JMSException, code="TX_IN_PROGRESS"):
     """An operation is not allowed while a transaction is open."""
 

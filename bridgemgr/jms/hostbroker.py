@@ -8,6 +8,8 @@
 #     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
 #     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
 #     was sent or committed is durable.
+# Destination admin (counts; limits as DestinationAttributes) and where the store is are
+# part of it too: front ends and the CLI name no type of the implementation.
 # Every data-path call names the Principal it is made for, so authorization can be
 # checked here, once, for every front end. Handles (Client, Consumer, Delivery,
 # Transaction) are the implementation's own objects: a front end only passes them back.
@@ -34,6 +36,17 @@ class Principal:
     user: str | None
     groups: frozenset[str] = frozenset()
     address: str | None = None
+
+
+@dataclass(frozen=True)
+class DestinationAttributes:
+    """A physical destination's limits (the broker chapter's); -1 means unlimited."""
+
+    max_num_msgs: int = -1
+    max_total_msg_bytes: int = -1
+    max_bytes_per_msg: int = -1
+    limit_behavior: str = "REJECT_NEWEST"  # or REMOVE_OLDEST: what a full destination does
+    use_dmq: bool = True  # a message dropped by a limit goes to the DMQ
 
 
 class Client(Protocol):
@@ -70,6 +83,11 @@ class HostBroker(ABC):
     @property
     @abstractmethod
     def instance_name(self) -> str: ...
+
+    @abstractmethod
+    def store_location(self) -> str | None:
+        """Where the host broker keeps its messages (a file, a database), as its errors
+        name it; None when it keeps them in memory only."""
 
     # --- the provider SPI ---------------------------------------------------------------
     @abstractmethod
@@ -150,3 +168,9 @@ class HostBroker(ABC):
     @abstractmethod
     def queue_depth(self, principal: Principal, name: str) -> int:
         """Messages waiting in queue ``name``."""
+
+    @abstractmethod
+    def configure_destination(self, principal: Principal, destination: Destination,
+                              attributes: DestinationAttributes) -> None:
+        """Create ``destination`` with ``attributes``, or give it them (kept in the store);
+        JMSException for a temporary destination or a bad limit behavior."""

@@ -5,18 +5,24 @@
 # broker's Envelope (it has the message and delivery_count a front end reads), and a
 # Transaction a broker Work whose sends and acknowledgements commit() applies in one store
 # batch. Every call takes the caller's Principal; access control will check it here.
+# open_host_broker() is how the service gets one: it builds the Broker from the broker
+# properties (store kind, fsync, auto-create limits), so the service never names Broker;
+# what only the embedded broker has (its jms connection service, close) is on
+# EmbeddedHostBroker, not on the interface front ends are given.
 """The embedded broker as the service's host broker."""
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...jms.destination import Destination, Topic
+from ...jms.errors import JMSException
 from ...jms.hostbroker import (
     Client,
     Consumer,
     Delivery,
+    DestinationAttributes,
     HostBroker,
     Principal,
     Ticket,
@@ -31,7 +37,46 @@ from .client import (
     EmbeddedConsumer,
     EmbeddedSession,
 )
-from .queues import Envelope
+from .queues import DestinationLimits, Envelope, LimitBehavior
+
+if TYPE_CHECKING:
+    import ssl
+
+    from ...netloop import NetLoop
+    from ...props import BrokerProperties
+    from .clientconn import Authenticate
+    from .jmsservice import JmsService
+
+
+def open_host_broker(props: BrokerProperties) -> EmbeddedHostBroker:
+    """The host broker of the instance ``props`` describe: its store in the instance
+    directory (imq.persist.store=file) or in PostgreSQL (jdbc), destinations created on
+    first use with the imq.autocreate.* limits; StoreError when the store cannot open."""
+    auto = props.autocreate
+    database, sync = None, props.get("imq.persist.file.sync.enabled")
+    if props.get("imq.persist.store") == "jdbc":
+        # The original's JDBC store commits every persistent message before the send
+        # returns; so does ours (a database commit per group of sends).
+        from .pgstore import PostgresDatabase, jdbc_settings
+
+        database, sync = PostgresDatabase(jdbc_settings(props, props.get("imq.instancename")),
+                                          sync=True), True
+    limits = _limits(DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes,
+                                           auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq))
+    return EmbeddedHostBroker(Broker(
+        None if database else props.instance_dir / "store", database=database, sync=sync,
+        instance_name=props.get("imq.instancename"),
+        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits))
+
+
+def _limits(attributes: DestinationAttributes) -> DestinationLimits:
+    try:
+        behavior = LimitBehavior(attributes.limit_behavior)
+    except ValueError:
+        raise JMSException(f"limit behavior {attributes.limit_behavior!r} is not one of "
+                           + ", ".join(b.value for b in LimitBehavior)) from None
+    return DestinationLimits(attributes.max_num_msgs, attributes.max_total_msg_bytes,
+                             attributes.max_bytes_per_msg, behavior, attributes.use_dmq)
 
 
 class EmbeddedHostBroker(HostBroker):
@@ -44,6 +89,29 @@ class EmbeddedHostBroker(HostBroker):
     @property
     def instance_name(self) -> str:
         return self.broker.instance_name
+
+    def store_location(self) -> str | None:
+        return str(self.broker.store.path) if self.broker.store is not None else None
+
+    @property
+    def fsync(self) -> bool:
+        """Whether each store write is flushed to disk (or the database's WAL) before it counts."""
+        return self.broker.sync
+
+    def jms_service(self, netloop: NetLoop, host: str, port: int, *,
+                    ssl_context: ssl.SSLContext | None = None,
+                    authenticator: Authenticate | None = None) -> JmsService:
+        """The broker's ``jms`` connection service on ``host:port`` (not started yet):
+        how other processes (CLI jobs, Spark workers) reach it."""
+        from .jmsservice import JmsService
+
+        return JmsService(self.broker, netloop, host, port, ssl_context=ssl_context,
+                          authenticator=authenticator)
+
+    def close(self) -> None:
+        """Stop the broker: break its connections, write what is pending, close the store
+        (the service's to call, once its front ends have stopped)."""
+        self.broker.close()
 
     def connection_factory(self) -> XAConnectionFactory:
         return self._factory
@@ -153,6 +221,10 @@ class EmbeddedHostBroker(HostBroker):
 
     def queue_depth(self, principal: Principal, name: str) -> int:
         return self.broker.queue_depth(name)
+
+    def configure_destination(self, principal: Principal, destination: Destination,
+                              attributes: DestinationAttributes) -> None:
+        self.broker.configure_destination(destination, _limits(attributes))
 
     def __repr__(self) -> str:
         return f"EmbeddedHostBroker({self.broker.instance_name!r})"

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
-from .store import _OPS, SCHEMA_VERSION, Database, Recovered, StoreError, recovered, write_batch
+from ...jms.errors import StoreError
+from .store import _OPS, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...jms.errors import JMSException
+from ...jms.errors import StoreError  # jms-level: the CLI names it without knowing the store
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,6 @@ _OPS: dict[str, tuple[str, ...]] = {
                     "DELETE FROM xa_acks WHERE xid = ?",
                     "DELETE FROM xa WHERE xid = ?"),
 }
-
-
-class StoreError(JMSException, code="STORE"):
-    """The store cannot be opened or written; the broker stops accepting work."""
 
 
 @dataclass
