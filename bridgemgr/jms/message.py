@@ -631,7 +631,37 @@ def decode_modified_utf8(data: bytes) -> str:
     return struct.pack(f">{len(units)}H", *units).decode("utf-16-be", "surrogatepass")
 
 
-class BytesMessage(Message):
+class _PrimitiveBody:
+    """The typed writes and reads of the eight Java primitives that BytesMessage and
+    StreamMessage share; each body says what a write and a read of a type do."""
+
+    __slots__ = ()
+
+    def _write(self, ptype: PropertyType, value: Any) -> None:
+        raise NotImplementedError
+
+    def _read(self, ptype: PropertyType) -> Any:
+        raise NotImplementedError
+
+    def write_boolean(self, v: bool) -> None: self._write(PropertyType.BOOLEAN, v)
+    def write_byte(self, v: int) -> None: self._write(PropertyType.BYTE, v)
+    def write_short(self, v: int) -> None: self._write(PropertyType.SHORT, v)
+    def write_char(self, v: str) -> None: self._write(PropertyType.CHAR, v)
+    def write_int(self, v: int) -> None: self._write(PropertyType.INT, v)
+    def write_long(self, v: int) -> None: self._write(PropertyType.LONG, v)
+    def write_float(self, v: float) -> None: self._write(PropertyType.FLOAT, v)
+    def write_double(self, v: float) -> None: self._write(PropertyType.DOUBLE, v)
+    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
+    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
+    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
+    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
+    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
+    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
+    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
+    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
+
+
+class BytesMessage(_PrimitiveBody, Message):
     """An uninterpreted byte body, written and read as a Java DataOutput/DataInput stream."""
 
     message_type = "BYTES"
@@ -683,23 +713,6 @@ class BytesMessage(Message):
         (value,) = fmt.unpack_from(self._buf, self._pos)
         self._pos += fmt.size
         return chr(value) if ptype is PropertyType.CHAR else value
-
-    def write_boolean(self, v: bool) -> None: self._write(PropertyType.BOOLEAN, v)
-    def write_byte(self, v: int) -> None: self._write(PropertyType.BYTE, v)
-    def write_short(self, v: int) -> None: self._write(PropertyType.SHORT, v)
-    def write_char(self, v: str) -> None: self._write(PropertyType.CHAR, v)
-    def write_int(self, v: int) -> None: self._write(PropertyType.INT, v)
-    def write_long(self, v: int) -> None: self._write(PropertyType.LONG, v)
-    def write_float(self, v: float) -> None: self._write(PropertyType.FLOAT, v)
-    def write_double(self, v: float) -> None: self._write(PropertyType.DOUBLE, v)
-    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
-    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
-    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
-    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
-    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
-    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
-    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
-    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
 
     def read_unsigned_byte(self) -> int:
         return self.read_byte() & 0xFF
@@ -855,7 +868,7 @@ class MapMessage(Message):
         return f"map={_short(self.get_body())}"
 
 
-class StreamMessage(Message):
+class StreamMessage(_PrimitiveBody, Message):
     """A body that is a sequence of typed values, written then read in order."""
 
     message_type = "STREAM"
@@ -873,14 +886,6 @@ class StreamMessage(Message):
         self._check_writable()
         self._items.append((ptype, check_value(ptype, value)))
 
-    def write_boolean(self, v: bool) -> None: self._write(PropertyType.BOOLEAN, v)
-    def write_byte(self, v: int) -> None: self._write(PropertyType.BYTE, v)
-    def write_short(self, v: int) -> None: self._write(PropertyType.SHORT, v)
-    def write_char(self, v: str) -> None: self._write(PropertyType.CHAR, v)
-    def write_int(self, v: int) -> None: self._write(PropertyType.INT, v)
-    def write_long(self, v: int) -> None: self._write(PropertyType.LONG, v)
-    def write_float(self, v: float) -> None: self._write(PropertyType.FLOAT, v)
-    def write_double(self, v: float) -> None: self._write(PropertyType.DOUBLE, v)
     def write_string(self, v: str) -> None: self._write(PropertyType.STRING, v)
     def write_bytes(self, v: bytes) -> None: self._write(PropertyType.BYTES, v)
 
@@ -909,14 +914,6 @@ class StreamMessage(Message):
         self._pos += 1  # JMS: a failed conversion does not advance
         return result
 
-    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
-    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
-    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
-    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
-    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
-    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
-    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
-    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
     def read_string(self) -> str: return cast("str", self._read(PropertyType.STRING))
     def read_bytes(self) -> bytes: return cast("bytes", self._read(PropertyType.BYTES))
 
