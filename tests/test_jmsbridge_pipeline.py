@@ -276,3 +276,15 @@ def test_wait_for_wakes_on_set():
     assert life.wait_for({State.STARTED}, 5) is State.STARTED
     assert life.wait_for({State.PAUSED}, 0.01) is State.STARTED
     assert life.move({State.STOPPED}, State.PAUSED) is False
+
+
+def test_backoff_survives_any_number_of_failures():
+    """2 ** 1024 times a float overflows: a message redelivered over a thousand times (the
+    backout threshold off) once crashed the link's backoff, and 1,025 wrong admin passwords the
+    login throttle; the delay stays at its cap however many failures came before."""
+    from bridgemgr.backoff import backoff_delay
+
+    assert [backoff_delay(0.3, n, 10.0) for n in (0, 1, 2, 3)] == [0.3, 0.3, 0.6, 1.2]
+    assert backoff_delay(0.3, 1_025, 10.0) == backoff_delay(0.3, 10**9, 10.0) == 10.0
+    operator = RetryWithTolerance(threading.Event(), 1.0, 0.001, 0.002)
+    assert operator.backoff(100_000) is True

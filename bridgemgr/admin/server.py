@@ -18,6 +18,7 @@ import ssl
 import time
 from collections.abc import Callable
 
+from ..backoff import backoff_delay
 from ..netloop import NetLoop
 from .protocol import (
     BAD_REQUEST,
@@ -100,7 +101,7 @@ class AdminServer:
         count = 1 if now - last > FORGET_AFTER else count + 1
         self._failures[peer] = (count, now)
         log.warning("admin login failed for user %r from %s (%d recent failures)", user, peer, count)
-        await asyncio.sleep(min(MAX_DELAY, self.base_delay * 2 ** (count - 1)))
+        await asyncio.sleep(backoff_delay(self.base_delay, count, MAX_DELAY))
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])

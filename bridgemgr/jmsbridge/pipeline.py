@@ -32,6 +32,7 @@ from operator import attrgetter
 from types import MappingProxyType
 from typing import Any, TypeVar
 
+from ..backoff import backoff_delay
 from ..jms.destination import Destination
 from ..jms.errors import (
     IllegalStateException,
@@ -395,5 +396,5 @@ class RetryWithTolerance:
 
     def backoff(self, attempt: int) -> bool:
         """Wait before trying again after ``attempt`` failures in a row; False if stopped."""
-        delay = min(self.initial * 2 ** max(attempt - 1, 0), self.maximum)
+        delay = backoff_delay(self.initial, attempt, self.maximum)
         return not self.stop.wait(delay)

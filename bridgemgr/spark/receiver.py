@@ -32,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 
+from ..backoff import backoff_delay
 from ..jms import codec
 from ..jms.destination import Topic
 from ..jms.spi import AckMode, MessageConsumer, Session
@@ -148,7 +149,7 @@ class Receiver:
                         self.error = exc
                         self.cond.notify_all()
                     return
-                time.sleep(min(0.5 * 2 ** failures, 10.0))
+                time.sleep(backoff_delay(0.5, failures + 1, 10.0))
                 continue
             with self.cond:
                 if end > start:

@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..backoff import backoff_delay
 from ..jmsbridge.counters import LinkCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
@@ -220,7 +221,7 @@ class SparkLink(RunnerBase):
                 self.lifecycle.set(State.STOPPED)
                 return
             self.lifecycle.move({State.STARTED}, State.STARTING)
-            delay = min(self.tuning.backoff_initial * 2 ** (failures - 1), self.tuning.backoff_max)
+            delay = backoff_delay(self.tuning.backoff_initial, failures, self.tuning.backoff_max)
             if self._wake.wait(delay):
                 return
             with self._lock:
