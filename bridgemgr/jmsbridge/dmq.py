@@ -28,7 +28,6 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Protocol
 
 from ..jms import codec
 from ..jms.destination import Destination
@@ -151,15 +150,6 @@ class DMQResult:
     def taken(self) -> bool:
         """A DMQ has the message (else only the final log line has it)."""
         return bool(self.taken_by)
-
-
-class ErrorReporter(Protocol):
-    """One place a dead message can go."""
-
-    name: str
-
-    def report(self, letter: DeadLetter, stop: threading.Event) -> bool:
-        """True when the message is safely there; never raises but Interrupted."""
 
 
 class DMQSender:

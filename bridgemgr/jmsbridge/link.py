@@ -405,6 +405,11 @@ class Link(RunnerBase):
         again, so that only the failing one is backed out once more (it, not its
         neighbours, reaches the backout threshold). Backs off before going on."""
         self.batch.back_out(pending, extra)
+        self._roll_back(pending, attempt, what, extra)
+
+    def _roll_back(self, pending: list[ProcessingContext], attempt: int, what: str,
+                   extra: int = 0) -> None:
+        """Roll the open unit back, then back off so that what keeps failing does not spin."""
         self._abort(pending, extra)
         if not self.operator.backoff(attempt):
             raise Interrupted(f"stopped while backing off after {what}")
@@ -500,12 +505,9 @@ class Link(RunnerBase):
             pending.clear()
             raise ConnectionLost(f"{stage.value}: {exc}") from exc
         if txn.transacted:
-            # A failed commit leaves nothing half done: roll back, the messages come back;
-            # back off so that a commit that keeps failing does not spin.
-            attempt = max(ctx.headers[_DELIVERY_COUNT] for ctx in pending)
-            self._abort(pending)
-            if not self.operator.backoff(attempt):
-                raise Interrupted("stopped while backing off after a failed commit")
+            # A failed commit leaves nothing half done: roll back, the messages come back.
+            self._roll_back(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
+                            "a failed commit")
         pending.clear()
 
     def _to_dmq(self, ctx: ProcessingContext, reason: DMQReason) -> None:
