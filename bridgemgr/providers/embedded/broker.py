@@ -716,8 +716,11 @@ class Broker:
         work.sends, work.acks = [], []
         return self.store.ticket() if self.store is not None else None
 
-    def acknowledge_work(self, work: Work, env: Envelope | None = None) -> None:
-        """CLIENT_ACKNOWLEDGE (everything delivered) or INDIVIDUAL (just ``env``)."""
+    def acknowledge_work(self, work: Work, env: Envelope | None = None) -> int | None:
+        """CLIENT_ACKNOWLEDGE (everything delivered) or INDIVIDUAL (just ``env``); the store
+        ticket that makes the removal durable, when the store fsyncs and a stored message
+        was acknowledged: a consumer that waits for it is not handed an acknowledged message
+        again after a crash (a bridge link would copy it twice)."""
         with self.lock:
             if env is None:
                 acks, work.acks = work.acks, []
@@ -725,8 +728,12 @@ class Broker:
                 work.acks.remove(env)
                 acks = [env]
             else:
-                return
+                return None
             self._ack(acks)
+            if self.sync and any(e.stored for e in acks):
+                assert self.store is not None  # sync: there is a store
+                return self.store.ticket()
+        return None
 
     def rollback(self, work: Work) -> None:
         with self.lock:

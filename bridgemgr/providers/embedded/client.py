@@ -289,7 +289,7 @@ class EmbeddedSession(Session):
             env.owner = work
             work.acks.append(env)
             if self.ack_mode is AckMode.INDIVIDUAL_ACKNOWLEDGE and work is self._work:
-                msg._ack = partial(self.broker.acknowledge_work, work, env)
+                msg._ack = partial(self._acknowledge_one, env)
             elif self.ack_mode is AckMode.CLIENT_ACKNOWLEDGE and work is self._work:
                 msg._ack = self.acknowledge
         msg.delivery_count = env.dcount
@@ -325,7 +325,10 @@ class EmbeddedSession(Session):
     def acknowledge(self) -> None:
         if self.closed:
             raise IllegalStateException("acknowledge() after the session closed")
-        self.broker.acknowledge_work(self._work)
+        self.broker.wait_durable(self.broker.acknowledge_work(self._work))
+
+    def _acknowledge_one(self, env: Envelope) -> None:
+        self.broker.wait_durable(self.broker.acknowledge_work(self._work, env))
 
     def close(self) -> None:
         if self.closed:

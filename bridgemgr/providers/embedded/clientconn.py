@@ -127,6 +127,11 @@ class Durable:
         self.ticket = ticket
 
 
+def _durable(ticket: int | None) -> Durable | None:
+    """Answer once ``ticket`` is durable, or at once when there is nothing to wait for."""
+    return None if ticket is None else Durable(ticket)
+
+
 class RemoteSession:
     """Service-side state of a remote session beside its embedded session."""
 
@@ -569,7 +574,7 @@ class ClientConnection:
         self._check("produce", dest)
         if s._work_now() is None and self.broker.sync:
             ticket = self.broker.send(s.connection, message, dest, blob)
-            return None if ticket is None else Durable(ticket)
+            return _durable(ticket)
         s._send(message, dest, blob)  # into the transaction, or to the broker without waiting
         return None
 
@@ -621,16 +626,15 @@ class ClientConnection:
             consumer.pump()
             consumer.credit = 0
 
-    def _acknowledge(self, sid: int) -> None:
+    def _acknowledge(self, sid: int) -> Durable | None:
         session = self._session(sid)
         session.by_tag.clear()
-        session.s.acknowledge()
+        return _durable(self.broker.acknowledge_work(session.s._work))
 
-    def _ack_one(self, sid: int, tag: int) -> None:
+    def _ack_one(self, sid: int, tag: int) -> Durable | None:
         session = self._session(sid)
         env = session.by_tag.pop(tag, None)
-        if env is not None:
-            self.broker.acknowledge_work(session.s._work, env)
+        return None if env is None else _durable(self.broker.acknowledge_work(session.s._work, env))
 
     def _restart_session(self, session: RemoteSession, undo: Callable[[], None]) -> None:
         """recover/rollback: in-flight messages go back unseen, then the session's work is undone."""
