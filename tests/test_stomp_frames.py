@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +19,7 @@ from bridgemgr.stompbridge.frames import (
     V11,
     V12,
     Frame,
+    HeaderNotEncodable,
     Limits,
     LocalProtocolError,
     encode_frame,
@@ -31,6 +35,14 @@ def parse_all(data: bytes, version: str | None = V12, limits: Limits = Limits())
             assert pos <= len(data)
             return frames
         frames.append(frame)
+
+
+@contextmanager
+def refused(kind: type[LocalProtocolError], detail: str) -> Iterator[None]:
+    """The block raises ``kind`` whose detail (the ERROR frame's body) contains ``detail``."""
+    with pytest.raises(kind) as info:
+        yield
+    assert detail in info.value.detail, info.value.detail
 
 
 def feed_in_pieces(data: bytes, cuts: list[int], version: str | None = V12) -> list[Frame]:
@@ -84,8 +96,9 @@ def test_crlf_line_ends_only_in_1_2_and_before_connect():
     assert parse_all(data, V12)[0].headers == {"destination": "/queue/a"}
     assert parse_all(b"CONNECT\r\nlogin:u\r\npasscode:p\r\n\r\n\0", PRE_CONNECT)[0].headers == {
         "login": "u", "passcode": "p"}
-    # in 1.1 a \r belongs to the value (or breaks the frame)
-    assert parse_all(b"SEND\ndestination:/queue/a\r\n\nx\0", V11)[0].headers["destination"] == "/queue/a\r"
+    # in 1.1 a \r before the \n is no line end: a raw carriage return in a header, refused
+    with refused(LocalProtocolError, "SEND: the header 'destination' holds a carriage return"):
+        parse_all(b"SEND\ndestination:/queue/a\r\n\nx\0", V11)
     with pytest.raises(LocalProtocolError):
         parse_all(b"\r\nSEND\n\nx\0", V11)
 
@@ -151,11 +164,65 @@ def test_limits_frame_size_headers_and_header_length():
 def test_encoding_escapes_per_version():
     frame = Frame(MESSAGE, {"k:1": "a\nb:c\\d\re"}, b"body")
     assert encode_frame(frame, V12) == b"MESSAGE\nk\\c1:a\\nb\\cc\\\\d\\re\n\nbody\0"
-    assert encode_frame(frame, V11) == b"MESSAGE\nk\\c1:a\\nb\\cc\\\\d\re\n\nbody\0"
-    assert encode_frame(frame, V10) == b"MESSAGE\nk_1:a b:c\\d e\n\nbody\0"
+    assert encode_frame(Frame(MESSAGE, {"k:1": "a\nb:c\\d"}), V11) == b"MESSAGE\nk\\c1:a\\nb\\cc\\\\d\n\n\0"
+    assert encode_frame(Frame(MESSAGE, {"k": "b:c\\d"}), V10) == b"MESSAGE\nk:b:c\\d\n\n\0"
 
 
-header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+@pytest.mark.parametrize("version,headers,problem", [
+    (V12, {"k": "a\0b"}, "'k' value holds a NUL byte"),
+    (V11, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.1 cannot carry"),
+    (V10, {"k": "a\nb"}, "'k' value holds a line feed, which STOMP 1.0"),
+    (V10, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.0"),
+    (V10, {"k:1": "a"}, "'k:1' name holds a colon"),
+    (PRE_CONNECT, {"k": "a\nb"}, "'k' value holds a line feed"),
+    (V12, {"": "a"}, "'' has an empty name"),
+])
+def test_a_header_the_version_cannot_carry_is_refused_not_mangled(version, headers, problem):
+    with refused(HeaderNotEncodable, f"MESSAGE: the header {problem}"):
+        encode_frame(Frame(MESSAGE, headers, b"body"), version)
+    with refused(HeaderNotEncodable, "CONNECTED: the header 'k' value holds a line feed, which a CONNECTED frame"):
+        encode_frame(Frame(CONNECTED, {"k": "a\nb"}), V12)
+
+
+@pytest.mark.parametrize("version", [PRE_CONNECT, V10, V11, V12])
+@pytest.mark.parametrize("raw,what", [(b"a\0MESSAGE", "a NUL byte"), (b"a\rb", "a carriage return"),
+                                      (b"a\r", "a carriage return")])
+def test_a_raw_nul_or_bare_cr_in_a_header_is_refused(version, raw, what):
+    if raw == b"a\r" and version in (PRE_CONNECT, V12):
+        return  # there "\r\n" ends the line: no CR in the value
+    data = b"SEND\ndestination:/queue/a\nx:" + raw + b"\nforged:yes\n\nbody\0"
+    with refused(LocalProtocolError, f"SEND: the header 'x' holds {what} written raw"):
+        parse_all(data, version)
+    with refused(LocalProtocolError, f"SEND: the header 'na\\x00me' holds {what}" if b"\0" in raw
+                 else "SEND: the header 'na\\rme' holds a carriage return"):
+        parse_all(b"SEND\n" + (b"na\0me" if b"\0" in raw else b"na\rme") + b":v\n\n\0", version)
+
+
+# Header texts with the characters that matter here far more often than chance would give.
+any_header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
+    ["\0", "\r", "\n", "\r\n", ":", "\\", "\\n", "a\0MESSAGE\nx:y", "v\r", " padded "])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from([SEND, MESSAGE, "ERROR", "RECEIPT", CONNECT, CONNECTED]),
+       st.dictionaries(any_header_text.filter(lambda k: k != "content-length"), any_header_text, max_size=5),
+       st.sampled_from([PRE_CONNECT, V10, V11, V12]))
+def test_any_headers_encode_to_exactly_one_equal_frame_or_a_clear_refusal(command, headers, version):
+    frame = Frame(command, headers, b"body")
+    try:
+        data = encode_frame(frame, version)
+    except HeaderNotEncodable as exc:
+        assert exc.header in headers and exc.detail.startswith(f"{command}: the header {exc.header[:80]!r}")
+        name, value = exc.header, headers[exc.header]
+        escaped = version in (V11, V12) and command not in (CONNECT, CONNECTED)
+        assert (not name or "\0" in name + value or ("\r" in name + value and version != V12)
+                or (not escaped and ("\n" in name + value or "\r" in name + value or ":" in name)))
+        return
+    got, end = parse_frame(data, 0, version)
+    assert end == len(data) and got == frame
+
+
+header_text = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="\0\r"), max_size=20)
 frames = st.builds(
     Frame,
     st.sampled_from([SEND, MESSAGE, "SUBSCRIBE", "ACK", "ERROR", "RECEIPT"]),

@@ -17,7 +17,9 @@
 # Those headers describe the delivery, so they come from the delivered message whatever
 # the transformer returns (a message made with create_message() has none, and ACK names
 # the delivered message-id); the body and the properties come from the transformer's
-# result, and so do reply-to, correlation-id and type when it sets them.
+# result, and so do reply-to, correlation-id and type when it sets them. A header value
+# the subscriber's version cannot carry (a NUL; a line feed for 1.0) is refused by the
+# encoder, like an undeliverable message type, and never written mangled.
 #
 # Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
 # A temporary NAME is the client's own alias for a temporary destination of its

@@ -11,6 +11,13 @@
 # except in CONNECT and CONNECTED frames; 1.0 escapes nothing. 1.2 allows \r\n line ends;
 # so does a frame read before the version is known (the CONNECT frame itself). A
 # repeated header keeps its first value.
+#
+# Header bytes: a NUL, or a carriage return that does not end a line, written raw in a
+# header is refused (LocalProtocolError naming the header and the frame): a peer that
+# ends frames at the NUL would read a second frame of the sender's making. What an escape
+# decodes to (\n, \r) is a legal value; the encoder escapes it again, and refuses
+# (HeaderNotEncodable) a value the version cannot carry: a NUL in any, an EOL in 1.0 or
+# in an unescaped command, a carriage return in 1.1, a colon in a 1.0 header name.
 """STOMP frames: the Frame value, the incremental parser and the encoder (no I/O)."""
 
 from __future__ import annotations
@@ -55,6 +62,14 @@ class LocalProtocolError(ProtocolError):
 
 class RemoteProtocolError(ProtocolError):
     """The peer broke the protocol; the session is in ERROR for good."""
+
+
+class HeaderNotEncodable(LocalProtocolError):
+    """A header name or value the frame's version cannot carry; never written mangled."""
+
+    def __init__(self, command: str, header: str, problem: str) -> None:
+        super().__init__("header not encodable", f"{command}: the header {header[:80]!r} {problem}")
+        self.header = header
 
 
 @dataclass(frozen=True)
@@ -113,7 +128,6 @@ def _escape_12(text: str) -> str:
 
 _ESCAPE: dict[str, Callable[[str], str]] = {V11: _escape_11, V12: _escape_12}
 _ESCAPE_SEQ = re.compile(r"\\.?", re.DOTALL)
-_V10_CLEAN = str.maketrans({"\n": " ", "\r": " "})
 
 
 def unescape(text: str, version: str) -> str:
@@ -135,11 +149,11 @@ def unescape(text: str, version: str) -> str:
 
 
 def escape(text: str, version: str | None) -> str:
-    """Escape a header name or value for ``version``; 1.0 cannot carry EOLs, so they
-    become spaces (the frame would otherwise break)."""
+    """Escape a header name or value for ``version`` (1.0 and PRE_CONNECT: unchanged; see
+    encode_frame for what they cannot carry)."""
     if version in _ESCAPE:
         return _ESCAPE[version](text)
-    return text.translate(_V10_CLEAN)
+    return text
 
 
 # --- parsing -------------------------------------------------------------------------------
@@ -236,7 +250,10 @@ def _parse_headers(lines: list[str], command: str, version: str | None,
                                  f"at most {limits.max_headers} are allowed")
     escaped = version if version in _UNESCAPE and command not in UNESCAPED_COMMANDS else None
     headers: dict[str, str] = {}
+    raw_controls = any("\0" in line or "\r" in line for line in lines)
     for line in lines[1:]:
+        if raw_controls:
+            _refuse_raw_controls(line, command)
         if len(line) > limits.max_header_length and len(line.encode()) > limits.max_header_length:
             raise LocalProtocolError("header too long", f"{command}: a header line is longer than "
                                      f"{limits.max_header_length} bytes")
@@ -249,6 +266,17 @@ def _parse_headers(lines: list[str], command: str, version: str | None,
         if name not in headers:
             headers[name] = value
     return headers
+
+
+def _refuse_raw_controls(line: str, command: str) -> None:
+    """A raw NUL or CR in a header line (its line-ending CR already removed) is refused."""
+    for char, what in (("\0", "a NUL byte"), ("\r", "a carriage return")):
+        if char in line:
+            name = line.partition(":")[0]
+            raise LocalProtocolError("invalid header", f"{command}: the header {name[:80]!r} holds "
+                                     f"{what} written raw; a STOMP header cannot contain a NUL "
+                                     "(it ends a frame) nor a bare carriage return (in STOMP 1.2 "
+                                     "write it as the escape \\r)")
 
 
 def _content_length(text: str, limits: Limits) -> int:
@@ -270,12 +298,49 @@ def _too_big(size: int, limits: Limits) -> LocalProtocolError:
 # --- encoding ------------------------------------------------------------------------------
 
 def encode_frame(frame: Frame, version: str | None) -> bytes:
-    """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped)."""
+    """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped). Raises
+    HeaderNotEncodable rather than write a header the peer would read differently."""
+    headers = frame.headers
+    escaped = version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS
     parts = [frame.command]
-    if version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS:
+    if escaped:
         esc = _ESCAPE[version]
-        parts += [f"{esc(k)}:{esc(v)}" for k, v in frame.headers.items()]
+        parts += [f"{esc(k)}:{esc(v)}" for k, v in headers.items()]
     else:
-        parts += [f"{escape(k, V10).replace(':', '_')}:{escape(v, V10)}" for k, v in frame.headers.items()]
+        parts += [f"{k}:{v}" for k, v in headers.items()]
     parts.append("\n")
-    return "\n".join(parts).encode("utf-8") + frame.body + b"\0"
+    head = "\n".join(parts)
+    # one scan of the whole head in the usual case; the culprit is looked for on failure
+    if "\0" in head or "\r" in head or "" in headers \
+            or (not escaped and (head.count("\n") != len(headers) + 2 or any(":" in k for k in headers))):
+        _refuse_unencodable(frame, version, escaped)
+    return head.encode("utf-8") + frame.body + b"\0"
+
+
+def _refuse_unencodable(frame: Frame, version: str | None, escaped: bool) -> None:
+    """Raise HeaderNotEncodable for the first header ``version`` cannot carry."""
+    if escaped:
+        where = f"STOMP {version}"
+    elif version in _ESCAPE:
+        where = f"a {frame.command} frame (its headers are never escaped)"
+    elif version == V10:
+        where = "STOMP 1.0 (it has no header escapes)"
+    else:
+        where = "a frame written before the version is negotiated (unescaped)"
+    for name, value in frame.headers.items():
+        if not name:
+            raise HeaderNotEncodable(frame.command, name, "has an empty name")
+        for text, part in ((name, "name"), (value, "value")):
+            if "\0" in text:
+                raise HeaderNotEncodable(frame.command, name, f"{part} holds a NUL byte, which no "
+                                         "STOMP version can carry in a header")
+            if "\r" in text and (not escaped or version == V11):
+                raise HeaderNotEncodable(frame.command, name, f"{part} holds a carriage return, "
+                                         f"which {where} cannot carry (only STOMP 1.2 escapes it)")
+            if "\n" in text and not escaped:
+                raise HeaderNotEncodable(frame.command, name, f"{part} holds a line feed, which "
+                                         f"{where} cannot carry; connect with STOMP 1.1 or 1.2")
+        if ":" in name and not escaped:
+            raise HeaderNotEncodable(frame.command, name, f"name holds a colon, which {where} "
+                                     "cannot carry")
+    raise AssertionError(f"no unencodable header in {frame!r}")  # pragma: no cover

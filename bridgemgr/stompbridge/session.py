@@ -78,6 +78,7 @@ from .frames import (
     V12,
     VERSIONS,
     Frame,
+    HeaderNotEncodable,
     Limits,
     LocalProtocolError,
     ProtocolError,
@@ -540,6 +541,9 @@ class StompSession:
                 return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
             except (NotDeliverable, TransformFailed) as exc:
                 return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
+            except HeaderNotEncodable as exc:  # a value this client's version cannot carry
+                return Delivery(ack_no, env, message.message_id or "", None,
+                                f"message {message.message_id}: {exc.detail}")
             except Exception as exc:  # a bug must close the connection, not lose the message
                 log.exception("STOMP session %s: cannot render a message", self.session_id)
                 return Delivery(ack_no, env, message.message_id or "", None, f"cannot deliver: {exc}")
