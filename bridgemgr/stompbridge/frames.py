@@ -301,10 +301,10 @@ def encode_frame(frame: Frame, version: str | None) -> bytes:
     """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped). Raises
     HeaderNotEncodable rather than write a header the peer would read differently."""
     headers = frame.headers
-    escaped = version in _ESCAPE and frame.command not in UNESCAPED_COMMANDS
+    esc = _ESCAPE.get(version or "") if frame.command not in UNESCAPED_COMMANDS else None
+    escaped = esc is not None
     parts = [frame.command]
-    if escaped:
-        esc = _ESCAPE[version]
+    if esc is not None:
         parts += [f"{esc(k)}:{esc(v)}" for k, v in headers.items()]
     else:
         parts += [f"{k}:{v}" for k, v in headers.items()]
