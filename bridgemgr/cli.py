@@ -82,6 +82,12 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     files = list(props_files) + ([passfile] if passfile else [])
+    if passfile:
+        from .private import readable_by_others
+
+        warning = readable_by_others(passfile)
+        if warning:
+            logging.getLogger("bridgemgr.serve").warning("%s", warning)
     demo = demo if demo is not None else not props_files
     try:
         props = load_properties(files, overrides, environ=os.environ)
@@ -156,6 +162,11 @@ def _password_from(passfile: str | None) -> str:
         return click.prompt("Password", hide_input=True, confirmation_prompt=True)
     import javaproperties
 
+    from .private import readable_by_others
+
+    warning = readable_by_others(passfile)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
     try:
         with open(passfile, encoding="utf-8") as handle:
             values = javaproperties.load(handle)

@@ -19,6 +19,7 @@ import javaproperties
 
 from .jms import DeliveryMode, Queue, TextMessage
 from .jms.hostbroker import HostBroker
+from .private import private_dir, write_private
 
 DEMO_IN, DEMO_OUT = Queue("demo.in"), Queue("demo.out")
 PASSWORD_KEY = "imq.imqbridgemgr.password"
@@ -42,14 +43,13 @@ DEMO_XML = """<?xml version="1.0" encoding="UTF-8"?>
 def demo_files(instance_dir: Path) -> tuple[Path, Path]:
     """Write (once) the demo bridge XML and the admin passfile; return their paths."""
     etc = instance_dir / "etc"
-    etc.mkdir(parents=True, exist_ok=True)
+    private_dir(etc)
     xml = etc / "demo-bridge.xml"
-    xml.write_text(DEMO_XML)
+    write_private(xml, DEMO_XML)
     passfile = etc / "demo-admin.properties"
     if not passfile.exists():
-        passfile.touch(mode=0o600)
-        passfile.write_text(javaproperties.dumps({PASSWORD_KEY: secrets.token_urlsafe(12)},
-                                                 timestamp=False))
+        write_private(passfile, javaproperties.dumps({PASSWORD_KEY: secrets.token_urlsafe(12)},
+                                                     timestamp=False))
     return xml, passfile
 
 

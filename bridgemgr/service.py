@@ -47,6 +47,7 @@ from .admin.protocol import (
 )
 from .jms.errors import IllegalStateException, JMSException
 from .netloop import NetLoop
+from .private import DIR_MODE, open_private_text, private_dir, tighten
 from .props import BrokerProperties, ConfigError
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
@@ -99,7 +100,8 @@ class BridgeServiceManager:
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
-        self.instance_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.instance_dir)
+        tighten(self.instance_dir, DIR_MODE)  # made by an older version, or by hand
         self._lock_instance()
         try:
             self._open_broker()
@@ -202,7 +204,7 @@ class BridgeServiceManager:
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
-        handle = open(path, "a+")  # noqa: SIM115  (held open while the service runs: the lock)
+        handle = open_private_text(path, "a+")  # held open while the service runs: the lock
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from .private import open_private, open_private_text, private_dir
 from .props import BrokerProperties
 
 GROUPS = ("admin", "user")
@@ -169,8 +170,8 @@ class UserRepository:
     # --- editing ----------------------------------------------------------------------
     @contextmanager
     def _editing(self) -> Iterator[dict[str, _Entry]]:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(f"{self.path}.lock", "a") as lock_file:
+        private_dir(self.path.parent)
+        with open_private_text(f"{self.path}.lock", "a") as lock_file:
             fcntl.flock(lock_file, fcntl.LOCK_EX)
             with self._lock:
                 self._stamp = None  # re-read under the file lock
@@ -186,7 +187,7 @@ class UserRepository:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
         lines = [HEADER] + [f"{e.user.name}:{e.user.group}:{e.password_hash}\n"
                             for e in sorted(entries.values(), key=lambda e: e.user.name)]
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
                 handle.writelines(lines)

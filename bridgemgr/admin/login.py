@@ -23,8 +23,15 @@ PASSWORD_KEY = "imq.imqbridgemgr.password"
 
 
 def read_passfile(path: str) -> str:
-    """The admin password that the -passfile properties file sets."""
+    """The admin password that the -passfile properties file sets (a warning on stderr
+    when others can read the file)."""
     import javaproperties
+
+    from ..private import readable_by_others
+
+    warning = readable_by_others(path)
+    if warning:
+        click.echo(f"warning: {warning}", err=True)
 
     try:
         with open(path, encoding="utf-8") as fh:

@@ -25,6 +25,7 @@ import time
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from ..private import open_private_text, private_dir
 from ..props import REDACTED, ConfigError, Problem, read_properties_file, shorten
 
 LOG_FILE = "log.txt"
@@ -90,7 +91,7 @@ class _RotatingFile(logging.Handler):
         self.path = path
         self.limit = limit
         self.count = max(count, 1)
-        self.stream = open(path, "a", encoding="utf-8")  # noqa: SIM115
+        self.stream = open_private_text(path, "a")
         self.size = self.stream.tell()
 
     def emit(self, record: logging.LogRecord) -> None:
@@ -112,7 +113,7 @@ class _RotatingFile(logging.Handler):
             older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
             if older.exists():
                 os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
-        self.stream = open(self.path, "w", encoding="utf-8")  # noqa: SIM115
+        self.stream = open_private_text(self.path, "w")
         self.size = 0
 
     def flush(self) -> None:
@@ -181,7 +182,7 @@ class BridgeLog:
             self._filter = _Redact(self.secrets)
             self.logger.addFilter(self._filter)
         if self.path is not None:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             handler = _RotatingFile(self.path, self.limit, self.count)
             handler.setFormatter(_Formatter())
             if self._filter is not None:  # records of child loggers reach the handler only

@@ -26,6 +26,7 @@ from typing import Any
 
 import click
 
+from ..private import private_dir
 from .jobs import job_options, service_job
 
 
@@ -91,7 +92,7 @@ def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
         parallelism=parallelism(job.spark_master, dict(job.spark_conf)), max_per_batch=batch,
         backout_threshold=job.backout_threshold, broker_user=job.user or "",
         broker_password=job.password or "")
-    checkpoint.mkdir(parents=True, exist_ok=True)
+    private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     start = time.monotonic()
     query = start_query(spark, options, checkpoint, available_now=True,

@@ -32,6 +32,8 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..private import open_private, private_dir
+
 MAGIC = b"IMQSLOG1"
 _U32 = struct.Struct(">I")
 _NAME = re.compile(r"^(\d{20})-(\d{20})\.seg$")
@@ -69,8 +71,8 @@ class SourceLog:
         """Become the log's one writer. ``wait`` None: only if no one is (False otherwise);
         else ask the writer to hand over and wait up to ``wait`` s for it (SourceLogError
         naming its process when it does not)."""
-        self.folder.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.folder / _WRITER, os.O_RDWR | os.O_CREAT, 0o600)
+        private_dir(self.folder)
+        fd = open_private(self.folder / _WRITER, os.O_RDWR)
         deadline = None if wait is None else time.monotonic() + wait
         asked = False
         while True:
@@ -110,7 +112,7 @@ class SourceLog:
 
     def open(self) -> SourceLog:
         """Create the folder; drop temporary files a crash left behind."""
-        self.folder.mkdir(parents=True, exist_ok=True)
+        private_dir(self.folder)
         for leftover in self.folder.glob(_TMP_PREFIX + "*"):
             leftover.unlink(missing_ok=True)
         return self
@@ -139,7 +141,7 @@ class SourceLog:
             parts += (_U32.pack(len(mid)), mid, _U32.pack(len(blob)), blob)
         final = self.folder / f"{start:020d}-{end:020d}.seg"
         tmp = self.folder / f"{_TMP_PREFIX}{start:020d}"
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             _write_all(fd, b"".join(parts))
             os.fsync(fd)

@@ -31,6 +31,7 @@ from ..backoff import backoff_delay
 from ..jmsbridge.counters import LinkCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
+from ..private import private_dir
 from .options import FORMAT, LinkOptions
 
 if TYPE_CHECKING:
@@ -187,7 +188,7 @@ class SparkLink(RunnerBase):
 
     def _start_query(self) -> None:
         with self._lock:
-            self.checkpoint.mkdir(parents=True, exist_ok=True)
+            private_dir(self.checkpoint)  # Spark writes it; the folder keeps it private
             self._query = start_query(self._session(), self.options, self.checkpoint,
                                       name=f"{self.bridge_name}.{self.name}")
         self.log.info("link %s runs on Spark (%s -> %s), checkpoint %s", self.name,

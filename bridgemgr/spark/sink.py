@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from pyspark.sql.datasource import DataSourceStreamArrowWriter, WriterCommitMessage
 
+from ..private import open_private_text
 from .counts import BatchCounts, sum_counts
 from .options import LinkOptions
 
@@ -51,7 +52,7 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         total = sum_counts(m for m in messages if isinstance(m, BatchCounts))
         line = {"batch": batchId, "at": time.time(), **total.__dict__}
-        with open(self.options.stats, "a", encoding="utf-8") as out:
+        with open_private_text(self.options.stats, "a") as out:
             out.write(json.dumps(line) + "\n")
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:

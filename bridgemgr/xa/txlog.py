@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ..jms.xa import MAXBQUALSIZE, MAXGTRIDSIZE, Xid
+from ..private import open_private, private_dir
 from ..props import TM_KEYS
 
 log = logging.getLogger(__name__)
@@ -370,12 +371,12 @@ class FileTxLog(TxLog):
     # --- open --------------------------------------------------------------------------------
     def open(self) -> dict[bytes, CommitRecord]:
         with self._lock:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_dir(self.path.parent)
             stale = self._compact_path
             if stale.exists():  # a compaction cut short by a crash; the log itself is whole
                 stale.unlink()
             try:
-                self._fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+                self._fd = open_private(self.path, os.O_RDWR)
                 with open(self._fd, "rb", closefd=False) as f:
                     data = f.read()
             except OSError as exc:
@@ -524,7 +525,7 @@ class FileTxLog(TxLog):
                             "recovery resolve them")
         tmp = self._compact_path
         try:
-            fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+            fd = open_private(tmp, os.O_RDWR | os.O_TRUNC)
             try:
                 os.pwrite(fd, body, 0)
                 if self.settings.mmap:

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from ...jms.errors import StoreError  # jms-level: the CLI names it without knowing the store
+from ...private import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
 
@@ -133,7 +134,14 @@ class SQLiteDatabase(Database):
     def __init__(self, directory: str | Path, sync: bool) -> None:
         self.path = Path(directory) / "store.db"
         self.where = str(self.path)
-        Path(directory).mkdir(parents=True, exist_ok=True)
+        try:
+            # SQLite creates -wal and -shm with the database file's mode: made 0600 first
+            private_file(private_dir(directory) / "store.db")
+            for extra in ("store.db-wal", "store.db-shm"):
+                if (Path(directory) / extra).exists():
+                    tighten(Path(directory) / extra)
+        except OSError as exc:
+            raise StoreError(f"{self.path}: cannot create the store: {exc}") from exc
         try:
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
