@@ -7,8 +7,11 @@
 # problem of every file (file and line), raises ConfigError with all errors together, and
 # otherwise returns a frozen BrokerProperties holding typed values, with grouped views
 # (BridgeProperties, StompProperties, AutocreateProperties) for the code that uses them.
-# Unknown imq.bridge.* keys are warnings naming the closest known key. Secrets (the
-# admin password) never appear in repr, str, logs or messages.
+# A key under imq. that no schema row knows is a warning naming the closest known key
+# (`check` prints it, `serve` logs it); the schema is the one list of known keys. A file
+# that is not a properties file (a NUL byte, XML, or no line that is key=value or
+# key:value) is refused naming the file and line. Secrets (the admin password) never
+# appear in repr, str, logs or messages.
 """Broker properties: parsing, the schema of every bridge property, and defaults.
 
 ``ConfigError`` and ``Problem`` live here because the broker properties are the root of
@@ -212,6 +215,7 @@ class Prop:
 
 # --- the schema -----------------------------------------------------------------------------
 
+IMQ_PREFIX = "imq."  # every key under it is ours: an unknown one is a warning
 BRIDGE_PREFIX = "imq.bridge."
 VARHOME_ENV = "IMQ_VARHOME"
 DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's own default
@@ -272,6 +276,9 @@ FIXED_PROPS: tuple[Prop, ...] = (
                                                            upper=True),
          "REJECT_NEWEST", "what a full destination does"),
     Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
+    # Passfile keys: the CLIs read them; a passfile may also be given to serve.
+    Prop("imq.imqbridgemgr.password", TEXT, None, "the admin CLI's password (-passfile)", secret=True),
+    Prop("imq.imqusermgr.password", TEXT, None, "a new user's password (user add -passfile)", secret=True),
 )
 
 # imq.bridge.<name>.<suffix> (Table 12-2, the STOMP logfile rows, and ours for later issues).
@@ -327,7 +334,9 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
 
 
 def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
-    guessed, dot, _ = key[len(BRIDGE_PREFIX):].partition(".")
+    """The known key ``key`` was most likely meant to be: a fixed key, or a per-bridge
+    key of an active bridge (or of the bridge ``key`` itself names)."""
+    guessed, dot, _ = key[len(BRIDGE_PREFIX):].partition(".") if key.startswith(BRIDGE_PREFIX) else ("", "", "")
     names = (({guessed} if dot else set()) | set(bridge_names)) - RESERVED_BRIDGE_NAMES
     candidates = [*_FIXED, *(f"{BRIDGE_PREFIX}{n}.{s}" for n in names for s in _PER_BRIDGE)]
     found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
@@ -368,17 +377,43 @@ def read_properties_file(path: str | os.PathLike[str]) -> list[tuple[str, str, O
         text = data.decode("utf-8")
     except UnicodeDecodeError:
         text = data.decode("iso-8859-1")
+    _refuse_non_properties(source, data, text)
     entries: list[tuple[str, str, Origin]] = []
     line = 1
+    separated = False  # some entry is key=value or key:value
     try:
         for element in javaproperties.parse(text):
             if isinstance(element, javaproperties.KeyValue):
                 entries.append((element.key, element.value, Origin(source, line)))
+                separated = separated or "=" in element.source or ":" in element.source
             line += len(_NEWLINES.findall(element.source))
     except javaproperties.InvalidUEscapeError as exc:
         raise ConfigError([Problem(source, line, f"{exc}; write \\u followed by four "
                                                  f"hexadecimal digits")]) from None
+    if entries and not separated:
+        raise ConfigError([Problem(source, entries[0][2].line, "not a properties file: no line is "
+                                   "key=value or key:value (or a # comment)")])
     return entries
+
+
+def _refuse_non_properties(source: str, data: bytes, text: str) -> None:
+    """ConfigError when ``data`` is plainly no properties file: a NUL byte (binary, or
+    UTF-16 text), or XML/HTML (its first line that is not blank or a comment starts with <).
+    javaproperties would read either as keys, silently."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError([Problem(source, data.count(b"\n", 0, nul) + 1, "not a properties "
+                                   "file: it holds a NUL byte (a binary file, or text saved as "
+                                   "UTF-16; save it as UTF-8 or ISO-8859-1)")])
+    for number, line in enumerate(_NEWLINES.split(text), 1):
+        stripped = line.strip()
+        if not stripped or stripped[0] in "#!":
+            continue
+        if stripped.startswith("<"):
+            raise ConfigError([Problem(source, number, f"not a properties file: it starts like XML "
+                                       f"or HTML ({shorten(stripped, 40)}); a bridge's XML file "
+                                       "belongs in imq.bridge.<name>.xmlurl")])
+        return
 
 
 def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Origin]],
@@ -469,9 +504,9 @@ class BrokerProperties:
         return self.origins.get(key)
 
     def redacted(self) -> dict[str, str]:
-        """Every raw property for display and logs, secrets replaced. Unknown imq.bridge.*
-        keys are hidden too: a misspelt password key must not show its password."""
-        return {k: REDACTED if is_secret_name(k) or (k.startswith(BRIDGE_PREFIX)
+        """Every raw property for display and logs, secrets replaced. Unknown imq.* keys
+        are hidden too: a misspelt password key must not show its password."""
+        return {k: REDACTED if is_secret_name(k) or (k.startswith(IMQ_PREFIX)
                                                      and schema_row(k) is None) else v
                 for k, v in sorted(self.raw.items())}
 
@@ -610,7 +645,7 @@ def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
     for key, value in raw.items():
         row = schema_row(key)
         if row is None:
-            if key.startswith(BRIDGE_PREFIX):
+            if key.startswith(IMQ_PREFIX):
                 unknown.append(key)
             continue
         prop = row[0]

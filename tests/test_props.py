@@ -254,8 +254,38 @@ def test_unknown_keys_far_from_anything_are_ignored_with_a_warning():
     props = load_properties(overrides=["imq.bridge.zzzzzzzzzzzz=1", "imq.cluster.url=x",
                                        "other.key=1"], environ={})
     assert [w.message for w in props.warnings] == [
-        "unknown property imq.bridge.zzzzzzzzzzzz; it is ignored"]
+        "unknown property imq.bridge.zzzzzzzzzzzz; it is ignored",
+        "unknown property imq.cluster.url; it is ignored"]  # every imq.* key; other.key is not ours
     assert props.raw["imq.cluster.url"] == "x"
+
+
+@pytest.mark.parametrize("key,closest", [
+    ("imq.persist.file.sync.enabeld", "imq.persist.file.sync.enabled"),
+    ("imq.autocreate.queu", "imq.autocreate.queue"),
+    ("imq.instancenmae", "imq.instancename"),
+    ("imq.persist.jdbc.postgresql.pasword", "imq.persist.jdbc.postgresql.password"),
+])
+def test_unknown_imq_keys_outside_imq_bridge_warn_with_the_closest_known_key(key, closest):
+    props = load_properties(overrides=[f"{key}=secret-value-7"], environ={})
+    assert [w.message for w in props.warnings] == [f"unknown property {key}; did you mean {closest}?"]
+    assert props.redacted()[key] == P.REDACTED  # a misspelt password key keeps its value hidden
+
+
+def test_every_schema_key_is_suggested_for_a_typo_of_it():
+    """The known keys are the schema's rows, no second list: a row added to FIXED_PROPS
+    (as each new feature does) is known and suggested with nothing else to change."""
+    for prop in P.FIXED_PROPS:
+        typo = prop.key[:-2] + prop.key[-1] + prop.key[-2]  # the last two letters swapped
+        if typo == prop.key or P.schema_row(typo) is not None:
+            continue
+        (warning,) = load_properties(overrides=[f"{typo}=1"], environ={}).warnings
+        assert warning.message == f"unknown property {typo}; did you mean {prop.key}?"
+
+
+def test_the_passfile_keys_of_the_clis_are_known():
+    props = load_properties(overrides=["imq.imqbridgemgr.password=x", "imq.imqusermgr.password=y"],
+                            environ={})
+    assert props.warnings == ()
 
 
 @pytest.mark.parametrize("overrides,expected", [
