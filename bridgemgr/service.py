@@ -348,6 +348,8 @@ class BridgeServiceManager:
             done.join(STOP_TIMEOUT)
             if done.is_alive():
                 log.error("bridge %s did not stop within %.0f s; going on", name, STOP_TIMEOUT)
+            if self.host_broker is not None:
+                self.host_broker.release(name)  # unloaded: its client ids and durables are free
         self.bridges = {}
         if self.admin is not None:
             self.admin.stop()
@@ -476,8 +478,14 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
         # runner=spark links reach the host broker from Spark's processes over jms
-        return JMSBridge.from_properties(
+        bridge = JMSBridge.from_properties(
             manager.props, name, host=manager.host_broker,
             broker_url=manager.jms_url if manager.jms_services else None)
+        try:
+            bridge.reserve()  # its links' client ids and durables, also before a start
+        except (JMSException, ConfigError, OSError, ValueError) as exc:
+            log.warning("bridge %s: its configuration cannot be read yet (%s); its client ids "
+                        "and durable subscriptions are reserved at its first start", name, exc)
+        return bridge
 
     return {"jms": jms, "stomp": StompService}

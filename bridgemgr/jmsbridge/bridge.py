@@ -64,6 +64,7 @@ from .plugins import load_configured_transformer
 from .resolve import (
     HostFactory,
     Lookup,
+    host_client_names,
     resolve_connection_factories,
     resolve_destination,
     with_host_broker,
@@ -178,6 +179,18 @@ class JMSBridge:
                 "transacted": cfg.transacted,
                 "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()}
 
+    # --- reservations on the host broker ----------------------------------------------------------
+    def reserve(self) -> None:
+        """Keep on the host broker the client ids and durable subscriptions of the
+        configuration's links for this bridge (reading the configuration now when no start
+        has), so that no other user takes them while the bridge is loaded; every start
+        renews it from the configuration it reads."""
+        if self.host is None:
+            return
+        config = self.config if self.config is not None or self._loader is None else self._loader()
+        if config is not None:
+            self.host.reserve(self.name, *host_client_names(config))
+
     # --- bridge commands ----------------------------------------------------------------------
     def start(self, timeout: float | None = -1) -> State:
         """The start steps, then wait up to ``timeout`` seconds (tuning.start_timeout by
@@ -288,6 +301,8 @@ class JMSBridge:
             self.config = self._loader()
         config = self.config
         assert config is not None
+        if self.host is not None:
+            self.host.reserve(self.name, *host_client_names(config))
         self._open_log(config)
         self.log.info("bridge %s starting (%s)", self.name, config.source or "configuration")
         # 2. the enabled links and DMQs: destinations and transformers
