@@ -133,11 +133,16 @@ class BridgeServiceManager:
         host = self.host
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
+        from .servicekeys import ensure_service_account
         from .users import open_repository
 
         self.users = open_repository(self.props)
-        tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         assert self.host_broker is not None  # opened first (start)
+        # Spark links and CLI jobs log in as the service account; it may use what the
+        # bridges reserve on the host broker
+        account, _ = ensure_service_account(self.props, self.users)
+        self.host_broker.set_service_users({account})
+        tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
                 self.netloop, host, port, ssl_context=ctx,
@@ -309,12 +314,17 @@ class BridgeServiceManager:
         xmlurl = settings.xmlurl
         if xmlurl and "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
             xmlurl = str((settings.xml_base / xmlurl).resolve())
+        from .servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
+
         master, conf = spark_settings(self.props)
         return Reply(OK, f"bridge {bridge.name}", {
             "bridge": bridge.name, "type": bridge.type, "xmlurl": xmlurl,
             "runner": settings.runner, "backoutThreshold": settings.backout_threshold,
             "jms": self.jms_url,
-            "spark": {"master": master, "conf": conf}})
+            "spark": {"master": master, "conf": conf},
+            # the job's login on the host broker, and the key that marks dead messages
+            "service": {"user": SERVICE_ACCOUNT, "password": service_password(self.props),
+                        "dmqKey": dmq_key(self.props).hex()}})
 
     @property
     def jms_url(self) -> str:

@@ -70,9 +70,9 @@ def stomp_port(daemon: Daemon) -> int:
 def test_a_plain_user_cannot_set_a_links_client_id_over_mq(service, client_id):
     daemon, _ = service
     publish(daemon, "kept for the link")
-    with connect(f"mq://{daemon.address}", *MALLORY) as conn:
-        with pytest.raises(JMSSecurityException, match=client_id):
-            conn.client_id = client_id
+    with (connect(f"mq://{daemon.address}", *MALLORY) as conn,
+          pytest.raises(JMSSecurityException, match=client_id)):
+        conn.client_id = client_id
 
 
 def test_a_plain_user_cannot_take_the_durable_subscription_over_stomp(service):

@@ -38,6 +38,7 @@ from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker
 from ..props import BACKOUT_THRESHOLD, BrokerProperties, clip, is_secret_name, shorten
+from ..servicekeys import dmq_key
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
@@ -338,6 +339,7 @@ class JMSBridge:
         # 8. the DMQs
         senders = []
         dest: Destination
+        key = dmq_key(self.props) if self.props is not None else None  # marks what we dead-letter
         for dmq in dmqs:
             if dmq.is_builtin:
                 dest, ref = Queue(BUILTIN_DMQ_DESTINATION), BUILTIN_DMQ
@@ -345,7 +347,7 @@ class JMSBridge:
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
             senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
-                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line)))
+                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line), marker_key=key))
         self._dmqs = DeadMessageQueues(senders, self.log)
         try:
             self._dmqs.ready(self._halt)
