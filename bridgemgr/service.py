@@ -8,12 +8,15 @@ HostBroker interface that every front end and bridge is given, what a bridge XML
 connection factory without lookup-name means), starts the network loop,
 the port mapper and the broker's ``jms`` connection service (other processes reach
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
-repository), and — when imq.bridge.enabled is true — the admin command port (only
+repository, where the service account Spark links and CLI jobs log in as is made or
+repaired, servicekeys.py), and — when imq.bridge.enabled is true — the admin command port (only
 with an admin user and password) and every bridge of imq.bridge.activelist (type
 jms or stomp). Every bridge is listed from then on; those with autostart start each on
 its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
 provider is unreachable (connect-attempts -1) shows STARTING without holding up the
-others. A bridge that fails to start is logged and left STOPPED. ``on_bridge_started``,
+others. A bridge that fails to start is logged and left STOPPED. A loaded JMS bridge's
+client ids and durable subscriptions are reserved for it on the host broker until
+``stop()`` unloads it. ``on_bridge_started``,
 when set, hears of each start-up bridge once its start has ended. ``dispatch`` carries
 out admin commands (the ``_OPS`` table maps each to a bridge or link method); an admin
 start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` seconds,
@@ -133,15 +136,20 @@ class BridgeServiceManager:
         host = self.host
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
-        from .servicekeys import ensure_service_account
-        from .users import open_repository
+        from .servicekeys import dmq_key, ensure_service_account
+        from .users import UserRepositoryError, open_repository
 
         self.users = open_repository(self.props)
         assert self.host_broker is not None  # opened first (start)
         # Spark links and CLI jobs log in as the service account; it may use what the
-        # bridges reserve on the host broker
-        account, _ = ensure_service_account(self.props, self.users)
-        self.host_broker.set_service_users({account})
+        # bridges reserve on the host broker. The DMQ marker key exists from the first start.
+        try:
+            account, _ = ensure_service_account(self.props, self.users)
+            self.host_broker.set_service_users({account})
+        except UserRepositoryError as exc:
+            log.error("the service account cannot be set up, so Spark links and CLI jobs "
+                      "cannot log in: %s", exc)
+        dmq_key(self.props)
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
