@@ -8,12 +8,15 @@ HostBroker interface that every front end and bridge is given, what a bridge XML
 connection factory without lookup-name means), starts the network loop,
 the port mapper and the broker's ``jms`` connection service (other processes reach
 the broker at ``mq://host:portmapper-port``; logins are checked against the user
-repository), and — when imq.bridge.enabled is true — the admin command port (only
+repository, where the service account Spark links and CLI jobs log in as is made or
+repaired, servicekeys.py), and — when imq.bridge.enabled is true — the admin command port (only
 with an admin user and password) and every bridge of imq.bridge.activelist (type
 jms or stomp). Every bridge is listed from then on; those with autostart start each on
 its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
 provider is unreachable (connect-attempts -1) shows STARTING without holding up the
-others. A bridge that fails to start is logged and left STOPPED. ``on_bridge_started``,
+others. A bridge that fails to start is logged and left STOPPED. A loaded JMS bridge's
+client ids and durable subscriptions are reserved for it on the host broker until
+``stop()`` unloads it. ``on_bridge_started``,
 when set, hears of each start-up bridge once its start has ended. ``dispatch`` carries
 out admin commands (the ``_OPS`` table maps each to a bridge or link method); an admin
 start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` seconds,
@@ -135,11 +138,21 @@ class BridgeServiceManager:
         host = self.host
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
-        from .users import open_repository
+        from .servicekeys import dmq_key, ensure_service_account
+        from .users import UserRepositoryError, open_repository
 
         self.users = open_repository(self.props)
-        tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         assert self.host_broker is not None  # opened first (start)
+        # Spark links and CLI jobs log in as the service account; it may use what the
+        # bridges reserve on the host broker. The DMQ marker key exists from the first start.
+        try:
+            account, _ = ensure_service_account(self.props, self.users)
+            self.host_broker.set_service_users({account})
+        except UserRepositoryError as exc:
+            log.error("the service account cannot be set up, so Spark links and CLI jobs "
+                      "cannot log in: %s", exc)
+        dmq_key(self.props)
+        tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
                 self.netloop, host, port, ssl_context=ctx,
@@ -311,12 +324,17 @@ class BridgeServiceManager:
         xmlurl = settings.xmlurl
         if xmlurl and "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
             xmlurl = str((settings.xml_base / xmlurl).resolve())
+        from .servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
+
         master, conf = spark_settings(self.props)
         return Reply(OK, f"bridge {bridge.name}", {
             "bridge": bridge.name, "type": bridge.type, "xmlurl": xmlurl,
             "runner": settings.runner, "backoutThreshold": settings.backout_threshold,
             "jms": self.jms_url,
-            "spark": {"master": master, "conf": conf}})
+            "spark": {"master": master, "conf": conf},
+            # the job's login on the host broker, and the key that marks dead messages
+            "service": {"user": SERVICE_ACCOUNT, "password": service_password(self.props),
+                        "dmqKey": dmq_key(self.props).hex()}})
 
     @property
     def jms_url(self) -> str:
@@ -350,6 +368,8 @@ class BridgeServiceManager:
             done.join(STOP_TIMEOUT)
             if done.is_alive():
                 log.error("bridge %s did not stop within %.0f s; going on", name, STOP_TIMEOUT)
+            if self.host_broker is not None:
+                self.host_broker.release(name)  # unloaded: its client ids and durables are free
         self.bridges = {}
         if self.admin is not None:
             self.admin.stop()
@@ -478,8 +498,14 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
         # runner=spark links reach the host broker from Spark's processes over jms
-        return JMSBridge.from_properties(
+        bridge = JMSBridge.from_properties(
             manager.props, name, host=manager.host_broker,
             broker_url=manager.jms_url if manager.jms_services else None)
+        try:
+            bridge.reserve()  # its links' client ids and durables, also before a start
+        except (JMSException, ConfigError, OSError, ValueError) as exc:
+            log.warning("bridge %s: its configuration cannot be read yet (%s); its client ids "
+                        "and durable subscriptions are reserved at its first start", name, exc)
+        return bridge
 
     return {"jms": jms, "stomp": StompService}

@@ -28,6 +28,7 @@ from .private import open_private, open_private_text, private_dir
 from .props import BrokerProperties
 
 GROUPS = ("admin", "user")
+SERVICE_ACCOUNT = "imqbridge-service"  # the bridge service's own login (servicekeys.py)
 HEADER = "# imqbridge user repository: name:group:scrypt$logN$r$p$salt$hash (edit with imqbridgemgr user)\n"
 SCRYPT_LOG_N, SCRYPT_R, SCRYPT_P = 14, 8, 1   # 16 MiB, ~40 ms per check
 _MAX_MEM = 64 * 1024 * 1024
@@ -219,12 +220,13 @@ class UserRepository:
             del entries[name]
 
     def ensure_admin(self, name: str | None, password: str | None) -> bool:
-        """A fresh service: when the repository is empty, add ``name`` as an admin so the
-        configured admin credentials work. True when it added the user."""
+        """A fresh service: when the repository is empty (but for the service account), add
+        ``name`` as an admin so the configured admin credentials work. True when it added
+        the user."""
         if not name or not password:
             return False
         with self._editing() as entries:
-            if entries:
+            if set(entries) - {SERVICE_ACCOUNT}:
                 return False
             check_name(name)
             entries[name] = _Entry(User(name, "admin"), hash_password(password))

@@ -1,5 +1,6 @@
 """CLI jobs find their bridge through a running service's admin port (op CONFIG) and reach
-its host broker over the jms connection service with the admin login."""
+its host broker over the jms connection service as the service account (never with the
+admin login), which the service made at first start (etc/service.password, 0600)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from bridgemgr.admin.login import admin_address
 from bridgemgr.admin.protocol import Command
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded.remote import RemoteConnection
+from bridgemgr.servicekeys import SERVICE_ACCOUNT
 from bridgemgr.spark.jobs import service_job
 from service_support import Daemon, one_bridge_files
 
@@ -68,14 +70,19 @@ def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
 
 
 def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service):
-    daemon, passfile, _ = service
+    daemon, passfile, base = service
     job = service_job(daemon.address, "jb", "admin", str(passfile))
     assert job.config.name == "jb" and [link.name for link in job.config.links] == ["l1"]
     assert job.runner == "spark" and job.spark_master == "local[1]"
     assert "Job-Secret-1" not in repr(job)
-    conn = job.host_factory({}).create_connection()  # no user: the job's login
+    etc = base / "conf" / "var" / "instances" / "jobs" / "etc"
+    assert (job.broker_user, job.broker_password) == (
+        SERVICE_ACCOUNT, (etc / "service.password").read_text().strip())
+    assert job.dmq_key == bytes.fromhex((etc / "dmq.key").read_text().strip())
+    assert (etc / "service.password").stat().st_mode & 0o077 == 0
+    conn = job.host_factory({}).create_connection()  # no user: the service account
     try:
-        assert isinstance(conn, RemoteConnection)
+        assert isinstance(conn, RemoteConnection) and conn.username == SERVICE_ACCOUNT
         session = conn.create_session()
         session.create_producer(Queue("jobs.src")).send(TextMessage("from a job"),
                                                         delivery_mode=DeliveryMode.PERSISTENT)

@@ -3,6 +3,8 @@
 # from service.py instead of importing the broker. Two ways in:
 #   - the provider SPI, through connection_factory(): JMS bridges, Spark links and tools
 #     move messages like any JMS client; a connection's principal is the user it logs in as;
+#     the client ids and durable subscriptions of loaded bridges' links are reserved for
+#     these connections (reserve/release), no other client may take them;
 #   - a data path for front ends whose acknowledgement model is not a JMS session's (STOMP:
 #     an ACK names single deliveries, a transaction spans subscriptions, any thread may
 #     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
@@ -18,7 +20,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
@@ -93,6 +95,17 @@ class HostBroker(ABC):
     @abstractmethod
     def connection_factory(self) -> XAConnectionFactory:
         """Connections (and XA sessions) to the host broker, for bridges, jobs and tools."""
+
+    @abstractmethod
+    def reserve(self, owner: str, client_ids: Iterable[str], durables: Iterable[tuple[str, str]]) -> None:
+        """Keep ``client_ids`` and the durable subscriptions (client id, name) for the
+        bridge service while bridge ``owner`` is loaded (replacing what it kept before): a
+        connection not from connection_factory() that sets, subscribes or unsubscribes one
+        gets JMSSecurityException."""
+
+    @abstractmethod
+    def release(self, owner: str) -> None:
+        """Bridge ``owner`` is unloaded: what it reserved is free again."""
 
     @abstractmethod
     def txlog_sql(self) -> tuple[Callable[[], Any], str] | None:

@@ -38,6 +38,7 @@ from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker
 from ..props import BACKOUT_THRESHOLD, BrokerProperties, clip, is_secret_name, shorten
+from ..servicekeys import dmq_key
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
 from ..xa.txlog import TxLogError
@@ -64,6 +65,7 @@ from .plugins import load_configured_transformer
 from .resolve import (
     HostFactory,
     Lookup,
+    host_client_names,
     resolve_connection_factories,
     resolve_destination,
     with_host_broker,
@@ -178,6 +180,18 @@ class JMSBridge:
                 "transacted": cfg.transacted,
                 "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()}
 
+    # --- reservations on the host broker ----------------------------------------------------------
+    def reserve(self) -> None:
+        """Keep on the host broker the client ids and durable subscriptions of the
+        configuration's links for this bridge (reading the configuration now when no start
+        has), so that no other user takes them while the bridge is loaded; every start
+        renews it from the configuration it reads."""
+        if self.host is None:
+            return
+        config = self.config if self.config is not None or self._loader is None else self._loader()
+        if config is not None:
+            self.host.reserve(self.name, *host_client_names(config))
+
     # --- bridge commands ----------------------------------------------------------------------
     def start(self, timeout: float | None = -1) -> State:
         """The start steps, then wait up to ``timeout`` seconds (tuning.start_timeout by
@@ -288,6 +302,8 @@ class JMSBridge:
             self.config = self._loader()
         config = self.config
         assert config is not None
+        if self.host is not None:
+            self.host.reserve(self.name, *host_client_names(config))
         self._open_log(config)
         self.log.info("bridge %s starting (%s)", self.name, config.source or "configuration")
         # 2. the enabled links and DMQs: destinations and transformers
@@ -323,6 +339,7 @@ class JMSBridge:
         # 8. the DMQs
         senders = []
         dest: Destination
+        key = dmq_key(self.props) if self.props is not None else None  # marks what we dead-letter
         for dmq in dmqs:
             if dmq.is_builtin:
                 dest, ref = Queue(BUILTIN_DMQ_DESTINATION), BUILTIN_DMQ
@@ -330,7 +347,7 @@ class JMSBridge:
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
             senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
-                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line)))
+                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line), marker_key=key))
         self._dmqs = DeadMessageQueues(senders, self.log)
         try:
             self._dmqs.ready(self._halt)

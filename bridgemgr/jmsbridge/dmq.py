@@ -11,7 +11,10 @@
 #   2. passes the original message to the DMQ's transformer, if it has one,
 #   3. sets the body to the transformed (or original) message, or to its str() with
 #      JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED when the codec cannot encode it,
-#   4. sends it up to send-attempts times, send-attempt-interval apart, with the DMQ's
+#   4. marks it as the bridge's own (with the instance's DMQ key): DMQ_MARKER is an
+#      HMAC-SHA256 over the DMQ properties the bridge sets (MARKED) and the body, which
+#      `dmq redrive` verifies, so a message a user put in a DMQ is never resent,
+#   5. sends it up to send-attempts times, send-attempt-interval apart, with the DMQ's
 #      time-to-live-in-millis and the original's delivery mode and priority.
 # A DMQ's connection follows the chapter's rules like a target's (connections.py); its
 # sender is locked, since every link of the bridge may use it. Failures are logged,
@@ -23,6 +26,9 @@
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import json
 import logging
 import threading
 import time
@@ -53,6 +59,11 @@ SOURCE_TIMESTAMP = P + "SOURCE_TIMESTAMP"
 TARGET_DESTINATION = P + "TARGET_DESTINATION"
 TARGET_CURRENT_DESTINATION = P + "TARGET_CURRENT_DESTINATION"
 TARGET_PROVIDER = P + "TARGET_PROVIDER"
+DMQ_MARKER = P + "DMQ_MARKER"  # ours: the bridge dead-lettered it (marker(), verify_marker())
+# What the marker covers: every property the bridge sets on a DMQ message, and the body.
+MARKED = (SOURCE_MESSAGEID, SOURCE_TIMESTAMP, SOURCE_CORRELATIONID, SOURCE_JMSTYPE,
+          SOURCE_DESTINATION, TARGET_DESTINATION, TARGET_CURRENT_DESTINATION, SOURCE_PROVIDER,
+          TARGET_PROVIDER, DMQ_REASON, DMQ_EXCEPTION, DMQ_TIMESTAMP, BODY_TRUNCATED)
 
 
 @dataclass(frozen=True)
@@ -111,9 +122,10 @@ def dmq_properties(letter: DeadLetter, now_ms: int) -> dict[str, str | int]:
     return {k: v for k, v in values.items() if v is not None}
 
 
-def dmq_message(letter: DeadLetter, body: Message, now_ms: int) -> ObjectMessage:
-    """Steps 1 and 3: the DMQ ObjectMessage carrying ``body`` (the original or the DMQ
-    transformer's result), or str(original) when the codec cannot encode ``body``."""
+def dmq_message(letter: DeadLetter, body: Message, now_ms: int, key: bytes | None = None) -> ObjectMessage:
+    """Steps 1, 3 and 4: the DMQ ObjectMessage carrying ``body`` (the original or the DMQ
+    transformer's result), or str(original) when the codec cannot encode ``body``; marked
+    with ``key`` when given."""
     dead = ObjectMessage()
     for name, ptype, value in letter.original.typed_properties():
         dead.set_typed_property(name, ptype, value)
@@ -127,7 +139,34 @@ def dmq_message(letter: DeadLetter, body: Message, now_ms: int) -> ObjectMessage
     else:
         dead.object = str(letter.original)
         dead.set_string_property(BODY_TRUNCATED, "true")
+    if key:
+        dead.set_string_property(DMQ_MARKER, marker(dead, key))
     return dead
+
+
+def marker(dead: Message, key: bytes) -> str:
+    """HMAC-SHA256 (hex) of the MARKED properties of ``dead`` as it carries them (their
+    names, types and values; absent ones too) and of its body (the carried message's codec
+    bytes, or the text of a truncated body)."""
+    mac = hmac.new(key, json.dumps([[name, dead.get_object_property(name)] for name in MARKED],
+                                   separators=(",", ":")).encode(), hashlib.sha256)
+    body = dead.get_body()
+    data = (codec.encode(body) if isinstance(body, Message)
+            else b"" if body is None else str(body).encode("utf-8", "surrogatepass"))
+    mac.update(b"\0" + data)
+    return mac.hexdigest()
+
+
+def verify_marker(dead: Message, key: bytes | None) -> bool:
+    """Did a bridge with ``key`` dead-letter ``dead``? False without a key or a marker."""
+    found = dead.get_object_property(DMQ_MARKER)
+    if not key or not isinstance(found, str):
+        return False
+    try:
+        expected = marker(dead, key)
+    except Exception:  # a body the codec cannot encode: not one the bridge wrote
+        return False
+    return hmac.compare_digest(found, expected)
 
 
 def describe(letter: DeadLetter, now_ms: int) -> str:
@@ -157,8 +196,9 @@ class DMQSender:
 
     def __init__(self, config: DMQConfig, destination: Destination, cf_ref: str,
                  connections: BridgeConnections, log: logging.Logger,
-                 transformer: MessageTransformer | None = None) -> None:
+                 transformer: MessageTransformer | None = None, marker_key: bytes | None = None) -> None:
         self.config = config
+        self.marker_key = marker_key  # the instance's DMQ key (never logged); None: no marker
         self.name = config.name
         self.destination = destination
         self.cf_ref = cf_ref
@@ -191,7 +231,7 @@ class DMQSender:
             for attempt in range(1, attempts + 1):
                 try:
                     producer = self._open(stop)
-                    message = dmq_message(letter, body, int(time.time() * 1000))
+                    message = dmq_message(letter, body, int(time.time() * 1000), self.marker_key)
                     producer.send(message, self.destination,
                                   delivery_mode=letter.original.delivery_mode,
                                   priority=letter.original.priority,

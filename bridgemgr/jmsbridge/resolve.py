@@ -7,7 +7,9 @@
 # those properties). check_xa() applies
 # the chapter's rule that a transacted link's source and target factories are XA
 # connection factories, and names each offender with the file and line of its link.
-# resolve_destination() does the same for a <destination>.
+# resolve_destination() does the same for a <destination>. host_client_names() lists the
+# client ids and durable subscriptions a configuration uses on the host broker (what the
+# service reserves for the bridge).
 """Resolving a bridge's connection factories and destinations, and the XA rule for
 transacted links."""
 
@@ -21,7 +23,7 @@ from ..jms.destination import Destination, Queue, Topic
 from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
-from .config import BridgeConfig, DestinationConfig, DestinationType, LinkConfig
+from .config import BridgeConfig, ConnectionFactoryConfig, DestinationConfig, DestinationType, LinkConfig
 from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
@@ -129,3 +131,33 @@ def resolve_destination(dest: DestinationConfig, lookup: Lookup = naming.lookup)
         return found
     assert dest.name is not None
     return Topic(dest.name) if dest.type is DestinationType.TOPIC else Queue(dest.name)
+
+
+def means_host_broker(cf: ConnectionFactoryConfig) -> bool:
+    """Does this <connection-factory> reach the host broker (no lookup-name and no
+    imqAddressList, or the imq.embedded context without a provider URL)?"""
+    if cf.lookup_name is None:
+        return not cf.imq.addresses
+    env = cf.environment
+    return env.get(naming.INITIAL_CONTEXT_FACTORY) == EMBEDDED_CONTEXT and not env.get(naming.PROVIDER_URL)
+
+
+def host_client_names(config: BridgeConfig) -> tuple[set[str], set[tuple[str, str]]]:
+    """The client ids and durable subscriptions (client id, name) the configuration's
+    links, DMQs and connection factories use on the host broker: what the service keeps
+    for the bridge while it is loaded (disabled links too: their subscriptions live on)."""
+    host = {cf.ref_name for cf in config.connection_factories if means_host_broker(cf)}
+    ids = {cf.imq.client_id for cf in config.connection_factories
+           if cf.ref_name in host and cf.lookup_name is None and cf.imq.client_id}
+    durables: set[tuple[str, str]] = set()
+    for link in config.links:
+        source, target = link.source, link.target
+        if source.connection_factory_ref in host and source.clientid:
+            ids.add(source.clientid)
+            if source.durable_sub:
+                durables.add((source.clientid, source.durable_sub))
+        if target.connection_factory_ref in host and target.clientid:
+            ids.add(target.clientid)
+    ids |= {dmq.clientid for dmq in config.dmqs if dmq.clientid
+            and (dmq.connection_factory_ref is None or dmq.connection_factory_ref in host)}
+    return {i for i in ids if i}, durables

@@ -6,7 +6,9 @@
 #     LinkIndex maps a DMQ message's source and target destination names back to the
 #     bridge's link (DMQ messages do not name their link) and its target factory.
 #   * dead_row() turns one DMQ message into one archive row: every JMS_SUN_JMSBRIDGE_*
-#     field as a column, the original as codec bytes, its size, day, hour, bridge, link.
+#     field as a column, the original as codec bytes, its size, day, hour, bridge, link,
+#     and whether its DMQ marker verifies (verified: false flags a forged entry; the
+#     report groups by it too).
 #   * archive() consumes the DMQ with CLIENT_ACKNOWLEDGE in chunks on the driver, appends
 #     each chunk to Parquet (partitioned by day and reason, one commit per chunk) and
 #     acknowledges the chunk only after the write returned. A crash between the two
@@ -14,9 +16,12 @@
 #     losses; read_archive() drops them on dmq_message_id (the DMQ message's JMSMessageID,
 #     which a redelivery keeps).
 #   * report() aggregates a frame from the DMQ (browse_frame: a QueueBrowser, nothing is
-#     consumed) or from an archive: count and bytes by hour, reason, link, source, target.
+#     consumed) or from an archive: count and bytes by hour, reason, link, source, target, verified.
 #   * redrive() browses the DMQ for the chosen messages (reason, DMQ_TIMESTAMP range),
-#     then consumes exactly those (a JMSMessageID IN (...) selector, INDIVIDUAL ack),
+#     skips (status "unverified", left in the DMQ) every one whose DMQ marker does not
+#     verify with the service's key: only what the bridge itself dead-lettered is resent,
+#     never a message a user forged into the DMQ. It then consumes exactly the others
+#     (a JMSMessageID IN (...) selector, INDIVIDUAL ack),
 #     sends each original to its link's target (or --to) and acknowledges that DMQ message
 #     only after its send returned; a failed send leaves it in the DMQ. A dry run browses only.
 # pyspark is imported inside the functions that need it, so the CLI starts fast.
@@ -75,11 +80,12 @@ OTHER_COLUMNS: tuple[tuple[str, str], ...] = (
     ("dmq_message_id", "string"), ("dmq", "string"), ("bridge", "string"), ("link", "string"),
     ("dmq_time", "timestamp"), ("hour", "string"), ("message_type", "string"),
     ("message", "binary"), ("truncated_body", "string"), ("size", "long"),
+    ("verified", "boolean"),  # the bridge's DMQ marker is there and right (see redrive)
 )
 PARTITIONS: tuple[tuple[str, str], ...] = (("day", "string"), ("reason", "string"))
 COLUMNS = tuple(name for name, _ in (*OTHER_COLUMNS, *DMQ_FIELDS, *PARTITIONS))
 _SIZE = COLUMNS.index("size")
-REPORT_KEYS = ("hour", "reason", "link", "source", "target")
+REPORT_KEYS = ("hour", "reason", "link", "source", "target", "verified")
 UNKNOWN_REASON = "UNKNOWN"
 
 
@@ -140,6 +146,11 @@ class DMQEndpoint:
     factory: ConnectionFactory
     queue: Queue
     links: LinkIndex = field(default_factory=lambda: LinkIndex(None))
+    marker_key: bytes | None = field(default=None, repr=False)  # the service's DMQ key
+
+    def verified(self, dead: Message) -> bool:
+        """Did the bridge service dead-letter ``dead`` (its DMQ marker is right)?"""
+        return d.verify_marker(dead, self.marker_key)
 
     @property
     def bridge(self) -> str | None:
@@ -152,9 +163,10 @@ class DMQEndpoint:
 
 
 def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_factory: HostFactory,
-                 lookup: Lookup | None = None) -> DMQEndpoint:
+                 lookup: Lookup | None = None, marker_key: bytes | None = None) -> DMQEndpoint:
     """The DMQ ``dmq_name`` of the bridge (default the built-in one), ready to connect;
-    ``host_factory`` is the host broker (the job's, or the service's)."""
+    ``host_factory`` is the host broker (the job's, or the service's); ``marker_key`` the
+    service's DMQ key (without it no message counts as the bridge's)."""
     from ..jmsbridge.resolve import resolve_destination
 
     lookup = lookup or with_host_broker(naming.lookup, host_factory)
@@ -166,7 +178,7 @@ def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_fact
     links = LinkIndex(config, lookup)
     dmq = config.dmq(dmq_name)
     if dmq.is_builtin:
-        return DMQEndpoint(dmq_name, host_factory({}), Queue(BUILTIN_DMQ_DESTINATION), links)
+        return DMQEndpoint(dmq_name, host_factory({}), Queue(BUILTIN_DMQ_DESTINATION), links, marker_key)
     assert dmq.connection_factory_ref is not None and dmq.destination_ref is not None
     factories, problems = resolve_connection_factories(config, host_factory, lookup,
                                                        [dmq.connection_factory_ref])
@@ -180,7 +192,7 @@ def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_fact
     if not isinstance(dest, Queue):
         raise DMQJobError(f"DMQ {dmq_name} is the topic {dest.name}: only a queue DMQ can be "
                           "read by these jobs (subscribe to the topic instead)")
-    return DMQEndpoint(dmq_name, factories[dmq.connection_factory_ref], dest, links)
+    return DMQEndpoint(dmq_name, factories[dmq.connection_factory_ref], dest, links, marker_key)
 
 
 # --- one DMQ message as one archive row ----------------------------------------------------
@@ -236,7 +248,7 @@ def dead_row(dead: Message, endpoint: DMQEndpoint, keep_message: bool = True) ->
         fields.append(value)
     return (dead.message_id, endpoint.name, bridge, target.link if target else None, when,
             when.strftime("%Y-%m-%dT%H:00Z"), kind, data if keep_message else None,
-            text if keep_message else None, size, *fields,
+            text if keep_message else None, size, endpoint.verified(dead), *fields,
             when.strftime("%Y-%m-%d"), str(reason) if reason is not None else UNKNOWN_REASON)
 
 
@@ -352,6 +364,7 @@ class ReportRow:
     target: str | None
     messages: int
     bytes: int
+    verified: bool | None = None  # False: not dead-lettered by the bridge (a forged entry)
 
     def as_dict(self) -> dict[str, Any]:
         return {k: getattr(self, k) for k in (*REPORT_KEYS, "messages", "bytes")}
@@ -363,12 +376,12 @@ def report(df: DataFrame) -> list[ReportRow]:
 
     grouped = (df.groupBy(F.col("hour"), F.col("reason"), F.col("link"),
                           F.col(f"`{d.SOURCE_DESTINATION}`").alias("source"),
-                          F.col(f"`{d.TARGET_DESTINATION}`").alias("target"))
+                          F.col(f"`{d.TARGET_DESTINATION}`").alias("target"), F.col("verified"))
                .agg(F.count(F.lit(1)).alias("messages"),
                     F.coalesce(F.sum("size"), F.lit(0)).alias("bytes"))
                .orderBy(*REPORT_KEYS))
     return [ReportRow(r["hour"], r["reason"], r["link"], r["source"], r["target"],
-                      int(r["messages"]), int(r["bytes"])) for r in grouped.collect()]
+                      int(r["messages"]), int(r["bytes"]), r["verified"]) for r in grouped.collect()]
 
 
 # --- times for --since / --until -----------------------------------------------------------
@@ -411,7 +424,7 @@ class RedriveItem:
     destination: str | None        # "queue:NAME" / "topic:NAME"; None: nowhere to send
     factory: str | None            # the target connection factory ref; None: the host broker
     size: int
-    status: str = "chosen"         # chosen, would-send, sent, failed, skipped, gone
+    status: str = "chosen"         # chosen, would-send, sent, failed, skipped, unverified, gone
     detail: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -532,7 +545,9 @@ def choose(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | No
                            _label(dest) if dest is not None else None,
                            target.factory_ref if target else None,
                            len(codec.encode(original)) if original is not None else 0)
-        if original is None:
+        if not endpoint.verified(dead):
+            item.status, item.detail = "unverified", UNVERIFIED
+        elif original is None:
             item.status, item.detail = "skipped", "body truncated: the original is not there"
         elif dest is None:
             item.status, item.detail = "skipped", (
@@ -541,6 +556,10 @@ def choose(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | No
                 "give --to")
         items.append(item)
     return items
+
+
+UNVERIFIED = ("not dead-lettered by this bridge service (its DMQ marker is missing or wrong); "
+              "left in the DMQ")
 
 
 def _quote(text: str) -> str:

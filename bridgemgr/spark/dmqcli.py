@@ -48,7 +48,8 @@ def _job(options: dict[str, Any], dmq_name: str) -> tuple[ServiceJob, DMQEndpoin
 
     job = service_job(**options)
     with _errors():
-        return job, dmq_endpoint(job.config, dmq_name, host_factory=job.host_factory)
+        return job, dmq_endpoint(job.config, dmq_name, host_factory=job.host_factory,
+                                 marker_key=job.dmq_key)
 
 
 def _check_local(path: str) -> None:
@@ -163,6 +164,8 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
                 transformer: str | None, dry_run: bool, as_json: bool, **options: Any) -> None:
     """Resend chosen dead messages to their original target (or DEST).
 
+    Only messages the bridge itself dead-lettered (their DMQ marker verifies with the
+    service's key) are resent; others are counted as unverified and left in the DMQ.
     The original message is restored (body, properties and headers as it had them) and
     sent through the link's target connection factory; each DMQ message is consumed only
     after its resend committed. Exits 1 when some resend failed (those stay in the DMQ).
@@ -196,6 +199,9 @@ def _print_redrive(result: RedriveResult) -> None:
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
     counts = ", ".join(f"{result.count(s)} {s}" for s in
-                       ("would-send", "sent", "failed", "skipped", "gone") if result.count(s))
+                       ("would-send", "sent", "failed", "skipped", "unverified", "gone") if result.count(s))
     click.echo(f"{'dry run: ' if result.dry_run else ''}{len(result.items)} chosen"
                f"{': ' + counts if counts else ''}")
+    if result.count("unverified"):
+        click.echo(f"skipped {result.count('unverified')} message(s) the bridge did not "
+                   "dead-letter (DMQ marker missing or wrong); they are left in the DMQ")

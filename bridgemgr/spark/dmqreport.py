@@ -34,7 +34,7 @@ def table(rows: Sequence[ReportRow]) -> str:
     """Aligned columns, numbers on the right, a total line."""
     total = totals(rows)
     body = [_cells(r) for r in rows]
-    foot = ["total", "", "", "", "", str(total["messages"]), str(total["bytes"])]
+    foot = ["total", *[""] * (len(REPORT_KEYS) - 1), str(total["messages"]), str(total["bytes"])]
     widths = [max(len(c) for c in col) for col in zip(HEADINGS, *body, foot)]
 
     def line(cells: Iterable[str]) -> str:

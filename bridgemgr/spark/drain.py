@@ -90,8 +90,8 @@ def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
         parallelism=parallelism(job.spark_master, dict(job.spark_conf)), max_per_batch=batch,
-        backout_threshold=job.backout_threshold, broker_user=job.user or "",
-        broker_password=job.password or "")
+        backout_threshold=job.backout_threshold, broker_user=job.broker_user or "",
+        broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex())
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     start = time.monotonic()

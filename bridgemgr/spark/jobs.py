@@ -3,7 +3,8 @@
 # -passfile, -secure, --cafile, -rtm, -rtr, plus -bn); service_job() logs in to the admin
 # port found through the port mapper at -b, asks CONFIG for the bridge, loads the bridge
 # XML the service uses, and gives the job a factory for the service's host broker over its
-# jms connection service (mq://<-b>, the port mapper resolves it) with the admin login:
+# jms connection service (mq://<-b>, the port mapper resolves it) with the login of the
+# service account the CONFIG reply names (never the admin's), and the DMQ marker key:
 # the job resolves every connection factory of the bridge XML that means "the host
 # broker" to it (host_factory).
 """What a CLI job needs from the running service: its bridge's configuration and broker."""
@@ -40,14 +41,18 @@ class ServiceJob:
     backout_threshold: int = BACKOUT_THRESHOLD
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    user: str | None = field(default=None, repr=False)
+    user: str | None = field(default=None, repr=False)      # the admin login (admin port)
     password: str | None = field(default=None, repr=False)
+    broker_user: str | None = field(default=None, repr=False)  # the service account (host broker)
+    broker_password: str | None = field(default=None, repr=False)
+    dmq_key: bytes | None = field(default=None, repr=False)  # verifies the DMQ marker
 
     def host_factory(self, environment: Mapping[str, str]) -> XAConnectionFactory:
-        """The service's host broker; connections that name no user log in as the job."""
+        """The service's host broker; connections that name no user log in as the
+        service account."""
         from ..providers.embedded import HostBrokerFactory
 
-        return HostBrokerFactory(self.broker_url, self.user, self.password)
+        return HostBrokerFactory(self.broker_url, self.broker_user, self.broker_password)
 
     def spark(self, app_name: str, **conf: Any) -> SparkSession:
         """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
@@ -94,7 +99,13 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
         raise click.ClickException(f"the configuration of bridge {bridge} cannot be loaded:\n{exc}") from None
     url = f"mq://{'[' + host + ']' if ':' in host else host}:{port}"
     spark = data.get("spark") or {}
+    account = data.get("service") or {}
+    if not account.get("user"):
+        raise click.ClickException(f"the service at {broker} names no service account for jobs; "
+                                   "upgrade it")
     return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
                       backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),
                       spark_master=spark.get("master") or "local[*]",
-                      spark_conf=dict(spark.get("conf") or {}), user=user, password=password)
+                      spark_conf=dict(spark.get("conf") or {}), user=user, password=password,
+                      broker_user=account["user"], broker_password=account.get("password"),
+                      dmq_key=bytes.fromhex(account.get("dmqKey") or ""))

@@ -97,6 +97,7 @@ class LinkEnvironment:
     def dead_message_queues(self, connections: BridgeConnections) -> DeadMessageQueues:
         """The bridge's DMQs in the chapter's order (built-in first), as the bridge has them."""
         senders = []
+        key = bytes.fromhex(self.options.dmq_secret) if self.options.dmq_secret else None
         for dmq in self._dmq_configs:
             if dmq.is_builtin:
                 dest: Destination = Queue(BUILTIN_DMQ_DESTINATION)
@@ -106,5 +107,5 @@ class LinkEnvironment:
                 dest = self.destinations[dmq.destination_ref]
                 ref = dmq.connection_factory_ref
             senders.append(DMQSender(dmq, dest, ref, connections, self.log,
-                                     self.transformer(dmq.message_transformer_class)))
+                                     self.transformer(dmq.message_transformer_class), marker_key=key))
         return DeadMessageQueues(senders, self.log)

@@ -37,8 +37,9 @@ class LinkOptions:
     backout_threshold: int = BACKOUT_THRESHOLD
     transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
     send_window: int = 256           # unconfirmed persistent sends per executor session
-    broker_user: str = ""            # for host-broker factories without a username
-    broker_password: str = ""        # (an option named *password* is redacted by Spark)
+    broker_user: str = ""            # for host-broker factories without a username: the
+    broker_password: str = ""        # service account (an option named *password* is redacted by Spark)
+    dmq_secret: str = ""             # the DMQ marker key, hex (*secret*: redacted too); "": no marker
 
     def to_options(self) -> dict[str, str]:
         return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -301,6 +301,7 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
                        transformer_path: Sequence[str | Path] | None = None
                        ) -> tuple[LinkOptions, Path]:
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
+    from ..servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
     from .session import spark_settings
 
     settings = props.bridge(bridge)
@@ -313,7 +314,8 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
         checkpoint, xmlurl=xmlurl, bridge=bridge, link=link, broker_url=broker_url,
         parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
         transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
-        broker_user=props.admin_user or "", broker_password=props.admin_password or "")
+        broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
+        dmq_secret=dmq_key(props).hex())
     return options, checkpoint
 
 

@@ -49,6 +49,7 @@ DMQ = Queue(BUILTIN_DMQ_DESTINATION)
 DAY1 = int(datetime(2026, 11, 20, 9, 30, tzinfo=UTC).timestamp() * 1000)
 DAY2 = int(datetime(2026, 11, 21, 14, 5, tzinfo=UTC).timestamp() * 1000)
 HOUR = 3_600_000
+KEY = b"the instance's DMQ key, 32 bytes"  # what etc/dmq.key holds
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +70,7 @@ def config():
 
 @pytest.fixture
 def endpoint(host, config):
-    ep = jobs.dmq_endpoint(config, host_factory=lambda env: host.factory())
+    ep = jobs.dmq_endpoint(config, host_factory=lambda env: host.factory(), marker_key=KEY)
     yield ep
     drain(host, DMQ)
     for name in ("orders.ship", "orders.bill", "elsewhere"):
@@ -113,13 +114,14 @@ def original(n: int, body_size: int = 10) -> TextMessage:
 
 
 def put_dead(host, n: int, reason: DMQReason, target: str, at_ms: int, *, body=None,
-             queue=DMQ) -> None:
-    """What DMQSender sends: dmq_message() of a DeadLetter, the original as the body."""
+             queue=DMQ, key: bytes | None = KEY) -> None:
+    """What DMQSender sends: dmq_message() of a DeadLetter, the original as the body,
+    marked with the instance's key (``key=None``: a forged one, without the marker)."""
     orig = original(n) if body is None else body
     letter = DeadLetter(orig, reason, "it broke" if reason is DMQReason.SEND_FAILURE else None,
                         "orders", "?", "orders.in", target, None, "imqbridge embedded broker",
                         "imqbridge embedded broker")
-    dead = dmq_message(letter, orig, at_ms)
+    dead = dmq_message(letter, orig, at_ms, key)
     conn = host.factory().create_connection()
     try:
         conn.create_session().create_producer(queue).send(dead)
@@ -229,6 +231,23 @@ def test_report_from_the_dmq_consumes_nothing_and_matches_the_archive(spark, hos
     page = dmqreport.to_html(live, path)
     assert page.count("<svg") == 2 and "MESSAGE_EXPIRED" in page
     assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "")
+    assert {r.verified for r in live} == {True}
+
+
+def test_a_forged_dead_message_is_flagged_by_the_report_and_skipped_by_redrive(spark, host, endpoint):
+    put_dead(host, 0, DMQReason.SEND_FAILURE, "orders.ship", DAY1)
+    put_dead(host, 1, DMQReason.SEND_FAILURE, "orders.ship", DAY1, key=None)  # a user's, unmarked
+    put_dead(host, 2, DMQReason.SEND_FAILURE, "orders.ship", DAY1, key=b"x" * 32)  # another key
+    rows = jobs.report(jobs.browse_frame(spark, endpoint))
+    assert sorted((r.verified, r.messages) for r in rows) == [(False, 2), (True, 1)]
+    assert ",False," in dmqreport.to_csv(rows)
+    factories = jobs.target_factories(None, lambda env: host.factory())
+    done = jobs.redrive(endpoint, "SEND_FAILURE", DAY1, factories=factories)
+    assert {i.source_message_id: i.status for i in done.items} == {
+        "ID:orig-0": "sent", "ID:orig-1": "unverified", "ID:orig-2": "unverified"}
+    assert done.as_dict()["unverified"] == 2 and "marker" in done.items[1].detail
+    assert [m.text for m in drain(host, Queue("orders.ship"))] == [original(0).text]
+    assert depth(host) == 2  # the forged ones are left in the DMQ
 
 
 def test_an_unreadable_archive_is_named(spark, tmp_path):
@@ -294,7 +313,7 @@ def test_a_named_dmq_and_bad_requests(host, config, endpoint):
     with pytest.raises(jobs.DMQJobError, match=r"bridge orders has no DMQ named 'nope' \(its DMQs: "
                                                r"built-in-dmq, audit"):
         jobs.dmq_endpoint(config, "nope", host_factory=lambda env: host.factory())
-    named = jobs.dmq_endpoint(config, "audit", host_factory=lambda env: host.factory())
+    named = jobs.dmq_endpoint(config, "audit", host_factory=lambda env: host.factory(), marker_key=KEY)
     assert named.queue == Queue("orders.audit")
     put_dead(host, 8, DMQReason.SEND_FAILURE, "orders.ship", DAY1, queue=named.queue)
     assert [i.link for i in jobs.redrive(named, "SEND_FAILURE", DAY1, dry_run=True).items] == ["to-shipping"]

@@ -62,6 +62,8 @@ def connect(service):
 
 
 def put_dead(service, reasons) -> None:
+    """Dead messages as the service's bridge writes them, marked with its key."""
+    key = bytes.fromhex((service[2] / "var" / "instances" / "dmqcli" / "etc" / "dmq.key").read_text())
     now = int(time.time() * 1000)
     with connect(service) as conn:
         producer = conn.create_session().create_producer(Queue(BUILTIN_DMQ_DESTINATION))
@@ -71,7 +73,7 @@ def put_dead(service, reasons) -> None:
             original.set_int_property("n", n)
             letter = DeadLetter(original, reason, None, "jb", "l1", "dmqcli.src", "dmqcli.dst",
                                 None, "imqbridge embedded broker", "imqbridge embedded broker")
-            producer.send(dmq_message(letter, original, now - 60_000))
+            producer.send(dmq_message(letter, original, now - 60_000, key))
 
 
 def received(service, name: str) -> list:
@@ -110,8 +112,8 @@ def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
                   str(data), "--html", str(page))
     assert offline.returncode == 0, offline.stderr
     lines = offline.stdout.splitlines()
-    assert lines[0] == "hour,reason,link,source,target,messages,bytes"
-    assert lines[1].split(",")[1:6] == ["MESSAGE_EXPIRED", "l1", "dmqcli.src", "dmqcli.dst", "1"]
+    assert lines[0] == "hour,reason,link,source,target,verified,messages,bytes"
+    assert lines[1].split(",")[1:7] == ["MESSAGE_EXPIRED", "l1", "dmqcli.src", "dmqcli.dst", "True", "1"]
     assert json.loads(data.read_text())["total"]["messages"] == 1
     assert "<svg" in page.read_text()
 

@@ -11,11 +11,12 @@ import pyarrow as pa
 import pytest
 
 from bridgemgr.jmsbridge.bridge import JMSBridge
-from bridgemgr.jmsbridge.dmq import DMQ_REASON
+from bridgemgr.jmsbridge.dmq import DMQ_REASON, verify_marker
 from bridgemgr.jmsbridge.link import Link
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
 from bridgemgr.spark.log import SourceLog, SourceLogError
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY, LinkOptions
 from bridgemgr.spark.runner import link_options, parallelism
@@ -110,9 +111,12 @@ FAILING = "transformers_for_tests.FailOnBad"
 
 @pytest.fixture
 def service(tmp_path, spark):
-    """A broker with its jms service, broker properties with runner=spark, the bridge XML."""
+    """A broker with its jms service (recording who logs in), broker properties with
+    runner=spark, the bridge XML."""
     broker = Broker(tmp_path / "store")
-    harness = Harness(broker)
+    logins: list[tuple[str | None, str | None]] = []
+    harness = Harness(broker, authenticator=lambda user, password: logins.append((user, password)) or True)
+    harness.logins = logins
     (tmp_path / "tx").mkdir()
     (tmp_path / "tx" / "transformers_for_tests.py").write_text(
         "from bridgemgr.transform import MessageTransformer\n"
@@ -162,6 +166,9 @@ def test_spark_link_transfers_stamps_dead_letters_halts_pauses_and_resumes(servi
         assert all(m.get_string_property(SOURCE_ID_PROPERTY) == ids[m.text] for m in got)
         dead = drain(broker, BUILTIN_DMQ, expect=1, total=60)
         assert [m.get_string_property(DMQ_REASON) for m in dead] == ["TRANSFORM_FAILURE"]
+        assert verify_marker(dead[0], dmq_key(bridge.props))  # the Spark side marks it too
+        # every connection of the Spark link's processes logged in as the service account
+        assert set(harness.logins) == {(SERVICE_ACCOUNT, service_password(bridge.props))}
         info = wait_until(lambda: ((i := spark_link.info())["counters"]["transferred"] == 40
                                    and i["counters"]["to_dmq"] == 1 and i), 60, "the counters")
         assert info["progress"]["batches"] >= 1

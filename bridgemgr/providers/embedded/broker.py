@@ -47,6 +47,7 @@ from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue
+from .reserve import Reservations
 from .store import Database, Store
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
@@ -144,6 +145,7 @@ class Broker:
         self.temporary: dict[str, MessageQueue] = {}
         self.connections: set[Any] = set()
         self.client_ids: dict[str, Any] = {}
+        self.reservations = Reservations()  # the bridge service's client ids and durables
         self.branches: dict[Xid, Work] = {}
         self.configured: dict[str, DestinationLimits] = {}
         self.store = (Store(self.data_dir, sync=sync, database=database)
@@ -265,6 +267,7 @@ class Broker:
             self.connections.add(connection)
 
     def claim_client_id(self, connection: Any, client_id: str) -> None:
+        self.reservations.check_client_id(connection, client_id)
         with self.lock:
             holder = self.client_ids.get(client_id)
             if holder is not None and holder is not connection:
@@ -607,6 +610,7 @@ class Broker:
             raise IllegalStateException("a durable subscription needs the connection's client id to be set")
         if topic.is_temporary:
             raise InvalidDestinationException("a durable subscription cannot be made on a temporary topic")
+        self.reservations.check_durable(consumer.connection, client_id, name, "subscribe to")
         compiled = compile_selector(selector)
         with self.lock:
             sub = self.durable.get((client_id, name))
@@ -655,6 +659,7 @@ class Broker:
         client_id = connection.client_id_value
         if client_id is None:
             raise IllegalStateException("unsubscribe needs the connection's client id to be set")
+        self.reservations.check_durable(connection, client_id, name, "unsubscribe")
         with self.lock:
             sub = self.durable.get((client_id, name))
             if sub is None:

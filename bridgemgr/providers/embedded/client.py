@@ -63,8 +63,9 @@ class EmbeddedConnectionFactory(XAConnectionFactory):
     directory" reaches the broker running now, also after a restart.
     """
 
-    def __init__(self, broker: Broker | Callable[[], Broker]) -> None:
+    def __init__(self, broker: Broker | Callable[[], Broker], *, service: bool = False) -> None:
         self._broker = broker
+        self._service = service  # its connections are the bridge service's own (reserve.py)
 
     @property
     def broker(self) -> Broker:
@@ -74,6 +75,7 @@ class EmbeddedConnectionFactory(XAConnectionFactory):
         broker = self.broker
         broker.authenticate(username, password)
         conn = EmbeddedConnection(broker, username)
+        conn.service = self._service
         broker.attach(conn)
         return conn
 
@@ -89,6 +91,7 @@ class EmbeddedConnection(XAConnection):
     def __init__(self, broker: Broker, username: str | None) -> None:
         self.broker = broker
         self.username = username
+        self.service = False  # the bridge service's own: may use reserved client ids and durables
         self.started = False
         self.closed = False
         self.client_id_value: str | None = None

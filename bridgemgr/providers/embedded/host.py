@@ -5,6 +5,8 @@
 # broker's Envelope (it has the message and delivery_count a front end reads), and a
 # Transaction a broker Work whose sends and acknowledgements commit() applies in one store
 # batch. Every call takes the caller's Principal; access control will check it here.
+# connection_factory() is the bridge service's own (its connections may use the client ids
+# and durables reserve() keeps for the bridges); connect() makes front ends' clients.
 # open_host_broker() is how the service gets one: it builds the Broker from the broker
 # properties (store kind, fsync, auto-create limits), so the service never names Broker;
 # what only the embedded broker has (its jms connection service, close) is on
@@ -13,7 +15,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
 from ...jms.destination import Destination, Topic
@@ -84,7 +86,8 @@ class EmbeddedHostBroker(HostBroker):
 
     def __init__(self, broker: Broker) -> None:
         self.broker = broker
-        self._factory = EmbeddedConnectionFactory(broker)
+        self._factory = EmbeddedConnectionFactory(broker)  # front ends' clients (connect)
+        self._service_factory = EmbeddedConnectionFactory(broker, service=True)  # the bridges'
 
     @property
     def instance_name(self) -> str:
@@ -114,7 +117,18 @@ class EmbeddedHostBroker(HostBroker):
         self.broker.close()
 
     def connection_factory(self) -> XAConnectionFactory:
-        return self._factory
+        return self._service_factory
+
+    def reserve(self, owner: str, client_ids: Iterable[str], durables: Iterable[tuple[str, str]]) -> None:
+        self.broker.reservations.reserve(owner, client_ids, durables)
+
+    def release(self, owner: str) -> None:
+        self.broker.reservations.release(owner)
+
+    def set_service_users(self, users: Iterable[str]) -> None:
+        """Who logs in as the bridge service from other processes (the Spark service
+        account): they may use what reserve() keeps."""
+        self.broker.reservations.service_users = frozenset(users)
 
     def txlog_sql(self) -> tuple[Callable[[], Any], str] | None:
         store = self.broker.store if not self.broker.closed else None
