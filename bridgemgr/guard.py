@@ -310,12 +310,14 @@ class Listener:
     notes); ``port`` (the first socket's), ``close()``."""
 
     def __init__(self, socks: list[socket.socket], protocol_factory: Callable[[], asyncio.BaseProtocol],
-                 ssl_context: ssl.SSLContext | None, name: str, backlog: int) -> None:
+                 ssl_context: ssl.SSLContext | None, name: str, backlog: int,
+                 handshake_timeout: float) -> None:
         self.sockets = socks
         self.name = name
         self._factory = protocol_factory
         self._ssl = ssl_context
         self._backlog = backlog
+        self._handshake_timeout = handshake_timeout
         self._loop = asyncio.get_running_loop()
         self._pauses = 0
         self._retry: asyncio.TimerHandle | None = None
@@ -372,7 +374,9 @@ class Listener:
 
     async def _start(self, conn: socket.socket) -> None:
         try:
-            await self._loop.connect_accepted_socket(self._factory, conn, ssl=self._ssl)
+            await self._loop.connect_accepted_socket(
+                self._factory, conn, ssl=self._ssl,
+                ssl_handshake_timeout=self._handshake_timeout if self._ssl is not None else None)
         except (OSError, ssl.SSLError, TimeoutError) as exc:  # a failed TLS handshake, a reset
             log.debug("%s: a connection failed before it started: %s", self.name, exc)
             conn.close()
@@ -391,9 +395,12 @@ class Listener:
 
 
 async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None, port: int, *,
-                 name: str, ssl_context: ssl.SSLContext | None = None, backlog: int = 100) -> Listener:
+                 name: str, ssl_context: ssl.SSLContext | None = None, backlog: int = 100,
+                 handshake_timeout: float = DEFAULT_LOGIN_TIMEOUT) -> Listener:
     """Listen on ``host:port`` (None: every interface, IPv4 and IPv6, as asyncio's
-    create_server) with :class:`Listener`'s accept loop. OSError when it cannot bind."""
+    create_server) with :class:`Listener`'s accept loop; a TLS handshake not done within
+    ``handshake_timeout`` seconds closes the socket (asyncio's default: 60 s). OSError
+    when it cannot bind."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     socks: list[socket.socket] = []
@@ -413,4 +420,4 @@ async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str
         raise
     if not socks:
         raise OSError(f"{host}:{port} resolves to no address")
-    return Listener(socks, protocol_factory, ssl_context, name, backlog)
+    return Listener(socks, protocol_factory, ssl_context, name, backlog, handshake_timeout)

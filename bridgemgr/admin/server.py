@@ -72,7 +72,8 @@ class AdminServer:
             def connection() -> asyncio.StreamReaderProtocol:
                 return asyncio.StreamReaderProtocol(asyncio.StreamReader(MAX_LINE + 2), self._serve)
             return await listen(connection, self.host, self.requested_port, name="admin port",
-                                ssl_context=self.ssl_context)
+                                ssl_context=self.ssl_context,
+                                handshake_timeout=self.guard.login_timeout)
         self._server = self.netloop.run(start())
         log.info("admin command port listening on %s:%d%s", self.host, self.port,
                  " (TLS)" if self.ssl_context else "")

@@ -211,7 +211,8 @@ class StompBridge:
         for kind, port, ctx in listeners:
             try:
                 server = await listen(lambda: StompProtocol(self), cfg.hostname or None, port,
-                                      name=f"STOMP bridge ({kind})", ssl_context=ctx, backlog=512)
+                                      name=f"STOMP bridge ({kind})", ssl_context=ctx, backlog=512,
+                                      handshake_timeout=self.guard.login_timeout)
             except OSError as exc:
                 raise StompBridgeError(f"the STOMP bridge cannot listen on {kind} port {port}: {exc}") from exc
             self._servers.append(server)

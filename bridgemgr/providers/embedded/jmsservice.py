@@ -91,7 +91,8 @@ class JmsService:
         async def start() -> Listener:
             self.loop_thread = threading.get_ident()
             return await listen(lambda: ClientProtocol(self), self.host, self._port,
-                                name=f"{self.service_entry().name} service", ssl_context=self.ssl_context)
+                                name=f"{self.service_entry().name} service", ssl_context=self.ssl_context,
+                                handshake_timeout=self.guard.login_timeout)
         self._server = self.netloop.run(start())
         self._port = self._server.port
         log.info("jms service listening on %s:%d (%s)", self.host or "*", self._port,
