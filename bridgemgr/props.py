@@ -256,6 +256,13 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.jms.tls.enabled", BOOL, False, "also offer the jms service over TLS (ssljms, any free port)"),
     Prop("imq.jms.tls.certfile", TEXT, None, "PEM certificate chain of the ssljms service"),
     Prop("imq.jms.tls.keyfile", TEXT, None, "PEM private key of the ssljms service"),
+    # Connection limits of the front ends (imq.<service>.*, see docs/operations.md).
+    Prop("imq.jms.login.timeout", POSITIVE, 10, "seconds a jms connection may stay without logging in"),
+    Prop("imq.jms.max_connections", POSITIVE, 1000, "open jms connections; more are refused"),
+    Prop("imq.stomp.login.timeout", POSITIVE, 10, "seconds a STOMP connection may stay without logging in"),
+    Prop("imq.stomp.max_connections", POSITIVE, 1000, "open STOMP connections; more are refused"),
+    Prop("imq.admin.login.timeout", POSITIVE, 10, "seconds an admin connection may stay without logging in"),
+    Prop("imq.admin.max_connections", POSITIVE, 1000, "open admin port connections; more are refused"),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
     Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),

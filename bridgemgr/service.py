@@ -48,6 +48,7 @@ from .admin.protocol import (
     Command,
     Reply,
 )
+from .guard import LoginThrottle, ServiceGuard
 from .jms.errors import IllegalStateException, JMSException
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
@@ -93,6 +94,7 @@ class BridgeServiceManager:
         self.jms_services: list[Any] = []
         self.admin: Any = None
         self.users: Any = None
+        self.login_throttle = LoginThrottle()  # every front end's: guesses count across services
         self.bridges: dict[str, ManagedBridge] = {}
         self.bridge_factories = bridge_factories or default_bridge_factories()
         self.on_bridge_started: Callable[[ManagedBridge], None] | None = None
@@ -136,6 +138,7 @@ class BridgeServiceManager:
 
         self.netloop = NetLoop().start()
         host = self.host
+        throttle = self.login_throttle
         self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
                                      self.props.get("imq.instancename")).start()
         from .servicekeys import dmq_key, ensure_service_account
@@ -156,7 +159,8 @@ class BridgeServiceManager:
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
                 self.netloop, host, port, ssl_context=ctx,
-                authenticator=lambda u, p: self.users.authenticate(u, p) is not None)
+                authenticator=lambda u, p: self.users.authenticate(u, p) is not None,
+                guard=ServiceGuard.from_props(self.props, "jms", throttle))
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
         if not self.props.enabled:
@@ -170,7 +174,8 @@ class BridgeServiceManager:
 
         tls = self._tls("imq.bridge.admin.tls") if self.props.get("imq.bridge.admin.tls.enabled") else None
         self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
-                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls).start()
+                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls,
+                                 guard=ServiceGuard.from_props(self.props, "admin", throttle)).start()
         self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
                                               "ADMIN", self.admin.port))
 
@@ -460,7 +465,8 @@ class StompService:
         self._manager = manager
         config = StompConfig.from_props(manager.props)
         config = dataclasses.replace(config, hostname=config.hostname or manager.host)
-        self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop)
+        self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop,
+                                  ServiceGuard.from_props(manager.props, "stomp", manager.login_throttle))
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
 
     @property

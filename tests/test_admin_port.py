@@ -23,6 +23,7 @@ from bridgemgr.admin.protocol import (
     parse_request,
 )
 from bridgemgr.admin.server import AdminServer
+from bridgemgr.guard import LoginThrottle, ServiceGuard, ThrottleSettings
 from bridgemgr.netloop import NetLoop
 
 pytestmark = pytest.mark.timeout(60)
@@ -52,7 +53,8 @@ def netloop():
 @pytest.fixture
 def server(netloop):
     rec = Recorder()
-    srv = AdminServer(netloop, rec, "admin", "s3cret", base_delay=0.05).start()
+    guard = ServiceGuard("admin", LoginThrottle(ThrottleSettings(base_delay=0.05)))
+    srv = AdminServer(netloop, rec, "admin", "s3cret", guard=guard).start()
     srv.recorder = rec
     yield srv
     srv.stop()
@@ -81,14 +83,14 @@ def test_commands_after_hello_reach_dispatch(server):
 
 
 @pytest.mark.slow
-def test_wrong_password_is_refused_after_a_growing_delay(server):
+def test_each_wrong_password_makes_the_next_login_wait_longer(server):
     times = []
     for _ in range(3):
         t = time.monotonic()
         with pytest.raises(AuthenticationFailed, match="wrong user name or password"):
             AdminClient("127.0.0.1", server.port, "admin", "guess").request(Command("LIST"))
         times.append(time.monotonic() - t)
-    assert times[2] > times[0] and times[2] >= 0.2
+    assert times[0] < 0.05 <= times[1] < 0.1 <= times[2]   # base 0.05 s, doubling
     assert server.recorder.seen == []
 
 

@@ -9,6 +9,7 @@ import time
 
 import pytest
 
+from bridgemgr.guard import LoginThrottle, ServiceGuard, ThrottleSettings
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import JMSSecurityException, TransportException
 from bridgemgr.jms.spi import is_xa_capable
@@ -188,8 +189,8 @@ def test_an_unchecked_bad_address_list_is_a_problem_not_the_host_broker():
 @pytest.fixture
 def service(broker):
     users = {"alice": "right"}
-    with Harness(broker, authenticator=lambda u, p: users.get(u) == p,
-                 auth_failure_delay=0.0) as h:
+    no_throttle = ServiceGuard("jms", LoginThrottle(ThrottleSettings(base_delay=0, max_delay=0)))
+    with Harness(broker, authenticator=lambda u, p: users.get(u) == p, guard=no_throttle) as h:
         yield h
 
 

@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridgemgr.guard import LoginThrottle, ServiceGuard, ThrottleSettings
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, Topic, xa
 from bridgemgr.jms.errors import (
     JMSSecurityException,
@@ -47,7 +48,7 @@ def authorize(user, action, destination):
 @pytest.fixture
 def harness(broker):
     h = Harness(broker, heartbeat=5.0, authenticator=check_password, authorizer=authorize,
-                auth_failure_delay=0.05, handshake_timeout=2.0)
+                guard=ServiceGuard("jms", LoginThrottle(ThrottleSettings(base_delay=0.05)), login_timeout=2))
     yield h
     h.close()
 
@@ -160,7 +161,7 @@ def test_every_connection_is_released_after_the_fuzzing(harness, alice):
 
 
 def test_no_hello_in_time_closes_the_connection(broker):
-    with Harness(broker, handshake_timeout=0.2) as h:
+    with Harness(broker, guard=ServiceGuard("jms", login_timeout=0.2)) as h:
         raw = RawClient(h.service.port)
         failure = raw.next_event(2)
         assert isinstance(failure, wire.Failure) and "no HELLO within 0.2 s" in str(failure.error)

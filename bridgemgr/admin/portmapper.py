@@ -14,7 +14,10 @@ Lines end with ``\\n``; fields are separated by one space and contain none. A cl
 may first write the version line it speaks (``101\\n``), as the original clients do;
 the server reads and ignores up to 128 bytes of it (reading it before closing keeps the
 connection from being reset under the client). ``lookup_services`` is the client;
-``format_table``/``parse_table`` are the pure codec both use.
+``format_table``/``parse_table`` are the pure codec both use. Every connection is
+closed ``_LINGER`` seconds after its answer at the latest, so idle sockets cannot pile
+up; it listens with guard.py's accept loop, which pauses (and logs once a minute)
+when the process runs out of file descriptors.
 
 Services: ``portmapper`` (itself, always first), ``jms`` / ``ssljms`` (the host
 broker's connection service, ``tcp`` / ``tls``), ``bridgeadmin`` (the admin command
@@ -33,6 +36,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from .. import __version__
+from ..guard import Listener, listen
 from ..jms.errors import TransportException
 from ..netloop import NetLoop
 
@@ -190,7 +194,7 @@ class PortMapper:
         self._port = port
         self._entries: dict[str, ServiceEntry] = {}
         self._lock = threading.Lock()
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
 
     @property
     def port(self) -> int:
@@ -214,12 +218,10 @@ class PortMapper:
         return format_table(self.instance_name, self.entries())
 
     def start(self) -> PortMapper:
-        async def listen() -> asyncio.Server:
-            loop = asyncio.get_running_loop()
-            return await loop.create_server(lambda: _Answer(self.table()), self.host, self._port,
-                                            reuse_address=True)
-        self._server = self.netloop.run(listen())
-        self._port = self._server.sockets[0].getsockname()[1]
+        async def start() -> Listener:
+            return await listen(lambda: _Answer(self.table()), self.host, self._port, name="port mapper")
+        self._server = self.netloop.run(start())
+        self._port = self._server.port
         log.info("port mapper listening on %s:%d", self.host or "*", self._port)
         return self
 

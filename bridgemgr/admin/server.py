@@ -1,12 +1,15 @@
 """The admin command port: a thin asyncio shell around admin/protocol.py.
 
-How it works: each connection must first authenticate with HELLO (user and password
-compared in constant time; a failure is answered only after a delay that doubles
-with each recent failure from that address, up to ``MAX_DELAY``); then each request
-line is parsed and handed to ``dispatch`` on a worker thread (bridge operations
-block: they wait for in-flight transfers), and its Reply is written back. Malformed
-or oversize lines get 400; a line that cannot be framed closes the connection. The
-password never reaches a log.
+How it works: the port listens with guard.py's accept loop. A connection over
+imq.admin.max_connections gets 503 and is closed. Each connection must first
+authenticate with HELLO within imq.admin.login.timeout seconds (else it is closed):
+the HELLO waits its turn in the service's shared login throttle (failed logins per
+address and per user, across connections and services), then user and password are
+compared in constant time and the outcome counted. Then each request line is parsed
+and handed to ``dispatch`` on a worker thread (bridge operations block: they wait for
+in-flight transfers), and its Reply is written back. Malformed or oversize lines get
+400; a line that cannot be framed closes the connection. The password never reaches a
+log.
 """
 
 from __future__ import annotations
@@ -15,16 +18,16 @@ import asyncio
 import hmac
 import logging
 import ssl
-import time
 from collections.abc import Callable
 
-from ..backoff import backoff_delay
+from ..guard import Listener, ServiceGuard, listen
 from ..netloop import NetLoop
 from .protocol import (
     BAD_REQUEST,
     ERROR,
     MAX_LINE,
     OK,
+    UNAVAILABLE,
     AdminProtocolError,
     Command,
     Hello,
@@ -34,17 +37,13 @@ from .protocol import (
 
 log = logging.getLogger(__name__)
 
-BASE_DELAY = 0.25   # seconds before answering a failed HELLO ...
-MAX_DELAY = 5.0     # ... doubling per recent failure up to this
-FORGET_AFTER = 300  # seconds after which an address's failures are forgotten
-
 Dispatch = Callable[[Command], Reply]
 
 
 class AdminServer:
     def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
-                 base_delay: float = BASE_DELAY) -> None:
+                 guard: ServiceGuard | None = None) -> None:
         if not user or not password:
             raise ValueError("the admin port needs an admin user and password "
                              "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
@@ -55,23 +54,27 @@ class AdminServer:
         self.host = host
         self.requested_port = port
         self.ssl_context = ssl_context
-        self.base_delay = base_delay
-        self._server: asyncio.base_events.Server | None = None
-        self._failures: dict[str, tuple[int, float]] = {}
+        self.guard = guard or ServiceGuard("admin")
+        self._server: Listener | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
     @property
     def port(self) -> int:
         assert self._server is not None, "not started"
-        return self._server.sockets[0].getsockname()[1]
+        return self._server.port
 
     @property
     def secure(self) -> bool:
         return self.ssl_context is not None
 
     def start(self) -> AdminServer:
-        self._server = self.netloop.run(asyncio.start_server(
-            self._serve, self.host, self.requested_port, ssl=self.ssl_context, limit=MAX_LINE + 2))
+        async def start() -> Listener:
+            def connection() -> asyncio.StreamReaderProtocol:
+                return asyncio.StreamReaderProtocol(asyncio.StreamReader(MAX_LINE + 2), self._serve)
+            return await listen(connection, self.host, self.requested_port, name="admin port",
+                                ssl_context=self.ssl_context,
+                                handshake_timeout=self.guard.login_timeout)
+        self._server = self.netloop.run(start())
         log.info("admin command port listening on %s:%d%s", self.host, self.port,
                  " (TLS)" if self.ssl_context else "")
         return self
@@ -85,7 +88,6 @@ class AdminServer:
             server.close()
             for writer in list(self._writers):
                 writer.close()
-            await server.wait_closed()
 
         self.netloop.run(close(), timeout=10)
 
@@ -95,23 +97,38 @@ class AdminServer:
         password_ok = hmac.compare_digest(hello.password.encode(), self._password)
         return user_ok and password_ok
 
-    async def _failed_login(self, peer: str, user: str) -> None:
-        count, last = self._failures.get(peer, (0, 0.0))
-        now = time.monotonic()
-        count = 1 if now - last > FORGET_AFTER else count + 1
-        self._failures[peer] = (count, now)
-        log.warning("admin login failed for user %r from %s (%d recent failures)", user, peer, count)
-        await asyncio.sleep(backoff_delay(self.base_delay, count, MAX_DELAY))
+    async def _log_in(self, peer: str, hello: Hello) -> bool:
+        """Check ``hello`` once the throttle lets it through, and count the outcome."""
+        async with self.guard.throttle.attempt(peer, hello.user) as attempt:
+            attempt.outcome(self._authentic(hello))
+        if not attempt.ok:
+            log.warning("admin login failed for user %r from %s (%d recent failures from there)",
+                        hello.user, peer, attempt.count)
+        return bool(attempt.ok)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
+        refusal = self.guard.refusal(len(self._writers), peer)
+        if refusal is not None:
+            try:
+                await self._reply(writer, Reply(UNAVAILABLE, refusal))
+                await _linger(reader, writer)
+            except ConnectionError:
+                pass
+            writer.close()
+            return
         self._writers.add(writer)
         authenticated = False
+        login_deadline = asyncio.get_running_loop().time() + self.guard.login_timeout
         try:
             while True:
                 try:
-                    line = await reader.readuntil(b"\n")
+                    async with asyncio.timeout_at(None if authenticated else login_deadline):
+                        line = await reader.readuntil(b"\n")
                 except asyncio.IncompleteReadError:
+                    return
+                except TimeoutError:
+                    await self._reply(writer, Reply(BAD_REQUEST, self.guard.login_timed_out(peer)))
                     return
                 except asyncio.LimitOverrunError:
                     await self._reply(writer, Reply(BAD_REQUEST, f"request longer than {MAX_LINE} bytes"))
@@ -130,13 +147,17 @@ class AdminServer:
                         await self._reply(writer, Reply(BAD_REQUEST, "authenticate with HELLO first"))
                         await _linger(reader, writer)
                         return
-                    if not self._authentic(request):
-                        await self._failed_login(peer, request.user)
+                    try:
+                        async with asyncio.timeout_at(login_deadline):
+                            ok = await self._log_in(peer, request)
+                    except TimeoutError:
+                        await self._reply(writer, Reply(BAD_REQUEST, self.guard.login_timed_out(peer)))
+                        return
+                    if not ok:
                         await self._reply(writer, Reply(BAD_REQUEST,
                                                         "authentication failed: wrong user name or password"))
                         await _linger(reader, writer)
                         return
-                    self._failures.pop(peer, None)
                     authenticated = True
                     await self._reply(writer, Reply(OK, "welcome"))
                     continue

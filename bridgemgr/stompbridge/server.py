@@ -8,8 +8,15 @@
 # write. When the transport's buffer is full, the session's subscribers stop taking
 # messages until it drains: a slow consumer holds only its own messages.
 #
+# Logins: a connection over imq.stomp.max_connections gets an ERROR frame and is closed;
+# one that has not logged in within imq.stomp.login.timeout seconds gets an ERROR frame
+# and is closed. A CONNECT/STOMP frame's password check waits its turn in the service's
+# shared login throttle (guard.py: failed logins per address and per user, across
+# connections and services) and its outcome is counted there.
+#
 # StompBridge is the service: it listens on imq.bridge.stomp.tcp.port and, when enabled,
-# tls.port (optionally requiring client certificates), and lists both for the port mapper.
+# tls.port (optionally requiring client certificates), with guard.py's accept loop, and
+# lists both for the port mapper.
 """The STOMP bridge service: asyncio TCP/TLS listeners and the per-socket protocol."""
 
 from __future__ import annotations
@@ -27,15 +34,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+from ..guard import Listener, ServiceGuard, listen, peer_address, refuse
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker, Principal
 from ..netloop import NetLoop
 from ..props import BrokerProperties
 from ..transform import load_transformer
 from ..users import UserRepository
-from .frames import LocalProtocolError
+from .frames import ERROR, PRE_CONNECT, Frame, LocalProtocolError, encode_frame
 from .host import HostConnection
-from .session import SessionConfig, StompSession
+from .session import PendingCall, SessionConfig, State, StompSession
 
 log = logging.getLogger(__name__)
 
@@ -142,16 +150,17 @@ class StompBridge:
     name = SERVICE
 
     def __init__(self, config: StompConfig | BrokerProperties, broker: HostBroker,
-                 users: UserRepository, netloop: NetLoop) -> None:
+                 users: UserRepository, netloop: NetLoop, guard: ServiceGuard | None = None) -> None:
         self.config = config if isinstance(config, StompConfig) else StompConfig.from_props(config)
         self.broker = broker
         self.users = users
         self.netloop = netloop
+        self.guard = guard or ServiceGuard(SERVICE)
         self.state = "STOPPED"
         self.tcp_port: int | None = None
         self.tls_port: int | None = None
         self.connections: set[StompProtocol] = set()
-        self._servers: list[asyncio.AbstractServer] = []
+        self._servers: list[Listener] = []
         self._pool: concurrent.futures.ThreadPoolExecutor | None = None
         self.inbox: Inbox | None = None
         self._ids = itertools.count(1)
@@ -201,12 +210,13 @@ class StompBridge:
             listeners.append(("tls", cfg.tls_port, cfg.tls_context()))
         for kind, port, ctx in listeners:
             try:
-                server = await loop.create_server(lambda: StompProtocol(self), cfg.hostname or None, port,
-                                                  ssl=ctx, reuse_address=True, backlog=512)
+                server = await listen(lambda: StompProtocol(self), cfg.hostname or None, port,
+                                      name=f"STOMP bridge ({kind})", ssl_context=ctx, backlog=512,
+                                      handshake_timeout=self.guard.login_timeout)
             except OSError as exc:
                 raise StompBridgeError(f"the STOMP bridge cannot listen on {kind} port {port}: {exc}") from exc
             self._servers.append(server)
-            bound = server.sockets[0].getsockname()[1]
+            bound = server.port
             if kind == "tcp":
                 self.tcp_port = bound
             else:
@@ -239,6 +249,9 @@ class StompProtocol(asyncio.Protocol):
         self.session: StompSession | None = None
         self._flush_pending = False
         self._timer: asyncio.TimerHandle | None = None
+        self._login_timer: asyncio.TimerHandle | None = None
+        self._login: asyncio.Task[None] | None = None  # a CONNECT waiting for the throttle
+        self.peer = "?"                    # the client's address, for the login throttle
 
     # --- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -251,10 +264,18 @@ class StompProtocol(asyncio.Protocol):
         self.session = StompSession(bridge.config.session, authenticate=bridge.authenticate,
                                     open_host=self._open_host, session_id=f"stomp-{next(bridge._ids)}",
                                     now=self.loop.time())
+        self.peer = peer_address(transport)
+        refusal = bridge.guard.refusal(len(bridge.connections), self.peer)
+        if refusal is not None:
+            self._refuse("too many connections", refusal)
+            return
         bridge.connections.add(self)
+        self._login_timer = self.loop.call_later(bridge.guard.login_timeout, self._login_expired)
 
     def data_received(self, data: bytes) -> None:
         assert self.session is not None
+        if self.session.closed:  # refused: its ERROR frame is on the way
+            return
         self.session.receive_data(data, self.loop.time())
         self._pump()
 
@@ -268,6 +289,10 @@ class StompProtocol(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        if self._login_timer is not None:
+            self._login_timer.cancel()
+        if self._login is not None:
+            self._login.cancel()
         if self.session is not None:
             self.session.connection_lost()
         self.bridge.connections.discard(self)
@@ -312,8 +337,10 @@ class StompProtocol(asyncio.Protocol):
             transport.write(data)
         call = session.take_call()
         if call is not None:
-            future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
-            future.add_done_callback(self._call_done)
+            if session.state is State.AUTHENTICATING:  # the password check of CONNECT/STOMP
+                self._login = self.loop.create_task(self._log_in(call))
+            else:
+                self._run_call(call)
             if not transport.is_closing():
                 transport.pause_reading()  # frames wait in the socket, not in our memory
         if session.closed:
@@ -323,6 +350,29 @@ class StompProtocol(asyncio.Protocol):
             transport.close()
         elif self._timer is None and session.tick_interval:
             self._timer = self.loop.call_later(session.tick_interval, self._tick)
+
+    def _run_call(self, call: PendingCall) -> None:
+        future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
+        future.add_done_callback(self._call_done)
+
+    async def _log_in(self, call: PendingCall) -> None:
+        """Check the password when the login throttle gives this attempt its turn."""
+        assert call.frame is not None
+        login = call.frame.headers["login"]
+        async with self.bridge.guard.throttle.attempt(self.peer, login) as attempt:
+            if self.session is None or self.session.closed:
+                return
+            future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
+            future.add_done_callback(self._call_done)
+            try:
+                user = await future
+            except Exception:  # _call_done has told the session
+                return
+            attempt.outcome(user is not None)
+        self._login = None
+        if not attempt.ok:
+            log.warning("STOMP login failed for user %r from %s (%d recent failures from there)",
+                        login[:80], self.peer, attempt.count)
 
     def _call_done(self, future: asyncio.Future[Any]) -> None:
         assert self.session is not None
@@ -336,6 +386,24 @@ class StompProtocol(asyncio.Protocol):
             if not self.session.waiting and not self.transport.is_closing():
                 self.transport.resume_reading()
             self._pump()
+
+    def _login_expired(self) -> None:
+        self._login_timer = None
+        session = self.session
+        if session is not None and session.state in (State.AWAIT_CONNECT, State.AUTHENTICATING):
+            self._refuse("login timeout", self.bridge.guard.login_timed_out(self.peer))
+
+    def _refuse(self, message: str, detail: str) -> None:
+        """Close a connection that has not logged in with an ERROR frame, logging nothing
+        per connection (refusals and timeouts come in floods; the guard logs them)."""
+        assert self.session is not None and self.transport is not None
+        if self._login is not None:
+            self._login.cancel()  # leave the throttle's line
+        self.session.connection_lost()
+        body = detail.encode()
+        refuse(self.transport, encode_frame(Frame(ERROR, {
+            "message": message, "content-type": "text/plain;charset=utf-8",
+            "content-length": str(len(body))}, body), PRE_CONNECT))
 
     def _tick(self) -> None:
         self._timer = None

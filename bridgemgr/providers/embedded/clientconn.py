@@ -10,8 +10,9 @@ thread pool and reports each (``complete``), runs on the loop what the connectio
 ``post``s from any thread (consumer pumps, a broker failure), calls ``tick`` every half
 heart-beat interval, and closes the socket once ``closed`` is true.
 
-After HELLO is authenticated (a blocking call; nothing more is read until it is answered,
-and a refusal leaves the connection REFUSED, for the driver to fail after its delay) the
+After HELLO is authenticated (a blocking call, for the user ``login_user``, which the
+driver may hold back first; nothing more is read until it is answered, and a refusal
+leaves the connection REFUSED, for the driver to count and fail) the
 connection owns one :class:`EmbeddedConnection` of the broker, and every remote session,
 consumer, transaction and XA branch is the embedded one, so the broker's rules hold over
 the wire unchanged. When the socket closes for any reason, ``connection_lost`` closes that
@@ -96,7 +97,7 @@ _HELLO, _INDIVIDUAL = wire.Op.HELLO, AckMode.INDIVIDUAL_ACKNOWLEDGE
 class State(Enum):
     HANDSHAKE = "waiting for HELLO"
     AUTHENTICATING = "authenticating"
-    REFUSED = "login refused"       # the driver fails it after its delay
+    REFUSED = "login refused"       # the driver counts the failure and fails it
     OPEN = "open"
     CLOSED = "closed"
 
@@ -240,6 +241,7 @@ class ClientConnection:
         self.max_frame = max_frame
         self.embedded: EmbeddedConnection | None = None
         self.user: str | None = None
+        self.login_user: str | None = None  # the user HELLO names, authenticated or not
         self.interval = 0.0               # the negotiated heart-beat interval, once OPEN
         self.refusal: JMSException | None = None
         self.paused = False               # the socket takes nothing more for now
@@ -423,6 +425,7 @@ class ClientConnection:
         """Authenticate off the loop (checking a password may be slow on purpose); read
         nothing more until that is done."""
         user, password = req.args[:2]
+        self.login_user = user
         self.state = State.AUTHENTICATING
         self._calls.append(BlockingCall(partial(self._authenticate, user, password),
                                         partial(self._hello_done, req)))

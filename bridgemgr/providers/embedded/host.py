@@ -44,6 +44,7 @@ from .queues import DestinationLimits, Envelope, LimitBehavior
 if TYPE_CHECKING:
     import ssl
 
+    from ...guard import ServiceGuard
     from ...netloop import NetLoop
     from ...props import BrokerProperties
     from .clientconn import Authenticate
@@ -103,13 +104,14 @@ class EmbeddedHostBroker(HostBroker):
 
     def jms_service(self, netloop: NetLoop, host: str, port: int, *,
                     ssl_context: ssl.SSLContext | None = None,
-                    authenticator: Authenticate | None = None) -> JmsService:
+                    authenticator: Authenticate | None = None, guard: ServiceGuard | None = None) -> JmsService:
         """The broker's ``jms`` connection service on ``host:port`` (not started yet):
-        how other processes (CLI jobs, Spark workers) reach it."""
+        how other processes (CLI jobs, Spark workers) reach it; ``guard``: its login
+        timeout, connection cap and the service's login throttle."""
         from .jmsservice import JmsService
 
         return JmsService(self.broker, netloop, host, port, ssl_context=ssl_context,
-                          authenticator=authenticator)
+                          authenticator=authenticator, guard=guard)
 
     def close(self) -> None:
         """Stop the broker: break its connections, write what is pending, close the store

@@ -1,17 +1,23 @@
 """The host broker's ``jms`` connection service: remote clients reach the embedded broker.
 
-How it works: a TCP (or TLS) server on the service's :class:`NetLoop`. Each accepted
-socket is a :class:`ClientProtocol`, a thin asyncio shell around a sans-IO
+How it works: a TCP (or TLS) server on the service's :class:`NetLoop`, with guard.py's
+accept loop. Each accepted socket is a :class:`ClientProtocol`, a thin asyncio shell around a sans-IO
 :class:`clientconn.ClientConnection`, which holds the client's protocol state, sessions
 and consumers and handles its requests (see its module notes for what a connection
 does). The shell feeds it what each read brings, writes what it has to send in one send
 per loop iteration, runs its blocking calls (the password check, waits for the store, XA
 prepare/commit/rollback, unsubscribe) in the service's thread pool and reports them
 back, runs on the loop what broker threads post to it (consumer pumps), keeps the
-handshake and heart-beat timers, fails a refused login after ``auth_failure_delay``,
-stops consumers while the socket's buffer is full (``pause_writing``), and closes the
-socket once the connection is closed. Closing the socket, for any reason, gives back
-what the client held.
+login and heart-beat timers, stops consumers while the socket's buffer is full
+(``pause_writing``), and closes the socket once the connection is closed. Closing the
+socket, for any reason, gives back what the client held.
+
+Logins (the service's :class:`ServiceGuard`): a connection over imq.jms.max_connections
+is refused with a fatal ERROR (ResourceAllocationException) in place of the HELLO
+answer; one without an accepted HELLO within imq.jms.login.timeout seconds is failed
+and closed; the HELLO's password check waits its turn in the shared login throttle
+(failed logins per address and per user, across connections and services), and a
+refusal is counted there and failed at once.
 
 Security: nothing but HELLO is accepted before authentication (``authenticator(user,
 password) -> bool``, or the broker's own users), and an ``authorizer(user, action,
@@ -30,10 +36,11 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 from ...admin.portmapper import ServiceEntry
-from ...jms.errors import JMSException, JMSSecurityException, TransportException
+from ...guard import Listener, ServiceGuard, listen, peer_address, refuse
+from ...jms.errors import JMSException, JMSSecurityException, ResourceAllocationException, TransportException
 from ...netloop import NetLoop
 from . import wire
 from .broker import Broker
@@ -50,8 +57,8 @@ class JmsService:
     def __init__(self, broker: Broker, netloop: NetLoop, host: str | None = "127.0.0.1", port: int = 0,
                  ssl_context: ssl.SSLContext | None = None, authenticator: Authenticate | None = None,
                  authorizer: Authorizer | None = None, *, heartbeat: float = 30.0,
-                 max_frame: int = wire.DEFAULT_MAX_FRAME, handshake_timeout: float = 10.0,
-                 auth_failure_delay: float = 0.5, threads: int = 8) -> None:
+                 max_frame: int = wire.DEFAULT_MAX_FRAME, guard: ServiceGuard | None = None,
+                 threads: int = 8) -> None:
         self.broker = broker
         self.netloop = netloop
         self.host = host
@@ -60,11 +67,10 @@ class JmsService:
         self.authorizer = authorizer
         self.heartbeat = heartbeat
         self.max_frame = max_frame
-        self.handshake_timeout = handshake_timeout
-        self.auth_failure_delay = auth_failure_delay
+        self.guard = guard or ServiceGuard("jms")
         self.connections: set[ClientProtocol] = set()
         self._port = port
-        self._server: asyncio.Server | None = None
+        self._server: Listener | None = None
         self._threads = threads
         self.executor: concurrent.futures.ThreadPoolExecutor | None = None
         self.loop_thread: int | None = None
@@ -82,12 +88,13 @@ class JmsService:
     def start(self) -> JmsService:
         self.executor = concurrent.futures.ThreadPoolExecutor(self._threads, thread_name_prefix="imq-jms")
 
-        async def listen() -> asyncio.Server:
+        async def start() -> Listener:
             self.loop_thread = threading.get_ident()
-            return await asyncio.get_running_loop().create_server(
-                lambda: ClientProtocol(self), self.host, self._port, ssl=self.ssl_context, reuse_address=True)
-        self._server = self.netloop.run(listen())
-        self._port = self._server.sockets[0].getsockname()[1]
+            return await listen(lambda: ClientProtocol(self), self.host, self._port,
+                                name=f"{self.service_entry().name} service", ssl_context=self.ssl_context,
+                                handshake_timeout=self.guard.login_timeout)
+        self._server = self.netloop.run(start())
+        self._port = self._server.port
         log.info("jms service listening on %s:%d (%s)", self.host or "*", self._port,
                  "tls" if self.ssl_context else "tcp")
         return self
@@ -138,7 +145,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._draining = False                  # handling what one read brought
         self._after_drain: list[Callable[[], None]] = []  # ... and what runs at its end
         self._timer: asyncio.TimerHandle | None = None
-        self._beating = False                   # the timer is the heart-beat's, not the handshake's
+        self._beating = False                   # the timer is the heart-beat's, not the login's
+        self._login: asyncio.Task[None] | None = None  # a HELLO waiting for the login throttle
+        self.peer = "?"                         # the client's address, for the login throttle
 
     # --- transport events --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -148,9 +157,16 @@ class ClientProtocol(asyncio.BufferedProtocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         peer = transport.get_extra_info("peername")
         self.client.peer = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else str(peer)
+        self.peer = peer_address(transport)
+        guard = self.service.guard
+        refusal = guard.refusal(len(self.service.connections), self.peer)
+        if refusal is not None:
+            self.client.fail(ResourceAllocationException(refusal))
+            refuse(cast(asyncio.Transport, transport), self.client.data_to_send(time.monotonic()))  # with the preamble
+            return
         self.service.connections.add(self)
         self._flush()  # the preamble
-        self._timer = self.loop.call_later(self.service.handshake_timeout, self._handshake_expired)
+        self._timer = self.loop.call_later(guard.login_timeout, self._login_expired)
 
     def get_buffer(self, sizehint: int) -> memoryview:
         return self._rbuf
@@ -158,6 +174,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
     def buffer_updated(self, nbytes: int) -> None:
         """Handle what arrived, then run what it woke on this connection (deliveries) and
         write all the answers in one send, in this loop iteration."""
+        if self.client.closed:  # refused or failed: nothing more is read
+            return
         self._draining = True
         try:
             self.client.receive_data(self._rbuf[:nbytes], time.monotonic())
@@ -174,6 +192,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.service.connections.discard(self)
         if self._timer is not None:
             self._timer.cancel()
+        if self._login is not None:
+            self._login.cancel()
         self.client.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -206,12 +226,32 @@ class ClientProtocol(asyncio.BufferedProtocol):
         """Start the client's blocking calls, write what it has, close when it is done."""
         client = self.client
         for call in client.take_calls():
-            future = self.loop.run_in_executor(self.service.executor, call.fn)
-            future.add_done_callback(partial(self._call_done, call))
+            if client.state is State.AUTHENTICATING:  # HELLO's password check
+                self._login = self.loop.create_task(self._log_in(call))
+            else:
+                self._run_call(call)
         if client.closed:
             self._close()
         else:
             self._flush()
+
+    def _run_call(self, call: BlockingCall) -> None:
+        future = self.loop.run_in_executor(self.service.executor, call.fn)
+        future.add_done_callback(partial(self._call_done, call))
+
+    async def _log_in(self, call: BlockingCall) -> None:
+        """Check HELLO's password when the login throttle gives this attempt its turn."""
+        async with self.service.guard.throttle.attempt(self.peer, self.client.login_user) as attempt:
+            if self.client.closed:
+                return
+            future = self.loop.run_in_executor(self.service.executor, call.fn)
+            future.add_done_callback(partial(self._call_done, call))
+            try:
+                ok = await future
+            except Exception:  # _call_done has told the client
+                return
+            attempt.outcome(bool(ok))
+        self._login = None
 
     def _call_done(self, call: BlockingCall, future: asyncio.Future[Any]) -> None:
         client = self.client
@@ -221,8 +261,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
             client.complete(call, None if future.exception() else future.result(), future.exception())
         refusal = client.refusal
         if refusal is not None and client.state is State.REFUSED:
-            self._restart_timer(self.service.auth_failure_delay, partial(self.fail, refusal))
-        elif client.state is State.OPEN and not self._beating:
+            self.fail(refusal)
+            return
+        if client.state is State.OPEN and not self._beating:
             self._beating = True
             self._restart_timer(client.interval / 2, self._beat)
         self._settle()  # now, not in another loop iteration: the client waits for it
@@ -252,9 +293,11 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._timer.cancel()
         self._timer = self.loop.call_later(delay, fn)
 
-    def _handshake_expired(self) -> None:
-        self.client.handshake_expired(self.service.handshake_timeout)
-        self._settle()
+    def _login_expired(self) -> None:
+        if self.client.embedded is None and not self.client.closed:
+            self.service.guard.login_timed_out(self.peer)
+            self.client.handshake_expired(self.service.guard.login_timeout)
+            self._settle()
 
     def _beat(self) -> None:
         client = self.client

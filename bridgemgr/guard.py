@@ -1,0 +1,423 @@
+# How it works: what keeps the network front ends (jms service, STOMP bridge, admin port,
+# port mapper; one asyncio loop) up under guessing and floods.
+#
+# LoginThrottle is one object for the whole service, given to every front end: it counts
+# failed logins per source address and per user name, across connections and services.
+# A front end checks a password inside ``async with throttle.attempt(address, user) as
+# a`` and reports ``a.outcome(ok)``:
+#   - per user: after n failures for that name, an attempt for it first waits until
+#     backoff_delay(base, n, max_delay) after the last failure, computed once when it
+#     arrives. It is capped on purpose (5 s) and attempts are not queued behind each
+#     other: an attacker guessing a user's password slows that user's logins by at most
+#     max_delay, and can never lock them out. The price: guesses at one user from many
+#     addresses at once are held back only per address.
+#   - per address: the checks of one address run one at a time, in arrival order (a
+#     waiter that gives up, by timeout or disconnect, leaves the line), and after n
+#     failures from it the next check waits backoff_delay(base, n, max_delay) after the
+#     last one. However many connections it opens, one address makes at most one guess
+#     per max_delay once it has failed a few times, while its correct logins, which
+#     push nothing back, go through one after another without delay (clients sharing
+#     an address with a guesser wait their turn: at most max_delay each).
+#   A success resets the user's count, not the address's (one valid account must not
+#     wipe out the count for guessing the others).
+# Counts decay: one failure is forgotten per ``decay`` seconds without a new one, and a
+# count stops growing once the delay is at its cap, so an attacked user or address is
+# back to no delay a few minutes after the attack ends. Each table (addresses, user
+# names) keeps at most ``max_entries`` records, dropping the least recently failed; an
+# address with no failures and no check in progress has none: cycling addresses or names
+# cannot grow memory.
+#
+# ServiceGuard is one service's share: the throttle, its login timeout and its connection
+# cap (imq.<service>.login.timeout, imq.<service>.max_connections), with refusals logged
+# at most once a minute (LogEvery).
+#
+# Listener is the accept loop of every listening socket. asyncio's own (Python 3.11,
+# selector_events._accept_connection) on EMFILE/ENFILE logs a traceback, unregisters the
+# socket and schedules a retry in 1 s, but goes on looping up to ``backlog`` times: each
+# readiness event writes hundreds of tracebacks and schedules as many retries, which
+# fire and fail again (26 MB of log in 10 s with 400 idle sockets under a limit of 200).
+# Ours stops at the first such error, pauses that socket with a doubling delay (0.1 s up
+# to 2 s) and logs once a minute for the whole process; the first accept that works
+# resets the delay. Connections already open are untouched, and those that time out
+# (login timeout) give their descriptors back, so service resumes on its own.
+"""Guards of the network front ends: a shared failed-login throttle, per-service login
+timeouts and connection caps, and an accept loop that survives running out of files."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import errno
+import logging
+import socket
+import ssl
+import time
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backoff import backoff_delay
+from .props import BrokerProperties
+
+log = logging.getLogger(__name__)
+
+USER_KEY_CHARS = 256     # a longer user name counts as its first 256 characters
+
+
+@dataclass(frozen=True)
+class ThrottleSettings:
+    base_delay: float = 0.25   # the wait after one failure ...
+    max_delay: float = 5.0     # ... doubling per failure, up to this
+    decay: float = 60.0        # seconds without a failure after which one is forgotten
+    max_entries: int = 10_000  # addresses and user names tracked, each
+
+    @property
+    def max_count(self) -> int:
+        """The count at which the delay reaches its cap: counting further only delays decay."""
+        count = 1
+        while backoff_delay(self.base_delay, count, self.max_delay) < self.max_delay and count < 64:
+            count += 1
+        return count
+
+
+@dataclass(eq=False)
+class _Record:
+    failures: int
+    since: float     # decay is counted from here (the last failure, moved on by each decay)
+    ready: float     # when the next check may start
+    busy: bool = False  # an address's check is in progress (its turn is taken)
+    waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
+
+
+class Attempt:
+    """One login attempt inside :meth:`LoginThrottle.attempt`: report how it went."""
+
+    def __init__(self) -> None:
+        self.ok: bool | None = None   # None: no verdict (the check failed, or gave up)
+        self.count = 0                # after a failure: the address's recent failures
+
+    def outcome(self, ok: bool) -> None:
+        self.ok = ok
+
+
+class LoginThrottle:
+    """Failed logins per source address and per user, shared by every front end (see the
+    module notes). Not thread-safe: every front end uses it on the service's loop."""
+
+    def __init__(self, settings: ThrottleSettings = ThrottleSettings(),
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.settings = settings
+        self._clock = clock
+        self._max_count = settings.max_count
+        self._addresses: collections.OrderedDict[str, _Record] = collections.OrderedDict()
+        self._users: collections.OrderedDict[str, _Record] = collections.OrderedDict()
+
+    @contextlib.asynccontextmanager
+    async def attempt(self, address: str, user: object) -> AsyncIterator[Attempt]:
+        """Wait for this attempt's turn, let the caller check the password and report
+        ``outcome``, then count it and give the address's turn to the next."""
+        wait = self.user_delay(user)
+        if wait > 0:
+            await asyncio.sleep(wait)
+        record = await self._take_turn(address)
+        attempt = Attempt()
+        try:
+            wait = record.ready - self._clock()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            yield attempt
+        finally:
+            if attempt.ok is True:
+                self._users.pop(_user_key(user), None)
+            elif attempt.ok is False:
+                attempt.count = self.failed(address, user)
+            self._give_turn(address, record)
+
+    def user_delay(self, user: object) -> float:
+        """Seconds an attempt for ``user`` waits first (at most max_delay)."""
+        now = self._clock()
+        record = self._current(self._users, _user_key(user), now)
+        return max(0.0, record.ready - now) if record is not None else 0.0
+
+    async def _take_turn(self, address: str) -> _Record:
+        now = self._clock()
+        record = self._current(self._addresses, address, now)
+        if record is None:
+            record = self._add(self._addresses, address, now)
+        if not record.busy:
+            record.busy = True
+            return record
+        turn = asyncio.get_running_loop().create_future()
+        record.waiters.append(turn)
+        try:
+            await turn
+        except asyncio.CancelledError:
+            if turn.done() and not turn.cancelled():
+                self._give_turn(address, record)  # handed the turn as it gave up: pass it on
+            else:
+                record.waiters.remove(turn)
+            raise
+        return record
+
+    def _give_turn(self, address: str, record: _Record) -> None:
+        while record.waiters:
+            turn = record.waiters.popleft()
+            if not turn.done():
+                turn.set_result(None)  # the turn passes on: busy stays
+                return
+        record.busy = False
+        if record.failures == 0 and self._addresses.get(address) is record:
+            del self._addresses[address]
+
+    def failed(self, address: str, user: object) -> int:
+        """Count a failed login; returns the address's count of recent failures."""
+        now = self._clock()
+        count = 0
+        for table, key in ((self._addresses, address), (self._users, _user_key(user))):
+            record = self._current(table, key, now) or self._add(table, key, now)
+            record.failures = min(record.failures + 1, self._max_count)
+            record.since = now
+            record.ready = max(record.ready, now + self._delay(record.failures))
+            table.move_to_end(key)
+            count = count or record.failures
+        return count
+
+    def _add(self, table: collections.OrderedDict[str, _Record], key: str, now: float) -> _Record:
+        record = table[key] = _Record(0, now, now)
+        if len(table) > self.settings.max_entries:
+            table.popitem(last=False)  # its holders still give their turns back to it
+        return record
+
+    def _delay(self, failures: int) -> float:
+        return backoff_delay(self.settings.base_delay, failures, self.settings.max_delay)
+
+    def _current(self, table: collections.OrderedDict[str, _Record], key: str,
+                 now: float) -> _Record | None:
+        """``key``'s record with its decay applied; None (and dropped) once forgotten."""
+        record = table.get(key)
+        if record is None:
+            return None
+        forgotten = int((now - record.since) // self.settings.decay)
+        if forgotten > 0:
+            record.failures = max(0, record.failures - forgotten)
+            record.since += forgotten * self.settings.decay
+            if record.failures == 0 and record.ready <= now and not record.busy:
+                del table[key]
+                return None
+        return record
+
+    def __len__(self) -> int:
+        """Records held (addresses and user names): bounded by 2 * max_entries."""
+        return len(self._addresses) + len(self._users)
+
+
+def _user_key(user: object) -> str:
+    return ("" if user is None else str(user))[:USER_KEY_CHARS]
+
+
+class LogEvery:
+    """Log a recurring condition at most once per ``seconds``, saying how often it came
+    meanwhile: a flood must not write a flood of log."""
+
+    def __init__(self, seconds: float = 60.0, clock: Callable[[], float] = time.monotonic) -> None:
+        self.seconds = seconds
+        self._clock = clock
+        self._next = float("-inf")
+        self._held = 0
+
+    def __call__(self, logger: logging.Logger, level: int, message: str, *args: Any) -> None:
+        now = self._clock()
+        if now < self._next:
+            self._held += 1
+            return
+        self._next = now + self.seconds
+        held, self._held = self._held, 0
+        if held:
+            message += " (and %d more times in the last %d s)"
+            args = (*args, held, int(self.seconds))
+        logger.log(level, message, *args)
+
+
+DEFAULT_LOGIN_TIMEOUT = 10       # seconds an unauthenticated connection may stay
+DEFAULT_MAX_CONNECTIONS = 1000   # open connections per service
+
+
+@dataclass
+class ServiceGuard:
+    """One service's limits (``service`` names its imq.<service>.* properties) and the
+    login throttle every service shares."""
+
+    service: str
+    throttle: LoginThrottle = field(default_factory=LoginThrottle)
+    login_timeout: float = DEFAULT_LOGIN_TIMEOUT
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    _refusals: LogEvery = field(default_factory=LogEvery, init=False, repr=False)
+    _timeouts: LogEvery = field(default_factory=LogEvery, init=False, repr=False)
+
+    @classmethod
+    def from_props(cls, props: BrokerProperties, service: str, throttle: LoginThrottle) -> ServiceGuard:
+        """imq.<service>.login.timeout and imq.<service>.max_connections of ``props``."""
+        return cls(service, throttle, props.get(f"imq.{service}.login.timeout"),
+                   props.get(f"imq.{service}.max_connections"))
+
+    def refusal(self, open_connections: int, peer: str) -> str | None:
+        """Why a new connection from ``peer`` is refused (None: it is not), logged at
+        most once a minute."""
+        if open_connections < self.max_connections:
+            return None
+        self._refusals(log, logging.WARNING, "%s service: refused a connection from %s: %d connections "
+                       "open, imq.%s.max_connections is %d", self.service, peer, open_connections,
+                       self.service, self.max_connections)
+        return (f"the {self.service} service has reached its connection limit "
+                f"(imq.{self.service}.max_connections={self.max_connections}); try again later")
+
+    def login_timed_out(self, peer: str) -> str:
+        """Why a connection from ``peer`` that did not log in in time is closed, logged at
+        most once a minute (idle sockets come in floods)."""
+        reason = (f"no login within {self.login_timeout:g} s of connecting "
+                  f"(imq.{self.service}.login.timeout)")
+        self._timeouts(log, logging.INFO, "%s service: closed a connection from %s: %s", self.service,
+                       peer, reason)
+        return reason
+
+
+def peer_address(transport: asyncio.BaseTransport) -> str:
+    """The client's address (no port): what the login throttle counts by."""
+    peer = transport.get_extra_info("peername")
+    return str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+
+
+def refuse(transport: asyncio.Transport, data: bytes, linger: float = 1.0) -> None:
+    """Write a refusal, half-close, and close after ``linger`` seconds: closing at once
+    would reset a connection whose client is still sending, and lose the refusal."""
+    transport.write(data)
+    if transport.can_write_eof():
+        transport.write_eof()
+    asyncio.get_running_loop().call_later(linger, transport.close)
+
+
+# --- the accept loop ----------------------------------------------------------------------------
+
+_OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
+_ACCEPT_ERRORS_LOG = LogEvery()    # one for the process: the descriptor table is the process's
+ACCEPT_RETRY_BASE = 0.1
+ACCEPT_RETRY_MAX = 2.0
+
+
+class Listener:
+    """The listening sockets of one service port and their accept loop (see the module
+    notes); ``port`` (the first socket's), ``close()``."""
+
+    def __init__(self, socks: list[socket.socket], protocol_factory: Callable[[], asyncio.BaseProtocol],
+                 ssl_context: ssl.SSLContext | None, name: str, backlog: int,
+                 handshake_timeout: float) -> None:
+        self.sockets = socks
+        self.name = name
+        self._factory = protocol_factory
+        self._ssl = ssl_context
+        self._backlog = backlog
+        self._handshake_timeout = handshake_timeout
+        self._loop = asyncio.get_running_loop()
+        self._pauses = 0
+        self._retry: asyncio.TimerHandle | None = None
+        self._starting: set[asyncio.Task[Any]] = set()
+        self._closed = False
+        self._watch()
+
+    @property
+    def port(self) -> int:
+        return int(self.sockets[0].getsockname()[1])
+
+    def _watch(self) -> None:
+        for sock in self.sockets:
+            self._loop.add_reader(sock.fileno(), self._accept, sock)
+
+    def _unwatch(self) -> None:
+        for sock in self.sockets:
+            self._loop.remove_reader(sock.fileno())
+
+    def _accept(self, sock: socket.socket) -> None:
+        for _ in range(self._backlog):
+            try:
+                conn, _ = sock.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except ConnectionAbortedError:
+                continue
+            except OSError as exc:
+                if exc.errno in _OUT_OF_RESOURCES:
+                    self._pause(exc)
+                else:
+                    _ACCEPT_ERRORS_LOG(log, logging.WARNING, "%s: accepting a connection failed: %s",
+                                      self.name, exc)
+                return
+            self._pauses = 0
+            conn.setblocking(False)
+            task = self._loop.create_task(self._start(conn))
+            self._starting.add(task)
+            task.add_done_callback(self._starting.discard)
+
+    def _pause(self, exc: OSError) -> None:
+        self._pauses += 1
+        delay = backoff_delay(ACCEPT_RETRY_BASE, self._pauses, ACCEPT_RETRY_MAX)
+        _ACCEPT_ERRORS_LOG(log, logging.ERROR, "%s: cannot accept connections: %s; pausing its accept "
+                          "loop (retrying every %.1f s at most) until connections close", self.name,
+                          exc.strerror or exc, ACCEPT_RETRY_MAX)
+        self._unwatch()
+        self._retry = self._loop.call_later(delay, self._resume)
+
+    def _resume(self) -> None:
+        self._retry = None
+        if not self._closed:
+            self._watch()
+
+    async def _start(self, conn: socket.socket) -> None:
+        try:
+            await self._loop.connect_accepted_socket(
+                self._factory, conn, ssl=self._ssl,
+                ssl_handshake_timeout=self._handshake_timeout if self._ssl is not None else None)
+        except (OSError, ssl.SSLError, TimeoutError) as exc:  # a failed TLS handshake, a reset
+            log.debug("%s: a connection failed before it started: %s", self.name, exc)
+            conn.close()
+
+    def close(self) -> None:
+        """Stop listening; connections already open are their service's to close."""
+        if self._closed:
+            return
+        self._closed = True
+        if self._retry is not None:
+            self._retry.cancel()
+        else:
+            self._unwatch()
+        for sock in self.sockets:
+            sock.close()
+
+
+async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None, port: int, *,
+                 name: str, ssl_context: ssl.SSLContext | None = None, backlog: int = 100,
+                 handshake_timeout: float = DEFAULT_LOGIN_TIMEOUT) -> Listener:
+    """Listen on ``host:port`` (None: every interface, IPv4 and IPv6, as asyncio's
+    create_server) with :class:`Listener`'s accept loop; a TLS handshake not done within
+    ``handshake_timeout`` seconds closes the socket (asyncio's default: 60 s). OSError
+    when it cannot bind."""
+    loop = asyncio.get_running_loop()
+    infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    socks: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            socks.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(backlog)
+            sock.setblocking(False)
+    except BaseException:
+        for sock in socks:
+            sock.close()
+        raise
+    if not socks:
+        raise OSError(f"{host}:{port} resolves to no address")
+    return Listener(socks, protocol_factory, ssl_context, name, backlog, handshake_timeout)
