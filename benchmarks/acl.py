@@ -15,6 +15,10 @@ checks it; "off" is imq.accesscontrol.enabled=false.
   checks every send) while a consumer over mq:// takes them from dst; msg/s = N / (first
   send .. last receive). The link's own host connections are the service itself and are
   not checked, so what access control costs here is the jms service's checks.
+- host_send: the check alone, without sockets or other processes (whose noise on a shared
+  machine is larger than the check): N non-persistent sends through the host broker's data
+  path (what the STOMP bridge calls per SEND) into an in-memory broker, and check_ns, one
+  cached decision (AccessControl.check) in nanoseconds.
 """
 
 from __future__ import annotations
@@ -104,6 +108,33 @@ def link_round(messages: int, access: bool) -> int:
         return round(messages / (done[0] - start))
 
 
+def host_send_round(messages: int, access: bool) -> int:
+    broker = Broker(None)
+    controls = AccessControls(stomp=AccessControl("stomp", SHIPPED_FILE)) if access else None
+    host = EmbeddedHostBroker(broker, controls)
+    pat = Principal("pat", frozenset({"user"}), "127.0.0.1:1", "stomp")
+    client = host.connect(pat)
+    queue = Queue("orders")
+    consumer = host.subscribe(pat, client, queue)  # keeps the queue short: taken as sent
+    start = time.perf_counter()
+    for _ in range(messages):
+        host.send(pat, client, BytesMessage(b"x" * 1024), queue)
+        host.acknowledge(pat, [host.receive(pat, consumer, 0)])
+    elapsed = time.perf_counter() - start
+    host.disconnect(pat, client)
+    broker.close()
+    return round(messages / elapsed)
+
+
+def check_ns(calls: int = 200_000) -> float:
+    control = AccessControl("stomp", SHIPPED_FILE)
+    pat, queue = Principal("pat", frozenset({"user"}), service="stomp"), Queue("orders")
+    start = time.perf_counter()
+    for _ in range(calls):
+        control.check(pat, "produce", queue)
+    return round((time.perf_counter() - start) / calls * 1e9, 1)
+
+
 def compare(rounds: int, run) -> dict:
     off, on = [], []
     for _ in range(rounds):
@@ -118,14 +149,20 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=3000, help="STOMP: per producer; link: in all (x5)")
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--only", choices=["host_send", "stomp", "link"], help="run one part only")
     args = ap.parse_args()
     bench = _stomp_bench()
     out: dict = {"rounds": args.rounds}
-    for persistent in (False, True):
+    if args.only in (None, "host_send"):
+        out["host_send"] = compare(args.rounds * 3, lambda on: host_send_round(args.messages * 10, on))
+        out["check_ns"] = check_ns()
+        print(f"host_send: {out['host_send']}, check_ns: {out['check_ns']}", file=sys.stderr, flush=True)
+    for persistent in (False, True) if args.only in (None, "stomp") else ():
         key = f"stomp_{'persistent' if persistent else 'non_persistent'}"
         out[key] = compare(args.rounds, lambda on, p=persistent: stomp_round(bench, args.messages, p, on))
         print(f"{key}: {out[key]}", file=sys.stderr, flush=True)
-    out["link_over_mq"] = compare(args.rounds, lambda on: link_round(args.messages * 5, on))
+    if args.only in (None, "link"):
+        out["link_over_mq"] = compare(args.rounds, lambda on: link_round(args.messages * 5, on))
     out["target_met"] = all(v["cost_percent"] < 5 for k, v in out.items() if isinstance(v, dict))
     print(json.dumps(out, indent=2))
 

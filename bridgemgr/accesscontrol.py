@@ -18,7 +18,8 @@
 #
 # AccessControl is the one decision point of one connection service (jms, stomp, admin):
 # every front end asks it, with the authenticated Principal. Decisions are cached per
-# (user, groups, resource, name, operation); the file is re-read when it changed, which is
+# (user, groups, resource, name, operation), and a check that passed on an existing
+# destination is one set lookup from then on (a message's whole cost); the file is re-read when it changed, which is
 # looked at on each login (check_connection), so an edit applies from the next login on,
 # to every later check of every connection, without a check per message. A file that no
 # longer parses keeps the rules it had, and says so in the log. Each refusal is logged
@@ -287,6 +288,7 @@ class AccessControl:
         self._stamp: tuple[int, int, int] | None = None
         self._rules = AccessRules({}, str(path))
         self._cache: dict[tuple[str | None, frozenset[str], str, str | None, str | None], bool] = {}
+        self._passed: set[tuple[str | None, frozenset[str], str, str, str]] = set()
         self._protected: dict[str, frozenset[str]] = {"queue": frozenset(), "topic": frozenset()}
         self._logged: set[tuple[str | None, str, str]] = set()
         self.refresh(strict=True)
@@ -316,7 +318,7 @@ class AccessControl:
             if self._stamp is not None or not strict:
                 log.info("access control (%s): read %s", self.service, self.path)
             self._rules, self._stamp = rules, stamp
-            self._cache = {}
+            self._cache, self._passed = {}, set()
 
     def protect(self, destinations: Iterable[Destination]) -> None:
         """Make ``destinations`` admin-only (a bridge's DMQs) unless the file names them."""
@@ -324,7 +326,7 @@ class AccessControl:
             for dest in destinations:
                 kind = "topic" if dest.is_topic else "queue"
                 self._protected[kind] = self._protected[kind] | {dest.name}
-            self._cache = {}
+            self._cache, self._passed = {}, set()
 
     def allowed(self, principal: Principal, resource: str, variant: str | None, operation: str | None) -> bool:
         key = (principal.user, principal.groups, resource, variant, operation)
@@ -347,14 +349,20 @@ class AccessControl:
                                        f"the {self.service} service (connection.{self.service_type})")
 
     def check(self, principal: Principal, operation: str, destination: Destination,
-              autocreate: bool = False) -> None:
+              would_autocreate: Callable[[Destination], bool] | None = None) -> None:
         """May ``principal`` ``operation`` (produce, consume, browse) ``destination``, and,
-        with ``autocreate`` (it does not exist yet), have it created? JMSSecurityException
-        naming the destination and operation if not. Temporary destinations are the
-        client's own and always allowed."""
-        if destination.is_temporary:
+        when ``would_autocreate(destination)`` says using it now creates it, have it
+        created? JMSSecurityException naming the destination and operation if not.
+        Temporary destinations are the client's own and always allowed.
+
+        The fast path, once per message: a check passed for a destination that existed
+        is remembered until the rules change (destinations are never deleted, so the
+        auto-create question does not come back)."""
+        key = (principal.user, principal.groups, operation, destination.kind, destination.name)
+        if key in self._passed or destination.is_temporary:
             return
         resource = "topic" if destination.is_topic else "queue"
+        autocreate = would_autocreate is not None and would_autocreate(destination)
         if autocreate and not self.allowed(principal, resource, None, CREATE):
             self._refused(principal, CREATE, str(destination))
             raise JMSSecurityException(f"access denied: user {principal.user!r} may not create "
@@ -363,6 +371,8 @@ class AccessControl:
             self._refused(principal, operation, str(destination))
             raise JMSSecurityException(f"access denied: user {principal.user!r} may not {operation} "
                                        f"{destination}")
+        if not autocreate:
+            self._passed.add(key)
 
     def _refused(self, principal: Principal, operation: str, what: str) -> None:
         key = (principal.user, operation, what)

@@ -173,7 +173,8 @@ class BridgeServiceManager:
 
         tls = self._tls("imq.bridge.admin.tls") if self.props.get("imq.bridge.admin.tls.enabled") else None
         self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
-                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls).start()
+                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls,
+                                 admit=self._admin_admit).start()
         self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
                                               "ADMIN", self.admin.port))
 
@@ -181,6 +182,20 @@ class BridgeServiceManager:
         """A jms client's login: its Principal, with its group from the user repository."""
         found = self.users.authenticate(user, password)
         return None if found is None else Principal(found.name, frozenset({found.group}), service="jms")
+
+    def _admin_admit(self, user: str, peer: str) -> str | None:
+        """Why the admin service's access rules (connection.ADMIN) refuse ``user``, or None.
+        The configured admin user counts as group admin unless the repository says otherwise."""
+        access = self.host_broker.access if self.host_broker is not None else None
+        if access is None or access.get("admin") is None:
+            return None
+        found = self.users.get(user)
+        groups = frozenset({found.group if found is not None else "admin"})
+        try:
+            access.check_connection(Principal(user, groups, peer, "admin"))
+        except JMSException as exc:
+            return str(exc)
+        return None
 
     def protect_dmqs(self, config: BridgeConfig) -> None:
         """The destinations JMS bridge ``config`` names as its <dmq>s are admin-only (the

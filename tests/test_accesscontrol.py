@@ -232,7 +232,7 @@ def test_temporaries_autocreate_and_protected_dmqs(tmp_path):
     ac.check(pat, "consume", TemporaryQueue("tmp1"))  # a client's own
     ac.check(pat, "produce", Queue("exists"))
     with pytest.raises(JMSSecurityException, match="may not create queue://new"):
-        ac.check(pat, "produce", Queue("new"), autocreate=True)
+        ac.check(pat, "produce", Queue("new"), lambda dest: True)
     ac.protect([Topic("dead.letters")])
     with pytest.raises(JMSSecurityException, match=r"may not produce topic://dead\.letters"):
         ac.check(pat, "produce", Topic("dead.letters"))

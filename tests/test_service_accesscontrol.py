@@ -8,7 +8,8 @@ bridgemgr's RemoteConnectionFactory).
   may; pat may use an ordinary queue. The default file is installed 0600 in etc/.
 - A custom file (imq.accesscontrol.file.filename): a queue denied to pat, the DMQ opened
   to pat for browsing by its exact name, a user refused at login on both services,
-  auto-create denied to pat; each refusal is logged once, not per message.
+  auto-create denied to pat, the admin port refused to the admin (connection.ADMIN); each
+  refusal is logged once, not per message.
 - imq.accesscontrol.enabled=false opens everything (the jms service here), while
   imq.stomp.accesscontrol.enabled=true keeps the STOMP bridge's rules.
 """
@@ -26,7 +27,7 @@ from bridgemgr.admin.portmapper import find_service
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import JMSSecurityException
 from bridgemgr.users import UserRepository
-from service_support import Daemon, one_bridge_files
+from service_support import Daemon, cli, one_bridge_files
 from stomp_support import Raw, stomp_conn
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -52,6 +53,7 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 CUSTOM = """version=JMQFileAccessControlModel/100
 connection.NORMAL.allow.user=*
 connection.NORMAL.deny.user=blocked
+connection.ADMIN.deny.user=admin
 queue.*.produce.allow.user=*
 queue.*.consume.allow.user=*
 queue.*.browse.allow.user=*
@@ -75,7 +77,7 @@ class Service:
     """A running serve with the STOMP bridge, JMS bridge jb and users admin and pat."""
 
     def __init__(self, base: Path, *extra: str) -> None:
-        props, _ = one_bridge_files(base, base.name, XML, ADMIN_PW, "imq.bridge.stomp.tcp.port=0",
+        props, self.passfile = one_bridge_files(base, base.name, XML, ADMIN_PW, "imq.bridge.stomp.tcp.port=0",
                                     *extra, activelist="jb,stomp")
         self.etc = base / "var" / "instances" / base.name / "etc"
         users = UserRepository(self.etc / "passwd")
@@ -208,6 +210,9 @@ def test_a_custom_file_changes_the_outcome_and_refusals_are_logged_once(tmp_path
         error = client.wait(lambda f: f.command == "ERROR")
         assert "may not connect to the stomp service" in error.body.decode()
         client.close()
+        # connection.ADMIN denied to the admin user: the admin port refuses the login
+        listed = cli(service.daemon, service.passfile, "list", "bridge")
+        assert listed.returncode != 0 and "may not connect to the admin service" in listed.stdout + listed.stderr
         time.sleep(0.5)
     finally:
         log = service.stop()

@@ -2,7 +2,8 @@
 
 How it works: each connection must first authenticate with HELLO (user and password
 compared in constant time; a failure is answered only after a delay that doubles
-with each recent failure from that address, up to ``MAX_DELAY``); then each request
+with each recent failure from that address, up to ``MAX_DELAY``; with ``admit``, the
+access rules may still refuse the user this service); then each request
 line is parsed and handed to ``dispatch`` on a worker thread (bridge operations
 block: they wait for in-flight transfers), and its Reply is written back. Malformed
 or oversize lines get 400; a line that cannot be framed closes the connection. The
@@ -44,7 +45,8 @@ Dispatch = Callable[[Command], Reply]
 class AdminServer:
     def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
-                 base_delay: float = BASE_DELAY) -> None:
+                 base_delay: float = BASE_DELAY, admit: Callable[[str, str], str | None] | None = None) -> None:
+        """``admit(user, peer)``: why the access rules refuse ``user`` the admin service, or None."""
         if not user or not password:
             raise ValueError("the admin port needs an admin user and password "
                              "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
@@ -56,6 +58,7 @@ class AdminServer:
         self.requested_port = port
         self.ssl_context = ssl_context
         self.base_delay = base_delay
+        self.admit = admit
         self._server: asyncio.base_events.Server | None = None
         self._failures: dict[str, tuple[int, float]] = {}
         self._writers: set[asyncio.StreamWriter] = set()
@@ -137,6 +140,11 @@ class AdminServer:
                         await _linger(reader, writer)
                         return
                     self._failures.pop(peer, None)
+                    refusal = self.admit(request.user, peer) if self.admit is not None else None
+                    if refusal is not None:
+                        await self._reply(writer, Reply(BAD_REQUEST, refusal))
+                        await _linger(reader, writer)
+                        return
                     authenticated = True
                     await self._reply(writer, Reply(OK, "welcome"))
                     continue

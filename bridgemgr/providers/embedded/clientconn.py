@@ -498,7 +498,7 @@ class ClientConnection:
         """JMSSecurityException unless the access rules let this client ``operation`` ``dest``."""
         access = self._access
         if access is not None:
-            access.check(self.principal, operation, dest, self.broker.would_autocreate(dest))
+            access.check(self.principal, operation, dest, self.broker.would_autocreate)
 
     @staticmethod
     def _give_back_unseen(consumers: Iterable[RemoteConsumer]) -> None:

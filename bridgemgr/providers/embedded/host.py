@@ -135,7 +135,7 @@ class EmbeddedHostBroker(HostBroker):
         if access is not None:
             control = access.get(principal.service)
             if control is not None:
-                control.check(principal, operation, destination, self.broker.would_autocreate(destination))
+                control.check(principal, operation, destination, self.broker.would_autocreate)
 
     def connect(self, principal: Principal, client_id: str | None = None) -> Client:
         if self.access is not None:
