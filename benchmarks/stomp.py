@@ -222,7 +222,12 @@ def serve_bridge(directory: str, port: int) -> None:
     users = UserRepository(Path(directory) / "passwd")
     users.add("admin", "secret", "admin")
     loop = NetLoop().start()
-    bridge = StompBridge(StompConfig(hostname=HOST, tcp_port=port), EmbeddedHostBroker(broker), users, loop)
+    access = None
+    if os.environ.get("STOMP_BENCH_ACCESS_CONTROL"):  # benchmarks/acl.py: the shipped rules checked
+        from bridgemgr.accesscontrol import SHIPPED_FILE, AccessControl, AccessControls
+
+        access = AccessControls(stomp=AccessControl("stomp", SHIPPED_FILE))
+    bridge = StompBridge(StompConfig(hostname=HOST, tcp_port=port), EmbeddedHostBroker(broker, access), users, loop)
     bridge.start()
     stop = []
     signal.signal(signal.SIGTERM, lambda *_: stop.append(1))

@@ -3,14 +3,19 @@ network front ends and its bridges; run until told to stop, then stop cleanly.
 
 How it works: ``start()`` takes an exclusive lock on the instance directory (a second
 service on the same var directory refuses to start instead of sharing the store),
-opens the embedded host broker there (the provider's ``open_host_broker``: the one
-HostBroker interface that every front end and bridge is given, what a bridge XML
-connection factory without lookup-name means), starts the network loop,
-the port mapper and the broker's ``jms`` connection service (other processes reach
-the broker at ``mq://host:portmapper-port``; logins are checked against the user
-repository, where the service account Spark links and CLI jobs log in as is made or
-repaired, servicekeys.py), and — when imq.bridge.enabled is true — the admin command port (only
-with an admin user and password) and every bridge of imq.bridge.activelist (type
+reads the access control files (imq.accesscontrol.*; the default one is installed in
+the instance's etc/ at first start), opens the embedded host broker there with them
+(the provider's ``open_host_broker``: the one HostBroker interface that every front end
+and bridge is given, what a bridge XML connection factory without lookup-name means),
+starts the network loop, the port mapper and the broker's ``jms`` connection service
+(other processes reach the broker at ``mq://host:portmapper-port``; logins are checked
+against the user repository, where the service account Spark links and CLI jobs log in
+as is made or repaired, servicekeys.py; a user's group goes with every check of the access rules,
+which the host broker makes for the STOMP bridge and the jms service alike; the
+bridges' own host connections are the service itself and not checked; a destination a
+JMS bridge names as its <dmq> is admin-only), and — when imq.bridge.enabled is true —
+the admin command port (only with an admin user and password) and every bridge of
+imq.bridge.activelist (type
 jms or stomp). Every bridge is listed from then on; those with autostart start each on
 its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
 provider is unreachable (connect-attempts -1) shows STARTING without holding up the
@@ -36,7 +41,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
-from typing import IO, Any, Protocol
+from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
@@ -50,10 +55,14 @@ from .admin.protocol import (
 )
 from .guard import LoginThrottle, ServiceGuard
 from .jms.errors import IllegalStateException, JMSException
+from .jms.hostbroker import Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
 from .props import BrokerProperties, ConfigError
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
+
+if TYPE_CHECKING:
+    from .jmsbridge.config import BridgeConfig
 
 log = logging.getLogger(__name__)
 
@@ -129,7 +138,16 @@ class BridgeServiceManager:
         return self.props.get("imq.hostname") or "127.0.0.1"
 
     def _open_broker(self) -> None:
-        host_broker = self.host_broker = open_host_broker(self.props)
+        from .accesscontrol import AccessControlError, open_access_controls
+
+        try:
+            access = open_access_controls(self.props)
+        except AccessControlError as exc:
+            raise ServiceError(f"access control: {exc}") from None
+        if not access:
+            log.warning("access control is off (imq.accesscontrol.enabled=false): every user may "
+                        "use every destination, the bridges' DMQs included")
+        host_broker = self.host_broker = open_host_broker(self.props, access or None)
         log.info("host broker %s started, store %s (fsync %s)", host_broker.instance_name,
                  host_broker.store_location() or "-", "on" if host_broker.fsync else "off")
 
@@ -159,7 +177,7 @@ class BridgeServiceManager:
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
                 self.netloop, host, port, ssl_context=ctx,
-                authenticator=lambda u, p: self.users.authenticate(u, p) is not None,
+                authenticator=self._jms_login,
                 guard=ServiceGuard.from_props(self.props, "jms", throttle))
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
@@ -175,9 +193,46 @@ class BridgeServiceManager:
         tls = self._tls("imq.bridge.admin.tls") if self.props.get("imq.bridge.admin.tls.enabled") else None
         self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
                                  port=self.props.get("imq.bridge.admin.port"), ssl_context=tls,
-                                 guard=ServiceGuard.from_props(self.props, "admin", throttle)).start()
+                                 guard=ServiceGuard.from_props(self.props, "admin", throttle),
+                                 admit=self._admin_admit).start()
         self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
                                               "ADMIN", self.admin.port))
+
+    def _jms_login(self, user: str | None, password: str | None) -> Principal | None:
+        """A jms client's login: its Principal, with its group from the user repository."""
+        found = self.users.authenticate(user, password)
+        return None if found is None else Principal(found.name, frozenset({found.group}), service="jms")
+
+    def _admin_admit(self, user: str, peer: str) -> str | None:
+        """Why the admin service's access rules (connection.ADMIN) refuse ``user``, or None.
+        The configured admin user counts as group admin unless the repository says otherwise."""
+        access = self.host_broker.access if self.host_broker is not None else None
+        if access is None or access.get("admin") is None:
+            return None
+        found = self.users.get(user)
+        groups = frozenset({found.group if found is not None else "admin"})
+        try:
+            access.check_connection(Principal(user, groups, peer, "admin"))
+        except JMSException as exc:
+            return str(exc)
+        return None
+
+    def protect_dmqs(self, config: BridgeConfig) -> None:
+        """The destinations JMS bridge ``config`` names as its <dmq>s are admin-only (the
+        built-in imq.bridge.jms.dmq is, by the default rules)."""
+        access = self.host_broker.access if self.host_broker is not None else None
+        if access is None:
+            return
+        from .jms.destination import Queue, Topic
+
+        dests = []
+        for dmq in config.dmqs:
+            if dmq.is_builtin or dmq.destination_ref is None:
+                continue
+            dest = config.destination(dmq.destination_ref)
+            if dest.lookup_name is None and dest.name:
+                dests.append(Topic(dest.name) if dest.type.value == "topic" else Queue(dest.name))
+        access.protect(dests)
 
     def _tls(self, prefix: str) -> ssl.SSLContext:
         """The server TLS context of ``<prefix>.certfile`` / ``<prefix>.keyfile``."""
@@ -500,13 +555,18 @@ BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]
 def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import load_bridge
 
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
+
+        def load() -> BridgeConfig:  # read at every start: its DMQs become admin-only
+            config = load_bridge(manager.props, name)
+            manager.protect_dmqs(config)
+            return config
         # runner=spark links reach the host broker from Spark's processes over jms
-        bridge = JMSBridge.from_properties(
-            manager.props, name, host=manager.host_broker,
-            broker_url=manager.jms_url if manager.jms_services else None)
+        bridge = JMSBridge(load, manager.props, name=name, host=manager.host_broker,
+                           broker_url=manager.jms_url if manager.jms_services else None)
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start
         except (JMSException, ConfigError, OSError, ValueError) as exc:

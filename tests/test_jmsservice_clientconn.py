@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from bridgemgr.accesscontrol import AccessControl, AccessControls
 from bridgemgr.jms import AckMode, Queue, TextMessage, codec, xa
 from bridgemgr.jms.errors import (
     IllegalStateException,
@@ -161,8 +162,11 @@ def test_a_transacted_send_is_delivered_after_commit_only(driver):
     assert replies(got) == {6: None} and texts(got) == ["in tx"]
 
 
-def test_a_refused_send_without_a_reply_fails_its_transactions_commit(broker):
-    d = Driver(broker, authorizer=lambda user, action, dest: action != "produce")
+def test_a_refused_send_without_a_reply_fails_its_transactions_commit(broker, tmp_path):
+    rules = tmp_path / "acl.properties"
+    rules.write_text("version=JMQFileAccessControlModel/100\nconnection.NORMAL.allow.user=*\n"
+                     "queue.*.consume.allow.user=*\nqueue.create.allow.user=*\n")
+    d = Driver(broker, access=AccessControls(jms=AccessControl("jms", rules)))
     d.hello()
     got = d.feed(wire.request(2, Op.SESSION, 1, True, 0, False),
                  wire.send_request(0, 1, message("not allowed")))

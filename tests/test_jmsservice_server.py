@@ -12,6 +12,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from bridgemgr.accesscontrol import AccessControl, AccessControls
 from bridgemgr.guard import LoginThrottle, ServiceGuard, ThrottleSettings
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, Topic, xa
 from bridgemgr.jms.errors import (
@@ -36,18 +37,27 @@ def check_password(user, password):
 
 
 # alice: everything; reader: consume and browse "public.*"; writer: produce to "public.*"
-RULES = {"reader": {"consume", "browse"}, "writer": {"produce"}}
-
-
-def authorize(user, action, destination):
-    if user == "alice":
-        return True
-    return destination.name.startswith("public.") and action in RULES.get(user, ())
+RULES = """version=JMQFileAccessControlModel/100
+connection.NORMAL.allow.user=*
+queue.*.produce.allow.user=alice
+queue.*.consume.allow.user=alice
+queue.*.browse.allow.user=alice
+topic.*.produce.allow.user=alice
+topic.*.consume.allow.user=alice
+queue.public.*.consume.allow.user=reader
+queue.public.*.browse.allow.user=reader
+queue.public.*.produce.allow.user=writer
+topic.public.*.produce.allow.user=writer
+queue.create.allow.user=*
+topic.create.allow.user=*
+"""
 
 
 @pytest.fixture
-def harness(broker):
-    h = Harness(broker, heartbeat=5.0, authenticator=check_password, authorizer=authorize,
+def harness(broker, tmp_path):
+    (tmp_path / "acl.properties").write_text(RULES)
+    access = AccessControls(jms=AccessControl("jms", tmp_path / "acl.properties"))
+    h = Harness(broker, heartbeat=5.0, authenticator=check_password, access=access,
                 guard=ServiceGuard("jms", LoginThrottle(ThrottleSettings(base_delay=0.05)), login_timeout=2))
     yield h
     h.close()

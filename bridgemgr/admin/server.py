@@ -5,7 +5,8 @@ imq.admin.max_connections gets 503 and is closed. Each connection must first
 authenticate with HELLO within imq.admin.login.timeout seconds (else it is closed):
 the HELLO waits its turn in the service's shared login throttle (failed logins per
 address and per user, across connections and services), then user and password are
-compared in constant time and the outcome counted. Then each request line is parsed
+compared in constant time and the outcome counted; with ``admit``, the access rules
+may still refuse the user this service (connection.ADMIN). Then each request line is parsed
 and handed to ``dispatch`` on a worker thread (bridge operations block: they wait for
 in-flight transfers), and its Reply is written back. Malformed or oversize lines get
 400; a line that cannot be framed closes the connection. The password never reaches a
@@ -43,7 +44,9 @@ Dispatch = Callable[[Command], Reply]
 class AdminServer:
     def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
-                 guard: ServiceGuard | None = None) -> None:
+                 guard: ServiceGuard | None = None,
+                 admit: Callable[[str, str], str | None] | None = None) -> None:
+        """``admit(user, peer)``: why the access rules refuse ``user`` the admin service, or None."""
         if not user or not password:
             raise ValueError("the admin port needs an admin user and password "
                              "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
@@ -55,6 +58,7 @@ class AdminServer:
         self.requested_port = port
         self.ssl_context = ssl_context
         self.guard = guard or ServiceGuard("admin")
+        self.admit = admit
         self._server: Listener | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
@@ -156,6 +160,11 @@ class AdminServer:
                     if not ok:
                         await self._reply(writer, Reply(BAD_REQUEST,
                                                         "authentication failed: wrong user name or password"))
+                        await _linger(reader, writer)
+                        return
+                    refusal = self.admit(request.user, peer) if self.admit is not None else None
+                    if refusal is not None:
+                        await self._reply(writer, Reply(BAD_REQUEST, refusal))
                         await _linger(reader, writer)
                         return
                     authenticated = True

@@ -12,8 +12,10 @@
 #     was sent or committed is durable.
 # Destination admin (counts; limits as DestinationAttributes) and where the store is are
 # part of it too: front ends and the CLI name no type of the implementation.
-# Every data-path call names the Principal it is made for, so authorization can be
-# checked here, once, for every front end. Handles (Client, Consumer, Delivery,
+# Every data-path call names the Principal it is made for, so authorization is checked
+# here, once, for every front end (connect: connection access; subscribe: consume;
+# send: produce; a destination about to be auto-created: create). Connections of the
+# provider SPI are the service's own (its bridges): trusted, not checked. Handles (Client, Consumer, Delivery,
 # Transaction) are the implementation's own objects: a front end only passes them back.
 """The host broker as its front ends see it: one typed interface, built by the service."""
 
@@ -33,11 +35,14 @@ Ticket = int | None  # what wait_durable waits for; None: nothing to wait for
 
 @dataclass(frozen=True)
 class Principal:
-    """Who a call is made for: the authenticated user, their groups, where they connect from."""
+    """Who a call is made for: the authenticated user, their groups (from the user
+    repository), where they connect from, and the connection service they came in
+    through (jms, stomp: its access control rules apply; None: the broker-wide ones)."""
 
     user: str | None
     groups: frozenset[str] = frozenset()
     address: str | None = None
+    service: str | None = None
 
 
 @dataclass(frozen=True)
@@ -94,7 +99,9 @@ class HostBroker(ABC):
     # --- the provider SPI ---------------------------------------------------------------
     @abstractmethod
     def connection_factory(self) -> XAConnectionFactory:
-        """Connections (and XA sessions) to the host broker, for bridges, jobs and tools."""
+        """Connections (and XA sessions) to the host broker, for the bridges, jobs and
+        tools of this process: the service itself, trusted, so no access control applies
+        (users' clients come in through a connection service and the data path below)."""
 
     @abstractmethod
     def reserve(self, owner: str, client_ids: Iterable[str], durables: Iterable[tuple[str, str]]) -> None:

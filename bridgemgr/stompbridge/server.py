@@ -309,7 +309,10 @@ class StompProtocol(asyncio.Protocol):
     def _open_host(self, client_id: str | None, username: str) -> HostConnection:
         peer = self.transport.get_extra_info("peername") if self.transport is not None else None
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else None
-        return HostConnection(self.bridge.broker, Principal(username, address=address), self._post, client_id)
+        user = self.bridge.users.get(username)  # its group decides with the access rules
+        groups = frozenset({user.group}) if user is not None else frozenset()
+        return HostConnection(self.bridge.broker, Principal(username, groups, address, "stomp"),
+                              self._post, client_id)
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a subscriber thread: run ``fn`` on the loop, then flush with the others."""

@@ -218,6 +218,16 @@ class Broker:
             self.queues[name] = mq
         return mq
 
+    def would_autocreate(self, dest: Destination) -> bool:
+        """Would using ``dest`` now create it (for the auto-create access check)? A lock-free
+        read: a destination once known stays known."""
+        if dest.is_temporary:
+            return False
+        if dest.is_topic:
+            return (self.autocreate_topic and dest.name not in self.known_topics
+                    and f"t:{dest.name}" not in self.configured)
+        return self.autocreate_queue and dest.name not in self.queues
+
     def configure_destination(self, destination: Destination, limits: DestinationLimits) -> None:
         """Create (admin-create) a destination with limits; kept in the store."""
         if destination.is_temporary:

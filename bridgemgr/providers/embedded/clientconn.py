@@ -44,10 +44,12 @@ transaction, the failure of its commit); a frame that breaks the protocol is a f
 ERROR naming it, and the connection closes.
 
 Security: nothing but HELLO is accepted before authentication, and frames are limited to
-64 KiB until then. With an ``authorizer(user, action, destination) -> bool`` each
-destination a client produces to, consumes from or browses is checked (actions
-``produce``, ``consume``, ``browse``; temporary destinations are the client's own and
-always allowed). Passwords are never logged.
+64 KiB until then. With the service's access controls (the host broker's decision point,
+bridgemgr.accesscontrol) a login is refused (JMSSecurityException) when the jms service's
+connection rules deny the user, and each destination a client produces to (at every
+send: a producer without a destination names it then), consumes from or browses is
+checked, and so is having it auto-created; temporary destinations are the client's own
+and always allowed. Passwords are never logged.
 """
 
 from __future__ import annotations
@@ -58,7 +60,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ... import __version__
 from ...jms import codec, xa
@@ -72,6 +74,7 @@ from ...jms.errors import (
     TransportException,
     XAException,
 )
+from ...jms.hostbroker import Principal
 from ...jms.message import Message
 from ...jms.selector import compile_selector
 from ...jms.spi import AckMode
@@ -81,10 +84,15 @@ from .broker import Broker
 from .client import EmbeddedConnection, EmbeddedConsumer, EmbeddedSession, EmbeddedXASession
 from .queues import Envelope
 
+if TYPE_CHECKING:
+    from ...accesscontrol import AccessControls
+
 log = logging.getLogger(__name__)
 
-Authenticate = Callable[[str | None, str | None], bool]
-Authorizer = Callable[[str | None, str, Destination], bool]
+# (user, password) -> the Principal (with the user's groups) or True when the password
+# is right; False or None when not.
+Authenticate = Callable[[str | None, str | None], "Principal | bool | None"]
+SERVICE = "jms"  # the connection service whose access rules apply
 Post = Callable[[Callable[[], None]], None]
 
 MIN_HEARTBEAT = 0.05
@@ -232,7 +240,7 @@ class ClientConnection:
     owns it; other threads reach it through ``post`` only."""
 
     def __init__(self, broker: Broker, *, authenticate: Authenticate, post: Post,
-                 authorizer: Authorizer | None = None, heartbeat: float = 30.0,
+                 access: AccessControls | None = None, heartbeat: float = 30.0,
                  max_frame: int = wire.DEFAULT_MAX_FRAME, peer: str = "?", now: float = 0.0) -> None:
         self.broker = broker
         self.post = post
@@ -242,6 +250,7 @@ class ClientConnection:
         self.embedded: EmbeddedConnection | None = None
         self.user: str | None = None
         self.login_user: str | None = None  # the user HELLO names, authenticated or not
+        self.principal = Principal(None, address=peer, service=SERVICE)
         self.interval = 0.0               # the negotiated heart-beat interval, once OPEN
         self.refusal: JMSException | None = None
         self.paused = False               # the socket takes nothing more for now
@@ -249,13 +258,12 @@ class ClientConnection:
         self.consumers: dict[int, RemoteConsumer] = {}
         self.browsers: dict[int, list[Message]] = {}
         self._authenticate = authenticate
-        self._authorizer = authorizer
+        self._access = access.get(SERVICE) if access is not None else None
         self._wire = wire.Wire(wire.Role.SERVER, max_frame)
         self._state = State.HANDSHAKE
         self._reading = True              # HANDSHAKE or OPEN: requests are handled
         self._closing = False             # CLOSE handled: CLOSED once its reply is queued
         self._browser_ids = itertools.count(1)
-        self._allowed: dict[tuple[str, Destination], bool] = {}
         self._out: list[bytes] = [wire.PREAMBLE]
         self._calls: list[BlockingCall] = []
         self._durable: list[tuple[int, int | None, int]] = []  # (call, sid, ticket) answered once durable
@@ -427,11 +435,27 @@ class ClientConnection:
         user, password = req.args[:2]
         self.login_user = user
         self.state = State.AUTHENTICATING
-        self._calls.append(BlockingCall(partial(self._authenticate, user, password),
+        self._calls.append(BlockingCall(partial(self._login, user, password),
                                         partial(self._hello_done, req)))
+
+    def _login(self, user: str | None, password: str | None) -> Principal | None:
+        """Blocking: the principal of a right password whose user may use this service;
+        None for a wrong password; JMSSecurityException when the access rules refuse."""
+        ok = self._authenticate(user, password)
+        if not ok:
+            return None
+        groups = ok.groups if isinstance(ok, Principal) else frozenset()
+        principal = Principal(user, groups, self.peer, SERVICE)
+        if self._access is not None:
+            self._access.check_connection(principal)
+        return principal
 
     def _hello_done(self, req: wire.Request, ok: Any, exc: BaseException | None) -> None:
         user, _, heartbeat_ms, client = req.args
+        if isinstance(exc, JMSSecurityException):  # the access rules refuse the user (logged)
+            self.refusal = exc
+            self.state = State.REFUSED
+            return
         if exc is not None:
             log.error("jms client %s: the authenticator failed", self.peer, exc_info=exc)
         if exc is not None or not ok:
@@ -446,7 +470,7 @@ class ClientConnection:
             self.fail(error)
             return
         conn.set_exception_listener(self._broker_gone)
-        self.embedded, self.user = conn, user
+        self.embedded, self.user, self.principal = conn, user, ok
         self._wire.open()
         mine, theirs = self.heartbeat, heartbeat_ms / 1000
         self.interval = max(MIN_HEARTBEAT, min(x for x in (mine, theirs, 3600.0) if x > 0))
@@ -473,16 +497,11 @@ class ClientConnection:
             raise IllegalStateException(f"session {sid} does not exist (closed?)")
         return session
 
-    def _check(self, action: str, dest: Destination) -> None:
-        authorizer = self._authorizer
-        if authorizer is None or dest.is_temporary:
-            return
-        key = (action, dest)
-        allowed = self._allowed.get(key)
-        if allowed is None:
-            allowed = self._allowed[key] = bool(authorizer(self.user, action, dest))
-        if not allowed:
-            raise JMSSecurityException(f"user {self.user!r} may not {action} {dest}")
+    def _check(self, operation: str, dest: Destination) -> None:
+        """JMSSecurityException unless the access rules let this client ``operation`` ``dest``."""
+        access = self._access
+        if access is not None:
+            access.check(self.principal, operation, dest, self.broker.would_autocreate)
 
     @staticmethod
     def _give_back_unseen(consumers: Iterable[RemoteConsumer]) -> None:

@@ -4,9 +4,13 @@
 # consumers and temporary destinations), a Consumer an EmbeddedConsumer, a Delivery the
 # broker's Envelope (it has the message and delivery_count a front end reads), and a
 # Transaction a broker Work whose sends and acknowledgements commit() applies in one store
-# batch. Every call takes the caller's Principal; access control will check it here.
-# connection_factory() is the bridge service's own (its connections may use the client ids
-# and durables reserve() keeps for the bridges); connect() makes front ends' clients.
+# batch. Every call takes the caller's Principal, and access control (the service's
+# AccessControls, one decision point per connection service) checks it here: connect
+# (connection access), subscribe (consume), send (produce), and create for a destination
+# the call would auto-create. Without access controls (imq.accesscontrol.enabled=false)
+# everything is allowed. The jms service checks with the same AccessControls.
+# connection_factory() is the bridge service's own (trusted; its connections may use the
+# client ids and durables reserve() keeps for the bridges); connect() makes front ends' clients.
 # open_host_broker() is how the service gets one: it builds the Broker from the broker
 # properties (store kind, fsync, auto-create limits), so the service never names Broker;
 # what only the embedded broker has (its jms connection service, close) is on
@@ -44,6 +48,7 @@ from .queues import DestinationLimits, Envelope, LimitBehavior
 if TYPE_CHECKING:
     import ssl
 
+    from ...accesscontrol import AccessControls
     from ...guard import ServiceGuard
     from ...netloop import NetLoop
     from ...props import BrokerProperties
@@ -51,10 +56,11 @@ if TYPE_CHECKING:
     from .jmsservice import JmsService
 
 
-def open_host_broker(props: BrokerProperties) -> EmbeddedHostBroker:
+def open_host_broker(props: BrokerProperties, access: AccessControls | None = None) -> EmbeddedHostBroker:
     """The host broker of the instance ``props`` describe: its store in the instance
     directory (imq.persist.store=file) or in PostgreSQL (jdbc), destinations created on
-    first use with the imq.autocreate.* limits; StoreError when the store cannot open."""
+    first use with the imq.autocreate.* limits, ``access`` checked on its data path and
+    its jms service; StoreError when the store cannot open."""
     auto = props.autocreate
     database, sync = None, props.get("imq.persist.file.sync.enabled")
     if props.get("imq.persist.store") == "jdbc":
@@ -69,7 +75,8 @@ def open_host_broker(props: BrokerProperties) -> EmbeddedHostBroker:
     return EmbeddedHostBroker(Broker(
         None if database else props.instance_dir / "store", database=database, sync=sync,
         instance_name=props.get("imq.instancename"),
-        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits))
+        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits),
+        access)
 
 
 def _limits(attributes: DestinationAttributes) -> DestinationLimits:
@@ -85,8 +92,9 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
 class EmbeddedHostBroker(HostBroker):
     """The HostBroker of an in-process :class:`Broker`."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, access: AccessControls | None = None) -> None:
         self.broker = broker
+        self.access = access  # None: no access control
         self._factory = EmbeddedConnectionFactory(broker)  # front ends' clients (connect)
         self._service_factory = EmbeddedConnectionFactory(broker, service=True)  # the bridges'
 
@@ -111,7 +119,7 @@ class EmbeddedHostBroker(HostBroker):
         from .jmsservice import JmsService
 
         return JmsService(self.broker, netloop, host, port, ssl_context=ssl_context,
-                          authenticator=authenticator, guard=guard)
+                          authenticator=authenticator, guard=guard, access=self.access)
 
     def close(self) -> None:
         """Stop the broker: break its connections, write what is pending, close the store
@@ -138,7 +146,16 @@ class EmbeddedHostBroker(HostBroker):
         return settings.txlog_sql() if settings is not None else None
 
     # --- clients and subscriptions --------------------------------------------------------------
+    def _authorize(self, principal: Principal, operation: str, destination: Destination) -> None:
+        access = self.access
+        if access is not None:
+            control = access.get(principal.service)
+            if control is not None:
+                control.check(principal, operation, destination, self.broker.would_autocreate)
+
     def connect(self, principal: Principal, client_id: str | None = None) -> Client:
+        if self.access is not None:
+            self.access.check_connection(principal)
         connection = self._factory.create_connection(principal.user)
         try:
             if client_id:
@@ -164,6 +181,7 @@ class EmbeddedHostBroker(HostBroker):
     def subscribe(self, principal: Principal, client: Client, destination: Destination,
                   selector: str | None = None, durable_name: str | None = None,
                   no_local: bool = False) -> Consumer:
+        self._authorize(principal, "consume", destination)
         session = self._session(client)
         if durable_name:
             return session.create_durable_subscriber(cast(Topic, destination), durable_name, selector, no_local)
@@ -196,6 +214,7 @@ class EmbeddedHostBroker(HostBroker):
 
     def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
              transaction: Transaction | None = None) -> Ticket:
+        self._authorize(principal, "produce", destination)
         self._stamp(message, destination)
         if transaction is not None:
             cast(Work, transaction).sends.append((message, destination, client, None))

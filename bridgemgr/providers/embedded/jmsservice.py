@@ -20,9 +20,10 @@ and closed; the HELLO's password check waits its turn in the shared login thrott
 refusal is counted there and failed at once.
 
 Security: nothing but HELLO is accepted before authentication (``authenticator(user,
-password) -> bool``, or the broker's own users), and an ``authorizer(user, action,
-destination) -> bool`` checks each destination a client produces to, consumes from or
-browses. Passwords are never logged.
+password)``: the user's Principal or True when the password is right, or the broker's
+own users), and the service's access controls (the host broker's) decide who may
+connect and what each may produce to, consume from or browse (see clientconn). Passwords
+are never logged.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import threading
 import time
 from collections.abc import Callable
 from functools import partial
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from ...admin.portmapper import ServiceEntry
 from ...guard import Listener, ServiceGuard, listen, peer_address, refuse
@@ -44,7 +45,11 @@ from ...jms.errors import JMSException, JMSSecurityException, ResourceAllocation
 from ...netloop import NetLoop
 from . import wire
 from .broker import Broker
-from .clientconn import Authenticate, Authorizer, BlockingCall, ClientConnection, State
+from .clientconn import Authenticate, BlockingCall, ClientConnection, State
+
+if TYPE_CHECKING:
+    from ...accesscontrol import AccessControls
+    from ...jms.hostbroker import Principal
 
 log = logging.getLogger(__name__)
 
@@ -56,7 +61,7 @@ class JmsService:
 
     def __init__(self, broker: Broker, netloop: NetLoop, host: str | None = "127.0.0.1", port: int = 0,
                  ssl_context: ssl.SSLContext | None = None, authenticator: Authenticate | None = None,
-                 authorizer: Authorizer | None = None, *, heartbeat: float = 30.0,
+                 access: AccessControls | None = None, *, heartbeat: float = 30.0,
                  max_frame: int = wire.DEFAULT_MAX_FRAME, guard: ServiceGuard | None = None,
                  threads: int = 8) -> None:
         self.broker = broker
@@ -64,7 +69,7 @@ class JmsService:
         self.host = host
         self.ssl_context = ssl_context
         self.authenticator = authenticator
-        self.authorizer = authorizer
+        self.access = access
         self.heartbeat = heartbeat
         self.max_frame = max_frame
         self.guard = guard or ServiceGuard("jms")
@@ -118,9 +123,9 @@ class JmsService:
             if self.executor is not None:
                 self.executor.shutdown(wait=True, cancel_futures=True)
 
-    def authenticate(self, user: str | None, password: str | None) -> bool:
+    def authenticate(self, user: str | None, password: str | None) -> Principal | bool | None:
         if self.authenticator is not None:
-            return bool(self.authenticator(user, password))
+            return self.authenticator(user, password)
         try:
             self.broker.authenticate(user, password)
         except JMSSecurityException:
@@ -137,7 +142,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.service = service
         self.loop = asyncio.get_running_loop()
         self.client = ClientConnection(service.broker, authenticate=service.authenticate, post=self.post,
-                                       authorizer=service.authorizer, heartbeat=service.heartbeat,
+                                       access=service.access, heartbeat=service.heartbeat,
                                        max_frame=service.max_frame, now=time.monotonic())
         self.transport: asyncio.Transport | None = None
         self._rbuf = memoryview(bytearray(READ_BUFFER))
