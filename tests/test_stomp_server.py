@@ -18,7 +18,7 @@ from bridgemgr.props import load_properties
 from bridgemgr.providers.embedded import Broker
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.stompbridge import StompBridge, StompBridgeError, StompConfig
-from bridgemgr.stompbridge.frames import Frame, encode_frame
+from bridgemgr.stompbridge.frames import Frame, HeaderNotEncodable, encode_frame
 from bridgemgr.users import open_repository
 from stomp_support import (
     HOST,
@@ -386,6 +386,16 @@ garbage_frames = st.tuples(
     st.binary(max_size=8))
 
 
+def raw_frame(command: str, headers: dict[str, str], body: bytes, version: str) -> bytes:
+    """The frame encoded, or, when the version cannot carry a header (a NUL, CR or LF in
+    it), written raw as a careless client would: garbage the server must refuse."""
+    try:
+        return encode_frame(Frame(command, headers, body), version)
+    except HeaderNotEncodable:
+        lines = "".join(f"{name}:{value}\n" for name, value in headers.items())
+        return f"{command}\n{lines}\n".encode() + body + b"\x00"
+
+
 def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str, list[bytes]]]:
     """A frame sequence that is mostly valid in context (so it gets far), with some
     garbage; and which receipt confirms which message bodies."""
@@ -432,6 +442,8 @@ def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str,
                 headers = {"subscription": subs[-1] if subs else "none", "message-id": "ID:unknown"}
         else:
             command, headers, body = data.draw(garbage_frames, label="garbage")
+            wire.append(raw_frame(command, headers, body, version))
+            continue
         wire.append(encode_frame(Frame(command, headers, body), version))
     return wire, confirmed
 
