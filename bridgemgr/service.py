@@ -119,6 +119,8 @@ class BridgeServiceManager:
         self._lock_instance()
         try:
             self._open_broker()
+            if self.props.enabled:
+                self._guard_bridge_names()
             self._open_front_ends()
             if self.props.enabled:
                 from .providers.java import configure_from_properties
@@ -216,6 +218,25 @@ class BridgeServiceManager:
         except JMSException as exc:
             return str(exc)
         return None
+
+    def _guard_bridge_names(self) -> None:
+        """Before any port opens: the DMQs of the activelist's JMS bridges are admin-only
+        and their client ids and durable subscriptions reserved, so that no client takes
+        them in the moment before the bridges load (loading reads each XML again and
+        renews both; a bridge whose XML cannot be read is reported then)."""
+        from .jmsbridge.config import load_bridge
+        from .jmsbridge.resolve import host_client_names
+
+        assert self.host_broker is not None  # opened first (start)
+        for name in self.props.activelist:
+            if (self.props.bridge_type(name) or "").lower() != "jms":
+                continue
+            try:
+                config = load_bridge(self.props, name)
+            except (JMSException, ConfigError, OSError, ValueError):
+                continue
+            self.protect_dmqs(config)
+            self.host_broker.reserve(name, *host_client_names(config))
 
     def protect_dmqs(self, config: BridgeConfig) -> None:
         """The destinations JMS bridge ``config`` names as its <dmq>s are admin-only (the

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from bridgemgr.jms.destination import Topic
+from bridgemgr.jms.destination import Queue, Topic
 from bridgemgr.jms.errors import JMSSecurityException
 from bridgemgr.jms.hostbroker import Principal
 from bridgemgr.jmsbridge.config import parse_bridge_config
@@ -96,3 +96,41 @@ def test_two_bridges_naming_one_id_keep_it_until_both_release(host):
     host.release("jb")
     with pytest.raises(JMSSecurityException, match="bridge other"):
         host.connect(Principal("mallory"), "src-id")
+
+
+def test_the_service_reserves_a_bridges_names_before_any_port_opens(tmp_path, monkeypatch):
+    """Bridges load after the ports open; a client quick enough must not find the
+    client ids, durables and DMQs of the activelist's bridges free in between."""
+    from bridgemgr.props import load_properties
+    from bridgemgr.service import BridgeServiceManager
+
+    xml = tmp_path / "jb.xml"
+    xml.write_text(XML.replace('<target connection-factory-ref="far"', '<target connection-factory-ref="host"'))
+    props = load_properties(overrides=[
+        f"imq.varhome={tmp_path / 'var'}", "imq.portmapper.port=0", "imq.bridge.enabled=true",
+        "imq.bridge.activelist=jb", "imq.bridge.jb.type=jms", f"imq.bridge.jb.xmlurl={xml}",
+        "imq.bridge.jb.autostart=false", "imq.bridge.admin.user=admin",
+        "imq.bridge.admin.password=secret"])
+    manager = BridgeServiceManager(props)
+    seen: list[str] = []
+    open_front_ends = BridgeServiceManager._open_front_ends
+
+    def at_the_first_port(self):
+        for client_id in ("src-id", "cf-id"):
+            with pytest.raises(JMSSecurityException, match=client_id):
+                self.host_broker.connect(Principal("mallory"), client_id)
+            seen.append(client_id)
+        with pytest.raises(JMSSecurityException, match="consume"):
+            self.host_broker.subscribe(Principal("mallory", frozenset({"user"}), service="stomp"),
+                                       self.host_broker.connect(Principal("mallory", frozenset({"user"}),
+                                                                          service="stomp")),
+                                       Queue("out"))
+        seen.append("dmq")
+        open_front_ends(self)
+
+    monkeypatch.setattr(BridgeServiceManager, "_open_front_ends", at_the_first_port)
+    try:
+        manager.start()
+    finally:
+        manager.stop()
+    assert seen == ["src-id", "cf-id", "dmq"]
