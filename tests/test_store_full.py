@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import re
-import subprocess
 import time
 from pathlib import Path
 
@@ -23,25 +22,9 @@ from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException, StoreFull, TransactionRolledBackException
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.store import Store
+from disk_support import mount_tmpfs, unmount
 
 BLOB = b"m" * 1024
-
-
-def mount_tmpfs(where: Path, size: str) -> str | None:
-    """Mount a tmpfs of ``size`` at ``where``; why not, when it cannot be done here."""
-    where.mkdir(parents=True, exist_ok=True)
-    try:
-        r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                           capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"cannot run mount: {exc}"
-    if r.returncode != 0:
-        return f"mounting a tmpfs is not permitted here (needs root): {r.stderr.strip()}"
-    return None
-
-
-def unmount(where: Path) -> None:
-    subprocess.run(["umount", "-l", str(where)], capture_output=True, timeout=30)
 
 
 class Disk:
