@@ -194,3 +194,15 @@ def test_a_full_broker_refuses_persistent_sends_only_and_acknowledgements_are_ke
         assert [t[:6] for t in drain(again)] == sent[5:]
     finally:
         again.close()
+
+
+def test_postgresql_disk_full_is_no_space_and_other_errors_are_not():
+    """SQLSTATE 53100 ("could not extend file ...: No space left on device") is a full store
+    (retried); a lost connection or a constraint is not (the store fails as before)."""
+    psycopg_errors = pytest.importorskip("psycopg.errors")
+    from bridgemgr.providers.embedded.pgstore import PostgresDatabase
+
+    database = PostgresDatabase.__new__(PostgresDatabase)  # no server: only the classification
+    assert database.no_space(psycopg_errors.DiskFull('could not extend file "base/1/2": No space left'))
+    assert not database.no_space(psycopg_errors.OperationalError("server closed the connection"))
+    assert not database.no_space(psycopg_errors.UniqueViolation("duplicate key"))
