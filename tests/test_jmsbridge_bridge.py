@@ -4,7 +4,9 @@ levels from a logging configuration file, no passwords), and loading from proper
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import time
 
 import pytest
 
@@ -356,3 +358,39 @@ def test_the_embedded_example_runs(tmp_path):
         bridge.stop()
         broker.close()
     assert (tmp_path / "instances" / "imqbroker" / "bridges" / "orders" / "log.txt").exists()
+
+
+def test_a_full_disk_costs_the_bridge_log_its_lines_not_the_bridge(broker, tmp_path, caplog):
+    """The housekeeping thread's flush raised ENOSPC and the thread died: no buffered line
+    reached the file again, idle connections were never reaped. Now the service log says
+    that the file cannot be written and that it can again (not per line); lines flow after."""
+    from disk_support import mount_tmpfs, unmount
+
+    var = tmp_path / "var"
+    if reason := mount_tmpfs(var, "512k"):
+        pytest.skip(reason)
+    caplog.set_level(logging.INFO, "bridgemgr.jmsbridge.logs")
+    try:
+        b = make_bridge(broker, bridge_xml(link_xml()), props=props_for(tmp_path), reap_interval=0.05)
+        b.start()
+        try:
+            log = bridge_log_dir(tmp_path) / "log.txt"
+            filler = var / "filler"
+            with open(filler, "wb") as f:
+                fs = os.statvfs(var)
+                f.write(b"f" * (fs.f_bavail * fs.f_frsize))
+            send(broker, "src", [f"m{i}" for i in range(200)])
+            drain(broker, "dst", expect=200)
+            b.links[0].log.warning("link l: written while the disk is full")
+            time.sleep(0.3)  # several housekeeping flushes fail meanwhile
+            filler.unlink()
+            b.links[0].log.info("link l: after space is back")
+            wait_until(lambda: "after space is back" in log.read_text(), 5, "a line after space is back")
+        finally:
+            b.stop()
+    finally:
+        unmount(var)
+    messages = [r.getMessage() for r in caplog.records if r.name == "bridgemgr.jmsbridge.logs"]
+    said = [m.split(": ", 1)[1][:12] for m in messages]
+    # once, not per line (the last page's slack may take a flush's lines after the first failure)
+    assert said[0] == "cannot write" and said[-1] == "writing agai" and len(said) <= 4, messages

@@ -352,3 +352,53 @@ def test_sql_log_round_trips_any_record(tmp_path_factory, recs):
         log.log_commit(r)
     log.close()
     assert SqlTxLog(lambda: sqlite3.connect(db), "b").open() == {r.gtrid: r for r in recs}
+
+
+MMAP_FULL_DISK_CHILD = textwrap.dedent("""
+    import json, os, sys
+    from bridgemgr.xa.txlog import FileTxLog, TxLogSettings, TxLogFull, CommitRecord, Participant
+    from bridgemgr.jms.xa import Xid
+    disk = sys.argv[1]
+    settings = TxLogSettings(64 * 1024, True, True)
+    log = FileTxLog(os.path.join(disk, "txlog.b"), settings)
+    log.open()
+    with open(os.path.join(disk, "filler"), "wb") as f:  # every block left
+        f.write(b"f" * (os.statvfs(disk).f_bavail * os.statvfs(disk).f_frsize))
+    written, error = 0, None
+    try:
+        for n in range(5000):
+            g = b"b|x.%d" % n
+            log.log_commit(CommitRecord(g, (Participant("b:a", Xid(1, g, b"a")),
+                                            Participant("b:b", Xid(1, g, b"b")))))
+            written += 1
+    except TxLogFull as exc:
+        error = str(exc)
+    try:
+        FileTxLog(os.path.join(disk, "txlog.c"), settings).open()
+        opened = None
+    except TxLogFull as exc:
+        opened = str(exc)
+    print(json.dumps({"written": written, "error": error, "opened": opened}))
+""")
+
+
+def test_a_mapped_log_on_a_full_disk_is_a_clear_error_not_a_sigbus(tmp_path):
+    """txlogMmap mapped a sparse file: the first record stored into a hole the full disk could
+    not fill killed the whole service with SIGBUS. Now the file's blocks are allocated when
+    it is mapped: records fit up to txlogSize, and a log opened on a full disk is TxLogFull
+    (it was a raw OSError)."""
+    from disk_support import mount_tmpfs, unmount
+
+    disk = tmp_path / "disk"
+    if reason := mount_tmpfs(disk, "256k"):
+        pytest.skip(reason)
+    try:
+        out = subprocess.run([sys.executable, "-c", MMAP_FULL_DISK_CHILD, str(disk)],
+                             capture_output=True, text=True, timeout=60,
+                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+    finally:
+        unmount(disk)
+    assert out.returncode == 0, (out.returncode, out.stderr[-2000:])
+    result = json.loads(out.stdout)
+    assert result["written"] > 100 and "txlog" in result["error"], result
+    assert "txlog.c" in result["opened"] and "No space left on device" in result["opened"], result

@@ -105,6 +105,11 @@ class StoreError(JMSException, code="STORE"):
     """A broker's store cannot be opened or written; the broker stops accepting work."""
 
 
+class StoreFull(ResourceAllocationException, code="STORE_FULL"):
+    """A broker's store has no space left: the message was refused, nothing stored is lost,
+    and the broker takes messages again once space is back (a limit, like a full queue)."""
+
+
 class TransactionInProgressException(JMSException, code="TX_IN_PROGRESS"):
     """An operation is not allowed while a transaction is open."""
 

@@ -15,6 +15,8 @@
 # counts the bytes it wrote instead of asking the file, formats the time once a second,
 # and writes INFO and below through the file's buffer, which flush() (the bridge's
 # housekeeping, every second, and close) empties; WARNING and above are flushed at once.
+# A file that cannot be written (a full disk) costs its lines, not the bridge: the service
+# log says so once, and once more when the file takes lines again.
 """Per-bridge log files, rotation, levels from a logging configuration file, redaction."""
 
 from __future__ import annotations
@@ -27,6 +29,8 @@ from pathlib import Path
 
 from ..private import open_private_text, private_dir
 from ..props import REDACTED, ConfigError, Problem, read_properties_file, shorten
+
+log = logging.getLogger(__name__)  # the service's log: never a bridge's file
 
 LOG_FILE = "log.txt"
 FORMAT = "%(asctime)s %(levelname)s %(message)s"
@@ -93,6 +97,8 @@ class _RotatingFile(logging.Handler):
         self.count = max(count, 1)
         self.stream = open_private_text(path, "a")
         self.size = self.stream.tell()
+        self.failing = False    # the last write or flush failed (said once in the service log)
+        self.unflushed = False  # lines went into the buffer since the last flush that worked
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
@@ -102,13 +108,37 @@ class _RotatingFile(logging.Handler):
                 self._rotate()
             self.stream.write(line)
             self.size += n
+            self.unflushed = True
             if record.levelno >= logging.WARNING:
-                self.stream.flush()
+                self._flush()
+        except OSError as exc:
+            self._failed(exc)
         except Exception:
             self.handleError(record)
 
+    def _failed(self, exc: OSError) -> None:
+        if not self.failing:
+            log.error("bridge log %s: cannot write (%s); its lines are lost until it can",
+                      self.path, exc.strerror or exc)
+            self.failing = True
+
+    def _flush(self) -> None:
+        """Flush; a flush that wrote lines ends a failure (an empty one proves nothing)."""
+        self.stream.flush()
+        if self.unflushed:
+            self.unflushed = False
+            self._wrote()
+
+    def _wrote(self) -> None:
+        if self.failing:
+            log.warning("bridge log %s: writing again", self.path)
+            self.failing = False
+
     def _rotate(self) -> None:
-        self.stream.close()
+        try:
+            self.stream.close()
+        except OSError as exc:  # its buffered lines are lost; the new file is opened anyway
+            self._failed(exc)
         for i in range(self.count - 1, 0, -1):  # log.txt.(i-1) -> log.txt.i; log.txt -> .1
             older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
             if older.exists():
@@ -120,7 +150,9 @@ class _RotatingFile(logging.Handler):
         self.acquire()
         try:
             if not self.stream.closed:
-                self.stream.flush()
+                self._flush()
+        except OSError as exc:  # the housekeeping thread that calls this must live on
+            self._failed(exc)
         finally:
             self.release()
 
@@ -128,8 +160,10 @@ class _RotatingFile(logging.Handler):
         self.acquire()
         try:
             if not self.stream.closed:
-                self.stream.flush()
-                self.stream.close()
+                try:
+                    self.stream.close()  # flushes; closed also when that fails
+                except OSError as exc:
+                    self._failed(exc)
         finally:
             self.release()
         super().close()

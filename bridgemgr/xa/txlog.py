@@ -19,8 +19,10 @@
 # the new file whole); if the live records alone do not leave room, TxLogFull (the link
 # stops; its messages stay on the source). txlogMmap keeps the file at txlogSize and writes
 # through a memory map (msync for the sync); otherwise zeros are written ahead of the
-# records in steps (so a sync need not record a new file size). Syncs are grouped: a
-# thread whose bytes a sync by another thread already covered does not sync again.
+# records in steps (so a sync need not record a new file size). The mapped file's blocks
+# are allocated when it is mapped (a full disk is then TxLogFull at open, never a SIGBUS).
+# Syncs are grouped: a thread whose bytes a sync by another thread already covered does
+# not sync again.
 # MemoryTxLog is for a bridge without a var directory (tests, embedded use), and survives
 # nothing; sqllog.SqlTxLog keeps the same records in a table of a DB-API database.
 """The XA coordinator's transaction log: checksummed commit records, in a file."""
@@ -382,7 +384,13 @@ class FileTxLog(TxLog):
             except OSError as exc:
                 raise TxLogError(f"cannot open the transaction log {self.path}: {exc}") from exc
             if len(data) < len(FILE_MAGIC) and FILE_MAGIC.startswith(data.rstrip(b"\0")):
-                data = self._initialise()   # new, or its creation was cut short
+                try:
+                    data = self._initialise()   # new, or its creation was cut short
+                except OSError as exc:
+                    self._close_fd()
+                    kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
+                    raise kind(f"cannot create the transaction log {self.path}: "
+                               f"{exc.strerror}") from exc
             elif not data.startswith(FILE_MAGIC):
                 self._close_fd()
                 raise TxLogError(f"{self.path} is not a transaction log of this version (it "
@@ -419,9 +427,16 @@ class FileTxLog(TxLog):
         os.fsync(self._fd)
 
     def _map_file(self) -> None:
+        """Map the file with its txlogSize bytes allocated on disk: a store through the map
+        into a hole the full disk cannot fill is a SIGBUS, which killed the service."""
         size = self.settings.size
-        if os.fstat(self._fd).st_size < size:
-            os.ftruncate(self._fd, size)
+        try:
+            os.posix_fallocate(self._fd, 0, size)
+        except OSError as exc:
+            self._close_fd()
+            kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
+            raise kind(f"cannot reserve txlogSize={size} bytes for the transaction log "
+                       f"{self.path}: {exc.strerror}; free space on its disk") from exc
         self._map = mmap.mmap(self._fd, size)
 
     # --- append --------------------------------------------------------------------------------
@@ -528,8 +543,8 @@ class FileTxLog(TxLog):
             fd = open_private(tmp, os.O_RDWR | os.O_TRUNC)
             try:
                 os.pwrite(fd, body, 0)
-                if self.settings.mmap:
-                    os.ftruncate(fd, self.settings.size)
+                if self.settings.mmap:  # allocated: see _map_file
+                    os.posix_fallocate(fd, 0, self.settings.size)
                 os.fsync(fd)
             finally:
                 os.close(fd)

@@ -440,6 +440,13 @@ class Broker:
                 f"{name} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes={lim.max_total_msg_bytes}, "
                 f"{mq.count} messages, {mq.bytes} bytes); limitBehavior={lim.limit_behavior.value}")
 
+    def _admit(self, envs: list[Envelope]) -> None:
+        """StoreFull, the envelopes' room given back, when a persistent one meets a full
+        store: a producer's message is refused, not kept in memory only (the DMQ's are kept)."""
+        if self.store is not None and self.store.full and any(env.stored for env in envs):
+            self._unroute(envs)
+            self.store.check_room()
+
     def _commit_envelopes(self, envs: Iterable[Envelope]) -> None:
         """Make routed envelopes durable (recorded) and visible (under the lock)."""
         store = self.store
@@ -461,6 +468,7 @@ class Broker:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
             envs = self._route(message, self._targets(dest, sender, message), blob)
+            self._admit(envs)
             self._commit_envelopes(envs)
             if self.store is not None and any(e.stored for e in envs):
                 return self.store.ticket()
@@ -725,6 +733,7 @@ class Broker:
 
     def _commit_work(self, work: Work) -> int | None:
         envs = self._route_all(work.sends)
+        self._admit(envs)
         with self.store.lock if self.store is not None else _NULL:
             self._commit_envelopes(envs)
             self._ack(work.acks)
@@ -808,6 +817,8 @@ class Broker:
                 work.state = WorkState.DONE
                 return xa.XA_RDONLY
             try:
+                if self.store is not None:
+                    self.store.check_room()  # a prepared branch is written: it needs room
                 envs = self._route_all(work.sends)
             except JMSException as exc:
                 self._xa_forget_rollback(work)

@@ -34,6 +34,7 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
     "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",
 )
+DISK_FULL = "53100"  # the SQLSTATE of a write the server had no space for
 # SQLite's INSERT OR REPLACE, said the PostgreSQL way.
 _PG_OPS = {**_OPS,
            "sub_put": ("INSERT INTO subs(client_id, name, topic, selector, no_local) "
@@ -182,6 +183,10 @@ class PostgresDatabase(Database):
             except BaseException:
                 self._conn.rollback()
                 raise
+
+    def no_space(self, exc: BaseException) -> bool:
+        """SQLSTATE 53100 (disk_full: "could not extend file ...: No space left on device")."""
+        return getattr(exc, "sqlstate", None) == DISK_FULL or super().no_space(exc)
 
     def close(self) -> None:
         with self._lock:

@@ -23,6 +23,16 @@ Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broke
 directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
 The group commit above is the same for both.
 
+Disk full: a batch that fails for lack of space (``Database.no_space``: SQLITE_FULL,
+ENOSPC, an I/O error on a filesystem with no room left, PostgreSQL's 53100) is not lost:
+its changes go back in front of what is pending (as if never taken, so an insert
+acknowledged meanwhile cancels and never touches the disk) and the store is "full".
+Callers waiting for that batch get StoreFull ("store full: <path>: no space left"), and so
+do new persistent messages (``check_room``, asked by the broker before it routes one);
+acknowledgements, delivery counts and ordered ops are still recorded and kept pending. The
+writer thread retries with backoff until a write succeeds, and the store is no longer full.
+A full store logs once when it fills and once when space is back.
+
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
 delivery-count updates, then deletes. A seq is never reused.
@@ -30,8 +40,10 @@ delivery-count updates, then deletes. A seq is never reused.
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
+import os
 import sqlite3
 import threading
 import time
@@ -40,13 +52,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ...jms.errors import StoreError  # jms-level: the CLI names it without knowing the store
+from ...backoff import backoff_delay
+from ...jms.errors import StoreError, StoreFull  # jms-level: the CLI names them without knowing the store
 from ...private import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
+RETRY_BASE, RETRY_CAP = 0.05, 2.0  # seconds between writes of a full store (doubling, capped)
+NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
+SQLITE_FULL, SQLITE_IOERR = 13, 10
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -124,6 +140,10 @@ class Database:
         """One batch as one database transaction, in the order the module comment gives."""
         raise NotImplementedError
 
+    def no_space(self, exc: BaseException) -> bool:
+        """``exc``, raised by ``write``, means no space was left (the batch can be retried)."""
+        return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -172,8 +192,27 @@ class SQLiteDatabase(Database):
                         "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')")
             db.execute("COMMIT")
         except BaseException:
-            db.execute("ROLLBACK")
+            # SQLite rolls back by itself after some errors (SQLITE_FULL on COMMIT): a
+            # ROLLBACK then failed with "no transaction is active" and hid the cause
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
+
+    def no_space(self, exc: BaseException) -> bool:
+        """SQLITE_FULL (the database or its WAL could not grow), ENOSPC, or an I/O error
+        (a failed fsync) while the filesystem has next to no room left."""
+        if isinstance(exc, sqlite3.Error):
+            code = getattr(exc, "sqlite_errorcode", 0) & 0xFF
+            if code == SQLITE_FULL:
+                return True
+            if code != SQLITE_IOERR:
+                return False
+            try:
+                fs = os.statvfs(self.path.parent)
+            except OSError:
+                return False
+            return fs.f_bavail * fs.f_frsize < NO_ROOM
+        return super().no_space(exc)
 
     def close(self) -> None:
         self._db.close()
@@ -257,6 +296,10 @@ class Store:
         self._next = 1        # number of the batch the writer takes next
         self._done = 0        # last batch committed
         self._error: BaseException | None = None
+        self._full: BaseException | None = None  # why the last write failed for lack of space
+        self._full_since = 0.0
+        self._failed = 0      # last batch that failed for lack of space (its changes pending again)
+        self._attempts = 0    # failed writes in a row while full (the retry backoff)
         self._closing = False
         self.batches = 0      # written batches (benchmarks report batch sizes)
         self.rows = 0
@@ -275,6 +318,19 @@ class Store:
             raise StoreError(f"{self.path}: the store failed and accepts no more changes: {self._error}")
         if self._closing:
             raise StoreError(f"{self.path}: the store is closed")
+
+    @property
+    def full(self) -> bool:
+        return self._full is not None
+
+    def _no_space(self) -> StoreFull:
+        return StoreFull(f"store full: {self.path}: no space left")
+
+    def check_room(self) -> None:
+        """StoreFull while the store is full: the broker asks before it routes a persistent
+        message, so a refused one is nowhere (acknowledgements are never refused)."""
+        if self._full is not None:
+            raise self._no_space()
 
     def add(self, seq: int, qkey: str, blob: bytes, dcount: int = 0) -> None:
         with self.lock:
@@ -323,7 +379,7 @@ class Store:
 
     def _settled(self, ticket: int) -> bool:
         """Batch ``ticket`` is written, or nothing is left to write (a cancelled insert)."""
-        return (self._done >= ticket or self._error is not None
+        return (self._done >= ticket or self._error is not None or self._failed >= ticket
                 or (not self._dirty() and self._done == self._next - 1))
 
     def ticket(self) -> int:
@@ -352,6 +408,8 @@ class Store:
                 if self._settled(ticket):
                     if self._done < ticket and self._error is not None:
                         raise StoreError(f"{self.path}: the store failed: {self._error}")
+                    if self._done < ticket and self._failed >= ticket:
+                        raise self._no_space()  # kept pending: written once space is back
                     return
                 claim = self._take()  # also while closing: close() waits for this write
             self._commit(claim)
@@ -369,17 +427,34 @@ class Store:
         return claim
 
     def _commit(self, claim: _Claim) -> bool:
-        """Write a taken batch (outside the lock); False when the store failed."""
+        """Write a taken batch (outside the lock); False when it failed (see ``_full`` and
+        ``_error``)."""
         try:
             self._write(claim.inserts, claim.deletes, claim.updates, claim.ops)
-        except BaseException as exc:  # disk full, I/O error: stop accepting work
-            log.error("store %s: writing batch %d failed: %s", self.path, claim.batch, exc)
+        except BaseException as exc:
             with self.lock:
-                self._error = exc
+                if self.database.no_space(exc):  # kept, retried: see the module comment
+                    self._restore(claim)
+                    self._failed = claim.batch
+                    self._attempts += 1
+                    if self._full is None:
+                        self._full_since = time.monotonic()
+                        log.error("store full: %s: no space left (%s); persistent messages are "
+                                  "refused and pending changes retried until space is back",
+                                  self.path, exc)
+                    self._full = exc
+                    self._changed()  # an idle writer thread wakes up to retry
+                else:  # an I/O error, a lost database: stop accepting work
+                    log.error("store %s: writing batch %d failed: %s", self.path, claim.batch, exc)
+                    self._error = exc
                 self._writing = False
                 self._written.notify_all()
             return False
         with self.lock:
+            if self._full is not None:
+                log.warning("store %s: space is back after %.1f s; writing again", self.path,
+                            time.monotonic() - self._full_since)
+                self._full, self._attempts = None, 0
             self._done = claim.batch
             self._writing = False
             self.batches += 1
@@ -387,24 +462,52 @@ class Store:
             self._written.notify_all()
         return True
 
+    def _restore(self, claim: _Claim) -> None:
+        """Put a batch that could not be written back in front of what was recorded since,
+        as if it had never been taken (under the lock)."""
+        inserts, deletes, updates, ops = claim.inserts, claim.deletes, claim.updates, claim.ops
+        inserts.update(self._inserts)
+        ops.extend(self._ops)
+        for seq, dcount in self._updates.items():
+            if seq in inserts:
+                inserts[seq][1] = dcount
+            else:
+                updates[seq] = dcount
+        for seq in self._deletes:
+            updates.pop(seq, None)
+            if inserts.pop(seq, None) is None:
+                deletes.add(seq)
+        self._inserts, self._deletes, self._updates, self._ops = inserts, deletes, updates, ops
+
     def _run(self) -> None:
-        """The writer thread: writes what nobody waits for (non-durable sends, acks)."""
+        """The writer thread: writes what nobody waits for (non-durable sends, acks), and
+        while the store is full retries with backoff until a write succeeds."""
         while True:
             with self.lock:
-                while not (self._dirty() or self._closing):
+                while not (self._dirty() or self._closing or self._full is not None):
                     self._idle = True
                     self._work.wait()
                     self._idle = False
-                self._gather()
+                if self._full is not None and not self._closing:
+                    self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
+                else:
+                    self._gather()
                 while self._writing:  # a caller is writing: what it leaves is ours
                     self._written.wait()
                 if self._error is not None or (self._closing and not self._dirty()):
                     return
-                if not self._dirty():
+                if not self._dirty() and self._full is None:
                     continue
-                claim = self._take()
+                claim = self._take()  # while full, also an empty one: it ends the full state
             if not self._commit(claim):
-                return
+                with self.lock:
+                    if self._error is not None:
+                        return
+                    if self._closing:
+                        log.error("store full: %s: closing with %d messages, %d removals and %d "
+                                  "other changes not written", self.path, len(self._inserts),
+                                  len(self._deletes), len(self._ops))
+                        return
 
     def _gather(self) -> None:
         """Let a batch grow for LINGER: one wake-up per batch, not per change, and a message
