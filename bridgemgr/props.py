@@ -199,6 +199,8 @@ SIZE = Kind(parse_size,
 TEXT = Kind(_text, "write any text")
 NAMES = Kind(_names, "write names separated by commas")
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
+LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
+LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
 CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
                                "transformers.uppercase.UppercaseTransformer")
 
@@ -226,7 +228,6 @@ DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's ow
 # behind a poison message for about 10 s, where 20 would hold it for minutes.
 BACKOUT_THRESHOLD = 5
 
-LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
 FIXED_PROPS: tuple[Prop, ...] = (
@@ -291,7 +292,7 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.autocreate.destination.maxNumMsgs", LIMIT, -1, "messages per destination"),
     Prop("imq.autocreate.destination.maxTotalMsgBytes", SIZE, -1, "bytes per destination"),
     Prop("imq.autocreate.destination.maxBytesPerMsg", SIZE, -1, "bytes per message"),
-    Prop("imq.autocreate.destination.limitBehavior", _enum(*LIMIT_BEHAVIORS, upper=True),
+    Prop("imq.autocreate.destination.limitBehavior", LIMIT_BEHAVIOR,
          "FLOW_CONTROL", "what a full destination does"),
     Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
     # System-wide limits and memory states (docs/operations.md, "Memory protection").

@@ -192,6 +192,12 @@ class HostBroker(ABC):
         """Messages waiting in queue ``name``."""
 
     @abstractmethod
+    def describe_destination(self, principal: Principal, destination: Destination
+                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+        """A destination's attributes and counts (pending, unacked, bytes,
+        producers_waiting); None when it does not exist."""
+
+    @abstractmethod
     def configure_destination(self, principal: Principal, destination: Destination,
                               attributes: DestinationAttributes) -> None:
         """Create ``destination`` with ``attributes``, or give it them (kept in the store);

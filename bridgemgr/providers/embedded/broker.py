@@ -295,6 +295,26 @@ class Broker:
                                                  "bytes": mq.bytes}
             return out
 
+    def describe_destination(self, destination: Destination) -> tuple[DestinationLimits, dict[str, int]] | None:
+        """A destination's limits and counts (a topic's summed over its subscriptions);
+        None when it does not exist."""
+        with self.lock:
+            if destination.is_topic:
+                key = f"t:{destination.name}"
+                if destination.name not in self.known_topics and key not in self.configured:
+                    return None
+                queues = self.topics.get(destination.name, [])
+                limits = self.configured.get(key, self.default_limits)
+            else:
+                mq = self.queues.get(destination.name)
+                if mq is None:
+                    return None
+                queues, limits = [mq], mq.limits
+            return limits, {"pending": sum(len(q) for q in queues),
+                            "unacked": sum(q.count - len(q) for q in queues),
+                            "bytes": sum(q.bytes for q in queues),
+                            "producers_waiting": sum(len(q.room_waiters) for q in queues)}
+
     def queue_depth(self, name: str) -> int:
         with self.lock:
             mq = self.queues.get(name)

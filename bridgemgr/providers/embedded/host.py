@@ -268,6 +268,15 @@ class EmbeddedHostBroker(HostBroker):
     def queue_depth(self, principal: Principal, name: str) -> int:
         return self.broker.queue_depth(name)
 
+    def describe_destination(self, principal: Principal, destination: Destination
+                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+        found = self.broker.describe_destination(destination)
+        if found is None:
+            return None
+        lim, counts = found
+        return DestinationAttributes(lim.max_num_msgs, lim.max_total_msg_bytes, lim.max_bytes_per_msg,
+                                     lim.limit_behavior.value, lim.use_dmq), counts
+
     def configure_destination(self, principal: Principal, destination: Destination,
                               attributes: DestinationAttributes) -> None:
         self.broker.configure_destination(destination, _limits(attributes))

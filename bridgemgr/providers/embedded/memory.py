@@ -5,8 +5,9 @@ How it works: the memory in use is this process's resident set (RSS, from
 ``/proc/self/statm``) as a percent of a budget: imq.system.max_memory if set, else the
 cgroup's memory limit, else the machine's MemTotal. The state is the highest whose
 imq.<state>.threshold that percent has reached. A producer may send imq.<state>.count
-messages per batch; a batch ends at each sample. Samples are cheap and rare: every
-``SAMPLE_EVERY`` sends (at most every ``MIN_INTERVAL`` s), when a producer has used its
+messages per batch; a batch ends at each sample. Samples are cheap and rare: at start,
+every ``SAMPLE_EVERY`` sends (at most every ``MIN_INTERVAL`` s), at a send when the last
+is older than ``MAX_INTERVAL`` s, when a producer has used its
 batch in green, and every ``TICK`` s from a timer thread while the state is not green or
 producers are held (red's count is 0: they are held until the state drops, and the
 timer is what sees it drop). A state change is logged. Callbacks of held producers run
@@ -28,6 +29,7 @@ log = logging.getLogger(__name__)
 STATES = ("green", "yellow", "orange", "red")
 SAMPLE_EVERY = 1000   # sends between samples
 MIN_INTERVAL = 0.01   # s: no two samples closer than this when sends trigger them
+MAX_INTERVAL = 1.0    # s: a send samples when the last sample is older than this
 TICK = 0.1            # s: the timer's sampling period while not green or producers wait
 
 
@@ -100,6 +102,7 @@ class MemoryMonitor:
         self._held: list[Callable[[], None]] = []
         self._timer: threading.Thread | None = None
         self.closed = False
+        self.sample()  # the state at start
 
     @property
     def state_name(self) -> str:
@@ -111,7 +114,8 @@ class MemoryMonitor:
         key = id(producer)
         with self._lock:
             self._sends += 1
-            if self._sends >= SAMPLE_EVERY and time.monotonic() - self._last >= MIN_INTERVAL:
+            since = time.monotonic() - self._last
+            if (self._sends >= SAMPLE_EVERY and since >= MIN_INTERVAL) or since >= MAX_INTERVAL:
                 self._sample()
             sent = self._sent.get(key, 0)
             if sent >= self.batch and self.state == 0 and time.monotonic() - self._last >= MIN_INTERVAL:
