@@ -206,9 +206,7 @@ def test_memory_states_throttle_producers_and_red_holds_them(tmp_path):
         producer.close()
     finally:
         daemon.stop()
-    log = (tmp_path / "yellow" / "var" / "instances" / "yellow" / "log" / "log.txt")
-    text = log.read_text() if log.exists() else "\n".join(daemon.lines)
-    assert "memory state green -> yellow" in text
+    assert any("memory state green -> yellow" in line for line in daemon.lines), daemon.lines  # at start
 
     daemon, _ = _serve(tmp_path / "red", "imq.system.max_memory=1m")  # far over 98%: red
     try:
