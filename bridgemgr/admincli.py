@@ -1,6 +1,7 @@
 """imqbridgemgr's admin subcommands, in the original utility's syntax and messages.
 
     imqbridgemgr <list|start|stop|pause|resume> <bridge|link> [options]
+    imqbridgemgr <create|update|query|list> dst -t q|t -n NAME [-o ATTR=VALUE ...]
 
 How it works: the options are checked against the original's rules (``link`` needs
 ``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
@@ -9,6 +10,8 @@ the port mapper at ``-b host:port``, the user and password come from ``-u`` /
 ``-passfile`` or a prompt, every command but ``list`` asks for confirmation unless
 ``-f``, and the reply is printed as the original's tables and success line — or, with
 ``--json``, as one JSON object. Exit status: 0 success, 1 failure (2 for usage errors).
+The ``dst`` commands (imqcmd's syntax) create, change, show and list the host broker's
+physical destinations and their limits (dstadmin.py does them in the service).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ EXAMPLES = """Examples:
   imqbridgemgr pause link -ln link1 -bn mq2external
   imqbridgemgr stop bridge -t STOMP -b myhost:8886
   imqbridgemgr list bridge --json
+  imqbridgemgr update dst -t q -n mq.sys.dmq -o maxNumMsgs=1000 -o limitBehavior=REMOVE_OLDEST -f
+  imqbridgemgr create dst -t q -n orders -o maxNumMsgs=10000 -o limitBehavior=FLOW_CONTROL
+  imqbridgemgr query dst -t q -n orders
+  imqbridgemgr list dst
 """
 
 
@@ -125,11 +132,13 @@ def _check_usage(op: str, argument: str, bridge: str | None, link: str | None, b
 
 def _command(op: str):
     @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
-    @click.argument("argument", type=click.Choice(["bridge", "link"], case_sensitive=False))
+    @click.argument("argument", type=click.Choice(["bridge", "link", "dst"] if op == "list" else ["bridge", "link"],
+                                                  case_sensitive=False))
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
     @click.option("-ln", "link", metavar="NAME", help="Link name.")
-    @click.option("-t", "btype", type=click.Choice(["JMS", "STOMP"], case_sensitive=False),
-                  help="Bridge type.")
+    @click.option("-t", "btype", type=click.Choice(["JMS", "STOMP", "q", "t"] if op == "list" else ["JMS", "STOMP"],
+                                                   case_sensitive=False),
+                  help="Bridge type (list dst: destination type, q or t).")
     @admin_options
     @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
     @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
@@ -140,7 +149,18 @@ def _command(op: str):
                 user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
                 cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
         argument = argument.lower()
+        if argument == "dst":
+            if bridge is not None or link is not None:
+                raise click.UsageError("list dst takes no -bn or -ln")
+            dst_type = btype.lower() if btype else None
+            if dst_type not in (None, "q", "t"):
+                raise click.UsageError("list dst -t takes q or t")
+            _run_dst(Command("LIST_DST", dst_type=dst_type), "list", broker, user, passfile, silent, secure,
+                     cafile, reply_timeout, retries, as_json)
+            return
         btype = btype.upper() if btype else None
+        if btype in ("Q", "T"):
+            raise click.UsageError(f"-t {btype.lower()} is a destination type: use list dst")
         bridge = _check_usage(op, argument, bridge, link, btype)
         host_port(broker)
         if op != "list" and not force and not click.confirm(
@@ -172,6 +192,80 @@ def _command(op: str):
     return command
 
 
+def _dst_table(rows: list[dict[str, Any]]) -> str:
+    titles = ["Name", "Type", "Pending", "Unacked", "Bytes", "Producers waiting", "maxNumMsgs",
+              "maxTotalMsgBytes", "maxBytesPerMsg", "limitBehavior", "useDMQ"]
+    return _table(titles, [[r["name"], r["type"], str(r["pending"]), str(r["unacked"]), str(r["bytes"]),
+                            str(r["producers_waiting"]), *(str(v).lower() if isinstance(v, bool) else str(v)
+                                                           for v in r["attributes"].values())]
+                           for r in rows])
+
+
+def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
+             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+    """Send a destination command and print its reply (exit 1 when it failed)."""
+    host_port(broker)
+    user, password = admin_login(user, passfile)
+    try:
+        with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
+            reply = client.request(cmd)
+    except AdminError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"status": reply.status, "message": reply.message, "data": reply.data}, indent=2))
+    elif not reply.ok:
+        click.echo(f"The operation [{op}] on the destination failed: {reply.message}", err=True)
+    elif not silent:
+        if op == "list":
+            click.echo(_dst_table(reply.data["destinations"]))
+        elif op == "query":
+            click.echo(_dst_table([reply.data]))
+        click.echo(f"The operation [{op}] on the destination{'s' if op == 'list' else ''} was successful.")
+    if not reply.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _dst_command(op: str):
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
+    @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
+    @click.option("-t", "dst_type", type=click.Choice(["q", "t"], case_sensitive=False), required=True,
+                  help="Destination type: q (queue) or t (topic).")
+    @click.option("-n", "name", metavar="NAME", required=True, help="Destination name.")
+    @click.option("-o", "attributes", metavar="ATTR=VALUE", multiple=True,
+                  help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ.")
+    @admin_options
+    @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
+    @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
+    @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
+    @click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
+                  help="Show this help with examples.")
+    def command(argument: str, dst_type: str, name: str, attributes: tuple[str, ...], broker: str,
+                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
+                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+        values: dict[str, str] = {}
+        for item in attributes:
+            key, eq, value = item.partition("=")
+            if not eq or not key.strip():
+                raise click.UsageError(f"-o {item!r}: write ATTR=VALUE, e.g. -o maxNumMsgs=1000")
+            values[key.strip()] = value.strip()
+        if op == "query" and values:
+            raise click.UsageError("query dst takes no -o")
+        if op == "update" and not values:
+            raise click.UsageError("update dst needs at least one -o ATTR=VALUE")
+        if op == "update" and not force and not click.confirm(
+                "Are you sure you want to perform operation [update] on this destination ?",
+                default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
+            click.echo("The operation [update] on the destination was not performed.")
+            raise click.exceptions.Exit(0)
+        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, attributes=values)
+        _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
+
+    command.__doc__ = f"{op.capitalize()} a physical destination of the host broker (imqcmd syntax)."
+    return command
+
+
 def register(group: click.Group) -> None:
     for op in ("list", "start", "stop", "pause", "resume"):
         group.add_command(_command(op))
+    for op in ("create", "update", "query"):
+        group.add_command(_dst_command(op))

@@ -192,12 +192,15 @@ BOOL = Kind(_bool, "write true or false")
 COUNT = integer(0, INT32_MAX)
 POSITIVE = integer(1, INT32_MAX)
 LIMIT = integer(-1, INT32_MAX)
+PERCENT = integer(0, 100)
 PORT = integer(0, 65535)  # 0: any free port (tests)
 SIZE = Kind(parse_size,
             "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
 TEXT = Kind(_text, "write any text")
 NAMES = Kind(_names, "write names separated by commas")
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
+LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
+LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
 CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
                                "transformers.uppercase.UppercaseTransformer")
 
@@ -224,6 +227,8 @@ DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's ow
 # transacted link backs off between tries (doubling from 0.3 s), so 5 holds the link
 # behind a poison message for about 10 s, where 20 would hold it for minutes.
 BACKOUT_THRESHOLD = 5
+
+MEMORY_STATES = ("green", "yellow", "orange", "red")
 
 FIXED_PROPS: tuple[Prop, ...] = (
     # The Bridge Service Manager (the chapter's "To Enable the Bridge Service Manager").
@@ -287,10 +292,20 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.autocreate.destination.maxNumMsgs", LIMIT, -1, "messages per destination"),
     Prop("imq.autocreate.destination.maxTotalMsgBytes", SIZE, -1, "bytes per destination"),
     Prop("imq.autocreate.destination.maxBytesPerMsg", SIZE, -1, "bytes per message"),
-    Prop("imq.autocreate.destination.limitBehavior", _enum("REJECT_NEWEST", "REMOVE_OLDEST",
-                                                           upper=True),
-         "REJECT_NEWEST", "what a full destination does"),
+    Prop("imq.autocreate.destination.limitBehavior", LIMIT_BEHAVIOR,
+         "FLOW_CONTROL", "what a full destination does"),
     Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
+    # System-wide limits and memory states (docs/operations.md, "Memory protection").
+    Prop("imq.system.max_count", LIMIT, -1, "messages held in memory only, all destinations; -1 = no limit"),
+    Prop("imq.system.max_size", SIZE, None,
+         "bytes of messages held in memory only; else a quarter of the memory budget; -1 = no limit"),
+    Prop("imq.message.max_size", SIZE, 70 * 1024 ** 2, "largest message body accepted; -1 = no limit"),
+    Prop("imq.system.max_memory", SIZE, None,
+         "memory budget of the memory states; else the cgroup limit or MemTotal"),
+    *(Prop(f"imq.{state}.threshold", PERCENT, threshold, f"percent of the memory budget that starts {state}")
+      for state, threshold in zip(MEMORY_STATES, (0, 80, 90, 98), strict=True)),
+    *(Prop(f"imq.{state}.count", COUNT, count, f"messages per batch a producer may send in {state}")
+      for state, count in zip(MEMORY_STATES, (5000, 500, 50, 0), strict=True)),
     # Passfile keys: the CLIs read them; a passfile may also be given to serve.
     Prop("imq.imqbridgemgr.password", TEXT, None, "the admin CLI's password (-passfile)", secret=True),
     Prop("imq.imqusermgr.password", TEXT, None, "a new user's password (user add -passfile)", secret=True),
@@ -491,7 +506,7 @@ class AutocreateProperties:
     max_num_msgs: int  # -1: unlimited
     max_total_msg_bytes: int  # -1: unlimited
     max_bytes_per_msg: int  # -1: unlimited
-    limit_behavior: str  # REJECT_NEWEST or REMOVE_OLDEST
+    limit_behavior: str  # one of LIMIT_BEHAVIORS
     use_dmq: bool
 
 
@@ -732,6 +747,11 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
     if props.activelist and not props.enabled:
         found.append(_problem(props, active_key, f"{active_key} names bridges but "
                               "imq.bridge.enabled is not true; no bridge will run", "warning"))
+    thresholds = [props.get(f"imq.{state}.threshold") for state in MEMORY_STATES]
+    if thresholds != sorted(thresholds):
+        found.append(_problem(props, "imq.yellow.threshold", "the memory thresholds must rise from green "
+                              "to red: imq.green/yellow/orange/red.threshold are "
+                              + "/".join(map(str, thresholds))))
     url_key = "imq.persist.jdbc.postgresql.property.url"
     if props.get("imq.persist.store") == "jdbc" and not props.get(url_key):
         found.append(_problem(props, "imq.persist.store", f"{url_key} is not set, and "

@@ -45,6 +45,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
+    DST_COMMANDS,
     ERROR,
     NOT_FOUND,
     NOT_IMPLEMENTED,
@@ -55,7 +56,7 @@ from .admin.protocol import (
 )
 from .guard import LoginThrottle, ServiceGuard
 from .jms.errors import IllegalStateException, JMSException
-from .jms.hostbroker import Principal
+from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
 from .props import BrokerProperties, ConfigError
@@ -326,6 +327,8 @@ class BridgeServiceManager:
             return self._list(cmd)
         if cmd.op == "CONFIG":
             return self._config(cmd)
+        if cmd.op in DST_COMMANDS:
+            return self._destination(cmd)
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
             return bridge
@@ -349,6 +352,18 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, str(exc))
             return Reply(ERROR, f"{cmd.op.lower()} {what} failed: {exc}")
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
+
+    def _destination(self, cmd: Command) -> Reply:
+        """create/update/query/list dst on the host broker, as the admin user."""
+        if self.host_broker is None:
+            return Reply(UNAVAILABLE, "the host broker is not running")
+        from .dstadmin import destination_command
+
+        auto = self.props.autocreate
+        defaults = DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg,
+                                         auto.limit_behavior, auto.use_dmq)
+        admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
+        return destination_command(self.host_broker, admin, cmd, defaults)
 
     def _admin_start(self, bridge: ManagedBridge) -> Any:
         """Start ``bridge`` on its own thread; its state after at most ADMIN_START_WAIT

@@ -658,8 +658,8 @@ def test_limits_survive_restart(tmp_path):
 
 
 def test_the_host_broker_opens_from_properties_and_configures_limits(tmp_path):
-    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.autocreate.destination.maxNumMsgs=1"],
-                            environ={})
+    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.autocreate.destination.maxNumMsgs=1",
+                                 "imq.autocreate.destination.limitBehavior=REJECT_NEWEST"], environ={})
     host = open_host_broker(props)
     try:
         assert host.store_location() == str(props.instance_dir / "store" / "store.db")

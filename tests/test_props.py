@@ -67,8 +67,14 @@ DEFAULTS = {
     "imq.autocreate.destination.maxNumMsgs": -1,
     "imq.autocreate.destination.maxTotalMsgBytes": -1,
     "imq.autocreate.destination.maxBytesPerMsg": -1,
-    "imq.autocreate.destination.limitBehavior": "REJECT_NEWEST",
+    "imq.autocreate.destination.limitBehavior": "FLOW_CONTROL",
     "imq.autocreate.destination.useDMQ": True,
+    "imq.system.max_count": -1,
+    "imq.system.max_size": None,
+    "imq.message.max_size": 70 * 1024 * 1024,
+    "imq.system.max_memory": None,
+    "imq.green.threshold": 0, "imq.yellow.threshold": 80, "imq.orange.threshold": 90, "imq.red.threshold": 98,
+    "imq.green.count": 5000, "imq.yellow.count": 500, "imq.orange.count": 50, "imq.red.count": 0,
 }
 
 
@@ -105,6 +111,8 @@ TYPED = [
     ("imq.bridge.b1.runner", "SPARK", "spark"),
     ("imq.persist.store", "JDBC", "jdbc"),
     ("imq.autocreate.destination.limitBehavior", "remove_oldest", "REMOVE_OLDEST"),
+    ("imq.autocreate.destination.limitBehavior", "remove_low_priority", "REMOVE_LOW_PRIORITY"),
+    ("imq.system.max_size", "64m", 64 * 1024 * 1024),
     ("imq.autocreate.destination.maxTotalMsgBytes", "10m", 10 * 1024 * 1024),
     ("imq.autocreate.destination.maxBytesPerMsg", "10k", 10 * 1024),
     ("imq.autocreate.destination.maxBytesPerMsg", "512b", 512),
@@ -136,7 +144,7 @@ WRONG = [
     ("imq.bridge.b1.type", "amqp", "jms, stomp"),
     ("imq.bridge.b1.runner", "yarn", "local, spark"),
     ("imq.persist.store", "mysql", "file, jdbc"),
-    ("imq.autocreate.destination.limitBehavior", "FLOW_CONTROL", "REJECT_NEWEST"),
+    ("imq.autocreate.destination.limitBehavior", "DROP_ALL", "REJECT_NEWEST"),
     ("imq.autocreate.destination.maxTotalMsgBytes", "10x", "byte size"),
     ("imq.autocreate.destination.maxTotalMsgBytes", "-2", "byte size"),
     ("imq.autocreate.destination.maxNumMsgs", "-2", "from -1 to"),
@@ -437,3 +445,11 @@ def test_any_properties_give_config_error_or_properties(pairs, active):
     for name in props.bridge_names:
         assert props.bridge(name).type == props.bridge_type(name)
     assert props.stomp and props.autocreate and repr(props)
+
+
+def test_memory_thresholds_must_rise_from_green_to_red():
+    _, problems = parse_properties(overrides=["imq.yellow.threshold=95"], environ={})
+    assert [p.message for p in problems if p.severity == "error"] == [
+        "the memory thresholds must rise from green to red: imq.green/yellow/orange/red.threshold are 0/95/90/98"]
+    _, problems = parse_properties(overrides=["imq.red.threshold=101"], environ={})
+    assert any("imq.red.threshold" in str(p) for p in problems)

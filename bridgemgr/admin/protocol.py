@@ -15,6 +15,14 @@ CONFIG (ours, for CLI jobs such as ``drain`` and ``dmq``) answers with what a jo
 to work on a JMS bridge from another process: the host broker's ``jms`` service URL, the
 bridge's xmlurl and runner settings, and the Spark master and configuration.
 
+Physical destinations of the host broker (``imqbridgemgr create|update|query|list dst``)::
+
+    {"op": "CREATE_DST" | "UPDATE_DST" | "QUERY_DST" | "LIST_DST",
+     "dst_type": "q" | "t", "destination": NAME, "attributes": {"maxNumMsgs": "1000", ...}}
+
+(LIST_DST needs neither type nor name; attribute values are strings, checked by the
+service.)
+
 Reply::
 
     {"status": 200, "message": "...", "data": {...}}
@@ -36,8 +44,11 @@ MAX_LINE = 64 * 1024
 
 OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
 
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG")
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG",
+            "CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST")
+DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST")
 TYPES = ("JMS", "STOMP")
+DST_TYPES = ("q", "t")
 
 
 class AdminProtocolError(Exception):
@@ -61,9 +72,15 @@ class Command:
     type: str | None = None
     bridge: str | None = None
     link: str | None = None
+    dst_type: str | None = None      # destination commands: q or t
+    destination: str | None = None   # ... its name
+    attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
 
     def to_json(self) -> dict[str, Any]:
-        return {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
+        obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
+        if self.op in DST_COMMANDS:
+            obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
+        return obj
 
 
 @dataclass(frozen=True)
@@ -115,10 +132,24 @@ def parse_request(line: bytes) -> Hello | Command:
         if not isinstance(btype, str) or btype.upper() not in TYPES:
             raise AdminProtocolError(f"bridge type {btype!r} is not JMS or STOMP")
         btype = btype.upper()
+    if op in DST_COMMANDS:
+        return _dst_command(op, obj)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
     return cmd
+
+
+def _dst_command(op: str, obj: dict[str, Any]) -> Command:
+    dst_type, name, attributes = obj.get("dst_type"), _name(obj, "destination"), obj.get("attributes") or {}
+    if op != "LIST_DST" and (dst_type not in DST_TYPES or name is None):
+        raise AdminProtocolError(f"{op} needs 'dst_type' (q or t) and 'destination'")
+    if dst_type is not None and dst_type not in DST_TYPES:
+        raise AdminProtocolError(f"destination type {dst_type!r} is not q or t")
+    if not isinstance(attributes, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        raise AdminProtocolError("'attributes' must be an object of strings")
+    return Command(op, dst_type=dst_type, destination=name, attributes=attributes)
 
 
 def encode_request(request: Hello | Command) -> bytes:

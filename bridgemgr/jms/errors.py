@@ -93,6 +93,17 @@ class ResourceAllocationException(JMSException, code="RESOURCE_ALLOCATION"):
     """A broker limit (destination size, message size) refused the operation."""
 
 
+class ProducerFlowControl(ResourceAllocationException):
+    """The send was not made and the producer must wait: a FLOW_CONTROL destination is
+    full, or the broker is short of memory. ``on_room(callback)`` calls ``callback`` once,
+    from any thread and without blocking, when trying again may succeed; a front end that
+    cannot wait reports the exception as it is."""
+
+    def __init__(self, message: str, on_room: Callable[[Callable[[], None]], None]) -> None:
+        super().__init__(message)
+        self.on_room = on_room
+
+
 class TransportException(JMSException, code="TRANSPORT"):
     """The connection to a provider failed."""
 

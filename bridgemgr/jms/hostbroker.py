@@ -52,7 +52,7 @@ class DestinationAttributes:
     max_num_msgs: int = -1
     max_total_msg_bytes: int = -1
     max_bytes_per_msg: int = -1
-    limit_behavior: str = "REJECT_NEWEST"  # or REMOVE_OLDEST: what a full destination does
+    limit_behavior: str = "REJECT_NEWEST"  # FLOW_CONTROL, REMOVE_OLDEST, REMOVE_LOW_PRIORITY: when full
     use_dmq: bool = True  # a message dropped by a limit goes to the DMQ
 
 
@@ -155,7 +155,9 @@ class HostBroker(ABC):
     def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
              transaction: Transaction | None = None) -> Ticket:
         """Stamp and route ``message`` now, or at commit of ``transaction``; the ticket to
-        wait on before confirming a send outside a transaction."""
+        wait on before confirming a send outside a transaction. ProducerFlowControl: the
+        producer must wait (a full FLOW_CONTROL destination, the broker's memory state);
+        nothing was sent: send again once its ``on_room`` callback has run."""
 
     @abstractmethod
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
@@ -188,6 +190,12 @@ class HostBroker(ABC):
     @abstractmethod
     def queue_depth(self, principal: Principal, name: str) -> int:
         """Messages waiting in queue ``name``."""
+
+    @abstractmethod
+    def describe_destination(self, principal: Principal, destination: Destination
+                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+        """A destination's attributes and counts (pending, unacked, bytes,
+        producers_waiting); None when it does not exist."""
 
     @abstractmethod
     def configure_destination(self, principal: Principal, destination: Destination,

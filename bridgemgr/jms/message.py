@@ -506,6 +506,11 @@ class Message:
     def _copy_body(self, clone: Self) -> None:
         pass
 
+    def body_size(self) -> int:
+        """Bytes the body takes, about (the broker's message size limits; exact where it
+        is text or bytes, without copying it)."""
+        return 0
+
     def _body_equal(self, other: Self) -> bool:
         return True
 
@@ -573,6 +578,12 @@ class TextMessage(Message):
 
     def _copy_body(self, clone: Self) -> None:
         clone._text = self._text
+
+    def body_size(self) -> int:
+        text = self._text
+        if text is None:
+            return 0
+        return len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
 
     def _body_equal(self, other: Self) -> bool:
         return self._text == other._text
@@ -774,6 +785,9 @@ class BytesMessage(_PrimitiveBody, Message):
         clone._pos = 0
         clone._reading = False
 
+    def body_size(self) -> int:
+        return len(self._buf)
+
     def _body_equal(self, other: Self) -> bool:
         return self._buf == other._buf
 
@@ -861,6 +875,9 @@ class MapMessage(Message):
     def _copy_body(self, clone: Self) -> None:
         clone._map = dict(self._map)
 
+    def body_size(self) -> int:
+        return sum(len(name) + _value_size(value) for name, (_, value) in self._map.items())
+
     def _body_equal(self, other: Self) -> bool:
         return _typed_dict_equal(self._map, other._map)
 
@@ -942,6 +959,9 @@ class StreamMessage(_PrimitiveBody, Message):
         clone._pos = 0
         clone._reading = False
 
+    def body_size(self) -> int:
+        return sum(_value_size(value) for _, value in self._items)
+
     def _body_equal(self, other: Self) -> bool:
         items = other._items
         return len(self._items) == len(items) and all(map(_same_typed, self._items, items))
@@ -985,11 +1005,26 @@ class ObjectMessage(Message):
     def _copy_body(self, clone: Self) -> None:
         clone._object = _copy_object(self._object)
 
+    def body_size(self) -> int:
+        return _value_size(self._object)
+
     def _body_equal(self, other: Self) -> bool:
         return _object_equal(self._object, other._object)
 
     def _body_repr(self) -> str:
         return f"object={_short(self._object)}"
+
+
+def _value_size(value: Any) -> int:
+    """Bytes of a body value, about: strings and bytes by length, containers by their
+    items, anything else 8."""
+    if isinstance(value, (str, bytes, bytearray)):
+        return len(value)
+    if isinstance(value, dict):
+        return sum(len(str(k)) + _value_size(v) for k, v in value.items())
+    if isinstance(value, (list, tuple)):
+        return sum(_value_size(v) for v in value)
+    return 8
 
 
 class JavaSerialized(bytes):

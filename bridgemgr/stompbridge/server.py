@@ -6,7 +6,9 @@
 # Subscriber threads post their batches with call_soon_threadsafe; the protocol runs them
 # and flushes once per loop iteration, so frames that become ready together go out in one
 # write. When the transport's buffer is full, the session's subscribers stop taking
-# messages until it drains: a slow consumer holds only its own messages.
+# messages until it drains: a slow consumer holds only its own messages. A SEND the
+# broker holds (flow control) pauses reading this socket until the broker calls back,
+# with no thread waiting: other connections go on.
 #
 # Logins: a connection over imq.stomp.max_connections gets an ERROR frame and is closed;
 # one that has not logged in within imq.stomp.login.timeout seconds gets an ERROR frame
@@ -31,6 +33,7 @@ import ssl
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -239,6 +242,19 @@ class StompBridge:
         return self._pool
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
+    """From any thread; nothing when the loop has stopped (the broker closing after us)."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:
+        pass
+
+
+def _resolve(future: asyncio.Future[Any]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class StompProtocol(asyncio.Protocol):
     """One client socket: bytes in and out of its StompSession."""
 
@@ -355,6 +371,11 @@ class StompProtocol(asyncio.Protocol):
             self._timer = self.loop.call_later(session.tick_interval, self._tick)
 
     def _run_call(self, call: PendingCall) -> None:
+        if call.wait is not None:  # a held send: no thread waits, the broker calls back
+            waiting: asyncio.Future[Any] = self.loop.create_future()
+            waiting.add_done_callback(self._call_done)
+            call.wait(partial(_call_soon, self.loop, _resolve, waiting))
+            return
         future = self.loop.run_in_executor(self.bridge.call_pool(), call.fn)
         future.add_done_callback(self._call_done)
 

@@ -20,6 +20,13 @@
 # receipt waits for the batch holding the frame's messages, and frame processing pauses
 # until then, so receipts and errors keep the order of the frames.
 #
+# Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
+# memory state: ProducerFlowControl) becomes a pending call that waits, without a
+# thread, for the broker's "try again" (PendingCall.wait), then sends the frame again.
+# Frame processing (and the server's reading: TCP back-pressure) pauses meanwhile, so
+# the client's later frames and its RECEIPT wait; the client's silence then is ours, not
+# a heart-beat failure.
+#
 # Acknowledgement (Table 12-11 and STOMP 1.2):
 #   ack:auto               consumed as soon as it is written to the client
 #   ack:client             ACK/NACK of a message covers every earlier one of its subscription
@@ -36,6 +43,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,7 +52,7 @@ from typing import Any
 
 from .. import __version__
 from ..jms.destination import Destination
-from ..jms.errors import JMSException
+from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
 from ..jms.hostbroker import Transaction
 from ..transform import MessageTransformer
@@ -173,11 +181,28 @@ class Subscription:
 
 @dataclass
 class PendingCall:
-    """A blocking call the driver must run off the loop, then report to complete_call()."""
+    """A blocking call the driver must run off the loop, then report to complete_call().
+    With ``wait`` the driver may instead hand ``wait`` a callback (called once, from any
+    thread) and complete the call when it runs: no thread waits."""
 
     fn: Callable[[], Any]
     done: Callable[[Any], None]
     frame: Frame | None
+    wait: Callable[[Callable[[], None]], None] | None = None
+
+
+def _wait_blocking(on_room: Callable[[Callable[[], None]], None]) -> None:
+    """``fn`` of a held send, for a driver that runs every call in a thread."""
+    ready = threading.Event()
+    on_room(ready.set)
+    ready.wait()
+
+
+class Held:
+    """A handler's answer when the broker holds the producer: send again after ``wait``."""
+
+    def __init__(self, wait: Callable[[Callable[[], None]], None]) -> None:
+        self.wait = wait
 
 
 class Blocking:
@@ -282,7 +307,9 @@ class StompSession:
         """Heart-beats: send one when we have been quiet; fail a silent client."""
         if self.state is not State.CONNECTED:
             return
-        if self.expect_every and now - self._last_received > self.expect_every / 1000 * self.config.heart_beat_grace:
+        if self.waiting:  # we are not reading (a held send, a store wait): the silence is ours
+            self._last_received = now
+        elif self.expect_every and now - self._last_received > self.expect_every / 1000 * self.config.heart_beat_grace:
             self._fail(LocalProtocolError("heart-beat timeout", f"nothing received for "
                                           f"{int((now - self._last_received) * 1000)} ms; the "
                                           f"negotiated heart-beat is {self.expect_every} ms"))
@@ -338,6 +365,11 @@ class StompSession:
         """Send the receipt once the frame's work is durable, then move on."""
         if isinstance(result, Blocking):
             self._call = PendingCall(result.fn, lambda ticket: self._confirm(frame, ticket, next_state), frame)
+            return
+        if isinstance(result, Held):
+            self._call = PendingCall(partial(_wait_blocking, result.wait),
+                                     lambda _: self._confirm(frame, HANDLERS[frame.command](self, frame), next_state),
+                                     frame, result.wait)
             return
         receipt = frame.get("receipt")
         if receipt is not None and result is not None and self.host is not None:
@@ -416,7 +448,7 @@ class StompSession:
             self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
 
     # --- SEND and transactions ----------------------------------------------------------------
-    def _on_send(self, frame: Frame) -> int | None:
+    def _on_send(self, frame: Frame) -> int | Held | None:
         assert self.host is not None and self.destinations is not None
         tx = frame.get("transaction")
         work = self._work(tx) if tx is not None else None
@@ -426,6 +458,8 @@ class StompSession:
                 self.host.send_in(work, inbound.message, inbound.destination)
                 return None
             ticket = self.host.send(inbound.message, inbound.destination)
+        except ProducerFlowControl as held:
+            return Held(held.on_room)
         except JMSException as exc:
             raise LocalProtocolError("send failed", f"SEND to {frame.get('destination')}: {exc}") from exc
         if ticket is not None:

@@ -16,6 +16,19 @@ sends held back and the messages it consumed locked until ``commit`` or ``rollba
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations live in memory only. The broker's
 own dead message queue is the queue ``mq.sys.dmq``.
+
+Three lines of protection guard memory. A destination's limits (maxNumMsgs,
+maxTotalMsgBytes, maxBytesPerMsg) apply its limitBehavior when full: REJECT_NEWEST
+refuses the send, REMOVE_OLDEST and REMOVE_LOW_PRIORITY drop a waiting message (to the
+DMQ when useDMQ), FLOW_CONTROL raises ProducerFlowControl: nothing is sent, and the
+producer waits for room (``on_room``) and tries again; in-process producers block, the
+STOMP and jms services stop reading that connection and answer later. A transacted send
+waits the same way when it is sent (``check_room``); at commit FLOW_CONTROL lets the
+transaction's messages in even past the limit (waiting there could wait on the
+transaction's own unacknowledged messages). The system-wide limits
+(imq.system.max_count, max_size) refuse messages held in memory only (not in the store)
+beyond them, and imq.message.max_size refuses bigger bodies. The memory states
+(memory.py) hold producers that have sent their batch.
 """
 
 from __future__ import annotations
@@ -26,8 +39,9 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import Enum
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal, overload
 
@@ -39,6 +53,7 @@ from ...jms.errors import (
     InvalidDestinationException,
     JMSException,
     JMSSecurityException,
+    ProducerFlowControl,
     ResourceAllocationException,
     TransactionRolledBackException,
     XAException,
@@ -46,7 +61,8 @@ from ...jms.errors import (
 from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
-from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue
+from .memory import MemoryConfig, MemoryMonitor
+from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
 from .reserve import Reservations
 from .store import Database, Store
 
@@ -55,6 +71,7 @@ PERSISTENT = int(DeliveryMode.PERSISTENT)
 log = logging.getLogger(__name__)
 
 DMQ_NAME = "mq.sys.dmq"
+_DMQ_KEY = f"q:{DMQ_NAME}"
 WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
 Authenticator = Callable[[str | None, str | None], bool]
 
@@ -124,9 +141,13 @@ class Broker:
                  instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
                  authenticator: Authenticator | None = None,
-                 database: Database | None = None) -> None:
+                 database: Database | None = None, system: SystemUsage | None = None,
+                 max_message_size: int = -1, memory: MemoryConfig | None = None) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
-        (pgstore.PostgresDatabase for imq.persist.store=jdbc)."""
+        (pgstore.PostgresDatabase for imq.persist.store=jdbc); ``system``: the
+        imq.system.max_count/max_size limits (default none); ``max_message_size``: the
+        largest body accepted (-1: any); ``memory``: the memory states (default: none
+        watched)."""
         self.instance_name = instance_name
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.default_limits = limits
@@ -148,6 +169,9 @@ class Broker:
         self.reservations = Reservations()  # the bridge service's client ids and durables
         self.branches: dict[Xid, Work] = {}
         self.configured: dict[str, DestinationLimits] = {}
+        self.usage = system if system is not None else SystemUsage()
+        self.max_message_size = max_message_size
+        self.memory = MemoryMonitor(memory) if memory is not None else None
         self.store = (Store(self.data_dir, sync=sync, database=database)
                       if self.data_dir is not None or database is not None else None)
         self._seq = itertools.count(1)
@@ -206,7 +230,13 @@ class Broker:
 
     # --- destinations --------------------------------------------------------------
     def _limits(self, qkey: str) -> DestinationLimits:
-        return self.configured.get(qkey, self.default_limits)
+        limits = self.configured.get(qkey)
+        if limits is not None:
+            return limits
+        if qkey == _DMQ_KEY and self.default_limits.limit_behavior is LimitBehavior.FLOW_CONTROL:
+            # dead messages have no producer to hold: a full DMQ drops its oldest
+            return replace(self.default_limits, limit_behavior=LimitBehavior.REMOVE_OLDEST)
+        return self.default_limits
 
     def _queue(self, name: str, create: bool = False) -> MessageQueue:
         mq = self.queues.get(name)
@@ -214,7 +244,7 @@ class Broker:
             if not (create or self.autocreate_queue):
                 raise InvalidDestinationException(f"queue {name!r} does not exist and auto-create is off")
             key = f"q:{name}"
-            mq = MessageQueue(key, Queue(name), durable=True, limits=self._limits(key))
+            mq = MessageQueue(key, Queue(name), durable=True, limits=self._limits(key), usage=self.usage)
             self.queues[name] = mq
         return mq
 
@@ -232,6 +262,10 @@ class Broker:
         """Create (admin-create) a destination with limits; kept in the store."""
         if destination.is_temporary:
             raise InvalidDestinationException("temporary destinations cannot be configured")
+        if destination.name == DMQ_NAME and not destination.is_topic \
+                and limits.limit_behavior is LimitBehavior.FLOW_CONTROL:
+            raise InvalidDestinationException(f"{DMQ_NAME} cannot use limitBehavior=FLOW_CONTROL: dead "
+                                              "messages have no producer to hold")
         key = ("t:" if destination.is_topic else "q:") + destination.name
         with self.lock:
             self.configured[key] = limits
@@ -239,8 +273,11 @@ class Broker:
                 self.known_topics.add(destination.name)
                 for mq in self.topics.get(destination.name, ()):
                     mq.limits = limits
+                    mq.wake_producers()
             else:
-                self._queue(destination.name, create=True).limits = limits
+                mq = self._queue(destination.name, create=True)
+                mq.limits = limits
+                mq.wake_producers()
             if self.store is not None:
                 self.store.op("dest_put", key, _limits_to_json(limits))
                 ticket = self.store.ticket()
@@ -257,6 +294,26 @@ class Broker:
                 out[f"durable:{cid}:{name}"] = {"pending": len(mq), "unacked": mq.count - len(mq),
                                                  "bytes": mq.bytes}
             return out
+
+    def describe_destination(self, destination: Destination) -> tuple[DestinationLimits, dict[str, int]] | None:
+        """A destination's limits and counts (a topic's summed over its subscriptions);
+        None when it does not exist."""
+        with self.lock:
+            if destination.is_topic:
+                key = f"t:{destination.name}"
+                if destination.name not in self.known_topics and key not in self.configured:
+                    return None
+                queues = self.topics.get(destination.name, [])
+                limits = self.configured.get(key, self.default_limits)
+            else:
+                mq = self.queues.get(destination.name)
+                if mq is None:
+                    return None
+                queues, limits = [mq], mq.limits
+            return limits, {"pending": sum(len(q) for q in queues),
+                            "unacked": sum(q.count - len(q) for q in queues),
+                            "bytes": sum(q.bytes for q in queues),
+                            "producers_waiting": sum(len(q.room_waiters) for q in queues)}
 
     def queue_depth(self, name: str) -> int:
         with self.lock:
@@ -310,7 +367,7 @@ class Broker:
         with self.lock:
             name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
             dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
-            mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection)
+            mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection, usage=self.usage)
             self.temporary[name] = mq
             if topic:
                 self.topics[name] = []
@@ -331,10 +388,10 @@ class Broker:
     def _delete_temporary(self, name: str) -> None:
         mq = self.temporary.pop(name)
         mq.deleted = True
-        mq.drain()
+        _release_all(mq)
         for sub in self.topics.pop(name, []) if mq.destination.is_topic else ():
             sub.deleted = True
-            sub.drain()
+            _release_all(sub)
         mq.wake_all()
 
     # --- sending ----------------------------------------------------------------------------
@@ -365,13 +422,21 @@ class Broker:
         return out
 
     def _route(self, message: Message, targets: list[MessageQueue],
-               blob: bytes | None = None) -> list[Envelope]:
+               blob: bytes | None = None, hold: bool = True) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
         the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
         remote sender sent it; stored as it is and kept for deliveries over the wire while
-        the queue is short (a backlog would hold every message twice)."""
+        the queue is short (a backlog would hold every message twice). ``hold``: a full
+        FLOW_CONTROL target raises ProducerFlowControl (else it takes the message)."""
         wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
+        body = -1
+        if self.max_message_size >= 0:
+            body = message.body_size()
+            if body > self.max_message_size:
+                raise ResourceAllocationException(
+                    f"{message.destination}: a message body of {body} bytes is larger than "
+                    f"imq.message.max_size={self.max_message_size}")
         envs: list[Envelope] = []
         try:
             for i, mq in enumerate(targets):
@@ -385,7 +450,13 @@ class Broker:
                     if blob is None and (stored or limits.counts_bytes):
                         blob = codec.encode(message)
                     size = self._size(mq, blob)
-                    self._make_room(mq, size)
+                    self._make_room(mq, size, hold)
+                if not stored:  # held in memory only: the system-wide limits apply
+                    if not size:
+                        if body < 0:
+                            body = message.body_size()
+                        size = len(blob) if blob is not None else body + 200
+                    self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
                                wire=wire if mq.count < WIRE_KEEP else None)
@@ -409,36 +480,85 @@ class Broker:
         envs: list[Envelope] = []
         try:
             for message, dest, sender, blob in sends:
-                envs.extend(self._route(message, self._targets(dest, sender, message), blob))
+                envs.extend(self._route(message, self._targets(dest, sender, message), blob, hold=False))
         except BaseException:
             self._unroute(envs)
             raise
         return envs
 
-    def _make_room(self, mq: MessageQueue, size: int) -> None:
+    def _check_system(self, mq: MessageQueue, size: int) -> None:
+        """imq.system.max_count / max_size: refuse one more message held in memory only."""
+        usage = self.usage
+        if 0 <= usage.max_count <= usage.count:
+            raise ResourceAllocationException(
+                f"{mq.destination}: the broker holds {usage.count} messages in memory, its limit "
+                f"imq.system.max_count={usage.max_count}; the message is refused")
+        if 0 <= usage.max_size < usage.bytes + size:
+            raise ResourceAllocationException(
+                f"{mq.destination}: the broker holds {usage.bytes} bytes of messages in memory; "
+                f"{size} more would pass its limit imq.system.max_size={usage.max_size}; the message is refused")
+
+    def _make_room(self, mq: MessageQueue, size: int, hold: bool = True) -> None:
         lim = mq.limits
         name = mq.destination
         if 0 <= lim.max_bytes_per_msg < size:
             raise ResourceAllocationException(
                 f"{name}: message of {size} bytes exceeds maxBytesPerMsg={lim.max_bytes_per_msg}")
-
-        def full() -> bool:
-            return ((0 <= lim.max_num_msgs <= mq.count)
-                    or (0 <= lim.max_total_msg_bytes < mq.bytes + size))
-
-        if not full():
+        if not mq.full(size):
             return
-        if lim.limit_behavior is LimitBehavior.REMOVE_OLDEST:
-            while full():
-                oldest = mq.oldest()
-                if oldest is None:
+        behavior = lim.limit_behavior
+        if behavior is LimitBehavior.FLOW_CONTROL:
+            if not hold:
+                return  # a commit: its producer waited at send time
+            if mq.count or mq.bytes:  # an empty queue that is "full" would never make room
+                raise ProducerFlowControl(self._full_text(mq, size), partial(self.on_room, mq))
+        elif behavior is not LimitBehavior.REJECT_NEWEST:
+            pick = mq.oldest if behavior is LimitBehavior.REMOVE_OLDEST else mq.lowest_priority
+            while mq.full(size):
+                victim = pick()
+                if victim is None:
                     break
-                mq.remove(oldest)
-                self._discard(oldest, "REMOVE_OLDEST")
-        if full():
-            raise ResourceAllocationException(
-                f"{name} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes={lim.max_total_msg_bytes}, "
-                f"{mq.count} messages, {mq.bytes} bytes); limitBehavior={lim.limit_behavior.value}")
+                mq.remove(victim)
+                self._discard(victim, behavior.value)
+        if mq.full(size):
+            raise ResourceAllocationException(self._full_text(mq, size))
+
+    @staticmethod
+    def _full_text(mq: MessageQueue, size: int) -> str:
+        lim = mq.limits
+        return (f"{mq.destination} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes="
+                f"{lim.max_total_msg_bytes}, {mq.count} messages, {mq.bytes} bytes"
+                + (f", this one {size} bytes" if size else "") + f"); limitBehavior={lim.limit_behavior.value}")
+
+    def on_room(self, mq: MessageQueue, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, without blocking) when ``mq`` may have room again: at
+        once if it has now, when a release makes room, its limits change, it goes away or
+        the broker closes."""
+        with self.lock:
+            if mq.full() and not (mq.deleted or self.closed):
+                mq.room_waiters.append(callback)
+                return
+        callback()
+
+    def _throttle(self, sender: Any) -> None:
+        """The memory state's batch: ProducerFlowControl when ``sender`` has sent its batch."""
+        memory = self.memory
+        if memory is not None and sender is not None and not memory.admit(sender):
+            raise ProducerFlowControl(
+                f"the broker's memory state is {memory.state_name} ({memory.percent:.0f}% of "
+                f"{memory.budget >> 20} MB); producers may send {memory.batch} messages per batch",
+                memory.on_sample)
+
+    def check_room(self, sender: Any, message: Message, dest: Destination) -> None:
+        """Before a send into a transaction: ProducerFlowControl when the producer must
+        wait now (a full FLOW_CONTROL target, or the memory state); nothing is taken."""
+        with self.lock:
+            if self.closed:
+                raise IllegalStateException("the broker is closed")
+            self._throttle(sender)
+            for mq in self._targets(dest, sender, message):
+                if mq.limits.limit_behavior is LimitBehavior.FLOW_CONTROL and mq.count and mq.full():
+                    raise ProducerFlowControl(self._full_text(mq, 0), partial(self.on_room, mq))
 
     def _admit(self, envs: list[Envelope]) -> None:
         """StoreFull, the envelopes' room given back, when a persistent one meets a full
@@ -467,6 +587,7 @@ class Broker:
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            self._throttle(sender)
             envs = self._route(message, self._targets(dest, sender, message), blob)
             self._admit(envs)
             self._commit_envelopes(envs)
@@ -540,6 +661,7 @@ class Broker:
         by_queue: dict[int, list[Envelope]] = {}
         for env in envs:
             if env.queue.deleted:
+                env.queue.release(env)  # its queue went away while it was out
                 continue
             if env.stored:
                 assert self.store is not None  # a stored envelope: there is a store
@@ -616,7 +738,7 @@ class Broker:
                 mq = MessageQueue(f"sub:{id(consumer)}", dest, durable=False,
                                   limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
                                   owner=consumer.connection, selector=compile_selector(selector),
-                                  no_local=no_local, topic=dest)
+                                  no_local=no_local, topic=dest, usage=self.usage)
                 self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
@@ -652,7 +774,7 @@ class Broker:
         mq = MessageQueue(key, topic, durable=True,
                           limits=self.configured.get(f"t:{topic.name}", self.default_limits),
                           selector=compiled if compiled is not None else compile_selector(selector),
-                          no_local=no_local, topic=topic)
+                          no_local=no_local, topic=topic, usage=self.usage)
         sub = Subscription(client_id, name, topic, selector, no_local, mq)
         self.durable[(client_id, name)] = sub
         self.topics.setdefault(topic.name, []).append(mq)
@@ -667,8 +789,7 @@ class Broker:
         if mq in subs:
             subs.remove(mq)
         mq.deleted = True
-        for env in mq.drain():
-            mq.release(env)
+        _release_all(mq)
         if self.store is not None:
             self.store.op("purge", mq.key, next(self._seq))
             self.store.op("sub_del", sub.client_id, sub.name)
@@ -705,7 +826,7 @@ class Broker:
                 if mq in subs:
                     subs.remove(mq)
                 mq.deleted = True
-                mq.drain()
+                _release_all(mq)
             for sub in self.durable.values():
                 if sub.active is consumer:
                     sub.active = None
@@ -938,9 +1059,13 @@ class Broker:
         with self.lock:
             for mq in list(self.queues.values()) + list(self.temporary.values()):
                 mq.wake_all()
+                mq.wake_producers()
             for subs in self.topics.values():
                 for mq in subs:
                     mq.wake_all()
+                    mq.wake_producers()
+        if self.memory is not None:
+            self.memory.close()
         if self.store is not None:
             self.store.close()
 
@@ -968,6 +1093,14 @@ def _same_origin(sub: MessageQueue, sender: Any) -> bool:
         return sub.owner is sender
     client_id = getattr(sender, "client_id_value", None)
     return client_id is not None and sub.key.startswith(f"d:{client_id}\0")
+
+
+def _release_all(mq: MessageQueue) -> None:
+    """A queue goes away: forget what waits in it (its counts, the system's), and let its
+    held producers find out."""
+    for env in mq.drain():
+        mq.release(env)
+    mq.wake_producers()
 
 
 def _owned(mq: MessageQueue, broker: Broker) -> list[Envelope]:

@@ -9,9 +9,11 @@ acknowledge as the broker hands a message over; CLIENT/INDIVIDUAL keep it until
 an XA session's work belongs to the branch its resource started, and outside a
 branch it behaves as AUTO_ACKNOWLEDGE.
 
-Sending copies the message (the sender may change it afterwards); delivering hands
-out a read-only copy, except that an AUTO_ACKNOWLEDGE delivery hands out the
-broker's own snapshot, which nothing references afterwards.
+Sending copies the message (the sender may change it afterwards); a send the broker
+holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
+(a closed session or connection ends the wait). Delivering hands out a read-only copy,
+except that an AUTO_ACKNOWLEDGE delivery hands out the broker's own snapshot, which
+nothing references afterwards.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from ...jms.errors import (
     IllegalStateException,
     InvalidDestinationException,
     JMSException,
+    ProducerFlowControl,
     TransportException,
     XAException,
 )
@@ -271,12 +274,26 @@ class EmbeddedSession(Session):
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
         work = self._work_now()
-        if work is not None:
-            work.sends.append((snapshot, destination, self.connection, blob))
-            return
-        ticket = self.broker.send(self.connection, snapshot, destination, blob)
+        while True:
+            try:
+                if work is not None:
+                    self.broker.check_room(self.connection, snapshot, destination)
+                    work.sends.append((snapshot, destination, self.connection, blob))
+                    return
+                ticket = self.broker.send(self.connection, snapshot, destination, blob)
+                break
+            except ProducerFlowControl as held:
+                self._wait_room(held)
         if ticket is not None and self.broker.sync:
             self.broker.wait_durable(ticket)
+
+    def _wait_room(self, held: ProducerFlowControl) -> None:
+        """Block until the broker lets a held producer try again, or this session closes."""
+        ready = threading.Event()
+        held.on_room(ready.set)
+        while not ready.wait(0.5):
+            self._check_open()
+        self._check_open()
 
     def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
         """_send() for a producer's confirm_sends: in-process a send is answered when it returns."""

@@ -34,14 +34,20 @@ socket cannot take more (``set_writable(False)``) consumers take nothing.
 
 Requests are handled as they are read, except those that may wait for the store (XA
 prepare/commit/rollback, unsubscribe): their handlers return a :class:`Deferred`, which
-becomes a blocking call answered when it is done. Sends and commits when the store fsyncs
-are applied at once and answered once their store batch is on disk: their handlers return
-a :class:`Durable` ticket, and one blocking call per read waits for the newest ticket
-(batches commit in order) and answers them all. Clients send nothing on a session while
-such a request is pending, so a session's requests stay in order. A handler's
-JMSException is the request's ERROR reply (or, for a request without a reply inside a
-transaction, the failure of its commit); a frame that breaks the protocol is a fatal
-ERROR naming it, and the connection closes.
+becomes a blocking call answered when it is done. Sends and commits when the store
+fsyncs are applied at once and answered once their store batch is on disk: their
+handlers return a :class:`Durable` ticket, and one blocking call per read waits for the
+newest ticket (batches commit in order) and answers them all. Clients send nothing on a
+session while such a request is pending, so a session's requests stay in order. A SEND
+the broker holds (a full FLOW_CONTROL destination, the memory state:
+ProducerFlowControl) is kept, and nothing more is read or handled until the broker calls
+back: the driver takes the hold (``take_hold``), stops reading the socket (TCP
+back-pressure), hands the broker a callback, and on it calls ``resume_held``, which sends it
+again; the client's answer (a persistent send's reply) comes then, and its silence
+meanwhile is no heart-beat failure. A handler's JMSException is the request's ERROR
+reply (or, for a request without a reply inside a transaction, the failure of its
+commit); a frame that breaks the protocol is a fatal ERROR naming it, and the connection
+closes.
 
 Security: nothing but HELLO is accepted before authentication, and frames are limited to
 64 KiB until then. With the service's access controls (the host broker's decision point,
@@ -70,6 +76,7 @@ from ...jms.errors import (
     InvalidDestinationException,
     JMSException,
     JMSSecurityException,
+    ProducerFlowControl,
     TransactionRolledBackException,
     TransportException,
     XAException,
@@ -268,6 +275,8 @@ class ClientConnection:
         self._calls: list[BlockingCall] = []
         self._durable: list[tuple[int, int | None, int]] = []  # (call, sid, ticket) answered once durable
         self._last_read = self._last_write = now
+        self._held: wire.Request | None = None  # a SEND the broker holds, sent again on resume_held
+        self._hold: Callable[[Callable[[], None]], None] | None = None  # ... its on_room, for take_hold
 
     # --- the driver's interface ------------------------------------------------------------
     @property
@@ -317,6 +326,25 @@ class ClientConnection:
         calls, self._calls = self._calls, []
         return calls
 
+    def take_hold(self) -> Callable[[Callable[[], None]], None] | None:
+        """The broker holds a send: stop reading, and pass the returned function a callback
+        that runs ``resume_held`` on the loop (from any thread, once)."""
+        hold, self._hold = self._hold, None
+        return hold
+
+    @property
+    def held(self) -> bool:
+        return self._held is not None
+
+    def resume_held(self, now: float) -> None:
+        """Send the held request again, then handle what was read meanwhile."""
+        req, self._held = self._held, None
+        if req is None or self.closed:
+            return
+        self._last_read = now
+        self._request(req)
+        self._process()
+
     def complete(self, call: BlockingCall, result: Any, exc: BaseException | None = None) -> None:
         """A call of ``take_calls`` is done (``exc``: it raised)."""
         if not self.closed:
@@ -333,6 +361,8 @@ class ClientConnection:
         """Heart-beats: fail a client silent for three intervals; beat when we were quiet."""
         if self._state is not State.OPEN:
             return
+        if self._held is not None:  # we are not reading: the silence is ours
+            self._last_read = now
         silent = now - self._last_read
         if silent > 3 * self.interval:
             log.warning("jms client %s sent nothing for %.1f s; taking it for dead", self.peer, silent)
@@ -371,7 +401,7 @@ class ClientConnection:
         """Handle every complete request received (until the state stops reading)."""
         wire_ = self._wire
         try:
-            while self._reading and (event := wire_.next_event()) is not None:
+            while self._reading and self._held is None and (event := wire_.next_event()) is not None:
                 if event.__class__ is wire.Request:
                     self._request(event)
         except wire.ProtocolError as exc:
@@ -389,6 +419,9 @@ class ClientConnection:
         sid = req.args[0] if op in _SESSION_OPS else None
         try:
             result = HANDLERS[op](self, *req.args)
+        except ProducerFlowControl as held:
+            self._held, self._hold = req, held.on_room
+            return
         except JMSException as exc:
             self._answer_error(req.call, sid, exc)
             return
@@ -594,10 +627,12 @@ class ClientConnection:
         if dest is None:
             raise InvalidDestinationException("a SEND without a destination header")
         self._check("produce", dest)
-        if s._work_now() is None and self.broker.sync:
+        work = s._work_now()
+        if work is None:  # ProducerFlowControl: held (not blocking the loop as s._send would)
             ticket = self.broker.send(s.connection, message, dest, blob)
-            return _durable(ticket)
-        s._send(message, dest, blob)  # into the transaction, or to the broker without waiting
+            return _durable(ticket) if self.broker.sync else None
+        self.broker.check_room(s.connection, message, dest)
+        work.sends.append((message, dest, s.connection, blob))  # routed at commit
         return None
 
     def _consumed(self, sid: int, cid: int, tags: list[int]) -> None:

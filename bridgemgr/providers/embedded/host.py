@@ -12,7 +12,8 @@
 # connection_factory() is the bridge service's own (trusted; its connections may use the
 # client ids and durables reserve() keeps for the bridges); connect() makes front ends' clients.
 # open_host_broker() is how the service gets one: it builds the Broker from the broker
-# properties (store kind, fsync, auto-create limits), so the service never names Broker;
+# properties (store kind, fsync, auto-create limits, system limits, memory states), so the
+# service never names Broker;
 # what only the embedded broker has (its jms connection service, close) is on
 # EmbeddedHostBroker, not on the interface front ends are given.
 """The embedded broker as the service's host broker."""
@@ -43,7 +44,8 @@ from .client import (
     EmbeddedConsumer,
     EmbeddedSession,
 )
-from .queues import DestinationLimits, Envelope, LimitBehavior
+from .memory import STATES, MemoryConfig, default_budget
+from .queues import DestinationLimits, Envelope, LimitBehavior, SystemUsage
 
 if TYPE_CHECKING:
     import ssl
@@ -72,10 +74,18 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
                                           sync=True), True
     limits = _limits(DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes,
                                            auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq))
+    memory = MemoryConfig(tuple(props.get(f"imq.{s}.threshold") for s in STATES),
+                          tuple(props.get(f"imq.{s}.count") for s in STATES),
+                          props.get("imq.system.max_memory") or 0)
+    max_size = props.get("imq.system.max_size")
+    if max_size is None:  # a quarter of the memory budget for what is held in memory only
+        max_size = (memory.budget or default_budget()) // 4 or -1
     return EmbeddedHostBroker(Broker(
         None if database else props.instance_dir / "store", database=database, sync=sync,
         instance_name=props.get("imq.instancename"),
-        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits),
+        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
+        system=SystemUsage(props.get("imq.system.max_count"), max_size),
+        max_message_size=props.get("imq.message.max_size"), memory=memory),
         access)
 
 
@@ -217,6 +227,7 @@ class EmbeddedHostBroker(HostBroker):
         self._authorize(principal, "produce", destination)
         self._stamp(message, destination)
         if transaction is not None:
+            self.broker.check_room(client, message, destination)  # a held producer waits now
             cast(Work, transaction).sends.append((message, destination, client, None))
             return None
         ticket = self.broker.send(client, message, destination)
@@ -256,6 +267,15 @@ class EmbeddedHostBroker(HostBroker):
 
     def queue_depth(self, principal: Principal, name: str) -> int:
         return self.broker.queue_depth(name)
+
+    def describe_destination(self, principal: Principal, destination: Destination
+                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+        found = self.broker.describe_destination(destination)
+        if found is None:
+            return None
+        lim, counts = found
+        return DestinationAttributes(lim.max_num_msgs, lim.max_total_msg_bytes, lim.max_bytes_per_msg,
+                                     lim.limit_behavior.value, lim.use_dmq), counts
 
     def configure_destination(self, principal: Principal, destination: Destination,
                               attributes: DestinationAttributes) -> None:

@@ -9,7 +9,8 @@ per loop iteration, runs its blocking calls (the password check, waits for the s
 prepare/commit/rollback, unsubscribe) in the service's thread pool and reports them
 back, runs on the loop what broker threads post to it (consumer pumps), keeps the
 login and heart-beat timers, stops consumers while the socket's buffer is full
-(``pause_writing``), and closes the socket once the connection is closed. Closing the
+(``pause_writing``), stops reading while the broker holds a send (flow control; the
+broker calls back, no thread waits), and closes the socket once the connection is closed. Closing the
 socket, for any reason, gives back what the client held.
 
 Logins (the service's :class:`ServiceGuard`): a connection over imq.jms.max_connections
@@ -133,6 +134,14 @@ class JmsService:
         return True
 
 
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
+    """From any thread; nothing when the loop has stopped (the broker closing after us)."""
+    try:
+        loop.call_soon_threadsafe(fn)
+    except RuntimeError:
+        pass
+
+
 class ClientProtocol(asyncio.BufferedProtocol):
     """One client socket: bytes in and out of its :class:`ClientConnection`. It reads into
     a buffer of its own (BufferedProtocol): a plain Protocol gets a fresh 256 KiB bytes
@@ -230,6 +239,10 @@ class ClientProtocol(asyncio.BufferedProtocol):
     def _settle(self) -> None:
         """Start the client's blocking calls, write what it has, close when it is done."""
         client = self.client
+        hold = client.take_hold()
+        if hold is not None and self.transport is not None:  # the broker holds a send
+            self.transport.pause_reading()  # what the client sends next waits in its socket
+            hold(partial(_call_soon, self.loop, self._resume_held))
         for call in client.take_calls():
             if client.state is State.AUTHENTICATING:  # HELLO's password check
                 self._login = self.loop.create_task(self._log_in(call))
@@ -239,6 +252,14 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._close()
         else:
             self._flush()
+
+    def _resume_held(self) -> None:
+        client = self.client
+        client.resume_held(time.monotonic())
+        if not client.held and not client.closed and self.transport is not None \
+                and not self.transport.is_closing():
+            self.transport.resume_reading()
+        self._settle()
 
     def _run_call(self, call: BlockingCall) -> None:
         future = self.loop.run_in_executor(self.service.executor, call.fn)

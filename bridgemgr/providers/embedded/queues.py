@@ -8,7 +8,11 @@ rollback, a closed consumer) returns to its old place because it keeps its seq. 
 consumer with a selector walks the list in that order to the first match.
 
 Waiting consumers register in ``waiters``; each put wakes exactly one eligible waiter
-(round robin over competing consumers, no lost wake-ups). All methods run under the
+(round robin over competing consumers, no lost wake-ups). Producers held by a full
+FLOW_CONTROL queue register a callback in ``room_waiters``; a release that leaves room
+calls them all (each tries again, and waits again if another took the room). Messages
+that live only in memory (not in the store) are also counted in the broker's
+:class:`SystemUsage`, for imq.system.max_count and max_size. All methods run under the
 broker lock.
 """
 
@@ -31,8 +35,12 @@ if TYPE_CHECKING:
 
 
 class LimitBehavior(str, Enum):
-    REJECT_NEWEST = "REJECT_NEWEST"
-    REMOVE_OLDEST = "REMOVE_OLDEST"
+    """What a full destination does with the next message (the broker chapter's four)."""
+
+    FLOW_CONTROL = "FLOW_CONTROL"                # its producer waits until there is room
+    REMOVE_OLDEST = "REMOVE_OLDEST"              # the oldest waiting message goes (to the DMQ)
+    REJECT_NEWEST = "REJECT_NEWEST"              # the send fails
+    REMOVE_LOW_PRIORITY = "REMOVE_LOW_PRIORITY"  # the lowest-priority, oldest waiting one goes
 
 
 @dataclass(frozen=True)
@@ -55,6 +63,22 @@ class DestinationLimits:
 
 
 UNLIMITED = DestinationLimits()
+
+
+class SystemUsage:
+    """Messages the broker holds in memory only (not in the store), over all destinations,
+    against imq.system.max_count and imq.system.max_size (-1: no limit)."""
+
+    __slots__ = ("bytes", "count", "max_count", "max_size")
+
+    def __init__(self, max_count: int = -1, max_size: int = -1) -> None:
+        self.count = 0
+        self.bytes = 0
+        self.max_count = max_count
+        self.max_size = max_size
+
+
+NO_USAGE = SystemUsage()  # for queues outside a broker (tests)
 
 
 class Envelope:
@@ -91,7 +115,7 @@ class MessageQueue:
     def __init__(self, key: str, destination: Destination, *, durable: bool,
                  limits: DestinationLimits = UNLIMITED, owner: Any = None,
                  selector: Selector | None = None, no_local: bool = False,
-                 topic: Destination | None = None) -> None:
+                 topic: Destination | None = None, usage: SystemUsage = NO_USAGE) -> None:
         self.key = key                  # store key: q:NAME, d:CLIENT\0NAME, or in-memory
         self.destination = destination  # what consumers see as JMSDestination
         self.durable = durable          # persistent messages get a row in the store
@@ -104,6 +128,8 @@ class MessageQueue:
         self.count = 0                  # unacknowledged messages (queued + in flight)
         self.bytes = 0
         self.waiters: deque[Any] = deque()
+        self.room_waiters: list[Callable[[], None]] = []  # producers held by FLOW_CONTROL
+        self.usage = usage
         self.epoch = 0                  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
         self.deleted = False
@@ -116,11 +142,34 @@ class MessageQueue:
         """Account for a new message (limits are checked by the broker first)."""
         self.count += 1
         self.bytes += env.size
+        if not env.stored:
+            usage = self.usage
+            usage.count += 1
+            usage.bytes += env.size
 
     def release(self, env: Envelope) -> None:
-        """Forget an acknowledged or removed message."""
+        """Forget an acknowledged or removed message; held producers try again if that
+        made room."""
         self.count -= 1
         self.bytes -= env.size
+        if not env.stored:
+            usage = self.usage
+            usage.count -= 1
+            usage.bytes -= env.size
+        if self.room_waiters and not self.full():
+            self.wake_producers()
+
+    def full(self, size: int = 0) -> bool:
+        """Would a message of ``size`` bytes go over maxNumMsgs or maxTotalMsgBytes?"""
+        lim = self.limits
+        return ((0 <= lim.max_num_msgs <= self.count)
+                or (0 <= lim.max_total_msg_bytes < self.bytes + size))
+
+    def wake_producers(self) -> None:
+        """Let every held producer try again (room, new limits, or the queue is gone)."""
+        waiters, self.room_waiters = self.room_waiters, []
+        for callback in waiters:
+            callback()
 
     def push(self, env: Envelope) -> None:
         item = (-env.message.priority, env.seq, env)
@@ -207,6 +256,14 @@ class MessageQueue:
     def oldest(self) -> Envelope | None:
         """The waiting message with the smallest seq (REMOVE_OLDEST)."""
         return min(self._list, key=lambda item: item[1])[2] if self._list else None
+
+    def lowest_priority(self) -> Envelope | None:
+        """The oldest waiting message of the lowest priority (REMOVE_LOW_PRIORITY): the
+        first item of the last priority band in (-priority, seq) order."""
+        items = self._list
+        if not items:
+            return None
+        return items[items.bisect_left((items[-1][0],))][2]
 
     def drain(self) -> list[Envelope]:
         envs = [item[2] for item in self._list]
