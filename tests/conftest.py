@@ -13,8 +13,15 @@ import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+# Hypothesis' per-example deadline (200 ms) measures the machine, not the code: on a shared
+# CI runner an example that writes a file or a database row can take longer and fail a
+# test that is right. Properties are what the tests check; their time is pytest-timeout's.
+settings.register_profile("imqbridge", deadline=None)
+settings.load_profile("imqbridge")
 
 # The fast tier (`tests/run -m "not slow"`, docs/architecture.md) must stay under a minute:
 # tests over about 0.3 s are marked slow by hand (@pytest.mark.slow, or pytestmark for a
