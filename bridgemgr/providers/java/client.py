@@ -17,7 +17,11 @@
 # provider's log, not the send, and a bridge link would count the message as sent.
 # Such a provider must be told to send synchronously when it is a non-transacted link's
 # target (ActiveMQ: jms.alwaysSyncSend=true in the provider URL); transacted links are not
-# affected (the commit answers for the sends).
+# affected (the commit answers for the sends). send_async() (the SPI's confirm window) is
+# the SPI's default here: a confirmed synchronous send, the listener called before it
+# returns. ActiveMQ Classic's 5.x client is JMS 1.1 and has no asynchronous send with a
+# CompletionListener; a window still pays off on it, as the link acknowledges once per
+# window instead of once per message.
 #
 # Calls that may load provider classes by name (createConnection: transports, SSL, auth
 # modules) run with the provider's class loader as thread context loader. Connections
