@@ -275,7 +275,8 @@ class Link(RunnerBase):
                                       and self.log.isEnabledFor(logging.INFO))
         self._source.connection.start()
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
-                      setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
+                      setup.target_label, "transacted" if self.transacted
+                      else f"CLIENT_ACKNOWLEDGE, window {self.window}")
 
     def _open_target(self) -> MessageProducer:
         txn = self._txn
