@@ -377,18 +377,14 @@ class Link(RunnerBase):
             producer = self._producer if self._producer is not None else self._open_target()
             send = producer.send
             headers = ctx.headers
+            windowed = self.window > 1 and not batch.one_by_one
             try:
-                if self.window > 1 and not batch.one_by_one:
+                if windowed:
                     self._send_async(producer, ctx, out)
-                    if ctx.audit is None:
-                        pending.append(ctx)
-                        if len(self._outstanding) >= self.window:
-                            self._confirm(pending)
-                        return
                 else:
                     send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
                          priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
-            except Exception as exc:
+            except Exception as exc:  # (raised by send_async: that send never left)
                 self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), {
                     "delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
                     "time_to_live": ctx.time_to_live})
@@ -397,6 +393,8 @@ class Link(RunnerBase):
                 return
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
+                if windowed and len(self._outstanding) >= self.window:
+                    self._confirm(pending)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -419,8 +417,9 @@ class Link(RunnerBase):
 
     def _send_async(self, producer: MessageProducer, ctx: ProcessingContext,
                     out: Message) -> None:
-        """Send ``out`` within the confirm window; when the send raises at once, settle
-        the sends before it first (their failures come first), then let it raise."""
+        """Send ``out`` within the confirm window. When the send raises at once it never
+        left: it is retried (or fails) as a send that waits, behind the window's sends on
+        the same connection; their outcomes are taken before the unit completes."""
         headers = ctx.headers
         listener = self._outstanding.add(ctx)
         try:
@@ -429,8 +428,6 @@ class Link(RunnerBase):
                                 priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
         except Exception:
             self._outstanding.cancel(listener)
-            if len(self._outstanding):
-                self._confirm(self.batch.pending)
             raise
 
     def _confirm(self, pending: list[ProcessingContext]) -> None:
