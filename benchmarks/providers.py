@@ -2,7 +2,8 @@
 external providers beside each broker's own forwarding; prints JSON.
 
     .venv/bin/python benchmarks/providers.py [--messages 50000] [--ack-batch 1]
-                                             [--xa-batch 1] [--only activemq|rabbitmq]
+                                             [--window 100] [--xa-batch 1]
+                                             [--only activemq|rabbitmq]
 
 Each case preloads N persistent 1 KiB BytesMessages into a source queue (in local
 transactions of 1,000, so preloading is not what is measured), then times the move of all
@@ -11,8 +12,11 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
 
 - activemq_bridge_jms: our JMS bridge, one non-transacted link, ActiveMQ -> ActiveMQ
   through the Java provider (JPype, ActiveMQ's own JMS client over OpenWire): receive
-  CLIENT_ACKNOWLEDGE, synchronous persistent send, acknowledge every --ack-batch messages
-  (1: the chapter's rule). msg/s = N / (bridge start .. the link has acknowledged N).
+  CLIENT_ACKNOWLEDGE, persistent sends with a confirm window of --window
+  (imq.bridge.<name>.link.window; ActiveMQ's JMS 1.1 client sends synchronously, so the
+  window acknowledges once per window) and at least every --ack-batch messages (window 1,
+  ack batch 1: the chapter's acknowledge after each send). msg/s = N / (bridge start ..
+  the link has acknowledged N).
 - activemq_bridge_xa: the same link transacted: each unit of --xa-batch messages
   (imq.bridge.<name>.transaction.batchSize, 1 by default as in the chapter) one XA
   transaction of our coordinator, both ends ActiveMQ's XAResource; both ends are the same
@@ -24,7 +28,8 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
   (N - count at the first sample that sees any) / (that sample .. N there), sampled every
   50 ms through ActiveMQ's statistics plugin.
 - rabbitmq_bridge_stomp: our bridge, one non-transacted link RabbitMQ -> RabbitMQ through the
-  STOMP provider (client-individual acks, a receipt per persistent send).
+  STOMP provider (client-individual acks, a receipt per persistent send; up to --window
+  receipts outstanding, the source acknowledged once they came).
 - rabbitmq_own: RabbitMQ's Shovel plugin, a dynamic shovel with ack-mode on-confirm over the
   node's direct connection; msg/s = N / (shovel declared .. N on the target), sampled with
   rabbitmqctl (about 0.3 s a sample, so short runs read low).
@@ -56,7 +61,7 @@ from bridgemgr.jms.message import BytesMessage, MapMessage, TextMessage  # noqa:
 from bridgemgr.jmsbridge.bridge import JMSBridge  # noqa: E402
 from bridgemgr.jmsbridge.config import parse_bridge_config  # noqa: E402
 from bridgemgr.jmsbridge.link import LinkTuning  # noqa: E402
-from bridgemgr.props import load_properties  # noqa: E402
+from bridgemgr.props import LINK_WINDOW, load_properties  # noqa: E402
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory  # noqa: E402
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
@@ -103,13 +108,14 @@ def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: 
     </jmsbridge>""".encode()
 
 
-def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path,
+def run_bridge(xml: bytes, n: int, ack_batch: int, window: int, workdir: Path,
                xa_batch: int | None = None) -> dict[str, Any]:
     """Start the bridge on preloaded messages; time until the link completed N."""
     host = Broker(workdir / "host")  # the built-in DMQ lives on the host broker
     props = load_properties([], [f"imq.varhome={workdir / 'var'}", "imq.bridge.bench.type=jms",
                                  "imq.bridge.bench.xmlurl=bench.xml",
-                                 f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}"],
+                                 f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}",
+                                 f"imq.bridge.bench.link.window={window}"],
                             environ={})
     bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"), props,
                        host_factory=lambda env: EmbeddedConnectionFactory(host),
@@ -123,7 +129,8 @@ def run_bridge(xml: bytes, n: int, ack_batch: int, workdir: Path,
             if bridge.links[0].state.value == "STOPPED":
                 raise RuntimeError(f"the link stopped: {counters.snapshot()}")
         elapsed = time.monotonic() - started
-        batch = {"transaction_batch_size": xa_batch} if xa_batch else {"ack_batch": ack_batch}
+        batch = ({"transaction_batch_size": xa_batch} if xa_batch
+                 else {"ack_batch": ack_batch, "window": window})
         return {"messages": n, "seconds": round(elapsed, 2), "msg_per_s": round(n / elapsed),
                 **batch, "to_dmq": counters.to_dmq, "redelivered": counters.redelivered}
     finally:
@@ -165,7 +172,8 @@ def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool
     raise RuntimeError(f"not done within {timeout} s")
 
 
-def bench_activemq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict[str, Any]:
+def bench_activemq(n: int, ack_batch: int, window: int, xa_batch: int,
+                   workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
     try:
@@ -173,11 +181,11 @@ def bench_activemq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict
         factory = naming.lookup("ConnectionFactory", env)
         out["activemq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
         out["activemq_bridge_jms"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
-                                                ack_batch, workdir / "jms")
+                                                ack_batch, window, workdir / "jms")
         assert activemq_depth(factory, "ours.dst") == n
         preload(factory, "xa.src", n)
         out["activemq_bridge_xa"] = run_bridge(bridge_xml(env, env, "xa.src", "xa.dst", xa=True), n,
-                                               ack_batch, workdir / "xa", xa_batch)
+                                               ack_batch, window, workdir / "xa", xa_batch)
         assert activemq_depth(factory, "xa.dst") == n
         preload(factory, "own.src", n)
     finally:
@@ -206,7 +214,8 @@ def rabbit_depth(node: RabbitMQ, queue: str) -> int:
     return 0
 
 
-def bench_rabbitmq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict[str, Any]:
+def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
+                   workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     base = Path(tempfile.mkdtemp(prefix="imqbridge-rabbitmq-"))  # user rabbitmq must reach it
     node = RabbitMQ(base).start()
@@ -215,7 +224,7 @@ def bench_rabbitmq(n: int, ack_batch: int, xa_batch: int, workdir: Path) -> dict
         factory = naming.lookup("ConnectionFactory", env)
         out["rabbitmq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
         out["rabbitmq_bridge_stomp"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
-                                                  ack_batch, workdir / "stomp")
+                                                  ack_batch, window, workdir / "stomp")
         assert rabbit_depth(node, "ours.dst") == n
         preload(factory, "own.src", n)
         shovel = {"src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": "own.src",
@@ -237,6 +246,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--ack-batch", type=int, default=1)
+    parser.add_argument("--window", type=int, default=LINK_WINDOW)
     parser.add_argument("--xa-batch", type=int, default=1)
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
@@ -249,7 +259,8 @@ def main() -> None:
             if reason:
                 result[name] = {"skipped": reason}
                 continue
-            result.update(bench(args.messages, args.ack_batch, args.xa_batch, Path(tmp) / name))
+            result.update(bench(args.messages, args.ack_batch, args.window, args.xa_batch,
+                                Path(tmp) / name))
     print(json.dumps(result, indent=2))
 
 

@@ -227,6 +227,10 @@ DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's ow
 # transacted link backs off between tries (doubling from 0.3 s), so 5 holds the link
 # behind a poison message for about 10 s, where 20 would hold it for minutes.
 BACKOUT_THRESHOLD = 5
+# imq.bridge.<name>.link.window: a non-transacted link sends this many messages without
+# waiting for each answer, then acknowledges them once all are confirmed
+# (benchmarks/providers.py: past ~100 the round trip per window no longer shows).
+LINK_WINDOW = 100
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
@@ -323,6 +327,8 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
          "backouts (redeliveries) after which a message goes to the DMQ; 0 = never"),
     Prop("runner", _enum("local", "spark"), "local", "run links in threads or on Spark"),
     Prop("transaction.batchSize", POSITIVE, 1, "messages per XA transaction"),
+    Prop("link.window", POSITIVE, LINK_WINDOW,
+         "sends a non-transacted link has unconfirmed at once; 1 = wait for each"),
 )
 
 # imq.bridge.spark.conf.<spark key>=<value>: passed to SparkConf as they are.
@@ -478,6 +484,7 @@ class BridgeProperties:
     backout_threshold: int
     runner: str
     transaction_batch_size: int
+    link_window: int  # sends a non-transacted link has unconfirmed at once (the confirm window)
 
 
 @dataclass(frozen=True)
@@ -585,7 +592,7 @@ class BrokerProperties:
             logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"),
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
             backout_threshold=get("backoutThreshold"), runner=get("runner"),
-            transaction_batch_size=get("transaction.batchSize"))
+            transaction_batch_size=get("transaction.batchSize"), link_window=get("link.window"))
 
     @property
     def stomp(self) -> StompProperties:

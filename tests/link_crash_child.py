@@ -7,11 +7,14 @@ second broker (fsync on too), reached by a JNDI lookup. The link's transformer p
 every 25th message, as a slow transformer or target would: a link that consumed before
 sending would lose the messages caught there by a kill. Prints "ready" once the link
 runs; when src is empty it stops the bridge cleanly and prints "done". The parent kills
-it at random moments in between.
+it at random moments in between. With WINDOW=N in the environment the link has a confirm
+window of N (imq.bridge.crash.link.window; the transformer then cannot halt the link,
+which would keep the window at 1) and "ready" is followed by the window the link took.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
@@ -46,7 +49,13 @@ def main() -> None:
     from bridgemgr.jmsbridge.config import parse_bridge_config
 
     broker = Broker(sys.argv[1], sync=True)
-    links = link_xml(target_attrs='message-transformer-class="link_crash_child.SlowEvery25th"')
+    from bridgemgr.props import load_properties
+
+    window = os.environ.get("WINDOW")
+    attrs = 'message-transformer-class="link_crash_child.SlowEvery25th"'
+    if window:
+        attrs += ' consume-no-transfer-on-transform-error="true"'
+    links = link_xml(target_attrs=attrs)
     cfs, target = "", None
     if len(sys.argv) > 2:
         target = open_broker(sys.argv[2], sync=True)  # the one the lookup below finds
@@ -58,9 +67,11 @@ def main() -> None:
                '</connection-factory>')
     bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
                                                       log_message_transfer="false")),
+                       load_properties([], [f"imq.bridge.crash.link.window={window}"], environ={})
+                       if window else None,
                        host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
-    say("ready")
+    say("ready" + (f" {bridge.links[0].window}" if window else ""))  # type: ignore[attr-defined]
     while broker.queue_depth("src") > 0:
         time.sleep(0.01)
     bridge.stop()

@@ -55,7 +55,7 @@ def test_every_supported_property_maps_onto_the_mq_client():
         imqAddressListBehavior="random", imqAddressListIterations="3",
         imqReconnectEnabled="true", imqReconnectAttempts="2", imqReconnectInterval="250",
         imqDefaultUsername="u", imqDefaultPassword=SECRET, imqConfiguredClientID="cid",
-        imqPingInterval="-1", imqConnectionType="TCP")), "b.xml")
+        imqPingInterval="-1", imqConnectionType="TCP", imqConsumerFlowLimit="7")), "b.xml")
     assert config.warnings == ()
     cf = config.connection_factory("cf")
     assert cf.imq == IMQSettings(
@@ -64,7 +64,7 @@ def test_every_supported_property_maps_onto_the_mq_client():
                    BrokerAddress("mq://[::1]:7676")),
         behavior=AddressListBehavior.RANDOM, iterations=3, reconnect_enabled=True,
         reconnect_attempts=2, reconnect_interval_ms=250, default_username="u",
-        default_password=SECRET, client_id="cid", ping_interval_s=0)
+        default_password=SECRET, client_id="cid", ping_interval_s=0, consumer_flow_limit=7)
     assert cf.imq.tries_per_address == 3
     assert configured_client_id(cf) == "cid"
     assert SECRET not in repr(cf) and SECRET not in repr(cf.imq)
@@ -72,6 +72,7 @@ def test_every_supported_property_maps_onto_the_mq_client():
     assert [b.url for b in factory.brokers][:2] == ["mq://b1:7677", "mqtcp://b2:9000"]
     assert [b.ssl_context is not None for b in factory.brokers] == [False, False, True, True, False]
     assert {b.heartbeat for b in factory.brokers} == {0.0}  # the service's interval
+    assert {b.prefetch for b in factory.brokers} == {7}  # the source side's prefetch
 
 
 def test_connection_type_tls_puts_every_address_on_tls():
@@ -118,6 +119,8 @@ def test_unsupported_properties_are_refused_with_file_line_and_name():
     ("imqConnectionType", "HTTP", "property imqConnectionType is 'HTTP'; write TCP or TLS"),
     ("imqPingInterval", "x", "property imqPingInterval is 'x'"),
     ("imqConfiguredClientID", " ", "property imqConfiguredClientID is empty"),
+    ("imqConsumerFlowLimit", "-1", "property imqConsumerFlowLimit is '-1'; write a whole "
+                                   "number from 0 to 65536"),
 ])
 def test_bad_values_are_errors_on_the_property_line(name, value, expected):
     extra = {} if name == "imqAddressList" else {"imqAddressList": "mq://h:7676"}

@@ -17,7 +17,7 @@ from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.jmsbridge.states import State
-from bridgemgr.props import load_properties
+from bridgemgr.props import BrokerProperties, load_properties
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, open_broker
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.transform import MessageTransformer
@@ -77,6 +77,11 @@ class Slow(MessageTransformer):
     def transform(self, message, read_only, charset_name, source, target, properties):
         time.sleep(0.3)
         return message
+
+
+def window_props(window: int) -> BrokerProperties:
+    """Bridge b's properties with imq.bridge.b.link.window set."""
+    return load_properties([], [f"imq.bridge.b.link.window={window}"], environ={})
 
 
 def run(broker: Broker, xml: bytes, **kw: Any) -> JMSBridge:
@@ -435,7 +440,8 @@ def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
         real(self)
     monkeypatch.setattr(ClientAcknowledge, "complete", flaky)
     send(broker, "src", ["a", "b"])
-    b = run(broker, bridge_xml(link_xml()))
+    # the chapter's acknowledge after each send (no confirm window): b acks a along
+    b = run(broker, bridge_xml(link_xml()), props=window_props(1))
     bridges.append(b)
     assert texts(drain(broker, "dst", expect=2)) == ["a", "b"]
     (dead,) = dmq_letters(broker, expect=1)

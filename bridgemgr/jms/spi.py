@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from enum import IntEnum
-from typing import Any, TypeGuard
+from typing import Any, Protocol, TypeGuard
 
 from .destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from .errors import IllegalStateException, JMSException, TransactionInProgressException
@@ -56,8 +56,31 @@ class ConnectionMetaData:
     jms_version: str = "1.1"
 
 
+class CompletionListener(Protocol):
+    """JMS 2.0's CompletionListener: how an asynchronous send (send_async) ended."""
+
+    def on_completion(self, message: Message) -> None:
+        """The provider has the message (as a confirmed send would have returned)."""
+
+    def on_exception(self, message: Message, exception: JMSException) -> None:
+        """The send failed: a refusal of this message, or a lost connection."""
+
+
 class MessageProducer(ABC):
-    """Sends messages; defaults for delivery mode, priority and time to live."""
+    """Sends messages; defaults for delivery mode, priority and time to live.
+
+    The confirm window: send_async() is JMS 2.0's send(message, CompletionListener) (a
+    separate method, Python having no overloads), flush() waits for what it started. A
+    provider that can pipeline returns from send_async() before the provider answered and
+    calls the listener once the answer comes, on its own thread or the caller's (within a
+    later send_async() or flush()); the rest send synchronously and call it at once. What
+    a caller relies on: send_async() either raises (the message did not leave: a bad
+    argument, a closed producer, a connection already lost; the listener is never called)
+    or returns, and then the listener is called exactly once, at the latest when flush()
+    returns; a refusal goes to on_exception() of the message refused, never to another's.
+    Listeners of one producer are called in the order of the sends where the protocol
+    answers in order (every provider here); a caller that must not depend on it, a
+    bridge link, orders the outcomes itself (jmsbridge/window.py)."""
 
     def __init__(self, destination: Destination | None) -> None:
         self.destination = destination
@@ -79,6 +102,22 @@ class MessageProducer(ABC):
              delivery_mode: int | None = None, priority: int | None = None,
              time_to_live: int | None = None) -> None:
         """Send; sets message_id, timestamp, destination, delivery_mode, priority, expiration."""
+
+    def send_async(self, message: Message, listener: CompletionListener,
+                   destination: Destination | None = None, *, delivery_mode: int | None = None,
+                   priority: int | None = None, time_to_live: int | None = None) -> None:
+        """Send without waiting for the provider's answer; ``listener`` hears it (see the
+        class notes). By default a confirmed send, the listener called before returning."""
+        confirm, self.confirm_sends = self.confirm_sends, True
+        try:
+            self.send(message, destination, delivery_mode=delivery_mode, priority=priority,
+                      time_to_live=time_to_live)
+        finally:
+            self.confirm_sends = confirm
+        listener.on_completion(message)
+
+    def flush(self) -> None:
+        """Wait until every send_async() of this producer has called its listener."""
 
     @abstractmethod
     def close(self) -> None: ...

@@ -37,7 +37,7 @@ from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker
-from ..props import BACKOUT_THRESHOLD, BrokerProperties, clip, is_secret_name, shorten
+from ..props import BACKOUT_THRESHOLD, LINK_WINDOW, BrokerProperties, clip, is_secret_name, shorten
 from ..servicekeys import dmq_key
 from ..transform import MessageTransformer
 from ..xa.registry import BridgeTransactions, FactoryEntry
@@ -375,7 +375,8 @@ class JMSBridge:
                 destinations=destinations,
                 backout_threshold=(bridge_props.backout_threshold if bridge_props
                                    else BACKOUT_THRESHOLD),
-                batch_size=batch)
+                batch_size=batch,
+                window=bridge_props.link_window if bridge_props else LINK_WINDOW)
             runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
                                   setup)(setup, context)
             runner.counters = self._counters.setdefault(link.name, runner.counters)

@@ -17,6 +17,8 @@
 #   imqPingInterval            seconds between heart-beats (0 or -1: the service's interval)
 #   imqConnectionType          TCP or TLS (TLS: every address over TLS, the broker's
 #                              certificate verified against the system's CAs / SSL_CERT_FILE)
+#   imqConsumerFlowLimit       messages the service pushes ahead to each consumer (the mq://
+#                              client's prefetch; 0: a consumer pulls one at a time)
 #
 # Unlimited iterations or attempts (-1) are refused: a connect could then not be stopped;
 # the factory's connect-attempts="-1" retries forever and a stop still ends it. With an
@@ -54,12 +56,15 @@ DEFAULT_PASSWORD = "imqDefaultPassword"
 CONFIGURED_CLIENT_ID = "imqConfiguredClientID"
 PING_INTERVAL = "imqPingInterval"
 CONNECTION_TYPE = "imqConnectionType"
+CONSUMER_FLOW_LIMIT = "imqConsumerFlowLimit"
 SUPPORTED = (ADDRESS_LIST, ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
              RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, DEFAULT_USERNAME, DEFAULT_PASSWORD,
-             CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE)
+             CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE, CONSUMER_FLOW_LIMIT)
 # Settings of how the address list is reached: nothing to do for the in-process host broker.
 LIST_ONLY = (ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
-             RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, PING_INTERVAL, CONNECTION_TYPE)
+             RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, PING_INTERVAL, CONNECTION_TYPE,
+             CONSUMER_FLOW_LIMIT)
+DEFAULT_FLOW_LIMIT = 100  # the mq:// client's prefetch
 # What to write instead of an attribute of the original that we do not take.
 INSTEAD = {
     "imqBrokerHostName": f"write {ADDRESS_LIST}=mq://host:port",
@@ -99,6 +104,7 @@ class IMQSettings:
     default_password: str | None = field(default=None, repr=False)
     client_id: str | None = None
     ping_interval_s: int = DEFAULT_PING_SECONDS
+    consumer_flow_limit: int = DEFAULT_FLOW_LIMIT
 
     @property
     def tries_per_address(self) -> int:
@@ -233,7 +239,8 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         default_username=values.get(DEFAULT_USERNAME),
         default_password=values.get(DEFAULT_PASSWORD),
         client_id=values.get(CONFIGURED_CLIENT_ID, "").strip() or None,
-        ping_interval_s=max(0, ping))
+        ping_interval_s=max(0, ping),
+        consumer_flow_limit=number(CONSUMER_FLOW_LIMIT, 0, 65536, DEFAULT_FLOW_LIMIT))
     return settings, problems
 
 
@@ -250,7 +257,8 @@ class AddressListFactory(XAConnectionFactory):
         # heartbeat 0: the client proposes none and the service's interval applies
         self.brokers = [RemoteConnectionFactory(
             a.url, ssl_context=ssl.create_default_context() if a.tls else None,
-            heartbeat=float(settings.ping_interval_s)) for a in settings.addresses]
+            heartbeat=float(settings.ping_interval_s), prefetch=settings.consumer_flow_limit)
+            for a in settings.addresses]
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
         """The first connection an address accepts; a refused login fails at once (the

@@ -14,6 +14,19 @@
 # for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
 # send over mq:// or STOMP), so a refusal is that message's failure, never the next
 # one's, and no message is acknowledged before its send is known to have succeeded.
+# With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links whose
+# transformer cannot halt them) the link sends with send_async() instead and does not
+# wait: up to `window` sends are outstanding (the batch is at least that big), their
+# outcomes kept in send order by a ConfirmWindow (window.py). Before the unit completes,
+# _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
+# acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
+# is settled by then); a refused one goes to the DMQ as a synchronous refusal would
+# (SEND_FAILURE, consumed at once with the others); a lost connection, or an answer that
+# never came, makes the whole unit come back from the source after the reconnect (the
+# refused ones of it are remembered by the Batch and consumed without a second copy); a
+# retriable failure backs the unit out, its messages then move one by one with the usual
+# retries. So order and at-least-once hold, and a crash or a lost connection duplicates
+# at most one window.
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -46,13 +59,14 @@ import time
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException
-from ..jms.message import HEADER_FIELDS
+from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
 from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
 from .pipeline import (
     CONNECTION_LOST,
+    RETRIED,
     Action,
     DMQReason,
     Interrupted,
@@ -67,11 +81,16 @@ from .runners import LOCAL, LinkSetup, LinkTuning, RunnerBase, RunnerContext, re
 from .settle import Settler
 from .states import State
 from .transfer import TransactedLinkUnsupported, TransferTransaction
+from .window import ConfirmWindow
 
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
+
+
+# What connecting the target again after it failed under a window may raise.
+_TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
 
 
 def now_ms() -> int:
@@ -112,8 +131,11 @@ class Link(RunnerBase):
                  and not setup.config.target.consume_no_transfer_on_transform_error)
         # CLIENT_ACKNOWLEDGE acks everything delivered: a link that may have to stop without
         # consuming a message must complete each message before it receives the next one.
-        self.batch = Batch(1 if halts and not setup.transaction.transacted else setup.batch_size,
-                           self.counters)
+        one = halts and not setup.transaction.transacted
+        # The confirm window: sends outstanding at once (1: each send waits for its answer).
+        self.window = 1 if one or setup.transaction.transacted else max(1, setup.window)
+        self.batch = Batch(1 if one else max(setup.batch_size, self.window), self.counters)
+        self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
@@ -227,6 +249,7 @@ class Link(RunnerBase):
                                               self._stop, xa=setup.transaction.xa)
         self._txn = txn = setup.transaction()
         self.batch.open = False
+        self._outstanding = ConfirmWindow()
         session = txn.open_source(self._source.connection)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
@@ -252,7 +275,8 @@ class Link(RunnerBase):
                                       and self.log.isEnabledFor(logging.INFO))
         self._source.connection.start()
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
-                      setup.target_label, "transacted" if self.transacted else "CLIENT_ACKNOWLEDGE")
+                      setup.target_label, "transacted" if self.transacted
+                      else f"CLIENT_ACKNOWLEDGE, window {self.window}")
 
     def _open_target(self) -> MessageProducer:
         txn = self._txn
@@ -340,15 +364,27 @@ class Link(RunnerBase):
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
                 pending: list[ProcessingContext]) -> None:
+        batch = self.batch
+        if batch.lettered and batch.in_dmq_already(ctx.headers[_MESSAGE_ID]):
+            # refused in a window whose unit came back (a lost connection): in a DMQ already
+            self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
+                          ctx.headers[_MESSAGE_ID])
+            ctx.dead(DMQReason.SEND_FAILURE)
+            pending.append(ctx)
+            return
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
             producer = self._producer if self._producer is not None else self._open_target()
             send = producer.send
             headers = ctx.headers
+            windowed = self.window > 1 and not batch.one_by_one
             try:
-                send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
-                     priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
-            except Exception as exc:
+                if windowed:
+                    self._send_async(producer, ctx, out)
+                else:
+                    send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
+                         priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
+            except Exception as exc:  # (raised by send_async: that send never left)
                 self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), {
                     "delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
                     "time_to_live": ctx.time_to_live})
@@ -357,6 +393,8 @@ class Link(RunnerBase):
                 return
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
+                if windowed and len(self._outstanding) >= self.window:
+                    self._confirm(pending)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -377,21 +415,111 @@ class Link(RunnerBase):
                 self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
         pending.append(ctx)
 
+    def _send_async(self, producer: MessageProducer, ctx: ProcessingContext,
+                    out: Message) -> None:
+        """Send ``out`` within the confirm window. When the send raises at once it never
+        left: it is retried (or fails) as a send that waits, behind the window's sends on
+        the same connection; their outcomes are taken before the unit completes."""
+        headers = ctx.headers
+        listener = self._outstanding.add(ctx)
+        try:
+            producer.send_async(out, listener, ctx.destination,
+                                delivery_mode=headers[_DELIVERY_MODE],
+                                priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
+        except Exception:
+            self._outstanding.cancel(listener)
+            raise
+
+    def _confirm(self, pending: list[ProcessingContext]) -> None:
+        """Wait for the window's sends and take their outcomes in order (see the notes at
+        the top): afterwards every message in ``pending`` was sent or went to the DMQ;
+        after a retriable failure ``pending`` is backed out (empty)."""
+        window = self._outstanding
+        if not len(window):
+            return
+        assert self._producer is not None
+        lost: BaseException | None = None
+        try:
+            self._producer.flush()
+        except CONNECTION_LOST as exc:
+            lost = exc
+        outcomes = window.settled()
+        resend = [ctx for ctx, error in outcomes if _lost(error)] + window.unsettled()
+        lost = lost or next((error for _, error in outcomes if _lost(error)), None)
+        retried: tuple[ProcessingContext, JMSException] | None = None
+        refused = False
+        for ctx, error in outcomes:
+            if error is None or _lost(error):
+                continue
+            if isinstance(error, RETRIED):
+                retried = retried or (ctx, error)
+            elif retried is None:
+                ctx.fail(Stage.SEND, error)
+                self._refused(ctx)
+                refused = True
+        if retried is not None:
+            ctx, error = retried
+            self.counters.error(f"send to {ctx.destination}: {error}")
+            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send")
+            return
+        if resend:
+            refused = self._resend(resend, lost) or refused
+        if refused:
+            self._complete(pending)  # as after a synchronous refusal: consume them now
+
+    def _resend(self, resend: list[ProcessingContext], lost: BaseException | None) -> bool:
+        """The target connection failed under sends of the window whose answer never came
+        (``resend``, in order): connect the target again and send them once more, waiting
+        for each, so that the source messages confirmed before them are not sent twice.
+        ConnectionLost (everything unacknowledged comes back) when that fails too. True
+        when one of them was refused (it went to the DMQ)."""
+        first = lost or "no answer"
+        self.counters.reconnects += 1
+        self.counters.error(f"target connection lost: {first}")
+        self.log.warning("link %s: the target connection failed with %d send(s) unanswered "
+                         "(%s); sending them again", self.name, len(resend), first)
+        if self._target is not None:
+            assert self._txn is not None
+            self._txn.close_target()
+            self._target.release(broken=True)
+            self._target = self._producer = None
+        refused = False
+        try:
+            producer = self._open_target()
+            for ctx in resend:
+                ctx.error = None
+                headers = ctx.headers
+                kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
+                          "time_to_live": ctx.time_to_live}
+                self.operator.execute(ctx, Stage.SEND, producer.send, ctx.message,
+                                      ctx.destination, **kwargs)
+                if ctx.error is not None:
+                    self._refused(ctx)
+                    refused = True
+        except _TARGET_GONE as exc:
+            raise ConnectionLost(f"send: {exc}") from exc
+        return refused
+
+    def _refused(self, ctx: ProcessingContext) -> None:
+        """A non-transacted link's send of ``ctx`` was refused: the DMQ (SEND_FAILURE)."""
+        self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
+        self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
+                         self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+        ctx.dead(DMQReason.SEND_FAILURE)
+        self._to_dmq(ctx, DMQReason.SEND_FAILURE)
+
     def _send_failed(self, ctx: ProcessingContext, pending: list[ProcessingContext]) -> None:
         txn = self._txn
         assert txn is not None
-        self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
         if txn.transacted:
             # The chapter: roll back instead of the DMQ; the message comes back (and reaches
             # the DMQ through the backout threshold if it keeps failing).
             self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
                              self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+            self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
             self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", extra=1)
             return
-        self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
-                         self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
-        ctx.dead(DMQReason.SEND_FAILURE)
-        self._to_dmq(ctx, DMQReason.SEND_FAILURE)
+        self._refused(ctx)
         pending.append(ctx)
         # Consume it now, with the batch before it: a target that refused a send may drop
         # the connection next (STOMP brokers do), and what comes back after a reconnect
@@ -438,6 +566,10 @@ class Link(RunnerBase):
         """Acknowledge or commit the handled messages; a failure sends them to the DMQ."""
         if not pending:
             return
+        if len(self._outstanding):
+            self._confirm(pending)  # may complete (a refusal) or back out: pending empty
+            if not pending:
+                return
         txn = self._txn
         assert txn is not None
         if self.settler.units and not self._settle(pending):
@@ -534,6 +666,11 @@ class Link(RunnerBase):
                 self.lifecycle.set(State.STARTED)
                 self.log.info("link %s runs", self.name)
             return True
+
+
+def _lost(error: JMSException | None) -> bool:
+    """Whether a send of the window failed because the connection did (not retriable)."""
+    return isinstance(error, CONNECTION_LOST) and not isinstance(error, RETRIED)
 
 
 class _Halt(Exception):

@@ -60,6 +60,7 @@ class LinkSetup:
     destinations: Mapping[str, Destination] = field(default_factory=dict)
     backout_threshold: int = 0
     batch_size: int = 1
+    window: int = 1                         # confirm window (link.py), non-transacted links
 
     @property
     def source_label(self) -> str:

@@ -11,15 +11,19 @@ branch it behaves as AUTO_ACKNOWLEDGE.
 
 Sending copies the message (the sender may change it afterwards); a send the broker
 holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
-(a closed session or connection ends the wait). Delivering hands out a read-only copy,
-except that an AUTO_ACKNOWLEDGE delivery hands out the broker's own snapshot, which
-nothing references afterwards.
+(a closed session or connection ends the wait). An asynchronous send (``send_async``,
+the confirm window) is answered when it returns, except a durable one on a store that
+fsyncs: its listener waits for the store batch that holds it, which ``flush`` waits for
+once for all of them (one fsync wait per window, not per message). Delivering hands out
+a read-only copy, except that an AUTO_ACKNOWLEDGE delivery hands out the broker's own
+snapshot, which nothing references afterwards.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections import deque
 from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
@@ -39,6 +43,7 @@ from ...jms.message import Message, ObjectMessage
 from ...jms.selector import compile_selector
 from ...jms.spi import (
     AckMode,
+    CompletionListener,
     ConnectionMetaData,
     ExceptionListener,
     MessageConsumer,
@@ -56,6 +61,9 @@ from .broker import Broker, Work, now_ms
 from .queues import Envelope, MessageQueue
 
 log = logging.getLogger(__name__)
+
+# How an asynchronous send ended: None (the broker has it) or the exception.
+Answered = Callable[[JMSException | None], None]
 
 
 class EmbeddedConnectionFactory(XAConnectionFactory):
@@ -199,6 +207,8 @@ class EmbeddedSession(Session):
         self._work = Work()
         self.branch: Work | None = None   # the XA branch this session is associated with
         self.listener_lock = threading.Lock()
+        # send_async() calls not answered yet, oldest first: store ticket, answer
+        self._durable: deque[tuple[int, Answered]] = deque()
 
     # --- state ------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -273,19 +283,23 @@ class EmbeddedSession(Session):
 
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
+        ticket = self._route(snapshot, destination, blob)
+        if ticket is not None and self.broker.sync:
+            self.broker.wait_durable(ticket)
+
+    def _route(self, snapshot: Message, destination: Destination, blob: bytes | None) -> int | None:
+        """Into the transaction, or to the broker (the store ticket of a durable send),
+        waiting while the broker holds the producer (FLOW_CONTROL, the memory state)."""
         work = self._work_now()
         while True:
             try:
                 if work is not None:
                     self.broker.check_room(self.connection, snapshot, destination)
                     work.sends.append((snapshot, destination, self.connection, blob))
-                    return
-                ticket = self.broker.send(self.connection, snapshot, destination, blob)
-                break
+                    return None
+                return self.broker.send(self.connection, snapshot, destination, blob)
             except ProducerFlowControl as held:
                 self._wait_room(held)
-        if ticket is not None and self.broker.sync:
-            self.broker.wait_durable(ticket)
 
     def _wait_room(self, held: ProducerFlowControl) -> None:
         """Block until the broker lets a held producer try again, or this session closes."""
@@ -298,6 +312,29 @@ class EmbeddedSession(Session):
     def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
         """_send() for a producer's confirm_sends: in-process a send is answered when it returns."""
         self._send(snapshot, destination)
+
+    def _send_async(self, snapshot: Message, destination: Destination, answered: Answered) -> None:
+        """_send() for send_async(): answered now, or (a durable send on a store that
+        fsyncs) once its store batch is on disk: at the latest in _answer()."""
+        ticket = self._route(snapshot, destination, None)
+        if ticket is not None and self.broker.sync:
+            self._durable.append((ticket, answered))
+        else:
+            answered(None)
+
+    def _answer(self) -> None:
+        """Answer every send_async() so far: wait for the newest store batch, which holds
+        the others (group commit), then call their listeners in order."""
+        durable = self._durable
+        if not durable:
+            return
+        try:
+            self.broker.wait_durable(durable[-1][0])
+            error: JMSException | None = None
+        except JMSException as exc:
+            error = exc
+        while durable:
+            durable.popleft()[1](error)
 
     def _deliver(self, env: Envelope, acked: bool) -> Message:
         """Turn a taken envelope into the message the application sees."""
@@ -440,9 +477,9 @@ class EmbeddedProducer(MessageProducer):
         self.session = session
         self.closed = False
 
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
+    def _stamp(self, message: Message, destination: Destination | None, delivery_mode: int | None,
+               priority: int | None, time_to_live: int | None) -> tuple[Message, Destination]:
+        """Check the send, stamp ``message``'s JMS headers; the copy to send and where."""
         if self.closed:
             raise IllegalStateException("the producer is closed")
         session = self.session
@@ -479,12 +516,36 @@ class EmbeddedProducer(MessageProducer):
             snapshot = message.copy()
         snapshot.redelivered = False
         snapshot.delivery_count = 0
+        return snapshot, dest
+
+    def send(self, message: Message, destination: Destination | None = None, *,
+             delivery_mode: int | None = None, priority: int | None = None,
+             time_to_live: int | None = None) -> None:
+        snapshot, dest = self._stamp(message, destination, delivery_mode, priority, time_to_live)
         if self.confirm_sends:
-            session._send_confirmed(snapshot, dest)
+            self.session._send_confirmed(snapshot, dest)
         else:
-            session._send(snapshot, dest)
+            self.session._send(snapshot, dest)
+
+    def send_async(self, message: Message, listener: CompletionListener,
+                   destination: Destination | None = None, *, delivery_mode: int | None = None,
+                   priority: int | None = None, time_to_live: int | None = None) -> None:
+        """The session answers (see the module notes); the listener hears it."""
+        snapshot, dest = self._stamp(message, destination, delivery_mode, priority, time_to_live)
+
+        def answered(error: JMSException | None) -> None:
+            if error is None:
+                listener.on_completion(message)
+            else:
+                listener.on_exception(message, error)
+        self.session._send_async(snapshot, dest, answered)
+
+    def flush(self) -> None:
+        self.session._answer()
 
     def close(self) -> None:
+        if not self.closed:
+            self.flush()
         self.closed = True
 
 

@@ -21,6 +21,12 @@ they are pipelined instead: ``send`` returns at once as long as at most N of the
 session's persistent sends are unconfirmed, and otherwise waits for the oldest; a
 refused one fails the next send, and ``close`` waits for all of them. The price: when
 ``send`` returns, the message may still be on its way, as with any asynchronous send.
+A producer's ``send_async`` (the SPI's confirm window, a bridge link's) pipelines any
+send outside a transaction, PERSISTENT or not, whatever ``send_window`` says, and tells
+each message's own listener how it ended, in order: a refusal is that message's, never
+the next send's. Its answers are read by whichever thread waits (a later
+``send_async`` takes those already read; ``flush`` waits for the rest); a connection that
+breaks meanwhile fails the unanswered ones with its TransportException.
 
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
 reading thread queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
@@ -81,7 +87,7 @@ from ...jms.spi import (
 from ...jms.xa import XAER_PROTO, XAER_RMFAIL, Xid
 from . import wire
 from .channel import Address, Call, Hello, open_channel, parse_url
-from .client import EmbeddedProducer
+from .client import Answered, EmbeddedProducer
 
 __all__ = ["Address", "RemoteConnection", "RemoteConnectionFactory", "parse_url"]
 
@@ -293,6 +299,7 @@ class RemoteSession(Session):
         self._failed: JMSException | None = None
         self._in_branch = False
         self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
+        self._answering: deque[tuple[Call, Answered]] = deque()  # send_async(), oldest first
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -380,10 +387,7 @@ class RemoteSession(Session):
         the answer even where it is not waited for (the producer's confirm_sends)."""
         self._raise_failed()
         conn = self.connection
-        blob = codec.encode(snapshot)
-        if len(blob) + 32 > conn.channel.max_frame:
-            raise ResourceAllocationException(f"a message of {len(blob)} bytes is more than the jms service "
-                                              f"takes in one frame ({conn.channel.max_frame} bytes)")
+        blob = self._blob(snapshot)
         if self._in_transaction():
             conn._check_open()
             conn.channel.write(wire.send_request(0, self.sid, blob), lazy=True)
@@ -397,6 +401,44 @@ class RemoteSession(Session):
             self._settle(conn.factory.send_window)
         else:
             conn.channel.call(lambda call_id: wire.send_request(call_id, self.sid, blob))
+
+    def _blob(self, snapshot: Message) -> bytes:
+        blob = codec.encode(snapshot)
+        max_frame = self.connection.channel.max_frame
+        if len(blob) + 32 > max_frame:
+            raise ResourceAllocationException(f"a message of {len(blob)} bytes is more than the jms service "
+                                              f"takes in one frame ({max_frame} bytes)")
+        return blob
+
+    def _send_async(self, snapshot: Message, destination: Destination, answered: Answered) -> None:
+        """_send() for send_async(): written at once, answered in order (module notes)."""
+        if self._in_transaction():
+            self._send(snapshot, destination)
+            answered(None)  # the commit answers for it
+            return
+        self._raise_failed()
+        blob = self._blob(snapshot)
+        call = self.connection.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob))
+        self._answering.append((call, answered))
+        self._answer(wait=False)
+
+    def _answer(self, wait: bool = True) -> None:
+        """Call the listeners of the send_async() calls answered so far, in order; ``wait``:
+        of all of them (reading their answers)."""
+        answering, channel = self._answering, self.connection.channel
+        while answering:
+            call, answered = answering[0]
+            if not call.done:
+                if not wait:
+                    return
+                try:
+                    channel.wait_for(lambda: call.done, None)  # noqa: B023  (called at once)
+                except TransportException as exc:
+                    while answering:
+                        answering.popleft()[1](exc)
+                    return
+            answering.popleft()
+            answered(call.error)
 
     def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
         """_send() for a producer's confirm_sends."""
@@ -486,6 +528,7 @@ class RemoteSession(Session):
             return
         conn = self.connection
         try:
+            self._answer()  # every send_async() hears how it ended
             if conn.broken is None:
                 self._settle(0)  # a refused send of the window fails the close
         finally:

@@ -19,6 +19,16 @@
 # target (ActiveMQ: jms.alwaysSyncSend=true in the provider URL); transacted links are not
 # affected (the commit answers for the sends).
 #
+# send_async() (the SPI's confirm window): JMS 1.1 clients (ActiveMQ Classic 5.x) have no
+# asynchronous send with a CompletionListener, so a non-transacted session's producer
+# batches in a local transaction instead: the sends go out on a transacted session of the
+# same connection, which the provider does not wait for, and flush() commits them at
+# once (one broker round trip and one store sync per window, not per message); then
+# every listener hears its success. A commit that fails (a refusal, the transaction
+# rolled back) sends them again one per transaction, so that each refusal is its own
+# message's; a lost connection fails them all. Sends of a transacted or XA session
+# complete at once (their commit answers for them).
+#
 # Calls that may load provider classes by name (createConnection: transports, SSL, auth
 # modules) run with the provider's class loader as thread context loader. Connections
 # register with jvm.track() until closed, so the process can close them at exit.
@@ -32,10 +42,11 @@ from collections.abc import Iterator
 from typing import Any
 
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
-from ...jms.errors import InvalidDestinationException, TransportException
+from ...jms.errors import InvalidDestinationException, JMSException, TransportException
 from ...jms.message import Message
 from ...jms.spi import (
     AckMode,
+    CompletionListener,
     Connection,
     ConnectionFactory,
     ConnectionMetaData,
@@ -349,6 +360,53 @@ class JavaProducer(MessageProducer):
         super().__init__(destination)
         self.session = session
         self.java = jproducer
+        self._batch: JavaProducer | None = None  # send_async's, on a transacted session
+        # send_async() calls not committed yet: message, listener, destination, QoS
+        self._batched: list[tuple[Message, CompletionListener, Destination | None, dict[str, Any]]] = []
+
+    def send_async(self, message: Message, listener: CompletionListener,
+                   destination: Destination | None = None, *, delivery_mode: int | None = None,
+                   priority: int | None = None, time_to_live: int | None = None) -> None:
+        """Batched in a local transaction that flush() commits (see the notes)."""
+        session = self.session
+        qos = {"delivery_mode": delivery_mode, "priority": priority, "time_to_live": time_to_live}
+        if session.transacted or isinstance(session, XASession):
+            super().send_async(message, listener, destination, **qos)
+            return
+        if self._batch is None:
+            self._batch = session.connection.create_session(True).create_producer(None)
+            for name in ("delivery_mode", "priority", "time_to_live", "disable_message_id",
+                         "disable_message_timestamp"):
+                setattr(self._batch, name, getattr(self, name))
+        self._batch.send(message, destination or self.destination, **qos)
+        self._batched.append((message, listener, destination or self.destination, qos))
+
+    def flush(self) -> None:
+        """Commit the batched sends; their listeners hear how it went (see the notes)."""
+        batched, self._batched = self._batched, []
+        if not batched:
+            return
+        batch = self._batch
+        assert batch is not None
+        try:
+            batch.session.commit()
+        except TransportException as exc:
+            for message, listener, _, _ in batched:
+                listener.on_exception(message, exc)
+            return
+        except JMSException:
+            for message, listener, dest, qos in batched:  # one per transaction
+                try:
+                    batch.send(message, dest, **qos)
+                    batch.session.commit()
+                except JMSException as exc:
+                    _roll_back(batch.session)
+                    listener.on_exception(message, exc)
+                else:
+                    listener.on_completion(message)
+            return
+        for message, listener, _, _ in batched:
+            listener.on_completion(message)
 
     def send(self, message: Message, destination: Destination | None = None, *,
              delivery_mode: int | None = None, priority: int | None = None,
@@ -382,8 +440,20 @@ class JavaProducer(MessageProducer):
         message.priority = prio
 
     def close(self) -> None:
-        with java_errors("close producer"):
-            self.java.close()
+        try:
+            if self._batch is not None:
+                self.flush()
+                self._batch.session.close()
+        finally:
+            with java_errors("close producer"):
+                self.java.close()
+
+
+def _roll_back(session: Session) -> None:
+    try:
+        session.rollback()
+    except JMSException:
+        pass  # the connection is gone: nothing of it stays
 
 
 class JavaConsumer(MessageConsumer):

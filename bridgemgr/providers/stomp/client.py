@@ -22,7 +22,13 @@
 # (a bridge link's: otherwise a refusal, an ERROR that usually closes the connection,
 # would surface as the next call's lost connection while the message counts as sent). An
 # ERROR naming the frame fails that frame with a JMSException (its refusal), even when the
-# broker closes the connection after it. Not XA: StompConnectionFactory is no
+# broker closes the connection after it. send_async() (the confirm window) pipelines: every
+# SEND asks for a receipt and returns at once; the receiver thread calls the listener as
+# the RECEIPT comes (brokers answer in order), on_exception with the refusal for an ERROR
+# naming that receipt, with a RetriableTransportException for an ERROR naming none (it
+# cannot be told which send it refused: a bridge link then moves those messages one by
+# one) and a TransportException when the connection is lost; flush() waits up to the
+# receipt timeout for the rest. Not XA: StompConnectionFactory is no
 # XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
 """JMS connections, sessions, producers and consumers over stomp.py."""
 
@@ -35,7 +41,7 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -48,12 +54,14 @@ from ...jms.errors import (
     InvalidSelectorError,
     JMSException,
     JMSSecurityException,
+    RetriableTransportException,
     TransportException,
 )
 from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.spi import (
     AckMode,
+    CompletionListener,
     Connection,
     ConnectionFactory,
     ConnectionMetaData,
@@ -77,6 +85,9 @@ from .wire import (
 log = logging.getLogger(__name__)
 
 PROVIDER_NAME = "STOMP"
+
+# How a frame sent without waiting learned its fate: None (its RECEIPT) or the exception.
+Answered = Callable[[JMSException | None], None]
 
 @dataclass
 class _Delivery:
@@ -151,7 +162,7 @@ class StompConnection(Connection):
         self.broken = threading.Event()
         self.closed = False
         self._lock = threading.Lock()
-        self._waiting: dict[str, list[Any]] = {}  # receipt id -> [event, error]
+        self._waiting: dict[str, list[Any]] = {}  # receipt id -> [event, error, named, answered]
         self._subscriptions: dict[str, _Subscription] = {}
         self._sessions: list[StompSession] = []
         self._started = threading.Event()
@@ -253,10 +264,10 @@ class StompConnection(Connection):
               wait: bool = False) -> None:
         """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
         self._check()
-        slot: list[Any] | None = None  # answered (Event), error text, named by an ERROR
+        slot: list[Any] | None = None  # answered (Event), error text, named by an ERROR, None
         if wait:
             receipt = headers["receipt"] = self._next_id("r")
-            slot = [threading.Event(), None, False]
+            slot = [threading.Event(), None, False, None]
             with self._lock:
                 self._waiting[receipt] = slot
         try:
@@ -275,14 +286,51 @@ class StompConnection(Connection):
             refused = slot[2] or not self.broken.is_set()
             raise (JMSException if refused else TransportException)(f"{command}: {slot[1]}")
 
+    def frame_async(self, command: str, headers: dict[str, str], body: bytes,
+                    answered: Answered) -> None:
+        """Send one frame with a receipt, without waiting: ``answered`` is called once
+        (receiver thread) with None for its RECEIPT, else the exception that failed it."""
+        self._check()
+        receipt = headers["receipt"] = self._next_id("r")
+        with self._lock:
+            self._waiting[receipt] = [threading.Event(), None, False, answered]
+        try:
+            self._stomp.send_frame(command, headers, body)
+        except Exception as exc:
+            with self._lock:
+                self._waiting.pop(receipt, None)
+            raise TransportException(f"{command}: {exc}") from None
+
+    def forget_all(self, why: str) -> None:
+        """Fail every frame sent without waiting whose receipt did not come (as lost)."""
+        with self._lock:
+            late = [k for k, slot in self._waiting.items() if slot[3] is not None]
+            slots = [self._waiting.pop(k) for k in late]
+        for slot in slots:
+            self._answer(slot, why, named=False, lost=True)
+
+    @staticmethod
+    def _answer(slot: list[Any], error: str | None, named: bool, lost: bool = False) -> None:
+        slot[1], slot[2] = error, named
+        slot[0].set()
+        answered: Answered | None = slot[3]
+        if answered is None:
+            return
+        if error is None:
+            answered(None)
+        elif named:
+            answered(JMSException(error))
+        elif lost:
+            answered(TransportException(error))
+        else:  # an ERROR naming no frame: which send it refused is unknown
+            answered(RetriableTransportException(error))
+
     def _receipt(self, receipt: str | None, error: str | None) -> None:
         """The RECEIPT of a frame, or (``error``) an ERROR naming it."""
         with self._lock:
             slot = self._waiting.pop(receipt, None) if receipt is not None else None
         if slot is not None:
-            slot[1] = error
-            slot[2] = error is not None
-            slot[0].set()
+            self._answer(slot, error, error is not None)
 
     def _error(self, receipt: str | None, text: str) -> None:
         """An ERROR frame: it fails the frame it names, else every frame awaiting a receipt
@@ -294,8 +342,7 @@ class StompConnection(Connection):
         with self._lock:
             waiting, self._waiting = self._waiting, {}
         for slot in waiting.values():
-            slot[1] = text
-            slot[0].set()
+            self._answer(slot, text, named=False)
 
     def _lost(self) -> None:
         """The connection ended (closed, dropped, or an ERROR): wake everyone waiting."""
@@ -305,8 +352,8 @@ class StompConnection(Connection):
         with self._lock:
             waiting, self._waiting = self._waiting, {}
         for slot in waiting.values():
-            slot[1] = self.last_error or "the connection was lost"
-            slot[0].set()
+            self._answer(slot, self.last_error or "the connection was lost", named=False,
+                         lost=True)
         for sub in list(self._subscriptions.values()):
             sub.inbox.put(None)
         if not self.closed and self._listener is not None:
@@ -536,10 +583,20 @@ class StompProducer(MessageProducer):
     def __init__(self, session: StompSession, destination: Destination | None) -> None:
         super().__init__(destination)
         self.session = session
+        self._cond = threading.Condition()
+        self._outstanding = 0  # send_async() calls whose listener was not called yet
 
     def send(self, message: Message, destination: Destination | None = None, *,
              delivery_mode: int | None = None, priority: int | None = None,
              time_to_live: int | None = None) -> None:
+        session = self.session
+        headers, body = self._frame(message, destination, delivery_mode, priority, time_to_live)
+        confirm = message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends
+        session.connection.frame("SEND", headers, body, wait=confirm and not session.transacted)
+
+    def _frame(self, message: Message, destination: Destination | None, delivery_mode: int | None,
+               priority: int | None, time_to_live: int | None) -> tuple[dict[str, str], bytes]:
+        """Stamp ``message`` (JMS headers) and encode it as a SEND frame."""
         dest = destination or self.destination
         if dest is None:
             raise JMSException("send() needs a destination (the producer has none)")
@@ -556,8 +613,52 @@ class StompProducer(MessageProducer):
         headers["destination"] = to_stomp_destination(dest)
         if session.transacted:
             headers["transaction"] = session.tx
-        confirm = message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends
-        session.connection.frame("SEND", headers, body, wait=confirm and not session.transacted)
+        return headers, body
+
+    def send_async(self, message: Message, listener: CompletionListener,
+                   destination: Destination | None = None, *, delivery_mode: int | None = None,
+                   priority: int | None = None, time_to_live: int | None = None) -> None:
+        """A SEND with a receipt, not waited for (pipelined receipts; see the notes)."""
+        session = self.session
+        if session.transacted:  # the commit answers for it
+            super().send_async(message, listener, destination, delivery_mode=delivery_mode,
+                               priority=priority, time_to_live=time_to_live)
+            return
+        headers, body = self._frame(message, destination, delivery_mode, priority, time_to_live)
+        with self._cond:
+            self._outstanding += 1
+
+        def answered(error: JMSException | None) -> None:
+            try:
+                if error is None:
+                    listener.on_completion(message)
+                else:
+                    listener.on_exception(message, error)
+            finally:
+                with self._cond:
+                    self._outstanding -= 1
+                    self._cond.notify_all()
+
+        try:
+            session.connection.frame_async("SEND", headers, body, answered)
+        except BaseException:
+            with self._cond:
+                self._outstanding -= 1
+            raise
+
+    def flush(self) -> None:
+        """Wait for the receipts of every send_async(); those that do not come within the
+        receipt timeout (of the last answer) fail with a TransportException."""
+        timeout = self.session.connection.options.receipt_timeout
+        with self._cond:
+            while self._outstanding:
+                seen = self._outstanding
+                self._cond.wait(timeout)
+                if self._outstanding >= seen:  # nothing answered within the timeout
+                    break
+            if not self._outstanding:
+                return
+        self.session.connection.forget_all(f"no receipt within {timeout} s")
 
     def close(self) -> None:
         pass

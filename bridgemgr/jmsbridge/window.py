@@ -1,0 +1,86 @@
+# How it works: a link with a confirm window (imq.bridge.<name>.link.window > 1) sends
+# with MessageProducer.send_async(); add() gives each send a listener bound to a slot, in
+# send order. Listeners may be called from any thread and in any order (a provider's
+# reader thread, or the link's own during flush()); settled() hands the link the settled
+# prefix only: the slots from the oldest up to the first one still waiting, each with its
+# error (None: confirmed). So the link acknowledges a source message only after its send
+# and every send before it are settled, and handles each failure once, in order: a
+# listener called twice (a confused provider) changes nothing after the first call.
+"""A link's outstanding asynchronous sends and their outcomes, in send order."""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from typing import Generic, TypeVar
+
+from ..jms.errors import JMSException
+from ..jms.message import Message
+
+T = TypeVar("T")
+
+
+class _Slot(Generic[T]):
+    """One send_async(): its CompletionListener, the outcome once known."""
+
+    __slots__ = ("error", "item", "settled", "window")
+
+    def __init__(self, window: ConfirmWindow[T], item: T) -> None:
+        self.window = window
+        self.item = item
+        self.settled = False
+        self.error: JMSException | None = None
+
+    def on_completion(self, message: Message) -> None:
+        self.window._settle(self, None)
+
+    def on_exception(self, message: Message, exception: JMSException) -> None:
+        self.window._settle(self, exception)
+
+
+class ConfirmWindow(Generic[T]):
+    """The outstanding sends of one producer, oldest first."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._slots: deque[_Slot[T]] = deque()
+
+    def __len__(self) -> int:
+        """Sends not yet handed back by settled() (settled or not)."""
+        return len(self._slots)
+
+    def add(self, item: T) -> _Slot[T]:
+        """A listener for the next send of ``item`` (pass it to send_async)."""
+        slot = _Slot(self, item)
+        with self._lock:
+            self._slots.append(slot)
+        return slot
+
+    def cancel(self, slot: _Slot[T]) -> None:
+        """send_async() raised: that send never left, its listener is never called."""
+        with self._lock:
+            self._slots.remove(slot)
+
+    def _settle(self, slot: _Slot[T], error: JMSException | None) -> None:
+        with self._lock:
+            if not slot.settled:
+                slot.settled, slot.error = True, error
+
+    def settled(self) -> list[tuple[T, JMSException | None]]:
+        """Take the settled prefix, oldest first: (item, None) confirmed, (item, error)
+        failed. Each send is handed back once."""
+        out: list[tuple[T, JMSException | None]] = []
+        with self._lock:
+            slots = self._slots
+            while slots and slots[0].settled:
+                slot = slots.popleft()
+                out.append((slot.item, slot.error))
+        return out
+
+    def unsettled(self) -> list[T]:
+        """Take every send still waiting (after flush() returned: a provider that broke its
+        promise), oldest first; the window is empty afterwards."""
+        with self._lock:
+            items = [slot.item for slot in self._slots]
+            self._slots.clear()
+        return items

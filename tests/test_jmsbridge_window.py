@@ -1,0 +1,213 @@
+"""The confirm window: MessageProducer.send_async()/flush() (JMS 2.0's CompletionListener
+shape) per provider, the in-order tracking of outcomes a link relies on (ConfirmWindow),
+and a link that acknowledges once per window instead of once per message."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from bridgemgr.jms import DeliveryMode, JMSException, Message, Queue, TextMessage
+from bridgemgr.jms.errors import ResourceAllocationException, TransportException
+from bridgemgr.jmsbridge.transfer import ClientAcknowledge
+from bridgemgr.jmsbridge.window import ConfirmWindow
+from bridgemgr.props import load_properties
+from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
+from jmsbridge_support import bridge_xml, drain, link_xml, make_bridge, send, texts, wait_until
+from remote.support import Harness
+from test_jmsbridge_send_confirm import stomp_far
+
+pytestmark = pytest.mark.timeout(60)
+__all__ = ["stomp_far"]  # the fixture
+
+BIG = "x" * 4096
+
+
+# --- the in-order tracking ------------------------------------------------------------------
+
+@settings(max_examples=300, deadline=None)
+@given(st.data())
+def test_any_order_of_answers_settles_only_the_answered_prefix_each_once(data):
+    """N sends outstanding; their listeners are called in any order, some twice (the
+    second call ignored), some failing; settled() is taken between any two calls. What
+    comes back is always the prefix of sends answered so far, in send order, each once,
+    with its first outcome: a link acknowledges only what was confirmed before it."""
+    n = data.draw(st.integers(1, 12), label="outstanding")
+    window: ConfirmWindow[int] = ConfirmWindow()
+    listeners = [window.add(i) for i in range(n)]
+    calls = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.booleans(), st.booleans()),
+                               max_size=3 * n), label="calls")
+    calls += [(i, True, False) for i in range(n)]  # eventually everyone answers
+    first: dict[int, JMSException | None] = {}
+    taken: list[tuple[int, JMSException | None]] = []
+    message = Message()
+    for i, ok, take_now in calls:
+        if ok:
+            listeners[i].on_completion(message)
+        else:
+            listeners[i].on_exception(message, JMSException(f"refused {i}"))
+        first.setdefault(i, None if ok else JMSException(f"refused {i}"))
+        if take_now:
+            got = window.settled()
+            answered = next((k for k in range(len(taken), n) if k not in first), n)
+            assert [i for i, _ in got] == list(range(len(taken), answered))
+            taken += got
+    taken += window.settled()
+    assert len(window) == 0
+    assert [i for i, _ in taken] == list(range(n))
+    assert [None if e is None else str(e) for _, e in taken] == [
+        None if first[i] is None else str(first[i]) for i in range(n)]
+
+
+def test_a_send_that_raised_leaves_the_window():
+    window: ConfirmWindow[str] = ConfirmWindow()
+    a, b = window.add("a"), window.add("b")
+    window.cancel(b)
+    a.on_completion(Message())
+    assert window.settled() == [("a", None)] and len(window) == 0
+
+
+# --- providers --------------------------------------------------------------------------------
+
+class Recorder:
+    """A CompletionListener that records (text, error) in the order it is called."""
+
+    def __init__(self) -> None:
+        self.outcomes: list[tuple[str, JMSException | None]] = []
+        self.lock = threading.Lock()
+
+    def on_completion(self, message: Message) -> None:
+        with self.lock:
+            self.outcomes.append((message.text, None))  # type: ignore[attr-defined]
+
+    def on_exception(self, message: Message, exception: JMSException) -> None:
+        with self.lock:
+            self.outcomes.append((message.text, exception))  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def far(tmp_path):
+    broker = Broker(tmp_path / "far")
+    broker.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=1024))
+    with Harness(broker) as harness:
+        yield broker, harness
+    broker.close()
+
+
+@pytest.mark.parametrize("mode", [DeliveryMode.PERSISTENT, DeliveryMode.NON_PERSISTENT])
+def test_mq_send_async_attributes_a_refusal_to_its_own_message(far, mode):
+    """mq://: the sends are pipelined; the refused one hears its refusal, the next one
+    its success: no refusal fails another message's send."""
+    broker, harness = far
+    conn = harness.factory().create_connection()
+    try:
+        producer = conn.create_session().create_producer(Queue("dst"))
+        producer.delivery_mode = mode
+        listener = Recorder()
+        for text in ("a", BIG, "b", "c"):
+            producer.send_async(TextMessage(text), listener)
+        producer.flush()
+        assert [(t[:3], type(e).__name__ if e else None) for t, e in listener.outcomes] == [
+            ("a", None), ("xxx", "ResourceAllocationException"), ("b", None), ("c", None)]
+        assert isinstance(listener.outcomes[1][1], ResourceAllocationException)
+        producer.send(TextMessage("d"))  # the refusal does not fail a later send either
+    finally:
+        conn.close()
+    assert texts(drain(broker, "dst", expect=4)) == ["a", "b", "c", "d"]
+
+
+def test_embedded_send_async_answers_durable_sends_after_their_store_batch(tmp_path):
+    """In process, with a store that fsyncs: the listeners of persistent sends are called
+    once the store batch holding them is on disk (flush() waits for it once)."""
+    broker = Broker(tmp_path / "b", sync=True)
+    try:
+        conn = EmbeddedConnectionFactory(broker).create_connection()
+        producer = conn.create_session().create_producer(Queue("q"))
+        listener = Recorder()
+        for text in ("a", "b", "c"):
+            producer.send_async(TextMessage(text), listener)
+        assert listener.outcomes == []  # waiting for the disk
+        producer.flush()
+        assert listener.outcomes == [("a", None), ("b", None), ("c", None)]
+        producer.send_async(TextMessage("n"), listener, delivery_mode=DeliveryMode.NON_PERSISTENT)
+        assert listener.outcomes[-1] == ("n", None)  # nothing to wait for
+        conn.close()
+    finally:
+        broker.close()
+
+
+@pytest.mark.slow
+def test_stomp_send_async_pipelines_receipts_and_fails_the_refused_frame(stomp_far):
+    """STOMP: every SEND asks for a receipt and nobody waits; the ERROR naming the refused
+    frame fails that send (a refusal), and the broker's closing the connection after it
+    fails the ones behind it as lost, not refused."""
+    from bridgemgr.providers.stomp import StompConnectionFactory
+
+    broker, port = stomp_far
+    conn = StompConnectionFactory(f"stomp://127.0.0.1:{port}", "admin", "secret").create_connection()
+    try:
+        producer = conn.create_session().create_producer(Queue("dst"))
+        listener = Recorder()
+        for text in ("a", "b", BIG, "c"):
+            producer.send_async(TextMessage(text), listener)
+        producer.flush()
+    finally:
+        conn.close()
+    outcomes = listener.outcomes
+    assert [t[:3] for t, _ in outcomes] == ["a", "b", "xxx", "c"]
+    assert outcomes[0][1] is None and outcomes[1][1] is None
+    refusal, lost = outcomes[2][1], outcomes[3][1]
+    assert type(refusal) is JMSException and "1024" in str(refusal)
+    assert isinstance(lost, TransportException)
+    assert texts(drain(broker, "dst", expect=2)) == ["a", "b"]
+
+
+# --- the link ---------------------------------------------------------------------------------
+
+def test_a_link_acknowledges_once_per_window(broker, monkeypatch):
+    """imq.bridge.<name>.link.window=10: 30 messages are acknowledged in about 3
+    acknowledgements, not 30 (the chapter's acknowledge after each send, window 1)."""
+    real, acks = ClientAcknowledge.complete, []
+
+    def counting(self):
+        acks.append(1)
+        return real(self)
+    monkeypatch.setattr(ClientAcknowledge, "complete", counting)
+    send(broker, "src", [f"m{i}" for i in range(30)])
+    props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+    b = make_bridge(broker, bridge_xml(link_xml()), props=props)
+    b.start()
+    try:
+        counters = b.links[0].counters
+        wait_until(lambda: counters.transferred == 30, what="30 transferred")
+        assert texts(drain(broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
+    finally:
+        b.stop()
+    assert len(acks) <= 6, acks
+
+
+def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq(broker):
+    """A target at its FLOW_CONTROL limit holds the link's asynchronous sends as it holds a
+    plain send: the link waits for room; a held send is not a refused one (no DMQ)."""
+    from bridgemgr.providers.embedded import LimitBehavior
+
+    broker.configure_destination(Queue("dst"), DestinationLimits(
+        max_num_msgs=4, limit_behavior=LimitBehavior.FLOW_CONTROL))
+    send(broker, "src", [f"m{i}" for i in range(20)])
+    props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+    b = make_bridge(broker, bridge_xml(link_xml()), props=props)
+    b.start()
+    try:
+        counters = b.links[0].counters
+        wait_until(lambda: broker.queue_depth("dst") == 4, what="the target full")
+        got = []
+        while len(got) < 20:  # room, a message at a time
+            got += texts(drain(broker, "dst", expect=1))
+        wait_until(lambda: counters.transferred == 20, what="20 transferred")
+    finally:
+        b.stop()
+    assert got == [f"m{i}" for i in range(20)]
+    assert counters.to_dmq == 0 and broker.queue_depth("imq.bridge.jms.dmq") == 0
