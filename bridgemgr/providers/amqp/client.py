@@ -196,11 +196,18 @@ class AmqpConnection(Connection):
         return fut
 
     def wait(self, fut: Future[Any], what: str) -> Any:
-        try:
-            return fut.result(self.options.timeout)
-        except FutureTimeout:
-            raise TransportException(f"{what}: no answer from the AMQP broker within "
-                                     f"{self.options.timeout:g} s") from None
+        """``fut``'s result; TransportException when the connection is lost meanwhile (the
+        loop then never runs what was handed to it) or the broker does not answer in time."""
+        deadline = time.monotonic() + self.options.timeout
+        while True:
+            try:
+                return fut.result(min(0.5, max(0.0, deadline - time.monotonic())))
+            except FutureTimeout:
+                if self.broken.is_set() and not fut.done():
+                    raise TransportException(f"{what}: the AMQP connection is lost: {self.last_error}") from None
+                if time.monotonic() >= deadline:
+                    raise TransportException(f"{what}: no answer from the AMQP broker within "
+                                             f"{self.options.timeout:g} s") from None
 
     def _check(self) -> None:
         if self.closed:
@@ -364,12 +371,19 @@ class AmqpSession(Session):
 
     # --- confirms (I/O thread) --------------------------------------------------------------------
     def publish(self, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool) -> Future[None]:
+        """basic.publish on the I/O thread, without waiting for it: the Future completes
+        with the broker's confirm (transacted: once published), or fails."""
         fut: Future[None] = Future()
 
         def run() -> None:
             if self.channel.closed:
-                raise JMSException(self.channel.closed)
-            self.channel.pika.basic_publish(exchange, key, body, properties, mandatory)
+                fut.set_exception(JMSException(f"message {properties.message_id}: {self.channel.closed}"))
+                return
+            try:
+                self.channel.pika.basic_publish(exchange, key, body, properties, mandatory)
+            except Exception as exc:
+                fut.set_exception(TransportException(f"message {properties.message_id}: {exc}"))
+                return
             if self.transacted:
                 fut.set_result(None)
                 return
@@ -377,7 +391,7 @@ class AmqpSession(Session):
             self._unconfirmed[tag] = (fut, properties.message_id)
             if properties.message_id:
                 self._by_id[properties.message_id] = tag
-        self.connection.wait(self.connection.in_loop(run), "basic.publish")
+        self.connection.in_loop(run)
         return fut
 
     def _returned_message(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
