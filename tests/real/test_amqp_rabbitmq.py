@@ -319,6 +319,34 @@ def test_a_bridge_link_moves_rabbitmq_to_rabbitmq_in_order(rabbitmq, conn, tmp_p
     assert drain(conn, src, 0.3) == []
 
 
+def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq, conn, tmp_path):
+    src, dst = qname("rsrc"), qname("rdst")
+    declare(rabbitmq, dst.name, **{"x-max-length": 6, "x-overflow": "reject-publish"})
+    fill(conn, src, 10)
+    host = Broker(tmp_path / "host")
+    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    try:
+        assert bridge.start() is State.STARTED
+        counters = bridge.links[0].counters
+        deadline = time.monotonic() + 60
+        while counters.transferred + counters.to_dmq < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (counters.transferred, counters.to_dmq) == (6, 4)
+        dead = EmbeddedConnectionFactory(host).create_connection()
+        dead.start()
+        consumer = dead.create_session().create_consumer(Queue("imq.bridge.jms.dmq"))
+        refused = [consumer.receive(5) for _ in range(4)]
+        assert [m.get_body().text for m in refused] == ["6", "7", "8", "9"]
+        assert all("basic.nack" in m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+                   for m in refused)
+        dead.close()
+    finally:
+        bridge.stop()
+        host.close()
+    assert drain(conn, dst) == [str(i) for i in range(6)]
+
+
 CHILD = """
 import sys, time
 from pathlib import Path
