@@ -260,9 +260,34 @@ def test_pipelined_confirms_complete_in_order_each_for_its_message(rabbitmq, con
     assert all(e is None for e in outcomes[:40])
     assert all(isinstance(e, JMSException) and m.message_id in str(e)
                for e, m in zip(outcomes[40:], messages[40:]))
-    with pytest.raises(JMSException):  # flush() raises the first refusal
-        producer.publish(TextMessage("more"))
-        producer.flush()
+    more = producer.publish(TextMessage("more"))
+    producer.flush()
+    assert isinstance(more.exception(0), JMSException)
+
+
+class Recorder:
+    def __init__(self):
+        self.outcomes = []
+
+    def on_completion(self, message):
+        self.outcomes.append((message.text, None))
+
+    def on_exception(self, message, exception):
+        self.outcomes.append((message.text, exception))
+
+
+def test_send_async_tells_each_listener_its_own_outcome_in_order(rabbitmq, conn):
+    q = qname("async")
+    declare(rabbitmq, q.name, **{"x-max-length": 5, "x-overflow": "reject-publish"})
+    producer = conn.create_session().create_producer(q)
+    recorder = Recorder()
+    messages = [TextMessage(str(i)) for i in range(8)]
+    for m in messages:
+        producer.send_async(m, recorder)
+    producer.flush()
+    assert [text for text, _ in recorder.outcomes] == [str(i) for i in range(8)]
+    assert [e is None for _, e in recorder.outcomes] == [True] * 5 + [False] * 3
+    assert all(m.message_id in str(e) for m, (_, e) in zip(messages[5:], recorder.outcomes[5:]))
 
 
 def test_an_unroutable_send_is_returned_as_that_messages_failure(rabbitmq):

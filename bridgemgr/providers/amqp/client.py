@@ -12,18 +12,19 @@
 # took; the return names the message by its message-id and comes before its ack), fails
 # with a JMSException naming that message. send() waits for its own Future when the message
 # is PERSISTENT or the producer's confirm_sends is set, so a refusal is that message's
-# failure; publish() gives the Future without waiting: confirms then complete in order of
-# delivery tag while more messages are on the wire (flush() waits for all of them).
+# failure; publish() gives the Future without waiting, and send_async() (JMS 2.0's
+# CompletionListener shape) tells a listener: confirms then complete in order of delivery
+# tag while more messages are on the wire (pipelined; flush() waits for all of them).
 #
 # Consuming: basic.qos prefetch-count (the URL's prefetch) per channel; deliveries go to
 # the consumer's inbox on the loop thread. AUTO/DUPS_OK: basic.ack of each message when
 # receive() hands it over; CLIENT: acknowledge() acks up to the last delivered with
 # multiple=True (each one when the session has several consumers: a multiple ack would
 # take another consumer's undelivered messages); INDIVIDUAL: that message. recover():
-# basic.nack multiple requeue up to the newest delivery not acknowledged (handed over or
-# still in an inbox; the inboxes are emptied: it all comes again, marked redelivered). Transacted: tx.select;
-# commit acks what was received and tx.commit; rollback is tx.rollback, then the nack
-# above committed. Acks have no answer in AMQP: a connection lost right after one may
+# basic.recover requeue; what the inboxes hold and what arrives before recover-ok is
+# dropped (it all comes again, marked redelivered, from the oldest). Transacted: tx.select;
+# commit acks what was received and tx.commit; rollback is tx.rollback, then the
+# recover above. Acks have no answer in AMQP: a connection lost right after one may
 # bring that message again (at-least-once). Not XA: AmqpConnectionFactory is no
 # XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
 """JMS connections, sessions, producers and consumers over AMQP 0-9-1 (pika)."""
@@ -38,10 +39,10 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import pika
 import pika.exceptions
@@ -354,10 +355,12 @@ class AmqpSession(Session):
         self.closed = False
         self._consumers: list[AmqpConsumer] = []
         self._unacked: list[_Delivery] = []  # handed over, not acknowledged (or not committed)
+        self.recovering = False  # basic.recover sent, recover-ok not yet here (I/O thread)
         # confirms (I/O thread): delivery tag -> (Future, message id); message id -> tag
         self._unconfirmed: OrderedDict[int, tuple[Future[None], str | None]] = OrderedDict()
         self._by_id: dict[str, int] = {}
         self._returned: dict[int, str] = {}
+        self._answered: dict[int, str | None] = {}  # tag -> refusal (None: confirmed), not yet completed
         self._next_tag = 1
         self.channel = _Channel(connection)
         ch = self.channel
@@ -401,28 +404,38 @@ class AmqpSession(Session):
                                    f"(exchange {method.exchange!r}, routing key {method.routing_key!r})")
 
     def _confirmed(self, frame: Any) -> None:
+        """basic.ack / basic.nack (multiple: every tag up to it). RabbitMQ may answer out
+        of order (a nack at once, the acks before it after their fsync): the outcomes are
+        noted, and the Futures completed from the oldest on while the oldest is answered,
+        so confirms complete in delivery-tag order."""
         method = frame.method
         nack = isinstance(method, Basic.Nack)
         tags = ([t for t in self._unconfirmed if t <= method.delivery_tag] if method.multiple
                 else [method.delivery_tag])
         for tag in tags:
-            entry = self._unconfirmed.pop(tag, None)
-            if entry is None:
+            entry = self._unconfirmed.get(tag)
+            if entry is None or tag in self._answered:
                 continue
-            fut, message_id = entry
-            if message_id:
-                self._by_id.pop(message_id, None)
             returned = self._returned.pop(tag, None)
-            if nack or returned:
-                why = returned or "refused by the broker (basic.nack)"
-                fut.set_exception(JMSException(f"message {message_id}: {why}"))
-            else:
+            if entry[1]:
+                self._by_id.pop(entry[1], None)
+            self._answered[tag] = (returned or "refused by the broker (basic.nack)") if nack or returned else None
+        while self._unconfirmed:
+            oldest = next(iter(self._unconfirmed))
+            if oldest not in self._answered:
+                return
+            fut, message_id = self._unconfirmed.pop(oldest)
+            why = self._answered.pop(oldest)
+            if why is None:
                 fut.set_result(None)
+            else:
+                fut.set_exception(JMSException(f"message {message_id}: {why}"))
 
     def channel_lost(self, reason: str) -> None:
         """The connection is gone: fail what waits for a confirm, wake the receivers."""
         def run() -> None:
             waiting, self._unconfirmed = self._unconfirmed, OrderedDict()
+            self._answered.clear()
             for fut, message_id in waiting.values():
                 if not fut.done():
                     fut.set_exception(TransportException(f"message {message_id}: {reason}"))
@@ -545,23 +558,20 @@ class AmqpSession(Session):
         self._ack(pending)
 
     def _requeue(self) -> None:
-        """Every delivery of the channel not acknowledged goes back to its queue
-        (redelivered): those handed over and those the inboxes still hold, which are
-        dropped (they come again). One basic.nack multiple up to the newest of them (the
-        tag named must be one not acknowledged)."""
-        def run() -> None:
-            tags = [d.tag for d in self._unacked]
+        """Every delivery of the channel not acknowledged goes back to its queue, marked
+        redelivered: basic.recover requeue. What the inboxes hold, and what arrives until
+        recover-ok (sent before the broker took them back), is dropped: it comes again,
+        so the redelivery starts from the oldest."""
+        def command(ch: Any, done: Callable[..., None]) -> None:
+            self.recovering = True
             for consumer in self._consumers:
-                while True:
-                    try:
-                        delivery = consumer.inbox.get_nowait()
-                    except queue.Empty:
-                        break
-                    if delivery is not None:
-                        tags.append(delivery.tag)
-            if tags:
-                self.channel.pika.basic_nack(max(tags), multiple=True, requeue=True)
-        self.connection.wait(self.connection.in_loop(run), "basic.nack")
+                consumer.inbox = queue.Queue()
+
+            def recovered(frame: Any) -> None:
+                self.recovering = False
+                done(frame)
+            ch.basic_recover(requeue=True, callback=recovered)
+        self.channel.call(command, "basic.recover")
         self._unacked = []
 
     def recover(self) -> None:
@@ -584,7 +594,6 @@ class AmqpSession(Session):
             raise IllegalStateException("rollback() on a session that is not transacted")
         self.channel.call(lambda c, done: c.tx_rollback(callback=done), "tx.rollback")
         self._requeue()
-        self.channel.call(lambda c, done: c.tx_commit(callback=done), "tx.commit")
 
     def close(self) -> None:
         if self.closed:
@@ -599,17 +608,27 @@ class AmqpSession(Session):
         self.channel.close()  # the broker requeues what the channel did not ack
 
 
+class CompletionListener(Protocol):
+    """How an asynchronous send ended (JMS 2.0's CompletionListener shape)."""
+
+    def on_completion(self, message: Message) -> None: ...
+
+    def on_exception(self, message: Message, exception: JMSException) -> None: ...
+
+
 class AmqpProducer(MessageProducer):
     def __init__(self, session: AmqpSession, destination: Destination | None) -> None:
         super().__init__(destination)
         self.session = session
-        self._outstanding: list[Future[None]] = []
+        self._lock = threading.Condition()
+        self._outstanding: set[Future[None]] = set()  # published, confirm or listener pending
 
     def publish(self, message: Message, destination: Destination | None = None, *,
                 delivery_mode: int | None = None, priority: int | None = None,
                 time_to_live: int | None = None) -> Future[None]:
         """Send without waiting: the Future completes when the broker confirms this
-        message (a JMSException naming it when refused or returned); confirms come in order."""
+        message (a JMSException naming it when refused or returned); confirms come in
+        delivery-tag order, so many may be outstanding (pipelined publisher confirms)."""
         dest = destination or self.destination
         if dest is None:
             raise JMSException("send() needs a destination (the producer has none)")
@@ -627,9 +646,15 @@ class AmqpProducer(MessageProducer):
             session.connection.declare(dest.name)
         properties, body = to_amqp(message)
         fut = session.publish(exchange, key, properties, body, mandatory=not dest.is_topic)
-        self._outstanding = [f for f in self._outstanding if not f.done()]
-        self._outstanding.append(fut)
+        with self._lock:
+            self._outstanding.add(fut)
+        fut.add_done_callback(self._settled)
         return fut
+
+    def _settled(self, fut: Future[None]) -> None:
+        with self._lock:
+            self._outstanding.discard(fut)
+            self._lock.notify_all()
 
     def send(self, message: Message, destination: Destination | None = None, *,
              delivery_mode: int | None = None, priority: int | None = None,
@@ -639,11 +664,53 @@ class AmqpProducer(MessageProducer):
         if message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends:
             self.session.connection.wait(fut, f"the confirm of message {message.message_id}")
 
+    def send_async(self, message: Message, listener: CompletionListener,
+                   destination: Destination | None = None, *, delivery_mode: int | None = None,
+                   priority: int | None = None, time_to_live: int | None = None) -> None:
+        """publish(), the confirm's outcome to ``listener`` (on the connection's I/O thread,
+        or at once when it is known already), in send order; flush() waits for it."""
+        fut = self.publish(message, destination, delivery_mode=delivery_mode, priority=priority,
+                           time_to_live=time_to_live)
+        done: Future[None] = Future()
+        with self._lock:
+            self._outstanding.add(done)  # until the listener has been called
+
+        def tell(f: Future[None]) -> None:
+            try:
+                error = f.exception()
+                if error is None:
+                    listener.on_completion(message)
+                else:
+                    listener.on_exception(message, error if isinstance(error, JMSException)
+                                          else JMSException(f"message {message.message_id}: {error}"))
+            except Exception:
+                log.exception("a completion listener failed")
+            finally:
+                done.set_result(None)
+                self._settled(done)
+        fut.add_done_callback(tell)
+
     def flush(self) -> None:
-        """Wait for the confirms of every message published so far; the first refusal raises."""
-        pending, self._outstanding = self._outstanding, []
-        for fut in pending:
-            self.session.connection.wait(fut, "a publisher confirm")
+        """Wait until every message published so far is confirmed or refused and every
+        send_async() listener was called; a refusal is not raised here (it is the
+        message's Future's, or its listener's). Sends still unanswered after the
+        connection's timeout, or when it is lost, fail with TransportException."""
+        connection = self.session.connection
+        deadline = time.monotonic() + connection.options.timeout
+        with self._lock:
+            while self._outstanding:
+                left = deadline - time.monotonic()
+                if left <= 0 or connection.broken.is_set():
+                    break
+                self._lock.wait(min(left, 0.5))
+            stuck = list(self._outstanding)
+        reason = (f"the AMQP connection is lost: {connection.last_error}" if connection.broken.is_set()
+                  else f"no confirm from the AMQP broker within {connection.options.timeout:g} s")
+        for fut in stuck:
+            try:
+                fut.set_exception(TransportException(reason))
+            except InvalidStateError:
+                pass  # answered meanwhile
 
     def close(self) -> None:
         pass
@@ -664,6 +731,8 @@ class AmqpConsumer(MessageConsumer):
 
     def deliver(self, _ch: Any, method: Any, properties: Any, body: bytes) -> None:
         """pika's on_message_callback (I/O thread)."""
+        if self.session.recovering:
+            return  # requeued by the recover under way: it comes again
         self.inbox.put(_Delivery(self, method.delivery_tag, method.redelivered, method.exchange,
                                  method.routing_key, properties, body))
 
