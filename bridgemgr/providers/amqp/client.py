@@ -1,6 +1,6 @@
 # How it works: an AmqpConnection is one pika SelectConnection whose I/O loop runs in a
 # thread of its own; every pika call is made on that thread (pika is not thread-safe:
-# other threads hand work over with add_callback_threadsafe and wait on a Future), so a
+# other threads hand work over in order, hand_over(), and wait on a Future), so a
 # JMS connection's sessions may be used from different threads, as JMS allows. Each
 # session is one channel; heart-beats are the loop's. A lost connection fails every
 # waiting call and wakes every receive with TransportException, and goes to the exception
@@ -37,7 +37,7 @@ import queue
 import threading
 import time
 import uuid
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
@@ -122,6 +122,9 @@ class AmqpConnection(Connection):
         self._listener: ExceptionListener | None = None
         self._sessions: list[AmqpSession] = []
         self._declared: set[str] = set()
+        self._handoff: deque[Callable[[], None]] = deque()  # for the I/O thread, in order
+        self._handoff_lock = threading.Lock()
+        self._drain_scheduled = False
         opened: Future[None] = Future()
 
         def open_error(_conn: Any, exc: BaseException) -> None:
@@ -192,9 +195,34 @@ class AmqpConnection(Connection):
         if threading.current_thread() is self._thread:
             run()
         else:
-            self._check()
-            self._pika.ioloop.add_callback_threadsafe(run)
+            self.hand_over(run)
         return fut
+
+    def hand_over(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the I/O thread, after what was handed over before it. One wake-up
+        of the loop takes every call queued meanwhile (a busy producer's publishes and
+        acks cost a pipe write each otherwise)."""
+        self._check()
+        with self._handoff_lock:
+            self._handoff.append(fn)
+            if self._drain_scheduled:
+                return
+            self._drain_scheduled = True
+        self._pika.ioloop.add_callback_threadsafe(self._drain)
+
+    def _drain(self) -> None:
+        while True:
+            with self._handoff_lock:
+                if not self._handoff:
+                    self._drain_scheduled = False
+                    return
+                batch = list(self._handoff)
+                self._handoff.clear()
+            for fn in batch:
+                try:
+                    fn()
+                except Exception:
+                    log.exception("a call on the AMQP I/O thread failed")
 
     def wait(self, fut: Future[Any], what: str) -> Any:
         """``fut``'s result; TransportException when the connection is lost meanwhile (the
@@ -332,7 +360,7 @@ class _Channel:
         def run() -> None:
             if not self.closed:
                 command(self.pika)
-        self.connection.in_loop(run)
+        self.connection.hand_over(run)
 
     def close(self) -> None:
         if self.closed or self.connection.broken.is_set():
@@ -394,7 +422,7 @@ class AmqpSession(Session):
             self._unconfirmed[tag] = (fut, properties.message_id)
             if properties.message_id:
                 self._by_id[properties.message_id] = tag
-        self.connection.in_loop(run)
+        self.connection.hand_over(run)
         return fut
 
     def _returned_message(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
