@@ -32,6 +32,7 @@
 from __future__ import annotations
 
 import copy
+import itertools
 import logging
 import queue
 import threading
@@ -650,6 +651,11 @@ class AmqpProducer(MessageProducer):
         self.session = session
         self._lock = threading.Condition()
         self._outstanding: set[Future[None]] = set()  # published, confirm or listener pending
+        # Message ids: a random prefix per producer and a counter. A uuid4 per message
+        # reads os.urandom, which gives the GIL away and waits to get it back from the
+        # I/O thread: the largest cost of a send under load.
+        self._id_prefix = f"ID:{uuid.uuid4()}:"
+        self._ids = itertools.count(1)
 
     def publish(self, message: Message, destination: Destination | None = None, *,
                 delivery_mode: int | None = None, priority: int | None = None,
@@ -668,7 +674,7 @@ class AmqpProducer(MessageProducer):
         message.timestamp = int(time.time() * 1000)
         message.expiration = message.timestamp + ttl if ttl else 0
         message.destination = dest
-        message.message_id = f"ID:{uuid.uuid4()}"
+        message.message_id = f"{self._id_prefix}{next(self._ids)}"
         exchange, key = route(dest)
         if not dest.is_topic:
             session.connection.declare(dest.name)
