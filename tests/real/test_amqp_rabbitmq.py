@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 
 from bridgemgr.jms import naming
 from bridgemgr.jms.destination import Queue, Topic
-from bridgemgr.jms.errors import JMSException
+from bridgemgr.jms.errors import JMSException, TransportException
 from bridgemgr.jms.message import (
     BytesMessage,
     DeliveryMode,
@@ -298,6 +298,19 @@ def test_an_unroutable_send_is_returned_as_that_messages_failure(rabbitmq):
             producer.send(m)
         assert m.message_id in str(failure.value)
         producer.send(TextMessage("to a topic nobody hears"), Topic("nobody"))  # not a failure
+
+
+def test_a_connection_the_broker_closes_fails_the_waiting_receive_and_tells_the_listener(rabbitmq):
+    c = factory(rabbitmq).create_connection()
+    heard = []
+    c.set_exception_listener(heard.append)
+    c.start()
+    consumer = c.create_session().create_consumer(qname("lost"))
+    rabbitmq.ctl("close_all_connections", "test: going away")
+    with pytest.raises(TransportException, match="going away"):
+        consumer.receive(30)
+    assert len(heard) == 1 and isinstance(heard[0], TransportException)
+    c.close()
 
 
 # --- bridge links through the provider ----------------------------------------------------------------
