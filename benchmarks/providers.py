@@ -30,6 +30,10 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
 - rabbitmq_bridge_stomp: our bridge, one non-transacted link RabbitMQ -> RabbitMQ through the
   STOMP provider (client-individual acks, a receipt per persistent send; up to --window
   receipts outstanding, the source acknowledged once they came).
+- rabbitmq_bridge_amqp: the same link through the AMQP 0-9-1 provider (imq.amqp, pika):
+  basic.qos prefetch 1000, publisher confirms, up to --window unconfirmed.
+- rabbitmq_amqp_send_window: that provider's producer alone, N persistent sends into a
+  queue with 1, 16 and 256 unconfirmed (pipelined publisher confirms, publish()).
 - rabbitmq_own: RabbitMQ's Shovel plugin, a dynamic shovel with ack-mode on-confirm over the
   node's direct connection; msg/s = N / (shovel declared .. N on the target), sampled with
   rabbitmqctl (about 0.3 s a sample, so short runs read low).
@@ -226,6 +230,13 @@ def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
         out["rabbitmq_bridge_stomp"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
                                                   ack_batch, window, workdir / "stomp")
         assert rabbit_depth(node, "ours.dst") == n
+        amqp_env = node.amqp_env()
+        amqp = naming.lookup("ConnectionFactory", amqp_env)
+        preload(amqp, "amqp.src", n)
+        out["rabbitmq_bridge_amqp"] = run_bridge(bridge_xml(amqp_env, amqp_env, "amqp.src", "amqp.dst"), n,
+                                                 ack_batch, window, workdir / "amqp")
+        assert rabbit_depth(node, "amqp.dst") == n
+        out["rabbitmq_amqp_send_window"] = send_window(amqp, "window", n)
         preload(factory, "own.src", n)
         shovel = {"src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": "own.src",
                   "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": "own.dst",
@@ -237,9 +248,29 @@ def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
     finally:
         node.stop()
         shutil.rmtree(base, ignore_errors=True)
-    out["rabbitmq_ratio_ours_to_own"] = round(
-        out["rabbitmq_bridge_stomp"]["msg_per_s"] / out["rabbitmq_own"]["msg_per_s"], 3)
+    for kind in ("stomp", "amqp"):
+        out[f"rabbitmq_ratio_ours_{kind}_to_own"] = round(
+            out[f"rabbitmq_bridge_{kind}"]["msg_per_s"] / out["rabbitmq_own"]["msg_per_s"], 3)
     return out
+
+
+def send_window(factory: Any, queue: str, n: int, windows: tuple[int, ...] = (1, 16, 256)) -> dict[str, Any]:
+    """The AMQP provider's producer alone: N persistent 1 KiB sends, each waiting for its
+    publisher confirm (window 1, what a link's send does today), or pipelined with up to W
+    unconfirmed (publish() + the oldest confirm when W are out); msg/s per window."""
+    rates = {}
+    with factory.create_connection() as conn:
+        producer = conn.create_session().create_producer(Queue(queue))
+        for window in windows:
+            started = time.monotonic()
+            outstanding: list[Any] = []
+            for _ in range(n):
+                outstanding.append(producer.publish(BytesMessage(PAYLOAD)))
+                if len(outstanding) >= window:
+                    outstanding.pop(0).result(30)
+            producer.flush()
+            rates[f"window_{window}"] = round(n / (time.monotonic() - started))
+    return {"messages": n, "msg_per_s": rates}
 
 
 def main() -> None:

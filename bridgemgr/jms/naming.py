@@ -54,6 +54,7 @@ _lock = threading.Lock()
 # Our own providers register on import; name them here so a lookup imports them.
 _BUILTIN = {"imq.embedded": "bridgemgr.providers.embedded",
             "imq.stomp": "bridgemgr.providers.stomp",
+            "imq.amqp": "bridgemgr.providers.amqp",
             JAVA_CONTEXT_FACTORY: "bridgemgr.providers.java"}
 
 

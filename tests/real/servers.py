@@ -185,6 +185,11 @@ class RabbitMQ:
                 "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}",
                 "java.naming.security.principal": "guest", "java.naming.security.credentials": "guest"}
 
+    def amqp_env(self) -> dict[str, str]:
+        """A JNDI environment for the AMQP 0-9-1 provider (imq.amqp)."""
+        return {"java.naming.factory.initial": "imq.amqp",
+                "java.naming.provider.url": f"amqp://guest:guest@{HOST}:{self.amqp_port}/%2F"}
+
     def environ(self) -> dict[str, str]:
         b = self.base
         return {

@@ -1,0 +1,327 @@
+# How it works: the pure part of the AMQP 0-9-1 provider, no sockets. parse_url() reads a
+# provider URL amqp://user:pass@host:port/vhost[?option=value&...] (amqps:// for TLS) into
+# AmqpOptions: our options (OPTIONS) are taken out, everything else is pika's own URL
+# parameters (heartbeat, connection_attempts, socket_timeout, ...), checked by pika.
+#
+# Destinations: a Queue (or TemporaryQueue) NAME is the queue NAME, reached through the
+# default exchange (exchange "", routing key NAME); a Topic (or TemporaryTopic) NAME is
+# routing key NAME on the amq.topic exchange (route()). A reply-to is the queue name, or
+# /topic/NAME for a topic.
+#
+# Messages: to_amqp() makes BasicProperties and body, from_amqp() our message from a
+# delivery; the table of the mapping is in docs/jms-bridges.md. JMS properties travel in
+# the headers table with their AMQP types (TypedProperties: byte 'b', short 's', int 'I',
+# long 'l', boolean 't', string 'S'; float and double as their decimal text 'S', since
+# pika reads 'f' and 'd' back as integers). pika gives numbers back without their width,
+# so the x-jms-types header names the type of each byte, short, long, float and double
+# property; a header without it (another client's) is an int when it fits 32 bits, else a
+# long. Headers that are no valid JMS property name (x-..., such as our x-jms-timestamp
+# with JMSTimestamp's milliseconds and x-jms-types) are never properties. Map, Stream,
+# Object and body-less messages travel as our codec's bytes (content type CODEC_TYPE), so
+# they come back whole from any queue; other AMQP clients see opaque bytes.
+"""AMQP provider URLs, destinations and deliveries <-> JMS messages (sans-IO)."""
+
+from __future__ import annotations
+
+import decimal
+import struct
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import pika
+from pika import data as pika_data
+
+from ...jms import codec, naming
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.errors import JMSException, NamingException
+from ...jms.message import (
+    BytesMessage,
+    DeliveryMode,
+    Message,
+    PropertyType,
+    TextMessage,
+    property_name_problem,
+)
+
+CODEC_TYPE = "application/x-imqbridge-jms"
+TEXT_TYPE = "text/plain; charset=utf-8"
+BYTES_TYPE = "application/octet-stream"
+TOPIC_EXCHANGE = "amq.topic"
+# A content type other than ours is kept in this property (and sent as the content type).
+CONTENT_TYPE_PROPERTY = "JMS_AMQP_CONTENT_TYPE"
+# JMSTimestamp in milliseconds (the AMQP timestamp has whole seconds).
+TIMESTAMP_HEADER = "x-jms-timestamp"
+# The JMS types pika cannot read back: NAME=KIND,... for byte, short, long, float and
+# double properties (an int, boolean and string is what a plain AMQP value reads as).
+TYPES_HEADER = "x-jms-types"
+_HINTED = frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.LONG, PropertyType.FLOAT,
+                     PropertyType.DOUBLE})
+_TEXT_TYPES = ("text/", "application/json", "application/xml")
+
+
+@dataclass(frozen=True)
+class AmqpOptions:
+    """A provider URL: pika's connection parameters and our options."""
+
+    url: str  # without our options and without the password: for messages and logs
+    parameters: pika.URLParameters
+    prefetch: int = 1000  # basic.qos prefetch-count of every session's channel
+    declare_queues: bool = True  # declare (durable) a queue that does not exist on first use
+    timeout: float = 30.0  # seconds to wait for the broker's answer to a command or a confirm
+
+
+def _bool(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ValueError(text)
+    return text.lower() == "true"
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
+    "prefetch": ("prefetch", _positive), "declare-queues": ("declare_queues", _bool),
+    "timeout": ("timeout", float)}
+
+
+def parse_url(url: str) -> AmqpOptions:
+    """amqp://user:pass@host:port/vhost[?opt=value&...]; NamingException when it is not one."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
+        raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: use "
+                              "amqp://user:password@host:port/vhost (amqps:// for TLS)")
+    ours: dict[str, Any] = {}
+    theirs = []
+    for name, text in parse_qsl(parts.query, keep_blank_values=True):
+        if name in OPTIONS:
+            attr, parse = OPTIONS[name]
+            try:
+                ours[attr] = parse(text)
+            except ValueError:
+                raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: option {name}={text!r} "
+                                      "is not valid") from None
+        else:
+            theirs.append((name, text))
+    plain = urlunsplit(parts._replace(query=urlencode(theirs)))
+    try:
+        parameters = pika.URLParameters(plain)
+    except Exception as exc:
+        raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: {exc} (our options: "
+                              f"{', '.join(sorted(OPTIONS))})") from None
+    return AmqpOptions(_safe(plain), parameters, **ours)
+
+
+def _safe(url: str) -> str:
+    """The URL without its password."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+
+
+# --- destinations -----------------------------------------------------------------------------------
+
+def route(dest: Destination) -> tuple[str, str]:
+    """(exchange, routing key) a message for ``dest`` is published to."""
+    if dest.is_topic:
+        return TOPIC_EXCHANGE, dest.name
+    return "", dest.name
+
+
+def reply_to_text(dest: Destination) -> str:
+    return f"/topic/{dest.name}" if dest.is_topic else dest.name
+
+
+def reply_to_destination(text: str | None) -> Destination | None:
+    if not text:
+        return None
+    if text.startswith("/topic/"):
+        return Topic(text[len("/topic/"):])
+    return TemporaryQueue(text) if text.startswith("amq.gen-") else Queue(text)
+
+
+def delivered_to(exchange: str, routing_key: str, fallback: Destination) -> Destination:
+    """JMSDestination of a delivery: where it was published, when that says a queue or topic."""
+    if exchange == "":
+        return TemporaryQueue(routing_key) if routing_key.startswith("amq.gen-") else Queue(routing_key)
+    if exchange == TOPIC_EXCHANGE:
+        return TemporaryTopic(routing_key) if isinstance(fallback, TemporaryTopic) else Topic(routing_key)
+    return fallback
+
+
+# --- typed headers --------------------------------------------------------------------------------
+
+_KINDS = {PropertyType.BYTE: (b"b", ">b"), PropertyType.SHORT: (b"s", ">h"),
+          PropertyType.INT: (b"I", ">i"), PropertyType.LONG: (b"l", ">q")}
+
+
+class TypedProperties(pika.BasicProperties):
+    """BasicProperties whose headers table carries JMS property types exactly: ``typed``
+    holds (name, PropertyType, value); ``headers`` the untyped rest (pika's encoding)."""
+
+    def __init__(self, typed: list[tuple[str, PropertyType, Any]], **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.typed = typed
+
+    def encode(self) -> list[bytes]:
+        if not self.typed:
+            return super().encode()
+        headers: Any = getattr(self, "headers")  # noqa: B009 (pika's attribute has no type)
+        self.headers = None
+        try:
+            pieces = super().encode()
+        finally:
+            self.headers = headers
+        flags = struct.unpack(">H", pieces[0])[0] | pika.BasicProperties.FLAG_HEADERS
+        rest = b"".join(pieces[1:])
+        at = sum(1 + len(v.encode()) for v in (self.content_type, self.content_encoding) if v is not None)
+        table: list[bytes] = []
+        for name, ptype, value in self.typed:
+            pika_data.encode_short_string(table, name)
+            kind = _KINDS.get(ptype)
+            if kind is not None:
+                table.append(kind[0] + struct.pack(kind[1], value))
+            elif ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
+                pika_data.encode_value(table, repr(value))  # pika reads 'f' and 'd' as integers
+            else:
+                pika_data.encode_value(table, value)  # string, boolean
+        for name, value in (headers or {}).items():
+            pika_data.encode_short_string(table, name)
+            pika_data.encode_value(table, value)
+        body = b"".join(table)
+        return [struct.pack(">H", flags), rest[:at], struct.pack(">I", len(body)), body, rest[at:]]
+
+
+# --- messages -------------------------------------------------------------------------------------
+
+def to_amqp(message: Message) -> tuple[TypedProperties, bytes]:
+    """Properties and body to publish ``message`` with (its headers set by the producer)."""
+    ctype = message.get_object_property(CONTENT_TYPE_PROPERTY)
+    typed = [(n, t, v) for n, t, v in message.typed_properties() if n != CONTENT_TYPE_PROPERTY]
+    if isinstance(message, TextMessage):
+        body = (message.text or "").encode("utf-8")
+        content_type = str(ctype) if ctype else TEXT_TYPE
+    elif isinstance(message, BytesMessage):
+        body = message.get_body()
+        content_type = str(ctype) if ctype else BYTES_TYPE
+    else:
+        body = codec.encode(message)
+        content_type = CODEC_TYPE
+    ttl = message.expiration - message.timestamp if message.expiration else None
+    headers: dict[str, Any] = {TIMESTAMP_HEADER: message.timestamp}
+    hints = ",".join(f"{n}={t.name}" for n, t, _ in typed if t in _HINTED)
+    if hints:
+        headers[TYPES_HEADER] = hints
+    properties = TypedProperties(
+        typed, content_type=content_type, headers=headers,
+        delivery_mode=2 if message.delivery_mode == DeliveryMode.PERSISTENT else 1,
+        priority=message.priority, correlation_id=message.correlation_id,
+        reply_to=reply_to_text(message.reply_to) if message.reply_to is not None else None,
+        expiration=None if ttl is None else str(max(0, ttl)), message_id=message.message_id,
+        timestamp=message.timestamp // 1000 if message.timestamp else None, type=message.type)
+    return properties, body
+
+
+def _is_text(ctype: str) -> bool:
+    return ctype.lower().startswith(_TEXT_TYPES)
+
+
+def _charset(ctype: str) -> str:
+    for param in ctype.split(";")[1:]:
+        key, _, value = param.strip().partition("=")
+        if key.lower() == "charset" and value:
+            return value.strip('"')
+    return "utf-8"
+
+
+def from_amqp(properties: Any, body: bytes, *, exchange: str, routing_key: str,
+              redelivered: bool, fallback: Destination) -> Message:
+    """Our read-only message for a delivery (``properties``: pika's BasicProperties)."""
+    ctype = properties.content_type or ""
+    headers = properties.headers or {}
+    msg: Message
+    if ctype == CODEC_TYPE:
+        msg = codec.decode(body)
+    else:
+        if ctype and _is_text(ctype):
+            try:
+                msg = TextMessage(body.decode(_charset(ctype)))
+            except (UnicodeDecodeError, LookupError):
+                msg = BytesMessage(body)
+        else:
+            msg = BytesMessage(body)
+        if ctype and ctype != BYTES_TYPE and not (isinstance(msg, TextMessage) and ctype == TEXT_TYPE):
+            msg.set_string_property(CONTENT_TYPE_PROPERTY, ctype)
+        kinds = _types(headers.get(TYPES_HEADER))
+        for name, value in headers.items():
+            if property_name_problem(name) is None:
+                _set_property(msg, name, kinds.get(name), value)
+        stamp = headers.get(TIMESTAMP_HEADER)
+        msg.timestamp = (stamp if isinstance(stamp, int) and not isinstance(stamp, bool)
+                         else _seconds(properties.timestamp) * 1000)
+        ttl = properties.expiration
+        msg.expiration = msg.timestamp + int(ttl) if ttl and ttl.isdigit() else 0
+        msg.priority = min(9, max(0, properties.priority if properties.priority is not None else 4))
+        msg.delivery_mode = (DeliveryMode.PERSISTENT if properties.delivery_mode == 2
+                             else DeliveryMode.NON_PERSISTENT)
+        msg.correlation_id = properties.correlation_id
+        msg.type = properties.type
+        msg.reply_to = reply_to_destination(properties.reply_to)
+    msg.message_id = properties.message_id
+    msg.destination = delivered_to(exchange, routing_key, fallback)
+    msg.redelivered = redelivered
+    msg.delivery_count = 2 if redelivered else 1
+    msg.set_read_only()
+    return msg
+
+
+def _types(text: Any) -> dict[str, PropertyType]:
+    """TYPES_HEADER: ``name=KIND,...`` -> {name: PropertyType}; unknown kinds are left out."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8", "replace")
+    if not isinstance(text, str):
+        return {}
+    kinds = {}
+    for item in text.split(","):
+        name, _, kind = item.partition("=")
+        if kind in PropertyType.__members__:
+            kinds[name] = PropertyType[kind]
+    return kinds
+
+
+def _set_property(msg: Message, name: str, kind: PropertyType | None, value: Any) -> None:
+    """One header as a property: typed as TYPES_HEADER says, else by its AMQP value."""
+    if isinstance(value, bytes):
+        value = value.decode("utf-8", "replace")
+    try:
+        if kind in (PropertyType.FLOAT, PropertyType.DOUBLE):
+            msg.set_typed_property(name, kind, float(value))
+            return
+        if kind is not None and not isinstance(value, bool) and isinstance(value, int):
+            msg.set_typed_property(name, kind, int(value))
+            return
+    except (ValueError, TypeError, JMSException):
+        pass  # not what the types header says: take the value as it is
+    if isinstance(value, bool):
+        msg.set_boolean_property(name, value)
+    elif isinstance(value, int):
+        if -(2**31) <= value < 2**31:
+            msg.set_int_property(name, int(value))
+        elif -(2**63) <= value < 2**63:
+            msg.set_long_property(name, int(value))
+    elif isinstance(value, float | decimal.Decimal):
+        msg.set_double_property(name, float(value))
+    elif isinstance(value, str):
+        msg.set_string_property(name, value)
+
+
+def _seconds(value: Any) -> int:
+    return value if isinstance(value, int) else 0

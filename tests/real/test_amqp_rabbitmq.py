@@ -1,0 +1,446 @@
+"""The AMQP 0-9-1 provider (imq.amqp, pika) against a real RabbitMQ node: the JMS mapping
+of headers, properties and bodies, the acknowledge modes, prefetch, publisher confirms
+(a refusal is the failure of the message refused), and JMS bridge links RabbitMQ ->
+RabbitMQ through it, in order, and through kill -9 of the bridge without losing a message."""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import pika
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bridgemgr.jms import naming
+from bridgemgr.jms.destination import Queue, Topic
+from bridgemgr.jms.errors import JMSException, TransportException
+from bridgemgr.jms.message import (
+    BytesMessage,
+    DeliveryMode,
+    MapMessage,
+    Message,
+    PropertyType,
+    StreamMessage,
+    TextMessage,
+)
+from bridgemgr.jms.spi import AckMode
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.jmsbridge.states import State
+from bridgemgr.providers.amqp import AmqpConnectionFactory
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def qname(prefix: str = "q") -> Queue:
+    return Queue(f"{prefix}.{uuid.uuid4().hex[:10]}")
+
+
+def factory(node, **options: str) -> AmqpConnectionFactory:
+    env = node.amqp_env()
+    if options:
+        env["java.naming.provider.url"] += "?" + "&".join(f"{k}={v}" for k, v in options.items())
+    found = naming.lookup("ConnectionFactory", env)
+    assert isinstance(found, AmqpConnectionFactory)
+    return found
+
+
+@pytest.fixture
+def conn(rabbitmq):
+    c = factory(rabbitmq).create_connection()
+    c.start()
+    yield c
+    c.close()
+
+
+def declare(node, name: str, **arguments) -> None:
+    with pika.BlockingConnection(pika.URLParameters(node.amqp_env()["java.naming.provider.url"])) as raw:
+        raw.channel().queue_declare(name, durable=True, arguments=arguments or None)
+
+
+# --- the mapping -------------------------------------------------------------------------------------
+
+def test_every_kind_and_header_round_trips(conn):
+    q = qname()
+    session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+    sent: list[Message] = [TextMessage("héllo"), TextMessage("nul\0inside"), BytesMessage(b"\0\xff"),
+                           MapMessage({"a": 1, "b": b"\x01"}), StreamMessage(["s", 2.5]), Message()]
+    first = sent[0]
+    first.correlation_id, first.type, first.reply_to = "c-1", "Order", Queue("replies")
+    sent[1].reply_to = Topic("news")
+    for name, ptype, value in [("b", PropertyType.BYTE, -3), ("s", PropertyType.SHORT, 300),
+                               ("i", PropertyType.INT, -70000), ("l", PropertyType.LONG, 1 << 40),
+                               ("f", PropertyType.FLOAT, 1.5), ("d", PropertyType.DOUBLE, math.pi),
+                               ("t", PropertyType.BOOLEAN, True), ("str", PropertyType.STRING, "x y")]:
+        first.set_typed_property(name, ptype, value)
+    producer = session.create_producer(q)
+    producer.send(first, priority=6, time_to_live=60_000)
+    for m in sent[1:]:
+        producer.send(m, delivery_mode=DeliveryMode.NON_PERSISTENT)
+    consumer = session.create_consumer(q)
+    got = [consumer.receive(5) for _ in sent]
+    session.acknowledge()
+    assert [type(m) for m in got] == [type(m) for m in sent]
+    assert [m.get_body() for m in got] == [m.get_body() for m in sent]
+    g = got[0]
+    assert list(g.typed_properties()) == list(first.typed_properties())
+    assert (g.correlation_id, g.type, g.reply_to, g.priority) == ("c-1", "Order", Queue("replies"), 6)
+    assert (g.message_id, g.timestamp, g.expiration) == (first.message_id, first.timestamp, first.expiration)
+    assert g.delivery_mode == DeliveryMode.PERSISTENT and g.destination == q and not g.redelivered
+    assert got[1].reply_to == Topic("news") and got[1].delivery_mode == DeliveryMode.NON_PERSISTENT
+    assert got[1].expiration == 0
+
+
+PROPERTY_VALUES = {
+    PropertyType.BOOLEAN: st.booleans(),
+    PropertyType.BYTE: st.integers(-(2**7), 2**7 - 1),
+    PropertyType.SHORT: st.integers(-(2**15), 2**15 - 1),
+    PropertyType.INT: st.integers(-(2**31), 2**31 - 1),
+    PropertyType.LONG: st.integers(-(2**63), 2**63 - 1),
+    PropertyType.FLOAT: st.floats(width=32, allow_nan=False),
+    PropertyType.DOUBLE: st.floats(allow_nan=False),
+    PropertyType.STRING: st.text(max_size=40),
+}
+property_entries = st.sampled_from(list(PROPERTY_VALUES)).flatmap(
+    lambda t: st.tuples(st.just(t), PROPERTY_VALUES[t]))
+names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
+    lambda n: not n.startswith(("JMS", "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN",
+                                "LIKE", "IN", "IS", "ESCAPE")) and n.upper() not in (
+        "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"))
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(props=st.dictionaries(names, property_entries, max_size=6),
+       body=st.one_of(st.text(max_size=300), st.binary(max_size=300)))
+def test_properties_and_bodies_round_trip(conn, props, body):
+    q = qname("hyp")
+    session = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+    try:
+        message = TextMessage(body) if isinstance(body, str) else BytesMessage(body)
+        for name, (ptype, value) in props.items():
+            message.set_typed_property(name, ptype, value)
+        session.create_producer(q).send(message)
+        got = session.create_consumer(q).receive(5)
+        assert got is not None and type(got) is type(message) and got.get_body() == body
+        assert sorted(got.typed_properties()) == sorted(message.typed_properties())
+    finally:
+        session.close()
+
+
+def test_headers_of_another_amqp_client_become_properties(rabbitmq, conn):
+    q = qname("raw")
+    declare(rabbitmq, q.name)
+    with pika.BlockingConnection(pika.URLParameters(rabbitmq.amqp_env()["java.naming.provider.url"])) as raw:
+        raw.channel().basic_publish("", q.name, b'{"a": 1}', pika.BasicProperties(
+            content_type="application/json", headers={"small": 5, "big": 1 << 40, "name": "n", "x-skip": 1},
+            timestamp=1_700_000_000, delivery_mode=2))
+    got = conn.create_session().create_consumer(q).receive(5)
+    assert isinstance(got, TextMessage) and got.text == '{"a": 1}'
+    assert got.get_property_type("small") is PropertyType.INT and got.get_int_property("small") == 5
+    assert got.get_property_type("big") is PropertyType.LONG and got.get_string_property("name") == "n"
+    assert got.get_string_property("JMS_AMQP_CONTENT_TYPE") == "application/json"
+    assert "x-skip" not in got.property_names and got.timestamp == 1_700_000_000_000
+
+
+# --- acknowledgement and prefetch -----------------------------------------------------------------
+
+def fill(conn, q: Queue, n: int) -> None:
+    session = conn.create_session()
+    producer = session.create_producer(q)
+    for i in range(n):
+        producer.send(TextMessage(str(i)))
+    session.close()
+
+
+def test_client_acknowledge_and_recover(conn):
+    q = qname("client")
+    fill(conn, q, 50)
+    session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+    consumer = session.create_consumer(q)
+    first = [consumer.receive(5) for _ in range(30)]
+    assert [m.text for m in first] == [str(i) for i in range(30)]
+    session.recover()
+    again = [consumer.receive(5) for _ in range(50)]
+    assert [m.text for m in again] == [str(i) for i in range(50)]
+    assert all(m.redelivered for m in again[:30])
+    again[10].acknowledge()  # CLIENT: acknowledges every message delivered so far
+    session.recover()
+    assert consumer.receive(0.5) is None
+
+
+def test_individual_acknowledge_acks_that_message_only(conn):
+    q = qname("individual")
+    fill(conn, q, 3)
+    session = conn.create_session(False, AckMode.INDIVIDUAL_ACKNOWLEDGE)
+    consumer = session.create_consumer(q)
+    got = [consumer.receive(5) for _ in range(3)]
+    got[1].acknowledge()
+    session.recover()
+    assert sorted(consumer.receive(5).text for _ in range(2)) == ["0", "2"]
+    assert consumer.receive(0.3) is None
+
+
+def test_auto_acknowledge_and_a_closed_consumer_gives_back_its_prefetch(conn):
+    q = qname("auto")
+    fill(conn, q, 20)
+    session = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+    consumer = session.create_consumer(q)
+    assert [consumer.receive(5).text for _ in range(5)] == ["0", "1", "2", "3", "4"]
+    consumer.close()  # 15 prefetched, never handed over: they go back
+    rest = session.create_consumer(q)
+    assert [rest.receive(5).text for _ in range(15)] == [str(i) for i in range(5, 20)]
+    assert rest.receive(0.3) is None
+
+
+def test_prefetch_limits_what_is_delivered_before_an_ack(rabbitmq):
+    q = qname("prefetch")
+    with factory(rabbitmq, prefetch="5").create_connection() as c:
+        c.start()
+        fill(c, q, 12)
+        session = c.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+        consumer = session.create_consumer(q)
+        assert [consumer.receive(5).text for _ in range(5)] == ["0", "1", "2", "3", "4"]
+        assert consumer.receive(0.5) is None  # five unacknowledged: the broker waits
+        session.acknowledge()
+        assert consumer.receive(5).text == "5"
+
+
+def test_transacted_session_commits_and_rolls_back(conn):
+    q = qname("tx")
+    session = conn.create_session(True)
+    producer = session.create_producer(q)
+    producer.send(TextMessage("gone"))
+    session.rollback()
+    producer.send(TextMessage("kept"))
+    session.commit()
+    consumer = session.create_consumer(q)
+    assert consumer.receive(5).text == "kept"
+    session.rollback()
+    again = consumer.receive(5)
+    assert again.text == "kept" and again.redelivered
+    session.commit()
+    assert consumer.receive(0.3) is None
+
+
+# --- publisher confirms ---------------------------------------------------------------------------
+
+def test_a_nack_is_the_failure_of_the_message_refused(rabbitmq, conn):
+    q = qname("full")
+    declare(rabbitmq, q.name, **{"x-max-length": 3, "x-overflow": "reject-publish"})
+    producer = conn.create_session().create_producer(q)
+    producer.confirm_sends = True
+    sent = []
+    for i in range(3):
+        m = TextMessage(str(i))
+        producer.send(m, delivery_mode=DeliveryMode.NON_PERSISTENT)
+        sent.append(m)
+    refused = TextMessage("3")
+    with pytest.raises(JMSException, match=r"basic\.nack") as failure:
+        producer.send(refused, delivery_mode=DeliveryMode.NON_PERSISTENT)
+    assert refused.message_id in str(failure.value)
+
+
+def test_pipelined_confirms_complete_in_order_each_for_its_message(rabbitmq, conn):
+    q = qname("window")
+    declare(rabbitmq, q.name, **{"x-max-length": 40, "x-overflow": "reject-publish"})
+    producer = conn.create_session().create_producer(q)
+    messages = [TextMessage(str(i)) for i in range(60)]
+    futures = [producer.publish(m) for m in messages]
+    outcomes = [f.exception(10) for f in futures]
+    assert all(e is None for e in outcomes[:40])
+    assert all(isinstance(e, JMSException) and m.message_id in str(e)
+               for e, m in zip(outcomes[40:], messages[40:]))
+    more = producer.publish(TextMessage("more"))
+    producer.flush()
+    assert isinstance(more.exception(0), JMSException)
+
+
+class Recorder:
+    def __init__(self):
+        self.outcomes = []
+
+    def on_completion(self, message):
+        self.outcomes.append((message.text, None))
+
+    def on_exception(self, message, exception):
+        self.outcomes.append((message.text, exception))
+
+
+def test_send_async_tells_each_listener_its_own_outcome_in_order(rabbitmq, conn):
+    q = qname("async")
+    declare(rabbitmq, q.name, **{"x-max-length": 5, "x-overflow": "reject-publish"})
+    producer = conn.create_session().create_producer(q)
+    recorder = Recorder()
+    messages = [TextMessage(str(i)) for i in range(8)]
+    for m in messages:
+        producer.send_async(m, recorder)
+    producer.flush()
+    assert [text for text, _ in recorder.outcomes] == [str(i) for i in range(8)]
+    assert [e is None for _, e in recorder.outcomes] == [True] * 5 + [False] * 3
+    assert all(m.message_id in str(e) for m, (_, e) in zip(messages[5:], recorder.outcomes[5:]))
+
+
+def test_an_unroutable_send_is_returned_as_that_messages_failure(rabbitmq):
+    with factory(rabbitmq, **{"declare-queues": "false"}).create_connection() as c:
+        producer = c.create_session().create_producer(qname("missing"))
+        m = TextMessage("x")
+        with pytest.raises(JMSException, match="NO_ROUTE") as failure:
+            producer.send(m)
+        assert m.message_id in str(failure.value)
+        producer.send(TextMessage("to a topic nobody hears"), Topic("nobody"))  # not a failure
+
+
+def test_a_connection_the_broker_closes_fails_the_waiting_receive_and_tells_the_listener(rabbitmq):
+    c = factory(rabbitmq).create_connection()
+    heard = []
+    c.set_exception_listener(heard.append)
+    c.start()
+    consumer = c.create_session().create_consumer(qname("lost"))
+    rabbitmq.ctl("close_all_connections", "test: going away")
+    with pytest.raises(TransportException, match="going away"):
+        consumer.receive(30)
+    assert len(heard) == 1 and isinstance(heard[0], TransportException)
+    c.close()
+
+
+# --- bridge links through the provider ----------------------------------------------------------------
+
+def link_xml(env: dict[str, str], src: str, dst: str) -> bytes:
+    props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
+    return f"""<jmsbridge name="amqp">
+      <link name="move" transacted="false"><source connection-factory-ref="rmq" destination-ref="src"/>
+        <target connection-factory-ref="rmq" destination-ref="dst"/></link>
+      <connection-factory ref-name="rmq" lookup-name="ConnectionFactory"
+        connect-attempt-interval-in-seconds="1">{props}</connection-factory>
+      <connection-factory ref-name="host"/>
+      <destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>
+    </jmsbridge>""".encode()
+
+
+def drain(conn, q: Queue, quiet: float = 2.0) -> list[str]:
+    session = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+    consumer = session.create_consumer(q)
+    got = []
+    while (m := consumer.receive(quiet)) is not None:
+        got.append(m.text)
+    session.close()
+    return got
+
+
+def test_a_bridge_link_moves_rabbitmq_to_rabbitmq_in_order(rabbitmq, conn, tmp_path):
+    src, dst, n = qname("bsrc"), qname("bdst"), 2000
+    fill(conn, src, n)
+    host = Broker(tmp_path / "host")
+    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    try:
+        assert bridge.start() is State.STARTED
+        counters = bridge.links[0].counters
+        deadline = time.monotonic() + 120
+        while counters.transferred < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counters.transferred == n and counters.to_dmq == 0
+    finally:
+        bridge.stop()
+        host.close()
+    assert drain(conn, dst) == [str(i) for i in range(n)]
+    assert drain(conn, src, 0.3) == []
+
+
+def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq, conn, tmp_path):
+    src, dst = qname("rsrc"), qname("rdst")
+    declare(rabbitmq, dst.name, **{"x-max-length": 6, "x-overflow": "reject-publish"})
+    fill(conn, src, 10)
+    host = Broker(tmp_path / "host")
+    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    try:
+        assert bridge.start() is State.STARTED
+        counters = bridge.links[0].counters
+        deadline = time.monotonic() + 60
+        while counters.transferred + counters.to_dmq < 10 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert (counters.transferred, counters.to_dmq) == (6, 4)
+        dead = EmbeddedConnectionFactory(host).create_connection()
+        dead.start()
+        consumer = dead.create_session().create_consumer(Queue("imq.bridge.jms.dmq"))
+        refused = [consumer.receive(5) for _ in range(4)]
+        assert [m.get_body().text for m in refused] == ["6", "7", "8", "9"]
+        assert all("basic.nack" in m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+                   for m in refused)
+        dead.close()
+    finally:
+        bridge.stop()
+        host.close()
+    assert drain(conn, dst) == [str(i) for i in range(6)]
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+host = Broker(Path(sys.argv[2]))
+bridge = JMSBridge(parse_bridge_config(Path(sys.argv[1]).read_bytes(), "amqp.xml"),
+                   host_factory=lambda env: EmbeddedConnectionFactory(host))
+bridge.start()
+print("ready", flush=True)
+while True:
+    time.sleep(1)
+"""
+
+
+def test_kill_9_of_the_bridge_mid_transfer_loses_nothing(rabbitmq, conn, tmp_path):
+    src, dst, n = qname("ksrc"), qname("kdst"), 3000
+    fill(conn, src, n)
+    xml = tmp_path / "amqp.xml"
+    xml.write_bytes(link_xml(rabbitmq.amqp_env(), src.name, dst.name))
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    kills = 0
+    for round_ in range(6):
+        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(xml), str(tmp_path / f"host{round_}")],
+                                stdout=subprocess.PIPE, text=True, env=env)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        time.sleep(0.4 + 0.2 * round_)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        kills += 1
+        if rabbitmq_depth(rabbitmq, src.name) == 0:
+            break
+    # a last run, not killed, moves the rest
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(xml), str(tmp_path / "hostlast")],
+                            stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while rabbitmq_depth(rabbitmq, src.name) > 0 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        time.sleep(1)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    got = drain(conn, dst)
+    assert kills >= 2
+    assert set(got) == {str(i) for i in range(n)}  # nothing lost (duplicates may be)
+    first_seen = list(dict.fromkeys(got))
+    assert first_seen == [str(i) for i in range(n)]  # and in order
+
+
+def rabbitmq_depth(node, queue: str) -> int:
+    """Ready plus unacknowledged messages of ``queue``."""
+    out = node.ctl("list_queues", "-q", "--no-table-headers", "name", "messages")
+    for line in out.splitlines():
+        name, _, count = line.strip().partition("\t")
+        if name == queue:
+            return int(count)
+    return 0
