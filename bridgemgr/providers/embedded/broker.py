@@ -13,6 +13,11 @@ ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepa
 branch is written to the store and survives a crash: at open it comes back with its
 sends held back and the messages it consumed locked until ``commit`` or ``rollback``.
 
+Memory: a destination or durable subscription keeps a window of its waiting messages in
+memory (``memory_window``, imq.destination.memory.window); persistent messages beyond it
+stay only in the store and are paged back in seq order (queues.py, "Paging"). Opening the
+store reads per-destination counts, not messages.
+
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations live in memory only. The broker's
 own dead message queue is the queue ``mq.sys.dmq``.
@@ -25,7 +30,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from enum import Enum
 from pathlib import Path
@@ -46,7 +51,7 @@ from ...jms.errors import (
 from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
-from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue
+from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue
 from .reserve import Reservations
 from .store import Database, Store
 
@@ -124,9 +129,13 @@ class Broker:
                  instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
                  authenticator: Authenticator | None = None,
-                 database: Database | None = None) -> None:
+                 database: Database | None = None, memory_window: int = WINDOW) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
-        (pgstore.PostgresDatabase for imq.persist.store=jdbc)."""
+        (pgstore.PostgresDatabase for imq.persist.store=jdbc). ``memory_window``: waiting
+        messages a destination keeps in memory; persistent ones beyond wait in the store."""
+        if memory_window < 1:
+            raise ValueError(f"memory window {memory_window}: must be at least 1")
+        self.memory_window = memory_window
         self.instance_name = instance_name
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.default_limits = limits
@@ -157,6 +166,8 @@ class Broker:
 
     # --- opening: rebuild state from the store -------------------------------------
     def _recover(self) -> None:
+        """Rebuild from the store: every stored message starts paged out (counted, not
+        read); the first consumer of a destination pages in its first window."""
         assert self.store is not None
         rec = self.store.load()
         self._seq = itertools.count(rec.max_seq + 1)
@@ -167,20 +178,25 @@ class Broker:
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
         xids = {xid: Xid.parse(xid) for xid in rec.prepared}
         branches = {xid: Work(xids[xid], WorkState.PREPARED) for xid in rec.prepared}
-        for seq, qkey, dcount, blob in rec.messages:
+        for qkey, count in rec.backlogs.items():
             mq = self._queue_for_key(qkey)
             if mq is None:
-                log.warning("store: dropping message %d of unknown destination %r", seq, qkey)
-                self.store.remove(seq)
+                log.warning("store: dropping %d messages of unknown destination %r", count, qkey)
+                self.store.op("purge", qkey, rec.max_seq + 1)
+                continue
+            mq.count += count
+            mq.paged += count
+            if mq.limits.counts_bytes:
+                mq.bytes += self.store.queue_bytes(qkey)
+        for seq, qkey, dcount, blob in rec.locked:  # held by a prepared branch: in memory
+            mq = self._queue_for_key(qkey)
+            if mq is None:
                 continue
             env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
-            mq.admit(env)
-            owner = locked.get(seq)
-            if owner is None:
-                mq.push(env)
-            else:
-                env.owner = branches[owner]
-                branches[owner].acks.append(env)
+            mq.paged -= 1
+            mq.skip.add(seq)
+            env.owner = branches[locked[seq]]
+            branches[locked[seq]].acks.append(env)
         for xid, br in rec.prepared.items():
             work = branches[xid]
             for seq, qkey, blob in br.sends:
@@ -190,9 +206,28 @@ class Broker:
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
             self.branches[xids[xid]] = work
-        if rec.messages or rec.prepared:
+        if rec.backlogs or rec.prepared:
             log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
-                     self.store.path, len(rec.messages), len(rec.subscriptions), len(rec.prepared))
+                     self.store.path, sum(rec.backlogs.values()), len(rec.subscriptions),
+                     len(rec.prepared))
+
+    def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
+        """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
+        assert self.store is not None  # only stored queues page
+        rows = self.store.page(mq.key, after, limit)
+        if not rows:
+            return [], None
+        skip = mq.skip
+        envs = [Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
+                for seq, dcount, blob in rows if seq not in skip]
+        return envs, rows[-1][0]
+
+    def _pages(self, mq: MessageQueue) -> MessageQueue:
+        """``mq`` paged beyond the memory window, when there is a store."""
+        if self.store is not None and mq.durable:
+            mq.pager = self
+            mq.window = self.memory_window
+        return mq
 
     def _queue_for_key(self, qkey: str, create: bool = True) -> MessageQueue | None:
         kind, _, rest = qkey.partition(":")
@@ -214,7 +249,7 @@ class Broker:
             if not (create or self.autocreate_queue):
                 raise InvalidDestinationException(f"queue {name!r} does not exist and auto-create is off")
             key = f"q:{name}"
-            mq = MessageQueue(key, Queue(name), durable=True, limits=self._limits(key))
+            mq = self._pages(MessageQueue(key, Queue(name), durable=True, limits=self._limits(key)))
             self.queues[name] = mq
         return mq
 
@@ -566,7 +601,9 @@ class Broker:
         else:
             log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason)
 
-    def browse(self, queue: Queue, selector: Selector | None) -> list[Message]:
+    def browse(self, queue: Queue, selector: Selector | None) -> Iterator[Message]:
+        """The queue's waiting messages: those in memory (a snapshot taken now), then
+        the paged-out ones, read a chunk at a time as the caller iterates."""
         with self.lock:
             if queue.is_temporary:
                 mq = self.temporary.get(queue.name)
@@ -575,16 +612,26 @@ class Broker:
             else:
                 mq = self._queue(queue.name)
             now = now_ms()
-            out = []
-            for env in mq.browse():
-                if env.expired(now) or (selector is not None and not selector.matches(env.message)):
-                    continue
-                msg = env.message.copy()
-                msg.delivery_count = env.dcount
-                msg.redelivered = env.dcount > 0
-                msg.set_read_only()
-                out.append(msg)
-            return out
+            window = [_browsed(env) for env in mq.browse()
+                      if not env.expired(now) and (selector is None or selector.matches(env.message))]
+            after = mq.high
+        return self._browse(mq, selector, window, after)
+
+    def _browse(self, mq: MessageQueue, selector: Selector | None, window: list[Message],
+                after: int) -> Iterator[Message]:
+        yield from window
+        while True:
+            with self.lock:
+                if mq.deleted or self.closed:
+                    return
+                envs, last = mq.browse_paged(after, mq.window)
+                now = now_ms()
+                chunk = [_browsed(env) for env in envs if not env.expired(now)
+                         and (selector is None or selector.matches(env.message))]
+            if last is None:
+                return
+            after = last
+            yield from chunk
 
     # --- consumers and subscriptions -------------------------------------------------------------
     def queue_for_consumer(self, consumer: Any, dest: Destination, selector: str | None,
@@ -641,10 +688,11 @@ class Broker:
     def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
                            no_local: bool, persist: bool, compiled: Selector | None = None) -> Subscription:
         key = f"d:{client_id}\0{name}"
-        mq = MessageQueue(key, topic, durable=True,
-                          limits=self.configured.get(f"t:{topic.name}", self.default_limits),
-                          selector=compiled if compiled is not None else compile_selector(selector),
-                          no_local=no_local, topic=topic)
+        mq = self._pages(MessageQueue(
+            key, topic, durable=True,
+            limits=self.configured.get(f"t:{topic.name}", self.default_limits),
+            selector=compiled if compiled is not None else compile_selector(selector),
+            no_local=no_local, topic=topic))
         sub = Subscription(client_id, name, topic, selector, no_local, mq)
         self.durable[(client_id, name)] = sub
         self.topics.setdefault(topic.name, []).append(mq)
@@ -957,6 +1005,15 @@ def _same_origin(sub: MessageQueue, sender: Any) -> bool:
         return sub.owner is sender
     client_id = getattr(sender, "client_id_value", None)
     return client_id is not None and sub.key.startswith(f"d:{client_id}\0")
+
+
+def _browsed(env: Envelope) -> Message:
+    """A browser's read-only copy of a waiting message."""
+    msg = env.message.copy()
+    msg.delivery_count = env.dcount
+    msg.redelivered = env.dcount > 0
+    msg.set_read_only()
+    return msg
 
 
 def _owned(mq: MessageQueue, broker: Broker) -> list[Envelope]:

@@ -56,7 +56,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -256,7 +256,7 @@ class ClientConnection:
         self.paused = False               # the socket takes nothing more for now
         self.sessions: dict[int, RemoteSession] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
-        self.browsers: dict[int, list[Message]] = {}
+        self.browsers: dict[int, Iterator[Message]] = {}  # read as the client asks
         self._authenticate = authenticate
         self._access = access.get(SERVICE) if access is not None else None
         self._wire = wire.Wire(wire.Role.SERVER, max_frame)
@@ -700,13 +700,18 @@ class ClientConnection:
             raise IllegalStateException(f"browser {bid} is closed")
         page: list[bytes] = []
         size = 0
-        while messages and len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
-            blob = codec.encode(messages.pop(0))
+        done = False
+        while len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
+            message = next(messages, None)
+            if message is None:
+                done = True
+                break
+            blob = codec.encode(message)
             page.append(blob)
             size += len(blob)
-        if not messages:
+        if done:
             del self.browsers[bid]
-        return [page, not messages]
+        return [page, done]
 
     def _browse_close(self, bid: int) -> None:
         self.browsers.pop(bid, None)

@@ -75,7 +75,8 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
     return EmbeddedHostBroker(Broker(
         None if database else props.instance_dir / "store", database=database, sync=sync,
         instance_name=props.get("imq.instancename"),
-        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits),
+        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
+        memory_window=props.get("imq.destination.memory.window")),
         access)
 
 

@@ -26,6 +26,13 @@ The group commit above is the same for both.
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
 delivery-count updates, then deletes. A seq is never reused.
+
+Paging: the broker keeps only a window of each destination's messages in memory; the
+rest it reads back with ``page`` (rows of one destination after a seq, in seq order,
+through the index msgs(qkey, seq)). ``page`` first writes everything pending, so a
+message the broker dropped from memory right after recording it is found. Opening reads
+per-destination counts (``Recovered.backlogs``), not the messages, so start-up time does
+not grow with the backlog; only rows an XA branch prepared to consume are read whole.
 """
 
 from __future__ import annotations
@@ -59,6 +66,7 @@ CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq INTEGER NOT NULL, qkey TEXT NOT NULL,
                                     blob BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS msgs_qkey ON msgs(qkey, seq);
 CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid);
 CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 """
@@ -104,7 +112,8 @@ class _Claim:
 class Recovered:
     """What a store holds at open: everything the broker rebuilds its state from."""
 
-    messages: list[tuple[int, str, int, bytes]]       # (seq, qkey, dcount, blob) by seq
+    backlogs: dict[str, int]                          # qkey -> stored messages (read lazily)
+    locked: list[tuple[int, str, int, bytes]]         # (seq, qkey, dcount, blob) a prepared XA branch consumed
     subscriptions: list[tuple[str, str, str, str | None, bool]]
     destinations: dict[str, dict[str, Any]]
     prepared: dict[str, PreparedBranch]
@@ -117,6 +126,14 @@ class Database:
     where: str = ""
 
     def load(self) -> Recovered:
+        raise NotImplementedError
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """Up to ``limit`` (seq, dcount, blob) of ``qkey`` with seq > ``after``, by seq."""
+        raise NotImplementedError
+
+    def queue_bytes(self, qkey: str) -> int:
+        """Bytes of ``qkey``'s stored messages (a destination with a byte limit, at open)."""
         raise NotImplementedError
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
@@ -156,11 +173,25 @@ class SQLiteDatabase(Database):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
         self._db = db
+        # Paging reads on a connection of their own: WAL lets them run beside the writer.
+        self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
 
     def load(self) -> Recovered:
         try:
             return recovered(self._db.execute)
         except (sqlite3.Error, ValueError) as exc:
+            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        try:
+            return self._reader.execute(PAGE_SQL, (qkey, after, limit)).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+
+    def queue_bytes(self, qkey: str) -> int:
+        try:
+            return int(self._reader.execute(BYTES_SQL, (qkey,)).fetchone()[0])
+        except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
@@ -176,13 +207,22 @@ class SQLiteDatabase(Database):
             raise
 
     def close(self) -> None:
+        self._reader.close()
         self._db.close()
 
 
+PAGE_SQL = "SELECT seq, dcount, blob FROM msgs WHERE qkey = ? AND seq > ? ORDER BY seq LIMIT ?"
+BYTES_SQL = "SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM msgs WHERE qkey = ?"
+
+
 def recovered(execute: Callable[..., Any]) -> Recovered:
-    """Everything a store holds, read through a DB-API ``execute`` returning a cursor."""
-    messages = [(seq, q, d, bytes(b)) for seq, q, d, b in
-                execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()]
+    """What a store holds, read through a DB-API ``execute`` returning a cursor: counts of
+    waiting messages (an index scan), not the messages themselves."""
+    backlogs = {q: int(n) for q, n in
+                execute("SELECT qkey, COUNT(*) FROM msgs GROUP BY qkey").fetchall()}
+    locked = [(seq, q, d, bytes(b)) for seq, q, d, b in execute(
+        "SELECT m.seq, m.qkey, m.dcount, m.blob FROM msgs m JOIN xa_acks a ON a.seq = m.seq "
+        "ORDER BY m.seq").fetchall()]
     subs = [(c, n, t, s, bool(nl)) for c, n, t, s, nl in
             execute("SELECT client_id, name, topic, selector, no_local FROM subs").fetchall()]
     dests = {k: json.loads(v) for k, v in execute("SELECT qkey, config FROM dests").fetchall()}
@@ -196,7 +236,7 @@ def recovered(execute: Callable[..., Any]) -> Recovered:
         prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
     max_seq = max(execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
                   execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0])
-    return Recovered(messages, subs, dests, prepared, max_seq)
+    return Recovered(backlogs, locked, subs, dests, prepared, max_seq)
 
 
 def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
@@ -264,10 +304,20 @@ class Store:
 
     # --- open -----------------------------------------------------------------
     def load(self) -> Recovered:
-        """Read everything, then start the writer. Call once, before any change."""
+        """Read what the broker rebuilds from, then start the writer. Call once, before
+        any change."""
         rec = self.database.load()
         self._writer.start()
         return rec
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """Up to ``limit`` (seq, dcount, blob) of ``qkey`` after seq ``after``, in seq
+        order, once everything recorded so far is written (see the module comment)."""
+        self.flush()
+        return self.database.page(qkey, after, limit)
+
+    def queue_bytes(self, qkey: str) -> int:
+        return self.database.queue_bytes(qkey)
 
     # --- recording changes (callers may hold the broker lock) -------------------
     def _check(self) -> None:
