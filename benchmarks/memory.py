@@ -57,6 +57,15 @@ class Serve:
         with open(log, "w") as out:
             self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
                                          stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            self.port = self._wait(log)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def _wait(self, log: Path) -> int:
+        """The STOMP port, once the bridge started."""
         address = None
         while True:
             text = log.read_text()
@@ -65,12 +74,11 @@ class Serve:
             if address and re.search(r"^bridge stomp \(\w+\): STARTED$", text, re.M):
                 break
             if self.proc.poll() is not None or time.monotonic() - self.started > 600:
-                self.proc.kill()
                 raise RuntimeError("serve did not come up:\n" + text)
             time.sleep(0.02)
         from bridgemgr.admin.portmapper import find_service
 
-        self.port = find_service(address[0], address[1], ("stomp",)).port
+        return find_service(address[0], address[1], ("stomp",)).port
 
     def stop(self) -> None:
         self.proc.terminate()

@@ -5,6 +5,8 @@ the boundary many times."""
 
 from __future__ import annotations
 
+import sqlite3
+import stat
 import time
 
 import pytest
@@ -233,6 +235,83 @@ def test_the_window_is_a_broker_property(tmp_path):
         host.broker.close()
 
 
+def test_a_flood_waits_for_the_store_instead_of_piling_up_in_memory(tmp_path, monkeypatch):
+    from bridgemgr.providers.embedded import store as store_module
+
+    monkeypatch.setattr(store_module, "BEHIND", 64 << 10)
+    broker = Broker(tmp_path / "s")
+    producer = started(broker).create_session().create_producer(Q)
+    most = 0
+    for _ in range(5000):
+        producer.send(TextMessage("x" * 1024))
+        most = max(most, len(broker.store._inserts))
+    assert most <= 64 + 2
+    assert broker.destinations()[f"queue:{Q.name}"]["pending"] == 5000
+    broker.close()
+
+
+# --- non-persistent messages: the swap file ------------------------------------------------
+
+def swapped(broker: Broker) -> int:
+    assert broker.swap is not None
+    with sqlite3.connect(broker.swap.path) as db:
+        return db.execute("SELECT COUNT(*) FROM swapped").fetchone()[0]
+
+
+NP = DeliveryMode.NON_PERSISTENT
+
+
+def test_non_persistent_messages_beyond_the_window_go_to_a_private_swap_file(tmp_path):
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    conn = started(broker)
+    put(conn, 30, delivery_mode=NP)
+    put(conn, 10, start=30)  # persistent ones behind them, in the store
+    put(conn, 10, start=40, delivery_mode=NP)
+    assert in_memory(broker) == WINDOW and swapped(broker) == 35
+    assert stat.S_IMODE(broker.swap.path.stat().st_mode) == 0o600
+    assert broker.destinations()[f"queue:{Q.name}"]["pending"] == 50
+    session = conn.create_session()
+    assert session.create_consumer(Q, "n = 45").receive(1).text == "45"
+    assert drain(session.create_consumer(Q)) == [str(i) for i in range(50) if i != 45]
+    assert swapped(broker) == 0
+    broker.close()
+
+
+def test_the_swap_file_is_emptied_at_start(tmp_path):
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    conn = started(broker)
+    put(conn, 20, delivery_mode=NP)
+    put(conn, 3, start=20)
+    broker.store.flush()
+    swap = broker.swap.path
+    broker.swap._db.close()  # a crash: nothing cleans up
+    broker.swap = None
+    broker.close()
+    assert swap.exists()
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    assert swapped(broker) == 0
+    assert drain(started(broker).create_session().create_consumer(Q)) == ["20", "21", "22"]
+    broker.close()
+    assert not swap.exists()
+
+
+def test_topic_subscribers_and_temporary_queues_swap_too(tmp_path):
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    conn = started(broker)
+    session = conn.create_session()
+    topic = Topic("ticks")
+    subscriber = session.create_consumer(topic)
+    temp = session.create_temporary_queue()
+    put(conn, 20, dest=topic, delivery_mode=NP)
+    put(conn, 20, dest=temp, delivery_mode=NP)
+    assert swapped(broker) == 30
+    assert drain(subscriber) == [str(i) for i in range(20)]
+    subscriber.close()
+    assert drain(session.create_consumer(temp), 0.05)[:3] == ["0", "1", "2"]
+    assert swapped(broker) == 0
+    broker.close()
+
+
 # --- a model: random sends, receives, rollbacks, recovers and restarts --------------------
 
 OPS = st.lists(st.one_of(
@@ -242,6 +321,7 @@ OPS = st.lists(st.one_of(
 ), max_size=30)
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(ops=OPS, window=st.integers(1, 4))
 def test_random_traffic_matches_a_simple_model(tmp_path_factory, ops, window):

@@ -13,10 +13,11 @@ ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepa
 branch is written to the store and survives a crash: at open it comes back with its
 sends held back and the messages it consumed locked until ``commit`` or ``rollback``.
 
-Memory: a destination or durable subscription keeps a window of its waiting messages in
-memory (``memory_window``, imq.destination.memory.window); persistent messages beyond it
-stay only in the store and are paged back in seq order (queues.py, "Paging"). Opening the
-store reads per-destination counts, not messages.
+Memory: a destination or subscription keeps a window of its waiting messages in memory
+(``memory_window``, imq.destination.memory.window); persistent messages beyond it stay
+only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
+back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
+not messages.
 
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations live in memory only. The broker's
@@ -54,6 +55,7 @@ from ...jms.xa import Xid
 from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue
 from .reserve import Reservations
 from .store import Database, Store
+from .swap import Swap
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
 
@@ -129,10 +131,13 @@ class Broker:
                  instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
                  authenticator: Authenticator | None = None,
-                 database: Database | None = None, memory_window: int = WINDOW) -> None:
+                 database: Database | None = None, memory_window: int = WINDOW,
+                 swap_dir: str | Path | None = None) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
         (pgstore.PostgresDatabase for imq.persist.store=jdbc). ``memory_window``: waiting
-        messages a destination keeps in memory; persistent ones beyond wait in the store."""
+        messages a destination keeps in memory; persistent ones beyond wait in the store,
+        non-persistent ones in swap.db under ``swap_dir`` (default ``data_dir``; with
+        neither, they stay in memory)."""
         if memory_window < 1:
             raise ValueError(f"memory window {memory_window}: must be at least 1")
         self.memory_window = memory_window
@@ -159,6 +164,8 @@ class Broker:
         self.configured: dict[str, DestinationLimits] = {}
         self.store = (Store(self.data_dir, sync=sync, database=database)
                       if self.data_dir is not None or database is not None else None)
+        swap_dir = swap_dir if swap_dir is not None else self.data_dir
+        self.swap = Swap(swap_dir) if swap_dir is not None else None
         self._seq = itertools.count(1)
         if self.store is not None:
             self._recover()
@@ -213,18 +220,53 @@ class Broker:
 
     def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
         """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
-        assert self.store is not None  # only stored queues page
-        rows = self.store.page(mq.key, after, limit)
+        rows: list[tuple[int, int, bytes | None, bytes | None]] = []  # seq, dcount, stored, swapped
+        if self.store is not None and mq.durable:
+            rows = [(seq, dcount, blob, None) for seq, dcount, blob in self.store.page(mq.key, after, limit)]
+        if self.swap is not None:
+            spilled = self.swap.page(mq.key, after, limit)
+            if spilled:
+                rows = sorted(rows + [(seq, 0, None, blob) for seq, blob in spilled])[:limit]
         if not rows:
             return [], None
         skip = mq.skip
-        envs = [Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
-                for seq, dcount, blob in rows if seq not in skip]
+        envs = []
+        for seq, dcount, stored, swapped in rows:
+            if stored is not None and seq not in skip:
+                envs.append(Envelope(seq, mq, codec.decode(stored), True, self._size(mq, stored), dcount))
+            elif swapped is not None:
+                envs.append(Envelope(seq, mq, codec.decode(swapped), False, self._size(mq, swapped)))
         return envs, rows[-1][0]
 
+    def page_out(self, env: Envelope) -> bool:
+        """(queues.Pager) A stored message is in the store already; a non-persistent one
+        goes to the swap file, or stays in memory when there is none or it failed."""
+        if env.stored:
+            return True
+        if self.swap is None:
+            return False
+        try:
+            self.swap.put(env.seq, env.queue.key, env.wire or codec.encode(env.message))
+        except JMSException as exc:
+            log.warning("%s: keeping a message in memory: %s", env.queue.destination, exc)
+            return False
+        return True
+
+    def paged_in(self, envs: list[Envelope]) -> None:
+        """(queues.Pager)"""
+        if self.swap is not None:
+            swapped = [env.seq for env in envs if not env.stored]
+            if swapped:
+                self.swap.forget(swapped)
+
+    def drop(self, mq: MessageQueue) -> None:
+        """(queues.Pager)"""
+        if self.swap is not None:
+            self.swap.drop(mq.key)
+
     def _pages(self, mq: MessageQueue) -> MessageQueue:
-        """``mq`` paged beyond the memory window, when there is a store."""
-        if self.store is not None and mq.durable:
+        """``mq`` paged beyond the memory window, when there is a store or a swap file."""
+        if (self.store is not None and mq.durable) or self.swap is not None:
             mq.pager = self
             mq.window = self.memory_window
         return mq
@@ -345,7 +387,7 @@ class Broker:
         with self.lock:
             name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
             dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
-            mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection)
+            mq = self._pages(MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection))
             self.temporary[name] = mq
             if topic:
                 self.topics[name] = []
@@ -509,6 +551,13 @@ class Broker:
     def sync(self) -> bool:
         return self.store is not None and self.store.sync
 
+    @property
+    def sends_wait(self) -> bool:
+        """Must a send wait for its store ticket? In sync mode always; otherwise while the
+        store's writer is behind (store.BEHIND), so a flood waits on the disk instead of
+        piling up in memory."""
+        return self.store is not None and (self.store.sync or self.store.behind)
+
     # --- consuming --------------------------------------------------------------------------
     def receive(self, consumer: Any, timeout: float | None, ack_now: bool) -> Envelope | None:
         """Take the next envelope for ``consumer``, waiting up to ``timeout`` seconds.
@@ -652,10 +701,11 @@ class Broker:
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                         raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
                     self.known_topics.add(dest.name)
-                mq = MessageQueue(f"sub:{id(consumer)}", dest, durable=False,
-                                  limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                                  owner=consumer.connection, selector=compile_selector(selector),
-                                  no_local=no_local, topic=dest)
+                mq = self._pages(MessageQueue(
+                    f"sub:{id(consumer)}", dest, durable=False,
+                    limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                    owner=consumer.connection, selector=compile_selector(selector),
+                    no_local=no_local, topic=dest))
                 self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
@@ -980,6 +1030,9 @@ class Broker:
                     mq.wake_all()
         if self.store is not None:
             self.store.close()
+        if self.swap is not None:
+            with self.lock:
+                self.swap.close()
 
     def __enter__(self) -> Broker:
         return self

@@ -275,7 +275,7 @@ class EmbeddedSession(Session):
             work.sends.append((snapshot, destination, self.connection, blob))
             return
         ticket = self.broker.send(self.connection, snapshot, destination, blob)
-        if ticket is not None and self.broker.sync:
+        if ticket is not None and self.broker.sends_wait:
             self.broker.wait_durable(ticket)
 
     def _send_confirmed(self, snapshot: Message, destination: Destination) -> None:
@@ -303,7 +303,7 @@ class EmbeddedSession(Session):
     # --- completion -------------------------------------------------------------------------
     def commit(self) -> None:
         ticket = self.commit_no_wait()
-        if ticket is not None and self.broker.sync:
+        if ticket is not None and self.broker.sends_wait:
             self.broker.wait_durable(ticket)
 
     def commit_no_wait(self) -> int | None:

@@ -594,7 +594,7 @@ class ClientConnection:
         if dest is None:
             raise InvalidDestinationException("a SEND without a destination header")
         self._check("produce", dest)
-        if s._work_now() is None and self.broker.sync:
+        if s._work_now() is None and self.broker.sends_wait:
             ticket = self.broker.send(s.connection, message, dest, blob)
             return _durable(ticket)
         s._send(message, dest, blob)  # into the transaction, or to the broker without waiting
@@ -684,7 +684,7 @@ class ClientConnection:
             raise TransactionRolledBackException(
                 f"the transaction was rolled back because a send in it failed: {failed}")
         ticket = session.s.commit_no_wait()
-        return Durable(ticket) if ticket is not None and self.broker.sync else None
+        return Durable(ticket) if ticket is not None and self.broker.sends_wait else None
 
     def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()

@@ -76,7 +76,7 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         None if database else props.instance_dir / "store", database=database, sync=sync,
         instance_name=props.get("imq.instancename"),
         autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
-        memory_window=props.get("imq.destination.memory.window")),
+        memory_window=props.get("imq.destination.memory.window"), swap_dir=props.instance_dir / "store"),
         access)
 
 
@@ -221,7 +221,7 @@ class EmbeddedHostBroker(HostBroker):
             cast(Work, transaction).sends.append((message, destination, client, None))
             return None
         ticket = self.broker.send(client, message, destination)
-        return ticket if self.broker.sync else None
+        return ticket if self.broker.sends_wait else None
 
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
                     transaction: Transaction | None = None) -> None:
@@ -243,7 +243,7 @@ class EmbeddedHostBroker(HostBroker):
 
     def commit(self, principal: Principal, transaction: Transaction) -> Ticket:
         ticket = self.broker.commit(cast(Work, transaction))
-        return ticket if self.broker.sync else None
+        return ticket if self.broker.sends_wait else None
 
     def rollback(self, principal: Principal, transaction: Transaction) -> None:
         self.broker.rollback(cast(Work, transaction))

@@ -7,14 +7,15 @@ highest priority first, FIFO within a priority, and a message put back (recover,
 rollback, a closed consumer) returns to its old place because it keeps its seq. A
 consumer with a selector walks the list in that order to the first match.
 
-Paging: a queue with a ``pager`` (a destination or durable subscription of a broker
-with a store) keeps at most ``window`` waiting messages in memory. A stored message
-arriving while the window is full, or while older ones are still paged out, stays only in
-the store: the queue counts it (``paged``) and keeps nothing else. Every stored message
-of the queue with a seq above ``high`` is paged out, except the few in ``skip`` (taken
-out of order by a selector, or held by a prepared XA branch at open, so in memory). When
-the window runs dry, ``page_in`` reads the next chunk in seq order. So priorities order
-the window; beyond it messages wait in seq order. A consumer with a selector that finds
+Paging: a queue with a ``pager`` (the broker, when it has a store or a swap file) keeps
+at most ``window`` waiting messages in memory. A message arriving while the window is
+full, or while older ones are still paged out, is paged out: a stored one stays only in
+the store, a non-persistent one goes to the swap file (swap.py); the queue counts it
+(``paged``) and keeps nothing else. Every message of the queue with a seq above ``high``
+is paged out, except the few in ``skip`` (stored ones taken out of order by a selector,
+or held by a prepared XA branch at open, so in memory). When the window runs dry,
+``page_in`` reads the next chunk from both in seq order. So priorities order the window;
+beyond it messages wait in seq order. A consumer with a selector that finds
 no match in the window scans the paged chunks (its cursor remembers how far), and so do
 browsers.
 
@@ -73,8 +74,21 @@ class Pager(Protocol):
     """Reads a queue's paged-out messages back from the store (the broker)."""
 
     def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
-        """Envelopes of up to ``limit`` stored messages of ``mq`` with seq > ``after``,
+        """Envelopes of up to ``limit`` paged-out messages of ``mq`` with seq > ``after``,
         in seq order, leaving out ``mq.skip``; and the last seq read (None: none left)."""
+        ...
+
+    def page_out(self, env: Envelope) -> bool:
+        """Keep ``env`` out of memory (a non-persistent one in the swap file); False
+        when it has to stay in memory."""
+        ...
+
+    def paged_in(self, envs: list[Envelope]) -> None:
+        """These paged-out messages are in memory now (or gone): off the swap file."""
+        ...
+
+    def drop(self, mq: MessageQueue) -> None:
+        """``mq`` went away: its swapped messages with it."""
         ...
 
 
@@ -152,11 +166,12 @@ class MessageQueue:
         self.bytes -= env.size
 
     def push(self, env: Envelope) -> None:
-        if env.stored and self.pager is not None and env.seq > self.high:
-            if self.paged or len(self._list) >= self.window:
+        if self.pager is not None and env.seq > self.high:
+            if not (self.paged or len(self._list) >= self.window):
+                self.high = env.seq
+            elif self.pager.page_out(env):
                 self._page_out(env)
                 return
-            self.high = env.seq
         item = (-env.message.priority, env.seq, env)
         items = self._list
         if items and item < items[-1]:
@@ -165,8 +180,8 @@ class MessageQueue:
         self.wake(env.message)
 
     def _page_out(self, env: Envelope) -> None:
-        """Keep a stored message in the store only (its row is recorded; it may still be
-        pending: ``Store.page`` writes it before reading)."""
+        """Count a message the pager keeps out of memory (a stored one's row is recorded;
+        it may still be pending: ``Store.page`` writes it before reading)."""
         self.paged += 1
         if env.seq < self._paged_last:
             self.paged_epoch += 1  # selector cursors past it must look again
@@ -188,6 +203,7 @@ class MessageQueue:
             for env in envs:
                 self.paged -= 1
                 self._list.add((-env.message.priority, env.seq, env))
+            self.pager.paged_in(envs)
 
     def push_back(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their old places."""
@@ -289,10 +305,13 @@ class MessageQueue:
             for env in envs:
                 if env.expired(now_ms):
                     self.paged -= 1
+                    self.pager.paged_in([env])
                     on_expired(env)
                 elif selector.matches(env.message):
                     self.paged -= 1
-                    self.skip.add(env.seq)
+                    self.pager.paged_in([env])
+                    if env.stored:
+                        self.skip.add(env.seq)
                     found, last = env, env.seq
                     break
             pos = last
@@ -318,8 +337,11 @@ class MessageQueue:
         off; the caller purges their rows)."""
         envs = [item[2] for item in self._list]
         self._list = SortedList()
-        self.count -= self.paged
-        self.paged = 0
+        if self.paged:
+            assert self.pager is not None
+            self.pager.drop(self)
+            self.count -= self.paged
+            self.paged = 0
         return envs
 
     def browse(self) -> list[Envelope]:

@@ -17,7 +17,9 @@ first to find nobody writing takes everything pending and writes it in its own t
 (no hand-off, no linger); callers arriving meanwhile wait, and the first of them then
 writes all they recorded as the next batch. What nobody waits for (non-durable sends,
 acknowledgements) the writer thread writes, letting a batch grow for up to LINGER.
-One batch is written at a time, in ticket order.
+One batch is written at a time, in ticket order. Senders that outrun the writer would
+pile their messages up in memory: once BEHIND bytes are pending, ``behind`` says so and
+the broker's senders wait for their batches (writing them themselves) until it catches up.
 
 Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
 directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
@@ -54,6 +56,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
+BEHIND = 4 << 20  # bytes of pending inserts past which senders wait for the writer
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -291,6 +294,7 @@ class Store:
         self._writing = False                           # a batch is being written
         self._idle = False                              # the writer sleeps until a change
         self._inserts: dict[int, list[Any]] = {}
+        self._pending_bytes = 0                         # blobs in _inserts, about
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
@@ -330,6 +334,7 @@ class Store:
         with self.lock:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
+            self._pending_bytes += len(blob)
             self._changed()
 
     def remove(self, seq: int) -> None:
@@ -406,6 +411,11 @@ class Store:
                 claim = self._take()  # also while closing: close() waits for this write
             self._commit(claim)
 
+    @property
+    def behind(self) -> bool:
+        """More than BEHIND bytes of messages wait to be written (a lock-free read)."""
+        return self._pending_bytes > BEHIND
+
     def flush(self) -> None:
         self.wait(self.ticket())
 
@@ -414,6 +424,7 @@ class Store:
         """Become the writer of everything pending (under the lock, nobody writing)."""
         claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops)
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
+        self._pending_bytes = 0
         self._next += 1
         self._writing = True
         return claim
