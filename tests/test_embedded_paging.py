@@ -5,7 +5,6 @@ the boundary many times."""
 
 from __future__ import annotations
 
-import sqlite3
 import stat
 import time
 
@@ -16,7 +15,7 @@ from hypothesis import strategies as st
 from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, Topic, codec, xa
 from bridgemgr.jms.xa import Xid
 from bridgemgr.props import load_properties
-from bridgemgr.providers.embedded import DMQ_NAME, Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import DMQ_NAME, Broker, DestinationLimits, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.host import open_host_broker
 from stores import open_at
 
@@ -79,6 +78,21 @@ def test_restart_reads_counts_not_messages(tmp_path, monkeypatch):
     consumer = started(broker).create_session().create_consumer(Q)
     assert consumer.receive(1).text == "0"
     assert len(decoded) <= WINDOW
+    broker.close()
+
+
+def test_byte_counts_of_paged_messages_stay_right_across_restarts(tmp_path):
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    broker.configure_destination(Q, DestinationLimits(max_total_msg_bytes=10**9))
+    conn = started(broker)
+    put(conn, 30)
+    depth = broker.destinations()[f"queue:{Q.name}"]
+    assert depth["pending"] == 30 and depth["bytes"] > 30 * 40
+    broker.close()
+    broker = Broker(tmp_path / "s", memory_window=WINDOW)
+    assert broker.destinations()[f"queue:{Q.name}"] == depth
+    assert len(drain(started(broker).create_session().create_consumer(Q))) == 30
+    assert broker.destinations()[f"queue:{Q.name}"] == {"pending": 0, "unacked": 0, "bytes": 0}
     broker.close()
 
 
@@ -253,9 +267,9 @@ def test_a_flood_waits_for_the_store_instead_of_piling_up_in_memory(tmp_path, mo
 # --- non-persistent messages: the swap file ------------------------------------------------
 
 def swapped(broker: Broker) -> int:
+    """Rows in the swap file (read on its own connection: it never commits)."""
     assert broker.swap is not None
-    with sqlite3.connect(broker.swap.path) as db:
-        return db.execute("SELECT COUNT(*) FROM swapped").fetchone()[0]
+    return broker.swap._db.execute("SELECT COUNT(*) FROM swapped").fetchone()[0]
 
 
 NP = DeliveryMode.NON_PERSISTENT

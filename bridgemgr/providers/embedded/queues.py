@@ -71,7 +71,8 @@ WINDOW = 1000  # waiting messages a destination keeps in memory (imq.destination
 
 
 class Pager(Protocol):
-    """Reads a queue's paged-out messages back from the store (the broker)."""
+    """Keeps a queue's messages beyond its window in the store or the swap file and
+    reads them back (the broker)."""
 
     def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
         """Envelopes of up to ``limit`` paged-out messages of ``mq`` with seq > ``after``,
@@ -136,10 +137,10 @@ class MessageQueue:
         self.no_local = no_local
         self.topic = topic              # the topic a subscription listens to
         self._list: SortedList = SortedList()  # of (-priority, seq, Envelope)
-        self.pager: Pager | None = None  # set for stored queues: see "Paging" above
+        self.pager: Pager | None = None  # see "Paging" above
         self.window = WINDOW
-        self.paged = 0                  # waiting messages only in the store
-        self.high = 0                   # stored messages above this seq are paged out...
+        self.paged = 0                  # waiting messages only in the store or the swap file
+        self.high = 0                   # messages above this seq are paged out...
         self.skip: set[int] = set()     # ...except these, which are in memory
         self.paged_epoch = 0            # bumped when a message is paged out behind others
         self._paged_last = 0            # the highest seq paged out
@@ -193,7 +194,7 @@ class MessageQueue:
         assert self.pager is not None
         while self.paged and len(self._list) < self.window:
             envs, last = self.pager.page(self, self.high, self.window - len(self._list))
-            if last is None:  # the store has no more: the count was off
+            if last is None:  # nothing more after all: never loop on a wrong count
                 self.paged = 0
                 break
             self.high = last
@@ -210,8 +211,6 @@ class MessageQueue:
         self.epoch += 1
         for env in envs:
             env.owner = None
-            if env.stored and self.pager is not None and env.seq > self.high:
-                self.skip.add(env.seq)  # (already, unless the store was reopened)
             self._list.add((-env.message.priority, env.seq, env))
         if envs:
             for _ in range(min(len(envs), len(self.waiters))):

@@ -31,8 +31,11 @@ delivery-count updates, then deletes. A seq is never reused.
 
 Paging: the broker keeps only a window of each destination's messages in memory; the
 rest it reads back with ``page`` (rows of one destination after a seq, in seq order,
-through the index msgs(qkey, seq)). ``page`` first writes everything pending, so a
-message the broker dropped from memory right after recording it is found. Opening reads
+through the index msgs(qkey, seq)). A message the broker dropped from memory right after
+recording it may not be written yet: ``page`` merges what the database holds with the
+inserts pending and being written, leaves out pending deletes, and applies pending
+delivery counts, without waiting for the writer (the broker lock is held). Only a pending
+purge or XA commit, which move rows the merge cannot see, make it write everything first. Opening reads
 per-destination counts (``Recovered.backlogs``), not the messages, so start-up time does
 not grow with the backlog; only rows an XA branch prepared to consume are read whole.
 """
@@ -292,6 +295,7 @@ class Store:
         self._written = threading.Condition(self.lock)  # callers wait here for batches
         self._waiting = 0                               # callers blocked in wait()
         self._writing = False                           # a batch is being written
+        self._claim: _Claim | None = None               # ...this one
         self._idle = False                              # the writer sleeps until a change
         self._inserts: dict[int, list[Any]] = {}
         self._pending_bytes = 0                         # blobs in _inserts, about
@@ -316,9 +320,38 @@ class Store:
 
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
         """Up to ``limit`` (seq, dcount, blob) of ``qkey`` after seq ``after``, in seq
-        order, once everything recorded so far is written (see the module comment)."""
-        self.flush()
-        return self.database.page(qkey, after, limit)
+        order: the database's rows and the changes not written yet (module comment)."""
+        with self.lock:
+            batches = [self._claim] if self._claim is not None else []
+            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops))
+            if any(name in ("purge", "xa_commit") for b in batches for name, _ in b.ops):
+                moving = True
+            else:
+                moving = False
+                pending: dict[int, tuple[int, bytes]] = {}
+                gone: set[int] = set()
+                dcounts: dict[int, int] = {}
+                for b in batches:  # the batch being written first: it is the older
+                    for seq, (q, dcount, blob) in b.inserts.items():
+                        if q == qkey and seq > after:
+                            pending[seq] = (dcount, blob)
+                    gone |= b.deletes
+                    dcounts.update(b.updates)
+        if moving:
+            self.flush()
+            return self.database.page(qkey, after, limit)
+        # Enough rows that ``limit`` remain when every pending delete is among them.
+        rows = {seq: (dcount, blob) for seq, dcount, blob
+                in self.database.page(qkey, after, limit + len(gone))}
+        rows.update(pending)  # (a batch written meanwhile is in both)
+        out = []
+        for seq in sorted(rows):
+            if seq not in gone:
+                dcount, blob = rows[seq]
+                out.append((seq, dcounts.get(seq, dcount), blob))
+                if len(out) == limit:
+                    break
+        return out
 
     def queue_bytes(self, qkey: str) -> int:
         return self.database.queue_bytes(qkey)
@@ -427,6 +460,7 @@ class Store:
         self._pending_bytes = 0
         self._next += 1
         self._writing = True
+        self._claim = claim
         return claim
 
     def _commit(self, claim: _Claim) -> bool:
@@ -438,11 +472,13 @@ class Store:
             with self.lock:
                 self._error = exc
                 self._writing = False
+                self._claim = None
                 self._written.notify_all()
             return False
         with self.lock:
             self._done = claim.batch
             self._writing = False
+            self._claim = None
             self.batches += 1
             self.rows += len(claim.inserts) + len(claim.deletes)
             self._written.notify_all()
