@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
-BEHIND = 4 << 20  # bytes of pending inserts past which senders wait for the writer
+BEHIND = 16 << 20  # bytes of pending inserts past which senders wait for the writer
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -335,7 +335,7 @@ class Store:
                     for seq, (q, dcount, blob) in b.inserts.items():
                         if q == qkey and seq > after:
                             pending[seq] = (dcount, blob)
-                    gone |= b.deletes
+                    gone.update(seq for seq in b.deletes if seq > after)
                     dcounts.update(b.updates)
         if moving:
             self.flush()
