@@ -20,7 +20,8 @@ back in seq order (queues.py, "Paging"). Opening the store reads per-destination
 not messages.
 
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
-non-durable subscribers and temporary destinations live in memory only. The broker's
+non-durable subscribers and temporary destinations are never stored (beyond their window they
+wait in the swap file, which a restart empties). The broker's
 own dead message queue is the queue ``mq.sys.dmq``.
 """
 
