@@ -420,3 +420,30 @@ def test_the_paging_model_holds_with_many_messages(tmp_path):
         got += [m.text for m in msgs]
     assert got == [str(i) for i in range(3000)]
     broker.close()
+
+
+def test_a_stomp_flood_without_receipts_waits_for_the_store(tmp_path, monkeypatch):
+    from bridgemgr.providers.embedded import store as store_module
+    from bridgemgr.stompbridge.frames import Frame, encode_frame
+    from stomp_support import Driver
+
+    monkeypatch.setattr(store_module, "BEHIND", 64 << 10)
+    broker = Broker(tmp_path / "s")
+    most = [0]
+    add = store_module.Store.add
+
+    def counting_add(self, *args, **kw):
+        add(self, *args, **kw)
+        most[0] = max(most[0], len(self._inserts))
+
+    monkeypatch.setattr(store_module.Store, "add", counting_add)
+    driver = Driver(broker)
+    driver.connect()
+    frame = encode_frame(Frame("SEND", {"destination": "/queue/flood", "persistent": "true"},
+                               b"x" * 1024), driver.version)
+    for _ in range(10):
+        driver.feed(frame * 300)
+    assert most[0] <= 64 + 2
+    assert broker.destinations()["queue:flood"]["pending"] == 3000
+    driver.close()
+    broker.close()

@@ -106,6 +106,9 @@ class EmbeddedHostBroker(HostBroker):
     def store_location(self) -> str | None:
         return str(self.broker.store.path) if self.broker.store is not None else None
 
+    def store_behind(self) -> bool:
+        return self.broker.store is not None and self.broker.store.behind
+
     @property
     def fsync(self) -> bool:
         """Whether each store write is flushed to disk (or the database's WAL) before it counts."""
