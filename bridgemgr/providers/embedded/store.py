@@ -59,7 +59,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
-BEHIND = 64 << 20  # bytes of pending inserts past which senders wait for the writer
+BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
