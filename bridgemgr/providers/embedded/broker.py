@@ -221,23 +221,21 @@ class Broker:
 
     def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
         """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
-        rows: list[tuple[int, int, bytes | None, bytes | None]] = []  # seq, dcount, stored, swapped
-        if self.store is not None and mq.durable:
-            rows = [(seq, dcount, blob, None) for seq, dcount, blob in self.store.page(mq.key, after, limit)]
-        if self.swap is not None:
-            spilled = self.swap.page(mq.key, after, limit)
-            if spilled:
-                rows = sorted(rows + [(seq, 0, None, blob) for seq, blob in spilled])[:limit]
+        stored = (self.store.page(mq.key, after, limit)
+                  if self.store is not None and mq.durable else [])
+        skip, decode, counted = mq.skip, codec.decode, mq.limits.counts_bytes
+        if not (mq.swapped and self.swap is not None):  # the common case: the store alone
+            if not stored:
+                return [], None
+            return ([Envelope(seq, mq, decode(blob), True, len(blob) if counted else 0, dcount)
+                     for seq, dcount, blob in stored if seq not in skip], stored[-1][0])
+        rows = sorted([(seq, dcount, blob, True) for seq, dcount, blob in stored]
+                      + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
+                      )[:limit]
         if not rows:
             return [], None
-        skip = mq.skip
-        envs = []
-        for seq, dcount, stored, swapped in rows:
-            if stored is not None and seq not in skip:
-                envs.append(Envelope(seq, mq, codec.decode(stored), True, self._size(mq, stored), dcount))
-            elif swapped is not None:
-                envs.append(Envelope(seq, mq, codec.decode(swapped), False, self._size(mq, swapped)))
-        return envs, rows[-1][0]
+        return ([Envelope(seq, mq, decode(blob), kept, len(blob) if counted else 0, dcount)
+                 for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
 
     def page_out(self, env: Envelope) -> bool:
         """(queues.Pager) A stored message is in the store already; a non-persistent one
@@ -251,6 +249,7 @@ class Broker:
         except JMSException as exc:
             log.warning("%s: keeping a message in memory: %s", env.queue.destination, exc)
             return False
+        env.queue.swapped += 1
         return True
 
     def paged_in(self, envs: list[Envelope]) -> None:
@@ -259,6 +258,7 @@ class Broker:
             swapped = [env.seq for env in envs if not env.stored]
             if swapped:
                 self.swap.forget(swapped)
+                envs[0].queue.swapped -= len(swapped)
 
     def drop(self, mq: MessageQueue) -> None:
         """(queues.Pager)"""

@@ -140,6 +140,7 @@ class MessageQueue:
         self.pager: Pager | None = None  # see "Paging" above
         self.window = WINDOW
         self.paged = 0                  # waiting messages only in the store or the swap file
+        self.swapped = 0                # ...of which in the swap file
         self.high = 0                   # messages above this seq are paged out...
         self.skip: set[int] = set()     # ...except these, which are in memory
         self.paged_epoch = 0            # bumped when a message is paged out behind others
@@ -340,7 +341,7 @@ class MessageQueue:
             assert self.pager is not None
             self.pager.drop(self)
             self.count -= self.paged
-            self.paged = 0
+            self.paged = self.swapped = 0
         return envs
 
     def browse(self) -> list[Envelope]:

@@ -112,6 +112,7 @@ class _Claim:
     deletes: set[int]
     updates: dict[int, int]
     ops: list[tuple[str, tuple[Any, ...]]]
+    queues: dict[str, int] = field(default_factory=dict)  # qkey -> inserts in this batch
 
 
 @dataclass
@@ -299,6 +300,7 @@ class Store:
         self._idle = False                              # the writer sleeps until a change
         self._inserts: dict[int, list[Any]] = {}
         self._pending_bytes = 0                         # blobs in _inserts, about
+        self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
@@ -323,7 +325,8 @@ class Store:
         order: the database's rows and the changes not written yet (module comment)."""
         with self.lock:
             batches = [self._claim] if self._claim is not None else []
-            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops))
+            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops,
+                                  self._pending_queues))
             if any(name in ("purge", "xa_commit") for b in batches for name, _ in b.ops):
                 moving = True
             else:
@@ -332,13 +335,16 @@ class Store:
                 gone: set[int] = set()
                 dcounts: dict[int, int] = {}
                 for b in batches:  # the batch being written first: it is the older
-                    for seq, (q, dcount, blob) in b.inserts.items():
-                        if q == qkey and seq > after:
-                            pending[seq] = (dcount, blob)
+                    if qkey in b.queues:  # (a count that a cancelled insert leaves high)
+                        for seq, (q, dcount, blob) in b.inserts.items():
+                            if q == qkey and seq > after:
+                                pending[seq] = (dcount, blob)
                     gone.update(seq for seq in b.deletes if seq > after)
-                    dcounts.update(b.updates)
+                    dcounts.update((seq, d) for seq, d in b.updates.items() if seq > after)
         if moving:
             self.flush()
+            return self.database.page(qkey, after, limit)
+        if not (pending or gone or dcounts):  # the common case: the database has it all
             return self.database.page(qkey, after, limit)
         # Enough rows that ``limit`` remain when every pending delete is among them.
         rows = {seq: (dcount, blob) for seq, dcount, blob
@@ -368,6 +374,7 @@ class Store:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
             self._pending_bytes += len(blob)
+            self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + 1
             self._changed()
 
     def remove(self, seq: int) -> None:
@@ -455,9 +462,11 @@ class Store:
     # --- writing: one writer at a time, a caller (wait) or the writer thread --------------
     def _take(self) -> _Claim:
         """Become the writer of everything pending (under the lock, nobody writing)."""
-        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops)
+        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops,
+                       self._pending_queues)
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
         self._pending_bytes = 0
+        self._pending_queues = {}
         self._next += 1
         self._writing = True
         self._claim = claim
