@@ -8,6 +8,7 @@ and then checks that everything printed survived and nothing uncommitted is visi
 
 from __future__ import annotations
 
+import os
 import sys
 
 from bridgemgr.jms import AckMode, Queue, TextMessage, xa
@@ -26,7 +27,8 @@ def say(line: str) -> None:
 def main() -> None:
     mode, store, rnd = sys.argv[1], sys.argv[2], sys.argv[3]
     sync = len(sys.argv) < 5 or sys.argv[4] == "sync"
-    broker = open_at(store, sync=sync)
+    # CRASH_MEMORY_WINDOW: a tiny window pages nearly every message (test_embedded_crash)
+    broker = open_at(store, sync=sync, memory_window=int(os.environ.get("CRASH_MEMORY_WINDOW", "1000")))
     conn = EmbeddedConnectionFactory(broker).create_xa_connection()
     conn.start()
     say("ready")

@@ -34,9 +34,11 @@ SRC, DST = Queue("src"), Queue("dst")
 ROUNDS = 5
 
 
-def run_and_kill(mode: str, store: str | Path, rnd: int, kill_after: int, sync: str = "sync") -> list[str]:
+def run_and_kill(mode: str, store: str | Path, rnd: int, kill_after: int, sync: str = "sync",
+                 window: int = 1000) -> list[str]:
     """Run the child until it printed ``kill_after`` lines (or ended), then SIGKILL it."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}")
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
+               CRASH_MEMORY_WINDOW=str(window))
     proc = subprocess.Popen([sys.executable, str(CHILD), mode, str(store), str(rnd), sync],
                             stdout=subprocess.PIPE, text=True, env=env)
     lines: list[str] = []
@@ -54,8 +56,8 @@ def run_and_kill(mode: str, store: str | Path, rnd: int, kill_after: int, sync: 
     return lines[1:]
 
 
-def open_and_drain(store: str | Path, dest: Queue) -> list:
-    broker = open_at(store)
+def open_and_drain(store: str | Path, dest: Queue, window: int = 1000) -> list:
+    broker = open_at(store, memory_window=window)
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(dest)
@@ -75,13 +77,14 @@ def preload(store: str | Path, n: int) -> list[str]:
     return [f"m{i}" for i in range(n)]
 
 
-def test_confirmed_sends_survive_kill9(store_spec):
+@pytest.mark.parametrize("window", [1000, 3])  # 3: nearly every message paged out
+def test_confirmed_sends_survive_kill9(store_spec, window):
     store = store_spec
     confirmed: dict[int, set[int]] = {}
     for rnd in range(ROUNDS):
-        lines = run_and_kill("send", store, rnd, random.randint(30, 600))
+        lines = run_and_kill("send", store, rnd, random.randint(30, 600), window=window)
         confirmed[rnd] = {int(line.split(":")[1]) for line in lines if line.startswith("sent")}
-    texts = [m.text for m in open_and_drain(store, DST)]
+    texts = [m.text for m in open_and_drain(store, DST, window)]
     assert len(texts) == len(set(texts)), "a message was stored twice"
     for rnd, ok in confirmed.items():
         present = sorted(int(t.split(":")[1]) for t in texts if t.startswith(f"{rnd}:"))
@@ -129,15 +132,16 @@ def test_unacknowledged_messages_survive_kill9_of_a_consumer(tmp_path):
     assert acked
 
 
-def test_xa_transfers_are_exactly_once_across_kill9(store_spec):
+@pytest.mark.parametrize("window", [1000, 3])
+def test_xa_transfers_are_exactly_once_across_kill9(store_spec, window):
     store = store_spec
     everything = preload(store, 400)
     for rnd in range(ROUNDS):
-        lines = run_and_kill("xa", store, rnd, random.randint(10, 120))
+        lines = run_and_kill("xa", store, rnd, random.randint(10, 120), window=window)
         printed = {line.split()[1] for line in lines if line.startswith("prepared")}
         # Recovery as a transaction manager does it: commit what it had decided to
         # commit (printed as prepared), presume abort for the rest.
-        broker = open_at(store, sync=True)
+        broker = open_at(store, sync=True, memory_window=window)
         res = EmbeddedConnectionFactory(broker).create_xa_connection().create_xa_session().xa_resource
         in_doubt = res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN)
         assert len(in_doubt) <= 1, f"more than one branch in doubt: {in_doubt}"
@@ -148,13 +152,13 @@ def test_xa_transfers_are_exactly_once_across_kill9(store_spec):
                 res.rollback(x)
         assert res.recover(xa.TMSTARTRSCAN) == []
         broker.close()
-    lines = run_and_kill("xa", store, ROUNDS, 10**9)  # run to the end
+    lines = run_and_kill("xa", store, ROUNDS, 10**9, window=window)  # run to the end
     assert lines[-1] == "empty"
-    moved = Counter(m.text for m in open_and_drain(store, DST))
+    moved = Counter(m.text for m in open_and_drain(store, DST, window))
     assert set(moved) == set(everything), f"lost: {sorted(set(everything) - set(moved))[:10]}"
     dupes = {t: n for t, n in moved.items() if n > 1}
     assert not dupes, f"moved more than once: {dupes}"
-    assert open_and_drain(store, SRC) == []
+    assert open_and_drain(store, SRC, window) == []
 
 
 def test_prepared_branch_locks_survive_kill9(store_spec):

@@ -80,7 +80,10 @@ def full_error(store: Store) -> str:
 def reopened(directory: Path) -> dict[int, tuple[str, int, bytes]]:
     store = Store(directory)
     try:
-        return {seq: (qkey, dcount, blob) for seq, qkey, dcount, blob in store.load().messages}
+        rows = {}
+        for qkey in store.load().backlogs:  # every stored message, read back as a consumer would
+            rows.update({seq: (qkey, dcount, blob) for seq, dcount, blob in store.page(qkey, 0, 1 << 30)})
+        return rows
     finally:
         store.close()
 

@@ -96,6 +96,11 @@ class HostBroker(ABC):
         """Where the host broker keeps its messages (a file, a database), as its errors
         name it; None when it keeps them in memory only."""
 
+    def store_behind(self) -> bool:
+        """Is the store's writer far behind the senders? A front end then waits for each
+        send's ticket before it reads on, receipt or not, so a flood waits on the disk."""
+        return False
+
     # --- the provider SPI ---------------------------------------------------------------
     @abstractmethod
     def connection_factory(self) -> XAConnectionFactory:

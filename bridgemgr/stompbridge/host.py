@@ -58,6 +58,10 @@ class HostConnection:
     def client_id(self) -> str | None:
         return self.client.client_id
 
+    def store_behind(self) -> bool:
+        """The host broker's store is far behind its senders: wait for tickets."""
+        return self.broker.store_behind()
+
     # --- sending ------------------------------------------------------------------------
     def send(self, message: Message, destination: Destination) -> Ticket:
         """Route now; returns the store ticket to wait on before confirming, or None."""

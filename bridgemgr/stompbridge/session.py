@@ -18,7 +18,9 @@
 #
 # Receipts confirm work that is done: when the store fsyncs (imq.persist.file.sync) a
 # receipt waits for the batch holding the frame's messages, and frame processing pauses
-# until then, so receipts and errors keep the order of the frames.
+# until then, so receipts and errors keep the order of the frames. While the store's
+# writer is far behind the senders (host store_behind), a frame's ticket pauses
+# processing receipt or not, so a flood waits on the disk instead of filling memory.
 #
 # Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
 # memory state: ProducerFlowControl) becomes a pending call that waits, without a
@@ -372,7 +374,7 @@ class StompSession:
                                      frame, result.wait)
             return
         receipt = frame.get("receipt")
-        if receipt is not None and result is not None and self.host is not None:
+        if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
             self._call = PendingCall(partial(self.host.wait_durable, result),
                                      lambda _: self._confirm(frame, None, next_state), frame)
             return

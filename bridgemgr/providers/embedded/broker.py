@@ -13,8 +13,15 @@ ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepa
 branch is written to the store and survives a crash: at open it comes back with its
 sends held back and the messages it consumed locked until ``commit`` or ``rollback``.
 
+Memory: a destination or subscription keeps a window of its waiting messages in memory
+(``memory_window``, imq.destination.memory.window); persistent messages beyond it stay
+only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
+back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
+not messages.
+
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
-non-durable subscribers and temporary destinations live in memory only. The broker's
+non-durable subscribers and temporary destinations are never stored (beyond their window they
+wait in the swap file, which a restart empties). The broker's
 own dead message queue is the queue ``mq.sys.dmq``.
 
 Three lines of protection guard memory. A destination's limits (maxNumMsgs,
@@ -38,7 +45,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from functools import partial
@@ -62,9 +69,10 @@ from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from .memory import MemoryConfig, MemoryMonitor
-from .queues import UNLIMITED, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
+from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
 from .reserve import Reservations
 from .store import Database, Store
+from .swap import Swap
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
 
@@ -142,12 +150,18 @@ class Broker:
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
                  authenticator: Authenticator | None = None,
                  database: Database | None = None, system: SystemUsage | None = None,
-                 max_message_size: int = -1, memory: MemoryConfig | None = None) -> None:
+                 max_message_size: int = -1, memory: MemoryConfig | None = None,
+                 memory_window: int = WINDOW, swap_dir: str | Path | None = None) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
         (pgstore.PostgresDatabase for imq.persist.store=jdbc); ``system``: the
         imq.system.max_count/max_size limits (default none); ``max_message_size``: the
         largest body accepted (-1: any); ``memory``: the memory states (default: none
-        watched)."""
+        watched). ``memory_window``: waiting messages a destination keeps in memory;
+        persistent ones beyond wait in the store, non-persistent ones in swap.db under
+        ``swap_dir`` (default ``data_dir``; with neither, they stay in memory)."""
+        if memory_window < 1:
+            raise ValueError(f"memory window {memory_window}: must be at least 1")
+        self.memory_window = memory_window
         self.instance_name = instance_name
         self.data_dir = Path(data_dir) if data_dir is not None else None
         self.default_limits = limits
@@ -174,6 +188,8 @@ class Broker:
         self.memory = MemoryMonitor(memory) if memory is not None else None
         self.store = (Store(self.data_dir, sync=sync, database=database)
                       if self.data_dir is not None or database is not None else None)
+        swap_dir = swap_dir if swap_dir is not None else self.data_dir
+        self.swap = Swap(swap_dir) if swap_dir is not None else None
         self._seq = itertools.count(1)
         if self.store is not None:
             self._recover()
@@ -181,6 +197,8 @@ class Broker:
 
     # --- opening: rebuild state from the store -------------------------------------
     def _recover(self) -> None:
+        """Rebuild from the store: every stored message starts paged out (counted, not
+        read); the first consumer of a destination pages in its first window."""
         assert self.store is not None
         rec = self.store.load()
         self._seq = itertools.count(rec.max_seq + 1)
@@ -191,20 +209,25 @@ class Broker:
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
         xids = {xid: Xid.parse(xid) for xid in rec.prepared}
         branches = {xid: Work(xids[xid], WorkState.PREPARED) for xid in rec.prepared}
-        for seq, qkey, dcount, blob in rec.messages:
+        for qkey, count in rec.backlogs.items():
             mq = self._queue_for_key(qkey)
             if mq is None:
-                log.warning("store: dropping message %d of unknown destination %r", seq, qkey)
-                self.store.remove(seq)
+                log.warning("store: dropping %d messages of unknown destination %r", count, qkey)
+                self.store.op("purge", qkey, rec.max_seq + 1)
+                continue
+            mq.count += count
+            mq.paged += count
+            if mq.limits.counts_bytes:
+                mq.bytes += self.store.queue_bytes(qkey)
+        for seq, qkey, dcount, blob in rec.locked:  # held by a prepared branch: in memory
+            mq = self._queue_for_key(qkey)
+            if mq is None:
                 continue
             env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
-            mq.admit(env)
-            owner = locked.get(seq)
-            if owner is None:
-                mq.push(env)
-            else:
-                env.owner = branches[owner]
-                branches[owner].acks.append(env)
+            mq.paged -= 1
+            mq.skip.add(seq)
+            env.owner = branches[locked[seq]]
+            branches[locked[seq]].acks.append(env)
         for xid, br in rec.prepared.items():
             work = branches[xid]
             for seq, qkey, blob in br.sends:
@@ -214,9 +237,63 @@ class Broker:
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
             self.branches[xids[xid]] = work
-        if rec.messages or rec.prepared:
+        if rec.backlogs or rec.prepared:
             log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
-                     self.store.path, len(rec.messages), len(rec.subscriptions), len(rec.prepared))
+                     self.store.path, sum(rec.backlogs.values()), len(rec.subscriptions),
+                     len(rec.prepared))
+
+    def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
+        """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
+        stored = (self.store.page(mq.key, after, limit)
+                  if self.store is not None and mq.durable else [])
+        skip, decode, counted = mq.skip, codec.decode, mq.limits.counts_bytes
+        if not (mq.swapped and self.swap is not None):  # the common case: the store alone
+            if not stored:
+                return [], None
+            return ([Envelope(seq, mq, decode(blob), True, len(blob) if counted else 0, dcount)
+                     for seq, dcount, blob in stored if seq not in skip], stored[-1][0])
+        rows = sorted([(seq, dcount, blob, True) for seq, dcount, blob in stored]
+                      + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
+                      )[:limit]
+        if not rows:
+            return [], None
+        return ([Envelope(seq, mq, decode(blob), kept, len(blob) if counted else 0, dcount)
+                 for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
+
+    def page_out(self, env: Envelope) -> bool:
+        """(queues.Pager) A stored message is in the store already; a non-persistent one
+        goes to the swap file, or stays in memory when there is none or it failed."""
+        if env.stored:
+            return True
+        if self.swap is None:
+            return False
+        try:
+            self.swap.put(env.seq, env.queue.key, env.wire or codec.encode(env.message))
+        except JMSException as exc:
+            log.warning("%s: keeping a message in memory: %s", env.queue.destination, exc)
+            return False
+        env.queue.swapped += 1
+        return True
+
+    def paged_in(self, envs: list[Envelope]) -> None:
+        """(queues.Pager)"""
+        if self.swap is not None:
+            swapped = [env.seq for env in envs if not env.stored]
+            if swapped:
+                self.swap.forget(swapped)
+                envs[0].queue.swapped -= len(swapped)
+
+    def drop(self, mq: MessageQueue) -> None:
+        """(queues.Pager)"""
+        if self.swap is not None:
+            self.swap.drop(mq.key)
+
+    def _pages(self, mq: MessageQueue) -> MessageQueue:
+        """``mq`` paged beyond the memory window, when there is a store or a swap file."""
+        if (self.store is not None and mq.durable) or self.swap is not None:
+            mq.pager = self
+            mq.window = self.memory_window
+        return mq
 
     def _queue_for_key(self, qkey: str, create: bool = True) -> MessageQueue | None:
         kind, _, rest = qkey.partition(":")
@@ -244,7 +321,8 @@ class Broker:
             if not (create or self.autocreate_queue):
                 raise InvalidDestinationException(f"queue {name!r} does not exist and auto-create is off")
             key = f"q:{name}"
-            mq = MessageQueue(key, Queue(name), durable=True, limits=self._limits(key), usage=self.usage)
+            mq = self._pages(MessageQueue(key, Queue(name), durable=True, limits=self._limits(key),
+                                          usage=self.usage))
             self.queues[name] = mq
         return mq
 
@@ -367,7 +445,8 @@ class Broker:
         with self.lock:
             name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
             dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
-            mq = MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection, usage=self.usage)
+            mq = self._pages(MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection,
+                                          usage=self.usage))
             self.temporary[name] = mq
             if topic:
                 self.topics[name] = []
@@ -603,6 +682,13 @@ class Broker:
     def sync(self) -> bool:
         return self.store is not None and self.store.sync
 
+    @property
+    def sends_wait(self) -> bool:
+        """Must a send wait for its store ticket? In sync mode always; otherwise while the
+        store's writer is behind (store.BEHIND), so a flood waits on the disk instead of
+        piling up in memory."""
+        return self.store is not None and (self.store.sync or self.store.behind)
+
     # --- consuming --------------------------------------------------------------------------
     def receive(self, consumer: Any, timeout: float | None, ack_now: bool) -> Envelope | None:
         """Take the next envelope for ``consumer``, waiting up to ``timeout`` seconds.
@@ -696,7 +782,9 @@ class Broker:
         else:
             log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason)
 
-    def browse(self, queue: Queue, selector: Selector | None) -> list[Message]:
+    def browse(self, queue: Queue, selector: Selector | None) -> Iterator[Message]:
+        """The queue's waiting messages: those in memory (a snapshot taken now), then
+        the paged-out ones, read a chunk at a time as the caller iterates."""
         with self.lock:
             if queue.is_temporary:
                 mq = self.temporary.get(queue.name)
@@ -705,16 +793,26 @@ class Broker:
             else:
                 mq = self._queue(queue.name)
             now = now_ms()
-            out = []
-            for env in mq.browse():
-                if env.expired(now) or (selector is not None and not selector.matches(env.message)):
-                    continue
-                msg = env.message.copy()
-                msg.delivery_count = env.dcount
-                msg.redelivered = env.dcount > 0
-                msg.set_read_only()
-                out.append(msg)
-            return out
+            window = [_browsed(env) for env in mq.browse()
+                      if not env.expired(now) and (selector is None or selector.matches(env.message))]
+            after = mq.high
+        return self._browse(mq, selector, window, after)
+
+    def _browse(self, mq: MessageQueue, selector: Selector | None, window: list[Message],
+                after: int) -> Iterator[Message]:
+        yield from window
+        while True:
+            with self.lock:
+                if mq.deleted or self.closed:
+                    return
+                envs, last = mq.browse_paged(after, mq.window)
+                now = now_ms()
+                chunk = [_browsed(env) for env in envs if not env.expired(now)
+                         and (selector is None or selector.matches(env.message))]
+            if last is None:
+                return
+            after = last
+            yield from chunk
 
     # --- consumers and subscriptions -------------------------------------------------------------
     def queue_for_consumer(self, consumer: Any, dest: Destination, selector: str | None,
@@ -735,10 +833,11 @@ class Broker:
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                         raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
                     self.known_topics.add(dest.name)
-                mq = MessageQueue(f"sub:{id(consumer)}", dest, durable=False,
-                                  limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                                  owner=consumer.connection, selector=compile_selector(selector),
-                                  no_local=no_local, topic=dest, usage=self.usage)
+                mq = self._pages(MessageQueue(
+                    f"sub:{id(consumer)}", dest, durable=False,
+                    limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                    owner=consumer.connection, selector=compile_selector(selector),
+                    no_local=no_local, topic=dest, usage=self.usage))
                 self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
@@ -771,10 +870,11 @@ class Broker:
     def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
                            no_local: bool, persist: bool, compiled: Selector | None = None) -> Subscription:
         key = f"d:{client_id}\0{name}"
-        mq = MessageQueue(key, topic, durable=True,
-                          limits=self.configured.get(f"t:{topic.name}", self.default_limits),
-                          selector=compiled if compiled is not None else compile_selector(selector),
-                          no_local=no_local, topic=topic, usage=self.usage)
+        mq = self._pages(MessageQueue(
+            key, topic, durable=True,
+            limits=self.configured.get(f"t:{topic.name}", self.default_limits),
+            selector=compiled if compiled is not None else compile_selector(selector),
+            no_local=no_local, topic=topic, usage=self.usage))
         sub = Subscription(client_id, name, topic, selector, no_local, mq)
         self.durable[(client_id, name)] = sub
         self.topics.setdefault(topic.name, []).append(mq)
@@ -1068,6 +1168,9 @@ class Broker:
             self.memory.close()
         if self.store is not None:
             self.store.close()
+        if self.swap is not None:
+            with self.lock:
+                self.swap.close()
 
     def __enter__(self) -> Broker:
         return self
@@ -1101,6 +1204,15 @@ def _release_all(mq: MessageQueue) -> None:
     for env in mq.drain():
         mq.release(env)
     mq.wake_producers()
+
+
+def _browsed(env: Envelope) -> Message:
+    """A browser's read-only copy of a waiting message."""
+    msg = env.message.copy()
+    msg.delivery_count = env.dcount
+    msg.redelivered = env.dcount > 0
+    msg.set_read_only()
+    return msg
 
 
 def _owned(mq: MessageQueue, broker: Broker) -> list[Envelope]:

@@ -284,7 +284,7 @@ class EmbeddedSession(Session):
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
         ticket = self._route(snapshot, destination, blob)
-        if ticket is not None and self.broker.sync:
+        if ticket is not None and self.broker.sends_wait:
             self.broker.wait_durable(ticket)
 
     def _route(self, snapshot: Message, destination: Destination, blob: bytes | None) -> int | None:
@@ -315,9 +315,10 @@ class EmbeddedSession(Session):
 
     def _send_async(self, snapshot: Message, destination: Destination, answered: Answered) -> None:
         """_send() for send_async(): answered now, or (a durable send on a store that
-        fsyncs) once its store batch is on disk: at the latest in _answer()."""
+        fsyncs, or while the store's writer is behind) once its store batch is written:
+        at the latest in _answer()."""
         ticket = self._route(snapshot, destination, None)
-        if ticket is not None and self.broker.sync:
+        if ticket is not None and self.broker.sends_wait:
             self._durable.append((ticket, answered))
         else:
             answered(None)
@@ -357,7 +358,7 @@ class EmbeddedSession(Session):
     # --- completion -------------------------------------------------------------------------
     def commit(self) -> None:
         ticket = self.commit_no_wait()
-        if ticket is not None and self.broker.sync:
+        if ticket is not None and self.broker.sends_wait:
             self.broker.wait_durable(ticket)
 
     def commit_no_wait(self) -> int | None:

@@ -62,7 +62,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from functools import partial
@@ -263,7 +263,7 @@ class ClientConnection:
         self.paused = False               # the socket takes nothing more for now
         self.sessions: dict[int, RemoteSession] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
-        self.browsers: dict[int, list[Message]] = {}
+        self.browsers: dict[int, Iterator[Message]] = {}  # read as the client asks
         self._authenticate = authenticate
         self._access = access.get(SERVICE) if access is not None else None
         self._wire = wire.Wire(wire.Role.SERVER, max_frame)
@@ -630,7 +630,7 @@ class ClientConnection:
         work = s._work_now()
         if work is None:  # ProducerFlowControl: held (not blocking the loop as s._send would)
             ticket = self.broker.send(s.connection, message, dest, blob)
-            return _durable(ticket) if self.broker.sync else None
+            return _durable(ticket) if self.broker.sends_wait else None
         self.broker.check_room(s.connection, message, dest)
         work.sends.append((message, dest, s.connection, blob))  # routed at commit
         return None
@@ -719,7 +719,7 @@ class ClientConnection:
             raise TransactionRolledBackException(
                 f"the transaction was rolled back because a send in it failed: {failed}")
         ticket = session.s.commit_no_wait()
-        return Durable(ticket) if ticket is not None and self.broker.sync else None
+        return Durable(ticket) if ticket is not None and self.broker.sends_wait else None
 
     def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()
@@ -735,13 +735,18 @@ class ClientConnection:
             raise IllegalStateException(f"browser {bid} is closed")
         page: list[bytes] = []
         size = 0
-        while messages and len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
-            blob = codec.encode(messages.pop(0))
+        done = False
+        while len(page) < BROWSE_PAGE_MESSAGES and size < BROWSE_PAGE_BYTES:
+            message = next(messages, None)
+            if message is None:
+                done = True
+                break
+            blob = codec.encode(message)
             page.append(blob)
             size += len(blob)
-        if not messages:
+        if done:
             del self.browsers[bid]
-        return [page, not messages]
+        return [page, done]
 
     def _browse_close(self, bid: int) -> None:
         self.browsers.pop(bid, None)

@@ -85,7 +85,8 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         instance_name=props.get("imq.instancename"),
         autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
         system=SystemUsage(props.get("imq.system.max_count"), max_size),
-        max_message_size=props.get("imq.message.max_size"), memory=memory),
+        max_message_size=props.get("imq.message.max_size"), memory=memory,
+        memory_window=props.get("imq.destination.memory.window"), swap_dir=props.instance_dir / "store"),
         access)
 
 
@@ -114,6 +115,9 @@ class EmbeddedHostBroker(HostBroker):
 
     def store_location(self) -> str | None:
         return str(self.broker.store.path) if self.broker.store is not None else None
+
+    def store_behind(self) -> bool:
+        return self.broker.store is not None and self.broker.store.behind
 
     @property
     def fsync(self) -> bool:
@@ -231,7 +235,7 @@ class EmbeddedHostBroker(HostBroker):
             cast(Work, transaction).sends.append((message, destination, client, None))
             return None
         ticket = self.broker.send(client, message, destination)
-        return ticket if self.broker.sync else None
+        return ticket if self.broker.sends_wait else None
 
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
                     transaction: Transaction | None = None) -> None:
@@ -253,7 +257,7 @@ class EmbeddedHostBroker(HostBroker):
 
     def commit(self, principal: Principal, transaction: Transaction) -> Ticket:
         ticket = self.broker.commit(cast(Work, transaction))
-        return ticket if self.broker.sync else None
+        return ticket if self.broker.sends_wait else None
 
     def rollback(self, principal: Principal, transaction: Transaction) -> None:
         self.broker.rollback(cast(Work, transaction))

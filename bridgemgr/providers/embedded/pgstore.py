@@ -18,7 +18,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...jms.errors import StoreError
-from .store import _OPS, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
+from .store import _OPS, BYTES_SQL, PAGE_SQL, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",
@@ -31,6 +31,7 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq BIGINT NOT NULL, "
     "qkey TEXT NOT NULL, blob BYTEA NOT NULL)",
     "CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq BIGINT NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS msgs_qkey ON msgs(qkey, seq)",
     "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
     "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",
 )
@@ -172,6 +173,27 @@ class PostgresDatabase(Database):
                     self._conn.commit()
         except (psycopg.Error, ValueError) as exc:
             raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
+
+    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
+        """One read in a transaction of its own (the writer shares the connection)."""
+        import psycopg
+
+        try:
+            with self._lock:
+                try:
+                    with self._conn.cursor() as cur:
+                        cur.execute(sql.replace("?", "%s"), args)
+                        return cur.fetchall()
+                finally:
+                    self._conn.commit()
+        except psycopg.Error as exc:
+            raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        return [(seq, d, bytes(b)) for seq, d, b in self._read(PAGE_SQL, (qkey, after, limit))]
+
+    def queue_bytes(self, qkey: str) -> int:
+        return int(self._read(BYTES_SQL, (qkey,))[0][0])
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
               ops: list[tuple[str, tuple[Any, ...]]]) -> None:

@@ -7,6 +7,18 @@ highest priority first, FIFO within a priority, and a message put back (recover,
 rollback, a closed consumer) returns to its old place because it keeps its seq. A
 consumer with a selector walks the list in that order to the first match.
 
+Paging: a queue with a ``pager`` (the broker, when it has a store or a swap file) keeps
+at most ``window`` waiting messages in memory. A message arriving while the window is
+full, or while older ones are still paged out, is paged out: a stored one stays only in
+the store, a non-persistent one goes to the swap file (swap.py); the queue counts it
+(``paged``) and keeps nothing else. Every message of the queue with a seq above ``high``
+is paged out, except the few in ``skip`` (stored ones taken out of order by a selector,
+or held by a prepared XA branch at open, so in memory). When the window runs dry,
+``page_in`` reads the next chunk from both in seq order. So priorities order the window;
+beyond it messages wait in seq order. A consumer with a selector that finds
+no match in the window scans the paged chunks (its cursor remembers how far), and so do
+browsers.
+
 Waiting consumers register in ``waiters``; each put wakes exactly one eligible waiter
 (round robin over competing consumers, no lost wake-ups). Producers held by a full
 FLOW_CONTROL queue register a callback in ``room_waiters``; a release that leaves room
@@ -23,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from enum import Enum
 from functools import cached_property
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from sortedcontainers import SortedList
 
@@ -63,10 +75,34 @@ class DestinationLimits:
 
 
 UNLIMITED = DestinationLimits()
+WINDOW = 1000  # waiting messages a destination keeps in memory (imq.destination.memory.window)
+
+
+class Pager(Protocol):
+    """Keeps a queue's messages beyond its window in the store or the swap file and
+    reads them back (the broker)."""
+
+    def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
+        """Envelopes of up to ``limit`` paged-out messages of ``mq`` with seq > ``after``,
+        in seq order, leaving out ``mq.skip``; and the last seq read (None: none left)."""
+        ...
+
+    def page_out(self, env: Envelope) -> bool:
+        """Keep ``env`` out of memory (a non-persistent one in the swap file); False
+        when it has to stay in memory."""
+        ...
+
+    def paged_in(self, envs: list[Envelope]) -> None:
+        """These paged-out messages are in memory now (or gone): off the swap file."""
+        ...
+
+    def drop(self, mq: MessageQueue) -> None:
+        """``mq`` went away: its swapped messages with it."""
+        ...
 
 
 class SystemUsage:
-    """Messages the broker holds in memory only (not in the store), over all destinations,
+    """Messages the broker holds in memory only (not in the store, nor in the swap file),
     against imq.system.max_count and imq.system.max_size (-1: no limit)."""
 
     __slots__ = ("bytes", "count", "max_count", "max_size")
@@ -125,6 +161,14 @@ class MessageQueue:
         self.no_local = no_local
         self.topic = topic              # the topic a subscription listens to
         self._list: SortedList = SortedList()  # of (-priority, seq, Envelope)
+        self.pager: Pager | None = None  # see "Paging" above
+        self.window = WINDOW
+        self.paged = 0                  # waiting messages only in the store or the swap file
+        self.swapped = 0                # ...of which in the swap file
+        self.high = 0                   # messages above this seq are paged out...
+        self.skip: set[int] = set()     # ...except these, which are in memory
+        self.paged_epoch = 0            # bumped when a message is paged out behind others
+        self._paged_last = 0            # the highest seq paged out
         self.count = 0                  # unacknowledged messages (queued + in flight)
         self.bytes = 0
         self.waiters: deque[Any] = deque()
@@ -135,7 +179,8 @@ class MessageQueue:
         self.deleted = False
 
     def __len__(self) -> int:
-        return len(self._list)
+        """Waiting messages, in memory and paged out."""
+        return len(self._list) + self.paged
 
     # --- putting -------------------------------------------------------------
     def admit(self, env: Envelope) -> None:
@@ -172,12 +217,51 @@ class MessageQueue:
             callback()
 
     def push(self, env: Envelope) -> None:
+        if self.pager is not None and env.seq > self.high:
+            if not (self.paged or len(self._list) >= self.window):
+                self.high = env.seq
+            elif self.pager.page_out(env):
+                self._page_out(env)
+                return
         item = (-env.message.priority, env.seq, env)
         items = self._list
         if items and item < items[-1]:
             self.epoch += 1
         items.add(item)
         self.wake(env.message)
+
+    def _page_out(self, env: Envelope) -> None:
+        """Count a message the pager keeps out of memory (a stored one's row is recorded;
+        it may still be pending: ``Store.page`` writes it before reading)."""
+        self.paged += 1
+        if not env.stored:  # swapped: no longer in memory, so not the system's to count
+            self.usage.count -= 1
+            self.usage.bytes -= env.size
+        if env.seq < self._paged_last:
+            self.paged_epoch += 1  # selector cursors past it must look again
+        self._paged_last = max(self._paged_last, env.seq)
+        self.wake(env.message)
+
+    def page_in(self) -> None:
+        """Fill the window with the next paged-out messages, in seq order."""
+        assert self.pager is not None
+        while self.paged and len(self._list) < self.window:
+            envs, last = self.pager.page(self, self.high, self.window - len(self._list))
+            if last is None:  # nothing more after all: never loop on a wrong count
+                self.paged = 0
+                break
+            self.high = last
+            if self.skip:
+                self.skip = {seq for seq in self.skip if seq > last}
+            self.epoch += 1
+            usage = self.usage
+            for env in envs:
+                self.paged -= 1
+                if not env.stored:  # back in memory from the swap file
+                    usage.count += 1
+                    usage.bytes += env.size
+                self._list.add((-env.message.priority, env.seq, env))
+            self.pager.paged_in(envs)
 
     def push_back(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their old places."""
@@ -215,13 +299,26 @@ class MessageQueue:
         """
         items = self._list
         if selector is None:
-            while items:
+            while True:
+                if not items:
+                    if not self.paged:
+                        return None
+                    self.page_in()
+                    if not items:
+                        return None
                 env = items.pop(0)[2]
                 if env.message.expiration and env.expired(now_ms):
                     on_expired(env)
                     continue
                 return env
-            return None
+        env = self._take_window(selector, now_ms, on_expired, cursor)
+        if env is None and self.paged:
+            env = self._take_paged(selector, now_ms, on_expired, cursor)
+        return env
+
+    def _take_window(self, selector: Selector, now_ms: int,
+                     on_expired: Callable[[Envelope], None], cursor: Any) -> Envelope | None:
+        items = self._list
         scan = getattr(cursor, "scan", None)
         i = items.bisect_right(scan[1]) if scan is not None and scan[0] == self.epoch else 0
         skipped = None
@@ -246,6 +343,38 @@ class MessageQueue:
                 elif scan is not None and scan[0] != self.epoch:
                     cursor.scan = None
 
+    def _take_paged(self, selector: Selector, now_ms: int,
+                    on_expired: Callable[[Envelope], None], cursor: Any) -> Envelope | None:
+        """The first paged-out message ``selector`` matches, in seq order, read chunk by
+        chunk; it stays in memory (``skip``) until acknowledged. The cursor's
+        ``paged_scan`` (paged_epoch, seq) remembers what was read without a match."""
+        assert self.pager is not None
+        pos = self.high
+        done = getattr(cursor, "paged_scan", None)
+        if done is not None and done[0] == self.paged_epoch and done[1] > pos:
+            pos = done[1]
+        found = None
+        while found is None and self.paged:
+            envs, last = self.pager.page(self, pos, max(self.window, 100))
+            if last is None:
+                break
+            for env in envs:
+                if env.expired(now_ms):
+                    self.paged -= 1
+                    self.pager.paged_in([env])
+                    on_expired(env)
+                elif selector.matches(env.message):
+                    self.paged -= 1
+                    self.pager.paged_in([env])
+                    if env.stored:
+                        self.skip.add(env.seq)
+                    found, last = env, env.seq
+                    break
+            pos = last
+        if cursor is not None:
+            cursor.paged_scan = (self.paged_epoch, pos)
+        return found
+
     def remove(self, env: Envelope) -> bool:
         item = (-env.message.priority, env.seq, env)
         if item in self._list:
@@ -255,21 +384,39 @@ class MessageQueue:
 
     def oldest(self) -> Envelope | None:
         """The waiting message with the smallest seq (REMOVE_OLDEST)."""
+        if not self._list and self.paged:
+            self.page_in()
         return min(self._list, key=lambda item: item[1])[2] if self._list else None
 
     def lowest_priority(self) -> Envelope | None:
         """The oldest waiting message of the lowest priority (REMOVE_LOW_PRIORITY): the
         first item of the last priority band in (-priority, seq) order."""
+        if not self._list and self.paged:
+            self.page_in()
         items = self._list
         if not items:
             return None
         return items[items.bisect_left((items[-1][0],))][2]
 
     def drain(self) -> list[Envelope]:
+        """Empty the queue: the envelopes in memory (paged-out ones are only counted
+        off; the caller purges their rows)."""
         envs = [item[2] for item in self._list]
         self._list = SortedList()
+        if self.paged:
+            assert self.pager is not None
+            self.pager.drop(self)
+            self.count -= self.paged
+            self.paged = self.swapped = 0
         return envs
 
     def browse(self) -> list[Envelope]:
-        """Waiting messages in delivery order (a snapshot)."""
+        """Waiting messages in memory in delivery order (a snapshot; see ``browse_paged``)."""
         return [item[2] for item in self._list]
+
+    def browse_paged(self, after: int, limit: int) -> tuple[list[Envelope], int | None]:
+        """Stored messages after seq ``after`` (start at ``high``), for a browser: paged
+        out, or paged in since the browser took its snapshot of the window."""
+        if self.pager is None or (not self.paged and after >= self.high):
+            return [], None
+        return self.pager.page(self, after, limit)

@@ -17,7 +17,9 @@ first to find nobody writing takes everything pending and writes it in its own t
 (no hand-off, no linger); callers arriving meanwhile wait, and the first of them then
 writes all they recorded as the next batch. What nobody waits for (non-durable sends,
 acknowledgements) the writer thread writes, letting a batch grow for up to LINGER.
-One batch is written at a time, in ticket order.
+One batch is written at a time, in ticket order. Senders that outrun the writer would
+pile their messages up in memory: once BEHIND bytes are pending, ``behind`` says so and
+the broker's senders wait for their batches (writing them themselves) until it catches up.
 
 Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
 directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
@@ -36,6 +38,16 @@ A full store logs once when it fills and once when space is back.
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
 delivery-count updates, then deletes. A seq is never reused.
+
+Paging: the broker keeps only a window of each destination's messages in memory; the
+rest it reads back with ``page`` (rows of one destination after a seq, in seq order,
+through the index msgs(qkey, seq)). A message the broker dropped from memory right after
+recording it may not be written yet: ``page`` merges what the database holds with the
+inserts pending and being written, leaves out pending deletes, and applies pending
+delivery counts, without waiting for the writer (the broker lock is held). Only a pending
+purge or XA commit, which move rows the merge cannot see, make it write everything first. Opening reads
+per-destination counts (``Recovered.backlogs``), not the messages, so start-up time does
+not grow with the backlog; only rows an XA branch prepared to consume are read whole.
 """
 
 from __future__ import annotations
@@ -63,6 +75,7 @@ LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for
 RETRY_BASE, RETRY_CAP = 0.05, 2.0  # seconds between writes of a full store (doubling, capped)
 NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
 SQLITE_FULL, SQLITE_IOERR = 13, 10
+BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -75,6 +88,7 @@ CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq INTEGER NOT NULL, qkey TEXT NOT NULL,
                                     blob BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS msgs_qkey ON msgs(qkey, seq);
 CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid);
 CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 """
@@ -114,13 +128,15 @@ class _Claim:
     deletes: set[int]
     updates: dict[int, int]
     ops: list[tuple[str, tuple[Any, ...]]]
+    queues: dict[str, int] = field(default_factory=dict)  # qkey -> inserts in this batch
 
 
 @dataclass
 class Recovered:
     """What a store holds at open: everything the broker rebuilds its state from."""
 
-    messages: list[tuple[int, str, int, bytes]]       # (seq, qkey, dcount, blob) by seq
+    backlogs: dict[str, int]                          # qkey -> stored messages (read lazily)
+    locked: list[tuple[int, str, int, bytes]]         # (seq, qkey, dcount, blob) a prepared XA branch consumed
     subscriptions: list[tuple[str, str, str, str | None, bool]]
     destinations: dict[str, dict[str, Any]]
     prepared: dict[str, PreparedBranch]
@@ -133,6 +149,14 @@ class Database:
     where: str = ""
 
     def load(self) -> Recovered:
+        raise NotImplementedError
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """Up to ``limit`` (seq, dcount, blob) of ``qkey`` with seq > ``after``, by seq."""
+        raise NotImplementedError
+
+    def queue_bytes(self, qkey: str) -> int:
+        """Bytes of ``qkey``'s stored messages (a destination with a byte limit, at open)."""
         raise NotImplementedError
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
@@ -176,11 +200,25 @@ class SQLiteDatabase(Database):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
         self._db = db
+        # Paging reads on a connection of their own: WAL lets them run beside the writer.
+        self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
 
     def load(self) -> Recovered:
         try:
             return recovered(self._db.execute)
         except (sqlite3.Error, ValueError) as exc:
+            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        try:
+            return self._reader.execute(PAGE_SQL, (qkey, after, limit)).fetchall()
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
+
+    def queue_bytes(self, qkey: str) -> int:
+        try:
+            return int(self._reader.execute(BYTES_SQL, (qkey,)).fetchone()[0])
+        except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
@@ -215,13 +253,22 @@ class SQLiteDatabase(Database):
         return super().no_space(exc)
 
     def close(self) -> None:
+        self._reader.close()
         self._db.close()
 
 
+PAGE_SQL = "SELECT seq, dcount, blob FROM msgs WHERE qkey = ? AND seq > ? ORDER BY seq LIMIT ?"
+BYTES_SQL = "SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM msgs WHERE qkey = ?"
+
+
 def recovered(execute: Callable[..., Any]) -> Recovered:
-    """Everything a store holds, read through a DB-API ``execute`` returning a cursor."""
-    messages = [(seq, q, d, bytes(b)) for seq, q, d, b in
-                execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()]
+    """What a store holds, read through a DB-API ``execute`` returning a cursor: counts of
+    waiting messages (an index scan), not the messages themselves."""
+    backlogs = {q: int(n) for q, n in
+                execute("SELECT qkey, COUNT(*) FROM msgs GROUP BY qkey").fetchall()}
+    locked = [(seq, q, d, bytes(b)) for seq, q, d, b in execute(
+        "SELECT m.seq, m.qkey, m.dcount, m.blob FROM msgs m JOIN xa_acks a ON a.seq = m.seq "
+        "ORDER BY m.seq").fetchall()]
     subs = [(c, n, t, s, bool(nl)) for c, n, t, s, nl in
             execute("SELECT client_id, name, topic, selector, no_local FROM subs").fetchall()]
     dests = {k: json.loads(v) for k, v in execute("SELECT qkey, config FROM dests").fetchall()}
@@ -235,7 +282,7 @@ def recovered(execute: Callable[..., Any]) -> Recovered:
         prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
     max_seq = max(execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
                   execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0])
-    return Recovered(messages, subs, dests, prepared, max_seq)
+    return Recovered(backlogs, locked, subs, dests, prepared, max_seq)
 
 
 def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
@@ -288,8 +335,11 @@ class Store:
         self._written = threading.Condition(self.lock)  # callers wait here for batches
         self._waiting = 0                               # callers blocked in wait()
         self._writing = False                           # a batch is being written
+        self._claim: _Claim | None = None               # ...this one
         self._idle = False                              # the writer sleeps until a change
         self._inserts: dict[int, list[Any]] = {}
+        self._pending_bytes = 0                         # blobs in _inserts, about
+        self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
@@ -307,10 +357,53 @@ class Store:
 
     # --- open -----------------------------------------------------------------
     def load(self) -> Recovered:
-        """Read everything, then start the writer. Call once, before any change."""
+        """Read what the broker rebuilds from, then start the writer. Call once, before
+        any change."""
         rec = self.database.load()
         self._writer.start()
         return rec
+
+    def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
+        """Up to ``limit`` (seq, dcount, blob) of ``qkey`` after seq ``after``, in seq
+        order: the database's rows and the changes not written yet (module comment)."""
+        with self.lock:
+            batches = [self._claim] if self._claim is not None else []
+            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops,
+                                  self._pending_queues))
+            if any(name in ("purge", "xa_commit") for b in batches for name, _ in b.ops):
+                moving = True
+            else:
+                moving = False
+                pending: dict[int, tuple[int, bytes]] = {}
+                gone: set[int] = set()
+                dcounts: dict[int, int] = {}
+                for b in batches:  # the batch being written first: it is the older
+                    if qkey in b.queues:  # (a count that a cancelled insert leaves high)
+                        for seq, (q, dcount, blob) in b.inserts.items():
+                            if q == qkey and seq > after:
+                                pending[seq] = (dcount, blob)
+                    gone.update(seq for seq in b.deletes if seq > after)
+                    dcounts.update((seq, d) for seq, d in b.updates.items() if seq > after)
+        if moving:
+            self.flush()
+            return self.database.page(qkey, after, limit)
+        if not (pending or gone or dcounts):  # the common case: the database has it all
+            return self.database.page(qkey, after, limit)
+        # Enough rows that ``limit`` remain when every pending delete is among them.
+        rows = {seq: (dcount, blob) for seq, dcount, blob
+                in self.database.page(qkey, after, limit + len(gone))}
+        rows.update(pending)  # (a batch written meanwhile is in both)
+        out = []
+        for seq in sorted(rows):
+            if seq not in gone:
+                dcount, blob = rows[seq]
+                out.append((seq, dcounts.get(seq, dcount), blob))
+                if len(out) == limit:
+                    break
+        return out
+
+    def queue_bytes(self, qkey: str) -> int:
+        return self.database.queue_bytes(qkey)
 
     # --- recording changes (callers may hold the broker lock) -------------------
     def _check(self) -> None:
@@ -336,6 +429,8 @@ class Store:
         with self.lock:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
+            self._pending_bytes += len(blob)
+            self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + 1
             self._changed()
 
     def remove(self, seq: int) -> None:
@@ -414,16 +509,25 @@ class Store:
                 claim = self._take()  # also while closing: close() waits for this write
             self._commit(claim)
 
+    @property
+    def behind(self) -> bool:
+        """More than BEHIND bytes of messages wait to be written (a lock-free read)."""
+        return self._pending_bytes > BEHIND
+
     def flush(self) -> None:
         self.wait(self.ticket())
 
     # --- writing: one writer at a time, a caller (wait) or the writer thread --------------
     def _take(self) -> _Claim:
         """Become the writer of everything pending (under the lock, nobody writing)."""
-        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops)
+        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops,
+                       self._pending_queues)
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
+        self._pending_bytes = 0
+        self._pending_queues = {}
         self._next += 1
         self._writing = True
+        self._claim = claim
         return claim
 
     def _commit(self, claim: _Claim) -> bool:
@@ -448,6 +552,7 @@ class Store:
                     log.error("store %s: writing batch %d failed: %s", self.path, claim.batch, exc)
                     self._error = exc
                 self._writing = False
+                self._claim = None
                 self._written.notify_all()
             return False
         with self.lock:
@@ -457,6 +562,7 @@ class Store:
                 self._full, self._attempts = None, 0
             self._done = claim.batch
             self._writing = False
+            self._claim = None
             self.batches += 1
             self.rows += len(claim.inserts) + len(claim.deletes)
             self._written.notify_all()

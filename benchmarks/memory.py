@@ -1,0 +1,233 @@
+"""Memory of a real `serve` holding a backlog: flood a queue, restart, drain; prints JSON.
+
+    .venv/bin/python benchmarks/memory.py [--messages N] [--check] [--window W]
+
+One STOMP producer (a raw socket, STOMP 1.2) sends N persistent 1 KiB messages to a queue
+nobody consumes, a receipt every 1,000 to keep up with the broker. The service's RSS is read
+from /proc/<pid>/status: VmHWM (peak) and VmRSS. Then serve is stopped (SIGTERM) and started
+again on the same store; "restart_to_first_delivery_s" runs from starting the process to the
+first MESSAGE a subscriber gets. With --check the subscriber takes every message (auto ack)
+and checks each carries the next number; without it, only the first.
+
+Reported: messages_per_s while flooding, peak_rss_mb flooding (the first process's VmHWM)
+and after the restart (the second process's VmHWM, at the end), restart_to_first_delivery_s,
+and delivered_in_order (null without --check).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PASSWORD = "memory-bench-secret"
+QUEUE = "/queue/backlog"
+BODY_SIZE = 1024
+RECEIPT_EVERY = 1000
+
+
+def rss_mb(pid: int) -> dict[str, float]:
+    """VmHWM and VmRSS of ``pid`` in MB."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in ("VmHWM", "VmRSS"):
+            out[key] = round(int(value.split()[0]) / 1024, 1)
+    return out
+
+
+class Serve:
+    """`imqbridgemgr serve` with the STOMP bridge only, up once it says the bridge started
+    (its output goes to a file: nobody has to keep reading it)."""
+
+    def __init__(self, props: Path, log: Path) -> None:
+        env = dict(os.environ, PYTHONPATH=str(ROOT))
+        self.started = time.monotonic()
+        with open(log, "w") as out:
+            self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
+                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+        try:
+            self.port = self._wait(log)
+        except BaseException:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def _wait(self, log: Path) -> int:
+        """The STOMP port, once the bridge started."""
+        address = None
+        while True:
+            text = log.read_text()
+            if m := re.search(r"^port mapper: (\S+):(\d+)", text, re.M):
+                address = (m.group(1), int(m.group(2)))
+            if address and re.search(r"^bridge stomp \(\w+\): STARTED$", text, re.M):
+                break
+            if self.proc.poll() is not None or time.monotonic() - self.started > 600:
+                raise RuntimeError("serve did not come up:\n" + text)
+            time.sleep(0.02)
+        from bridgemgr.admin.portmapper import find_service
+
+        return find_service(address[0], address[1], ("stomp",)).port
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=300)
+
+
+class Stomp:
+    """A STOMP 1.2 client on a raw socket: frames out, frames in (headers and body)."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port))
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buf = bytearray()
+        self.sock.sendall(f"CONNECT\naccept-version:1.2\nhost:bench\nlogin:admin\npasscode:{PASSWORD}\n\n\0"
+                          .encode())
+        command, _, _ = self.frame()
+        if command != "CONNECTED":
+            raise RuntimeError(f"STOMP login refused: {command}")
+
+    def frame(self) -> tuple[str, dict[str, str], bytes]:
+        while True:
+            while self.buf[:1] in (b"\n", b"\r"):
+                del self.buf[:1]
+            end = self.buf.find(b"\n\n")
+            if end >= 0:
+                head = self.buf[:end].decode().split("\n")
+                headers = dict(h.split(":", 1) for h in head[1:])
+                start = end + 2
+                if "content-length" in headers:
+                    stop = start + int(headers["content-length"])
+                    if len(self.buf) > stop:
+                        body = bytes(self.buf[start:stop])
+                        del self.buf[:stop + 1]
+                        return head[0], headers, body
+                else:
+                    stop = self.buf.find(b"\0", start)
+                    if stop >= 0:
+                        body = bytes(self.buf[start:stop])
+                        del self.buf[:stop + 1]
+                        return head[0], headers, body
+            chunk = self.sock.recv(1 << 20)
+            if not chunk:
+                raise RuntimeError("the service closed the STOMP connection")
+            self.buf += chunk
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def flood(port: int, count: int) -> float:
+    """Send ``count`` persistent messages numbered 0.. ; seconds taken (all receipted)."""
+    client = Stomp(port)
+    pad = b"x" * BODY_SIZE
+    begin = time.monotonic()
+    outstanding = 0
+    batch = bytearray()
+    for i in range(count):
+        body = (b"%012d" % i + pad)[:BODY_SIZE]
+        receipt = f"receipt:r{i}\n" if (i + 1) % RECEIPT_EVERY == 0 or i == count - 1 else ""
+        batch += (f"SEND\ndestination:{QUEUE}\npersistent:true\n{receipt}"
+                  f"content-length:{BODY_SIZE}\n\n").encode() + body + b"\0"
+        if receipt:
+            client.sock.sendall(batch)
+            batch.clear()
+            outstanding += 1
+            while outstanding > 1:  # one batch in flight while the next is sent
+                command, headers, body = client.frame()
+                if command != "RECEIPT":
+                    raise RuntimeError(f"{command} {headers} {body[:200]!r}")
+                outstanding -= 1
+    while outstanding:
+        command, headers, body = client.frame()
+        if command != "RECEIPT":
+            raise RuntimeError(f"{command} {headers} {body[:200]!r}")
+        outstanding -= 1
+    seconds = time.monotonic() - begin
+    client.close()
+    return seconds
+
+
+def drain(port: int, count: int, check: bool) -> tuple[float, bool | None]:
+    """Subscribe; the time the first message arrived (monotonic) and, with ``check``, whether
+    all ``count`` came in order."""
+    client = Stomp(port)
+    client.sock.sendall(f"SUBSCRIBE\nid:1\ndestination:{QUEUE}\nack:auto\n\n\0".encode())
+    first = None
+    expected = 0
+    in_order = True
+    while True:
+        command, headers, body = client.frame()
+        if command != "MESSAGE":
+            raise RuntimeError(f"{command} {headers} {body[:200]!r}")
+        if first is None:
+            first = time.monotonic()
+            if not check:
+                break
+        if int(body[:12]) != expected:
+            in_order = False
+        expected += 1
+        if expected == count:
+            break
+    client.close()
+    return first, (in_order and expected == count) if check else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--messages", type=int, default=500_000)
+    ap.add_argument("--check", action="store_true", help="consume everything back, checking the order")
+    ap.add_argument("--window", type=int, help="imq.destination.memory.window (default: the service's)")
+    args = ap.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="memory-bench-"))
+    try:
+        props = tmp / "broker.properties"
+        lines = [f"imq.varhome={tmp / 'var'}", "imq.instancename=membench", "imq.portmapper.port=0",
+                 "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
+                 f"imq.bridge.admin.password={PASSWORD}", "imq.bridge.activelist=stomp",
+                 "imq.bridge.stomp.tcp.port=0"]
+        if args.window:
+            lines.append(f"imq.destination.memory.window={args.window}")
+        props.write_text("\n".join(lines) + "\n")
+        serve = Serve(props, tmp / "serve.log")
+        try:
+            idle = rss_mb(serve.proc.pid)
+            seconds = flood(serve.port, args.messages)
+            flooded = rss_mb(serve.proc.pid)
+        finally:
+            serve.stop()
+        serve = Serve(props, tmp / "serve.log")
+        try:
+            first, in_order = drain(serve.port, args.messages, args.check)
+            restarted = rss_mb(serve.proc.pid)
+            restart_s = first - serve.started
+        finally:
+            serve.stop()
+        print(json.dumps({
+            "messages": args.messages, "body_bytes": BODY_SIZE,
+            "messages_per_s": round(args.messages / seconds),
+            "flood_seconds": round(seconds, 1),
+            "rss_mb_idle": idle["VmRSS"],
+            "peak_rss_mb_flooding": flooded["VmHWM"],
+            "peak_rss_mb_after_restart": restarted["VmHWM"],
+            "restart_to_first_delivery_s": round(restart_s, 2),
+            "delivered_in_order": in_order,
+            "store_mb": round(sum(f.stat().st_size for f in (tmp / "var").rglob("store.db*")) / 2**20),
+        }, indent=2))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
