@@ -20,9 +20,11 @@ import re
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
+from .destination import Destination, Queue, Topic
 from .errors import NamingException
+from .spi import ConnectionFactory
 
 INITIAL_CONTEXT_FACTORY = "java.naming.factory.initial"
 PROVIDER_URL = "java.naming.provider.url"
@@ -42,6 +44,54 @@ class Context(ABC):
 
     def close(self) -> None:
         pass
+
+
+def destination_named(name: str) -> Destination | None:
+    """The Queue or Topic a ``queue/NAME``, ``topic/NAME``, ``dynamicQueues/NAME`` or
+    ``dynamicTopics/NAME`` lookup names (the names every provider's context binds); None
+    for any other name."""
+    kind, sep, rest = name.partition("/")
+    if sep and rest:
+        if kind in ("queue", "dynamicQueues"):
+            return Queue(rest)
+        if kind in ("topic", "dynamicTopics"):
+            return Topic(rest)
+    return None
+
+
+class UrlContext(Context):
+    """The context of a provider reached by java.naming.provider.url: the URL (checked
+    now, so a bad one fails the lookup naming it) and the security principal/credentials
+    make its connection factories; destinations are by :func:`destination_named`. A
+    provider sets the class variables and :meth:`connection_factory`."""
+
+    context_factory: ClassVar[str]  # its java.naming.factory.initial, for the errors
+    url_example: ClassVar[str]  # what its URL looks like, for the error of a missing one
+    bindings: ClassVar[str]  # "the X context (use ...)", for the error of an unbound name
+
+    def __init__(self, environment: Mapping[str, str]) -> None:
+        self.url = environment.get(PROVIDER_URL, "")
+        if not self.url:
+            raise NamingException(f"{self.context_factory} needs {PROVIDER_URL} ({self.url_example})")
+        self.check_url(self.url)
+        self.username = environment.get(SECURITY_PRINCIPAL)
+        self.password = environment.get(SECURITY_CREDENTIALS)
+
+    @abstractmethod
+    def check_url(self, url: str) -> None:
+        """NamingException when ``url`` is not one of this provider's."""
+
+    @abstractmethod
+    def connection_factory(self) -> ConnectionFactory:
+        """A connection factory for the URL and credentials."""
+
+    def lookup(self, name: str) -> Any:
+        destination = destination_named(name)
+        if destination is not None:
+            return destination
+        if name.endswith("ConnectionFactory"):
+            return self.connection_factory()
+        raise NamingException(f"{name!r} is not bound in {self.bindings}")
 
 
 class InitialContextFactory(ABC):

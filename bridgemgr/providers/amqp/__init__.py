@@ -20,11 +20,8 @@ the connections over pika.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ...jms import naming
-from ...jms.destination import Queue, Topic
-from ...jms.errors import NamingException
 from .client import (
     PROVIDER_NAME,
     AmqpConnection,
@@ -56,27 +53,16 @@ __all__ = [
 CONTEXT_FACTORY = "imq.amqp"
 
 
-class _Context(naming.Context):
-    def __init__(self, environment: Mapping[str, str]) -> None:
-        self.url = environment.get(naming.PROVIDER_URL, "")
-        if not self.url:
-            raise NamingException(f"{CONTEXT_FACTORY} needs {naming.PROVIDER_URL} "
-                                  "(amqp://user:password@host:port/vhost)")
-        parse_url(self.url)
-        self.username = environment.get(naming.SECURITY_PRINCIPAL)
-        self.password = environment.get(naming.SECURITY_CREDENTIALS)
+class _Context(naming.UrlContext):
+    context_factory = CONTEXT_FACTORY
+    url_example = "amqp://user:password@host:port/vhost"
+    bindings = "the AMQP context (use ConnectionFactory, queue/NAME or topic/NAME)"
 
-    def lookup(self, name: str) -> Any:
-        kind, sep, rest = name.partition("/")
-        if sep and rest:
-            if kind in ("queue", "dynamicQueues"):
-                return Queue(rest)
-            if kind in ("topic", "dynamicTopics"):
-                return Topic(rest)
-        if name.endswith("ConnectionFactory"):
-            return AmqpConnectionFactory(self.url, self.username, self.password)
-        raise NamingException(f"{name!r} is not bound in the AMQP context (use ConnectionFactory, "
-                              "queue/NAME or topic/NAME)")
+    def check_url(self, url: str) -> None:
+        parse_url(url)
+
+    def connection_factory(self) -> AmqpConnectionFactory:
+        return AmqpConnectionFactory(self.url, self.username, self.password)
 
 
 class AmqpContextFactory(naming.InitialContextFactory):

@@ -26,8 +26,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from ...jms import naming
-from ...jms.destination import Queue, Topic
-from ...jms.errors import NamingException
 from .client import (
     PROVIDER_NAME,
     StompConnection,
@@ -75,29 +73,22 @@ __all__ = [
 CONTEXT_FACTORY = "imq.stomp"
 
 
-class _Context(naming.Context):
-    def __init__(self, environment: Mapping[str, str]) -> None:
-        self.url = environment.get(naming.PROVIDER_URL, "")
-        if not self.url:
-            raise NamingException(f"{CONTEXT_FACTORY} needs {naming.PROVIDER_URL} "
-                                  "(stomp://host:port or stomp+ssl://host:port)")
-        parse_url(self.url)
-        self.username = environment.get(naming.SECURITY_PRINCIPAL)
-        self.password = environment.get(naming.SECURITY_CREDENTIALS)
+class _Context(naming.UrlContext):
+    context_factory = CONTEXT_FACTORY
+    url_example = "stomp://host:port or stomp+ssl://host:port"
+    bindings = ("the STOMP context (use ConnectionFactory, queue/NAME, topic/NAME or a STOMP "
+                "destination such as /queue/NAME)")
+
+    def check_url(self, url: str) -> None:
+        parse_url(url)
+
+    def connection_factory(self) -> StompConnectionFactory:
+        return StompConnectionFactory(self.url, self.username, self.password)
 
     def lookup(self, name: str) -> Any:
-        kind, sep, rest = name.partition("/")
-        if sep and rest:
-            if kind in ("queue", "dynamicQueues"):
-                return Queue(rest)
-            if kind in ("topic", "dynamicTopics"):
-                return Topic(rest)
-        if name.startswith("/"):
+        if name.startswith("/"):  # never a queue/NAME or topic/NAME
             return to_jms_destination(name)
-        if name.endswith("ConnectionFactory"):
-            return StompConnectionFactory(self.url, self.username, self.password)
-        raise NamingException(f"{name!r} is not bound in the STOMP context (use ConnectionFactory, "
-                              "queue/NAME, topic/NAME or a STOMP destination such as /queue/NAME)")
+        return super().lookup(name)
 
 
 class StompContextFactory(naming.InitialContextFactory):
