@@ -43,7 +43,7 @@ from collections.abc import Callable
 from concurrent.futures import Future, InvalidStateError
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
 import pika
 import pika.exceptions
@@ -62,6 +62,7 @@ from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.spi import (
     AckMode,
+    CompletionListener,
     Connection,
     ConnectionFactory,
     ConnectionMetaData,
@@ -635,14 +636,6 @@ class AmqpSession(Session):
         if self in self.connection._sessions:
             self.connection._sessions.remove(self)
         self.channel.close()  # the broker requeues what the channel did not ack
-
-
-class CompletionListener(Protocol):
-    """How an asynchronous send ended (JMS 2.0's CompletionListener shape)."""
-
-    def on_completion(self, message: Message) -> None: ...
-
-    def on_exception(self, message: Message, exception: JMSException) -> None: ...
 
 
 class AmqpProducer(MessageProducer):
