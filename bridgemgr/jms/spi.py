@@ -9,6 +9,8 @@ clean exit and rolls back on an exception.
 
 from __future__ import annotations
 
+import logging
+import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -172,6 +174,41 @@ class MessageConsumer(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class PollingConsumer(MessageConsumer):
+    """A consumer whose provider has no delivery thread of its own to call a listener
+    on (STOMP, AMQP): set_message_listener() starts one that receives (polling, so it
+    sees an unset listener or a closed consumer within half a second) and hands each
+    message to the listener, until the consumer closes or the connection fails."""
+
+    closed: bool
+    listener_log: logging.Logger  # the provider's: where a failing listener is logged
+    _listener: MessageListener | None = None
+    _thread: threading.Thread | None = None
+
+    @abstractmethod
+    def listener_thread_name(self) -> str:
+        """The name of the listener thread (which provider, which subscription)."""
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        self._listener = listener
+        if listener is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._dispatch, daemon=True,
+                                            name=self.listener_thread_name())
+            self._thread.start()
+
+    def _dispatch(self) -> None:
+        while not self.closed and self._listener is not None:
+            try:
+                message = self.receive(0.5)
+            except JMSException:
+                return
+            if message is not None and self._listener is not None:
+                try:
+                    self._listener(message)
+                except Exception:
+                    self.listener_log.exception("the message listener failed")
 
 
 class QueueBrowser(ABC):

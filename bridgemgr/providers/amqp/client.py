@@ -67,9 +67,8 @@ from ...jms.spi import (
     ConnectionFactory,
     ConnectionMetaData,
     ExceptionListener,
-    MessageConsumer,
-    MessageListener,
     MessageProducer,
+    PollingConsumer,
     QueueBrowser,
     Session,
 )
@@ -743,7 +742,9 @@ class AmqpProducer(MessageProducer):
         pass
 
 
-class AmqpConsumer(MessageConsumer):
+class AmqpConsumer(PollingConsumer):
+    listener_log = log
+
     def __init__(self, session: AmqpSession, destination: Destination, selector: str | None,
                  local: Selector | None) -> None:
         self.session = session
@@ -753,8 +754,6 @@ class AmqpConsumer(MessageConsumer):
         self.tag = ""
         self.closed = False
         self.inbox: queue.Queue[_Delivery | None] = queue.Queue()
-        self._thread: threading.Thread | None = None
-        self._listener: MessageListener | None = None
 
     def deliver(self, _ch: Any, method: Any, properties: Any, body: bytes) -> None:
         """pika's on_message_callback (I/O thread)."""
@@ -796,23 +795,8 @@ class AmqpConsumer(MessageConsumer):
                 continue
             return message
 
-    def set_message_listener(self, listener: MessageListener | None) -> None:
-        self._listener = listener
-        if listener is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._dispatch, daemon=True, name=f"amqp listener {self.tag}")
-            self._thread.start()
-
-    def _dispatch(self) -> None:
-        while not self.closed and self._listener is not None:
-            try:
-                message = self.receive(0.5)
-            except JMSException:
-                return
-            if message is not None and self._listener is not None:
-                try:
-                    self._listener(message)
-                except Exception:
-                    log.exception("the message listener failed")
+    def listener_thread_name(self) -> str:
+        return f"amqp listener {self.tag}"
 
     def close(self) -> None:
         if self.closed:

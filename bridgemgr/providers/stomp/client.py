@@ -66,9 +66,8 @@ from ...jms.spi import (
     ConnectionFactory,
     ConnectionMetaData,
     ExceptionListener,
-    MessageConsumer,
-    MessageListener,
     MessageProducer,
+    PollingConsumer,
     QueueBrowser,
     Session,
 )
@@ -664,13 +663,13 @@ class StompProducer(MessageProducer):
         pass
 
 
-class StompConsumer(MessageConsumer):
+class StompConsumer(PollingConsumer):
+    listener_log = log
+
     def __init__(self, session: StompSession, subscription: _Subscription) -> None:
         self.session = session
         self.subscription = subscription
         self.closed = False
-        self._thread: threading.Thread | None = None
-        self._listener: MessageListener | None = None
 
     @property
     def message_selector(self) -> str | None:
@@ -709,24 +708,8 @@ class StompConsumer(MessageConsumer):
                 continue
             return message
 
-    def set_message_listener(self, listener: MessageListener | None) -> None:
-        self._listener = listener
-        if listener is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._dispatch, daemon=True,
-                                            name=f"stomp listener {self.subscription.id}")
-            self._thread.start()
-
-    def _dispatch(self) -> None:
-        while not self.closed and self._listener is not None:
-            try:
-                message = self.receive(0.5)
-            except JMSException:
-                return
-            if message is not None and self._listener is not None:
-                try:
-                    self._listener(message)
-                except Exception:
-                    log.exception("the message listener failed")
+    def listener_thread_name(self) -> str:
+        return f"stomp listener {self.subscription.id}"
 
     def close(self) -> None:
         if self.closed:
