@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -104,6 +105,19 @@ class MessageProducer(ABC):
              delivery_mode: int | None = None, priority: int | None = None,
              time_to_live: int | None = None) -> None:
         """Send; sets message_id, timestamp, destination, delivery_mode, priority, expiration."""
+
+    def stamp(self, message: Message, destination: Destination, message_id: str, *,
+              delivery_mode: int | None, priority: int | None, time_to_live: int | None) -> None:
+        """Set the headers a send sets: ``destination``, ``message_id``, now as the
+        timestamp, and the delivery mode, priority and expiration that the send's
+        arguments give, else this producer's defaults (for a provider to call)."""
+        message.delivery_mode = self.delivery_mode if delivery_mode is None else delivery_mode
+        message.priority = self.priority if priority is None else priority
+        ttl = self.time_to_live if time_to_live is None else time_to_live
+        message.timestamp = int(time.time() * 1000)
+        message.expiration = message.timestamp + ttl if ttl else 0
+        message.destination = destination
+        message.message_id = message_id
 
     def send_async(self, message: Message, listener: CompletionListener,
                    destination: Destination | None = None, *, delivery_mode: int | None = None,

@@ -660,13 +660,8 @@ class AmqpProducer(MessageProducer):
             raise JMSException("send() needs a destination (the producer has none)")
         session = self.session
         session._check()
-        message.delivery_mode = self.delivery_mode if delivery_mode is None else delivery_mode
-        message.priority = self.priority if priority is None else priority
-        ttl = self.time_to_live if time_to_live is None else time_to_live
-        message.timestamp = int(time.time() * 1000)
-        message.expiration = message.timestamp + ttl if ttl else 0
-        message.destination = dest
-        message.message_id = f"{self._id_prefix}{next(self._ids)}"
+        self.stamp(message, dest, f"{self._id_prefix}{next(self._ids)}", delivery_mode=delivery_mode, priority=priority,
+                   time_to_live=time_to_live)
         exchange, key = route(dest)
         if not dest.is_topic:
             session.connection.declare(dest.name)
