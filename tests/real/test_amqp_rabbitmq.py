@@ -10,6 +10,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -200,6 +201,27 @@ def test_auto_acknowledge_and_a_closed_consumer_gives_back_its_prefetch(conn):
     rest = session.create_consumer(q)
     assert [rest.receive(5).text for _ in range(15)] == [str(i) for i in range(5, 20)]
     assert rest.receive(0.3) is None
+
+
+def test_a_message_listener_gets_every_message_on_its_own_thread(conn, caplog):
+    """A failing listener is logged by the provider and does not stop the deliveries."""
+    q = qname("listener")
+    fill(conn, q, 3)
+    got: list[tuple[str, str]] = []
+
+    def listener(message: Message) -> None:
+        got.append((message.text, threading.current_thread().name))
+        if message.text == "0":
+            raise RuntimeError("the listener fails")
+    consumer = conn.create_session().create_consumer(q)
+    consumer.set_message_listener(listener)
+    deadline = time.monotonic() + 10
+    while len(got) < 3 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert [text for text, _ in got] == ["0", "1", "2"]
+    assert {thread for _, thread in got} == {f"amqp listener {consumer.tag}"}
+    failed = [r for r in caplog.records if r.getMessage() == "the message listener failed"]
+    assert [r.name for r in failed] == ["bridgemgr.providers.amqp.client"]
 
 
 def test_prefetch_limits_what_is_delivered_before_an_ack(rabbitmq):
