@@ -65,3 +65,19 @@ def test_a_missing_or_bad_url_fails_every_lookup(provider):
 def test_stomp_also_binds_its_own_destination_names():
     assert naming.lookup("/queue/q", env("imq.stomp")) == Queue("q")
     assert naming.lookup("/topic/ConnectionFactory", env("imq.stomp")) == Topic("ConnectionFactory")
+
+
+@pytest.mark.parametrize("url", ["stomp://bob:s3cret@127.0.0.1:61613?nonsense=1",
+                                 "stomp://bob:s3cret@127.0.0.1:notaport",
+                                 "amqp://bob:s3cret@127.0.0.1:5672/?heartbeat=x"])
+def test_a_password_in_a_provider_url_is_in_no_error(url):
+    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.stomp" if url.startswith("stomp") else "imq.amqp",
+           naming.PROVIDER_URL: url}
+    with pytest.raises(NamingException) as info:
+        naming.lookup("ConnectionFactory", env)
+    assert "s3cret" not in str(info.value) and "bob:***@" in str(info.value)
+
+
+def test_a_password_in_a_stomp_url_is_not_in_the_factorys_repr():
+    factory = StompConnectionFactory("stomp://bob:s3cret@127.0.0.1:61613")
+    assert repr(factory) == "StompConnectionFactory(stomp://bob:***@127.0.0.1:61613)"

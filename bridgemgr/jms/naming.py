@@ -21,6 +21,7 @@ import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
+from urllib.parse import urlsplit, urlunsplit
 
 from .destination import Destination, Queue, Topic
 from .errors import NamingException
@@ -160,3 +161,13 @@ def lookup(name: str, environment: Mapping[str, str]) -> Any:
         return ctx.lookup(name)
     finally:
         ctx.close()
+
+
+def without_password(url: str) -> str:
+    """``url`` with the password of its user info replaced by *** (for errors, logs, repr)."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.rpartition("@")
+    user = netloc[0].partition(":")[0]
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))

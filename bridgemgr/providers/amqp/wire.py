@@ -94,7 +94,7 @@ def parse_url(url: str) -> AmqpOptions:
     """amqp://user:pass@host:port/vhost[?opt=value&...]; NamingException when it is not one."""
     parts = urlsplit(url)
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-        raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: use "
+        raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: use "
                               "amqp://user:password@host:port/vhost (amqps:// for TLS)")
     ours: dict[str, Any] = {}
     theirs = []
@@ -104,7 +104,7 @@ def parse_url(url: str) -> AmqpOptions:
             try:
                 ours[attr] = parse(text)
             except ValueError:
-                raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: option {name}={text!r} "
+                raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: option {name}={text!r} "
                                       "is not valid") from None
         else:
             theirs.append((name, text))
@@ -112,19 +112,9 @@ def parse_url(url: str) -> AmqpOptions:
     try:
         parameters = pika.URLParameters(plain)
     except Exception as exc:
-        raise NamingException(f"{naming.PROVIDER_URL}={_safe(url)!r}: {exc} (our options: "
+        raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: {exc} (our options: "
                               f"{', '.join(sorted(OPTIONS))})") from None
-    return AmqpOptions(_safe(plain), parameters, **ours)
-
-
-def _safe(url: str) -> str:
-    """The URL without its password."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rpartition("@")
-    user = netloc[0].partition(":")[0]
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc[2]}"))
+    return AmqpOptions(naming.without_password(plain), parameters, **ours)
 
 
 # --- destinations -----------------------------------------------------------------------------------

@@ -48,6 +48,7 @@ from typing import Any
 import stomp
 
 from ... import __version__
+from ...jms import naming
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
     IllegalStateException,
@@ -147,7 +148,7 @@ class StompConnectionFactory(ConnectionFactory):
         return StompConnection(self.options, username, password)
 
     def __repr__(self) -> str:
-        return f"StompConnectionFactory({self.url})"
+        return f"StompConnectionFactory({naming.without_password(self.url)})"
 
 
 class StompConnection(Connection):

@@ -94,28 +94,29 @@ OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
 def parse_url(url: str) -> StompOptions:
     """stomp://host:port[,host:port...][?opt=value&...] or stomp+ssl://...; NamingException if bad."""
     parts = urlsplit(url)
+    shown = naming.without_password(url)  # a password in the user info never reaches a message
     if parts.scheme not in ("stomp", "stomp+ssl", "stomp+tls", "stomps"):
-        raise NamingException(f"{naming.PROVIDER_URL}={url!r}: use stomp://host:port or "
+        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: use stomp://host:port or "
                               "stomp+ssl://host:port")
     hosts = []
     for item in unquote(parts.netloc.rpartition("@")[2]).split(","):
         host, _, port = item.strip().rpartition(":")
         if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: {item!r} is not host:port")
+            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: {item!r} is not host:port")
         hosts.append((host.strip("[]"), int(port)))
     values: dict[str, Any] = {}
     for name, text in parse_qsl(parts.query, keep_blank_values=True):
         if name not in OPTIONS:
-            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: unknown option {name!r} "
+            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: unknown option {name!r} "
                                   f"(known: {', '.join(sorted(OPTIONS))})")
         attr, parse = OPTIONS[name]
         try:
             values[attr] = parse(text)
         except ValueError:
-            raise NamingException(f"{naming.PROVIDER_URL}={url!r}: option {name}={text!r} is "
+            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: option {name}={text!r} is "
                                   "not valid") from None
     if values.get("dialect", "auto") not in ("auto", *DIALECTS):
-        raise NamingException(f"{naming.PROVIDER_URL}={url!r}: dialect must be auto or one of "
+        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: dialect must be auto or one of "
                               f"{', '.join(DIALECTS)}")
     return StompOptions(tuple(hosts), tls=parts.scheme != "stomp", **values)
 
