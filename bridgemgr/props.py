@@ -284,7 +284,7 @@ FIXED_PROPS: tuple[Prop, ...] = (
              f"access control file of the {service} service; else imq.accesscontrol.file.filename"))),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
     Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
-    Prop("imq.destination.memory.window", POSITIVE, 1000,
+    Prop("imq.destination.memory.window", POSITIVE, 30000,
          "waiting messages a destination keeps in memory; persistent ones beyond wait in the store"),
     Prop("imq.persist.jdbc.dbVendor", _enum("postgresql"), "postgresql", "database of the jdbc store"),
     Prop("imq.persist.jdbc.postgresql.property.url", TEXT, None,

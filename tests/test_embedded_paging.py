@@ -81,6 +81,34 @@ def test_restart_reads_counts_not_messages(tmp_path, monkeypatch):
     broker.close()
 
 
+def test_the_default_window_holds_a_benchmark_sized_backlog_in_memory(tmp_path):
+    """Reading a message back costs a few microseconds: the default window keeps a
+    backlog of 20,000 (persistent or not) in memory, none in the store or swap.db."""
+    broker = Broker(tmp_path / "s")
+    conn = started(broker)
+    put(conn, 10_000)
+    put(conn, 10_000, start=10_000, delivery_mode=DeliveryMode.NON_PERSISTENT)
+    mq = broker.queues[Q.name]
+    assert (in_memory(broker), mq.paged, mq.swapped) == (20_000, 0, 0)
+    broker.close()
+
+
+def test_a_large_window_is_read_back_a_chunk_at_a_time(tmp_path, monkeypatch):
+    """After a restart the first delivery reads one chunk (1,000), not a whole window."""
+    broker = Broker(tmp_path / "s", memory_window=50_000)
+    put(started(broker), 5_000)
+    broker.close()
+    decoded = []
+    decode = codec.decode
+    monkeypatch.setattr(codec, "decode", lambda blob: (decoded.append(1), decode(blob))[1])
+    broker = Broker(tmp_path / "s", memory_window=50_000)
+    consumer = started(broker).create_session().create_consumer(Q)
+    assert consumer.receive(1).text == "0"
+    assert len(decoded) == 1_000
+    assert drain(consumer) == [str(i) for i in range(1, 5_000)]
+    broker.close()
+
+
 def test_byte_counts_of_paged_messages_stay_right_across_restarts(tmp_path):
     broker = Broker(tmp_path / "s", memory_window=WINDOW)
     broker.configure_destination(Q, DestinationLimits(max_total_msg_bytes=10**9))

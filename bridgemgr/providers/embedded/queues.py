@@ -14,7 +14,7 @@ the store, a non-persistent one goes to the swap file (swap.py); the queue count
 (``paged``) and keeps nothing else. Every message of the queue with a seq above ``high``
 is paged out, except the few in ``skip`` (stored ones taken out of order by a selector,
 or held by a prepared XA branch at open, so in memory). When the window runs dry,
-``page_in`` reads the next chunk from both in seq order. So priorities order the window;
+``page_in`` reads the next chunk (PAGE_CHUNK) from both in seq order. So priorities order the window;
 beyond it messages wait in seq order. A consumer with a selector that finds
 no match in the window scans the paged chunks (its cursor remembers how far), and so do
 browsers.
@@ -75,7 +75,8 @@ class DestinationLimits:
 
 
 UNLIMITED = DestinationLimits()
-WINDOW = 1000  # waiting messages a destination keeps in memory (imq.destination.memory.window)
+WINDOW = 30000  # waiting messages a destination keeps in memory (imq.destination.memory.window)
+PAGE_CHUNK = 1000  # paged-out messages read back at a time
 
 
 class Pager(Protocol):
@@ -243,10 +244,12 @@ class MessageQueue:
         self.wake(env.message)
 
     def page_in(self) -> None:
-        """Fill the window with the next paged-out messages, in seq order."""
+        """Read the next paged-out messages into the (empty) window, in seq order, a
+        chunk of up to PAGE_CHUNK."""
         assert self.pager is not None
-        while self.paged and len(self._list) < self.window:
-            envs, last = self.pager.page(self, self.high, self.window - len(self._list))
+        fill = min(self.window, PAGE_CHUNK)  # a chunk, not a whole large window: no pause
+        while self.paged and len(self._list) < fill:
+            envs, last = self.pager.page(self, self.high, fill - len(self._list))
             if last is None:  # nothing more after all: never loop on a wrong count
                 self.paged = 0
                 break
@@ -355,7 +358,7 @@ class MessageQueue:
             pos = done[1]
         found = None
         while found is None and self.paged:
-            envs, last = self.pager.page(self, pos, max(self.window, 100))
+            envs, last = self.pager.page(self, pos, max(min(self.window, PAGE_CHUNK), 100))
             if last is None:
                 break
             for env in envs:
