@@ -17,7 +17,8 @@ physical destinations and their limits (dstadmin.py does them in the service).
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 import click
 
@@ -130,6 +131,22 @@ def _check_usage(op: str, argument: str, bridge: str | None, link: str | None, b
     return bridge
 
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def reply_options(fn: F) -> F:
+    """The options every admin command shares for its reply: -f, -s, --json, -H."""
+    for option in reversed((
+        click.option("-f", "force", is_flag=True, help="Do not ask for confirmation."),
+        click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success."),
+        click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON."),
+        click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
+                     help="Show this help with examples."),
+    )):
+        fn = option(fn)
+    return fn
+
+
 def _command(op: str):
     @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
     @click.argument("argument", type=click.Choice(["bridge", "link", "dst"] if op == "list" else ["bridge", "link"],
@@ -140,11 +157,7 @@ def _command(op: str):
                                                    case_sensitive=False),
                   help="Bridge type (list dst: destination type, q or t).")
     @admin_options
-    @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
-    @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
-    @click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
-                  help="Show this help with examples.")
+    @reply_options
     def command(argument: str, broker: str, bridge: str | None, link: str | None, btype: str | None,
                 user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
                 cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
@@ -234,11 +247,7 @@ def _dst_command(op: str):
     @click.option("-o", "attributes", metavar="ATTR=VALUE", multiple=True,
                   help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ.")
     @admin_options
-    @click.option("-f", "force", is_flag=True, help="Do not ask for confirmation.")
-    @click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success.")
-    @click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON.")
-    @click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
-                  help="Show this help with examples.")
+    @reply_options
     def command(argument: str, dst_type: str, name: str, attributes: tuple[str, ...], broker: str,
                 user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
                 cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
