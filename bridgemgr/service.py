@@ -28,6 +28,14 @@ start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` se
 STARTING if the bridge is still connecting. ``stop()`` stops the bridges (cancelling starts
 still under way), then the front ends, then the broker (which writes what is pending and
 closes the store), within ``STOP_TIMEOUT`` per bridge.
+
+A JMS bridge's XML is read when the service loads it (or at its first start, when it
+could not be read then) and kept: a start uses that configuration. SIGHUP (``reload``)
+reads the properties (``read_properties``) and the XML of every stopped JMS bridge again:
+a bridge whose file reads cleanly gets the new configuration and its imq.bridge.<name>.*
+properties, and the log says what changed; a broken file is logged with its file and line
+and the bridge keeps what it had. Other changed properties (ports, the store, running
+bridges) are logged as waiting for a restart; nothing else is touched.
 """
 
 from __future__ import annotations
@@ -41,6 +49,7 @@ import ssl
 import threading
 import time
 from collections.abc import Callable
+from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
@@ -95,8 +104,13 @@ _LINK_OPS = {"START": "start_link", "STOP": "stop_link", "PAUSE": "pause_link", 
 
 class BridgeServiceManager:
     def __init__(self, props: BrokerProperties, *,
-                 bridge_factories: dict[str, BridgeFactory] | None = None) -> None:
+                 bridge_factories: dict[str, BridgeFactory] | None = None,
+                 read_properties: Callable[[], BrokerProperties] | None = None) -> None:
+        """``read_properties``: the properties as they are now (their files read again),
+        for SIGHUP; without it a reload keeps ``props`` and rereads only the XML files."""
         self.props = props
+        self.read_properties = read_properties
+        self.bridge_configs: dict[str, BridgeConfig] = {}  # JMS bridges' XML as last read
         self.instance_dir = props.instance_dir
         self.host_broker: EmbeddedHostBroker | None = None  # what every front end is given
         self.netloop: NetLoop | None = None
@@ -112,6 +126,7 @@ class BridgeServiceManager:
         self._closing = threading.Event()  # stop() has begun: starts ending now go unreported
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
+        self._reload = threading.Event()
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -440,20 +455,79 @@ class BridgeServiceManager:
 
     # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:
-        """SIGTERM and SIGINT ask ``run()`` to stop (call from the main thread)."""
+        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload (call from the main
+        thread)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
+        signal.signal(signal.SIGHUP, self.request_reload)
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
 
+    def request_reload(self, *_: object) -> None:
+        self._reload.set()
+
     def run(self) -> None:
-        """Block until request_stop (a signal, once handle_signals was called), then stop."""
+        """Block until request_stop (a signal, once handle_signals was called), then stop;
+        reload on request meanwhile."""
         try:
             while not self._stop.wait(0.5):
-                pass
+                if self._reload.is_set():
+                    self._reload.clear()
+                    self.reload()
         finally:
             self.stop()
+
+    def reload(self) -> None:
+        """SIGHUP: the properties and the XML of stopped JMS bridges read again (module
+        comment); never raises."""
+        from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import load_bridge
+
+        log.info("SIGHUP: reading the properties and the XML files of stopped bridges again")
+        try:
+            new = self.read_properties() if self.read_properties is not None else self.props
+        except ConfigError as exc:
+            log.error("SIGHUP: nothing reloaded, the properties have errors:\n%s", exc)
+            return
+        old = self.props
+        changed = {k for k in set(old.raw) | set(new.raw) if old.raw.get(k) != new.raw.get(k)}
+        props, applied = old, set[str]()
+        for name, bridge in self.bridges.items():
+            prefix = f"imq.bridge.{name}."
+            keys = {k for k in changed if k.startswith(prefix)}
+            state = _value(bridge.state)
+            if not isinstance(bridge, JMSBridge):
+                continue
+            if state not in ("STOPPED", "UNINITIALIZED"):
+                log.info("SIGHUP: bridge %s is %s and keeps its configuration (stop it, then "
+                         "send SIGHUP again)", name, state)
+                continue
+            candidate = _with_keys(props, new, prefix)
+            try:
+                config = load_bridge(candidate, name)
+            except (JMSException, ConfigError, OSError, ValueError) as exc:
+                log.error("SIGHUP: bridge %s keeps its configuration; its XML cannot be used:\n%s",
+                          name, exc)
+                continue
+            before = self.bridge_configs.get(name)
+            self.bridge_configs[name] = config
+            props, applied = candidate, applied | keys
+            self.protect_dmqs(config)
+            try:
+                bridge.reserve()
+            except JMSException as exc:
+                log.error("SIGHUP: bridge %s: %s", name, exc)
+            log.info("SIGHUP: bridge %s reloaded from %s: %s", name, config.source,
+                     _config_changes(before, config, sorted(keys)))
+        for bridge in self.bridges.values():  # the properties now in force (only reloaded bridges' changed)
+            if isinstance(bridge, JMSBridge):
+                bridge.props = props
+        self.props = props
+        waiting = sorted(changed - applied)
+        if waiting:
+            log.warning("SIGHUP: changed properties that take effect at the next start of the "
+                        "service (or of their bridge, after another SIGHUP): %s", ", ".join(waiting))
 
     def stop(self) -> None:
         self._closing.set()
@@ -505,6 +579,37 @@ class BridgeServiceManager:
 
 def _value(state: Any) -> str:
     return getattr(state, "value", str(state))
+
+
+def _with_keys(props: BrokerProperties, source: BrokerProperties, prefix: str) -> BrokerProperties:
+    """``props`` with the keys under ``prefix`` as ``source`` has them (set, changed or gone)."""
+    def merged(mine: Any, theirs: Any) -> MappingProxyType[str, Any]:
+        out = {k: v for k, v in mine.items() if not k.startswith(prefix)}
+        out.update((k, v) for k, v in theirs.items() if k.startswith(prefix))
+        return MappingProxyType(out)
+    return dataclasses.replace(props, values=merged(props.values, source.values),
+                               raw=merged(props.raw, source.raw), origins=merged(props.origins, source.origins))
+
+
+def _config_changes(before: BridgeConfig | None, after: BridgeConfig, keys: list[str]) -> str:
+    """What a reload changed, in a line: links added, removed and changed; other parts;
+    the bridge's properties."""
+    parts = []
+    if before is None:
+        parts.append(f"links {', '.join(link.name for link in after.links) or 'none'}")
+    else:
+        old, new = {x.name: x for x in before.links}, {x.name: x for x in after.links}
+        for what, names in (("added", [n for n in new if n not in old]),
+                            ("removed", [n for n in old if n not in new]),
+                            ("changed", [n for n in new if n in old and new[n] != old[n]])):
+            if names:
+                parts.append(f"links {what}: {', '.join(names)}")
+        for field in ("dmqs", "connection_factories", "destinations"):
+            if getattr(before, field) != getattr(after, field):
+                parts.append(f"{field.replace('_', ' ')} changed")
+    if keys:
+        parts.append(f"properties changed: {', '.join(keys)}")
+    return "; ".join(parts) or "no change"
 
 
 class _Start:
@@ -596,8 +701,10 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
 
-        def load() -> BridgeConfig:  # read at every start: its DMQs become admin-only
-            config = load_bridge(manager.props, name)
+        def load() -> BridgeConfig:  # as last read (at load, or SIGHUP); its DMQs become admin-only
+            config = manager.bridge_configs.get(name)
+            if config is None:
+                config = manager.bridge_configs[name] = load_bridge(manager.props, name)
             manager.protect_dmqs(config)
             return config
         # runner=spark links reach the host broker from Spark's processes over jms

@@ -1,0 +1,77 @@
+"""SIGHUP to a real `imqbridgemgr serve`: the service lives on, keeps its lock, and reads
+the properties and the XML of its stopped JMS bridges again. An edited XML takes effect at
+the next `start bridge`; a broken one is logged with its file and line and the bridge keeps
+the configuration it had."""
+
+from __future__ import annotations
+
+import re
+import signal
+import time
+
+import pytest
+
+from service_support import Daemon, cli, one_bridge_files, send, take
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
+
+PASSWORD = "Secret-1"
+
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="hup.src"/>
+  <destination ref-name="dst" name="{target}"/>
+</jmsbridge>
+"""
+
+
+def wait_line(daemon: Daemon, pattern: str, timeout: float = 30) -> str:
+    """The next line serve prints that matches ``pattern`` (regex)."""
+    deadline = time.monotonic() + timeout
+    assert daemon.proc.stdout is not None
+    for line in daemon.proc.stdout:
+        daemon.lines.append(line.rstrip())
+        if re.search(pattern, line):
+            return line
+        assert time.monotonic() < deadline, f"no line matching {pattern!r}: {daemon.lines[-20:]}"
+    raise AssertionError(f"serve ended before a line matching {pattern!r}: {daemon.lines[-20:]}")
+
+
+def test_sighup_reloads_the_xml_of_a_stopped_bridge_and_a_broken_file_changes_nothing(tmp_path):
+    props, passfile = one_bridge_files(tmp_path, "hup", XML.format(target="hup.first"), PASSWORD,
+                                       "imq.bridge.jb.autostart=false")
+    daemon = Daemon(props)
+    try:
+        assert daemon.bridges == {"jb": "UNINITIALIZED"}, daemon.lines
+        (tmp_path / "jb.xml").write_text(XML.format(target="hup.second"))
+        daemon.proc.send_signal(signal.SIGHUP)
+        line = wait_line(daemon, r"SIGHUP: bridge jb (reloaded|keeps)")
+        assert "reloaded" in line and "destinations changed" in line, line
+        assert daemon.proc.poll() is None  # alive
+
+        assert cli(daemon, passfile, "start", "bridge", "-bn", "jb").returncode == 0
+        send(daemon, PASSWORD, "hup.src", "one")
+        assert [m.text for m in take(daemon, PASSWORD, "hup.second", expect=1)] == ["one"]
+        assert cli(daemon, passfile, "stop", "bridge", "-bn", "jb").returncode == 0
+
+        (tmp_path / "jb.xml").write_text(XML.format(target="hup.third").replace("</link>", "", 1))
+        daemon.proc.send_signal(signal.SIGHUP)
+        wait_line(daemon, r"SIGHUP: bridge jb keeps its configuration")
+        error = wait_line(daemon, r"jb\.xml")
+        assert re.search(r"jb\.xml:\d+", error), error  # file and line
+        assert daemon.proc.poll() is None
+
+        r = cli(daemon, passfile, "start", "bridge", "-bn", "jb")  # the last good configuration
+        assert r.returncode == 0, r.stdout + r.stderr
+        send(daemon, PASSWORD, "hup.src", "two")
+        assert [m.text for m in take(daemon, PASSWORD, "hup.second", expect=1)] == ["two"]
+    finally:
+        daemon.proc.send_signal(signal.SIGTERM)
+        out, _ = daemon.proc.communicate(timeout=60)
+    assert daemon.proc.returncode == 0 and "Stopped cleanly." in out, out
