@@ -22,9 +22,10 @@ from typing import Any, TypeVar
 
 import click
 
-from .admin.client import AdminError
+from .admin.client import AdminError, ServiceUnavailable
 from .admin.login import admin_login, admin_options, host_port, open_admin
-from .admin.protocol import Command, Reply
+from .admin.protocol import ERROR, UNAVAILABLE, Command, Reply
+from .clierror import CommandFailed
 
 STOMP = "STOMP"
 
@@ -42,6 +43,19 @@ EXAMPLES = """Examples:
   imqbridgemgr query dst -t q -n orders
   imqbridgemgr list dst
 """
+
+
+def reply_json(reply: Reply) -> str:
+    """A reply under --json: status, message and data; a failed one also as the JSON
+    error object every failing command prints (clierror.py)."""
+    obj: dict[str, Any] = {"status": reply.status, "message": reply.message, "data": reply.data}
+    if not reply.ok:
+        obj["error"] = {"message": reply.message, "code": reply.status}
+    return json.dumps(obj, indent=2)
+
+
+def _failed(exc: AdminError) -> CommandFailed:
+    return CommandFailed(str(exc), UNAVAILABLE if isinstance(exc, ServiceUnavailable) else ERROR)
 
 
 def _show_examples(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -148,7 +162,9 @@ def reply_options(fn: F) -> F:
 
 
 def _command(op: str):
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
+                   help="List bridges, links or the host broker's destinations (list dst)." if op == "list"
+                   else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax).")
     @click.argument("argument", type=click.Choice(["bridge", "link", "dst"] if op == "list" else ["bridge", "link"],
                                                   case_sensitive=False))
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
@@ -187,10 +203,9 @@ def _command(op: str):
             with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
                 reply = client.request(cmd)
         except AdminError as exc:
-            raise click.ClickException(str(exc)) from None
+            raise _failed(exc) from None
         if as_json:
-            click.echo(json.dumps({"status": reply.status, "message": reply.message, "data": reply.data},
-                                  indent=2))
+            click.echo(reply_json(reply))
         elif not reply.ok:
             click.echo(f"The operation [{op}] on the {argument} failed: {reply.message}", err=True)
         elif not silent:
@@ -200,8 +215,6 @@ def _command(op: str):
                 click.echo(f"The operation [{op}] on the {argument} was successful.")
         if not reply.ok:
             raise click.exceptions.Exit(1)
-
-    command.__doc__ = f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax)."
     return command
 
 
@@ -223,9 +236,9 @@ def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str
         with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
             reply = client.request(cmd)
     except AdminError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise _failed(exc) from None
     if as_json:
-        click.echo(json.dumps({"status": reply.status, "message": reply.message, "data": reply.data}, indent=2))
+        click.echo(reply_json(reply))
     elif not reply.ok:
         click.echo(f"The operation [{op}] on the destination failed: {reply.message}", err=True)
     elif not silent:
@@ -239,7 +252,8 @@ def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str
 
 
 def _dst_command(op: str):
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]})
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
+                   help=f"{op.capitalize()} a physical destination of the host broker (imqcmd syntax).")
     @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
     @click.option("-t", "dst_type", type=click.Choice(["q", "t"], case_sensitive=False), required=True,
                   help="Destination type: q (queue) or t (topic).")
@@ -268,8 +282,6 @@ def _dst_command(op: str):
             raise click.exceptions.Exit(0)
         cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, attributes=values)
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
-
-    command.__doc__ = f"{op.capitalize()} a physical destination of the host broker (imqcmd syntax)."
     return command
 
 

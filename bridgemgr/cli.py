@@ -1,10 +1,21 @@
-"""imqbridgemgr: the command line (a thin click group; the work lives elsewhere)."""
+"""imqbridgemgr: the command line (a thin click group; the work lives elsewhere).
+
+How it works: the group is called imqbridgemgr however it is started (the console script,
+./imqbridgemgr, python -m bridgemgr or bridgemgr.cli). Before the subcommand is parsed,
+``-javahome DIR`` is taken from wherever it stands on the line (the original's utilities
+accept it anywhere) and sets JAVA_HOME, where the Java provider's JPype finds its JVM.
+With ``--json`` on the line, a failure is printed as one JSON error object on stdout
+(clierror.py) with the same exit status.
+"""
 
 from __future__ import annotations
 
+import json
 import os
+import sys
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -16,11 +27,85 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
+PROG = "imqbridgemgr"
+EXAMPLES = """Examples:
+  imqbridgemgr serve -props broker.properties -passfile admin.pw
+  imqbridgemgr check -props broker.properties bridge1.xml
+  imqbridgemgr list bridge -b localhost:7676 -u admin -passfile pw.txt
+  imqbridgemgr start link -bn mq2external -ln link1 -f
+  imqbridgemgr browse dst -t q -n orders -c 5 --json
+  imqbridgemgr purge dst -t q -n orders -f
+  imqbridgemgr user list -props broker.properties --json
+  imqbridgemgr -javahome /usr/lib/jvm/java-17 serve -props broker.properties
+  imqbridgemgr COMMAND -H    (a command's help with its examples)
+"""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help", "-help"]})
-@click.version_option(__version__, "-v", "--version", "-version", prog_name="imqbridgemgr")
+
+class Imqbridgemgr(click.Group):
+    """The top-level group: its name whatever started it, -javahome anywhere on the line,
+    and failures as JSON under --json."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        args = list(sys.argv[1:] if args is None else args)
+        options = args[:args.index("--")] if "--" in args else args
+        if "--json" not in options or not standalone_mode:
+            return super().main(args, prog_name or PROG, complete_var, standalone_mode, **extra)
+        from .clierror import error_object
+
+        try:
+            result = super().main(args, prog_name or PROG, complete_var, False, **extra)
+        except click.ClickException as exc:
+            click.echo(json.dumps(error_object(exc), indent=2))
+            sys.exit(exc.exit_code)
+        except click.Abort:
+            click.echo(json.dumps({"error": {"message": "aborted", "code": 400}}, indent=2))
+            sys.exit(1)
+        sys.exit(result if isinstance(result, int) else 0)
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        """``-javahome DIR`` after the subcommand moves to the front, where the group takes it."""
+        end = args.index("--") if "--" in args else len(args)
+        if "-javahome" in args[1:end]:
+            i = args.index("-javahome", 1)
+            args = args[i:i + 2] + args[:i] + args[i + 2:]
+        return super().parse_args(ctx, args)
+
+
+def _show_examples(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
+    if value and not ctx.resilient_parsing:
+        click.echo(ctx.get_help())
+        click.echo()
+        click.echo(EXAMPLES)
+        ctx.exit(0)
+
+
+def _java_home(ctx: click.Context, _param: click.Parameter, value: str | None) -> None:
+    """-javahome DIR: the JVM the Java provider starts (JPype looks in JAVA_HOME first);
+    processes the service starts (Spark) inherit it."""
+    if value is None or ctx.resilient_parsing:
+        return
+    home = Path(value).expanduser().resolve()
+    if not home.is_dir():
+        raise click.BadParameter(f"{value}: no such directory", param_hint="-javahome")
+    if not any(home.rglob("libjvm.*")) and not any(home.rglob("jvm.dll")):
+        raise click.BadParameter(f"{value} holds no JVM (no libjvm under it); give a JDK or JRE directory",
+                                 param_hint="-javahome")
+    os.environ["JAVA_HOME"] = str(home)
+
+
+@click.group(PROG, cls=Imqbridgemgr, context_settings={"help_option_names": ["-h", "--help", "-help"]})
+@click.version_option(__version__, "-v", "--version", "-version", prog_name=PROG)
+@click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
+              help="Show this help with examples.")
+@click.option("-javahome", "--javahome", metavar="DIR", expose_value=False, is_eager=True, callback=_java_home,
+              help="The Java home (JDK or JRE) whose JVM the Java provider starts (sets JAVA_HOME).")
 def main() -> None:
-    """imqbridgemgr: run and operate the Bridge Service Manager."""
+    """imqbridgemgr: run and operate the Bridge Service Manager.
+
+    Syntax: imqbridgemgr <subcommand> <argument> [options]; every command takes -h, and
+    --json for a result (and any failure) as JSON on stdout.
+    """
 
 
 @main.command("check")
@@ -41,8 +126,6 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
     file and line and exits 1, or prints one line per bridge and link and exits 0
     (warnings do not fail the check).
     """
-    import json
-
     # Imported here so the admin subcommands do not pay for lxml.
     from .jmsbridge.check import run_check
 
@@ -50,7 +133,12 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
         raise click.UsageError("nothing to check; give -props FILE, -Dkey=value or XML files")
     report = run_check(props_files, overrides, xml_files, resolve=resolve)
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=2))
+        result = report.to_json()
+        if not report.ok:  # the error object every failing command prints under --json
+            errors = [p for p in report.problems if p.severity == "error"] or report.problems
+            result["error"] = {"message": str(errors[0]) if len(errors) == 1 else
+                               f"{len(errors)} problems, the first: {errors[0]}", "code": 400}
+        click.echo(json.dumps(result, indent=2))
     else:
         for problem in report.problems:
             click.echo(str(problem), err=True)
@@ -73,7 +161,10 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
                    "to demo.out (default: on when no properties file is given).")
 def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
           demo: bool | None) -> None:
-    """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT."""
+    """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT.
+
+    SIGHUP reads the properties and the XML files of stopped JMS bridges again.
+    """
     import logging
 
     from .jms.errors import StoreError
@@ -93,11 +184,12 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
         props = load_properties(files, overrides, environ=os.environ)
         if demo:  # the demo's bridges first; the command line's -D still win
             from .demo import demo_overrides
-            props = load_properties(files, demo_overrides(props.instance_dir) + list(overrides),
-                                    environ=os.environ)
+            overrides = tuple(demo_overrides(props.instance_dir)) + overrides
+            props = load_properties(files, overrides, environ=os.environ)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    manager = BridgeServiceManager(props)
+    manager = BridgeServiceManager(props, read_properties=lambda: load_properties(files, overrides,
+                                                                                 environ=os.environ))
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it
     # connects) and another when its start has ended, whether before or after "Running".
@@ -183,6 +275,7 @@ _USER_OPTIONS = [
                  help="Broker properties file naming the instance (repeatable; later files win)."),
     click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
                  help="A broker property, overriding the files (repeatable)."),
+    click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
 ]
 
 
@@ -206,7 +299,7 @@ def user() -> None:
 @click.option("-g", "group", type=click.Choice(["admin", "user"]), default="user", show_default=True,
               help="The user's group.")
 @click.option("-replace", "--replace", is_flag=True, help="Change an existing user's password and group.")
-def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], name: str,
+def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool, name: str,
              passfile: str | None, group: str, replace: bool) -> None:
     """Add a user (the password is stored only as a salted scrypt hash)."""
     from .users import UserRepositoryError
@@ -216,13 +309,14 @@ def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], name: str
         repo.add(name, _password_from(passfile), group, replace=replace)
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"User {name} ({group}) saved in {repo.path}.")
+    click.echo(json.dumps({"user": name, "group": group, "file": str(repo.path)}, indent=2) if as_json
+               else f"User {name} ({group}) saved in {repo.path}.")
 
 
 @user.command("delete")
 @_user_options
 @click.option("-u", "name", required=True, metavar="NAME", help="The user name.")
-def user_delete(props_files: tuple[str, ...], overrides: tuple[str, ...], name: str) -> None:
+def user_delete(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool, name: str) -> None:
     """Delete a user."""
     from .users import UserRepositoryError
 
@@ -231,12 +325,13 @@ def user_delete(props_files: tuple[str, ...], overrides: tuple[str, ...], name: 
         repo.delete(name)
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"User {name} deleted from {repo.path}.")
+    click.echo(json.dumps({"user": name, "deleted": True, "file": str(repo.path)}, indent=2) if as_json
+               else f"User {name} deleted from {repo.path}.")
 
 
 @user.command("list")
 @_user_options
-def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
+def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool) -> None:
     """List the users and their groups (never a password or hash)."""
     from .users import UserRepositoryError
 
@@ -245,6 +340,10 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...]) -> None:
         users = repo.users()
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"file": str(repo.path), "users": [{"name": u.name, "group": u.group} for u in users]},
+                              indent=2))
+        return
     width = max([len("User Name")] + [len(u.name) for u in users])
     click.echo(f"{'User Name'.ljust(width)}  Group")
     click.echo("-" * (width + 7))
@@ -261,4 +360,4 @@ main.add_command(dmq)
 main.add_command(drain)
 
 if __name__ == "__main__":
-    main()
+    main(prog_name=PROG)

@@ -14,7 +14,9 @@ from typing import Any, TypeVar
 
 import click
 
+from ..clierror import CommandFailed
 from .client import AdminClient
+from .protocol import BAD_REQUEST, UNAVAILABLE
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,9 +39,9 @@ def read_passfile(path: str) -> str:
         with open(path, encoding="utf-8") as fh:
             props = javaproperties.load(fh)
     except OSError as exc:
-        raise click.ClickException(f"cannot read the password file {path}: {exc.strerror}") from None
+        raise CommandFailed(f"cannot read the password file {path}: {exc.strerror}", BAD_REQUEST) from None
     if PASSWORD_KEY not in props:
-        raise click.ClickException(f"the password file {path} does not set {PASSWORD_KEY}")
+        raise CommandFailed(f"the password file {path} does not set {PASSWORD_KEY}", BAD_REQUEST)
     return props[PASSWORD_KEY]
 
 
@@ -58,7 +60,7 @@ def admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
     try:
         entry = find_service(host, port, ("bridgeadmin",), timeout=timeout)
     except PortMapperError as exc:
-        raise click.ClickException(f"cannot reach the broker at {broker}: {exc}") from None
+        raise CommandFailed(f"cannot reach the broker at {broker}: {exc}", UNAVAILABLE) from None
     return host, entry.port, entry.protocol == "tls"
 
 
