@@ -2,6 +2,8 @@
 
     imqbridgemgr <list|start|stop|pause|resume> <bridge|link> [options]
     imqbridgemgr <create|update|query|list> dst -t q|t -n NAME [-o ATTR=VALUE ...]
+    imqbridgemgr purge dst -t q|t -n NAME [-f]
+    imqbridgemgr browse dst -t q -n NAME [-c N]
 
 How it works: the options are checked against the original's rules (``link`` needs
 ``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
@@ -10,8 +12,9 @@ the port mapper at ``-b host:port``, the user and password come from ``-u`` /
 ``-passfile`` or a prompt, every command but ``list`` asks for confirmation unless
 ``-f``, and the reply is printed as the original's tables and success line — or, with
 ``--json``, as one JSON object. Exit status: 0 success, 1 failure (2 for usage errors).
-The ``dst`` commands (imqcmd's syntax) create, change, show and list the host broker's
-physical destinations and their limits (dstadmin.py does them in the service).
+The ``dst`` commands (imqcmd's syntax) create, change, show, list, purge and browse the
+host broker's physical destinations (dstadmin.py does them in the service); purge asks
+for confirmation unless ``-f``, as update does.
 """
 
 from __future__ import annotations
@@ -22,9 +25,9 @@ from typing import Any, TypeVar
 
 import click
 
-from .admin.client import AdminError, ServiceUnavailable
+from .admin.client import AdminError, AuthenticationFailed, ServiceUnavailable
 from .admin.login import admin_login, admin_options, host_port, open_admin
-from .admin.protocol import ERROR, UNAVAILABLE, Command, Reply
+from .admin.protocol import BAD_REQUEST, ERROR, MAX_BROWSE, UNAVAILABLE, Command, Reply
 from .clierror import CommandFailed
 
 STOMP = "STOMP"
@@ -42,6 +45,9 @@ EXAMPLES = """Examples:
   imqbridgemgr create dst -t q -n orders -o maxNumMsgs=10000 -o limitBehavior=FLOW_CONTROL
   imqbridgemgr query dst -t q -n orders
   imqbridgemgr list dst
+  imqbridgemgr purge dst -t q -n orders -f
+  imqbridgemgr browse dst -t q -n orders -c 5
+  imqbridgemgr browse dst -t q -n mq.sys.dmq -c 100 --json
 """
 
 
@@ -55,7 +61,11 @@ def reply_json(reply: Reply) -> str:
 
 
 def _failed(exc: AdminError) -> CommandFailed:
-    return CommandFailed(str(exc), UNAVAILABLE if isinstance(exc, ServiceUnavailable) else ERROR)
+    """The admin port could not be used: 503 unreachable, 400 login refused (as the
+    service answers a failed HELLO), else 500."""
+    status = (UNAVAILABLE if isinstance(exc, ServiceUnavailable)
+              else BAD_REQUEST if isinstance(exc, AuthenticationFailed) else ERROR)
+    return CommandFailed(str(exc), status)
 
 
 def _show_examples(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -227,6 +237,24 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
                            for r in rows])
 
 
+def _browse_table(messages: list[dict[str, Any]]) -> str:
+    """Browsed messages in delivery order: one block of headers, properties and a preview each."""
+    if not messages:
+        return "No messages.\n"
+    out = []
+    for i, m in enumerate(messages, 1):
+        out.append(f"Message {i}: {m['message_id']}")
+        out.append(f"  timestamp {m['timestamp']}  priority {m['priority']}  persistent "
+                   f"{str(m['persistent']).lower()}  redelivered {str(m['redelivered']).lower()}")
+        for name in ("correlation_id", "type", "reply_to", "expiration"):
+            if m[name]:
+                out.append(f"  {name} {m[name]}")
+        for name, value in m["properties"].items():
+            out.append(f"  property {name} = {value!r}")
+        out.append(f"  body {m['body_type']}, {m['body_size']} bytes: {m['preview']}")
+    return "\n".join(out) + "\n"
+
+
 def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
              secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
     """Send a destination command and print its reply (exit 1 when it failed)."""
@@ -246,6 +274,12 @@ def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str
             click.echo(_dst_table(reply.data["destinations"]))
         elif op == "query":
             click.echo(_dst_table([reply.data]))
+        elif op == "browse":
+            click.echo(_browse_table(reply.data["messages"]))
+        elif op == "purge":
+            click.echo(f"Purged {reply.data['purged']} message(s)" + (
+                f"; {reply.data['in_delivery']} in delivery stay with their consumers."
+                if reply.data["in_delivery"] else "."))
         click.echo(f"The operation [{op}] on the destination{'s' if op == 'list' else ''} was successful.")
     if not reply.ok:
         raise click.exceptions.Exit(1)
@@ -285,8 +319,39 @@ def _dst_command(op: str):
     return command
 
 
+def _purge_browse_command(op: str):
+    purge = op == "purge"
+
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
+                   help="Remove every waiting message of a destination (paged-out ones too)." if purge
+                   else "Show the first messages waiting on a queue: headers, properties and a preview.")
+    @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
+    @click.option("-t", "dst_type", type=click.Choice(["q", "t"] if purge else ["q"], case_sensitive=False),
+                  required=True, help="Destination type: q (queue)" + (" or t (topic)." if purge else "."))
+    @click.option("-n", "name", metavar="NAME", required=True, help="Destination name.")
+    @click.option("-c", "count", type=click.IntRange(1, MAX_BROWSE), default=10, show_default=True,
+                  hidden=purge, help="How many messages to show.")
+    @admin_options
+    @reply_options
+    def command(argument: str, dst_type: str, name: str, count: int, broker: str,
+                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
+                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+        if purge and not force and not click.confirm(
+                "Are you sure you want to perform operation [purge] on this destination ?",
+                default=False, show_default=False, prompt_suffix=" (y/n)[n] ", err=as_json):
+            click.echo("The operation [purge] on the destination was not performed.", err=as_json)
+            raise click.exceptions.Exit(0)
+        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name,
+                      count=None if purge else count)
+        _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
+
+    return command
+
+
 def register(group: click.Group) -> None:
     for op in ("list", "start", "stop", "pause", "resume"):
         group.add_command(_command(op))
     for op in ("create", "update", "query"):
         group.add_command(_dst_command(op))
+    for op in ("purge", "browse"):
+        group.add_command(_purge_browse_command(op))

@@ -1,16 +1,22 @@
-"""The admin port's destination commands: create, update, query and list the host
-broker's physical destinations and their limits.
+"""The admin port's destination commands: create, update, query, list, purge and browse
+the host broker's physical destinations.
 
 How it works: the service hands CREATE_DST / UPDATE_DST / QUERY_DST / LIST_DST commands
 here with its host broker. Attributes come as the original's names and strings
 (``maxNumMsgs=1000``, ``maxTotalMsgBytes=10m``, ``limitBehavior=REMOVE_OLDEST``,
 ``useDMQ=false``), are checked with the properties' kinds, and go to the broker through
 HostBroker.configure_destination (kept in its store). Create refuses a destination that
-exists, update one that does not; update changes only the attributes it names.
+exists, update one that does not; update changes only the attributes it names. Purge
+removes the waiting messages (paged-out ones too; those in delivery stay) through
+HostBroker.purge_destination and says how many; browse shows the first N waiting messages
+of a queue: headers, properties, body type and size, a short printable preview and the
+whole body as JSON (text as it is, bytes base64; an ObjectMessage's serialized form is
+never deserialized).
 """
 
 from __future__ import annotations
 
+import base64
 import dataclasses
 from typing import Any
 
@@ -18,6 +24,7 @@ from .admin.protocol import BAD_REQUEST, NOT_FOUND, OK, Command, Reply
 from .jms.destination import Destination, Queue, Topic
 from .jms.errors import JMSException
 from .jms.hostbroker import DestinationAttributes, HostBroker, Principal
+from .jms.message import DeliveryMode, Message
 from .props import BOOL, LIMIT, LIMIT_BEHAVIOR, SIZE, Kind
 
 # attribute name -> (DestinationAttributes field, kind)
@@ -65,6 +72,10 @@ def destination_command(broker: HostBroker, principal: Principal, cmd: Command,
     imq.autocreate.destination.* attributes)."""
     if cmd.op == "LIST_DST":
         return _list(broker, principal, cmd)
+    if cmd.op == "PURGE_DST":
+        return _purge(broker, principal, cmd)
+    if cmd.op == "BROWSE_DST":
+        return _browse(broker, principal, cmd)
     dest = _destination(cmd)
     found = broker.describe_destination(principal, dest)
     if cmd.op == "QUERY_DST":
@@ -100,3 +111,75 @@ def _list(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
             attributes, counts = found
             rows.append({"type": "q", "name": name, "attributes": attributes_json(attributes), **counts})
     return Reply(OK, f"{len(rows)} destination(s)", {"destinations": rows})
+
+
+def _purge(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+    done = broker.purge_destination(principal, _destination(cmd))
+    if done is None:
+        return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    removed, held = done
+    kept = f"; {held} in delivery stay with their consumers" if held else ""
+    return Reply(OK, f"{_what(cmd)}: {removed} message(s) purged{kept}",
+                 {"type": cmd.dst_type, "name": cmd.destination, "purged": removed, "in_delivery": held})
+
+
+def _browse(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+    if cmd.dst_type != "q":
+        return Reply(BAD_REQUEST, f"{_what(cmd)}: only queues can be browsed (a topic keeps no messages "
+                                  "of its own; its durable subscriptions do)")
+    assert cmd.destination is not None and cmd.count is not None  # (the protocol checks)
+    messages = broker.browse_destination(principal, cmd.destination, cmd.count)
+    if messages is None:
+        return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    return Reply(OK, f"{_what(cmd)}: the first {len(messages)} message(s)",
+                 {"type": "q", "name": cmd.destination, "messages": [message_json(m) for m in messages]})
+
+
+PREVIEW = 60  # characters of a body the browse table shows
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    """One browsed message: headers, properties, body type and size, preview, body."""
+    body = _body_json(message)
+    return {
+        "message_id": message.message_id, "timestamp": message.timestamp, "priority": message.priority,
+        "persistent": message.delivery_mode == DeliveryMode.PERSISTENT, "redelivered": message.redelivered,
+        "delivery_count": message.delivery_count, "expiration": message.expiration,
+        "correlation_id": message.correlation_id, "type": message.type,
+        "reply_to": str(message.reply_to) if message.reply_to is not None else None,
+        "properties": dict(message.properties), "body_type": message.message_type,
+        "body_size": message.body_size(), "preview": _preview(message), "body": body}
+
+
+def _body_json(message: Message) -> Any:
+    body = message.get_body()
+    if message.message_type == "OBJECT":  # serialized Java or Python: shown, never deserialized
+        return {"base64": base64.b64encode(body).decode()} if isinstance(body, bytes | bytearray) else None
+    return _jsonable(body)
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, bytes | bytearray):
+        return {"base64": base64.b64encode(value).decode()}
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def _preview(message: Message) -> str:
+    """The start of the body as one printable line."""
+    body = message.get_body()
+    if body is None:
+        return ""
+    if message.message_type == "OBJECT":
+        return "(serialized object)"
+    if isinstance(body, bytes | bytearray):
+        text = bytes(body[:PREVIEW]).decode("latin-1")
+    elif isinstance(body, str):
+        text = body[:PREVIEW]
+    else:
+        text = repr(body)[:PREVIEW]
+    shown = "".join(c if c.isprintable() else "." for c in text)
+    return shown + ("..." if message.body_size() > PREVIEW else "")

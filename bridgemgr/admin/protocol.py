@@ -15,13 +15,14 @@ CONFIG (ours, for CLI jobs such as ``drain`` and ``dmq``) answers with what a jo
 to work on a JMS bridge from another process: the host broker's ``jms`` service URL, the
 bridge's xmlurl and runner settings, and the Spark master and configuration.
 
-Physical destinations of the host broker (``imqbridgemgr create|update|query|list dst``)::
+Physical destinations of the host broker (``imqbridgemgr create|update|query|list|purge|browse dst``)::
 
-    {"op": "CREATE_DST" | "UPDATE_DST" | "QUERY_DST" | "LIST_DST",
-     "dst_type": "q" | "t", "destination": NAME, "attributes": {"maxNumMsgs": "1000", ...}}
+    {"op": "CREATE_DST" | "UPDATE_DST" | "QUERY_DST" | "LIST_DST" | "PURGE_DST" | "BROWSE_DST",
+     "dst_type": "q" | "t", "destination": NAME, "attributes": {"maxNumMsgs": "1000", ...},
+     "count": N}
 
 (LIST_DST needs neither type nor name; attribute values are strings, checked by the
-service.)
+service; ``count``, for BROWSE_DST only, is how many messages to show, 1 to MAX_BROWSE.)
 
 Reply::
 
@@ -44,9 +45,9 @@ MAX_LINE = 64 * 1024
 
 OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
 
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG",
-            "CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST")
-DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST")
+DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST", "PURGE_DST", "BROWSE_DST")
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS)
+MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
 
@@ -75,11 +76,14 @@ class Command:
     dst_type: str | None = None      # destination commands: q or t
     destination: str | None = None   # ... its name
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
+    count: int | None = None         # BROWSE_DST: how many messages
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
         if self.op in DST_COMMANDS:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
+            if self.count is not None:
+                obj["count"] = self.count
         return obj
 
 
@@ -149,7 +153,13 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
     if not isinstance(attributes, dict) or not all(
             isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
         raise AdminProtocolError("'attributes' must be an object of strings")
-    return Command(op, dst_type=dst_type, destination=name, attributes=attributes)
+    count = obj.get("count")
+    if op == "BROWSE_DST":
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
+            raise AdminProtocolError(f"BROWSE_DST needs 'count', a number from 1 to {MAX_BROWSE}")
+    elif count is not None:
+        raise AdminProtocolError(f"{op} takes no 'count'")
+    return Command(op, dst_type=dst_type, destination=name, attributes=attributes, count=count)
 
 
 def encode_request(request: Hello | Command) -> bytes:

@@ -10,7 +10,7 @@
 #     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
 #     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
 #     was sent or committed is durable.
-# Destination admin (counts; limits as DestinationAttributes) and where the store is are
+# Destination admin (counts; limits as DestinationAttributes; purge; browse) and where the store is are
 # part of it too: front ends and the CLI name no type of the implementation.
 # Every data-path call names the Principal it is made for, so authorization is checked
 # here, once, for every front end (connect: connection access; subscribe: consume;
@@ -207,3 +207,14 @@ class HostBroker(ABC):
                               attributes: DestinationAttributes) -> None:
         """Create ``destination`` with ``attributes``, or give it them (kept in the store);
         JMSException for a temporary destination or a bad limit behavior."""
+
+    @abstractmethod
+    def purge_destination(self, principal: Principal, destination: Destination) -> tuple[int, int] | None:
+        """Remove the waiting messages of ``destination`` (a topic: of each of its
+        subscriptions), in memory and paged out; those delivered and not yet acknowledged
+        stay with their consumers. (removed, still in delivery); None when it does not exist."""
+
+    @abstractmethod
+    def browse_destination(self, principal: Principal, name: str, limit: int) -> list[Message] | None:
+        """Read-only copies of the first ``limit`` waiting messages of queue ``name``, in
+        delivery order; None when it does not exist."""

@@ -393,6 +393,67 @@ class Broker:
                             "bytes": sum(q.bytes for q in queues),
                             "producers_waiting": sum(len(q.room_waiters) for q in queues)}
 
+    def purge(self, destination: Destination) -> tuple[int, int] | None:
+        """Remove every waiting message of a queue (a topic: of each of its subscriptions),
+        in memory and paged out, without the DMQ; messages delivered and not yet
+        acknowledged stay with their consumers. (removed, still in delivery); None when the
+        destination does not exist. Producers held by a full FLOW_CONTROL limit go on."""
+        with self.lock:
+            if destination.is_topic:
+                if destination.name not in self.known_topics and f"t:{destination.name}" not in self.configured:
+                    return None
+                queues = list(self.topics.get(destination.name, []))
+            else:
+                mq = self.queues.get(destination.name)
+                if mq is None:
+                    return None
+                queues = [mq]
+            removed = held = 0
+            for mq in queues:
+                n, h = self._purge(mq)
+                removed, held = removed + n, held + h
+            ticket = self.store.ticket() if self.store is not None else None
+        self.wait_durable(ticket)
+        return removed, held
+
+    def _purge(self, mq: MessageQueue) -> tuple[int, int]:
+        """Empty ``mq`` of its waiting messages (under the lock): those in memory one by
+        one, the paged-out ones by seq range (skipping the few in memory in delivery)."""
+        removed, paged, high = len(mq), mq.paged, mq.high
+        held = _owned(mq, self)
+        kept = {env.seq for env in held}
+        for env in mq.drain():  # (the swapped ones go with it)
+            mq.release(env)
+            if env.stored:
+                assert self.store is not None  # a stored envelope: there is a store
+                self.store.remove(env.seq)
+        if paged and self.store is not None and mq.durable:
+            bounds = [high, *sorted(seq for seq in kept if seq > high), next(self._seq)]
+            for low, up in itertools.pairwise(bounds):
+                if up - low > 1:
+                    self.store.op("purge_between", mq.key, low, up)
+        prepared = [env for work in self.branches.values() for env in work.prepared_sends if env.queue is mq]
+        mq.bytes = sum(env.size for env in held) + sum(env.size for env in prepared)  # what is still counted
+        mq.skip &= kept
+        mq.epoch += 1
+        mq.paged_epoch += 1
+        if mq.room_waiters and not mq.full():
+            mq.wake_producers()
+        return removed, len(held)
+
+    def browse_queue(self, name: str, limit: int) -> list[Message] | None:
+        """Read-only copies of the first ``limit`` waiting messages of queue ``name`` in
+        delivery order (paged-out ones included); None when it does not exist."""
+        with self.lock:
+            if name not in self.queues:
+                return None
+        out: list[Message] = []
+        for message in self.browse(Queue(name), None):
+            if len(out) >= limit:
+                break
+            out.append(message)
+        return out
+
     def queue_depth(self, name: str) -> int:
         with self.lock:
             mq = self.queues.get(name)

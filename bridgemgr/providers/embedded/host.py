@@ -285,5 +285,11 @@ class EmbeddedHostBroker(HostBroker):
                               attributes: DestinationAttributes) -> None:
         self.broker.configure_destination(destination, _limits(attributes))
 
+    def purge_destination(self, principal: Principal, destination: Destination) -> tuple[int, int] | None:
+        return self.broker.purge(destination)
+
+    def browse_destination(self, principal: Principal, name: str, limit: int) -> list[Message] | None:
+        return self.broker.browse_queue(name, limit)
+
     def __repr__(self) -> str:
         return f"EmbeddedHostBroker({self.broker.instance_name!r})"

@@ -101,6 +101,7 @@ _OPS: dict[str, tuple[str, ...]] = {
     "dest_put": ("INSERT OR REPLACE INTO dests(qkey, config) VALUES (?, ?)",),
     "dest_del": ("DELETE FROM dests WHERE qkey = ?",),
     "purge": ("DELETE FROM msgs WHERE qkey = ? AND seq < ?",),
+    "purge_between": ("DELETE FROM msgs WHERE qkey = ? AND seq > ? AND seq < ?",),
     "xa_commit": ("INSERT INTO msgs(seq, qkey, dcount, blob) "
                   "SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
                   "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
@@ -370,7 +371,7 @@ class Store:
             batches = [self._claim] if self._claim is not None else []
             batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops,
                                   self._pending_queues))
-            if any(name in ("purge", "xa_commit") for b in batches for name, _ in b.ops):
+            if any(name in ("purge", "purge_between", "xa_commit") for b in batches for name, _ in b.ops):
                 moving = True
             else:
                 moving = False
