@@ -1,7 +1,8 @@
 # How it works: JMSBridge is what the Bridge Service Manager drives for one JMS bridge.
 # start() performs the chapter's steps ("Starting and Stopping JMS Bridges") in order:
-#   1. parse and validate the XML (a BridgeConfig given, or loaded from the broker
-#      properties on every start, so a restart picks up an edited file);
+#   1. parse and validate the XML (a BridgeConfig given, or asked of its loader on
+#      every start: from_properties reads the file each time, the service's loader gives
+#      the file as last read, when the bridge was loaded or at SIGHUP);
 #   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
 #      transformers (a class that cannot be loaded fails the start, naming it);
 #   3-6. with enabled transacted links: the XA coordinator and its log, the resource
