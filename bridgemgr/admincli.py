@@ -26,9 +26,9 @@ from typing import Any, TypeVar
 import click
 
 from .admin.client import AdminError, AuthenticationFailed, ServiceUnavailable
+from .admin.clierror import CommandFailed
 from .admin.login import admin_login, admin_options, host_port, open_admin
 from .admin.protocol import BAD_REQUEST, ERROR, MAX_BROWSE, UNAVAILABLE, Command, Reply
-from .clierror import CommandFailed
 
 STOMP = "STOMP"
 
@@ -53,7 +53,7 @@ EXAMPLES = """Examples:
 
 def reply_json(reply: Reply) -> str:
     """A reply under --json: status, message and data; a failed one also as the JSON
-    error object every failing command prints (clierror.py)."""
+    error object every failing command prints (admin/clierror.py)."""
     obj: dict[str, Any] = {"status": reply.status, "message": reply.message, "data": reply.data}
     if not reply.ok:
         obj["error"] = {"message": reply.message, "code": reply.status}

@@ -5,7 +5,7 @@ How it works: the group is called imqbridgemgr however it is started (the consol
 ``-javahome DIR`` is taken from wherever it stands on the line (the original's utilities
 accept it anywhere) and sets JAVA_HOME, where the Java provider's JPype finds its JVM.
 With ``--json`` on the line, a failure is printed as one JSON error object on stdout
-(clierror.py) with the same exit status.
+(admin/clierror.py) with the same exit status.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class Imqbridgemgr(click.Group):
         options = args[:args.index("--")] if "--" in args else args
         if "--json" not in options or not standalone_mode:
             return super().main(args, prog_name or PROG, complete_var, standalone_mode, **extra)
-        from .clierror import error_object
+        from .admin.clierror import error_object
 
         try:
             result = super().main(args, prog_name or PROG, complete_var, False, **extra)

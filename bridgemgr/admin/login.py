@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 
 import click
 
-from ..clierror import CommandFailed
 from .client import AdminClient
+from .clierror import CommandFailed
 from .protocol import BAD_REQUEST, UNAVAILABLE
 
 F = TypeVar("F", bound=Callable[..., Any])

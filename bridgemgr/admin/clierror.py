@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .admin.protocol import BAD_REQUEST, ERROR
+from .protocol import BAD_REQUEST, ERROR
 
 
 class CommandFailed(click.ClickException):
