@@ -17,6 +17,18 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
+def _log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """-loglevel NAME as a logging level (LOG_LEVELS' names, either case)."""
+    if value is None:
+        return None
+    from .props import LOG_LEVELS, parse_log_level
+
+    try:
+        return parse_log_level(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}; write one of {', '.join(LOG_LEVELS)}") from None
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help", "-help"]})
 @click.version_option(__version__, "-v", "--version", "-version", prog_name="imqbridgemgr")
 def main() -> None:
@@ -71,16 +83,22 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
 @click.option("--demo/--no-demo", default=None,
               help="Serve the demo: the STOMP bridge on 7672 and a JMS bridge moving demo.in "
                    "to demo.out (default: on when no properties file is given).")
+@click.option("-loglevel", "--loglevel", metavar="LEVEL", callback=_log_level,
+              help="Level of the service log and the console: ERROR, WARNING, INFO or DEBUG "
+                   "(Java names too); overrides imq.log.level.")
 def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
-          demo: bool | None) -> None:
-    """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT."""
+          demo: bool | None, loglevel: int | None) -> None:
+    """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT.
+
+    The service logs to <var>/instances/<instance>/log/log.txt and to the console (lines
+    about the service only: the lines about each message are in the bridges' own logs).
+    """
     import logging
 
-    from .jms.errors import StoreError
+    from .logfiles import EarlyLines, ServiceLogSettings, open_service_log
     from .props import ConfigError, load_properties
-    from .service import BridgeServiceManager, ServiceError
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    early = EarlyLines()  # until the properties say where the service log goes
     files = list(props_files) + ([passfile] if passfile else [])
     if passfile:
         from .private import readable_by_others
@@ -96,7 +114,25 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
             props = load_properties(files, demo_overrides(props.instance_dir) + list(overrides),
                                     environ=os.environ)
     except ConfigError as exc:
+        early.hand_to(None)
         raise click.ClickException(str(exc)) from None
+    try:
+        service_log = open_service_log(ServiceLogSettings.from_props(props, loglevel))
+    except OSError as exc:
+        early.hand_to(None)
+        raise click.ClickException(f"the service log cannot be opened: {exc}") from None
+    early.hand_to(service_log.throttle)
+    try:
+        _serve(props, demo)
+    finally:
+        service_log.close()
+
+
+def _serve(props: Any, demo: bool) -> None:
+    """serve, once its log is open."""
+    from .jms.errors import StoreError
+    from .service import BridgeServiceManager, ServiceError
+
     manager = BridgeServiceManager(props)
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it

@@ -48,7 +48,7 @@ from .frames import ERROR, PRE_CONNECT, Frame, LocalProtocolError, encode_frame
 from .host import HostConnection
 from .session import PendingCall, SessionConfig, State, StompSession
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("imq.bridge.stomp.server")  # the STOMP bridge's log: bridges/stomp/log.txt
 
 SERVICE = "stomp"
 TLS_SERVICE = "sslstomp"  # as the port mapper names jms / ssljms
