@@ -286,6 +286,7 @@ class StompProtocol(asyncio.Protocol):
             self._refuse("too many connections", refusal)
             return
         bridge.connections.add(self)
+        log.debug("STOMP session %s: connection from %s", self.session.session_id, self.peer)
         self._login_timer = self.loop.call_later(bridge.guard.login_timeout, self._login_expired)
 
     def data_received(self, data: bytes) -> None:
