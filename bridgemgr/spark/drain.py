@@ -27,7 +27,7 @@ from typing import Any
 import click
 
 from ..private import private_dir
-from .jobs import job_options, service_job
+from .jobs import job_failures, job_options, service_job
 
 
 def default_checkpoint(bridge: str, link: str) -> Path:
@@ -43,6 +43,7 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@job_failures("the drain")
 def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secure: bool,
           cafile: str | None, reply_timeout: int, retries: int, link: str, batch: int,
           checkpoint: Path | None, as_json: bool) -> None:
