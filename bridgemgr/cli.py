@@ -40,6 +40,18 @@ EXAMPLES = """Examples:
   imqbridgemgr COMMAND -H    (a command's help with its examples)
 """
 
+def _log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
+    """-loglevel NAME as a logging level (LOG_LEVELS' names, either case)."""
+    if value is None:
+        return None
+    from .props import LOG_LEVELS, parse_log_level
+
+    try:
+        return parse_log_level(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}; write one of {', '.join(LOG_LEVELS)}") from None
+
+
 
 class Imqbridgemgr(click.Group):
     """The top-level group: its name whatever started it, -javahome anywhere on the line,
@@ -159,19 +171,23 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
 @click.option("--demo/--no-demo", default=None,
               help="Serve the demo: the STOMP bridge on 7672 and a JMS bridge moving demo.in "
                    "to demo.out (default: on when no properties file is given).")
+@click.option("-loglevel", "--loglevel", metavar="LEVEL", callback=_log_level,
+              help="Level of the service log and the console: ERROR, WARNING, INFO or DEBUG "
+                   "(Java names too); overrides imq.log.level.")
 def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
-          demo: bool | None) -> None:
+          demo: bool | None, loglevel: int | None) -> None:
     """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT.
 
-    SIGHUP reads the properties and the XML files of stopped JMS bridges again.
+    SIGHUP reads the properties and the XML files of stopped JMS bridges again. The service
+    logs to <var>/instances/<instance>/log/log.txt and to the console (lines about the
+    service only: the lines about each message are in the bridges' own logs).
     """
     import logging
 
-    from .jms.errors import StoreError
+    from .logfiles import EarlyLines, ServiceLogSettings, open_service_log
     from .props import ConfigError, load_properties
-    from .service import BridgeServiceManager, ServiceError
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    early = EarlyLines()  # until the properties say where the service log goes
     files = list(props_files) + ([passfile] if passfile else [])
     if passfile:
         from .private import readable_by_others
@@ -187,9 +203,26 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
             overrides = tuple(demo_overrides(props.instance_dir)) + overrides
             props = load_properties(files, overrides, environ=os.environ)
     except ConfigError as exc:
+        early.hand_to(None)
         raise click.ClickException(str(exc)) from None
-    manager = BridgeServiceManager(props, read_properties=lambda: load_properties(files, overrides,
-                                                                                 environ=os.environ))
+    try:
+        service_log = open_service_log(ServiceLogSettings.from_props(props, loglevel))
+    except OSError as exc:
+        early.hand_to(None)
+        raise click.ClickException(f"the service log cannot be opened: {exc}") from None
+    early.hand_to(service_log.throttle)
+    try:
+        _serve(props, demo, lambda: load_properties(files, overrides, environ=os.environ))
+    finally:
+        service_log.close()
+
+
+def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
+    """serve, once its log is open."""
+    from .jms.errors import StoreError
+    from .service import BridgeServiceManager, ServiceError
+
+    manager = BridgeServiceManager(props, read_properties=read_properties)
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it
     # connects) and another when its start has ended, whether before or after "Running".

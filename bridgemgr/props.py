@@ -234,6 +234,31 @@ LINK_WINDOW = 100
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
+# Log level names, java.util.logging's and Python's, as imq.log.level, imq.bridge.<name>.level
+# and logging configuration files take them (docs/operations.md, "Logs").
+LOG_LEVELS: Mapping[str, int] = MappingProxyType({
+    "OFF": logging.CRITICAL + 10, "SEVERE": logging.ERROR, "WARNING": logging.WARNING,
+    "INFO": logging.INFO, "CONFIG": logging.INFO - 5, "FINE": logging.DEBUG,
+    "FINER": logging.DEBUG - 3, "FINEST": logging.DEBUG - 5, "ALL": 1,
+    "CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING,
+    "DEBUG": logging.DEBUG,
+})
+
+
+def parse_log_level(text: str) -> int:
+    """A level name of LOG_LEVELS (either case) or a number, as logging takes it."""
+    text = text.strip()
+    if text.isdigit():
+        return int(text)
+    if text.upper() not in LOG_LEVELS:
+        raise ValueError
+    return LOG_LEVELS[text.upper()]
+
+
+LOG_LEVEL = Kind(parse_log_level, "write a level: " + ", ".join(LOG_LEVELS))
+# The service log (<instance>/log/log.txt): rolled over weekly, as the original broker's.
+LOG_ROLLOVER_SECS = 7 * 24 * 3600
+
 FIXED_PROPS: tuple[Prop, ...] = (
     # The Bridge Service Manager (the chapter's "To Enable the Bridge Service Manager").
     Prop("imq.bridge.enabled", BOOL, False, "run the Bridge Service Manager at all"),
@@ -257,6 +282,14 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.stomp.consumerFlowLimit", POSITIVE, 1000,
          "unacknowledged messages per transacted subscription"),
     Prop("imq.bridge.stomp.messageTransformer", CLASS_NAME, None, "MessageTransformer class"),
+    # The service log (docs/operations.md, "Logs").
+    Prop("imq.log.level", LOG_LEVEL, logging.INFO, "level of the service log and the console (serve -loglevel)"),
+    Prop("imq.log.format", _enum("text", "json"), "text",
+         "text, or json: one JSON object per line (service log file and console log lines)"),
+    Prop("imq.log.file.rolloverbytes", SIZE, -1,
+         "bytes at which <instance>/log/log.txt rolls over; -1 = no size limit"),
+    Prop("imq.log.file.rolloversecs", LIMIT, LOG_ROLLOVER_SECS,
+         "seconds after which <instance>/log/log.txt rolls over; -1 = never by age"),
     # The host broker.
     Prop("imq.instancename", TEXT, "imqbroker", "broker instance: names its var directory"),
     Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
@@ -324,6 +357,7 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
     Prop("autostart", BOOL, True, "start the bridge with the broker"),
     Prop("logfile.limit", COUNT, 0, "bytes per log file; 0 = no limit"),
     Prop("logfile.count", POSITIVE, 1, "log files cycled through"),
+    Prop("level", LOG_LEVEL, None, "level of the bridge's log; a logging configuration file's line wins; else INFO"),
     Prop("tm.props", KEY_VALUES, {}, "XA coordinator settings; win over imq.bridge.tm.props"),
     Prop("backoutThreshold", COUNT, BACKOUT_THRESHOLD,
          "backouts (redeliveries) after which a message goes to the DMQ; 0 = never"),
@@ -482,6 +516,7 @@ class BridgeProperties:
     active: bool  # named in imq.bridge.activelist
     logfile_limit: int
     logfile_count: int
+    log_level: int | None  # imq.bridge.<name>.level
     tm_props: Mapping[str, str]  # imq.bridge.tm.props, then this bridge's (which win)
     backout_threshold: int
     runner: str
@@ -592,6 +627,7 @@ class BrokerProperties:
             xml_base=xml_origin.directory if xml_origin else None,
             autostart=get("autostart"), active=name in self.activelist,
             logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"),
+            log_level=get("level"),
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
             backout_threshold=get("backoutThreshold"), runner=get("runner"),
             transaction_batch_size=get("transaction.batchSize"), link_window=get("link.window"))

@@ -73,6 +73,7 @@ from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
     from .jmsbridge.config import BridgeConfig
+    from .jmsbridge.logs import BridgeLog
 
 log = logging.getLogger(__name__)
 
@@ -649,7 +650,9 @@ def _quietly(fn: Callable[..., Any], name: str, *args: Any) -> Callable[[], None
 
 
 class StompService:
-    """The STOMP bridge as the service manages it: listed in the port mapper while started."""
+    """The STOMP bridge as the service manages it: listed in the port mapper while started,
+    logging to <instance>/bridges/stomp/log.txt while started (imq.bridge.stomp.logfile.*,
+    imq.bridge.stomp.level, or the logging configuration file's imq.bridge.stomp.level)."""
 
     type = "STOMP"
 
@@ -664,6 +667,7 @@ class StompService:
         self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop,
                                   ServiceGuard.from_props(manager.props, "stomp", manager.login_throttle))
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
+        self._log = stomp_log(manager.props)
 
     @property
     def state(self) -> str:
@@ -673,6 +677,7 @@ class StompService:
         from .admin.portmapper import ServiceEntry
 
         with self._lock:
+            self._log.open()
             self.bridge.start()
             for row in self.bridge.service_entries():
                 self._manager.portmapper.register(ServiceEntry(*row))
@@ -683,11 +688,22 @@ class StompService:
             for row in self.bridge.service_entries():
                 self._manager.portmapper.unregister(row[0])
             self.bridge.stop()
+            self._log.close()
             return self.state
 
     def info(self) -> dict[str, Any]:
         return {"name": self.name, "type": self.type, "state": self.state,
                 "ports": {row[0]: row[3] for row in self.bridge.service_entries()}}
+
+
+def stomp_log(props: BrokerProperties) -> BridgeLog:
+    """The STOMP bridge's log: its modules log as imq.bridge.stomp.*."""
+    from .jmsbridge.logs import LOGGING_CONFIG_PROPERTY, BridgeLog
+    from .props import STOMP
+
+    bp = props.bridge(STOMP)
+    return BridgeLog(STOMP, props.bridge_dir(STOMP), bp.logfile_limit, bp.logfile_count,
+                     props.raw.get(LOGGING_CONFIG_PROPERTY), level=bp.log_level)
 
 
 BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]

@@ -122,6 +122,15 @@ def test_redrive_resends_the_bridges_dead_message_and_skips_forged_ones(service)
     assert [m.text for m in take(daemon, PASSWORD, "rd.dst", expect=1)] == ["bad but real"]
     assert dmq_texts(daemon) == ["forged, her own key", "forged, no marker"]  # left in place
 
+    dry = redrive(daemon, passfile, "--dry-run")  # a line per destination and status, not per message
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    rows = [line.split() for line in dry.stdout.splitlines()]
+    assert rows[:2] == [["status", "messages", "destination", "link"],
+                        ["unverified", "2", "queue:rd.dst", "l1"]], dry.stdout
+    assert "dry run: 2 chosen: 2 unverified" in dry.stdout
+    verbose = redrive(daemon, passfile, "--dry-run", "-v")
+    assert sum(line.startswith("unverified ") for line in verbose.stdout.splitlines()) == 2, verbose.stdout
+
     again = redrive(daemon, passfile)
     assert again.returncode == 0, again.stdout + again.stderr
     assert "2 chosen: 2 unverified" in again.stdout

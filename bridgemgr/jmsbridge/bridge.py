@@ -60,7 +60,7 @@ from .connections import (
 )
 from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
-from .logs import BridgeLog
+from .logs import LOGGING_CONFIG_PROPERTY, BridgeLog
 from .pipeline import Interrupted
 from .plugins import load_configured_transformer
 from .resolve import (
@@ -75,7 +75,6 @@ from .runners import LOCAL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, li
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
 
-LOGGING_CONFIG_PROPERTY = "java.util.logging.config.file"
 # A link no longer connecting: what start() waits for.
 _CONNECTED_OR_DONE = frozenset(State) - {State.STARTING}
 
@@ -414,7 +413,7 @@ class JMSBridge:
         self._bridge_log = BridgeLog(
             self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
             bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
-            self.logging_config, secrets)
+            self.logging_config, secrets, bp.log_level if bp else None)
         self._bridge_log.open()
 
     def _destinations(self, config: BridgeConfig, links: list[LinkConfig],

@@ -39,6 +39,7 @@ from ..jms import codec
 from ..jms.destination import Destination
 from ..jms.message import HEADER_FIELDS, Message, ObjectMessage
 from ..jms.spi import MessageProducer, Session
+from ..logfiles import PER_MESSAGE
 from ..props import clip, is_secret_name
 from ..transform import MessageTransformer
 from .config import DMQConfig
@@ -342,7 +343,7 @@ class DeadMessageQueues:
             if took:
                 self.log.info("link %s: message %s went to DMQ %s (%s%s)", letter.link,
                               letter.original.message_id, sender.name, letter.reason.value,
-                              f": {letter.exception}" if letter.exception else "")
+                              f": {letter.exception}" if letter.exception else "", extra=PER_MESSAGE)
                 taken.append(sender.name)
                 if not sender.config.is_builtin:
                     break

@@ -61,6 +61,7 @@ from ..jms.destination import Topic
 from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
+from ..logfiles import PER_MESSAGE
 from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
@@ -368,7 +369,7 @@ class Link(RunnerBase):
         if batch.lettered and batch.in_dmq_already(ctx.headers[_MESSAGE_ID]):
             # refused in a window whose unit came back (a lost connection): in a DMQ already
             self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
-                          ctx.headers[_MESSAGE_ID])
+                          ctx.headers[_MESSAGE_ID], extra=PER_MESSAGE)
             ctx.dead(DMQReason.SEND_FAILURE)
             pending.append(ctx)
             return
@@ -407,7 +408,7 @@ class Link(RunnerBase):
             message_id = ctx.headers[_MESSAGE_ID]
             if self.batch.in_dmq_already(message_id):  # its unit was undone after it went there
                 self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
-                              message_id)
+                              message_id, extra=PER_MESSAGE)
             else:
                 self.log.warning("link %s: message %s goes to the DMQ: %s%s", self.name,
                                  message_id, ctx.reason.value if ctx.reason else "?",

@@ -15,6 +15,7 @@ import logging
 from collections import deque
 
 from ..jms.message import HEADER_FIELDS
+from ..logfiles import PER_MESSAGE
 from .batch import Batch
 from .counters import LinkCounters
 from .pipeline import Action, ProcessingContext
@@ -52,7 +53,7 @@ class Settler:
                 if self.log_transfers:
                     self.log.info("link %s: transferred message %s from %s to %s",
                                   self.link_name, ctx.headers[_MESSAGE_ID],
-                                  ctx.headers[_DESTINATION], ctx.destination)
+                                  ctx.headers[_DESTINATION], ctx.destination, extra=PER_MESSAGE)
             elif ctx.action is Action.CONSUME:
                 counters.consumed_only += 1
         unit.clear()

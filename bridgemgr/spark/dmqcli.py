@@ -12,13 +12,14 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
 
-from .jobs import job_options, service_job
+from .jobs import job_failures, job_options, service_job
 
 if TYPE_CHECKING:
     from .dmq import DMQEndpoint, RedriveResult
@@ -77,6 +78,7 @@ def _write(text: str, target: str) -> None:
 @click.option("--limit", type=click.IntRange(1), default=None, help="Archive at most this many messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("path")
+@job_failures("the DMQ archive")
 def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool, path: str,
                 **options: Any) -> None:
     """Move the DMQ's messages to Parquet at PATH (partitioned by day and reason).
@@ -112,6 +114,7 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
               help="Write JSON to FILE (alone: to stdout, instead of the table).")
 @click.option("--html", "html_out", metavar="FILE",
               help="Write a self-contained HTML page with bar charts to FILE.")
+@job_failures("the DMQ report")
 def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
                json_out: str | None, html_out: str | None, **options: Any) -> None:
     """Count and bytes of dead messages by hour, reason, link, source and target.
@@ -158,10 +161,14 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
               help="Send here instead of the original target: NAME, queue:NAME or topic:NAME.")
 @click.option("--transformer", metavar="CLASS",
               help="A MessageTransformer (package.module.Class) applied before each resend.")
-@click.option("--dry-run", is_flag=True, help="Print what would be sent where; consume nothing.")
+@click.option("--dry-run", is_flag=True,
+              help="Print how many would be sent where (per destination and status); consume nothing.")
+@click.option("-v", "--verbose", is_flag=True, help="With --dry-run: a line per message as well.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@job_failures("the redrive")
 def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: str | None,
-                transformer: str | None, dry_run: bool, as_json: bool, **options: Any) -> None:
+                transformer: str | None, dry_run: bool, verbose: bool, as_json: bool,
+                **options: Any) -> None:
     """Resend chosen dead messages to their original target (or DEST).
 
     Only messages the bridge itself dead-lettered (their DMQ marker verifies with the
@@ -186,15 +193,22 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
-        _print_redrive(result)
+        _print_redrive(result, per_message=verbose or not result.dry_run)
     if result.count("failed"):
         sys.exit(1)
 
 
-def _print_redrive(result: RedriveResult) -> None:
-    rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
-    rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
-              i.destination or "-", i.detail or "") for i in result.items]
+def _print_redrive(result: RedriveResult, per_message: bool) -> None:
+    """A line per message (a real redrive, or -v), else one per destination and status."""
+    rows: list[tuple[str, ...]]
+    if per_message:
+        rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
+        rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
+                  i.destination or "-", i.detail or "") for i in result.items]
+    else:
+        groups = Counter((i.status, i.destination or "-", i.link or "-") for i in result.items)
+        rows = [("status", "messages", "destination", "link")]
+        rows += [(status, f"{n:,}", dest, link) for (status, dest, link), n in sorted(groups.items())]
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())

@@ -5,7 +5,8 @@
 # and resumed afterwards, whatever happens. The drain is the link's Spark query
 # (runner.py: source.py -> sink.py, the same steps, stamping and DMQ reasons as a
 # runner=spark link) with Trigger.AvailableNow: batches until the source has had nothing
-# for receiveWait, then the query ends. A line per batch shows the progress; the summary
+# for receiveWait, then the query ends. A line per batch shows the progress (on a terminal
+# one line rewritten every second: batches, messages, msg/s, seconds); the summary
 # (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
 # printed, or given as JSON with --json.
 #
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ from typing import Any
 import click
 
 from ..private import private_dir
-from .jobs import job_options, service_job
+from .jobs import job_failures, job_options, service_job
 
 
 def default_checkpoint(bridge: str, link: str) -> Path:
@@ -43,6 +45,7 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@job_failures("the drain")
 def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secure: bool,
           cafile: str | None, reply_timeout: int, retries: int, link: str, batch: int,
           checkpoint: Path | None, as_json: bool) -> None:
@@ -98,16 +101,24 @@ def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
     query = start_query(spark, options, checkpoint, available_now=True,
                         name=f"drain {job.bridge}.{link}")
     shown = before["batches"]
+    tty = sys.stderr.isatty()  # a line rewritten in place every second, else one per batch
     while True:
         ended = query.awaitTermination(1)
         totals = stats_totals(options.stats)
-        if totals["batches"] > shown:
+        if totals["batches"] > shown or tty:
             shown = totals["batches"]
             moved = totals["rows"] - before["rows"]
-            click.echo(f"batch {totals['last_batch_id']}: {moved} message(s) so far, "
-                       f"{moved / max(time.monotonic() - start, 1e-9):.0f} msg/s", err=True)
+            elapsed = time.monotonic() - start
+            line = (f"batch {totals['last_batch_id']}: {moved:,} message(s) so far, "
+                    f"{moved / max(elapsed, 1e-9):,.0f} msg/s")
+            if tty:
+                click.echo(f"\r{line}, {elapsed:,.0f} s\033[K", nl=False, err=True)
+            else:
+                click.echo(line, err=True)
         if ended or not query.isActive:
             break
+    if tty:
+        click.echo(err=True)
     error = query.exception()
     if error is not None:
         raise click.ClickException(f"the drain failed: {error}; what it had taken from the "

@@ -7,12 +7,20 @@
 # service account the CONFIG reply names (never the admin's), and the DMQ marker key:
 # the job resolves every connection factory of the bridge XML that means "the host
 # broker" to it (host_factory).
+# Output: Spark's own start-up lines (the JVM's and log4j's, on stderr) go to
+# ~/.imqbridge/logs/spark.log (0600) unless -loglevel DEBUG; a job that fails prints one
+# line saying what failed and what to do (job_failures), the stack trace only with --debug.
 """What a CLI job needs from the running service: its bridge's configuration and broker."""
 
 from __future__ import annotations
 
+import functools
+import logging
+import re
+import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -55,11 +63,85 @@ class ServiceJob:
         return HostBrokerFactory(self.broker_url, self.broker_user, self.broker_password)
 
     def spark(self, app_name: str, **conf: Any) -> SparkSession:
-        """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
+        """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``.
+        Spark's own lines go to SPARK_LOG unless -loglevel DEBUG."""
         from .session import spark_session
 
+        quiet = job_output().level > logging.DEBUG
         return spark_session(app_name=app_name, master=self.spark_master,
-                             conf={**self.spark_conf, **conf})
+                             conf={**self.spark_conf, **conf},
+                             jvm_output=SPARK_LOG if quiet else None)
+
+
+SPARK_LOG = Path.home() / ".imqbridge" / "logs" / "spark.log"
+
+
+@dataclass(frozen=True)
+class JobOutput:
+    """-loglevel and --debug of the job's command."""
+
+    level: int = logging.WARNING
+    debug: bool = False
+
+
+def job_output() -> JobOutput:
+    ctx = click.get_current_context(silent=True)
+    return ctx.meta.get("imq.job_output", JobOutput()) if ctx is not None else JobOutput()
+
+
+def _set_level(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    from ..props import LOG_LEVELS, parse_log_level
+
+    try:
+        level = parse_log_level(value) if value else logging.WARNING
+    except ValueError:
+        raise click.BadParameter(f"{value!r}; write one of {', '.join(LOG_LEVELS)}") from None
+    ctx.meta["imq.job_output"] = JobOutput(level, job_output().debug)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+
+
+def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
+    if value:
+        ctx.meta["imq.job_output"] = JobOutput(job_output().level, True)
+
+
+def job_failures(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A job command whose unexpected failure (Spark's, a transformer's ...) prints one line,
+    "<what> failed: <why>; <what to do>", and exits 1; the stack trace only with --debug."""
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        @functools.wraps(fn)
+        def run(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
+                    KeyboardInterrupt):
+                raise
+            except Exception as exc:
+                if job_output().debug:
+                    traceback.print_exc()
+                raise click.ClickException(failure_line(what, exc)) from None
+        return run
+    return decorate
+
+
+_NO_MODULE = re.compile(r"No module named '([\w.]+)'")
+
+
+def failure_line(what: str, exc: BaseException) -> str:
+    """One line for a failed job: the innermost cause, and what to do about it."""
+    from ..jmsbridge.plugins import WHERE_TRANSFORMERS_ARE
+
+    text = str(exc)
+    if (missing := _NO_MODULE.search(text)) is not None:
+        return (f"{what} failed: the module {missing.group(1)} cannot be imported (a message "
+                f"transformer not on the plugin path?): {WHERE_TRANSFORMERS_ARE}, where Spark's "
+                "processes see it too; --debug shows the stack trace")
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    cause = next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception): ", line)),
+                 lines[0] if lines else type(exc).__name__)
+    return (f"{what} failed: {cause[:300]}; Spark's own log is {SPARK_LOG}; "
+            "--debug shows the stack trace")
 
 
 def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool = True) -> Any:
@@ -68,6 +150,12 @@ def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool =
     can also work without the service says bridge_required=False and checks -bn itself."""
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = admin_options(fn)
+        fn = click.option("-loglevel", "--loglevel", metavar="LEVEL", expose_value=False,
+                          callback=_set_level, is_eager=True,
+                          help="Level of the job's log lines (default WARNING); DEBUG also "
+                               "shows Spark's own start-up lines.")(fn)
+        fn = click.option("--debug", is_flag=True, expose_value=False, callback=_set_debug,
+                          help="Print the stack trace of a failure.")(fn)
         return click.option("-bn", "bridge", required=bridge_required, metavar="NAME",
                             help="The JMS bridge whose configuration the job uses.")(fn)
     return decorate if fn is None else decorate(fn)

@@ -18,9 +18,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -63,6 +64,27 @@ def spark_settings(props: BrokerProperties | None) -> tuple[str, dict[str, str]]
     return master, conf
 
 
+@contextlib.contextmanager
+def _stderr_to(path: Path | None) -> Iterator[None]:
+    """fd 2 appends to ``path`` (created 0600) meanwhile; nothing changes for None."""
+    if path is None:
+        yield
+        return
+    from ..private import open_private, private_dir
+
+    private_dir(path.parent)
+    sys.stderr.flush()
+    fd = open_private(path, os.O_WRONLY | os.O_APPEND)
+    saved = os.dup(2)
+    try:
+        os.dup2(fd, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(fd)
+
+
 def compile_package() -> None:
     """Write bridgemgr's bytecode where it is missing or stale (as pip does on install:
     it writes whatever PYTHONDONTWRITEBYTECODE says). Where it cannot (a read-only tree)
@@ -83,10 +105,14 @@ def prepare_python_environment() -> None:
 
 
 def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imqbridge",
-                  master: str | None = None, conf: Mapping[str, Any] | None = None
-                  ) -> SparkSession:
+                  master: str | None = None, conf: Mapping[str, Any] | None = None,
+                  jvm_output: Path | None = None) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
-    session and its settings. ``master``/``conf`` override the properties (tests, drain)."""
+    session and its settings. ``master``/``conf`` override the properties (tests, drain).
+    With ``jvm_output`` the JVM's stderr (Spark's start-up lines, log4j's WARNs, its Python
+    workers' output) goes to that file (0600) instead of the console: the JVM inherits
+    stderr while it starts, so fd 2 points there for that time (a CLI job only: the
+    service's console must not go quiet)."""
     try:
         import pyarrow  # noqa: F401  Python data sources fail obscurely without it
         from pyspark.sql import SparkSession
@@ -100,7 +126,8 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        session = builder.getOrCreate()
+        with _stderr_to(jvm_output):
+            session = builder.getOrCreate()
     except Exception as exc:  # no java, a bad conf value, a port in use ...
         raise SparkUnavailable(f"cannot start Spark ({master or prop_master}): {exc}") from exc
     session.sparkContext.setLogLevel("WARN")

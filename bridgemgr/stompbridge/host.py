@@ -36,7 +36,7 @@ from ..jms.hostbroker import (
 )
 from ..jms.message import Message
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("imq.bridge.stomp.host")  # the STOMP bridge's log: bridges/stomp/log.txt
 
 BATCH = 64  # messages a subscriber takes before handing them to the loop ...
 BATCH_BYTES = 128 * 1024  # ... or fewer, once their frames are this big

@@ -48,7 +48,7 @@ from .frames import ERROR, PRE_CONNECT, Frame, LocalProtocolError, encode_frame
 from .host import HostConnection
 from .session import PendingCall, SessionConfig, State, StompSession
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("imq.bridge.stomp.server")  # the STOMP bridge's log: bridges/stomp/log.txt
 
 SERVICE = "stomp"
 TLS_SERVICE = "sslstomp"  # as the port mapper names jms / ssljms
@@ -286,6 +286,7 @@ class StompProtocol(asyncio.Protocol):
             self._refuse("too many connections", refusal)
             return
         bridge.connections.add(self)
+        log.debug("STOMP session %s: connection from %s", self.session.session_id, self.peer)
         self._login_timer = self.loop.call_later(bridge.guard.login_timeout, self._login_expired)
 
     def data_received(self, data: bytes) -> None:

@@ -57,6 +57,7 @@ from ..jms.destination import Destination
 from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
 from ..jms.hostbroker import Transaction
+from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
 from .convert import (
     Destinations,
@@ -98,7 +99,7 @@ from .frames import (
 )
 from .host import HostConnection, Subscriber
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("imq.bridge.stomp.session")  # the STOMP bridge's log: bridges/stomp/log.txt
 
 
 class State(Enum):
@@ -399,7 +400,8 @@ class StompSession:
         if exc.message == "unsupported version":
             headers["version"] = SUPPORTED
         self._emit(Frame(ERROR, headers, body))
-        log.info("STOMP session %s: ERROR %s: %s", self.session_id, exc.message, exc.detail)
+        log.info("STOMP session %s: ERROR %s: %s", self.session_id, exc.message, exc.detail,
+                 extra=PER_MESSAGE)  # one client's: the STOMP bridge's file only
         self._shutdown(State.ERROR)
 
     def _shutdown(self, state: State) -> None:

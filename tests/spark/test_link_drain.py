@@ -70,8 +70,15 @@ def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
             [sys.executable, "-m", "bridgemgr.cli", "drain", "-bn", "jb", "-ln", "l1",
              "-b", daemon.address, "-u", "admin", "-passfile", str(passfile), "--batch", "400",
              "--checkpoint", str(checkpoint), "--json"],
-            capture_output=True, text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            capture_output=True, text=True, timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)))
         assert out.returncode == 0, out.stderr[-3000:]
+        # Spark's own start-up lines are in its log file, not on the console
+        for noise in ("log4j", "Setting default log level", "NativeCodeLoader", "WARN "):
+            assert noise not in out.stderr, out.stderr
+        spark_log = tmp_path / ".imqbridge" / "logs" / "spark.log"
+        assert "Setting default log level" in spark_log.read_text()
+        assert spark_log.stat().st_mode & 0o777 == 0o600
         summary = json.loads(out.stdout)
         assert summary["transferred"] == N and summary["to_dmq"] == 0 and summary["batches"] >= 3
         assert summary["msg_per_s"] > 0 and "batch" in out.stderr

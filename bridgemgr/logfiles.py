@@ -1,0 +1,352 @@
+# How it works: `serve` opens the service log (open_service_log) before the service starts:
+# one handler on the root logger, a Throttle, that passes each record to the console
+# (stderr) and to <var>/instances/<instance>/log/log.txt (0600 in a 0700 folder), both at
+# imq.log.level (serve -loglevel wins), both as text or, with imq.log.format=json, one JSON
+# object per line (time, level, logger, message, and bridge/link where known). The file
+# rolls over to log.txt.1 ... log.txt.9 when a line would take it past
+# imq.log.file.rolloverbytes or once it is imq.log.file.rolloversecs old (counted from when
+# the service opened it; a file last written longer ago than that rolls over at open).
+#
+# Bridges log through their own loggers (imq.bridge.<name>), which have files of their own
+# (jmsbridge/logs.py) and propagate to the service log too; a line about one message (a
+# transfer, a message consumed because it is in the DMQ already, a STOMP ERROR frame) is
+# logged with extra=PER_MESSAGE and the Throttle drops it: it is in the bridge's file
+# only, so the console never gets a line per message. WARNING and above repeated within
+# REPEAT_WINDOW seconds (the same logger, link and message template: a DMQ flood) pass once;
+# the rest are counted, and when the window ends one line says how many there were:
+# "<the last one> (repeated 19,999 times in the last 10 s)". The count is written from a
+# timer thread, so it comes also when the flood has stopped, and at close at the latest.
+"""The service log: console and rotating file, JSON lines, per-message lines kept out,
+repeated warnings counted; and the rotating file handler the bridge logs use too."""
+
+from __future__ import annotations
+
+import json
+import logging
+import logging.handlers
+import os
+import sys
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, Any
+
+from .private import open_private_text, private_dir
+from .props import LOG_LEVELS, BrokerProperties
+
+log = logging.getLogger(__name__)
+
+LOG_FILE = "log.txt"
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+SERVICE_LOG_FILES = 10  # log.txt and the nine before it, as the original broker keeps
+REPEAT_WINDOW = 10.0  # seconds over which a repeated warning is counted instead of written
+# extra= of a line about one message: it goes to the bridge's own log only.
+PER_MESSAGE: Mapping[str, Any] = {"per_message": True}
+_BRIDGE_LOGGER = "imq.bridge."
+
+
+def level_name(level: int) -> str:
+    """The name a level is written with (Python's for its own levels, else the Java one)."""
+    name = logging.getLevelName(level)
+    if name.startswith("Level "):
+        name = next((k for k, v in LOG_LEVELS.items() if v == level), name)
+    return name
+
+
+def where(record: logging.LogRecord) -> tuple[str | None, str | None]:
+    """(bridge, link) a record is about: the bridge from its logger imq.bridge.<name>[.x],
+    the link from a ``link=`` extra or from a message that starts "link %s" (every link
+    line does)."""
+    bridge = None
+    if record.name.startswith(_BRIDGE_LOGGER):
+        bridge = record.name[len(_BRIDGE_LOGGER):].split(".", 1)[0]
+    link = getattr(record, "link", None)
+    if link is None and isinstance(record.msg, str) and record.msg.startswith("link %s") \
+            and isinstance(record.args, tuple) and record.args:
+        link = str(record.args[0])
+    return bridge, link
+
+
+class LineFormatter(logging.Formatter):
+    """``fmt``, with the date and time text made once per second (a busy bridge log
+    formats thousands of lines a second)."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT) -> None:
+        super().__init__(fmt)
+        self._second = -1
+        self._text = ""
+
+    def formatTime(self, record: logging.LogRecord, datefmt: str | None = None) -> str:
+        second = int(record.created)
+        if second != self._second:
+            self._second = second
+            self._text = time.strftime("%Y-%m-%d %H:%M:%S", self.converter(record.created))
+        return f"{self._text},{int(record.msecs):03d}"
+
+
+class JsonFormatter(logging.Formatter):
+    """One JSON object per line, for log shippers: time (UTC, ISO 8601), level, logger,
+    message, bridge and link where known, exception (the traceback) when there is one."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        entry: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": level_name(record.levelno), "logger": record.name,
+            "message": record.getMessage()}
+        bridge, link = where(record)
+        if bridge is not None:
+            entry["bridge"] = bridge
+        if link is not None:
+            entry["link"] = link
+        if record.exc_info:
+            entry["exception"] = self.formatException(record.exc_info)
+        return json.dumps(entry, ensure_ascii=False)
+
+
+class RotatingFile(logging.Handler):
+    """A log file (0600) that rolls over to <name>.1 ... <name>.<count-1> when a line would
+    take it past ``limit`` bytes (0: no limit) or once it is ``max_age`` seconds old (0:
+    never). With ``buffered``, lines below WARNING wait in the file's buffer for flush();
+    otherwise every line is flushed. A file that cannot be written (a full disk) costs its
+    lines, not the caller: the service log says so once, and once more when it takes
+    lines again, through ``report`` (never this file's own logger)."""
+
+    def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
+                 buffered: bool = False, report: logging.Logger = log) -> None:
+        super().__init__()
+        self.report = report
+        self.path = path
+        self.limit = max(limit, 0)
+        self.count = max(count, 1)
+        self.max_age = max(max_age, 0)
+        self.buffered = buffered
+        self.stream: IO[str] = open_private_text(path, "a")
+        self.size = self.stream.tell()
+        self.opened = time.time()
+        self.failing = False    # the last write or flush failed (said once in the service log)
+        self.unflushed = False  # lines went into the buffer since the last flush that worked
+        if self.max_age and self.size and self.opened - path.stat().st_mtime >= self.max_age:
+            self._rotate()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + "\n"
+            n = len(line.encode("utf-8")) if not line.isascii() else len(line)
+            if self.size and ((self.limit and self.size + n > self.limit)
+                              or (self.max_age and record.created - self.opened >= self.max_age)):
+                self._rotate()
+            self.stream.write(line)
+            self.size += n
+            self.unflushed = True
+            if not self.buffered or record.levelno >= logging.WARNING:
+                self._flush()
+        except OSError as exc:
+            self._failed(exc)
+        except Exception:
+            self.handleError(record)
+
+    def _failed(self, exc: OSError) -> None:
+        if not self.failing:
+            self.report.error("log %s: cannot write (%s); its lines are lost until it can",
+                      self.path, exc.strerror or exc)
+            self.failing = True
+
+    def _flush(self) -> None:
+        """Flush; a flush that wrote lines ends a failure (an empty one proves nothing)."""
+        self.stream.flush()
+        if self.unflushed:
+            self.unflushed = False
+            if self.failing:
+                self.report.warning("log %s: writing again", self.path)
+                self.failing = False
+
+    def _rotate(self) -> None:
+        try:
+            self.stream.close()
+        except OSError as exc:  # its buffered lines are lost; the new file is opened anyway
+            self._failed(exc)
+        for i in range(self.count - 1, 0, -1):  # log.txt.(i-1) -> log.txt.i; log.txt -> .1
+            older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
+            if older.exists():
+                os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
+        self.stream = open_private_text(self.path, "w")
+        self.size = 0
+        self.opened = time.time()
+
+    def flush(self) -> None:
+        self.acquire()
+        try:
+            if not self.stream.closed:
+                self._flush()
+        except OSError as exc:  # the housekeeping thread that calls this must live on
+            self._failed(exc)
+        finally:
+            self.release()
+
+    def close(self) -> None:
+        self.acquire()
+        try:
+            if not self.stream.closed:
+                try:
+                    self.stream.close()  # flushes; closed also when that fails
+                except OSError as exc:
+                    self._failed(exc)
+        finally:
+            self.release()
+        super().close()
+
+
+@dataclass
+class _Repeats:
+    """One message template's current window."""
+
+    start: float
+    count: int = 0  # records held back since start
+    last: logging.LogRecord | None = None
+    timer: threading.Timer | None = None
+
+
+class Throttle(logging.Handler):
+    """Hands records to ``handlers`` (each at its own level), dropping PER_MESSAGE ones and
+    counting WARNING and above that repeat within ``window`` seconds."""
+
+    def __init__(self, handlers: Iterable[logging.Handler], window: float = REPEAT_WINDOW) -> None:
+        super().__init__()
+        self.handlers = list(handlers)
+        self.window = window
+        self._repeats: dict[tuple[Any, ...], _Repeats] = {}
+        self._guard = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if getattr(record, "per_message", False):
+            return
+        if record.levelno >= logging.WARNING:
+            key = (record.name, where(record)[1], record.levelno, str(record.msg))
+            now = time.monotonic()
+            with self._guard:
+                repeats = self._repeats.get(key)
+                if repeats is not None and now - repeats.start < self.window:
+                    repeats.count += 1
+                    repeats.last = record
+                    if repeats.timer is None:
+                        repeats.timer = threading.Timer(self.window - (now - repeats.start),
+                                                        self._summarise, (key,))
+                        repeats.timer.daemon = True
+                        repeats.timer.start()
+                    return
+                if len(self._repeats) > 1000:  # messages made with their values in: forget
+                    self._repeats = {k: r for k, r in self._repeats.items() if r.count}
+                self._repeats[key] = _Repeats(now)
+        self._hand_on(record)
+
+    def _hand_on(self, record: logging.LogRecord) -> None:
+        for handler in self.handlers:
+            if record.levelno >= handler.level:
+                handler.handle(record)
+
+    def _summarise(self, key: tuple[Any, ...]) -> None:
+        """The window of ``key`` ended: one line with the last record held back and the count."""
+        with self._guard:
+            repeats = self._repeats.pop(key, None)
+        if repeats is None or repeats.last is None:
+            return
+        last = repeats.last
+        seconds = max(1, round(time.monotonic() - repeats.start))
+        line = logging.makeLogRecord({**last.__dict__, "args": None, "exc_info": None, "exc_text": None,
+                                      "created": time.time(), "msecs": 0.0})
+        line.msg = f"{last.getMessage()} (repeated {repeats.count:,} times in the last {seconds} s)"
+        line.msecs = (line.created % 1) * 1000
+        self._hand_on(line)
+
+    def close(self) -> None:
+        """Write the counts still pending, then close the handlers."""
+        with self._guard:
+            pending = [(key, r) for key, r in self._repeats.items() if r.timer is not None]
+        for key, repeats in pending:
+            assert repeats.timer is not None
+            repeats.timer.cancel()
+            self._summarise(key)
+        for handler in self.handlers:
+            handler.close()
+        super().close()
+
+
+@dataclass(frozen=True)
+class ServiceLogSettings:
+    """Where and how the service logs (imq.log.*)."""
+
+    path: Path
+    level: int
+    json: bool
+    rollover_bytes: int  # -1: no size limit
+    rollover_secs: int  # -1: never by age
+
+    @classmethod
+    def from_props(cls, props: BrokerProperties, level: int | None = None) -> ServiceLogSettings:
+        """From imq.log.*; ``level`` (serve -loglevel) wins over imq.log.level."""
+        return cls(path=props.instance_dir / "log" / LOG_FILE,
+                   level=level if level is not None else props.get("imq.log.level"),
+                   json=props.get("imq.log.format") == "json",
+                   rollover_bytes=props.get("imq.log.file.rolloverbytes"),
+                   rollover_secs=props.get("imq.log.file.rolloversecs"))
+
+
+@dataclass
+class ServiceLog:
+    """The service log while it is open: close() writes the pending counts and lets go."""
+
+    settings: ServiceLogSettings
+    throttle: Throttle
+    root_level: int
+    file: RotatingFile = field(repr=False)
+
+    def close(self) -> None:
+        root = logging.getLogger()
+        root.removeHandler(self.throttle)
+        root.setLevel(self.root_level)
+        self.throttle.close()
+
+
+def open_service_log(settings: ServiceLogSettings, console: IO[str] | None = None) -> ServiceLog:
+    """Send every log record of the process to the console and the service log file, as
+    ``settings`` say (see the header comment)."""
+    formatter: logging.Formatter = JsonFormatter() if settings.json else LineFormatter()
+    private_dir(settings.path.parent)
+    file = RotatingFile(settings.path, settings.rollover_bytes, SERVICE_LOG_FILES,
+                        max_age=settings.rollover_secs)
+    stream = logging.StreamHandler(console if console is not None else sys.stderr)
+    for handler in (file, stream):
+        handler.setLevel(settings.level)
+        handler.setFormatter(formatter)
+    throttle = Throttle([stream, file])
+    root = logging.getLogger()
+    service_log = ServiceLog(settings, throttle, root.level, file)
+    root.addHandler(throttle)
+    root.setLevel(settings.level)
+    return service_log
+
+
+class EarlyLines(logging.handlers.MemoryHandler):
+    """Holds the lines logged before the service log can open (the properties' warnings
+    name where it goes), to hand them to it, or to the console when it never opens."""
+
+    def __init__(self) -> None:
+        super().__init__(capacity=10_000, flushLevel=logging.CRITICAL + 100)
+        root = logging.getLogger()
+        root.addHandler(self)
+        if root.level > logging.INFO or root.level == logging.NOTSET:
+            root.setLevel(logging.INFO)
+
+    def hand_to(self, target: logging.Handler | None) -> None:
+        """Pass the held lines on (to the console, formatted as text, when ``target`` is
+        None) and stop holding."""
+        logging.getLogger().removeHandler(self)
+        if target is None:
+            target = logging.StreamHandler(sys.stderr)
+            target.setFormatter(LineFormatter())
+        self.setTarget(target)
+        self.flush()
+        self.close()
