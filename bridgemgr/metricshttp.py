@@ -117,7 +117,8 @@ class MetricsServer:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         refusal = self.guard.refusal(len(self._writers), peer)
         if refusal is not None:
-            await self._send(writer, text(503, refusal), "HEAD", close=True)
+            await self._send(writer, text(503, refusal), "GET", close=True)
+            await _drop_input(reader)
             writer.close()
             return
         self._writers.add(writer)
@@ -131,10 +132,12 @@ class MetricsServer:
                 except asyncio.LimitOverrunError:
                     await self._send(writer, text(431, f"request head longer than {MAX_HEAD} bytes"),
                                      "GET", close=True)
+                    await _drop_input(reader)
                     return
                 method, path, headers, error = _parse(head)
                 if error is not None:
                     await self._send(writer, error, method, close=True)
+                    await _drop_input(reader)
                     return
                 response = await self._respond(peer, method, path, headers)
                 close = headers.get("connection", "").lower() == "close" or response.status >= 400
@@ -204,6 +207,18 @@ class MetricsServer:
                 writer.write_eof()
         except (ConnectionError, ssl.SSLError):
             pass
+
+
+async def _drop_input(reader: asyncio.StreamReader, seconds: float = 1.0, limit: int = 1 << 20) -> None:
+    """Before closing on an error: drop what the client still sends (for up to
+    ``seconds``), so that the response is not lost to a TCP reset."""
+    dropped = 0
+    try:
+        async with asyncio.timeout(seconds):
+            while dropped < limit and (chunk := await reader.read(65536)):
+                dropped += len(chunk)
+    except (TimeoutError, ConnectionError, asyncio.LimitOverrunError, ValueError, ssl.SSLError):
+        pass
 
 
 def _parse(head: bytes) -> tuple[str, str, dict[str, str], Response | None]:
