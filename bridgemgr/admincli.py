@@ -11,7 +11,9 @@ STOMP bridge knows only start, stop and list), the admin port is looked up throu
 the port mapper at ``-b host:port``, the user and password come from ``-u`` /
 ``-passfile`` or a prompt, every command but ``list`` asks for confirmation unless
 ``-f``, and the reply is printed as the original's tables and success line — or, with
-``--json``, as one JSON object. Exit status: 0 success, 1 failure (2 for usage errors).
+``--json``, as one JSON object. ``list link`` shows the original's five columns; ``-v``
+adds the counters, rate, backlog and last error (``--json`` always has them). Exit
+status: 0 success, 1 failure (2 for usage errors).
 The ``dst`` commands (imqcmd's syntax) create, change, show, list, purge and browse the
 host broker's physical destinations (dstadmin.py does them in the service); purge asks
 for confirmation unless ``-f``, as update does.
@@ -36,6 +38,7 @@ EXAMPLES = """Examples:
   imqbridgemgr list bridge -b localhost:7676
   imqbridgemgr list bridge -bn mq2external -u admin -passfile pw.txt
   imqbridgemgr list link -bn mq2external
+  imqbridgemgr list link -bn mq2external -v
   imqbridgemgr start bridge -bn mq2external -b myhost:8886 -f
   imqbridgemgr stop link -ln link1 -bn mq2external -b myhost:8886
   imqbridgemgr pause link -ln link1 -bn mq2external
@@ -86,18 +89,25 @@ def _table(titles: list[str], rows: list[list[str]]) -> str:
 
 
 def _link_rows(links: list[dict[str, Any]], with_counters: bool) -> tuple[list[str], list[list[str]]]:
+    """The original's five columns; ``with_counters`` (-v): counters, the rate over the last
+    minute, the source backlog ("-": the provider cannot tell) and the last error, last
+    since it has spaces."""
     titles = ["Link Name", "Link State", "Source", "Target", "Transacted"]
     spark = with_counters and any("progress" in link for link in links)  # runner=spark links
     if with_counters:
-        titles += ["Transferred", "DMQ", "Last Error"] + (["Spark Progress"] if spark else [])
+        titles += (["Transferred", "DMQ", "Redelivered", "Rate/s", "Backlog"]
+                   + (["Spark Progress"] if spark else []) + ["Last Error"])
     rows = []
     for link in links:
         row = [link["name"], link["state"], link["source"], link["target"], str(link["transacted"]).lower()]
         if with_counters:
             c = link.get("counters", {})
-            row += [str(c.get("transferred", 0)), str(c.get("to_dmq", 0)), c.get("last_error") or "-"]
+            backlog = link.get("backlog")
+            row += [str(c.get("transferred", 0)), str(c.get("to_dmq", 0)), str(c.get("redelivered", 0)),
+                    f"{c.get('rate', 0.0):.1f}", "-" if backlog is None else str(backlog)]
             if spark:
                 row.append(_progress(link.get("progress")))
+            row.append(c.get("last_error") or "-")
         rows.append(row)
     return titles, rows
 
@@ -110,7 +120,8 @@ def _progress(p: dict[str, Any] | None) -> str:
             f"{p.get('rows_per_second', 0)} rows/s, last batch {p.get('last_batch_id', '-')}")
 
 
-def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None) -> str:
+def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None,
+                verbose: bool = False) -> str:
     data = reply.data or {}
     out = []
     if argument == "bridge" and bridge is None:
@@ -126,7 +137,7 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
             out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"], [[b["name"], b["type"], b["state"]]]))
     else:
         links = [x for x in data.get("links", []) if link is None or x["name"] == link]
-        out.append(_table(*_link_rows(links, with_counters=True)))
+        out.append(_table(*_link_rows(links, with_counters=verbose)))
     out.append(f"The operation [list] on the {'bridge(s)' if argument == 'bridge' else 'link(s)'} was successful.")
     return "\n".join(out)
 
@@ -184,9 +195,12 @@ def _command(op: str):
                   help="Bridge type (list dst: destination type, q or t).")
     @admin_options
     @reply_options
+    @click.option("-v", "verbose", is_flag=True, hidden=op != "list",
+                  help="list link: also counters, rate (msg/s over the last minute), backlog and "
+                       "last error (--json always has them).")
     def command(argument: str, broker: str, bridge: str | None, link: str | None, btype: str | None,
                 user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
-                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+                cafile: str | None, reply_timeout: int, retries: int, as_json: bool, verbose: bool) -> None:
         argument = argument.lower()
         if argument == "dst":
             if bridge is not None or link is not None:
@@ -220,7 +234,7 @@ def _command(op: str):
             click.echo(f"The operation [{op}] on the {argument} failed: {reply.message}", err=True)
         elif not silent:
             if op == "list":
-                click.echo(render_list(reply, argument, bridge, link))
+                click.echo(render_list(reply, argument, bridge, link, verbose))
             else:
                 click.echo(f"The operation [{op}] on the {argument} was successful.")
         if not reply.ok:

@@ -249,6 +249,9 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
                    f"running, store {manager.host_broker.store_location()}")
         portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
         click.echo(f"port mapper: {portmapper}")
+        if manager.metrics is not None:
+            click.echo(f"metrics: {'https' if manager.metrics.secure else 'http'}://"
+                       f"{manager.metrics.host}:{manager.metrics.port}/metrics")
     if demo:  # the demo needs its bridges
         manager.wait_for_starts(60)
     for name, bridge in manager.bridges.items():

@@ -7,7 +7,8 @@ reads the access control files (imq.accesscontrol.*; the default one is installe
 the instance's etc/ at first start), opens the embedded host broker there with them
 (the provider's ``open_host_broker``: the one HostBroker interface that every front end
 and bridge is given, what a bridge XML connection factory without lookup-name means),
-starts the network loop, the port mapper and the broker's ``jms`` connection service
+starts the network loop, the port mapper, the metrics port (imq.metrics.port: /metrics,
+/healthz, /readyz; metrics.py, metricshttp.py) and the broker's ``jms`` connection service
 (other processes reach the broker at ``mq://host:portmapper-port``; logins are checked
 against the user repository, where the service account Spark links and CLI jobs log in
 as is made or repaired, servicekeys.py; a user's group goes with every check of the access rules,
@@ -74,6 +75,7 @@ from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 if TYPE_CHECKING:
     from .jmsbridge.config import BridgeConfig
     from .jmsbridge.logs import BridgeLog
+    from .users import User
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +120,7 @@ class BridgeServiceManager:
         self.portmapper: Any = None
         self.jms_services: list[Any] = []
         self.admin: Any = None
+        self.metrics: Any = None  # the metrics port (metricshttp.MetricsServer), when on
         self.users: Any = None
         self.login_throttle = LoginThrottle()  # every front end's: guesses count across services
         self.bridges: dict[str, ManagedBridge] = {}
@@ -192,6 +195,7 @@ class BridgeServiceManager:
             log.error("the service account cannot be set up, so Spark links and CLI jobs "
                       "cannot log in: %s", exc)
         dmq_key(self.props)
+        self._open_metrics()
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
@@ -216,6 +220,35 @@ class BridgeServiceManager:
                                  admit=self._admin_admit).start()
         self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
                                               "ADMIN", self.admin.port))
+
+    def _open_metrics(self) -> None:
+        """The metrics port (imq.metrics.port; -1, the default: none), listed by the port
+        mapper as ``metrics``."""
+        port = self.props.get("imq.metrics.port")
+        if port < 0:
+            return
+        from .admin.portmapper import ServiceEntry
+        from .metrics import CONTENT_TYPE, readiness, registry, scrape
+        from .metricshttp import MetricsServer, Pages
+
+        assert self.netloop is not None and self.portmapper is not None
+        reg = registry(self)
+        pages = Pages(lambda: (scrape(reg), CONTENT_TYPE), lambda: readiness(self))
+        tls = self._tls("imq.metrics.tls") if self.props.get("imq.metrics.tls.enabled") else None
+        self.metrics = MetricsServer(self.netloop, pages, self.users.authenticate, self._metrics_admit,
+                                     host=self.props.get("imq.metrics.host"), port=port, ssl_context=tls,
+                                     guard=ServiceGuard.from_props(self.props, "metrics", self.login_throttle)
+                                     ).start()
+        self.portmapper.register(ServiceEntry("metrics", "https" if self.metrics.secure else "http",
+                                              "METRICS", self.metrics.port))
+
+    def _metrics_admit(self, user: User) -> str | None:
+        """Who may read the metrics port: group admin, and the users of imq.metrics.users
+        (the page names every bridge, link and destination)."""
+        if user.group == "admin" or user.name in self.props.get("imq.metrics.users"):
+            return None
+        return (f"user {user.name!r} may not read metrics: only group admin and the users "
+                "named in imq.metrics.users may")
 
     def _jms_login(self, user: str | None, password: str | None) -> Principal | None:
         """A jms client's login: its Principal, with its group from the user repository."""
@@ -545,6 +578,9 @@ class BridgeServiceManager:
         if self.admin is not None:
             self.admin.stop()
             self.admin = None
+        if self.metrics is not None:
+            self.metrics.stop()
+            self.metrics = None
         for service in self.jms_services:
             service.stop()
         self.jms_services = []
@@ -672,6 +708,11 @@ class StompService:
     @property
     def state(self) -> str:
         return self.bridge.state
+
+    @property
+    def connections(self) -> int:
+        """Open STOMP connections (metrics)."""
+        return len(self.bridge.connections)
 
     def start(self) -> str:
         from .admin.portmapper import ServiceEntry

@@ -106,6 +106,6 @@ def take(daemon: Daemon, password: str, queue: str, expect: int = 0, wait: float
 
 def link_row(daemon: Daemon, passfile: Path, link: str, bridge: str = "jb") -> list[str]:
     """The row of ``link`` in `imqbridgemgr list link -bn BRIDGE`, split into words."""
-    r = cli(daemon, passfile, "list", "link", "-bn", bridge)
+    r = cli(daemon, passfile, "list", "link", "-bn", bridge, "-v")
     assert r.returncode == 0, r.stdout + r.stderr
     return next(line.split() for line in r.stdout.splitlines() if line.startswith(link + " "))

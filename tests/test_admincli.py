@@ -82,5 +82,14 @@ def test_list_bridge_with_links_and_list_link_counters():
     link_lines = [x.split() for x in text.splitlines() if x.startswith("l")]
     assert link_lines[0][:5] == ["l1", "STARTED", "cf1:S:queue:x", "cf2:D:queue:y", "true"]
     text = render_list(Reply(OK, "ok", data), "link", "b1", "l2")
+    # the original's five columns by default: scripts that parse them keep working
+    assert text.splitlines()[1].split("  ")[:1] == ["Link Name"] and "Transferred" not in text
+    assert [x.split() for x in text.splitlines() if x.startswith("l2")] == [
+        ["l2", "PAUSED", "cf1:D:queue:a", "cf2:P:topic:b", "false"]]
+    text = render_list(Reply(OK, "ok", data), "link", "b1", "l2", verbose=True)
     assert "Transferred" in text and "l1" not in text
     assert text.strip().endswith("The operation [list] on the link(s) was successful.")
+    titles = text.splitlines()[1]
+    assert titles.index("Transferred") < titles.index("Rate/s") < titles.index("Backlog") < titles.index("Last Error")
+    row = next(x.split() for x in text.splitlines() if x.startswith("l2"))
+    assert row[5:] == ["7", "1", "0", "0.0", "-", "-"]  # no backlog known, no error

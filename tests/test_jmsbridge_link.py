@@ -298,6 +298,12 @@ def test_transform_failure_with_consume_goes_to_the_dmq(broker, bridges):
     assert "cannot transform bad2" in dead[0].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
     assert "returned None" in dead[1].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
     assert b.links[0].state is State.STARTED
+    # list link -v / --json / metrics: the last dead message's reason, why, and how often
+    counters = b.links[0].counters
+    assert counters.last_error is not None and counters.last_error.startswith("TRANSFORM_FAILURE: ")
+    assert "returned None" in counters.last_error and counters.last_error.endswith("(2 times)")
+    assert counters.transferred == 2 and sum(counters.latency_buckets) == 2
+    assert counters.last_transfer_at is not None and counters.rate() > 0
 
 
 @pytest.mark.slow

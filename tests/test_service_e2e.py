@@ -74,7 +74,7 @@ def setup(tmp_path):
 
 
 def link_row(daemon: Daemon, passfile: Path, link: str = "l1") -> list[str]:
-    out = cli(daemon, passfile, "list", "link", "-bn", "b1").stdout
+    out = cli(daemon, passfile, "list", "link", "-bn", "b1", "-v").stdout
     return next(line.split() for line in out.splitlines() if line.startswith(link + " "))
 
 

@@ -168,6 +168,11 @@ class MessageConsumer(ABC):
         message = self.receive(timeout)
         return None if message is None else codec.encode(message)
 
+    def backlog(self) -> int | None:
+        """Messages waiting for this consumer at the provider, where the provider can
+        tell (metrics, ``list link -v``); None where it cannot."""
+        return None
+
     @abstractmethod
     def set_message_listener(self, listener: MessageListener | None) -> None:
         """Deliver asynchronously to ``listener`` on the session's thread."""

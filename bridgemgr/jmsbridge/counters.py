@@ -1,14 +1,25 @@
 # How it works: each link thread is the only writer of its LinkCounters (plain int
 # fields, so an update costs an attribute increment); readers (the admin `list`, metrics)
 # take snapshot(), a plain dict, which may lag a message behind but never tears a value.
-"""Per-link counters: received, transferred, to the DMQ (per reason), last error."""
+# Per completed unit (not per message) the Settler calls transferred_unit(): the time of
+# the last transfer, the per-second ring behind the one-minute rate, and the transfer
+# latency of each message (received -> its unit completed) into fixed histogram buckets,
+# a bisect per message. A message given to a DMQ sets last_error to "<REASON>: <why> (n
+# times)", n counting that reason, so a flood of dead messages is visible in `list link`.
+"""Per-link counters: received, transferred, to the DMQ (per reason), last error,
+latency histogram and rate."""
 
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
+
+# Transfer latency bucket bounds (ms; Prometheus "le"), and the rate's window (s).
+LATENCY_BOUNDS_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
+RATE_WINDOW = 60
 
 
 @dataclass
@@ -24,16 +35,51 @@ class LinkCounters:
     dmq_reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
     last_error_at: float | None = None  # time.time()
+    last_transfer_at: float | None = None  # time.time() of the last completed transfer
+    # transfer latency: counts per LATENCY_BOUNDS_MS bucket (the last: above them all), sum
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
+    latency_sum_ms: int = 0
+    # transfers per second of the last RATE_WINDOW seconds: slot i holds second _seconds[i]
+    _per_second: list[int] = field(default_factory=lambda: [0] * RATE_WINDOW, repr=False)
+    _seconds: list[int] = field(default_factory=lambda: [0] * RATE_WINDOW, repr=False)
 
     def error(self, text: str) -> None:
         self.last_error = text
         self.last_error_at = time.time()
 
-    def dead(self, reason: str, taken: bool) -> None:
+    def dead(self, reason: str, taken: bool, why: str | None = None) -> None:
         self.to_dmq += 1
         self.dmq_reasons[reason] += 1
         if not taken:
             self.dmq_lost += 1
+        times = self.dmq_reasons[reason]
+        self.error(f"{reason}: {why or 'sent to the DMQ'} ({times} time{'s' if times != 1 else ''})")
+
+    def transferred_unit(self, count: int, received_ms: list[int], now_ms: int) -> None:
+        """``count`` messages of a completed unit were transferred; ``received_ms``: when
+        each was received (ms since the epoch), ``now_ms``: now."""
+        self.transferred += count
+        now = now_ms / 1000.0
+        self.last_transfer_at = now
+        second = int(now)
+        slot = second % RATE_WINDOW
+        if self._seconds[slot] != second:
+            self._seconds[slot] = second
+            self._per_second[slot] = 0
+        self._per_second[slot] += count
+        buckets = self.latency_buckets
+        total = 0
+        for received in received_ms:
+            ms = now_ms - received
+            total += ms
+            buckets[bisect_left(LATENCY_BOUNDS_MS, ms)] += 1
+        self.latency_sum_ms += total
+
+    def rate(self, now: float | None = None) -> float:
+        """Transfers per second over the last RATE_WINDOW seconds."""
+        second = int(time.time() if now is None else now)
+        recent = sum(n for n, s in zip(self._per_second, self._seconds) if 0 <= second - s < RATE_WINDOW)
+        return recent / RATE_WINDOW
 
     def snapshot(self) -> dict[str, Any]:
         return {
@@ -42,5 +88,8 @@ class LinkCounters:
             "dmq_lost": self.dmq_lost, "redelivered": self.redelivered,
             "rolled_back": self.rolled_back, "reconnects": self.reconnects,
             "dmq_reasons": dict(self.dmq_reasons), "last_error": self.last_error,
-            "last_error_at": self.last_error_at,
+            "last_error_at": self.last_error_at, "last_transfer_at": self.last_transfer_at,
+            "rate": round(self.rate(), 3),
+            "latency_ms": {"bounds": list(LATENCY_BOUNDS_MS), "buckets": list(self.latency_buckets),
+                           "sum": self.latency_sum_ms},
         }

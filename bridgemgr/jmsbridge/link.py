@@ -139,6 +139,17 @@ class Link(RunnerBase):
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
+    def backlog(self) -> int | None:
+        """The source consumer's backlog at its provider (read from another thread: a
+        consumer closed meanwhile answers None or fails, which reads as unknown)."""
+        consumer = self._consumer
+        if consumer is None:
+            return None
+        try:
+            return consumer.backlog()
+        except Exception:
+            return None
+
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
     def _on_start(self, timeout: float | None) -> State:
         """Start the transfer thread; wait until it connected (or ``timeout`` seconds,
@@ -650,7 +661,7 @@ class Link(RunnerBase):
         result = self.dmqs.send(letter, self._stop)
         if result.interrupted:
             raise Interrupted("stopped while sending to the DMQ")
-        self.counters.dead(reason.value, result.taken)
+        self.counters.dead(reason.value, result.taken, ctx.failure)
 
     def _hold(self) -> bool:
         """Take the state the commands want: wait here while paused; False to stop."""

@@ -195,8 +195,12 @@ class RunnerBase(ABC):
         """A command's wait: -1 is tuning.start_timeout, None as long as it takes."""
         return self.tuning.start_timeout if timeout == -1 else timeout
 
+    def backlog(self) -> int | None:
+        """Messages waiting at the source, where its provider can tell; else None."""
+        return None
+
     def info(self) -> dict[str, object]:
-        """What the admin `list link` shows, plus the counters."""
+        """What the admin `list link` shows, plus the counters and the source backlog."""
         return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
                 "target": self.setup.target_label, "transacted": self.transacted,
-                "counters": self.counters.snapshot()}
+                "counters": self.counters.snapshot(), "backlog": self.backlog()}

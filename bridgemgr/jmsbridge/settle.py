@@ -1,5 +1,6 @@
 # How it works: a completed unit's messages count once they are final (transferred, or
-# consumed only; an INFO line per transfer when log-message-transfer is on). A unit whose
+# consumed only; an INFO line per transfer when log-message-transfer is on; a transfer's
+# latency runs from its receipt to here). A unit whose
 # completion was handed over (TransferTransaction.complete() False: the XA completer commits
 # it behind the link, bridgemgr/xa/completer.py) waits in `units`, in order, until the link
 # takes the outcomes: a committed unit counts; one rolled back behind a failed one comes
@@ -12,6 +13,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 
 from ..jms.message import HEADER_FIELDS
@@ -25,6 +27,10 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 
 Failed = tuple[list[ProcessingContext], BaseException]
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)
 
 
 class Settler:
@@ -47,9 +53,11 @@ class Settler:
         """``unit`` is final: count its messages, then clear it."""
         counters = self.counters
         transfer = Action.TRANSFER
+        received = [ctx.now for ctx in unit if ctx.action is transfer]
+        if received:
+            counters.transferred_unit(len(received), received, now_ms())
         for ctx in unit:
             if ctx.action is transfer:
-                counters.transferred += 1
                 if self.log_transfers:
                     self.log.info("link %s: transferred message %s from %s to %s",
                                   self.link_name, ctx.headers[_MESSAGE_ID],

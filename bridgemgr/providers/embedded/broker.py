@@ -40,6 +40,7 @@ beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 
 from __future__ import annotations
 
+import collections
 import itertools
 import logging
 import threading
@@ -179,6 +180,7 @@ class Broker:
         self.durable: dict[tuple[str, str], Subscription] = {}
         self.temporary: dict[str, MessageQueue] = {}
         self.connections: set[Any] = set()
+        self.producers: collections.Counter[Destination] = collections.Counter()  # in-process, bound
         self.client_ids: dict[str, Any] = {}
         self.reservations = Reservations()  # the bridge service's client ids and durables
         self.branches: dict[Xid, Work] = {}
@@ -453,6 +455,41 @@ class Broker:
                 break
             out.append(message)
         return out
+
+    def producer_opened(self, destination: Destination | None) -> None:
+        if destination is not None:
+            with self.lock:
+                self.producers[destination] += 1
+
+    def producer_closed(self, destination: Destination | None) -> None:
+        if destination is not None:
+            with self.lock:
+                self.producers[destination] -= 1
+                if self.producers[destination] <= 0:
+                    del self.producers[destination]
+
+    def metrics(self) -> dict[str, Any]:
+        """What /metrics shows of the broker, read at scrape time: per queue and topic
+        (a topic summed over its subscriptions) depth, bytes, consumers, producers (open
+        in-process producers bound to it), enqueued and dequeued since start; the
+        connections; the memory state; the store's counters."""
+        with self.lock:
+            dests: dict[tuple[str, str], dict[str, int]] = {}
+            groups = [(("queue", n), [mq]) for n, mq in self.queues.items()]
+            groups += [(("topic", n), self.topics.get(n, [])) for n in sorted(self.known_topics)]
+            for key, queues in groups:
+                dest = Topic(key[1]) if key[0] == "topic" else Queue(key[1])
+                dests[key] = {"depth": sum(len(q) for q in queues), "bytes": sum(q.bytes for q in queues),
+                              "consumers": sum(len(q.consumers) for q in queues),
+                              "producers": self.producers.get(dest, 0),
+                              "enqueued": sum(q.enqueued for q in queues),
+                              "dequeued": sum(q.dequeued for q in queues)}
+            connections = len(self.connections)
+        memory = self.memory
+        return {"destinations": dests, "connections": connections,
+                "memory": None if memory is None else {"state": memory.state_name, "percent": memory.percent,
+                                                       "budget": memory.budget},
+                "store": None if self.store is None else self.store.metrics()}
 
     def queue_depth(self, name: str) -> int:
         with self.lock:

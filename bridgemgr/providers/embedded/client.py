@@ -237,6 +237,8 @@ class EmbeddedSession(Session):
     def create_producer(self, destination: Destination | None = None) -> EmbeddedProducer:
         self._check_open()
         producer = EmbeddedProducer(self, destination)
+        self.broker.producer_opened(destination)  # counted per destination (metrics)
+        producer.counted = destination is not None
         self._producers.append(producer)
         return producer
 
@@ -393,6 +395,9 @@ class EmbeddedSession(Session):
             return
         for consumer in list(self.consumers):
             consumer.close()
+        for producer in self._producers:
+            producer.gone()
+        self._producers.clear()
         self.closed = True
         self.broker.rollback(self._work)  # transacted: roll back; CLIENT: redeliver unacked
         self.broker.xa_abandon(self)
@@ -477,6 +482,7 @@ class EmbeddedProducer(MessageProducer):
         super().__init__(destination)
         self.session = session
         self.closed = False
+        self.counted = False  # counted by the broker as a producer of its destination (metrics)
 
     def _stamp(self, message: Message, destination: Destination | None, delivery_mode: int | None,
                priority: int | None, time_to_live: int | None) -> tuple[Message, Destination]:
@@ -547,7 +553,14 @@ class EmbeddedProducer(MessageProducer):
     def close(self) -> None:
         if not self.closed:
             self.flush()
+            self.gone()
+
+    def gone(self) -> None:
+        """Closed, or its session is: no longer counted as a producer."""
         self.closed = True
+        if self.counted:
+            self.counted = False
+            self.session.broker.producer_closed(self.destination)
 
 
 class EmbeddedConsumer(MessageConsumer):
@@ -572,6 +585,11 @@ class EmbeddedConsumer(MessageConsumer):
     @property
     def message_selector(self) -> str | None:
         return self._selector_text
+
+    def backlog(self) -> int | None:
+        with self.broker.lock:
+            queue = self.queue
+            return None if queue is None or self.closed else len(queue)
 
     # called by the broker, under its lock
     def can_take(self, message: Message | None) -> bool:

@@ -119,6 +119,16 @@ class EmbeddedHostBroker(HostBroker):
     def store_behind(self) -> bool:
         return self.broker.store is not None and self.broker.store.behind
 
+    def store_problem(self) -> str | None:
+        """Why the store takes no writes now (failed, full, closed); None when it does (or
+        there is no store)."""
+        store = self.broker.store
+        return store.problem() if store is not None else None
+
+    def metrics(self) -> dict[str, Any]:
+        """The broker's metrics snapshot (Broker.metrics), read at scrape time."""
+        return self.broker.metrics()
+
     @property
     def fsync(self) -> bool:
         """Whether each store write is flushed to disk (or the database's WAL) before it counts."""

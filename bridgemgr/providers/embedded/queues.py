@@ -178,6 +178,8 @@ class MessageQueue:
         self.epoch = 0                  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
         self.deleted = False
+        self.enqueued = 0               # messages admitted, ever (metrics)
+        self.dequeued = 0               # ... and released: acknowledged, expired, removed
 
     def __len__(self) -> int:
         """Waiting messages, in memory and paged out."""
@@ -187,6 +189,7 @@ class MessageQueue:
     def admit(self, env: Envelope) -> None:
         """Account for a new message (limits are checked by the broker first)."""
         self.count += 1
+        self.enqueued += 1
         self.bytes += env.size
         if not env.stored:
             usage = self.usage
@@ -197,6 +200,7 @@ class MessageQueue:
         """Forget an acknowledged or removed message; held producers try again if that
         made room."""
         self.count -= 1
+        self.dequeued += 1
         self.bytes -= env.size
         if not env.stored:
             usage = self.usage
@@ -410,6 +414,7 @@ class MessageQueue:
             assert self.pager is not None
             self.pager.drop(self)
             self.count -= self.paged
+            self.dequeued += self.paged
             self.paged = self.swapped = 0
         return envs
 

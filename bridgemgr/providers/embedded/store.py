@@ -48,10 +48,14 @@ delivery counts, without waiting for the writer (the broker lock is held). Only 
 purge or XA commit, which move rows the merge cannot see, make it write everything first. Opening reads
 per-destination counts (``Recovered.backlogs``), not the messages, so start-up time does
 not grow with the backlog; only rows an XA branch prepared to consume are read whole.
+
+Metrics: each batch write is timed (its fsync included when the store syncs) into fixed
+histogram buckets, once per batch; ``metrics()`` and ``problem()`` are read at scrape time.
 """
 
 from __future__ import annotations
 
+import bisect
 import errno
 import json
 import logging
@@ -73,6 +77,8 @@ log = logging.getLogger(__name__)
 SCHEMA_VERSION = "1"
 LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
 RETRY_BASE, RETRY_CAP = 0.05, 2.0  # seconds between writes of a full store (doubling, capped)
+# bucket bounds (seconds, Prometheus "le") of the batch write latency histogram (metrics)
+COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
 SQLITE_FULL, SQLITE_IOERR = 13, 10
 BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
@@ -169,6 +175,10 @@ class Database:
         """``exc``, raised by ``write``, means no space was left (the batch can be retried)."""
         return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
+    def size(self) -> int | None:
+        """Bytes the store takes on disk; None where it cannot tell cheaply."""
+        return None
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -203,6 +213,15 @@ class SQLiteDatabase(Database):
         self._db = db
         # Paging reads on a connection of their own: WAL lets them run beside the writer.
         self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+
+    def size(self) -> int | None:
+        total = 0
+        for name in (self.path.name, f"{self.path.name}-wal", f"{self.path.name}-shm"):
+            try:
+                total += (self.path.parent / name).stat().st_size
+            except OSError:
+                pass
+        return total
 
     def load(self) -> Recovered:
         try:
@@ -354,6 +373,9 @@ class Store:
         self._closing = False
         self.batches = 0      # written batches (benchmarks report batch sizes)
         self.rows = 0
+        # seconds per batch write (its fsync included when sync): counts per COMMIT_BOUNDS bucket
+        self.commit_buckets = [0] * (len(COMMIT_BOUNDS) + 1)
+        self.commit_seconds = 0.0
         self._writer = threading.Thread(target=self._run, name=f"store-writer:{self.path}", daemon=True)
 
     # --- open -----------------------------------------------------------------
@@ -534,6 +556,7 @@ class Store:
     def _commit(self, claim: _Claim) -> bool:
         """Write a taken batch (outside the lock); False when it failed (see ``_full`` and
         ``_error``)."""
+        started = time.perf_counter()
         try:
             self._write(claim.inserts, claim.deletes, claim.updates, claim.ops)
         except BaseException as exc:
@@ -566,6 +589,9 @@ class Store:
             self._claim = None
             self.batches += 1
             self.rows += len(claim.inserts) + len(claim.deletes)
+            took = time.perf_counter() - started
+            self.commit_seconds += took
+            self.commit_buckets[bisect.bisect_left(COMMIT_BOUNDS, took)] += 1
             self._written.notify_all()
         return True
 
@@ -641,3 +667,22 @@ class Store:
 
     def stats(self) -> dict[str, int]:
         return {"batches": self.batches, "rows": self.rows}
+
+    def problem(self) -> str | None:
+        """Why the store takes no writes now (failed, full, closed); None when it does."""
+        with self.lock:
+            if self._error is not None:
+                return f"{self.path}: the store failed: {self._error}"
+            if self._full is not None:
+                return f"{self.path}: the store is full (no space left)"
+            if self._closing:
+                return f"{self.path}: the store is closed"
+        return None
+
+    def metrics(self) -> dict[str, Any]:
+        """Size on disk, batch writes and their latency histogram, and any problem."""
+        with self.lock:
+            buckets, total, batches = list(self.commit_buckets), self.commit_seconds, self.batches
+        return {"size": self.database.size(), "batches": batches, "rows": self.rows,
+                "commit_bounds": COMMIT_BOUNDS, "commit_buckets": buckets, "commit_seconds": total,
+                "problem": self.problem()}

@@ -1,0 +1,225 @@
+"""The metrics port of a real `serve` (imq.metrics.port), scraped with an HTTP client:
+/metrics values after messages moved through a link (some dead-lettered by its
+transformer), /readyz while the bridge is stopped and once it runs again, the port
+mapper's entry, who may read it (no credentials, a wrong password, an ordinary user, a
+user named in imq.metrics.users, the admin), the connection cap; and `list link` (five
+columns), `list link -v` and `--json` through the CLI."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import re
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bridgemgr.admin.portmapper import lookup_services
+from bridgemgr.users import UserRepository
+from service_support import Daemon, cli, one_bridge_files, send
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+PASSWORD = "Metrics-Secret-1"
+MALLORY = ("mallory", "Mallory-Pw-1")     # an ordinary user of the broker
+PROM = ("prom", "Prom-Scraper-Pw-1")      # group user, named in imq.metrics.users
+MAX_CONNECTIONS = 3
+FAIL_ON_BAD = '''
+from bridgemgr.transform import MessageTransformer
+
+
+class FailOnBad(MessageTransformer):
+    def transform(self, message, *args):
+        if message.text.startswith("bad"):
+            raise ValueError("bad message")
+        return message
+'''
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"
+            message-transformer-class="failonbad.FailOnBad" consume-no-transfer-on-transform-error="true"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="mx.src"/>
+  <destination ref-name="dst" name="mx.dst"/>
+</jmsbridge>
+"""
+
+
+@pytest.fixture(scope="module")
+def service(tmp_path_factory):
+    base: Path = tmp_path_factory.mktemp("metrics")
+    (base / "plugins").mkdir()
+    (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
+    props, passfile = one_bridge_files(base, "metrics", XML, PASSWORD, "imq.metrics.port=0",
+                                       f"imq.metrics.users={PROM[0]}",
+                                       f"imq.metrics.max_connections={MAX_CONNECTIONS}",
+                                       "imq.metrics.login.timeout=2")
+    passfile.chmod(0o600)
+    users = UserRepository(base / "var" / "instances" / "metrics" / "etc" / "passwd")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(base / "plugins"))  # serve inherits it
+        daemon = Daemon(props)
+    try:
+        assert daemon.bridges == {"jb": "STARTED"}, daemon.lines
+        users.add(*MALLORY)
+        users.add(*PROM)
+        url = next(line.split()[1] for line in daemon.lines if line.startswith("metrics: "))
+        m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
+        assert m, url
+        yield daemon, passfile, (m.group(1), int(m.group(2)))
+    finally:
+        daemon.stop()
+
+
+def get(address: tuple[str, int], path: str, user: tuple[str, str] | None = ("admin", PASSWORD)
+        ) -> tuple[int, dict[str, str], str]:
+    conn = http.client.HTTPConnection(*address, timeout=30)
+    headers = {}
+    if user is not None:
+        headers["Authorization"] = "Basic " + base64.b64encode(f"{user[0]}:{user[1]}".encode()).decode()
+    try:
+        conn.request("GET", path, headers=headers)
+        response = conn.getresponse()
+        return response.status, {k.lower(): v for k, v in response.getheaders()}, response.read().decode()
+    finally:
+        conn.close()
+
+
+def samples(address: tuple[str, int]) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    status, headers, body = get(address, "/metrics")
+    assert status == 200, body
+    assert headers["content-type"].startswith("text/plain; version=0.0.4")
+    return {(s.name, frozenset(s.labels.items())): s.value
+            for family in text_string_to_metric_families(body) for s in family.samples}
+
+
+def value(found: dict, metric: str, /, **labels: str) -> float | None:
+    return found.get((metric, frozenset(labels.items())))
+
+
+def test_metrics_count_what_a_link_moved_and_dead_lettered(service):
+    daemon, _, address = service
+    send(daemon, PASSWORD, "mx.src", *[f"ok {i}" for i in range(20)], *[f"bad {i}" for i in range(3)])
+    link = {"bridge": "jb", "link": "l1"}
+    deadline = time.monotonic() + 30
+    while (found := samples(address)) and value(found, "imq_link_transferred_total", **link) != 20:
+        assert time.monotonic() < deadline, found
+        time.sleep(0.2)
+    assert value(found, "imq_link_received_total", **link) == 23
+    assert value(found, "imq_link_dead_lettered_total", reason="TRANSFORM_FAILURE", **link) == 3
+    assert value(found, "imq_link_redelivered_total", **link) == 0
+    assert value(found, "imq_link_transfer_latency_seconds_count", **link) == 20
+    assert value(found, "imq_link_transfer_latency_seconds_bucket", le="+Inf", **link) == 20
+    assert abs(value(found, "imq_link_last_transfer_timestamp_seconds", **link) - time.time()) < 60
+    assert value(found, "imq_link_source_backlog", **link) == 0
+    assert value(found, "imq_link_state", imq_link_state="STARTED", **link) == 1
+    assert value(found, "imq_bridge_state", bridge="jb", type="JMS", imq_bridge_state="STARTED") == 1
+    src, dst = {"type": "queue", "name": "mx.src"}, {"type": "queue", "name": "mx.dst"}
+    assert value(found, "imq_destination_enqueued_total", **src) == 23
+    assert value(found, "imq_destination_dequeued_total", **src) == 23
+    assert value(found, "imq_destination_messages", **src) == 0
+    assert value(found, "imq_destination_consumers", **src) == 1  # the link
+    assert value(found, "imq_destination_messages", **dst) == 20
+    assert value(found, "imq_destination_messages", type="queue", name="imq.bridge.jms.dmq") == 3
+    assert value(found, "imq_store_writable") == 1
+    assert value(found, "imq_store_size_bytes") > 0
+    assert value(found, "imq_store_commit_seconds_count") > 0
+    assert value(found, "imq_connections", service="jms") is not None
+    assert value(found, "imq_memory_state", imq_memory_state="green") == 1
+    assert value(found, "process_resident_memory_bytes") > 0
+
+
+def test_list_link_keeps_five_columns_and_v_and_json_show_counters_and_last_error(service):
+    daemon, passfile, _ = service
+    deadline = time.monotonic() + 30
+    while "(3 times)" not in (verbose := cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")).stdout:
+        assert time.monotonic() < deadline, verbose.stdout + verbose.stderr
+        time.sleep(0.3)
+    titles = verbose.stdout.splitlines()[1].split()
+    assert titles[:9] == ["Link", "Name", "Link", "State", "Source", "Target", "Transacted", "Transferred", "DMQ"]
+    row = next(line for line in verbose.stdout.splitlines() if line.startswith("l1 "))
+    words = row.split()
+    assert words[5:8] == ["20", "3", "0"]       # transferred, DMQ, redelivered
+    assert float(words[8]) > 0 and words[9] == "0"  # rate, backlog
+    assert row.endswith("TRANSFORM_FAILURE: ValueError: bad message (3 times)")
+    plain = cli(daemon, passfile, "list", "link", "-bn", "jb")
+    assert plain.returncode == 0, plain.stderr
+    assert plain.stdout.splitlines()[1].split() == ["Link", "Name", "Link", "State", "Source", "Target",
+                                                    "Transacted"]
+    assert next(line for line in plain.stdout.splitlines() if line.startswith("l1 ")).split() == [
+        "l1", "STARTED", "host:D:queue:mx.src", "host:D:queue:mx.dst", "false"]
+    data = json.loads(cli(daemon, passfile, "list", "link", "-bn", "jb", "--json").stdout)["data"]
+    link = data["links"][0]
+    counters = link["counters"]
+    assert (counters["transferred"], counters["to_dmq"], counters["dmq_reasons"]) == (
+        20, 3, {"TRANSFORM_FAILURE": 3})
+    assert counters["last_error"] == "TRANSFORM_FAILURE: ValueError: bad message (3 times)"
+    assert counters["rate"] > 0 and link["backlog"] == 0
+
+
+def test_readyz_says_503_while_the_bridge_is_stopped_then_200(service):
+    daemon, passfile, address = service
+    assert get(address, "/readyz")[:1] == (200,)
+    assert cli(daemon, passfile, "stop", "bridge", "-bn", "jb").returncode == 0
+    try:
+        status, headers, body = get(address, "/readyz")
+        assert status == 503 and headers["content-type"] == "application/json"
+        assert json.loads(body) == {"ready": False, "reasons": ["bridge jb is STOPPED, not STARTED"]}
+        assert get(address, "/healthz", user=None)[::2] == (200, "ok\n")  # the process is up
+        found = samples(address)
+        assert value(found, "imq_link_state", bridge="jb", link="l1", imq_link_state="STARTED") == 0
+    finally:
+        assert cli(daemon, passfile, "start", "bridge", "-bn", "jb").returncode == 0
+    deadline = time.monotonic() + 30
+    while (status := get(address, "/readyz"))[0] != 200:
+        assert time.monotonic() < deadline, status
+        time.sleep(0.2)
+    assert json.loads(status[2]) == {"ready": True, "reasons": []}
+
+
+def test_the_port_mapper_lists_the_metrics_port(service):
+    daemon, _, address = service
+    host, port = daemon.address.split(":")
+    entries = {e.name: e for e in lookup_services(host, int(port))}
+    assert (entries["metrics"].protocol, entries["metrics"].type, entries["metrics"].port) == (
+        "http", "METRICS", address[1])
+
+
+def test_the_connection_cap_refuses_and_idle_connections_are_closed(service):
+    _, _, address = service
+    idle = [socket.create_connection(address, timeout=10) for _ in range(MAX_CONNECTIONS)]
+    try:
+        time.sleep(0.3)
+        status, _, body = get(address, "/healthz", user=None)
+        assert status == 503 and "imq.metrics.max_connections=3" in body
+        for sock in idle:  # no request within imq.metrics.login.timeout (2 s): closed
+            assert sock.recv(100) == b""
+    finally:
+        for sock in idle:
+            sock.close()
+    assert get(address, "/healthz", user=None)[0] == 200
+
+
+def test_only_admins_and_named_readers_get_metrics_and_readyz(service):
+    """Last in the module: the failed logins here slow later ones from this address."""
+    _, _, address = service
+    assert get(address, "/metrics", user=PROM)[0] == 200
+    assert get(address, "/readyz", user=PROM)[0] == 200
+    status, headers, body = get(address, "/metrics", user=None)
+    assert status == 401 and headers["www-authenticate"].startswith('Basic realm="imqbridge metrics"')
+    assert "imq_link" not in body
+    status, _, body = get(address, "/metrics", user=MALLORY)  # a valid login, but not a reader
+    assert status == 403 and "mallory" in body and "imq_link" not in body
+    assert get(address, "/readyz", user=MALLORY)[0] == 403
+    for wrong in (("admin", "wrong"), ("nobody", "wrong")):  # the same answer, known user or not
+        status, _, body = get(address, "/metrics", user=wrong)
+        assert (status, body) == (401, "authentication failed: wrong user name or password\n")
+    assert get(address, "/metrics")[0] == 200  # the admin, after the failures
