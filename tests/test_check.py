@@ -231,7 +231,7 @@ def test_a_property_a_factory_without_lookup_name_does_not_take_is_reported(tmp_
 @pytest.mark.parametrize("class_path, cause", [
     ("nosuchmodule_4d1f.Upper", "No module named 'nosuchmodule_4d1f'"),
     ("transformers.uppercase.NoSuchClass",
-     "module 'transformers.uppercase' has no attribute 'NoSuchClass'"),
+     "module 'bridgemgr.transformers.uppercase' has no attribute 'NoSuchClass'"),
     ("transformers.uppercase", "is not a subclass of bridgemgr.transform.MessageTransformer"),
 ])
 def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_path, class_path,
@@ -242,7 +242,7 @@ def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_pat
     assert result.exit_code == 1 and result.stdout == ""
     link, dmq = result.stderr.splitlines()
     assert link.startswith(f"{xml}:5: link l: ") and cause in link
-    assert "put the module in a transformer folder" in link
+    assert "put the module in <instance>/lib/ext" in link
     assert dmq.startswith(f"{xml}:7: dmq d: ") and cause in dmq
 
 

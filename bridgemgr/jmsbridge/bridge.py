@@ -61,7 +61,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .logs import BridgeLog
 from .pipeline import Interrupted
-from .plugins import load_configured_transformer
+from .plugins import load_configured_transformer, plugin_folders
 from .resolve import (
     HostFactory,
     Lookup,
@@ -119,7 +119,9 @@ class JMSBridge:
         self.tuning = tuning
         self.logging_config = logging_config or (
             props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
-        self.transformer_path = transformer_path
+        # the plugin folders of the service's properties (lib/ext ...) unless given
+        self.transformer_path = transformer_path if transformer_path is not None or props is None \
+            else plugin_folders(props)
         self.reap_interval = reap_interval
         self.broker_url = broker_url  # the host broker's jms service, for runner=spark links
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
