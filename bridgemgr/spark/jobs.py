@@ -20,6 +20,7 @@ import click
 from ..admin.client import AdminError
 from ..admin.login import admin_login, admin_options, host_port, open_admin
 from ..admin.protocol import Command
+from ..extras import require
 from .options import BACKOUT_THRESHOLD
 
 if TYPE_CHECKING:
@@ -56,10 +57,21 @@ class ServiceJob:
 
     def spark(self, app_name: str, **conf: Any) -> SparkSession:
         """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``."""
-        from .session import spark_session
+        from .session import SparkUnavailable, spark_session
 
-        return spark_session(app_name=app_name, master=self.spark_master,
-                             conf={**self.spark_conf, **conf})
+        try:
+            return spark_session(app_name=app_name, master=self.spark_master,
+                                 conf={**self.spark_conf, **conf})
+        except SparkUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
+
+
+def require_spark() -> None:
+    """A job command's first step: one line naming imqbridge[spark] when pyspark or pyarrow
+    is not installed, before the service is asked anything (or a link paused)."""
+    from .session import SPARK_PART
+
+    require(SPARK_PART, "pyspark", "pyarrow", error=click.ClickException)
 
 
 def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool = True) -> Any:

@@ -24,6 +24,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..extras import require
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -47,6 +49,7 @@ _HERE = Path(__file__).resolve().parent
 _PACKAGE = _HERE.parent
 _PACKAGE_ROOT = str(_PACKAGE.parent)
 _SITE_PATH = str(_HERE / "sitepath")  # sitecustomize.py
+SPARK_PART = "Spark (runner=spark links, drain, the dmq jobs)"  # what needs imqbridge[spark]
 
 
 class SparkUnavailable(RuntimeError):
@@ -87,12 +90,9 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
                   ) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
     session and its settings. ``master``/``conf`` override the properties (tests, drain)."""
-    try:
-        import pyarrow  # noqa: F401  Python data sources fail obscurely without it
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise SparkUnavailable(f"Spark jobs need pyspark[sql] (pyspark and pyarrow): {exc}. "
-                               f"Install them with: pip install 'pyspark[sql]>=4.3,<4.4'") from exc
+    # pyarrow too: Python data sources fail obscurely without it
+    require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
+    from pyspark.sql import SparkSession
     prop_master, settings = spark_settings(props)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     prepare_python_environment()

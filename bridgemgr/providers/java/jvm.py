@@ -44,6 +44,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ...extras import require
 from ...jms import errors as jms_errors
 from ...jms.errors import JMSException, NamingException, TransportException, XAException
 from ...transform import TRANSFORMER_PATH_PROPERTY, split_path
@@ -149,11 +150,7 @@ def start() -> None:
     with _lock:
         if is_started():
             return
-        try:
-            import jpype
-        except ImportError as exc:
-            raise NamingException("the Java provider needs the jpype1 package "
-                                  f"(pip install jpype1): {exc}") from None
+        (jpype,) = require("the Java provider", "jpype", error=NamingException)
         global _late_folder
         late = tempfile.mkdtemp(prefix="imqbridge-jvm-")
         path = [late] + [os.path.abspath(p) for p in classpath()]
