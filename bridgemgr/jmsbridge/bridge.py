@@ -119,9 +119,9 @@ class JMSBridge:
         self.tuning = tuning
         self.logging_config = logging_config or (
             props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
-        # the plugin folders of the service's properties (lib/ext ...) unless given
-        self.transformer_path = transformer_path if transformer_path is not None or props is None \
-            else plugin_folders(props)
+        if transformer_path is None and props is not None:
+            transformer_path = plugin_folders(props)  # the service's: lib/ext, ...
+        self.transformer_path = transformer_path
         self.reap_interval = reap_interval
         self.broker_url = broker_url  # the host broker's jms service, for runner=spark links
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
