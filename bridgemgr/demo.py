@@ -31,7 +31,7 @@ DEMO_XML = """<?xml version="1.0" encoding="UTF-8"?>
   <link name="upper" transacted="false">
     <source connection-factory-ref="host" destination-ref="in"/>
     <target connection-factory-ref="host" destination-ref="out"
-            message-transformer-class="transformers.uppercase.UppercaseTransformer"/>
+            message-transformer-class="bridgemgr.transformers.uppercase.UppercaseTransformer"/>
   </link>
   <connection-factory ref-name="host"/>
   <destination ref-name="in" name="demo.in"/>

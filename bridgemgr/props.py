@@ -202,7 +202,7 @@ KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
 LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
 CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
-                               "transformers.uppercase.UppercaseTransformer")
+                               "bridgemgr.transformers.uppercase.UppercaseTransformer")
 
 
 @dataclass(frozen=True)
@@ -272,6 +272,8 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.tm.props", KEY_VALUES, {}, "XA coordinator settings for every bridge"),
     Prop("imq.bridge.spark.master", TEXT, None, "Spark master URL for runner=spark links"),
     Prop("imq.bridge.java.classpath", TEXT, None, "jars of Java JMS providers (JPype)"),
+    Prop("imq.bridge.transformer.path", TEXT, None,
+         "plugin folders searched for transformers before lib/ext (Python modules and jars)"),
     # The STOMP bridge (Table 12-10).
     Prop("imq.bridge.stomp.hostname", TEXT, None, "overrides imq.hostname for STOMP"),
     Prop("imq.bridge.stomp.tcp.enabled", BOOL, True, "accept plain TCP connections"),

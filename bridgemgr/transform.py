@@ -10,15 +10,18 @@ caller resets both before every call and reads them after it with
 
 Plugins are named by dotted class path (``package.module.ClassName``) in the bridge
 XML or the broker properties; :func:`load_transformer` imports and instantiates one. It
-looks in the transformer folders first (the original's ``lib/ext``): the directories in
-``$IMQ_BRIDGE_TRANSFORMER_PATH`` (separated by ``os.pathsep``), then the repository's
-``transformers/``. There ``module.Class`` names ``<folder>/module.py``, and a path that
-starts with the folder's own name (``transformers.uppercase.UppercaseTransformer``) names a
-module inside it. Anything else is imported from the Python path as usual. A name that is
-no Python module (``com.example.Upper``) goes to the loaders that providers register with
-:func:`register_transformer_loader`: the Java provider (bridgemgr.providers.java, registered
-when imported: the service and ``check`` import it where they configure Java) takes it for a
-Java class when Java is configured (imq.bridge.java.classpath, lib/ext, or a running JVM).
+looks in the plugin folders first (the original's ``lib/ext``), in this order: the folders
+of ``imq.bridge.transformer.path`` and of ``$IMQ_BRIDGE_TRANSFORMER_PATH`` (separated by
+``os.pathsep`` or commas), ``<instance>/lib/ext`` and ``$IMQ_HOME/lib/ext``. There
+``module.Class`` names ``<folder>/module.py`` (or a package ``<folder>/module/``). Anything
+else is imported from the Python path as usual. The shipped transformers are
+``bridgemgr.transformers.*``; their old names ``transformers.<module>.<Class>`` (from when
+they were a top-level folder, a name Hugging Face's package also takes) still load them.
+A name that is no Python module (``com.example.Upper``) goes to the loaders that providers
+register with :func:`register_transformer_loader`: the Java provider
+(bridgemgr.providers.java, registered when imported: the service and ``check`` import it
+where they configure Java) takes it for a Java class when Java is configured
+(imq.bridge.java.classpath, a jar in lib/ext, or a running JVM).
 """
 
 from __future__ import annotations
@@ -46,7 +49,11 @@ STOMP = "STOMP"
 
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
 TRANSFORMER_PATH_ENV = "IMQ_BRIDGE_TRANSFORMER_PATH"
-SHIPPED_TRANSFORMERS = Path(__file__).resolve().parents[1] / "transformers"
+TRANSFORMER_PATH_PROPERTY = "imq.bridge.transformer.path"
+IMQ_HOME_ENV = "IMQ_HOME"
+SHIPPED_PACKAGE = "bridgemgr.transformers"
+SHIPPED_TRANSFORMERS = Path(__file__).resolve().parent / "transformers"
+OLD_SHIPPED_TOP = "transformers"  # the shipped transformers' package before bridgemgr.transformers
 _import_lock = threading.Lock()
 
 
@@ -107,12 +114,42 @@ class MessageTransformer(ABC):
         return TransformOutcome(self._branch_to, self._no_transfer)
 
 
-def transformer_path() -> list[Path]:
-    """The transformer folders: $IMQ_BRIDGE_TRANSFORMER_PATH, then the shipped one."""
-    dirs = [Path(p) for p in os.environ.get(TRANSFORMER_PATH_ENV, "").split(os.pathsep) if p]
-    if SHIPPED_TRANSFORMERS.is_dir():
-        dirs.append(SHIPPED_TRANSFORMERS)
-    return dirs
+def split_path(text: str | None) -> list[Path]:
+    """Folders of a path setting: separated by os.pathsep or commas, ~ expanded."""
+    parts = (text or "").replace(",", os.pathsep).split(os.pathsep)
+    return [Path(p.strip()).expanduser() for p in parts if p.strip()]
+
+
+def transformer_path(setting: str | None = None,
+                     instance_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+    """The plugin folders, in search order: ``setting`` (imq.bridge.transformer.path),
+    $IMQ_BRIDGE_TRANSFORMER_PATH, <instance>/lib/ext, $IMQ_HOME/lib/ext."""
+    folders = split_path(setting) + split_path(os.environ.get(TRANSFORMER_PATH_ENV))
+    if instance_dir is not None:
+        folders.append(Path(instance_dir) / "lib" / "ext")
+    if home := os.environ.get(IMQ_HOME_ENV):
+        folders.append(Path(home) / "lib" / "ext")
+    return list(dict.fromkeys(folders))
+
+
+def shipped_modules() -> list[str]:
+    """The modules of bridgemgr.transformers, by their short names (uppercase, headers, ...)."""
+    return sorted(p.stem for p in SHIPPED_TRANSFORMERS.glob("*.py") if p.stem != "__init__")
+
+
+def _current_name(module_name: str, folders: Sequence[Path]) -> str:
+    """``module_name``, or the module it names now when it is an old name of a shipped
+    transformer module: ``transformers.uppercase``, or ``uppercase`` when no plugin folder
+    has one (the shipped folder used to be a plugin folder), is
+    ``bridgemgr.transformers.uppercase``."""
+    top, _, rest = module_name.partition(".")
+    shipped = shipped_modules()
+    if top == OLD_SHIPPED_TOP and (not rest or rest.partition(".")[0] in shipped):
+        return f"{SHIPPED_PACKAGE}.{rest}".rstrip(".")
+    if top in shipped and top not in sys.modules and not any(
+            importlib.machinery.PathFinder.find_spec(top, [str(f)]) for f in folders):
+        return f"{SHIPPED_PACKAGE}.{module_name}"
+    return module_name
 
 
 def _from_folders(top: str, folders: Sequence[Path]) -> ModuleType | None:
@@ -188,12 +225,16 @@ def load_transformer(class_path: str,
         raise JMSException(f"message transformer {class_path!r} is not a dotted class name")
     module_name, _, class_name = class_path.rpartition(".")
     folders = transformer_path() if search_path is None else [Path(p) for p in search_path]
+    module_name = _current_name(module_name, folders)
     try:
         cls = getattr(_import(module_name, folders), class_name)
     except (ImportError, AttributeError) as exc:
-        where = ", ".join(str(f) for f in folders) or "no transformer folder"
+        where = ", ".join(str(f) for f in folders) or "no plugin folder"
         problem = (f"cannot load message transformer {class_path}: {exc} (looked in "
                    f"{where} and on the Python path)")
+        if module_name.partition(".")[0] == OLD_SHIPPED_TOP:
+            problem += (f"; the shipped transformers are {SHIPPED_PACKAGE}.<module>.<Class>, "
+                        f"modules {', '.join(shipped_modules())}")
         found = _from_loaders(class_path, problem) if isinstance(exc, ModuleNotFoundError) else None
         if found is not None:
             return found

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import re
+import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -231,7 +233,7 @@ def test_a_property_a_factory_without_lookup_name_does_not_take_is_reported(tmp_
 @pytest.mark.parametrize("class_path, cause", [
     ("nosuchmodule_4d1f.Upper", "No module named 'nosuchmodule_4d1f'"),
     ("transformers.uppercase.NoSuchClass",
-     "module 'transformers.uppercase' has no attribute 'NoSuchClass'"),
+     "module 'bridgemgr.transformers.uppercase' has no attribute 'NoSuchClass'"),
     ("transformers.uppercase", "is not a subclass of bridgemgr.transform.MessageTransformer"),
 ])
 def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_path, class_path,
@@ -242,7 +244,7 @@ def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_pat
     assert result.exit_code == 1 and result.stdout == ""
     link, dmq = result.stderr.splitlines()
     assert link.startswith(f"{xml}:5: link l: ") and cause in link
-    assert "put the module in a transformer folder" in link
+    assert "put the module in <instance>/lib/ext" in link
     assert dmq.startswith(f"{xml}:7: dmq d: ") and cause in dmq
 
 
@@ -261,6 +263,35 @@ def test_a_valid_transformer_passes_from_where_serve_finds_it(tmp_path, monkeypa
     result = run("check", str(xml))
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and ", transformer stamp_9b2e.Stamp" in result.stdout
+
+
+@pytest.mark.parametrize("where", ["imq.bridge.transformer.path", "<instance>/lib/ext", "$IMQ_HOME/lib/ext"])
+def test_check_finds_a_transformer_in_each_plugin_folder_of_the_properties(tmp_path, monkeypatch, where):
+    """The chapter's lib/ext (of the instance and of IMQ_HOME) and imq.bridge.transformer.path,
+    as serve looks there: a module in none of them fails the check, in any one it passes."""
+    module = "plugin_" + re.sub(r"\W", "", where).lower()
+    folder = {"imq.bridge.transformer.path": tmp_path / "plugins",
+              "<instance>/lib/ext": tmp_path / "var" / "instances" / "imqbroker" / "lib" / "ext",
+              "$IMQ_HOME/lib/ext": tmp_path / "home" / "lib" / "ext"}[where]
+    folder.mkdir(parents=True)
+    monkeypatch.delenv("IMQ_BRIDGE_TRANSFORMER_PATH", raising=False)
+    monkeypatch.setenv("IMQ_HOME", str(tmp_path / "home"))
+    xml = xml_with(tmp_path, target=f'message-transformer-class="{module}.Stamp"')
+    props = tmp_path / "broker.properties"
+    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.transformer.path={tmp_path / 'plugins'}\n"
+                     f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\nimq.bridge.t.xmlurl={xml}\n")
+    result = run("check", "-props", str(props))
+    assert result.exit_code == 1 and str(folder) in result.stderr  # named where it looked
+    (folder / f"{module}.py").write_text(
+        "from bridgemgr.transform import MessageTransformer\n"
+        "class Stamp(MessageTransformer):\n"
+        "    def transform(self, message, read_only, charset_name, source, target, props):\n"
+        "        return message\n")
+    try:
+        result = run("check", "-props", str(props))
+        assert result.exit_code == 0, result.output
+    finally:
+        sys.modules.pop(module, None)
 
 
 def test_a_disabled_links_transformer_that_does_not_load_is_a_warning(tmp_path):

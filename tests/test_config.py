@@ -227,7 +227,7 @@ EXPECTED_MANY = [
     "ref-name=...> (did you mean AS_SOURCE?); add it or fix the name",
     "t.xml:8: link name 'l1' is used again (first at line 4); give each link its own name",
     "t.xml:10: <target> attribute message-transformer-class is 'notaclass'; write a dotted "
-    "class name such as transformers.uppercase.UppercaseTransformer",
+    "class name such as bridgemgr.transformers.uppercase.UppercaseTransformer",
     "t.xml:12: link name 'Built-In-DMQ' is reserved for the built-in DMQ; choose another name",
     "t.xml:14: the target of link 'Built-In-DMQ' destination-ref 'qq' matches no <destination "
     "ref-name=...> (did you mean q?); add it or fix the name",

@@ -51,13 +51,13 @@ def test_embedded_example_has_a_transformer_and_a_second_dmq():
     config = load_bridge(props, "orders")
     assert [d.name for d in config.dmqs] == ["built-in-dmq", "audit-dmq"]
     classes = {link.target.message_transformer_class for link in config.links} - {None}
-    assert classes == {"transformers.uppercase.UppercaseTransformer"}
+    assert classes == {"bridgemgr.transformers.uppercase.UppercaseTransformer"}
     assert all(cf.lookup_name is None for cf in config.connection_factories)  # host broker
     assert props.autocreate.max_total_msg_bytes == 64 * 1024 * 1024
 
 
 def test_the_named_transformer_exists():
-    source = (REPO / "transformers" / "uppercase.py").read_text()
+    source = (REPO / "bridgemgr" / "transformers" / "uppercase.py").read_text()
     tree = ast.parse(source)
     classes = {node.name: node for node in tree.body if isinstance(node, ast.ClassDef)}
     transformer = classes["UppercaseTransformer"]

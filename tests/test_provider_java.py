@@ -104,9 +104,16 @@ def test_broker_properties_feed_the_classpath(tmp_path, monkeypatch):
                                        f"imq.varhome={tmp_path / 'var'}"])
     (props.instance_dir / "lib" / "ext").mkdir(parents=True)
     (props.instance_dir / "lib" / "ext" / "driver.jar").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    plugins = tmp_path / "plugins"  # imq.bridge.transformer.path: Python modules and jars
+    plugins.mkdir()
+    (plugins / "shout.jar").write_bytes(b"PK\x05\x06" + b"\0" * 18)
+    props = load_properties(overrides=[f"imq.bridge.java.classpath={classes}",
+                                       f"imq.bridge.transformer.path={plugins}",
+                                       f"imq.varhome={tmp_path / 'var'}"])
     java.configure_from_properties(props)
     assert str(classes) in jvm.classpath()
     assert str(props.instance_dir / "lib" / "ext" / "driver.jar") in jvm.classpath()
+    assert str(plugins / "shout.jar") in jvm.classpath()
 
 
 def test_a_missing_jar_in_a_lookup_classpath_is_named():

@@ -13,7 +13,6 @@ from bridgemgr.jms import BytesMessage, MapMessage, Queue, TextMessage, Topic
 from bridgemgr.jms.errors import IllegalStateException, JMSException, MessageFormatException
 from bridgemgr.jms.message import PropertyType
 from bridgemgr.transform import (
-    SHIPPED_TRANSFORMERS,
     TRANSFORMER_PATH_ENV,
     MessageTransformer,
     load_transformer,
@@ -35,11 +34,29 @@ def run(transformer: MessageTransformer, msg, properties=None, charset=None):
 
 # --- loading -----------------------------------------------------------------------------------
 
-def test_shipped_folder_is_on_the_path_and_both_names_work():
-    assert SHIPPED_TRANSFORMERS in transformer_path()
-    assert type(load_transformer("transformers.uppercase.UppercaseTransformer")).__name__ == \
-        "UppercaseTransformer"
+def test_shipped_transformers_load_by_their_name_and_their_old_names():
+    """The shipped transformers are bridgemgr.transformers.*; configurations written when
+    they were the top-level folder transformers/ (a name Hugging Face's package takes)
+    keep loading them, without importing any top-level `transformers`."""
+    for name in ("bridgemgr.transformers.uppercase.UppercaseTransformer",
+                 "transformers.uppercase.UppercaseTransformer", "uppercase.UppercaseTransformer"):
+        assert type(load_transformer(name)).__module__ == "bridgemgr.transformers.uppercase"
     assert type(load_transformer("routing.ContentRouter")).__name__ == "ContentRouter"
+    assert "transformers" not in sys.modules
+
+
+def test_an_old_name_that_is_not_shipped_names_the_new_package():
+    with pytest.raises(JMSException, match=r"the shipped transformers are bridgemgr\.transformers\."
+                                           r"<module>\.<Class>, modules charset, headers, routing, uppercase"):
+        load_transformer("transformers.nosuch.Thing", [])
+
+
+def test_the_plugin_folders_in_their_order(tmp_path, monkeypatch):
+    monkeypatch.setenv(TRANSFORMER_PATH_ENV, str(tmp_path / "env"))
+    monkeypatch.setenv("IMQ_HOME", str(tmp_path / "home"))
+    assert transformer_path(f"{tmp_path / 'a'},{tmp_path / 'b'}", tmp_path / "inst") == [
+        tmp_path / "a", tmp_path / "b", tmp_path / "env", tmp_path / "inst" / "lib" / "ext",
+        tmp_path / "home" / "lib" / "ext"]
 
 
 def test_configured_folder_comes_first(tmp_path, monkeypatch):

@@ -62,7 +62,7 @@ from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
 from .logs import LOGGING_CONFIG_PROPERTY, BridgeLog
 from .pipeline import Interrupted
-from .plugins import load_configured_transformer
+from .plugins import load_configured_transformer, plugin_folders
 from .resolve import (
     HostFactory,
     Lookup,
@@ -119,6 +119,8 @@ class JMSBridge:
         self.tuning = tuning
         self.logging_config = logging_config or (
             props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
+        if transformer_path is None and props is not None:
+            transformer_path = plugin_folders(props)  # the service's: lib/ext, ...
         self.transformer_path = transformer_path
         self.reap_interval = reap_interval
         self.broker_url = broker_url  # the host broker's jms service, for runner=spark links

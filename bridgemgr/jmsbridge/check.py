@@ -21,7 +21,7 @@ from ..jms.errors import JMSException
 from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
 from .config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
 from .fetch import DEFAULT_TIMEOUT
-from .plugins import load_configured_transformer, transformer_uses
+from .plugins import load_configured_transformer, plugin_folders, transformer_uses
 from .resolve import HostFactory, check_xa
 
 
@@ -98,13 +98,15 @@ def _stomp_summary(props: BrokerProperties) -> str:
     return f"bridge {STOMP} ({_state(props, STOMP, STOMP)}): {tcp}, {tls}{extra}"
 
 
-def check_transformers(config: BridgeConfig) -> list[Problem]:
+def check_transformers(config: BridgeConfig, props: BrokerProperties | None = None) -> list[Problem]:
     """A problem for every transformer that does not load as a start would load it (a
-    warning for a disabled link or DMQ, which a start does not load)."""
+    warning for a disabled link or DMQ, which a start does not load); ``props`` give the
+    plugin folders (lib/ext ...)."""
     problems = []
+    folders = plugin_folders(props) if props is not None else None
     for use in transformer_uses(config):
         try:
-            load_configured_transformer(use.class_path, use.owner)
+            load_configured_transformer(use.class_path, use.owner, folders)
         except JMSException as exc:
             if use.enabled:
                 problems.append(Problem(config.source, use.line, str(exc)))
@@ -135,6 +137,7 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
     summary: list[str] = []
     configs: list[BridgeConfig] = []
     checked: list[str] = []  # the XML files and URLs read so far
+    props: BrokerProperties | None = None  # their plugin folders are the transformers'
 
     def check_xml(state: str, load: Callable[..., BridgeConfig], *args: Any) -> None:
         try:
@@ -143,7 +146,7 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
             problems.extend(exc.problems)
             return
         problems.extend(config.warnings)
-        problems.extend(check_transformers(config))
+        problems.extend(check_transformers(config, props))
         if resolve:
             problems.extend(check_xa(config, host_factory))
         configs.append(config)

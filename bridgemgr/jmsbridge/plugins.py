@@ -1,7 +1,9 @@
 # How it works: a bridge's start (bridge.py, step 2) and `imqbridgemgr check` (check.py)
 # load a bridge XML's message-transformer-class values with the same function,
-# load_configured_transformer(): bridgemgr.transform.load_transformer (the transformer
-# folders, the Python path, then a Java class when Java is configured), its failure
+# load_configured_transformer(): bridgemgr.transform.load_transformer (the plugin folders
+# of plugin_folders(): imq.bridge.transformer.path, $IMQ_BRIDGE_TRANSFORMER_PATH,
+# <instance>/lib/ext, $IMQ_HOME/lib/ext; the Python path; then a Java class when Java is
+# configured), its failure
 # reworded to name the link or DMQ and where such a class has to be. So a transformer
 # that `check` passes is one the start loads, and one it names is one the start refuses.
 # transformer_uses() lists every transformer a configuration names, for check.
@@ -12,15 +14,17 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ..jms.errors import JMSException
-from ..transform import MessageTransformer, load_transformer
+from ..props import BrokerProperties
+from ..transform import TRANSFORMER_PATH_PROPERTY, MessageTransformer, load_transformer, transformer_path
 from .config import BridgeConfig
 
 WHERE_TRANSFORMERS_ARE = (
-    "put the module in a transformer folder (transformers/, or one in "
-    "$IMQ_BRIDGE_TRANSFORMER_PATH) or on the Python path; a Java class goes on "
-    "imq.bridge.java.classpath or in <instance>/lib/ext")
+    "put the module in <instance>/lib/ext, $IMQ_HOME/lib/ext or a folder of "
+    "imq.bridge.transformer.path, or on the Python path; a Java class goes in a jar "
+    "there or on imq.bridge.java.classpath")
 
 
 @dataclass(frozen=True)
@@ -42,6 +46,12 @@ def transformer_uses(config: BridgeConfig) -> list[TransformerUse]:
                             dmq.enabled or dmq.is_builtin)
              for dmq in config.dmqs if dmq.message_transformer_class]
     return uses
+
+
+def plugin_folders(props: BrokerProperties) -> list[Path]:
+    """Where the service looks for transformer modules: imq.bridge.transformer.path,
+    $IMQ_BRIDGE_TRANSFORMER_PATH, <instance>/lib/ext, $IMQ_HOME/lib/ext."""
+    return transformer_path(props.get(TRANSFORMER_PATH_PROPERTY), props.instance_dir)
 
 
 def load_configured_transformer(class_path: str, owner: str,

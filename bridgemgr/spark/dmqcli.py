@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .jobs import job_failures, job_options, service_job
+from .jobs import job_failures, job_options, require_spark, service_job
 
 if TYPE_CHECKING:
     from .dmq import DMQEndpoint, RedriveResult
@@ -89,6 +89,7 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
     """
     from .dmq import archive
 
+    require_spark()
     job, endpoint = _job(options, dmq_name)
     spark = job.spark("imqbridge-dmq-archive")
     try:
@@ -124,11 +125,15 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
     from . import dmqreport
     from .dmq import browse_frame, read_archive, report
 
+    require_spark()
     if archive_path is not None:
-        from .session import spark_session
+        from .session import SparkUnavailable, spark_session
 
         _check_local(archive_path)
-        spark = spark_session(app_name="imqbridge-dmq-report")
+        try:
+            spark = spark_session(app_name="imqbridge-dmq-report")
+        except SparkUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
         source = f"archive {archive_path}"
     else:
         if options["bridge"] is None:

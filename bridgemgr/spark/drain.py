@@ -29,7 +29,7 @@ from typing import Any
 import click
 
 from ..private import private_dir
-from .jobs import job_failures, job_options, service_job
+from .jobs import job_failures, job_options, require_spark, service_job
 
 
 def default_checkpoint(bridge: str, link: str) -> Path:
@@ -55,6 +55,7 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
     (JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID) apply as on a runner=spark link: at-least-once.
     A running link is paused for the drain and resumed after it.
     """
+    require_spark()
     job = service_job(broker, bridge, user, passfile, secure, cafile, reply_timeout, retries)
     try:
         cfg = job.config.link(link)

@@ -28,6 +28,7 @@ import click
 from ..admin.client import AdminError
 from ..admin.login import admin_login, admin_options, host_port, open_admin
 from ..admin.protocol import Command
+from ..extras import require
 from .options import BACKOUT_THRESHOLD
 
 if TYPE_CHECKING:
@@ -65,12 +66,15 @@ class ServiceJob:
     def spark(self, app_name: str, **conf: Any) -> SparkSession:
         """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``.
         Spark's own lines go to SPARK_LOG unless -loglevel DEBUG."""
-        from .session import spark_session
+        from .session import SparkUnavailable, spark_session
 
         quiet = job_output().level > logging.DEBUG
-        return spark_session(app_name=app_name, master=self.spark_master,
-                             conf={**self.spark_conf, **conf},
-                             jvm_output=SPARK_LOG if quiet else None)
+        try:
+            return spark_session(app_name=app_name, master=self.spark_master,
+                                 conf={**self.spark_conf, **conf},
+                                 jvm_output=SPARK_LOG if quiet else None)
+        except SparkUnavailable as exc:
+            raise click.ClickException(str(exc)) from None
 
 
 SPARK_LOG = Path.home() / ".imqbridge" / "logs" / "spark.log"
@@ -142,6 +146,14 @@ def failure_line(what: str, exc: BaseException) -> str:
                  lines[0] if lines else type(exc).__name__)
     return (f"{what} failed: {cause[:300]}; Spark's own log is {SPARK_LOG}; "
             "--debug shows the stack trace")
+
+
+def require_spark() -> None:
+    """A job command's first step: one line naming imqbridge[spark] when pyspark or pyarrow
+    is not installed, before the service is asked anything (or a link paused)."""
+    from .session import SPARK_PART
+
+    require(SPARK_PART, "pyspark", "pyarrow", error=click.ClickException)
 
 
 def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool = True) -> Any:

@@ -25,6 +25,8 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ..extras import require
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -48,6 +50,7 @@ _HERE = Path(__file__).resolve().parent
 _PACKAGE = _HERE.parent
 _PACKAGE_ROOT = str(_PACKAGE.parent)
 _SITE_PATH = str(_HERE / "sitepath")  # sitecustomize.py
+SPARK_PART = "Spark (runner=spark links, drain, the dmq jobs)"  # what needs imqbridge[spark]
 
 
 class SparkUnavailable(RuntimeError):
@@ -113,12 +116,9 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     workers' output) goes to that file (0600) instead of the console: the JVM inherits
     stderr while it starts, so fd 2 points there for that time (a CLI job only: the
     service's console must not go quiet)."""
-    try:
-        import pyarrow  # noqa: F401  Python data sources fail obscurely without it
-        from pyspark.sql import SparkSession
-    except ImportError as exc:
-        raise SparkUnavailable(f"Spark jobs need pyspark[sql] (pyspark and pyarrow): {exc}. "
-                               f"Install them with: pip install 'pyspark[sql]>=4.3,<4.4'") from exc
+    # pyarrow too: Python data sources fail obscurely without it
+    require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
+    from pyspark.sql import SparkSession
     prop_master, settings = spark_settings(props)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     prepare_python_environment()

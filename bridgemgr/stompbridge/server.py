@@ -42,7 +42,7 @@ from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker, Principal
 from ..netloop import NetLoop
 from ..props import BrokerProperties
-from ..transform import load_transformer
+from ..transform import TRANSFORMER_PATH_PROPERTY, load_transformer, transformer_path
 from ..users import UserRepository
 from .frames import ERROR, PRE_CONNECT, Frame, LocalProtocolError, encode_frame
 from .host import HostConnection
@@ -83,11 +83,12 @@ class StompConfig:
         transformer = None
         if s.message_transformer:
             path = s.message_transformer
+            folders = transformer_path(props.get(TRANSFORMER_PATH_PROPERTY), props.instance_dir)
             try:
-                load_transformer(path)
+                load_transformer(path, folders)
             except JMSException as exc:
                 raise StompBridgeError(f"imq.bridge.stomp.messageTransformer: {exc}") from exc
-            transformer = lambda: load_transformer(path)  # noqa: E731
+            transformer = lambda: load_transformer(path, folders)  # noqa: E731
         return cls(hostname=s.hostname, tcp_enabled=s.tcp_enabled, tcp_port=s.tcp_port,
                    tls_enabled=s.tls_enabled, tls_port=s.tls_port,
                    tls_require_client_auth=s.tls_require_client_auth,

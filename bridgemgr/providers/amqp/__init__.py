@@ -21,8 +21,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ...extras import require
 from ...jms import naming
-from .client import (
+from ...jms.errors import NamingException
+
+# pika comes with imqbridge[amqp]: without it a lookup fails with the line naming the extra
+require("the AMQP provider (imq.amqp)", "pika", error=NamingException)
+
+from .client import (  # noqa: E402  (after the check above)
     PROVIDER_NAME,
     AmqpConnection,
     AmqpConnectionFactory,
@@ -30,7 +36,15 @@ from .client import (
     AmqpProducer,
     AmqpSession,
 )
-from .wire import CODEC_TYPE, CONTENT_TYPE_PROPERTY, AmqpOptions, from_amqp, parse_url, route, to_amqp
+from .wire import (  # noqa: E402
+    CODEC_TYPE,
+    CONTENT_TYPE_PROPERTY,
+    AmqpOptions,
+    from_amqp,
+    parse_url,
+    route,
+    to_amqp,
+)
 
 __all__ = [
     "CODEC_TYPE",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
+from ...extras import require
 from ...jms.errors import StoreError
 from .store import _OPS, BYTES_SQL, PAGE_SQL, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
 
@@ -65,10 +66,7 @@ class JdbcSettings:
 
     def connect(self) -> Any:
         """A new psycopg connection with this instance's schema first on its search path."""
-        try:
-            import psycopg
-        except ImportError as exc:
-            raise StoreError("imq.persist.store=jdbc needs psycopg: pip install 'psycopg[binary]'") from exc
+        (psycopg,) = require("imq.persist.store=jdbc", "psycopg", error=StoreError)
         try:
             params: dict[str, Any] = {**self.conninfo, "connect_timeout": 10}
             conn = psycopg.connect(**params)

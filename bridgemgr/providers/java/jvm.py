@@ -1,8 +1,9 @@
 # How it works: one JVM per process, started through JPype on first use. Its classpath
 # is the union, in this order, of what configure() was given, imq.bridge.java.classpath
-# of the broker properties handed to configure_from_properties(), $IMQ_BRIDGE_JAVA_CLASSPATH,
-# and every *.jar of the IMQ_HOME-style extension folders ($IMQ_HOME/lib/ext and
-# <instance>/lib/ext). Entries are jars, folders of classes, or `folder/*` for every jar
+# of the broker properties handed to configure_from_properties() (with every *.jar of the
+# folders of imq.bridge.transformer.path, the plugin folders Python transformers come from
+# too), $IMQ_BRIDGE_JAVA_CLASSPATH, and every *.jar of the IMQ_HOME-style extension folders
+# ($IMQ_HOME/lib/ext and <instance>/lib/ext). Entries are jars, folders of classes, or `folder/*` for every jar
 # in a folder, separated by os.pathsep (or ',' as the original's property allows).
 # Entries configured after the JVM started are added to JPype's dynamic class loader.
 # The startup classpath begins with late_folder(), a folder of this process empty at the
@@ -43,8 +44,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from ...extras import require
 from ...jms import errors as jms_errors
 from ...jms.errors import JMSException, NamingException, TransportException, XAException
+from ...transform import TRANSFORMER_PATH_PROPERTY, split_path
 
 log = logging.getLogger(__name__)
 
@@ -119,8 +122,10 @@ def configure(classpath: str | Iterable[str] | None = None,
 
 
 def configure_from_properties(props: Any) -> None:
-    """imq.bridge.java.classpath of broker properties, and the instance's lib/ext folder."""
-    configure(split_classpath(props.get(CLASSPATH_PROPERTY)) + ext_folders(props.instance_dir))
+    """imq.bridge.java.classpath of broker properties, the jars of the plugin folders of
+    imq.bridge.transformer.path, and the instance's lib/ext folder."""
+    plugin_jars = [str(folder / "*") for folder in split_path(props.get(TRANSFORMER_PATH_PROPERTY))]
+    configure(split_classpath(props.get(CLASSPATH_PROPERTY)) + plugin_jars + ext_folders(props.instance_dir))
 
 
 def classpath() -> list[str]:
@@ -145,11 +150,7 @@ def start() -> None:
     with _lock:
         if is_started():
             return
-        try:
-            import jpype
-        except ImportError as exc:
-            raise NamingException("the Java provider needs the jpype1 package "
-                                  f"(pip install jpype1): {exc}") from None
+        (jpype,) = require("the Java provider", "jpype", error=NamingException)
         global _late_folder
         late = tempfile.mkdtemp(prefix="imqbridge-jvm-")
         path = [late] + [os.path.abspath(p) for p in classpath()]

@@ -1,8 +1,8 @@
 """A MessageTransformer plugin for the examples: upper-cases the text of TextMessages.
 
 Named in a bridge XML as
-``message-transformer-class="transformers.uppercase.UppercaseTransformer"`` (the
-repository root, which holds transformers/, is on the Python path). Other message
+``message-transformer-class="bridgemgr.transformers.uppercase.UppercaseTransformer"``
+(its old name ``transformers.uppercase.UppercaseTransformer`` still works). Other message
 types pass through unchanged.
 """
 
@@ -22,7 +22,8 @@ class UppercaseTransformer(MessageTransformer):
                   source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
         if not isinstance(message, TextMessage) or message.text is None:
             return message
+        text = message.text
         if read_only:  # the body may not be changed: send a copy
             message = message.copy()
-        message.text = message.text.upper()
+        message.text = text.upper()
         return message

@@ -14,7 +14,7 @@ describe the routes:
 Example::
 
     <target connection-factory-ref="host" destination-ref="orders-other"
-            message-transformer-class="transformers.routing.ContentRouter">
+            message-transformer-class="bridgemgr.transformers.routing.ContentRouter">
       <property name="route.1.selector" value="region = 'EU'"/>
       <property name="route.1.to" value="orders-eu"/>
       <property name="route.2.selector" value="amount &gt; 1000"/>

@@ -15,7 +15,7 @@
 Rules apply in that order; other property names (JMS_SUN_JMSBRIDGE_NAME among them) are
 ignored. Example::
 
-    <target ... message-transformer-class="transformers.headers.HeaderMapping">
+    <target ... message-transformer-class="bridgemgr.transformers.headers.HeaderMapping">
       <property name="rename.orderId" value="externalOrderId"/>
       <property name="from-header.JMSMessageID" value="sourceMessageId"/>
       <property name="to-header.JMSCorrelationID" value="externalOrderId"/>
@@ -62,9 +62,9 @@ class HeaderMapping(MessageTransformer):
             if key.startswith("set."):
                 out.set_string_property(key[4:], value)
         for key, new in rules.items():
-            if key.startswith("rename.") and out.property_exists(key[7:]):
+            ptype = out.get_property_type(key[7:]) if key.startswith("rename.") else None
+            if ptype is not None:  # a rename of a property this message has
                 old = key[7:]
-                ptype = out.get_property_type(old)
                 value = out.get_object_property(old)
                 _remove(out, old)
                 out.set_typed_property(new, ptype, value)
