@@ -11,7 +11,8 @@
 # (jmsbridge/logs.py) and propagate to the service log too; a line about one message (a
 # transfer, a message consumed because it is in the DMQ already, a STOMP ERROR frame) is
 # logged with extra=PER_MESSAGE and the Throttle drops it: it is in the bridge's file
-# only, so the console never gets a line per message. WARNING and above repeated within
+# only, so the console never gets a line per message. WARNING and above (and lines logged
+# with extra=COUNTED, such as the broker's "message dropped") repeated within
 # REPEAT_WINDOW seconds (the same logger, link and message template: a DMQ flood) pass once;
 # the rest are counted, and when the window ends one line says how many there were:
 # "<the last one> (repeated 19,999 times in the last 10 s)". The count is written from a
@@ -45,6 +46,9 @@ SERVICE_LOG_FILES = 10  # log.txt and the nine before it, as the original broker
 REPEAT_WINDOW = 10.0  # seconds over which a repeated warning is counted instead of written
 # extra= of a line about one message: it goes to the bridge's own log only.
 PER_MESSAGE: Mapping[str, Any] = {"per_message": True}
+# A line that comes once per message but belongs in the service log (a message the broker
+# drops): counted when it repeats, as WARNING and above are, whatever its level.
+COUNTED: Mapping[str, Any] = {"counted": True}
 _BRIDGE_LOGGER = "imq.bridge."
 
 
@@ -211,7 +215,7 @@ class _Repeats:
 
 class Throttle(logging.Handler):
     """Hands records to ``handlers`` (each at its own level), dropping PER_MESSAGE ones and
-    counting WARNING and above that repeat within ``window`` seconds."""
+    counting WARNING and above (and COUNTED ones) that repeat within ``window`` seconds."""
 
     def __init__(self, handlers: Iterable[logging.Handler], window: float = REPEAT_WINDOW) -> None:
         super().__init__()
@@ -223,7 +227,7 @@ class Throttle(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         if getattr(record, "per_message", False):
             return
-        if record.levelno >= logging.WARNING:
+        if record.levelno >= logging.WARNING or getattr(record, "counted", False):
             key = (record.name, where(record)[1], record.levelno, str(record.msg))
             now = time.monotonic()
             with self._guard:

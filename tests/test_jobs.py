@@ -4,6 +4,11 @@ admin login), which the service made at first start (etc/service.password, 0600)
 
 from __future__ import annotations
 
+import os
+import socket
+import subprocess
+import sys
+
 import click
 import pytest
 
@@ -14,7 +19,7 @@ from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded.remote import RemoteConnection
 from bridgemgr.servicekeys import SERVICE_ACCOUNT
 from bridgemgr.spark.jobs import service_job
-from service_support import Daemon, one_bridge_files
+from service_support import ROOT, Daemon, one_bridge_files
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,3 +106,42 @@ def test_service_job_errors_name_the_problem(service, tmp_path):
     wrong.write_text("imq.imqbridgemgr.password=not-it\n")
     with pytest.raises(click.ClickException, match=r"(?i)authentication|login|password"):
         service_job(daemon.address, "jb", "admin", str(wrong), retries=0)
+
+
+def test_a_job_knows_the_backlog_of_a_host_broker_queue_only(service):
+    """drain's and dmq archive's ETA: the depth of the link's source (or the DMQ) from the
+    admin port's QUERY_DST when the host broker holds it; None when that cannot be told."""
+    daemon, passfile, _ = service
+    job = service_job(daemon.address, "jb", "admin", str(passfile))
+    conn = job.host_factory({}).create_connection()
+    try:
+        producer = conn.create_session().create_producer(Queue("jobs.backlog"))
+        for n in range(7):
+            producer.send(TextMessage(f"m{n}"), delivery_mode=DeliveryMode.PERSISTENT)
+    finally:
+        conn.close()
+    assert job.host_queue_depth("jobs.backlog") == 7
+    assert job.host_queue_depth("jobs.never-made") is None  # no such queue
+    source = job.config.link("l1").source
+    assert job.backlog(source.connection_factory_ref, source.destination_ref) == \
+        job.host_queue_depth("jobs.src")
+    assert job.backlog(source.connection_factory_ref, source.destination_ref, "n > 1") is None
+    assert job.backlog(None, None) is None  # a DMQ on no factory of the bridge
+
+
+def test_a_job_that_cannot_reach_the_service_says_so_in_one_line(tmp_path):
+    """-b with a port nothing listens on: one line naming where and what to check, no trace."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # closed again when the job runs
+    passfile = tmp_path / "pw.properties"
+    passfile.write_text("imq.imqbridgemgr.password=whatever\n")
+    passfile.chmod(0o600)
+    for job in (["drain", "-bn", "jb", "-ln", "l1"], ["dmq", "archive", "-bn", "jb", str(tmp_path / "a")]):
+        out = subprocess.run([sys.executable, "-m", "bridgemgr.cli", *job, "-b", f"127.0.0.1:{port}",
+                              "-u", "admin", "-passfile", str(passfile), "-rtr", "0"],
+                             capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        lines = out.stderr.strip().splitlines()
+        assert out.returncode == 1 and len(lines) == 1, out.stderr
+        assert lines[0].startswith("Error: ") and f"127.0.0.1:{port}" in lines[0], lines
+        assert "Traceback" not in out.stderr

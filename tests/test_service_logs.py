@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.jms import DeliveryMode
-from service_support import Daemon, one_bridge_files, send, take
+from service_support import Daemon, cli, one_bridge_files, send, take
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -153,6 +153,28 @@ def test_a_dmq_flood_leaves_a_handful_of_counted_lines(tmp_path, monkeypatch):
         assert counts and len(flood) - len(counts) + sum(counts) == n, flood
         assert not [line for line in lines if "went to DMQ" in line]
         assert len(lines) < 60, lines
+
+
+def test_a_flood_of_messages_the_broker_drops_is_counted_in_the_service_log(tmp_path):
+    """A queue that keeps one message, drops the oldest and has no DMQ: 400 sends drop 399.
+    Before, 399 INFO lines "message ... dropped" in the console and log.txt; now the first
+    and one counted line."""
+    props, passfile = one_bridge_files(tmp_path, "logs", XML.format(target=""), PASSWORD)
+    daemon = Daemon(props)
+    n = 400
+    try:
+        made = cli(daemon, passfile, "create", "dst", "-t", "q", "-n", "flood", "-o", "maxNumMsgs=1",
+                   "-o", "limitBehavior=REMOVE_OLDEST", "-o", "useDMQ=false")
+        assert made.returncode == 0, made.stderr
+        send(daemon, PASSWORD, "flood", *[(f"m{i}", DeliveryMode.NON_PERSISTENT) for i in range(n)])
+    finally:
+        console = stopped(daemon)
+    service_log = (instance(tmp_path) / "log" / "log.txt").read_text().splitlines()
+    for lines in (console, service_log):
+        dropped = [line for line in lines if "dropped (REMOVE_OLDEST)" in line]
+        counts = [int(m.group(1).replace(",", "")) for line in dropped
+                  if (m := re.search(r"\(repeated ([\d,]+) times in the last \d+ s\)$", line))]
+        assert 2 <= len(dropped) <= 10 and len(dropped) - len(counts) + sum(counts) == n - 1, dropped
 
 
 def test_the_stomp_bridge_logs_to_its_own_file(tmp_path):

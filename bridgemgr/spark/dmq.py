@@ -11,7 +11,8 @@
 #     report groups by it too).
 #   * archive() consumes the DMQ with CLIENT_ACKNOWLEDGE in chunks on the driver, appends
 #     each chunk to Parquet (partitioned by day and reason, one commit per chunk) and
-#     acknowledges the chunk only after the write returned. A crash between the two
+#     acknowledges the chunk only after the write returned (then tells the caller's
+#     progress the count so far). A crash between the two
 #     leaves the chunk in the DMQ, so the next run archives it again: duplicates, never
 #     losses; read_archive() drops them on dmq_message_id (the DMQ message's JMSMessageID,
 #     which a redelivery keeps).
@@ -268,10 +269,12 @@ class ArchiveResult:
 
 def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size: int = 5000,
             chunk_bytes: int = 64 << 20, receive_timeout: float = 1.0,
-            limit: int | None = None) -> ArchiveResult:
+            limit: int | None = None, progress: Callable[[int], None] | None = None
+            ) -> ArchiveResult:
     """Move the DMQ's messages into Parquet at ``path``; each chunk (``chunk_size``
     messages, or fewer once they hold ``chunk_bytes``) is acknowledged only after its
-    write returned (a failed write leaves the chunk in the DMQ and raises)."""
+    write returned (a failed write leaves the chunk in the DMQ and raises). ``progress``
+    is told the count archived so far after each chunk."""
     if chunk_size < 1 or chunk_bytes < 1:
         raise DMQJobError(f"a chunk needs room for a message (chunk_size={chunk_size}, "
                           f"chunk_bytes={chunk_bytes})")
@@ -295,8 +298,10 @@ def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size
             chunk[-1].acknowledge()  # CLIENT_ACKNOWLEDGE: the whole chunk, after the commit
             total += len(chunk)
             chunks += 1
-            log.info("DMQ %s: %d messages archived to %s (%d so far)", endpoint.name,
-                     len(chunk), path, total)
+            log.debug("DMQ %s: %d messages archived to %s (%d so far)", endpoint.name,
+                      len(chunk), path, total)
+            if progress is not None:
+                progress(total)
     finally:
         conn.close()
     return ArchiveResult(total, chunks, path, time.monotonic() - started)

@@ -4,7 +4,8 @@
 # at the service's jms connection service), finds the DMQ (--dmq NAME, default the
 # built-in one) and calls the core functions of spark/dmq.py. pyspark and the core are
 # imported inside the commands, so `imqbridgemgr --help` stays fast. `report --archive`
-# reads Parquet only and needs no service. JMS and job errors become one clear line.
+# reads Parquet only and needs no service. JMS and job errors become one clear line;
+# archive shows its progress on stderr (progress.py) with the DMQ's depth as the backlog.
 """The `imqbridgemgr dmq` commands: archive, report and redrive a bridge's DMQ."""
 
 from __future__ import annotations
@@ -88,20 +89,35 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
     dmq_message_id, as `dmq report --archive` does).
     """
     from .dmq import archive
+    from .progress import Progress
 
     require_spark()
     job, endpoint = _job(options, dmq_name)
+    total = _dmq_backlog(job, dmq_name)
+    progress = Progress(f"DMQ {dmq_name}", min(total, limit or total) if total is not None else None)
     spark = job.spark("imqbridge-dmq-archive")
     try:
         with _errors():
-            result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit)
+            result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit,
+                             progress=progress.update)
     finally:
+        progress.finish()
         spark.stop()
     if as_json:
         click.echo(json.dumps({"bridge": job.bridge, "dmq": dmq_name, **result.as_dict()}))
     else:
         click.echo(f"archived {result.messages} messages of DMQ {dmq_name} in {result.chunks} "
                    f"chunks to {path} ({result.seconds:.1f} s)")
+
+
+def _dmq_backlog(job: ServiceJob, dmq_name: str) -> int | None:
+    """Messages waiting in the DMQ when the host broker holds it; else None."""
+    from ..jmsbridge.config import BUILTIN_DMQ_DESTINATION
+
+    dmq = job.config.dmq(dmq_name)
+    if dmq.is_builtin:
+        return job.host_queue_depth(BUILTIN_DMQ_DESTINATION)
+    return job.backlog(dmq.connection_factory_ref, dmq.destination_ref)
 
 
 @dmq.command("report")

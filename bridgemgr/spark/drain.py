@@ -5,8 +5,10 @@
 # and resumed afterwards, whatever happens. The drain is the link's Spark query
 # (runner.py: source.py -> sink.py, the same steps, stamping and DMQ reasons as a
 # runner=spark link) with Trigger.AvailableNow: batches until the source has had nothing
-# for receiveWait, then the query ends. A line per batch shows the progress (on a terminal
-# one line rewritten every second: batches, messages, msg/s, seconds); the summary
+# for receiveWait, then the query ends. progress.py shows how far it is (on a terminal one
+# line rewritten every second; plain lines otherwise): messages, msg/s and, when the host
+# broker holds the source queue (its depth from the admin port's QUERY_DST), a bar and the
+# ETA; the summary
 # (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
 # printed, or given as JSON with --json.
 #
@@ -21,7 +23,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,8 @@ from typing import Any
 import click
 
 from ..private import private_dir
-from .jobs import job_failures, job_options, require_spark, service_job
+from .jobs import failure_line, job_failures, job_options, job_output, require_spark, service_job
+from .progress import Progress
 
 
 def default_checkpoint(bridge: str, link: str) -> Path:
@@ -87,7 +89,7 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
 
 
 def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
-    """The drain's query, a line per batch on stderr; the summary."""
+    """The drain's query, its progress on stderr; the summary."""
     from .runner import link_options, parallelism, start_query, stats_totals
 
     spark = job.spark(f"imqbridge drain {job.bridge}/{link}")
@@ -98,32 +100,30 @@ def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
         broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex())
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
+    source = job.config.link(link).source
+    progress = Progress(f"drain {job.bridge}.{link}",  # the backlog before the query takes any
+                        job.backlog(source.connection_factory_ref, source.destination_ref,
+                                    source.selector, source.durable_sub))
     start = time.monotonic()
     query = start_query(spark, options, checkpoint, available_now=True,
                         name=f"drain {job.bridge}.{link}")
-    shown = before["batches"]
-    tty = sys.stderr.isatty()  # a line rewritten in place every second, else one per batch
-    while True:
-        ended = query.awaitTermination(1)
-        totals = stats_totals(options.stats)
-        if totals["batches"] > shown or tty:
-            shown = totals["batches"]
-            moved = totals["rows"] - before["rows"]
-            elapsed = time.monotonic() - start
-            line = (f"batch {totals['last_batch_id']}: {moved:,} message(s) so far, "
-                    f"{moved / max(elapsed, 1e-9):,.0f} msg/s")
-            if tty:
-                click.echo(f"\r{line}, {elapsed:,.0f} s\033[K", nl=False, err=True)
-            else:
-                click.echo(line, err=True)
-        if ended or not query.isActive:
-            break
-    if tty:
-        click.echo(err=True)
+    try:
+        while True:
+            ended = query.awaitTermination(1)  # raises when the query failed
+            totals = stats_totals(options.stats)
+            batch_id = totals["last_batch_id"]
+            progress.update(totals["rows"] - before["rows"],
+                            "" if batch_id is None else f"batch {batch_id}")
+            if ended or not query.isActive:
+                break
+    finally:
+        progress.finish()  # (a terminal's line ends before an error line)
     error = query.exception()
     if error is not None:
-        raise click.ClickException(f"the drain failed: {error}; what it had taken from the "
-                                   f"source is kept in {checkpoint}: run the drain again")
+        if job_output().debug:
+            click.echo(str(error), err=True)
+        raise click.ClickException(f"{failure_line('the drain', error)}; what it had taken from "
+                                   f"the source is kept in {checkpoint}: run the drain again")
     seconds = time.monotonic() - start
     totals = stats_totals(options.stats)
     shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is committed

@@ -6,7 +6,9 @@
 # jms connection service (mq://<-b>, the port mapper resolves it) with the login of the
 # service account the CONFIG reply names (never the admin's), and the DMQ marker key:
 # the job resolves every connection factory of the bridge XML that means "the host
-# broker" to it (host_factory).
+# broker" to it (host_factory). backlog() tells how many messages wait at a link's source
+# or a DMQ when the host broker holds them in a queue (QUERY_DST on the admin port), for
+# the progress of drain and dmq archive (progress.py).
 # Output: Spark's own start-up lines (the JVM's and log4j's, on stderr) go to
 # ~/.imqbridge/logs/spark.log (0600) unless -loglevel DEBUG; a job that fails prints one
 # line saying what failed and what to do (job_failures), the stack trace only with --debug.
@@ -55,6 +57,35 @@ class ServiceJob:
     broker_user: str | None = field(default=None, repr=False)  # the service account (host broker)
     broker_password: str | None = field(default=None, repr=False)
     dmq_key: bytes | None = field(default=None, repr=False)  # verifies the DMQ marker
+    admin: tuple[Any, ...] = field(default=(), repr=False)  # open_admin's arguments
+
+    def host_queue_depth(self, name: str) -> int | None:
+        """Messages waiting in the host broker's queue ``name`` (the admin port's QUERY_DST);
+        None when the service cannot tell (no such queue, a service without QUERY_DST)."""
+        try:
+            with open_admin(*self.admin) as client:
+                reply = client.request(Command("QUERY_DST", dst_type="q", destination=name))
+        except AdminError:
+            return None
+        pending = (reply.data or {}).get("pending") if reply.ok else None
+        return pending if isinstance(pending, int) else None
+
+    def backlog(self, cf_ref: str | None, dest_ref: str | None, selector: str | None = None,
+                durable: str | None = None) -> int | None:
+        """How many messages wait at a link's source or a DMQ, when the host broker holds
+        them in a queue (a named one, no selector); None when that cannot be told (another
+        provider, a topic, a JNDI destination, a selector)."""
+        from ..jmsbridge.config import DestinationType
+        from ..jmsbridge.resolve import means_host_broker
+
+        if cf_ref is None or dest_ref is None or selector or durable:
+            return None
+        host = means_host_broker(self.config.connection_factory(cf_ref))
+        dest = self.config.destination(dest_ref)
+        if not host or dest.lookup_name is not None or dest.name is None \
+                or dest.type is not DestinationType.QUEUE:
+            return None
+        return self.host_queue_depth(dest.name)
 
     def host_factory(self, environment: Mapping[str, str]) -> XAConnectionFactory:
         """The service's host broker; connections that name no user log in as the
@@ -208,4 +239,5 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
                       spark_master=spark.get("master") or "local[*]",
                       spark_conf=dict(spark.get("conf") or {}), user=user, password=password,
                       broker_user=account["user"], broker_password=account.get("password"),
-                      dmq_key=bytes.fromhex(account.get("dmqKey") or ""))
+                      dmq_key=bytes.fromhex(account.get("dmqKey") or ""),
+                      admin=(broker, user, password, secure, cafile, reply_timeout, retries))

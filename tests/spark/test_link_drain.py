@@ -82,6 +82,8 @@ def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
         summary = json.loads(out.stdout)
         assert summary["transferred"] == N and summary["to_dmq"] == 0 and summary["batches"] >= 3
         assert summary["msg_per_s"] > 0 and "batch" in out.stderr
+        # not a terminal: plain progress lines, the last with the backlog the host broker told
+        assert f"{N:,}/{N:,} messages (100%)" in out.stderr and "ETA 0:00" in out.stderr
         assert not checkpoint.exists()  # a clean drain leaves nothing behind
         assert "paused for the drain" not in out.stderr  # it was paused already
 

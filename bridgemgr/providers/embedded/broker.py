@@ -69,6 +69,7 @@ from ...jms.errors import (
 from ...jms.message import DeliveryMode, Message
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
+from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
 from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
 from .reserve import Reservations
@@ -878,7 +879,8 @@ class Broker:
                 log.warning("%s: message %s dropped (%s); the DMQ refused it: %s",
                             mq.destination, env.message.message_id, reason, exc)
         else:
-            log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason)
+            log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason,
+                     extra=COUNTED)  # a flood of them: counted lines in the service log
 
     def browse(self, queue: Queue, selector: Selector | None) -> Iterator[Message]:
         """The queue's waiting messages: those in memory (a snapshot taken now), then
