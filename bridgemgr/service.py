@@ -37,10 +37,11 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
@@ -64,6 +65,7 @@ from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
     from .jmsbridge.config import BridgeConfig
+    from .providers.embedded.cluster import HACluster
 
 log = logging.getLogger(__name__)
 
@@ -112,6 +114,8 @@ class BridgeServiceManager:
         self._closing = threading.Event()  # stop() has begun: starts ending now go unreported
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
+        self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
+        self.activelist = props.activelist  # in an HA cluster: after the ownership rules
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -120,6 +124,7 @@ class BridgeServiceManager:
         self._lock_instance()
         try:
             self._open_broker()
+            self._join_cluster()
             if self.props.enabled:
                 self._guard_bridge_names()
             self._open_front_ends()
@@ -128,6 +133,9 @@ class BridgeServiceManager:
 
                 configure_from_properties(self.props)  # imq.bridge.java.classpath, lib/ext
                 self._load_bridges()
+                if self.cluster is not None:
+                    self.cluster.start(self._took_over, self._lost_lease, self._owned,
+                                       self._cluster_bridges(self.props.activelist))
             else:
                 log.info("imq.bridge.enabled is false: no bridges, no admin port")
         except BaseException:
@@ -229,7 +237,7 @@ class BridgeServiceManager:
         from .jmsbridge.resolve import host_client_names
 
         assert self.host_broker is not None  # opened first (start)
-        for name in self.props.activelist:
+        for name in self.activelist:
             if (self.props.bridge_type(name) or "").lower() != "jms":
                 continue
             try:
@@ -269,7 +277,7 @@ class BridgeServiceManager:
         return ctx
 
     def _load_bridges(self) -> None:
-        for name in self.props.activelist:
+        for name in self.activelist:
             btype = (self.props.bridge_type(name) or "").lower()
             make = self.bridge_factories.get(btype)
             if make is None:
@@ -282,6 +290,53 @@ class BridgeServiceManager:
         for name, bridge in self.bridges.items():  # every bridge is listed before any starts
             if self.props.bridge(name).autostart:
                 self._start_bridge(bridge, report=True)
+
+    # --- HA cluster (providers/embedded/cluster.py) ---------------------------------------------
+    def _join_cluster(self) -> None:
+        """imq.cluster.ha: join the cluster, then the ownership rules decide which JMS bridges
+        of imq.bridge.activelist run here (the STOMP bridge is every instance's own)."""
+        from .providers.embedded.cluster import ClusterError, open_cluster
+
+        try:
+            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}")
+            if self.cluster is not None and self.props.enabled:
+                owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
+                self.activelist = tuple(n for n in self.props.activelist if n not in
+                                        self._cluster_bridges(self.props.activelist)) + tuple(owned)
+        except ClusterError as exc:
+            raise ServiceError(f"HA cluster: {exc}") from None
+
+    def _cluster_bridges(self, names: Iterable[str]) -> list[str]:
+        """The JMS bridges among ``names``: those the ownership table assigns."""
+        return [n for n in names if (self.props.bridge_type(n) or "").lower() == "jms"]
+
+    def _owned(self, names: list[str]) -> None:
+        """The cluster gave us these JMS bridges (a takeover, or a join again): load and
+        start those not running here."""
+        for name in names:
+            if self._closing.is_set() or name in self.bridges:
+                continue
+            try:
+                bridge = self.bridge_factories["jms"](self, name)
+            except (JMSException, ConfigError, OSError, ValueError, KeyError) as exc:
+                log.error("bridge %s cannot be loaded: %s", name, exc)
+                continue
+            self.bridges = {**self.bridges, name: bridge}
+            self._start_bridge(bridge, report=True)
+
+    def _took_over(self, broker: str, names: list[str]) -> None:
+        self._owned(names)
+
+    def _lost_lease(self) -> None:
+        """Our lease is gone (another instance may run our bridges now): stop and unload
+        every JMS bridge before anything else touches the store."""
+        for name, bridge in list(self.bridges.items()):
+            if bridge.type != "JMS":
+                continue
+            _quietly(self._stop_bridge, name, bridge)()
+            self.bridges = {k: v for k, v in self.bridges.items() if k != name}
+            if self.host_broker is not None:
+                self.host_broker.release(name)
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
         """Start ``bridge`` on a thread of its own; ``report``: tell on_bridge_started
@@ -390,6 +445,12 @@ class BridgeServiceManager:
         if cmd.bridge is None:
             rows = [{"name": b.name, "type": b.type, "state": _value(b.state)}
                     for b in self.bridges.values() if cmd.type is None or b.type == cmd.type]
+            if self.cluster is not None:  # every bridge of the cluster, with its owner
+                owners = self.cluster.owners()
+                for row in rows:
+                    row["owner"] = owners.get(row["name"], self.cluster.brokerid)
+                rows += [{"name": n, "type": "JMS", "state": "-", "owner": o} for n, o in owners.items()
+                         if n not in self.bridges and cmd.type in (None, "JMS")]
             return Reply(OK, f"{len(rows)} bridge(s)", {"bridges": rows})
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
@@ -457,6 +518,9 @@ class BridgeServiceManager:
 
     def stop(self) -> None:
         self._closing.set()
+        cluster = self.cluster
+        if cluster is not None:  # no takeover starts bridges while they stop
+            cluster.halt()
         for name, bridge in reversed(list(self.bridges.items())):
             done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge),
                                     name=f"stop:{name}")
@@ -467,6 +531,9 @@ class BridgeServiceManager:
             if self.host_broker is not None:
                 self.host_broker.release(name)  # unloaded: its client ids and durables are free
         self.bridges = {}
+        if cluster is not None:
+            cluster.leave()
+            self.cluster = None
         if self.admin is not None:
             self.admin.stop()
             self.admin = None

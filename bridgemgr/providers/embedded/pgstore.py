@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Callable
@@ -55,6 +56,10 @@ class JdbcSettings:
 
     conninfo: dict[str, str]
     schema: str
+    # HA cluster (cluster.py): the bridges' XA logs go to the cluster's schema, and each
+    # connection says which broker id it writes for (the txlog's fencing trigger checks it).
+    txlog_schema: str | None = None
+    brokerid: str | None = None
 
     @property
     def where(self) -> str:
@@ -75,6 +80,8 @@ class JdbcSettings:
             with conn.cursor() as cur:
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 cur.execute(f'SET search_path TO "{self.schema}"')
+                if self.brokerid is not None:
+                    cur.execute("SELECT set_config('imq.brokerid', %s, false)", (self.brokerid,))
             conn.commit()
             return conn
         except psycopg.Error as exc:
@@ -82,6 +89,8 @@ class JdbcSettings:
 
     def txlog_sql(self) -> tuple[Callable[[], Any], str]:
         """What xa/sqllog.py needs to keep a bridge's XA log in this database."""
+        if self.txlog_schema is not None:
+            return dataclasses.replace(self, schema=self.txlog_schema).connect, "format"
         return self.connect, "format"
 
 

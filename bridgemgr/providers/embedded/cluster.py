@@ -1,0 +1,421 @@
+# How it works: with imq.cluster.ha=true every instance of the cluster (imq.cluster.clusterid)
+# keeps its host broker's store in the shared PostgreSQL database, in a schema of its own
+# (imq_<clusterid>__<brokerid>), and shares the cluster's schema (imq_cluster_<clusterid>):
+#   imq_ha_brokers    one row per broker id: its lease (lease_expires, in the database's clock),
+#                     a generation bumped at every join and takeover, its state (live, taken),
+#                     its address and its bridge configuration (what check compares);
+#   imq_ha_bridges    the JMS bridge ownership table of the chapter: bridge -> owning broker id;
+#   imq_bridge_txlog  the bridges' XA logs (xa/sqllog.py), one set of rows per bridge name, so
+#                     whichever instance runs a bridge reads the decisions of the one before.
+# join() refuses a broker id whose lease is still live and a bridge configuration that differs
+# from a live member's (naming the keys), then renews the lease as a new generation. claim()
+# applies the chapter's three start-up rules to imq.bridge.activelist in one transaction.
+# A heartbeat thread renews the lease every imq.cluster.heartbeat.interval (UPDATE ... WHERE
+# generation = ours AND state = 'live': no row means another instance took us over) and, with
+# each renewal, looks for a live member whose lease is older than imq.cluster.monitor.interval:
+# SELECT ... FOR UPDATE SKIP LOCKED picks at most one, so of several live instances exactly
+# one takes it over, in the same transaction moving its bridges' ownership rows and marking it
+# taken. A lost lease (a renewal refused, or none succeeding for a monitor interval: the
+# database may have been unreachable while we were paused) stops every bridge first and then
+# joins again as a new generation, running only what the ownership table still gives us.
+# Fencing inside the store: a trigger on imq_bridge_txlog lets a connection write a bridge's
+# rows only while its broker id (the session setting imq.brokerid every store connection of
+# an HA instance sets) owns the bridge, reading the ownership row FOR SHARE in the same
+# transaction; a takeover's UPDATE of that row waits for such a write or makes it fail. So a
+# resumed old owner cannot log a commit decision: its transaction rolls back (presumed abort)
+# and the new owner's recovery is the only one that decides.
+"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from ...jms.errors import StoreError
+from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
+from .pgstore import JdbcSettings, jdbc_settings, schema_name
+
+log = logging.getLogger(__name__)
+
+BROKERS, BRIDGES, TXLOG = "imq_ha_brokers", "imq_ha_bridges", "imq_bridge_txlog"
+LIVE, TAKEN = "live", "taken"
+_DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tables at a time
+_TABLES = (
+    f"CREATE TABLE IF NOT EXISTS {BROKERS}(brokerid TEXT PRIMARY KEY, state TEXT NOT NULL, "
+    "generation BIGINT NOT NULL, lease_expires TIMESTAMPTZ NOT NULL, address TEXT, "
+    "taken_by TEXT, config TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {BRIDGES}(bridge TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+    "since TIMESTAMPTZ NOT NULL DEFAULT now())",
+    # The same table xa/sqllog.py creates, made here first so that the fence can guard it.
+    f"CREATE TABLE IF NOT EXISTS {TXLOG} (bridge VARCHAR(200) NOT NULL, "
+    "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))",
+)
+
+
+def _fence_ddl(schema: str) -> tuple[str, ...]:
+    return (
+        f'CREATE OR REPLACE FUNCTION "{schema}".imq_fence() RETURNS trigger LANGUAGE plpgsql AS $$\n'
+        "DECLARE b TEXT; me TEXT := current_setting('imq.brokerid', true);\n"
+        "BEGIN\n"
+        "  IF TG_OP = 'DELETE' THEN b := OLD.bridge; ELSE b := NEW.bridge; END IF;\n"
+        f'  PERFORM 1 FROM "{schema}".{BRIDGES} WHERE bridge = b AND owner = me FOR SHARE;\n'
+        "  IF NOT FOUND THEN\n"
+        "    RAISE EXCEPTION 'fenced: bridge % is not owned by broker %', b, me;\n"
+        "  END IF;\n"
+        "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n"
+        "  RETURN NEW;\n"
+        "END $$",
+        f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{TXLOG} '
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()',
+    )
+
+
+class ClusterError(Exception):
+    """This instance cannot join its HA cluster (its broker id is live elsewhere, its
+    bridge configuration differs from the cluster's, the store cannot be reached)."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """An HA instance's cluster properties, and where the cluster's tables live."""
+
+    clusterid: str
+    brokerid: str
+    heartbeat: float  # seconds between lease renewals
+    monitor: float  # seconds without renewal after which an instance is taken over
+    jdbc: JdbcSettings  # the cluster's schema, connections marked with our broker id
+
+
+def cluster_schema(clusterid: str) -> str:
+    return schema_name(f"cluster_{clusterid}")
+
+
+def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
+    """The HA settings of ``props``; None unless imq.cluster.ha is true."""
+    if not props.get("imq.cluster.ha"):
+        return None
+    clusterid, brokerid = props.get("imq.cluster.clusterid"), props.get("imq.brokerid")
+    if not clusterid or not brokerid:
+        raise StoreError("imq.cluster.ha=true needs imq.cluster.clusterid and imq.brokerid")
+    base = jdbc_settings(props, brokerid)
+    return ClusterSettings(clusterid, brokerid, float(props.get("imq.cluster.heartbeat.interval")),
+                           float(props.get("imq.cluster.monitor.interval")),
+                           dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid))
+
+
+def store_settings(props: BrokerProperties) -> JdbcSettings:
+    """Where the host broker's jdbc store lives: the instance's schema; for an HA instance
+    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's."""
+    ha = cluster_settings(props)
+    if ha is None:
+        return jdbc_settings(props, props.get("imq.instancename"))
+    return dataclasses.replace(ha.jdbc, schema=schema_name(f"{ha.clusterid}__{ha.brokerid}"),
+                               txlog_schema=ha.jdbc.schema)
+
+
+def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
+    """What must be the same on every instance: every bridge property but the per-instance
+    ones (as written), imq.bridge.enabled, and a digest of each local bridge XML file."""
+    config = {key: value for key, value in props.raw.items()
+              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
+    config["imq.bridge.enabled"] = str(props.enabled).lower()
+    for name in props.bridge_names:
+        settings = props.bridge(name)
+        if settings.type != "jms" or not settings.xmlurl or "://" in settings.xmlurl:
+            continue
+        path = Path(settings.xmlurl.removeprefix("file:"))
+        if not path.is_absolute() and settings.xml_base is not None:
+            path = settings.xml_base / path
+        try:
+            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+        except OSError:
+            pass  # check and the bridge's start report an unreadable file
+    return config
+
+
+def differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+    """The keys whose values differ (or that only one side sets), sorted."""
+    return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+
+
+class HACluster:
+    """This instance's membership in its HA cluster (one database connection, its own)."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        self.brokerid = settings.brokerid
+        self.generation = 0
+        self._conn: Any = None
+        self._lock = threading.Lock()  # the connection: heartbeat thread and admin threads
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._address: str | None = None
+        self._config: dict[str, str] = {}
+
+    # --- the database -------------------------------------------------------------------
+    def _transaction(self, work: Callable[[Any], Any]) -> Any:
+        """``work(cursor)`` in one transaction; a failed one drops the connection."""
+        import psycopg
+
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self.settings.jdbc.connect()
+                with self._conn.cursor() as cur:
+                    result = work(cur)
+                self._conn.commit()
+                return result
+            except psycopg.Error as exc:
+                self._drop()
+                raise StoreError(f"{self.settings.jdbc.where}: HA cluster tables: {exc}") from exc
+            except BaseException:
+                if self._conn is not None:
+                    self._conn.rollback()
+                raise
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def create_tables(self) -> None:
+        schema = self.settings.jdbc.schema
+
+        def create(cur: Any) -> None:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            for statement in (*_TABLES, *_fence_ddl(schema)):
+                cur.execute(statement)
+        self._transaction(create)
+
+    # --- membership -------------------------------------------------------------------
+    def join(self, address: str, config: dict[str, str]) -> None:
+        """Become a live member as a new generation; ClusterError when our broker id is
+        live elsewhere or a live member runs another bridge configuration."""
+        import json
+
+        self._address, self._config = address, config
+        monitor, me = self.settings.monitor, self.brokerid
+
+        def join(cur: Any) -> int:
+            cur.execute(f"SELECT state, lease_expires > now(), address FROM {BROKERS} "
+                        "WHERE brokerid = %s FOR UPDATE", (me,))
+            row = cur.fetchone()
+            if row is not None and row[0] == LIVE and row[1] and self.generation == 0:
+                raise ClusterError(f"broker id {me} is in use by a live instance ({row[2]}); give "
+                                   f"this one another imq.brokerid, or wait {monitor:g} s "
+                                   "(imq.cluster.monitor.interval) if that instance is gone")
+            cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
+                        "AND lease_expires > now() AND brokerid <> %s ORDER BY brokerid", (LIVE, me))
+            for other, text in cur.fetchall():
+                differ = differences(config, json.loads(text))
+                if differ:
+                    raise ClusterError(f"the bridge configuration differs from live broker {other}'s "
+                                       f"in {', '.join(differ)}; every instance of an HA cluster "
+                                       "needs the same (imq.cluster.url)")
+            cur.execute(
+                f"INSERT INTO {BROKERS}(brokerid, state, generation, lease_expires, address, config) "
+                "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s, %s) "
+                "ON CONFLICT (brokerid) DO UPDATE SET state = EXCLUDED.state, "
+                f"generation = {BROKERS}.generation + 1, lease_expires = EXCLUDED.lease_expires, "
+                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL "
+                "RETURNING generation", (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)))
+            return int(cur.fetchone()[0])
+        self.generation = self._transaction(join)
+        log.info("HA cluster %s: broker %s joined (generation %d)", self.settings.clusterid, me,
+                 self.generation)
+
+    def _holding(self, cur: Any) -> bool:
+        """Whether our lease is ours still (locks our row against a takeover till commit)."""
+        cur.execute(f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = %s "
+                    "AND lease_expires > now() FOR SHARE", (self.brokerid, self.generation, LIVE))
+        return cur.fetchone() is not None
+
+    def claim(self, activelist: Iterable[str]) -> list[str]:
+        """The chapter's start-up rules: a bridge of ``activelist`` not in the ownership
+        table is added as ours; one another broker owns is dropped; one we own that
+        ``activelist`` does not name is added. The bridges this instance is to run."""
+        me, wanted = self.brokerid, list(dict.fromkeys(activelist))
+
+        def claim(cur: Any) -> list[str]:
+            if not self._holding(cur):
+                raise ClusterError(f"broker {me} no longer holds its lease")
+            cur.execute(f"LOCK TABLE {BRIDGES} IN SHARE ROW EXCLUSIVE MODE")
+            cur.execute(f"SELECT bridge, owner FROM {BRIDGES}")
+            owners = dict(cur.fetchall())
+            active = []
+            for name in wanted:
+                owner = owners.get(name)
+                if owner is None:
+                    cur.execute(f"INSERT INTO {BRIDGES}(bridge, owner) VALUES (%s, %s)", (name, me))
+                    log.info("bridge %s: added to the ownership table as broker %s's", name, me)
+                    active.append(name)
+                elif owner != me:
+                    log.warning("bridge %s is owned by broker %s: removed from imq.bridge.activelist",
+                                name, owner)
+                else:
+                    active.append(name)
+            for name, owner in sorted(owners.items()):
+                if owner == me and name not in wanted:
+                    log.info("bridge %s is owned by broker %s: added to imq.bridge.activelist", name, me)
+                    active.append(name)
+            return active
+        return self._transaction(claim)
+
+    def owners(self) -> dict[str, str]:
+        """The ownership table: bridge name -> owning broker id."""
+        def read(cur: Any) -> dict[str, str]:
+            cur.execute(f"SELECT bridge, owner FROM {BRIDGES} ORDER BY bridge")
+            return dict(cur.fetchall())
+        return self._transaction(read)
+
+    # --- heart-beats and takeover ---------------------------------------------------------
+    def start(self, took_over: Callable[[str, list[str]], None], lost: Callable[[], None],
+              rejoined: Callable[[list[str]], None], activelist: Iterable[str]) -> None:
+        """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
+        over that broker and now own those bridges; ``lost()``: our lease is gone, stop
+        every bridge now; ``rejoined(bridges)``: we are a member again and own these."""
+        wanted = list(activelist)
+        self._thread = threading.Thread(target=self._beat, args=(took_over, lost, rejoined, wanted),
+                                        daemon=True, name="ha-heartbeat")
+        self._thread.start()
+
+    def _beat(self, took_over: Callable[[str, list[str]], None], lost: Callable[[], None],
+              rejoined: Callable[[list[str]], None], wanted: list[str]) -> None:
+        renewed = time.monotonic()
+        holding = True
+        while not self._halt.wait(self.settings.heartbeat):
+            try:
+                if not holding:
+                    self.join(self._address or "", self._config)
+                    rejoined(self.claim(wanted))
+                    holding, renewed = True, time.monotonic()
+                    continue
+                if time.monotonic() - renewed > self.settings.monitor or not self.renew():
+                    holding = False
+                    log.error("HA cluster %s: broker %s lost its lease; stopping its bridges",
+                              self.settings.clusterid, self.brokerid)
+                    lost()
+                    continue
+                renewed = time.monotonic()
+                taken = self.take_over()
+                if taken is not None:
+                    took_over(*taken)
+            except (StoreError, ClusterError) as exc:
+                log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+            except Exception:
+                log.exception("HA cluster %s: heart-beat failed", self.settings.clusterid)
+
+    def renew(self) -> bool:
+        """Extend our lease by a monitor interval; False when it is no longer ours."""
+        def renew(cur: Any) -> bool:
+            cur.execute(f"UPDATE {BROKERS} SET lease_expires = now() + make_interval(secs => %s) "
+                        "WHERE brokerid = %s AND generation = %s AND state = %s",
+                        (self.settings.monitor, self.brokerid, self.generation, LIVE))
+            return bool(cur.rowcount == 1)
+        return bool(self._transaction(renew))
+
+    def take_over(self) -> tuple[str, list[str]] | None:
+        """Take over at most one member whose lease has expired: (its broker id, the
+        bridges now ours), or None. Atomic: of several live instances one wins."""
+        me = self.brokerid
+
+        def take(cur: Any) -> tuple[str, list[str]] | None:
+            cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE state = %s AND brokerid <> %s "
+                        "AND lease_expires < now() ORDER BY lease_expires LIMIT 1 "
+                        "FOR UPDATE SKIP LOCKED", (LIVE, me))
+            row = cur.fetchone()
+            if row is None or not self._holding(cur):
+                return None
+            dead = row[0]
+            cur.execute(f"UPDATE {BROKERS} SET state = %s, taken_by = %s, generation = generation + 1 "
+                        "WHERE brokerid = %s", (TAKEN, me, dead))
+            cur.execute(f"UPDATE {BRIDGES} SET owner = %s, since = now() WHERE owner = %s "
+                        "RETURNING bridge", (me, dead))
+            return dead, sorted(r[0] for r in cur.fetchall())
+        taken = self._transaction(take)
+        if taken is not None:
+            log.warning("HA cluster %s: broker %s took over broker %s (lease expired) and its "
+                        "bridges: %s", self.settings.clusterid, me, taken[0], ", ".join(taken[1]) or "none")
+        return taken
+
+    def halt(self) -> None:
+        """Stop the heart-beats (no takeover begins after this returns)."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def leave(self) -> None:
+        """A clean stop: our lease expires now, so that a live instance takes our bridges
+        over at its next heart-beat (as after a failure)."""
+        self.halt()
+        try:
+            self._transaction(lambda cur: cur.execute(
+                f"UPDATE {BROKERS} SET lease_expires = now() WHERE brokerid = %s AND generation = %s "
+                "AND state = %s", (self.brokerid, self.generation, LIVE)))
+        except StoreError as exc:
+            log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+        with self._lock:
+            self._drop()
+
+
+def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
+    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true)."""
+    settings = cluster_settings(props)
+    if settings is None:
+        return None
+    cluster = HACluster(settings)
+    try:
+        cluster.create_tables()
+        cluster.join(address, bridge_configuration(props))
+    except BaseException:
+        with cluster._lock:
+            cluster._drop()
+        raise
+    return cluster
+
+
+def cluster_problems(props: BrokerProperties) -> list[str]:
+    """For check: how this instance's configuration would fail to join its cluster now
+    (a live member with another configuration, or its broker id live), without joining."""
+    import json
+
+    settings = cluster_settings(props)
+    if settings is None:
+        return []
+    cluster = HACluster(settings)
+    config = bridge_configuration(props)
+
+    def read(cur: Any) -> list[str]:
+        cur.execute("SELECT to_regclass(%s)", (f'"{settings.jdbc.schema}".{BROKERS}',))
+        if cur.fetchone()[0] is None:
+            return []
+        cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
+                    "AND lease_expires > now() ORDER BY brokerid", (LIVE,))
+        found = []
+        for other, text in cur.fetchall():
+            if other == settings.brokerid:
+                found.append(f"broker id {other} is in use by a live instance of cluster "
+                             f"{settings.clusterid}; each instance needs its own imq.brokerid")
+            differ = differences(config, json.loads(text))
+            if differ:
+                found.append(f"the bridge configuration differs from live broker {other}'s in "
+                             f"{', '.join(differ)}; every instance of HA cluster "
+                             f"{settings.clusterid} needs the same (imq.cluster.url)")
+        return found
+    try:
+        return cluster._transaction(read)
+    finally:
+        with cluster._lock:
+            cluster._drop()
