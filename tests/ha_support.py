@@ -24,6 +24,7 @@ class Instance(Daemon):
     def __init__(self, props: Path, passfile: Path, brokerid: str) -> None:
         super().__init__(props)
         self.passfile, self.brokerid = passfile, brokerid
+        self.seen: list[tuple[float, str]] = []  # (time.monotonic(), line) read after start-up
         self._reader = threading.Thread(target=self._read, daemon=True)
         self._reader.start()
 
@@ -31,6 +32,11 @@ class Instance(Daemon):
         assert self.proc.stdout is not None
         for line in self.proc.stdout:
             self.lines.append(line.rstrip())
+            self.seen.append((time.monotonic(), line.rstrip()))
+
+    def when(self, text: str) -> float | None:
+        """When a line holding ``text`` was read (after start-up), or None."""
+        return next((t for t, line in self.seen if text in line), None)
 
     def stop(self) -> None:
         if self.proc.poll() is None:

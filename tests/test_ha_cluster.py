@@ -67,7 +67,8 @@ def test_check_and_serve_refuse_another_bridge_configuration(tmp_path, postgresq
         assert r.returncode == 1, r.stdout + r.stderr
         assert ("the bridge configuration differs from live broker A's in "
                 "imq.bridge.jb1.transaction.batchSize, imq.bridge.jb1.xmlurl (sha256 of the file)") in r.stderr
-        refused = pytest.raises(AssertionError, Instance, props, passfile, "B")
+        with pytest.raises(AssertionError) as refused:
+            Instance(props, passfile, "B")
         assert "the service cannot start: HA cluster: the bridge configuration differs from live " \
                "broker A's" in str(refused.value)
         # The same broker id twice: refused while A's lease is live.
