@@ -116,6 +116,7 @@ class BridgeServiceManager:
         self._stop = threading.Event()
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
+        self.taken_over_by: str | None = None  # the HA instance that took this one over
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -123,8 +124,11 @@ class BridgeServiceManager:
         tighten(self.instance_dir, DIR_MODE)  # made by an older version, or by hand
         self._lock_instance()
         try:
-            self._open_broker()
             self._join_cluster()
+            self._open_broker()
+            if self.cluster is not None:
+                assert self.host_broker is not None
+                self.cluster.attach(self.host_broker)
             if self.props.enabled:
                 self._guard_bridge_names()
             self._open_front_ends()
@@ -327,9 +331,10 @@ class BridgeServiceManager:
     def _took_over(self, broker: str, names: list[str]) -> None:
         self._owned(names)
 
-    def _lost_lease(self) -> None:
+    def _lost_lease(self, taker: str | None) -> None:
         """Our lease is gone (another instance may run our bridges now): stop and unload
-        every JMS bridge before anything else touches the store."""
+        every JMS bridge before anything else touches the store. Taken over (``taker``: our
+        store is that broker's now), the service stops: restarted, it joins afresh."""
         for name, bridge in list(self.bridges.items()):
             if bridge.type != "JMS":
                 continue
@@ -337,6 +342,11 @@ class BridgeServiceManager:
             self.bridges = {k: v for k, v in self.bridges.items() if k != name}
             if self.host_broker is not None:
                 self.host_broker.release(name)
+        if taker is not None:
+            self.taken_over_by = taker
+            log.error("broker %s was taken over by broker %s of its HA cluster: stopping",
+                      self.props.get("imq.brokerid"), taker)
+            self.request_stop()
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
         """Start ``bridge`` on a thread of its own; ``report``: tell on_bridge_started
@@ -531,9 +541,6 @@ class BridgeServiceManager:
             if self.host_broker is not None:
                 self.host_broker.release(name)  # unloaded: its client ids and durables are free
         self.bridges = {}
-        if cluster is not None:
-            cluster.leave()
-            self.cluster = None
         if self.admin is not None:
             self.admin.stop()
             self.admin = None
@@ -550,6 +557,9 @@ class BridgeServiceManager:
             log.info("stopping the host broker")
             host_broker, self.host_broker = self.host_broker, None
             host_broker.close()
+        if cluster is not None:  # after the store's last batch: then a live instance may take over
+            cluster.leave()
+            self.cluster = None
         self._unlock_instance()
 
     def _stop_bridge(self, bridge: ManagedBridge) -> None:

@@ -4,10 +4,12 @@ two queues of a fourth, plain broker M. Killed with SIGKILL mid-transfer, jb1's 
 over: jb1 is STARTED on another instance within two monitor intervals and every message
 arrives once, in order (the XA log is in the shared database, so recovery on the new owner
 settles what the dead one left in doubt). A SIGSTOPped owner that comes back after the
-takeover finds its lease gone, stops its bridge and does not run it again (what broker M had
-handed its frozen consumer comes back then, so that part may arrive out of order, but once);
-the XA log refuses
-a commit decision from a broker that no longer owns the bridge (the fence)."""
+takeover finds its lease gone, stops its bridge, learns it was taken over and ends (what
+broker M had handed its frozen consumer comes back then, so that part may arrive out of
+order, but once); started again, it runs nothing B owns. The taker also serves the dead
+instance's store: its queues' messages, durable subscriptions and prepared XA branches, to
+clients whose address list fails over to it. The XA log refuses a commit decision from a
+broker that no longer owns the bridge (the fence)."""
 
 from __future__ import annotations
 
@@ -130,16 +132,26 @@ def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postg
         # connection is still open) comes back when A, resumed, stops its bridge.
         wait_for(lambda: len(receiver.texts) > 100, 60)
         a.proc.send_signal(signal.SIGCONT)
-        wait_for(lambda: a.when("lost its lease"), 3 * MONITOR)
+        # Resumed, A finds its lease gone: it stops its bridge, learns it was taken over
+        # (its store too: its writes are fenced) and ends; B runs jb1 alone.
+        assert a.proc.wait(6 * MONITOR) == 1
+        a.stop()
+        out = "\n".join(a.lines)
+        assert "broker A lost its lease; stopping its bridges" in out
+        assert "taken over by broker B of the HA cluster; start it again to rejoin" in out
+        assert "bridge jb1 (JMS): STARTED" not in "\n".join(line for t, line in a.seen if t > stopped)
         sent(broker_m, texts[200:])
         got = receiver.wait(300, 60)
         assert len(got) == 300 and sorted(got) == texts
         assert got[:100] == texts[:100] and got[200:] == texts[200:]
-        assert {n: (r["state"], r["owner"]) for n, r in a.listed().items()} == {
-            "jb1": ("-", "B"), "jb2": ("-", "B")}
         assert {n: (r["state"], r["owner"]) for n, r in b.listed().items()} == {
             "jb1": ("STARTED", "B"), "jb2": ("STARTED", "B")}
         assert b.when("took over broker A") - stopped <= 2 * MONITOR + 1
+        # Started again, A joins afresh: jb1 stays B's (rule 2), A runs nothing.
+        a = cluster.start("A", "jb1")
+        assert a.bridges == {}, a.lines
+        assert {n: (r["state"], r["owner"]) for n, r in a.listed().items()} == {
+            "jb1": ("-", "B"), "jb2": ("-", "B")}
     finally:
         if cluster.instances:
             cluster.instances[0].proc.send_signal(signal.SIGCONT)
@@ -192,3 +204,63 @@ def test_the_xa_log_fences_an_owner_that_was_taken_over(postgresql):
         log_b.close()
         a.leave()
         b.leave()
+
+
+def test_the_taker_serves_the_dead_instances_store_and_clients_fail_over(tmp_path, postgresql):
+    from bridgemgr import connect_xa
+    from bridgemgr.jms import TextMessage, Topic, xa
+    from bridgemgr.jms.xa import Xid
+
+    cluster = Cluster(tmp_path / "cluster", postgresql, {"jb1": host_xml("jb1")})
+    try:
+        a, b = cluster.start("A", "jb1"), cluster.start("B", "")
+        both = f"mq://{a.address},mq://{b.address}"  # a client's address list: A first
+        with connect(both, username="admin", password=PASSWORD) as conn:
+            conn.client_id = "c1"
+            session = conn.create_session()
+            session.create_durable_subscriber(Topic("news"), "d1").close()
+            publisher = session.create_producer(Topic("news"))
+            for i in range(20):
+                publisher.send(TextMessage(f"n{i}"))
+        send(a, PASSWORD, "orders", *(f"o{i}" for i in range(200)))
+        send(a, PASSWORD, "held", "h0", "h1")
+        xid = Xid(7, b"ha-branch", b"rm")
+        xconn = connect_xa(f"mq://{a.address}", username="admin", password=PASSWORD)
+        xconn.start()
+        xs = xconn.create_xa_session()
+        xs.xa_resource.start(xid, xa.TMNOFLAGS)
+        assert xs.create_consumer(Queue("held")).receive(5).text == "h0"
+        xs.create_producer(Queue("orders")).send(TextMessage("o-xa"))
+        xs.xa_resource.end(xid, xa.TMSUCCESS)
+        xs.xa_resource.prepare(xid)
+        killed = time.monotonic()
+        a.kill()
+        xconn.close()
+        wait_for(lambda: b.when("bridge jb1 (JMS): STARTED"), 4 * MONITOR)
+        assert b.when("took over broker A") - killed <= 2 * MONITOR
+        # The list fails over to B, which has A's messages, subscription and prepared branch.
+        with connect(both, username="admin", password=PASSWORD, connect_timeout=2) as conn:
+            conn.client_id = "c1"
+            conn.start()
+            session = conn.create_session()
+            orders = session.create_consumer(Queue("orders"))
+            got = [m.text for m in iter(lambda: orders.receive(2), None)]
+            assert got == [f"o{i}" for i in range(200)]
+            news = session.create_durable_subscriber(Topic("news"), "d1")
+            assert [m.text for m in iter(lambda: news.receive(2), None)] == [f"n{i}" for i in range(20)]
+            held = session.create_consumer(Queue("held"))
+            assert [m.text for m in iter(lambda: held.receive(1), None)] == ["h1"]  # h0: the branch's
+        xconn = connect_xa(both, username="admin", password=PASSWORD)
+        try:
+            resource = xconn.create_xa_session().xa_resource
+            assert xid in resource.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN)
+            resource.commit(xid, False)
+        finally:
+            xconn.close()
+        with connect(both, username="admin", password=PASSWORD) as conn:
+            conn.start()
+            session = conn.create_session()
+            assert session.create_consumer(Queue("orders")).receive(5).text == "o-xa"
+            assert session.create_consumer(Queue("held")).receive(1) is None
+    finally:
+        cluster.stop()

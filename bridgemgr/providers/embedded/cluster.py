@@ -30,17 +30,23 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ...jms.errors import StoreError
 from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
-from .pgstore import JdbcSettings, jdbc_settings, schema_name
+from .pgstore import JdbcSettings, jdbc_settings, loaded_key, schema_name
+from .store import PreparedBranch, Recovered
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .host import EmbeddedHostBroker
 
 log = logging.getLogger(__name__)
 
@@ -116,8 +122,15 @@ def store_settings(props: BrokerProperties) -> JdbcSettings:
     ha = cluster_settings(props)
     if ha is None:
         return jdbc_settings(props, props.get("imq.instancename"))
-    return dataclasses.replace(ha.jdbc, schema=schema_name(f"{ha.clusterid}__{ha.brokerid}"),
-                               txlog_schema=ha.jdbc.schema)
+    return dataclasses.replace(ha.jdbc, schema=instance_schema(ha.clusterid, ha.brokerid),
+                               txlog_schema=ha.jdbc.schema,
+                               fence=f'SELECT 1 FROM "{ha.jdbc.schema}".{BROKERS} WHERE brokerid = %s '
+                                     f"AND state = '{LIVE}' FOR SHARE")
+
+
+def instance_schema(clusterid: str, brokerid: str) -> str:
+    """The schema of an HA instance's host broker store."""
+    return schema_name(f"{clusterid}__{brokerid}")
 
 
 def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
@@ -159,6 +172,11 @@ class HACluster:
         self._thread: threading.Thread | None = None
         self._address: str | None = None
         self._config: dict[str, str] = {}
+        self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
+
+    def attach(self, host: EmbeddedHostBroker) -> None:
+        """The host broker whose store a takeover moves the dead instance's rows into."""
+        self._broker = host.broker
 
     # --- the database -------------------------------------------------------------------
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
@@ -202,8 +220,6 @@ class HACluster:
     def join(self, address: str, config: dict[str, str]) -> None:
         """Become a live member as a new generation; ClusterError when our broker id is
         live elsewhere or a live member runs another bridge configuration."""
-        import json
-
         self._address, self._config = address, config
         monitor, me = self.settings.monitor, self.brokerid
 
@@ -280,23 +296,29 @@ class HACluster:
         return self._transaction(read)
 
     # --- heart-beats and takeover ---------------------------------------------------------
-    def start(self, took_over: Callable[[str, list[str]], None], lost: Callable[[], None],
+    def start(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
               rejoined: Callable[[list[str]], None], activelist: Iterable[str]) -> None:
         """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
-        over that broker and now own those bridges; ``lost()``: our lease is gone, stop
-        every bridge now; ``rejoined(bridges)``: we are a member again and own these."""
+        over that broker and now own those bridges; ``lost(taker)``: our lease is gone, stop
+        every bridge now (``taker``: the broker that took us over, store and all: this
+        instance must end; None: the store was out of reach, we join again when it is
+        back); ``rejoined(bridges)``: we are a member again and own these."""
         wanted = list(activelist)
         self._thread = threading.Thread(target=self._beat, args=(took_over, lost, rejoined, wanted),
                                         daemon=True, name="ha-heartbeat")
         self._thread.start()
 
-    def _beat(self, took_over: Callable[[str, list[str]], None], lost: Callable[[], None],
+    def _beat(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
               rejoined: Callable[[list[str]], None], wanted: list[str]) -> None:
         renewed = time.monotonic()
         holding = True
         while not self._halt.wait(self.settings.heartbeat):
             try:
                 if not holding:
+                    taker = self.taken_by()
+                    if taker is not None:
+                        lost(taker)
+                        return
                     self.join(self._address or "", self._config)
                     rejoined(self.claim(wanted))
                     holding, renewed = True, time.monotonic()
@@ -305,7 +327,7 @@ class HACluster:
                     holding = False
                     log.error("HA cluster %s: broker %s lost its lease; stopping its bridges",
                               self.settings.clusterid, self.brokerid)
-                    lost()
+                    lost(None)
                     continue
                 renewed = time.monotonic()
                 taken = self.take_over()
@@ -315,6 +337,14 @@ class HACluster:
                 log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
             except Exception:
                 log.exception("HA cluster %s: heart-beat failed", self.settings.clusterid)
+
+    def taken_by(self) -> str | None:
+        """The broker that took us over, if one did."""
+        def read(cur: Any) -> str | None:
+            cur.execute(f"SELECT state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
+            row = cur.fetchone()
+            return str(row[1]) if row is not None and row[0] == TAKEN else None
+        return self._transaction(read)
 
     def renew(self) -> bool:
         """Extend our lease by a monitor interval; False when it is no longer ours."""
@@ -327,8 +357,10 @@ class HACluster:
 
     def take_over(self) -> tuple[str, list[str]] | None:
         """Take over at most one member whose lease has expired: (its broker id, the
-        bridges now ours), or None. Atomic: of several live instances one wins."""
-        me = self.brokerid
+        bridges now ours), or None. Atomic: of several live instances one wins, and in the
+        same transaction its store's rows move into ours (adopt)."""
+        me, broker = self.brokerid, self._broker
+        moved: list[tuple[Recovered, dict[str, int]]] = []
 
         def take(cur: Any) -> tuple[str, list[str]] | None:
             cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE state = %s AND brokerid <> %s "
@@ -342,12 +374,75 @@ class HACluster:
                         "WHERE brokerid = %s", (TAKEN, me, dead))
             cur.execute(f"UPDATE {BRIDGES} SET owner = %s, since = now() WHERE owner = %s "
                         "RETURNING bridge", (me, dead))
-            return dead, sorted(r[0] for r in cur.fetchall())
-        taken = self._transaction(take)
+            bridges = sorted(r[0] for r in cur.fetchall())
+            if broker is not None:
+                moved.append(self._move_store(cur, broker, dead))
+            return dead, bridges
+
+        if broker is None:
+            taken = self._transaction(take)
+        else:
+            with broker.lock:  # nothing enters our queues between the seqs and the adoption
+                taken = self._transaction(take)
+                if taken is not None and moved:
+                    broker.adopt(*moved[0])
         if taken is not None:
-            log.warning("HA cluster %s: broker %s took over broker %s (lease expired) and its "
-                        "bridges: %s", self.settings.clusterid, me, taken[0], ", ".join(taken[1]) or "none")
+            log.warning("HA cluster %s: broker %s took over broker %s (lease expired), its store "
+                        "and its bridges: %s", self.settings.clusterid, me, taken[0],
+                        ", ".join(taken[1]) or "none")
         return taken
+
+    def _move_store(self, cur: Any, broker: Broker, dead: str) -> tuple[Recovered, dict[str, int]]:
+        """Move the dead instance's store rows into ours (the caller's transaction, our
+        broker's lock held): messages and prepared XA branches get seqs of ours in their
+        order; subscriptions and destination settings we lack come along. What the broker
+        needs to adopt them, and the bytes of each destination's moved messages."""
+        clusterid = self.settings.clusterid
+        theirs, ours = instance_schema(clusterid, dead), instance_schema(clusterid, self.brokerid)
+        cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (f'"{theirs}".msgs', f'"{ours}".msgs'))
+        if None in cur.fetchone():
+            return Recovered({}, [], [], {}, {}, 0), {}
+        t, o = f'"{theirs}"', f'"{ours}"'
+        cur.execute(f"SELECT COUNT(*) FROM (SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s")
+        count = int(cur.fetchone()[0])
+        base = broker.reserve_seqs(count)
+        cur.execute("CREATE TEMPORARY TABLE imq_adopt ON COMMIT DROP AS SELECT seq AS old, "
+                    "%s + ROW_NUMBER() OVER (ORDER BY seq) AS new FROM "
+                    f"(SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s", (base,))
+        cur.execute(f"INSERT INTO {o}.msgs(seq, qkey, dcount, blob) SELECT a.new, m.qkey, m.dcount, m.blob "
+                    f"FROM {t}.msgs m JOIN imq_adopt a ON a.old = m.seq")
+        cur.execute(f"INSERT INTO {o}.xa(xid, state) SELECT xid, state FROM {t}.xa "
+                    "ON CONFLICT (xid) DO NOTHING RETURNING xid")
+        prepared = {xid: PreparedBranch() for (xid,) in cur.fetchall()}
+        cur.execute(f"INSERT INTO {o}.xa_sends(xid, seq, qkey, blob) SELECT s.xid, a.new, s.qkey, s.blob "
+                    f"FROM {t}.xa_sends s JOIN imq_adopt a ON a.old = s.seq "
+                    "RETURNING xid, seq, qkey, blob")
+        for xid, seq, qkey, blob in sorted(cur.fetchall(), key=lambda r: r[1]):
+            prepared.setdefault(xid, PreparedBranch()).sends.append((seq, loaded_key(qkey), bytes(blob)))
+        cur.execute(f"INSERT INTO {o}.xa_acks(xid, seq) SELECT k.xid, a.new "
+                    f"FROM {t}.xa_acks k JOIN imq_adopt a ON a.old = k.seq RETURNING xid, seq")
+        for xid, seq in sorted(cur.fetchall(), key=lambda r: r[1]):
+            prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
+        cur.execute(f"INSERT INTO {o}.subs SELECT * FROM {t}.subs ON CONFLICT DO NOTHING "
+                    "RETURNING client_id, name, topic, selector, no_local")
+        subs = [(c, n, tp, sel, bool(nl)) for c, n, tp, sel, nl in cur.fetchall()]
+        cur.execute(f"INSERT INTO {o}.dests SELECT * FROM {t}.dests ON CONFLICT DO NOTHING "
+                    "RETURNING qkey, config")
+        dests: dict[str, dict[str, Any]] = {loaded_key(k): json.loads(v) for k, v in cur.fetchall()}
+        top = base + count
+        cur.execute(f"SELECT qkey, COUNT(*), COALESCE(SUM(LENGTH(blob)), 0) FROM {o}.msgs "
+                    "WHERE seq > %s AND seq <= %s GROUP BY qkey", (base, top))
+        rows = [(loaded_key(q), n, b) for q, n, b in cur.fetchall()]
+        cur.execute(f"SELECT m.seq, m.qkey, m.dcount, m.blob FROM {o}.msgs m JOIN {o}.xa_acks a "
+                    "ON a.seq = m.seq WHERE m.seq > %s AND m.seq <= %s ORDER BY m.seq", (base, top))
+        locked = [(seq, loaded_key(q), d, bytes(b)) for seq, q, d, b in cur.fetchall()]
+        for table in ("msgs", "xa", "xa_sends", "xa_acks", "subs", "dests"):
+            cur.execute(f"DELETE FROM {t}.{table}")
+        log.info("HA cluster %s: moving broker %s's store into %s's: %d messages, %d subscriptions, "
+                 "%d prepared XA branches", clusterid, dead, self.brokerid, sum(int(n) for _, n, _ in rows),
+                 len(subs), len(prepared))
+        return (Recovered({q: int(n) for q, n, _ in rows}, locked, subs, dests, prepared, top),
+                {q: int(b) for q, _, b in rows})
 
     def halt(self) -> None:
         """Stop the heart-beats (no takeover begins after this returns)."""
@@ -389,8 +484,6 @@ def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
 def cluster_problems(props: BrokerProperties) -> list[str]:
     """For check: how this instance's configuration would fail to join its cluster now
     (a live member with another configuration, or its broker id live), without joining."""
-    import json
-
     settings = cluster_settings(props)
     if settings is None:
         return []
