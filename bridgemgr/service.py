@@ -28,6 +28,13 @@ start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` se
 STARTING if the bridge is still connecting. ``stop()`` stops the bridges (cancelling starts
 still under way), then the front ends, then the broker (which writes what is pending and
 closes the store), within ``STOP_TIMEOUT`` per bridge.
+
+In an HA cluster (imq.cluster.ha=true, providers/embedded/cluster.py) the instance joins the
+cluster before its host broker opens; the ownership table decides which JMS bridges of
+imq.bridge.activelist it runs (``activelist``); the cluster's heart-beat thread starts the
+bridges of an instance it takes over and, when this instance loses its lease, stops every
+JMS bridge (and the service, once another instance took it over: ``taken_over_by``).
+``list bridge`` lists every bridge of the cluster with its owner.
 """
 
 from __future__ import annotations

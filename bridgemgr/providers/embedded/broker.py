@@ -17,7 +17,8 @@ Memory: a destination or subscription keeps a window of its waiting messages in 
 (``memory_window``, imq.destination.memory.window); persistent messages beyond it stay
 only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
 back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
-not messages.
+not messages. An HA takeover (cluster.py) moves a dead instance's rows into this store
+with seqs above ours and ``adopt`` takes them in the same way, under the lock.
 
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations are never stored (beyond their window they

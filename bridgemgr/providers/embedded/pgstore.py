@@ -6,6 +6,9 @@
 # returns before, and a crash of the database server, not of ours, can lose the last
 # batches). The bridges' XA transaction log goes into the same database (table
 # imq_bridge_txlog of that schema: xa/sqllog.py), as the chapter asks of a JDBC store.
+# A durable subscription's key holds a NUL, which PostgreSQL text refuses: the database
+# holds U+FFFE in its place. An instance of an HA cluster (cluster.py) has the schema of its
+# broker id, keeps the XA logs in the cluster's schema, and fences every batch on its lease.
 """The embedded broker's store in PostgreSQL (psycopg 3)."""
 
 from __future__ import annotations
