@@ -144,11 +144,11 @@ class BridgeServiceManager:
 
                 configure_from_properties(self.props)  # imq.bridge.java.classpath, lib/ext
                 self._load_bridges()
-                if self.cluster is not None:
-                    self.cluster.start(self._took_over, self._lost_lease, self._owned,
-                                       self._cluster_bridges(self.props.activelist))
             else:
                 log.info("imq.bridge.enabled is false: no bridges, no admin port")
+            if self.cluster is not None:  # heart-beats whether or not bridges run here
+                wanted = self._cluster_bridges(self.props.activelist) if self.props.enabled else []
+                self.cluster.start(self._took_over, self._lost_lease, self._owned, wanted)
         except BaseException:
             self.stop()
             raise
@@ -325,7 +325,7 @@ class BridgeServiceManager:
         """The cluster gave us these JMS bridges (a takeover, or a join again): load and
         start those not running here."""
         for name in names:
-            if self._closing.is_set() or name in self.bridges:
+            if self._closing.is_set() or name in self.bridges or not self.props.enabled:
                 continue
             try:
                 bridge = self.bridge_factories["jms"](self, name)

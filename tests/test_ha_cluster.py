@@ -6,6 +6,8 @@ configuration differs from a live member's."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from ha_support import Cluster, Instance, check, host_xml
@@ -75,5 +77,22 @@ def test_check_and_serve_refuse_another_bridge_configuration(tmp_path, postgresq
         props_a2, _ = cluster.files("A", "")
         r = check(props_a2)
         assert r.returncode == 1 and "broker id A is in use by a live instance" in r.stderr
+    finally:
+        cluster.stop()
+
+
+def test_instances_without_bridges_renew_their_leases_and_take_over_stores(tmp_path, postgresql):
+    from ha_support import MONITOR, PASSWORD, wait_for
+    from service_support import send, take
+
+    cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
+    try:
+        a, b = cluster.start("A", ""), cluster.start("B", "")
+        send(a, PASSWORD, "q", *(f"m{i}" for i in range(10)))
+        time.sleep(2 * MONITOR)  # both renew: neither is taken over while alive
+        assert not a.when("took over") and not b.when("took over"), a.lines + b.lines
+        a.kill()
+        wait_for(lambda: b.when("took over broker A"), 3 * MONITOR)
+        assert [m.text for m in take(b, PASSWORD, "q", 10, 10, 0.3)] == [f"m{i}" for i in range(10)]
     finally:
         cluster.stop()
