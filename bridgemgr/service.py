@@ -63,7 +63,7 @@ from .admin.protocol import (
     Reply,
 )
 from .guard import LoginThrottle, ServiceGuard
-from .jms.errors import IllegalStateException, JMSException
+from .jms.errors import IllegalStateException, JMSException, StoreError
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
@@ -463,7 +463,10 @@ class BridgeServiceManager:
             rows = [{"name": b.name, "type": b.type, "state": _value(b.state)}
                     for b in self.bridges.values() if cmd.type is None or b.type == cmd.type]
             if self.cluster is not None:  # every bridge of the cluster, with its owner
-                owners = self.cluster.owners()
+                try:
+                    owners = self.cluster.owners()
+                except StoreError as exc:
+                    return Reply(UNAVAILABLE, f"the HA cluster's ownership table cannot be read: {exc}")
                 for row in rows:
                     row["owner"] = owners.get(row["name"], self.cluster.brokerid)
                 rows += [{"name": n, "type": "JMS", "state": "-", "owner": o} for n, o in owners.items()

@@ -62,3 +62,28 @@ def test_a_missing_central_file_is_named(tmp_path):
     _, problems = parse_properties([], [f"imq.cluster.url=file:{tmp_path}/nowhere.properties"], environ={})
     assert messages(problems) == ["nowhere.properties:None: cannot read the properties file: "
                                   "No such file or directory"]
+
+
+def test_the_central_file_may_be_served_over_http(tmp_path):
+    import functools
+    import threading
+    from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
+
+    (tmp_path / "cluster.properties").write_text("imq.bridge.enabled=true\nimq.bridge.jb.type=jms\n"
+                                                 "imq.bridge.jb.xmlurl=http://example.invalid/jb.xml\n")
+    handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_port}"
+        props, problems = parse_properties([], [f"imq.cluster.url={url}/cluster.properties", "imq.cluster.ha=true",
+                                                "imq.cluster.clusterid=c1", "imq.brokerid=b1",
+                                                "imq.persist.store=jdbc", URL], environ={})
+        assert messages(problems) == [] and props.bridge_type("jb") == "jms"
+        assert props.origin("imq.bridge.jb.type").source == f"{url}/cluster.properties"
+        _, problems = parse_properties([], [f"imq.cluster.url={url}/nowhere.properties"], environ={})
+        assert len(messages(problems)) == 1 and "cannot read the cluster properties: HTTP Error 404" in \
+            messages(problems)[0]
+    finally:
+        server.shutdown()
+        server.server_close()
