@@ -159,10 +159,12 @@ def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postg
         cluster.stop()
 
 
-def test_the_xa_log_fences_an_owner_that_was_taken_over(postgresql):
+def test_the_store_and_the_xa_log_fence_an_owner_that_was_taken_over(postgresql):
+    from bridgemgr.jms.errors import StoreError
     from bridgemgr.jms.xa import Xid
     from bridgemgr.props import load_properties
     from bridgemgr.providers.embedded.cluster import open_cluster, store_settings
+    from bridgemgr.providers.embedded.pgstore import PostgresDatabase
     from bridgemgr.xa.sqllog import SqlTxLog
     from bridgemgr.xa.txlog import CommitRecord, Participant, TxLogError
 
@@ -179,6 +181,8 @@ def test_the_xa_log_fences_an_owner_that_was_taken_over(postgresql):
 
     a, b = open_cluster(props("A"), "a"), open_cluster(props("B"), "b")
     assert a.claim(["jb1"]) == ["jb1"] and b.claim(["jb1"]) == []
+    store_a = PostgresDatabase(store_settings(props("A")), sync=True)  # A's host broker store
+    store_a.write({1: ["q:x", 0, b"one"]}, set(), {}, [])
     connect_a, style = store_settings(props("A")).txlog_sql()
     connect_b, _ = store_settings(props("B")).txlog_sql()
     log_a, log_b = SqlTxLog(connect_a, "jb1", style), SqlTxLog(connect_b, "jb1", style)
@@ -197,11 +201,15 @@ def test_the_xa_log_fences_an_owner_that_was_taken_over(postgresql):
         with pytest.raises(TxLogError, match="fenced: bridge jb1 is not owned by broker A"):
             log_a.log_commits([record(b"g2")])
         assert not a.renew()
+        with pytest.raises(StoreError, match="fenced: broker A was taken over"):
+            store_a.write({2: ["q:x", 0, b"two"]}, set(), {}, [])
+        assert store_a.page("q:x", 0, 10) == [(1, 0, b"one")]  # (B has no broker to move it into)
         log_b.log_commits([record(b"g3")], forget=[b"g1"])
         assert list(log_b.open()) == [b"g3"]
     finally:
         log_a.close()
         log_b.close()
+        store_a.close()
         a.leave()
         b.leave()
 
