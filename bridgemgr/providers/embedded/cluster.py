@@ -468,6 +468,10 @@ class HACluster:
                 "AND state = %s", (self.brokerid, self.generation, LIVE)))
         except StoreError as exc:
             log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+        self.close()
+
+    def close(self) -> None:
+        """Close our database connection (the next transaction would open another)."""
         with self._lock:
             self._drop()
 
@@ -482,8 +486,7 @@ def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
         cluster.create_tables()
         cluster.join(address, bridge_configuration(props))
     except BaseException:
-        with cluster._lock:
-            cluster._drop()
+        cluster.close()
         raise
     return cluster
 
@@ -517,5 +520,4 @@ def cluster_problems(props: BrokerProperties) -> list[str]:
     try:
         return cluster._transaction(read)
     finally:
-        with cluster._lock:
-            cluster._drop()
+        cluster.close()
