@@ -125,8 +125,13 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
     data = reply.data or {}
     out = []
     if argument == "bridge" and bridge is None:
-        rows = [[b["name"], b["type"], b["state"]] for b in data.get("bridges", [])]
-        out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"], rows))
+        bridges = data.get("bridges", [])
+        if any("owner" in b for b in bridges):  # an HA cluster's bridges and their owners
+            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State", "Owner"],
+                              [[b["name"], b["type"], b["state"], b.get("owner", "-")] for b in bridges]))
+        else:
+            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"],
+                              [[b["name"], b["type"], b["state"]] for b in bridges]))
     elif argument == "bridge":
         b = data["bridge"]
         if b["type"] == "JMS":

@@ -188,6 +188,12 @@ def _text(text: str) -> str:
     return text
 
 
+def _checked(text: str, pattern: re.Pattern[str]) -> str:
+    if not pattern.match(text):
+        raise ValueError
+    return text
+
+
 BOOL = Kind(_bool, "write true or false")
 COUNT = integer(0, INT32_MAX)
 POSITIVE = integer(1, INT32_MAX)
@@ -198,6 +204,8 @@ SIZE = Kind(parse_size,
             "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
 TEXT = Kind(_text, "write any text")
 NAMES = Kind(_names, "write names separated by commas")
+CLUSTER_ID = Kind(lambda text: _checked(text.strip(), re.compile(r"[A-Za-z0-9_]{1,24}\Z")),
+                  "write 1 to 24 letters, digits or _")
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
 LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
@@ -328,6 +336,15 @@ FIXED_PROPS: tuple[Prop, ...] = (
              f"access control for the {service} service; else imq.accesscontrol.enabled"),
         Prop(f"imq.{service}.accesscontrol.file.filename", TEXT, None,
              f"access control file of the {service} service; else imq.accesscontrol.file.filename"))),
+    # HA broker clusters (docs/ha.md): instances sharing one jdbc store and their bridges.
+    Prop("imq.cluster.ha", BOOL, False, "this broker is an instance of an HA cluster"),
+    Prop("imq.cluster.clusterid", CLUSTER_ID, None, "the HA cluster's name (the same on every instance)"),
+    Prop("imq.brokerid", CLUSTER_ID, None, "this instance's id in the HA cluster (unique)"),
+    Prop("imq.cluster.url", TEXT, None,
+         "central cluster properties (file: or http:): every bridge property but the activelist"),
+    Prop("imq.cluster.heartbeat.interval", POSITIVE, 2, "seconds between renewals of an instance's lease"),
+    Prop("imq.cluster.monitor.interval", POSITIVE, 30,
+         "seconds without renewal after which an instance is taken over"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
     Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
     Prop("imq.destination.memory.window", POSITIVE, 30000,
@@ -458,6 +475,11 @@ def read_properties_file(path: str | os.PathLike[str]) -> list[tuple[str, str, O
     except OSError as exc:
         raise ConfigError([Problem(source, None, f"cannot read the properties file: "
                                                  f"{exc.strerror or exc}")]) from None
+    return parse_properties_bytes(source, data)
+
+
+def parse_properties_bytes(source: str, data: bytes) -> list[tuple[str, str, Origin]]:
+    """read_properties_file's work on bytes read from ``source`` (a file or a URL)."""
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
@@ -513,6 +535,41 @@ def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Orig
             continue
         entries.append((key.strip(), value, Origin(COMMAND_LINE, None)))
     return entries, problems
+
+
+CLUSTER_URL = "imq.cluster.url"
+# Keys each instance of an HA cluster sets for itself; every other bridge key belongs in
+# the central file, so that all instances run the same bridges (the chapter's rules).
+PER_INSTANCE_BRIDGE_KEYS = ("imq.bridge.activelist", "imq.bridge.admin.")
+PER_INSTANCE_KEYS = ("imq.brokerid", "imq.bridge.activelist")
+CLUSTER_URL_TIMEOUT = 10.0
+
+
+def read_cluster_properties(url: str, origin: Origin) -> list[tuple[str, str, Origin]]:
+    """The entries of the central cluster properties file imq.cluster.url names: a
+    file: or http(s): URL, or a path (relative to the file that set it)."""
+    from urllib.parse import unquote, urlsplit
+    from urllib.request import urlopen
+
+    parts = urlsplit(url)
+    if parts.scheme in ("http", "https"):
+        try:
+            with urlopen(url, timeout=CLUSTER_URL_TIMEOUT) as reply:
+                data = reply.read()
+        except (OSError, ValueError) as exc:
+            raise ConfigError([Problem(origin.source, origin.line, f"{CLUSTER_URL} {shorten(url)}: "
+                                       f"cannot read the cluster properties: {exc}")]) from None
+        return parse_properties_bytes(url, data)
+    if parts.scheme == "file":
+        path = Path(unquote(parts.path))
+    elif parts.scheme and len(parts.scheme) > 1:
+        raise ConfigError([Problem(origin.source, origin.line, f"{CLUSTER_URL} is {shorten(url)}; "
+                                   "write a file: or http(s): URL, or a path")])
+    else:
+        path = Path(url)
+        if not path.is_absolute() and origin.directory is not None:
+            path = origin.directory / path
+    return read_properties_file(path)
 
 
 # --- the result -----------------------------------------------------------------------------
@@ -722,6 +779,12 @@ def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
     cli_entries, cli_problems = parse_overrides(overrides)
     entries += cli_entries
     problems += cli_problems
+    cluster_url = [(value, origin) for key, value, origin in entries if key == CLUSTER_URL]
+    if cluster_url:  # the central file first: this broker's own files and -D win over it
+        try:
+            entries = read_cluster_properties(*cluster_url[-1]) + entries
+        except ConfigError as exc:
+            problems += exc.problems
 
     raw: dict[str, str] = {}
     origins: dict[str, Origin] = {}
@@ -805,6 +868,7 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
     if props.activelist and not props.enabled:
         found.append(_problem(props, active_key, f"{active_key} names bridges but "
                               "imq.bridge.enabled is not true; no bridge will run", "warning"))
+    found += _cluster_checks(props)
     thresholds = [props.get(f"imq.{state}.threshold") for state in MEMORY_STATES]
     if thresholds != sorted(thresholds):
         found.append(_problem(props, "imq.yellow.threshold", "the memory thresholds must rise from green "
@@ -816,6 +880,68 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
                               "imq.persist.store=jdbc needs it: "
                               "jdbc:postgresql://host:port/database"))
     return found
+
+
+def _cluster_checks(props: BrokerProperties) -> list[Problem]:
+    """An HA instance (imq.cluster.ha=true) needs a cluster id, a broker id and the jdbc
+    store; its bridge properties come from the central file only (the same on every
+    instance), which must not set what is per instance."""
+    found: list[Problem] = []
+    central = props.origin(CLUSTER_URL)
+    for key in PER_INSTANCE_KEYS:
+        if _from_central(props, key):
+            found.append(_problem(props, key, f"{key} is set in the cluster properties "
+                                  f"({CLUSTER_URL}); set it in each broker's own properties"))
+    if not props.get("imq.cluster.ha"):
+        return found
+    ha_key = "imq.cluster.ha"
+    for key in ("imq.cluster.clusterid", "imq.brokerid"):
+        if not props.get(key):
+            found.append(_problem(props, ha_key, f"imq.cluster.ha is true but {key} is not set; "
+                                  "set it (letters, digits and _)"))
+    if props.get("imq.persist.store") != "jdbc":
+        found.append(_problem(props, ha_key, "imq.cluster.ha is true but imq.persist.store is not "
+                              "jdbc; the instances of an HA cluster share one PostgreSQL store"))
+    if props.get("imq.cluster.heartbeat.interval") >= props.get("imq.cluster.monitor.interval"):
+        found.append(_problem(props, "imq.cluster.heartbeat.interval",
+                              "imq.cluster.heartbeat.interval must be shorter than "
+                              "imq.cluster.monitor.interval, or live instances are taken over"))
+    if not props.enabled:
+        return found
+    if central is None:
+        found.append(_problem(props, ha_key, f"imq.cluster.ha is true with bridges but {CLUSTER_URL} is "
+                              "not set; put every bridge property except imq.bridge.activelist in "
+                              "that central file, so every instance has the same bridges"))
+        return found
+    for key in sorted(props.raw):
+        if (key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)
+                and not _from_central(props, key)):
+            found.append(_problem(props, key, f"{key} is set for this broker only; in an HA cluster "
+                                  f"every bridge property but imq.bridge.activelist belongs in the "
+                                  f"cluster properties ({CLUSTER_URL}): the same on every instance"))
+    return found
+
+
+def _from_central(props: BrokerProperties, key: str) -> bool:
+    """Whether ``key``'s value came from the central cluster properties."""
+    origin = props.origin(key)
+    return (origin is not None and props.origin(CLUSTER_URL) is not None
+            and origin.source in _central_sources(props))
+
+
+def _central_sources(props: BrokerProperties) -> tuple[str, ...]:
+    """How the central file's entries name their source: its URL, or its path."""
+    url = props.raw.get(CLUSTER_URL, "")
+    central = props.origin(CLUSTER_URL)
+    if url.startswith(("http:", "https:")):
+        return (url,)
+    from urllib.parse import unquote, urlsplit
+
+    parts = urlsplit(url)
+    path = Path(unquote(parts.path)) if parts.scheme == "file" else Path(url)
+    if not path.is_absolute() and central is not None and central.directory is not None:
+        path = central.directory / path
+    return (os.fspath(path),)
 
 
 def _bridge_checks(props: BrokerProperties, name: str, first_key: str) -> list[Problem]:

@@ -37,6 +37,13 @@ a bridge whose file reads cleanly gets the new configuration and its imq.bridge.
 properties, and the log says what changed; a broken file is logged with its file and line
 and the bridge keeps what it had. Other changed properties (ports, the store, running
 bridges) are logged as waiting for a restart; nothing else is touched.
+
+In an HA cluster (imq.cluster.ha=true, providers/embedded/cluster.py) the instance joins the
+cluster before its host broker opens; the ownership table decides which JMS bridges of
+imq.bridge.activelist it runs (``activelist``); the cluster's heart-beat thread starts the
+bridges of an instance it takes over and, when this instance loses its lease, stops every
+JMS bridge (and the service, once another instance took it over: ``taken_over_by``).
+``list bridge`` lists every bridge of the cluster with its owner.
 """
 
 from __future__ import annotations
@@ -46,10 +53,11 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import ssl
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from types import MappingProxyType
 from typing import IO, TYPE_CHECKING, Any, Protocol
 
@@ -65,7 +73,7 @@ from .admin.protocol import (
     Reply,
 )
 from .guard import LoginThrottle, ServiceGuard
-from .jms.errors import IllegalStateException, JMSException
+from .jms.errors import IllegalStateException, JMSException, StoreError
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
@@ -75,6 +83,7 @@ from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 if TYPE_CHECKING:
     from .jmsbridge.config import BridgeConfig
     from .jmsbridge.logs import BridgeLog
+    from .providers.embedded.cluster import HACluster
     from .users import User
 
 log = logging.getLogger(__name__)
@@ -131,6 +140,9 @@ class BridgeServiceManager:
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
+        self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
+        self.activelist = props.activelist  # in an HA cluster: after the ownership rules
+        self.taken_over_by: str | None = None  # the HA instance that took this one over
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -138,7 +150,11 @@ class BridgeServiceManager:
         tighten(self.instance_dir, DIR_MODE)  # made by an older version, or by hand
         self._lock_instance()
         try:
+            self._join_cluster()
             self._open_broker()
+            if self.cluster is not None:
+                assert self.host_broker is not None
+                self.cluster.attach(self.host_broker)
             if self.props.enabled:
                 self._guard_bridge_names()
             self._open_front_ends()
@@ -149,6 +165,9 @@ class BridgeServiceManager:
                 self._load_bridges()
             else:
                 log.info("imq.bridge.enabled is false: no bridges, no admin port")
+            if self.cluster is not None:  # heart-beats whether or not bridges run here
+                wanted = self._cluster_bridges(self.props.activelist) if self.props.enabled else []
+                self.cluster.start(self._took_over, self._lost_lease, self._owned, wanted)
         except BaseException:
             self.stop()
             raise
@@ -278,7 +297,7 @@ class BridgeServiceManager:
         from .jmsbridge.resolve import host_client_names
 
         assert self.host_broker is not None  # opened first (start)
-        for name in self.props.activelist:
+        for name in self.activelist:
             if (self.props.bridge_type(name) or "").lower() != "jms":
                 continue
             try:
@@ -318,7 +337,7 @@ class BridgeServiceManager:
         return ctx
 
     def _load_bridges(self) -> None:
-        for name in self.props.activelist:
+        for name in self.activelist:
             btype = (self.props.bridge_type(name) or "").lower()
             make = self.bridge_factories.get(btype)
             if make is None:
@@ -331,6 +350,59 @@ class BridgeServiceManager:
         for name, bridge in self.bridges.items():  # every bridge is listed before any starts
             if self.props.bridge(name).autostart:
                 self._start_bridge(bridge, report=True)
+
+    # --- HA cluster (providers/embedded/cluster.py) ---------------------------------------------
+    def _join_cluster(self) -> None:
+        """imq.cluster.ha: join the cluster, then the ownership rules decide which JMS bridges
+        of imq.bridge.activelist run here (the STOMP bridge is every instance's own)."""
+        from .providers.embedded.cluster import ClusterError, open_cluster
+
+        try:
+            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}")
+            if self.cluster is not None and self.props.enabled:
+                owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
+                self.activelist = tuple(n for n in self.props.activelist if n not in
+                                        self._cluster_bridges(self.props.activelist)) + tuple(owned)
+        except ClusterError as exc:
+            raise ServiceError(f"HA cluster: {exc}") from None
+
+    def _cluster_bridges(self, names: Iterable[str]) -> list[str]:
+        """The JMS bridges among ``names``: those the ownership table assigns."""
+        return [n for n in names if (self.props.bridge_type(n) or "").lower() == "jms"]
+
+    def _owned(self, names: list[str]) -> None:
+        """The cluster gave us these JMS bridges (a takeover, or a join again): load and
+        start those not running here."""
+        for name in names:
+            if self._closing.is_set() or name in self.bridges or not self.props.enabled:
+                continue
+            try:
+                bridge = self.bridge_factories["jms"](self, name)
+            except (JMSException, ConfigError, OSError, ValueError, KeyError) as exc:
+                log.error("bridge %s cannot be loaded: %s", name, exc)
+                continue
+            self.bridges = {**self.bridges, name: bridge}
+            self._start_bridge(bridge, report=True)
+
+    def _took_over(self, broker: str, names: list[str]) -> None:
+        self._owned(names)
+
+    def _lost_lease(self, taker: str | None) -> None:
+        """Our lease is gone (another instance may run our bridges now): stop and unload
+        every JMS bridge before anything else touches the store. Taken over (``taker``: our
+        store is that broker's now), the service stops: restarted, it joins afresh."""
+        for name, bridge in list(self.bridges.items()):
+            if bridge.type != "JMS":
+                continue
+            _quietly(self._stop_bridge, name, bridge)()
+            self.bridges = {k: v for k, v in self.bridges.items() if k != name}
+            if self.host_broker is not None:
+                self.host_broker.release(name)
+        if taker is not None:
+            self.taken_over_by = taker
+            log.error("broker %s was taken over by broker %s of its HA cluster: stopping",
+                      self.props.get("imq.brokerid"), taker)
+            self.request_stop()
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
         """Start ``bridge`` on a thread of its own; ``report``: tell on_bridge_started
@@ -439,6 +511,15 @@ class BridgeServiceManager:
         if cmd.bridge is None:
             rows = [{"name": b.name, "type": b.type, "state": _value(b.state)}
                     for b in self.bridges.values() if cmd.type is None or b.type == cmd.type]
+            if self.cluster is not None:  # every bridge of the cluster, with its owner
+                try:
+                    owners = self.cluster.owners()
+                except StoreError as exc:
+                    return Reply(UNAVAILABLE, f"the HA cluster's ownership table cannot be read: {exc}")
+                for row in rows:
+                    row["owner"] = owners.get(row["name"], self.cluster.brokerid)
+                rows += [{"name": n, "type": "JMS", "state": "-", "owner": o} for n, o in owners.items()
+                         if n not in self.bridges and cmd.type in (None, "JMS")]
             return Reply(OK, f"{len(rows)} bridge(s)", {"bridges": rows})
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
@@ -565,6 +646,9 @@ class BridgeServiceManager:
 
     def stop(self) -> None:
         self._closing.set()
+        cluster = self.cluster
+        if cluster is not None:  # no takeover starts bridges while they stop
+            cluster.halt()
         for name, bridge in reversed(list(self.bridges.items())):
             done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge),
                                     name=f"stop:{name}")
@@ -594,6 +678,9 @@ class BridgeServiceManager:
             log.info("stopping the host broker")
             host_broker, self.host_broker = self.host_broker, None
             host_broker.close()
+        if cluster is not None:  # after the store's last batch: then a live instance may take over
+            cluster.leave()
+            self.cluster = None
         self._unlock_instance()
 
     def _stop_bridge(self, bridge: ManagedBridge) -> None:

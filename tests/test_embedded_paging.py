@@ -475,3 +475,25 @@ def test_a_stomp_flood_without_receipts_waits_for_the_store(tmp_path, monkeypatc
     assert broker.destinations()["queue:flood"]["pending"] == 3000
     driver.close()
     broker.close()
+
+
+def test_a_durable_subscription_and_its_paged_messages_survive_a_restart(store_spec):
+    # The subscription's key holds a NUL (client id \0 name), which PostgreSQL text refuses.
+    broker = open_at(store_spec, memory_window=WINDOW)
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.client_id = "c1"
+    session = conn.create_session()
+    session.create_durable_subscriber(Topic("news"), "d1").close()
+    producer = session.create_producer(Topic("news"))
+    for i in range(60):
+        producer.send(TextMessage(str(i)), delivery_mode=DeliveryMode.PERSISTENT)
+    conn.close()
+    broker.close()
+    broker = open_at(store_spec, memory_window=WINDOW)
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.client_id = "c1"
+    conn.start()
+    assert drain(conn.create_session().create_durable_subscriber(Topic("news"), "d1")) == [
+        str(i) for i in range(60)]
+    conn.close()
+    broker.close()

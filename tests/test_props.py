@@ -259,12 +259,12 @@ def test_unknown_bridge_keys_warn_with_the_closest_known_key(tmp_path, caplog, k
 
 
 def test_unknown_keys_far_from_anything_are_ignored_with_a_warning():
-    props = load_properties(overrides=["imq.bridge.zzzzzzzzzzzz=1", "imq.cluster.url=x",
+    props = load_properties(overrides=["imq.bridge.zzzzzzzzzzzz=1", "imq.jmx.rmiregistry.port=x",
                                        "other.key=1"], environ={})
     assert [w.message for w in props.warnings] == [
         "unknown property imq.bridge.zzzzzzzzzzzz; it is ignored",
-        "unknown property imq.cluster.url; it is ignored"]  # every imq.* key; other.key is not ours
-    assert props.raw["imq.cluster.url"] == "x"
+        "unknown property imq.jmx.rmiregistry.port; it is ignored"]  # every imq.* key; other.key is not ours
+    assert props.raw["imq.jmx.rmiregistry.port"] == "x"
 
 
 @pytest.mark.parametrize("key,closest", [

@@ -123,6 +123,21 @@ def _same_file(a: str, b: str) -> bool:
         return a == b
 
 
+def _cluster_check(props: BrokerProperties) -> list[Problem]:
+    """An HA instance against its cluster's live members (the shared store): the same
+    bridge configuration, a broker id of its own. A store out of reach is a warning."""
+    from ..jms.errors import StoreError
+    from ..providers.embedded.cluster import cluster_problems
+
+    origin = props.origin("imq.cluster.ha")
+    source, line = (origin.source, origin.line) if origin else ("command line", None)
+    try:
+        return [Problem(source, line, text) for text in cluster_problems(props)]
+    except StoreError as exc:
+        return [Problem(source, line, f"the HA store cannot be reached to compare this broker "
+                                      f"with the cluster's live members: {exc}", "warning")]
+
+
 def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Iterable[str] = (),
               xml_files: Sequence[str] = (), *, resolve: bool = False,
               host_factory: HostFactory | None = None,
@@ -156,6 +171,8 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
     if props_files or overrides:
         props, found = parse_properties(props_files, overrides, environ)
         problems += found
+        if props.get("imq.cluster.ha") and not any(p.severity == "error" for p in found):
+            problems += _cluster_check(props)
         configure_from_properties(props)  # Java transformers: the classpath `serve` gives
         for name in props.bridge_names:
             btype = props.bridge_type(name)

@@ -17,7 +17,8 @@ Memory: a destination or subscription keeps a window of its waiting messages in 
 (``memory_window``, imq.destination.memory.window); persistent messages beyond it stay
 only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
 back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
-not messages.
+not messages. An HA takeover (cluster.py) moves a dead instance's rows into this store
+with seqs above ours and ``adopt`` takes them in the same way, under the lock.
 
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations are never stored (beyond their window they
@@ -73,7 +74,7 @@ from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
 from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
 from .reserve import Reservations
-from .store import Database, Store
+from .store import Database, Recovered, Store
 from .swap import Swap
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
@@ -205,6 +206,29 @@ class Broker:
         assert self.store is not None
         rec = self.store.load()
         self._seq = itertools.count(rec.max_seq + 1)
+        self._rebuild(rec, self.store.queue_bytes)
+
+    def reserve_seqs(self, count: int) -> int:
+        """Skip ``count`` seqs (call with the lock held): rows an HA takeover moves into this
+        broker's store take base + 1 .. base + count; returns base. A seq is never reused."""
+        base = next(self._seq) - 1
+        self._seq = itertools.count(base + count + 1)
+        return base
+
+    def adopt(self, rec: Recovered, queue_bytes: dict[str, int]) -> None:
+        """Take in what an HA takeover moved into our store from a dead instance's (call
+        with the lock held, its seqs reserved with reserve_seqs and higher than any here):
+        its waiting messages start paged out, its durable subscriptions and prepared XA
+        branches join ours, and consumers waiting on those destinations look again."""
+        self._rebuild(rec, queue_bytes.__getitem__)
+        for qkey in rec.backlogs:
+            mq = self._queue_for_key(qkey, create=False)
+            if mq is not None:
+                mq.wake_all()
+
+    def _rebuild(self, rec: Recovered, queue_bytes: Callable[[str], int]) -> None:
+        """Destinations, subscriptions, paged-out messages and prepared branches of ``rec``."""
+        assert self.store is not None
         for qkey, cfg in rec.destinations.items():
             self.configured[qkey] = _limits_from_json(cfg)
         for client_id, name, topic, selector, no_local in rec.subscriptions:
@@ -221,7 +245,7 @@ class Broker:
             mq.count += count
             mq.paged += count
             if mq.limits.counts_bytes:
-                mq.bytes += self.store.queue_bytes(qkey)
+                mq.bytes += queue_bytes(qkey)
         for seq, qkey, dcount, blob in rec.locked:  # held by a prepared branch: in memory
             mq = self._queue_for_key(qkey)
             if mq is None:

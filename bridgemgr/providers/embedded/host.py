@@ -68,10 +68,9 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
     if props.get("imq.persist.store") == "jdbc":
         # The original's JDBC store commits every persistent message before the send
         # returns; so does ours (a database commit per group of sends).
-        from .pgstore import PostgresDatabase, jdbc_settings
-
-        database, sync = PostgresDatabase(jdbc_settings(props, props.get("imq.instancename")),
-                                          sync=True), True
+        from .cluster import store_settings
+        from .pgstore import PostgresDatabase
+        database, sync = PostgresDatabase(store_settings(props), sync=True), True
     limits = _limits(DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes,
                                            auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq))
     memory = MemoryConfig(tuple(props.get(f"imq.{s}.threshold") for s in STATES),

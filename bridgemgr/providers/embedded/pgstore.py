@@ -6,10 +6,14 @@
 # returns before, and a crash of the database server, not of ours, can lose the last
 # batches). The bridges' XA transaction log goes into the same database (table
 # imq_bridge_txlog of that schema: xa/sqllog.py), as the chapter asks of a JDBC store.
+# A durable subscription's key holds a NUL, which PostgreSQL text refuses: the database
+# holds U+FFFE in its place. An instance of an HA cluster (cluster.py) has the schema of its
+# broker id, keeps the XA logs in the cluster's schema, and fences every batch on its lease.
 """The embedded broker's store in PostgreSQL (psycopg 3)."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import threading
 from collections.abc import Callable
@@ -45,6 +49,20 @@ _PG_OPS = {**_OPS,
                        "no_local = EXCLUDED.no_local",),
            "dest_put": ("INSERT INTO dests(qkey, config) VALUES (?, ?) "
                         "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",)}
+# A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
+# in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
+_NUL, _NUL_STORED = "\0", "\ufffe"
+_KEYED_OPS = ("purge", "dest_put", "dest_del")  # ops whose first argument is a key
+
+
+def stored_key(qkey: str) -> str:
+    return qkey.replace(_NUL, _NUL_STORED)
+
+
+def loaded_key(text: str) -> str:
+    return text.replace(_NUL_STORED, _NUL)
+
+
 _PREPARE_XA = ("INSERT INTO xa(xid, state) VALUES (?, 'prepared') "
                "ON CONFLICT (xid) DO UPDATE SET state = 'prepared'")
 
@@ -56,6 +74,13 @@ class JdbcSettings:
 
     conninfo: dict[str, str]
     schema: str
+    # HA cluster (cluster.py): the bridges' XA logs go to the cluster's schema, and each
+    # connection says which broker id it writes for (the txlog's fencing trigger checks it).
+    txlog_schema: str | None = None
+    brokerid: str | None = None
+    # HA: a query (one %s: the broker id) that finds a row only while this instance holds
+    # its store, locking it FOR SHARE: run first in every batch's transaction.
+    fence: str | None = None
 
     @property
     def where(self) -> str:
@@ -73,6 +98,8 @@ class JdbcSettings:
             with conn.cursor() as cur:
                 cur.execute(f'CREATE SCHEMA IF NOT EXISTS "{self.schema}"')
                 cur.execute(f'SET search_path TO "{self.schema}"')
+                if self.brokerid is not None:
+                    cur.execute("SELECT set_config('imq.brokerid', %s, false)", (self.brokerid,))
             conn.commit()
             return conn
         except psycopg.Error as exc:
@@ -80,6 +107,8 @@ class JdbcSettings:
 
     def txlog_sql(self) -> tuple[Callable[[], Any], str]:
         """What xa/sqllog.py needs to keep a bridge's XA log in this database."""
+        if self.txlog_schema is not None:
+            return dataclasses.replace(self, schema=self.txlog_schema).connect, "format"
         return self.connect, "format"
 
 
@@ -126,6 +155,16 @@ def parse_jdbc_url(url: str) -> dict[str, str]:
     return info
 
 
+def _stored_op(name: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
+    """An ordered op with its keys as the database holds them."""
+    if name in _KEYED_OPS:
+        return name, (stored_key(args[0]), *args[1:])
+    if name == "xa_prepare":
+        xid, sends, acks = args
+        return name, (xid, [(seq, stored_key(q), b) for seq, q, b in sends], acks)
+    return name, args
+
+
 class PostgresDatabase(Database):
     """The store's tables in this instance's schema of a PostgreSQL database."""
 
@@ -165,12 +204,18 @@ class PostgresDatabase(Database):
             with self._lock:
                 cur = self._conn.cursor()
                 try:
-                    return recovered(lambda sql: cur.execute(sql) or cur)
+                    rec = recovered(lambda sql: cur.execute(sql) or cur)
                 finally:
                     cur.close()
                     self._conn.commit()
         except (psycopg.Error, ValueError) as exc:
             raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
+        rec.backlogs = {loaded_key(q): n for q, n in rec.backlogs.items()}
+        rec.locked = [(seq, loaded_key(q), d, b) for seq, q, d, b in rec.locked]
+        rec.destinations = {loaded_key(q): c for q, c in rec.destinations.items()}
+        for branch in rec.prepared.values():
+            branch.sends = [(seq, loaded_key(q), b) for seq, q, b in branch.sends]
+        return rec
 
     def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
         """One read in a transaction of its own (the writer shares the connection)."""
@@ -188,21 +233,35 @@ class PostgresDatabase(Database):
             raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
 
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
-        return [(seq, d, bytes(b)) for seq, d, b in self._read(PAGE_SQL, (qkey, after, limit))]
+        return [(seq, d, bytes(b)) for seq, d, b in self._read(PAGE_SQL, (stored_key(qkey), after, limit))]
 
     def queue_bytes(self, qkey: str) -> int:
-        return int(self._read(BYTES_SQL, (qkey,))[0][0])
+        return int(self._read(BYTES_SQL, (stored_key(qkey),))[0][0])
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
               ops: list[tuple[str, tuple[Any, ...]]]) -> None:
         with self._lock, self._conn.cursor() as cur:
             try:
+                self._fenced(cur)
+                inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
+                ops = [_stored_op(name, args) for name, args in ops]
                 write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
                             _PREPARE_XA, mark="%s")
                 self._conn.commit()
             except BaseException:
                 self._conn.rollback()
                 raise
+
+    def _fenced(self, cur: Any) -> None:
+        """HA: StoreError unless this instance still holds its store (a takeover moving
+        our rows waits for this batch, or this batch finds the store taken and fails)."""
+        settings = self.settings
+        if settings.fence is None:
+            return
+        cur.execute(settings.fence, (settings.brokerid,))
+        if cur.fetchone() is None:
+            raise StoreError(f"{self.where}: fenced: broker {settings.brokerid} was taken over by "
+                             "another instance of its HA cluster and writes nothing more")
 
     def no_space(self, exc: BaseException) -> bool:
         """SQLSTATE 53100 (disk_full: "could not extend file ...: No space left on device")."""

@@ -1,0 +1,228 @@
+"""HA cluster takeover time and link throughput on the shared store; prints JSON.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/ha.py [--kills K] [--messages N] [--rate R]
+
+Real processes: a PostgreSQL server of the Debian package (tests/pgserver.py), `serve`
+instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) and a plain
+`serve` M (SQLite store) whose queues the takeover run's link moves between.
+
+- takeover: two instances A and B; bridge jb1 (a transacted link, batchSize 1, M:ha.in ->
+  M:ha.out) runs on one of them while a paced producer sends --rate msg/s to ha.in and a
+  receiver takes ha.out. --kills times: SIGKILL the owner, time from the kill to the first
+  message that arrives on ha.out more than 0.1 s after it (moved by the new owner), then
+  start the killed instance again (it joins as a standby). p50 and max of those times, with
+  the intervals they depend on (a lease expires a monitor interval after its last renewal;
+  live instances look at every heart-beat). At the end every sent message must have
+  arrived once: lost and duplicates are counted.
+- throughput: --messages persistent 1 KiB messages waiting in the host broker's queue,
+  then the bridge started; msg/s until the last one arrived, for a non-transacted link
+  (host -> host: the store's batches, each fenced on the lease row in an HA instance) and
+  a transacted link (host -> M: two-phase commit, the XA log in the database), on an HA
+  instance and on a single (non-HA) instance of the same PostgreSQL server, side by side;
+  ratio = HA / single.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from benchcommon import postgresql
+
+from bridgemgr import connect
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue, TextMessage
+from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml, wait_for
+from service_support import Daemon, cli, one_bridge_files
+
+EMPTY = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb"/>
+"""
+
+
+class Arrivals:
+    """Receives a queue of broker M on a thread, keeping (time, text) of each message."""
+
+    def __init__(self, address: str, queue: str) -> None:
+        self.seen: list[tuple[float, str]] = []
+        self._halt = threading.Event()
+        self._conn = connect(f"mq://{address}", username="admin", password=PASSWORD)
+        self._consumer = self._conn.create_session().create_consumer(Queue(queue))
+        self._conn.start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            m = self._consumer.receive(0.2)
+            if m is not None:
+                self.seen.append((time.monotonic(), m.text if isinstance(m, TextMessage) else ""))
+
+    def close(self) -> None:
+        self._halt.set()
+        self._thread.join(5)
+        self._conn.close()
+
+
+def takeover(base: Path, pg: Any, m: Daemon, kills: int, rate: int) -> dict:
+    cluster = Cluster(base / "takeover", pg, {"jb1": link_xml("jb1", m.address, "ha.in", "ha.out")})
+    arrivals = Arrivals(m.address, "ha.out")
+    halt, sent = threading.Event(), [0]
+
+    def produce() -> None:
+        with connect(f"mq://{m.address}", username="admin", password=PASSWORD) as conn:
+            producer = conn.create_session().create_producer(Queue("ha.in"))
+            start = time.monotonic()
+            while not halt.is_set():
+                while time.monotonic() < start + sent[0] / rate:
+                    time.sleep(0.001)
+                producer.send(TextMessage(f"m{sent[0]:07d}"), delivery_mode=DeliveryMode.PERSISTENT)
+                sent[0] += 1
+
+    producer = threading.Thread(target=produce, daemon=True)
+    times: list[float] = []
+    try:
+        owner, standby = cluster.start("A", "jb1"), cluster.start("B", "")
+        producer.start()
+        for _ in range(kills):
+            before = len(arrivals.seen)
+            wait_for(lambda b=before: len(arrivals.seen) >= b + rate, 120)  # flowing through the owner
+            killed = time.monotonic()
+            owner.kill()
+            owner.stop()
+            first = wait_for(lambda b=before, k=killed: next(
+                (t for t, _ in arrivals.seen[b:] if t > k + 0.1), None), 60, 0.01)
+            times.append(first - killed)
+            restarted = cluster.start(owner.brokerid, "")
+            owner, standby = standby, restarted
+        halt.set()
+        producer.join(10)
+        wait_for(lambda: len(arrivals.seen) >= sent[0], 120)
+        time.sleep(2)
+    finally:
+        halt.set()
+        arrivals.close()
+        cluster.stop()
+    texts = [text for _, text in arrivals.seen]
+    return {"kills": kills, "heartbeat_interval_s": HEARTBEAT, "monitor_interval_s": MONITOR,
+            "producer_rate_msg_s": rate,
+            "takeover_s": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2),
+                           "each": [round(t, 2) for t in times]},
+            "sent": sent[0], "lost": sent[0] - len(set(texts)), "duplicates": len(texts) - len(set(texts))}
+
+
+def throughput_xml(m_address: str) -> dict[str, str]:
+    """jbn: non-transacted link host -> host; jbt: transacted link host -> M."""
+    head = '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">\n'
+    jbn = head + """<jmsbridge name="jbn">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="n.in"/>
+  <destination ref-name="dst" name="n.out"/>
+</jmsbridge>
+"""
+    jbt = head + f"""<jmsbridge name="jbt">
+  <link name="l1" transacted="true">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="m" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <connection-factory ref-name="m" username="admin" password="{PASSWORD}">
+    <property name="imqAddressList" value="mq://{m_address}"/>
+  </connection-factory>
+  <destination ref-name="src" name="t.in"/>
+  <destination ref-name="dst" name="t.out"/>
+</jmsbridge>
+"""
+    return {"jbn": jbn, "jbt": jbt}
+
+
+def drain_rate(instance: Daemon, passfile: Path, bridge: str, source: str, target: Daemon,
+               queue: str, n: int) -> float:
+    """msg/s of ``bridge`` moving ``n`` waiting messages from ``source`` to ``queue`` of ``target``."""
+    body = bytes(range(256)) * 4
+    with connect(f"mq://{instance.address}", username="admin", password=PASSWORD) as conn:
+        producer = conn.create_session().create_producer(Queue(source))
+        for _ in range(n):
+            producer.send(BytesMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+    arrivals = Arrivals(target.address, queue)
+    try:
+        start = time.monotonic()
+        r = cli(instance, passfile, "start", "bridge", "-bn", bridge)
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for(lambda: len(arrivals.seen) >= n, 600, 0.05)
+        return n / (arrivals.seen[n - 1][0] - start)
+    finally:
+        arrivals.close()
+
+
+def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
+    xml = throughput_xml(m.address)
+    central = ["imq.bridge.jbn.autostart=false", "imq.bridge.jbt.autostart=false"]
+    out: dict[str, dict[str, float]] = {}
+    cluster = Cluster(base / "ha", pg, xml, *central)
+    try:
+        ha = cluster.start("A", "jbn,jbt")
+        out["ha_instance"] = {"non_transacted_msg_s": drain_rate(ha, ha.passfile, "jbn", "n.in", ha, "n.out", n),
+                              "transacted_msg_s": drain_rate(ha, ha.passfile, "jbt", "t.in", m, "t.out", n)}
+    finally:
+        cluster.stop()
+    single_base = base / "single"
+    single_base.mkdir()
+    for name, text in xml.items():
+        (single_base / f"{name}.xml").write_text(text)
+    props, passfile = one_bridge_files(
+        single_base, "single", EMPTY, PASSWORD, "imq.bridge.jbn.type=jms", "imq.bridge.jbn.xmlurl=jbn.xml",
+        "imq.bridge.jbt.type=jms", "imq.bridge.jbt.xmlurl=jbt.xml", *central, "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={pg.url(cluster.database)}", activelist="jbn,jbt")
+    single = Instance(props, passfile, "single")
+    try:
+        out["single_instance"] = {
+            "non_transacted_msg_s": drain_rate(single, passfile, "jbn", "n.in", single, "n.out", n),
+            "transacted_msg_s": drain_rate(single, passfile, "jbt", "t.in", m, "t.out", n)}
+    finally:
+        single.stop()
+    ratio = {kind.removesuffix("_msg_s"): round(out["ha_instance"][kind] / out["single_instance"][kind], 2)
+             for kind in ("non_transacted_msg_s", "transacted_msg_s")}
+    rounded = {side: {k: round(v) for k, v in rates.items()} for side, rates in out.items()}
+    return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--kills", type=int, default=5)
+    ap.add_argument("--rate", type=int, default=200, help="msg/s the takeover run's producer sends")
+    ap.add_argument("--messages", type=int, default=3000, help="per throughput drain")
+    ap.add_argument("--only", choices=("takeover", "throughput"))
+    args = ap.parse_args()
+    out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()]}
+    with tempfile.TemporaryDirectory() as tmp, postgresql("jdbc") as pg:
+        base = Path(tmp)
+        (base / "m").mkdir()
+        m_props, m_passfile = one_bridge_files(base / "m", "M", EMPTY, PASSWORD, activelist="")
+        m = Instance(m_props, m_passfile, "M")
+        try:
+            if args.only != "throughput":
+                out["takeover"] = takeover(base, pg, m, args.kills, args.rate)
+            if args.only != "takeover":
+                out["throughput"] = throughput(base, pg, m, args.messages)
+        finally:
+            m.stop()
+    print(json.dumps(out, indent=2))
+
+
+if __name__ == "__main__":
+    main()

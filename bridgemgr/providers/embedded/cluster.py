@@ -1,0 +1,523 @@
+# How it works: with imq.cluster.ha=true every instance of the cluster (imq.cluster.clusterid)
+# keeps its host broker's store in the shared PostgreSQL database, in a schema of its own
+# (imq_<clusterid>__<brokerid>), and shares the cluster's schema (imq_cluster_<clusterid>):
+#   imq_ha_brokers    one row per broker id: its lease (lease_expires, in the database's clock),
+#                     a generation bumped at every join and takeover, its state (live, taken),
+#                     its address and its bridge configuration (what check compares);
+#   imq_ha_bridges    the JMS bridge ownership table of the chapter: bridge -> owning broker id;
+#   imq_bridge_txlog  the bridges' XA logs (xa/sqllog.py), one set of rows per bridge name, so
+#                     whichever instance runs a bridge reads the decisions of the one before.
+# join() (before the host broker opens) refuses a broker id whose lease is still live and a
+# bridge configuration that differs from a live member's (naming the keys), then renews the
+# lease as a new generation. claim() applies the chapter's three start-up rules to
+# imq.bridge.activelist in one transaction. A heartbeat thread renews the lease every
+# imq.cluster.heartbeat.interval (UPDATE ... WHERE generation = ours AND state = 'live': no
+# row means we lost it) and, with each renewal, looks for a live member whose lease is older
+# than imq.cluster.monitor.interval: SELECT ... FOR UPDATE SKIP LOCKED picks at most one, so
+# of several live instances exactly one takes it over. In that one transaction, holding our
+# broker's lock, the taker marks it taken, moves its bridges' ownership rows to itself and
+# moves its store's rows into its own schema (messages renumbered above our seqs in their
+# order, prepared XA branches with their sends and acks, durable subscriptions and
+# destination settings we lack); after the commit our broker adopts them (Broker.adopt: paged
+# out like a store read at start) and the service starts the bridges. A lost lease (a renewal
+# refused, or none succeeding for a monitor interval: we may have been paused, or the
+# database out of reach) stops every bridge first; then, if another instance took us over,
+# the service ends (restarted, it joins afresh with an empty store); else we join again as a
+# new generation and run what the ownership table still gives us.
+# Fencing inside the store: every batch of an HA instance's store first reads its own lease
+# row FOR SHARE (pgstore's fence: state must be live), and a trigger on imq_bridge_txlog lets
+# a connection write a bridge's rows only while its broker id (the session setting
+# imq.brokerid of every HA store connection) owns the bridge, reading the ownership row FOR
+# SHARE. A takeover's UPDATE of those rows waits for such a write, or makes it fail: a resumed
+# old owner neither writes to the store that moved nor logs a commit decision (its
+# transaction rolls back: presumed abort), and the new owner's recovery alone decides.
+"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ...jms.errors import StoreError
+from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
+from .pgstore import JdbcSettings, jdbc_settings, loaded_key, schema_name
+from .store import PreparedBranch, Recovered
+
+if TYPE_CHECKING:
+    from .broker import Broker
+    from .host import EmbeddedHostBroker
+
+log = logging.getLogger(__name__)
+
+BROKERS, BRIDGES, TXLOG = "imq_ha_brokers", "imq_ha_bridges", "imq_bridge_txlog"
+LIVE, TAKEN = "live", "taken"
+_DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tables at a time
+_TABLES = (
+    f"CREATE TABLE IF NOT EXISTS {BROKERS}(brokerid TEXT PRIMARY KEY, state TEXT NOT NULL, "
+    "generation BIGINT NOT NULL, lease_expires TIMESTAMPTZ NOT NULL, address TEXT, "
+    "taken_by TEXT, config TEXT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {BRIDGES}(bridge TEXT PRIMARY KEY, owner TEXT NOT NULL, "
+    "since TIMESTAMPTZ NOT NULL DEFAULT now())",
+    # The same table xa/sqllog.py creates, made here first so that the fence can guard it.
+    f"CREATE TABLE IF NOT EXISTS {TXLOG} (bridge VARCHAR(200) NOT NULL, "
+    "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))",
+)
+
+
+def _fence_ddl(schema: str) -> tuple[str, ...]:
+    return (
+        f'CREATE OR REPLACE FUNCTION "{schema}".imq_fence() RETURNS trigger LANGUAGE plpgsql AS $$\n'
+        "DECLARE b TEXT; me TEXT := current_setting('imq.brokerid', true);\n"
+        "BEGIN\n"
+        "  IF TG_OP = 'DELETE' THEN b := OLD.bridge; ELSE b := NEW.bridge; END IF;\n"
+        f'  PERFORM 1 FROM "{schema}".{BRIDGES} WHERE bridge = b AND owner = me FOR SHARE;\n'
+        "  IF NOT FOUND THEN\n"
+        "    RAISE EXCEPTION 'fenced: bridge % is not owned by broker %', b, me;\n"
+        "  END IF;\n"
+        "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n"
+        "  RETURN NEW;\n"
+        "END $$",
+        f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{TXLOG} '
+        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()',
+    )
+
+
+class ClusterError(Exception):
+    """This instance cannot join its HA cluster (its broker id is live elsewhere, its
+    bridge configuration differs from the cluster's, the store cannot be reached)."""
+
+
+@dataclass(frozen=True)
+class ClusterSettings:
+    """An HA instance's cluster properties, and where the cluster's tables live."""
+
+    clusterid: str
+    brokerid: str
+    heartbeat: float  # seconds between lease renewals
+    monitor: float  # seconds without renewal after which an instance is taken over
+    jdbc: JdbcSettings  # the cluster's schema, connections marked with our broker id
+
+
+def cluster_schema(clusterid: str) -> str:
+    return schema_name(f"cluster_{clusterid}")
+
+
+def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
+    """The HA settings of ``props``; None unless imq.cluster.ha is true."""
+    if not props.get("imq.cluster.ha"):
+        return None
+    clusterid, brokerid = props.get("imq.cluster.clusterid"), props.get("imq.brokerid")
+    if not clusterid or not brokerid:
+        raise StoreError("imq.cluster.ha=true needs imq.cluster.clusterid and imq.brokerid")
+    base = jdbc_settings(props, brokerid)
+    return ClusterSettings(clusterid, brokerid, float(props.get("imq.cluster.heartbeat.interval")),
+                           float(props.get("imq.cluster.monitor.interval")),
+                           dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid))
+
+
+def store_settings(props: BrokerProperties) -> JdbcSettings:
+    """Where the host broker's jdbc store lives: the instance's schema; for an HA instance
+    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's."""
+    ha = cluster_settings(props)
+    if ha is None:
+        return jdbc_settings(props, props.get("imq.instancename"))
+    return dataclasses.replace(ha.jdbc, schema=instance_schema(ha.clusterid, ha.brokerid),
+                               txlog_schema=ha.jdbc.schema,
+                               fence=f'SELECT 1 FROM "{ha.jdbc.schema}".{BROKERS} WHERE brokerid = %s '
+                                     f"AND state = '{LIVE}' FOR SHARE")
+
+
+def instance_schema(clusterid: str, brokerid: str) -> str:
+    """The schema of an HA instance's host broker store."""
+    return schema_name(f"{clusterid}__{brokerid}")
+
+
+def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
+    """What must be the same on every instance: every bridge property but the per-instance
+    ones (as written), imq.bridge.enabled, and a digest of each local bridge XML file."""
+    config = {key: value for key, value in props.raw.items()
+              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
+    config["imq.bridge.enabled"] = str(props.enabled).lower()
+    for name in props.bridge_names:
+        settings = props.bridge(name)
+        if settings.type != "jms" or not settings.xmlurl or "://" in settings.xmlurl:
+            continue
+        path = Path(settings.xmlurl.removeprefix("file:"))
+        if not path.is_absolute() and settings.xml_base is not None:
+            path = settings.xml_base / path
+        try:
+            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+        except OSError:
+            pass  # check and the bridge's start report an unreadable file
+    return config
+
+
+def differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+    """The keys whose values differ (or that only one side sets), sorted."""
+    return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
+
+
+class HACluster:
+    """This instance's membership in its HA cluster (one database connection, its own)."""
+
+    def __init__(self, settings: ClusterSettings) -> None:
+        self.settings = settings
+        self.brokerid = settings.brokerid
+        self.generation = 0
+        self._conn: Any = None
+        self._lock = threading.Lock()  # the connection: heartbeat thread and admin threads
+        self._halt = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._address: str | None = None
+        self._config: dict[str, str] = {}
+        self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
+
+    def attach(self, host: EmbeddedHostBroker) -> None:
+        """The host broker whose store a takeover moves the dead instance's rows into."""
+        self._broker = host.broker
+
+    # --- the database -------------------------------------------------------------------
+    def _transaction(self, work: Callable[[Any], Any]) -> Any:
+        """``work(cursor)`` in one transaction; a failed one drops the connection."""
+        import psycopg
+
+        with self._lock:
+            try:
+                if self._conn is None:
+                    self._conn = self.settings.jdbc.connect()
+                with self._conn.cursor() as cur:
+                    result = work(cur)
+                self._conn.commit()
+                return result
+            except psycopg.Error as exc:
+                self._drop()
+                raise StoreError(f"{self.settings.jdbc.where}: HA cluster tables: {exc}") from exc
+            except BaseException:
+                if self._conn is not None:
+                    self._conn.rollback()
+                raise
+
+    def _drop(self) -> None:
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def create_tables(self) -> None:
+        schema = self.settings.jdbc.schema
+
+        def create(cur: Any) -> None:
+            cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
+            for statement in (*_TABLES, *_fence_ddl(schema)):
+                cur.execute(statement)
+        self._transaction(create)
+
+    # --- membership -------------------------------------------------------------------
+    def join(self, address: str, config: dict[str, str]) -> None:
+        """Become a live member as a new generation; ClusterError when our broker id is
+        live elsewhere or a live member runs another bridge configuration."""
+        self._address, self._config = address, config
+        monitor, me = self.settings.monitor, self.brokerid
+
+        def join(cur: Any) -> int:
+            cur.execute(f"SELECT state, lease_expires > now(), address FROM {BROKERS} "
+                        "WHERE brokerid = %s FOR UPDATE", (me,))
+            row = cur.fetchone()
+            if row is not None and row[0] == LIVE and row[1] and self.generation == 0:
+                raise ClusterError(f"broker id {me} is in use by a live instance ({row[2]}); give "
+                                   f"this one another imq.brokerid, or wait {monitor:g} s "
+                                   "(imq.cluster.monitor.interval) if that instance is gone")
+            cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
+                        "AND lease_expires > now() AND brokerid <> %s ORDER BY brokerid", (LIVE, me))
+            for other, text in cur.fetchall():
+                differ = differences(config, json.loads(text))
+                if differ:
+                    raise ClusterError(f"the bridge configuration differs from live broker {other}'s "
+                                       f"in {', '.join(differ)}; every instance of an HA cluster "
+                                       "needs the same (imq.cluster.url)")
+            cur.execute(
+                f"INSERT INTO {BROKERS}(brokerid, state, generation, lease_expires, address, config) "
+                "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s, %s) "
+                "ON CONFLICT (brokerid) DO UPDATE SET state = EXCLUDED.state, "
+                f"generation = {BROKERS}.generation + 1, lease_expires = EXCLUDED.lease_expires, "
+                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL "
+                "RETURNING generation", (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)))
+            return int(cur.fetchone()[0])
+        self.generation = self._transaction(join)
+        log.info("HA cluster %s: broker %s joined (generation %d)", self.settings.clusterid, me,
+                 self.generation)
+
+    def _holding(self, cur: Any) -> bool:
+        """Whether our lease is ours still (locks our row against a takeover till commit)."""
+        cur.execute(f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = %s "
+                    "AND lease_expires > now() FOR SHARE", (self.brokerid, self.generation, LIVE))
+        return cur.fetchone() is not None
+
+    def claim(self, activelist: Iterable[str]) -> list[str]:
+        """The chapter's start-up rules: a bridge of ``activelist`` not in the ownership
+        table is added as ours; one another broker owns is dropped; one we own that
+        ``activelist`` does not name is added. The bridges this instance is to run."""
+        me, wanted = self.brokerid, list(dict.fromkeys(activelist))
+
+        def claim(cur: Any) -> list[str]:
+            if not self._holding(cur):
+                raise ClusterError(f"broker {me} no longer holds its lease")
+            cur.execute(f"LOCK TABLE {BRIDGES} IN SHARE ROW EXCLUSIVE MODE")
+            cur.execute(f"SELECT bridge, owner FROM {BRIDGES}")
+            owners = dict(cur.fetchall())
+            active = []
+            for name in wanted:
+                owner = owners.get(name)
+                if owner is None:
+                    cur.execute(f"INSERT INTO {BRIDGES}(bridge, owner) VALUES (%s, %s)", (name, me))
+                    log.info("bridge %s: added to the ownership table as broker %s's", name, me)
+                    active.append(name)
+                elif owner != me:
+                    log.warning("bridge %s is owned by broker %s: removed from imq.bridge.activelist",
+                                name, owner)
+                else:
+                    active.append(name)
+            for name, owner in sorted(owners.items()):
+                if owner == me and name not in wanted:
+                    log.info("bridge %s is owned by broker %s: added to imq.bridge.activelist", name, me)
+                    active.append(name)
+            return active
+        return self._transaction(claim)
+
+    def owners(self) -> dict[str, str]:
+        """The ownership table: bridge name -> owning broker id."""
+        def read(cur: Any) -> dict[str, str]:
+            cur.execute(f"SELECT bridge, owner FROM {BRIDGES} ORDER BY bridge")
+            return dict(cur.fetchall())
+        return self._transaction(read)
+
+    # --- heart-beats and takeover ---------------------------------------------------------
+    def start(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
+              rejoined: Callable[[list[str]], None], activelist: Iterable[str]) -> None:
+        """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
+        over that broker and now own those bridges; ``lost(taker)``: our lease is gone, stop
+        every bridge now (``taker``: the broker that took us over, store and all: this
+        instance must end; None: the store was out of reach, we join again when it is
+        back); ``rejoined(bridges)``: we are a member again and own these."""
+        wanted = list(activelist)
+        self._thread = threading.Thread(target=self._beat, args=(took_over, lost, rejoined, wanted),
+                                        daemon=True, name="ha-heartbeat")
+        self._thread.start()
+
+    def _beat(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
+              rejoined: Callable[[list[str]], None], wanted: list[str]) -> None:
+        renewed = time.monotonic()
+        holding = True
+        while not self._halt.wait(self.settings.heartbeat):
+            try:
+                if not holding:
+                    taker = self.taken_by()
+                    if taker is not None:
+                        lost(taker)
+                        return
+                    self.join(self._address or "", self._config)
+                    rejoined(self.claim(wanted))
+                    holding, renewed = True, time.monotonic()
+                    continue
+                if time.monotonic() - renewed > self.settings.monitor or not self.renew():
+                    holding = False
+                    log.error("HA cluster %s: broker %s lost its lease; stopping its bridges",
+                              self.settings.clusterid, self.brokerid)
+                    lost(None)
+                    continue
+                renewed = time.monotonic()
+                taken = self.take_over()
+                if taken is not None:
+                    took_over(*taken)
+            except (StoreError, ClusterError) as exc:
+                log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+            except Exception:
+                log.exception("HA cluster %s: heart-beat failed", self.settings.clusterid)
+
+    def taken_by(self) -> str | None:
+        """The broker that took us over, if one did."""
+        def read(cur: Any) -> str | None:
+            cur.execute(f"SELECT state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
+            row = cur.fetchone()
+            return str(row[1]) if row is not None and row[0] == TAKEN else None
+        return self._transaction(read)
+
+    def renew(self) -> bool:
+        """Extend our lease by a monitor interval; False when it is no longer ours."""
+        def renew(cur: Any) -> bool:
+            cur.execute(f"UPDATE {BROKERS} SET lease_expires = now() + make_interval(secs => %s) "
+                        "WHERE brokerid = %s AND generation = %s AND state = %s",
+                        (self.settings.monitor, self.brokerid, self.generation, LIVE))
+            return bool(cur.rowcount == 1)
+        return bool(self._transaction(renew))
+
+    def take_over(self) -> tuple[str, list[str]] | None:
+        """Take over at most one member whose lease has expired: (its broker id, the
+        bridges now ours), or None. Atomic: of several live instances one wins, and in the
+        same transaction its store's rows move into ours (adopt)."""
+        me, broker = self.brokerid, self._broker
+        moved: list[tuple[Recovered, dict[str, int]]] = []
+
+        def take(cur: Any) -> tuple[str, list[str]] | None:
+            cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE state = %s AND brokerid <> %s "
+                        "AND lease_expires < now() ORDER BY lease_expires LIMIT 1 "
+                        "FOR UPDATE SKIP LOCKED", (LIVE, me))
+            row = cur.fetchone()
+            if row is None or not self._holding(cur):
+                return None
+            dead = row[0]
+            cur.execute(f"UPDATE {BROKERS} SET state = %s, taken_by = %s, generation = generation + 1 "
+                        "WHERE brokerid = %s", (TAKEN, me, dead))
+            cur.execute(f"UPDATE {BRIDGES} SET owner = %s, since = now() WHERE owner = %s "
+                        "RETURNING bridge", (me, dead))
+            bridges = sorted(r[0] for r in cur.fetchall())
+            if broker is not None:
+                moved.append(self._move_store(cur, broker, dead))
+            return dead, bridges
+
+        if broker is None:
+            taken = self._transaction(take)
+        else:
+            with broker.lock:  # nothing enters our queues between the seqs and the adoption
+                taken = self._transaction(take)
+                if taken is not None and moved:
+                    broker.adopt(*moved[0])
+        if taken is not None:
+            log.warning("HA cluster %s: broker %s took over broker %s (lease expired), its store "
+                        "and its bridges: %s", self.settings.clusterid, me, taken[0],
+                        ", ".join(taken[1]) or "none")
+        return taken
+
+    def _move_store(self, cur: Any, broker: Broker, dead: str) -> tuple[Recovered, dict[str, int]]:
+        """Move the dead instance's store rows into ours (the caller's transaction, our
+        broker's lock held): messages and prepared XA branches get seqs of ours in their
+        order; subscriptions and destination settings we lack come along. What the broker
+        needs to adopt them, and the bytes of each destination's moved messages."""
+        clusterid = self.settings.clusterid
+        theirs, ours = instance_schema(clusterid, dead), instance_schema(clusterid, self.brokerid)
+        cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (f'"{theirs}".msgs', f'"{ours}".msgs'))
+        if None in cur.fetchone():
+            return Recovered({}, [], [], {}, {}, 0), {}
+        t, o = f'"{theirs}"', f'"{ours}"'
+        cur.execute(f"SELECT COUNT(*) FROM (SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s")
+        count = int(cur.fetchone()[0])
+        base = broker.reserve_seqs(count)
+        cur.execute("CREATE TEMPORARY TABLE imq_adopt ON COMMIT DROP AS SELECT seq AS old, "
+                    "%s + ROW_NUMBER() OVER (ORDER BY seq) AS new FROM "
+                    f"(SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s", (base,))
+        cur.execute(f"INSERT INTO {o}.msgs(seq, qkey, dcount, blob) SELECT a.new, m.qkey, m.dcount, m.blob "
+                    f"FROM {t}.msgs m JOIN imq_adopt a ON a.old = m.seq")
+        cur.execute(f"INSERT INTO {o}.xa(xid, state) SELECT xid, state FROM {t}.xa "
+                    "ON CONFLICT (xid) DO NOTHING RETURNING xid")
+        prepared = {xid: PreparedBranch() for (xid,) in cur.fetchall()}
+        cur.execute(f"INSERT INTO {o}.xa_sends(xid, seq, qkey, blob) SELECT s.xid, a.new, s.qkey, s.blob "
+                    f"FROM {t}.xa_sends s JOIN imq_adopt a ON a.old = s.seq "
+                    "RETURNING xid, seq, qkey, blob")
+        for xid, seq, qkey, blob in sorted(cur.fetchall(), key=lambda r: r[1]):
+            prepared.setdefault(xid, PreparedBranch()).sends.append((seq, loaded_key(qkey), bytes(blob)))
+        cur.execute(f"INSERT INTO {o}.xa_acks(xid, seq) SELECT k.xid, a.new "
+                    f"FROM {t}.xa_acks k JOIN imq_adopt a ON a.old = k.seq RETURNING xid, seq")
+        for xid, seq in sorted(cur.fetchall(), key=lambda r: r[1]):
+            prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
+        cur.execute(f"INSERT INTO {o}.subs SELECT * FROM {t}.subs ON CONFLICT DO NOTHING "
+                    "RETURNING client_id, name, topic, selector, no_local")
+        subs = [(c, n, tp, sel, bool(nl)) for c, n, tp, sel, nl in cur.fetchall()]
+        cur.execute(f"INSERT INTO {o}.dests SELECT * FROM {t}.dests ON CONFLICT DO NOTHING "
+                    "RETURNING qkey, config")
+        dests: dict[str, dict[str, Any]] = {loaded_key(k): json.loads(v) for k, v in cur.fetchall()}
+        top = base + count
+        cur.execute(f"SELECT qkey, COUNT(*), COALESCE(SUM(LENGTH(blob)), 0) FROM {o}.msgs "
+                    "WHERE seq > %s AND seq <= %s GROUP BY qkey", (base, top))
+        rows = [(loaded_key(q), n, b) for q, n, b in cur.fetchall()]
+        cur.execute(f"SELECT m.seq, m.qkey, m.dcount, m.blob FROM {o}.msgs m JOIN {o}.xa_acks a "
+                    "ON a.seq = m.seq WHERE m.seq > %s AND m.seq <= %s ORDER BY m.seq", (base, top))
+        locked = [(seq, loaded_key(q), d, bytes(b)) for seq, q, d, b in cur.fetchall()]
+        for table in ("msgs", "xa", "xa_sends", "xa_acks", "subs", "dests"):
+            cur.execute(f"DELETE FROM {t}.{table}")
+        log.info("HA cluster %s: moving broker %s's store into %s's: %d messages, %d subscriptions, "
+                 "%d prepared XA branches", clusterid, dead, self.brokerid, sum(int(n) for _, n, _ in rows),
+                 len(subs), len(prepared))
+        return (Recovered({q: int(n) for q, n, _ in rows}, locked, subs, dests, prepared, top),
+                {q: int(b) for q, _, b in rows})
+
+    def halt(self) -> None:
+        """Stop the heart-beats (no takeover begins after this returns)."""
+        self._halt.set()
+        if self._thread is not None:
+            self._thread.join(30)
+            self._thread = None
+
+    def leave(self) -> None:
+        """A clean stop: our lease expires now, so that a live instance takes our bridges
+        over at its next heart-beat (as after a failure)."""
+        self.halt()
+        try:
+            self._transaction(lambda cur: cur.execute(
+                f"UPDATE {BROKERS} SET lease_expires = now() WHERE brokerid = %s AND generation = %s "
+                "AND state = %s", (self.brokerid, self.generation, LIVE)))
+        except StoreError as exc:
+            log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+        self.close()
+
+    def close(self) -> None:
+        """Close our database connection (the next transaction would open another)."""
+        with self._lock:
+            self._drop()
+
+
+def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
+    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true)."""
+    settings = cluster_settings(props)
+    if settings is None:
+        return None
+    cluster = HACluster(settings)
+    try:
+        cluster.create_tables()
+        cluster.join(address, bridge_configuration(props))
+    except BaseException:
+        cluster.close()
+        raise
+    return cluster
+
+
+def cluster_problems(props: BrokerProperties) -> list[str]:
+    """For check: how this instance's configuration would fail to join its cluster now
+    (a live member with another configuration, or its broker id live), without joining."""
+    settings = cluster_settings(props)
+    if settings is None:
+        return []
+    cluster = HACluster(settings)
+    config = bridge_configuration(props)
+
+    def read(cur: Any) -> list[str]:
+        cur.execute("SELECT to_regclass(%s)", (f'"{settings.jdbc.schema}".{BROKERS}',))
+        if cur.fetchone()[0] is None:
+            return []
+        cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
+                    "AND lease_expires > now() ORDER BY brokerid", (LIVE,))
+        found = []
+        for other, text in cur.fetchall():
+            if other == settings.brokerid:
+                found.append(f"broker id {other} is in use by a live instance of cluster "
+                             f"{settings.clusterid}; each instance needs its own imq.brokerid")
+            differ = differences(config, json.loads(text))
+            if differ:
+                found.append(f"the bridge configuration differs from live broker {other}'s in "
+                             f"{', '.join(differ)}; every instance of HA cluster "
+                             f"{settings.clusterid} needs the same (imq.cluster.url)")
+        return found
+    try:
+        return cluster._transaction(read)
+    finally:
+        cluster.close()
