@@ -65,6 +65,8 @@ _SEND_PROTOCOL = frozenset({"destination", "transaction", "receipt", "content-le
                             "type", "reply-to"})
 # Headers a client may copy from a MESSAGE it received; the broker sets them anew.
 _SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscription", "ack"})
+_NOT_PROPERTIES = _SEND_PROTOCOL | _SEND_IGNORED
+_valid_names: set[str] = set()  # header names that are property names: the same few on every SEND
 _TRUE_FALSE = {"true": True, "false": False}
 
 # imq.bridge.stomp.invalidHeaderNames: what a SEND header that is no JMS property name becomes
@@ -223,13 +225,18 @@ def from_send(frame: Frame, destinations: Destinations, transformer: MessageTran
         message.set_string_property(CONTENT_TYPE_PROPERTY, headers["content-type"])
     invalid: dict[str, str] = {}
     for name, value in headers.items():
-        if name in _SEND_PROTOCOL or name in _SEND_IGNORED:
+        if name in _NOT_PROPERTIES:
             continue
         if invalid_names == NAMES_ENCODE and name.startswith(ENCODED_PREFIX):
             message.set_string_property(header_to_property(name), value)  # a valid name, escaped
             continue
+        if name in _valid_names:
+            message.set_string_property(name, value)
+            continue
         problem = property_name_problem(name)
         if problem is None:
+            if len(_valid_names) < 4096:
+                _valid_names.add(name)
             message.set_string_property(name, value)
             continue
         invalid[name] = value
