@@ -12,7 +12,11 @@ one shared queue (competing consumers), persistent and non-persistent:
   (common start .. last message received);
 - latency: the producers together send R msg/s (paced) for S seconds; each message carries
   its send time; p50/p99 of receive minus send, on one clock (one machine). --seconds 0
-  skips it.
+  skips it;
+- CPU: microseconds of CPU (user + system) per message of the broker's process tree and of
+  the client processes during the flat-out run. The machine is shared and the brokers run
+  one after the other, so msg/s moves with the load; CPU per message hardly does, and when
+  clients and broker share the cores (flat out) msg/s follows 1 / (client + broker CPU).
 
 Brokers: our bridge in its own process (embedded broker, SQLite store with fsync per group
 commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default), and
@@ -30,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -192,6 +197,30 @@ def stop_consumers(port: int, auth: Sequence[str], queue: str, consumers: list[C
 _runs = iter(range(1, 10**6))
 
 
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for line in subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.splitlines():
+        if line.strip():
+            child, parent = map(int, line.split())
+            children.setdefault(parent, []).append(child)
+    pids, total, tick = [pid], 0.0, os.sysconf("SC_CLK_TCK")
+    for p in pids:
+        pids += children.get(p, [])
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def clients_cpu() -> float:
+    """CPU seconds of the client processes waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, rate: float, persistent: bool,
              ack: str) -> dict:
     """One run on a fresh queue (stop messages of one run never reach the next); producers
@@ -272,6 +301,10 @@ class OurBridge:
     auth = ("admin", "secret", "/")
     send_prefix = "/queue/"
 
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
     def __enter__(self) -> int:
         self.dir = tempfile.mkdtemp(prefix="stomp-bench-")
         self.port = free_port()
@@ -290,6 +323,10 @@ class ActiveMQ:
     name = "activemq"
     auth = ("admin", "secret", "/")  # ActiveMQ's STOMP connector checks no login by default
     send_prefix = "/queue/"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def __enter__(self) -> int:
         self.base = Path(tempfile.mkdtemp(prefix="activemq-bench-"))
@@ -347,6 +384,11 @@ class RabbitMQ:
     # /amq/queue/NAME sends to the existing queue
     send_prefix = "/amq/queue/"
 
+    @property
+    def pid(self) -> int:
+        assert self.node.proc is not None
+        return self.node.proc.pid
+
     def __enter__(self) -> int:
         from servers import RabbitMQ as Node
 
@@ -374,15 +416,19 @@ def missing(name: str) -> str | None:
 def bench(broker, args: argparse.Namespace) -> dict:
     out: dict = {}
     with broker as port:
-        auth, prefix = broker.auth, broker.send_prefix
+        auth, prefix, pid = broker.auth, broker.send_prefix, broker.pid
         for persistent in (True, False):  # warm up (the JVM's JIT, our caches); not reported
             run_load(port, auth, prefix, count=max(200, args.messages // 10), rate=0, persistent=persistent, ack="auto")
         for ack in args.acks.split(","):
             for persistent in (True, False):
                 key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"
+                server, clients = tree_cpu(pid), clients_cpu()
                 flat = run_load(port, auth, prefix, count=args.messages, rate=0, persistent=persistent, ack=ack)
+                n = max(1, flat["messages"])
                 out[key] = {"msg_per_s": flat["msg_per_s"], "flat_out_p50_ms": flat["p50_ms"],
-                            "received": f"{flat['messages']}/{flat['expected']}"}
+                            "received": f"{flat['messages']}/{flat['expected']}",
+                            "broker_cpu_us_per_msg": round((tree_cpu(pid) - server) / n * 1e6, 1),
+                            "client_cpu_us_per_msg": round((clients_cpu() - clients) / n * 1e6, 1)}
                 if args.seconds > 0:
                     paced = run_load(port, auth, prefix, count=int(args.rate * args.seconds / PRODUCERS),
                                      rate=args.rate, persistent=persistent, ack=ack)
@@ -402,10 +448,13 @@ def ratios(result: dict) -> dict:
         theirs = {name: rows[key]["msg_per_s"] for name, rows in peers.items() if key in rows}
         if not theirs:
             continue
-        entry = {f"vs_{name}_x": round(row["msg_per_s"] / rate, 2) for name, rate in theirs.items()}
+        entry: dict = {f"vs_{name}_x": round(row["msg_per_s"] / rate, 2) for name, rate in theirs.items()}
         faster = max(theirs, key=lambda name: theirs[name])
         entry["faster_peer"] = faster
         entry["vs_faster_peer_x"] = round(row["msg_per_s"] / theirs[faster], 2)
+        entry["broker_cpu_us_per_msg"] = {"imqbridge": row["broker_cpu_us_per_msg"],
+                                          **{name: rows[key]["broker_cpu_us_per_msg"] for name, rows in peers.items()
+                                             if key in rows}}
         out[key] = entry
     return out
 
