@@ -1,7 +1,8 @@
-"""STOMP bridge against ActiveMQ's own STOMP connector, same load, same run; prints JSON.
+"""STOMP bridge against ActiveMQ's and RabbitMQ's STOMP, same load, same run; prints JSON.
 
     .venv/bin/python benchmarks/stomp.py [--messages N] [--rate R] [--seconds S]
-                                         [--acks auto,client-individual] [--only imqbridge|activemq]
+                                         [--acks auto,client-individual]
+                                         [--only imqbridge|activemq|rabbitmq[,...]]
 
 The load: 4 producer and 4 consumer stomp.py 1.2 connections, one process
 per connection (threads would be GIL-bound), TCP_NODELAY on the clients, 1 KiB bodies,
@@ -10,13 +11,22 @@ one shared queue (competing consumers), persistent and non-persistent:
 - throughput: every producer sends N messages flat out; msg/s = messages received /
   (common start .. last message received);
 - latency: the producers together send R msg/s (paced) for S seconds; each message carries
-  its send time; p50/p99 of receive minus send, on one clock (one machine).
+  its send time; p50/p99 of receive minus send, on one clock (one machine). --seconds 0
+  skips it;
+- CPU: microseconds of CPU (user + system) per message of the broker's process tree and of
+  the client processes during the flat-out run. The machine is shared and the brokers run
+  one after the other, so msg/s moves with the load; CPU per message hardly does, and when
+  clients and broker share the cores (flat out) msg/s follows 1 / (client + broker CPU).
 
 Brokers: our bridge in its own process (embedded broker, SQLite store with fsync per group
 commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default), and
 ActiveMQ 5.x from the Debian package, started as docs/architecture.md says with a STOMP
-connector on a free port (transport.tcpNoDelay=true) in a temporary activemq.base, stopped
-at the end.
+connector on a free port (transport.tcpNoDelay=true) in a temporary activemq.base, and
+RabbitMQ from the Debian package with its STOMP plugin (tests/real/servers.py: a node on
+free loopback ports in a temporary directory; /queue/NAME is a durable queue, persistent
+messages go to its message store, subscriptions have no prefetch limit), each stopped at
+the end. The brokers run one after the other on the same cores; "ratio" divides our msg/s
+by each peer's and by the faster peer's.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -33,12 +44,14 @@ import sys
 import tempfile
 import textwrap
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 # This file is called stomp.py: keep its folder off the path so `import stomp` is stomp.py.
 sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests" / "real"))
 
 HOST = "127.0.0.1"
 BODY = b"x" * 1024
@@ -54,10 +67,12 @@ def free_port() -> int:
 
 # --- client processes ---------------------------------------------------------------------
 
-def _connect(port: int):
+def _connect(port: int, auth: Sequence[str]):
+    """A stomp.py 1.2 connection, connected with ``auth``: login, passcode and the host
+    header (RabbitMQ's virtual host; stomp.py would send the IP address)."""
     import stomp
 
-    conn = stomp.Connection12([(HOST, port)], heartbeats=(0, 0), auto_decode=False)
+    conn = stomp.Connection12([(HOST, port)], heartbeats=(0, 0), auto_decode=False, vhost=auth[2])
     return conn
 
 
@@ -67,7 +82,8 @@ def _nodelay(conn) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def producer(port: int, queue: str, count: int, rate: float, persistent: str, start_at: float) -> dict:
+def producer(port: int, auth: Sequence[str], queue: str, count: int, rate: float, persistent: str,
+             start_at: float) -> dict:
     import threading
 
     import stomp
@@ -78,9 +94,9 @@ def producer(port: int, queue: str, count: int, rate: float, persistent: str, st
         def on_receipt(self, frame):
             confirmed.set()
 
-    conn = _connect(port)
+    conn = _connect(port, auth)
     conn.set_listener("l", Listener())
-    conn.connect("admin", "secret", wait=True)
+    conn.connect(auth[0], auth[1], wait=True)
     _nodelay(conn)
     while time.time() < start_at:
         time.sleep(0.001)
@@ -99,14 +115,14 @@ def producer(port: int, queue: str, count: int, rate: float, persistent: str, st
     return {"sent": count, "seconds": time.time() - begin}
 
 
-def consumer(port: int, queue: str, ack: str, start_at: float) -> dict:
+def consumer(port: int, auth: Sequence[str], queue: str, ack: str, start_at: float) -> dict:
     import threading
 
     import stomp
 
     done = threading.Event()
     stats = {"received": 0, "first": None, "last": None, "latencies": []}
-    conn = _connect(port)
+    conn = _connect(port, auth)
 
     class Listener(stomp.ConnectionListener):
         def on_message(self, frame):
@@ -128,7 +144,7 @@ def consumer(port: int, queue: str, ack: str, start_at: float) -> dict:
                 conn.ack(headers["ack"])
 
     conn.set_listener("l", Listener())
-    conn.connect("admin", "secret", wait=True)
+    conn.connect(auth[0], auth[1], wait=True)
     _nodelay(conn)
     conn.subscribe(queue, id="1", ack=ack)
     done.wait(600)
@@ -166,11 +182,11 @@ def spawn(spec: dict) -> Client:
     return Client(spec)
 
 
-def stop_consumers(port: int, queue: str, consumers: list[Client]) -> None:
+def stop_consumers(port: int, auth: Sequence[str], queue: str, consumers: list[Client]) -> None:
     """Send stop messages (after every producer's last message) until every consumer left;
     one consumer may take several, so send more while any is still there."""
-    conn = _connect(port)
-    conn.connect("admin", "secret", wait=True)
+    conn = _connect(port, auth)
+    conn.connect(auth[0], auth[1], wait=True)
     while any(proc.poll() is None for proc in consumers):
         for _ in range(CONSUMERS):
             conn.send(queue, b"", headers={"kind": "stop", "persistent": "false", "ts": "0"})
@@ -181,19 +197,49 @@ def stop_consumers(port: int, queue: str, consumers: list[Client]) -> None:
 _runs = iter(range(1, 10**6))
 
 
-def run_load(port: int, *, count: int, rate: float, persistent: bool, ack: str) -> dict:
-    queue = f"/queue/bench{next(_runs)}"  # stop messages of one run never reach the next
+def tree_cpu(pid: int) -> float:
+    """CPU seconds (user + system) used so far by process ``pid`` and its descendants."""
+    children: dict[int, list[int]] = {}
+    for line in subprocess.run(["ps", "-e", "-o", "pid=,ppid="], capture_output=True, text=True).stdout.splitlines():
+        if line.strip():
+            child, parent = map(int, line.split())
+            children.setdefault(parent, []).append(child)
+    pids, total, tick = [pid], 0.0, os.sysconf("SC_CLK_TCK")
+    for p in pids:
+        pids += children.get(p, [])
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue  # gone meanwhile
+        total += (int(fields[11]) + int(fields[12])) / tick
+    return total
+
+
+def clients_cpu() -> float:
+    """CPU seconds of the client processes waited for so far."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, rate: float, persistent: bool,
+             ack: str) -> dict:
+    """One run on a fresh queue (stop messages of one run never reach the next); producers
+    send to ``send_prefix`` + its name."""
+    name = f"bench{next(_runs)}"
+    queue, send_to = "/queue/" + name, send_prefix + name
     start_at = time.time() + 2.0
     p = "true" if persistent else "false"
-    consumers = [spawn({"role": "consumer", "port": port, "queue": queue, "ack": ack, "start_at": start_at})
+    consumers = [spawn({"role": "consumer", "port": port, "auth": auth, "queue": queue, "ack": ack,
+                        "start_at": start_at})
                  for _ in range(CONSUMERS)]
     time.sleep(1.0)  # subscribed before the first send
     per_rate = rate / PRODUCERS if rate else 0
-    producers = [spawn({"role": "producer", "port": port, "queue": queue, "count": count, "rate": per_rate,
+    producers = [spawn({"role": "producer", "port": port, "auth": auth, "queue": send_to, "count": count,
+                        "rate": per_rate,
                         "persistent": p, "start_at": start_at}) for _ in range(PRODUCERS)]
     for proc in producers:
         proc.result()
-    stop_consumers(port, queue, consumers)
+    stop_consumers(port, auth, send_to, consumers)
     results = [proc.result() for proc in consumers]
     received = sum(r["received"] for r in results)
     last = max(r["last"] for r in results if r["last"])
@@ -252,6 +298,12 @@ def wait_port(port: int, timeout: float) -> None:
 
 class OurBridge:
     name = "imqbridge"
+    auth = ("admin", "secret", "/")
+    send_prefix = "/queue/"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def __enter__(self) -> int:
         self.dir = tempfile.mkdtemp(prefix="stomp-bench-")
@@ -269,6 +321,12 @@ class OurBridge:
 
 class ActiveMQ:
     name = "activemq"
+    auth = ("admin", "secret", "/")  # ActiveMQ's STOMP connector checks no login by default
+    send_prefix = "/queue/"
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
 
     def __enter__(self) -> int:
         self.base = Path(tempfile.mkdtemp(prefix="activemq-bench-"))
@@ -316,22 +374,88 @@ class ActiveMQ:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
+class RabbitMQ:
+    """RabbitMQ with its STOMP plugin (tests/real/servers.py), in a temporary directory."""
+
+    name = "rabbitmq"
+    auth = ("guest", "guest", "/")
+    # /queue/NAME on SEND declares the queue again, durable only for persistent:true (a
+    # non-persistent SEND to the durable queue the consumers declared is refused);
+    # /amq/queue/NAME sends to the existing queue
+    send_prefix = "/amq/queue/"
+
+    @property
+    def pid(self) -> int:
+        assert self.node.proc is not None
+        return self.node.proc.pid
+
+    def __enter__(self) -> int:
+        from servers import RabbitMQ as Node
+
+        self.base = Path(tempfile.mkdtemp(prefix="rabbitmq-bench-"))  # user rabbitmq must reach it
+        self.node = Node(self.base).start()
+        return self.node.stomp_port
+
+    def __exit__(self, *exc: object) -> None:
+        self.node.stop()
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+BROKERS = {"imqbridge": OurBridge, "activemq": ActiveMQ, "rabbitmq": RabbitMQ}
+
+
+def missing(name: str) -> str | None:
+    """Why peer ``name`` cannot run here, or None."""
+    if name == "imqbridge":
+        return None
+    from servers import missing_package
+
+    return missing_package("activemq" if name == "activemq" else "rabbitmq-server")
+
+
 def bench(broker, args: argparse.Namespace) -> dict:
     out: dict = {}
     with broker as port:
+        auth, prefix, pid = broker.auth, broker.send_prefix, broker.pid
         for persistent in (True, False):  # warm up (the JVM's JIT, our caches); not reported
-            run_load(port, count=max(200, args.messages // 10), rate=0, persistent=persistent, ack="auto")
+            run_load(port, auth, prefix, count=max(200, args.messages // 10), rate=0, persistent=persistent, ack="auto")
         for ack in args.acks.split(","):
             for persistent in (True, False):
                 key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"
-                flat = run_load(port, count=args.messages, rate=0, persistent=persistent, ack=ack)
-                paced = run_load(port, count=int(args.rate * args.seconds / PRODUCERS), rate=args.rate,
-                                 persistent=persistent, ack=ack)
+                server, clients = tree_cpu(pid), clients_cpu()
+                flat = run_load(port, auth, prefix, count=args.messages, rate=0, persistent=persistent, ack=ack)
+                n = max(1, flat["messages"])
                 out[key] = {"msg_per_s": flat["msg_per_s"], "flat_out_p50_ms": flat["p50_ms"],
                             "received": f"{flat['messages']}/{flat['expected']}",
-                            f"at_{int(args.rate)}_msg_per_s": {k: paced[k] for k in ("p50_ms", "p99_ms", "mean_ms")},
-                            "paced_received": f"{paced['messages']}/{paced['expected']}"}
+                            "broker_cpu_us_per_msg": round((tree_cpu(pid) - server) / n * 1e6, 1),
+                            "client_cpu_us_per_msg": round((clients_cpu() - clients) / n * 1e6, 1)}
+                if args.seconds > 0:
+                    paced = run_load(port, auth, prefix, count=int(args.rate * args.seconds / PRODUCERS),
+                                     rate=args.rate, persistent=persistent, ack=ack)
+                    out[key][f"at_{int(args.rate)}_msg_per_s"] = {k: paced[k] for k in ("p50_ms", "p99_ms", "mean_ms")}
+                    out[key]["paced_received"] = f"{paced['messages']}/{paced['expected']}"
                 print(f"{broker.name} {key}: {out[key]}", file=sys.stderr, flush=True)
+    return out
+
+
+def ratios(result: dict) -> dict:
+    """Our msg/s over each peer's and over the faster peer's, per workload."""
+    ours = result["imqbridge"]
+    peers = {name: rows for name, rows in result.items() if name in BROKERS and name != "imqbridge"
+             and isinstance(rows, dict)}
+    out = {}
+    for key, row in (ours.items() if isinstance(ours, dict) else ()):
+        theirs = {name: rows[key]["msg_per_s"] for name, rows in peers.items() if key in rows}
+        if not theirs:
+            continue
+        entry: dict = {f"vs_{name}_x": round(row["msg_per_s"] / rate, 2) for name, rate in theirs.items()}
+        faster = max(theirs, key=lambda name: theirs[name])
+        entry["faster_peer"] = faster
+        entry["vs_faster_peer_x"] = round(row["msg_per_s"] / theirs[faster], 2)
+        entry["broker_cpu_us_per_msg"] = {"imqbridge": row["broker_cpu_us_per_msg"],
+                                          **{name: rows[key]["broker_cpu_us_per_msg"] for name, rows in peers.items()
+                                             if key in rows}}
+        out[key] = entry
     return out
 
 
@@ -339,9 +463,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=5000, help="per producer, flat out")
     parser.add_argument("--rate", type=float, default=1000.0, help="msg/s of all producers together")
-    parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run")
+    parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run; 0: none")
     parser.add_argument("--acks", default="auto", help="ack modes to run, comma separated")
-    parser.add_argument("--only", choices=["imqbridge", "activemq"], help="run one broker only")
+    parser.add_argument("--only", help="brokers to run, comma separated (imqbridge, activemq, rabbitmq)")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--serve-bridge", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -349,24 +473,21 @@ def main() -> None:
         return run_role(args)
     if args.serve_bridge:
         return serve_bridge(*args.serve_bridge[:1], int(args.serve_bridge[1]))
-    result = {"load": {"producers": PRODUCERS, "consumers": CONSUMERS, "body_bytes": len(BODY),
-                       "messages_per_producer": args.messages, "paced_rate": args.rate,
-                       "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection"}}
-    result["imqbridge"] = bench(OurBridge(), args) if args.only != "activemq" else "skipped (--only)"
-    if args.only == "imqbridge":
-        result["activemq"] = "skipped (--only)"
-    elif not ACTIVEMQ_JAR.exists() or shutil.which("java") is None:
-        result["activemq"] = "skipped: the Debian package activemq (and java) is not installed"
-    else:
-        result["activemq"] = bench(ActiveMQ(), args)
-        ratio = {}
-        for key, ours in (result["imqbridge"] if isinstance(result["imqbridge"], dict) else {}).items():
-            theirs = result["activemq"].get(key)
-            if theirs:
-                paced = f"at_{int(args.rate)}_msg_per_s"
-                ratio[key] = {"throughput_x": round(ours["msg_per_s"] / theirs["msg_per_s"], 2),
-                              "p99_ours_ms": ours[paced]["p99_ms"], "p99_activemq_ms": theirs[paced]["p99_ms"]}
-        result["ratio"] = ratio
+    only = args.only.split(",") if args.only else list(BROKERS)
+    if unknown := set(only) - set(BROKERS):
+        parser.error(f"--only: unknown broker {', '.join(sorted(unknown))}; choose from {', '.join(BROKERS)}")
+    result: dict = {"load": {"producers": PRODUCERS, "consumers": CONSUMERS, "body_bytes": len(BODY),
+                             "messages_per_producer": args.messages, "paced_rate": args.rate,
+                             "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection"},
+                    "load_average": os.getloadavg()}
+    for name, broker in BROKERS.items():
+        if name not in only:
+            result[name] = "skipped (--only)"
+        elif (why := missing(name)) is not None:
+            result[name] = f"skipped: {why}"
+        else:
+            result[name] = bench(broker(), args)
+    result["ratio"] = ratios(result)
     print(json.dumps(result, indent=2))
 
 

@@ -300,6 +300,8 @@ FIXED_PROPS: tuple[Prop, ...] = (
          "bytes at which <instance>/log/log.txt rolls over; -1 = no size limit"),
     Prop("imq.log.file.rolloversecs", LIMIT, LOG_ROLLOVER_SECS,
          "seconds after which <instance>/log/log.txt rolls over; -1 = never by age"),
+    Prop("imq.bridge.stomp.invalidHeaderNames", _enum("error", "drop", "encode"), "encode",
+         "SEND headers that are no JMS property names: encoded (reversibly), dropped, or an ERROR"),
     # The host broker.
     Prop("imq.instancename", TEXT, "imqbroker", "broker instance: names its var directory"),
     Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
@@ -606,6 +608,7 @@ class StompProperties:
     tls_require_client_auth: bool
     consumer_flow_limit: int
     message_transformer: str | None
+    invalid_header_names: str  # error | drop | encode
     logfile_limit: int
     logfile_count: int
 
@@ -713,6 +716,7 @@ class BrokerProperties:
             tls_require_client_auth=get("tls.requireClientAuth"),
             consumer_flow_limit=get("consumerFlowLimit"),
             message_transformer=get("messageTransformer"),
+            invalid_header_names=get("invalidHeaderNames"),
             logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"))
 
     @property

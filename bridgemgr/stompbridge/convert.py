@@ -4,8 +4,15 @@
 # TextMessage decoded as UTF-8. The STOMP JMS binding headers (persistent, priority,
 # expires, correlation-id, type, reply-to) set the JMS headers, with the JMS client's
 # defaults when absent; every other user header becomes a String property. A header whose
-# name is no valid JMS property name goes to the transformer's ``properties`` argument
-# when a transformer is configured, and is refused (ERROR) otherwise, as the original does.
+# name is no valid JMS property name (x-request-id) goes to the transformer's ``properties``
+# argument when a transformer is configured, as the chapter says; what the message itself
+# carries is imq.bridge.stomp.invalidHeaderNames: encode (the default) sets it under an
+# encoded name (header_to_property), drop leaves it out, error refuses the SEND (ERROR)
+# unless a transformer takes it, as the original does. Encoded names are "stomp$" and the
+# name with every character but A-Z a-z 0-9 _ written $HH, $uHHHH or $UHHHHHH (hex code
+# point): a Java identifier outside the JMS/JMSX prefixes. A valid name that starts with
+# "stomp$" is encoded too, so a name in that space is always an encoding and
+# property_to_header can turn it back (on MESSAGE, in encode mode) without collisions.
 # content-type, which nearly every client sends, rides along as the vendor property
 # JMS_STOMP_CONTENT_TYPE and comes back as content-type.
 #
@@ -13,7 +20,8 @@
 # Bytes messages can be delivered (anything else closes the connection, the message going
 # back to its queue); MESSAGE always carries subscription, destination, message-id,
 # expires, redelivered, priority, timestamp, persistent and content-length, plus reply-to,
-# correlation-id and type when set, every property as a header, and ack (1.2, not auto).
+# correlation-id and type when set, every property as a header (an encoded name decoded, in
+# encode mode), and ack (1.2, not auto).
 # Those headers describe the delivery, so they come from the delivered message whatever
 # the transformer returns (a message made with create_message() has none, and ACK names
 # the delivered message-id); the body and the properties come from the transformer's
@@ -57,7 +65,17 @@ _SEND_PROTOCOL = frozenset({"destination", "transaction", "receipt", "content-le
                             "type", "reply-to"})
 # Headers a client may copy from a MESSAGE it received; the broker sets them anew.
 _SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscription", "ack"})
+_NOT_PROPERTIES = _SEND_PROTOCOL | _SEND_IGNORED
+_valid_names: set[str] = set()  # header names that are property names: the same few on every SEND
 _TRUE_FALSE = {"true": True, "false": False}
+
+# imq.bridge.stomp.invalidHeaderNames: what a SEND header that is no JMS property name becomes
+NAMES_ENCODE, NAMES_DROP, NAMES_ERROR = "encode", "drop", "error"
+INVALID_HEADER_NAMES = (NAMES_ENCODE, NAMES_DROP, NAMES_ERROR)
+ENCODED_PREFIX = "stomp$"
+_KEPT = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+_HEX = frozenset("0123456789ABCDEF")
+_decoded: dict[str, str] = {}  # property name -> header name: the same few names on every message
 
 
 class NotDeliverable(Exception):
@@ -119,6 +137,56 @@ class Destinations:
         return (TOPIC if dest.is_topic else QUEUE) + dest.name
 
 
+# --- header names that are no JMS property names -----------------------------------------------
+
+def header_to_property(name: str) -> str:
+    """The property name header ``name`` travels under in encode mode: ENCODED_PREFIX, then
+    the name with every character outside A-Z a-z 0-9 _ written as $HH, $uHHHH or $UHHHHHH
+    (its code point in upper-case hex). A Java identifier with no JMS/JMSX prefix."""
+    out = [ENCODED_PREFIX]
+    for char in name:
+        if char in _KEPT:
+            out.append(char)
+        else:
+            code = ord(char)
+            out.append(f"${code:02X}" if code < 0x100 else f"$u{code:04X}" if code < 0x10000 else f"$U{code:06X}")
+    return "".join(out)
+
+
+def property_to_header(name: str) -> str:
+    """The header a property name is written as on MESSAGE in encode mode: the name a
+    header_to_property encoding came from, any other name unchanged."""
+    if not name.startswith(ENCODED_PREFIX):
+        return name
+    header = _decoded.get(name)
+    if header is None:
+        header = _decode(name)
+        if len(_decoded) < 4096:
+            _decoded[name] = header
+    return header
+
+
+def _decode(name: str) -> str:
+    out: list[str] = []
+    i, n = len(ENCODED_PREFIX), len(name)
+    while i < n:
+        char = name[i]
+        if char != "$":
+            out.append(char)
+            i += 1
+            continue
+        width = {"u": 4, "U": 6}.get(name[i + 1: i + 2], 2)
+        start = i + 1 + (width != 2)
+        digits = name[start:start + width]
+        if len(digits) != width or not _HEX.issuperset(digits):
+            return name  # not one of ours (a JMS client's own name): unchanged
+        out.append(chr(min(int(digits, 16), 0x10FFFF)))
+        i = start + width
+    header = "".join(out)
+    # only the one encoding header_to_property makes decodes; any other spelling is a name
+    return header if header_to_property(header) == name else name
+
+
 # --- inbound: SEND -> JMS ------------------------------------------------------------------
 
 @dataclass
@@ -130,9 +198,11 @@ class Inbound:
     invalid: dict[str, str]
 
 
-def from_send(frame: Frame, destinations: Destinations,
-              transformer: MessageTransformer | None) -> Inbound:
-    """Steps 1 and 2 of the inbound sequence (the caller sends: step 3)."""
+def from_send(frame: Frame, destinations: Destinations, transformer: MessageTransformer | None,
+              invalid_names: str = NAMES_ENCODE) -> Inbound:
+    """Steps 1 and 2 of the inbound sequence (the caller sends: step 3). ``invalid`` of the
+    result holds the headers that are no JMS property names (``invalid_names`` says what
+    became of them)."""
     headers = frame.headers
     destination = destinations.to_jms(headers.get("destination"))
     if "content-length" in headers:
@@ -155,18 +225,29 @@ def from_send(frame: Frame, destinations: Destinations,
         message.set_string_property(CONTENT_TYPE_PROPERTY, headers["content-type"])
     invalid: dict[str, str] = {}
     for name, value in headers.items():
-        if name in _SEND_PROTOCOL or name in _SEND_IGNORED:
+        if name in _NOT_PROPERTIES:
+            continue
+        if invalid_names == NAMES_ENCODE and name.startswith(ENCODED_PREFIX):
+            message.set_string_property(header_to_property(name), value)  # a valid name, escaped
+            continue
+        if name in _valid_names:
+            message.set_string_property(name, value)
             continue
         problem = property_name_problem(name)
         if problem is None:
+            if len(_valid_names) < 4096:
+                _valid_names.add(name)
             message.set_string_property(name, value)
-        elif transformer is not None:
-            invalid[name] = value
-        else:
+            continue
+        invalid[name] = value
+        if invalid_names == NAMES_ENCODE:
+            message.set_string_property(header_to_property(name), value)
+        elif invalid_names == NAMES_ERROR and transformer is None:
             raise LocalProtocolError("invalid header name",
                                      f"SEND header {name[:80]!r} cannot become a JMS property: {problem}. "
-                                     "Rename it to a Java identifier, or configure "
-                                     "imq.bridge.stomp.messageTransformer to receive it")
+                                     "Rename it to a Java identifier, configure "
+                                     "imq.bridge.stomp.messageTransformer to receive it, or set "
+                                     "imq.bridge.stomp.invalidHeaderNames to encode or drop")
     if transformer is not None:
         message = _transform(transformer, message, False, "UTF-8", STOMP, SUN_MQ, invalid)
     return Inbound(message, destination, invalid)
@@ -226,10 +307,11 @@ class TransformFailed(LocalProtocolError):
 
 def to_message_frame(message: Message, subscription: str, destinations: Destinations,
                      transformer: MessageTransformer | None, ack: str | None = None,
-                     delivery_count: int = 1) -> Frame:
+                     delivery_count: int = 1, decode_names: bool = True) -> Frame:
     """Steps 1 to 3 of the outbound sequence. ``message`` is the broker's snapshot (never
     changed here; ``delivery_count`` says how often it was delivered, this time included);
-    raises NotDeliverable or TransformFailed."""
+    ``decode_names``: encoded property names go out as the headers they came from (encode
+    mode). Raises NotDeliverable or TransformFailed."""
     redelivered = delivery_count > 1
     out = message  # what the client gets: body, properties, reply-to/correlation-id/type
     if transformer is not None:
@@ -271,6 +353,6 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
         if name == CONTENT_TYPE_PROPERTY:
             headers.setdefault("content-type", value)
         else:
-            headers.setdefault(name, java_string(ptype, value))
+            headers.setdefault(property_to_header(name) if decode_names else name, java_string(ptype, value))
     return Frame(MESSAGE, headers, body)
 

@@ -95,7 +95,8 @@ class StompConfig:
                    tls_certfile=etc / "stomp-cert.pem", tls_keyfile=etc / "stomp-key.pem",
                    tls_cafile=etc / "stomp-ca.pem",
                    session=SessionConfig(consumer_flow_limit=s.consumer_flow_limit,
-                                         transformer=transformer))
+                                         transformer=transformer,
+                                         invalid_header_names=s.invalid_header_names))
 
     def tls_context(self) -> ssl.SSLContext:
         if self.tls_certfile is None:

@@ -60,6 +60,8 @@ from ..jms.hostbroker import Transaction
 from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
 from .convert import (
+    NAMES_DROP,
+    NAMES_ENCODE,
     Destinations,
     NotDeliverable,
     TransformFailed,
@@ -134,6 +136,7 @@ class SessionConfig:
     limits: Limits = DEFAULT_LIMITS
     server: str = f"imqbridge/{__version__}"
     transformer: Callable[[], MessageTransformer] | None = None  # one instance per thread
+    invalid_header_names: str = NAMES_ENCODE  # imq.bridge.stomp.invalidHeaderNames
 
 
 @dataclass(slots=True)
@@ -242,6 +245,7 @@ class StompSession:
         self._last_ticket: int | None = None
         self._ack_numbers = itertools.count(1)
         self._inbound_transformer: MessageTransformer | None = None
+        self._dropped_logged = False  # invalidHeaderNames=drop: one warning per connection
         self._last_received = self._last_sent = now
 
     # --- the driver's interface ----------------------------------------------------------
@@ -456,7 +460,14 @@ class StompSession:
         assert self.host is not None and self.destinations is not None
         tx = frame.get("transaction")
         work = self._work(tx) if tx is not None else None
-        inbound = from_send(frame, self.destinations, self._inbound_transformer)
+        mode = self.config.invalid_header_names
+        inbound = from_send(frame, self.destinations, self._inbound_transformer, mode)
+        if inbound.invalid and mode == NAMES_DROP and self._inbound_transformer is None \
+                and not self._dropped_logged:
+            self._dropped_logged = True
+            log.warning("STOMP session %s: dropping SEND headers that are no JMS property names "
+                        "(%s; imq.bridge.stomp.invalidHeaderNames=drop; logged once per connection)",
+                        self.session_id, ", ".join(repr(n[:80]) for n in list(inbound.invalid)[:5]))
         try:
             if work is not None:
                 self.host.send_in(work, inbound.message, inbound.destination)
@@ -569,13 +580,15 @@ class StompSession:
         assert destinations is not None
         transformer = self.config.transformer() if self.config.transformer else None
         ack_header = version == V12 and not sub.auto
+        decode_names = self.config.invalid_header_names == NAMES_ENCODE
 
         def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
             message = env.message
             try:
                 frame = to_message_frame(message, sub.id, destinations, transformer,
-                                         str(ack_no) if ack_header else None, env.delivery_count)
+                                         str(ack_no) if ack_header else None, env.delivery_count,
+                                         decode_names)
                 return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
             except (NotDeliverable, TransformFailed) as exc:
                 return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
