@@ -110,7 +110,10 @@ def test_metrics_count_what_a_link_moved_and_dead_lettered(service):
     send(daemon, PASSWORD, "mx.src", *[f"ok {i}" for i in range(20)], *[f"bad {i}" for i in range(3)])
     link = {"bridge": "jb", "link": "l1"}
     deadline = time.monotonic() + 30
-    while (found := samples(address)) and value(found, "imq_link_transferred_total", **link) != 20:
+    # the link may transfer the 20 before it has received the last bad one: wait for both
+    while (found := samples(address)) and (
+            value(found, "imq_link_transferred_total", **link) != 20
+            or value(found, "imq_link_dead_lettered_total", reason="TRANSFORM_FAILURE", **link) != 3):
         assert time.monotonic() < deadline, found
         time.sleep(0.2)
     assert value(found, "imq_link_received_total", **link) == 23
