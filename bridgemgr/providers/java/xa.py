@@ -30,6 +30,7 @@ from typing import Any
 
 from ...jms.spi import XAResource
 from ...jms.xa import TMJOIN, TMNOFLAGS, XA_RDONLY, Xid
+from .convert import byte_array
 from .jvm import java_errors
 
 XID_CACHE = 64  # Java Xids kept for reuse (a link's transactions in flight, and some)
@@ -59,8 +60,8 @@ def _new_java_xid(xid: Xid) -> Any:
         class JavaXid:
             def __init__(self, xid: Xid) -> None:
                 self.xid = xid
-                self.gtrid = jpype.JArray(jpype.JByte)(xid.gtrid)
-                self.bqual = jpype.JArray(jpype.JByte)(xid.bqual)
+                self.gtrid = byte_array()(xid.gtrid)
+                self.bqual = byte_array()(xid.bqual)
 
             @jpype.JOverride
             def getFormatId(self) -> int:
