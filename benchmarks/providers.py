@@ -2,7 +2,7 @@
 external providers beside each broker's own forwarding; prints JSON.
 
     .venv/bin/python benchmarks/providers.py [--messages 50000] [--ack-batch 1]
-                                             [--window 100] [--xa-batch 1]
+                                             [--window 100] [--xa-batch 1,10,100]
                                              [--only activemq|rabbitmq]
 
 Each case preloads N persistent 1 KiB BytesMessages into a source queue (in local
@@ -17,11 +17,14 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
   window acknowledges once per window) and at least every --ack-batch messages (window 1,
   ack batch 1: the chapter's acknowledge after each send). msg/s = N / (bridge start ..
   the link has acknowledged N).
-- activemq_bridge_xa: the same link transacted: each unit of --xa-batch messages
-  (imq.bridge.<name>.transaction.batchSize, 1 by default as in the chapter) one XA
-  transaction of our coordinator, both ends ActiveMQ's XAResource; both ends are the same
-  resource manager, so the target joins the source's branch and it commits in one phase
-  (transaction log in a temporary var directory).
+- activemq_bridge_xa_batch_<B>: the same link transacted, once per B of --xa-batch (a
+  list): each unit of B messages (imq.bridge.<name>.transaction.batchSize, 1 by default
+  as in the chapter) one XA transaction of our coordinator, both ends ActiveMQ's
+  XAResource; both ends are the same resource manager, so the target joins the source's
+  branch (its association ended at the same time as the source's) and it commits in one
+  phase (transaction log in a temporary var directory). Each row's target is counted,
+  then emptied before the next row (ActiveMQ's default memory limit would stall the next
+  preload behind 4 x N messages).
 - activemq_own: ActiveMQ's jmsBridgeConnector (a JmsQueueConnector with an outbound queue
   bridge to itself) moving the same queue. It starts with the broker, so the broker is
   restarted with it after preloading, and it may move some before the first sample: msg/s =
@@ -157,6 +160,16 @@ def activemq_depth(factory: Any, queue: str) -> int:
         return int(reply.get_long("size")) if isinstance(reply, MapMessage) else 0
 
 
+def drain_queue(factory: Any, queue: str) -> None:
+    """Consume a counted target queue: ActiveMQ's default memory limit stalls the next
+    preload when several rows' targets hold N messages each."""
+    with factory.create_connection() as conn:
+        conn.start()
+        consumer = conn.create_session().create_consumer(Queue(queue))
+        while consumer.receive(1) is not None:
+            pass
+
+
 def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool,
                timeout: float = 900) -> dict[str, Any]:
     """Sample ``count()`` until it reaches N: the rate from the first sample that sees any
@@ -176,7 +189,7 @@ def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool
     raise RuntimeError(f"not done within {timeout} s")
 
 
-def bench_activemq(n: int, ack_batch: int, window: int, xa_batch: int,
+def bench_activemq(n: int, ack_batch: int, window: int, xa_batches: tuple[int, ...],
                    workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
@@ -187,10 +200,15 @@ def bench_activemq(n: int, ack_batch: int, window: int, xa_batch: int,
         out["activemq_bridge_jms"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
                                                 ack_batch, window, workdir / "jms")
         assert activemq_depth(factory, "ours.dst") == n
-        preload(factory, "xa.src", n)
-        out["activemq_bridge_xa"] = run_bridge(bridge_xml(env, env, "xa.src", "xa.dst", xa=True), n,
-                                               ack_batch, window, workdir / "xa", xa_batch)
-        assert activemq_depth(factory, "xa.dst") == n
+        drain_queue(factory, "ours.dst")
+        for batch in xa_batches:
+            src, dst = f"xa{batch}.src", f"xa{batch}.dst"
+            preload(factory, src, n)
+            out[f"activemq_bridge_xa_batch_{batch}"] = run_bridge(
+                bridge_xml(env, env, src, dst, xa=True), n, ack_batch, window,
+                workdir / f"xa{batch}", batch)
+            assert activemq_depth(factory, dst) == n
+            drain_queue(factory, dst)
         preload(factory, "own.src", n)
     finally:
         amq.stop()
@@ -204,7 +222,7 @@ def bench_activemq(n: int, ack_batch: int, window: int, xa_batch: int,
                                             from_now=False)}
     finally:
         amq.stop()
-    for kind in ("jms", "xa"):
+    for kind in ("jms", *(f"xa_batch_{batch}" for batch in xa_batches)):
         out[f"activemq_ratio_ours_{kind}_to_own"] = round(
             out[f"activemq_bridge_{kind}"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3)
     return out
@@ -278,7 +296,8 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--ack-batch", type=int, default=1)
     parser.add_argument("--window", type=int, default=LINK_WINDOW)
-    parser.add_argument("--xa-batch", type=int, default=1)
+    parser.add_argument("--xa-batch", type=lambda text: tuple(int(b) for b in text.split(",")),
+                        default=(1, 10, 100), help="transaction.batchSize of each XA row (ActiveMQ)")
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
     result: dict[str, Any] = {"messages": args.messages, "message_bytes": len(PAYLOAD)}

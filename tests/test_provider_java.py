@@ -677,3 +677,22 @@ def test_the_base_class_source_compiles_for_jakarta_jms(tmp_path):
                     *map(str, (tmp_path / "src").rglob("*.java"))], check=True, capture_output=True, timeout=120)
     assert (tmp_path / "out" / "com/sun/messaging/bridge/api/MessageTransformer$JMSMessageType.class").exists()
     assert (tmp_path / "out" / "com/sun/messaging/bridge/service/MessageTransformer.class").exists()
+
+
+def test_a_transactions_xid_crosses_to_java_once(loader):
+    """start, end and commit of a transaction, at each of its resources, hand the provider
+    the same Java Xid: ActiveMQ compares the Xid of end() and commit() with the one
+    associated, which is then an identity check instead of three calls back into Python a
+    side (and the byte arrays go to the JVM once)."""
+    from bridgemgr.jms.xa import Xid
+    from bridgemgr.providers.java.xa import XID_CACHE, to_java_xid
+
+    xid = Xid(0x494D5142, b"bench|1a2b.1", b"src#1")
+    jxid = to_java_xid(xid)
+    assert to_java_xid(Xid(xid.format_id, xid.gtrid, xid.bqual)) is jxid
+    copy = jvm.jclass("org.apache.activemq.command.XATransactionId", loader)(jxid)
+    assert (int(copy.getFormatId()), bytes(copy.getGlobalTransactionId()),
+            bytes(copy.getBranchQualifier())) == (xid.format_id, xid.gtrid, xid.bqual)
+    for seq in range(XID_CACHE):  # a bounded cache: old transactions' Xids go
+        to_java_xid(Xid(xid.format_id, b"bench|1a2b.%x" % (seq + 2), b"src#1"))
+    assert to_java_xid(xid) is not jxid

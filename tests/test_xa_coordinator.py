@@ -223,6 +223,41 @@ def test_in_process_branches_complete_in_the_link_thread_remote_ones_in_the_pool
     assert {t.rsplit("_", 1)[0] for t in target.threads[2:]} == expected  # prepare, commit
 
 
+class Meeting(Remote):
+    """A remote resource whose end() waits until every other one's end() has begun."""
+
+    def __init__(self, inner: XAResource, meeting: threading.Barrier) -> None:
+        super().__init__(inner)
+        self.meeting = meeting
+
+    def end(self, xid, flags):
+        self.meeting.wait()
+        return super().end(xid, flags)
+
+
+@pytest.mark.parametrize("same_rm", [True, False])
+def test_remote_associations_end_at_the_same_time(brokers, coordinator, same_rm):
+    """Each association of a remote resource is its own connection: ending the source's
+    and the target's (joined to the source's branch, or a branch of its own) costs one
+    round trip, not one after the other."""
+    a, b = brokers
+    put(a, SRC, "m1")
+    meeting = threading.Barrier(2, timeout=5)
+    src, dst = End(a), End(a if same_rm else b)
+    source, target = Meeting(src.resource, meeting), Meeting(dst.resource, meeting)
+    tx = coordinator.begin()
+    tx.enlist(source, "b:src", "src")
+    tx.enlist(target, "b:dst", "dst")
+    dst.producer.send(src.consumer.receive(1))
+    tx.end()
+    assert tx.state is TxState.ENDED and len(tx.branches) == (1 if same_rm else 2)
+    assert all(b.state is BranchState.ENDED and not b.associated for b in tx.branches)
+    tx.commit()
+    assert take(a if same_rm else b, DST) == ["m1"] and take(a, SRC) == []
+    assert source.threads[1] == threading.current_thread().name  # the first: this thread
+    assert target.threads[1].startswith(f"xa {coordinator.bridge}")
+
+
 def test_one_resource_manager_joins_one_branch_and_commits_in_one_phase(brokers, coordinator):
     a, _ = brokers
     put(a, SRC, "m")

@@ -7,7 +7,8 @@
 # whose is_same_rm() matches an enlisted branch joins it (TMJOIN) instead of opening a
 # second one.
 #
-# Completion is end() (every association ended with TMSUCCESS) then commit():
+# Completion is end() (every association ended with TMSUCCESS; those of remote resources
+# at once, like the prepares below) then commit():
 #   one branch            -> commit(one_phase=True), nothing logged;
 #   two or more           -> prepare all (remote RMs at once, in a small pool: each is its
 #                            own machine; in-process ones in the link's thread); a
@@ -76,6 +77,7 @@ FAULT_ENV = "IMQBRIDGE_XA_FAULT"
 FORGET_BATCH = 256       # finished transactions forgotten at the latest after this many
 POOL_THREADS = 8         # prepares and commits of remote RMs' second and further branches
 T = TypeVar("T")
+Item = TypeVar("Item")
 
 
 # --- our Xid format ---------------------------------------------------------------------------------
@@ -334,17 +336,17 @@ class Transaction:
     def end(self) -> None:
         """End every association (TMSUCCESS); on a failure roll everything back and raise."""
         failure: BaseException | None = None
+        associations = [(branch, resource) for branch in self.branches
+                        for resource in branch.associated]
+        ended = self.coordinator.fan_out(associations, lambda a: a[1].end(a[0].xid, xa.TMSUCCESS),
+                                         lambda a: a[1].in_process)
+        for (branch, resource), _, exc in ended:
+            branch.associated.remove(resource)
+            if exc is not None:
+                failure = failure or exc
+                if branch.state is BranchState.ACTIVE:
+                    branch.fire(BranchEvent.FAIL)
         for branch in self.branches:
-            for resource in list(branch.associated):
-                try:
-                    resource.end(branch.xid, xa.TMSUCCESS)
-                except Exception as exc:
-                    failure = failure or exc
-                    branch.associated.remove(resource)
-                    if branch.state is BranchState.ACTIVE:
-                        branch.fire(BranchEvent.FAIL)
-                    continue
-                branch.associated.remove(resource)
             if branch.state is BranchState.ACTIVE:
                 branch.fire(BranchEvent.END)
         if failure is not None:
@@ -534,9 +536,9 @@ def _same_rm(branch: Branch, resource: XAResource) -> bool:
         return False
 
 
-def _attempt(call: Callable[[Branch], T], branch: Branch) -> tuple[T | None, BaseException | None]:
+def _attempt(call: Callable[[Item], T], item: Item) -> tuple[T | None, BaseException | None]:
     try:
-        return call(branch), None
+        return call(item), None
     except Exception as exc:
         return None, exc
 
@@ -588,22 +590,28 @@ class Coordinator:
 
     def each(self, branches: list[Branch], call: Callable[[Branch], T]
              ) -> list[tuple[Branch, T | None, BaseException | None]]:
-        """``call`` for every branch: (branch, result, error) in order. Branches of remote
-        resource managers after the first run at the same time in the coordinator's pool
-        (each RM its own machine: the round trips overlap); the first and every in-process
-        one run in this thread (a hand-off to the pool would cost more than the call). Each
-        branch's resource is still used by one thread at a time: the link's thread waits
-        here."""
-        remote = [b for b in branches[1:] if not b.resource.in_process]
+        """``call`` for every branch: (branch, result, error) in order (see fan_out)."""
+        return self.fan_out(branches, call, lambda b: b.resource.in_process)
+
+    def fan_out(self, items: list[Item], call: Callable[[Item], T], in_process: Callable[[Item], bool]
+                ) -> list[tuple[Item, T | None, BaseException | None]]:
+        """``call`` for every item (a branch, or a resource's association with one):
+        (item, result, error) in order. Items of remote resource managers after the first
+        run at the same time in the coordinator's pool (each RM its own machine, each
+        association its own connection: the round trips overlap); the first and every
+        in-process one run in this thread (a hand-off to the pool would cost more than the
+        call). Each resource is still used by one thread at a time: the link's thread
+        waits here."""
+        remote = [i for i in items[1:] if not in_process(i)]
         pool = self._pool
         if remote and pool is None:
             with self._lock:
                 if self._pool is None:
                     self._pool = ThreadPoolExecutor(POOL_THREADS, f"xa {self.bridge}")
                 pool = self._pool
-        futures = {id(b): pool.submit(_attempt, call, b) for b in remote} if remote and pool is not None else {}
-        here = {id(b): _attempt(call, b) for b in branches if id(b) not in futures}
-        return [(b, *(here[id(b)] if id(b) in here else futures[id(b)].result())) for b in branches]
+        futures = {id(i): pool.submit(_attempt, call, i) for i in remote} if remote and pool is not None else {}
+        here = {id(i): _attempt(call, i) for i in items if id(i) not in futures}
+        return [(i, *(here[id(i)] if id(i) in here else futures[id(i)].result())) for i in items]
 
     def in_flight(self, gtrid: bytes) -> bool:
         """Recovery leaves a transaction alone while a link is still completing it."""

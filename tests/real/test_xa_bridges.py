@@ -3,7 +3,8 @@ coordinator: embedded -> ActiveMQ with two-phase commit across two resource mana
 ActiveMQ -> ActiveMQ with the target joining the source's branch (one-phase), and a bridge
 killed with SIGKILL again and again mid-transfer (at random, and exactly after the prepares,
 after the commit record, between the commits): every message reaches ActiveMQ exactly once,
-nothing stays in doubt."""
+nothing stays in doubt; the same for ActiveMQ -> ActiveMQ one transaction per message (the
+source's and the joined target's associations ended at the same time)."""
 
 from __future__ import annotations
 
@@ -204,3 +205,48 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
         assert broker.queue_depth("src") == 0 and drain(broker, "imq.bridge.jms.dmq") == []
     finally:
         broker.close()
+
+
+@pytest.mark.crash
+def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
+    """4,000 messages, one XA transaction each (the target joined to the source's branch,
+    both associations ended at the same time, one-phase commit), the bridge process killed
+    6 times at random: each message on the target once, none left on the source. (A kill
+    counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
+    threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
+    n = 4000
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        session = conn.create_session(True)
+        producer = session.create_producer(Queue("src"))
+        for i in range(n):
+            producer.send(TextMessage(str(i)))
+            if i % 500 == 499:
+                session.commit()
+        session.commit()
+    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1"]
+    for _ in range(6):
+        proc = start_child(args, None)
+        try:
+            proc.wait(random.uniform(0.5, 1.5))
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+    moved = take(activemq, "dst")  # consumed: counted with what the last run moves
+    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    proc = start_child(args, None)  # the last run finishes cleanly
+    assert proc.stdout.readline().strip() == "done"
+    proc.wait(60)
+    proc.stdout.close()
+    got = Counter(int(m.text) for m in moved + take(activemq, "dst"))
+    missing = sorted(set(range(n)) - set(got))
+    assert not missing, f"lost {len(missing)}: {missing[:20]}"
+    duplicated = {k: c for k, c in got.items() if c > 1}
+    assert not duplicated, f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}"
+    assert take(activemq, "src") == [] and amq_in_doubt(activemq, "crash") == 0
+    host = Broker(tmp_path / "var" / "host")
+    try:
+        assert drain(host, "imq.bridge.jms.dmq") == []
+    finally:
+        host.close()

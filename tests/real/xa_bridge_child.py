@@ -6,7 +6,13 @@ ActiveMQ lookup environment. The source store is fsynced and is the host broker;
 is ActiveMQ's XAConnectionFactory through the Java provider. The XA fault hook
 (IMQBRIDGE_XA_FAULT) may kill the process between two protocol steps. Prints "ready" once
 the bridge runs (recovery is done by then); when the source is empty it stops the bridge
-cleanly and prints "done"."""
+cleanly and prints "done".
+
+SOURCE_STORE "activemq" moves ActiveMQ's queue src to its queue dst instead (two factories
+of the one broker: the target joins the source's branch, one phase; the host broker, for
+the DMQ, lives in VARHOME; the backout threshold is off: ActiveMQ counts a kill as a
+delivery of every message it had prefetched); "done" then comes once the link has moved
+nothing for 3 s."""
 
 from __future__ import annotations
 
@@ -36,8 +42,16 @@ def amq_factory(env: dict[str, str]) -> str:
             f'connect-attempt-interval-in-seconds="1">{props}</connection-factory>')
 
 
+AMQ_LINK = ('<link name="l" transacted="true">'
+            '<source connection-factory-ref="amq" destination-ref="src"/>'
+            '<target connection-factory-ref="amq2" destination-ref="dst"/></link>')
+
+
 def main() -> None:
     source_store, varhome, jndi, batch = sys.argv[1:5]
+    if source_store == "activemq":
+        activemq_to_activemq(varhome, ast.literal_eval(jndi), batch)
+        return
     broker = Broker(source_store, sync=True)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
@@ -50,6 +64,29 @@ def main() -> None:
     print("ready", flush=True)
     while broker.queue_depth("src") > 0:
         time.sleep(0.01)
+    bridge.stop()
+    broker.close()
+    print("done", flush=True)
+
+
+def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str) -> None:
+    broker = Broker(Path(varhome) / "host", sync=True)
+    props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
+                                 "imq.bridge.crash.xmlurl=crash.xml",
+                                 f"imq.bridge.crash.transaction.batchSize={batch}",
+                                 "imq.bridge.crash.backoutThreshold=0"], environ={})
+    cfs = amq_factory(jndi) + amq_factory(jndi).replace('ref-name="amq"', 'ref-name="amq2"')
+    xml = bridge_xml(AMQ_LINK, cfs=cfs, name="crash", log_message_transfer="false")
+    bridge = JMSBridge(parse_bridge_config(xml), props,
+                       host=EmbeddedHostBroker(broker), tuning=FAST)
+    bridge.start()
+    print("ready", flush=True)
+    counters = bridge.links[0].counters
+    moved, still = -1, time.monotonic()
+    while time.monotonic() - still < 3:
+        if counters.transferred != moved:
+            moved, still = counters.transferred, time.monotonic()
+        time.sleep(0.05)
     bridge.stop()
     broker.close()
     print("done", flush=True)

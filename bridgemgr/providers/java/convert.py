@@ -207,14 +207,16 @@ def remember_temporary(dest: Destination, jdest: Any, flavor: Flavor) -> None:
 def to_python_destination(jdest: Any, flavor: Flavor) -> Destination | None:
     if jdest is None:
         return None
-    if isinstance(jdest, flavor.TemporaryQueue):
+    # (TemporaryQueue extends Queue, TemporaryTopic Topic: a plain queue, what a link
+    # receives from, is known after two checks)
+    if isinstance(jdest, flavor.Queue):
+        if not isinstance(jdest, flavor.TemporaryQueue):
+            return Queue(str(jdest.getQueueName()))
         dest: Destination = TemporaryQueue(str(jdest.getQueueName()))
-    elif isinstance(jdest, flavor.TemporaryTopic):
-        dest = TemporaryTopic(str(jdest.getTopicName()))
-    elif isinstance(jdest, flavor.Queue):
-        return Queue(str(jdest.getQueueName()))
     elif isinstance(jdest, flavor.Topic):
-        return Topic(str(jdest.getTopicName()))
+        if not isinstance(jdest, flavor.TemporaryTopic):
+            return Topic(str(jdest.getTopicName()))
+        dest = TemporaryTopic(str(jdest.getTopicName()))
     else:
         return Queue(str(jdest.toString()))
     remember_temporary(dest, jdest, flavor)
@@ -290,10 +292,20 @@ def copy_headers_from_java(jmsg: Any, msg: Message, flavor: Flavor) -> None:
         msg.delivery_time = int(jmsg.getJMSDeliveryTime())
 
 
+def byte_array() -> Any:
+    """The Java byte[] type (made once: JArray(JByte) builds the type on every call)."""
+    if not _byte_array:
+        import jpype
+        _byte_array.append(jpype.JArray(jpype.JByte))
+    return _byte_array[0]
+
+
+_byte_array: list[Any] = []
+
+
 def _read_bytes_body(jmsg: Any) -> bytes:
-    import jpype
     jmsg.reset()
-    buf = jpype.JArray(jpype.JByte)(int(jmsg.getBodyLength()))
+    buf = byte_array()(int(jmsg.getBodyLength()))
     if len(buf):
         jmsg.readBytes(buf)
     jmsg.reset()
@@ -420,8 +432,7 @@ def to_java(msg: Message, jsession: Any, flavor: Flavor,
         jmsg = jsession.createBytesMessage()
         body = msg.get_body()
         if body:
-            import jpype
-            jmsg.writeBytes(jpype.JArray(jpype.JByte)(body))
+            jmsg.writeBytes(byte_array()(body))
     elif isinstance(msg, MapMessage):
         jmsg = jsession.createMapMessage()
         for name, ptype, value in msg.typed_items():

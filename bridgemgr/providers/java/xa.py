@@ -14,21 +14,45 @@
 # completed yet (our coordinator begins the next unit before it commits the last) is held
 # back until that one commits, rolls back or votes read-only here, or until the session is
 # used again (flush(), called by the session before a receive or a send).
+#
+# The Java Xid of an Xid is made once and reused (the last XID_CACHE of them): a
+# transaction's start, end and commit, at each of its resources, then pass the same Java
+# object, so a provider comparing Xids (ActiveMQ's end() and commit() with the associated
+# one) finds them identical without calling back into Python for the three values, and
+# the byte arrays are copied into the JVM once.
 """Java XAResource <-> our XAResource, Xids both ways."""
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from ...jms.spi import XAResource
 from ...jms.xa import TMJOIN, TMNOFLAGS, XA_RDONLY, Xid
+from .convert import byte_array
 from .jvm import java_errors
 
+XID_CACHE = 64  # Java Xids kept for reuse (a link's transactions in flight, and some)
 _xid_class: list[Any] = []
+_xids: OrderedDict[Xid, Any] = OrderedDict()
+_xids_lock = threading.Lock()
 
 
 def to_java_xid(xid: Xid) -> Any:
-    """A javax.transaction.xa.Xid with the values of ``xid``."""
+    """A javax.transaction.xa.Xid with the values of ``xid`` (the same object for a recent one)."""
+    with _xids_lock:
+        jxid = _xids.get(xid)
+    if jxid is None:
+        jxid = _new_java_xid(xid)
+        with _xids_lock:
+            _xids[xid] = jxid
+            while len(_xids) > XID_CACHE:
+                _xids.popitem(last=False)
+    return jxid
+
+
+def _new_java_xid(xid: Xid) -> Any:
     if not _xid_class:
         import jpype
 
@@ -36,8 +60,8 @@ def to_java_xid(xid: Xid) -> Any:
         class JavaXid:
             def __init__(self, xid: Xid) -> None:
                 self.xid = xid
-                self.gtrid = jpype.JArray(jpype.JByte)(xid.gtrid)
-                self.bqual = jpype.JArray(jpype.JByte)(xid.bqual)
+                self.gtrid = byte_array()(xid.gtrid)
+                self.bqual = byte_array()(xid.bqual)
 
             @jpype.JOverride
             def getFormatId(self) -> int:
