@@ -517,13 +517,15 @@ class _SentTo:
 
 
 class EmbeddedProducer(MessageProducer):
+    counted_here = True  # the broker counts it (not a remote client's: the service counts those)
+
     def __init__(self, session: EmbeddedSession, destination: Destination | None) -> None:
         super().__init__(destination)
         self.session = session
         self.closed = False
         self.counted = False  # counted by the broker as a producer of its destination (metrics)
         # an anonymous producer: counted as a producer of each destination it sent to
-        self._sent_to = _SentTo(session.broker) if destination is None else None
+        self._sent_to = _SentTo(session.broker) if destination is None and self.counted_here else None
 
     def _stamp(self, message: Message, destination: Destination | None, delivery_mode: int | None,
                priority: int | None, time_to_live: int | None) -> tuple[Message, Destination]:
