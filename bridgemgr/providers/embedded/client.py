@@ -542,8 +542,9 @@ class EmbeddedProducer(MessageProducer):
             dest = destination
         if dest is None:
             raise InvalidDestinationException("no destination: give one to the producer or to send()")
-        if self._sent_to is not None:
-            self._sent_to.sent(dest)
+        sent_to = self._sent_to
+        if sent_to is not None and dest is not sent_to.last:  # (an anonymous producer's first
+            sent_to.sent(dest)                                 # send there, or another one)
         if not isinstance(message, Message):
             raise JMSException(f"not a message: {message!r}")
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
