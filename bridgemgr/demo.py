@@ -11,7 +11,10 @@ it). ``run_demo`` then sends orders to ``demo.in`` and reads them back from
 
 from __future__ import annotations
 
+import os
 import secrets
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -64,13 +67,32 @@ def demo_overrides(instance_dir: Path) -> list[str]:
             "imq.bridge.demo.autostart=true"]
 
 
+INVOKED_AS = "IMQBRIDGEMGR_INVOKED_AS"  # set by a clone's ./imqbridgemgr script to its $0
+
+
+def invoked_as(argv0: str | None = None) -> str:
+    """The command the user started us with, to print commands they can paste: a clone's
+    script as they typed it (./imqbridgemgr), an installed console script by its name when
+    that name finds it on the PATH (else by its path), ``python -m bridgemgr`` as that."""
+    wrapper = os.environ.get(INVOKED_AS)
+    if wrapper:
+        return wrapper
+    script = Path(sys.argv[0] if argv0 is None else argv0)
+    if script.suffix == ".py":  # python -m bridgemgr (or bridgemgr.cli)
+        return "python -m bridgemgr"
+    found = shutil.which(script.name)
+    if found is not None and Path(found).resolve() == script.resolve():
+        return script.name
+    return str(script)
+
+
 def how_to_reach(instance_dir: Path, portmapper: str, stomp_port: int | None) -> list[str]:
     passfile = instance_dir / "etc" / "demo-admin.properties"
     lines = []
     if stomp_port:
         lines.append(f"STOMP bridge: 127.0.0.1:{stomp_port} (login admin; the password is {PASSWORD_KEY} "
                      f"in {passfile}); send to /queue/demo.in, read /queue/demo.out")
-    lines.append(f"Operate it:  ./imqbridgemgr list bridge -b {portmapper} -u admin -passfile {passfile}")
+    lines.append(f"Operate it:  {invoked_as()} list bridge -b {portmapper} -u admin -passfile {passfile}")
     return lines
 
 

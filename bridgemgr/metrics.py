@@ -119,10 +119,11 @@ class ServiceCollector(Collector):
         families = {key: (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
             f"imq_destination_{name}", doc, labels=L) for key, name, kind, doc in (
             ("depth", "messages", "gauge", "Messages waiting (a topic: over its subscriptions)"),
-            ("bytes", "bytes", "gauge", "Bytes of the messages held, where the destination counts "
-                                        "them (a byte limit is set)"),
+            ("bytes", "bytes", "gauge", "Bytes of the messages held (encoded size)"),
             ("consumers", "consumers", "gauge", "Open consumers"),
-            ("producers", "producers", "gauge", "Open in-process producers bound to it (bridge links)"),
+            ("producers", "producers", "gauge", "Open producers bound to it, and anonymous ones "
+                                                "(bridge links, STOMP connections, remote sessions) "
+                                                "that have sent to it"),
             ("enqueued", "enqueued", "counter", "Messages put on it since start"),
             ("dequeued", "dequeued", "counter", "Messages acknowledged, expired or removed since start"))}
         for (kind, name), counts in sorted(m["destinations"].items()):

@@ -39,7 +39,8 @@ def test_purge_removes_paged_and_swapped_messages_and_keeps_those_in_delivery(st
 
     assert broker.purge(Q) == (48, 2)
     assert broker.purge(Queue("nosuch")) is None
-    assert broker.destinations()[f"queue:{Q.name}"] == {"pending": 0, "unacked": 2, "bytes": 0}
+    depth = broker.destinations()[f"queue:{Q.name}"]
+    assert (depth["pending"], depth["unacked"]) == (0, 2) and 0 < depth["bytes"] < 2 * 500  # the 2 held
     put(conn, 3, 100)  # the queue goes on working
     assert broker.browse_queue(Q.name, 10) is not None
     assert [m.text for m in broker.browse_queue(Q.name, 10) or []] == ["100", "101", "102"]

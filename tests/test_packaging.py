@@ -326,3 +326,4 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
             "demo.out (last: 'ORDER 999')") in text, text
     assert serve.returncode == 0 and lines[-1] == "Stopped cleanly.", text
     assert "Traceback" not in text and "ERROR" not in text, text
+    assert "Operate it:  imqbridgemgr list bridge -b " in text, text  # as started: from the PATH

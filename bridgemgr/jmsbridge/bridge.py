@@ -361,7 +361,7 @@ class JMSBridge:
         # 9. the links
         bridge_props = self.props.bridge(self.name) if self.props is not None else None
         context = RunnerContext(self.name, self.props, connections, self._dmqs, self.log, self.tuning,
-                                self.broker_url, self.transformer_path)
+                                self.broker_url, self.transformer_path, self.host)
         for link in enabled:
             target = (None if link.target.as_source
                       else destinations[link.target.destination_ref])

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Protocol
 
 from ..jms.destination import Destination
+from ..jms.hostbroker import HostBroker
 from ..transform import MessageTransformer
 from .config import BridgeConfig, LinkConfig
 from .connections import ConnectionKind
@@ -86,6 +87,7 @@ class RunnerContext:
     tuning: LinkTuning
     broker_url: str | None  # the host broker's jms service, for runners in other processes
     transformer_path: Sequence[str | Path] | None = None
+    host: HostBroker | None = None  # the service's host broker (a Spark link's source backlog)
 
 
 class LinkRunner(Protocol):

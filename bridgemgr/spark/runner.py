@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backoff import backoff_delay
-from ..jmsbridge.counters import LinkCounters
+from ..jms.hostbroker import HostBroker, Principal
+from ..jmsbridge.counters import RATE_WINDOW, LinkCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
 from ..private import private_dir
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
 
     from ..props import BrokerProperties
 
+SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
 RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
 
@@ -79,13 +81,16 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     return query
 
 
-def stats_totals(stats: str | Path) -> dict[str, Any]:
+def stats_totals(stats: str | Path, now: float | None = None) -> dict[str, Any]:
     """The stats file summed: batches, rows, transferred, consumed_only, to_dmq, dmq_lost,
-    reasons, last_batch_id."""
+    reasons, last_batch_id; last_transfer_at (the commit time of the last batch that
+    transferred) and recent (transferred by batches committed in the last RATE_WINDOW s)."""
     from .sink import read_stats
 
+    since = (time.time() if now is None else now) - RATE_WINDOW
     totals: dict[str, Any] = {"batches": 0, "rows": 0, "transferred": 0, "consumed_only": 0,
-                              "to_dmq": 0, "dmq_lost": 0, "reasons": {}, "last_batch_id": None}
+                              "to_dmq": 0, "dmq_lost": 0, "reasons": {}, "last_batch_id": None,
+                              "last_transfer_at": None, "recent": 0}
     for batch, entry in sorted(read_stats(stats).items()):
         totals["batches"] += 1
         for key in ("rows", "transferred", "consumed_only", "to_dmq", "dmq_lost"):
@@ -93,6 +98,11 @@ def stats_totals(stats: str | Path) -> dict[str, Any]:
         for reason, n in (entry.get("reasons") or {}).items():
             totals["reasons"][reason] = totals["reasons"].get(reason, 0) + int(n)
         totals["last_batch_id"] = batch
+        at, moved = entry.get("at"), int(entry.get("transferred", 0))
+        if moved and isinstance(at, (int, float)):
+            totals["last_transfer_at"] = at
+            if at >= since:
+                totals["recent"] += moved
     return totals
 
 
@@ -103,6 +113,7 @@ class SparkCounters(LinkCounters):
     def __init__(self, stats: str) -> None:
         super().__init__()
         self.stats = stats
+        self._recent = 0  # transferred by the batches of the last RATE_WINDOW s
 
     def snapshot(self) -> dict[str, Any]:
         totals = stats_totals(self.stats)
@@ -111,7 +122,13 @@ class SparkCounters(LinkCounters):
         self.dmq_lost = totals["dmq_lost"]
         self.dmq_reasons.clear()
         self.dmq_reasons.update(totals["reasons"])
+        self.last_transfer_at, self._recent = totals["last_transfer_at"], totals["recent"]
         return super().snapshot()
+
+    def rate(self, now: float | None = None) -> float:
+        """Transfers per second over the last RATE_WINDOW s, from the batches' commit
+        times (as of the last snapshot)."""
+        return self._recent / RATE_WINDOW
 
 
 class SparkLink(RunnerBase):
@@ -121,8 +138,10 @@ class SparkLink(RunnerBase):
 
     def __init__(self, setup: LinkSetup, options: LinkOptions, checkpoint: Path,
                  log: logging.Logger, props: BrokerProperties | None = None,
-                 tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None) -> None:
+                 tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None,
+                 host: HostBroker | None = None) -> None:
         super().__init__(setup, log, tuning)
+        self.host = host  # the service's host broker: the backlog of a source queue there
         self.options = options
         self.checkpoint = checkpoint
         self.props = props
@@ -253,11 +272,24 @@ class SparkLink(RunnerBase):
                 "last_batch_id": last.get("batchId") if last else totals["last_batch_id"],
                 "active": bool(self._query is not None and self._query.isActive)}
 
+    def backlog(self) -> int | None:
+        """Messages waiting at the source when it is a queue of the host broker read
+        without a selector (its depth, a lock and a len); None otherwise: the consumers
+        are the query's, in other processes."""
+        from ..jmsbridge.resolve import means_host_broker
+
+        source, dest = self.config.source, self.setup.source
+        if (self.host is None or dest.is_topic or dest.is_temporary or source.selector
+                or not means_host_broker(self.setup.bridge.connection_factory(source.connection_factory_ref))):
+            return None
+        return self.host.queue_depth(SERVICE_PRINCIPAL, dest.name)
+
     def info(self) -> dict[str, object]:
         counters = self.counters.snapshot()  # read before the progress: never behind it
         return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
                 "target": self.setup.target_label, "transacted": self.transacted,
-                "runner": self.runner, "progress": self.progress(), "counters": counters}
+                "runner": self.runner, "progress": self.progress(), "counters": counters,
+                "backlog": self.backlog()}
 
 
 def _between_batches(query: StreamingQuery, timeout: float) -> None:
@@ -329,7 +361,8 @@ def spark_link(setup: LinkSetup, context: RunnerContext) -> SparkLink:
                                "service (imq.jms.tcp.port)")
     options, checkpoint = spark_link_options(context.props, context.bridge, setup.config.name,
                                              context.broker_url, context.transformer_path)
-    return SparkLink(setup, options, checkpoint, context.log, context.props, context.tuning)
+    return SparkLink(setup, options, checkpoint, context.log, context.props, context.tuning,
+                     host=context.host)
 
 
 register_link_runner("spark", spark_link)

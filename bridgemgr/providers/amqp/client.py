@@ -25,7 +25,8 @@
 # dropped (it all comes again, marked redelivered, from the oldest). Transacted: tx.select;
 # commit acks what was received and tx.commit; rollback is tx.rollback, then the
 # recover above. Acks have no answer in AMQP: a connection lost right after one may
-# bring that message again (at-least-once). Not XA: AmqpConnectionFactory is no
+# bring that message again (at-least-once). A consumer's backlog() (metrics) asks
+# queue.declare passive on a channel of its own, at most every BACKLOG_EVERY s. Not XA: AmqpConnectionFactory is no
 # XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
 """JMS connections, sessions, producers and consumers over AMQP 0-9-1 (pika)."""
 
@@ -77,6 +78,7 @@ from .wire import AmqpOptions, from_amqp, parse_url, route, to_amqp
 log = logging.getLogger(__name__)
 
 PROVIDER_NAME = "AMQP 0-9-1"
+BACKLOG_EVERY = 5.0  # s: a consumer asks its queue's depth at most this often
 
 
 class AmqpConnectionFactory(ConnectionFactory):
@@ -534,6 +536,7 @@ class AmqpSession(Session):
         frame = ch.call(lambda c, done: c.basic_consume(queue_name, consumer.deliver, callback=done),
                         f"consuming from {destination}")
         consumer.tag = frame.method.consumer_tag
+        consumer.queue_name = queue_name
         self._consumers.append(consumer)
         return consumer
 
@@ -747,8 +750,36 @@ class AmqpConsumer(PollingConsumer):
         self._selector = selector
         self._local = local
         self.tag = ""
+        self.queue_name = ""
         self.closed = False
         self.inbox: queue.Queue[_Delivery | None] = queue.Queue()
+        self._backlog: tuple[float, int | None] = (-BACKLOG_EVERY, None)  # (asked at, answer)
+        self._backlog_lock = threading.Lock()
+
+    def backlog(self) -> int | None:
+        """Messages waiting for this consumer: its queue's ready ones (queue.declare
+        passive's message-count, on a channel of its own, since a refused passive declare
+        closes its channel) plus those prefetched here and not handed over. Asked at most
+        every BACKLOG_EVERY s (metrics, `list link -v`), the last answer meanwhile; None
+        when the broker cannot be asked."""
+        with self._backlog_lock:
+            asked, answer = self._backlog
+            if time.monotonic() - asked < BACKLOG_EVERY or self.closed or not self.queue_name:
+                return answer
+            name = self.queue_name
+            try:
+                channel = _Channel(self.session.connection)
+                try:
+                    frame = channel.call(lambda c, done: c.queue_declare(name, passive=True, callback=done),
+                                         f"asking the depth of queue {name}")
+                finally:
+                    channel.close()
+                answer = frame.method.message_count + self.inbox.qsize()
+            except JMSException as exc:
+                log.debug("backlog of %s: %s", name, exc)
+                answer = None
+            self._backlog = (time.monotonic(), answer)
+            return answer
 
     def deliver(self, _ch: Any, method: Any, properties: Any, body: bytes) -> None:
         """pika's on_message_callback (I/O thread)."""

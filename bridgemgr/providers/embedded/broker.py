@@ -17,8 +17,11 @@ Memory: a destination or subscription keeps a window of its waiting messages in 
 (``memory_window``, imq.destination.memory.window); persistent messages beyond it stay
 only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
 back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
-not messages. An HA takeover (cluster.py) moves a dead instance's rows into this store
-with seqs above ours and ``adopt`` takes them in the same way, under the lock.
+not messages. Each queue counts the bytes of its messages (encoded size; estimated for one
+held in memory only and never encoded) for its limits and /metrics, an int add per put and
+take; those recovered at open only where a byte limit is set (their sizes are a table scan).
+An HA takeover (cluster.py) moves a dead instance's rows into this store with seqs above
+ours and ``adopt`` takes them in the same way, under the lock.
 
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations are never stored (beyond their window they
@@ -182,7 +185,7 @@ class Broker:
         self.durable: dict[tuple[str, str], Subscription] = {}
         self.temporary: dict[str, MessageQueue] = {}
         self.connections: set[Any] = set()
-        self.producers: collections.Counter[Destination] = collections.Counter()  # in-process, bound
+        self.producers: collections.Counter[Destination] = collections.Counter()  # (metrics)
         self.client_ids: dict[str, Any] = {}
         self.reservations = Reservations()  # the bridge service's client ids and durables
         self.branches: dict[Xid, Work] = {}
@@ -246,11 +249,14 @@ class Broker:
             mq.paged += count
             if mq.limits.counts_bytes:
                 mq.bytes += queue_bytes(qkey)
+            else:  # not read at open (a table scan): these messages are not in mq.bytes
+                mq.counted_from = rec.max_seq + 1
         for seq, qkey, dcount, blob in rec.locked:  # held by a prepared branch: in memory
             mq = self._queue_for_key(qkey)
             if mq is None:
                 continue
-            env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob), dcount)
+            env = Envelope(seq, mq, codec.decode(blob), True,
+                           len(blob) if seq >= mq.counted_from else 0, dcount)
             mq.paged -= 1
             mq.skip.add(seq)
             env.owner = branches[locked[seq]]
@@ -260,7 +266,8 @@ class Broker:
             for seq, qkey, blob in br.sends:
                 mq = self._queue_for_key(qkey, create=True)
                 if mq is not None:
-                    env = Envelope(seq, mq, codec.decode(blob), True, self._size(mq, blob))
+                    env = Envelope(seq, mq, codec.decode(blob), True,
+                                   len(blob) if seq >= mq.counted_from else 0)
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
             self.branches[xids[xid]] = work
@@ -273,18 +280,18 @@ class Broker:
         """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
         stored = (self.store.page(mq.key, after, limit)
                   if self.store is not None and mq.durable else [])
-        skip, decode, counted = mq.skip, codec.decode, mq.limits.counts_bytes
+        skip, decode, counted = mq.skip, codec.decode, mq.counted_from
         if not (mq.swapped and self.swap is not None):  # the common case: the store alone
             if not stored:
                 return [], None
-            return ([Envelope(seq, mq, decode(blob), True, len(blob) if counted else 0, dcount)
+            return ([Envelope(seq, mq, decode(blob), True, len(blob) if seq >= counted else 0, dcount)
                      for seq, dcount, blob in stored if seq not in skip], stored[-1][0])
         rows = sorted([(seq, dcount, blob, True) for seq, dcount, blob in stored]
                       + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
                       )[:limit]
         if not rows:
             return [], None
-        return ([Envelope(seq, mq, decode(blob), kept, len(blob) if counted else 0, dcount)
+        return ([Envelope(seq, mq, decode(blob), kept, len(blob) if seq >= counted else 0, dcount)
                  for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
 
     def page_out(self, env: Envelope) -> bool:
@@ -294,12 +301,15 @@ class Broker:
             return True
         if self.swap is None:
             return False
+        blob = env.wire or codec.encode(env.message)
         try:
-            self.swap.put(env.seq, env.queue.key, env.wire or codec.encode(env.message))
+            self.swap.put(env.seq, env.queue.key, blob)
         except JMSException as exc:
             log.warning("%s: keeping a message in memory: %s", env.queue.destination, exc)
             return False
-        env.queue.swapped += 1
+        mq = env.queue
+        mq.swapped += 1
+        mq.bytes += len(blob) - env.size  # an estimated size becomes the one it pages in with
         return True
 
     def paged_in(self, envs: list[Envelope]) -> None:
@@ -495,8 +505,9 @@ class Broker:
 
     def metrics(self) -> dict[str, Any]:
         """What /metrics shows of the broker, read at scrape time: per queue and topic
-        (a topic summed over its subscriptions) depth, bytes, consumers, producers (open
-        in-process producers bound to it), enqueued and dequeued since start; the
+        (a topic summed over its subscriptions) depth, bytes, consumers, producers (see
+        client.py's notes: bound ones, and anonymous ones that sent to it), enqueued and
+        dequeued since start; the
         connections; the memory state; the store's counters."""
         with self.lock:
             dests: dict[tuple[str, str], dict[str, int]] = {}
@@ -597,9 +608,6 @@ class Broker:
         mq.wake_all()
 
     # --- sending ----------------------------------------------------------------------------
-    def _size(self, mq: MessageQueue, blob: bytes | None) -> int:
-        return len(blob) if blob is not None and mq.limits.counts_bytes else 0
-
     def _targets(self, dest: Destination, sender: Any, message: Message) -> list[MessageQueue]:
         """The message queues a message sent to ``dest`` goes to (under the lock)."""
         if dest.is_temporary:
@@ -644,14 +652,10 @@ class Broker:
             for i, mq in enumerate(targets):
                 stored = persistent and mq.durable
                 limits = mq.limits
-                if limits.unlimited:
-                    size = 0
-                    if stored and blob is None:
-                        blob = codec.encode(message)
-                else:
-                    if blob is None and (stored or limits.counts_bytes):
-                        blob = codec.encode(message)
-                    size = self._size(mq, blob)
+                if blob is None and (stored or limits.counts_bytes):
+                    blob = codec.encode(message)
+                size = len(blob) if blob is not None else 0  # (an int add in admit: metrics)
+                if not limits.unlimited:
                     self._make_room(mq, size, hold)
                 if not stored:  # held in memory only: the system-wide limits apply
                     if not size:

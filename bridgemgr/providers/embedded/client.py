@@ -17,6 +17,11 @@ fsyncs: its listener waits for the store batch that holds it, which ``flush`` wa
 once for all of them (one fsync wait per window, not per message). Delivering hands out
 a read-only copy, except that an AUTO_ACKNOWLEDGE delivery hands out the broker's own
 snapshot, which nothing references afterwards.
+
+Producers, as the broker counts them per destination (/metrics): one bound to a
+destination from its creation to its close; an anonymous one for each destination it has
+sent to, from that first send to its close; a session of a remote client or a STOMP
+connection (which have no producers here) likewise for each destination it sent to.
 """
 
 from __future__ import annotations
@@ -204,6 +209,7 @@ class EmbeddedSession(Session):
         self.closed = False
         self.consumers: list[EmbeddedConsumer] = []
         self._producers: list[EmbeddedProducer] = []
+        self._sent_to = _SentTo(self.broker)  # a remote client's or STOMP sender's sends (metrics)
         self._work = Work()
         self.branch: Work | None = None   # the XA branch this session is associated with
         self.listener_lock = threading.Lock()
@@ -241,6 +247,12 @@ class EmbeddedSession(Session):
         producer.counted = destination is not None
         self._producers.append(producer)
         return producer
+
+    def producing(self, destination: Destination) -> None:
+        """A send of a client that has no producer here (a remote one, a STOMP
+        connection) to ``destination``: the session counts as one producer of each
+        destination it has sent to, until it closes (metrics)."""
+        self._sent_to.sent(destination)
 
     def create_consumer(self, destination: Destination, selector: str | None = None,
                         no_local: bool = False) -> EmbeddedConsumer:
@@ -399,6 +411,7 @@ class EmbeddedSession(Session):
             producer.gone()
         self._producers.clear()
         self.closed = True
+        self._sent_to.close()
         self.broker.rollback(self._work)  # transacted: roll back; CLIENT: redeliver unacked
         self.broker.xa_abandon(self)
         self.branch = None
@@ -477,12 +490,42 @@ def raise_xa_proto(text: str) -> None:
     raise XAException(text, XAER_PROTO)
 
 
+class _SentTo:
+    """The destinations an anonymous sender has sent to, each counted by the broker as
+    one more producer of it from the first send until close() (metrics: imqcmd's
+    Producers of a destination). The last one is remembered by identity, so a sender
+    that keeps sending to one destination object pays an ``is`` test per send."""
+
+    __slots__ = ("broker", "destinations", "last")
+
+    def __init__(self, broker: Broker) -> None:
+        self.broker = broker
+        self.destinations: set[Destination] = set()
+        self.last: Destination | None = None
+
+    def sent(self, destination: Destination) -> None:
+        if destination is not self.last:
+            self.last = destination
+            if destination not in self.destinations:
+                self.destinations.add(destination)
+                self.broker.producer_opened(destination)
+
+    def close(self) -> None:
+        destinations, self.destinations, self.last = self.destinations, set(), None
+        for destination in destinations:
+            self.broker.producer_closed(destination)
+
+
 class EmbeddedProducer(MessageProducer):
+    counted_here = True  # the broker counts it (not a remote client's: the service counts those)
+
     def __init__(self, session: EmbeddedSession, destination: Destination | None) -> None:
         super().__init__(destination)
         self.session = session
         self.closed = False
         self.counted = False  # counted by the broker as a producer of its destination (metrics)
+        # an anonymous producer: counted as a producer of each destination it sent to
+        self._sent_to = _SentTo(session.broker) if destination is None and self.counted_here else None
 
     def _stamp(self, message: Message, destination: Destination | None, delivery_mode: int | None,
                priority: int | None, time_to_live: int | None) -> tuple[Message, Destination]:
@@ -499,6 +542,9 @@ class EmbeddedProducer(MessageProducer):
             dest = destination
         if dest is None:
             raise InvalidDestinationException("no destination: give one to the producer or to send()")
+        sent_to = self._sent_to
+        if sent_to is not None and dest is not sent_to.last:  # (an anonymous producer's first
+            sent_to.sent(dest)                                 # send there, or another one)
         if not isinstance(message, Message):
             raise JMSException(f"not a message: {message!r}")
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
@@ -561,6 +607,8 @@ class EmbeddedProducer(MessageProducer):
         if self.counted:
             self.counted = False
             self.session.broker.producer_closed(self.destination)
+        if self._sent_to is not None:
+            self._sent_to.close()
 
 
 class EmbeddedConsumer(MessageConsumer):

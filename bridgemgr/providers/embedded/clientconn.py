@@ -627,6 +627,7 @@ class ClientConnection:
         if dest is None:
             raise InvalidDestinationException("a SEND without a destination header")
         self._check("produce", dest)
+        s.producing(dest)
         work = s._work_now()
         if work is None:  # ProducerFlowControl: held (not blocking the loop as s._send would)
             ticket = self.broker.send(s.connection, message, dest, blob)

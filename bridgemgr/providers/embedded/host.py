@@ -238,6 +238,7 @@ class EmbeddedHostBroker(HostBroker):
     def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
              transaction: Transaction | None = None) -> Ticket:
         self._authorize(principal, "produce", destination)
+        self._session(client).producing(destination)  # a STOMP connection: one producer
         self._stamp(message, destination)
         if transaction is not None:
             self.broker.check_room(client, message, destination)  # a held producer waits now

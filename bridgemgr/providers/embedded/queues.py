@@ -130,7 +130,7 @@ class Envelope:
         self.queue = queue
         self.message = message          # the broker's snapshot; never handed out writable
         self.stored = stored            # has (or will have) a row in the store
-        self.size = size                # bytes counted against limits (0 when not counted)
+        self.size = size                # bytes in its queue's ``bytes`` (0 when not counted)
         self.dcount = dcount            # deliveries so far
         self.owner: Any = None          # the session holding it unacknowledged, or an XA branch
         self.blob = blob                # encoded form while it may still need writing
@@ -171,7 +171,8 @@ class MessageQueue:
         self.paged_epoch = 0            # bumped when a message is paged out behind others
         self._paged_last = 0            # the highest seq paged out
         self.count = 0                  # unacknowledged messages (queued + in flight)
-        self.bytes = 0
+        self.bytes = 0                  # ...their bytes: encoded size (estimated in memory only)
+        self.counted_from = 0           # seqs below are not in bytes (recovered, see the broker)
         self.waiters: deque[Any] = deque()
         self.room_waiters: list[Callable[[], None]] = []  # producers held by FLOW_CONTROL
         self.usage = usage

@@ -612,6 +612,8 @@ class RemoteXAResource(XAResource):
 class RemoteProducer(EmbeddedProducer):
     """The embedded producer's checks and header stamping; its session sends over the wire."""
 
+    counted_here = False  # the service counts its session's sends (clientconn.py)
+
 
 class RemoteConsumer(MessageConsumer):
     def __init__(self, session: RemoteSession, cid: int, destination: Destination, selector: str | None) -> None:
