@@ -287,6 +287,60 @@ def test_pipelined_confirms_complete_in_order_each_for_its_message(rabbitmq, con
     assert isinstance(more.exception(0), JMSException)
 
 
+class SocketCalls:
+    """Counts pika's socket sends and receives (the transport's only ways to the socket)."""
+
+    def __init__(self, monkeypatch):
+        from pika.adapters.utils import io_services_utils as io
+        self.sends, self.recvs = 0, 0
+        send, recv = io._AsyncTransportBase._sigint_safe_send, io._AsyncTransportBase._sigint_safe_recv
+
+        def counted_send(sock, data):
+            self.sends += 1
+            return send(sock, data)
+
+        def counted_recv(sock, max_bytes):
+            self.recvs += 1
+            return recv(sock, max_bytes)
+        monkeypatch.setattr(io._AsyncTransportBase, "_sigint_safe_send", staticmethod(counted_send))
+        monkeypatch.setattr(io._AsyncTransportBase, "_sigint_safe_recv", staticmethod(counted_recv))
+
+
+def test_a_window_of_publishes_leaves_in_a_few_socket_writes(rabbitmq, conn, monkeypatch):
+    """The frames made in one pass of the I/O loop go out in one write: a window of 300
+    publishes handed over at once is a handful of writes, not three per message."""
+    q = qname("writes")
+    producer = conn.create_session().create_producer(q)
+    producer.send(TextMessage("declared"))
+    calls = SocketCalls(monkeypatch)
+    release = threading.Event()
+    conn.hand_over(lambda: release.wait(10))  # the I/O thread takes all 300 in one wake-up
+    for _ in range(300):
+        producer.publish(BytesMessage(b"x" * 1024))
+    release.set()
+    producer.flush()
+    assert calls.sends < 20, calls.sends
+    session = conn.create_session()
+    consumer = session.create_consumer(q)
+    assert sum(consumer.receive(5) is not None for _ in range(301)) == 301
+
+
+def test_deliveries_are_read_in_large_chunks(rabbitmq, conn, monkeypatch):
+    """Reads take up to 256 KiB (pika reads 4 KiB: a recv per four 1 KiB messages)."""
+    q, n = qname("reads"), 2000
+    producer = conn.create_session().create_producer(q)
+    for _ in range(n):
+        producer.publish(BytesMessage(b"x" * 1024))
+    producer.flush()
+    calls = SocketCalls(monkeypatch)
+    consumer = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE).create_consumer(q)
+    deadline = time.monotonic() + 30
+    while consumer.inbox.qsize() < 1000 and time.monotonic() < deadline:  # the prefetch
+        time.sleep(0.05)
+    assert consumer.inbox.qsize() == 1000
+    assert calls.recvs < 100, calls.recvs  # 1 MiB: at least 250 reads of 4 KiB
+
+
 class Recorder:
     def __init__(self):
         self.outcomes = []
