@@ -317,6 +317,12 @@ class Session(ABC):
     def acknowledge(self) -> None:
         """Acknowledge every message delivered so far (CLIENT_ACKNOWLEDGE)."""
 
+    def prefetch_at_least(self, count: int) -> None:
+        """A hint before this session's consumers are created: they will hold up to
+        ``count`` messages unacknowledged (a link's confirm windows), so a provider whose
+        deliveries stop at a prefetch limit raises it to at least ``count``. Providers
+        without such a limit ignore it."""
+
     @abstractmethod
     def close(self) -> None: ...
 

@@ -26,7 +26,8 @@
 # refused ones of it are remembered by the Batch and consumed without a second copy); a
 # retriable failure backs the unit out, its messages then move one by one with the usual
 # retries. So order and at-least-once hold, and a crash or a lost connection duplicates
-# at most one window.
+# at most one window. The source session is asked to prefetch PREFETCH_WINDOWS windows
+# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed.
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -88,6 +89,11 @@ _PRIORITY = HEADER_FIELDS.index("priority")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 
+
+# The source's prefetch a windowed link asks for, in windows: one being confirmed, one
+# being received, one on its way (a prefetch of one window stalls the source at every
+# window until its acknowledgement reaches the broker).
+PREFETCH_WINDOWS = 3
 
 # What connecting the target again after it failed under a window may raise.
 _TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
@@ -251,6 +257,8 @@ class Link(RunnerBase):
         self.batch.open = False
         self._outstanding = ConfirmWindow()
         session = txn.open_source(self._source.connection)
+        if self.window > 1:
+            session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,

@@ -36,6 +36,7 @@ from bridgemgr.jms.spi import AckMode
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.states import State
+from bridgemgr.props import load_properties
 from bridgemgr.providers.amqp import AmqpConnectionFactory
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
@@ -431,6 +432,28 @@ def test_a_bridge_link_moves_rabbitmq_to_rabbitmq_in_order(rabbitmq, conn, tmp_p
         host.close()
     assert drain(conn, dst) == [str(i) for i in range(n)]
     assert drain(conn, src, 0.3) == []
+
+
+def test_a_windowed_link_asks_the_source_for_three_windows_of_prefetch(rabbitmq, conn, tmp_path):
+    """basic.qos of the link's source channel is 3 x imq.bridge.<name>.link.window when that
+    is more than the URL's prefetch (1000 by default): a prefetch of one window stalls the
+    source at every window until its acknowledgement reaches the broker."""
+    src, dst = qname("psrc"), qname("pdst")
+    fill(conn, src, 5)
+    host = Broker(tmp_path / "host")
+    props = load_properties([], ["imq.bridge.amqp.type=jms", "imq.bridge.amqp.xmlurl=amqp.xml",
+                                 "imq.bridge.amqp.link.window=500"],
+                            environ={})
+    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+                       props, host_factory=lambda env: EmbeddedConnectionFactory(host))
+    try:
+        assert bridge.start() is State.STARTED
+        out = rabbitmq.ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "prefetch_count")
+        assert f"{src.name}\t1500" in out.splitlines()
+    finally:
+        bridge.stop()
+        host.close()
+    assert drain(conn, dst) == [str(i) for i in range(5)]
 
 
 def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq, conn, tmp_path):

@@ -20,7 +20,7 @@
 # CompletionListener shape, no Future) tells a listener: confirms then complete in order of delivery
 # tag while more messages are on the wire (pipelined; flush() waits for all of them).
 #
-# Consuming: basic.qos prefetch-count (the URL's prefetch) per channel; deliveries go to
+# Consuming: basic.qos prefetch-count (the URL's prefetch, or prefetch_at_least()'s) per channel; deliveries go to
 # the consumer's inbox on the loop thread. AUTO/DUPS_OK: basic.ack of each message when
 # receive() hands it over; CLIENT: acknowledge() acks up to the last delivered with
 # multiple=True (each one when the session has several consumers: a multiple ack would
@@ -560,6 +560,13 @@ class AmqpSession(Session):
         self.connection._check()
         if self.channel.closed:
             raise JMSException(f"the session's channel is closed: {self.channel.closed}")
+
+    def prefetch_at_least(self, count: int) -> None:
+        """basic.qos prefetch-count max(the URL's prefetch, ``count``) for the consumers
+        created after it."""
+        self._check()
+        prefetch = max(self.connection.options.prefetch, count)
+        self.channel.call(lambda c, done: c.basic_qos(prefetch_count=prefetch, callback=done), "basic.qos")
 
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check()
