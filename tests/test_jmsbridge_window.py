@@ -211,3 +211,21 @@ def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq
         b.stop()
     assert got == [f"m{i}" for i in range(20)]
     assert counters.to_dmq == 0 and broker.queue_depth("imq.bridge.jms.dmq") == 0
+
+
+def test_a_window_property_on_a_link_sets_that_links_window(broker):
+    """<property name="window" value="10"/> in a <link> (after its <target>) is that link's
+    window, over imq.bridge.<name>.link.window (3 here), which the other link keeps."""
+    send(broker, "src", [f"m{i}" for i in range(30)])
+    windowed = link_xml("l1").replace("</link>", '<property name="window" value="10"/></link>')
+    props = load_properties([], ["imq.bridge.b.link.window=3"], environ={})
+    b = make_bridge(broker, bridge_xml(windowed + link_xml("l2", "other", "other")), props=props)
+    assert b.config.link("l1").window == 10 and b.config.link("l2").window is None
+    b.start()
+    try:
+        by_name = {link.name: link for link in b.links}
+        assert (by_name["l1"].window, by_name["l2"].window) == (10, 3)
+        wait_until(lambda: by_name["l1"].counters.transferred == 30, what="30 transferred")
+        assert texts(drain(broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
+    finally:
+        b.stop()
