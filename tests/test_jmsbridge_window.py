@@ -229,3 +229,35 @@ def test_a_window_property_on_a_link_sets_that_links_window(broker):
         assert texts(drain(broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
     finally:
         b.stop()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, monkeypatch, sync):
+    """A host broker without fsync answers a send when it returns: the link sends plainly
+    (no send_async, no ConfirmWindow) and still acknowledges once per window; with fsync
+    the window's sends wait for the disk together (send_async)."""
+    from bridgemgr.providers.embedded.client import EmbeddedProducer
+
+    real, calls = EmbeddedProducer.send_async, []
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(EmbeddedProducer, "send_async", counting)
+    acks, complete = [], ClientAcknowledge.complete
+    monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (acks.append(1), complete(self))[1])
+    b_broker = Broker(tmp_path / "store", sync=sync)
+    try:
+        send(b_broker, "src", [f"m{i}" for i in range(30)])
+        props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+        b = make_bridge(b_broker, bridge_xml(link_xml()), props=props)
+        b.start()
+        try:
+            wait_until(lambda: b.links[0].counters.transferred == 30, what="30 transferred")
+            assert texts(drain(b_broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
+        finally:
+            b.stop()
+    finally:
+        b_broker.close()
+    assert len(calls) == (30 if sync else 0)
+    assert len(acks) <= 6, acks

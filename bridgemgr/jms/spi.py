@@ -135,6 +135,13 @@ class MessageProducer(ABC):
     def flush(self) -> None:
         """Wait until every send_async() of this producer has called its listener."""
 
+    @property
+    def answers_when_sent(self) -> bool:
+        """Whether a send() of this producer is confirmed when it returns and send_async()
+        would have nothing to wait for (right now): a link then sends plainly, without the
+        confirm window's bookkeeping, and still acknowledges once per window."""
+        return False
+
     @abstractmethod
     def close(self) -> None: ...
 

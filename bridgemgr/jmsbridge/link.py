@@ -17,7 +17,9 @@
 # With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links whose
 # transformer cannot halt them) the link sends with send_async() instead and does not
 # wait: up to `window` sends are outstanding (the batch is at least that big), their
-# outcomes kept in send order by a ConfirmWindow (window.py). Before the unit completes,
+# outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
+# confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
+# to plainly, the batch still a window. Before the unit completes,
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
 # is settled by then); a refused one goes to the DMQ as a synchronous refusal would
@@ -385,7 +387,7 @@ class Link(RunnerBase):
             producer = self._producer if self._producer is not None else self._open_target()
             send = producer.send
             headers = ctx.headers
-            windowed = self.window > 1 and not batch.one_by_one
+            windowed = self.window > 1 and not batch.one_by_one and not producer.answers_when_sent
             try:
                 if windowed:
                     self._send_async(producer, ctx, out)

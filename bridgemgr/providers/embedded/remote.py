@@ -612,6 +612,10 @@ class RemoteXAResource(XAResource):
 class RemoteProducer(EmbeddedProducer):
     """The embedded producer's checks and header stamping; its session sends over the wire."""
 
+    @property
+    def answers_when_sent(self) -> bool:
+        return False  # the answer comes over the wire: the window pipelines them
+
 
 class RemoteConsumer(MessageConsumer):
     def __init__(self, session: RemoteSession, cid: int, destination: Destination, selector: str | None) -> None:
