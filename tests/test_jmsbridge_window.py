@@ -261,3 +261,19 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
         b_broker.close()
     assert len(calls) == (30 if sync else 0)
     assert len(acks) <= 6, acks
+
+
+def test_confirmed_head_waits_for_the_oldest_and_stops_at_a_failure_or_a_gap():
+    window: ConfirmWindow[str] = ConfirmWindow()
+    slots = [window.add(x) for x in "abcde"]
+    m = TextMessage("")
+    assert window.confirmed_head(0.05) == []  # the oldest unanswered: nothing, in time
+    slots[1].on_completion(m)
+    threading.Timer(0.05, slots[0].on_completion, (m,)).start()
+    assert window.confirmed_head(5) == ["a", "b"]  # waited for a; c is unanswered
+    slots[3].on_completion(m)
+    slots[2].on_exception(m, JMSException("refused"))
+    assert window.confirmed_head(0) == ["a", "b"]  # c failed: the head ends before it
+    window.confirmed(2)
+    assert window.confirmed_head(0) == []
+    assert window.settled()[0][0] == "c" and len(window) == 1

@@ -324,6 +324,13 @@ class Session(ABC):
     def acknowledge(self) -> None:
         """Acknowledge every message delivered so far (CLIENT_ACKNOWLEDGE)."""
 
+    def acknowledge_oldest(self, count: int) -> bool:
+        """CLIENT_ACKNOWLEDGE of only the ``count`` oldest messages delivered and not yet
+        acknowledged, not the later ones (a link acknowledging the confirmed head of its
+        window while later sends are out). False when the provider cannot: nothing was
+        acknowledged, the caller acknowledges all at once later."""
+        return False
+
     def prefetch_at_least(self, count: int) -> None:
         """A hint before this session's consumers are created: they will hold up to
         ``count`` messages unacknowledged (a link's confirm windows), so a provider whose

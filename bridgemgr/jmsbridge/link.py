@@ -28,7 +28,11 @@
 # refused ones of it are remembered by the Batch and consumed without a second copy); a
 # retriable failure backs the unit out, its messages then move one by one with the usual
 # retries. So order and at-least-once hold, and a crash or a lost connection duplicates
-# at most one window. The source session is asked to prefetch PREFETCH_WINDOWS windows
+# at most one window. Where the source can acknowledge its oldest messages only
+# (Session.acknowledge_oldest: AMQP), a full window does not wait for all of its sends:
+# _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
+# send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
+# once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
 # (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed.
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
@@ -96,6 +100,8 @@ _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 # being received, one on its way (a prefetch of one window stalls the source at every
 # window until its acknowledgement reaches the broker).
 PREFETCH_WINDOWS = 3
+# How long a full window waits for its oldest send before it completes the unit whole.
+HEAD_WAIT = 1.0
 
 # What connecting the target again after it failed under a window may raise.
 _TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
@@ -404,7 +410,7 @@ class Link(RunnerBase):
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
                 if windowed and len(self._outstanding) >= self.window:
-                    self._confirm(pending)
+                    self._slide(pending)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -439,6 +445,28 @@ class Link(RunnerBase):
         except Exception:
             self._outstanding.cancel(listener)
             raise
+
+    def _slide(self, pending: list[ProcessingContext]) -> None:
+        """The window is full: wait for its oldest send only and acknowledge the head of
+        the unit up to its last confirmed send (later sends stay out: the window slides).
+        Where that cannot be done (the source's provider acknowledges whole sessions, a
+        send of the head failed, no answer within HEAD_WAIT) the unit completes whole."""
+        window = self._outstanding
+        head = window.confirmed_head(HEAD_WAIT)
+        if head:
+            last = head[-1]
+            upto = next(i for i, ctx in enumerate(pending) if ctx is last) + 1
+            assert self._txn is not None
+            try:
+                done = self._txn.complete_oldest(upto)
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"acknowledge: {exc}") from exc
+            if done:
+                window.confirmed(len(head))
+                self.settler.count(pending[:upto])
+                del pending[:upto]
+                return
+        self._complete(pending)
 
     def _confirm(self, pending: list[ProcessingContext]) -> None:
         """Wait for the window's sends and take their outcomes in order (see the notes at

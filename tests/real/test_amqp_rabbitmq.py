@@ -334,8 +334,9 @@ def test_deliveries_are_read_in_large_chunks(rabbitmq, conn, monkeypatch):
     for _ in range(n):
         producer.publish(BytesMessage(b"x" * 1024))
     producer.flush()
-    calls = SocketCalls(monkeypatch)
     consumer = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE).create_consumer(q)
+    conn.hand_over(lambda: time.sleep(1))  # the prefetch waits in the socket meanwhile
+    calls = SocketCalls(monkeypatch)
     deadline = time.monotonic() + 30
     while consumer.inbox.qsize() < 1000 and time.monotonic() < deadline:  # the prefetch
         time.sleep(0.05)
@@ -455,6 +456,40 @@ def test_a_windowed_link_asks_the_source_for_three_windows_of_prefetch(rabbitmq,
         bridge.stop()
         host.close()
     assert drain(conn, dst) == [str(i) for i in range(5)]
+
+
+def test_a_full_window_acknowledges_its_confirmed_head_and_slides(rabbitmq, conn, tmp_path, monkeypatch):
+    """Through AMQP a full window waits for its oldest send only and acknowledges the
+    source up to the last confirmed send (basic.ack multiple), its later sends still out:
+    the unit rarely completes whole (once the source is idle), every message arrives
+    once, in order."""
+    from bridgemgr.jmsbridge.transfer import ClientAcknowledge
+    from bridgemgr.providers.amqp.client import AmqpSession
+
+    heads, wholes = [], []
+    oldest, complete = AmqpSession.acknowledge_oldest, ClientAcknowledge.complete
+    monkeypatch.setattr(AmqpSession, "acknowledge_oldest",
+                        lambda self, count: (heads.append(count), oldest(self, count))[1])
+    monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (wholes.append(1), complete(self))[1])
+    src, dst, n = qname("ssrc"), qname("sdst"), 2000
+    fill(conn, src, n)
+    host = Broker(tmp_path / "host")
+    xml = link_xml(rabbitmq.amqp_env(), src.name, dst.name).replace(
+        b"</link>", b'<property name="window" value="50"/></link>')
+    bridge = JMSBridge(parse_bridge_config(xml, "amqp.xml"), host_factory=lambda env: EmbeddedConnectionFactory(host))
+    try:
+        assert bridge.start() is State.STARTED
+        counters = bridge.links[0].counters
+        deadline = time.monotonic() + 120
+        while counters.transferred < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert counters.transferred == n and counters.to_dmq == 0
+    finally:
+        bridge.stop()
+        host.close()
+    assert drain(conn, dst) == [str(i) for i in range(n)]
+    assert sum(heads) + 50 * len(wholes) >= n and len(heads) >= 10
+    assert all(0 < h <= 50 for h in heads) and len(wholes) <= 5
 
 
 def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq, conn, tmp_path):

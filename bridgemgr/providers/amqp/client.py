@@ -671,6 +671,15 @@ class AmqpSession(Session):
         pending, self._unacked = self._unacked, []
         self._ack(pending)
 
+    def acknowledge_oldest(self, count: int) -> bool:
+        """basic.ack (multiple) of the ``count`` oldest unacknowledged deliveries."""
+        if self.transacted or self.ack_mode is not AckMode.CLIENT_ACKNOWLEDGE:
+            return False
+        self._check()
+        done, self._unacked = self._unacked[:count], self._unacked[count:]
+        self._ack(done)
+        return True
+
     def _requeue(self) -> None:
         """Every delivery of the channel not acknowledged goes back to its queue, marked
         redelivered: basic.recover requeue. What the inboxes hold, and what arrives until
