@@ -228,9 +228,12 @@ DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's ow
 # behind a poison message for about 10 s, where 20 would hold it for minutes.
 BACKOUT_THRESHOLD = 5
 # imq.bridge.<name>.link.window: a non-transacted link sends this many messages without
-# waiting for each answer, then acknowledges them once all are confirmed
-# (benchmarks/providers.py: past ~100 the round trip per window no longer shows).
-LINK_WINDOW = 100
+# waiting for each answer, and acknowledges them once confirmed. 300 from
+# benchmarks/providers.py (RabbitMQ -> RabbitMQ, 100 / 300 / 1000): a window must cover
+# what moves while the target's confirms wait for its disk (RabbitMQ's ~25 ms at Shovel's
+# ~10,000 msg/s: 250); 100 ran at half the rate, 1000 no faster than 300 within the noise,
+# and a crash sends at most one window twice.
+LINK_WINDOW = 300
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
