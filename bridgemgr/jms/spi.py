@@ -324,6 +324,9 @@ class Session(ABC):
     def acknowledge(self) -> None:
         """Acknowledge every message delivered so far (CLIENT_ACKNOWLEDGE)."""
 
+    # Whether acknowledge_oldest() can work here (CLIENT_ACKNOWLEDGE).
+    acknowledges_oldest: bool = False
+
     def acknowledge_oldest(self, count: int) -> bool:
         """CLIENT_ACKNOWLEDGE of only the ``count`` oldest messages delivered and not yet
         acknowledged, not the later ones (a link acknowledging the confirmed head of its

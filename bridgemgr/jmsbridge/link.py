@@ -150,6 +150,7 @@ class Link(RunnerBase):
         self.window = 1 if one or setup.transaction.transacted else max(1, setup.window)
         self.batch = Batch(1 if one else max(setup.batch_size, self.window), self.counters)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
+        self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
@@ -265,6 +266,7 @@ class Link(RunnerBase):
         self.batch.open = False
         self._outstanding = ConfirmWindow()
         session = txn.open_source(self._source.connection)
+        self._slides = txn.slides()
         if self.window > 1:
             session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
         src = setup.source
@@ -410,7 +412,10 @@ class Link(RunnerBase):
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
                 if windowed and len(self._outstanding) >= self.window:
-                    self._slide(pending)
+                    if self._slides:
+                        self._slide(pending)
+                    else:
+                        self._confirm(pending)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -449,8 +454,8 @@ class Link(RunnerBase):
     def _slide(self, pending: list[ProcessingContext]) -> None:
         """The window is full: wait for its oldest send only and acknowledge the head of
         the unit up to its last confirmed send (later sends stay out: the window slides).
-        Where that cannot be done (the source's provider acknowledges whole sessions, a
-        send of the head failed, no answer within HEAD_WAIT) the unit completes whole."""
+        Where that cannot be done (a send of the head failed, no answer within
+        HEAD_WAIT) the unit completes whole."""
         window = self._outstanding
         head = window.confirmed_head(HEAD_WAIT)
         if head:

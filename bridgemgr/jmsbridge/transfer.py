@@ -88,6 +88,10 @@ class TransferTransaction(ABC):
         all of them."""
         return []
 
+    def slides(self) -> bool:
+        """Whether complete_oldest() can work on these sessions."""
+        return False
+
     def complete_oldest(self, count: int) -> bool:
         """Make only the ``count`` oldest messages of the unit final (the others stay in
         it); False when this cannot be done (nothing happened)."""
@@ -140,6 +144,9 @@ class ClientAcknowledge(TransferTransaction):
         assert self.source_session is not None
         self.source_session.acknowledge()
         return True
+
+    def slides(self) -> bool:
+        return self.source_session is not None and self.source_session.acknowledges_oldest
 
     def complete_oldest(self, count: int) -> bool:
         """Acknowledge the ``count`` oldest messages of the unit only; False when the

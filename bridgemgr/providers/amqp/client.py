@@ -458,6 +458,8 @@ class _Channel:
 class AmqpSession(Session):
     """A JMS session: one AMQP channel."""
 
+    acknowledges_oldest = True  # basic.ack multiple up to a delivery
+
     def __init__(self, connection: AmqpConnection, transacted: bool, ack_mode: AckMode) -> None:
         self.connection = connection
         self.transacted = transacted
