@@ -246,6 +246,8 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
     monkeypatch.setattr(EmbeddedProducer, "send_async", counting)
     acks, complete = [], ClientAcknowledge.complete
     monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (acks.append(1), complete(self))[1])
+    heads, head = [], ConfirmWindow.confirmed_head
+    monkeypatch.setattr(ConfirmWindow, "confirmed_head", lambda self, t: (heads.append(t), head(self, t))[1])
     b_broker = Broker(tmp_path / "store", sync=sync)
     try:
         send(b_broker, "src", [f"m{i}" for i in range(30)])
@@ -261,6 +263,7 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
         b_broker.close()
     assert len(calls) == (30 if sync else 0)
     assert len(acks) <= 6, acks
+    assert heads == []  # its source acknowledges whole sessions: no wait for a window's head
 
 
 def test_confirmed_head_waits_for_the_oldest_and_stops_at_a_failure_or_a_gap():
