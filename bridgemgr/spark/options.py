@@ -20,7 +20,7 @@ SCHEMA = "offset long"  # a row is a message of the source log, by its offset (s
 # props.BACKOUT_THRESHOLD, repeated so that this module stays light (test_props checks it)
 BACKOUT_THRESHOLD = 5
 # props.LINK_WINDOW, likewise
-LINK_WINDOW = 300
+LINK_WINDOW = 1000
 
 
 @dataclass(frozen=True)
