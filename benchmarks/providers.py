@@ -32,9 +32,12 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
   50 ms through ActiveMQ's statistics plugin.
 - rabbitmq_bridge_stomp: our bridge, one non-transacted link RabbitMQ -> RabbitMQ through the
   STOMP provider (client-individual acks, a receipt per persistent send; up to --window
-  receipts outstanding, the source acknowledged once they came).
-- rabbitmq_bridge_amqp: the same link through the AMQP 0-9-1 provider (imq.amqp, pika):
-  basic.qos prefetch 1000, publisher confirms, up to --window unconfirmed.
+  receipts outstanding, the source acknowledged once they came; prefetch-count at least
+  three windows).
+- rabbitmq_bridge_amqp: the same link through the AMQP 0-9-1 provider (imq.amqp, pika's
+  connection with our framing): basic.qos prefetch at least three windows, publisher
+  confirms, up to --window unconfirmed; a full window slides (the source acknowledged with
+  basic.ack multiple up to the last confirmed send while later sends are out).
 - rabbitmq_amqp_send_window: that provider's producer alone, N persistent sends into a
   queue with 1, 16 and 256 unconfirmed (pipelined publisher confirms, publish()).
 - rabbitmq_own: RabbitMQ's Shovel plugin, a dynamic shovel with ack-mode on-confirm over the
@@ -274,7 +277,7 @@ def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
 
 def send_window(factory: Any, queue: str, n: int, windows: tuple[int, ...] = (1, 16, 256)) -> dict[str, Any]:
     """The AMQP provider's producer alone: N persistent 1 KiB sends, each waiting for its
-    publisher confirm (window 1, what a link's send does today), or pipelined with up to W
+    publisher confirm (window 1), or pipelined with up to W
     unconfirmed (publish() + the oldest confirm when W are out); msg/s per window."""
     rates = {}
     with factory.create_connection() as conn:

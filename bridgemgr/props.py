@@ -236,9 +236,13 @@ DEFAULT_VARHOME = "var"  # relative to the current directory, as the broker's ow
 # behind a poison message for about 10 s, where 20 would hold it for minutes.
 BACKOUT_THRESHOLD = 5
 # imq.bridge.<name>.link.window: a non-transacted link sends this many messages without
-# waiting for each answer, then acknowledges them once all are confirmed
-# (benchmarks/providers.py: past ~100 the round trip per window no longer shows).
-LINK_WINDOW = 100
+# waiting for each answer, and acknowledges them once confirmed. 1000 from
+# benchmarks/providers.py (RabbitMQ -> RabbitMQ, 50,000 messages at 100 / 300 / 1000): a
+# window must cover what moves while the target's confirms wait for its disk (RabbitMQ's
+# ~25 ms at Shovel's ~10,000 msg/s: 250 at least); 100 ran at half of Shovel, 300 at
+# 5,300-5,700 msg/s and 1000 at 6,400-8,400 (1.02x and 1.05x Shovel in the same runs).
+# The price: a crash sends up to one window twice, and the source prefetches three.
+LINK_WINDOW = 1000
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 

@@ -300,7 +300,7 @@ RULES = [
     (bridge("<lnk/>"), "there is no element <lnk> in a JMS bridge configuration (did you mean "
                        "link?)"),
     (bridge('<link name="l"><target connection-factory-ref="cf" destination-ref="q"/></link>'
-            + CF + DEST), "<link> must contain (description?, source, target), in that order, "
+            + CF + DEST), "<link> must contain (description?, source, target, property*), in that order, "
                           "but contains (target)"),
     (bridge(CF + '<destination ref-name="q" name="Q">text</destination>'),
      "<destination> must contain (description?, property*), in that order"),
@@ -381,3 +381,25 @@ def test_load_bridge_uses_the_broker_properties(tmp_path):
         C.load_bridge(props, "b2")
     with pytest.raises(ConfigError, match=r"has no imq.bridge.b3.xmlurl"):
         C.load_bridge(props, "b3")
+
+
+def test_a_link_takes_a_window_property_after_its_target():
+    body = link().replace("</link>", '<property name="window" value="250"/></link>')
+    config = parse_bridge_config(bridge(body + CF + DEST), "t.xml")
+    assert config.link("l").window == 250
+    assert parse_bridge_config(bridge(link() + CF + DEST), "t.xml").link("l").window is None
+
+
+@pytest.mark.parametrize("value", ["0", "-5", "many", "", "99999999999"])
+def test_a_bad_link_window_names_the_file_line_and_element(value):
+    body = link().replace("</link>", f'\n<property name="window" value="{value}"/></link>')
+    assert problems_of(bridge(body + CF + DEST)) == [
+        f't.xml:5: <link name="l"> <property name="window"> has value {value!r}; write a whole '
+        "number from 1 to 2147483647"]
+
+
+def test_an_unknown_link_property_is_an_error_with_a_hint():
+    body = link().replace("</link>", '\n<property name="windw" value="5"/></link>')
+    [problem] = problems_of(bridge(body + CF + DEST))
+    assert problem.startswith('t.xml:5: <link name="l"> has <property name="windw">')
+    assert "did you mean window?" in problem and "transformer input goes in <target>" in problem

@@ -211,3 +211,72 @@ def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq
         b.stop()
     assert got == [f"m{i}" for i in range(20)]
     assert counters.to_dmq == 0 and broker.queue_depth("imq.bridge.jms.dmq") == 0
+
+
+def test_a_window_property_on_a_link_sets_that_links_window(broker):
+    """<property name="window" value="10"/> in a <link> (after its <target>) is that link's
+    window, over imq.bridge.<name>.link.window (3 here), which the other link keeps."""
+    send(broker, "src", [f"m{i}" for i in range(30)])
+    windowed = link_xml("l1").replace("</link>", '<property name="window" value="10"/></link>')
+    props = load_properties([], ["imq.bridge.b.link.window=3"], environ={})
+    b = make_bridge(broker, bridge_xml(windowed + link_xml("l2", "other", "other")), props=props)
+    assert b.config.link("l1").window == 10 and b.config.link("l2").window is None
+    b.start()
+    try:
+        by_name = {link.name: link for link in b.links}
+        assert (by_name["l1"].window, by_name["l2"].window) == (10, 3)
+        wait_until(lambda: by_name["l1"].counters.transferred == 30, what="30 transferred")
+        assert texts(drain(broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
+    finally:
+        b.stop()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, monkeypatch, sync):
+    """A host broker without fsync answers a send when it returns: the link sends plainly
+    (no send_async, no ConfirmWindow) and still acknowledges once per window; with fsync
+    the window's sends wait for the disk together (send_async)."""
+    from bridgemgr.providers.embedded.client import EmbeddedProducer
+
+    real, calls = EmbeddedProducer.send_async, []
+
+    def counting(self, *args, **kwargs):
+        calls.append(1)
+        return real(self, *args, **kwargs)
+    monkeypatch.setattr(EmbeddedProducer, "send_async", counting)
+    acks, complete = [], ClientAcknowledge.complete
+    monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (acks.append(1), complete(self))[1])
+    heads, head = [], ConfirmWindow.confirmed_head
+    monkeypatch.setattr(ConfirmWindow, "confirmed_head", lambda self, t: (heads.append(t), head(self, t))[1])
+    b_broker = Broker(tmp_path / "store", sync=sync)
+    try:
+        send(b_broker, "src", [f"m{i}" for i in range(30)])
+        props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+        b = make_bridge(b_broker, bridge_xml(link_xml()), props=props)
+        b.start()
+        try:
+            wait_until(lambda: b.links[0].counters.transferred == 30, what="30 transferred")
+            assert texts(drain(b_broker, "dst", expect=30)) == [f"m{i}" for i in range(30)]
+        finally:
+            b.stop()
+    finally:
+        b_broker.close()
+    assert len(calls) == (30 if sync else 0)
+    assert len(acks) <= 6, acks
+    assert heads == []  # its source acknowledges whole sessions: no wait for a window's head
+
+
+def test_confirmed_head_waits_for_the_oldest_and_stops_at_a_failure_or_a_gap():
+    window: ConfirmWindow[str] = ConfirmWindow()
+    slots = [window.add(x) for x in "abcde"]
+    m = TextMessage("")
+    assert window.confirmed_head(0.05) == []  # the oldest unanswered: nothing, in time
+    slots[1].on_completion(m)
+    threading.Timer(0.05, slots[0].on_completion, (m,)).start()
+    assert window.confirmed_head(5) == ["a", "b"]  # waited for a; c is unanswered
+    slots[3].on_completion(m)
+    slots[2].on_exception(m, JMSException("refused"))
+    assert window.confirmed_head(0) == ["a", "b"]  # c failed: the head ends before it
+    window.confirmed(2)
+    assert window.confirmed_head(0) == []
+    assert window.settled()[0][0] == "c" and len(window) == 1

@@ -88,6 +88,7 @@ def test_the_backout_threshold_default_is_the_same_for_every_runner():
     from bridgemgr.spark.jobs import ServiceJob
 
     assert P.BACKOUT_THRESHOLD == options.BACKOUT_THRESHOLD == options.LinkOptions.backout_threshold
+    assert P.LINK_WINDOW == options.LINK_WINDOW == options.LinkOptions.window
     assert ServiceJob.backout_threshold == P.BACKOUT_THRESHOLD
 
 

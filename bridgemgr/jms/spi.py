@@ -135,6 +135,13 @@ class MessageProducer(ABC):
     def flush(self) -> None:
         """Wait until every send_async() of this producer has called its listener."""
 
+    @property
+    def answers_when_sent(self) -> bool:
+        """Whether a send() of this producer is confirmed when it returns and send_async()
+        would have nothing to wait for (right now): a link then sends plainly, without the
+        confirm window's bookkeeping, and still acknowledges once per window."""
+        return False
+
     @abstractmethod
     def close(self) -> None: ...
 
@@ -321,6 +328,22 @@ class Session(ABC):
     @abstractmethod
     def acknowledge(self) -> None:
         """Acknowledge every message delivered so far (CLIENT_ACKNOWLEDGE)."""
+
+    # Whether acknowledge_oldest() can work here (CLIENT_ACKNOWLEDGE).
+    acknowledges_oldest: bool = False
+
+    def acknowledge_oldest(self, count: int) -> bool:
+        """CLIENT_ACKNOWLEDGE of only the ``count`` oldest messages delivered and not yet
+        acknowledged, not the later ones (a link acknowledging the confirmed head of its
+        window while later sends are out). False when the provider cannot: nothing was
+        acknowledged, the caller acknowledges all at once later."""
+        return False
+
+    def prefetch_at_least(self, count: int) -> None:
+        """A hint before this session's consumers are created: they will hold up to
+        ``count`` messages unacknowledged (a link's confirm windows), so a provider whose
+        deliveries stop at a prefetch limit raises it to at least ``count``. Providers
+        without such a limit ignore it."""
 
     @abstractmethod
     def close(self) -> None: ...

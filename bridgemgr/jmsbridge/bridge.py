@@ -378,7 +378,8 @@ class JMSBridge:
                 backout_threshold=(bridge_props.backout_threshold if bridge_props
                                    else BACKOUT_THRESHOLD),
                 batch_size=batch,
-                window=bridge_props.link_window if bridge_props else LINK_WINDOW)
+                window=(link.window if link.window is not None
+                        else bridge_props.link_window if bridge_props else LINK_WINDOW))
             runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
                                   setup)(setup, context)
             runner.counters = self._counters.setdefault(link.name, runner.counters)

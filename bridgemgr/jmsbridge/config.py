@@ -186,8 +186,13 @@ class LinkConfig:
     target: TargetConfig
     enabled: bool = True
     transacted: bool = True
+    window: int | None = None  # <property name="window">; None: the bridge's link.window
     description: str | None = None
     line: int | None = field(default=None, compare=False)
+
+
+# The settings a <link> takes as <property name=... value=.../> after its <target>.
+LINK_PROPERTIES: Mapping[str, Kind[int]] = {"window": integer(1, INT32_MAX)}
 
 
 @dataclass(frozen=True)
@@ -532,7 +537,28 @@ class _Builder:
             **self.attrs(el, "link"),
             source=SourceConfig(**self.attrs(source, "source")),
             target=TargetConfig(**self.attrs(target, "target"),
-                                properties=self.properties(target) if target is not None else ()))
+                                properties=self.properties(target) if target is not None else ()),
+            **self.link_settings(el))
+
+    def link_settings(self, el: etree._Element) -> dict[str, Any]:
+        """The <link>'s own property elements (LINK_PROPERTIES) as LinkConfig keywords."""
+        settings: dict[str, Any] = {}
+        where = f'<link name="{clip(el.get("name", ""))}">'
+        for prop in self.properties(el):
+            kind = LINK_PROPERTIES.get(prop.name)
+            if kind is None:
+                self.problems.append(Problem(
+                    self.source, prop.line, f'{where} has <property name="{clip(prop.name)}">, '
+                    f"which is no link setting{_hint(prop.name, LINK_PROPERTIES)}; a link takes "
+                    f"{', '.join(LINK_PROPERTIES)} (transformer input goes in <target>)"))
+                continue
+            try:
+                settings[prop.name] = kind.parse(prop.value)
+            except ValueError:
+                self.problems.append(Problem(
+                    self.source, prop.line, f'{where} <property name="{prop.name}"> has value '
+                    f"{shorten(prop.value)}; {kind.expected}"))
+        return settings
 
     def dmq(self, el: etree._Element) -> DMQConfig:
         if el.get("name") == BUILTIN_DMQ:

@@ -17,7 +17,9 @@
 # With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links whose
 # transformer cannot halt them) the link sends with send_async() instead and does not
 # wait: up to `window` sends are outstanding (the batch is at least that big), their
-# outcomes kept in send order by a ConfirmWindow (window.py). Before the unit completes,
+# outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
+# confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
+# to plainly, the batch still a window. Before the unit completes,
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
 # is settled by then); a refused one goes to the DMQ as a synchronous refusal would
@@ -26,7 +28,12 @@
 # refused ones of it are remembered by the Batch and consumed without a second copy); a
 # retriable failure backs the unit out, its messages then move one by one with the usual
 # retries. So order and at-least-once hold, and a crash or a lost connection duplicates
-# at most one window.
+# at most one window. Where the source can acknowledge its oldest messages only
+# (Session.acknowledge_oldest: AMQP), a full window does not wait for all of its sends:
+# _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
+# send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
+# once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
+# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed.
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -90,6 +97,13 @@ _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 
 
+# The source's prefetch a windowed link asks for, in windows: one being confirmed, one
+# being received, one on its way (a prefetch of one window stalls the source at every
+# window until its acknowledgement reaches the broker).
+PREFETCH_WINDOWS = 3
+# How long a full window waits for its oldest send before it completes the unit whole.
+HEAD_WAIT = 1.0
+
 # What connecting the target again after it failed under a window may raise.
 _TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
 
@@ -137,6 +151,7 @@ class Link(RunnerBase):
         self.window = 1 if one or setup.transaction.transacted else max(1, setup.window)
         self.batch = Batch(1 if one else max(setup.batch_size, self.window), self.counters)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
+        self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     def backlog(self) -> int | None:
@@ -263,6 +278,9 @@ class Link(RunnerBase):
         self.batch.open = False
         self._outstanding = ConfirmWindow()
         session = txn.open_source(self._source.connection)
+        self._slides = txn.slides()
+        if self.window > 1:
+            session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
@@ -389,7 +407,7 @@ class Link(RunnerBase):
             producer = self._producer if self._producer is not None else self._open_target()
             send = producer.send
             headers = ctx.headers
-            windowed = self.window > 1 and not batch.one_by_one
+            windowed = self.window > 1 and not batch.one_by_one and not producer.answers_when_sent
             try:
                 if windowed:
                     self._send_async(producer, ctx, out)
@@ -406,7 +424,10 @@ class Link(RunnerBase):
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
                 if windowed and len(self._outstanding) >= self.window:
-                    self._confirm(pending)
+                    if self._slides:
+                        self._slide(pending)
+                    else:
+                        self._confirm(pending)
                 return
         if ctx.audit is not None and ctx.audit not in self._audited:
             self._audited.add(ctx.audit)
@@ -441,6 +462,28 @@ class Link(RunnerBase):
         except Exception:
             self._outstanding.cancel(listener)
             raise
+
+    def _slide(self, pending: list[ProcessingContext]) -> None:
+        """The window is full: wait for its oldest send only and acknowledge the head of
+        the unit up to its last confirmed send (later sends stay out: the window slides).
+        Where that cannot be done (a send of the head failed, no answer within
+        HEAD_WAIT) the unit completes whole."""
+        window = self._outstanding
+        head = window.confirmed_head(HEAD_WAIT)
+        if head:
+            last = head[-1]
+            upto = next(i for i, ctx in enumerate(pending) if ctx is last) + 1
+            assert self._txn is not None
+            try:
+                done = self._txn.complete_oldest(upto)
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"acknowledge: {exc}") from exc
+            if done:
+                window.confirmed(len(head))
+                self.settler.count(pending[:upto])
+                del pending[:upto]
+                return
+        self._complete(pending)
 
     def _confirm(self, pending: list[ProcessingContext]) -> None:
         """Wait for the window's sends and take their outcomes in order (see the notes at

@@ -88,6 +88,15 @@ class TransferTransaction(ABC):
         all of them."""
         return []
 
+    def slides(self) -> bool:
+        """Whether complete_oldest() can work on these sessions."""
+        return False
+
+    def complete_oldest(self, count: int) -> bool:
+        """Make only the ``count`` oldest messages of the unit final (the others stay in
+        it); False when this cannot be done (nothing happened)."""
+        return False
+
     def all_or_nothing(self, error: BaseException) -> bool:
         """Whether a completion that failed with ``error`` left the unit all undone (its
         messages come back from the source) or possibly all done, never half: then none
@@ -135,6 +144,15 @@ class ClientAcknowledge(TransferTransaction):
         assert self.source_session is not None
         self.source_session.acknowledge()
         return True
+
+    def slides(self) -> bool:
+        return self.source_session is not None and self.source_session.acknowledges_oldest
+
+    def complete_oldest(self, count: int) -> bool:
+        """Acknowledge the ``count`` oldest messages of the unit only; False when the
+        source's provider cannot (then the unit completes as a whole)."""
+        assert self.source_session is not None
+        return self.source_session.acknowledge_oldest(count)
 
     def abort(self) -> None:
         if self.source_session is not None:

@@ -6,6 +6,8 @@
 # error (None: confirmed). So the link acknowledges a source message only after its send
 # and every send before it are settled, and handles each failure once, in order: a
 # listener called twice (a confused provider) changes nothing after the first call.
+# confirmed_head() lets a link whose window is full wait for the oldest send only and
+# acknowledge the confirmed head of its unit while the later sends are out.
 """A link's outstanding asynchronous sends and their outcomes, in send order."""
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class ConfirmWindow(Generic[T]):
     """The outstanding sends of one producer, oldest first."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition()
         self._slots: deque[_Slot[T]] = deque()
 
     def __len__(self) -> int:
@@ -65,6 +67,7 @@ class ConfirmWindow(Generic[T]):
         with self._lock:
             if not slot.settled:
                 slot.settled, slot.error = True, error
+                self._lock.notify_all()
 
     def settled(self) -> list[tuple[T, JMSException | None]]:
         """Take the settled prefix, oldest first: (item, None) confirmed, (item, error)
@@ -76,6 +79,26 @@ class ConfirmWindow(Generic[T]):
                 slot = slots.popleft()
                 out.append((slot.item, slot.error))
         return out
+
+    def confirmed_head(self, timeout: float) -> list[T]:
+        """Wait (up to ``timeout`` s) until the oldest send is settled; then the items of
+        the oldest sends that are confirmed, in order, without taking them (confirmed()
+        does). Empty when the oldest is not settled in time, or failed."""
+        with self._lock:
+            slots = self._slots
+            self._lock.wait_for(lambda: not slots or slots[0].settled, timeout)
+            head = []
+            for slot in slots:
+                if not slot.settled or slot.error is not None:
+                    break
+                head.append(slot.item)
+            return head
+
+    def confirmed(self, count: int) -> None:
+        """Take the ``count`` oldest sends (confirmed_head() gave them)."""
+        with self._lock:
+            for _ in range(count):
+                self._slots.popleft()
 
     def unsettled(self) -> list[T]:
         """Take every send still waiting (after flush() returned: a provider that broke its

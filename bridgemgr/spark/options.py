@@ -19,6 +19,8 @@ SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every tr
 SCHEMA = "offset long"  # a row is a message of the source log, by its offset (source.py)
 # props.BACKOUT_THRESHOLD, repeated so that this module stays light (test_props checks it)
 BACKOUT_THRESHOLD = 5
+# props.LINK_WINDOW, likewise
+LINK_WINDOW = 1000
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class LinkOptions:
     backout_threshold: int = BACKOUT_THRESHOLD
     transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
     send_window: int = 256           # unconfirmed persistent sends per executor session
+    window: int = LINK_WINDOW        # the link's confirm window (imq.bridge.<name>.link.window)
     broker_user: str = ""            # for host-broker factories without a username: the
     broker_password: str = ""        # service account (an option named *password* is redacted by Spark)
     dmq_secret: str = ""             # the DMQ marker key, hex (*secret*: redacted too); "": no marker

@@ -12,18 +12,17 @@
 # consume-no-transfer-on-transform-error false) fails the task: the batch is not committed,
 # the query stops, and the message stays in the source log for the next start.
 #
-# A task sends on transacted target sessions and commits every CHUNK messages and at its
-# end (sends inside a transaction travel in batches: no round trip per message), so a
-# batch Spark commits is on the target. It has two such sessions: while the worker's
-# committer thread waits for one chunk's commit (the target writes it to disk: ~10 ms on
-# the host broker here, ~20 µs per message of a 500-message chunk), the task sends the
-# next chunk on the other session. A chunk's commit is issued only once the one before
-# it has been settled, so chunks reach the target in the order of the log. When the
-# target refuses a commit (a send in it failed), that chunk is sent again one message at
-# a time and only the failing message goes to the DMQ. A lost target connection fails the
-# task (what it had not committed is rolled back): the batch runs again when the runner
-# restarts the query from its checkpoint (at-least-once). write() returns the task's
-# counts.
+# A task sends within the link's confirm window (the XML link's window property, else
+# imq.bridge.<name>.link.window): send_async() on a non-transacted target session, no
+# wait per message; when `window` sends are outstanding, and at the end of the task (its
+# log slice), it flushes the producer and takes their outcomes in send order: a confirmed
+# send counts as transferred, a refused one goes to the DMQ (SEND_FAILURE, that message
+# alone, as on the local runner). write() returns only once every send of the task is
+# confirmed, so the batch Spark commits (and the source log the driver then trims and
+# acknowledges) is on the target. A lost target connection, or a send whose outcome is a
+# retriable or transport failure, fails the task: the batch runs again when the runner
+# restarts the query from its checkpoint (at-least-once; the source id lets a consumer
+# drop the duplicates). write() returns the task's counts.
 """One worker's transfer of a Spark link's log slices: the pipeline steps, the send, the DMQ."""
 
 from __future__ import annotations
@@ -33,18 +32,18 @@ import threading
 import time
 from collections import Counter
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ..jms import codec
-from ..jms.errors import JMSException
+from ..jms.errors import TransportException
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import AckMode, MessageProducer, Session
 from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
 from ..jmsbridge.dmq import DeadMessageQueues, dead_letter
 from ..jmsbridge.pipeline import (
     CONNECTION_LOST,
+    RETRIED,
     Action,
     DMQReason,
     LinkPlan,
@@ -53,6 +52,7 @@ from ..jmsbridge.pipeline import (
     Stage,
     run_steps,
 )
+from ..jmsbridge.window import ConfirmWindow
 from .counts import BatchCounts
 from .linkenv import LinkEnvironment
 from .log import SourceLog
@@ -64,7 +64,6 @@ if TYPE_CHECKING:  # pyarrow starts threads: not imported before Spark's daemon 
 log = logging.getLogger("imq.bridge.spark.sink")
 _DELIVERY_MODE = HEADER_FIELDS.index("delivery_mode")
 _PRIORITY = HEADER_FIELDS.index("priority")
-CHUNK = 500  # sends per target transaction
 
 
 class LinkHalted(Exception):
@@ -86,7 +85,7 @@ class Transfer:
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
         self.source_log = SourceLog(options.source_log)
-        self._committer = ThreadPoolExecutor(1, thread_name_prefix=f"commit {options.link}")
+        self.window = max(1, env.link.window if env.link.window is not None else options.window)
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
         plan = self.plans.get(source_provider)
@@ -106,16 +105,18 @@ class Transfer:
         return plan
 
     def open_target(self) -> tuple[Session, MessageProducer]:
-        """A transacted session and producer on the target connection (made on first use
-        and kept by the worker)."""
+        """A non-transacted session and producer on the target connection (made on first
+        use and kept by the worker)."""
         if self._target is None or self._target.broken:
             self.drop_target()
             ref = self.env.link.target.connection_factory_ref
             # Every worker is a producer of its own: no client id (it would clash).
             self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None,
                                                   self.stop)
-        session = self._target.connection.create_session(True, AckMode.AUTO_ACKNOWLEDGE)
-        return session, session.create_producer(None)
+        session = self._target.connection.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
+        producer = session.create_producer(None)
+        producer.confirm_sends = True  # a send that waits (a retry) waits for its answer
+        return session, producer
 
     def drop_target(self) -> None:
         if self._target is not None:
@@ -123,7 +124,7 @@ class Transfer:
         self._target = None
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
-        task = _Task((_Chunk(*self.open_target()), _Chunk(*self.open_target())))
+        task = _Task(*self.open_target())
         assert self._target is not None
         target_provider = self._target.handle.provider_name
         try:
@@ -133,16 +134,12 @@ class Transfer:
                     plan = self.plan(provider, target_provider)
                     ctx = ProcessingContext(codec.decode(record.blob), int(time.time() * 1000))
                     self._handle(task, ctx, plan, record.message_id)
-                    if len(task.filling.sent) >= CHUNK:
-                        self._commit(task)
-            self._commit(task)
-            self._settle(task)
-            for chunk in task.chunks:
-                chunk.session.close()
+                    if len(task.window) >= self.window:
+                        self._confirm(task)
+            self._confirm(task)
+            task.session.close()
         except BaseException:
-            self.drop_target()  # a commit in flight fails with the connection
-            if task.committing is not None:
-                task.committing[1].exception()  # the session is no longer in use
+            self.drop_target()  # what is unconfirmed fails with the connection
             raise
         task.counts.reasons = dict(task.reasons)
         return task.counts
@@ -154,11 +151,10 @@ class Transfer:
             if out.is_read_only:
                 out = out.copy()
             out.set_string_property(SOURCE_ID_PROPERTY, message_id)
-            self._send(task.filling.producer, ctx, out)
+            self._send(task, ctx, out, plan)
             if ctx.error is not None:
                 self._send_failed(task, ctx, plan)
                 return
-            task.filling.sent.append((ctx, out, plan))
         if ctx.audit is not None and ctx.audit not in self.audited:
             self.audited.add(ctx.audit)
             self._to_dmq(task, ctx, plan, ctx.audit)
@@ -171,72 +167,48 @@ class Transfer:
         elif ctx.action is Action.CONSUME:
             task.counts.consumed_only += 1
 
-    def _send(self, producer: MessageProducer, ctx: ProcessingContext, out: Message) -> None:
-        """Send (retriable failures retried, tolerated ones recorded on ``ctx``); a lost
-        connection propagates: the task fails and the whole batch runs again."""
+    def _send(self, task: _Task, ctx: ProcessingContext, out: Message, plan: LinkPlan) -> None:
+        """send_async() within the window; a send that raises at once never left: it is
+        retried as a send that waits (retriable failures), or recorded on ``ctx``
+        (tolerated ones). A lost connection propagates: the task fails and the whole
+        batch runs again."""
         headers = ctx.headers
         kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
                   "time_to_live": ctx.time_to_live}
+        slot = task.window.add((ctx, plan))
         try:
-            producer.send(out, ctx.destination, **kwargs)
+            task.producer.send_async(out, slot, ctx.destination, **kwargs)
+            return
         except Exception as exc:
-            self.operator.failed(ctx, Stage.SEND, exc, producer.send, (out, ctx.destination),
-                                 kwargs)
+            task.window.cancel(slot)
+            first = exc
+        if self.operator.failed(ctx, Stage.SEND, first, task.producer.send, (out, ctx.destination),
+                                kwargs) is None and ctx.error is None:
+            task.counts.transferred += 1
+
+    def _confirm(self, task: _Task) -> None:
+        """Wait for the window's sends and take their outcomes in send order."""
+        if not len(task.window):
+            return
+        task.producer.flush()
+        for (ctx, plan), error in task.window.settled():
+            if error is None:
+                task.counts.transferred += 1
+            elif isinstance(error, CONNECTION_LOST + RETRIED):
+                raise error  # the batch runs again (at-least-once)
+            else:
+                ctx.fail(Stage.SEND, error)
+                self._send_failed(task, ctx, plan)
+        unanswered = task.window.unsettled()
+        if unanswered:
+            raise TransportException(f"link {self.env.link.name}: {len(unanswered)} send(s) "
+                                     "have no answer after flush()")
 
     def _send_failed(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan) -> None:
         log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
                     plan.link_name, ctx.header("message_id"), ctx.destination, ctx.failure)
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(task, ctx, plan, DMQReason.SEND_FAILURE)
-
-    def _commit(self, task: _Task) -> None:
-        """Hand the filling chunk's commit to the committer thread and fill the other
-        session meanwhile; the chunk before it is settled first (chunks stay in order)."""
-        chunk = task.filling
-        if not chunk.sent:
-            return
-        self._settle(task)
-        task.committing = (chunk, self._committer.submit(chunk.session.commit))
-        task.filling = task.chunks[1] if chunk is task.chunks[0] else task.chunks[0]
-
-    def _settle(self, task: _Task) -> None:
-        """Wait for the chunk in commit; when the target refused it, send it again singly."""
-        if task.committing is None:
-            return
-        chunk, commit = task.committing
-        task.committing = None
-        try:
-            commit.result()
-            task.counts.transferred += len(chunk.sent)
-        except CONNECTION_LOST:
-            raise
-        except JMSException as exc:
-            log.warning("link %s: the target refused a chunk of %d message(s) (%s); sending "
-                        "them one at a time", self.env.link.name, len(chunk.sent), exc)
-            self._send_singly(task, chunk.sent)
-        chunk.sent.clear()
-
-    def _send_singly(self, task: _Task, sent: list[tuple[ProcessingContext, Message, LinkPlan]]
-                     ) -> None:
-        """Send a refused chunk again one message at a time, each committed on its own (a
-        send's refusal may only show at the commit): only the message that fails goes to the
-        DMQ (SEND_FAILURE), as on the local runner."""
-        session, producer = self.open_target()
-        for ctx, out, plan in sent:
-            ctx.error = None
-            self._send(producer, ctx, out)
-            if ctx.error is None:
-                try:
-                    session.commit()
-                except CONNECTION_LOST:
-                    raise
-                except JMSException as exc:
-                    ctx.fail(Stage.SEND, exc)
-            if ctx.error is not None:
-                self._send_failed(task, ctx, plan)
-            else:
-                task.counts.transferred += 1
-        session.close()
 
     def _to_dmq(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan,
                 reason: DMQReason) -> None:
@@ -262,24 +234,11 @@ def offset_runs(batches: Iterator[pa.RecordBatch]) -> list[tuple[int, int]]:
 
 
 @dataclass
-class _Chunk:
-    """A transacted target session of a task and what was sent on it since its last
-    commit (context, message sent, plan)."""
+class _Task:
+    """One write(): the target session and producer, the sends outstanding, the counts."""
 
     session: Session
     producer: MessageProducer
-    sent: list[tuple[ProcessingContext, Message, LinkPlan]] = field(default_factory=list)
-
-
-@dataclass
-class _Task:
-    """One write(): its two chunks, the one it sends on, the one in commit, the counts."""
-
-    chunks: tuple[_Chunk, _Chunk]
-    filling: _Chunk = field(init=False)
-    committing: tuple[_Chunk, Future] | None = None
+    window: ConfirmWindow[tuple[ProcessingContext, LinkPlan]] = field(default_factory=ConfirmWindow)
     counts: BatchCounts = field(default_factory=BatchCounts)
     reasons: Counter[str] = field(default_factory=Counter)
-
-    def __post_init__(self) -> None:
-        self.filling = self.chunks[0]

@@ -130,3 +130,24 @@ def test_a_link_with_a_window_moves_every_message_once_in_order(provider, reques
         broker.close()
     assert [m.text for m in take(factory, Queue(dst), 1000)] == [f"m{i}" for i in range(1000)]
     assert take(factory, Queue(src), 0, total=0.5) == []
+
+
+def test_a_windowed_stomp_link_subscribes_with_three_windows_of_prefetch(rabbitmq, tmp_path):
+    """The STOMP provider subscribes a windowed link's source with prefetch-count at least
+    three windows (here 3 x 500, over the URL's 1000)."""
+    env = rabbitmq.stomp_env()
+    src, dst = qname("psrc"), qname("pdst")
+    link = ('<link name="l" transacted="false"><source connection-factory-ref="far" destination-ref="s"/>'
+            '<target connection-factory-ref="far" destination-ref="d"/><property name="window" value="500"/></link>')
+    xml = bridge_xml("w", link, cf_xml("far", env),
+                     f'<destination ref-name="s" name="{src}"/><destination ref-name="d" name="{dst}"/>')
+    broker = Broker(tmp_path / "host")
+    bridge = JMSBridge(parse_bridge_config(xml, "real.xml"),
+                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    try:
+        assert bridge.start() is State.STARTED
+        out = rabbitmq.ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "prefetch_count")
+        assert f"{src}\t1500" in out.splitlines()
+    finally:
+        bridge.stop()
+        broker.close()

@@ -1,11 +1,12 @@
-"""A Spark link's executor side without Spark: a Transfer sends a log slice in chunks on
-two sessions, one committing while the other fills, and the target sees them in order."""
+"""A Spark link's executor side without Spark: a Transfer sends a log slice within the
+link's confirm window (send_async, a flush per window and at the end of the task), and the
+target sees every message in order before write() returns."""
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 import sys
-import threading
 from pathlib import Path
 
 import pyarrow as pa
@@ -17,7 +18,6 @@ from bridgemgr.jms.errors import TransportException
 from bridgemgr.jmsbridge.dmq import DMQ_REASON
 from bridgemgr.providers.embedded import Broker
 from bridgemgr.providers.embedded.broker import DestinationLimits
-from bridgemgr.spark import transfer as transfer_module
 from bridgemgr.spark.log import SourceLog
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 from bridgemgr.spark.runner import link_options
@@ -35,15 +35,14 @@ LIMIT = 400  # bytes: the target refuses a message larger than this
 @pytest.fixture
 def link(tmp_path, monkeypatch):
     """A persistent broker whose `dst` refuses big messages, a link src -> dst, its options
-    and source log; chunks of 4 messages."""
-    monkeypatch.setattr(transfer_module, "CHUNK", 4)
+    and source log; a window of 4 messages."""
     broker = Broker(tmp_path / "store")
     broker.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=LIMIT))
     harness = Harness(broker)
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(link_xml("l")))
     options = link_options(tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l",
-                           broker_url=harness.url)
+                           broker_url=harness.url, window=4)
     yield broker, options, SourceLog(options.source_log).open()
     harness.close()
     broker.close()
@@ -62,25 +61,49 @@ def offsets(lo: int, hi: int) -> list[pa.RecordBatch]:
     return [pa.record_batch([pa.array(range(lo, hi), pa.int64())], names=["offset"])]
 
 
-def test_chunks_commit_while_the_next_fills_in_log_order_and_a_refused_one_goes_singly(link):
+class Flushes:
+    """Counts the sends and flushes of the Transfer's producers."""
+
+    def __init__(self, transfer: Transfer, at_flush=None) -> None:
+        self.sends, self.waiting_sends, self.flushes = 0, 0, 0
+        open_target = transfer.open_target
+
+        def spying():
+            session, producer = open_target()
+            send_async, send, flush = producer.send_async, producer.send, producer.flush
+
+            def counted_send_async(*args, **kwargs):
+                self.sends += 1
+                return send_async(*args, **kwargs)
+
+            def counted_send(*args, **kwargs):
+                self.waiting_sends += 1
+                return send(*args, **kwargs)
+
+            def counted_flush():
+                self.flushes += 1
+                if at_flush is not None:
+                    at_flush(self.flushes)
+                return flush()
+            producer.send_async, producer.send, producer.flush = counted_send_async, counted_send, counted_flush
+            return session, producer
+        transfer.open_target = spying  # type: ignore[method-assign]
+
+
+def test_sends_flush_once_per_window_in_log_order_and_a_refused_one_goes_alone(link):
     broker, options, log = link
     texts = [f"m{i}" for i in range(23)]
-    texts[10] = "big " + "x" * 2 * LIMIT  # its chunk (8 .. 11) is refused at commit
+    texts[10] = "big " + "x" * 2 * LIMIT  # refused by the target: that message alone
     end = logged(log, 0, texts)
     transfer = Transfer(options)
-    committers: set[str] = set()
-    commit = transfer._committer.submit
-
-    def spy(fn, *args):  # which thread commits
-        return commit(lambda: (committers.add(threading.current_thread().name), fn(*args))[1])
-    transfer._committer.submit = spy  # type: ignore[method-assign]
+    spy = Flushes(transfer)
 
     counts = transfer.write(iter(offsets(0, end)))
 
     assert (counts.rows, counts.transferred, counts.to_dmq) == (23, 22, 1)
     assert counts.reasons == {"SEND_FAILURE": 1}
-    assert committers == {"commit l_0"}  # six chunks, each committed by the committer
-    # everything committed before write() returned, in the order of the log
+    assert (spy.sends, spy.waiting_sends, spy.flushes) == (23, 0, 6)  # windows of 4, and the rest
+    # everything confirmed before write() returned, in the order of the log
     got = drain(broker, "dst")
     assert [m.text for m in got] == [t for t in texts if not t.startswith("big")]
     assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got[:3]] == [
@@ -96,27 +119,36 @@ def test_chunks_commit_while_the_next_fills_in_log_order_and_a_refused_one_goes_
 
 
 def test_a_target_lost_mid_task_fails_it_and_the_batch_runs_again_at_least_once(link):
-    """The connection drops while a chunk is in commit: the task fails (Spark runs the
+    """The connection drops at the second window's flush: the task fails (Spark runs the
     batch again), the next task starts on a new connection, and the target ends with every
-    message, the ones committed before the loss twice, with the same source id."""
+    message; only those of the first two windows (sent before the loss) come twice, with
+    the same source id."""
     broker, options, log = link
     end = logged(log, 0, [f"m{i}" for i in range(10)])
     transfer = Transfer(options)
-    submit, submitted = transfer._committer.submit, []
 
-    def drop_at_second(fn, *args):  # chunk 0-3 is committed; 4-7's commit meets a dead line
-        submitted.append(fn)
-        if len(submitted) == 2:
+    def drop_at_second(flushes: int) -> None:
+        if flushes == 2:
             transfer._target.connection.channel._sock.shutdown(socket.SHUT_RDWR)
-        return submit(fn, *args)
-    transfer._committer.submit = drop_at_second  # type: ignore[method-assign]
+    Flushes(transfer, drop_at_second)
 
     with pytest.raises(TransportException):
         transfer.write(iter(offsets(0, end)))
     counts = transfer.write(iter(offsets(0, end)))
     assert (counts.rows, counts.transferred) == (10, 10)
-    got = drain(broker, "dst")
-    assert sorted(m.text for m in got) == sorted([f"m{i}" for i in range(10)]
-                                                 + ["m0", "m1", "m2", "m3"])
-    ids = {(m.text, m.get_string_property(SOURCE_ID_PROPERTY)) for m in got}
+    messages = drain(broker, "dst")
+    got = [m.text for m in messages]
+    assert sorted(set(got)) == sorted(f"m{i}" for i in range(10))
+    twice = [t for t in set(got) if got.count(t) > 1]
+    assert set(twice) <= {f"m{i}" for i in range(8)} and all(got.count(t) == 2 for t in twice)
+    assert got[-10:] == [f"m{i}" for i in range(10)]  # the rerun, in order
+    ids = {(m.text, m.get_string_property(SOURCE_ID_PROPERTY)) for m in messages}
     assert len(ids) == 10  # a duplicate carries its original's source id
+
+
+def test_the_links_window_property_in_the_xml_is_the_transfers_window(link, tmp_path):
+    _, options, _ = link
+    xml = tmp_path / "w.xml"
+    xml.write_bytes(bridge_xml(link_xml("l").replace("</link>", '<property name="window" value="7"/></link>')))
+    assert Transfer(options).window == 4
+    assert Transfer(dataclasses.replace(options, xmlurl=str(xml))).window == 7

@@ -6,17 +6,21 @@
 # waiting call and wakes every receive with TransportException, and goes to the exception
 # listener: the bridge link reconnects, and the broker redelivers what was not acked.
 #
+# I/O (_SelectConnection): the frames made in one pass of the loop (a window of publishes,
+# acks) leave in one socket write, publishes are encoded here rather than by pika, and
+# reads take up to 256 KiB, parsed without copying the buffer per frame.
+#
 # Producing: a non-transacted session's channel is in confirm mode (confirm.select). Every
-# publish gets the next delivery tag and a Future that the broker's basic.ack resolves,
+# publish gets the next delivery tag and a settle callback that the broker's basic.ack calls,
 # and a basic.nack, or a basic.return of a mandatory message (a queue send that no queue
 # took; the return names the message by its message-id and comes before its ack), fails
 # with a JMSException naming that message. send() waits for its own Future when the message
 # is PERSISTENT or the producer's confirm_sends is set, so a refusal is that message's
 # failure; publish() gives the Future without waiting, and send_async() (JMS 2.0's
-# CompletionListener shape) tells a listener: confirms then complete in order of delivery
+# CompletionListener shape, no Future) tells a listener: confirms then complete in order of delivery
 # tag while more messages are on the wire (pipelined; flush() waits for all of them).
 #
-# Consuming: basic.qos prefetch-count (the URL's prefetch) per channel; deliveries go to
+# Consuming: basic.qos prefetch-count (the URL's prefetch, or prefetch_at_least()'s) per channel; deliveries go to
 # the consumer's inbox on the loop thread. AUTO/DUPS_OK: basic.ack of each message when
 # receive() hands it over; CLIENT: acknowledge() acks up to the last delivered with
 # multiple=True (each one when the session has several consumers: a multiple ack would
@@ -36,18 +40,20 @@ import copy
 import itertools
 import logging
 import queue
+import struct
 import threading
 import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from concurrent.futures import Future, InvalidStateError
+from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
 from typing import Any
 
 import pika
 import pika.exceptions
+from pika.frame import decode_frame
 from pika.spec import Basic
 
 from ... import __version__
@@ -99,6 +105,81 @@ class AmqpConnectionFactory(ConnectionFactory):
         return f"AmqpConnectionFactory({self.options.url})"
 
 
+# Socket reads of up to this many bytes (pika reads 4 KiB: a recv per four 1 KiB messages).
+RECV_BYTES = 256 * 1024
+_PUBLISH = struct.pack(">HHH", 60, 40, 0)  # basic.publish, reserved-1
+_FRAME_END = b"\xce"
+
+
+class _SelectConnection(pika.SelectConnection):
+    """pika's SelectConnection with the I/O a busy link needs. pika writes each frame
+    alone (three socket writes per message) and reads 4 KiB at a time, copying the rest
+    of its buffer after every frame it takes. Here the frames made in one pass of the
+    loop go out in one write (the pass's publishes and acks; the flush runs at the end
+    of the pass) and reads take up to RECV_BYTES, parsed in place."""
+
+    _corked: list[bytes] | None = None
+
+    def _proto_connection_made(self, transport: Any) -> None:
+        transport._MAX_RECV_BYTES = RECV_BYTES
+        transport._MAX_CONSUME_BYTES = 4 * RECV_BYTES
+        super()._proto_connection_made(transport)
+
+    def _output_marshaled_frames(self, marshaled_frames: Any) -> None:
+        if self._corked is None:
+            self._corked = []
+            self.ioloop.call_later(0, self._uncork)
+        self._corked.extend(marshaled_frames)
+        self.frames_sent += len(marshaled_frames)
+        self.bytes_sent += sum(len(f) for f in marshaled_frames)
+
+    def publish_frames(self, channel: int, exchange: str, key: str, properties: Any, body: bytes,
+                       mandatory: bool) -> None:
+        """basic.publish, its content header and body, encoded here (pika builds a frame
+        object per frame and a method object per publish: most of a send's cost)."""
+        ex, rk = exchange.encode(), key.encode()
+        if len(ex) > 255 or len(rk) > 255:
+            raise JMSException(f"exchange {exchange!r} or routing key {key!r} is longer than 255 bytes")
+        method = b"".join((_PUBLISH, struct.pack("B", len(ex)), ex, struct.pack("B", len(rk)), rk,
+                           b"\x01" if mandatory else b"\x00"))
+        header = b"".join((struct.pack(">HHQ", 60, 0, len(body)), *properties.encode()))
+        frames = [struct.pack(">BHI", 1, channel, len(method)), method, _FRAME_END,
+                  struct.pack(">BHI", 2, channel, len(header)), header, _FRAME_END]
+        step = self._body_max_length
+        for at in range(0, len(body), step):
+            chunk = body[at:at + step]
+            frames += (struct.pack(">BHI", 3, channel, len(chunk)), chunk, _FRAME_END)
+        self._output_marshaled_frames([b"".join(frames)])
+
+    def _uncork(self) -> None:
+        frames, self._corked = self._corked, None
+        if frames and self._transport is not None:
+            self._adapter_emit_data(b"".join(frames))
+
+    def _on_data_available(self, data_in: bytes) -> None:
+        held: bytes = self._frame_buffer  # type: ignore[has-type]
+        buf = held + data_in if held else data_in
+        at, size = 0, len(buf)
+        while size - at >= 8:
+            if buf[at:at + 4] == b"AMQP":  # a protocol header: the broker refuses our version
+                end = at + 8
+            else:
+                end = at + 8 + struct.unpack_from(">L", buf, at + 3)[0]
+                if end > size:
+                    break
+            consumed, frame_value = decode_frame(buf[at:end])
+            if frame_value is None:
+                break
+            at += consumed
+            self.bytes_received += consumed
+            self._process_frame(frame_value)
+        self._frame_buffer = buf[at:]
+
+
+# A send's outcome: None when the broker confirmed it, else why it failed.
+Settle = Callable[[BaseException | None], None]
+
+
 @dataclass
 class _Delivery:
     consumer: AmqpConsumer
@@ -133,7 +214,7 @@ class AmqpConnection(Connection):
         def open_error(_conn: Any, exc: BaseException) -> None:
             opened.set_exception(exc) if not opened.done() else None
 
-        self._pika = pika.SelectConnection(
+        self._pika = _SelectConnection(
             params, on_open_callback=lambda _c: opened.set_result(None),
             on_open_error_callback=open_error, on_close_callback=self._on_closed)
         self._thread = threading.Thread(target=self._run, daemon=True,
@@ -379,6 +460,8 @@ class _Channel:
 class AmqpSession(Session):
     """A JMS session: one AMQP channel."""
 
+    acknowledges_oldest = True  # basic.ack multiple up to a delivery
+
     def __init__(self, connection: AmqpConnection, transacted: bool, ack_mode: AckMode) -> None:
         self.connection = connection
         self.transacted = transacted
@@ -387,8 +470,8 @@ class AmqpSession(Session):
         self._consumers: list[AmqpConsumer] = []
         self._unacked: list[_Delivery] = []  # handed over, not acknowledged (or not committed)
         self.recovering = False  # basic.recover sent, recover-ok not yet here (I/O thread)
-        # confirms (I/O thread): delivery tag -> (Future, message id); message id -> tag
-        self._unconfirmed: OrderedDict[int, tuple[Future[None], str | None]] = OrderedDict()
+        # confirms (I/O thread): delivery tag -> (settle, message id); message id -> tag
+        self._unconfirmed: OrderedDict[int, tuple[Settle, str | None]] = OrderedDict()
         self._by_id: dict[str, int] = {}
         self._returned: dict[int, str] = {}
         self._answered: dict[int, str | None] = {}  # tag -> refusal (None: confirmed), not yet completed
@@ -404,29 +487,30 @@ class AmqpSession(Session):
             ch.soon(lambda c: c.add_on_return_callback(self._returned_message))
 
     # --- confirms (I/O thread) --------------------------------------------------------------------
-    def publish(self, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool) -> Future[None]:
-        """basic.publish on the I/O thread, without waiting for it: the Future completes
-        with the broker's confirm (transacted: once published), or fails."""
-        fut: Future[None] = Future()
-
+    def publish(self, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool,
+                settle: Settle) -> None:
+        """basic.publish on the I/O thread, without waiting for it: ``settle`` is called
+        there with None on the broker's confirm (transacted: once published), or with
+        the JMSException of the refusal or failure."""
         def run() -> None:
             if self.channel.closed:
-                fut.set_exception(JMSException(f"message {properties.message_id}: {self.channel.closed}"))
+                settle(JMSException(f"message {properties.message_id}: {self.channel.closed}"))
                 return
             try:
-                self.channel.pika.basic_publish(exchange, key, body, properties, mandatory)
+                self.connection._pika.publish_frames(self.channel.pika.channel_number, exchange, key,
+                                                     properties, body, mandatory)
             except Exception as exc:
-                fut.set_exception(TransportException(f"message {properties.message_id}: {exc}"))
+                settle(exc if isinstance(exc, JMSException)
+                       else TransportException(f"message {properties.message_id}: {exc}"))
                 return
             if self.transacted:
-                fut.set_result(None)
+                settle(None)
                 return
             tag, self._next_tag = self._next_tag, self._next_tag + 1
-            self._unconfirmed[tag] = (fut, properties.message_id)
+            self._unconfirmed[tag] = (settle, properties.message_id)
             if properties.message_id:
                 self._by_id[properties.message_id] = tag
         self.connection.hand_over(run)
-        return fut
 
     def _returned_message(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
         tag = self._by_id.get(properties.message_id or "")
@@ -455,21 +539,17 @@ class AmqpSession(Session):
             oldest = next(iter(self._unconfirmed))
             if oldest not in self._answered:
                 return
-            fut, message_id = self._unconfirmed.pop(oldest)
+            settle, message_id = self._unconfirmed.pop(oldest)
             why = self._answered.pop(oldest)
-            if why is None:
-                fut.set_result(None)
-            else:
-                fut.set_exception(JMSException(f"message {message_id}: {why}"))
+            settle(None if why is None else JMSException(f"message {message_id}: {why}"))
 
     def channel_lost(self, reason: str) -> None:
         """The connection is gone: fail what waits for a confirm, wake the receivers."""
         def run() -> None:
             waiting, self._unconfirmed = self._unconfirmed, OrderedDict()
             self._answered.clear()
-            for fut, message_id in waiting.values():
-                if not fut.done():
-                    fut.set_exception(TransportException(f"message {message_id}: {reason}"))
+            for settle, message_id in waiting.values():
+                settle(TransportException(f"message {message_id}: {reason}"))
         try:
             self.connection.in_loop(run)
         except JMSException:
@@ -484,6 +564,13 @@ class AmqpSession(Session):
         self.connection._check()
         if self.channel.closed:
             raise JMSException(f"the session's channel is closed: {self.channel.closed}")
+
+    def prefetch_at_least(self, count: int) -> None:
+        """basic.qos prefetch-count max(the URL's prefetch, ``count``) for the consumers
+        created after it."""
+        self._check()
+        prefetch = max(self.connection.options.prefetch, count)
+        self.channel.call(lambda c, done: c.basic_qos(prefetch_count=prefetch, callback=done), "basic.qos")
 
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check()
@@ -589,6 +676,15 @@ class AmqpSession(Session):
         pending, self._unacked = self._unacked, []
         self._ack(pending)
 
+    def acknowledge_oldest(self, count: int) -> bool:
+        """basic.ack (multiple) of the ``count`` oldest unacknowledged deliveries."""
+        if self.transacted or self.ack_mode is not AckMode.CLIENT_ACKNOWLEDGE:
+            return False
+        self._check()
+        done, self._unacked = self._unacked[:count], self._unacked[count:]
+        self._ack(done)
+        return True
+
     def _requeue(self) -> None:
         """Every delivery of the channel not acknowledged goes back to its queue, marked
         redelivered: basic.recover requeue. What the inboxes hold, and what arrives until
@@ -645,19 +741,19 @@ class AmqpProducer(MessageProducer):
         super().__init__(destination)
         self.session = session
         self._lock = threading.Condition()
-        self._outstanding: set[Future[None]] = set()  # published, confirm or listener pending
+        # published, their outcome not yet handed on: key -> what to tell (send order)
+        self._outstanding: dict[int, Settle] = {}
+        self._telling = 0  # outcomes being handed on right now
+        self._keys = itertools.count()
         # Message ids: a random prefix per producer and a counter. A uuid4 per message
         # reads os.urandom, which gives the GIL away and waits to get it back from the
         # I/O thread: the largest cost of a send under load.
         self._id_prefix = f"ID:{uuid.uuid4()}:"
         self._ids = itertools.count(1)
 
-    def publish(self, message: Message, destination: Destination | None = None, *,
-                delivery_mode: int | None = None, priority: int | None = None,
-                time_to_live: int | None = None) -> Future[None]:
-        """Send without waiting: the Future completes when the broker confirms this
-        message (a JMSException naming it when refused or returned); confirms come in
-        delivery-tag order, so many may be outstanding (pipelined publisher confirms)."""
+    def _publish(self, message: Message, destination: Destination | None, tell: Settle, *,
+                 delivery_mode: int | None, priority: int | None, time_to_live: int | None) -> None:
+        """Stamp and publish ``message``; ``tell`` gets its outcome once (see _settle)."""
         dest = destination or self.destination
         if dest is None:
             raise JMSException("send() needs a destination (the producer has none)")
@@ -669,16 +765,52 @@ class AmqpProducer(MessageProducer):
         if not dest.is_topic:
             session.connection.declare(dest.name)
         properties, body = to_amqp(message)
-        fut = session.publish(exchange, key, properties, body, mandatory=not dest.is_topic)
+        number = next(self._keys)
         with self._lock:
-            self._outstanding.add(fut)
-        fut.add_done_callback(self._settled)
-        return fut
+            self._outstanding[number] = tell
+        try:
+            session.publish(exchange, key, properties, body, not dest.is_topic,
+                            lambda error: self._settle(number, error))
+        except BaseException:
+            with self._lock:  # it never left: the caller hears of it, not ``tell``
+                self._outstanding.pop(number, None)
+                self._lock.notify_all()
+            raise
 
-    def _settled(self, fut: Future[None]) -> None:
+    def _settle(self, number: int, error: BaseException | None) -> None:
+        """Hand one send's outcome on, once: a confirm that comes after flush() gave up on
+        it (or the other way round) changes nothing."""
         with self._lock:
-            self._outstanding.discard(fut)
-            self._lock.notify_all()
+            tell = self._outstanding.pop(number, None)
+            if tell is None:
+                return
+            self._telling += 1
+        try:
+            tell(error)
+        except Exception:
+            log.exception("a completion listener failed")
+        finally:
+            with self._lock:
+                self._telling -= 1
+                if not self._outstanding and not self._telling:
+                    self._lock.notify_all()
+
+    def publish(self, message: Message, destination: Destination | None = None, *,
+                delivery_mode: int | None = None, priority: int | None = None,
+                time_to_live: int | None = None) -> Future[None]:
+        """Send without waiting: the Future completes when the broker confirms this
+        message (a JMSException naming it when refused or returned); confirms come in
+        delivery-tag order, so many may be outstanding (pipelined publisher confirms)."""
+        fut: Future[None] = Future()
+
+        def tell(error: BaseException | None) -> None:
+            if error is None:
+                fut.set_result(None)
+            else:
+                fut.set_exception(error)
+        self._publish(message, destination, tell, delivery_mode=delivery_mode, priority=priority,
+                      time_to_live=time_to_live)
+        return fut
 
     def send(self, message: Message, destination: Destination | None = None, *,
              delivery_mode: int | None = None, priority: int | None = None,
@@ -692,27 +824,16 @@ class AmqpProducer(MessageProducer):
                    destination: Destination | None = None, *, delivery_mode: int | None = None,
                    priority: int | None = None, time_to_live: int | None = None) -> None:
         """publish(), the confirm's outcome to ``listener`` (on the connection's I/O thread,
-        or at once when it is known already), in send order; flush() waits for it."""
-        fut = self.publish(message, destination, delivery_mode=delivery_mode, priority=priority,
-                           time_to_live=time_to_live)
-        done: Future[None] = Future()
-        with self._lock:
-            self._outstanding.add(done)  # until the listener has been called
-
-        def tell(f: Future[None]) -> None:
-            try:
-                error = f.exception()
-                if error is None:
-                    listener.on_completion(message)
-                else:
-                    listener.on_exception(message, error if isinstance(error, JMSException)
-                                          else JMSException(f"message {message.message_id}: {error}"))
-            except Exception:
-                log.exception("a completion listener failed")
-            finally:
-                done.set_result(None)
-                self._settled(done)
-        fut.add_done_callback(tell)
+        or at once when it is known already), in send order; flush() waits for it. No
+        Future per message: a busy link's sends are told their outcome directly."""
+        def tell(error: BaseException | None) -> None:
+            if error is None:
+                listener.on_completion(message)
+            else:
+                listener.on_exception(message, error if isinstance(error, JMSException)
+                                      else JMSException(f"message {message.message_id}: {error}"))
+        self._publish(message, destination, tell, delivery_mode=delivery_mode, priority=priority,
+                      time_to_live=time_to_live)
 
     def flush(self) -> None:
         """Wait until every message published so far is confirmed or refused and every
@@ -722,7 +843,7 @@ class AmqpProducer(MessageProducer):
         connection = self.session.connection
         deadline = time.monotonic() + connection.options.timeout
         with self._lock:
-            while self._outstanding:
+            while self._outstanding or self._telling:
                 left = deadline - time.monotonic()
                 if left <= 0 or connection.broken.is_set():
                     break
@@ -730,11 +851,8 @@ class AmqpProducer(MessageProducer):
             stuck = list(self._outstanding)
         reason = (f"the AMQP connection is lost: {connection.last_error}" if connection.broken.is_set()
                   else f"no confirm from the AMQP broker within {connection.options.timeout:g} s")
-        for fut in stuck:
-            try:
-                fut.set_exception(TransportException(reason))
-            except InvalidStateError:
-                pass  # answered meanwhile
+        for number in stuck:
+            self._settle(number, TransportException(reason))
 
     def close(self) -> None:
         pass

@@ -596,6 +596,12 @@ class EmbeddedProducer(MessageProducer):
     def flush(self) -> None:
         self.session._answer()
 
+    @property
+    def answers_when_sent(self) -> bool:
+        """In-process, a send is answered when it returns unless the store makes sends
+        wait for the disk (fsync, or its writer behind)."""
+        return not self.session.broker.sends_wait
+
     def close(self) -> None:
         if not self.closed:
             self.flush()

@@ -614,6 +614,10 @@ class RemoteProducer(EmbeddedProducer):
 
     counted_here = False  # the service counts its session's sends (clientconn.py)
 
+    @property
+    def answers_when_sent(self) -> bool:
+        return False  # the answer comes over the wire: the window pipelines them
+
 
 class RemoteConsumer(MessageConsumer):
     def __init__(self, session: RemoteSession, cid: int, destination: Destination, selector: str | None) -> None:

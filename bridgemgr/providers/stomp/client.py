@@ -392,7 +392,8 @@ class _Subscription:
         session = self.session
         dialect = session.connection.dialect
         headers = {"destination": to_stomp_destination(self.destination), "id": self.id,
-                   "ack": "client-individual", **dialect.prefetch(session.connection.options.prefetch)}
+                   "ack": "client-individual",
+                   **dialect.prefetch(max(session.connection.options.prefetch, session.prefetch))}
         if self.selector:
             if dialect.selectors:
                 headers["selector"] = self.selector
@@ -437,8 +438,12 @@ class StompSession(Session):
         self.closed = False
         self._unacked: list[_Delivery] = []  # delivered, not acknowledged (or, transacted: not committed)
         self._consumers: list[StompConsumer] = []
+        self.prefetch = 0  # prefetch_at_least(): the subscriptions' floor
         if transacted:
             self._begin()
+
+    def prefetch_at_least(self, count: int) -> None:
+        self.prefetch = count
 
     def _begin(self) -> None:
         self.tx = f"tx-{uuid.uuid4().hex}"
