@@ -88,6 +88,11 @@ COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
 SQLITE_FULL, SQLITE_IOERR = 13, 10
 BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
+# WAL pages between checkpoints (SQLite's default 1000, 4 MB): a message's insert and its
+# delete seconds later mostly dirty the same pages, and a checkpoint copies each page
+# once however often the WAL holds it; measured: 8.0 -> 6.5 us of writer CPU per message
+# inserted and deleted. The WAL file grows to about 40 MB and stays (reused, not shrunk).
+WAL_CHECKPOINT_PAGES = 10000
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
@@ -207,6 +212,7 @@ class SQLiteDatabase(Database):
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_PAGES}")
             db.executescript(SCHEMA)
             row = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
             if row is None:
