@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from bridgemgr.providers.embedded.store import Store, StoreError
+from bridgemgr.providers.embedded.store import Store, StoreError, delete_runs
 
 
 @pytest.fixture
@@ -136,3 +136,41 @@ def test_an_op_its_caller_waits_for_leaves_the_writer_thread_asleep(store):
     while rows_on_disk(store) != {7, 8} and time.monotonic() < deadline:
         time.sleep(0.01)
     assert rows_on_disk(store) == {7, 8}
+
+
+def test_a_syncing_store_never_writes_a_message_consumed_while_its_batch_lingers(tmp_path):
+    """With sync every promise is waited for, so the writer thread lingers SYNC_LINGER: a
+    row added and removed meanwhile (a STOMP SEND without receipt, consumed at once) is
+    neither inserted nor deleted; one nobody removes is still written without a waiter."""
+    store = Store(tmp_path, sync=True)
+    store.load()
+    try:
+        store.add(1, "q:a", b"consumed")
+        store.add(2, "q:a", b"kept")
+        time.sleep(0.05)  # far longer than LINGER: the 2 ms linger wrote both by now
+        store.remove(1)
+        deadline = time.monotonic() + 5
+        while rows_on_disk(store) != {2} and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert rows_on_disk(store) == {2}
+        assert store.stats()["rows"] == 1  # row 1 never touched the disk
+    finally:
+        store.close()
+
+
+def test_deletes_go_as_runs_of_consecutive_seqs_and_remove_exactly_those_rows(store):
+    assert delete_runs({9, 1, 2, 3, 5, 7, 8}) == ([(5,)], [(1, 3), (7, 9)])
+    assert delete_runs({4}) == ([(4,)], [])
+    for seq in range(1, 13):
+        store.add(seq, "q:a", b"x")
+    store.flush()
+    for seq in (2, 3, 4, 6, 8, 9, 11):
+        store.remove(seq)
+    store.flush()
+    assert rows_on_disk(store) == {1, 5, 7, 10, 12}
+
+
+def test_the_wal_is_checkpointed_every_ten_thousand_pages(store):
+    """Inserts and their deletes seconds later dirty the same pages: a longer WAL copies
+    each page once per checkpoint (measured: a fifth less writer CPU per message)."""
+    assert store.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (10000,)
