@@ -201,6 +201,7 @@ NAMES = Kind(_names, "write names separated by commas")
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
 LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
+BACKOUT_DISPOSITION = _enum("dmq", "discard")  # a destination's backoutDisposition (dstadmin.py)
 CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
                                "bridgemgr.transformers.uppercase.UppercaseTransformer")
 
