@@ -87,3 +87,57 @@ def test_backout_queue_and_disposition_count_across_a_kill_9(tmp_path):
         assert take(daemon, PASSWORD, "asf.dq", quiet=0.3) == []
     finally:
         daemon.stop()
+
+
+LINK_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l" transacted="true">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="far" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <connection-factory ref-name="far" lookup-name="XAConnectionFactory"
+                      username="admin" password="{password}">
+    <property name="java.naming.factory.initial" value="imq.embedded"/>
+    <property name="java.naming.provider.url" value="mq://{far}"/>
+  </connection-factory>
+  <destination ref-name="src" name="asf.src"/>
+  <destination ref-name="dst" name="asf.dst"/>
+</jmsbridge>
+"""
+
+
+def test_a_poison_message_of_a_link_source_goes_to_its_backout_queue_not_twice_to_the_target(tmp_path):
+    """The target refuses a big message at prepare, so the transacted link rolls it back:
+    (the link made its source queue; update dst sets the attributes)
+    the source queue's backoutThreshold=2 (below the bridge's 5: it wins) moves it to its
+    backout queue after the second backout; the target has every other message once."""
+    (tmp_path / "far").mkdir()
+    (tmp_path / "near").mkdir()
+    far_props, _ = one_bridge_files(tmp_path / "far", "far", '<jmsbridge name="jb"/>', PASSWORD,
+                                    "imq.autocreate.destination.maxBytesPerMsg=20k", activelist="")
+    far = Daemon(far_props)
+    try:
+        props, passfile = one_bridge_files(tmp_path / "near", "near", LINK_XML.format(password=PASSWORD,
+                                                                                       far=far.address),
+                                           PASSWORD, "imq.bridge.stomp.tcp.port=0")
+        near = Daemon(props)
+        try:
+            r = cli(near, passfile, "update", "dst", "-t", "q", "-n", "asf.src", "-o", "backoutThreshold=2",
+                    "-o", "backoutQueue=asf.src.poison")
+            assert r.returncode == 0, r.stdout + r.stderr
+            big = "big" + "x" * 30 * 1024
+            send(near, PASSWORD, "asf.src", "good1", big, "good2")
+            arrived = take(far, PASSWORD, "asf.dst", expect=2, quiet=2.0)
+            assert [m.text for m in arrived] == ["good1", "good2"]
+            (moved,) = take(near, PASSWORD, "asf.src.poison", expect=1)
+            assert moved.text == big and moved.get_int_property("JMS_IMQ_BACKOUT_COUNT") == 2
+            assert take(near, PASSWORD, "imq.bridge.jms.dmq", quiet=0.3) == []
+            assert take(near, PASSWORD, "asf.src", quiet=0.3) == []
+            send(near, PASSWORD, "asf.src", "later")
+            assert [m.text for m in take(far, PASSWORD, "asf.dst", expect=1)] == ["later"]
+        finally:
+            near.stop()
+    finally:
+        far.stop()
