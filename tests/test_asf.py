@@ -17,6 +17,7 @@ from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFa
 from bridgemgr.providers.embedded.broker import Broker
 from remote.support import Harness
 
+pytestmark = pytest.mark.slow  # pools, waits for redeliveries: 0.3-1.5 s each
 IN = Queue("asf.in")
 POISON = "asf.poison"
 DMQ = Queue("mq.sys.dmq")
