@@ -109,10 +109,10 @@ LINK_XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 
 def test_a_poison_message_of_a_link_source_goes_to_its_backout_queue_not_twice_to_the_target(tmp_path):
-    """The target refuses a big message at prepare, so the transacted link rolls it back:
-    (the link made its source queue; update dst sets the attributes)
-    the source queue's backoutThreshold=2 (below the bridge's 5: it wins) moves it to its
-    backout queue after the second backout; the target has every other message once."""
+    """The target refuses a big message at prepare, so the transacted link rolls it back;
+    the source queue's backoutThreshold=2 (below the bridge's 5: it wins; update dst, the
+    link made the queue) moves it to its backout queue after the second backout; the
+    target has every other message once."""
     (tmp_path / "far").mkdir()
     (tmp_path / "near").mkdir()
     far_props, _ = one_bridge_files(tmp_path / "far", "far", '<jmsbridge name="jb"/>', PASSWORD,

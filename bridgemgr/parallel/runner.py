@@ -164,8 +164,8 @@ class ParallelLink(RunnerBase):
 
     runner = PARALLEL
 
-    def __init__(self, setup: LinkSetup, context: RunnerContext, base: WorkerOptions,
-                 log: logging.Logger, tuning: LinkTuning = LinkTuning()) -> None:
+    def __init__(self, setup: LinkSetup, base: WorkerOptions, log: logging.Logger,
+                 tuning: LinkTuning = LinkTuning()) -> None:
         super().__init__(setup, log, tuning)
         self.base = base
         self.counters: LinkCounters = ParallelCounters()
@@ -249,8 +249,6 @@ class ParallelLink(RunnerBase):
             if self.workers.get(worker.index) is worker and self._want is State.STARTED:
                 self.workers[worker.index] = _Worker(self, worker.index)
 
-    def backlog(self) -> int | None:
-        return None
 
 
 def parallel_link(setup: LinkSetup, context: RunnerContext) -> ParallelLink:
@@ -272,7 +270,7 @@ def parallel_link(setup: LinkSetup, context: RunnerContext) -> ParallelLink:
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props), dmq_secret=dmq_key(props).hex(),
         transformer_path=os.pathsep.join(str(p) for p in context.transformer_path or ()),
         backout_threshold=setup.backout_threshold, window=setup.window, index=0)
-    return ParallelLink(setup, context, base, context.log, context.tuning)
+    return ParallelLink(setup, base, context.log, context.tuning)
 
 
 register_link_runner(PARALLEL, parallel_link)
