@@ -9,6 +9,10 @@ acknowledge as the broker hands a message over; CLIENT/INDIVIDUAL keep it until
 an XA session's work belongs to the branch its resource started, and outside a
 branch it behaves as AUTO_ACKNOWLEDGE.
 
+A connection consumer's session takes its messages in Session.run() through
+``deliver_to`` (the listener path: AUTO/DUPS_OK acknowledge after the listener, give the
+message back when it raises).
+
 Sending copies the message (the sender may change it afterwards); a send the broker
 holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
 (a closed session or connection ends the wait). An asynchronous send (``send_async``,
