@@ -249,7 +249,8 @@ def _command(op: str):
 
 def _dst_table(rows: list[dict[str, Any]]) -> str:
     titles = ["Name", "Type", "Pending", "Unacked", "Bytes", "Producers waiting", "maxNumMsgs",
-              "maxTotalMsgBytes", "maxBytesPerMsg", "limitBehavior", "useDMQ"]
+              "maxTotalMsgBytes", "maxBytesPerMsg", "limitBehavior", "useDMQ", "backoutThreshold",
+              "backoutQueue", "backoutDisposition"]
     return _table(titles, [[r["name"], r["type"], str(r["pending"]), str(r["unacked"]), str(r["bytes"]),
                             str(r["producers_waiting"]), *(str(v).lower() if isinstance(v, bool) else str(v)
                                                            for v in r["attributes"].values())]
@@ -312,7 +313,8 @@ def _dst_command(op: str):
                   help="Destination type: q (queue) or t (topic).")
     @click.option("-n", "name", metavar="NAME", required=True, help="Destination name.")
     @click.option("-o", "attributes", metavar="ATTR=VALUE", multiple=True,
-                  help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ.")
+                  help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ, "
+                       "backoutThreshold, backoutQueue, backoutDisposition.")
     @admin_options
     @reply_options
     def command(argument: str, dst_type: str, name: str, attributes: tuple[str, ...], broker: str,

@@ -4,7 +4,8 @@ the host broker's physical destinations.
 How it works: the service hands CREATE_DST / UPDATE_DST / QUERY_DST / LIST_DST commands
 here with its host broker. Attributes come as the original's names and strings
 (``maxNumMsgs=1000``, ``maxTotalMsgBytes=10m``, ``limitBehavior=REMOVE_OLDEST``,
-``useDMQ=false``), are checked with the properties' kinds, and go to the broker through
+``useDMQ=false``; poison messages: ``backoutThreshold=3``, ``backoutQueue=NAME``,
+``backoutDisposition=dmq|discard``), are checked with the properties' kinds, and go to the broker through
 HostBroker.configure_destination (kept in its store). Create refuses a destination that
 exists, update one that does not; update changes only the attributes it names. Purge
 removes the waiting messages (paged-out ones too; those in delivery stay) through
@@ -25,7 +26,7 @@ from .jms.destination import Destination, Queue, Topic
 from .jms.errors import JMSException
 from .jms.hostbroker import DestinationAttributes, HostBroker, Principal
 from .jms.message import DeliveryMode, Message
-from .props import BOOL, LIMIT, LIMIT_BEHAVIOR, SIZE, Kind
+from .props import BACKOUT_DISPOSITION, BOOL, COUNT, LIMIT, LIMIT_BEHAVIOR, SIZE, TEXT, Kind
 
 # attribute name -> (DestinationAttributes field, kind)
 ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
@@ -34,6 +35,9 @@ ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
     "maxBytesPerMsg": ("max_bytes_per_msg", SIZE),
     "limitBehavior": ("limit_behavior", LIMIT_BEHAVIOR),
     "useDMQ": ("use_dmq", BOOL),
+    "backoutThreshold": ("backout_threshold", COUNT),
+    "backoutQueue": ("backout_queue", TEXT),
+    "backoutDisposition": ("backout_disposition", BACKOUT_DISPOSITION),
 }
 
 

@@ -209,6 +209,7 @@ CLUSTER_ID = Kind(lambda text: _checked(text.strip(), re.compile(r"[A-Za-z0-9_]{
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
 LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
+BACKOUT_DISPOSITION = _enum("dmq", "discard")  # a destination's backoutDisposition (dstadmin.py)
 CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
                                "bridgemgr.transformers.uppercase.UppercaseTransformer")
 
@@ -403,6 +404,12 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
          "sends a non-transacted link has unconfirmed at once; 1 = wait for each"),
 )
 
+# imq.bridge.<name>.link.<link>.<suffix>: per-link settings (jmsbridge's parallel runner).
+LINK_PROPS: tuple[Prop, ...] = (
+    Prop("parallelism", POSITIVE, 1, "worker processes running this non-transacted link; > 1 needs ordered=false"),
+    Prop("ordered", BOOL, True, "false: the link's messages may reach the target out of order"),
+)
+
 # imq.bridge.spark.conf.<spark key>=<value>: passed to SparkConf as they are.
 PREFIX_FAMILIES: tuple[Prop, ...] = (
     Prop("imq.bridge.spark.conf.", TEXT, None, "Spark configuration entries"),
@@ -425,6 +432,7 @@ def is_bridge_name(name: str) -> bool:
 
 _FIXED = {p.key: p for p in FIXED_PROPS}
 _PER_BRIDGE = {p.key: p for p in BRIDGE_PROPS}
+_PER_LINK = {p.key: p for p in LINK_PROPS}
 
 
 def schema_row(key: str) -> tuple[Prop, str | None] | None:
@@ -438,6 +446,9 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
         name, _, suffix = key[len(BRIDGE_PREFIX):].partition(".")
         if suffix in _PER_BRIDGE and name not in RESERVED_BRIDGE_NAMES:
             return _PER_BRIDGE[suffix], name
+        link, _, setting = suffix.removeprefix("link.").rpartition(".")
+        if suffix.startswith("link.") and link and setting in _PER_LINK and name not in RESERVED_BRIDGE_NAMES:
+            return _PER_LINK[setting], name
     return None
 
 
@@ -708,6 +719,10 @@ class BrokerProperties:
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
             backout_threshold=get("backoutThreshold"), runner=get("runner"),
             transaction_batch_size=get("transaction.batchSize"), link_window=get("link.window"))
+
+    def link_setting(self, bridge: str, link: str, setting: str) -> Any:
+        """imq.bridge.<bridge>.link.<link>.<setting> (LINK_PROPS), its default when unset."""
+        return self.get(f"{BRIDGE_PREFIX}{bridge}.link.{link}.{setting}")
 
     @property
     def stomp(self) -> StompProperties:

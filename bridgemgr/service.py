@@ -844,6 +844,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
 
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
+        from .parallel import runner as _parallel  # noqa: F401  (registers "parallel": links with parallelism > 1)
 
         def load() -> BridgeConfig:  # as last read (at load, or SIGHUP); its DMQs become admin-only
             config = manager.bridge_configs.get(name)

@@ -160,12 +160,15 @@ def test_the_system_max_count_refuses_messages_held_in_memory_past_it(service):
     assert len(take(daemon, PASSWORD, "big", expect=21)) == 21
 
 
+NO_BACKOUT = {"backoutThreshold": 0, "backoutQueue": "", "backoutDisposition": "dmq"}
+
+
 def test_the_dst_subcommands_create_update_query_and_list(service):
     daemon, passfile = service
     created = _dst(daemon, passfile, "create", "dst", "-t", "q", "-n", "orders", "-o", "maxTotalMsgBytes=10m")
     assert created["rc"] == 0 and created["data"]["attributes"] == {
         "maxNumMsgs": 3, "maxTotalMsgBytes": 10 * 1024 * 1024, "maxBytesPerMsg": -1,
-        "limitBehavior": "FLOW_CONTROL", "useDMQ": True}, created  # from imq.autocreate.destination.*
+        "limitBehavior": "FLOW_CONTROL", "useDMQ": True, **NO_BACKOUT}, created  # imq.autocreate.destination.*
     again = _dst(daemon, passfile, "create", "dst", "-t", "q", "-n", "orders")
     assert again["rc"] == 1 and "already exists" in again["message"]
     updated = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "orders", "-o", "maxNumMsgs=1000",
@@ -174,7 +177,7 @@ def test_the_dst_subcommands_create_update_query_and_list(service):
     query = _dst(daemon, passfile, "query", "dst", "-t", "q", "-n", "orders")
     assert query["data"]["attributes"] == {"maxNumMsgs": 1000, "maxTotalMsgBytes": 10 * 1024 * 1024,
                                            "maxBytesPerMsg": -1, "limitBehavior": "REMOVE_OLDEST",
-                                           "useDMQ": True}
+                                           "useDMQ": True, **NO_BACKOUT}
     # the DMQ as the chapter recommends
     dmq = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "mq.sys.dmq", "-o", "maxNumMsgs=1000",
                "-o", "limitBehavior=REMOVE_OLDEST", "-o", "maxTotalMsgBytes=10m", "-f")

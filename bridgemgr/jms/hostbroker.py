@@ -47,13 +47,17 @@ class Principal:
 
 @dataclass(frozen=True)
 class DestinationAttributes:
-    """A physical destination's limits (the broker chapter's); -1 means unlimited."""
+    """A physical destination's limits (the broker chapter's; -1 means unlimited) and
+    its poison message handling (backout threshold, queue and disposition)."""
 
     max_num_msgs: int = -1
     max_total_msg_bytes: int = -1
     max_bytes_per_msg: int = -1
     limit_behavior: str = "REJECT_NEWEST"  # FLOW_CONTROL, REMOVE_OLDEST, REMOVE_LOW_PRIORITY: when full
     use_dmq: bool = True  # a message dropped by a limit goes to the DMQ
+    backout_threshold: int = 0       # deliveries without an acknowledgement before a backout; 0: off
+    backout_queue: str = ""          # where a message at the threshold goes ("": none)
+    backout_disposition: str = "dmq"  # else: dmq or discard (also unwanted messages, retention off)
 
 
 class Client(Protocol):

@@ -31,7 +31,10 @@ from .message import (
     StreamMessage,
     TextMessage,
 )
+from .selector import compile_selector
 from .xa import Xid
+
+_log = logging.getLogger(__name__)
 
 
 class AckMode(IntEnum):
@@ -183,6 +186,18 @@ class MessageConsumer(ABC):
     @abstractmethod
     def set_message_listener(self, listener: MessageListener | None) -> None:
         """Deliver asynchronously to ``listener`` on the session's thread."""
+
+    def deliver_to(self, listener: MessageListener, timeout: float) -> bool:
+        """Receive one message within ``timeout`` seconds and call ``listener`` with it,
+        as a message listener is called (Session.run for a connection consumer); False
+        when none came. A listener's exception is raised; where the provider can, an
+        AUTO/DUPS_OK message is then given back for redelivery (a backout), as after a
+        failing message listener. By default: receive(), then the listener."""
+        message = self.receive(timeout)
+        if message is None:
+            return False
+        listener(message)
+        return True
 
     @abstractmethod
     def close(self) -> None: ...
@@ -348,6 +363,58 @@ class Session(ABC):
     @abstractmethod
     def close(self) -> None: ...
 
+    # --- application server facilities (ServerSession, ConnectionConsumer) ---------
+    _run_listener: MessageListener | None = None
+    _loads: list[tuple[ConnectionConsumer, int]] | None = None
+
+    def set_message_listener(self, listener: MessageListener | None) -> None:
+        """The session's own listener (JMS Session.setMessageListener): run() hands it
+        the messages connection consumers loaded into this session."""
+        self._run_listener = listener
+
+    def get_message_listener(self) -> MessageListener | None:
+        return self._run_listener
+
+    def load(self, connection_consumer: ConnectionConsumer, max_messages: int) -> None:
+        """(A connection consumer) the next run() takes up to ``max_messages`` of its messages."""
+        if self._loads is None:
+            self._loads = []
+        self._loads.append((connection_consumer, max_messages))
+
+    def run(self) -> None:
+        """Deliver what connection consumers loaded to the session's listener, on the
+        calling thread (a ServerSession's start() runs it on an application server's
+        thread). Messages are taken as the listener is called, so they belong to the
+        session's transaction, acknowledgement or the XA branch started on it. A
+        listener's exception ends the run and is raised: in AUTO/DUPS_OK the message is
+        given back (MessageConsumer.deliver_to); otherwise the caller rolls back or
+        recovers; either way a backout, which the broker counts."""
+        loads, self._loads = self._loads, None
+        listener = self._run_listener
+        if listener is None:
+            raise IllegalStateException("Session.run() needs the session's message listener set")
+        for connection_consumer, count in loads or ():
+            consumer = connection_consumer.consumer_in(self)
+            if consumer is None:
+                continue
+            for i in range(count):
+                if not consumer.deliver_to(listener, connection_consumer.wait if i == 0 else 0):
+                    break
+
+    def create_group_consumer(self, destination: Destination, selector: str | None,
+                              durable_name: str | None, group: str, retain: bool,
+                              max_messages: int) -> MessageConsumer:
+        """A consumer of connection consumer ``group`` in this session: for a topic the
+        group's sessions share one subscription (durable when ``durable_name``), so each
+        message reaches one of them; ``retain`` False: the provider removes messages of
+        the queue that no active consumer selects (message retention off). A provider
+        that prefetches holds at most ``max_messages`` (a batch) for the session. By
+        default a plain consumer: a queue with retention on."""
+        if destination.is_topic or not retain:
+            raise JMSException(f"{type(self).__name__}: this provider cannot share a topic subscription "
+                               "among a connection consumer's sessions, nor turn message retention off")
+        return self.create_consumer(destination, selector)
+
     def __enter__(self) -> Session:
         return self
 
@@ -397,7 +464,137 @@ class Connection(ABC):
     @abstractmethod
     def set_exception_listener(self, listener: ExceptionListener | None) -> None: ...
 
+    # True: messages no connection consumer selects stay on the queue (the default);
+    # False: they are removed by the queue's disposition rule (MRET(NO)). Set it before
+    # creating connection consumers.
+    message_retention: bool = True
+
+    def create_connection_consumer(self, destination: Destination, selector: str | None,
+                                   session_pool: ServerSessionPool, max_messages: int) -> ConnectionConsumer:
+        """Deliver the messages of ``destination`` (that ``selector`` selects) to sessions
+        of ``session_pool``, up to ``max_messages`` per session at a time, concurrently."""
+        return ConnectionConsumer(self, destination, selector, session_pool, max_messages)
+
+    def create_durable_connection_consumer(self, topic: Topic, subscription_name: str,
+                                           selector: str | None, session_pool: ServerSessionPool,
+                                           max_messages: int) -> ConnectionConsumer:
+        """create_connection_consumer() for the durable subscription ``subscription_name``
+        of this connection's client id."""
+        if not isinstance(topic, Topic):
+            raise JMSException(f"a durable connection consumer needs a topic, not {topic!r}")
+        return ConnectionConsumer(self, topic, selector, session_pool, max_messages, subscription_name)
+
     def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class ServerSession(ABC):
+    """An application server's session (JMS ServerSession): a connection consumer loads
+    messages into get_session() and calls start(), which has the server run the session
+    (Session.run) on one of its threads, inside whatever transaction it chooses."""
+
+    @abstractmethod
+    def get_session(self) -> Session: ...
+
+    @abstractmethod
+    def start(self) -> None: ...
+
+
+class ServerSessionPool(ABC):
+    """The server sessions a connection consumer may use (JMS ServerSessionPool)."""
+
+    @abstractmethod
+    def get_server_session(self) -> ServerSession | None:
+        """A free server session, waiting until one is; None once the pool is closed."""
+
+
+class ConnectionConsumer:
+    """Delivers a destination's messages concurrently to the sessions of a server session
+    pool (JMS ConnectionConsumer), for any provider whose sessions can share a
+    subscription (Session.create_group_consumer).
+
+    How it works: a dispatcher thread takes a free server session from the pool, loads
+    ``max_messages`` into its session and starts it; the session's run() takes them
+    through a consumer of this connection consumer in that session (made once per
+    session), waiting up to ``wait`` seconds for the first. Messages are taken by the
+    session that delivers them, so its transaction, acknowledgement mode or XA branch
+    owns them, and a backout counts on the message, at the broker."""
+
+    wait = 0.5  # seconds a loaded session waits for its first message before going back
+
+    def __init__(self, connection: Connection, destination: Destination, selector: str | None,
+                 pool: ServerSessionPool, max_messages: int, subscription_name: str | None = None) -> None:
+        if max_messages < 1:
+            raise JMSException(f"max_messages must be at least 1, not {max_messages}")
+        self.connection = connection
+        self.destination = destination
+        self.selector = selector
+        self.pool = pool
+        self.max_messages = max_messages
+        self.subscription_name = subscription_name
+        self.retain = connection.message_retention
+        self.group = f"cc-{id(self):x}-{time.monotonic_ns():x}"
+        self.closed = False
+        self._lock = threading.Lock()
+        self._consumers: dict[int, tuple[Session, MessageConsumer]] = {}
+        compile_selector(selector)  # a bad selector fails here, not on the dispatcher's thread
+        self._thread = threading.Thread(target=self._dispatch, daemon=True, name=f"connection-consumer:{destination}")
+        self._thread.start()
+
+    def get_server_session_pool(self) -> ServerSessionPool:
+        return self.pool
+
+    def consumer_in(self, session: Session) -> MessageConsumer | None:
+        """This connection consumer's consumer in ``session`` (made on first use; one at a
+        time, so the sessions join one shared subscription); None once closed."""
+        with self._lock:
+            if self.closed:
+                return None
+            found = self._consumers.get(id(session))
+            if found is None:
+                try:
+                    consumer = session.create_group_consumer(self.destination, self.selector,
+                                                             self.subscription_name, self.group, self.retain,
+                                                             self.max_messages)
+                except JMSException as exc:
+                    _log.error("connection consumer of %s stopped: %s", self.destination, exc)
+                    self.closed = True
+                    raise
+                found = self._consumers[id(session)] = (session, consumer)
+            return found[1]
+
+    def _dispatch(self) -> None:
+        while not self.closed:
+            try:
+                server_session = self.pool.get_server_session()
+                if server_session is None:
+                    return
+                if not self.closed:
+                    server_session.get_session().load(self, self.max_messages)
+                server_session.start()  # (closed: nothing loaded; it goes back to its pool)
+            except JMSException as exc:
+                _log.error("connection consumer of %s stopped: %s", self.destination, exc)
+                return
+
+    def close(self) -> None:
+        """Stop loading sessions and close this connection consumer's consumers (their
+        unacknowledged messages go back as their sessions say)."""
+        with self._lock:
+            self.closed = True
+            consumers = list(self._consumers.values())
+            self._consumers.clear()
+        for _, consumer in consumers:
+            try:
+                consumer.close()
+            except JMSException:
+                pass
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout=5)
+
+    def __enter__(self) -> ConnectionConsumer:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +71,7 @@ from .resolve import (
     resolve_destination,
     with_host_broker,
 )
-from .runners import LOCAL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, link_runner, runner_names
+from .runners import LOCAL, PARALLEL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, link_runner, runner_names
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
 from .transfer import TransactedLinkUnsupported, transaction_for
 
@@ -379,7 +379,8 @@ class JMSBridge:
                                    else BACKOUT_THRESHOLD),
                 batch_size=batch,
                 window=(link.window if link.window is not None
-                        else bridge_props.link_window if bridge_props else LINK_WINDOW))
+                        else bridge_props.link_window if bridge_props else LINK_WINDOW),
+                parallelism=self._parallelism(config, link, txn.transacted, destinations))
             runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
                                   setup)(setup, context)
             runner.counters = self._counters.setdefault(link.name, runner.counters)
@@ -390,10 +391,33 @@ class JMSBridge:
         for runner in self._links.values():
             runner.start(0)  # connecting goes on in the link's thread; start() waits for it
 
+    def _parallelism(self, config: BridgeConfig, link: LinkConfig, transacted: bool,
+                     destinations: Mapping[str, Destination]) -> int:
+        """imq.bridge.<name>.link.<link>.parallelism, checked: more than 1 only for a
+        non-transacted link from a queue that declared its order does not matter
+        (imq.bridge.<name>.link.<link>.ordered=false)."""
+        if self.props is None:
+            return 1
+        n: int = self.props.link_setting(self.name, link.name, "parallelism")
+        if n == 1:
+            return 1
+        key = f"imq.bridge.{self.name}.link.{link.name}"
+        why = ("it is transacted" if transacted
+               else "its source is a topic" if destinations[link.source.destination_ref].is_topic
+               else f"it keeps its order (set {key}.ordered=false if the order does not matter)"
+               if self.props.link_setting(self.name, link.name, "ordered") else None)
+        if why is not None:
+            raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: {key}.parallelism={n} "
+                                   f"needs a non-transacted link from a queue whose order does not matter; {why}")
+        return n
+
     def _runner(self, name: str, setup: LinkSetup) -> Callable[[LinkSetup, RunnerContext], LinkRunner]:
         """The runner named ``name`` (imq.bridge.<name>.runner) for the link ``setup``
-        describes; a transacted link runs on the local runner."""
-        if name != LOCAL and setup.config.transacted:
+        describes; a transacted link runs on the local runner, a parallel one (parallelism
+        > 1) on worker processes."""
+        if setup.parallelism > 1:
+            name = PARALLEL
+        elif name != LOCAL and setup.config.transacted:
             self.log.info("link %s is transacted: it runs on the local runner (a Spark "
                           "link is at-least-once, a transacted one once-and-only-once)",
                           setup.config.name)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from .dmq import DeadMessageQueues
 
 LOCAL = "local"  # imq.bridge.<name>.runner's default: a thread per link
+PARALLEL = "parallel"  # a link with parallelism > 1: worker processes (bridgemgr/parallel)
 
 
 @dataclass(frozen=True)
@@ -62,6 +63,7 @@ class LinkSetup:
     backout_threshold: int = 0
     batch_size: int = 1
     window: int = 1                         # confirm window (link.py), non-transacted links
+    parallelism: int = 1                    # worker processes (imq.bridge.<name>.link.<link>.parallelism)
 
     @property
     def source_label(self) -> str:

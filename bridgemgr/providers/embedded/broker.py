@@ -23,6 +23,16 @@ take; those recovered at open only where a byte limit is set (their sizes are a 
 An HA takeover (cluster.py) moves a dead instance's rows into this store with seqs above
 ours and ``adopt`` takes them in the same way, under the lock.
 
+Poison messages: a destination's ``backout_threshold`` counts a message's deliveries that
+were not acknowledged (``dcount``, kept in the store; where a threshold is set the store
+writes it as the message is delivered). A message that reaches it, as it comes back
+(rollback, recover, close) or is taken again after a restart, moves to ``backout_queue``,
+else goes by ``backout_disposition`` (the DMQ or discarded). Connection consumers
+(spi.ConnectionConsumer) have a consumer in each server session they load;
+``group_queue`` gives a topic's group one shared subscription. A consumer with ``retain``
+off (message retention off) that finds nothing to take sweeps the messages no active
+consumer of its queue selects out by the same disposition.
+
 Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations are never stored (beyond their window they
 wait in the swap file, which a restart empties). The broker's
@@ -832,13 +842,17 @@ class Broker:
                 if consumer.connection.started:
                     env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
                     if env is not None:
+                        if mq.limits.backout_threshold and self._backed_out(env):
+                            continue  # delivered unacknowledged too often before a restart
                         env.dcount += 1
                         if ack_now:
                             self._ack((env,))
                         elif env.stored:
                             assert self.store is not None  # a stored envelope: there is a store
-                            self.store.mark_delivered(env.seq, env.dcount)
+                            self.store.mark_delivered(env.seq, env.dcount, bool(mq.limits.backout_threshold))
                         return env
+                    if not consumer.retain and len(mq):
+                        self._sweep_unwanted(mq)
                 remaining = None
                 if deadline is not None:
                     remaining = deadline - time.monotonic()
@@ -876,12 +890,77 @@ class Broker:
             if env.queue.deleted:
                 env.queue.release(env)  # its queue went away while it was out
                 continue
+            if env.queue.limits.backout_threshold and self._backed_out(env):
+                continue
             if env.stored:
                 assert self.store is not None  # a stored envelope: there is a store
                 self.store.mark_delivered(env.seq, env.dcount)
             by_queue.setdefault(id(env.queue), []).append(env)
         for group in by_queue.values():
             group[0].queue.push_back(group)
+
+    def _backed_out(self, env: Envelope) -> bool:
+        """A message taken out of (or returning to) its queue that has been delivered
+        backoutThreshold times without an acknowledgement (its delivery count, which the
+        store keeps across restarts): requeued on the destination's backoutQueue; if there
+        is none or it refuses the message, backoutDisposition (the DMQ, or discarded).
+        True when the message left its queue (under the lock)."""
+        mq = env.queue
+        limits = mq.limits
+        if env.dcount < limits.backout_threshold:
+            return False
+        if limits.backout_queue:
+            try:
+                target = self._queue(limits.backout_queue)
+                if target is mq:
+                    raise InvalidDestinationException("it is the queue the message backed out of")
+                moved = env.message.copy()
+                moved.set_int_property("JMS_IMQ_BACKOUT_COUNT", env.dcount)
+                moved.set_string_property("JMS_IMQ_BACKOUT_DESTINATION", str(mq.destination))
+                moved.destination = target.destination
+                envs = self._route(moved, [target], hold=False)
+                self._admit(envs)
+                with self.store.lock if self.store is not None else _NULL:
+                    self._commit_envelopes(envs)
+                    self._ack((env,))
+            except JMSException as exc:
+                log.warning("%s: message %s reached backoutThreshold=%d; backoutQueue %s refused it: %s",
+                            mq.destination, env.message.message_id, limits.backout_threshold,
+                            limits.backout_queue, exc)
+            else:
+                log.info("%s: message %s backed out %d times, requeued on %s", mq.destination,
+                         env.message.message_id, env.dcount, limits.backout_queue)
+                return True
+        self._dispose(env, "BACKOUT_THRESHOLD_REACHED")
+        return True
+
+    def _dispose(self, env: Envelope, reason: str) -> None:
+        """Remove a message by its destination's backoutDisposition: dmq (the DMQ, as
+        _discard) or discard."""
+        if env.queue.limits.backout_disposition == "discard":
+            env.queue.release(env)
+            if env.stored:
+                assert self.store is not None  # a stored envelope: there is a store
+                self.store.remove(env.seq)
+            log.warning("%s: message %s discarded (%s)", env.queue.destination, env.message.message_id, reason)
+        else:
+            self._discard(env, reason)
+
+    def _sweep_unwanted(self, mq: MessageQueue) -> None:
+        """Message retention off: the waiting messages (in memory) that no active
+        consumer of ``mq`` selects go by the disposition rule (reason MSG_NOT_MATCHED), so
+        they do not pile up. Only while one of its active consumers is a connection
+        consumer's with retention off (under the lock)."""
+        active = [c for c in mq.consumers if not c.closed and c.connection.started]
+        if not any(not c.retain for c in active):
+            return
+        selectors = [c.selector for c in active]
+        if any(sel is None for sel in selectors):
+            return
+        for env in mq.browse():
+            if not any(sel.matches(env.message) for sel in selectors if sel is not None):
+                mq.remove(env)
+                self._dispose(env, "MSG_NOT_MATCHED")
 
     def _expire(self, env: Envelope) -> None:
         self._discard(env, "EXPIRED")
@@ -971,7 +1050,9 @@ class Broker:
             return mq
 
     def durable_queue(self, consumer: Any, topic: Topic, name: str, selector: str | None,
-                      no_local: bool) -> MessageQueue:
+                      no_local: bool, locked: bool = False) -> MessageQueue:
+        """The durable subscription's queue (created or changed as the subscriber says);
+        ``locked``: the caller holds the lock."""
         client_id = consumer.connection.client_id_value
         if client_id is None:
             raise IllegalStateException("a durable subscription needs the connection's client id to be set")
@@ -979,7 +1060,7 @@ class Broker:
             raise InvalidDestinationException("a durable subscription cannot be made on a temporary topic")
         self.reservations.check_durable(consumer.connection, client_id, name, "subscribe to")
         compiled = compile_selector(selector)
-        with self.lock:
+        with _NULL if locked else self.lock:
             sub = self.durable.get((client_id, name))
             if sub is not None and sub.active is not None:
                 raise IllegalStateException(
@@ -994,6 +1075,40 @@ class Broker:
             sub.queue.consumers.append(consumer)
             self.known_topics.add(topic.name)
             return sub.queue
+
+    def group_queue(self, consumer: Any, dest: Destination, selector: str | None,
+                    durable_name: str | None, group: str) -> MessageQueue:
+        """The message queue of one consumer of a connection consumer (``group``: its id;
+        it has a consumer in each server session it loads). A queue destination: the
+        queue. A topic: one subscription shared by the group's consumers, so each message
+        reaches one session: the durable subscription ``durable_name``, or a non-durable
+        one that lives while the group has consumers."""
+        consumer.group = group
+        if not dest.is_topic:
+            return self.queue_for_consumer(consumer, dest, selector, False)
+        if dest.is_temporary or not isinstance(dest, Topic):
+            raise InvalidDestinationException(f"a connection consumer cannot listen to {dest}")
+        with self.lock:
+            if durable_name is not None:
+                sub = self.durable.get((consumer.connection.client_id_value, durable_name))
+                if sub is not None and sub.active is not None and sub.active.group == group:
+                    sub.queue.consumers.append(consumer)
+                    return sub.queue
+                return self.durable_queue(consumer, dest, durable_name, selector, False, locked=True)
+            for mq in self.topics.get(dest.name, ()):
+                if mq.key == f"cc:{group}":
+                    mq.consumers.append(consumer)
+                    return mq
+            if dest.name not in self.known_topics:
+                if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
+                    raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
+                self.known_topics.add(dest.name)
+            mq = self._pages(MessageQueue(
+                f"cc:{group}", dest, durable=False, limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                owner=consumer.connection, selector=compile_selector(selector), topic=dest, usage=self.usage))
+            self.topics.setdefault(dest.name, []).append(mq)
+            mq.consumers.append(consumer)
+            return mq
 
     def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
                            no_local: bool, persist: bool, compiled: Selector | None = None) -> Subscription:
@@ -1049,15 +1164,16 @@ class Broker:
             consumer.cond.notify_all()
             if len(mq):  # it may have been woken for a message it will now never take
                 mq.wake(None)
-            if mq.topic is not None and mq.key.startswith("sub:"):
+            if mq.topic is not None and (mq.key.startswith("sub:")
+                                         or (mq.key.startswith("cc:") and not mq.consumers)):
                 subs = self.topics.get(mq.topic.name, [])
                 if mq in subs:
                     subs.remove(mq)
                 mq.deleted = True
                 _release_all(mq)
             for sub in self.durable.values():
-                if sub.active is consumer:
-                    sub.active = None
+                if sub.active is consumer:  # a connection consumer's next one, or none
+                    sub.active = sub.queue.consumers[0] if sub.queue.consumers else None
 
     def wake_connection(self, connection: Any) -> None:
         """Connection started or closed: let its waiting consumers look again."""

@@ -9,6 +9,10 @@ acknowledge as the broker hands a message over; CLIENT/INDIVIDUAL keep it until
 an XA session's work belongs to the branch its resource started, and outside a
 branch it behaves as AUTO_ACKNOWLEDGE.
 
+A connection consumer's session takes its messages in Session.run() through
+``deliver_to`` (the listener path: AUTO/DUPS_OK acknowledge after the listener, give the
+message back when it raises).
+
 Sending copies the message (the sender may change it afterwards); a send the broker
 holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
 (a closed session or connection ends the wait). An asynchronous send (``send_async``,
@@ -271,6 +275,19 @@ class EmbeddedSession(Session):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
         consumer = EmbeddedConsumer(self, topic, selector, durable_name=name)
         consumer.queue = self.broker.durable_queue(consumer, topic, name, selector, no_local)
+        self.consumers.append(consumer)
+        return consumer
+
+    def create_group_consumer(self, destination: Destination, selector: str | None,
+                              durable_name: str | None, group: str, retain: bool,
+                              max_messages: int) -> EmbeddedConsumer:
+        """A connection consumer's consumer in this session (Session.create_group_consumer)."""
+        self._check_open()
+        if not isinstance(destination, Destination):
+            raise InvalidDestinationException(f"not a destination: {destination!r}")
+        consumer = EmbeddedConsumer(self, destination, selector, durable_name=durable_name)
+        consumer.retain = retain
+        consumer.queue = self.broker.group_queue(consumer, destination, selector, durable_name, group)
         self.consumers.append(consumer)
         return consumer
 
@@ -630,6 +647,8 @@ class EmbeddedConsumer(MessageConsumer):
         # Topic subscriptions filter when a message is published; queues when it is taken.
         self.selector = None if destination.is_topic else compiled
         self.closed = False
+        self.group: str | None = None   # the connection consumer this consumer serves (broker.group_queue)
+        self.retain = True              # False: unwanted messages of its queue are removed (ibid.)
         self.scan: tuple[int, Any] | None = None  # selector scan position (MessageQueue.take)
         self.cond = threading.Condition(self.broker.lock)
         self.queue: MessageQueue = None  # type: ignore[assignment]  # None only until the session sets it (create_consumer)
@@ -665,6 +684,34 @@ class EmbeddedConsumer(MessageConsumer):
         if env is None:
             return None
         return self.session._deliver(env, acks_now)
+
+    def deliver_to(self, listener: MessageListener, timeout: float) -> bool:
+        """One message to ``listener`` (Session.run); in AUTO/DUPS_OK acknowledged once
+        the listener returns, given back for redelivery when it raises (then re-raised)."""
+        if self.closed:
+            return False
+        session = self.session
+        session._check_open()
+        env = self.broker.receive(self, timeout, False)
+        if env is None:
+            return False
+        auto = session._acks_now()
+        if auto:
+            msg = env.message.copy()
+            msg.delivery_count = env.dcount
+            msg.redelivered = env.dcount > 1
+            msg.set_read_only()
+        else:
+            msg = session._deliver(env, False)
+        try:
+            listener(msg)
+        except BaseException:
+            if auto:
+                self.broker.redeliver([env])
+            raise
+        if auto:
+            self.broker.acknowledge([env])
+        return True
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
         if self.closed:

@@ -601,6 +601,24 @@ class ClientConnection:
         self.consumers[cid] = consumer
         consumer.schedule()
 
+    def _new_group_consumer(self, sid: int, cid: int, dest: Destination, selector: str | None,
+                            durable_name: str | None, prefetch: int, group: str, retain: bool) -> None:
+        """A connection consumer's consumer (broker.group_queue); its group is this
+        connection's, so two clients never share one by naming the same group."""
+        session = self._session(sid)
+        if cid in self.consumers:
+            raise IllegalStateException(f"consumer {cid} already exists")
+        if not 0 <= prefetch <= MAX_PREFETCH:
+            raise IllegalStateException(f"prefetch {prefetch} is outside 0..{MAX_PREFETCH}")
+        session.s._check_open()
+        self._check("consume", dest)
+        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name)
+        consumer.retain = retain
+        consumer.queue = self.broker.group_queue(consumer, dest, selector, durable_name, f"{id(self):x}:{group}")
+        session.s.consumers.append(consumer)
+        self.consumers[cid] = consumer
+        consumer.schedule()
+
     def _close_consumer(self, sid: int, cid: int) -> None:
         consumer = self.consumers.pop(cid, None)
         if consumer is not None:
@@ -796,6 +814,7 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
     wire.Op.SESSION_CLOSE: ClientConnection._close_session,
     wire.Op.CONSUMER: ClientConnection._new_consumer,
     wire.Op.CONSUMER_CLOSE: ClientConnection._close_consumer,
+    wire.Op.GROUP_CONSUMER: ClientConnection._new_group_consumer,
     wire.Op.UNSUBSCRIBE: ClientConnection._unsubscribe,
     wire.Op.TEMP_CREATE: ClientConnection._temp_create,
     wire.Op.TEMP_DELETE: ClientConnection._temp_delete,
@@ -823,4 +842,4 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
 # Ops whose first argument is a session id (an asynchronous failure names it).
 _SESSION_OPS = frozenset({wire.Op.SEND, wire.Op.CONSUMED, wire.Op.RETURN, wire.Op.SESSION_CLOSE,
                           wire.Op.CONSUMER, wire.Op.CONSUMER_CLOSE, wire.Op.ACKNOWLEDGE, wire.Op.ACK_ONE,
-                          wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER})
+                          wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER, wire.Op.GROUP_CONSUMER})

@@ -95,8 +95,12 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
     except ValueError:
         raise JMSException(f"limit behavior {attributes.limit_behavior!r} is not one of "
                            + ", ".join(b.value for b in LimitBehavior)) from None
+    if attributes.backout_disposition not in ("dmq", "discard"):
+        raise JMSException(f"backout disposition {attributes.backout_disposition!r} is not dmq or discard")
     return DestinationLimits(attributes.max_num_msgs, attributes.max_total_msg_bytes,
-                             attributes.max_bytes_per_msg, behavior, attributes.use_dmq)
+                             attributes.max_bytes_per_msg, behavior, attributes.use_dmq,
+                             attributes.backout_threshold, attributes.backout_queue,
+                             attributes.backout_disposition)
 
 
 class EmbeddedHostBroker(HostBroker):
@@ -289,7 +293,8 @@ class EmbeddedHostBroker(HostBroker):
             return None
         lim, counts = found
         return DestinationAttributes(lim.max_num_msgs, lim.max_total_msg_bytes, lim.max_bytes_per_msg,
-                                     lim.limit_behavior.value, lim.use_dmq), counts
+                                     lim.limit_behavior.value, lim.use_dmq, lim.backout_threshold,
+                                     lim.backout_queue, lim.backout_disposition), counts
 
     def configure_destination(self, principal: Principal, destination: Destination,
                               attributes: DestinationAttributes) -> None:

@@ -64,6 +64,13 @@ class DestinationLimits:
     max_bytes_per_msg: int = -1
     limit_behavior: LimitBehavior = LimitBehavior.REJECT_NEWEST
     use_dmq: bool = True
+    # Poison messages: once delivered this many times without an acknowledgement (0: off),
+    # a message moves to backout_queue, else (none, or it refused it) by backout_disposition:
+    # "dmq" (the DMQ, unless use_dmq is off) or "discard". Unwanted messages of
+    # connection consumers with retention off go by the same disposition (broker.py).
+    backout_threshold: int = 0
+    backout_queue: str = ""
+    backout_disposition: str = "dmq"
 
     @cached_property
     def counts_bytes(self) -> bool:

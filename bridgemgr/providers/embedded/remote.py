@@ -353,6 +353,28 @@ class RemoteSession(Session):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
         return self._new_consumer(topic, selector, no_local, name)
 
+    def create_group_consumer(self, destination: Destination, selector: str | None,
+                              durable_name: str | None, group: str, retain: bool,
+                              max_messages: int) -> RemoteConsumer:
+        """A connection consumer's consumer (Session.create_group_consumer); the service
+        shares the subscription among the group. Its window: one batch (prefetch 0: pull)."""
+        if not isinstance(destination, Destination):
+            raise InvalidDestinationException(f"not a destination: {destination!r}")
+        self._check_open()
+        compile_selector(selector)
+        conn = self.connection
+        cid = next(conn._consumer_ids)
+        consumer = RemoteConsumer(self, cid, destination, selector)
+        conn._consumers[cid] = consumer
+        try:
+            conn.request(wire.Op.GROUP_CONSUMER, self.sid, cid, destination, selector, durable_name,
+                         min(conn.factory.prefetch, max_messages), group, retain)
+        except BaseException:
+            conn._consumers.pop(cid, None)
+            raise
+        self.consumers.append(consumer)
+        return consumer
+
     def _new_consumer(self, destination: Destination, selector: str | None, no_local: bool,
                       durable_name: str | None) -> RemoteConsumer:
         self._check_open()
@@ -689,6 +711,27 @@ class RemoteConsumer(MessageConsumer):
         """receive() without decoding: the delivered blob, its delivery count set."""
         item = self._delivery(timeout)
         return None if item is None else self.session._deliver_blob(self, item)
+
+    def deliver_to(self, listener: MessageListener, timeout: float) -> bool:
+        """One message to ``listener`` (Session.run); in AUTO/DUPS_OK reported consumed
+        once the listener returns, given back for redelivery when it raises (then re-raised)."""
+        if self.closed:
+            return False
+        item = self._delivery(timeout)
+        if item is None:
+            return False
+        session = self.session
+        auto = session._acks_at_once()
+        msg = session._deliver(self, item, report=not auto)
+        try:
+            listener(msg)
+        except BaseException:
+            if auto:
+                self._give_back([item.tag], seen=True)
+            raise
+        if auto:
+            session._report(self, item.tag)
+        return True
 
     def set_message_listener(self, listener: MessageListener | None) -> None:
         if self.closed:

@@ -508,13 +508,17 @@ class Store:
             elif self._waiting and not self._dirty():
                 self._written.notify_all()  # cancelling left nothing to wait for
 
-    def mark_delivered(self, seq: int, dcount: int) -> None:
+    def mark_delivered(self, seq: int, dcount: int, wake: bool = False) -> None:
+        """Record a message's delivery count, with the next batch; ``wake``: have the
+        writer write it now (a destination that counts backouts: so a crash loses none)."""
         with self.lock:
             pending = self._inserts.get(seq)
             if pending is not None:
                 pending[1] = dcount
             else:
                 self._updates[seq] = dcount
+            if wake:
+                self._changed()
 
     def op(self, name: str, *args: Any, waited: bool = False) -> None:
         """Record an ordered op (see ``_OPS`` and ``_write``). ``waited``: the caller

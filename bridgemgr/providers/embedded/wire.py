@@ -111,6 +111,7 @@ class Op(IntEnum):
     XA_RECOVER = 29
     XA_FORGET = 30
     PULL = 31
+    GROUP_CONSUMER = 32
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -171,6 +172,9 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     Op.XA_RECOVER: (int,),
     Op.XA_FORGET: (_XID,),
     Op.PULL: (int, int, int),                          # session, consumer, n (see above)
+    # a connection consumer's consumer in a session (Session.create_group_consumer):
+    # session, consumer, dest, selector, durable name, prefetch, group, message retention
+    Op.GROUP_CONSUMER: (int, int, Destination, OptStr, OptStr, int, str, bool),
 }
 
 
