@@ -213,6 +213,14 @@ class _Repeats:
     timer: threading.Timer | None = None
 
 
+def _words(args: Any) -> tuple[str, ...]:
+    """A record's string arguments without digits: the part of "what" that tells one
+    repeating line from another ("%s service: refused ..." for stomp vs jms), while the
+    values that change each time (ids, counts, addresses) do not."""
+    values = args.values() if isinstance(args, Mapping) else args if isinstance(args, tuple) else ()
+    return tuple(a for a in values if isinstance(a, str) and not any(c.isdigit() for c in a))
+
+
 class Throttle(logging.Handler):
     """Hands records to ``handlers`` (each at its own level), dropping PER_MESSAGE ones and
     counting WARNING and above (and COUNTED ones) that repeat within ``window`` seconds."""
@@ -228,7 +236,7 @@ class Throttle(logging.Handler):
         if getattr(record, "per_message", False):
             return
         if record.levelno >= logging.WARNING or getattr(record, "counted", False):
-            key = (record.name, where(record)[1], record.levelno, str(record.msg))
+            key = (record.name, where(record)[1], record.levelno, str(record.msg), _words(record.args))
             now = time.monotonic()
             with self._guard:
                 repeats = self._repeats.get(key)
