@@ -232,7 +232,7 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
     def show(bridge: Any, starting: bool = False) -> None:
         with output:
             state = getattr(bridge.state, "value", str(bridge.state))
-            if starting and state == "UNINITIALIZED":  # its thread has not begun yet
+            if starting:  # its start thread has not ended (or not begun: UNINITIALIZED, STOPPED)
                 state = "STARTING"
             if shown.get(bridge.name) != state:
                 shown[bridge.name] = state
@@ -254,8 +254,8 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
                        f"{manager.metrics.host}:{manager.metrics.port}/metrics")
     if demo:  # the demo needs its bridges
         manager.wait_for_starts(60)
-    for name, bridge in manager.bridges.items():
-        show(bridge, starting=props.bridge(name).autostart)
+    for bridge in manager.bridges.values():
+        show(bridge, starting=manager.start_under_way(bridge))
     if demo:
         from .demo import how_to_reach, run_demo
         if "demo" in manager.bridges and manager.host_broker is not None:

@@ -412,6 +412,10 @@ class BridgeServiceManager:
         start.thread.start()
         return start
 
+    def start_under_way(self, bridge: ManagedBridge) -> bool:
+        """Has a start of ``bridge`` begun and not yet been reported as ended?"""
+        return any(s.bridge is bridge and not s.ended.is_set() for s in self._starts)
+
     def wait_for_starts(self, timeout: float | None = None) -> None:
         """Until every start under way has ended (or ``timeout`` seconds)."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -743,6 +747,7 @@ class _Start:
         self.bridge = bridge
         self.error: Exception | None = None
         self._report_to = report_to
+        self.ended = threading.Event()  # set before on_bridge_started hears of it
         self.thread = threading.Thread(target=self._run, daemon=True, name=f"start:{bridge.name}")
 
     def _run(self) -> None:
@@ -755,9 +760,11 @@ class _Start:
             self.error = exc
             log.error("bridge %s failed to start and stays STOPPED: %s", bridge.name, exc)
         if self._report_to is None:
+            self.ended.set()
             return
         while _value(bridge.state) in ("STARTING", "STOPPING"):  # links still connecting, or a stop
             time.sleep(0.2)
+        self.ended.set()
         hook = self._report_to.on_bridge_started
         if hook is not None and not self._report_to._closing.is_set():
             hook(bridge)
