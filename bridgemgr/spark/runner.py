@@ -33,6 +33,7 @@ from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext
 from ..jmsbridge.states import State
 from ..private import private_dir
 from .options import FORMAT, LinkOptions
+from .session import ship_plugins
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -199,7 +200,9 @@ class SparkLink(RunnerBase):
     def _start_query(self) -> None:
         with self._lock:
             private_dir(self.checkpoint)  # Spark writes it; the folder keeps it private
-            self._query = start_query(self._session(), self.options, self.checkpoint,
+            spark = self._session()
+            ship_plugins(spark, (p for p in self.options.transformer_path.split(os.pathsep) if p))
+            self._query = start_query(spark, self.options, self.checkpoint,
                                       name=f"{self.bridge_name}.{self.name}")
         self.log.info("link %s runs on Spark (%s -> %s), checkpoint %s", self.name,
                       self.setup.source_label, self.setup.target_label, self.checkpoint)

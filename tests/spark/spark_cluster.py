@@ -5,6 +5,7 @@ temporary folder; stopped (each process by its id) at the end."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -52,13 +53,33 @@ class Cluster:
         log = self.base / f"{name}.log"
         full = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOG_DIR=str(self.base),
                     SPARK_NO_DAEMONIZE="1", **(env or {}))
-        proc = subprocess.Popen([str(SPARK_HOME / "bin" / "spark-class"), cls, *args],
+        command = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]
+        if cls.endswith("Worker") and self.hidden_works:
+            # the worker (and its executors) see an empty tmpfs over `hidden`: a folder
+            # only the driver's machine has
+            command = ["unshare", "-m", "sh", "-c",
+                       f'mount -t tmpfs tmpfs "{self.hidden}" && exec "$0" "$@"', *command]
+        proc = subprocess.Popen(command,
                                 stdout=log.open("w"), stderr=subprocess.STDOUT, env=full,
                                 cwd=self.base, start_new_session=True, preexec_fn=preexec)
         self.procs.append(proc)
         return proc, log
 
+    @property
+    def hidden(self) -> Path:
+        """A folder the driver sees and the executors do not (see hidden_works)."""
+        return self.base / "driver-only"
+
+    @property
+    def hidden_works(self) -> bool:
+        """Whether this machine lets us hide ``hidden`` from the workers (a mount namespace:
+        root, or unprivileged user namespaces)."""
+        return shutil.which("unshare") is not None and subprocess.run(
+            ["unshare", "-m", "sh", "-c", f'mount -t tmpfs tmpfs "{self.hidden}"'],
+            capture_output=True).returncode == 0
+
     def start(self, workers: int = 2) -> Cluster:
+        self.hidden.mkdir(exist_ok=True)
         port, self.master_ui = free_port(), free_port()
         master, log = self._spawn("master", "org.apache.spark.deploy.master.Master",
                                   "--host", "127.0.0.1", "--port", str(port),

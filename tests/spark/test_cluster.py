@@ -30,9 +30,9 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def spark_service(tmp_path: Path, cluster, *extra: str) -> tuple[Daemon, Path]:
+def spark_service(tmp_path: Path, cluster, *extra: str, xml: str = XML) -> tuple[Daemon, Path]:
     props, passfile = one_bridge_files(
-        tmp_path, "cluster", XML, PASSWORD, "imq.bridge.jb.runner=spark",
+        tmp_path, "cluster", xml, PASSWORD, "imq.bridge.jb.runner=spark",
         f"imq.bridge.spark.master={cluster.url}",
         "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
         "imq.bridge.spark.conf.spark.driver.memory=512m",
@@ -84,5 +84,35 @@ def test_a_resume_whose_query_cannot_start_fails_with_one_line(tmp_path, cluster
         line = next((x for x in out.splitlines() if x.startswith("l1 ")), out)
         assert "cannot start the Spark query: " in line and "not a directory" in line
         assert "STOPPED" in line
+    finally:
+        daemon.stop()
+
+
+PLUGIN = """from bridgemgr.transform import MessageTransformer
+
+
+class Shout(MessageTransformer):
+    def transform(self, message, *args):
+        message.text = message.text.upper() + "!"
+        return message
+"""
+
+
+def test_a_transformer_only_in_the_plugin_folder_reaches_the_executors(tmp_path, cluster):
+    """A plugin folder the executors cannot see (an empty tmpfs over it in the workers'
+    mount namespace): the service ships its modules to Spark."""
+    if not cluster.hidden_works:
+        pytest.skip("cannot hide a folder from the workers here (no mount namespace)")
+    ext = cluster.hidden / "ext"
+    ext.mkdir(exist_ok=True)
+    (ext / "cluster_only_plugin.py").write_text(PLUGIN)
+    xml = XML.replace('destination-ref="dst"/>',
+                      'destination-ref="dst" message-transformer-class="cluster_only_plugin.Shout"/>')
+    daemon, _ = spark_service(tmp_path, cluster, f"imq.bridge.transformer.path={ext}", xml=xml)
+    try:
+        send(daemon, PASSWORD, "c.src", *(f"t{i}" for i in range(10)))
+        got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
+        assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), \
+            (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:]
     finally:
         daemon.stop()
