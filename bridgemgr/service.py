@@ -112,6 +112,18 @@ class ManagedBridge(Protocol):
 # admin op -> method name on the bridge (bridge commands) / on the JMS bridge (link commands)
 _BRIDGE_OPS = {"START": "start", "STOP": "stop", "PAUSE": "pause", "RESUME": "resume"}
 _LINK_OPS = {"START": "start_link", "STOP": "stop_link", "PAUSE": "pause_link", "RESUME": "resume_link"}
+# a link command took effect when the link is in one of these states afterwards
+_LINK_OP_STATES = {"START": {"STARTED", "STARTING"}, "RESUME": {"STARTED", "STARTING", "RESUMING"},
+                   "PAUSE": {"PAUSED", "PAUSING"}, "STOP": {"STOPPED", "STOPPING"}}
+
+
+def _last_error(bridge: Any, link: str) -> str:
+    """"; <the link's last error>" (its first line), or "" when it has none."""
+    try:
+        error = bridge.link(link).counters.last_error
+    except Exception:  # not a JMS bridge's link
+        return ""
+    return f"; {error.splitlines()[0][:300]}" if error else ""
 
 
 class BridgeServiceManager:
@@ -476,6 +488,10 @@ class BridgeServiceManager:
             if exc.code == "NO_SUCH_LINK":
                 return Reply(NOT_FOUND, str(exc))
             return Reply(ERROR, f"{cmd.op.lower()} {what} failed: {exc}")
+        value = getattr(state, "value", state)
+        if cmd.link and value not in _LINK_OP_STATES[cmd.op]:  # e.g. its Spark query did not start
+            return Reply(ERROR, f"{cmd.op.lower()} {what} did not take effect: the link is {value}"
+                         + _last_error(bridge, cmd.link), {"state": value})
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
     def _destination(self, cmd: Command) -> Reply:

@@ -90,9 +90,12 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
 
 def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
     """The drain's query, its progress on stderr; the summary."""
+    from ..transform import transformer_path
     from .runner import link_options, parallelism, start_query, stats_totals
+    from .session import ship_plugins
 
     spark = job.spark(f"imqbridge drain {job.bridge}/{link}")
+    ship_plugins(spark, transformer_path())  # the executors import the link's transformer
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
         parallelism=parallelism(job.spark_master, dict(job.spark_conf)), max_per_batch=batch,

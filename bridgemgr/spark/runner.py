@@ -34,6 +34,7 @@ from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext
 from ..jmsbridge.states import State
 from ..private import private_dir
 from .options import FORMAT, LinkOptions
+from .session import ship_plugins
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,6 +65,13 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     from .receiver import Receiver
     from .source import LinkDataSource
 
+    # Spark looks a Python data source up in the JVM thread's *active* session, which only
+    # the thread that created the session has: a query started from another thread (an
+    # admin command's resume/start, the watcher's restart) failed DATA_SOURCE_NOT_FOUND.
+    jvm = spark.sparkContext._jvm
+    assert jvm is not None
+    getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
+        spark._jsparkSession)
     spark.dataSource.register(LinkDataSource)
     opts = options.to_options()
     writer = (spark.readStream.format(FORMAT).options(**opts).load()
@@ -116,7 +124,10 @@ class SparkCounters(LinkCounters):
         self._recent = 0  # transferred by the batches of the last RATE_WINDOW s
 
     def snapshot(self) -> dict[str, Any]:
-        totals = stats_totals(self.stats)
+        try:
+            totals = stats_totals(self.stats)
+        except OSError:  # `list link` still answers (the counters as they were)
+            return super().snapshot()
         self.received, self.transferred = totals["rows"], totals["transferred"]
         self.consumed_only, self.to_dmq = totals["consumed_only"], totals["to_dmq"]
         self.dmq_lost = totals["dmq_lost"]
@@ -208,7 +219,9 @@ class SparkLink(RunnerBase):
     def _start_query(self) -> None:
         with self._lock:
             private_dir(self.checkpoint)  # Spark writes it; the folder keeps it private
-            self._query = start_query(self._session(), self.options, self.checkpoint,
+            spark = self._session()
+            ship_plugins(spark, (p for p in self.options.transformer_path.split(os.pathsep) if p))
+            self._query = start_query(spark, self.options, self.checkpoint,
                                       name=f"{self.bridge_name}.{self.name}")
         self.log.info("link %s runs on Spark (%s -> %s), checkpoint %s", self.name,
                       self.setup.source_label, self.setup.target_label, self.checkpoint)
@@ -258,13 +271,17 @@ class SparkLink(RunnerBase):
             self.lifecycle.move({State.STARTING}, State.STARTED)
 
     def _failed(self, text: str) -> None:
-        self.counters.error(text[:2000])
-        self.log.error("link %s: %s", self.name, text[:2000])
+        """The whole text (Spark's stack traces) to the log; one line to `list link`."""
+        self.counters.error(one_line(text))
+        self.log.error("link %s: %s", self.name, text[:20000])
 
     # --- what `list link` shows -----------------------------------------------------------------
     def progress(self) -> dict[str, Any]:
         """The query's progress: committed batches, input rows, rows/s, last batch id."""
-        totals = stats_totals(self.options.stats)
+        try:
+            totals = stats_totals(self.options.stats)
+        except OSError:
+            totals = {"batches": 0, "rows": 0, "last_batch_id": None}
         last = self._query.lastProgress if self._query is not None else None
         return {"batches": totals["batches"], "input_rows": totals["rows"],
                 "rows_per_second": round(float(last.get("processedRowsPerSecond") or 0.0), 1)
@@ -290,6 +307,29 @@ class SparkLink(RunnerBase):
                 "target": self.setup.target_label, "transacted": self.transacted,
                 "runner": self.runner, "progress": self.progress(), "counters": counters,
                 "backlog": self.backlog()}
+
+
+_NOISE = re.compile(r"(at |File |Traceback|JVM stacktrace|An error occurred while calling|\^|~|"
+                    r"During handling|The above exception|\.\.\. \d+ more|Caused by: java\.lang\."
+                    r"ClassNotFoundException)")
+_EXCEPTION = re.compile(r"(?:[\w$]+\.)*\w*(?:Error|Exception)\b:? |(?:[\w$]+\.)+\w+: ")
+_PY4J = re.compile(r"\s*Py4JJavaError: An error occurred while calling \S+")
+
+
+def one_line(text: str, limit: int = 300) -> str:
+    """A failure as one line for `list link`: its first line ("cannot start the Spark
+    query: ...") and the innermost line naming an exception (its class shortened), without
+    Py4J's "An error occurred while calling" and the stack frames."""
+    lines = [line.strip().lstrip(": ").strip() for line in text.splitlines()]
+    lines = [line for line in lines if line and not _NOISE.match(line)]
+    if not lines:
+        return text.strip()[:limit]
+    head = _PY4J.sub("", lines[0])
+    cause = next((line for line in reversed(lines[1:]) if _EXCEPTION.match(line)), None)
+    if cause is not None and cause not in head:
+        cause = re.sub(r"^(?:[\w$]+\.)+(\w+:)", r"\1", cause)
+        head = f"{head.rstrip(':')}: {cause}"
+    return head[:limit]
 
 
 def _between_batches(query: StreamingQuery, timeout: float) -> None:

@@ -14,6 +14,10 @@
 # once before it forks them.
 # imq.bridge.spark.master (default local[*]) and imq.bridge.spark.conf.* come from the
 # broker properties; DEFAULTS are ours, and a user's conf.* entry wins.
+# Executors on other machines do not have the service's plugin folders (<instance>/lib/ext,
+# $IMQ_HOME/lib/ext, imq.bridge.transformer.path): ship_plugins() gives Spark each module,
+# zip and package (zipped) in them with addPyFile, so a transformer there is importable in
+# every executor's Python workers (Spark puts those files on their sys.path).
 """The SparkSession of imqbridge's Spark jobs, configured from the broker properties."""
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -132,3 +136,38 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
         raise SparkUnavailable(f"cannot start Spark ({master or prop_master}): {exc}") from exc
     session.sparkContext.setLogLevel("WARN")
     return session
+
+
+_shipped: dict[str, float] = {}  # what ship_plugins gave this process's SparkContext: mtime
+
+
+def ship_plugins(spark: SparkSession, folders: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """addPyFile every module (*.py), archive (*.zip, *.egg) and package (a folder with
+    __init__.py, zipped) in ``folders``, so that the executors import the transformers the
+    service loads from there; the files shipped (a file already shipped unchanged is not
+    shipped again: Spark refuses a second, different file of the same name)."""
+    import shutil
+    import tempfile
+
+    from ..private import private_dir
+
+    shipped = []
+    for folder in (Path(f) for f in folders):
+        if not folder.is_dir():
+            continue
+        for entry in sorted(folder.iterdir()):
+            if entry.is_dir() and (entry / "__init__.py").is_file():
+                staging = Path(tempfile.gettempdir()) / f"imqbridge-plugins-{os.getpid()}"
+                private_dir(staging)
+                path = shutil.make_archive(str(staging / entry.name), "zip", folder, entry.name)
+                mtime = max(p.stat().st_mtime for p in entry.rglob("*"))
+            elif entry.suffix in (".py", ".zip", ".egg") and entry.is_file():
+                path, mtime = str(entry), entry.stat().st_mtime
+            else:
+                continue
+            if _shipped.get(path) == mtime:
+                continue
+            spark.sparkContext.addPyFile(path)
+            _shipped[path] = mtime
+            shipped.append(path)
+    return shipped

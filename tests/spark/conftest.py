@@ -3,9 +3,14 @@ two shuffle partitions, 512 MB driver, its own warehouse."""
 
 from __future__ import annotations
 
+import sys
+from pathlib import Path
+
 import pytest
 
 from bridgemgr.spark.session import spark_session
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 @pytest.fixture(scope="session")
@@ -20,3 +25,16 @@ def spark(tmp_path_factory):
     })
     yield session
     session.stop()
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory):
+    """A standalone master and two 1-core workers (tests/spark/cluster.py), for the slow
+    cluster tests; stopped at the end of the session."""
+    from spark_cluster import Cluster
+
+    running = Cluster(tmp_path_factory.mktemp("cluster"))
+    try:
+        yield running.start()
+    finally:
+        running.stop()
