@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bridgemgr.jms import DeliveryMode, JMSException, Message, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException, TransportException
+from bridgemgr.jmsbridge.states import State
 from bridgemgr.jmsbridge.transfer import ClientAcknowledge
 from bridgemgr.jmsbridge.window import ConfirmWindow
 from bridgemgr.props import load_properties
@@ -187,6 +188,37 @@ def test_a_link_acknowledges_once_per_window(broker, monkeypatch):
     finally:
         b.stop()
     assert len(acks) <= 6, acks
+
+
+def test_a_link_whose_transformer_may_halt_it_still_acknowledges_once_per_window(broker, monkeypatch):
+    """consume-no-transfer-on-transform-error=false: a failing transform stops the link
+    without consuming the message. The source acknowledges its oldest messages alone, so
+    the link keeps its window (not one acknowledgement per message); on the halt the
+    messages before the failing one are acknowledged, it stays, nothing is sent twice."""
+    acks = []
+    for name in ("complete", "complete_oldest"):
+        real = getattr(ClientAcknowledge, name)
+        monkeypatch.setattr(ClientAcknowledge, name,
+                            lambda self, *a, _real=real, _name=name: acks.append(_name) or _real(self, *a))
+    good = [f"m{i}" for i in range(25)]
+    send(broker, "src", [*good, "bad", "after"])
+    props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+    failing = "test_jmsbridge_link.Failing"
+    b = make_bridge(broker, bridge_xml(link_xml(target_attrs=f'message-transformer-class="{failing}"')),
+                    props=props)
+    b.start()
+    try:
+        link = b.links[0]
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+        assert "bad" in (link.counters.last_error or "")
+        b.start_link("l")  # it stops on the same message again: nothing more is sent
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+    finally:
+        b.stop()
+    assert texts(drain(broker, "dst", expect=25)) == good
+    assert texts(drain(broker, "src")) == ["bad", "after"]
+    assert len(acks) <= 8, acks
+    assert acks[-1] == "complete_oldest"
 
 
 def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq(broker):

@@ -300,6 +300,7 @@ class RemoteSession(Session):
         self._in_branch = False
         self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
         self._answering: deque[tuple[Call, Answered]] = deque()  # send_async(), oldest first
+        self.prefetch = 0                           # prefetch_at_least(): the consumers' floor
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -384,8 +385,9 @@ class RemoteSession(Session):
         consumer = RemoteConsumer(self, cid, destination, selector)
         conn._consumers[cid] = consumer
         try:
+            prefetch = conn.factory.prefetch and max(conn.factory.prefetch, self.prefetch)
             conn.request(wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name,
-                         conn.factory.prefetch)
+                         prefetch)
         except BaseException:
             conn._consumers.pop(cid, None)
             raise
@@ -538,6 +540,23 @@ class RemoteSession(Session):
         if self.closed:
             raise IllegalStateException("acknowledge() after the session closed")
         self.connection.request(wire.Op.ACKNOWLEDGE, self.sid)
+
+    acknowledges_oldest = True  # the service holds the session's deliveries in CONSUMED order
+
+    def acknowledge_oldest(self, count: int) -> bool:
+        """CLIENT_ACKNOWLEDGE of the ``count`` oldest messages received and not yet
+        acknowledged (their CONSUMED reports go first, in order)."""
+        if self.closed:
+            raise IllegalStateException("acknowledge() after the session closed")
+        if self.transacted or self.ack_mode is not _CLIENT:
+            return False
+        self.connection.request(wire.Op.ACK_OLDEST, self.sid, count)
+        return True
+
+    def prefetch_at_least(self, count: int) -> None:
+        """Consumers created afterwards hold up to ``count`` messages (not below the
+        factory's prefetch; a pull factory, prefetch=0, stays pull)."""
+        self.prefetch = max(self.prefetch, min(count, 65536))
 
     def _closed_locally(self) -> None:
         self.closed = True
