@@ -120,6 +120,41 @@ def test_mq_send_async_attributes_a_refusal_to_its_own_message(far, mode):
     assert texts(drain(broker, "dst", expect=4)) == ["a", "b", "c", "d"]
 
 
+class _CountingSocket:
+    """A socket whose sendall() calls are counted (the rest passes through)."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.writes = 0
+
+    def sendall(self, data) -> None:
+        self.writes += 1
+        self.sock.sendall(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_mq_send_async_writes_a_window_in_few_writes(far):
+    """A window of send_async() over mq:// leaves in a few writes (kept until flush() or
+    LAZY_LIMIT bytes), not one system call and one wake-up of the service per message;
+    flush() still hears every answer, in order."""
+    broker, harness = far
+    conn = harness.factory().create_connection()
+    try:
+        producer = conn.create_session().create_producer(Queue("dst"))
+        counting = conn.channel._sock = _CountingSocket(conn.channel._sock)
+        listener = Recorder()
+        for i in range(50):
+            producer.send_async(TextMessage(f"m{i}"), listener)
+        producer.flush()
+        assert listener.outcomes == [(f"m{i}", None) for i in range(50)]
+        assert counting.writes <= 3, counting.writes
+    finally:
+        conn.close()
+    assert texts(drain(broker, "dst", expect=50)) == [f"m{i}" for i in range(50)]
+
+
 def test_embedded_send_async_answers_durable_sends_after_their_store_batch(tmp_path):
     """In process, with a store that fsyncs: the listeners of persistent sends are called
     once the store batch holding them is on disk (flush() waits for it once)."""
