@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 
 from bridgemgr.jms import DeliveryMode, JMSException, Message, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException, TransportException
+from bridgemgr.jmsbridge.states import State
 from bridgemgr.jmsbridge.transfer import ClientAcknowledge
 from bridgemgr.jmsbridge.window import ConfirmWindow
 from bridgemgr.props import load_properties
@@ -119,6 +120,41 @@ def test_mq_send_async_attributes_a_refusal_to_its_own_message(far, mode):
     assert texts(drain(broker, "dst", expect=4)) == ["a", "b", "c", "d"]
 
 
+class _CountingSocket:
+    """A socket whose sendall() calls are counted (the rest passes through)."""
+
+    def __init__(self, sock) -> None:
+        self.sock = sock
+        self.writes = 0
+
+    def sendall(self, data) -> None:
+        self.writes += 1
+        self.sock.sendall(data)
+
+    def __getattr__(self, name):
+        return getattr(self.sock, name)
+
+
+def test_mq_send_async_writes_a_window_in_few_writes(far):
+    """A window of send_async() over mq:// leaves in a few writes (kept until flush() or
+    LAZY_LIMIT bytes), not one system call and one wake-up of the service per message;
+    flush() still hears every answer, in order."""
+    broker, harness = far
+    conn = harness.factory().create_connection()
+    try:
+        producer = conn.create_session().create_producer(Queue("dst"))
+        counting = conn.channel._sock = _CountingSocket(conn.channel._sock)
+        listener = Recorder()
+        for i in range(50):
+            producer.send_async(TextMessage(f"m{i}"), listener)
+        producer.flush()
+        assert listener.outcomes == [(f"m{i}", None) for i in range(50)]
+        assert counting.writes <= 3, counting.writes
+    finally:
+        conn.close()
+    assert texts(drain(broker, "dst", expect=50)) == [f"m{i}" for i in range(50)]
+
+
 def test_embedded_send_async_answers_durable_sends_after_their_store_batch(tmp_path):
     """In process, with a store that fsyncs: the listeners of persistent sends are called
     once the store batch holding them is on disk (flush() waits for it once)."""
@@ -187,6 +223,37 @@ def test_a_link_acknowledges_once_per_window(broker, monkeypatch):
     finally:
         b.stop()
     assert len(acks) <= 6, acks
+
+
+def test_a_link_whose_transformer_may_halt_it_still_acknowledges_once_per_window(broker, monkeypatch):
+    """consume-no-transfer-on-transform-error=false: a failing transform stops the link
+    without consuming the message. The source acknowledges its oldest messages alone, so
+    the link keeps its window (not one acknowledgement per message); on the halt the
+    messages before the failing one are acknowledged, it stays, nothing is sent twice."""
+    acks = []
+    for name in ("complete", "complete_oldest"):
+        real = getattr(ClientAcknowledge, name)
+        monkeypatch.setattr(ClientAcknowledge, name,
+                            lambda self, *a, _real=real, _name=name: acks.append(_name) or _real(self, *a))
+    good = [f"m{i}" for i in range(25)]
+    send(broker, "src", [*good, "bad", "after"])
+    props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
+    failing = "test_jmsbridge_link.Failing"
+    b = make_bridge(broker, bridge_xml(link_xml(target_attrs=f'message-transformer-class="{failing}"')),
+                    props=props)
+    b.start()
+    try:
+        link = b.links[0]
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+        assert "bad" in (link.counters.last_error or "")
+        b.start_link("l")  # it stops on the same message again: nothing more is sent
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+    finally:
+        b.stop()
+    assert texts(drain(broker, "dst", expect=25)) == good
+    assert texts(drain(broker, "src")) == ["bad", "after"]
+    assert len(acks) <= 8, acks
+    assert acks[-1] == "complete_oldest"
 
 
 def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq(broker):

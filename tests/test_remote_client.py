@@ -270,6 +270,47 @@ def test_receive_blob_hands_over_what_receive_would_give_encoded_and_acknowledge
     local.close()
 
 
+@pytest.mark.parametrize("over", ["mq://", "in-process"])
+def test_acknowledge_oldest_takes_the_oldest_messages_only(harness, broker, over):
+    """A bridge link whose transformer stops it on a message acknowledges those received
+    before it and not it (CLIENT_ACKNOWLEDGE's acknowledge() would take it too); the
+    mq:// client and the host broker in-process both can."""
+    factory = harness.factory() if over == "mq://" else EmbeddedConnectionFactory(broker)
+    conn = factory.create_connection()
+    conn.start()
+    put(conn, "a", "b", "c", "d")
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    consumer = session.create_consumer(Q)
+    assert session.acknowledges_oldest
+    assert [consumer.receive(2).text for _ in range(3)] == ["a", "b", "c"]
+    assert session.acknowledge_oldest(2) is True
+    session.recover()  # c (received, not acknowledged) comes again, then d
+    again = consumer.receive(2)
+    assert (again.text, again.redelivered) == ("c", True)
+    assert consumer.receive(2).text == "d"
+    assert session.acknowledge_oldest(1) is True  # c only: d comes again after a recover
+    session.recover()
+    assert consumer.receive(2).text == "d"
+    session.acknowledge()
+    wait_for(lambda: depth(broker) == {"pending": 0, "unacked": 0, "bytes": 0})
+    auto = conn.create_session()
+    assert auto.acknowledge_oldest(1) is False  # only CLIENT_ACKNOWLEDGE can
+    conn.close()
+
+
+def test_a_link_window_raises_the_source_consumers_prefetch(harness, broker):
+    """prefetch_at_least() (a link's PREFETCH_WINDOWS confirm windows) raises what a
+    consumer created afterwards may hold above the factory's prefetch."""
+    conn = harness.factory(prefetch=10).create_connection()
+    put(conn, *[str(i) for i in range(50)])
+    conn.start()
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    session.prefetch_at_least(30)
+    session.create_consumer(Q)
+    wait_for(lambda: depth(broker)["unacked"] == 30)
+    conn.close()
+
+
 @pytest.mark.parametrize("mode, acked_at_once", [(AckMode.AUTO_ACKNOWLEDGE, True),
                                                  (AckMode.DUPS_OK_ACKNOWLEDGE, False)])
 def test_auto_acknowledges_at_once_and_dups_ok_within_a_heart_beat(broker, mode, acked_at_once):

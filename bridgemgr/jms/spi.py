@@ -139,6 +139,13 @@ class MessageProducer(ABC):
         """Wait until every send_async() of this producer has called its listener."""
 
     @property
+    def answers_alone(self) -> bool:
+        """Whether send_async()'s listeners hear their answers while nobody waits in
+        flush() (a provider thread reads them, or, by default, each is answered before
+        send_async() returns): a link may then wait for its oldest send alone."""
+        return True
+
+    @property
     def answers_when_sent(self) -> bool:
         """Whether a send() of this producer is confirmed when it returns and send_async()
         would have nothing to wait for (right now): a link then sends plainly, without the

@@ -14,8 +14,9 @@
 # for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
 # send over mq:// or STOMP), so a refusal is that message's failure, never the next
 # one's, and no message is acknowledged before its send is known to have succeeded.
-# With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links whose
-# transformer cannot halt them) the link sends with send_async() instead and does not
+# With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links, and if
+# their transformer can halt them, only from a source that acknowledges its oldest
+# messages alone, see below) the link sends with send_async() instead and does not
 # wait: up to `window` sends are outstanding (the batch is at least that big), their
 # outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
 # confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
@@ -29,7 +30,9 @@
 # retriable failure backs the unit out, its messages then move one by one with the usual
 # retries. So order and at-least-once hold, and a crash or a lost connection duplicates
 # at most one window. Where the source can acknowledge its oldest messages only
-# (Session.acknowledge_oldest: AMQP), a full window does not wait for all of its sends:
+# (Session.acknowledge_oldest: AMQP, the host broker, mq://) and the target's answers
+# come while nobody flushes (MessageProducer.answers_alone: AMQP, STOMP), a full window
+# does not wait for all of its sends:
 # _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
 # send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
 # once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
@@ -52,7 +55,10 @@
 # messages come back: at-least-once, never lost) and reconnects within the factory's
 # connect-attempts, backing off when it keeps losing it (ReconnectPolicy, reconnect.py);
 # when those run out, or on a transformer failure with consume-no-transfer-on-transform-
-# error false (HALT), the link stops by itself with last_error set. Commands
+# error false (HALT), the link stops by itself with last_error set. A HALT first settles
+# the window and acknowledges the messages received before the failing one, not it
+# (acknowledge_oldest: CLIENT_ACKNOWLEDGE would take it too); where the source cannot do
+# that, such a link completes each message before receiving the next (window 1). Commands
 # (start/stop/pause/resume) come from other threads: they set `_want` and wait on the
 # Lifecycle for the thread to get there; the thread looks at `_want` between messages, so
 # stop and pause always finish the message in flight.
@@ -63,6 +69,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from functools import partial
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException
@@ -142,16 +149,18 @@ class Link(RunnerBase):
         self._producer: MessageProducer | None = None
         self._plan: LinkPlan | None = None
         self._audited: set[DMQReason] = set()
-        halts = (setup.transformer is not None
-                 and not setup.config.target.consume_no_transfer_on_transform_error)
-        # CLIENT_ACKNOWLEDGE acks everything delivered: a link that may have to stop without
-        # consuming a message must complete each message before it receives the next one.
-        one = halts and not setup.transaction.transacted
+        # A transformer failure may stop a non-transacted link without consuming the
+        # message (_halt_after); CLIENT_ACKNOWLEDGE acks everything delivered, so unless the
+        # source can acknowledge its oldest messages alone, such a link completes each
+        # message before it receives the next one (window 1; _connect decides).
+        self._halts = (setup.transformer is not None and not setup.transaction.transacted
+                       and not setup.config.target.consume_no_transfer_on_transform_error)
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
-        self.window = 1 if one or setup.transaction.transacted else max(1, setup.window)
-        self.batch = Batch(1 if one else max(setup.batch_size, self.window), self.counters)
+        self.window = 1 if setup.transaction.transacted else max(1, setup.window)
+        self.batch = Batch(max(setup.batch_size, self.window), self.counters)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
+        self._halting = False  # completing what came before the message that stops the link
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     def backlog(self) -> int | None:
@@ -278,7 +287,10 @@ class Link(RunnerBase):
         self.batch.open = False
         self._outstanding = ConfirmWindow()
         session = txn.open_source(self._source.connection)
-        self._slides = txn.slides()
+        if self._halts:
+            one = not txn.slides()
+            self.window = 1 if one else max(1, setup.window)
+            self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
             session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
         src = setup.source
@@ -287,7 +299,9 @@ class Link(RunnerBase):
                                                                cfg.source.selector)
         else:
             self._consumer = session.create_consumer(src, cfg.source.selector)
-        self._open_target()
+        producer = self._open_target()
+        # sliding needs answers that come while the link waits for the oldest one alone
+        self._slides = txn.slides() and producer.answers_alone
         assert self._target is not None
         source_provider = self._source.handle.provider_name
         target_provider = self._target.handle.provider_name
@@ -433,6 +447,7 @@ class Link(RunnerBase):
             self._audited.add(ctx.audit)
             self._to_dmq(ctx, ctx.audit)
         if ctx.action is Action.HALT:
+            self._halt_after(pending)
             raise _Halt(f"the transformer failed on message {ctx.header('message_id')} "
                         f"({ctx.failure}) and consume-no-transfer-on-transform-error is false; "
                         "the message stays on the source")
@@ -447,6 +462,18 @@ class Link(RunnerBase):
                                  f" ({ctx.failure})" if ctx.failure else "")
                 self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
         pending.append(ctx)
+
+    def _halt_after(self, pending: list[ProcessingContext]) -> None:
+        """The link stops on the message just received: complete those received before it
+        (the window's sends settled as at the end of any unit: refused ones to the DMQ),
+        never it. CLIENT_ACKNOWLEDGE acknowledges everything delivered, so only the
+        ``len(pending)`` oldest are acknowledged (a window with a transformer that may halt
+        runs only on a source that can: _connect)."""
+        self._halting = True
+        try:
+            self._complete(pending)
+        finally:
+            self._halting = False
 
     def _send_async(self, producer: MessageProducer, ctx: ProcessingContext,
                     out: Message) -> None:
@@ -632,11 +659,12 @@ class Link(RunnerBase):
         batch = self.batch
         batch.open = False
         final: bool | None
+        complete = partial(txn.complete_oldest, len(pending)) if self._halting else txn.complete
         try:
-            final = txn.complete()
+            final = complete()
         except Exception as first:  # retried when retriable (no context: nothing tolerated)
             try:
-                final = self.operator.failed(None, txn.completion_stage, first, txn.complete, (), {})
+                final = self.operator.failed(None, txn.completion_stage, first, complete, (), {})
             except JMSException as exc:
                 self._completion_failed(pending, exc)
                 return

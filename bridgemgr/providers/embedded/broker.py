@@ -1205,13 +1205,17 @@ class Broker:
         work.sends, work.acks = [], []
         return self.store.ticket() if self.store is not None else None
 
-    def acknowledge_work(self, work: Work, env: Envelope | None = None) -> int | None:
-        """CLIENT_ACKNOWLEDGE (everything delivered) or INDIVIDUAL (just ``env``); the store
-        ticket that makes the removal durable, when the store fsyncs and a stored message
-        was acknowledged: a consumer that waits for it is not handed an acknowledged message
-        again after a crash (a bridge link would copy it twice)."""
+    def acknowledge_work(self, work: Work, env: Envelope | None = None,
+                         oldest: int | None = None) -> int | None:
+        """CLIENT_ACKNOWLEDGE (everything delivered; ``oldest``: only that many of the
+        oldest, in delivery order) or INDIVIDUAL (just ``env``); the store ticket that makes
+        the removal durable, when the store fsyncs and a stored message was acknowledged: a
+        consumer that waits for it is not handed an acknowledged message again after a
+        crash (a bridge link would copy it twice)."""
         with self.lock:
-            if env is None:
+            if oldest is not None:
+                acks, work.acks = work.acks[:oldest], work.acks[oldest:]
+            elif env is None:
                 acks, work.acks = work.acks, []
             elif env in work.acks:
                 work.acks.remove(env)

@@ -226,15 +226,17 @@ class Channel:
         if self._lazy:
             self.write(None)
 
-    def start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None) -> Call:
-        """Write a request (``frame(call id)``); its answer completes the returned call."""
+    def start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
+              lazy: bool = False) -> Call:
+        """Write a request (``frame(call id)``); its answer completes the returned call.
+        ``lazy``: kept for the next write (whoever waits for the answer flushes first)."""
         if self.broken is not None:
             raise self.broken
         call_id = next(self._call_ids)
         call = Call(then)
         self._calls[call_id] = call
         try:
-            self.write(frame(call_id))
+            self.write(frame(call_id), lazy)
         except TransportException:
             self._calls.pop(call_id, None)
             raise

@@ -416,6 +416,17 @@ class EmbeddedSession(Session):
             raise IllegalStateException("acknowledge() after the session closed")
         self.broker.wait_durable(self.broker.acknowledge_work(self._work))
 
+    acknowledges_oldest = True  # the session's work holds its deliveries in order
+
+    def acknowledge_oldest(self, count: int) -> bool:
+        """CLIENT_ACKNOWLEDGE of the ``count`` oldest deliveries not yet acknowledged."""
+        if self.closed:
+            raise IllegalStateException("acknowledge() after the session closed")
+        if self.transacted or self.ack_mode is not AckMode.CLIENT_ACKNOWLEDGE:
+            return False
+        self.broker.wait_durable(self.broker.acknowledge_work(self._work, oldest=count))
+        return True
+
     def _acknowledge_one(self, env: Envelope) -> None:
         self.broker.wait_durable(self.broker.acknowledge_work(self._work, env))
 
@@ -612,6 +623,10 @@ class EmbeddedProducer(MessageProducer):
 
     def flush(self) -> None:
         self.session._answer()
+
+    @property
+    def answers_alone(self) -> bool:
+        return False  # a send waiting for the store (or the wire: mq://) is answered in flush()
 
     @property
     def answers_when_sent(self) -> bool:

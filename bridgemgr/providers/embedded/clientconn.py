@@ -707,6 +707,11 @@ class ClientConnection:
         session.by_tag.clear()
         return _durable(self.broker.acknowledge_work(session.s._work))
 
+    def _ack_oldest(self, sid: int, count: int) -> Durable | None:
+        """CLIENT_ACKNOWLEDGE of the ``count`` oldest consumed messages (in CONSUMED order)."""
+        session = self._session(sid)
+        return _durable(self.broker.acknowledge_work(session.s._work, oldest=count))
+
     def _ack_one(self, sid: int, tag: int) -> Durable | None:
         session = self._session(sid)
         env = session.by_tag.pop(tag, None)
@@ -824,6 +829,7 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
     wire.Op.PULL: ClientConnection._pull,
     wire.Op.ACKNOWLEDGE: ClientConnection._acknowledge,
     wire.Op.ACK_ONE: ClientConnection._ack_one,
+    wire.Op.ACK_OLDEST: ClientConnection._ack_oldest,
     wire.Op.RECOVER: ClientConnection._recover,
     wire.Op.COMMIT: ClientConnection._commit,
     wire.Op.ROLLBACK: ClientConnection._rollback,
@@ -842,4 +848,5 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
 # Ops whose first argument is a session id (an asynchronous failure names it).
 _SESSION_OPS = frozenset({wire.Op.SEND, wire.Op.CONSUMED, wire.Op.RETURN, wire.Op.SESSION_CLOSE,
                           wire.Op.CONSUMER, wire.Op.CONSUMER_CLOSE, wire.Op.ACKNOWLEDGE, wire.Op.ACK_ONE,
-                          wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER, wire.Op.GROUP_CONSUMER})
+                          wire.Op.ACK_OLDEST, wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER,
+                          wire.Op.GROUP_CONSUMER})

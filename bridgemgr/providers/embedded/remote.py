@@ -24,14 +24,19 @@ refused one fails the next send, and ``close`` waits for all of them. The price:
 A producer's ``send_async`` (the SPI's confirm window, a bridge link's) pipelines any
 send outside a transaction, PERSISTENT or not, whatever ``send_window`` says, and tells
 each message's own listener how it ended, in order: a refusal is that message's, never
-the next send's. Its answers are read by whichever thread waits (a later
-``send_async`` takes those already read; ``flush`` waits for the rest); a connection that
-breaks meanwhile fails the unanswered ones with its TransportException.
+the next send's. Its frames are kept lazily (they leave together, at the channel's
+LAZY_LIMIT, with the next request, or at ``flush``); its answers are read by whichever
+thread waits (a later ``send_async`` takes those already read; ``flush`` waits for the
+rest); a connection that breaks meanwhile fails the unanswered ones with its
+TransportException.
 
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
 reading thread queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
 room in the window. Messages still queued when a consumer, session or connection closes,
-recovers or rolls back go back to the broker as never delivered. With ``prefetch=0`` a
+recovers or rolls back go back to the broker as never delivered. A session's
+``prefetch_at_least`` (a bridge link's confirm windows) raises the prefetch of its later
+consumers; ``acknowledge_oldest`` (ACK_OLDEST) acknowledges only the oldest messages
+received (a link stopping on one that its transformer failed on). With ``prefetch=0`` a
 consumer pulls: it is sent a message only while a receive waits for one (one round trip
 more per receive, and no message sits with an idle consumer, as in-process).
 ``receive_no_wait`` asks the service for what the queue holds at that moment.
@@ -300,6 +305,7 @@ class RemoteSession(Session):
         self._in_branch = False
         self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
         self._answering: deque[tuple[Call, Answered]] = deque()  # send_async(), oldest first
+        self.prefetch = 0                           # prefetch_at_least(): the consumers' floor
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -384,8 +390,9 @@ class RemoteSession(Session):
         consumer = RemoteConsumer(self, cid, destination, selector)
         conn._consumers[cid] = consumer
         try:
+            prefetch = conn.factory.prefetch and max(conn.factory.prefetch, self.prefetch)
             conn.request(wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name,
-                         conn.factory.prefetch)
+                         prefetch)
         except BaseException:
             conn._consumers.pop(cid, None)
             raise
@@ -440,7 +447,11 @@ class RemoteSession(Session):
             return
         self._raise_failed()
         blob = self._blob(snapshot)
-        call = self.connection.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob))
+        # lazy: a window's sends leave in few writes (LAZY_LIMIT bytes, or when the link
+        # waits: flush(), a receive that would wait), not a system call and a wake-up of the
+        # service each
+        call = self.connection.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob),
+                                             lazy=True)
         self._answering.append((call, answered))
         self._answer(wait=False)
 
@@ -448,6 +459,13 @@ class RemoteSession(Session):
         """Call the listeners of the send_async() calls answered so far, in order; ``wait``:
         of all of them (reading their answers)."""
         answering, channel = self._answering, self.connection.channel
+        if wait and answering:
+            try:
+                channel.flush()  # the sends kept lazily go out before their answers are awaited
+            except TransportException as exc:
+                while answering:
+                    answering.popleft()[1](exc)
+                return
         while answering:
             call, answered = answering[0]
             if not call.done:
@@ -538,6 +556,23 @@ class RemoteSession(Session):
         if self.closed:
             raise IllegalStateException("acknowledge() after the session closed")
         self.connection.request(wire.Op.ACKNOWLEDGE, self.sid)
+
+    acknowledges_oldest = True  # the service holds the session's deliveries in CONSUMED order
+
+    def acknowledge_oldest(self, count: int) -> bool:
+        """CLIENT_ACKNOWLEDGE of the ``count`` oldest messages received and not yet
+        acknowledged (their CONSUMED reports go first, in order)."""
+        if self.closed:
+            raise IllegalStateException("acknowledge() after the session closed")
+        if self.transacted or self.ack_mode is not _CLIENT:
+            return False
+        self.connection.request(wire.Op.ACK_OLDEST, self.sid, count)
+        return True
+
+    def prefetch_at_least(self, count: int) -> None:
+        """Consumers created afterwards hold up to ``count`` messages (not below the
+        factory's prefetch; a pull factory, prefetch=0, stays pull)."""
+        self.prefetch = max(self.prefetch, min(count, 65536))
 
     def _closed_locally(self) -> None:
         self.closed = True

@@ -112,6 +112,7 @@ class Op(IntEnum):
     XA_FORGET = 30
     PULL = 31
     GROUP_CONSUMER = 32
+    ACK_OLDEST = 33
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -158,6 +159,7 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     Op.RETURN: (int, int, _INTS, bool),                # session, consumer, tags, seen by the app
     Op.ACKNOWLEDGE: (int,),
     Op.ACK_ONE: (int, int),                            # session, tag
+    Op.ACK_OLDEST: (int, int),                         # session, count
     Op.RECOVER: (int,),
     Op.COMMIT: (int,),
     Op.ROLLBACK: (int,),

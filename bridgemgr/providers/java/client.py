@@ -381,6 +381,10 @@ class JavaProducer(MessageProducer):
         self._batch.send(message, destination or self.destination, **qos)
         self._batched.append((message, listener, destination or self.destination, qos))
 
+    @property
+    def answers_alone(self) -> bool:
+        return False  # flush() commits the batched sends and answers them
+
     def flush(self) -> None:
         """Commit the batched sends; their listeners hear how it went (see the notes)."""
         batched, self._batched = self._batched, []
