@@ -280,30 +280,34 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
                                 ignore=shutil.ignore_patterns("__pycache__"))
             else:
                 shutil.copy(ROOT / source, dest_dir)
+    # without PYTHONPATH (a Spark test before this one sets it to this tree and the venv's site):
+    # pip would find imqbridge installed there already and install nothing into the fresh venv
+    clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
-                    str(context)], check=True, capture_output=True, timeout=240)
+                    str(context)], check=True, capture_output=True, timeout=240, env=clean)
     wheel = next((tmp_path / "dist").glob("imqbridge-*.whl"))
 
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120, env=clean)
     python = venv / "bin" / "python"
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True).stdout.strip())
+                               capture_output=True, text=True, check=True, env=clean).stdout.strip())
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=120)
+                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=120, env=clean)
     # the core's dependencies, from here (a path line: this site's own .pth files do not run)
     (site / "deps-from-test.pth").write_text("\n".join(sorted({sysconfig.get_paths()["purelib"],
                                                                sysconfig.get_paths()["platlib"]})) + "\n")
     (site / "sitecustomize.py").write_text(BLOCKER)
     home = tmp_path / "empty"
     home.mkdir()
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
+    env = dict(clean)
     env.update(_env(instructions), IMQ_VARHOME=str(tmp_path / "var"), BLOCK_MODULES=BLOCKED,
                PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
 
-    where = subprocess.run([python, "-c", "import bridgemgr.transformers.uppercase as m; print(m.__file__)"],
-                           capture_output=True, text=True, env=env, cwd=home, check=True).stdout
-    assert where.startswith(str(site)), where
+    found = subprocess.run([python, "-c", "import bridgemgr.transformers.uppercase as m; print(m.__file__)"],
+                           capture_output=True, text=True, env=env, cwd=home)
+    assert found.returncode == 0, found.stderr
+    assert found.stdout.startswith(str(site)), found.stdout
     command = _command(instructions)
     command[0] = str(venv / "bin" / command[0])
     # the ports the image fixes are free ones here, and loopback only
