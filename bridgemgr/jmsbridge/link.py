@@ -58,7 +58,9 @@
 # error false (HALT), the link stops by itself with last_error set. Commands
 # (start/stop/pause/resume) come from other threads: they set `_want` and wait on the
 # Lifecycle for the thread to get there; the thread looks at `_want` between messages, so
-# stop and pause always finish the message in flight.
+# stop and pause always finish the message in flight; but a send the target holds (a
+# full FLOW_CONTROL host queue) is given up by stop (the target session's cancel is the
+# stop event: SendCancelled -> Interrupted), that message unsent and unacknowledged.
 """A JMS bridge link: the transfer loop and its commands."""
 
 from __future__ import annotations
@@ -319,6 +321,7 @@ class Link(RunnerBase):
                                               self.setup.target_kind, target.clientid,
                                               self._stop, xa=txn.xa)
         session = txn.open_target(self._target.connection)
+        session.cancel = self._stop  # stop gives up a send the target holds (FLOW_CONTROL)
         self._producer = producer = session.create_producer(None)
         producer.confirm_sends = True  # a refusal must be the failure of the message refused
         return producer
