@@ -7,6 +7,7 @@ tests/test_bridge_refusal_e2e.py does the same between two serve processes."""
 
 from __future__ import annotations
 
+import threading
 from dataclasses import replace
 
 import pytest
@@ -143,6 +144,61 @@ def test_a_stomp_target_that_refuses_and_disconnects_gets_each_message_once(brok
           f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
           '</connection-factory>')
     link = link_xml().replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
+    sent = send(broker, "src", ["good 1"])
+    sent += send(broker, "src", [BIG], delivery_mode=DeliveryMode.NON_PERSISTENT)
+    sent += send(broker, "src", ["good 2", "good 3"])
+    b = make_bridge(broker, bridge_xml(link, cfs=cf), tuning=replace(FAST, ack_batch=10))
+    b.start()
+    try:
+        counters = b.links[0].counters
+        wait_until(lambda: counters.transferred + counters.to_dmq == 4, what="all four handled")
+        delivered = drain(far_broker, "dst", expect=3)
+        dead = drain(broker, BUILTIN_DMQ, expect=1)
+    finally:
+        b.stop()
+    assert [m.get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") for m in dead] == [sent[1].message_id]
+    assert texts(delivered) == ["good 1", "good 2", "good 3"]
+    assert (counters.transferred, counters.to_dmq) == (3, 1)
+    assert drain(broker, "src") == []
+
+
+LOST = threading.Event()  # the far STOMP connection of the test below was lost
+
+
+class LateAfterRefusal(MessageTransformer):
+    """Passes every message; holds 'good 2' until the far STOMP bridge, which refused the
+    message before it, has closed the connection (the interleaving of a loaded machine)."""
+
+    def transform(self, message, read_only, charset_name, source, target, properties):
+        if isinstance(message, TextMessage) and message.text == "good 2":
+            assert LOST.wait(10), "the far STOMP bridge did not close the connection"
+        return message
+
+
+@pytest.mark.slow
+def test_a_connection_lost_before_the_next_send_still_takes_the_window_answers(broker, stomp_far,
+                                                                              monkeypatch):
+    """The far bridge answered good 1 (RECEIPT) and refused BIG, then closed the connection
+    before the link sent good 2: the answers that came are taken (good 1 is acknowledged,
+    BIG goes to the DMQ) and only good 2 and good 3 are sent again, not good 1."""
+    from bridgemgr.providers.stomp.client import StompConnection
+
+    far_broker, port = stomp_far
+    LOST.clear()
+    lost = StompConnection._lost
+
+    def noted(self: StompConnection) -> None:
+        lost(self)
+        LOST.set()
+
+    monkeypatch.setattr(StompConnection, "_lost", noted)
+    cf = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+          'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+          f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+          '</connection-factory>')
+    link = link_xml(target_attrs=f'message-transformer-class="{__name__}.LateAfterRefusal" '
+                                 'consume-no-transfer-on-transform-error="true"')
+    link = link.replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
     sent = send(broker, "src", ["good 1"])
     sent += send(broker, "src", [BIG], delivery_mode=DeliveryMode.NON_PERSISTENT)
     sent += send(broker, "src", ["good 2", "good 3"])

@@ -280,6 +280,33 @@ def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq
     assert counters.to_dmq == 0 and broker.queue_depth("imq.bridge.jms.dmq") == 0
 
 
+@pytest.mark.parametrize("transacted", ["false", "true"])
+def test_stopping_a_link_held_by_a_full_flow_control_target_gives_the_send_up(broker, transacted):
+    """The held send waits for room that only a consumer makes: stop() gives it up at once
+    (the session's cancel), nothing more is sent, and every message not acknowledged is
+    back on the source (none lost; the next start sends it)."""
+    import time
+
+    from bridgemgr.providers.embedded import LimitBehavior
+
+    broker.configure_destination(Queue("dst"), DestinationLimits(
+        max_num_msgs=3, limit_behavior=LimitBehavior.FLOW_CONTROL))
+    send(broker, "src", [f"m{i}" for i in range(6)])
+    b = make_bridge(broker, bridge_xml(link_xml(transacted=transacted)))
+    b.start()
+    wait_until(lambda: broker.queue_depth("dst") == 3, what="the target full")
+    time.sleep(0.3)  # the link's next send is held
+    started = time.monotonic()
+    b.stop()
+    assert time.monotonic() - started < 2
+    assert b.links[0].state.value == "STOPPED"
+    on_target = texts(drain(broker, "dst", expect=3))
+    back = texts(drain(broker, "src"))
+    assert set(on_target) | set(back) == {f"m{i}" for i in range(6)}
+    assert "m3" in back and "m3" not in on_target
+    assert broker.queue_depth("imq.bridge.jms.dmq") == 0
+
+
 def test_a_window_property_on_a_link_sets_that_links_window(broker):
     """<property name="window" value="10"/> in a <link> (after its <target>) is that link's
     window, over imq.bridge.<name>.link.window (3 here), which the other link keeps."""

@@ -104,6 +104,11 @@ class ProducerFlowControl(ResourceAllocationException):
         self.on_room = on_room
 
 
+class SendCancelled(JMSException, code="SEND_CANCELLED"):
+    """A send the provider held (a full FLOW_CONTROL destination, the memory state) was
+    given up because its session's ``cancel`` event was set: the message was not sent."""
+
+
 class TransportException(JMSException, code="TRANSPORT"):
     """The connection to a provider failed."""
 

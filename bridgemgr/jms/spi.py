@@ -283,6 +283,11 @@ class Session(ABC):
 
     transacted: bool
     ack_mode: AckMode
+    # Set by the session's owner (a bridge link: its stop event) so that a send the
+    # provider holds in this process while the broker has no room (FLOW_CONTROL, the
+    # memory state) gives up with SendCancelled once it is set, instead of waiting for
+    # room that may never come; where the provider holds no send here, unused.
+    cancel: threading.Event | None = None
 
     # --- destinations -----------------------------------------------------
     def create_queue(self, name: str) -> Queue:

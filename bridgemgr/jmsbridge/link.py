@@ -24,9 +24,12 @@
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
 # is settled by then); a refused one goes to the DMQ as a synchronous refusal would
-# (SEND_FAILURE, consumed at once with the others); a lost connection, or an answer that
-# never came, makes the whole unit come back from the source after the reconnect (the
-# refused ones of it are remembered by the Batch and consumed without a second copy); a
+# (SEND_FAILURE, consumed at once with the others); the sends a lost connection left
+# unanswered (an answer that never came; a send that found the connection lost, after
+# the answers that came before the loss were taken) are sent again, waiting, on a new
+# target connection, and when that fails too the whole unit comes back from the source
+# after the reconnect (the refused ones of it are remembered by the Batch and consumed
+# without a second copy); a
 # retriable failure backs the unit out, its messages then move one by one with the usual
 # retries. So order and at-least-once hold, and a crash or a lost connection duplicates
 # at most one window. Where the source can acknowledge its oldest messages only
@@ -61,7 +64,9 @@
 # that, such a link completes each message before receiving the next (window 1). Commands
 # (start/stop/pause/resume) come from other threads: they set `_want` and wait on the
 # Lifecycle for the thread to get there; the thread looks at `_want` between messages, so
-# stop and pause always finish the message in flight.
+# stop and pause always finish the message in flight; but a send the target holds (a
+# full FLOW_CONTROL host queue) is given up by stop (the target session's cancel is the
+# stop event: SendCancelled -> Interrupted), that message unsent and unacknowledged.
 """A JMS bridge link: the transfer loop and its commands."""
 
 from __future__ import annotations
@@ -330,6 +335,7 @@ class Link(RunnerBase):
                                               self.setup.target_kind, target.clientid,
                                               self._stop, xa=txn.xa)
         session = txn.open_target(self._target.connection)
+        session.cancel = self._stop  # stop gives up a send the target holds (FLOW_CONTROL)
         self._producer = producer = session.create_producer(None)
         producer.confirm_sends = True  # a refusal must be the failure of the message refused
         return producer
@@ -422,9 +428,10 @@ class Link(RunnerBase):
             send = producer.send
             headers = ctx.headers
             windowed = self.window > 1 and not batch.one_by_one and not producer.answers_when_sent
+            gone = False  # the target connection was found lost by this send (windowed)
             try:
                 if windowed:
-                    self._send_async(producer, ctx, out)
+                    gone = self._send_async(producer, ctx, out)
                 else:
                     send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
                          priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
@@ -437,7 +444,9 @@ class Link(RunnerBase):
                 return
             if ctx.audit is None:  # the common case: sent as it is
                 pending.append(ctx)
-                if windowed and len(self._outstanding) >= self.window:
+                if gone:  # take the answers that came before the loss; resend the rest
+                    self._confirm(pending)
+                elif windowed and len(self._outstanding) >= self.window:
                     if self._slides:
                         self._slide(pending)
                     else:
@@ -476,19 +485,32 @@ class Link(RunnerBase):
             self._halting = False
 
     def _send_async(self, producer: MessageProducer, ctx: ProcessingContext,
-                    out: Message) -> None:
-        """Send ``out`` within the confirm window. When the send raises at once it never
-        left: it is retried (or fails) as a send that waits, behind the window's sends on
-        the same connection; their outcomes are taken before the unit completes."""
+                    out: Message) -> bool:
+        """Send ``out`` within the confirm window; True when the send found the target
+        connection lost. That send never left: it stays in the window as a send whose
+        answer never came, so that _confirm() first takes the answers the window's earlier
+        sends got before the loss (a RECEIPT, a refusal and then the connection closed, as
+        STOMP brokers do) and then sends it again with the unanswered ones; raising would
+        send the whole unit back from the source, the confirmed sends with it (duplicates)
+        and the refused one without its DMQ copy. Another failure raises: that send is
+        retried (or fails) as a send that waits, behind the window's sends on the same
+        connection; their outcomes are taken before the unit completes."""
         headers = ctx.headers
         listener = self._outstanding.add(ctx)
         try:
             producer.send_async(out, listener, ctx.destination,
                                 delivery_mode=headers[_DELIVERY_MODE],
                                 priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
+        except JMSException as exc:
+            if _lost(exc):
+                listener.on_exception(out, exc)  # (a listener answers once: a no-op if it did)
+                return True
+            self._outstanding.cancel(listener)
+            raise
         except Exception:
             self._outstanding.cancel(listener)
             raise
+        return False
 
     def _slide(self, pending: list[ProcessingContext]) -> None:
         """The window is full: wait for its oldest send only and acknowledge the head of

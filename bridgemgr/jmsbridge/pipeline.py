@@ -38,6 +38,7 @@ from ..jms.errors import (
     IllegalStateException,
     JMSException,
     RetriableTransportException,
+    SendCancelled,
     TransportException,
 )
 from ..jms.message import HEADER_FIELDS, Message
@@ -372,6 +373,8 @@ class RetryWithTolerance:
         """After ``operation`` raised ``first``: retry, tolerate or raise (see execute)."""
         if ctx is not None:
             ctx.stage = stage
+        if isinstance(first, SendCancelled):  # the link's stop gave up a held send
+            raise Interrupted(f"stopped while {stage.value} was held: {first}") from first
         error: Exception = first
         give_up = time.monotonic() + self.deadline
         delay = self.initial

@@ -42,7 +42,8 @@ Three lines of protection guard memory. A destination's limits (maxNumMsgs,
 maxTotalMsgBytes, maxBytesPerMsg) apply its limitBehavior when full: REJECT_NEWEST
 refuses the send, REMOVE_OLDEST and REMOVE_LOW_PRIORITY drop a waiting message (to the
 DMQ when useDMQ), FLOW_CONTROL raises ProducerFlowControl: nothing is sent, and the
-producer waits for room (``on_room``) and tries again; in-process producers block, the
+producer waits for room (``on_room``) and tries again; in-process producers block (until
+their session closes or its ``cancel`` event is set: SendCancelled), the
 STOMP and jms services stop reading that connection and answer later. A transacted send
 waits the same way when it is sent (``check_room``); at commit FLOW_CONTROL lets the
 transaction's messages in even past the limit (waiting there could wait on the

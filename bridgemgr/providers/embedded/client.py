@@ -45,6 +45,7 @@ from ...jms.errors import (
     InvalidDestinationException,
     JMSException,
     ProducerFlowControl,
+    SendCancelled,
     TransportException,
     XAException,
 )
@@ -333,10 +334,16 @@ class EmbeddedSession(Session):
                 self._wait_room(held)
 
     def _wait_room(self, held: ProducerFlowControl) -> None:
-        """Block until the broker lets a held producer try again, or this session closes."""
+        """Block until the broker lets a held producer try again, this session closes or
+        its owner gives the send up (``cancel``: SendCancelled, nothing was sent)."""
         ready = threading.Event()
         held.on_room(ready.set)
-        while not ready.wait(0.5):
+        cancel = self.cancel
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise SendCancelled(f"the send was given up while the broker held it: {held}")
+            if ready.wait(0.5 if cancel is None else 0.1):
+                break
             self._check_open()
         self._check_open()
 

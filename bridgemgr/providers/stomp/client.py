@@ -268,8 +268,7 @@ class StompConnection(Connection):
         if wait:
             receipt = headers["receipt"] = self._next_id("r")
             slot = [threading.Event(), None, False, None]
-            with self._lock:
-                self._waiting[receipt] = slot
+            self._expect(receipt, slot, command)
         try:
             self._stomp.send_frame(command, headers, body)
         except Exception as exc:
@@ -292,14 +291,24 @@ class StompConnection(Connection):
         (receiver thread) with None for its RECEIPT, else the exception that failed it."""
         self._check()
         receipt = headers["receipt"] = self._next_id("r")
-        with self._lock:
-            self._waiting[receipt] = [threading.Event(), None, False, answered]
+        self._expect(receipt, [threading.Event(), None, False, answered], command)
         try:
             self._stomp.send_frame(command, headers, body)
         except Exception as exc:
             with self._lock:
-                self._waiting.pop(receipt, None)
-            raise TransportException(f"{command}: {exc}") from None
+                mine = self._waiting.pop(receipt, None) is not None
+            if mine:  # else _lost() answered it (as lost) meanwhile: answered once only
+                raise TransportException(f"{command}: {exc}") from None
+
+    def _expect(self, receipt: str, slot: list[Any], command: str) -> None:
+        """Wait for ``receipt`` in ``slot``; TransportException when the connection is lost
+        already (_lost() sets `broken` before it fails the waiting frames, under the lock:
+        a slot added after that would wait out the receipt timeout)."""
+        with self._lock:
+            if self.broken.is_set():
+                raise TransportException(f"{command}: the STOMP connection is lost: "
+                                         f"{self.last_error or 'closed by the broker'}")
+            self._waiting[receipt] = slot
 
     def forget_all(self, why: str) -> None:
         """Fail every frame sent without waiting whose receipt did not come (as lost)."""
