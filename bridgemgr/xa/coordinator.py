@@ -213,22 +213,27 @@ class FaultPoint(str, Enum):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str        # kill | pause
+    action: str        # kill | pause | hold
     argument: float    # kill: probability; pause: seconds
+    path: str = ""     # hold: wait while this file exists (creating <path>.held first)
 
 
 class Faults:
     """IMQBRIDGE_XA_FAULT="point:action[:argument],...": lets crash tests stop the process
     exactly between two protocol steps (kill: SIGKILL, with a probability) or hold it
-    there (pause: seconds)."""
+    there (pause: seconds; hold: while the file named by the argument exists, which a
+    test creates, waits for <file>.held, does its damage and removes)."""
 
     def __init__(self, spec: str = "") -> None:
         self.faults: dict[FaultPoint, Fault] = {}
         for item in filter(None, (i.strip() for i in spec.split(","))):
             point, action, *arg = item.split(":")
-            if action not in ("kill", "pause"):
+            if action not in ("kill", "pause", "hold"):
                 raise ValueError(f"{FAULT_ENV}: unknown action {action!r} in {item!r}")
-            self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
+            if action == "hold":
+                self.faults[FaultPoint(point)] = Fault(action, 0.0, ":".join(arg))
+            else:
+                self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -240,6 +245,12 @@ class Faults:
             return
         if fault.action == "pause":
             time.sleep(fault.argument)
+        elif fault.action == "hold":
+            if os.path.exists(fault.path):
+                with open(fault.path + ".held", "w"):
+                    pass
+            while os.path.exists(fault.path):
+                time.sleep(0.02)
         elif random.random() < fault.argument:
             os.kill(os.getpid(), signal.SIGKILL)
 
