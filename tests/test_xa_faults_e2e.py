@@ -12,6 +12,7 @@ while recovery's retry came at 14 s: the in-doubt batch arrived after them.)
 
 from __future__ import annotations
 
+import signal
 import socket
 import time
 from pathlib import Path
@@ -99,6 +100,44 @@ def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_p
         hold.unlink()  # H commits: its own branch, and T's fails: in doubt
         time.sleep(7)  # longer than the link's reconnect interval
         target = Daemon(tprops)
+        got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=90, quiet=2.0)]
+        assert len(got) == N and len(set(got)) == N, (len(got), len(set(got)))
+        assert got == [f"m{i}" for i in range(N)]
+        assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
+    finally:
+        host.stop()
+        target.stop()
+
+
+def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_order(
+        tmp_path, monkeypatch):
+    """T is stopped (SIGSTOP) inside a commit phase: its XA commit gets no answer, which
+    H notices within the XA call timeout (10 s), not after 90 s of missing heart-beats;
+    once T continues, the in-doubt batch is committed first and nothing is lost."""
+    tprops = target_props(tmp_path)
+    target = Daemon(tprops)
+    hold = tmp_path / "hold"
+    monkeypatch.setenv(FAULT_ENV, f"logged:hold:{hold}")
+    props, passfile = host_service(tmp_path, target)
+    host = Daemon(props)
+    monkeypatch.delenv(FAULT_ENV)
+    bridge_log = tmp_path / "host" / "var" / "instances" / "host" / "bridges" / "jb" / "log.txt"
+    try:
+        send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
+        hold.touch()
+        r = cli(host, passfile, "start", "bridge", "-bn", "jb")
+        assert r.returncode == 0, r.stdout + r.stderr
+        wait_for(hold.with_name("hold.held"))
+        target.proc.send_signal(signal.SIGSTOP)
+        try:
+            stopped = time.monotonic()
+            hold.unlink()
+            deadline = stopped + 30
+            while "no answer to xa_commit within 10 s" not in bridge_log.read_text():
+                assert time.monotonic() < deadline, "the hung commit was not noticed in 30 s"
+                time.sleep(0.2)
+        finally:
+            target.proc.send_signal(signal.SIGCONT)
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=90, quiet=2.0)]
         assert len(got) == N and len(set(got)) == N, (len(got), len(set(got)))
         assert got == [f"m{i}" for i in range(N)]
