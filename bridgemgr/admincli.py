@@ -150,6 +150,9 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
     else:
         links = [x for x in data.get("links", []) if link is None or x["name"] == link]
         out.append(_table(*_link_rows(links, with_counters=verbose)))
+        for x in links:  # what keeps a link from moving now (cleared once it is connected)
+            if (current := x.get("counters", {}).get("current_error")):
+                out.append(f"Link {x['name']} is {x['state']}: {current}\n")
     out.append(f"The operation [list] on the {'bridge(s)' if argument == 'bridge' else 'link(s)'} was successful.")
     return "\n".join(out)
 

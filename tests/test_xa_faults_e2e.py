@@ -80,6 +80,18 @@ def wait_for(path: Path, seconds: float = 60) -> None:
         time.sleep(0.05)
 
 
+def wait_listed(host: Daemon, passfile: Path, prefix: str, seconds: float = 20) -> str:
+    """The rest of the line of `list link -bn jb` that starts with ``prefix``, once there."""
+    deadline = time.monotonic() + seconds
+    while True:
+        out = cli(host, passfile, "list", "link", "-bn", "jb").stdout
+        lines = [line for line in out.splitlines() if line.startswith(prefix)]
+        if lines:
+            return lines[0][len(prefix):]
+        assert time.monotonic() < deadline, out
+        time.sleep(0.3)
+
+
 def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_path,
                                                                              monkeypatch):
     tprops = target_props(tmp_path)
@@ -98,12 +110,17 @@ def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_p
         target.proc.kill()
         target.proc.wait(timeout=30)
         hold.unlink()  # H commits: its own branch, and T's fails: in doubt
-        time.sleep(7)  # longer than the link's reconnect interval
+        down = time.monotonic()
+        reason = wait_listed(host, passfile, "Link l1 is STARTING: ")
+        assert "in doubt" in reason or "connection" in reason, reason
+        time.sleep(max(0.0, down + 7 - time.monotonic()))  # past the link's reconnect interval
         target = Daemon(tprops)
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=90, quiet=2.0)]
         assert len(got) == N and len(set(got)) == N, (len(got), len(set(got)))
         assert got == [f"m{i}" for i in range(N)]
         assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
+        listed = cli(host, passfile, "list", "link", "-bn", "jb").stdout
+        assert "Link l1 is" not in listed and " STARTED " in listed, listed  # cleared
     finally:
         host.stop()
         target.stop()

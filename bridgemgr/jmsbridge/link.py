@@ -218,6 +218,7 @@ class Link(RunnerBase):
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
                 self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
+                self.counters.current_error = None  # connected: what kept it has passed
                 reconnect.connected()
                 try:
                     self._loop()
@@ -246,12 +247,12 @@ class Link(RunnerBase):
     def _lost(self, exc: BaseException) -> None:
         self.lifecycle.move({State.STARTED}, State.STARTING)  # until it is connected again
         self.counters.reconnects += 1
-        self.counters.error(f"connection lost: {exc}")
+        self.counters.trouble(f"connection lost: {exc}")
         self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
         self._disconnect(broken=True)
 
     def _failed(self, text: str) -> None:
-        self.counters.error(text)
+        self.counters.trouble(text)
         self.log.error("link %s stops: %s", self.name, text)
 
     def _connect(self) -> None:
