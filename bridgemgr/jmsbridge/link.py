@@ -58,10 +58,11 @@ import threading
 import time
 
 from ..jms.destination import Topic
-from ..jms.errors import JMSException
+from ..jms.errors import JMSException, StoreUnavailable
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
 from ..logfiles import PER_MESSAGE
+from ..xa.txlog import TxLogUnavailable
 from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
@@ -365,6 +366,8 @@ class Link(RunnerBase):
                 if message.redelivered:
                     counters.redelivered += 1
                 ctx = ProcessingContext(message, now_ms())
+                if batch.excused:
+                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID], 0)
                 try:
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
@@ -636,6 +639,8 @@ class Link(RunnerBase):
             self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
                              "the source", self.name, stage.value, len(pending), exc)
             if isinstance(exc, CONNECTION_LOST):
+                if _outage(exc):
+                    self.batch.excuse(pending)
                 self._abort(pending)
                 raise ConnectionLost(f"{stage.value}: {exc}") from exc
             self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
@@ -696,3 +701,14 @@ def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
 
 
 register_link_runner(LOCAL, local_link)
+
+
+def _outage(exc: BaseException) -> bool:
+    """A failure caused by a store or XA log that could not reach its database (in the
+    chain of causes), not by the messages of the unit."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (StoreUnavailable, TxLogUnavailable)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

@@ -45,6 +45,7 @@ from ..xa.completer import Completer, Outcome
 from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
 from ..xa.recovery import Recovery, Report
 from ..xa.registry import BridgeTransactions
+from ..xa.txlog import TxLogUnavailable
 from .pipeline import DMQReason, Stage
 
 
@@ -224,6 +225,8 @@ class XATransaction(TransferTransaction):
         assert tx is not None
         try:
             return tx.commit(defer=self.completer)
+        except TxLogUnavailable as exc:  # rolled back; the log's database is back later
+            raise TransportException(f"transaction rolled back: {exc}") from exc
         finally:
             if tx.state is TxState.IN_DOUBT:
                 self.unresolved.add(tx.gtrid)

@@ -10,7 +10,8 @@
 # transaction stays open between calls (open ends its read too: an idle transaction would
 # hold PostgreSQL's snapshot and locks for as long as the bridge runs). A write that fails
 # drops the connection and the next write connects again, so a database restart costs the
-# transactions in between (presumed abort), not every later one; a failed commit whose row
+# transactions in between (presumed abort: TxLogUnavailable, which a link takes for a lost
+# connection and retries with backoff), not every later one; a failed commit whose row
 # did reach the database only leaves a record that recovery finds nothing to commit for.
 """The XA transaction log in a table of a DB-API database (the host broker's JDBC store)."""
 
@@ -27,6 +28,7 @@ from .txlog import (
     TxLog,
     TxLogDamaged,
     TxLogError,
+    TxLogUnavailable,
     fold,
     frame,
     scan,
@@ -181,8 +183,9 @@ class SqlTxLog(TxLog):
                 self._conn.commit()
             except Exception as exc:
                 self._drop()  # its state is unknown (lost, or mid-transaction): never reused
-                raise TxLogError(f"cannot write the transaction log {self.description}: "
-                                 f"{exc}") from exc
+                kind = TxLogUnavailable if _connection_error(exc) else TxLogError
+                raise kind(f"cannot write the transaction log {self.description}: "
+                           f"{exc}") from exc
             fold(records, self._live)
 
     def live(self) -> dict[bytes, CommitRecord]:
@@ -205,3 +208,9 @@ class SqlTxLog(TxLog):
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.close()
+
+
+def _connection_error(exc: BaseException) -> bool:
+    """A DB-API OperationalError or InterfaceError (the database unreachable, the
+    connection lost), by the standard's class names: any driver raises them."""
+    return any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(exc).__mro__)

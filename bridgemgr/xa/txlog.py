@@ -70,6 +70,12 @@ class TxLogError(Exception):
     retrying; its messages stay on the source."""
 
 
+class TxLogUnavailable(TxLogError):
+    """The log's database cannot be reached now (a restart, the network): the decision was
+    not logged, so the transaction rolled back; the next write connects again. A link
+    takes it for a lost connection and tries again, instead of stopping."""
+
+
 class TxLogDamaged(TxLogError):
     """The log holds damage a crash cannot cause: its recovery would guess, so the bridge
     does not start and the file is left as it is for the operator."""
