@@ -440,3 +440,21 @@ def test_a_mapped_log_on_a_full_disk_is_a_clear_error_not_a_sigbus(tmp_path):
     result = json.loads(out.stdout)
     assert result["written"] > 100 and "txlog" in result["error"], result
     assert "txlog.c" in result["opened"] and "No space left on device" in result["opened"], result
+
+
+def test_sql_log_peek_reads_the_good_rows_of_a_damaged_table_and_changes_nothing(tmp_path):
+    db = tmp_path / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    log.open()
+    log.log_commits([commit(1), commit(2)])
+    log.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE imq_bridge_txlog SET record = '00' WHERE gtrid = ?", (commit(1).gtrid.hex(),))
+    conn.commit()
+    conn.close()
+    with pytest.raises(TxLogDamaged):
+        SqlTxLog(lambda: sqlite3.connect(db), "b").open()
+    assert SqlTxLog(lambda: sqlite3.connect(db), "b").peek() == {commit(2).gtrid: commit(2)}
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM imq_bridge_txlog").fetchone()[0] == 2
+    conn.close()
