@@ -3,7 +3,9 @@ link xa.src -> xa.dst at target T over mq://, batches of 10, fsync on) and targe
 (another `serve` on a fixed port mapper port). While H moves the messages, random faults
 hit both sides: T paused (SIGSTOP, 0.05-0.8 s, then SIGCONT), T killed with SIGKILL and
 started again, H killed with SIGKILL and started again (its bridge starts by itself and
-recovers). Then every message is counted at T: none lost, none twice, in order.
+recovers), and with H's store in PostgreSQL (imq.persist.store=jdbc, its XA log there too)
+the database stopped (fast shutdown) and started again. Then every message is counted at
+T: none lost, none twice, in order.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ import pytest
 
 from service_support import Daemon, send, take
 from test_xa_faults_e2e import PASSWORD, host_service, target_props
+from test_xa_pg_outage_e2e import database  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
@@ -33,14 +36,19 @@ def drained(daemon: Daemon) -> Daemon:
     return daemon
 
 
-def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path):
+@pytest.mark.parametrize("store", ["file", "jdbc"])
+def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store):
     rng = random.Random(SEED)
     tprops = target_props(tmp_path)
     target = drained(Daemon(tprops))
     props, _ = host_service(tmp_path, target)
-    props.write_text(props.read_text().replace("imq.bridge.jb.autostart=false\n", ""))
+    text = props.read_text().replace("imq.bridge.jb.autostart=false\n", "")
+    db = request.getfixturevalue("database") if store == "jdbc" else None
+    if db is not None:
+        text += f"imq.persist.store=jdbc\nimq.persist.jdbc.postgresql.property.url={db.url()}\n"
+    props.write_text(text)
     host = drained(Daemon(props, settle=False))
-    done: dict[str, int] = {"pause": 0, "kill T": 0, "kill H": 0}
+    done: dict[str, int] = {"pause": 0, "kill T": 0, "kill H": 0, "restart DB": 0}
     try:
         send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
         started = time.monotonic()
@@ -54,6 +62,11 @@ def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path):
                 time.sleep(rng.uniform(0.05, 0.8))
                 target.proc.send_signal(signal.SIGCONT)
                 done["pause"] += 1
+            elif db is not None and roll < 0.9:
+                db.stop_fast()
+                time.sleep(rng.uniform(0.2, 3.0))
+                db.start()
+                done["restart DB"] += 1
             elif roll < 0.95:
                 target.proc.kill()
                 target.proc.wait(timeout=30)
