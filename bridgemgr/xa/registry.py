@@ -9,6 +9,10 @@
 # factory of the bridge to take part in recovery), and runs the first recovery pass before
 # it returns, so links start only after it. An RM connects for recovery on its own XA
 # connection (no client id: the links' connections may hold it), opened when first asked.
+# in_doubt() and resolve() are the operator's `imqbridgemgr list|commit|rollback txn`: the
+# bridge's prepared branches at its RMs by transaction, with what the log says (read
+# without changing it when the bridge is not running: salvage() of a damaged file), and a
+# heuristic commit or rollback of every branch of one transaction.
 """Resource manager registration and the XA parts of a running JMS bridge."""
 
 from __future__ import annotations
