@@ -4,6 +4,8 @@
     imqbridgemgr <create|update|query|list> dst -t q|t -n NAME [-o ATTR=VALUE ...]
     imqbridgemgr purge dst -t q|t -n NAME [-f]
     imqbridgemgr browse dst -t q -n NAME [-c N]
+    imqbridgemgr list txn -bn BRIDGE
+    imqbridgemgr <commit|rollback> txn -n ID -bn BRIDGE
 
 How it works: the options are checked against the original's rules (``link`` needs
 ``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
@@ -17,6 +19,9 @@ status: 0 success, 1 failure (2 for usage errors).
 The ``dst`` commands (imqcmd's syntax) create, change, show, list, purge and browse the
 host broker's physical destinations (dstadmin.py does them in the service); purge asks
 for confirmation unless ``-f``, as update does.
+The ``txn`` commands (imqcmd's syntax) list a JMS bridge's in-doubt XA transactions and
+commit or roll one back by hand (a heuristic outcome the operator chooses, e.g. after a
+damaged transaction log stopped the bridge's recovery); both ask for confirmation unless ``-f``.
 """
 
 from __future__ import annotations
@@ -51,6 +56,8 @@ EXAMPLES = """Examples:
   imqbridgemgr purge dst -t q -n orders -f
   imqbridgemgr browse dst -t q -n orders -c 5
   imqbridgemgr browse dst -t q -n mq.sys.dmq -c 100 --json
+  imqbridgemgr list txn -bn mq2external
+  imqbridgemgr commit txn -n 'mq2external|5f1c9a0e2b7d4c11.2a' -bn mq2external
 """
 
 
@@ -143,6 +150,9 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
     else:
         links = [x for x in data.get("links", []) if link is None or x["name"] == link]
         out.append(_table(*_link_rows(links, with_counters=verbose)))
+        for x in links:  # what keeps a link from moving now (cleared once it is connected)
+            if (current := x.get("counters", {}).get("current_error")):
+                out.append(f"Link {x['name']} is {x['state']}: {current}\n")
     out.append(f"The operation [list] on the {'bridge(s)' if argument == 'bridge' else 'link(s)'} was successful.")
     return "\n".join(out)
 
@@ -191,7 +201,8 @@ def _command(op: str):
     @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
                    help="List bridges, links or the host broker's destinations (list dst)." if op == "list"
                    else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax).")
-    @click.argument("argument", type=click.Choice(["bridge", "link", "dst"] if op == "list" else ["bridge", "link"],
+    @click.argument("argument", type=click.Choice(["bridge", "link", "dst", "txn"] if op == "list"
+                                                  else ["bridge", "link"],
                                                   case_sensitive=False))
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
     @click.option("-ln", "link", metavar="NAME", help="Link name.")
@@ -215,6 +226,12 @@ def _command(op: str):
                 raise click.UsageError("list dst -t takes q or t")
             _run_dst(Command("LIST_DST", dst_type=dst_type), "list", broker, user, passfile, silent, secure,
                      cafile, reply_timeout, retries, as_json)
+            return
+        if argument == "txn":
+            if bridge is None or link is not None or btype is not None:
+                raise click.UsageError("list txn needs -bn BRIDGE (and takes no -ln or -t)")
+            _run_txn(Command("LIST_TXN", bridge=bridge), "list", broker, user, passfile, silent,
+                     secure, cafile, reply_timeout, retries, as_json)
             return
         btype = btype.upper() if btype else None
         if btype in ("Q", "T"):
@@ -369,6 +386,62 @@ def _purge_browse_command(op: str):
     return command
 
 
+def _txn_table(data: dict[str, Any]) -> str:
+    """In-doubt transactions: id, what the log says, and each branch's RM and Xid."""
+    rows = [[t["id"], t["logged"] + (" (in flight)" if t["in_flight"] else ""),
+             ", ".join(b["rm"] for b in t["branches"]), " ".join(b["xid"] for b in t["branches"])]
+            for t in data["transactions"]]
+    out = _table(["Transaction ID", "Log Says", "Prepared At", "Branch Xids"], rows)
+    for rm, why in data.get("unreachable", {}).items():
+        out += f"Resource manager {rm} could not be asked: {why}\n"
+    return out
+
+
+def _run_txn(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
+             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+    """Send a txn command and print its reply (exit 1 when it failed)."""
+    host_port(broker)
+    user, password = admin_login(user, passfile)
+    try:
+        with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
+            reply = client.request(cmd)
+    except AdminError as exc:
+        raise _failed(exc) from None
+    if as_json:
+        click.echo(reply_json(reply))
+    elif not reply.ok:
+        click.echo(f"The operation [{op}] on the transaction failed: {reply.message}", err=True)
+    elif not silent:
+        if op == "list":
+            click.echo(_txn_table(reply.data))
+        click.echo(f"The operation [{op}] on the transaction{'s' if op == 'list' else ''} was successful.")
+    if not reply.ok:
+        raise click.exceptions.Exit(1)
+
+
+def _txn_command(op: str):
+    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
+                   help=f"{op.capitalize()} an in-doubt XA transaction of a JMS bridge by hand "
+                        "(a heuristic outcome; see list txn).")
+    @click.argument("argument", type=click.Choice(["txn"], case_sensitive=False))
+    @click.option("-n", "txn", metavar="ID", required=True,
+                  help="Transaction ID as list txn shows it (or one branch's Xid).")
+    @click.option("-bn", "bridge", metavar="NAME", required=True, help="Bridge name.")
+    @admin_options
+    @reply_options
+    def command(argument: str, txn: str, bridge: str, broker: str, user: str | None, passfile: str | None,
+                force: bool, silent: bool, secure: bool, cafile: str | None, reply_timeout: int,
+                retries: int, as_json: bool) -> None:
+        if not force and not click.confirm(
+                f"Are you sure you want to perform operation [{op}] on this transaction ?",
+                default=False, show_default=False, prompt_suffix=" (y/n)[n] ", err=as_json):
+            click.echo(f"The operation [{op}] on the transaction was not performed.", err=as_json)
+            raise click.exceptions.Exit(0)
+        _run_txn(Command(f"{op.upper()}_TXN", bridge=bridge, txn=txn), op, broker, user, passfile,
+                 silent, secure, cafile, reply_timeout, retries, as_json)
+    return command
+
+
 def register(group: click.Group) -> None:
     for op in ("list", "start", "stop", "pause", "resume"):
         group.add_command(_command(op))
@@ -376,3 +449,5 @@ def register(group: click.Group) -> None:
         group.add_command(_dst_command(op))
     for op in ("purge", "browse"):
         group.add_command(_purge_browse_command(op))
+    for op in ("commit", "rollback"):
+        group.add_command(_txn_command(op))

@@ -68,6 +68,7 @@ from .admin.protocol import (
     NOT_FOUND,
     NOT_IMPLEMENTED,
     OK,
+    TXN_COMMANDS,
     UNAVAILABLE,
     Command,
     Reply,
@@ -466,6 +467,8 @@ class BridgeServiceManager:
             return self._config(cmd)
         if cmd.op in DST_COMMANDS:
             return self._destination(cmd)
+        if cmd.op in TXN_COMMANDS:
+            return self._transaction(cmd)
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
             return bridge
@@ -505,6 +508,29 @@ class BridgeServiceManager:
                                          auto.limit_behavior, auto.use_dmq)
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
         return destination_command(self.host_broker, admin, cmd, defaults)
+
+    def _transaction(self, cmd: Command) -> Reply:
+        """list|commit|rollback txn: a JMS bridge's in-doubt XA transactions, by hand."""
+        from .jmsbridge.bridge import JMSBridge
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        if not isinstance(bridge, JMSBridge):
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a "
+                                      "JMS bridge has XA transactions")
+        try:
+            if cmd.op == "LIST_TXN":
+                data = bridge.transactions()
+                return Reply(OK, f"{len(data['transactions'])} transaction(s) in doubt", data)
+            done = bridge.resolve_transaction(cmd.txn or "", cmd.op == "COMMIT_TXN")
+        except ValueError as exc:
+            return Reply(NOT_FOUND, str(exc))
+        except (JMSException, RuntimeError) as exc:
+            return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} "
+                                f"failed: {exc}")
+        return Reply(OK, f"transaction {done['id']} "
+                         f"{'committed' if cmd.op == 'COMMIT_TXN' else 'rolled back'}", done)
 
     def _admin_start(self, bridge: ManagedBridge) -> Any:
         """Start ``bridge`` on its own thread; its state after at most ADMIN_START_WAIT

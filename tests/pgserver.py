@@ -59,9 +59,11 @@ class PostgreSQL:
     def start(self, timeout: float = 60) -> PostgreSQL:
         self.base.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.base, USER, USER)
-        subprocess.run(self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-U", USER,
-                                          "--auth=trust", "-E", "UTF8", "--no-instructions"]),
-                       check=True, capture_output=True)
+        if not (self.data / "PG_VERSION").exists():  # else started again after a stop
+            subprocess.run(self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-U",
+                                              USER, "--auth=trust", "-E", "UTF8",
+                                              "--no-instructions"]),
+                           check=True, capture_output=True)
         log = self.base / "postgres.log"
         self.proc = subprocess.Popen(
             self._as_postgres([str(PG_BIN / "postgres"), "-D", str(self.data), "-h", HOST,
@@ -85,6 +87,16 @@ class PostgreSQL:
         with psycopg.connect(**self.conninfo(), autocommit=True) as conn:
             conn.execute(f'CREATE DATABASE "{name}"')
         return name
+
+    def stop_fast(self, timeout: float = 60) -> None:
+        """PostgreSQL's "fast" shutdown: connected clients are disconnected, open
+        transactions rolled back (what a database restart does to a broker's store)."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        subprocess.run(self._as_postgres([str(PG_BIN / "pg_ctl"), "stop", "-D", str(self.data),
+                                          "-m", "fast", "-w", "-t", str(int(timeout))]),
+                       check=True, capture_output=True)
+        self.proc.wait(timeout)
 
     def stop(self, timeout: float = 60) -> None:
         if self.proc is None or self.proc.poll() is not None:

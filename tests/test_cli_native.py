@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -46,7 +47,9 @@ def test_every_subcommand_has_a_help_line():
     missing = [name for name, command in _commands(main) if not command.get_short_help_str().strip()]
     assert missing == []
     listing = CliRunner().invoke(main, ["-h"]).output
-    assert "purge   Remove every waiting message" in listing and "browse  Show the first messages" in listing
+    assert re.search(r"\n  purge +Remove every waiting message", listing), listing
+    assert re.search(r"\n  browse +Show the first messages", listing), listing
+    assert re.search(r"\n  commit +Commit an in-doubt XA transaction", listing), listing
 
 
 def test_top_level_capital_h_shows_the_help_with_examples():

@@ -40,6 +40,7 @@ from bridgemgr.xa.coordinator import (
     make_gtrid,
     name_tag,
 )
+from bridgemgr.xa.recovery import Recovery, RecoverySource
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, Participant, TxLogFull, TxLogSettings
 
 SRC, DST = Queue("src"), Queue("dst")
@@ -327,6 +328,46 @@ def test_a_failed_log_write_rolls_back_prepared_branches(brokers, tmp_path):
     assert take(a, SRC) == ["m"] and take(b, DST) == []
     assert a.xa_recover() == [] and b.xa_recover() == []  # nothing left in doubt
     log.close()
+
+
+def test_a_failed_rollback_of_a_prepared_branch_schedules_recovery(brokers, tmp_path):
+    """The decision cannot be logged, so both prepared branches roll back; the target's
+    rollback fails (unreachable): a recovery pass soon rolls it back, not the next start."""
+    a, b = brokers
+    log = FileTxLog(tmp_path / "small", TxLogSettings(size=4096, sync=False))
+    log.open()
+    coordinator = Coordinator("b", log, Faults(""))
+    filler = coordinator.begin().gtrid
+    with pytest.raises(TxLogFull):
+        for n in range(100):
+            g = filler + b"%d" % n
+            log.log_commit(CommitRecord(g, (Participant("x", Xid(1, g, b"x")),)))
+
+    class Target(RecoverySource):
+        name = "b:dst"
+
+        def resource(self) -> XAResource:
+            return EmbeddedConnectionFactory(b).create_xa_connection().create_xa_session().xa_resource
+
+    recovery = Recovery(coordinator, [Target()], interval=0.05)
+    try:
+        put(a, SRC, "m")
+        src, dst = End(a), End(b)
+        tx = coordinator.begin()
+        tx.enlist(src.resource, "b:src", "src")
+        tx.enlist(Failing(dst.resource, {"rollback": xa.XAER_RMFAIL}), "b:dst", "dst")
+        dst.producer.send(src.consumer.receive(1))
+        with pytest.raises(TxLogFull):
+            tx.commit()
+        assert tx.state is TxState.ROLLED_BACK
+        assert take(a, SRC) == ["m"]  # back at the source
+        deadline = time.monotonic() + 10
+        while b.xa_recover() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert b.xa_recover() == [] and take(b, DST) == []
+    finally:
+        recovery.close()
+        log.close()
 
 
 def test_an_unreachable_rm_in_the_commit_phase_leaves_the_transaction_in_doubt(brokers,

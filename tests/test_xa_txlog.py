@@ -27,6 +27,7 @@ from bridgemgr.xa.txlog import (
     MemoryTxLog,
     Participant,
     RecordError,
+    TxLogDamaged,
     TxLogError,
     TxLogFull,
     TxLogSettings,
@@ -163,18 +164,57 @@ def test_a_torn_tail_is_cut_off_and_never_read(tmp_path, caplog, tail):
     assert set(FileTxLog(path).open()) == {commit(1).gtrid, commit(2).gtrid}
 
 
-def test_damage_in_the_middle_ends_the_log_there(tmp_path):
-    path = tmp_path / "txlog.b"
+def _three_commits(path: Path) -> int:
+    """A log of three commit records; the offset after the last."""
     log = FileTxLog(path)
     log.open()
     for n in range(3):
         log.log_commit(commit(n))
+    end = log.end
     log.close()
+    return end
+
+
+def test_a_flipped_byte_before_the_last_record_is_refused_and_left_untouched(tmp_path):
+    path = tmp_path / "txlog.b"
+    _three_commits(path)
     data = bytearray(path.read_bytes())
     second = len(FILE_MAGIC) + len(frame(commit(0)))
     data[second + 20] ^= 0xFF
     path.write_bytes(bytes(data))
-    assert FileTxLog(path).open() == {commit(0).gtrid: commit(0)}
+    with pytest.raises(TxLogDamaged) as caught:
+        FileTxLog(path).open()
+    message = str(caught.value)
+    assert str(path) in message and f"checksum mismatch at offset {second}" in message
+    assert "imqbridgemgr list txn -bn b" in message and "commit txn -n ID -bn b" in message
+    assert path.read_bytes() == bytes(data)  # not cut, not rewritten
+
+
+@pytest.mark.parametrize("length", [0, 3])
+def test_an_emptied_log_is_refused_and_left_untouched(tmp_path, length):
+    path = tmp_path / "txlog.b"
+    _three_commits(path)
+    os.truncate(path, length)
+    with pytest.raises(TxLogDamaged, match=f"is {length} bytes long, shorter than its"):
+        FileTxLog(path).open()
+    assert path.stat().st_size == length
+
+
+def test_a_log_cut_by_a_few_bytes_loses_only_its_torn_last_record(tmp_path, caplog):
+    path = tmp_path / "txlog.b"
+    end = _three_commits(path)
+    os.truncate(path, end - 3)
+    assert set(FileTxLog(path).open()) == {commit(0).gtrid, commit(1).gtrid}
+    assert "torn by a crash" in caplog.text
+
+
+def test_a_new_log_is_created_whole(tmp_path):
+    path = tmp_path / "txlog.b"
+    (tmp_path / "txlog.b.new").write_bytes(b"IMQ")  # a creation cut short by a crash
+    assert FileTxLog(path).open() == {}
+    assert path.read_bytes() == FILE_MAGIC
+    assert not (tmp_path / "txlog.b.new").exists()
+    assert path.stat().st_mode & 0o777 == 0o600
 
 
 def test_not_a_transaction_log_is_refused(tmp_path):
@@ -183,12 +223,6 @@ def test_not_a_transaction_log_is_refused(tmp_path):
     with pytest.raises(TxLogError, match="not a transaction log"):
         FileTxLog(path).open()
     assert path.read_bytes() == b"something else entirely"
-
-
-def test_a_cut_short_creation_starts_over(tmp_path):
-    path = tmp_path / "txlog.b"
-    path.write_bytes(FILE_MAGIC[:3])
-    assert FileTxLog(path).open() == {}
 
 
 @pytest.mark.parametrize("mapped", [False, True])
@@ -327,8 +361,12 @@ def test_sql_log_named_paramstyle_and_a_damaged_row(tmp_path):
     conn.execute("UPDATE imq_bridge_txlog SET record = ?", (text[:-2] + "00",))
     conn.commit()
     conn.close()
-    with pytest.raises(TxLogError, match="not a valid commit record"):
+    with pytest.raises(TxLogDamaged, match="not a valid commit record") as caught:
         SqlTxLog(lambda: sqlite3.connect(db), "b").open()
+    assert "imqbridgemgr list txn -bn b" in str(caught.value)
+    conn = sqlite3.connect(db)  # left as it was
+    assert conn.execute("SELECT record FROM imq_bridge_txlog").fetchone()[0] == text[:-2] + "00"
+    conn.close()
 
 
 def test_sql_log_write_failure_is_a_txlog_error(tmp_path):
@@ -402,3 +440,21 @@ def test_a_mapped_log_on_a_full_disk_is_a_clear_error_not_a_sigbus(tmp_path):
     result = json.loads(out.stdout)
     assert result["written"] > 100 and "txlog" in result["error"], result
     assert "txlog.c" in result["opened"] and "No space left on device" in result["opened"], result
+
+
+def test_sql_log_peek_reads_the_good_rows_of_a_damaged_table_and_changes_nothing(tmp_path):
+    db = tmp_path / "store.db"
+    log = SqlTxLog(lambda: sqlite3.connect(db), "b")
+    log.open()
+    log.log_commits([commit(1), commit(2)])
+    log.close()
+    conn = sqlite3.connect(db)
+    conn.execute("UPDATE imq_bridge_txlog SET record = '00' WHERE gtrid = ?", (commit(1).gtrid.hex(),))
+    conn.commit()
+    conn.close()
+    with pytest.raises(TxLogDamaged):
+        SqlTxLog(lambda: sqlite3.connect(db), "b").open()
+    assert SqlTxLog(lambda: sqlite3.connect(db), "b").peek() == {commit(2).gtrid: commit(2)}
+    conn = sqlite3.connect(db)
+    assert conn.execute("SELECT COUNT(*) FROM imq_bridge_txlog").fetchone()[0] == 2
+    conn.close()

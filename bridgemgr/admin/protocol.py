@@ -21,6 +21,11 @@ Physical destinations of the host broker (``imqbridgemgr create|update|query|lis
      "dst_type": "q" | "t", "destination": NAME, "attributes": {"maxNumMsgs": "1000", ...},
      "count": N}
 
+In-doubt XA transactions of a JMS bridge (``imqbridgemgr list|commit|rollback txn``)::
+
+    {"op": "LIST_TXN" | "COMMIT_TXN" | "ROLLBACK_TXN", "bridge": NAME, "txn": ID}
+
+(``txn``, the transaction's id as LIST_TXN shows it, for COMMIT_TXN and ROLLBACK_TXN only.)
 (LIST_DST needs neither type nor name; attribute values are strings, checked by the
 service; ``count``, for BROWSE_DST only, is how many messages to show, 1 to MAX_BROWSE.)
 
@@ -46,7 +51,8 @@ MAX_LINE = 64 * 1024
 OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
 
 DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST", "PURGE_DST", "BROWSE_DST")
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS)
+TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS, *TXN_COMMANDS)
 MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
@@ -77,6 +83,7 @@ class Command:
     destination: str | None = None   # ... its name
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
     count: int | None = None         # BROWSE_DST: how many messages
+    txn: str | None = None           # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -84,6 +91,8 @@ class Command:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
             if self.count is not None:
                 obj["count"] = self.count
+        if self.txn is not None:
+            obj["txn"] = self.txn
         return obj
 
 
@@ -138,6 +147,13 @@ def parse_request(line: bytes) -> Hello | Command:
         btype = btype.upper()
     if op in DST_COMMANDS:
         return _dst_command(op, obj)
+    if op in TXN_COMMANDS:
+        bridge, txn = _name(obj, "bridge"), _name(obj, "txn")
+        if bridge is None:
+            raise AdminProtocolError(f"{op} needs 'bridge'")
+        if (txn is None) != (op == "LIST_TXN"):
+            raise AdminProtocolError(f"{op} {'takes no' if op == 'LIST_TXN' else 'needs'} 'txn'")
+        return Command(op, bridge=bridge, txn=txn)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")

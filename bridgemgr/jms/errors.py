@@ -126,6 +126,11 @@ class StoreFull(ResourceAllocationException, code="STORE_FULL"):
     and the broker takes messages again once space is back (a limit, like a full queue)."""
 
 
+class StoreUnavailable(StoreFull, code="STORE_UNAVAILABLE"):
+    """A broker's store cannot reach its database now (PostgreSQL restarting): refused
+    like a full store, its pending changes kept and written once the database is back."""
+
+
 class TransactionInProgressException(JMSException, code="TX_IN_PROGRESS"):
     """An operation is not allowed while a transaction is open."""
 

@@ -4,7 +4,9 @@
 # source; back_out() then makes them move one per transaction until that many went
 # through again, so only the failing one is backed out once more. `lettered` remembers
 # the dead messages of undone units that are in a DMQ already: when they come back they
-# are consumed without a second copy. Both memories last from the link's start to its
+# are consumed without a second copy; `excused` counts, per message, the undone units that
+# were not its fault (a store or XA log whose database was down), which the backout
+# threshold does not count. These memories last from the link's start to its
 # stop, across reconnects; `open` is the transaction's, set again on every connect.
 """The unit of work a link is filling: its messages, when it is full, what came back."""
 
@@ -27,6 +29,7 @@ class Batch:
         self.open = False          # the transaction's begin() was called, its unit not ended
         self.one_by_one = 0        # messages still to move one per transaction
         self.lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
+        self.excused: dict[str, int] = {}  # id -> its redeliveries that were not its fault
 
     def restart(self) -> None:
         """The link starts: nothing pending, nothing remembered."""
@@ -34,6 +37,7 @@ class Batch:
         self.open = False
         self.one_by_one = 0
         self.lettered = set()
+        self.excused = {}
 
     def full(self) -> bool:
         """Whether the unit is to be completed now."""
@@ -41,6 +45,9 @@ class Batch:
 
     def completed(self) -> None:
         """The pending messages were completed (before they are counted or handed over)."""
+        if self.excused:
+            for ctx in self.pending:
+                self.excused.pop(ctx.headers[_MESSAGE_ID], None)
         if self.one_by_one:
             self.one_by_one = max(self.one_by_one - len(self.pending), 0)
 
@@ -62,6 +69,13 @@ class Batch:
         self.counters.rolled_back += len(unit) + extra
         self.lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
                              if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
+
+    def excuse(self, unit: list[ProcessingContext]) -> None:
+        """``unit`` is undone through no fault of its messages (a database outage): their
+        coming back does not count toward the backout threshold."""
+        for ctx in unit:
+            if (message_id := ctx.headers[_MESSAGE_ID]):
+                self.excused[message_id] = self.excused.get(message_id, 0) + 1
 
     def in_dmq_already(self, message_id: str) -> bool:
         """Whether a dead message came back from an undone unit after it went to a DMQ

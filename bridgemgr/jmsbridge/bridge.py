@@ -30,7 +30,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +42,17 @@ from ..jms.hostbroker import HostBroker
 from ..props import BACKOUT_THRESHOLD, LINK_WINDOW, BrokerProperties, clip, is_secret_name, shorten
 from ..servicekeys import dmq_key
 from ..transform import MessageTransformer
-from ..xa.registry import BridgeTransactions, FactoryEntry
+from ..xa.coordinator import name_tag
+from ..xa.recovery import RecoverySource
+from ..xa.registry import (
+    BridgeTransactions,
+    CommitRecord,
+    FactoryEntry,
+    in_doubt,
+    logged_decisions,
+    resolve,
+    temporary_rms,
+)
 from ..xa.txlog import TxLogError
 from . import link as _local_runner  # noqa: F401  (registers the link runner "local")
 from .config import (
@@ -501,6 +512,49 @@ class JMSBridge:
                 sql=self.host.txlog_sql() if self.host is not None else None)
         except TxLogError as exc:
             raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
+
+    # --- in-doubt transactions by hand (imqbridgemgr list|commit|rollback txn) ------------------
+    def transactions(self) -> dict[str, Any]:
+        """The bridge's in-doubt transactions at its registered RMs, with what its log
+        says; works while the bridge is stopped too (a damaged log stopped its start)."""
+        with self._xa_view() as (rms, decisions, in_flight, running):
+            rows, unreachable = in_doubt(rms, name_tag(self.name), decisions, in_flight)
+        return {"bridge": self.name, "running": running, "unreachable": unreachable,
+                "transactions": [row.to_json() for row in rows]}
+
+    def resolve_transaction(self, txn: str, commit: bool) -> dict[str, Any]:
+        """Commit or roll back in-doubt transaction ``txn`` by hand (heuristically)."""
+        with self._xa_view() as (rms, _decisions, in_flight, _running):
+            return resolve(rms, name_tag(self.name), txn, commit, in_flight, self.log).to_json()
+
+    @contextmanager
+    def _xa_view(self) -> Iterator[tuple[list[RecoverySource], dict[bytes, CommitRecord] | None,
+                                         Callable[[bytes], bool], bool]]:
+        """The registered RMs, the log's decisions and the in-flight test: the running
+        coordinator's (one recovery pass at a time), else the configuration's RMs on
+        connections of their own and the log read without changing it."""
+        xa = self._xa
+        if xa is not None:
+            with xa.recovery.pass_lock:
+                yield list(xa.rms), xa.coordinator.txlog.live(), xa.coordinator.in_flight, True
+            return
+        config = self.config if self._loader is None else self._loader()
+        assert config is not None
+        links = [link for link in config.links if link.enabled and link.transacted]
+        if not links:
+            raise BridgeStartError(f"bridge {self.name} has no enabled transacted link")
+        connectors = self._connectors(config, links, [])
+        props = self.props
+        rms = temporary_rms(self.name, [
+            FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
+            for ref, c in connectors.items() if ref != BUILTIN_DMQ])
+        decisions = logged_decisions(props.bridge_dir(self.name) if props else None, self.name,
+                                     self.host.txlog_sql() if self.host is not None else None)
+        try:
+            yield list(rms), decisions, lambda gtrid: False, False
+        finally:
+            for rm in rms:
+                rm.close()
 
     def _housekeep(self, generation: int) -> None:
         """Every reap_interval: finish a start whose links connected after start() stopped

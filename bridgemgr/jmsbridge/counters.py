@@ -6,6 +6,9 @@
 # latency of each message (received -> its unit completed) into fixed histogram buckets,
 # a bisect per message. A message given to a DMQ sets last_error to "<REASON>: <why> (n
 # times)", n counting that reason, so a flood of dead messages is visible in `list link`.
+# current_error is what keeps the link from moving now (a lost connection, a resource
+# manager down, its in-doubt transactions waiting): set by trouble(), cleared once the
+# link is connected again.
 """Per-link counters: received, transferred, to the DMQ (per reason), last error,
 latency histogram and rate."""
 
@@ -35,6 +38,7 @@ class LinkCounters:
     dmq_reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
     last_error_at: float | None = None  # time.time()
+    current_error: str | None = None  # what keeps the link from moving now (None: nothing)
     last_transfer_at: float | None = None  # time.time() of the last completed transfer
     # transfer latency: counts per LATENCY_BOUNDS_MS bucket (the last: above them all), sum
     latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BOUNDS_MS) + 1))
@@ -46,6 +50,11 @@ class LinkCounters:
     def error(self, text: str) -> None:
         self.last_error = text
         self.last_error_at = time.time()
+
+    def trouble(self, text: str) -> None:
+        """An error that holds until the link is connected again (current_error)."""
+        self.error(text)
+        self.current_error = text
 
     def dead(self, reason: str, taken: bool, why: str | None = None) -> None:
         self.to_dmq += 1
@@ -88,6 +97,7 @@ class LinkCounters:
             "dmq_lost": self.dmq_lost, "redelivered": self.redelivered,
             "rolled_back": self.rolled_back, "reconnects": self.reconnects,
             "dmq_reasons": dict(self.dmq_reasons), "last_error": self.last_error,
+            "current_error": self.current_error,
             "last_error_at": self.last_error_at, "last_transfer_at": self.last_transfer_at,
             "rate": round(self.rate(), 3),
             "latency_ms": {"bounds": list(LATENCY_BOUNDS_MS), "buckets": list(self.latency_buckets),

@@ -77,10 +77,11 @@ import time
 from functools import partial
 
 from ..jms.destination import Topic
-from ..jms.errors import JMSException
+from ..jms.errors import JMSException, StoreUnavailable
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
 from ..logfiles import PER_MESSAGE
+from ..xa.txlog import TxLogUnavailable
 from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
@@ -247,6 +248,7 @@ class Link(RunnerBase):
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
                 self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
+                self.counters.current_error = None  # connected: what kept it has passed
                 reconnect.connected()
                 try:
                     self._loop()
@@ -275,12 +277,12 @@ class Link(RunnerBase):
     def _lost(self, exc: BaseException) -> None:
         self.lifecycle.move({State.STARTED}, State.STARTING)  # until it is connected again
         self.counters.reconnects += 1
-        self.counters.error(f"connection lost: {exc}")
+        self.counters.trouble(f"connection lost: {exc}")
         self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
         self._disconnect(broken=True)
 
     def _failed(self, text: str) -> None:
-        self.counters.error(text)
+        self.counters.trouble(text)
         self.log.error("link %s stops: %s", self.name, text)
 
     def _connect(self) -> None:
@@ -402,6 +404,8 @@ class Link(RunnerBase):
                 if message.redelivered:
                     counters.redelivered += 1
                 ctx = ProcessingContext(message, now_ms())
+                if batch.excused:
+                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID], 0)
                 try:
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
@@ -728,6 +732,8 @@ class Link(RunnerBase):
             self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
                              "the source", self.name, stage.value, len(pending), exc)
             if isinstance(exc, CONNECTION_LOST):
+                if _outage(exc):
+                    self.batch.excuse(pending)
                 self._abort(pending)
                 raise ConnectionLost(f"{stage.value}: {exc}") from exc
             self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
@@ -788,3 +794,14 @@ def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
 
 
 register_link_runner(LOCAL, local_link)
+
+
+def _outage(exc: BaseException) -> bool:
+    """A failure caused by a store or XA log that could not reach its database (in the
+    chain of causes), not by the messages of the unit."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, (StoreUnavailable, TxLogUnavailable)):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

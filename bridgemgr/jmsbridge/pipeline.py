@@ -159,6 +159,7 @@ class ProcessingContext:
     detail: str | None = None
     audit: DMQReason | None = None             # FIRST_TRANSFORMER_*: the link may copy it to the DMQ
     attempts: int = 0
+    excused: int = 0                           # redeliveries that were not its fault
 
     def __post_init__(self) -> None:
         self.headers = _HEADERS(self.original)
@@ -203,8 +204,10 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 def check_backout(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> Message | None:
     """A message backed out backoutThreshold times is poison: to the DMQ instead of being
     tried again (WebSphere MQ's backout count reaching BOTHRESH). Every redelivery is a
-    backout: a rollback, a recover, or a connection lost before the acknowledge."""
-    redeliveries = ctx.headers[_DELIVERY_COUNT] - 1
+    backout: a rollback, a recover, or a connection lost before the acknowledge; except
+    those ``excused`` (its unit rolled back because a store or transaction log could not
+    reach its database: the outage's fault, not the message's)."""
+    redeliveries = ctx.headers[_DELIVERY_COUNT] - 1 - ctx.excused
     if plan.backout_threshold and redeliveries >= plan.backout_threshold:
         ctx.dead(DMQReason.BACKOUT_THRESHOLD_REACHED,
                  f"backed out {redeliveries} times, reaching the backout threshold "

@@ -17,6 +17,10 @@
 # the same sessions (Java clients keep per-session transaction state), except between
 # in-process resource managers: there the commit phase runs behind the link, in order,
 # in a Completer (bridgemgr/xa/completer.py), and the link takes the outcomes later.
+# A transaction whose commit phase could not reach an RM (IN_DOUBT) is remembered per link
+# (across reconnects), and the link moves nothing new until a recovery pass, run by the
+# link itself when it connects or begins a unit, has committed it everywhere: the target
+# gets the in-doubt messages before the ones after them.
 # transaction_for() picks the class at bridge start from the factories (a transacted link
 # needs XA-capable ones at both ends).
 """The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or an XA transaction."""
@@ -39,7 +43,9 @@ from ..jms.spi import (
 )
 from ..xa.completer import Completer, Outcome
 from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
+from ..xa.recovery import Recovery, Report
 from ..xa.registry import BridgeTransactions
+from ..xa.txlog import TxLogUnavailable
 from .pipeline import DMQReason, Stage
 
 
@@ -169,6 +175,8 @@ class XATransaction(TransferTransaction):
     failure_reason = DMQReason.COMMIT_FAILURE
     # bound per link by bind(): the link calls its transaction class without arguments
     coordinator: ClassVar[Coordinator]
+    recovery: ClassVar[Recovery]
+    unresolved: ClassVar[set[bytes]]  # the link's transactions left in doubt (across reconnects)
     source_rm: ClassVar[str]
     target_rm: ClassVar[str]
     source_ref: ClassVar[str]
@@ -179,7 +187,8 @@ class XATransaction(TransferTransaction):
              target_ref: str) -> type[XATransaction]:
         """This class for one link: its coordinator and the RMs of its two ends."""
         return type(cls.__name__, (cls,), {
-            "coordinator": xa.coordinator, "source_ref": source_ref, "target_ref": target_ref,
+            "coordinator": xa.coordinator, "recovery": xa.recovery, "unresolved": set(),
+            "source_ref": source_ref, "target_ref": target_ref,
             "source_rm": xa.rm_name(source_ref), "target_rm": xa.rm_name(target_ref)})
 
     def __init__(self) -> None:
@@ -189,6 +198,7 @@ class XATransaction(TransferTransaction):
         self.completer = Completer(self.coordinator, f"{self.source_ref}->{self.target_ref}")
 
     def open_source(self, source: Connection) -> Session:
+        self.settle_in_doubt()
         session = _xa_session(source, self.source_ref)
         self.source_session, self._source = session, session.xa_resource
         return session
@@ -214,6 +224,7 @@ class XATransaction(TransferTransaction):
     def begin(self) -> None:
         """A new transaction, the link's sessions enlisted, before the unit's first receive
         (an XA session outside a transaction would acknowledge what it receives)."""
+        self.settle_in_doubt()
         tx = self.coordinator.begin()
         try:
             assert self._source is not None
@@ -230,7 +241,35 @@ class XATransaction(TransferTransaction):
         A two-phase commit of in-process RMs is finished by the completer (False)."""
         tx, self.tx = self.tx, None
         assert tx is not None
-        return tx.commit(defer=self.completer)
+        try:
+            return tx.commit(defer=self.completer)
+        except TxLogUnavailable as exc:  # rolled back; the log's database is back later
+            raise TransportException(f"transaction rolled back: {exc}") from exc
+        finally:
+            if tx.state is TxState.IN_DOUBT:
+                self.unresolved.add(tx.gtrid)
+
+    def settle_in_doubt(self) -> None:
+        """Before the link moves new messages: its transactions a commit phase left in
+        doubt are committed first (a recovery pass now, not at its next retry), so the
+        target gets them in order; TransportException while an RM still cannot be reached
+        (the link stays STARTING and tries again when it reconnects)."""
+        if not self.unresolved:
+            return
+        live = self.coordinator.txlog.live()
+        self.unresolved.intersection_update(live)
+        if self.unresolved:
+            self.recovery.run_pass()
+            reports = {r.rm: r for r in self.recovery.last}
+            for gtrid in list(self.unresolved):
+                record = live[gtrid]
+                if all(_finished_at(reports.get(p.rm), gtrid) for p in record.participants):
+                    self.unresolved.discard(gtrid)
+        if self.unresolved:
+            names = ", ".join(sorted(g.decode(errors="replace") for g in self.unresolved))
+            raise TransportException(f"transaction(s) {names} of this link decided to commit "
+                                     "but not yet committed at every resource manager; new "
+                                     "messages wait until recovery has committed them")
 
     def outcomes(self, wait: bool = False) -> list[Outcome]:
         return self.completer.outcomes(wait)
@@ -262,6 +301,13 @@ class XATransaction(TransferTransaction):
             pass  # unprepared branches: the RMs drop them with the sessions
         self.completer.close()  # what was handed over completes before the sessions go
         super().close()
+
+
+def _finished_at(report: Report | None, gtrid: bytes) -> bool:
+    """The last recovery pass asked this RM and left no branch of ``gtrid`` there."""
+    return (report is not None and report.error is None
+            and all(xid.gtrid != gtrid for xid, _why in report.failed)
+            and all(xid.gtrid != gtrid for xid in report.in_flight))
 
 
 def _xa_session(connection: Connection, ref: str) -> XASession:

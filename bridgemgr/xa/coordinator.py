@@ -23,7 +23,9 @@
 # presumed abort: nothing but the commit decision is ever logged, so recovery rolls back
 # every in-doubt branch of ours without a live CommitRecord. A branch the commit phase
 # cannot reach stays IN_DOUBT with its record live; recovery (recovery.py) commits it
-# later. Finished transactions are forgotten in the log with the next commit record.
+# later; a rollback that fails (the RM unreachable) asks recovery for a pass too, which
+# rolls back whatever the RM still holds prepared. Finished transactions are forgotten in
+# the log with the next commit record.
 #
 # Branch and transaction states follow the tables BRANCH_TRANSITIONS and TX_TRANSITIONS
 # (h11 style): every change goes through them and a missing entry raises
@@ -213,22 +215,27 @@ class FaultPoint(str, Enum):
 
 @dataclass(frozen=True)
 class Fault:
-    action: str        # kill | pause
+    action: str        # kill | pause | hold
     argument: float    # kill: probability; pause: seconds
+    path: str = ""     # hold: wait while this file exists (creating <path>.held first)
 
 
 class Faults:
     """IMQBRIDGE_XA_FAULT="point:action[:argument],...": lets crash tests stop the process
     exactly between two protocol steps (kill: SIGKILL, with a probability) or hold it
-    there (pause: seconds)."""
+    there (pause: seconds; hold: while the file named by the argument exists, which a
+    test creates, waits for <file>.held, does its damage and removes)."""
 
     def __init__(self, spec: str = "") -> None:
         self.faults: dict[FaultPoint, Fault] = {}
         for item in filter(None, (i.strip() for i in spec.split(","))):
             point, action, *arg = item.split(":")
-            if action not in ("kill", "pause"):
+            if action not in ("kill", "pause", "hold"):
                 raise ValueError(f"{FAULT_ENV}: unknown action {action!r} in {item!r}")
-            self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
+            if action == "hold":
+                self.faults[FaultPoint(point)] = Fault(action, 0.0, ":".join(arg))
+            else:
+                self.faults[FaultPoint(point)] = Fault(action, float(arg[0]) if arg else 1.0)
 
     @classmethod
     def from_env(cls) -> Faults:
@@ -240,6 +247,12 @@ class Faults:
             return
         if fault.action == "pause":
             time.sleep(fault.argument)
+        elif fault.action == "hold":
+            if os.path.exists(fault.path):
+                with open(fault.path + ".held", "w"):
+                    pass
+            while os.path.exists(fault.path):
+                time.sleep(0.02)
         elif random.random() < fault.argument:
             os.kill(os.getpid(), signal.SIGKILL)
 
@@ -499,6 +512,7 @@ class Transaction:
         self._rollback_all()
 
     def _rollback_all(self) -> None:
+        unconfirmed: list[str] = []  # RMs that may still hold a prepared branch
         for branch in self.branches:
             for resource in list(branch.associated):
                 try:
@@ -517,12 +531,15 @@ class Transaction:
                 except Exception as exc:
                     if not (isinstance(exc, XAException)
                             and (exc.errorcode == xa.XAER_NOTA or rolled_back(exc))):
-                        log.warning("transaction %s: rolling back %s failed: %s%s", self._name,
-                                    branch.rm, exc, "; recovery rolls it back"
-                                    if branch.state is BranchState.PREPARED else "")
+                        # prepared, or a prepare whose answer was lost: recovery's to roll back
+                        log.warning("transaction %s: rolling back %s failed: %s; recovery "
+                                    "rolls it back", self._name, branch.rm, exc)
+                        unconfirmed.append(branch.rm)
                 branch.fire(BranchEvent.ROLLBACK)
         if self.state is TxState.ROLLING_BACK:
             self._fire(TxEvent.ROLLED_BACK)
+        if unconfirmed:  # a pass soon, not at the next start (presumed abort: no record)
+            self.coordinator.in_doubt(self, unconfirmed)
 
     @property
     def _name(self) -> str:
@@ -672,7 +689,8 @@ class Coordinator:
             self.forget([tx.gtrid for tx in txs if tx.state is TxState.COMMITTED and tx.logged])
 
     def in_doubt(self, tx: Transaction, rms: list[str]) -> None:
-        """A decided transaction some RM did not get to commit: recovery's to finish."""
+        """A transaction some RM did not confirm finishing (a decided commit, or a
+        rollback): recovery's to finish."""
         if self.on_in_doubt is not None:
             self.on_in_doubt(rms)
 

@@ -99,13 +99,13 @@ class Recovery:
         self._wanted = False
         self._stop = False
         self._thread: threading.Thread | None = None
-        self._pass_lock = threading.Lock()
+        self.pass_lock = threading.Lock()  # one pass (or a resolution by hand) at a time
         coordinator.on_in_doubt = lambda rms: self.retry()
 
     # --- one pass -------------------------------------------------------------------------------
     def run_pass(self) -> bool:
         """Scan every registered RM once; True when nothing is left to do."""
-        with self._pass_lock:
+        with self.pass_lock:
             coordinator = self.coordinator
             settled = [g for g in coordinator.txlog.live() if not coordinator.in_flight(g)]
             reports = [self.recover_rm(rm) for rm in self.rms]
@@ -137,10 +137,10 @@ class Recovery:
             decision = decide(xid, coordinator, live)
             try:
                 if decision is Decision.COMMIT:
-                    _commit(resource, xid, self.log)
+                    commit_branch(resource, xid, self.log)
                     report.committed.append(xid)
                 elif decision is Decision.ROLLBACK:
-                    _rollback(resource, xid, self.log)
+                    rollback_branch(resource, xid, self.log)
                     report.rolled_back.append(xid)
                 else:
                     report.in_flight.append(xid)
@@ -224,11 +224,11 @@ AGAINST = {"commit": frozenset({xa.XA_HEURRB, xa.XA_HEURMIX, *range(xa.XA_RBROLL
            "rollback": frozenset({xa.XA_HEURCOM, xa.XA_HEURMIX})}
 
 
-def _commit(resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
+def commit_branch(resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
     _finish("commit", lambda: resource.commit(xid, False), resource, xid, logger)
 
 
-def _rollback(resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
+def rollback_branch(resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
     _finish("rollback", lambda: resource.rollback(xid), resource, xid, logger)
 
 

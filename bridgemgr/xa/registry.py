@@ -9,17 +9,22 @@
 # factory of the bridge to take part in recovery), and runs the first recovery pass before
 # it returns, so links start only after it. An RM connects for recovery on its own XA
 # connection (no client id: the links' connections may hold it), opened when first asked.
+# in_doubt() and resolve() are the operator's `imqbridgemgr list|commit|rollback txn`: the
+# bridge's prepared branches at its RMs by transaction, with what the log says (read
+# without changing it when the bridge is not running: salvage() of a damaged file), and a
+# heuristic commit or rollback of every branch of one transaction.
 """Resource manager registration and the XA parts of a running JMS bridge."""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..jms import xa
 from ..jms.spi import (
     Connection,
     ConnectionFactory,
@@ -28,10 +33,21 @@ from ..jms.spi import (
     XAResource,
     is_xa_capable,
 )
-from .coordinator import Coordinator
-from .recovery import Recovery, RecoverySource
+from ..jms.xa import Xid
+from .coordinator import Coordinator, is_ours
+from .recovery import Recovery, RecoverySource, commit_branch, rollback_branch
 from .sqllog import DBAPIConnect, SqlTxLog
-from .txlog import FileTxLog, MemoryTxLog, TxLog, TxLogSettings, txlog_path
+from .txlog import (
+    FILE_MAGIC,
+    CommitRecord,
+    FileTxLog,
+    MemoryTxLog,
+    TxLog,
+    TxLogError,
+    TxLogSettings,
+    salvage,
+    txlog_path,
+)
 
 log = logging.getLogger(__name__)
 
@@ -182,3 +198,117 @@ class BridgeTransactions:
         finally:
             for rm in self.rms:
                 rm.close()
+
+
+# --- in-doubt transactions by hand (imqbridgemgr list|commit|rollback txn) -----------------------
+
+def transaction_id(gtrid: bytes) -> str:
+    """How a transaction is named to the operator: our gtrids are text (<bridge>|<boot>.<n>)."""
+    return gtrid.decode("utf-8", "backslashreplace")
+
+
+@dataclass
+class InDoubt:
+    """One global transaction of this bridge with branches prepared at its RMs."""
+
+    gtrid: bytes
+    branches: list[tuple[str, Xid]] = field(default_factory=list)  # (rm name, xid)
+    logged: str = "unknown"    # commit | none | unknown (the log cannot be read)
+    in_flight: bool = False    # a link of this run is still completing it
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": transaction_id(self.gtrid), "gtrid": self.gtrid.hex(),
+                "branches": [{"rm": rm, "xid": str(xid)} for rm, xid in self.branches],
+                "logged": self.logged, "in_flight": self.in_flight}
+
+
+def in_doubt(rms: Sequence[RecoverySource], tag: bytes,
+             decisions: Mapping[bytes, CommitRecord] | None,
+             in_flight: Callable[[bytes], bool] = lambda gtrid: False
+             ) -> tuple[list[InDoubt], dict[str, str]]:
+    """The bridge's prepared branches at every RM, by transaction, with what the log says
+    (``decisions`` None: unreadable); and the RMs that could not be asked, with why."""
+    found: dict[bytes, InDoubt] = {}
+    errors: dict[str, str] = {}
+    for rm in rms:
+        try:
+            xids = rm.resource().recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN)
+        except Exception as exc:
+            rm.reset()
+            errors[rm.name] = f"{type(exc).__name__}: {exc}"
+            continue
+        for xid in xids:
+            if is_ours(xid, tag):
+                entry = found.setdefault(xid.gtrid, InDoubt(xid.gtrid))
+                entry.branches.append((rm.name, xid))
+    for entry in found.values():
+        entry.in_flight = in_flight(entry.gtrid)
+        if decisions is not None:
+            entry.logged = "commit" if entry.gtrid in decisions else "none"
+    return sorted(found.values(), key=lambda e: e.gtrid), errors
+
+
+def resolve(rms: Sequence[RecoverySource], tag: bytes, txn: str, commit: bool,
+            in_flight: Callable[[bytes], bool], logger: logging.Logger) -> InDoubt:
+    """Commit or roll back every prepared branch of transaction ``txn`` (its id, gtrid in
+    hex or one branch's Xid) by hand: a heuristic outcome the operator chose. ValueError
+    when there is no such transaction in doubt or a link is still completing it;
+    RuntimeError when a branch could not be finished."""
+    found, errors = in_doubt(rms, tag, None, in_flight)
+    match = [e for e in found if txn in (transaction_id(e.gtrid), e.gtrid.hex())
+             or any(txn == str(xid) for _rm, xid in e.branches)]
+    if not match:
+        unreachable = "; ".join(f"{rm}: {why}" for rm, why in errors.items())
+        raise ValueError(f"no transaction {txn} is in doubt"
+                         + (f" at the reachable resource managers (unreachable: {unreachable})"
+                            if unreachable else ""))
+    entry = match[0]
+    if entry.in_flight:
+        raise ValueError(f"transaction {txn} is being completed by a link; it is not in doubt")
+    what = "commit" if commit else "rollback"
+    by_name = {rm.name: rm for rm in rms}
+    failed = []
+    for rm_name_, xid in entry.branches:
+        resource = by_name[rm_name_].resource()
+        try:
+            (commit_branch if commit else rollback_branch)(resource, xid, logger)
+        except Exception as exc:
+            failed.append(f"{rm_name_}: {type(exc).__name__}: {exc}")
+    logger.warning("XA: transaction %s %s by hand (heuristic %s) at %s%s",
+                   transaction_id(entry.gtrid), "committed" if commit else "rolled back", what,
+                   ", ".join(rm for rm, _xid in entry.branches),
+                   f"; failed at {'; '.join(failed)}" if failed else "")
+    if failed:
+        raise RuntimeError(f"{what} of transaction {txn} failed at {'; '.join(failed)}")
+    return entry
+
+
+def temporary_rms(bridge: str, factories: list[FactoryEntry]) -> list[ResourceManager]:
+    """The RMs a bridge registers, for resolving transactions while it is not running."""
+    return [ResourceManager(rm_name(bridge, e.ref_name), e.ref_name, e.factory, e.username,
+                            e.password)
+            for e in factories
+            if registration(e.multi_rm, e.factory) is None and is_xa_capable(e.factory)]
+
+
+def logged_decisions(directory: str | Path | None, bridge: str,
+                     sql: tuple[DBAPIConnect, str] | None) -> dict[bytes, CommitRecord] | None:
+    """What the log of a bridge that is not running says, read without changing it (the
+    good records of a damaged file: a hint, not a decision); None when it cannot be read."""
+    if sql is not None:
+        try:
+            return SqlTxLog(sql[0], bridge, sql[1]).peek()
+        except TxLogError:
+            return None
+    if directory is None:
+        return None
+    path = txlog_path(directory, bridge)
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return {}
+    except OSError:
+        return None
+    if not data.startswith(FILE_MAGIC):
+        return None
+    return salvage(data, len(FILE_MAGIC))

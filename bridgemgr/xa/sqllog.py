@@ -4,12 +4,14 @@
 # the file log and stored as hex text (portable across databases); forgetting deletes rows.
 # Each change is one database transaction, so a commit record is durable when log_commit
 # returns. On open every row must decode to the commit record of its gtrid, or the bridge
-# does not start (a damaged decision cannot be trusted either way). Any DB-API 2.0 driver
+# does not start (a damaged decision cannot be trusted either way: TxLogDamaged, telling
+# the operator to resolve the in-doubt transactions with `imqbridgemgr list|commit|rollback txn`). Any DB-API 2.0 driver
 # works: statements are written with ? and rewritten to the driver's paramstyle. No
 # transaction stays open between calls (open ends its read too: an idle transaction would
 # hold PostgreSQL's snapshot and locks for as long as the bridge runs). A write that fails
 # drops the connection and the next write connects again, so a database restart costs the
-# transactions in between (presumed abort), not every later one; a failed commit whose row
+# transactions in between (presumed abort: TxLogUnavailable, which a link takes for a lost
+# connection and retries with backoff), not every later one; a failed commit whose row
 # did reach the database only leaves a record that recovery finds nothing to commit for.
 """The XA transaction log in a table of a DB-API database (the host broker's JDBC store)."""
 
@@ -19,7 +21,18 @@ import threading
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .txlog import CommitRecord, DoneRecord, Record, TxLog, TxLogError, fold, frame, scan
+from .txlog import (
+    CommitRecord,
+    DoneRecord,
+    Record,
+    TxLog,
+    TxLogDamaged,
+    TxLogError,
+    TxLogUnavailable,
+    fold,
+    frame,
+    scan,
+)
 
 DBAPIConnect = Callable[[], Any]
 _PLACEHOLDERS: Mapping[str, Callable[[int], str]] = {
@@ -80,6 +93,32 @@ class SqlTxLog(TxLog):
             self._opened = True
             return dict(self._live)
 
+    def peek(self) -> dict[bytes, CommitRecord]:
+        """The commit records of the rows that decode, read on a connection of its own
+        and changing nothing (for the operator while the bridge is not running)."""
+        try:
+            conn = self.connect()
+        except Exception as exc:
+            raise TxLogError(f"cannot read the transaction log {self.description}: {exc}") from exc
+        records: list[Record] = []
+        with self._lock:
+            self._conn = conn
+            try:
+                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
+                                 self.bridge).fetchall()
+                conn.rollback()
+            except Exception as exc:
+                raise TxLogError(f"cannot read the transaction log {self.description}: "
+                                 f"{exc}") from exc
+            finally:
+                self._drop()
+        for gtrid_hex, text in rows:
+            try:
+                records.append(self._decode(gtrid_hex, text))
+            except TxLogError:
+                continue
+        return fold(records)
+
     def _decode(self, gtrid_hex: str, text: str) -> CommitRecord:
         """The commit record of one row; TxLogError naming the row when it is not one."""
         try:
@@ -92,9 +131,15 @@ class SqlTxLog(TxLog):
                     and record.gtrid.hex() == gtrid_hex):
                 return record
             problem = found.problem or "mismatch"
-        raise TxLogError(f"{self.description}: the row of gtrid {gtrid_hex} is not "
-                         f"a valid commit record ({problem}); "
-                         "it cannot be trusted, so the bridge does not start")
+        raise TxLogDamaged(
+            f"the transaction log {self.description} is damaged: the row of gtrid {gtrid_hex} "
+            f"is not a valid commit record ({problem}). It was left as it is and recovery of "
+            f"bridge {self.bridge} stopped (its transacted links do not start). List the "
+            f"in-doubt transactions with `imqbridgemgr list txn -bn {self.bridge}`, commit or "
+            f"roll back each with `imqbridgemgr commit txn -n ID -bn {self.bridge}` or "
+            f"`imqbridgemgr rollback txn -n ID -bn {self.bridge}`, then delete the row "
+            f"(DELETE FROM {self.table} WHERE bridge = '{self.bridge}' AND gtrid = "
+            f"'{gtrid_hex}') and start the bridge again")
 
     def _create_table(self) -> None:
         """CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL: of two bridges creating
@@ -138,8 +183,9 @@ class SqlTxLog(TxLog):
                 self._conn.commit()
             except Exception as exc:
                 self._drop()  # its state is unknown (lost, or mid-transaction): never reused
-                raise TxLogError(f"cannot write the transaction log {self.description}: "
-                                 f"{exc}") from exc
+                kind = TxLogUnavailable if _connection_error(exc) else TxLogError
+                raise kind(f"cannot write the transaction log {self.description}: "
+                           f"{exc}") from exc
             fold(records, self._live)
 
     def live(self) -> dict[bytes, CommitRecord]:
@@ -162,3 +208,9 @@ class SqlTxLog(TxLog):
             conn, self._conn = self._conn, None
             if conn is not None:
                 conn.close()
+
+
+def _connection_error(exc: BaseException) -> bool:
+    """A DB-API OperationalError or InterfaceError (the database unreachable, the
+    connection lost), by the standard's class names: any driver raises them."""
+    return any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(exc).__mro__)

@@ -10,8 +10,13 @@
 # (u32), payload. The payload is decoded strictly (every length checked, nothing left
 # over), so a record is either read exactly as written or not at all. On open the file is
 # scanned from its header; the first frame that is short, zero, fails its CRC or does not
-# decode ends the log: a crash can only tear what was written after the last fsync, i.e.
-# the tail, so the tail from there on is cut off (and logged), never read.
+# decode ends the log. A crash can only tear what was written after the last fsync, i.e.
+# the last write: when no good frame follows the bad one it is that torn tail and is cut
+# off (and logged), never read. Anything else is damage no crash causes, and the log is
+# left untouched and refused (TxLogDamaged, telling the operator to resolve the in-doubt
+# transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good frame after
+# a bad one, or a file shorter than its header (a new log is written aside and renamed
+# into place, so a file under the log's name always has its header).
 #
 # FileTxLog is txlog.<bridge> in the bridge's var directory, bounded by txlogSize: an
 # append that would pass the bound first compacts the file (the live CommitRecords, written
@@ -63,6 +68,17 @@ class TxLogError(Exception):
     """The transaction log cannot be read or written. Not a JMSException on purpose: a link
     whose commit decisions cannot be logged stops (with this as its error) instead of
     retrying; its messages stay on the source."""
+
+
+class TxLogUnavailable(TxLogError):
+    """The log's database cannot be reached now (a restart, the network): the decision was
+    not logged, so the transaction rolled back; the next write connects again. A link
+    takes it for a lost connection and tries again, instead of stopping."""
+
+
+class TxLogDamaged(TxLogError):
+    """The log holds damage a crash cannot cause: its recovery would guess, so the bridge
+    does not start and the file is left as it is for the operator."""
 
 
 class TxLogFull(TxLogError):
@@ -243,6 +259,42 @@ def _tail_problem(rest: memoryview, what: str) -> str | None:
     return None if not any(rest) else what
 
 
+def next_good_frame(data: bytes | memoryview, start: int) -> int | None:
+    """The offset of the first whole, checksummed, decodable frame at or after ``start``
+    (searching byte by byte); None when there is none. A crash tears only the last write,
+    so a good frame after a bad one means the bad one was damaged, not torn."""
+    data = memoryview(data)
+    raw = bytes(data)
+    pos = raw.find(RECORD_MAGIC, start)
+    while pos >= 0:
+        if scan(data[:_frame_end(raw, pos)], pos).records:
+            return pos
+        pos = raw.find(RECORD_MAGIC, pos + 1)
+    return None
+
+
+def _frame_end(raw: bytes, pos: int) -> int:
+    """Where the frame starting at ``pos`` would end (bounded by the data)."""
+    if len(raw) - pos < FRAME.size:
+        return len(raw)
+    _magic, length, _crc = FRAME.unpack_from(raw, pos)
+    return min(len(raw), pos + FRAME.size + length)
+
+
+def salvage(data: bytes | memoryview, start: int) -> dict[bytes, CommitRecord]:
+    """The live commit records of every good frame of a damaged log, skipping bad bytes:
+    a hint for the operator resolving in-doubt transactions by hand, never a decision."""
+    records: list[Record] = []
+    pos: int | None = start
+    while pos is not None:
+        found = scan(data, pos)
+        records += found.records
+        if found.problem is None:
+            break
+        pos = next_good_frame(data, found.end + 1)
+    return fold(records)
+
+
 def fold(records: Iterable[Record], live: dict[bytes, CommitRecord] | None = None
          ) -> dict[bytes, CommitRecord]:
     """The CommitRecords still live after ``records`` (in order)."""
@@ -377,47 +429,85 @@ class FileTxLog(TxLog):
             stale = self._compact_path
             if stale.exists():  # a compaction cut short by a crash; the log itself is whole
                 stale.unlink()
+            if not self.path.exists():
+                self._create()
             try:
                 self._fd = open_private(self.path, os.O_RDWR)
                 with open(self._fd, "rb", closefd=False) as f:
                     data = f.read()
             except OSError as exc:
                 raise TxLogError(f"cannot open the transaction log {self.path}: {exc}") from exc
-            if len(data) < len(FILE_MAGIC) and FILE_MAGIC.startswith(data.rstrip(b"\0")):
-                try:
-                    data = self._initialise()   # new, or its creation was cut short
-                except OSError as exc:
-                    self._close_fd()
-                    kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
-                    raise kind(f"cannot create the transaction log {self.path}: "
-                               f"{exc.strerror}") from exc
-            elif not data.startswith(FILE_MAGIC):
+            try:
+                found = self._check(data)
+            except TxLogError:
                 self._close_fd()
-                raise TxLogError(f"{self.path} is not a transaction log of this version (it "
-                                 f"starts with {data[:8]!r}); move it away if it is not needed")
-            found = scan(data, len(FILE_MAGIC))
+                raise
             self._live = fold(found.records)
             self._end = self._allocated = found.end
             if found.problem is not None:
                 tail = len(data.rstrip(b"\0")) - found.end
-                log.warning("transaction log %s: %s at offset %d; cutting off the last %d "
-                            "byte(s) (a write torn by a crash)", self.path, found.problem,
-                            found.end, tail)
+                log.warning("transaction log %s: %s at offset %d, the last record; cutting off "
+                            "its %d byte(s) (a write torn by a crash: its decision was never "
+                            "acted on)", self.path, found.problem, found.end, tail)
             if found.problem is not None or (found.end < len(data) and not self.settings.mmap):
                 self._cut_tail(found.end, len(data))
             if self.settings.mmap:
                 self._map_file()
             return dict(self._live)
 
-    def _initialise(self) -> bytes:
+    def _check(self, data: bytes) -> Scan:
+        """Scan the file; TxLogDamaged for what a crash cannot do: the file is created
+        whole (written aside and renamed), so it is never shorter than its header, and
+        only the last write can be torn, so no good record follows a bad one."""
+        if not data.startswith(FILE_MAGIC):
+            if len(data) < len(FILE_MAGIC) and FILE_MAGIC.startswith(data):
+                raise self.damaged(f"it is {len(data)} bytes long, shorter than its "
+                                   f"{len(FILE_MAGIC)}-byte header: it was emptied or cut "
+                                   "short, and the decisions it held are lost")
+            raise TxLogError(f"{self.path} is not a transaction log of this version (it "
+                             f"starts with {data[:8]!r}); move it away if it is not needed")
+        found = scan(data, len(FILE_MAGIC))
+        if found.problem is not None:
+            after = next_good_frame(data, found.end + 1)
+            if after is not None:
+                raise self.damaged(f"{found.problem} at offset {found.end}, before intact "
+                                   f"records (the next at offset {after}): it was changed "
+                                   "after it was written, not torn by a crash")
+        return found
+
+    def damaged(self, what: str) -> TxLogDamaged:
+        bridge = self.path.name.removeprefix("txlog.")
+        return TxLogDamaged(
+            f"the transaction log {self.path} is damaged: {what}. It was left as it is and "
+            f"recovery of bridge {bridge} stopped (its transacted links do not start). List "
+            f"the in-doubt transactions with `imqbridgemgr list txn -bn {bridge}`, commit or "
+            f"roll back each with `imqbridgemgr commit txn -n ID -bn {bridge}` or "
+            f"`imqbridgemgr rollback txn -n ID -bn {bridge}`, then move {self.path} "
+            "away (keep it for analysis) and start the bridge again")
+
+    def _create(self) -> None:
+        """A new log: its header written aside, synced and renamed into place, so a file
+        under the log's name always has its header (an empty one is damage, not new)."""
+        tmp = self.path.with_name(self.path.name + ".new")
         size = self.settings.size if self.settings.mmap else len(FILE_MAGIC)
-        os.ftruncate(self._fd, 0)
-        os.pwrite(self._fd, FILE_MAGIC, 0)
-        if size > len(FILE_MAGIC):
-            os.ftruncate(self._fd, size)
-        os.fsync(self._fd)
-        _fsync_dir(self.path.parent)
-        return FILE_MAGIC
+        try:
+            fd = open_private(tmp, os.O_RDWR | os.O_TRUNC)
+            try:
+                os.pwrite(fd, FILE_MAGIC, 0)
+                if size > len(FILE_MAGIC):
+                    os.ftruncate(fd, size)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            _fsync_dir(self.path.parent)
+        except OSError as exc:
+            try:
+                tmp.unlink()
+            except OSError:
+                pass
+            kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
+            raise kind(f"cannot create the transaction log {self.path}: {exc.strerror}") from exc
 
     def _cut_tail(self, end: int, length: int) -> None:
         if self.settings.mmap:  # the file keeps its size: zero the torn bytes

@@ -78,6 +78,7 @@ from ...jms.errors import (
     JMSSecurityException,
     ProducerFlowControl,
     ResourceAllocationException,
+    StoreUnavailable,
     TransactionRolledBackException,
     XAException,
 )
@@ -816,6 +817,14 @@ class Broker:
         if ticket is not None and self.store is not None:
             self.store.wait(ticket)
 
+    def _xa_durable(self, what: str, ticket: int | None) -> None:
+        """Wait for an XA step's batch; a store whose database is unreachable is an RM
+        that failed (XAER_RMFAIL: the outcome is the coordinator's recovery's), not a vote."""
+        try:
+            self.wait_durable(ticket)
+        except StoreUnavailable as exc:
+            raise XAException(f"{what}: {exc}", xa.XAER_RMFAIL) from exc
+
     @property
     def sync(self) -> bool:
         return self.store is not None and self.store.sync
@@ -1293,7 +1302,8 @@ class Broker:
             except JMSException as exc:
                 self._xa_forget_rollback(work)
                 raise XAException(f"prepare: branch {xid} cannot be prepared and is rolled back: {exc}",
-                                  xa.XA_RBROLLBACK) from exc
+                                  xa.XAER_RMFAIL if isinstance(exc, StoreUnavailable)
+                                  else xa.XA_RBROLLBACK) from exc
             work.sends = []
             work.prepared_sends = envs
             work.state = WorkState.PREPARED
@@ -1307,7 +1317,7 @@ class Broker:
                         env.blob = None
                 self.store.prepare_xa(str(xid), sends, [e.seq for e in work.acks if e.stored], waited=True)
                 ticket = self.store.ticket()
-        self.wait_durable(ticket)
+        self._xa_durable("prepare", ticket)
         return xa.XA_OK
 
     def xa_commit(self, xid: Xid, one_phase: bool, wait: bool = True) -> int | None:
@@ -1340,7 +1350,7 @@ class Broker:
                         env.queue.release(env)
                 ticket = self.store.ticket() if self.store is not None else None
         if wait:
-            self.wait_durable(ticket)
+            self._xa_durable("commit", ticket)
         return ticket
 
     def xa_rollback(self, xid: Xid) -> None:

@@ -242,18 +242,26 @@ class Channel:
             raise
         return call
 
-    def finish(self, call: Call) -> Any:
-        """The answer of ``call`` (waiting for it); its error raised."""
-        self.wait_for(lambda: call.done, None)
+    def finish(self, call: Call, timeout: float | None = None, what: str = "a request") -> Any:
+        """The answer of ``call`` (waiting for it); its error raised. No answer within
+        ``timeout`` seconds: the service is hung (or stopped), and the connection is taken
+        for lost (the call's outcome is unknown), however alive its socket looks."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        if not self.wait_for(lambda: call.done, deadline):
+            raise self._lost(f"no answer to {what} within {timeout:g} s (the service does "
+                             "not respond)")
         if call.error is not None:
             raise call.error
         return call.value
 
-    def call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None) -> Any:
-        return self.finish(self.start(frame, then))
+    def call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
+             timeout: float | None = None, what: str = "a request") -> Any:
+        return self.finish(self.start(frame, then), timeout, what)
 
-    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
-        return self.call(lambda call_id: wire.request(call_id, op, *args), then)
+    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None,
+                timeout: float | None = None) -> Any:
+        return self.call(lambda call_id: wire.request(call_id, op, *args), then, timeout,
+                         op.name.lower())
 
     # --- reading ------------------------------------------------------------------------------
     def wait_for(self, ready: Callable[[], bool], deadline: float | None) -> bool:

@@ -9,6 +9,12 @@
 # A durable subscription's key holds a NUL, which PostgreSQL text refuses: the database
 # holds U+FFFE in its place. An instance of an HA cluster (cluster.py) has the schema of its
 # broker id, keeps the XA logs in the cluster's schema, and fences every batch on its lease.
+# A connection the database dropped (a restart, the network) is replaced at the next write
+# or read; a write that failed for it is unavailable() to the store, which keeps the batch
+# and retries it with backoff. Since a commit lost with its connection may have happened,
+# the batch statements are idempotent here: message rows are inserted ON CONFLICT DO
+# NOTHING and a prepared branch's rows are replaced, so writing a batch twice changes
+# nothing more (every other statement is an upsert or a delete already).
 """The embedded broker's store in PostgreSQL (psycopg 3)."""
 
 from __future__ import annotations
@@ -48,7 +54,12 @@ _PG_OPS = {**_OPS,
                        "topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
                        "no_local = EXCLUDED.no_local",),
            "dest_put": ("INSERT INTO dests(qkey, config) VALUES (?, ?) "
-                        "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",)}
+                        "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",),
+           "xa_commit": ("INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob "
+                         "FROM xa_sends WHERE xid = ? ON CONFLICT (seq) DO NOTHING",
+                         *_OPS["xa_commit"][1:])}
+INSERT_MSG = ("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?) "
+              "ON CONFLICT (seq) DO NOTHING")
 # A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
 # in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
 _NUL, _NUL_STORED = "\0", "\ufffe"
@@ -64,7 +75,8 @@ def loaded_key(text: str) -> str:
 
 
 _PREPARE_XA = ("INSERT INTO xa(xid, state) VALUES (?, 'prepared') "
-               "ON CONFLICT (xid) DO UPDATE SET state = 'prepared'")
+               "ON CONFLICT (xid) DO UPDATE SET state = 'prepared'",
+               "DELETE FROM xa_sends WHERE xid = ?", "DELETE FROM xa_acks WHERE xid = ?")
 
 
 @dataclass(frozen=True)
@@ -171,13 +183,13 @@ class PostgresDatabase(Database):
     def __init__(self, settings: JdbcSettings, sync: bool) -> None:
         self.settings = settings
         self.where = settings.where
+        self.sync = sync
         self._lock = threading.Lock()
-        conn = settings.connect()
+        conn = self._connect()
         try:
             import psycopg
 
             with conn.cursor() as cur:
-                cur.execute(f"SET synchronous_commit TO {'on' if sync else 'off'}")
                 for statement in SCHEMA:
                     cur.execute(statement)
                 cur.execute("SELECT v FROM meta WHERE k = 'schema'")
@@ -195,7 +207,46 @@ class PostgresDatabase(Database):
         except BaseException:
             conn.close()
             raise
-        self._conn = conn
+        self._conn: Any = conn
+
+    def _connect(self) -> Any:
+        conn = self.settings.connect()
+        try:
+            with conn.cursor() as cur:
+                cur.execute(f"SET synchronous_commit TO {'on' if self.sync else 'off'}")
+            conn.commit()
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    def _connection(self) -> Any:
+        """The connection, a new one when the last was lost (under self._lock)."""
+        if self._conn is None or self._conn.closed:
+            self._conn = None
+            self._conn = self._connect()
+        return self._conn
+
+    def _drop(self) -> None:
+        """Forget a connection that failed (under self._lock): the next use connects again."""
+        conn, self._conn = self._conn, None
+        if conn is not None:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+    def unavailable(self, exc: BaseException) -> bool:
+        """A lost or refused connection (psycopg's OperationalError or InterfaceError, also
+        behind the StoreError of a failed connect); the fence's StoreError is not."""
+        import psycopg
+
+        seen: BaseException | None = exc
+        while seen is not None:
+            if isinstance(seen, (psycopg.OperationalError, psycopg.InterfaceError)):
+                return not self.no_space(seen)
+            seen = seen.__cause__
+        return False
 
     def load(self) -> Recovered:
         import psycopg
@@ -223,13 +274,18 @@ class PostgresDatabase(Database):
 
         try:
             with self._lock:
+                conn = self._connection()
                 try:
-                    with self._conn.cursor() as cur:
+                    with conn.cursor() as cur:
                         cur.execute(sql.replace("?", "%s"), args)
                         return cur.fetchall()
                 finally:
-                    self._conn.commit()
+                    if not conn.closed:
+                        conn.commit()
         except psycopg.Error as exc:
+            with self._lock:
+                if self.unavailable(exc):
+                    self._drop()
             raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
 
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
@@ -240,16 +296,21 @@ class PostgresDatabase(Database):
 
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
               ops: list[tuple[str, tuple[Any, ...]]]) -> None:
-        with self._lock, self._conn.cursor() as cur:
+        with self._lock:
+            conn = self._connection()
             try:
-                self._fenced(cur)
-                inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
-                ops = [_stored_op(name, args) for name, args in ops]
-                write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
-                            _PREPARE_XA, mark="%s")
-                self._conn.commit()
-            except BaseException:
-                self._conn.rollback()
+                with conn.cursor() as cur:
+                    self._fenced(cur)
+                    inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
+                    ops = [_stored_op(name, args) for name, args in ops]
+                    write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
+                                _PREPARE_XA, mark="%s", insert_msg=INSERT_MSG)
+                conn.commit()
+            except BaseException as exc:
+                if self.unavailable(exc):
+                    self._drop()
+                else:
+                    conn.rollback()
                 raise
 
     def _fenced(self, cur: Any) -> None:
@@ -269,4 +330,4 @@ class PostgresDatabase(Database):
 
     def close(self) -> None:
         with self._lock:
-            self._conn.close()
+            self._drop()

@@ -42,7 +42,9 @@ more per receive, and no message sits with an idle consumer, as in-process).
 ``receive_no_wait`` asks the service for what the queue holds at that moment.
 
 When the connection breaks (the service stops, the network fails, three heart-beat
-intervals pass in silence) every waiting call and receive raises a TransportException
+intervals pass in silence, an XA call gets no answer within ``xa_timeout`` seconds: a
+hung or stopped service is noticed in seconds, and its outcome left to recovery) every
+waiting call and receive raises a TransportException
 naming the service and the cause, the exception listener hears the same, and the
 broker gives back what the connection held. Nothing reconnects by itself: a caller that
 wants to go on makes a new connection (``RemoteConnectionFactory`` looks the service
@@ -109,7 +111,8 @@ class RemoteConnectionFactory(XAConnectionFactory):
 
     def __init__(self, url: str = f"mq://127.0.0.1:{DEFAULT_PORT}", *, ssl_context: ssl.SSLContext | None = None,
                  prefetch: int = 100, heartbeat: float = 30.0, connect_timeout: float = 10.0,
-                 sync_sends: bool = False, send_window: int = 0, client_name: str | None = None) -> None:
+                 sync_sends: bool = False, send_window: int = 0, client_name: str | None = None,
+                 xa_timeout: float = 10.0) -> None:
         self.url = url
         self.addresses = parse_url(url)
         self.ssl_context = ssl_context
@@ -123,6 +126,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
             raise JMSException(f"send_window must be >= 0, not {send_window}")
         self.send_window = send_window
         self.client_name = client_name       # what the service logs; default: this process's pid
+        self.xa_timeout = xa_timeout         # s an XA call waits for its answer (a hung service)
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> RemoteConnection:
         errors: list[JMSException] = []
@@ -177,9 +181,10 @@ class RemoteConnection(XAConnection):
         if self.closed:
             raise IllegalStateException("the connection is closed")
 
-    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None) -> Any:
+    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None,
+                timeout: float | None = None) -> Any:
         self._check_open()
-        return self.channel.request(op, *args, then=then)
+        return self.channel.request(op, *args, then=then, timeout=timeout)
 
     def flush(self) -> None:
         """Write what was kept lazily (CONSUMED reports, transacted sends)."""
@@ -623,8 +628,10 @@ class RemoteXAResource(XAResource):
         self._timeout = 0
 
     def _request(self, op: wire.Op, *args: Any) -> Any:
+        """An XA call, answered within the factory's xa_timeout or the connection is lost
+        (XAER_RMFAIL: the coordinator treats the RM as unreachable, recovery finishes)."""
         try:
-            return self.connection.request(op, *args)
+            return self.connection.request(op, *args, timeout=self.connection.factory.xa_timeout)
         except TransportException as exc:
             raise XAException(f"{op.name.lower()}: {exc}", XAER_RMFAIL) from exc
 

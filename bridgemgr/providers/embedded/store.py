@@ -39,6 +39,12 @@ do new persistent messages (``check_room``, asked by the broker before it routes
 acknowledgements, delivery counts and ordered ops are still recorded and kept pending. The
 writer thread retries with backoff until a write succeeds, and the store is no longer full.
 A full store logs once when it fills and once when space is back.
+A database that cannot be reached (``Database.unavailable``: PostgreSQL restarting, the
+network down) is handled the same way: the batch is kept, retried with backoff over a new
+connection, and meanwhile callers get StoreFull saying the database is unavailable and
+``problem()`` says so (the metrics port's /readyz is not ready); writes resume, in order,
+once it is back. PostgreSQL's batches are written so that one written twice (its commit
+lost with the connection, then retried) changes nothing more.
 
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
@@ -74,7 +80,11 @@ from pathlib import Path
 from typing import Any
 
 from ...backoff import backoff_delay
-from ...jms.errors import StoreError, StoreFull  # jms-level: the CLI names them without knowing the store
+from ...jms.errors import (  # jms-level: the CLI names them without knowing the store
+    StoreError,
+    StoreFull,
+    StoreUnavailable,
+)
 from ...private import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
@@ -185,6 +195,11 @@ class Database:
     def no_space(self, exc: BaseException) -> bool:
         """``exc``, raised by ``write``, means no space was left (the batch can be retried)."""
         return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+    def unavailable(self, exc: BaseException) -> bool:
+        """``exc``, raised by ``write``, means the database could not be reached (the batch
+        can be retried once it is back; the next write connects again)."""
+        return False
 
     def size(self) -> int | None:
         """Bytes the store takes on disk; None where it cannot tell cheaply."""
@@ -320,19 +335,22 @@ def recovered(execute: Callable[..., Any]) -> Recovered:
 def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
                 inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
                 ops: list[tuple[str, tuple[Any, ...]]], statements: dict[str, tuple[str, ...]],
-                prepare_xa: str, mark: str = "?") -> None:
+                prepare_xa: str | tuple[str, ...], mark: str = "?",
+                insert_msg: str = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"
+                ) -> None:
     """A batch's statements in the fixed order (inserts, ordered ops, delivery counts,
-    deletes) inside the caller's transaction; ``mark`` is the driver's placeholder."""
+    deletes) inside the caller's transaction; ``mark`` is the driver's placeholder;
+    ``prepare_xa`` the statement(s), each taking the xid, that begin a prepared branch."""
     def sql(text: str) -> str:
         return text if mark == "?" else text.replace("?", mark)
 
     if inserts:
-        executemany(sql("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"),
-                    [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
+        executemany(sql(insert_msg), [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
     for name, args in ops:
         if name == "xa_prepare":
             xid, sends, acks = args
-            executemany(sql(prepare_xa), [(xid,)])
+            for statement in (prepare_xa,) if isinstance(prepare_xa, str) else prepare_xa:
+                executemany(sql(statement), [(xid,)])
             if sends:
                 executemany(sql("INSERT INTO xa_sends(xid, seq, qkey, blob) VALUES (?, ?, ?, ?)"),
                             [(xid, seq, q, b) for seq, q, b in sends])
@@ -407,6 +425,7 @@ class Store:
         self._done = 0        # last batch committed
         self._error: BaseException | None = None
         self._full: BaseException | None = None  # why the last write failed for lack of space
+        self._down = False    # ... and it was the database that could not be reached
         self._full_since = 0.0
         self._failed = 0      # last batch that failed for lack of space (its changes pending again)
         self._attempts = 0    # failed writes in a row while full (the retry backoff)
@@ -480,6 +499,9 @@ class Store:
         return self._full is not None
 
     def _no_space(self) -> StoreFull:
+        if self._down:
+            return StoreUnavailable(f"store unavailable: {self.path}: its database cannot be reached "
+                                    f"({self._full}); changes are kept and written once it is back")
         return StoreFull(f"store full: {self.path}: no space left")
 
     def check_room(self) -> None:
@@ -608,16 +630,22 @@ class Store:
             self._write(claim.inserts, claim.deletes, claim.updates, claim.ops)
         except BaseException as exc:
             with self.lock:
-                if self.database.no_space(exc):  # kept, retried: see the module comment
+                down = self.database.unavailable(exc)
+                if down or self.database.no_space(exc):  # kept, retried: the module comment
                     self._restore(claim)
                     self._failed = claim.batch
                     self._attempts += 1
                     if self._full is None:
                         self._full_since = time.monotonic()
-                        log.error("store full: %s: no space left (%s); persistent messages are "
-                                  "refused and pending changes retried until space is back",
-                                  self.path, exc)
-                    self._full = exc
+                        if down:
+                            log.error("store %s: the database cannot be reached (%s); persistent "
+                                      "messages are refused and pending changes retried until "
+                                      "it is back", self.path, exc)
+                        else:
+                            log.error("store full: %s: no space left (%s); persistent messages "
+                                      "are refused and pending changes retried until space is "
+                                      "back", self.path, exc)
+                    self._full, self._down = exc, down
                     self._changed()  # an idle writer thread wakes up to retry
                 else:  # an I/O error, a lost database: stop accepting work
                     log.error("store %s: writing batch %d failed: %s", self.path, claim.batch, exc)
@@ -628,9 +656,10 @@ class Store:
             return False
         with self.lock:
             if self._full is not None:
-                log.warning("store %s: space is back after %.1f s; writing again", self.path,
+                log.warning("store %s: %s after %.1f s; writing again", self.path,
+                            "the database is back" if self._down else "space is back",
                             time.monotonic() - self._full_since)
-                self._full, self._attempts = None, 0
+                self._full, self._down, self._attempts = None, False, 0
             self._done = claim.batch
             self._writing = False
             self._claim = None
@@ -723,6 +752,8 @@ class Store:
             if self._error is not None:
                 return f"{self.path}: the store failed: {self._error}"
             if self._full is not None:
+                if self._down:
+                    return f"{self.path}: the store's database cannot be reached: {self._full}"
                 return f"{self.path}: the store is full (no space left)"
             if self._closing:
                 return f"{self.path}: the store is closed"

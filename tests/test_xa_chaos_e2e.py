@@ -1,0 +1,95 @@
+"""Chaos over a transacted link, end to end: host H (a `serve` with bridge jb, transacted
+link xa.src -> xa.dst at target T over mq://, batches of 10, fsync on) and target T
+(another `serve` on a fixed port mapper port). While H moves the messages, random faults
+hit both sides: T paused (SIGSTOP, 0.05-0.8 s, then SIGCONT), T killed with SIGKILL and
+started again, H killed with SIGKILL and started again (its bridge starts by itself and
+recovers), and with H's store in PostgreSQL (imq.persist.store=jdbc, its XA log there too)
+the database stopped (fast shutdown) and started again. Then every message is counted at
+T: none lost, none twice, in order.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import threading
+import time
+
+import pytest
+
+from service_support import Daemon, send, take
+from test_xa_faults_e2e import PASSWORD, host_service, target_props
+from test_xa_pg_outage_e2e import database  # noqa: F401  (the fixture)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+N = 4000
+FAULTS = 200
+SEED = int(os.environ.get("CHAOS_SEED", "0")) or random.randrange(1 << 30)
+
+
+def drained(daemon: Daemon) -> Daemon:
+    """Read the service's console from now on (a full pipe would block its logging)."""
+    assert daemon.proc.stdout is not None
+    threading.Thread(target=daemon.proc.stdout.read, daemon=True).start()
+    return daemon
+
+
+@pytest.mark.parametrize("store", ["file", "jdbc"])
+def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store):
+    rng = random.Random(SEED)
+    tprops = target_props(tmp_path)
+    target = drained(Daemon(tprops))
+    props, _ = host_service(tmp_path, target)
+    text = props.read_text().replace("imq.bridge.jb.autostart=false\n", "")
+    db = request.getfixturevalue("database") if store == "jdbc" else None
+    if db is not None:
+        text += f"imq.persist.store=jdbc\nimq.persist.jdbc.postgresql.property.url={db.url()}\n"
+    props.write_text(text)
+    host = drained(Daemon(props, settle=False))
+    done: dict[str, int] = {"pause": 0, "kill T": 0, "kill H": 0, "restart DB": 0}
+    try:
+        send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
+        started = time.monotonic()
+        for _ in range(FAULTS):
+            if time.monotonic() - started > 120:
+                break
+            time.sleep(rng.uniform(0.0, 0.2))
+            roll = rng.random()
+            if roll < 0.85:
+                target.proc.send_signal(signal.SIGSTOP)
+                time.sleep(rng.uniform(0.05, 0.8))
+                target.proc.send_signal(signal.SIGCONT)
+                done["pause"] += 1
+            elif db is not None and roll < 0.9:
+                db.stop_fast()
+                time.sleep(rng.uniform(0.2, 3.0))
+                db.start()
+                done["restart DB"] += 1
+            elif roll < 0.95:
+                target.proc.kill()
+                target.proc.wait(timeout=30)
+                target = drained(Daemon(tprops))
+                done["kill T"] += 1
+            else:
+                host.proc.kill()
+                host.proc.wait(timeout=30)
+                host = drained(Daemon(props, settle=False))
+                done["kill H"] += 1
+        got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=120, quiet=3.0)]
+        counts: dict[str, int] = {}
+        for text in got:
+            counts[text] = counts.get(text, 0) + 1
+        lost = [f"m{i}" for i in range(N) if f"m{i}" not in counts]
+        twice = sorted(t for t, n in counts.items() if n > 1)
+        assert not lost and not twice, (SEED, done, lost[:20], twice[:20])
+        assert got == [f"m{i}" for i in range(N)], (SEED, done)
+        assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
+        assert take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5) == [], (SEED, done)
+    finally:
+        if target.proc.poll() is None:
+            target.proc.send_signal(signal.SIGCONT)
+        host.stop()
+        target.stop()
+        print("chaos seed", SEED, done)

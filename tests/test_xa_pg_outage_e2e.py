@@ -1,0 +1,120 @@
+"""PostgreSQL stopped and started under a transacted link, end to end: host H (a `serve`
+with imq.persist.store=jdbc in a PostgreSQL server of this test's own, bridge jb moving
+xa.src -> xa.dst at target T over mq://, batches of 10; its XA log in the same database)
+and T (another `serve`, file store).
+
+The database is stopped (fast shutdown: H's connections are cut) mid-transfer for 5 s and
+started again. H's store and XA log connect again by themselves and the link resumes: T
+gets every message once, in order, with nothing left at H's source or in its DMQ; while
+the database is down, /readyz says so. (Before, the store failed for good: "accepts no
+more changes", and the link stopped.)
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import re
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+
+from service_support import Daemon, cli, one_bridge_files, send, take
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
+
+PASSWORD = "Secret-1"
+N = 3000
+XML = """<?xml version="1.0" encoding="UTF-8"?>
+<jmsbridge name="jb">
+  <link name="l1" transacted="true">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="remote" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <connection-factory ref-name="remote" lookup-name="XAConnectionFactory"
+                      username="admin" password="{password}">
+    <property name="java.naming.factory.initial" value="imq.embedded"/>
+    <property name="java.naming.provider.url" value="mq://{target}"/>
+  </connection-factory>
+  <destination ref-name="src" name="xa.src"/>
+  <destination ref-name="dst" name="xa.dst"/>
+</jmsbridge>
+"""
+IDLE_XML = '<jmsbridge name="idle"><connection-factory ref-name="host"/></jmsbridge>\n'
+
+
+@pytest.fixture
+def database():
+    """A PostgreSQL server of this test's own (it is stopped and started)."""
+    from pgserver import PostgreSQL, missing_postgresql
+
+    reason = missing_postgresql()
+    if reason:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-pg-outage-"))
+    server = PostgreSQL(base)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def readyz(address: tuple[str, int]) -> tuple[int, str]:
+    conn = http.client.HTTPConnection(*address, timeout=30)
+    auth = base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
+    try:
+        conn.request("GET", "/readyz", headers={"Authorization": "Basic " + auth})
+        response = conn.getresponse()
+        return response.status, response.read().decode()
+    finally:
+        conn.close()
+
+
+def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, database):
+    base = tmp_path / "target"
+    base.mkdir()
+    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, activelist="")
+    target = Daemon(tprops)
+    base = tmp_path / "host"
+    base.mkdir()
+    props, passfile = one_bridge_files(
+        base, "host", XML.format(password=PASSWORD, target=target.address), PASSWORD,
+        "imq.bridge.jb.autostart=false", "imq.bridge.jb.transaction.batchSize=10",
+        "imq.persist.store=jdbc", f"imq.persist.jdbc.postgresql.property.url={database.url()}",
+        "imq.persist.file.sync.enabled=true", "imq.metrics.port=0")
+    passfile.chmod(0o600)
+    host = Daemon(props)
+    try:
+        url = next(line.split()[1] for line in host.lines if line.startswith("metrics: "))
+        m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
+        assert m, url
+        metrics = (m.group(1), int(m.group(2)))
+        send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
+        r = cli(host, passfile, "start", "bridge", "-bn", "jb")
+        assert r.returncode == 0, r.stdout + r.stderr
+        time.sleep(0.5)  # mid-transfer
+        database.stop_fast()
+        deadline = time.monotonic() + 15
+        while (status := readyz(metrics))[0] == 200:
+            assert time.monotonic() < deadline, "/readyz stayed ready with the database down"
+            time.sleep(0.2)
+        assert status[0] == 503 and "database cannot be reached" in status[1], status
+        time.sleep(5)
+        database.start()
+        got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=120, quiet=2.0)]
+        assert len(got) == N and len(set(got)) == N, (len(got), len(set(got)))
+        assert got == [f"m{i}" for i in range(N)]
+        assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
+        assert take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5) == []
+        deadline = time.monotonic() + 15
+        while readyz(metrics)[0] != 200:
+            assert time.monotonic() < deadline, readyz(metrics)
+            time.sleep(0.2)
+    finally:
+        host.stop()
+        target.stop()
