@@ -198,7 +198,8 @@ class HostBroker(ABC):
 
     @abstractmethod
     def queue_depth(self, principal: Principal, name: str) -> int:
-        """Messages waiting in queue ``name``."""
+        """Messages of queue ``name`` not yet acknowledged: waiting, or delivered to a consumer
+        (a paused link's prefetched ones are still its backlog)."""
 
     @abstractmethod
     def describe_destination(self, principal: Principal, destination: Destination

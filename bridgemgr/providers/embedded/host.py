@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Any, cast
 
-from ...jms.destination import Destination, Topic
+from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException
 from ...jms.hostbroker import (
     Client,
@@ -284,7 +284,8 @@ class EmbeddedHostBroker(HostBroker):
         return self.broker.destinations()
 
     def queue_depth(self, principal: Principal, name: str) -> int:
-        return self.broker.queue_depth(name)
+        found = self.broker.describe_destination(Queue(name))
+        return 0 if found is None else found[1]["pending"] + found[1]["unacked"]
 
     def describe_destination(self, principal: Principal, destination: Destination
                              ) -> tuple[DestinationAttributes, dict[str, int]] | None:
