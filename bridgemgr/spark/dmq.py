@@ -25,6 +25,8 @@
 #     (a JMSMessageID IN (...) selector, INDIVIDUAL ack),
 #     sends each original to its link's target (or --to) and acknowledges that DMQ message
 #     only after its send returned; a failed send leaves it in the DMQ. A dry run browses only.
+#     Each resent message carries JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID (its id at the source),
+#     as a Spark link's messages do.
 # pyspark is imported inside the functions that need it, so the CLI starts fast.
 """Archive, report and redrive of a JMS bridge's dead message queues."""
 
@@ -59,6 +61,7 @@ from ..jmsbridge.resolve import (
 )
 from ..props import clip
 from ..transform import MessageTransformer
+from .options import SOURCE_ID_PROPERTY
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -634,6 +637,7 @@ def _resend(consumer: Any, items: dict[str, RedriveItem], senders: _Senders,
             message = restore(dead)
             if transformer is not None:
                 message = _transform(transformer, message, dead)
+            message = _stamp(message, item.source_message_id or message.message_id)
             assert item.destination is not None  # (only items with one are resent)
             dest = parse_destination(item.destination)
             senders.send(item.factory, message, dest,
@@ -645,6 +649,16 @@ def _resend(consumer: Any, items: dict[str, RedriveItem], senders: _Senders,
             continue
         dead.acknowledge()
         item.status = "sent"
+
+
+def _stamp(message: Message, source_id: str | None) -> Message:
+    """The resent message carries its source message id, as a Spark link's messages do:
+    a consumer drops a redriven copy of one that did arrive after all."""
+    if source_id:
+        if message.is_read_only:
+            message = message.copy()
+        message.set_string_property(SOURCE_ID_PROPERTY, source_id)
+    return message
 
 
 def _transform(transformer: MessageTransformer, message: Message, dead: Message) -> Message:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .jobs import job_failures, job_options, require_spark, service_job
+from .jobs import job_failures, job_options, require_spark, service_job, spark_options
 
 if TYPE_CHECKING:
     from .dmq import DMQEndpoint, RedriveResult
@@ -79,9 +79,10 @@ def _write(text: str, target: str) -> None:
 @click.option("--limit", type=click.IntRange(1), default=None, help="Archive at most this many messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("path")
+@spark_options
 @job_failures("the DMQ archive")
 def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool, path: str,
-                **options: Any) -> None:
+                master: str | None, timeout: float, **options: Any) -> None:
     """Move the DMQ's messages to Parquet at PATH (partitioned by day and reason).
 
     Each chunk is acknowledged in the DMQ only after its Parquet write committed; a crash
@@ -95,7 +96,7 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
     job, endpoint = _job(options, dmq_name)
     total = _dmq_backlog(job, dmq_name)
     progress = Progress(f"DMQ {dmq_name}", min(total, limit or total) if total is not None else None)
-    spark = job.spark("imqbridge-dmq-archive")
+    spark = job.spark("imqbridge-dmq-archive", master, timeout)
     try:
         with _errors():
             result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit,
@@ -131,9 +132,11 @@ def _dmq_backlog(job: ServiceJob, dmq_name: str) -> int | None:
               help="Write JSON to FILE (alone: to stdout, instead of the table).")
 @click.option("--html", "html_out", metavar="FILE",
               help="Write a self-contained HTML page with bar charts to FILE.")
+@spark_options
 @job_failures("the DMQ report")
 def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
-               json_out: str | None, html_out: str | None, **options: Any) -> None:
+               json_out: str | None, html_out: str | None, master: str | None, timeout: float,
+               **options: Any) -> None:
     """Count and bytes of dead messages by hour, reason, link, source and target.
 
     Reads the DMQ without consuming anything (a queue browser), or an archive.
@@ -143,19 +146,17 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
 
     require_spark()
     if archive_path is not None:
-        from .session import SparkUnavailable, spark_session
+        from .jobs import job_spark
+        from .session import DEFAULT_MASTER
 
-        _check_local(archive_path)
-        try:
-            spark = spark_session(app_name="imqbridge-dmq-report")
-        except SparkUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
+        _check_local(archive_path)  # (no service: its master only with --master)
+        spark = job_spark("imqbridge-dmq-report", master or DEFAULT_MASTER, {}, timeout)
         source = f"archive {archive_path}"
     else:
         if options["bridge"] is None:
             raise click.UsageError("name the bridge whose DMQ to report on (-bn), or give --archive")
         job, endpoint = _job(options, dmq_name)
-        spark = job.spark("imqbridge-dmq-report")
+        spark = job.spark("imqbridge-dmq-report", master, timeout)
         source = f"DMQ {dmq_name} of bridge {job.bridge}"
     try:
         with _errors():

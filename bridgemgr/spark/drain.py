@@ -30,7 +30,7 @@ from typing import Any
 import click
 
 from ..private import private_dir
-from .jobs import failure_line, job_failures, job_options, job_output, require_spark, service_job
+from .jobs import failure_line, job_failures, job_options, job_output, require_spark, service_job, spark_options
 from .progress import Progress
 
 
@@ -47,10 +47,11 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@spark_options
 @job_failures("the drain")
 def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secure: bool,
           cafile: str | None, reply_timeout: int, retries: int, link: str, batch: int,
-          checkpoint: Path | None, as_json: bool) -> None:
+          checkpoint: Path | None, as_json: bool, master: str | None, timeout: float) -> None:
     """Move everything waiting on a link's source to its target, with Spark, and exit.
 
     The link's transformer, DMQ rules and the stamped source message id
@@ -68,12 +69,14 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
         raise click.ClickException(f"link {link} is transacted (once-and-only-once); a drain is "
                                    "at-least-once and runs non-transacted links only")
     checkpoint = checkpoint or default_checkpoint(bridge, link)
+    # Spark first: a master that cannot run the drain fails it before the link is paused
+    spark = job.spark(f"imqbridge drain {bridge}/{link}", master, timeout)
     admin = _Admin(broker, job.user, job.password, secure, cafile, reply_timeout, retries)
     paused = admin.pause_if_running(bridge, link)
     if paused:
         click.echo(f"link {link} of bridge {bridge} paused for the drain", err=True)
     try:
-        summary = _run(job, link, batch, checkpoint)
+        summary = _run(job, spark, link, batch, checkpoint)
     finally:
         if paused:
             admin.resume(bridge, link)
@@ -88,17 +91,16 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
                    f"{summary['seconds']} s ({summary['msg_per_s']} msg/s)")
 
 
-def _run(job: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
+def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
     """The drain's query, its progress on stderr; the summary."""
     from ..transform import transformer_path
     from .runner import link_options, parallelism, start_query, stats_totals
     from .session import ship_plugins
 
-    spark = job.spark(f"imqbridge drain {job.bridge}/{link}")
     ship_plugins(spark, transformer_path())  # the executors import the link's transformer
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
-        parallelism=parallelism(job.spark_master, dict(job.spark_conf)), max_per_batch=batch,
+        parallelism=parallelism(spark.sparkContext.master, dict(job.spark_conf)), max_per_batch=batch,
         backout_threshold=job.backout_threshold, broker_user=job.broker_user or "",
         broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex())
     private_dir(checkpoint)

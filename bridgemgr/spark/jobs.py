@@ -9,6 +9,10 @@
 # broker" to it (host_factory). backlog() tells how many messages wait at a link's source
 # or a DMQ when the host broker holds them in a queue (QUERY_DST on the admin port), for
 # the progress of drain and dmq archive (progress.py).
+# job_spark() starts the job's Spark on --master or the service's master, never another:
+# an unreachable master is one line within seconds (session.probe_master), stderr names the
+# master that runs the job, and on a cluster the job waits at most --timeout s for an
+# executor (saying once that it waits, with the cores other applications hold).
 # Output: Spark's own start-up lines (the JVM's and log4j's, on stderr) go to
 # ~/.imqbridge/logs/spark.log (0600) unless -loglevel DEBUG; a job that fails prints one
 # line saying what failed and what to do (job_failures), the stack trace only with --debug.
@@ -19,6 +23,7 @@ from __future__ import annotations
 import functools
 import logging
 import re
+import time
 import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -38,6 +43,9 @@ if TYPE_CHECKING:
 
     from ..jms.spi import XAConnectionFactory
     from ..jmsbridge.config import BridgeConfig
+
+
+EXECUTOR_WAIT = 120.0  # s a job waits for its first executor on a cluster (--timeout)
 
 
 @dataclass(frozen=True)
@@ -94,18 +102,92 @@ class ServiceJob:
 
         return HostBrokerFactory(self.broker_url, self.broker_user, self.broker_password)
 
-    def spark(self, app_name: str, **conf: Any) -> SparkSession:
-        """The job's SparkSession: the service's imq.bridge.spark.* settings, then ``conf``.
-        Spark's own lines go to SPARK_LOG unless -loglevel DEBUG."""
-        from .session import SparkUnavailable, spark_session
+    def spark(self, app_name: str, master: str | None = None, timeout: float = EXECUTOR_WAIT,
+              **conf: Any) -> SparkSession:
+        """The job's SparkSession on ``master`` (default: the service's): the service's
+        imq.bridge.spark.conf.* settings, then ``conf`` (see job_spark)."""
+        return job_spark(app_name, master or self.spark_master, {**self.spark_conf, **conf},
+                         timeout)
 
-        quiet = job_output().level > logging.DEBUG
+
+def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: float = EXECUTOR_WAIT
+              ) -> SparkSession:
+    """A job's SparkSession on ``master``, never another: an unreachable master is one
+    line within seconds (probe_master); stderr says which master runs the job
+    ("running on spark://host:7077"); on a cluster the job waits at most ``timeout`` s
+    for an executor, saying once why it waits. Spark's own lines go to SPARK_LOG
+    unless -loglevel DEBUG."""
+    from .session import SparkUnavailable, spark_session
+
+    quiet = job_output().level > logging.DEBUG
+    try:
+        spark = spark_session(app_name=app_name, master=master, conf=conf,
+                              jvm_output=SPARK_LOG if quiet else None)
+    except SparkUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
+    ran_on = spark.sparkContext.master or master
+    click.echo(f"running on {ran_on}", err=True)
+    if not ran_on.startswith("local"):
         try:
-            return spark_session(app_name=app_name, master=self.spark_master,
-                                 conf={**self.spark_conf, **conf},
-                                 jvm_output=SPARK_LOG if quiet else None)
-        except SparkUnavailable as exc:
-            raise click.ClickException(str(exc)) from None
+            wait_for_executors(spark, ran_on, timeout, dict(conf))
+        except click.ClickException:
+            spark.stop()
+            raise
+    return spark
+
+
+def wait_for_executors(spark: SparkSession, master: str, timeout: float,
+                       conf: Mapping[str, str]) -> None:
+    """Return once an executor has registered. A standalone master gives an application
+    only free cores, and a job with none would wait forever (a drain with its source
+    already taken into its checkpoint): say so once (the cores other applications hold,
+    from the master's web UI at spark.master.ui.port, default 8080) and give up after
+    ``timeout`` s."""
+    started = time.monotonic()
+    said = False
+    while True:
+        status = spark.sparkContext._jsc.sc().getExecutorMemoryStatus()
+        if status.size() > 1:  # the driver's block manager, and an executor's
+            return
+        waited = time.monotonic() - started
+        busy = _cores_in_use(master, conf) if not said else None
+        if not said and (waited > WAIT_QUIET or (busy is not None and busy[0] >= busy[1])):
+            click.echo(f"waiting for executors on {master}: {_busy_text(busy)}", err=True)
+            said = True
+        if waited >= timeout:
+            busy = _cores_in_use(master, conf)
+            raise click.ClickException(
+                f"no executor on {master} after {timeout:g} s ({_busy_text(busy)}): free cores "
+                "there (spark.cores.max of the other applications), or run the job with "
+                "--master local[N]")
+        time.sleep(0.5)
+
+
+WAIT_QUIET = 10.0  # s without an executor before a job says it waits (when cores seem free)
+
+
+def _cores_in_use(master: str, conf: Mapping[str, str]) -> tuple[int, int] | None:
+    """(cores in use, cores) of a standalone master, from its web UI's JSON; None when it
+    cannot be read."""
+    import json
+    import urllib.request
+
+    if not master.startswith("spark://"):
+        return None
+    host = master[len("spark://"):].split(",")[0].rpartition(":")[0]
+    port = conf.get("spark.master.ui.port", "8080")
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/json/", timeout=2) as reply:
+            data = json.load(reply)
+        return int(data["coresused"]), int(data["cores"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def _busy_text(busy: tuple[int, int] | None) -> str:
+    if busy is None:
+        return "no free cores? (its web UI shows which applications hold them)"
+    return f"{busy[0]} of {busy[1]} cores in use by other applications"
 
 
 SPARK_LOG = Path.home() / ".imqbridge" / "logs" / "spark.log"
@@ -202,6 +284,16 @@ def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool =
         return click.option("-bn", "bridge", required=bridge_required, metavar="NAME",
                             help="The JMS bridge whose configuration the job uses.")(fn)
     return decorate if fn is None else decorate(fn)
+
+
+def spark_options(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """--master and --timeout of a job that runs on Spark (keyword arguments master, timeout)."""
+    fn = click.option("--timeout", type=click.FloatRange(min=1), default=EXECUTOR_WAIT,
+                      show_default=True, metavar="SECONDS",
+                      help="On a cluster, how long to wait for an executor before failing.")(fn)
+    return click.option("--master", metavar="URL",
+                        help="The Spark master to run on (spark://HOST:PORT, local[N]) "
+                             "[default: the service's imq.bridge.spark.master].")(fn)
 
 
 def service_job(broker: str, bridge: str, user: str | None, passfile: str | None,

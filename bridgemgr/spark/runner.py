@@ -11,9 +11,12 @@
 # query: when it fails (a lost connection, a broken executor) it is started again from
 # its checkpoint after a backoff, as a local link reconnects; a transformer failure that
 # must halt the link (LinkHalted), or RESTARTS failures in a row without a committed batch,
-# stop it with last_error set. Counters (SparkCounters) come from the stats file the
-# sink's commit() writes (they survive restarts); info() adds the query's progress for
-# `list link`.
+# stop it with last_error set. A master that does not answer (MasterUnreachable) leaves the
+# link STARTING with that one line as last_error, and the watcher tries again with backoff
+# for as long as the link is wanted. The service's session takes spark.cores.max = one per
+# Spark link unless set (service_cores), leaving a cluster's other cores to jobs.
+# Counters (SparkCounters) come from the stats file the sink's commit() writes (they
+# survive restarts); info() adds the query's progress for `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
 
 from __future__ import annotations
@@ -34,7 +37,7 @@ from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext
 from ..jmsbridge.states import State
 from ..private import private_dir
 from .options import FORMAT, LinkOptions
-from .session import ship_plugins
+from .session import MasterUnreachable, ship_plugins
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -162,6 +165,7 @@ class SparkLink(RunnerBase):
         self._want = State.STOPPED
         self._lock = threading.RLock()   # query start/stop
         self._wake = threading.Event()   # a command for the watcher's backoff
+        self._runs = 0                   # which start/resume the current watcher serves
 
     # --- commands (RunnerBase checked the state table) -----------------------------------------
     def _on_start(self, timeout: float | None) -> State:
@@ -184,16 +188,24 @@ class SparkLink(RunnerBase):
         return self.state
 
     def _run(self, want: State) -> State:
+        """Start the query; with the master unreachable the link stays STARTING and its
+        watcher tries again with backoff (the command, and the bridge, do not wait)."""
         self._want = want
         self._wake.clear()
+        self._runs += 1
         try:
             self._start_query()
+        except MasterUnreachable as exc:
+            self._query = None
+            self._failed(str(exc))
+            self.lifecycle.set(State.STARTING)
         except Exception as exc:
             self._failed(f"cannot start the Spark query: {type(exc).__name__}: {exc}")
             self.lifecycle.set(State.STOPPED)
             return self.state
-        self.lifecycle.set(State.STARTED)
-        threading.Thread(target=self._watch, args=(self._query,), daemon=True,
+        else:
+            self.lifecycle.set(State.STARTED)
+        threading.Thread(target=self._watch, args=(self._query, self._runs), daemon=True,
                          name=f"spark link {self.bridge_name}/{self.name}").start()
         return self.state
 
@@ -213,7 +225,10 @@ class SparkLink(RunnerBase):
     def _session(self) -> SparkSession:
         if self._spark is None:
             from .session import spark_session
-            self._spark = spark_session(self.props, app_name=f"imqbridge {self.bridge_name}")
+            cores = {} if self.props is None or "spark.cores.max" in self.props.spark_conf \
+                else {"spark.cores.max": str(service_cores(self.props))}
+            self._spark = spark_session(self.props, app_name=f"imqbridge {self.bridge_name}",
+                                        conf=cores)
         return self._spark
 
     def _start_query(self) -> None:
@@ -227,41 +242,50 @@ class SparkLink(RunnerBase):
                       self.setup.source_label, self.setup.target_label, self.checkpoint)
 
     # --- the watcher ------------------------------------------------------------------------------
-    def _watch(self, query: StreamingQuery) -> None:
-        """Follow ``query``; restart it after a failure (with backoff) while wanted. A
-        watcher ends when its query was stopped on purpose or replaced by a command."""
+    def _watch(self, query: StreamingQuery | None, run: int) -> None:
+        """Follow ``query``; restart it after a failure (with backoff) while wanted; with
+        no query (its master was unreachable) try to start one, with backoff, until the
+        master answers. A watcher ends when its query was stopped on purpose or a command
+        started another run."""
         failures = 0
         committed = stats_totals(self.options.stats)["batches"]
         while True:
-            error = _await(query)
-            if self._query is not query or self._want is not State.STARTED:
-                return
-            if error is None:
-                self.log.info("link %s: its Spark query ended", self.name)
-                self.lifecycle.set(State.STOPPED)
-                return
-            now_committed = stats_totals(self.options.stats)["batches"]
-            failures = 1 if now_committed > committed else failures + 1
-            committed = now_committed
-            self.counters.reconnects += 1
-            self._failed(f"Spark query failed: {error}")
-            halted = "LinkHalted" in error
-            if halted or failures > RESTARTS:
-                self.log.error("link %s stops: %s", self.name,
-                               "the transformer halted it" if halted
-                               else f"{RESTARTS} restarts in a row failed")
-                self._want = State.STOPPED
-                self.lifecycle.set(State.STOPPED)
-                return
-            self.lifecycle.move({State.STARTED}, State.STARTING)
+            if query is not None:
+                error = _await(query)
+                if self._runs != run or self._want is not State.STARTED:
+                    return
+                if error is None:
+                    self.log.info("link %s: its Spark query ended", self.name)
+                    self.lifecycle.set(State.STOPPED)
+                    return
+                now_committed = stats_totals(self.options.stats)["batches"]
+                failures = 1 if now_committed > committed else failures + 1
+                committed = now_committed
+                self.counters.reconnects += 1
+                self._failed(f"Spark query failed: {error}")
+                halted = "LinkHalted" in error
+                if halted or failures > RESTARTS:
+                    self.log.error("link %s stops: %s", self.name,
+                                   "the transformer halted it" if halted
+                                   else f"{RESTARTS} restarts in a row failed")
+                    self._want = State.STOPPED
+                    self.lifecycle.set(State.STOPPED)
+                    return
+                self.lifecycle.move({State.STARTED}, State.STARTING)
+            else:
+                failures += 1  # the master did not answer: no limit, the link keeps trying
             delay = backoff_delay(self.tuning.backoff_initial, failures, self.tuning.backoff_max)
             if self._wake.wait(delay):
                 return
             with self._lock:
-                if self._query is not query or self._want is not State.STARTED:
+                if self._runs != run or self._want is not State.STARTED:
                     return
                 try:
                     self._start_query()
+                except MasterUnreachable as exc:
+                    self._query = query = None
+                    self._failed(str(exc))
+                    continue
                 except Exception as exc:
                     self._failed(f"cannot restart the Spark query: {exc}")
                     self._want = State.STOPPED
@@ -367,6 +391,28 @@ def parallelism(master: str, conf: dict[str, str]) -> int:
     if m:
         return (os.cpu_count() or 1) if m.group(1) == "*" else max(1, int(m.group(1)))
     return 1 if master.strip() == "local" else 2
+
+
+def service_cores(props: BrokerProperties) -> int:
+    """The service's default spark.cores.max: one core per non-transacted link of its
+    runner=spark bridges (at least 1), so that a standalone master keeps the rest of its
+    cores for drain and the DMQ jobs (Spark's own default gives an application every core)."""
+    from ..jmsbridge.config import load_bridge_config
+
+    links = 0
+    for name in props.bridge_names:
+        settings = props.bridge(name)
+        if settings.runner != "spark" or not settings.xmlurl:
+            continue
+        xmlurl = settings.xmlurl
+        if "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
+            xmlurl = str((settings.xml_base / xmlurl).resolve())
+        try:
+            config = load_bridge_config(xmlurl, bridge_name=name)
+        except Exception:  # (that bridge fails its own start, saying why)
+            continue
+        links += sum(1 for link in config.links if not link.transacted)
+    return max(1, links)
 
 
 def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_url: str,

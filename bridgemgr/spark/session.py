@@ -13,7 +13,9 @@
 # are forks of our daemon module (daemon.py), which imports pyspark's worker and the bridge
 # once before it forks them.
 # imq.bridge.spark.master (default local[*]) and imq.bridge.spark.conf.* come from the
-# broker properties; DEFAULTS are ours, and a user's conf.* entry wins.
+# broker properties; DEFAULTS are ours, and a user's conf.* entry wins. Before a session
+# starts, probe_master() connects to a spark:// (or k8s://) master's host:port: Spark would
+# retry for a minute and then give up without a word (MasterUnreachable: one line).
 # Executors on other machines do not have the service's plugin folders (<instance>/lib/ext,
 # $IMQ_HOME/lib/ext, imq.bridge.transformer.path): ship_plugins() gives Spark each module,
 # zip and package (zipped) in them with addPyFile, so a transformer there is importable in
@@ -59,6 +61,41 @@ SPARK_PART = "Spark (runner=spark links, drain, the dmq jobs)"  # what needs imq
 
 class SparkUnavailable(RuntimeError):
     """pyspark (with pyarrow) is not installed, or no JVM could be started."""
+
+
+class MasterUnreachable(SparkUnavailable):
+    """The Spark master's host:port does not accept a connection (a link retries)."""
+
+
+PROBE_TIMEOUT = 3.0  # s: a master that does not answer a TCP connect in this time is down
+
+
+def probe_master(master: str, timeout: float = PROBE_TIMEOUT) -> None:
+    """MasterUnreachable ("cannot reach spark://host:port: connection refused") when no
+    host:port of a spark:// (or k8s://) master accepts a TCP connection within ``timeout``:
+    Spark itself retries registering for a minute and then gives up without a word, and
+    a SparkSession is never silently local instead. Other masters (local, yarn) pass."""
+    import socket
+    from urllib.parse import urlsplit
+
+    if master.startswith("spark://"):
+        hosts = master[len("spark://"):].split(",")
+    elif master.startswith("k8s://"):
+        url = urlsplit(master[len("k8s://"):] if "://" in master[len("k8s://"):]
+                       else "https://" + master[len("k8s://"):])
+        hosts = [f"{url.hostname}:{url.port or (80 if url.scheme == 'http' else 443)}"]
+    else:
+        return
+    why = ""
+    for hostport in hosts:
+        host, _, port = hostport.strip().rpartition(":")
+        try:
+            with socket.create_connection((host.strip("[]"), int(port)), timeout=timeout):
+                return
+        except (OSError, ValueError) as exc:
+            text = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            why = text[:1].lower() + text[1:]
+    raise MasterUnreachable(f"cannot reach {master}: {why}")
 
 
 def spark_settings(props: BrokerProperties | None) -> tuple[str, dict[str, str]]:
@@ -126,6 +163,9 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     prop_master, settings = spark_settings(props)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     prepare_python_environment()
+    from pyspark import SparkContext
+    if SparkContext._active_spark_context is None:  # (getOrCreate returns that one)
+        probe_master(master or prop_master)
     builder = SparkSession.builder.appName(app_name).master(master or prop_master)
     for key, value in settings.items():
         builder = builder.config(key, value)

@@ -4,8 +4,14 @@ imq.bridge.spark.master is the cluster's."""
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import signal
+import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -115,4 +121,57 @@ def test_a_transformer_only_in_the_plugin_folder_reaches_the_executors(tmp_path,
         assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), \
             (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:]
     finally:
+        daemon.stop()
+
+
+HOLDER = """import sys, time
+from pyspark.sql import SparkSession
+(SparkSession.builder.master(sys.argv[1]).appName("holder").config("spark.ui.enabled", "false")
+ .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "512m")
+ .config("spark.executor.memory", "512m").getOrCreate())
+time.sleep(600)
+"""
+
+
+def master_state(cluster) -> dict:
+    with urllib.request.urlopen(f"http://127.0.0.1:{cluster.master_ui}/json/", timeout=5) as r:
+        return json.load(r)
+
+
+def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path, cluster):
+    """The service's session takes one core per Spark link (Spark's default: all of them);
+    a job that gets no executor says so once and fails after --timeout."""
+    from test_master import job
+
+    daemon, passfile = spark_service(
+        tmp_path, cluster, f"imq.bridge.spark.conf.spark.master.ui.port={cluster.master_ui}")
+    passfile.chmod(0o600)
+    holder = None
+    try:
+        send(daemon, PASSWORD, "c.src", "x")
+        assert len(take(daemon, PASSWORD, "c.dst", expect=1, wait=120)) == 1
+        [ours] = [a for a in master_state(cluster)["activeapps"] if a["name"] == "imqbridge jb"]
+        assert ours["cores"] == 1, ours
+        holder = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.url],  # the other core
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                  start_new_session=True,
+                                  env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+        deadline = time.monotonic() + 120
+        while master_state(cluster)["coresused"] < 2:
+            assert time.monotonic() < deadline, master_state(cluster)
+            time.sleep(1)
+        began = time.monotonic()
+        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "8",
+                timeout=120)
+        lines = r.stderr.strip().splitlines()
+        assert r.returncode == 1, r.stderr
+        assert lines[0] == f"running on {cluster.url}", r.stderr
+        assert lines.count(f"waiting for executors on {cluster.url}: 2 of 2 cores in use by "
+                           "other applications") == 1, r.stderr
+        assert lines[-1].startswith(f"Error: no executor on {cluster.url} after 8 s"), r.stderr
+        assert time.monotonic() - began < 60
+    finally:
+        if holder is not None:
+            os.killpg(holder.pid, signal.SIGTERM)
+            holder.wait(timeout=30)
         daemon.stop()

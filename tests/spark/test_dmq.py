@@ -23,6 +23,7 @@ from bridgemgr.jmsbridge.pipeline import DMQReason
 from bridgemgr.providers.embedded import Broker, DestinationLimits
 from bridgemgr.spark import dmq as jobs
 from bridgemgr.spark import dmqreport
+from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 from bridgemgr.transform import MessageTransformer
 from remote.support import Harness
 
@@ -289,7 +290,8 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
     for m in got:
         want = original(int(m.correlation_id.split("-")[1]))
         assert m.text == want.text and m.get_property_type("tiny") == want.get_property_type("tiny")
-        assert dict(m.properties) == dict(want.properties)
+        # (and the id it had at the source, as a Spark link's messages carry it)
+        assert dict(m.properties) == {**dict(want.properties), SOURCE_ID_PROPERTY: want.message_id}
         assert (m.correlation_id, m.type, m.reply_to, m.priority, m.delivery_mode) == (
             want.correlation_id, want.type, want.reply_to, want.priority, want.delivery_mode)
 
@@ -299,6 +301,7 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
     assert [(i.source_message_id, i.status) for i in picked.items] == [("ID:orig-1", "sent")]
     [m] = drain(host, Queue("elsewhere"))
     assert (m.text, m.get_string_property("redriven")) == (original(1).text, "yes")
+    assert m.get_string_property(SOURCE_ID_PROPERTY) == "ID:orig-1"  # stamped after the transformer
 
     rest = jobs.redrive(endpoint, "SEND_FAILURE", DAY1, factories=factories)
     assert {i.source_message_id: i.status for i in rest.items} == {

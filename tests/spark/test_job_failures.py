@@ -1,7 +1,7 @@
-"""A Spark job that fails the way users hit it prints one line on stderr saying what failed
-and what to do, no stack trace (that only with --debug): a drain of a link whose message
-transformer module is not on the plugin path. (A job that cannot reach the service at all
-is in tests/test_jobs.py: no Spark starts for it.)"""
+"""A Spark job that fails the way users hit it prints one line on stderr (after the one
+naming its master) saying what failed and what to do, no stack trace (that only with
+--debug): a drain of a link whose message transformer module is not on the plugin path. (A job that
+cannot reach the service at all is in tests/test_jobs.py: no Spark starts for it.)"""
 
 from __future__ import annotations
 
@@ -55,9 +55,10 @@ def test_a_transformer_not_on_the_plugin_path_is_one_line_and_the_trace_only_wit
     out = drain(service)
     assert out.returncode == 1, out.stderr[-3000:]
     lines = out.stderr.strip().splitlines()
-    assert len(lines) == 1, out.stderr[-3000:]
-    assert lines[0].startswith("Error: the drain failed: the module nowhere_plugin cannot be imported")
-    assert "plugin path" in lines[0] and "--debug" in lines[0]
+    assert len(lines) == 2, out.stderr[-3000:]
+    assert lines[0] == "running on local[1]"  # the master, named (the service's)
+    assert lines[1].startswith("Error: the drain failed: the module nowhere_plugin cannot be imported")
+    assert "plugin path" in lines[1] and "--debug" in lines[1]
     assert "Traceback" not in out.stderr and "py4j" not in out.stderr
 
     debug = drain(service, "--debug")
