@@ -292,34 +292,53 @@ def _browse_table(messages: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
-             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
-    """Send a destination command and print its reply (exit 1 when it failed)."""
+def _ask(cmd: Command, broker: str, user: str | None, passfile: str | None, secure: bool,
+         cafile: str | None, reply_timeout: int, retries: int) -> Reply:
+    """One admin command's reply (a failure to reach or log in: a ClickException)."""
     host_port(broker)
     user, password = admin_login(user, passfile)
     try:
         with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
-            reply = client.request(cmd)
+            return client.request(cmd)
     except AdminError as exc:
         raise _failed(exc) from None
+
+
+def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool,
+            show: Callable[[Any], str | None]) -> None:
+    """Print ``reply`` the original's way (``show`` renders its data) or as JSON; exit 1
+    when it failed."""
     if as_json:
         click.echo(reply_json(reply))
     elif not reply.ok:
-        click.echo(f"The operation [{op}] on the destination failed: {reply.message}", err=True)
+        click.echo(f"The operation [{op}] on the {what} failed: {reply.message}", err=True)
     elif not silent:
-        if op == "list":
-            click.echo(_dst_table(reply.data["destinations"]))
-        elif op == "query":
-            click.echo(_dst_table([reply.data]))
-        elif op == "browse":
-            click.echo(_browse_table(reply.data["messages"]))
-        elif op == "purge":
-            click.echo(f"Purged {reply.data['purged']} message(s)" + (
-                f"; {reply.data['in_delivery']} in delivery stay with their consumers."
-                if reply.data["in_delivery"] else "."))
-        click.echo(f"The operation [{op}] on the destination{'s' if op == 'list' else ''} was successful.")
+        text = show(reply.data)
+        if text is not None:
+            click.echo(text)
+        click.echo(f"The operation [{op}] on the {what}{'s' if op == 'list' else ''} was successful.")
     if not reply.ok:
         raise click.exceptions.Exit(1)
+
+
+def _dst_text(op: str, data: Any) -> str | None:
+    if op == "list":
+        return _dst_table(data["destinations"])
+    if op == "query":
+        return _dst_table([data])
+    if op == "browse":
+        return _browse_table(data["messages"])
+    if op == "purge":
+        return f"Purged {data['purged']} message(s)" + (
+            f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else ".")
+    return None
+
+
+def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
+             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+    """Send a destination command and print its reply (exit 1 when it failed)."""
+    reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
+    _answer(reply, op, "destination", silent, as_json, lambda data: _dst_text(op, data))
 
 
 def _dst_command(op: str):
@@ -400,23 +419,8 @@ def _txn_table(data: dict[str, Any]) -> str:
 def _run_txn(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
              secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
     """Send a txn command and print its reply (exit 1 when it failed)."""
-    host_port(broker)
-    user, password = admin_login(user, passfile)
-    try:
-        with open_admin(broker, user, password, secure, cafile, reply_timeout, retries) as client:
-            reply = client.request(cmd)
-    except AdminError as exc:
-        raise _failed(exc) from None
-    if as_json:
-        click.echo(reply_json(reply))
-    elif not reply.ok:
-        click.echo(f"The operation [{op}] on the transaction failed: {reply.message}", err=True)
-    elif not silent:
-        if op == "list":
-            click.echo(_txn_table(reply.data))
-        click.echo(f"The operation [{op}] on the transaction{'s' if op == 'list' else ''} was successful.")
-    if not reply.ok:
-        raise click.exceptions.Exit(1)
+    reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
+    _answer(reply, op, "transaction", silent, as_json, lambda data: _txn_table(data) if op == "list" else None)
 
 
 def _txn_command(op: str):
