@@ -8,8 +8,10 @@ every 25th message, as a slow transformer or target would: a link that consumed 
 sending would lose the messages caught there by a kill. Prints "ready" once the link
 runs; when src is empty it stops the bridge cleanly and prints "done". The parent kills
 it at random moments in between. With WINDOW=N in the environment the link has a confirm
-window of N (imq.bridge.crash.link.window; the transformer then cannot halt the link,
-which would keep the window at 1) and "ready" is followed by the window the link took.
+window of N (imq.bridge.crash.link.window; the transformer then cannot halt the link) and
+"ready" is followed by the window the link took; without it the window is 1: the chapter's
+acknowledgement after each send (a link whose transformer can halt it keeps the default
+window where the source can acknowledge its oldest messages, as the host broker can).
 """
 
 from __future__ import annotations
@@ -67,8 +69,7 @@ def main() -> None:
                '</connection-factory>')
     bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
                                                       log_message_transfer="false")),
-                       load_properties([], [f"imq.bridge.crash.link.window={window}"], environ={})
-                       if window else None,
+                       load_properties([], [f"imq.bridge.crash.link.window={window or 1}"], environ={}),
                        host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready" + (f" {bridge.links[0].window}" if window else ""))  # type: ignore[attr-defined]
