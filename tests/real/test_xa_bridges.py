@@ -209,12 +209,12 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
 
 @pytest.mark.crash
 def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
-    """4,000 messages, one XA transaction each (the target joined to the source's branch,
+    """12,000 messages, one XA transaction each (the target joined to the source's branch,
     both associations ended at the same time, one-phase commit), the bridge process killed
     6 times at random: each message on the target once, none left on the source. (A kill
     counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
     threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
-    n = 4000
+    n = 12000  # a quiet machine moved 4,000 before the sixth kill
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
         session = conn.create_session(True)
         producer = session.create_producer(Queue("src"))
