@@ -13,13 +13,13 @@ while recovery's retry came at 14 s: the in-doubt batch arrived after them.)
 from __future__ import annotations
 
 import signal
-import socket
 import time
 from pathlib import Path
 
 import pytest
 
 from bridgemgr.xa.coordinator import FAULT_ENV
+from pgserver import free_port
 from service_support import Daemon, cli, one_bridge_files, send, take
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -44,12 +44,6 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 </jmsbridge>
 """
 IDLE_XML = '<jmsbridge name="idle"><connection-factory ref-name="host"/></jmsbridge>\n'
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def target_props(tmp_path: Path) -> Path:

@@ -27,29 +27,11 @@ from bridgemgr.jms.xa import Xid
 from bridgemgr.xa.coordinator import FAULT_ENV
 from bridgemgr.xa.txlog import FILE_MAGIC, CommitRecord, Participant, frame, scan
 from service_support import Daemon, cli, one_bridge_files, send, take
+from test_xa_faults_e2e import IDLE_XML, PASSWORD, XML  # one host H -> target T link for every XA e2e file
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-PASSWORD = "Secret-1"
 N = 30
-
-XML = """<?xml version="1.0" encoding="UTF-8"?>
-<jmsbridge name="jb">
-  <link name="l1" transacted="true">
-    <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="remote" destination-ref="dst"/>
-  </link>
-  <connection-factory ref-name="host"/>
-  <connection-factory ref-name="remote" lookup-name="XAConnectionFactory"
-                      username="admin" password="{password}">
-    <property name="java.naming.factory.initial" value="imq.embedded"/>
-    <property name="java.naming.provider.url" value="mq://{target}"/>
-  </connection-factory>
-  <destination ref-name="src" name="xa.src"/>
-  <destination ref-name="dst" name="xa.dst"/>
-</jmsbridge>
-"""
-IDLE_XML = '<jmsbridge name="idle"><connection-factory ref-name="host"/></jmsbridge>\n'
 
 
 @pytest.fixture
