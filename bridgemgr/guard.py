@@ -58,6 +58,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backoff import backoff_delay
+from .netloop import NetLoop
 from .props import BrokerProperties
 
 log = logging.getLogger(__name__)
@@ -421,3 +422,52 @@ async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str
     if not socks:
         raise OSError(f"{host}:{port} resolves to no address")
     return Listener(socks, protocol_factory, ssl_context, name, backlog, handshake_timeout)
+
+
+class StreamServer:
+    """A guarded stream server on the net loop (the admin port, the metrics port): listening,
+    its port, and closing it with its connections; a subclass serves one connection in
+    ``_serve`` and keeps it in ``_writers`` while it lasts."""
+
+    def __init__(self, netloop: NetLoop, host: str, port: int, ssl_context: ssl.SSLContext | None,
+                 guard: ServiceGuard) -> None:
+        self.netloop = netloop
+        self.host = host
+        self.requested_port = port
+        self.ssl_context = ssl_context
+        self.guard = guard
+        self._server: Listener | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    @property
+    def port(self) -> int:
+        assert self._server is not None, "not started"
+        return self._server.port
+
+    @property
+    def secure(self) -> bool:
+        return self.ssl_context is not None
+
+    def _listen(self, limit: int, name: str) -> None:
+        """Listen, reading each connection through a StreamReader of ``limit`` bytes."""
+        async def start() -> Listener:
+            def connection() -> asyncio.StreamReaderProtocol:
+                return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit), self._serve)
+            return await listen(connection, self.host, self.requested_port, name=name,
+                                ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
+        self._server = self.netloop.run(start())
+
+    def stop(self) -> None:
+        if self._server is None:
+            return
+        server, self._server = self._server, None
+
+        async def close() -> None:
+            server.close()
+            for writer in list(self._writers):
+                writer.close()
+
+        self.netloop.run(close(), timeout=10)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError

@@ -26,7 +26,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .guard import Listener, ServiceGuard, listen
+from .guard import ServiceGuard, StreamServer
 from .netloop import NetLoop
 from .users import User
 
@@ -60,57 +60,25 @@ def text(status: int, message: str, *headers: tuple[str, str]) -> Response:
     return Response(status, (message + "\n").encode(), headers=headers)
 
 
-class MetricsServer:
+class MetricsServer(StreamServer):
     def __init__(self, netloop: NetLoop, pages: Pages, authenticate: Callable[[str, str], User | None],
                  admit: Callable[[User], str | None], *, host: str = "127.0.0.1", port: int = 0,
                  ssl_context: ssl.SSLContext | None = None, guard: ServiceGuard | None = None) -> None:
         """``authenticate(user, password)``: the user repository's check (blocking);
         ``admit(user)``: why ``user`` may not read metrics, or None."""
-        self.netloop = netloop
+        super().__init__(netloop, host, port, ssl_context, guard or ServiceGuard("metrics"))
         self.pages = pages
         self.authenticate = authenticate
         self.admit = admit
-        self.host = host
-        self.requested_port = port
-        self.ssl_context = ssl_context
-        self.guard = guard or ServiceGuard("metrics")
-        self._server: Listener | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "not started"
-        return self._server.port
-
-    @property
-    def secure(self) -> bool:
-        return self.ssl_context is not None
 
     def start(self) -> MetricsServer:
-        async def start() -> Listener:
-            def connection() -> asyncio.StreamReaderProtocol:
-                return asyncio.StreamReaderProtocol(asyncio.StreamReader(MAX_HEAD), self._serve)
-            return await listen(connection, self.host, self.requested_port, name="metrics port",
-                                ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
-        self._server = self.netloop.run(start())
+        self._listen(MAX_HEAD, "metrics port")
         log.info("metrics port listening on %s://%s:%d (/metrics, /healthz, /readyz)",
                  "https" if self.secure else "http", self.host, self.port)
         if self.host not in ("127.0.0.1", "::1", "localhost") and not self.secure:
             log.warning("the metrics port listens on %s without TLS: HTTP Basic passwords cross "
                         "the network in the clear (set imq.metrics.tls.enabled)", self.host)
         return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        server, self._server = self._server, None
-
-        async def close() -> None:
-            server.close()
-            for writer in list(self._writers):
-                writer.close()
-
-        self.netloop.run(close(), timeout=10)
 
     # --- one connection ----------------------------------------------------------------
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

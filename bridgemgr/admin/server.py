@@ -21,7 +21,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from ..guard import Listener, ServiceGuard, listen
+from ..guard import ServiceGuard, StreamServer
 from ..netloop import NetLoop
 from .protocol import (
     BAD_REQUEST,
@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 Dispatch = Callable[[Command], Reply]
 
 
-class AdminServer:
+class AdminServer(StreamServer):
     def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
                  host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
                  guard: ServiceGuard | None = None,
@@ -50,50 +50,17 @@ class AdminServer:
         if not user or not password:
             raise ValueError("the admin port needs an admin user and password "
                              "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
-        self.netloop = netloop
+        super().__init__(netloop, host, port, ssl_context, guard or ServiceGuard("admin"))
         self.dispatch = dispatch
         self._user = user.encode()
         self._password = password.encode()
-        self.host = host
-        self.requested_port = port
-        self.ssl_context = ssl_context
-        self.guard = guard or ServiceGuard("admin")
         self.admit = admit
-        self._server: Listener | None = None
-        self._writers: set[asyncio.StreamWriter] = set()
-
-    @property
-    def port(self) -> int:
-        assert self._server is not None, "not started"
-        return self._server.port
-
-    @property
-    def secure(self) -> bool:
-        return self.ssl_context is not None
 
     def start(self) -> AdminServer:
-        async def start() -> Listener:
-            def connection() -> asyncio.StreamReaderProtocol:
-                return asyncio.StreamReaderProtocol(asyncio.StreamReader(MAX_LINE + 2), self._serve)
-            return await listen(connection, self.host, self.requested_port, name="admin port",
-                                ssl_context=self.ssl_context,
-                                handshake_timeout=self.guard.login_timeout)
-        self._server = self.netloop.run(start())
+        self._listen(MAX_LINE + 2, "admin port")
         log.info("admin command port listening on %s:%d%s", self.host, self.port,
                  " (TLS)" if self.ssl_context else "")
         return self
-
-    def stop(self) -> None:
-        if self._server is None:
-            return
-        server, self._server = self._server, None
-
-        async def close() -> None:
-            server.close()
-            for writer in list(self._writers):
-                writer.close()
-
-        self.netloop.run(close(), timeout=10)
 
     # --- one connection ----------------------------------------------------------------
     def _authentic(self, hello: Hello) -> bool:
