@@ -31,6 +31,7 @@ from bridgemgr.xa.txlog import (
     TxLogError,
     TxLogFull,
     TxLogSettings,
+    TxLogUnavailable,
     decode_payload,
     encode_payload,
     fold,
@@ -458,3 +459,33 @@ def test_sql_log_peek_reads_the_good_rows_of_a_damaged_table_and_changes_nothing
     conn = sqlite3.connect(db)
     assert conn.execute("SELECT COUNT(*) FROM imq_bridge_txlog").fetchone()[0] == 2
     conn.close()
+
+
+def test_sql_log_that_cannot_reconnect_is_unavailable_not_broken(tmp_path):
+    """A failed reconnect wraps the driver's OperationalError in the store's own error
+    (pgstore's StoreError); it is still an outage (TxLogUnavailable: the link retries),
+    not a broken log (TxLogError: the link stopped for good)."""
+    from bridgemgr.jms.errors import StoreError
+
+    db = tmp_path / "store.db"
+    down = False
+
+    def connect() -> sqlite3.Connection:
+        if down:
+            try:
+                return sqlite3.connect(tmp_path / "no-such-folder" / "store.db")
+            except sqlite3.OperationalError as exc:
+                raise StoreError(f"cannot connect: {exc}") from exc
+        return sqlite3.connect(db)
+
+    log = SqlTxLog(connect, "b")
+    log.open()
+    log.log_commit(commit(1))
+    log._drop()  # the connection was lost with the database
+    down = True
+    with pytest.raises(TxLogUnavailable, match="cannot connect"):
+        log.log_done([commit(1).gtrid])
+    down = False
+    log.log_done([commit(1).gtrid])  # back: the next write connects again
+    assert log.live() == {}
+    log.close()

@@ -252,14 +252,19 @@ class XATransaction(TransferTransaction):
     def settle_in_doubt(self) -> None:
         """Before the link moves new messages: its transactions a commit phase left in
         doubt are committed first (a recovery pass now, not at its next retry), so the
-        target gets them in order; TransportException while an RM still cannot be reached
-        (the link stays STARTING and tries again when it reconnects)."""
+        target gets them in order; TransportException while an RM or the XA log's database
+        still cannot be reached (the link stays STARTING and tries again when it
+        reconnects)."""
         if not self.unresolved:
             return
         live = self.coordinator.txlog.live()
         self.unresolved.intersection_update(live)
         if self.unresolved:
-            self.recovery.run_pass()
+            try:
+                self.recovery.run_pass()
+            except TxLogUnavailable as exc:  # the log's database is down: not a link bug
+                raise TransportException(f"recovery cannot write the transaction log: "
+                                         f"{exc}") from exc
             reports = {r.rm: r for r in self.recovery.last}
             for gtrid in list(self.unresolved):
                 record = live[gtrid]

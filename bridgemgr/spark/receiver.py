@@ -73,6 +73,7 @@ class Receiver:
         self._session: Session | None = None
         self._consumer: MessageConsumer | None = None
         self._thread: threading.Thread | None = None
+        self._stopped = False  # stop(): the thread ends, the source and the log are let go
         self._connect_attempts: int | None = None  # the factory's; a prefetch tries once
 
     @classmethod
@@ -129,17 +130,35 @@ class Receiver:
                 self.cond.wait(remaining if remaining is not None else 1.0)
             return self.end
 
+    def stop(self) -> None:
+        """The query ended: end the receiving thread (within a receive's wait), close the
+        source connection (what was received but not logged goes back to the source) and
+        let go of the log, so that nothing keeps reconnecting to a source after its query."""
+        with self.cond:
+            self._stopped = True
+            self.cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join(self.options.receive_wait + 5.0)
+        if thread is None or not thread.is_alive():
+            self._disconnect()
+        self.log.let_go()
+
     def _run(self) -> None:
         failures = 0
         while True:
             with self.cond:
-                while self._room() == 0 or self.drained:
+                while not self._stopped and (self._room() == 0 or self.drained):
                     self.cond.wait()
+                if self._stopped:
+                    return
                 start, room = self.end, self._room()
             try:
                 end = self._receive_batch(start, room)
                 failures = 0
             except Exception as exc:  # the source is unreachable, or refused something
+                if self._stopped:
+                    return
                 failures += 1
                 log.warning("link %s: receiving failed (%s: %s); trying again",
                             self.options.link, type(exc).__name__, exc)
@@ -149,7 +168,9 @@ class Receiver:
                         self.error = exc
                         self.cond.notify_all()
                     return
-                time.sleep(backoff_delay(0.5, failures + 1, 10.0))
+                with self.cond:  # the backoff, cut short by stop()
+                    self.cond.wait_for(lambda: self._stopped,
+                                       backoff_delay(0.5, failures + 1, 10.0))
                 continue
             with self.cond:
                 if end > start:

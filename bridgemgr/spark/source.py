@@ -129,6 +129,12 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def commit(self, end: dict) -> None:
         self._driver().log.delete_through(int(end["offset"]))
 
+    def stop(self) -> None:
+        """The query terminated: the receiver stops receiving and lets go of the log."""
+        if self._receiver is not None:
+            self._receiver.stop()
+            self._receiver = None
+
     # --- executors ------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         """The slice's offsets; the sink's task reads their records from the source log."""

@@ -212,5 +212,11 @@ class SqlTxLog(TxLog):
 
 def _connection_error(exc: BaseException) -> bool:
     """A DB-API OperationalError or InterfaceError (the database unreachable, the
-    connection lost), by the standard's class names: any driver raises them."""
-    return any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(exc).__mro__)
+    connection lost), by the standard's class names: any driver raises them; anywhere in
+    the chain of causes, since the connect function may wrap it (the store's StoreError)."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(c.__name__ in ("OperationalError", "InterfaceError") for c in type(seen).__mro__):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

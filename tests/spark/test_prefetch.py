@@ -71,6 +71,11 @@ def test_the_prefetcher_hands_the_log_over_and_every_message_is_logged_once_in_o
     while receiver.end < 3000:
         receiver.logged_beyond(receiver.end - BATCH, 5.0)  # Spark plans the next batch
     assert depth(broker, "src") == 0
+    receiver.stop()  # the query ended: its thread must not go on reconnecting to the source
+    assert receiver._thread is not None and not receiver._thread.is_alive()
+    again = Receiver.prefetching(options)
+    assert again is not None  # the log was let go
+    again.log.let_go()
 
     records = [r for r, _ in log.read(0, 3000)]
     assert [r.offset for r in records] == list(range(3000))
