@@ -183,11 +183,34 @@ def test_a_batch_inserts_its_messages_in_multi_row_statements(store):
     delivery count, queue and blob land as recorded."""
     steps: list[str] = []
     store.database._db.set_trace_callback(steps.append)
-    for seq in range(1, 601):
-        store.add(seq, f"q:{seq % 3}", f"m{seq}".encode(), dcount=seq % 2)
+    with store.lock:  # one batch: the writer thread cannot take part of it meanwhile
+        for seq in range(1, 601):
+            store.add(seq, f"q:{seq % 3}", f"m{seq}".encode(), dcount=seq % 2)
     store.flush()
     store.database._db.set_trace_callback(None)
     assert sum(s.startswith("INSERT INTO msgs") for s in steps) == 3
     with sqlite3.connect(store.path) as db:
         rows = db.execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()
     assert rows == [(seq, f"q:{seq % 3}", seq % 2, f"m{seq}".encode()) for seq in range(1, 601)]
+
+
+def test_a_consumed_message_no_longer_counts_as_pending_bytes(tmp_path):
+    """Removing a message whose insert is still pending cancels it, and its bytes stop
+    counting towards BEHIND: senders are not made to wait (nor the linger cut short) for
+    messages that are already consumed and will never be written."""
+    store = Store(tmp_path, sync=True)
+    store.load()
+    try:
+        blob = b"m" * (1 << 20)
+        for seq in range(1, 41):  # 40 MiB sent and consumed within the linger
+            store.add(seq, "q:a", blob)
+            store.remove(seq)
+        assert not store.behind
+        store.remove_all([])  # nothing: no change
+        for seq in range(41, 81):  # 40 MiB sent and waiting: behind
+            store.add(seq, "q:a", blob)
+        assert store.behind
+        store.remove_all(range(41, 81))
+        assert not store.behind
+    finally:
+        store.close()

@@ -881,13 +881,15 @@ class Broker:
             self._ack(envs)
 
     def _ack(self, envs: Iterable[Envelope]) -> None:
-        store = self.store
+        stored = []
         for env in envs:
             env.owner = None
             env.queue.release(env)
             if env.stored:
-                assert store is not None  # a stored envelope: there is a store
-                store.remove(env.seq)
+                stored.append(env.seq)
+        if stored:
+            assert self.store is not None  # a stored envelope: there is a store
+            self.store.remove_all(stored)
 
     def redeliver(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their queues (recover, rollback, close)."""

@@ -74,7 +74,7 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -434,7 +434,7 @@ class Store:
         self._claim: _Claim | None = None               # ...this one
         self._idle = False                              # the writer sleeps until a change
         self._inserts: dict[int, list[Any]] = {}
-        self._pending_bytes = 0                         # blobs in _inserts, about
+        self._pending_bytes = 0                         # blobs in _inserts
         self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
@@ -540,12 +540,27 @@ class Store:
                 self._changed()
 
     def remove(self, seq: int) -> None:
+        self.remove_all((seq,))
+
+    def remove_all(self, seqs: Iterable[int]) -> None:
+        """Record removals (a batch of acknowledgements) under one taking of the lock. A
+        removal cancels its row's pending insert, whose bytes then no longer count as
+        pending (``behind``, the linger's end at half BEHIND)."""
         with self.lock:
-            self._updates.pop(seq, None)
-            if self._inserts.pop(seq, None) is None:
-                self._deletes.add(seq)
+            inserts, deletes, updates = self._inserts, self._deletes, self._updates
+            deleted = cancelled = False
+            for seq in seqs:
+                updates.pop(seq, None)
+                pending = inserts.pop(seq, None)
+                if pending is None:
+                    deletes.add(seq)
+                    deleted = True
+                else:
+                    self._pending_bytes -= len(pending[2])
+                    cancelled = True
+            if deleted:
                 self._changed()
-            elif self._waiting and not self._dirty():
+            elif cancelled and self._waiting and not self._dirty():
                 self._written.notify_all()  # cancelling left nothing to wait for
 
     def mark_delivered(self, seq: int, dcount: int, wake: bool = False) -> None:
@@ -705,6 +720,9 @@ class Store:
             if inserts.pop(seq, None) is None:
                 deletes.add(seq)
         self._inserts, self._deletes, self._updates, self._ops = inserts, deletes, updates, ops
+        self._pending_bytes = sum(len(blob) for _, _, blob in inserts.values())
+        for qkey, count in claim.queues.items():  # (page merges the inserts of these queues)
+            self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + count
 
     def _run(self) -> None:
         """The writer thread: writes what nobody waits for (non-durable sends, acks), and
