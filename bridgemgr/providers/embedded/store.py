@@ -528,7 +528,9 @@ class Store:
         if self._full is not None:
             raise self._no_space()
 
-    def add(self, seq: int, qkey: str, blob: bytes, dcount: int = 0) -> None:
+    def add(self, seq: int, qkey: str, blob: bytes, dcount: int = 0) -> int:
+        """Record a message row; the ticket of the batch that will hold it (``ticket()``
+        right after, without taking the lock again)."""
         with self.lock:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
@@ -538,6 +540,7 @@ class Store:
                 self._work.notify()  # ends a linger before senders must wait (behind)
             else:
                 self._changed()
+            return self._next
 
     def remove(self, seq: int) -> None:
         self.remove_all((seq,))
