@@ -421,6 +421,7 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
     from ..servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
     from .session import spark_settings
+    from .slices import ships_log
 
     settings = props.bridge(bridge)
     xmlurl = settings.xmlurl or ""
@@ -433,7 +434,8 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
         parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
         window=settings.link_window, transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
-        dmq_secret=dmq_key(props).hex())
+        dmq_secret=dmq_key(props).hex(),
+        ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"))
     return options, checkpoint
 
 
