@@ -154,19 +154,28 @@ class SourceLog:
             _fsync_dir(self.folder)
 
     def pack(self, lo: int, hi: int) -> list[tuple[int, int, bytes]]:
-        """Records lo .. hi-1 as packed segments (start, end, bytes), one per source
-        provider run: what the driver ships to an executor that cannot read this log."""
+        """Records lo .. hi-1 as packed segments (start, end, bytes): what the driver ships
+        to an executor that cannot read this log. A segment wholly inside goes as its file
+        is (no decoding), one cut by lo or hi is packed again with its records inside."""
         packed: list[tuple[int, int, bytes]] = []
-        run: list[tuple[str, bytes]] = []
-        start, provider = lo, None
-        for record, prov in self.read(lo, hi):
-            if run and prov != provider:
-                packed.append((start, record.offset, pack_segment(start, run, str(provider))))
-                run, start = [], record.offset
-            provider = prov
-            run.append((record.message_id, record.blob))
-        if run:
-            packed.append((start, hi, pack_segment(start, run, str(provider))))
+        expect = lo
+        for seg in self.segments():
+            if seg.end <= expect or seg.start >= hi:
+                continue
+            if seg.start > expect:
+                break
+            if seg.start == expect and seg.end <= hi:
+                packed.append((seg.start, seg.end, seg.path.read_bytes()))
+            else:
+                end, run, provider = min(hi, seg.end), [], ""
+                for record, provider in read_segment(seg.path):  # noqa: B007 (one per segment)
+                    if expect <= record.offset < end:
+                        run.append((record.message_id, record.blob))
+                packed.append((expect, end, pack_segment(expect, run, provider)))
+            expect = packed[-1][1]
+        if expect < hi:
+            raise SourceLogError(f"source log {self.folder}: records {expect} .. {hi - 1} are "
+                                 "not there (was the checkpoint's sourcelog folder changed?)")
         return packed
 
     def read(self, lo: int, hi: int) -> Iterator[tuple[Record, str]]:

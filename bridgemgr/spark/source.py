@@ -13,13 +13,16 @@
 # Kafka's Spark source hands executors offset ranges: a message's bytes never cross into
 # the JVM and back (two Arrow conversions and a row copy each way, ~100 us per 1 KiB
 # message measured on 2 cores), while Spark still counts, plans, retries and checkpoints
-# every message. commit(end) deletes the segments below ``end``:
+# every message. When the executors cannot read the driver's log (LinkOptions.ship_log,
+# slices.py), partitions() packs each slice's records into its LogSlice and read() spills
+# them into a folder of the executor's own before it yields the offsets, where the sink's
+# task reads them. commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
 # Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
 # offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
-# light options module; the receiver and the sink's transfer, which need the
+# light options and slices modules; the receiver and the sink's transfer, which need the
 # whole bridge, are imported where they run.
 """The streaming source of a runner=spark link: offsets over the source log, log slices."""
 

@@ -3,7 +3,9 @@
 # it), built from the options like the driver's receiver: the LinkPlan (the same
 # per-message steps as the local runner, jmsbridge/pipeline.py), a target connection and
 # the bridge's DMQs. A task's rows are offsets of the source log (source.py): it reads
-# those records from the log, and for each decodes the message as received, runs the steps
+# those records from the log, or from what the driver shipped (slices.task_records; a
+# batch job hands transfer() its records itself), and for each decodes the message as
+# received, runs the steps
 # and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
 # MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
 # cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,

@@ -57,10 +57,14 @@ def test_a_packed_slice_holds_exactly_its_records_across_segments_and_providers(
     expect = fill(log)
     options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l", broker_url="mq://h:1")
     packed = log.pack(2, 8)
-    assert [(s, e) for s, e, _ in packed] == [(2, 7), (7, 8)]  # one segment per provider run
+    # a segment wholly inside goes as it is; the cut ones hold only the slice's records
+    assert [(s, e) for s, e, _ in packed] == [(2, 3), (3, 7), (7, 8)]
+    assert packed[1][2] == next(s for s in log.segments() if s.start == 3).path.read_bytes()
     assert flat(records(options, 2, 8, packed)) == expect[2:8]
     assert flat(records(options, 2, 8)) == expect[2:8]  # (the shared log: the same)
     assert flat(records(options, 3, 5, packed)) == expect[3:5]
+    with pytest.raises(SourceLogError, match=r"records 9 \.\. 9 are not there"):
+        log.pack(5, 10)
 
 
 def test_shipped_partitions_reach_a_sink_that_cannot_read_the_log(tmp_path):
