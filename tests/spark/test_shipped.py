@@ -11,9 +11,10 @@ import stat
 import pytest
 
 from bridgemgr.jms import TextMessage, codec
+from bridgemgr.props import ConfigError, load_properties
 from bridgemgr.spark import slices as slices_module
 from bridgemgr.spark.log import SourceLog, SourceLogError
-from bridgemgr.spark.runner import link_options
+from bridgemgr.spark.runner import link_options, spark_link_options
 from bridgemgr.spark.slices import records, ship_parts, ships_log, spill_folder, task_records
 from bridgemgr.spark.source import LinkStreamReader
 from bridgemgr.spark.transfer import offset_runs
@@ -105,3 +106,26 @@ def test_a_big_batch_is_shipped_in_more_slices(tmp_path, monkeypatch):
     assert ship_parts(log, 0, 9, 2) >= 4
     assert ship_parts(log, 7, 9, 1) == 1  # only the segments the range touches count
 
+
+
+@pytest.mark.parametrize("lines,ships", [
+    ([], False), (["imq.bridge.spark.master=spark://10.0.0.5:7077"], True),
+    (["imq.bridge.spark.master=spark://10.0.0.5:7077", "imq.bridge.spark.sourcelog=shared"], False),
+    (["imq.bridge.spark.sourcelog=shipped"], True),
+])
+def test_a_service_link_ships_records_by_its_master_and_imq_bridge_spark_sourcelog(
+        tmp_path, lines, ships):
+    file = tmp_path / "broker.properties"
+    file.write_text("\n".join([f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms",
+                               "imq.bridge.b.xmlurl=/b.xml", "imq.bridge.b.runner=spark",
+                               *lines]) + "\n")
+    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l",
+                                    "mq://127.0.0.1:1")
+    assert options.ship_log is ships
+
+
+def test_a_bad_sourcelog_setting_is_a_property_error(tmp_path):
+    file = tmp_path / "broker.properties"
+    file.write_text("imq.bridge.spark.sourcelog=nfs\n")
+    with pytest.raises(ConfigError, match=r"imq\.bridge\.spark\.sourcelog"):
+        load_properties([file], environ={})
