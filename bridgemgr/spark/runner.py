@@ -66,6 +66,7 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
     from .receiver import Receiver
+    from .slices import quiet_task_size_warning
     from .source import LinkDataSource
 
     # Spark looks a Python data source up in the JVM thread's *active* session, which only
@@ -76,6 +77,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
         spark._jsparkSession)
     spark.dataSource.register(LinkDataSource)
+    if options.ship_log:
+        quiet_task_size_warning(spark)
     opts = options.to_options()
     writer = (spark.readStream.format(FORMAT).options(**opts).load()
               .writeStream.format(FORMAT).options(**opts)

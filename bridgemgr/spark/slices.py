@@ -14,7 +14,9 @@
 # never pass through the JVM as rows (Arrow conversions each way: ~100 us per 1 KiB message
 # on 2 cores); what shipping costs is the packing on the driver and one pickled copy per
 # task. A task carries about SHIP_BYTES at most (Spark refuses a task above
-# spark.rpc.message.maxSize, 128 MiB): a bigger batch is cut into more slices. A batch job
+# spark.rpc.message.maxSize, 128 MiB): a bigger batch is cut into more slices; Spark's
+# warning for every stage whose task exceeds 1000 KiB ("a task of very large size"), a
+# line per batch, is silenced in a session that ships (quiet_task_size_warning). A batch job
 # that holds its slices itself (records(): from the packed bytes in memory, or the log)
 # needs no spill.
 """Which records an executor task transfers: from the shared source log or shipped."""
@@ -27,6 +29,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from ..private import private_dir
 from .log import Record, SourceLog, parse_segment
@@ -48,6 +51,17 @@ def ships_log(master: str, mode: str = "auto") -> bool:
     if mode == "auto":
         return not master.strip().startswith("local")
     return mode == "shipped"
+
+
+def quiet_task_size_warning(spark: Any) -> None:
+    """Raise the level of Spark's TaskSetManager logger to ERROR in ``spark``'s JVM: a
+    shipped batch's tasks are bigger than its 1000 KiB "maximum recommended task size" by
+    design, and it would warn once per batch (its lost-task warnings go too; a failed
+    task still fails the query, which the link logs)."""
+    jvm = spark.sparkContext._jvm
+    log4j = jvm.org.apache.logging.log4j
+    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager",
+                                            log4j.Level.ERROR)
 
 
 def ship_parts(log: SourceLog, lo: int, hi: int, parallelism: int) -> int:
