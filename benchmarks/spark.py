@@ -1,6 +1,7 @@
 """A link drained on the local runner and on Spark local[1] / local[2], in one run; prints JSON.
 
     .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B] [--pairs K]
+                                         [--shipped]
 
 One embedded broker in this process with a persistent store and its jms connection
 service on loopback (what a Spark link's processes reach the host broker through). Each
@@ -30,7 +31,10 @@ This machine is a shared virtual machine, and its speed moves while the runs go:
 process's rate of the heavy work varies by +-15% from one 2-second sample to the next, and
 two processes get 1.5x to 2.7x of one. So the heavy local and spark_local2 runs are made
 --pairs times each (2), in mirrored order (local, spark 2, spark 1, spark 2, local), and
-the ratio is of their summed times; spark_local2_to_local_by_pair shows how far single
+the ratio is of their summed times; --shipped adds spark_local2_shipped after each
+spark_local2 run: the same with imq.bridge.spark.sourcelog=shipped (the driver ships each
+slice's records in its task, as on a cluster whose executors cannot read its disk;
+shipped_to_shared: its msg/s over spark_local2's); spark_local2_to_local_by_pair shows how far single
 pairs stray. load_before/after: the load average each run saw (other processes' work takes
 cores local[2] needs). spark_local2_steady_to_local compares Spark once running (its
 batches after the first) with the local runner, and spark_local2_fixed_s is what each
@@ -86,6 +90,7 @@ def bridge_xml(run: str, transformer: str) -> bytes:
 def child(args: argparse.Namespace) -> None:
     from bridgemgr.spark.runner import link_options, parallelism, start_query
     from bridgemgr.spark.session import spark_session
+    from bridgemgr.spark.slices import ships_log
 
     base = Path(args.work)
     spark = spark_session(app_name="imqbridge-bench", master=args.master, conf={
@@ -96,7 +101,8 @@ def child(args: argparse.Namespace) -> None:
     options = link_options(checkpoint, xmlurl=args.xml, bridge="bench", link="l",
                            broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
                            max_per_batch=args.batch, receive_wait=1.0,
-                           transformer_path=str(TRANSFORMERS))
+                           transformer_path=str(TRANSFORMERS),
+                           ship_log=ships_log(args.master, args.sourcelog))
     start, wall = time.perf_counter(), time.time()
     query = start_query(spark, options, checkpoint, available_now=True)
     query.awaitTermination()
@@ -166,13 +172,14 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
 
 
 def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
-              batch: int) -> dict:
+              batch: int, sourcelog: str = "auto") -> dict:
     folder = work / run
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, transformer))
     out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--xml", str(xml),
-                          "--broker-url", url, "--work", str(folder), "--batch", str(batch)],
+                          "--broker-url", url, "--work", str(folder), "--batch", str(batch),
+                          "--sourcelog", sourcelog],
                          capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"the Spark child failed:\n{out.stderr[-3000:]}")
@@ -187,16 +194,22 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
             "batch_s": result["batch_s"], "duplicates": depth - n}
 
 
-MASTERS = {"spark_local1": "local[1]", "spark_local2": "local[2]"}
+MASTERS = {"spark_local1": "local[1]", "spark_local2": "local[2]", "spark_local2_shipped": "local[2]"}
+SOURCELOG = {"spark_local2_shipped": "shipped"}  # the others: auto (shared on a local master)
 
 
-def run_order(pairs: int) -> list[str]:
+def run_order(pairs: int, shipped: bool = False) -> list[str]:
     """local and spark_local2 ``pairs`` times, mirrored (local, spark 2, spark 1, spark 2,
     local, ...) so a machine speeding up or slowing down during the runs weighs on both
-    alike; spark_local1 once, after the first pair."""
+    alike; spark_local1 once, after the first pair; with ``shipped``, spark_local2_shipped
+    beside each spark_local2 (after it, then before it)."""
     order: list[str] = []
     for i in range(pairs):
-        order += ["local", "spark_local2"] if i % 2 == 0 else ["spark_local2", "local"]
+        spark2 = ["spark_local2"]
+        if shipped:
+            spark2 = (["spark_local2", "spark_local2_shipped"] if i % 2 == 0
+                      else ["spark_local2_shipped", "spark_local2"])
+        order += ["local", *spark2] if i % 2 == 0 else [*spark2, "local"]
         if i == 0:
             order.append("spark_local1")
     return order
@@ -221,7 +234,10 @@ def main() -> None:
     ap.add_argument("--runs", default="",
                     help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
                          "the ratios need the runs they compare")
+    ap.add_argument("--shipped", action="store_true",
+                    help="also spark_local2 with the records shipped by the driver")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sourcelog", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
     ap.add_argument("--xml", help=argparse.SUPPRESS)
     ap.add_argument("--broker-url", help=argparse.SUPPRESS)
@@ -250,7 +266,8 @@ def main() -> None:
             for kind, transformer, n in (("heavy", HEAVY, args.messages),
                                          ("trivial", TRIVIAL, args.trivial_messages)):
                 runs = out["runs"][kind] = {}
-                for i, name in enumerate(run_order(args.pairs if kind == "heavy" else 1)):
+                for i, name in enumerate(run_order(args.pairs if kind == "heavy" else 1,
+                                                   args.shipped)):
                     run = f"{kind}_{name}"
                     if args.runs and run not in args.runs.split(","):
                         continue
@@ -259,7 +276,8 @@ def main() -> None:
                     result = (run_local(broker, work, f"{run}_{i}", transformer, n)
                               if name == "local" else
                               run_spark(broker, url, work, f"{run}_{i}", transformer, n,
-                                        MASTERS[name], args.batch))
+                                        MASTERS[name], args.batch,
+                                        SOURCELOG.get(name, "auto")))
                     # others' work on this machine: a load above 1-2 starves the runs
                     result["load_before"] = round(load, 2)
                     result["load_after"] = round(os.getloadavg()[0], 2)
@@ -307,6 +325,11 @@ def summarise(out: dict) -> None:
                                   for name in ("spark_local1", "spark_local2")}
     out["spark_query_start_s"] = {name: trivial[name]["query_start_s"]
                                   for name in ("spark_local1", "spark_local2")}
+    if "spark_local2_shipped" in heavy:  # what shipping the records costs
+        out["shipped_to_shared"] = round(heavy["spark_local2_shipped"]["msg_per_s"]
+                                         / heavy["spark_local2"]["msg_per_s"], 2)
+        out["shipped_overhead_us_per_msg"] = round(
+            1e6 / rate["spark_local2_shipped"] - 1e6 / rate["spark_local2"], 1)
 
 
 if __name__ == "__main__":

@@ -96,13 +96,15 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[
     from ..transform import transformer_path
     from .runner import link_options, parallelism, start_query, stats_totals
     from .session import ship_plugins
+    from .slices import ships_log
 
     ship_plugins(spark, transformer_path())  # the executors import the link's transformer
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
         parallelism=parallelism(spark.sparkContext.master, dict(job.spark_conf)), max_per_batch=batch,
         backout_threshold=job.backout_threshold, broker_user=job.broker_user or "",
-        broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex())
+        broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex(),
+        ship_log=ships_log(spark.sparkContext.master))  # a cluster's executors: shipped
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     source = job.config.link(link).source

@@ -66,6 +66,7 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
     from .receiver import Receiver
+    from .slices import quiet_task_size_warning
     from .source import LinkDataSource
 
     # Spark looks a Python data source up in the JVM thread's *active* session, which only
@@ -76,6 +77,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
         spark._jsparkSession)
     spark.dataSource.register(LinkDataSource)
+    if options.ship_log:
+        quiet_task_size_warning(spark)
     opts = options.to_options()
     writer = (spark.readStream.format(FORMAT).options(**opts).load()
               .writeStream.format(FORMAT).options(**opts)
@@ -421,6 +424,7 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
     from ..servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
     from .session import spark_settings
+    from .slices import ships_log
 
     settings = props.bridge(bridge)
     xmlurl = settings.xmlurl or ""
@@ -433,7 +437,8 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
         parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
         window=settings.link_window, transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
-        dmq_secret=dmq_key(props).hex())
+        dmq_secret=dmq_key(props).hex(),
+        ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"))
     return options, checkpoint
 
 
