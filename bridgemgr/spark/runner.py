@@ -20,6 +20,9 @@
 # or given links, by SIGHUP) restarts it (ServiceSession): the running queries stop
 # between batches, the session starts again with the new count, and they start again
 # from their checkpoints.
+# On a cluster, a thread of the process that started a query (start_query) watches its
+# executors: with none (the workers lost) it holds the query's receiver (receiver.py), so a
+# link or a drain does not take its source into the log while nothing can deliver it.
 # Counters (SparkCounters) come from the stats file the sink's commit() writes (they
 # survive restarts); info() adds the query's progress for `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
@@ -51,6 +54,7 @@ if TYPE_CHECKING:
 
     from ..props import BrokerProperties
 
+log = logging.getLogger("imq.bridge.spark")
 SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
 RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
@@ -71,7 +75,7 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     """The link's streaming query, started (from ``checkpoint`` when it has one); this
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
-    from .receiver import Receiver
+    from .receiver import Receiver, hold_receiving
     from .source import LinkDataSource
 
     # Spark looks a Python data source up in the JVM thread's *active* session, which only
@@ -90,12 +94,46 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
         writer = writer.queryName(name)
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=TRIGGER))
+    hold_receiving(options.source_log, False)  # (a hold its last run left)
     query = writer.start()
+    if not (spark.sparkContext.master or "local").startswith("local"):
+        threading.Thread(target=_hold_without_executors, args=(spark, options, query),
+                         name=f"executors {options.link}", daemon=True).start()
     prefetcher = Receiver.prefetching(options)
     if prefetcher is not None:
         threading.Thread(target=prefetcher.prefetch, args=(lambda: query.isActive,),
                          name=f"prefetch {options.link}", daemon=True).start()
     return query
+
+
+HOLD_POLL = 0.5  # s between two looks at a cluster query's executors
+
+
+def _hold_without_executors(spark: SparkSession, options: LinkOptions,
+                            query: StreamingQuery) -> None:
+    """While ``query`` runs, hold its receiver whenever the application has no executor
+    (receiver.py): nothing could deliver what it would take from the source."""
+    from .receiver import hold_receiving
+    from .session import executor_count
+
+    held = seen = False
+    try:
+        while query.isActive:
+            none = executor_count(spark) == 0
+            if none != held:
+                hold_receiving(options.source_log, none)
+                held = none
+                if seen:  # (not the wait for the first executors of a new session)
+                    log.warning("link %s: %s", options.link,
+                                "no executor: receiving held until one comes" if none
+                                else "executors again: receiving")
+            seen = seen or not none
+            time.sleep(HOLD_POLL)
+    except Exception:  # the session stopped under us: the query is over
+        pass
+    finally:
+        if held:
+            hold_receiving(options.source_log, False)
 
 
 def stats_totals(stats: str | Path, now: float | None = None) -> dict[str, Any]:

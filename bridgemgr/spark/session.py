@@ -178,6 +178,12 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     return session
 
 
+def executor_count(spark: SparkSession) -> int:
+    """The executors registered with ``spark`` (0 on a cluster that has none for it; a
+    local master runs its tasks in the driver and has none either)."""
+    return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+
 # what ship_plugins gave this process's SparkContext (by application id): file -> mtime
 _shipped: dict[tuple[str, str], float] = {}
 
