@@ -94,8 +94,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
         writer = writer.queryName(name)
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=TRIGGER))
-    hold_receiving(options.source_log, False)  # (a hold its last run left)
     query = writer.start()
+    hold_receiving(options.source_log, False)  # (a hold its last run left)
     if not (spark.sparkContext.master or "local").startswith("local"):
         threading.Thread(target=_hold_without_executors, args=(spark, options, query),
                          name=f"executors {options.link}", daemon=True).start()
