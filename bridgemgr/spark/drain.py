@@ -12,6 +12,9 @@
 # (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
 # printed, or given as JSON with --json.
 #
+# On a cluster that loses every executor mid-run the query's receiver holds (takes
+# nothing more from the source: runner.py, receiver.py) and the drain stops after --timeout
+# seconds without one, saying so; what it had taken waits in its checkpoint.
 # The drain's checkpoint (and the source log in it) is --checkpoint, by default
 # ~/.imqbridge/drain/<bridge>/<link>: messages it has acknowledged at the source live
 # there until they are sent, so a drain that dies is run again with the same checkpoint
@@ -76,7 +79,7 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
     if paused:
         click.echo(f"link {link} of bridge {bridge} paused for the drain", err=True)
     try:
-        summary = _run(job, spark, link, batch, checkpoint)
+        summary = _run(job, spark, link, batch, checkpoint, timeout)
     finally:
         if paused:
             admin.resume(bridge, link)
@@ -91,11 +94,14 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
                    f"{summary['seconds']} s ({summary['msg_per_s']} msg/s)")
 
 
-def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
-    """The drain's query, its progress on stderr; the summary."""
+def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
+         timeout: float) -> dict[str, Any]:
+    """The drain's query, its progress on stderr; the summary. On a cluster that loses every
+    executor the query's receiver holds (runner.py) and the drain stops after ``timeout`` s
+    without one, keeping what it took in the checkpoint."""
     from ..transform import transformer_path
     from .runner import link_options, parallelism, start_query, stats_totals
-    from .session import ship_plugins
+    from .session import executor_count, ship_plugins
     from .slices import ships_log
 
     ship_plugins(spark, transformer_path())  # the executors import the link's transformer
@@ -114,9 +120,19 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[
     start = time.monotonic()
     query = start_query(spark, options, checkpoint, available_now=True,
                         name=f"drain {job.bridge}.{link}")
+    master = spark.sparkContext.master
+    lost_at: float | None = None  # since when the cluster has no executor for the drain
     try:
         while True:
             ended = query.awaitTermination(1)  # raises when the query failed
+            if not ended and not master.startswith("local"):
+                lost_at = (lost_at or time.monotonic()) if executor_count(spark) == 0 else None
+                if lost_at is not None and time.monotonic() - lost_at >= timeout:
+                    query.stop()
+                    raise click.ClickException(
+                        f"the drain lost its executors on {master}: none for {timeout:g} s; "
+                        f"what it had taken from the source is kept in {checkpoint}: run the "
+                        "drain again")
             totals = stats_totals(options.stats)
             batch_id = totals["last_batch_id"]
             progress.update(totals["rows"] - before["rows"],
