@@ -6,6 +6,9 @@
 # rolls over to log.txt.1 ... log.txt.9 when a line would take it past
 # imq.log.file.rolloverbytes or once it is imq.log.file.rolloversecs old (counted from when
 # the service opened it; a file last written longer ago than that rolls over at open).
+# The console never holds up the thread that logs (Console): a writer thread writes its
+# lines, so a console nobody reads (a full pipe, a paused terminal) costs console lines,
+# counted, instead of stopping the network loop at its next log line.
 #
 # Bridges log through their own loggers (imq.bridge.<name>), which have files of their own
 # (jmsbridge/logs.py) and propagate to the service log too; a line about one message (a
@@ -29,6 +32,7 @@ import os
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -108,6 +112,90 @@ class JsonFormatter(logging.Formatter):
         if record.exc_info:
             entry["exception"] = self.formatException(record.exc_info)
         return json.dumps(entry, ensure_ascii=False)
+
+
+class Console(logging.Handler):
+    """The console (stderr) as a handler that never holds up the thread that logs: a
+    console nobody reads (a full pipe, a paused terminal) blocked the first thread to log
+    there, the network loop with it, and every other thread at the handler's lock. A
+    writer thread writes the lines; a caller waits up to ``wait`` s for its line only while
+    the console keeps up (lines keep their order with what serve prints itself), else it
+    leaves the line queued (at most ``limit``: the others are counted, and a line says how
+    many once the console takes lines again; the log file has them all)."""
+
+    def __init__(self, stream: IO[str], limit: int = 1000, wait: float = 0.5) -> None:
+        super().__init__()
+        self.stream = stream
+        self.limit = limit
+        self.wait = wait
+        self._lines: deque[str] = deque()
+        self._cond = threading.Condition()
+        self._queued = 0    # lines queued so far
+        self._written = 0   # lines the writer has written (or given up on) so far
+        self._dropped = 0   # lines left out since the console last kept up
+        self._closed = False
+        self._writer = threading.Thread(target=self._write, name="console", daemon=True)
+        self._writer.start()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record) + "\n"
+        except Exception:
+            self.handleError(record)
+            return
+        with self._cond:
+            if self._closed:
+                return
+            if len(self._lines) >= self.limit:
+                self._dropped += 1
+                return
+            keeping_up = self._written == self._queued  # nothing of before still pending
+            self._lines.append(line)
+            self._queued += 1
+            mine = self._queued
+            self._cond.notify_all()
+            if keeping_up:
+                self._cond.wait_for(lambda: self._written >= mine, self.wait)
+
+    def _write(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._lines or self._closed)
+                if not self._lines:
+                    return
+                line = self._lines.popleft()
+                if not self._lines and self._dropped:
+                    line += (f"({self._dropped:,} console line(s) left out: the console did not "
+                             "take them; the log file has every line)\n")
+                    self._dropped = 0
+            try:
+                self.stream.write(line)
+                self.stream.flush()
+            except (OSError, ValueError):  # the console is gone; the log file has the lines
+                pass
+            with self._cond:
+                self._written += 1
+                self._cond.notify_all()
+
+    def close(self) -> None:
+        """Write what is queued (waiting at most a few seconds for the console), then end."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+        self._writer.join(5.0)
+        super().close()
+
+
+def _own_stderr() -> IO[str]:
+    """The console as a stream of its own descriptor (a dup of fd 2): the service's Spark
+    session points fd 2 at its log file while its JVM starts (session.py), and the
+    console must not go quiet meanwhile."""
+    try:
+        fd = os.dup(sys.stderr.fileno())
+    except (AttributeError, OSError, ValueError):  # no descriptor behind sys.stderr
+        return sys.stderr
+    return open(fd, "w", encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace",
+                closefd=True)
 
 
 class RotatingFile(logging.Handler):
@@ -329,7 +417,7 @@ def open_service_log(settings: ServiceLogSettings, console: IO[str] | None = Non
     private_dir(settings.path.parent)
     file = RotatingFile(settings.path, settings.rollover_bytes, SERVICE_LOG_FILES,
                         max_age=settings.rollover_secs)
-    stream = logging.StreamHandler(console if console is not None else sys.stderr)
+    stream = Console(console if console is not None else _own_stderr())
     for handler in (file, stream):
         handler.setLevel(settings.level)
         handler.setFormatter(formatter)

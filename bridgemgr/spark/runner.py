@@ -23,6 +23,7 @@
 # On a cluster, a thread of the process that started a query (start_query) watches its
 # executors: with none (the workers lost) it holds the query's receiver (receiver.py), so a
 # link or a drain does not take its source into the log while nothing can deliver it.
+# The service's Spark JVM writes to <instance>/log/spark.log, not its console (SPARK_LOG).
 # Counters (SparkCounters) come from the stats file the sink's commit() writes (they
 # survive restarts); info() adds the query's progress for `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("imq.bridge.spark")
 SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
 RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
+SPARK_LOG = "spark.log"  # the service's Spark JVM output, beside the service log
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
 
 
@@ -415,21 +417,26 @@ _NOISE = re.compile(r"(at |File |Traceback|JVM stacktrace|An error occurred whil
                     r"ClassNotFoundException)")
 _EXCEPTION = re.compile(r"(?:[\w$]+\.)*\w*(?:Error|Exception)\b:? |(?:[\w$]+\.)+\w+: ")
 _PY4J = re.compile(r"\s*Py4JJavaError: An error occurred while calling \S+")
+_HEAD_NOISE = re.compile(r"(?<=Query) \[id = [^\]]*, runId = [^\]]*\]|\s*Traceback \(most recent call last\):\s*$")
 
 
 def one_line(text: str, limit: int = 300) -> str:
     """A failure as one line for `list link`: its first line ("cannot start the Spark
     query: ...") and the innermost line naming an exception (its class shortened), without
-    Py4J's "An error occurred while calling" and the stack frames."""
+    Py4J's "An error occurred while calling", a query's ids and the stack frames; when
+    that is too long the first line is cut, not the exception (it says what went wrong)."""
     lines = [line.strip().lstrip(": ").strip() for line in text.splitlines()]
     lines = [line for line in lines if line and not _NOISE.match(line)]
     if not lines:
         return text.strip()[:limit]
-    head = _PY4J.sub("", lines[0])
+    head = _HEAD_NOISE.sub("", _PY4J.sub("", lines[0]))
     cause = next((line for line in reversed(lines[1:]) if _EXCEPTION.match(line)), None)
     if cause is not None and cause not in head:
-        cause = re.sub(r"^(?:[\w$]+\.)+(\w+:)", r"\1", cause)
-        head = f"{head.rstrip(':')}: {cause}"
+        cause = re.sub(r"^(?:[\w$]+\.)+(\w+:)", r"\1", cause)[:limit - 40]
+        head = head.rstrip(":")
+        if len(head) + 2 + len(cause) > limit:
+            head = head[:limit - 3 - len(cause)] + "…"
+        head = f"{head}: {cause}"
     return head[:limit]
 
 
@@ -498,8 +505,13 @@ class ServiceSession:
                     and spark_settings(props)[0].startswith("spark://"):
                 self._restart(link, need)
                 running = False
+            # the JVM's own output (Spark's warnings, every failed query's stack traces,
+            # its Python workers' stderr) to a file: on the console it took the service's
+            # lines' place, and a console nobody reads stopped the JVM at its next line
+            jvm_output = None if props is None else props.instance_dir / "log" / SPARK_LOG
             spark = spark_session(props, app_name=f"imqbridge {link.bridge_name}",
-                                  conf={"spark.cores.max": str(need)} if need else {})
+                                  conf={"spark.cores.max": str(need)} if need else {},
+                                  jvm_output=jvm_output)
             if not running:  # started here, with that many cores
                 self.cores = need
             return spark

@@ -155,8 +155,8 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     session and its settings. ``master``/``conf`` override the properties (tests, drain).
     With ``jvm_output`` the JVM's stderr (Spark's start-up lines, log4j's WARNs, its Python
     workers' output) goes to that file (0600) instead of the console: the JVM inherits
-    stderr while it starts, so fd 2 points there for that time (a CLI job only: the
-    service's console must not go quiet)."""
+    stderr while it starts, so fd 2 points there for that time (the service's console
+    handler writes to a descriptor of its own: logfiles.Console)."""
     # pyarrow too: Python data sources fail obscurely without it
     require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
     from pyspark.sql import SparkSession
