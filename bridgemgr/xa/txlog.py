@@ -17,10 +17,10 @@
 # covered it then appends an empty DONE record (13 bytes, not synced: a crash of ours
 # cannot lose a write, and the kernel writes it back within seconds): a bad last record
 # followed by it was durable, so it is damage. Anything else is damage no crash causes,
-# and the log is left untouched and refused (TxLogDamaged, telling the operator to resolve the in-doubt
-# transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good frame after
-# a bad one, or a file shorter than its header (a new log is written aside and renamed
-# into place, so a file under the log's name always has its header).
+# and the log is left untouched and refused (TxLogDamaged, telling the operator to resolve
+# the in-doubt transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good
+# frame after a bad one, or a file shorter than its header (a new log is written aside
+# and renamed into place, so a file under the log's name always has its header).
 #
 # FileTxLog is txlog.<bridge> in the bridge's var directory, bounded by txlogSize: an
 # append that would pass the bound first compacts the file (the live CommitRecords, written
