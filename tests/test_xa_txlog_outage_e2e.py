@@ -9,8 +9,10 @@ is seen (pg_terminate_backend on the backends whose query names imq_bridge_txlog
 the store's own connections are left alone: the completer cannot log commit decisions or
 forget finished transactions. Such a transaction is rolled back (presumed abort) and the
 link must take that for a lost connection and go on with backoff, never stop, lose or
-duplicate: the target gets every message once, in order. (Before, the completer's
-TxLogUnavailable stopped the link for good.)
+duplicate: the target gets every message once, in order, and since none of those
+rollbacks is a message's fault they do not count toward the backout threshold: the DMQ
+stays empty. (Before, the completer's TxLogUnavailable stopped the link for good; then the
+units it rolled back behind the failed one reached the threshold and went to the DMQ.)
 """
 
 from __future__ import annotations
