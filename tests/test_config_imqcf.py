@@ -10,8 +10,8 @@ import time
 import pytest
 
 from bridgemgr.guard import LoginThrottle, ServiceGuard, ThrottleSettings
-from bridgemgr.jms import Queue, TextMessage
-from bridgemgr.jms.errors import JMSSecurityException, TransportException
+from bridgemgr.jms import Queue, TextMessage, naming
+from bridgemgr.jms.errors import JMSSecurityException, NamingException, TransportException
 from bridgemgr.jms.spi import is_xa_capable
 from bridgemgr.jmsbridge.config import DOCTYPE, Property, parse_bridge_config
 from bridgemgr.jmsbridge.connections import Connector, configured_client_id
@@ -55,7 +55,8 @@ def test_every_supported_property_maps_onto_the_mq_client():
         imqAddressListBehavior="random", imqAddressListIterations="3",
         imqReconnectEnabled="true", imqReconnectAttempts="2", imqReconnectInterval="250",
         imqDefaultUsername="u", imqDefaultPassword=SECRET, imqConfiguredClientID="cid",
-        imqPingInterval="-1", imqConnectionType="TCP", imqConsumerFlowLimit="7")), "b.xml")
+        imqPingInterval="-1", imqConnectionType="TCP", imqConsumerFlowLimit="7",
+        imqAckTimeout="2500")), "b.xml")
     assert config.warnings == ()
     cf = config.connection_factory("cf")
     assert cf.imq == IMQSettings(
@@ -64,7 +65,8 @@ def test_every_supported_property_maps_onto_the_mq_client():
                    BrokerAddress("mq://[::1]:7676")),
         behavior=AddressListBehavior.RANDOM, iterations=3, reconnect_enabled=True,
         reconnect_attempts=2, reconnect_interval_ms=250, default_username="u",
-        default_password=SECRET, client_id="cid", ping_interval_s=0, consumer_flow_limit=7)
+        default_password=SECRET, client_id="cid", ping_interval_s=0, consumer_flow_limit=7,
+        ack_timeout_ms=2500)
     assert cf.imq.tries_per_address == 3
     assert configured_client_id(cf) == "cid"
     assert SECRET not in repr(cf) and SECRET not in repr(cf.imq)
@@ -73,6 +75,32 @@ def test_every_supported_property_maps_onto_the_mq_client():
     assert [b.ssl_context is not None for b in factory.brokers] == [False, False, True, True, False]
     assert {b.heartbeat for b in factory.brokers} == {0.0}  # the service's interval
     assert {b.prefetch for b in factory.brokers} == {7}  # the source side's prefetch
+    assert {b.xa_timeout for b in factory.brokers} == {2.5}  # an XA call's wait for its answer
+
+
+@pytest.mark.parametrize("body, xa_timeout", [("", 10.0), (props(imqAckTimeout="0"), None)])
+def test_xa_calls_wait_10_s_for_an_answer_unless_imq_ack_timeout_says_otherwise(body, xa_timeout):
+    """0 is the original's "wait indefinitely"; absent, a hung broker is noticed in 10 s."""
+    cf = parse_bridge_config(bridge(props(imqAddressList="mq://h:7676") + "\n" + body)
+                             ).connection_factory("cf")
+    assert [b.xa_timeout for b in AddressListFactory(cf.imq).brokers] == [xa_timeout]
+
+
+@pytest.mark.parametrize("value, xa_timeout", [(None, 10.0), ("1500", 1.5), ("0", None)])
+def test_a_jndi_mq_factory_takes_imq_ack_timeout_from_its_environment(value, xa_timeout):
+    environment = {"java.naming.factory.initial": "imq.embedded",
+                   "java.naming.provider.url": "mq://h:7676"}
+    if value is not None:
+        environment["imqAckTimeout"] = value
+    assert naming.lookup("XAConnectionFactory", environment).xa_timeout == xa_timeout
+
+
+def test_a_bad_imq_ack_timeout_in_a_jndi_environment_names_the_property():
+    with pytest.raises(NamingException, match=r"imqAckTimeout='soon': write a whole number of "
+                                              r"milliseconds from 0 \(no limit\)"):
+        naming.lookup("XAConnectionFactory", {"java.naming.factory.initial": "imq.embedded",
+                                              "java.naming.provider.url": "mq://h:7676",
+                                              "imqAckTimeout": "soon"})
 
 
 def test_connection_type_tls_puts_every_address_on_tls():
@@ -121,6 +149,8 @@ def test_unsupported_properties_are_refused_with_file_line_and_name():
     ("imqConfiguredClientID", " ", "property imqConfiguredClientID is empty"),
     ("imqConsumerFlowLimit", "-1", "property imqConsumerFlowLimit is '-1'; write a whole "
                                    "number from 0 to 65536"),
+    ("imqAckTimeout", "-1", "property imqAckTimeout is '-1'; write a whole number from 0 to "
+                            "86400000"),
 ])
 def test_bad_values_are_errors_on_the_property_line(name, value, expected):
     extra = {} if name == "imqAddressList" else {"imqAddressList": "mq://h:7676"}

@@ -55,11 +55,13 @@ def target_props(tmp_path: Path) -> Path:
     return props
 
 
-def host_service(tmp_path: Path, target: Daemon) -> tuple[Path, Path]:
+def host_service(tmp_path: Path, target: Daemon, remote_property: str = "") -> tuple[Path, Path]:
+    """H's files; ``remote_property``: a <property> more for the remote factory."""
     base = tmp_path / "host"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "host", XML.format(password=PASSWORD,
-                                                                target=target.address), PASSWORD,
+    xml = XML.format(password=PASSWORD, target=target.address).replace(
+        "  </connection-factory>", f"    {remote_property}\n  </connection-factory>")
+    props, passfile = one_bridge_files(base, "host", xml, PASSWORD,
                                        "imq.bridge.jb.autostart=false",
                                        "imq.bridge.jb.transaction.batchSize=10",
                                        "imq.persist.file.sync.enabled=true")
@@ -120,16 +122,20 @@ def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_p
         target.stop()
 
 
+@pytest.mark.parametrize("ack_timeout", [None, 2000])
 def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_order(
-        tmp_path, monkeypatch):
+        tmp_path, monkeypatch, ack_timeout):
     """T is stopped (SIGSTOP) inside a commit phase: its XA commit gets no answer, which
-    H notices within the XA call timeout (10 s), not after 90 s of missing heart-beats;
-    once T continues, the in-doubt batch is committed first and nothing is lost."""
+    H notices within the XA call timeout (10 s, or the factory's imqAckTimeout), not after
+    90 s of missing heart-beats; once T continues, the in-doubt batch is committed first
+    and nothing is lost."""
     tprops = target_props(tmp_path)
     target = Daemon(tprops)
     hold = tmp_path / "hold"
     monkeypatch.setenv(FAULT_ENV, f"logged:hold:{hold}")
-    props, passfile = host_service(tmp_path, target)
+    extra = "" if ack_timeout is None else f'<property name="imqAckTimeout" value="{ack_timeout}"/>'
+    props, passfile = host_service(tmp_path, target, extra)
+    seconds = 10 if ack_timeout is None else ack_timeout // 1000
     host = Daemon(props)
     monkeypatch.delenv(FAULT_ENV)
     bridge_log = tmp_path / "host" / "var" / "instances" / "host" / "bridges" / "jb" / "log.txt"
@@ -143,9 +149,9 @@ def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_orde
         try:
             stopped = time.monotonic()
             hold.unlink()
-            deadline = stopped + 30
-            while "no answer to xa_commit within 10 s" not in bridge_log.read_text():
-                assert time.monotonic() < deadline, "the hung commit was not noticed in 30 s"
+            deadline = stopped + 3 * seconds
+            while f"no answer to xa_commit within {seconds} s" not in bridge_log.read_text():
+                assert time.monotonic() < deadline, f"the hung commit was not noticed in {seconds} s"
                 time.sleep(0.2)
         finally:
             target.proc.send_signal(signal.SIGCONT)

@@ -101,3 +101,35 @@ def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, d
     finally:
         host.stop()
         target.stop()
+
+
+def test_an_idle_store_is_not_ready_while_its_database_is_down(tmp_path, database):
+    """Nothing is written: the store's periodic probe notices the database going away
+    (/readyz 503 within a few seconds) and coming back (ready again). Before, an idle store
+    read ready until its first failed write."""
+    base = tmp_path / "host"
+    base.mkdir()
+    props, _ = one_bridge_files(
+        base, "host", IDLE_XML, PASSWORD, "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={database.url()}", "imq.metrics.port=0",
+        activelist="")
+    host = Daemon(props)
+    try:
+        url = next(line.split()[1] for line in host.lines if line.startswith("metrics: "))
+        m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
+        assert m, url
+        metrics = (m.group(1), int(m.group(2)))
+        assert readyz(metrics)[0] == 200
+        database.stop_fast()
+        stopped = time.monotonic()
+        while (status := readyz(metrics))[0] == 200:
+            assert time.monotonic() < stopped + 8, "/readyz stayed ready with the database down"
+            time.sleep(0.2)
+        assert status[0] == 503 and "database cannot be reached" in status[1], status
+        database.start()
+        started = time.monotonic()
+        while (status := readyz(metrics))[0] != 200:
+            assert time.monotonic() < started + 15, status
+            time.sleep(0.2)
+    finally:
+        host.stop()

@@ -20,6 +20,7 @@ from bridgemgr.jms.xa import Xid
 from bridgemgr.xa.registry import open_txlog
 from bridgemgr.xa.sqllog import SqlTxLog
 from bridgemgr.xa.txlog import (
+    DURABLE_MARK,
     FILE_MAGIC,
     CommitRecord,
     DoneRecord,
@@ -165,9 +166,10 @@ def test_a_torn_tail_is_cut_off_and_never_read(tmp_path, caplog, tail):
     assert set(FileTxLog(path).open()) == {commit(1).gtrid, commit(2).gtrid}
 
 
-def _three_commits(path: Path) -> int:
-    """A log of three commit records; the offset after the last."""
-    log = FileTxLog(path)
+def _three_commits(path: Path, sync: bool = True) -> int:
+    """A log of three commit records; the offset after the last (with ``sync``, each
+    followed by the mark its sync leaves)."""
+    log = FileTxLog(path, TxLogSettings(sync=sync))
     log.open()
     for n in range(3):
         log.log_commit(commit(n))
@@ -180,7 +182,7 @@ def test_a_flipped_byte_before_the_last_record_is_refused_and_left_untouched(tmp
     path = tmp_path / "txlog.b"
     _three_commits(path)
     data = bytearray(path.read_bytes())
-    second = len(FILE_MAGIC) + len(frame(commit(0)))
+    second = len(FILE_MAGIC) + len(frame(commit(0))) + len(DURABLE_MARK)
     data[second + 20] ^= 0xFF
     path.write_bytes(bytes(data))
     with pytest.raises(TxLogDamaged) as caught:
@@ -202,11 +204,42 @@ def test_an_emptied_log_is_refused_and_left_untouched(tmp_path, length):
 
 
 def test_a_log_cut_by_a_few_bytes_loses_only_its_torn_last_record(tmp_path, caplog):
+    """Without txlogSync nothing marks a record durable: a tear of the last one is what a
+    crash of the machine leaves, and it is cut off."""
     path = tmp_path / "txlog.b"
-    end = _three_commits(path)
+    end = _three_commits(path, sync=False)
     os.truncate(path, end - 3)
     assert set(FileTxLog(path).open()) == {commit(0).gtrid, commit(1).gtrid}
     assert "torn by a crash" in caplog.text
+
+
+def test_each_sync_leaves_a_mark_so_only_the_mark_can_pass_for_a_tear(tmp_path, caplog):
+    path = tmp_path / "txlog.b"
+    end = _three_commits(path)
+    assert path.read_bytes()[end - len(DURABLE_MARK):end] == DURABLE_MARK
+    os.truncate(path, end - 3)  # the mark torn: every decision is still there
+    assert set(FileTxLog(path).open()) == {commit(n).gtrid for n in range(3)}
+    assert "torn by a crash" in caplog.text
+
+
+@pytest.mark.parametrize("how", ["flipped", "cut"])
+def test_a_damaged_last_record_that_was_synced_is_refused_not_cut_off(tmp_path, how):
+    """The last decision was synced (and so may have been acted on: a branch committed):
+    damage to it is refused like damage anywhere else, the file left as it is. (Before,
+    it looked like a crash tear: cut off, the decision lost, the branch still prepared
+    rolled back.)"""
+    path = tmp_path / "txlog.b"
+    end = _three_commits(path)
+    last = end - len(DURABLE_MARK) - len(frame(commit(2)))
+    data = bytearray(path.read_bytes())
+    if how == "flipped":
+        data[last + 20] ^= 0xFF
+    else:  # its last bytes zeroed, as if never written
+        data[end - len(DURABLE_MARK) - 5:end - len(DURABLE_MARK)] = bytes(5)
+    path.write_bytes(bytes(data))
+    with pytest.raises(TxLogDamaged, match=f"at offset {last}, before intact records"):
+        FileTxLog(path).open()
+    assert path.read_bytes() == bytes(data)
 
 
 def test_a_new_log_is_created_whole(tmp_path):

@@ -19,6 +19,9 @@
 #                              certificate verified against the system's CAs / SSL_CERT_FILE)
 #   imqConsumerFlowLimit       messages the service pushes ahead to each consumer (the mq://
 #                              client's prefetch; 0: a consumer pulls one at a time)
+#   imqAckTimeout              milliseconds an XA call waits for the broker's answer before
+#                              the connection counts as lost (default 10000: a hung broker is
+#                              noticed in seconds; 0: wait indefinitely, the original's default)
 #
 # Unlimited iterations or attempts (-1) are refused: a connect could then not be stopped;
 # the factory's connect-attempts="-1" retries forever and a stop still ends it. With an
@@ -41,6 +44,7 @@ from urllib.parse import urlsplit
 from ..jms.errors import JMSException, JMSSecurityException, TransportException
 from ..jms.spi import XAConnectionFactory
 from ..props import Problem, Severity, clip, integer, shorten
+from ..providers.embedded.remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, ack_timeout_seconds
 
 if TYPE_CHECKING:
     from .config import Property
@@ -59,11 +63,12 @@ CONNECTION_TYPE = "imqConnectionType"
 CONSUMER_FLOW_LIMIT = "imqConsumerFlowLimit"
 SUPPORTED = (ADDRESS_LIST, ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
              RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, DEFAULT_USERNAME, DEFAULT_PASSWORD,
-             CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE, CONSUMER_FLOW_LIMIT)
+             CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE, CONSUMER_FLOW_LIMIT,
+             ACK_TIMEOUT)
 # Settings of how the address list is reached: nothing to do for the in-process host broker.
 LIST_ONLY = (ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
              RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, PING_INTERVAL, CONNECTION_TYPE,
-             CONSUMER_FLOW_LIMIT)
+             CONSUMER_FLOW_LIMIT, ACK_TIMEOUT)
 DEFAULT_FLOW_LIMIT = 100  # the mq:// client's prefetch
 # What to write instead of an attribute of the original that we do not take.
 INSTEAD = {
@@ -105,6 +110,7 @@ class IMQSettings:
     client_id: str | None = None
     ping_interval_s: int = DEFAULT_PING_SECONDS
     consumer_flow_limit: int = DEFAULT_FLOW_LIMIT
+    ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
 
     @property
     def tries_per_address(self) -> int:
@@ -240,7 +246,8 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         default_password=values.get(DEFAULT_PASSWORD),
         client_id=values.get(CONFIGURED_CLIENT_ID, "").strip() or None,
         ping_interval_s=max(0, ping),
-        consumer_flow_limit=number(CONSUMER_FLOW_LIMIT, 0, 65536, DEFAULT_FLOW_LIMIT))
+        consumer_flow_limit=number(CONSUMER_FLOW_LIMIT, 0, 65536, DEFAULT_FLOW_LIMIT),
+        ack_timeout_ms=number(ACK_TIMEOUT, 0, 86_400_000, DEFAULT_ACK_TIMEOUT_MS))
     return settings, problems
 
 
@@ -257,7 +264,8 @@ class AddressListFactory(XAConnectionFactory):
         # heartbeat 0: the client proposes none and the service's interval applies
         self.brokers = [RemoteConnectionFactory(
             a.url, ssl_context=ssl.create_default_context() if a.tls else None,
-            heartbeat=float(settings.ping_interval_s), prefetch=settings.consumer_flow_limit)
+            heartbeat=float(settings.ping_interval_s), prefetch=settings.consumer_flow_limit,
+            xa_timeout=ack_timeout_seconds(settings.ack_timeout_ms))
             for a in settings.addresses]
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:

@@ -360,7 +360,7 @@ class Link(RunnerBase):
                 except Exception:
                     pass
             txn.close()  # units completing behind the link finish first
-        self.settler.closed(txn)
+        self.settler.closed(txn, _outage)
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
@@ -708,12 +708,14 @@ class Link(RunnerBase):
         ``pending``. False after a failure."""
         txn = self._txn
         assert txn is not None
-        failed = self.settler.settle(txn, wait)
+        failed = self.settler.settle(txn, wait, _outage)
         if failed is None:
             return True
-        if pending:
-            self._abort(pending)
         unit, exc = failed
+        if pending:
+            if _outage(exc):
+                self.batch.excuse(pending)
+            self._abort(pending)
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
             raise exc
         self._completion_failed(unit, exc)

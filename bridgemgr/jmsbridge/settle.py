@@ -7,7 +7,8 @@
 # back from the source (Batch.returned); the failed one is returned to the link, which
 # sends it to the DMQ (the chapter's commit failure). After a failure every unit handed
 # over later was rolled back by the completer: settle() takes them all, then resets the
-# transaction so that later units complete again.
+# transaction so that later units complete again. When the failure was an outage (the XA
+# log's database down), those units are excused: it was not their messages' fault.
 """What a link's completions made final: now, or behind the link."""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
+from collections.abc import Callable
 
 from ..jms.message import HEADER_FIELDS
 from ..logfiles import PER_MESSAGE
@@ -27,6 +29,10 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 
 Failed = tuple[list[ProcessingContext], BaseException]
+
+
+def _never(exc: BaseException) -> bool:
+    return False
 
 
 def now_ms() -> int:
@@ -66,33 +72,44 @@ class Settler:
                 counters.consumed_only += 1
         unit.clear()
 
-    def settle(self, txn: TransferTransaction, wait: bool = False) -> Failed | None:
+    def settle(self, txn: TransferTransaction, wait: bool = False,
+               outage: Callable[[BaseException], bool] = _never) -> Failed | None:
         """Take the outcomes so far (``wait``: of every unit handed over) and count the
         committed units. The first failed unit and its error, once every unit after it
-        came back and ``txn`` was reset; None when none failed."""
+        came back and ``txn`` was reset; None when none failed. When ``outage`` says the
+        failure was a database's (not the messages'), the units rolled back behind it
+        are excused: their coming back does not count toward the backout threshold."""
         failed: Failed | None = None
+        behind: list[list[ProcessingContext]] = []
         for outcome in txn.outcomes(wait):
             unit = self.units.popleft()
             if outcome.error is None:
                 self.count(unit)
             elif outcome.behind:
-                self.batch.returned(unit)
+                behind.append(unit)
             else:
                 failed = (unit, outcome.error)
-        if failed is None:
-            return None
-        for _ in txn.outcomes(wait=True):  # the rest: all rolled back behind it
-            self.batch.returned(self.units.popleft())
-        txn.reset()
+        if failed is not None:  # the rest: all rolled back behind it
+            behind.extend(self.units.popleft() for _ in txn.outcomes(wait=True))
+        excused = failed is not None and outage(failed[1])
+        for unit in behind:
+            if excused:
+                self.batch.excuse(unit)
+            self.batch.returned(unit)
+        if failed is not None:
+            txn.reset()
         return failed
 
-    def closed(self, txn: TransferTransaction | None) -> None:
+    def closed(self, txn: TransferTransaction | None,
+               outage: Callable[[BaseException], bool] = _never) -> None:
         """The link disconnects, ``txn`` closed (every unit handed over ended): count or
-        return each unit."""
+        return each unit (excused where ``outage`` says it was not its fault)."""
         for outcome in txn.outcomes() if txn is not None else ():
             unit = self.units.popleft()
             if outcome.error is None:
                 self.count(unit)
             else:  # rolled back: the messages come back from the source
+                if outage(outcome.error):
+                    self.batch.excuse(unit)
                 self.batch.returned(unit)
         self.units.clear()

@@ -244,7 +244,7 @@ class XATransaction(TransferTransaction):
         try:
             return tx.commit(defer=self.completer)
         except TxLogUnavailable as exc:  # rolled back; the log's database is back later
-            raise TransportException(f"transaction rolled back: {exc}") from exc
+            raise _log_lost(exc) from exc
         finally:
             if tx.state is TxState.IN_DOUBT:
                 self.unresolved.add(tx.gtrid)
@@ -277,7 +277,11 @@ class XATransaction(TransferTransaction):
                                      "messages wait until recovery has committed them")
 
     def outcomes(self, wait: bool = False) -> list[Outcome]:
-        return self.completer.outcomes(wait)
+        """The completer's outcomes; one whose commit decision could not be logged because
+        the log's database is down was rolled back (presumed abort) and is a lost
+        connection to the link (it reconnects with backoff), as in complete()."""
+        return [Outcome(_log_lost(o.error), o.behind) if isinstance(o.error, TxLogUnavailable)
+                else o for o in self.completer.outcomes(wait)]
 
     def reset(self) -> None:
         self.completer.reset()
@@ -306,6 +310,12 @@ class XATransaction(TransferTransaction):
             pass  # unprepared branches: the RMs drop them with the sessions
         self.completer.close()  # what was handed over completes before the sessions go
         super().close()
+
+
+def _log_lost(exc: TxLogUnavailable) -> TransportException:
+    error = TransportException(f"transaction rolled back: {exc}")
+    error.__cause__ = exc
+    return error
 
 
 def _finished_at(report: Report | None, gtrid: bytes) -> bool:

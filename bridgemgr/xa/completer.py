@@ -15,7 +15,9 @@
 # Failures keep the order too: when a transaction cannot be logged or committed, every
 # transaction queued after it is rolled back (they are only prepared: their messages go
 # back to the source in order) until the link has seen the failure (outcomes()) and
-# reset() the completer. Only transactions of in-process resource managers are
+# reset() the completer. A log whose database cannot be reached (TxLogUnavailable) is such
+# a failure: the link takes it for a lost connection and retries with backoff
+# (XATransaction.outcomes). Only transactions of in-process resource managers are
 # deferred (an XA branch of a network RM is completed by the link itself).
 """The commit phase of a link's two-phase transactions, in order, behind the link."""
 

@@ -66,7 +66,7 @@ from ..jms.errors import (
 )
 from ..jms.spi import XAResource
 from ..jms.xa import Xid
-from .txlog import CommitRecord, Participant, TxLog
+from .txlog import CommitRecord, Participant, TxLog, TxLogError
 
 if TYPE_CHECKING:
     from .completer import Completer
@@ -658,13 +658,26 @@ class Coordinator:
             if len(self._forget) < FORGET_BATCH:
                 return
             forget, self._forget = self._forget, []
-        self.txlog.log_done(forget)
+        self._log_done(forget)
 
     def flush(self) -> None:
         """Write pending forgets (at stop)."""
         with self._lock:
             forget, self._forget = self._forget, []
-        self.txlog.log_done(forget)
+        self._log_done(forget)
+
+    def _log_done(self, forget: list[bytes]) -> None:
+        """Forgetting is never urgent: a record left live only makes recovery find its
+        transaction finished and forget it then. So a log that cannot be written now (its
+        database down) keeps them pending for the next write instead of failing whoever
+        finished a transaction (a link's commit, the completer's thread)."""
+        try:
+            self.txlog.log_done(forget)
+        except TxLogError as exc:
+            with self._lock:
+                self._forget[:0] = forget
+            log.warning("bridge %s: forgetting %d finished transaction(s) in the log failed "
+                        "(%s); tried again with the next write", self.bridge, len(forget), exc)
 
     def _finished(self, tx: Transaction) -> None:
         waits = tx.state is TxState.COMMITTED and tx.logged and tx.durable is not None

@@ -12,11 +12,15 @@
 # scanned from its header; the first frame that is short, zero, fails its CRC or does not
 # decode ends the log. A crash can only tear what was written after the last fsync, i.e.
 # the last write: when no good frame follows the bad one it is that torn tail and is cut
-# off (and logged), never read. Anything else is damage no crash causes, and the log is
-# left untouched and refused (TxLogDamaged, telling the operator to resolve the in-doubt
-# transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good frame after
-# a bad one, or a file shorter than its header (a new log is written aside and renamed
-# into place, so a file under the log's name always has its header).
+# off (and logged), never read. So that a decision already acted on cannot pass for such
+# a tear when its record is damaged later (it is the last one), the thread whose sync
+# covered it then appends an empty DONE record (13 bytes, not synced: a crash of ours
+# cannot lose a write, and the kernel writes it back within seconds): a bad last record
+# followed by it was durable, so it is damage. Anything else is damage no crash causes,
+# and the log is left untouched and refused (TxLogDamaged, telling the operator to resolve
+# the in-doubt transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good
+# frame after a bad one, or a file shorter than its header (a new log is written aside
+# and renamed into place, so a file under the log's name always has its header).
 #
 # FileTxLog is txlog.<bridge> in the bridge's var directory, bounded by txlogSize: an
 # append that would pass the bound first compacts the file (the live CommitRecords, written
@@ -217,6 +221,10 @@ def frame(record: Record) -> bytes:
     payload = encode_payload(record)
     length = struct.pack(">I", len(payload))
     return FRAME.pack(RECORD_MAGIC, len(payload), zlib.crc32(length + payload)) + payload
+
+
+# What follows the records a sync covered (FileTxLog._mark_durable): a DONE of nothing.
+DURABLE_MARK = frame(DoneRecord(()))
 
 
 @dataclass(frozen=True)
@@ -604,16 +612,34 @@ class FileTxLog(TxLog):
                     covered = self._written
                     if self._map is not None:
                         self._map.flush()
-                        self._synced = max(self._synced, covered)
-                        return
-                    fd = os.dup(self._fd)  # a compaction may replace self._fd meanwhile
-                try:
-                    os.fdatasync(fd)
-                finally:
-                    os.close(fd)
+                        fd = -1
+                    else:
+                        fd = os.dup(self._fd)  # a compaction may replace self._fd meanwhile
+                if fd >= 0:
+                    try:
+                        os.fdatasync(fd)
+                    finally:
+                        os.close(fd)
             except OSError as exc:
                 raise TxLogError(f"cannot sync the transaction log {self.path}: {exc}") from exc
             self._synced = max(self._synced, covered)
+            self._mark_durable(covered)
+
+    def _mark_durable(self, covered: int) -> None:
+        """After a sync returned (the records it covered may be acted on now), an empty
+        DONE record follows them, not synced itself: a bad last record with this after
+        it was changed after it was durable, which open refuses as damage instead of
+        cutting it off as a crash tear (a crash can only tear what no sync covered). A
+        write that fails here costs nothing but that distinction."""
+        with self._lock:
+            if (self._fd < 0 or self._written != covered
+                    or self._end + len(DURABLE_MARK) > self._limit):
+                return  # closed, followed by a record already, or no room without compacting
+            try:
+                self._write(DURABLE_MARK)
+            except TxLogError:
+                return
+            self._written += len(DURABLE_MARK)
 
     # --- compaction --------------------------------------------------------------------------
     @property

@@ -20,7 +20,9 @@ client :mod:`.remote`) through a :class:`HostBrokerFactory` they are given: its 
 logs in with the factory's login, else ``$IMQ_BROKER_USER`` / ``$IMQ_BROKER_PASSWORD`` (a
 bridge XML rarely names a user for the host broker). An empty provider URL means such a
 factory too, unless the caller resolves it against the host broker it was given (a JMS
-bridge does). A provider URL ``mq://host:port`` names a remote broker.
+bridge does). A provider URL ``mq://host:port`` names a remote broker; the environment's
+``imqAckTimeout`` (milliseconds, default 10000, 0: no limit) is how long its XA calls wait
+for an answer before the connection counts as lost.
 """
 
 from __future__ import annotations
@@ -138,12 +140,30 @@ class EmbeddedContextFactory(naming.InitialContextFactory):
             return _Context(HostBrokerFactory)
         parsed = urlparse(url)
         if parsed.scheme.startswith("mq"):
-            from .remote import RemoteConnectionFactory
-            return _Context(lambda: RemoteConnectionFactory(url))
+            from .remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, RemoteConnectionFactory, ack_timeout_seconds
+            xa_timeout = ack_timeout_seconds(_milliseconds(environment, ACK_TIMEOUT,
+                                                           DEFAULT_ACK_TIMEOUT_MS))
+            return _Context(lambda: RemoteConnectionFactory(url, xa_timeout=xa_timeout))
         if parsed.scheme in ("", "file"):
             path = unquote(parsed.path) if parsed.scheme else url
             return _Context(lambda: EmbeddedConnectionFactory(lambda: open_broker(path)))
         raise NamingException(f"{naming.PROVIDER_URL}={url!r}: the embedded broker takes a file: URL or a path")
+
+
+def _milliseconds(environment: Mapping[str, str], key: str, default: int) -> int:
+    """A whole number of milliseconds (0 .. one day) from the environment; NamingException
+    naming the property when it is something else."""
+    text = environment.get(key)
+    if text is None:
+        return default
+    try:
+        value = int(text.strip())
+    except ValueError:
+        value = -1
+    if not 0 <= value <= 86_400_000:
+        raise NamingException(f"{key}={text!r}: write a whole number of milliseconds from 0 "
+                              "(no limit) to 86400000")
+    return value
 
 
 naming.register_context_factory(CONTEXT_FACTORY, EmbeddedContextFactory)

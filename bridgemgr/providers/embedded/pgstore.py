@@ -11,7 +11,9 @@
 # broker id, keeps the XA logs in the cluster's schema, and fences every batch on its lease.
 # A connection the database dropped (a restart, the network) is replaced at the next write
 # or read; a write that failed for it is unavailable() to the store, which keeps the batch
-# and retries it with backoff. Since a commit lost with its connection may have happened,
+# and retries it with backoff. An idle store probes every PROBE_INTERVAL seconds with an
+# empty batch (one SELECT 1), so a database that went away is noticed (/readyz) even when
+# nothing is written. Since a commit lost with its connection may have happened,
 # the batch statements are idempotent here: message rows are inserted ON CONFLICT DO
 # NOTHING and a prepared branch's rows are replaced, so writing a batch twice changes
 # nothing more (every other statement is an upsert or a delete already).
@@ -46,6 +48,7 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
     "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",
 )
+PROBE_INTERVAL = 2.0  # seconds an idle store waits before it checks the database is there
 DISK_FULL = "53100"  # the SQLSTATE of a write the server had no space for
 # SQLite's INSERT OR REPLACE, said the PostgreSQL way.
 _PG_OPS = {**_OPS,
@@ -180,6 +183,8 @@ def _stored_op(name: str, args: tuple[Any, ...]) -> tuple[str, tuple[Any, ...]]:
 class PostgresDatabase(Database):
     """The store's tables in this instance's schema of a PostgreSQL database."""
 
+    probe_interval = PROBE_INTERVAL
+
     def __init__(self, settings: JdbcSettings, sync: bool) -> None:
         self.settings = settings
         self.where = settings.where
@@ -300,11 +305,14 @@ class PostgresDatabase(Database):
             conn = self._connection()
             try:
                 with conn.cursor() as cur:
-                    self._fenced(cur)
-                    inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
-                    ops = [_stored_op(name, args) for name, args in ops]
-                    write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
-                                _PREPARE_XA, mark="%s", insert_msg=INSERT_MSG)
+                    if not (inserts or deletes or updates or ops):  # the idle store's probe
+                        cur.execute("SELECT 1")
+                    else:
+                        self._fenced(cur)
+                        inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
+                        ops = [_stored_op(name, args) for name, args in ops]
+                        write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
+                                    _PREPARE_XA, mark="%s", insert_msg=INSERT_MSG)
                 conn.commit()
             except BaseException as exc:
                 if self.unavailable(exc):

@@ -106,13 +106,24 @@ _NON_PERSISTENT = int(DeliveryMode.NON_PERSISTENT)
 _AUTO, _CLIENT, _INDIVIDUAL = AckMode.AUTO_ACKNOWLEDGE, AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE
 
 
+# The original's connection factory attribute for how long a client waits for the broker's
+# answer (milliseconds; 0: indefinitely): here, an XA call's (a hung service is noticed).
+ACK_TIMEOUT = "imqAckTimeout"
+DEFAULT_ACK_TIMEOUT_MS = 10_000
+
+
+def ack_timeout_seconds(ms: int) -> float | None:
+    """An imqAckTimeout in milliseconds as the factory's ``xa_timeout`` (None: no limit)."""
+    return ms / 1000 if ms > 0 else None
+
+
 class RemoteConnectionFactory(XAConnectionFactory):
     """Connections (plain and XA) to a host broker's jms service, addressed by URL."""
 
     def __init__(self, url: str = f"mq://127.0.0.1:{DEFAULT_PORT}", *, ssl_context: ssl.SSLContext | None = None,
                  prefetch: int = 100, heartbeat: float = 30.0, connect_timeout: float = 10.0,
                  sync_sends: bool = False, send_window: int = 0, client_name: str | None = None,
-                 xa_timeout: float = 10.0) -> None:
+                 xa_timeout: float | None = DEFAULT_ACK_TIMEOUT_MS / 1000) -> None:
         self.url = url
         self.addresses = parse_url(url)
         self.ssl_context = ssl_context
@@ -126,7 +137,7 @@ class RemoteConnectionFactory(XAConnectionFactory):
             raise JMSException(f"send_window must be >= 0, not {send_window}")
         self.send_window = send_window
         self.client_name = client_name       # what the service logs; default: this process's pid
-        self.xa_timeout = xa_timeout         # s an XA call waits for its answer (a hung service)
+        self.xa_timeout = xa_timeout         # s an XA call waits for its answer (a hung service; None: no limit)
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> RemoteConnection:
         errors: list[JMSException] = []

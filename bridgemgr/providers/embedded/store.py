@@ -43,8 +43,11 @@ A database that cannot be reached (``Database.unavailable``: PostgreSQL restarti
 network down) is handled the same way: the batch is kept, retried with backoff over a new
 connection, and meanwhile callers get StoreFull saying the database is unavailable and
 ``problem()`` says so (the metrics port's /readyz is not ready); writes resume, in order,
-once it is back. PostgreSQL's batches are written so that one written twice (its commit
-lost with the connection, then retried) changes nothing more.
+once it is back. So that an idle store notices too, the writer thread writes an empty
+batch after ``Database.probe_interval`` seconds without one (PostgreSQL: every 2 s, one
+``SELECT 1``); it fails and retries like any other batch. PostgreSQL's batches are
+written so that one written twice (its commit lost with the connection, then retried)
+changes nothing more.
 
 Batches apply in a fixed order, which is what makes coalescing safe:
 plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
@@ -177,9 +180,13 @@ class Recovered:
 
 
 class Database:
-    """Where a store's batches go. ``where`` names it in errors (never a password)."""
+    """Where a store's batches go. ``where`` names it in errors (never a password).
+    ``probe_interval``: seconds an idle store waits before it writes an empty batch, which
+    the database must make a round trip for (a server that went away while nothing was
+    written is noticed); None: never (a local file)."""
 
     where: str = ""
+    probe_interval: float | None = None
 
     def load(self) -> Recovered:
         raise NotImplementedError
@@ -699,11 +706,12 @@ class Store:
             self._done = claim.batch
             self._writing = False
             self._claim = None
-            self.batches += 1
-            self.rows += len(claim.inserts) + len(claim.deletes)
-            took = time.perf_counter() - started
-            self.commit_seconds += took
-            self.commit_buckets[bisect.bisect_left(COMMIT_BOUNDS, took)] += 1
+            if claim.inserts or claim.deletes or claim.updates or claim.ops:  # not a probe
+                self.batches += 1
+                self.rows += len(claim.inserts) + len(claim.deletes)
+                took = time.perf_counter() - started
+                self.commit_seconds += took
+                self.commit_buckets[bisect.bisect_left(COMMIT_BOUNDS, took)] += 1
             self._written.notify_all()
         return True
 
@@ -732,9 +740,10 @@ class Store:
         while the store is full retries with backoff until a write succeeds."""
         while True:
             with self.lock:
-                while not (self._dirty() or self._closing or self._full is not None):
+                probe = False
+                while not (self._dirty() or self._closing or self._full is not None or probe):
                     self._idle = True
-                    self._work.wait()
+                    probe = not self._work.wait(self.database.probe_interval)
                     self._idle = False
                 if self._full is not None and not self._closing:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
@@ -744,9 +753,9 @@ class Store:
                     self._written.wait()
                 if self._error is not None or (self._closing and not self._dirty()):
                     return
-                if not self._dirty() and self._full is None:
+                if not self._dirty() and self._full is None and not probe:
                     continue
-                claim = self._take()  # while full, also an empty one: it ends the full state
+                claim = self._take()  # while full or idle, also an empty one: a probe
             if not self._commit(claim):
                 with self.lock:
                     if self._error is not None:
