@@ -2,10 +2,11 @@
 # next to a running service: service_job() (jobs.py) gets the bridge's configuration and
 # the host broker's jms service from the service's admin port; a link that runs there is
 # paused through the same admin port first (so the two do not compete for the source)
-# and resumed afterwards, whatever happens. The drain is the link's Spark query
-# (runner.py: source.py -> sink.py, the same steps, stamping and DMQ reasons as a
-# runner=spark link) with Trigger.AvailableNow: batches until the source has had nothing
-# for receiveWait, then the query ends. progress.py shows how far it is (on a terminal one
+# and resumed afterwards, whatever happens. The drain runs as Spark batch jobs, not as a
+# streaming query (drainjob.py: this process receives, logs and acknowledges; one job per
+# logged batch sends it with the sink's transfer, the same steps, stamping and DMQ reasons
+# as a runner=spark link's tasks), until the source has had nothing for receiveWait and
+# everything logged is sent. progress.py shows how far it is (on a terminal one
 # line rewritten every second; plain lines otherwise): messages, msg/s and, when the host
 # broker holds the source queue (its depth from the admin port's QUERY_DST), a bar and the
 # ETA; the summary
@@ -42,7 +43,7 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @job_options
 @click.option("-ln", "link", required=True, metavar="NAME", help="The link whose source is drained.")
 @click.option("--batch", default=50000, show_default=True, type=click.IntRange(1),
-              help="Messages per micro-batch at most (a bulk drain: few batch boundaries; "
+              help="Messages per Spark job at most (a bulk drain: few batch boundaries; "
                    "the source log holds up to two batches ahead).")
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
@@ -92,9 +93,10 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
 
 
 def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
-    """The drain's query, its progress on stderr; the summary."""
+    """The drain's batch jobs (drainjob.py), its progress on stderr; the summary."""
     from ..transform import transformer_path
-    from .runner import link_options, parallelism, start_query, stats_totals
+    from .drainjob import BatchDrain
+    from .runner import link_options, parallelism, stats_totals
     from .session import ship_plugins
 
     ship_plugins(spark, transformer_path())  # the executors import the link's transformer
@@ -106,24 +108,25 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     source = job.config.link(link).source
-    progress = Progress(f"drain {job.bridge}.{link}",  # the backlog before the query takes any
+    progress = Progress(f"drain {job.bridge}.{link}",  # the backlog before the drain takes any
                         job.backlog(source.connection_factory_ref, source.destination_ref,
                                     source.selector, source.durable_sub))
     start = time.monotonic()
-    query = start_query(spark, options, checkpoint, available_now=True,
-                        name=f"drain {job.bridge}.{link}")
+    drain = BatchDrain(spark, options).start()
     try:
         while True:
-            ended = query.awaitTermination(1)  # raises when the query failed
+            ended = drain.wait(1)
             totals = stats_totals(options.stats)
             batch_id = totals["last_batch_id"]
             progress.update(totals["rows"] - before["rows"],
                             "" if batch_id is None else f"batch {batch_id}")
-            if ended or not query.isActive:
+            if ended:
                 break
     finally:
+        if not drain.wait(0):  # interrupted: what is logged stays in the checkpoint
+            drain.cancel()
         progress.finish()  # (a terminal's line ends before an error line)
-    error = query.exception()
+    error = drain.error
     if error is not None:
         if job_output().debug:
             click.echo(str(error), err=True)
@@ -131,7 +134,7 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[
                                    f"the source is kept in {checkpoint}: run the drain again")
     seconds = time.monotonic() - start
     totals = stats_totals(options.stats)
-    shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is committed
+    shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is sent
     moved = totals["rows"] - before["rows"]
     return {"bridge": job.bridge, "link": link, "messages": totals["rows"],
             "transferred": totals["transferred"], "to_dmq": totals["to_dmq"],

@@ -26,7 +26,6 @@
 from __future__ import annotations
 
 import array
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +38,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .options import FORMAT, SCHEMA, LinkOptions
+from .options import FORMAT, SCHEMA, LinkOptions, offset_slices
 
 if TYPE_CHECKING:
     from .receiver import Receiver
@@ -76,12 +75,7 @@ class LogSlice(InputPartition):
 
 def slices(lo: int, hi: int, parts: int) -> list[LogSlice]:
     """[lo, hi) cut into at most ``parts`` nearly equal slices (none when empty)."""
-    n = hi - lo
-    parts = max(1, min(parts, n))
-    if n <= 0:
-        return []
-    bounds = [lo + n * i // parts for i in range(parts + 1)]
-    return [LogSlice(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    return [LogSlice(a, b) for a, b in offset_slices(lo, hi, parts)]
 
 
 class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

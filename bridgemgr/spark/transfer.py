@@ -124,11 +124,18 @@ class Transfer:
         self._target = None
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
+        """A streaming task: its rows' offsets, transferred (send_runs)."""
+        return self.send_runs(offset_runs(batches))
+
+    def send_runs(self, runs: list[tuple[int, int]]) -> BatchCounts:
+        """Transfer the source log's records in ``runs`` ([lo, hi) each, in order): one
+        task of a link's micro-batch or of a drain's job; its counts once every send is
+        confirmed."""
         task = _Task(*self.open_target())
         assert self._target is not None
         target_provider = self._target.handle.provider_name
         try:
-            for lo, hi in offset_runs(batches):
+            for lo, hi in runs:
                 for record, provider in self.source_log.read(lo, hi):
                     task.counts.rows += 1
                     plan = self.plan(provider, target_provider)
