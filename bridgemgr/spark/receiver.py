@@ -23,6 +23,8 @@
 # source connection when the source runner's receiver asks for the log (log.py: one
 # writer at a time, a lock and a handover request) or when the query ends. A non-durable
 # topic subscription is not prefetched: the handover would leave a gap in it.
+# A drain (drainjob.py) has no source runner: its Receiver runs in the drain's own
+# process from the start (until_empty), with no prefetch.
 """The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
 
 from __future__ import annotations
@@ -55,7 +57,8 @@ class Receiver:
     receiving overlaps the executors' work), and the log it writes."""
 
     def __init__(self, options: LinkOptions, source_log: SourceLog | None = None) -> None:
-        """The receiver of Spark's source runner: it takes the log over (from a prefetcher)."""
+        """The receiver of Spark's source runner or of a drain: it takes the log over (from a
+        prefetcher)."""
         self.options = options
         if source_log is None:
             source_log = SourceLog(options.source_log)
@@ -64,7 +67,7 @@ class Receiver:
         bounds = self.log.bounds()
         self.end = bounds[1] if bounds else 0   # the offset after the last logged record
         self.planned = bounds[0] if bounds else 0  # the batch Spark asked for last starts here
-        self.until_empty = False                # availableNow: stop at an empty source
+        self.until_empty = False                # a drain: stop at an empty source
         self.drained = False
         self.error: Exception | None = None     # why a drain's receiving gave up
         self.cond = threading.Condition()

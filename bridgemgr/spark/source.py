@@ -15,7 +15,9 @@
 # message measured on 2 cores), while Spark still counts, plans, retries and checkpoints
 # every message. commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
-# Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
+# Trigger.AvailableNow: batches until the source has nothing for receiveWait (a query that
+# ends once its source is empty; `imqbridgemgr drain` itself runs as batch jobs instead,
+# drainjob.py, without this data source's start-up).
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
 # offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
