@@ -6,13 +6,16 @@
 # receives, logs (fsync) and only then acknowledges, up to two batches ahead of the batch
 # being sent, as a link's does. BatchDrain's thread takes what is logged from the log's
 # first offset (at most maxPerBatch; the first batch is the first segment logged, so the
-# executors start early), cuts it into `parallelism` slices of offsets and runs one RDD job
-# over them: each task is send_slices(), the sink's Transfer.send_runs over its slice (the
+# executors start early), cuts it into slices of offsets (TASKS_PER_SLOT per task slot,
+# `parallelism`: the job's tail does not wait for one slow task while the other slots
+# idle; one slot, one slice: the log's order) and runs one RDD job over them: each task
+# is send_slices(), the sink's Transfer.send_runs over its slice (the
 # same steps, stamping, confirm window and DMQs as a link's task, in the executor's reused
 # Python worker). When the job returns, every send of the batch is confirmed: its counts
 # are appended to the stats file (record_batch, as a link's commit does) and the log's
-# segments below its end are deleted. Batches run one after the other, so the order is the
-# link's; receiving the next batch overlaps the executors' sending of this one. The drain
+# segments below its end are deleted. Batches run one after the other (with one task slot
+# in the log's order, as a link's); receiving the next batch overlaps the executors'
+# sending of this one. The drain
 # ends when the receiver has had nothing for receiveWait and all it logged is sent.
 #
 # Failures: a task that fails (a lost target, a transformer's HALT) fails the job once
@@ -36,6 +39,10 @@ from .options import LinkOptions, offset_slices
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
+
+# tasks per task slot in a batch's job: a slot whose task ends first takes another instead
+# of idling until the slowest task of the batch ends (one slot: one task, the log's order)
+TASKS_PER_SLOT = 4
 
 
 def send_slices(options: LinkOptions, slices: Iterable[tuple[int, int]]) -> Iterator[BatchCounts]:
@@ -105,7 +112,9 @@ class BatchDrain:
         to the stats file once every task's sends are confirmed."""
         from .sink import record_batch
 
-        slices = offset_slices(lo, hi, self.options.parallelism)
+        parallelism = self.options.parallelism
+        slices = offset_slices(lo, hi, parallelism if parallelism == 1
+                               else parallelism * TASKS_PER_SLOT)
         self.sc.setJobGroup(self._group, f"batch {batch}: offsets {lo} .. {hi - 1}",
                             interruptOnCancel=True)
         counts = (self.sc.parallelize(slices, len(slices))
