@@ -204,7 +204,7 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
 
 
 def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
-              mode: str, batch: int) -> dict:
+              batch: int, mode: str = "batch") -> dict:
     folder = work / run
     folder.mkdir()
     xml = folder / "bench.xml"
@@ -321,7 +321,7 @@ def main() -> None:
                     result = (run_local(broker, work, f"{run}_{i}", transformer, n)
                               if name == "local" else
                               run_spark(broker, url, work, f"{run}_{i}", transformer, n,
-                                        master, mode, args.batch))
+                                        master, args.batch, mode))
                     # others' work on this machine: a load above 1-2 starves the runs
                     result["load_before"] = round(load, 2)
                     result["load_after"] = round(os.getloadavg()[0], 2)
