@@ -2,7 +2,7 @@
 in one run; prints JSON.
 
     .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B]
-        [--pairs K] [--cluster-messages C] [--compare-query]
+        [--pairs K] [--cluster-messages C] [--compare-query] [--shipped]
 
 One embedded broker in this process with a persistent store and its jms connection
 service on loopback (what a Spark link's processes reach the host broker through). Each
@@ -23,7 +23,8 @@ then drains it through a non-transacted link to its own target queue:
   processes for the data source before its first batch);
 - the cluster row (--cluster-messages, 100,000): local, spark_cluster (a standalone
   master and two 1-core workers on loopback, started from the installed pyspark as the
-  tests' cluster fixture does) and spark_local2, once each, with the heavy transformer.
+  tests' cluster fixture does; its driver ships each slice's records, as on any master that
+  is not local) and spark_local2, once each, with the heavy transformer.
 
 The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
 again (~0.25 ms of pure-Python CPU per message on an idle core, ~0.6 ms on a busy machine): on this 2-core machine
@@ -36,8 +37,11 @@ This machine is a shared virtual machine, and its speed moves while the runs go:
 process's rate of the heavy work varies by +-15% from one 2-second sample to the next, and
 two processes get 1.5x to 2.7x of one. So the heavy local and spark_local2 runs are made
 --pairs times each (2), in mirrored order (local, spark 2, spark 1, spark 2, local), and
-the ratio is of their summed times; spark_local2_to_local_by_pair shows how far single
-pairs stray. load_before/after: the load average each run saw (other processes' work takes
+the ratio is of their summed times; --shipped adds spark_local2_shipped beside each
+spark_local2 run (heavy and trivial): the same with imq.bridge.spark.sourcelog=shipped (the
+driver ships each slice's records in its task, as on a cluster whose executors cannot read
+its disk; shipped_to_shared: its msg/s over spark_local2's); spark_local2_to_local_by_pair
+shows how far single pairs stray. load_before/after: the load average each run saw (other processes' work takes
 cores local[2] needs). spark_local2_steady_to_local compares Spark once running (its
 batches after the first) with the local runner, and spark_local2_fixed_s is what each
 Spark drain took beyond its steady rate: the query's start and the first batch's set-up.
@@ -93,6 +97,7 @@ def bridge_xml(run: str, transformer: str) -> bytes:
 def child(args: argparse.Namespace) -> None:
     from bridgemgr.spark.runner import link_options, parallelism
     from bridgemgr.spark.session import spark_session
+    from bridgemgr.spark.slices import ships_log
 
     base = Path(args.work)
     conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
@@ -105,7 +110,8 @@ def child(args: argparse.Namespace) -> None:
     options = link_options(checkpoint, xmlurl=args.xml, bridge="bench", link="l",
                            broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
                            max_per_batch=args.batch, receive_wait=1.0,
-                           transformer_path=str(TRANSFORMERS))
+                           transformer_path=str(TRANSFORMERS),
+                           ship_log=ships_log(args.master, args.sourcelog))
     result = (drain_query if args.mode == "query" else drain_batches)(spark, options, checkpoint)
     print(json.dumps(result))
     spark.stop()
@@ -204,14 +210,14 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
 
 
 def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
-              batch: int, mode: str = "batch") -> dict:
+              batch: int, mode: str = "batch", sourcelog: str = "auto") -> dict:
     folder = work / run
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, transformer))
     out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--mode", mode,
                           "--xml", str(xml), "--broker-url", url, "--work", str(folder),
-                          "--batch", str(batch)],
+                          "--batch", str(batch), "--sourcelog", sourcelog],
                          capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"the Spark child failed:\n{out.stderr[-3000:]}")
@@ -228,20 +234,27 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
 
 # run name: (master, how the child drains); "cluster" is the loopback standalone cluster
 MASTERS = {"spark_local1": ("local[1]", "batch"), "spark_local2": ("local[2]", "batch"),
-           "spark_local2_query": ("local[2]", "query"), "spark_cluster": ("cluster", "batch")}
+           "spark_local2_query": ("local[2]", "query"), "spark_cluster": ("cluster", "batch"),
+           "spark_local2_shipped": ("local[2]", "batch")}
+SOURCELOG = {"spark_local2_shipped": "shipped"}  # the others: auto (shared on a local master)
 
 
-def run_order(kind: str, pairs: int, query: bool) -> list[str]:
+def run_order(kind: str, pairs: int, query: bool, shipped: bool = False) -> list[str]:
     """heavy: local and spark_local2 ``pairs`` times, mirrored (local, spark 2, spark 1,
     spark 2, local, ...) so a machine speeding up or slowing down during the runs weighs on
     both alike; spark_local1 once, after the first pair (and spark_local2_query after it,
-    with --compare-query). trivial: local, spark_local2, spark_local1. cluster: local,
-    spark_cluster, spark_local2."""
+    with --compare-query); with ``shipped``, spark_local2_shipped beside each spark_local2
+    (after it, then before it). trivial: local, spark_local2 (and spark_local2_shipped),
+    spark_local1. cluster: local, spark_cluster, spark_local2."""
     if kind == "cluster":
         return ["local", "spark_cluster", "spark_local2"]
     order: list[str] = []
     for i in range(pairs if kind == "heavy" else 1):
-        order += ["local", "spark_local2"] if i % 2 == 0 else ["spark_local2", "local"]
+        spark2 = ["spark_local2"]
+        if shipped:
+            spark2 = (["spark_local2", "spark_local2_shipped"] if i % 2 == 0
+                      else ["spark_local2_shipped", "spark_local2"])
+        order += ["local", *spark2] if i % 2 == 0 else [*spark2, "local"]
         if i == 0:
             order.append("spark_local1")
             if query and kind == "heavy":
@@ -275,7 +288,10 @@ def main() -> None:
     ap.add_argument("--runs", default="",
                     help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
                          "the ratios need the runs they compare")
+    ap.add_argument("--shipped", action="store_true",
+                    help="also spark_local2 with the records shipped by the driver")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--sourcelog", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
     ap.add_argument("--mode", default="batch", help=argparse.SUPPRESS)
     ap.add_argument("--xml", help=argparse.SUPPRESS)
@@ -308,7 +324,8 @@ def main() -> None:
         try:
             for kind, transformer, n in kinds:
                 runs = out["runs"][kind] = {}
-                for i, name in enumerate(run_order(kind, args.pairs, args.compare_query)):
+                for i, name in enumerate(run_order(kind, args.pairs, args.compare_query,
+                                                         args.shipped)):
                     run = f"{kind}_{name}"
                     if args.runs and run not in args.runs.split(","):
                         continue
@@ -321,7 +338,8 @@ def main() -> None:
                     result = (run_local(broker, work, f"{run}_{i}", transformer, n)
                               if name == "local" else
                               run_spark(broker, url, work, f"{run}_{i}", transformer, n,
-                                        master, args.batch, mode))
+                                        master, args.batch, mode,
+                                        SOURCELOG.get(name, "auto")))
                     # others' work on this machine: a load above 1-2 starves the runs
                     result["load_before"] = round(load, 2)
                     result["load_after"] = round(os.getloadavg()[0], 2)
@@ -383,6 +401,11 @@ def summarise(out: dict) -> None:
         query = heavy["spark_local2_query"]
         out["spark_local2_query_to_local"] = round(query["msg_per_s"] / heavy["local"]["msg_per_s"], 2)
         out["spark_local2_query_start_s"] = query["query_start_s"]
+    if "spark_local2_shipped" in heavy:  # what shipping the records costs
+        out["shipped_to_shared"] = round(heavy["spark_local2_shipped"]["msg_per_s"]
+                                         / heavy["spark_local2"]["msg_per_s"], 2)
+        out["shipped_overhead_us_per_msg"] = round(
+            1e6 / rate["spark_local2_shipped"] - 1e6 / rate["spark_local2"], 1)
     cluster = out["runs"].get("cluster")
     if cluster:  # the cluster row: the standalone cluster and local[2] against the local runner
         out["cluster_to_local"] = round(cluster["spark_cluster"]["msg_per_s"]

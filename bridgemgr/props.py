@@ -284,6 +284,9 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.admin.tls.keyfile", TEXT, None, "PEM private key of the TLS admin port"),
     Prop("imq.bridge.tm.props", KEY_VALUES, {}, "XA coordinator settings for every bridge"),
     Prop("imq.bridge.spark.master", TEXT, None, "Spark master URL for runner=spark links"),
+    Prop("imq.bridge.spark.sourcelog", _enum("auto", "shared", "shipped"), "auto",
+         "executors read Spark links' source logs themselves (shared) or get the records "
+         "from the driver (shipped); auto: shared on a local master only"),
     Prop("imq.bridge.java.classpath", TEXT, None, "jars of Java JMS providers (JPype)"),
     Prop("imq.bridge.transformer.path", TEXT, None,
          "plugin folders searched for transformers before lib/ext (Python modules and jars)"),

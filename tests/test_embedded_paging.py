@@ -462,8 +462,9 @@ def test_a_stomp_flood_without_receipts_waits_for_the_store(tmp_path, monkeypatc
     add = store_module.Store.add
 
     def counting_add(self, *args, **kw):
-        add(self, *args, **kw)
+        ticket = add(self, *args, **kw)
         most[0] = max(most[0], len(self._inserts))
+        return ticket
 
     monkeypatch.setattr(store_module.Store, "add", counting_add)
     driver = Driver(broker)

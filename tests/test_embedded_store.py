@@ -174,3 +174,43 @@ def test_the_wal_is_checkpointed_every_ten_thousand_pages(store):
     """Inserts and their deletes seconds later dirty the same pages: a longer WAL copies
     each page once per checkpoint (measured: a fifth less writer CPU per message)."""
     assert store.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (10000,)
+
+
+def test_a_batch_inserts_its_messages_in_multi_row_statements(store):
+    """sqlite3 lets go of the GIL around each statement it steps: a statement per message
+    handed the GIL to the event loop and back once per row. 600 messages (two full
+    statements and a shorter last one) take three INSERTs, and every row and its
+    delivery count, queue and blob land as recorded."""
+    steps: list[str] = []
+    store.database._db.set_trace_callback(steps.append)
+    with store.lock:  # one batch: the writer thread cannot take part of it meanwhile
+        for seq in range(1, 601):
+            store.add(seq, f"q:{seq % 3}", f"m{seq}".encode(), dcount=seq % 2)
+    store.flush()
+    store.database._db.set_trace_callback(None)
+    assert sum(s.startswith("INSERT INTO msgs") for s in steps) == 3
+    with sqlite3.connect(store.path) as db:
+        rows = db.execute("SELECT seq, qkey, dcount, blob FROM msgs ORDER BY seq").fetchall()
+    assert rows == [(seq, f"q:{seq % 3}", seq % 2, f"m{seq}".encode()) for seq in range(1, 601)]
+
+
+def test_a_consumed_message_no_longer_counts_as_pending_bytes(tmp_path):
+    """Removing a message whose insert is still pending cancels it, and its bytes stop
+    counting towards BEHIND: senders are not made to wait (nor the linger cut short) for
+    messages that are already consumed and will never be written."""
+    store = Store(tmp_path, sync=True)
+    store.load()
+    try:
+        blob = b"m" * (1 << 20)
+        for seq in range(1, 41):  # 40 MiB sent and consumed within the linger
+            store.add(seq, "q:a", blob)
+            store.remove(seq)
+        assert not store.behind
+        store.remove_all([])  # nothing: no change
+        for seq in range(41, 81):  # 40 MiB sent and waiting: behind
+            store.add(seq, "q:a", blob)
+        assert store.behind
+        store.remove_all(range(41, 81))
+        assert not store.behind
+    finally:
+        store.close()

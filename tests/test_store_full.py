@@ -209,3 +209,25 @@ def test_postgresql_disk_full_is_no_space_and_other_errors_are_not():
     assert database.no_space(psycopg_errors.DiskFull('could not extend file "base/1/2": No space left'))
     assert not database.no_space(psycopg_errors.OperationalError("server closed the connection"))
     assert not database.no_space(psycopg_errors.UniqueViolation("duplicate key"))
+
+
+def test_messages_of_a_batch_that_found_the_disk_full_are_still_paged_in(tmp_path):
+    """A batch that found no space goes back in front of what is pending; the broker pages
+    a queue's messages in through ``page``, which merges the pending inserts of the queues
+    that have some: the returned batch's queues count too, so its messages are not missing
+    from the queue until the disk has room again."""
+    disk = Disk("page_count", tmp_path)
+    store = Store(disk.directory)
+    store.load()
+    try:
+        disk.limit(store)
+        with store.lock:  # one batch, more than the 200 pages left
+            for seq in range(1, 2001):
+                store.add(seq, "q:a", BLOB)
+        with pytest.raises(StoreFull):
+            store.flush()
+        assert [seq for seq, _, _ in store.page("q:a", 0, 5000)] == list(range(1, 2001))
+        disk.free(store)
+        assert until(lambda: not store.full)
+    finally:
+        store.close()

@@ -5,14 +5,18 @@
 # and resumed afterwards, whatever happens. The drain runs as Spark batch jobs, not as a
 # streaming query (drainjob.py: this process receives, logs and acknowledges; one job per
 # logged batch sends it with the sink's transfer, the same steps, stamping and DMQ reasons
-# as a runner=spark link's tasks), until the source has had nothing for receiveWait and
-# everything logged is sent. progress.py shows how far it is (on a terminal one
-# line rewritten every second; plain lines otherwise): messages, msg/s and, when the host
-# broker holds the source queue (its depth from the admin port's QUERY_DST), a bar and the
-# ETA; the summary
-# (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
-# printed, or given as JSON with --json.
+# as a runner=spark link's tasks; on a master that is not local the driver ships each
+# slice's records in the job instead of the executors reading its log: slices.py), until
+# the source has had nothing for receiveWait and everything logged is sent. progress.py
+# shows how far it is (on a terminal one line rewritten every second; plain lines
+# otherwise): messages, msg/s and, when the host broker holds the source queue (its depth
+# from the admin port's QUERY_DST), a bar and the ETA; the summary (transferred, to the
+# DMQ by reason, consumed without transfer, seconds, msg/s) is printed, or given as JSON
+# with --json.
 #
+# On a cluster that loses every executor mid-run the drain's receiver holds (takes
+# nothing more from the source: runner.py, receiver.py) and the drain stops after --timeout
+# seconds without one, saying so; what it had taken waits in its checkpoint.
 # The drain's checkpoint (and the source log in it) is --checkpoint, by default
 # ~/.imqbridge/drain/<bridge>/<link>: messages it has acknowledged at the source live
 # there until they are sent, so a drain that dies is run again with the same checkpoint
@@ -77,7 +81,7 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
     if paused:
         click.echo(f"link {link} of bridge {bridge} paused for the drain", err=True)
     try:
-        summary = _run(job, spark, link, batch, checkpoint)
+        summary = _run(job, spark, link, batch, checkpoint, timeout)
     finally:
         if paused:
             admin.resume(bridge, link)
@@ -92,19 +96,24 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
                    f"{summary['seconds']} s ({summary['msg_per_s']} msg/s)")
 
 
-def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[str, Any]:
-    """The drain's batch jobs (drainjob.py), its progress on stderr; the summary."""
+def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
+         timeout: float) -> dict[str, Any]:
+    """The drain's batch jobs (drainjob.py), its progress on stderr; the summary. On a
+    cluster that loses every executor the drain's receiver holds (runner.py) and the drain
+    stops after ``timeout`` s without one, keeping what it took in the checkpoint."""
     from ..transform import transformer_path
     from .drainjob import BatchDrain
     from .runner import link_options, parallelism, stats_totals
-    from .session import ship_plugins
+    from .session import executor_count, ship_plugins
+    from .slices import ships_log
 
     ship_plugins(spark, transformer_path())  # the executors import the link's transformer
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
         parallelism=parallelism(spark.sparkContext.master, dict(job.spark_conf)), max_per_batch=batch,
         backout_threshold=job.backout_threshold, broker_user=job.broker_user or "",
-        broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex())
+        broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex(),
+        ship_log=ships_log(spark.sparkContext.master))  # a cluster's executors: shipped
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     source = job.config.link(link).source
@@ -113,9 +122,19 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path) -> dict[
                                     source.selector, source.durable_sub))
     start = time.monotonic()
     drain = BatchDrain(spark, options).start()
+    master = spark.sparkContext.master
+    lost_at: float | None = None  # since when the cluster has no executor for the drain
     try:
         while True:
             ended = drain.wait(1)
+            if not ended and not master.startswith("local"):
+                lost_at = (lost_at or time.monotonic()) if executor_count(spark) == 0 else None
+                if lost_at is not None and time.monotonic() - lost_at >= timeout:
+                    drain.cancel()
+                    raise click.ClickException(
+                        f"the drain lost its executors on {master}: none for {timeout:g} s; "
+                        f"what it had taken from the source is kept in {checkpoint}: run the "
+                        "drain again")
             totals = stats_totals(options.stats)
             batch_id = totals["last_batch_id"]
             progress.update(totals["rows"] - before["rows"],

@@ -134,22 +134,49 @@ class SourceLog:
         """Write ``records`` (message id, codec blob) as the segment from ``start``; durable
         when this returns. The offset after the last record."""
         end = start + len(records)
-        header = json.dumps({"start": start, "end": end, "provider": provider}).encode()
-        parts = [MAGIC, _U32.pack(len(header)), header]
-        for message_id, blob in records:
-            mid = message_id.encode("utf-8", "surrogatepass")
-            parts += (_U32.pack(len(mid)), mid, _U32.pack(len(blob)), blob)
+        self.put(start, end, pack_segment(start, records, provider), durable=True)
+        return end
+
+    def put(self, start: int, end: int, data: bytes, durable: bool = False) -> None:
+        """``data`` (a packed segment of records start .. end-1) as that segment: written
+        aside and renamed into place; with ``durable`` the file and the folder are fsynced."""
         final = self.folder / f"{start:020d}-{end:020d}.seg"
         tmp = self.folder / f"{_TMP_PREFIX}{start:020d}"
         fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
-            _write_all(fd, b"".join(parts))
-            os.fsync(fd)
+            _write_all(fd, data)
+            if durable:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, final)
-        _fsync_dir(self.folder)
-        return end
+        if durable:
+            _fsync_dir(self.folder)
+
+    def pack(self, lo: int, hi: int) -> list[tuple[int, int, bytes]]:
+        """Records lo .. hi-1 as packed segments (start, end, bytes): what the driver ships
+        to an executor that cannot read this log. A segment wholly inside goes as its file
+        is (no decoding), one cut by lo or hi is packed again with its records inside."""
+        packed: list[tuple[int, int, bytes]] = []
+        expect = lo
+        for seg in self.segments():
+            if seg.end <= expect or seg.start >= hi:
+                continue
+            if seg.start > expect:
+                break
+            if seg.start == expect and seg.end <= hi:
+                packed.append((seg.start, seg.end, seg.path.read_bytes()))
+            else:
+                end, run, provider = min(hi, seg.end), [], ""
+                for record, provider in read_segment(seg.path):  # noqa: B007 (one per segment)
+                    if expect <= record.offset < end:
+                        run.append((record.message_id, record.blob))
+                packed.append((expect, end, pack_segment(expect, run, provider)))
+            expect = packed[-1][1]
+        if expect < hi:
+            raise SourceLogError(f"source log {self.folder}: records {expect} .. {hi - 1} are "
+                                 "not there (was the checkpoint's sourcelog folder changed?)")
+        return packed
 
     def read(self, lo: int, hi: int) -> Iterator[tuple[Record, str]]:
         """Records lo .. hi-1 with the source provider's name; SourceLogError when a
@@ -182,9 +209,25 @@ class SourceLog:
         return removed
 
 
+def pack_segment(start: int, records: list[tuple[str, bytes]], provider: str) -> bytes:
+    """A segment's bytes: ``records`` (message id, codec blob) from offset ``start``."""
+    end = start + len(records)
+    header = json.dumps({"start": start, "end": end, "provider": provider}).encode()
+    parts = [MAGIC, _U32.pack(len(header)), header]
+    for message_id, blob in records:
+        mid = message_id.encode("utf-8", "surrogatepass")
+        parts += (_U32.pack(len(mid)), mid, _U32.pack(len(blob)), blob)
+    return b"".join(parts)
+
+
 def read_segment(path: Path) -> Iterable[tuple[Record, str]]:
     """Every record of one segment, checked against its header."""
-    data = path.read_bytes()
+    return parse_segment(path.read_bytes(), str(path))
+
+
+def parse_segment(data: bytes, name: str) -> Iterator[tuple[Record, str]]:
+    """Every record of a segment's bytes, checked against its header (SourceLogError
+    naming ``name`` when they are damaged)."""
     try:
         if not data.startswith(MAGIC):
             raise ValueError("not a source log segment")
@@ -207,7 +250,7 @@ def read_segment(path: Path) -> Iterable[tuple[Record, str]]:
         if pos != len(data):
             raise ValueError(f"{len(data) - pos} bytes after the last record")
     except (ValueError, KeyError, struct.error) as exc:
-        raise SourceLogError(f"source log segment {path} is damaged: {exc}") from None
+        raise SourceLogError(f"source log segment {name} is damaged: {exc}") from None
 
 
 def _write_all(fd: int, data: bytes) -> None:

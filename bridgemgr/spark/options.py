@@ -44,6 +44,7 @@ class LinkOptions:
     broker_user: str = ""            # for host-broker factories without a username: the
     broker_password: str = ""        # service account (an option named *password* is redacted by Spark)
     dmq_secret: str = ""             # the DMQ marker key, hex (*secret*: redacted too); "": no marker
+    ship_log: bool = False           # the driver ships each slice's records (slices.py)
 
     def to_options(self) -> dict[str, str]:
         return {f.name: str(getattr(self, f.name)) for f in dataclasses.fields(self)}

@@ -25,6 +25,14 @@
 # topic subscription is not prefetched: the handover would leave a gap in it.
 # A drain (drainjob.py) has no source runner: its Receiver runs in the drain's own
 # process from the start (until_empty), with no prefetch.
+#
+# Held: while the query or the drain has no executor (a cluster that lost its workers)
+# nothing delivers what the receiver would log, so the process that started it (runner.py's
+# executor watch, hold_without_executors) puts the file .hold in the log's folder and the
+# receiver and the prefetcher take nothing more until it is gone, and close their source
+# connection (what the source had sent ahead, unacknowledged, goes back to it): a source is
+# not drained faster than it is delivered, and what stays at the source is there for
+# whoever comes next.
 """The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
 
 from __future__ import annotations
@@ -33,6 +41,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 from ..backoff import backoff_delay
 from ..jms import codec
@@ -49,6 +58,19 @@ DRAIN_FAILURES = 5  # receive failures in a row after which a drain gives up
 SEGMENT_MIN = 500  # messages: below this, a segment's fsync and acknowledge cost too much
 HANDOVER_WAIT = 60.0  # s: how long the source runner waits for the prefetcher to let go
 PREFETCH_WAIT = 0.2  # s: a prefetcher's receive wait (it answers a handover request within)
+HOLD = ".hold"  # in the source log's folder: the query has no executor, receive nothing
+
+
+def hold_receiving(source_log: str | Path, on: bool) -> None:
+    """Ask the link's receiver to take nothing more from the source (``on``), or to carry on."""
+    from ..private import private_dir
+
+    path = Path(source_log) / HOLD
+    if on:
+        private_dir(path.parent)
+        path.touch()
+    else:
+        path.unlink(missing_ok=True)
 
 
 class Receiver:
@@ -100,6 +122,8 @@ class Receiver:
             while active() and not self.log.handover_requested():
                 room = self._room()
                 if room == 0:
+                    if self._held():
+                        self._disconnect()
                     time.sleep(PREFETCH_WAIT)
                     continue
                 self.end = self._receive_batch(self.end, room, PREFETCH_WAIT)
@@ -124,7 +148,7 @@ class Receiver:
             self.cond.notify_all()
             # a drain needs an answer (returning start ends it); a stream asks again later
             deadline = None if self.until_empty else time.monotonic() + wait
-            while self.end <= start and not self.drained:
+            while self.end <= start and not self.drained and not self._stopped:
                 if self.error is not None:
                     raise self.error
                 remaining = None if deadline is None else deadline - time.monotonic()
@@ -152,7 +176,10 @@ class Receiver:
         while True:
             with self.cond:
                 while not self._stopped and (self._room() == 0 or self.drained):
-                    self.cond.wait()
+                    held = self._held()
+                    if held:  # what the source sent ahead of receive goes back to it
+                        self._disconnect()
+                    self.cond.wait(PREFETCH_WAIT if held else None)
                 if self._stopped:
                     return
                 start, room = self.end, self._room()
@@ -184,12 +211,17 @@ class Receiver:
 
     def _room(self) -> int:
         """How many messages to receive next: the batch Spark works on (from planned) and
-        one more are received ahead (0: that far already), in segments of a tenth of a
+        one more are received ahead (0: that far already, or held), in segments of a tenth of a
         batch (the first batch starts as soon as its first segment is logged: executors
         start early; later batches take what is logged)."""
+        if self._held():
+            return 0
         most = self.options.max_per_batch
         room = min(most, 2 * most - (self.end - self.planned))
         return max(0, min(room, max(SEGMENT_MIN, most // 10)))
+
+    def _held(self) -> bool:
+        return (Path(self.options.source_log) / HOLD).exists()
 
     def _receive_batch(self, start: int, room: int, wait: float | None = None) -> int:
         """Receive up to ``room`` messages (waiting ``wait`` s, receiveWait by default, for

@@ -14,7 +14,16 @@
 # stop it with last_error set. A master that does not answer (MasterUnreachable) leaves the
 # link STARTING with that one line as last_error, and the watcher tries again with backoff
 # for as long as the link is wanted. The service's session takes spark.cores.max = one per
-# Spark link unless set (service_cores), leaving a cluster's other cores to jobs.
+# Spark link unless set (service_cores), leaving a cluster's other cores to jobs. A
+# standalone master fixes an application's cores when it registers, so a link that finds
+# the session with fewer cores than the links now configured (a bridge made runner=spark,
+# or given links, by SIGHUP) restarts it (ServiceSession): the running queries stop
+# between batches, the session starts again with the new count, and they start again
+# from their checkpoints.
+# On a cluster, a thread of the process that started a query (start_query) or a drain
+# (drainjob.py) watches its executors (hold_without_executors): with none (the workers
+# lost) it holds the receiver (receiver.py), so a link or a drain does not take its source
+# into the log while nothing can deliver it.
 # Counters (SparkCounters) come from the stats file the sink's commit() writes (they
 # survive restarts); info() adds the query's progress for `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
@@ -26,7 +35,8 @@ import os
 import re
 import threading
 import time
-from collections.abc import Sequence
+import weakref
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +55,7 @@ if TYPE_CHECKING:
 
     from ..props import BrokerProperties
 
+log = logging.getLogger("imq.bridge.spark")
 SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
 RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
@@ -65,7 +76,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     """The link's streaming query, started (from ``checkpoint`` when it has one); this
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
-    from .receiver import Receiver
+    from .receiver import Receiver, hold_receiving
+    from .slices import quiet_task_size_warning
     from .source import LinkDataSource
 
     # Spark looks a Python data source up in the JVM thread's *active* session, which only
@@ -76,6 +88,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
         spark._jsparkSession)
     spark.dataSource.register(LinkDataSource)
+    if options.ship_log:
+        quiet_task_size_warning(spark)
     opts = options.to_options()
     writer = (spark.readStream.format(FORMAT).options(**opts).load()
               .writeStream.format(FORMAT).options(**opts)
@@ -85,11 +99,47 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     writer = (writer.trigger(availableNow=True) if available_now
               else writer.trigger(processingTime=TRIGGER))
     query = writer.start()
+    hold_receiving(options.source_log, False)  # (a hold its last run left)
+    if not (spark.sparkContext.master or "local").startswith("local"):
+        threading.Thread(target=hold_without_executors,
+                         args=(spark, options, lambda: query.isActive),
+                         name=f"executors {options.link}", daemon=True).start()
     prefetcher = Receiver.prefetching(options)
     if prefetcher is not None:
         threading.Thread(target=prefetcher.prefetch, args=(lambda: query.isActive,),
                          name=f"prefetch {options.link}", daemon=True).start()
     return query
+
+
+HOLD_POLL = 0.5  # s between two looks at a cluster query's executors
+
+
+def hold_without_executors(spark: SparkSession, options: LinkOptions,
+                           active: Callable[[], bool]) -> None:
+    """While ``active()`` (a link's query, or a drain, runs), hold its receiver whenever the
+    application has no executor (receiver.py): nothing could deliver what it would take
+    from the source."""
+    from .receiver import hold_receiving
+    from .session import executor_count
+
+    held = seen = False
+    try:
+        while active():
+            none = executor_count(spark) == 0
+            if none != held:
+                hold_receiving(options.source_log, none)
+                held = none
+                if seen:  # (not the wait for the first executors of a new session)
+                    log.warning("link %s: %s", options.link,
+                                "no executor: receiving held until one comes" if none
+                                else "executors again: receiving")
+            seen = seen or not none
+            time.sleep(HOLD_POLL)
+    except Exception:  # the session stopped under us: the query is over
+        pass
+    finally:
+        if held:
+            hold_receiving(options.source_log, False)
 
 
 def stats_totals(stats: str | Path, now: float | None = None) -> dict[str, Any]:
@@ -194,6 +244,7 @@ class SparkLink(RunnerBase):
         self._wake.clear()
         self._runs += 1
         try:
+            self._spark = SESSION.session(self)
             self._start_query()
         except MasterUnreachable as exc:
             self._query = None
@@ -224,12 +275,30 @@ class SparkLink(RunnerBase):
 
     def _session(self) -> SparkSession:
         if self._spark is None:
-            from .session import spark_session
-            cores = {} if self.props is None or "spark.cores.max" in self.props.spark_conf \
-                else {"spark.cores.max": str(service_cores(self.props))}
-            self._spark = spark_session(self.props, app_name=f"imqbridge {self.bridge_name}",
-                                        conf=cores)
+            self._spark = SESSION.session(self)
         return self._spark
+
+    def _suspend(self) -> bool:
+        """(ServiceSession, before it stops the session) stop a running query between
+        batches, its watcher ending without a word; True when it is to start again."""
+        with self._lock:
+            self._spark = None
+            query = self._query
+            if query is None or self._want is not State.STARTED or not query.isActive:
+                return False  # (a failed query's watcher starts the next on the new session)
+            self._runs += 1  # the watcher of the query stopped here ends quietly
+            self._query = None
+            try:
+                _between_batches(query, self.tuning.start_timeout)
+                query.stop()
+            except Exception as exc:  # the JVM may be gone already
+                self.log.warning("link %s: stopping its Spark query: %s", self.name, exc)
+            return True
+
+    def _carry_on(self) -> None:
+        """(ServiceSession, once the session runs again) start the query again."""
+        if self._want is State.STARTED:
+            self._run(State.STARTED)
 
     def _start_query(self) -> None:
         with self._lock:
@@ -276,6 +345,17 @@ class SparkLink(RunnerBase):
                 failures += 1  # the master did not answer: no limit, the link keeps trying
             delay = backoff_delay(self.tuning.backoff_initial, failures, self.tuning.backoff_max)
             if self._wake.wait(delay):
+                return
+            try:
+                self._spark = SESSION.session(self)
+            except MasterUnreachable as exc:
+                self._query = query = None
+                self._failed(str(exc))
+                continue
+            except Exception as exc:
+                self._failed(f"cannot restart the Spark query: {exc}")
+                self._want = State.STOPPED
+                self.lifecycle.set(State.STOPPED)
                 return
             with self._lock:
                 if self._runs != run or self._want is not State.STARTED:
@@ -393,6 +473,61 @@ def parallelism(master: str, conf: dict[str, str]) -> int:
     return 1 if master.strip() == "local" else 2
 
 
+class ServiceSession:
+    """The service's one SparkSession for its Spark links (module comment), with the
+    spark.cores.max it was given when that is ours (service_cores), and the links that
+    use it."""
+
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.cores = 0    # the spark.cores.max the running session got from us (0: none)
+        self.links: weakref.WeakSet[SparkLink] = weakref.WeakSet()
+
+    def session(self, link: SparkLink) -> SparkSession:
+        """The session for ``link``'s query: started when there is none; started again when
+        its cores (our default) are fewer than the links the properties now name."""
+        if link._spark is not None and link.props is None:  # (given one: tests)
+            return link._spark
+        from pyspark import SparkContext
+
+        from .session import spark_session, spark_settings
+        with self.lock:
+            self.links.add(link)
+            props = link.props
+            ours = props is not None and "spark.cores.max" not in props.spark_conf
+            need = service_cores(props) if ours and props is not None else 0
+            running = SparkContext._active_spark_context is not None
+            if running and need > self.cores > 0 \
+                    and spark_settings(props)[0].startswith("spark://"):
+                self._restart(link, need)
+                running = False
+            spark = spark_session(props, app_name=f"imqbridge {link.bridge_name}",
+                                  conf={"spark.cores.max": str(need)} if need else {})
+            if not running:  # started here, with that many cores
+                self.cores = need
+            return spark
+
+    def _restart(self, link: SparkLink, need: int) -> None:
+        """Stop the session (the other links' queries first, between batches) so that the
+        next one gets ``need`` cores; the links start their queries again after it."""
+        from pyspark.sql import SparkSession
+
+        link.log.info("the Spark session starts again with %d cores (was %d) for the Spark "
+                      "links now configured; running links start again from their checkpoints",
+                      need, self.cores)
+        others = [other for other in list(self.links) if other is not link and other._suspend()]
+        session = SparkSession._instantiatedSession
+        if session is not None:
+            session.stop()
+        def carry_on() -> None:  # (once this link's session is up: they wait for the lock)
+            for other in others:
+                other._carry_on()
+        threading.Thread(target=carry_on, name="spark links restart", daemon=True).start()
+
+
+SESSION = ServiceSession()
+
+
 def service_cores(props: BrokerProperties) -> int:
     """The service's default spark.cores.max: one core per non-transacted link of its
     runner=spark bridges (at least 1), so that a standalone master keeps the rest of its
@@ -421,6 +556,7 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
     from ..servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
     from .session import spark_settings
+    from .slices import ships_log
 
     settings = props.bridge(bridge)
     xmlurl = settings.xmlurl or ""
@@ -433,7 +569,8 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
         parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
         window=settings.link_window, transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
-        dmq_secret=dmq_key(props).hex())
+        dmq_secret=dmq_key(props).hex(),
+        ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"))
     return options, checkpoint
 
 

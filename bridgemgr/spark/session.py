@@ -178,7 +178,14 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     return session
 
 
-_shipped: dict[str, float] = {}  # what ship_plugins gave this process's SparkContext: mtime
+def executor_count(spark: SparkSession) -> int:
+    """The executors registered with ``spark`` (0 on a cluster that has none for it; a
+    local master runs its tasks in the driver and has none either)."""
+    return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
+
+
+# what ship_plugins gave this process's SparkContext (by application id): file -> mtime
+_shipped: dict[tuple[str, str], float] = {}
 
 
 def ship_plugins(spark: SparkSession, folders: Iterable[str | os.PathLike[str]]) -> list[str]:
@@ -205,9 +212,10 @@ def ship_plugins(spark: SparkSession, folders: Iterable[str | os.PathLike[str]])
                 path, mtime = str(entry), entry.stat().st_mtime
             else:
                 continue
-            if _shipped.get(path) == mtime:
+            key = (spark.sparkContext.applicationId, path)
+            if _shipped.get(key) == mtime:
                 continue
             spark.sparkContext.addPyFile(path)
-            _shipped[path] = mtime
+            _shipped[key] = mtime
             shipped.append(path)
     return shipped

@@ -13,7 +13,10 @@
 # Kafka's Spark source hands executors offset ranges: a message's bytes never cross into
 # the JVM and back (two Arrow conversions and a row copy each way, ~100 us per 1 KiB
 # message measured on 2 cores), while Spark still counts, plans, retries and checkpoints
-# every message. commit(end) deletes the segments below ``end``:
+# every message. When the executors cannot read the driver's log (LinkOptions.ship_log,
+# slices.py), partitions() packs each slice's records into its LogSlice and read() spills
+# them into a folder of the executor's own before it yields the offsets, where the sink's
+# task reads them. commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
 # Trigger.AvailableNow: batches until the source has nothing for receiveWait (a query that
 # ends once its source is empty; `imqbridgemgr drain` itself runs as batch jobs instead,
@@ -21,7 +24,7 @@
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
 # offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
-# light options module; the receiver and the sink's transfer, which need the
+# light options and slices modules; the receiver and the sink's transfer, which need the
 # whole bridge, are imported where they run.
 """The streaming source of a runner=spark link: offsets over the source log, log slices."""
 
@@ -41,6 +44,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .options import FORMAT, SCHEMA, LinkOptions, offset_slices
+from .slices import Packed, ship_parts, spill
 
 if TYPE_CHECKING:
     from .receiver import Receiver
@@ -68,11 +72,13 @@ class LinkDataSource(DataSource):
 
 
 class LogSlice(InputPartition):
-    """Offsets lo .. hi-1 of the source log: one executor task."""
+    """Offsets lo .. hi-1 of the source log: one executor task; with ``packed``, their
+    records too (shipped by the driver: slices.py)."""
 
-    def __init__(self, lo: int, hi: int) -> None:
+    def __init__(self, lo: int, hi: int, packed: Packed | None = None) -> None:
         super().__init__((lo, hi))
         self.lo, self.hi = lo, hi
+        self.packed = packed
 
 
 def slices(lo: int, hi: int, parts: int) -> list[LogSlice]:
@@ -120,7 +126,14 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return {"offset": min(end, first + cap)} if end > first else start
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
-        return slices(int(start["offset"]), int(end["offset"]), self.options.parallelism)
+        lo, hi = int(start["offset"]), int(end["offset"])
+        if not self.options.ship_log:
+            return slices(lo, hi, self.options.parallelism)
+        log = self._driver().log  # executors cannot read it: each slice carries its records
+        parts = slices(lo, hi, ship_parts(log, lo, hi, self.options.parallelism))
+        for part in parts:
+            part.packed = log.pack(part.lo, part.hi)
+        return parts
 
     def commit(self, end: dict) -> None:
         self._driver().log.delete_through(int(end["offset"]))
@@ -133,8 +146,11 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     # --- executors ------------------------------------------------------------------------------
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        """The slice's offsets; the sink's task reads their records from the source log."""
+        """The slice's offsets; the sink's task reads their records from the source log,
+        or from this executor's spill of what the driver shipped (written here first)."""
         assert isinstance(partition, LogSlice)
+        if partition.packed is not None:
+            spill(self.options, partition.lo, partition.hi, partition.packed)
         for lo in range(partition.lo, partition.hi, ARROW_ROWS):
             hi = min(lo + ARROW_ROWS, partition.hi)
             # from a buffer: pa.array() of Python ints imports pandas (~0.4 s per worker)

@@ -3,7 +3,9 @@
 # it), built from the options like the driver's receiver: the LinkPlan (the same
 # per-message steps as the local runner, jmsbridge/pipeline.py), a target connection and
 # the bridge's DMQs. A task's rows are offsets of the source log (source.py): it reads
-# those records from the log, and for each decodes the message as received, runs the steps
+# those records from the log, or from what the driver shipped (slices.task_records; a
+# batch job hands transfer() its records itself), and for each decodes the message as
+# received, runs the steps
 # and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
 # MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
 # cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,
@@ -31,7 +33,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -55,8 +57,9 @@ from ..jmsbridge.pipeline import (
 from ..jmsbridge.window import ConfirmWindow
 from .counts import BatchCounts
 from .linkenv import LinkEnvironment
-from .log import SourceLog
+from .log import Record
 from .options import SOURCE_ID_PROPERTY, LinkOptions
+from .slices import task_records
 
 if TYPE_CHECKING:  # pyarrow starts threads: not imported before Spark's daemon forks (daemon.py)
     import pyarrow as pa
@@ -84,7 +87,6 @@ class Transfer:
         self.audited: set[DMQReason] = set()
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
-        self.source_log = SourceLog(options.source_log)
         self.window = max(1, env.link.window if env.link.window is not None else options.window)
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
@@ -124,25 +126,25 @@ class Transfer:
         self._target = None
 
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
-        """A streaming task: its rows' offsets, transferred (send_runs)."""
-        return self.send_runs(offset_runs(batches))
+        """A streaming task: its rows' offsets, their records from the shared log or
+        from what the driver shipped (slices.task_records)."""
+        with task_records(self.env.options, offset_runs(batches)) as records:
+            return self.transfer(records)
 
-    def send_runs(self, runs: list[tuple[int, int]]) -> BatchCounts:
-        """Transfer the source log's records in ``runs`` ([lo, hi) each, in order): one
-        task of a link's micro-batch or of a drain's job; its counts once every send is
-        confirmed."""
+    def transfer(self, records: Iterable[tuple[Record, str]]) -> BatchCounts:
+        """Transfer ``records`` (log records with their source provider's name); the
+        counts once every send is confirmed."""
         task = _Task(*self.open_target())
         assert self._target is not None
         target_provider = self._target.handle.provider_name
         try:
-            for lo, hi in runs:
-                for record, provider in self.source_log.read(lo, hi):
-                    task.counts.rows += 1
-                    plan = self.plan(provider, target_provider)
-                    ctx = ProcessingContext(codec.decode(record.blob), int(time.time() * 1000))
-                    self._handle(task, ctx, plan, record.message_id)
-                    if len(task.window) >= self.window:
-                        self._confirm(task)
+            for record, provider in records:
+                task.counts.rows += 1
+                plan = self.plan(provider, target_provider)
+                ctx = ProcessingContext(codec.decode(record.blob), int(time.time() * 1000))
+                self._handle(task, ctx, plan, record.message_id)
+                if len(task.window) >= self.window:
+                    self._confirm(task)
             self._confirm(task)
             task.session.close()
         except BaseException:

@@ -61,11 +61,13 @@ def start_bridge(broker: Broker, xml: bytes) -> JMSBridge:
 
 
 def take(factory, dest, expect: int, total: float = 60.0) -> list[Message]:
-    """Consume ``expect`` messages of ``dest`` (fewer if ``total`` seconds pass), then what else comes within 0.5 s."""
+    """Consume ``expect`` messages of ``dest`` (fewer if ``total`` seconds pass), then what
+    else comes within 0.5 s. Each is acknowledged as it comes (AUTO_ACKNOWLEDGE): ActiveMQ
+    gives a STOMP consumer holding unacknowledged messages its next page of 200 only at its
+    30 s expiry scan (see test_take_drains_an_activemq_stomp_queue_past_its_page_size)."""
     with factory.create_connection() as conn:
         conn.start()
-        session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
-        consumer = session.create_consumer(dest)
+        consumer = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE).create_consumer(dest)
         out: list[Message] = []
         deadline = time.monotonic() + total
         while time.monotonic() < deadline:
@@ -74,8 +76,23 @@ def take(factory, dest, expect: int, total: float = 60.0) -> list[Message]:
                 out.append(m)
             elif len(out) >= expect:
                 break
-        session.acknowledge()
         return out
+
+
+def test_take_drains_an_activemq_stomp_queue_past_its_page_size(activemq):
+    """ActiveMQ pages a queue in 200 messages at a time and pages in more when something
+    wakes the queue (a send, an acknowledgement) or when its expiry scan runs (every 30 s):
+    a STOMP consumer that acknowledged nothing yet waited up to 30 s per page, so a take of
+    1,000 messages needed up to a minute, and under load returned m0-m799 at its deadline."""
+    factory = naming.lookup("ConnectionFactory", activemq.stomp_env())
+    queue = Queue(unique("take"))
+    with factory.create_connection() as conn:
+        producer = conn.create_session().create_producer(queue)
+        for i in range(1000):
+            producer.send(TextMessage(f"m{i}"), delivery_mode=1)
+    started = time.monotonic()
+    assert [m.text for m in take(factory, queue, 1000, total=20)] == [f"m{i}" for i in range(1000)]
+    assert time.monotonic() - started < 20
 
 
 @pytest.fixture

@@ -13,6 +13,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from bridgemgr.jms import Queue
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
@@ -49,7 +51,10 @@ class Collector:
             self.got.append(m)
 
 
-def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, spark):
+@pytest.mark.parametrize("shipped", [False, True], ids=["shared log", "shipped records"])
+def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, spark, shipped):
+    """(shipped: the replay's records reach the executors from the driver, as on a
+    cluster whose executors cannot read the log)"""
     broker = Broker(tmp_path / "store")
     harness = Harness(broker)
     xml = tmp_path / "b.xml"
@@ -58,7 +63,8 @@ def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, 
     sent = {m.message_id: m.text for m in send(broker, "src", [f"m{i}" for i in range(N)])}
     collector = Collector(broker)
     child = subprocess.Popen([sys.executable, str(HERE / "link_crash_child.py"), str(xml),
-                              harness.url, str(checkpoint)], start_new_session=True,
+                              harness.url, str(checkpoint), *(["shipped"] if shipped else [])],
+                             start_new_session=True,
                              stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         collector.until(N // 4, timeout=240)
@@ -69,7 +75,7 @@ def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, 
     before = len(collector.got)
     assert before < N, "the first driver finished before it was killed"
     try:
-        query = start_query(spark, crash_options(checkpoint, str(xml), harness.url),
+        query = start_query(spark, crash_options(checkpoint, str(xml), harness.url, shipped),
                             checkpoint, available_now=True)
         assert query.awaitTermination(240), "the restarted query did not finish"
         assert query.exception() is None

@@ -5,6 +5,7 @@ target sees every message in order before write() returns."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -21,6 +22,7 @@ from bridgemgr.providers.embedded.broker import DestinationLimits
 from bridgemgr.spark.log import SourceLog
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 from bridgemgr.spark.runner import link_options
+from bridgemgr.spark.slices import spill, spill_folder
 from bridgemgr.spark.transfer import Transfer
 
 TESTS = Path(__file__).resolve().parents[1]
@@ -152,3 +154,21 @@ def test_the_links_window_property_in_the_xml_is_the_transfers_window(link, tmp_
     xml.write_bytes(bridge_xml(link_xml("l").replace("</link>", '<property name="window" value="7"/></link>')))
     assert Transfer(options).window == 4
     assert Transfer(dataclasses.replace(options, xmlurl=str(xml))).window == 7
+
+
+def test_a_transfer_sends_shipped_records_with_the_source_log_gone(link):
+    """Transfer.write with ship_log: the records come from the spill, the target gets
+    each once, in log order, stamped with the source message id."""
+    broker, options, log = link
+    options = dataclasses.replace(options, ship_log=True)
+    texts = [f"s{i}" for i in range(10)]
+    end = logged(log, 0, texts)
+    spill(options, 0, end, log.pack(0, end))
+    shutil.rmtree(options.source_log)
+    counts = Transfer(options).write(iter(offsets(0, end)))
+    assert (counts.rows, counts.transferred) == (10, 10)
+    got = drain(broker, "dst")
+    assert [m.text for m in got] == texts
+    assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got] == [
+        f"ID:src-{i}" for i in range(10)]
+    assert not spill_folder(options, 0, end).exists()

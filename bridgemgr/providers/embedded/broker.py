@@ -785,18 +785,21 @@ class Broker:
             self._unroute(envs)
             self.store.check_room()
 
-    def _commit_envelopes(self, envs: Iterable[Envelope]) -> None:
-        """Make routed envelopes durable (recorded) and visible (under the lock)."""
+    def _commit_envelopes(self, envs: Iterable[Envelope]) -> int | None:
+        """Make routed envelopes durable (recorded) and visible (under the lock); the store
+        ticket of the last one recorded, or None."""
         store = self.store
+        ticket = None
         for env in envs:
             mq = env.queue
             if mq.deleted:
                 continue
             if env.stored:
                 assert store is not None and env.blob is not None  # stored: there is a store; routed: encoded
-                store.add(env.seq, mq.key, env.blob)
+                ticket = store.add(env.seq, mq.key, env.blob)
                 env.blob = None
             mq.push(env)
+        return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
              blob: bytes | None = None) -> int | None:
@@ -808,10 +811,7 @@ class Broker:
             self._throttle(sender)
             envs = self._route(message, self._targets(dest, sender, message), blob)
             self._admit(envs)
-            self._commit_envelopes(envs)
-            if self.store is not None and any(e.stored for e in envs):
-                return self.store.ticket()
-        return None
+            return self._commit_envelopes(envs)
 
     def wait_durable(self, ticket: int | None) -> None:
         if ticket is not None and self.store is not None:
@@ -881,13 +881,15 @@ class Broker:
             self._ack(envs)
 
     def _ack(self, envs: Iterable[Envelope]) -> None:
-        store = self.store
+        stored = []
         for env in envs:
             env.owner = None
             env.queue.release(env)
             if env.stored:
-                assert store is not None  # a stored envelope: there is a store
-                store.remove(env.seq)
+                stored.append(env.seq)
+        if stored:
+            assert self.store is not None  # a stored envelope: there is a store
+            self.store.remove_all(stored)
 
     def redeliver(self, envs: list[Envelope]) -> None:
         """Return unacknowledged messages to their queues (recover, rollback, close)."""

@@ -1,0 +1,97 @@
+"""The STOMP bridge's data path without sockets: CPU per message, persistent and not; prints JSON.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/stomp_path.py [--messages N] [--rounds R]
+
+One process: a producer StompSession feeds SEND frames (1 KiB bodies, 100 frames per
+read) into the embedded broker (SQLite store with fsync, as stomp.py's bridge runs it)
+while a consumer StompSession subscribed with ack:auto takes them (its subscriber thread
+renders MESSAGE frames; what the event loop would run, this process runs inline, as
+tests/stomp_support.Driver does). cpu_us_per_msg is the process's user + system CPU
+(every thread: loop work, subscriber thread, store writer) per message; rows_written, the
+store rows inserted and deleted (a message consumed before its batch was cut needs none).
+Without client processes and sockets its noise on a shared machine is a few µs, so it
+shows what the persistent path costs over the non-persistent one (benchmarks/stomp.py's
+ratios move with the load). Each mode runs --rounds times, interleaved; medians reported.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+# benchmarks/stomp.py is beside this file: keep the folder off the path so `import stomp`
+# (tests/stomp_support's client library) is stomp.py the package.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(1, str(ROOT / "tests"))
+
+BODY = b"x" * 1024
+READ = 100  # SEND frames per read
+
+
+def cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run(messages: int, persistent: bool) -> dict[str, float]:
+    """One producer, one ack:auto consumer, ``messages`` SENDs; CPU per message and rows."""
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.stompbridge.frames import Frame, encode_frame
+    from stomp_support import Driver
+
+    with tempfile.TemporaryDirectory(prefix="stomp-path-") as directory:
+        broker = Broker(Path(directory) / "store", sync=True)
+        try:
+            consumer = Driver(broker, name="consumer")
+            consumer.connect()
+            consumer.send("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "ack": "auto"})
+            producer = Driver(broker, name="producer")
+            producer.connect()
+            headers = {"destination": "/queue/q", "persistent": "true" if persistent else "false"}
+            received = 0
+            started = cpu()
+            for _ in range(0, messages, READ):
+                producer.feed(b"".join(encode_frame(Frame("SEND", {**headers, "ts": repr(time.time())}, BODY),
+                                                    producer.version) for _ in range(READ)))
+                received += sum(f.command == "MESSAGE" for f in consumer.pump(0))
+            while received < messages:
+                received += sum(f.command == "MESSAGE" for f in consumer.pump(0.05))
+            assert broker.store is not None
+            broker.store.flush()
+            used = cpu() - started
+            rows = broker.store.stats()["rows"]
+            producer.close()
+            consumer.close()
+        finally:
+            broker.close()
+    return {"cpu_us_per_msg": used / received * 1e6, "rows_written": rows}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=20000, help="SEND frames per run (a multiple of 100)")
+    parser.add_argument("--rounds", type=int, default=3, help="runs of each mode, interleaved")
+    args = parser.parse_args()
+    if args.messages <= 0 or args.messages % READ:
+        parser.error(f"--messages must be a positive multiple of {READ}")
+    runs: dict[str, list[dict[str, float]]] = {"persistent": [], "non_persistent": []}
+    for _ in range(args.rounds):
+        for mode in runs:
+            runs[mode].append(run(args.messages, mode == "persistent"))
+    out = {mode: {key: round(statistics.median(r[key] for r in rows), 1) for key in rows[0]}
+           for mode, rows in runs.items()}
+    out["persistent_extra_us_per_msg"] = round(out["persistent"]["cpu_us_per_msg"]
+                                               - out["non_persistent"]["cpu_us_per_msg"], 1)
+    print(json.dumps({"messages": args.messages, "rounds": args.rounds, **out}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
