@@ -1,7 +1,8 @@
-"""A link drained on the local runner and on Spark local[1] / local[2], in one run; prints JSON.
+"""A link drained on the local runner and on Spark local[1] / local[2] / a standalone cluster,
+in one run; prints JSON.
 
-    .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B] [--pairs K]
-                                         [--shipped]
+    .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B]
+        [--pairs K] [--cluster-messages C] [--compare-query] [--shipped]
 
 One embedded broker in this process with a persistent store and its jms connection
 service on loopback (what a Spark link's processes reach the host broker through). Each
@@ -10,15 +11,20 @@ then drains it through a non-transacted link to its own target queue:
 
 - local: the local runner (a thread of this process, the broker in-process, as in the
   service), acknowledge per message as the chapter says;
-- spark_local1, spark_local2: the same link as a Spark query (runner=spark: the driver
-  receives, logs and acknowledges; executors read their slice of the log, transform and
-  send over the jms service), Trigger.AvailableNow, in a child process per master (one
-  SparkSession per process), batches of --batch messages (50,000: what `imqbridgemgr
-  drain` takes by default; a batch boundary costs ~1 s of both cores on this machine).
-  msg/s = N / (query start .. query end); the session start-up (7-11 s) is left out, the
-  query's start (query_start_s: Spark's Python processes for the data source, the
-  driver's receiver) and the first micro-batch's set-up (Python workers, connections) are
-  in; steady_msg_per_s leaves the first batch out.
+- spark_local1, spark_local2: the same link drained as `imqbridgemgr drain` does
+  (drainjob.py: the driver receives, logs and acknowledges; one Spark job per logged
+  batch, whose tasks read their slice of the log, transform and send over the jms
+  service), in a child process per master (one SparkSession per process), batches of
+  --batch messages (50,000: what `imqbridgemgr drain` takes by default). msg/s = N /
+  (drain start .. drain end); the session start-up (7-11 s) is left out, the first
+  batch's set-up (Python workers, connections) is in; steady_msg_per_s leaves the first
+  batch out. With --compare-query, spark_local2_query drains once as a streaming query
+  with Trigger.AvailableNow (how drain ran before: query_start_s is Spark's Python
+  processes for the data source before its first batch);
+- the cluster row (--cluster-messages, 100,000): local, spark_cluster (a standalone
+  master and two 1-core workers on loopback, started from the installed pyspark as the
+  tests' cluster fixture does; its driver ships each slice's records, as on any master that
+  is not local) and spark_local2, once each, with the heavy transformer.
 
 The heavy transformer parses each message's XML with xml.dom.minidom and writes it out
 again (~0.25 ms of pure-Python CPU per message on an idle core, ~0.6 ms on a busy machine): on this 2-core machine
@@ -31,11 +37,11 @@ This machine is a shared virtual machine, and its speed moves while the runs go:
 process's rate of the heavy work varies by +-15% from one 2-second sample to the next, and
 two processes get 1.5x to 2.7x of one. So the heavy local and spark_local2 runs are made
 --pairs times each (2), in mirrored order (local, spark 2, spark 1, spark 2, local), and
-the ratio is of their summed times; --shipped adds spark_local2_shipped after each
-spark_local2 run: the same with imq.bridge.spark.sourcelog=shipped (the driver ships each
-slice's records in its task, as on a cluster whose executors cannot read its disk;
-shipped_to_shared: its msg/s over spark_local2's); spark_local2_to_local_by_pair shows how far single
-pairs stray. load_before/after: the load average each run saw (other processes' work takes
+the ratio is of their summed times; --shipped adds spark_local2_shipped beside each
+spark_local2 run (heavy and trivial): the same with imq.bridge.spark.sourcelog=shipped (the
+driver ships each slice's records in its task, as on a cluster whose executors cannot read
+its disk; shipped_to_shared: its msg/s over spark_local2's); spark_local2_to_local_by_pair
+shows how far single pairs stray. load_before/after: the load average each run saw (other processes' work takes
 cores local[2] needs). spark_local2_steady_to_local compares Spark once running (its
 batches after the first) with the local runner, and spark_local2_fixed_s is what each
 Spark drain took beyond its steady rate: the query's start and the first batch's set-up.
@@ -44,6 +50,7 @@ Spark drain took beyond its steady rate: the query's start and the first batch's
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -86,23 +93,55 @@ def bridge_xml(run: str, transformer: str) -> bytes:
     </jmsbridge>""".encode()
 
 
-# --- the child: one Spark query -------------------------------------------------------------------
+# --- the child: one Spark drain -------------------------------------------------------------------
 def child(args: argparse.Namespace) -> None:
-    from bridgemgr.spark.runner import link_options, parallelism, start_query
+    from bridgemgr.spark.runner import link_options, parallelism
     from bridgemgr.spark.session import spark_session
     from bridgemgr.spark.slices import ships_log
 
     base = Path(args.work)
-    spark = spark_session(app_name="imqbridge-bench", master=args.master, conf={
-        "spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
-        "spark.local.dir": str(base / "spark-local"),
-        "spark.sql.warehouse.dir": str(base / "warehouse")})
+    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
+            "spark.local.dir": str(base / "spark-local"),
+            "spark.sql.warehouse.dir": str(base / "warehouse")}
+    if args.master.startswith("spark://"):  # the loopback cluster's 1 GiB workers
+        conf.update({"spark.driver.host": "127.0.0.1", "spark.executor.memory": "512m"})
+    spark = spark_session(app_name="imqbridge-bench", master=args.master, conf=conf)
     checkpoint = base / "checkpoint"
     options = link_options(checkpoint, xmlurl=args.xml, bridge="bench", link="l",
                            broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
                            max_per_batch=args.batch, receive_wait=1.0,
                            transformer_path=str(TRANSFORMERS),
                            ship_log=ships_log(args.master, args.sourcelog))
+    result = (drain_query if args.mode == "query" else drain_batches)(spark, options, checkpoint)
+    print(json.dumps(result))
+    spark.stop()
+
+
+def drain_batches(spark, options, checkpoint: Path) -> dict:
+    """`imqbridgemgr drain`'s way: Spark batch jobs over the source log (drainjob.py); the
+    batches' times from the stats file (each line's time: its job's end)."""
+    from bridgemgr.spark.drainjob import BatchDrain
+    from bridgemgr.spark.sink import read_stats
+
+    start, wall = time.perf_counter(), time.time()
+    drain = BatchDrain(spark, options)
+    drain.run()
+    elapsed = time.perf_counter() - start
+    lines = [line for _, line in sorted(read_stats(options.stats).items()) if line["rows"]]
+    ends = [wall] + [line["at"] for line in lines]
+    batch_s = [round(b - a, 2) for a, b in itertools.pairwise(ends)]
+    later_s = ends[-1] - ends[1] if len(ends) > 2 else 0
+    return {"seconds": elapsed, "batches": len(lines), "query_start_s": None,
+            "first_batch_s": batch_s[0] if batch_s else None,
+            "steady_msg_per_s": (round(sum(line["rows"] for line in lines[1:]) / later_s)
+                                 if later_s else None),
+            "batch_rows": [line["rows"] for line in lines], "batch_s": batch_s}
+
+
+def drain_query(spark, options, checkpoint: Path) -> dict:
+    """The streaming way (a link's query with Trigger.AvailableNow), for comparison."""
+    from bridgemgr.spark.runner import start_query
+
     start, wall = time.perf_counter(), time.time()
     query = start_query(spark, options, checkpoint, available_now=True)
     query.awaitTermination()
@@ -114,15 +153,14 @@ def child(args: argparse.Namespace) -> None:
     # source's lookup and creation, the driver's source runner (receiver connected)
     first_at = (datetime.fromisoformat(batches[0]["timestamp"].replace("Z", "+00:00")).timestamp()
                 if batches else None)
-    print(json.dumps({"seconds": elapsed, "batches": len(batches),
-                      "query_start_s": round(first_at - wall, 2) if first_at else None,
-                      "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
-                                        if batches else None),
-                      "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
-                                           if later_s else None),
-                      "batch_rows": [p["numInputRows"] for p in batches],
-                      "batch_s": [p["durationMs"]["triggerExecution"] / 1000 for p in batches]}))
-    spark.stop()
+    return {"seconds": elapsed, "batches": len(batches),
+            "query_start_s": round(first_at - wall, 2) if first_at else None,
+            "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
+                              if batches else None),
+            "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
+                                 if later_s else None),
+            "batch_rows": [p["numInputRows"] for p in batches],
+            "batch_s": [p["durationMs"]["triggerExecution"] / 1000 for p in batches]}
 
 
 # --- the parent ---------------------------------------------------------------------------------
@@ -172,14 +210,14 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
 
 
 def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
-              batch: int, sourcelog: str = "auto") -> dict:
+              batch: int, mode: str = "batch", sourcelog: str = "auto") -> dict:
     folder = work / run
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, transformer))
-    out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--xml", str(xml),
-                          "--broker-url", url, "--work", str(folder), "--batch", str(batch),
-                          "--sourcelog", sourcelog],
+    out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--mode", mode,
+                          "--xml", str(xml), "--broker-url", url, "--work", str(folder),
+                          "--batch", str(batch), "--sourcelog", sourcelog],
                          capture_output=True, text=True, timeout=3600)
     if out.returncode != 0:
         raise RuntimeError(f"the Spark child failed:\n{out.stderr[-3000:]}")
@@ -194,17 +232,24 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
             "batch_s": result["batch_s"], "duplicates": depth - n}
 
 
-MASTERS = {"spark_local1": "local[1]", "spark_local2": "local[2]", "spark_local2_shipped": "local[2]"}
+# run name: (master, how the child drains); "cluster" is the loopback standalone cluster
+MASTERS = {"spark_local1": ("local[1]", "batch"), "spark_local2": ("local[2]", "batch"),
+           "spark_local2_query": ("local[2]", "query"), "spark_cluster": ("cluster", "batch"),
+           "spark_local2_shipped": ("local[2]", "batch")}
 SOURCELOG = {"spark_local2_shipped": "shipped"}  # the others: auto (shared on a local master)
 
 
-def run_order(pairs: int, shipped: bool = False) -> list[str]:
-    """local and spark_local2 ``pairs`` times, mirrored (local, spark 2, spark 1, spark 2,
-    local, ...) so a machine speeding up or slowing down during the runs weighs on both
-    alike; spark_local1 once, after the first pair; with ``shipped``, spark_local2_shipped
-    beside each spark_local2 (after it, then before it)."""
+def run_order(kind: str, pairs: int, query: bool, shipped: bool = False) -> list[str]:
+    """heavy: local and spark_local2 ``pairs`` times, mirrored (local, spark 2, spark 1,
+    spark 2, local, ...) so a machine speeding up or slowing down during the runs weighs on
+    both alike; spark_local1 once, after the first pair (and spark_local2_query after it,
+    with --compare-query); with ``shipped``, spark_local2_shipped beside each spark_local2
+    (after it, then before it). trivial: local, spark_local2 (and spark_local2_shipped),
+    spark_local1. cluster: local, spark_cluster, spark_local2."""
+    if kind == "cluster":
+        return ["local", "spark_cluster", "spark_local2"]
     order: list[str] = []
-    for i in range(pairs):
+    for i in range(pairs if kind == "heavy" else 1):
         spark2 = ["spark_local2"]
         if shipped:
             spark2 = (["spark_local2", "spark_local2_shipped"] if i % 2 == 0
@@ -212,6 +257,8 @@ def run_order(pairs: int, shipped: bool = False) -> list[str]:
         order += ["local", *spark2] if i % 2 == 0 else [*spark2, "local"]
         if i == 0:
             order.append("spark_local1")
+            if query and kind == "heavy":
+                order.append("spark_local2_query")
     return order
 
 
@@ -228,9 +275,16 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--trivial-messages", type=int, default=50_000)
-    ap.add_argument("--batch", type=int, default=50_000, help="messages per micro-batch at most")
+    ap.add_argument("--batch", type=int, default=50_000, help="messages per batch (Spark job) at most")
     ap.add_argument("--pairs", type=int, default=2,
                     help="heavy local and spark_local2 runs of each (mirrored order)")
+    ap.add_argument("--cluster-messages", type=int, default=100_000,
+                    help="the cluster row: heavy drains of this many on the local runner, a "
+                         "loopback standalone cluster (a master, two 1-core workers) and "
+                         "local[2] (0: none)")
+    ap.add_argument("--compare-query", action="store_true",
+                    help="also drain once as a streaming query (spark_local2_query: the way "
+                         "before drain ran as batch jobs)")
     ap.add_argument("--runs", default="",
                     help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
                          "the ratios need the runs they compare")
@@ -239,6 +293,7 @@ def main() -> None:
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sourcelog", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", default="batch", help=argparse.SUPPRESS)
     ap.add_argument("--xml", help=argparse.SUPPRESS)
     ap.add_argument("--broker-url", help=argparse.SUPPRESS)
     ap.add_argument("--work", help=argparse.SUPPRESS)
@@ -262,21 +317,28 @@ def main() -> None:
         portmapper = PortMapper(netloop, "127.0.0.1", 0, broker.instance_name).start()
         portmapper.register(service.service_entry())
         url = f"mq://127.0.0.1:{portmapper.port}"
+        kinds = [("heavy", HEAVY, args.messages), ("trivial", TRIVIAL, args.trivial_messages)]
+        if args.cluster_messages:
+            kinds.append(("cluster", HEAVY, args.cluster_messages))
+        cluster = None
         try:
-            for kind, transformer, n in (("heavy", HEAVY, args.messages),
-                                         ("trivial", TRIVIAL, args.trivial_messages)):
+            for kind, transformer, n in kinds:
                 runs = out["runs"][kind] = {}
-                for i, name in enumerate(run_order(args.pairs if kind == "heavy" else 1,
-                                                   args.shipped)):
+                for i, name in enumerate(run_order(kind, args.pairs, args.compare_query,
+                                                         args.shipped)):
                     run = f"{kind}_{name}"
                     if args.runs and run not in args.runs.split(","):
                         continue
+                    master, mode = MASTERS.get(name, ("", ""))
+                    if master == "cluster":
+                        cluster = cluster or start_cluster(work / "cluster")
+                        master = cluster.url
                     fill(broker, f"src_{run}_{i}", n, text)
                     load = os.getloadavg()[0]
                     result = (run_local(broker, work, f"{run}_{i}", transformer, n)
                               if name == "local" else
                               run_spark(broker, url, work, f"{run}_{i}", transformer, n,
-                                        MASTERS[name], args.batch,
+                                        master, args.batch, mode,
                                         SOURCELOG.get(name, "auto")))
                     # others' work on this machine: a load above 1-2 starves the runs
                     result["load_before"] = round(load, 2)
@@ -286,6 +348,8 @@ def main() -> None:
                 for name, each in runs.items():
                     runs[name] = combined(each)
         finally:
+            if cluster is not None:
+                cluster.stop()
             service.stop()
             portmapper.stop()
             netloop.stop()
@@ -293,6 +357,16 @@ def main() -> None:
     if not args.runs:
         summarise(out)
     print(json.dumps(out, indent=2))
+
+
+def start_cluster(base: Path):
+    """A Spark standalone cluster on loopback: a master and two 1-core workers (the tests'
+    tests/spark/spark_cluster.py), stopped by the caller."""
+    sys.path.insert(0, str(HERE.parent / "tests" / "spark"))
+    from spark_cluster import Cluster
+
+    base.mkdir()
+    return Cluster(base).start()
 
 
 def summarise(out: dict) -> None:
@@ -323,13 +397,21 @@ def summarise(out: dict) -> None:
         for name in ("spark_local1", "spark_local2")}
     out["spark_first_batch_s"] = {name: trivial[name]["first_batch_s"]
                                   for name in ("spark_local1", "spark_local2")}
-    out["spark_query_start_s"] = {name: trivial[name]["query_start_s"]
-                                  for name in ("spark_local1", "spark_local2")}
+    if "spark_local2_query" in heavy:  # the streaming query the drain was before
+        query = heavy["spark_local2_query"]
+        out["spark_local2_query_to_local"] = round(query["msg_per_s"] / heavy["local"]["msg_per_s"], 2)
+        out["spark_local2_query_start_s"] = query["query_start_s"]
     if "spark_local2_shipped" in heavy:  # what shipping the records costs
         out["shipped_to_shared"] = round(heavy["spark_local2_shipped"]["msg_per_s"]
                                          / heavy["spark_local2"]["msg_per_s"], 2)
         out["shipped_overhead_us_per_msg"] = round(
             1e6 / rate["spark_local2_shipped"] - 1e6 / rate["spark_local2"], 1)
+    cluster = out["runs"].get("cluster")
+    if cluster:  # the cluster row: the standalone cluster and local[2] against the local runner
+        out["cluster_to_local"] = round(cluster["spark_cluster"]["msg_per_s"]
+                                        / cluster["local"]["msg_per_s"], 2)
+        out["cluster_local2_to_local"] = round(cluster["spark_local2"]["msg_per_s"]
+                                               / cluster["local"]["msg_per_s"], 2)
 
 
 if __name__ == "__main__":

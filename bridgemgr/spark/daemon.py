@@ -2,9 +2,9 @@
 # `python -m <spark.python.daemon.module> pyspark.worker`, which forks one worker per
 # task slot (kept for later tasks: worker reuse). pyspark's daemon imports nothing of
 # the work before it forks, so each worker imports pyspark's worker and, for a
-# runner=spark link's sink, the bridge (~0.35 s of CPU apiece; four workers start on the
-# way to a drain's first micro-batch, two per task: the source's reader and the sink's
-# writer). session.py makes this module Spark's daemon module: it imports those modules
+# runner=spark link's sink or a drain's job, the bridge (~0.35 s of CPU apiece; four
+# workers start on the way to a link's first micro-batch, two per task: the source's
+# reader and the sink's writer). session.py makes this module Spark's daemon module: it imports those modules
 # once, then runs pyspark's daemon, whose forks inherit them. Only modules that start no
 # thread may be imported before a fork (a forked child has only the forking thread; a
 # lock another thread held stays locked): pyarrow starts two, so nothing here imports it
@@ -26,11 +26,12 @@ EXECUTOR_WORKER = "pyspark.worker"
 
 
 def preload() -> None:
-    """Import what every executor worker of a Spark link imports (no thread started)."""
+    """Import what every executor worker of a Spark link or drain imports (no thread
+    started)."""
     import pyspark.sql.worker.write_into_data_source
     import pyspark.worker  # noqa: F401
 
-    from . import transfer  # noqa: F401
+    from . import drainjob, sink, transfer  # noqa: F401
     gc.collect()
     gc.freeze()
 

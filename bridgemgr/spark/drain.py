@@ -2,17 +2,19 @@
 # next to a running service: service_job() (jobs.py) gets the bridge's configuration and
 # the host broker's jms service from the service's admin port; a link that runs there is
 # paused through the same admin port first (so the two do not compete for the source)
-# and resumed afterwards, whatever happens. The drain is the link's Spark query
-# (runner.py: source.py -> sink.py, the same steps, stamping and DMQ reasons as a
-# runner=spark link) with Trigger.AvailableNow: batches until the source has had nothing
-# for receiveWait, then the query ends. progress.py shows how far it is (on a terminal one
-# line rewritten every second; plain lines otherwise): messages, msg/s and, when the host
-# broker holds the source queue (its depth from the admin port's QUERY_DST), a bar and the
-# ETA; the summary
-# (transferred, to the DMQ by reason, consumed without transfer, seconds, msg/s) is
-# printed, or given as JSON with --json.
+# and resumed afterwards, whatever happens. The drain runs as Spark batch jobs, not as a
+# streaming query (drainjob.py: this process receives, logs and acknowledges; one job per
+# logged batch sends it with the sink's transfer, the same steps, stamping and DMQ reasons
+# as a runner=spark link's tasks; on a master that is not local the driver ships each
+# slice's records in the job instead of the executors reading its log: slices.py), until
+# the source has had nothing for receiveWait and everything logged is sent. progress.py
+# shows how far it is (on a terminal one line rewritten every second; plain lines
+# otherwise): messages, msg/s and, when the host broker holds the source queue (its depth
+# from the admin port's QUERY_DST), a bar and the ETA; the summary (transferred, to the
+# DMQ by reason, consumed without transfer, seconds, msg/s) is printed, or given as JSON
+# with --json.
 #
-# On a cluster that loses every executor mid-run the query's receiver holds (takes
+# On a cluster that loses every executor mid-run the drain's receiver holds (takes
 # nothing more from the source: runner.py, receiver.py) and the drain stops after --timeout
 # seconds without one, saying so; what it had taken waits in its checkpoint.
 # The drain's checkpoint (and the source log in it) is --checkpoint, by default
@@ -45,7 +47,7 @@ def default_checkpoint(bridge: str, link: str) -> Path:
 @job_options
 @click.option("-ln", "link", required=True, metavar="NAME", help="The link whose source is drained.")
 @click.option("--batch", default=50000, show_default=True, type=click.IntRange(1),
-              help="Messages per micro-batch at most (a bulk drain: few batch boundaries; "
+              help="Messages per Spark job at most (a bulk drain: few batch boundaries; "
                    "the source log holds up to two batches ahead).")
 @click.option("--checkpoint", type=click.Path(file_okay=False, path_type=Path),
               help="The drain's checkpoint folder [default: ~/.imqbridge/drain/BRIDGE/LINK].")
@@ -96,11 +98,12 @@ def drain(broker: str, bridge: str, user: str | None, passfile: str | None, secu
 
 def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
          timeout: float) -> dict[str, Any]:
-    """The drain's query, its progress on stderr; the summary. On a cluster that loses every
-    executor the query's receiver holds (runner.py) and the drain stops after ``timeout`` s
-    without one, keeping what it took in the checkpoint."""
+    """The drain's batch jobs (drainjob.py), its progress on stderr; the summary. On a
+    cluster that loses every executor the drain's receiver holds (runner.py) and the drain
+    stops after ``timeout`` s without one, keeping what it took in the checkpoint."""
     from ..transform import transformer_path
-    from .runner import link_options, parallelism, start_query, stats_totals
+    from .drainjob import BatchDrain
+    from .runner import link_options, parallelism, stats_totals
     from .session import executor_count, ship_plugins
     from .slices import ships_log
 
@@ -114,21 +117,20 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
     private_dir(checkpoint)
     before = stats_totals(options.stats)  # a drain that died before: its totals so far
     source = job.config.link(link).source
-    progress = Progress(f"drain {job.bridge}.{link}",  # the backlog before the query takes any
+    progress = Progress(f"drain {job.bridge}.{link}",  # the backlog before the drain takes any
                         job.backlog(source.connection_factory_ref, source.destination_ref,
                                     source.selector, source.durable_sub))
     start = time.monotonic()
-    query = start_query(spark, options, checkpoint, available_now=True,
-                        name=f"drain {job.bridge}.{link}")
+    drain = BatchDrain(spark, options).start()
     master = spark.sparkContext.master
     lost_at: float | None = None  # since when the cluster has no executor for the drain
     try:
         while True:
-            ended = query.awaitTermination(1)  # raises when the query failed
+            ended = drain.wait(1)
             if not ended and not master.startswith("local"):
                 lost_at = (lost_at or time.monotonic()) if executor_count(spark) == 0 else None
                 if lost_at is not None and time.monotonic() - lost_at >= timeout:
-                    query.stop()
+                    drain.cancel()
                     raise click.ClickException(
                         f"the drain lost its executors on {master}: none for {timeout:g} s; "
                         f"what it had taken from the source is kept in {checkpoint}: run the "
@@ -137,11 +139,13 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
             batch_id = totals["last_batch_id"]
             progress.update(totals["rows"] - before["rows"],
                             "" if batch_id is None else f"batch {batch_id}")
-            if ended or not query.isActive:
+            if ended:
                 break
     finally:
+        if not drain.wait(0):  # interrupted: what is logged stays in the checkpoint
+            drain.cancel()
         progress.finish()  # (a terminal's line ends before an error line)
-    error = query.exception()
+    error = drain.error
     if error is not None:
         if job_output().debug:
             click.echo(str(error), err=True)
@@ -149,7 +153,7 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
                                    f"the source is kept in {checkpoint}: run the drain again")
     seconds = time.monotonic() - start
     totals = stats_totals(options.stats)
-    shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is committed
+    shutil.rmtree(checkpoint, ignore_errors=True)  # every batch is sent
     moved = totals["rows"] - before["rows"]
     return {"bridge": job.bridge, "link": link, "messages": totals["rows"],
             "transferred": totals["transferred"], "to_dmq": totals["to_dmq"],

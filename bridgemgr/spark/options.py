@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -60,6 +61,17 @@ class LinkOptions:
                 continue
             values[f.name] = _cast(f.default, raw)
         return cls(**values)
+
+
+def offset_slices(lo: int, hi: int, parts: int) -> list[tuple[int, int]]:
+    """Offsets [lo, hi) cut into at most ``parts`` nearly equal [a, b) (none when empty):
+    the tasks of a batch."""
+    n = hi - lo
+    parts = max(1, min(parts, n))
+    if n <= 0:
+        return []
+    bounds = [lo + n * i // parts for i in range(parts + 1)]
+    return [(a, b) for a, b in itertools.pairwise(bounds) if b > a]
 
 
 def _cast(default: Any, raw: str) -> Any:

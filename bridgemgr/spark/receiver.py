@@ -23,13 +23,16 @@
 # source connection when the source runner's receiver asks for the log (log.py: one
 # writer at a time, a lock and a handover request) or when the query ends. A non-durable
 # topic subscription is not prefetched: the handover would leave a gap in it.
+# A drain (drainjob.py) has no source runner: its Receiver runs in the drain's own
+# process from the start (until_empty), with no prefetch.
 #
-# Held: while the query has no executor (a cluster that lost its workers) nothing delivers
-# what the receiver would log, so the process that started the query (start_query's
-# executor watch) puts the file .hold in the log's folder and the receiver and the
-# prefetcher take nothing more until it is gone, and close their source connection (what
-# the source had sent ahead, unacknowledged, goes back to it): a source is not drained
-# faster than it is delivered, and what stays at the source is there for whoever comes next.
+# Held: while the query or the drain has no executor (a cluster that lost its workers)
+# nothing delivers what the receiver would log, so the process that started it (runner.py's
+# executor watch, hold_without_executors) puts the file .hold in the log's folder and the
+# receiver and the prefetcher take nothing more until it is gone, and close their source
+# connection (what the source had sent ahead, unacknowledged, goes back to it): a source is
+# not drained faster than it is delivered, and what stays at the source is there for
+# whoever comes next.
 """The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
 
 from __future__ import annotations
@@ -76,7 +79,8 @@ class Receiver:
     receiving overlaps the executors' work), and the log it writes."""
 
     def __init__(self, options: LinkOptions, source_log: SourceLog | None = None) -> None:
-        """The receiver of Spark's source runner: it takes the log over (from a prefetcher)."""
+        """The receiver of Spark's source runner or of a drain: it takes the log over (from a
+        prefetcher)."""
         self.options = options
         if source_log is None:
             source_log = SourceLog(options.source_log)
@@ -85,7 +89,7 @@ class Receiver:
         bounds = self.log.bounds()
         self.end = bounds[1] if bounds else 0   # the offset after the last logged record
         self.planned = bounds[0] if bounds else 0  # the batch Spark asked for last starts here
-        self.until_empty = False                # availableNow: stop at an empty source
+        self.until_empty = False                # a drain: stop at an empty source
         self.drained = False
         self.error: Exception | None = None     # why a drain's receiving gave up
         self.cond = threading.Condition()
@@ -144,7 +148,7 @@ class Receiver:
             self.cond.notify_all()
             # a drain needs an answer (returning start ends it); a stream asks again later
             deadline = None if self.until_empty else time.monotonic() + wait
-            while self.end <= start and not self.drained:
+            while self.end <= start and not self.drained and not self._stopped:
                 if self.error is not None:
                     raise self.error
                 remaining = None if deadline is None else deadline - time.monotonic()

@@ -20,9 +20,10 @@
 # or given links, by SIGHUP) restarts it (ServiceSession): the running queries stop
 # between batches, the session starts again with the new count, and they start again
 # from their checkpoints.
-# On a cluster, a thread of the process that started a query (start_query) watches its
-# executors: with none (the workers lost) it holds the query's receiver (receiver.py), so a
-# link or a drain does not take its source into the log while nothing can deliver it.
+# On a cluster, a thread of the process that started a query (start_query) or a drain
+# (drainjob.py) watches its executors (hold_without_executors): with none (the workers
+# lost) it holds the receiver (receiver.py), so a link or a drain does not take its source
+# into the log while nothing can deliver it.
 # The service's Spark JVM writes to <instance>/log/spark.log, not its console (SPARK_LOG).
 # Counters (SparkCounters) come from the stats file the sink's commit() writes (they
 # survive restarts); info() adds the query's progress for `list link`.
@@ -36,7 +37,7 @@ import re
 import threading
 import time
 import weakref
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -102,7 +103,8 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     query = writer.start()
     hold_receiving(options.source_log, False)  # (a hold its last run left)
     if not (spark.sparkContext.master or "local").startswith("local"):
-        threading.Thread(target=_hold_without_executors, args=(spark, options, query),
+        threading.Thread(target=hold_without_executors,
+                         args=(spark, options, lambda: query.isActive),
                          name=f"executors {options.link}", daemon=True).start()
     prefetcher = Receiver.prefetching(options)
     if prefetcher is not None:
@@ -114,16 +116,17 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
 HOLD_POLL = 0.5  # s between two looks at a cluster query's executors
 
 
-def _hold_without_executors(spark: SparkSession, options: LinkOptions,
-                            query: StreamingQuery) -> None:
-    """While ``query`` runs, hold its receiver whenever the application has no executor
-    (receiver.py): nothing could deliver what it would take from the source."""
+def hold_without_executors(spark: SparkSession, options: LinkOptions,
+                           active: Callable[[], bool]) -> None:
+    """While ``active()`` (a link's query, or a drain, runs), hold its receiver whenever the
+    application has no executor (receiver.py): nothing could deliver what it would take
+    from the source."""
     from .receiver import hold_receiving
     from .session import executor_count
 
     held = seen = False
     try:
-        while query.isActive:
+        while active():
             none = executor_count(spark) == 0
             if none != held:
                 hold_receiving(options.source_log, none)

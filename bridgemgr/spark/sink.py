@@ -43,21 +43,32 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
         self.options = options
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> BatchCounts:
-        transfer = _transfers.get(self.options)
-        if transfer is None:
-            from .transfer import Transfer
-            transfer = _transfers[self.options] = Transfer(self.options)
-        return transfer.write(iterator)
+        return worker_transfer(self.options).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        total = sum_counts(m for m in messages if isinstance(m, BatchCounts))
-        line = {"batch": batchId, "at": time.time(), **total.__dict__}
-        with open_private_text(self.options.stats, "a") as out:
-            out.write(json.dumps(line) + "\n")
+        record_batch(self.options.stats, batchId,
+                     sum_counts(m for m in messages if isinstance(m, BatchCounts)))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         log.warning("link %s: batch %d failed; it runs again from the source log at the next "
                     "start", self.options.link, batchId)
+
+
+def worker_transfer(options: LinkOptions) -> Transfer:
+    """This Python worker's Transfer of the link (made by its first task, kept for the
+    next: worker reuse)."""
+    transfer = _transfers.get(options)
+    if transfer is None:
+        from .transfer import Transfer
+        transfer = _transfers[options] = Transfer(options)
+    return transfer
+
+
+def record_batch(stats: str | Path, batch_id: int, total: BatchCounts) -> None:
+    """Append a batch's counts to the link's stats file (one JSON line)."""
+    line = {"batch": batch_id, "at": time.time(), **total.__dict__}
+    with open_private_text(stats, "a") as out:
+        out.write(json.dumps(line) + "\n")
 
 
 def read_stats(path: str | Path) -> dict[int, dict[str, Any]]:

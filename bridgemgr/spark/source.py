@@ -18,7 +18,9 @@
 # them into a folder of the executor's own before it yields the offsets, where the sink's
 # task reads them. commit(end) deletes the segments below ``end``:
 # Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
-# Trigger.AvailableNow (drain): batches until the source has nothing for receiveWait.
+# Trigger.AvailableNow: batches until the source has nothing for receiveWait (a query that
+# ends once its source is empty; `imqbridgemgr drain` itself runs as batch jobs instead,
+# drainjob.py, without this data source's start-up).
 #
 # Spark unpickles this module's classes in several short-lived processes (planning, the
 # offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
@@ -29,7 +31,6 @@
 from __future__ import annotations
 
 import array
-import itertools
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -42,7 +43,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from .options import FORMAT, SCHEMA, LinkOptions
+from .options import FORMAT, SCHEMA, LinkOptions, offset_slices
 from .slices import Packed, ship_parts, spill
 
 if TYPE_CHECKING:
@@ -82,12 +83,7 @@ class LogSlice(InputPartition):
 
 def slices(lo: int, hi: int, parts: int) -> list[LogSlice]:
     """[lo, hi) cut into at most ``parts`` nearly equal slices (none when empty)."""
-    n = hi - lo
-    parts = max(1, min(parts, n))
-    if n <= 0:
-        return []
-    bounds = [lo + n * i // parts for i in range(parts + 1)]
-    return [LogSlice(a, b) for a, b in itertools.pairwise(bounds) if b > a]
+    return [LogSlice(a, b) for a, b in offset_slices(lo, hi, parts)]
 
 
 class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
