@@ -47,6 +47,14 @@ def database():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def metrics_address(daemon: Daemon) -> tuple[str, int]:
+    """Where `serve` said its metrics port listens (imq.metrics.port=0: a free port)."""
+    url = next(line.split()[1] for line in daemon.lines if line.startswith("metrics: "))
+    m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
+    assert m, url
+    return m.group(1), int(m.group(2))
+
+
 def readyz(address: tuple[str, int]) -> tuple[int, str]:
     conn = http.client.HTTPConnection(*address, timeout=30)
     auth = base64.b64encode(f"admin:{PASSWORD}".encode()).decode()
@@ -73,10 +81,7 @@ def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, d
     passfile.chmod(0o600)
     host = Daemon(props)
     try:
-        url = next(line.split()[1] for line in host.lines if line.startswith("metrics: "))
-        m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
-        assert m, url
-        metrics = (m.group(1), int(m.group(2)))
+        metrics = metrics_address(host)
         send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
         r = cli(host, passfile, "start", "bridge", "-bn", "jb")
         assert r.returncode == 0, r.stdout + r.stderr
@@ -115,10 +120,7 @@ def test_an_idle_store_is_not_ready_while_its_database_is_down(tmp_path, databas
         activelist="")
     host = Daemon(props)
     try:
-        url = next(line.split()[1] for line in host.lines if line.startswith("metrics: "))
-        m = re.match(r"http://([\d.]+):(\d+)/metrics$", url)
-        assert m, url
-        metrics = (m.group(1), int(m.group(2)))
+        metrics = metrics_address(host)
         assert readyz(metrics)[0] == 200
         database.stop_fast()
         stopped = time.monotonic()

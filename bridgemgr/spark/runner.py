@@ -350,31 +350,35 @@ class SparkLink(RunnerBase):
                 return
             try:
                 self._spark = SESSION.session(self)
-            except MasterUnreachable as exc:
-                self._query = query = None
-                self._failed(str(exc))
-                continue
             except Exception as exc:
-                self._failed(f"cannot restart the Spark query: {exc}")
-                self._want = State.STOPPED
-                self.lifecycle.set(State.STOPPED)
-                return
+                if not self._restart_failed(exc):
+                    return
+                query = None
+                continue
             with self._lock:
                 if self._runs != run or self._want is not State.STARTED:
                     return
                 try:
                     self._start_query()
-                except MasterUnreachable as exc:
-                    self._query = query = None
-                    self._failed(str(exc))
-                    continue
                 except Exception as exc:
-                    self._failed(f"cannot restart the Spark query: {exc}")
-                    self._want = State.STOPPED
-                    self.lifecycle.set(State.STOPPED)
-                    return
+                    if not self._restart_failed(exc):
+                        return
+                    query = None
+                    continue
                 query = self._query
             self.lifecycle.move({State.STARTING}, State.STARTED)
+
+    def _restart_failed(self, exc: Exception) -> bool:
+        """A restart (the session or the query) failed: True to try again with backoff (the
+        master did not answer), False when the link stops (anything else)."""
+        if isinstance(exc, MasterUnreachable):
+            self._query = None
+            self._failed(str(exc))
+            return True
+        self._failed(f"cannot restart the Spark query: {exc}")
+        self._want = State.STOPPED
+        self.lifecycle.set(State.STOPPED)
+        return False
 
     def _failed(self, text: str) -> None:
         """The whole text (Spark's stack traces) to the log; one line to `list link`."""
