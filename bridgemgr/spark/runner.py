@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..backoff import backoff_delay
+from ..extras import require
 from ..jms.hostbroker import HostBroker, Principal
 from ..jmsbridge.counters import RATE_WINDOW, LinkCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
@@ -499,9 +500,9 @@ class ServiceSession:
         its cores (our default) are fewer than the links the properties now name."""
         if link._spark is not None and link.props is None:  # (given one: tests)
             return link._spark
+        from .session import SPARK_PART, SparkUnavailable, spark_session, spark_settings
+        require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)  # one line, not an ImportError
         from pyspark import SparkContext
-
-        from .session import spark_session, spark_settings
         with self.lock:
             self.links.add(link)
             props = link.props
