@@ -400,6 +400,9 @@ class Link(RunnerBase):
                         raise ConnectionLost("the source connection reported a failure")
                     self._release_idle_target()
                     continue
+                if message.redelivered and self.settler.units \
+                        and not self._settle(pending, wait=True):
+                    continue  # a unit behind failed: the open one, this message with it, is undone
                 counters.received += 1
                 if message.redelivered:
                     counters.redelivered += 1
