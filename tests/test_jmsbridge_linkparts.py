@@ -232,3 +232,22 @@ def test_settle_waits_only_when_asked(wait):
     txn.later = [Outcome()]
     s.settle(txn, wait=wait)
     assert counters.transferred == (1 if wait else 0)
+
+
+def test_an_excused_message_keeps_its_excuse_until_its_unit_is_final():
+    """A unit handed over may still be rolled back behind the link: the rollbacks excused
+    before stay in the message's delivery count, so they stay excused until it committed
+    (before, completing the unit forgot them and a later outage rollback reached
+    backoutThreshold=1)."""
+    s, batch, _ = settler()
+    unit = [ctx("ID:1")]
+    batch.excuse(unit)
+    batch.pending[:] = unit
+    batch.completed()
+    s.handed_over(unit)
+    assert batch.excused == {"ID:1": 1}
+    txn = Txn()
+    txn.ready = [Outcome()]
+    s.settle(txn)
+    assert batch.excused == {}  # committed: it does not come back
+

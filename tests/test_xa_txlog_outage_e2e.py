@@ -64,14 +64,19 @@ def cut_txlog_connections(conninfo: dict[str, str], until: float, cuts: list[int
             time.sleep(0.01)
 
 
+@pytest.mark.parametrize("threshold", [5, 1])
 def test_a_link_whose_completer_cannot_write_the_xa_log_retries_and_moves_everything_once(
-        tmp_path: Path, database) -> None:  # noqa: F811
+        tmp_path: Path, database, threshold: int) -> None:  # noqa: F811
+    """backoutThreshold 1: a message of a unit rolled back behind the link comes back
+    before the link took that unit's outcome; the link takes it first (the outage excuses
+    the redelivery), or the message went to the DMQ at its first backout."""
     far = tmp_path / "far"
     base = tmp_path / "host"
     base.mkdir()
     props, passfile = one_bridge_files(
         base, "host", XML.format(far=far), PASSWORD, "imq.bridge.jb.autostart=false",
-        "imq.bridge.jb.transaction.batchSize=1", "imq.persist.store=jdbc",
+        "imq.bridge.jb.transaction.batchSize=1", f"imq.bridge.jb.backoutThreshold={threshold}",
+        "imq.persist.store=jdbc",
         f"imq.persist.jdbc.postgresql.property.url={database.url()}")
     passfile.chmod(0o600)
     host = Daemon(props)

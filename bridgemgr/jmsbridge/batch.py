@@ -6,7 +6,8 @@
 # the dead messages of undone units that are in a DMQ already: when they come back they
 # are consumed without a second copy; `excused` counts, per message, the undone units that
 # were not its fault (a store or XA log whose database was down), which the backout
-# threshold does not count. These memories last from the link's start to its
+# threshold does not count; kept until the message's unit is final (final(): a unit
+# completing behind the link may still be rolled back). These memories last from the link's start to its
 # stop, across reconnects; `open` is the transaction's, set again on every connect.
 """The unit of work a link is filling: its messages, when it is full, what came back."""
 
@@ -45,9 +46,6 @@ class Batch:
 
     def completed(self) -> None:
         """The pending messages were completed (before they are counted or handed over)."""
-        if self.excused:
-            for ctx in self.pending:
-                self.excused.pop(ctx.headers[_MESSAGE_ID], None)
         if self.one_by_one:
             self.one_by_one = max(self.one_by_one - len(self.pending), 0)
 
@@ -70,12 +68,26 @@ class Batch:
         self.lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
                              if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
 
+    def final(self, unit: list[ProcessingContext]) -> None:
+        """``unit`` is final (committed or acknowledged: its messages do not come back):
+        their excused redeliveries are forgotten. Not before: a unit completing behind the
+        link may still be rolled back, and its messages' delivery counts keep every
+        rollback excused so far."""
+        if self.excused:
+            for ctx in unit:
+                self.excused.pop(ctx.headers[_MESSAGE_ID], None)
+
     def excuse(self, unit: list[ProcessingContext]) -> None:
         """``unit`` is undone through no fault of its messages (a database outage): their
         coming back does not count toward the backout threshold."""
         for ctx in unit:
             if (message_id := ctx.headers[_MESSAGE_ID]):
-                self.excused[message_id] = self.excused.get(message_id, 0) + 1
+                self.excuse_id(message_id)
+
+    def excuse_id(self, message_id: str) -> None:
+        """One coming back of message ``message_id`` (taken into a unit undone through no
+        fault of its messages, before it was handled) does not count either."""
+        self.excused[message_id] = self.excused.get(message_id, 0) + 1
 
     def in_dmq_already(self, message_id: str) -> bool:
         """Whether a dead message came back from an undone unit after it went to a DMQ

@@ -400,6 +400,9 @@ class Link(RunnerBase):
                         raise ConnectionLost("the source connection reported a failure")
                     self._release_idle_target()
                     continue
+                if message.redelivered and self.settler.units \
+                        and not self._settle(pending, wait=True, received=message):
+                    continue  # a unit behind failed: the open one, this message with it, is undone
                 counters.received += 1
                 if message.redelivered:
                     counters.redelivered += 1
@@ -412,7 +415,9 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if batch.full():
                     self._complete(pending)
-        except ConnectionLost:
+        except ConnectionLost as exc:
+            if pending and _outage(exc):
+                batch.excuse(pending)
             batch.undone(pending)  # they come back after the reconnect
             raise
 
@@ -701,20 +706,24 @@ class Link(RunnerBase):
             self.settler.count(pending)
         pending.clear()
 
-    def _settle(self, pending: list[ProcessingContext], wait: bool = False) -> bool:
+    def _settle(self, pending: list[ProcessingContext], wait: bool = False,
+                received: Message | None = None) -> bool:
         """Take the outcomes of the units completing behind the link (Settler). A failed
         one is the chapter's commit failure (DMQ); everything after it comes back from the
         source in order: the units the completer rolled back behind it and the open unit
-        ``pending``. False after a failure."""
+        ``pending`` (with ``received``, a message taken into it and not handled yet).
+        False after a failure."""
         txn = self._txn
         assert txn is not None
         failed = self.settler.settle(txn, wait, _outage)
         if failed is None:
             return True
         unit, exc = failed
+        if _outage(exc):  # the open unit's rollback is not its messages' fault either
+            self.batch.excuse(pending)
+            if received is not None and received.message_id:
+                self.batch.excuse_id(received.message_id)
         if pending:
-            if _outage(exc):
-                self.batch.excuse(pending)
             self._abort(pending)
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
             raise exc

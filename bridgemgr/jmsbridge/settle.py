@@ -70,6 +70,7 @@ class Settler:
                                   ctx.headers[_DESTINATION], ctx.destination, extra=PER_MESSAGE)
             elif ctx.action is Action.CONSUME:
                 counters.consumed_only += 1
+        self.batch.final(unit)
         unit.clear()
 
     def settle(self, txn: TransferTransaction, wait: bool = False,

@@ -165,4 +165,5 @@ class Completer:
         error = TransactionRolledBackException(
             f"transaction {tx.gtrid.decode(errors='replace')}: rolled back after an earlier "
             f"transaction of the link failed ({cause}), to keep the messages in order")
+        error.__cause__ = cause  # what the link judges it by (a database outage excuses it)
         return Outcome(error, behind=True)
