@@ -46,7 +46,7 @@ import struct
 import threading
 import zlib
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
 from pathlib import Path
@@ -496,14 +496,21 @@ class FileTxLog(TxLog):
     def _create(self) -> None:
         """A new log: its header written aside, synced and renamed into place, so a file
         under the log's name always has its header (an empty one is damage, not new)."""
-        tmp = self.path.with_name(self.path.name + ".new")
         size = self.settings.size if self.settings.mmap else len(FILE_MAGIC)
+        self._replace_whole(self.path.with_name(self.path.name + ".new"), FILE_MAGIC,
+                            (lambda fd: os.ftruncate(fd, size)) if size > len(FILE_MAGIC)
+                            else None, "create")
+
+    def _replace_whole(self, tmp: Path, body: bytes, extend: Callable[[int], None] | None,
+                       doing: str) -> None:
+        """Write ``body`` aside in ``tmp`` (then ``extend`` that file), sync it and rename it
+        over the log: a crash leaves the old file or the whole new one, never a part."""
         try:
             fd = open_private(tmp, os.O_RDWR | os.O_TRUNC)
             try:
-                os.pwrite(fd, FILE_MAGIC, 0)
-                if size > len(FILE_MAGIC):
-                    os.ftruncate(fd, size)
+                os.pwrite(fd, body, 0)
+                if extend is not None:
+                    extend(fd)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -515,7 +522,7 @@ class FileTxLog(TxLog):
             except OSError:
                 pass
             kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
-            raise kind(f"cannot create the transaction log {self.path}: {exc.strerror}") from exc
+            raise kind(f"cannot {doing} the transaction log {self.path}: {exc.strerror}") from exc
 
     def _cut_tail(self, end: int, length: int) -> None:
         if self.settings.mmap:  # the file keeps its size: zero the torn bytes
@@ -654,25 +661,10 @@ class FileTxLog(TxLog):
                             f"transaction(s) in doubt take {len(body)} bytes and txlogSize is "
                             f"{self.settings.size}; raise txlogSize in tm.props or let "
                             "recovery resolve them")
-        tmp = self._compact_path
-        try:
-            fd = open_private(tmp, os.O_RDWR | os.O_TRUNC)
-            try:
-                os.pwrite(fd, body, 0)
-                if self.settings.mmap:  # allocated: see _map_file
-                    os.posix_fallocate(fd, 0, self.settings.size)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.path)
-            _fsync_dir(self.path.parent)
-        except OSError as exc:
-            try:
-                tmp.unlink()
-            except OSError:
-                pass
-            kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
-            raise kind(f"cannot compact the transaction log {self.path}: {exc.strerror}") from exc
+        size = self.settings.size
+        self._replace_whole(self._compact_path, body,  # a mapped file is allocated: see _map_file
+                            (lambda fd: os.posix_fallocate(fd, 0, size)) if self.settings.mmap
+                            else None, "compact")
         self._close_fd()
         self._fd = os.open(self.path, os.O_RDWR)
         if self.settings.mmap:
