@@ -48,7 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...jms.errors import StoreError
 from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
-from .pgstore import JdbcSettings, jdbc_settings, loaded_key, schema_name
+from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
 from .store import PreparedBranch, Recovered
 
 if TYPE_CHECKING:
@@ -208,11 +208,7 @@ class HACluster:
 
     def _drop(self) -> None:
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        close_quietly(conn)
 
     def create_tables(self) -> None:
         schema = self.settings.jdbc.schema

@@ -235,11 +235,7 @@ class PostgresDatabase(Database):
     def _drop(self) -> None:
         """Forget a connection that failed (under self._lock): the next use connects again."""
         conn, self._conn = self._conn, None
-        if conn is not None:
-            try:
-                conn.close()
-            except Exception:
-                pass
+        close_quietly(conn)
 
     def unavailable(self, exc: BaseException) -> bool:
         """A lost or refused connection (psycopg's OperationalError or InterfaceError, also
@@ -339,3 +335,13 @@ class PostgresDatabase(Database):
     def close(self) -> None:
         with self._lock:
             self._drop()
+
+
+def close_quietly(conn: Any) -> None:
+    """Close a connection that may be lost already (None: nothing), ignoring errors: an
+    open transaction on it is rolled back by the database."""
+    if conn is not None:
+        try:
+            conn.close()
+        except Exception:
+            pass
