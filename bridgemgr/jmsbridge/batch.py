@@ -7,8 +7,9 @@
 # are consumed without a second copy; `excused` counts, per message, the undone units that
 # were not its fault (a store or XA log whose database was down), which the backout
 # threshold does not count; kept until the message's unit is final (final(): a unit
-# completing behind the link may still be rolled back). These memories last from the link's start to its
-# stop, across reconnects; `open` is the transaction's, set again on every connect.
+# completing behind the link may still be rolled back). These memories last from the
+# link's start to its stop, across reconnects; `open` is the transaction's, set again on
+# every connect.
 """The unit of work a link is filling: its messages, when it is full, what came back."""
 
 from __future__ import annotations
