@@ -52,7 +52,7 @@ from ..jms.message import (
     property_name_problem,
 )
 from ..transform import STOMP, SUN_MQ, MessageTransformer
-from .frames import MESSAGE, Frame, LocalProtocolError
+from .frames import MESSAGE, V11, V12, Frame, LocalProtocolError, encode_frame, escaper
 
 QUEUE, TOPIC, TEMP_QUEUE, TEMP_TOPIC = "/queue/", "/topic/", "/temp-queue/", "/temp-topic/"
 REPLY_QUEUE = TEMP_QUEUE + "temporary_destination://queue/"
@@ -356,3 +356,76 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
             headers.setdefault(property_to_header(name) if decode_names else name, java_string(ptype, value))
     return Frame(MESSAGE, headers, body)
 
+
+
+class MessageRenderer:
+    """encode_frame(to_message_frame(...)) for one subscription, as the bytes of a MESSAGE
+    frame; what a subscriber thread runs for every message it delivers.
+
+    For STOMP 1.1 and 1.2 without a transformer it writes the frame's text directly: the
+    subscription header is escaped once, the destination once per destination, the
+    numbers and true/false never (they hold nothing to escape), so only the message-id
+    and the properties are escaped per message. A frame it finds no encoding for (a
+    NUL, a carriage return in 1.1, an empty name) goes the general way, which refuses it
+    by name; so does every other version, and a transformer's message."""
+
+    _FIXED = ("subscription", "destination", "message-id", "expires", "redelivered", "priority",
+              "timestamp", "persistent", "content-length")
+
+    def __init__(self, subscription: str, destinations: Destinations, transformer: MessageTransformer | None,
+                 version: str | None, decode_names: bool = True) -> None:
+        self.subscription, self.destinations, self.transformer = subscription, destinations, transformer
+        self.version, self.decode_names = version, decode_names
+        self._escape = escaper(version) if version in (V11, V12) and transformer is None else None
+        self._prefix = f"{MESSAGE}\nsubscription:{self._escape(subscription)}\ndestination:" if self._escape else ""
+        self._destinations: dict[Destination, str] = {}  # escaped; not temporary ones (aliases)
+
+    def render(self, message: Message, ack: str | None = None, delivery_count: int = 1) -> bytes:
+        """The MESSAGE frame's bytes. Raises NotDeliverable, TransformFailed, HeaderNotEncodable."""
+        esc = self._escape
+        if esc is None or not isinstance(message, (TextMessage, BytesMessage)):
+            return self._general(message, ack, delivery_count)
+        body = (message.text or "").encode("utf-8") if isinstance(message, TextMessage) else message.get_body()
+        destination = message.destination
+        dest_text = self._destinations.get(destination) if destination is not None else None
+        if dest_text is None:
+            dest_text = esc(self.destinations.to_stomp(destination))
+            if destination is not None and not destination.is_temporary and len(self._destinations) < 1000:
+                self._destinations[destination] = dest_text
+        parts = [self._prefix, dest_text, "\nmessage-id:", esc(message.message_id or ""),
+                 "\nexpires:", str(message.expiration),
+                 "\nredelivered:", "true" if delivery_count > 1 else "false",
+                 "\npriority:", str(message.priority), "\ntimestamp:", str(message.timestamp),
+                 "\npersistent:", "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
+                 "\ncontent-length:", str(len(body))]
+        names = set(self._FIXED)
+        if message.reply_to is not None:
+            parts += ("\nreply-to:", esc(self.destinations.to_stomp(message.reply_to, alias=False)))
+            names.add("reply-to")
+        if message.correlation_id is not None:
+            parts += ("\ncorrelation-id:", esc(message.correlation_id))
+            names.add("correlation-id")
+        if message.type is not None:
+            parts += ("\ntype:", esc(message.type))
+            names.add("type")
+        if ack is not None:
+            parts += ("\nack:", esc(ack))
+            names.add("ack")
+        for name, ptype, value in message.typed_properties():
+            if name == CONTENT_TYPE_PROPERTY:
+                name, text = "content-type", value
+            else:
+                name = property_to_header(name) if self.decode_names else name
+                text = None
+            if name not in names:  # the first value of a name wins, as with setdefault
+                names.add(name)
+                parts += ("\n", esc(name), ":", esc(java_string(ptype, value) if text is None else text))
+        parts.append("\n\n")
+        head = "".join(parts)
+        if "\0" in head or "" in names or (self.version == V11 and "\r" in head):
+            return self._general(message, ack, delivery_count)  # refuses it, naming the header
+        return head.encode("utf-8") + body + b"\0"
+
+    def _general(self, message: Message, ack: str | None, delivery_count: int) -> bytes:
+        return encode_frame(to_message_frame(message, self.subscription, self.destinations, self.transformer, ack,
+                                             delivery_count, self.decode_names), self.version)

@@ -168,6 +168,11 @@ def _unescape_each(text: str, version: str) -> str:
     return _ESCAPE_SEQ.sub(one, text)
 
 
+def escaper(version: str | None) -> Callable[[str], str] | None:
+    """``version``'s header escape function; None for 1.0 and PRE_CONNECT (no escapes)."""
+    return _ESCAPE.get(version or "")
+
+
 def escape(text: str, version: str | None) -> str:
     """Escape a header name or value for ``version`` (1.0 and PRE_CONNECT: unchanged; see
     encode_frame for what they cannot carry)."""

@@ -63,10 +63,10 @@ from .convert import (
     NAMES_DROP,
     NAMES_ENCODE,
     Destinations,
+    MessageRenderer,
     NotDeliverable,
     TransformFailed,
     from_send,
-    to_message_frame,
 )
 from .frames import (
     ABORT,
@@ -580,16 +580,15 @@ class StompSession:
         assert destinations is not None
         transformer = self.config.transformer() if self.config.transformer else None
         ack_header = version == V12 and not sub.auto
-        decode_names = self.config.invalid_header_names == NAMES_ENCODE
+        frames = MessageRenderer(sub.id, destinations, transformer, version,
+                                 self.config.invalid_header_names == NAMES_ENCODE)
 
         def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
             message = env.message
             try:
-                frame = to_message_frame(message, sub.id, destinations, transformer,
-                                         str(ack_no) if ack_header else None, env.delivery_count,
-                                         decode_names)
-                return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
+                data = frames.render(message, str(ack_no) if ack_header else None, env.delivery_count)
+                return Delivery(ack_no, env, message.message_id or "", data)
             except (NotDeliverable, TransformFailed) as exc:
                 return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
             except HeaderNotEncodable as exc:  # a value this client's version cannot carry
