@@ -58,7 +58,7 @@ def outcome(fn: Any) -> tuple[str, object]:
         return (type(exc).__name__, getattr(exc, "detail", str(exc)))
 
 
-@settings(max_examples=1000, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(messages(), st.sampled_from(["1", "sub:1\\x", "é\n"]), st.sampled_from([PRE_CONNECT, V10, V11, V12]),
        st.none() | st.sampled_from(["7", "a:b"]), st.integers(1, 3), st.booleans())
 @example(TextMessage("x"), "1", V12, None, 1, True)

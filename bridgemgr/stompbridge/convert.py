@@ -43,7 +43,6 @@ from dataclasses import dataclass
 
 from ..jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ..jms.message import (
-    DEFAULT_PRIORITY,
     BytesMessage,
     DeliveryMode,
     Message,
@@ -68,6 +67,8 @@ _SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscripti
 _NOT_PROPERTIES = _SEND_PROTOCOL | _SEND_IGNORED
 _valid_names: set[str] = set()  # header names that are property names: the same few on every SEND
 _TRUE_FALSE = {"true": True, "false": False}
+_MODES = {None: DeliveryMode.PERSISTENT, "true": DeliveryMode.PERSISTENT,  # _persistent()'s usual answers
+          "false": DeliveryMode.NON_PERSISTENT}
 
 # imq.bridge.stomp.invalidHeaderNames: what a SEND header that is no JMS property name becomes
 NAMES_ENCODE, NAMES_DROP, NAMES_ERROR = "encode", "drop", "error"
@@ -214,11 +215,17 @@ def from_send(frame: Frame, destinations: Destinations, transformer: MessageTran
             raise LocalProtocolError("body is not UTF-8", f"a SEND without content-length is a text "
                                      f"message and must be UTF-8 ({exc}); send content-length for "
                                      "binary bodies") from None
-    message.delivery_mode = _persistent(headers.get("persistent"))
-    message.priority = _priority(headers.get("priority"))
-    message.expiration = _expires(headers.get("expires"))
-    message.correlation_id = headers.get("correlation-id")
-    message.type = headers.get("type")
+    persistent = headers.get("persistent")
+    message.delivery_mode = _MODES.get(persistent) or _persistent(persistent)
+    # absent headers leave the new message's defaults: priority 4, no expiration, None
+    if "priority" in headers:
+        message.priority = _priority(headers["priority"])
+    if "expires" in headers:
+        message.expiration = _expires(headers["expires"])
+    if "correlation-id" in headers:
+        message.correlation_id = headers["correlation-id"]
+    if "type" in headers:
+        message.type = headers["type"]
     if "reply-to" in headers:
         message.reply_to = destinations.to_jms(headers["reply-to"], "reply-to")
     if "content-type" in headers:
@@ -262,19 +269,15 @@ def _persistent(text: str | None) -> DeliveryMode:
     return DeliveryMode.PERSISTENT if value else DeliveryMode.NON_PERSISTENT
 
 
-def _priority(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_PRIORITY
+def _priority(text: str) -> int:
     text = text.strip()
     if not (text.isdigit() and len(text) == 1):
         raise LocalProtocolError("invalid priority", f"priority is {text[:40]!r}; write 0 to 9")
     return int(text)
 
 
-def _expires(text: str | None) -> int:
+def _expires(text: str) -> int:
     """expires: the absolute expiration time in ms since the epoch; 0 = never."""
-    if text is None:
-        return 0
     text = text.strip()
     if not text.isdigit():
         raise LocalProtocolError("invalid expires", f"expires is {text[:40]!r}; write the expiration "

@@ -183,10 +183,6 @@ def escape(text: str, version: str | None) -> str:
 
 # --- parsing -------------------------------------------------------------------------------
 
-def _allows_crlf(version: str | None) -> bool:
-    return version is None or version == V12
-
-
 def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
                 limits: Limits = DEFAULT_LIMITS) -> tuple[Frame | None, int]:
     """The frame starting at ``pos`` (after any heart-beat EOLs) and the offset just past
@@ -195,7 +191,7 @@ def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
     ``version`` is the negotiated version, or PRE_CONNECT. Raises LocalProtocolError.
     """
     n = len(buf)
-    crlf = _allows_crlf(version)
+    crlf = version is None or version == V12  # \r\n line ends allowed
     while pos < n:
         byte = buf[pos]
         if byte == 10:
@@ -221,13 +217,14 @@ def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
         _check_incomplete_head(buf, pos, n, limits)
         return None, pos
     try:
-        head = bytes(buf[pos:head_end]).decode("utf-8")
+        head = buf[pos:head_end].decode("utf-8")
     except UnicodeDecodeError as exc:
         raise LocalProtocolError("malformed frame", f"the command and headers are not UTF-8 ({exc})") from None
     headers = None
     if "\r" not in head and "\0" not in head:  # the usual head: no CR to strip, no NUL to refuse
         command, _, rest = head.partition("\n")
-        _check_command(command)
+        if command not in COMMANDS:
+            _refuse_command(command)
         if head_end - pos <= limits.max_header_length:  # no line can be too long
             headers = _plain_headers(rest, command, version, limits)
     if headers is None:
@@ -235,7 +232,8 @@ def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
         if crlf:
             lines = [line[:-1] if line.endswith("\r") else line for line in lines]
         command = lines[0]
-        _check_command(command)
+        if command not in COMMANDS:
+            _refuse_command(command)
         headers = _parse_headers(lines, command, version, limits)
     body_start = head_end + sep
     length_text = headers.get("content-length")
@@ -272,11 +270,10 @@ def _check_incomplete_head(buf: bytes | bytearray, pos: int, n: int, limits: Lim
         raise _too_big(n - pos, limits)
 
 
-def _check_command(command: str) -> None:
-    if command not in COMMANDS:
-        shown = command if len(command) <= 40 else command[:40] + "..."
-        raise LocalProtocolError("unknown command", f"{shown!r} is not a STOMP command; expected one of "
-                                 + ", ".join(sorted(CLIENT_COMMANDS)))
+def _refuse_command(command: str) -> None:
+    shown = command if len(command) <= 40 else command[:40] + "..."
+    raise LocalProtocolError("unknown command", f"{shown!r} is not a STOMP command; expected one of "
+                             + ", ".join(sorted(CLIENT_COMMANDS)))
 
 
 def _plain_headers(text: str, command: str, version: str | None, limits: Limits) -> dict[str, str] | None:

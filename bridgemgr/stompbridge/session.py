@@ -112,6 +112,7 @@ class State(Enum):
     ERROR = "closed after an error"
 
 
+_READING = (State.AWAIT_CONNECT, State.CONNECTED)  # frames are read (not closed, not authenticating)
 _IN_SESSION = dict.fromkeys((SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT), State.CONNECTED)
 TRANSITIONS: dict[State, dict[str, State]] = {
     State.AWAIT_CONNECT: {CONNECT: State.AUTHENTICATING, STOMP: State.AUTHENTICATING},
@@ -332,10 +333,10 @@ class StompSession:
     # --- processing ---------------------------------------------------------------------
     def _process(self) -> None:
         pos = 0
+        buffer, limits = self._buffer, self.config.limits
         try:
-            while self._call is None and self._running is None and not self.closed \
-                    and self.state is not State.AUTHENTICATING:
-                frame, pos = parse_frame(self._buffer, pos, self.version, self.config.limits)
+            while self._call is None and self._running is None and self.state in _READING:
+                frame, pos = parse_frame(buffer, pos, self.version, limits)
                 if frame is None:
                     break
                 try:
@@ -359,8 +360,9 @@ class StompSession:
         if minimum and self.version is not None and VERSIONS.index(self.version) < VERSIONS.index(minimum):
             raise LocalProtocolError(f"unexpected {frame.command}", f"{frame.command} needs STOMP "
                                      f"{minimum} or later; this connection speaks {self.version}")
+        headers = frame.headers
         for name in REQUIRED.get(frame.command, ()):
-            if frame.get(name) is None:
+            if name not in headers:
                 raise LocalProtocolError(f"missing {name}", f"{frame.command} requires the {name} header")
         result = HANDLERS[frame.command](self, frame)
         if next_state is State.AUTHENTICATING:
