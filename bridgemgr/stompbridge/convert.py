@@ -27,7 +27,10 @@
 # the delivered message-id); the body and the properties come from the transformer's
 # result, and so do reply-to, correlation-id and type when it sets them. A header value
 # the subscriber's version cannot carry (a NUL; a line feed for 1.0) is refused by the
-# encoder, like an undeliverable message type, and never written mangled.
+# encoder, like an undeliverable message type, and never written mangled. A
+# subscription's MessageRenderer writes those bytes directly in the usual case (1.1/1.2,
+# no transformer) and otherwise, or when a header cannot be encoded, goes through
+# to_message_frame and the encoder: the same bytes or the same refusal either way.
 #
 # Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
 # A temporary NAME is the client's own alias for a temporary destination of its

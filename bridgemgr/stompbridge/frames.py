@@ -6,6 +6,9 @@
 # A body is exactly content-length bytes when that header is present (NULs allowed), or
 # runs to the first NUL. Limits (frame size, header count, header length) are checked
 # as bytes arrive, so an endless header or body is refused before it fills memory.
+# The usual head (no CR, no NUL, distinct names, shorter than one header may be) is
+# split in one pass (_plain_headers); any other goes line by line (_parse_headers),
+# which decides, and names in its refusal, everything the fast pass declines.
 #
 # Version rules (the "dialect"): 1.1 and 1.2 escape \n, : and \ in headers (1.2 also \r),
 # except in CONNECT and CONNECTED frames; 1.0 escapes nothing. 1.2 allows \r\n line ends;

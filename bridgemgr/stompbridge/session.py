@@ -588,17 +588,17 @@ class StompSession:
         def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
             message = env.message
+            message_id = message.message_id or ""
             try:
                 data = frames.render(message, str(ack_no) if ack_header else None, env.delivery_count)
-                return Delivery(ack_no, env, message.message_id or "", data)
+                return Delivery(ack_no, env, message_id, data)
             except (NotDeliverable, TransformFailed) as exc:
-                return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
+                return Delivery(ack_no, env, message_id, None, getattr(exc, "detail", str(exc)))
             except HeaderNotEncodable as exc:  # a value this client's version cannot carry
-                return Delivery(ack_no, env, message.message_id or "", None,
-                                f"message {message.message_id}: {exc.detail}")
+                return Delivery(ack_no, env, message_id, None, f"message {message.message_id}: {exc.detail}")
             except Exception as exc:  # a bug must close the connection, not lose the message
                 log.exception("STOMP session %s: cannot render a message", self.session_id)
-                return Delivery(ack_no, env, message.message_id or "", None, f"cannot deliver: {exc}")
+                return Delivery(ack_no, env, message_id, None, f"cannot deliver: {exc}")
 
         return render
 
@@ -616,13 +616,14 @@ class StompSession:
                 sub.handle.release(len(items))
             return
         acked: list[Handle] = []
+        write, auto = self._out.append, sub.auto  # once per batch, not per message
         for i, d in enumerate(items):
             if d.data is None:
                 host.redeliver([x.handle for x in items[i:]])
                 self._fail(LocalProtocolError("message not deliverable", d.error))
                 break
-            self._out.append(d.data)
-            if sub.auto:
+            write(d.data)
+            if auto:
                 acked.append(d.handle)
             else:
                 sub.outstanding[d.ack_no] = d
