@@ -298,7 +298,10 @@ def _plain_headers(text: str, command: str, version: str | None, limits: Limits)
         return None
     if "\\" in text and version in _UNESCAPE and command not in UNESCAPED_COMMANDS:
         try:
-            headers = {unescape(name, version): unescape(value, version) for name, value in headers.items()}
+            if "\\" in "".join(headers):  # an escaped name: rebuilt, in order
+                return {unescape(name, version): unescape(value, version) for name, value in headers.items()}
+            for name in [name for name, value in headers.items() if "\\" in value]:  # the usual: a value or two
+                headers[name] = unescape(headers[name], version)
         except LocalProtocolError:
             return None
     return headers
