@@ -430,7 +430,7 @@ class MessageRenderer:
         head = "".join(parts)
         if "\0" in head or "" in names or (self.version == V11 and "\r" in head):
             return self._general(message, ack, delivery_count)  # refuses it, naming the header
-        return head.encode("utf-8") + body + b"\0"
+        return b"".join((head.encode("utf-8"), body, b"\0"))  # one copy of the body, not two
 
     def _general(self, message: Message, ack: str | None, delivery_count: int) -> bytes:
         return encode_frame(to_message_frame(message, self.subscription, self.destinations, self.transformer, ack,

@@ -380,7 +380,7 @@ class StompSession:
                                      lambda _: self._confirm(frame, HANDLERS[frame.command](self, frame), next_state),
                                      frame, result.wait)
             return
-        receipt = frame.get("receipt")
+        receipt = frame.headers.get("receipt")
         if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
             self._call = PendingCall(partial(self.host.wait_durable, result),
                                      lambda _: self._confirm(frame, None, next_state), frame)
@@ -460,7 +460,7 @@ class StompSession:
     # --- SEND and transactions ----------------------------------------------------------------
     def _on_send(self, frame: Frame) -> int | Held | None:
         assert self.host is not None and self.destinations is not None
-        tx = frame.get("transaction")
+        tx = frame.headers.get("transaction")
         work = self._work(tx) if tx is not None else None
         mode = self.config.invalid_header_names
         inbound = from_send(frame, self.destinations, self._inbound_transformer, mode)
