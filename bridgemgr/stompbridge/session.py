@@ -367,8 +367,9 @@ class StompSession:
         result = HANDLERS[frame.command](self, frame)
         if next_state is State.AUTHENTICATING:
             self.state = next_state
-        else:
+        elif result is not None or next_state is not State.CONNECTED or "receipt" in headers:
             self._confirm(frame, result, next_state)
+        # else (a SEND, ACK, ... done, no receipt asked for): nothing to confirm
 
     def _confirm(self, frame: Frame, result: Any, next_state: State) -> None:
         """Send the receipt once the frame's work is durable, then move on."""
