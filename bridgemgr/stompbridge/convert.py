@@ -363,7 +363,6 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
     return Frame(MESSAGE, headers, body)
 
 
-
 class MessageRenderer:
     """encode_frame(to_message_frame(...)) for one subscription, as the bytes of a MESSAGE
     frame; what a subscriber thread runs for every message it delivers.
