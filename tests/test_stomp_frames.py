@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from unittest import mock
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
+from bridgemgr.stompbridge import frames as codec
 from bridgemgr.stompbridge.frames import (
     CONNECT,
     CONNECTED,
@@ -264,3 +266,50 @@ def test_garbage_never_raises_anything_but_a_protocol_error(data, version):
 def test_connect_frames_of_every_version_parse_before_the_version_is_known():
     for data in (b"CONNECT\nlogin:a\npasscode:b\n\n\0", b"STOMP\naccept-version:1.2\nhost:h\n\n\0"):
         assert parse_all(data, PRE_CONNECT)[0].command in (CONNECT, "STOMP")
+
+
+# --- the fast paths against the general ones -----------------------------------------------
+
+escape_text = st.text(st.sampled_from([*"ab:\\ncrt \0\ré"]), max_size=10)
+
+
+@settings(max_examples=1000, deadline=None)
+@given(escape_text, st.sampled_from([V11, V12]))
+def test_unescape_equals_the_escape_by_escape_reference(text, version):
+    """unescape() replaces whole strings; _unescape_each() reads one escape at a time (and
+    names the bad one): same value, or the same refusal."""
+    assert outcome(lambda: codec._unescape_each(text, version)) == outcome(lambda: codec.unescape(text, version))
+
+
+header_line = escape_text | st.sampled_from([
+    "content-length:3", "content-length:4", "content-length:x", "destination:/queue/a", "a:1", "a:2",
+    "b:", "c:1", "k:a\\cb", "k\\c:\\\\n", "x:\\t", ":v", "nocolon", "message-id:ID\\c1", "long:" + "y" * 40])
+LIMITS = [Limits(), Limits(max_frame_size=80, max_headers=3, max_header_length=30)]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.sampled_from([SEND, MESSAGE, CONNECT, CONNECTED, "BOGUS"]), st.lists(header_line, max_size=6),
+       st.sampled_from([b"abc\0", b"a\0c\0", b"\0", b"abc"]), st.sampled_from(["\n\n", "\r\n\r\n", "\n\r\n"]),
+       st.sampled_from([PRE_CONNECT, V10, V11, V12]), st.sampled_from(LIMITS))
+@example(SEND, ["a:1", "b:", "c:1", "k:a\\cb"], b"\0", "\n\n", V12, LIMITS[1])  # one header too many
+def test_the_plain_header_path_parses_as_the_general_path(command, lines, body, end, version, limits):
+    """Any frame head (escapes, repeated names, CRs, NULs, content-length, over-long lines)
+    parses to the same frame, headers in the same order, or the same refusal, whether
+    _plain_headers() takes it or declines and _parse_headers() reads it line by line."""
+    data = "\n".join([command, *lines]).encode() + end.encode() + body
+
+    def parse() -> tuple[str, list[tuple[str, str]], bytes, int] | None:
+        frame, after = parse_frame(data, 0, version, limits)
+        return None if frame is None else (frame.command, list(frame.headers.items()), frame.body, after)
+
+    fast = outcome(parse)
+    with mock.patch.object(codec, "_plain_headers", lambda *args: None):
+        general = outcome(parse)
+    assert fast == general
+
+
+def outcome(fn: Callable[[], object]) -> tuple[object, ...]:
+    try:
+        return ("value", fn())
+    except LocalProtocolError as exc:
+        return ("refused", exc.message, exc.detail)

@@ -27,7 +27,10 @@
 # the delivered message-id); the body and the properties come from the transformer's
 # result, and so do reply-to, correlation-id and type when it sets them. A header value
 # the subscriber's version cannot carry (a NUL; a line feed for 1.0) is refused by the
-# encoder, like an undeliverable message type, and never written mangled.
+# encoder, like an undeliverable message type, and never written mangled. A
+# subscription's MessageRenderer writes those bytes directly in the usual case (1.1/1.2,
+# no transformer) and otherwise, or when a header cannot be encoded, goes through
+# to_message_frame and the encoder: the same bytes or the same refusal either way.
 #
 # Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
 # A temporary NAME is the client's own alias for a temporary destination of its
@@ -43,7 +46,6 @@ from dataclasses import dataclass
 
 from ..jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ..jms.message import (
-    DEFAULT_PRIORITY,
     BytesMessage,
     DeliveryMode,
     Message,
@@ -52,7 +54,7 @@ from ..jms.message import (
     property_name_problem,
 )
 from ..transform import STOMP, SUN_MQ, MessageTransformer
-from .frames import MESSAGE, Frame, LocalProtocolError
+from .frames import MESSAGE, V11, V12, Frame, LocalProtocolError, encode_frame, escaper
 
 QUEUE, TOPIC, TEMP_QUEUE, TEMP_TOPIC = "/queue/", "/topic/", "/temp-queue/", "/temp-topic/"
 REPLY_QUEUE = TEMP_QUEUE + "temporary_destination://queue/"
@@ -68,6 +70,8 @@ _SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscripti
 _NOT_PROPERTIES = _SEND_PROTOCOL | _SEND_IGNORED
 _valid_names: set[str] = set()  # header names that are property names: the same few on every SEND
 _TRUE_FALSE = {"true": True, "false": False}
+_MODES = {None: DeliveryMode.PERSISTENT, "true": DeliveryMode.PERSISTENT,  # _persistent()'s usual answers
+          "false": DeliveryMode.NON_PERSISTENT}
 
 # imq.bridge.stomp.invalidHeaderNames: what a SEND header that is no JMS property name becomes
 NAMES_ENCODE, NAMES_DROP, NAMES_ERROR = "encode", "drop", "error"
@@ -214,11 +218,17 @@ def from_send(frame: Frame, destinations: Destinations, transformer: MessageTran
             raise LocalProtocolError("body is not UTF-8", f"a SEND without content-length is a text "
                                      f"message and must be UTF-8 ({exc}); send content-length for "
                                      "binary bodies") from None
-    message.delivery_mode = _persistent(headers.get("persistent"))
-    message.priority = _priority(headers.get("priority"))
-    message.expiration = _expires(headers.get("expires"))
-    message.correlation_id = headers.get("correlation-id")
-    message.type = headers.get("type")
+    persistent = headers.get("persistent")
+    message.delivery_mode = _MODES.get(persistent) or _persistent(persistent)
+    # absent headers leave the new message's defaults: priority 4, no expiration, None
+    if "priority" in headers:
+        message.priority = _priority(headers["priority"])
+    if "expires" in headers:
+        message.expiration = _expires(headers["expires"])
+    if "correlation-id" in headers:
+        message.correlation_id = headers["correlation-id"]
+    if "type" in headers:
+        message.type = headers["type"]
     if "reply-to" in headers:
         message.reply_to = destinations.to_jms(headers["reply-to"], "reply-to")
     if "content-type" in headers:
@@ -262,19 +272,15 @@ def _persistent(text: str | None) -> DeliveryMode:
     return DeliveryMode.PERSISTENT if value else DeliveryMode.NON_PERSISTENT
 
 
-def _priority(text: str | None) -> int:
-    if text is None:
-        return DEFAULT_PRIORITY
+def _priority(text: str) -> int:
     text = text.strip()
     if not (text.isdigit() and len(text) == 1):
         raise LocalProtocolError("invalid priority", f"priority is {text[:40]!r}; write 0 to 9")
     return int(text)
 
 
-def _expires(text: str | None) -> int:
+def _expires(text: str) -> int:
     """expires: the absolute expiration time in ms since the epoch; 0 = never."""
-    if text is None:
-        return 0
     text = text.strip()
     if not text.isdigit():
         raise LocalProtocolError("invalid expires", f"expires is {text[:40]!r}; write the expiration "
@@ -356,3 +362,75 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
             headers.setdefault(property_to_header(name) if decode_names else name, java_string(ptype, value))
     return Frame(MESSAGE, headers, body)
 
+
+class MessageRenderer:
+    """encode_frame(to_message_frame(...)) for one subscription, as the bytes of a MESSAGE
+    frame; what a subscriber thread runs for every message it delivers.
+
+    For STOMP 1.1 and 1.2 without a transformer it writes the frame's text directly: the
+    subscription header is escaped once, the destination once per destination, the
+    numbers and true/false never (they hold nothing to escape), so only the message-id
+    and the properties are escaped per message. A frame it finds no encoding for (a
+    NUL, a carriage return in 1.1, an empty name) goes the general way, which refuses it
+    by name; so does every other version, and a transformer's message."""
+
+    _FIXED = ("subscription", "destination", "message-id", "expires", "redelivered", "priority",
+              "timestamp", "persistent", "content-length")
+
+    def __init__(self, subscription: str, destinations: Destinations, transformer: MessageTransformer | None,
+                 version: str | None, decode_names: bool = True) -> None:
+        self.subscription, self.destinations, self.transformer = subscription, destinations, transformer
+        self.version, self.decode_names = version, decode_names
+        self._escape = escaper(version) if version in (V11, V12) and transformer is None else None
+        self._prefix = f"{MESSAGE}\nsubscription:{self._escape(subscription)}\ndestination:" if self._escape else ""
+        self._destinations: dict[Destination, str] = {}  # escaped; not temporary ones (aliases)
+
+    def render(self, message: Message, ack: str | None = None, delivery_count: int = 1) -> bytes:
+        """The MESSAGE frame's bytes. Raises NotDeliverable, TransformFailed, HeaderNotEncodable."""
+        esc = self._escape
+        if esc is None or not isinstance(message, (TextMessage, BytesMessage)):
+            return self._general(message, ack, delivery_count)
+        body = (message.text or "").encode("utf-8") if isinstance(message, TextMessage) else message.get_body()
+        destination = message.destination
+        dest_text = self._destinations.get(destination) if destination is not None else None
+        if dest_text is None:
+            dest_text = esc(self.destinations.to_stomp(destination))
+            if destination is not None and not destination.is_temporary and len(self._destinations) < 1000:
+                self._destinations[destination] = dest_text
+        parts = [self._prefix, dest_text, "\nmessage-id:", esc(message.message_id or ""),
+                 "\nexpires:", str(message.expiration),
+                 "\nredelivered:", "true" if delivery_count > 1 else "false",
+                 "\npriority:", str(message.priority), "\ntimestamp:", str(message.timestamp),
+                 "\npersistent:", "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
+                 "\ncontent-length:", str(len(body))]
+        names = set(self._FIXED)
+        if message.reply_to is not None:
+            parts += ("\nreply-to:", esc(self.destinations.to_stomp(message.reply_to, alias=False)))
+            names.add("reply-to")
+        if message.correlation_id is not None:
+            parts += ("\ncorrelation-id:", esc(message.correlation_id))
+            names.add("correlation-id")
+        if message.type is not None:
+            parts += ("\ntype:", esc(message.type))
+            names.add("type")
+        if ack is not None:
+            parts += ("\nack:", esc(ack))
+            names.add("ack")
+        for name, ptype, value in message.typed_properties():
+            if name == CONTENT_TYPE_PROPERTY:
+                name, text = "content-type", value
+            else:
+                name = property_to_header(name) if self.decode_names else name
+                text = None
+            if name not in names:  # the first value of a name wins, as with setdefault
+                names.add(name)
+                parts += ("\n", esc(name), ":", esc(java_string(ptype, value) if text is None else text))
+        parts.append("\n\n")
+        head = "".join(parts)
+        if "\0" in head or "" in names or (self.version == V11 and "\r" in head):
+            return self._general(message, ack, delivery_count)  # refuses it, naming the header
+        return b"".join((head.encode("utf-8"), body, b"\0"))  # one copy of the body, not two
+
+    def _general(self, message: Message, ack: str | None, delivery_count: int) -> bytes:
+        return encode_frame(to_message_frame(message, self.subscription, self.destinations, self.transformer, ack,
+                                             delivery_count, self.decode_names), self.version)

@@ -63,10 +63,10 @@ from .convert import (
     NAMES_DROP,
     NAMES_ENCODE,
     Destinations,
+    MessageRenderer,
     NotDeliverable,
     TransformFailed,
     from_send,
-    to_message_frame,
 )
 from .frames import (
     ABORT,
@@ -112,6 +112,7 @@ class State(Enum):
     ERROR = "closed after an error"
 
 
+_READING = (State.AWAIT_CONNECT, State.CONNECTED)  # frames are read (not closed, not authenticating)
 _IN_SESSION = dict.fromkeys((SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT), State.CONNECTED)
 TRANSITIONS: dict[State, dict[str, State]] = {
     State.AWAIT_CONNECT: {CONNECT: State.AUTHENTICATING, STOMP: State.AUTHENTICATING},
@@ -332,10 +333,10 @@ class StompSession:
     # --- processing ---------------------------------------------------------------------
     def _process(self) -> None:
         pos = 0
+        buffer, limits = self._buffer, self.config.limits
         try:
-            while self._call is None and self._running is None and not self.closed \
-                    and self.state is not State.AUTHENTICATING:
-                frame, pos = parse_frame(self._buffer, pos, self.version, self.config.limits)
+            while self._call is None and self._running is None and self.state in _READING:
+                frame, pos = parse_frame(buffer, pos, self.version, limits)
                 if frame is None:
                     break
                 try:
@@ -359,14 +360,16 @@ class StompSession:
         if minimum and self.version is not None and VERSIONS.index(self.version) < VERSIONS.index(minimum):
             raise LocalProtocolError(f"unexpected {frame.command}", f"{frame.command} needs STOMP "
                                      f"{minimum} or later; this connection speaks {self.version}")
+        headers = frame.headers
         for name in REQUIRED.get(frame.command, ()):
-            if frame.get(name) is None:
+            if name not in headers:
                 raise LocalProtocolError(f"missing {name}", f"{frame.command} requires the {name} header")
         result = HANDLERS[frame.command](self, frame)
         if next_state is State.AUTHENTICATING:
             self.state = next_state
-        else:
+        elif result is not None or next_state is not State.CONNECTED or "receipt" in headers:
             self._confirm(frame, result, next_state)
+        # else (a SEND, ACK, ... done, no receipt asked for): nothing to confirm
 
     def _confirm(self, frame: Frame, result: Any, next_state: State) -> None:
         """Send the receipt once the frame's work is durable, then move on."""
@@ -378,7 +381,7 @@ class StompSession:
                                      lambda _: self._confirm(frame, HANDLERS[frame.command](self, frame), next_state),
                                      frame, result.wait)
             return
-        receipt = frame.get("receipt")
+        receipt = frame.headers.get("receipt")
         if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
             self._call = PendingCall(partial(self.host.wait_durable, result),
                                      lambda _: self._confirm(frame, None, next_state), frame)
@@ -458,7 +461,7 @@ class StompSession:
     # --- SEND and transactions ----------------------------------------------------------------
     def _on_send(self, frame: Frame) -> int | Held | None:
         assert self.host is not None and self.destinations is not None
-        tx = frame.get("transaction")
+        tx = frame.headers.get("transaction")
         work = self._work(tx) if tx is not None else None
         mode = self.config.invalid_header_names
         inbound = from_send(frame, self.destinations, self._inbound_transformer, mode)
@@ -580,24 +583,23 @@ class StompSession:
         assert destinations is not None
         transformer = self.config.transformer() if self.config.transformer else None
         ack_header = version == V12 and not sub.auto
-        decode_names = self.config.invalid_header_names == NAMES_ENCODE
+        frames = MessageRenderer(sub.id, destinations, transformer, version,
+                                 self.config.invalid_header_names == NAMES_ENCODE)
 
         def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
             message = env.message
+            message_id = message.message_id or ""
             try:
-                frame = to_message_frame(message, sub.id, destinations, transformer,
-                                         str(ack_no) if ack_header else None, env.delivery_count,
-                                         decode_names)
-                return Delivery(ack_no, env, message.message_id or "", encode_frame(frame, version))
+                data = frames.render(message, str(ack_no) if ack_header else None, env.delivery_count)
+                return Delivery(ack_no, env, message_id, data)
             except (NotDeliverable, TransformFailed) as exc:
-                return Delivery(ack_no, env, message.message_id or "", None, getattr(exc, "detail", str(exc)))
+                return Delivery(ack_no, env, message_id, None, getattr(exc, "detail", str(exc)))
             except HeaderNotEncodable as exc:  # a value this client's version cannot carry
-                return Delivery(ack_no, env, message.message_id or "", None,
-                                f"message {message.message_id}: {exc.detail}")
+                return Delivery(ack_no, env, message_id, None, f"message {message.message_id}: {exc.detail}")
             except Exception as exc:  # a bug must close the connection, not lose the message
                 log.exception("STOMP session %s: cannot render a message", self.session_id)
-                return Delivery(ack_no, env, message.message_id or "", None, f"cannot deliver: {exc}")
+                return Delivery(ack_no, env, message_id, None, f"cannot deliver: {exc}")
 
         return render
 
@@ -615,13 +617,14 @@ class StompSession:
                 sub.handle.release(len(items))
             return
         acked: list[Handle] = []
+        write, auto = self._out.append, sub.auto  # once per batch, not per message
         for i, d in enumerate(items):
             if d.data is None:
                 host.redeliver([x.handle for x in items[i:]])
                 self._fail(LocalProtocolError("message not deliverable", d.error))
                 break
-            self._out.append(d.data)
-            if sub.auto:
+            write(d.data)
+            if auto:
                 acked.append(d.handle)
             else:
                 sub.outstanding[d.ack_no] = d
