@@ -3,6 +3,7 @@ external providers beside each broker's own forwarding; prints JSON.
 
     .venv/bin/python benchmarks/providers.py [--messages 50000] [--ack-batch 1]
                                              [--window 100] [--xa-batch 1,10,100]
+                                             [--xa-local true|false]
                                              [--only activemq|rabbitmq]
 
 Each case preloads N persistent 1 KiB BytesMessages into a source queue (in local
@@ -17,12 +18,16 @@ temporary data directories (tests/real/servers.py), with their default (fsyncing
   window acknowledges once per window) and at least every --ack-batch messages (window 1,
   ack batch 1: the chapter's acknowledge after each send). msg/s = N / (bridge start ..
   the link has acknowledged N).
-- activemq_bridge_xa_batch_<B>: the same link transacted, once per B of --xa-batch (a
-  list): each unit of B messages (imq.bridge.<name>.transaction.batchSize, 1 by default
-  as in the chapter) one XA transaction of our coordinator, both ends ActiveMQ's
-  XAResource; both ends are the same resource manager, so the target joins the source's
-  branch (its association ended at the same time as the source's) and it commits in one
-  phase (transaction log in a temporary var directory). Each row's target is counted,
+- activemq_bridge_xa_batch_<B>: the same link transacted (XAConnectionFactory at both
+  ends), once per B of --xa-batch (a list): each unit of B messages
+  (imq.bridge.<name>.transaction.batchSize, 1 by default as in the chapter) one
+  transaction. Both ends are the same resource manager (one broker, one JNDI environment),
+  so by default each unit is one local transaction of one session holding the consumer and
+  the producer (the row's "transaction" says "local transaction (one resource manager)");
+  with --xa-local false (imq.bridge.<name>.transaction.local=false) it is one XA
+  transaction of our coordinator, the target joining the source's branch (its association
+  ended at the same time as the source's), committed in one phase (transaction log in a
+  temporary var directory; "transaction": "XA"). Each row's target is counted,
   then emptied before the next row (ActiveMQ's default memory limit would stall the next
   preload behind 4 x N messages).
 - activemq_own: ActiveMQ's jmsBridgeConnector (a JmsQueueConnector with an outbound queue
@@ -55,6 +60,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -119,12 +125,13 @@ def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: 
 
 
 def run_bridge(xml: bytes, n: int, ack_batch: int, window: int, workdir: Path,
-               xa_batch: int | None = None) -> dict[str, Any]:
+               xa_batch: int | None = None, xa_local: bool = True) -> dict[str, Any]:
     """Start the bridge on preloaded messages; time until the link completed N."""
     host = Broker(workdir / "host")  # the built-in DMQ lives on the host broker
     props = load_properties([], [f"imq.varhome={workdir / 'var'}", "imq.bridge.bench.type=jms",
                                  "imq.bridge.bench.xmlurl=bench.xml",
                                  f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}",
+                                 f"imq.bridge.bench.transaction.local={str(xa_local).lower()}",
                                  f"imq.bridge.bench.link.window={window}"],
                             environ={})
     bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"), props,
@@ -139,7 +146,8 @@ def run_bridge(xml: bytes, n: int, ack_batch: int, window: int, workdir: Path,
             if bridge.links[0].state.value == "STOPPED":
                 raise RuntimeError(f"the link stopped: {counters.snapshot()}")
         elapsed = time.monotonic() - started
-        batch = ({"transaction_batch_size": xa_batch} if xa_batch
+        batch = ({"transaction_batch_size": xa_batch,
+                  "transaction": bridge.links[0].info()["transaction"]} if xa_batch
                  else {"ack_batch": ack_batch, "window": window})
         return {"messages": n, "seconds": round(elapsed, 2), "msg_per_s": round(n / elapsed),
                 **batch, "to_dmq": counters.to_dmq, "redelivered": counters.redelivered}
@@ -193,7 +201,7 @@ def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool
 
 
 def bench_activemq(n: int, ack_batch: int, window: int, xa_batches: tuple[int, ...],
-                   workdir: Path) -> dict[str, Any]:
+                   workdir: Path, xa_local: bool = True) -> dict[str, Any]:
     out: dict[str, Any] = {}
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
     try:
@@ -209,7 +217,7 @@ def bench_activemq(n: int, ack_batch: int, window: int, xa_batches: tuple[int, .
             preload(factory, src, n)
             out[f"activemq_bridge_xa_batch_{batch}"] = run_bridge(
                 bridge_xml(env, env, src, dst, xa=True), n, ack_batch, window,
-                workdir / f"xa{batch}", batch)
+                workdir / f"xa{batch}", batch, xa_local)
             assert activemq_depth(factory, dst) == n
             drain_queue(factory, dst)
         preload(factory, "own.src", n)
@@ -301,11 +309,14 @@ def main() -> None:
     parser.add_argument("--window", type=int, default=LINK_WINDOW)
     parser.add_argument("--xa-batch", type=lambda text: tuple(int(b) for b in text.split(",")),
                         default=(1, 10, 100), help="transaction.batchSize of each XA row (ActiveMQ)")
+    parser.add_argument("--xa-local", choices=["true", "false"], default="true",
+                        help="imq.bridge.<name>.transaction.local of the XA rows (ActiveMQ)")
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
     result: dict[str, Any] = {"messages": args.messages, "message_bytes": len(PAYLOAD)}
     with tempfile.TemporaryDirectory(prefix="imqbridge-bench-") as tmp:
-        for name, bench in (("activemq", bench_activemq), ("rabbitmq", bench_rabbitmq)):
+        activemq = partial(bench_activemq, xa_local=args.xa_local == "true")
+        for name, bench in (("activemq", activemq), ("rabbitmq", bench_rabbitmq)):
             if args.only not in (None, name):
                 continue
             reason = missing_package("activemq" if name == "activemq" else "rabbitmq-server")

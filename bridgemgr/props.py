@@ -403,6 +403,9 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
          "backouts (redeliveries) after which a message goes to the DMQ; 0 = never"),
     Prop("runner", _enum("local", "spark"), "local", "run links in threads or on Spark"),
     Prop("transaction.batchSize", POSITIVE, 1, "messages per XA transaction"),
+    Prop("transaction.local", BOOL, True,
+         "a transacted link whose ends are one resource manager commits each unit as one "
+         "local transaction (one session); false = always XA"),
     Prop("link.window", POSITIVE, LINK_WINDOW,
          "sends a non-transacted link has unconfirmed at once; 1 = wait for each"),
 )
@@ -611,6 +614,7 @@ class BridgeProperties:
     backout_threshold: int
     runner: str
     transaction_batch_size: int
+    transaction_local: bool  # one resource manager at both ends: a local transaction, not XA
     link_window: int  # sends a non-transacted link has unconfirmed at once (the confirm window)
 
 
@@ -721,7 +725,8 @@ class BrokerProperties:
             log_level=get("level"),
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
             backout_threshold=get("backoutThreshold"), runner=get("runner"),
-            transaction_batch_size=get("transaction.batchSize"), link_window=get("link.window"))
+            transaction_batch_size=get("transaction.batchSize"),
+            transaction_local=get("transaction.local"), link_window=get("link.window"))
 
     def link_setting(self, bridge: str, link: str, setting: str) -> Any:
         """imq.bridge.<bridge>.link.<link>.<setting> (LINK_PROPS), its default when unset."""

@@ -696,6 +696,12 @@ class XAConnection(Connection):
 
 
 class ConnectionFactory(ABC):
+    #: create_connection()'s connections make locally transacted sessions that consume and
+    #: produce in one transaction: a transacted link whose two ends are this one resource
+    #: manager may then commit locally instead of with XA (providers that have been
+    #: checked say so)
+    local_transactions: bool = False
+
     @abstractmethod
     def create_connection(self, username: str | None = None,
                           password: str | None = None) -> Connection: ...

@@ -84,7 +84,7 @@ from .resolve import (
 )
 from .runners import LOCAL, PARALLEL, LinkRunner, LinkSetup, LinkTuning, RunnerContext, link_runner, runner_names
 from .states import BRIDGE_TRANSITIONS, Command, IllegalTransition, Lifecycle, State
-from .transfer import TransactedLinkUnsupported, transaction_for
+from .transfer import TransactedLinkUnsupported, one_resource_manager, transaction_for
 
 # A link no longer connecting: what start() waits for.
 _CONNECTED_OR_DONE = frozenset(State) - {State.STARTING}
@@ -333,12 +333,16 @@ class JMSBridge:
         self._xa = self._start_xa(enabled, connectors)
         self._go_on()
         transactions = {}
+        bridge_props = self.props.bridge(self.name) if self.props is not None else None
+        allow_local = bridge_props.transaction_local if bridge_props is not None else True
         for link in enabled:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
+            local = allow_local and one_resource_manager(
+                connectors[src].config, connectors[tgt].config, link.target.clientid)
             try:
                 transactions[link.name] = transaction_for(
                     link.transacted, connectors[src].factory, connectors[tgt].factory,
-                    self._xa, src, tgt)
+                    self._xa, src, tgt, local)
             except TransactedLinkUnsupported as exc:
                 raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
                                        f"{exc}") from None
@@ -370,7 +374,6 @@ class JMSBridge:
                                    f"broker) is not ready: {exc}") from exc
         self._go_on()
         # 9. the links
-        bridge_props = self.props.bridge(self.name) if self.props is not None else None
         context = RunnerContext(self.name, self.props, connections, self._dmqs, self.log, self.tuning,
                                 self.broker_url, self.transformer_path, self.host)
         for link in enabled:

@@ -326,7 +326,7 @@ class Link(RunnerBase):
                                       and self.log.isEnabledFor(logging.INFO))
         self._source.connection.start()
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
-                      setup.target_label, "transacted" if self.transacted
+                      setup.target_label, f"transacted, {txn.kind}" if self.transacted
                       else f"CLIENT_ACKNOWLEDGE, window {self.window}")
 
     def _open_target(self) -> MessageProducer:

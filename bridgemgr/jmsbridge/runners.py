@@ -207,4 +207,5 @@ class RunnerBase(ABC):
         """What the admin `list link` shows, plus the counters and the source backlog."""
         return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
                 "target": self.setup.target_label, "transacted": self.transacted,
+                "transaction": self.setup.transaction.kind,
                 "counters": self.counters.snapshot(), "backlog": self.backlog()}

@@ -21,9 +21,22 @@
 # (across reconnects), and the link moves nothing new until a recovery pass, run by the
 # link itself when it connects or begins a unit, has committed it everywhere: the target
 # gets the in-doubt messages before the ones after them.
+# LocalTransaction: a transacted link whose two ends are one resource manager (their
+# connection-factory elements look up the same JNDI name with the same environment and
+# credentials: one broker, one account; one_resource_manager()) runs each unit as one local
+# JMS transaction instead, on one transacted session holding both the consumer and the
+# producer: Session.commit() makes the receives and the sends final together, as the
+# one-phase commit of the joined XA branch would (a transaction manager's one-phase
+# optimization for a single resource), without the XA start, end and its round trip, and
+# nothing is logged. The link's target lease is still taken (the chapter's target
+# connection rules) but the target session is the source's. Once-and-only-once holds: a
+# unit the broker did not commit (a lost connection, a crash of ours) is rolled back by
+# it, its messages come back and none of its sends exists. imq.bridge.<name>.
+# transaction.local=false keeps such links on XA.
 # transaction_for() picks the class at bridge start from the factories (a transacted link
 # needs XA-capable ones at both ends).
-"""The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE or an XA transaction."""
+"""The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE, an XA transaction, or a
+local transaction when both ends are one resource manager."""
 
 from __future__ import annotations
 
@@ -46,6 +59,7 @@ from ..xa.coordinator import Coordinator, Transaction, TxState, unreachable
 from ..xa.recovery import Recovery, Report
 from ..xa.registry import BridgeTransactions
 from ..xa.txlog import TxLogUnavailable
+from .config import ConnectionFactoryConfig
 from .pipeline import DMQReason, Stage
 
 
@@ -60,6 +74,7 @@ class TransferTransaction(ABC):
     completion_stage: Stage             # ACKNOWLEDGE or COMMIT (tolerance, logs)
     failure_reason: DMQReason           # what a failed completion sends to the DMQ
     xa: bool = False                     # the link's connections must be XA connections
+    kind = "CLIENT_ACKNOWLEDGE"          # what the link's log and `list link` call it
 
     source_session: Session | None = None
     target_session: Session | None = None
@@ -171,6 +186,7 @@ class XATransaction(TransferTransaction):
 
     transacted = True
     xa = True
+    kind = "XA"
     completion_stage = Stage.COMMIT
     failure_reason = DMQReason.COMMIT_FAILURE
     # bound per link by bind(): the link calls its transaction class without arguments
@@ -312,6 +328,52 @@ class XATransaction(TransferTransaction):
         super().close()
 
 
+class LocalTransaction(TransferTransaction):
+    """Transacted link between two ends that are one resource manager: each unit is one
+    local transaction of one transacted session, the consumer's and the producer's
+    (once-and-only-once, one commit round trip)."""
+
+    transacted = True
+    kind = "local transaction (one resource manager)"
+    completion_stage = Stage.COMMIT
+    failure_reason = DMQReason.COMMIT_FAILURE
+
+    def open_source(self, source: Connection) -> Session:
+        self.source_session = source.create_session(True, AckMode.SESSION_TRANSACTED)
+        return self.source_session
+
+    def open_target(self, target: Connection) -> Session:
+        """The source's session: its sends are in the unit's transaction."""
+        assert self.source_session is not None
+        self.target_session = self.source_session
+        return self.source_session
+
+    def complete(self) -> bool:
+        assert self.source_session is not None
+        self.source_session.commit()
+        return True
+
+    def all_or_nothing(self, error: BaseException) -> bool:
+        """One resource manager commits a local transaction as a whole or not at all."""
+        return True
+
+    def abort(self) -> None:
+        if self.source_session is not None:
+            self.source_session.rollback()
+
+
+def one_resource_manager(source: ConnectionFactoryConfig, target: ConnectionFactoryConfig,
+                         target_clientid: str | None) -> bool:
+    """Whether a link's two connection-factory elements reach one resource manager as one
+    user: the same JNDI lookup with the same environment and credentials (a broker's
+    factory; not the host broker's or an address list's, which may name several brokers),
+    and no target clientid that the source's connection would not carry."""
+    return (source.lookup_name is not None and not source.multi_rm and not target.multi_rm
+            and target_clientid is None
+            and (source.lookup_name, source.environment, source.username, source.password)
+            == (target.lookup_name, target.environment, target.username, target.password))
+
+
 def _log_lost(exc: TxLogUnavailable) -> TransportException:
     error = TransportException(f"transaction rolled back: {exc}")
     error.__cause__ = exc
@@ -349,8 +411,9 @@ class TransactedLinkUnsupported(Exception):
 
 def transaction_for(transacted: bool, source: ConnectionFactory, target: ConnectionFactory,
                     xa: BridgeTransactions | None = None, source_ref: str = "",
-                    target_ref: str = "") -> type[TransferTransaction]:
-    """The transaction class a link runs with; TransactedLinkUnsupported when none fits."""
+                    target_ref: str = "", local: bool = False) -> type[TransferTransaction]:
+    """The transaction class a link runs with; TransactedLinkUnsupported when none fits.
+    ``local``: the ends are one resource manager and local transactions are allowed."""
     if not transacted:
         return ClientAcknowledge
     not_xa = [ref for ref, f in ((source_ref, source), (target_ref, target))
@@ -360,6 +423,8 @@ def transaction_for(transacted: bool, source: ConnectionFactory, target: Connect
             f"connection-factory {' and '.join(dict.fromkeys(not_xa))} is not an "
             "XAConnectionFactory; a transacted link needs XA connection factories at both "
             'ends (the chapter). Set transacted="false" for at-least-once transfer')
+    if local and source.local_transactions:
+        return LocalTransaction
     if xa is None:
         raise TransactedLinkUnsupported("the bridge has no XA coordinator running")
     return XATransaction.bind(xa, source_ref, target_ref)

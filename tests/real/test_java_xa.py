@@ -207,3 +207,23 @@ def test_the_xa_factory_serves_non_transacted_sessions_too(xacf, plain):
         auto = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
         auto.create_producer(queue).send(TextMessage("d"))  # sent outside any transaction
     assert take(plain, queue) == ["c", "d"]
+
+
+def test_the_xa_factory_makes_locally_transacted_sessions(xacf, plain):
+    """A transacted link whose ends are one ActiveMQ commits locally: the XA factory's plain
+    connections (from its plain twin: ActiveMQ's XA connections make only XA sessions) give
+    transacted sessions whose consumer and producer commit and roll back together."""
+    assert xacf.local_transactions
+    source, target = qname("local.src"), qname("local.dst")
+    put(plain, source, "a", "b")
+    with xacf.create_connection() as conn:
+        conn.start()
+        session = conn.create_session(True)
+        consumer, producer = session.create_consumer(source), session.create_producer(target)
+        producer.send(TextMessage(consumer.receive(5.0).text))
+        session.rollback()                          # neither the receive nor the send happened
+        for _ in range(2):
+            producer.send(TextMessage(consumer.receive(5.0).text))
+            session.commit()
+    assert take(plain, target) == ["a", "b"]
+    assert take(plain, source) == []

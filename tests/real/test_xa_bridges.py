@@ -45,10 +45,12 @@ def xa_link(src_ref: str = "host", dst_ref: str = "amq", src: str = "src", dst: 
             f'destination-ref="{dst}"/></link>')
 
 
-def props(tmp_path: Path, name: str, batch: int):
+def props(tmp_path: Path, name: str, batch: int, local: bool = True):
     return load_properties([], [f"imq.varhome={tmp_path / 'var'}", f"imq.bridge.{name}.type=jms",
                                 f"imq.bridge.{name}.xmlurl=x.xml",
-                                f"imq.bridge.{name}.transaction.batchSize={batch}"], environ={})
+                                f"imq.bridge.{name}.transaction.batchSize={batch}",
+                                f"imq.bridge.{name}.transaction.local={str(local).lower()}"],
+                           environ={})
 
 
 def amq_in_doubt(activemq, bridge: str) -> int:
@@ -97,28 +99,58 @@ def test_embedded_to_activemq_in_xa_transactions(activemq, tmp_path):
 
 
 def test_activemq_to_activemq_joins_one_branch(activemq, tmp_path):
-    """Both ends on one ActiveMQ: the target joins the source's branch (same RM), one phase."""
+    """Both ends on one ActiveMQ, transaction.local=false: XA, the target joins the source's
+    branch (same RM), one phase."""
     name = "xa2"
+    got, info = one_broker_link(activemq, tmp_path, name, 100, 5, local=False)
+    assert info["transaction"] == "XA"
+    assert [m.text for m in got] == [str(i) for i in range(100)]
+
+
+@pytest.mark.slow
+def test_activemq_to_activemq_in_local_transactions(activemq, tmp_path, caplog):
+    """Both ends on one ActiveMQ (two connection-factory elements, one JNDI environment):
+    each message is one local transaction of one session holding the consumer and the
+    producer, not XA (the link's info and log say so); 3,000 arrive in order, once each,
+    none stays on the source, nothing in doubt."""
+    name = "xa3"
+    with caplog.at_level("INFO"):
+        got, info = one_broker_link(activemq, tmp_path, name, 3000, 1)
+    assert info["transaction"] == "local transaction (one resource manager)"
+    assert "transacted, local transaction (one resource manager)" in caplog.text
+    assert [m.text for m in got] == [str(i) for i in range(3000)]
+    assert info["counters"]["redelivered"] == 0  # type: ignore[index]
+
+
+def one_broker_link(activemq, tmp_path: Path, name: str, n: int, batch: int,
+                    local: bool = True) -> tuple[list, dict]:
+    """Move n messages between two queues of ActiveMQ on a transacted link whose two
+    factories look up the same environment; what reached the target, and the link's info
+    (the source is checked empty and nothing left in doubt)."""
     src, dst = f"xa.src.{uuid.uuid4().hex[:8]}", f"xa.dst.{uuid.uuid4().hex[:8]}"
     host = Broker(tmp_path / "host")
     cfs = amq_factory(activemq.jndi()) + amq_factory(activemq.jndi()).replace('ref-name="amq"', 'ref-name="amq2"')
-    xml = bridge_xml(xa_link("amq", "amq2"), cfs=cfs, name=name,
+    xml = bridge_xml(xa_link("amq", "amq2"), cfs=cfs, name=name, log_message_transfer="false",
                      dests=f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>')
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
-        producer = conn.create_session().create_producer(Queue(src))
-        for i in range(100):
+        session = conn.create_session(True)
+        producer = session.create_producer(Queue(src))
+        for i in range(n):
             producer.send(TextMessage(str(i)))
-    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 5),
+        session.commit()
+    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, batch, local),
                        host_factory=lambda env: EmbeddedConnectionFactory(host), tuning=FAST)
     try:
         bridge.start()
-        wait_until(lambda: bridge.links[0].counters.transferred >= 100, 120, "the transfer")
+        wait_until(lambda: bridge.links[0].counters.transferred >= n, 120, "the transfer")
+        info = bridge.links[0].info()
     finally:
         bridge.stop()
         host.close()
-    assert [m.text for m in take(activemq, dst)] == [str(i) for i in range(100)]
+    got = take(activemq, dst)
     assert take(activemq, src) == []
     assert amq_in_doubt(activemq, name) == 0
+    return got, info
 
 
 def test_activemq_to_embedded_in_xa_transactions(activemq, tmp_path):
@@ -208,6 +240,48 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
 
 
 @pytest.mark.crash
+@pytest.mark.slow
+def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_path):
+    """6,000 messages, one local transaction each (both ends one ActiveMQ: one session
+    consumes and sends), the bridge process killed 3 times at random: each message on the
+    target once and in order, none left on the source."""
+    n, queue_src, queue_dst = 6000, "local.src", "local.dst"
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        session = conn.create_session(True)
+        producer = session.create_producer(Queue(queue_src))
+        for i in range(n):
+            producer.send(TextMessage(str(i)))
+            if i % 500 == 499:
+                session.commit()
+        session.commit()
+    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true",
+            queue_src, queue_dst]
+    for _ in range(3):
+        proc = start_child(args, None)
+        try:
+            proc.wait(random.uniform(0.5, 1.5))
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+    moved = take(activemq, queue_dst)
+    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    proc = start_child(args, None)  # the last run finishes cleanly
+    assert proc.stdout.readline().strip() == "done (local transaction (one resource manager))"
+    proc.wait(60)
+    proc.stdout.close()
+    order = [int(m.text) for m in moved + take(activemq, queue_dst)]
+    got = Counter(order)
+    missing = sorted(set(range(n)) - set(got))
+    assert not missing, f"lost {len(missing)}: {missing[:20]}"
+    duplicated = {k: c for k, c in got.items() if c > 1}
+    assert not duplicated, f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}"
+    assert order == list(range(n))  # a killed unit comes back first: the order holds too
+    assert take(activemq, queue_src) == [] and amq_in_doubt(activemq, "crash") == 0
+
+
+@pytest.mark.crash
 def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
     """12,000 messages, one XA transaction each (the target joined to the source's branch,
     both associations ended at the same time, one-phase commit), the bridge process killed
@@ -223,7 +297,7 @@ def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_
             if i % 500 == 499:
                 session.commit()
         session.commit()
-    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1"]
+    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "false"]
     for _ in range(6):
         proc = start_child(args, None)
         try:
@@ -236,7 +310,7 @@ def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_
     moved = take(activemq, "dst")  # consumed: counted with what the last run moves
     assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
     proc = start_child(args, None)  # the last run finishes cleanly
-    assert proc.stdout.readline().strip() == "done"
+    assert proc.stdout.readline().strip() == "done (XA)"
     proc.wait(60)
     proc.stdout.close()
     got = Counter(int(m.text) for m in moved + take(activemq, "dst"))

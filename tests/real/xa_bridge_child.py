@@ -1,7 +1,7 @@
 """A JMS bridge with one transacted (XA) link from an embedded broker to ActiveMQ, run in a
 subprocess by test_xa_bridges.py and killed there with SIGKILL.
 
-Usage: xa_bridge_child.py SOURCE_STORE VARHOME JNDI BATCH, JNDI being the repr of the
+Usage: xa_bridge_child.py SOURCE_STORE VARHOME JNDI BATCH [LOCAL [SRC DST]], JNDI being the repr of the
 ActiveMQ lookup environment. The source store is fsynced and is the host broker; the target
 is ActiveMQ's XAConnectionFactory through the Java provider. The XA fault hook
 (IMQBRIDGE_XA_FAULT) may kill the process between two protocol steps. Prints "ready" once
@@ -9,10 +9,11 @@ the bridge runs (recovery is done by then); when the source is empty it stops th
 cleanly and prints "done".
 
 SOURCE_STORE "activemq" moves ActiveMQ's queue src to its queue dst instead (two factories
-of the one broker: the target joins the source's branch, one phase; the host broker, for
+of the one broker: with LOCAL "true" each unit is one local transaction of one session,
+else XA with the target joining the source's branch, one phase; the host broker, for
 the DMQ, lives in VARHOME; the backout threshold is off: ActiveMQ counts a kill as a
 delivery of every message it had prefetched); "done" then comes once the link has moved
-nothing for 3 s."""
+nothing for 3 s, saying what the link's units were ("done (XA)")."""
 
 from __future__ import annotations
 
@@ -50,7 +51,10 @@ AMQ_LINK = ('<link name="l" transacted="true">'
 def main() -> None:
     source_store, varhome, jndi, batch = sys.argv[1:5]
     if source_store == "activemq":
-        activemq_to_activemq(varhome, ast.literal_eval(jndi), batch)
+        rest = sys.argv[5:]
+        local = rest[0] if rest else "false"
+        src, dst = rest[1:3] if len(rest) >= 3 else ("src", "dst")
+        activemq_to_activemq(varhome, ast.literal_eval(jndi), batch, local, src, dst)
         return
     broker = Broker(source_store, sync=True)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
@@ -69,14 +73,18 @@ def main() -> None:
     print("done", flush=True)
 
 
-def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str) -> None:
+def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str, local: str,
+                         src: str, dst: str) -> None:
     broker = Broker(Path(varhome) / "host", sync=True)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
                                  f"imq.bridge.crash.transaction.batchSize={batch}",
+                                 f"imq.bridge.crash.transaction.local={local}",
                                  "imq.bridge.crash.backoutThreshold=0"], environ={})
     cfs = amq_factory(jndi) + amq_factory(jndi).replace('ref-name="amq"', 'ref-name="amq2"')
-    xml = bridge_xml(AMQ_LINK, cfs=cfs, name="crash", log_message_transfer="false")
+    xml = bridge_xml(AMQ_LINK, cfs=cfs, name="crash", log_message_transfer="false",
+                     dests=f'<destination ref-name="src" name="{src}"/>'
+                           f'<destination ref-name="dst" name="{dst}"/>')
     bridge = JMSBridge(parse_bridge_config(xml), props,
                        host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
@@ -87,9 +95,10 @@ def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str) -> None
         if counters.transferred != moved:
             moved, still = counters.transferred, time.monotonic()
         time.sleep(0.05)
+    kind = bridge.links[0].info()["transaction"]
     bridge.stop()
     broker.close()
-    print("done", flush=True)
+    print(f"done ({kind})", flush=True)
 
 
 if __name__ == "__main__":

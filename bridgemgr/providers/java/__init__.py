@@ -34,9 +34,13 @@ Every Java connection is closed at interpreter exit if its user did not close it
 
 Provider notes (ActiveMQ Classic 5.x, measured): its XAConnectionFactory makes XA sessions
 even for non-transacted use, which then fail ("XAResource has not been enlisted") unless
-the connection's xaAckMode is set: a non-transacted session of such a connection is made
-with xaAckMode set to the session's ack mode, so one XAConnectionFactory serves both
-transacted (XA) and non-transacted links. Its
+the connection's xaAckMode is set, and cannot make locally transacted ones. Its class
+extends the plain ActiveMQConnectionFactory, so an XA factory gets a plain twin (that class,
+every JavaBean property copied: client.py's _plain_twin) that makes its plain connections:
+non-transacted links and local transactions (a transacted link between two queues of one
+broker) use those. Where no twin can be made, a non-transacted session of an XA
+connection is made with xaAckMode set to the session's ack mode, so one
+XAConnectionFactory serves both transacted (XA) and non-transacted links. Its
 ObjectMessage bodies cross the bridge without ActiveMQ's trusted-packages list (they are
 never deserialised here); only the Java consumer at the far end needs it.
 """

@@ -92,9 +92,10 @@ class JavaConnectionFactory(ConnectionFactory):
         getter = getattr(self.java, "getClientID", None)
         return _s(getter()) if getter is not None else None
 
-    def _connect(self, method: str, username: str | None, password: str | None) -> Any:
+    def _connect(self, method: str, username: str | None, password: str | None,
+                 jfactory: Any = None) -> Any:
         with java_errors(method), jvm.context_loader(self.loader):
-            create = getattr(self.java, method)
+            create = getattr(self.java if jfactory is None else jfactory, method)
             return create(username, password) if username is not None else create()
 
     def create_connection(self, username: str | None = None,
@@ -106,10 +107,20 @@ class JavaConnectionFactory(ConnectionFactory):
 
 
 class JavaXAConnectionFactory(JavaConnectionFactory, XAConnectionFactory):
-    """A Java XAConnectionFactory: XA connections, and plain ones where it also makes those."""
+    """A Java XAConnectionFactory: XA connections, and plain ones from its plain twin (see
+    _plain_twin), else from itself where it also makes those."""
+
+    def __init__(self, jfactory: Any, flavor: Flavor | None = None) -> None:
+        super().__init__(jfactory, flavor)
+        with jvm.context_loader(self.loader):
+            self.plain = _plain_twin(jfactory, self.flavor)
+        self.local_transactions = self.plain is not None
 
     def create_connection(self, username: str | None = None,
                           password: str | None = None) -> JavaConnection:
+        if self.plain is not None:
+            return JavaConnection(self._connect("createConnection", username, password,
+                                                self.plain), self.flavor)
         if isinstance(self.java, self.flavor.ConnectionFactory):
             return super().create_connection(username, password)
         return self.create_xa_connection(username, password)
@@ -117,6 +128,42 @@ class JavaXAConnectionFactory(JavaConnectionFactory, XAConnectionFactory):
     def create_xa_connection(self, username: str | None = None,
                              password: str | None = None) -> JavaXAConnection:
         return JavaXAConnection(self._connect("createXAConnection", username, password), self.flavor)
+
+
+def _plain_twin(jfactory: Any, flavor: Flavor) -> Any | None:
+    """A plain ConnectionFactory configured as ``jfactory`` is, when its class extends one
+    (ActiveMQ Classic's XA factory extends its ConnectionFactory, and its XA connections
+    make only XA sessions): an instance of that class with every JavaBean property that
+    class has copied over (broker URL, credentials, policies). None when there is no such
+    class or a property would not copy; a copied String, number or boolean that does not
+    read back equal also gives None (the twin must reach the same broker as the same
+    user)."""
+    from jpype import JArray, JClass, JObject
+
+    try:
+        plain_cf, xa_cf = flavor.ConnectionFactory.class_, flavor.XAConnectionFactory.class_
+        cls = jfactory.getClass().getSuperclass()
+        while cls is not None and not (plain_cf.isAssignableFrom(cls)
+                                       and not xa_cf.isAssignableFrom(cls)):
+            cls = cls.getSuperclass()
+        if cls is None or JClass("java.lang.reflect.Modifier").isAbstract(cls.getModifiers()):
+            return None
+        twin = cls.getConstructor().newInstance()
+        values = (JClass("java.lang.String"), JClass("java.lang.Number"),
+                  JClass("java.lang.Boolean"))
+        same = JClass("java.util.Objects").equals
+        for prop in JClass("java.beans.Introspector").getBeanInfo(cls).getPropertyDescriptors():
+            read, write = prop.getReadMethod(), prop.getWriteMethod()
+            if read is None or write is None:
+                continue
+            value = read.invoke(jfactory)
+            write.invoke(twin, JArray(JObject)([value]))
+            if isinstance(value, values) and not same(read.invoke(twin), value):
+                return None
+        return twin
+    except Exception as exc:  # provider code: no twin, the XA factory serves alone
+        log.debug("no plain twin of %s: %s", jfactory.getClass().getName(), exc)
+        return None
 
 
 def wrap_factory(jfactory: Any) -> JavaConnectionFactory:
