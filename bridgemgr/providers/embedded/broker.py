@@ -51,6 +51,15 @@ transaction's own unacknowledged messages). The system-wide limits
 (imq.system.max_count, max_size) refuse messages held in memory only (not in the store)
 beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 (memory.py) hold producers that have sent their batch.
+
+Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
+HostBroker's sends): while more than PACE_HIGH messages wait in a destination whose
+consumers are taking (one took within PACE_STALL seconds), a send raises
+ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
+go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
+consumers keep up holds a short backlog, and a persistent message is mostly consumed
+before its store batch is cut (it never touches the disk). A queue without consumers, or
+whose consumers stopped, pages as before.
 """
 
 from __future__ import annotations
@@ -87,7 +96,18 @@ from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
-from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
+from .queues import (
+    PACE_HIGH,
+    PACE_LOW,
+    PACE_STALL,
+    UNLIMITED,
+    WINDOW,
+    DestinationLimits,
+    Envelope,
+    LimitBehavior,
+    MessageQueue,
+    SystemUsage,
+)
 from .reserve import Reservations
 from .store import Database, Recovered, Store
 from .swap import Swap
@@ -440,7 +460,8 @@ class Broker:
             return limits, {"pending": sum(len(q) for q in queues),
                             "unacked": sum(q.count - len(q) for q in queues),
                             "bytes": sum(q.bytes for q in queues),
-                            "producers_waiting": sum(len(q.room_waiters) for q in queues)}
+                            "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters)
+                                                     for q in queues)}
 
     def purge(self, destination: Destination) -> tuple[int, int] | None:
         """Remove every waiting message of a queue (a topic: of each of its subscriptions),
@@ -488,6 +509,7 @@ class Broker:
         mq.paged_epoch += 1
         if mq.room_waiters and not mq.full():
             mq.wake_producers()
+        mq.unpace()
         return removed, len(held)
 
     def browse_queue(self, name: str, limit: int) -> list[Message] | None:
@@ -758,6 +780,50 @@ class Broker:
                 return
         callback()
 
+    def _pace(self, targets: list[MessageQueue]) -> None:
+        """Pacing (module comment): ProducerFlowControl when a target's consumers are
+        behind by more than PACE_HIGH messages."""
+        for mq in targets:
+            if len(mq) > PACE_HIGH and self._paced(mq, PACE_HIGH):
+                raise ProducerFlowControl(
+                    f"{mq.destination}: {len(mq)} messages wait for its consumers; the producer "
+                    f"waits until they have taken all but {PACE_LOW}", partial(self.on_pace, mq))
+
+    def _paced(self, mq: MessageQueue, level: int) -> bool:
+        """Are producers of ``mq`` to wait: more than ``level`` messages wait, and
+        consumers are there and took one within PACE_STALL seconds (under the lock)?"""
+        return (len(mq) > level and bool(mq.consumers) and not (mq.deleted or self.closed)
+                and time.monotonic() - mq.last_take < PACE_STALL)
+
+    def on_pace(self, mq: MessageQueue, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, without blocking) when a paced producer of ``mq`` may
+        send again: at once if it may now."""
+        with self.lock:
+            if self._paced(mq, PACE_LOW):
+                mq.pace_waiters.append(callback)
+                if mq.pace_timer is None:
+                    self._check_pace_later(mq, PACE_STALL)
+                return
+        callback()
+
+    def _check_pace_later(self, mq: MessageQueue, delay: float) -> None:
+        timer = threading.Timer(delay, self._check_pace, (mq,))
+        timer.daemon = True
+        mq.pace_timer = timer
+        timer.start()
+
+    def _check_pace(self, mq: MessageQueue) -> None:
+        """The stall check: paced producers go on once the consumers have taken nothing
+        for PACE_STALL seconds (or went away); else look again when that could be."""
+        with self.lock:
+            mq.pace_timer = None
+            if not mq.pace_waiters:
+                return
+            if self._paced(mq, PACE_LOW):
+                self._check_pace_later(mq, mq.last_take + PACE_STALL - time.monotonic() + 0.001)
+            else:
+                mq.unpace()
+
     def _throttle(self, sender: Any) -> None:
         """The memory state's batch: ProducerFlowControl when ``sender`` has sent its batch."""
         memory = self.memory
@@ -802,14 +868,18 @@ class Broker:
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
-             blob: bytes | None = None) -> int | None:
+             blob: bytes | None = None, pace: bool = False) -> int | None:
         """Route and enqueue now; the store ticket to wait on for a durable send, or None.
-        ``blob``: ``message`` as a remote client encoded it (see ``_route``)."""
+        ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
+        producer is paced to the consumers (module comment)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            targets = self._targets(dest, sender, message)
+            if pace:
+                self._pace(targets)
             self._throttle(sender)
-            envs = self._route(message, self._targets(dest, sender, message), blob)
+            envs = self._route(message, targets, blob)
             self._admit(envs)
             return self._commit_envelopes(envs)
 
@@ -852,6 +922,9 @@ class Broker:
                 if consumer.connection.started:
                     env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
                     if env is not None:
+                        mq.last_take = time.monotonic()
+                        if mq.pace_waiters and len(mq) <= PACE_LOW:
+                            mq.unpace()
                         if mq.limits.backout_threshold and self._backed_out(env):
                             continue  # delivered unacknowledged too often before a restart
                         env.dcount += 1
@@ -1173,6 +1246,8 @@ class Broker:
                 mq.consumers.remove(consumer)
             if consumer in mq.waiters:
                 mq.waiters.remove(consumer)
+            if not mq.consumers:
+                mq.unpace()  # nobody left to pace its producers to
             consumer.cond.notify_all()
             if len(mq):  # it may have been woken for a message it will now never take
                 mq.wake(None)
