@@ -6,10 +6,11 @@ One process: a producer StompSession feeds SEND frames (1 KiB bodies, 100 frames
 read) into the embedded broker (SQLite store with fsync, as stomp.py's bridge runs it)
 while a consumer StompSession subscribed with ack:auto takes them (its subscriber thread
 renders MESSAGE frames; what the event loop would run, this process runs inline, as
-tests/stomp_support.Driver does; a SEND the broker holds waits as the server's does, without
-blocking the loop: the consumer's batches keep being delivered meanwhile). cpu_us_per_msg is the process's user + system CPU
-(every thread: loop work, subscriber thread, store writer) per message; rows_written, the
-store rows inserted and deleted (a message consumed before its batch was cut needs none).
+tests/stomp_support.Driver does; a SEND the broker holds waits as the server's does,
+without blocking the loop: the consumer's batches keep being delivered meanwhile).
+cpu_us_per_msg is the process's user + system CPU (every thread: loop work, subscriber
+thread, store writer) per message; rows_written, the store rows inserted and deleted (a
+message consumed before its batch was cut needs none).
 Without client processes and sockets its noise on a shared machine is a few µs, so it
 shows what the persistent path costs over the non-persistent one (benchmarks/stomp.py's
 ratios move with the load). Each mode runs --rounds times, interleaved; medians reported.

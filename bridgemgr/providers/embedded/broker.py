@@ -54,7 +54,8 @@ beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 
 Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
 HostBroker's sends): while more than PACE_HIGH messages wait in a destination whose
-consumers are taking (one took within PACE_STALL seconds), a send raises
+consumers are taking (one took a message, or waited for one, within PACE_STALL
+seconds), a send raises
 ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
 go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
 consumers keep up holds a short backlog, and a persistent message is mostly consumed
@@ -791,7 +792,8 @@ class Broker:
 
     def _paced(self, mq: MessageQueue, level: int) -> bool:
         """Are producers of ``mq`` to wait: more than ``level`` messages wait, and
-        consumers are there and took one within PACE_STALL seconds (under the lock)?"""
+        consumers are there and took one (or waited for one) within PACE_STALL seconds
+        (under the lock)?"""
         return (len(mq) > level and bool(mq.consumers) and not (mq.deleted or self.closed)
                 and time.monotonic() - mq.last_take < PACE_STALL)
 
@@ -942,6 +944,7 @@ class Broker:
                     if remaining <= 0:
                         return None
                 mq.waiters.append(consumer)
+                mq.last_take = time.monotonic()  # (pacing) ready to take: not stalled
                 consumer.cond.wait(remaining)
                 try:
                     mq.waiters.remove(consumer)

@@ -87,7 +87,7 @@ WINDOW = 30000  # waiting messages a destination keeps in memory (imq.destinatio
 # Pacing (broker.py, "Pacing"): a front end's producers wait while more than PACE_HIGH
 # messages wait for a destination's consumers, until PACE_LOW are left or its consumers
 # have taken nothing for PACE_STALL seconds.
-PACE_HIGH, PACE_LOW, PACE_STALL = 1000, 500, 0.1
+PACE_HIGH, PACE_LOW, PACE_STALL = 300, 150, 1.0
 PAGE_CHUNK = 1000  # paged-out messages read back at a time
 
 
@@ -188,7 +188,7 @@ class MessageQueue:
         self.waiters: deque[Any] = deque()
         self.room_waiters: list[Callable[[], None]] = []  # producers held by FLOW_CONTROL
         self.pace_waiters: list[Callable[[], None]] = []  # producers paced to the consumers
-        self.last_take = 0.0            # time.monotonic() of the last take by a consumer (pacing)
+        self.last_take = 0.0            # time.monotonic() a consumer last took or waited (pacing)
         self.pace_timer: Any = None     # the stall check while producers are paced
         self.usage = usage
         self.epoch = 0                  # bumped when a message lands before the end (see take)
