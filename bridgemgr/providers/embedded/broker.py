@@ -92,7 +92,7 @@ from ...jms.errors import (
     TransactionRolledBackException,
     XAException,
 )
-from ...jms.message import DeliveryMode, Message
+from ...jms.message import BytesMessage, DeliveryMode, Message, TextMessage
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from ...logfiles import COUNTED
@@ -120,6 +120,7 @@ log = logging.getLogger(__name__)
 DMQ_NAME = "mq.sys.dmq"
 _DMQ_KEY = f"q:{DMQ_NAME}"
 WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
+_LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 Authenticator = Callable[[str | None, str | None], bool]
 
 
@@ -328,9 +329,15 @@ class Broker:
                  for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
 
     def page_out(self, env: Envelope) -> bool:
-        """(queues.Pager) A stored message is in the store already; a non-persistent one
-        goes to the swap file, or stays in memory when there is none or it failed."""
+        """(queues.Pager) A stored message is in the store already (one routed lazily is
+        encoded now, for the store and for its size); a non-persistent one goes to the
+        swap file, or stays in memory when there is none or it failed."""
         if env.stored:
+            if env.blob is None:  # lazily routed: recorded, not encoded yet
+                assert self.store is not None  # stored: there is a store
+                blob = codec.encode(env.message)
+                self.store.encoded(env.seq, blob)
+                env.queue.bytes += len(blob) - env.size  # the size it pages in with
             return True
         if self.swap is None:
             return False
@@ -667,14 +674,21 @@ class Broker:
         return out
 
     def _route(self, message: Message, targets: list[MessageQueue],
-               blob: bytes | None = None, hold: bool = True) -> list[Envelope]:
+               blob: bytes | None = None, hold: bool = True, lazy: bool = False) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
         the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
         remote sender sent it; stored as it is and kept for deliveries over the wire while
         the queue is short (a backlog would hold every message twice). ``hold``: a full
-        FLOW_CONTROL target raises ProducerFlowControl (else it takes the message)."""
+        FLOW_CONTROL target raises ProducerFlowControl (else it takes the message).
+        ``lazy``: a persistent text or bytes message is encoded for the store only if its
+        row is still pending when its batch is cut (or when it is paged out): one consumed
+        before is never encoded (its headers are checked now, so a bad one is refused here)."""
         wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
+        if lazy and not (persistent and blob is None and type(message) in _LAZY_KINDS):
+            lazy = False
+        if lazy:
+            codec.check_headers(message)
         body = -1
         if self.max_message_size >= 0:
             body = message.body_size()
@@ -687,16 +701,16 @@ class Broker:
             for i, mq in enumerate(targets):
                 stored = persistent and mq.durable
                 limits = mq.limits
-                if blob is None and (stored or limits.counts_bytes):
+                if blob is None and ((stored and not lazy) or limits.counts_bytes):
                     blob = codec.encode(message)
                 size = len(blob) if blob is not None else 0  # (an int add in admit: metrics)
                 if not limits.unlimited:
                     self._make_room(mq, size, hold)
+                if not size:  # not encoded: estimated (as the store estimates a lazy row)
+                    if body < 0:
+                        body = message.body_size()
+                    size = body + 200
                 if not stored:  # held in memory only: the system-wide limits apply
-                    if not size:
-                        if body < 0:
-                            body = message.body_size()
-                        size = len(blob) if blob is not None else body + 200
                     self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
@@ -863,10 +877,10 @@ class Broker:
             if mq.deleted:
                 continue
             if env.stored:
-                assert store is not None and env.blob is not None  # stored: there is a store; routed: encoded
-                ticket = store.add(env.seq, mq.key, env.blob)
-                env.blob = None
+                assert store is not None  # stored: there is a store
+                ticket = store.add(env.seq, mq.key, env.blob if env.blob is not None else env.message)
             mq.push(env)
+            env.blob = None
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
@@ -881,7 +895,7 @@ class Broker:
             if pace:
                 self._pace(targets)
             self._throttle(sender)
-            envs = self._route(message, targets, blob)
+            envs = self._route(message, targets, blob, lazy=True)
             self._admit(envs)
             return self._commit_envelopes(envs)
 
