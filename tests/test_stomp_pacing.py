@@ -141,3 +141,42 @@ def test_a_producer_is_not_held_by_consumers_that_stopped_taking(bridge, broker)
     assert broker.queue_depth(queue) == count - 1000
     producer.close()
     consumer.close()
+
+
+def test_consumers_with_selectors_do_not_pace_producers(tmp_path):
+    """A consumer whose selector matches none of the backlog keeps polling (receive with
+    a timeout) and taking the few it wants: the producer is never held, since that
+    backlog would never shrink."""
+    from bridgemgr.jms.destination import Queue
+    from bridgemgr.jms.hostbroker import Principal
+    from bridgemgr.jms.message import TextMessage
+    from bridgemgr.providers.embedded.host import EmbeddedHostBroker
+
+    admin, queue = Principal("admin"), Queue("selected")
+    b = Broker(tmp_path / "store")
+    try:
+        host = EmbeddedHostBroker(b)
+        consumer = host.subscribe(admin, host.connect(admin), queue, selector="wanted = 'yes'")
+        stop = threading.Event()
+
+        def poll() -> None:
+            while not stop.is_set():
+                delivery = host.receive(admin, consumer, 0.005)
+                if delivery is not None:
+                    host.acknowledge(admin, [delivery])
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        producer = host.connect(admin)
+        try:
+            for i in range(PACE_HIGH * 2):
+                m = TextMessage(f"m{i}")
+                m.set_string_property("wanted", "yes" if i % 100 == 0 else "no")
+                host.send(admin, producer, m, queue)  # ProducerFlowControl if held
+                if i % 50 == 0:
+                    time.sleep(0.01)  # the poller takes and waits meanwhile
+        finally:
+            stop.set()
+            poller.join()
+        assert b.queue_depth("selected") == PACE_HIGH * 2 - 6
+    finally:
+        b.close()

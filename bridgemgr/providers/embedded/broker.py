@@ -54,8 +54,8 @@ beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 
 Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
 HostBroker's sends): while more than PACE_HIGH messages wait in a destination whose
-consumers are taking (one took a message, or waited for one, within PACE_STALL
-seconds), a send raises
+consumers are taking (one without a selector took a message, or waited for one, within
+PACE_STALL seconds; a selector's consumer may never take the backlog), a send raises
 ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
 go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
 consumers keep up holds a short backlog, and a persistent message is mostly consumed
@@ -938,9 +938,10 @@ class Broker:
                 if consumer.connection.started:
                     env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
                     if env is not None:
-                        mq.last_take = time.monotonic()
-                        if mq.pace_waiters and len(mq) <= PACE_LOW:
-                            mq.unpace()
+                        if consumer.selector is None:  # (pacing) one that takes any message
+                            mq.last_take = time.monotonic()
+                            if mq.pace_waiters and len(mq) <= PACE_LOW:
+                                mq.unpace()
                         if mq.limits.backout_threshold and self._backed_out(env):
                             continue  # delivered unacknowledged too often before a restart
                         env.dcount += 1
@@ -958,7 +959,8 @@ class Broker:
                     if remaining <= 0:
                         return None
                 mq.waiters.append(consumer)
-                mq.last_take = time.monotonic()  # (pacing) ready to take: not stalled
+                if consumer.selector is None and consumer.connection.started:
+                    mq.last_take = time.monotonic()  # (pacing) ready to take any: not stalled
                 consumer.cond.wait(remaining)
                 try:
                     mq.waiters.remove(consumer)
