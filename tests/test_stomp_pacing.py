@@ -1,7 +1,8 @@
 """Pacing over real sockets: a STOMP producer to a queue whose consumers are taking waits
 while more than PACE_HIGH messages wait for them (so persistent messages are consumed
-before their store batch is cut); without consumers, or with consumers that stopped
-taking, producers are not held and the queue pages as before."""
+before their store batch is cut); without consumers, with consumers that stopped
+taking or that take by a selector, and on topics, producers are not held and the queue
+pages as before."""
 
 from __future__ import annotations
 
@@ -178,5 +179,41 @@ def test_consumers_with_selectors_do_not_pace_producers(tmp_path):
             stop.set()
             poller.join()
         assert b.queue_depth("selected") == PACE_HIGH * 2 - 6
+    finally:
+        b.close()
+
+
+def test_topic_publishers_are_not_paced_to_a_slow_subscriber(tmp_path):
+    """A topic's subscriptions fill and page as before: one slow subscriber does not
+    hold the publishers the other subscribers read."""
+    from bridgemgr.jms.destination import Topic
+    from bridgemgr.jms.hostbroker import Principal
+    from bridgemgr.jms.message import TextMessage
+    from bridgemgr.providers.embedded.host import EmbeddedHostBroker
+
+    admin, topic = Principal("admin"), Topic("fanned")
+    b = Broker(tmp_path / "store")
+    try:
+        host = EmbeddedHostBroker(b)
+        consumer = host.subscribe(admin, host.connect(admin), topic)
+        stop = threading.Event()
+
+        def slow() -> None:
+            while not stop.is_set():
+                delivery = host.receive(admin, consumer, 0.005)
+                if delivery is not None:
+                    host.acknowledge(admin, [delivery])
+                    time.sleep(0.002)
+        reader = threading.Thread(target=slow, daemon=True)
+        reader.start()
+        producer = host.connect(admin)
+        try:
+            for i in range(PACE_HIGH * 3):
+                host.send(admin, producer, TextMessage(f"m{i}"), topic)  # ProducerFlowControl if held
+                if i == 10:
+                    time.sleep(0.05)  # the subscriber is taking
+        finally:
+            stop.set()
+            reader.join()
     finally:
         b.close()

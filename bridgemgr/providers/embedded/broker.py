@@ -53,14 +53,15 @@ beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 (memory.py) hold producers that have sent their batch.
 
 Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
-HostBroker's sends): while more than PACE_HIGH messages wait in a destination whose
+HostBroker's sends to queues): while more than PACE_HIGH messages wait in a queue whose
 consumers are taking (one without a selector took a message, or waited for one, within
 PACE_STALL seconds; a selector's consumer may never take the backlog), a send raises
 ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
 go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
 consumers keep up holds a short backlog, and a persistent message is mostly consumed
 before its store batch is cut (it never touches the disk). A queue without consumers, or
-whose consumers stopped, pages as before.
+whose consumers stopped, pages as before; so do topics' subscriptions (a slow
+subscriber does not hold the publishers of the others).
 """
 
 from __future__ import annotations
@@ -887,12 +888,12 @@ class Broker:
              blob: bytes | None = None, pace: bool = False) -> int | None:
         """Route and enqueue now; the store ticket to wait on for a durable send, or None.
         ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
-        producer is paced to the consumers (module comment)."""
+        producer is paced to a queue's consumers (module comment)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
             targets = self._targets(dest, sender, message)
-            if pace:
+            if pace and not dest.is_topic:
                 self._pace(targets)
             self._throttle(sender)
             envs = self._route(message, targets, blob, lazy=True)
