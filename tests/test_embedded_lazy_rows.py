@@ -1,8 +1,9 @@
-"""Lazy rows: a persistent text or bytes message a front end sends (the HostBroker's
-send) is encoded for the store only if its row is still pending when its batch is cut,
-or when the broker pages it out; one consumed before is never encoded. What is written
-reads back the same after a restart, and a message whose headers cannot be encoded is
-still refused at send."""
+"""Lazy rows: a persistent text or bytes message sent outside a transaction (here
+through the HostBroker, as the STOMP bridge sends) is encoded for the store only if its
+row is still pending when its batch is cut, or when the broker pages it out; one
+consumed before is never encoded. What is written reads back the same after a restart,
+a message whose headers cannot be encoded is still refused at send, and the snapshot a
+writer may be encoding is never handed to an application."""
 
 from __future__ import annotations
 
@@ -110,5 +111,29 @@ def test_a_message_whose_headers_cannot_be_encoded_is_refused_at_send(tmp_path):
         assert broker.queue_depth("lazy") == 0
         broker.store.flush()
         assert broker.store.problem() is None
+    finally:
+        broker.close()
+
+
+def test_an_auto_acknowledged_delivery_does_not_hand_out_a_row_being_encoded(tmp_path):
+    """The writer cut a batch holding a lazy row (it encodes it outside the lock); an
+    AUTO_ACKNOWLEDGE consumer takes the message meanwhile and changes a header: the
+    store encodes the broker's snapshot, not the application's message."""
+    from bridgemgr.jms.spi import AckMode
+    from bridgemgr.providers.embedded import EmbeddedConnectionFactory
+
+    broker = Broker(tmp_path / "store", sync=True)
+    try:
+        host = EmbeddedHostBroker(broker)
+        host.send(ADMIN, host.connect(ADMIN), message(1), QUEUE)
+        store = broker.store
+        with store.lock:
+            claim = store._take()  # the batch is cut; its write has not begun
+        conn = EmbeddedConnectionFactory(broker).create_connection()
+        conn.start()
+        got = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE).create_consumer(QUEUE).receive(1)
+        got.correlation_id = 5  # type: ignore[assignment]  # the application's to change
+        assert store._commit(claim), store.problem()
+        conn.close()
     finally:
         broker.close()
