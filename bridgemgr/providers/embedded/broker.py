@@ -18,10 +18,11 @@ Memory: a destination or subscription keeps a window of its waiting messages in 
 only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
 back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
 not messages. Each queue counts the bytes of its messages (encoded size; estimated for one
-held in memory only and never encoded) for its limits and /metrics, an int add per put and
-take; those recovered at open only where a byte limit is set (their sizes are a table scan).
-An HA takeover (cluster.py) moves a dead instance's rows into this store with seqs above
-ours and ``adopt`` takes them in the same way, under the lock.
+not encoded: held in memory only, or a lazy row, see ``_route``) for its limits and
+/metrics, an int add per put and take; those recovered at open only where a byte limit
+is set (their sizes are a table scan). An HA takeover (cluster.py) moves a dead
+instance's rows into this store with seqs above ours and ``adopt`` takes them in the
+same way, under the lock.
 
 Poison messages: a destination's ``backout_threshold`` counts a message's deliveries that
 were not acknowledged (``dcount``, kept in the store; where a threshold is set the store
@@ -330,15 +331,9 @@ class Broker:
                  for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
 
     def page_out(self, env: Envelope) -> bool:
-        """(queues.Pager) A stored message is in the store already (one routed lazily is
-        encoded now, for the store and for its size); a non-persistent one goes to the
-        swap file, or stays in memory when there is none or it failed."""
+        """(queues.Pager) A stored message is in the store already; a non-persistent one
+        goes to the swap file, or stays in memory when there is none or it failed."""
         if env.stored:
-            if env.blob is None:  # lazily routed: recorded, not encoded yet
-                assert self.store is not None  # stored: there is a store
-                blob = codec.encode(env.message)
-                self.store.encoded(env.seq, blob)
-                env.queue.bytes += len(blob) - env.size  # the size it pages in with
             return True
         if self.swap is None:
             return False
@@ -682,8 +677,9 @@ class Broker:
         the queue is short (a backlog would hold every message twice). ``hold``: a full
         FLOW_CONTROL target raises ProducerFlowControl (else it takes the message).
         ``lazy``: a persistent text or bytes message is encoded for the store only if its
-        row is still pending when its batch is cut (or when it is paged out): one consumed
-        before is never encoded (its headers are checked now, so a bad one is refused here)."""
+        row is still pending when its batch is cut (or at once when it is paged out): one
+        consumed before is never encoded (its headers are checked now, so a bad one is
+        refused here)."""
         wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
         if lazy and not (persistent and blob is None and type(message) in _LAZY_KINDS):
@@ -879,9 +875,17 @@ class Broker:
                 continue
             if env.stored:
                 assert store is not None  # stored: there is a store
-                ticket = store.add(env.seq, mq.key, env.blob if env.blob is not None else env.message)
+                blob: bytes | Message | None = env.blob
+                if blob is None:  # routed lazily (_route)
+                    if mq.beyond_window(env):  # paged out: read back encoded, so encoded now
+                        blob = codec.encode(env.message)
+                        mq.bytes += len(blob) - env.size  # the size it pages in with
+                        env.size = len(blob)
+                    else:
+                        blob = env.message
+                ticket = store.add(env.seq, mq.key, blob)
+                env.blob = None
             mq.push(env)
-            env.blob = None
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,

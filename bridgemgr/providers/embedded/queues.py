@@ -244,9 +244,14 @@ class MessageQueue:
         for callback in waiters:
             callback()
 
+    def beyond_window(self, env: Envelope) -> bool:
+        """Would ``push`` page ``env`` out: its window is full, or older messages are?"""
+        return (self.pager is not None and env.seq > self.high
+                and bool(self.paged or len(self._list) >= self.window))
+
     def push(self, env: Envelope) -> None:
         if self.pager is not None and env.seq > self.high:
-            if not (self.paged or len(self._list) >= self.window):
+            if not self.beyond_window(env):
                 self.high = env.seq
             elif self.pager.page_out(env):
                 self._page_out(env)

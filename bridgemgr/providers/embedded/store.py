@@ -29,7 +29,7 @@ the broker's senders wait for their batches (writing them themselves) until it c
 Lazy rows: a message row may be recorded as the message itself (the broker's, which it
 never changes once routed) and is encoded when its batch is cut, outside the lock, by
 whoever writes it; one acknowledged before that (its insert cancelled) is never encoded.
-``page`` encodes one it needs; the broker encodes one it pages out (``encoded``).
+``page`` encodes one it needs (the broker records one it pages out encoded).
 
 Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
 directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
@@ -596,14 +596,6 @@ class Store:
                 self._changed()
             elif cancelled and self._waiting and not self._dirty():
                 self._written.notify_all()  # cancelling left nothing to wait for
-
-    def encoded(self, seq: int, blob: bytes) -> None:
-        """A lazy row's message encoded by the broker (it paged it out): the writer need
-        not encode it again."""
-        with self.lock:
-            pending = self._inserts.get(seq)
-            if pending is not None and type(pending[2]) is not bytes:
-                pending[2] = blob
 
     def mark_delivered(self, seq: int, dcount: int, wake: bool = False) -> None:
         """Record a message's delivery count, with the next batch; ``wake``: have the
