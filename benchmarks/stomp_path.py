@@ -6,9 +6,11 @@ One process: a producer StompSession feeds SEND frames (1 KiB bodies, 100 frames
 read) into the embedded broker (SQLite store with fsync, as stomp.py's bridge runs it)
 while a consumer StompSession subscribed with ack:auto takes them (its subscriber thread
 renders MESSAGE frames; what the event loop would run, this process runs inline, as
-tests/stomp_support.Driver does). cpu_us_per_msg is the process's user + system CPU
-(every thread: loop work, subscriber thread, store writer) per message; rows_written, the
-store rows inserted and deleted (a message consumed before its batch was cut needs none).
+tests/stomp_support.Driver does; a SEND the broker holds waits as the server's does,
+without blocking the loop: the consumer's batches keep being delivered meanwhile).
+cpu_us_per_msg is the process's user + system CPU (every thread: loop work, subscriber
+thread, store writer) per message; rows_written, the store rows inserted and deleted (a
+message consumed before its batch was cut needs none).
 Without client processes and sockets its noise on a shared machine is a few µs, so it
 shows what the persistent path costs over the non-persistent one (benchmarks/stomp.py's
 ratios move with the load). Each mode runs --rounds times, interleaved; medians reported.
@@ -22,6 +24,7 @@ import resource
 import statistics
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -47,16 +50,33 @@ def run(messages: int, persistent: bool) -> dict[str, float]:
     from bridgemgr.stompbridge.frames import Frame, encode_frame
     from stomp_support import Driver
 
+    class Producer(Driver):
+        """A held SEND (pacing, flow control) waits for the broker's call back while the
+        loop runs on (here: the consumer's batches are delivered), as the server does."""
+
+        def _drain(self) -> list:
+            call = self.session.take_call()
+            if call is not None and call.wait is not None:
+                ready = threading.Event()
+                call.wait(ready.set)
+                while not ready.is_set():
+                    nonlocal received
+                    received += sum(f.command == "MESSAGE" for f in consumer.pump(0.001))
+                self.session.complete_call(None)
+            elif call is not None:
+                self.session.complete_call(call.fn())
+            return super()._drain()
+
+    received = 0
     with tempfile.TemporaryDirectory(prefix="stomp-path-") as directory:
         broker = Broker(Path(directory) / "store", sync=True)
         try:
             consumer = Driver(broker, name="consumer")
             consumer.connect()
             consumer.send("SUBSCRIBE", {"destination": "/queue/q", "id": "1", "ack": "auto"})
-            producer = Driver(broker, name="producer")
+            producer = Producer(broker, name="producer")
             producer.connect()
             headers = {"destination": "/queue/q", "persistent": "true" if persistent else "false"}
-            received = 0
             started = cpu()
             for _ in range(0, messages, READ):
                 producer.feed(b"".join(encode_frame(Frame("SEND", {**headers, "ts": repr(time.time())}, BODY),

@@ -265,10 +265,43 @@ def _dest_code(dest: Destination) -> int | None:
     return code if code is not None and type(dest.name) is str else None
 
 
+def check_headers(message: Message) -> None:
+    """MessageFormatException when :func:`encode` would refuse ``message``'s headers (a
+    wrong type, an int out of range): for a caller that encodes it later, off its thread."""
+    if type(message) not in _MESSAGE_KINDS:
+        raise MessageFormatException(f"not a message: {type(message).__name__}")
+    _head(message, _MESSAGE_KINDS[type(message)])
+
+
 def _put_message(out: bytearray, m: Message, depth: int) -> None:
     if depth >= MAX_DEPTH:
         raise _too_deep()
     kind = _MESSAGE_KINDS[type(m)]
+    head, raw_id, raw_corr, raw_type, raw_reply, raw_dest, body = _head(m, kind)
+    out += head
+    out += raw_id
+    out += raw_corr
+    out += raw_type
+    out += raw_reply
+    out += raw_dest
+    try:
+        if m._props:
+            _put_entries(out, m._props)
+        if kind in (K_TEXT, K_BYTES):
+            out += body
+        elif type(m) is MapMessage:
+            if m._map:
+                _put_entries(out, m._map)
+        elif type(m) is StreamMessage:
+            _put_values(out, m._items)
+        elif type(m) is ObjectMessage:
+            _put_value(out, m._object, depth + 1)
+    except (struct.error, OverflowError) as exc:
+        raise MessageFormatException(f"cannot encode a value of the message: {exc}") from None
+
+
+def _head(m: Message, kind: int) -> tuple[bytes, bytes, bytes, bytes, bytes, bytes, bytes | bytearray]:
+    """A message's fixed head and its header texts encoded, and a text or bytes body."""
     message_id, correlation_id, jms_type = m.message_id, m.correlation_id, m.type
     reply_to, destination = m.reply_to, m.destination
     body: bytes | bytearray = b""
@@ -292,7 +325,7 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
             body_size = len(m._items)
         else:
             body_size = 0
-        out += _HEAD.pack(
+        head = _HEAD.pack(
             T_MESSAGE + kind, 1 if m.redelivered else 0, reply_kind, dest_kind,
             m.timestamp, m.expiration, m.delivery_time, m.delivery_count, m.delivery_mode, m.priority,
             NONE if message_id is None else len(raw_id), NONE if correlation_id is None else len(raw_corr),
@@ -300,25 +333,7 @@ def _put_message(out: bytearray, m: Message, depth: int) -> None:
             len(m._props), body_size)
     except (AttributeError, struct.error):  # a wrong type, an int out of range, a kind of None
         raise _bad_headers(m) from None
-    out += raw_id
-    out += raw_corr
-    out += raw_type
-    out += raw_reply
-    out += raw_dest
-    try:
-        if m._props:
-            _put_entries(out, m._props)
-        if kind in (K_TEXT, K_BYTES):
-            out += body
-        elif type(m) is MapMessage:
-            if m._map:
-                _put_entries(out, m._map)
-        elif type(m) is StreamMessage:
-            _put_values(out, m._items)
-        elif type(m) is ObjectMessage:
-            _put_value(out, m._object, depth + 1)
-    except (struct.error, OverflowError) as exc:
-        raise MessageFormatException(f"cannot encode a value of the message: {exc}") from None
+    return head, raw_id, raw_corr, raw_type, raw_reply, raw_dest, body
 
 
 def _put_entries(out: bytearray, entries: dict[str, tuple[PropertyType, Any]]) -> None:

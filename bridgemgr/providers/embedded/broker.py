@@ -18,10 +18,11 @@ Memory: a destination or subscription keeps a window of its waiting messages in 
 only in the store, non-persistent ones go to the swap file (swap.py), and both are paged
 back in seq order (queues.py, "Paging"). Opening the store reads per-destination counts,
 not messages. Each queue counts the bytes of its messages (encoded size; estimated for one
-held in memory only and never encoded) for its limits and /metrics, an int add per put and
-take; those recovered at open only where a byte limit is set (their sizes are a table scan).
-An HA takeover (cluster.py) moves a dead instance's rows into this store with seqs above
-ours and ``adopt`` takes them in the same way, under the lock.
+not encoded: held in memory only, or a lazy row, see ``_route``) for its limits and
+/metrics, an int add per put and take; those recovered at open only where a byte limit
+is set (their sizes are a table scan). An HA takeover (cluster.py) moves a dead
+instance's rows into this store with seqs above ours and ``adopt`` takes them in the
+same way, under the lock.
 
 Poison messages: a destination's ``backout_threshold`` counts a message's deliveries that
 were not acknowledged (``dcount``, kept in the store; where a threshold is set the store
@@ -51,6 +52,17 @@ transaction's own unacknowledged messages). The system-wide limits
 (imq.system.max_count, max_size) refuse messages held in memory only (not in the store)
 beyond them, and imq.message.max_size refuses bigger bodies. The memory states
 (memory.py) hold producers that have sent their batch.
+
+Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
+HostBroker's sends to queues): while more than PACE_HIGH messages wait in a queue whose
+consumers are taking (one without a selector took a message, or waited for one, within
+PACE_STALL seconds; a selector's consumer may never take the backlog), a send raises
+ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
+go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
+consumers keep up holds a short backlog, and a persistent message is mostly consumed
+before its store batch is cut (it never touches the disk). A queue without consumers, or
+whose consumers stopped, pages as before; so do topics' subscriptions (a slow
+subscriber does not hold the publishers of the others).
 """
 
 from __future__ import annotations
@@ -82,12 +94,23 @@ from ...jms.errors import (
     TransactionRolledBackException,
     XAException,
 )
-from ...jms.message import DeliveryMode, Message
+from ...jms.message import BytesMessage, DeliveryMode, Message, TextMessage
 from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
-from .queues import UNLIMITED, WINDOW, DestinationLimits, Envelope, LimitBehavior, MessageQueue, SystemUsage
+from .queues import (
+    PACE_HIGH,
+    PACE_LOW,
+    PACE_STALL,
+    UNLIMITED,
+    WINDOW,
+    DestinationLimits,
+    Envelope,
+    LimitBehavior,
+    MessageQueue,
+    SystemUsage,
+)
 from .reserve import Reservations
 from .store import Database, Recovered, Store
 from .swap import Swap
@@ -99,6 +122,7 @@ log = logging.getLogger(__name__)
 DMQ_NAME = "mq.sys.dmq"
 _DMQ_KEY = f"q:{DMQ_NAME}"
 WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
+_LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 Authenticator = Callable[[str | None, str | None], bool]
 
 
@@ -440,7 +464,8 @@ class Broker:
             return limits, {"pending": sum(len(q) for q in queues),
                             "unacked": sum(q.count - len(q) for q in queues),
                             "bytes": sum(q.bytes for q in queues),
-                            "producers_waiting": sum(len(q.room_waiters) for q in queues)}
+                            "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters)
+                                                     for q in queues)}
 
     def purge(self, destination: Destination) -> tuple[int, int] | None:
         """Remove every waiting message of a queue (a topic: of each of its subscriptions),
@@ -488,6 +513,7 @@ class Broker:
         mq.paged_epoch += 1
         if mq.room_waiters and not mq.full():
             mq.wake_producers()
+        mq.unpace()
         return removed, len(held)
 
     def browse_queue(self, name: str, limit: int) -> list[Message] | None:
@@ -644,14 +670,22 @@ class Broker:
         return out
 
     def _route(self, message: Message, targets: list[MessageQueue],
-               blob: bytes | None = None, hold: bool = True) -> list[Envelope]:
+               blob: bytes | None = None, hold: bool = True, lazy: bool = False) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
         the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
         remote sender sent it; stored as it is and kept for deliveries over the wire while
         the queue is short (a backlog would hold every message twice). ``hold``: a full
-        FLOW_CONTROL target raises ProducerFlowControl (else it takes the message)."""
+        FLOW_CONTROL target raises ProducerFlowControl (else it takes the message).
+        ``lazy``: a persistent text or bytes message is encoded for the store only if its
+        row is still pending when its batch is cut (or at once when it is paged out): one
+        consumed before is never encoded (its headers are checked now, so a bad one is
+        refused here)."""
         wire = blob
         persistent = message.delivery_mode == PERSISTENT and self.store is not None
+        if lazy and not (persistent and blob is None and type(message) in _LAZY_KINDS):
+            lazy = False
+        if lazy:
+            codec.check_headers(message)
         body = -1
         if self.max_message_size >= 0:
             body = message.body_size()
@@ -664,16 +698,16 @@ class Broker:
             for i, mq in enumerate(targets):
                 stored = persistent and mq.durable
                 limits = mq.limits
-                if blob is None and (stored or limits.counts_bytes):
+                if blob is None and ((stored and not lazy) or limits.counts_bytes):
                     blob = codec.encode(message)
                 size = len(blob) if blob is not None else 0  # (an int add in admit: metrics)
                 if not limits.unlimited:
                     self._make_room(mq, size, hold)
+                if not size:  # not encoded: estimated (as the store estimates a lazy row)
+                    if body < 0:
+                        body = message.body_size()
+                    size = body + 200
                 if not stored:  # held in memory only: the system-wide limits apply
-                    if not size:
-                        if body < 0:
-                            body = message.body_size()
-                        size = len(blob) if blob is not None else body + 200
                     self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
@@ -758,6 +792,51 @@ class Broker:
                 return
         callback()
 
+    def _pace(self, targets: list[MessageQueue]) -> None:
+        """Pacing (module comment): ProducerFlowControl when a target's consumers are
+        behind by more than PACE_HIGH messages."""
+        for mq in targets:
+            if len(mq) > PACE_HIGH and self._paced(mq, PACE_HIGH):
+                raise ProducerFlowControl(
+                    f"{mq.destination}: {len(mq)} messages wait for its consumers; the producer "
+                    f"waits until they have taken all but {PACE_LOW}", partial(self.on_pace, mq))
+
+    def _paced(self, mq: MessageQueue, level: int) -> bool:
+        """Are producers of ``mq`` to wait: more than ``level`` messages wait, and
+        consumers are there and took one (or waited for one) within PACE_STALL seconds
+        (under the lock)?"""
+        return (len(mq) > level and bool(mq.consumers) and not (mq.deleted or self.closed)
+                and time.monotonic() - mq.last_take < PACE_STALL)
+
+    def on_pace(self, mq: MessageQueue, callback: Callable[[], None]) -> None:
+        """Call ``callback`` (once, without blocking) when a paced producer of ``mq`` may
+        send again: at once if it may now."""
+        with self.lock:
+            if self._paced(mq, PACE_LOW):
+                mq.pace_waiters.append(callback)
+                if mq.pace_timer is None:
+                    self._check_pace_later(mq, PACE_STALL)
+                return
+        callback()
+
+    def _check_pace_later(self, mq: MessageQueue, delay: float) -> None:
+        timer = threading.Timer(delay, self._check_pace, (mq,))
+        timer.daemon = True
+        mq.pace_timer = timer
+        timer.start()
+
+    def _check_pace(self, mq: MessageQueue) -> None:
+        """The stall check: paced producers go on once the consumers have taken nothing
+        for PACE_STALL seconds (or went away); else look again when that could be."""
+        with self.lock:
+            mq.pace_timer = None
+            if not mq.pace_waiters:
+                return
+            if self._paced(mq, PACE_LOW):
+                self._check_pace_later(mq, mq.last_take + PACE_STALL - time.monotonic() + 0.001)
+            else:
+                mq.unpace()
+
     def _throttle(self, sender: Any) -> None:
         """The memory state's batch: ProducerFlowControl when ``sender`` has sent its batch."""
         memory = self.memory
@@ -795,21 +874,33 @@ class Broker:
             if mq.deleted:
                 continue
             if env.stored:
-                assert store is not None and env.blob is not None  # stored: there is a store; routed: encoded
-                ticket = store.add(env.seq, mq.key, env.blob)
+                assert store is not None  # stored: there is a store
+                blob: bytes | Message | None = env.blob
+                if blob is None:  # routed lazily (_route)
+                    if mq.beyond_window(env):  # paged out: read back encoded, so encoded now
+                        blob = codec.encode(env.message)
+                        mq.bytes += len(blob) - env.size  # the size it pages in with
+                        env.size = len(blob)
+                    else:
+                        blob = env.message
+                ticket = store.add(env.seq, mq.key, blob)
                 env.blob = None
             mq.push(env)
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
-             blob: bytes | None = None) -> int | None:
+             blob: bytes | None = None, pace: bool = False) -> int | None:
         """Route and enqueue now; the store ticket to wait on for a durable send, or None.
-        ``blob``: ``message`` as a remote client encoded it (see ``_route``)."""
+        ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
+        producer is paced to a queue's consumers (module comment)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            targets = self._targets(dest, sender, message)
+            if pace and not dest.is_topic:
+                self._pace(targets)
             self._throttle(sender)
-            envs = self._route(message, self._targets(dest, sender, message), blob)
+            envs = self._route(message, targets, blob, lazy=True)
             self._admit(envs)
             return self._commit_envelopes(envs)
 
@@ -852,6 +943,10 @@ class Broker:
                 if consumer.connection.started:
                     env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
                     if env is not None:
+                        if consumer.selector is None:  # (pacing) one that takes any message
+                            mq.last_take = time.monotonic()
+                            if mq.pace_waiters and len(mq) <= PACE_LOW:
+                                mq.unpace()
                         if mq.limits.backout_threshold and self._backed_out(env):
                             continue  # delivered unacknowledged too often before a restart
                         env.dcount += 1
@@ -869,6 +964,8 @@ class Broker:
                     if remaining <= 0:
                         return None
                 mq.waiters.append(consumer)
+                if consumer.selector is None and consumer.connection.started:
+                    mq.last_take = time.monotonic()  # (pacing) ready to take any: not stalled
                 consumer.cond.wait(remaining)
                 try:
                     mq.waiters.remove(consumer)
@@ -1173,6 +1270,8 @@ class Broker:
                 mq.consumers.remove(consumer)
             if consumer in mq.waiters:
                 mq.waiters.remove(consumer)
+            if not mq.consumers:
+                mq.unpace()  # nobody left to pace its producers to
             consumer.cond.notify_all()
             if len(mq):  # it may have been woken for a message it will now never take
                 mq.wake(None)

@@ -19,8 +19,9 @@ holds (a full FLOW_CONTROL destination, the memory state) blocks until it may tr
 the confirm window) is answered when it returns, except a durable one on a store that
 fsyncs: its listener waits for the store batch that holds it, which ``flush`` waits for
 once for all of them (one fsync wait per window, not per message). Delivering hands out
-a read-only copy, except that an AUTO_ACKNOWLEDGE delivery hands out the broker's own
-snapshot, which nothing references afterwards.
+a read-only copy, except that an AUTO_ACKNOWLEDGE delivery of a message the store does
+not keep hands out the broker's own snapshot, which nothing references afterwards (a
+stored one's may be a lazy row the store's writer is encoding: broker.py, ``_route``).
 
 Producers, as the broker counts them per destination (/metrics): one bound to a
 destination from its creation to its close; an anonymous one for each destination it has
@@ -377,8 +378,8 @@ class EmbeddedSession(Session):
 
     def _deliver(self, env: Envelope, acked: bool) -> Message:
         """Turn a taken envelope into the message the application sees."""
-        if acked:
-            msg = env.message
+        if acked:  # a stored one's snapshot may be a lazy row the store's writer encodes now
+            msg = env.message.copy() if env.stored else env.message
         else:
             msg = env.message.copy()
             work = self._work_now() or self._work

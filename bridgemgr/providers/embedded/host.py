@@ -248,7 +248,7 @@ class EmbeddedHostBroker(HostBroker):
             self.broker.check_room(client, message, destination)  # a held producer waits now
             cast(Work, transaction).sends.append((message, destination, client, None))
             return None
-        ticket = self.broker.send(client, message, destination)
+        ticket = self.broker.send(client, message, destination, pace=True)
         return ticket if self.broker.sends_wait else None
 
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],

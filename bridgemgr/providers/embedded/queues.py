@@ -22,7 +22,8 @@ browsers.
 Waiting consumers register in ``waiters``; each put wakes exactly one eligible waiter
 (round robin over competing consumers, no lost wake-ups). Producers held by a full
 FLOW_CONTROL queue register a callback in ``room_waiters``; a release that leaves room
-calls them all (each tries again, and waits again if another took the room). Messages
+calls them all (each tries again, and waits again if another took the room); producers
+paced to the consumers (broker.py, "Pacing") wait in ``pace_waiters``. Messages
 that live only in memory (not in the store) are also counted in the broker's
 :class:`SystemUsage`, for imq.system.max_count and max_size. All methods run under the
 broker lock.
@@ -83,6 +84,10 @@ class DestinationLimits:
 
 UNLIMITED = DestinationLimits()
 WINDOW = 30000  # waiting messages a destination keeps in memory (imq.destination.memory.window)
+# Pacing (broker.py, "Pacing"): a front end's producers wait while more than PACE_HIGH
+# messages wait for a destination's consumers, until PACE_LOW are left or its consumers
+# have taken nothing for PACE_STALL seconds.
+PACE_HIGH, PACE_LOW, PACE_STALL = 300, 150, 1.0
 PAGE_CHUNK = 1000  # paged-out messages read back at a time
 
 
@@ -182,6 +187,9 @@ class MessageQueue:
         self.counted_from = 0           # seqs below are not in bytes (recovered, see the broker)
         self.waiters: deque[Any] = deque()
         self.room_waiters: list[Callable[[], None]] = []  # producers held by FLOW_CONTROL
+        self.pace_waiters: list[Callable[[], None]] = []  # producers paced to the consumers
+        self.last_take = 0.0            # time.monotonic() a consumer last took or waited (pacing)
+        self.pace_timer: Any = None     # the stall check while producers are paced
         self.usage = usage
         self.epoch = 0                  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
@@ -228,10 +236,22 @@ class MessageQueue:
         waiters, self.room_waiters = self.room_waiters, []
         for callback in waiters:
             callback()
+        self.unpace()
+
+    def unpace(self) -> None:
+        """Let every paced producer send again (the backlog fell, or pacing ends)."""
+        waiters, self.pace_waiters = self.pace_waiters, []
+        for callback in waiters:
+            callback()
+
+    def beyond_window(self, env: Envelope) -> bool:
+        """Would ``push`` page ``env`` out: its window is full, or older messages are?"""
+        return (self.pager is not None and env.seq > self.high
+                and bool(self.paged or len(self._list) >= self.window))
 
     def push(self, env: Envelope) -> None:
         if self.pager is not None and env.seq > self.high:
-            if not (self.paged or len(self._list) >= self.window):
+            if not self.beyond_window(env):
                 self.high = env.seq
             elif self.pager.page_out(env):
                 self._page_out(env)

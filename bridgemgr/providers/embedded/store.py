@@ -26,6 +26,11 @@ One batch is written at a time, in ticket order. Senders that outrun the writer 
 pile their messages up in memory: once BEHIND bytes are pending, ``behind`` says so and
 the broker's senders wait for their batches (writing them themselves) until it catches up.
 
+Lazy rows: a message row may be recorded as the message itself (the broker's, which it
+never changes once routed) and is encoded when its batch is cut, outside the lock, by
+whoever writes it; one acknowledged before that (its insert cancelled) is never encoded.
+``page`` encodes one it needs (the broker records one it pages out encoded).
+
 Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
 directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
 The group commit above is the same for both.
@@ -83,11 +88,13 @@ from pathlib import Path
 from typing import Any
 
 from ...backoff import backoff_delay
+from ...jms import codec
 from ...jms.errors import (  # jms-level: the CLI names them without knowing the store
     StoreError,
     StoreFull,
     StoreUnavailable,
 )
+from ...jms.message import Message
 from ...private import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
@@ -396,6 +403,21 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
             executemany(sql("DELETE FROM msgs WHERE seq = ?"), singles)
 
 
+def _pending_size(blob: bytes | Message) -> int:
+    """Bytes a pending row counts for (``behind``): a lazy row's message estimated, as the
+    broker estimates a message it has not encoded."""
+    return len(blob) if isinstance(blob, bytes) else blob.body_size() + 200
+
+
+def _encode_row(row: list[Any]) -> bytes:
+    """A pending row's blob, a lazy row's message encoded now (the broker checked its
+    headers; it never changes a routed message)."""
+    blob = row[2]
+    if type(blob) is not bytes:
+        blob = row[2] = codec.encode(blob)
+    return blob
+
+
 def delete_runs(deletes: set[int]) -> tuple[list[tuple[int]], list[tuple[int, int]]]:
     """Deleted seqs as lone seqs and (first, last) runs of consecutive ones: consumers ack
     in seq order, so a batch's deletes are mostly a few runs, one statement step each
@@ -486,9 +508,9 @@ class Store:
                 dcounts: dict[int, int] = {}
                 for b in batches:  # the batch being written first: it is the older
                     if qkey in b.queues:  # (a count that a cancelled insert leaves high)
-                        for seq, (q, dcount, blob) in b.inserts.items():
-                            if q == qkey and seq > after:
-                                pending[seq] = (dcount, blob)
+                        for seq, row in b.inserts.items():
+                            if row[0] == qkey and seq > after:
+                                pending[seq] = (row[1], _encode_row(row))
                     gone.update(seq for seq in b.deletes if seq > after)
                     dcounts.update((seq, d) for seq, d in b.updates.items() if seq > after)
         if moving:
@@ -535,13 +557,15 @@ class Store:
         if self._full is not None:
             raise self._no_space()
 
-    def add(self, seq: int, qkey: str, blob: bytes, dcount: int = 0) -> int:
+    def add(self, seq: int, qkey: str, blob: bytes | Message, dcount: int = 0) -> int:
         """Record a message row; the ticket of the batch that will hold it (``ticket()``
-        right after, without taking the lock again)."""
+        right after, without taking the lock again). ``blob`` may be the message itself,
+        its headers checked (codec.check_headers): encoded when its batch is cut, so a
+        row cancelled before is never encoded ("Lazy rows" above)."""
         with self.lock:
             self._check()
             self._inserts[seq] = [qkey, dcount, blob]
-            self._pending_bytes += len(blob)
+            self._pending_bytes += _pending_size(blob)
             self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + 1
             if self._pending_bytes >= BEHIND // 2:
                 self._work.notify()  # ends a linger before senders must wait (behind)
@@ -566,7 +590,7 @@ class Store:
                     deletes.add(seq)
                     deleted = True
                 else:
-                    self._pending_bytes -= len(pending[2])
+                    self._pending_bytes -= _pending_size(pending[2])
                     cancelled = True
             if deleted:
                 self._changed()
@@ -670,6 +694,9 @@ class Store:
         ``_error``)."""
         started = time.perf_counter()
         try:
+            for row in claim.inserts.values():  # lazy rows still pending at the cut
+                if type(row[2]) is not bytes:
+                    _encode_row(row)
             self._write(claim.inserts, claim.deletes, claim.updates, claim.ops)
         except BaseException as exc:
             with self.lock:
@@ -731,7 +758,7 @@ class Store:
             if inserts.pop(seq, None) is None:
                 deletes.add(seq)
         self._inserts, self._deletes, self._updates, self._ops = inserts, deletes, updates, ops
-        self._pending_bytes = sum(len(blob) for _, _, blob in inserts.values())
+        self._pending_bytes = sum(_pending_size(blob) for _, _, blob in inserts.values())
         for qkey, count in claim.queues.items():  # (page merges the inserts of these queues)
             self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + count
 
