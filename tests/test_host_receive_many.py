@@ -183,3 +183,36 @@ def test_nothing_is_lost_or_doubled_when_the_consumer_closes_between_batches(tmp
     assert taken == [f"m{i}" for i in range(len(taken))]  # in order
     assert len(taken) + len(left) == 2000 and not set(taken) & set(left)
     host.close()
+
+
+def test_competing_batch_takers_leave_nothing_waiting(tmp_path):
+    """Each put wakes one waiter; a taker that empties the queue in a batch must not
+    leave another asleep while messages wait (no lost wake-ups), and none is taken twice."""
+    host = open_host(tmp_path, False)
+    client = host.connect(P)
+    consumers = [host.subscribe(P, client, Q) for _ in range(3)]
+    taken: list[str] = []
+    lock = threading.Lock()
+
+    def take(consumer, limit: int) -> None:
+        while True:
+            got = host.receive_many(P, consumer, limit, None)
+            if not got:
+                return
+            with lock:
+                taken.extend(d.message.text for d in got)  # type: ignore[attr-defined]
+
+    threads = [threading.Thread(target=take, args=(c, n)) for c, n in zip(consumers, (1, 3, 64))]
+    for thread in threads:
+        thread.start()
+    for i in range(3000):
+        host.send(P, client, text(i), Q)
+    deadline = time.monotonic() + 10
+    while len(taken) < 3000 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for consumer in consumers:
+        host.close_consumer(P, consumer)
+    for thread in threads:
+        thread.join(5)
+    assert sorted(taken) == sorted(f"m{i}" for i in range(3000))
+    host.close()
