@@ -3,7 +3,8 @@
 How it works: one lock guards all broker state. Producers route a snapshot of each
 message into the :class:`MessageQueue` s it belongs to (a queue, or every matching
 subscription of a topic) as :class:`Envelope` s; consumers take envelopes out under
-the same lock and either acknowledge them at once (AUTO/DUPS_OK) or hold them in their
+the same lock (a STOMP subscriber a batch per hold: receive_many) and either
+acknowledge them at once (AUTO/DUPS_OK) or hold them in their
 session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
 messages on durable queues get a row in the :class:`Store`; a transaction's sends and
 acks go to the store in one batch, so they land together or not at all.
