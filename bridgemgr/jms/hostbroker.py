@@ -151,6 +151,25 @@ class HostBroker(ABC):
         """Blocking: the next delivery, waiting up to ``timeout`` seconds (None: until the
         consumer is closed); None when there is none."""
 
+    def receive_many(self, principal: Principal, consumer: Consumer, max_messages: int,
+                     timeout: float | None, max_bytes: int = 0) -> list[Delivery]:
+        """Blocking: up to ``max_messages`` deliveries, each as receive() would give it:
+        waits up to ``timeout`` for the first (as receive), then takes only those ready,
+        stopping once their bodies reach ``max_bytes`` (0: no byte bound); [] when there
+        is none. An implementation takes them in one step where that is cheaper."""
+        first = self.receive(principal, consumer, timeout)
+        if first is None:
+            return []
+        deliveries = [first]
+        size = first.message.body_size()
+        while len(deliveries) < max_messages and not (max_bytes and size >= max_bytes):
+            more = self.receive(principal, consumer, 0)
+            if more is None:
+                break
+            deliveries.append(more)
+            size += more.message.body_size()
+        return deliveries
+
     @abstractmethod
     def close_consumer(self, principal: Principal, consumer: Consumer) -> None:
         """Stop ``consumer`` (a receive() under way returns None)."""

@@ -11,8 +11,8 @@
 # Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
 # deliveries not yet acknowledged), a writable transport, the loop having taken its
 # previous batch and, for transacted subscriptions, an open transaction; then it takes up
-# to a batch of messages (blocking only for the first; at most BATCH messages or about
-# BATCH_BYTES of frames), renders them to frame bytes with the session's render function,
+# to a batch of messages in one receive_many (blocking only for the first; at most BATCH
+# messages or about BATCH_BYTES of bodies), renders them to frame bytes with the session's render function,
 # and posts the batch to the event loop in one call. So a client that stops reading holds
 # at most the transport's high-water mark plus one batch in our memory. Nothing here blocks the loop except
 # the calls marked blocking (durable waits, unsubscribe), which the server runs in a pool.
@@ -39,7 +39,7 @@ from ..jms.message import Message
 log = logging.getLogger("imq.bridge.stomp.host")  # the STOMP bridge's log: bridges/stomp/log.txt
 
 BATCH = 64  # messages a subscriber takes before handing them to the loop ...
-BATCH_BYTES = 128 * 1024  # ... or fewer, once their frames are this big
+BATCH_BYTES = 128 * 1024  # ... or fewer, once their bodies are this big
 Post = Callable[..., None]  # loop.call_soon_threadsafe, or a test's queue
 
 
@@ -192,17 +192,10 @@ class Subscriber:
                     if self._stopped:
                         return
                     limit = min(self._credit, BATCH)
-                delivery = broker.receive(principal, consumer, None)
-                if delivery is None:
+                deliveries = broker.receive_many(principal, consumer, limit, None, BATCH_BYTES)
+                if not deliveries:
                     return  # consumer closed, or the broker shut down
-                items = [render(delivery)]
-                size = len(items[0].data or b"")
-                while len(items) < limit and size < BATCH_BYTES:
-                    more = broker.receive(principal, consumer, 0)
-                    if more is None:
-                        break
-                    items.append(render(more))
-                    size += len(items[-1].data or b"")
+                items = [render(delivery) for delivery in deliveries]
                 with self._cond:
                     self._credit -= len(items)
                     self._in_flight = True

@@ -3,7 +3,8 @@
 How it works: one lock guards all broker state. Producers route a snapshot of each
 message into the :class:`MessageQueue` s it belongs to (a queue, or every matching
 subscription of a topic) as :class:`Envelope` s; consumers take envelopes out under
-the same lock and either acknowledge them at once (AUTO/DUPS_OK) or hold them in their
+the same lock (a STOMP subscriber a batch per hold: receive_many) and either
+acknowledge them at once (AUTO/DUPS_OK) or hold them in their
 session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
 messages on durable queues get a row in the :class:`Store`; a transaction's sends and
 acks go to the store in one batch, so they land together or not at all.
@@ -941,20 +942,8 @@ class Broker:
                 if consumer.closed or self.closed or mq.deleted:
                     return None
                 if consumer.connection.started:
-                    env = mq.take(consumer.selector, now_ms(), self._expire, consumer)
+                    env = self._take_next(consumer, mq, now_ms(), ack_now)
                     if env is not None:
-                        if consumer.selector is None:  # (pacing) one that takes any message
-                            mq.last_take = time.monotonic()
-                            if mq.pace_waiters and len(mq) <= PACE_LOW:
-                                mq.unpace()
-                        if mq.limits.backout_threshold and self._backed_out(env):
-                            continue  # delivered unacknowledged too often before a restart
-                        env.dcount += 1
-                        if ack_now:
-                            self._ack((env,))
-                        elif env.stored:
-                            assert self.store is not None  # a stored envelope: there is a store
-                            self.store.mark_delivered(env.seq, env.dcount, bool(mq.limits.backout_threshold))
                         return env
                     if not consumer.retain and len(mq):
                         self._sweep_unwanted(mq)
@@ -971,6 +960,71 @@ class Broker:
                     mq.waiters.remove(consumer)
                 except ValueError:
                     pass
+
+    def receive_many(self, consumer: Any, limit: int, timeout: float | None,
+                     max_bytes: int = 0) -> list[Envelope]:
+        """Up to ``limit`` envelopes for ``consumer`` under one lock: waits up to
+        ``timeout`` seconds for the first as :meth:`receive` does (not acknowledged), then
+        takes those ready now, stopping once their bodies reach ``max_bytes`` (0: no byte
+        bound). Each is taken as receive takes one; [] when there is none. A front end
+        moving a batch so pays one lock, one wake-up and one clock read for it."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        mq: MessageQueue = consumer.queue
+        with self.lock:
+            while True:
+                if consumer.closed or self.closed or mq.deleted:
+                    return []
+                if consumer.connection.started:
+                    now = now_ms()
+                    env = self._take_next(consumer, mq, now, False)
+                    if env is not None:
+                        envs = [env]
+                        size = env.message.body_size() if max_bytes else 0
+                        while len(envs) < limit and not (max_bytes and size >= max_bytes):
+                            env = self._take_next(consumer, mq, now, False)
+                            if env is None:
+                                break
+                            envs.append(env)
+                            if max_bytes:
+                                size += env.message.body_size()
+                        return envs
+                    if not consumer.retain and len(mq):
+                        self._sweep_unwanted(mq)
+                remaining = None
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        return []
+                mq.waiters.append(consumer)
+                if consumer.selector is None and consumer.connection.started:
+                    mq.last_take = time.monotonic()  # (pacing) ready to take any: not stalled
+                consumer.cond.wait(remaining)
+                try:
+                    mq.waiters.remove(consumer)
+                except ValueError:
+                    pass
+
+    def _take_next(self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool) -> Envelope | None:
+        """The next envelope of ``mq`` for ``consumer``, counted as delivered (and
+        acknowledged with ``ack_now``, else its count recorded so a crash still reports
+        it redelivered); None when none is ready (under the lock)."""
+        while True:
+            env = mq.take(consumer.selector, now, self._expire, consumer)
+            if env is None:
+                return None
+            if consumer.selector is None:  # (pacing) one that takes any message
+                mq.last_take = time.monotonic()
+                if mq.pace_waiters and len(mq) <= PACE_LOW:
+                    mq.unpace()
+            if mq.limits.backout_threshold and self._backed_out(env):
+                continue  # delivered unacknowledged too often before a restart
+            env.dcount += 1
+            if ack_now:
+                self._ack((env,))
+            elif env.stored:
+                assert self.store is not None  # a stored envelope: there is a store
+                self.store.mark_delivered(env.seq, env.dcount, bool(mq.limits.backout_threshold))
+            return env
 
     def acknowledge(self, envs: Iterable[Envelope]) -> None:
         """Consumed for good: drop from queues' accounting and from the store."""

@@ -217,6 +217,10 @@ class EmbeddedHostBroker(HostBroker):
     def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
         return self.broker.receive(consumer, timeout, False)
 
+    def receive_many(self, principal: Principal, consumer: Consumer, max_messages: int,
+                     timeout: float | None, max_bytes: int = 0) -> list[Delivery]:
+        return cast(list[Delivery], self.broker.receive_many(consumer, max_messages, timeout, max_bytes))
+
     def close_consumer(self, principal: Principal, consumer: Consumer) -> None:
         embedded = cast(EmbeddedConsumer, consumer)
         embedded.close()  # wakes a receive() in progress
