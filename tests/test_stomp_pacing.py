@@ -49,6 +49,16 @@ def sends(queue: str, count: int) -> bytes:
     return b"".join(frames)
 
 
+def flooding_producer(port: int) -> Raw:
+    """A connected producer whose one sendall of a whole flood may take up to a minute:
+    paced to a slow consumer on a loaded machine it takes longer than Raw's 5 s (a
+    socket timeout bounds the whole sendall)."""
+    producer = Raw(port)
+    producer.connect()
+    producer.sock.settimeout(60)
+    return producer
+
+
 class DepthWatch:
     """The deepest a queue's backlog got, sampled every millisecond until stopped."""
 
@@ -89,8 +99,7 @@ def test_a_producer_is_paced_to_a_slower_ack_auto_consumer(bridge, broker):
     consumer.wait(lambda f: f.command == "RECEIPT")
     stop = threading.Event()
     reader = slow_reader(consumer, stop)
-    producer = Raw(bridge.tcp_port)
-    producer.connect()
+    producer = flooding_producer(bridge.tcp_port)
     rows = broker.store.stats()["rows"]
     watch = DepthWatch(broker, queue)
     try:
@@ -115,8 +124,7 @@ def test_a_producer_is_paced_to_a_slower_ack_auto_consumer(bridge, broker):
 @pytest.mark.slow
 def test_a_producer_without_consumers_is_not_paced(bridge, broker):
     queue, count = qname("unpaced"), 3000
-    producer = Raw(bridge.tcp_port)
-    producer.connect()
+    producer = flooding_producer(bridge.tcp_port)
     started = time.monotonic()
     producer.send(sends(queue, count))
     producer.wait(lambda f: f.command == "RECEIPT", timeout=30)
@@ -135,8 +143,7 @@ def test_a_producer_is_not_held_by_consumers_that_stopped_taking(bridge, broker)
     consumer.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1", "ack": "client",
                                  "receipt": "subscribed"})
     consumer.wait(lambda f: f.command == "RECEIPT")
-    producer = Raw(bridge.tcp_port)
-    producer.connect()
+    producer = flooding_producer(bridge.tcp_port)
     producer.send(sends(queue, count))
     producer.wait(lambda f: f.command == "RECEIPT", timeout=30)
     assert broker.queue_depth(queue) == count - 1000

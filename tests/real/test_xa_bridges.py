@@ -194,6 +194,31 @@ def start_child(args: list[str], fault: str | None) -> subprocess.Popen:
     return proc
 
 
+def preload(activemq, queue: str, n: int) -> None:
+    """``n`` text messages "0".."n-1" on an ActiveMQ queue (local transactions of 500)."""
+    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
+        session = conn.create_session(True)
+        producer = session.create_producer(Queue(queue))
+        for i in range(n):
+            producer.send(TextMessage(str(i)))
+            if i % 500 == 499:
+                session.commit()
+        session.commit()
+
+
+def kill_mid_transfer(args: list[str], kills: int) -> None:
+    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s."""
+    for _ in range(kills):
+        proc = start_child(args, None)
+        try:
+            proc.wait(random.uniform(0.5, 1.5))
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+
+
 @pytest.mark.crash
 def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
     """5,000 messages, 4 per XA transaction, the bridge process killed 8 times."""
@@ -246,25 +271,10 @@ def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_p
     consumes and sends), the bridge process killed 3 times at random: each message on the
     target once and in order, none left on the source."""
     n, queue_src, queue_dst = 6000, "local.src", "local.dst"
-    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
-        session = conn.create_session(True)
-        producer = session.create_producer(Queue(queue_src))
-        for i in range(n):
-            producer.send(TextMessage(str(i)))
-            if i % 500 == 499:
-                session.commit()
-        session.commit()
+    preload(activemq, queue_src, n)
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true",
             queue_src, queue_dst]
-    for _ in range(3):
-        proc = start_child(args, None)
-        try:
-            proc.wait(random.uniform(0.5, 1.5))
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.stdout.close()
-        assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+    kill_mid_transfer(args, 3)
     moved = take(activemq, queue_dst)
     assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
     proc = start_child(args, None)  # the last run finishes cleanly
@@ -289,24 +299,9 @@ def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_
     counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
     threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
     n = 12000  # a quiet machine moved 4,000 before the sixth kill
-    with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
-        session = conn.create_session(True)
-        producer = session.create_producer(Queue("src"))
-        for i in range(n):
-            producer.send(TextMessage(str(i)))
-            if i % 500 == 499:
-                session.commit()
-        session.commit()
+    preload(activemq, "src", n)
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "false"]
-    for _ in range(6):
-        proc = start_child(args, None)
-        try:
-            proc.wait(random.uniform(0.5, 1.5))
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
-        proc.stdout.close()
-        assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+    kill_mid_transfer(args, 6)
     moved = take(activemq, "dst")  # consumed: counted with what the last run moves
     assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
     proc = start_child(args, None)  # the last run finishes cleanly

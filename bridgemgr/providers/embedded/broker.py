@@ -935,31 +935,8 @@ class Broker:
         With ``ack_now`` (AUTO/DUPS_OK) it is acknowledged as it is taken; otherwise its
         delivery count is recorded so a crash still reports it redelivered.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        mq: MessageQueue = consumer.queue
-        with self.lock:
-            while True:
-                if consumer.closed or self.closed or mq.deleted:
-                    return None
-                if consumer.connection.started:
-                    env = self._take_next(consumer, mq, now_ms(), ack_now)
-                    if env is not None:
-                        return env
-                    if not consumer.retain and len(mq):
-                        self._sweep_unwanted(mq)
-                remaining = None
-                if deadline is not None:
-                    remaining = deadline - time.monotonic()
-                    if remaining <= 0:
-                        return None
-                mq.waiters.append(consumer)
-                if consumer.selector is None and consumer.connection.started:
-                    mq.last_take = time.monotonic()  # (pacing) ready to take any: not stalled
-                consumer.cond.wait(remaining)
-                try:
-                    mq.waiters.remove(consumer)
-                except ValueError:
-                    pass
+        envs = self._take(consumer, 1, timeout, 0, ack_now)
+        return envs[0] if envs else None
 
     def receive_many(self, consumer: Any, limit: int, timeout: float | None,
                      max_bytes: int = 0) -> list[Envelope]:
@@ -968,6 +945,10 @@ class Broker:
         takes those ready now, stopping once their bodies reach ``max_bytes`` (0: no byte
         bound). Each is taken as receive takes one; [] when there is none. A front end
         moving a batch so pays one lock, one wake-up and one clock read for it."""
+        return self._take(consumer, limit, timeout, max_bytes, False)
+
+    def _take(self, consumer: Any, limit: int, timeout: float | None, max_bytes: int,
+              ack_now: bool) -> list[Envelope]:
         deadline = None if timeout is None else time.monotonic() + timeout
         mq: MessageQueue = consumer.queue
         with self.lock:
@@ -976,12 +957,12 @@ class Broker:
                     return []
                 if consumer.connection.started:
                     now = now_ms()
-                    env = self._take_next(consumer, mq, now, False)
+                    env = self._take_next(consumer, mq, now, ack_now)
                     if env is not None:
                         envs = [env]
                         size = env.message.body_size() if max_bytes else 0
                         while len(envs) < limit and not (max_bytes and size >= max_bytes):
-                            env = self._take_next(consumer, mq, now, False)
+                            env = self._take_next(consumer, mq, now, ack_now)
                             if env is None:
                                 break
                             envs.append(env)
