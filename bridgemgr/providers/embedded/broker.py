@@ -968,6 +968,10 @@ class Broker:
                             envs.append(env)
                             if max_bytes:
                                 size += env.message.body_size()
+                        if consumer.selector is None:  # (pacing) one that takes any message
+                            mq.last_take = time.monotonic()
+                            if mq.pace_waiters and len(mq) <= PACE_LOW:
+                                mq.unpace()
                         return envs
                     if not consumer.retain and len(mq):
                         self._sweep_unwanted(mq)
@@ -993,10 +997,6 @@ class Broker:
             env = mq.take(consumer.selector, now, self._expire, consumer)
             if env is None:
                 return None
-            if consumer.selector is None:  # (pacing) one that takes any message
-                mq.last_take = time.monotonic()
-                if mq.pace_waiters and len(mq) <= PACE_LOW:
-                    mq.unpace()
             if mq.limits.backout_threshold and self._backed_out(env):
                 continue  # delivered unacknowledged too often before a restart
             env.dcount += 1
