@@ -79,7 +79,18 @@ from ...jms.spi import (
     QueueBrowser,
     Session,
 )
-from .wire import AmqpOptions, from_amqp, parse_url, route, to_amqp
+from .wire import (
+    DELIVER_ID,
+    FRAME_METHOD,
+    AmqpOptions,
+    Deliveries,
+    FrameError,
+    decode_deliver,
+    from_amqp,
+    parse_url,
+    route,
+    to_amqp,
+)
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +130,11 @@ class _SelectConnection(pika.SelectConnection):
     of the pass) and reads take up to RECV_BYTES, parsed in place."""
 
     _corked: list[bytes] | None = None
+    _deliveries: Deliveries
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._deliveries = Deliveries()
+        super().__init__(*args, **kwargs)
 
     def _proto_connection_made(self, transport: Any) -> None:
         transport._MAX_RECV_BYTES = RECV_BYTES
@@ -160,6 +176,7 @@ class _SelectConnection(pika.SelectConnection):
         held: bytes = self._frame_buffer  # type: ignore[has-type]
         buf = held + data_in if held else data_in
         at, size = 0, len(buf)
+        deliveries = self._deliveries
         while size - at >= 8:
             if buf[at:at + 4] == b"AMQP":  # a protocol header: the broker refuses our version
                 end = at + 8
@@ -167,6 +184,16 @@ class _SelectConnection(pika.SelectConnection):
                 end = at + 8 + struct.unpack_from(">L", buf, at + 3)[0]
                 if end > size:
                     break
+                kind = buf[at]
+                channel = struct.unpack_from(">H", buf, at + 1)[0]
+                if deliveries.reading(channel) or (kind == FRAME_METHOD and buf[at + 7:at + 11] == DELIVER_ID):
+                    if buf[end - 1] != 0xCE:
+                        raise FrameError(f"frame of type {kind} on channel {channel} without its frame end")
+                    if self._take_delivery(kind, channel, buf[at + 7:end - 1]):
+                        self.bytes_received += end - at
+                        at = end
+                        self.frames_received += 1
+                        continue
             consumed, frame_value = decode_frame(buf[at:end])
             if frame_value is None:
                 break
@@ -174,6 +201,36 @@ class _SelectConnection(pika.SelectConnection):
             self.bytes_received += consumed
             self._process_frame(frame_value)
         self._frame_buffer = buf[at:]
+
+    def _take_delivery(self, kind: int, channel: int, payload: bytes) -> bool:
+        """A frame of a delivery, read here (wire.Deliveries) and handed on as pika's
+        Channel._on_deliver would; False for a basic.deliver on a channel pika does not
+        know (pika reports it)."""
+        deliveries = self._deliveries
+        if kind == FRAME_METHOD and not deliveries.reading(channel):
+            deliver = decode_deliver(payload, channel)
+            if channel not in self._channels:
+                return False
+            deliveries.begin(channel, deliver)
+            return True
+        done = deliveries.content(kind, channel, payload)
+        if done is None:
+            return True
+        ch = self._channels.get(channel)
+        if ch is None:
+            return True
+        deliver = done[0]
+        tag = deliver.consumer_tag
+        if tag in ch._cancelled:  # pika hands it back
+            if ch.is_open and tag not in ch._consumers_with_noack:
+                ch.basic_reject(deliver.delivery_tag)
+            return True
+        consumer = ch._consumers.get(tag)
+        if consumer is None:
+            log.error("a delivery for no consumer of channel %d: %r", channel, tag)
+            return True
+        consumer(ch, deliver, done[1], done[2])
+        return True
 
 
 # A send's outcome: None when the broker confirmed it, else why it failed.
