@@ -18,12 +18,18 @@ from pika import frame as pika_frame
 from pika.channel import ContentFrameAssembler
 from pika.spec import Basic
 
+from bridgemgr.jms.destination import Queue
+from bridgemgr.jms.errors import JMSException
+from bridgemgr.jms.message import BytesMessage, PropertyType
 from bridgemgr.providers.amqp.wire import (
     PROPERTY_NAMES,
     Deliveries,
     FrameError,
+    TypedProperties,
     decode_content_header,
     decode_deliver,
+    from_amqp,
+    to_amqp,
 )
 
 SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -173,7 +179,7 @@ def test_a_changed_content_header_reads_as_pika_reads_it_or_is_refused(props, at
     (b"\x00\x3c\x00\x50\x00", "basic.ack, not basic.deliver"),
 ])
 def test_a_malformed_basic_deliver_is_refused_by_name(payload, what):
-    with pytest.raises(FrameError, match="malformed basic.deliver frame on channel 9"):
+    with pytest.raises(FrameError, match=r"malformed basic\.deliver frame on channel 9"):
         decode_deliver(payload, 9)
 
 
@@ -185,16 +191,20 @@ def test_pika_would_take_a_message_id_past_the_frame_as_a_shorter_one_we_refuse_
         decode_content_header(cut, 2)
 
 
+def deliver_payload(channel: int, delivery_tag: int) -> bytes:
+    return pika_frame.Method(channel, Basic.Deliver("c", delivery_tag, False, "", "q")).marshal()[7:-1]
+
+
 def test_frames_out_of_place_in_a_delivery_are_refused_by_name():
     deliveries = Deliveries()
-    deliveries.begin(4, decode_deliver(pika_frame.Method(4, Basic.Deliver("c", 1, False, "", "q")).marshal()[7:-1], 4))
+    deliveries.begin(4, decode_deliver(deliver_payload(4, 1), 4))
     with pytest.raises(FrameError, match="type 3 on channel 4 where the content header"):
         deliveries.content(3, 4, b"body")
     deliveries.content(2, 4, header_payload(pika.BasicProperties(), 4))
     with pytest.raises(FrameError, match="body frame on channel 4 past the body size"):
         deliveries.content(3, 4, b"12345")
-    with pytest.raises(FrameError, match="basic.deliver frame on channel 4 before the content"):
-        deliveries.begin(4, decode_deliver(pika_frame.Method(4, Basic.Deliver("c", 2, False, "", "q")).marshal()[7:-1], 4))
+    with pytest.raises(FrameError, match=r"basic\.deliver frame on channel 4 before the content"):
+        deliveries.begin(4, decode_deliver(deliver_payload(4, 2), 4))
 
 
 def test_a_delivery_without_body_is_whole_at_its_header():
@@ -208,3 +218,45 @@ def test_a_delivery_without_body_is_whole_at_its_header():
 def test_a_decimal_header_reads_as_pika_reads_it():
     payload = header_payload(pika.BasicProperties(headers={"d": decimal.Decimal("1.25")}))
     assert decode_content_header(payload, 1)[1].headers == {"d": decimal.Decimal("1.25")}
+
+
+@SETTINGS
+@given(props=properties())
+def test_our_encoding_of_properties_is_pikas(props):
+    fields = {name: getattr(props, name) for name in PROPERTY_NAMES}
+    assert b"".join(TypedProperties([], **fields).encode()) == b"".join(props.encode())
+
+
+typed_property = st.one_of(
+    st.tuples(st.just(PropertyType.BYTE), st.integers(-128, 127)),
+    st.tuples(st.just(PropertyType.SHORT), st.integers(-(2**15), 2**15 - 1)),
+    st.tuples(st.just(PropertyType.INT), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(PropertyType.LONG), st.integers(-(2**63), 2**63 - 1)),
+    st.tuples(st.just(PropertyType.DOUBLE), st.floats(allow_nan=False)),
+    st.tuples(st.just(PropertyType.BOOLEAN), st.booleans()),
+    st.tuples(st.just(PropertyType.STRING), st.text(max_size=20)))
+
+
+@SETTINGS
+@given(props=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True), typed_property,
+                             max_size=6),
+       body=st.binary(max_size=100))
+def test_typed_properties_come_back_through_our_reading(props, body):
+    message = BytesMessage(body)
+    for name, (ptype, value) in props.items():
+        message.set_typed_property(name, ptype, value)
+    message.message_id, message.timestamp = "ID:x:1", 1_700_000_000_123
+    properties, payload = to_amqp(message)
+    frames = delivery_frames(5, Basic.Deliver("c", 1, False, "", "q"), properties, payload, 4096)
+    _, read, got_body = ours(frames)
+    got = from_amqp(read, got_body, exchange="", routing_key="q", redelivered=False, fallback=Queue("q"))
+    assert list(got.typed_properties()) == list(message.typed_properties())
+    assert got.get_body() == body and got.message_id == "ID:x:1" and got.timestamp == 1_700_000_000_123
+
+
+def test_a_property_name_longer_than_a_short_string_is_refused_by_name():
+    message = BytesMessage(b"")
+    message.set_int_property("p" * 256, 1)
+    properties, _ = to_amqp(message)
+    with pytest.raises(JMSException, match=r"property name 'ppp.*longer than 255 bytes"):
+        properties.encode()

@@ -162,32 +162,79 @@ class TypedProperties(pika.BasicProperties):
         self.typed = typed
 
     def encode(self) -> list[bytes]:
-        if not self.typed:
-            return super().encode()
-        headers: Any = getattr(self, "headers")  # noqa: B009 (pika's attribute has no type)
-        self.headers = None
-        try:
-            pieces = super().encode()
-        finally:
-            self.headers = headers
-        flags = struct.unpack(">H", pieces[0])[0] | pika.BasicProperties.FLAG_HEADERS
-        rest = b"".join(pieces[1:])
-        at = sum(1 + len(v.encode()) for v in (self.content_type, self.content_encoding) if v is not None)
-        table: list[bytes] = []
-        for name, ptype, value in self.typed:
-            pika_data.encode_short_string(table, name)
-            kind = _KINDS.get(ptype)
-            if kind is not None:
-                table.append(kind[0] + struct.pack(kind[1], value))
-            elif ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
-                pika_data.encode_value(table, repr(value))  # pika reads 'f' and 'd' as integers
+        """The content header's property flags and fields, as pika encodes them, made here:
+        pika's generic field helpers were a sixth of a busy link's CPU."""
+        flags = 0
+        out: list[bytes] = [b""]
+        for bit, name, kind in _ENCODED:
+            value = getattr(self, name)
+            if value is None:
+                if name != "headers" or not self.typed:
+                    continue
+                value = {}
+            flags |= bit
+            if kind == 0:
+                _put_short(out, value, name)
+            elif kind == 1:
+                _put_table(out, self.typed if name == "headers" else [], value)
+            elif kind == 2:
+                out.append(_B(value))
             else:
-                pika_data.encode_value(table, value)  # string, boolean
-        for name, value in (headers or {}).items():
-            pika_data.encode_short_string(table, name)
-            pika_data.encode_value(table, value)
-        body = b"".join(table)
-        return [struct.pack(">H", flags), rest[:at], struct.pack(">I", len(body)), body, rest[at:]]
+                out.append(_Q(value))
+        out[0] = _H(flags)
+        return out
+
+
+_B = struct.Struct(">B").pack
+_H = struct.Struct(">H").pack
+_I = struct.Struct(">I").pack
+_Q = struct.Struct(">Q").pack
+_INT = struct.Struct(">ci").pack
+_LONG = struct.Struct(">cq").pack
+# BasicProperties in flag order: (flag bit, attribute, 0 short string 1 table 2 octet 3 u64)
+_ENCODED = tuple((1 << (15 - i), name, kind) for i, (name, kind) in enumerate((
+    ("content_type", 0), ("content_encoding", 0), ("headers", 1), ("delivery_mode", 2),
+    ("priority", 2), ("correlation_id", 0), ("reply_to", 0), ("expiration", 0), ("message_id", 0),
+    ("timestamp", 3), ("type", 0), ("user_id", 0), ("app_id", 0), ("cluster_id", 0))))
+
+
+def _put_short(out: list[bytes], value: Any, what: str) -> None:
+    raw = value.encode() if isinstance(value, str) else bytes(value)
+    if len(raw) > 255:
+        raise JMSException(f"{what} {value!r} is longer than 255 bytes (an AMQP short string)")
+    out.append(_B(len(raw)))
+    out.append(raw)
+
+
+def _put_table(out: list[bytes], typed: list[tuple[str, PropertyType, Any]], rest: dict[Any, Any]) -> None:
+    """A field table of the typed properties, then ``rest`` (values as pika encodes them)."""
+    table: list[bytes] = []
+    for name, ptype, value in typed:
+        _put_short(table, name, "property name")
+        kind = _KINDS.get(ptype)
+        if kind is not None:
+            table.append(kind[0] + struct.pack(kind[1], value))
+        elif ptype in (PropertyType.FLOAT, PropertyType.DOUBLE):
+            _put_value(table, repr(value))  # pika reads 'f' and 'd' as integers
+        else:
+            _put_value(table, value)  # string, boolean
+    for name, value in rest.items():
+        _put_short(table, name, "header name")
+        _put_value(table, value)
+    body = b"".join(table)
+    out.append(_I(len(body)))
+    out.append(body)
+
+
+def _put_value(out: list[bytes], value: Any) -> None:
+    if type(value) is str:
+        raw = value.encode()
+        out.append(b"S" + _I(len(raw)))
+        out.append(raw)
+    elif type(value) is int:
+        out.append(_INT(b"I", value) if -(2**31) <= value < 2**31 else _LONG(b"l", value))
+    else:
+        pika_data.encode_value(out, value)
 
 
 # --- messages -------------------------------------------------------------------------------------
@@ -372,8 +419,9 @@ class DeliveredProperties:
     __slots__ = PROPERTY_NAMES
 
     def __init__(self, values: list[Any]) -> None:
-        for name, value in zip(PROPERTY_NAMES, values, strict=True):
-            setattr(self, name, value)
+        (self.content_type, self.content_encoding, self.headers, self.delivery_mode, self.priority,
+         self.correlation_id, self.reply_to, self.expiration, self.message_id, self.timestamp,
+         self.type, self.user_id, self.app_id, self.cluster_id) = values
 
     def __repr__(self) -> str:
         return f"DeliveredProperties({', '.join(f'{n}={getattr(self, n)!r}' for n in PROPERTY_NAMES)})"
