@@ -8,7 +8,10 @@
 #
 # I/O (_SelectConnection): the frames made in one pass of the loop (a window of publishes,
 # acks) leave in one socket write, publishes are encoded here rather than by pika, and
-# reads take up to 256 KiB, parsed without copying the buffer per frame.
+# reads take up to 256 KiB, parsed without copying the buffer per frame. Deliveries
+# (basic.deliver, its content header and body frames) are read by wire.Deliveries, not
+# pika, and handed to the consumer as pika would; a malformed one closes the connection
+# with a FrameError naming the frame (the connection's loss, as any other).
 #
 # Producing: a non-transacted session's channel is in confirm mode (confirm.select). Every
 # publish gets the next delivery tag and a settle callback that the broker's basic.ack calls,
@@ -187,9 +190,16 @@ class _SelectConnection(pika.SelectConnection):
                 kind = buf[at]
                 channel = struct.unpack_from(">H", buf, at + 1)[0]
                 if deliveries.reading(channel) or (kind == FRAME_METHOD and buf[at + 7:at + 11] == DELIVER_ID):
-                    if buf[end - 1] != 0xCE:
-                        raise FrameError(f"frame of type {kind} on channel {channel} without its frame end")
-                    if self._take_delivery(kind, channel, buf[at + 7:end - 1]):
+                    try:
+                        if buf[end - 1] != 0xCE:
+                            raise FrameError(f"frame of type {kind} on channel {channel} without its frame end")
+                        taken = self._take_delivery(kind, channel, buf[at + 7:end - 1])
+                    except FrameError as exc:  # a protocol error: the connection cannot go on
+                        log.error("the AMQP broker at %s:%s sent a %s", self.params.host, self.params.port, exc)
+                        self._frame_buffer = b""
+                        self._terminate_stream(exc)
+                        return
+                    if taken:
                         self.bytes_received += end - at
                         at = end
                         self.frames_received += 1
