@@ -19,6 +19,11 @@
 # with JMSTimestamp's milliseconds and x-jms-types) are never properties. Map, Stream,
 # Object and body-less messages travel as our codec's bytes (content type CODEC_TYPE), so
 # they come back whole from any queue; other AMQP clients see opaque bytes.
+#
+# Frames: TypedProperties.encode() makes the content header's properties; decode_deliver,
+# decode_content_header and Deliveries read basic.deliver, its content header and body
+# frames (what pika's decoder would give, every length checked against its frame; a
+# malformed frame is a FrameError naming it).
 """AMQP provider URLs, destinations and deliveries <-> JMS messages (sans-IO)."""
 
 from __future__ import annotations
