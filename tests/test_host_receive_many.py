@@ -172,6 +172,28 @@ def test_delivery_counts_are_recorded_for_a_restart(tmp_path):
     again.close()
 
 
+def test_a_batch_records_its_delivery_counts_in_one_store_call(tmp_path, monkeypatch):
+    """The store's lock is taken once for a batch's delivery counts, not once a message
+    (what the restart test above checks survives; a STOMP subscriber's persistent take)."""
+    host = open_host(tmp_path, True)
+    client = host.connect(P)
+    consumer = host.subscribe(P, client, Q)
+    for i in range(10):
+        msg = text(i)
+        msg.delivery_mode = 2  # persistent
+        host.send(P, client, msg, Q)
+    store = host.broker.store
+    calls: list[object] = []
+    monkeypatch.setattr(store, "mark_delivered", lambda *args: calls.append(("one", args)))
+    record = store.mark_delivered_all
+    monkeypatch.setattr(store, "mark_delivered_all",
+                        lambda marks, wake=False: (calls.append(("all", list(marks))), record(marks, wake)))
+    got = host.receive_many(P, consumer, 64, 0)
+    assert len(got) == 10
+    assert calls == [("all", [(d.seq, 1) for d in got])]  # type: ignore[attr-defined]
+    host.close()
+
+
 def test_nothing_is_lost_or_doubled_when_the_consumer_closes_between_batches(tmp_path):
     host = open_host(tmp_path, False)
     client = host.connect(P)

@@ -670,3 +670,49 @@ def test_property_accessors_work_on_every_kind(kind):
         m.set_int("p", 9)
         assert m.get_int_property("p") == 5 and m.get_int("p") == 9
         assert not m.item_exists("s")
+
+
+# --- set_string_property's fast path against _set ---------------------------------------------
+
+class Text(str):
+    """A str subclass: not the plain str the fast path takes."""
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.sampled_from(["ts", "app_id", "JMSXGroupID", "JMSBad", "1bad", "", "sp ace", "new_name_x"]),
+       st.sampled_from(["v", "", "\udc80", Text("t"), 5, None, b"b"]),
+       st.booleans(), st.booleans())
+def test_set_string_property_fast_path_acts_as_set(name, value, seen, read_only):
+    """A name checked before and a plain str go straight into the properties; whatever
+    the name, value, and read-only state, the outcome (properties, or the error) is the
+    one _set gives."""
+    if seen and property_name_problem(name) is None:
+        Message().set_string_property(name, "seed")  # now a checked name
+
+    def run(setter: str) -> tuple[object, ...]:
+        m = Message()
+        m.set_string_property("other", "o")
+        m._props_ro = read_only
+        try:
+            if setter == "fast":
+                m.set_string_property(name, value)
+            else:
+                m._set(name, PropertyType.STRING, value)
+        except (MessageFormatException, MessageNotWriteableException) as exc:
+            return ("refused", type(exc), str(exc))
+        return ("set", [(k, t, v, type(v)) for k, (t, v) in m._props.items()])
+
+    assert run("fast") == run("general")
+
+
+def test_set_string_property_of_a_checked_name_skips_set(monkeypatch):
+    """The per-message case (a converter stamping the same names on every message) does
+    no name or value check again."""
+    Message().set_string_property("fast_path_name", "seed")
+    calls = []
+    monkeypatch.setattr(Message, "_set", lambda self, *args: calls.append(args))
+    m = Message()
+    m.set_string_property("fast_path_name", "v")
+    assert calls == [] and m.get_string_property("fast_path_name") == "v"
+    m.set_string_property("fast_path_name", Text("t"))  # not a plain str: the checks
+    assert len(calls) == 1

@@ -75,3 +75,22 @@ def test_the_renderer_writes_what_the_general_way_writes(message, subscription, 
                                                             decode_names), version))
     assert outcome(lambda: renderer.render(message, ack, delivery_count)) == general
     assert outcome(lambda: renderer.render(message, ack, delivery_count)) == general  # destinations cached
+
+
+def test_a_property_name_is_escaped_once_per_subscription():
+    """A subscriber renders the same few property names on every message: the renderer
+    escapes a name (and decodes an encoded one) once, then writes the cached header line;
+    the values are escaped per message."""
+    renderer = MessageRenderer("1", Destinations(lambda topic: TemporaryQueue("new")), None, V12, True)
+    escaped: list[str] = []
+    escape = renderer._escape
+    assert escape is not None
+    renderer._escape = lambda text: escaped.append(text) or escape(text)
+    frames = []
+    for value in ("v:1", "v:2"):
+        message = BytesMessage(b"x")
+        message.destination = Queue("q")
+        message.set_string_property(header_to_property("x:id"), value)
+        frames.append(renderer.render(message))
+    assert escaped.count("x:id") == 1 and "v:1" in escaped and "v:2" in escaped
+    assert b"\nx\\cid:v\\c2\n" in frames[1]

@@ -4,12 +4,13 @@ flow control, conversion, and the bad-input cases of the issue."""
 
 from __future__ import annotations
 
+import threading
 from typing import ClassVar
 
 import pytest
 
 from bridgemgr.jms import AckMode, BytesMessage, DeliveryMode, MapMessage, Queue, TextMessage, Topic
-from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, LimitBehavior
 from bridgemgr.stompbridge.frames import ERROR, RECEIPT, Limits
 from bridgemgr.stompbridge.session import SessionConfig, State
 from bridgemgr.transform import MessageTransformer
@@ -751,3 +752,34 @@ def test_no_message_is_written_after_disconnect(tmp_path):
         d.close()
     finally:
         broker.close()
+
+
+class Counting(MessageTransformer):
+    """Test transformer: counts the SENDs it converts (inbound), passes every message on."""
+
+    inbound: ClassVar[int] = 0
+
+    def transform(self, message, read_only, charset_name, source, target, properties):
+        if target == "SUN_MQ":
+            Counting.inbound += 1
+        return message
+
+
+def test_a_send_the_broker_holds_is_converted_once(drivers, jms, broker):
+    """A SEND held by a full FLOW_CONTROL queue is sent again once there is room: its
+    message as converted the first time (the transformer sees each SEND once), in order,
+    and its RECEIPT follows."""
+    broker.configure_destination(Queue("held"), DestinationLimits(max_num_msgs=1,
+                                                                 limit_behavior=LimitBehavior.FLOW_CONTROL))
+    Counting.inbound = 0
+    d = drivers(config=SessionConfig(transformer=Counting))
+    consumer = jms.create_consumer(Queue("held"))
+    taken: list[str] = []
+    room = threading.Timer(0.3, lambda: taken.append(consumer.receive(5).text))  # frees the room
+    room.start()
+    d.send("SEND", {"destination": "/queue/held"}, b"one")
+    frames = d.send("SEND", {"destination": "/queue/held", "receipt": "r2"}, b"two")  # held until then
+    room.join()
+    assert [f.headers.get("receipt-id") for f in frames if f.command == RECEIPT] == ["r2"]
+    assert taken == ["one"] and consumer.receive(5).text == "two"
+    assert Counting.inbound == 2

@@ -374,6 +374,11 @@ class Message:
         self._set(name, PropertyType.DOUBLE, value)
 
     def set_string_property(self, name: str, value: str) -> None:
+        # the usual call (a bridge's converter, per message): a name checked before and a
+        # plain str need none of _set's checks; anything else takes _set, which names a problem
+        if type(value) is str and name in _CHECKED_NAMES and not self._props_ro:
+            self._props[name] = (PropertyType.STRING, value)
+            return
         self._set(name, PropertyType.STRING, value)
 
     def set_object_property(self, name: str, value: bool | int | float | str) -> None:

@@ -49,6 +49,7 @@ from ..jms.message import (
     BytesMessage,
     DeliveryMode,
     Message,
+    PropertyType,
     TextMessage,
     java_string,
     property_name_problem,
@@ -369,8 +370,9 @@ class MessageRenderer:
 
     For STOMP 1.1 and 1.2 without a transformer it writes the frame's text directly: the
     subscription header is escaped once, the destination once per destination, the
-    numbers and true/false never (they hold nothing to escape), so only the message-id
-    and the properties are escaped per message. A frame it finds no encoding for (a
+    numbers and true/false never (they hold nothing to escape), a property's header line
+    once per name, so only the message-id and the property values are escaped per
+    message. A frame it finds no encoding for (a
     NUL, a carriage return in 1.1, an empty name) goes the general way, which refuses it
     by name; so does every other version, and a transformer's message."""
 
@@ -384,6 +386,7 @@ class MessageRenderer:
         self._escape = escaper(version) if version in (V11, V12) and transformer is None else None
         self._prefix = f"{MESSAGE}\nsubscription:{self._escape(subscription)}\ndestination:" if self._escape else ""
         self._destinations: dict[Destination, str] = {}  # escaped; not temporary ones (aliases)
+        self._lines: dict[str, tuple[str, str, bool]] = {}  # property name -> _line(name)
 
     def render(self, message: Message, ack: str | None = None, delivery_count: int = 1) -> bytes:
         """The MESSAGE frame's bytes. Raises NotDeliverable, TransformFailed, HeaderNotEncodable."""
@@ -416,20 +419,34 @@ class MessageRenderer:
         if ack is not None:
             parts += ("\nack:", esc(ack))
             names.add("ack")
+        lines = self._lines
         for name, ptype, value in message.typed_properties():
-            if name == CONTENT_TYPE_PROPERTY:
-                name, text = "content-type", value
-            else:
-                name = property_to_header(name) if self.decode_names else name
-                text = None
-            if name not in names:  # the first value of a name wins, as with setdefault
-                names.add(name)
-                parts += ("\n", esc(name), ":", esc(java_string(ptype, value) if text is None else text))
+            line = lines.get(name)
+            if line is None:
+                line = self._line(name)
+            header = line[0]
+            if header not in names:  # the first value of a name wins, as with setdefault
+                names.add(header)
+                parts += (line[1], esc(value if line[2] or ptype is PropertyType.STRING else java_string(ptype, value)))
         parts.append("\n\n")
         head = "".join(parts)
         if "\0" in head or "" in names or (self.version == V11 and "\r" in head):
             return self._general(message, ack, delivery_count)  # refuses it, naming the header
         return b"".join((head.encode("utf-8"), body, b"\0"))  # one copy of the body, not two
+
+    def _line(self, name: str) -> tuple[str, str, bool]:
+        """What property ``name`` is written as: its header, the header line's start (the
+        name escaped once per subscription, not per message) and whether its value is
+        written as it is (content-type's: not through java_string)."""
+        assert self._escape is not None
+        if name == CONTENT_TYPE_PROPERTY:
+            header, raw = "content-type", True
+        else:
+            header, raw = property_to_header(name) if self.decode_names else name, False
+        line = (header, f"\n{self._escape(header)}:", raw)
+        if len(self._lines) < 1000:
+            self._lines[name] = line
+        return line
 
     def _general(self, message: Message, ack: str | None, delivery_count: int) -> bytes:
         return encode_frame(to_message_frame(message, self.subscription, self.destinations, self.transformer, ack,

@@ -24,7 +24,8 @@
 #
 # Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
 # memory state: ProducerFlowControl) becomes a pending call that waits, without a
-# thread, for the broker's "try again" (PendingCall.wait), then sends the frame again.
+# thread, for the broker's "try again" (PendingCall.wait), then sends the frame's message
+# again (the frame is converted once: a transformer sees each SEND once).
 # Frame processing (and the server's reading: TCP back-pressure) pauses meanwhile, so
 # the client's later frames and its RECEIPT wait; the client's silence then is ours, not
 # a heart-beat failure.
@@ -57,6 +58,7 @@ from ..jms.destination import Destination
 from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
 from ..jms.hostbroker import Transaction
+from ..jms.message import Message
 from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
 from .convert import (
@@ -206,10 +208,12 @@ def _wait_blocking(on_room: Callable[[Callable[[], None]], None]) -> None:
 
 
 class Held:
-    """A handler's answer when the broker holds the producer: send again after ``wait``."""
+    """A handler's answer when the broker holds the producer: ``retry`` after ``wait``
+    (the send again, of what the frame was converted to: not converted twice)."""
 
-    def __init__(self, wait: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(self, wait: Callable[[Callable[[], None]], None], retry: Callable[[], Any]) -> None:
         self.wait = wait
+        self.retry = retry
 
 
 class Blocking:
@@ -377,9 +381,9 @@ class StompSession:
             self._call = PendingCall(result.fn, lambda ticket: self._confirm(frame, ticket, next_state), frame)
             return
         if isinstance(result, Held):
+            retry = result.retry
             self._call = PendingCall(partial(_wait_blocking, result.wait),
-                                     lambda _: self._confirm(frame, HANDLERS[frame.command](self, frame), next_state),
-                                     frame, result.wait)
+                                     lambda _: self._confirm(frame, retry(), next_state), frame, result.wait)
             return
         receipt = frame.headers.get("receipt")
         if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
@@ -471,13 +475,20 @@ class StompSession:
             log.warning("STOMP session %s: dropping SEND headers that are no JMS property names "
                         "(%s; imq.bridge.stomp.invalidHeaderNames=drop; logged once per connection)",
                         self.session_id, ", ".join(repr(n[:80]) for n in list(inbound.invalid)[:5]))
+        return self._send(frame, work, inbound.message, inbound.destination)
+
+    def _send(self, frame: Frame, work: Transaction | None, message: Message, destination: Destination
+              ) -> int | Held | None:
+        """Send a SEND's message (again, when the broker held it: ``frame`` is converted
+        once, so a transformer sees each SEND once)."""
+        assert self.host is not None
         try:
             if work is not None:
-                self.host.send_in(work, inbound.message, inbound.destination)
+                self.host.send_in(work, message, destination)
                 return None
-            ticket = self.host.send(inbound.message, inbound.destination)
+            ticket = self.host.send(message, destination)
         except ProducerFlowControl as held:
-            return Held(held.on_room)
+            return Held(held.on_room, partial(self._send, frame, work, message, destination))
         except JMSException as exc:
             raise LocalProtocolError("send failed", f"SEND to {frame.get('destination')}: {exc}") from exc
         if ticket is not None:

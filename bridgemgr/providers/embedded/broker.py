@@ -957,17 +957,23 @@ class Broker:
                     return []
                 if consumer.connection.started:
                     now = now_ms()
-                    env = self._take_next(consumer, mq, now, ack_now)
-                    if env is not None:
-                        envs = [env]
-                        size = env.message.body_size() if max_bytes else 0
-                        while len(envs) < limit and not (max_bytes and size >= max_bytes):
-                            env = self._take_next(consumer, mq, now, ack_now)
+                    marks: list[tuple[int, int]] = []  # recorded in one store call, not one each
+                    try:
+                        env = self._take_next(consumer, mq, now, ack_now, marks)
+                        envs = [] if env is None else [env]
+                        size = env.message.body_size() if max_bytes and env is not None else 0
+                        while envs and len(envs) < limit and not (max_bytes and size >= max_bytes):
+                            env = self._take_next(consumer, mq, now, ack_now, marks)
                             if env is None:
                                 break
                             envs.append(env)
                             if max_bytes:
                                 size += env.message.body_size()
+                    finally:
+                        if marks:
+                            assert self.store is not None  # stored envelopes: there is a store
+                            self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
+                    if envs:
                         if consumer.selector is None:  # (pacing) one that takes any message
                             mq.last_take = time.monotonic()
                             if mq.pace_waiters and len(mq) <= PACE_LOW:
@@ -989,10 +995,12 @@ class Broker:
                 except ValueError:
                     pass
 
-    def _take_next(self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool) -> Envelope | None:
+    def _take_next(self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool,
+                   marks: list[tuple[int, int]]) -> Envelope | None:
         """The next envelope of ``mq`` for ``consumer``, counted as delivered (and
-        acknowledged with ``ack_now``, else its count recorded so a crash still reports
-        it redelivered); None when none is ready (under the lock)."""
+        acknowledged with ``ack_now``, else, when stored, its (seq, count) added to
+        ``marks`` for the caller to record before it hands the envelope out, so a crash
+        still reports it redelivered); None when none is ready (under the lock)."""
         while True:
             env = mq.take(consumer.selector, now, self._expire, consumer)
             if env is None:
@@ -1003,8 +1011,7 @@ class Broker:
             if ack_now:
                 self._ack((env,))
             elif env.stored:
-                assert self.store is not None  # a stored envelope: there is a store
-                self.store.mark_delivered(env.seq, env.dcount, bool(mq.limits.backout_threshold))
+                marks.append((env.seq, env.dcount))
             return env
 
     def acknowledge(self, envs: Iterable[Envelope]) -> None:

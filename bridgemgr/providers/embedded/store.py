@@ -600,12 +600,19 @@ class Store:
     def mark_delivered(self, seq: int, dcount: int, wake: bool = False) -> None:
         """Record a message's delivery count, with the next batch; ``wake``: have the
         writer write it now (a destination that counts backouts: so a crash loses none)."""
+        self.mark_delivered_all(((seq, dcount),), wake)
+
+    def mark_delivered_all(self, marks: Iterable[tuple[int, int]], wake: bool = False) -> None:
+        """mark_delivered for each (seq, delivery count) of a batch taken together, under
+        one taking of the lock."""
         with self.lock:
-            pending = self._inserts.get(seq)
-            if pending is not None:
-                pending[1] = dcount
-            else:
-                self._updates[seq] = dcount
+            inserts, updates = self._inserts, self._updates
+            for seq, dcount in marks:
+                pending = inserts.get(seq)
+                if pending is not None:
+                    pending[1] = dcount
+                else:
+                    updates[seq] = dcount
             if wake:
                 self._changed()
 
