@@ -6,17 +6,19 @@ One real ActiveMQ (as tests/real/servers.py starts it, disk sync as shipped), N 
 1 KiB messages preloaded per loop, and three loops over the Java client alone (JPype, no
 bridge), interleaved --rounds times (the machine is shared: compare within a round):
 
-- convert: the transacted link's unit with transaction batch 1 on the local-transaction
-  path: receive on a transacted session, our message model and back (to_python, to_java),
-  send, commit (the one round trip: BEGIN, the send and the acknowledgement go out
-  without waiting);
+- convert: a transacted unit with transaction batch 1 on the local-transaction path as
+  the link ran it before it resent delivered messages: receive on a transacted session,
+  our message model and back (to_python, to_java), send, commit (the one round trip:
+  BEGIN, the send and the acknowledgement go out without waiting);
+- resend: the link's unit now: to our model (the link's steps read it), then the
+  received Java message itself is sent (the Java provider's resend, client.py);
 - pass: the same unit sending the received Java message itself, no conversion: the floor
   of a one-acknowledgement-one-send transaction from Python;
 - sync: ActiveMQ's jmsBridgeConnector's cycle: AUTO_ACKNOWLEDGE receive and a synchronous
   persistent send (its acknowledgement goes out without waiting).
 
 Per loop: µs per unit spent in each part (receive, convert, send, commit) and msg/s. The
-bridge's own per-unit cost is providers.py's XA batch-1 row minus the convert loop.
+bridge's own per-unit cost is providers.py's XA batch-1 row minus the resend loop.
 """
 
 from __future__ import annotations
@@ -41,7 +43,7 @@ from bridgemgr.providers.java.convert import to_java, to_python  # noqa: E402
 
 PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 PERSISTENT, DEFAULT_PRIORITY = 2, 4
-LOOPS = ("convert", "pass", "sync")
+LOOPS = ("convert", "resend", "pass", "sync")
 
 
 def preload(factory: Any, queue: str, n: int) -> None:
@@ -70,7 +72,9 @@ def unit_loop(factory: Any, jconn: Any, loop: str, src: str, dst: str, n: int) -
             t0 = clock()
             jmsg = consumer.receive(5000)
             t1 = clock()
-            if loop == "convert":
+            if loop == "resend":
+                to_python(jmsg, flavor)
+            elif loop == "convert":
                 jmsg = to_java(to_python(jmsg, flavor), session, flavor, lambda dest: None)
             t2 = clock()
             producer.send(jmsg, PERSISTENT, DEFAULT_PRIORITY, 0)
@@ -108,10 +112,9 @@ def main() -> None:
                         src, dst = f"{loop}{r}.src", f"{loop}{r}.dst"
                         preload(factory, src, args.messages)
                         row[loop] = unit_loop(factory, jconn, loop, src, dst, args.messages)
-                    row["ratio_convert_to_sync"] = round(
-                        row["convert"]["msg_per_s"] / row["sync"]["msg_per_s"], 3)
-                    row["ratio_pass_to_sync"] = round(
-                        row["pass"]["msg_per_s"] / row["sync"]["msg_per_s"], 3)
+                    for loop in LOOPS[:-1]:
+                        row[f"ratio_{loop}_to_sync"] = round(
+                            row[loop]["msg_per_s"] / row["sync"]["msg_per_s"], 3)
                     out["rounds"].append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
             finally:

@@ -6,7 +6,12 @@
 # Messages cross in convert.py at the edges: send() builds a Java message with the
 # sending session and copies the headers the provider set (id, timestamp, expiration)
 # back onto ours; a delivery becomes our read-only message whose acknowledge() acknowledges
-# the Java one. Session.acknowledge() (ours; JMS 1.1 has it only on messages) acknowledges
+# the Java one. A session sending the message it delivered last, unchanged, where to_java()
+# would rebuild the Java message as it is (a text or bytes body, every property carried,
+# none provider-set), sends the Java message itself (JMS lets a producer send a message
+# it received; the provider sets the send's headers): the local-transaction link's unit
+# (consumer and producer on one session) skips the conversion back.
+# Session.acknowledge() (ours; JMS 1.1 has it only on messages) acknowledges
 # through the last message delivered (CLIENT_ACKNOWLEDGE covers everything delivered by the
 # session), or every delivered one under INDIVIDUAL_ACKNOWLEDGE.
 #
