@@ -486,6 +486,11 @@ class Message:
     def is_read_only(self) -> bool:
         return self._props_ro
 
+    @property
+    def is_body_read_only(self) -> bool:
+        """The body is as received (clear_body() makes it writable)."""
+        return self._body_ro
+
     def copy(self) -> Self:
         """An independent copy with the same headers, properties and body, writable."""
         clone = type(self).__new__(type(self))

@@ -239,11 +239,20 @@ def to_java_destination(dest: Destination, jsession: Any, flavor: Flavor) -> Any
 
 def to_python(jmsg: Any, flavor: Flavor) -> Message:
     """Our read-only copy of a received Java message (its ack hook acknowledges the Java one)."""
+    return to_python_checked(jmsg, flavor)[0]
+
+
+def to_python_checked(jmsg: Any, flavor: Flavor) -> tuple[Message, bool]:
+    """to_python(), and whether to_java() of the result would give back the Java message's
+    body and properties as they are (a text or bytes message of which nothing was
+    dropped or left to the provider): then the Java message itself may be sent instead."""
+    whole = True
     if isinstance(jmsg, flavor.TextMessage):
         msg: Message = TextMessage(_s(jmsg.getText()))
     elif isinstance(jmsg, flavor.BytesMessage):
         msg = BytesMessage(_read_bytes_body(jmsg))
     elif isinstance(jmsg, flavor.MapMessage):
+        whole = False
         msg = MapMessage()
         for name in jmsg.getMapNames():
             entry = typed(jmsg.getObject(name))
@@ -252,27 +261,33 @@ def to_python(jmsg: Any, flavor: Flavor) -> Message:
             else:
                 msg.set_typed(str(name), *entry)
     elif isinstance(jmsg, flavor.StreamMessage):
+        whole = False
         msg = StreamMessage()
         for entry in _read_stream_body(jmsg, flavor):
             msg.write_typed(*entry)
     elif isinstance(jmsg, flavor.ObjectMessage):
+        whole = False
         msg = ObjectMessage(read_serialized(jmsg))
     else:
+        whole = False
         msg = Message()
     copy_headers_from_java(jmsg, msg, flavor)
     for name in jmsg.getPropertyNames():
         name = str(name)
         if name == "JMSXDeliveryCount":
             continue
+        if name in PROVIDER_SET:
+            whole = False  # kept here, not sent again by to_java()
         entry = typed(jmsg.getObjectProperty(name))
         problem = property_name_problem(name)
         if entry is None or problem or entry[0] in (PropertyType.CHAR, PropertyType.BYTES):
             log.warning("property %s of message %s cannot be carried (%s); dropped", name,
                         msg.message_id, problem or "not a JMS property type")
+            whole = False
             continue
         msg.set_typed_property(name, *entry)
     msg.set_read_only()
-    return msg
+    return msg, whole
 
 
 def copy_headers_from_java(jmsg: Any, msg: Message, flavor: Flavor) -> None:
