@@ -6,12 +6,14 @@
 # waiting call and wakes every receive with TransportException, and goes to the exception
 # listener: the bridge link reconnects, and the broker redelivers what was not acked.
 #
-# I/O (_SelectConnection): the frames made in one pass of the loop (a window of publishes,
-# acks) leave in one socket write, publishes are encoded here rather than by pika, and
-# reads take up to 256 KiB, parsed without copying the buffer per frame. Deliveries
-# (basic.deliver, its content header and body frames) are read by wire.Deliveries, not
-# pika, and handed to the consumer as pika would; a malformed one closes the connection
-# with a FrameError naming the frame (the connection's loss, as any other).
+# I/O (_SelectConnection): the frames made while a read or a drain of handed-over calls
+# runs (a window of publishes, acks) leave in one socket write at its end, sent at once
+# where the socket takes them, not on the loop's next pass; publishes are encoded here
+# rather than by pika, and reads take up to 256 KiB, parsed without copying the buffer
+# per frame. Deliveries (basic.deliver, its content header and body frames) are read by
+# wire.Deliveries, not pika, and handed to the consumer as pika would; a malformed one
+# closes the connection with a FrameError naming the frame (the connection's loss, as
+# any other).
 #
 # Producing: a non-transacted session's channel is in confirm mode (confirm.select). Every
 # publish gets the next delivery tag and a settle callback that the broker's basic.ack calls,
@@ -43,6 +45,7 @@ import copy
 import itertools
 import logging
 import queue
+import socket
 import struct
 import threading
 import time
@@ -56,6 +59,7 @@ from typing import Any
 
 import pika
 import pika.exceptions
+from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 from pika.frame import decode_frame
 from pika.spec import Basic
 
@@ -127,10 +131,12 @@ _FRAME_END = b"\xce"
 
 class _SelectConnection(pika.SelectConnection):
     """pika's SelectConnection with the I/O a busy link needs. pika writes each frame
-    alone (three socket writes per message) and reads 4 KiB at a time, copying the rest
-    of its buffer after every frame it takes. Here the frames made in one pass of the
-    loop go out in one write (the pass's publishes and acks; the flush runs at the end
-    of the pass) and reads take up to RECV_BYTES, parsed in place."""
+    alone (three socket writes per message), sends only when the next pass of the loop
+    finds the socket writable, reads 4 KiB at a time, and copies the rest of its buffer
+    after every frame it takes. Here the frames made while a read or a drain of handed-over
+    calls runs (corked) leave in one write at its end, sent at once when the socket takes
+    them (the rest waits in pika's transport as before); reads take up to RECV_BYTES,
+    parsed in place."""
 
     _corked: list[bytes] | None = None
     _deliveries: Deliveries
@@ -145,12 +151,35 @@ class _SelectConnection(pika.SelectConnection):
         super()._proto_connection_made(transport)
 
     def _output_marshaled_frames(self, marshaled_frames: Any) -> None:
-        if self._corked is None:
-            self._corked = []
-            self.ioloop.call_later(0, self._uncork)
-        self._corked.extend(marshaled_frames)
         self.frames_sent += len(marshaled_frames)
         self.bytes_sent += sum(len(f) for f in marshaled_frames)
+        if self._corked is not None:
+            self._corked.extend(marshaled_frames)
+        else:
+            self._write(b"".join(marshaled_frames))
+
+    def corked(self, run: Callable[[], None]) -> None:
+        """``run()`` with the frames it makes held, then written in one go."""
+        if self._corked is not None:
+            run()
+            return
+        self._corked = []
+        try:
+            run()
+        finally:
+            frames, self._corked = self._corked, None
+            if frames:
+                self._write(b"".join(frames))
+
+    def _write(self, data: bytes) -> None:
+        transport = self._transport
+        if transport is None:
+            return
+        if type(transport) is _AsyncPlaintextTransport and not transport.get_write_buffer_size():
+            data = send_now(transport._sock, data)
+            if not data:
+                return
+        self._adapter_emit_data(data)
 
     def publish_frames(self, channel: int, exchange: str, key: str, properties: Any, body: bytes,
                        mandatory: bool) -> None:
@@ -170,12 +199,10 @@ class _SelectConnection(pika.SelectConnection):
             frames += (struct.pack(">BHI", 3, channel, len(chunk)), chunk, _FRAME_END)
         self._output_marshaled_frames([b"".join(frames)])
 
-    def _uncork(self) -> None:
-        frames, self._corked = self._corked, None
-        if frames and self._transport is not None:
-            self._adapter_emit_data(b"".join(frames))
-
     def _on_data_available(self, data_in: bytes) -> None:
+        self.corked(lambda: self._take_frames(data_in))
+
+    def _take_frames(self, data_in: bytes) -> None:
         held: bytes = self._frame_buffer  # type: ignore[has-type]
         buf = held + data_in if held else data_in
         at, size = 0, len(buf)
@@ -241,6 +268,16 @@ class _SelectConnection(pika.SelectConnection):
             return True
         consumer(ch, deliver, done[1], done[2])
         return True
+
+
+def send_now(sock: socket.socket, data: bytes) -> bytes:
+    """Send what a non-blocking socket takes of ``data`` now; the rest (all of it when
+    the socket fails: the transport then meets the error and closes the connection)."""
+    try:
+        sent = sock.send(data)
+    except OSError:  # EAGAIN, EINTR, or the connection failed
+        return data
+    return data[sent:]
 
 
 # A send's outcome: None when the broker confirmed it, else why it failed.
@@ -359,7 +396,7 @@ class AmqpConnection(Connection):
             if self._drain_scheduled:
                 return
             self._drain_scheduled = True
-        self._pika.ioloop.add_callback_threadsafe(self._drain)
+        self._pika.ioloop.add_callback_threadsafe(lambda: self._pika.corked(self._drain))
 
     def _drain(self) -> None:
         while True:
@@ -592,8 +629,9 @@ class AmqpSession(Session):
         so confirms complete in delivery-tag order."""
         method = frame.method
         nack = isinstance(method, Basic.Nack)
-        tags = ([t for t in self._unconfirmed if t <= method.delivery_tag] if method.multiple
-                else [method.delivery_tag])
+        upto = method.delivery_tag
+        tags = (list(itertools.takewhile(lambda t: t <= upto, self._unconfirmed)) if method.multiple
+                else [upto])  # the tags are in ascending order
         for tag in tags:
             entry = self._unconfirmed.get(tag)
             if entry is None or tag in self._answered:
