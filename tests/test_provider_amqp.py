@@ -4,6 +4,8 @@ header and back. The provider against a real RabbitMQ: tests/real/test_amqp_rabb
 
 from __future__ import annotations
 
+import socket
+
 import pika
 import pytest
 
@@ -12,6 +14,7 @@ from bridgemgr.jms.destination import Queue, TemporaryQueue, Topic
 from bridgemgr.jms.errors import NamingException, TransportException
 from bridgemgr.jms.message import BytesMessage, DeliveryMode, MapMessage, PropertyType, TextMessage
 from bridgemgr.providers.amqp import AmqpConnectionFactory, from_amqp, parse_url, route, to_amqp
+from bridgemgr.providers.amqp.client import send_now
 
 ENV = {"java.naming.factory.initial": "imq.amqp",
        "java.naming.provider.url": "amqp://bridge:s3cret@127.0.0.1:5672/%2F?prefetch=50&heartbeat=20"}
@@ -97,3 +100,20 @@ def test_bodies_map_to_content_types():
     assert properties.content_type == "application/json"
     back = through_pika(json)
     assert isinstance(back, TextMessage) and back.get_string_property("JMS_AMQP_CONTENT_TYPE") == "application/json"
+
+
+def test_send_now_gives_back_what_the_socket_did_not_take():
+    """A write the socket takes in part leaves the rest (for pika's transport); a failed
+    socket leaves all of it (the transport then meets the error)."""
+    ours, peer = socket.socketpair()
+    try:
+        ours.setblocking(False)
+        data = bytes(range(256)) * 40_000  # 10 MB: more than the socket buffers hold
+        rest = send_now(ours, data)
+        taken = len(data) - len(rest)
+        assert 0 < taken < len(data) and rest == data[taken:]
+        assert send_now(ours, rest) == rest  # full: EAGAIN, nothing taken
+        peer.close()
+        assert send_now(ours, b"abc") == b"abc"  # EPIPE
+    finally:
+        ours.close()

@@ -290,16 +290,25 @@ def test_pipelined_confirms_complete_in_order_each_for_its_message(rabbitmq, con
 
 
 class SocketCalls:
-    """Counts pika's socket sends and receives (the transport's only ways to the socket)."""
+    """Counts socket sends (pika's transport's and the connection's own, send_now) and
+    receives (the transport's)."""
 
     def __init__(self, monkeypatch):
         from pika.adapters.utils import io_services_utils as io
+
+        from bridgemgr.providers.amqp import client
         self.sends, self.recvs = 0, 0
         send, recv = io._AsyncTransportBase._sigint_safe_send, io._AsyncTransportBase._sigint_safe_recv
+        send_now = client.send_now
 
         def counted_send(sock, data):
             self.sends += 1
             return send(sock, data)
+
+        def counted_send_now(sock, data):
+            self.sends += 1
+            return send_now(sock, data)
+        monkeypatch.setattr(client, "send_now", counted_send_now)
 
         def counted_recv(sock, max_bytes):
             self.recvs += 1
@@ -325,6 +334,38 @@ def test_a_window_of_publishes_leaves_in_a_few_socket_writes(rabbitmq, conn, mon
     session = conn.create_session()
     consumer = session.create_consumer(q)
     assert sum(consumer.receive(5) is not None for _ in range(301)) == 301
+
+
+def test_frames_leave_without_waiting_for_the_next_pass_of_the_loop(rabbitmq, conn, monkeypatch):
+    """A command's frames are written where they are made, when the socket takes them:
+    pika's transport would only buffer them and send on the loop's next pass (a wake-up
+    per write)."""
+    calls = SocketCalls(monkeypatch)
+    session = conn.create_session()
+    answered = threading.Event()
+    sent_at_once: list[int] = []
+
+    def qos() -> None:  # on the I/O thread, outside a read or a drain
+        before = calls.sends
+        session.channel.pika.basic_qos(prefetch_count=7, callback=lambda _f: answered.set())
+        sent_at_once.append(calls.sends - before)
+    conn._pika.ioloop.add_callback_threadsafe(qos)
+    assert answered.wait(5)
+    assert sent_at_once == [1]
+
+
+def test_a_message_larger_than_the_socket_takes_at_once_arrives_whole(conn):
+    """A write the socket takes in part leaves the rest to pika's transport, in order."""
+    q = qname("large")
+    body = bytes(range(256)) * (16 * 1024)  # 4 MiB: far more than a socket buffer
+    producer = conn.create_session().create_producer(q)
+    for i in range(3):
+        message = BytesMessage(body[i:] + body[:i])
+        producer.send(message)
+    consumer = conn.create_session().create_consumer(q)
+    for i in range(3):
+        got = consumer.receive(10)
+        assert got is not None and got.get_body() == body[i:] + body[:i]
 
 
 def test_deliveries_are_read_in_large_chunks(rabbitmq, conn, monkeypatch):
