@@ -34,27 +34,14 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "real"))
 
+from providers import preload  # noqa: E402  (this folder's; it hides benchmarks/stomp.py)
 from servers import ActiveMQ  # noqa: E402
 
 from bridgemgr.jms import naming  # noqa: E402
-from bridgemgr.jms.destination import Queue  # noqa: E402
-from bridgemgr.jms.message import BytesMessage  # noqa: E402
 from bridgemgr.providers.java.convert import to_java, to_python  # noqa: E402
 
-PAYLOAD = bytes(range(256)) * 4  # 1 KiB
 PERSISTENT, DEFAULT_PRIORITY = 2, 4
 LOOPS = ("convert", "resend", "pass", "sync")
-
-
-def preload(factory: Any, queue: str, n: int) -> None:
-    with factory.create_connection() as conn:
-        session = conn.create_session(True)
-        producer = session.create_producer(Queue(queue))
-        for i in range(n):
-            producer.send(BytesMessage(PAYLOAD))
-            if i % 1000 == 999:
-                session.commit()
-        session.commit()
 
 
 def unit_loop(factory: Any, jconn: Any, loop: str, src: str, dst: str, n: int) -> dict[str, Any]:

@@ -470,14 +470,19 @@ def decode_deliver(payload: bytes, channel: int) -> Deliver:
     return Deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key)
 
 
-def _table(buf: bytes, at: int, limit: int) -> tuple[dict[Any, Any], int]:
-    """An AMQP field table at ``at`` (its 4-byte size first)."""
+def _sized(buf: bytes, at: int, limit: int) -> tuple[int, int]:
+    """(start, end) of a field with a 4-byte size first at ``at``, inside ``limit``."""
     if at + 4 > limit:
         raise _Short
     end = at + 4 + _U32(buf, at)[0]
     if end > limit:
         raise _Short
-    at += 4
+    return at + 4, end
+
+
+def _table(buf: bytes, at: int, limit: int) -> tuple[dict[Any, Any], int]:
+    """An AMQP field table at ``at`` (its 4-byte size first)."""
+    at, end = _sized(buf, at, limit)
     table = {}
     while at < end:
         key, at = _short_string(buf, at, end)
@@ -491,12 +496,8 @@ def _value(buf: bytes, at: int, limit: int) -> tuple[Any, int]:
     kind = buf[at]
     at += 1
     if kind == 83 or kind == 120:  # S long string, x byte array
-        if at + 4 > limit:
-            raise _Short
-        end = at + 4 + _U32(buf, at)[0]
-        if end > limit:
-            raise _Short
-        raw = buf[at + 4:end]
+        at, end = _sized(buf, at, limit)
+        raw = buf[at:end]
         if kind == 83:
             try:
                 return raw.decode(), end
@@ -515,12 +516,7 @@ def _value(buf: bytes, at: int, limit: int) -> tuple[Any, int]:
     if kind == 70:  # F table
         return _table(buf, at, limit)
     if kind == 65:  # A array
-        if at + 4 > limit:
-            raise _Short
-        end = at + 4 + _U32(buf, at)[0]
-        if end > limit:
-            raise _Short
-        at += 4
+        at, end = _sized(buf, at, limit)
         items = []
         while at < end:
             item, at = _value(buf, at, end)
