@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from bridgemgr.jms import message as message_module
 from bridgemgr.jms.destination import Queue
 from bridgemgr.jms.errors import (
     MessageEOFException,
@@ -708,6 +709,7 @@ def test_set_string_property_fast_path_acts_as_set(name, value, seen, read_only)
 def test_set_string_property_of_a_checked_name_skips_set(monkeypatch):
     """The per-message case (a converter stamping the same names on every message) does
     no name or value check again."""
+    monkeypatch.setattr(message_module, "_CHECKED_NAMES", set())  # others may have filled it
     Message().set_string_property("fast_path_name", "seed")
     calls = []
     monkeypatch.setattr(Message, "_set", lambda self, *args: calls.append(args))

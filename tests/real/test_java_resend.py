@@ -155,3 +155,29 @@ def test_what_the_conversion_would_change_still_converts(cf, conversions):
     got = received(cf, f"some.{run}.dst", 4)
     assert got[0].correlation_id == "set by the bridge"
     assert got[3].get_body() == b"new body"
+
+
+def test_a_redelivered_message_resent_arrives_as_a_first_delivery(cf, conversions):
+    """A unit rolled back and taken again: its message, now redelivered, is sent to the
+    target as a new message, as the converting path sends it (not redelivered, delivered
+    once), whichever way it went."""
+    run = uuid.uuid4().hex[:8]
+    for way in ("resend", "convert"):
+        preload(cf, f"{way}.{run}.src", [TextMessage(f"{way} once rolled back")])
+    conversions.clear()
+    for way in ("resend", "convert"):
+        with cf.create_connection() as conn:
+            conn.start()
+            session = conn.create_session(True, AckMode.SESSION_TRANSACTED)
+            consumer = session.create_consumer(Queue(f"{way}.{run}.src"))
+            producer = session.create_producer(Queue(f"{way}.{run}.dst"))
+            producer.send(consumer.receive(5))
+            session.rollback()
+            again = consumer.receive(5)
+            assert again.redelivered and again.delivery_count == 2
+            producer.send(again.copy() if way == "convert" else again)
+            session.commit()
+    assert len(conversions) == 1  # the convert way's copy: the redelivered message was resent
+    resent, converted = received(cf, f"resend.{run}.dst", 1)[0], received(cf, f"convert.{run}.dst", 1)[0]
+    assert (converted.redelivered, converted.delivery_count) == (False, 1)
+    assert (resent.redelivered, resent.delivery_count) == (False, 1)
