@@ -178,11 +178,11 @@ class TypedProperties(pika.BasicProperties):
                     continue
                 value = {}
             flags |= bit
-            if kind == 0:
+            if kind == _SHORT_STRING:
                 _put_short(out, value, name)
-            elif kind == 1:
+            elif kind == _TABLE:
                 _put_table(out, self.typed if name == "headers" else [], value)
-            elif kind == 2:
+            elif kind == _OCTET:
                 out.append(_B(value))
             else:
                 out.append(_Q(value))
@@ -196,11 +196,14 @@ _I = struct.Struct(">I").pack
 _Q = struct.Struct(">Q").pack
 _INT = struct.Struct(">ci").pack
 _LONG = struct.Struct(">cq").pack
-# BasicProperties in flag order: (flag bit, attribute, 0 short string 1 table 2 octet 3 u64)
+# BasicProperties in flag order (bit 15 first): (flag bit, attribute, kind); kinds:
+_SHORT_STRING, _TABLE, _OCTET, _U64_FIELD = 0, 1, 2, 3
 _ENCODED = tuple((1 << (15 - i), name, kind) for i, (name, kind) in enumerate((
-    ("content_type", 0), ("content_encoding", 0), ("headers", 1), ("delivery_mode", 2),
-    ("priority", 2), ("correlation_id", 0), ("reply_to", 0), ("expiration", 0), ("message_id", 0),
-    ("timestamp", 3), ("type", 0), ("user_id", 0), ("app_id", 0), ("cluster_id", 0))))
+    ("content_type", _SHORT_STRING), ("content_encoding", _SHORT_STRING), ("headers", _TABLE),
+    ("delivery_mode", _OCTET), ("priority", _OCTET), ("correlation_id", _SHORT_STRING),
+    ("reply_to", _SHORT_STRING), ("expiration", _SHORT_STRING), ("message_id", _SHORT_STRING),
+    ("timestamp", _U64_FIELD), ("type", _SHORT_STRING), ("user_id", _SHORT_STRING),
+    ("app_id", _SHORT_STRING), ("cluster_id", _SHORT_STRING))))
 
 
 def _put_short(out: list[bytes], value: Any, what: str) -> None:
@@ -412,9 +415,7 @@ class Deliver:
         self.routing_key = routing_key
 
 
-PROPERTY_NAMES = ("content_type", "content_encoding", "headers", "delivery_mode", "priority",
-                  "correlation_id", "reply_to", "expiration", "message_id", "timestamp", "type",
-                  "user_id", "app_id", "cluster_id")
+PROPERTY_NAMES = tuple(name for _, name, _ in _ENCODED)
 
 
 class DeliveredProperties:
@@ -532,10 +533,6 @@ def _value(buf: bytes, at: int, limit: int) -> tuple[Any, int]:
     return pika_data.decode_value(buf, at - 1)
 
 
-# Property flags (bit 15 first), in PROPERTY_NAMES order, and how each is read.
-_FLAG_BITS = tuple(1 << (15 - i) for i in range(14))
-
-
 def decode_content_header(payload: bytes, channel: int) -> tuple[int, DeliveredProperties]:
     """A content header frame payload of class basic: (body size, properties)."""
     limit = len(payload)
@@ -547,21 +544,21 @@ def decode_content_header(payload: bytes, channel: int) -> tuple[int, DeliveredP
             raise _Short
         at = 14
         values: list[Any] = [None] * 14
-        for i, bit in enumerate(_FLAG_BITS):
+        for i, (bit, _name, kind) in enumerate(_ENCODED):
             if not flags & bit:
                 continue
-            if i == 2:
-                values[2], at = _table(payload, at, limit)
-            elif i in (3, 4):
+            if kind == _SHORT_STRING:
+                values[i], at = _short_string(payload, at, limit)
+            elif kind == _TABLE:
+                values[i], at = _table(payload, at, limit)
+            elif kind == _OCTET:
                 if at >= limit:
                     raise _Short
                 values[i], at = payload[at], at + 1
-            elif i == 9:
+            else:
                 if at + 8 > limit:
                     raise _Short
-                values[9], at = _U64(payload, at)[0], at + 8
-            else:
-                values[i], at = _short_string(payload, at, limit)
+                values[i], at = _U64(payload, at)[0], at + 8
     except (_Short, FrameError, ValueError, OverflowError, OSError, struct.error) as exc:
         why = f": {exc}" if str(exc) else ""
         raise FrameError(f"malformed content header frame on channel {channel} ({limit} bytes{why}: "
