@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from bridgemgr.accesscontrol import AccessControl, AccessControls
-from bridgemgr.jms import DeliveryMode, Queue, TextMessage
+from bridgemgr.jms import DeliveryMode, Queue, TextMessage, Topic
 from bridgemgr.jms.hostbroker import Principal
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, LimitBehavior
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
@@ -221,3 +221,21 @@ def test_a_run_into_a_remove_oldest_queue_leaves_no_removed_row_behind(tmp_path)
         assert drain(broker, "ro") == ["m3", "m4"]
     finally:
         broker.close()
+
+
+def test_a_run_to_several_destinations_routes_each_send_to_its_own(broker):
+    """A run's sends to one queue share its lookup; a send to another queue, a topic
+    (its subscribers' selectors decide per message) or back again routes as alone."""
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    session = conn.create_session()
+    reds = session.create_consumer(Topic("t"), "colour = 'red'")
+    d = Driver(broker)
+    d.connect()
+    d.feed(sends(send("a", "a1"), send("a", "a2"), send("b", "b1"), ("SEND", {"destination": "/topic/t",
+               "colour": "blue"}, b"blue"), ("SEND", {"destination": "/topic/t", "colour": "red"}, b"red"),
+                 send("a", "a3", receipt="r")))
+    assert reds.receive(1).text == "red" and reds.receive(0.1) is None
+    conn.close()
+    assert drain(broker, "a") == ["a1", "a2", "a3"] and drain(broker, "b") == ["b1"]
+    d.close()

@@ -925,13 +925,19 @@ class Broker:
                 return None, 0, IllegalStateException("the broker is closed")
             rows: list[_Row] = []
             ticket = None
+            last: Destination | None = None  # a queue's targets serve the sends after to it
+            targets: list[MessageQueue] = []
+            limited = False
             for i, (message, dest) in enumerate(sends):
                 try:
-                    targets = self._targets(dest, sender, message)
+                    if dest is not last or dest.is_topic or dest.is_temporary:
+                        targets = self._targets(dest, sender, message)
+                        last = dest
+                        limited = any(not mq.limits.unlimited for mq in targets)
                     if pace and not dest.is_topic:
                         self._pace(targets)
                     self._throttle(sender)
-                    if rows and not all(mq.limits.unlimited for mq in targets):
+                    if rows and limited:
                         ticket = self._record(rows)
                     envs = self._route(message, targets, None, lazy=True)
                     self._admit(envs)
