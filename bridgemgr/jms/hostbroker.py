@@ -9,7 +9,8 @@
 #     an ACK names single deliveries, a transaction spans subscriptions, any thread may
 #     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
 #     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
-#     was sent or committed is durable.
+#     was sent or committed is durable; send_many sends a run of messages (a STOMP read's
+#     SENDs) as send() would each, in one step where the implementation can.
 # Destination admin (counts; limits as DestinationAttributes; purge; browse) and where the store is are
 # part of it too: front ends and the CLI name no type of the implementation.
 # Every data-path call names the Principal it is made for, so authorization is checked

@@ -22,6 +22,15 @@
 # writer is far behind the senders (host store_behind), a frame's ticket pauses
 # processing receipt or not, so a flood waits on the disk instead of filling memory.
 #
+# SEND runs: the SENDs of a read outside a transaction are parsed and converted in a row
+# and handed to the broker together (HostBroker.send_many: one broker lock, one store
+# call for up to SEND_RUN of them), each as alone: authorized per SEND, a run ending
+# after a frame that asks for a receipt (the receipt waits for the run's ticket) and
+# before any other frame; a frame that does not convert or parse, or a send the broker
+# refuses, gets its ERROR after the sends before it; a held send waits (below) with the
+# run's later frames queued, converted, behind it. A receipt-less run's ticket pauses
+# processing while the store is behind, as one SEND's did.
+#
 # Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
 # memory state: ProducerFlowControl) becomes a pending call that waits, without a
 # thread, for the broker's "try again" (PendingCall.wait), then sends the frame's message

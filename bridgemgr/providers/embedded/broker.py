@@ -7,7 +7,9 @@ the same lock (a STOMP subscriber a batch per hold: receive_many) and either
 acknowledge them at once (AUTO/DUPS_OK) or hold them in their
 session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
 messages on durable queues get a row in the :class:`Store`; a transaction's sends and
-acks go to the store in one batch, so they land together or not at all.
+acks go to the store in one batch, so they land together or not at all. A run of a
+front end's sends (``send_many``: a STOMP read's SENDs) is routed under one taking of the
+lock, each send as alone, and its rows recorded in one store call.
 
 XA branches are :class:`Work` with an Xid and a state (ACTIVE, IDLE, PREPARED,
 ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepared
