@@ -12,7 +12,8 @@ import pytest
 
 from bridgemgr.accesscontrol import AccessControl, AccessControls
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage, Topic
-from bridgemgr.jms.hostbroker import Principal
+from bridgemgr.jms.errors import ProducerFlowControl
+from bridgemgr.jms.hostbroker import HostBroker, Principal
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, LimitBehavior
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.stompbridge.frames import ERROR, RECEIPT, Frame, encode_frame
@@ -239,3 +240,28 @@ def test_a_run_to_several_destinations_routes_each_send_to_its_own(broker):
     conn.close()
     assert drain(broker, "a") == ["a1", "a2", "a3"] and drain(broker, "b") == ["b1"]
     d.close()
+
+
+@pytest.mark.parametrize("one_by_one", [False, True], ids=["embedded", "interface default"])
+def test_send_many_stops_at_the_first_refused_send(broker, one_by_one):
+    """Both the embedded send_many and the interface's default (send() each): the sends
+    before a refused one go, it and those after it do not, and its error comes back."""
+    broker.configure_destination(Queue("fc"), DestinationLimits(max_num_msgs=2,
+                                                               limit_behavior=LimitBehavior.FLOW_CONTROL))
+
+    class PerSend(EmbeddedHostBroker):
+        send_many = HostBroker.send_many
+
+    host = (PerSend if one_by_one else EmbeddedHostBroker)(broker)
+    principal = Principal("admin")
+    client = host.connect(principal)
+    run = []
+    for i in range(4):
+        m = TextMessage(f"m{i}")
+        m.delivery_mode = DeliveryMode.PERSISTENT
+        run.append((m, Queue("fc")))
+    ticket, sent, refused = host.send_many(principal, client, run)
+    assert sent == 2 and isinstance(refused, ProducerFlowControl) and ticket is not None
+    host.wait_durable(principal, ticket)
+    host.disconnect(principal, client)
+    assert drain(broker, "fc") == ["m0", "m1"]
