@@ -9,7 +9,8 @@
 #     an ACK names single deliveries, a transaction spans subscriptions, any thread may
 #     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
 #     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
-#     was sent or committed is durable.
+#     was sent or committed is durable; send_many sends a run of messages (a STOMP read's
+#     SENDs) as send() would each, in one step where the implementation can.
 # Destination admin (counts; limits as DestinationAttributes; purge; browse) and where the store is are
 # part of it too: front ends and the CLI name no type of the implementation.
 # Every data-path call names the Principal it is made for, so authorization is checked
@@ -27,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from .destination import Destination
+from .errors import JMSException
 from .message import Message
 from .spi import XAConnectionFactory
 
@@ -186,6 +188,23 @@ class HostBroker(ABC):
         wait on before confirming a send outside a transaction. ProducerFlowControl: the
         producer must wait (a full FLOW_CONTROL destination, the broker's memory state);
         nothing was sent: send again once its ``on_room`` callback has run."""
+
+    def send_many(self, principal: Principal, client: Client,
+                  sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
+        """send() of each (message, destination) outside a transaction, in order, stopping
+        at the first one refused: (the ticket covering those sent; how many were sent; why
+        the next was refused, ProducerFlowControl among the reasons: it and those after
+        it were not sent; None when all were). An implementation sends them together
+        where that is cheaper (one lock, one store call: a STOMP read's SEND frames)."""
+        ticket: Ticket = None
+        for i, (message, destination) in enumerate(sends):
+            try:
+                sent = self.send(principal, client, message, destination)
+            except JMSException as exc:
+                return ticket, i, exc
+            if sent is not None:
+                ticket = sent
+        return ticket, len(sends), None
 
     @abstractmethod
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],

@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..jms.destination import Destination
+from ..jms.errors import JMSException
 from ..jms.hostbroker import (
     Consumer,
     Delivery,
@@ -66,6 +67,11 @@ class HostConnection:
     def send(self, message: Message, destination: Destination) -> Ticket:
         """Route now; returns the store ticket to wait on before confirming, or None."""
         return self.broker.send(self.principal, self.client, message, destination)
+
+    def send_many(self, sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
+        """Route a run of sends together (HostBroker.send_many): the ticket covering those
+        sent, how many were, and why the next was refused (None: none was)."""
+        return self.broker.send_many(self.principal, self.client, sends)
 
     def send_in(self, tx: Transaction, message: Message, destination: Destination) -> None:
         """Send as part of ``tx`` (a STOMP transaction): routed at commit."""

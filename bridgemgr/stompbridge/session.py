@@ -22,6 +22,15 @@
 # writer is far behind the senders (host store_behind), a frame's ticket pauses
 # processing receipt or not, so a flood waits on the disk instead of filling memory.
 #
+# SEND runs: the SENDs of a read outside a transaction are parsed and converted in a row
+# and handed to the broker together (HostBroker.send_many: one broker lock, one store
+# call for up to SEND_RUN of them), each as alone: authorized per SEND, a run ending
+# after a frame that asks for a receipt (the receipt waits for the run's ticket) and
+# before any other frame; a frame that does not convert or parse, or a send the broker
+# refuses, gets its ERROR after the sends before it; a held send waits (below) with the
+# run's later frames queued, converted, behind it. A receipt-less run's ticket pauses
+# processing while the store is behind, as one SEND's did.
+#
 # Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
 # memory state: ProducerFlowControl) becomes a pending call that waits, without a
 # thread, for the broker's "try again" (PendingCall.wait), then sends the frame's message
@@ -127,6 +136,7 @@ REQUIRED = {CONNECT: ("login", "passcode"), STOMP: ("login", "passcode"),
 ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_ID_PREFIX = "/subscription-to/"
 SUPPORTED = ",".join(VERSIONS)
+SEND_RUN = 64  # SENDs of a read sent in one broker call at most (the broker's lock held that long)
 
 
 @dataclass(frozen=True)
@@ -207,6 +217,16 @@ def _wait_blocking(on_room: Callable[[Callable[[], None]], None]) -> None:
     ready.wait()
 
 
+@dataclass(slots=True)
+class Queued:
+    """A SEND waiting in _process's run: converted, or the error converting it gave."""
+
+    frame: Frame
+    message: Message | None
+    destination: Destination | None
+    error: LocalProtocolError | None = None
+
+
 class Held:
     """A handler's answer when the broker holds the producer: ``retry`` after ``wait``
     (the send again, of what the frame was converted to: not converted twice)."""
@@ -247,6 +267,7 @@ class StompSession:
         self._call: PendingCall | None = None
         self._running: PendingCall | None = None
         self._tx: tuple[str, Transaction] | None = None  # (transaction id, the host broker's)
+        self._queued: list[Queued] = []  # SENDs parsed and converted, to send together (_process)
         self._last_ticket: int | None = None
         self._ack_numbers = itertools.count(1)
         self._inbound_transformer: MessageTransformer | None = None
@@ -336,22 +357,101 @@ class StompSession:
 
     # --- processing ---------------------------------------------------------------------
     def _process(self) -> None:
+        """Handle the buffered frames in order; a run of SENDs (outside a transaction) is
+        queued converted and sent together (_send_queued), before any other frame, at a
+        receipt, at SEND_RUN frames and when the buffer holds no whole frame more."""
+        if self._queued:  # what a held send left of its run goes first
+            self._send_queued()
         pos = 0
-        buffer, limits = self._buffer, self.config.limits
+        buffer, limits, queued = self._buffer, self.config.limits, self._queued
         try:
             while self._call is None and self._running is None and self.state in _READING:
-                frame, pos = parse_frame(buffer, pos, self.version, limits)
+                start = pos
+                try:
+                    frame, pos = parse_frame(buffer, pos, self.version, limits)
+                except LocalProtocolError:
+                    if queued:  # the SENDs before the bad frame go first; its ERROR after them
+                        self._send_queued()
+                        if self.waiting or self.closed:
+                            break
+                    raise
                 if frame is None:
                     break
+                headers = frame.headers
+                if frame.command == SEND and self.state is State.CONNECTED and "destination" in headers \
+                        and "transaction" not in headers:
+                    try:
+                        queued.append(Queued(frame, *self._convert(frame)))
+                    except LocalProtocolError as exc:
+                        queued.append(Queued(frame, None, None, exc))
+                    if len(queued) >= SEND_RUN or "receipt" in headers or queued[-1].error is not None:
+                        self._send_queued()
+                    continue
+                if queued:
+                    self._send_queued()
+                    if self.waiting or self.closed:  # held: this frame waits its turn
+                        pos = start
+                        break
                 try:
                     self._handle(frame)
                 except LocalProtocolError as exc:
                     self._fail(exc, frame)
+            if queued:
+                self._send_queued()
         except LocalProtocolError as exc:
             self._fail(exc)
         finally:
             if pos:
                 del self._buffer[:pos]
+
+    def _send_queued(self) -> None:
+        """Send the queued SENDs in runs, each in one broker call (HostBroker.send_many),
+        each frame as _handle would: a run ends at a frame that failed to convert (its
+        ERROR follows the sends before it) and after a frame that asks for a receipt (the
+        receipt waits for the run's ticket). A send the broker holds waits as a Held
+        call; those after it stay queued until it is sent. A receipt-less run's ticket
+        pauses processing while the store is behind, as one frame's does."""
+        queued, host = self._queued, self.host
+        assert host is not None
+        while queued and not self.waiting and self.state is State.CONNECTED:
+            head = queued[0]
+            if head.error is not None:
+                queued.clear()
+                self._fail(head.error, head.frame)
+                return
+            run: list[tuple[Message, Destination]] = []
+            for q in queued:
+                if q.error is not None:
+                    break
+                assert q.message is not None and q.destination is not None
+                run.append((q.message, q.destination))
+                if "receipt" in q.frame.headers:
+                    break
+            try:
+                ticket, sent, refused = host.send_many(run)
+            except JMSException as exc:  # the broker failed under the run (its store)
+                queued.clear()
+                self._fail(LocalProtocolError("send failed", f"SEND to {head.frame.get('destination')}: "
+                                              f"{exc}"), head.frame)
+                return
+            if ticket is not None:
+                self._last_ticket = ticket
+            last = queued[sent - 1].frame if sent else None
+            del queued[:sent]
+            if refused is None:
+                assert last is not None
+                if ticket is not None or "receipt" in last.headers:
+                    self._confirm(last, ticket, State.CONNECTED)
+                continue
+            q = queued.pop(0)
+            assert q.message is not None and q.destination is not None
+            if isinstance(refused, ProducerFlowControl):
+                self._confirm(q.frame, Held(refused.on_room, partial(self._send, q.frame, None, q.message,
+                                                                     q.destination)), State.CONNECTED)
+            else:
+                queued.clear()
+                self._fail(LocalProtocolError("send failed", f"SEND to {q.frame.get('destination')}: "
+                                              f"{refused}"), q.frame)
 
     def _handle(self, frame: Frame) -> None:
         next_state = TRANSITIONS.get(self.state, {}).get(frame.command)
@@ -420,6 +520,7 @@ class StompSession:
             return
         self.state = state
         self._call = None
+        self._queued.clear()
         for sub in list(self.subscriptions.values()):
             self._close_subscription(sub)
         host = self.host
@@ -464,9 +565,14 @@ class StompSession:
 
     # --- SEND and transactions ----------------------------------------------------------------
     def _on_send(self, frame: Frame) -> int | Held | None:
-        assert self.host is not None and self.destinations is not None
+        """A SEND in a transaction (or one _process did not queue: it fails here)."""
         tx = frame.headers.get("transaction")
         work = self._work(tx) if tx is not None else None
+        return self._send(frame, work, *self._convert(frame))
+
+    def _convert(self, frame: Frame) -> tuple[Message, Destination]:
+        """A SEND's message and destination (the transformer, if any, sees it now)."""
+        assert self.destinations is not None
         mode = self.config.invalid_header_names
         inbound = from_send(frame, self.destinations, self._inbound_transformer, mode)
         if inbound.invalid and mode == NAMES_DROP and self._inbound_transformer is None \
@@ -475,7 +581,7 @@ class StompSession:
             log.warning("STOMP session %s: dropping SEND headers that are no JMS property names "
                         "(%s; imq.bridge.stomp.invalidHeaderNames=drop; logged once per connection)",
                         self.session_id, ", ".join(repr(n[:80]) for n in list(inbound.invalid)[:5]))
-        return self._send(frame, work, inbound.message, inbound.destination)
+        return inbound.message, inbound.destination
 
     def _send(self, frame: Frame, work: Transaction | None, message: Message, destination: Destination
               ) -> int | Held | None:

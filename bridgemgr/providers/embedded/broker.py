@@ -7,7 +7,9 @@ the same lock (a STOMP subscriber a batch per hold: receive_many) and either
 acknowledge them at once (AUTO/DUPS_OK) or hold them in their
 session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
 messages on durable queues get a row in the :class:`Store`; a transaction's sends and
-acks go to the store in one batch, so they land together or not at all.
+acks go to the store in one batch, so they land together or not at all. A run of a
+front end's sends (``send_many``: a STOMP read's SENDs) is routed under one taking of the
+lock, each send as alone, and its rows recorded in one store call.
 
 XA branches are :class:`Work` with an Xid and a state (ACTIVE, IDLE, PREPARED,
 ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepared
@@ -74,7 +76,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, replace
 from enum import Enum
 from functools import partial
@@ -123,6 +125,7 @@ log = logging.getLogger(__name__)
 DMQ_NAME = "mq.sys.dmq"
 _DMQ_KEY = f"q:{DMQ_NAME}"
 WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
+_Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many: seq, qkey, blob, dcount
 _LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 Authenticator = Callable[[str | None, str | None], bool]
 
@@ -865,17 +868,17 @@ class Broker:
             self._unroute(envs)
             self.store.check_room()
 
-    def _commit_envelopes(self, envs: Iterable[Envelope]) -> int | None:
+    def _commit_envelopes(self, envs: Iterable[Envelope], rows: list[_Row] | None = None) -> int | None:
         """Make routed envelopes durable (recorded) and visible (under the lock); the store
-        ticket of the last one recorded, or None."""
-        store = self.store
-        ticket = None
+        ticket of the batch that holds them, or None when none is stored. Their rows go to
+        the store in one call (a push never reads the store; a take waits for the lock),
+        or, with ``rows``, are left there for the caller to record (send_many)."""
+        out: list[_Row] = [] if rows is None else rows
         for env in envs:
             mq = env.queue
             if mq.deleted:
                 continue
             if env.stored:
-                assert store is not None  # stored: there is a store
                 blob: bytes | Message | None = env.blob
                 if blob is None:  # routed lazily (_route)
                     if mq.beyond_window(env):  # paged out: read back encoded, so encoded now
@@ -884,9 +887,16 @@ class Broker:
                         env.size = len(blob)
                     else:
                         blob = env.message
-                ticket = store.add(env.seq, mq.key, blob)
+                out.append((env.seq, mq.key, blob, 0))
                 env.blob = None
             mq.push(env)
+        return self._record(out) if rows is None and out else None
+
+    def _record(self, rows: list[_Row]) -> int:
+        """Record routed rows in the store in one call; its ticket (rows is emptied)."""
+        assert self.store is not None  # a row is stored: there is a store
+        ticket = self.store.add_many(rows)
+        rows.clear()
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
@@ -904,6 +914,39 @@ class Broker:
             envs = self._route(message, targets, blob, lazy=True)
             self._admit(envs)
             return self._commit_envelopes(envs)
+
+    def send_many(self, sender: Any, sends: Sequence[tuple[Message, Destination]], pace: bool = False
+                  ) -> tuple[int | None, int, JMSException | None]:
+        """send() of each of ``sends`` in order under one taking of the lock, their rows
+        recorded in one store call, stopping at the first refused (ProducerFlowControl
+        among the refusals): (the store ticket of those sent, or None; how many were sent;
+        why the next was refused, None when none was). A send into a destination with
+        limits records the rows before it first (making room may remove one of them)."""
+        with self.lock:
+            if self.closed:
+                return None, 0, IllegalStateException("the broker is closed")
+            rows: list[_Row] = []
+            ticket = None
+            last: Destination | None = None  # a queue's targets serve the sends after to it
+            targets: list[MessageQueue] = []
+            limited = False
+            for i, (message, dest) in enumerate(sends):
+                try:
+                    if dest is not last or dest.is_topic or dest.is_temporary:
+                        targets = self._targets(dest, sender, message)
+                        last = dest
+                        limited = any(not mq.limits.unlimited for mq in targets)
+                    if pace and not dest.is_topic:
+                        self._pace(targets)
+                    self._throttle(sender)
+                    if rows and limited:
+                        ticket = self._record(rows)
+                    envs = self._route(message, targets, None, lazy=True)
+                    self._admit(envs)
+                except JMSException as exc:
+                    return (self._record(rows) if rows else ticket), i, exc
+                self._commit_envelopes(envs, rows)
+            return (self._record(rows) if rows else ticket), len(sends), None
 
     def wait_durable(self, ticket: int | None) -> None:
         if ticket is not None and self.store is not None:

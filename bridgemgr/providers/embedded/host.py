@@ -255,6 +255,24 @@ class EmbeddedHostBroker(HostBroker):
         ticket = self.broker.send(client, message, destination, pace=True)
         return ticket if self.broker.sends_wait else None
 
+    def send_many(self, principal: Principal, client: Client,
+                  sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
+        """Each send authorized and stamped (up to the first refused), then routed in one
+        Broker.send_many: one lock, one store call."""
+        session, checked = self._session(client), self.access is not None
+        allowed, refused = len(sends), None
+        for i, (message, destination) in enumerate(sends):
+            if checked:
+                try:
+                    self._authorize(principal, "produce", destination)
+                except JMSException as exc:
+                    allowed, refused = i, exc
+                    break
+            session.producing(destination)
+            self._stamp(message, destination)
+        ticket, sent, why = self.broker.send_many(client, sends[:allowed] if refused else sends, pace=True)
+        return (ticket if self.broker.sends_wait else None), sent, why or refused
+
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
                     transaction: Transaction | None = None) -> None:
         envs = cast(Sequence[Envelope], deliveries)

@@ -562,11 +562,20 @@ class Store:
         right after, without taking the lock again). ``blob`` may be the message itself,
         its headers checked (codec.check_headers): encoded when its batch is cut, so a
         row cancelled before is never encoded ("Lazy rows" above)."""
+        return self.add_many(((seq, qkey, blob, dcount),))
+
+    def add_many(self, rows: Iterable[tuple[int, str, bytes | Message, int]]) -> int:
+        """add() of each (seq, qkey, blob, dcount) under one taking of the lock (a run of
+        sends routed together); the ticket of the batch that will hold them all."""
         with self.lock:
             self._check()
-            self._inserts[seq] = [qkey, dcount, blob]
-            self._pending_bytes += _pending_size(blob)
-            self._pending_queues[qkey] = self._pending_queues.get(qkey, 0) + 1
+            inserts, queues = self._inserts, self._pending_queues
+            size = 0
+            for seq, qkey, blob, dcount in rows:
+                inserts[seq] = [qkey, dcount, blob]
+                size += _pending_size(blob)
+                queues[qkey] = queues.get(qkey, 0) + 1
+            self._pending_bytes += size
             if self._pending_bytes >= BEHIND // 2:
                 self._work.notify()  # ends a linger before senders must wait (behind)
             else:
