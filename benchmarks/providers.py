@@ -74,6 +74,7 @@ sys.path.insert(0, str(ROOT / "tests" / "real"))
 import pika  # noqa: E402
 from servers import ActiveMQ, RabbitMQ, missing_package  # noqa: E402
 
+from bridgemgr import gcpolicy  # noqa: E402
 from bridgemgr.jms import naming  # noqa: E402
 from bridgemgr.jms.destination import Queue  # noqa: E402
 from bridgemgr.jms.message import BytesMessage, MapMessage, TextMessage  # noqa: E402
@@ -337,6 +338,7 @@ def main() -> None:
                         help="imq.bridge.<name>.transaction.local of the XA rows (ActiveMQ)")
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
+    gcpolicy.tune()  # the links run here as `serve` runs them
     result: dict[str, Any] = {"messages": args.messages, "message_bytes": len(PAYLOAD)}
     with tempfile.TemporaryDirectory(prefix="imqbridge-bench-") as tmp:
         activemq = partial(bench_activemq, xa_local=args.xa_local == "true")

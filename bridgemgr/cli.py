@@ -219,9 +219,11 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
 
 def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
     """serve, once its log is open."""
+    from . import gcpolicy
     from .jms.errors import StoreError
     from .service import BridgeServiceManager, ServiceError
 
+    gcpolicy.tune()
     manager = BridgeServiceManager(props, read_properties=read_properties)
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any, Protocol
 
-from prometheus_client import CollectorRegistry, ProcessCollector, generate_latest
+from prometheus_client import CollectorRegistry, GCCollector, ProcessCollector, generate_latest
 from prometheus_client.core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -174,10 +174,12 @@ def _merged(families: list[Metric]) -> Iterator[Metric]:
 
 
 def registry(service: Service) -> CollectorRegistry:
-    """A registry with the service's collector and the process's (memory, CPU, files)."""
+    """A registry with the service's collector, the process's (memory, CPU, files) and
+    Python's garbage collector's (passes and objects collected per generation)."""
     reg = CollectorRegistry(auto_describe=False)
     reg.register(ServiceCollector(service))
     ProcessCollector(registry=reg)
+    GCCollector(registry=reg)
     return reg
 
 
