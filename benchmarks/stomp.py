@@ -257,6 +257,7 @@ def serve_bridge(directory: str, port: int) -> None:
     """Our bridge in this process until SIGTERM (the --serve-bridge role)."""
     import logging
 
+    from bridgemgr import gcpolicy
     from bridgemgr.netloop import NetLoop
     from bridgemgr.providers.embedded import Broker
     from bridgemgr.providers.embedded.host import EmbeddedHostBroker
@@ -264,6 +265,7 @@ def serve_bridge(directory: str, port: int) -> None:
     from bridgemgr.users import UserRepository
 
     logging.basicConfig(level=logging.INFO if os.environ.get("STOMP_BENCH_LOG") else logging.WARNING)
+    gcpolicy.tune()  # as `serve` does
     broker = Broker(Path(directory) / "store", sync=True)
     users = UserRepository(Path(directory) / "passwd")
     users.add("admin", "secret", "admin")
