@@ -241,7 +241,8 @@ BACKOUT_THRESHOLD = 5
 # benchmarks/providers.py (RabbitMQ -> RabbitMQ, 50,000 messages at 100 / 300 / 1000): a
 # window must cover what moves while the target's confirms wait for its disk (RabbitMQ's
 # ~25 ms at Shovel's ~10,000 msg/s: 250 at least); 100 ran at half of Shovel, 300 at
-# 5,300-5,700 msg/s and 1000 at 6,400-8,400 (1.02x and 1.05x Shovel in the same runs).
+# 5,300-5,700 msg/s and 1000 at 6,400-8,400 (a loaded machine). Later, quiet: 2000 and
+# 4000 added 5-10% for 1 KiB messages, not worth two to four times the memory held.
 # The price: a crash sends up to one window twice, and the source prefetches three.
 LINK_WINDOW = 1000
 
