@@ -23,6 +23,16 @@ from stomp_support import Driver
 from test_stomp_session import Counting
 
 
+def persistent_run(count: int, queue: str) -> list[tuple[TextMessage, Queue]]:
+    """A run for send_many: persistent texts m0, m1, ... to one queue."""
+    run = []
+    for i in range(count):
+        m = TextMessage(f"m{i}")
+        m.delivery_mode = DeliveryMode.PERSISTENT
+        run.append((m, Queue(queue)))
+    return run
+
+
 @pytest.fixture
 def broker(tmp_path):
     b = Broker(tmp_path / "store", sync=True)
@@ -81,12 +91,7 @@ def test_host_broker_send_many_routes_a_run_in_one_store_call(broker, monkeypatc
     principal = Principal("admin")
     client = host.connect(principal)
     calls = spy_store(broker, monkeypatch)
-    run = []
-    for i in range(5):
-        m = TextMessage(f"m{i}")
-        m.delivery_mode = DeliveryMode.PERSISTENT
-        run.append((m, Queue("h")))
-    ticket, sent, refused = host.send_many(principal, client, run)
+    ticket, sent, refused = host.send_many(principal, client, persistent_run(5, "h"))
     assert (sent, refused) == (5, None) and ticket is not None and calls == [5]
     host.wait_durable(principal, ticket)
     host.disconnect(principal, client)
@@ -255,12 +260,7 @@ def test_send_many_stops_at_the_first_refused_send(broker, one_by_one):
     host = (PerSend if one_by_one else EmbeddedHostBroker)(broker)
     principal = Principal("admin")
     client = host.connect(principal)
-    run = []
-    for i in range(4):
-        m = TextMessage(f"m{i}")
-        m.delivery_mode = DeliveryMode.PERSISTENT
-        run.append((m, Queue("fc")))
-    ticket, sent, refused = host.send_many(principal, client, run)
+    ticket, sent, refused = host.send_many(principal, client, persistent_run(4, "fc"))
     assert sent == 2 and isinstance(refused, ProducerFlowControl) and ticket is not None
     host.wait_durable(principal, ticket)
     host.disconnect(principal, client)
