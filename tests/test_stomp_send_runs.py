@@ -19,6 +19,7 @@ from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.stompbridge.frames import ERROR, RECEIPT, Frame, encode_frame
 from bridgemgr.stompbridge.host import HostConnection
 from bridgemgr.stompbridge.session import SessionConfig, State
+from jmsbridge_support import drain, texts
 from stomp_support import Driver
 from test_stomp_session import Counting
 
@@ -49,15 +50,9 @@ def send(queue: str, body: str, **headers: str) -> tuple[str, dict[str, str], by
     return ("SEND", {"destination": f"/queue/{queue}", "persistent": "true", **headers}, body.encode())
 
 
-def drain(broker: Broker, name: str) -> list[str]:
-    conn = EmbeddedConnectionFactory(broker).create_connection()
-    conn.start()
-    consumer = conn.create_session().create_consumer(Queue(name))
-    out = []
-    while (m := consumer.receive(0.2)) is not None:
-        out.append(m.text)
-    conn.close()
-    return out
+def arrived(broker: Broker, name: str) -> list[str]:
+    """The texts on queue ``name``, taken."""
+    return texts(drain(broker, name, 0.2))
 
 
 def spy_store(broker: Broker, monkeypatch: pytest.MonkeyPatch) -> list[int]:
@@ -82,7 +77,7 @@ def test_a_reads_sends_reach_the_store_in_one_call(broker, monkeypatch):
     frames = d.feed(sends(*(send("run", f"m{i}") for i in range(10)), send("run", "last", receipt="r")))
     assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == ["r"]
     assert calls == [11]
-    assert drain(broker, "run") == [f"m{i}" for i in range(10)] + ["last"]
+    assert arrived(broker, "run") == [f"m{i}" for i in range(10)] + ["last"]
     d.close()
 
 
@@ -95,7 +90,7 @@ def test_host_broker_send_many_routes_a_run_in_one_store_call(broker, monkeypatc
     assert (sent, refused) == (5, None) and ticket is not None and calls == [5]
     host.wait_durable(principal, ticket)
     host.disconnect(principal, client)
-    assert drain(broker, "h") == [f"m{i}" for i in range(5)]
+    assert arrived(broker, "h") == [f"m{i}" for i in range(5)]
 
 
 def test_receipts_of_a_run_come_in_order_each_after_its_frames_work(broker):
@@ -106,7 +101,7 @@ def test_receipts_of_a_run_come_in_order_each_after_its_frames_work(broker):
     assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == ["r1", "r2"]
     frames = d.feed(sends(("DISCONNECT", {"receipt": "bye"}, b"")))
     assert [f.headers["receipt-id"] for f in frames] == ["bye"]
-    assert drain(broker, "r") == ["a", "b", "c", "d", "e"]
+    assert arrived(broker, "r") == ["a", "b", "c", "d", "e"]
 
 
 @pytest.mark.parametrize("bad,message", [
@@ -127,7 +122,7 @@ def test_a_bad_frame_in_a_run_fails_after_the_sends_before_it(broker, bad, messa
     if message == "send failed":
         assert "/queue/full" in errors[0].body.decode()
     assert d.session.state is State.ERROR
-    assert drain(broker, "q") == ["one", "two"]
+    assert arrived(broker, "q") == ["one", "two"]
 
 
 def test_a_frame_that_does_not_parse_fails_after_the_sends_before_it(broker):
@@ -135,7 +130,7 @@ def test_a_frame_that_does_not_parse_fails_after_the_sends_before_it(broker):
     d.connect()
     frames = d.feed(sends(send("p", "one"), send("p", "two")) + b"SEND\ndestination:/queue/p\ncontent-length:x\n\n\0")
     assert [f.command for f in frames] == [ERROR]
-    assert drain(broker, "p") == ["one", "two"]
+    assert arrived(broker, "p") == ["one", "two"]
 
 
 def test_each_send_of_a_run_is_authorized(broker, tmp_path):
@@ -156,7 +151,7 @@ def test_each_send_of_a_run_is_authorized(broker, tmp_path):
     errors = [f for f in frames if f.command == ERROR]
     assert [e.headers["message"] for e in errors] == ["send failed"]
     assert "/queue/secret" in errors[0].body.decode()
-    assert drain(broker, "open") == ["one"] and drain(broker, "secret") == []
+    assert arrived(broker, "open") == ["one"] and arrived(broker, "secret") == []
 
 
 def test_a_transaction_in_a_run(broker):
@@ -166,7 +161,7 @@ def test_a_transaction_in_a_run(broker):
                           send("t", "in tx", transaction="tx"), send("t", "b"),
                           ("COMMIT", {"transaction": "tx", "receipt": "c"}, b""), send("t", "c", receipt="r")))
     assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == ["c", "r"]
-    assert drain(broker, "t") == ["a", "b", "in tx", "c"]
+    assert arrived(broker, "t") == ["a", "b", "in tx", "c"]
     d.close()
 
 
@@ -224,7 +219,7 @@ def test_a_run_into_a_remove_oldest_queue_leaves_no_removed_row_behind(tmp_path)
     broker.close()
     broker = Broker(tmp_path / "store", sync=True)
     try:
-        assert drain(broker, "ro") == ["m3", "m4"]
+        assert arrived(broker, "ro") == ["m3", "m4"]
     finally:
         broker.close()
 
@@ -243,7 +238,7 @@ def test_a_run_to_several_destinations_routes_each_send_to_its_own(broker):
                  send("a", "a3", receipt="r")))
     assert reds.receive(1).text == "red" and reds.receive(0.1) is None
     conn.close()
-    assert drain(broker, "a") == ["a1", "a2", "a3"] and drain(broker, "b") == ["b1"]
+    assert arrived(broker, "a") == ["a1", "a2", "a3"] and arrived(broker, "b") == ["b1"]
     d.close()
 
 
@@ -264,4 +259,4 @@ def test_send_many_stops_at_the_first_refused_send(broker, one_by_one):
     assert sent == 2 and isinstance(refused, ProducerFlowControl) and ticket is not None
     host.wait_durable(principal, ticket)
     host.disconnect(principal, client)
-    assert drain(broker, "fc") == ["m0", "m1"]
+    assert arrived(broker, "fc") == ["m0", "m1"]
