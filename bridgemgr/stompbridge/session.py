@@ -217,6 +217,11 @@ def _wait_blocking(on_room: Callable[[Callable[[], None]], None]) -> None:
     ready.wait()
 
 
+def _send_failed(frame: Frame, why: JMSException) -> LocalProtocolError:
+    """The ERROR for a SEND the broker refused (other than holding it)."""
+    return LocalProtocolError("send failed", f"SEND to {frame.get('destination')}: {why}")
+
+
 @dataclass(slots=True)
 class Queued:
     """A SEND waiting in _process's run: converted, or the error converting it gave."""
@@ -431,8 +436,7 @@ class StompSession:
                 ticket, sent, refused = host.send_many(run)
             except JMSException as exc:  # the broker failed under the run (its store)
                 queued.clear()
-                self._fail(LocalProtocolError("send failed", f"SEND to {head.frame.get('destination')}: "
-                                              f"{exc}"), head.frame)
+                self._fail(_send_failed(head.frame, exc), head.frame)
                 return
             if ticket is not None:
                 self._last_ticket = ticket
@@ -450,8 +454,7 @@ class StompSession:
                                                                      q.destination)), State.CONNECTED)
             else:
                 queued.clear()
-                self._fail(LocalProtocolError("send failed", f"SEND to {q.frame.get('destination')}: "
-                                              f"{refused}"), q.frame)
+                self._fail(_send_failed(q.frame, refused), q.frame)
 
     def _handle(self, frame: Frame) -> None:
         next_state = TRANSITIONS.get(self.state, {}).get(frame.command)
@@ -596,7 +599,7 @@ class StompSession:
         except ProducerFlowControl as held:
             return Held(held.on_room, partial(self._send, frame, work, message, destination))
         except JMSException as exc:
-            raise LocalProtocolError("send failed", f"SEND to {frame.get('destination')}: {exc}") from exc
+            raise _send_failed(frame, exc) from exc
         if ticket is not None:
             self._last_ticket = ticket
         return ticket
