@@ -115,7 +115,7 @@ from .queues import (
     SystemUsage,
 )
 from .reserve import Reservations
-from .store import Database, Recovered, Store
+from .store import Database, Recovered, Row, Store
 from .swap import Swap
 
 PERSISTENT = int(DeliveryMode.PERSISTENT)
@@ -125,7 +125,6 @@ log = logging.getLogger(__name__)
 DMQ_NAME = "mq.sys.dmq"
 _DMQ_KEY = f"q:{DMQ_NAME}"
 WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
-_Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many: seq, qkey, blob, dcount
 _LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 Authenticator = Callable[[str | None, str | None], bool]
 
@@ -868,12 +867,12 @@ class Broker:
             self._unroute(envs)
             self.store.check_room()
 
-    def _commit_envelopes(self, envs: Iterable[Envelope], rows: list[_Row] | None = None) -> int | None:
+    def _commit_envelopes(self, envs: Iterable[Envelope], rows: list[Row] | None = None) -> int | None:
         """Make routed envelopes durable (recorded) and visible (under the lock); the store
         ticket of the batch that holds them, or None when none is stored. Their rows go to
         the store in one call (a push never reads the store; a take waits for the lock),
         or, with ``rows``, are left there for the caller to record (send_many)."""
-        out: list[_Row] = [] if rows is None else rows
+        out: list[Row] = [] if rows is None else rows
         for env in envs:
             mq = env.queue
             if mq.deleted:
@@ -892,7 +891,7 @@ class Broker:
             mq.push(env)
         return self._record(out) if rows is None and out else None
 
-    def _record(self, rows: list[_Row]) -> int:
+    def _record(self, rows: list[Row]) -> int:
         """Record routed rows in the store in one call; its ticket (rows is emptied)."""
         assert self.store is not None  # a row is stored: there is a store
         ticket = self.store.add_many(rows)
@@ -907,13 +906,19 @@ class Broker:
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
-            targets = self._targets(dest, sender, message)
-            if pace and not dest.is_topic:
-                self._pace(targets)
-            self._throttle(sender)
-            envs = self._route(message, targets, blob, lazy=True)
-            self._admit(envs)
+            envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace)
             return self._commit_envelopes(envs)
+
+    def _admit_send(self, sender: Any, message: Message, dest: Destination, targets: list[MessageQueue],
+                    blob: bytes | None, pace: bool) -> list[Envelope]:
+        """One send's envelopes, routed (lazily) to ``targets`` and admitted, not yet
+        committed: the producer paced and throttled first (under the lock)."""
+        if pace and not dest.is_topic:
+            self._pace(targets)
+        self._throttle(sender)
+        envs = self._route(message, targets, blob, lazy=True)
+        self._admit(envs)
+        return envs
 
     def send_many(self, sender: Any, sends: Sequence[tuple[Message, Destination]], pace: bool = False
                   ) -> tuple[int | None, int, JMSException | None]:
@@ -925,7 +930,7 @@ class Broker:
         with self.lock:
             if self.closed:
                 return None, 0, IllegalStateException("the broker is closed")
-            rows: list[_Row] = []
+            rows: list[Row] = []
             ticket = None
             last: Destination | None = None  # a queue's targets serve the sends after to it
             targets: list[MessageQueue] = []
@@ -936,13 +941,9 @@ class Broker:
                         targets = self._targets(dest, sender, message)
                         last = dest
                         limited = any(not mq.limits.unlimited for mq in targets)
-                    if pace and not dest.is_topic:
-                        self._pace(targets)
-                    self._throttle(sender)
-                    if rows and limited:
+                    if rows and limited:  # recorded before making room may remove one
                         ticket = self._record(rows)
-                    envs = self._route(message, targets, None, lazy=True)
-                    self._admit(envs)
+                    envs = self._admit_send(sender, message, dest, targets, None, pace)
                 except JMSException as exc:
                     return (self._record(rows) if rows else ticket), i, exc
                 self._commit_envelopes(envs, rows)

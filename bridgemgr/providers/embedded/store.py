@@ -108,6 +108,7 @@ COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
 SQLITE_FULL, SQLITE_IOERR = 13, 10
 BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
+Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many: seq, qkey, blob, dcount
 # WAL pages between checkpoints (SQLite's default 1000, 4 MB): a message's insert and its
 # delete seconds later mostly dirty the same pages, and a checkpoint copies each page
 # once however often the WAL holds it; measured: 8.0 -> 6.5 us of writer CPU per message
@@ -564,7 +565,7 @@ class Store:
         row cancelled before is never encoded ("Lazy rows" above)."""
         return self.add_many(((seq, qkey, blob, dcount),))
 
-    def add_many(self, rows: Iterable[tuple[int, str, bytes | Message, int]]) -> int:
+    def add_many(self, rows: Iterable[Row]) -> int:
         """add() of each (seq, qkey, blob, dcount) under one taking of the lock (a run of
         sends routed together); the ticket of the batch that will hold them all."""
         with self.lock:
