@@ -7,15 +7,19 @@ The database is stopped (fast shutdown: H's connections are cut) mid-transfer fo
 started again. H's store and XA log connect again by themselves and the link resumes: T
 gets every message once, in order, with nothing left at H's source or in its DMQ; while
 the database is down, /readyz says so. (Before, the store failed for good: "accepts no
-more changes", and the link stopped.)
+more changes", and the link stopped.) The units an outage rolled back do not count toward
+the backout threshold, also after H is killed and started again.
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import os
 import re
 import shutil
+import signal
+import stat
 import tempfile
 import time
 from pathlib import Path
@@ -24,6 +28,26 @@ import pytest
 
 from service_support import Daemon, cli, one_bridge_files, send, take
 from test_xa_faults_e2e import IDLE_XML, PASSWORD, XML  # one host H -> target T link for every XA e2e file
+
+# A transformer that holds the link while the file "hold" exists in $GATE, writing into
+# "held" the message it holds and its delivery count.
+GATE = '''
+import os
+import time
+from pathlib import Path
+
+from bridgemgr.transform import MessageTransformer
+
+
+class Gate(MessageTransformer):
+    def transform(self, message, *args):
+        gate = Path(os.environ["GATE"])
+        while (gate / "hold").exists():
+            (gate / "held.new").write_text(f"{message.text} {message.delivery_count}")
+            os.replace(gate / "held.new", gate / "held")
+            time.sleep(0.02)
+        return message
+'''
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -135,3 +159,79 @@ def test_an_idle_store_is_not_ready_while_its_database_is_down(tmp_path, databas
             time.sleep(0.2)
     finally:
         host.stop()
+
+
+def held(gate: Path, seconds: float = 30) -> tuple[str, int]:
+    """The message the gate holds now and its delivery count (waiting for it)."""
+    deadline = time.monotonic() + seconds
+    while not (gate / "held").exists():
+        assert time.monotonic() < deadline, "the link did not reach the gate"
+        time.sleep(0.02)
+    text, count = (gate / "held").read_text().split()
+    return text, int(count)
+
+
+def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, database,
+                                                                  monkeypatch):
+    """backoutThreshold=2. The database goes down while the link holds a unit; the link's
+    attempts to complete it roll it back, excused (the outage's fault), until the first
+    message has been delivered 3+ times. H is then killed (kill -9) with that message in
+    its unit and started again: it comes back once more, and one crash is one backout,
+    under the threshold. Every message reaches T once, in order; none in the DMQ.
+    (Before, the excuses lived in memory only: after the restart the message read as
+    backed out 3+ times and its unit went to the DMQ, BACKOUT_THRESHOLD_REACHED.)"""
+    n = 30
+    base = tmp_path / "target"
+    base.mkdir()
+    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, activelist="")
+    target = Daemon(tprops)
+    base = tmp_path / "host"
+    base.mkdir()
+    (base / "plugins").mkdir()
+    (base / "plugins" / "gate.py").write_text(GATE)
+    gate = base / "gate"
+    gate.mkdir()
+    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(base / "plugins"))
+    monkeypatch.setenv("GATE", str(gate))
+    xml = XML.format(password=PASSWORD, target=target.address).replace(
+        '<target connection-factory-ref="remote" destination-ref="dst"/>',
+        '<target connection-factory-ref="remote" destination-ref="dst" '
+        'message-transformer-class="gate.Gate"/>')
+    props, passfile = one_bridge_files(
+        base, "host", xml, PASSWORD, "imq.bridge.jb.transaction.batchSize=10",
+        "imq.bridge.jb.backoutThreshold=2", "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={database.url()}",
+        "imq.persist.file.sync.enabled=true")
+    passfile.chmod(0o600)
+    (gate / "hold").touch()
+    host = Daemon(props)
+    try:
+        send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(n)))
+        assert held(gate) == ("m0", 1)
+        database.stop_fast()
+        (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
+        time.sleep(3)
+        (gate / "held").unlink()
+        (gate / "hold").touch()   # the link is held at its next try of m0
+        database.start()
+        deadline = time.monotonic() + 60
+        while (now := held(gate, 60))[1] < 3:
+            assert time.monotonic() < deadline, now
+            time.sleep(0.1)
+        assert now[0] == "m0", now
+        os.kill(host.proc.pid, signal.SIGKILL)
+        host.proc.wait(timeout=30)
+        (gate / "hold").unlink()
+        host = Daemon(props)
+        got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=n, wait=60, quiet=1.0)]
+        assert got == [f"m{i}" for i in range(n)], got
+        dead = take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5)
+        assert dead == [], [(m.text, m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"))
+                            for m in dead]
+        assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
+        excused = base / "var" / "instances" / "host" / "bridges" / "jb" / "excused.l1"
+        assert excused.read_text() == "{}"  # committed: nothing is excused any more
+        assert stat.S_IMODE(excused.stat().st_mode) == 0o600
+    finally:
+        host.stop()
+        target.stop()

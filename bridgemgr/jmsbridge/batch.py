@@ -7,15 +7,17 @@
 # are consumed without a second copy; `excused` counts, per message, the undone units that
 # were not its fault (a store or XA log whose database was down), which the backout
 # threshold does not count; kept until the message's unit is final (final(): a unit
-# completing behind the link may still be rolled back). These memories last from the
-# link's start to its stop, across reconnects; `open` is the transaction's, set again on
-# every connect.
+# completing behind the link may still be rolled back). `lettered` and `one_by_one` last
+# from the link's start to its stop, across reconnects; `excused` is kept on disk
+# (excuses.py) and read again at every start, as the source keeps the delivery counts it
+# offsets; `open` is the transaction's, set again on every connect.
 """The unit of work a link is filling: its messages, when it is full, what came back."""
 
 from __future__ import annotations
 
 from ..jms.message import HEADER_FIELDS
 from .counters import LinkCounters
+from .excuses import Excuses
 from .pipeline import Action, ProcessingContext
 
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
@@ -24,22 +26,22 @@ _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 class Batch:
     """The handled messages of a link's open unit of work and what outlives a rollback."""
 
-    def __init__(self, size: int, counters: LinkCounters) -> None:
+    def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None) -> None:
         self.size = max(1, size)
         self.counters = counters
         self.pending: list[ProcessingContext] = []
         self.open = False          # the transaction's begin() was called, its unit not ended
         self.one_by_one = 0        # messages still to move one per transaction
         self.lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
-        self.excused: dict[str, int] = {}  # id -> its redeliveries that were not its fault
+        self.excused = excused if excused is not None else Excuses()  # id -> its redeliveries that were not its fault
 
     def restart(self) -> None:
-        """The link starts: nothing pending, nothing remembered."""
+        """The link starts: nothing pending; of what was remembered, the excuses only."""
         self.pending.clear()
         self.open = False
         self.one_by_one = 0
         self.lettered = set()
-        self.excused = {}
+        self.excused.load()
 
     def full(self) -> bool:
         """Whether the unit is to be completed now."""
@@ -75,20 +77,17 @@ class Batch:
         link may still be rolled back, and its messages' delivery counts keep every
         rollback excused so far."""
         if self.excused:
-            for ctx in unit:
-                self.excused.pop(ctx.headers[_MESSAGE_ID], None)
+            self.excused.forget(ctx.headers[_MESSAGE_ID] for ctx in unit)
 
     def excuse(self, unit: list[ProcessingContext]) -> None:
         """``unit`` is undone through no fault of its messages (a database outage): their
         coming back does not count toward the backout threshold."""
-        for ctx in unit:
-            if (message_id := ctx.headers[_MESSAGE_ID]):
-                self.excuse_id(message_id)
+        self.excused.add(ctx.headers[_MESSAGE_ID] for ctx in unit)
 
     def excuse_id(self, message_id: str) -> None:
         """One coming back of message ``message_id`` (taken into a unit undone through no
         fault of its messages, before it was handled) does not count either."""
-        self.excused[message_id] = self.excused.get(message_id, 0) + 1
+        self.excused.add((message_id,))
 
     def in_dmq_already(self, message_id: str) -> bool:
         """Whether a dead message came back from an undone unit after it went to a DMQ

@@ -75,6 +75,7 @@ import logging
 import threading
 import time
 from functools import partial
+from pathlib import Path
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException, StoreUnavailable
@@ -85,6 +86,7 @@ from ..xa.txlog import TxLogUnavailable
 from .batch import Batch
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
+from .excuses import Excuses, excuses_path
 from .pipeline import (
     CONNECTION_LOST,
     RETRIED,
@@ -137,7 +139,9 @@ class Link(RunnerBase):
 
     def __init__(self, setup: LinkSetup, connections: BridgeConnections,
                  dmqs: DeadMessageQueues, log: logging.Logger,
-                 tuning: LinkTuning = LinkTuning()) -> None:
+                 tuning: LinkTuning = LinkTuning(), excused: Path | None = None) -> None:
+        """``excused``: the file that keeps the link's excused redeliveries (excuses.py)
+        across restarts; None keeps them in memory while the link runs."""
         super().__init__(setup, log, tuning)
         self.connections = connections
         self.dmqs = dmqs
@@ -163,7 +167,8 @@ class Link(RunnerBase):
                        and not setup.config.target.consume_no_transfer_on_transform_error)
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
         self.window = 1 if setup.transaction.transacted else max(1, setup.window)
-        self.batch = Batch(max(setup.batch_size, self.window), self.counters)
+        self.batch = Batch(max(setup.batch_size, self.window), self.counters,
+                           Excuses(excused, log))
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
@@ -408,7 +413,7 @@ class Link(RunnerBase):
                     counters.redelivered += 1
                 ctx = ProcessingContext(message, now_ms())
                 if batch.excused:
-                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID], 0)
+                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
                 try:
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
@@ -801,7 +806,10 @@ class _Halt(Exception):
 
 def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
-    return Link(setup, context.connections, context.dmqs, context.log, context.tuning)
+    props = context.props
+    return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
+                excuses_path(props.bridge_dir(context.bridge), setup.config.name)
+                if props is not None else None)
 
 
 register_link_runner(LOCAL, local_link)
