@@ -6,19 +6,25 @@ started again, H killed with SIGKILL and started again (its bridge starts by its
 recovers), and with H's store in PostgreSQL (imq.persist.store=jdbc, its XA log there too)
 the database stopped (fast shutdown) and started again. Then every message is counted at
 T: none lost, none twice, in order.
+
+The link's transformer takes 3 ms a message, so the transfer lasts as long as the faults
+(unpaced, it moved all N within the first ~10 faults, and the rest hit an idle link); the
+faults stop once T holds N messages.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import signal
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from service_support import Daemon, send, take
+from service_support import Daemon, cli, send, take
 from test_xa_faults_e2e import PASSWORD, host_service, target_props
 from test_xa_pg_outage_e2e import database  # noqa: F401  (the fixture)
 
@@ -27,6 +33,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 N = 4000
 FAULTS = 150  # ~7 kills of each side and ~128 pauses; the suite keeps under its 25 minutes
 SEED = int(os.environ.get("CHAOS_SEED", "0")) or random.randrange(1 << 30)
+SLOWDOWN = '''
+import time
+
+from bridgemgr.transform import MessageTransformer
+
+
+class Slowdown(MessageTransformer):
+    def transform(self, message, *args):
+        time.sleep(0.003)
+        return message
+'''
+
+
+def arrived(target: Daemon, tprops: Path) -> int:
+    """How many messages T's xa.dst holds (0 while T cannot answer)."""
+    r = cli(target, tprops.parent / "pw.properties", "query", "dst", "-t", "q", "-n", "xa.dst", "--json")
+    return json.loads(r.stdout)["data"]["pending"] if r.returncode == 0 else 0
 
 
 def drained(daemon: Daemon) -> Daemon:
@@ -37,11 +60,20 @@ def drained(daemon: Daemon) -> Daemon:
 
 
 @pytest.mark.parametrize("store", ["file", "jdbc"])
-def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store):
+def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store,
+                                                               monkeypatch):
     rng = random.Random(SEED)
     tprops = target_props(tmp_path)
     target = drained(Daemon(tprops))
     props, _ = host_service(tmp_path, target)
+    (tmp_path / "plugins").mkdir()
+    (tmp_path / "plugins" / "slowdown.py").write_text(SLOWDOWN)
+    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(tmp_path / "plugins"))
+    xml = props.parent / "jb.xml"
+    xml.write_text(xml.read_text().replace(
+        '<target connection-factory-ref="remote" destination-ref="dst"/>',
+        '<target connection-factory-ref="remote" destination-ref="dst" '
+        'message-transformer-class="slowdown.Slowdown"/>'))
     text = props.read_text().replace("imq.bridge.jb.autostart=false\n", "")
     db = request.getfixturevalue("database") if store == "jdbc" else None
     if db is not None:
@@ -52,9 +84,11 @@ def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, reques
     try:
         send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
         started = time.monotonic()
-        for _ in range(FAULTS):
+        for fault in range(FAULTS):
             if time.monotonic() - started > 120:
                 break
+            if fault % 10 == 9 and arrived(target, tprops) >= N:
+                break  # all there: later faults would hit an idle link
             time.sleep(rng.uniform(0.0, 0.1))
             roll = rng.random()
             if roll < 0.85:

@@ -93,6 +93,7 @@ from ...jms.errors import (
     JMSSecurityException,
     ProducerFlowControl,
     ResourceAllocationException,
+    StoreFull,
     StoreUnavailable,
     TransactionRolledBackException,
     XAException,
@@ -228,6 +229,11 @@ class Broker:
         self.client_ids: dict[str, Any] = {}
         self.reservations = Reservations()  # the bridge service's client ids and durables
         self.branches: dict[Xid, Work] = {}
+        # Two-phase commits made in memory that the store has not written yet (xid -> the
+        # store ticket that writes it): still in doubt for xa_recover(), so a coordinator
+        # keeps its decision until they are written (a crash before would bring the branch
+        # back prepared, and with no decision left, rolled back).
+        self.committing: dict[Xid, int] = {}
         self.configured: dict[str, DestinationLimits] = {}
         self.usage = system if system is not None else SystemUsage()
         self.max_message_size = max_message_size
@@ -954,11 +960,12 @@ class Broker:
             self.store.wait(ticket)
 
     def _xa_durable(self, what: str, ticket: int | None) -> None:
-        """Wait for an XA step's batch; a store whose database is unreachable is an RM
-        that failed (XAER_RMFAIL: the outcome is the coordinator's recovery's), not a vote."""
+        """Wait for an XA step's batch; a store that cannot write it now (its disk full, its
+        database unreachable) is an RM that failed (XAER_RMFAIL: the outcome is the
+        coordinator's recovery's), not a vote."""
         try:
             self.wait_durable(ticket)
-        except StoreUnavailable as exc:
+        except StoreFull as exc:
             raise XAException(f"{what}: {exc}", xa.XAER_RMFAIL) from exc
 
     @property
@@ -1509,39 +1516,61 @@ class Broker:
 
     def xa_commit(self, xid: Xid, one_phase: bool, wait: bool = True) -> int | None:
         """Commit branch ``xid``; returns the store ticket that makes it durable, waited
-        for here unless ``wait`` is false (the caller waits later)."""
+        for here (xa_commit_written) unless ``wait`` is false (the caller waits later). A
+        branch committed already whose commit is not written yet is waited for again."""
         with self.lock:
-            work = self._branch(xid, "commit")
-            self._xa_check(work, "commit_one_phase" if one_phase else "commit_two_phase", "commit")
-            if one_phase and work.state is WorkState.ROLLBACK_ONLY:
-                self._xa_forget_rollback(work)
-                raise XAException(f"commit: branch {xid} was marked rollback-only and is rolled back",
-                                  xa.XA_RBROLLBACK)
-            del self.branches[xid]
-            work.state = WorkState.DONE
-            if one_phase:
-                try:
-                    ticket = self._commit_work(work)
-                except JMSException as exc:
-                    self._xa_forget_rollback(work)
-                    raise XAException(f"commit: branch {xid} was rolled back: {exc}", xa.XA_RBROLLBACK) from exc
-            else:
-                with self.store.lock if self.store is not None else _NULL:
-                    if self.store is not None:
-                        self.store.op("xa_commit", str(xid), waited=True)  # moves the prepared rows
-                    for env in work.prepared_sends:  # their room was taken at prepare
-                        if not env.queue.deleted:
-                            env.queue.push(env)
-                    for env in work.acks:
-                        env.owner = None
-                        env.queue.release(env)
-                ticket = self.store.ticket() if self.store is not None else None
+            ticket = self.committing.get(xid)
+            if ticket is None:
+                ticket = self._xa_commit(xid, one_phase)
         if wait:
-            self._xa_durable("commit", ticket)
+            self.xa_commit_written(xid, ticket)
+        return ticket
+
+    def xa_commit_written(self, xid: Xid, ticket: int | None) -> None:
+        """Wait until the store wrote the commit of branch ``xid`` (``ticket``); it stays in
+        doubt until then (XAER_RMFAIL while the store cannot write)."""
+        self._xa_durable("commit", ticket)
+        if ticket is not None:
+            with self.lock:
+                if self.committing.get(xid) == ticket:
+                    del self.committing[xid]
+
+    def _xa_commit(self, xid: Xid, one_phase: bool) -> int | None:
+        """xa_commit's work in memory, under the lock: the store ticket that writes it."""
+        work = self._branch(xid, "commit")
+        self._xa_check(work, "commit_one_phase" if one_phase else "commit_two_phase", "commit")
+        if one_phase and work.state is WorkState.ROLLBACK_ONLY:
+            self._xa_forget_rollback(work)
+            raise XAException(f"commit: branch {xid} was marked rollback-only and is rolled back",
+                              xa.XA_RBROLLBACK)
+        del self.branches[xid]
+        work.state = WorkState.DONE
+        if one_phase:
+            try:
+                ticket = self._commit_work(work)
+            except JMSException as exc:
+                self._xa_forget_rollback(work)
+                raise XAException(f"commit: branch {xid} was rolled back: {exc}", xa.XA_RBROLLBACK) from exc
+        else:
+            with self.store.lock if self.store is not None else _NULL:
+                if self.store is not None:
+                    self.store.op("xa_commit", str(xid), waited=True)  # moves the prepared rows
+                for env in work.prepared_sends:  # their room was taken at prepare
+                    if not env.queue.deleted:
+                        env.queue.push(env)
+                for env in work.acks:
+                    env.owner = None
+                    env.queue.release(env)
+            ticket = self.store.ticket() if self.store is not None else None
+            if ticket is not None:
+                self.committing[xid] = ticket
         return ticket
 
     def xa_rollback(self, xid: Xid) -> None:
         with self.lock:
+            if xid in self.committing:
+                raise XAException(f"rollback: branch {xid} is committed (its commit is being "
+                                  "written)", xa.XA_HEURCOM)
             work = self._branch(xid, "rollback")
             self._xa_check(work, "rollback", "rollback")
             prepared = work.state is WorkState.PREPARED
@@ -1564,7 +1593,8 @@ class Broker:
 
     def xa_recover(self) -> list[Xid]:
         with self.lock:
-            return [xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED]
+            return [*(xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED),
+                    *self.committing]
 
     def xa_forget(self, xid: Xid) -> None:
         with self.lock:

@@ -500,7 +500,8 @@ class EmbeddedXAResource(XAResource):
     def commit_logged(self, xid: Xid) -> Callable[[], None]:
         """Committed in memory and recorded for the store; the wait writes it (with the
         other commits recorded meanwhile: one store batch for a completer's group)."""
-        return partial(self.broker.wait_durable, self.broker.xa_commit(xid, False, wait=False))
+        return partial(self.broker.xa_commit_written, xid,
+                       self.broker.xa_commit(xid, False, wait=False))
 
     def rollback(self, xid: Xid) -> None:
         self.broker.xa_rollback(xid)
