@@ -7,7 +7,7 @@ recovers), and with H's store in PostgreSQL (imq.persist.store=jdbc, its XA log 
 the database stopped (fast shutdown) and started again. Then every message is counted at
 T: none lost, none twice, in order.
 
-The link's transformer takes 3 ms a message, so the transfer lasts as long as the faults
+The link's transformer takes 2 ms a message, so the transfer lasts as long as the faults
 (unpaced, it moved all N within the first ~10 faults, and the rest hit an idle link); the
 faults stop once T holds N messages.
 """
@@ -41,7 +41,7 @@ from bridgemgr.transform import MessageTransformer
 
 class Slowdown(MessageTransformer):
     def transform(self, message, *args):
-        time.sleep(0.003)
+        time.sleep(0.002)
         return message
 '''
 
@@ -111,6 +111,7 @@ def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, reques
                 host.proc.wait(timeout=30)
                 host = drained(Daemon(props, settle=False))
                 done["kill H"] += 1
+        done["at T after the faults"] = arrived(target, tprops)
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=120, quiet=3.0)]
         counts: dict[str, int] = {}
         for text in got:
