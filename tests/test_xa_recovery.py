@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import logging
 
-from bridgemgr.jms import Queue, TextMessage
-from bridgemgr.jms.errors import NamingException
+import pytest
+
+from bridgemgr.jms import Queue, TextMessage, xa
+from bridgemgr.jms.errors import JMSException, NamingException, XAException
 from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.xa.coordinator import FORMAT_ID, Coordinator, Faults, make_gtrid
@@ -105,6 +107,46 @@ def test_a_crashed_run_is_recovered_after_the_brokers_restart(tmp_path):
     assert log.live() == {}  # settled and forgotten after the clean pass
     recovery.close()
     c.close()
+    a.close()
+    b.close()
+
+
+def test_a_decision_is_kept_until_every_rm_has_written_its_commit(tmp_path):
+    """A's commit is made in memory but its store cannot write it (full; a database
+    outage is the same): recovery keeps the decision and commits A again until the write
+    is done, then forgets it. Before, A's branch left its recover() list at once, the pass
+    forgot the decision, and a crash before A's write brought the branch back prepared
+    with no decision: rolled back, its message came back, already committed at B."""
+    a, b = Broker(tmp_path / "a"), Broker(tmp_path / "b")
+    put(a, SRC, "m")
+    gtrid = make_gtrid(b"b", b"cafe", 1)
+    xa_, xb = prepared_move(a, b, gtrid)
+    log = MemoryTxLog()
+    log.open()
+    log.log_commit(CommitRecord(gtrid, (Participant("b:a", xa_), Participant("b:b", xb))))
+    assert a.store is not None
+    db = a.store.database._db  # type: ignore[attr-defined]
+    db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0] + 20}")
+    with pytest.raises(JMSException):  # fill A's store: its next write fails
+        for i in range(100_000):
+            put(a, Queue("filler"), f"f{i}" + "x" * 1000)
+    with pytest.raises(XAException) as failed:
+        a.xa_commit(xa_, False)
+    assert failed.value.errorcode == xa.XAER_RMFAIL
+    b.xa_commit(xb, False)
+    c = Coordinator("b", log, Faults(""))
+    recovery = Recovery(c, rms_for("b", a=a, b=b), LOG)
+    assert recovery.run_pass() is False  # A's commit still cannot be written
+    assert gtrid in log.live()           # so the decision stays
+    db.execute("PRAGMA max_page_count=1000000")
+    wait_until(lambda: not a.store.full)  # type: ignore[union-attr]
+    assert recovery.run_pass() is True
+    assert log.live() == {} and a.xa_recover() == []
+    recovery.close()
+    c.close()
+    a.close()
+    a = Broker(tmp_path / "a")
+    assert take(a, SRC) == [] and take(b, DST) == ["m"] and a.xa_recover() == []
     a.close()
     b.close()
 
