@@ -1,7 +1,7 @@
 """A JMS bridge with one transacted (XA) link from an embedded broker to ActiveMQ, run in a
 subprocess by test_xa_bridges.py and killed there with SIGKILL.
 
-Usage: xa_bridge_child.py SOURCE_STORE VARHOME JNDI BATCH [LOCAL [SRC DST]], JNDI being the repr of the
+Usage: xa_bridge_child.py SOURCE_STORE VARHOME JNDI BATCH [LOCAL [SRC DST [LEFT]]], JNDI being the repr of the
 ActiveMQ lookup environment. The source store is fsynced and is the host broker; the target
 is ActiveMQ's XAConnectionFactory through the Java provider. The XA fault hook
 (IMQBRIDGE_XA_FAULT) may kill the process between two protocol steps. Prints "ready" once
@@ -13,7 +13,8 @@ of the one broker: with LOCAL "true" each unit is one local transaction of one s
 else XA with the target joining the source's branch, one phase; the host broker, for
 the DMQ, lives in VARHOME; the backout threshold is off: ActiveMQ counts a kill as a
 delivery of every message it had prefetched); "done" then comes once the link has moved
-nothing for 3 s, saying what the link's units were ("done (XA)")."""
+LEFT messages (what the source holds) or, without LEFT, nothing for 3 s, saying what the
+link's units were ("done (XA)")."""
 
 from __future__ import annotations
 
@@ -54,7 +55,8 @@ def main() -> None:
         rest = sys.argv[5:]
         local = rest[0] if rest else "false"
         src, dst = rest[1:3] if len(rest) >= 3 else ("src", "dst")
-        activemq_to_activemq(varhome, ast.literal_eval(jndi), batch, local, src, dst)
+        left = int(rest[3]) if len(rest) >= 4 else None
+        activemq_to_activemq(varhome, ast.literal_eval(jndi), batch, local, src, dst, left)
         return
     broker = Broker(source_store, sync=True)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
@@ -74,7 +76,7 @@ def main() -> None:
 
 
 def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str, local: str,
-                         src: str, dst: str) -> None:
+                         src: str, dst: str, left: int | None = None) -> None:
     broker = Broker(Path(varhome) / "host", sync=True)
     props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
                                  "imq.bridge.crash.xmlurl=crash.xml",
@@ -91,7 +93,7 @@ def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str, local: 
     print("ready", flush=True)
     counters = bridge.links[0].counters
     moved, still = -1, time.monotonic()
-    while time.monotonic() - still < 3:
+    while time.monotonic() - still < 3 and (left is None or counters.transferred < left):
         if counters.transferred != moved:
             moved, still = counters.transferred, time.monotonic()
         time.sleep(0.05)

@@ -27,13 +27,21 @@ def spark(tmp_path_factory):
     session.stop()
 
 
+# The cluster's JVMs (master, workers, the executors of every test's application) without
+# C2, the optimising JIT, and with one GC thread: on a 2-core runner C2 took half the CPU
+# of a cluster's start (24 s of JVM CPU, 12 without), from the tests' own processes; what
+# the tests check does not depend on how fast the JVM's code is. (Not in spark_cluster.py:
+# the benchmarks' cluster keeps the JVM's defaults.)
+CLUSTER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+
+
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory):
     """A standalone master and two 1-core workers (tests/spark/cluster.py), for the slow
     cluster tests; stopped at the end of the session."""
     from spark_cluster import Cluster
 
-    running = Cluster(tmp_path_factory.mktemp("cluster"))
+    running = Cluster(tmp_path_factory.mktemp("cluster"), java_options=CLUSTER_JAVA_OPTIONS)
     try:
         yield running.start()
     finally:

@@ -40,10 +40,13 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90
 
 @dataclass
 class Cluster:
-    """A running standalone cluster: ``url`` is its master (spark://127.0.0.1:PORT)."""
+    """A running standalone cluster: ``url`` is its master (spark://127.0.0.1:PORT).
+    ``java_options`` go to every JVM it starts (JAVA_TOOL_OPTIONS: the master, the
+    workers, Spark's launcher and the executors the workers start)."""
 
     base: Path
     worker_env: dict[str, str] = field(default_factory=dict)
+    java_options: str = ""
     url: str = ""
     procs: list[subprocess.Popen] = field(default_factory=list)
     master_ui: int = 0
@@ -53,6 +56,8 @@ class Cluster:
         log = self.base / f"{name}.log"
         full = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOG_DIR=str(self.base),
                     SPARK_NO_DAEMONIZE="1", **(env or {}))
+        if self.java_options:
+            full["JAVA_TOOL_OPTIONS"] = self.java_options
         command = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]
         if cls.endswith("Worker") and self.hidden_works:
             # the worker (and its executors) see an empty tmpfs over `hidden`: a folder

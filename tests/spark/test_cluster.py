@@ -128,7 +128,8 @@ HOLDER = """import sys, time
 from pyspark.sql import SparkSession
 (SparkSession.builder.master(sys.argv[1]).appName("holder").config("spark.ui.enabled", "false")
  .config("spark.driver.host", "127.0.0.1").config("spark.driver.memory", "512m")
- .config("spark.executor.memory", "512m").getOrCreate())
+ .config("spark.executor.memory", "512m")
+ .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1").getOrCreate())
 time.sleep(600)
 """
 
@@ -161,14 +162,14 @@ def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path
             assert time.monotonic() < deadline, master_state(cluster)
             time.sleep(1)
         began = time.monotonic()
-        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "8",
+        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "4",
                 timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1, r.stderr
         assert lines[0] == f"running on {cluster.url}", r.stderr
         assert lines.count(f"waiting for executors on {cluster.url}: 2 of 2 cores in use by "
                            "other applications") == 1, r.stderr
-        assert lines[-1].startswith(f"Error: no executor on {cluster.url} after 8 s"), r.stderr
+        assert lines[-1].startswith(f"Error: no executor on {cluster.url} after 4 s"), r.stderr
         assert time.monotonic() - began < 60
     finally:
         if holder is not None:

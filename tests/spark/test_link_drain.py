@@ -122,8 +122,8 @@ def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
         conn.start()
         consumer = conn.create_session().create_consumer(Queue("drain.dst"))
         got = []
-        while (m := consumer.receive(2)) is not None:
-            got.append(m)
+        while (m := consumer.receive(0.5)) is not None:  # (the drain has ended, the link is
+            got.append(m)                                 # paused: nothing more comes)
         assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == ids
         assert len(got) == N
     finally:
@@ -178,8 +178,8 @@ def test_a_drain_killed_mid_run_loses_nothing_when_run_again(service, tmp_path):
         _, err = again.communicate(timeout=300)
         assert again.returncode == 0, err[-3000:]
         assert not checkpoint.exists()
-        while (m := consumer.receive(2)) is not None:
-            got.append(m)
+        while (m := consumer.receive(0.5)) is not None:  # (both drains have ended, the link
+            got.append(m)                                 # is paused: nothing more comes)
     finally:
         conn.close()
     stamps = Counter(m.get_string_property(SOURCE_ID_PROPERTY) for m in got)
