@@ -71,6 +71,17 @@ def database():
         shutil.rmtree(base, ignore_errors=True)
 
 
+def target_and_host_folder(tmp_path: Path) -> tuple[Daemon, Path]:
+    """T running (file store, no bridge), and the folder for H's files."""
+    base = tmp_path / "target"
+    base.mkdir()
+    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, activelist="")
+    target = Daemon(tprops)
+    base = tmp_path / "host"
+    base.mkdir()
+    return target, base
+
+
 def metrics_address(daemon: Daemon) -> tuple[str, int]:
     """Where `serve` said its metrics port listens (imq.metrics.port=0: a free port)."""
     url = next(line.split()[1] for line in daemon.lines if line.startswith("metrics: "))
@@ -91,12 +102,7 @@ def readyz(address: tuple[str, int]) -> tuple[int, str]:
 
 
 def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, database):
-    base = tmp_path / "target"
-    base.mkdir()
-    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, activelist="")
-    target = Daemon(tprops)
-    base = tmp_path / "host"
-    base.mkdir()
+    target, base = target_and_host_folder(tmp_path)
     props, passfile = one_bridge_files(
         base, "host", XML.format(password=PASSWORD, target=target.address), PASSWORD,
         "imq.bridge.jb.autostart=false", "imq.bridge.jb.transaction.batchSize=10",
@@ -181,12 +187,7 @@ def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, databa
     (Before, the excuses lived in memory only: after the restart the message read as
     backed out 3+ times and its unit went to the DMQ, BACKOUT_THRESHOLD_REACHED.)"""
     n = 30
-    base = tmp_path / "target"
-    base.mkdir()
-    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, activelist="")
-    target = Daemon(tprops)
-    base = tmp_path / "host"
-    base.mkdir()
+    target, base = target_and_host_folder(tmp_path)
     (base / "plugins").mkdir()
     (base / "plugins" / "gate.py").write_text(GATE)
     gate = base / "gate"
