@@ -150,7 +150,7 @@ class Completer:
             for tx in txs:
                 for wait in tx.durable or ():
                     wait()
-        except Exception as exc:  # the records stay: recovery finds those commits done
+        except Exception as exc:  # the records stay: recovery commits those branches again
             log.error("completer %s: a resource manager did not confirm its commits: %s",
                       self.name, exc)
             self.coordinator.durable(txs, confirmed=False)

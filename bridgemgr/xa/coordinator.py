@@ -691,9 +691,12 @@ class Coordinator:
     def durable(self, txs: Iterable[Transaction], confirmed: bool = True) -> None:
         """A Completer's transactions after its waits for their commits' store writes: no
         longer in flight, and (``confirmed``) their records may go. Until then recovery
-        must leave them alone: a commit in memory has left the RM's recover() list but
-        not its store, so a pass that took the record for settled would forget it, and a
-        crash would then roll back a branch whose partner committed."""
+        leaves them alone: a commit made in memory is not in the RM's store yet (the
+        embedded broker keeps such a branch in its recover() list until it is written,
+        so a pass would only commit it again; a record forgotten before the write would
+        let a crash roll back a branch whose partner committed). A wait that failed
+        leaves the records for recovery, which commits those branches once they can be
+        written."""
         txs = list(txs)
         with self._lock:
             for tx in txs:
