@@ -198,6 +198,15 @@ def _own_stderr() -> IO[str]:
                 closefd=True)
 
 
+def roll_over(path: Path, count: int) -> None:
+    """<name>.(i-1) becomes <name>.i and <name> becomes <name>.1, keeping ``count`` files
+    (<name>.<count-1> is the oldest): <name> can then be opened empty."""
+    for i in range(count - 1, 0, -1):
+        older = path.with_name(f"{path.name}.{i - 1}") if i > 1 else path
+        if older.exists():
+            os.replace(older, path.with_name(f"{path.name}.{i}"))
+
+
 class RotatingFile(logging.Handler):
     """A log file (0600) that rolls over to <name>.1 ... <name>.<count-1> when a line would
     take it past ``limit`` bytes (0: no limit) or once it is ``max_age`` seconds old (0:
@@ -260,10 +269,7 @@ class RotatingFile(logging.Handler):
             self.stream.close()
         except OSError as exc:  # its buffered lines are lost; the new file is opened anyway
             self._failed(exc)
-        for i in range(self.count - 1, 0, -1):  # log.txt.(i-1) -> log.txt.i; log.txt -> .1
-            older = self.path.with_name(f"{self.path.name}.{i - 1}") if i > 1 else self.path
-            if older.exists():
-                os.replace(older, self.path.with_name(f"{self.path.name}.{i}"))
+        roll_over(self.path, self.count)
         self.stream = open_private_text(self.path, "w")
         self.size = 0
         self.opened = time.time()

@@ -306,9 +306,9 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.log.format", _enum("text", "json"), "text",
          "text, or json: one JSON object per line (service log file and console log lines)"),
     Prop("imq.log.file.rolloverbytes", SIZE, -1,
-         "bytes at which <instance>/log/log.txt rolls over; -1 = no size limit"),
+         "bytes at which <instance>/log/log.txt (and spark.log) rolls over; -1 = no size limit"),
     Prop("imq.log.file.rolloversecs", LIMIT, LOG_ROLLOVER_SECS,
-         "seconds after which <instance>/log/log.txt rolls over; -1 = never by age"),
+         "seconds after which <instance>/log/log.txt (and spark.log) rolls over; -1 = never by age"),
     Prop("imq.bridge.stomp.invalidHeaderNames", _enum("error", "drop", "encode"), "encode",
          "SEND headers that are no JMS property names: encoded (reversibly), dropped, or an ERROR"),
     # The host broker.

@@ -14,8 +14,9 @@
 # master that runs the job, and on a cluster the job waits at most --timeout s for an
 # executor (saying once that it waits, with the cores other applications hold).
 # Output: Spark's own start-up lines (the JVM's and log4j's, on stderr) go to
-# ~/.imqbridge/logs/spark.log (0600) unless -loglevel DEBUG; a job that fails prints one
-# line saying what failed and what to do (job_failures), the stack trace only with --debug.
+# ~/.imqbridge/logs/spark.log (0600; rolling over at 10 MiB to .1 ... .9: JOB_SPARK_LOG,
+# jvmlog.py) unless -loglevel DEBUG; a job that fails prints one line saying what failed
+# and what to do (job_failures), the stack trace only with --debug.
 """What a CLI job needs from the running service: its bridge's configuration and broker."""
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from ..admin.client import AdminError
 from ..admin.login import admin_login, admin_options, host_port, open_admin
 from ..admin.protocol import Command
 from ..extras import require
+from ..props import LOG_ROLLOVER_SECS
+from .jvmlog import SparkLog
 from .options import BACKOUT_THRESHOLD
 
 if TYPE_CHECKING:
@@ -122,7 +125,7 @@ def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: floa
     quiet = job_output().level > logging.DEBUG
     try:
         spark = spark_session(app_name=app_name, master=master, conf=conf,
-                              jvm_output=SPARK_LOG if quiet else None)
+                              jvm_output=JOB_SPARK_LOG if quiet else None)
     except SparkUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     ran_on = spark.sparkContext.master or master
@@ -191,6 +194,10 @@ def _busy_text(busy: tuple[int, int] | None) -> str:
 
 
 SPARK_LOG = Path.home() / ".imqbridge" / "logs" / "spark.log"
+# A job has no instance properties (it may run on another machine, as another user), and
+# imq.log.file.rolloverbytes' default (no size limit) with an age counted from each open
+# would not bound a file that job after job appends to: 10 MiB a file, 10 files, a week.
+JOB_SPARK_LOG = SparkLog(SPARK_LOG, 10 << 20, LOG_ROLLOVER_SECS)
 
 
 @dataclass(frozen=True)

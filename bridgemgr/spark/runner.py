@@ -24,7 +24,8 @@
 # (drainjob.py) watches its executors (hold_without_executors): with none (the workers
 # lost) it holds the receiver (receiver.py), so a link or a drain does not take its source
 # into the log while nothing can deliver it.
-# The service's Spark JVM writes to <instance>/log/spark.log, not its console (SPARK_LOG).
+# The service's Spark JVM writes to <instance>/log/spark.log, not its console: a file
+# that rolls over as the service log does (imq.log.file.*; jvmlog.py).
 # Counters (SparkCounters) come from the stats file the sink's commit() writes (they
 # survive restarts); info() adds the query's progress for `list link`.
 """A JMS bridge link that runs as a Spark Structured Streaming query."""
@@ -48,6 +49,7 @@ from ..jmsbridge.counters import RATE_WINDOW, LinkCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
 from ..private import private_dir
+from .jvmlog import SparkLog
 from .options import FORMAT, LinkOptions
 from .session import MasterUnreachable, ship_plugins
 
@@ -60,7 +62,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("imq.bridge.spark")
 SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
 RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
-SPARK_LOG = "spark.log"  # the service's Spark JVM output, beside the service log
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
 
 
@@ -516,7 +517,7 @@ class ServiceSession:
             # the JVM's own output (Spark's warnings, every failed query's stack traces,
             # its Python workers' stderr) to a file: on the console it took the service's
             # lines' place, and a console nobody reads stopped the JVM at its next line
-            jvm_output = None if props is None else props.instance_dir / "log" / SPARK_LOG
+            jvm_output = None if props is None else SparkLog.for_service(props)
             spark = spark_session(props, app_name=f"imqbridge {link.bridge_name}",
                                   conf={"spark.cores.max": str(need)} if need else {},
                                   jvm_output=jvm_output)

@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
     from ..props import BrokerProperties
+    from .jvmlog import SparkLog
 
 DEFAULT_MASTER = "local[*]"
 DEFAULTS: Mapping[str, str] = {
@@ -109,24 +110,26 @@ def spark_settings(props: BrokerProperties | None) -> tuple[str, dict[str, str]]
 
 
 @contextlib.contextmanager
-def _stderr_to(path: Path | None) -> Iterator[None]:
-    """fd 2 appends to ``path`` (created 0600) meanwhile; nothing changes for None."""
-    if path is None:
+def _stderr_to(output: SparkLog | None) -> Iterator[None]:
+    """fd 2 is the write end of a pipe into ``output``'s file meanwhile (jvmlog.py), when
+    a JVM is to start (none runs yet); nothing changes otherwise."""
+    from pyspark import SparkContext
+
+    if output is None or SparkContext._gateway is not None:
         yield
         return
-    from ..private import open_private, private_dir
+    from .jvmlog import open_jvm_log
 
-    private_dir(path.parent)
+    pipe = open_jvm_log(output)
     sys.stderr.flush()
-    fd = open_private(path, os.O_WRONLY | os.O_APPEND)
     saved = os.dup(2)
     try:
-        os.dup2(fd, 2)
+        os.dup2(pipe.write_fd, 2)
         yield
     finally:
         os.dup2(saved, 2)
         os.close(saved)
-        os.close(fd)
+        pipe.started()
 
 
 def compile_package() -> None:
@@ -150,13 +153,14 @@ def prepare_python_environment() -> None:
 
 def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imqbridge",
                   master: str | None = None, conf: Mapping[str, Any] | None = None,
-                  jvm_output: Path | None = None) -> SparkSession:
+                  jvm_output: SparkLog | None = None) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
     session and its settings. ``master``/``conf`` override the properties (tests, drain).
     With ``jvm_output`` the JVM's stderr (Spark's start-up lines, log4j's WARNs, its Python
-    workers' output) goes to that file (0600) instead of the console: the JVM inherits
-    stderr while it starts, so fd 2 points there for that time (the service's console
-    handler writes to a descriptor of its own: logfiles.Console)."""
+    workers' output) goes to that file (0600, rolling over: jvmlog.py) instead of the
+    console: the JVM inherits stderr while it starts, so fd 2 is a pipe into that file for
+    that time (the service's console handler writes to a descriptor of its own:
+    logfiles.Console)."""
     # pyarrow too: Python data sources fail obscurely without it
     require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
     from pyspark.sql import SparkSession

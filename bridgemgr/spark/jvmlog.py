@@ -1,0 +1,250 @@
+# How it works: the JVM of our Spark jobs writes its own output to its stderr: Spark's
+# log4j lines (its console appender), each failed query's stack traces, System.err prints,
+# and its Python workers' stderr, which it copies to its own System.err. spark_session()
+# (session.py) points fd 2 at the write end of a pipe while the JVM starts, so that the
+# JVM inherits it (and our process keeps no copy); a thread of ours (JvmLog) reads the
+# pipe and writes what comes to the log file (SparkLog: <instance>/log/spark.log for the
+# service, ~/.imqbridge/logs/spark.log for a CLI job) through RotatingBytes, bounded as the
+# service log is: it rolls over to spark.log.1 ... .9 (0600, in a 0700 folder) when a write
+# would take it past the byte limit (at the end of a line) or once it is the age limit old.
+# A log4j rolling appender alone would not bound it: the Python workers' stderr and the
+# JVM's own prints (System.err, "Picked up JAVA_TOOL_OPTIONS", the launcher's errors)
+# reach the file without log4j.
+# The thread waits in poll() while the JVM is quiet (no busy loop), reads up to 64 KiB at
+# a time and writes it with one write() (no buffer of ours to lose); the pipe holds 1 MiB
+# (F_SETPIPE_SZ where allowed), so the JVM waits only when the disk itself stalls. A file
+# that cannot be written (a full disk) costs its bytes, counted, never the JVM's time: the
+# service log says so once, and once more with the count when the file takes bytes again.
+# At exit (atexit, registered when the JVM starts) a SparkContext still running is stopped
+# and the JVM is told to end as it is at any exit of ours (its stdin, which pyspark's
+# gateway server reads, is closed) and waited for
+# up to CLOSE_WAIT s, and the thread writes everything up to the pipe's end before the
+# file is closed: the JVM's last lines (its shutdown hooks') are in the file. When the
+# JVM outlives the wait, what it wrote so far is written and a last line says that what
+# it writes later is not in the file.
+"""The Spark JVM's output (stderr) into a log file that rolls over, read from a pipe."""
+
+from __future__ import annotations
+
+import atexit
+import errno
+import fcntl
+import logging
+import os
+import select
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..logfiles import SERVICE_LOG_FILES, roll_over
+from ..private import open_private, private_dir
+
+if TYPE_CHECKING:
+    from ..props import BrokerProperties
+
+log = logging.getLogger(__name__)
+
+SPARK_LOG = "spark.log"  # the service's Spark JVM output, beside the service log
+CHUNK = 65536            # bytes read (and written) at a time
+PIPE_SIZE = 1 << 20      # what the pipe holds before the JVM waits (Linux's default max)
+CLOSE_WAIT = 10.0        # s the JVM is given to end at exit, its last lines read
+
+
+@dataclass(frozen=True)
+class SparkLog:
+    """Where the JVM's output goes and when that file rolls over (0 or -1: never by size,
+    or by age), keeping ``files`` files (spark.log and the ones before it)."""
+
+    path: Path
+    rollover_bytes: int
+    rollover_secs: float
+    files: int = SERVICE_LOG_FILES
+
+    @classmethod
+    def for_service(cls, props: BrokerProperties) -> SparkLog:
+        """<instance>/log/spark.log, bounded as the service log is (imq.log.file.*)."""
+        return cls(props.instance_dir / "log" / SPARK_LOG, props.get("imq.log.file.rolloverbytes"),
+                   props.get("imq.log.file.rolloversecs"))
+
+
+class RotatingBytes:
+    """A file (0600) of whole lines written as they come, that rolls over to <name>.1 ...
+    <name>.<count-1> before a write would take it past ``limit`` bytes (the lines that fit
+    are written first; a line longer than the limit is cut at it, so no file is ever
+    larger) or once it is ``max_age`` seconds old (from when it was opened; a file last
+    written longer ago rolls over at open). A failed write costs its bytes (counted) and
+    is said once through ``report``, and once more when writing works again."""
+
+    def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
+                 report: logging.Logger = log) -> None:
+        self.path = path
+        self.limit = max(limit, 0)
+        self.count = max(count, 1)
+        self.max_age = max(max_age, 0)
+        self.report = report
+        self.lost = 0  # bytes not written since writing last failed
+        private_dir(path.parent)
+        self.fd = -1
+        self._open()
+        if self.max_age and self.size and self.opened - os.fstat(self.fd).st_mtime >= self.max_age:
+            self._roll_over()
+
+    def write(self, data: bytes) -> None:
+        try:
+            if self.fd < 0:  # (a roll-over that failed to open the new file)
+                self._open()
+            if self.max_age and self.size and time.time() - self.opened >= self.max_age:
+                self._roll_over()
+            while self.limit and self.size + len(data) > self.limit:
+                room = self.limit - self.size
+                cut = data.rfind(b"\n", 0, room) + 1  # the whole lines that fit
+                if not cut:
+                    if self.size:  # the line starts in the next file
+                        self._roll_over()
+                        continue
+                    cut = room  # a line longer than a file
+                self._put(data[:cut])
+                data = data[cut:]
+                self._roll_over()
+            if data:
+                self._put(data)
+        except OSError as exc:
+            self.lost += len(data)
+            if self.lost == len(data):
+                self.report.error("log %s: cannot write (%s); its lines are lost until it can",
+                                  self.path, exc.strerror or exc)
+            return
+        if self.lost:
+            self.report.warning("log %s: writing again (%d bytes were lost)", self.path, self.lost)
+            self.lost = 0
+
+    def _put(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            n = os.write(self.fd, view)
+            self.size += n
+            view = view[n:]
+
+    def _open(self, flags: int = 0) -> None:
+        self.fd = open_private(self.path, os.O_WRONLY | os.O_APPEND | flags)
+        self.size = os.fstat(self.fd).st_size
+        self.opened = time.time()
+
+    def _roll_over(self) -> None:
+        self.close()
+        roll_over(self.path, self.count)
+        self._open(os.O_TRUNC)
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+class JvmLog:
+    """A pipe whose reader thread writes what comes through it to ``log``'s file: hand
+    ``write_fd`` to the process that writes (as its stderr), then call started()."""
+
+    def __init__(self, log: SparkLog) -> None:
+        self.file = RotatingBytes(log.path, log.rollover_bytes, log.files,
+                                  max_age=log.rollover_secs)
+        self._read_fd, self.write_fd = os.pipe()
+        try:
+            fcntl.fcntl(self.write_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
+        except (AttributeError, OSError):  # (not Linux, or over /proc/sys/fs/pipe-max-size)
+            pass
+        os.set_blocking(self._read_fd, False)
+        self._wake_read, self._wake_write = os.pipe()
+        self.ended = threading.Event()  # every writer closed the pipe and all was written
+        self._thread = threading.Thread(target=self._copy, name=f"{log.path.name} writer",
+                                        daemon=True)
+        self._thread.start()
+
+    def started(self) -> None:
+        """The writers have their copies of the write end: close ours (its end then comes
+        when theirs close)."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def _copy(self) -> None:
+        poller = select.poll()
+        poller.register(self._read_fd, select.POLLIN)
+        poller.register(self._wake_read, select.POLLIN)
+        try:
+            while True:
+                events = dict(poller.poll())
+                if self._wake_read in events:
+                    self._take_what_is_there()
+                    self.file.write(b"(the JVM still runs: what it writes from here on is "
+                                    b"not in this file)\n")
+                    return
+                if not self._take_what_is_there():
+                    self.ended.set()
+                    return
+        finally:
+            self.file.close()
+            os.close(self._read_fd)
+
+    def _take_what_is_there(self) -> bool:
+        """Write what the pipe holds now; False at its end (every writer closed it)."""
+        while True:
+            try:
+                chunk = os.read(self._read_fd, CHUNK)
+            except BlockingIOError:
+                return True
+            except OSError as exc:
+                if exc.errno == errno.EINTR:
+                    continue
+                raise
+            if not chunk:
+                return False
+            self.file.write(chunk)
+
+    def close(self, timeout: float = CLOSE_WAIT) -> None:
+        """Wait up to ``timeout`` s for the pipe's end, writing until then; then write what
+        it holds and stop (a last line saying that later output is not in the file)."""
+        self.started()
+        if not self.ended.wait(timeout) and self._thread.is_alive():
+            os.write(self._wake_write, b"x")
+        self._thread.join(timeout)
+        os.close(self._wake_read)
+        os.close(self._wake_write)
+
+
+_current: JvmLog | None = None  # the output of this process's Spark JVM (one per process)
+
+
+def open_jvm_log(log: SparkLog) -> JvmLog:
+    """The pipe for the JVM about to start; at exit the JVM is ended and its output
+    written to the end (module comment)."""
+    global _current
+    first = _current is None
+    _current = JvmLog(log)
+    if first:
+        atexit.register(_end_jvm)
+    return _current
+
+
+def _end_jvm() -> None:
+    """(atexit) End the Spark JVM as our exit would (its stdin closed), waiting up to
+    CLOSE_WAIT s, and write its output to the end."""
+    output = _current
+    if output is None:
+        return
+    deadline = time.monotonic() + CLOSE_WAIT
+    try:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None and proc.poll() is None and proc.stdin is not None:
+            context = SparkContext._active_spark_context
+            if context is not None:  # (its accumulator server would fail, loudly, at the end)
+                context.stop()
+            proc.stdin.close()
+            proc.wait(CLOSE_WAIT)
+    except Exception:  # (a JVM that does not end in time: its later lines are said lost)
+        pass
+    output.close(max(0.5, deadline - time.monotonic()))

@@ -1,0 +1,96 @@
+"""spark.log rolls over: the Spark JVM's output comes through a pipe that a thread writes to
+a file bounded as the service log is (jvmlog.py); here a real process writes a lot to it
+(tests/spark/test_spark_jvm_log.py: a real Spark JVM and its Python workers)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bridgemgr.spark.jvmlog import JvmLog, SparkLog
+
+LIMIT = 64 * 1024
+FILES = 10
+
+
+def files_of(path: Path) -> list[Path]:
+    """spark.log and the files it rolled over to, oldest first."""
+    older = sorted(path.parent.glob(path.name + ".*"), key=lambda p: -int(p.suffix[1:]))
+    return [*older, path]
+
+
+def check_rolled(path: Path, lines: int, last: str) -> None:
+    """FILES files of at most LIMIT bytes each (0600, in a 0700 folder), each of whole
+    lines, holding lines n .. lines-1 ("line <n> ...") without a gap, then ``last``."""
+    files = files_of(path)
+    assert len(files) == FILES, [p.name for p in files]
+    assert path.parent.stat().st_mode & 0o777 == 0o700
+    for file in files:
+        assert file.stat().st_mode & 0o777 == 0o600, file
+        assert 0 < file.stat().st_size <= LIMIT, (file, file.stat().st_size)
+    texts = [f.read_text() for f in files]
+    assert all(t.startswith("line ") and t.endswith("\n") for t in texts[:-1])
+    kept = "".join(texts).splitlines()
+    assert kept[-1] == last
+    numbers = [int(line.split()[1]) for line in kept if line.startswith("line ")]
+    assert numbers == list(range(numbers[0], lines)), "a line is missing or out of order"
+    assert (FILES - 1) * LIMIT - 200 < sum(len(t) for t in texts) <= FILES * LIMIT
+
+
+WRITER = ("import os, sys\n"
+          "for i in range({n}): os.write(2, b'line %d %s\\n' % (i, b'x' * (i % 150)))\n"
+          "os.write(2, b'the end, no newline')\n")
+
+
+def test_a_chatty_process_fills_rolling_files_and_nothing_is_lost_at_its_end(tmp_path):
+    lines = 40_000  # ~3.3 MB, five times what the files keep
+    path = tmp_path / "log" / "spark.log"
+    output = JvmLog(SparkLog(path, LIMIT, 0, FILES))
+    child = subprocess.Popen([sys.executable, "-c", WRITER.format(n=lines)],
+                             stderr=output.write_fd)
+    output.started()
+    assert child.wait(60) == 0
+    output.close(10.0)
+    assert output.ended.is_set()
+    check_rolled(path, lines, "the end, no newline")
+
+
+@pytest.mark.slow
+def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp_path):
+    """A quiet pipe costs no CPU (the thread waits in poll), and close() takes what came,
+    then says in the file that later output is not there."""
+    path = tmp_path / "log" / "spark.log"
+    output = JvmLog(SparkLog(path, -1, -1))
+    child = subprocess.Popen([sys.executable, "-c", "import os, time\n"
+                              "os.write(2, b'before\\n'); time.sleep(60)"],
+                             stderr=output.write_fd)
+    try:
+        output.started()
+        deadline = time.monotonic() + 30
+        while not path.read_text() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        cpu = time.thread_time(), time.process_time()
+        time.sleep(0.5)
+        assert time.process_time() - cpu[1] < 0.05, "the reader busy-loops on a quiet pipe"
+        start = time.monotonic()
+        output.close(0.5)
+        assert time.monotonic() - start < 2.0
+        assert path.read_text() == ("before\n(the JVM still runs: what it writes from here "
+                                    "on is not in this file)\n")
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_services_spark_log_is_bounded_by_the_service_logs_properties(tmp_path):
+    from bridgemgr.props import load_properties
+
+    props = load_properties(overrides=[f"imq.varhome={tmp_path}", "imq.instancename=i1",
+                                       "imq.log.file.rolloverbytes=10m",
+                                       "imq.log.file.rolloversecs=3600"])
+    assert SparkLog.for_service(props) == SparkLog(tmp_path / "instances/i1/log/spark.log",
+                                                   10 << 20, 3600, 10)
