@@ -5,8 +5,9 @@
 # "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
 # non-transacted link, an XA commit for a transacted one. Handled messages wait in the
 # Batch (batch.py) until it is full (tuning.ack_batch, or the bridge's
-# transaction.batchSize when transacted) or the source has nothing more right now; a
-# batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
+# transaction.batchSize when transacted), or its messages hold imq.bridge.<name>.link.
+# windowBytes bytes (Message.size(), summed by the Batch's Unit), or the source has
+# nothing more right now; a batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
 # as transferred and get the INFO log line; the Settler (settle.py) counts them, at once
 # or when the outcome of a unit committed behind the link comes.
 #
@@ -17,7 +18,8 @@
 # With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links, and if
 # their transformer can halt them, only from a source that acknowledges its oldest
 # messages alone, see below) the link sends with send_async() instead and does not
-# wait: up to `window` sends are outstanding (the batch is at least that big), their
+# wait: up to `window` sends, and fewer when the unit's messages hold windowBytes, are
+# outstanding (the batch is at least that big), their
 # outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
 # confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
 # to plainly, the batch still a window. Before the unit completes,
@@ -83,7 +85,7 @@ from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
 from ..logfiles import PER_MESSAGE
 from ..xa.txlog import TxLogUnavailable
-from .batch import Batch
+from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
 from .excuses import Excuses, excuses_path
@@ -168,7 +170,7 @@ class Link(RunnerBase):
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
         self.window = 1 if setup.transaction.transacted else max(1, setup.window)
         self.batch = Batch(max(setup.batch_size, self.window), self.counters,
-                           Excuses(excused, log))
+                           Excuses(excused, log), setup.window_bytes)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
@@ -411,7 +413,7 @@ class Link(RunnerBase):
                 counters.received += 1
                 if message.redelivered:
                     counters.redelivered += 1
-                ctx = ProcessingContext(message, now_ms())
+                ctx = ProcessingContext(message, now_ms(), size=message.size())
                 if batch.excused:
                     ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
                 try:
@@ -426,8 +428,7 @@ class Link(RunnerBase):
             batch.undone(pending)  # they come back after the reconnect
             raise
 
-    def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
-                pending: list[ProcessingContext]) -> None:
+    def _handle(self, ctx: ProcessingContext, plan: LinkPlan, pending: Unit) -> None:
         batch = self.batch
         if batch.lettered and batch.in_dmq_already(ctx.headers[_MESSAGE_ID]):
             # refused in a window whose unit came back (a lost connection): in a DMQ already
@@ -460,7 +461,8 @@ class Link(RunnerBase):
                 pending.append(ctx)
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
-                elif windowed and len(self._outstanding) >= self.window:
+                elif windowed and (len(self._outstanding) >= self.window
+                                   or pending.bytes >= batch.max_bytes):
                     if self._slides:
                         self._slide(pending)
                     else:
