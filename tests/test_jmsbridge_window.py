@@ -482,3 +482,29 @@ def test_a_window_bytes_property_on_a_link_bounds_that_link_only(broker):
         assert texts(drain(broker, "other2", expect=20)) == bodies
     finally:
         b.stop()
+
+
+def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, monkeypatch):
+    """windowBytes=64k, window 1000: the first connection asks the source session for 3
+    windows of 1000; after 16 KiB messages (4 fill 64k) a restarted link asks for 3 x 4.
+    Everything still arrives once, in order."""
+    from bridgemgr.providers.embedded.client import EmbeddedSession
+
+    asked: list[int] = []
+    monkeypatch.setattr(EmbeddedSession, "prefetch_at_least", lambda self, count: asked.append(count))
+    bodies = [f"{i:03d}{KIB16}" for i in range(20)]
+    send(broker, "src", bodies[:10])
+    props = load_properties([], ["imq.bridge.b.link.windowBytes=64k"], environ={})
+    b = make_bridge(broker, bridge_xml(link_xml()), props=props)
+    b.start()
+    try:
+        link = b.links[0]
+        wait_until(lambda: link.counters.transferred == 10, what="10 transferred")
+        b.stop_link("l")
+        send(broker, "src", bodies[10:])
+        b.start_link("l")
+        wait_until(lambda: link.counters.transferred == 20, what="20 transferred")
+        assert texts(drain(broker, "dst", expect=20)) == bodies
+    finally:
+        b.stop()
+    assert asked == [3000, 12], asked

@@ -41,7 +41,12 @@
 # _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
 # send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
 # once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
-# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed.
+# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed. It
+# counts messages, as providers do: a link that has seen a message of S bytes (`largest`,
+# kept for the link's life: reconnects, stop and start) asks each later connection for
+# windows of ceil(windowBytes / S) messages (a unit of them) where that is fewer, so that
+# its prefetch holds about PREFETCH_WINDOWS x windowBytes of such messages too; the
+# first connection, knowing no size yet, asks for whole windows (docs/jms-bridges.md).
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -74,6 +79,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from functools import partial
@@ -174,6 +180,7 @@ class Link(RunnerBase):
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
+        self.largest = 0  # bytes of the largest message this link has received
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     def backlog(self) -> int | None:
@@ -306,7 +313,7 @@ class Link(RunnerBase):
             self.window = 1 if one else max(1, setup.window)
             self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
-            session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
+            session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window())
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
@@ -335,6 +342,14 @@ class Link(RunnerBase):
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
                       setup.target_label, f"transacted, {txn.kind}" if self.transacted
                       else f"CLIENT_ACKNOWLEDGE, window {self.window}")
+
+    def prefetch_window(self) -> int:
+        """The messages of a window the source is asked to prefetch: the confirm window,
+        or fewer where the largest message seen would make it hold more than windowBytes."""
+        largest, bound = self.largest, self.batch.max_bytes
+        if not largest or bound >= sys.maxsize:
+            return self.window
+        return min(self.window, -(-bound // largest))  # the messages that reach the bound
 
     def _open_target(self) -> MessageProducer:
         txn = self._txn
@@ -414,6 +429,8 @@ class Link(RunnerBase):
                 if message.redelivered:
                     counters.redelivered += 1
                 ctx = ProcessingContext(message, now_ms(), size=message.size())
+                if ctx.size > self.largest:
+                    self.largest = ctx.size
                 if batch.excused:
                     ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
                 try:
