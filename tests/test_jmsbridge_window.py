@@ -486,12 +486,13 @@ def test_a_window_bytes_property_on_a_link_bounds_that_link_only(broker):
 
 def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, monkeypatch):
     """windowBytes=64k, window 1000: the first connection asks the source session for 3
-    windows of 1000; after 16 KiB messages (4 fill 64k) a restarted link asks for 3 x 4.
-    Everything still arrives once, in order."""
+    windows of 1000 (and at most 3 x 64k, which mq:// can bound); after 16 KiB messages
+    (4 fill 64k) a restarted link asks for 3 x 4. Everything arrives once, in order."""
     from bridgemgr.providers.embedded.client import EmbeddedSession
 
-    asked: list[int] = []
-    monkeypatch.setattr(EmbeddedSession, "prefetch_at_least", lambda self, count: asked.append(count))
+    asked: list[tuple[int, int]] = []
+    monkeypatch.setattr(EmbeddedSession, "prefetch_at_least",
+                        lambda self, count, max_bytes=0: asked.append((count, max_bytes)))
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
     send(broker, "src", bodies[:10])
     props = load_properties([], ["imq.bridge.b.link.windowBytes=64k"], environ={})
@@ -507,4 +508,4 @@ def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, 
         assert texts(drain(broker, "dst", expect=20)) == bodies
     finally:
         b.stop()
-    assert asked == [3000, 12], asked
+    assert asked == [(3000, 3 * 65536), (12, 3 * 65536)], asked

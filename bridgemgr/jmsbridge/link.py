@@ -313,7 +313,9 @@ class Link(RunnerBase):
             self.window = 1 if one else max(1, setup.window)
             self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
-            session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window())
+            bound = self.batch.max_bytes
+            session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window(),
+                                      PREFETCH_WINDOWS * bound if bound < sys.maxsize else 0)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
