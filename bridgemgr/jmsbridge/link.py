@@ -5,11 +5,12 @@
 # "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
 # non-transacted link, an XA commit for a transacted one. Handled messages wait in the
 # Batch (batch.py) until it is full (tuning.ack_batch, or the bridge's
-# transaction.batchSize when transacted), or its messages hold imq.bridge.<name>.link.
-# windowBytes bytes (Message.size(), summed by the Batch's Unit), or the source has
-# nothing more right now; a batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
-# as transferred and get the INFO log line; the Settler (settle.py) counts them, at once
-# or when the outcome of a unit committed behind the link comes.
+# transaction.batchSize when transacted, or messages holding imq.bridge.<name>.link.
+# windowBytes bytes: Message.size(), summed by the Batch's Unit) or the source has
+# nothing more right now; a batch of 1 is the chapter's "acknowledge after the send".
+# Only completed messages count as transferred and get the INFO log line; the Settler
+# (settle.py) counts them, at once or when the outcome of a unit committed behind the
+# link comes.
 #
 # The link's producer has confirm_sends set: a send returns once the provider answered
 # for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
@@ -18,11 +19,11 @@
 # With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links, and if
 # their transformer can halt them, only from a source that acknowledges its oldest
 # messages alone, see below) the link sends with send_async() instead and does not
-# wait: up to `window` sends, and fewer when the unit's messages hold windowBytes, are
-# outstanding (the batch is at least that big), their
-# outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
-# confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
-# to plainly, the batch still a window. Before the unit completes,
+# wait: up to `window` sends are outstanding, fewer where their messages hold windowBytes
+# (the batch is at least that big), their outcomes kept in send order by a ConfirmWindow
+# (window.py); a target whose send is confirmed when it returns (answers_when_sent: the
+# host broker without fsync) is sent to plainly, the batch still a window. Before the
+# unit completes,
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
 # is settled by then); a refused one goes to the DMQ as a synchronous refusal would
