@@ -1,6 +1,20 @@
-"""Memory of a real `serve` holding a backlog: flood a queue, restart, drain; prints JSON.
+"""Memory of a real `serve` holding a backlog, or of a link moving big messages; prints JSON.
 
     .venv/bin/python benchmarks/memory.py [--messages N] [--check] [--window W]
+    .venv/bin/python benchmarks/memory.py --link-size BYTES [--messages N] [--window-bytes SIZE]
+                                          [--link-source host|mq]
+
+--link-size: a JMS bridge link moving a backlog of N persistent messages of BYTES each
+(BytesMessages) from src to dst on one embedded broker in a process of its own, its
+destinations keeping 16 waiting messages in memory (the rest stays in the store), so the
+process's peak RSS while the link runs (VmHWM, reset once the backlog is in: /proc's
+clear_refs) is what the link holds: its open unit and what it has received. The link
+runs with the defaults (imq.bridge.<name>.link.window 1000) and --window-bytes as
+imq.bridge.<name>.link.windowBytes (default: the property's default). With
+--link-source mq the source queue is on a second embedded broker in a child process
+(the same 16 in memory), reached over mq:// as a link's remote source is: what the
+link's consumer prefetches is then in the link's process too. Reported:
+peak_rss_mb_filling, peak_rss_mb_linking, messages_per_s (the link's), in_order.
 
 One STOMP producer (a raw socket, STOMP 1.2) sends N persistent 1 KiB messages to a queue
 nobody consumes, a receipt every 1,000 to keep up with the broker. The service's RSS is read
@@ -27,6 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -184,12 +199,120 @@ def drain(port: int, count: int, check: bool) -> tuple[float, bool | None]:
     return first, (in_order and expected == count) if check else None
 
 
+LINK_XML = """<jmsbridge name="mem">
+<link name="big" transacted="false">
+<source connection-factory-ref="{source}" destination-ref="src"/>
+<target connection-factory-ref="host" destination-ref="dst"/></link>
+<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="dst"/>
+<connection-factory ref-name="host"/>
+<connection-factory ref-name="far" lookup-name="ConnectionFactory">
+<property name="java.naming.factory.initial" value="imq.embedded"/>
+<property name="java.naming.provider.url" value="mq://127.0.0.1:{port}"/></connection-factory>
+<destination ref-name="src" name="src"/><destination ref-name="dst" name="dst"/>
+</jmsbridge>"""
+
+
+def serve_source(store: str) -> None:
+    """--serve-source: a broker keeping 16 waiting messages in memory, its jms service
+    and port mapper on 127.0.0.1; prints the port mapper's port, runs until stdin ends."""
+    from bridgemgr.admin.portmapper import PortMapper
+    from bridgemgr.netloop import NetLoop
+    from bridgemgr.providers.embedded import Broker
+    from bridgemgr.providers.embedded.jmsservice import JmsService
+
+    broker = Broker(store, memory_window=16)
+    netloop = NetLoop().start()
+    service = JmsService(broker, netloop, "127.0.0.1", 0).start()
+    portmapper = PortMapper(netloop, "127.0.0.1", 0, broker.instance_name).start()
+    portmapper.register(service.service_entry())
+    print(portmapper.port, flush=True)
+    sys.stdin.read()
+    service.stop()
+    portmapper.stop()
+    netloop.stop()
+    broker.close()
+
+
+def link_big(messages: int, size: int, window_bytes: str | None, source: str) -> dict[str, object]:
+    """The --link-size run (one per process: VmHWM is the process's)."""
+    from bridgemgr.jms import BytesMessage, Queue
+    from bridgemgr.jmsbridge.bridge import JMSBridge
+    from bridgemgr.jmsbridge.config import parse_bridge_config
+    from bridgemgr.props import load_properties
+    from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+    from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
+
+    tmp = Path(tempfile.mkdtemp(prefix="memory-link-"))
+    broker = Broker(tmp / "store", memory_window=16)
+    child = None
+    port = 0
+    try:
+        factory = EmbeddedConnectionFactory(broker)
+        source_factory: Any = factory
+        if source == "mq":
+            child = subprocess.Popen([sys.executable, __file__, "--serve-source", str(tmp / "source")],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
+            assert child.stdout is not None
+            port = int(child.stdout.readline())
+            source_factory = RemoteConnectionFactory(f"mq://127.0.0.1:{port}")
+        conn = source_factory.create_connection()
+        producer = conn.create_session().create_producer(Queue("src"))
+        for i in range(messages):
+            producer.send(BytesMessage(i.to_bytes(4, "big") + os.urandom(size - 4)))
+        conn.close()
+        filled = rss_mb(os.getpid())
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+        overrides = ["imq.bridge.mem.type=jms"] + ([f"imq.bridge.mem.link.windowBytes={window_bytes}"]
+                                                   if window_bytes else [])
+        xml = LINK_XML.format(source="far" if source == "mq" else "host", port=port).encode()
+        bridge = JMSBridge(parse_bridge_config(xml, "memory.xml"),
+                           load_properties([], overrides, environ={}),
+                           host_factory=lambda env: factory)
+        started = time.monotonic()
+        bridge.start()
+        link = bridge.links[0]
+        while link.counters.transferred < messages:
+            time.sleep(0.05)
+        seconds = time.monotonic() - started
+        linking = rss_mb(os.getpid())
+        bridge.stop()
+        conn = factory.create_connection()
+        conn.start()
+        consumer = conn.create_session().create_consumer(Queue("dst"))
+        got = []
+        while (m := consumer.receive(1)) is not None:
+            got.append(int.from_bytes(m.get_body()[:4], "big"))
+        conn.close()
+        return {"messages": messages, "body_bytes": size, "source": source,
+                "window_bytes": window_bytes or "default", "peak_rss_mb_filling": filled["VmHWM"],
+                "peak_rss_mb_linking": linking["VmHWM"],
+                "messages_per_s": round(messages / seconds), "in_order": got == list(range(messages))}
+    finally:
+        if child is not None:
+            child.communicate("")
+        broker.close()
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--messages", type=int, default=500_000)
     ap.add_argument("--check", action="store_true", help="consume everything back, checking the order")
     ap.add_argument("--window", type=int, help="imq.destination.memory.window (default: the service's)")
+    ap.add_argument("--link-size", type=int, help="bytes per message: the link case (see above)")
+    ap.add_argument("--window-bytes", help="imq.bridge.<name>.link.windowBytes of the link case")
+    ap.add_argument("--link-source", choices=("host", "mq"), default="host",
+                    help="the link case's source: this process's broker, or another's over mq://")
+    ap.add_argument("--serve-source", help=argparse.SUPPRESS)  # the mq source's child process
     args = ap.parse_args()
+    if args.serve_source:
+        serve_source(args.serve_source)
+        return
+    if args.link_size:
+        print(json.dumps(link_big(args.messages, args.link_size, args.window_bytes, args.link_source),
+                         indent=2))
+        return
     tmp = Path(tempfile.mkdtemp(prefix="memory-bench-"))
     try:
         props = tmp / "broker.properties"

@@ -202,6 +202,18 @@ PERCENT = integer(0, 100)
 PORT = integer(0, 65535)  # 0: any free port (tests)
 SIZE = Kind(parse_size,
             "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
+
+
+def parse_bound(text: str) -> int:
+    """A byte size that bounds something: as parse_size, but 0 bounds nothing sensible."""
+    size = parse_size(text)
+    if size == 0:
+        raise ValueError
+    return size
+
+
+BYTE_BOUND = Kind(parse_bound, "write a byte size of at least 1 such as 512k, 16m or 1g, "
+                               "or -1 for no byte bound")
 TEXT = Kind(_text, "write any text")
 NAMES = Kind(_names, "write names separated by commas")
 CLUSTER_ID = Kind(lambda text: _checked(text.strip(), re.compile(r"[A-Za-z0-9_]{1,24}\Z")),
@@ -245,6 +257,14 @@ BACKOUT_THRESHOLD = 5
 # 4000 added 5-10% for 1 KiB messages, not worth two to four times the memory held.
 # The price: a crash sends up to one window twice, and the source prefetches three.
 LINK_WINDOW = 1000
+# imq.bridge.<name>.link.windowBytes: a link's open unit (and confirm window) is full at
+# this many bytes of messages too, however few they are, so that a backlog of big messages
+# does not hold `window` of them (1000 x 1 MiB: 1 GB) plus the source's prefetch.
+# 16 MiB from benchmarks/memory.py and benchmarks/link.py (docs/benchmarks.md): 1,000
+# messages of 1 KiB hold about 1.2 MiB, far below it (no throughput change), while 1 MiB
+# messages make units of 16: 2,000 of them moved with a peak RSS of 380-550 MB instead of
+# 2.5 GB, and a 1 MiB bound saved nothing more.
+LINK_WINDOW_BYTES = 16 * 1024 ** 2
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
@@ -409,6 +429,9 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
          "local transaction (one session); false = always XA"),
     Prop("link.window", POSITIVE, LINK_WINDOW,
          "sends a non-transacted link has unconfirmed at once; 1 = wait for each"),
+    Prop("link.windowBytes", BYTE_BOUND, LINK_WINDOW_BYTES,
+         "bytes of messages at which a link's unit (and confirm window) is full, however "
+         "few; -1 = count only"),
 )
 
 # imq.bridge.<name>.link.<link>.<suffix>: per-link settings (jmsbridge's parallel runner).
@@ -617,6 +640,7 @@ class BridgeProperties:
     transaction_batch_size: int
     transaction_local: bool  # one resource manager at both ends: a local transaction, not XA
     link_window: int  # sends a non-transacted link has unconfirmed at once (the confirm window)
+    link_window_bytes: int  # bytes of messages that fill a link's unit and window; -1: no bound
 
 
 @dataclass(frozen=True)
@@ -727,7 +751,8 @@ class BrokerProperties:
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
             backout_threshold=get("backoutThreshold"), runner=get("runner"),
             transaction_batch_size=get("transaction.batchSize"),
-            transaction_local=get("transaction.local"), link_window=get("link.window"))
+            transaction_local=get("transaction.local"), link_window=get("link.window"),
+            link_window_bytes=get("link.windowBytes"))
 
     def link_setting(self, bridge: str, link: str, setting: str) -> Any:
         """imq.bridge.<bridge>.link.<link>.<setting> (LINK_PROPS), its default when unset."""

@@ -398,6 +398,21 @@ def test_a_bad_link_window_names_the_file_line_and_element(value):
         "number from 1 to 2147483647"]
 
 
+def test_a_link_takes_a_window_bytes_property_after_its_target():
+    body = link().replace("</link>", '<property name="windowBytes" value="4m"/></link>')
+    config = parse_bridge_config(bridge(body + CF + DEST), "t.xml")
+    assert config.link("l").window_bytes == 4 * 1024 * 1024
+    assert parse_bridge_config(bridge(link() + CF + DEST), "t.xml").link("l").window_bytes is None
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "big", "", "4 MB"])
+def test_a_bad_link_window_bytes_names_the_file_line_and_element(value):
+    body = link().replace("</link>", f'\n<property name="windowBytes" value="{value}"/></link>')
+    assert problems_of(bridge(body + CF + DEST)) == [
+        f't.xml:5: <link name="l"> <property name="windowBytes"> has value {value!r}; write a '
+        "byte size of at least 1 such as 512k, 16m or 1g, or -1 for no byte bound"]
+
+
 def test_an_unknown_link_property_is_an_error_with_a_hint():
     body = link().replace("</link>", '\n<property name="windw" value="5"/></link>')
     [problem] = problems_of(bridge(body + CF + DEST))

@@ -374,3 +374,138 @@ def test_confirmed_head_waits_for_the_oldest_and_stops_at_a_failure_or_a_gap():
     window.confirmed(2)
     assert window.confirmed_head(0) == []
     assert window.settled()[0][0] == "c" and len(window) == 1
+
+
+# --- the byte bound (imq.bridge.<name>.link.windowBytes) --------------------------------------
+
+KIB16 = "y" * 16384  # with Message.size()'s 200 for headers: 4 of them reach 64k, 3 do not
+
+
+@pytest.fixture
+def stomp_target(tmp_path):
+    """Another broker behind our STOMP bridge, taking any size: its answers come while
+    nobody flushes, so a link's full window slides there (Link._slide)."""
+    from bridgemgr.netloop import NetLoop
+    from stomp_support import make_bridge as make_stomp_bridge
+    from stomp_support import make_users
+
+    far = Broker(tmp_path / "stomp-target")
+    with NetLoop("stomp-target") as loop:
+        stomp_bridge = make_stomp_bridge(loop, far, make_users(tmp_path))
+        yield far, stomp_bridge.tcp_port
+        stomp_bridge.stop()
+    far.close()
+
+
+@pytest.mark.parametrize("target", ["plain", "confirmed", "sliding"])
+def test_big_messages_fill_a_unit_before_its_window_is_full(tmp_path, request, monkeypatch, target):
+    """imq.bridge.<name>.link.windowBytes=64k with the window at its 1000: 40 messages of
+    16 KiB make units of 4 (they hold 64k), not one of 40, whether the target answers
+    when sent (the unit full), the link waits for its window's answers (the window
+    full: flush, then acknowledge) or its window slides (acknowledge the confirmed head).
+    Every message arrives once, in order."""
+    acks: list[int] = []
+    for name in ("complete", "complete_oldest"):
+        real = getattr(ClientAcknowledge, name)
+        monkeypatch.setattr(ClientAcknowledge, name,
+                            lambda self, *a, _real=real: acks.append(1) or _real(self, *a))
+    source = Broker(tmp_path / "source", sync=target == "confirmed")
+    far, cfs, link = source, "", link_xml()
+    if target == "sliding":
+        far, port = request.getfixturevalue("stomp_target")
+        cfs = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+               'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+               f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+               '</connection-factory>')
+        link = link.replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
+    bodies = [f"{i:03d}{KIB16}" for i in range(40)]
+    try:
+        send(source, "src", bodies)
+        props = load_properties([], ["imq.bridge.b.link.windowBytes=64k"], environ={})
+        b = make_bridge(source, bridge_xml(link, cfs=cfs), props=props)
+        b.start()
+        try:
+            assert b.links[0].window == 1000
+            wait_until(lambda: b.links[0].counters.transferred == 40, what="40 transferred")
+            assert texts(drain(far, "dst", expect=40)) == bodies
+        finally:
+            b.stop()
+        assert source.queue_depth("src") == 0
+    finally:
+        source.close()
+    assert len(acks) >= 10, acks  # at most 4 messages (64k) acknowledged together
+
+
+def test_a_transacted_link_commits_at_the_byte_bound_before_its_batch_size(broker, monkeypatch):
+    """transaction.batchSize=50 (the chapter's unit) with windowBytes=64k: 16 KiB
+    messages commit 4 at a time; all arrive once, in order."""
+    from bridgemgr.jmsbridge.transfer import LocalTransaction, XATransaction
+
+    commits: list[int] = []
+    for kind in (LocalTransaction, XATransaction):
+        monkeypatch.setattr(kind, "complete", lambda self, _real=kind.complete:
+                            commits.append(1) or _real(self))
+    bodies = [f"{i:03d}{KIB16}" for i in range(20)]
+    send(broker, "src", bodies)
+    props = load_properties([], ["imq.bridge.b.transaction.batchSize=50",
+                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
+    b = make_bridge(broker, bridge_xml(link_xml(transacted="true")), props=props)
+    b.start()
+    try:
+        wait_until(lambda: b.links[0].counters.transferred == 20, what="20 transferred")
+        assert texts(drain(broker, "dst", expect=20)) == bodies
+    finally:
+        b.stop()
+    assert len(commits) >= 5, commits  # at most 4 messages (64k) a transaction
+
+
+def test_a_window_bytes_property_on_a_link_bounds_that_link_only(broker):
+    """<property name="windowBytes" value="64k"/> in a <link> bounds that link's units by
+    bytes, over imq.bridge.<name>.link.windowBytes=-1 (no byte bound), which the other
+    link keeps; both move their 16 KiB messages in order."""
+    bounded = link_xml("l1").replace("</link>", '<property name="windowBytes" value="64k"/></link>')
+    props = load_properties([], ["imq.bridge.b.link.windowBytes=-1"], environ={})
+    b = make_bridge(broker, bridge_xml(bounded + link_xml("l2", "other", "other2"),
+                                       dests='<destination ref-name="other2" name="other2"/>'),
+                    props=props)
+    assert b.config.link("l1").window_bytes == 64 * 1024 and b.config.link("l2").window_bytes is None
+    bodies = [f"{i:03d}{KIB16}" for i in range(20)]
+    send(broker, "src", bodies)
+    send(broker, "other", bodies)
+    b.start()
+    try:
+        by_name = {link.name: link for link in b.links}
+        assert by_name["l1"].batch.max_bytes == 64 * 1024
+        assert by_name["l2"].batch.max_bytes > 2 ** 40  # no byte bound
+        wait_until(lambda: all(link.counters.transferred == 20 for link in b.links), what="20 each")
+        assert texts(drain(broker, "dst", expect=20)) == bodies
+        assert texts(drain(broker, "other2", expect=20)) == bodies
+    finally:
+        b.stop()
+
+
+def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, monkeypatch):
+    """windowBytes=64k, window 1000: the first connection asks the source session for 3
+    windows of 1000 (and at most 3 x 64k, which mq:// can bound); after 16 KiB messages
+    (4 fill 64k) a restarted link asks for 3 x 4. Everything arrives once, in order."""
+    from bridgemgr.providers.embedded.client import EmbeddedSession
+
+    asked: list[tuple[int, int]] = []
+    monkeypatch.setattr(EmbeddedSession, "prefetch_at_least",
+                        lambda self, count, max_bytes=0: asked.append((count, max_bytes)))
+    bodies = [f"{i:03d}{KIB16}" for i in range(20)]
+    send(broker, "src", bodies[:10])
+    props = load_properties([], ["imq.bridge.b.link.windowBytes=64k"], environ={})
+    b = make_bridge(broker, bridge_xml(link_xml()), props=props)
+    b.start()
+    try:
+        link = b.links[0]
+        wait_until(lambda: link.counters.transferred == 10, what="10 transferred")
+        b.stop_link("l")
+        send(broker, "src", bodies[10:])
+        b.start_link("l")
+        wait_until(lambda: link.counters.transferred == 20, what="20 transferred")
+        assert texts(drain(broker, "dst", expect=20)) == bodies
+    finally:
+        b.stop()
+    assert asked == [(3000, 3 * 65536), (12, 3 * 65536)], asked

@@ -54,6 +54,7 @@ DEFAULTS = {
     "imq.bridge.b1.backoutThreshold": 5,
     "imq.bridge.b1.runner": "local",
     "imq.bridge.b1.transaction.batchSize": 1,
+    "imq.bridge.b1.link.windowBytes": 16 * 1024 * 1024,
     "imq.bridge.spark.master": None,
     "imq.bridge.java.classpath": None,
     "imq.instancename": "imqbroker",
@@ -121,6 +122,9 @@ TYPED = [
     ("imq.autocreate.destination.maxBytesPerMsg", "4096", 4096),
     ("imq.autocreate.destination.maxBytesPerMsg", "-1", -1),
     ("imq.autocreate.destination.maxNumMsgs", "0", 0),
+    ("imq.bridge.b1.link.windowBytes", "32m", 32 * 1024 * 1024),
+    ("imq.bridge.b1.link.windowBytes", "1", 1),
+    ("imq.bridge.b1.link.windowBytes", "-1", -1),
     ("imq.bridge.stomp.messageTransformer", "transformers.uppercase.UppercaseTransformer",
      "transformers.uppercase.UppercaseTransformer"),
 ]
@@ -150,6 +154,9 @@ WRONG = [
     ("imq.autocreate.destination.maxTotalMsgBytes", "-2", "byte size"),
     ("imq.autocreate.destination.maxNumMsgs", "-2", "from -1 to"),
     ("imq.bridge.tm.props", "txlogSize", "key=value"),
+    ("imq.bridge.b1.link.windowBytes", "0", "a byte size of at least 1"),
+    ("imq.bridge.b1.link.windowBytes", "16 MiB", "a byte size of at least 1"),
+    ("imq.bridge.b1.link.windowBytes", "-2", "or -1 for no byte bound"),
     ("imq.bridge.stomp.messageTransformer", "Upper", "dotted class name"),
     ("imq.bridge.stomp.messageTransformer", "a.class.B", "dotted class name"),
 ]

@@ -17,7 +17,7 @@ from bridgemgr.jms import AckMode, DeliveryMode, Queue, TextMessage, naming
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException, TransportException
 from bridgemgr.jmsbridge.resolve import with_host_broker
 from bridgemgr.providers import embedded
-from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, clientconn
+from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory, clientconn, wire
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
@@ -308,6 +308,50 @@ def test_a_link_window_raises_the_source_consumers_prefetch(harness, broker):
     session.prefetch_at_least(30)
     session.create_consumer(Q)
     wait_for(lambda: depth(broker)["unacked"] == 30)
+    conn.close()
+
+
+def test_a_link_byte_bound_stops_the_source_consumers_prefetch(harness, broker):
+    """prefetch_at_least(count, max_bytes): the service delivers no more while what the
+    consumer holds reaches max_bytes (16 KiB messages, 64k: 4, not 1000); what it
+    consumes makes room again, and every message comes, in order."""
+    conn = harness.factory(prefetch=10).create_connection()
+    put(conn, *[f"{i:03d}" + "z" * 16384 for i in range(12)])
+    conn.start()
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    session.prefetch_at_least(1000, max_bytes=64 * 1024)
+    consumer = session.create_consumer(Q)
+    wait_for(lambda: depth(broker)["unacked"] == 4)
+    time.sleep(0.1)
+    assert depth(broker)["unacked"] == 4
+    got = [consumer.receive(2).text[:3] for _ in range(12)]
+    session.acknowledge()
+    assert got == [f"{i:03d}" for i in range(12)]
+    conn.close()
+
+
+def test_a_service_that_does_not_offer_prefetch_bytes_is_asked_for_the_count_alone(harness, broker):
+    """A service too old for prefetch bytes (its HELLO reply does not say "prefetch_bytes")
+    would refuse a CONSUMER with them: the client sends the count alone."""
+    conn = harness.factory(prefetch=10).create_connection()
+    del conn.channel.welcome["prefetch_bytes"]
+    put(conn, *[f"{i:03d}" + "z" * 16384 for i in range(12)])
+    conn.start()
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    session.prefetch_at_least(1000, max_bytes=64 * 1024)
+    session.create_consumer(Q)
+    wait_for(lambda: depth(broker)["unacked"] == 12)
+    conn.close()
+
+
+def test_a_consumer_without_prefetch_bytes_is_what_an_older_client_asks_for(harness, broker):
+    """CONSUMER with 7 arguments (a client from before prefetch bytes) is still taken."""
+    conn = harness.factory(prefetch=10).create_connection()
+    put(conn, *[str(i) for i in range(20)])
+    conn.start()
+    session = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
+    conn.request(wire.Op.CONSUMER, session.sid, 99, Q, None, False, None, 5)
+    wait_for(lambda: depth(broker)["unacked"] == 5)
     conn.close()
 
 

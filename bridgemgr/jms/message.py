@@ -40,6 +40,9 @@ class DeliveryMode(IntEnum):
 DEFAULT_DELIVERY_MODE = DeliveryMode.PERSISTENT
 DEFAULT_PRIORITY = 4
 DEFAULT_TIME_TO_LIVE = 0
+# What a message's headers count for where its size is estimated, not encoded (the
+# embedded broker and its store estimate a message not encoded as its body + 200).
+HEADER_BYTES = 200
 
 
 _F32 = struct.Struct(">f")
@@ -520,6 +523,15 @@ class Message:
         """Bytes the body takes, about (the broker's message size limits; exact where it
         is text or bytes, without copying it)."""
         return 0
+
+    def size(self) -> int:
+        """Bytes the message takes, about: its body, its properties' names and values (a
+        number: 8) and HEADER_BYTES for its headers (a bridge link's byte bound; nothing is
+        encoded)."""
+        size = self.body_size() + HEADER_BYTES
+        for name, (_, value) in self._props.items():
+            size += len(name) + (len(value) if type(value) is str else 8)
+        return size
 
     def _body_equal(self, other: Self) -> bool:
         return True

@@ -366,11 +366,12 @@ class Session(ABC):
         acknowledged, the caller acknowledges all at once later."""
         return False
 
-    def prefetch_at_least(self, count: int) -> None:
+    def prefetch_at_least(self, count: int, max_bytes: int = 0) -> None:
         """A hint before this session's consumers are created: they will hold up to
         ``count`` messages unacknowledged (a link's confirm windows), so a provider whose
-        deliveries stop at a prefetch limit raises it to at least ``count``. Providers
-        without such a limit ignore it."""
+        deliveries stop at a prefetch limit raises it to at least ``count``; where it can
+        also stop delivering while its prefetched messages hold ``max_bytes`` (> 0), it
+        does (mq://). Providers without such limits ignore it."""
 
     @abstractmethod
     def close(self) -> None: ...

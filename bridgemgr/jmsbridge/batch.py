@@ -1,5 +1,7 @@
 # How it works: the link (link.py) appends each handled message to `pending` and completes
-# the unit (acknowledge or commit) when it is full: `size` messages, or one at a time while
+# the unit (acknowledge or commit) when it is full: `size` messages, or messages holding
+# `max_bytes` bytes (imq.bridge.<name>.link.windowBytes; `pending` is a Unit, which keeps
+# the sum of its messages' sizes through append, clear and del), or one at a time while
 # `one_by_one` runs. A unit undone after a failure makes its messages come back from the
 # source; back_out() then makes them move one per transaction until that many went
 # through again, so only the failing one is backed out once more. `lettered` remembers
@@ -15,6 +17,9 @@
 
 from __future__ import annotations
 
+import sys
+from typing import SupportsIndex
+
 from ..jms.message import HEADER_FIELDS
 from .counters import LinkCounters
 from .excuses import Excuses
@@ -23,13 +28,42 @@ from .pipeline import Action, ProcessingContext
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 
 
+class Unit(list[ProcessingContext]):
+    """A unit's messages in order and the bytes they hold (ProcessingContext.size), kept
+    by the changes a link makes: append, clear and del (its confirmed head)."""
+
+    __slots__ = ("bytes",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.bytes = 0
+
+    def append(self, ctx: ProcessingContext) -> None:
+        super().append(ctx)
+        self.bytes += ctx.size
+
+    def clear(self) -> None:
+        super().clear()
+        self.bytes = 0
+
+    def __delitem__(self, index: SupportsIndex | slice) -> None:
+        if isinstance(index, slice):
+            self.bytes -= sum(ctx.size for ctx in self[index])
+        else:
+            self.bytes -= self[index].size
+        super().__delitem__(index)
+
+
 class Batch:
     """The handled messages of a link's open unit of work and what outlives a rollback."""
 
-    def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None) -> None:
+    def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None,
+                 max_bytes: int = -1) -> None:
+        """``max_bytes``: the bytes that fill a unit however few its messages (-1: none)."""
         self.size = max(1, size)
+        self.max_bytes = max_bytes if max_bytes > 0 else sys.maxsize
         self.counters = counters
-        self.pending: list[ProcessingContext] = []
+        self.pending = Unit()
         self.open = False          # the transaction's begin() was called, its unit not ended
         self.one_by_one = 0        # messages still to move one per transaction
         self.lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
@@ -45,7 +79,8 @@ class Batch:
 
     def full(self) -> bool:
         """Whether the unit is to be completed now."""
-        return len(self.pending) >= self.size or self.one_by_one > 0
+        pending = self.pending
+        return len(pending) >= self.size or pending.bytes >= self.max_bytes or self.one_by_one > 0
 
     def completed(self) -> None:
         """The pending messages were completed (before they are counted or handed over)."""

@@ -39,7 +39,7 @@ from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker
-from ..props import BACKOUT_THRESHOLD, LINK_WINDOW, BrokerProperties, clip, is_secret_name, shorten
+from ..props import BACKOUT_THRESHOLD, LINK_WINDOW, LINK_WINDOW_BYTES, BrokerProperties, clip, is_secret_name, shorten
 from ..servicekeys import dmq_key
 from ..transform import MessageTransformer
 from ..xa.coordinator import name_tag
@@ -394,6 +394,9 @@ class JMSBridge:
                 batch_size=batch,
                 window=(link.window if link.window is not None
                         else bridge_props.link_window if bridge_props else LINK_WINDOW),
+                window_bytes=(link.window_bytes if link.window_bytes is not None
+                              else bridge_props.link_window_bytes if bridge_props
+                              else LINK_WINDOW_BYTES),
                 parallelism=self._parallelism(config, link, txn.transacted, destinations))
             runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
                                   setup)(setup, context)

@@ -39,6 +39,7 @@ from lxml import etree
 
 from ..jms.naming import INITIAL_CONTEXT_FACTORY
 from ..props import (
+    BYTE_BOUND,
     CLASS_NAME,
     INT32_MAX,
     INT64_MAX,
@@ -187,12 +188,16 @@ class LinkConfig:
     enabled: bool = True
     transacted: bool = True
     window: int | None = None  # <property name="window">; None: the bridge's link.window
+    window_bytes: int | None = None  # <property name="windowBytes">; None: link.windowBytes
     description: str | None = None
     line: int | None = field(default=None, compare=False)
 
 
 # The settings a <link> takes as <property name=... value=.../> after its <target>.
-LINK_PROPERTIES: Mapping[str, Kind[int]] = {"window": integer(1, INT32_MAX)}
+LINK_PROPERTIES: Mapping[str, Kind[int]] = {"window": integer(1, INT32_MAX),
+                                            "windowBytes": BYTE_BOUND}
+# Their LinkConfig fields where the XML name is not one.
+_LINK_FIELDS: Mapping[str, str] = {"windowBytes": "window_bytes"}
 
 
 @dataclass(frozen=True)
@@ -553,7 +558,7 @@ class _Builder:
                     f"{', '.join(LINK_PROPERTIES)} (transformer input goes in <target>)"))
                 continue
             try:
-                settings[prop.name] = kind.parse(prop.value)
+                settings[_LINK_FIELDS.get(prop.name, prop.name)] = kind.parse(prop.value)
             except ValueError:
                 self.problems.append(Problem(
                     self.source, prop.line, f'{where} <property name="{prop.name}"> has value '

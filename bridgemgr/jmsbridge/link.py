@@ -5,10 +5,12 @@
 # "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
 # non-transacted link, an XA commit for a transacted one. Handled messages wait in the
 # Batch (batch.py) until it is full (tuning.ack_batch, or the bridge's
-# transaction.batchSize when transacted) or the source has nothing more right now; a
-# batch of 1 is the chapter's "acknowledge after the send". Only completed messages count
-# as transferred and get the INFO log line; the Settler (settle.py) counts them, at once
-# or when the outcome of a unit committed behind the link comes.
+# transaction.batchSize when transacted, or messages holding imq.bridge.<name>.link.
+# windowBytes bytes: Message.size(), summed by the Batch's Unit) or the source has
+# nothing more right now; a batch of 1 is the chapter's "acknowledge after the send".
+# Only completed messages count as transferred and get the INFO log line; the Settler
+# (settle.py) counts them, at once or when the outcome of a unit committed behind the
+# link comes.
 #
 # The link's producer has confirm_sends set: a send returns once the provider answered
 # for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
@@ -17,10 +19,11 @@
 # With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links, and if
 # their transformer can halt them, only from a source that acknowledges its oldest
 # messages alone, see below) the link sends with send_async() instead and does not
-# wait: up to `window` sends are outstanding (the batch is at least that big), their
-# outcomes kept in send order by a ConfirmWindow (window.py); a target whose send is
-# confirmed when it returns (answers_when_sent: the host broker without fsync) is sent
-# to plainly, the batch still a window. Before the unit completes,
+# wait: up to `window` sends are outstanding, fewer where their messages hold windowBytes
+# (the batch is at least that big), their outcomes kept in send order by a ConfirmWindow
+# (window.py); a target whose send is confirmed when it returns (answers_when_sent: the
+# host broker without fsync) is sent to plainly, the batch still a window. Before the
+# unit completes,
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
 # is settled by then); a refused one goes to the DMQ as a synchronous refusal would
@@ -39,7 +42,12 @@
 # _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
 # send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
 # once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
-# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed.
+# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed. It
+# counts messages, as providers do: a link that has seen a message of S bytes (`largest`,
+# kept for the link's life: reconnects, stop and start) asks each later connection for
+# windows of ceil(windowBytes / S) messages (a unit of them) where that is fewer, so that
+# its prefetch holds about PREFETCH_WINDOWS x windowBytes of such messages too; the
+# first connection, knowing no size yet, asks for whole windows (docs/jms-bridges.md).
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -72,6 +80,7 @@
 from __future__ import annotations
 
 import logging
+import sys
 import threading
 import time
 from functools import partial
@@ -83,7 +92,7 @@ from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer
 from ..logfiles import PER_MESSAGE
 from ..xa.txlog import TxLogUnavailable
-from .batch import Batch
+from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
 from .excuses import Excuses, excuses_path
@@ -168,10 +177,11 @@ class Link(RunnerBase):
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
         self.window = 1 if setup.transaction.transacted else max(1, setup.window)
         self.batch = Batch(max(setup.batch_size, self.window), self.counters,
-                           Excuses(excused, log))
+                           Excuses(excused, log), setup.window_bytes)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
+        self.largest = 0  # bytes of the largest message this link has received
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     def backlog(self) -> int | None:
@@ -304,7 +314,9 @@ class Link(RunnerBase):
             self.window = 1 if one else max(1, setup.window)
             self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
-            session.prefetch_at_least(PREFETCH_WINDOWS * self.window)
+            bound = self.batch.max_bytes
+            session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window(),
+                                      PREFETCH_WINDOWS * bound if bound < sys.maxsize else 0)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
@@ -333,6 +345,14 @@ class Link(RunnerBase):
         self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
                       setup.target_label, f"transacted, {txn.kind}" if self.transacted
                       else f"CLIENT_ACKNOWLEDGE, window {self.window}")
+
+    def prefetch_window(self) -> int:
+        """The messages of a window the source is asked to prefetch: the confirm window,
+        or fewer where the largest message seen would make it hold more than windowBytes."""
+        largest, bound = self.largest, self.batch.max_bytes
+        if not largest or bound >= sys.maxsize:
+            return self.window
+        return min(self.window, -(-bound // largest))  # the messages that reach the bound
 
     def _open_target(self) -> MessageProducer:
         txn = self._txn
@@ -411,7 +431,9 @@ class Link(RunnerBase):
                 counters.received += 1
                 if message.redelivered:
                     counters.redelivered += 1
-                ctx = ProcessingContext(message, now_ms())
+                ctx = ProcessingContext(message, now_ms(), size=message.size())
+                if ctx.size > self.largest:
+                    self.largest = ctx.size
                 if batch.excused:
                     ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
                 try:
@@ -426,8 +448,7 @@ class Link(RunnerBase):
             batch.undone(pending)  # they come back after the reconnect
             raise
 
-    def _handle(self, ctx: ProcessingContext, plan: LinkPlan,
-                pending: list[ProcessingContext]) -> None:
+    def _handle(self, ctx: ProcessingContext, plan: LinkPlan, pending: Unit) -> None:
         batch = self.batch
         if batch.lettered and batch.in_dmq_already(ctx.headers[_MESSAGE_ID]):
             # refused in a window whose unit came back (a lost connection): in a DMQ already
@@ -460,7 +481,8 @@ class Link(RunnerBase):
                 pending.append(ctx)
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
-                elif windowed and len(self._outstanding) >= self.window:
+                elif windowed and (len(self._outstanding) >= self.window
+                                   or pending.bytes >= batch.max_bytes):
                     if self._slides:
                         self._slide(pending)
                     else:

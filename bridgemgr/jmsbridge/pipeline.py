@@ -160,6 +160,7 @@ class ProcessingContext:
     audit: DMQReason | None = None             # FIRST_TRANSFORMER_*: the link may copy it to the DMQ
     attempts: int = 0
     excused: int = 0                           # redeliveries that were not its fault
+    size: int = 0                              # bytes it holds, about (Message.size; a unit's byte bound)
 
     def __post_init__(self) -> None:
         self.headers = _HEADERS(self.original)

@@ -63,6 +63,7 @@ class LinkSetup:
     backout_threshold: int = 0
     batch_size: int = 1
     window: int = 1                         # confirm window (link.py), non-transacted links
+    window_bytes: int = -1                  # bytes that fill a unit and window (link.py); -1: no bound
     parallelism: int = 1                    # worker processes (imq.bridge.<name>.link.<link>.parallelism)
 
     @property

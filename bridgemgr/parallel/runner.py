@@ -269,7 +269,8 @@ def parallel_link(setup: LinkSetup, context: RunnerContext) -> ParallelLink:
         xmlurl=xmlurl, bridge=context.bridge, link=setup.config.name, broker_url=context.broker_url,
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props), dmq_secret=dmq_key(props).hex(),
         transformer_path=os.pathsep.join(str(p) for p in context.transformer_path or ()),
-        backout_threshold=setup.backout_threshold, window=setup.window, index=0)
+        backout_threshold=setup.backout_threshold, window=setup.window,
+        window_bytes=setup.window_bytes, index=0)
     return ParallelLink(setup, base, context.log, context.tuning)
 
 

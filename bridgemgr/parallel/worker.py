@@ -37,6 +37,7 @@ class WorkerOptions:
     transformer_path: str
     backout_threshold: int
     window: int
+    window_bytes: int
     index: int
 
     def to_json(self) -> str:
@@ -95,7 +96,7 @@ def run(options: WorkerOptions, commands: IO[str], lines: _Lines) -> None:
                                      config.target.stay_connected, config.target.clientid),
         transaction=ClientAcknowledge, transformer=env.transformer(config.target.message_transformer_class),
         destinations=env.destinations, backout_threshold=options.backout_threshold,
-        batch_size=tuning.ack_batch, window=options.window)
+        batch_size=tuning.ack_batch, window=options.window, window_bytes=options.window_bytes)
     link = Link(setup, connections, dmqs, log, tuning)
     done = threading.Event()
 

@@ -670,9 +670,9 @@ class AmqpSession(Session):
         if self.channel.closed:
             raise JMSException(f"the session's channel is closed: {self.channel.closed}")
 
-    def prefetch_at_least(self, count: int) -> None:
+    def prefetch_at_least(self, count: int, max_bytes: int = 0) -> None:
         """basic.qos prefetch-count max(the URL's prefetch, ``count``) for the consumers
-        created after it."""
+        created after it; prefetch-size stays 0 (RabbitMQ refuses any other: no byte bound)."""
         self._check()
         prefetch = max(self.connection.options.prefetch, count)
         self.channel.call(lambda c, done: c.basic_qos(prefetch_count=prefetch, callback=done), "basic.qos")

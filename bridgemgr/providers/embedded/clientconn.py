@@ -21,7 +21,8 @@ return to their queues (redelivered), open transactions roll back, unprepared XA
 roll back, prepared ones stay in doubt for ``recover``, temporary destinations go away.
 
 Deliveries are pushed. A remote consumer (:class:`RemoteConsumer`) takes messages from its
-queue on the loop thread while it has room in its prefetch window, and otherwise waits in
+queue on the loop thread while it has room in its prefetch window (in messages, and in
+bytes where the client asked: the blobs in flight under its prefetch bytes), and otherwise waits in
 the queue's ``waiters`` like an in-process consumer; the broker's wake-up (``notify``,
 called under the broker lock from any thread) posts another ``pump``. Taken messages stay
 with the consumer ("in flight") until the client reports them CONSUMED, which moves them
@@ -166,7 +167,7 @@ class RemoteConsumer(EmbeddedConsumer):
 
     def __init__(self, client: ClientConnection, session: RemoteSession, cid: int,
                  destination: Destination, selector: str | None, prefetch: int,
-                 durable_name: str | None) -> None:
+                 durable_name: str | None, prefetch_bytes: int = 0) -> None:
         super().__init__(session.s, destination, selector, durable_name)
         self.client = client
         self.remote = session
@@ -175,10 +176,23 @@ class RemoteConsumer(EmbeddedConsumer):
         self.refill = max(1, prefetch // 4)  # CONSUMED refills the window in batches this big
         self.credit = 0                   # PULL credits of a pull consumer
         self.inflight: dict[int, Envelope] = {}
+        self.prefetch_bytes = prefetch_bytes  # > 0: no delivery while inflight holds that many
+        self.inflight_bytes = 0
+        self.sizes: dict[int, int] = {}   # tag -> blob bytes (with prefetch_bytes only)
         self._scheduled = False
 
     def room(self) -> int:
+        if self.prefetch_bytes and self.inflight_bytes >= self.prefetch_bytes:
+            return 0
         return self.prefetch - len(self.inflight) if self.prefetch else self.credit
+
+    def taken(self, tags: list[int]) -> list[Envelope]:
+        """Take ``tags`` out of the in-flight messages (CONSUMED, RETURN)."""
+        inflight = self.inflight
+        if self.prefetch_bytes:
+            sizes = self.sizes
+            self.inflight_bytes -= sum(sizes.pop(t, 0) for t in tags)
+        return [inflight.pop(t) for t in tags if t in inflight]
 
     # called by the broker under its lock, from any thread
     def can_take(self, message: Message | None) -> bool:
@@ -214,6 +228,9 @@ class RemoteConsumer(EmbeddedConsumer):
             if not self.prefetch:
                 self.credit -= 1
             blob = env.wire if env.wire is not None else codec.encode(env.message)
+            if self.prefetch_bytes:
+                self.sizes[tag] = len(blob)
+                self.inflight_bytes += len(blob)
             out.append(wire.delivery(self.cid, tag, env.dcount, blob))
         if out:
             client._out.append(b"".join(out))
@@ -222,6 +239,8 @@ class RemoteConsumer(EmbeddedConsumer):
         """Return in-flight messages to the queue; ``seen=False``: as never delivered."""
         envs = list(self.inflight.values())
         self.inflight.clear()
+        self.sizes.clear()
+        self.inflight_bytes = 0
         self.credit = 0
         if not seen:
             for env in envs:
@@ -511,7 +530,8 @@ class ClientConnection:
         self._out.append(wire.reply(req.call, {
             "instance": self.broker.instance_name, "rm_id": self.broker.rm_id,
             "provider": Broker.provider_name, "version": __version__, "protocol": wire.VERSION,
-            "heartbeat_ms": int(self.interval * 1000), "max_frame": self.max_frame}))
+            "heartbeat_ms": int(self.interval * 1000), "max_frame": self.max_frame,
+            "prefetch_bytes": True}))
         self.state = State.OPEN
         self._process()
 
@@ -582,15 +602,18 @@ class ClientConnection:
         session.s.close()
 
     def _new_consumer(self, sid: int, cid: int, dest: Destination, selector: str | None, no_local: bool,
-                      durable_name: str | None, prefetch: int) -> None:
+                      durable_name: str | None, prefetch: int, prefetch_bytes: int = 0) -> None:
         session = self._session(sid)
         if cid in self.consumers:
             raise IllegalStateException(f"consumer {cid} already exists")
         if not 0 <= prefetch <= MAX_PREFETCH:
             raise IllegalStateException(f"prefetch {prefetch} is outside 0..{MAX_PREFETCH}")
+        if prefetch_bytes < 0:
+            raise IllegalStateException(f"prefetch bytes {prefetch_bytes} is below 0")
         session.s._check_open()
         self._check("consume", dest)
-        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name)
+        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name,
+                                  prefetch_bytes)
         if durable_name is not None:
             if not isinstance(dest, Topic):
                 raise InvalidDestinationException(f"a durable subscription needs a topic, not {dest}")
@@ -659,8 +682,7 @@ class ClientConnection:
         consumer = self.consumers.get(cid)
         if consumer is None:
             return  # closed meanwhile: what it had in flight went back already
-        inflight = consumer.inflight
-        envs = [inflight.pop(t) for t in tags if t in inflight]
+        envs = consumer.taken(tags)
         s = session.s
         if s._acks_now():
             self.broker.acknowledge(envs)
@@ -679,7 +701,7 @@ class ClientConnection:
         consumer = self.consumers.get(cid)
         if consumer is None:
             return
-        envs = [consumer.inflight.pop(t) for t in tags if t in consumer.inflight]
+        envs = consumer.taken(tags)
         if not seen:
             for env in envs:
                 env.dcount -= 1

@@ -31,14 +31,17 @@ rest); a connection that breaks meanwhile fails the unanswered ones with its
 TransportException.
 
 Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
-reading thread queues them, ``receive`` takes from that queue and reports CONSUMED, which frees
-room in the window. Messages still queued when a consumer, session or connection closes,
-recovers or rolls back go back to the broker as never delivered. A session's
-``prefetch_at_least`` (a bridge link's confirm windows) raises the prefetch of its later
-consumers; ``acknowledge_oldest`` (ACK_OLDEST) acknowledges only the oldest messages
-received (a link stopping on one that its transformer failed on). With ``prefetch=0`` a
-consumer pulls: it is sent a message only while a receive waits for one (one round trip
-more per receive, and no message sits with an idle consumer, as in-process).
+reading thread queues them, ``receive`` takes from that queue and reports CONSUMED,
+which frees room in the window. Messages still queued when a consumer, session or
+connection closes, recovers or rolls back go back to the broker as never delivered. A
+session's ``prefetch_at_least`` (a bridge link's confirm windows) raises the prefetch of
+its later consumers, and its ``max_bytes`` bounds what they hold in bytes too (the
+service stops delivering while their messages in flight hold that many; a service too
+old for that, whose HELLO reply does not say "prefetch_bytes", is sent the count alone);
+``acknowledge_oldest`` (ACK_OLDEST) acknowledges only the oldest messages received (a
+link stopping on one that its transformer failed on). With ``prefetch=0`` a consumer
+pulls: it is sent a message only while a receive waits for one (one round trip more per
+receive, and no message sits with an idle consumer, as in-process).
 ``receive_no_wait`` asks the service for what the queue holds at that moment.
 
 When the connection breaks (the service stops, the network fails, three heart-beat
@@ -322,6 +325,7 @@ class RemoteSession(Session):
         self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
         self._answering: deque[tuple[Call, Answered]] = deque()  # send_async(), oldest first
         self.prefetch = 0                           # prefetch_at_least(): the consumers' floor
+        self.prefetch_bytes = 0                     # prefetch_at_least(): their byte bound (0: none)
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -407,8 +411,10 @@ class RemoteSession(Session):
         conn._consumers[cid] = consumer
         try:
             prefetch = conn.factory.prefetch and max(conn.factory.prefetch, self.prefetch)
+            bound = (self.prefetch_bytes,) if self.prefetch_bytes and conn.channel.welcome.get(
+                "prefetch_bytes") else ()
             conn.request(wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name,
-                         prefetch)
+                         prefetch, *bound)
         except BaseException:
             conn._consumers.pop(cid, None)
             raise
@@ -585,10 +591,12 @@ class RemoteSession(Session):
         self.connection.request(wire.Op.ACK_OLDEST, self.sid, count)
         return True
 
-    def prefetch_at_least(self, count: int) -> None:
+    def prefetch_at_least(self, count: int, max_bytes: int = 0) -> None:
         """Consumers created afterwards hold up to ``count`` messages (not below the
-        factory's prefetch; a pull factory, prefetch=0, stays pull)."""
+        factory's prefetch; a pull factory, prefetch=0, stays pull), and no more once
+        those hold ``max_bytes`` (0: no byte bound)."""
         self.prefetch = max(self.prefetch, min(count, 65536))
+        self.prefetch_bytes = max(0, max_bytes)
 
     def _closed_locally(self) -> None:
         self.closed = True

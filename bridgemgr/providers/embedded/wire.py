@@ -28,7 +28,11 @@ reads it sends an ERROR frame and closes, and the state is ERROR for good.
 Heart-beats: each side sends HEARTBEAT when it has written nothing for the negotiated
 interval and takes the peer for dead after three intervals without a byte from it.
 Flow control: a consumer asks for a prefetch window; the server keeps at most that
-many of its messages delivered and not yet reported CONSUMED (or RETURNed). A window
+many of its messages delivered and not yet reported CONSUMED (or RETURNed), and, when
+CONSUMER's optional last argument (prefetch bytes) is above 0, delivers no more while
+their blobs hold that many bytes (always one at least). A client sends that argument
+only to a server whose HELLO reply has "prefetch_bytes" true: an older server refuses a
+CONSUMER with 8 arguments, and an older client sends 7, which a newer server takes. A window
 of 0 makes a pull consumer, which gets messages only for PULL credits: PULL n > 0
 grants n, n < 0 withdraws them (nothing comes for them after the REPLY), and n = 0
 delivers what the queue holds now (one message for a pull consumer, up to the window
@@ -151,8 +155,8 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     Op.STOP: (),
     Op.SESSION: (int, bool, int, bool),                # session, transacted, ack mode, xa
     Op.SESSION_CLOSE: (int,),
-    Op.CONSUMER: (int, int, Destination, OptStr, bool, OptStr, int),  # session, consumer, dest,
-    Op.CONSUMER_CLOSE: (int, int),                     # selector, no_local, durable name, prefetch
+    Op.CONSUMER: (int, int, Destination, OptStr, bool, OptStr, int, int),  # session, consumer,
+    Op.CONSUMER_CLOSE: (int, int),    # dest, selector, no_local, durable name, prefetch, [prefetch bytes]
     Op.UNSUBSCRIBE: (int, str),
     Op.TEMP_CREATE: (int, bool),                       # session, topic
     Op.TEMP_DELETE: (int, Destination),
@@ -178,6 +182,10 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     # session, consumer, dest, selector, durable name, prefetch, group, message retention
     Op.GROUP_CONSUMER: (int, int, Destination, OptStr, OptStr, int, str, bool),
 }
+
+
+# Trailing arguments of an op that a peer may leave out (added later: see the notes).
+OPTIONAL_ARGS: dict[Op, int] = {Op.CONSUMER: 1}
 
 
 # --- events ---------------------------------------------------------------------------
@@ -275,7 +283,7 @@ def error_from_value(value: Any) -> JMSException:
 
 def _check_args(op: Op, args: Any) -> tuple[Any, ...]:
     schema = ARGS[op]
-    if not isinstance(args, list) or len(args) != len(schema):
+    if not isinstance(args, list) or not len(schema) - OPTIONAL_ARGS.get(op, 0) <= len(args) <= len(schema):
         raise ProtocolError(f"{op.name} takes {len(schema)} arguments, not {args!r:.100}")
     out = []
     for i, (want, value) in enumerate(zip(schema, args)):

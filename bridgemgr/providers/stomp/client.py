@@ -451,8 +451,8 @@ class StompSession(Session):
         if transacted:
             self._begin()
 
-    def prefetch_at_least(self, count: int) -> None:
-        self.prefetch = count
+    def prefetch_at_least(self, count: int, max_bytes: int = 0) -> None:
+        self.prefetch = count  # (STOMP's prefetch headers count messages: no byte bound)
 
     def _begin(self) -> None:
         self.tx = f"tx-{uuid.uuid4().hex}"
