@@ -313,3 +313,33 @@ def outcome(fn: Callable[[], object]) -> tuple[object, ...]:
         return ("value", fn())
     except LocalProtocolError as exc:
         return ("refused", exc.message, exc.detail)
+
+
+ack_id = st.text(st.sampled_from("0123456789\u0661\u0662x\n\\c:\r\0"), max_size=4) | st.sampled_from(
+    ["", "7", "42", "9" * 20, "9" * 21, "1" * 40])
+LIMITS_TIGHT = [*LIMITS, Limits(max_frame_size=12, max_headers=3, max_header_length=30),
+                Limits(max_header_length=4), Limits(max_headers=0), Limits(max_frame_size=30)]
+
+
+@settings(max_examples=1000, deadline=None)
+@given(st.sampled_from(["", "\n", "\r\n"]), ack_id,
+       st.sampled_from(["\n\n\0", "\n\n", "\n\n\0", "\n\nx\0", "\r\n\r\n\0", "\n\r\n\0", "\nreceipt:r\n\n\0",
+                        "\nid:2\n\n\0", "\n\n\0ACK\nid:1\n\n\0", "\ncontent-length:0\n\n\0"]),
+       st.sampled_from([PRE_CONNECT, V10, V11, V12]), st.sampled_from(LIMITS_TIGHT))
+@example("", "9" * 20, "\n\n\0", V12, Limits(max_frame_size=30))  # 31 bytes: one too many
+@example("", "12", "\n\n\0", V12, Limits(max_header_length=4))  # "id:12" is 5
+def test_the_usual_ack_parses_as_the_general_path(before, ack, after, version, limits):
+    """An ACK frame, usual ("ACK\\nid:DIGITS\\n\\n\\0") or nearly so (other ids, other headers, a
+    body, CRs, heart-beats before it, tight limits), parses to the same frame and offset, or
+    the same refusal, whether _usual_ack() takes it or the general path reads it."""
+    data = (before + "ACK\nid:" + ack + after).encode()
+
+    def parse() -> tuple[str, list[tuple[str, str]], bytes, int] | None:
+        frame, end = parse_frame(data, 0, version, limits)
+        return None if frame is None else (frame.command, list(frame.headers.items()), frame.body, end)
+
+    fast = outcome(parse)
+    with mock.patch.object(codec, "_usual_ack", lambda *args: None):
+        general = outcome(parse)
+    assert fast == general
+

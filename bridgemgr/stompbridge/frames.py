@@ -8,7 +8,10 @@
 # as bytes arrive, so an endless header or body is refused before it fills memory.
 # The usual head (no CR, no NUL, distinct names, shorter than one header may be) is
 # split in one pass (_plain_headers); any other goes line by line (_parse_headers),
-# which decides, and names in its refusal, everything the fast pass declines.
+# which decides, and names in its refusal, everything the fast pass declines. The
+# commonest frame of all, a client's per-message ACK "ACK\nid:DIGITS\n\n\0" (STOMP 1.2),
+# is matched whole first (_usual_ack): the Frame the general path would make, at a
+# third of its cost; anything else the general path reads.
 #
 # Version rules (the "dialect"): 1.1 and 1.2 escape \n, : and \ in headers (1.2 also \r),
 # except in CONNECT and CONNECTED frames; 1.0 escapes nothing. 1.2 allows \r\n line ends;
@@ -194,6 +197,34 @@ def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
 
     ``version`` is the negotiated version, or PRE_CONNECT. Raises LocalProtocolError.
     """
+    if buf.startswith(_ACK_ID, pos):
+        ack = _usual_ack(buf, pos, limits)
+        if ack is not None:
+            return ack
+    return _parse_general(buf, pos, version, limits)
+
+
+_ACK_ID = b"ACK\nid:"
+_ACK_DIGITS = 20  # the longest id _usual_ack matches (ours are counters)
+
+
+def _usual_ack(buf: bytes | bytearray, pos: int, limits: Limits) -> tuple[Frame, int] | None:
+    """The frame at ``pos`` when it is exactly "ACK\nid:DIGITS\n\n\0" within ``limits``
+    (no escape, CR, NUL or length rule can apply to it, in any version), else None."""
+    start = pos + len(_ACK_ID)
+    end = buf.find(b"\n\n\0", start, start + _ACK_DIGITS + 3)
+    if end <= start:
+        return None
+    digits = buf[start:end]
+    if not digits.isdigit() or end + 3 - pos > limits.max_frame_size \
+            or end - pos - 4 > limits.max_header_length or limits.max_headers < 1:
+        return None
+    return Frame(ACK, {"id": digits.decode("ascii")}), end + 3
+
+
+def _parse_general(buf: bytes | bytearray, pos: int, version: str | None,
+                   limits: Limits) -> tuple[Frame | None, int]:
+    """parse_frame() for any bytes."""
     n = len(buf)
     crlf = version is None or version == V12  # \r\n line ends allowed
     while pos < n:

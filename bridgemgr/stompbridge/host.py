@@ -151,11 +151,14 @@ class Subscriber:
 
     # --- called from the loop -----------------------------------------------------------
     def release(self, n: int) -> None:
-        """``n`` deliveries were acknowledged or returned: room for as many more."""
+        """``n`` deliveries were acknowledged or returned: room for as many more. The
+        thread is woken only when its credit was used up: otherwise credit is not what it
+        waits for (a per-message ACK would wake it for nothing, a thread switch each)."""
         if n:
             with self._cond:
                 self._credit += n
-                self._cond.notify()
+                if self._credit <= n:
+                    self._cond.notify()
 
     def batch_done(self) -> None:
         """The loop has taken the last batch: the next may come (one at a time, so a

@@ -31,6 +31,15 @@
 # run's later frames queued, converted, behind it. A receipt-less run's ticket pauses
 # processing while the store is behind, as one SEND's did.
 #
+# ACK runs: the ACKs of a read (no receipt, no transaction header, a subscription that
+# is not transacted) each take what they acknowledge from their subscription at once (so
+# a repeated or unknown id fails as alone), and the run's messages go to the broker in
+# one acknowledge call (one broker lock, one store call), then each subscription gets its
+# credit back: before any other frame, at the end of the read, and before the ERROR of
+# a bad ACK closes the connection (what the ACKs before it acknowledged stays consumed).
+# An ACK that asks for a receipt ends the run and is settled alone, so its receipt
+# comes after its work, as every receipt does.
+#
 # Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
 # memory state: ProducerFlowControl) becomes a pending call that waits, without a
 # thread, for the broker's "try again" (PendingCall.wait), then sends the frame's message
@@ -191,6 +200,13 @@ class Subscription:
                 del self.by_message_id[d.message_id]
         return taken
 
+    def take_one(self, ack_no: int) -> Delivery:
+        """take(ack_no, cumulative=False) without the lists: the per-message ACK's path."""
+        d = self.outstanding.pop(ack_no)
+        if self.by_message_id.get(d.message_id) == ack_no:
+            del self.by_message_id[d.message_id]
+        return d
+
     def take_all(self) -> list[Delivery]:
         taken = list(self.outstanding.values())
         self.outstanding.clear()
@@ -273,6 +289,8 @@ class StompSession:
         self._running: PendingCall | None = None
         self._tx: tuple[str, Transaction] | None = None  # (transaction id, the host broker's)
         self._queued: list[Queued] = []  # SENDs parsed and converted, to send together (_process)
+        self._acked: list[Handle] = []  # ACKed in this read's ACK run, not yet acknowledged (_process)
+        self._acked_per_sub: dict[Subscription, int] = {}  # ... and the credit they return
         self._last_ticket: int | None = None
         self._ack_numbers = itertools.count(1)
         self._inbound_transformer: MessageTransformer | None = None
@@ -383,8 +401,11 @@ class StompSession:
                 if frame is None:
                     break
                 headers = frame.headers
-                if frame.command == SEND and self.state is State.CONNECTED and "destination" in headers \
+                command = frame.command
+                if command == SEND and self.state is State.CONNECTED and "destination" in headers \
                         and "transaction" not in headers:
+                    if self._acked:
+                        self._acknowledge_run()
                     try:
                         queued.append(Queued(frame, *self._convert(frame)))
                     except LocalProtocolError as exc:
@@ -397,6 +418,16 @@ class StompSession:
                     if self.waiting or self.closed:  # held: this frame waits its turn
                         pos = start
                         break
+                if command == ACK and self.state is State.CONNECTED and "receipt" not in headers \
+                        and "transaction" not in headers:
+                    try:
+                        if self._take_acked(frame):
+                            continue
+                    except LocalProtocolError as exc:
+                        self._fail(exc, frame)  # (_shutdown acknowledges the run's earlier ACKs first)
+                        continue
+                if self._acked:
+                    self._acknowledge_run()
                 try:
                     self._handle(frame)
                 except LocalProtocolError as exc:
@@ -406,6 +437,8 @@ class StompSession:
         except LocalProtocolError as exc:
             self._fail(exc)
         finally:
+            if self._acked:
+                self._acknowledge_run()
             if pos:
                 del self._buffer[:pos]
 
@@ -521,6 +554,11 @@ class StompSession:
     def _shutdown(self, state: State) -> None:
         if self.closed:
             return
+        if self._acked:  # ACKed before the error or the end: consumed, not returned
+            try:
+                self._acknowledge_run()
+            except JMSException as exc:  # the broker went away under us
+                log.warning("STOMP session %s: acknowledging: %s", self.session_id, exc)
         self.state = state
         self._call = None
         self._queued.clear()
@@ -799,6 +837,37 @@ class StompSession:
 
     def _on_nack(self, frame: Frame) -> None:
         self._settle(frame, consume=False)
+
+    def _take_acked(self, frame: Frame) -> bool:
+        """An ACK of _process's ACK run (no receipt, no transaction header): take what it
+        acknowledges from its subscription now (so a later ACK of the same message is
+        unknown, as before) and leave the host broker call and the credit to
+        _acknowledge_run, once for the run. False for a transacted subscription's ACK:
+        _handle settles it. Raises what _settle would."""
+        sub, ack_no = self._find_delivery(frame)
+        if sub.transacted:
+            return False
+        if sub.ack == "client":
+            taken = sub.take(ack_no, cumulative=True)
+            self._acked += [d.handle for d in taken]
+            count = len(taken)
+        else:
+            self._acked.append(sub.take_one(ack_no).handle)
+            count = 1
+        per_sub = self._acked_per_sub
+        per_sub[sub] = per_sub.get(sub, 0) + count
+        return True
+
+    def _acknowledge_run(self) -> None:
+        """Acknowledge the ACK run's messages in one host broker call, then return their
+        credit to their subscribers."""
+        assert self.host is not None
+        acked, per_sub = self._acked, self._acked_per_sub
+        self._acked, self._acked_per_sub = [], {}
+        self.host.acknowledge(acked)
+        for sub, count in per_sub.items():
+            if sub.handle is not None:
+                sub.handle.release(count)
 
     def _settle(self, frame: Frame, consume: bool) -> None:
         assert self.host is not None
