@@ -12,27 +12,13 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.spark.jvmlog import JvmLog, SparkLog
-
-LIMIT = 64 * 1024
-FILES = 10
-
-
-def files_of(path: Path) -> list[Path]:
-    """spark.log and the files it rolled over to, oldest first."""
-    older = sorted(path.parent.glob(path.name + ".*"), key=lambda p: -int(p.suffix[1:]))
-    return [*older, path]
+from spark_log_support import FILES, LIMIT, check_files
 
 
 def check_rolled(path: Path, lines: int, last: str) -> None:
     """FILES files of at most LIMIT bytes each (0600, in a 0700 folder), each of whole
     lines, holding lines n .. lines-1 ("line <n> ...") without a gap, then ``last``."""
-    files = files_of(path)
-    assert len(files) == FILES, [p.name for p in files]
-    assert path.parent.stat().st_mode & 0o777 == 0o700
-    for file in files:
-        assert file.stat().st_mode & 0o777 == 0o600, file
-        assert 0 < file.stat().st_size <= LIMIT, (file, file.stat().st_size)
-    texts = [f.read_text() for f in files]
+    texts = check_files(path)
     assert all(t.startswith("line ") and t.endswith("\n") for t in texts[:-1])
     kept = "".join(texts).splitlines()
     assert kept[-1] == last

@@ -9,17 +9,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spark_log_support import LIMIT, check_files
+
 ROOT = Path(__file__).resolve().parents[2]
-LIMIT = 64 * 1024
-FILES = 10
-
-
-def files_of(path: Path) -> list[Path]:
-    """spark.log and the files it rolled over to, oldest first."""
-    older = sorted(path.parent.glob(path.name + ".*"), key=lambda p: -int(p.suffix[1:]))
-    return [*older, path]
-
-
 SPARK_JOB = """
 import sys
 from pathlib import Path
@@ -55,15 +47,9 @@ def test_the_spark_jvm_and_its_python_workers_write_to_a_file_that_rolls_over(tm
                          env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout == "job done\n" and "line " not in out.stderr, out.stderr[-3000:]
-    text = "".join(f.read_text() for f in files_of(path))
+    text = "".join(check_files(path))
     assert "worker done" in text
     worker = [line for line in text.splitlines() if line.startswith("line ") or line == "worker done"]
     numbers = [int(line.split()[1]) for line in worker[:-1]]
     assert worker[-1] == "worker done"
     assert numbers == list(range(numbers[0], lines)), "a line is missing or out of order"
-    files = files_of(path)
-    assert len(files) == FILES, [p.name for p in files]
-    assert path.parent.stat().st_mode & 0o777 == 0o700
-    for file in files:
-        assert file.stat().st_mode & 0o777 == 0o600, file
-        assert 0 < file.stat().st_size <= LIMIT, (file, file.stat().st_size)
