@@ -90,6 +90,7 @@ def test_the_backout_threshold_default_is_the_same_for_every_runner():
 
     assert P.BACKOUT_THRESHOLD == options.BACKOUT_THRESHOLD == options.LinkOptions.backout_threshold
     assert P.LINK_WINDOW == options.LINK_WINDOW == options.LinkOptions.window
+    assert P.LINK_WINDOW_BYTES == options.LINK_WINDOW_BYTES == options.LinkOptions.window_bytes
     assert ServiceJob.backout_threshold == P.BACKOUT_THRESHOLD
 
 

@@ -22,6 +22,8 @@ SCHEMA = "offset long"  # a row is a message of the source log, by its offset (s
 BACKOUT_THRESHOLD = 5
 # props.LINK_WINDOW, likewise
 LINK_WINDOW = 1000
+# props.LINK_WINDOW_BYTES, likewise
+LINK_WINDOW_BYTES = 16 * 1024 ** 2
 
 
 @dataclass(frozen=True)
@@ -41,6 +43,7 @@ class LinkOptions:
     transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
     send_window: int = 256           # unconfirmed persistent sends per executor session
     window: int = LINK_WINDOW        # the link's confirm window (imq.bridge.<name>.link.window)
+    window_bytes: int = LINK_WINDOW_BYTES  # ... full at this many record bytes too (-1: no bound)
     broker_user: str = ""            # for host-broker factories without a username: the
     broker_password: str = ""        # service account (an option named *password* is redacted by Spark)
     dmq_secret: str = ""             # the DMQ marker key, hex (*secret*: redacted too); "": no marker

@@ -585,7 +585,8 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
     options = link_options(
         checkpoint, xmlurl=xmlurl, bridge=bridge, link=link, broker_url=broker_url,
         parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
-        window=settings.link_window, transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
+        window=settings.link_window, window_bytes=settings.link_window_bytes,
+        transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
         broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
         dmq_secret=dmq_key(props).hex(),
         ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"))

@@ -16,8 +16,11 @@
 #
 # A task sends within the link's confirm window (the XML link's window property, else
 # imq.bridge.<name>.link.window): send_async() on a non-transacted target session, no
-# wait per message; when `window` sends are outstanding, and at the end of the task (its
-# log slice), it flushes the producer and takes their outcomes in send order: a confirmed
+# wait per message; when `window` sends are outstanding, or fewer whose records (the
+# codec blobs of the messages handled since the last flush) hold the link's windowBytes
+# (the XML link's property, else imq.bridge.<name>.link.windowBytes; -1: the count alone),
+# so that a task of 1 MiB messages holds ~16 of them and not 1000, and at the end of the
+# task (its log slice), it flushes the producer and takes their outcomes in send order: a confirmed
 # send counts as transferred, a refused one goes to the DMQ (SEND_FAILURE, that message
 # alone, as on the local runner). write() returns only once every send of the task is
 # confirmed, so the batch Spark commits (and the source log the driver then trims and
@@ -88,6 +91,9 @@ class Transfer:
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
         self.window = max(1, env.link.window if env.link.window is not None else options.window)
+        # the XML link's windowBytes, else the bridge's link.windowBytes; -1: the count alone
+        self.window_bytes = (env.link.window_bytes if env.link.window_bytes is not None
+                             else options.window_bytes)
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
         plan = self.plans.get(source_provider)
@@ -143,7 +149,8 @@ class Transfer:
                 plan = self.plan(provider, target_provider)
                 ctx = ProcessingContext(codec.decode(record.blob), int(time.time() * 1000))
                 self._handle(task, ctx, plan, record.message_id)
-                if len(task.window) >= self.window:
+                task.held += len(record.blob)
+                if len(task.window) >= self.window or 0 < self.window_bytes <= task.held:
                     self._confirm(task)
             self._confirm(task)
             task.session.close()
@@ -197,6 +204,7 @@ class Transfer:
 
     def _confirm(self, task: _Task) -> None:
         """Wait for the window's sends and take their outcomes in send order."""
+        task.held = 0
         if not len(task.window):
             return
         task.producer.flush()
@@ -251,3 +259,4 @@ class _Task:
     window: ConfirmWindow[tuple[ProcessingContext, LinkPlan]] = field(default_factory=ConfirmWindow)
     counts: BatchCounts = field(default_factory=BatchCounts)
     reasons: Counter[str] = field(default_factory=Counter)
+    held: int = 0  # record bytes of the messages handled since the last confirm

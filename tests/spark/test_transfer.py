@@ -17,11 +17,12 @@ from bridgemgr.jms import TextMessage, codec
 from bridgemgr.jms.destination import Queue
 from bridgemgr.jms.errors import TransportException
 from bridgemgr.jmsbridge.dmq import DMQ_REASON
+from bridgemgr.props import LINK_WINDOW_BYTES, load_properties
 from bridgemgr.providers.embedded import Broker
 from bridgemgr.providers.embedded.broker import DestinationLimits
 from bridgemgr.spark.log import SourceLog
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
-from bridgemgr.spark.runner import link_options
+from bridgemgr.spark.runner import link_options, spark_link_options
 from bridgemgr.spark.slices import spill, spill_folder
 from bridgemgr.spark.transfer import Transfer
 
@@ -154,6 +155,47 @@ def test_the_links_window_property_in_the_xml_is_the_transfers_window(link, tmp_
     xml.write_bytes(bridge_xml(link_xml("l").replace("</link>", '<property name="window" value="7"/></link>')))
     assert Transfer(options).window == 4
     assert Transfer(dataclasses.replace(options, xmlurl=str(xml))).window == 7
+
+
+def test_a_task_confirms_when_its_outstanding_records_hold_window_bytes(link, tmp_path):
+    """windowBytes bounds a window of big messages: a flush once the records handled since
+    the last one hold that many bytes, however few; -1 leaves the count alone; the XML
+    link's windowBytes wins over the option."""
+    broker, options, log = link
+    texts = [f"{i:03d}" + "x" * 200 for i in range(20)]  # records of 281-282 bytes
+    end = logged(log, 0, texts)
+    sizes = [len(record.blob) for record, _ in log.read(0, end)]
+    assert max(sizes) < 300
+
+    def flushes(opts) -> int:
+        transfer = Transfer(opts)
+        spy = Flushes(transfer)
+        counts = transfer.write(iter(offsets(0, end)))
+        assert (counts.rows, counts.transferred) == (20, 20)
+        assert [m.text for m in drain(broker, "dst")] == texts
+        return spy.flushes
+
+    counted = dataclasses.replace(options, window=1000)
+    assert flushes(dataclasses.replace(counted, window_bytes=3 * 281)) == 7  # 6 x 3, and 2
+    assert flushes(dataclasses.replace(counted, window_bytes=1)) == 20  # a message alone
+    assert flushes(dataclasses.replace(counted, window_bytes=-1)) == 1  # the count alone
+    xml = tmp_path / "wb.xml"
+    xml.write_bytes(bridge_xml(link_xml("l").replace(
+        "</link>", '<property name="windowBytes" value="1k"/></link>')))
+    assert flushes(dataclasses.replace(counted, xmlurl=str(xml), window_bytes=-1)) == 5  # 4 x 4
+
+
+@pytest.mark.parametrize("lines,window_bytes", [
+    ([], LINK_WINDOW_BYTES), (["imq.bridge.b.link.windowBytes=512k"], 512 * 1024),
+    (["imq.bridge.b.link.windowBytes=-1"], -1)])
+def test_a_service_links_options_carry_the_bridges_link_window_bytes(tmp_path, lines, window_bytes):
+    file = tmp_path / "broker.properties"
+    file.write_text("\n".join([f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms",
+                               "imq.bridge.b.xmlurl=/b.xml", "imq.bridge.b.runner=spark",
+                               *lines]) + "\n")
+    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l",
+                                    "mq://127.0.0.1:1")
+    assert options.window_bytes == window_bytes
 
 
 def test_a_transfer_sends_shipped_records_with_the_source_log_gone(link):
