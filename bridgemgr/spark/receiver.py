@@ -13,7 +13,15 @@
 # duplicate, which carries the same source message id). A crash anywhere loses nothing:
 # unlogged messages were never acknowledged, logged ones are replayed from the log.
 # The thread logs in segments of a tenth of maxPerBatch (at least SEGMENT_MIN): the first
-# batch is planned as soon as one segment is logged instead of after a whole batch.
+# batch is planned as soon as one segment is logged instead of after a whole batch. A
+# segment also ends once its records hold the link's windowBytes (the XML link's property,
+# else imq.bridge.<name>.link.windowBytes; -1: the count alone): the driver holds a
+# segment's records twice (received, then packed for the write) until it is logged, and
+# 1,000 messages of 1 MiB would be ~2 GB. windowBytes, not a multiple, because a segment
+# is the driver's unit, logged and acknowledged at once as a local link's unit is at that
+# bound: 1 KiB messages never reach it (1,000 hold ~1.2 MiB), and 1 MiB messages make
+# segments of 16, whose fsync and acknowledge cost little next to writing 16 MiB. A
+# batch then spans several smaller segments (logged_beyond answers with the log's end).
 #
 # Prefetch: Spark's source runner, the process this receiver runs in, exists only ~3 s
 # after a query is asked to start (Spark starts its Python planning processes one after
@@ -277,18 +285,29 @@ class Receiver:
             self._handle.close()  # unacknowledged messages go back to the source
         self._handle = self._session = self._consumer = None
 
+    def _segment_bytes(self) -> int:
+        """The record bytes that end a segment however few: the link's windowBytes (-1: none)."""
+        env = self._environment()
+        if env.link.window_bytes is not None:
+            return env.link.window_bytes
+        return self.options.window_bytes
+
     def _receive(self, cap: int, wait: float) -> list[tuple[str, bytes]]:
-        """Up to ``cap`` messages as log records (message id, codec blob): wait ``wait`` s
-        for the first, then take what is there. The blobs come as the provider has them
+        """Up to ``cap`` messages as log records (message id, codec blob), fewer once they
+        hold the link's windowBytes (the last one may cross it): wait ``wait`` s for the
+        first, then take what is there. The blobs come as the provider has them
         (the host broker's are never decoded here: receive_blob). A lost connection
         raises: what this call received was not acknowledged, and the source gives it
         back."""
         consumer = self._connect()
+        most = self._segment_bytes()
         batch: list[tuple[str, bytes]] = []
+        held = 0
         blob = consumer.receive_blob(wait)
         while blob is not None:
             batch.append((codec.message_id(blob) or "", blob))
-            if len(batch) >= cap:
+            held += len(blob)
+            if len(batch) >= cap or 0 < most <= held:
                 break
             blob = consumer.receive_blob(0)
         return batch

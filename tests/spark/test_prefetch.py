@@ -4,6 +4,7 @@ logged once, in order, acknowledged at the source only once logged."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import threading
@@ -135,3 +136,34 @@ def test_a_prefetcher_that_cannot_reach_the_source_gives_up_at_once(tmp_path):
     thread.join(10)
     assert not thread.is_alive()
     assert Receiver.prefetching(options) is not None  # the log is free again
+
+
+@pytest.mark.parametrize("window_bytes,xml_bytes,segment_bytes", [
+    (64 * 1024, None, 64 * 1024), (-1, "32k", 32 * 1024), (-1, None, -1)])
+def test_a_segment_ends_once_its_records_hold_the_links_window_bytes(
+        tmp_path, host, window_bytes, xml_bytes, segment_bytes):
+    """Big messages: the receiver logs several segments of about windowBytes (the last
+    record may cross it) instead of one of a tenth of a batch; the XML link's windowBytes
+    wins; -1 leaves the count alone (one segment)."""
+    broker, harness = host
+    sent = send(broker, "src", [f"{i:02d}" + "x" * 10_000 for i in range(60)])
+    prop = f'<property name="windowBytes" value="{xml_bytes}"/></link>' if xml_bytes else "</link>"
+    options = options_for(tmp_path, harness, link_xml("l").replace("</link>", prop))
+    receiver = Receiver(dataclasses.replace(options, window_bytes=window_bytes))
+    receiver.until_empty = True
+    while receiver.logged_beyond(receiver.end, 5.0) < 60:
+        pass
+    receiver.stop()
+    assert depth(broker, "src") == 0
+    log = SourceLog(options.source_log)
+    records = [r for r, _ in log.read(0, 60)]
+    assert [r.message_id for r in records] == [m.message_id for m in sent]
+    size = len(records[0].blob)
+    segments = log.segments()
+    if segment_bytes < 0:
+        assert len(segments) == 1
+        return
+    per_segment = -(-segment_bytes // size)  # the record that reaches the bound ends it
+    assert [s.end - s.start for s in segments[:-1]] == [per_segment] * (len(segments) - 1)
+    assert len(segments) == -(-60 // per_segment)
+    assert all(s.path.stat().st_size < segment_bytes + size + 1024 for s in segments)
