@@ -5,8 +5,9 @@
 # full. Here the drain's own process is the source runner: a Receiver (receiver.py) thread
 # receives, logs (fsync) and only then acknowledges, up to two batches ahead of the batch
 # being sent, as a link's does. BatchDrain's thread takes what is logged from the log's
-# first offset (at most maxPerBatch; the first batch is the first segment logged, so the
-# executors start early), cuts it into slices of offsets (TASKS_PER_SLOT per task slot,
+# first offset (at most maxPerBatch, and when shipped about slices.ship_batch_bytes; the
+# first batch is the first segment logged, so the executors start early), cuts it into
+# slices of offsets (TASKS_PER_SLOT per task slot,
 # `parallelism`: the job's tail does not wait for one slow task while the other slots
 # idle; one slot, one slice: the log's order) and runs one RDD job over them: each task
 # is send_slices(), the sink's Transfer.transfer over its slice's records (the same steps,
@@ -111,7 +112,7 @@ class BatchDrain:
         from .receiver import Receiver, hold_receiving
         from .runner import hold_without_executors
         from .sink import read_stats
-        from .slices import quiet_task_size_warning
+        from .slices import quiet_task_size_warning, ship_batch_bytes
 
         hold_receiving(self.options.source_log, False)  # (a hold a dead drain left)
         done = threading.Event()  # (ends the executor watch)
@@ -132,6 +133,8 @@ class BatchDrain:
                 if end <= lo:
                     return
                 hi = min(end, lo + self.options.max_per_batch)
+                if self.options.ship_log:  # the driver packs the whole batch: bound its bytes
+                    hi = receiver.log.end_within(lo, hi, ship_batch_bytes(self.options.parallelism))
                 self._send(receiver, batch, lo, hi)
                 receiver.log.delete_through(hi)
                 lo, batch = hi, batch + 1

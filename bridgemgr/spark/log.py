@@ -178,6 +178,24 @@ class SourceLog:
                                  "not there (was the checkpoint's sourcelog folder changed?)")
         return packed
 
+    def end_within(self, lo: int, hi: int, max_bytes: int) -> int:
+        """Where a batch from ``lo`` (at most to ``hi``) ends so that it holds about
+        ``max_bytes`` of the log: after the first segment at which the segments' file sizes
+        from ``lo`` reach it (a segment cut by lo or hi counts its share of records), so at
+        least one segment's records, at most one segment beyond ``max_bytes``. No record
+        is read: a file's size is its records' bytes."""
+        held = 0
+        for seg in self.segments():
+            if seg.end <= lo:
+                continue
+            if seg.start >= hi:
+                break
+            inside = min(seg.end, hi) - max(seg.start, lo)
+            held += seg.path.stat().st_size * inside // (seg.end - seg.start)
+            if held >= max_bytes:
+                return min(seg.end, hi)
+        return hi
+
     def read(self, lo: int, hi: int) -> Iterator[tuple[Record, str]]:
         """Records lo .. hi-1 with the source provider's name; SourceLogError when a
         segment they need is not there (deleted too early, or a foreign folder)."""

@@ -16,7 +16,11 @@
 # task. A task carries about SHIP_BYTES at most (Spark refuses a task above
 # spark.rpc.message.maxSize, 128 MiB): a bigger batch is cut into more slices; Spark's
 # warning for every stage whose task exceeds 1000 KiB ("a task of very large size"), a
-# line per batch, is silenced in a session that ships (quiet_task_size_warning). A batch job
+# line per batch, is silenced in a session that ships (quiet_task_size_warning). A shipped
+# batch (a link's micro-batch, a drain's job) ends early once its segments' files hold
+# ship_batch_bytes (SourceLog.end_within: file sizes, no record read), so that the driver
+# packs about that much at most however big the messages; shared batches are not cut (the
+# driver holds none of their records). A batch job
 # that holds its slices itself (records(): from the packed bytes in memory, or the log)
 # needs no spill.
 """Which records an executor task transfers: from the shared source log or shipped."""
@@ -36,6 +40,9 @@ from .log import Record, SourceLog, parse_segment
 from .options import LinkOptions
 
 SHIP_BYTES = 32 * 1024 * 1024  # about this many bytes of records per shipped task at most
+# A shipped batch holds about this many shipped tasks at most (or `parallelism` where more):
+# the driver packs a whole batch before Spark sends its tasks (SHIP_BYTES each).
+SHIP_BATCH_TASKS = 4
 SOURCELOG_MODES = ("auto", "shared", "shipped")
 
 Packed = list[tuple[int, int, bytes]]  # packed segments (start, end, bytes): SourceLog.pack
@@ -70,6 +77,13 @@ def ship_parts(log: SourceLog, lo: int, hi: int, parallelism: int) -> int:
     size = sum(seg.path.stat().st_size for seg in log.segments()
                if seg.end > lo and seg.start < hi)
     return max(parallelism, -(-size // SHIP_BYTES))
+
+
+def ship_batch_bytes(parallelism: int) -> int:
+    """About how many bytes of records a shipped batch holds at most (the driver packs
+    them all, and Spark holds its serialised tasks): a shipped task per task slot, at
+    least SHIP_BATCH_TASKS; 1 KiB messages never reach it (10,000 hold ~12 MiB)."""
+    return max(parallelism, SHIP_BATCH_TASKS) * SHIP_BYTES
 
 
 def records(options: LinkOptions, lo: int, hi: int,

@@ -5,7 +5,8 @@
 # (receiver.py: a thread that receives, logs with fsync and only then acknowledges, ahead
 # of Spark) how far the source log goes. latestOffset(start) returns the log's end (at
 # most maxPerBatch past start), waiting up to receiveWait when nothing is logged yet; what
-# a crash left logged but unplanned is simply there at the next start.
+# a crash left logged but unplanned is simply there at the next start; a shipped batch
+# also ends once its segments hold slices.ship_batch_bytes.
 # An offset is {"offset": n}, the log's record count. partitions(start, end) cuts the range
 # into `parallelism` slices; read(slice) runs on executors (another reader instance,
 # from the options alone) and yields one row per message of the slice: its log offset, and
@@ -44,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .options import FORMAT, SCHEMA, LinkOptions, offset_slices
-from .slices import Packed, ship_parts, spill
+from .slices import Packed, ship_batch_bytes, ship_parts, spill
 
 if TYPE_CHECKING:
     from .receiver import Receiver
@@ -122,8 +123,14 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         cap = self.options.max_per_batch
         if isinstance(limit, ReadMaxRows):
             cap = max(1, min(cap, limit.max_rows))
-        end = self._driver().logged_beyond(first, self.options.receive_wait)
-        return {"offset": min(end, first + cap)} if end > first else start
+        receiver = self._driver()
+        end = receiver.logged_beyond(first, self.options.receive_wait)
+        if end <= first:
+            return start
+        end = min(end, first + cap)
+        if self.options.ship_log:  # partitions() packs the whole batch: bound its bytes
+            end = receiver.log.end_within(first, end, ship_batch_bytes(self.options.parallelism))
+        return {"offset": end}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = int(start["offset"]), int(end["offset"])

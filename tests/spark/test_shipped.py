@@ -9,6 +9,7 @@ import shutil
 import stat
 
 import pytest
+from pyspark.sql.streaming.datasource import ReadMaxRows
 
 from bridgemgr.jms import TextMessage, codec
 from bridgemgr.props import ConfigError, load_properties
@@ -106,6 +107,41 @@ def test_a_big_batch_is_shipped_in_more_slices(tmp_path, monkeypatch):
     assert ship_parts(log, 0, 9, 2) >= 4
     assert ship_parts(log, 7, 9, 1) == 1  # only the segments the range touches count
 
+
+
+def test_a_shipped_micro_batch_ends_once_its_segments_hold_the_batch_bound(tmp_path, monkeypatch):
+    """latestOffset of a link that ships: the batch ends after the segment at which the
+    segments' files reach ship_batch_bytes (at least one segment), however few messages
+    that is; a shared link's batch is cut by maxPerBatch alone."""
+    options = link_options(tmp_path / "checkpoint", xmlurl="/x.xml", bridge="b", link="l",
+                           broker_url="mq://h:1", parallelism=2)
+    log = SourceLog(options.source_log).open()
+    for start in range(0, 40, 4):  # ten segments of 4 records of ~10 KB
+        batch = []
+        for i in range(start, start + 4):
+            m = TextMessage(f"{i:02d}" + "x" * 10_000)
+            m.message_id = f"ID:src-{i}"
+            batch.append((m.message_id, codec.encode(m)))
+        log.append(start, batch, "A")
+    segment = log.segments()[0].path.stat().st_size
+    monkeypatch.setattr(slices_module, "SHIP_BYTES", segment * 3 // 4)  # 4 tasks: 3 segments
+    assert 2 * segment < slices_module.ship_batch_bytes(2) <= 3 * segment
+    limit = ReadMaxRows(1000)
+
+    def batches(opts) -> list[int]:
+        reader, ends, first = LinkStreamReader(opts), [], 0
+        try:
+            while first < 40:
+                first = reader.latestOffset({"offset": first}, limit)["offset"]
+                ends.append(first)
+        finally:
+            reader.stop()
+        return ends
+
+    assert batches(dataclasses.replace(options, ship_log=True)) == [12, 24, 36, 40]
+    assert batches(options) == [40]
+    assert log.end_within(2, 40, 3 * segment) == 16  # a cut segment counts its share
+    assert log.end_within(2, 40, 1) == 4  # one segment at least
 
 
 @pytest.mark.parametrize("lines,ships", [
