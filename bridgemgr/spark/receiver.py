@@ -22,6 +22,9 @@
 # bound: 1 KiB messages never reach it (1,000 hold ~1.2 MiB), and 1 MiB messages make
 # segments of 16, whose fsync and acknowledge cost little next to writing 16 MiB. A
 # batch then spans several smaller segments (logged_beyond answers with the log's end).
+# The source's prefetch is bounded likewise (Session.prefetch_at_least: PREFETCH_WINDOWS x
+# windowBytes where the provider can, mq://; the host broker's consumer otherwise holds up
+# to 1,000 messages sent ahead, ~1 GB of 1 MiB ones).
 #
 # Prefetch: Spark's source runner, the process this receiver runs in, exists only ~3 s
 # after a query is asked to start (Spark starts its Python planning processes one after
@@ -56,6 +59,7 @@ from ..jms import codec
 from ..jms.destination import Topic
 from ..jms.spi import AckMode, MessageConsumer, Session
 from ..jmsbridge.connections import Handle
+from ..jmsbridge.link import PREFETCH_WINDOWS
 from ..jmsbridge.pipeline import CONNECTION_LOST
 from .linkenv import LinkEnvironment
 from .log import SourceLog
@@ -261,6 +265,11 @@ class Receiver:
             cfg.clientid, attempts=self._connect_attempts)
         try:
             session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+            # a segment's worth unacknowledged at most; what the source sends ahead held to
+            # PREFETCH_WINDOWS segments of windowBytes where it can (mq://), as a local link's
+            most = self._segment_bytes()
+            session.prefetch_at_least(max(SEGMENT_MIN, self.options.max_per_batch // 10),
+                                      PREFETCH_WINDOWS * most if most > 0 else 0)
             src = env.source
             if isinstance(src, Topic) and cfg.durable_sub:  # (is_topic: a Topic)
                 consumer = session.create_durable_subscriber(src, cfg.durable_sub,

@@ -153,6 +153,8 @@ def test_a_segment_ends_once_its_records_hold_the_links_window_bytes(
     receiver.until_empty = True
     while receiver.logged_beyond(receiver.end, 5.0) < 60:
         pass
+    # what the source sends ahead is bounded likewise: three segments' worth (mq://)
+    assert receiver._session.prefetch_bytes == (3 * segment_bytes if segment_bytes > 0 else 0)
     receiver.stop()
     assert depth(broker, "src") == 0
     log = SourceLog(options.source_log)
