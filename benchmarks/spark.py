@@ -2,7 +2,7 @@
 in one run; prints JSON.
 
     .venv/bin/python benchmarks/spark.py [--messages N] [--trivial-messages M] [--batch B]
-        [--pairs K] [--cluster-messages C] [--compare-query] [--shipped]
+        [--pairs K] [--cluster-messages C] [--compare-query] [--shipped] [--size BYTES]
 
 One embedded broker in this process with a persistent store and its jms connection
 service on loopback (what a Spark link's processes reach the host broker through). Each
@@ -56,6 +56,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -74,8 +75,10 @@ def document(size: int = 1024) -> str:
     """An XML order of about ``size`` characters."""
     items, i = [], 0
     head = '<?xml version="1.0"?><order id="42"><customer>ACME</customer>'
-    while len(head) + sum(map(len, items)) < size - 60:
+    length = len(head)
+    while length < size - 60:
         items.append(f'<item id="{i}" kind="k{i % 7}"><name>item {i}</name><qty>{i * 3}</qty></item>')
+        length += len(items[-1])
         i += 1
     body = head + "".join(items) + "</order>"
     return body + " " * max(0, size - len(body))
@@ -215,13 +218,18 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, transformer))
-    out = subprocess.run([sys.executable, __file__, "--child", "--master", master, "--mode", mode,
-                          "--xml", str(xml), "--broker-url", url, "--work", str(folder),
-                          "--batch", str(batch), "--sourcelog", sourcelog],
-                         capture_output=True, text=True, timeout=3600)
-    if out.returncode != 0:
-        raise RuntimeError(f"the Spark child failed:\n{out.stderr[-3000:]}")
-    result = json.loads(out.stdout.strip().splitlines()[-1])
+    child = subprocess.Popen([sys.executable, __file__, "--child", "--master", master, "--mode", mode,
+                              "--xml", str(xml), "--broker-url", url, "--work", str(folder),
+                              "--batch", str(batch), "--sourcelog", sourcelog],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peaks = PeakRSS(child.pid).start()
+    try:
+        stdout, stderr = child.communicate(timeout=3600)
+    finally:
+        peaks.stop()
+    if child.returncode != 0:
+        raise RuntimeError(f"the Spark child failed:\n{stderr[-3000:]}")
+    result = json.loads(stdout.strip().splitlines()[-1])
     depth = broker.queue_depth(f"dst_{run}")
     if depth < n:
         raise RuntimeError(f"{run}: {depth} of {n} messages reached the target")
@@ -229,7 +237,55 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
             "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
             "query_start_s": result["query_start_s"], "first_batch_s": result["first_batch_s"],
             "steady_msg_per_s": result["steady_msg_per_s"], "batch_rows": result["batch_rows"],
-            "batch_s": result["batch_s"], "duplicates": depth - n}
+            "batch_s": result["batch_s"], "duplicates": depth - n, "peak_rss_mb": peaks.peaks}
+
+
+class PeakRSS:
+    """Samples the RSS of a Spark child's processes (every 0.1 s) and keeps each kind's
+    peak, MB: the driver's Python process, its JVM, the largest executor Python worker."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.peaks = {"driver": 0.0, "jvm": 0.0, "python_worker": 0.0}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> PeakRSS:
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.1):
+            for pid in self._tree():
+                try:
+                    status = Path(f"/proc/{pid}/status").read_text()
+                    exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+                except OSError:
+                    continue
+                kb = next((int(line.split()[1]) for line in status.splitlines()
+                           if line.startswith("VmRSS:")), 0)
+                kind = ("driver" if pid == self.pid else "jvm" if exe.endswith(b"java")
+                        else "python_worker")
+                self.peaks[kind] = max(self.peaks[kind], round(kb / 1024, 1))
+
+    def _tree(self) -> list[int]:
+        """The child and its descendants (from /proc/*/stat's parent pids)."""
+        parents: dict[int, int] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                fields = stat.read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            parents[int(stat.parent.name)] = int(fields[1])
+        tree, grew = {self.pid}, True
+        while grew:
+            more = {pid for pid, ppid in parents.items() if ppid in tree} - tree
+            grew, tree = bool(more), tree | more
+        return sorted(tree)
 
 
 # run name: (master, how the child drains); "cluster" is the loopback standalone cluster
@@ -290,6 +346,9 @@ def main() -> None:
                          "the ratios need the runs they compare")
     ap.add_argument("--shipped", action="store_true",
                     help="also spark_local2 with the records shipped by the driver")
+    ap.add_argument("--size", type=int, default=1024,
+                    help="bytes per message (1 MiB with a few hundred --trivial-messages and "
+                         "--runs: the Spark processes' peak RSS with big messages)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sourcelog", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
@@ -307,7 +366,7 @@ def main() -> None:
     from bridgemgr.providers.embedded import Broker
     from bridgemgr.providers.embedded.jmsservice import JmsService
 
-    text = document()
+    text = document(args.size)
     out: dict = {"message_bytes": len(text.encode()), "batch": args.batch, "runs": {}}
     with tempfile.TemporaryDirectory(prefix="imq-spark-bench-") as tmp:
         work = Path(tmp)
