@@ -10,7 +10,8 @@
 # Segment format: MAGIC | u32 n | n bytes of JSON header {start, end, provider} | records,
 # record = u32 id length | message id (UTF-8) | u32 blob length | codec blob (the message
 # as received, jms/codec.py). Readers take any slice [lo, hi) of the offsets, across
-# segments; delete_through(end) removes the segments wholly below ``end`` once Spark has
+# segments; end_within tells where a batch of about N bytes ends from the segments' file
+# sizes alone; delete_through(end) removes the segments wholly below ``end`` once Spark has
 # committed them.
 # One process writes the log at a time: the writer holds an exclusive lock (flock) on
 # <folder>/.writer, released when it lets go or when its process ends, however it ends.
