@@ -88,6 +88,13 @@ class LinkEnvironment:
         return (None if self.link.target.as_source
                 else self.destinations[self.link.target.destination_ref])
 
+    @property
+    def window_bytes(self) -> int:
+        """The link's windowBytes: its XML property, else the bridge's link.windowBytes
+        (-1: no byte bound)."""
+        return (self.link.window_bytes if self.link.window_bytes is not None
+                else self.options.window_bytes)
+
     def transformer(self, class_path: str | None) -> MessageTransformer | None:
         if class_path is None:
             return None

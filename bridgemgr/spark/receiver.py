@@ -267,7 +267,7 @@ class Receiver:
             session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
             # a segment's worth unacknowledged at most; what the source sends ahead held to
             # PREFETCH_WINDOWS segments of windowBytes where it can (mq://), as a local link's
-            most = self._segment_bytes()
+            most = self._environment().window_bytes
             session.prefetch_at_least(max(SEGMENT_MIN, self.options.max_per_batch // 10),
                                       PREFETCH_WINDOWS * most if most > 0 else 0)
             src = env.source
@@ -294,13 +294,6 @@ class Receiver:
             self._handle.close()  # unacknowledged messages go back to the source
         self._handle = self._session = self._consumer = None
 
-    def _segment_bytes(self) -> int:
-        """The record bytes that end a segment however few: the link's windowBytes (-1: none)."""
-        env = self._environment()
-        if env.link.window_bytes is not None:
-            return env.link.window_bytes
-        return self.options.window_bytes
-
     def _receive(self, cap: int, wait: float) -> list[tuple[str, bytes]]:
         """Up to ``cap`` messages as log records (message id, codec blob), fewer once they
         hold the link's windowBytes (the last one may cross it): wait ``wait`` s for the
@@ -309,7 +302,7 @@ class Receiver:
         raises: what this call received was not acknowledged, and the source gives it
         back."""
         consumer = self._connect()
-        most = self._segment_bytes()
+        most = self._environment().window_bytes
         batch: list[tuple[str, bytes]] = []
         held = 0
         blob = consumer.receive_blob(wait)

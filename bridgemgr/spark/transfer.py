@@ -91,9 +91,7 @@ class Transfer:
         self.plans: dict[str, LinkPlan] = {}
         self._target: Lease | None = None
         self.window = max(1, env.link.window if env.link.window is not None else options.window)
-        # the XML link's windowBytes, else the bridge's link.windowBytes; -1: the count alone
-        self.window_bytes = (env.link.window_bytes if env.link.window_bytes is not None
-                             else options.window_bytes)
+        self.window_bytes = env.window_bytes  # (-1: the count alone)
 
     def plan(self, source_provider: str, target_provider: str) -> LinkPlan:
         plan = self.plans.get(source_provider)
