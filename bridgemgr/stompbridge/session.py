@@ -190,18 +190,13 @@ class Subscription:
 
     def take(self, ack_no: int, cumulative: bool) -> list[Delivery]:
         """Remove ``ack_no`` (and, cumulative, every earlier delivery) from outstanding."""
-        if cumulative:
-            keys = list(itertools.takewhile(lambda k: k <= ack_no, self.outstanding))
-        else:
-            keys = [ack_no]
-        taken = [self.outstanding.pop(k) for k in keys]
-        for d in taken:
-            if self.by_message_id.get(d.message_id) == d.ack_no:
-                del self.by_message_id[d.message_id]
-        return taken
+        if not cumulative:
+            return [self.take_one(ack_no)]
+        keys = list(itertools.takewhile(lambda k: k <= ack_no, self.outstanding))
+        return [self.take_one(k) for k in keys]
 
     def take_one(self, ack_no: int) -> Delivery:
-        """take(ack_no, cumulative=False) without the lists: the per-message ACK's path."""
+        """Remove delivery ``ack_no`` from outstanding (the per-message ACK's path)."""
         d = self.outstanding.pop(ack_no)
         if self.by_message_id.get(d.message_id) == ack_no:
             del self.by_message_id[d.message_id]
