@@ -112,7 +112,7 @@ class BatchDrain:
         from .receiver import Receiver, hold_receiving
         from .runner import hold_without_executors
         from .sink import read_stats
-        from .slices import quiet_task_size_warning, ship_batch_bytes
+        from .slices import batch_end, quiet_task_size_warning
 
         hold_receiving(self.options.source_log, False)  # (a hold a dead drain left)
         done = threading.Event()  # (ends the executor watch)
@@ -132,9 +132,7 @@ class BatchDrain:
                 end = receiver.logged_beyond(lo, self.options.receive_wait)
                 if end <= lo:
                     return
-                hi = min(end, lo + self.options.max_per_batch)
-                if self.options.ship_log:  # the driver packs the whole batch: bound its bytes
-                    hi = receiver.log.end_within(lo, hi, ship_batch_bytes(self.options.parallelism))
+                hi = batch_end(self.options, receiver.log, lo, min(end, lo + self.options.max_per_batch))
                 self._send(receiver, batch, lo, hi)
                 receiver.log.delete_through(hi)
                 lo, batch = hi, batch + 1

@@ -86,6 +86,14 @@ def ship_batch_bytes(parallelism: int) -> int:
     return max(parallelism, SHIP_BATCH_TASKS) * SHIP_BYTES
 
 
+def batch_end(options: LinkOptions, log: SourceLog, lo: int, hi: int) -> int:
+    """Where a batch of the log's [lo, hi) ends: at ``hi``, or earlier when the batch is
+    shipped (the driver packs it whole) and its segments hold ship_batch_bytes."""
+    if not options.ship_log:
+        return hi
+    return log.end_within(lo, hi, ship_batch_bytes(options.parallelism))
+
+
 def records(options: LinkOptions, lo: int, hi: int,
             packed: Packed | None = None) -> Iterator[tuple[Record, str]]:
     """Records lo .. hi-1 with their source provider's name: from ``packed`` (what the

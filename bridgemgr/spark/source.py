@@ -45,7 +45,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import StructType
 
 from .options import FORMAT, SCHEMA, LinkOptions, offset_slices
-from .slices import Packed, ship_batch_bytes, ship_parts, spill
+from .slices import Packed, batch_end, ship_parts, spill
 
 if TYPE_CHECKING:
     from .receiver import Receiver
@@ -127,10 +127,7 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         end = receiver.logged_beyond(first, self.options.receive_wait)
         if end <= first:
             return start
-        end = min(end, first + cap)
-        if self.options.ship_log:  # partitions() packs the whole batch: bound its bytes
-            end = receiver.log.end_within(first, end, ship_batch_bytes(self.options.parallelism))
-        return {"offset": end}
+        return {"offset": batch_end(self.options, receiver.log, first, min(end, first + cap))}
 
     def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
         lo, hi = int(start["offset"]), int(end["offset"])
