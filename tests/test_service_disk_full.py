@@ -32,7 +32,10 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 PASSWORD = "Secret-1"
 BODY = "x" * 1024
-LEFT = 512 * 1024  # bytes the filler leaves free
+# Bytes the filler leaves free. How many 1 KiB messages fit depends on timing: each commit
+# appends at least one 16 KiB page to the WAL, and how many messages share a commit
+# varies (seen with 512 KiB: 100 in CI, 117-174 here; with 1 MiB: 166-318).
+LEFT = 1024 * 1024
 
 
 class Stomp:
@@ -132,7 +135,7 @@ def test_a_full_disk_refuses_producers_clearly_loses_nothing_and_recovers_by_its
             receipted.append(f"s{i:05d}")
         assert command == "ERROR" and full.search(headers["message"] + body), (headers, body)
         assert headers["receipt-id"] == f"r{len(receipted)}"
-        assert len(receipted) > 100
+        assert len(receipted) > 20  # 20 are consumed while the disk is full, the rest after a restart
         producer.close()
 
         # an mq:// producer gets the same, as a ResourceAllocationException
