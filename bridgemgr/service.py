@@ -602,6 +602,7 @@ class BridgeServiceManager:
         return Reply(OK, f"bridge {bridge.name}", {
             "bridge": bridge.name, "type": bridge.type, "xmlurl": xmlurl,
             "runner": settings.runner, "backoutThreshold": settings.backout_threshold,
+            "linkWindow": settings.link_window, "linkWindowBytes": settings.link_window_bytes,
             "jms": self.jms_url,
             "spark": {"master": master, "conf": conf},
             # the job's login on the host broker, and the key that marks dead messages

@@ -44,7 +44,8 @@ def service(tmp_path_factory):
     props, passfile = one_bridge_files(
         base / "conf", "jobs", XML, "Job-Secret-1", "imq.bridge.stomp.tcp.port=0",
         "imq.bridge.jb.autostart=false", "imq.bridge.jb.runner=spark", "imq.bridge.spark.master=local[1]",
-        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=3", activelist="jb,stomp")
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=3", "imq.bridge.jb.link.window=7",
+        "imq.bridge.jb.link.windowBytes=64k", activelist="jb,stomp")
     daemon = Daemon(props)
     yield daemon, passfile, base
     daemon.stop()
@@ -67,6 +68,7 @@ def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
         assert data["spark"]["master"] == "local[1]"
         assert data["spark"]["conf"]["spark.sql.shuffle.partitions"] == "3"
         assert data["jms"].startswith("mqtcp://127.0.0.1:")
+        assert (data["linkWindow"], data["linkWindowBytes"]) == (7, 64 * 1024)
         assert "Job-Secret-1" not in str(data)
         missing = client.request(Command("CONFIG", None, "nope", None))
         assert missing.status == 404 and "bridges: jb, stomp" in missing.message
@@ -79,6 +81,8 @@ def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service):
     job = service_job(daemon.address, "jb", "admin", str(passfile))
     assert job.config.name == "jb" and [link.name for link in job.config.links] == ["l1"]
     assert job.runner == "spark" and job.spark_master == "local[1]"
+    # a drain's executors bound their window as the bridge's links do
+    assert (job.link_window, job.link_window_bytes) == (7, 64 * 1024)
     assert "Job-Secret-1" not in repr(job)
     etc = base / "conf" / "var" / "instances" / "jobs" / "etc"
     assert (job.broker_user, job.broker_password) == (

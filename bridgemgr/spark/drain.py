@@ -111,7 +111,8 @@ def _run(job: Any, spark: Any, link: str, batch: int, checkpoint: Path,
     options = link_options(
         checkpoint, xmlurl=job.xmlurl, bridge=job.bridge, link=link, broker_url=job.broker_url,
         parallelism=parallelism(spark.sparkContext.master, dict(job.spark_conf)), max_per_batch=batch,
-        backout_threshold=job.backout_threshold, broker_user=job.broker_user or "",
+        backout_threshold=job.backout_threshold, window=job.link_window,
+        window_bytes=job.link_window_bytes, broker_user=job.broker_user or "",
         broker_password=job.broker_password or "", dmq_secret=(job.dmq_key or b"").hex(),
         ship_log=ships_log(spark.sparkContext.master))  # a cluster's executors: shipped
     private_dir(checkpoint)

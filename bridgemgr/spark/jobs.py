@@ -39,7 +39,7 @@ from ..admin.protocol import Command
 from ..extras import require
 from ..props import LOG_ROLLOVER_SECS
 from .jvmlog import SparkLog
-from .options import BACKOUT_THRESHOLD
+from .options import BACKOUT_THRESHOLD, LINK_WINDOW, LINK_WINDOW_BYTES
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -61,6 +61,8 @@ class ServiceJob:
     config: BridgeConfig
     runner: str = "local"
     backout_threshold: int = BACKOUT_THRESHOLD
+    link_window: int = LINK_WINDOW              # imq.bridge.<name>.link.window
+    link_window_bytes: int = LINK_WINDOW_BYTES  # imq.bridge.<name>.link.windowBytes
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     user: str | None = field(default=None, repr=False)      # the admin login (admin port)
@@ -335,6 +337,9 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
                                    "upgrade it")
     return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
                       backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),
+                      # (an older service says neither: its defaults were these)
+                      link_window=int(data.get("linkWindow", LINK_WINDOW)),
+                      link_window_bytes=int(data.get("linkWindowBytes", LINK_WINDOW_BYTES)),
                       spark_master=spark.get("master") or "local[*]",
                       spark_conf=dict(spark.get("conf") or {}), user=user, password=password,
                       broker_user=account["user"], broker_password=account.get("password"),
