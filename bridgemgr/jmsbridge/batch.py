@@ -10,9 +10,10 @@
 # were not its fault (a store or XA log whose database was down), which the backout
 # threshold does not count; kept until the message's unit is final (final(): a unit
 # completing behind the link may still be rolled back). `lettered` and `one_by_one` last
-# from the link's start to its stop, across reconnects; `excused` is kept on disk
-# (excuses.py) and read again at every start, as the source keeps the delivery counts it
-# offsets; `open` is the transaction's, set again on every connect.
+# from the link's start to its stop, across reconnects; `excused` is kept on disk, or on
+# an HA instance in the cluster's database (excuses.py), and read again at every start, as
+# the source keeps the delivery counts it offsets; `open` is the transaction's, set again
+# on every connect.
 """The unit of work a link is filling: its messages, when it is full, what came back."""
 
 from __future__ import annotations

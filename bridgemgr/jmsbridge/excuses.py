@@ -1,28 +1,51 @@
 # How it works: a link's excused redeliveries (batch.py: per message id, the undone units
 # that were a database outage's fault, which the backout threshold does not count) are
-# kept in bridges/<bridge>/excused.<link>, a JSON object rewritten whenever it changes
-# (a temporary file, 0600, fsync, then renamed over the old one): when an outage undoes a
-# unit, and when a unit holding an excused message is final. The delivery counts the
-# excuses offset are kept by the source broker across restarts, so the excuses must be
-# too: otherwise a kill -9 after an outage reads a healthy message's excused
-# redeliveries as backouts and sends it to the DMQ. A restart itself is not excused (a
-# message that crashes the service still reaches its threshold). At most LIMIT ids are
-# kept (the oldest go first: an id whose message never comes back, such as one purged by
-# hand, cannot fill the disk). Without a file (a bridge with no instance folder) they
-# last as long as the link.
-"""A link's excused redeliveries, kept on disk so a restart does not forget them."""
+# kept where the next run of the link reads them, written when they change: when an
+# outage undoes a unit, and when a unit holding an excused message is final. The delivery
+# counts the excuses offset are kept by the source broker across restarts, so the
+# excuses must be too: otherwise a kill -9 after an outage reads a healthy message's
+# excused redeliveries as backouts and sends it to the DMQ. A restart itself is not
+# excused (a message that crashes the service still reaches its threshold). At most
+# LIMIT ids are kept (the oldest go first: an id whose message never comes back, such as
+# one purged by hand, cannot fill the disk). In memory the counts are the link's own
+# (read at its start, changed by it alone); where they are kept:
+# - Excuses: bridges/<bridge>/excused.<link> of the instance, a JSON object rewritten
+#   whenever it changes (a temporary file, 0600, fsync, then renamed over the old one).
+#   Without a file (a bridge with no instance folder) they last as long as the link.
+# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py): the
+#   table imq_bridge_excuses of the cluster's schema, one row per (bridge, link, message
+#   id) with its count and a seq (newer: excused later), so the instance that takes the
+#   bridge over (a var folder of its own, the dead owner's store and delivery counts
+#   moved into its own) reads them. The rows are fenced like the XA log's: only the
+#   bridge's owner writes them. Excuses arise while the database is down, so the table is
+#   written behind the link: a change marks its ids, and a writer thread (one per link,
+#   while there is something to write) writes the marked ids' counts (upsert; a forgotten
+#   or evicted id: delete) in one transaction, retrying every RETRY seconds while the
+#   database cannot be reached. The link never waits for it, and nothing is lost while the
+#   instance lives: what the outage excused is written when the database is back, within
+#   RETRY s, as the raised delivery counts are (the store writes them then too). An
+#   instance that dies in that instant, after the store's write and before ours, loses
+#   those excuses, as before there were shared ones. A write the database refuses (fenced:
+#   the bridge is another's now) is given up, logged.
+"""A link's excused redeliveries, kept so that a restart or an HA takeover does not forget them."""
 
 from __future__ import annotations
 
 import json
 import logging
 import os
-from collections.abc import Iterable
+import threading
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import Any
 
+from ..jms.errors import StoreError
 from ..private import open_private, private_dir
 
 LIMIT = 10_000
+RETRY = 1.0  # seconds between tries of a SharedExcuses write while the database is out of reach
+TABLE = "imq_bridge_excuses"
 
 
 def excuses_path(bridge_dir: Path, link: str) -> Path:
@@ -37,6 +60,7 @@ class Excuses:
         self.path = path
         self.log = log or logging.getLogger(__name__)
         self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()  # the counts: the link's thread and a writer's
 
     def __bool__(self) -> bool:
         return bool(self._counts)
@@ -67,36 +91,165 @@ class Excuses:
 
     def add(self, message_ids: Iterable[str]) -> None:
         """One more excused redelivery for each of ``message_ids`` (empty ids skipped)."""
-        changed = False
-        for message_id in message_ids:
-            if message_id:
-                self._counts[message_id] = self._counts.pop(message_id, 0) + 1
-                changed = True
+        changed: set[str] = set()
+        with self._lock:
+            counts = self._counts
+            for message_id in message_ids:
+                if message_id:
+                    counts[message_id] = counts.pop(message_id, 0) + 1
+                    changed.add(message_id)
+            while len(counts) > LIMIT:
+                oldest = next(iter(counts))
+                del counts[oldest]
+                changed.add(oldest)
         if changed:
-            while len(self._counts) > LIMIT:
-                del self._counts[next(iter(self._counts))]
-            self._save()
+            self._save(changed)
 
     def forget(self, message_ids: Iterable[str]) -> None:
         """``message_ids`` are consumed for good: their excuses go."""
-        counts = self._counts
-        if counts and sum(counts.pop(message_id, 0) for message_id in message_ids):
-            self._save()
+        with self._lock:
+            counts = self._counts
+            gone = {message_id for message_id in message_ids
+                    if counts.pop(message_id, None) is not None} if counts else set()
+        if gone:
+            self._save(gone)
 
-    def _save(self) -> None:
+    def _save(self, changed: set[str]) -> None:
         """Replace the file with the counts now (no file: nothing to do). A failed write
         is reported and the counts kept in memory: the link goes on."""
         if self.path is None:
             return
+        with self._lock:
+            counts = dict(self._counts)
         temporary = self.path.with_name(self.path.name + ".new")
         try:
             private_dir(self.path.parent)
             fd = open_private(temporary, os.O_WRONLY | os.O_TRUNC)
             with os.fdopen(fd, "w", encoding="utf-8") as handle:
-                json.dump(self._counts, handle)
+                json.dump(counts, handle)
                 handle.flush()
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
         except OSError as exc:
             self.log.warning("excused redeliveries cannot be written to %s (%s); a restart "
                              "will count them toward the backout threshold", self.path, exc)
+
+
+class SharedExcuses(Excuses):
+    """The excuses of link ``link`` of bridge ``bridge`` in table imq_bridge_excuses of an
+    HA cluster's schema (``connect``: a new connection there, marked with our broker id),
+    written behind the link."""
+
+    def __init__(self, connect: Callable[[], Any], bridge: str, link: str,
+                 log: logging.Logger | None = None) -> None:
+        super().__init__(None, log)
+        self.connect, self.bridge, self.link = connect, bridge, link
+        self._unwritten: set[str] = set()  # ids whose rows differ from the counts
+        self._writer: threading.Thread | None = None
+        self._failing = False  # the last write failed (logged once until one succeeds)
+
+    def load(self) -> None:
+        """Read the rows (a link starts): the newest LIMIT, oldest first. A table that
+        cannot be read is reported and left out, as an unreadable file is. A link started
+        again while its writer still writes keeps its counts: they are newer than the rows."""
+        import psycopg
+
+        with self._lock:
+            if self._writer is not None:
+                return
+            self._counts = {}
+        try:
+            conn = self.connect()
+            try:
+                with conn.cursor() as cur:
+                    cur.execute(f"SELECT message_id, excused FROM {TABLE} WHERE bridge = %s AND "
+                                "link = %s ORDER BY seq DESC LIMIT %s", (self.bridge, self.link, LIMIT))
+                    rows = cur.fetchall()
+                conn.rollback()
+            finally:
+                conn.close()
+        except (StoreError, psycopg.Error) as exc:
+            self.log.warning("excused redeliveries of link %s cannot be read from the HA cluster's "
+                             "table %s (%s); they are not counted out of the backout threshold",
+                             self.link, TABLE, exc)
+            return
+        with self._lock:
+            self._counts = {message_id: int(excused) for message_id, excused in reversed(rows)}
+
+    def _save(self, changed: set[str]) -> None:
+        """Mark ``changed`` to be written; start the writer unless it runs."""
+        with self._lock:
+            self._unwritten |= changed
+            if self._writer is None:
+                self._writer = threading.Thread(target=self._write_behind, daemon=True,
+                                                name=f"excuses {self.bridge}/{self.link}")
+                self._writer.start()
+
+    def written(self, timeout: float) -> bool:
+        """Whether every change so far reached the table within ``timeout`` seconds."""
+        writer = self._writer
+        if writer is not None:
+            writer.join(timeout)
+        return self._writer is None
+
+    def _write_behind(self) -> None:
+        """Write the marked ids until none are left; while the database cannot be reached,
+        try again every RETRY s."""
+        import psycopg
+
+        while True:
+            with self._lock:
+                ids, self._unwritten = self._unwritten, set()
+                if not ids:
+                    self._writer = None
+                    return
+                rows = [(self.bridge, self.link, i, n) for i, n in self._counts.items() if i in ids]
+                gone = [i for i in ids if i not in self._counts]
+            try:
+                self._write(rows, gone)
+            except (StoreError, psycopg.OperationalError) as exc:
+                with self._lock:
+                    self._unwritten |= ids
+                if not self._failing:
+                    self._failing = True
+                    self.log.warning("excused redeliveries of link %s cannot be written to the HA "
+                                     "cluster's table %s (%s); trying again every %g s", self.link,
+                                     TABLE, exc, RETRY)
+                time.sleep(RETRY)
+                continue
+            except psycopg.Error as exc:
+                self.log.warning("excused redeliveries of link %s are not written to the HA "
+                                 "cluster's table %s: %s", self.link, TABLE, exc)
+                continue
+            if self._failing:
+                self._failing = False
+                self.log.info("excused redeliveries of link %s written to the HA cluster's table "
+                              "%s again", self.link, TABLE)
+
+    def _write(self, rows: list[tuple[str, str, str, int]], gone: list[str]) -> None:
+        """One transaction: upsert ``rows`` (each the newest now, in order), delete ``gone``."""
+        conn = self.connect()
+        try:
+            with conn.cursor() as cur:
+                if gone:
+                    cur.execute(f"DELETE FROM {TABLE} WHERE bridge = %s AND link = %s AND "
+                                "message_id = ANY(%s)", (self.bridge, self.link, gone))
+                if rows:
+                    cur.executemany(
+                        f"INSERT INTO {TABLE}(bridge, link, message_id, excused) VALUES (%s, %s, %s, %s) "
+                        "ON CONFLICT (bridge, link, message_id) DO UPDATE SET "
+                        "excused = EXCLUDED.excused, seq = EXCLUDED.seq", rows)
+            conn.commit()
+        finally:
+            conn.close()
+
+
+def link_excuses(props: Any, bridge: str, link: str, log: logging.Logger) -> Excuses:
+    """Where link ``link`` of ``bridge`` keeps its excuses: the HA cluster's table on an
+    instance of one, else the file in the bridge's folder."""
+    from ..providers.embedded.cluster import cluster_settings
+
+    ha = cluster_settings(props)
+    if ha is not None:
+        return SharedExcuses(ha.jdbc.connect, bridge, link, log)
+    return Excuses(excuses_path(props.bridge_dir(bridge), link), log)

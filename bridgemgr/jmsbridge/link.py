@@ -84,7 +84,6 @@ import sys
 import threading
 import time
 from functools import partial
-from pathlib import Path
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException, StoreUnavailable
@@ -95,7 +94,7 @@ from ..xa.txlog import TxLogUnavailable
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
-from .excuses import Excuses, excuses_path
+from .excuses import Excuses, link_excuses
 from .pipeline import (
     CONNECTION_LOST,
     RETRIED,
@@ -148,9 +147,9 @@ class Link(RunnerBase):
 
     def __init__(self, setup: LinkSetup, connections: BridgeConnections,
                  dmqs: DeadMessageQueues, log: logging.Logger,
-                 tuning: LinkTuning = LinkTuning(), excused: Path | None = None) -> None:
-        """``excused``: the file that keeps the link's excused redeliveries (excuses.py)
-        across restarts; None keeps them in memory while the link runs."""
+                 tuning: LinkTuning = LinkTuning(), excused: Excuses | None = None) -> None:
+        """``excused``: where the link's excused redeliveries are kept across restarts and
+        HA takeovers (excuses.py); None keeps them in memory while the link runs."""
         super().__init__(setup, log, tuning)
         self.connections = connections
         self.dmqs = dmqs
@@ -177,7 +176,8 @@ class Link(RunnerBase):
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
         self.window = 1 if setup.transaction.transacted else max(1, setup.window)
         self.batch = Batch(max(setup.batch_size, self.window), self.counters,
-                           Excuses(excused, log), setup.window_bytes)
+                           excused if excused is not None else Excuses(None, log),
+                           setup.window_bytes)
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
@@ -830,7 +830,7 @@ def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
     props = context.props
     return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
-                excuses_path(props.bridge_dir(context.bridge), setup.config.name)
+                link_excuses(props, context.bridge, setup.config.name, context.log)
                 if props is not None else None)
 
 

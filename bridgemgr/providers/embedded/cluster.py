@@ -6,7 +6,8 @@
 #                     its address and its bridge configuration (what check compares);
 #   imq_ha_bridges    the JMS bridge ownership table of the chapter: bridge -> owning broker id;
 #   imq_bridge_txlog  the bridges' XA logs (xa/sqllog.py), one set of rows per bridge name, so
-#                     whichever instance runs a bridge reads the decisions of the one before.
+#                     whichever instance runs a bridge reads the decisions of the one before;
+#   imq_bridge_excuses the links' excused redeliveries (jmsbridge/excuses.py), likewise.
 # join() (before the host broker opens) refuses a broker id whose lease is still live and a
 # bridge configuration that differs from a live member's (naming the keys), then renews the
 # lease as a new generation. claim() applies the chapter's three start-up rules to
@@ -25,10 +26,10 @@
 # the service ends (restarted, it joins afresh with an empty store); else we join again as a
 # new generation and run what the ownership table still gives us.
 # Fencing inside the store: every batch of an HA instance's store first reads its own lease
-# row FOR SHARE (pgstore's fence: state must be live), and a trigger on imq_bridge_txlog lets
-# a connection write a bridge's rows only while its broker id (the session setting
-# imq.brokerid of every HA store connection) owns the bridge, reading the ownership row FOR
-# SHARE. A takeover's UPDATE of those rows waits for such a write, or makes it fail: a resumed
+# row FOR SHARE (pgstore's fence: state must be live), and a trigger on imq_bridge_txlog and
+# imq_bridge_excuses lets a connection write a bridge's rows only while its broker id (the
+# session setting imq.brokerid of every HA store connection) owns the bridge, reading the
+# ownership row FOR SHARE. A takeover's UPDATE of those rows waits for such a write, or makes it fail: a resumed
 # old owner neither writes to the store that moved nor logs a commit decision (its
 # transaction rolls back: presumed abort), and the new owner's recovery alone decides.
 """HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover."""
@@ -58,6 +59,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BROKERS, BRIDGES, TXLOG = "imq_ha_brokers", "imq_ha_bridges", "imq_bridge_txlog"
+EXCUSES = "imq_bridge_excuses"  # jmsbridge/excuses.py's TABLE
 LIVE, TAKEN = "live", "taken"
 _DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tables at a time
 _TABLES = (
@@ -69,6 +71,9 @@ _TABLES = (
     # The same table xa/sqllog.py creates, made here first so that the fence can guard it.
     f"CREATE TABLE IF NOT EXISTS {TXLOG} (bridge VARCHAR(200) NOT NULL, "
     "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))",
+    f"CREATE TABLE IF NOT EXISTS {EXCUSES}(bridge TEXT NOT NULL, link TEXT NOT NULL, "
+    "message_id TEXT NOT NULL, excused INTEGER NOT NULL, seq BIGSERIAL NOT NULL, "
+    "PRIMARY KEY (bridge, link, message_id))",
 )
 
 
@@ -85,8 +90,8 @@ def _fence_ddl(schema: str) -> tuple[str, ...]:
         "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n"
         "  RETURN NEW;\n"
         "END $$",
-        f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{TXLOG} '
-        f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()',
+        *(f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{table} '
+          f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()' for table in (TXLOG, EXCUSES)),
     )
 
 
