@@ -1,8 +1,10 @@
 # How it works: the JVM of our Spark jobs writes its own output to its stderr: Spark's
 # log4j lines (its console appender), each failed query's stack traces, System.err prints,
-# and its Python workers' stderr, which it copies to its own System.err. spark_session()
-# (session.py) points fd 2 at the write end of a pipe while the JVM starts, so that the
-# JVM inherits it (and our process keeps no copy); a thread of ours (JvmLog) reads the
+# and its Python workers' stderr, which it copies to its own System.err; and whatever
+# prints on its stdout (System.out). spark_session() (session.py) points fds 1 and 2 at
+# the write end of a pipe while the JVM starts, so that the JVM inherits it as both (and
+# our process keeps no copy; pyspark reads the gateway's port from a file, not from the
+# JVM's stdout); a thread of ours (JvmLog) reads the
 # pipe and writes what comes to the log file (SparkLog: <instance>/log/spark.log for the
 # service, ~/.imqbridge/logs/spark.log for a CLI job) through RotatingBytes, bounded as the
 # service log is: it rolls over to spark.log.1 ... .9 (0600, in a 0700 folder) when a write
@@ -22,7 +24,7 @@
 # file is closed: the JVM's last lines (its shutdown hooks') are in the file. When the
 # JVM outlives the wait, what it wrote so far is written and a last line says that what
 # it writes later is not in the file.
-"""The Spark JVM's output (stderr) into a log file that rolls over, read from a pipe."""
+"""The Spark JVM's output (stdout and stderr) into a log file that rolls over, read from a pipe."""
 
 from __future__ import annotations
 
@@ -145,7 +147,7 @@ class RotatingBytes:
 
 class JvmLog:
     """A pipe whose reader thread writes what comes through it to ``log``'s file: hand
-    ``write_fd`` to the process that writes (as its stderr), then call started()."""
+    ``write_fd`` to the process that writes (as its stdout and stderr), then call started()."""
 
     def __init__(self, log: SparkLog) -> None:
         self.file = RotatingBytes(log.path, log.rollover_bytes, log.files,
