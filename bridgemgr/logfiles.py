@@ -207,6 +207,56 @@ def roll_over(path: Path, count: int) -> None:
             os.replace(older, path.with_name(f"{path.name}.{i}"))
 
 
+@dataclass(frozen=True)
+class FileBounds:
+    """When a log file rolls over: past ``limit`` bytes (0: no limit) or once ``max_age``
+    seconds old (0: never), to <name>.1 ... <name>.<count-1>; RotatingFile's and the Spark
+    JVM's (spark/jvmlog.py) both. Use of(), which takes -1 for none as the props give it."""
+
+    path: Path
+    limit: int
+    count: int
+    max_age: float
+
+    @classmethod
+    def of(cls, path: Path, limit: int, count: int, max_age: float) -> FileBounds:
+        return cls(path, max(limit, 0), max(count, 1), max(max_age, 0))
+
+    def too_big(self, size: int, more: int) -> bool:
+        """Whether ``more`` bytes would take a file of ``size`` past the limit."""
+        return bool(self.limit) and size + more > self.limit
+
+    def too_old(self, size: int, since: float, now: float) -> bool:
+        """Whether a file of ``size`` (an empty one never) is max_age old at ``now``,
+        counted from ``since`` (when it was opened; when last written, at open)."""
+        return bool(self.max_age and size) and now - since >= self.max_age
+
+    def roll_over(self) -> None:
+        roll_over(self.path, self.count)
+
+
+class WriteFailures:
+    """Says through ``report`` (never the file's own logger) once that a log file cannot
+    be written (its lines are lost) and once more when it takes lines again."""
+
+    def __init__(self, path: Path, report: logging.Logger) -> None:
+        self.path = path
+        self.report = report
+        self.failing = False
+
+    def failed(self, exc: OSError) -> None:
+        if not self.failing:
+            self.report.error("log %s: cannot write (%s); its lines are lost until it can",
+                              self.path, exc.strerror or exc)
+            self.failing = True
+
+    def writing(self, lost: str = "") -> None:
+        """A write worked (``lost``: what the failure cost, said with it)."""
+        if self.failing:
+            self.report.warning("log %s: writing again%s", self.path, lost)
+            self.failing = False
+
+
 class RotatingFile(logging.Handler):
     """A log file (0600) that rolls over to <name>.1 ... <name>.<count-1> when a line would
     take it past ``limit`` bytes (0: no limit) or once it is ``max_age`` seconds old (0:
@@ -218,26 +268,23 @@ class RotatingFile(logging.Handler):
     def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
                  buffered: bool = False, report: logging.Logger = log) -> None:
         super().__init__()
-        self.report = report
         self.path = path
-        self.limit = max(limit, 0)
-        self.count = max(count, 1)
-        self.max_age = max(max_age, 0)
+        self.bounds = FileBounds.of(path, limit, count, max_age)
+        self.failures = WriteFailures(path, report)  # said once in the service log
         self.buffered = buffered
         self.stream: IO[str] = open_private_text(path, "a")
         self.size = self.stream.tell()
         self.opened = time.time()
-        self.failing = False    # the last write or flush failed (said once in the service log)
         self.unflushed = False  # lines went into the buffer since the last flush that worked
-        if self.max_age and self.size and self.opened - path.stat().st_mtime >= self.max_age:
+        if self.bounds.too_old(self.size, path.stat().st_mtime, self.opened):
             self._rotate()
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
             line = self.format(record) + "\n"
             n = len(line.encode("utf-8")) if not line.isascii() else len(line)
-            if self.size and ((self.limit and self.size + n > self.limit)
-                              or (self.max_age and record.created - self.opened >= self.max_age)):
+            if self.size and (self.bounds.too_big(self.size, n)
+                              or self.bounds.too_old(self.size, self.opened, record.created)):
                 self._rotate()
             self.stream.write(line)
             self.size += n
@@ -245,31 +292,23 @@ class RotatingFile(logging.Handler):
             if not self.buffered or record.levelno >= logging.WARNING:
                 self._flush()
         except OSError as exc:
-            self._failed(exc)
+            self.failures.failed(exc)
         except Exception:
             self.handleError(record)
-
-    def _failed(self, exc: OSError) -> None:
-        if not self.failing:
-            self.report.error("log %s: cannot write (%s); its lines are lost until it can",
-                      self.path, exc.strerror or exc)
-            self.failing = True
 
     def _flush(self) -> None:
         """Flush; a flush that wrote lines ends a failure (an empty one proves nothing)."""
         self.stream.flush()
         if self.unflushed:
             self.unflushed = False
-            if self.failing:
-                self.report.warning("log %s: writing again", self.path)
-                self.failing = False
+            self.failures.writing()
 
     def _rotate(self) -> None:
         try:
             self.stream.close()
         except OSError as exc:  # its buffered lines are lost; the new file is opened anyway
-            self._failed(exc)
-        roll_over(self.path, self.count)
+            self.failures.failed(exc)
+        self.bounds.roll_over()
         self.stream = open_private_text(self.path, "w")
         self.size = 0
         self.opened = time.time()
@@ -280,7 +319,7 @@ class RotatingFile(logging.Handler):
             if not self.stream.closed:
                 self._flush()
         except OSError as exc:  # the housekeeping thread that calls this must live on
-            self._failed(exc)
+            self.failures.failed(exc)
         finally:
             self.release()
 
@@ -291,7 +330,7 @@ class RotatingFile(logging.Handler):
                 try:
                     self.stream.close()  # flushes; closed also when that fails
                 except OSError as exc:
-                    self._failed(exc)
+                    self.failures.failed(exc)
         finally:
             self.release()
         super().close()

@@ -31,7 +31,7 @@ def test_the_waiting_caller_writes_its_batch_itself(store, monkeypatch):
     write = store._write
     monkeypatch.setattr(store, "_write", lambda *a: (writers.append(threading.current_thread().name),
                                                      write(*a))[1])
-    store.add(1, "q:a", b"one")
+    store.add_many([(1, "q:a", b"one", 0)])
     store.wait(store.ticket())
     assert writers == [threading.current_thread().name]
     assert rows_on_disk(store) == {1}
@@ -47,7 +47,7 @@ def test_concurrent_waiters_are_all_durable_and_share_batches(store):
             barrier.wait()
             for i in range(per_thread):
                 seq = t * 1000 + i + 1
-                store.add(seq, "q:a", b"x" * 100)
+                store.add_many([(seq, "q:a", b"x" * 100, 0)])
                 store.wait(store.ticket())
                 assert seq in rows_on_disk(store)
         except BaseException as exc:  # reported below
@@ -73,7 +73,7 @@ def test_a_ticket_taken_while_a_batch_is_written_waits_for_that_batch(store, mon
         write(*args)
 
     monkeypatch.setattr(store, "_write", slow_write)
-    store.add(1, "q:a", b"one")
+    store.add_many([(1, "q:a", b"one", 0)])
     leader = threading.Thread(target=store.flush)
     leader.start()
     assert started.wait(5)
@@ -89,7 +89,7 @@ def test_a_ticket_taken_while_a_batch_is_written_waits_for_that_batch(store, mon
 
 
 def test_a_cancelled_insert_leaves_nothing_to_wait_for(store):
-    store.add(1, "q:a", b"one")
+    store.add_many([(1, "q:a", b"one", 0)])
     ticket = store.ticket()
     store.remove(1)
     store.wait(ticket, timeout=1)
@@ -101,15 +101,15 @@ def test_a_failed_write_fails_the_waiter_and_every_later_change(store, monkeypat
         raise sqlite3.OperationalError("database or disk is full")
 
     monkeypatch.setattr(store, "_write", broken)
-    store.add(1, "q:a", b"one")
+    store.add_many([(1, "q:a", b"one", 0)])
     with pytest.raises(StoreError, match="disk is full"):
         store.wait(store.ticket())
     with pytest.raises(StoreError, match="failed"):
-        store.add(2, "q:a", b"two")
+        store.add_many([(2, "q:a", b"two", 0)])
 
 
 def test_what_nobody_waits_for_is_written_by_the_writer_thread(store):
-    store.add(1, "q:a", b"one")
+    store.add_many([(1, "q:a", b"one", 0)])
     store.remove(2)  # an acknowledgement of an older row: nobody waits for it
     for _ in range(500):
         if store.stats()["batches"]:
@@ -131,7 +131,7 @@ def test_an_op_its_caller_waits_for_leaves_the_writer_thread_asleep(store):
     store.op("xa_commit", "x1", waited=True)
     store.wait(store.ticket())
     assert rows_on_disk(store) == {7}
-    store.add(8, "q:a", b"other")  # nobody waits for this one: the writer thread's
+    store.add_many([(8, "q:a", b"other", 0)])  # nobody waits for this one: the writer thread's
     deadline = time.monotonic() + 5
     while rows_on_disk(store) != {7, 8} and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -145,8 +145,8 @@ def test_a_syncing_store_never_writes_a_message_consumed_while_its_batch_lingers
     store = Store(tmp_path, sync=True)
     store.load()
     try:
-        store.add(1, "q:a", b"consumed")
-        store.add(2, "q:a", b"kept")
+        store.add_many([(1, "q:a", b"consumed", 0)])
+        store.add_many([(2, "q:a", b"kept", 0)])
         time.sleep(0.05)  # far longer than LINGER: the 2 ms linger wrote both by now
         store.remove(1)
         deadline = time.monotonic() + 5
@@ -162,7 +162,7 @@ def test_deletes_go_as_runs_of_consecutive_seqs_and_remove_exactly_those_rows(st
     assert delete_runs({9, 1, 2, 3, 5, 7, 8}) == ([(5,)], [(1, 3), (7, 9)])
     assert delete_runs({4}) == ([(4,)], [])
     for seq in range(1, 13):
-        store.add(seq, "q:a", b"x")
+        store.add_many([(seq, "q:a", b"x", 0)])
     store.flush()
     for seq in (2, 3, 4, 6, 8, 9, 11):
         store.remove(seq)
@@ -192,7 +192,7 @@ def test_a_new_store_has_16_kib_pages_and_an_old_one_keeps_its_own(tmp_path):
         db.execute("PRAGMA journal_mode=WAL")
     old = Store(tmp_path / "old")
     old.load()
-    old.add(1, "q:a", b"kept")
+    old.add_many([(1, "q:a", b"kept", 0)])
     old.close()
     old = Store(tmp_path / "old")
     try:
@@ -213,7 +213,7 @@ def test_a_batch_inserts_its_messages_in_multi_row_statements(store):
     store.database._db.set_trace_callback(steps.append)
     with store.lock:  # one batch: the writer thread cannot take part of it meanwhile
         for seq in range(1, 601):
-            store.add(seq, f"q:{seq % 3}", f"m{seq}".encode(), dcount=seq % 2)
+            store.add_many([(seq, f"q:{seq % 3}", f"m{seq}".encode(), seq % 2)])
     store.flush()
     store.database._db.set_trace_callback(None)
     assert sum(s.startswith("INSERT INTO msgs") for s in steps) == 3
@@ -231,12 +231,12 @@ def test_a_consumed_message_no_longer_counts_as_pending_bytes(tmp_path):
     try:
         blob = b"m" * (1 << 20)
         for seq in range(1, 41):  # 40 MiB sent and consumed within the linger
-            store.add(seq, "q:a", blob)
+            store.add_many([(seq, "q:a", blob, 0)])
             store.remove(seq)
         assert not store.behind
         store.remove_all([])  # nothing: no change
         for seq in range(41, 81):  # 40 MiB sent and waiting: behind
-            store.add(seq, "q:a", blob)
+            store.add_many([(seq, "q:a", blob, 0)])
         assert store.behind
         store.remove_all(range(41, 81))
         assert not store.behind

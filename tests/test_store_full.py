@@ -100,7 +100,7 @@ def test_a_waiting_writer_is_told_store_full_and_writes_resume_by_themselves(dis
     with pytest.raises(StoreFull, match=full_error(store)):
         while True:
             seq += 1
-            store.add(seq, "q:a", BLOB)
+            store.add_many([(seq, "q:a", BLOB, 0)])
             store.wait(store.ticket())
             durable.append(seq)
     failed = seq  # its caller was told; its row is kept and written once space is back
@@ -115,7 +115,7 @@ def test_a_waiting_writer_is_told_store_full_and_writes_resume_by_themselves(dis
     disk.free(store)
     assert until(lambda: not store.full), "writes did not resume once space was back"
     store.check_room()
-    store.add(failed + 1, "q:a", BLOB)
+    store.add_many([(failed + 1, "q:a", BLOB, 0)])
     store.wait(store.ticket())
     store.close()
     on_disk = reopened(disk.directory)
@@ -140,7 +140,7 @@ def test_what_nobody_waits_for_is_kept_while_full_and_written_once_space_is_back
         while time.monotonic() < deadline:
             seq += 1
             store.check_room()
-            store.add(seq, "q:a", BLOB)
+            store.add_many([(seq, "q:a", BLOB, 0)])
             recorded.append(seq)
             if seq % 20 == 0:
                 time.sleep(0.005)  # let the writer thread take a batch
@@ -225,7 +225,7 @@ def test_messages_of_a_batch_that_found_the_disk_full_are_still_paged_in(tmp_pat
         disk.limit(store)
         with store.lock:  # one batch, more than the 800 KiB left
             for seq in range(1, 2001):
-                store.add(seq, "q:a", BLOB)
+                store.add_many([(seq, "q:a", BLOB, 0)])
         with pytest.raises(StoreFull):
             store.flush()
         assert [seq for seq, _, _ in store.page("q:a", 0, 5000)] == list(range(1, 2001))

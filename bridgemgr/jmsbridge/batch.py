@@ -18,7 +18,6 @@
 
 from __future__ import annotations
 
-import sys
 from typing import SupportsIndex
 
 from ..jms.message import HEADER_FIELDS
@@ -60,9 +59,10 @@ class Batch:
 
     def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None,
                  max_bytes: int = -1) -> None:
-        """``max_bytes``: the bytes that fill a unit however few its messages (-1: none)."""
+        """``max_bytes``: the bytes that fill a unit however few its messages (0 or -1: no
+        bound; kept as 0, as prefetch_at_least takes it)."""
         self.size = max(1, size)
-        self.max_bytes = max_bytes if max_bytes > 0 else sys.maxsize
+        self.max_bytes = max(max_bytes, 0)
         self.counters = counters
         self.pending = Unit()
         self.open = False          # the transaction's begin() was called, its unit not ended
@@ -81,7 +81,11 @@ class Batch:
     def full(self) -> bool:
         """Whether the unit is to be completed now."""
         pending = self.pending
-        return len(pending) >= self.size or pending.bytes >= self.max_bytes or self.one_by_one > 0
+        return len(pending) >= self.size or self.bytes_reached(pending) or self.one_by_one > 0
+
+    def bytes_reached(self, unit: Unit) -> bool:
+        """Whether ``unit`` holds max_bytes (never without a bound)."""
+        return 0 < self.max_bytes <= unit.bytes
 
     def completed(self) -> None:
         """The pending messages were completed (before they are counted or handed over)."""

@@ -65,9 +65,6 @@ class Excuses:
     def __bool__(self) -> bool:
         return bool(self._counts)
 
-    def __len__(self) -> int:
-        return len(self._counts)
-
     def get(self, message_id: str) -> int:
         return self._counts.get(message_id, 0)
 

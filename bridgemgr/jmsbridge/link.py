@@ -80,7 +80,6 @@
 from __future__ import annotations
 
 import logging
-import sys
 import threading
 import time
 from functools import partial
@@ -314,9 +313,8 @@ class Link(RunnerBase):
             self.window = 1 if one else max(1, setup.window)
             self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
-            bound = self.batch.max_bytes
             session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window(),
-                                      PREFETCH_WINDOWS * bound if bound < sys.maxsize else 0)
+                                      PREFETCH_WINDOWS * self.batch.max_bytes)
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
@@ -350,7 +348,7 @@ class Link(RunnerBase):
         """The messages of a window the source is asked to prefetch: the confirm window,
         or fewer where the largest message seen would make it hold more than windowBytes."""
         largest, bound = self.largest, self.batch.max_bytes
-        if not largest or bound >= sys.maxsize:
+        if not largest or not bound:
             return self.window
         return min(self.window, -(-bound // largest))  # the messages that reach the bound
 
@@ -482,7 +480,7 @@ class Link(RunnerBase):
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
                 elif windowed and (len(self._outstanding) >= self.window
-                                   or pending.bytes >= batch.max_bytes):
+                                   or batch.bytes_reached(pending)):
                     if self._slides:
                         self._slide(pending)
                     else:

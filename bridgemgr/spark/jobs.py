@@ -13,7 +13,7 @@
 # an unreachable master is one line within seconds (session.probe_master), stderr names the
 # master that runs the job, and on a cluster the job waits at most --timeout s for an
 # executor (saying once that it waits, with the cores other applications hold).
-# Output: Spark's own start-up lines (the JVM's and log4j's, on stderr) go to
+# Output: Spark's own start-up lines (the JVM's and log4j's, on stderr and stdout) go to
 # ~/.imqbridge/logs/spark.log (0600; rolling over at 10 MiB to .1 ... .9: JOB_SPARK_LOG,
 # jvmlog.py) unless -loglevel DEBUG; a job that fails prints one line saying what failed
 # and what to do (job_failures), the stack trace only with --debug.

@@ -1,8 +1,10 @@
 # How it works: the JVM of our Spark jobs writes its own output to its stderr: Spark's
 # log4j lines (its console appender), each failed query's stack traces, System.err prints,
-# and its Python workers' stderr, which it copies to its own System.err. spark_session()
-# (session.py) points fd 2 at the write end of a pipe while the JVM starts, so that the
-# JVM inherits it (and our process keeps no copy); a thread of ours (JvmLog) reads the
+# and its Python workers' stderr, which it copies to its own System.err; and whatever
+# prints on its stdout (System.out). spark_session() (session.py) points fds 1 and 2 at
+# the write end of a pipe while the JVM starts, so that the JVM inherits it as both (and
+# our process keeps no copy; pyspark reads the gateway's port from a file, not from the
+# JVM's stdout); a thread of ours (JvmLog) reads the
 # pipe and writes what comes to the log file (SparkLog: <instance>/log/spark.log for the
 # service, ~/.imqbridge/logs/spark.log for a CLI job) through RotatingBytes, bounded as the
 # service log is: it rolls over to spark.log.1 ... .9 (0600, in a 0700 folder) when a write
@@ -22,7 +24,7 @@
 # file is closed: the JVM's last lines (its shutdown hooks') are in the file. When the
 # JVM outlives the wait, what it wrote so far is written and a last line says that what
 # it writes later is not in the file.
-"""The Spark JVM's output (stderr) into a log file that rolls over, read from a pipe."""
+"""The Spark JVM's output (stdout and stderr) into a log file that rolls over, read from a pipe."""
 
 from __future__ import annotations
 
@@ -38,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..logfiles import SERVICE_LOG_FILES, roll_over
+from ..logfiles import SERVICE_LOG_FILES, FileBounds, WriteFailures
 from ..private import open_private, private_dir
 
 if TYPE_CHECKING:
@@ -80,25 +82,23 @@ class RotatingBytes:
     def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
                  report: logging.Logger = log) -> None:
         self.path = path
-        self.limit = max(limit, 0)
-        self.count = max(count, 1)
-        self.max_age = max(max_age, 0)
-        self.report = report
+        self.bounds = FileBounds.of(path, limit, count, max_age)
+        self.failures = WriteFailures(path, report)
         self.lost = 0  # bytes not written since writing last failed
         private_dir(path.parent)
         self.fd = -1
         self._open()
-        if self.max_age and self.size and self.opened - os.fstat(self.fd).st_mtime >= self.max_age:
+        if self.bounds.too_old(self.size, os.fstat(self.fd).st_mtime, self.opened):
             self._roll_over()
 
     def write(self, data: bytes) -> None:
         try:
             if self.fd < 0:  # (a roll-over that failed to open the new file)
                 self._open()
-            if self.max_age and self.size and time.time() - self.opened >= self.max_age:
+            if self.bounds.too_old(self.size, self.opened, time.time()):
                 self._roll_over()
-            while self.limit and self.size + len(data) > self.limit:
-                room = self.limit - self.size
+            while self.bounds.too_big(self.size, len(data)):
+                room = self.bounds.limit - self.size
                 cut = data.rfind(b"\n", 0, room) + 1  # the whole lines that fit
                 if not cut:
                     if self.size:  # the line starts in the next file
@@ -112,12 +112,10 @@ class RotatingBytes:
                 self._put(data)
         except OSError as exc:
             self.lost += len(data)
-            if self.lost == len(data):
-                self.report.error("log %s: cannot write (%s); its lines are lost until it can",
-                                  self.path, exc.strerror or exc)
+            self.failures.failed(exc)
             return
-        if self.lost:
-            self.report.warning("log %s: writing again (%d bytes were lost)", self.path, self.lost)
+        if self.failures.failing:
+            self.failures.writing(f" ({self.lost} bytes were lost)")
             self.lost = 0
 
     def _put(self, data: bytes) -> None:
@@ -134,7 +132,7 @@ class RotatingBytes:
 
     def _roll_over(self) -> None:
         self.close()
-        roll_over(self.path, self.count)
+        self.bounds.roll_over()
         self._open(os.O_TRUNC)
 
     def close(self) -> None:
@@ -145,7 +143,7 @@ class RotatingBytes:
 
 class JvmLog:
     """A pipe whose reader thread writes what comes through it to ``log``'s file: hand
-    ``write_fd`` to the process that writes (as its stderr), then call started()."""
+    ``write_fd`` to the process that writes (as its stdout and stderr), then call started()."""
 
     def __init__(self, log: SparkLog) -> None:
         self.file = RotatingBytes(log.path, log.rollover_bytes, log.files,

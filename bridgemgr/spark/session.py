@@ -29,7 +29,7 @@ import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 
 from ..extras import require
 
@@ -110,9 +110,12 @@ def spark_settings(props: BrokerProperties | None) -> tuple[str, dict[str, str]]
 
 
 @contextlib.contextmanager
-def _stderr_to(output: SparkLog | None) -> Iterator[None]:
-    """fd 2 is the write end of a pipe into ``output``'s file meanwhile (jvmlog.py), when
-    a JVM is to start (none runs yet); nothing changes otherwise."""
+def _output_to(output: SparkLog | None) -> Iterator[None]:
+    """fds 1 and 2 are the write end of a pipe into ``output``'s file meanwhile
+    (jvmlog.py), when a JVM is to start (none runs yet); nothing changes otherwise.
+    (pyspark reads the gateway's port from a file it names in the JVM's environment, not
+    from the JVM's stdout.) Our own prints meanwhile (serve's status lines, from other
+    threads) go to a copy of the old fd 1: sys.stdout is a stream over it for that time."""
     from pyspark import SparkContext
 
     if output is None or SparkContext._gateway is not None:
@@ -121,15 +124,33 @@ def _stderr_to(output: SparkLog | None) -> Iterator[None]:
     from .jvmlog import open_jvm_log
 
     pipe = open_jvm_log(output)
+    sys.stdout.flush()
     sys.stderr.flush()
-    saved = os.dup(2)
+    saved = [os.dup(1), os.dup(2)]
+    prints = sys.stdout
     try:
-        os.dup2(pipe.write_fd, 2)
-        yield
+        with contextlib.ExitStack() as meanwhile:
+            if _on_fd(prints, 1):
+                sys.stdout = meanwhile.enter_context(open(
+                    saved[0], "w", encoding=prints.encoding, errors=prints.errors,
+                    closefd=False, buffering=1))
+                meanwhile.callback(setattr, sys, "stdout", prints)
+            os.dup2(pipe.write_fd, 1)
+            os.dup2(pipe.write_fd, 2)
+            yield
     finally:
-        os.dup2(saved, 2)
-        os.close(saved)
+        for fd, copy in enumerate(saved, 1):
+            os.dup2(copy, fd)
+            os.close(copy)
         pipe.started()
+
+
+def _on_fd(stream: IO[str], fd: int) -> bool:
+    """Whether ``stream`` writes to descriptor ``fd`` (not a test's capture, say)."""
+    try:
+        return stream.fileno() == fd
+    except (AttributeError, OSError, ValueError):
+        return False
 
 
 def compile_package() -> None:
@@ -156,11 +177,11 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
                   jvm_output: SparkLog | None = None) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
     session and its settings. ``master``/``conf`` override the properties (tests, drain).
-    With ``jvm_output`` the JVM's stderr (Spark's start-up lines, log4j's WARNs, its Python
-    workers' output) goes to that file (0600, rolling over: jvmlog.py) instead of the
-    console: the JVM inherits stderr while it starts, so fd 2 is a pipe into that file for
-    that time (the service's console handler writes to a descriptor of its own:
-    logfiles.Console)."""
+    With ``jvm_output`` the JVM's stdout and stderr (Spark's start-up lines, log4j's WARNs,
+    its Python workers' output, System.out prints) go to that file (0600, rolling over:
+    jvmlog.py) instead of the service's: the JVM inherits both while it starts, so fds 1
+    and 2 are a pipe into that file for that time (the service's console handler writes to
+    a descriptor of its own: logfiles.Console)."""
     # pyarrow too: Python data sources fail obscurely without it
     require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
     from pyspark.sql import SparkSession
@@ -174,7 +195,7 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     for key, value in settings.items():
         builder = builder.config(key, value)
     try:
-        with _stderr_to(jvm_output):
+        with _output_to(jvm_output):
             session = builder.getOrCreate()
     except Exception as exc:  # no java, a bad conf value, a port in use ...
         raise SparkUnavailable(f"cannot start Spark ({master or prop_master}): {exc}") from exc

@@ -568,16 +568,12 @@ class Store:
         if self._full is not None:
             raise self._no_space()
 
-    def add(self, seq: int, qkey: str, blob: bytes | Message, dcount: int = 0) -> int:
-        """Record a message row; the ticket of the batch that will hold it (``ticket()``
-        right after, without taking the lock again). ``blob`` may be the message itself,
-        its headers checked (codec.check_headers): encoded when its batch is cut, so a
-        row cancelled before is never encoded ("Lazy rows" above)."""
-        return self.add_many(((seq, qkey, blob, dcount),))
-
     def add_many(self, rows: Iterable[Row]) -> int:
-        """add() of each (seq, qkey, blob, dcount) under one taking of the lock (a run of
-        sends routed together); the ticket of the batch that will hold them all."""
+        """Record message rows (seq, qkey, blob, dcount) under one taking of the lock (a run
+        of sends routed together); the ticket of the batch that will hold them all
+        (``ticket()`` right after, without taking the lock again). A ``blob`` may be the
+        message itself, its headers checked (codec.check_headers): encoded when its batch
+        is cut, so a row cancelled before is never encoded ("Lazy rows" above)."""
         with self.lock:
             self._check()
             inserts, queues = self._inserts, self._pending_queues
