@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/memory.py [--messages N] [--check] [--window W]
     .venv/bin/python benchmarks/memory.py --link-size BYTES [--messages N] [--window-bytes SIZE]
-                                          [--link-source host|mq]
+                                          [--link-source host|mq|URL] [--first-run K]
 
 --link-size: a JMS bridge link moving a backlog of N persistent messages of BYTES each
 (BytesMessages) from src to dst on one embedded broker in a process of its own, its
@@ -13,7 +13,14 @@ runs with the defaults (imq.bridge.<name>.link.window 1000) and --window-bytes a
 imq.bridge.<name>.link.windowBytes (default: the property's default). With
 --link-source mq the source queue is on a second embedded broker in a child process
 (the same 16 in memory), reached over mq:// as a link's remote source is: what the
-link's consumer prefetches is then in the link's process too. Reported:
+link's consumer prefetches is then in the link's process too. --link-source URL, an
+amqp:// or stomp:// URL with user:password@ (a RabbitMQ, say), puts the source queue on
+that broker, whose prefetch counts messages (the link bounds it with the size of its
+largest message). --first-run K moves K messages with a bridge that is then stopped, and
+measures a new bridge over the same folder, as after a restart of the service.
+--target-rate R makes the target the slow side, as a slow or held target is: dst holds
+at most 16 messages (FLOW_CONTROL) and is consumed at R messages/s, so what the link's
+consumer prefetches meanwhile (all of a backlog, without a bound) is in the peak. Reported:
 peak_rss_mb_filling, peak_rss_mb_linking, messages_per_s (the link's), in_order.
 
 One STOMP producer (a raw socket, STOMP 1.2) sends N persistent 1 KiB messages to a queue
@@ -44,7 +51,7 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[0] = str(ROOT)  # not benchmarks/, whose stomp.py would hide the stomp library
 
 PASSWORD = "memory-bench-secret"
 QUEUE = "/queue/backlog"
@@ -205,11 +212,24 @@ LINK_XML = """<jmsbridge name="mem">
 <target connection-factory-ref="host" destination-ref="dst"/></link>
 <dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="dst"/>
 <connection-factory ref-name="host"/>
-<connection-factory ref-name="far" lookup-name="ConnectionFactory">
-<property name="java.naming.factory.initial" value="imq.embedded"/>
-<property name="java.naming.provider.url" value="mq://127.0.0.1:{port}"/></connection-factory>
-<destination ref-name="src" name="src"/><destination ref-name="dst" name="dst"/>
+<connection-factory ref-name="far" lookup-name="ConnectionFactory">{far}</connection-factory>
+<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="dst"/>
 </jmsbridge>"""
+
+
+def far_environment(url: str) -> dict[str, str]:
+    """The JNDI environment of a source at ``url`` (mq://, amqp://, stomp://; a stomp://
+    URL's user:password@ become the principal and credentials)."""
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(url)
+    initial = {"mq": "imq.embedded", "amqp": "imq.amqp", "stomp": "imq.stomp"}[parts.scheme]
+    env = {"java.naming.factory.initial": initial, "java.naming.provider.url": url}
+    if parts.scheme == "stomp" and parts.username:
+        env.update({"java.naming.provider.url": f"stomp://{parts.hostname}:{parts.port}",
+                    "java.naming.security.principal": parts.username,
+                    "java.naming.security.credentials": parts.password or ""})
+    return env
 
 
 def serve_source(store: str) -> None:
@@ -233,61 +253,107 @@ def serve_source(store: str) -> None:
     broker.close()
 
 
-def link_big(messages: int, size: int, window_bytes: str | None, source: str) -> dict[str, object]:
+def link_big(messages: int, size: int, window_bytes: str | None, source: str,
+             first_run: int = 0, target_rate: float = 0) -> dict[str, object]:
     """The --link-size run (one per process: VmHWM is the process's)."""
-    from bridgemgr.jms import BytesMessage, Queue
+    import threading
+    import uuid
+    from xml.sax.saxutils import quoteattr
+
+    from bridgemgr.jms import BytesMessage, Queue, naming
     from bridgemgr.jmsbridge.bridge import JMSBridge
     from bridgemgr.jmsbridge.config import parse_bridge_config
     from bridgemgr.props import load_properties
-    from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-    from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
+    from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
+    from bridgemgr.providers.embedded.queues import LimitBehavior
 
     tmp = Path(tempfile.mkdtemp(prefix="memory-link-"))
     broker = Broker(tmp / "store", memory_window=16)
     child = None
-    port = 0
+    far = ('<property name="java.naming.factory.initial" value="imq.embedded"/>'  # (unused)
+           '<property name="java.naming.provider.url" value="mq://127.0.0.1:0"/>')
+    src = f"memory.{uuid.uuid4().hex[:8]}"
     try:
         factory = EmbeddedConnectionFactory(broker)
         source_factory: Any = factory
-        if source == "mq":
-            child = subprocess.Popen([sys.executable, __file__, "--serve-source", str(tmp / "source")],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     env=dict(os.environ, PYTHONPATH=str(ROOT)))
-            assert child.stdout is not None
-            port = int(child.stdout.readline())
-            source_factory = RemoteConnectionFactory(f"mq://127.0.0.1:{port}")
-        conn = source_factory.create_connection()
-        producer = conn.create_session().create_producer(Queue("src"))
-        for i in range(messages):
-            producer.send(BytesMessage(i.to_bytes(4, "big") + os.urandom(size - 4)))
-        conn.close()
-        filled = rss_mb(os.getpid())
-        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
-        overrides = ["imq.bridge.mem.type=jms"] + ([f"imq.bridge.mem.link.windowBytes={window_bytes}"]
-                                                   if window_bytes else [])
-        xml = LINK_XML.format(source="far" if source == "mq" else "host", port=port).encode()
-        bridge = JMSBridge(parse_bridge_config(xml, "memory.xml"),
-                           load_properties([], overrides, environ={}),
-                           host_factory=lambda env: factory)
-        started = time.monotonic()
-        bridge.start()
-        link = bridge.links[0]
-        while link.counters.transferred < messages:
-            time.sleep(0.05)
-        seconds = time.monotonic() - started
-        linking = rss_mb(os.getpid())
-        bridge.stop()
+        if source != "host":
+            url = source
+            if source == "mq":
+                child = subprocess.Popen([sys.executable, __file__, "--serve-source", str(tmp / "source")],
+                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                assert child.stdout is not None
+                url = f"mq://127.0.0.1:{int(child.stdout.readline())}"
+            env = far_environment(url)
+            source_factory = naming.lookup("ConnectionFactory", env)
+            far = "".join(f"<property name={quoteattr(k)} value={quoteattr(v)}/>" for k, v in env.items())
+
+        def fill(first: int, count: int) -> None:
+            conn = source_factory.create_connection()
+            producer = conn.create_session().create_producer(Queue(src))
+            for i in range(first, first + count):
+                producer.send(BytesMessage(i.to_bytes(4, "big") + os.urandom(size - 4)))
+            conn.close()
+
+        xml = LINK_XML.format(source="far" if source != "host" else "host", far=far, src=src).encode()
+        (tmp / "memory.xml").write_bytes(xml)
+        overrides = [f"imq.varhome={tmp / 'var'}", "imq.bridge.mem.type=jms",
+                     f"imq.bridge.mem.xmlurl={tmp / 'memory.xml'}"] + (
+            [f"imq.bridge.mem.link.windowBytes={window_bytes}"] if window_bytes else [])
+        props = load_properties([], overrides, environ={})
+
+        def run(count: int) -> float:
+            bridge = JMSBridge(parse_bridge_config(xml, "memory.xml"), props,
+                               host_factory=lambda env: factory)
+            started = time.monotonic()
+            bridge.start()
+            link = bridge.links[0]
+            while link.counters.transferred < count:
+                time.sleep(0.05)
+            seconds = time.monotonic() - started
+            bridge.stop()
+            return seconds
+
+        if first_run:  # a service that ran the link before: it knows the messages' size
+            fill(0, first_run)
+            run(first_run)
+        fill(first_run, messages)
+        got: list[int] = []
         conn = factory.create_connection()
         conn.start()
         consumer = conn.create_session().create_consumer(Queue("dst"))
-        got = []
+        for _ in range(first_run):
+            m = consumer.receive(5)
+            assert m is not None
+            got.append(int.from_bytes(m.get_body()[:4], "big"))
+        slow = None
+        if target_rate:
+            broker.configure_destination(Queue("dst"), DestinationLimits(
+                max_num_msgs=16, limit_behavior=LimitBehavior.FLOW_CONTROL))
+
+            def consume_slowly() -> None:
+                while len(got) < first_run + messages and (m := consumer.receive(10)) is not None:
+                    got.append(int.from_bytes(m.get_body()[:4], "big"))
+                    time.sleep(1 / target_rate)
+            slow = threading.Thread(target=consume_slowly, daemon=True)
+        filled = rss_mb(os.getpid())
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+        if slow is not None:
+            slow.start()
+        seconds = run(messages)
+        linking = rss_mb(os.getpid())
+        if slow is not None:
+            slow.join()
         while (m := consumer.receive(1)) is not None:
             got.append(int.from_bytes(m.get_body()[:4], "big"))
         conn.close()
-        return {"messages": messages, "body_bytes": size, "source": source,
+        return {"messages": messages, "body_bytes": size,
+                "source": source.split("://")[0] if "://" in source else source,
+                "first_run": first_run, "target_rate": target_rate or None,
                 "window_bytes": window_bytes or "default", "peak_rss_mb_filling": filled["VmHWM"],
                 "peak_rss_mb_linking": linking["VmHWM"],
-                "messages_per_s": round(messages / seconds), "in_order": got == list(range(messages))}
+                "messages_per_s": round(messages / seconds),
+                "in_order": got == list(range(first_run + messages))}
     finally:
         if child is not None:
             child.communicate("")
@@ -302,16 +368,21 @@ def main() -> None:
     ap.add_argument("--window", type=int, help="imq.destination.memory.window (default: the service's)")
     ap.add_argument("--link-size", type=int, help="bytes per message: the link case (see above)")
     ap.add_argument("--window-bytes", help="imq.bridge.<name>.link.windowBytes of the link case")
-    ap.add_argument("--link-source", choices=("host", "mq"), default="host",
-                    help="the link case's source: this process's broker, or another's over mq://")
+    ap.add_argument("--link-source", default="host",
+                    help="the link case's source: host (this process's broker), mq (another's, "
+                         "over mq://), or an amqp:// or stomp:// URL with user:password@")
+    ap.add_argument("--first-run", type=int, default=0,
+                    help="the link case: messages moved by an earlier bridge (a restart) first")
+    ap.add_argument("--target-rate", type=float, default=0,
+                    help="the link case: dst holds 16 and is consumed at this many messages/s")
     ap.add_argument("--serve-source", help=argparse.SUPPRESS)  # the mq source's child process
     args = ap.parse_args()
     if args.serve_source:
         serve_source(args.serve_source)
         return
     if args.link_size:
-        print(json.dumps(link_big(args.messages, args.link_size, args.window_bytes, args.link_source),
-                         indent=2))
+        print(json.dumps(link_big(args.messages, args.link_size, args.window_bytes, args.link_source,
+                                  args.first_run, args.target_rate), indent=2))
         return
     tmp = Path(tempfile.mkdtemp(prefix="memory-bench-"))
     try:

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
+from bridgemgr import props as props_module
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 
 # Hypothesis' per-example deadline (200 ms) measures the machine, not the code: on a shared
@@ -131,6 +132,15 @@ def store_spec(request, tmp_path) -> str:
         return str(tmp_path / "store")
     server = request.getfixturevalue("postgresql")
     return f"{server.url()}#t{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture(autouse=True)
+def _varhome_of_the_test(tmp_path_factory, monkeypatch):
+    """Properties without imq.varhome (load_properties(..., environ={})) put a bridge's
+    files (its log, txlog, largest.<link>) in a folder of the test's own, not in ./var,
+    where the next test or run would find them (a remembered message size changes what
+    a link asks of its source)."""
+    monkeypatch.setattr(props_module, "DEFAULT_VARHOME", str(tmp_path_factory.mktemp("var")))
 
 
 @pytest.fixture

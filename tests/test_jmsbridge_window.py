@@ -484,18 +484,29 @@ def test_a_window_bytes_property_on_a_link_bounds_that_link_only(broker):
         b.stop()
 
 
-def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, monkeypatch):
-    """windowBytes=64k, window 1000: the first connection asks the source session for 3
-    windows of 1000 (and at most 3 x 64k, which mq:// can bound); after 16 KiB messages
-    (4 fill 64k) a restarted link asks for 3 x 4. Everything arrives once, in order."""
+def record_prefetch(monkeypatch) -> list[tuple[int, int] | int]:
+    """What links ask of their host broker source sessions: (count, max_bytes) of
+    prefetch_at_least, count of prefetch_at_most."""
     from bridgemgr.providers.embedded.client import EmbeddedSession
 
-    asked: list[tuple[int, int]] = []
+    asked: list[tuple[int, int] | int] = []
     monkeypatch.setattr(EmbeddedSession, "prefetch_at_least",
                         lambda self, count, max_bytes=0: asked.append((count, max_bytes)))
+    monkeypatch.setattr(EmbeddedSession, "prefetch_at_most", lambda self, count: asked.append(count),
+                        raising=False)
+    return asked
+
+
+def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, monkeypatch, tmp_path):
+    """windowBytes=64k, window 1000: the first connection asks the source session for 3
+    windows of 1000 (and at most 3 x 64k, which mq:// can bound); after 16 KiB messages
+    (4 fill 64k) a restarted link asks for 3 x 4, and for at most that many whatever the
+    provider URL says. Everything arrives once, in order."""
+    asked = record_prefetch(monkeypatch)
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
     send(broker, "src", bodies[:10])
-    props = load_properties([], ["imq.bridge.b.link.windowBytes=64k"], environ={})
+    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
+                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
     b = make_bridge(broker, bridge_xml(link_xml()), props=props)
     b.start()
     try:
@@ -508,4 +519,27 @@ def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, 
         assert texts(drain(broker, "dst", expect=20)) == bodies
     finally:
         b.stop()
-    assert asked == [(3000, 3 * 65536), (12, 3 * 65536)], asked
+    assert asked == [(3000, 3 * 65536), 12, (12, 3 * 65536), 12], asked
+
+
+def test_a_restarted_service_remembers_the_largest_message_of_a_link(broker, monkeypatch, tmp_path):
+    """The size of a link's largest message is kept in its bridge's folder (largest.<link>,
+    0600), so a link made again, as a restart of the service does, asks its first
+    connection for 3 windows of 4 messages of 16 KiB (64k each), not 3 of 1000."""
+    asked = record_prefetch(monkeypatch)
+    bodies = [f"{i:03d}{KIB16}" for i in range(20)]
+    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
+                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
+    for run in (bodies[:10], bodies[10:]):
+        send(broker, "src", run)
+        b = make_bridge(broker, bridge_xml(link_xml()), props=props)
+        b.start()
+        try:
+            wait_until(lambda b=b: b.links[0].counters.transferred == 10, what="10 transferred")
+        finally:
+            b.stop()
+    assert texts(drain(broker, "dst", expect=20)) == bodies
+    assert asked == [(3000, 3 * 65536), 12, (12, 3 * 65536), 12], asked
+    kept = props.bridge_dir("b") / "largest.l"
+    assert kept.stat().st_mode & 0o777 == 0o600
+    assert 16384 < int(kept.read_text()) < 65536 / 3  # the size, an eighth more: still 4 a window

@@ -419,7 +419,8 @@ def test_stomp_and_autocreate_views():
     ([], {"IMQ_VARHOME": "/srv/imq"}, Path("/srv/imq")),
     (["imq.varhome=/opt/v"], {"IMQ_VARHOME": "/srv/imq"}, Path("/opt/v")),
 ])
-def test_var_home_precedence(overrides, environ, expected):
+def test_var_home_precedence(overrides, environ, expected, monkeypatch):
+    monkeypatch.setattr("bridgemgr.props.DEFAULT_VARHOME", "var")  # (conftest moves it for the others)
     props = load_properties(overrides=[*overrides, "imq.instancename=b7"], environ=environ)
     assert props.var_home == expected
     assert props.bridge_dir("orders") == expected / "instances" / "b7" / "bridges" / "orders"

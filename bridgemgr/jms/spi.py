@@ -373,6 +373,17 @@ class Session(ABC):
         also stop delivering while its prefetched messages hold ``max_bytes`` (> 0), it
         does (mq://). Providers without such limits ignore it."""
 
+    # Whether prefetch_at_most() reaches the consumers already open (AMQP's basic.qos global).
+    prefetch_adjustable: bool = False
+
+    def prefetch_at_most(self, count: int) -> None:
+        """This session's consumers hold at most ``count`` (>= 1) messages unacknowledged,
+        whatever the provider URL's prefetch and prefetch_at_least() said: a link that
+        knows its messages' size asks for the count that holds its byte bound. It may be
+        asked again, higher or lower. It reaches the consumers created afterwards, and
+        the open ones too where ``prefetch_adjustable``; a provider whose prefetch is not
+        a count it sets (mq://, which bounds bytes; Java clients) ignores it."""
+
     @abstractmethod
     def close(self) -> None: ...
 

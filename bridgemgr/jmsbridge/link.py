@@ -44,10 +44,14 @@
 # once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
 # (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed. It
 # counts messages, as providers do: a link that has seen a message of S bytes (`largest`,
-# kept for the link's life: reconnects, stop and start) asks each later connection for
-# windows of ceil(windowBytes / S) messages (a unit of them) where that is fewer, so that
-# its prefetch holds about PREFETCH_WINDOWS x windowBytes of such messages too; the
-# first connection, knowing no size yet, asks for whole windows (docs/jms-bridges.md).
+# kept across reconnects, stop and start, and restarts of the service: largest.py) asks
+# each connection for windows of ceil(windowBytes / S) messages (a unit of them) where
+# that is fewer, and for at most PREFETCH_WINDOWS of those whatever the provider URL says
+# (Session.prefetch_at_most), so that its prefetch holds about PREFETCH_WINDOWS x
+# windowBytes of such messages too. A link that never saw a message asks for whole
+# windows, and lowers the ceiling when the first message (or a bigger one) comes: on
+# the open consumer where the provider can (AMQP), else from the next connection on
+# (docs/jms-bridges.md).
 #
 # Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
 # consumed at once, with the batch before it (the target may drop the connection next,
@@ -83,17 +87,19 @@ import logging
 import threading
 import time
 from functools import partial
+from pathlib import Path
 
 from ..jms.destination import Topic
 from ..jms.errors import JMSException, StoreUnavailable
 from ..jms.message import HEADER_FIELDS, Message
-from ..jms.spi import MessageConsumer, MessageProducer
+from ..jms.spi import MessageConsumer, MessageProducer, Session
 from ..logfiles import PER_MESSAGE
 from ..xa.txlog import TxLogUnavailable
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
 from .excuses import Excuses, link_excuses
+from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
     RETRIED,
@@ -146,9 +152,11 @@ class Link(RunnerBase):
 
     def __init__(self, setup: LinkSetup, connections: BridgeConnections,
                  dmqs: DeadMessageQueues, log: logging.Logger,
-                 tuning: LinkTuning = LinkTuning(), excused: Excuses | None = None) -> None:
+                 tuning: LinkTuning = LinkTuning(), excused: Excuses | None = None,
+                 largest: Path | None = None) -> None:
         """``excused``: where the link's excused redeliveries are kept across restarts and
-        HA takeovers (excuses.py); None keeps them in memory while the link runs."""
+        HA takeovers (excuses.py); ``largest``: the file that keeps the size of its largest
+        message (largest.py). None keeps them in memory while the link lives."""
         super().__init__(setup, log, tuning)
         self.connections = connections
         self.dmqs = dmqs
@@ -180,7 +188,9 @@ class Link(RunnerBase):
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
-        self.largest = 0  # bytes of the largest message this link has received
+        self.largest = LargestMessage(largest, log)  # of the messages this link received
+        self._source_session: Session | None = None
+        self._prefetch_most = 0  # what prefetch_at_most() asked of the source session
         self.settler = Settler(self.batch, self.counters, log, self.name)
 
     def backlog(self) -> int | None:
@@ -315,6 +325,8 @@ class Link(RunnerBase):
         if self.window > 1:
             session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window(),
                                       PREFETCH_WINDOWS * self.batch.max_bytes)
+        self._source_session, self._prefetch_most = session, 0
+        self._bound_prefetch()
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
             self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
@@ -347,10 +359,31 @@ class Link(RunnerBase):
     def prefetch_window(self) -> int:
         """The messages of a window the source is asked to prefetch: the confirm window,
         or fewer where the largest message seen would make it hold more than windowBytes."""
-        largest, bound = self.largest, self.batch.max_bytes
+        largest, bound = self.largest.size, self.batch.max_bytes
         if not largest or not bound:
             return self.window
         return min(self.window, -(-bound // largest))  # the messages that reach the bound
+
+    def _bound_prefetch(self) -> None:
+        """Ask the source session to hold at most PREFETCH_WINDOWS windows of the largest
+        message's size, whatever the provider URL's prefetch. Knowing no size yet, a
+        session that can change an open consumer's prefetch (AMQP) is asked for one
+        message until the first one shows its size."""
+        session, largest, bound = self._source_session, self.largest.size, self.batch.max_bytes
+        if session is None or not bound:
+            return
+        if largest:
+            most = PREFETCH_WINDOWS * -(-bound // largest)
+        elif session.prefetch_adjustable:
+            most = 1
+        else:
+            return
+        if most != self._prefetch_most:  # (only lower, but for the first message's)
+            try:
+                session.prefetch_at_most(most)
+            except CONNECTION_LOST as exc:
+                raise ConnectionLost(f"prefetch: {exc}") from exc
+            self._prefetch_most = most
 
     def _open_target(self) -> MessageProducer:
         txn = self._txn
@@ -387,7 +420,7 @@ class Link(RunnerBase):
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
-        self._txn = self._consumer = self._producer = None
+        self._txn = self._consumer = self._producer = self._source_session = None
         self._source = self._target = None
 
     # --- the transfer loop --------------------------------------------------------------------
@@ -430,8 +463,8 @@ class Link(RunnerBase):
                 if message.redelivered:
                     counters.redelivered += 1
                 ctx = ProcessingContext(message, now_ms(), size=message.size())
-                if ctx.size > self.largest:
-                    self.largest = ctx.size
+                if self.largest.saw(ctx.size):
+                    self._bound_prefetch()
                 if batch.excused:
                     ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
                 try:
@@ -827,9 +860,11 @@ class _Halt(Exception):
 def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
     props = context.props
+    folder = props.bridge_dir(context.bridge) if props is not None else None
     return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
                 link_excuses(props, context.bridge, setup.config.name, context.log)
-                if props is not None else None)
+                if props is not None else None,
+                largest_path(folder, setup.config.name) if folder else None)
 
 
 register_link_runner(LOCAL, local_link)

@@ -25,7 +25,11 @@
 # CompletionListener shape, no Future) tells a listener: confirms then complete in order of delivery
 # tag while more messages are on the wire (pipelined; flush() waits for all of them).
 #
-# Consuming: basic.qos prefetch-count (the URL's prefetch, or prefetch_at_least()'s) per channel; deliveries go to
+# Consuming: basic.qos prefetch-count (the URL's prefetch, or prefetch_at_least()'s) for each
+# consumer the channel opens, and prefetch_at_most()'s as basic.qos global: a limit the
+# channel's consumers share, which RabbitMQ applies to the open ones at once and may
+# raise or lower at any time (a per-consumer basic.qos only reaches later consumers;
+# quorum queues ignore the global one). Deliveries go to
 # the consumer's inbox on the loop thread. AUTO/DUPS_OK: basic.ack of each message when
 # receive() hands it over; CLIENT: acknowledge() acks up to the last delivered with
 # multiple=True (each one when the session has several consumers: a multiple ack would
@@ -676,6 +680,17 @@ class AmqpSession(Session):
         self._check()
         prefetch = max(self.connection.options.prefetch, count)
         self.channel.call(lambda c, done: c.basic_qos(prefetch_count=prefetch, callback=done), "basic.qos")
+
+    prefetch_adjustable = True  # basic.qos global reaches the open consumers
+
+    def prefetch_at_most(self, count: int) -> None:
+        """basic.qos global prefetch-count ``count``: the channel's consumers together, open
+        or later, hold at most that many unacknowledged, over their own prefetch-count
+        (RabbitMQ keeps both limits; a quorum queue ignores the global one). Sent without
+        waiting, as an ack is: a link calls it between messages."""
+        self._check()
+        most = max(1, count)
+        self.channel.soon(lambda c: c.basic_qos(prefetch_count=most, global_qos=True))
 
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check()

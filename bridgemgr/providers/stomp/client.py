@@ -402,7 +402,7 @@ class _Subscription:
         dialect = session.connection.dialect
         headers = {"destination": to_stomp_destination(self.destination), "id": self.id,
                    "ack": "client-individual",
-                   **dialect.prefetch(max(session.connection.options.prefetch, session.prefetch))}
+                   **dialect.prefetch(session.prefetch_count())}
         if self.selector:
             if dialect.selectors:
                 headers["selector"] = self.selector
@@ -448,11 +448,24 @@ class StompSession(Session):
         self._unacked: list[_Delivery] = []  # delivered, not acknowledged (or, transacted: not committed)
         self._consumers: list[StompConsumer] = []
         self.prefetch = 0  # prefetch_at_least(): the subscriptions' floor
+        self.prefetch_most = 0  # prefetch_at_most(): their ceiling (0: none)
         if transacted:
             self._begin()
 
     def prefetch_at_least(self, count: int, max_bytes: int = 0) -> None:
         self.prefetch = count  # (STOMP's prefetch headers count messages: no byte bound)
+
+    def prefetch_at_most(self, count: int) -> None:
+        """The ceiling of the subscriptions made afterwards. An open subscription keeps
+        its prefetch: STOMP has no frame that changes it, and subscribing again would
+        take what the broker already delivered back from the link's open unit."""
+        self.prefetch_most = max(1, count)
+
+    def prefetch_count(self) -> int:
+        """A new subscription's prefetch: the URL's or prefetch_at_least()'s, whichever is
+        more, but not over prefetch_at_most()'s."""
+        count = max(self.connection.options.prefetch, self.prefetch)
+        return min(count, self.prefetch_most) if self.prefetch_most else count
 
     def _begin(self) -> None:
         self.tx = f"tx-{uuid.uuid4().hex}"
