@@ -107,6 +107,7 @@ log = logging.getLogger(__name__)
 
 PROVIDER_NAME = "AMQP 0-9-1"
 BACKLOG_EVERY = 5.0  # s: a consumer asks its queue's depth at most this often
+PREFETCH_MOST = 65535  # basic.qos prefetch-count is a short: a larger one fails the call
 
 
 class AmqpConnectionFactory(ConnectionFactory):
@@ -678,7 +679,7 @@ class AmqpSession(Session):
         """basic.qos prefetch-count max(the URL's prefetch, ``count``) for the consumers
         created after it; prefetch-size stays 0 (RabbitMQ refuses any other: no byte bound)."""
         self._check()
-        prefetch = max(self.connection.options.prefetch, count)
+        prefetch = min(max(self.connection.options.prefetch, count), PREFETCH_MOST)
         self.channel.call(lambda c, done: c.basic_qos(prefetch_count=prefetch, callback=done), "basic.qos")
 
     prefetch_adjustable = True  # basic.qos global reaches the open consumers
@@ -689,7 +690,7 @@ class AmqpSession(Session):
         (RabbitMQ keeps both limits; a quorum queue ignores the global one). Sent without
         waiting, as an ack is: a link calls it between messages."""
         self._check()
-        most = max(1, count)
+        most = min(max(1, count), PREFETCH_MOST)
         self.channel.soon(lambda c: c.basic_qos(prefetch_count=most, global_qos=True))
 
     def create_temporary_queue(self) -> TemporaryQueue:
