@@ -16,38 +16,18 @@ BACKOUT_THRESHOLD_REACHED.)
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import time
-from pathlib import Path
 
 import pytest
 
 from ha_support import PASSWORD, Cluster, wait_for
 from service_support import Daemon, one_bridge_files, send, take
 from test_xa_faults_e2e import IDLE_XML, XML
-from test_xa_pg_outage_e2e import GATE, held
+from test_xa_pg_outage_e2e import GATE, database, held  # noqa: F401  (database: the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
 MONITOR = 8  # s: longer than the outage, so that no lease runs out while the database is down
-
-
-@pytest.fixture
-def database():
-    """A PostgreSQL server of this test's own (it is stopped and started)."""
-    from pgserver import PostgreSQL, missing_postgresql
-
-    reason = missing_postgresql()
-    if reason:
-        pytest.skip(reason)
-    base = Path(tempfile.mkdtemp(prefix="imqbridge-pg-haexcuses-"))
-    server = PostgreSQL(base)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
 
 
 def excused_rows(cluster: Cluster) -> int | None:
@@ -63,7 +43,7 @@ def excused_rows(cluster: Cluster) -> int | None:
         return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
-def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monkeypatch):
+def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monkeypatch):  # noqa: F811
     n = 30
     (tmp_path / "target").mkdir()
     tprops, _ = one_bridge_files(tmp_path / "target", "target", IDLE_XML, PASSWORD, activelist="")
