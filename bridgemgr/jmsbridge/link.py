@@ -359,21 +359,25 @@ class Link(RunnerBase):
     def prefetch_window(self) -> int:
         """The messages of a window the source is asked to prefetch: the confirm window,
         or fewer where the largest message seen would make it hold more than windowBytes."""
+        reach = self._messages_in_bound()
+        return min(self.window, reach) if reach else self.window
+
+    def _messages_in_bound(self) -> int:
+        """How many messages of the largest size seen reach windowBytes (0: no size seen
+        yet, or no byte bound)."""
         largest, bound = self.largest.size, self.batch.max_bytes
-        if not largest or not bound:
-            return self.window
-        return min(self.window, -(-bound // largest))  # the messages that reach the bound
+        return -(-bound // largest) if largest and bound else 0
 
     def _bound_prefetch(self) -> None:
         """Ask the source session to hold at most PREFETCH_WINDOWS windows of the largest
         message's size, whatever the provider URL's prefetch. Knowing no size yet, a
         session that can change an open consumer's prefetch (AMQP) is asked for one
         message until the first one shows its size."""
-        session, largest, bound = self._source_session, self.largest.size, self.batch.max_bytes
-        if session is None or not bound:
+        session = self._source_session
+        if session is None or not self.batch.max_bytes:
             return
-        if largest:
-            most = PREFETCH_WINDOWS * -(-bound // largest)
+        if reach := self._messages_in_bound():
+            most = PREFETCH_WINDOWS * reach
         elif session.prefetch_adjustable:
             most = 1
         else:
