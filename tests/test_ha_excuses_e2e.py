@@ -22,8 +22,8 @@ import pytest
 
 from ha_support import PASSWORD, Cluster, wait_for
 from service_support import Daemon, one_bridge_files, send, take
-from test_xa_faults_e2e import IDLE_XML, XML
-from test_xa_pg_outage_e2e import GATE, database, held  # noqa: F401  (database: the fixture)
+from test_xa_faults_e2e import IDLE_XML
+from test_xa_pg_outage_e2e import database, gated_xml, roll_back_in_an_outage  # noqa: F401  (database: the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -48,37 +48,16 @@ def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monk
     (tmp_path / "target").mkdir()
     tprops, _ = one_bridge_files(tmp_path / "target", "target", IDLE_XML, PASSWORD, activelist="")
     target = Daemon(tprops)
-    plugins, gate = tmp_path / "plugins", tmp_path / "gate"
-    plugins.mkdir()
-    gate.mkdir()
-    (plugins / "gate.py").write_text(GATE)
-    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(plugins))
-    monkeypatch.setenv("GATE", str(gate))
-    xml = XML.format(password=PASSWORD, target=target.address).replace(
-        '<target connection-factory-ref="remote" destination-ref="dst"/>',
-        '<target connection-factory-ref="remote" destination-ref="dst" '
-        'message-transformer-class="gate.Gate"/>')
+    xml, gate = gated_xml(tmp_path, target, PASSWORD, monkeypatch)
     cluster = Cluster(tmp_path / "cluster", database, {"jb": xml},
                       "imq.bridge.jb.transaction.batchSize=10", "imq.bridge.jb.backoutThreshold=2")
     monitor = f"imq.cluster.monitor.interval={MONITOR}"
-    (gate / "hold").touch()
     try:
         a = cluster.start("A", "jb", monitor)
         b = cluster.start("B", "", monitor)
         assert a.bridges == {"jb": "STARTED"} and b.bridges == {}, (a.lines, b.lines)
         send(a, PASSWORD, "xa.src", *(f"m{i}" for i in range(n)))
-        assert held(gate) == ("m0", 1)
-        database.stop_fast()
-        (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
-        time.sleep(3)
-        (gate / "held").unlink()
-        (gate / "hold").touch()   # the link is held at its next try of m0
-        database.start()
-        deadline = time.monotonic() + 60
-        while (now := held(gate, 60))[1] < 3:
-            assert time.monotonic() < deadline, now
-            time.sleep(0.1)
-        assert now[0] == "m0", now
+        roll_back_in_an_outage(database, gate)
         time.sleep(1.5)  # A's writer has written the excuses by now (excuses.RETRY: 1 s)
         a.kill()
         (gate / "hold").unlink()

@@ -177,6 +177,44 @@ def held(gate: Path, seconds: float = 30) -> tuple[str, int]:
     return text, int(count)
 
 
+def gated_xml(base: Path, target: Daemon, password: str,
+              monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+    """jb.xml (H's link to ``target``, logging in with ``password``) whose target step
+    runs the gate transformer, from ``base``/plugins; the gate's folder ``base``/gate,
+    closed ("hold")."""
+    plugins, gate = base / "plugins", base / "gate"
+    plugins.mkdir()
+    gate.mkdir()
+    (plugins / "gate.py").write_text(GATE)
+    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(plugins))
+    monkeypatch.setenv("GATE", str(gate))
+    (gate / "hold").touch()
+    xml = XML.format(password=password, target=target.address).replace(
+        '<target connection-factory-ref="remote" destination-ref="dst"/>',
+        '<target connection-factory-ref="remote" destination-ref="dst" '
+        'message-transformer-class="gate.Gate"/>')
+    return xml, gate
+
+
+def roll_back_in_an_outage(database, gate: Path) -> None:
+    """With the gate holding m0 (delivered once): the database goes down and the gate
+    opens, so the link's unit fills and fails to complete, rolled back again and again
+    (excused: the outage's fault); the database comes back and the gate holds m0 again,
+    once it has been delivered 3+ times."""
+    assert held(gate) == ("m0", 1)
+    database.stop_fast()
+    (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
+    time.sleep(3)
+    (gate / "held").unlink()
+    (gate / "hold").touch()   # the link is held at its next try of m0
+    database.start()
+    deadline = time.monotonic() + 60
+    while (now := held(gate, 60))[1] < 3:
+        assert time.monotonic() < deadline, now
+        time.sleep(0.1)
+    assert now[0] == "m0", now
+
+
 def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, database,
                                                                   monkeypatch):
     """backoutThreshold=2. The database goes down while the link holds a unit; the link's
@@ -188,38 +226,17 @@ def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, databa
     backed out 3+ times and its unit went to the DMQ, BACKOUT_THRESHOLD_REACHED.)"""
     n = 30
     target, base = target_and_host_folder(tmp_path)
-    (base / "plugins").mkdir()
-    (base / "plugins" / "gate.py").write_text(GATE)
-    gate = base / "gate"
-    gate.mkdir()
-    monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(base / "plugins"))
-    monkeypatch.setenv("GATE", str(gate))
-    xml = XML.format(password=PASSWORD, target=target.address).replace(
-        '<target connection-factory-ref="remote" destination-ref="dst"/>',
-        '<target connection-factory-ref="remote" destination-ref="dst" '
-        'message-transformer-class="gate.Gate"/>')
+    xml, gate = gated_xml(base, target, PASSWORD, monkeypatch)
     props, passfile = one_bridge_files(
         base, "host", xml, PASSWORD, "imq.bridge.jb.transaction.batchSize=10",
         "imq.bridge.jb.backoutThreshold=2", "imq.persist.store=jdbc",
         f"imq.persist.jdbc.postgresql.property.url={database.url()}",
         "imq.persist.file.sync.enabled=true")
     passfile.chmod(0o600)
-    (gate / "hold").touch()
     host = Daemon(props)
     try:
         send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(n)))
-        assert held(gate) == ("m0", 1)
-        database.stop_fast()
-        (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
-        time.sleep(3)
-        (gate / "held").unlink()
-        (gate / "hold").touch()   # the link is held at its next try of m0
-        database.start()
-        deadline = time.monotonic() + 60
-        while (now := held(gate, 60))[1] < 3:
-            assert time.monotonic() < deadline, now
-            time.sleep(0.1)
-        assert now[0] == "m0", now
+        roll_back_in_an_outage(database, gate)
         os.kill(host.proc.pid, signal.SIGKILL)
         host.proc.wait(timeout=30)
         (gate / "hold").unlink()

@@ -62,19 +62,25 @@ def test_a_consumers_backlog_is_ready_plus_prefetched_and_cached(rabbitmq, monke
         conn.close()
 
 
+def link_xml(bridge: str, env: dict[str, str], src: str, dst: str) -> bytes:
+    """Bridge ``bridge``: one non-transacted link from queue ``src`` of the provider
+    ``env`` names (JNDI properties) to queue ``dst`` of the host broker."""
+    props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
+    return f"""<jmsbridge name="{bridge}">
+      <link name="move" transacted="false"><source connection-factory-ref="far" destination-ref="src"/>
+        <target connection-factory-ref="host" destination-ref="dst"/></link>
+      <connection-factory ref-name="far" lookup-name="ConnectionFactory">{props}</connection-factory>
+      <connection-factory ref-name="host"/>
+      <destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>
+    </jmsbridge>""".encode()
+
+
 def test_a_held_links_backlog_comes_from_rabbitmq(rabbitmq, tmp_path):
     src, n = f"held.{uuid.uuid4().hex[:10]}", 200
     conn = connection(rabbitmq)
     fill(conn, Queue(src), n)
     conn.close()
-    props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in rabbitmq.amqp_env().items())
-    xml = f"""<jmsbridge name="amqp">
-      <link name="move" transacted="false"><source connection-factory-ref="rmq" destination-ref="src"/>
-        <target connection-factory-ref="host" destination-ref="dst"/></link>
-      <connection-factory ref-name="rmq" lookup-name="ConnectionFactory">{props}</connection-factory>
-      <connection-factory ref-name="host"/>
-      <destination ref-name="src" name="{src}"/><destination ref-name="dst" name="held.dst"/>
-    </jmsbridge>""".encode()
+    xml = link_xml("amqp", rabbitmq.amqp_env(), src, "held.dst")
     host = Broker(tmp_path / "host")
     host.configure_destination(Queue("held.dst"), DestinationLimits(
         max_num_msgs=20, limit_behavior=LimitBehavior.FLOW_CONTROL))
@@ -116,14 +122,7 @@ def test_a_held_links_prefetch_holds_three_byte_bounds(rabbitmq, tmp_path, proto
             producer.send(TextMessage(text))
         conn.close()
 
-    props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
-    xml = f"""<jmsbridge name="far">
-      <link name="move" transacted="false"><source connection-factory-ref="far" destination-ref="src"/>
-        <target connection-factory-ref="host" destination-ref="dst"/></link>
-      <connection-factory ref-name="far" lookup-name="ConnectionFactory">{props}</connection-factory>
-      <connection-factory ref-name="host"/>
-      <destination ref-name="src" name="{src}"/><destination ref-name="dst" name="bounded.dst"/>
-    </jmsbridge>""".encode()
+    xml = link_xml("far", env, src, "bounded.dst")
     host = Broker(tmp_path / "host")
     settings = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
                                     "imq.bridge.far.link.windowBytes=64k"], environ={})
