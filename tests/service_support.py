@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from bridgemgr import connect
+from bridgemgr.admin.portmapper import find_service
 from bridgemgr.jms import DeliveryMode, Message, Queue, TextMessage
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -109,3 +111,44 @@ def link_row(daemon: Daemon, passfile: Path, link: str, bridge: str = "jb") -> l
     r = cli(daemon, passfile, "list", "link", "-bn", bridge, "-v")
     assert r.returncode == 0, r.stdout + r.stderr
     return next(line.split() for line in r.stdout.splitlines() if line.startswith(link + " "))
+
+
+class Stomp:
+    """A STOMP 1.2 client on a socket: frames as (command, headers, body)."""
+
+    def __init__(self, port: int, login: str, passcode: str) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
+        self.buf = b""
+        self.write("CONNECT", {"accept-version": "1.2", "login": login, "passcode": passcode})
+        assert self.frame()[0] == "CONNECTED"
+
+    def write(self, command: str, headers: dict[str, str], body: str = "") -> None:
+        head = "".join(f"{k}:{v}\n" for k, v in headers.items())
+        self.sock.sendall(f"{command}\n{head}\n{body}\0".encode())
+
+    def frame(self) -> tuple[str, dict[str, str], str]:
+        while b"\0" not in self.buf.lstrip(b"\r\n"):
+            chunk = self.sock.recv(65536)
+            if not chunk:
+                raise ConnectionError(f"closed; got {self.buf!r}")
+            self.buf += chunk
+        self.buf = self.buf.lstrip(b"\r\n")
+        raw, self.buf = self.buf.split(b"\0", 1)
+        head, _, body = raw.decode().partition("\n\n")
+        command, *lines = head.split("\n")
+        return command, dict(line.split(":", 1) for line in lines), body
+
+    def send(self, destination: str, body: str, receipt: str,
+             persistent: bool = True) -> tuple[str, dict[str, str], str]:
+        self.write("SEND", {"destination": destination, "receipt": receipt,
+                            "persistent": "true" if persistent else "false"}, body)
+        return self.frame()
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def stomp_port(daemon: Daemon) -> int:
+    host, port = daemon.address.split(":")
+    return find_service(host, int(port), ("stomp",)).port
+

@@ -325,11 +325,11 @@ def test_a_window_property_on_a_link_sets_that_links_window(broker):
         b.stop()
 
 
-@pytest.mark.parametrize("sync", [False, True])
-def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, monkeypatch, sync):
-    """A host broker without fsync answers a send when it returns: the link sends plainly
-    (no send_async, no ConfirmWindow) and still acknowledges once per window; with fsync
-    the window's sends wait for the disk together (send_async)."""
+@pytest.mark.parametrize("store", ["none", "nosync", "sync"])
+def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, monkeypatch, store):
+    """A host broker without a store answers a send when it returns: the link sends plainly
+    (no send_async, no ConfirmWindow) and still acknowledges once per window; with a store,
+    fsync or not, the window's sends wait for their store batch together (send_async)."""
     from bridgemgr.providers.embedded.client import EmbeddedProducer
 
     real, calls = EmbeddedProducer.send_async, []
@@ -342,7 +342,7 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
     monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (acks.append(1), complete(self))[1])
     heads, head = [], ConfirmWindow.confirmed_head
     monkeypatch.setattr(ConfirmWindow, "confirmed_head", lambda self, t: (heads.append(t), head(self, t))[1])
-    b_broker = Broker(tmp_path / "store", sync=sync)
+    b_broker = Broker() if store == "none" else Broker(tmp_path / "store", sync=store == "sync")
     try:
         send(b_broker, "src", [f"m{i}" for i in range(30)])
         props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
@@ -355,7 +355,7 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
             b.stop()
     finally:
         b_broker.close()
-    assert len(calls) == (30 if sync else 0)
+    assert len(calls) == (0 if store == "none" else 30)
     assert len(acks) <= 6, acks
     assert heads == []  # its source acknowledges whole sessions: no wait for a window's head
 

@@ -16,17 +16,15 @@ from __future__ import annotations
 
 import os
 import re
-import socket
 import time
 
 import pytest
 
 from bridgemgr import connect
-from bridgemgr.admin.portmapper import find_service
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException
 from disk_support import mount_tmpfs, unmount
-from service_support import Daemon, one_bridge_files
+from service_support import Daemon, Stomp, one_bridge_files, stomp_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -36,46 +34,6 @@ BODY = "x" * 1024
 # appends at least one 16 KiB page to the WAL, and how many messages share a commit
 # varies (seen with 512 KiB: 100 in CI, 117-174 here; with 1 MiB: 166-318).
 LEFT = 1024 * 1024
-
-
-class Stomp:
-    """A STOMP 1.2 client on a socket: frames as (command, headers, body)."""
-
-    def __init__(self, port: int) -> None:
-        self.sock = socket.create_connection(("127.0.0.1", port), timeout=10)
-        self.buf = b""
-        self.write("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": PASSWORD})
-        assert self.frame()[0] == "CONNECTED"
-
-    def write(self, command: str, headers: dict[str, str], body: str = "") -> None:
-        head = "".join(f"{k}:{v}\n" for k, v in headers.items())
-        self.sock.sendall(f"{command}\n{head}\n{body}\0".encode())
-
-    def frame(self) -> tuple[str, dict[str, str], str]:
-        while b"\0" not in self.buf.lstrip(b"\r\n"):
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError(f"closed; got {self.buf!r}")
-            self.buf += chunk
-        self.buf = self.buf.lstrip(b"\r\n")
-        raw, self.buf = self.buf.split(b"\0", 1)
-        head, _, body = raw.decode().partition("\n\n")
-        command, *lines = head.split("\n")
-        return command, dict(line.split(":", 1) for line in lines), body
-
-    def send(self, destination: str, body: str, receipt: str,
-             persistent: bool = True) -> tuple[str, dict[str, str], str]:
-        self.write("SEND", {"destination": destination, "receipt": receipt,
-                            "persistent": "true" if persistent else "false"}, body)
-        return self.frame()
-
-    def close(self) -> None:
-        self.sock.close()
-
-
-def stomp_port(daemon: Daemon) -> int:
-    host, port = daemon.address.split(":")
-    return find_service(host, int(port), ("stomp",)).port
 
 
 def receive(daemon: Daemon, queue: str, count: int | None, wait: float = 1.0) -> list[str]:
@@ -125,7 +83,7 @@ def test_a_full_disk_refuses_producers_clearly_loses_nothing_and_recovers_by_its
 
         # STOMP producer with receipts until the disk is full: an ERROR naming the store
         port = stomp_port(daemon)
-        producer = Stomp(port)
+        producer = Stomp(port, "admin", PASSWORD)
         receipted: list[str] = []
         for i in range(5000):
             command, headers, body = producer.send("/queue/fill", f"s{i:05d}{BODY}", f"r{i}")
@@ -144,7 +102,7 @@ def test_a_full_disk_refuses_producers_clearly_loses_nothing_and_recovers_by_its
         assert full.search(str(refused.value)), refused.value
 
         # the service is up: other connections, non-persistent messages, consumers
-        other = Stomp(port)
+        other = Stomp(port, "admin", PASSWORD)
         assert other.send("/queue/other", "np", "np", persistent=False)[0] == "RECEIPT"
         other.close()
         assert receive(daemon, "other", 1) == ["np"]
@@ -155,7 +113,7 @@ def test_a_full_disk_refuses_producers_clearly_loses_nothing_and_recovers_by_its
         filler.unlink()
         deadline = time.monotonic() + 20
         while True:
-            producer = Stomp(port)
+            producer = Stomp(port, "admin", PASSWORD)
             command, headers, body = producer.send("/queue/fill", f"t00000{BODY}", "again")
             if command == "RECEIPT":
                 break

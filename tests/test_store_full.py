@@ -128,9 +128,12 @@ def test_a_waiting_writer_is_told_store_full_and_writes_resume_by_themselves(dis
 
 
 def test_what_nobody_waits_for_is_kept_while_full_and_written_once_space_is_back(disk):
-    """The default (no fsync) mode: a send is not waited for, so the writer thread meets the
-    full disk; what it held stays pending and new messages are refused."""
+    """What nobody waits for (a STOMP SEND without receipt): the writer thread meets the
+    full disk; what it held stays pending and new messages are refused. Its linger is cut
+    to 2 ms so that it writes small batches as this loop goes (at its 0.5 s the first
+    batch alone would be about 2 MB, more than the freed space)."""
     store = Store(disk.directory)
+    store.linger = 0.002
     store.load()
     disk.limit(store)
     recorded: list[int] = []

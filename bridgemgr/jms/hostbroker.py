@@ -32,7 +32,7 @@ from .errors import JMSException
 from .message import Message
 from .spi import XAConnectionFactory
 
-Ticket = int | None  # what wait_durable waits for; None: nothing to wait for
+Ticket = object | None  # what wait_durable waits for (the broker's own); None: nothing to wait for
 
 
 @dataclass(frozen=True)

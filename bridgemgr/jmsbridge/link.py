@@ -21,8 +21,8 @@
 # messages alone, see below) the link sends with send_async() instead and does not
 # wait: up to `window` sends are outstanding, fewer where their messages hold windowBytes
 # (the batch is at least that big), their outcomes kept in send order by a ConfirmWindow
-# (window.py); a target whose send is confirmed when it returns (answers_when_sent: the
-# host broker without fsync) is sent to plainly, the batch still a window. Before the
+# (window.py); a target whose send is confirmed when it returns (answers_when_sent: a
+# host broker without a store) is sent to plainly, the batch still a window. Before the
 # unit completes,
 # _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
 # acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them

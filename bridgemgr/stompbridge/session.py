@@ -16,9 +16,9 @@
 # good: the connection then closes, unacknowledged messages go back to their queues and
 # an open transaction rolls back.
 #
-# Receipts confirm work that is done: when the store fsyncs (imq.persist.file.sync) a
-# receipt waits for the batch holding the frame's messages, and frame processing pauses
-# until then, so receipts and errors keep the order of the frames. While the store's
+# Receipts confirm work that is done: a receipt waits for the store batch holding the
+# frame's persistent messages (written; fsynced too with imq.persist.file.sync.enabled),
+# and frame processing pauses until then, so receipts and errors keep the order of the frames. While the store's
 # writer is far behind the senders (host store_behind), a frame's ticket pauses
 # processing receipt or not, so a flood waits on the disk instead of filling memory.
 #
@@ -75,7 +75,7 @@ from .. import __version__
 from ..jms.destination import Destination
 from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
-from ..jms.hostbroker import Transaction
+from ..jms.hostbroker import Ticket, Transaction
 from ..jms.message import Message
 from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
@@ -286,7 +286,7 @@ class StompSession:
         self._queued: list[Queued] = []  # SENDs parsed and converted, to send together (_process)
         self._acked: list[Handle] = []  # ACKed in this read's ACK run, not yet acknowledged (_process)
         self._acked_per_sub: dict[Subscription, int] = {}  # ... and the credit they return
-        self._last_ticket: int | None = None
+        self._last_ticket: Ticket = None
         self._ack_numbers = itertools.count(1)
         self._inbound_transformer: MessageTransformer | None = None
         self._dropped_logged = False  # invalidHeaderNames=drop: one warning per connection
@@ -600,7 +600,7 @@ class StompSession:
             self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
 
     # --- SEND and transactions ----------------------------------------------------------------
-    def _on_send(self, frame: Frame) -> int | Held | None:
+    def _on_send(self, frame: Frame) -> Ticket | Held:
         """A SEND in a transaction (or one _process did not queue: it fails here)."""
         tx = frame.headers.get("transaction")
         work = self._work(tx) if tx is not None else None
@@ -620,7 +620,7 @@ class StompSession:
         return inbound.message, inbound.destination
 
     def _send(self, frame: Frame, work: Transaction | None, message: Message, destination: Destination
-              ) -> int | Held | None:
+              ) -> Ticket | Held:
         """Send a SEND's message (again, when the broker held it: ``frame`` is converted
         once, so a transformer sees each SEND once)."""
         assert self.host is not None
@@ -655,7 +655,7 @@ class StompSession:
             assert sub.handle is not None  # (subscribed)
             sub.handle.pause(False)
 
-    def _on_commit(self, frame: Frame) -> int | None:
+    def _on_commit(self, frame: Frame) -> Ticket:
         assert self.host is not None
         work = self._work(frame.headers["transaction"])
         try:
@@ -689,7 +689,7 @@ class StompSession:
     def _transacted(self) -> list[Subscription]:
         return [s for s in self.subscriptions.values() if s.transacted]
 
-    def _on_disconnect(self, frame: Frame) -> int | None:
+    def _on_disconnect(self, frame: Frame) -> Ticket:
         """Subscriptions end now, not after the receipt's store wait: a client need not
         wait for the receipt, so a MESSAGE written meanwhile (consumed, if ack:auto)
         could be lost with it."""

@@ -134,6 +134,17 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
+class Sent:
+    """A send's store ticket and the envelopes it routed: what Broker.wait_all withdraws
+    when the store cannot write that batch."""
+
+    __slots__ = ("envs", "ticket")
+
+    def __init__(self, ticket: int, envs: list[Envelope]) -> None:
+        self.ticket = ticket
+        self.envs = envs
+
+
 class WorkState(str, Enum):
     LOCAL = "LOCAL"                  # a local transaction or a CLIENT_ACKNOWLEDGE session
     ACTIVE = "ACTIVE"                # XA: associated with a session (start)
@@ -905,15 +916,16 @@ class Broker:
         return ticket
 
     def send(self, sender: Any, message: Message, dest: Destination,
-             blob: bytes | None = None, pace: bool = False) -> int | None:
-        """Route and enqueue now; the store ticket to wait on for a durable send, or None.
+             blob: bytes | None = None, pace: bool = False) -> Sent | None:
+        """Route and enqueue now; what to wait on (wait_all) for a stored send, or None.
         ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
         producer is paced to a queue's consumers (module comment)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
             envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace)
-            return self._commit_envelopes(envs)
+            ticket = self._commit_envelopes(envs)
+            return None if ticket is None else Sent(ticket, envs)
 
     def _admit_send(self, sender: Any, message: Message, dest: Destination, targets: list[MessageQueue],
                     blob: bytes | None, pace: bool) -> list[Envelope]:
@@ -927,10 +939,10 @@ class Broker:
         return envs
 
     def send_many(self, sender: Any, sends: Sequence[tuple[Message, Destination]], pace: bool = False
-                  ) -> tuple[int | None, int, JMSException | None]:
+                  ) -> tuple[Sent | None, int, JMSException | None]:
         """send() of each of ``sends`` in order under one taking of the lock, their rows
         recorded in one store call, stopping at the first refused (ProducerFlowControl
-        among the refusals): (the store ticket of those sent, or None; how many were sent;
+        among the refusals): (what to wait on for those sent, or None; how many were sent;
         why the next was refused, None when none was). A send into a destination with
         limits records the rows before it first (making room may remove one of them)."""
         with self.lock:
@@ -938,6 +950,7 @@ class Broker:
                 return None, 0, IllegalStateException("the broker is closed")
             rows: list[Row] = []
             ticket = None
+            sent: list[Envelope] = []
             last: Destination | None = None  # a queue's targets serve the sends after to it
             targets: list[MessageQueue] = []
             limited = False
@@ -951,13 +964,47 @@ class Broker:
                         ticket = self._record(rows)
                     envs = self._admit_send(sender, message, dest, targets, None, pace)
                 except JMSException as exc:
-                    return (self._record(rows) if rows else ticket), i, exc
+                    return self._sent(rows, ticket, sent), i, exc
                 self._commit_envelopes(envs, rows)
-            return (self._record(rows) if rows else ticket), len(sends), None
+                sent += envs
+            return self._sent(rows, ticket, sent), len(sends), None
+
+    def _sent(self, rows: list[Row], ticket: int | None, envs: list[Envelope]) -> Sent | None:
+        """send_many's answer: its rows recorded; None when nothing was stored."""
+        if rows:
+            ticket = self._record(rows)
+        return None if ticket is None else Sent(ticket, envs)
 
     def wait_durable(self, ticket: int | None) -> None:
         if ticket is not None and self.store is not None:
             self.store.wait(ticket)
+
+    def wait_all(self, tickets: Sequence[int | Sent]) -> None:
+        """Wait for the newest of ``tickets`` (batches are written in order, so it covers
+        the others). If the store cannot write it (StoreFull: no space, the database
+        unreachable) the sends among them are withdrawn before their producers hear the
+        error: a refused send is in no queue, and never written later. A message of theirs
+        already delivered to a consumer, or paged out, stays (written once the store can)."""
+        if not tickets or self.store is None:
+            return
+        try:
+            self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+        except StoreFull:
+            self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
+            raise
+
+    def _withdraw(self, envs: list[Envelope]) -> None:
+        """Take sent envelopes that still wait in their queues out again (wait_all)."""
+        removed: list[int] = []
+        with self.lock:
+            for env in envs:
+                if env.owner is None and env.queue.remove(env):
+                    env.queue.release(env)
+                    if env.stored:
+                        removed.append(env.seq)
+            if removed:
+                assert self.store is not None  # a stored envelope: there is a store
+                self.store.remove_all(removed)
 
     def _xa_durable(self, what: str, ticket: int | None) -> None:
         """Wait for an XA step's batch; a store that cannot write it now (its disk full, its
@@ -971,13 +1018,6 @@ class Broker:
     @property
     def sync(self) -> bool:
         return self.store is not None and self.store.sync
-
-    @property
-    def sends_wait(self) -> bool:
-        """Must a send wait for its store ticket? In sync mode always; otherwise while the
-        store's writer is behind (store.BEHIND), so a flood waits on the disk instead of
-        piling up in memory."""
-        return self.store is not None and (self.store.sync or self.store.behind)
 
     # --- consuming --------------------------------------------------------------------------
     def receive(self, consumer: Any, timeout: float | None, ack_now: bool) -> Envelope | None:
@@ -1413,9 +1453,9 @@ class Broker:
                          oldest: int | None = None) -> int | None:
         """CLIENT_ACKNOWLEDGE (everything delivered; ``oldest``: only that many of the
         oldest, in delivery order) or INDIVIDUAL (just ``env``); the store ticket that makes
-        the removal durable, when the store fsyncs and a stored message was acknowledged: a
-        consumer that waits for it is not handed an acknowledged message again after a
-        crash (a bridge link would copy it twice)."""
+        the removal durable, when a stored message was acknowledged: a consumer that waits
+        for it is not handed an acknowledged message again after a crash (a bridge link
+        would copy it twice)."""
         with self.lock:
             if oldest is not None:
                 acks, work.acks = work.acks[:oldest], work.acks[oldest:]
@@ -1427,8 +1467,7 @@ class Broker:
             else:
                 return None
             self._ack(acks)
-            if self.sync and any(e.stored for e in acks):
-                assert self.store is not None  # sync: there is a store
+            if self.store is not None and any(e.stored for e in acks):
                 return self.store.ticket()
         return None
 

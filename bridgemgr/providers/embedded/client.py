@@ -16,9 +16,10 @@ message back when it raises).
 Sending copies the message (the sender may change it afterwards); a send the broker
 holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
 (a closed session or connection ends the wait). An asynchronous send (``send_async``,
-the confirm window) is answered when it returns, except a durable one on a store that
-fsyncs: its listener waits for the store batch that holds it, which ``flush`` waits for
-once for all of them (one fsync wait per window, not per message). Delivering hands out
+the confirm window) is answered when it returns, except a stored (PERSISTENT) one: its
+listener waits for the store batch that holds it, which ``flush`` waits for once for all
+of them (one store write per window, not per message). A synchronous send or commit of a
+stored message returns once its batch is written, whether or not the store fsyncs. Delivering hands out
 a read-only copy, except that an AUTO_ACKNOWLEDGE delivery of a message the store does
 not keep hands out the broker's own snapshot, which nothing references afterwards (a
 stored one's may be a lazy row the store's writer is encoding: broker.py, ``_route``).
@@ -68,7 +69,7 @@ from ...jms.spi import (
     XASession,
 )
 from ...jms.xa import XAER_PROTO, Xid
-from .broker import Broker, Work, now_ms
+from .broker import Broker, Sent, Work, now_ms
 from .queues import Envelope, MessageQueue
 
 log = logging.getLogger(__name__)
@@ -220,7 +221,7 @@ class EmbeddedSession(Session):
         self.branch: Work | None = None   # the XA branch this session is associated with
         self.listener_lock = threading.Lock()
         # send_async() calls not answered yet, oldest first: store ticket, answer
-        self._durable: deque[tuple[int, Answered]] = deque()
+        self._durable: deque[tuple[Sent, Answered]] = deque()
 
     # --- state ------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -316,12 +317,12 @@ class EmbeddedSession(Session):
 
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
-        ticket = self._route(snapshot, destination, blob)
-        if ticket is not None and self.broker.sends_wait:
-            self.broker.wait_durable(ticket)
+        sent = self._route(snapshot, destination, blob)
+        if sent is not None:
+            self.broker.wait_all((sent,))
 
-    def _route(self, snapshot: Message, destination: Destination, blob: bytes | None) -> int | None:
-        """Into the transaction, or to the broker (the store ticket of a durable send),
+    def _route(self, snapshot: Message, destination: Destination, blob: bytes | None) -> Sent | None:
+        """Into the transaction, or to the broker (what to wait on for a stored send),
         waiting while the broker holds the producer (FLOW_CONTROL, the memory state)."""
         work = self._work_now()
         while True:
@@ -353,12 +354,12 @@ class EmbeddedSession(Session):
         self._send(snapshot, destination)
 
     def _send_async(self, snapshot: Message, destination: Destination, answered: Answered) -> None:
-        """_send() for send_async(): answered now, or (a durable send on a store that
-        fsyncs, or while the store's writer is behind) once its store batch is written:
-        at the latest in _answer()."""
-        ticket = self._route(snapshot, destination, None)
-        if ticket is not None and self.broker.sends_wait:
-            self._durable.append((ticket, answered))
+        """_send() for send_async(): answered now when nothing was stored (a NON_PERSISTENT
+        message, a memory-only broker), else once its store batch is written: at the latest
+        in _answer()."""
+        sent = self._route(snapshot, destination, None)
+        if sent is not None:
+            self._durable.append((sent, answered))
         else:
             answered(None)
 
@@ -369,7 +370,7 @@ class EmbeddedSession(Session):
         if not durable:
             return
         try:
-            self.broker.wait_durable(durable[-1][0])
+            self.broker.wait_all([sent for sent, _ in durable])
             error: JMSException | None = None
         except JMSException as exc:
             error = exc
@@ -396,9 +397,7 @@ class EmbeddedSession(Session):
 
     # --- completion -------------------------------------------------------------------------
     def commit(self) -> None:
-        ticket = self.commit_no_wait()
-        if ticket is not None and self.broker.sends_wait:
-            self.broker.wait_durable(ticket)
+        self.broker.wait_durable(self.commit_no_wait())
 
     def commit_no_wait(self) -> int | None:
         """Commit, applied and visible now; the store ticket that makes it durable."""
@@ -639,9 +638,9 @@ class EmbeddedProducer(MessageProducer):
 
     @property
     def answers_when_sent(self) -> bool:
-        """In-process, a send is answered when it returns unless the store makes sends
-        wait for the disk (fsync, or its writer behind)."""
-        return not self.session.broker.sends_wait
+        """In-process, a send is answered when it returns only on a broker without a store:
+        a stored one is answered once its batch is written (send_async, flush)."""
+        return self.session.broker.store is None
 
     def close(self) -> None:
         if not self.closed:

@@ -35,8 +35,9 @@ socket cannot take more (``set_writable(False)``) consumers take nothing.
 
 Requests are handled as they are read, except those that may wait for the store (XA
 prepare/commit/rollback, unsubscribe): their handlers return a :class:`Deferred`, which
-becomes a blocking call answered when it is done. Sends and commits when the store
-fsyncs are applied at once and answered once their store batch is on disk: their
+becomes a blocking call answered when it is done. Persistent sends and commits
+are applied at once and answered once their store batch is written (fsynced too when the
+store syncs): their
 handlers return a :class:`Durable` ticket, and one blocking call per read waits for the
 newest ticket (batches commit in order) and answers them all. Clients send nothing on a
 session while such a request is pending, so a session's requests stay in order. A SEND
@@ -88,7 +89,7 @@ from ...jms.selector import compile_selector
 from ...jms.spi import AckMode
 from ...jms.xa import Xid
 from . import wire
-from .broker import Broker
+from .broker import Broker, Sent
 from .client import EmbeddedConnection, EmbeddedConsumer, EmbeddedSession, EmbeddedXASession
 from .queues import Envelope
 
@@ -136,15 +137,16 @@ class Deferred:
 
 
 class Durable:
-    """A handler's answer once store batch ``ticket`` is durable (see the module notes)."""
+    """A handler's answer once store batch ``ticket`` is durable (see the module notes);
+    a send's (Sent) is withdrawn if the store cannot write it (Broker.wait_all)."""
 
     __slots__ = ("ticket",)
 
-    def __init__(self, ticket: int) -> None:
+    def __init__(self, ticket: int | Sent) -> None:
         self.ticket = ticket
 
 
-def _durable(ticket: int | None) -> Durable | None:
+def _durable(ticket: int | Sent | None) -> Durable | None:
     """Answer once ``ticket`` is durable, or at once when there is nothing to wait for."""
     return None if ticket is None else Durable(ticket)
 
@@ -292,7 +294,7 @@ class ClientConnection:
         self._browser_ids = itertools.count(1)
         self._out: list[bytes] = [wire.PREAMBLE]
         self._calls: list[BlockingCall] = []
-        self._durable: list[tuple[int, int | None, int]] = []  # (call, sid, ticket) answered once durable
+        self._durable: list[tuple[int, int | None, int | Sent]] = []  # (call, sid, ticket) answered once durable
         self._last_read = self._last_write = now
         self._held: wire.Request | None = None  # a SEND the broker holds, sent again on resume_held
         self._hold: Callable[[Callable[[], None]], None] | None = None  # ... its on_room, for take_hold
@@ -337,8 +339,7 @@ class ClientConnection:
         """The blocking calls to start now; one waits for the store for the whole read."""
         if self._durable:
             waiting, self._durable = self._durable, []
-            ticket = max(t for _, _, t in waiting)
-            self._calls.append(BlockingCall(partial(self.broker.wait_durable, ticket),
+            self._calls.append(BlockingCall(partial(self.broker.wait_all, [t for _, _, t in waiting]),
                                             partial(self._durable_done, waiting)))
         if not self._calls:
             return _NO_CALLS
@@ -475,7 +476,7 @@ class ClientConnection:
             log.error("jms client %s: request failed", self.peer, exc_info=exc)
             self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
 
-    def _durable_done(self, waiting: list[tuple[int, int | None, int]], result: Any,
+    def _durable_done(self, waiting: list[tuple[int, int | None, int | Sent]], result: Any,
                       exc: BaseException | None) -> None:
         for call, sid, _ in waiting:
             self._answer(call, sid, None, exc)
@@ -672,7 +673,7 @@ class ClientConnection:
         work = s._work_now()
         if work is None:  # ProducerFlowControl: held (not blocking the loop as s._send would)
             ticket = self.broker.send(s.connection, message, dest, blob)
-            return _durable(ticket) if self.broker.sends_wait else None
+            return _durable(ticket)
         self.broker.check_room(s.connection, message, dest)
         work.sends.append((message, dest, s.connection, blob))  # routed at commit
         return None
@@ -765,7 +766,7 @@ class ClientConnection:
             raise TransactionRolledBackException(
                 f"the transaction was rolled back because a send in it failed: {failed}")
         ticket = session.s.commit_no_wait()
-        return Durable(ticket) if ticket is not None and self.broker.sends_wait else None
+        return _durable(ticket)
 
     def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()

@@ -37,7 +37,7 @@ from ...jms.hostbroker import (
 )
 from ...jms.message import Message
 from ...jms.spi import XAConnectionFactory
-from .broker import Broker, Work, now_ms
+from .broker import Broker, Sent, Work, now_ms
 from .client import (
     EmbeddedConnection,
     EmbeddedConnectionFactory,
@@ -253,7 +253,7 @@ class EmbeddedHostBroker(HostBroker):
             cast(Work, transaction).sends.append((message, destination, client, None))
             return None
         ticket = self.broker.send(client, message, destination, pace=True)
-        return ticket if self.broker.sends_wait else None
+        return ticket
 
     def send_many(self, principal: Principal, client: Client,
                   sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
@@ -271,7 +271,7 @@ class EmbeddedHostBroker(HostBroker):
             session.producing(destination)
             self._stamp(message, destination)
         ticket, sent, why = self.broker.send_many(client, sends[:allowed] if refused else sends, pace=True)
-        return (ticket if self.broker.sends_wait else None), sent, why or refused
+        return ticket, sent, why or refused
 
     def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
                     transaction: Transaction | None = None) -> None:
@@ -293,13 +293,14 @@ class EmbeddedHostBroker(HostBroker):
 
     def commit(self, principal: Principal, transaction: Transaction) -> Ticket:
         ticket = self.broker.commit(cast(Work, transaction))
-        return ticket if self.broker.sends_wait else None
+        return ticket
 
     def rollback(self, principal: Principal, transaction: Transaction) -> None:
         self.broker.rollback(cast(Work, transaction))
 
     def wait_durable(self, principal: Principal, ticket: Ticket) -> None:
-        self.broker.wait_durable(ticket)
+        if ticket is not None:
+            self.broker.wait_all((cast("int | Sent", ticket),))
 
     # --- destination admin ------------------------------------------------------------------------------
     def destinations(self, principal: Principal) -> dict[str, dict[str, int]]:

@@ -15,8 +15,8 @@ too, and so does a producer's ``confirm_sends``: a bridge link's). A failed asyn
 send comes back as an ERROR naming the session: the next send of that session raises it
 (a transaction that lost a send rolls back at commit).
 
-A PERSISTENT send outside a transaction returns once the service has the message (and,
-if its store fsyncs, once it is on disk): one round trip each. With ``send_window=N``
+A PERSISTENT send outside a transaction returns once the service's store holds the
+message (written; fsynced too when that store syncs): one round trip each. With ``send_window=N``
 they are pipelined instead: ``send`` returns at once as long as at most N of the
 session's persistent sends are unconfirmed, and otherwise waits for the oldest; a
 refused one fails the next send, and ``close`` waits for all of them. The price: when

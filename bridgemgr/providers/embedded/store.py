@@ -10,21 +10,21 @@ added and removed before its batch is written never touches the disk.
 Durability: ``ticket()`` names the batch that will hold everything recorded so far
 and ``wait(ticket)`` blocks until it is committed. With ``sync=True`` each batch is
 fsynced (SQLite synchronous=FULL) and survives power loss; with ``sync=False`` it is
-handed to the OS (synchronous=OFF) and survives ``kill -9`` once written. Callers wait
-when their guarantee needs it (sync-mode sends and commits, every XA prepare and
-commit), and the waiting caller is the writer (leader/follower group commit): the
-first to find nobody writing takes everything pending and writes it in its own thread
-(no hand-off, no linger); callers arriving meanwhile wait, and the first of them then
-writes all they recorded as the next batch. What nobody waits for (non-durable sends,
-acknowledgements) the writer thread writes, letting a batch grow for up to LINGER, or
-SYNC_LINGER when the store syncs: there everything promised durable is waited for, so a
-longer linger risks nothing promised, and a message consumed within it (a STOMP SEND
-without receipt, consumed and acknowledged at once) is never inserted nor deleted; its
-insert and delete cancel in memory, as ActiveMQ's concurrent store and dispatch does.
-Without sync a JMS send is not waited for, and LINGER is how long it is not yet on disk.
-One batch is written at a time, in ticket order. Senders that outrun the writer would
-pile their messages up in memory: once BEHIND bytes are pending, ``behind`` says so and
-the broker's senders wait for their batches (writing them themselves) until it catches up.
+handed to the OS (synchronous=OFF) and survives ``kill -9`` once written: the sync
+setting decides only what an OS crash may lose, never a process crash. Everything
+promised in either mode is waited for (a persistent send's answer, a STOMP RECEIPT, a
+commit, a CLIENT_ACKNOWLEDGE, every XA prepare and commit), and the waiting caller is
+the writer (leader/follower group commit): the first to find nobody writing takes
+everything pending and writes it in its own thread (no hand-off, no linger); callers
+arriving meanwhile wait, and the first of them then writes all they recorded as the next
+batch. What nobody waits for (a STOMP SEND without receipt, AUTO_ACKNOWLEDGE
+acknowledgements, delivery counts) the writer thread writes, letting a batch grow for up
+to LINGER: it risks nothing promised, and a message consumed within it (a SEND without
+receipt, consumed and acknowledged at once) is never inserted nor deleted; its insert
+and delete cancel in memory, as ActiveMQ's concurrent store and dispatch does. One batch
+is written at a time, in ticket order. Senders that outrun the writer would pile their
+messages up in memory: once BEHIND bytes are pending, ``behind`` says so and the
+broker's senders wait for their batches (writing them themselves) until it catches up.
 
 Lazy rows: a message row may be recorded as the message itself (the broker's, which it
 never changes once routed) and is encoded when its batch is cut, outside the lock, by
@@ -100,8 +100,7 @@ from ...private import private_dir, private_file, tighten
 log = logging.getLogger(__name__)
 
 SCHEMA_VERSION = "1"
-LINGER = 0.002   # seconds the writer thread lets a batch grow (nobody waits for it)
-SYNC_LINGER = 0.5  # ... in a store that syncs (every promise waited for; module comment)
+LINGER = 0.5  # seconds the writer thread lets a batch grow (nobody waits for it; module doc)
 RETRY_BASE, RETRY_CAP = 0.05, 2.0  # seconds between writes of a full store (doubling, capped)
 # bucket bounds (seconds, Prometheus "le") of the batch write latency histogram (metrics)
 COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
@@ -465,7 +464,7 @@ class Store:
         self.database = database
         self.path = database.where  # what errors and logs name
         self.sync = sync
-        self.linger = SYNC_LINGER if sync else LINGER
+        self.linger = LINGER
         self.lock = threading.RLock()
         self._work = threading.Condition(self.lock)    # the writer waits here for changes
         self._written = threading.Condition(self.lock)  # callers wait here for batches
@@ -817,7 +816,7 @@ class Store:
                         return
 
     def _gather(self) -> None:
-        """Let a batch grow for the linger (LINGER, SYNC_LINGER): one wake-up per batch, not
+        """Let a batch grow for the linger (LINGER): one wake-up per batch, not
         per change, and a message consumed meanwhile never touches the disk. A caller that
         waits meanwhile writes the batch at once itself; close() ends the wait, and so
         do pending messages of half BEHIND (written before senders must wait for them)."""
