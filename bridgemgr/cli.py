@@ -135,9 +135,10 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
           as_json: bool, xml_files: tuple[str, ...]) -> None:
     """Validate broker properties and bridge XML files without starting anything.
 
-    Every message transformer is loaded as serve loads it. Prints every problem with its
-    file and line and exits 1, or prints one line per bridge and link and exits 0
-    (warnings do not fail the check).
+    Every message transformer is found as serve finds it and checked from its module's
+    source (imported only where the source cannot tell, with a warning). Prints every
+    problem with its file and line and exits 1, or prints one line per bridge and link and
+    exits 0 (warnings do not fail the check).
     """
     # Imported here so the admin subcommands do not pay for lxml.
     from .jmsbridge.check import run_check
