@@ -126,8 +126,10 @@ def make_key_pair(props: BrokerProperties, request: KeyRequest) -> KeyPair:
     try:
         for path in (certfile, keyfile):
             private_dir(path.parent)  # missing folders are made 0700
-        _write(keyfile, key_pem, None)
-        _write(certfile, cert_pem, CERT_MODE)
+        _write(keyfile, key_pem, None, request.replace)
+        _write(certfile, cert_pem, CERT_MODE, request.replace)
+    except FileExistsError as exc:  # made since the check above
+        raise KeytoolError(f"{exc.filename} exists; -f replaces it") from None
     except OSError as exc:
         raise KeytoolError(f"cannot write {exc.filename or 'the files'}: {exc.strerror}") from None
     prefix = TLS_SERVICES[request.service]
@@ -137,9 +139,10 @@ def make_key_pair(props: BrokerProperties, request: KeyRequest) -> KeyPair:
                     f"{prefix}.keyfile": str(keyfile)})
 
 
-def _write(path: Path, data: bytes, mode: int | None) -> None:
-    """``data`` into ``path`` (replaced); ``mode`` None: a private file (0600)."""
-    flags = os.O_WRONLY | os.O_TRUNC
+def _write(path: Path, data: bytes, mode: int | None, replace: bool) -> None:
+    """``data`` into a new ``path`` (or the existing one replaced); ``mode`` None: a
+    private file (0600)."""
+    flags = os.O_WRONLY | (os.O_TRUNC if replace else os.O_EXCL)
     fd = open_private(path, flags) if mode is None else os.open(path, flags | os.O_CREAT, mode)
     with os.fdopen(fd, "wb") as out:
         out.write(data)
