@@ -57,6 +57,7 @@ SHIPPED_PACKAGE = "bridgemgr.transformers"
 SHIPPED_TRANSFORMERS = Path(__file__).resolve().parent / "transformers"
 OLD_SHIPPED_TOP = "transformers"  # the shipped transformers' package before bridgemgr.transformers
 _import_lock = threading.Lock()
+_NOT_A_TRANSFORMER = "is not a subclass of bridgemgr.transform.MessageTransformer"
 
 
 @dataclass(frozen=True)
@@ -245,7 +246,7 @@ def load_transformer(class_path: str,
         raise JMSException(f"cannot load message transformer {class_path}: importing "
                            f"{module_name} failed: {type(exc).__name__}: {exc}") from exc
     if not (isinstance(cls, type) and issubclass(cls, MessageTransformer)):
-        raise JMSException(f"{class_path} is not a subclass of bridgemgr.transform.MessageTransformer")
+        raise JMSException(f"{class_path} {_NOT_A_TRANSFORMER}")
     try:
         return cls()
     except Exception as exc:
@@ -264,7 +265,6 @@ def load_transformer(class_path: str,
 # decorated or imported from elsewhere, a base given by an expression) the module is
 # imported after all, as load_transformer does, and the result says why.
 
-_NOT_A_TRANSFORMER = "is not a subclass of bridgemgr.transform.MessageTransformer"
 _BASE = f"{__name__}.MessageTransformer"
 _OURS = __name__.partition(".")[0]
 
@@ -288,7 +288,7 @@ class _NeedsImport(Exception):
 class _Module:
     name: str
     path: str
-    tree: Any  # ast.Module
+    tree: ast.Module
     package: str  # what a relative import is relative to
 
 
