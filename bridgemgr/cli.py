@@ -36,6 +36,7 @@ EXAMPLES = """Examples:
   imqbridgemgr browse dst -t q -n orders -c 5 --json
   imqbridgemgr purge dst -t q -n orders -f
   imqbridgemgr user list -props broker.properties --json
+  imqbridgemgr keytool -props broker.properties -service stomp
   imqbridgemgr -javahome /usr/lib/jvm/java-17 serve -props broker.properties
   imqbridgemgr COMMAND -H    (a command's help with its examples)
 """
@@ -134,9 +135,10 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
           as_json: bool, xml_files: tuple[str, ...]) -> None:
     """Validate broker properties and bridge XML files without starting anything.
 
-    Every message transformer is loaded as serve loads it. Prints every problem with its
-    file and line and exits 1, or prints one line per bridge and link and exits 0
-    (warnings do not fail the check).
+    Every message transformer is found as serve finds it and checked from its module's
+    source (imported only where the source cannot tell, with a warning). Prints every
+    problem with its file and line and exits 1, or prints one line per bridge and link and
+    exits 0 (warnings do not fail the check).
     """
     # Imported here so the admin subcommands do not pay for lxml.
     from .jmsbridge.check import run_check
@@ -390,6 +392,56 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json:
     click.echo("-" * (width + 7))
     for u in users:
         click.echo(f"{u.name.ljust(width)}  {u.group}")
+
+
+@main.command("keytool")
+@_user_options
+@click.option("-service", "--service", type=click.Choice(["stomp", "jms", "admin", "metrics"]), default="stomp",
+              show_default=True, help="The TLS port the key is for (names the files and the properties).")
+@click.option("-cn", "--cn", "common_name", metavar="NAME",
+              help="The certificate's host name (default: the service's hostname property, else this host).")
+@click.option("-san", "--san", "alt_names", multiple=True, metavar="NAME",
+              help="Another host name or IP address clients use (repeatable; localhost, 127.0.0.1 and "
+                   "::1 are always in).")
+@click.option("-validity", "--validity", type=click.IntRange(min=1), default=365, show_default=True,
+              metavar="DAYS", help="Days the certificate is valid.")
+@click.option("-keyalg", "--keyalg", type=click.Choice(["EC", "RSA"], case_sensitive=False), default="EC",
+              show_default=True, help="EC (P-256) or RSA (3072 bits).")
+@click.option("-certfile", "--certfile", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Where the certificate goes (default: <instance>/etc/<service>-cert.pem).")
+@click.option("-keyfile", "--keyfile", type=click.Path(dir_okay=False), metavar="FILE",
+              help="Where the private key goes, mode 0600 (default: <instance>/etc/<service>-key.pem).")
+@click.option("-f", "replace", is_flag=True, help="Replace files that exist.")
+def keytool(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool, service: str,
+            common_name: str | None, alt_names: tuple[str, ...], validity: int, keyalg: str,
+            certfile: str | None, keyfile: str | None, replace: bool) -> None:
+    """Create a private key and a self-signed certificate for an instance's TLS port (the
+    chapter's imqkeytool step) and print the properties that use them."""
+    from .keytool import KeyRequest, KeytoolError, default_common_name, make_key_pair
+    from .props import ConfigError, load_properties
+
+    try:
+        props = load_properties(props_files, overrides, environ=os.environ)
+    except ConfigError as exc:
+        raise click.ClickException(str(exc)) from None
+    request = KeyRequest(service, common_name or default_common_name(props, service), alt_names, validity,
+                         keyalg.upper(), Path(certfile) if certfile else None,
+                         Path(keyfile) if keyfile else None, replace)
+    try:
+        made = make_key_pair(props, request)
+    except KeytoolError as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps({"certfile": str(made.certfile), "keyfile": str(made.keyfile),
+                               "fingerprint": made.fingerprint, "notAfter": made.not_after.isoformat(),
+                               "properties": made.properties}, indent=2))
+        return
+    click.echo(f"Private key {made.keyfile} (mode 0600) and certificate {made.certfile} for "
+               f"{request.common_name}, valid until {made.not_after:%Y-%m-%d}.\n"
+               f"SHA-256 fingerprint: {made.fingerprint}\n"
+               "Clients trust the certificate file. Set these broker properties:")
+    for key, value in made.properties.items():
+        click.echo(f"{key}={value}")
 
 
 from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)

@@ -318,6 +318,10 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.stomp.tls.enabled", BOOL, False, "accept TLS connections"),
     Prop("imq.bridge.stomp.tls.port", PORT, 7673, "TLS port"),
     Prop("imq.bridge.stomp.tls.requireClientAuth", BOOL, False, "TLS clients need a certificate"),
+    Prop("imq.bridge.stomp.tls.certfile", TEXT, None, "PEM certificate chain of the STOMP TLS port"),
+    Prop("imq.bridge.stomp.tls.keyfile", TEXT, None, "PEM private key of the STOMP TLS port"),
+    Prop("imq.bridge.stomp.tls.cafile", TEXT, None,
+         "PEM CA certificates whose client certificates requireClientAuth accepts"),
     Prop("imq.bridge.stomp.consumerFlowLimit", POSITIVE, 1000,
          "unacknowledged messages per transacted subscription"),
     Prop("imq.bridge.stomp.messageTransformer", CLASS_NAME, None, "MessageTransformer class"),
@@ -653,6 +657,9 @@ class StompProperties:
     tls_enabled: bool
     tls_port: int
     tls_require_client_auth: bool
+    tls_certfile: str | None
+    tls_keyfile: str | None
+    tls_cafile: str | None
     consumer_flow_limit: int
     message_transformer: str | None
     invalid_header_names: str  # error | drop | encode
@@ -767,6 +774,7 @@ class BrokerProperties:
             tcp_enabled=get("tcp.enabled"), tcp_port=get("tcp.port"),
             tls_enabled=get("tls.enabled"), tls_port=get("tls.port"),
             tls_require_client_auth=get("tls.requireClientAuth"),
+            tls_certfile=get("tls.certfile"), tls_keyfile=get("tls.keyfile"), tls_cafile=get("tls.cafile"),
             consumer_flow_limit=get("consumerFlowLimit"),
             message_transformer=get("messageTransformer"),
             invalid_header_names=get("invalidHeaderNames"),

@@ -690,6 +690,23 @@ def test_autocreate_off_refuses_unknown_queues(tmp_path):
     b.close()
 
 
+def test_a_browser_of_a_queue_that_cannot_be_browsed_fails_at_creation(tmp_path):
+    b = Broker(tmp_path / "s", autocreate_queue=False)
+    try:
+        s = EmbeddedConnectionFactory(b).create_connection().create_session()
+        with pytest.raises(InvalidDestinationException, match="auto-create"):
+            s.create_browser(Queue("nowhere"))   # not first when iterated
+        temporary = s.create_temporary_queue()
+        s.delete_temporary(temporary)
+        with pytest.raises(InvalidDestinationException, match="no longer exists"):
+            s.create_browser(temporary)
+        b.configure_destination(Q, DestinationLimits())
+        send_texts(s, Q, ["x"])
+        assert texts(s.create_browser(Q)) == ["x"]
+    finally:
+        b.close()
+
+
 # --- concurrency -------------------------------------------------------------------------------------
 
 @pytest.mark.slow

@@ -217,7 +217,7 @@ def test_a_client_sees_only_what_its_credentials_allow(harness, alice):
     with pytest.raises(JMSSecurityException, match=r"'reader' may not consume queue://private.pay"):
         rs.create_consumer(private)
     with pytest.raises(JMSSecurityException, match="may not browse"):
-        list(ws.create_browser(public))
+        ws.create_browser(public)
     assert [m.text for m in rs.create_browser(public)] == ["hello"]
     assert rs.create_consumer(public).receive(2).text == "hello"
     with pytest.raises(JMSSecurityException, match="may not produce"):
@@ -225,6 +225,20 @@ def test_a_client_sees_only_what_its_credentials_allow(harness, alice):
     tq = rs.create_temporary_queue()        # a client's own temporary destinations are its own
     rs.create_producer(tq).send(TextMessage("mine"))
     assert rs.create_consumer(tq).receive(2).text == "mine"
+    reader.close()
+    writer.close()
+
+
+def test_a_refused_browser_fails_at_creation_and_the_session_goes_on(harness, alice):
+    alice.create_session().create_producer(Queue("public.news")).send(TextMessage("hello"))
+    writer = harness.factory().create_connection("writer", "w")
+    session = writer.create_session()
+    with pytest.raises(JMSSecurityException, match=r"'writer' may not browse queue://public.news"):
+        session.create_browser(Queue("public.news"))      # not first when iterated
+    session.create_producer(Queue("public.news")).send(TextMessage("still here"))
+    reader = harness.factory().create_connection("reader", "r")
+    assert [m.text for m in reader.create_session().create_browser(Queue("public.news"))] == [
+        "hello", "still here"]
     reader.close()
     writer.close()
 

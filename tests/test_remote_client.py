@@ -477,6 +477,23 @@ def test_a_persistent_send_returns_once_the_store_has_it_when_it_fsyncs(tmp_path
     b.close()
 
 
+def test_a_browser_of_a_queue_that_does_not_exist_fails_at_creation(tmp_path):
+    from bridgemgr.jms.errors import InvalidDestinationException
+    from bridgemgr.providers.embedded import Broker
+    b = Broker(tmp_path / "s", autocreate_queue=False)
+    try:
+        with Harness(b) as h:
+            conn = h.factory().create_connection()
+            session = conn.create_session()
+            with pytest.raises(InvalidDestinationException, match="'nowhere' does not exist"):
+                session.create_browser(Queue("nowhere"))   # not first when iterated
+            b.configure_destination(Queue("nowhere"), DestinationLimits())
+            assert list(session.create_browser(Queue("nowhere"))) == []
+            conn.close()
+    finally:
+        b.close()
+
+
 def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness, broker, monkeypatch):
     """The service keeps the client's encoding (no re-encoding on the hot path) while a
     queue is short, and re-encodes past that; either way every message arrives whole.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import socket
 import ssl
 import time
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -347,11 +348,16 @@ def test_lifecycle_and_port_mapper_rows(netloop, broker, users, certs):
 
 def test_config_from_broker_properties(tmp_path):
     props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.stomp.consumerFlowLimit=7",
-                                 "imq.bridge.stomp.tls.enabled=true"], environ={})
+                                 "imq.bridge.stomp.tls.enabled=true", "imq.bridge.stomp.tls.certfile=/c.pem",
+                                 "imq.bridge.stomp.tls.keyfile=/k.pem", "imq.bridge.stomp.tls.cafile=/ca.pem"],
+                            environ={})
     config = StompConfig.from_props(props)
     assert (config.tcp_port, config.tls_port, config.tls_enabled) == (7672, 7673, True)
     assert config.session.consumer_flow_limit == 7
-    assert config.tls_certfile == tmp_path / "instances" / "imqbroker" / "etc" / "stomp-cert.pem"
+    assert (config.tls_certfile, config.tls_keyfile, config.tls_cafile) == (Path("/c.pem"), Path("/k.pem"),
+                                                                            Path("/ca.pem"))
+    unset = StompConfig.from_props(load_properties([], [f"imq.varhome={tmp_path}"], environ={}))
+    assert (unset.tls_certfile, unset.tls_keyfile, unset.tls_cafile) == (None, None, None)
     bad = load_properties([], ["imq.bridge.stomp.messageTransformer=no.such.Transformer"], environ={})
     with pytest.raises(StompBridgeError, match="messageTransformer"):
         StompConfig.from_props(bad)

@@ -1,9 +1,11 @@
 # How it works: run_check() is `imqbridgemgr check` without the command line. It parses the
 # broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
 # they define (relative xmlurls start at the properties file's folder), then any XML files
-# named on the command line that no bridge already covered, loads every message transformer
+# named on the command line that no bridge already covered, finds every message transformer
 # they name exactly as a bridge's start does (plugins.py: the transformer folders, the
-# Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext),
+# Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext) and
+# checks the class from its module's source without importing it where it can (a warning
+# says so where it had to import it: the plugin's import-time code ran),
 # optionally resolves the connection factories of transacted links (JNDI lookups, so it
 # is opt-in), and returns a CheckReport: every problem with file and line, and one summary
 # line per bridge and link. Nothing is started, and no secret is ever part of the report.
@@ -21,7 +23,7 @@ from ..jms.errors import JMSException
 from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
 from .config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
 from .fetch import DEFAULT_TIMEOUT
-from .plugins import load_configured_transformer, plugin_folders, transformer_uses
+from .plugins import inspect_configured_transformer, plugin_folders, transformer_uses
 from .resolve import HostFactory, check_xa
 
 
@@ -100,13 +102,18 @@ def _stomp_summary(props: BrokerProperties) -> str:
 
 def check_transformers(config: BridgeConfig, props: BrokerProperties | None = None) -> list[Problem]:
     """A problem for every transformer that does not load as a start would load it (a
-    warning for a disabled link or DMQ, which a start does not load); ``props`` give the
-    plugin folders (lib/ext ...)."""
+    warning for a disabled link or DMQ, which a start does not load), and a warning for
+    each one whose module had to be imported to tell; ``props`` give the plugin folders
+    (lib/ext ...)."""
     problems = []
     folders = plugin_folders(props) if props is not None else None
     for use in transformer_uses(config):
         try:
-            load_configured_transformer(use.class_path, use.owner, folders)
+            inspected = inspect_configured_transformer(use.class_path, use.owner, folders)
+            if inspected.imported:
+                problems.append(Problem(config.source, use.line, (
+                    f"{use.owner}: transformer {use.class_path} was imported to check it, so its "
+                    f"module's import-time code ran here: {inspected.imported}"), "warning"))
         except JMSException as exc:
             if use.enabled:
                 problems.append(Problem(config.source, use.line, str(exc)))

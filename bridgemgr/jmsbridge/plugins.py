@@ -6,6 +6,8 @@
 # configured), its failure
 # reworded to name the link or DMQ and where such a class has to be. So a transformer
 # that `check` passes is one the start loads, and one it names is one the start refuses.
+# `check` inspects rather than loads (inspect_configured_transformer(): the module's source
+# read with ast, so a plugin's import-time code does not run) where the source can say.
 # transformer_uses() lists every transformer a configuration names, for check.
 """Loading the message transformers a bridge XML names, for a start and for `check`."""
 
@@ -18,7 +20,14 @@ from pathlib import Path
 
 from ..jms.errors import JMSException
 from ..props import BrokerProperties
-from ..transform import TRANSFORMER_PATH_PROPERTY, MessageTransformer, load_transformer, transformer_path
+from ..transform import (
+    TRANSFORMER_PATH_PROPERTY,
+    MessageTransformer,
+    TransformerInspection,
+    inspect_transformer,
+    load_transformer,
+    transformer_path,
+)
 from .config import BridgeConfig
 
 WHERE_TRANSFORMERS_ARE = (
@@ -61,5 +70,17 @@ def load_configured_transformer(class_path: str, owner: str,
     owner, the cause and where the class has to be when it cannot be loaded."""
     try:
         return load_transformer(class_path, search_path)
+    except JMSException as exc:
+        raise JMSException(f"{owner}: {exc}; {WHERE_TRANSFORMERS_ARE}") from exc
+
+
+def inspect_configured_transformer(class_path: str, owner: str,
+                                   search_path: Sequence[str | os.PathLike[str]] | None = None
+                                   ) -> TransformerInspection:
+    """The transformer ``owner`` names checked as a start would load it, without importing
+    its module where the source can say (transform.inspect_transformer); a JMSException
+    as load_configured_transformer's when it is no transformer a start could use."""
+    try:
+        return inspect_transformer(class_path, search_path)
     except JMSException as exc:
         raise JMSException(f"{owner}: {exc}; {WHERE_TRANSFORMERS_ARE}") from exc

@@ -52,6 +52,7 @@ log = logging.getLogger("imq.bridge.stomp.server")  # the STOMP bridge's log: br
 
 SERVICE = "stomp"
 TLS_SERVICE = "sslstomp"  # as the port mapper names jms / ssljms
+TLS_PROPS = "imq.bridge.stomp.tls"
 WRITE_BUFFER_HIGH = 256 * 1024
 
 
@@ -77,9 +78,8 @@ class StompConfig:
 
     @classmethod
     def from_props(cls, props: BrokerProperties) -> StompConfig:
-        """imq.bridge.stomp.*; TLS files default to <instance>/etc/stomp-{cert,key,ca}.pem."""
+        """imq.bridge.stomp.* (the TLS files: tls.certfile, tls.keyfile, tls.cafile)."""
         s = props.stomp
-        etc = props.instance_dir / "etc"
         transformer = None
         if s.message_transformer:
             path = s.message_transformer
@@ -92,27 +92,50 @@ class StompConfig:
         return cls(hostname=s.hostname, tcp_enabled=s.tcp_enabled, tcp_port=s.tcp_port,
                    tls_enabled=s.tls_enabled, tls_port=s.tls_port,
                    tls_require_client_auth=s.tls_require_client_auth,
-                   tls_certfile=etc / "stomp-cert.pem", tls_keyfile=etc / "stomp-key.pem",
-                   tls_cafile=etc / "stomp-ca.pem",
+                   tls_certfile=_path(s.tls_certfile), tls_keyfile=_path(s.tls_keyfile),
+                   tls_cafile=_path(s.tls_cafile),
                    session=SessionConfig(consumer_flow_limit=s.consumer_flow_limit,
                                          transformer=transformer,
                                          invalid_header_names=s.invalid_header_names))
 
     def tls_context(self) -> ssl.SSLContext:
+        """The TLS port's server context; StompBridgeError names the property and the file
+        that cannot be used."""
         if self.tls_certfile is None:
-            raise StompBridgeError("TLS is enabled but no certificate file is configured")
+            raise StompBridgeError(f"{TLS_PROPS}.enabled is true but {TLS_PROPS}.certfile is not set "
+                                   "(imqbridgemgr keytool makes a key and certificate)")
+        files = [("certfile", self.tls_certfile), ("keyfile", self.tls_keyfile)]
+        if self.tls_require_client_auth:
+            if self.tls_cafile is None:
+                raise StompBridgeError(f"{TLS_PROPS}.requireClientAuth is true but {TLS_PROPS}.cafile "
+                                       "is not set")
+            files.append(("cafile", self.tls_cafile))
+        for key, path in files:
+            if path is not None:
+                try:
+                    with open(path, "rb"):
+                        pass
+                except OSError as exc:
+                    raise StompBridgeError(f"{TLS_PROPS}.{key}: cannot read {path}: {exc.strerror}") from None
         ctx = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
         try:
-            ctx.load_cert_chain(self.tls_certfile, self.tls_keyfile if self.tls_keyfile and
-                                Path(self.tls_keyfile).exists() else None)
-            if self.tls_require_client_auth:
-                if self.tls_cafile is None:
-                    raise StompBridgeError("tls.requireClientAuth is true but no CA file is configured")
+            ctx.load_cert_chain(self.tls_certfile, self.tls_keyfile)
+        except ssl.SSLError as exc:
+            named = f"{TLS_PROPS}.certfile {self.tls_certfile}" + (
+                f" and {TLS_PROPS}.keyfile {self.tls_keyfile}" if self.tls_keyfile else "")
+            raise StompBridgeError(f"{named}: not a PEM certificate chain and its private key ({exc})") from None
+        if self.tls_require_client_auth:
+            try:
                 ctx.load_verify_locations(self.tls_cafile)
-                ctx.verify_mode = ssl.CERT_REQUIRED
-        except (OSError, ssl.SSLError) as exc:
-            raise StompBridgeError(f"cannot set up TLS from {self.tls_certfile}: {exc}") from exc
+            except ssl.SSLError as exc:
+                raise StompBridgeError(f"{TLS_PROPS}.cafile {self.tls_cafile}: no PEM CA certificates "
+                                       f"({exc})") from None
+            ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
+
+
+def _path(value: str | None) -> Path | None:
+    return Path(value) if value else None
 
 
 class Inbox:

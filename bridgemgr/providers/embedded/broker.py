@@ -1231,16 +1231,25 @@ class Broker:
             log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason,
                      extra=COUNTED)  # a flood of them: counted lines in the service log
 
+    def browsable(self, queue: Queue) -> None:
+        """InvalidDestinationException unless ``queue`` can be browsed now (a browser's
+        creation: it fails there, not when first iterated)."""
+        with self.lock:
+            self._browsed_queue(queue)
+
+    def _browsed_queue(self, queue: Queue) -> MessageQueue:
+        if queue.is_temporary:
+            mq = self.temporary.get(queue.name)
+            if mq is None:
+                raise InvalidDestinationException(f"{queue} no longer exists")
+            return mq
+        return self._queue(queue.name)
+
     def browse(self, queue: Queue, selector: Selector | None) -> Iterator[Message]:
         """The queue's waiting messages: those in memory (a snapshot taken now), then
         the paged-out ones, read a chunk at a time as the caller iterates."""
         with self.lock:
-            if queue.is_temporary:
-                mq = self.temporary.get(queue.name)
-                if mq is None:
-                    raise InvalidDestinationException(f"{queue} no longer exists")
-            else:
-                mq = self._queue(queue.name)
+            mq = self._browsed_queue(queue)
             now = now_ms()
             window = [_browsed(env) for env in mq.browse()
                       if not env.expired(now) and (selector is None or selector.matches(env.message))]

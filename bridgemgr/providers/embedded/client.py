@@ -302,7 +302,9 @@ class EmbeddedSession(Session):
         self._check_open()
         if not isinstance(queue, Queue):
             raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
-        return EmbeddedBrowser(self, queue, selector)
+        browser = EmbeddedBrowser(self, queue, selector)
+        self.broker.browsable(queue)
+        return browser
 
     # --- the data path --------------------------------------------------------------------
     def _work_now(self) -> Work | None:

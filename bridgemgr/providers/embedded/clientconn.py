@@ -532,7 +532,7 @@ class ClientConnection:
             "instance": self.broker.instance_name, "rm_id": self.broker.rm_id,
             "provider": Broker.provider_name, "version": __version__, "protocol": wire.VERSION,
             "heartbeat_ms": int(self.interval * 1000), "max_frame": self.max_frame,
-            "prefetch_bytes": True}))
+            "prefetch_bytes": True, "browser": True}))
         self.state = State.OPEN
         self._process()
 
@@ -768,6 +768,13 @@ class ClientConnection:
         ticket = session.s.commit_no_wait()
         return _durable(ticket)
 
+    def _browser(self, sid: int, queue: Queue, selector: str | None) -> None:
+        """Session.create_browser: refused here, at creation, not when first iterated."""
+        session = self._session(sid).s
+        session._check_open()
+        self._check("browse", queue)
+        session.create_browser(queue, selector).close()
+
     def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()
         self._check("browse", queue)
@@ -856,6 +863,7 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
     wire.Op.RECOVER: ClientConnection._recover,
     wire.Op.COMMIT: ClientConnection._commit,
     wire.Op.ROLLBACK: ClientConnection._rollback,
+    wire.Op.BROWSER: ClientConnection._browser,
     wire.Op.BROWSE: ClientConnection._browse,
     wire.Op.BROWSE_MORE: ClientConnection._browse_more,
     wire.Op.BROWSE_CLOSE: ClientConnection._browse_close,

@@ -430,6 +430,8 @@ class RemoteSession(Session):
         if not isinstance(queue, Queue):
             raise InvalidDestinationException(f"only queues can be browsed, not {queue!r}")
         compile_selector(selector)
+        if self.connection.channel.welcome.get("browser"):  # a service that checks at creation
+            self.connection.request(wire.Op.BROWSER, self.sid, queue, selector)
         return RemoteBrowser(self, queue, selector)
 
     # --- the data path -------------------------------------------------------------------------------

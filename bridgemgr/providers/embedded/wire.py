@@ -117,6 +117,7 @@ class Op(IntEnum):
     PULL = 31
     GROUP_CONSUMER = 32
     ACK_OLDEST = 33
+    BROWSER = 34
 
 
 _KINDS = {int(k): k for k in Kind}
@@ -167,6 +168,7 @@ ARGS: dict[Op, tuple[Any, ...]] = {
     Op.RECOVER: (int,),
     Op.COMMIT: (int,),
     Op.ROLLBACK: (int,),
+    Op.BROWSER: (int, Queue, OptStr),                  # session, queue, selector: may it browse?
     Op.BROWSE: (int, Queue, OptStr),
     Op.BROWSE_MORE: (int,),
     Op.BROWSE_CLOSE: (int,),
