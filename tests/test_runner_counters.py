@@ -77,6 +77,16 @@ def test_a_runner_keeps_the_counters_of_its_own_kind_only():
     assert again.counters is link.counters
 
 
+def test_an_ended_workers_counts_stay_but_not_its_rate():
+    counters = ParallelCounters()
+    report = {**LinkCounters(transferred=120).snapshot(), "rate": 2.0}
+    counters.report(0, report)
+    counters.report(1, {**report, "transferred": 60, "rate": 1.0})
+    assert (counters.snapshot()["transferred"], counters.snapshot()["rate"]) == (180, 3.0)
+    counters.worker_ended(0)  # stopped: it transfers nothing any more
+    assert (counters.snapshot()["transferred"], counters.snapshot()["rate"]) == (180, 1.0)
+
+
 def test_restarts_from_many_threads_are_counted_exactly():
     counters = SharedCounters()
     threads, each = 8, 5000

@@ -57,10 +57,12 @@ class ParallelCounters(SharedCounters):
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             own = super().snapshot()
-            parts = [*self.ended, *self.live.values()]
+            live = list(self.live.values())
+            parts = [*self.ended, *live]
         for key in ("received", "transferred", "consumed_only", "to_dmq", "dmq_lost", "redelivered",
-                    "rolled_back", "reconnects", "rate"):
-            own[key] = round(own[key] + sum(p.get(key, 0) for p in parts), 3)
+                    "rolled_back", "reconnects"):
+            own[key] += sum(p.get(key, 0) for p in parts)
+        own["rate"] = round(own["rate"] + sum(p.get("rate", 0) for p in live), 3)  # not an ended one's
         reasons: dict[str, int] = dict(own["dmq_reasons"])
         buckets = [0] * (len(LATENCY_BOUNDS_MS) + 1)
         total_ms = 0
