@@ -10,6 +10,7 @@ types depends on it); inside a package it does not make a cycle, since nothing r
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -304,3 +305,22 @@ def test_nothing_outside_the_embedded_broker_touches_its_internals():
     gone = sorted(f"{module}: {what}" for module, what in ALLOWLIST if (module, what) not in found)
     assert not gone, ("allowlisted imports of the host broker's internals that are gone; "
                       "remove them from ALLOWLIST:\n" + "\n".join(gone))
+
+
+# A threading Lock, RLock or Condition made on a line that is no comment.
+LOCK_MADE = re.compile(r"^[^#\n]*\bthreading\.(?:Lock|RLock|Condition)\(", re.MULTILINE)
+
+
+def _modules_with_locks() -> set[str]:
+    """Every module (its path below bridgemgr/) that makes a threading lock or condition."""
+    return {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
+            if LOCK_MADE.search(path.read_text(encoding="utf-8"))}
+
+
+def test_threads_and_locks_names_every_module_with_a_lock():
+    text = (ROOT / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Threads and locks", 1)[1].split("\n## ", 1)[0]
+    modules = _modules_with_locks()
+    assert len(modules) > 30  # the walk found them
+    missing = sorted(m for m in modules if f"`{m}`" not in section)
+    assert not missing, f"docs/architecture.md, Threads and locks: add the locks of {missing}"

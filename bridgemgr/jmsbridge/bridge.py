@@ -22,7 +22,8 @@
 # every pooled and shared connection is back, and closes them. A housekeeping thread closes
 # pooled connections past their idle timeout. Link commands are legal only while the
 # bridge is STARTED; every command checks the state tables of states.py. Per-link
-# counters outlive restarts, for the admin `list` and metrics.
+# counters outlive restarts, for the admin `list` and metrics: each start hands the link's
+# counters to its runner, which keeps them when they are of its kind (runners.py).
 """A JMS bridge: lifecycle, its links, connections and DMQs, and its log."""
 
 from __future__ import annotations
@@ -397,10 +398,11 @@ class JMSBridge:
                 window_bytes=(link.window_bytes if link.window_bytes is not None
                               else bridge_props.link_window_bytes if bridge_props
                               else LINK_WINDOW_BYTES),
-                parallelism=self._parallelism(config, link, txn.transacted, destinations))
+                parallelism=self._parallelism(config, link, txn.transacted, destinations),
+                counters=self._counters.get(link.name))
             runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
                                   setup)(setup, context)
-            runner.counters = self._counters.setdefault(link.name, runner.counters)
+            self._counters[link.name] = runner.counters  # those of its last start, if of its kind
             self._links[link.name] = runner
         self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
                                               daemon=True, name=f"bridge {self.name} housekeeping")

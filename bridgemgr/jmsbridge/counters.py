@@ -9,11 +9,15 @@
 # current_error is what keeps the link from moving now (a lost connection, a resource
 # manager down, its in-doubt transactions waiting): set by trouble(), cleared once the
 # link is connected again.
+# A runner whose counters several threads write (the parallel runner's reader and settle
+# threads, the Spark runner's command and watcher threads) uses SharedCounters: every
+# write and snapshot() under its lock. A snapshot never changes the counters.
 """Per-link counters: received, transferred, to the DMQ (per reason), last error,
 latency histogram and rate."""
 
 from __future__ import annotations
 
+import threading
 import time
 from bisect import bisect_left
 from collections import Counter
@@ -103,3 +107,31 @@ class LinkCounters:
             "latency_ms": {"bounds": list(LATENCY_BOUNDS_MS), "buckets": list(self.latency_buckets),
                            "sum": self.latency_sum_ms},
         }
+
+
+class SharedCounters(LinkCounters):
+    """Counters that more than one thread writes: every write (here and in subclasses)
+    and snapshot() take ``lock``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.RLock()
+
+    def error(self, text: str) -> None:
+        with self.lock:
+            super().error(text)
+
+    def trouble(self, text: str) -> None:
+        with self.lock:
+            super().trouble(text)
+
+    def restarted(self, text: str) -> None:
+        """The runner started a failed part again (a worker, a query): one reconnect and
+        its error."""
+        with self.lock:
+            self.reconnects += 1
+            super().error(text)
+
+    def snapshot(self) -> dict[str, Any]:
+        with self.lock:
+            return super().snapshot()

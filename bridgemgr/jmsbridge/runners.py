@@ -6,6 +6,10 @@
 # is configured with runner=spark, so jmsbridge never imports spark. Both runners share
 # RunnerBase: identity, state, counters, and the command step that checks the link state
 # table (states.py) before the runner's own _on_start/_on_stop/_on_pause/_on_resume.
+# Counters belong to the runner kind (new_counters): the bridge hands a link's counters of
+# its last start to the next runner (LinkSetup.counters), which keeps them only when they
+# are of its own kind, so they outlive restarts but not a change of runner (a SIGHUP that
+# changed the runner or the parallelism of a stopped bridge): those count from zero.
 """Link runners: what a bridge runs a link with, registered by name, and their shared part."""
 
 from __future__ import annotations
@@ -65,6 +69,7 @@ class LinkSetup:
     window: int = 1                         # confirm window (link.py), non-transacted links
     window_bytes: int = -1                  # bytes that fill a unit and window (link.py); -1: no bound
     parallelism: int = 1                    # worker processes (imq.bridge.<name>.link.<link>.parallelism)
+    counters: LinkCounters | None = None    # the link's of its last start: kept by a runner of that kind
 
     @property
     def source_label(self) -> str:
@@ -154,7 +159,19 @@ class RunnerBase(ABC):
         self.tuning = tuning
         self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
                                    LINK_TRANSITIONS, State.STOPPED)
-        self.counters = LinkCounters()
+        self.counters = self._counters(setup.counters)
+
+    def new_counters(self) -> LinkCounters:
+        """Counters of this runner's kind (the local runner's: its thread is their one writer)."""
+        return LinkCounters()
+
+    def _counters(self, previous: LinkCounters | None) -> LinkCounters:
+        """``previous`` (the link's counters of its last start) when they are of this
+        runner's kind, so that they outlive restarts; else new ones: a runner counts in
+        its own way (a thread's increments, workers' reports, a stats file), and counters
+        of another kind would drop what it counts."""
+        fresh = self.new_counters()
+        return previous if previous is not None and type(previous) is type(fresh) else fresh
 
     @property
     def state(self) -> State:

@@ -9,6 +9,10 @@
 # worker that ended stays counted). A worker that dies while the link is STARTED is
 # started again after a backoff; what it had not acknowledged comes back from the
 # source to the others (at-least-once, as the local runner across a crash).
+# The link's _lock guards its workers and what it wants; a command takes it to send to
+# the workers and waits for them without it (its settle thread may stop the link, a
+# reader thread start a worker again: both take it). ParallelCounters are written by the
+# reader and settle threads, each write under the counters' own lock.
 """The parallel link runner: worker processes, each running the link (worker.py)."""
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..jmsbridge.counters import LATENCY_BOUNDS_MS, LinkCounters
+from ..jmsbridge.counters import LATENCY_BOUNDS_MS, SharedCounters
 from ..jmsbridge.runners import PARALLEL, LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
 from .worker import WorkerOptions
@@ -31,12 +35,12 @@ from .worker import WorkerOptions
 ROOT = Path(__file__).resolve().parents[2]  # the folder holding the bridgemgr package
 
 
-class ParallelCounters(LinkCounters):
-    """The workers' counters summed: their last reports, plus those of ended workers."""
+class ParallelCounters(SharedCounters):
+    """The workers' counters summed: their last reports, plus those of ended workers;
+    the link's own (restarts, errors) are written by its reader and settle threads."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.lock = threading.Lock()
         self.live: dict[int, dict[str, Any]] = {}   # worker index -> its last snapshot
         self.ended: list[dict[str, Any]] = []
 
@@ -51,12 +55,14 @@ class ParallelCounters(LinkCounters):
                 self.ended.append(last)
 
     def snapshot(self) -> dict[str, Any]:
-        own = super().snapshot()
         with self.lock:
-            parts = [*self.ended, *self.live.values()]
+            own = super().snapshot()
+            live = list(self.live.values())
+            parts = [*self.ended, *live]
         for key in ("received", "transferred", "consumed_only", "to_dmq", "dmq_lost", "redelivered",
-                    "rolled_back", "reconnects", "rate"):
-            own[key] = round(own[key] + sum(p.get(key, 0) for p in parts), 3)
+                    "rolled_back", "reconnects"):
+            own[key] += sum(p.get(key, 0) for p in parts)
+        own["rate"] = round(own["rate"] + sum(p.get("rate", 0) for p in live), 3)  # not an ended one's
         reasons: dict[str, int] = dict(own["dmq_reasons"])
         buckets = [0] * (len(LATENCY_BOUNDS_MS) + 1)
         total_ms = 0
@@ -107,9 +113,7 @@ class _Worker:
                 level, text = item["log"]
                 log.log(level, "link %s worker %d: %s", self.link.name, self.index, text)
             if "counters" in item:
-                counters = self.link.counters
-                if isinstance(counters, ParallelCounters):
-                    counters.report(self.index, item["counters"])
+                self.link.totals.report(self.index, item["counters"])
             if "state" in item or "error" in item:
                 with self.changed:
                     self.state = item.get("state", self.state)
@@ -119,8 +123,7 @@ class _Worker:
         with self.changed:
             self.state = None
             self.changed.notify_all()
-        if isinstance(self.link.counters, ParallelCounters):
-            self.link.counters.worker_ended(self.index)
+        self.link.totals.worker_ended(self.index)
         self.link.worker_exited(self)
 
     def command(self, text: str) -> None:
@@ -167,16 +170,22 @@ class ParallelLink(RunnerBase):
     def __init__(self, setup: LinkSetup, base: WorkerOptions, log: logging.Logger,
                  tuning: LinkTuning = LinkTuning()) -> None:
         super().__init__(setup, log, tuning)
+        assert isinstance(self.counters, ParallelCounters)  # new_counters' (or the last start's)
+        self.totals: ParallelCounters = self.counters
         self.base = base
-        self.counters: LinkCounters = ParallelCounters()
         self.workers: dict[int, _Worker] = {}
         self._want = State.STOPPED
         self._lock = threading.RLock()
+
+    def new_counters(self) -> ParallelCounters:
+        return ParallelCounters()
 
     def options(self, index: int) -> WorkerOptions:
         return WorkerOptions(**{**self.base.__dict__, "index": index})
 
     # --- commands (RunnerBase checked the state table) -----------------------------------------
+    # _lock guards workers and _want only: no command holds it while it waits for the
+    # workers, since _settle's stop() and the reader threads' worker_exited() take it.
     def _on_start(self, timeout: float | None) -> State:
         with self._lock:
             self._want = State.STARTED
@@ -185,17 +194,20 @@ class ParallelLink(RunnerBase):
                     self.workers[i] = _Worker(self, i)
             self.log.info("link %s runs on %d worker processes (%s -> %s)", self.name, len(self.workers),
                           self.setup.source_label, self.setup.target_label)
-            return self._all(State.STARTING, State.STARTED, None, timeout)
+            self._all(State.STARTING, State.STARTED, None)
+        return self._until(State.STARTED, timeout)
 
     def _on_resume(self, timeout: float | None) -> State:
         with self._lock:
             self._want = State.STARTED
-            return self._all(State.RESUMING, State.STARTED, "resume", timeout)
+            self._all(State.RESUMING, State.STARTED, "resume")
+        return self._until(State.STARTED, timeout)
 
     def _on_pause(self, timeout: float | None) -> State:
         with self._lock:
             self._want = State.PAUSED
-            return self._all(State.PAUSING, State.PAUSED, "pause", timeout)
+            self._all(State.PAUSING, State.PAUSED, "pause")
+        return self._until(State.PAUSED, timeout)
 
     def _on_stop(self, timeout: float | None) -> State:
         with self._lock:
@@ -207,16 +219,20 @@ class ParallelLink(RunnerBase):
         self.log.info("link %s stopped", self.name)
         return self.state
 
-    def _all(self, transient: State, state: State, command: str | None, timeout: float | None) -> State:
-        """Send ``command`` to every worker; the link is in ``state`` once each is (a
-        thread waits for them: start(0) returns at once, as the local runner's); a worker
-        that does not get there within the start timeout stops the link."""
+    def _all(self, transient: State, state: State, command: str | None) -> None:
+        """(Under _lock) send ``command`` to every worker; the link is in ``state`` once
+        each is (a thread waits for them); a worker that does not get there within the
+        start timeout stops the link."""
         workers = list(self.workers.values())
         for worker in workers:
             if command is not None:
                 worker.command(command)
         threading.Thread(target=self._settle, args=(workers, transient, state), daemon=True,
                          name=f"parallel link {self.bridge_name}/{self.name} {state.value}").start()
+
+    def _until(self, state: State, timeout: float | None) -> State:
+        """A command's wait (not under _lock): until the link is in ``state`` or stopped
+        (start(0) returns at once, as the local runner's)."""
         return self.lifecycle.wait_for({state, State.STOPPED}, self._wait(timeout))
 
     def _settle(self, workers: list[_Worker], transient: State, state: State) -> None:
@@ -239,9 +255,8 @@ class ParallelLink(RunnerBase):
             if self.workers.get(worker.index) is not worker or self._want is not State.STARTED \
                     or self.state is not State.STARTED:
                 return
-        self.counters.reconnects += 1
-        self.counters.error(f"worker {worker.index} ended (exit code {worker.proc.returncode}): "
-                            f"{worker.error or 'no error reported'}")
+        self.totals.restarted(f"worker {worker.index} ended (exit code {worker.proc.returncode}): "
+                              f"{worker.error or 'no error reported'}")
         self.log.warning("link %s: worker %d ended (exit code %s); starting it again", self.name,
                          worker.index, worker.proc.returncode)
         time.sleep(self.tuning.backoff_max)

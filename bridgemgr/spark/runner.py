@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 from ..backoff import backoff_delay
 from ..extras import require
 from ..jms.hostbroker import HostBroker, Principal
-from ..jmsbridge.counters import RATE_WINDOW, LinkCounters
+from ..jmsbridge.counters import RATE_WINDOW, SharedCounters
 from ..jmsbridge.runners import LinkSetup, LinkTuning, RunnerBase, RunnerContext, register_link_runner
 from ..jmsbridge.states import State
 from ..private import private_dir
@@ -171,32 +171,32 @@ def stats_totals(stats: str | Path, now: float | None = None) -> dict[str, Any]:
     return totals
 
 
-class SparkCounters(LinkCounters):
+class SparkCounters(SharedCounters):
     """A Spark link's counters: what the sink's commits recorded in the stats file (they
-    survive restarts), plus the runner's own (errors, restarts)."""
+    survive restarts), plus the runner's own (errors, restarts; written by its command
+    and watcher threads). A snapshot reads the file and changes nothing: the totals it
+    read replace the last ones as one value, for a snapshot that cannot read the file."""
 
     def __init__(self, stats: str) -> None:
         super().__init__()
         self.stats = stats
-        self._recent = 0  # transferred by the batches of the last RATE_WINDOW s
+        self._totals: dict[str, Any] | None = None  # the stats file as last read
 
     def snapshot(self) -> dict[str, Any]:
+        totals: dict[str, Any] | None
         try:
-            totals = stats_totals(self.stats)
+            self._totals = totals = stats_totals(self.stats)
         except OSError:  # `list link` still answers (the counters as they were)
-            return super().snapshot()
-        self.received, self.transferred = totals["rows"], totals["transferred"]
-        self.consumed_only, self.to_dmq = totals["consumed_only"], totals["to_dmq"]
-        self.dmq_lost = totals["dmq_lost"]
-        self.dmq_reasons.clear()
-        self.dmq_reasons.update(totals["reasons"])
-        self.last_transfer_at, self._recent = totals["last_transfer_at"], totals["recent"]
-        return super().snapshot()
-
-    def rate(self, now: float | None = None) -> float:
-        """Transfers per second over the last RATE_WINDOW s, from the batches' commit
-        times (as of the last snapshot)."""
-        return self._recent / RATE_WINDOW
+            totals = self._totals
+        own = super().snapshot()
+        if totals is None:
+            return own
+        own.update(received=totals["rows"], transferred=totals["transferred"],
+                   consumed_only=totals["consumed_only"], to_dmq=totals["to_dmq"],
+                   dmq_lost=totals["dmq_lost"], dmq_reasons=dict(totals["reasons"]),
+                   last_transfer_at=totals["last_transfer_at"],
+                   rate=round(totals["recent"] / RATE_WINDOW, 3))
+        return own
 
 
 class SparkLink(RunnerBase):
@@ -208,18 +208,20 @@ class SparkLink(RunnerBase):
                  log: logging.Logger, props: BrokerProperties | None = None,
                  tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None,
                  host: HostBroker | None = None) -> None:
+        self.options = options  # before RunnerBase's __init__: new_counters() reads it
         super().__init__(setup, log, tuning)
         self.host = host  # the service's host broker: the backlog of a source queue there
-        self.options = options
         self.checkpoint = checkpoint
         self.props = props
-        self.counters: LinkCounters = SparkCounters(options.stats)
         self._spark = spark
         self._query: StreamingQuery | None = None
         self._want = State.STOPPED
         self._lock = threading.RLock()   # query start/stop
         self._wake = threading.Event()   # a command for the watcher's backoff
         self._runs = 0                   # which start/resume the current watcher serves
+
+    def new_counters(self) -> SparkCounters:
+        return SparkCounters(self.options.stats)
 
     # --- commands (RunnerBase checked the state table) -----------------------------------------
     def _on_start(self, timeout: float | None) -> State:
@@ -334,8 +336,7 @@ class SparkLink(RunnerBase):
                 now_committed = stats_totals(self.options.stats)["batches"]
                 failures = 1 if now_committed > committed else failures + 1
                 committed = now_committed
-                self.counters.reconnects += 1
-                self._failed(f"Spark query failed: {error}")
+                self._failed(f"Spark query failed: {error}", restart=True)
                 halted = "LinkHalted" in error
                 if halted or failures > RESTARTS:
                     self.log.error("link %s stops: %s", self.name,
@@ -382,9 +383,15 @@ class SparkLink(RunnerBase):
         self.lifecycle.set(State.STOPPED)
         return False
 
-    def _failed(self, text: str) -> None:
-        """The whole text (Spark's stack traces) to the log; one line to `list link`."""
-        self.counters.error(one_line(text))
+    def _failed(self, text: str, restart: bool = False) -> None:
+        """The whole text (Spark's stack traces) to the log; one line to `list link`
+        (``restart``: counted as a reconnect too)."""
+        counters = self.counters
+        assert isinstance(counters, SharedCounters)  # written by command and watcher threads
+        if restart:
+            counters.restarted(one_line(text))
+        else:
+            counters.error(one_line(text))
         self.log.error("link %s: %s", self.name, text[:20000])
 
     # --- what `list link` shows -----------------------------------------------------------------
