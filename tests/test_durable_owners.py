@@ -13,6 +13,8 @@ import sqlite3
 import time
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from bridgemgr.accesscontrol import AccessControl, AccessControlError, AccessControls, AccessRules
 from bridgemgr.jms import TextMessage, Topic
@@ -63,6 +65,20 @@ def test_durable_rules_parse_and_decide_on_clientid_dot_name():
     assert not rules.decide("mallory", frozenset(), "durable", f"{CID}.{SUB}", "consume")
     assert rules.decide("x", frozenset({"admin"}), "durable", "any.thing", "unsubscribe")
     assert AccessRules.parse(rules.text(), "again") == rules
+
+
+PART = st.text(st.sampled_from("abcXY_-"), min_size=1, max_size=6)
+
+
+@given(PART, PART, PART, PART)
+def test_a_durable_rule_grants_the_subscription_it_names_and_no_other(cid, name, other_cid, other_name):
+    rules = AccessRules.parse(f"version=JMQFileAccessControlModel/100\n"
+                              f"durable.{cid}.{name}.consume.allow.user=auditor\n", "acl")
+    assert rules.decide("auditor", frozenset(), "durable", f"{cid}.{name}", "consume")
+    assert not rules.decide("auditor", frozenset(), "durable", f"{cid}.{name}", "unsubscribe")
+    assert not rules.decide("mallory", frozenset(), "durable", f"{cid}.{name}", "consume")
+    assert rules.decide("auditor", frozenset(), "durable", f"{other_cid}.{other_name}", "consume") == (
+        (other_cid, other_name) == (cid, name))
 
 
 @pytest.mark.parametrize("line, why", [
