@@ -1,7 +1,7 @@
 # How it works: a durable subscription records the user who made it (Subscription.owner,
 # the store's subs.owner). Wherever one is attached to or removed (the broker's
 # durable_queue and unsubscribe, so every front end: in process, STOMP, the jms service),
-# the broker asks check_owner with its lock held. The owner passes; so do the bridge
+# the broker asks DurableOwners.check with its lock held. The owner passes; so do the bridge
 # service's own connections (reserve.py), logged when the subscription is another user's.
 # Anyone else needs the connection's durable_override (set by the front end that
 # authenticated it: accesscontrol.durable_override, admins and the access control file's
@@ -68,7 +68,8 @@ class DurableOwners:
                 self._logged.add(key)
         if first:
             log.warning("refused: user %r may not %s %s, owned by %s", user, action, what, _shown(owner))
-        whose = "owned by another user" if owner is not None else "not claimed yet (only an admin may remove it)"
+        whose = ("owned by another user" if owner is not None
+                 else "not claimed yet (only an admin or a granted user may remove it)")
         raise JMSSecurityException(f"{what} is {whose}: user {user!r} may not {action} it")
 
 
