@@ -4,6 +4,7 @@
 #     connection.<NORMAL|ADMIN|*>.<allow|deny>.<user|group>
 #     queue.<name|*>.<produce|consume|browse>.<allow|deny>.<user|group>
 #     topic.<name|*>.<produce|consume>.<allow|deny>.<user|group>
+#     durable.<clientid>.<name>.<consume|unsubscribe>.<allow|deny>.<user|group>
 #     queue.create.<allow|deny>.<user|group>     (auto-create; topic.create likewise)
 # and its value lists principals separated by commas, * meaning every user (or group).
 #
@@ -15,6 +16,12 @@
 # over one for any of the user's groups, which wins over user=*, which wins over group=*
 # (the latter only for a user in some group); allow and deny for the same principal cancel
 # out. Nothing decided is denied. These are the original's rules (its JMQFileAccessControlModel).
+#
+# durable rules are ours: a durable subscription belongs to the user who made it (the host
+# broker checks that), and these rules let other users attach to (consume) or remove
+# (unsubscribe) one; the name they decide on is "<clientid>.<name>", * patterns as for
+# destinations. Admins (group admin, or allowed connection.ADMIN) need no rule
+# (durable_override).
 #
 # AccessControl is the one decision point of one connection service (jms, stomp, admin):
 # every front end asks it, with the authenticated Principal. Decisions are cached per
@@ -56,8 +63,9 @@ SERVICE_TYPES = {"jms": "NORMAL", "stomp": "NORMAL", "admin": "ADMIN"}
 ADMIN_GROUP = "admin"
 ALL = "*"
 
-RESOURCES = ("connection", "queue", "topic")
-OPERATIONS = {"queue": ("produce", "consume", "browse"), "topic": ("produce", "consume")}
+RESOURCES = ("connection", "queue", "topic", "durable")
+OPERATIONS = {"queue": ("produce", "consume", "browse"), "topic": ("produce", "consume"),
+              "durable": ("consume", "unsubscribe")}
 CREATE = "create"
 ACCESSES = ("allow", "deny")
 PRINCIPAL_TYPES = ("user", "group")
@@ -104,7 +112,7 @@ def parse_key(key: str) -> RuleKey:
             raise ValueError(f"a connection rule names the service type {', '.join(CONNECTION_TYPES)}, "
                              f"not {'.'.join(parts[1:-2])!r}")
         return RuleKey(resource, parts[1], None, access, ptype)
-    if len(parts) == 4:
+    if len(parts) == 4 and resource != "durable":
         if parts[1] != CREATE:
             raise ValueError(f"{resource} rules need an operation ({', '.join(OPERATIONS[resource])}), "
                              f"or are {resource}.create rules")
@@ -114,6 +122,8 @@ def parse_key(key: str) -> RuleKey:
         raise ValueError(f"{resource} operation {operation!r} is not one of {', '.join(OPERATIONS[resource])}")
     if not name or "" in parts[1:-3]:
         raise ValueError(f"{name!r} is not a destination name")
+    if resource == "durable" and len(parts) < 6 and name != ALL:
+        raise ValueError(f"{name!r} does not name a subscription as <clientid>.<name> (or with *)")
     return RuleKey(resource, name, operation, access, ptype)
 
 
@@ -374,6 +384,15 @@ class AccessControl:
         if not autocreate:
             self._passed.add(key)
 
+    def is_admin(self, principal: Principal) -> bool:
+        """May ``principal`` connect to the admin service (connection.ADMIN)?"""
+        return self.allowed(principal, "connection", "ADMIN", None)
+
+    def grants_durable(self, principal: Principal, client_id: str, name: str, operation: str) -> bool:
+        """Does a durable rule let ``principal`` ``operation`` (consume, unsubscribe) the
+        durable subscription ``name`` of ``client_id`` that another user owns?"""
+        return self.allowed(principal, "durable", f"{client_id}.{name}", operation)
+
     def _refused(self, principal: Principal, operation: str, what: str) -> None:
         key = (principal.user, operation, what)
         if key in self._logged:
@@ -383,6 +402,20 @@ class AccessControl:
         self._logged.add(key)
         log.warning("access denied: user %r may not %s %s (%s service, from %s)", principal.user, operation,
                     what, self.service, principal.address or "this process")
+
+
+def durable_override(control: AccessControl | None, principal: Principal, client_id: str, name: str,
+                     operation: str) -> str | None:
+    """Why ``principal`` may ``operation`` (consume, unsubscribe) a durable subscription
+    another user owns, said for the log: an admin (group admin, or connection.ADMIN in
+    ``control``'s file), or a durable rule of ``control``'s file; None: they may not."""
+    if principal.user is None or principal.user == ALL or ALL in principal.groups:
+        return None
+    if ADMIN_GROUP in principal.groups or (control is not None and control.is_admin(principal)):
+        return "an admin"
+    if control is not None and control.grants_durable(principal, client_id, name, operation):
+        return f"granted by {control.path}"
+    return None
 
 
 class AccessControls(dict[str | None, AccessControl]):

@@ -121,10 +121,13 @@ PRINCIPALS = st.frozensets(st.text(st.sampled_from("abcdefg*"), min_size=1, max_
 
 @st.composite
 def rule_keys(draw) -> RuleKey:
-    resource = draw(st.sampled_from(["connection", "queue", "topic"]))
+    resource = draw(st.sampled_from(["connection", "queue", "topic", "durable"]))
     access, ptype = draw(st.sampled_from(["allow", "deny"])), draw(st.sampled_from(["user", "group"]))
     if resource == "connection":
         return RuleKey(resource, draw(st.sampled_from(["NORMAL", "ADMIN", "*"])), None, access, ptype)
+    if resource == "durable":  # <clientid>.<name>, or *
+        name = draw(st.just("*") | st.lists(NAME, min_size=2, max_size=3).map(".".join))
+        return RuleKey(resource, name, draw(st.sampled_from(["consume", "unsubscribe"])), access, ptype)
     if draw(st.booleans()):
         return RuleKey(resource, None, "create", access, ptype)
     ops = ["produce", "consume", "browse"] if resource == "queue" else ["produce", "consume"]

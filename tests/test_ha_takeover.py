@@ -214,6 +214,17 @@ def test_the_store_and_the_xa_log_fence_an_owner_that_was_taken_over(postgresql)
         b.leave()
 
 
+def subscription_owners(cluster: Cluster, brokerid: str) -> list[tuple[str, str, str | None]]:
+    """(client id, name, owner) of the durable subscriptions in ``brokerid``'s store."""
+    import psycopg
+
+    from bridgemgr.providers.embedded.cluster import instance_schema
+
+    with psycopg.connect(**cluster.postgresql.conninfo(cluster.database)) as db:
+        return db.execute(f'SELECT client_id, name, owner FROM "{instance_schema(cluster.clusterid, brokerid)}".subs'
+                          ).fetchall()
+
+
 def test_the_taker_serves_the_dead_instances_store_and_clients_fail_over(tmp_path, postgresql):
     from bridgemgr import connect_xa
     from bridgemgr.jms import TextMessage, Topic, xa
@@ -258,6 +269,7 @@ def test_the_taker_serves_the_dead_instances_store_and_clients_fail_over(tmp_pat
             assert [m.text for m in iter(lambda: news.receive(2), None)] == [f"n{i}" for i in range(20)]
             held = session.create_consumer(Queue("held"))
             assert [m.text for m in iter(lambda: held.receive(1), None)] == ["h1"]  # h0: the branch's
+        assert subscription_owners(cluster, "B") == [("c1", "d1", "admin")]  # its owner came along
         xconn = connect_xa(both, username="admin", password=PASSWORD)
         try:
             resource = xconn.create_xa_session().xa_resource

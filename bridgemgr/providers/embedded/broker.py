@@ -103,6 +103,7 @@ from ...jms.selector import Selector, compile_selector
 from ...jms.xa import Xid
 from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
+from .owners import DurableOwners, owner_name
 from .queues import (
     PACE_HIGH,
     PACE_LOW,
@@ -195,6 +196,7 @@ class Subscription:
     no_local: bool
     queue: MessageQueue
     active: Any = None  # the consumer, while one is open
+    owner: str | None = None  # the user who made it ("": no user; None: unknown, owners.py)
 
 
 class Broker:
@@ -239,6 +241,7 @@ class Broker:
         self.producers: collections.Counter[Destination] = collections.Counter()  # (metrics)
         self.client_ids: dict[str, Any] = {}
         self.reservations = Reservations()  # the bridge service's client ids and durables
+        self.owners = DurableOwners()  # who may attach to or remove a durable subscription
         self.branches: dict[Xid, Work] = {}
         # Two-phase commits made in memory that the store has not written yet (xid -> the
         # store ticket that writes it): still in doubt for xa_recover(), so a coordinator
@@ -290,8 +293,9 @@ class Broker:
         assert self.store is not None
         for qkey, cfg in rec.destinations.items():
             self.configured[qkey] = _limits_from_json(cfg)
-        for client_id, name, topic, selector, no_local in rec.subscriptions:
-            self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False)
+        for client_id, name, topic, selector, no_local, owner in rec.subscriptions:
+            self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False,
+                                    owner=owner)
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
         xids = {xid: Xid.parse(xid) for xid in rec.prepared}
         branches = {xid: Work(xids[xid], WorkState.PREPARED) for xid in rec.prepared}
@@ -1313,15 +1317,18 @@ class Broker:
         compiled = compile_selector(selector)
         with _NULL if locked else self.lock:
             sub = self.durable.get((client_id, name))
+            owner: str | None = owner_name(consumer.connection)
+            if sub is not None:
+                owner = self._check_owner(consumer.connection, sub, "subscribe to")
             if sub is not None and sub.active is not None:
                 raise IllegalStateException(
                     f"durable subscription {name!r} of client {client_id!r} already has an active subscriber")
             if sub is not None and (sub.topic != topic or sub.selector != selector or sub.no_local != no_local):
                 self._drop_subscription(sub)
                 sub = None
-            if sub is None:
+            if sub is None:  # (changed: it keeps its owner)
                 sub = self._make_subscription(client_id, name, topic, selector, no_local, persist=True,
-                                              compiled=compiled)
+                                              compiled=compiled, owner=owner)
             sub.active = consumer
             sub.queue.consumers.append(consumer)
             self.known_topics.add(topic.name)
@@ -1361,19 +1368,32 @@ class Broker:
             mq.consumers.append(consumer)
             return mq
 
+    def _check_owner(self, connection: Any, sub: Subscription, action: str) -> str | None:
+        """JMSSecurityException unless ``connection`` may ``action`` ``sub`` (owners.py; lock
+        held); an unowned one it attaches to becomes its user's. Returns the owner."""
+        claimed = self.owners.check(connection, sub.client_id, sub.name, sub.owner, action,
+                                    self.reservations.is_service(connection))
+        if claimed is not None:
+            sub.owner = claimed
+            if self.store is not None:
+                self.store.op("sub_put", sub.client_id, sub.name, sub.topic.name, sub.selector,
+                              int(sub.no_local), claimed)
+        return sub.owner
+
     def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
-                           no_local: bool, persist: bool, compiled: Selector | None = None) -> Subscription:
+                           no_local: bool, persist: bool, compiled: Selector | None = None,
+                           owner: str | None = None) -> Subscription:
         key = f"d:{client_id}\0{name}"
         mq = self._pages(MessageQueue(
             key, topic, durable=True,
             limits=self.configured.get(f"t:{topic.name}", self.default_limits),
             selector=compiled if compiled is not None else compile_selector(selector),
             no_local=no_local, topic=topic, usage=self.usage))
-        sub = Subscription(client_id, name, topic, selector, no_local, mq)
+        sub = Subscription(client_id, name, topic, selector, no_local, mq, owner=owner)
         self.durable[(client_id, name)] = sub
         self.topics.setdefault(topic.name, []).append(mq)
         if persist and self.store is not None:
-            self.store.op("sub_put", client_id, name, topic.name, selector, int(no_local))
+            self.store.op("sub_put", client_id, name, topic.name, selector, int(no_local), owner)
         return sub
 
     def _drop_subscription(self, sub: Subscription) -> None:
@@ -1397,6 +1417,7 @@ class Broker:
             sub = self.durable.get((client_id, name))
             if sub is None:
                 raise InvalidDestinationException(f"no durable subscription {name!r} for client {client_id!r}")
+            self._check_owner(connection, sub, "unsubscribe")
             if sub.active is not None:
                 raise IllegalStateException(f"durable subscription {name!r} has an active subscriber")
             if any(env.owner is not None for env in _owned(sub.queue, self)):

@@ -115,6 +115,9 @@ class EmbeddedConnection(XAConnection):
         self.broker = broker
         self.username = username
         self.service = False  # the bridge service's own: may use reserved client ids and durables
+        # (client id, name, operation) -> why this connection's user may use another user's
+        # durable subscription, None if not (owners.py); set by the front end that logged it in
+        self.durable_override: Callable[[str, str, str], str | None] | None = None
         self.started = False
         self.closed = False
         self.client_id_value: str | None = None

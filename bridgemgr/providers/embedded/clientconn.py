@@ -71,6 +71,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from ... import __version__
+from ...accesscontrol import durable_override
 from ...jms import codec, xa
 from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import (
@@ -523,6 +524,7 @@ class ClientConnection:
             self.fail(error)
             return
         conn.set_exception_listener(self._broker_gone)
+        conn.durable_override = partial(durable_override, self._access, ok)
         self.embedded, self.user, self.principal = conn, user, ok
         self._wire.open()
         mine, theirs = self.heartbeat, heartbeat_ms / 1000

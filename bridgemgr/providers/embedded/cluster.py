@@ -431,9 +431,12 @@ class HACluster:
                     f"FROM {t}.xa_acks k JOIN imq_adopt a ON a.old = k.seq RETURNING xid, seq")
         for xid, seq in sorted(cur.fetchall(), key=lambda r: r[1]):
             prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
-        cur.execute(f"INSERT INTO {o}.subs SELECT * FROM {t}.subs ON CONFLICT DO NOTHING "
-                    "RETURNING client_id, name, topic, selector, no_local")
-        subs = [(c, n, tp, sel, bool(nl)) for c, n, tp, sel, nl in cur.fetchall()]
+        # (a dead instance's store of schema version 1 has no owners: they stay unknown)
+        cur.execute(f"ALTER TABLE {t}.subs ADD COLUMN IF NOT EXISTS owner TEXT")
+        cur.execute(f"INSERT INTO {o}.subs(client_id, name, topic, selector, no_local, owner) "
+                    f"SELECT client_id, name, topic, selector, no_local, owner FROM {t}.subs "
+                    "ON CONFLICT DO NOTHING RETURNING client_id, name, topic, selector, no_local, owner")
+        subs = [(c, n, tp, sel, bool(nl), ow) for c, n, tp, sel, nl, ow in cur.fetchall()]
         cur.execute(f"INSERT INTO {o}.dests SELECT * FROM {t}.dests ON CONFLICT DO NOTHING "
                     "RETURNING qkey, config")
         dests: dict[str, dict[str, Any]] = {loaded_key(k): json.loads(v) for k, v in cur.fetchall()}

@@ -21,8 +21,10 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
+from ...accesscontrol import durable_override
 from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException
 from ...jms.hostbroker import (
@@ -184,6 +186,8 @@ class EmbeddedHostBroker(HostBroker):
         if self.access is not None:
             self.access.check_connection(principal)
         connection = self._factory.create_connection(principal.user)
+        control = self.access.get(principal.service) if self.access is not None else None
+        connection.durable_override = partial(durable_override, control, principal)
         try:
             if client_id:
                 connection.client_id = client_id

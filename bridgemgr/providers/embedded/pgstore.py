@@ -38,7 +38,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS msgs(seq BIGINT PRIMARY KEY, qkey TEXT NOT NULL, "
     "dcount INTEGER NOT NULL DEFAULT 0, blob BYTEA NOT NULL)",
     "CREATE TABLE IF NOT EXISTS subs(client_id TEXT NOT NULL, name TEXT NOT NULL, "
-    "topic TEXT NOT NULL, selector TEXT, no_local INTEGER NOT NULL, PRIMARY KEY(client_id, name))",
+    "topic TEXT NOT NULL, selector TEXT, no_local INTEGER NOT NULL, owner TEXT, "
+    "PRIMARY KEY(client_id, name))",
     "CREATE TABLE IF NOT EXISTS dests(qkey TEXT PRIMARY KEY, config TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL)",
     "CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq BIGINT NOT NULL, "
@@ -48,14 +49,16 @@ SCHEMA = (
     "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
     "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",
 )
+# from schema version -> statements (IF NOT EXISTS: an HA takeover may have added the column)
+UPGRADES = {"1": ("ALTER TABLE subs ADD COLUMN IF NOT EXISTS owner TEXT",)}
 PROBE_INTERVAL = 2.0  # seconds an idle store waits before it checks the database is there
 DISK_FULL = "53100"  # the SQLSTATE of a write the server had no space for
 # SQLite's INSERT OR REPLACE, said the PostgreSQL way.
 _PG_OPS = {**_OPS,
-           "sub_put": ("INSERT INTO subs(client_id, name, topic, selector, no_local) "
-                       "VALUES (?, ?, ?, ?, ?) ON CONFLICT (client_id, name) DO UPDATE SET "
+           "sub_put": ("INSERT INTO subs(client_id, name, topic, selector, no_local, owner) "
+                       "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (client_id, name) DO UPDATE SET "
                        "topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
-                       "no_local = EXCLUDED.no_local",),
+                       "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner",),
            "dest_put": ("INSERT INTO dests(qkey, config) VALUES (?, ?) "
                         "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",),
            "xa_commit": ("INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob "
@@ -202,6 +205,10 @@ class PostgresDatabase(Database):
                 if row is None:
                     cur.execute("INSERT INTO meta(k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING",
                                 (SCHEMA_VERSION,))
+                elif row[0] in UPGRADES:  # in this transaction, with the version it gives
+                    for upgrade in UPGRADES[row[0]]:
+                        cur.execute(upgrade)
+                    cur.execute("UPDATE meta SET v = %s WHERE k = 'schema'", (SCHEMA_VERSION,))
                 elif row[0] != SCHEMA_VERSION:
                     raise StoreError(f"{self.where}: store schema version {row[0]} is not "
                                      f"supported (this broker reads version {SCHEMA_VERSION})")

@@ -64,19 +64,19 @@ class Reservations:
             for key in o_subs & subs:
                 self._durables.setdefault(key, other)
 
-    def _is_service(self, connection: Any) -> bool:
+    def is_service(self, connection: Any) -> bool:
         return bool(getattr(connection, "service", False)) or connection.username in self.service_users
 
     def check_client_id(self, connection: Any, client_id: str) -> None:
         """JMSSecurityException when ``client_id`` is reserved and ``connection`` is not the service's."""
         owner = self._client_ids.get(client_id)
-        if owner is not None and not self._is_service(connection):
+        if owner is not None and not self.is_service(connection):
             self._refuse(connection, f"client id {client_id!r}", owner, "set")
 
     def check_durable(self, connection: Any, client_id: str, name: str, action: str) -> None:
         """Likewise for durable subscription ``name`` of ``client_id`` (``action``: subscribe, unsubscribe)."""
         owner = self._durables.get((client_id, name)) or self._client_ids.get(client_id)
-        if owner is not None and not self._is_service(connection):
+        if owner is not None and not self.is_service(connection):
             self._refuse(connection, f"durable subscription {name!r} of client id {client_id!r}", owner, action)
 
     def _refuse(self, connection: Any, what: str, owner: str, action: str) -> None:

@@ -99,7 +99,10 @@ from ...private import private_dir, private_file, tighten
 
 log = logging.getLogger(__name__)
 
-SCHEMA_VERSION = "1"
+# 2: subs.owner, the user a durable subscription belongs to (NULL: made before owners
+# were recorded; version 1 stores get the column, empty, when they are opened).
+SCHEMA_VERSION = "2"
+UPGRADES = {"1": ("ALTER TABLE subs ADD COLUMN owner TEXT",)}  # from version -> statements
 LINGER = 0.5  # seconds the writer thread lets a batch grow (nobody waits for it; module doc)
 RETRY_BASE, RETRY_CAP = 0.05, 2.0  # seconds between writes of a full store (doubling, capped)
 # bucket bounds (seconds, Prometheus "le") of the batch write latency histogram (metrics)
@@ -131,7 +134,7 @@ CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS msgs(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL,
                                 dcount INTEGER NOT NULL DEFAULT 0, blob BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS subs(client_id TEXT NOT NULL, name TEXT NOT NULL, topic TEXT NOT NULL,
-                                selector TEXT, no_local INTEGER NOT NULL,
+                                selector TEXT, no_local INTEGER NOT NULL, owner TEXT,
                                 PRIMARY KEY(client_id, name));
 CREATE TABLE IF NOT EXISTS dests(qkey TEXT PRIMARY KEY, config TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL);
@@ -145,8 +148,8 @@ CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 
 # Ordered ops: name -> SQL statements run with the op's arguments.
 _OPS: dict[str, tuple[str, ...]] = {
-    "sub_put": ("INSERT OR REPLACE INTO subs(client_id, name, topic, selector, no_local) "
-                "VALUES (?, ?, ?, ?, ?)",),
+    "sub_put": ("INSERT OR REPLACE INTO subs(client_id, name, topic, selector, no_local, owner) "
+                "VALUES (?, ?, ?, ?, ?, ?)",),
     "sub_del": ("DELETE FROM subs WHERE client_id = ? AND name = ?",),
     "dest_put": ("INSERT OR REPLACE INTO dests(qkey, config) VALUES (?, ?)",),
     "dest_del": ("DELETE FROM dests WHERE qkey = ?",),
@@ -188,7 +191,7 @@ class Recovered:
 
     backlogs: dict[str, int]                          # qkey -> stored messages (read lazily)
     locked: list[tuple[int, str, int, bytes]]         # (seq, qkey, dcount, blob) a prepared XA branch consumed
-    subscriptions: list[tuple[str, str, str, str | None, bool]]
+    subscriptions: list[tuple[str, str, str, str | None, bool, str | None]]  # ..., no_local, owner
     destinations: dict[str, dict[str, Any]]
     prepared: dict[str, PreparedBranch]
     max_seq: int
@@ -261,6 +264,13 @@ class SQLiteDatabase(Database):
             row = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
             if row is None:
                 db.execute("INSERT INTO meta(k, v) VALUES ('schema', ?)", (SCHEMA_VERSION,))
+            elif row[0] in UPGRADES:
+                db.execute("BEGIN IMMEDIATE")
+                for statement in UPGRADES[row[0]]:
+                    db.execute(statement)
+                db.execute("UPDATE meta SET v = ? WHERE k = 'schema'", (SCHEMA_VERSION,))
+                db.execute("COMMIT")
+                log.info("store %s: upgraded from schema version %s to %s", self.path, row[0], SCHEMA_VERSION)
             elif row[0] != SCHEMA_VERSION:
                 raise StoreError(f"{self.path}: store schema version {row[0]} is not supported "
                                  f"(this broker reads version {SCHEMA_VERSION})")
@@ -347,8 +357,8 @@ def recovered(execute: Callable[..., Any]) -> Recovered:
     locked = [(seq, q, d, bytes(b)) for seq, q, d, b in execute(
         "SELECT m.seq, m.qkey, m.dcount, m.blob FROM msgs m JOIN xa_acks a ON a.seq = m.seq "
         "ORDER BY m.seq").fetchall()]
-    subs = [(c, n, t, s, bool(nl)) for c, n, t, s, nl in
-            execute("SELECT client_id, name, topic, selector, no_local FROM subs").fetchall()]
+    subs = [(c, n, t, s, bool(nl), o) for c, n, t, s, nl, o in
+            execute("SELECT client_id, name, topic, selector, no_local, owner FROM subs").fetchall()]
     dests = {k: json.loads(v) for k, v in execute("SELECT qkey, config FROM dests").fetchall()}
     prepared: dict[str, PreparedBranch] = {}
     for (xid,) in execute("SELECT xid FROM xa WHERE state = 'prepared'").fetchall():
