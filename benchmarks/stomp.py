@@ -3,6 +3,7 @@
     .venv/bin/python benchmarks/stomp.py [--messages N] [--rate R] [--seconds S]
                                          [--acks auto,client-individual]
                                          [--only imqbridge|activemq|rabbitmq[,...]]
+                                         [--store-sync on|off] [--receipts last|every]
 
 The load: 4 producer and 4 consumer stomp.py 1.2 connections, one process
 per connection (threads would be GIL-bound), TCP_NODELAY on the clients, 1 KiB bodies,
@@ -18,8 +19,13 @@ one shared queue (competing consumers), persistent and non-persistent:
   one after the other, so msg/s moves with the load; CPU per message hardly does, and when
   clients and broker share the cores (flat out) msg/s follows 1 / (client + broker CPU).
 
+--receipts every: each SEND asks a receipt (pipelined: the producer does not wait for one
+before its next SEND), so every persistent message waits for its store write before its
+receipt; last (the default): only each producer's last SEND asks one.
+
 Brokers: our bridge in its own process (embedded broker, SQLite store with fsync per group
-commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default), and
+commit, so persistent means on disk, as ActiveMQ's KahaDB journal syncs by default;
+--store-sync off runs it as a service's default settings do: written, not fsynced), and
 ActiveMQ 5.x from the Debian package, started as docs/architecture.md says with a STOMP
 connector on a free port (transport.tcpNoDelay=true) in a temporary activemq.base, and
 RabbitMQ from the Debian package with its STOMP plugin (tests/real/servers.py: a node on
@@ -83,7 +89,7 @@ def _nodelay(conn) -> None:
 
 
 def producer(port: int, auth: Sequence[str], queue: str, count: int, rate: float, persistent: str,
-             start_at: float) -> dict:
+             start_at: float, receipts: str = "last") -> dict:
     import threading
 
     import stomp
@@ -92,7 +98,8 @@ def producer(port: int, auth: Sequence[str], queue: str, count: int, rate: float
 
     class Listener(stomp.ConnectionListener):
         def on_receipt(self, frame):
-            confirmed.set()
+            if frame.headers.get("receipt-id") == "last":
+                confirmed.set()
 
     conn = _connect(port, auth)
     conn.set_listener("l", Listener())
@@ -109,6 +116,8 @@ def producer(port: int, auth: Sequence[str], queue: str, count: int, rate: float
         headers = {"persistent": persistent, "ts": repr(time.time())}
         if i == count - 1:
             headers["receipt"] = "last"  # the broker has taken every SEND when it answers
+        elif receipts == "every":
+            headers["receipt"] = str(i)
         conn.send(queue, BODY, headers=headers)
     confirmed.wait(600)
     conn.disconnect()
@@ -222,7 +231,7 @@ def clients_cpu() -> float:
 
 
 def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, rate: float, persistent: bool,
-             ack: str) -> dict:
+             ack: str, receipts: str = "last") -> dict:
     """One run on a fresh queue (stop messages of one run never reach the next); producers
     send to ``send_prefix`` + its name."""
     name = f"bench{next(_runs)}"
@@ -236,7 +245,8 @@ def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, ra
     per_rate = rate / PRODUCERS if rate else 0
     producers = [spawn({"role": "producer", "port": port, "auth": auth, "queue": send_to, "count": count,
                         "rate": per_rate,
-                        "persistent": p, "start_at": start_at}) for _ in range(PRODUCERS)]
+                        "persistent": p, "start_at": start_at, "receipts": receipts})
+                 for _ in range(PRODUCERS)]
     for proc in producers:
         proc.result()
     stop_consumers(port, auth, send_to, consumers)
@@ -266,7 +276,7 @@ def serve_bridge(directory: str, port: int) -> None:
 
     logging.basicConfig(level=logging.INFO if os.environ.get("STOMP_BENCH_LOG") else logging.WARNING)
     gcpolicy.tune()  # as `serve` does
-    broker = Broker(Path(directory) / "store", sync=True)
+    broker = Broker(Path(directory) / "store", sync=os.environ.get("STOMP_BENCH_SYNC", "on") == "on")
     users = UserRepository(Path(directory) / "passwd")
     users.add("admin", "secret", "admin")
     loop = NetLoop().start()
@@ -425,7 +435,8 @@ def bench(broker, args: argparse.Namespace) -> dict:
             for persistent in (True, False):
                 key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"
                 server, clients = tree_cpu(pid), clients_cpu()
-                flat = run_load(port, auth, prefix, count=args.messages, rate=0, persistent=persistent, ack=ack)
+                flat = run_load(port, auth, prefix, count=args.messages, rate=0, persistent=persistent, ack=ack,
+                                receipts=args.receipts)
                 n = max(1, flat["messages"])
                 out[key] = {"msg_per_s": flat["msg_per_s"], "flat_out_p50_ms": flat["p50_ms"],
                             "received": f"{flat['messages']}/{flat['expected']}",
@@ -433,7 +444,7 @@ def bench(broker, args: argparse.Namespace) -> dict:
                             "client_cpu_us_per_msg": round((clients_cpu() - clients) / n * 1e6, 1)}
                 if args.seconds > 0:
                     paced = run_load(port, auth, prefix, count=int(args.rate * args.seconds / PRODUCERS),
-                                     rate=args.rate, persistent=persistent, ack=ack)
+                                     rate=args.rate, persistent=persistent, ack=ack, receipts=args.receipts)
                     out[key][f"at_{int(args.rate)}_msg_per_s"] = {k: paced[k] for k in ("p50_ms", "p99_ms", "mean_ms")}
                     out[key]["paced_received"] = f"{paced['messages']}/{paced['expected']}"
                 print(f"{broker.name} {key}: {out[key]}", file=sys.stderr, flush=True)
@@ -468,6 +479,10 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run; 0: none")
     parser.add_argument("--acks", default="auto", help="ack modes to run, comma separated")
     parser.add_argument("--only", help="brokers to run, comma separated (imqbridge, activemq, rabbitmq)")
+    parser.add_argument("--store-sync", choices=("on", "off"), default="on",
+                        help="our store fsyncs each batch (on) or only writes it (off: the service's default)")
+    parser.add_argument("--receipts", choices=("last", "every"), default="last",
+                        help="which SENDs ask a receipt: each producer's last, or every one (pipelined)")
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--serve-bridge", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -475,12 +490,14 @@ def main() -> None:
         return run_role(args)
     if args.serve_bridge:
         return serve_bridge(*args.serve_bridge[:1], int(args.serve_bridge[1]))
+    os.environ["STOMP_BENCH_SYNC"] = args.store_sync  # read by the --serve-bridge process
     only = args.only.split(",") if args.only else list(BROKERS)
     if unknown := set(only) - set(BROKERS):
         parser.error(f"--only: unknown broker {', '.join(sorted(unknown))}; choose from {', '.join(BROKERS)}")
     result: dict = {"load": {"producers": PRODUCERS, "consumers": CONSUMERS, "body_bytes": len(BODY),
                              "messages_per_producer": args.messages, "paced_rate": args.rate,
-                             "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection"},
+                             "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection",
+                             "store_sync": args.store_sync, "receipts": args.receipts},
                     "load_average": os.getloadavg()}
     for name, broker in BROKERS.items():
         if name not in only:

@@ -81,6 +81,28 @@ def test_a_reads_sends_reach_the_store_in_one_call(broker, monkeypatch):
     d.close()
 
 
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_pipelining_clients_receipts_share_one_store_write(tmp_path, monkeypatch, sync):
+    """Ten SENDs of one read, each asking a receipt (a client that does not wait for one
+    before its next SEND): one store call, one wait for its write, then the ten receipts
+    in frame order. Before, each receipt ended the run and waited alone: ten writes."""
+    broker = Broker(tmp_path / "store", sync=sync)
+    try:
+        d = Driver(broker)
+        d.connect()
+        calls = spy_store(broker, monkeypatch)
+        waits: list[object] = []
+        wait_all = broker.wait_all
+        monkeypatch.setattr(broker, "wait_all", lambda tickets: (waits.append(tickets), wait_all(tickets))[1])
+        frames = d.feed(sends(*(send("piped", f"m{i}", receipt=f"r{i}") for i in range(10))))
+        assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == [f"r{i}" for i in range(10)]
+        assert calls == [10] and len(waits) == 1
+        d.close()
+        assert arrived(broker, "piped") == [f"m{i}" for i in range(10)]
+    finally:
+        broker.close()
+
+
 def test_host_broker_send_many_routes_a_run_in_one_store_call(broker, monkeypatch):
     host = EmbeddedHostBroker(broker)
     principal = Principal("admin")

@@ -405,7 +405,7 @@ class StompSession:
                         queued.append(Queued(frame, *self._convert(frame)))
                     except LocalProtocolError as exc:
                         queued.append(Queued(frame, None, None, exc))
-                    if len(queued) >= SEND_RUN or "receipt" in headers or queued[-1].error is not None:
+                    if len(queued) >= SEND_RUN or queued[-1].error is not None:
                         self._send_queued()
                     continue
                 if queued:
@@ -440,10 +440,12 @@ class StompSession:
     def _send_queued(self) -> None:
         """Send the queued SENDs in runs, each in one broker call (HostBroker.send_many),
         each frame as _handle would: a run ends at a frame that failed to convert (its
-        ERROR follows the sends before it) and after a frame that asks for a receipt (the
-        receipt waits for the run's ticket). A send the broker holds waits as a Held
-        call; those after it stay queued until it is sent. A receipt-less run's ticket
-        pauses processing while the store is behind, as one frame's does."""
+        ERROR follows the sends before it). The receipts its frames ask for wait for the
+        run's ticket together (one store write for a pipelining client's whole read), then
+        go in frame order. A send the broker refuses comes after the receipts of those
+        before it; one it holds waits as a Held call, those after it queued until it is
+        sent. A receipt-less run's ticket pauses processing while the store is behind, as
+        one frame's does."""
         queued, host = self._queued, self.host
         assert host is not None
         while queued and not self.waiting and self.state is State.CONNECTED:
@@ -458,8 +460,6 @@ class StompSession:
                     break
                 assert q.message is not None and q.destination is not None
                 run.append((q.message, q.destination))
-                if "receipt" in q.frame.headers:
-                    break
             try:
                 ticket, sent, refused = host.send_many(run)
             except JMSException as exc:  # the broker failed under the run (its store)
@@ -468,12 +468,13 @@ class StompSession:
                 return
             if ticket is not None:
                 self._last_ticket = ticket
-            last = queued[sent - 1].frame if sent else None
+            receipts = [q.frame for q in queued[:sent] if "receipt" in q.frame.headers]
             del queued[:sent]
+            if receipts or ticket is not None:
+                self._confirm_run(receipts, ticket)
+                if self.waiting:
+                    continue  # the refused send, if any, is sent again once they are out
             if refused is None:
-                assert last is not None
-                if ticket is not None or "receipt" in last.headers:
-                    self._confirm(last, ticket, State.CONNECTED)
                 continue
             q = queued.pop(0)
             assert q.message is not None and q.destination is not None
@@ -525,6 +526,18 @@ class StompSession:
             self._emit(Frame(RECEIPT, {"receipt-id": receipt}))
         if next_state is State.CLOSED:
             self._shutdown(State.CLOSED)
+
+    def _confirm_run(self, receipts: list[Frame], ticket: Ticket) -> None:
+        """The receipts of a run of SENDs, in order, once ``ticket`` is durable (a wait
+        that fails is the ERROR of the first of them). Without receipts the ticket pauses
+        processing only while the store is behind."""
+        host = self.host
+        if ticket is not None and host is not None and (receipts or host.store_behind()):
+            self._call = PendingCall(partial(host.wait_durable, ticket),
+                                     lambda _: self._confirm_run(receipts, None), receipts[0] if receipts else None)
+            return
+        for frame in receipts:
+            self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
 
     def _emit(self, frame: Frame) -> None:
         self._out.append(encode_frame(frame, self.version))
