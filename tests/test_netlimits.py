@@ -333,6 +333,44 @@ def test_clients_that_reset_or_close_at_once_are_logged_at_debug_not_error(ports
     assert not loud, [r.getMessage() for r in loud[:3]]
 
 
+@pytest.mark.parametrize("service", ["stomp", "jms", "admin", "metrics"])
+def test_refusals_over_max_connections_that_meet_clients_gone_log_no_error(netloop, broker, users, service,
+                                                                             caplog):
+    """Every connection is over max_connections (0 here) and gets the service's refusal,
+    written to clients that closed at once or reset. Before: an ERROR traceback from
+    connection_made (the half-close after a reset: ENOTCONN) for every other one, on STOMP
+    and jms."""
+    refusing = ServiceGuard(service, login_timeout=30, max_connections=0)
+    if service == "stomp":
+        server = StompBridge(StompConfig(hostname="127.0.0.1", tcp_port=0), EmbeddedHostBroker(broker), users,
+                             netloop, refusing)
+        server.start()
+        port = server.tcp_port
+    elif service == "jms":
+        server = JmsService(broker, netloop, "127.0.0.1", 0, guard=refusing).start()
+        port = server.port
+    elif service == "admin":
+        server = AdminServer(netloop, lambda command: Reply(OK, "done"), "admin", PASSWORD, guard=refusing).start()
+        port = server.port
+    else:
+        server = MetricsServer(netloop, Pages(lambda: (b"", "text/plain"), lambda: []), users.authenticate,
+                               lambda user: None, guard=refusing).start()
+        port = server.port
+    caplog.set_level(logging.DEBUG)
+    try:
+        for n in range(100):
+            sock = dial(port, "127.0.0.18")
+            if n % 2:
+                sock.sendall(b"x")
+                sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            sock.close()
+        wait_until(lambda: refusing.unauthenticated.held("127.0.0.18") == 0, timeout=10)
+    finally:
+        server.stop()
+    loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
+    assert not loud, [r.getMessage() for r in loud[:3]]
+
+
 def test_a_reset_seen_by_the_net_loop_is_one_debug_line(caplog):
     """What a front end's callback raises for a client that left goes to DEBUG; anything
     else still reaches asyncio's handler as an ERROR."""
