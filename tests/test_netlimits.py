@@ -25,6 +25,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from bridgemgr.admin import portmapper
 from bridgemgr.admin.portmapper import PortMapper, lookup_services
 from bridgemgr.admin.protocol import OK, Reply
 from bridgemgr.admin.server import AdminServer
@@ -251,8 +252,9 @@ SERVICES = ["stomp", "jms", "admin", "metrics", "portmapper"]
 
 
 @pytest.mark.parametrize("service", SERVICES)
-def test_one_address_at_its_limit_does_not_stop_a_login_from_another(ports, service):
+def test_one_address_at_its_limit_does_not_stop_a_login_from_another(ports, service, monkeypatch):
     port = ports[service]
+    monkeypatch.setattr(portmapper, "_LINGER", 30.0)   # the port mapper's idle ones stay too
     idle = [dial(port.port, "127.0.0.11") for _ in range(LIMIT)]
     try:
         wait_until(lambda: port.pending.held("127.0.0.11") == LIMIT)
