@@ -31,6 +31,17 @@
 # cap (imq.<service>.login.timeout, imq.<service>.max_connections), with refusals logged
 # at most once a minute (LogEvery).
 #
+# AddressLimit counts, per source address, the connections of one service that have not
+# logged in yet (imq.<service>.max_unauthenticated_per_address, 64): idle sockets of one
+# client must not fill the service's cap and starve everyone else. The accept loop counts
+# a socket as it accepts it (before a TLS handshake, which costs a descriptor and CPU too)
+# and closes one over the limit at once, after a plain-TCP refusal in the service's own
+# protocol when it has one; the connection's Admission is given back when it logs in or
+# closes. The connections already held are not closed: the login timeout reaps them. An
+# IPv6 client counts by its /64 (one host or site holds a whole /64), an IPv4 one by its
+# address. Many real clients behind one NAT still log in: the limit counts only sockets
+# between connect and login, a few milliseconds each.
+#
 # Listener is the accept loop of every listening socket. asyncio's own (Python 3.11,
 # selector_events._accept_connection) on EMFILE/ENFILE logs a traceback, unregisters the
 # socket and schedules a retry in 1 s, but goes on looping up to ``backlog`` times: each
@@ -49,6 +60,7 @@ import asyncio
 import collections
 import contextlib
 import errno
+import ipaddress
 import logging
 import socket
 import ssl
@@ -58,7 +70,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backoff import backoff_delay
-from .netloop import NetLoop
+from .netloop import NetLoop, client_gone
 from .props import BrokerProperties
 
 log = logging.getLogger(__name__)
@@ -242,6 +254,81 @@ class LogEvery:
 
 DEFAULT_LOGIN_TIMEOUT = 10       # seconds an unauthenticated connection may stay
 DEFAULT_MAX_CONNECTIONS = 1000   # open connections per service
+DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS = 64  # connections of one address not logged in yet
+
+
+def address_key(address: str) -> str:
+    """What :class:`AddressLimit` counts ``address`` as: an IPv4 address (also one mapped
+    into IPv6) itself, an IPv6 address its /64, anything else its text."""
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return address
+    if isinstance(ip, ipaddress.IPv6Address):
+        if ip.ipv4_mapped is not None:
+            return str(ip.ipv4_mapped)
+        return str(ipaddress.IPv6Network((ip, 64), strict=False))
+    return str(ip)
+
+
+class Admission:
+    """A connection's place under its address's :class:`AddressLimit`, or why it has none
+    (``refusal``). ``release()`` once it has logged in or closed (again: nothing)."""
+
+    __slots__ = ("_key", "_limit", "address", "refusal")
+
+    def __init__(self, address: str, refusal: str | None = None, limit: AddressLimit | None = None,
+                 key: str = "") -> None:
+        self.address = address
+        self.refusal = refusal
+        self._limit = limit
+        self._key = key
+
+    def release(self) -> None:
+        limit, self._limit = self._limit, None
+        if limit is not None:
+            limit._release(self._key)
+
+
+class AddressLimit:
+    """The connections of one service that have not logged in yet, per source address
+    (imq.<service>.max_unauthenticated_per_address; see the module notes). Not
+    thread-safe: used on the service's loop."""
+
+    def __init__(self, service: str, limit: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS) -> None:
+        self.service = service
+        self.limit = limit
+        self._held: dict[str, int] = {}
+        self._refusals = LogEvery()
+
+    @property
+    def property_name(self) -> str:
+        return f"imq.{self.service}.max_unauthenticated_per_address"
+
+    def admit(self, address: str) -> Admission:
+        """Count a new connection from ``address``; over the limit it is not counted and
+        its Admission says why (logged at most once a minute)."""
+        key = address_key(address)
+        held = self._held.get(key, 0)
+        if held >= self.limit:
+            self._refusals(log, logging.WARNING, "%s service: refused a connection from %s: %d connections "
+                           "from there have not logged in, %s is %d", self.service, address, held,
+                           self.property_name, self.limit)
+            return Admission(address, f"too many connections from {address} that have not logged in "
+                                      f"({self.property_name}={self.limit}); try again later")
+        self._held[key] = held + 1
+        return Admission(address, None, self, key)
+
+    def _release(self, key: str) -> None:
+        held = self._held.get(key, 0) - 1
+        if held > 0:
+            self._held[key] = held
+        else:
+            self._held.pop(key, None)
+
+    def held(self, address: str) -> int:
+        """Connections from ``address`` (its /64 for IPv6) counted now."""
+        return self._held.get(address_key(address), 0)
 
 
 @dataclass
@@ -253,14 +340,21 @@ class ServiceGuard:
     throttle: LoginThrottle = field(default_factory=LoginThrottle)
     login_timeout: float = DEFAULT_LOGIN_TIMEOUT
     max_connections: int = DEFAULT_MAX_CONNECTIONS
+    max_unauthenticated_per_address: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS
+    unauthenticated: AddressLimit = field(init=False, repr=False)
     _refusals: LogEvery = field(default_factory=LogEvery, init=False, repr=False)
     _timeouts: LogEvery = field(default_factory=LogEvery, init=False, repr=False)
 
+    def __post_init__(self) -> None:
+        self.unauthenticated = AddressLimit(self.service, self.max_unauthenticated_per_address)
+
     @classmethod
     def from_props(cls, props: BrokerProperties, service: str, throttle: LoginThrottle) -> ServiceGuard:
-        """imq.<service>.login.timeout and imq.<service>.max_connections of ``props``."""
+        """imq.<service>.login.timeout, .max_connections and
+        .max_unauthenticated_per_address of ``props``."""
         return cls(service, throttle, props.get(f"imq.{service}.login.timeout"),
-                   props.get(f"imq.{service}.max_connections"))
+                   props.get(f"imq.{service}.max_connections"),
+                   props.get(f"imq.{service}.max_unauthenticated_per_address"))
 
     def refusal(self, open_connections: int, peer: str) -> str | None:
         """Why a new connection from ``peer`` is refused (None: it is not), logged at
@@ -293,9 +387,21 @@ def refuse(transport: asyncio.Transport, data: bytes, linger: float = 1.0) -> No
     """Write a refusal, half-close, and close after ``linger`` seconds: closing at once
     would reset a connection whose client is still sending, and lose the refusal."""
     transport.write(data)
-    if transport.can_write_eof():
-        transport.write_eof()
+    write_eof(transport)
     asyncio.get_running_loop().call_later(linger, transport.close)
+
+
+def write_eof(transport: asyncio.WriteTransport) -> None:
+    """Half-close; a client already gone (reset: ENOTCONN from shutdown) is not an error."""
+    if transport.is_closing() or not transport.can_write_eof():
+        return
+    try:
+        transport.write_eof()
+    except OSError as exc:
+        if not client_gone(exc):
+            raise
+        log.debug("a client left before its answer was written: %s", exc)
+        transport.close()
 
 
 # --- the accept loop ----------------------------------------------------------------------------
@@ -306,19 +412,28 @@ ACCEPT_RETRY_BASE = 0.1
 ACCEPT_RETRY_MAX = 2.0
 
 
+ProtocolFactory = Callable[[Admission], asyncio.BaseProtocol]
+REFUSAL_DRAIN = 4 * 65536   # bytes of a turned-away client's input read before closing
+
+
 class Listener:
     """The listening sockets of one service port and their accept loop (see the module
-    notes); ``port`` (the first socket's), ``close()``."""
+    notes); ``port`` (the first socket's), ``close()``. Each accepted socket is counted
+    in ``pending`` (its Admission goes to the protocol, which releases it on login);
+    one over the limit is closed at once, after ``refusal(reason)``'s bytes on plain TCP."""
 
-    def __init__(self, socks: list[socket.socket], protocol_factory: Callable[[], asyncio.BaseProtocol],
+    def __init__(self, socks: list[socket.socket], protocol_factory: ProtocolFactory,
                  ssl_context: ssl.SSLContext | None, name: str, backlog: int,
-                 handshake_timeout: float) -> None:
+                 handshake_timeout: float, pending: AddressLimit,
+                 refusal: Callable[[str], bytes] | None) -> None:
         self.sockets = socks
         self.name = name
+        self.pending = pending
         self._factory = protocol_factory
         self._ssl = ssl_context
         self._backlog = backlog
         self._handshake_timeout = handshake_timeout
+        self._refusal = refusal
         self._loop = asyncio.get_running_loop()
         self._pauses = 0
         self._retry: asyncio.TimerHandle | None = None
@@ -341,7 +456,7 @@ class Listener:
     def _accept(self, sock: socket.socket) -> None:
         for _ in range(self._backlog):
             try:
-                conn, _ = sock.accept()
+                conn, address = sock.accept()
             except (BlockingIOError, InterruptedError):
                 return
             except ConnectionAbortedError:
@@ -355,9 +470,30 @@ class Listener:
                 return
             self._pauses = 0
             conn.setblocking(False)
-            task = self._loop.create_task(self._start(conn))
+            admission = self.pending.admit(str(address[0]) if isinstance(address, tuple) else "?")
+            if admission.refusal is not None:
+                self._turn_away(conn, admission.refusal)
+                continue
+            task = self._loop.create_task(self._start(conn, admission))
             self._starting.add(task)
             task.add_done_callback(self._starting.discard)
+
+    def _turn_away(self, conn: socket.socket, reason: str) -> None:
+        """Close a connection over its address's limit now: on plain TCP after the
+        service's refusal, having read what the client sent (so the close is no reset
+        that could lose the refusal); on TLS at once (no handshake is worth it)."""
+        try:
+            if self._ssl is None and self._refusal is not None:
+                conn.send(self._refusal(reason))   # a new socket's buffer takes it whole
+                conn.shutdown(socket.SHUT_WR)
+                read = 0
+                while read < REFUSAL_DRAIN and (chunk := conn.recv(65536)):
+                    read += len(chunk)
+        except (BlockingIOError, InterruptedError):
+            pass
+        except OSError as exc:
+            log.debug("%s: a refused client left before its refusal was written: %s", self.name, exc)
+        conn.close()
 
     def _pause(self, exc: OSError) -> None:
         self._pauses += 1
@@ -373,13 +509,14 @@ class Listener:
         if not self._closed:
             self._watch()
 
-    async def _start(self, conn: socket.socket) -> None:
+    async def _start(self, conn: socket.socket, admission: Admission) -> None:
         try:
             await self._loop.connect_accepted_socket(
-                self._factory, conn, ssl=self._ssl,
+                lambda: self._factory(admission), conn, ssl=self._ssl,
                 ssl_handshake_timeout=self._handshake_timeout if self._ssl is not None else None)
         except (OSError, ssl.SSLError, TimeoutError) as exc:  # a failed TLS handshake, a reset
             log.debug("%s: a connection failed before it started: %s", self.name, exc)
+            admission.release()
             conn.close()
 
     def close(self) -> None:
@@ -395,13 +532,14 @@ class Listener:
             sock.close()
 
 
-async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str | None, port: int, *,
-                 name: str, ssl_context: ssl.SSLContext | None = None, backlog: int = 100,
+async def listen(protocol_factory: ProtocolFactory, host: str | None, port: int, *,
+                 name: str, pending: AddressLimit, refusal: Callable[[str], bytes] | None = None,
+                 ssl_context: ssl.SSLContext | None = None, backlog: int = 100,
                  handshake_timeout: float = DEFAULT_LOGIN_TIMEOUT) -> Listener:
     """Listen on ``host:port`` (None: every interface, IPv4 and IPv6, as asyncio's
-    create_server) with :class:`Listener`'s accept loop; a TLS handshake not done within
-    ``handshake_timeout`` seconds closes the socket (asyncio's default: 60 s). OSError
-    when it cannot bind."""
+    create_server) with :class:`Listener`'s accept loop, counting connections not yet
+    logged in in ``pending``; a TLS handshake not done within ``handshake_timeout``
+    seconds closes the socket (asyncio's default: 60 s). OSError when it cannot bind."""
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     socks: list[socket.socket] = []
@@ -421,7 +559,7 @@ async def listen(protocol_factory: Callable[[], asyncio.BaseProtocol], host: str
         raise
     if not socks:
         raise OSError(f"{host}:{port} resolves to no address")
-    return Listener(socks, protocol_factory, ssl_context, name, backlog, handshake_timeout)
+    return Listener(socks, protocol_factory, ssl_context, name, backlog, handshake_timeout, pending, refusal)
 
 
 class StreamServer:
@@ -451,9 +589,20 @@ class StreamServer:
     def _listen(self, limit: int, name: str) -> None:
         """Listen, reading each connection through a StreamReader of ``limit`` bytes."""
         async def start() -> Listener:
-            def connection() -> asyncio.StreamReaderProtocol:
-                return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit), self._serve)
+            def connection(admission: Admission) -> asyncio.StreamReaderProtocol:
+                async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+                    try:
+                        await self._serve(reader, writer, admission)
+                    except OSError as exc:
+                        if not client_gone(exc):
+                            raise
+                        log.debug("%s: a client left: %s", name, exc)
+                    finally:
+                        admission.release()
+                        writer.close()
+                return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit), serve)
             return await listen(connection, self.host, self.requested_port, name=name,
+                                pending=self.guard.unauthenticated, refusal=self._refusal,
                                 ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
         self._server = self.netloop.run(start())
 
@@ -469,5 +618,11 @@ class StreamServer:
 
         self.netloop.run(close(), timeout=10)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refusal(self, reason: str) -> bytes:
+        """The bytes that tell a plain-TCP client over its address's limit why it is closed."""
+        raise NotImplementedError
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     admission: Admission) -> None:
+        """Serve one connection; ``admission.release()`` once it has logged in."""
         raise NotImplementedError

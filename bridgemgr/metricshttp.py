@@ -1,6 +1,8 @@
 # How it works: a small HTTP/1.1 server on the service's network loop, with guard.py's
 # accept loop and ServiceGuard("metrics"): a connection over imq.metrics.max_connections
-# gets 503 and is closed; a request head must arrive whole within imq.metrics.login.timeout
+# gets 503 and is closed, and so, at once, does one more from an address that already has
+# imq.metrics.max_unauthenticated_per_address connections that have not yet made a request
+# with good credentials; a request head must arrive whole within imq.metrics.login.timeout
 # seconds of the connection opening (or of the previous response: keep-alive), else the
 # connection is closed, so idle or slow sockets cannot hold the cap. Heads over MAX_HEAD
 # bytes get 431, bodies and methods other than GET and HEAD 400 or 405, and the
@@ -26,7 +28,7 @@ import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .guard import ServiceGuard, StreamServer
+from .guard import Admission, ServiceGuard, StreamServer
 from .netloop import NetLoop
 from .users import User
 
@@ -81,7 +83,11 @@ class MetricsServer(StreamServer):
         return self
 
     # --- one connection ----------------------------------------------------------------
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refusal(self, reason: str) -> bytes:
+        return _render(text(503, reason), "GET", close=True)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     admission: Admission) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         refusal = self.guard.refusal(len(self._writers), peer)
         if refusal is not None:
@@ -107,7 +113,7 @@ class MetricsServer(StreamServer):
                     await self._send(writer, error, method, close=True)
                     await _drop_input(reader)
                     return
-                response = await self._respond(peer, method, path, headers)
+                response = await self._respond(peer, method, path, headers, admission)
                 close = headers.get("connection", "").lower() == "close" or response.status >= 400
                 await self._send(writer, response, method, close=close)
                 if close:
@@ -118,7 +124,8 @@ class MetricsServer(StreamServer):
             self._writers.discard(writer)
             writer.close()
 
-    async def _respond(self, peer: str, method: str, path: str, headers: dict[str, str]) -> Response:
+    async def _respond(self, peer: str, method: str, path: str, headers: dict[str, str],
+                       admission: Admission) -> Response:
         if path == "/healthz":
             return text(200, "ok")
         if path not in ("/metrics", "/readyz"):
@@ -126,6 +133,7 @@ class MetricsServer(StreamServer):
         refusal = await self._log_in(peer, headers.get("authorization"))
         if refusal is not None:
             return refusal
+        admission.release()  # logged in: no longer counted against its address
         try:
             if path == "/metrics":
                 body, content_type = await asyncio.to_thread(self.pages.metrics)
@@ -162,19 +170,23 @@ class MetricsServer(StreamServer):
 
     @staticmethod
     async def _send(writer: asyncio.StreamWriter, response: Response, method: str, *, close: bool) -> None:
-        lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}",
-                 f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}",
-                 "Cache-Control: no-store", f"Connection: {'close' if close else 'keep-alive'}",
-                 *(f"{k}: {v}" for k, v in response.headers)]
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
-        if method != "HEAD":
-            writer.write(response.body)
+        writer.write(_render(response, method, close=close))
         try:
             await writer.drain()
             if close and writer.can_write_eof():
                 writer.write_eof()
-        except (ConnectionError, ssl.SSLError):
+        except OSError:  # the client left (a reset, ENOTCONN, a TLS error): nothing to tell it
             pass
+
+
+def _render(response: Response, method: str, *, close: bool) -> bytes:
+    """The response's head and (but for HEAD) body."""
+    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}",
+             f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}",
+             "Cache-Control: no-store", f"Connection: {'close' if close else 'keep-alive'}",
+             *(f"{k}: {v}" for k, v in response.headers)]
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head if method == "HEAD" else head + response.body
 
 
 async def _drop_input(reader: asyncio.StreamReader, seconds: float = 1.0, limit: int = 1 << 20) -> None:

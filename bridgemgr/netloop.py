@@ -2,23 +2,52 @@
 connection service, admin port, port mapper), running in its own thread.
 
 Broker and link threads hand work to it with ``call_soon`` (thread-safe); code on
-other threads runs a coroutine there and waits for its result with ``run``.
+other threads runs a coroutine there and waits for its result with ``run``. A client
+that resets its connection or leaves mid-read is routine on a public port: where it
+escapes a front end's callback, the loop logs it at DEBUG in one line, not as an
+ERROR with a traceback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import errno
+import logging
+import ssl
 import threading
 from collections.abc import Callable, Coroutine
 from typing import Any, TypeVar
 
 T = TypeVar("T")
 
+log = logging.getLogger(__name__)
+
+# What a socket of a client that went away raises (ENOTCONN: shutdown after a reset).
+_GONE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.ECONNABORTED,
+                          errno.ESHUTDOWN, errno.ETIMEDOUT})
+
+
+def client_gone(exc: BaseException) -> bool:
+    """Whether ``exc`` only says that the peer closed or reset its connection."""
+    if isinstance(exc, (ConnectionError, asyncio.IncompleteReadError, ssl.SSLEOFError)):
+        return True
+    return isinstance(exc, OSError) and exc.errno in _GONE_ERRNOS
+
+
+def _log_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    exc = context.get("exception")
+    if exc is not None and client_gone(exc):
+        log.debug("a client left: %s: %s", context.get("message", "?").splitlines()[0],
+                  str(exc) or type(exc).__name__)
+        return
+    loop.default_exception_handler(context)
+
 
 class NetLoop:
     def __init__(self, name: str = "imqbridge-net") -> None:
         self.loop = asyncio.new_event_loop()
+        self.loop.set_exception_handler(_log_exception)
         self._thread = threading.Thread(target=self._main, name=name, daemon=True)
         self._started = threading.Event()
 

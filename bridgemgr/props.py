@@ -361,6 +361,12 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.metrics.login.timeout", POSITIVE, 10,
          "seconds a metrics connection may take to send a request (and stay idle between them)"),
     Prop("imq.metrics.max_connections", POSITIVE, 100, "open metrics port connections; more are refused"),
+    # Connections not logged in yet, per source address (an IPv6 client's /64), per service
+    # (docs/security.md "One client cannot lock everyone out").
+    *(Prop(f"imq.{service}.max_unauthenticated_per_address", POSITIVE, 64,
+           f"{what} connections from one address that have not logged in; more are closed at once")
+      for service, what in (("jms", "jms"), ("stomp", "STOMP"), ("admin", "admin port"),
+                            ("metrics", "metrics port"), ("portmapper", "port mapper"))),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
     Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.accesscontrol.enabled", BOOL, True, "check the access control file (docs/security.md)"),

@@ -211,8 +211,9 @@ class BridgeServiceManager:
         self.netloop = NetLoop().start()
         host = self.host
         throttle = self.login_throttle
-        self.portmapper = PortMapper(self.netloop, host, self.props.get("imq.portmapper.port"),
-                                     self.props.get("imq.instancename")).start()
+        self.portmapper = PortMapper(
+            self.netloop, host, self.props.get("imq.portmapper.port"), self.props.get("imq.instancename"),
+            self.props.get("imq.portmapper.max_unauthenticated_per_address")).start()
         from .servicekeys import dmq_key, ensure_service_account
         from .users import UserRepositoryError, open_repository
 

@@ -233,11 +233,13 @@ def qname(prefix: str = "q") -> str:
 class Raw:
     """A plain socket speaking STOMP by hand (for what stomp.py refuses to send)."""
 
-    def __init__(self, port, version=None, context=None, rcvbuf=None):
+    def __init__(self, port, version=None, context=None, rcvbuf=None, source=HOST):
+        """``source``: the local address (any of 127.0.0.0/8) the server sees."""
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         if rcvbuf:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
         sock.settimeout(5)
+        sock.bind((source, 0))
         sock.connect((HOST, port))
         self.sock = context.wrap_socket(sock, server_hostname=HOST) if context else sock
         self.version = version

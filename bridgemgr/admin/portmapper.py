@@ -16,8 +16,11 @@ the server reads and ignores up to 128 bytes of it (reading it before closing ke
 connection from being reset under the client). ``lookup_services`` is the client;
 ``format_table``/``parse_table`` are the pure codec both use. Every connection is
 closed ``_LINGER`` seconds after its answer at the latest, so idle sockets cannot pile
-up; it listens with guard.py's accept loop, which pauses (and logs once a minute)
-when the process runs out of file descriptors.
+up, and one address may hold at most imq.portmapper.max_unauthenticated_per_address
+of them at once (more are closed at once, unanswered: every port mapper connection
+counts as not logged in). It listens with guard.py's accept loop, which pauses (and
+logs once a minute) when the process runs out of file descriptors. A client that
+resets its connection before the answer is written is logged at DEBUG.
 
 Services: ``portmapper`` (itself, always first), ``jms`` / ``ssljms`` (the host
 broker's connection service, ``tcp`` / ``tls``), ``bridgeadmin`` (the admin command
@@ -36,7 +39,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from .. import __version__
-from ..guard import Listener, listen
+from ..guard import DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS, AddressLimit, Admission, Listener, listen, write_eof
 from ..jms.errors import TransportException
 from ..netloop import NetLoop
 
@@ -160,16 +163,16 @@ def find_service(host: str, port: int, names: tuple[str, ...], timeout: float = 
 class _Answer(asyncio.Protocol):
     """One client: write the table, read (and ignore) its version line, close."""
 
-    def __init__(self, table: bytes) -> None:
+    def __init__(self, table: bytes, admission: Admission) -> None:
         self.table = table
+        self.admission = admission
         self.read = 0
         self.transport: asyncio.Transport | None = None
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = tcp = cast(asyncio.Transport, transport)  # a stream server's: always a Transport
         tcp.write(self.table)
-        if tcp.can_write_eof():
-            tcp.write_eof()
+        write_eof(tcp)
         asyncio.get_running_loop().call_later(_LINGER, transport.close)
 
     def data_received(self, data: bytes) -> None:
@@ -182,13 +185,18 @@ class _Answer(asyncio.Protocol):
             self.transport.close()
         return False
 
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.admission.release()
+
 
 class PortMapper:
     """The port mapper server, on the service's :class:`NetLoop`."""
 
     def __init__(self, netloop: NetLoop, host: str | None, port: int = DEFAULT_PORT,
-                 instance_name: str = "imqbroker") -> None:
+                 instance_name: str = "imqbroker",
+                 max_unauthenticated_per_address: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS) -> None:
         self.netloop = netloop
+        self.pending = AddressLimit("portmapper", max_unauthenticated_per_address)
         self.host = host
         self.instance_name = instance_name
         self._port = port
@@ -219,7 +227,8 @@ class PortMapper:
 
     def start(self) -> PortMapper:
         async def start() -> Listener:
-            return await listen(lambda: _Answer(self.table()), self.host, self._port, name="port mapper")
+            return await listen(lambda admission: _Answer(self.table(), admission), self.host, self._port,
+                                name="port mapper", pending=self.pending)
         self._server = self.netloop.run(start())
         self._port = self._server.port
         log.info("port mapper listening on %s:%d", self.host or "*", self._port)

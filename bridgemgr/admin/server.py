@@ -1,7 +1,9 @@
 """The admin command port: a thin asyncio shell around admin/protocol.py.
 
 How it works: the port listens with guard.py's accept loop. A connection over
-imq.admin.max_connections gets 503 and is closed. Each connection must first
+imq.admin.max_connections gets 503 and is closed, and so, at once, does one more from an
+address that already has imq.admin.max_unauthenticated_per_address connections that
+have not authenticated. Each connection must first
 authenticate with HELLO within imq.admin.login.timeout seconds (else it is closed):
 the HELLO waits its turn in the service's shared login throttle (failed logins per
 address and per user, across connections and services), then user and password are
@@ -21,7 +23,7 @@ import logging
 import ssl
 from collections.abc import Callable
 
-from ..guard import ServiceGuard, StreamServer
+from ..guard import Admission, ServiceGuard, StreamServer
 from ..netloop import NetLoop
 from .protocol import (
     BAD_REQUEST,
@@ -77,7 +79,11 @@ class AdminServer(StreamServer):
                         hello.user, peer, attempt.count)
         return bool(attempt.ok)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    def _refusal(self, reason: str) -> bytes:
+        return Reply(UNAVAILABLE, reason).encode()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                     admission: Admission) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         refusal = self.guard.refusal(len(self._writers), peer)
         if refusal is not None:
@@ -135,6 +141,7 @@ class AdminServer(StreamServer):
                         await _linger(reader, writer)
                         return
                     authenticated = True
+                    admission.release()
                     await self._reply(writer, Reply(OK, "welcome"))
                     continue
                 if isinstance(request, Hello):

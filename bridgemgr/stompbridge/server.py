@@ -12,9 +12,12 @@
 #
 # Logins: a connection over imq.stomp.max_connections gets an ERROR frame and is closed;
 # one that has not logged in within imq.stomp.login.timeout seconds gets an ERROR frame
-# and is closed. A CONNECT/STOMP frame's password check waits its turn in the service's
-# shared login throttle (guard.py: failed logins per address and per user, across
-# connections and services) and its outcome is counted there.
+# and is closed; one more from an address that already has
+# imq.stomp.max_unauthenticated_per_address connections not logged in (TCP and TLS
+# together) is closed at once by the accept loop, on TCP after an ERROR frame. A
+# CONNECT/STOMP frame's password check waits its turn in the service's shared login
+# throttle (guard.py: failed logins per address and per user, across connections and
+# services) and its outcome is counted there.
 #
 # StompBridge is the service: it listens on imq.bridge.stomp.tcp.port and, when enabled,
 # tls.port (optionally requiring client certificates), with guard.py's accept loop, and
@@ -37,7 +40,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
-from ..guard import Listener, ServiceGuard, listen, peer_address, refuse
+from ..guard import Admission, Listener, ServiceGuard, listen, peer_address, refuse
 from ..jms.errors import JMSException
 from ..jms.hostbroker import HostBroker, Principal
 from ..netloop import NetLoop
@@ -238,9 +241,10 @@ class StompBridge:
             listeners.append(("tls", cfg.tls_port, cfg.tls_context()))
         for kind, port, ctx in listeners:
             try:
-                server = await listen(lambda: StompProtocol(self), cfg.hostname or None, port,
-                                      name=f"STOMP bridge ({kind})", ssl_context=ctx, backlog=512,
-                                      handshake_timeout=self.guard.login_timeout)
+                server = await listen(lambda admission: StompProtocol(self, admission), cfg.hostname or None,
+                                      port, name=f"STOMP bridge ({kind})", pending=self.guard.unauthenticated,
+                                      refusal=partial(error_frame, "too many connections"), ssl_context=ctx,
+                                      backlog=512, handshake_timeout=self.guard.login_timeout)
             except OSError as exc:
                 raise StompBridgeError(f"the STOMP bridge cannot listen on {kind} port {port}: {exc}") from exc
             self._servers.append(server)
@@ -267,6 +271,13 @@ class StompBridge:
         return self._pool
 
 
+def error_frame(message: str, detail: str) -> bytes:
+    """The ERROR frame that refuses a connection before CONNECT (the detail in its body)."""
+    body = detail.encode()
+    return encode_frame(Frame(ERROR, {"message": message, "content-type": "text/plain;charset=utf-8",
+                                      "content-length": str(len(body))}, body), PRE_CONNECT)
+
+
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
     """From any thread; nothing when the loop has stopped (the broker closing after us)."""
     try:
@@ -283,8 +294,9 @@ def _resolve(future: asyncio.Future[Any]) -> None:
 class StompProtocol(asyncio.Protocol):
     """One client socket: bytes in and out of its StompSession."""
 
-    def __init__(self, bridge: StompBridge) -> None:
+    def __init__(self, bridge: StompBridge, admission: Admission) -> None:
         self.bridge = bridge
+        self.admission = admission         # counted until CONNECTED (or closed)
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.session: StompSession | None = None
@@ -338,6 +350,7 @@ class StompProtocol(asyncio.Protocol):
         if self.session is not None:
             self.session.connection_lost()
         self.bridge.connections.discard(self)
+        self.admission.release()
 
     def pause_writing(self) -> None:
         if self.session is not None:
@@ -432,6 +445,8 @@ class StompProtocol(asyncio.Protocol):
             self.session.complete_call(None, future.exception())
         else:
             self.session.complete_call(future.result())
+        if self.session.state is State.CONNECTED:
+            self.admission.release()
         if self.transport is not None:
             if not self.session.waiting and not self.transport.is_closing():
                 self.transport.resume_reading()
@@ -450,10 +465,7 @@ class StompProtocol(asyncio.Protocol):
         if self._login is not None:
             self._login.cancel()  # leave the throttle's line
         self.session.connection_lost()
-        body = detail.encode()
-        refuse(self.transport, encode_frame(Frame(ERROR, {
-            "message": message, "content-type": "text/plain;charset=utf-8",
-            "content-length": str(len(body))}, body), PRE_CONNECT))
+        refuse(self.transport, error_frame(message, detail))
 
     def _tick(self) -> None:
         self._timer = None

@@ -16,9 +16,12 @@ socket, for any reason, gives back what the client held.
 Logins (the service's :class:`ServiceGuard`): a connection over imq.jms.max_connections
 is refused with a fatal ERROR (ResourceAllocationException) in place of the HELLO
 answer; one without an accepted HELLO within imq.jms.login.timeout seconds is failed
-and closed; the HELLO's password check waits its turn in the shared login throttle
-(failed logins per address and per user, across connections and services), and a
-refusal is counted there and failed at once.
+and closed; one more from an address that already has
+imq.jms.max_unauthenticated_per_address connections without an accepted HELLO is
+closed at once by the accept loop (on TCP after the same fatal ERROR); the HELLO's
+password check waits its turn in the shared login throttle (failed logins per address
+and per user, across connections and services), and a refusal is counted there and
+failed at once.
 
 Security: nothing but HELLO is accepted before authentication (``authenticator(user,
 password)``: the user's Principal or True when the password is right, or the broker's
@@ -41,7 +44,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any, cast
 
 from ...admin.portmapper import ServiceEntry
-from ...guard import Listener, ServiceGuard, listen, peer_address, refuse
+from ...guard import Admission, Listener, ServiceGuard, listen, peer_address, refuse
 from ...jms.errors import JMSException, JMSSecurityException, ResourceAllocationException, TransportException
 from ...netloop import NetLoop
 from . import wire
@@ -96,9 +99,10 @@ class JmsService:
 
         async def start() -> Listener:
             self.loop_thread = threading.get_ident()
-            return await listen(lambda: ClientProtocol(self), self.host, self._port,
-                                name=f"{self.service_entry().name} service", ssl_context=self.ssl_context,
-                                handshake_timeout=self.guard.login_timeout)
+            return await listen(lambda admission: ClientProtocol(self, admission), self.host, self._port,
+                                name=f"{self.service_entry().name} service",
+                                pending=self.guard.unauthenticated, refusal=_refusal,
+                                ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
         self._server = self.netloop.run(start())
         self._port = self._server.port
         log.info("jms service listening on %s:%d (%s)", self.host or "*", self._port,
@@ -134,6 +138,11 @@ class JmsService:
         return True
 
 
+def _refusal(reason: str) -> bytes:
+    """The preamble and the fatal ERROR that refuse a connection before HELLO."""
+    return wire.PREAMBLE + wire.failure(0, ResourceAllocationException(reason), fatal=True)
+
+
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[[], None]) -> None:
     """From any thread; nothing when the loop has stopped (the broker closing after us)."""
     try:
@@ -147,8 +156,9 @@ class ClientProtocol(asyncio.BufferedProtocol):
     a buffer of its own (BufferedProtocol): a plain Protocol gets a fresh 256 KiB bytes
     object per read, which costs more than the read."""
 
-    def __init__(self, service: JmsService) -> None:
+    def __init__(self, service: JmsService, admission: Admission) -> None:
         self.service = service
+        self.admission = admission  # counted until its HELLO is accepted (or it closes)
         self.loop = asyncio.get_running_loop()
         self.client = ClientConnection(service.broker, authenticate=service.authenticate, post=self.post,
                                        access=service.access, heartbeat=service.heartbeat,
@@ -208,6 +218,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self._timer.cancel()
         if self._login is not None:
             self._login.cancel()
+        self.admission.release()
         self.client.connection_lost(exc)
 
     def pause_writing(self) -> None:
@@ -290,6 +301,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
             self.fail(refusal)
             return
         if client.state is State.OPEN and not self._beating:
+            self.admission.release()
             self._beating = True
             self._restart_timer(client.interval / 2, self._beat)
         self._settle()  # now, not in another loop iteration: the client waits for it
