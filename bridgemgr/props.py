@@ -410,6 +410,8 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.system.max_size", SIZE, None,
          "bytes of messages held in memory only; else a quarter of the memory budget; -1 = no limit"),
     Prop("imq.message.max_size", SIZE, 70 * 1024 ** 2, "largest message body accepted; -1 = no limit"),
+    Prop("imq.selector.max_size", SIZE, 64 * 1024,
+         "longest message selector a consumer or browser may give, in bytes; -1 = no limit"),
     Prop("imq.system.max_memory", SIZE, None,
          "memory budget of the memory states; else the cgroup limit or MemTotal"),
     *(Prop(f"imq.{state}.threshold", PERCENT, threshold, f"percent of the memory budget that starts {state}")

@@ -40,8 +40,16 @@ Semantic choices, where JMS 1.1 leaves room or this project decided:
 * Numeric literals follow Java: exact ones must fit a ``long`` (the unary minus of a
   literal is folded first, so -9223372036854775808 is valid) and may end in L;
   approximate ones may end in F (rounded to float32) or D. Leading zeros are decimal.
-* Nesting deeper than ``MAX_DEPTH`` is refused so evaluation cannot exhaust the
-  stack; long AND / OR chains are flattened and do not count.
+* What a selector may cost is bounded, so no selector can take a broker's CPU or
+  stack: nesting deeper than ``MAX_DEPTH`` is refused (long AND / OR chains are
+  flattened and do not count), so compiling needs at most about 3 frames and matching
+  1 frame per level; more than ``MAX_TOKENS`` tokens are refused while lexing, before
+  the parser has built anything (parsing costs about 30 us a token, matching about
+  0.5 us an operand); LIKE patterns of more than ``MAX_PATTERN_CHARS`` characters in
+  all are refused (compiling a pattern costs about 4-16 us a character). The text's
+  size is the caller's limit (``check_size``; the host broker's
+  imq.selector.max_size), checked before anything is parsed. A string literal is
+  lexed by possessive loops: 3 MB in about 15 ms, never backtracking.
 """
 
 from __future__ import annotations
@@ -51,6 +59,7 @@ import math
 import operator
 import re
 import struct
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, cast
@@ -60,9 +69,13 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 
 from .errors import InvalidSelectorError
 
-__all__ = ["MAX_DEPTH", "Selector", "compile_selector", "message_lookup"]
+__all__ = ["MAX_DEPTH", "MAX_PATTERN_CHARS", "MAX_SIZE", "MAX_TOKENS", "Selector",
+           "check_size", "compile_selector", "message_lookup"]
 
-MAX_DEPTH = 200
+MAX_SIZE = 64 * 1024  # bytes; the default of imq.selector.max_size
+MAX_DEPTH = 100
+MAX_TOKENS = 4096
+MAX_PATTERN_CHARS = 4096
 
 _LONG_MIN = -(1 << 63)
 _LONG_MAX = (1 << 63) - 1
@@ -98,7 +111,7 @@ _GRAMMAR = r"""
 %declare OR AND NOT BETWEEN IN LIKE ESCAPE IS NULL TRUE FALSE
 IDENT: /(?:[^\W\d]|\$)[\w$]*/
 NUMBER: /(?:[0-9]+\.[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?[fFdD]?|[0-9]+(?:[eE][+-]?[0-9]+[fFdD]?|[fFdDlL])?/
-STRING: /'(?:[^']|'')*'/
+STRING: /'[^']*+(?:''[^']*+)*+'/
 COMP_OP: /<>|<=|>=|=|<|>/
 ADD_OP: /[+-]/
 MUL_OP: /[*\/]/
@@ -117,11 +130,22 @@ _TERMINAL_NAMES = {
 }
 
 
+# Tokens the parse running on this thread may still lex (the lexer is shared).
+_budget = threading.local()
+
+
+def _count(token: Token) -> Token:
+    _budget.left -= 1
+    if _budget.left < 0:
+        raise _SyntaxError(f"the selector has more than {MAX_TOKENS} tokens", _at(token))
+    return token
+
+
 def _keyword(token: Token) -> Token:
     upper = token.upper()
     if upper in _KEYWORDS:
         token.type = upper
-    return token
+    return _count(token)
 
 
 # ---------------------------------------------------------------------------
@@ -330,8 +354,9 @@ class _Builder(Transformer[Token, Any]):
 
 @functools.cache
 def _parser() -> Lark:
+    counted = ("NUMBER", "STRING", "COMP_OP", "ADD_OP", "MUL_OP", "LPAR", "RPAR", "COMMA")
     return Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_Builder(),
-                lexer_callbacks={"IDENT": _keyword})
+                lexer_callbacks={"IDENT": _keyword, **dict.fromkeys(counted, _count)})
 
 
 def _error(text: str, pos: int, problem: str) -> InvalidSelectorError:
@@ -344,6 +369,7 @@ def _error(text: str, pos: int, problem: str) -> InvalidSelectorError:
 
 
 def _parse(text: str) -> Any:
+    _budget.left = MAX_TOKENS
     try:
         return _parser().parse(text)
     except _SyntaxError as e:
@@ -471,6 +497,7 @@ class _Compiler:
     def __init__(self, text: str, leaf: Callable[[str], Fn]) -> None:
         self.text = text
         self.leaf = leaf
+        self.pattern_chars = 0  # in the LIKE patterns compiled so far
 
     def fail(self, node: Any, problem: str) -> InvalidSelectorError:
         return _error(self.text, node.pos, problem)
@@ -555,6 +582,11 @@ class _Compiler:
                 if escape is not None and len(escape) != 1:
                     raise _error(self.text, node.escape_pos,
                                  f"the ESCAPE character must be one character, not {escape!r}")
+                self.pattern_chars += len(pattern)
+                if self.pattern_chars > MAX_PATTERN_CHARS:
+                    raise _error(self.text, node.pattern_pos,
+                                 f"the LIKE patterns have more than {MAX_PATTERN_CHARS} "
+                                 "characters in all")
                 regex = _like_regex(pattern, escape)
                 if regex is None:
                     raise _error(self.text, node.pattern_pos,
@@ -707,10 +739,14 @@ class Selector:
     def __init__(self, text: str) -> None:
         self.text = text
         tree = _parse(text)
-        self._match = _Compiler(text, _message_leaf).condition(tree, 0, "the selector")
-        # a condition's value: True, False or None (UNKNOWN)
-        self._evaluate: Callable[[Callable[[str], Any]], bool | None] = \
-            _Compiler(text, _lookup_leaf).condition(tree, 0, "the selector")
+        try:
+            self._match = _Compiler(text, _message_leaf).condition(tree, 0, "the selector")
+            # a condition's value: True, False or None (UNKNOWN)
+            self._evaluate: Callable[[Callable[[str], Any]], bool | None] = \
+                _Compiler(text, _lookup_leaf).condition(tree, 0, "the selector")
+        except RecursionError:  # MAX_DEPTH fits any stack but one already nearly full
+            raise _error(text, 0, "the selector is nested too deeply for this thread's "
+                                  "stack") from None
 
     def matches(self, message: Any) -> bool:
         """True when the selector is TRUE for ``message`` (FALSE and UNKNOWN do not match)."""
@@ -726,6 +762,17 @@ class Selector:
 
     def __repr__(self) -> str:
         return f"Selector({self.text!r})"
+
+
+def check_size(text: str | None, max_bytes: int, limit_name: str) -> None:
+    """InvalidSelectorError when ``text`` has more than ``max_bytes`` bytes in UTF-8
+    (-1: no limit); ``limit_name`` names the setting in the message."""
+    if text is None or max_bytes < 0 or len(text) * 4 <= max_bytes:
+        return
+    size = len(text.encode("utf-8", "surrogatepass"))
+    if size > max_bytes:
+        raise InvalidSelectorError(
+            f"invalid selector: it has {size} bytes, more than {limit_name}={max_bytes}")
 
 
 @functools.lru_cache(maxsize=1024)

@@ -99,7 +99,8 @@ from ...jms.errors import (
     XAException,
 )
 from ...jms.message import BytesMessage, DeliveryMode, Message, TextMessage
-from ...jms.selector import Selector, compile_selector
+from ...jms.selector import MAX_SIZE as SELECTOR_MAX_SIZE
+from ...jms.selector import Selector, check_size, compile_selector
 from ...jms.xa import Xid
 from ...logfiles import COUNTED
 from .memory import MemoryConfig, MemoryMonitor
@@ -209,12 +210,14 @@ class Broker:
                  autocreate_queue: bool = True, autocreate_topic: bool = True,
                  authenticator: Authenticator | None = None,
                  database: Database | None = None, system: SystemUsage | None = None,
-                 max_message_size: int = -1, memory: MemoryConfig | None = None,
+                 max_message_size: int = -1, max_selector_size: int = SELECTOR_MAX_SIZE,
+                 memory: MemoryConfig | None = None,
                  memory_window: int = WINDOW, swap_dir: str | Path | None = None) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
         (pgstore.PostgresDatabase for imq.persist.store=jdbc); ``system``: the
         imq.system.max_count/max_size limits (default none); ``max_message_size``: the
-        largest body accepted (-1: any); ``memory``: the memory states (default: none
+        largest body accepted (-1: any); ``max_selector_size``: the longest selector a
+        new consumer or browser may give, in bytes (-1: any); ``memory``: the memory states (default: none
         watched). ``memory_window``: waiting messages a destination keeps in memory;
         persistent ones beyond wait in the store, non-persistent ones in swap.db under
         ``swap_dir`` (default ``data_dir``; with neither, they stay in memory)."""
@@ -251,6 +254,7 @@ class Broker:
         self.configured: dict[str, DestinationLimits] = {}
         self.usage = system if system is not None else SystemUsage()
         self.max_message_size = max_message_size
+        self.max_selector_size = max_selector_size
         self.memory = MemoryMonitor(memory) if memory is not None else None
         self.store = (Store(self.data_dir, sync=sync, database=database)
                       if self.data_dir is not None or database is not None else None)
@@ -1277,6 +1281,12 @@ class Broker:
             yield from chunk
 
     # --- consumers and subscriptions -------------------------------------------------------------
+    def compile_selector(self, text: str | None) -> Selector | None:
+        """A new consumer's or browser's selector, once its size is within
+        imq.selector.max_size (the cost of compiling it is bounded in jms.selector)."""
+        check_size(text, self.max_selector_size, "imq.selector.max_size")
+        return compile_selector(text)
+
     def queue_for_consumer(self, consumer: Any, dest: Destination, selector: str | None,
                            no_local: bool) -> MessageQueue:
         """The message queue a new consumer reads (a new one for a topic subscriber)."""
@@ -1298,7 +1308,7 @@ class Broker:
                 mq = self._pages(MessageQueue(
                     f"sub:{id(consumer)}", dest, durable=False,
                     limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                    owner=consumer.connection, selector=compile_selector(selector),
+                    owner=consumer.connection, selector=self.compile_selector(selector),
                     no_local=no_local, topic=dest, usage=self.usage))
                 self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
@@ -1314,7 +1324,7 @@ class Broker:
         if topic.is_temporary:
             raise InvalidDestinationException("a durable subscription cannot be made on a temporary topic")
         self.reservations.check_durable(consumer.connection, client_id, name, "subscribe to")
-        compiled = compile_selector(selector)
+        compiled = self.compile_selector(selector)
         with _NULL if locked else self.lock:
             sub = self.durable.get((client_id, name))
             owner: str | None = owner_name(consumer.connection)
@@ -1363,7 +1373,8 @@ class Broker:
                 self.known_topics.add(dest.name)
             mq = self._pages(MessageQueue(
                 f"cc:{group}", dest, durable=False, limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                owner=consumer.connection, selector=compile_selector(selector), topic=dest, usage=self.usage))
+                owner=consumer.connection, selector=self.compile_selector(selector), topic=dest,
+                usage=self.usage))
             self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq

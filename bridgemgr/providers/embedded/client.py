@@ -52,7 +52,6 @@ from ...jms.errors import (
     XAException,
 )
 from ...jms.message import Message, ObjectMessage
-from ...jms.selector import compile_selector
 from ...jms.spi import (
     AckMode,
     CompletionListener,
@@ -671,7 +670,7 @@ class EmbeddedConsumer(MessageConsumer):
         self.destination = destination
         self.durable_name = durable_name
         self._selector_text = selector
-        compiled = compile_selector(selector)
+        compiled = self.broker.compile_selector(selector)
         # Topic subscriptions filter when a message is published; queues when it is taken.
         self.selector = None if destination.is_topic else compiled
         self.closed = False
@@ -797,7 +796,7 @@ class EmbeddedBrowser(QueueBrowser):
         self.session = session
         self.queue = queue
         self.message_selector = selector
-        self._selector = compile_selector(selector)
+        self._selector = session.broker.compile_selector(selector)
         self.closed = False
 
     def __iter__(self) -> Iterator[Message]:

@@ -86,7 +86,6 @@ from ...jms.errors import (
 )
 from ...jms.hostbroker import Principal
 from ...jms.message import Message
-from ...jms.selector import compile_selector
 from ...jms.spi import AckMode
 from ...jms.xa import Xid
 from . import wire
@@ -780,7 +779,7 @@ class ClientConnection:
     def _browse(self, sid: int, queue: Queue, selector: str | None) -> list[Any]:
         self._session(sid).s._check_open()
         self._check("browse", queue)
-        messages = self.broker.browse(queue, compile_selector(selector))
+        messages = self.broker.browse(queue, self.broker.compile_selector(selector))
         bid = next(self._browser_ids)
         self.browsers[bid] = messages
         return [bid, *self._browse_more(bid)]

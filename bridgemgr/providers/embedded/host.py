@@ -86,7 +86,8 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         instance_name=props.get("imq.instancename"),
         autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
         system=SystemUsage(props.get("imq.system.max_count"), max_size),
-        max_message_size=props.get("imq.message.max_size"), memory=memory,
+        max_message_size=props.get("imq.message.max_size"),
+        max_selector_size=props.get("imq.selector.max_size"), memory=memory,
         memory_window=props.get("imq.destination.memory.window"), swap_dir=props.instance_dir / "store"),
         access)
 
