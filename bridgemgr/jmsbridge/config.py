@@ -37,6 +37,7 @@ from typing import Any, TypeVar
 
 from lxml import etree
 
+from ..jms.destination import NAME_RULE, name_problem
 from ..jms.naming import INITIAL_CONTEXT_FACTORY
 from ..props import (
     BYTE_BOUND,
@@ -695,6 +696,30 @@ def check_destinations(config: BridgeConfig) -> Iterator[Problem]:
                                        dest.line)
 
 
+def _host_destinations(config: BridgeConfig) -> set[str]:
+    """The ref-names of destinations a link or DMQ uses with a connection factory without
+    lookup-name (the host broker, or the OpenMQ brokers of its imqAddressList)."""
+    host_cfs = {cf.ref_name for cf in config.connection_factories if cf.lookup_name is None}
+    ends: list[tuple[str | None, str | None]] = [
+        (end.connection_factory_ref, end.destination_ref)
+        for link in config.links for end in (link.source, link.target)]
+    ends += [(dmq.connection_factory_ref, dmq.destination_ref) for dmq in config.dmqs]
+    return {dest for cf, dest in ends if cf in host_cfs and dest is not None}
+
+
+def check_destination_names(config: BridgeConfig) -> Iterator[Problem]:
+    """A destination name the host broker would refuse to create, refused here."""
+    used = _host_destinations(config)
+    for dest in config.destinations:
+        if dest.ref_name not in used or dest.name is None or dest.lookup_name is not None:
+            continue
+        problem = name_problem(dest.name, dest.type is DestinationType.TOPIC)
+        if problem is not None:
+            yield Problem(config.source, dest.line, f"destination {shorten(dest.ref_name)} has "
+                          f"name {shorten(dest.name)}, which the broker refuses: {problem}; "
+                          f"{NAME_RULE}")
+
+
 def check_durable_subscriptions(config: BridgeConfig) -> Iterator[Problem]:
     dests = {d.ref_name: d for d in config.destinations}
     for link in config.links:
@@ -708,7 +733,7 @@ def check_durable_subscriptions(config: BridgeConfig) -> Iterator[Problem]:
 
 CHECKS: tuple[Callable[[BridgeConfig], Iterable[Problem]], ...] = (
     check_unique, check_reserved, check_refs, check_connection_factories,
-    check_destinations, check_durable_subscriptions,
+    check_destinations, check_destination_names, check_durable_subscriptions,
 )
 
 

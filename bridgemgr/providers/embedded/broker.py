@@ -84,7 +84,7 @@ from pathlib import Path
 from typing import Any, Literal, overload
 
 from ...jms import codec, xa
-from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
+from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, check_name
 from ...jms.errors import (
     IllegalStateException,
     InvalidClientIDException,
@@ -399,7 +399,7 @@ class Broker:
     def _queue_for_key(self, qkey: str, create: bool = True) -> MessageQueue | None:
         kind, _, rest = qkey.partition(":")
         if kind == "q":
-            return self._queue(rest, create=create)
+            return self._queue(rest, create=create, check=False)
         if kind == "d":
             client_id, _, name = rest.partition("\0")
             sub = self.durable.get((client_id, name))
@@ -416,16 +416,29 @@ class Broker:
             return replace(self.default_limits, limit_behavior=LimitBehavior.REMOVE_OLDEST)
         return self.default_limits
 
-    def _queue(self, name: str, create: bool = False) -> MessageQueue:
+    def _queue(self, name: str, create: bool = False, check: bool = True) -> MessageQueue:
+        """Queue ``name``, created when it is new: when ``create`` (admin) or auto-create
+        is on, and its name is one a destination may have (``check``; not for what the
+        store holds nor a queue an administrator configured)."""
         mq = self.queues.get(name)
         if mq is None:
             if not (create or self.autocreate_queue):
                 raise InvalidDestinationException(f"queue {name!r} does not exist and auto-create is off")
+            if check and f"q:{name}" not in self.configured:
+                check_name(Queue(name))
             key = f"q:{name}"
             mq = self._pages(MessageQueue(key, Queue(name), durable=True, limits=self._limits(key),
                                           usage=self.usage))
             self.queues[name] = mq
         return mq
+
+    def _know_topic(self, topic: Destination) -> None:
+        """Topic ``topic`` is known from now on (created), when its name is one a
+        destination may have or an administrator configured it (under the lock)."""
+        if topic.name not in self.known_topics:
+            if f"t:{topic.name}" not in self.configured:
+                check_name(topic)
+            self.known_topics.add(topic.name)
 
     def would_autocreate(self, dest: Destination) -> bool:
         """Would using ``dest`` now create it (for the auto-create access check)? A lock-free
@@ -446,15 +459,18 @@ class Broker:
             raise InvalidDestinationException(f"{DMQ_NAME} cannot use limitBehavior=FLOW_CONTROL: dead "
                                               "messages have no producer to hold")
         key = ("t:" if destination.is_topic else "q:") + destination.name
+        if limits.backout_queue and limits.backout_queue not in self.queues:
+            check_name(Queue(limits.backout_queue))
         with self.lock:
-            self.configured[key] = limits
             if destination.is_topic:
-                self.known_topics.add(destination.name)
+                self._know_topic(destination)
+                self.configured[key] = limits
                 for mq in self.topics.get(destination.name, ()):
                     mq.limits = limits
                     mq.wake_producers()
             else:
                 mq = self._queue(destination.name, create=True)
+                self.configured[key] = limits
                 mq.limits = limits
                 mq.wake_producers()
             if self.store is not None:
@@ -687,7 +703,7 @@ class Broker:
         elif dest.name not in self.known_topics:
             if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                 raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
-            self.known_topics.add(dest.name)
+            self._know_topic(dest)
         out = []
         for sub in self.topics.get(dest.name, ()):
             if sub.no_local and sender is not None and _same_origin(sub, sender):
@@ -1304,7 +1320,7 @@ class Broker:
                 if not dest.is_temporary and dest.name not in self.known_topics:
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                         raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
-                    self.known_topics.add(dest.name)
+                    self._know_topic(dest)
                 mq = self._pages(MessageQueue(
                     f"sub:{id(consumer)}", dest, durable=False,
                     limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
@@ -1337,6 +1353,8 @@ class Broker:
                 self._drop_subscription(sub)
                 sub = None
             if sub is None:  # (changed: it keeps its owner)
+                if topic.name not in self.known_topics and f"t:{topic.name}" not in self.configured:
+                    check_name(topic)
                 sub = self._make_subscription(client_id, name, topic, selector, no_local, persist=True,
                                               compiled=compiled, owner=owner)
             sub.active = consumer
@@ -1370,7 +1388,7 @@ class Broker:
             if dest.name not in self.known_topics:
                 if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                     raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
-                self.known_topics.add(dest.name)
+                self._know_topic(dest)
             mq = self._pages(MessageQueue(
                 f"cc:{group}", dest, durable=False, limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
                 owner=consumer.connection, selector=self.compile_selector(selector), topic=dest,
