@@ -141,18 +141,6 @@ class Cluster:
             instance.stop()
 
 
-def wait_for(what, timeout: float, interval: float = 0.2):
-    """Poll ``what()`` until it returns something true (returned) or ``timeout`` s pass."""
-    deadline = time.monotonic() + timeout
-    while True:
-        found = what()
-        if found:
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(interval)
-
-
 def check(props: Path, timeout: float = 60) -> subprocess.CompletedProcess:
     """`imqbridgemgr check -props PROPS` as a process."""
     import os

@@ -82,8 +82,9 @@ def test_check_and_serve_refuse_another_bridge_configuration(tmp_path, postgresq
 
 
 def test_instances_without_bridges_renew_their_leases_and_take_over_stores(tmp_path, postgresql):
-    from ha_support import MONITOR, PASSWORD, wait_for
+    from ha_support import MONITOR, PASSWORD
     from service_support import send, take
+    from waiting import wait_for
 
     cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
     try:

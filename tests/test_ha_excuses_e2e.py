@@ -20,10 +20,11 @@ import time
 
 import pytest
 
-from ha_support import PASSWORD, Cluster, wait_for
+from ha_support import PASSWORD, Cluster
 from service_support import Daemon, one_bridge_files, send, take
 from test_xa_faults_e2e import IDLE_XML
 from test_xa_pg_outage_e2e import database, gated_xml, roll_back_in_an_outage  # noqa: F401  (database: the fixture)
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 

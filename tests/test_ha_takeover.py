@@ -21,8 +21,9 @@ import pytest
 
 from bridgemgr import connect
 from bridgemgr.jms import Queue
-from ha_support import MONITOR, PASSWORD, Cluster, host_xml, link_xml, wait_for
+from ha_support import MONITOR, PASSWORD, Cluster, host_xml, link_xml
 from service_support import Daemon, one_bridge_files, send
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
