@@ -13,6 +13,7 @@ from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from waiting import wait_for
 
 FAST = LinkTuning(poll_interval=0.02, retry_deadline=0.5, backoff_initial=0.01,
                   backoff_max=0.05, start_timeout=10)
@@ -89,15 +90,8 @@ def drain(broker: Broker, dest: Destination | str, timeout: float = 0.15,
         conn.close()
 
 
-def wait_until(condition: Callable[[], Any], timeout: float = 10.0, what: str = "") -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = condition()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what or condition}")
-        time.sleep(0.01)
+# The suite's one wait (tests/waiting.py), by the name the bridge tests import.
+wait_until = wait_for
 
 
 def texts(messages: Iterable[Message]) -> list[str]:

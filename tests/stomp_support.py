@@ -31,6 +31,7 @@ from bridgemgr.stompbridge.frames import (
 from bridgemgr.stompbridge.host import HostConnection
 from bridgemgr.stompbridge.session import SessionConfig, StompSession
 from bridgemgr.users import UserRepository
+from waiting import wait_for
 
 HOST = "127.0.0.1"
 
@@ -167,13 +168,8 @@ class Collector(stomp.ConnectionListener):
         return self.errors[0]
 
 
-def wait_until(predicate: Any, timeout: float = 5.0, interval: float = 0.01) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(interval)
-    return predicate()
+# The suite's one wait (tests/waiting.py), by the name the STOMP tests import.
+wait_until = wait_for
 
 
 def pending(broker: Broker, queue_name: str) -> int:
