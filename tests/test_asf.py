@@ -16,6 +16,7 @@ from bridgemgr.jms.serversessions import ThreadServerSessionPool
 from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.broker import Broker
 from remote.support import Harness
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow  # pools, waits for redeliveries: 0.3-1.5 s each
 IN = Queue("asf.in")
@@ -80,14 +81,6 @@ def serving(conn, rec, size, batch, selector=None, dest=IN, **kind):
     with ThreadServerSessionPool(conn, size, rec.make, **kind) as pool, \
             conn.create_connection_consumer(dest, selector, pool, batch):
         yield
-
-
-def wait_for(predicate, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.02)
 
 
 class Recorder:
