@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import logging
 import sqlite3
-import time
 
 import pytest
 from hypothesis import given
@@ -26,6 +25,7 @@ from bridgemgr.providers.embedded.client import EmbeddedConnectionFactory
 from remote.support import Harness
 from stomp_support import Raw, make_bridge
 from stores import jdbc, open_at
+from waiting import wait_for
 
 NEWS = Topic("news")
 CID, SUB = "alice-cid", "alice-sub"
@@ -39,13 +39,6 @@ topic.create.allow.user=*
 """
 GRANT = "durable.alice-cid.*.consume.allow.user=auditor\n"
 OWNED = f"durable subscription '{SUB}' of client id '{CID}' is owned by another user"
-
-
-def wait_until(predicate, timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.01)
 
 
 def publish(broker: Broker, text: str) -> None:
@@ -123,7 +116,7 @@ def alice_subscribed(harness: Harness) -> None:
     conn = jms_login(harness, "alice")
     conn.create_session().create_durable_subscriber(NEWS, SUB).close()
     conn.close()
-    wait_until(lambda: CID not in harness.broker.client_ids)
+    wait_for(lambda: CID not in harness.broker.client_ids)
     publish(harness.broker, "for alice")
 
 
@@ -137,7 +130,7 @@ def test_mallory_may_neither_attach_nor_unsubscribe_over_mq(jms, caplog):
     with pytest.raises(JMSSecurityException, match=f"{OWNED}: user 'mallory' may not unsubscribe"):
         session.unsubscribe(SUB)
     conn.close()
-    wait_until(lambda: CID not in jms.broker.client_ids)
+    wait_for(lambda: CID not in jms.broker.client_ids)
     conn = jms_login(jms, "alice")
     got = conn.create_session().create_durable_subscriber(NEWS, SUB).receive(5)
     assert got is not None and got.text == "for alice"
@@ -174,7 +167,7 @@ def test_a_durable_rule_grants_attaching_but_not_unsubscribing(jms, caplog):
     with pytest.raises(JMSSecurityException, match=OWNED):
         conn.create_session().create_durable_subscriber(NEWS, SUB)
     conn.close()
-    wait_until(lambda: CID not in jms.broker.client_ids)
+    wait_for(lambda: CID not in jms.broker.client_ids)
     jms.rules.write_text(RULES + GRANT)  # read again at the next login
     conn = jms_login(jms, "auditor")
     session = conn.create_session()
@@ -227,7 +220,7 @@ def stomp_leave(broker: Broker, client: Raw) -> None:
     client.frame("DISCONNECT")
     client.until_closed()
     client.close()
-    wait_until(lambda: CID not in broker.client_ids)
+    wait_for(lambda: CID not in broker.client_ids)
 
 
 def test_mallory_may_neither_attach_nor_unsubscribe_over_stomp(stomp):
@@ -244,7 +237,7 @@ def test_mallory_may_neither_attach_nor_unsubscribe_over_stomp(stomp):
         assert "'alice'" not in error
         mallory.until_closed()
         mallory.close()
-        wait_until(lambda: CID not in broker.client_ids)
+        wait_for(lambda: CID not in broker.client_ids)
     alice = stomp_login(port, "alice")
     assert stomp_durable(alice, "SUBSCRIBE") == "ok"
     message = alice.wait(lambda f: f.command == "MESSAGE")
