@@ -13,6 +13,7 @@ from bridgemgr.jms import Queue, TextMessage, xa
 from bridgemgr.jms.errors import InvalidDestinationException, TransportException
 from bridgemgr.jms.xa import Xid
 from remote.support import Harness, expect_line, free_port, spawn
+from waiting import wait_for
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]
 
@@ -37,14 +38,6 @@ def drain(consumer, timeout=0.3):
     while (m := consumer.receive(timeout)) is not None:
         out.append(m)
     return out
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
 
 
 def kill(proc):
