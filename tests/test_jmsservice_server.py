@@ -27,6 +27,7 @@ from bridgemgr.providers.embedded import wire
 from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
 from bridgemgr.providers.embedded.wire import Op
 from remote.support import Harness, RawClient
+from waiting import wait_for
 
 Q = Queue("orders")
 USERS = {"alice": "wonder", "reader": "r", "writer": "w"}
@@ -77,14 +78,6 @@ def roundtrip(conn, dest=Q, text="ping"):
     got = session.create_consumer(dest).receive(2)
     session.close()
     return got.text if got else None
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
 
 
 # --- bad frames ---------------------------------------------------------------------------
