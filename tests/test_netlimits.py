@@ -17,7 +17,6 @@ import logging
 import socket
 import ssl
 import struct
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -38,6 +37,7 @@ from bridgemgr.providers.embedded.jmsservice import JmsService
 from bridgemgr.stompbridge import StompBridge, StompConfig
 from bridgemgr.users import UserRepository
 from stomp_support import make_certs
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -112,13 +112,6 @@ def until_closed(sock: socket.socket) -> bytes:
     while chunk := sock.recv(65536):
         data += chunk
     return data
-
-
-def wait_until(predicate: Callable[[], bool], timeout: float = 5.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, "condition not reached"
-        time.sleep(0.01)
 
 
 def read_until(sock: socket.socket, end: bytes) -> bytes:
@@ -257,7 +250,7 @@ def test_one_address_at_its_limit_does_not_stop_a_login_from_another(ports, serv
     monkeypatch.setattr(portmapper, "_LINGER", 30.0)   # the port mapper's idle ones stay too
     idle = [dial(port.port, "127.0.0.11") for _ in range(LIMIT)]
     try:
-        wait_until(lambda: port.pending.held("127.0.0.11") == LIMIT)
+        wait_for(lambda: port.pending.held("127.0.0.11") == LIMIT)
         for _ in range(3):   # more from there: refused and closed at once
             with dial(port.port, "127.0.0.11") as extra:
                 data = until_closed(extra)
@@ -272,7 +265,7 @@ def test_one_address_at_its_limit_does_not_stop_a_login_from_another(ports, serv
     finally:
         for sock in idle:
             sock.close()
-    wait_until(lambda: port.pending.held("127.0.0.11") == 0)
+    wait_for(lambda: port.pending.held("127.0.0.11") == 0)
 
 
 @pytest.mark.parametrize("service", ["stomp", "jms", "admin", "metrics"])
@@ -283,7 +276,7 @@ def test_a_connection_that_logs_in_gives_its_place_back(ports, service):
     try:
         for sock in logged_in:
             assert port.log_in(sock)
-        wait_until(lambda: port.pending.held("127.0.0.13") == 0)
+        wait_for(lambda: port.pending.held("127.0.0.13") == 0)
         with dial(port.port, "127.0.0.13") as more:   # the address may open LIMIT more
             assert port.log_in(more)
     finally:
@@ -295,7 +288,7 @@ def test_tls_sockets_count_before_their_handshake_and_extra_ones_are_closed_unan
     pending = stomp.guard.unauthenticated
     idle = [dial(stomp.tls_port, "127.0.0.14") for _ in range(LIMIT)]   # no ClientHello
     try:
-        wait_until(lambda: pending.held("127.0.0.14") == LIMIT)
+        wait_for(lambda: pending.held("127.0.0.14") == LIMIT)
         with dial(stomp.tls_port, "127.0.0.14") as extra:
             assert until_closed(extra) == b""   # closed at once: no handshake, no refusal
         context = ssl.create_default_context()
@@ -306,7 +299,7 @@ def test_tls_sockets_count_before_their_handshake_and_extra_ones_are_closed_unan
     finally:
         for sock in idle:
             sock.close()
-    wait_until(lambda: pending.held("127.0.0.14") == 0)
+    wait_for(lambda: pending.held("127.0.0.14") == 0)
 
 
 # --- resets ------------------------------------------------------------------------------------------------
@@ -325,7 +318,7 @@ def test_clients_that_reset_or_close_at_once_are_logged_at_debug_not_error(ports
             sock.sendall(b"x")
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
-    wait_until(lambda: port.pending.held("127.0.0.16") == 0, timeout=10)
+    wait_for(lambda: port.pending.held("127.0.0.16") == 0, timeout=10)
     with dial(port.port, "127.0.0.17") as other:   # the port still serves
         if port.log_in is None:
             assert until_closed(other).endswith(b"\n.\n")
@@ -366,7 +359,7 @@ def test_refusals_over_max_connections_that_meet_clients_gone_log_no_error(netlo
                 sock.sendall(b"x")
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
             sock.close()
-        wait_until(lambda: refusing.unauthenticated.held("127.0.0.18") == 0, timeout=10)
+        wait_for(lambda: refusing.unauthenticated.held("127.0.0.18") == 0, timeout=10)
     finally:
         server.stop()
     loud = [r for r in caplog.records if r.levelno >= logging.ERROR or r.exc_info]
@@ -387,7 +380,7 @@ def test_a_reset_seen_by_the_net_loop_is_one_debug_line(caplog):
     with NetLoop() as loop:
         loop.call_soon(gone)
         loop.call_soon(bug)
-        wait_until(lambda: any(r.levelno == logging.ERROR for r in caplog.records))
+        wait_for(lambda: any(r.levelno == logging.ERROR for r in caplog.records))
     gone_records = [r for r in caplog.records if "Transport endpoint" in r.getMessage()]
     assert [(r.levelno, r.exc_info) for r in gone_records] == [(logging.DEBUG, None)]
     assert "\n" not in gone_records[0].getMessage()
