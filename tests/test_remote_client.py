@@ -22,6 +22,7 @@ from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
 from remote.support import Harness, free_port
+from waiting import wait_for
 
 Q = Queue("orders")
 
@@ -37,14 +38,6 @@ def put(conn, *texts, dest=Q):
     producer = conn.create_session().create_producer(dest)
     for text in texts:
         producer.send(TextMessage(text))
-
-
-def wait_for(predicate, timeout=5.0):
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not reached")
-        time.sleep(0.01)
 
 
 def depth(broker):
