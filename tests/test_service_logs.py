@@ -12,13 +12,13 @@ import os
 import re
 import socket
 import stat
-import time
 from pathlib import Path
 
 import pytest
 
 from bridgemgr.jms import DeliveryMode
 from service_support import Daemon, cli, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -58,13 +58,6 @@ def stopped(daemon: Daemon) -> list[str]:
 
 def instance(base: Path) -> Path:
     return base / "var" / "instances" / "logs"
-
-
-def wait_for(predicate, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def mode(path: Path) -> int:
