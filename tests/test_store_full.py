@@ -23,6 +23,7 @@ from bridgemgr.jms.errors import ResourceAllocationException, StoreFull, Transac
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.store import Store
 from disk_support import mount_tmpfs, unmount
+from waiting import wait_for
 
 BLOB = b"m" * 1024
 
@@ -66,15 +67,6 @@ def disk(request, tmp_path):
     d.close()
 
 
-def until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.02)
-    return True
-
-
 def full_error(store: Store) -> str:
     return rf"^store full: {re.escape(store.path)}: no space left$"
 
@@ -113,7 +105,7 @@ def test_a_waiting_writer_is_told_store_full_and_writes_resume_by_themselves(dis
     time.sleep(0.5)  # several retries with the disk still full
     assert store.full
     disk.free(store)
-    assert until(lambda: not store.full), "writes did not resume once space was back"
+    wait_for(lambda: not store.full, what="writes to resume once space was back")
     store.check_room()
     store.add_many([(failed + 1, "q:a", BLOB, 0)])
     store.wait(store.ticket())
@@ -149,7 +141,7 @@ def test_what_nobody_waits_for_is_kept_while_full_and_written_once_space_is_back
                 time.sleep(0.005)  # let the writer thread take a batch
     store.remove(recorded[0])
     disk.free(store)
-    assert until(lambda: not store.full)
+    wait_for(lambda: not store.full, what="writes to resume")
     store.close()
     assert set(reopened(disk.directory)) == set(recorded[1:])
 
@@ -195,7 +187,7 @@ def test_a_full_broker_refuses_persistent_sends_only_and_acknowledgements_are_ke
     assert taken == sent[:5]
     conn.close()
     db.execute("PRAGMA max_page_count=1000000")
-    assert until(lambda: not store.full)
+    wait_for(lambda: not store.full, what="writes to resume")
     broker.close()
     again = Broker(tmp_path / "b")
     try:
@@ -233,6 +225,6 @@ def test_messages_of_a_batch_that_found_the_disk_full_are_still_paged_in(tmp_pat
             store.flush()
         assert [seq for seq, _, _ in store.page("q:a", 0, 5000)] == list(range(1, 2001))
         disk.free(store)
-        assert until(lambda: not store.full)
+        wait_for(lambda: not store.full, what="writes to resume")
     finally:
         store.close()
