@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import http.client
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ from bridgemgr.admin.portmapper import find_service
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from service_support import Daemon, one_bridge_files, send, take
 from stomp_support import Raw
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -73,10 +73,8 @@ def destination(address: tuple[str, int], metric: str, name: str) -> float | Non
 
 
 def eventually(address, metric: str, name: str, want: float, wait: float = 20) -> None:
-    deadline = time.monotonic() + wait
-    while (got := destination(address, metric, name)) != want:
-        assert time.monotonic() < deadline, f"{metric}{{name={name}}} is {got}, not {want}"
-        time.sleep(0.2)
+    wait_for(lambda: destination(address, metric, name) == want, wait, f"{metric}{{name={name}}} == {want}",
+             interval=0.2)
 
 
 def test_the_links_producer_counts_on_its_target_once_it_sent_there(service):
