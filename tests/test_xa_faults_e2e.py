@@ -21,6 +21,7 @@ import pytest
 from bridgemgr.xa.coordinator import FAULT_ENV
 from pgserver import free_port
 from service_support import Daemon, cli, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -69,23 +70,12 @@ def host_service(tmp_path: Path, target: Daemon, remote_property: str = "") -> t
     return props, passfile
 
 
-def wait_for(path: Path, seconds: float = 60) -> None:
-    deadline = time.monotonic() + seconds
-    while not path.exists():
-        assert time.monotonic() < deadline, f"{path} did not appear"
-        time.sleep(0.05)
-
-
 def wait_listed(host: Daemon, passfile: Path, prefix: str, seconds: float = 20) -> str:
     """The rest of the line of `list link -bn jb` that starts with ``prefix``, once there."""
-    deadline = time.monotonic() + seconds
-    while True:
+    def listed() -> str | None:
         out = cli(host, passfile, "list", "link", "-bn", "jb").stdout
-        lines = [line for line in out.splitlines() if line.startswith(prefix)]
-        if lines:
-            return lines[0][len(prefix):]
-        assert time.monotonic() < deadline, out
-        time.sleep(0.3)
+        return next((line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)), None)
+    return wait_for(listed, seconds, f"a link line starting {prefix!r}", interval=0.3)
 
 
 def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_path,
@@ -102,7 +92,7 @@ def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_p
         hold.touch()
         r = cli(host, passfile, "start", "bridge", "-bn", "jb")
         assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(hold.with_name("hold.held"))  # H logged a decision and waits
+        wait_for(hold.with_name("hold.held").exists, 60, "hold.held")  # H logged a decision and waits
         target.proc.kill()
         target.proc.wait(timeout=30)
         hold.unlink()  # H commits: its own branch, and T's fails: in doubt
@@ -144,7 +134,7 @@ def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_orde
         hold.touch()
         r = cli(host, passfile, "start", "bridge", "-bn", "jb")
         assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(hold.with_name("hold.held"))
+        wait_for(hold.with_name("hold.held").exists, 60, "hold.held")
         target.proc.send_signal(signal.SIGSTOP)
         try:
             stopped = time.monotonic()
