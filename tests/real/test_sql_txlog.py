@@ -20,7 +20,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,6 +37,7 @@ from bridgemgr.xa.recovery import Recovery  # noqa: E402
 from bridgemgr.xa.registry import ResourceManager, rm_name  # noqa: E402
 from bridgemgr.xa.sqllog import SqlTxLog  # noqa: E402
 from bridgemgr.xa.txlog import CommitRecord, Participant, TxLogError, frame  # noqa: E402
+from waiting import wait_for  # noqa: E402
 
 pytestmark = pytest.mark.timeout(120)
 TABLE = "imq_bridge_txlog"
@@ -93,14 +93,6 @@ def commit(n: int, bridge: str = "b") -> CommitRecord:
     gtrid = bridge.encode() + b"|\x00\xff." + str(n).encode()
     return CommitRecord(gtrid, (Participant(f"{bridge}:quelle-ü", Xid(0x494D5142, gtrid, b"src#1")),
                                 Participant(f"{bridge}:ziel-✓", Xid(0x494D5142, gtrid, b"dst#2"))))
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 # --- the log on its own -----------------------------------------------------------------------------
