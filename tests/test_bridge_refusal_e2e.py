@@ -14,13 +14,13 @@ are read back over the services' jms connection services (real sockets, no mocks
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
 
 from bridgemgr.jms import DeliveryMode
 from service_support import Daemon, cli, link_row, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -90,10 +90,8 @@ def link_counters(daemon: Daemon, passfile: Path) -> tuple[int, int]:
 
 def wait_handled(daemon: Daemon, passfile: Path, n: int) -> None:
     """Until link l1 has transferred or dead-lettered ``n`` messages."""
-    deadline = time.monotonic() + 30
-    while sum(link_counters(daemon, passfile)) < n:
-        assert time.monotonic() < deadline, f"link l1 handled fewer than {n} messages"
-        time.sleep(0.2)
+    wait_for(lambda: sum(link_counters(daemon, passfile)) >= n, 30, f"link l1 to handle {n} messages",
+             interval=0.2)
 
 
 def start_bridge(daemon: Daemon, passfile: Path) -> None:

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 
 import pytest
 
 from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 from test_service_reload import wait_line
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PASSWORD = "Parallel-Secret-1"
@@ -56,11 +56,10 @@ def _files(tmp_path, *extra, parallelism=2):
 
 
 def wait_transferred(daemon, passfile, count):
-    """The link's `list link` row once it shows ``count`` transferred (or after 10 s)."""
-    deadline = time.monotonic() + 10
-    while (row := link_row(daemon, passfile, "l"))[5] != str(count) and time.monotonic() < deadline:
-        time.sleep(0.3)  # the workers report their counters twice a second
-    return row
+    """The link's `list link` row once it shows ``count`` transferred."""
+    return wait_for(lambda: (row := link_row(daemon, passfile, "l"))[5] == str(count) and row, 10,
+                    f"link l to show {count} transferred",
+                    interval=0.3)  # the workers report their counters twice a second
 
 
 def test_a_parallel_link_spreads_over_two_worker_processes(tmp_path):

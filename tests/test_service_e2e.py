@@ -6,10 +6,10 @@ is lost.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +18,7 @@ from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from service_support import Daemon, cli
 from stores import open_at
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 N = 300
@@ -79,27 +80,18 @@ def link_row(daemon: Daemon, passfile: Path, link: str = "l1") -> list[str]:
 
 
 def wait_transferred(daemon: Daemon, passfile: Path, at_least: int) -> int:
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        done = int(link_row(daemon, passfile)[5])
-        if done >= at_least:
-            return done
-        time.sleep(0.2)
-    raise AssertionError(f"transferred stays below {at_least}")
+    return wait_for(lambda: (done := int(link_row(daemon, passfile)[5])) >= at_least and done, 60,
+                    f"link l1 to have transferred {at_least}", interval=0.2)
 
 
-def wait_idle(daemon: Daemon, passfile: Path, quiet: float = 1.5) -> None:
-    """Until the link's transferred counter has not moved for ``quiet`` seconds."""
-    last, since = -1, time.time()
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        now = int(link_row(daemon, passfile)[5])
-        if now != last:
-            last, since = now, time.time()
-        elif time.time() - since >= quiet:
-            return
-        time.sleep(0.2)
-    raise AssertionError("the link never went idle")
+def wait_drained(daemon: Daemon, passfile: Path, queue: str = "e2e.src") -> None:
+    """Until ``queue`` holds nothing, waiting or delivered: the link has moved all of it."""
+    def held() -> int:
+        r = cli(daemon, passfile, "query", "dst", "-t", "q", "-n", queue, "--json")
+        assert r.returncode == 0, r.stdout + r.stderr
+        data = json.loads(r.stdout)["data"]
+        return data["pending"] + data["unacked"]
+    wait_for(lambda: held() == 0, 60, f"{queue} to be drained", interval=0.2)
 
 
 def count(store: Path | str, queue: str) -> list[str]:
@@ -172,7 +164,7 @@ def test_kill9_of_the_daemon_then_restart(setup):
         assert "bridge b1 (JMS): STARTED" in daemon.lines
         r = cli(daemon, passfile, "list", "bridge")
         assert re.search(r"^b1\s+JMS\s+STARTED$", r.stdout, re.M)
-        wait_idle(daemon, passfile)  # the restarted bridge drained what was left
+        wait_drained(daemon, passfile)  # the restarted bridge drained what was left
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
@@ -208,9 +200,7 @@ def test_stomp_bridge_and_remote_clients_through_the_service(setup):
         client.connect("admin", "Secret-1", wait=True)
         client.subscribe("/queue/e2e.dst", id="1", ack="auto")
         client.send("/queue/e2e.src", "via stomp", headers={"persistent": "true"})
-        deadline = time.time() + 30
-        while len(got) < N + 1 and time.time() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: len(got) >= N + 1, 30, f"{N + 1} messages over STOMP")
         client.disconnect(receipt="bye")  # waits for the receipt: no delivery to this client after it
         assert "via stomp" in got and len(got) == N + 1
 
@@ -365,7 +355,7 @@ def test_jdbc_store_with_a_transacted_link_through_kill9(tmp_path, postgresql):
     try:
         printed += daemon.lines
         assert any("schema imq_e2e" in line for line in printed), printed[:20]
-        wait_idle(daemon, passfile)
+        wait_drained(daemon, passfile)
         r = cli(daemon, passfile, "list", "link", "-bn", "b1")
         assert re.search(r"^l1\s+STARTED\s.*\strue\s", r.stdout, re.M), r.stdout
     finally:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from service_support import Daemon, cli, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
@@ -40,11 +41,8 @@ def pending(daemon: Daemon, passfile: Path, queue: str) -> int:
 
 def wait_full(daemon: Daemon, passfile: Path) -> None:
     """Until fc.dst holds its 3 messages (the link's next send is held)."""
-    deadline = time.monotonic() + 30
-    while pending(daemon, passfile, "fc.dst") < 3:
-        assert time.monotonic() < deadline, "the target did not fill up"
-        time.sleep(0.2)
-    time.sleep(0.5)  # the link is in its held send now
+    wait_for(lambda: pending(daemon, passfile, "fc.dst") >= 3, 30, "fc.dst to fill up", interval=0.2)
+    time.sleep(0.5)  # the link is in its held send now (no count or state shows that)
 
 
 def timed(daemon: Daemon, passfile: Path, *args: str) -> float:
@@ -67,10 +65,10 @@ def test_stopping_a_link_held_by_a_full_flow_control_target_returns_and_loses_no
         wait_full(daemon, passfile)
         assert timed(daemon, passfile, "stop", "link", "-bn", "jb", "-ln", "l1") < 8
         assert cli(daemon, passfile, "start", "link", "-bn", "jb", "-ln", "l1").returncode == 0
-        time.sleep(1)  # held again (the target is still full)
+        time.sleep(1)  # held again (the target is still full; no count or state shows that)
         assert timed(daemon, passfile, "stop", "bridge", "-bn", "jb") < 8
         assert cli(daemon, passfile, "start", "bridge", "-bn", "jb").returncode == 0
-        time.sleep(1)
+        time.sleep(1)  # held again
         started = time.monotonic()
         daemon.stop()  # SIGTERM
         assert daemon.proc.returncode is not None and time.monotonic() - started < 8, daemon.lines[-20:]
