@@ -24,6 +24,7 @@ from bridgemgr.jmsbridge.dmq import DMQ_MARKER, DeadLetter, dmq_message
 from bridgemgr.jmsbridge.pipeline import DMQReason
 from bridgemgr.users import UserRepository
 from service_support import ROOT, Daemon, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -107,9 +108,7 @@ def redrive(daemon: Daemon, passfile: Path, *args: str) -> subprocess.CompletedP
 def test_redrive_resends_the_bridges_dead_message_and_skips_forged_ones(service):
     daemon, passfile = service
     send(daemon, PASSWORD, "rd.src", "bad but real")
-    deadline = time.monotonic() + 30
-    while dmq_texts(daemon) != ["bad but real"] and time.monotonic() < deadline:
-        time.sleep(0.2)
+    wait_for(lambda: dmq_texts(daemon) == ["bad but real"], 30, "the dead message in the DMQ", interval=0.2)
     assert dmq_texts(daemon) == ["bad but real"]
     forge(daemon, "forged, no marker", None)
     forge(daemon, "forged, her own key", b"mallory's key".ljust(32, b"."))

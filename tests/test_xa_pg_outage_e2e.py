@@ -28,6 +28,7 @@ import pytest
 
 from service_support import Daemon, cli, one_bridge_files, send, take
 from test_xa_faults_e2e import IDLE_XML, PASSWORD, XML  # one host H -> target T link for every XA e2e file
+from waiting import wait_for
 
 # A transformer that holds the link while the file "hold" exists in $GATE, writing into
 # "held" the message it holds and its delivery count.
@@ -115,24 +116,19 @@ def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, d
         send(host, PASSWORD, "xa.src", *(f"m{i}" for i in range(N)))
         r = cli(host, passfile, "start", "bridge", "-bn", "jb")
         assert r.returncode == 0, r.stdout + r.stderr
-        time.sleep(0.5)  # mid-transfer
+        time.sleep(0.5)  # mid-transfer (anywhere in it: no count marks a moment)
         database.stop_fast()
-        deadline = time.monotonic() + 15
-        while (status := readyz(metrics))[0] == 200:
-            assert time.monotonic() < deadline, "/readyz stayed ready with the database down"
-            time.sleep(0.2)
+        status = wait_for(lambda: (got := readyz(metrics))[0] != 200 and got, 15,
+                          "/readyz to stop being ready with the database down", interval=0.2)
         assert status[0] == 503 and "database cannot be reached" in status[1], status
-        time.sleep(5)
+        time.sleep(5)  # the outage: its length is what the store and the XA log ride out
         database.start()
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=N, wait=120, quiet=2.0)]
         assert len(got) == N and len(set(got)) == N, (len(got), len(set(got)))
         assert got == [f"m{i}" for i in range(N)]
         assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
         assert take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5) == []
-        deadline = time.monotonic() + 15
-        while readyz(metrics)[0] != 200:
-            assert time.monotonic() < deadline, readyz(metrics)
-            time.sleep(0.2)
+        wait_for(lambda: readyz(metrics)[0] == 200, 15, "/readyz ready again", interval=0.2)
     finally:
         host.stop()
         target.stop()
@@ -153,26 +149,18 @@ def test_an_idle_store_is_not_ready_while_its_database_is_down(tmp_path, databas
         metrics = metrics_address(host)
         assert readyz(metrics)[0] == 200
         database.stop_fast()
-        stopped = time.monotonic()
-        while (status := readyz(metrics))[0] == 200:
-            assert time.monotonic() < stopped + 8, "/readyz stayed ready with the database down"
-            time.sleep(0.2)
+        status = wait_for(lambda: (got := readyz(metrics))[0] != 200 and got, 8,
+                          "/readyz to stop being ready with the database down", interval=0.2)
         assert status[0] == 503 and "database cannot be reached" in status[1], status
         database.start()
-        started = time.monotonic()
-        while (status := readyz(metrics))[0] != 200:
-            assert time.monotonic() < started + 15, status
-            time.sleep(0.2)
+        wait_for(lambda: readyz(metrics)[0] == 200, 15, "/readyz ready again", interval=0.2)
     finally:
         host.stop()
 
 
 def held(gate: Path, seconds: float = 30) -> tuple[str, int]:
     """The message the gate holds now and its delivery count (waiting for it)."""
-    deadline = time.monotonic() + seconds
-    while not (gate / "held").exists():
-        assert time.monotonic() < deadline, "the link did not reach the gate"
-        time.sleep(0.02)
+    wait_for((gate / "held").exists, seconds, "the link to reach the gate")
     text, count = (gate / "held").read_text().split()
     return text, int(count)
 
@@ -204,14 +192,11 @@ def roll_back_in_an_outage(database, gate: Path) -> None:
     assert held(gate) == ("m0", 1)
     database.stop_fast()
     (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
-    time.sleep(3)
+    time.sleep(3)  # the outage: rollbacks again and again while it lasts
     (gate / "held").unlink()
     (gate / "hold").touch()   # the link is held at its next try of m0
     database.start()
-    deadline = time.monotonic() + 60
-    while (now := held(gate, 60))[1] < 3:
-        assert time.monotonic() < deadline, now
-        time.sleep(0.1)
+    now = wait_for(lambda: (got := held(gate, 60))[1] >= 3 and got, 60, "m0 delivered 3+ times", interval=0.1)
     assert now[0] == "m0", now
 
 
