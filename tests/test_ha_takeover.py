@@ -23,7 +23,7 @@ from bridgemgr import connect
 from bridgemgr.jms import Queue
 from ha_support import MONITOR, PASSWORD, Cluster, host_xml, link_xml
 from service_support import Daemon, one_bridge_files, send
-from waiting import wait_for
+from waiting import quiet_for, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 
@@ -61,8 +61,8 @@ class Receiver:
                 self.texts.append(message.text)
 
     def wait(self, count: int, timeout: float) -> list[str]:
-        wait_for(lambda: len(self.texts) >= count, timeout)
-        time.sleep(1.5)  # anything more (a duplicate) shows up now
+        wait_for(lambda: len(self.texts) >= count, timeout, f"{count} texts on ha.out")
+        quiet_for(lambda: len(self.texts), 1.5, timeout)  # anything more (a duplicate) shows up now
         return list(self.texts)
 
     def close(self) -> None:
