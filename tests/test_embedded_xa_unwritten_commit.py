@@ -14,7 +14,7 @@ from bridgemgr.jms import Queue, TextMessage, xa
 from bridgemgr.jms.errors import JMSException, XAException
 from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from test_store_full import until
+from waiting import wait_for
 
 SRC, FILLER = Queue("src"), Queue("filler")
 XID = Xid(0x1234, b"gtrid-unwritten", b"b1")
@@ -53,7 +53,7 @@ def test_a_commit_the_store_has_not_written_stays_in_doubt_until_it_has(tmp_path
         res.commit(XID, False)  # recovery's commit waits for the write, which fails again
     assert res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN) == [XID]
     db.execute("PRAGMA max_page_count=1000000")
-    assert until(lambda: not store.full)
+    wait_for(lambda: not store.full, what="the store writing again")
     res.commit(XID, False)  # recovery's commit again: written now
     assert res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN) == []
     xconn.close()
