@@ -16,6 +16,7 @@ from bridgemgr import connect
 from bridgemgr.jms import Queue
 from bridgemgr.jms.serversessions import ThreadServerSessionPool
 from service_support import Daemon, cli, one_bridge_files, send, take
+from waiting import quiet_for, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 PASSWORD = "Asf-Secret-1"
@@ -73,10 +74,8 @@ def test_backout_queue_and_disposition_count_across_a_kill_9(tmp_path):
             conn.start()
             with ThreadServerSessionPool(conn, 2, make_listener, transacted=True) as pool, \
                     conn.create_connection_consumer(Queue("asf.in"), None, pool, 1):
-                deadline = time.monotonic() + 20
-                while not attempts and time.monotonic() < deadline:
-                    time.sleep(0.05)
-                time.sleep(1.0)
+                wait_for(lambda: attempts, 20, "the listener's first attempt")
+                quiet_for(lambda: len(attempts), 1.0, 20)  # no attempt after it
         assert attempts == [3]
         (moved,) = take(daemon, PASSWORD, "asf.poison", expect=1, quiet=0.3)
         assert moved.text == "bad" and moved.get_int_property("JMS_IMQ_BACKOUT_COUNT") == 3

@@ -16,7 +16,6 @@ import os
 import random
 import signal
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
@@ -24,6 +23,7 @@ import pytest
 from bridgemgr import connect
 from bridgemgr.jms import DeliveryMode, Queue, TextMessage
 from service_support import Daemon, Stomp, one_bridge_files, stomp_port
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -111,11 +111,12 @@ class Load:
 
     def kill_at(self, confirmed: int) -> None:
         """SIGKILL the service once ``confirmed`` messages were confirmed this round."""
-        deadline = time.monotonic() + 60
-        while len(self.confirmed) < confirmed:
-            assert time.monotonic() < deadline, f"only {len(self.confirmed)} confirmed in 60 s"
+
+        def reached() -> bool:
             assert self.daemon.proc.poll() is None, self.daemon.lines
-            time.sleep(0.005)
+            return len(self.confirmed) >= confirmed
+
+        wait_for(reached, 60, f"{confirmed} confirmed this round", interval=0.005)
         self.dead.set()
         os.kill(self.daemon.proc.pid, signal.SIGKILL)
         self.daemon.proc.wait(30)

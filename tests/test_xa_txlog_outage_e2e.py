@@ -28,6 +28,7 @@ from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from service_support import Daemon, cli, link_row, one_bridge_files, send, take
 from test_xa_faults_e2e import PASSWORD
 from test_xa_pg_outage_e2e import database  # noqa: F401  (the fixture)
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -92,11 +93,13 @@ def test_a_link_whose_completer_cannot_write_the_xa_log_retries_and_moves_everyt
         cutter.start()
         cutter.join()
         assert sum(cuts) > 0, "no XA log connection was cut"
-        deadline = time.monotonic() + 90
-        while (row := link_row(host, passfile, "l1"))[5] != str(N):
+
+        def moved_all() -> bool:
+            row = link_row(host, passfile, "l1")
             assert row[1] != "STOPPED", f"the link stopped: {row}; {host.lines[-5:]}"
-            assert time.monotonic() < deadline, row
-            time.sleep(0.5)
+            return row[5] == str(N)
+
+        wait_for(moved_all, 90, f"link l1 to have transferred {N}", interval=0.5)
         assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
         assert take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5) == []
         host.stop()
