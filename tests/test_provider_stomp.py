@@ -42,6 +42,7 @@ from bridgemgr.netloop import NetLoop
 from bridgemgr.providers import stomp as sp
 from bridgemgr.providers.embedded import Broker, DestinationLimits
 from stomp_support import make_bridge, make_users, qname
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -424,9 +425,7 @@ def test_message_listener(conn):
     got: list[str] = []
     session.create_consumer(q).set_message_listener(lambda m: got.append(m.text))
     conn.create_session().create_producer(q).send(TextMessage("async"))
-    deadline = time.monotonic() + 5
-    while not got and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: got, 5, "the listener's message")
     assert got == ["async"]
 
 
@@ -439,9 +438,7 @@ def test_lost_connection_reaches_the_listener_and_every_call(ours):
     conn.set_exception_listener(errors.append)
     consumer = conn.create_session().create_consumer(Queue(qname("lost")))
     conn._stomp.transport.socket.shutdown(2)  # the network goes away under us
-    deadline = time.monotonic() + 10
-    while not errors and time.monotonic() < deadline:
-        time.sleep(0.02)
+    wait_for(lambda: errors, 10, "the exception listener's call")
     assert errors and isinstance(errors[0], TransportException)
     with pytest.raises(TransportException, match="lost"):
         consumer.receive(1)
