@@ -10,6 +10,7 @@ import time
 import pytest
 
 from bridgemgr.providers.embedded.store import Store, StoreError, delete_runs
+from waiting import wait_for
 
 
 @pytest.fixture
@@ -121,9 +122,7 @@ def test_what_nobody_waits_for_is_written_by_the_writer_thread(store):
 def test_an_op_its_caller_waits_for_leaves_the_writer_thread_asleep(store):
     """XA prepares and commits are written by their waiting caller: waking the writer
     thread for them cost two context switches each (a third of a 2PC's CPU)."""
-    deadline = time.monotonic() + 5
-    while not store._idle and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: store._idle, 5, "the writer thread idle")
     assert store._idle
     store.prepare_xa("x1", [(7, "q:a", b"blob")], [], waited=True)
     assert store._idle  # not woken: the caller writes it
@@ -132,9 +131,7 @@ def test_an_op_its_caller_waits_for_leaves_the_writer_thread_asleep(store):
     store.wait(store.ticket())
     assert rows_on_disk(store) == {7}
     store.add_many([(8, "q:a", b"other", 0)])  # nobody waits for this one: the writer thread's
-    deadline = time.monotonic() + 5
-    while rows_on_disk(store) != {7, 8} and time.monotonic() < deadline:
-        time.sleep(0.01)
+    wait_for(lambda: rows_on_disk(store) == {7, 8}, 5, "rows 7 and 8 on disk")
     assert rows_on_disk(store) == {7, 8}
 
 
