@@ -42,6 +42,7 @@ from bridgemgr.xa.coordinator import (
 )
 from bridgemgr.xa.recovery import Recovery, RecoverySource
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, Participant, TxLogFull, TxLogSettings
+from waiting import wait_for
 
 SRC, DST = Queue("src"), Queue("dst")
 
@@ -361,9 +362,7 @@ def test_a_failed_rollback_of_a_prepared_branch_schedules_recovery(brokers, tmp_
             tx.commit()
         assert tx.state is TxState.ROLLED_BACK
         assert take(a, SRC) == ["m"]  # back at the source
-        deadline = time.monotonic() + 10
-        while b.xa_recover() and time.monotonic() < deadline:
-            time.sleep(0.05)
+        wait_for(lambda: not b.xa_recover(), 10, "b's in-doubt branches resolved")
         assert b.xa_recover() == [] and take(b, DST) == []
     finally:
         recovery.close()
