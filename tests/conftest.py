@@ -41,7 +41,7 @@ SERVER_FIXTURES = {"postgresql", "activemq", "rabbitmq", "spark"}
 # tests wait (for a restart, a timeout, a kill), so a second worker halves the wall time
 # (measured: 26.4 -> 16.7 min on 2 cores). A worker takes a whole file at a time, in order,
 # as a serial run would (a module fixture's service is started once, not once per worker;
-# no test relies on the ones before it: each passes alone and in reverse order), and
+# no test may rely on the ones before it: each must pass alone, in any order), and
 # every Spark test: one worker starts the Spark session and the cluster, and Spark's
 # CPU-bound tests do not share the machine's two cores with each other.
 SERIAL_DIRS = ("spark",)
