@@ -19,6 +19,7 @@ from bridgemgr import connect
 from bridgemgr.admin.portmapper import lookup_services
 from bridgemgr.jms import Queue, TextMessage
 from service_support import Daemon, cli, one_bridge_files
+from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 UP = {"stuck": "STARTING", "jb": "STARTED", "stomp": "STARTED"}
@@ -89,13 +90,8 @@ def service(tmp_path):
 def test_a_bridge_stuck_connecting_holds_up_nothing(service):
     daemon, passfile, up = service
     assert up < 15, f"serve printed Running after {up:.1f} s"  # before: after the stuck one's 30 s
-    states: dict[str, str] = {}
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        states = bridge_states(daemon, passfile)
-        if states == UP:
-            break
-        time.sleep(0.2)
+    states = wait_for(lambda: (now := bridge_states(daemon, passfile)) == UP and now, 10,
+                      f"the bridges to be {UP}", interval=0.2)
     assert states == UP
     host, port = daemon.address.split(":")
     assert "stomp" in {e.name for e in lookup_services(host, int(port))}
