@@ -23,6 +23,7 @@ import threading
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -305,7 +306,9 @@ def test_recovery_commits_what_postgresql_logged_and_rolls_back_the_rest(tmp_pat
     put(a, SRC, "undecided", "decided")
     a.close()
     b.close()
-    env = {**os.environ, PG_ENV: json.dumps({"conninfo": schema.conninfo, "schema": schema.name})}
+    here = Path(__file__).resolve()  # the child imports bridgemgr of this tree and tests/waiting.py
+    env = {**os.environ, PG_ENV: json.dumps({"conninfo": schema.conninfo, "schema": schema.name}),
+           "PYTHONPATH": os.pathsep.join([str(here.parents[2]), str(here.parents[1])])}
     for fault in ("prepared", "logged"):  # each run takes the next message of src
         done = subprocess.run([sys.executable, __file__, str(a_dir), str(b_dir), fault], env=env,
                               capture_output=True, text=True, timeout=60)
