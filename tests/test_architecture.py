@@ -1,6 +1,8 @@
 """The import rules of docs/architecture.md ("What may import what"), checked on the source.
 
-Every module of ``bridgemgr`` is parsed with ``ast``; every import counts, at module level or
+The rules are import-linter contracts in pyproject.toml ([tool.importlinter]); the first tests
+run lint-imports on them and check that every package folder of bridgemgr/ is named by one.
+For what import-linter does not see, every module of ``bridgemgr`` is parsed with ``ast``; every import counts, at module level or
 inside a function, and so do ``importlib.import_module("...")`` and ``__import__("...")``
 with a literal name. Nothing is imported, so a test run needs none of the optional servers.
 Between layers an import under ``if TYPE_CHECKING:`` counts too (a layer that names another's
@@ -10,7 +12,11 @@ types depends on it); inside a package it does not make a cycle, since nothing r
 from __future__ import annotations
 
 import ast
+import os
 import re
+import subprocess
+import sys
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +24,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bridgemgr"
 
-# The nodes of the layer graph: these subpackages, and every other module of bridgemgr
-# (transform, service, cli, admincli, props, users, netloop, demo, the package itself)
-# on its own.
-SUBPACKAGES = ("bridgemgr.jms", "bridgemgr.jmsbridge", "bridgemgr.xa", "bridgemgr.spark",
-               "bridgemgr.stompbridge", "bridgemgr.admin", "bridgemgr.providers.embedded",
-               "bridgemgr.providers.java", "bridgemgr.providers.stomp")
+
+def _package_folders() -> list[str]:
+    """Every package of bridgemgr by dotted name, found from its folders (an __init__.py)."""
+    return sorted(".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py"))
+
+
+# The nodes of the layer graph: every package folder with none below it (jms, xa,
+# providers/embedded, ...), and every other module of bridgemgr (transform, service, cli,
+# props, the providers package's own __init__, ...) on its own.
+SUBPACKAGES = tuple(p for p in _package_folders()
+                    if not any(other.startswith(p + ".") for other in _package_folders()))
 
 EMBEDDED = "bridgemgr.providers.embedded"
 # The host broker's internals: nothing outside providers/embedded/ imports these modules,
@@ -36,6 +47,64 @@ BROKER_NAMES = {"Broker", "Envelope", "Work"}
 # open_host_broker. An entry that no longer matches an import fails the test, so the list
 # only shrinks.
 ALLOWLIST: set[tuple[str, str]] = set()
+
+
+PYPROJECT = ROOT / "pyproject.toml"
+
+
+def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports (import-linter) on bridgemgr of this checkout with the contracts of ``config``."""
+    command = Path(sys.executable).with_name("lint-imports")
+    assert command.exists(), "lint-imports is missing: pip install -e '.[test]' (import-linter)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([str(command), str(config), "--no-cache"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_the_import_contracts_hold():
+    run = _lint_imports(PYPROJECT)
+    assert run.returncode == 0, "import contracts broken (pyproject.toml, [tool.importlinter]):\n" + run.stdout[
+        run.stdout.find("Contracts"):] + run.stderr
+
+
+def test_lint_imports_fails_on_a_broken_contract(tmp_path):
+    """The check can fail: the layers turned upside down break."""
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")
+    upside_down = [f'"{layer}"' for layer in reversed(layers["layers"])]
+    (tmp_path / "contracts.toml").write_text(
+        '[tool.importlinter]\nroot_package = "bridgemgr"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "upside down"\ntype = "layers"\ncontainers = ["bridgemgr"]\n'
+        f"layers = [{', '.join(upside_down)}]\n", encoding="utf-8")
+    run = _lint_imports(tmp_path / "contracts.toml")
+    assert run.returncode == 1 and "upside down BROKEN" in run.stdout, run.stdout + run.stderr
+    assert "bridgemgr.jmsbridge is not allowed to import bridgemgr.jms:" in run.stdout
+
+
+def _named_by_contracts() -> set[str]:
+    """Every module expression the contracts name (a layer with its container prefixed)."""
+    named: set[str] = set()
+    for contract in tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]:
+        for container in contract.get("containers", [""]):
+            for layer in contract.get("layers", []):
+                named.update(f"{container}.{m.strip()}".strip(".") for m in re.split(r"[|:]", layer))
+        for key in ("modules", "source_modules", "forbidden_modules", "protected_modules", "allowed_importers"):
+            named.update(contract.get(key, []))
+    return named
+
+
+def _matches(expression: str, module: str) -> bool:
+    """Whether import-linter's module expression (``*``: one part, ``**``: any) names ``module``."""
+    pattern = re.escape(expression).replace(r"\*\*", ".+").replace(r"\*", "[^.]+")
+    return re.fullmatch(pattern, module) is not None
+
+
+def test_every_package_folder_is_named_by_a_contract():
+    named = _named_by_contracts()
+    packages = [p for p in _package_folders() if p != "bridgemgr"]
+    assert "bridgemgr.providers.amqp" in packages and "bridgemgr.parallel" in packages  # the walk found them
+    missing = [p for p in packages if not any(_matches(e, p) for e in named)]
+    assert not missing, f"pyproject.toml, [tool.importlinter]: no contract names {missing}"
 
 
 @dataclass(frozen=True)

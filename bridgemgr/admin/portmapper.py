@@ -38,10 +38,10 @@ import threading
 from dataclasses import dataclass
 from typing import cast
 
-from .. import __version__
 from ..guard import DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS, AddressLimit, Admission, Listener, listen, write_eof
 from ..jms.errors import TransportException
 from ..netloop import NetLoop
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 

@@ -71,7 +71,6 @@ from enum import Enum
 from functools import partial
 from typing import Any
 
-from .. import __version__
 from ..jms.destination import Destination
 from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
@@ -79,6 +78,7 @@ from ..jms.hostbroker import Ticket, Transaction
 from ..jms.message import Message
 from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
+from ..version import __version__
 from .convert import (
     NAMES_DROP,
     NAMES_ENCODE,

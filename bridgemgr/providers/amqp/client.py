@@ -67,7 +67,6 @@ from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 from pika.frame import decode_frame
 from pika.spec import Basic
 
-from ... import __version__
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
     IllegalStateException,
@@ -90,6 +89,7 @@ from ...jms.spi import (
     QueueBrowser,
     Session,
 )
+from ...version import __version__
 from .wire import (
     DELIVER_ID,
     FRAME_METHOD,

@@ -39,7 +39,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from ... import __version__
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -68,6 +67,7 @@ from ...jms.spi import (
     XASession,
 )
 from ...jms.xa import XAER_PROTO, Xid
+from ...version import __version__
 from .broker import Broker, Sent, Work, now_ms
 from .queues import Envelope, MessageQueue
 

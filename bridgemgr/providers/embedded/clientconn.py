@@ -70,7 +70,6 @@ from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ... import __version__
 from ...accesscontrol import durable_override
 from ...jms import codec, xa
 from ...jms.destination import Destination, Queue, Topic
@@ -88,6 +87,7 @@ from ...jms.hostbroker import Principal
 from ...jms.message import Message
 from ...jms.spi import AckMode
 from ...jms.xa import Xid
+from ...version import __version__
 from . import wire
 from .broker import Broker, Sent
 from .client import EmbeddedConnection, EmbeddedConsumer, EmbeddedSession, EmbeddedXASession

@@ -47,7 +47,6 @@ from typing import Any
 
 import stomp
 
-from ... import __version__
 from ...jms import naming
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -72,6 +71,7 @@ from ...jms.spi import (
     QueueBrowser,
     Session,
 )
+from ...version import __version__
 from .wire import (
     DIALECTS,
     StompOptions,

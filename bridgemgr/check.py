@@ -19,12 +19,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..jms.errors import JMSException
-from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
-from .config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
-from .fetch import DEFAULT_TIMEOUT
-from .plugins import inspect_configured_transformer, plugin_folders, transformer_uses
-from .resolve import HostFactory, check_xa
+from .jms.errors import JMSException
+from .jmsbridge.config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
+from .jmsbridge.fetch import DEFAULT_TIMEOUT
+from .jmsbridge.plugins import inspect_configured_transformer, plugin_folders, transformer_uses
+from .jmsbridge.resolve import HostFactory, check_xa
+from .props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
 
 
 @dataclass(frozen=True)
@@ -133,8 +133,8 @@ def _same_file(a: str, b: str) -> bool:
 def _cluster_check(props: BrokerProperties) -> list[Problem]:
     """An HA instance against its cluster's live members (the shared store): the same
     bridge configuration, a broker id of its own. A store out of reach is a warning."""
-    from ..jms.errors import StoreError
-    from ..providers.embedded.cluster import cluster_problems
+    from .jms.errors import StoreError
+    from .providers.embedded.cluster import cluster_problems
 
     origin = props.origin("imq.cluster.ha")
     source, line = (origin.source, origin.line) if origin else ("command line", None)
@@ -152,7 +152,7 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
               timeout: float = DEFAULT_TIMEOUT) -> CheckReport:
     """Check everything given; ``resolve`` also looks up the factories of transacted links."""
     # The Java provider registers the loader of Java transformers (as serve imports it).
-    from ..providers.java import configure_from_properties
+    from .providers.java import configure_from_properties
 
     overrides = list(overrides)
     problems: list[Problem] = []
