@@ -2,9 +2,10 @@
 
 The rules are import-linter contracts in pyproject.toml ([tool.importlinter]); the first tests
 run lint-imports on them and check that every package folder of bridgemgr/ is named by one.
-For what import-linter does not see, every module of ``bridgemgr`` is parsed with ``ast``; every import counts, at module level or
-inside a function, and so do ``importlib.import_module("...")`` and ``__import__("...")``
-with a literal name. Nothing is imported, so a test run needs none of the optional servers.
+For what import-linter does not see (cycles, literal dynamic imports, names), every module of
+``bridgemgr`` is parsed with ``ast``; every import counts, at module level or inside a
+function, and so do ``importlib.import_module("...")`` and ``__import__("...")`` with a
+literal name. Nothing is imported, so a test run needs none of the optional servers.
 Between layers an import under ``if TYPE_CHECKING:`` counts too (a layer that names another's
 types depends on it); inside a package it does not make a cycle, since nothing runs it.
 """
@@ -20,6 +21,8 @@ import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bridgemgr"
@@ -61,12 +64,14 @@ def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
                           capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow  # about 1 s: import-linter builds the graph
 def test_the_import_contracts_hold():
     run = _lint_imports(PYPROJECT)
     assert run.returncode == 0, "import contracts broken (pyproject.toml, [tool.importlinter]):\n" + run.stdout[
         run.stdout.find("Contracts"):] + run.stderr
 
 
+@pytest.mark.slow
 def test_lint_imports_fails_on_a_broken_contract(tmp_path):
     """The check can fail: the layers turned upside down break."""
     config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]

@@ -60,8 +60,9 @@ from ..jms.destination import Topic
 from ..jms.spi import AckMode, MessageConsumer, Session
 from ..jmsbridge.connections import Handle
 from ..jmsbridge.link import PREFETCH_WINDOWS
+from ..jmsbridge.linkenv import LinkEnvironment
 from ..jmsbridge.pipeline import CONNECTION_LOST
-from .linkenv import LinkEnvironment
+from ..providers.embedded import HostBrokerFactory
 from .log import SourceLog
 from .options import LinkOptions
 
@@ -286,7 +287,7 @@ class Receiver:
 
     def _environment(self) -> LinkEnvironment:
         if self._env is None:
-            self._env = LinkEnvironment(self.options, log)
+            self._env = LinkEnvironment(self.options, log, HostBrokerFactory)
         return self._env
 
     def _disconnect(self) -> None:

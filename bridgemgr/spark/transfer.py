@@ -46,6 +46,7 @@ from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import AckMode, MessageProducer, Session
 from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
 from ..jmsbridge.dmq import DeadMessageQueues, dead_letter
+from ..jmsbridge.linkenv import LinkEnvironment
 from ..jmsbridge.pipeline import (
     CONNECTION_LOST,
     RETRIED,
@@ -58,8 +59,8 @@ from ..jmsbridge.pipeline import (
     run_steps,
 )
 from ..jmsbridge.window import ConfirmWindow
+from ..providers.embedded import HostBrokerFactory
 from .counts import BatchCounts
-from .linkenv import LinkEnvironment
 from .log import Record
 from .options import SOURCE_ID_PROPERTY, LinkOptions
 from .slices import task_records
@@ -80,7 +81,8 @@ class Transfer:
     """One worker's side of a link: plan, target connection, DMQs."""
 
     def __init__(self, options: LinkOptions) -> None:
-        self.env = env = LinkEnvironment(options, log)
+        self.options = options
+        self.env = env = LinkEnvironment(options, log, HostBrokerFactory)
         self.stop = threading.Event()
         self.operator = RetryWithTolerance(self.stop, deadline=30.0)
         self.connections = BridgeConnections(env.connectors)
@@ -132,7 +134,7 @@ class Transfer:
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
         """A streaming task: its rows' offsets, their records from the shared log or
         from what the driver shipped (slices.task_records)."""
-        with task_records(self.env.options, offset_runs(batches)) as records:
+        with task_records(self.options, offset_runs(batches)) as records:
             return self.transfer(records)
 
     def transfer(self, records: Iterable[tuple[Record, str]]) -> BatchCounts:
