@@ -24,7 +24,7 @@ from .jmsbridge.config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_
 from .jmsbridge.fetch import DEFAULT_TIMEOUT
 from .jmsbridge.plugins import inspect_configured_transformer, plugin_folders, transformer_uses
 from .jmsbridge.resolve import HostFactory, check_xa
-from .props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
+from .props import STOMP, BrokerProperties, ConfigError, Problem, bridge_configuration, parse_properties
 
 
 @dataclass(frozen=True)
@@ -139,7 +139,7 @@ def _cluster_check(props: BrokerProperties) -> list[Problem]:
     origin = props.origin("imq.cluster.ha")
     source, line = (origin.source, origin.line) if origin else ("command line", None)
     try:
-        return [Problem(source, line, text) for text in cluster_problems(props)]
+        return [Problem(source, line, text) for text in cluster_problems(props, bridge_configuration(props))]
     except StoreError as exc:
         return [Problem(source, line, f"the HA store cannot be reached to compare this broker "
                                       f"with the cluster's live members: {exc}", "warning")]

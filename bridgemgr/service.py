@@ -78,7 +78,7 @@ from .jms.errors import IllegalStateException, JMSException, StoreError
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
-from .props import BrokerProperties, ConfigError
+from .props import BrokerProperties, ConfigError, bridge_configuration
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
@@ -372,7 +372,8 @@ class BridgeServiceManager:
         from .providers.embedded.cluster import ClusterError, open_cluster
 
         try:
-            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}")
+            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}",
+                                        bridge_configuration(self.props))
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
                 self.activelist = tuple(n for n in self.props.activelist if n not in
@@ -892,6 +893,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
         from .jmsbridge.config import load_bridge
+        from .jmsbridge.excuses import shared_excuses
 
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
@@ -904,8 +906,11 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             manager.protect_dmqs(config)
             return config
         # runner=spark links reach the host broker from Spark's processes over jms
+        # on an instance of an HA cluster the links keep their excuses in the cluster's table
+        cluster = manager.cluster
         bridge = JMSBridge(load, manager.props, name=name, host=manager.host_broker,
-                           broker_url=manager.jms_url if manager.jms_services else None)
+                           broker_url=manager.jms_url if manager.jms_services else None,
+                           excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None)
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start
         except (JMSException, ConfigError, OSError, ValueError) as exc:

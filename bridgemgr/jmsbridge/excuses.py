@@ -12,7 +12,9 @@
 # - Excuses: bridges/<bridge>/excused.<link> of the instance, a JSON object rewritten
 #   whenever it changes (a temporary file, 0600, fsync, then renamed over the old one).
 #   Without a file (a bridge with no instance folder) they last as long as the link.
-# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py): the
+# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py; the
+#   service gives the bridge shared_excuses, which reaches local_link in the runner's
+#   context, so this module knows no provider): the
 #   table imq_bridge_excuses of the cluster's schema, one row per (bridge, link, message
 #   id) with its count and a seq (newer: excused later), so the instance that takes the
 #   bridge over (a var folder of its own, the dead owner's store and delivery counts
@@ -38,7 +40,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from ..jms.errors import StoreError
 from ..private import open_private, private_dir
@@ -241,12 +243,15 @@ class SharedExcuses(Excuses):
             conn.close()
 
 
-def link_excuses(props: Any, bridge: str, link: str, log: logging.Logger) -> Excuses:
-    """Where link ``link`` of ``bridge`` keeps its excuses: the HA cluster's table on an
-    instance of one, else the file in the bridge's folder."""
-    from ..providers.embedded.cluster import cluster_settings
+class ExcusesStore(Protocol):
+    """Where the links of a bridge keep their excuses, if not in files: the runner's
+    context (runners.py) has it; the service gives one on an instance of an HA cluster."""
 
-    ha = cluster_settings(props)
-    if ha is not None:
-        return SharedExcuses(ha.jdbc.connect, bridge, link, log)
-    return Excuses(excuses_path(props.bridge_dir(bridge), link), log)
+    def __call__(self, bridge: str, link: str, log: logging.Logger) -> Excuses: ...
+
+
+def shared_excuses(connect: Callable[[], Any]) -> ExcusesStore:
+    """The HA cluster's table: ``connect`` opens a DB-API connection to the cluster's schema."""
+    def store(bridge: str, link: str, log: logging.Logger) -> Excuses:
+        return SharedExcuses(connect, bridge, link, log)
+    return store

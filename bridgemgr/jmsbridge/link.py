@@ -98,7 +98,7 @@ from ..xa.txlog import TxLogUnavailable
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
-from .excuses import Excuses, link_excuses
+from .excuses import Excuses, excuses_path
 from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
@@ -863,12 +863,13 @@ class _Halt(Exception):
 
 def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
-    props = context.props
+    props, name = context.props, setup.config.name
     folder = props.bridge_dir(context.bridge) if props is not None else None
-    return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
-                link_excuses(props, context.bridge, setup.config.name, context.log)
-                if props is not None else None,
-                largest_path(folder, setup.config.name) if folder else None)
+    store = context.excuses
+    excused = (store(context.bridge, name, context.log) if store is not None
+               else Excuses(excuses_path(folder, name), context.log) if folder else None)
+    return Link(setup, context.connections, context.dmqs, context.log, context.tuning, excused,
+                largest_path(folder, name) if folder else None)
 
 
 register_link_runner(LOCAL, local_link)

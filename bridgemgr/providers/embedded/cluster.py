@@ -37,18 +37,16 @@
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...jms.errors import StoreError
-from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
+from ...props import BrokerProperties
 from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
 from .store import PreparedBranch, Recovered
 
@@ -145,28 +143,7 @@ def instance_schema(clusterid: str, brokerid: str) -> str:
     return schema_name(f"{clusterid}__{brokerid}")
 
 
-def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
-    """What must be the same on every instance: every bridge property but the per-instance
-    ones (as written), imq.bridge.enabled, and a digest of each local bridge XML file."""
-    config = {key: value for key, value in props.raw.items()
-              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
-    config["imq.bridge.enabled"] = str(props.enabled).lower()
-    for name in props.bridge_names:
-        settings = props.bridge(name)
-        if settings.type != "jms" or not settings.xmlurl or "://" in settings.xmlurl:
-            continue
-        path = Path(settings.xmlurl.removeprefix("file:"))
-        if not path.is_absolute() and settings.xml_base is not None:
-            path = settings.xml_base / path
-        try:
-            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
-                path.read_bytes()).hexdigest()
-        except OSError:
-            pass  # check and the bridge's start report an unreadable file
-    return config
-
-
-def differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+def differences(mine: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
     """The keys whose values differ (or that only one side sets), sorted."""
     return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
 
@@ -225,10 +202,10 @@ class HACluster:
         self._transaction(create)
 
     # --- membership -------------------------------------------------------------------
-    def join(self, address: str, config: dict[str, str]) -> None:
+    def join(self, address: str, config: Mapping[str, str]) -> None:
         """Become a live member as a new generation; ClusterError when our broker id is
         live elsewhere or a live member runs another bridge configuration."""
-        self._address, self._config = address, config
+        self._address, self._config = address, dict(config)
         monitor, me = self.settings.monitor, self.brokerid
 
         def join(cur: Any) -> int:
@@ -480,29 +457,30 @@ class HACluster:
             self._drop()
 
 
-def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
-    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true)."""
+def open_cluster(props: BrokerProperties, address: str, bridges: Mapping[str, str]) -> HACluster | None:
+    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true) with the
+    bridge configuration ``bridges`` (the service's: what every live member must share)."""
     settings = cluster_settings(props)
     if settings is None:
         return None
     cluster = HACluster(settings)
     try:
         cluster.create_tables()
-        cluster.join(address, bridge_configuration(props))
+        cluster.join(address, bridges)
     except BaseException:
         cluster.close()
         raise
     return cluster
 
 
-def cluster_problems(props: BrokerProperties) -> list[str]:
-    """For check: how this instance's configuration would fail to join its cluster now
-    (a live member with another configuration, or its broker id live), without joining."""
+def cluster_problems(props: BrokerProperties, bridges: Mapping[str, str]) -> list[str]:
+    """For check: how this instance, with the bridge configuration ``bridges``, would fail
+    to join its cluster now (a live member with another configuration, or its broker id
+    live), without joining."""
     settings = cluster_settings(props)
     if settings is None:
         return []
     cluster = HACluster(settings)
-    config = bridge_configuration(props)
 
     def read(cur: Any) -> list[str]:
         cur.execute("SELECT to_regclass(%s)", (f'"{settings.jdbc.schema}".{BROKERS}',))
@@ -515,7 +493,7 @@ def cluster_problems(props: BrokerProperties) -> list[str]:
             if other == settings.brokerid:
                 found.append(f"broker id {other} is in use by a live instance of cluster "
                              f"{settings.clusterid}; each instance needs its own imq.brokerid")
-            differ = differences(config, json.loads(text))
+            differ = differences(bridges, json.loads(text))
             if differ:
                 found.append(f"the bridge configuration differs from live broker {other}'s in "
                              f"{', '.join(differ)}; every instance of HA cluster "
