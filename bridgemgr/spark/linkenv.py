@@ -1,13 +1,14 @@
-# How it works: a runner=spark link's code runs in Python processes that Spark starts (the
-# driver's source runner, executor workers): they share no globals with the service. What
-# they need travels as the data source's string options (LinkOptions, options.py: the bridge
-# XML's xmlurl, bridge and link names, the host broker's jms service URL, the source log
-# folder, batch and parallelism settings), and each process that connects rebuilds the
-# rest from the bridge XML with the same code the local runner uses (LinkEnvironment): the
-# configuration, the destinations, the connection factories (the host broker over mq://,
-# never in-process), the transformer, the DMQs. The transfer rules themselves stay in
-# jmsbridge/pipeline.py.
-"""What the Spark processes of a link rebuild from the bridge XML and the query's options."""
+"""What the Spark processes of a link rebuild from the bridge XML and the query's options.
+
+A runner=spark link's code runs in Python processes that Spark starts (the driver's source
+runner, executor workers): they share no globals with the service. What they need travels as
+the data source's string options (LinkOptions, options.py: the bridge XML's xmlurl, bridge
+and link names, the host broker's jms service URL, the source log folder, batch and
+parallelism settings), and each process that connects rebuilds the rest from the bridge XML
+with the same code the local runner uses (LinkEnvironment): the configuration, the
+destinations, the connection factories (the host broker over mq://, never in-process), the
+transformer, the DMQs. The transfer rules themselves stay in jmsbridge/pipeline.py.
+"""
 
 from __future__ import annotations
 

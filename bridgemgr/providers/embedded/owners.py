@@ -1,16 +1,17 @@
-# How it works: a durable subscription records the user who made it (Subscription.owner,
-# the store's subs.owner). Wherever one is attached to or removed (the broker's
-# durable_queue and unsubscribe, so every front end: in process, STOMP, the jms service),
-# the broker asks DurableOwners.check with its lock held. The owner passes; so do the bridge
-# service's own connections (reserve.py), logged when the subscription is another user's.
-# Anyone else needs the connection's durable_override (set by the front end that
-# authenticated it: accesscontrol.durable_override, admins and the access control file's
-# durable rules), and is logged with both user names; without it, JMSSecurityException
-# says the subscription is owned by another user, never whose. A connection without a
-# user name (in process, no login) owns as "". A subscription whose owner is unknown (a
-# store of schema version 1) belongs to the first user who attaches to it (logged); to
-# remove one before that takes an admin or a grant.
-"""The owner of a durable subscription: who may attach to it or remove it."""
+"""The owner of a durable subscription: who may attach to it or remove it.
+
+A durable subscription records the user who made it (Subscription.owner, the store's
+subs.owner). Wherever one is attached to or removed (the broker's durable_queue and
+unsubscribe, so every front end: in process, STOMP, the jms service), the broker asks
+DurableOwners.check with its lock held. The owner passes; so do the bridge service's own
+connections (reserve.py), logged when the subscription is another user's. Anyone else needs
+the connection's durable_override (set by the front end that authenticated it:
+accesscontrol.durable_override, admins and the access control file's durable rules), and is
+logged with both user names; without it, JMSSecurityException says the subscription is owned
+by another user, never whose. A connection without a user name (in process, no login) owns
+as "". A subscription whose owner is unknown (a store of schema version 1) belongs to the
+first user who attaches to it (logged); to remove one before that takes an admin or a grant.
+"""
 
 from __future__ import annotations
 

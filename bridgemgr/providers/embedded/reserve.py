@@ -1,14 +1,16 @@
-# How it works: the bridge service keeps for itself the client ids and durable
-# subscriptions that its loaded bridges' links use on the host broker (the service reserves
-# them when a bridge loads and releases them when it unloads, through the HostBroker
-# interface). The Broker consults this registry, one place, wherever a client id is set and
-# a durable subscription is made or removed, whatever the front end (in process, STOMP, the
-# jms service). A connection is the service's own when it came from the factory the bridges
-# are given (EmbeddedConnection.service) or when it logged in as a service account (the
-# account Spark links and jobs use over mq://); any other is refused with
-# JMSSecurityException naming what is reserved and for which bridge. Each refusal is logged
-# once per user and name, so a client retrying in a loop does not flood the log.
-"""The client ids and durable subscriptions reserved for the bridge service."""
+"""The client ids and durable subscriptions reserved for the bridge service.
+
+The bridge service keeps for itself the client ids and durable subscriptions that its loaded
+bridges' links use on the host broker (the service reserves them when a bridge loads and
+releases them when it unloads, through the HostBroker interface). The Broker consults this
+registry, one place, wherever a client id is set and a durable subscription is made or
+removed, whatever the front end (in process, STOMP, the jms service). A connection is the
+service's own when it came from the factory the bridges are given
+(EmbeddedConnection.service) or when it logged in as a service account (the account Spark
+links and jobs use over mq://); any other is refused with JMSSecurityException naming what
+is reserved and for which bridge. Each refusal is logged once per user and name, so a client
+retrying in a loop does not flood the log.
+"""
 
 from __future__ import annotations
 
