@@ -11,6 +11,7 @@ describe the routes:
 ``default`` = WHERE                no route matched: WHERE
 =================================  ====================================================
 
+A route without a selector or destination, or a bad selector, is a transform failure.
 Example::
 
     <target connection-factory-ref="host" destination-ref="orders-other"
@@ -21,8 +22,6 @@ Example::
       <property name="route.2.to" value="queue:orders.big"/>
       <property name="default" value="drop"/>
     </target>
-
-A route without a selector or destination, or a bad selector, is a transform failure.
 """
 
 from __future__ import annotations

@@ -12,17 +12,11 @@ ConnectionFactory, XAConnectionFactory  the broker's (XA-capable) connection fac
 queue/NAME, topic/NAME                 a Queue or Topic named NAME
 =====================================  ===========================================
 
-The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to
-its front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs,
-Spark workers) reach the host broker over its ``jms`` connection service (:mod:`.jmsservice`,
-client :mod:`.remote`) through a :class:`HostBrokerFactory` they are given: its URL, else
-``$IMQ_BROKER_URL``, else ``mq://127.0.0.1:7676``; a connection made without a user name
-logs in with the factory's login, else ``$IMQ_BROKER_USER`` / ``$IMQ_BROKER_PASSWORD`` (a
-bridge XML rarely names a user for the host broker). An empty provider URL means such a
-factory too, unless the caller resolves it against the host broker it was given (a JMS
-bridge does). A provider URL ``mq://host:port`` names a remote broker; the environment's
-``imqAckTimeout`` (milliseconds, default 10000, 0: no limit) is how long its XA calls wait
-for an answer before the connection counts as lost.
+The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to its
+front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs, Spark
+workers) reach it over its ``jms`` connection service through a :class:`HostBrokerFactory`.
+
+Design notes: docs/embedded-broker.md#internals-the-providersembedded-package.
 """
 
 from __future__ import annotations
