@@ -29,7 +29,7 @@ from bridgemgr.jmsbridge.batch import Batch
 from bridgemgr.jmsbridge.counters import LinkCounters
 from bridgemgr.jmsbridge.excuses import Excuses, excuses_path, outage
 from bridgemgr.jmsbridge.pipeline import ProcessingContext
-from bridgemgr.xa.txlog import TxLogUnavailable
+from bridgemgr.xa.txlog import TxLogFull, TxLogUnavailable
 
 
 def ctx(message_id: str) -> ProcessingContext:
@@ -120,7 +120,8 @@ def caused(*chain: BaseException) -> BaseException:
 
 @pytest.mark.parametrize("failure", [
     StoreUnavailable("store unavailable"), StoreFull("store full"),
-    TxLogUnavailable("the log's database"), TransportException("connection lost"),
+    TxLogUnavailable("the log's database"), TxLogFull("no room for a record"),
+    TransportException("connection lost"),
     XAException("prepare", xa.XAER_RMFAIL),
     # a local or one-phase commit the store rolled back (over mq:// too: the wire keeps causes)
     caused(TransactionRolledBackException("rolled back"), StoreUnavailable("store unavailable")),

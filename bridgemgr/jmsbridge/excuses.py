@@ -49,7 +49,7 @@ from typing import Any
 from ..jms import xa
 from ..jms.errors import StoreError, StoreFull, TransportException, XAException
 from ..private import open_private, private_dir
-from ..xa.txlog import TxLogUnavailable
+from ..xa.txlog import TxLogError
 
 LIMIT = 10_000
 RETRY = 1.0  # seconds between tries of a SharedExcuses write while the database is out of reach
@@ -59,13 +59,14 @@ TABLE = "imq_bridge_excuses"
 def outage(exc: BaseException | None) -> bool:
     """Whether a failure was an outage, not its messages' fault: a store that cannot
     reach its database or write (StoreUnavailable, StoreFull), an XA log that cannot be
-    written (TxLogUnavailable), a resource manager that cannot be reached or whose
+    written (TxLogError: its database unreachable, its disk full), a resource manager
+    that cannot be reached or whose
     connection was lost (TransportException, XAER_RMFAIL), anywhere in its chain of
     causes."""
     seen: set[int] = set()
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
-        if isinstance(exc, (StoreFull, TxLogUnavailable, TransportException)) or (
+        if isinstance(exc, (StoreFull, TxLogError, TransportException)) or (
                 isinstance(exc, XAException)
                 and exc.errorcode == xa.XAER_RMFAIL):
             return True

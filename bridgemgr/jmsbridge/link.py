@@ -94,6 +94,7 @@ from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer, Session
 from ..logfiles import PER_MESSAGE
+from ..xa.txlog import TxLogError
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
@@ -476,8 +477,8 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if batch.full():
                     self._complete(pending)
-        except ConnectionLost as exc:
-            batch.undone(pending, exc)  # they come back after the reconnect
+        except (ConnectionLost, TxLogError) as exc:
+            batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan, pending: Unit) -> None:
@@ -787,6 +788,7 @@ class Link(RunnerBase):
         if pending:
             self._abort(pending, exc)
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
+            self.batch.returned(unit, exc)
             raise exc
         self._completion_failed(unit, exc)
         return False
