@@ -24,9 +24,10 @@ kinds each side accepts in each state. A frame longer than the limit (small unti
 handshake is done, then the service's ``max_frame``) is refused as soon as its size is
 read. An ERROR's optional "causes" are the JMS errors that caused it (``__cause__``, at
 most MAX_CAUSES), each a dict of code, message and xa, so that the client sees why as
-the server did (a commit rolled back because the store's database could not be
-reached is no message's fault). Anything wrong raises :class:`ProtocolError` naming the frame; the side that
-reads it sends an ERROR frame and closes, and the state is ERROR for good.
+the server did (a commit rolled back because the store's database could not be reached
+is no message's fault; the messages are those the error's own message quotes). Anything
+wrong raises :class:`ProtocolError` naming the frame; the side that reads it sends an
+ERROR frame and closes, and the state is ERROR for good.
 
 Heart-beats: each side sends HEARTBEAT when it has written nothing for the negotiated
 interval and takes the peer for dead after three intervals without a byte from it.
@@ -291,8 +292,10 @@ def error_from_value(value: Any) -> JMSException:
         raise ProtocolError(f"an ERROR frame whose causes are not a list of at most {MAX_CAUSES}: "
                             f"{causes!r:.200}")
     last = exc
-    for cause in causes:
-        last.__cause__ = last = _error(cause)
+    for value in causes:
+        cause = _error(value)
+        last.__cause__ = cause
+        last = cause
     return exc
 
 
