@@ -227,12 +227,24 @@ def reply(call: int, value: Any = None) -> bytes:
 
 
 def failure(call: int, exc: JMSException, *, session: int | None = None, fatal: bool = False) -> bytes:
-    value = {"code": exc.code, "message": str(exc), "fatal": fatal}
-    if isinstance(exc, XAException):
-        value["xa"] = exc.errorcode
+    value: dict[str, Any] = {**_error_value(exc), "fatal": fatal}
+    causes: list[dict[str, Any]] = []
+    cause = exc.__cause__
+    while isinstance(cause, JMSException) and len(causes) < MAX_CAUSES:
+        causes.append(_error_value(cause))
+        cause = cause.__cause__
+    if causes:
+        value["causes"] = causes
     if session is not None:
         value["sid"] = session
     return _frame(Kind.ERROR, call, codec.encode_value(value))
+
+
+def _error_value(exc: JMSException) -> dict[str, Any]:
+    value: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+    if isinstance(exc, XAException):
+        value["xa"] = exc.errorcode
+    return value
 
 
 def delivery(consumer: int, tag: int, dcount: int, blob: bytes) -> bytes:
@@ -240,15 +252,33 @@ def delivery(consumer: int, tag: int, dcount: int, blob: bytes) -> bytes:
 
 
 HEARTBEAT = _frame(Kind.HEARTBEAT, 0, b"")
+MAX_CAUSES = 4  # the causes an ERROR frame carries
 
 
 def error_from_value(value: Any) -> JMSException:
-    """The exception an ERROR frame's value describes (its class found by code)."""
-    code, message = value.get("code"), value.get("message")
+    """The exception an ERROR frame's value describes (its class found by code), with
+    the causes it names as its chain of ``__cause__``."""
+    exc = _error(value)
+    causes = value.get("causes", [])
+    if not isinstance(causes, list) or len(causes) > MAX_CAUSES:
+        raise ProtocolError(f"an ERROR frame whose causes are not a list of at most {MAX_CAUSES}: "
+                            f"{causes!r:.200}")
+    last = exc
+    for value in causes:
+        cause = _error(value)
+        last.__cause__ = cause
+        last = cause
+    return exc
+
+
+def _error(value: Any) -> JMSException:
+    code, message = (value.get("code"), value.get("message")) if isinstance(value, dict) else (None, None)
     if not isinstance(code, str) or not isinstance(message, str):
         raise ProtocolError(f"an ERROR frame without code and message: {value!r:.200}")
     if "xa" in value:
-        return XAException(message, int(value["xa"]))
+        if type(value["xa"]) is not int:
+            raise ProtocolError(f"an ERROR frame whose xa code is not a number: {value!r:.200}")
+        return XAException(message, value["xa"])
     cls = lookup(code)
     exc = cls.__new__(cls)
     JMSException.__init__(exc, message, code)
