@@ -16,14 +16,13 @@ first user who attaches to it (logged); to remove one before that takes an admin
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from ...jms.errors import JMSSecurityException
+from .reserve import FirstTimes
 
 log = logging.getLogger(__name__)
 
-_LOGGED_LIMIT = 10_000  # distinct refusals remembered for log-once; then forgotten and relogged
 OPERATIONS = {"subscribe to": "consume", "unsubscribe": "unsubscribe"}  # action -> access rule operation
 
 
@@ -36,8 +35,7 @@ class DurableOwners:
     """The ownership check, with its log-once memory of refusals (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._logged: set[tuple[str, str, str, str]] = set()
+        self._logged = FirstTimes()
 
     def check(self, connection: Any, client_id: str, name: str, owner: str | None, action: str,
               service: bool) -> str | None:
@@ -60,14 +58,7 @@ class DurableOwners:
         if why is not None:
             log.warning("user %r, %s, may %s %s, owned by %s", user, why, action, what, _shown(owner))
             return None
-        key = (user, action, client_id, name)
-        with self._lock:
-            first = key not in self._logged
-            if first:
-                if len(self._logged) >= _LOGGED_LIMIT:
-                    self._logged.clear()
-                self._logged.add(key)
-        if first:
+        if self._logged.first((user, action, client_id, name)):
             log.warning("refused: user %r may not %s %s, owned by %s", user, action, what, _shown(owner))
         whose = ("owned by another user" if owner is not None
                  else "not claimed yet (only an admin or a granted user may remove it)")
