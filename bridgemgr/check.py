@@ -1,15 +1,18 @@
-# How it works: run_check() is `imqbridgemgr check` without the command line. It parses the
-# broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
-# they define (relative xmlurls start at the properties file's folder), then any XML files
-# named on the command line that no bridge already covered, finds every message transformer
-# they name exactly as a bridge's start does (plugins.py: the transformer folders, the
-# Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext) and
-# checks the class from its module's source without importing it where it can (a warning
-# says so where it had to import it: the plugin's import-time code ran),
-# optionally resolves the connection factories of transacted links (JNDI lookups, so it
-# is opt-in), and returns a CheckReport: every problem with file and line, and one summary
-# line per bridge and link. Nothing is started, and no secret is ever part of the report.
-"""Checking broker properties and bridge XML offline, before a restart or in CI."""
+"""Checking broker properties and bridge XML offline, before a restart or in CI.
+
+run_check() is `imqbridgemgr check` without the command line. It parses the
+broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
+they define (relative xmlurls start at the properties file's folder), then any XML files
+named on the command line that no bridge already covered, finds every message transformer
+they name exactly as a bridge's start does (jmsbridge/plugins.py: the transformer folders, the
+Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext) and
+checks the class from its module's source without importing it where it can (a warning
+says so where it had to import it: the plugin's import-time code ran),
+optionally resolves the connection factories of transacted links (JNDI lookups, so it
+is opt-in), and returns a CheckReport: every problem with file and line, and one summary
+line per bridge and link; an HA instance is compared with its cluster's live members.
+Nothing is started, and no secret is ever part of the report.
+"""
 
 from __future__ import annotations
 

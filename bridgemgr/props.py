@@ -1,18 +1,18 @@
-# How it works: broker properties come from Java .properties files (read with
-# javaproperties, later files winning) and then from `-Dkey=value` overrides. Every key
-# we understand is a row of a schema table: its kind (how to parse and what to tell the
-# user when the value is wrong) and its default. Keys come in three shapes: fixed keys
-# (imq.bridge.enabled), per-bridge keys (imq.bridge.<name>.xmlurl) and prefix families
-# (imq.bridge.spark.conf.*). load_properties() parses every value once, collects every
-# problem of every file (file and line), raises ConfigError with all errors together, and
-# otherwise returns a frozen BrokerProperties holding typed values, with grouped views
-# (BridgeProperties, StompProperties, AutocreateProperties) for the code that uses them.
-# A key under imq. that no schema row knows is a warning naming the closest known key
-# (`check` prints it, `serve` logs it); the schema is the one list of known keys. A file
-# that is not a properties file (a NUL byte, XML, or no line that is key=value or
-# key:value) is refused naming the file and line. Secrets (the admin password) never
-# appear in repr, str, logs or messages.
 """Broker properties: parsing, the schema of every bridge property, and defaults.
+
+Broker properties come from Java .properties files (read with javaproperties, later files
+winning) and then from `-Dkey=value` overrides. Every key we understand is a row of a schema
+table: its kind (how to parse and what to tell the user when the value is wrong) and its
+default. Keys come in three shapes: fixed keys (imq.bridge.enabled), per-bridge keys
+(imq.bridge.<name>.xmlurl) and prefix families (imq.bridge.spark.conf.*). load_properties()
+parses every value once, collects every problem of every file (file and line), raises
+ConfigError with all errors together, and otherwise returns a frozen BrokerProperties
+holding typed values, with grouped views (BridgeProperties, StompProperties,
+AutocreateProperties) for the code that uses them. A key under imq. that no schema row knows
+is a warning naming the closest known key (`check` prints it, `serve` logs it); the schema
+is the one list of known keys. A file that is not a properties file (a NUL byte, XML, or no
+line that is key=value or key:value) is refused naming the file and line. Secrets (the admin
+password) never appear in repr, str, logs or messages.
 
 ``ConfigError`` and ``Problem`` live here because the broker properties are the root of
 all configuration: the bridge XML loader (``bridgemgr.jmsbridge.config``) reports its

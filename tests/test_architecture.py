@@ -13,10 +13,12 @@ types depends on it); inside a package it does not make a cycle, since nothing r
 from __future__ import annotations
 
 import ast
+import io
 import os
 import re
 import subprocess
 import sys
+import tokenize
 import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -398,3 +400,84 @@ def test_threads_and_locks_names_every_module_with_a_lock():
     assert len(modules) > 30  # the walk found them
     missing = sorted(m for m in modules if f"`{m}`" not in section)
     assert not missing, f"docs/architecture.md, Threads and locks: add the locks of {missing}"
+
+
+# Module docs (docs/architecture.md, top): a module's docstring says what it is for, in at
+# most MAX_DOCSTRING_LINES lines, and nothing but a shebang or license line stands before it
+# (help() and editors show only the docstring); longer design notes go to docs/, named by a
+# "Design notes: docs/PAGE.md#anchor" line of the docstring, and every docs/PAGE.md#anchor a
+# docstring names must be a heading there.
+MAX_DOCSTRING_LINES = 25
+MAX_LINES_BEFORE_DOCSTRING = 1  # a shebang or a license line
+# TODO: these still open with a comment block or a long docstring (jmsbridge/bridge.py and
+# broker.py are being split); remove each from the list once it is done.
+NOT_YET = ("jmsbridge/", "xa/txlog.py", "providers/embedded/broker.py", "providers/embedded/cluster.py",
+           "service.py")
+DOCS_POINTER = re.compile(r"\b(docs/[\w.-]+\.md)#([\w-]+)")
+
+
+@dataclass(frozen=True)
+class ModuleHead:
+    """How a module opens: comment lines before its first statement, and its docstring."""
+
+    comment_lines: int
+    docstring: str | None
+    docstring_lines: int
+
+
+def module_head(source: str) -> ModuleHead:
+    """Read with tokenize up to the first statement only (a whole-package ast.parse is slow)."""
+    comments = 0
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            comments += 1
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            break
+    else:
+        return ModuleHead(comments, None, 0)
+    if tok.type != tokenize.STRING or next(tokens).type not in (tokenize.NEWLINE, tokenize.ENDMARKER):
+        return ModuleHead(comments, None, 0)
+    return ModuleHead(comments, ast.literal_eval(tok.string), tok.end[0] - tok.start[0] + 1)
+
+
+def _module_docs_checked() -> list[Path]:
+    paths = [p for p in sorted(PACKAGE.rglob("*.py"))
+             if not p.relative_to(PACKAGE).as_posix().startswith(NOT_YET)]
+    assert len(paths) > 100  # the walk found them
+    return paths
+
+
+def test_module_head_sees_a_comment_block_and_the_docstring_length():
+    assert module_head('# How it works: one\n# two\n"""Doc."""\nx = 1\n') == ModuleHead(2, "Doc.", 1)
+    assert module_head('#!/usr/bin/env python3\n"""Doc.\n\nMore.\n"""\n') == ModuleHead(1, "Doc.\n\nMore.\n", 4)
+    assert module_head("# a comment before code\nx = 1\n") == ModuleHead(1, None, 0)
+
+
+def test_no_comment_block_before_a_module_docstring():
+    found = [f"{p.relative_to(ROOT)}: {head.comment_lines} comment lines"
+             for p in _module_docs_checked()
+             if (head := module_head(p.read_text(encoding="utf-8"))).comment_lines > MAX_LINES_BEFORE_DOCSTRING]
+    assert not found, ("modules open with a comment block before the docstring (help() never shows it): "
+                       "make it the docstring, the longer design notes a section of docs/:\n" + "\n".join(found))
+
+
+def test_module_docstrings_are_short():
+    found = [f"{p.relative_to(ROOT)}: {head.docstring_lines} lines"
+             for p in _module_docs_checked()
+             if (head := module_head(p.read_text(encoding="utf-8"))).docstring_lines > MAX_DOCSTRING_LINES]
+    assert not found, (f"module docstrings over {MAX_DOCSTRING_LINES} lines: keep what the module is for and "
+                       "the rules that matter, move design notes to docs/ (Design notes: docs/X.md#anchor):\n"
+                       + "\n".join(found))
+
+
+def test_docs_pointers_of_module_docstrings_resolve():
+    from test_docs import anchors  # the anchors the links of docs/ are checked against
+
+    pointers = [(p, m.group(1), m.group(2)) for p in sorted(PACKAGE.rglob("*.py"))
+                for m in DOCS_POINTER.finditer(module_head(p.read_text(encoding="utf-8")).docstring or "")]
+    assert len(pointers) > 30  # the modules whose design notes moved to docs/
+    headings = {page: anchors(ROOT / page) for page in {page for _, page, _ in pointers} if (ROOT / page).is_file()}
+    broken = [f"{p.relative_to(ROOT)}: {page}#{anchor}" for p, page, anchor in pointers
+              if anchor not in headings.get(page, ())]
+    assert not broken, "module docstrings point at no heading of docs/:\n" + "\n".join(broken)

@@ -1,5 +1,11 @@
-# How it works: a link's excused redeliveries (batch.py: per message id, the undone units
-# that were a database outage's fault, which the backout threshold does not count) are
+# How it works: a unit of a link undone by an outage (outage(): a store that cannot reach
+# its database or is full, an XA log that cannot be written, a resource manager that
+# cannot be reached or whose connection was lost, anywhere in the failure's chain of
+# causes, also one that crossed the mq:// wire) is no fault of its messages, whatever
+# kind of unit it was (CLIENT_ACKNOWLEDGE, a local transaction, XA in one phase or two):
+# the Batch (batch.py) excuses them wherever a unit comes back with its cause.
+# A link's excused redeliveries (per message id, the undone units
+# that were an outage's fault, which the backout threshold does not count) are
 # kept where the next run of the link reads them, written when they change: when an
 # outage undoes a unit, and when a unit holding an excused message is final. The delivery
 # counts the excuses offset are kept by the source broker across restarts, so the
@@ -42,12 +48,32 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, Protocol
 
-from ..jms.errors import StoreError
+from ..jms import xa
+from ..jms.errors import StoreError, StoreFull, TransportException, XAException
 from ..private import open_private, private_dir
+from ..xa.txlog import TxLogError
 
 LIMIT = 10_000
 RETRY = 1.0  # seconds between tries of a SharedExcuses write while the database is out of reach
 TABLE = "imq_bridge_excuses"
+
+
+def outage(exc: BaseException | None) -> bool:
+    """Whether a failure was an outage, not its messages' fault: a store that cannot
+    reach its database or write (StoreUnavailable, StoreFull), an XA log that cannot be
+    written (TxLogError: its database unreachable, its disk full), a resource manager
+    that cannot be reached or whose
+    connection was lost (TransportException, XAER_RMFAIL), anywhere in its chain of
+    causes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (StoreFull, TxLogError, TransportException)) or (
+                isinstance(exc, XAException)
+                and exc.errorcode == xa.XAER_RMFAIL):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def excuses_path(bridge_dir: Path, link: str) -> Path:

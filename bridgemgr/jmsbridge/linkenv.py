@@ -1,12 +1,14 @@
-# How it works: a link that runs outside the service's process (a parallel link's workers,
-# a runner=spark link's driver receiver and executors) shares no globals with the service.
-# What it needs travels as SharedLinkOptions (linkoptions.py: the bridge XML's xmlurl, the
-# bridge and link names, the host broker's jms service URL and login, its settings), and
-# each such process rebuilds the rest from the bridge XML with the same code the local
-# runner uses: the configuration, the destinations, the connection factories (the host
-# broker as the factory its runner hands in: over mq://, never in-process), the
-# transformer, the DMQs. The transfer rules themselves stay in pipeline.py.
-"""What a link's process of its own rebuilds from the bridge XML and the link's options."""
+"""What a link in a process of its own rebuilds from the bridge XML and its options.
+
+A parallel link's workers and a runner=spark link's driver receiver and executors share no
+globals with the service. What they need travels as SharedLinkOptions (linkoptions.py: the
+bridge XML's xmlurl, the bridge and link names, the host broker's jms service URL and login,
+the link's settings), and each such process rebuilds the rest from the bridge XML with the
+same code the local runner uses (LinkEnvironment): the configuration, the destinations, the
+connection factories (the host broker through the factory class its runner hands in: over
+mq://, never in-process), the transformer, the DMQs. The transfer rules themselves stay in
+pipeline.py.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-# How it works: a link that runs outside the service's process (a parallel link's worker
-# processes, a runner=spark link's Spark processes) gets what it needs to rebuild itself as
-# plain values (linkenv.py does the rebuilding): the bridge XML's xmlurl, the bridge and
-# link names, the host broker's jms service and the login for it, the DMQ marker key and
-# the link's settings. Each runner extends SharedLinkOptions with its own (spark/options.py:
-# the source log, batch sizes). This module imports nothing on purpose: Spark unpickles
-# the options in short-lived processes that should not import the bridge.
-"""The options every link in another process is rebuilt from, importable at no cost."""
+"""The options every link in another process is rebuilt from, importable at no cost.
+
+A link that runs outside the service's process (a parallel link's worker
+processes, a runner=spark link's Spark processes) gets what it needs to rebuild itself as
+plain values (linkenv.py does the rebuilding): the bridge XML's xmlurl, the bridge and
+link names, the host broker's jms service and the login for it, the DMQ marker key and
+the link's settings. Each runner extends SharedLinkOptions with its own (spark/options.py:
+the source log, batch sizes). This module imports nothing on purpose: Spark unpickles
+the options in short-lived processes that should not import the bridge.
+"""
 
 from __future__ import annotations
 

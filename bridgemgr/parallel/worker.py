@@ -1,15 +1,16 @@
-# How it works: one worker process of a parallel link (runner.py starts it as
-# `python -m bridgemgr.parallel.worker`). Its first stdin line is its WorkerOptions (JSON;
-# the service account's password travels here, never on the command line). It rebuilds
-# the link from the bridge XML as a Spark link's processes do (jmsbridge/linkenv.py: the
-# destinations, the connection factories with the host broker over mq://, the
-# transformer, the DMQs) and runs it with the local runner (jmsbridge/link.py): the same
-# pipeline steps, confirm window, DMQ rules and backout threshold, its own connections
-# (its source consumer competes with the other workers' for the queue). Later stdin lines
-# are commands (pause, resume, stop); stdout carries JSON lines back: {"state": S} after
-# the start and each command, {"counters": {...}} twice a second, {"log": [level, text]}
-# for each log record. EOF on stdin (the service died) stops it.
-"""One worker process of a parallel link: the local runner in its own process."""
+"""One worker process of a parallel link: the local runner in its own process.
+
+runner.py starts it as `python -m bridgemgr.parallel.worker`. Its first stdin line is its WorkerOptions (JSON;
+the service account's password travels here, never on the command line). It rebuilds
+the link from the bridge XML as a Spark link's processes do (jmsbridge/linkenv.py: the
+destinations, the connection factories with the host broker over mq://, the
+transformer, the DMQs) and runs it with the local runner (jmsbridge/link.py): the same
+pipeline steps, confirm window, DMQ rules and backout threshold, its own connections
+(its source consumer competes with the other workers' for the queue). Later stdin lines
+are commands (pause, resume, stop); stdout carries JSON lines back: {"state": S} after
+the start and each command, {"counters": {...}} twice a second, {"log": [level, text]}
+for each log record. EOF on stdin (the service died) stops it.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-# How it works: what a runner=spark link's query carries to every process Spark starts for
-# it (the data source's string options, LinkOptions: the options every link in a process of
-# its own has, jmsbridge/linkoptions.py, and Spark's own) and the names both ends share. This
-# module imports nothing heavy on purpose: Spark unpickles the link's reader and writer
-# (which hold a LinkOptions) in several short-lived Python processes on the way to the
-# first micro-batch (planning, the sink's commit, the log-reading tasks), one after the
-# other, and each would otherwise import the whole bridge (~1 s apiece). Only the processes
-# that connect (the driver's receiver, the executors' transfer) build a LinkEnvironment.
-"""A Spark link's query options and shared names, importable at no cost."""
+"""A Spark link's query options and shared names, importable at no cost.
+
+What a runner=spark link's query carries to every process Spark starts for
+it (the data source's string options, LinkOptions: the options every link in a process of
+its own has, jmsbridge/linkoptions.py, and Spark's own) and the names both ends share. This
+module imports nothing heavy on purpose: Spark unpickles the link's reader and writer
+(which hold a LinkOptions) in several short-lived Python processes on the way to the
+first micro-batch (planning, the sink's commit, the log-reading tasks), one after the
+other, and each would otherwise import the whole bridge (~1 s apiece). Only the processes
+that connect (the driver's receiver, the executors' transfer) build a LinkEnvironment.
+"""
 
 from __future__ import annotations
 

@@ -12,31 +12,14 @@ ConnectionFactory, XAConnectionFactory  the broker's (XA-capable) connection fac
 queue/NAME, topic/NAME                 a Queue or Topic named NAME
 =====================================  ===========================================
 
-The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to
-its front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs,
-Spark workers) reach the host broker over its ``jms`` connection service (:mod:`.jmsservice`,
-client :mod:`.remote`) through a :class:`HostBrokerFactory` they are given: its URL, else
-``$IMQ_BROKER_URL``, else ``mq://127.0.0.1:7676``; a connection made without a user name
-logs in with the factory's login, else ``$IMQ_BROKER_USER`` / ``$IMQ_BROKER_PASSWORD`` (a
-bridge XML rarely names a user for the host broker). An empty provider URL means such a
-factory too, unless the caller resolves it against the host broker it was given (a JMS
-bridge does). A provider URL ``mq://host:port`` (``mqtcp://``, ``mqssl://``) names a remote
-broker, reached with the mq:// client as the environment says:
+The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to its
+front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs, Spark
+workers) reach it over its ``jms`` connection service through a :class:`HostBrokerFactory`.
+A provider URL ``mq://host:port`` names a remote broker; the environment may set the mq://
+client's ``imqAckTimeout``, ``imqPingInterval``, ``imqConsumerFlowLimit`` and
+``imqConnectionType`` (docs/embedded-broker.md#naming).
 
-=====================================  ===========================================
-imqAckTimeout                          milliseconds an XA call waits for an answer
-                                       before the connection counts as lost
-                                       (default 10000, 0: no limit)
-imqPingInterval                        seconds between heart-beats (default 30;
-                                       0: the service's interval)
-imqConsumerFlowLimit                   messages pushed ahead to each consumer
-                                       (default 100, 0: a consumer pulls)
-imqConnectionType                      TLS: every address over TLS, the broker's
-                                       certificate verified against the system's CAs
-=====================================  ===========================================
-
-(a bridge's ``<connection-factory>`` without ``lookup-name`` reaches each broker of its
-``imqAddressList`` through this context).
+Design notes: docs/embedded-broker.md#internals-the-providersembedded-package.
 """
 
 from __future__ import annotations

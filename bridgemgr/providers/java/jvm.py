@@ -1,34 +1,17 @@
-# How it works: one JVM per process, started through JPype on first use. Its classpath
-# is the union, in this order, of what configure() was given, imq.bridge.java.classpath
-# of the broker properties handed to configure_from_properties() (with every *.jar of the
-# folders of imq.bridge.transformer.path, the plugin folders Python transformers come from
-# too), $IMQ_BRIDGE_JAVA_CLASSPATH, and every *.jar of the IMQ_HOME-style extension folders
-# ($IMQ_HOME/lib/ext and <instance>/lib/ext). Entries are jars, folders of classes, or `folder/*` for every jar
-# in a folder, separated by os.pathsep (or ',' as the original's property allows).
-# Entries configured after the JVM started are added to JPype's dynamic class loader.
-# The startup classpath begins with late_folder(), a folder of this process empty at the
-# start: classes made after the start (the transformer base class, baseclass.py) go there
-# so that classes of the startup classpath (lib/ext jars) see them too.
-#
-# A lookup environment may name its own classpath (imq.bridge.java.classpath as a
-# <property>): isolated_loader() gives such a provider a URLClassLoader of its own whose
-# parent is the JDK's platform loader, so two providers (or a javax and a jakarta build of
-# one) never see each other's classes. Calls that load provider classes by name
-# (InitialContext, createConnection) run under that loader as thread context loader.
-#
-# Python threads are attached to the JVM by JPype on their first Java call (as daemon
-# threads). Java connections register in OPEN; at interpreter exit close_all() closes
-# whatever is still open (each close bounded by a timeout), so the JVM's non-daemon
-# transport threads end and JPype's shutdown cannot hang; if a close does hang, the JVM is
-# left to die with the process instead of being destroyed. The JVM owns SIGSEGV (HotSpot's
-# safepoint polls fault on purpose) until it is gone: faulthandler.disable() after start()
-# would put back the earlier handler and the shutdown at exit would die with SIGSEGV.
-#
-# translate() turns a Java exception into our JMSException tree (jms/errors.py): by the
-# simple name of the first JMS exception class in its hierarchy (TABLE), a
-# javax.transaction.xa.XAException by its error code, and anything with an
-# java.io.IOException in its cause chain as a TransportException (the link reconnects).
-"""The JVM: classpath, class loaders, thread context, error translation, clean exit."""
+"""The JVM: classpath, class loaders, thread context, error translation, clean exit.
+
+One JVM per process, started through JPype on first use, its classpath the union of what
+configure() was given, imq.bridge.java.classpath, $IMQ_BRIDGE_JAVA_CLASSPATH and the lib/ext
+folders. A lookup environment with its own classpath gets an isolated class loader.
+translate() and java_errors() turn Java exceptions into our JMSException tree (an
+IOException in the cause chain is a TransportException: the link reconnects).
+
+Rules: calls that load provider classes by name run under the provider's class loader as
+thread context loader; the JVM owns SIGSEGV until it is gone (never faulthandler.disable()
+after start()); every Java connection registers in OPEN so close_all() can end it at exit.
+
+Design notes: docs/architecture.md#internals-providersjavajvmpy.
+"""
 
 from __future__ import annotations
 
