@@ -411,8 +411,7 @@ MAX_DOCSTRING_LINES = 25
 MAX_LINES_BEFORE_DOCSTRING = 1  # a shebang or a license line
 # TODO: these still open with a comment block or a long docstring (jmsbridge/bridge.py and
 # broker.py are being split); remove each from the list once it is done.
-NOT_YET = ("jmsbridge/", "xa/txlog.py", "providers/embedded/broker.py", "providers/embedded/cluster.py",
-           "service.py")
+NOT_YET = ("jmsbridge/", "providers/embedded/broker.py", "service.py")
 DOCS_POINTER = re.compile(r"\b(docs/[\w.-]+\.md)#([\w-]+)")
 
 

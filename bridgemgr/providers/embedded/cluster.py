@@ -1,38 +1,18 @@
-# How it works: with imq.cluster.ha=true every instance of the cluster (imq.cluster.clusterid)
-# keeps its host broker's store in the shared PostgreSQL database, in a schema of its own
-# (imq_<clusterid>__<brokerid>), and shares the cluster's schema (imq_cluster_<clusterid>):
-#   imq_ha_brokers    one row per broker id: its lease (lease_expires, in the database's clock),
-#                     a generation bumped at every join and takeover, its state (live, taken),
-#                     its address and its bridge configuration (what check compares);
-#   imq_ha_bridges    the JMS bridge ownership table of the chapter: bridge -> owning broker id;
-#   imq_bridge_txlog  the bridges' XA logs (xa/sqllog.py), one set of rows per bridge name, so
-#                     whichever instance runs a bridge reads the decisions of the one before;
-#   imq_bridge_excuses the links' excused redeliveries (jmsbridge/excuses.py), likewise.
-# join() (before the host broker opens) refuses a broker id whose lease is still live and a
-# bridge configuration that differs from a live member's (naming the keys), then renews the
-# lease as a new generation. claim() applies the chapter's three start-up rules to
-# imq.bridge.activelist in one transaction. A heartbeat thread renews the lease every
-# imq.cluster.heartbeat.interval (UPDATE ... WHERE generation = ours AND state = 'live': no
-# row means we lost it) and, with each renewal, looks for a live member whose lease is older
-# than imq.cluster.monitor.interval: SELECT ... FOR UPDATE SKIP LOCKED picks at most one, so
-# of several live instances exactly one takes it over. In that one transaction, holding our
-# broker's lock, the taker marks it taken, moves its bridges' ownership rows to itself and
-# moves its store's rows into its own schema (messages renumbered above our seqs in their
-# order, prepared XA branches with their sends and acks, durable subscriptions and
-# destination settings we lack); after the commit our broker adopts them (Broker.adopt: paged
-# out like a store read at start) and the service starts the bridges. A lost lease (a renewal
-# refused, or none succeeding for a monitor interval: we may have been paused, or the
-# database out of reach) stops every bridge first; then, if another instance took us over,
-# the service ends (restarted, it joins afresh with an empty store); else we join again as a
-# new generation and run what the ownership table still gives us.
-# Fencing inside the store: every batch of an HA instance's store first reads its own lease
-# row FOR SHARE (pgstore's fence: state must be live), and a trigger on imq_bridge_txlog and
-# imq_bridge_excuses lets a connection write a bridge's rows only while its broker id (the
-# session setting imq.brokerid of every HA store connection) owns the bridge, reading the
-# ownership row FOR SHARE. A takeover's UPDATE of those rows waits for such a write, or makes it fail: a resumed
-# old owner neither writes to the store that moved nor logs a commit decision (its
-# transaction rolls back: presumed abort), and the new owner's recovery alone decides.
-"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover."""
+"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover.
+
+Every instance keeps its store in the shared PostgreSQL database in a schema of its own and
+shares the cluster's schema: leases (imq_ha_brokers), the bridge ownership table
+(imq_ha_bridges), the bridges' XA logs and excuses. join() refuses a live broker id and a
+bridge configuration (the service's, props.bridge_configuration) that differs from a live
+member's; claim() applies the chapter's activelist rules; a heartbeat thread renews the
+lease and takes over at most one expired member, moving its bridges and store rows.
+
+Rules: this module knows no bridge keys (the service tells it the configuration); a lost
+lease stops every bridge first; writes to a bridge's XA log and excuses are fenced by its
+ownership row.
+
+Design notes: docs/ha.md#internals-providersembeddedclusterpy.
+"""
 
 from __future__ import annotations
 
