@@ -1,7 +1,8 @@
 """One worker process of a parallel link: the local runner in its own process.
 
-runner.py starts it as `python -m bridgemgr.parallel.worker`. Its first stdin line is its WorkerOptions (JSON;
-the service account's password travels here, never on the command line). It rebuilds
+runner.py starts it as `python -m bridgemgr.parallel.worker`. Its first stdin line is its
+WorkerOptions (JSON: the link's SharedLinkOptions and the worker's index; the service
+account's password travels here, never on the command line). It rebuilds
 the link from the bridge XML as a Spark link's processes do (jmsbridge/linkenv.py: the
 destinations, the connection factories with the host broker over mq://, the
 transformer, the DMQs) and runs it with the local runner (jmsbridge/link.py): the same
