@@ -49,12 +49,14 @@ JMS bridge (and the service, once another instance took it over: ``taken_over_by
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import fcntl
 import logging
 import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -439,15 +441,19 @@ class BridgeServiceManager:
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
-        handle = open_private_text(path, "a+")  # held open while the service runs: the lock
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise ServiceError(f"{self.instance_dir} is in use by {holder}; "
-                               "stop that service or give this one another imq.varhome / imq.instancename") from None
+        while True:
+            handle = open_private_text(path, "a+")  # held open while the service runs: the lock
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise ServiceError(f"{self.instance_dir} is in use by {holder}; stop that service "
+                                   "or give this one another imq.varhome / imq.instancename") from None
+            if _same_file(handle, path):
+                break
+            handle.close()  # a service stopping meanwhile removed the file we locked: again
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -455,7 +461,13 @@ class BridgeServiceManager:
         self._lock_file = handle
 
     def _unlock_instance(self) -> None:
+        """The lock file removed (still locked: a start that opened it sees it gone), then
+        unlocked."""
         if self._lock_file is not None:
+            try:
+                os.unlink(self.instance_dir / "lock")
+            except OSError as exc:
+                log.warning("the lock file cannot be removed: %s", exc)
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
@@ -619,11 +631,13 @@ class BridgeServiceManager:
 
     # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:
-        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload (call from the main
-        thread)."""
+        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload, SIGQUIT prints every
+        thread's stack to stderr (call from the main thread; a JVM started later leaves
+        them to Python: providers/java/jvm.py's SIGNAL_OPTIONS)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         signal.signal(signal.SIGHUP, self.request_reload)
+        faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True)
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -748,6 +762,16 @@ class BridgeServiceManager:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _same_file(handle: IO[str], path: os.PathLike[str]) -> bool:
+    """Is the open ``handle`` still the file at ``path``?"""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(handle.fileno())
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _value(state: Any) -> str:

@@ -8,7 +8,8 @@ IOException in the cause chain is a TransportException: the link reconnects).
 
 Rules: calls that load provider classes by name run under the provider's class loader as
 thread context loader; the JVM owns SIGSEGV until it is gone (never faulthandler.disable()
-after start()); every Java connection registers in OPEN so close_all() can end it at exit.
+after start()), Python keeps SIGTERM, SIGINT, SIGHUP and SIGQUIT (-Xrs, interrupt=False:
+SIGNAL_OPTIONS); every Java connection registers in OPEN so close_all() can end it at exit.
 
 Design notes: docs/architecture.md#internals-providersjavajvmpy.
 """
@@ -38,6 +39,10 @@ CLASSPATH_PROPERTY = "imq.bridge.java.classpath"
 CLASSPATH_ENV = "IMQ_BRIDGE_JAVA_CLASSPATH"
 IMQ_HOME_ENV = "IMQ_HOME"
 CLOSE_TIMEOUT = 10.0  # seconds a connection may take to close at exit
+# The JVM leaves SIGTERM, SIGINT, SIGHUP and SIGQUIT to Python (serve's clean stop and
+# reload): without -Xrs its own handlers replace Python's and end the process (exit 143,
+# 130, 129); JPype's interrupt=False hands a SIGINT/SIGTERM that Java code sees to Python.
+SIGNAL_OPTIONS = ("-Xrs",)
 
 _lock = threading.RLock()
 _configured: list[str] = []
@@ -138,15 +143,27 @@ def start() -> None:
         late = tempfile.mkdtemp(prefix="imqbridge-jvm-")
         path = [late] + [os.path.abspath(p) for p in classpath()]
         try:
-            jpype.startJVM(*_jvm_args, classpath=path, convertStrings=False)
+            jpype.startJVM(*jvm_options(), classpath=path, convertStrings=False, interrupt=False)
         except Exception as exc:
             shutil.rmtree(late, ignore_errors=True)
             raise NamingException(f"cannot start the JVM through JPype: {exc}") from exc
+        if threading.current_thread() is not threading.main_thread():
+            # The starting thread is the JVM's non-daemon "main": once it ended, JPype's
+            # DestroyJavaVM at exit would wait for it forever. Its next Java call
+            # attaches it again, as a daemon like any other Python thread.
+            jpype.java.lang.Thread.detach()
         _late_folder = late
         atexit.register(shutil.rmtree, late, True)
-        log.info("JVM started (classpath: %s)", os.pathsep.join(path) or "empty")
+        log.info("JVM started (options: %s; classpath: %s)", " ".join(jvm_options()),
+                 os.pathsep.join(path) or "empty")
         # atexit runs in reverse order: registered after JPype's own hook, ours runs first.
         atexit.register(close_all)
+
+
+def jvm_options() -> list[str]:
+    """The options the JVM starts with: those configure() was given, then SIGNAL_OPTIONS."""
+    with _lock:
+        return _jvm_args + [o for o in SIGNAL_OPTIONS if o not in _jvm_args]
 
 
 def late_folder() -> str | None:
