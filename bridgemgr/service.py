@@ -1,49 +1,22 @@
 """The Bridge Service Manager process: broker properties -> the host broker, its
 network front ends and its bridges; run until told to stop, then stop cleanly.
 
-How it works: ``start()`` takes an exclusive lock on the instance directory (a second
-service on the same var directory refuses to start instead of sharing the store),
-reads the access control files (imq.accesscontrol.*; the default one is installed in
-the instance's etc/ at first start), opens the embedded host broker there with them
-(the provider's ``open_host_broker``: the one HostBroker interface that every front end
-and bridge is given, what a bridge XML connection factory without lookup-name means),
-starts the network loop, the port mapper, the metrics port (imq.metrics.port: /metrics,
-/healthz, /readyz; metrics.py, metricshttp.py) and the broker's ``jms`` connection service
-(other processes reach the broker at ``mq://host:portmapper-port``; logins are checked
-against the user repository, where the service account Spark links and CLI jobs log in
-as is made or repaired, servicekeys.py; a user's group goes with every check of the access rules,
-which the host broker makes for the STOMP bridge and the jms service alike; the
-bridges' own host connections are the service itself and not checked; a destination a
-JMS bridge names as its <dmq> is admin-only), and — when imq.bridge.enabled is true —
-the admin command port (only with an admin user and password) and every bridge of
-imq.bridge.activelist (type
-jms or stomp). Every bridge is listed from then on; those with autostart start each on
-its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
-provider is unreachable (connect-attempts -1) shows STARTING without holding up the
-others. A bridge that fails to start is logged and left STOPPED. A loaded JMS bridge's
-client ids and durable subscriptions are reserved for it on the host broker until
-``stop()`` unloads it. ``on_bridge_started``,
-when set, hears of each start-up bridge once its start has ended. ``dispatch`` carries
-out admin commands (the ``_OPS`` table maps each to a bridge or link method); an admin
-start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` seconds,
-STARTING if the bridge is still connecting. ``stop()`` stops the bridges (cancelling starts
-still under way), then the front ends, then the broker (which writes what is pending and
-closes the store), within ``STOP_TIMEOUT`` per bridge.
+start() locks the instance directory, reads the access control files, opens the embedded
+host broker (open_host_broker: the HostBroker every front end and bridge is given), starts
+the network loop, the port mapper, the metrics port and the jms connection service, then,
+when imq.bridge.enabled is true, the admin port and every bridge of imq.bridge.activelist.
+dispatch() carries out admin commands (_BRIDGE_OPS, _LINK_OPS: bridge and link methods); SIGHUP
+(reload) reads the properties and the XML of every stopped JMS bridge again; stop() stops
+the bridges, then the front ends, then the broker. In an HA cluster the ownership table
+decides which JMS bridges this instance runs (providers/embedded/cluster.py).
 
-A JMS bridge's XML is read when the service loads it (or at its first start, when it
-could not be read then) and kept: a start uses that configuration. SIGHUP (``reload``)
-reads the properties (``read_properties``) and the XML of every stopped JMS bridge again:
-a bridge whose file reads cleanly gets the new configuration and its imq.bridge.<name>.*
-properties, and the log says what changed; a broken file is logged with its file and line
-and the bridge keeps what it had. Other changed properties (ports, the store, running
-bridges) are logged as waiting for a restart; nothing else is touched.
+Rules: a second service on the same var directory refuses to start; bridges start each on
+its own thread, so one that cannot connect holds up no other, and one that fails to start
+is logged and left STOPPED; a bridge XML that does not read cleanly at SIGHUP is logged
+with file and line and the bridge keeps what it had; other changed properties wait for a
+restart; every stop is bounded (STOP_TIMEOUT per bridge).
 
-In an HA cluster (imq.cluster.ha=true, providers/embedded/cluster.py) the instance joins the
-cluster before its host broker opens; the ownership table decides which JMS bridges of
-imq.bridge.activelist it runs (``activelist``); the cluster's heart-beat thread starts the
-bridges of an instance it takes over and, when this instance loses its lease, stops every
-JMS bridge (and the service, once another instance took it over: ``taken_over_by``).
-``list bridge`` lists every bridge of the cluster with its owner.
+Design notes: docs/operations.md#internals-servicepy.
 """
 
 from __future__ import annotations

@@ -1,22 +1,18 @@
-# How it works: the link (link.py) appends each handled message to `pending` and completes
-# the unit (acknowledge or commit) when it is full: `size` messages, or messages holding
-# `max_bytes` bytes (imq.bridge.<name>.link.windowBytes; `pending` is a Unit, which keeps
-# the sum of its messages' sizes through append, clear and del), or one at a time while
-# `one_by_one` runs. A unit undone after a failure makes its messages come back from the
-# source; back_out() then makes them move one per transaction until that many went
-# through again, so only the failing one is backed out once more. `lettered` remembers
-# the dead messages of undone units that are in a DMQ already: when they come back they
-# are consumed without a second copy; `excused` counts, per message, the undone units that
-# were not its fault (their cause an outage, excuses.outage(): a store, XA log or resource
-# manager that could not be reached), which the backout threshold does not count; every
-# undone unit comes back through returned() with its cause, whatever the link's kind of
-# unit, so no path counts an outage; kept until the message's unit is final (final(): a unit
-# completing behind the link may still be rolled back). `lettered` and `one_by_one` last
-# from the link's start to its stop, across reconnects; `excused` is kept on disk, or on
-# an HA instance in the cluster's database (excuses.py), and read again at every start, as
-# the source keeps the delivery counts it offsets; `open` is the transaction's, set again
-# on every connect.
-"""The unit of work a link is filling: its messages, when it is full, what came back."""
+"""The unit of work a link is filling: its messages, when it is full, what came back.
+
+The link (link.py) appends each handled message to `pending` and completes the unit when it
+is full: `size` messages, or messages holding `max_bytes` bytes (link.windowBytes), or one
+at a time while `one_by_one` runs after a unit was undone (back_out()), so only the failing
+message is backed out again. `lettered` remembers dead messages already in a DMQ (consumed
+without a second copy when they come back); `excused` counts the undone units per message
+that were an outage's fault (excuses.outage()), which the backout threshold does not count.
+
+Rules: every undone unit comes back through returned() with its cause; excuses are kept
+until the message's unit is final (final()), on disk or in the cluster's database
+(excuses.py).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgebatchpy.
+"""
 
 from __future__ import annotations
 

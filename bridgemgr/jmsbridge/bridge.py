@@ -1,30 +1,19 @@
-# How it works: JMSBridge is what the Bridge Service Manager drives for one JMS bridge.
-# start() performs the chapter's steps ("Starting and Stopping JMS Bridges") in order:
-#   1. parse and validate the XML (a BridgeConfig given, or asked of its loader on
-#      every start: from_properties reads the file each time, the service's loader gives
-#      the file as last read, when the bridge was loaded or at SIGHUP);
-#   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
-#      transformers (a class that cannot be loaded fails the start, naming it);
-#   3-6. with enabled transacted links: the XA coordinator and its log, the resource
-#      managers registered (every XA <connection-factory> with multi-rm="false", named
-#      <bridge>:<ref-name>) and recovered, before any link starts (xa/registry.py); a
-#      transacted link needs XA connection factories at both ends;
-#   7. resolve the connection factories and create the pools and shared connections;
-#   8. make the DMQs ready (the built-in one must connect);
-#   9. start the enabled links.
-# Anything failing undoes what was done and leaves the bridge STOPPED. The bridge stays
-# STARTING until every link has connected (or given up): start() waits for that, up to its
-# timeout, outside the command lock, and the housekeeping thread finishes the move to
-# STARTED if the links take longer (connect-attempts="-1" retries forever). stop() on a
-# STARTING bridge cancels the start: it moves to STOPPING at once and sets `_halt`, which the
-# start checks between its steps and every wait of a link connecting observes. stop() stops
-# every link (each finishes its message in flight), closes the DMQ senders, waits until
-# every pooled and shared connection is back, and closes them. A housekeeping thread closes
-# pooled connections past their idle timeout. Link commands are legal only while the
-# bridge is STARTED; every command checks the state tables of states.py. Per-link
-# counters outlive restarts, for the admin `list` and metrics: each start hands the link's
-# counters to its runner, which keeps them when they are of its kind (runners.py).
-"""A JMS bridge: lifecycle, its links, connections and DMQs, and its log."""
+"""A JMS bridge: lifecycle, its links, connections and DMQs, and its log.
+
+JMSBridge is what the Bridge Service Manager drives for one JMS bridge. start() performs
+the chapter's steps ("Starting and Stopping JMS Bridges") in order: the XML, the links and
+DMQs, the XA coordinator with its resource managers recovered (transacted links), the
+connection factories and pools, the DMQs, then the links. stop() stops every link, closes
+the DMQ senders and the connections once every lease is back; a housekeeping thread closes
+idle pooled connections.
+
+Rules: anything failing in a start undoes what was done and leaves the bridge STOPPED; the
+bridge stays STARTING until every link has connected (or given up), and a stop cancels a
+start under way; every command checks the state tables of states.py, and link commands are
+legal only while the bridge is STARTED; per-link counters outlive restarts (runners.py).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgebridgepy.
+"""
 
 from __future__ import annotations
 

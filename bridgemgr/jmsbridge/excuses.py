@@ -1,41 +1,19 @@
-# How it works: a unit of a link undone by an outage (outage(): a store that cannot reach
-# its database or is full, an XA log that cannot be written, a resource manager that
-# cannot be reached or whose connection was lost, anywhere in the failure's chain of
-# causes, also one that crossed the mq:// wire) is no fault of its messages, whatever
-# kind of unit it was (CLIENT_ACKNOWLEDGE, a local transaction, XA in one phase or two):
-# the Batch (batch.py) excuses them wherever a unit comes back with its cause.
-# A link's excused redeliveries (per message id, the undone units
-# that were an outage's fault, which the backout threshold does not count) are
-# kept where the next run of the link reads them, written when they change: when an
-# outage undoes a unit, and when a unit holding an excused message is final. The delivery
-# counts the excuses offset are kept by the source broker across restarts, so the
-# excuses must be too: otherwise a kill -9 after an outage reads a healthy message's
-# excused redeliveries as backouts and sends it to the DMQ. A restart itself is not
-# excused (a message that crashes the service still reaches its threshold). At most
-# LIMIT ids are kept (the oldest go first: an id whose message never comes back, such as
-# one purged by hand, cannot fill the disk). In memory the counts are the link's own
-# (read at its start, changed by it alone); where they are kept:
-# - Excuses: bridges/<bridge>/excused.<link> of the instance, a JSON object rewritten
-#   whenever it changes (a temporary file, 0600, fsync, then renamed over the old one).
-#   Without a file (a bridge with no instance folder) they last as long as the link.
-# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py; the
-#   service gives the bridge shared_excuses, which reaches local_link in the runner's
-#   context, so this module knows no provider): the
-#   table imq_bridge_excuses of the cluster's schema, one row per (bridge, link, message
-#   id) with its count and a seq (newer: excused later), so the instance that takes the
-#   bridge over (a var folder of its own, the dead owner's store and delivery counts
-#   moved into its own) reads them. The rows are fenced like the XA log's: only the
-#   bridge's owner writes them. Excuses arise while the database is down, so the table is
-#   written behind the link: a change marks its ids, and a writer thread (one per link,
-#   while there is something to write) writes the marked ids' counts (upsert; a forgotten
-#   or evicted id: delete) in one transaction, retrying every RETRY seconds while the
-#   database cannot be reached. The link never waits for it, and nothing is lost while the
-#   instance lives: what the outage excused is written when the database is back, within
-#   RETRY s, as the raised delivery counts are (the store writes them then too). An
-#   instance that dies in that instant, after the store's write and before ours, loses
-#   those excuses, as before there were shared ones. A write the database refuses (fenced:
-#   the bridge is another's now) is given up, logged.
-"""A link's excused redeliveries, kept so that a restart or an HA takeover does not forget them."""
+"""A link's excused redeliveries, kept so that a restart or an HA takeover does not forget them.
+
+A unit undone by an outage (outage(): a store, an XA log or a resource manager that could
+not be reached, anywhere in the chain of causes) is no fault of its messages; the Batch
+excuses them, and the backout threshold does not count those redeliveries. Since the source
+broker keeps the delivery counts across restarts, the excuses are kept too: Excuses in
+bridges/<bridge>/excused.<link> (JSON, 0600, written aside and renamed), SharedExcuses on an
+HA instance in the cluster's table imq_bridge_excuses, written behind the link by a writer
+thread that retries while the database is down.
+
+Rules: a restart itself is not excused; at most LIMIT ids are kept (oldest first out); only
+the bridge's owner writes the shared rows (fenced like the XA log); the link never waits
+for the database; this module knows no provider.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeexcusespy.
+"""
 
 from __future__ import annotations
 

@@ -1,33 +1,17 @@
-# How it works: a <connection-factory> without lookup-name is configured, as in the
-# original, by the Message Queue ConnectionFactory attributes in its <property> elements.
-# imq_settings() reads them into IMQSettings and returns a Problem (file and line of the
-# <property>, the property's name, never a password) for every one it cannot honour, so
-# `check` and a bridge's start refuse a factory that would otherwise quietly ignore one:
-#
-#   imqAddressList             [mq|mqtcp|mqssl://]host[:port][/jms|/ssljms], comma-separated;
-#                              absent: the host broker (in-process, or $IMQ_BROKER_URL)
-#   imqAddressListBehavior     PRIORITY (in the list's order) or RANDOM (shuffled each time)
-#   imqAddressListIterations   how often one connect walks the whole list (>= 1)
-#   imqReconnectEnabled        true: each address is tried 1 + imqReconnectAttempts times,
-#   imqReconnectAttempts       imqReconnectInterval milliseconds apart, before the next one
-#   imqReconnectInterval       (the bridge replaces a lost connection itself, through the
-#                              same list, within connect-attempts)
-#   imqDefaultUsername/Password  the login when the username/password attributes are absent
-#   imqConfiguredClientID      the client id of the factory's connections
-#   imqPingInterval            seconds between heart-beats (0 or -1: the service's interval)
-#   imqConnectionType          TCP or TLS (TLS: every address over TLS, the broker's
-#                              certificate verified against the system's CAs / SSL_CERT_FILE)
-#   imqConsumerFlowLimit       messages the service pushes ahead to each consumer (the mq://
-#                              client's prefetch; 0: a consumer pulls one at a time)
-#   imqAckTimeout              milliseconds an XA call waits for the broker's answer before
-#                              the connection counts as lost (default 10000: a hung broker is
-#                              noticed in seconds; 0: wait indefinitely, the original's default)
-#
-# Unlimited iterations or attempts (-1) are refused: a connect could then not be stopped;
-# the factory's connect-attempts="-1" retries forever and a stop still ends it. With an
-# address list, AddressListFactory is the XA-capable factory the bridge connects with
-# (resolve.py): one mq:// client factory per address, walked as the settings say.
-"""The original's imq* connection factory attributes, for factories without lookup-name."""
+"""The original's imq* connection factory attributes, for factories without lookup-name.
+
+imq_settings() reads the Message Queue ConnectionFactory attributes of a factory's
+<property> elements (imqAddressList and its behaviour and iterations, reconnects, default
+login, client id, ping interval, connection type, consumer flow limit, ack timeout) into
+IMQSettings. With an address list, AddressListFactory is the XA-capable factory the bridge
+connects with (resolve.py): one mq:// client factory per address, walked as the settings say.
+
+Rules: every attribute it cannot honour is a Problem (file and line of the <property>, its
+name, never a password), so `check` and a start refuse it instead of ignoring it quietly;
+unlimited iterations or attempts (-1) are refused (a connect could not be stopped).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeimqcfpy.
+"""
 
 from __future__ import annotations
 

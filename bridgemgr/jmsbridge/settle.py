@@ -1,16 +1,18 @@
-# How it works: a completed unit's messages count once they are final (transferred, or
-# consumed only; an INFO line per transfer when log-message-transfer is on; a transfer's
-# latency runs from its receipt to here). A unit whose
-# completion was handed over (TransferTransaction.complete() False: the XA completer commits
-# it behind the link, bridgemgr/xa/completer.py) waits in `units`, in order, until the link
-# takes the outcomes: a committed unit counts; one rolled back behind a failed one comes
-# back from the source (Batch.returned); the failed one is returned to the link, which
-# sends it to the DMQ (the chapter's commit failure). After a failure every unit handed
-# over later was rolled back by the completer: settle() takes them all, then resets the
-# transaction so that later units complete again. When the failure was an outage (the XA
-# log's database down), those units are excused (Batch.returned with the failure as their
-# cause): it was not their messages' fault.
-"""What a link's completions made final: now, or behind the link."""
+"""What a link's completions made final: now, or behind the link.
+
+A completed unit's messages count once they are final (transferred, or
+consumed only; an INFO line per transfer when log-message-transfer is on; a transfer's
+latency runs from its receipt to here). A unit whose
+completion was handed over (TransferTransaction.complete() False: the XA completer commits
+it behind the link, bridgemgr/xa/completer.py) waits in `units`, in order, until the link
+takes the outcomes: a committed unit counts; one rolled back behind a failed one comes
+back from the source (Batch.returned); the failed one is returned to the link, which
+sends it to the DMQ (the chapter's commit failure). After a failure every unit handed
+over later was rolled back by the completer: settle() takes them all, then resets the
+transaction so that later units complete again. When the failure was an outage (the XA
+log's database down), those units are excused (Batch.returned with the failure as their
+cause): it was not their messages' fault.
+"""
 
 from __future__ import annotations
 
