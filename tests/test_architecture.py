@@ -28,7 +28,9 @@ SUBPACKAGES = ("bridgemgr.jms", "bridgemgr.jmsbridge", "bridgemgr.xa", "bridgemg
 EMBEDDED = "bridgemgr.providers.embedded"
 # The host broker's internals: nothing outside providers/embedded/ imports these modules,
 # or Broker, Envelope and Work from anywhere.
-BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in ("broker", "queues", "store", "channel", "wire"))
+BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in (
+    "broker", "state", "paging", "destinations", "routing", "delivery", "localtx", "xabranches", "adoption",
+    "queues", "store", "channel", "wire"))
 BROKER_NAMES = {"Broker", "Envelope", "Work"}
 
 # Accepted violations, as (importing module below bridgemgr, "module:name" or "module" it takes):
