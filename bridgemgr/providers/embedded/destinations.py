@@ -29,6 +29,7 @@ _DMQ_KEY = f"q:{DMQ_NAME}"
 class Destinations(Paging):
     """Which message queues exist, their limits, and who is bound to them."""
 
+    # --- destinations --------------------------------------------------------------
     def _queue_for_key(self, qkey: str, create: bool = True) -> MessageQueue | None:
         kind, _, rest = qkey.partition(":")
         if kind == "q":
@@ -39,7 +40,6 @@ class Destinations(Paging):
             return sub.queue if sub else None
         return None
 
-    # --- destinations --------------------------------------------------------------
     def _limits(self, qkey: str) -> DestinationLimits:
         limits = self.configured.get(qkey)
         if limits is not None:
