@@ -5,9 +5,7 @@ Poison messages: a destination's ``backout_threshold`` counts a message's delive
 were not acknowledged (``dcount``, kept in the store; where a threshold is set the store
 writes it as the message is delivered). A message that reaches it, as it comes back
 (rollback, recover, close) or is taken again after a restart, moves to ``backout_queue``,
-else goes by ``backout_disposition`` (the DMQ or discarded). Connection consumers
-(spi.ConnectionConsumer) have a consumer in each server session they load;
-``group_queue`` gives a topic's group one shared subscription. A consumer with ``retain``
+else goes by ``backout_disposition`` (the DMQ or discarded). A consumer with ``retain``
 off (message retention off) that finds nothing to take sweeps the messages no active
 consumer of its queue selects out by the same disposition.
 """

@@ -5,6 +5,9 @@ Physical names: queues ``q:NAME``; durable subscriptions ``d:CLIENTID\\0NAME``;
 non-durable subscribers and temporary destinations are never stored (beyond their window they
 wait in the swap file, which a restart empties). The broker's
 own dead message queue is the queue ``mq.sys.dmq``.
+
+Connection consumers (spi.ConnectionConsumer) have a consumer in each server session
+they load; ``group_queue`` gives a topic's group one shared subscription.
 """
 
 from __future__ import annotations

@@ -60,7 +60,6 @@ class WorkState(str, Enum):
     DONE = "DONE"
 
 
-
 class Work:
     """Messages a session consumed and sent but has not completed (tx or XA branch)."""
 
@@ -157,7 +156,6 @@ def _release_all(mq: MessageQueue) -> None:
     for env in mq.drain():
         mq.release(env)
     mq.wake_producers()
-
 
 
 def _owned(mq: MessageQueue, broker: BrokerState) -> list[Envelope]:

@@ -27,7 +27,6 @@ _XA_ALLOWED: dict[str, frozenset[WorkState]] = {
 }
 
 
-
 class XABranches(LocalTransactions):
     """The XA branches of the broker (``branches``, ``committing``)."""
 
