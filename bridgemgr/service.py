@@ -49,12 +49,14 @@ JMS bridge (and the service, once another instance took it over: ``taken_over_by
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import fcntl
 import logging
 import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -78,7 +80,7 @@ from .jms.errors import IllegalStateException, JMSException, StoreError
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
-from .props import BrokerProperties, ConfigError
+from .props import BrokerProperties, ConfigError, bridge_configuration
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
@@ -372,7 +374,8 @@ class BridgeServiceManager:
         from .providers.embedded.cluster import ClusterError, open_cluster
 
         try:
-            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}")
+            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}",
+                                        bridge_configuration(self.props))
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
                 self.activelist = tuple(n for n in self.props.activelist if n not in
@@ -438,15 +441,19 @@ class BridgeServiceManager:
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
-        handle = open_private_text(path, "a+")  # held open while the service runs: the lock
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise ServiceError(f"{self.instance_dir} is in use by {holder}; "
-                               "stop that service or give this one another imq.varhome / imq.instancename") from None
+        while True:
+            handle = open_private_text(path, "a+")  # held open while the service runs: the lock
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise ServiceError(f"{self.instance_dir} is in use by {holder}; stop that service "
+                                   "or give this one another imq.varhome / imq.instancename") from None
+            if _same_file(handle, path):
+                break
+            handle.close()  # a service stopping meanwhile removed the file we locked: again
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -454,7 +461,13 @@ class BridgeServiceManager:
         self._lock_file = handle
 
     def _unlock_instance(self) -> None:
+        """The lock file removed (still locked: a start that opened it sees it gone), then
+        unlocked."""
         if self._lock_file is not None:
+            try:
+                os.unlink(self.instance_dir / "lock")
+            except OSError as exc:
+                log.warning("the lock file cannot be removed: %s", exc)
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
@@ -618,11 +631,13 @@ class BridgeServiceManager:
 
     # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:
-        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload (call from the main
-        thread)."""
+        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload, SIGQUIT prints every
+        thread's stack to stderr (call from the main thread; a JVM started later leaves
+        them to Python: providers/java/jvm.py's SIGNAL_OPTIONS)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         signal.signal(signal.SIGHUP, self.request_reload)
+        faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True)
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -747,6 +762,16 @@ class BridgeServiceManager:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _same_file(handle: IO[str], path: os.PathLike[str]) -> bool:
+    """Is the open ``handle`` still the file at ``path``?"""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(handle.fileno())
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _value(state: Any) -> str:
@@ -892,6 +917,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
         from .jmsbridge.config import load_bridge
+        from .jmsbridge.excuses import shared_excuses
 
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
@@ -904,8 +930,11 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             manager.protect_dmqs(config)
             return config
         # runner=spark links reach the host broker from Spark's processes over jms
+        # on an instance of an HA cluster the links keep their excuses in the cluster's table
+        cluster = manager.cluster
         bridge = JMSBridge(load, manager.props, name=name, host=manager.host_broker,
-                           broker_url=manager.jms_url if manager.jms_services else None)
+                           broker_url=manager.jms_url if manager.jms_services else None,
+                           excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None)
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start
         except (JMSException, ConfigError, OSError, ValueError) as exc:

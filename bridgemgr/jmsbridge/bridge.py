@@ -72,6 +72,7 @@ from .connections import (
 )
 from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
+from .excuses import ExcusesStore
 from .logs import LOGGING_CONFIG_PROPERTY, BridgeLog
 from .pipeline import Interrupted
 from .plugins import load_configured_transformer, plugin_folders
@@ -111,7 +112,8 @@ class JMSBridge:
                  tuning: LinkTuning = LinkTuning(),
                  logging_config: str | Path | None = None,
                  transformer_path: Sequence[str | Path] | None = None,
-                 reap_interval: float = 1.0, broker_url: str | None = None) -> None:
+                 reap_interval: float = 1.0, broker_url: str | None = None,
+                 excuses: ExcusesStore | None = None) -> None:
         self._loader = config if callable(config) else None
         self.config: BridgeConfig | None = None if callable(config) else config
         if name:
@@ -136,6 +138,7 @@ class JMSBridge:
         self.transformer_path = transformer_path
         self.reap_interval = reap_interval
         self.broker_url = broker_url  # the host broker's jms service, for runner=spark links
+        self.excuses = excuses  # where links keep their excuses (an HA cluster's); None: files
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
         self.log = logging.getLogger(f"imq.bridge.{self.name}")
         self._bridge_log: BridgeLog | None = None
@@ -412,7 +415,7 @@ class JMSBridge:
         assert connections is not None and dmqs is not None
         bridge_props = props.bridge(self.name) if props is not None else None
         context = RunnerContext(self.name, self.props, connections, dmqs, self.log, self.tuning,
-                                self.broker_url, self.transformer_path, self.host)
+                                self.broker_url, self.transformer_path, self.host, self.excuses)
         for link in links:
             target = (None if link.target.as_source
                       else destinations[link.target.destination_ref])

@@ -1,5 +1,11 @@
-# How it works: a link's excused redeliveries (batch.py: per message id, the undone units
-# that were a database outage's fault, which the backout threshold does not count) are
+# How it works: a unit of a link undone by an outage (outage(): a store that cannot reach
+# its database or is full, an XA log that cannot be written, a resource manager that
+# cannot be reached or whose connection was lost, anywhere in the failure's chain of
+# causes, also one that crossed the mq:// wire) is no fault of its messages, whatever
+# kind of unit it was (CLIENT_ACKNOWLEDGE, a local transaction, XA in one phase or two):
+# the Batch (batch.py) excuses them wherever a unit comes back with its cause.
+# A link's excused redeliveries (per message id, the undone units
+# that were an outage's fault, which the backout threshold does not count) are
 # kept where the next run of the link reads them, written when they change: when an
 # outage undoes a unit, and when a unit holding an excused message is final. The delivery
 # counts the excuses offset are kept by the source broker across restarts, so the
@@ -12,7 +18,9 @@
 # - Excuses: bridges/<bridge>/excused.<link> of the instance, a JSON object rewritten
 #   whenever it changes (a temporary file, 0600, fsync, then renamed over the old one).
 #   Without a file (a bridge with no instance folder) they last as long as the link.
-# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py): the
+# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py; the
+#   service gives the bridge shared_excuses, which reaches local_link in the runner's
+#   context, so this module knows no provider): the
 #   table imq_bridge_excuses of the cluster's schema, one row per (bridge, link, message
 #   id) with its count and a seq (newer: excused later), so the instance that takes the
 #   bridge over (a var folder of its own, the dead owner's store and delivery counts
@@ -38,14 +46,34 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..jms.errors import StoreError
+from ..jms import xa
+from ..jms.errors import StoreError, StoreFull, TransportException, XAException
 from ..private import open_private, private_dir
+from ..xa.txlog import TxLogError
 
 LIMIT = 10_000
 RETRY = 1.0  # seconds between tries of a SharedExcuses write while the database is out of reach
 TABLE = "imq_bridge_excuses"
+
+
+def outage(exc: BaseException | None) -> bool:
+    """Whether a failure was an outage, not its messages' fault: a store that cannot
+    reach its database or write (StoreUnavailable, StoreFull), an XA log that cannot be
+    written (TxLogError: its database unreachable, its disk full), a resource manager
+    that cannot be reached or whose
+    connection was lost (TransportException, XAER_RMFAIL), anywhere in its chain of
+    causes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (StoreFull, TxLogError, TransportException)) or (
+                isinstance(exc, XAException)
+                and exc.errorcode == xa.XAER_RMFAIL):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def excuses_path(bridge_dir: Path, link: str) -> Path:
@@ -241,12 +269,15 @@ class SharedExcuses(Excuses):
             conn.close()
 
 
-def link_excuses(props: Any, bridge: str, link: str, log: logging.Logger) -> Excuses:
-    """Where link ``link`` of ``bridge`` keeps its excuses: the HA cluster's table on an
-    instance of one, else the file in the bridge's folder."""
-    from ..providers.embedded.cluster import cluster_settings
+class ExcusesStore(Protocol):
+    """Where the links of a bridge keep their excuses, if not in files: the runner's
+    context (runners.py) has it; the service gives one on an instance of an HA cluster."""
 
-    ha = cluster_settings(props)
-    if ha is not None:
-        return SharedExcuses(ha.jdbc.connect, bridge, link, log)
-    return Excuses(excuses_path(props.bridge_dir(bridge), link), log)
+    def __call__(self, bridge: str, link: str, log: logging.Logger) -> Excuses: ...
+
+
+def shared_excuses(connect: Callable[[], Any]) -> ExcusesStore:
+    """The HA cluster's table: ``connect`` opens a DB-API connection to the cluster's schema."""
+    def store(bridge: str, link: str, log: logging.Logger) -> Excuses:
+        return SharedExcuses(connect, bridge, link, log)
+    return store

@@ -90,15 +90,15 @@ from functools import partial
 from pathlib import Path
 
 from ..jms.destination import Topic
-from ..jms.errors import JMSException, StoreUnavailable
+from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer, Session
 from ..logfiles import PER_MESSAGE
-from ..xa.txlog import TxLogUnavailable
+from ..xa.txlog import TxLogError
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
-from .excuses import Excuses, link_excuses
+from .excuses import Excuses, excuses_path, outage
 from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
@@ -420,7 +420,7 @@ class Link(RunnerBase):
                 except Exception:
                     pass
             txn.close()  # units completing behind the link finish first
-        self.settler.closed(txn, _outage)
+        self.settler.closed(txn)
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
@@ -477,10 +477,8 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if batch.full():
                     self._complete(pending)
-        except ConnectionLost as exc:
-            if pending and _outage(exc):
-                batch.excuse(pending)
-            batch.undone(pending)  # they come back after the reconnect
+        except (ConnectionLost, TxLogError) as exc:
+            batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan, pending: Unit) -> None:
@@ -635,7 +633,7 @@ class Link(RunnerBase):
         if retried is not None:
             ctx, error = retried
             self.counters.error(f"send to {ctx.destination}: {error}")
-            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send")
+            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", error)
             return
         if resend:
             refused = self._resend(resend, lost) or refused
@@ -692,7 +690,9 @@ class Link(RunnerBase):
             self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
                              self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
             self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
-            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", extra=1)
+            attempt = ctx.headers[_DELIVERY_COUNT]
+            pending.append(ctx)  # undone with the others
+            self._back_out(pending, attempt, "a failed send", ctx.error)
             return
         self._refused(ctx)
         pending.append(ctx)
@@ -702,24 +702,26 @@ class Link(RunnerBase):
         self._complete(pending)
 
     def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str,
-                  extra: int = 0) -> None:
-        """Roll the open unit back after ``what`` failed for one of its messages: they come
-        back from the source, and move one per transaction until all of them are through
-        again, so that only the failing one is backed out once more (it, not its
-        neighbours, reaches the backout threshold). Backs off before going on."""
-        self.batch.back_out(pending, extra)
-        self._roll_back(pending, attempt, what, extra)
+                  cause: BaseException | None) -> None:
+        """Roll the open unit back after ``what`` failed for one of its messages (with
+        ``cause``: an outage excuses them): they come back from the source, and move one
+        per transaction until all of them are through again, so that only the failing one
+        is backed out once more (it, not its neighbours, reaches the backout threshold).
+        Backs off before going on."""
+        self.batch.back_out(pending)
+        self._roll_back(pending, attempt, what, cause)
 
     def _roll_back(self, pending: list[ProcessingContext], attempt: int, what: str,
-                   extra: int = 0) -> None:
+                   cause: BaseException | None = None) -> None:
         """Roll the open unit back, then back off so that what keeps failing does not spin."""
-        self._abort(pending, extra)
+        self._abort(pending, cause)
         if not self.operator.backoff(attempt):
             raise Interrupted(f"stopped while backing off after {what}")
 
-    def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
+    def _abort(self, pending: list[ProcessingContext], cause: BaseException | None = None) -> None:
+        """Undo the open unit; its messages come back because of ``cause`` (Batch.returned)."""
         assert self._txn is not None
-        self.batch.undone(pending, extra)
+        self.batch.undone(pending, cause)
         self._txn.abort()
 
     def _end_unit(self, pending: list[ProcessingContext]) -> None:
@@ -777,17 +779,16 @@ class Link(RunnerBase):
         False after a failure."""
         txn = self._txn
         assert txn is not None
-        failed = self.settler.settle(txn, wait, _outage)
+        failed = self.settler.settle(txn, wait)
         if failed is None:
             return True
         unit, exc = failed
-        if _outage(exc):  # the open unit's rollback is not its messages' fault either
-            self.batch.excuse(pending)
-            if received is not None and received.message_id:
-                self.batch.excuse_id(received.message_id)
+        if received is not None and received.message_id and outage(exc):
+            self.batch.excuse_id(received.message_id)  # undone with the open unit
         if pending:
-            self._abort(pending)
+            self._abort(pending, exc)
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
+            self.batch.returned(unit, exc)
             raise exc
         self._completion_failed(unit, exc)
         return False
@@ -805,12 +806,10 @@ class Link(RunnerBase):
             self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
                              "the source", self.name, stage.value, len(pending), exc)
             if isinstance(exc, CONNECTION_LOST):
-                if _outage(exc):
-                    self.batch.excuse(pending)
-                self._abort(pending)
+                self._abort(pending, exc)
                 raise ConnectionLost(f"{stage.value}: {exc}") from exc
             self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
-                           f"a failed {stage.value}")
+                           f"a failed {stage.value}", exc)
             return
         self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
                          self.name, stage.value, len(pending), exc)
@@ -863,23 +862,14 @@ class _Halt(Exception):
 
 def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
-    props = context.props
+    props, name = context.props, setup.config.name
     folder = props.bridge_dir(context.bridge) if props is not None else None
-    return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
-                link_excuses(props, context.bridge, setup.config.name, context.log)
-                if props is not None else None,
-                largest_path(folder, setup.config.name) if folder else None)
+    store = context.excuses
+    excused = (store(context.bridge, name, context.log) if store is not None
+               else Excuses(excuses_path(folder, name), context.log) if folder else None)
+    return Link(setup, context.connections, context.dmqs, context.log, context.tuning, excused,
+                largest_path(folder, name) if folder else None)
 
 
 register_link_runner(LOCAL, local_link)
 
-
-def _outage(exc: BaseException) -> bool:
-    """A failure caused by a store or XA log that could not reach its database (in the
-    chain of causes), not by the messages of the unit."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (StoreUnavailable, TxLogUnavailable)):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

@@ -205,9 +205,9 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 def check_backout(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> Message | None:
     """A message backed out backoutThreshold times is poison: to the DMQ instead of being
     tried again (WebSphere MQ's backout count reaching BOTHRESH). Every redelivery is a
-    backout: a rollback, a recover, or a connection lost before the acknowledge; except
-    those ``excused`` (its unit rolled back because a store or transaction log could not
-    reach its database: the outage's fault, not the message's)."""
+    backout (a rollback, a recover, a restart of the service) except those ``excused``:
+    its unit was undone by an outage (excuses.outage: a store, XA log or resource
+    manager that could not be reached), not by the message."""
     redeliveries = ctx.headers[_DELIVERY_COUNT] - 1 - ctx.excused
     if plan.backout_threshold and redeliveries >= plan.backout_threshold:
         ctx.dead(DMQReason.BACKOUT_THRESHOLD_REACHED,

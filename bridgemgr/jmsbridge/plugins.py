@@ -1,4 +1,4 @@
-# How it works: a bridge's start (bridge.py, step 2) and `imqbridgemgr check` (check.py)
+# How it works: a bridge's start (bridge.py, step 2) and `imqbridgemgr check` (bridgemgr/check.py)
 # load a bridge XML's message-transformer-class values with the same function,
 # load_configured_transformer(): bridgemgr.transform.load_transformer (the plugin folders
 # of plugin_folders(): imq.bridge.transformer.path, $IMQ_BRIDGE_TRANSFORMER_PATH,

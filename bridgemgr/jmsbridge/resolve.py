@@ -24,11 +24,10 @@ from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
 from .config import BridgeConfig, ConnectionFactoryConfig, DestinationConfig, DestinationType, LinkConfig
-from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
+from .imqcf import ADDRESS_LIST, EMBEDDED_CONTEXT, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
-EMBEDDED_CONTEXT = "imq.embedded"  # java.naming.factory.initial of the embedded broker
 
 
 def with_host_broker(lookup: Lookup, host_factory: HostFactory) -> Lookup:

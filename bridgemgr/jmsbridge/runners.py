@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from ..props import BrokerProperties
     from .connections import BridgeConnections
     from .dmq import DeadMessageQueues
+    from .excuses import ExcusesStore
 
 LOCAL = "local"  # imq.bridge.<name>.runner's default: a thread per link
 PARALLEL = "parallel"  # a link with parallelism > 1: worker processes (bridgemgr/parallel)
@@ -96,6 +97,7 @@ class RunnerContext:
     broker_url: str | None  # the host broker's jms service, for runners in other processes
     transformer_path: Sequence[str | Path] | None = None
     host: HostBroker | None = None  # the service's host broker (a Spark link's source backlog)
+    excuses: ExcusesStore | None = None  # where links keep excuses (excuses.py); None: a file each
 
 
 class LinkRunner(Protocol):

@@ -1,28 +1,17 @@
-"""The embedded host broker: destinations, routing, acknowledgement, transactions.
+"""The embedded host broker: the ``Broker`` facade over its parts, all under one lock.
 
-How it works: one lock guards all broker state. Producers route a snapshot of each
-message into the :class:`MessageQueue` s it belongs to (a queue, or every matching
-subscription of a topic) as :class:`Envelope` s; consumers take envelopes out under
-the same lock (a STOMP subscriber a batch per hold: receive_many) and either
-acknowledge them at once (AUTO/DUPS_OK) or hold them in their
-session's :class:`Work` until acknowledge, commit, rollback or close. Persistent
-messages on durable queues get a row in the :class:`Store`; a transaction's sends and
-acks go to the store in one batch, so they land together or not at all. A run of a
-front end's sends (``send_many``: a STOMP read's SENDs) is routed under one taking of the
-lock, each send as alone, and its rows recorded in one store call.
+Producers route a snapshot of each message into the :class:`MessageQueue` s it belongs to
+(a queue, or every matching subscription of a topic) as :class:`Envelope` s; consumers
+take them out under the same lock and acknowledge them at once or hold them in their
+session's :class:`Work` until acknowledge, commit, rollback or close. Persistent messages
+on durable queues get a row in the :class:`Store`; a transaction's sends and acks go to
+the store in one batch, so they land together or not at all.
 
-The parts, each a mixin in a module of its own (``Broker``'s docstring says which
-state each owns): paging.py (the memory window, the
-store and the swap file as queues.Pager), destinations.py (queues, topics, durable and
-temporary destinations, limits, consumers' bindings), routing.py (sends: targets,
-limits, pacing, the DMQ, store rows), delivery.py (takes, acknowledgements,
-redeliveries, poison messages, browsers), localtx.py (local transactions and
-CLIENT_ACKNOWLEDGE work), xabranches.py (the XA resource manager) and adoption.py
-(recovery at open, an HA takeover's rows); state.py names the state and the records
-they share. Each is a layer over the ones before it (the XA branches' one-phase commit
-is a local transaction's; delivery's backout routes), as in ActiveMQ Artemis's core: a
-post office routes, each queue delivers, a resource manager holds the XA branches, a
-storage manager (store.py) writes.
+The parts, each a mixin in a module of its own (``Broker``'s docstring says which state
+each owns): paging.py, destinations.py, routing.py, delivery.py, localtx.py,
+xabranches.py and adoption.py; state.py names the state and the records they share.
+
+Design notes: docs/embedded-broker.md#internals-providersembeddedbrokerpy.
 """
 
 from __future__ import annotations

@@ -1,30 +1,11 @@
 """The broker's routing (a post office): a send's target queues, its envelopes, the
 limits they meet, pacing, the DMQ, and recording them in the store.
 
-Three lines of protection guard memory. A destination's limits (maxNumMsgs,
-maxTotalMsgBytes, maxBytesPerMsg) apply its limitBehavior when full: REJECT_NEWEST
-refuses the send, REMOVE_OLDEST and REMOVE_LOW_PRIORITY drop a waiting message (to the
-DMQ when useDMQ), FLOW_CONTROL raises ProducerFlowControl: nothing is sent, and the
-producer waits for room (``on_room``) and tries again; in-process producers block (until
-their session closes or its ``cancel`` event is set: SendCancelled), the
-STOMP and jms services stop reading that connection and answer later. A transacted send
-waits the same way when it is sent (``check_room``); at commit FLOW_CONTROL lets the
-transaction's messages in even past the limit (waiting there could wait on the
-transaction's own unacknowledged messages). The system-wide limits
-(imq.system.max_count, max_size) refuse messages held in memory only (not in the store)
-beyond them, and imq.message.max_size refuses bigger bodies. The memory states
-(memory.py) hold producers that have sent their batch.
+A destination's limits apply its limitBehavior when full (FLOW_CONTROL: the producer waits
+for room, ``on_room``); the system-wide limits refuse messages held in memory only;
+pacing holds a queue's producers while its consumers are behind (``on_pace``).
 
-Pacing (RabbitMQ's credit flow, for the front ends' producers: ``send(pace=True)``, the
-HostBroker's sends to queues): while more than PACE_HIGH messages wait in a queue whose
-consumers are taking (one without a selector took a message, or waited for one, within
-PACE_STALL seconds; a selector's consumer may never take the backlog), a send raises
-ProducerFlowControl and its producer waits until a take leaves PACE_LOW, the consumers
-go or stall (a timer checks), or the queue is purged or goes away. So a queue whose
-consumers keep up holds a short backlog, and a persistent message is mostly consumed
-before its store batch is cut (it never touches the disk). A queue without consumers, or
-whose consumers stopped, pages as before; so do topics' subscriptions (a slow
-subscriber does not hold the publishers of the others).
+Design notes: docs/embedded-broker.md#internals-providersembeddedbrokerpy.
 """
 
 from __future__ import annotations
