@@ -302,7 +302,32 @@ class JMSBridge:
             raise Interrupted(f"bridge {self.name} was stopped while starting")
 
     def _start(self, generation: int) -> None:
-        # 1. parse and validate
+        """The start steps in order; between them, give up when stop() cancelled the start."""
+        config = self._load_config()  # 1. parse and validate
+        # 2. the enabled links and DMQs: destinations and transformers
+        enabled = [link for link in config.links if link.enabled]
+        dmqs = [d for d in config.dmqs if d.enabled or d.is_builtin]
+        destinations = self._destinations(config, enabled, dmqs)
+        transformers = self._link_transformers(enabled)
+        self._go_on()
+        # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
+        connectors = self._connectors(config, enabled, dmqs)
+        self._go_on()
+        self._xa = self._start_xa(enabled, connectors)
+        self._go_on()
+        props = self.props  # (the links' settings from one reading of it)
+        transactions = self._link_transactions(config, enabled, connectors, destinations, props)
+        self._connections = BridgeConnections(connectors)
+        self._connections.prepare()
+        self._start_dmqs(dmqs, destinations)  # 8. the DMQs
+        self._go_on()
+        # 9. the links
+        self._make_links(config, enabled, destinations, transactions, transformers, props)
+        self._start_links(generation)
+
+    def _load_config(self) -> BridgeConfig:
+        """Start step 1: the configuration (read again when it comes from a loader), the
+        host broker's names reserved for it, the bridge's log opened."""
         self._links = {}
         if self._loader is not None:
             self.config = self._loader()
@@ -312,23 +337,25 @@ class JMSBridge:
             self.host.reserve(self.name, *host_client_names(config))
         self._open_log(config)
         self.log.info("bridge %s starting (%s)", self.name, config.source or "configuration")
-        # 2. the enabled links and DMQs: destinations and transformers
-        enabled = [link for link in config.links if link.enabled]
-        dmqs = [d for d in config.dmqs if d.enabled or d.is_builtin]
-        destinations = self._destinations(config, enabled, dmqs)
-        transformers = {link.name: self._transformer(link.target.message_transformer_class,
-                                                     f"link {link.name}", link.target.line)
-                        for link in enabled}
-        self._go_on()
-        # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
-        connectors = self._connectors(config, enabled, dmqs)
-        self._go_on()
-        self._xa = self._start_xa(enabled, connectors)
-        self._go_on()
+        return config
+
+    def _link_transformers(self, links: list[LinkConfig]) -> dict[str, MessageTransformer | None]:
+        """Start step 2: each link's transformer, loaded."""
+        return {link.name: self._transformer(link.target.message_transformer_class,
+                                             f"link {link.name}", link.target.line)
+                for link in links}
+
+    def _link_transactions(self, config: BridgeConfig, links: list[LinkConfig],
+                           connectors: dict[str, Connector],
+                           destinations: Mapping[str, Destination],
+                           props: BrokerProperties | None) -> dict[str, Any]:
+        """Start step 7: each link's transaction class (transfer.transaction_for; local
+        when imq.bridge.<name>.transaction.local allows and one RM serves both sides),
+        and a durable subscription's client id checked."""
         transactions = {}
-        bridge_props = self.props.bridge(self.name) if self.props is not None else None
+        bridge_props = props.bridge(self.name) if props is not None else None
         allow_local = bridge_props.transaction_local if bridge_props is not None else True
-        for link in enabled:
+        for link in links:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
             local = allow_local and one_resource_manager(
                 connectors[src].config, connectors[tgt].config, link.target.clientid)
@@ -344,9 +371,11 @@ class JMSBridge:
                 raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "
                                        f"durable-sub {link.source.durable_sub} needs the "
                                        "source's clientid attribute; add clientid")
-        self._connections = connections = BridgeConnections(connectors)
-        connections.prepare()
-        # 8. the DMQs
+        return transactions
+
+    def _start_dmqs(self, dmqs: list[Any], destinations: Mapping[str, Destination]) -> None:
+        """Start step 8: the DMQs' senders, and the built-in DMQ ready."""
+        assert self._connections is not None
         senders = []
         dest: Destination
         key = dmq_key(self.props) if self.props is not None else None  # marks what we dead-letter
@@ -356,7 +385,7 @@ class JMSBridge:
             else:  # only the built-in DMQ has no destination and factory refs
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
-            senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
+            senders.append(DMQSender(dmq, dest, ref, self._connections, self.log, self._transformer(
                 dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line), marker_key=key))
         self._dmqs = DeadMessageQueues(senders, self.log)
         try:
@@ -365,11 +394,18 @@ class JMSBridge:
             self._go_on()
             raise BridgeStartError(f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host "
                                    f"broker) is not ready: {exc}") from exc
-        self._go_on()
-        # 9. the links
-        context = RunnerContext(self.name, self.props, connections, self._dmqs, self.log, self.tuning,
+
+    def _make_links(self, config: BridgeConfig, links: list[LinkConfig],
+                    destinations: dict[str, Destination], transactions: dict[str, Any],
+                    transformers: dict[str, MessageTransformer | None],
+                    props: BrokerProperties | None) -> None:
+        """Start step 9: each link's runner, made with its setup (not started)."""
+        connections, dmqs = self._connections, self._dmqs
+        assert connections is not None and dmqs is not None
+        bridge_props = props.bridge(self.name) if props is not None else None
+        context = RunnerContext(self.name, self.props, connections, dmqs, self.log, self.tuning,
                                 self.broker_url, self.transformer_path, self.host, self.excuses)
-        for link in enabled:
+        for link in links:
             target = (None if link.target.as_source
                       else destinations[link.target.destination_ref])
             txn = transactions[link.name]
@@ -396,11 +432,15 @@ class JMSBridge:
                                   setup)(setup, context)
             self._counters[link.name] = runner.counters  # those of its last start, if of its kind
             self._links[link.name] = runner
+
+    def _start_links(self, generation: int) -> None:
+        """Start step 9, last: the housekeeping thread, then every link (connecting goes on
+        in the link's thread; start() waits for it)."""
         self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
                                               daemon=True, name=f"bridge {self.name} housekeeping")
         self._housekeeping.start()
         for runner in self._links.values():
-            runner.start(0)  # connecting goes on in the link's thread; start() waits for it
+            runner.start(0)
 
     def _parallelism(self, config: BridgeConfig, link: LinkConfig, transacted: bool,
                      destinations: Mapping[str, Destination]) -> int:
