@@ -6,7 +6,9 @@ bridge lets STOMP clients reach the host broker, and ``imqbridgemgr`` operates b
 
 from typing import Any
 
-__version__ = "0.1.0"
+from .version import __version__
+
+__all__ = ["__version__", "connect", "connect_xa"]
 
 
 # --- one call for users' own programs (the mq:// client; imported only when used) -------------

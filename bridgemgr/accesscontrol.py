@@ -1,37 +1,17 @@
-# How it works: an access control file (the original broker's accesscontrol.properties,
-# version=JMQFileAccessControlModel/100) is parsed into AccessRules: one set of principals
-# per left-hand side, the last line of a key winning as in a properties file. A rule key is
-#     connection.<NORMAL|ADMIN|*>.<allow|deny>.<user|group>
-#     queue.<name|*>.<produce|consume|browse>.<allow|deny>.<user|group>
-#     topic.<name|*>.<produce|consume>.<allow|deny>.<user|group>
-#     durable.<clientid>.<name>.<consume|unsubscribe>.<allow|deny>.<user|group>
-#     queue.create.<allow|deny>.<user|group>     (auto-create; topic.create likewise)
-# and its value lists principals separated by commas, * meaning every user (or group).
-#
-# A decision (AccessRules.decide) walks the rules for the resource from the general to
-# the specific, each level overriding the one before when it decides at all: the name *,
-# then names with * inside (ours: "mq.sys.*" matches every destination whose name starts
-# "mq.sys."; fewer literal characters first), then the destinations a bridge configuration
-# protects (admin-only), then the exact name. Inside one level a rule for the user wins
-# over one for any of the user's groups, which wins over user=*, which wins over group=*
-# (the latter only for a user in some group); allow and deny for the same principal cancel
-# out. Nothing decided is denied. These are the original's rules (its JMQFileAccessControlModel).
-#
-# durable rules are ours: a durable subscription belongs to the user who made it (the host
-# broker checks that), and these rules let other users attach to (consume) or remove
-# (unsubscribe) one; the name they decide on is "<clientid>.<name>", * patterns as for
-# destinations. Admins (group admin, or allowed connection.ADMIN) need no rule
-# (durable_override).
-#
-# AccessControl is the one decision point of one connection service (jms, stomp, admin):
-# every front end asks it, with the authenticated Principal. Decisions are cached per
-# (user, groups, resource, name, operation), and a check that passed on an existing
-# destination is one set lookup from then on (a message's whole cost); the file is re-read when it changed, which is
-# looked at on each login (check_connection), so an edit applies from the next login on,
-# to every later check of every connection, without a check per message. A file that no
-# longer parses keeps the rules it had, and says so in the log. Each refusal is logged
-# once per (user, operation, destination), not per message.
-"""Access control: the original's access control properties file, parsed and enforced."""
+"""Access control: the original's access control properties file, parsed and enforced.
+
+The access control file (accesscontrol.properties, version=JMQFileAccessControlModel/100)
+is parsed into AccessRules; AccessRules.decide walks them from the general to the specific
+(the name *, names with * inside, the destinations a bridge protects, the exact name) and
+denies what no rule decides. AccessControl is the one decision point of one connection
+service (jms, stomp, admin): every front end asks it with the authenticated Principal.
+
+Rules: a check must cost nothing per message (decisions are cached, the file is looked at
+again only at a login); a file that no longer parses keeps the rules it had; each refusal
+is logged once per (user, operation, destination).
+
+Design notes: docs/security.md#internals-accesscontrolpy.
+"""
 
 from __future__ import annotations
 

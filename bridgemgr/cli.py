@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from . import __version__
+from .version import __version__
 
 if TYPE_CHECKING:
     from .users import UserRepository
@@ -141,7 +141,7 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
     exits 0 (warnings do not fail the check).
     """
     # Imported here so the admin subcommands do not pay for lxml.
-    from .jmsbridge.check import run_check
+    from .check import run_check
 
     if not (props_files or overrides or xml_files):
         raise click.UsageError("nothing to check; give -props FILE, -Dkey=value or XML files")

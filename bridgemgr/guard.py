@@ -1,58 +1,18 @@
-# How it works: what keeps the network front ends (jms service, STOMP bridge, admin port,
-# port mapper; one asyncio loop) up under guessing and floods.
-#
-# LoginThrottle is one object for the whole service, given to every front end: it counts
-# failed logins per source address and per user name, across connections and services.
-# A front end checks a password inside ``async with throttle.attempt(address, user) as
-# a`` and reports ``a.outcome(ok)``:
-#   - per user: after n failures for that name, an attempt for it first waits until
-#     backoff_delay(base, n, max_delay) after the last failure, computed once when it
-#     arrives. It is capped on purpose (5 s) and attempts are not queued behind each
-#     other: an attacker guessing a user's password slows that user's logins by at most
-#     max_delay, and can never lock them out. The price: guesses at one user from many
-#     addresses at once are held back only per address.
-#   - per address: the checks of one address run one at a time, in arrival order (a
-#     waiter that gives up, by timeout or disconnect, leaves the line), and after n
-#     failures from it the next check waits backoff_delay(base, n, max_delay) after the
-#     last one. However many connections it opens, one address makes at most one guess
-#     per max_delay once it has failed a few times, while its correct logins, which
-#     push nothing back, go through one after another without delay (clients sharing
-#     an address with a guesser wait their turn: at most max_delay each).
-#   A success resets the user's count, not the address's (one valid account must not
-#     wipe out the count for guessing the others).
-# Counts decay: one failure is forgotten per ``decay`` seconds without a new one, and a
-# count stops growing once the delay is at its cap, so an attacked user or address is
-# back to no delay a few minutes after the attack ends. Each table (addresses, user
-# names) keeps at most ``max_entries`` records, dropping the least recently failed; an
-# address with no failures and no check in progress has none: cycling addresses or names
-# cannot grow memory.
-#
-# ServiceGuard is one service's share: the throttle, its login timeout and its connection
-# cap (imq.<service>.login.timeout, imq.<service>.max_connections), with refusals logged
-# at most once a minute (LogEvery).
-#
-# AddressLimit counts, per source address, the connections of one service that have not
-# logged in yet (imq.<service>.max_unauthenticated_per_address, 64): idle sockets of one
-# client must not fill the service's cap and starve everyone else. The accept loop counts
-# a socket as it accepts it (before a TLS handshake, which costs a descriptor and CPU too)
-# and closes one over the limit at once, after a plain-TCP refusal in the service's own
-# protocol when it has one; the connection's Admission is given back when it logs in or
-# closes. The connections already held are not closed: the login timeout reaps them. An
-# IPv6 client counts by its /64 (one host or site holds a whole /64), an IPv4 one by its
-# address. Many real clients behind one NAT still log in: the limit counts only sockets
-# between connect and login, a few milliseconds each.
-#
-# Listener is the accept loop of every listening socket. asyncio's own (Python 3.11,
-# selector_events._accept_connection) on EMFILE/ENFILE logs a traceback, unregisters the
-# socket and schedules a retry in 1 s, but goes on looping up to ``backlog`` times: each
-# readiness event writes hundreds of tracebacks and schedules as many retries, which
-# fire and fail again (26 MB of log in 10 s with 400 idle sockets under a limit of 200).
-# Ours stops at the first such error, pauses that socket with a doubling delay (0.1 s up
-# to 2 s) and logs once a minute for the whole process; the first accept that works
-# resets the delay. Connections already open are untouched, and those that time out
-# (login timeout) give their descriptors back, so service resumes on its own.
 """Guards of the network front ends: a shared failed-login throttle, per-service login
-timeouts and connection caps, and an accept loop that survives running out of files."""
+timeouts and connection caps, and an accept loop that survives running out of files.
+
+Every listening front end (jms service, STOMP bridge, admin port, port mapper, metrics)
+uses these, on the one asyncio loop: LoginThrottle (one for the whole service, given to
+every front end: failed logins per source address and per user name), ServiceGuard (one service's
+throttle, login timeout and connection cap), AddressLimit (connections not yet logged in,
+per address) and Listener (the accept loop).
+
+Rules: a throttled user is slowed by at most max_delay, never locked out, and a success
+resets the user's count, not the address's; no table may grow with the number of
+addresses or names an attacker cycles through (decay, max_entries).
+
+Design notes: docs/operations.md#internals-guardpy.
+"""
 
 from __future__ import annotations
 

@@ -1,11 +1,13 @@
-# How it works: the chapter's "create a keystore with imqkeytool before enabling TLS" step,
-# in PEM files the TLS ports read (their .tls.certfile / .tls.keyfile properties). One
-# private key (EC P-256, or RSA 3072) and a self-signed certificate for it: subject CN the
-# host name, subjectAltName that name plus localhost, 127.0.0.1 and ::1 and any names asked
-# for, serverAuth only, not a CA. The key is written through private.open_private (0600,
-# whatever the umask); the certificate, which is public, 0644. Files that exist are kept
-# unless the caller says to replace them.
-"""imqbridgemgr keytool: a private key and a self-signed certificate for a TLS port."""
+"""imqbridgemgr keytool: a private key and a self-signed certificate for a TLS port.
+
+The chapter's "create a keystore with imqkeytool before enabling TLS" step, in PEM files the
+TLS ports read (their .tls.certfile / .tls.keyfile properties). One private key (EC P-256,
+or RSA 3072) and a self-signed certificate for it: subject CN the host name, subjectAltName
+that name plus localhost, 127.0.0.1 and ::1 and any names asked for, serverAuth only, not a
+CA. The key is written through private.open_private (0600, whatever the umask); the
+certificate, which is public, 0644. Files that exist are kept unless the caller says to
+replace them.
+"""
 
 from __future__ import annotations
 

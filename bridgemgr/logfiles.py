@@ -1,27 +1,18 @@
-# How it works: `serve` opens the service log (open_service_log) before the service starts:
-# one handler on the root logger, a Throttle, that passes each record to the console
-# (stderr) and to <var>/instances/<instance>/log/log.txt (0600 in a 0700 folder), both at
-# imq.log.level (serve -loglevel wins), both as text or, with imq.log.format=json, one JSON
-# object per line (time, level, logger, message, and bridge/link where known). The file
-# rolls over to log.txt.1 ... log.txt.9 when a line would take it past
-# imq.log.file.rolloverbytes or once it is imq.log.file.rolloversecs old (counted from when
-# the service opened it; a file last written longer ago than that rolls over at open).
-# The console never holds up the thread that logs (Console): a writer thread writes its
-# lines, so a console nobody reads (a full pipe, a paused terminal) costs console lines,
-# counted, instead of stopping the network loop at its next log line.
-#
-# Bridges log through their own loggers (imq.bridge.<name>), which have files of their own
-# (jmsbridge/logs.py) and propagate to the service log too; a line about one message (a
-# transfer, a message consumed because it is in the DMQ already, a STOMP ERROR frame) is
-# logged with extra=PER_MESSAGE and the Throttle drops it: it is in the bridge's file
-# only, so the console never gets a line per message. WARNING and above (and lines logged
-# with extra=COUNTED, such as the broker's "message dropped") repeated within
-# REPEAT_WINDOW seconds (the same logger, link and message template: a DMQ flood) pass once;
-# the rest are counted, and when the window ends one line says how many there were:
-# "<the last one> (repeated 19,999 times in the last 10 s)". The count is written from a
-# timer thread, so it comes also when the flood has stopped, and at close at the latest.
 """The service log: console and rotating file, JSON lines, per-message lines kept out,
-repeated warnings counted; and the rotating file handler the bridge logs use too."""
+repeated warnings counted; and the rotating file handler the bridge logs use too.
+
+`serve` opens the service log (open_service_log) before the service starts: one Throttle
+handler on the root logger, writing to the console and to log.txt (0600, rolling over by
+size and age), as text or JSON lines. Log a line about one message with
+extra=PER_MESSAGE (it goes to the bridge's own file only) and a line that may flood with
+extra=COUNTED (repeats are counted, not written).
+
+Rules: the console never holds up the thread that logs (a writer thread writes it, lines
+it cannot take are counted); a repeated warning passes once per REPEAT_WINDOW and the
+count follows, at close at the latest.
+
+Design notes: docs/operations.md#internals-logfilespy.
+"""
 
 from __future__ import annotations
 

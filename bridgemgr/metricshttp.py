@@ -1,21 +1,22 @@
-# How it works: a small HTTP/1.1 server on the service's network loop, with guard.py's
-# accept loop and ServiceGuard("metrics"): a connection over imq.metrics.max_connections
-# gets 503 and is closed, and so, at once, does one more from an address that already has
-# imq.metrics.max_unauthenticated_per_address connections that have not yet made a request
-# with good credentials; a request head must arrive whole within imq.metrics.login.timeout
-# seconds of the connection opening (or of the previous response: keep-alive), else the
-# connection is closed, so idle or slow sockets cannot hold the cap. Heads over MAX_HEAD
-# bytes get 431, bodies and methods other than GET and HEAD 400 or 405, and the
-# connection closes. /healthz answers without credentials (it tells only that the
-# process is up). Every other path needs HTTP Basic credentials of the user repository:
-# the check waits its turn in the service's shared login throttle (failed logins per
-# address and per user, across services) and runs off the loop (a scrypt hash, cached for
-# credentials seen before); then ``admit`` decides whether that user may read metrics
-# (service.py: group admin, or a user named in imq.metrics.users). A wrong password gets
-# 401 whether or not the user exists; a valid user not admitted gets 403. The page is
-# built on a worker thread (it reads the bridges and the broker). Passwords are never
-# logged.
-"""The metrics port: /metrics (Prometheus text format), /healthz and /readyz over HTTP(S)."""
+"""The metrics port: /metrics (Prometheus text format), /healthz and /readyz over HTTP(S).
+
+A small HTTP/1.1 server on the service's network loop, with guard.py's accept loop and
+ServiceGuard("metrics"): a connection over imq.metrics.max_connections gets 503 and is
+closed, and so, at once, does one more from an address that already has
+imq.metrics.max_unauthenticated_per_address connections that have not yet made a request
+with good credentials; a request head must arrive whole within imq.metrics.login.timeout
+seconds of the connection opening (or of the previous response: keep-alive), else the
+connection is closed, so idle or slow sockets cannot hold the cap. Heads over MAX_HEAD bytes
+get 431, bodies and methods other than GET and HEAD 400 or 405, and the connection closes.
+/healthz answers without credentials (it tells only that the process is up). Every other
+path needs HTTP Basic credentials of the user repository: the check waits its turn in the
+service's shared login throttle (failed logins per address and per user, across services)
+and runs off the loop (a scrypt hash, cached for credentials seen before); then ``admit``
+decides whether that user may read metrics (service.py: group admin, or a user named in
+imq.metrics.users). A wrong password gets 401 whether or not the user exists; a valid user
+not admitted gets 403. The page is built on a worker thread (it reads the bridges and the
+broker). Passwords are never logged.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-# How it works: every file the service writes that holds messages or secrets (the store
-# and its -wal/-shm, XA transaction logs, bridge logs, the instance's etc/ files, the lock
-# file) is created through open_private() or private_file(), with mode 0600, and every
-# folder for them through private_dir(), with mode 0700. os.open and os.mkdir only take
-# bits away with the umask, so the modes hold whatever the process umask is; a file that
-# already exists with group or other bits (made by an older version) is tightened when
-# it is opened. Folders that already exist are left as they are (a configured folder may
-# be shared, such as /tmp), except the instance folder, which the service tightens.
-"""Files holding messages or secrets: 0600, in 0700 folders, whatever the umask."""
+"""Files holding messages or secrets: 0600, in 0700 folders, whatever the umask.
+
+Every file the service writes that holds messages or secrets (the store and its -wal/-shm,
+XA transaction logs, bridge logs, the instance's etc/ files, the lock file) is created
+through open_private() or private_file(), with mode 0600, and every folder for them through
+private_dir(), with mode 0700. os.open and os.mkdir only take bits away with the umask, so
+the modes hold whatever the process umask is; a file that already exists with group or other
+bits (made by an older version) is tightened when it is opened. Folders that already exist
+are left as they are (a configured folder may be shared, such as /tmp), except the instance
+folder, which the service tightens.
+"""
 
 from __future__ import annotations
 

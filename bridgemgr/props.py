@@ -1,18 +1,18 @@
-# How it works: broker properties come from Java .properties files (read with
-# javaproperties, later files winning) and then from `-Dkey=value` overrides. Every key
-# we understand is a row of a schema table: its kind (how to parse and what to tell the
-# user when the value is wrong) and its default. Keys come in three shapes: fixed keys
-# (imq.bridge.enabled), per-bridge keys (imq.bridge.<name>.xmlurl) and prefix families
-# (imq.bridge.spark.conf.*). load_properties() parses every value once, collects every
-# problem of every file (file and line), raises ConfigError with all errors together, and
-# otherwise returns a frozen BrokerProperties holding typed values, with grouped views
-# (BridgeProperties, StompProperties, AutocreateProperties) for the code that uses them.
-# A key under imq. that no schema row knows is a warning naming the closest known key
-# (`check` prints it, `serve` logs it); the schema is the one list of known keys. A file
-# that is not a properties file (a NUL byte, XML, or no line that is key=value or
-# key:value) is refused naming the file and line. Secrets (the admin password) never
-# appear in repr, str, logs or messages.
 """Broker properties: parsing, the schema of every bridge property, and defaults.
+
+Broker properties come from Java .properties files (read with javaproperties, later files
+winning) and then from `-Dkey=value` overrides. Every key we understand is a row of a schema
+table: its kind (how to parse and what to tell the user when the value is wrong) and its
+default. Keys come in three shapes: fixed keys (imq.bridge.enabled), per-bridge keys
+(imq.bridge.<name>.xmlurl) and prefix families (imq.bridge.spark.conf.*). load_properties()
+parses every value once, collects every problem of every file (file and line), raises
+ConfigError with all errors together, and otherwise returns a frozen BrokerProperties
+holding typed values, with grouped views (BridgeProperties, StompProperties,
+AutocreateProperties) for the code that uses them. A key under imq. that no schema row knows
+is a warning naming the closest known key (`check` prints it, `serve` logs it); the schema
+is the one list of known keys. A file that is not a properties file (a NUL byte, XML, or no
+line that is key=value or key:value) is refused naming the file and line. Secrets (the admin
+password) never appear in repr, str, logs or messages.
 
 ``ConfigError`` and ``Problem`` live here because the broker properties are the root of
 all configuration: the bridge XML loader (``bridgemgr.jmsbridge.config``) reports its
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import keyword
 import logging
 import os
@@ -602,6 +603,28 @@ CLUSTER_URL = "imq.cluster.url"
 PER_INSTANCE_BRIDGE_KEYS = ("imq.bridge.activelist", "imq.bridge.admin.")
 PER_INSTANCE_KEYS = ("imq.brokerid", "imq.bridge.activelist")
 CLUSTER_URL_TIMEOUT = 10.0
+
+
+def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
+    """What must be the same on every instance of an HA cluster: every bridge property but
+    the per-instance ones (as written), imq.bridge.enabled, and a digest of each local
+    bridge XML file. The service tells the cluster (providers/embedded/cluster.py) this."""
+    config = {key: value for key, value in props.raw.items()
+              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
+    config["imq.bridge.enabled"] = str(props.enabled).lower()
+    for name in props.bridge_names:
+        settings = props.bridge(name)
+        if settings.type != "jms" or not settings.xmlurl or "://" in settings.xmlurl:
+            continue
+        path = Path(settings.xmlurl.removeprefix("file:"))
+        if not path.is_absolute() and settings.xml_base is not None:
+            path = settings.xml_base / path
+        try:
+            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
+                path.read_bytes()).hexdigest()
+        except OSError:
+            pass  # check and the bridge's start report an unreadable file
+    return config
 
 
 def read_cluster_properties(url: str, origin: Origin) -> list[tuple[str, str, Origin]]:

@@ -1,60 +1,35 @@
 """The Bridge Service Manager process: broker properties -> the host broker, its
 network front ends and its bridges; run until told to stop, then stop cleanly.
 
-How it works: ``start()`` takes an exclusive lock on the instance directory (a second
-service on the same var directory refuses to start instead of sharing the store),
-reads the access control files (imq.accesscontrol.*; the default one is installed in
-the instance's etc/ at first start), opens the embedded host broker there with them
-(the provider's ``open_host_broker``: the one HostBroker interface that every front end
-and bridge is given, what a bridge XML connection factory without lookup-name means),
-starts the network loop, the port mapper, the metrics port (imq.metrics.port: /metrics,
-/healthz, /readyz; metrics.py, metricshttp.py) and the broker's ``jms`` connection service
-(other processes reach the broker at ``mq://host:portmapper-port``; logins are checked
-against the user repository, where the service account Spark links and CLI jobs log in
-as is made or repaired, servicekeys.py; a user's group goes with every check of the access rules,
-which the host broker makes for the STOMP bridge and the jms service alike; the
-bridges' own host connections are the service itself and not checked; a destination a
-JMS bridge names as its <dmq> is admin-only), and — when imq.bridge.enabled is true —
-the admin command port (only with an admin user and password) and every bridge of
-imq.bridge.activelist (type
-jms or stomp). Every bridge is listed from then on; those with autostart start each on
-its own thread, so ``start()`` returns without waiting for any of them and a bridge whose
-provider is unreachable (connect-attempts -1) shows STARTING without holding up the
-others. A bridge that fails to start is logged and left STOPPED. A loaded JMS bridge's
-client ids and durable subscriptions are reserved for it on the host broker until
-``stop()`` unloads it. ``on_bridge_started``,
-when set, hears of each start-up bridge once its start has ended. ``dispatch`` carries
-out admin commands (the ``_OPS`` table maps each to a bridge or link method); an admin
-start runs on a thread too and is answered after at most ``ADMIN_START_WAIT`` seconds,
-STARTING if the bridge is still connecting. ``stop()`` stops the bridges (cancelling starts
-still under way), then the front ends, then the broker (which writes what is pending and
-closes the store), within ``STOP_TIMEOUT`` per bridge.
+start() locks the instance directory, reads the access control files, opens the embedded
+host broker (open_host_broker: the HostBroker every front end and bridge is given), starts
+the network loop, the port mapper, the metrics port and the jms connection service, then,
+when imq.bridge.enabled is true, the admin port and every bridge of imq.bridge.activelist.
+dispatch() carries out admin commands (_BRIDGE_OPS, _LINK_OPS: bridge and link methods); SIGHUP
+(reload) reads the properties and the XML of every stopped JMS bridge again; stop() stops
+the bridges, then the front ends, then the broker. In an HA cluster the ownership table
+decides which JMS bridges this instance runs (providers/embedded/cluster.py).
 
-A JMS bridge's XML is read when the service loads it (or at its first start, when it
-could not be read then) and kept: a start uses that configuration. SIGHUP (``reload``)
-reads the properties (``read_properties``) and the XML of every stopped JMS bridge again:
-a bridge whose file reads cleanly gets the new configuration and its imq.bridge.<name>.*
-properties, and the log says what changed; a broken file is logged with its file and line
-and the bridge keeps what it had. Other changed properties (ports, the store, running
-bridges) are logged as waiting for a restart; nothing else is touched.
+Rules: a second service on the same var directory refuses to start; bridges start each on
+its own thread, so one that cannot connect holds up no other, and one that fails to start
+is logged and left STOPPED; a bridge XML that does not read cleanly at SIGHUP is logged
+with file and line and the bridge keeps what it had; other changed properties wait for a
+restart; every stop is bounded (STOP_TIMEOUT per bridge).
 
-In an HA cluster (imq.cluster.ha=true, providers/embedded/cluster.py) the instance joins the
-cluster before its host broker opens; the ownership table decides which JMS bridges of
-imq.bridge.activelist it runs (``activelist``); the cluster's heart-beat thread starts the
-bridges of an instance it takes over and, when this instance loses its lease, stops every
-JMS bridge (and the service, once another instance took it over: ``taken_over_by``).
-``list bridge`` lists every bridge of the cluster with its owner.
+Design notes: docs/operations.md#internals-servicepy.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import faulthandler
 import fcntl
 import logging
 import os
 import signal
 import socket
 import ssl
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -78,7 +53,7 @@ from .jms.errors import IllegalStateException, JMSException, StoreError
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
-from .props import BrokerProperties, ConfigError
+from .props import BrokerProperties, ConfigError, bridge_configuration
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
@@ -372,7 +347,8 @@ class BridgeServiceManager:
         from .providers.embedded.cluster import ClusterError, open_cluster
 
         try:
-            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}")
+            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}",
+                                        bridge_configuration(self.props))
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
                 self.activelist = tuple(n for n in self.props.activelist if n not in
@@ -438,15 +414,19 @@ class BridgeServiceManager:
 
     def _lock_instance(self) -> None:
         path = self.instance_dir / "lock"
-        handle = open_private_text(path, "a+")  # held open while the service runs: the lock
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except OSError:
-            handle.seek(0)
-            holder = handle.read().strip() or "another process"
-            handle.close()
-            raise ServiceError(f"{self.instance_dir} is in use by {holder}; "
-                               "stop that service or give this one another imq.varhome / imq.instancename") from None
+        while True:
+            handle = open_private_text(path, "a+")  # held open while the service runs: the lock
+            try:
+                fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                handle.seek(0)
+                holder = handle.read().strip() or "another process"
+                handle.close()
+                raise ServiceError(f"{self.instance_dir} is in use by {holder}; stop that service "
+                                   "or give this one another imq.varhome / imq.instancename") from None
+            if _same_file(handle, path):
+                break
+            handle.close()  # a service stopping meanwhile removed the file we locked: again
         handle.seek(0)
         handle.truncate()
         handle.write(f"pid {os.getpid()}\n")
@@ -454,7 +434,13 @@ class BridgeServiceManager:
         self._lock_file = handle
 
     def _unlock_instance(self) -> None:
+        """The lock file removed (still locked: a start that opened it sees it gone), then
+        unlocked."""
         if self._lock_file is not None:
+            try:
+                os.unlink(self.instance_dir / "lock")
+            except OSError as exc:
+                log.warning("the lock file cannot be removed: %s", exc)
             fcntl.flock(self._lock_file, fcntl.LOCK_UN)
             self._lock_file.close()
             self._lock_file = None
@@ -618,11 +604,13 @@ class BridgeServiceManager:
 
     # --- running and stopping ------------------------------------------------------------------
     def handle_signals(self) -> None:
-        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload (call from the main
-        thread)."""
+        """SIGTERM and SIGINT ask ``run()`` to stop, SIGHUP to reload, SIGQUIT prints every
+        thread's stack to stderr (call from the main thread; a JVM started later leaves
+        them to Python: providers/java/jvm.py's SIGNAL_OPTIONS)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
             signal.signal(sig, self.request_stop)
         signal.signal(signal.SIGHUP, self.request_reload)
+        faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True)
 
     def request_stop(self, *_: object) -> None:
         self._stop.set()
@@ -747,6 +735,16 @@ class BridgeServiceManager:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+def _same_file(handle: IO[str], path: os.PathLike[str]) -> bool:
+    """Is the open ``handle`` still the file at ``path``?"""
+    try:
+        there = os.stat(path)
+    except FileNotFoundError:
+        return False
+    here = os.fstat(handle.fileno())
+    return (here.st_dev, here.st_ino) == (there.st_dev, there.st_ino)
 
 
 def _value(state: Any) -> str:
@@ -892,6 +890,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
     def jms(manager: BridgeServiceManager, name: str) -> ManagedBridge:
         from .jmsbridge.bridge import JMSBridge
         from .jmsbridge.config import load_bridge
+        from .jmsbridge.excuses import shared_excuses
 
         if manager.props.bridge(name).runner == "spark":
             from .spark import runner  # noqa: F401  (registers the link runner "spark")
@@ -904,8 +903,11 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             manager.protect_dmqs(config)
             return config
         # runner=spark links reach the host broker from Spark's processes over jms
+        # on an instance of an HA cluster the links keep their excuses in the cluster's table
+        cluster = manager.cluster
         bridge = JMSBridge(load, manager.props, name=name, host=manager.host_broker,
-                           broker_url=manager.jms_url if manager.jms_services else None)
+                           broker_url=manager.jms_url if manager.jms_services else None,
+                           excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None)
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start
         except (JMSException, ConfigError, OSError, ValueError) as exc:

@@ -1,14 +1,16 @@
-# How it works: two secrets of an instance live in its etc/ folder, each created at the
-# service's first start (random, mode 0600, never logged) and read from then on:
-#   - service.password: the password of the service account SERVICE_ACCOUNT, the user that
-#     Spark links and CLI jobs (drain, dmq) log in as on the host broker instead of the
-#     admin; ensure_service_account() (re)creates the account in the user repository, in
-#     group admin, whenever the stored password no longer logs in;
-#   - dmq.key: the HMAC key of the marker a bridge puts on every message it dead-letters
-#     (jmsbridge/dmq.py), which `dmq redrive` verifies.
-# The service hands both to a CLI job in its admin CONFIG reply (the job logged in as an
-# admin) and to Spark links in their query options.
-"""The service account and the DMQ marker key of an instance."""
+"""The service account and the DMQ marker key of an instance.
+
+Two secrets of an instance live in its etc/ folder, each created at the
+service's first start (random, mode 0600, never logged) and read from then on:
+  - service.password: the password of the service account SERVICE_ACCOUNT, the user that
+    Spark links and CLI jobs (drain, dmq) log in as on the host broker instead of the
+    admin; ensure_service_account() (re)creates the account in the user repository, in
+    group admin, whenever the stored password no longer logs in;
+  - dmq.key: the HMAC key of the marker a bridge puts on every message it dead-letters
+    (jmsbridge/dmq.py), which `dmq redrive` verifies.
+The service hands both to a CLI job in its admin CONFIG reply (the job logged in as an
+admin) and to Spark links in their query options.
+"""
 
 from __future__ import annotations
 

@@ -1,15 +1,17 @@
-# How it works: the user repository is a text file, one user a line,
-#     name:group:scrypt$<log2 N>$<r>$<p>$<salt hex>$<hash hex>
-# with '#' comments. Passwords are kept only as salted scrypt hashes (hashlib, stdlib);
-# checking one costs tens of milliseconds on purpose, so network services call
-# authenticate() off their event loop. A successful check is remembered as an HMAC of the
-# name and password under a key that lives only in this process (never the password), so
-# a client reconnecting with the same credentials does not pay the hash again; any change
-# to the file (mtime, size) forgets everything.
-#
-# Edits (add, delete) take an exclusive flock on "<file>.lock", re-read the file, and
-# replace it atomically (write a temporary file, fsync, rename) with mode 0600.
-"""The user repository: who may log in to the STOMP bridge (and later every client)."""
+"""The user repository: who may log in to the STOMP bridge (and later every client).
+
+The user repository is a text file, one user a line,
+    name:group:scrypt$<log2 N>$<r>$<p>$<salt hex>$<hash hex>
+with '#' comments. Passwords are kept only as salted scrypt hashes (hashlib, stdlib);
+checking one costs tens of milliseconds on purpose, so network services call
+authenticate() off their event loop. A successful check is remembered as an HMAC of the
+name and password under a key that lives only in this process (never the password), so
+a client reconnecting with the same credentials does not pay the hash again; any change
+to the file (mtime, size) forgets everything.
+
+Edits (add, delete) take an exclusive flock on "<file>.lock", re-read the file, and replace
+it atomically (write a temporary file, fsync, rename) with mode 0600.
+"""
 
 from __future__ import annotations
 

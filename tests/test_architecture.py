@@ -1,8 +1,11 @@
 """The import rules of docs/architecture.md ("What may import what"), checked on the source.
 
-Every module of ``bridgemgr`` is parsed with ``ast``; every import counts, at module level or
-inside a function, and so do ``importlib.import_module("...")`` and ``__import__("...")``
-with a literal name. Nothing is imported, so a test run needs none of the optional servers.
+The rules are import-linter contracts in pyproject.toml ([tool.importlinter]); the first tests
+run lint-imports on them and check that every package folder of bridgemgr/ is named by one.
+For what import-linter does not see (cycles, literal dynamic imports, names), every module of
+``bridgemgr`` is parsed with ``ast``; every import counts, at module level or inside a
+function, and so do ``importlib.import_module("...")`` and ``__import__("...")`` with a
+literal name. Nothing is imported, so a test run needs none of the optional servers.
 Between layers an import under ``if TYPE_CHECKING:`` counts too (a layer that names another's
 types depends on it); inside a package it does not make a cycle, since nothing runs it.
 """
@@ -10,25 +13,42 @@ types depends on it); inside a package it does not make a cycle, since nothing r
 from __future__ import annotations
 
 import ast
+import io
+import os
 import re
+import subprocess
+import sys
+import tokenize
+import tomllib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "bridgemgr"
 
-# The nodes of the layer graph: these subpackages, and every other module of bridgemgr
-# (transform, service, cli, admincli, props, users, netloop, demo, the package itself)
-# on its own.
-SUBPACKAGES = ("bridgemgr.jms", "bridgemgr.jmsbridge", "bridgemgr.xa", "bridgemgr.spark",
-               "bridgemgr.stompbridge", "bridgemgr.admin", "bridgemgr.providers.embedded",
-               "bridgemgr.providers.java", "bridgemgr.providers.stomp")
+
+def _package_folders() -> list[str]:
+    """Every package of bridgemgr by dotted name, found from its folders (an __init__.py)."""
+    return sorted(".".join(p.parent.relative_to(ROOT).parts) for p in PACKAGE.rglob("__init__.py"))
+
+
+# The nodes of the layer graph: every package folder with none below it (jms, xa,
+# providers/embedded, ...), and every other module of bridgemgr (transform, service, cli,
+# props, the providers package's own __init__, ...) on its own.
+SUBPACKAGES = tuple(p for p in _package_folders()
+                    if not any(other.startswith(p + ".") for other in _package_folders()))
 
 EMBEDDED = "bridgemgr.providers.embedded"
 # The host broker's internals: nothing outside providers/embedded/ imports these modules,
 # or Broker, Envelope and Work from anywhere.
-BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in ("broker", "queues", "store", "channel", "wire"))
+# broker.py (the Broker facade) and the modules of its parts (docs/architecture.md, providers/)
+BROKER_PARTS = ("broker", "state", "paging", "destinations", "routing", "delivery", "localtx", "xabranches",
+                "adoption")
+BROKER_PART_LINES = 600  # issue 37: no part grows back into one class of 1,800 lines
+BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in (*BROKER_PARTS, "queues", "store", "channel", "wire"))
 BROKER_NAMES = {"Broker", "Envelope", "Work"}
 
 # Accepted violations, as (importing module below bridgemgr, "module:name" or "module" it takes):
@@ -36,6 +56,66 @@ BROKER_NAMES = {"Broker", "Envelope", "Work"}
 # open_host_broker. An entry that no longer matches an import fails the test, so the list
 # only shrinks.
 ALLOWLIST: set[tuple[str, str]] = set()
+
+
+PYPROJECT = ROOT / "pyproject.toml"
+
+
+def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
+    """lint-imports (import-linter) on bridgemgr of this checkout with the contracts of ``config``."""
+    command = Path(sys.executable).with_name("lint-imports")
+    assert command.exists(), "lint-imports is missing: pip install -e '.[test]' (import-linter)"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.run([str(command), str(config), "--no-cache"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.slow  # about 1 s: import-linter builds the graph
+def test_the_import_contracts_hold():
+    run = _lint_imports(PYPROJECT)
+    assert run.returncode == 0, "import contracts broken (pyproject.toml, [tool.importlinter]):\n" + run.stdout[
+        run.stdout.find("Contracts"):] + run.stderr
+
+
+@pytest.mark.slow
+def test_lint_imports_fails_on_a_broken_contract(tmp_path):
+    """The check can fail: the layers turned upside down break."""
+    config = tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]
+    layers = next(c for c in config["contracts"] if c["type"] == "layers")
+    upside_down = [f'"{layer}"' for layer in reversed(layers["layers"])]
+    (tmp_path / "contracts.toml").write_text(
+        '[tool.importlinter]\nroot_package = "bridgemgr"\n\n[[tool.importlinter.contracts]]\n'
+        'name = "upside down"\ntype = "layers"\ncontainers = ["bridgemgr"]\n'
+        f"layers = [{', '.join(upside_down)}]\n", encoding="utf-8")
+    run = _lint_imports(tmp_path / "contracts.toml")
+    assert run.returncode == 1 and "upside down BROKEN" in run.stdout, run.stdout + run.stderr
+    assert "bridgemgr.jmsbridge is not allowed to import bridgemgr.jms:" in run.stdout
+
+
+def _named_by_contracts() -> set[str]:
+    """Every module expression the contracts name (a layer with its container prefixed)."""
+    named: set[str] = set()
+    for contract in tomllib.loads(PYPROJECT.read_text(encoding="utf-8"))["tool"]["importlinter"]["contracts"]:
+        for container in contract.get("containers", [""]):
+            for layer in contract.get("layers", []):
+                named.update(f"{container}.{m.strip()}".strip(".") for m in re.split(r"[|:]", layer))
+        for key in ("modules", "source_modules", "forbidden_modules", "protected_modules", "allowed_importers"):
+            named.update(contract.get(key, []))
+    return named
+
+
+def _matches(expression: str, module: str) -> bool:
+    """Whether import-linter's module expression (``*``: one part, ``**``: any) names ``module``."""
+    pattern = re.escape(expression).replace(r"\*\*", ".+").replace(r"\*", "[^.]+")
+    return re.fullmatch(pattern, module) is not None
+
+
+def test_every_package_folder_is_named_by_a_contract():
+    named = _named_by_contracts()
+    packages = [p for p in _package_folders() if p != "bridgemgr"]
+    assert "bridgemgr.providers.amqp" in packages and "bridgemgr.parallel" in packages  # the walk found them
+    missing = [p for p in packages if not any(_matches(e, p) for e in named)]
+    assert not missing, f"pyproject.toml, [tool.importlinter]: no contract names {missing}"
 
 
 @dataclass(frozen=True)
@@ -307,6 +387,14 @@ def test_nothing_outside_the_embedded_broker_touches_its_internals():
                       "remove them from ALLOWLIST:\n" + "\n".join(gone))
 
 
+def test_the_broker_parts_stay_small():
+    sizes = {name: len((PACKAGE / "providers" / "embedded" / f"{name}.py").read_text(encoding="utf-8").splitlines())
+             for name in BROKER_PARTS}
+    big = {name: size for name, size in sizes.items() if size > BROKER_PART_LINES}
+    assert not big, (f"broker parts over {BROKER_PART_LINES} lines (split along a seam: "
+                     f"docs/architecture.md, providers/): {big}")
+
+
 # A threading Lock, RLock or Condition made on a line that is no comment.
 LOCK_MADE = re.compile(r"^[^#\n]*\bthreading\.(?:Lock|RLock|Condition)\(", re.MULTILINE)
 
@@ -324,3 +412,79 @@ def test_threads_and_locks_names_every_module_with_a_lock():
     assert len(modules) > 30  # the walk found them
     missing = sorted(m for m in modules if f"`{m}`" not in section)
     assert not missing, f"docs/architecture.md, Threads and locks: add the locks of {missing}"
+
+
+# Module docs (docs/architecture.md, top): a module's docstring says what it is for, in at
+# most MAX_DOCSTRING_LINES lines, and nothing but a shebang or license line stands before it
+# (help() and editors show only the docstring); longer design notes go to docs/, named by a
+# "Design notes: docs/PAGE.md#anchor" line of the docstring, and every docs/PAGE.md#anchor a
+# docstring names must be a heading there.
+MAX_DOCSTRING_LINES = 25
+MAX_LINES_BEFORE_DOCSTRING = 1  # a shebang or a license line
+DOCS_POINTER = re.compile(r"\b(docs/[\w.-]+\.md)#([\w-]+)")
+
+
+@dataclass(frozen=True)
+class ModuleHead:
+    """How a module opens: comment lines before its first statement, and its docstring."""
+
+    comment_lines: int
+    docstring: str | None
+    docstring_lines: int
+
+
+def module_head(source: str) -> ModuleHead:
+    """Read with tokenize up to the first statement only (a whole-package ast.parse is slow)."""
+    comments = 0
+    tokens = tokenize.generate_tokens(io.StringIO(source).readline)
+    for tok in tokens:
+        if tok.type == tokenize.COMMENT:
+            comments += 1
+        elif tok.type not in (tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT):
+            break
+    else:
+        return ModuleHead(comments, None, 0)
+    if tok.type != tokenize.STRING or next(tokens).type not in (tokenize.NEWLINE, tokenize.ENDMARKER):
+        return ModuleHead(comments, None, 0)
+    return ModuleHead(comments, ast.literal_eval(tok.string), tok.end[0] - tok.start[0] + 1)
+
+
+def _module_docs_checked() -> list[Path]:
+    paths = sorted(PACKAGE.rglob("*.py"))
+    assert len(paths) > 100  # the walk found them
+    return paths
+
+
+def test_module_head_sees_a_comment_block_and_the_docstring_length():
+    assert module_head('# How it works: one\n# two\n"""Doc."""\nx = 1\n') == ModuleHead(2, "Doc.", 1)
+    assert module_head('#!/usr/bin/env python3\n"""Doc.\n\nMore.\n"""\n') == ModuleHead(1, "Doc.\n\nMore.\n", 4)
+    assert module_head("# a comment before code\nx = 1\n") == ModuleHead(1, None, 0)
+
+
+def test_no_comment_block_before_a_module_docstring():
+    found = [f"{p.relative_to(ROOT)}: {head.comment_lines} comment lines"
+             for p in _module_docs_checked()
+             if (head := module_head(p.read_text(encoding="utf-8"))).comment_lines > MAX_LINES_BEFORE_DOCSTRING]
+    assert not found, ("modules open with a comment block before the docstring (help() never shows it): "
+                       "make it the docstring, the longer design notes a section of docs/:\n" + "\n".join(found))
+
+
+def test_module_docstrings_are_short():
+    found = [f"{p.relative_to(ROOT)}: {head.docstring_lines} lines"
+             for p in _module_docs_checked()
+             if (head := module_head(p.read_text(encoding="utf-8"))).docstring_lines > MAX_DOCSTRING_LINES]
+    assert not found, (f"module docstrings over {MAX_DOCSTRING_LINES} lines: keep what the module is for and "
+                       "the rules that matter, move design notes to docs/ (Design notes: docs/X.md#anchor):\n"
+                       + "\n".join(found))
+
+
+def test_docs_pointers_of_module_docstrings_resolve():
+    from test_docs import anchors  # the anchors the links of docs/ are checked against
+
+    pointers = [(p, m.group(1), m.group(2)) for p in sorted(PACKAGE.rglob("*.py"))
+                for m in DOCS_POINTER.finditer(module_head(p.read_text(encoding="utf-8")).docstring or "")]
+    assert len(pointers) > 30  # the modules whose design notes moved to docs/
+    headings = {page: anchors(ROOT / page) for page in {page for _, page, _ in pointers} if (ROOT / page).is_file()}
+    broken = [f"{p.relative_to(ROOT)}: {page}#{anchor}" for p, page, anchor in pointers
+              if anchor not in headings.get(page, ())]
+    assert not broken, "module docstrings point at no heading of docs/:\n" + "\n".join(broken)

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
+from bridgemgr.check import run_check
 from bridgemgr.cli import main
 from bridgemgr.jms import naming
 from bridgemgr.jms.spi import ConnectionFactory
-from bridgemgr.jmsbridge.check import run_check
 from bridgemgr.jmsbridge.config import DOCTYPE
 
 pytestmark = pytest.mark.timeout(30)

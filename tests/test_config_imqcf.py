@@ -103,6 +103,28 @@ def test_a_bad_imq_ack_timeout_in_a_jndi_environment_names_the_property():
                                               "imqAckTimeout": "soon"})
 
 
+def test_a_jndi_mq_factory_takes_the_clients_settings_from_its_environment():
+    """imqcf.py reaches each broker of an address list through this context, as a bridge
+    XML's lookup does: heart-beats, prefetch and TLS come from the environment."""
+    environment = {"java.naming.factory.initial": "imq.embedded", "java.naming.provider.url": "mq://h:7676"}
+    plain = naming.lookup("XAConnectionFactory", environment)
+    assert (plain.heartbeat, plain.prefetch, plain.ssl_context) == (30.0, 100, None)
+    tuned = naming.lookup("XAConnectionFactory", {**environment, "imqPingInterval": "0",
+                                                  "imqConsumerFlowLimit": "7", "imqConnectionType": "tls"})
+    assert (tuned.heartbeat, tuned.prefetch, tuned.ssl_context is not None) == (0.0, 7, True)
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("imqPingInterval", "-1", r"imqPingInterval='-1': write a whole number of seconds"),
+    ("imqConsumerFlowLimit", "70000", r"imqConsumerFlowLimit='70000': write a whole number of messages"),
+    ("imqConnectionType", "HTTP", r"imqConnectionType='HTTP': write TCP or TLS"),
+])
+def test_a_bad_client_setting_in_a_jndi_environment_names_the_property(key, value, says):
+    with pytest.raises(NamingException, match=says):
+        naming.lookup("XAConnectionFactory", {"java.naming.factory.initial": "imq.embedded",
+                                              "java.naming.provider.url": "mq://h:7676", key: value})
+
+
 def test_connection_type_tls_puts_every_address_on_tls():
     assert parse_address("h:1", tls=True) == BrokerAddress("mq://h:1", True)
     cf = parse_bridge_config(bridge(props(imqAddressList="mqtcp://h:2",

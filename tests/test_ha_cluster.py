@@ -97,3 +97,31 @@ def test_instances_without_bridges_renew_their_leases_and_take_over_stores(tmp_p
         assert [m.text for m in take(b, PASSWORD, "q", 10, 10, 0.3)] == [f"m{i}" for i in range(10)]
     finally:
         cluster.stop()
+
+
+def test_the_cluster_compares_the_bridge_configuration_the_service_tells_it(postgresql):
+    """providers/embedded/cluster.py knows no bridge keys: the service (and check) hand it
+    props.bridge_configuration, and it names the keys in which a live member differs."""
+    import uuid
+
+    from bridgemgr.props import bridge_configuration, load_properties
+    from bridgemgr.providers.embedded.cluster import cluster_problems, open_cluster
+
+    database = postgresql.create_database("cfg" + uuid.uuid4().hex[:10])
+
+    def props(brokerid: str, *more: str):
+        return load_properties([], ["imq.cluster.ha=true", "imq.cluster.clusterid=c1", f"imq.brokerid={brokerid}",
+                                    "imq.persist.store=jdbc",
+                                    f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}", *more],
+                               environ={})
+    shared = {"imq.bridge.enabled": "true", "imq.bridge.jb1.type": "jms", "imq.bridge.jb1.xmlurl": "http://h/jb1.xml"}
+    a = open_cluster(props("A"), "a", shared)
+    try:
+        b = props("B")
+        assert bridge_configuration(b) == {"imq.bridge.enabled": "false"}
+        assert cluster_problems(b, shared) == []
+        assert cluster_problems(b, {**shared, "imq.bridge.jb1.type": "stomp"}) == [
+            "the bridge configuration differs from live broker A's in imq.bridge.jb1.type; every instance "
+            "of HA cluster c1 needs the same (imq.cluster.url)"]
+    finally:
+        a.leave()

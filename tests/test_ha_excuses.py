@@ -14,14 +14,15 @@ import pytest
 from bridgemgr.jmsbridge import excuses
 from bridgemgr.jmsbridge.batch import Batch
 from bridgemgr.jmsbridge.counters import LinkCounters
-from bridgemgr.jmsbridge.excuses import SharedExcuses, link_excuses
+from bridgemgr.jmsbridge.excuses import SharedExcuses, shared_excuses
 from pgserver import free_port
 from test_jmsbridge_excuses import ctx
 
 
 @pytest.fixture
 def members(postgresql):
-    """Instances A and B of a cluster of their own; A owns bridge jb1."""
+    """The excuses stores of instances A and B of a cluster of their own, and the cluster's
+    database; A owns bridge jb1."""
     from bridgemgr.props import load_properties
     from bridgemgr.providers.embedded.cluster import open_cluster
 
@@ -32,18 +33,20 @@ def members(postgresql):
                                     f"imq.brokerid={brokerid}", "imq.persist.store=jdbc",
                                     f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}"],
                                environ={})
-    a, b = open_cluster(props("A"), "a"), open_cluster(props("B"), "b")
+    a, b = open_cluster(props("A"), "a", {}), open_cluster(props("B"), "b", {})
+    # the service's excuses stores (service.py) of instances A and B
+    a_store, b_store = shared_excuses(a.settings.jdbc.connect), shared_excuses(b.settings.jdbc.connect)
     assert a.claim(["jb1"]) == ["jb1"]
     try:
-        yield props("A"), props("B")
+        yield a_store, b_store, a.settings.jdbc
     finally:
         a.leave()
         b.leave()
 
 
 def test_the_taker_reads_what_the_owner_excused(members):
-    props_a, props_b = members
-    owner = link_excuses(props_a, "jb1", "l1", logging.getLogger("t"))
+    store_a, store_b, _ = members
+    owner = store_a("jb1", "l1", logging.getLogger("t"))
     assert isinstance(owner, SharedExcuses)
     batch = Batch(10, LinkCounters(), owner)
     batch.restart()
@@ -51,25 +54,25 @@ def test_the_taker_reads_what_the_owner_excused(members):
     batch.excuse_id("ID:1")
     batch.final([ctx("ID:3")])
     assert owner.written(10)
-    taker = link_excuses(props_b, "jb1", "l1", logging.getLogger("t"))  # another instance
+    taker = store_b("jb1", "l1", logging.getLogger("t"))  # another instance
     taker.load()
     assert (taker.get("ID:1"), taker.get("ID:2"), taker.get("ID:3")) == (2, 1, 0)
-    other_link = link_excuses(props_a, "jb1", "l2", logging.getLogger("t"))
+    other_link = store_a("jb1", "l2", logging.getLogger("t"))
     other_link.load()
     assert not other_link
 
 
 def test_at_most_limit_ids_are_kept_the_oldest_go(members, monkeypatch):
     monkeypatch.setattr(excuses, "LIMIT", 3)
-    props_a, _ = members
-    owner = link_excuses(props_a, "jb1", "l1", logging.getLogger("t"))
+    store_a, _, _ = members
+    owner = store_a("jb1", "l1", logging.getLogger("t"))
     owner.load()
     for i in range(4):
         owner.add([f"ID:{i}"])
     owner.add(["ID:1"])  # excused again: now the newest
     owner.add(["ID:5"])
     assert owner.written(10)
-    again = link_excuses(props_a, "jb1", "l1", logging.getLogger("t"))
+    again = store_a("jb1", "l1", logging.getLogger("t"))
     again.load()
     assert list(again._counts) == ["ID:3", "ID:1", "ID:5"]
     assert again.get("ID:1") == 2
@@ -78,10 +81,7 @@ def test_at_most_limit_ids_are_kept_the_oldest_go(members, monkeypatch):
 def test_excuses_made_while_the_database_is_out_of_reach_are_written_when_it_is_back(members, caplog):
     """The link does not wait: add() returns at once, and the writer tries again until the
     database takes the rows."""
-    props_a, props_b = members
-    from bridgemgr.providers.embedded.cluster import cluster_settings
-
-    settings = cluster_settings(props_a).jdbc
+    _, store_b, settings = members
     down = dataclasses.replace(settings, conninfo={**settings.conninfo, "port": str(free_port())})
     reach = [down]  # where the connections go: nothing listens there at first
     owner = SharedExcuses(lambda: reach[0].connect(), "jb1", "l1", logging.getLogger("t"))
@@ -95,17 +95,17 @@ def test_excuses_made_while_the_database_is_out_of_reach_are_written_when_it_is_
     text = caplog.text
     assert text.count("cannot be written to the HA cluster's table imq_bridge_excuses") == 1, text
     assert "written to the HA cluster's table imq_bridge_excuses again" in text
-    taker = link_excuses(props_b, "jb1", "l1", logging.getLogger("t"))
+    taker = store_b("jb1", "l1", logging.getLogger("t"))
     taker.load()
     assert (taker.get("ID:1"), taker.get("ID:2")) == (2, 1)
 
 
 def test_only_the_bridges_owner_writes_its_excuses(members, caplog):
-    props_a, props_b = members
-    owner = link_excuses(props_a, "jb1", "l1", logging.getLogger("t"))
+    store_a, store_b, _ = members
+    owner = store_a("jb1", "l1", logging.getLogger("t"))
     owner.add(["ID:1"])
     assert owner.written(10)
-    intruder = link_excuses(props_b, "jb1", "l1", logging.getLogger("t"))  # B does not own jb1
+    intruder = store_b("jb1", "l1", logging.getLogger("t"))  # B does not own jb1
     intruder.load()
     with caplog.at_level(logging.WARNING):
         intruder.forget(["ID:1"])
@@ -119,10 +119,7 @@ def test_only_the_bridges_owner_writes_its_excuses(members, caplog):
 def test_a_link_started_again_keeps_what_is_not_written_yet(members):
     """Stopped and started while the database is out of reach, the link keeps its counts
     (newer than the rows), and they are written when it is back."""
-    props_a, _ = members
-    from bridgemgr.providers.embedded.cluster import cluster_settings
-
-    settings = cluster_settings(props_a).jdbc
+    _, _, settings = members
     reach = [dataclasses.replace(settings, conninfo={**settings.conninfo, "port": str(free_port())})]
     owner = SharedExcuses(lambda: reach[0].connect(), "jb1", "l1", logging.getLogger("t"))
     owner.add(["ID:1"])

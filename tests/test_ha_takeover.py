@@ -180,7 +180,7 @@ def test_the_store_and_the_xa_log_fence_an_owner_that_was_taken_over(postgresql)
     def record(gtrid: bytes) -> CommitRecord:
         return CommitRecord(gtrid, (Participant("jb1:m", Xid(1, gtrid, b"m#1")),))
 
-    a, b = open_cluster(props("A"), "a"), open_cluster(props("B"), "b")
+    a, b = open_cluster(props("A"), "a", {}), open_cluster(props("B"), "b", {})
     assert a.claim(["jb1"]) == ["jb1"] and b.claim(["jb1"]) == []
     store_a = PostgresDatabase(store_settings(props("A")), sync=True)  # A's host broker store
     store_a.write({1: ["q:x", 0, b"one"]}, set(), {}, [])

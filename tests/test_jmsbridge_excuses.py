@@ -5,16 +5,31 @@ outage sent healthy messages to the DMQ as backed out)."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import stat
 
-from bridgemgr.jms import TextMessage
+import pytest
+
+from bridgemgr.jms import TextMessage, xa
+from bridgemgr.jms.errors import (
+    HeuristicMixedException,
+    IllegalStateException,
+    JMSException,
+    ResourceAllocationException,
+    StoreFull,
+    StoreUnavailable,
+    TransactionRolledBackException,
+    TransportException,
+    XAException,
+)
 from bridgemgr.jmsbridge import excuses
 from bridgemgr.jmsbridge.batch import Batch
 from bridgemgr.jmsbridge.counters import LinkCounters
-from bridgemgr.jmsbridge.excuses import Excuses, excuses_path
+from bridgemgr.jmsbridge.excuses import Excuses, excuses_path, outage
 from bridgemgr.jmsbridge.pipeline import ProcessingContext
+from bridgemgr.xa.txlog import TxLogFull, TxLogUnavailable
 
 
 def ctx(message_id: str) -> ProcessingContext:
@@ -94,3 +109,52 @@ def test_at_most_limit_ids_are_kept_the_oldest_go_first(tmp_path, monkeypatch):
     again = Excuses(path)
     again.load()
     assert [again.get(f"ID:{i}") for i in range(6)] == [0, 0, 2, 0, 1, 1]
+
+
+def caused(*chain: BaseException) -> BaseException:
+    """``chain[0]``, raised from ``chain[1]``, raised from ... (each the next's __cause__)."""
+    for outer, inner in itertools.pairwise(chain):
+        outer.__cause__ = inner
+    return chain[0]
+
+
+@pytest.mark.parametrize("failure", [
+    StoreUnavailable("store unavailable"), StoreFull("store full"),
+    TxLogUnavailable("the log's database"), TxLogFull("no room for a record"),
+    TransportException("connection lost"),
+    XAException("prepare", xa.XAER_RMFAIL),
+    # a local or one-phase commit the store rolled back (over mq:// too: the wire keeps causes)
+    caused(TransactionRolledBackException("rolled back"), StoreUnavailable("store unavailable")),
+    caused(TransactionRolledBackException("one-phase"), XAException("commit", xa.XA_RBROLLBACK),
+           StoreUnavailable("store unavailable")),
+    caused(TransportException("prepare failed"), XAException("prepare", xa.XAER_RMFAIL)),
+])
+def test_an_outage_anywhere_in_the_chain_is_excused(failure):
+    assert outage(failure)
+
+
+@pytest.mark.parametrize("failure", [
+    TransactionRolledBackException("a send refused at prepare"),
+    caused(TransactionRolledBackException("vote"), XAException("prepare", xa.XA_RBROLLBACK)),
+    ResourceAllocationException("queue full"), HeuristicMixedException("some committed"),
+    IllegalStateException("session closed"), JMSException("refused"), ValueError("a bug"),
+])
+def test_what_a_message_may_cause_is_not(failure):
+    assert not outage(failure)
+
+
+def test_a_unit_comes_back_excused_only_when_an_outage_undid_it(tmp_path):
+    """Every path that undoes a unit hands the Batch its cause: a local commit the store
+    rolled back is excused as an XA log outage is (before, only a lost connection whose
+    cause was a store or log was: a rolled-back local or one-phase commit counted)."""
+    counters = LinkCounters()
+    batch = Batch(10, counters, Excuses(tmp_path / "excused.l1"))
+    batch.pending.extend([ctx("ID:1"), ctx("ID:2")])
+    batch.undone(batch.pending, caused(TransactionRolledBackException("rolled back"),
+                                       StoreUnavailable("store unavailable")))
+    batch.returned([ctx("ID:2")], TxLogUnavailable("the log's database"))
+    batch.returned([ctx("ID:3")], TransactionRolledBackException("refused at prepare"))
+    batch.returned([ctx("ID:4")])
+    assert [batch.excused.get(f"ID:{i}") for i in range(1, 5)] == [1, 2, 0, 0]
+    assert counters.rolled_back == 5 and batch.pending == []
+    assert json.loads((tmp_path / "excused.l1").read_text()) == {"ID:1": 1, "ID:2": 2}

@@ -106,10 +106,10 @@ def test_a_batch_is_full_at_its_size():
 def test_after_a_back_out_the_messages_move_one_per_unit():
     counters = LinkCounters()
     b = Batch(10, counters)
-    b.pending.extend([ctx("ID:1"), ctx("ID:2")])
+    b.pending.extend([ctx("ID:1"), ctx("ID:2"), ctx("ID:3")])  # the send of the third failed
     b.open = True
-    b.back_out(b.pending, extra=1)  # a failed send of a third message
-    b.undone(b.pending, extra=1)
+    b.back_out(b.pending)
+    b.undone(b.pending)
     assert (b.pending, b.open, counters.rolled_back, b.one_by_one) == ([], False, 3, 3)
     for i in range(3):  # they come back: each is a unit of its own
         b.pending.append(ctx(f"ID:{i}"))

@@ -3,6 +3,8 @@ and what garbage does to a reader (hypothesis)."""
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -13,6 +15,9 @@ from bridgemgr.jms.errors import (
     InvalidSelectorError,
     JMSException,
     JMSSecurityException,
+    StoreUnavailable,
+    TransactionRolledBackException,
+    TransportException,
     XAException,
 )
 from bridgemgr.jms.xa import Xid
@@ -95,6 +100,52 @@ def test_an_error_code_maps_back_to_its_class_without_its_extra_arguments():
     assert type(wire.error_from_value({"code": "NO-SUCH-CODE", "message": "m"})) is JMSException
     with pytest.raises(ProtocolError):
         wire.error_from_value({"message": "no code"})
+
+
+def test_an_errors_causes_cross_the_wire():
+    """A commit the store rolled back because its database could not be reached says so
+    to a remote client too (before, only the outermost error crossed: a rollback of no
+    known cause, which a link counted toward its backout threshold)."""
+    store = StoreUnavailable("store unavailable: its database cannot be reached")
+    branch = XAException("commit: branch rolled back", xa.XA_RBROLLBACK)
+    branch.__cause__ = store
+    exc = TransactionRolledBackException("the transaction was rolled back")
+    exc.__cause__ = branch
+    w = client()
+    w.receive_data(wire.failure(5, exc) + wire.failure(6, IllegalStateException("alone")))
+    failed, alone = events(w)
+    got = failed.error
+    assert type(got) is TransactionRolledBackException and str(got) == str(exc)
+    assert type(got.__cause__) is XAException and got.__cause__.errorcode == xa.XA_RBROLLBACK
+    assert type(got.__cause__.__cause__) is StoreUnavailable
+    assert str(got.__cause__.__cause__) == str(store) and got.__cause__.__cause__.__cause__ is None
+    assert alone.error.__cause__ is None
+
+
+@settings(max_examples=100)
+@given(st.lists(st.tuples(st.sampled_from([JMSException, StoreUnavailable, TransportException,
+                                           TransactionRolledBackException, XAException]),
+                          st.text(max_size=8), st.integers(-10, 110)), min_size=1, max_size=8))
+def test_up_to_max_causes_cross_the_wire_by_class_message_and_xa_code(chain):
+    errors = [cls(text, code) if cls is XAException else cls(text) for cls, text, code in chain]
+    for outer, inner in itertools.pairwise(errors):
+        outer.__cause__ = inner
+    w = client()
+    w.receive_data(wire.failure(1, errors[0]))
+    got = events(w)[0].error
+    for sent in errors[:wire.MAX_CAUSES + 1]:
+        assert (type(got), str(got), getattr(got, "errorcode", None)) == (
+            type(sent), str(sent), getattr(sent, "errorcode", None))
+        got = got.__cause__
+    assert got is None
+
+
+@pytest.mark.parametrize("causes", [
+    "x", [1], [{"message": "no code"}], [{"code": "X", "message": "m", "xa": "7"}],
+    [{"code": "X", "message": "m"}] * (wire.MAX_CAUSES + 1)])
+def test_causes_that_are_not_the_protocol_are_refused(causes):
+    with pytest.raises(ProtocolError):
+        wire.error_from_value({"code": "X", "message": "m", "causes": causes})
 
 
 @pytest.mark.parametrize("data, match", [

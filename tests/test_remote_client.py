@@ -491,8 +491,8 @@ def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness,
     """The service keeps the client's encoding (no re-encoding on the hot path) while a
     queue is short, and re-encodes past that; either way every message arrives whole.
     (The stored copy, also the client's encoding, is read back by the kill -9 tests.)"""
-    from bridgemgr.providers.embedded import broker as broker_module
-    monkeypatch.setattr(broker_module, "WIRE_KEEP", 3)
+    from bridgemgr.providers.embedded import routing
+    monkeypatch.setattr(routing, "WIRE_KEEP", 3)
     conn = harness.factory().create_connection()
     producer = conn.create_session().create_producer(Q)
     for i in range(5):

@@ -1,31 +1,20 @@
 """The port mapper: tells clients on which ports the service's front ends listen.
 
-How it works: a client connects to ``imq.portmapper.port`` (7676) and the port mapper
-writes its table at once, in the original broker's text format, then closes::
+A client connects to ``imq.portmapper.port`` (7676) and the port mapper writes its table at
+once, in the original broker's text format (a version line, one ``name protocol type port``
+line per service, a line ``.``), then closes. ``lookup_services`` is the client;
+``format_table``/``parse_table`` are the pure codec both use; ``register`` and
+``unregister`` change the table while the port mapper runs.
 
-    101 imqbroker 0.1.0                  version line: protocol version, instance, product version
-    portmapper tcp PORTMAPPER 7676       one line per service: name protocol type port
-    jms tcp NORMAL 41237
-    bridgeadmin tcp ADMIN 41238
-    stomp tcp NORMAL 7672
-    .                                    the end of the table
+Services: ``portmapper`` (itself, always first), ``jms`` / ``ssljms`` (the host broker's
+connection service, ``tcp`` / ``tls``), ``bridgeadmin`` (the admin command port), ``stomp``
+(the STOMP bridge, when it runs), ``metrics`` (when imq.metrics.port is set).
 
-Lines end with ``\\n``; fields are separated by one space and contain none. A client
-may first write the version line it speaks (``101\\n``), as the original clients do;
-the server reads and ignores up to 128 bytes of it (reading it before closing keeps the
-connection from being reset under the client). ``lookup_services`` is the client;
-``format_table``/``parse_table`` are the pure codec both use. Every connection is
-closed ``_LINGER`` seconds after its answer at the latest, so idle sockets cannot pile
-up, and one address may hold at most imq.portmapper.max_unauthenticated_per_address
-of them at once (more are closed at once, unanswered: every port mapper connection
-counts as not logged in). It listens with guard.py's accept loop, which pauses (and
-logs once a minute) when the process runs out of file descriptors. A client that
-resets its connection before the answer is written is logged at DEBUG.
+Rule: every connection counts as not logged in: it is closed ``_LINGER`` seconds after its
+answer at the latest, and one address holds at most
+imq.portmapper.max_unauthenticated_per_address of them.
 
-Services: ``portmapper`` (itself, always first), ``jms`` / ``ssljms`` (the host
-broker's connection service, ``tcp`` / ``tls``), ``bridgeadmin`` (the admin command
-port), ``stomp`` (the STOMP bridge, when it runs). ``register`` and ``unregister``
-change the table while the port mapper runs.
+Design notes: docs/operations.md#internals-adminportmapperpy.
 """
 
 from __future__ import annotations
@@ -38,10 +27,10 @@ import threading
 from dataclasses import dataclass
 from typing import cast
 
-from .. import __version__
 from ..guard import DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS, AddressLimit, Admission, Listener, listen, write_eof
 from ..jms.errors import TransportException
 from ..netloop import NetLoop
+from ..version import __version__
 
 log = logging.getLogger(__name__)
 

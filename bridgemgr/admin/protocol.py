@@ -1,42 +1,18 @@
 """The admin command protocol: JSON lines over TCP (or TLS), sans-IO.
 
-How it works: the client sends one JSON object per line and the server answers each
-with one JSON object per line, in order. The first request must be HELLO with the
-admin credentials; anything else before a successful HELLO (a failed HELLO too) gets
-400 and the connection closes. Then any number of commands.
+The client sends one JSON object per line and the server answers each with one JSON object
+per line, in order. The first request must be HELLO with the admin credentials; anything
+else before a successful HELLO (a failed HELLO too) gets 400 and the connection closes.
+Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, and CONFIG
+for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
+LIST_DST, PURGE_DST, BROWSE_DST) and a bridge's in-doubt XA transactions (LIST_TXN,
+COMMIT_TXN, ROLLBACK_TXN). A reply is ``{"status": ..., "message": ..., "data": ...}``,
+with the original product's status codes.
 
-Request::
+Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
+the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
 
-    {"op": "HELLO", "version": 1, "user": "admin", "password": "..."}
-    {"op": "LIST" | "START" | "STOP" | "PAUSE" | "RESUME" | "CONFIG",
-     "type": "JMS" | "STOMP" | null, "bridge": NAME | null, "link": NAME | null}
-
-CONFIG (ours, for CLI jobs such as ``drain`` and ``dmq``) answers with what a job needs
-to work on a JMS bridge from another process: the host broker's ``jms`` service URL, the
-bridge's xmlurl and runner settings, and the Spark master and configuration.
-
-Physical destinations of the host broker (``imqbridgemgr create|update|query|list|purge|browse dst``)::
-
-    {"op": "CREATE_DST" | "UPDATE_DST" | "QUERY_DST" | "LIST_DST" | "PURGE_DST" | "BROWSE_DST",
-     "dst_type": "q" | "t", "destination": NAME, "attributes": {"maxNumMsgs": "1000", ...},
-     "count": N}
-
-In-doubt XA transactions of a JMS bridge (``imqbridgemgr list|commit|rollback txn``)::
-
-    {"op": "LIST_TXN" | "COMMIT_TXN" | "ROLLBACK_TXN", "bridge": NAME, "txn": ID}
-
-(``txn``, the transaction's id as LIST_TXN shows it, for COMMIT_TXN and ROLLBACK_TXN only.)
-(LIST_DST needs neither type nor name; attribute values are strings, checked by the
-service; ``count``, for BROWSE_DST only, is how many messages to show, 1 to MAX_BROWSE.)
-
-Reply::
-
-    {"status": 200, "message": "...", "data": {...}}
-
-Status codes are the original product's: 200 OK, 400 bad request, 404 not found,
-500 error, 501 not implemented, 503 unavailable. A line longer than
-``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of the wrong shape
-get 400; the connection is closed after a 400 on an unparseable line.
+Design notes: docs/operations.md#internals-adminprotocolpy.
 """
 
 from __future__ import annotations

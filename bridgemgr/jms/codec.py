@@ -1,43 +1,18 @@
 """The message codec: any JMS message (or ObjectMessage body value) to bytes and back.
 
-Wire format, version 1. Integers are big-endian; text is UTF-8 with "surrogatepass",
-so every Python str round-trips (lone surrogates too); NONE is 0xFFFFFFFF::
+Wire format, version 1: ``b"IMQB" | version u8 | value``, where a value is a tag byte and
+its payload: None, booleans, int64 and big ints, double, str, bytes, JavaSerialized, list,
+dict, Destination, or one of the six message kinds (a fixed head read with one struct call,
+then the header texts, the properties and the body). Integers are big-endian; text is UTF-8
+with "surrogatepass", so every Python str round-trips (lone surrogates too). Store rows, the
+wire, Spark's source log and DMQ bodies all hold this format: a change to it is a new
+version byte, whose decoder keeps reading version 1.
 
-    blob    = b"IMQB" | version u8 | value                nothing may follow the value
-    value   = tag u8 | payload
-        0 None  1 False  2 True  3 int64  4 big int (u32 n | n bytes two's complement)
-        5 double  6 str (u32 n | text)  7 bytes (u32 n | raw)  8 JavaSerialized (as 7)
-        9 list (u32 count | value*)  10 dict (u32 count | (u32 n | key text | value)*)
-        11 Destination (u8 kind | u32 n | name)   kinds: 0 queue 1 topic 2 temp-queue 3 temp-topic
-        12..17 a message of kind MESSAGE, TEXT, BYTES, MAP, STREAM, OBJECT:
-    message = one fixed head (the tag included, one struct call):
-                flags u8 (1 = redelivered; the other bits are reserved, 0)
-                | reply_to kind u8 | destination kind u8         (255 when None)
-                | timestamp q | expiration q | delivery_time q
-                | delivery_count i | delivery_mode i | priority i
-                | u32 lengths of message_id, correlation_id, type (NONE when None)
-                  and of the reply_to and destination names (0 when None)
-                | u32 property count | u32 body size (TEXT: text length or NONE;
-                  BYTES: length; MAP, STREAM: entry count; MESSAGE, OBJECT: 0)
-              then the five header texts, the properties as entries, and the body:
-              TEXT text; BYTES raw; MAP entries; STREAM items; OBJECT a value.
-    entries = u32 length of the names | name lengths (u32 each) | names | type codes (u8
-              each, PropertyType's) | values | the STRING texts and BYTES raw values, in order
-    items   = type codes | values | texts and raw values       (a stream: entries without names)
-    values  = one fixed-width value per entry: BOOLEAN u8 0/1, BYTE b, SHORT h, INT i, LONG q,
-              FLOAT f (float32, exact), DOUBLE d, CHAR u16 code unit, STRING and BYTES u32 length
-    (entries and items are absent when their count is 0)
+Rule: decoding trusts nothing: no pickle, every length and count is checked against the
+bytes left before anything is built, nesting stops at ``MAX_DEPTH``, and any malformed
+input raises :class:`MessageCodecError`.
 
-Entries are laid out in columns so that one struct call reads every fixed value, and
-so that what recurs from message to message is contiguous: the encoder caches the
-bytes up to the end of the names, and the decoder caches the parse (names checked
-once, the struct of the values) of the bytes up to the end of the type codes.
-
-A later version bumps the version byte and can add fields behind a reserved flag bit;
-its decoder keeps reading version 1 by dispatching on the byte this one checks.
-Decoding trusts nothing: no pickle, every length and count is checked against the
-bytes left before anything is built, nesting stops at ``MAX_DEPTH``, and any
-malformed input raises :class:`MessageCodecError`.
+Design notes: docs/architecture.md#internals-jmscodecpy.
 """
 
 from __future__ import annotations

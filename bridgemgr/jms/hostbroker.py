@@ -1,24 +1,19 @@
-# How it works: the host broker is the one broker the service runs; every front end of
-# it (the STOMP bridge, the JMS bridges, the Spark jobs, the demo) gets this interface
-# from service.py instead of importing the broker. Two ways in:
-#   - the provider SPI, through connection_factory(): JMS bridges, Spark links and tools
-#     move messages like any JMS client; a connection's principal is the user it logs in as;
-#     the client ids and durable subscriptions of loaded bridges' links are reserved for
-#     these connections (reserve/release), no other client may take them;
-#   - a data path for front ends whose acknowledgement model is not a JMS session's (STOMP:
-#     an ACK names single deliveries, a transaction spans subscriptions, any thread may
-#     settle a delivery): connect, subscribe, receive opaque Delivery handles, then
-#     acknowledge or redeliver them, alone or in a local Transaction, and wait until what
-#     was sent or committed is durable; send_many sends a run of messages (a STOMP read's
-#     SENDs) as send() would each, in one step where the implementation can.
-# Destination admin (counts; limits as DestinationAttributes; purge; browse) and where the store is are
-# part of it too: front ends and the CLI name no type of the implementation.
-# Every data-path call names the Principal it is made for, so authorization is checked
-# here, once, for every front end (connect: connection access; subscribe: consume;
-# send: produce; a destination about to be auto-created: create). Connections of the
-# provider SPI are the service's own (its bridges): trusted, not checked. Handles (Client, Consumer, Delivery,
-# Transaction) are the implementation's own objects: a front end only passes them back.
-"""The host broker as its front ends see it: one typed interface, built by the service."""
+"""The host broker as its front ends see it: one typed interface, built by the service.
+
+Every front end of the host broker (the STOMP bridge, the JMS bridges, the Spark jobs, the
+demo) gets this HostBroker from service.py instead of importing the broker. Two ways in:
+the provider SPI (connection_factory(): the service's own, trusted connections, for which
+the bridges' client ids and durables are reserved) and a data path for front ends whose
+acknowledgement model is not a JMS session's (STOMP): connect, subscribe, opaque Delivery
+handles, local Transactions, send_many. Destination admin and where the store is are part
+of it too.
+
+Rules: every data-path call names the Principal it is made for, so authorization is checked
+once, here, for every front end; handles (Client, Consumer, Delivery, Transaction) are the
+implementation's own objects, which a front end only passes back.
+
+Design notes: docs/architecture.md#internals-jmshostbrokerpy.
+"""
 
 from __future__ import annotations
 

@@ -1,55 +1,24 @@
 """JMS 1.1 message selectors: parsed once by a lark LALR grammar, evaluated by closures.
 
-How it works: ``_GRAMMAR`` is the JMS 1.1 selector syntax (the SQL-92 subset). The
-lexer is lark's basic one; keywords are lexed as identifiers and retyped by
-``_keyword`` so they stay case-insensitive and ``notable`` is never ``NOT able``.
-``_Builder`` runs inside the parser and builds a small AST of dataclasses (there is
-no parse tree). ``_Compiler`` checks what the grammar leaves open (operand kinds,
-an identifier on the left of LIKE / IN / IS NULL, literal ranges, ESCAPE) and turns
-every node into a closure ``f(ctx) -> value``, so a message is matched by calling
-nested closures with no dispatch left. Truth values are three-valued: True, False and
-None for UNKNOWN; a value that is NULL is None too. A Selector holds two closure trees
-over one AST: for ``matches`` identifiers read the message directly (header fields
-through attribute getters, anything else through ``get_object_property``); for
-``evaluate`` they call the caller's lookup function.
+``_GRAMMAR`` is the JMS 1.1 selector syntax (the SQL-92 subset). The lexer is lark's basic
+one; keywords are lexed as identifiers and retyped by ``_keyword`` so they stay
+case-insensitive and ``notable`` is never ``NOT able``. ``_Builder`` runs inside the parser
+and builds a small AST of dataclasses (there is no parse tree). ``_Compiler`` checks what
+the grammar leaves open (operand kinds, an identifier on the left of LIKE / IN / IS NULL,
+literal ranges, ESCAPE) and turns every node into a closure ``f(ctx) -> value``, so a
+message is matched by calling nested closures with no dispatch left. Truth values are
+three-valued: True, False and None for UNKNOWN; a value that is NULL is None too. A
+Selector holds two closure trees over one AST: for ``matches`` identifiers read the message
+directly (header fields through attribute getters, anything else through
+``get_object_property``); for ``evaluate`` they call the caller's lookup function.
 
-Semantic choices, where JMS 1.1 leaves room or this project decided:
+Rule: what a selector may cost is bounded (``MAX_DEPTH``, ``MAX_TOKENS``,
+``MAX_PATTERN_CHARS``, and the caller's ``check_size`` before anything is parsed), so no
+selector can take a broker's CPU or stack. The semantic choices where JMS 1.1 leaves room
+(values of different kinds compare as FALSE, arithmetic on a non-number is NULL, ...) are
+in the design notes.
 
-* Header identifiers are JMSDeliveryMode ('PERSISTENT' / 'NON_PERSISTENT'),
-  JMSPriority, JMSMessageID, JMSTimestamp, JMSCorrelationID and JMSType. Every other
-  name, JMSDestination, JMSReplyTo, JMSExpiration and JMSRedelivered included, is a
-  property; since those names cannot be set as properties they are NULL.
-* Values of different kinds (number, string, boolean) compare as FALSE, as JMS 1.1
-  section 3.8.1.1 says ("If the comparison of non-like type values is attempted,
-  the value of the operation is false") and OpenMQ does; so ``NOT (s = 5)`` is TRUE
-  for a string ``s``. ``<``, ``<=``, ``>``, ``>=`` on strings or booleans are FALSE
-  too (the spec allows only ``=`` and ``<>`` there). A NULL operand still gives
-  UNKNOWN. Numbers compare after Java's promotion (long to double).
-* Arithmetic on a non-number is NULL. Integer arithmetic wraps like Java ``long`` and
-  integer division truncates toward zero; division by zero (integer or floating) is
-  NULL, where Java would throw or give an infinity.
-* The grammar's kinds are checked when compiling: arithmetic, unary signs and
-  BETWEEN take numeric expressions, so ``a BETWEEN 'x' AND 'y'`` and ``'a' + 1`` are
-  InvalidSelectorError; a property that holds a string there gives UNKNOWN at run time.
-  AND / OR / NOT and the selector itself take conditions (a comparison, a predicate,
-  TRUE / FALSE or an identifier, whose value is used when it is a boolean).
-* LIKE: ``%`` and ``_`` are wildcards (``_`` is one code point); the escape character
-  makes the next character literal, whatever it is; a pattern ending in the escape
-  character is an error. Patterns match in linear time (atomic groups, no backtracking
-  across ``%``).
-* Numeric literals follow Java: exact ones must fit a ``long`` (the unary minus of a
-  literal is folded first, so -9223372036854775808 is valid) and may end in L;
-  approximate ones may end in F (rounded to float32) or D. Leading zeros are decimal.
-* What a selector may cost is bounded, so no selector can take a broker's CPU or
-  stack: nesting deeper than ``MAX_DEPTH`` is refused (long AND / OR chains are
-  flattened and do not count), so compiling needs at most about 3 frames and matching
-  1 frame per level; more than ``MAX_TOKENS`` tokens are refused while lexing, before
-  the parser has built anything (parsing costs about 30 us a token, matching about
-  0.5 us an operand); LIKE patterns of more than ``MAX_PATTERN_CHARS`` characters in
-  all are refused (compiling a pattern costs about 4-16 us a character). The text's
-  size is the caller's limit (``check_size``; the host broker's
-  imq.selector.max_size), checked before anything is parsed. A string literal is
-  lexed by possessive loops: 3 MB in about 15 ms, never backtracking.
+Design notes: docs/architecture.md#internals-jmsselectorpy.
 """
 
 from __future__ import annotations

@@ -1,20 +1,18 @@
-# How it works: the link (link.py) appends each handled message to `pending` and completes
-# the unit (acknowledge or commit) when it is full: `size` messages, or messages holding
-# `max_bytes` bytes (imq.bridge.<name>.link.windowBytes; `pending` is a Unit, which keeps
-# the sum of its messages' sizes through append, clear and del), or one at a time while
-# `one_by_one` runs. A unit undone after a failure makes its messages come back from the
-# source; back_out() then makes them move one per transaction until that many went
-# through again, so only the failing one is backed out once more. `lettered` remembers
-# the dead messages of undone units that are in a DMQ already: when they come back they
-# are consumed without a second copy; `excused` counts, per message, the undone units that
-# were not its fault (a store or XA log whose database was down), which the backout
-# threshold does not count; kept until the message's unit is final (final(): a unit
-# completing behind the link may still be rolled back). `lettered` and `one_by_one` last
-# from the link's start to its stop, across reconnects; `excused` is kept on disk, or on
-# an HA instance in the cluster's database (excuses.py), and read again at every start, as
-# the source keeps the delivery counts it offsets; `open` is the transaction's, set again
-# on every connect.
-"""The unit of work a link is filling: its messages, when it is full, what came back."""
+"""The unit of work a link is filling: its messages, when it is full, what came back.
+
+The link (link.py) appends each handled message to `pending` and completes the unit when it
+is full: `size` messages, or messages holding `max_bytes` bytes (link.windowBytes), or one
+at a time while `one_by_one` runs after a unit was undone (back_out()), so only the failing
+message is backed out again. `lettered` remembers dead messages already in a DMQ (consumed
+without a second copy when they come back); `excused` counts the undone units per message
+that were an outage's fault (excuses.outage()), which the backout threshold does not count.
+
+Rules: every undone unit comes back through returned() with its cause; excuses are kept
+until the message's unit is final (final()), on disk or in the cluster's database
+(excuses.py).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgebatchpy.
+"""
 
 from __future__ import annotations
 
@@ -22,7 +20,7 @@ from typing import SupportsIndex
 
 from ..jms.message import HEADER_FIELDS
 from .counters import LinkCounters
-from .excuses import Excuses
+from .excuses import Excuses, outage
 from .pipeline import Action, ProcessingContext
 
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
@@ -92,22 +90,25 @@ class Batch:
         if self.one_by_one:
             self.one_by_one = max(self.one_by_one - len(self.pending), 0)
 
-    def back_out(self, unit: list[ProcessingContext], extra: int = 0) -> None:
-        """``unit`` is undone because of one of its messages (or of ``extra`` ones not in
-        it): what comes back moves one per transaction."""
-        self.one_by_one = max(self.one_by_one, len(unit) + extra)
+    def back_out(self, unit: list[ProcessingContext]) -> None:
+        """``unit`` is undone because of one of its messages: what comes back moves one
+        per transaction."""
+        self.one_by_one = max(self.one_by_one, len(unit))
 
-    def undone(self, unit: list[ProcessingContext], extra: int = 0) -> None:
+    def undone(self, unit: list[ProcessingContext], cause: BaseException | None = None) -> None:
         """``unit`` (the pending messages, or a unit that failed behind the link) is aborted
-        with the open one: its messages come back from the source."""
-        self.returned(unit, extra)
+        with the open one: its messages come back from the source (see returned())."""
+        self.returned(unit, cause)
         unit.clear()
         self.open = False
 
-    def returned(self, unit: list[ProcessingContext], extra: int = 0) -> None:
-        """A unit was undone: its messages (and ``extra`` ones not in it) come back from
-        the source; those of them already in a DMQ must not go there twice."""
-        self.counters.rolled_back += len(unit) + extra
+    def returned(self, unit: list[ProcessingContext], cause: BaseException | None = None) -> None:
+        """A unit was undone because of ``cause``: its messages come back from the source;
+        when ``cause`` is an outage they are excused (it does not count toward the backout
+        threshold); those of them already in a DMQ must not go there twice."""
+        if cause is not None and outage(cause):
+            self.excuse(unit)
+        self.counters.rolled_back += len(unit)
         self.lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
                              if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
 

@@ -1,30 +1,19 @@
-# How it works: JMSBridge is what the Bridge Service Manager drives for one JMS bridge.
-# start() performs the chapter's steps ("Starting and Stopping JMS Bridges") in order:
-#   1. parse and validate the XML (a BridgeConfig given, or asked of its loader on
-#      every start: from_properties reads the file each time, the service's loader gives
-#      the file as last read, when the bridge was loaded or at SIGHUP);
-#   2. initialise the enabled links and DMQs: destinations (JNDI lookups where asked),
-#      transformers (a class that cannot be loaded fails the start, naming it);
-#   3-6. with enabled transacted links: the XA coordinator and its log, the resource
-#      managers registered (every XA <connection-factory> with multi-rm="false", named
-#      <bridge>:<ref-name>) and recovered, before any link starts (xa/registry.py); a
-#      transacted link needs XA connection factories at both ends;
-#   7. resolve the connection factories and create the pools and shared connections;
-#   8. make the DMQs ready (the built-in one must connect);
-#   9. start the enabled links.
-# Anything failing undoes what was done and leaves the bridge STOPPED. The bridge stays
-# STARTING until every link has connected (or given up): start() waits for that, up to its
-# timeout, outside the command lock, and the housekeeping thread finishes the move to
-# STARTED if the links take longer (connect-attempts="-1" retries forever). stop() on a
-# STARTING bridge cancels the start: it moves to STOPPING at once and sets `_halt`, which the
-# start checks between its steps and every wait of a link connecting observes. stop() stops
-# every link (each finishes its message in flight), closes the DMQ senders, waits until
-# every pooled and shared connection is back, and closes them. A housekeeping thread closes
-# pooled connections past their idle timeout. Link commands are legal only while the
-# bridge is STARTED; every command checks the state tables of states.py. Per-link
-# counters outlive restarts, for the admin `list` and metrics: each start hands the link's
-# counters to its runner, which keeps them when they are of its kind (runners.py).
-"""A JMS bridge: lifecycle, its links, connections and DMQs, and its log."""
+"""A JMS bridge: lifecycle, its links, connections and DMQs, and its log.
+
+JMSBridge is what the Bridge Service Manager drives for one JMS bridge. start() performs
+the chapter's steps ("Starting and Stopping JMS Bridges") in order: the XML, the links and
+DMQs, the XA coordinator with its resource managers recovered (transacted links), the
+connection factories and pools, the DMQs, then the links. stop() stops every link, closes
+the DMQ senders and the connections once every lease is back; a housekeeping thread closes
+idle pooled connections.
+
+Rules: anything failing in a start undoes what was done and leaves the bridge STOPPED; the
+bridge stays STARTING until every link has connected (or given up), and a stop cancels a
+start under way; every command checks the state tables of states.py, and link commands are
+legal only while the bridge is STARTED; per-link counters outlive restarts (runners.py).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgebridgepy.
+"""
 
 from __future__ import annotations
 
@@ -72,6 +61,7 @@ from .connections import (
 )
 from .counters import LinkCounters
 from .dmq import DeadMessageQueues, DMQSender
+from .excuses import ExcusesStore
 from .logs import LOGGING_CONFIG_PROPERTY, BridgeLog
 from .pipeline import Interrupted
 from .plugins import load_configured_transformer, plugin_folders
@@ -111,7 +101,8 @@ class JMSBridge:
                  tuning: LinkTuning = LinkTuning(),
                  logging_config: str | Path | None = None,
                  transformer_path: Sequence[str | Path] | None = None,
-                 reap_interval: float = 1.0, broker_url: str | None = None) -> None:
+                 reap_interval: float = 1.0, broker_url: str | None = None,
+                 excuses: ExcusesStore | None = None) -> None:
         self._loader = config if callable(config) else None
         self.config: BridgeConfig | None = None if callable(config) else config
         if name:
@@ -136,6 +127,7 @@ class JMSBridge:
         self.transformer_path = transformer_path
         self.reap_interval = reap_interval
         self.broker_url = broker_url  # the host broker's jms service, for runner=spark links
+        self.excuses = excuses  # where links keep their excuses (an HA cluster's); None: files
         self.lifecycle = Lifecycle(f"bridge {self.name}", BRIDGE_TRANSITIONS)
         self.log = logging.getLogger(f"imq.bridge.{self.name}")
         self._bridge_log: BridgeLog | None = None
@@ -310,7 +302,32 @@ class JMSBridge:
             raise Interrupted(f"bridge {self.name} was stopped while starting")
 
     def _start(self, generation: int) -> None:
-        # 1. parse and validate
+        """The start steps in order; between them, give up when stop() cancelled the start."""
+        config = self._load_config()  # 1. parse and validate
+        # 2. the enabled links and DMQs: destinations and transformers
+        enabled = [link for link in config.links if link.enabled]
+        dmqs = [d for d in config.dmqs if d.enabled or d.is_builtin]
+        destinations = self._destinations(config, enabled, dmqs)
+        transformers = self._link_transformers(enabled)
+        self._go_on()
+        # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
+        connectors = self._connectors(config, enabled, dmqs)
+        self._go_on()
+        self._xa = self._start_xa(enabled, connectors)
+        self._go_on()
+        props = self.props  # (the links' settings from one reading of it)
+        transactions = self._link_transactions(config, enabled, connectors, destinations, props)
+        self._connections = BridgeConnections(connectors)
+        self._connections.prepare()
+        self._start_dmqs(dmqs, destinations)  # 8. the DMQs
+        self._go_on()
+        # 9. the links
+        self._make_links(config, enabled, destinations, transactions, transformers, props)
+        self._start_links(generation)
+
+    def _load_config(self) -> BridgeConfig:
+        """Start step 1: the configuration (read again when it comes from a loader), the
+        host broker's names reserved for it, the bridge's log opened."""
         self._links = {}
         if self._loader is not None:
             self.config = self._loader()
@@ -320,23 +337,25 @@ class JMSBridge:
             self.host.reserve(self.name, *host_client_names(config))
         self._open_log(config)
         self.log.info("bridge %s starting (%s)", self.name, config.source or "configuration")
-        # 2. the enabled links and DMQs: destinations and transformers
-        enabled = [link for link in config.links if link.enabled]
-        dmqs = [d for d in config.dmqs if d.enabled or d.is_builtin]
-        destinations = self._destinations(config, enabled, dmqs)
-        transformers = {link.name: self._transformer(link.target.message_transformer_class,
-                                                     f"link {link.name}", link.target.line)
-                        for link in enabled}
-        self._go_on()
-        # 3-7. factories; transacted links (coordinator, RMs, recovery); pools and shared
-        connectors = self._connectors(config, enabled, dmqs)
-        self._go_on()
-        self._xa = self._start_xa(enabled, connectors)
-        self._go_on()
+        return config
+
+    def _link_transformers(self, links: list[LinkConfig]) -> dict[str, MessageTransformer | None]:
+        """Start step 2: each link's transformer, loaded."""
+        return {link.name: self._transformer(link.target.message_transformer_class,
+                                             f"link {link.name}", link.target.line)
+                for link in links}
+
+    def _link_transactions(self, config: BridgeConfig, links: list[LinkConfig],
+                           connectors: dict[str, Connector],
+                           destinations: Mapping[str, Destination],
+                           props: BrokerProperties | None) -> dict[str, Any]:
+        """Start step 7: each link's transaction class (transfer.transaction_for; local
+        when imq.bridge.<name>.transaction.local allows and one RM serves both sides),
+        and a durable subscription's client id checked."""
         transactions = {}
-        bridge_props = self.props.bridge(self.name) if self.props is not None else None
+        bridge_props = props.bridge(self.name) if props is not None else None
         allow_local = bridge_props.transaction_local if bridge_props is not None else True
-        for link in enabled:
+        for link in links:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
             local = allow_local and one_resource_manager(
                 connectors[src].config, connectors[tgt].config, link.target.clientid)
@@ -352,9 +371,11 @@ class JMSBridge:
                 raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "
                                        f"durable-sub {link.source.durable_sub} needs the "
                                        "source's clientid attribute; add clientid")
-        self._connections = connections = BridgeConnections(connectors)
-        connections.prepare()
-        # 8. the DMQs
+        return transactions
+
+    def _start_dmqs(self, dmqs: list[Any], destinations: Mapping[str, Destination]) -> None:
+        """Start step 8: the DMQs' senders, and the built-in DMQ ready."""
+        assert self._connections is not None
         senders = []
         dest: Destination
         key = dmq_key(self.props) if self.props is not None else None  # marks what we dead-letter
@@ -364,7 +385,7 @@ class JMSBridge:
             else:  # only the built-in DMQ has no destination and factory refs
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
-            senders.append(DMQSender(dmq, dest, ref, connections, self.log, self._transformer(
+            senders.append(DMQSender(dmq, dest, ref, self._connections, self.log, self._transformer(
                 dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line), marker_key=key))
         self._dmqs = DeadMessageQueues(senders, self.log)
         try:
@@ -373,11 +394,18 @@ class JMSBridge:
             self._go_on()
             raise BridgeStartError(f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host "
                                    f"broker) is not ready: {exc}") from exc
-        self._go_on()
-        # 9. the links
-        context = RunnerContext(self.name, self.props, connections, self._dmqs, self.log, self.tuning,
-                                self.broker_url, self.transformer_path, self.host)
-        for link in enabled:
+
+    def _make_links(self, config: BridgeConfig, links: list[LinkConfig],
+                    destinations: dict[str, Destination], transactions: dict[str, Any],
+                    transformers: dict[str, MessageTransformer | None],
+                    props: BrokerProperties | None) -> None:
+        """Start step 9: each link's runner, made with its setup (not started)."""
+        connections, dmqs = self._connections, self._dmqs
+        assert connections is not None and dmqs is not None
+        bridge_props = props.bridge(self.name) if props is not None else None
+        context = RunnerContext(self.name, self.props, connections, dmqs, self.log, self.tuning,
+                                self.broker_url, self.transformer_path, self.host, self.excuses)
+        for link in links:
             target = (None if link.target.as_source
                       else destinations[link.target.destination_ref])
             txn = transactions[link.name]
@@ -404,11 +432,15 @@ class JMSBridge:
                                   setup)(setup, context)
             self._counters[link.name] = runner.counters  # those of its last start, if of its kind
             self._links[link.name] = runner
+
+    def _start_links(self, generation: int) -> None:
+        """Start step 9, last: the housekeeping thread, then every link (connecting goes on
+        in the link's thread; start() waits for it)."""
         self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
                                               daemon=True, name=f"bridge {self.name} housekeeping")
         self._housekeeping.start()
         for runner in self._links.values():
-            runner.start(0)  # connecting goes on in the link's thread; start() waits for it
+            runner.start(0)
 
     def _parallelism(self, config: BridgeConfig, link: LinkConfig, transacted: bool,
                      destinations: Mapping[str, Destination]) -> int:

@@ -1,23 +1,18 @@
-# How it works: load_bridge_config() reads the bytes an xmlurl names (see fetch.py) and
-# parse_bridge_config() turns them into frozen dataclasses in four steps:
-#   1. parse with lxml, safely: no network, no entity substitution, and a Resolver that
-#      answers every external load (DTDs, external entities) with an empty string, so no
-#      file or URL but the one the config names is ever read. A DOCTYPE must be absent or
-#      exactly <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">; internal subsets
-#      (entity declarations: billion laughs, XXE) and entity references are refused.
-#   2. validate against our DTD (dtd/sun_jmsbridge_1_0.dtd, installed as bridgemgr.dtd),
-#      always, whether or not the file has a DOCTYPE; libxml2's messages are reworded into
-#      sentences a user can act on (MESSAGE_RULES).
-#   3. build the dataclasses, taking every missing attribute's default from the DTD itself
-#      and converting each attribute with the kind in ATTRIBUTE_KINDS (numbers in range,
-#      dotted class names). The built-in DMQ is always present, and first.
-#   4. run the rules a DTD cannot express (CHECKS) over the dataclasses, among them the
-#      imq* properties of a factory without lookup-name: one it does not honour is an
-#      error (imqcf.py), never silently ignored.
-# Every problem carries file and line; all of them are raised together in one ConfigError.
-# Resolving connection factories (JNDI lookups, XA capability) is a separate step:
-# bridgemgr.jmsbridge.resolve.
-"""The JMS bridge XML configuration: DTD validation, defaults, and the rules beyond the DTD."""
+"""The JMS bridge XML configuration: DTD validation, defaults, and the rules beyond the DTD.
+
+load_bridge_config() reads the bytes an xmlurl names (fetch.py) and parse_bridge_config()
+turns them into frozen dataclasses: parse safely with lxml, validate against our DTD
+(dtd/sun_jmsbridge_1_0.dtd) with libxml2's messages reworded (MESSAGE_RULES), build the
+dataclasses with the DTD's defaults and ATTRIBUTE_KINDS, then run the rules a DTD cannot
+express (CHECKS). Resolving connection factories is a separate step (resolve.py).
+
+Rules: no file or URL but the one the config names is ever read (no network, no entities,
+a DOCTYPE absent or exactly the original's); every problem carries file and line, and all
+are raised together in one ConfigError; an imq* property a factory does not honour is an
+error (imqcf.py), never silently ignored.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeconfigpy.
+"""
 
 from __future__ import annotations
 

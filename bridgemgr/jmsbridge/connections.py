@@ -1,20 +1,18 @@
-# How it works: a Connector wraps one <connection-factory> and its resolved provider
-# factory and makes connections the way the element says: username/password (else
-# imqDefaultUsername/imqDefaultPassword), connect-attempts (-1: forever) with
-# connect-attempt-interval between them, the wait interruptible by the caller's stop
-# event. Each connection comes back as a Handle whose `broken` event the provider's
-# exception listener sets.
-#
-# BridgeConnections hands connections out as Leases, by the chapter's rules
-# (connection_kind): a link source always gets a DEDICATED connection; a target or DMQ
-# gets a DEDICATED one when it stays connected or names a clientid, a POOLED one when it
-# does not stay connected and its factory configures no client id, and a SHARED one
-# otherwise. A pool keeps returned connections and closes those idle longer than the
-# factory's idle-timeout (reap(), called by the bridge's housekeeping); a shared
-# connection is reference-counted and replaced when it breaks; a dedicated one is closed
-# when its lease is released. close() is the chapter's stop steps 2 and 3: wait until
-# every lease is back, then close every pool and shared connection.
-"""Dedicated, pooled and shared connections to the providers of a JMS bridge."""
+"""Dedicated, pooled and shared connections to the providers of a JMS bridge.
+
+A Connector wraps one <connection-factory> and makes connections the way the element says
+(login, connect-attempts, connect-attempt-interval, interruptible by a stop event), each a
+Handle whose `broken` event the provider's exception listener sets. BridgeConnections hands
+them out as Leases by the chapter's rules (connection_kind): DEDICATED for a link source
+and for a target or DMQ that stays connected or names a clientid, POOLED for one that does
+not stay connected and has no client id, SHARED otherwise.
+
+Rules: pools close connections idle past the factory's idle-timeout (reap()); a shared
+connection is reference-counted and replaced when it breaks; close() waits until every
+lease is back before closing (the chapter's stop steps 2 and 3).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeconnectionspy.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,16 @@
-# How it works: each link thread is the only writer of its LinkCounters (plain int
-# fields, so an update costs an attribute increment); readers (the admin `list`, metrics)
-# take snapshot(), a plain dict, which may lag a message behind but never tears a value.
-# Per completed unit (not per message) the Settler calls transferred_unit(): the time of
-# the last transfer, the per-second ring behind the one-minute rate, and the transfer
-# latency of each message (received -> its unit completed) into fixed histogram buckets,
-# a bisect per message. A message given to a DMQ sets last_error to "<REASON>: <why> (n
-# times)", n counting that reason, so a flood of dead messages is visible in `list link`.
-# current_error is what keeps the link from moving now (a lost connection, a resource
-# manager down, its in-doubt transactions waiting): set by trouble(), cleared once the
-# link is connected again.
-# A runner whose counters several threads write (the parallel runner's reader and settle
-# threads, the Spark runner's command and watcher threads) uses SharedCounters: every
-# write and snapshot() under its lock. A snapshot never changes the counters.
 """Per-link counters: received, transferred, to the DMQ (per reason), last error,
-latency histogram and rate."""
+latency histogram and rate.
+
+The Settler calls transferred_unit() per completed unit: last transfer time, the one-minute
+rate and each message's transfer latency into fixed histogram buckets. last_error names
+the latest DMQ reason with its count; current_error is what keeps the link from moving now.
+
+Rules: each link thread is the only writer of its LinkCounters (plain ints); readers take
+snapshot(), which never tears a value nor changes the counters; a runner whose counters
+several threads write uses SharedCounters (every write under its lock).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgecounterspy.
+"""
 
 from __future__ import annotations
 

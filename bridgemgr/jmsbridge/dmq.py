@@ -1,28 +1,19 @@
-# How it works: a link that cannot (or must not) transfer a message describes it as a
-# DeadLetter and gives it to its bridge's DeadMessageQueues, which follows the chapter's
-# sequence ("Dead Message Queue (DMQ) Processing"): the built-in DMQ (queue
-# imq.bridge.jms.dmq on the host broker) is tried first and, whether it took the message
-# or not, every other enabled <dmq> then in file order until one takes it (the chapter:
-# "stopping when a send attempt succeeds, unless it is the built-in DMQ"), so a dead
-# message is in the built-in DMQ and in the first user DMQ that takes it. When none takes
-# it, FinalLog writes one log line with every header and property. A DMQSender (one <dmq>)
-#   1. builds an ObjectMessage with the original's properties and the
-#      JMS_SUN_JMSBRIDGE_* properties of Table 12-1 (dmq_message(), a pure function),
-#   2. passes the original message to the DMQ's transformer, if it has one,
-#   3. sets the body to the transformed (or original) message, or to its str() with
-#      JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED when the codec cannot encode it,
-#   4. marks it as the bridge's own (with the instance's DMQ key): DMQ_MARKER is an
-#      HMAC-SHA256 over the DMQ properties the bridge sets (MARKED) and the body, which
-#      `dmq redrive` verifies, so a message a user put in a DMQ is never resent,
-#   5. sends it up to send-attempts times, send-attempt-interval apart, with the DMQ's
-#      time-to-live-in-millis and the original's delivery mode and priority.
-# A DMQ's connection follows the chapter's rules like a target's (connections.py); its
-# sender is locked, since every link of the bridge may use it. Failures are logged,
-# never raised: the link goes on. Only a stop request ends the attempts early: before
-# any DMQ took the message the link leaves it unconsumed (DMQResult.interrupted); once
-# the built-in DMQ has it, it counts as taken (the link consumes it rather than copy it
-# to the built-in DMQ again when it comes back).
-"""The DMQ pipeline: DMQ messages, the DMQ senders and the final log, in the chapter's order."""
+"""The DMQ pipeline: DMQ messages, the DMQ senders and the final log, in the chapter's order.
+
+A link that cannot transfer a message gives it as a DeadLetter to its bridge's
+DeadMessageQueues: the built-in DMQ first and, whether it took it or not, every other
+enabled <dmq> in file order until one takes it; when none does, FinalLog writes one log line
+with every header and property. A DMQSender builds the ObjectMessage with the
+JMS_SUN_JMSBRIDGE_* properties (dmq_message(), pure), applies the DMQ's transformer, marks
+it with an HMAC (DMQ_MARKER, verified by `dmq redrive`) and sends it up to send-attempts
+times.
+
+Rules: failures are logged, never raised (the link goes on); only a stop request ends the
+attempts early, and before any DMQ took the message the link leaves it unconsumed
+(DMQResult.interrupted); a sender is locked (every link of the bridge may use it).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgedmqpy.
+"""
 
 from __future__ import annotations
 

@@ -1,33 +1,19 @@
-# How it works: a link's excused redeliveries (batch.py: per message id, the undone units
-# that were a database outage's fault, which the backout threshold does not count) are
-# kept where the next run of the link reads them, written when they change: when an
-# outage undoes a unit, and when a unit holding an excused message is final. The delivery
-# counts the excuses offset are kept by the source broker across restarts, so the
-# excuses must be too: otherwise a kill -9 after an outage reads a healthy message's
-# excused redeliveries as backouts and sends it to the DMQ. A restart itself is not
-# excused (a message that crashes the service still reaches its threshold). At most
-# LIMIT ids are kept (the oldest go first: an id whose message never comes back, such as
-# one purged by hand, cannot fill the disk). In memory the counts are the link's own
-# (read at its start, changed by it alone); where they are kept:
-# - Excuses: bridges/<bridge>/excused.<link> of the instance, a JSON object rewritten
-#   whenever it changes (a temporary file, 0600, fsync, then renamed over the old one).
-#   Without a file (a bridge with no instance folder) they last as long as the link.
-# - SharedExcuses, on an instance of an HA cluster (providers/embedded/cluster.py): the
-#   table imq_bridge_excuses of the cluster's schema, one row per (bridge, link, message
-#   id) with its count and a seq (newer: excused later), so the instance that takes the
-#   bridge over (a var folder of its own, the dead owner's store and delivery counts
-#   moved into its own) reads them. The rows are fenced like the XA log's: only the
-#   bridge's owner writes them. Excuses arise while the database is down, so the table is
-#   written behind the link: a change marks its ids, and a writer thread (one per link,
-#   while there is something to write) writes the marked ids' counts (upsert; a forgotten
-#   or evicted id: delete) in one transaction, retrying every RETRY seconds while the
-#   database cannot be reached. The link never waits for it, and nothing is lost while the
-#   instance lives: what the outage excused is written when the database is back, within
-#   RETRY s, as the raised delivery counts are (the store writes them then too). An
-#   instance that dies in that instant, after the store's write and before ours, loses
-#   those excuses, as before there were shared ones. A write the database refuses (fenced:
-#   the bridge is another's now) is given up, logged.
-"""A link's excused redeliveries, kept so that a restart or an HA takeover does not forget them."""
+"""A link's excused redeliveries, kept so that a restart or an HA takeover does not forget them.
+
+A unit undone by an outage (outage(): a store, an XA log or a resource manager that could
+not be reached, anywhere in the chain of causes) is no fault of its messages; the Batch
+excuses them, and the backout threshold does not count those redeliveries. Since the source
+broker keeps the delivery counts across restarts, the excuses are kept too: Excuses in
+bridges/<bridge>/excused.<link> (JSON, 0600, written aside and renamed), SharedExcuses on an
+HA instance in the cluster's table imq_bridge_excuses, written behind the link by a writer
+thread that retries while the database is down.
+
+Rules: a restart itself is not excused; at most LIMIT ids are kept (oldest first out); only
+the bridge's owner writes the shared rows (fenced like the XA log); the link never waits
+for the database; this module knows no provider.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeexcusespy.
+"""
 
 from __future__ import annotations
 
@@ -38,14 +24,34 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from ..jms.errors import StoreError
+from ..jms import xa
+from ..jms.errors import StoreError, StoreFull, TransportException, XAException
 from ..private import open_private, private_dir
+from ..xa.txlog import TxLogError
 
 LIMIT = 10_000
 RETRY = 1.0  # seconds between tries of a SharedExcuses write while the database is out of reach
 TABLE = "imq_bridge_excuses"
+
+
+def outage(exc: BaseException | None) -> bool:
+    """Whether a failure was an outage, not its messages' fault: a store that cannot
+    reach its database or write (StoreUnavailable, StoreFull), an XA log that cannot be
+    written (TxLogError: its database unreachable, its disk full), a resource manager
+    that cannot be reached or whose
+    connection was lost (TransportException, XAER_RMFAIL), anywhere in its chain of
+    causes."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, (StoreFull, TxLogError, TransportException)) or (
+                isinstance(exc, XAException)
+                and exc.errorcode == xa.XAER_RMFAIL):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 def excuses_path(bridge_dir: Path, link: str) -> Path:
@@ -241,12 +247,15 @@ class SharedExcuses(Excuses):
             conn.close()
 
 
-def link_excuses(props: Any, bridge: str, link: str, log: logging.Logger) -> Excuses:
-    """Where link ``link`` of ``bridge`` keeps its excuses: the HA cluster's table on an
-    instance of one, else the file in the bridge's folder."""
-    from ..providers.embedded.cluster import cluster_settings
+class ExcusesStore(Protocol):
+    """Where the links of a bridge keep their excuses, if not in files: the runner's
+    context (runners.py) has it; the service gives one on an instance of an HA cluster."""
 
-    ha = cluster_settings(props)
-    if ha is not None:
-        return SharedExcuses(ha.jdbc.connect, bridge, link, log)
-    return Excuses(excuses_path(props.bridge_dir(bridge), link), log)
+    def __call__(self, bridge: str, link: str, log: logging.Logger) -> Excuses: ...
+
+
+def shared_excuses(connect: Callable[[], Any]) -> ExcusesStore:
+    """The HA cluster's table: ``connect`` opens a DB-API connection to the cluster's schema."""
+    def store(bridge: str, link: str, log: logging.Logger) -> Excuses:
+        return SharedExcuses(connect, bridge, link, log)
+    return store

@@ -1,9 +1,11 @@
-# How it works: read_xmlurl() turns an imq.bridge.<name>.xmlurl value into bytes. SCHEMES
-# maps each URL scheme to a reader: plain paths and file: URLs are read from disk (regular
-# files only, so a FIFO or a device cannot hang or flood us), http: and https: through
-# urllib with a deadline for the whole transfer and redirects only to http(s). Every
-# reader stops at max_bytes. Failures become one ConfigError naming the URL.
-"""Reading a bridge XML file from the place its xmlurl names: a path, file: or http(s):."""
+"""Reading a bridge XML file from the place its xmlurl names: a path, file: or http(s):.
+
+Read_xmlurl() turns an imq.bridge.<name>.xmlurl value into bytes. SCHEMES
+maps each URL scheme to a reader: plain paths and file: URLs are read from disk (regular
+files only, so a FIFO or a device cannot hang or flood us), http: and https: through
+urllib with a deadline for the whole transfer and redirects only to http(s). Every
+reader stops at max_bytes. Failures become one ConfigError naming the URL.
+"""
 
 from __future__ import annotations
 

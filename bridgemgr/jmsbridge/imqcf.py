@@ -1,39 +1,22 @@
-# How it works: a <connection-factory> without lookup-name is configured, as in the
-# original, by the Message Queue ConnectionFactory attributes in its <property> elements.
-# imq_settings() reads them into IMQSettings and returns a Problem (file and line of the
-# <property>, the property's name, never a password) for every one it cannot honour, so
-# `check` and a bridge's start refuse a factory that would otherwise quietly ignore one:
-#
-#   imqAddressList             [mq|mqtcp|mqssl://]host[:port][/jms|/ssljms], comma-separated;
-#                              absent: the host broker (in-process, or $IMQ_BROKER_URL)
-#   imqAddressListBehavior     PRIORITY (in the list's order) or RANDOM (shuffled each time)
-#   imqAddressListIterations   how often one connect walks the whole list (>= 1)
-#   imqReconnectEnabled        true: each address is tried 1 + imqReconnectAttempts times,
-#   imqReconnectAttempts       imqReconnectInterval milliseconds apart, before the next one
-#   imqReconnectInterval       (the bridge replaces a lost connection itself, through the
-#                              same list, within connect-attempts)
-#   imqDefaultUsername/Password  the login when the username/password attributes are absent
-#   imqConfiguredClientID      the client id of the factory's connections
-#   imqPingInterval            seconds between heart-beats (0 or -1: the service's interval)
-#   imqConnectionType          TCP or TLS (TLS: every address over TLS, the broker's
-#                              certificate verified against the system's CAs / SSL_CERT_FILE)
-#   imqConsumerFlowLimit       messages the service pushes ahead to each consumer (the mq://
-#                              client's prefetch; 0: a consumer pulls one at a time)
-#   imqAckTimeout              milliseconds an XA call waits for the broker's answer before
-#                              the connection counts as lost (default 10000: a hung broker is
-#                              noticed in seconds; 0: wait indefinitely, the original's default)
-#
-# Unlimited iterations or attempts (-1) are refused: a connect could then not be stopped;
-# the factory's connect-attempts="-1" retries forever and a stop still ends it. With an
-# address list, AddressListFactory is the XA-capable factory the bridge connects with
-# (resolve.py): one mq:// client factory per address, walked as the settings say.
-"""The original's imq* connection factory attributes, for factories without lookup-name."""
+"""The original's imq* connection factory attributes, for factories without lookup-name.
+
+imq_settings() reads the Message Queue ConnectionFactory attributes of a factory's
+<property> elements (imqAddressList and its behaviour and iterations, reconnects, default
+login, client id, ping interval, connection type, consumer flow limit, ack timeout) into
+IMQSettings. With an address list, AddressListFactory is the XA-capable factory the bridge
+connects with (resolve.py): one mq:// client factory per address, walked as the settings say.
+
+Rules: every attribute it cannot honour is a Problem (file and line of the <property>, its
+name, never a password), so `check` and a start refuse it instead of ignoring it quietly;
+unlimited iterations or attempts (-1) are refused (a connect could not be stopped).
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgeimqcfpy.
+"""
 
 from __future__ import annotations
 
 import difflib
 import random
-import ssl
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -41,14 +24,15 @@ from enum import Enum
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from ..jms import naming
 from ..jms.errors import JMSException, JMSSecurityException, TransportException
 from ..jms.spi import XAConnectionFactory
 from ..props import Problem, Severity, clip, integer, shorten
-from ..providers.embedded.remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, ack_timeout_seconds
 
 if TYPE_CHECKING:
     from .config import Property
 
+EMBEDDED_CONTEXT = "imq.embedded"  # java.naming.factory.initial of the embedded broker
 ADDRESS_LIST = "imqAddressList"
 ADDRESS_LIST_BEHAVIOR = "imqAddressListBehavior"
 ADDRESS_LIST_ITERATIONS = "imqAddressListIterations"
@@ -61,6 +45,7 @@ CONFIGURED_CLIENT_ID = "imqConfiguredClientID"
 PING_INTERVAL = "imqPingInterval"
 CONNECTION_TYPE = "imqConnectionType"
 CONSUMER_FLOW_LIMIT = "imqConsumerFlowLimit"
+ACK_TIMEOUT = "imqAckTimeout"
 SUPPORTED = (ADDRESS_LIST, ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
              RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, DEFAULT_USERNAME, DEFAULT_PASSWORD,
              CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE, CONSUMER_FLOW_LIMIT,
@@ -110,7 +95,7 @@ class IMQSettings:
     client_id: str | None = None
     ping_interval_s: int = DEFAULT_PING_SECONDS
     consumer_flow_limit: int = DEFAULT_FLOW_LIMIT
-    ack_timeout_ms: int = DEFAULT_ACK_TIMEOUT_MS
+    ack_timeout_ms: int | None = None  # None: the mq:// client's (10000)
 
     @property
     def tries_per_address(self) -> int:
@@ -235,6 +220,7 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
     if CONFIGURED_CLIENT_ID in values and not values[CONFIGURED_CLIENT_ID].strip():
         problem(CONFIGURED_CLIENT_ID, f"property {CONFIGURED_CLIENT_ID} is empty; give the "
                 "client id or remove it")
+    ack_timeout = number(ACK_TIMEOUT, 0, 86_400_000, -1)  # -1: not given (or refused above)
     settings = IMQSettings(
         addresses=tuple(addresses),
         behavior=behavior,
@@ -247,7 +233,7 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         client_id=values.get(CONFIGURED_CLIENT_ID, "").strip() or None,
         ping_interval_s=max(0, ping),
         consumer_flow_limit=number(CONSUMER_FLOW_LIMIT, 0, 65536, DEFAULT_FLOW_LIMIT),
-        ack_timeout_ms=number(ACK_TIMEOUT, 0, 86_400_000, DEFAULT_ACK_TIMEOUT_MS))
+        ack_timeout_ms=ack_timeout if ack_timeout >= 0 else None)
     return settings, problems
 
 
@@ -256,17 +242,18 @@ class AddressListFactory(XAConnectionFactory):
     host broker's factory is). Each connect walks the list as the settings say."""
 
     def __init__(self, settings: IMQSettings) -> None:
-        from ..providers.embedded.remote import RemoteConnectionFactory
-
         if not settings.addresses:
             raise JMSException(f"{ADDRESS_LIST} is empty")
         self.settings = settings
-        # heartbeat 0: the client proposes none and the service's interval applies
-        self.brokers = [RemoteConnectionFactory(
-            a.url, ssl_context=ssl.create_default_context() if a.tls else None,
-            heartbeat=float(settings.ping_interval_s), prefetch=settings.consumer_flow_limit,
-            xa_timeout=ack_timeout_seconds(settings.ack_timeout_ms))
-            for a in settings.addresses]
+        # each broker through the embedded broker's naming context for mq:// URLs;
+        # heart-beats 0: the client proposes none and the service's interval applies
+        client = {PING_INTERVAL: str(settings.ping_interval_s),
+                  CONSUMER_FLOW_LIMIT: str(settings.consumer_flow_limit)}
+        if settings.ack_timeout_ms is not None:
+            client[ACK_TIMEOUT] = str(settings.ack_timeout_ms)
+        self.brokers = [naming.lookup("XAConnectionFactory", {
+            naming.INITIAL_CONTEXT_FACTORY: EMBEDDED_CONTEXT, naming.PROVIDER_URL: a.url,
+            CONNECTION_TYPE: "TLS" if a.tls else "TCP", **client}) for a in settings.addresses]
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
         """The first connection an address accepts; a refused login fails at once (the

@@ -1,18 +1,16 @@
-# How it works: a link whose source's prefetch counts messages (STOMP, AMQP, Java
-# providers) bounds that prefetch in bytes with the size of the largest message it has
-# received (link.py's prefetch_window): ceil(windowBytes / size) messages a window. The
-# size is kept in bridges/<bridge>/largest.<link>, next to the link's excuses
-# (excuses.py), as decimal bytes in a file written as they are (a temporary file, 0600,
-# fsync, then renamed over the old one), and read when the link is made: so the first
-# connection after a restart of the service asks for the bounded prefetch, not for
-# whole windows (3000 messages of 1 MiB would be 3 GB). The file is written only when a
-# message is bigger than what it holds, and then holds that size plus an eighth: sizes
-# that creep up a byte at a time are written a few dozen times in a link's life, never
-# once per message, and the count asked is at most an eighth smaller than the exact
-# size's. The size only grows: a link that once moved a big message keeps asking for
-# the prefetch that bounds it (delete the file, with the link stopped, to forget it).
-# A file that cannot be read or written is reported and the size kept in memory.
-"""The size of the largest message a link has received, kept across restarts."""
+"""The size of the largest message a link has received, kept across restarts.
+
+A link whose source's prefetch counts messages bounds it in bytes with this size
+(link.py's prefetch_window: ceil(windowBytes / size) messages a window), so the first
+connection after a restart asks for the bounded prefetch. The size lives in
+bridges/<bridge>/largest.<link> (decimal bytes, 0600, written aside and renamed).
+
+Rules: the size only grows; it is written only when a message is bigger than what the file
+holds, and then as that size plus an eighth (a few dozen writes in a link's life, never one
+per message); a file that cannot be read or written is reported and the size kept in memory.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgelargestpy.
+"""
 
 from __future__ import annotations
 

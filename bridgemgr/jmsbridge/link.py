@@ -1,85 +1,21 @@
-# How it works: a started link runs one thread, _main(): connect (the source on a
-# dedicated connection with its clientid, durable-sub and selector; the target by the
-# chapter's rules, through BridgeConnections), then _loop() until told otherwise:
-#   receive -> pipeline.run_steps() -> send | DMQ | consume-only | halt -> complete.
-# "complete" is the TransferTransaction's (transfer.py): CLIENT_ACKNOWLEDGE for a
-# non-transacted link, an XA commit for a transacted one. Handled messages wait in the
-# Batch (batch.py) until it is full (tuning.ack_batch, or the bridge's
-# transaction.batchSize when transacted, or messages holding imq.bridge.<name>.link.
-# windowBytes bytes: Message.size(), summed by the Batch's Unit) or the source has
-# nothing more right now; a batch of 1 is the chapter's "acknowledge after the send".
-# Only completed messages count as transferred and get the INFO log line; the Settler
-# (settle.py) counts them, at once or when the outcome of a unit committed behind the
-# link comes.
-#
-# The link's producer has confirm_sends set: a send returns once the provider answered
-# for the message, also where a provider would otherwise answer later (a NON_PERSISTENT
-# send over mq:// or STOMP), so a refusal is that message's failure, never the next
-# one's, and no message is acknowledged before its send is known to have succeeded.
-# With a confirm window (imq.bridge.<name>.link.window > 1; non-transacted links, and if
-# their transformer can halt them, only from a source that acknowledges its oldest
-# messages alone, see below) the link sends with send_async() instead and does not
-# wait: up to `window` sends are outstanding, fewer where their messages hold windowBytes
-# (the batch is at least that big), their outcomes kept in send order by a ConfirmWindow
-# (window.py); a target whose send is confirmed when it returns (answers_when_sent: a
-# host broker without a store) is sent to plainly, the batch still a window. Before the
-# unit completes,
-# _confirm() flushes the producer and takes the outcomes in order: confirmed ones are
-# acknowledged with the unit (CLIENT_ACKNOWLEDGE acks all delivered: every one of them
-# is settled by then); a refused one goes to the DMQ as a synchronous refusal would
-# (SEND_FAILURE, consumed at once with the others); the sends a lost connection left
-# unanswered (an answer that never came; a send that found the connection lost, after
-# the answers that came before the loss were taken) are sent again, waiting, on a new
-# target connection, and when that fails too the whole unit comes back from the source
-# after the reconnect (the refused ones of it are remembered by the Batch and consumed
-# without a second copy); a
-# retriable failure backs the unit out, its messages then move one by one with the usual
-# retries. So order and at-least-once hold, and a crash or a lost connection duplicates
-# at most one window. Where the source can acknowledge its oldest messages only
-# (Session.acknowledge_oldest: AMQP, the host broker, mq://) and the target's answers
-# come while nobody flushes (MessageProducer.answers_alone: AMQP, STOMP), a full window
-# does not wait for all of its sends:
-# _slide() waits for the oldest, acknowledges the unit's head up to the last confirmed
-# send and sends on (a sliding window: the target's confirm latency, an fsync, is paid
-# once, not once per window). The source session is asked to prefetch PREFETCH_WINDOWS windows
-# (Session.prefetch_at_least), so deliveries keep coming while a window is confirmed. It
-# counts messages, as providers do: a link that has seen a message of S bytes (`largest`,
-# kept across reconnects, stop and start, and restarts of the service: largest.py) asks
-# each connection for windows of ceil(windowBytes / S) messages (a unit of them) where
-# that is fewer, and for at most PREFETCH_WINDOWS of those whatever the provider URL says
-# (Session.prefetch_at_most), so that its prefetch holds about PREFETCH_WINDOWS x
-# windowBytes of such messages too. A link that never saw a message asks for whole
-# windows, and lowers the ceiling when the first message (or a bigger one) comes: on
-# the open consumer where the provider can (AMQP), else from the next connection on
-# (docs/jms-bridges.md).
-#
-# Failures: a tolerated send failure on a non-transacted link goes to the DMQ and is
-# consumed at once, with the batch before it (the target may drop the connection next,
-# and nothing may come back to be sent or dead-lettered twice). On a transacted link it
-# rolls the unit back, and so does a completion that failed before the commit decision
-# (a target refusing a message at prepare): the messages come back, none goes to the
-# DMQ. After such a rollback the unit's messages move one per transaction
-# (Batch.back_out), so only the failing one is backed out again while the others go
-# through in order; once backed out backoutThreshold times it goes to the DMQ
-# (BACKOUT_THRESHOLD_REACHED, pipeline.py) and the link moves on. A completion that
-# failed otherwise sends the batch to the DMQ (ACK_FAILURE; COMMIT_FAILURE: a commit
-# phase with a heuristic outcome). A dead message whose unit is undone after it went to
-# the DMQ comes back with the others; the Batch remembers it, so it is consumed then
-# without a second DMQ copy.
-# A lost connection (ConnectionLost) drops every connection, aborts the unit (unacked
-# messages come back: at-least-once, never lost) and reconnects within the factory's
-# connect-attempts, backing off when it keeps losing it (ReconnectPolicy, reconnect.py);
-# when those run out, or on a transformer failure with consume-no-transfer-on-transform-
-# error false (HALT), the link stops by itself with last_error set. A HALT first settles
-# the window and acknowledges the messages received before the failing one, not it
-# (acknowledge_oldest: CLIENT_ACKNOWLEDGE would take it too); where the source cannot do
-# that, such a link completes each message before receiving the next (window 1). Commands
-# (start/stop/pause/resume) come from other threads: they set `_want` and wait on the
-# Lifecycle for the thread to get there; the thread looks at `_want` between messages, so
-# stop and pause always finish the message in flight; but a send the target holds (a
-# full FLOW_CONTROL host queue) is given up by stop (the target session's cancel is the
-# stop event: SendCancelled -> Interrupted), that message unsent and unacknowledged.
-"""A JMS bridge link: the transfer loop and its commands."""
+"""A JMS bridge link: the transfer loop and its commands.
+
+A started link runs one thread, _main(): connect, then _loop():
+receive -> pipeline.run_steps() -> send | DMQ | consume-only | halt -> complete, where
+"complete" is the TransferTransaction's (transfer.py) for the unit of messages the Batch
+(batch.py) holds; the Settler (settle.py) counts what became final. With a confirm window
+(imq.bridge.<name>.link.window > 1) sends are asynchronous, their outcomes kept in order by
+a ConfirmWindow (window.py), the prefetch bounded in bytes by the largest message seen
+(largest.py). A lost connection aborts the unit and reconnects (reconnect.py).
+
+Rules: no message is acknowledged before its send (and every send before it) is known to
+have succeeded; only completed messages count as transferred; a failure never loses a
+message and never sends one to the DMQ twice; a transacted link rolls back instead of
+dead-lettering a refused send. Commands from other threads set `_want` and wait on the
+Lifecycle; stop and pause finish the message in flight.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgelinkpy.
+"""
 
 from __future__ import annotations
 
@@ -90,15 +26,15 @@ from functools import partial
 from pathlib import Path
 
 from ..jms.destination import Topic
-from ..jms.errors import JMSException, StoreUnavailable
+from ..jms.errors import JMSException
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer, Session
 from ..logfiles import PER_MESSAGE
-from ..xa.txlog import TxLogUnavailable
+from ..xa.txlog import TxLogError
 from .batch import Batch, Unit
 from .connections import BridgeConnections, ConnectError, ConnectionKind, Lease
 from .dmq import DeadMessageQueues, dead_letter
-from .excuses import Excuses, link_excuses
+from .excuses import Excuses, excuses_path, outage
 from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
@@ -420,7 +356,7 @@ class Link(RunnerBase):
                 except Exception:
                     pass
             txn.close()  # units completing behind the link finish first
-        self.settler.closed(txn, _outage)
+        self.settler.closed(txn)
         for lease in (self._target, self._source):
             if lease is not None:
                 lease.release(broken)
@@ -477,10 +413,8 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if batch.full():
                     self._complete(pending)
-        except ConnectionLost as exc:
-            if pending and _outage(exc):
-                batch.excuse(pending)
-            batch.undone(pending)  # they come back after the reconnect
+        except (ConnectionLost, TxLogError) as exc:
+            batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
 
     def _handle(self, ctx: ProcessingContext, plan: LinkPlan, pending: Unit) -> None:
@@ -635,7 +569,7 @@ class Link(RunnerBase):
         if retried is not None:
             ctx, error = retried
             self.counters.error(f"send to {ctx.destination}: {error}")
-            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send")
+            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", error)
             return
         if resend:
             refused = self._resend(resend, lost) or refused
@@ -692,7 +626,9 @@ class Link(RunnerBase):
             self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
                              self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
             self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
-            self._back_out(pending, ctx.headers[_DELIVERY_COUNT], "a failed send", extra=1)
+            attempt = ctx.headers[_DELIVERY_COUNT]
+            pending.append(ctx)  # undone with the others
+            self._back_out(pending, attempt, "a failed send", ctx.error)
             return
         self._refused(ctx)
         pending.append(ctx)
@@ -702,24 +638,26 @@ class Link(RunnerBase):
         self._complete(pending)
 
     def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str,
-                  extra: int = 0) -> None:
-        """Roll the open unit back after ``what`` failed for one of its messages: they come
-        back from the source, and move one per transaction until all of them are through
-        again, so that only the failing one is backed out once more (it, not its
-        neighbours, reaches the backout threshold). Backs off before going on."""
-        self.batch.back_out(pending, extra)
-        self._roll_back(pending, attempt, what, extra)
+                  cause: BaseException | None) -> None:
+        """Roll the open unit back after ``what`` failed for one of its messages (with
+        ``cause``: an outage excuses them): they come back from the source, and move one
+        per transaction until all of them are through again, so that only the failing one
+        is backed out once more (it, not its neighbours, reaches the backout threshold).
+        Backs off before going on."""
+        self.batch.back_out(pending)
+        self._roll_back(pending, attempt, what, cause)
 
     def _roll_back(self, pending: list[ProcessingContext], attempt: int, what: str,
-                   extra: int = 0) -> None:
+                   cause: BaseException | None = None) -> None:
         """Roll the open unit back, then back off so that what keeps failing does not spin."""
-        self._abort(pending, extra)
+        self._abort(pending, cause)
         if not self.operator.backoff(attempt):
             raise Interrupted(f"stopped while backing off after {what}")
 
-    def _abort(self, pending: list[ProcessingContext], extra: int = 0) -> None:
+    def _abort(self, pending: list[ProcessingContext], cause: BaseException | None = None) -> None:
+        """Undo the open unit; its messages come back because of ``cause`` (Batch.returned)."""
         assert self._txn is not None
-        self.batch.undone(pending, extra)
+        self.batch.undone(pending, cause)
         self._txn.abort()
 
     def _end_unit(self, pending: list[ProcessingContext]) -> None:
@@ -777,17 +715,16 @@ class Link(RunnerBase):
         False after a failure."""
         txn = self._txn
         assert txn is not None
-        failed = self.settler.settle(txn, wait, _outage)
+        failed = self.settler.settle(txn, wait)
         if failed is None:
             return True
         unit, exc = failed
-        if _outage(exc):  # the open unit's rollback is not its messages' fault either
-            self.batch.excuse(pending)
-            if received is not None and received.message_id:
-                self.batch.excuse_id(received.message_id)
+        if received is not None and received.message_id and outage(exc):
+            self.batch.excuse_id(received.message_id)  # undone with the open unit
         if pending:
-            self._abort(pending)
+            self._abort(pending, exc)
         if not isinstance(exc, JMSException):  # the log cannot be written: the link stops
+            self.batch.returned(unit, exc)
             raise exc
         self._completion_failed(unit, exc)
         return False
@@ -805,12 +742,10 @@ class Link(RunnerBase):
             self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
                              "the source", self.name, stage.value, len(pending), exc)
             if isinstance(exc, CONNECTION_LOST):
-                if _outage(exc):
-                    self.batch.excuse(pending)
-                self._abort(pending)
+                self._abort(pending, exc)
                 raise ConnectionLost(f"{stage.value}: {exc}") from exc
             self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
-                           f"a failed {stage.value}")
+                           f"a failed {stage.value}", exc)
             return
         self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
                          self.name, stage.value, len(pending), exc)
@@ -863,23 +798,14 @@ class _Halt(Exception):
 
 def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     """runner=local: the link in a thread of this process."""
-    props = context.props
+    props, name = context.props, setup.config.name
     folder = props.bridge_dir(context.bridge) if props is not None else None
-    return Link(setup, context.connections, context.dmqs, context.log, context.tuning,
-                link_excuses(props, context.bridge, setup.config.name, context.log)
-                if props is not None else None,
-                largest_path(folder, setup.config.name) if folder else None)
+    store = context.excuses
+    excused = (store(context.bridge, name, context.log) if store is not None
+               else Excuses(excuses_path(folder, name), context.log) if folder else None)
+    return Link(setup, context.connections, context.dmqs, context.log, context.tuning, excused,
+                largest_path(folder, name) if folder else None)
 
 
 register_link_runner(LOCAL, local_link)
 
-
-def _outage(exc: BaseException) -> bool:
-    """A failure caused by a store or XA log that could not reach its database (in the
-    chain of causes), not by the messages of the unit."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, (StoreUnavailable, TxLogUnavailable)):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False

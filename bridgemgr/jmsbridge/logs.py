@@ -1,27 +1,17 @@
-# How it works: every JMS bridge logs through the logger imq.bridge.<name> (its links
-# too), which BridgeLog gives its own file, IMQ_VARHOME/instances/<instance>/bridges/
-# <name>/log.txt, rotating as imq.bridge.<name>.logfile.limit (bytes; 0 = no limit) and
-# logfile.count (files cycled through) say: count N keeps log.txt and N-1 older files
-# (log.txt.1 ...); with count 1 the file starts over when it reaches the limit, as
-# java.util.logging.FileHandler does. Levels come from a logging configuration file in the
-# Java format the chapter names (java.util.logging.config.file): lines
-# `imq.bridge.<name>.level=FINE` set the bridge's logger (and `imq.bridge.<name>.<x>.level`
-# a child's); Java and Python level names are both understood; INFO is the default, so
-# the per-transfer INFO lines are written. A filter on the logger replaces the bridge's
-# configured passwords with ******** wherever they would appear (a provider error text
-# may quote one), so the file never holds a password.
-#
-# imq.bridge.<name>.level sets the level when the configuration file does not.
-#
-# A busy link writes an INFO line per message, so the file handler (logfiles.RotatingFile)
-# is built for that: it counts the bytes it wrote instead of asking the file, formats the
-# time once a second, and writes INFO and below through the file's buffer, which flush()
-# (the bridge's housekeeping, every second, and close) empties; WARNING and above are
-# flushed at once. A file that cannot be written (a full disk) costs its lines, not the
-# bridge: the service log says so once, and once more when the file takes lines again.
-# The lines about one message are logged with extra=PER_MESSAGE: they stay out of the
-# service log and the console (logfiles.py), in the bridge's file only.
-"""Per-bridge log files, rotation, levels from a logging configuration file, redaction."""
+"""Per-bridge log files, rotation, levels from a logging configuration file, redaction.
+
+Every JMS bridge logs through the logger imq.bridge.<name>, which BridgeLog gives its own
+file, bridges/<name>/log.txt of the instance, rotating by imq.bridge.<name>.logfile.limit
+and logfile.count; levels come from a Java-format logging configuration file
+(java.util.logging.config.file) or imq.bridge.<name>.level; INFO by default.
+
+Rules: a filter replaces the bridge's configured passwords with ******** (the file never
+holds a password); INFO and below are buffered (flushed every second), WARNING and above at
+once; a file that cannot be written costs its lines, not the bridge; lines about one
+message (extra=PER_MESSAGE) stay in the bridge's file only.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgelogspy.
+"""
 
 from __future__ import annotations
 

@@ -1,24 +1,18 @@
-# How it works: a link hands every received message to run_steps() with a fresh
-# ProcessingContext (which keeps the raw original and its header values) and the link's
-# LinkPlan (what the steps need of the configuration, fixed when the link connects).
-# STEPS is the chapter's transfer sequence up to the send, one pure function per step:
-#   backout (ours: a poison message goes to the DMQ), expiration (step 2), JMSReplyTo
-#   (step 3), transformer with branch_to / no_transfer (step 4), bridge-name tag (step 5),
-#   and the send parameters (step 6: destination, remaining time to live, delivery mode
-#   and priority of the original).
-# A step returns the message to go on with, or None after setting ctx.action (DEAD: to
-# the DMQ with ctx.reason, then consume; CONSUME: consume without sending; HALT: stop the
-# link without consuming). Steps never send, acknowledge or log: link.py does the I/O
-# (and so does the Spark runner, which reuses these steps).
-#
-# Every step and every I/O call is governed by RetryWithTolerance, as in Kafka Connect
-# (execute() runs an operation; the hot paths try once inline and hand a failure to
-# failed()): RetriableError (and a retriable transport error) is retried with exponential
-# backoff until a deadline, interruptible by the link's stop event; an error the stage
-# tolerates (TOLERANCE) is recorded on the context and None comes back; anything else
-# propagates (a lost connection: the link reconnects; a bug: the link stops). LinkPlan.steps
-# leaves out the steps a link's configuration makes no-ops, once per connection.
-"""The per-message steps of a JMS bridge link, and the retry-with-tolerance executor."""
+"""The per-message steps of a JMS bridge link, and the retry-with-tolerance executor.
+
+run_steps() runs STEPS, the chapter's transfer sequence up to the send, over a received
+message with a fresh ProcessingContext and the link's LinkPlan: backout, expiration,
+JMSReplyTo, transformer, bridge-name tag, send parameters. A step returns the message to go
+on with, or None after setting ctx.action (DEAD, CONSUME or HALT). RetryWithTolerance (as in
+Kafka Connect) governs every step and I/O call: retriable errors are retried with backoff
+until a deadline, tolerated ones (TOLERANCE) recorded, anything else propagates.
+
+Rules: steps are pure functions: they never send, acknowledge or log (link.py does the
+I/O, and the Spark runner reuses the steps); LinkPlan.steps leaves out no-op steps once
+per connection.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgepipelinepy.
+"""
 
 from __future__ import annotations
 
@@ -205,9 +199,9 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 def check_backout(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> Message | None:
     """A message backed out backoutThreshold times is poison: to the DMQ instead of being
     tried again (WebSphere MQ's backout count reaching BOTHRESH). Every redelivery is a
-    backout: a rollback, a recover, or a connection lost before the acknowledge; except
-    those ``excused`` (its unit rolled back because a store or transaction log could not
-    reach its database: the outage's fault, not the message's)."""
+    backout (a rollback, a recover, a restart of the service) except those ``excused``:
+    its unit was undone by an outage (excuses.outage: a store, XA log or resource
+    manager that could not be reached), not by the message."""
     redeliveries = ctx.headers[_DELIVERY_COUNT] - 1 - ctx.excused
     if plan.backout_threshold and redeliveries >= plan.backout_threshold:
         ctx.dead(DMQReason.BACKOUT_THRESHOLD_REACHED,

@@ -1,15 +1,17 @@
-# How it works: a bridge's start (bridge.py, step 2) and `imqbridgemgr check` (check.py)
-# load a bridge XML's message-transformer-class values with the same function,
-# load_configured_transformer(): bridgemgr.transform.load_transformer (the plugin folders
-# of plugin_folders(): imq.bridge.transformer.path, $IMQ_BRIDGE_TRANSFORMER_PATH,
-# <instance>/lib/ext, $IMQ_HOME/lib/ext; the Python path; then a Java class when Java is
-# configured), its failure
-# reworded to name the link or DMQ and where such a class has to be. So a transformer
-# that `check` passes is one the start loads, and one it names is one the start refuses.
-# `check` inspects rather than loads (inspect_configured_transformer(): the module's source
-# read with ast, so a plugin's import-time code does not run) where the source can say.
-# transformer_uses() lists every transformer a configuration names, for check.
-"""Loading the message transformers a bridge XML names, for a start and for `check`."""
+"""Loading the message transformers a bridge XML names, for a start and for `check`.
+
+A bridge's start (bridge.py, step 2) and `imqbridgemgr check` (bridgemgr/check.py)
+load a bridge XML's message-transformer-class values with the same function,
+load_configured_transformer(): bridgemgr.transform.load_transformer (the plugin folders
+of plugin_folders(): imq.bridge.transformer.path, $IMQ_BRIDGE_TRANSFORMER_PATH,
+<instance>/lib/ext, $IMQ_HOME/lib/ext; the Python path; then a Java class when Java is
+configured), its failure
+reworded to name the link or DMQ and where such a class has to be. So a transformer
+that `check` passes is one the start loads, and one it names is one the start refuses.
+`check` inspects rather than loads (inspect_configured_transformer(): the module's source
+read with ast, so a plugin's import-time code does not run) where the source can say.
+transformer_uses() lists every transformer a configuration names, for check.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-# How it works: a link that lost a connection drops them all and connects again (link.py).
-# Right away when it had been running a while: one outage, one reconnect. With a backoff
-# when the connection is lost again while connecting, or within `quick` seconds of
-# connecting, so a provider that accepts connections and drops them at once does not make
-# the link spin; the backoff grows with those failures in a row and a link that ran a
-# while starts counting afresh. The link gives up when it is stopped during a backoff;
-# a provider that cannot be reached at all ends in the connection factory's
-# connect-attempts (ConnectError, connections.py), not here.
-"""When a link that lost its connection connects again."""
+"""When a link that lost its connection connects again.
+
+A link that lost a connection drops them all and connects again (link.py).
+Right away when it had been running a while: one outage, one reconnect. With a backoff
+when the connection is lost again while connecting, or within `quick` seconds of
+connecting, so a provider that accepts connections and drops them at once does not make
+the link spin; the backoff grows with those failures in a row and a link that ran a
+while starts counting afresh. The link gives up when it is stopped during a backoff;
+a provider that cannot be reached at all ends in the connection factory's
+connect-attempts (ConnectError, connections.py), not here.
+"""
 
 from __future__ import annotations
 

@@ -1,17 +1,19 @@
-# How it works: parsing a bridge XML never touches a provider; this module is the step
-# after it. resolve_connection_factories() turns <connection-factory> elements into
-# provider objects: a lookup-name goes through bridgemgr.jms.naming with the element's
-# properties as the JNDI environment; no lookup-name means the brokers of its
-# imqAddressList property over the mq:// client (imqcf.AddressListFactory), or without
-# one the host broker's factory, which the caller supplies (host_factory, called with
-# those properties). check_xa() applies
-# the chapter's rule that a transacted link's source and target factories are XA
-# connection factories, and names each offender with the file and line of its link.
-# resolve_destination() does the same for a <destination>. host_client_names() lists the
-# client ids and durable subscriptions a configuration uses on the host broker (what the
-# service reserves for the bridge).
 """Resolving a bridge's connection factories and destinations, and the XA rule for
-transacted links."""
+transacted links.
+
+Parsing a bridge XML never touches a provider; this module is the step
+after it. resolve_connection_factories() turns <connection-factory> elements into
+provider objects: a lookup-name goes through bridgemgr.jms.naming with the element's
+properties as the JNDI environment; no lookup-name means the brokers of its
+imqAddressList property over the mq:// client (imqcf.AddressListFactory), or without
+one the host broker's factory, which the caller supplies (host_factory, called with
+those properties). check_xa() applies
+the chapter's rule that a transacted link's source and target factories are XA
+connection factories, and names each offender with the file and line of its link.
+resolve_destination() does the same for a <destination>. host_client_names() lists the
+client ids and durable subscriptions a configuration uses on the host broker (what the
+service reserves for the bridge).
+"""
 
 from __future__ import annotations
 
@@ -24,11 +26,10 @@ from ..jms.errors import JMSException
 from ..jms.spi import ConnectionFactory, is_xa_capable
 from ..props import Problem, clip, shorten
 from .config import BridgeConfig, ConnectionFactoryConfig, DestinationConfig, DestinationType, LinkConfig
-from .imqcf import ADDRESS_LIST, AddressListFactory, IMQSettings, imq_settings
+from .imqcf import ADDRESS_LIST, EMBEDDED_CONTEXT, AddressListFactory, IMQSettings, imq_settings
 
 HostFactory = Callable[[Mapping[str, str]], Any]
 Lookup = Callable[[str, Mapping[str, str]], Any]
-EMBEDDED_CONTEXT = "imq.embedded"  # java.naming.factory.initial of the embedded broker
 
 
 def with_host_broker(lookup: Lookup, host_factory: HostFactory) -> Lookup:

@@ -1,16 +1,18 @@
-# How it works: a link runner is what runs one <link> of a started bridge: the local runner
-# (link.py's Link, a thread) or the Spark runner (bridgemgr/spark/runner.py's SparkLink, a
-# streaming query). The bridge resolves the link (LinkSetup) and asks the runner registered
-# under imq.bridge.<name>.runner for it (transacted links always run locally); each runner
-# module registers itself when imported, and the service imports the Spark one when a bridge
-# is configured with runner=spark, so jmsbridge never imports spark. Both runners share
-# RunnerBase: identity, state, counters, and the command step that checks the link state
-# table (states.py) before the runner's own _on_start/_on_stop/_on_pause/_on_resume.
-# Counters belong to the runner kind (new_counters): the bridge hands a link's counters of
-# its last start to the next runner (LinkSetup.counters), which keeps them only when they
-# are of its own kind, so they outlive restarts but not a change of runner (a SIGHUP that
-# changed the runner or the parallelism of a stopped bridge): those count from zero.
-"""Link runners: what a bridge runs a link with, registered by name, and their shared part."""
+"""Link runners: what a bridge runs a link with, registered by name, and their shared part.
+
+A link runner is what runs one <link> of a started bridge: the local runner
+(link.py's Link, a thread) or the Spark runner (bridgemgr/spark/runner.py's SparkLink, a
+streaming query). The bridge resolves the link (LinkSetup) and asks the runner registered
+under imq.bridge.<name>.runner for it (transacted links always run locally); each runner
+module registers itself when imported, and the service imports the Spark one when a bridge
+is configured with runner=spark, so jmsbridge never imports spark. Both runners share
+RunnerBase: identity, state, counters, and the command step that checks the link state
+table (states.py) before the runner's own _on_start/_on_stop/_on_pause/_on_resume.
+Counters belong to the runner kind (new_counters): the bridge hands a link's counters of
+its last start to the next runner (LinkSetup.counters), which keeps them only when they
+are of its own kind, so they outlive restarts but not a change of runner (a SIGHUP that
+changed the runner or the parallelism of a stopped bridge): those count from zero.
+"""
 
 from __future__ import annotations
 
@@ -35,6 +37,7 @@ if TYPE_CHECKING:
     from ..props import BrokerProperties
     from .connections import BridgeConnections
     from .dmq import DeadMessageQueues
+    from .excuses import ExcusesStore
 
 LOCAL = "local"  # imq.bridge.<name>.runner's default: a thread per link
 PARALLEL = "parallel"  # a link with parallelism > 1: worker processes (bridgemgr/parallel)
@@ -96,6 +99,7 @@ class RunnerContext:
     broker_url: str | None  # the host broker's jms service, for runners in other processes
     transformer_path: Sequence[str | Path] | None = None
     host: HostBroker | None = None  # the service's host broker (a Spark link's source backlog)
+    excuses: ExcusesStore | None = None  # where links keep excuses (excuses.py); None: a file each
 
 
 class LinkRunner(Protocol):

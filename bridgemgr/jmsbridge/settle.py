@@ -1,22 +1,24 @@
-# How it works: a completed unit's messages count once they are final (transferred, or
-# consumed only; an INFO line per transfer when log-message-transfer is on; a transfer's
-# latency runs from its receipt to here). A unit whose
-# completion was handed over (TransferTransaction.complete() False: the XA completer commits
-# it behind the link, bridgemgr/xa/completer.py) waits in `units`, in order, until the link
-# takes the outcomes: a committed unit counts; one rolled back behind a failed one comes
-# back from the source (Batch.returned); the failed one is returned to the link, which
-# sends it to the DMQ (the chapter's commit failure). After a failure every unit handed
-# over later was rolled back by the completer: settle() takes them all, then resets the
-# transaction so that later units complete again. When the failure was an outage (the XA
-# log's database down), those units are excused: it was not their messages' fault.
-"""What a link's completions made final: now, or behind the link."""
+"""What a link's completions made final: now, or behind the link.
+
+A completed unit's messages count once they are final (transferred, or
+consumed only; an INFO line per transfer when log-message-transfer is on; a transfer's
+latency runs from its receipt to here). A unit whose
+completion was handed over (TransferTransaction.complete() False: the XA completer commits
+it behind the link, bridgemgr/xa/completer.py) waits in `units`, in order, until the link
+takes the outcomes: a committed unit counts; one rolled back behind a failed one comes
+back from the source (Batch.returned); the failed one is returned to the link, which
+sends it to the DMQ (the chapter's commit failure). After a failure every unit handed
+over later was rolled back by the completer: settle() takes them all, then resets the
+transaction so that later units complete again. When the failure was an outage (the XA
+log's database down), those units are excused (Batch.returned with the failure as their
+cause): it was not their messages' fault.
+"""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 
 from ..jms.message import HEADER_FIELDS
 from ..logfiles import PER_MESSAGE
@@ -29,10 +31,6 @@ _DESTINATION = HEADER_FIELDS.index("destination")
 _MESSAGE_ID = HEADER_FIELDS.index("message_id")
 
 Failed = tuple[list[ProcessingContext], BaseException]
-
-
-def _never(exc: BaseException) -> bool:
-    return False
 
 
 def now_ms() -> int:
@@ -73,13 +71,11 @@ class Settler:
         self.batch.final(unit)
         unit.clear()
 
-    def settle(self, txn: TransferTransaction, wait: bool = False,
-               outage: Callable[[BaseException], bool] = _never) -> Failed | None:
+    def settle(self, txn: TransferTransaction, wait: bool = False) -> Failed | None:
         """Take the outcomes so far (``wait``: of every unit handed over) and count the
         committed units. The first failed unit and its error, once every unit after it
-        came back and ``txn`` was reset; None when none failed. When ``outage`` says the
-        failure was a database's (not the messages'), the units rolled back behind it
-        are excused: their coming back does not count toward the backout threshold."""
+        came back and ``txn`` was reset; None when none failed. The units rolled back
+        behind it come back with its error as their cause (an outage excuses them)."""
         failed: Failed | None = None
         behind: list[list[ProcessingContext]] = []
         for outcome in txn.outcomes(wait):
@@ -92,25 +88,19 @@ class Settler:
                 failed = (unit, outcome.error)
         if failed is not None:  # the rest: all rolled back behind it
             behind.extend(self.units.popleft() for _ in txn.outcomes(wait=True))
-        excused = failed is not None and outage(failed[1])
         for unit in behind:
-            if excused:
-                self.batch.excuse(unit)
-            self.batch.returned(unit)
+            self.batch.returned(unit, failed[1] if failed is not None else None)
         if failed is not None:
             txn.reset()
         return failed
 
-    def closed(self, txn: TransferTransaction | None,
-               outage: Callable[[BaseException], bool] = _never) -> None:
+    def closed(self, txn: TransferTransaction | None) -> None:
         """The link disconnects, ``txn`` closed (every unit handed over ended): count or
-        return each unit (excused where ``outage`` says it was not its fault)."""
+        return each unit (excused where its failure was an outage)."""
         for outcome in txn.outcomes() if txn is not None else ():
             unit = self.units.popleft()
             if outcome.error is None:
                 self.count(unit)
             else:  # rolled back: the messages come back from the source
-                if outage(outcome.error):
-                    self.batch.excuse(unit)
-                self.batch.returned(unit)
+                self.batch.returned(unit, outcome.error)
         self.units.clear()

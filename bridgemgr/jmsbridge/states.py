@@ -1,11 +1,13 @@
-# How it works: bridges and links share one set of states (docs/jms-bridges.md) and differ
-# only in which command is legal where. A command looks up (current state) in its row of
-# a TRANSITIONS table: a hit gives the transient state to show while the work is done
-# and the final state when it is; NO_OPS lists the states where the command has nothing
-# to do (start a started link); anything else raises IllegalTransition naming the
-# command, the state and the states that would allow it. Lifecycle holds one object's
-# state under a condition variable so admin threads can wait for a link thread to arrive.
-"""Bridge and link states, the legal transitions, and a small waitable state holder."""
+"""Bridge and link states, the legal transitions, and a small waitable state holder.
+
+Bridges and links share one set of states (docs/jms-bridges.md) and differ
+only in which command is legal where. A command looks up (current state) in its row of
+a TRANSITIONS table: a hit gives the transient state to show while the work is done
+and the final state when it is; NO_OPS lists the states where the command has nothing
+to do (start a started link); anything else raises IllegalTransition naming the
+command, the state and the states that would allow it. Lifecycle holds one object's
+state under a condition variable so admin threads can wait for a link thread to arrive.
+"""
 
 from __future__ import annotations
 

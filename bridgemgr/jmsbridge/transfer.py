@@ -1,42 +1,21 @@
-# How it works: the link loop (link.py) is the same for every delivery guarantee; what
-# differs is the unit of work around its messages, which a TransferTransaction supplies:
-# the sessions the link consumes and produces on, what "complete" means for the messages
-# handled since the last completion (acknowledge, or commit), what "abort" means (recover,
-# or roll back: those messages come back from the source), and whether a failed send goes
-# to the DMQ (non-transacted) or rolls back (transacted), and which failed completions
-# left the unit all or nothing (all_or_nothing(): no message of it goes to the DMQ).
-#
-# ClientAcknowledge: the chapter's non-transacted link, CLIENT_ACKNOWLEDGE on the source,
-# the target's own non-transacted session: at-least-once. XATransaction: the transacted
-# link, for any two XA-capable providers: an XA session at each end, both enlisted in one
-# transaction of the bridge's coordinator (bridgemgr/xa) per unit of work, committed with
-# two phases, or with one when both ends are the same resource manager (the target joins
-# the source's branch): once-and-only-once. The link calls begin() before a unit's first
-# receive, so every receive belongs to a transaction; a unit that ends empty (idle())
-# rolls its transaction back. A transaction is completed before the next one starts on
-# the same sessions (Java clients keep per-session transaction state), except between
-# in-process resource managers: there the commit phase runs behind the link, in order,
-# in a Completer (bridgemgr/xa/completer.py), and the link takes the outcomes later.
-# A transaction whose commit phase could not reach an RM (IN_DOUBT) is remembered per link
-# (across reconnects), and the link moves nothing new until a recovery pass, run by the
-# link itself when it connects or begins a unit, has committed it everywhere: the target
-# gets the in-doubt messages before the ones after them.
-# LocalTransaction: a transacted link whose two ends are one resource manager (their
-# connection-factory elements look up the same JNDI name with the same environment and
-# credentials: one broker, one account; one_resource_manager()) runs each unit as one local
-# JMS transaction instead, on one transacted session holding both the consumer and the
-# producer: Session.commit() makes the receives and the sends final together, as the
-# one-phase commit of the joined XA branch would (a transaction manager's one-phase
-# optimization for a single resource), without the XA start, end and its round trip, and
-# nothing is logged. The link's target lease is still taken (the chapter's target
-# connection rules) but the target session is the source's. Once-and-only-once holds: a
-# unit the broker did not commit (a lost connection, a crash of ours) is rolled back by
-# it, its messages come back and none of its sends exists. imq.bridge.<name>.
-# transaction.local=false keeps such links on XA.
-# transaction_for() picks the class at bridge start from the factories (a transacted link
-# needs XA-capable ones at both ends).
 """The unit of work around a link's transfers: CLIENT_ACKNOWLEDGE, an XA transaction, or a
-local transaction when both ends are one resource manager."""
+local transaction when both ends are one resource manager.
+
+The link loop (link.py) is the same for every delivery guarantee; a TransferTransaction
+supplies the sessions, what "complete" and "abort" mean and whether a failed send goes to
+the DMQ. ClientAcknowledge: the non-transacted link, at-least-once. XATransaction: the
+transacted link, both ends enlisted in one transaction of the bridge's coordinator
+(bridgemgr/xa), once-and-only-once; between in-process resource managers the commit phase
+runs behind the link in a Completer. LocalTransaction: a transacted link whose two ends are
+one resource manager runs each unit as one local JMS transaction on one session
+(imq.bridge.<name>.transaction.local=false keeps XA). transaction_for() picks the class.
+
+Rules: every receive belongs to a transaction (begin() before a unit's first receive); a
+transaction is completed before the next starts on the same sessions; a link with an
+in-doubt transaction moves nothing new until recovery has committed it everywhere.
+
+Design notes: docs/jms-bridges.md#internals-jmsbridgetransferpy.
+"""
 
 from __future__ import annotations
 

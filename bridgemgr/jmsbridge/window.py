@@ -1,14 +1,16 @@
-# How it works: a link with a confirm window (imq.bridge.<name>.link.window > 1) sends
-# with MessageProducer.send_async(); add() gives each send a listener bound to a slot, in
-# send order. Listeners may be called from any thread and in any order (a provider's
-# reader thread, or the link's own during flush()); settled() hands the link the settled
-# prefix only: the slots from the oldest up to the first one still waiting, each with its
-# error (None: confirmed). So the link acknowledges a source message only after its send
-# and every send before it are settled, and handles each failure once, in order: a
-# listener called twice (a confused provider) changes nothing after the first call.
-# confirmed_head() lets a link whose window is full wait for the oldest send only and
-# acknowledge the confirmed head of its unit while the later sends are out.
-"""A link's outstanding asynchronous sends and their outcomes, in send order."""
+"""A link's outstanding asynchronous sends and their outcomes, in send order.
+
+A link with a confirm window (imq.bridge.<name>.link.window > 1) sends
+with MessageProducer.send_async(); add() gives each send a listener bound to a slot, in
+send order. Listeners may be called from any thread and in any order (a provider's
+reader thread, or the link's own during flush()); settled() hands the link the settled
+prefix only: the slots from the oldest up to the first one still waiting, each with its
+error (None: confirmed). So the link acknowledges a source message only after its send
+and every send before it are settled, and handles each failure once, in order: a
+listener called twice (a confused provider) changes nothing after the first call.
+confirmed_head() lets a link whose window is full wait for the oldest send only and
+acknowledge the confirmed head of its unit while the later sends are out.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,21 @@
-# How it works: a link with imq.bridge.<name>.link.<link>.parallelism=N > 1 (allowed for a
-# non-transacted link from a queue that set ...ordered=false; bridge.py checks) runs as N
-# worker processes (worker.py), not threads: a pure-Python transformer holds the GIL, so
-# threads of one process would take turns. Each worker runs the local runner over its own
-# connections to the host broker's jms service (mq://), so the workers are competing
-# consumers of the source queue: each message goes to one of them, and order across them
-# is lost (hence ordered=false). Commands go to every worker and the link is in a state
-# once all of them are; the counters are the workers' summed (the last report of a
-# worker that ended stays counted). A worker that dies while the link is STARTED is
-# started again after a backoff; what it had not acknowledged comes back from the
-# source to the others (at-least-once, as the local runner across a crash).
-# The link's _lock guards its workers and what it wants; a command takes it to send to
-# the workers and waits for them without it (its settle thread may stop the link, a
-# reader thread start a worker again: both take it). ParallelCounters are written by the
-# reader and settle threads, each write under the counters' own lock.
-"""The parallel link runner: worker processes, each running the link (worker.py)."""
+"""The parallel link runner: worker processes, each running the link (worker.py).
+
+A link with imq.bridge.<name>.link.<link>.parallelism=N > 1 (allowed for a
+non-transacted link from a queue that set ...ordered=false; bridge.py checks) runs as N
+worker processes (worker.py), not threads: a pure-Python transformer holds the GIL, so
+threads of one process would take turns. Each worker runs the local runner over its own
+connections to the host broker's jms service (mq://), so the workers are competing
+consumers of the source queue: each message goes to one of them, and order across them
+is lost (hence ordered=false). Commands go to every worker and the link is in a state
+once all of them are; the counters are the workers' summed (the last report of a
+worker that ended stays counted). A worker that dies while the link is STARTED is
+started again after a backoff; what it had not acknowledged comes back from the
+source to the others (at-least-once, as the local runner across a crash).
+The link's _lock guards its workers and what it wants; a command takes it to send to
+the workers and waits for them without it (its settle thread may stop the link, a
+reader thread start a worker again: both take it). ParallelCounters are written by the
+reader and settle threads, each write under the counters' own lock.
+"""
 
 from __future__ import annotations
 

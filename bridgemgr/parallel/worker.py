@@ -1,15 +1,17 @@
-# How it works: one worker process of a parallel link (runner.py starts it as
-# `python -m bridgemgr.parallel.worker`). Its first stdin line is its WorkerOptions (JSON;
-# the service account's password travels here, never on the command line). It rebuilds
-# the link from the bridge XML as a Spark link's processes do (spark/linkenv.py: the
-# destinations, the connection factories with the host broker over mq://, the
-# transformer, the DMQs) and runs it with the local runner (jmsbridge/link.py): the same
-# pipeline steps, confirm window, DMQ rules and backout threshold, its own connections
-# (its source consumer competes with the other workers' for the queue). Later stdin lines
-# are commands (pause, resume, stop); stdout carries JSON lines back: {"state": S} after
-# the start and each command, {"counters": {...}} twice a second, {"log": [level, text]}
-# for each log record. EOF on stdin (the service died) stops it.
-"""One worker process of a parallel link: the local runner in its own process."""
+"""One worker process of a parallel link: the local runner in its own process.
+
+runner.py starts it as `python -m bridgemgr.parallel.worker`. Its first stdin line is its
+WorkerOptions (JSON: the link's SharedLinkOptions and the worker's index; the service
+account's password travels here, never on the command line). It rebuilds
+the link from the bridge XML as a Spark link's processes do (jmsbridge/linkenv.py: the
+destinations, the connection factories with the host broker over mq://, the
+transformer, the DMQs) and runs it with the local runner (jmsbridge/link.py): the same
+pipeline steps, confirm window, DMQ rules and backout threshold, its own connections
+(its source consumer competes with the other workers' for the queue). Later stdin lines
+are commands (pause, resume, stop); stdout carries JSON lines back: {"state": S} after
+the start and each command, {"counters": {...}} twice a second, {"log": [level, text]}
+for each log record. EOF on stdin (the service died) stops it.
+"""
 
 from __future__ import annotations
 
@@ -20,24 +22,16 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import IO, Any
 
+from ..jmsbridge.linkoptions import SharedLinkOptions
+
 COUNTERS_EVERY = 0.5  # seconds between counter reports
 
 
-@dataclass(frozen=True)
-class WorkerOptions:
-    """What a worker needs to rebuild its link (runner.py fills it from the service)."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerOptions(SharedLinkOptions):
+    """What a worker needs to rebuild its link (runner.py fills it from the service): the
+    link's shared options and the worker's number."""
 
-    xmlurl: str
-    bridge: str
-    link: str
-    broker_url: str
-    broker_user: str
-    broker_password: str
-    dmq_secret: str
-    transformer_path: str
-    backout_threshold: int
-    window: int
-    window_bytes: int
     index: int
 
     def to_json(self) -> str:
@@ -73,17 +67,13 @@ class _ToParent(logging.Handler):
 def run(options: WorkerOptions, commands: IO[str], lines: _Lines) -> None:
     from ..jmsbridge.connections import BridgeConnections
     from ..jmsbridge.link import Link
+    from ..jmsbridge.linkenv import LinkEnvironment
     from ..jmsbridge.runners import LinkSetup, LinkTuning
     from ..jmsbridge.transfer import ClientAcknowledge
-    from ..spark.linkenv import LinkEnvironment
-    from ..spark.options import LinkOptions
+    from ..providers.embedded import HostBrokerFactory
 
     log = logging.getLogger(f"imq.bridge.{options.bridge}.{options.link}.worker{options.index}")
-    env = LinkEnvironment(LinkOptions(
-        xmlurl=options.xmlurl, bridge=options.bridge, link=options.link, broker_url=options.broker_url,
-        source_log="", stats="", max_per_batch=100, backout_threshold=options.backout_threshold,
-        transformer_path=options.transformer_path, broker_user=options.broker_user,
-        broker_password=options.broker_password, dmq_secret=options.dmq_secret), log)
+    env = LinkEnvironment(options, log, HostBrokerFactory)
     connections = BridgeConnections(env.connectors)
     connections.prepare()
     dmqs = env.dead_message_queues(connections)

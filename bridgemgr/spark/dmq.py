@@ -1,34 +1,16 @@
-# How it works: the three DMQ jobs read DMQ messages as jmsbridge/dmq.py writes them (an
-# ObjectMessage whose body is the original message, or its str() with
-# JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED, plus the Table 12-1 properties).
-#   * dmq_endpoint() finds a bridge's DMQ: the built-in one is the host broker's queue
-#     imq.bridge.jms.dmq, a named <dmq> has its own connection factory and destination.
-#     LinkIndex maps a DMQ message's source and target destination names back to the
-#     bridge's link (DMQ messages do not name their link) and its target factory.
-#   * dead_row() turns one DMQ message into one archive row: every JMS_SUN_JMSBRIDGE_*
-#     field as a column, the original as codec bytes, its size, day, hour, bridge, link,
-#     and whether its DMQ marker verifies (verified: false flags a forged entry; the
-#     report groups by it too).
-#   * archive() consumes the DMQ with CLIENT_ACKNOWLEDGE in chunks on the driver, appends
-#     each chunk to Parquet (partitioned by day and reason, one commit per chunk) and
-#     acknowledges the chunk only after the write returned (then tells the caller's
-#     progress the count so far). A crash between the two
-#     leaves the chunk in the DMQ, so the next run archives it again: duplicates, never
-#     losses; read_archive() drops them on dmq_message_id (the DMQ message's JMSMessageID,
-#     which a redelivery keeps).
-#   * report() aggregates a frame from the DMQ (browse_frame: a QueueBrowser, nothing is
-#     consumed) or from an archive: count and bytes by hour, reason, link, source, target, verified.
-#   * redrive() browses the DMQ for the chosen messages (reason, DMQ_TIMESTAMP range),
-#     skips (status "unverified", left in the DMQ) every one whose DMQ marker does not
-#     verify with the service's key: only what the bridge itself dead-lettered is resent,
-#     never a message a user forged into the DMQ. It then consumes exactly the others
-#     (a JMSMessageID IN (...) selector, INDIVIDUAL ack),
-#     sends each original to its link's target (or --to) and acknowledges that DMQ message
-#     only after its send returned; a failed send leaves it in the DMQ. A dry run browses only.
-#     Each resent message carries JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID (its id at the source),
-#     as a Spark link's messages do.
-# pyspark is imported inside the functions that need it, so the CLI starts fast.
-"""Archive, report and redrive of a JMS bridge's dead message queues."""
+"""Archive, report and redrive of a JMS bridge's dead message queues.
+
+The three DMQ jobs read DMQ messages as jmsbridge/dmq.py writes them: dmq_endpoint() finds
+a bridge's DMQ, dead_row() makes one archive row of a DMQ message, archive() moves the DMQ
+into Parquet, report() aggregates from the DMQ or an archive, redrive() resends the chosen
+originals to their link's target.
+
+Rules: a DMQ message is acknowledged only after its archive write or its resend returned
+(duplicates, never losses); redrive resends only messages whose DMQ marker verifies.
+pyspark is imported inside the functions that need it, so the CLI starts fast.
+
+Design notes: docs/spark.md#internals-sparkdmqpy.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-# How it works: `imqbridgemgr dmq archive|report|redrive` are thin: each takes the admin
-# commands' options and -bn (jobs.job_options), asks the running service for the bridge's
-# configuration and host broker (jobs.service_job, which points this process's host broker
-# at the service's jms connection service), finds the DMQ (--dmq NAME, default the
-# built-in one) and calls the core functions of spark/dmq.py. pyspark and the core are
-# imported inside the commands, so `imqbridgemgr --help` stays fast. `report --archive`
-# reads Parquet only and needs no service. JMS and job errors become one clear line;
-# archive shows its progress on stderr (progress.py) with the DMQ's depth as the backlog.
-"""The `imqbridgemgr dmq` commands: archive, report and redrive a bridge's DMQ."""
+"""The `imqbridgemgr dmq` commands: archive, report and redrive a bridge's DMQ.
+
+`imqbridgemgr dmq archive|report|redrive` are thin: each takes the admin commands' options
+and -bn (jobs.job_options), asks the running service for the bridge's configuration and host
+broker (jobs.service_job, which points this process's host broker at the service's jms
+connection service), finds the DMQ (--dmq NAME, default the built-in one) and calls the core
+functions of spark/dmq.py. pyspark and the core are imported inside the commands, so
+`imqbridgemgr --help` stays fast. `report --archive` reads Parquet only and needs no
+service. JMS and job errors become one clear line; archive shows its progress on stderr
+(progress.py) with the DMQ's depth as the backlog.
+"""
 
 from __future__ import annotations
 

@@ -1,9 +1,10 @@
-# How it works: `dmq report` aggregates with Spark (dmq.report) and hands the few rows it
-# collected to this module, which only formats them: a terminal table with a total line,
-# CSV, JSON, and one self-contained HTML page (inline CSS and SVG bar charts of messages
-# by reason and by hour, or by day past two days of hours, then the full table; no
-# script, font or image is fetched).
-"""Formats of the DMQ report: table, CSV, JSON and an HTML page with charts."""
+"""Formats of the DMQ report: table, CSV, JSON and an HTML page with charts.
+
+`dmq report` aggregates with Spark (dmq.report) and hands the few rows it collected to this
+module, which only formats them: a terminal table with a total line, CSV, JSON, and one
+self-contained HTML page (inline CSS and SVG bar charts of messages by reason and by hour,
+or by day past two days of hours, then the full table; no script, font or image is fetched).
+"""
 
 from __future__ import annotations
 

@@ -1,28 +1,16 @@
-# How it works: `imqbridgemgr drain -bn BRIDGE -ln LINK` empties a link's source in bulk,
-# next to a running service: service_job() (jobs.py) gets the bridge's configuration and
-# the host broker's jms service from the service's admin port; a link that runs there is
-# paused through the same admin port first (so the two do not compete for the source)
-# and resumed afterwards, whatever happens. The drain runs as Spark batch jobs, not as a
-# streaming query (drainjob.py: this process receives, logs and acknowledges; one job per
-# logged batch sends it with the sink's transfer, the same steps, stamping and DMQ reasons
-# as a runner=spark link's tasks; on a master that is not local the driver ships each
-# slice's records in the job instead of the executors reading its log: slices.py), until
-# the source has had nothing for receiveWait and everything logged is sent. progress.py
-# shows how far it is (on a terminal one line rewritten every second; plain lines
-# otherwise): messages, msg/s and, when the host broker holds the source queue (its depth
-# from the admin port's QUERY_DST), a bar and the ETA; the summary (transferred, to the
-# DMQ by reason, consumed without transfer, seconds, msg/s) is printed, or given as JSON
-# with --json.
-#
-# On a cluster that loses every executor mid-run the drain's receiver holds (takes
-# nothing more from the source: runner.py, receiver.py) and the drain stops after --timeout
-# seconds without one, saying so; what it had taken waits in its checkpoint.
-# The drain's checkpoint (and the source log in it) is --checkpoint, by default
-# ~/.imqbridge/drain/<bridge>/<link>: messages it has acknowledged at the source live
-# there until they are sent, so a drain that dies is run again with the same checkpoint
-# and finishes them first. A drain that ends cleanly removes it. pyspark is imported only
-# when the command runs (the CLI starts fast).
-"""imqbridgemgr drain: empty a link's source through Spark (bulk migration)."""
+"""imqbridgemgr drain: empty a link's source through Spark (bulk migration).
+
+`imqbridgemgr drain -bn BRIDGE -ln LINK` empties a link's source next to a running service:
+the link, when it runs there, is paused through the admin port first and resumed afterwards
+whatever happens; the drain itself runs as Spark batch jobs (drainjob.py) until the source
+has had nothing for receiveWait and everything logged is sent, with progress on stderr.
+
+Rules: messages it acknowledged at the source live in its checkpoint (--checkpoint) until
+they are sent, so a drain that dies is run again with the same checkpoint; pyspark is
+imported only when the command runs.
+
+Design notes: docs/spark.md#internals-sparkdrainpy.
+"""
 
 from __future__ import annotations
 

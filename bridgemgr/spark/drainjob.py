@@ -1,39 +1,16 @@
-# How it works: `imqbridgemgr drain` runs a link as plain Spark jobs, one per batch, not as
-# a streaming query: a query over a Python data source first has Spark start its helper
-# processes one after another (the source's lookup and creation, the source runner, read
-# and write planning, the sink's commit: ~5.6 s on 2 cores), which a one-off drain pays in
-# full. Here the drain's own process is the source runner: a Receiver (receiver.py) thread
-# receives, logs (fsync) and only then acknowledges, up to two batches ahead of the batch
-# being sent, as a link's does. BatchDrain's thread takes what is logged from the log's
-# first offset (at most maxPerBatch, and when shipped about slices.ship_batch_bytes; the
-# first batch is the first segment logged, so the executors start early), cuts it into
-# slices of offsets (TASKS_PER_SLOT per task slot,
-# `parallelism`: the job's tail does not wait for one slow task while the other slots
-# idle; one slot, one slice: the log's order) and runs one RDD job over them: each task
-# is send_slices(), the sink's Transfer.transfer over its slice's records (the same steps,
-# stamping, confirm window and DMQs as a link's task, in the executor's reused Python
-# worker). The records come as a link's task gets them (slices.py, LinkOptions.ship_log):
-# read by the task from the driver's log (a local master), or, when the executors cannot
-# read it (any other master, by default), packed by the driver into the slice itself (the
-# RDD's element: SourceLog.pack, more slices when a batch is big) and read by the task from
-# those bytes (slices.records). When the job returns, every send of the batch is confirmed: its counts
-# are appended to the stats file (record_batch, as a link's commit does) and the log's
-# segments below its end are deleted. Batches run one after the other (with one task slot
-# in the log's order, as a link's); receiving the next batch overlaps the executors'
-# sending of this one. The drain
-# ends when the receiver has had nothing for receiveWait and all it logged is sent.
-#
-# Failures: a task that fails (a lost target, a transformer's HALT) fails the job once
-# Spark's task retries are spent, and the drain ends with that error; what is logged stays
-# in the log, and the next drain with the same checkpoint sends it first (at-least-once:
-# a duplicate carries the stamped source message id). A kill -9 loses nothing: what was
-# not logged was not acknowledged, what was logged is sent by the next drain. On a
-# cluster, a thread watches the application's executors (runner.hold_without_executors):
-# with none, the receiver takes nothing more from the source (receiver.py's hold) and
-# drain.py stops the drain after --timeout s without one (cancel()), what is logged kept.
-# Executors unpickle send_slices by reference: this module imports only the light options
-# and counts modules at the top.
-"""A drain as Spark batch jobs over the source log's offsets (no streaming query)."""
+"""A drain as Spark batch jobs over the source log's offsets (no streaming query).
+
+The drain's own process is the source runner: a Receiver thread receives, logs and only
+then acknowledges; BatchDrain takes what is logged, cuts it into slices of offsets and runs
+one RDD job per batch, each task send_slices() (the sink's Transfer over its slice), then
+records the batch's counts and deletes its log segments.
+
+Rules: at-least-once: what is logged stays in the log until its job returned, and the next
+drain with the same checkpoint sends it first; executors unpickle send_slices by reference,
+so this module imports only the light options and counts modules at the top.
+
+Design notes: docs/spark.md#internals-sparkdrainjobpy.
+"""
 
 from __future__ import annotations
 

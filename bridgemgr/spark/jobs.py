@@ -1,23 +1,16 @@
-# How it works: a CLI job (drain, dmq archive|report|redrive) runs in its own process,
-# next to a running service. job_options gives it the admin commands' options (-b, -u,
-# -passfile, -secure, --cafile, -rtm, -rtr, plus -bn); service_job() logs in to the admin
-# port found through the port mapper at -b, asks CONFIG for the bridge, loads the bridge
-# XML the service uses, and gives the job a factory for the service's host broker over its
-# jms connection service (mq://<-b>, the port mapper resolves it) with the login of the
-# service account the CONFIG reply names (never the admin's), and the DMQ marker key:
-# the job resolves every connection factory of the bridge XML that means "the host
-# broker" to it (host_factory). backlog() tells how many messages wait at a link's source
-# or a DMQ when the host broker holds them in a queue (QUERY_DST on the admin port), for
-# the progress of drain and dmq archive (progress.py).
-# job_spark() starts the job's Spark on --master or the service's master, never another:
-# an unreachable master is one line within seconds (session.probe_master), stderr names the
-# master that runs the job, and on a cluster the job waits at most --timeout s for an
-# executor (saying once that it waits, with the cores other applications hold).
-# Output: Spark's own start-up lines (the JVM's and log4j's, on stderr and stdout) go to
-# ~/.imqbridge/logs/spark.log (0600; rolling over at 10 MiB to .1 ... .9: JOB_SPARK_LOG,
-# jvmlog.py) unless -loglevel DEBUG; a job that fails prints one line saying what failed
-# and what to do (job_failures), the stack trace only with --debug.
-"""What a CLI job needs from the running service: its bridge's configuration and broker."""
+"""What a CLI job needs from the running service: its bridge's configuration and broker.
+
+A CLI job (drain, dmq archive|report|redrive) runs in its own process next to a running
+service. job_options gives it the admin commands' options plus -bn; service_job() asks the
+admin port for the bridge's CONFIG and gives the job a factory for the service's host broker
+over mq:// with the service account's login; backlog() tells a source's depth for the
+progress line; job_spark() starts the job's Spark; job_failures turns a failure into one line.
+
+Rules: the job logs in to the host broker as the service account, never as the admin; it
+runs on --master or the service's master, never another.
+
+Design notes: docs/spark.md#internals-sparkjobspy.
+"""
 
 from __future__ import annotations
 

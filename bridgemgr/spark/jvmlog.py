@@ -1,30 +1,16 @@
-# How it works: the JVM of our Spark jobs writes its own output to its stderr: Spark's
-# log4j lines (its console appender), each failed query's stack traces, System.err prints,
-# and its Python workers' stderr, which it copies to its own System.err; and whatever
-# prints on its stdout (System.out). spark_session() (session.py) points fds 1 and 2 at
-# the write end of a pipe while the JVM starts, so that the JVM inherits it as both (and
-# our process keeps no copy; pyspark reads the gateway's port from a file, not from the
-# JVM's stdout); a thread of ours (JvmLog) reads the
-# pipe and writes what comes to the log file (SparkLog: <instance>/log/spark.log for the
-# service, ~/.imqbridge/logs/spark.log for a CLI job) through RotatingBytes, bounded as the
-# service log is: it rolls over to spark.log.1 ... .9 (0600, in a 0700 folder) when a write
-# would take it past the byte limit (at the end of a line) or once it is the age limit old.
-# A log4j rolling appender alone would not bound it: the Python workers' stderr and the
-# JVM's own prints (System.err, "Picked up JAVA_TOOL_OPTIONS", the launcher's errors)
-# reach the file without log4j.
-# The thread waits in poll() while the JVM is quiet (no busy loop), reads up to 64 KiB at
-# a time and writes it with one write() (no buffer of ours to lose); the pipe holds 1 MiB
-# (F_SETPIPE_SZ where allowed), so the JVM waits only when the disk itself stalls. A file
-# that cannot be written (a full disk) costs its bytes, counted, never the JVM's time: the
-# service log says so once, and once more with the count when the file takes bytes again.
-# At exit (atexit, registered when the JVM starts) a SparkContext still running is stopped
-# and the JVM is told to end as it is at any exit of ours (its stdin, which pyspark's
-# gateway server reads, is closed) and waited for
-# up to CLOSE_WAIT s, and the thread writes everything up to the pipe's end before the
-# file is closed: the JVM's last lines (its shutdown hooks') are in the file. When the
-# JVM outlives the wait, what it wrote so far is written and a last line says that what
-# it writes later is not in the file.
-"""The Spark JVM's output (stdout and stderr) into a log file that rolls over, read from a pipe."""
+"""The Spark JVM's output (stdout and stderr) into a log file that rolls over, read from a pipe.
+
+spark_session() points the JVM's stdout and stderr at a pipe; JvmLog, a thread, reads it
+and writes what comes to SparkLog (<instance>/log/spark.log for the service,
+~/.imqbridge/logs/spark.log for a CLI job) through RotatingBytes, which rolls over by size
+and age as the service log does.
+
+Rules: a file that cannot be written costs its bytes, counted, never the JVM's time; at exit
+the JVM is stopped and waited for, and everything up to the pipe's end is written before the
+file is closed.
+
+Design notes: docs/spark.md#internals-sparkjvmlogpy.
+"""
 
 from __future__ import annotations
 

@@ -1,25 +1,15 @@
-# How it works: a runner=spark link receives on the driver and its executors read what was
-# received from here, so that a message is acknowledged at the source only once it is on
-# disk ("log, then ack", docs/spark.md). The log is a folder (<checkpoint>/sourcelog) of
-# segments, one per micro-batch, named by the offsets they hold: <start>-<end>.seg holds
-# the records start .. end-1 (an offset is a record's sequence number, counted from 0 over
-# the life of the checkpoint). A segment is written to a temporary file, fsynced, renamed
-# into place, and the folder fsynced: a segment is either all there or not at all, and a
-# crash leaves at most a temporary file, removed when the log opens again.
-#
-# Segment format: MAGIC | u32 n | n bytes of JSON header {start, end, provider} | records,
-# record = u32 id length | message id (UTF-8) | u32 blob length | codec blob (the message
-# as received, jms/codec.py). Readers take any slice [lo, hi) of the offsets, across
-# segments; end_within tells where a batch of about N bytes ends from the segments' file
-# sizes alone; delete_through(end) removes the segments wholly below ``end`` once Spark has
-# committed them.
-# One process writes the log at a time: the writer holds an exclusive lock (flock) on
-# <folder>/.writer, released when it lets go or when its process ends, however it ends.
-# The driver's process prefetches into the log while Spark starts the query
-# (receiver.py); Spark's source runner then takes the log over: it asks for it with the
-# file .handover and waits for the lock (own), and the prefetcher lets go as soon as it
-# sees the request (handover_requested).
-"""The durable log between a Spark link's driver (which receives) and its executors."""
+"""The durable log between a Spark link's driver (which receives) and its executors.
+
+A folder (<checkpoint>/sourcelog) of segments named by the offsets they hold
+(<start>-<end>.seg); a record is a message id and the codec blob of the message as received.
+Readers take any slice of offsets; delete_through(end) removes what Spark committed.
+
+Rules: a segment is written to a temporary file, fsynced, renamed and the folder fsynced, so
+it is all there or not at all; one process writes the log at a time (flock on .writer,
+handed over on request: .handover).
+
+Design notes: docs/spark.md#internals-sparklogpy.
+"""
 
 from __future__ import annotations
 

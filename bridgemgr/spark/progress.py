@@ -1,12 +1,14 @@
-# How it works: a long job (drain, dmq archive) calls Progress.update(count) as it goes
-# and Progress.finish() at the end. On a terminal the progress is one line rewritten in
-# place (carriage return, erase to the end of the line) at most once per ``tick``: a bar
-# and percentage when the backlog is known, the count, the rate since the start and the
-# ETA (what is left at that rate). Elsewhere (a pipe, a log file) it is a plain line at most
-# every ``every`` seconds and a last one at the end, so a log gets a few lines, not one per
-# chunk. When the backlog is unknown (a provider that cannot tell), count, rate and time
-# only. More messages than the backlog (they kept coming): the total grows with the count.
-"""Progress of a drain or a DMQ archive on stderr: a line rewritten in place, or plain lines."""
+"""Progress of a drain or a DMQ archive on stderr: a line rewritten in place, or plain lines.
+
+A long job (drain, dmq archive) calls Progress.update(count) as it goes and
+Progress.finish() at the end. On a terminal the progress is one line rewritten in place
+(carriage return, erase to the end of the line) at most once per ``tick``: a bar and
+percentage when the backlog is known, the count, the rate since the start and the ETA (what
+is left at that rate). Elsewhere (a pipe, a log file) it is a plain line at most every
+``every`` seconds and a last one at the end, so a log gets a few lines, not one per chunk.
+When the backlog is unknown (a provider that cannot tell), count, rate and time only. More
+messages than the backlog (they kept coming): the total grows with the count.
+"""
 
 from __future__ import annotations
 

@@ -1,50 +1,17 @@
-# How it works: the driver's side of a runner=spark link's source. A Receiver keeps the
-# source connection and a thread that stays ahead of Spark: while the executors work on
-# one batch it receives the next (up to maxPerBatch messages: it waits receiveWait seconds
-# for the first, then takes what is there), appends them to a segment of the source log
-# (fsync file and folder: log.py) and only then acknowledges them at the source
-# (CLIENT_ACKNOWLEDGE: exactly the messages received since the last acknowledge, i.e. that
-# segment, in one round trip). The reader (source.py) asks logged_beyond() how far the log
-# goes.
-#
-# Failures: the source connection lost while receiving drops that receive (the broker
-# gives the unacknowledged messages back) and the thread reconnects with backoff; lost
-# after the log write, the logged messages stay logged (the broker redelivers them too: a
-# duplicate, which carries the same source message id). A crash anywhere loses nothing:
-# unlogged messages were never acknowledged, logged ones are replayed from the log.
-# The thread logs in segments of a tenth of maxPerBatch (at least SEGMENT_MIN): the first
-# batch is planned as soon as one segment is logged instead of after a whole batch. A
-# segment also ends once its records hold the link's windowBytes (the XML link's property,
-# else imq.bridge.<name>.link.windowBytes; -1: the count alone): the driver holds a
-# segment's records twice (received, then packed for the write) until it is logged, and
-# 1,000 messages of 1 MiB would be ~2 GB. windowBytes, not a multiple, because a segment
-# is the driver's unit, logged and acknowledged at once as a local link's unit is at that
-# bound: 1 KiB messages never reach it (1,000 hold ~1.2 MiB), and 1 MiB messages make
-# segments of 16, whose fsync and acknowledge cost little next to writing 16 MiB. A
-# batch then spans several smaller segments (logged_beyond answers with the log's end).
-# The source's prefetch is bounded likewise (Session.prefetch_at_least: PREFETCH_WINDOWS x
-# windowBytes where the provider can, mq://; the host broker's consumer otherwise holds up
-# to 1,000 messages sent ahead, ~1 GB of 1 MiB ones).
-#
-# Prefetch: Spark's source runner, the process this receiver runs in, exists only ~3 s
-# after a query is asked to start (Spark starts its Python planning processes one after
-# another first), while one core is mostly idle. So start_query (runner.py) runs a
-# receiver in the driver's own process meanwhile (prefetch: the same receive, log, then
-# acknowledge, up to two batches beyond the log's start), which lets go of the log and its
-# source connection when the source runner's receiver asks for the log (log.py: one
-# writer at a time, a lock and a handover request) or when the query ends. A non-durable
-# topic subscription is not prefetched: the handover would leave a gap in it.
-# A drain (drainjob.py) has no source runner: its Receiver runs in the drain's own
-# process from the start (until_empty), with no prefetch.
-#
-# Held: while the query or the drain has no executor (a cluster that lost its workers)
-# nothing delivers what the receiver would log, so the process that started it (runner.py's
-# executor watch, hold_without_executors) puts the file .hold in the log's folder and the
-# receiver and the prefetcher take nothing more until it is gone, and close their source
-# connection (what the source had sent ahead, unacknowledged, goes back to it): a source is
-# not drained faster than it is delivered, and what stays at the source is there for
-# whoever comes next.
-"""The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge."""
+"""The driver's receiver of a runner=spark link: receive, log (fsync), acknowledge.
+
+A Receiver keeps the source connection and a thread that stays ahead of Spark: it receives
+the next batch while the executors work on one, appends it to the source log in segments
+(log.py) and only then acknowledges it at the source. It also prefetches in the driver's own
+process while Spark starts the query, runs a drain (until_empty), and holds while the job
+has no executor (the file .hold).
+
+Rules: log, then ack: a crash anywhere loses nothing (unlogged messages were never
+acknowledged, logged ones are replayed); a segment ends at the link's windowBytes, so the
+driver never holds much more than that of a segment's records.
+
+Design notes: docs/spark.md#internals-sparkreceiverpy.
+"""
 
 from __future__ import annotations
 
@@ -60,8 +27,9 @@ from ..jms.destination import Topic
 from ..jms.spi import AckMode, MessageConsumer, Session
 from ..jmsbridge.connections import Handle
 from ..jmsbridge.link import PREFETCH_WINDOWS
+from ..jmsbridge.linkenv import LinkEnvironment
 from ..jmsbridge.pipeline import CONNECTION_LOST
-from .linkenv import LinkEnvironment
+from ..providers.embedded import HostBrokerFactory
 from .log import SourceLog
 from .options import LinkOptions
 
@@ -286,7 +254,7 @@ class Receiver:
 
     def _environment(self) -> LinkEnvironment:
         if self._env is None:
-            self._env = LinkEnvironment(self.options, log)
+            self._env = LinkEnvironment(self.options, log, HostBrokerFactory)
         return self._env
 
     def _disconnect(self) -> None:

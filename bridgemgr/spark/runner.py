@@ -1,34 +1,18 @@
-# How it works: a SparkLink is what JMSBridge builds instead of a Link for a
-# non-transacted link of a bridge with imq.bridge.<name>.runner=spark: this module registers
-# it as the link runner "spark" (jmsbridge/runners.py) when imported, which the service does
-# for such a bridge. It shares RunnerBase with the Link (state, start/stop/pause/resume,
-# info, counters), and runs the link as
-# one Structured Streaming query: LinkDataSource (source.py) -> LinkStreamWriter
-# (sink.py), checkpointed under <bridge dir>/spark/<link>/checkpoint, the source log in
-# its sourcelog folder. start() and resume() start the query (from the checkpoint when
-# there is one); pause() and stop() stop it and keep the checkpoint, so nothing received
-# is lost: what the source log holds runs at the next start. A watcher thread follows the
-# query: when it fails (a lost connection, a broken executor) it is started again from
-# its checkpoint after a backoff, as a local link reconnects; a transformer failure that
-# must halt the link (LinkHalted), or RESTARTS failures in a row without a committed batch,
-# stop it with last_error set. A master that does not answer (MasterUnreachable) leaves the
-# link STARTING with that one line as last_error, and the watcher tries again with backoff
-# for as long as the link is wanted. The service's session takes spark.cores.max = one per
-# Spark link unless set (service_cores), leaving a cluster's other cores to jobs. A
-# standalone master fixes an application's cores when it registers, so a link that finds
-# the session with fewer cores than the links now configured (a bridge made runner=spark,
-# or given links, by SIGHUP) restarts it (ServiceSession): the running queries stop
-# between batches, the session starts again with the new count, and they start again
-# from their checkpoints.
-# On a cluster, a thread of the process that started a query (start_query) or a drain
-# (drainjob.py) watches its executors (hold_without_executors): with none (the workers
-# lost) it holds the receiver (receiver.py), so a link or a drain does not take its source
-# into the log while nothing can deliver it.
-# The service's Spark JVM writes to <instance>/log/spark.log, not its console: a file
-# that rolls over as the service log does (imq.log.file.*; jvmlog.py).
-# Counters (SparkCounters) come from the stats file the sink's commit() writes (they
-# survive restarts); info() adds the query's progress for `list link`.
-"""A JMS bridge link that runs as a Spark Structured Streaming query."""
+"""A JMS bridge link that runs as a Spark Structured Streaming query.
+
+A SparkLink is what JMSBridge builds instead of a Link for a non-transacted link of a bridge
+with imq.bridge.<name>.runner=spark (importing this module registers the runner "spark"). It
+shares RunnerBase with the Link and runs the link as one query, LinkDataSource (source.py)
+-> LinkStreamWriter (sink.py), checkpointed under <bridge dir>/spark/<link>/checkpoint; a
+watcher restarts a failed query from its checkpoint with backoff. The service's session
+takes spark.cores.max = one per Spark link unless set (service_cores).
+
+Rules: pause() and stop() keep the checkpoint, so nothing received is lost; with no
+executor (hold_without_executors) the receiver is held, so a source is not taken into the
+log while nothing can deliver it.
+
+Design notes: docs/spark.md#internals-sparkrunnerpy.
+"""
 
 from __future__ import annotations
 

@@ -1,26 +1,16 @@
-# How it works: every Spark job of ours (a runner=spark link, drain, the dmq commands)
-# gets its SparkSession from spark_session(). Python workers are started by the JVM and
-# run `python3` from PATH unless told otherwise, which is not our venv: PYSPARK_PYTHON
-# and PYSPARK_DRIVER_PYTHON are set to this interpreter before the JVM starts. Our data
-# source classes are pickled by reference, so workers must import bridgemgr: the folder
-# that holds it goes on PYTHONPATH (an editable install is seen anyway; a plain checkout
-# is not), and so does sitepath/, whose sitecustomize makes those processes import pyspark
-# from the installed package instead of Spark's pyspark.zip (no bytecode cache: ~1.5 s of
-# CPU per process otherwise, and a query starts several in a row). For the same reason
-# bridgemgr itself is compiled first (compile_package): a checkout or an editable install
-# has no bytecode, and with PYTHONDONTWRITEBYTECODE set (it is on this machine) each of
-# those processes compiled it again (~0.4 s of CPU apiece). The executors' Python workers
-# are forks of our daemon module (daemon.py), which imports pyspark's worker and the bridge
-# once before it forks them.
-# imq.bridge.spark.master (default local[*]) and imq.bridge.spark.conf.* come from the
-# broker properties; DEFAULTS are ours, and a user's conf.* entry wins. Before a session
-# starts, probe_master() connects to a spark:// (or k8s://) master's host:port: Spark would
-# retry for a minute and then give up without a word (MasterUnreachable: one line).
-# Executors on other machines do not have the service's plugin folders (<instance>/lib/ext,
-# $IMQ_HOME/lib/ext, imq.bridge.transformer.path): ship_plugins() gives Spark each module,
-# zip and package (zipped) in them with addPyFile, so a transformer there is importable in
-# every executor's Python workers (Spark puts those files on their sys.path).
-"""The SparkSession of imqbridge's Spark jobs, configured from the broker properties."""
+"""The SparkSession of imqbridge's Spark jobs, configured from the broker properties.
+
+Every Spark job of ours (a runner=spark link, drain, the dmq commands) gets its SparkSession
+from spark_session(): imq.bridge.spark.master and imq.bridge.spark.conf.* over our DEFAULTS,
+the workers on this interpreter with bridgemgr and sitepath/ on their PYTHONPATH, our
+daemon module (daemon.py), the plugin folders shipped (ship_plugins()), the JVM's output
+into a rotating log (jvmlog.py). probe_master() tells an unreachable master in one line.
+
+Rule: the JVM starts the Python workers, so the interpreter (PYSPARK_PYTHON), the
+PYTHONPATH that holds bridgemgr and the daemon module are set before the JVM starts.
+
+Design notes: docs/spark.md#internals-sparksessionpy.
+"""
 
 from __future__ import annotations
 

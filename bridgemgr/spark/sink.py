@@ -1,14 +1,16 @@
-# How it works: LinkStreamWriter.write() runs in executor tasks, one per log slice of the
-# micro-batch. Each Python worker keeps one Transfer per link (transfer.py; worker reuse:
-# the next task of the link finds it), which runs the pipeline steps and sends or gives
-# to the DMQs, and returns the task's counts (BatchCounts, counts.py). commit() (driver,
-# once per batch) appends them to the link's stats file, one JSON line per batch id (a
-# retried batch id replaces the earlier line when read).
-#
-# Spark unpickles the writer and the counts in short-lived processes too (the write's
-# planning, the sink's commit on the driver): this module imports nothing of the bridge,
-# the transfer is imported in the worker that transfers.
-"""The streaming sink of a runner=spark link: tasks transfer, the driver records counts."""
+"""The streaming sink of a runner=spark link: tasks transfer, the driver records counts.
+
+LinkStreamWriter.write() runs in executor tasks, one per log slice of the micro-batch. Each
+Python worker keeps one Transfer per link (transfer.py; worker reuse: the next task of the
+link finds it), which runs the pipeline steps and sends or gives to the DMQs, and returns
+the task's counts (BatchCounts, counts.py). commit() (driver, once per batch) appends them
+to the link's stats file, one JSON line per batch id (a retried batch id replaces the
+earlier line when read).
+
+Spark unpickles the writer and the counts in short-lived processes too (the write's
+planning, the sink's commit on the driver): this module imports nothing of the bridge, the
+transfer is imported in the worker that transfers.
+"""
 
 from __future__ import annotations
 

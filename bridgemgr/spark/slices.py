@@ -1,29 +1,16 @@
-# How it works: where an executor task of a runner=spark link (or a drain) gets the records
-# of its log slice. The source log is on the driver's disk (<checkpoint>/sourcelog, log.py),
-# and Spark's own checkpoint needs no storage the executors share (the driver alone writes
-# it: the query keeps no state). Two modes (LinkOptions.ship_log), chosen by
-# imq.bridge.spark.sourcelog (ships_log): "shared", the executors read the log at the same
-# path themselves (a local master; or a shared mount the operator declares): only offsets
-# travel; "shipped" (the default on any other master: never count on the driver's disk), the
-# driver packs each slice's records (log.py's segment format, SourceLog.pack) into the
-# InputPartition, which Spark serialises into the task. In the task, the reader (read())
-# unpacks them into a folder of the executor's own (spill: a small SourceLog under Spark's
-# per-application files folder, not fsynced: scratch) before it yields the slice's offsets,
-# and the sink's write(), which Spark runs in another Python process of the same task and
-# so on the same machine, reads them there (task_records) and removes the folder. The bytes
-# never pass through the JVM as rows (Arrow conversions each way: ~100 us per 1 KiB message
-# on 2 cores); what shipping costs is the packing on the driver and one pickled copy per
-# task. A task carries about SHIP_BYTES at most (Spark refuses a task above
-# spark.rpc.message.maxSize, 128 MiB): a bigger batch is cut into more slices; Spark's
-# warning for every stage whose task exceeds 1000 KiB ("a task of very large size"), a
-# line per batch, is silenced in a session that ships (quiet_task_size_warning). A shipped
-# batch (a link's micro-batch, a drain's job) ends early once its segments' files hold
-# ship_batch_bytes (SourceLog.end_within: file sizes, no record read), so that the driver
-# packs about that much at most however big the messages; shared batches are not cut (the
-# driver holds none of their records). A batch job
-# that holds its slices itself (records(): from the packed bytes in memory, or the log)
-# needs no spill.
-"""Which records an executor task transfers: from the shared source log or shipped."""
+"""Which records an executor task transfers: from the shared source log or shipped.
+
+Two modes (LinkOptions.ship_log, from imq.bridge.spark.sourcelog): "shared", the executors
+read the driver's log at the same path (a local master, or a shared mount the operator
+declares), only offsets travel; "shipped" (the default on any other master), the driver
+packs each slice's records into the task (SourceLog.pack) and the task spills them into a
+folder of its own that the sink's write() reads (task_records).
+
+Rule: never count on the driver's disk on a cluster; a shipped task carries about
+SHIP_BYTES at most, so a big batch is cut into more slices.
+
+Design notes: docs/spark.md#internals-sparkslicespy.
+"""
 
 from __future__ import annotations
 

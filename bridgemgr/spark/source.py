@@ -1,33 +1,16 @@
-# How it works: LinkDataSource (format "imqbridge_link") is the Python streaming data
-# source of a runner=spark link; its options are a LinkOptions. The reader's driver-side
-# methods (latestOffset, partitions, commit) run in one long-lived Python process on the
-# driver (Spark's source runner), the same reader object every call; they ask its Receiver
-# (receiver.py: a thread that receives, logs with fsync and only then acknowledges, ahead
-# of Spark) how far the source log goes. latestOffset(start) returns the log's end (at
-# most maxPerBatch past start), waiting up to receiveWait when nothing is logged yet; what
-# a crash left logged but unplanned is simply there at the next start; a shipped batch
-# also ends once its segments hold slices.ship_batch_bytes.
-# An offset is {"offset": n}, the log's record count. partitions(start, end) cuts the range
-# into `parallelism` slices; read(slice) runs on executors (another reader instance,
-# from the options alone) and yields one row per message of the slice: its log offset, and
-# nothing else. The sink's task reads those records from the log itself (transfer.py), as
-# Kafka's Spark source hands executors offset ranges: a message's bytes never cross into
-# the JVM and back (two Arrow conversions and a row copy each way, ~100 us per 1 KiB
-# message measured on 2 cores), while Spark still counts, plans, retries and checkpoints
-# every message. When the executors cannot read the driver's log (LinkOptions.ship_log,
-# slices.py), partitions() packs each slice's records into its LogSlice and read() spills
-# them into a folder of the executor's own before it yields the offsets, where the sink's
-# task reads them. commit(end) deletes the segments below ``end``:
-# Spark calls it for batch N when it plans batch N+1, after batch N is in its commits log.
-# Trigger.AvailableNow: batches until the source has nothing for receiveWait (a query that
-# ends once its source is empty; `imqbridgemgr drain` itself runs as batch jobs instead,
-# drainjob.py, without this data source's start-up).
-#
-# Spark unpickles this module's classes in several short-lived processes (planning, the
-# offset-reading tasks) before the first batch: it imports only pyarrow, pyspark and the
-# light options and slices modules; the receiver and the sink's transfer, which need the
-# whole bridge, are imported where they run.
-"""The streaming source of a runner=spark link: offsets over the source log, log slices."""
+"""The streaming source of a runner=spark link: offsets over the source log, log slices.
+
+LinkDataSource (format "imqbridge_link", options a LinkOptions) is the Python streaming data
+source. Its driver-side reader asks the Receiver how far the source log goes (latestOffset,
+partitions, commit); read() runs on executors and yields only log offsets, which the sink's
+task reads from the log itself (or from the slice the driver shipped: slices.py).
+
+Rules: a message's bytes never cross into the JVM; this module imports only pyarrow, pyspark
+and the light options and slices modules, because Spark unpickles its classes in several
+short-lived processes.
+
+Design notes: docs/spark.md#internals-sparksourcepy.
+"""
 
 from __future__ import annotations
 

@@ -1,34 +1,17 @@
-# How it works: a Transfer is one executor worker's side of a runner=spark link (the sink,
-# sink.py, keeps one per link and worker: worker reuse, the next task of the link finds
-# it), built from the options like the driver's receiver: the LinkPlan (the same
-# per-message steps as the local runner, jmsbridge/pipeline.py), a target connection and
-# the bridge's DMQs. A task's rows are offsets of the source log (source.py): it reads
-# those records from the log, or from what the driver shipped (slices.task_records; a
-# batch job hands transfer() its records itself), and for each decodes the message as
-# received, runs the steps
-# and then, as the local runner does: sends it (stamped with JMS_SUN_JMSBRIDGE_SOURCE_
-# MESSAGEID, the source's message id, so a consumer can drop the duplicate a crash may
-# cause), or gives it to the DMQs (DeadLetter with the DMQ pipeline's reasons: expired,
-# transform failure, send failure, backout; the first branch_to / no_transfer of a worker
-# as the audit copy), or consumes it (no_transfer). HALT (a transformer failure with
-# consume-no-transfer-on-transform-error false) fails the task: the batch is not committed,
-# the query stops, and the message stays in the source log for the next start.
-#
-# A task sends within the link's confirm window (the XML link's window property, else
-# imq.bridge.<name>.link.window): send_async() on a non-transacted target session, no
-# wait per message; when `window` sends are outstanding, or fewer whose records (the
-# codec blobs of the messages handled since the last flush) hold the link's windowBytes
-# (the XML link's property, else imq.bridge.<name>.link.windowBytes; -1: the count alone),
-# so that a task of 1 MiB messages holds ~16 of them and not 1000, and at the end of the
-# task (its log slice), it flushes the producer and takes their outcomes in send order: a confirmed
-# send counts as transferred, a refused one goes to the DMQ (SEND_FAILURE, that message
-# alone, as on the local runner). write() returns only once every send of the task is
-# confirmed, so the batch Spark commits (and the source log the driver then trims and
-# acknowledges) is on the target. A lost target connection, or a send whose outcome is a
-# retriable or transport failure, fails the task: the batch runs again when the runner
-# restarts the query from its checkpoint (at-least-once; the source id lets a consumer
-# drop the duplicates). write() returns the task's counts.
-"""One worker's transfer of a Spark link's log slices: the pipeline steps, the send, the DMQ."""
+"""One worker's transfer of a Spark link's log slices: the pipeline steps, the send, the DMQ.
+
+A Transfer is one executor worker's side of a runner=spark link (sink.py keeps one per link
+and worker), built from the options: the LinkPlan (the local runner's per-message steps,
+jmsbridge/pipeline.py), a target connection and the bridge's DMQs. For each record of a task
+it runs the steps and sends (stamped with JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID), dead-letters
+or consumes the message, within the link's confirm window.
+
+Rules: write() returns only once every send of the task is confirmed, so the batch Spark
+commits is on the target; HALT, a lost target or a retriable send failure fails the task
+and the batch runs again (at-least-once).
+
+Design notes: docs/spark.md#internals-sparktransferpy.
+"""
 
 from __future__ import annotations
 
@@ -46,6 +29,7 @@ from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import AckMode, MessageProducer, Session
 from ..jmsbridge.connections import BridgeConnections, ConnectionKind, Lease
 from ..jmsbridge.dmq import DeadMessageQueues, dead_letter
+from ..jmsbridge.linkenv import LinkEnvironment
 from ..jmsbridge.pipeline import (
     CONNECTION_LOST,
     RETRIED,
@@ -58,8 +42,8 @@ from ..jmsbridge.pipeline import (
     run_steps,
 )
 from ..jmsbridge.window import ConfirmWindow
+from ..providers.embedded import HostBrokerFactory
 from .counts import BatchCounts
-from .linkenv import LinkEnvironment
 from .log import Record
 from .options import SOURCE_ID_PROPERTY, LinkOptions
 from .slices import task_records
@@ -80,7 +64,8 @@ class Transfer:
     """One worker's side of a link: plan, target connection, DMQs."""
 
     def __init__(self, options: LinkOptions) -> None:
-        self.env = env = LinkEnvironment(options, log)
+        self.options = options
+        self.env = env = LinkEnvironment(options, log, HostBrokerFactory)
         self.stop = threading.Event()
         self.operator = RetryWithTolerance(self.stop, deadline=30.0)
         self.connections = BridgeConnections(env.connectors)
@@ -132,7 +117,7 @@ class Transfer:
     def write(self, batches: Iterator[pa.RecordBatch]) -> BatchCounts:
         """A streaming task: its rows' offsets, their records from the shared log or
         from what the driver shipped (slices.task_records)."""
-        with task_records(self.env.options, offset_runs(batches)) as records:
+        with task_records(self.options, offset_runs(batches)) as records:
             return self.transfer(records)
 
     def transfer(self, records: Iterable[tuple[Record, str]]) -> BatchCounts:

@@ -1,43 +1,16 @@
-# How it works: the chapter's two processing sequences as plain functions.
-#
-# SEND -> JMS (inbound): a body with content-length becomes a BytesMessage, one without a
-# TextMessage decoded as UTF-8. The STOMP JMS binding headers (persistent, priority,
-# expires, correlation-id, type, reply-to) set the JMS headers, with the JMS client's
-# defaults when absent; every other user header becomes a String property. A header whose
-# name is no valid JMS property name (x-request-id) goes to the transformer's ``properties``
-# argument when a transformer is configured, as the chapter says; what the message itself
-# carries is imq.bridge.stomp.invalidHeaderNames: encode (the default) sets it under an
-# encoded name (header_to_property), drop leaves it out, error refuses the SEND (ERROR)
-# unless a transformer takes it, as the original does. Encoded names are "stomp$" and the
-# name with every character but A-Z a-z 0-9 _ written $HH, $uHHHH or $UHHHHHH (hex code
-# point): a Java identifier outside the JMS/JMSX prefixes. A valid name that starts with
-# "stomp$" is encoded too, so a name in that space is always an encoding and
-# property_to_header can turn it back (on MESSAGE, in encode mode) without collisions.
-# content-type, which nearly every client sends, rides along as the vendor property
-# JMS_STOMP_CONTENT_TYPE and comes back as content-type.
-#
-# JMS -> MESSAGE (outbound): the transformer (if any) sees a read-only copy; only Text and
-# Bytes messages can be delivered (anything else closes the connection, the message going
-# back to its queue); MESSAGE always carries subscription, destination, message-id,
-# expires, redelivered, priority, timestamp, persistent and content-length, plus reply-to,
-# correlation-id and type when set, every property as a header (an encoded name decoded, in
-# encode mode), and ack (1.2, not auto).
-# Those headers describe the delivery, so they come from the delivered message whatever
-# the transformer returns (a message made with create_message() has none, and ACK names
-# the delivered message-id); the body and the properties come from the transformer's
-# result, and so do reply-to, correlation-id and type when it sets them. A header value
-# the subscriber's version cannot carry (a NUL; a line feed for 1.0) is refused by the
-# encoder, like an undeliverable message type, and never written mangled. A
-# subscription's MessageRenderer writes those bytes directly in the usual case (1.1/1.2,
-# no transformer) and otherwise, or when a header cannot be encoded, goes through
-# to_message_frame and the encoder: the same bytes or the same refusal either way.
-#
-# Destinations (Table 12-11): /queue/NAME, /topic/NAME, /temp-queue/NAME, /temp-topic/NAME.
-# A temporary NAME is the client's own alias for a temporary destination of its
-# connection, created on first use; a MESSAGE's reply-to names a temporary destination in
-# the reserved form /temp-queue/temporary_destination://queue/REAL-NAME, which any
-# connection may SEND to.
-"""STOMP frames <-> JMS messages and destinations (the chapter's processing sequences)."""
+"""STOMP frames <-> JMS messages and destinations (the chapter's processing sequences).
+
+The chapter's two processing sequences as plain functions: SEND -> JMS (inbound) and JMS ->
+MESSAGE (outbound), and the destination names of Table 12-11. A header whose name is no
+valid JMS property name is handled by imq.bridge.stomp.invalidHeaderNames (encode, drop,
+error); encoded names start "stomp$".
+
+Rule: a MESSAGE's delivery headers come from the delivered message whatever the transformer
+returns; a header value the subscriber's version cannot carry is refused, never written
+mangled.
+
+Design notes: docs/stomp-bridge.md#internals-stompbridgeconvertpy.
+"""
 
 from __future__ import annotations
 

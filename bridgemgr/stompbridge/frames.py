@@ -1,30 +1,15 @@
-# How it works: a STOMP frame is a command line, header lines "name:value", a blank line,
-# a body and a NUL. parse_frame() is a pure function: given the bytes received so far and
-# where the next frame starts, it returns the frame and where the one after it starts, or
-# None when more bytes are needed, or raises LocalProtocolError when the bytes can never
-# become a valid frame. It skips the EOLs that STOMP 1.1+ peers send as heart-beats.
-# A body is exactly content-length bytes when that header is present (NULs allowed), or
-# runs to the first NUL. Limits (frame size, header count, header length) are checked
-# as bytes arrive, so an endless header or body is refused before it fills memory.
-# The usual head (no CR, no NUL, distinct names, shorter than one header may be) is
-# split in one pass (_plain_headers); any other goes line by line (_parse_headers),
-# which decides, and names in its refusal, everything the fast pass declines. The
-# commonest frame of all, a client's per-message ACK "ACK\nid:DIGITS\n\n\0" (STOMP 1.2),
-# is matched whole first (_usual_ack): the Frame the general path would make, at a
-# third of its cost; anything else the general path reads.
-#
-# Version rules (the "dialect"): 1.1 and 1.2 escape \n, : and \ in headers (1.2 also \r),
-# except in CONNECT and CONNECTED frames; 1.0 escapes nothing. 1.2 allows \r\n line ends;
-# so does a frame read before the version is known (the CONNECT frame itself). A
-# repeated header keeps its first value.
-#
-# Header bytes: a NUL, or a carriage return that does not end a line, written raw in a
-# header is refused (LocalProtocolError naming the header and the frame): a peer that
-# ends frames at the NUL would read a second frame of the sender's making. What an escape
-# decodes to (\n, \r) is a legal value; the encoder escapes it again, and refuses
-# (HeaderNotEncodable) a value the version cannot carry: a NUL in any, an EOL in 1.0 or
-# in an unescaped command, a carriage return in 1.1, a colon in a 1.0 header name.
-"""STOMP frames: the Frame value, the incremental parser and the encoder (no I/O)."""
+"""STOMP frames: the Frame value, the incremental parser and the encoder (no I/O).
+
+parse_frame() is a pure function: given the bytes received so far and where the next frame
+starts, it returns the frame and where the one after it starts, None when more bytes are
+needed, or raises LocalProtocolError. The encoder escapes by the version's rules and
+refuses (HeaderNotEncodable) a value the version cannot carry.
+
+Rules: limits (frame size, header count and length) are checked as bytes arrive; a raw NUL,
+or a carriage return that does not end a line, in a header is refused, never passed on.
+
+Design notes: docs/stomp-bridge.md#internals-stompbridgeframespy.
+"""
 
 from __future__ import annotations
 

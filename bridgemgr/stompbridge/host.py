@@ -1,22 +1,24 @@
-# How it works: the host broker side of one STOMP connection. It owns a HostBroker client
-# (client id, temporary destinations, consumers) and uses the HostBroker data path,
-# because STOMP's acknowledgement model does not fit a JMS session: ACK and NACK name
-# single deliveries of one subscription, a transaction spans several subscriptions, and
-# any thread may complete them. So a delivery here is the HostBroker's opaque Delivery:
-# acknowledge() consumes it, redeliver() puts it back in its queue (NACK, ABORT, a closed
-# subscription, a lost connection), and a STOMP transaction is a HostBroker Transaction
-# whose sends and acks commit() applies in one store batch. Every call names the
-# connection's authenticated Principal.
-#
-# Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
-# deliveries not yet acknowledged), a writable transport, the loop having taken its
-# previous batch and, for transacted subscriptions, an open transaction; then it takes up
-# to a batch of messages in one receive_many (blocking only for the first; at most BATCH
-# messages or about BATCH_BYTES of bodies), renders them to frame bytes with the session's render function,
-# and posts the batch to the event loop in one call. So a client that stops reading holds
-# at most the transport's high-water mark plus one batch in our memory. Nothing here blocks the loop except
-# the calls marked blocking (durable waits, unsubscribe), which the server runs in a pool.
-"""The host broker side of a STOMP connection: sends, subscriber threads, acks, transactions."""
+"""The host broker side of a STOMP connection: sends, subscriber threads, acks, transactions.
+
+A HostConnection, one per STOMP connection, owns a HostBroker client (client id, temporary
+destinations, consumers) and uses the HostBroker data path, because STOMP's acknowledgement
+model does not fit a JMS session: ACK and NACK name single deliveries of one subscription, a
+transaction spans several subscriptions, and any thread may complete them. So a delivery
+here is the HostBroker's opaque Delivery: acknowledge() consumes it, redeliver() puts it
+back in its queue (NACK, ABORT, a closed subscription, a lost connection), and a STOMP
+transaction is a HostBroker Transaction whose sends and acks commit() applies in one store
+batch. Every call names the connection's authenticated Principal.
+
+Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
+deliveries not yet acknowledged), a writable transport, the loop having taken its previous
+batch and, for transacted subscriptions, an open transaction; then it takes up to a batch of
+messages in one receive_many (blocking only for the first; at most BATCH messages or about
+BATCH_BYTES of bodies), renders them to frame bytes with the session's render function, and
+posts the batch to the event loop in one call. So a client that stops reading holds at most
+the transport's high-water mark plus one batch in our memory. Nothing here blocks the loop
+except the calls marked blocking (durable waits, unsubscribe), which the server runs in a
+pool.
+"""
 
 from __future__ import annotations
 

@@ -1,28 +1,17 @@
-# How it works: a thin asyncio shell around StompSession, on the service's one NetLoop.
-# StompProtocol (one per accepted socket) sets TCP_NODELAY, feeds received bytes to its
-# session, writes whatever the session has to send in one write, runs the session's
-# blocking calls (password check, durable waits, unsubscribe) in the bridge's thread pool,
-# ticks heart-beats with call_later, and closes the transport once the session is closed.
-# Subscriber threads post their batches with call_soon_threadsafe; the protocol runs them
-# and flushes once per loop iteration, so frames that become ready together go out in one
-# write. When the transport's buffer is full, the session's subscribers stop taking
-# messages until it drains: a slow consumer holds only its own messages. A SEND the
-# broker holds (flow control) pauses reading this socket until the broker calls back,
-# with no thread waiting: other connections go on.
-#
-# Logins: a connection over imq.stomp.max_connections gets an ERROR frame and is closed;
-# one that has not logged in within imq.stomp.login.timeout seconds gets an ERROR frame
-# and is closed; one more from an address that already has
-# imq.stomp.max_unauthenticated_per_address connections not logged in (TCP and TLS
-# together) is closed at once by the accept loop, on TCP after an ERROR frame. A
-# CONNECT/STOMP frame's password check waits its turn in the service's shared login
-# throttle (guard.py: failed logins per address and per user, across connections and
-# services) and its outcome is counted there.
-#
-# StompBridge is the service: it listens on imq.bridge.stomp.tcp.port and, when enabled,
-# tls.port (optionally requiring client certificates), with guard.py's accept loop, and
-# lists both for the port mapper.
-"""The STOMP bridge service: asyncio TCP/TLS listeners and the per-socket protocol."""
+"""The STOMP bridge service: asyncio TCP/TLS listeners and the per-socket protocol.
+
+A thin asyncio shell around StompSession on the service's one NetLoop: StompProtocol (one per
+accepted socket) feeds bytes to its session, writes what it has to send, runs its blocking
+calls in the bridge's thread pool and ticks heart-beats. StompBridge listens on
+imq.bridge.stomp.tcp.port and tls.port with guard.py's accept loop and lists both for the
+port mapper.
+
+Rules: a slow consumer holds only its own messages (subscribers stop while the transport's
+buffer is full); a held SEND pauses reading that socket without a thread waiting; logins go
+through the service's login throttle, timeout and connection caps.
+
+Design notes: docs/stomp-bridge.md#internals-stompbridgeserverpy.
+"""
 
 from __future__ import annotations
 

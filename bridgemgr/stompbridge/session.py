@@ -1,64 +1,16 @@
-# How it works (theory of operation)
-#
-# A StompSession is one client connection's protocol state, with no sockets: the server
-# feeds it bytes (receive_data), takes the bytes to write (data_to_send), runs the
-# blocking calls it asks for in a thread pool (take_call / complete_call), hands it the
-# batches its subscriber threads render (through the post function of its
-# HostConnection), and ticks it for heart-beats. A test does the same by hand.
-#
-# States and the frames each accepts are the TRANSITIONS table; a frame not in the row of
-# the current state is a protocol error naming that state. CONNECT/STOMP moves to
-# AUTHENTICATING while the password hash is checked off the loop; frames that arrive
-# meanwhile wait in the buffer. Every error inside (codec, table, handlers, the broker's
-# JMSException) is a LocalProtocolError; _process() alone turns it into the session's
-# RemoteProtocolError, answers with an ERROR frame (message header, text body,
-# content-length, receipt-id when the frame asked for a receipt) and moves to ERROR for
-# good: the connection then closes, unacknowledged messages go back to their queues and
-# an open transaction rolls back.
-#
-# Receipts confirm work that is done: a receipt waits for the store batch holding the
-# frame's persistent messages (written; fsynced too with imq.persist.file.sync.enabled),
-# and frame processing pauses until then, so receipts and errors keep the order of the frames. While the store's
-# writer is far behind the senders (host store_behind), a frame's ticket pauses
-# processing receipt or not, so a flood waits on the disk instead of filling memory.
-#
-# SEND runs: the SENDs of a read outside a transaction are parsed and converted in a row
-# and handed to the broker together (HostBroker.send_many: one broker lock, one store
-# call for up to SEND_RUN of them), each as alone: authorized per SEND, a run ending
-# after a frame that asks for a receipt (the receipt waits for the run's ticket) and
-# before any other frame; a frame that does not convert or parse, or a send the broker
-# refuses, gets its ERROR after the sends before it; a held send waits (below) with the
-# run's later frames queued, converted, behind it. A receipt-less run's ticket pauses
-# processing while the store is behind, as one SEND's did.
-#
-# ACK runs: the ACKs of a read (no receipt, no transaction header, a subscription that
-# is not transacted) each take what they acknowledge from their subscription at once (so
-# a repeated or unknown id fails as alone), and the run's messages go to the broker in
-# one acknowledge call (one broker lock, one store call), then each subscription gets its
-# credit back: before any other frame, at the end of the read, and before the ERROR of
-# a bad ACK closes the connection (what the ACKs before it acknowledged stays consumed).
-# An ACK that asks for a receipt ends the run and is settled alone, so its receipt
-# comes after its work, as every receipt does.
-#
-# Producer flow control: a SEND the broker holds (a full FLOW_CONTROL destination, the
-# memory state: ProducerFlowControl) becomes a pending call that waits, without a
-# thread, for the broker's "try again" (PendingCall.wait), then sends the frame's message
-# again (the frame is converted once: a transformer sees each SEND once).
-# Frame processing (and the server's reading: TCP back-pressure) pauses meanwhile, so
-# the client's later frames and its RECEIPT wait; the client's silence then is ours, not
-# a heart-beat failure.
-#
-# Acknowledgement (Table 12-11 and STOMP 1.2):
-#   ack:auto               consumed as soon as it is written to the client
-#   ack:client             ACK/NACK of a message covers every earlier one of its subscription
-#   ack:client-individual  ACK/NACK covers that message only
-#   transaction:T on SUBSCRIBE  a transacted subscription: delivers only while a
-#                          transaction is open; ACKs (cumulative) join the transaction and
-#                          consume at COMMIT; ABORT stops delivery and returns every
-#                          delivered, unconsumed message; the next BEGIN restarts delivery.
-# imq.bridge.stomp.consumerFlowLimit bounds the deliveries a subscription has not had
-# acknowledged (for transacted ones: committed).
-"""The STOMP protocol state machine of one connection (sans-IO)."""
+"""The STOMP protocol state machine of one connection (sans-IO).
+
+A StompSession is one client connection's protocol state, with no sockets: the server feeds
+it bytes (receive_data), takes the bytes to write (data_to_send), runs the blocking calls it
+asks for (take_call / complete_call) and ticks it for heart-beats; a test does the same by
+hand. States and the frames each accepts are the TRANSITIONS table.
+
+Rules: a receipt confirms work that is done (it waits for the store batch holding the
+frame's persistent messages); every error inside is a LocalProtocolError that _process()
+alone turns into an ERROR frame, after which the connection closes.
+
+Design notes: docs/stomp-bridge.md#internals-stompbridgesessionpy.
+"""
 
 from __future__ import annotations
 
@@ -71,7 +23,6 @@ from enum import Enum
 from functools import partial
 from typing import Any
 
-from .. import __version__
 from ..jms.destination import Destination
 from ..jms.errors import JMSException, ProducerFlowControl
 from ..jms.hostbroker import Delivery as Handle
@@ -79,6 +30,7 @@ from ..jms.hostbroker import Ticket, Transaction
 from ..jms.message import Message
 from ..logfiles import PER_MESSAGE
 from ..transform import MessageTransformer
+from ..version import __version__
 from .convert import (
     NAMES_DROP,
     NAMES_ENCODE,

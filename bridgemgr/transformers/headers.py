@@ -13,16 +13,9 @@
 =====================================  ==============================================
 
 Rules apply in that order; other property names (JMS_SUN_JMSBRIDGE_NAME among them) are
-ignored. Example::
-
-    <target ... message-transformer-class="bridgemgr.transformers.headers.HeaderMapping">
-      <property name="rename.orderId" value="externalOrderId"/>
-      <property name="from-header.JMSMessageID" value="sourceMessageId"/>
-      <property name="to-header.JMSCorrelationID" value="externalOrderId"/>
-    </target>
-
-A rule naming an unknown header is a transform failure (the link's
+ignored; a rule naming an unknown header is a transform failure (the link's
 consume-no-transfer-on-transform-error decides what happens to the message).
+An example: docs/transformers.md#headermapping-properties-and-headers.
 """
 
 from __future__ import annotations

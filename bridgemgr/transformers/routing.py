@@ -11,18 +11,8 @@ describe the routes:
 ``default`` = WHERE                no route matched: WHERE
 =================================  ====================================================
 
-Example::
-
-    <target connection-factory-ref="host" destination-ref="orders-other"
-            message-transformer-class="bridgemgr.transformers.routing.ContentRouter">
-      <property name="route.1.selector" value="region = 'EU'"/>
-      <property name="route.1.to" value="orders-eu"/>
-      <property name="route.2.selector" value="amount &gt; 1000"/>
-      <property name="route.2.to" value="queue:orders.big"/>
-      <property name="default" value="drop"/>
-    </target>
-
 A route without a selector or destination, or a bad selector, is a transform failure.
+An example: docs/transformers.md#contentrouter-content-based-routing.
 """
 
 from __future__ import annotations

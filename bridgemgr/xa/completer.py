@@ -1,25 +1,16 @@
-# How it works: a transacted link with batchSize 1 would otherwise spend most of each
-# transaction waiting: for the fsync of its commit record and for the commits at both
-# resource managers. A Completer takes a link's transactions once every branch voted yes
-# (Transaction.commit(defer=...)) and finishes them in its own thread, in the order they
-# came, while the link already moves the next message:
-#   take everything queued -> log all their commit records in one write and one sync
-#   -> commit each transaction's branches, one transaction after the other (commit_logged:
-#   an embedded broker writes the group's commits in one store batch) -> wait for those
-#   writes -> let the log forget the group.
-# So the target sees the messages in source order (the commits are in order), the
-# fsync is shared by the transactions queued meanwhile, and a crash at any point leaves
-# only prepared branches that recovery resolves from the log (presumed abort), exactly
-# as for a transaction committed by the link itself.
-#
-# Failures keep the order too: when a transaction cannot be logged or committed, every
-# transaction queued after it is rolled back (they are only prepared: their messages go
-# back to the source in order) until the link has seen the failure (outcomes()) and
-# reset() the completer. A log whose database cannot be reached (TxLogUnavailable) is such
-# a failure: the link takes it for a lost connection and retries with backoff
-# (XATransaction.outcomes). Only transactions of in-process resource managers are
-# deferred (an XA branch of a network RM is completed by the link itself).
-"""The commit phase of a link's two-phase transactions, in order, behind the link."""
+"""The commit phase of a link's two-phase transactions, in order, behind the link.
+
+A Completer takes a link's transactions once every branch voted yes and, in its own thread,
+logs the commit records of all queued ones in one write and one sync, then commits them
+one after the other, while the link already moves the next message. Only transactions of
+in-process resource managers are deferred.
+
+Rules: the commits keep source order, and so do failures: when a transaction cannot be
+logged or committed, every transaction queued after it is rolled back until the link has
+seen the failure (outcomes()) and reset() the completer.
+
+Design notes: docs/jms-bridges.md#internals-xacompleterpy.
+"""
 
 from __future__ import annotations
 

@@ -1,43 +1,17 @@
-# How it works: a Coordinator belongs to one JMS bridge. begin() gives a Transaction with a
-# fresh gtrid of our Xid format: FORMAT_ID, gtrid = <bridge tag>|<boot id>.<counter> (the
-# tag is the bridge name, shortened with a hash past 32 bytes; the boot id is random per
-# coordinator start, so gtrids never repeat and recovery can tell this run's transactions
-# from earlier ones), bqual = <ref-name tag>#<branch number>, one branch per resource
-# manager. A link enlists the XA resources of its source and target sessions; a resource
-# whose is_same_rm() matches an enlisted branch joins it (TMJOIN) instead of opening a
-# second one.
-#
-# Completion is end() (every association ended with TMSUCCESS; those of remote resources
-# at once, like the prepares below) then commit():
-#   one branch            -> commit(one_phase=True), nothing logged;
-#   two or more           -> prepare all (remote RMs at once, in a small pool: each is its
-#                            own machine; in-process ones in the link's thread); a
-#                            read-only vote drops that branch;
-#                            any "no" rolls every branch back (TransactionRolledBack);
-#   two or more prepared  -> the CommitRecord is logged (fsynced with txlogSync), then
-#                            all committed at once; one prepared branch is committed
-#                            without a log record (the others did nothing); with
-#                            commit(defer=completer), a link's two-phase transaction of
-#                            in-process RMs goes to its Completer (completer.py) once
-#                            prepared, which logs and commits in order behind the link;
-# presumed abort: nothing but the commit decision is ever logged, so recovery rolls back
-# every in-doubt branch of ours without a live CommitRecord. A branch the commit phase
-# cannot reach stays IN_DOUBT with its record live; recovery (recovery.py) commits it
-# later; a rollback that fails (the RM unreachable) asks recovery for a pass too, which
-# rolls back whatever the RM still holds prepared. Finished transactions are forgotten in
-# the log with the next commit record.
-#
-# Branch and transaction states follow the tables BRANCH_TRANSITIONS and TX_TRANSITIONS
-# (h11 style): every change goes through them and a missing entry raises
-# IllegalStateException naming the state. Errors reaching the link are a TransportException
-# when a resource manager was unreachable (the link reconnects), a
-# TransactionRolledBackException when the transaction failed before its commit decision
-# (ending, a prepare, a rollback-only branch, a one-phase commit the RM refused: rolled
-# back everywhere, nothing committed, so the link rolls back: no commit failure), and a
-# HeuristicMixedException when some branch did not commit after the decision (the
-# chapter's COMMIT_FAILURE). The fault hook (IMQBRIDGE_XA_FAULT, tests only) pauses or
-# kills the process at a named point of the protocol, e.g. "logged:kill:0.01".
-"""The built-in XA transaction coordinator of a JMS bridge: Xids, 2PC, branch states."""
+"""The built-in XA transaction coordinator of a JMS bridge: Xids, 2PC, branch states.
+
+A Coordinator belongs to one JMS bridge; begin() gives a Transaction with a fresh gtrid of
+our Xid format, one branch per resource manager, which end() and commit() complete: one
+branch commits in one phase, two or more are prepared, the CommitRecord is logged and they
+are committed (or handed to the link's Completer). Branch and transaction states change
+only through BRANCH_TRANSITIONS and TX_TRANSITIONS.
+
+Rules: presumed abort: nothing but the commit decision is ever logged, so recovery rolls
+back every in-doubt branch without a live CommitRecord; a failure before the decision is a
+TransactionRolledBackException (nothing committed), after it a HeuristicMixedException.
+
+Design notes: docs/jms-bridges.md#internals-xacoordinatorpy.
+"""
 
 from __future__ import annotations
 

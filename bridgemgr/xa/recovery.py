@@ -1,23 +1,16 @@
-# How it works: at bridge start, before any link starts, Recovery.start() runs one pass:
-# for every registered resource manager it asks recover() for the prepared branches and
-# keeps those with our format id and this bridge's tag in the gtrid (is_ours). For each,
-# decide() says what to do:
-#   a link of this run is still completing the transaction (in flight) -> leave it alone;
-#   the log holds a live CommitRecord for its gtrid                    -> commit;
-#   otherwise (presumed abort: no decision was ever logged)           -> roll back.
-# The live records are read after the in-flight check, so a transaction that logged its
-# decision and then finished is never taken for an undecided one.
-#
-# A pass scans every registered RM (recover() is cheap) and forgets, after a pass without
-# any failure, the commit records that were live and settled (not in flight) when the pass
-# began: every branch they had was then prepared or gone, and the pass committed what it
-# found. (A Completer's transaction stays in flight until its commits are in the stores,
-# not just in memory: Coordinator.durable.) An RM that cannot be reached, or a commit or
-# rollback that fails, leaves its work for the next pass: a background thread runs passes
-# with a growing interval until one is clean, so an unreachable RM delays its own
-# recovery but never fails the bridge. The coordinator asks for a pass too when a commit
-# phase could not reach an RM (retry()).
-"""XA recovery of a JMS bridge: in-doubt branches committed or rolled back at start."""
+"""XA recovery of a JMS bridge: in-doubt branches committed or rolled back at start.
+
+At bridge start, before any link starts, Recovery.start() runs one pass over every
+registered resource manager: each prepared branch of this bridge is left alone (in flight),
+committed (a live CommitRecord) or rolled back (presumed abort); decide() says which.
+Passes repeat in the background, with a growing interval, until one is clean.
+
+Rules: the live records are read after the in-flight check; commit records are forgotten
+only after a pass without any failure; an unreachable RM delays its own recovery but never
+fails the bridge.
+
+Design notes: docs/jms-bridges.md#internals-xarecoverypy.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,21 @@
-# How it works: BridgeTransactions is what a JMS bridge with transacted links holds while
-# it runs (the chapter's start steps 4-6): the coordinator with its log, the registered
-# resource managers and recovery. start() opens the log (txlog.<bridge> in the bridge's
-# var directory, tm.props settings; the SQL log when the host broker's store gives one),
-# registers the RMs by the chapter's rule (registration(): every <connection-factory>
-# whose factory is an XAConnectionFactory and whose multi-rm is "false" is an RM named
-# <bridge>:<ref-name>, stable across restarts as long as the ref-name is; a multi-rm="true"
-# factory is not registered: each RM it reaches must be identified by a multi-rm="false"
-# factory of the bridge to take part in recovery), and runs the first recovery pass before
-# it returns, so links start only after it. An RM connects for recovery on its own XA
-# connection (no client id: the links' connections may hold it), opened when first asked.
-# in_doubt() and resolve() are the operator's `imqbridgemgr list|commit|rollback txn`: the
-# bridge's prepared branches at its RMs by transaction, with what the log says (read
-# without changing it when the bridge is not running: salvage() of a damaged file), and a
-# heuristic commit or rollback of every branch of one transaction.
-"""Resource manager registration and the XA parts of a running JMS bridge."""
+"""Resource manager registration and the XA parts of a running JMS bridge.
+
+BridgeTransactions is what a JMS bridge with transacted links holds while it runs (the
+chapter's start steps 4-6): the coordinator with its log, the registered resource managers
+and recovery. start() opens the log (txlog.<bridge> in the bridge's var directory, tm.props
+settings; the SQL log when the host broker's store gives one), registers the RMs by the
+chapter's rule (registration(): every <connection-factory> whose factory is an
+XAConnectionFactory and whose multi-rm is "false" is an RM named <bridge>:<ref-name>, stable
+across restarts as long as the ref-name is; a multi-rm="true" factory is not registered:
+each RM it reaches must be identified by a multi-rm="false" factory of the bridge to take
+part in recovery), and runs the first recovery pass before it returns, so links start only
+after it. An RM connects for recovery on its own XA connection (no client id: the links'
+connections may hold it), opened when first asked. in_doubt() and resolve() are the
+operator's `imqbridgemgr list|commit|rollback txn`: the bridge's prepared branches at its
+RMs by transaction, with what the log says (read without changing it when the bridge is not
+running: salvage() of a damaged file), and a heuristic commit or rollback of every branch of
+one transaction.
+"""
 
 from __future__ import annotations
 

@@ -1,19 +1,21 @@
-# How it works: with imq.persist.store=jdbc the coordinator's decisions live in the host
-# broker's database instead of txlog.<bridge>: one row per live commit record in table
-# imq_bridge_txlog (bridge, gtrid, record), the record framed and checksummed exactly as in
-# the file log and stored as hex text (portable across databases); forgetting deletes rows.
-# Each change is one database transaction, so a commit record is durable when log_commit
-# returns. On open every row must decode to the commit record of its gtrid, or the bridge
-# does not start (a damaged decision cannot be trusted either way: TxLogDamaged, telling
-# the operator to resolve the in-doubt transactions with `imqbridgemgr list|commit|rollback txn`). Any DB-API 2.0 driver
-# works: statements are written with ? and rewritten to the driver's paramstyle. No
-# transaction stays open between calls (open ends its read too: an idle transaction would
-# hold PostgreSQL's snapshot and locks for as long as the bridge runs). A write that fails
-# drops the connection and the next write connects again, so a database restart costs the
-# transactions in between (presumed abort: TxLogUnavailable, which a link takes for a lost
-# connection and retries with backoff), not every later one; a failed commit whose row
-# did reach the database only leaves a record that recovery finds nothing to commit for.
-"""The XA transaction log in a table of a DB-API database (the host broker's JDBC store)."""
+"""The XA transaction log in a table of a DB-API database (the host broker's JDBC store).
+
+With imq.persist.store=jdbc the coordinator's decisions live in the host broker's database
+instead of txlog.<bridge>: one row per live commit record in table imq_bridge_txlog (bridge,
+gtrid, record), the record framed and checksummed exactly as in the file log and stored as
+hex text (portable across databases); forgetting deletes rows. Each change is one database
+transaction, so a commit record is durable when log_commit returns. On open every row must
+decode to the commit record of its gtrid, or the bridge does not start (a damaged decision
+cannot be trusted either way: TxLogDamaged, telling the operator to resolve the in-doubt
+transactions with `imqbridgemgr list|commit|rollback txn`). Any DB-API 2.0 driver works:
+statements are written with ? and rewritten to the driver's paramstyle. No transaction stays
+open between calls (open ends its read too: an idle transaction would hold PostgreSQL's
+snapshot and locks for as long as the bridge runs). A write that fails drops the connection
+and the next write connects again, so a database restart costs the transactions in between
+(presumed abort: TxLogUnavailable, which a link takes for a lost connection and retries with
+backoff), not every later one; a failed commit whose row did reach the database only leaves
+a record that recovery finds nothing to commit for.
+"""
 
 from __future__ import annotations
 

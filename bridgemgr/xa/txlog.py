@@ -1,40 +1,18 @@
-# How it works: the coordinator of a JMS bridge logs one thing, under presumed abort: the
-# decision to commit a transaction that has two or more prepared branches (a CommitRecord:
-# its gtrid and the branches, each an Xid and the resource manager it lives in), written
-# (and, with txlogSync, fsynced) after every branch voted yes and before the first
-# commit. Once every branch is committed a DoneRecord forgets it. Anything in doubt without
-# a live CommitRecord is rolled back by recovery; that is why aborts and one-phase commits
-# are never logged.
-#
-# Records are framed: magic b"\xa7\x5c", payload length (u32), CRC-32 of length and payload
-# (u32), payload. The payload is decoded strictly (every length checked, nothing left
-# over), so a record is either read exactly as written or not at all. On open the file is
-# scanned from its header; the first frame that is short, zero, fails its CRC or does not
-# decode ends the log. A crash can only tear what was written after the last fsync, i.e.
-# the last write: when no good frame follows the bad one it is that torn tail and is cut
-# off (and logged), never read. So that a decision already acted on cannot pass for such
-# a tear when its record is damaged later (it is the last one), the thread whose sync
-# covered it then appends an empty DONE record (13 bytes, not synced: a crash of ours
-# cannot lose a write, and the kernel writes it back within seconds): a bad last record
-# followed by it was durable, so it is damage. Anything else is damage no crash causes,
-# and the log is left untouched and refused (TxLogDamaged, telling the operator to resolve
-# the in-doubt transactions by hand with `imqbridgemgr list|commit|rollback txn`): a good
-# frame after a bad one, or a file shorter than its header (a new log is written aside
-# and renamed into place, so a file under the log's name always has its header).
-#
-# FileTxLog is txlog.<bridge> in the bridge's var directory, bounded by txlogSize: an
-# append that would pass the bound first compacts the file (the live CommitRecords, written
-# to txlog.<bridge>.compact, fsynced and renamed over the log, so a crash leaves the old or
-# the new file whole); if the live records alone do not leave room, TxLogFull (the link
-# stops; its messages stay on the source). txlogMmap keeps the file at txlogSize and writes
-# through a memory map (msync for the sync); otherwise zeros are written ahead of the
-# records in steps (so a sync need not record a new file size). The mapped file's blocks
-# are allocated when it is mapped (a full disk is then TxLogFull at open, never a SIGBUS).
-# Syncs are grouped: a thread whose bytes a sync by another thread already covered does
-# not sync again.
-# MemoryTxLog is for a bridge without a var directory (tests, embedded use), and survives
-# nothing; sqllog.SqlTxLog keeps the same records in a table of a DB-API database.
-"""The XA coordinator's transaction log: checksummed commit records, in a file."""
+"""The XA coordinator's transaction log: checksummed commit records, in a file.
+
+The coordinator logs one thing, under presumed abort: the decision to commit a transaction
+with two or more prepared branches (a CommitRecord), after every branch voted yes and before
+the first commit; a DoneRecord forgets it once every branch committed. FileTxLog keeps the
+records framed and checksummed in txlog.<bridge> of the bridge's var directory (bounded by
+txlogSize, compacted, optionally memory-mapped, syncs grouped); MemoryTxLog survives
+nothing; sqllog.SqlTxLog keeps the same records in a database table.
+
+Rules: a record is read exactly as written or not at all; a torn last write is cut off,
+any other damage leaves the log untouched and refused (TxLogDamaged); a log that cannot
+take a record is TxLogFull (the link stops, its messages stay on the source).
+
+Design notes: docs/jms-bridges.md#internals-xatxlogpy.
+"""
 
 from __future__ import annotations
 

@@ -1,47 +1,17 @@
-# How it works: an AmqpConnection is one pika SelectConnection whose I/O loop runs in a
-# thread of its own; every pika call is made on that thread (pika is not thread-safe:
-# other threads hand work over in order, hand_over(), and wait on a Future), so a
-# JMS connection's sessions may be used from different threads, as JMS allows. Each
-# session is one channel; heart-beats are the loop's. A lost connection fails every
-# waiting call and wakes every receive with TransportException, and goes to the exception
-# listener: the bridge link reconnects, and the broker redelivers what was not acked.
-#
-# I/O (_SelectConnection): the frames made while a read or a drain of handed-over calls
-# runs (a window of publishes, acks) leave in one socket write at its end, sent at once
-# where the socket takes them, not on the loop's next pass; publishes are encoded here
-# rather than by pika, and reads take up to 256 KiB, parsed without copying the buffer
-# per frame. Deliveries (basic.deliver, its content header and body frames) are read by
-# wire.Deliveries, not pika, and handed to the consumer as pika would; a malformed one
-# closes the connection with a FrameError naming the frame (the connection's loss, as
-# any other).
-#
-# Producing: a non-transacted session's channel is in confirm mode (confirm.select). Every
-# publish gets the next delivery tag and a settle callback that the broker's basic.ack calls,
-# and a basic.nack, or a basic.return of a mandatory message (a queue send that no queue
-# took; the return names the message by its message-id and comes before its ack), fails
-# with a JMSException naming that message. send() waits for its own Future when the message
-# is PERSISTENT or the producer's confirm_sends is set, so a refusal is that message's
-# failure; publish() gives the Future without waiting, and send_async() (JMS 2.0's
-# CompletionListener shape, no Future) tells a listener: confirms then complete in order of delivery
-# tag while more messages are on the wire (pipelined; flush() waits for all of them).
-#
-# Consuming: basic.qos prefetch-count (the URL's prefetch, or prefetch_at_least()'s) for each
-# consumer the channel opens, and prefetch_at_most()'s as basic.qos global: a limit the
-# channel's consumers share, which RabbitMQ applies to the open ones at once and may
-# raise or lower at any time (a per-consumer basic.qos only reaches later consumers;
-# quorum queues ignore the global one). Deliveries go to
-# the consumer's inbox on the loop thread. AUTO/DUPS_OK: basic.ack of each message when
-# receive() hands it over; CLIENT: acknowledge() acks up to the last delivered with
-# multiple=True (each one when the session has several consumers: a multiple ack would
-# take another consumer's undelivered messages); INDIVIDUAL: that message. recover():
-# basic.recover requeue; what the inboxes hold and what arrives before recover-ok is
-# dropped (it all comes again, marked redelivered, from the oldest). Transacted: tx.select;
-# commit acks what was received and tx.commit; rollback is tx.rollback, then the
-# recover above. Acks have no answer in AMQP: a connection lost right after one may
-# bring that message again (at-least-once). A consumer's backlog() (metrics) asks
-# queue.declare passive on a channel of its own, at most every BACKLOG_EVERY s. Not XA: AmqpConnectionFactory is no
-# XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
-"""JMS connections, sessions, producers and consumers over AMQP 0-9-1 (pika)."""
+"""JMS connections, sessions, producers and consumers over AMQP 0-9-1 (pika).
+
+An AmqpConnection is one pika SelectConnection with its I/O loop in a thread of its own;
+each session is one channel. Producing uses publisher confirms (send() waits for a
+PERSISTENT message's, send_async() pipelines them); consuming maps the JMS acknowledge
+modes onto basic.ack, basic.recover and tx.*. Not XA: a transacted link on it is refused.
+
+Rules: every pika call is made on the loop thread (other threads hand work over with
+hand_over() and wait on a Future); a lost connection fails every waiting call with
+TransportException and goes to the exception listener, so the link reconnects and the
+broker redelivers what was not acked.
+
+Design notes: docs/architecture.md#internals-providersamqpclientpy.
+"""
 
 from __future__ import annotations
 
@@ -67,7 +37,6 @@ from pika.adapters.utils.io_services_utils import _AsyncPlaintextTransport
 from pika.frame import decode_frame
 from pika.spec import Basic
 
-from ... import __version__
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
     IllegalStateException,
@@ -90,6 +59,7 @@ from ...jms.spi import (
     QueueBrowser,
     Session,
 )
+from ...version import __version__
 from .wire import (
     DELIVER_ID,
     FRAME_METHOD,

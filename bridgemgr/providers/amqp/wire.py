@@ -1,30 +1,16 @@
-# How it works: the pure part of the AMQP 0-9-1 provider, no sockets. parse_url() reads a
-# provider URL amqp://user:pass@host:port/vhost[?option=value&...] (amqps:// for TLS) into
-# AmqpOptions: our options (OPTIONS) are taken out, everything else is pika's own URL
-# parameters (heartbeat, connection_attempts, socket_timeout, ...), checked by pika.
-#
-# Destinations: a Queue (or TemporaryQueue) NAME is the queue NAME, reached through the
-# default exchange (exchange "", routing key NAME); a Topic (or TemporaryTopic) NAME is
-# routing key NAME on the amq.topic exchange (route()). A reply-to is the queue name, or
-# /topic/NAME for a topic.
-#
-# Messages: to_amqp() makes BasicProperties and body, from_amqp() our message from a
-# delivery; the table of the mapping is in docs/jms-bridges.md. JMS properties travel in
-# the headers table with their AMQP types (TypedProperties: byte 'b', short 's', int 'I',
-# long 'l', boolean 't', string 'S'; float and double as their decimal text 'S', since
-# pika reads 'f' and 'd' back as integers). pika gives numbers back without their width,
-# so the x-jms-types header names the type of each byte, short, long, float and double
-# property; a header without it (another client's) is an int when it fits 32 bits, else a
-# long. Headers that are no valid JMS property name (x-..., such as our x-jms-timestamp
-# with JMSTimestamp's milliseconds and x-jms-types) are never properties. Map, Stream,
-# Object and body-less messages travel as our codec's bytes (content type CODEC_TYPE), so
-# they come back whole from any queue; other AMQP clients see opaque bytes.
-#
-# Frames: TypedProperties.encode() makes the content header's properties; decode_deliver,
-# decode_content_header and Deliveries read basic.deliver, its content header and body
-# frames (what pika's decoder would give, every length checked against its frame; a
-# malformed frame is a FrameError naming it).
-"""AMQP provider URLs, destinations and deliveries <-> JMS messages (sans-IO)."""
+"""AMQP provider URLs, destinations and deliveries <-> JMS messages (sans-IO).
+
+The pure part of the AMQP 0-9-1 provider, no sockets: parse_url() (our OPTIONS, the rest
+pika's own URL parameters), route() (a Queue through the default exchange, a Topic on
+amq.topic), to_amqp()/from_amqp() (the mapping table is in docs/jms-bridges.md), and the
+frame codec the client reads deliveries with (TypedProperties, Deliveries).
+
+Rules: JMS property types survive the trip through the x-jms-types header; Map, Stream,
+Object and body-less messages travel as our codec's bytes (CODEC_TYPE); every frame length
+is checked, and a malformed frame is a FrameError naming it.
+
+Design notes: docs/architecture.md#internals-providersamqpwirepy.
+"""
 
 from __future__ import annotations
 

@@ -12,22 +12,20 @@ ConnectionFactory, XAConnectionFactory  the broker's (XA-capable) connection fac
 queue/NAME, topic/NAME                 a Queue or Topic named NAME
 =====================================  ===========================================
 
-The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to
-its front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs,
-Spark workers) reach the host broker over its ``jms`` connection service (:mod:`.jmsservice`,
-client :mod:`.remote`) through a :class:`HostBrokerFactory` they are given: its URL, else
-``$IMQ_BROKER_URL``, else ``mq://127.0.0.1:7676``; a connection made without a user name
-logs in with the factory's login, else ``$IMQ_BROKER_USER`` / ``$IMQ_BROKER_PASSWORD`` (a
-bridge XML rarely names a user for the host broker). An empty provider URL means such a
-factory too, unless the caller resolves it against the host broker it was given (a JMS
-bridge does). A provider URL ``mq://host:port`` names a remote broker; the environment's
-``imqAckTimeout`` (milliseconds, default 10000, 0: no limit) is how long its XA calls wait
-for an answer before the connection counts as lost.
+The service wraps its broker in :class:`~.host.EmbeddedHostBroker` and hands that to its
+front ends; nothing here keeps a "current" host broker. Other processes (CLI jobs, Spark
+workers) reach it over its ``jms`` connection service through a :class:`HostBrokerFactory`.
+A provider URL ``mq://host:port`` names a remote broker; the environment may set the mq://
+client's ``imqAckTimeout``, ``imqPingInterval``, ``imqConsumerFlowLimit`` and
+``imqConnectionType`` (docs/embedded-broker.md#naming).
+
+Design notes: docs/embedded-broker.md#internals-the-providersembedded-package.
 """
 
 from __future__ import annotations
 
 import os
+import ssl
 import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -140,19 +138,42 @@ class EmbeddedContextFactory(naming.InitialContextFactory):
             return _Context(HostBrokerFactory)
         parsed = urlparse(url)
         if parsed.scheme.startswith("mq"):
-            from .remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, RemoteConnectionFactory, ack_timeout_seconds
-            xa_timeout = ack_timeout_seconds(_milliseconds(environment, ACK_TIMEOUT,
-                                                           DEFAULT_ACK_TIMEOUT_MS))
-            return _Context(lambda: RemoteConnectionFactory(url, xa_timeout=xa_timeout))
+            from .remote import RemoteConnectionFactory
+            options = _client_options(environment)
+            return _Context(lambda: RemoteConnectionFactory(url, **options))
         if parsed.scheme in ("", "file"):
             path = unquote(parsed.path) if parsed.scheme else url
             return _Context(lambda: EmbeddedConnectionFactory(lambda: open_broker(path)))
         raise NamingException(f"{naming.PROVIDER_URL}={url!r}: the embedded broker takes a file: URL or a path")
 
 
-def _milliseconds(environment: Mapping[str, str], key: str, default: int) -> int:
-    """A whole number of milliseconds (0 .. one day) from the environment; NamingException
-    naming the property when it is something else."""
+PING_INTERVAL = "imqPingInterval"
+CONSUMER_FLOW_LIMIT = "imqConsumerFlowLimit"
+CONNECTION_TYPE = "imqConnectionType"
+
+
+def _client_options(environment: Mapping[str, str]) -> dict[str, Any]:
+    """The mq:// client's options the environment sets (the table above)."""
+    from .remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, ack_timeout_seconds
+
+    options: dict[str, Any] = {"xa_timeout": ack_timeout_seconds(
+        _whole(environment, ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, 86_400_000, "milliseconds from 0 (no limit)"))}
+    if PING_INTERVAL in environment:
+        options["heartbeat"] = float(_whole(environment, PING_INTERVAL, 0, 86_400,
+                                            "seconds from 0 (the service's interval)"))
+    if CONSUMER_FLOW_LIMIT in environment:
+        options["prefetch"] = _whole(environment, CONSUMER_FLOW_LIMIT, 0, 65536, "messages from 0 (pull)")
+    connection_type = environment.get(CONNECTION_TYPE, "TCP").strip().upper()
+    if connection_type not in ("TCP", "TLS"):
+        raise NamingException(f"{CONNECTION_TYPE}={environment[CONNECTION_TYPE]!r}: write TCP or TLS")
+    if connection_type == "TLS":
+        options["ssl_context"] = ssl.create_default_context()
+    return options
+
+
+def _whole(environment: Mapping[str, str], key: str, default: int, most: int, unit: str) -> int:
+    """A whole number from 0 to ``most`` from the environment; NamingException naming the
+    property when it is something else."""
     text = environment.get(key)
     if text is None:
         return default
@@ -160,9 +181,8 @@ def _milliseconds(environment: Mapping[str, str], key: str, default: int) -> int
         value = int(text.strip())
     except ValueError:
         value = -1
-    if not 0 <= value <= 86_400_000:
-        raise NamingException(f"{key}={text!r}: write a whole number of milliseconds from 0 "
-                              "(no limit) to 86400000")
+    if not 0 <= value <= most:
+        raise NamingException(f"{key}={text!r}: write a whole number of {unit} to {most}")
     return value
 
 

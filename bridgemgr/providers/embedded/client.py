@@ -1,33 +1,19 @@
 """The provider SPI over the in-process broker: connections, sessions, producers,
 consumers, browsers and the XA resource.
 
-How it works: these objects hold client-side state only (started flag, client id,
-the session's unfinished :class:`Work`, the current XA branch) and call the broker
-for everything shared. A session completes its work as its mode says: AUTO/DUPS_OK
-acknowledge as the broker hands a message over; CLIENT/INDIVIDUAL keep it until
-``acknowledge``; transacted sessions keep sends and receives until commit/rollback;
-an XA session's work belongs to the branch its resource started, and outside a
-branch it behaves as AUTO_ACKNOWLEDGE.
+These objects hold client-side state only (started flag, client id, the session's
+unfinished :class:`Work`, the current XA branch) and call the broker for everything shared.
+A session completes its work as its mode says: AUTO/DUPS_OK acknowledge as the broker hands
+a message over; CLIENT/INDIVIDUAL keep it until ``acknowledge``; transacted sessions keep
+sends and receives until commit/rollback; an XA session's work belongs to the branch its
+resource started, and outside a branch it behaves as AUTO_ACKNOWLEDGE.
 
-A connection consumer's session takes its messages in Session.run() through
-``deliver_to`` (the listener path: AUTO/DUPS_OK acknowledge after the listener, give the
-message back when it raises).
+Rules: sending copies the message and delivering hands out a read-only copy; a synchronous
+send or commit of a stored message returns once its batch is written, and a ``send_async``
+of one is answered once its batch is (``flush`` waits for them all at once); a send the
+broker holds blocks until it may try again or the session closes.
 
-Sending copies the message (the sender may change it afterwards); a send the broker
-holds (a full FLOW_CONTROL destination, the memory state) blocks until it may try again
-(a closed session or connection ends the wait). An asynchronous send (``send_async``,
-the confirm window) is answered when it returns, except a stored (PERSISTENT) one: its
-listener waits for the store batch that holds it, which ``flush`` waits for once for all
-of them (one store write per window, not per message). A synchronous send or commit of a
-stored message returns once its batch is written, whether or not the store fsyncs. Delivering hands out
-a read-only copy, except that an AUTO_ACKNOWLEDGE delivery of a message the store does
-not keep hands out the broker's own snapshot, which nothing references afterwards (a
-stored one's may be a lazy row the store's writer is encoding: broker.py, ``_route``).
-
-Producers, as the broker counts them per destination (/metrics): one bound to a
-destination from its creation to its close; an anonymous one for each destination it has
-sent to, from that first send to its close; a session of a remote client or a STOMP
-connection (which have no producers here) likewise for each destination it sent to.
+Design notes: docs/embedded-broker.md#internals-providersembeddedclientpy.
 """
 
 from __future__ import annotations
@@ -39,7 +25,6 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-from ... import __version__
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -68,6 +53,7 @@ from ...jms.spi import (
     XASession,
 )
 from ...jms.xa import XAER_PROTO, Xid
+from ...version import __version__
 from .broker import Broker, Sent, Work, now_ms
 from .queues import Envelope, MessageQueue
 

@@ -1,63 +1,23 @@
 """One client connection of the host broker's ``jms`` service, with no sockets (sans-IO).
 
-How it works: a :class:`ClientConnection` is one remote client's protocol state: its
-:class:`wire.Wire` (bytes in, frames out), its state (HANDSHAKE, AUTHENTICATING, REFUSED,
-OPEN, CLOSED), its sessions, consumers and browsers, and one handler per request op
-(``HANDLERS``). It does no I/O and knows no threads or timers; its driver (the service's
-asyncio protocol, or a test) feeds it what the socket read (``receive_data``), writes what
-it has to send (``data_to_send``), runs the blocking calls it asks for (``take_calls``) in a
-thread pool and reports each (``complete``), runs on the loop what the connection
-``post``s from any thread (consumer pumps, a broker failure), calls ``tick`` every half
-heart-beat interval, and closes the socket once ``closed`` is true.
+A :class:`ClientConnection` is one remote client's protocol state: its :class:`wire.Wire`
+(bytes in, frames out), its state (HANDSHAKE, AUTHENTICATING, REFUSED, OPEN, CLOSED), its
+sessions, consumers and browsers, and one handler per request op (``HANDLERS``). It does no
+I/O and knows no threads or timers; its driver (the service's asyncio protocol, or a test)
+feeds it what the socket read (``receive_data``), writes what it has to send
+(``data_to_send``), runs the blocking calls it asks for (``take_calls``) in a thread pool
+and reports each (``complete``), runs on the loop what the connection ``post``s from any
+thread (consumer pumps, a broker failure), calls ``tick`` every half heart-beat interval,
+and closes the socket once ``closed`` is true.
 
-After HELLO is authenticated (a blocking call, for the user ``login_user``, which the
-driver may hold back first; nothing more is read until it is answered, and a refusal
-leaves the connection REFUSED, for the driver to count and fail) the
-connection owns one :class:`EmbeddedConnection` of the broker, and every remote session,
-consumer, transaction and XA branch is the embedded one, so the broker's rules hold over
-the wire unchanged. When the socket closes for any reason, ``connection_lost`` closes that
-embedded connection, which gives back what the client held: unacknowledged messages
-return to their queues (redelivered), open transactions roll back, unprepared XA branches
-roll back, prepared ones stay in doubt for ``recover``, temporary destinations go away.
+Rules: after HELLO the connection owns one :class:`EmbeddedConnection` of the broker, and
+every remote session, consumer, transaction and XA branch is the embedded one, so the
+broker's rules hold over the wire unchanged and closing the socket gives back what the
+client held; a persistent send or commit is answered only once its store batch is written;
+nothing but HELLO is accepted before authentication (frames of 64 KiB at most until then);
+passwords are never logged.
 
-Deliveries are pushed. A remote consumer (:class:`RemoteConsumer`) takes messages from its
-queue on the loop thread while it has room in its prefetch window (in messages, and in
-bytes where the client asked: the blobs in flight under its prefetch bytes), and otherwise waits in
-the queue's ``waiters`` like an in-process consumer; the broker's wake-up (``notify``,
-called under the broker lock from any thread) posts another ``pump``. Taken messages stay
-with the consumer ("in flight") until the client reports them CONSUMED, which moves them
-into the session's work (or acknowledges them, in AUTO/DUPS_OK) and frees room in the
-window; the window is refilled once a quarter of it is free, so deliveries leave in
-batches (one write, one wake-up of the client for many messages), while a message
-arriving for a waiting consumer goes out at once. A clean close gives in-flight messages
-back as never delivered; a lost connection gives them back as redelivered. While the
-socket cannot take more (``set_writable(False)``) consumers take nothing.
-
-Requests are handled as they are read, except those that may wait for the store (XA
-prepare/commit/rollback, unsubscribe): their handlers return a :class:`Deferred`, which
-becomes a blocking call answered when it is done. Persistent sends and commits
-are applied at once and answered once their store batch is written (fsynced too when the
-store syncs): their
-handlers return a :class:`Durable` ticket, and one blocking call per read waits for the
-newest ticket (batches commit in order) and answers them all. Clients send nothing on a
-session while such a request is pending, so a session's requests stay in order. A SEND
-the broker holds (a full FLOW_CONTROL destination, the memory state:
-ProducerFlowControl) is kept, and nothing more is read or handled until the broker calls
-back: the driver takes the hold (``take_hold``), stops reading the socket (TCP
-back-pressure), hands the broker a callback, and on it calls ``resume_held``, which sends it
-again; the client's answer (a persistent send's reply) comes then, and its silence
-meanwhile is no heart-beat failure. A handler's JMSException is the request's ERROR
-reply (or, for a request without a reply inside a transaction, the failure of its
-commit); a frame that breaks the protocol is a fatal ERROR naming it, and the connection
-closes.
-
-Security: nothing but HELLO is accepted before authentication, and frames are limited to
-64 KiB until then. With the service's access controls (the host broker's decision point,
-bridgemgr.accesscontrol) a login is refused (JMSSecurityException) when the jms service's
-connection rules deny the user, and each destination a client produces to (at every
-send: a producer without a destination names it then), consumes from or browses is
-checked, and so is having it auto-created; temporary destinations are the client's own
-and always allowed. Passwords are never logged.
+Design notes: docs/embedded-broker.md#internals-providersembeddedclientconnpy.
 """
 
 from __future__ import annotations
@@ -70,7 +30,6 @@ from enum import Enum
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from ... import __version__
 from ...accesscontrol import durable_override
 from ...jms import codec, xa
 from ...jms.destination import Destination, Queue, Topic
@@ -88,6 +47,7 @@ from ...jms.hostbroker import Principal
 from ...jms.message import Message
 from ...jms.spi import AckMode
 from ...jms.xa import Xid
+from ...version import __version__
 from . import wire
 from .broker import Broker, Sent
 from .client import EmbeddedConnection, EmbeddedConsumer, EmbeddedSession, EmbeddedXASession

@@ -1,54 +1,32 @@
-# How it works: with imq.cluster.ha=true every instance of the cluster (imq.cluster.clusterid)
-# keeps its host broker's store in the shared PostgreSQL database, in a schema of its own
-# (imq_<clusterid>__<brokerid>), and shares the cluster's schema (imq_cluster_<clusterid>):
-#   imq_ha_brokers    one row per broker id: its lease (lease_expires, in the database's clock),
-#                     a generation bumped at every join and takeover, its state (live, taken),
-#                     its address and its bridge configuration (what check compares);
-#   imq_ha_bridges    the JMS bridge ownership table of the chapter: bridge -> owning broker id;
-#   imq_bridge_txlog  the bridges' XA logs (xa/sqllog.py), one set of rows per bridge name, so
-#                     whichever instance runs a bridge reads the decisions of the one before;
-#   imq_bridge_excuses the links' excused redeliveries (jmsbridge/excuses.py), likewise.
-# join() (before the host broker opens) refuses a broker id whose lease is still live and a
-# bridge configuration that differs from a live member's (naming the keys), then renews the
-# lease as a new generation. claim() applies the chapter's three start-up rules to
-# imq.bridge.activelist in one transaction. A heartbeat thread renews the lease every
-# imq.cluster.heartbeat.interval (UPDATE ... WHERE generation = ours AND state = 'live': no
-# row means we lost it) and, with each renewal, looks for a live member whose lease is older
-# than imq.cluster.monitor.interval: SELECT ... FOR UPDATE SKIP LOCKED picks at most one, so
-# of several live instances exactly one takes it over. In that one transaction, holding our
-# broker's lock, the taker marks it taken, moves its bridges' ownership rows to itself and
-# moves its store's rows into its own schema (messages renumbered above our seqs in their
-# order, prepared XA branches with their sends and acks, durable subscriptions and
-# destination settings we lack); after the commit our broker adopts them (Broker.adopt: paged
-# out like a store read at start) and the service starts the bridges. A lost lease (a renewal
-# refused, or none succeeding for a monitor interval: we may have been paused, or the
-# database out of reach) stops every bridge first; then, if another instance took us over,
-# the service ends (restarted, it joins afresh with an empty store); else we join again as a
-# new generation and run what the ownership table still gives us.
-# Fencing inside the store: every batch of an HA instance's store first reads its own lease
-# row FOR SHARE (pgstore's fence: state must be live), and a trigger on imq_bridge_txlog and
-# imq_bridge_excuses lets a connection write a bridge's rows only while its broker id (the
-# session setting imq.brokerid of every HA store connection) owns the bridge, reading the
-# ownership row FOR SHARE. A takeover's UPDATE of those rows waits for such a write, or makes it fail: a resumed
-# old owner neither writes to the store that moved nor logs a commit decision (its
-# transaction rolls back: presumed abort), and the new owner's recovery alone decides.
-"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover."""
+"""HA broker clusters on the shared PostgreSQL store: leases, bridge ownership, takeover.
+
+Every instance keeps its store in the shared PostgreSQL database in a schema of its own and
+shares the cluster's schema: leases (imq_ha_brokers), the bridge ownership table
+(imq_ha_bridges), the bridges' XA logs and excuses. join() refuses a live broker id and a
+bridge configuration (the service's, props.bridge_configuration) that differs from a live
+member's; claim() applies the chapter's activelist rules; a heartbeat thread renews the
+lease and takes over at most one expired member, moving its bridges and store rows.
+
+Rules: this module knows no bridge keys (the service tells it the configuration); a lost
+lease stops every bridge first; writes to a bridge's XA log and excuses are fenced by its
+ownership row.
+
+Design notes: docs/ha.md#internals-providersembeddedclusterpy.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ...jms.errors import StoreError
-from ...props import BRIDGE_PREFIX, PER_INSTANCE_BRIDGE_KEYS, BrokerProperties
+from ...props import BrokerProperties
 from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
 from .store import PreparedBranch, Recovered
 
@@ -145,28 +123,7 @@ def instance_schema(clusterid: str, brokerid: str) -> str:
     return schema_name(f"{clusterid}__{brokerid}")
 
 
-def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
-    """What must be the same on every instance: every bridge property but the per-instance
-    ones (as written), imq.bridge.enabled, and a digest of each local bridge XML file."""
-    config = {key: value for key, value in props.raw.items()
-              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
-    config["imq.bridge.enabled"] = str(props.enabled).lower()
-    for name in props.bridge_names:
-        settings = props.bridge(name)
-        if settings.type != "jms" or not settings.xmlurl or "://" in settings.xmlurl:
-            continue
-        path = Path(settings.xmlurl.removeprefix("file:"))
-        if not path.is_absolute() and settings.xml_base is not None:
-            path = settings.xml_base / path
-        try:
-            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
-                path.read_bytes()).hexdigest()
-        except OSError:
-            pass  # check and the bridge's start report an unreadable file
-    return config
-
-
-def differences(mine: dict[str, str], theirs: dict[str, str]) -> list[str]:
+def differences(mine: Mapping[str, str], theirs: Mapping[str, str]) -> list[str]:
     """The keys whose values differ (or that only one side sets), sorted."""
     return sorted(k for k in mine.keys() | theirs.keys() if mine.get(k) != theirs.get(k))
 
@@ -225,10 +182,10 @@ class HACluster:
         self._transaction(create)
 
     # --- membership -------------------------------------------------------------------
-    def join(self, address: str, config: dict[str, str]) -> None:
+    def join(self, address: str, config: Mapping[str, str]) -> None:
         """Become a live member as a new generation; ClusterError when our broker id is
         live elsewhere or a live member runs another bridge configuration."""
-        self._address, self._config = address, config
+        self._address, self._config = address, dict(config)
         monitor, me = self.settings.monitor, self.brokerid
 
         def join(cur: Any) -> int:
@@ -480,29 +437,30 @@ class HACluster:
             self._drop()
 
 
-def open_cluster(props: BrokerProperties, address: str) -> HACluster | None:
-    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true)."""
+def open_cluster(props: BrokerProperties, address: str, bridges: Mapping[str, str]) -> HACluster | None:
+    """Join the HA cluster ``props`` name (None when imq.cluster.ha is not true) with the
+    bridge configuration ``bridges`` (the service's: what every live member must share)."""
     settings = cluster_settings(props)
     if settings is None:
         return None
     cluster = HACluster(settings)
     try:
         cluster.create_tables()
-        cluster.join(address, bridge_configuration(props))
+        cluster.join(address, bridges)
     except BaseException:
         cluster.close()
         raise
     return cluster
 
 
-def cluster_problems(props: BrokerProperties) -> list[str]:
-    """For check: how this instance's configuration would fail to join its cluster now
-    (a live member with another configuration, or its broker id live), without joining."""
+def cluster_problems(props: BrokerProperties, bridges: Mapping[str, str]) -> list[str]:
+    """For check: how this instance, with the bridge configuration ``bridges``, would fail
+    to join its cluster now (a live member with another configuration, or its broker id
+    live), without joining."""
     settings = cluster_settings(props)
     if settings is None:
         return []
     cluster = HACluster(settings)
-    config = bridge_configuration(props)
 
     def read(cur: Any) -> list[str]:
         cur.execute("SELECT to_regclass(%s)", (f'"{settings.jdbc.schema}".{BROKERS}',))
@@ -515,7 +473,7 @@ def cluster_problems(props: BrokerProperties) -> list[str]:
             if other == settings.brokerid:
                 found.append(f"broker id {other} is in use by a live instance of cluster "
                              f"{settings.clusterid}; each instance needs its own imq.brokerid")
-            differ = differences(config, json.loads(text))
+            differ = differences(bridges, json.loads(text))
             if differ:
                 found.append(f"the bridge configuration differs from live broker {other}'s in "
                              f"{', '.join(differ)}; every instance of HA cluster "

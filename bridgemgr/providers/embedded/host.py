@@ -1,22 +1,23 @@
-# How it works: EmbeddedHostBroker is the HostBroker interface over one in-process Broker.
-# The SPI side is the broker's EmbeddedConnectionFactory. The data path uses the broker's
-# own thread-safe calls: a Client is an EmbeddedConnection (with one session for its
-# consumers and temporary destinations), a Consumer an EmbeddedConsumer, a Delivery the
-# broker's Envelope (it has the message and delivery_count a front end reads), and a
-# Transaction a broker Work whose sends and acknowledgements commit() applies in one store
-# batch. Every call takes the caller's Principal, and access control (the service's
-# AccessControls, one decision point per connection service) checks it here: connect
-# (connection access), subscribe (consume), send (produce), and create for a destination
-# the call would auto-create. Without access controls (imq.accesscontrol.enabled=false)
-# everything is allowed. The jms service checks with the same AccessControls.
-# connection_factory() is the bridge service's own (trusted; its connections may use the
-# client ids and durables reserve() keeps for the bridges); connect() makes front ends' clients.
-# open_host_broker() is how the service gets one: it builds the Broker from the broker
-# properties (store kind, fsync, auto-create limits, system limits, memory states), so the
-# service never names Broker;
-# what only the embedded broker has (its jms connection service, close) is on
-# EmbeddedHostBroker, not on the interface front ends are given.
-"""The embedded broker as the service's host broker."""
+"""The embedded broker as the service's host broker.
+
+EmbeddedHostBroker is the HostBroker interface over one in-process Broker. The SPI side is
+the broker's EmbeddedConnectionFactory. The data path uses the broker's own thread-safe
+calls: a Client is an EmbeddedConnection (with one session for its consumers and temporary
+destinations), a Consumer an EmbeddedConsumer, a Delivery the broker's Envelope (it has the
+message and delivery_count a front end reads), and a Transaction a broker Work whose sends
+and acknowledgements commit() applies in one store batch. Every call takes the caller's
+Principal, and access control (the service's AccessControls, one decision point per
+connection service) checks it here: connect (connection access), subscribe (consume), send
+(produce), and create for a destination the call would auto-create. Without access controls
+(imq.accesscontrol.enabled=false) everything is allowed. The jms service checks with the
+same AccessControls. connection_factory() is the bridge service's own (trusted; its
+connections may use the client ids and durables reserve() keeps for the bridges); connect()
+makes front ends' clients. open_host_broker() is how the service gets one: it builds the
+Broker from the broker properties (store kind, fsync, auto-create limits, system limits,
+memory states), so the service never names Broker; what only the embedded broker has (its
+jms connection service, close) is on EmbeddedHostBroker, not on the interface front ends are
+given.
+"""
 
 from __future__ import annotations
 

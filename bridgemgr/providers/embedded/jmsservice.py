@@ -1,33 +1,18 @@
 """The host broker's ``jms`` connection service: remote clients reach the embedded broker.
 
-How it works: a TCP (or TLS) server on the service's :class:`NetLoop`, with guard.py's
-accept loop. Each accepted socket is a :class:`ClientProtocol`, a thin asyncio shell around a sans-IO
-:class:`clientconn.ClientConnection`, which holds the client's protocol state, sessions
-and consumers and handles its requests (see its module notes for what a connection
-does). The shell feeds it what each read brings, writes what it has to send in one send
-per loop iteration, runs its blocking calls (the password check, waits for the store, XA
-prepare/commit/rollback, unsubscribe) in the service's thread pool and reports them
-back, runs on the loop what broker threads post to it (consumer pumps), keeps the
-login and heart-beat timers, stops consumers while the socket's buffer is full
-(``pause_writing``), stops reading while the broker holds a send (flow control; the
-broker calls back, no thread waits), and closes the socket once the connection is closed. Closing the
-socket, for any reason, gives back what the client held.
+A TCP (or TLS) server on the service's :class:`NetLoop`, with guard.py's accept loop. Each
+accepted socket is a :class:`ClientProtocol`, a thin asyncio shell around a sans-IO
+:class:`clientconn.ClientConnection` (the client's protocol state, sessions and consumers,
+its request handlers): the shell feeds it what each read brings, writes what it has to send,
+runs its blocking calls in the service's thread pool, keeps the login and heart-beat timers,
+and closes the socket once the connection is closed, which gives back what the client held.
 
-Logins (the service's :class:`ServiceGuard`): a connection over imq.jms.max_connections
-is refused with a fatal ERROR (ResourceAllocationException) in place of the HELLO
-answer; one without an accepted HELLO within imq.jms.login.timeout seconds is failed
-and closed; one more from an address that already has
-imq.jms.max_unauthenticated_per_address connections without an accepted HELLO is
-closed at once by the accept loop (on TCP after the same fatal ERROR); the HELLO's
-password check waits its turn in the shared login throttle (failed logins per address
-and per user, across connections and services), and a refusal is counted there and
-failed at once.
+Rules: the service's :class:`ServiceGuard` applies (imq.jms.max_connections,
+imq.jms.login.timeout, imq.jms.max_unauthenticated_per_address, the shared login throttle);
+nothing but HELLO is accepted before authentication, the access controls decide the rest,
+and passwords are never logged; no thread waits on a send the broker holds (it calls back).
 
-Security: nothing but HELLO is accepted before authentication (``authenticator(user,
-password)``: the user's Principal or True when the password is right, or the broker's
-own users), and the service's access controls (the host broker's) decide who may
-connect and what each may produce to, consume from or browse (see clientconn). Passwords
-are never logged.
+Design notes: docs/embedded-broker.md#internals-providersembeddedjmsservicepy.
 """
 
 from __future__ import annotations

@@ -1,28 +1,28 @@
-# How it works: a durable subscription records the user who made it (Subscription.owner,
-# the store's subs.owner). Wherever one is attached to or removed (the broker's
-# durable_queue and unsubscribe, so every front end: in process, STOMP, the jms service),
-# the broker asks DurableOwners.check with its lock held. The owner passes; so do the bridge
-# service's own connections (reserve.py), logged when the subscription is another user's.
-# Anyone else needs the connection's durable_override (set by the front end that
-# authenticated it: accesscontrol.durable_override, admins and the access control file's
-# durable rules), and is logged with both user names; without it, JMSSecurityException
-# says the subscription is owned by another user, never whose. A connection without a
-# user name (in process, no login) owns as "". A subscription whose owner is unknown (a
-# store of schema version 1) belongs to the first user who attaches to it (logged); to
-# remove one before that takes an admin or a grant.
-"""The owner of a durable subscription: who may attach to it or remove it."""
+"""The owner of a durable subscription: who may attach to it or remove it.
+
+A durable subscription records the user who made it (Subscription.owner, the store's
+subs.owner). Wherever one is attached to or removed (the broker's durable_queue and
+unsubscribe, so every front end: in process, STOMP, the jms service), the broker asks
+DurableOwners.check with its lock held. The owner passes; so do the bridge service's own
+connections (reserve.py), logged when the subscription is another user's. Anyone else needs
+the connection's durable_override (set by the front end that authenticated it:
+accesscontrol.durable_override, admins and the access control file's durable rules), and is
+logged with both user names; without it, JMSSecurityException says the subscription is owned
+by another user, never whose. A connection without a user name (in process, no login) owns
+as "". A subscription whose owner is unknown (a store of schema version 1) belongs to the
+first user who attaches to it (logged); to remove one before that takes an admin or a grant.
+"""
 
 from __future__ import annotations
 
 import logging
-import threading
 from typing import Any
 
 from ...jms.errors import JMSSecurityException
+from .reserve import FirstTimes
 
 log = logging.getLogger(__name__)
 
-_LOGGED_LIMIT = 10_000  # distinct refusals remembered for log-once; then forgotten and relogged
 OPERATIONS = {"subscribe to": "consume", "unsubscribe": "unsubscribe"}  # action -> access rule operation
 
 
@@ -35,8 +35,7 @@ class DurableOwners:
     """The ownership check, with its log-once memory of refusals (thread-safe)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._logged: set[tuple[str, str, str, str]] = set()
+        self._logged = FirstTimes()
 
     def check(self, connection: Any, client_id: str, name: str, owner: str | None, action: str,
               service: bool) -> str | None:
@@ -59,14 +58,7 @@ class DurableOwners:
         if why is not None:
             log.warning("user %r, %s, may %s %s, owned by %s", user, why, action, what, _shown(owner))
             return None
-        key = (user, action, client_id, name)
-        with self._lock:
-            first = key not in self._logged
-            if first:
-                if len(self._logged) >= _LOGGED_LIMIT:
-                    self._logged.clear()
-                self._logged.add(key)
-        if first:
+        if self._logged.first((user, action, client_id, name)):
             log.warning("refused: user %r may not %s %s, owned by %s", user, action, what, _shown(owner))
         whose = ("owned by another user" if owner is not None
                  else "not claimed yet (only an admin or a granted user may remove it)")

@@ -1,23 +1,16 @@
-# How it works: with imq.persist.store=jdbc the host broker keeps its store in PostgreSQL
-# instead of store.db. The tables are the SQLite store's (same rows, same batch order),
-# in a schema of their own per broker instance (imq_<instance>), so several brokers can
-# share one database. A batch is one PostgreSQL transaction; sync maps to
-# synchronous_commit (on: the commit returns once the server flushed its WAL; off: it
-# returns before, and a crash of the database server, not of ours, can lose the last
-# batches). The bridges' XA transaction log goes into the same database (table
-# imq_bridge_txlog of that schema: xa/sqllog.py), as the chapter asks of a JDBC store.
-# A durable subscription's key holds a NUL, which PostgreSQL text refuses: the database
-# holds U+FFFE in its place. An instance of an HA cluster (cluster.py) has the schema of its
-# broker id, keeps the XA logs in the cluster's schema, and fences every batch on its lease.
-# A connection the database dropped (a restart, the network) is replaced at the next write
-# or read; a write that failed for it is unavailable() to the store, which keeps the batch
-# and retries it with backoff. An idle store probes every PROBE_INTERVAL seconds with an
-# empty batch (one SELECT 1), so a database that went away is noticed (/readyz) even when
-# nothing is written. Since a commit lost with its connection may have happened,
-# the batch statements are idempotent here: message rows are inserted ON CONFLICT DO
-# NOTHING and a prepared branch's rows are replaced, so writing a batch twice changes
-# nothing more (every other statement is an upsert or a delete already).
-"""The embedded broker's store in PostgreSQL (psycopg 3)."""
+"""The embedded broker's store in PostgreSQL (psycopg 3).
+
+With imq.persist.store=jdbc the host broker keeps the SQLite store's tables (same rows,
+same batch order) in a PostgreSQL schema of its own per broker instance; a batch is one
+PostgreSQL transaction, sync is synchronous_commit. The bridges' XA logs go into the same
+database (xa/sqllog.py); an HA instance (cluster.py) fences every batch on its lease.
+
+Rules: a connection the database dropped is replaced at the next write and the batch
+retried with backoff; since a commit lost with its connection may have happened, every
+batch statement is idempotent (insert ON CONFLICT DO NOTHING, upserts, deletes).
+
+Design notes: docs/embedded-broker.md#internals-providersembeddedpgstorepy.
+"""
 
 from __future__ import annotations
 

@@ -1,32 +1,18 @@
 """Physical message queues of the embedded broker, and their limits.
 
-How it works: every place messages wait is a :class:`MessageQueue` — a queue
-destination, a durable subscription, a non-durable subscriber, a temporary queue.
-Messages are :class:`Envelope` records in a sorted list keyed by (-priority, seq):
-highest priority first, FIFO within a priority, and a message put back (recover,
-rollback, a closed consumer) returns to its old place because it keeps its seq. A
-consumer with a selector walks the list in that order to the first match.
+Every place messages wait is a :class:`MessageQueue` — a queue destination, a durable
+subscription, a non-durable subscriber, a temporary queue. Messages are :class:`Envelope`
+records in a sorted list keyed by (-priority, seq): highest priority first, FIFO within a
+priority, and a message put back (recover, rollback, a closed consumer) returns to its old
+place because it keeps its seq. A consumer with a selector walks the list in that order to
+the first match.
 
-Paging: a queue with a ``pager`` (the broker, when it has a store or a swap file) keeps
-at most ``window`` waiting messages in memory. A message arriving while the window is
-full, or while older ones are still paged out, is paged out: a stored one stays only in
-the store, a non-persistent one goes to the swap file (swap.py); the queue counts it
-(``paged``) and keeps nothing else. Every message of the queue with a seq above ``high``
-is paged out, except the few in ``skip`` (stored ones taken out of order by a selector,
-or held by a prepared XA branch at open, so in memory). When the window runs dry,
-``page_in`` reads the next chunk (PAGE_CHUNK) from both in seq order. So priorities order the window;
-beyond it messages wait in seq order. A consumer with a selector that finds
-no match in the window scans the paged chunks (its cursor remembers how far), and so do
-browsers.
+Rules: all methods run under the broker lock; each put wakes exactly one eligible waiter
+(round robin, no lost wake-ups); a queue with a ``pager`` keeps at most ``window`` waiting
+messages in memory and pages the rest out (a stored one stays only in the store, a
+non-persistent one goes to the swap file), reading them back in seq order.
 
-Waiting consumers register in ``waiters``; each put wakes exactly one eligible waiter
-(round robin over competing consumers, no lost wake-ups). Producers held by a full
-FLOW_CONTROL queue register a callback in ``room_waiters``; a release that leaves room
-calls them all (each tries again, and waits again if another took the room); producers
-paced to the consumers (broker.py, "Pacing") wait in ``pace_waiters``. Messages
-that live only in memory (not in the store) are also counted in the broker's
-:class:`SystemUsage`, for imq.system.max_count and max_size. All methods run under the
-broker lock.
+Design notes: docs/embedded-broker.md#internals-providersembeddedqueuespy.
 """
 
 from __future__ import annotations

@@ -1,57 +1,19 @@
 """The ``mq://`` client: the provider SPI over the wire to a host broker's ``jms`` service.
 
-How it works: ``RemoteConnectionFactory("mq://host:7676")`` asks the port mapper there
-for the ``jms`` service's port (``mqtcp://host:port`` skips the port mapper; several
-URLs separated by commas are tried in turn), connects, and says HELLO with the
-credentials. A :class:`RemoteConnection` then talks through one :class:`.channel.Channel`
-(the socket, calls, which thread reads, heart-beats); every session, consumer,
-transaction and XA branch is the service's embedded one, named by an id the client chose.
+``RemoteConnectionFactory("mq://host:7676")`` asks the port mapper there for the ``jms``
+service's port (``mqtcp://host:port`` skips the port mapper; several URLs separated by
+commas are tried in turn), connects, and says HELLO with the credentials. A
+:class:`RemoteConnection` then talks through one :class:`.channel.Channel` (the socket,
+calls, which thread reads, heart-beats); every session, consumer, transaction and XA branch
+is the service's embedded one, named by an id the client chose. Consumers prefetch (the
+service pushes up to ``prefetch`` messages per consumer; ``prefetch=0`` pulls).
 
-What needs no answer is not waited for: CONSUMED reports (AUTO_ACKNOWLEDGE writes them at
-once; the other modes batch them until the next request, until a receive would wait, or
-for at most one heart-beat interval), sends inside a transaction (written with the next
-request), and NON_PERSISTENT sends outside one (``sync_sends=True`` waits for those
-too, and so does a producer's ``confirm_sends``: a bridge link's). A failed asynchronous
-send comes back as an ERROR naming the session: the next send of that session raises it
-(a transaction that lost a send rolls back at commit).
+Rules: a PERSISTENT send outside a transaction returns once the service's store holds the
+message (``send_window=N`` pipelines them instead); a ``send_async`` tells each message's
+own listener how it ended, so a refusal is that message's; when the connection breaks
+every waiting call raises a TransportException and nothing reconnects by itself.
 
-A PERSISTENT send outside a transaction returns once the service's store holds the
-message (written; fsynced too when that store syncs): one round trip each. With ``send_window=N``
-they are pipelined instead: ``send`` returns at once as long as at most N of the
-session's persistent sends are unconfirmed, and otherwise waits for the oldest; a
-refused one fails the next send, and ``close`` waits for all of them. The price: when
-``send`` returns, the message may still be on its way, as with any asynchronous send.
-A producer's ``send_async`` (the SPI's confirm window, a bridge link's) pipelines any
-send outside a transaction, PERSISTENT or not, whatever ``send_window`` says, and tells
-each message's own listener how it ended, in order: a refusal is that message's, never
-the next send's. Its frames are kept lazily (they leave together, at the channel's
-LAZY_LIMIT, with the next request, or at ``flush``); its answers are read by whichever
-thread waits (a later ``send_async`` takes those already read; ``flush`` waits for the
-rest); a connection that breaks meanwhile fails the unanswered ones with its
-TransportException.
-
-Consumers prefetch: the service pushes up to ``prefetch`` messages per consumer, the
-reading thread queues them, ``receive`` takes from that queue and reports CONSUMED,
-which frees room in the window. Messages still queued when a consumer, session or
-connection closes, recovers or rolls back go back to the broker as never delivered. A
-session's ``prefetch_at_least`` (a bridge link's confirm windows) raises the prefetch of
-its later consumers, and its ``max_bytes`` bounds what they hold in bytes too (the
-service stops delivering while their messages in flight hold that many; a service too
-old for that, whose HELLO reply does not say "prefetch_bytes", is sent the count alone);
-``acknowledge_oldest`` (ACK_OLDEST) acknowledges only the oldest messages received (a
-link stopping on one that its transformer failed on). With ``prefetch=0`` a consumer
-pulls: it is sent a message only while a receive waits for one (one round trip more per
-receive, and no message sits with an idle consumer, as in-process).
-``receive_no_wait`` asks the service for what the queue holds at that moment.
-
-When the connection breaks (the service stops, the network fails, three heart-beat
-intervals pass in silence, an XA call gets no answer within ``xa_timeout`` seconds: a
-hung or stopped service is noticed in seconds, and its outcome left to recovery) every
-waiting call and receive raises a TransportException
-naming the service and the cause, the exception listener hears the same, and the
-broker gives back what the connection held. Nothing reconnects by itself: a caller that
-wants to go on makes a new connection (``RemoteConnectionFactory`` looks the service
-up again each time, so a restarted service on another port is found).
+Design notes: docs/embedded-broker.md#internals-providersembeddedremotepy.
 """
 
 from __future__ import annotations

@@ -1,20 +1,22 @@
-# How it works: the bridge service keeps for itself the client ids and durable
-# subscriptions that its loaded bridges' links use on the host broker (the service reserves
-# them when a bridge loads and releases them when it unloads, through the HostBroker
-# interface). The Broker consults this registry, one place, wherever a client id is set and
-# a durable subscription is made or removed, whatever the front end (in process, STOMP, the
-# jms service). A connection is the service's own when it came from the factory the bridges
-# are given (EmbeddedConnection.service) or when it logged in as a service account (the
-# account Spark links and jobs use over mq://); any other is refused with
-# JMSSecurityException naming what is reserved and for which bridge. Each refusal is logged
-# once per user and name, so a client retrying in a loop does not flood the log.
-"""The client ids and durable subscriptions reserved for the bridge service."""
+"""The client ids and durable subscriptions reserved for the bridge service.
+
+The bridge service keeps for itself the client ids and durable subscriptions that its loaded
+bridges' links use on the host broker (the service reserves them when a bridge loads and
+releases them when it unloads, through the HostBroker interface). The Broker consults this
+registry, one place, wherever a client id is set and a durable subscription is made or
+removed, whatever the front end (in process, STOMP, the jms service). A connection is the
+service's own when it came from the factory the bridges are given
+(EmbeddedConnection.service) or when it logged in as a service account (the account Spark
+links and jobs use over mq://); any other is refused with JMSSecurityException naming what
+is reserved and for which bridge. Each refusal is logged once per user and name, so a client
+retrying in a loop does not flood the log.
+"""
 
 from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Iterable
+from collections.abc import Hashable, Iterable
 from typing import Any
 
 from ...jms.errors import JMSSecurityException
@@ -22,6 +24,25 @@ from ...jms.errors import JMSSecurityException
 log = logging.getLogger(__name__)
 
 _LOGGED_LIMIT = 10_000  # distinct refusals remembered for log-once; then forgotten and relogged
+
+
+class FirstTimes:
+    """Which keys were met before (a refusal logged once each), thread-safe; past ``limit``
+    keys everything is forgotten (and logged again), so memory stays bounded."""
+
+    def __init__(self, limit: int = _LOGGED_LIMIT) -> None:
+        self._lock = threading.Lock()
+        self._seen: set[Hashable] = set()
+        self._limit = limit
+
+    def first(self, key: Hashable) -> bool:
+        with self._lock:
+            if key in self._seen:
+                return False
+            if len(self._seen) >= self._limit:
+                self._seen.clear()
+            self._seen.add(key)
+            return True
 
 
 class Reservations:
@@ -32,7 +53,7 @@ class Reservations:
         self._owned: dict[str, tuple[frozenset[str], frozenset[tuple[str, str]]]] = {}
         self._client_ids: dict[str, str] = {}
         self._durables: dict[tuple[str, str], str] = {}
-        self._logged: set[tuple[str | None, str]] = set()
+        self._logged = FirstTimes()
         self.service_users: frozenset[str] = frozenset()
 
     def reserve(self, owner: str, client_ids: Iterable[str], durables: Iterable[tuple[str, str]]) -> None:
@@ -81,13 +102,6 @@ class Reservations:
 
     def _refuse(self, connection: Any, what: str, owner: str, action: str) -> None:
         user = connection.username
-        key = (user, f"{action} {what}")
-        with self._lock:
-            first = key not in self._logged
-            if first:
-                if len(self._logged) >= _LOGGED_LIMIT:
-                    self._logged.clear()
-                self._logged.add(key)
-        if first:
+        if self._logged.first((user, f"{action} {what}")):
             log.warning("refused: user %r may not %s %s, reserved for bridge %s", user, action, what, owner)
         raise JMSSecurityException(f"{what} is reserved for bridge {owner}: user {user!r} may not {action} it")

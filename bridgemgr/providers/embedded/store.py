@@ -1,75 +1,21 @@
 """The embedded broker's persistent store: group commit over SQLite (WAL) or PostgreSQL.
 
-How it works: the broker records changes (a message row added, removed, its
-delivery count bumped, a subscription, an XA branch prepared or completed) into
-in-memory pending sets under the store lock; a writer swaps them out and writes each
-swap as one SQLite transaction (a "batch"). Whatever the broker adds under one
-``with store.lock`` lands in the same batch, so a JMS commit is atomic on disk. A row
-added and removed before its batch is written never touches the disk.
+The broker records changes (a message row added, removed, its delivery count bumped, a
+subscription, an XA branch prepared or completed) into in-memory pending sets under the
+store lock; a writer swaps them out and writes each swap as one transaction (a "batch").
+Whatever the broker adds under one ``with store.lock`` lands in the same batch, so a JMS
+commit is atomic on disk. A row added and removed before its batch is written never
+touches the disk. Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db,
+imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
 
-Durability: ``ticket()`` names the batch that will hold everything recorded so far
-and ``wait(ticket)`` blocks until it is committed. With ``sync=True`` each batch is
-fsynced (SQLite synchronous=FULL) and survives power loss; with ``sync=False`` it is
-handed to the OS (synchronous=OFF) and survives ``kill -9`` once written: the sync
-setting decides only what an OS crash may lose, never a process crash. Everything
-promised in either mode is waited for (a persistent send's answer, a STOMP RECEIPT, a
-commit, a CLIENT_ACKNOWLEDGE, every XA prepare and commit), and the waiting caller is
-the writer (leader/follower group commit): the first to find nobody writing takes
-everything pending and writes it in its own thread (no hand-off, no linger); callers
-arriving meanwhile wait, and the first of them then writes all they recorded as the next
-batch. What nobody waits for (a STOMP SEND without receipt, AUTO_ACKNOWLEDGE
-acknowledgements, delivery counts) the writer thread writes, letting a batch grow for up
-to LINGER: it risks nothing promised, and a message consumed within it (a SEND without
-receipt, consumed and acknowledged at once) is never inserted nor deleted; its insert
-and delete cancel in memory, as ActiveMQ's concurrent store and dispatch does. One batch
-is written at a time, in ticket order. Senders that outrun the writer would pile their
-messages up in memory: once BEHIND bytes are pending, ``behind`` says so and the
-broker's senders wait for their batches (writing them themselves) until it catches up.
+Rules: everything promised (a persistent send's answer, a STOMP RECEIPT, a commit, a
+CLIENT_ACKNOWLEDGE, every XA prepare and commit) waits for its batch (``ticket()``,
+``wait(ticket)``), whatever the sync setting; a batch that cannot be written (disk full, a
+database out of reach) is kept and retried, never lost, and its waiters get StoreFull;
+batches apply in a fixed order (inserts, ordered ops, delivery counts, deletes), and a seq
+is never reused.
 
-Lazy rows: a message row may be recorded as the message itself (the broker's, which it
-never changes once routed) and is encoded when its batch is cut, outside the lock, by
-whoever writes it; one acknowledged before that (its insert cancelled) is never encoded.
-``page`` encodes one it needs (the broker records one it pages out encoded).
-
-Where batches go is a ``Database``: ``SQLiteDatabase`` (store.db under the broker's
-directory, imq.persist.store=file) or ``pgstore.PostgresDatabase`` (imq.persist.store=jdbc).
-The group commit above is the same for both.
-
-Disk full: a batch that fails for lack of space (``Database.no_space``: SQLITE_FULL,
-ENOSPC, an I/O error on a filesystem with no room left, PostgreSQL's 53100) is not lost:
-its changes go back in front of what is pending (as if never taken, so an insert
-acknowledged meanwhile cancels and never touches the disk) and the store is "full".
-Callers waiting for that batch get StoreFull ("store full: <path>: no space left"), and so
-do new persistent messages (``check_room``, asked by the broker before it routes one);
-acknowledgements, delivery counts and ordered ops are still recorded and kept pending. The
-writer thread retries with backoff until a write succeeds, and the store is no longer full.
-A full store logs once when it fills and once when space is back.
-A database that cannot be reached (``Database.unavailable``: PostgreSQL restarting, the
-network down) is handled the same way: the batch is kept, retried with backoff over a new
-connection, and meanwhile callers get StoreFull saying the database is unavailable and
-``problem()`` says so (the metrics port's /readyz is not ready); writes resume, in order,
-once it is back. So that an idle store notices too, the writer thread writes an empty
-batch after ``Database.probe_interval`` seconds without one (PostgreSQL: every 2 s, one
-``SELECT 1``); it fails and retries like any other batch. PostgreSQL's batches are
-written so that one written twice (its commit lost with the connection, then retried)
-changes nothing more.
-
-Batches apply in a fixed order, which is what makes coalescing safe:
-plain inserts, then ordered ops (subscriptions, destinations, purges, XA), then
-delivery-count updates, then deletes. A seq is never reused.
-
-Paging: the broker keeps only a window of each destination's messages in memory; the
-rest it reads back with ``page`` (rows of one destination after a seq, in seq order,
-through the index msgs(qkey, seq)). A message the broker dropped from memory right after
-recording it may not be written yet: ``page`` merges what the database holds with the
-inserts pending and being written, leaves out pending deletes, and applies pending
-delivery counts, without waiting for the writer (the broker lock is held). Only a pending
-purge or XA commit, which move rows the merge cannot see, make it write everything first. Opening reads
-per-destination counts (``Recovered.backlogs``), not the messages, so start-up time does
-not grow with the backlog; only rows an XA branch prepared to consume are read whole.
-
-Metrics: each batch write is timed (its fsync included when the store syncs) into fixed
-histogram buckets, once per batch; ``metrics()`` and ``problem()`` are read at scrape time.
+Design notes: docs/embedded-broker.md#internals-providersembeddedstorepy.
 """
 
 from __future__ import annotations

@@ -1,42 +1,16 @@
 """The wire protocol of the host broker's ``jms`` connection service (sans-IO).
 
-How it works: both sides first send a 5-byte preamble, ``b"IMQJ"`` and the protocol
-version (one byte), then frames. A frame is::
+Both sides first send a 5-byte preamble, ``b"IMQJ"`` and the protocol version (one byte),
+then frames: ``u32 size | u8 kind | u32 channel | body``, of kind REQUEST, REPLY, ERROR,
+DELIVER or HEARTBEAT. A request's arguments are a codec value list checked against the op's
+row of ``ARGS`` (SEND and CONSUMED carry packed structs instead); every message is a
+``jms.codec`` blob. ``_LEGAL`` says which frame kinds each side accepts in each state.
 
-    u32 size (of what follows) | u8 kind | u32 channel | body
-
-    kind       channel               body
-    REQUEST    call id (0: no reply) u8 op | the op's arguments (see ARGS)
-    REPLY      call id               a codec value (the result)
-    ERROR      call id (0: none)     a codec dict: code, message, xa, sid, fatal
-    DELIVER    consumer id           u64 tag | u32 delivery count | message blob
-    HEARTBEAT  0                     empty
-
-Arguments are a codec value list (``jms.codec.encode_value``: None, bool, int, str,
-bytes, lists, dicts, destinations), checked against the op's row of ``ARGS``; the two
-ops of the data path carry packed structs instead (SEND: u32 session | message blob;
-CONSUMED: u32 session | u32 consumer | u64 tags), and every message is a
-``jms.codec`` blob. Nothing is ever unpickled.
-
-The client's first request is HELLO (user, password, heart-beat, client name) and
-nothing else is legal before the server's REPLY to it; ``_LEGAL`` says which frame
-kinds each side accepts in each state. A frame longer than the limit (small until the
-handshake is done, then the service's ``max_frame``) is refused as soon as its size is
-read. Anything wrong raises :class:`ProtocolError` naming the frame; the side that
+Rules: nothing is ever unpickled; a frame longer than the limit is refused as soon as its
+size is read; anything wrong raises :class:`ProtocolError` naming the frame, the side that
 reads it sends an ERROR frame and closes, and the state is ERROR for good.
 
-Heart-beats: each side sends HEARTBEAT when it has written nothing for the negotiated
-interval and takes the peer for dead after three intervals without a byte from it.
-Flow control: a consumer asks for a prefetch window; the server keeps at most that
-many of its messages delivered and not yet reported CONSUMED (or RETURNed), and, when
-CONSUMER's optional last argument (prefetch bytes) is above 0, delivers no more while
-their blobs hold that many bytes (always one at least). A client sends that argument
-only to a server whose HELLO reply has "prefetch_bytes" true: an older server refuses a
-CONSUMER with 8 arguments, and an older client sends 7, which a newer server takes. A window
-of 0 makes a pull consumer, which gets messages only for PULL credits: PULL n > 0
-grants n, n < 0 withdraws them (nothing comes for them after the REPLY), and n = 0
-delivers what the queue holds now (one message for a pull consumer, up to the window
-otherwise) before the REPLY (``receive_no_wait``).
+Design notes: docs/embedded-broker.md#internals-providersembeddedwirepy.
 """
 
 from __future__ import annotations
@@ -253,12 +227,24 @@ def reply(call: int, value: Any = None) -> bytes:
 
 
 def failure(call: int, exc: JMSException, *, session: int | None = None, fatal: bool = False) -> bytes:
-    value = {"code": exc.code, "message": str(exc), "fatal": fatal}
-    if isinstance(exc, XAException):
-        value["xa"] = exc.errorcode
+    value: dict[str, Any] = {**_error_value(exc), "fatal": fatal}
+    causes: list[dict[str, Any]] = []
+    cause = exc.__cause__
+    while isinstance(cause, JMSException) and len(causes) < MAX_CAUSES:
+        causes.append(_error_value(cause))
+        cause = cause.__cause__
+    if causes:
+        value["causes"] = causes
     if session is not None:
         value["sid"] = session
     return _frame(Kind.ERROR, call, codec.encode_value(value))
+
+
+def _error_value(exc: JMSException) -> dict[str, Any]:
+    value: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+    if isinstance(exc, XAException):
+        value["xa"] = exc.errorcode
+    return value
 
 
 def delivery(consumer: int, tag: int, dcount: int, blob: bytes) -> bytes:
@@ -266,15 +252,33 @@ def delivery(consumer: int, tag: int, dcount: int, blob: bytes) -> bytes:
 
 
 HEARTBEAT = _frame(Kind.HEARTBEAT, 0, b"")
+MAX_CAUSES = 4  # the causes an ERROR frame carries
 
 
 def error_from_value(value: Any) -> JMSException:
-    """The exception an ERROR frame's value describes (its class found by code)."""
-    code, message = value.get("code"), value.get("message")
+    """The exception an ERROR frame's value describes (its class found by code), with
+    the causes it names as its chain of ``__cause__``."""
+    exc = _error(value)
+    causes = value.get("causes", [])
+    if not isinstance(causes, list) or len(causes) > MAX_CAUSES:
+        raise ProtocolError(f"an ERROR frame whose causes are not a list of at most {MAX_CAUSES}: "
+                            f"{causes!r:.200}")
+    last = exc
+    for value in causes:
+        cause = _error(value)
+        last.__cause__ = cause
+        last = cause
+    return exc
+
+
+def _error(value: Any) -> JMSException:
+    code, message = (value.get("code"), value.get("message")) if isinstance(value, dict) else (None, None)
     if not isinstance(code, str) or not isinstance(message, str):
         raise ProtocolError(f"an ERROR frame without code and message: {value!r:.200}")
     if "xa" in value:
-        return XAException(message, int(value["xa"]))
+        if type(value["xa"]) is not int:
+            raise ProtocolError(f"an ERROR frame whose xa code is not a number: {value!r:.200}")
+        return XAException(message, value["xa"])
     cls = lookup(code)
     exc = cls.__new__(cls)
     JMSException.__init__(exc, message, code)

@@ -14,35 +14,12 @@ ConnectionFactory                  :class:`JavaConnectionFactory`
 Queue / Topic / temporary ones     Queue / Topic / TemporaryQueue / TemporaryTopic
 =================================  ==========================================================
 
-Where the classes come from (:mod:`.jvm`): ``configure()`` / ``configure_from_properties()``
-(``imq.bridge.java.classpath`` of the broker properties), ``$IMQ_BRIDGE_JAVA_CLASSPATH`` and
-the ``lib/ext`` folders of ``$IMQ_HOME`` and of the broker instance form the JVM's classpath.
-A lookup environment may also carry ``imq.bridge.java.classpath`` itself: that provider
-then gets a class loader of its own (its jars must include the JMS API jar).
+The classes come from the JVM's classpath (:mod:`.jvm`: ``imq.bridge.java.classpath``,
+``$IMQ_BRIDGE_JAVA_CLASSPATH``, the ``lib/ext`` folders); messages convert losslessly
+(:mod:`.convert`), XA resources keep their Xids across restarts (:mod:`.xa`), and a
+``message-transformer-class`` may be a Java class (:mod:`.transformer`).
 
-Messages convert losslessly (:mod:`.convert`; Java-serialised ObjectMessage bodies stay
-opaque :class:`~bridgemgr.jms.message.JavaSerialized` bytes), XA resources keep their Xids
-across restarts (:mod:`.xa`), and a ``message-transformer-class`` may be a Java class
-(:mod:`.transformer`): name it by its Java name or as
-``bridgemgr.providers.java.classes.<Java class name>``. It either extends the original's
-``com.sun.messaging.bridge.service.MessageTransformer`` (a jar built for the original runs
-unchanged: :mod:`.baseclass` compiles our copy of that base class with the JDK's javac at
-first need, so branchTo(), noTransfer() and the create helpers work), or simply has a public
-``transform(Message, boolean, String, String, String, Properties)`` and may offer
-``getBranchTo()`` / ``isNoTransfer()``.
-Every Java connection is closed at interpreter exit if its user did not close it.
-
-Provider notes (ActiveMQ Classic 5.x, measured): its XAConnectionFactory makes XA sessions
-even for non-transacted use, which then fail ("XAResource has not been enlisted") unless
-the connection's xaAckMode is set, and cannot make locally transacted ones. Its class
-extends the plain ActiveMQConnectionFactory, so an XA factory gets a plain twin (that class,
-every JavaBean property copied: client.py's _plain_twin) that makes its plain connections:
-non-transacted links and local transactions (a transacted link between two queues of one
-broker) use those. Where no twin can be made, a non-transacted session of an XA
-connection is made with xaAckMode set to the session's ack mode, so one
-XAConnectionFactory serves both transacted (XA) and non-transacted links. Its
-ObjectMessage bodies cross the bridge without ActiveMQ's trusted-packages list (they are
-never deserialised here); only the Java consumer at the far end needs it.
+Design notes: docs/architecture.md#internals-the-providersjava-package.
 """
 
 from __future__ import annotations

@@ -1,20 +1,22 @@
-# How it works: a Java transformer written for the original product extends its abstract
-# class com.sun.messaging.bridge.service.MessageTransformer (in newer releases
-# com.sun.messaging.bridge.api.MessageTransformer). We ship our own source of that class
-# (src/, written against jakarta.jms) and compile it when a transformer needs it:
-# load_class() loads the transformer's class; when the JVM reports the base class missing
-# (NoClassDefFoundError naming it) install() provides it and the class is loaded again.
-#
-# install() compiles the source under both package names for the JMS API the transformer
-# was built against (jakarta.jms or javax.jms: the one its class file names, else the one
-# its class loader has; javax.jms by substituting the package), with the running JVM's
-# javac (else javac on PATH) and --release of the running JVM, once per source, API and
-# release into the cache folder ($XDG_CACHE_HOME or ~/.cache, then imqbridge/java). The
-# classes then go where the transformer's loader finds them: into jvm.late_folder() (the
-# head of the startup classpath, so lib/ext jars see them) when the system class loader
-# has that JMS API, else onto JPype's dynamic class loader. A JVM holds one base class:
-# a later transformer built for the other API is refused with a clear error.
-"""The original's Java MessageTransformer base class: compiled at first need, cached."""
+"""The original's Java MessageTransformer base class: compiled at first need, cached.
+
+A Java transformer written for the original product extends its abstract class
+com.sun.messaging.bridge.service.MessageTransformer (in newer releases
+com.sun.messaging.bridge.api.MessageTransformer). We ship our own source of that class
+(src/, written against jakarta.jms) and compile it when a transformer needs it: load_class()
+loads the transformer's class; when the JVM reports the base class missing
+(NoClassDefFoundError naming it) install() provides it and the class is loaded again.
+
+install() compiles the source under both package names for the JMS API the transformer was
+built against (jakarta.jms or javax.jms: the one its class file names, else the one its
+class loader has; javax.jms by substituting the package), with the running JVM's javac (else
+javac on PATH) and --release of the running JVM, once per source, API and release into the
+cache folder ($XDG_CACHE_HOME or ~/.cache, then imqbridge/java). The classes then go where
+the transformer's loader finds them: into jvm.late_folder() (the head of the startup
+classpath, so lib/ext jars see them) when the system class loader has that JMS API, else
+onto JPype's dynamic class loader. A JVM holds one base class: a later transformer built for
+the other API is refused with a clear error.
+"""
 
 from __future__ import annotations
 

@@ -1,43 +1,16 @@
-# How it works: thin wrappers that put a Java provider's JMS objects behind our SPI. Each
-# wrapper holds the Java object and the provider's Flavor; every Java call runs inside
-# jvm.java_errors(), so callers only ever see our JMSException tree (a broken socket is a
-# TransportException, a closed session an IllegalStateException: the link reconnects).
-#
-# Messages cross in convert.py at the edges: send() builds a Java message with the
-# sending session and copies the headers the provider set (id, timestamp, expiration)
-# back onto ours; a delivery becomes our read-only message whose acknowledge() acknowledges
-# the Java one. A session sending the message it delivered last, unchanged, where to_java()
-# would rebuild the Java message as it is (a text or bytes body, every property carried,
-# none provider-set), sends the Java message itself (JMS lets a producer send a message
-# it received; the provider sets the send's headers): the local-transaction link's unit
-# (consumer and producer on one session) skips the conversion back.
-# Session.acknowledge() (ours; JMS 1.1 has it only on messages) acknowledges
-# through the last message delivered (CLIENT_ACKNOWLEDGE covers everything delivered by the
-# session), or every delivered one under INDIVIDUAL_ACKNOWLEDGE.
-#
-# A producer's confirm_sends changes nothing here: a JMS 1.1 send gives no way to wait
-# for a message the provider sends without waiting for its broker, which some do with
-# NON_PERSISTENT messages outside a transaction (ActiveMQ Classic by default; Artemis
-# unless blockOnNonDurableSend): their refusal reaches the exception listener or the
-# provider's log, not the send, and a bridge link would count the message as sent.
-# Such a provider must be told to send synchronously when it is a non-transacted link's
-# target (ActiveMQ: jms.alwaysSyncSend=true in the provider URL); transacted links are not
-# affected (the commit answers for the sends).
-#
-# send_async() (the SPI's confirm window): JMS 1.1 clients (ActiveMQ Classic 5.x) have no
-# asynchronous send with a CompletionListener, so a non-transacted session's producer
-# batches in a local transaction instead: the sends go out on a transacted session of the
-# same connection, which the provider does not wait for, and flush() commits them at
-# once (one broker round trip and one store sync per window, not per message); then
-# every listener hears its success. A commit that fails (a refusal, the transaction
-# rolled back) sends them again one per transaction, so that each refusal is its own
-# message's; a lost connection fails them all. Sends of a transacted or XA session
-# complete at once (their commit answers for them).
-#
-# Calls that may load provider classes by name (createConnection: transports, SSL, auth
-# modules) run with the provider's class loader as thread context loader. Connections
-# register with jvm.track() until closed, so the process can close them at exit.
-"""Our provider SPI over a Java JMS provider (javax.jms or jakarta.jms) through JPype."""
+"""Our provider SPI over a Java JMS provider (javax.jms or jakarta.jms) through JPype.
+
+Thin wrappers that hold a Java provider's JMS object and its Flavor; messages cross in
+convert.py at the edges. send_async() (the confirm window) batches a non-transacted
+session's sends in a local transaction of the same connection, committed at flush().
+
+Rules: every Java call runs inside jvm.java_errors(), so callers only see our JMSException
+tree; a JMS 1.1 send cannot be confirmed, so a provider that sends NON_PERSISTENT messages
+without waiting for its broker must be told to send synchronously when it is a
+non-transacted link's target (ActiveMQ: jms.alwaysSyncSend=true).
+
+Design notes: docs/architecture.md#internals-providersjavaclientpy.
+"""
 
 from __future__ import annotations
 

@@ -1,12 +1,14 @@
-# How it works: JavaContextFactory is what bridgemgr.jms.naming uses when
-# java.naming.factory.initial names a Java class. It starts the JVM if needed, turns the
-# lookup environment (the <property> elements) into a java.util.Hashtable and builds a real
-# javax.naming.InitialContext with it, under the provider's class loader: the JVM's
-# classpath, or an isolated loader when the environment names imq.bridge.java.classpath
-# (see jvm.py). lookup() wraps what JNDI returns: an XAConnectionFactory or a
-# ConnectionFactory as our SPI factory, a Destination as our Queue/Topic; anything else
-# comes back as the Java object, which the bridge then reports as "not a connection factory".
-"""JNDI lookups through a real javax.naming.InitialContext."""
+"""JNDI lookups through a real javax.naming.InitialContext.
+
+JavaContextFactory is what bridgemgr.jms.naming uses when java.naming.factory.initial names
+a Java class. It starts the JVM if needed, turns the lookup environment (the <property>
+elements) into a java.util.Hashtable and builds a real javax.naming.InitialContext with it,
+under the provider's class loader: the JVM's classpath, or an isolated loader when the
+environment names imq.bridge.java.classpath (see jvm.py). lookup() wraps what JNDI returns:
+an XAConnectionFactory or a ConnectionFactory as our SPI factory, a Destination as our
+Queue/Topic; anything else comes back as the Java object, which the bridge then reports as
+"not a connection factory".
+"""
 
 from __future__ import annotations
 

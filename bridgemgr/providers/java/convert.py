@@ -1,30 +1,17 @@
-# How it works: a Flavor is the JMS API a Java provider implements (javax.jms or
-# jakarta.jms) as seen from that provider's class loader; flavor_of() finds it from the
-# interfaces of any provider object and caches it per Java class. Every conversion takes
-# the flavor, so one JVM can hold providers of both APIs and isolated loaders.
-#
-# Messages convert in both directions without losing anything our model can hold:
-# * the body kind (Text, Bytes, Map, Stream, Object, or none) and the body itself; Map and
-#   Stream values and properties keep their Java types through BOXED (Java box class ->
-#   PropertyType) and WRITERS (PropertyType -> typed setter and JPype box);
-# * an ObjectMessage body travels as its Java serialisation stream: from Java it becomes
-#   a JavaSerialized (opaque bytes, never deserialised in Python), and a JavaSerialized
-#   goes back into Java as those same bytes. RAW_OBJECT holds, per provider, how to read
-#   and write the stream without deserialising it (ActiveMQ keeps it as the message
-#   content, zlib-compressed when compression is on); other providers fall back on
-#   getObject()+ObjectOutputStream and ObjectInputStream+setObject() in Java. Plain
-#   Python object bodies (str, int, float, bool, bytes, list, dict) become the matching
-#   java.lang / java.util objects;
-# * the headers: JMSMessageID, JMSTimestamp, JMSCorrelationID, JMSReplyTo, JMSDestination,
-#   JMSDeliveryMode, JMSRedelivered, JMSType, JMSExpiration, JMSPriority, JMSDeliveryTime
-#   (JMS 2) and JMSXDeliveryCount. Going to Java only the headers an application may set
-#   are copied (correlation id, type, reply-to); the producer sets the others at send.
-# A null Map entry or Stream item, which our model cannot hold, is dropped with a warning.
-#
-# Destinations become Queue/Topic/TemporaryQueue/TemporaryTopic by name. Temporary ones
-# are remembered (TEMPORARY, bounded) so a reply-to that came from Java goes back as the
-# very Java object; other destinations are made by the sending session from their names.
-"""Java JMS messages and destinations <-> our message model."""
+"""Java JMS messages and destinations <-> our message model.
+
+A Flavor is the JMS API (javax.jms or jakarta.jms) a provider implements, found per Java
+class by flavor_of(); every conversion takes it, so one JVM can hold providers of both APIs.
+Messages convert both ways without losing anything our model can hold: the body kind and
+body (Map and Stream values with their Java types: BOXED, WRITERS), the headers, the
+properties. To add a provider's raw ObjectMessage access, add it to RAW_OBJECT.
+
+Rules: a Java ObjectMessage body is never deserialised in Python (it travels as a
+JavaSerialized of its serialisation stream); going to Java only the headers an application
+may set are copied.
+
+Design notes: docs/architecture.md#internals-providersjavaconvertpy.
+"""
 
 from __future__ import annotations
 

@@ -1,34 +1,18 @@
-# How it works: one JVM per process, started through JPype on first use. Its classpath
-# is the union, in this order, of what configure() was given, imq.bridge.java.classpath
-# of the broker properties handed to configure_from_properties() (with every *.jar of the
-# folders of imq.bridge.transformer.path, the plugin folders Python transformers come from
-# too), $IMQ_BRIDGE_JAVA_CLASSPATH, and every *.jar of the IMQ_HOME-style extension folders
-# ($IMQ_HOME/lib/ext and <instance>/lib/ext). Entries are jars, folders of classes, or `folder/*` for every jar
-# in a folder, separated by os.pathsep (or ',' as the original's property allows).
-# Entries configured after the JVM started are added to JPype's dynamic class loader.
-# The startup classpath begins with late_folder(), a folder of this process empty at the
-# start: classes made after the start (the transformer base class, baseclass.py) go there
-# so that classes of the startup classpath (lib/ext jars) see them too.
-#
-# A lookup environment may name its own classpath (imq.bridge.java.classpath as a
-# <property>): isolated_loader() gives such a provider a URLClassLoader of its own whose
-# parent is the JDK's platform loader, so two providers (or a javax and a jakarta build of
-# one) never see each other's classes. Calls that load provider classes by name
-# (InitialContext, createConnection) run under that loader as thread context loader.
-#
-# Python threads are attached to the JVM by JPype on their first Java call (as daemon
-# threads). Java connections register in OPEN; at interpreter exit close_all() closes
-# whatever is still open (each close bounded by a timeout), so the JVM's non-daemon
-# transport threads end and JPype's shutdown cannot hang; if a close does hang, the JVM is
-# left to die with the process instead of being destroyed. The JVM owns SIGSEGV (HotSpot's
-# safepoint polls fault on purpose) until it is gone: faulthandler.disable() after start()
-# would put back the earlier handler and the shutdown at exit would die with SIGSEGV.
-#
-# translate() turns a Java exception into our JMSException tree (jms/errors.py): by the
-# simple name of the first JMS exception class in its hierarchy (TABLE), a
-# javax.transaction.xa.XAException by its error code, and anything with an
-# java.io.IOException in its cause chain as a TransportException (the link reconnects).
-"""The JVM: classpath, class loaders, thread context, error translation, clean exit."""
+"""The JVM: classpath, class loaders, thread context, error translation, clean exit.
+
+One JVM per process, started through JPype on first use, its classpath the union of what
+configure() was given, imq.bridge.java.classpath, $IMQ_BRIDGE_JAVA_CLASSPATH and the lib/ext
+folders. A lookup environment with its own classpath gets an isolated class loader.
+translate() and java_errors() turn Java exceptions into our JMSException tree (an
+IOException in the cause chain is a TransportException: the link reconnects).
+
+Rules: calls that load provider classes by name run under the provider's class loader as
+thread context loader; the JVM owns SIGSEGV until it is gone (never faulthandler.disable()
+after start()), Python keeps SIGTERM, SIGINT, SIGHUP and SIGQUIT (-Xrs, interrupt=False:
+SIGNAL_OPTIONS); every Java connection registers in OPEN so close_all() can end it at exit.
+
+Design notes: docs/architecture.md#internals-providersjavajvmpy.
+"""
 
 from __future__ import annotations
 
@@ -55,6 +39,10 @@ CLASSPATH_PROPERTY = "imq.bridge.java.classpath"
 CLASSPATH_ENV = "IMQ_BRIDGE_JAVA_CLASSPATH"
 IMQ_HOME_ENV = "IMQ_HOME"
 CLOSE_TIMEOUT = 10.0  # seconds a connection may take to close at exit
+# The JVM leaves SIGTERM, SIGINT, SIGHUP and SIGQUIT to Python (serve's clean stop and
+# reload): without -Xrs its own handlers replace Python's and end the process (exit 143,
+# 130, 129); JPype's interrupt=False hands a SIGINT/SIGTERM that Java code sees to Python.
+SIGNAL_OPTIONS = ("-Xrs",)
 
 _lock = threading.RLock()
 _configured: list[str] = []
@@ -155,15 +143,27 @@ def start() -> None:
         late = tempfile.mkdtemp(prefix="imqbridge-jvm-")
         path = [late] + [os.path.abspath(p) for p in classpath()]
         try:
-            jpype.startJVM(*_jvm_args, classpath=path, convertStrings=False)
+            jpype.startJVM(*jvm_options(), classpath=path, convertStrings=False, interrupt=False)
         except Exception as exc:
             shutil.rmtree(late, ignore_errors=True)
             raise NamingException(f"cannot start the JVM through JPype: {exc}") from exc
+        if threading.current_thread() is not threading.main_thread():
+            # The starting thread is the JVM's non-daemon "main": once it ended, JPype's
+            # DestroyJavaVM at exit would wait for it forever. Its next Java call
+            # attaches it again, as a daemon like any other Python thread.
+            jpype.java.lang.Thread.detach()
         _late_folder = late
         atexit.register(shutil.rmtree, late, True)
-        log.info("JVM started (classpath: %s)", os.pathsep.join(path) or "empty")
+        log.info("JVM started (options: %s; classpath: %s)", " ".join(jvm_options()),
+                 os.pathsep.join(path) or "empty")
         # atexit runs in reverse order: registered after JPype's own hook, ours runs first.
         atexit.register(close_all)
+
+
+def jvm_options() -> list[str]:
+    """The options the JVM starts with: those configure() was given, then SIGNAL_OPTIONS."""
+    with _lock:
+        return _jvm_args + [o for o in SIGNAL_OPTIONS if o not in _jvm_args]
 
 
 def late_folder() -> str | None:

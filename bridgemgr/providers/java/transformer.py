@@ -1,49 +1,17 @@
-# How it works: a message-transformer-class may name a Java class, in one of two shapes.
-#
-# 1. A subclass of the original's base class, so a transformer jar built for the original
-#    runs unchanged (baseclass.py compiles our copy of that class when the JVM lacks it):
-#
-#     public class Router extends com.sun.messaging.bridge.service.MessageTransformer<Message, Message> {
-#         public Message transform(Message message, boolean readOnly, String charsetName,
-#                 String source, String target, Properties properties) throws Exception {
-#             ... createJMSMessage(JMSMessageType.TEXTMESSAGE), createQueue(name), createTopic(name),
-#             ... branchTo(destination or ref-name), noTransfer()
-#         }
-#     }
-#
-#    Before each call the transformer gets init(session, bridge type): the session is a
-#    TargetSession (our messages and destinations behind the JMS Session interface), the
-#    type "JMS", or "STOMP" on the STOMP bridge (where branchTo/noTransfer throw, as in the
-#    original). After the call getBranchTo() and isNoTransfer() are read.
-#
-# 2. Any class, duck-typed (no base class or API jar needed):
-#
-#     public class Upper {                                // public, no-argument constructor
-#         public javax.jms.Message transform(javax.jms.Message message, boolean readOnly,
-#                 String charsetName, String source, String target, java.util.Properties props)
-#         // optional, read after each call (the original's branchTo()/noTransfer()):
-#         public String getBranchTo()      // a destination ref-name, or null
-#         public boolean isNoTransfer()
-#     }
-#
-# (jakarta.jms works the same; the parameter type of transform() picks the flavour.) A branch
-# or drop counts on a JMS bridge link only (elsewhere, as in the original's DMQ, it is
-# ignored). Name the class in the bridge XML by its Java name (com.example.Router), or as
-# bridgemgr.providers.java.classes.<Java class name>: the module
-# bridgemgr.providers.java.classes is a finder (install_finder) that makes every dotted name
-# below it resolve to a JavaTransformer of that class, so the loader of transformers
-# (bridgemgr.transform.load_transformer) loads it like any Python plugin. For a plain Java
-# class name, load_transformer asks load_if_configured(), which the package registers
-# (register_transformer_loader), once no Python module has the name.
-#
-# JavaTransformer is our MessageTransformer: transform() hands Java a real javax.jms
-# message, a JPype proxy (MessageView and its kinds) over a copy of our message: every
-# JMS getter and setter works on it, a received message is read-only until clearBody() /
-# clearProperties() as in JMS, and errors are the flavour's own JMS exceptions. If Java
-# returns the view, or a message the TargetSession made, that message goes on; any other
-# Java message (say, one the class made with its provider's API) is converted with
-# convert.to_python. null is a transform failure, as for Python transformers.
-"""Java classes as message transformers."""
+"""Java classes as message transformers.
+
+A message-transformer-class may name a Java class: a subclass of the original's
+MessageTransformer base class (a jar built for the original runs unchanged) or any class
+with a transform() method of the same shape, duck-typed. JavaTransformer is our
+MessageTransformer over it: transform() hands Java a JPype proxy (MessageView) over a copy
+of our message. The finder installed below bridgemgr.providers.java.classes lets the
+transformer loader load a Java class like a Python plugin.
+
+Rule: as for Python transformers, null is a transform failure; a branch or drop counts on
+a JMS bridge link only.
+
+Design notes: docs/transformers.md#internals-providersjavatransformerpy.
+"""
 
 from __future__ import annotations
 

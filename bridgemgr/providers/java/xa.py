@@ -1,26 +1,16 @@
-# How it works: a provider's javax.transaction.xa.XAResource (the same interface for javax
-# and jakarta JMS providers: it lives in the JDK) behind our XAResource. Our frozen Xid
-# goes to Java as JavaXid, a JPype proxy implementing javax.transaction.xa.Xid that answers
-# with the same format id, global transaction id and branch qualifier; Java Xids (from
-# recover()) come back as our Xid by those three values. Because only the values cross,
-# recover() after a restart of our process finds the branches it prepared before, and
-# commit/rollback of a rebuilt Xid reach them. Java's XAException becomes ours with the
-# same X/Open error code.
-#
-# One session, one transaction at a time: Java clients keep per-session transaction state
-# (ActiveMQ's consumers register their acknowledgement bookkeeping with the session's
-# TransactionContext, and its start() forgets what the ended transaction still needs at
-# commit), so a start() that arrives while a transaction this resource ended is not
-# completed yet (our coordinator begins the next unit before it commits the last) is held
-# back until that one commits, rolls back or votes read-only here, or until the session is
-# used again (flush(), called by the session before a receive or a send).
-#
-# The Java Xid of an Xid is made once and reused (the last XID_CACHE of them): a
-# transaction's start, end and commit, at each of its resources, then pass the same Java
-# object, so a provider comparing Xids (ActiveMQ's end() and commit() with the associated
-# one) finds them identical without calling back into Python for the three values, and
-# the byte arrays are copied into the JVM once.
-"""Java XAResource <-> our XAResource, Xids both ways."""
+"""Java XAResource <-> our XAResource, Xids both ways.
+
+A provider's javax.transaction.xa.XAResource behind our XAResource. Our Xid goes to Java as
+a JavaXid proxy with the same three values (cached: the last XID_CACHE), a Java Xid comes
+back as our Xid by those values, so recover() after a restart finds the branches prepared
+before. Java's XAException becomes ours with the same X/Open error code.
+
+Rule: one session, one transaction at a time: a start() that arrives while a transaction
+this resource ended is not completed yet is held back until that one completes or the
+session is used again (flush()).
+
+Design notes: docs/architecture.md#internals-providersjavaxapy.
+"""
 
 from __future__ import annotations
 

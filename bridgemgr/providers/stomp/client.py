@@ -1,36 +1,18 @@
-# How it works: a StompConnection is one stomp.py connection; its listener (stomp.py's
-# receiver thread) routes MESSAGE frames by subscription to the consumers' local queues,
-# RECEIPT and ERROR frames to whoever waits for them, and a lost connection (socket,
-# heart-beat timeout, ERROR) to the exception listener and every blocked call, which then
-# raise TransportException: the bridge link reconnects, and the broker redelivers what was
-# not acknowledged. "Reconnection" is connect-time: the URL's hosts are tried in turn, with
-# backoff, for the connect attempts the URL allows; a connection never silently resumes
-# half its state.
-#
-# JMS semantics over STOMP (every subscription is ack:client-individual):
-#   AUTO/DUPS_OK     ACK when receive() hands the message over
-#   CLIENT           Session.acknowledge() (or any message's acknowledge()) ACKs every
-#                    message the session delivered, the last with a receipt
-#   INDIVIDUAL       a message's acknowledge() ACKs that message only
-#   transacted       BEGIN at once and after each COMMIT/ABORT; SENDs and ACKs carry the
-#                    transaction; commit() waits for COMMIT's receipt; rollback() ABORTs and
-#                    has the broker redeliver what the transaction received
-#   recover()        has the broker redeliver every unacknowledged delivery (NACK, or
-#                    UNSUBSCRIBE + SUBSCRIBE where NACK means "dead", see wire.DIALECTS)
-# A PERSISTENT send outside a transaction waits for its receipt (a JMS send is
-# synchronous); a NON_PERSISTENT one does not, unless the producer's confirm_sends is set
-# (a bridge link's: otherwise a refusal, an ERROR that usually closes the connection,
-# would surface as the next call's lost connection while the message counts as sent). An
-# ERROR naming the frame fails that frame with a JMSException (its refusal), even when the
-# broker closes the connection after it. send_async() (the confirm window) pipelines: every
-# SEND asks for a receipt and returns at once; the receiver thread calls the listener as
-# the RECEIPT comes (brokers answer in order), on_exception with the refusal for an ERROR
-# naming that receipt, with a RetriableTransportException for an ERROR naming none (it
-# cannot be told which send it refused: a bridge link then moves those messages one by
-# one) and a TransportException when the connection is lost; flush() waits up to the
-# receipt timeout for the rest. Not XA: StompConnectionFactory is no
-# XAConnectionFactory, so a transacted link on it is refused when its bridge is checked.
-"""JMS connections, sessions, producers and consumers over stomp.py."""
+"""JMS connections, sessions, producers and consumers over stomp.py.
+
+A StompConnection is one stomp.py connection; its listener (stomp.py's receiver thread)
+routes MESSAGE frames to the consumers, RECEIPT and ERROR frames to whoever waits, and a
+lost connection to the exception listener. Every subscription is ack:client-individual;
+the JMS acknowledge modes, transactions and recover() are built on it. Not XA: a
+transacted link on it is refused.
+
+Rules: a lost connection makes every blocked call raise TransportException (the link
+reconnects; a connection never silently resumes half its state); outside a transaction a
+PERSISTENT send, or any send of a producer with confirm_sends, waits for its receipt, so a
+refusal is that message's failure.
+
+Design notes: docs/architecture.md#internals-providersstompclientpy.
+"""
 
 from __future__ import annotations
 
@@ -47,7 +29,6 @@ from typing import Any
 
 import stomp
 
-from ... import __version__
 from ...jms import naming
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
@@ -72,6 +53,7 @@ from ...jms.spi import (
     QueueBrowser,
     Session,
 )
+from ...version import __version__
 from .wire import (
     DIALECTS,
     StompOptions,

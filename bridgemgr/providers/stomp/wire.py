@@ -1,20 +1,22 @@
-# How it works: the pure part of the STOMP provider, no sockets. parse_url() reads a
-# provider URL stomp://host:port[,host:port...][?option=value&...] (stomp+ssl:// for TLS)
-# into StompOptions (OPTIONS: heart-beats, prefetch, connect attempts, vhost, TLS files,
-# receipt timeout, dialect). Brokers differ where STOMP says nothing; DIALECTS (chosen by
-# the CONNECTED frame's server header, or dialect=) holds how each does redelivery,
-# durable subscriptions, selectors and prefetch.
-#
-# Messages: to_frame() makes SEND headers and body, from_frame() our message from a MESSAGE
-# frame. A TextMessage travels as a UTF-8 body with content-type text/plain and no
-# content-length (ActiveMQ and our STOMP bridge make a TextMessage of that); one holding
-# NUL needs a content-length, and the dialect's marker keeps it text. A BytesMessage has
-# content-length. Map, Stream, Object and body-less messages travel as our codec's bytes
-# with content-type CODEC_TYPE, so they come back whole (typed properties too) from any
-# STOMP broker. The JMS headers map to the STOMP JMS headers; properties become STOMP
-# headers (strings, as Java prints them). Destinations: /queue/, /topic/, /temp-queue/,
-# /temp-topic/ NAME; a name starting with / is a raw STOMP destination, kept as it is.
-"""STOMP provider URLs, broker dialects, and frames <-> JMS messages (sans-IO)."""
+"""STOMP provider URLs, broker dialects, and frames <-> JMS messages (sans-IO).
+
+The pure part of the STOMP provider, no sockets. parse_url() reads a provider URL
+stomp://host:port[,host:port...][?option=value&...] (stomp+ssl:// for TLS) into StompOptions
+(OPTIONS: heart-beats, prefetch, connect attempts, vhost, TLS files, receipt timeout,
+dialect). Brokers differ where STOMP says nothing; DIALECTS (chosen by the CONNECTED frame's
+server header, or dialect=) holds how each does redelivery, durable subscriptions, selectors
+and prefetch.
+
+Messages: to_frame() makes SEND headers and body, from_frame() our message from a MESSAGE
+frame. A TextMessage travels as a UTF-8 body with content-type text/plain and no
+content-length (ActiveMQ and our STOMP bridge make a TextMessage of that); one holding NUL
+needs a content-length, and the dialect's marker keeps it text. A BytesMessage has
+content-length. Map, Stream, Object and body-less messages travel as our codec's bytes with
+content-type CODEC_TYPE, so they come back whole (typed properties too) from any STOMP
+broker. The JMS headers map to the STOMP JMS headers; properties become STOMP headers
+(strings, as Java prints them). Destinations: /queue/, /topic/, /temp-queue/, /temp-topic/
+NAME; a name starting with / is a raw STOMP destination, kept as it is.
+"""
 
 from __future__ import annotations
 

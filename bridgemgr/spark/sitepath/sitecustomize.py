@@ -1,21 +1,23 @@
-# How it works: this folder is on the PYTHONPATH of every Python process Spark starts for
-# our jobs (session.py puts it there), so Python's site module imports this file at start,
-# before the process's own module. Spark puts $SPARK_HOME/python/lib/pyspark.zip, the py4j
-# zip and the spark-core jar first on that path. Two costs came with them in each process
-# (data source lookup and planning, the source runner, the write planning, the worker
-# daemons and workers, the sink's commit: several one after the other on the way to a
-# query's first micro-batch):
-# - Python never caches bytecode for a zip: each process compiled pyspark's sources again,
-#   ~1.5 s of CPU apiece (measured: `import pyspark.daemon` 1.5-2.2 s from the zip, 0.4 s
-#   from the installed package);
-# - pyspark calls importlib.invalidate_caches() when it adds a task's files to the path,
-#   and a zip importer then reads its archive's directory again: 7,467 entries, 0.15 s of
-#   CPU per process (the jar alone holds 5,973, and no Python file).
-# The archives shipped inside the installed pyspark package found on the path (a pip
-# install: the same files) leave sys.path and the importer cache; any other (a separate
-# Spark distribution's) stays where it is. A sitecustomize this one hides (a later one on
-# the path) still runs.
-"""Spark's Python processes import pyspark from its installed, compiled package."""
+"""Spark's Python processes import pyspark from its installed, compiled package.
+
+This folder is on the PYTHONPATH of every Python process Spark starts for
+our jobs (session.py puts it there), so Python's site module imports this file at start,
+before the process's own module. Spark puts $SPARK_HOME/python/lib/pyspark.zip, the py4j
+zip and the spark-core jar first on that path. Two costs came with them in each process
+(data source lookup and planning, the source runner, the write planning, the worker
+daemons and workers, the sink's commit: several one after the other on the way to a
+query's first micro-batch):
+- Python never caches bytecode for a zip: each process compiled pyspark's sources again,
+  ~1.5 s of CPU apiece (measured: `import pyspark.daemon` 1.5-2.2 s from the zip, 0.4 s
+  from the installed package);
+- pyspark calls importlib.invalidate_caches() when it adds a task's files to the path,
+  and a zip importer then reads its archive's directory again: 7,467 entries, 0.15 s of
+  CPU per process (the jar alone holds 5,973, and no Python file).
+The archives shipped inside the installed pyspark package found on the path (a pip
+install: the same files) leave sys.path and the importer cache; any other (a separate
+Spark distribution's) stays where it is. A sitecustomize this one hides (a later one on
+the path) still runs.
+"""
 
 from __future__ import annotations
 

@@ -1,25 +1,27 @@
-# How it works: a runner=spark link's code runs in Python processes that Spark starts (the
-# driver's source runner, executor workers): they share no globals with the service. What
-# they need travels as the data source's string options (LinkOptions, options.py: the bridge
-# XML's xmlurl, bridge and link names, the host broker's jms service URL, the source log
-# folder, batch and parallelism settings), and each process that connects rebuilds the
-# rest from the bridge XML with the same code the local runner uses (LinkEnvironment): the
-# configuration, the destinations, the connection factories (the host broker over mq://,
-# never in-process), the transformer, the DMQs. The transfer rules themselves stay in
-# jmsbridge/pipeline.py.
-"""What the Spark processes of a link rebuild from the bridge XML and the query's options."""
+"""What a link in a process of its own rebuilds from the bridge XML and its options.
+
+A parallel link's workers and a runner=spark link's driver receiver and executors share no
+globals with the service. What they need travels as SharedLinkOptions (linkoptions.py: the
+bridge XML's xmlurl, the bridge and link names, the host broker's jms service URL and login,
+the link's settings), and each such process rebuilds the rest from the bridge XML with the
+same code the local runner uses (LinkEnvironment): the configuration, the destinations, the
+connection factories (the host broker through the factory class its runner hands in: over
+mq://, never in-process), the transformer, the DMQs. The transfer rules themselves stay in
+pipeline.py.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
 
 from ..jms import naming
 from ..jms.destination import Destination, Queue
 from ..jms.errors import JMSException
-from ..jmsbridge.config import (
+from ..jms.spi import XAConnectionFactory
+from ..transform import MessageTransformer, load_transformer
+from .config import (
     BUILTIN_DMQ,
     BUILTIN_DMQ_DESTINATION,
     BridgeConfig,
@@ -27,22 +29,20 @@ from ..jmsbridge.config import (
     LinkConfig,
     load_bridge_config,
 )
-from ..jmsbridge.connections import BridgeConnections, Connector
-from ..jmsbridge.dmq import DeadMessageQueues, DMQSender
-from ..jmsbridge.resolve import (
-    resolve_connection_factories,
-    resolve_destination,
-    with_host_broker,
-)
-from ..providers.embedded import HostBrokerFactory
-from ..transform import MessageTransformer, load_transformer
-from .options import LinkOptions
+from .connections import BridgeConnections, Connector
+from .dmq import DeadMessageQueues, DMQSender
+from .linkoptions import SharedLinkOptions
+from .resolve import resolve_connection_factories, resolve_destination, with_host_broker
 
 
 class LinkEnvironment:
-    """The link's configuration and resources, built in a Spark process from LinkOptions."""
+    """The link's configuration and resources, built in a process of its own from its
+    options. ``host_broker`` makes the host broker's connection factory from the options'
+    URL, login (user, password: None for none) and mq:// client options (``send_window``,
+    ``prefetch``): the runner hands in providers/embedded's HostBrokerFactory."""
 
-    def __init__(self, options: LinkOptions, log: logging.Logger) -> None:
+    def __init__(self, options: SharedLinkOptions, log: logging.Logger,
+                 host_broker: Callable[..., XAConnectionFactory]) -> None:
         self.options = options
         self.log = log
         self.config: BridgeConfig = load_bridge_config(options.xmlurl, bridge_name=options.bridge)
@@ -59,13 +59,11 @@ class LinkEnvironment:
                 log.warning("destination %s cannot be resolved (%s); branch_to cannot use it",
                             dest.ref_name, exc)
 
-        def host(environment: Mapping[str, str]) -> Any:
+        def host(environment: Mapping[str, str]) -> XAConnectionFactory:
             # connections that name no user log in with the service's login
-            return HostBrokerFactory(options.broker_url, options.broker_user or None,
-                                     options.broker_password or None, send_window=options.send_window,
-                                     prefetch=min(max(options.max_per_batch, 1), 1000))
+            return host_broker(options.broker_url, options.broker_user or None, options.broker_password or None,
+                               send_window=options.send_window, prefetch=options.prefetch)
 
-        self._host = host
         dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]
         refs = {self.link.source.connection_factory_ref, self.link.target.connection_factory_ref}
         refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin and d.connection_factory_ref is not None}

@@ -1,15 +1,18 @@
-# How it works: run_check() is `imqbridgemgr check` without the command line. It parses the
-# broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
-# they define (relative xmlurls start at the properties file's folder), then any XML files
-# named on the command line that no bridge already covered, finds every message transformer
-# they name exactly as a bridge's start does (plugins.py: the transformer folders, the
-# Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext) and
-# checks the class from its module's source without importing it where it can (a warning
-# says so where it had to import it: the plugin's import-time code ran),
-# optionally resolves the connection factories of transacted links (JNDI lookups, so it
-# is opt-in), and returns a CheckReport: every problem with file and line, and one summary
-# line per bridge and link. Nothing is started, and no secret is ever part of the report.
-"""Checking broker properties and bridge XML offline, before a restart or in CI."""
+"""Checking broker properties and bridge XML offline, before a restart or in CI.
+
+run_check() is `imqbridgemgr check` without the command line. It parses the
+broker properties (every problem kept, nothing raised), loads the XML of every JMS bridge
+they define (relative xmlurls start at the properties file's folder), then any XML files
+named on the command line that no bridge already covered, finds every message transformer
+they name exactly as a bridge's start does (jmsbridge/plugins.py: the transformer folders, the
+Python path, Java classes from imq.bridge.java.classpath and <instance>/lib/ext) and
+checks the class from its module's source without importing it where it can (a warning
+says so where it had to import it: the plugin's import-time code ran),
+optionally resolves the connection factories of transacted links (JNDI lookups, so it
+is opt-in), and returns a CheckReport: every problem with file and line, and one summary
+line per bridge and link; an HA instance is compared with its cluster's live members.
+Nothing is started, and no secret is ever part of the report.
+"""
 
 from __future__ import annotations
 
@@ -19,12 +22,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..jms.errors import JMSException
-from ..props import STOMP, BrokerProperties, ConfigError, Problem, parse_properties
-from .config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
-from .fetch import DEFAULT_TIMEOUT
-from .plugins import inspect_configured_transformer, plugin_folders, transformer_uses
-from .resolve import HostFactory, check_xa
+from .jms.errors import JMSException
+from .jmsbridge.config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
+from .jmsbridge.fetch import DEFAULT_TIMEOUT
+from .jmsbridge.plugins import inspect_configured_transformer, plugin_folders, transformer_uses
+from .jmsbridge.resolve import HostFactory, check_xa
+from .props import STOMP, BrokerProperties, ConfigError, Problem, bridge_configuration, parse_properties
 
 
 @dataclass(frozen=True)
@@ -133,13 +136,13 @@ def _same_file(a: str, b: str) -> bool:
 def _cluster_check(props: BrokerProperties) -> list[Problem]:
     """An HA instance against its cluster's live members (the shared store): the same
     bridge configuration, a broker id of its own. A store out of reach is a warning."""
-    from ..jms.errors import StoreError
-    from ..providers.embedded.cluster import cluster_problems
+    from .jms.errors import StoreError
+    from .providers.embedded.cluster import cluster_problems
 
     origin = props.origin("imq.cluster.ha")
     source, line = (origin.source, origin.line) if origin else ("command line", None)
     try:
-        return [Problem(source, line, text) for text in cluster_problems(props)]
+        return [Problem(source, line, text) for text in cluster_problems(props, bridge_configuration(props))]
     except StoreError as exc:
         return [Problem(source, line, f"the HA store cannot be reached to compare this broker "
                                       f"with the cluster's live members: {exc}", "warning")]
@@ -152,7 +155,7 @@ def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
               timeout: float = DEFAULT_TIMEOUT) -> CheckReport:
     """Check everything given; ``resolve`` also looks up the factories of transacted links."""
     # The Java provider registers the loader of Java transformers (as serve imports it).
-    from ..providers.java import configure_from_properties
+    from .providers.java import configure_from_properties
 
     overrides = list(overrides)
     problems: list[Problem] = []
