@@ -11,14 +11,13 @@ from __future__ import annotations
 import pytest
 
 from bridgemgr.jms import Queue, TextMessage, xa
-from bridgemgr.jms.errors import JMSException, XAException
-from bridgemgr.jms.hostbroker import Principal
+from bridgemgr.jms.errors import XAException
 from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
-from bridgemgr.providers.embedded.host import EmbeddedHostBroker
+from stores import fill
 from waiting import wait_for
 
-SRC, FILLER = Queue("src"), Queue("filler")
+SRC = Queue("src")
 XID = Xid(0x1234, b"gtrid-unwritten", b"b1")
 
 
@@ -38,18 +37,8 @@ def test_a_commit_the_store_has_not_written_stays_in_doubt_until_it_has(tmp_path
     assert xs.create_consumer(SRC).receive(1).text == "m"
     res.end(XID, xa.TMSUCCESS)
     assert res.prepare(XID) == xa.XA_OK
+    fill(broker)
     db = store.database._db  # type: ignore[attr-defined]
-    db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0] + 20}")
-    # fill the store with sends nobody waits for (STOMP SENDs without receipt): they stay
-    # pending, so its next writes fail (a waited-for send that fails is withdrawn instead)
-    host = EmbeddedHostBroker(broker)
-    principal = Principal("filler")
-    client = host.connect(principal)
-    with pytest.raises(JMSException):
-        for i in range(100_000):
-            host.send(principal, client, TextMessage(f"f{i}" + "x" * 1000), FILLER)
-            if i % 50 == 49:
-                broker.wait_durable(store.ticket())
     with pytest.raises(XAException) as failed:
         res.commit(XID, False)  # committed in memory; the store cannot write it
     assert failed.value.errorcode == xa.XAER_RMFAIL and "store full" in str(failed.value)
@@ -66,7 +55,6 @@ def test_a_commit_the_store_has_not_written_stays_in_doubt_until_it_has(tmp_path
     assert res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN) == []
     xconn.close()
     conn.close()
-    host.disconnect(principal, client)
     broker.close()
     again = Broker(tmp_path / "b")
     try:

@@ -11,7 +11,7 @@ import logging
 import pytest
 
 from bridgemgr.jms import Queue, TextMessage, xa
-from bridgemgr.jms.errors import JMSException, NamingException, XAException
+from bridgemgr.jms.errors import NamingException, XAException
 from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.xa.coordinator import FORMAT_ID, Coordinator, Faults, make_gtrid
@@ -19,6 +19,7 @@ from bridgemgr.xa.recovery import Decision, Recovery, decide
 from bridgemgr.xa.registry import BridgeTransactions, FactoryEntry, ResourceManager, registration, rm_name
 from bridgemgr.xa.txlog import CommitRecord, FileTxLog, MemoryTxLog, Participant
 from jmsbridge_support import wait_until
+from stores import fill
 
 SRC, DST = Queue("src"), Queue("dst")
 LOG = logging.getLogger("test.recovery")
@@ -125,11 +126,8 @@ def test_a_decision_is_kept_until_every_rm_has_written_its_commit(tmp_path):
     log.open()
     log.log_commit(CommitRecord(gtrid, (Participant("b:a", xa_), Participant("b:b", xb))))
     assert a.store is not None
+    fill(a)  # A's next writes fail
     db = a.store.database._db  # type: ignore[attr-defined]
-    db.execute(f"PRAGMA max_page_count={db.execute('PRAGMA page_count').fetchone()[0] + 20}")
-    with pytest.raises(JMSException):  # fill A's store: its next write fails
-        for i in range(100_000):
-            put(a, Queue("filler"), f"f{i}" + "x" * 1000)
     with pytest.raises(XAException) as failed:
         a.xa_commit(xa_, False)
     assert failed.value.errorcode == xa.XAER_RMFAIL
