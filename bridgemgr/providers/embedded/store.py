@@ -754,8 +754,14 @@ class Store:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
                 else:
                     self._gather()
-                while self._writing:  # a caller is writing: what it leaves is ours
+                # A caller is writing: what it leaves is ours, but a caller that takes
+                # it first writes it (every batch wakes the waiters here: a sender
+                # writing batch after batch woke this thread per message).
+                target = self._next
+                while self._writing and (self._closing or self._next == target):
                     self._written.wait()
+                if self._writing:  # a caller took what was pending: back to the linger
+                    continue
                 if self._error is not None or (self._closing and not self._dirty()):
                     return
                 if not self._dirty() and self._full is None and not probe:
