@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import json
 import logging
 import os
@@ -336,12 +337,9 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
     if inserts and rows_per_insert > 1:
         values = [x for seq, (q, d, b) in inserts.items() for x in (seq, q, d, b)]
         step = 4 * rows_per_insert
-        head, row = insert_msg.split(" VALUES ")
-        full = f"{head} VALUES {', '.join([row] * rows_per_insert)}"
         for at in range(0, len(values), step):
             part = values[at:at + step]
-            executemany(full if len(part) == step else
-                        f"{head} VALUES {', '.join([row] * (len(part) // 4))}", [tuple(part)])
+            executemany(_rows_sql(insert_msg, len(part) // 4), [tuple(part)])
     elif inserts:
         executemany(sql(insert_msg), [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
     for name, args in ops:
@@ -367,6 +365,14 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
             executemany(sql("DELETE FROM msgs WHERE seq BETWEEN ? AND ?"), runs)
         if singles:
             executemany(sql("DELETE FROM msgs WHERE seq = ?"), singles)
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_sql(insert_msg: str, rows: int) -> str:
+    """``insert_msg`` with ``rows`` rows in its VALUES: built once per row count, not per
+    batch (a one-message batch built and joined the 256-row text each time)."""
+    head, row = insert_msg.split(" VALUES ")
+    return f"{head} VALUES {', '.join([row] * rows)}"
 
 
 def _pending_size(blob: bytes | Message) -> int:
