@@ -281,3 +281,29 @@ def test_senders_writing_batch_after_batch_leave_the_writer_thread_asleep(store)
     while rows_on_disk(store) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert rows_on_disk(store) == set()
+
+
+def test_a_sender_waiting_for_each_batch_does_not_wake_the_writer_thread_each_time(store):
+    """Each send woke the idle writer thread, which found its batch taken by the sender
+    and slept again: a wake-up per message. Once woken for nothing it looks again only
+    after a linger; what nobody waits for is still written within a linger or two."""
+    wakes: list[int] = []
+    wait = store._work.wait
+
+    def counted(timeout=None):
+        if threading.current_thread() is store._writer:
+            wakes.append(1)
+        return wait(timeout)
+
+    store._work.wait = counted
+    seq, until = 0, time.monotonic() + 1.2
+    while time.monotonic() < until:
+        seq += 1
+        store.add_many([(seq, "q:a", b"x" * 100, 0)])
+        store.wait(store.ticket())
+    assert seq > 100 and len(wakes) <= 10, (seq, len(wakes))
+    store.add_many([(seq + 1, "q:a", b"nobody waits", 0)])
+    deadline = time.monotonic() + 5
+    while seq + 1 not in rows_on_disk(store) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(rows_on_disk(store)) == seq + 1

@@ -751,14 +751,22 @@ class Store:
         while the store is full retries with backoff until a write succeeds."""
         while True:
             with self.lock:
-                probe = False
+                probe = woken = lingered = False
                 while not (self._dirty() or self._closing or self._full is not None or probe):
+                    if woken:  # for changes their caller wrote itself (a send it waits for)
+                        # so not woken per change while such callers go on: it looks
+                        # again after a linger (what nobody waits for is written by then)
+                        woken = False
+                        self._work.wait(self.linger)
+                        lingered = True
+                        continue
                     self._idle = True
                     probe = not self._work.wait(self.database.probe_interval)
                     self._idle = False
+                    woken, lingered = not probe, False
                 if self._full is not None and not self._closing:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
-                else:
+                elif not lingered:
                     self._gather()
                 # A caller is writing: what it leaves is ours, but a caller that takes
                 # it first writes it (every batch wakes the waiters here: a sender
