@@ -307,3 +307,20 @@ def test_a_sender_waiting_for_each_batch_does_not_wake_the_writer_thread_each_ti
     while seq + 1 not in rows_on_disk(store) and time.monotonic() < deadline:
         time.sleep(0.01)
     assert len(rows_on_disk(store)) == seq + 1
+
+
+def test_a_batch_of_one_statement_is_written_without_begin_and_commit(store):
+    """A single statement is atomic by itself: a send or an acknowledgement written alone
+    skips two round trips; a batch of more is still one transaction."""
+    seen: list[str] = []
+    store.database._db.set_trace_callback(seen.append)
+    store.add_many([(1, "q:a", b"one", 0)])
+    store.wait(store.ticket())
+    assert [s.split()[0] for s in seen] == ["INSERT"]
+    assert rows_on_disk(store) == {1}
+    seen.clear()
+    store.add_many([(2, "q:a", b"two", 0)])
+    store.remove(1)
+    store.wait(store.ticket())
+    assert [s.split()[0] for s in seen] == ["BEGIN", "INSERT", "DELETE", "COMMIT"]
+    assert rows_on_disk(store) == {2}
