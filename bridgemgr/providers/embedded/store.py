@@ -442,6 +442,7 @@ class Store:
         self._writing = False                           # a batch is being written
         self._claim: _Claim | None = None               # ...this one
         self._idle = False                              # the writer sleeps until a change
+        self._first_change: float | None = None         # pending since (not idle; _gather)
         self._inserts: dict[int, list[Any]] = {}
         self._pending_bytes = 0                         # blobs in _inserts
         self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
@@ -619,6 +620,8 @@ class Store:
     def _changed(self) -> None:
         if self._idle:
             self._work.notify()
+        elif self._first_change is None:
+            self._first_change = time.monotonic()
 
     def _dirty(self) -> bool:
         return bool(self._inserts or self._deletes or self._updates or self._ops)
@@ -676,6 +679,7 @@ class Store:
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
         self._pending_bytes = 0
         self._pending_queues = {}
+        self._first_change = None
         self._next += 1
         self._writing = True
         self._claim = claim
@@ -759,23 +763,22 @@ class Store:
         while the store is full retries with backoff until a write succeeds."""
         while True:
             with self.lock:
-                probe = woken = lingered = False
+                probe = woken = False
                 while not (self._dirty() or self._closing or self._full is not None or probe):
                     if woken:  # for changes their caller wrote itself (a send it waits for)
                         # so not woken per change while such callers go on: it looks
                         # again after a linger (what nobody waits for is written by then)
                         woken = False
                         self._work.wait(self.linger)
-                        lingered = True
                         continue
                     self._idle = True
                     probe = not self._work.wait(self.database.probe_interval)
                     self._idle = False
-                    woken, lingered = not probe, False
+                    woken = not probe
                 if self._full is not None and not self._closing:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
-                elif not lingered:
-                    self._gather()
+                else:
+                    self._gather()  # the linger counts from the first change (_changed)
                 # A caller is writing: what it leaves is ours, but a caller that takes
                 # it first writes it (every batch wakes the waiters here: a sender
                 # writing batch after batch woke this thread per message).
@@ -804,7 +807,8 @@ class Store:
         per change, and a message consumed meanwhile never touches the disk. A caller that
         waits meanwhile writes the batch at once itself; close() ends the wait, and so
         do pending messages of half BEHIND (written before senders must wait for them)."""
-        deadline = time.monotonic() + self.linger
+        start = self._first_change
+        deadline = (time.monotonic() if start is None else start) + self.linger
         while not self._closing and self._pending_bytes < BEHIND // 2 \
                 and (remaining := deadline - time.monotonic()) > 0:
             self._work.wait(remaining)
