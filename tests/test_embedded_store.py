@@ -239,3 +239,85 @@ def test_a_consumed_message_no_longer_counts_as_pending_bytes(tmp_path):
         assert not store.behind
     finally:
         store.close()
+
+
+def test_senders_writing_batch_after_batch_leave_the_writer_thread_asleep(store):
+    """While senders write their own batches (a persistent send waits for its batch), each
+    taking what the acknowledgements left, the writer thread sleeps through its lingers:
+    it was woken by every batch, about once per message (17,777 wake-ups in 20,000 sends
+    of benchmarks/broker.py)."""
+    wakes: list[int] = []
+    wait = store._written.wait
+
+    def counted(timeout=None):
+        if threading.current_thread() is store._writer:
+            wakes.append(1)
+        return wait(timeout)
+
+    store._written.wait = counted
+    sent = [0, 0]
+    until = time.monotonic() + 1.2  # past two lingers: the writer thread's turns come
+
+    def send(t: int) -> None:
+        while time.monotonic() < until:
+            sent[t] += 1
+            seq = sent[t] * 2 + t
+            store.add_many([(seq, "q:a", b"x" * 100, 0)])
+            if sent[t] > 1:
+                store.remove(seq - 2)  # an acknowledgement nobody waits for: wakes the writer
+            store.wait(store.ticket())
+
+    senders = [threading.Thread(target=send, args=(t,)) for t in range(2)]
+    for s in senders:
+        s.start()
+    for s in senders:
+        s.join()
+    assert min(sent) > 50 and len(wakes) <= 10, (sent, len(wakes))
+    store.remove_all(sent[t] * 2 + t for t in range(2))  # left for the writer thread
+    deadline = time.monotonic() + 5
+    while rows_on_disk(store) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert rows_on_disk(store) == set()
+
+
+def test_a_sender_waiting_for_each_batch_does_not_wake_the_writer_thread_each_time(store):
+    """Each send woke the idle writer thread, which found its batch taken by the sender
+    and slept again: a wake-up per message. Once woken for nothing it looks again only
+    after a linger; what nobody waits for is still written within a linger or two."""
+    wakes: list[int] = []
+    wait = store._work.wait
+
+    def counted(timeout=None):
+        if threading.current_thread() is store._writer:
+            wakes.append(1)
+        return wait(timeout)
+
+    store._work.wait = counted
+    seq, until = 0, time.monotonic() + 1.2
+    while time.monotonic() < until:
+        seq += 1
+        store.add_many([(seq, "q:a", b"x" * 100, 0)])
+        store.wait(store.ticket())
+    assert seq > 100 and len(wakes) <= 10, (seq, len(wakes))
+    store.add_many([(seq + 1, "q:a", b"nobody waits", 0)])
+    deadline = time.monotonic() + 5
+    while seq + 1 not in rows_on_disk(store) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(rows_on_disk(store)) == seq + 1
+
+
+def test_a_batch_of_one_statement_is_written_without_begin_and_commit(store):
+    """A single statement is atomic by itself: a send or an acknowledgement written alone
+    skips two round trips; a batch of more is still one transaction."""
+    seen: list[str] = []
+    store.database._db.set_trace_callback(seen.append)
+    store.add_many([(1, "q:a", b"one", 0)])
+    store.wait(store.ticket())
+    assert [s.split()[0] for s in seen] == ["INSERT"]
+    assert rows_on_disk(store) == {1}
+    seen.clear()
+    store.add_many([(2, "q:a", b"two", 0)])
+    store.remove(1)
+    store.wait(store.ticket())
+    assert [s.split()[0] for s in seen] == ["BEGIN", "INSERT", "DELETE", "COMMIT"]
+    assert rows_on_disk(store) == {2}

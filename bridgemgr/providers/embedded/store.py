@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import errno
+import functools
 import json
 import logging
 import os
@@ -257,11 +258,19 @@ class SQLiteDatabase(Database):
     def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
               ops: list[tuple[str, tuple[Any, ...]]]) -> None:
         db = self._db
+        steps: list[tuple[str, list[tuple[Any, ...]]]] = []
+        write_batch(lambda sql, args: steps.append((sql, args)), inserts, deletes, updates, ops,
+                    _OPS, "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')",
+                    rows_per_insert=self._rows_per_insert)
+        if len(steps) == 1 and len(steps[0][1]) == 1:
+            # One statement run once is atomic by itself (autocommit): a persistent send
+            # or an acknowledgement written alone skips two round trips, BEGIN and COMMIT
+            db.execute(steps[0][0], steps[0][1][0])
+            return
         db.execute("BEGIN IMMEDIATE")
         try:
-            write_batch(db.executemany, inserts, deletes, updates, ops, _OPS,
-                        "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')",
-                        rows_per_insert=self._rows_per_insert)
+            for sql, args in steps:
+                db.executemany(sql, args)
             db.execute("COMMIT")
         except BaseException:
             # SQLite rolls back by itself after some errors (SQLITE_FULL on COMMIT): a
@@ -336,12 +345,9 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
     if inserts and rows_per_insert > 1:
         values = [x for seq, (q, d, b) in inserts.items() for x in (seq, q, d, b)]
         step = 4 * rows_per_insert
-        head, row = insert_msg.split(" VALUES ")
-        full = f"{head} VALUES {', '.join([row] * rows_per_insert)}"
         for at in range(0, len(values), step):
             part = values[at:at + step]
-            executemany(full if len(part) == step else
-                        f"{head} VALUES {', '.join([row] * (len(part) // 4))}", [tuple(part)])
+            executemany(_rows_sql(insert_msg, len(part) // 4), [tuple(part)])
     elif inserts:
         executemany(sql(insert_msg), [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
     for name, args in ops:
@@ -367,6 +373,14 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
             executemany(sql("DELETE FROM msgs WHERE seq BETWEEN ? AND ?"), runs)
         if singles:
             executemany(sql("DELETE FROM msgs WHERE seq = ?"), singles)
+
+
+@functools.lru_cache(maxsize=64)
+def _rows_sql(insert_msg: str, rows: int) -> str:
+    """``insert_msg`` with ``rows`` rows in its VALUES: built once per row count, not per
+    batch (a one-message batch built and joined the 256-row text each time)."""
+    head, row = insert_msg.split(" VALUES ")
+    return f"{head} VALUES {', '.join([row] * rows)}"
 
 
 def _pending_size(blob: bytes | Message) -> int:
@@ -428,6 +442,7 @@ class Store:
         self._writing = False                           # a batch is being written
         self._claim: _Claim | None = None               # ...this one
         self._idle = False                              # the writer sleeps until a change
+        self._first_change: float | None = None         # pending since (not idle; _gather)
         self._inserts: dict[int, list[Any]] = {}
         self._pending_bytes = 0                         # blobs in _inserts
         self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
@@ -605,6 +620,8 @@ class Store:
     def _changed(self) -> None:
         if self._idle:
             self._work.notify()
+        elif self._first_change is None:
+            self._first_change = time.monotonic()
 
     def _dirty(self) -> bool:
         return bool(self._inserts or self._deletes or self._updates or self._ops)
@@ -662,6 +679,7 @@ class Store:
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
         self._pending_bytes = 0
         self._pending_queues = {}
+        self._first_change = None
         self._next += 1
         self._writing = True
         self._claim = claim
@@ -745,17 +763,30 @@ class Store:
         while the store is full retries with backoff until a write succeeds."""
         while True:
             with self.lock:
-                probe = False
+                probe = woken = False
                 while not (self._dirty() or self._closing or self._full is not None or probe):
+                    if woken:  # for changes their caller wrote itself (a send it waits for)
+                        # so not woken per change while such callers go on: it looks
+                        # again after a linger (what nobody waits for is written by then)
+                        woken = False
+                        self._work.wait(self.linger)
+                        continue
                     self._idle = True
                     probe = not self._work.wait(self.database.probe_interval)
                     self._idle = False
+                    woken = not probe
                 if self._full is not None and not self._closing:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
                 else:
-                    self._gather()
-                while self._writing:  # a caller is writing: what it leaves is ours
+                    self._gather()  # the linger counts from the first change (_changed)
+                # A caller is writing: what it leaves is ours, but a caller that takes
+                # it first writes it (every batch wakes the waiters here: a sender
+                # writing batch after batch woke this thread per message).
+                target = self._next
+                while self._writing and (self._closing or self._next == target):
                     self._written.wait()
+                if self._writing:  # a caller took what was pending: back to the linger
+                    continue
                 if self._error is not None or (self._closing and not self._dirty()):
                     return
                 if not self._dirty() and self._full is None and not probe:
@@ -776,7 +807,8 @@ class Store:
         per change, and a message consumed meanwhile never touches the disk. A caller that
         waits meanwhile writes the batch at once itself; close() ends the wait, and so
         do pending messages of half BEHIND (written before senders must wait for them)."""
-        deadline = time.monotonic() + self.linger
+        start = self._first_change
+        deadline = (time.monotonic() if start is None else start) + self.linger
         while not self._closing and self._pending_bytes < BEHIND // 2 \
                 and (remaining := deadline - time.monotonic()) > 0:
             self._work.wait(remaining)
