@@ -74,8 +74,9 @@ def link_round(messages: int, access: bool) -> int:
         controls = AccessControls(jms=AccessControl("jms", SHIPPED_FILE)) if access else None
         host = EmbeddedHostBroker(broker, controls)
         loop = NetLoop().start()
-        service = host.jms_service(loop, "127.0.0.1", 0, authenticator=lambda u, p: Principal(
-            u, frozenset({"user"}), service="jms")).start()
+        service = host.jms_service(
+            loop, "127.0.0.1", 0, authenticator=lambda u, p: Principal(u, frozenset({"user"}), service="jms")
+        ).start()
         bridge = make_bridge(broker, Path(tmp) / "var", 100, False)
         bridge.start()
         factory = RemoteConnectionFactory(f"mqtcp://127.0.0.1:{service.port}")
@@ -90,6 +91,7 @@ def link_round(messages: int, access: bool) -> int:
                     raise RuntimeError("the link stalled")
             done.append(time.perf_counter())
             conn.close()
+
         consumer = threading.Thread(target=drain)
         consumer.start()
         time.sleep(0.5)
@@ -141,8 +143,13 @@ def compare(rounds: int, run) -> dict:
         off.append(run(False))
         on.append(run(True))
     m_off, m_on = statistics.median(off), statistics.median(on)
-    return {"off_msg_per_s": round(m_off), "on_msg_per_s": round(m_on),
-            "cost_percent": round((m_off - m_on) / m_off * 100, 1), "all_off": off, "all_on": on}
+    return {
+        "off_msg_per_s": round(m_off),
+        "on_msg_per_s": round(m_on),
+        "cost_percent": round((m_off - m_on) / m_off * 100, 1),
+        "all_off": off,
+        "all_on": on,
+    }
 
 
 def main() -> None:

@@ -76,8 +76,11 @@ def unit_loop(factory: Any, jconn: Any, loop: str, src: str, dst: str, n: int) -
         elapsed = clock() - started
     finally:
         session.close()
-    return {**{f"{part}_us": round(ns / n / 1000, 1) for part, ns in spent.items()},
-            "unit_us": round(elapsed / n / 1000, 1), "msg_per_s": round(n * 1e9 / elapsed)}
+    return {
+        **{f"{part}_us": round(ns / n / 1000, 1) for part, ns in spent.items()},
+        "unit_us": round(elapsed / n / 1000, 1),
+        "msg_per_s": round(n * 1e9 / elapsed),
+    }
 
 
 def main() -> None:
@@ -100,8 +103,7 @@ def main() -> None:
                         preload(factory, src, args.messages)
                         row[loop] = unit_loop(factory, jconn, loop, src, dst, args.messages)
                     for loop in LOOPS[:-1]:
-                        row[f"ratio_{loop}_to_sync"] = round(
-                            row[loop]["msg_per_s"] / row["sync"]["msg_per_s"], 3)
+                        row[f"ratio_{loop}_to_sync"] = round(row[loop]["msg_per_s"] / row["sync"]["msg_per_s"], 3)
                     out["rounds"].append(row)
                     print(json.dumps(row), file=sys.stderr, flush=True)
             finally:

@@ -21,12 +21,16 @@ def percentiles(samples: list[float]) -> dict[str, float]:
     """p50, p99 and mean of latencies in seconds, as milliseconds."""
     ordered = sorted(samples)
     pick = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
-    return {"p50_ms": round(pick(0.50) * 1e3, 3), "p99_ms": round(pick(0.99) * 1e3, 3),
-            "mean_ms": round(statistics.fmean(ordered) * 1e3, 3)}
+    return {
+        "p50_ms": round(pick(0.50) * 1e3, 3),
+        "p99_ms": round(pick(0.99) * 1e3, 3),
+        "mean_ms": round(statistics.fmean(ordered) * 1e3, 3),
+    }
 
 
-def paced_latency(producer: MessageProducer, consumer: MessageConsumer, n: int, body: bytes,
-                  rate: int = 1000, timeout: float = 10.0) -> list[float]:
+def paced_latency(
+    producer: MessageProducer, consumer: MessageConsumer, n: int, body: bytes, rate: int = 1000, timeout: float = 10.0
+) -> list[float]:
     """Send ``n`` messages at ``rate`` msg/s (flat-out latency is only backlog) while a
     thread receives them; each sample is send-to-receive time in seconds."""
     samples: list[float] = []

@@ -64,8 +64,7 @@ MODES = {  # name: (delivery mode, store, fsync)
 }
 
 
-def flat_out(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode,
-             producers: int = 1) -> dict:
+def flat_out(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode, producers: int = 1) -> dict:
     conn = factory.create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
@@ -92,12 +91,16 @@ def flat_out(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode
     for t in threads:
         t.join()
     conn.close()
-    return {"messages": got, "producers": producers, "seconds": round(elapsed, 3),
-            "msg_per_s": round(got / elapsed), "cpu_us_per_msg": round(cpu / got * 1e6, 1)}
+    return {
+        "messages": got,
+        "producers": producers,
+        "seconds": round(elapsed, 3),
+        "msg_per_s": round(got / elapsed),
+        "cpu_us_per_msg": round(cpu / got * 1e6, 1),
+    }
 
 
-def backlog(factory: ConnectionFactory, flush: Callable[[], None], n: int, body: bytes,
-            mode: DeliveryMode) -> dict:
+def backlog(factory: ConnectionFactory, flush: Callable[[], None], n: int, body: bytes, mode: DeliveryMode) -> dict:
     conn = factory.create_connection()
     conn.start()
     session = conn.create_session()
@@ -114,12 +117,14 @@ def backlog(factory: ConnectionFactory, flush: Callable[[], None], n: int, body:
     flush()
     t2 = time.perf_counter()
     conn.close()
-    return {"produce_msg_per_s": round(n / (t1 - t0)), "consume_msg_per_s": round(n / (t2 - t1)),
-            "msg_per_s": round(n / (t2 - t0))}
+    return {
+        "produce_msg_per_s": round(n / (t1 - t0)),
+        "consume_msg_per_s": round(n / (t2 - t1)),
+        "msg_per_s": round(n / (t2 - t0)),
+    }
 
 
-def latency(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode,
-            rate: int = 1000) -> dict:
+def latency(factory: ConnectionFactory, n: int, body: bytes, mode: DeliveryMode, rate: int = 1000) -> dict:
     conn = factory.create_connection()
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
@@ -141,8 +146,10 @@ def workloads(factory: ConnectionFactory, args: argparse.Namespace, mode_name: s
     """What both sides run: the flat-out runs and the latency run."""
     mode = MODES[mode_name][0]
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
-    out = {label: flat_out(factory, m, body, mode, producers)
-           for label, m, producers in flat_out_runs(mode_name, args.messages)}
+    out = {
+        label: flat_out(factory, m, body, mode, producers)
+        for label, m, producers in flat_out_runs(mode_name, args.messages)
+    }
     out["latency_at_1000_msg_per_s"] = latency(factory, args.latency_messages, body, mode)
     return out
 
@@ -150,17 +157,31 @@ def workloads(factory: ConnectionFactory, args: argparse.Namespace, mode_name: s
 def child(args: argparse.Namespace) -> None:
     """The remote side: run the workloads against the service; print them as JSON."""
     from bridgemgr.providers.embedded.remote import RemoteConnectionFactory
-    factory = RemoteConnectionFactory(args.child, prefetch=args.prefetch,
-                                      send_window=args.send_window)
+
+    factory = RemoteConnectionFactory(args.child, prefetch=args.prefetch, send_window=args.send_window)
     print(json.dumps(workloads(factory, args, args.mode)))
 
 
 def remote_run(args: argparse.Namespace, mode: str, url: str, window: int) -> dict:
     """One remote run in a child process; this process's CPU time is the service's."""
-    cmd = [sys.executable, __file__, "--child", url, "--mode", mode,
-           "--messages", str(args.messages), "--size", str(args.size),
-           "--latency-messages", str(args.latency_messages), "--prefetch", str(args.prefetch),
-           "--send-window", str(window)]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--child",
+        url,
+        "--mode",
+        mode,
+        "--messages",
+        str(args.messages),
+        "--size",
+        str(args.size),
+        "--latency-messages",
+        str(args.latency_messages),
+        "--prefetch",
+        str(args.prefetch),
+        "--send-window",
+        str(window),
+    ]
     cpu0 = time.process_time()
     done = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if done.returncode:
@@ -179,8 +200,7 @@ def medians(rounds: list[dict], mode: str, n: int) -> dict:
     out = dict(rounds[-1])
     for label, *_ in flat_out_runs(mode, n):
         ordered = sorted((r[label] for r in rounds), key=lambda r: r["msg_per_s"])
-        out[label] = {**ordered[len(ordered) // 2],
-                      "all_msg_per_s": [r[label]["msg_per_s"] for r in rounds]}
+        out[label] = {**ordered[len(ordered) // 2], "all_msg_per_s": [r[label]["msg_per_s"] for r in rounds]}
     key = "latency_at_1000_msg_per_s"
     out[key] = sorted((r[key] for r in rounds), key=lambda r: r["p50_ms"])[len(rounds) // 2]
     return out
@@ -192,14 +212,22 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--latency-messages", type=int, default=3000)
     ap.add_argument("--prefetch", type=int, default=100, help="the remote consumer's window")
-    ap.add_argument("--send-window", type=int, default=64,
-                    help="the opt-in pipelined persistent runs (the strict ones wait for every send)")
+    ap.add_argument(
+        "--send-window",
+        type=int,
+        default=64,
+        help="the opt-in pipelined persistent runs (the strict ones wait for every send)",
+    )
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--only", choices=sorted(MODES))
     ap.add_argument("--mode", choices=sorted(MODES), help=argparse.SUPPRESS)
     ap.add_argument("--child", metavar="URL", help=argparse.SUPPRESS)
-    ap.add_argument("--store", choices=("file", "jdbc"), default="file",
-                    help="the persistent modes' store: SQLite (file) or PostgreSQL (jdbc)")
+    ap.add_argument(
+        "--store",
+        choices=("file", "jdbc"),
+        default="file",
+        help="the persistent modes' store: SQLite (file) or PostgreSQL (jdbc)",
+    )
     args = ap.parse_args()
     if args.child:
         child(args)
@@ -211,8 +239,13 @@ def main() -> None:
     from bridgemgr.providers.embedded.jmsservice import JmsService
 
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
-    out: dict = {"message_bytes": args.size, "messages": args.messages, "prefetch": args.prefetch,
-                 "rounds": args.rounds, "store": args.store}
+    out: dict = {
+        "message_bytes": args.size,
+        "messages": args.messages,
+        "prefetch": args.prefetch,
+        "rounds": args.rounds,
+        "store": args.store,
+    }
     with tempfile.TemporaryDirectory() as tmp, NetLoop() as netloop, postgresql(args.store) as pg:
         for name in [args.only] if args.only else MODES:
             mode, stored, sync = MODES[name]
@@ -237,8 +270,7 @@ def main() -> None:
             local = result["in_process"]
             for label in windows:
                 for run, *_ in flat_out_runs(name, args.messages):
-                    result[label][run]["ratio"] = round(
-                        result[label][run]["msg_per_s"] / local[run]["msg_per_s"], 2)
+                    result[label][run]["ratio"] = round(result[label][run]["msg_per_s"] / local[run]["msg_per_s"], 2)
             if not sync:
                 flush = broker.store.flush if broker.store is not None else (lambda: None)
                 local["backlog"] = backlog(factory, flush, args.messages, body, mode)
@@ -250,8 +282,10 @@ def main() -> None:
             out[name] = result
     out["remote_target_met"] = {  # issue 8: remote persistent >= 50% of in-process
         f"{name}_{label}": out[name]["remote"][label]["ratio"] >= 0.5
-        for name in out if name in MODES and MODES[name][0] is DeliveryMode.PERSISTENT
-        for label, *_ in flat_out_runs(name, args.messages)}
+        for name in out
+        if name in MODES and MODES[name][0] is DeliveryMode.PERSISTENT
+        for label, *_ in flat_out_runs(name, args.messages)
+    }
     out["peak_rss_mb"] = round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1)
     print(json.dumps(out, indent=2))
 

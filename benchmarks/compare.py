@@ -53,8 +53,13 @@ def run(tree: Path, bench: str, args: list[str]) -> dict[str, float]:
     script = tree / "benchmarks" / bench
     if not script.exists():
         script.write_bytes((HERE / bench).read_bytes())
-    proc = subprocess.run([sys.executable, str(script), *args], cwd=tree, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(tree)})
+    proc = subprocess.run(
+        [sys.executable, str(script), *args],
+        cwd=tree,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+    )
     if proc.returncode != 0:
         raise SystemExit(f"{bench} on {tree} failed ({proc.returncode}):\n{proc.stderr[-2000:]}")
     start = proc.stdout.find("{")
@@ -92,8 +97,13 @@ def main() -> None:
     ap.add_argument("ref", help="the commit-ish to compare the working tree with")
     ap.add_argument("benches", nargs="*", default=list(DEFAULT), help="benchmark scripts of this folder")
     ap.add_argument("--rounds", type=int, default=3, help="runs of each benchmark on each side, interleaved")
-    ap.add_argument("--args", action="append", default=[], metavar="BENCH=ARGS",
-                    help="extra arguments for one benchmark, e.g. 'broker.py=--messages 5000 --rounds 1'")
+    ap.add_argument(
+        "--args",
+        action="append",
+        default=[],
+        metavar="BENCH=ARGS",
+        help="extra arguments for one benchmark, e.g. 'broker.py=--messages 5000 --rounds 1'",
+    )
     ap.add_argument("--json-only", action="store_true", help="no table on stderr")
     opts = ap.parse_args()
     extra: dict[str, list[str]] = {}
@@ -103,14 +113,16 @@ def main() -> None:
     for bench in opts.benches:
         if not (HERE / bench).exists():
             ap.error(f"no benchmark {bench} in {HERE}")
-    sha = subprocess.run(["git", "rev-parse", "--verify", f"{opts.ref}^{{commit}}"], cwd=ROOT,
-                         capture_output=True, text=True)
+    sha = subprocess.run(
+        ["git", "rev-parse", "--verify", f"{opts.ref}^{{commit}}"], cwd=ROOT, capture_output=True, text=True
+    )
     if sha.returncode != 0:
         ap.error(f"{opts.ref}: not a commit ({sha.stderr.strip()})")
     with tempfile.TemporaryDirectory(prefix="compare-") as tmp:
         ref_tree = Path(tmp) / "ref"
-        subprocess.run(["git", "worktree", "add", "--detach", "--quiet", str(ref_tree), sha.stdout.strip()],
-                       cwd=ROOT, check=True)
+        subprocess.run(
+            ["git", "worktree", "add", "--detach", "--quiet", str(ref_tree), sha.stdout.strip()], cwd=ROOT, check=True
+        )
         try:
             runs: dict[str, tuple[list, list]] = {bench: ([], []) for bench in opts.benches}
             for i in range(opts.rounds):
@@ -124,8 +136,18 @@ def main() -> None:
     result = {bench: compare(*runs[bench]) for bench in opts.benches}
     if not opts.json_only:
         print(table(result), file=sys.stderr)
-    print(json.dumps({"ref": opts.ref, "ref_commit": sha.stdout.strip(), "rounds": opts.rounds,
-                      "python": sys.executable, "benchmarks": result}, indent=2))
+    print(
+        json.dumps(
+            {
+                "ref": opts.ref,
+                "ref_commit": sha.stdout.strip(),
+                "rounds": opts.rounds,
+                "python": sys.executable,
+                "benchmarks": result,
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

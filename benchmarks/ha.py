@@ -100,8 +100,9 @@ def takeover(base: Path, pg: Any, m: Daemon, kills: int, rate: int) -> dict:
             killed = time.monotonic()
             owner.kill()
             owner.stop()
-            first = wait_for(lambda b=before, k=killed: next(
-                (t for t, _ in arrivals.seen[b:] if t > k + 0.1), None), 60, 0.01)
+            first = wait_for(
+                lambda b=before, k=killed: next((t for t, _ in arrivals.seen[b:] if t > k + 0.1), None), 60, 0.01
+            )
             times.append(first - killed)
             restarted = cluster.start(owner.brokerid, "")
             owner, standby = standby, restarted
@@ -114,17 +115,28 @@ def takeover(base: Path, pg: Any, m: Daemon, kills: int, rate: int) -> dict:
         arrivals.close()
         cluster.stop()
     texts = [text for _, text in arrivals.seen]
-    return {"kills": kills, "heartbeat_interval_s": HEARTBEAT, "monitor_interval_s": MONITOR,
-            "producer_rate_msg_s": rate,
-            "takeover_s": {"p50": round(statistics.median(times), 2), "max": round(max(times), 2),
-                           "each": [round(t, 2) for t in times]},
-            "sent": sent[0], "lost": sent[0] - len(set(texts)), "duplicates": len(texts) - len(set(texts))}
+    return {
+        "kills": kills,
+        "heartbeat_interval_s": HEARTBEAT,
+        "monitor_interval_s": MONITOR,
+        "producer_rate_msg_s": rate,
+        "takeover_s": {
+            "p50": round(statistics.median(times), 2),
+            "max": round(max(times), 2),
+            "each": [round(t, 2) for t in times],
+        },
+        "sent": sent[0],
+        "lost": sent[0] - len(set(texts)),
+        "duplicates": len(texts) - len(set(texts)),
+    }
 
 
 def throughput_xml(m_address: str) -> dict[str, str]:
     """jbn: non-transacted link host -> host; jbt: transacted link host -> M."""
     head = '<?xml version="1.0" encoding="UTF-8"?>\n<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">\n'
-    jbn = head + """<jmsbridge name="jbn">
+    jbn = (
+        head
+        + """<jmsbridge name="jbn">
   <link name="l1" transacted="false">
     <source connection-factory-ref="host" destination-ref="src"/>
     <target connection-factory-ref="host" destination-ref="dst"/>
@@ -134,7 +146,10 @@ def throughput_xml(m_address: str) -> dict[str, str]:
   <destination ref-name="dst" name="n.out"/>
 </jmsbridge>
 """
-    jbt = head + f"""<jmsbridge name="jbt">
+    )
+    jbt = (
+        head
+        + f"""<jmsbridge name="jbt">
   <link name="l1" transacted="true">
     <source connection-factory-ref="host" destination-ref="src"/>
     <target connection-factory-ref="m" destination-ref="dst"/>
@@ -147,11 +162,11 @@ def throughput_xml(m_address: str) -> dict[str, str]:
   <destination ref-name="dst" name="t.out"/>
 </jmsbridge>
 """
+    )
     return {"jbn": jbn, "jbt": jbt}
 
 
-def drain_rate(instance: Daemon, passfile: Path, bridge: str, source: str, target: Daemon,
-               queue: str, n: int) -> float:
+def drain_rate(instance: Daemon, passfile: Path, bridge: str, source: str, target: Daemon, queue: str, n: int) -> float:
     """msg/s of ``bridge`` moving ``n`` waiting messages from ``source`` to ``queue`` of ``target``."""
     body = bytes(range(256)) * 4
     with connect(f"mq://{instance.address}", username="admin", password=PASSWORD) as conn:
@@ -176,8 +191,10 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     cluster = Cluster(base / "ha", pg, xml, *central)
     try:
         ha = cluster.start("A", "jbn,jbt")
-        out["ha_instance"] = {"non_transacted_msg_s": drain_rate(ha, ha.passfile, "jbn", "n.in", ha, "n.out", n),
-                              "transacted_msg_s": drain_rate(ha, ha.passfile, "jbt", "t.in", m, "t.out", n)}
+        out["ha_instance"] = {
+            "non_transacted_msg_s": drain_rate(ha, ha.passfile, "jbn", "n.in", ha, "n.out", n),
+            "transacted_msg_s": drain_rate(ha, ha.passfile, "jbt", "t.in", m, "t.out", n),
+        }
     finally:
         cluster.stop()
     single_base = base / "single"
@@ -185,18 +202,31 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     for name, text in xml.items():
         (single_base / f"{name}.xml").write_text(text)
     props, passfile = one_bridge_files(
-        single_base, "single", EMPTY, PASSWORD, "imq.bridge.jbn.type=jms", "imq.bridge.jbn.xmlurl=jbn.xml",
-        "imq.bridge.jbt.type=jms", "imq.bridge.jbt.xmlurl=jbt.xml", *central, "imq.persist.store=jdbc",
-        f"imq.persist.jdbc.postgresql.property.url={pg.url(cluster.database)}", activelist="jbn,jbt")
+        single_base,
+        "single",
+        EMPTY,
+        PASSWORD,
+        "imq.bridge.jbn.type=jms",
+        "imq.bridge.jbn.xmlurl=jbn.xml",
+        "imq.bridge.jbt.type=jms",
+        "imq.bridge.jbt.xmlurl=jbt.xml",
+        *central,
+        "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={pg.url(cluster.database)}",
+        activelist="jbn,jbt",
+    )
     single = Instance(props, passfile, "single")
     try:
         out["single_instance"] = {
             "non_transacted_msg_s": drain_rate(single, passfile, "jbn", "n.in", single, "n.out", n),
-            "transacted_msg_s": drain_rate(single, passfile, "jbt", "t.in", m, "t.out", n)}
+            "transacted_msg_s": drain_rate(single, passfile, "jbt", "t.in", m, "t.out", n),
+        }
     finally:
         single.stop()
-    ratio = {kind.removesuffix("_msg_s"): round(out["ha_instance"][kind] / out["single_instance"][kind], 2)
-             for kind in ("non_transacted_msg_s", "transacted_msg_s")}
+    ratio = {
+        kind.removesuffix("_msg_s"): round(out["ha_instance"][kind] / out["single_instance"][kind], 2)
+        for kind in ("non_transacted_msg_s", "transacted_msg_s")
+    }
     rounded = {side: {k: round(v) for k, v in rates.items()} for side, rates in out.items()}
     return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
 

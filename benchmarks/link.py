@@ -75,7 +75,7 @@ def bridge_xml(log_transfers: bool, transacted: bool = False, far: bool = False)
     return f"""<jmsbridge name="bench" log-message-transfer="{str(log_transfers).lower()}">
       <link name="l" transacted="{str(transacted).lower()}">
         <source connection-factory-ref="host" destination-ref="src"/>
-        <target connection-factory-ref="{'far' if far else 'host'}" destination-ref="dst"/>
+        <target connection-factory-ref="{"far" if far else "host"}" destination-ref="dst"/>
       </link>
       <connection-factory ref-name="host"/>
       <connection-factory ref-name="far" lookup-name="XAConnectionFactory">
@@ -85,26 +85,38 @@ def bridge_xml(log_transfers: bool, transacted: bool = False, far: bool = False)
     </jmsbridge>""".encode()
 
 
-def make_bridge(broker: Broker, var: Path, ack_batch: int, log_transfers: bool,
-                tx_batch: int = 0, far: Broker | None = None, txlog_sync: bool = True) -> JMSBridge:
+def make_bridge(
+    broker: Broker,
+    var: Path,
+    ack_batch: int,
+    log_transfers: bool,
+    tx_batch: int = 0,
+    far: Broker | None = None,
+    txlog_sync: bool = True,
+) -> JMSBridge:
     """The bench bridge; tx_batch > 0: a transacted link committing every tx_batch messages,
     to ``far`` (a second broker, a second resource manager) when given. A host broker on
     PostgreSQL keeps the XA log in its database."""
     settings = [f"imq.varhome={var}"]
     if tx_batch:
-        settings += ["imq.bridge.bench.type=jms", "imq.bridge.bench.xmlurl=unused.xml",
-                     f"imq.bridge.bench.transaction.batchSize={tx_batch}",
-                     f"imq.bridge.bench.tm.props=txlogSync={str(txlog_sync).lower()}"]
+        settings += [
+            "imq.bridge.bench.type=jms",
+            "imq.bridge.bench.xmlurl=unused.xml",
+            f"imq.bridge.bench.transaction.batchSize={tx_batch}",
+            f"imq.bridge.bench.tm.props=txlogSync={str(txlog_sync).lower()}",
+        ]
     host = EmbeddedHostBroker(broker)
     if host.txlog_sql() is not None:
-        settings += ["imq.persist.store=jdbc",
-                     "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://bench/bench"]
+        settings += ["imq.persist.store=jdbc", "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://bench/bench"]
     props = load_properties([], settings, environ={})
     target = far if far is not None else broker
-    return JMSBridge(parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0, far is not None)),
-                     props, host=host,
-                     lookup=lambda name, env: EmbeddedConnectionFactory(target),
-                     tuning=LinkTuning(ack_batch=ack_batch))
+    return JMSBridge(
+        parse_bridge_config(bridge_xml(log_transfers, tx_batch > 0, far is not None)),
+        props,
+        host=host,
+        lookup=lambda name, env: EmbeddedConnectionFactory(target),
+        tuning=LinkTuning(ack_batch=ack_batch),
+    )
 
 
 def produce(broker: Broker, n: int, body: bytes, dest: Queue = SRC) -> None:
@@ -162,9 +174,17 @@ def raw_move(broker: Broker, n: int, body: bytes, ack_mode: AckMode) -> dict:
     return {"messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
 
 
-def link_drain(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
-               log_transfers: bool, tx_batch: int = 0, far: Broker | None = None,
-               txlog_sync: bool = True) -> dict:
+def link_drain(
+    broker: Broker,
+    var: Path,
+    n: int,
+    body: bytes,
+    ack_batch: int,
+    log_transfers: bool,
+    tx_batch: int = 0,
+    far: Broker | None = None,
+    txlog_sync: bool = True,
+) -> dict:
     """n messages waiting in src; the (started, then paused) bridge resumes and moves
     them all to dst; the time from resume to the last one on dst."""
     bridge = make_bridge(broker, var, ack_batch, log_transfers, tx_batch, far, txlog_sync)
@@ -184,9 +204,13 @@ def link_drain(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
     consume(target, n, DST)  # empty it for the next run
     run = {"messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
     if tx_batch:
-        return {"batch_size": tx_batch, "resource_managers": 2 if far is not None else 1,
-                "txlog_sync": txlog_sync if far is not None else None, **run,
-                "transactions": counts}
+        return {
+            "batch_size": tx_batch,
+            "resource_managers": 2 if far is not None else 1,
+            "txlog_sync": txlog_sync if far is not None else None,
+            **run,
+            "transactions": counts,
+        }
     return {"ack_batch": ack_batch, "log_message_transfer": log_transfers, **run}
 
 
@@ -201,13 +225,20 @@ def end_to_end(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int) -
     consumer.join()
     bridge.stop()
     elapsed = done[0] - start
-    return {"ack_batch": ack_batch, "messages": n, "seconds": round(elapsed, 3),
-            "msg_per_s": round(n / elapsed)}
+    return {"ack_batch": ack_batch, "messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
 
 
-def latency(broker: Broker, var: Path, n: int, body: bytes, ack_batch: int,
-            rate: int = 1000, tx_batch: int = 0, far: Broker | None = None,
-            txlog_sync: bool = True) -> dict:
+def latency(
+    broker: Broker,
+    var: Path,
+    n: int,
+    body: bytes,
+    ack_batch: int,
+    rate: int = 1000,
+    tx_batch: int = 0,
+    far: Broker | None = None,
+    txlog_sync: bool = True,
+) -> dict:
     bridge = make_bridge(broker, var, ack_batch, False, tx_batch, far, txlog_sync)
     bridge.start()
     receiver_conn = EmbeddedConnectionFactory(far if far is not None else broker).create_connection()
@@ -230,38 +261,45 @@ def median_run(runs: list[dict]) -> dict:
 
 
 TX_RUNS = (  # label, resource managers, transaction.batchSize, txlogSync
-    ("two_rm_batch_1_sync_on", 2, 1, True), ("two_rm_batch_1_sync_off", 2, 1, False),
-    ("two_rm_batch_100_sync_on", 2, 100, True), ("two_rm_batch_100_sync_off", 2, 100, False),
-    ("one_rm_batch_1", 1, 1, True), ("one_rm_batch_100", 1, 100, True))
+    ("two_rm_batch_1_sync_on", 2, 1, True),
+    ("two_rm_batch_1_sync_off", 2, 1, False),
+    ("two_rm_batch_100_sync_on", 2, 100, True),
+    ("two_rm_batch_100_sync_off", 2, 100, False),
+    ("one_rm_batch_1", 1, 1, True),
+    ("one_rm_batch_100", 1, 100, True),
+)
 
 
 def transacted(tmp: Path, args: argparse.Namespace, body: bytes, pg: Any = None) -> dict:
     """The transacted runs (see the module comment): drains interleaved over --rounds,
     then one paced latency run per configuration."""
     var = tmp / "var-tx"
-    broker = (jdbc_broker(pg, "imq_bench_link", True) if pg is not None
-              else Broker(tmp / "tx-a", sync=args.broker_sync))
+    broker = jdbc_broker(pg, "imq_bench_link", True) if pg is not None else Broker(tmp / "tx-a", sync=args.broker_sync)
     far = Broker(tmp / "tx-b", sync=args.broker_sync)
     runs: dict[str, list[dict]] = {label: [] for label, *_ in TX_RUNS}
     for _ in range(args.rounds):
         for label, rms, batch, sync in TX_RUNS:
             n = args.tx_messages if batch > 1 else args.tx_batch1_messages
-            runs[label].append(link_drain(broker, var, n, body, 1, False, batch,
-                                          far if rms == 2 else None, sync))
-    out: dict = {"broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync"),
-                 "host_store": "PostgreSQL (jdbc), XA log in it" if pg is not None else "SQLite"}
+            runs[label].append(link_drain(broker, var, n, body, 1, False, batch, far if rms == 2 else None, sync))
+    out: dict = {
+        "broker_store": "persistent, " + ("fsync" if args.broker_sync else "no fsync"),
+        "host_store": "PostgreSQL (jdbc), XA log in it" if pg is not None else "SQLite",
+    }
     for label, rms, batch, sync in TX_RUNS:
         run = median_run(runs[label])
         rate = max(10, min(1000, run["msg_per_s"] // 4))
-        run["latency"] = latency(broker, var, args.tx_latency_messages, body, 1, rate, batch,
-                                 far if rms == 2 else None, sync)
+        run["latency"] = latency(
+            broker, var, args.tx_latency_messages, body, 1, rate, batch, far if rms == 2 else None, sync
+        )
         out[label] = run
     rate = lambda label: out[label]["msg_per_s"]  # noqa: E731
     out["target_met"] = {  # issue 5: >= 1,500 msg/s at batchSize 1 with txlogSync on, >= 8,000 at 100
-        "two_rm": {"batch_1_sync_on_1500": rate("two_rm_batch_1_sync_on") >= 1500,
-                   "batch_100_8000": rate("two_rm_batch_100_sync_on") >= 8000},
-        "one_rm": {"batch_1_1500": rate("one_rm_batch_1") >= 1500,
-                   "batch_100_8000": rate("one_rm_batch_100") >= 8000}}
+        "two_rm": {
+            "batch_1_sync_on_1500": rate("two_rm_batch_1_sync_on") >= 1500,
+            "batch_100_8000": rate("two_rm_batch_100_sync_on") >= 8000,
+        },
+        "one_rm": {"batch_1_1500": rate("one_rm_batch_1") >= 1500, "batch_100_8000": rate("one_rm_batch_100") >= 8000},
+    }
     broker.close()
     far.close()
     return out
@@ -281,25 +319,23 @@ def non_transacted(tmp: Path, args: argparse.Namespace, body: bytes) -> dict:
         flat.append(flat_out(broker, n, body))
     out["ceiling_raw_move"] = median_run(ceiling)
     out["raw_move_client_ack"] = median_run(client)
-    out["link"] = [median_run(link_1), median_run(link_b),
-                   link_drain(broker, var, n // 2, body, 1, True)]
+    out["link"] = [median_run(link_1), median_run(link_b), link_drain(broker, var, n // 2, body, 1, True)]
     out["flat_out_produce_consume"] = median_run(flat)
-    out["end_to_end"] = [end_to_end(broker, var, n, body, 1),
-                         end_to_end(broker, var, n, body, args.ack_batch)]
-    out["latency"] = [latency(broker, var, args.latency_messages, body, 1),
-                      latency(broker, var, args.latency_messages, body, args.ack_batch)]
+    out["end_to_end"] = [end_to_end(broker, var, n, body, 1), end_to_end(broker, var, n, body, args.ack_batch)]
+    out["latency"] = [
+        latency(broker, var, args.latency_messages, body, 1),
+        latency(broker, var, args.latency_messages, body, args.ack_batch),
+    ]
     broker.close()
     ceil = out["ceiling_raw_move"]["msg_per_s"]
-    out["ratio_to_ceiling"] = {f"ack_batch_{r['ack_batch']}": round(r["msg_per_s"] / ceil, 2)
-                               for r in out["link"][:2]}
-    out["ratio_to_raw_client_ack"] = round(out["link"][0]["msg_per_s"]
-                                           / out["raw_move_client_ack"]["msg_per_s"], 2)
-    out["ratio_to_flat_out"] = round(out["link"][0]["msg_per_s"]
-                                     / out["flat_out_produce_consume"]["msg_per_s"], 2)
+    out["ratio_to_ceiling"] = {f"ack_batch_{r['ack_batch']}": round(r["msg_per_s"] / ceil, 2) for r in out["link"][:2]}
+    out["ratio_to_raw_client_ack"] = round(out["link"][0]["msg_per_s"] / out["raw_move_client_ack"]["msg_per_s"], 2)
+    out["ratio_to_flat_out"] = round(out["link"][0]["msg_per_s"] / out["flat_out_produce_consume"]["msg_per_s"], 2)
     best = max(r["msg_per_s"] for r in out["link"][:2])
     out["target_met"] = {  # >= 10,000 msg/s and >= 60% of each ceiling
         name: best >= 10_000 and best >= 0.6 * out[name]["msg_per_s"]
-        for name in ("ceiling_raw_move", "raw_move_client_ack", "flat_out_produce_consume")}
+        for name in ("ceiling_raw_move", "raw_move_client_ack", "flat_out_produce_consume")
+    }
     return out
 
 
@@ -315,8 +351,12 @@ def main() -> None:
     ap.add_argument("--tx-latency-messages", type=int, default=600)
     ap.add_argument("--broker-sync", action="store_true", help="the transacted runs' brokers fsync")
     ap.add_argument("--only", choices=("non-transacted", "transacted"))
-    ap.add_argument("--store", choices=("file", "jdbc"), default="file",
-                    help="the transacted runs' host broker and XA log: SQLite or PostgreSQL")
+    ap.add_argument(
+        "--store",
+        choices=("file", "jdbc"),
+        default="file",
+        help="the transacted runs' host broker and XA log: SQLite or PostgreSQL",
+    )
     args = ap.parse_args()
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
     out: dict = {"message_bytes": args.size, "rounds": args.rounds}

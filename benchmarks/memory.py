@@ -77,8 +77,12 @@ class Serve:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
         self.started = time.monotonic()
         with open(log, "w") as out:
-            self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
-                                         stdout=out, stderr=subprocess.STDOUT, env=env)
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=env,
+            )
         try:
             self.port = self._wait(log)
         except BaseException:
@@ -114,8 +118,7 @@ class Stomp:
         self.sock = socket.create_connection(("127.0.0.1", port))
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = bytearray()
-        self.sock.sendall(f"CONNECT\naccept-version:1.2\nhost:bench\nlogin:admin\npasscode:{PASSWORD}\n\n\0"
-                          .encode())
+        self.sock.sendall(f"CONNECT\naccept-version:1.2\nhost:bench\nlogin:admin\npasscode:{PASSWORD}\n\n\0".encode())
         command, _, _ = self.frame()
         if command != "CONNECTED":
             raise RuntimeError(f"STOMP login refused: {command}")
@@ -133,13 +136,13 @@ class Stomp:
                     stop = start + int(headers["content-length"])
                     if len(self.buf) > stop:
                         body = bytes(self.buf[start:stop])
-                        del self.buf[:stop + 1]
+                        del self.buf[: stop + 1]
                         return head[0], headers, body
                 else:
                     stop = self.buf.find(b"\0", start)
                     if stop >= 0:
                         body = bytes(self.buf[start:stop])
-                        del self.buf[:stop + 1]
+                        del self.buf[: stop + 1]
                         return head[0], headers, body
             chunk = self.sock.recv(1 << 20)
             if not chunk:
@@ -160,8 +163,11 @@ def flood(port: int, count: int) -> float:
     for i in range(count):
         body = (b"%012d" % i + pad)[:BODY_SIZE]
         receipt = f"receipt:r{i}\n" if (i + 1) % RECEIPT_EVERY == 0 or i == count - 1 else ""
-        batch += (f"SEND\ndestination:{QUEUE}\npersistent:true\n{receipt}"
-                  f"content-length:{BODY_SIZE}\n\n").encode() + body + b"\0"
+        batch += (
+            (f"SEND\ndestination:{QUEUE}\npersistent:true\n{receipt}content-length:{BODY_SIZE}\n\n").encode()
+            + body
+            + b"\0"
+        )
         if receipt:
             client.sock.sendall(batch)
             batch.clear()
@@ -226,9 +232,13 @@ def far_environment(url: str) -> dict[str, str]:
     initial = {"mq": "imq.embedded", "amqp": "imq.amqp", "stomp": "imq.stomp"}[parts.scheme]
     env = {"java.naming.factory.initial": initial, "java.naming.provider.url": url}
     if parts.scheme == "stomp" and parts.username:
-        env.update({"java.naming.provider.url": f"stomp://{parts.hostname}:{parts.port}",
-                    "java.naming.security.principal": parts.username,
-                    "java.naming.security.credentials": parts.password or ""})
+        env.update(
+            {
+                "java.naming.provider.url": f"stomp://{parts.hostname}:{parts.port}",
+                "java.naming.security.principal": parts.username,
+                "java.naming.security.credentials": parts.password or "",
+            }
+        )
     return env
 
 
@@ -253,8 +263,9 @@ def serve_source(store: str) -> None:
     broker.close()
 
 
-def link_big(messages: int, size: int, window_bytes: str | None, source: str,
-             first_run: int = 0, target_rate: float = 0) -> dict[str, object]:
+def link_big(
+    messages: int, size: int, window_bytes: str | None, source: str, first_run: int = 0, target_rate: float = 0
+) -> dict[str, object]:
     """The --link-size run (one per process: VmHWM is the process's)."""
     import threading
     import uuid
@@ -270,8 +281,10 @@ def link_big(messages: int, size: int, window_bytes: str | None, source: str,
     tmp = Path(tempfile.mkdtemp(prefix="memory-link-"))
     broker = Broker(tmp / "store", memory_window=16)
     child = None
-    far = ('<property name="java.naming.factory.initial" value="imq.embedded"/>'  # (unused)
-           '<property name="java.naming.provider.url" value="mq://127.0.0.1:0"/>')
+    far = (
+        '<property name="java.naming.factory.initial" value="imq.embedded"/>'  # (unused)
+        '<property name="java.naming.provider.url" value="mq://127.0.0.1:0"/>'
+    )
     src = f"memory.{uuid.uuid4().hex[:8]}"
     try:
         factory = EmbeddedConnectionFactory(broker)
@@ -279,9 +292,13 @@ def link_big(messages: int, size: int, window_bytes: str | None, source: str,
         if source != "host":
             url = source
             if source == "mq":
-                child = subprocess.Popen([sys.executable, __file__, "--serve-source", str(tmp / "source")],
-                                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                         env=dict(os.environ, PYTHONPATH=str(ROOT)))
+                child = subprocess.Popen(
+                    [sys.executable, __file__, "--serve-source", str(tmp / "source")],
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    text=True,
+                    env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                )
                 assert child.stdout is not None
                 url = f"mq://127.0.0.1:{int(child.stdout.readline())}"
             env = far_environment(url)
@@ -297,14 +314,15 @@ def link_big(messages: int, size: int, window_bytes: str | None, source: str,
 
         xml = LINK_XML.format(source="far" if source != "host" else "host", far=far, src=src).encode()
         (tmp / "memory.xml").write_bytes(xml)
-        overrides = [f"imq.varhome={tmp / 'var'}", "imq.bridge.mem.type=jms",
-                     f"imq.bridge.mem.xmlurl={tmp / 'memory.xml'}"] + (
-            [f"imq.bridge.mem.link.windowBytes={window_bytes}"] if window_bytes else [])
+        overrides = [
+            f"imq.varhome={tmp / 'var'}",
+            "imq.bridge.mem.type=jms",
+            f"imq.bridge.mem.xmlurl={tmp / 'memory.xml'}",
+        ] + ([f"imq.bridge.mem.link.windowBytes={window_bytes}"] if window_bytes else [])
         props = load_properties([], overrides, environ={})
 
         def run(count: int) -> float:
-            bridge = JMSBridge(parse_bridge_config(xml, "memory.xml"), props,
-                               host_factory=lambda env: factory)
+            bridge = JMSBridge(parse_bridge_config(xml, "memory.xml"), props, host_factory=lambda env: factory)
             started = time.monotonic()
             bridge.start()
             link = bridge.links[0]
@@ -328,13 +346,15 @@ def link_big(messages: int, size: int, window_bytes: str | None, source: str,
             got.append(int.from_bytes(m.get_body()[:4], "big"))
         slow = None
         if target_rate:
-            broker.configure_destination(Queue("dst"), DestinationLimits(
-                max_num_msgs=16, limit_behavior=LimitBehavior.FLOW_CONTROL))
+            broker.configure_destination(
+                Queue("dst"), DestinationLimits(max_num_msgs=16, limit_behavior=LimitBehavior.FLOW_CONTROL)
+            )
 
             def consume_slowly() -> None:
                 while len(got) < first_run + messages and (m := consumer.receive(10)) is not None:
                     got.append(int.from_bytes(m.get_body()[:4], "big"))
                     time.sleep(1 / target_rate)
+
             slow = threading.Thread(target=consume_slowly, daemon=True)
         filled = rss_mb(os.getpid())
         Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
@@ -347,13 +367,18 @@ def link_big(messages: int, size: int, window_bytes: str | None, source: str,
         while (m := consumer.receive(1)) is not None:
             got.append(int.from_bytes(m.get_body()[:4], "big"))
         conn.close()
-        return {"messages": messages, "body_bytes": size,
-                "source": source.split("://")[0] if "://" in source else source,
-                "first_run": first_run, "target_rate": target_rate or None,
-                "window_bytes": window_bytes or "default", "peak_rss_mb_filling": filled["VmHWM"],
-                "peak_rss_mb_linking": linking["VmHWM"],
-                "messages_per_s": round(messages / seconds),
-                "in_order": got == list(range(first_run + messages))}
+        return {
+            "messages": messages,
+            "body_bytes": size,
+            "source": source.split("://")[0] if "://" in source else source,
+            "first_run": first_run,
+            "target_rate": target_rate or None,
+            "window_bytes": window_bytes or "default",
+            "peak_rss_mb_filling": filled["VmHWM"],
+            "peak_rss_mb_linking": linking["VmHWM"],
+            "messages_per_s": round(messages / seconds),
+            "in_order": got == list(range(first_run + messages)),
+        }
     finally:
         if child is not None:
             child.communicate("")
@@ -368,29 +393,49 @@ def main() -> None:
     ap.add_argument("--window", type=int, help="imq.destination.memory.window (default: the service's)")
     ap.add_argument("--link-size", type=int, help="bytes per message: the link case (see above)")
     ap.add_argument("--window-bytes", help="imq.bridge.<name>.link.windowBytes of the link case")
-    ap.add_argument("--link-source", default="host",
-                    help="the link case's source: host (this process's broker), mq (another's, "
-                         "over mq://), or an amqp:// or stomp:// URL with user:password@")
-    ap.add_argument("--first-run", type=int, default=0,
-                    help="the link case: messages moved by an earlier bridge (a restart) first")
-    ap.add_argument("--target-rate", type=float, default=0,
-                    help="the link case: dst holds 16 and is consumed at this many messages/s")
+    ap.add_argument(
+        "--link-source",
+        default="host",
+        help="the link case's source: host (this process's broker), mq (another's, "
+        "over mq://), or an amqp:// or stomp:// URL with user:password@",
+    )
+    ap.add_argument(
+        "--first-run", type=int, default=0, help="the link case: messages moved by an earlier bridge (a restart) first"
+    )
+    ap.add_argument(
+        "--target-rate",
+        type=float,
+        default=0,
+        help="the link case: dst holds 16 and is consumed at this many messages/s",
+    )
     ap.add_argument("--serve-source", help=argparse.SUPPRESS)  # the mq source's child process
     args = ap.parse_args()
     if args.serve_source:
         serve_source(args.serve_source)
         return
     if args.link_size:
-        print(json.dumps(link_big(args.messages, args.link_size, args.window_bytes, args.link_source,
-                                  args.first_run, args.target_rate), indent=2))
+        print(
+            json.dumps(
+                link_big(
+                    args.messages, args.link_size, args.window_bytes, args.link_source, args.first_run, args.target_rate
+                ),
+                indent=2,
+            )
+        )
         return
     tmp = Path(tempfile.mkdtemp(prefix="memory-bench-"))
     try:
         props = tmp / "broker.properties"
-        lines = [f"imq.varhome={tmp / 'var'}", "imq.instancename=membench", "imq.portmapper.port=0",
-                 "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
-                 f"imq.bridge.admin.password={PASSWORD}", "imq.bridge.activelist=stomp",
-                 "imq.bridge.stomp.tcp.port=0"]
+        lines = [
+            f"imq.varhome={tmp / 'var'}",
+            "imq.instancename=membench",
+            "imq.portmapper.port=0",
+            "imq.bridge.enabled=true",
+            "imq.bridge.admin.user=admin",
+            f"imq.bridge.admin.password={PASSWORD}",
+            "imq.bridge.activelist=stomp",
+            "imq.bridge.stomp.tcp.port=0",
+        ]
         if args.window:
             lines.append(f"imq.destination.memory.window={args.window}")
         props.write_text("\n".join(lines) + "\n")
@@ -408,17 +453,23 @@ def main() -> None:
             restart_s = first - serve.started
         finally:
             serve.stop()
-        print(json.dumps({
-            "messages": args.messages, "body_bytes": BODY_SIZE,
-            "messages_per_s": round(args.messages / seconds),
-            "flood_seconds": round(seconds, 1),
-            "rss_mb_idle": idle["VmRSS"],
-            "peak_rss_mb_flooding": flooded["VmHWM"],
-            "peak_rss_mb_after_restart": restarted["VmHWM"],
-            "restart_to_first_delivery_s": round(restart_s, 2),
-            "delivered_in_order": in_order,
-            "store_mb": round(sum(f.stat().st_size for f in (tmp / "var").rglob("store.db*")) / 2**20),
-        }, indent=2))
+        print(
+            json.dumps(
+                {
+                    "messages": args.messages,
+                    "body_bytes": BODY_SIZE,
+                    "messages_per_s": round(args.messages / seconds),
+                    "flood_seconds": round(seconds, 1),
+                    "rss_mb_idle": idle["VmRSS"],
+                    "peak_rss_mb_flooding": flooded["VmHWM"],
+                    "peak_rss_mb_after_restart": restarted["VmHWM"],
+                    "restart_to_first_delivery_s": round(restart_s, 2),
+                    "delivered_in_order": in_order,
+                    "store_mb": round(sum(f.stat().st_size for f in (tmp / "var").rglob("store.db*")) / 2**20),
+                },
+                indent=2,
+            )
+        )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

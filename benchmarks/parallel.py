@@ -63,13 +63,24 @@ def run_link(broker, url: str, work: Path, run: str, n: int, workers: int) -> di
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, HEAVY))
-    props = load_properties([], [f"imq.varhome={work / 'var'}", "imq.bridge.bench.type=jms",
-                                 f"imq.bridge.bench.xmlurl={xml}",
-                                 f"imq.bridge.bench.link.l.parallelism={max(workers, 1)}",
-                                 "imq.bridge.bench.link.l.ordered=false"])
-    bridge = bridge_module.JMSBridge(load_bridge_config(str(xml), bridge_name="bench"), props,
-                                     name="bench", host_factory=lambda env: EmbeddedConnectionFactory(broker),
-                                     broker_url=url, transformer_path=[sparkbench.TRANSFORMERS])
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={work / 'var'}",
+            "imq.bridge.bench.type=jms",
+            f"imq.bridge.bench.xmlurl={xml}",
+            f"imq.bridge.bench.link.l.parallelism={max(workers, 1)}",
+            "imq.bridge.bench.link.l.ordered=false",
+        ],
+    )
+    bridge = bridge_module.JMSBridge(
+        load_bridge_config(str(xml), bridge_name="bench"),
+        props,
+        name="bench",
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        broker_url=url,
+        transformer_path=[sparkbench.TRANSFORMERS],
+    )
     if workers == 1:  # the parallel runner with one process (parallelism=1 is the local runner)
         bridge._runner = lambda name, setup: parallel_link  # type: ignore[method-assign]
     before = os.times()
@@ -79,10 +90,15 @@ def run_link(broker, url: str, work: Path, run: str, n: int, workers: int) -> di
     bridge.stop()
     after = os.times()
     # CPU seconds of this process (broker, jms service, a local link) and of the workers
-    return {"messages": n, "seconds": round(end - start, 2), "msg_per_s": round(n / (end - start)),
-            "broker_cpu_s": round(after.user + after.system - before.user - before.system, 2),
-            "workers_cpu_s": round(after.children_user + after.children_system
-                                   - before.children_user - before.children_system, 2)}
+    return {
+        "messages": n,
+        "seconds": round(end - start, 2),
+        "msg_per_s": round(n / (end - start)),
+        "broker_cpu_s": round(after.user + after.system - before.user - before.system, 2),
+        "workers_cpu_s": round(
+            after.children_user + after.children_system - before.children_user - before.children_system, 2
+        ),
+    }
 
 
 def run_order(pairs: int) -> list[str]:
@@ -97,8 +113,9 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--batch", type=int, default=50_000, help="Spark: messages per micro-batch at most")
     ap.add_argument("--pairs", type=int, default=2, help="workers1 and workers2 runs of each (mirrored)")
-    ap.add_argument("--runs", default="", help="only these runs, comma-separated (local, workers1, "
-                                                "workers2, spark_local2)")
+    ap.add_argument(
+        "--runs", default="", help="only these runs, comma-separated (local, workers1, workers2, spark_local2)"
+    )
     args = ap.parse_args()
 
     from bridgemgr.admin.portmapper import PortMapper
@@ -107,8 +124,7 @@ def main() -> None:
     from bridgemgr.providers.embedded.jmsservice import JmsService
 
     text = sparkbench.document()
-    out: dict = {"message_bytes": len(text.encode()), "messages": args.messages, "cpus": os.cpu_count(),
-                 "runs": {}}
+    out: dict = {"message_bytes": len(text.encode()), "messages": args.messages, "cpus": os.cpu_count(), "runs": {}}
     with tempfile.TemporaryDirectory(prefix="imq-parallel-bench-") as tmp:
         work = Path(tmp)
         broker = Broker(work / "store")
@@ -126,12 +142,12 @@ def main() -> None:
                 sparkbench.fill(broker, f"src_{run}", args.messages, text)
                 load = os.getloadavg()[0]
                 if name == "spark_local2":
-                    result = sparkbench.run_spark(broker, url, work, run, HEAVY, args.messages, "local[2]",
-                                                  args.batch)
+                    result = sparkbench.run_spark(broker, url, work, run, HEAVY, args.messages, "local[2]", args.batch)
                     result = {k: result[k] for k in ("messages", "seconds", "msg_per_s", "duplicates")}
                 else:
-                    result = run_link(broker, url, work, run, args.messages,
-                                      {"local": 0, "workers1": 1, "workers2": 2}[name])
+                    result = run_link(
+                        broker, url, work, run, args.messages, {"local": 0, "workers1": 1, "workers2": 2}[name]
+                    )
                 result["load_before"] = round(load, 2)
                 result["load_after"] = round(os.getloadavg()[0], 2)
                 runs.setdefault(name, []).append(result)

@@ -111,13 +111,13 @@ def preload(factory: Any, queue: str, n: int) -> float:
     return n / (time.monotonic() - started)
 
 
-def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: str,
-               xa: bool = False) -> bytes:
+def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: str, xa: bool = False) -> bytes:
     lookup = "XAConnectionFactory" if xa else "ConnectionFactory"
 
     def cf(ref: str, env: dict[str, str]) -> str:
         props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
         return f'<connection-factory ref-name="{ref}" lookup-name="{lookup}">{props}</connection-factory>'
+
     return f"""<jmsbridge name="bench" log-message-transfer="false">
       <link name="move" transacted="{str(xa).lower()}">
         <source connection-factory-ref="src" destination-ref="src"/>
@@ -128,19 +128,29 @@ def bridge_xml(src_env: dict[str, str], dst_env: dict[str, str], src: str, dst: 
     </jmsbridge>""".encode()
 
 
-def run_bridge(xml: bytes, n: int, ack_batch: int, window: int, workdir: Path,
-               xa_batch: int | None = None, xa_local: bool = True) -> dict[str, Any]:
+def run_bridge(
+    xml: bytes, n: int, ack_batch: int, window: int, workdir: Path, xa_batch: int | None = None, xa_local: bool = True
+) -> dict[str, Any]:
     """Start the bridge on preloaded messages; time until the link completed N."""
     host = Broker(workdir / "host")  # the built-in DMQ lives on the host broker
-    props = load_properties([], [f"imq.varhome={workdir / 'var'}", "imq.bridge.bench.type=jms",
-                                 "imq.bridge.bench.xmlurl=bench.xml",
-                                 f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}",
-                                 f"imq.bridge.bench.transaction.local={str(xa_local).lower()}",
-                                 f"imq.bridge.bench.link.window={window}"],
-                            environ={})
-    bridge = JMSBridge(parse_bridge_config(xml, "bench.xml"), props,
-                       host_factory=lambda env: EmbeddedConnectionFactory(host),
-                       tuning=LinkTuning(ack_batch=ack_batch, start_timeout=60))
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={workdir / 'var'}",
+            "imq.bridge.bench.type=jms",
+            "imq.bridge.bench.xmlurl=bench.xml",
+            f"imq.bridge.bench.transaction.batchSize={xa_batch or 1}",
+            f"imq.bridge.bench.transaction.local={str(xa_local).lower()}",
+            f"imq.bridge.bench.link.window={window}",
+        ],
+        environ={},
+    )
+    bridge = JMSBridge(
+        parse_bridge_config(xml, "bench.xml"),
+        props,
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+        tuning=LinkTuning(ack_batch=ack_batch, start_timeout=60),
+    )
     started = time.monotonic()
     bridge.start()
     try:
@@ -150,11 +160,19 @@ def run_bridge(xml: bytes, n: int, ack_batch: int, window: int, workdir: Path,
             if bridge.links[0].state.value == "STOPPED":
                 raise RuntimeError(f"the link stopped: {counters.snapshot()}")
         elapsed = time.monotonic() - started
-        batch = ({"transaction_batch_size": xa_batch,
-                  "transaction": bridge.links[0].info()["transaction"]} if xa_batch
-                 else {"ack_batch": ack_batch, "window": window})
-        return {"messages": n, "seconds": round(elapsed, 2), "msg_per_s": round(n / elapsed),
-                **batch, "to_dmq": counters.to_dmq, "redelivered": counters.redelivered}
+        batch = (
+            {"transaction_batch_size": xa_batch, "transaction": bridge.links[0].info()["transaction"]}
+            if xa_batch
+            else {"ack_batch": ack_batch, "window": window}
+        )
+        return {
+            "messages": n,
+            "seconds": round(elapsed, 2),
+            "msg_per_s": round(n / elapsed),
+            **batch,
+            "to_dmq": counters.to_dmq,
+            "redelivered": counters.redelivered,
+        }
     finally:
         bridge.stop()
         host.close()
@@ -185,8 +203,9 @@ def drain_queue(factory: Any, queue: str) -> None:
             pass
 
 
-def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool,
-               timeout: float = 900) -> dict[str, Any]:
+def rate_until(
+    count: Callable[[], int], n: int, interval: float, from_now: bool, timeout: float = 900
+) -> dict[str, Any]:
     """Sample ``count()`` until it reaches N: the rate from the first sample that sees any
     (or from now, counting from 0) to the one that sees N."""
     started = time.monotonic()
@@ -198,48 +217,62 @@ def rate_until(count: Callable[[], int], n: int, interval: float, from_now: bool
             first = (now, seen)
         if seen >= n and first is not None and now > first[0]:
             moved, elapsed = n - first[1], now - first[0]
-            return {"messages": n, "measured_messages": moved, "seconds": round(elapsed, 2),
-                    "msg_per_s": round(moved / elapsed)}
+            return {
+                "messages": n,
+                "measured_messages": moved,
+                "seconds": round(elapsed, 2),
+                "msg_per_s": round(moved / elapsed),
+            }
         time.sleep(interval)
     raise RuntimeError(f"not done within {timeout} s")
 
 
-def bench_activemq(n: int, ack_batch: int, window: int, xa_batches: tuple[int, ...],
-                   workdir: Path, xa_local: bool = True) -> dict[str, Any]:
+def bench_activemq(
+    n: int, ack_batch: int, window: int, xa_batches: tuple[int, ...], workdir: Path, xa_local: bool = True
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
     amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS).start()
     try:
         env = amq.jndi()
         factory = naming.lookup("ConnectionFactory", env)
         out["activemq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
-        out["activemq_bridge_jms"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
-                                                ack_batch, window, workdir / "jms")
+        out["activemq_bridge_jms"] = run_bridge(
+            bridge_xml(env, env, "ours.src", "ours.dst"), n, ack_batch, window, workdir / "jms"
+        )
         assert activemq_depth(factory, "ours.dst") == n
         drain_queue(factory, "ours.dst")
         for batch in xa_batches:
             src, dst = f"xa{batch}.src", f"xa{batch}.dst"
             preload(factory, src, n)
             out[f"activemq_bridge_xa_batch_{batch}"] = run_bridge(
-                bridge_xml(env, env, src, dst, xa=True), n, ack_batch, window,
-                workdir / f"xa{batch}", batch, xa_local)
+                bridge_xml(env, env, src, dst, xa=True), n, ack_batch, window, workdir / f"xa{batch}", batch, xa_local
+            )
             assert activemq_depth(factory, dst) == n
             drain_queue(factory, dst)
         preload(factory, "own.src", n)
     finally:
         amq.stop()
     # ActiveMQ's own forwarding starts with the broker: restart the broker with it.
-    amq = ActiveMQ(workdir / "activemq", name="bench", extra=STATISTICS + JMS_BRIDGE_CONNECTOR,
-                   beans=SELF_FACTORY, openwire_port=amq.openwire_port, stomp_port=amq.stomp_port).start()
+    amq = ActiveMQ(
+        workdir / "activemq",
+        name="bench",
+        extra=STATISTICS + JMS_BRIDGE_CONNECTOR,
+        beans=SELF_FACTORY,
+        openwire_port=amq.openwire_port,
+        stomp_port=amq.stomp_port,
+    ).start()
     try:
         factory = naming.lookup("ConnectionFactory", amq.jndi())
-        out["activemq_own"] = {"forwarder": "jmsBridgeConnector (JmsQueueConnector)",
-                               **rate_until(lambda: activemq_depth(factory, "own.dst"), n, 0.05,
-                                            from_now=False)}
+        out["activemq_own"] = {
+            "forwarder": "jmsBridgeConnector (JmsQueueConnector)",
+            **rate_until(lambda: activemq_depth(factory, "own.dst"), n, 0.05, from_now=False),
+        }
     finally:
         amq.stop()
     for kind in ("jms", *(f"xa_batch_{batch}" for batch in xa_batches)):
         out[f"activemq_ratio_ours_{kind}_to_own"] = round(
-            out[f"activemq_bridge_{kind}"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3)
+            out[f"activemq_bridge_{kind}"]["msg_per_s"] / out["activemq_own"]["msg_per_s"], 3
+        )
     return out
 
 
@@ -265,11 +298,17 @@ def shovel_rate(node: RabbitMQ, src: str, dst: str, n: int) -> dict[str, Any]:
         def depth() -> int:
             return channel.queue_declare(dst, passive=True).method.message_count
 
-        shovel = {"src-protocol": "amqp091", "src-uri": "amqp://", "src-queue": src,
-                  "dest-protocol": "amqp091", "dest-uri": "amqp://", "dest-queue": dst,
-                  "ack-mode": "on-confirm", "src-delete-after": "never"}
-        declare = threading.Thread(target=node.ctl, args=("set_parameter", "shovel", "bench",
-                                                          json.dumps(shovel)))
+        shovel = {
+            "src-protocol": "amqp091",
+            "src-uri": "amqp://",
+            "src-queue": src,
+            "dest-protocol": "amqp091",
+            "dest-uri": "amqp://",
+            "dest-queue": dst,
+            "ack-mode": "on-confirm",
+            "src-delete-after": "never",
+        }
+        declare = threading.Thread(target=node.ctl, args=("set_parameter", "shovel", "bench", json.dumps(shovel)))
         declare.start()
         try:
             return rate_until(depth, n, 0.01, from_now=False)
@@ -277,8 +316,7 @@ def shovel_rate(node: RabbitMQ, src: str, dst: str, n: int) -> dict[str, Any]:
             declare.join()
 
 
-def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
-                   workdir: Path) -> dict[str, Any]:
+def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int, workdir: Path) -> dict[str, Any]:
     out: dict[str, Any] = {}
     base = Path(tempfile.mkdtemp(prefix="imqbridge-rabbitmq-"))  # user rabbitmq must reach it
     node = RabbitMQ(base).start()
@@ -286,25 +324,30 @@ def bench_rabbitmq(n: int, ack_batch: int, window: int, xa_batch: int,
         env = node.stomp_env()
         factory = naming.lookup("ConnectionFactory", env)
         out["rabbitmq_preload_msg_per_s"] = round(preload(factory, "ours.src", n))
-        out["rabbitmq_bridge_stomp"] = run_bridge(bridge_xml(env, env, "ours.src", "ours.dst"), n,
-                                                  ack_batch, window, workdir / "stomp")
+        out["rabbitmq_bridge_stomp"] = run_bridge(
+            bridge_xml(env, env, "ours.src", "ours.dst"), n, ack_batch, window, workdir / "stomp"
+        )
         assert rabbit_depth(node, "ours.dst") == n
         amqp_env = node.amqp_env()
         amqp = naming.lookup("ConnectionFactory", amqp_env)
         preload(amqp, "amqp.src", n)
-        out["rabbitmq_bridge_amqp"] = run_bridge(bridge_xml(amqp_env, amqp_env, "amqp.src", "amqp.dst"), n,
-                                                 ack_batch, window, workdir / "amqp")
+        out["rabbitmq_bridge_amqp"] = run_bridge(
+            bridge_xml(amqp_env, amqp_env, "amqp.src", "amqp.dst"), n, ack_batch, window, workdir / "amqp"
+        )
         assert rabbit_depth(node, "amqp.dst") == n
         out["rabbitmq_amqp_send_window"] = send_window(amqp, "window", n)
         preload(factory, "own.src", n)
-        out["rabbitmq_own"] = {"forwarder": "shovel, ack-mode on-confirm, direct connection",
-                               **shovel_rate(node, "own.src", "own.dst", n)}
+        out["rabbitmq_own"] = {
+            "forwarder": "shovel, ack-mode on-confirm, direct connection",
+            **shovel_rate(node, "own.src", "own.dst", n),
+        }
     finally:
         node.stop()
         shutil.rmtree(base, ignore_errors=True)
     for kind in ("stomp", "amqp"):
         out[f"rabbitmq_ratio_ours_{kind}_to_own"] = round(
-            out[f"rabbitmq_bridge_{kind}"]["msg_per_s"] / out["rabbitmq_own"]["msg_per_s"], 3)
+            out[f"rabbitmq_bridge_{kind}"]["msg_per_s"] / out["rabbitmq_own"]["msg_per_s"], 3
+        )
     return out
 
 
@@ -332,10 +375,18 @@ def main() -> None:
     parser.add_argument("--messages", type=int, default=50_000)
     parser.add_argument("--ack-batch", type=int, default=1)
     parser.add_argument("--window", type=int, default=LINK_WINDOW)
-    parser.add_argument("--xa-batch", type=lambda text: tuple(int(b) for b in text.split(",")),
-                        default=(1, 10, 100), help="transaction.batchSize of each XA row (ActiveMQ)")
-    parser.add_argument("--xa-local", choices=["true", "false"], default="true",
-                        help="imq.bridge.<name>.transaction.local of the XA rows (ActiveMQ)")
+    parser.add_argument(
+        "--xa-batch",
+        type=lambda text: tuple(int(b) for b in text.split(",")),
+        default=(1, 10, 100),
+        help="transaction.batchSize of each XA row (ActiveMQ)",
+    )
+    parser.add_argument(
+        "--xa-local",
+        choices=["true", "false"],
+        default="true",
+        help="imq.bridge.<name>.transaction.local of the XA rows (ActiveMQ)",
+    )
     parser.add_argument("--only", choices=["activemq", "rabbitmq"])
     args = parser.parse_args()
     gcpolicy.tune()  # the links run here as `serve` runs them
@@ -349,8 +400,7 @@ def main() -> None:
             if reason:
                 result[name] = {"skipped": reason}
                 continue
-            result.update(bench(args.messages, args.ack_batch, args.window, args.xa_batch,
-                                Path(tmp) / name))
+            result.update(bench(args.messages, args.ack_batch, args.window, args.xa_batch, Path(tmp) / name))
     print(json.dumps(result, indent=2))
 
 

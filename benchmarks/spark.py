@@ -103,18 +103,28 @@ def child(args: argparse.Namespace) -> None:
     from bridgemgr.spark.slices import ships_log
 
     base = Path(args.work)
-    conf = {"spark.sql.shuffle.partitions": "2", "spark.driver.memory": "1g",
-            "spark.local.dir": str(base / "spark-local"),
-            "spark.sql.warehouse.dir": str(base / "warehouse")}
+    conf = {
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "1g",
+        "spark.local.dir": str(base / "spark-local"),
+        "spark.sql.warehouse.dir": str(base / "warehouse"),
+    }
     if args.master.startswith("spark://"):  # the loopback cluster's 1 GiB workers
         conf.update({"spark.driver.host": "127.0.0.1", "spark.executor.memory": "512m"})
     spark = spark_session(app_name="imqbridge-bench", master=args.master, conf=conf)
     checkpoint = base / "checkpoint"
-    options = link_options(checkpoint, xmlurl=args.xml, bridge="bench", link="l",
-                           broker_url=args.broker_url, parallelism=parallelism(args.master, {}),
-                           max_per_batch=args.batch, receive_wait=1.0,
-                           transformer_path=str(TRANSFORMERS),
-                           ship_log=ships_log(args.master, args.sourcelog))
+    options = link_options(
+        checkpoint,
+        xmlurl=args.xml,
+        bridge="bench",
+        link="l",
+        broker_url=args.broker_url,
+        parallelism=parallelism(args.master, {}),
+        max_per_batch=args.batch,
+        receive_wait=1.0,
+        transformer_path=str(TRANSFORMERS),
+        ship_log=ships_log(args.master, args.sourcelog),
+    )
     result = (drain_query if args.mode == "query" else drain_batches)(spark, options, checkpoint)
     print(json.dumps(result))
     spark.stop()
@@ -134,11 +144,15 @@ def drain_batches(spark, options, checkpoint: Path) -> dict:
     ends = [wall] + [line["at"] for line in lines]
     batch_s = [round(b - a, 2) for a, b in itertools.pairwise(ends)]
     later_s = ends[-1] - ends[1] if len(ends) > 2 else 0
-    return {"seconds": elapsed, "batches": len(lines), "query_start_s": None,
-            "first_batch_s": batch_s[0] if batch_s else None,
-            "steady_msg_per_s": (round(sum(line["rows"] for line in lines[1:]) / later_s)
-                                 if later_s else None),
-            "batch_rows": [line["rows"] for line in lines], "batch_s": batch_s}
+    return {
+        "seconds": elapsed,
+        "batches": len(lines),
+        "query_start_s": None,
+        "first_batch_s": batch_s[0] if batch_s else None,
+        "steady_msg_per_s": (round(sum(line["rows"] for line in lines[1:]) / later_s) if later_s else None),
+        "batch_rows": [line["rows"] for line in lines],
+        "batch_s": batch_s,
+    }
 
 
 def drain_query(spark, options, checkpoint: Path) -> dict:
@@ -154,16 +168,16 @@ def drain_query(spark, options, checkpoint: Path) -> dict:
     later_s = sum(p["durationMs"]["triggerExecution"] for p in later) / 1000
     # from start_query until the first batch begins: Spark's Python processes for the data
     # source's lookup and creation, the driver's source runner (receiver connected)
-    first_at = (datetime.fromisoformat(batches[0]["timestamp"].replace("Z", "+00:00")).timestamp()
-                if batches else None)
-    return {"seconds": elapsed, "batches": len(batches),
-            "query_start_s": round(first_at - wall, 2) if first_at else None,
-            "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000
-                              if batches else None),
-            "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s)
-                                 if later_s else None),
-            "batch_rows": [p["numInputRows"] for p in batches],
-            "batch_s": [p["durationMs"]["triggerExecution"] / 1000 for p in batches]}
+    first_at = datetime.fromisoformat(batches[0]["timestamp"].replace("Z", "+00:00")).timestamp() if batches else None
+    return {
+        "seconds": elapsed,
+        "batches": len(batches),
+        "query_start_s": round(first_at - wall, 2) if first_at else None,
+        "first_batch_s": (batches[0]["durationMs"]["triggerExecution"] / 1000 if batches else None),
+        "steady_msg_per_s": (round(sum(p["numInputRows"] for p in later) / later_s) if later_s else None),
+        "batch_rows": [p["numInputRows"] for p in batches],
+        "batch_s": [p["durationMs"]["triggerExecution"] / 1000 for p in batches],
+    }
 
 
 # --- the parent ---------------------------------------------------------------------------------
@@ -202,9 +216,12 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
     from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 
     props = load_properties([], [f"imq.varhome={work / 'var'}"])
-    bridge = JMSBridge(parse_bridge_config(bridge_xml(run, transformer)), props,
-                       host_factory=lambda env: EmbeddedConnectionFactory(broker),
-                       transformer_path=[TRANSFORMERS])
+    bridge = JMSBridge(
+        parse_bridge_config(bridge_xml(run, transformer)),
+        props,
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        transformer_path=[TRANSFORMERS],
+    )
     start = time.perf_counter()
     bridge.start()
     end = wait_depth(broker, f"dst_{run}", n)
@@ -212,16 +229,46 @@ def run_local(broker, work: Path, run: str, transformer: str, n: int) -> dict:
     return {"messages": n, "seconds": round(end - start, 2), "msg_per_s": round(n / (end - start))}
 
 
-def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, master: str,
-              batch: int, mode: str = "batch", sourcelog: str = "auto") -> dict:
+def run_spark(
+    broker,
+    url: str,
+    work: Path,
+    run: str,
+    transformer: str,
+    n: int,
+    master: str,
+    batch: int,
+    mode: str = "batch",
+    sourcelog: str = "auto",
+) -> dict:
     folder = work / run
     folder.mkdir()
     xml = folder / "bench.xml"
     xml.write_bytes(bridge_xml(run, transformer))
-    child = subprocess.Popen([sys.executable, __file__, "--child", "--master", master, "--mode", mode,
-                              "--xml", str(xml), "--broker-url", url, "--work", str(folder),
-                              "--batch", str(batch), "--sourcelog", sourcelog],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            __file__,
+            "--child",
+            "--master",
+            master,
+            "--mode",
+            mode,
+            "--xml",
+            str(xml),
+            "--broker-url",
+            url,
+            "--work",
+            str(folder),
+            "--batch",
+            str(batch),
+            "--sourcelog",
+            sourcelog,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     peaks = PeakRSS(child.pid).start()
     try:
         stdout, stderr = child.communicate(timeout=3600)
@@ -233,11 +280,19 @@ def run_spark(broker, url: str, work: Path, run: str, transformer: str, n: int, 
     depth = broker.queue_depth(f"dst_{run}")
     if depth < n:
         raise RuntimeError(f"{run}: {depth} of {n} messages reached the target")
-    return {"messages": n, "seconds": round(result["seconds"], 2),
-            "msg_per_s": round(n / result["seconds"]), "batches": result["batches"],
-            "query_start_s": result["query_start_s"], "first_batch_s": result["first_batch_s"],
-            "steady_msg_per_s": result["steady_msg_per_s"], "batch_rows": result["batch_rows"],
-            "batch_s": result["batch_s"], "duplicates": depth - n, "peak_rss_mb": peaks.peaks}
+    return {
+        "messages": n,
+        "seconds": round(result["seconds"], 2),
+        "msg_per_s": round(n / result["seconds"]),
+        "batches": result["batches"],
+        "query_start_s": result["query_start_s"],
+        "first_batch_s": result["first_batch_s"],
+        "steady_msg_per_s": result["steady_msg_per_s"],
+        "batch_rows": result["batch_rows"],
+        "batch_s": result["batch_s"],
+        "duplicates": depth - n,
+        "peak_rss_mb": peaks.peaks,
+    }
 
 
 class PeakRSS:
@@ -266,10 +321,8 @@ class PeakRSS:
                     exe = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
                 except OSError:
                     continue
-                kb = next((int(line.split()[1]) for line in status.splitlines()
-                           if line.startswith("VmRSS:")), 0)
-                kind = ("driver" if pid == self.pid else "jvm" if exe.endswith(b"java")
-                        else "python_worker")
+                kb = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmRSS:")), 0)
+                kind = "driver" if pid == self.pid else "jvm" if exe.endswith(b"java") else "python_worker"
                 self.peaks[kind] = max(self.peaks[kind], round(kb / 1024, 1))
 
     def _tree(self) -> list[int]:
@@ -289,9 +342,13 @@ class PeakRSS:
 
 
 # run name: (master, how the child drains); "cluster" is the loopback standalone cluster
-MASTERS = {"spark_local1": ("local[1]", "batch"), "spark_local2": ("local[2]", "batch"),
-           "spark_local2_query": ("local[2]", "query"), "spark_cluster": ("cluster", "batch"),
-           "spark_local2_shipped": ("local[2]", "batch")}
+MASTERS = {
+    "spark_local1": ("local[1]", "batch"),
+    "spark_local2": ("local[2]", "batch"),
+    "spark_local2_query": ("local[2]", "query"),
+    "spark_cluster": ("cluster", "batch"),
+    "spark_local2_shipped": ("local[2]", "batch"),
+}
 SOURCELOG = {"spark_local2_shipped": "shipped"}  # the others: auto (shared on a local master)
 
 
@@ -308,8 +365,9 @@ def run_order(kind: str, pairs: int, query: bool, shipped: bool = False) -> list
     for i in range(pairs if kind == "heavy" else 1):
         spark2 = ["spark_local2"]
         if shipped:
-            spark2 = (["spark_local2", "spark_local2_shipped"] if i % 2 == 0
-                      else ["spark_local2_shipped", "spark_local2"])
+            spark2 = (
+                ["spark_local2", "spark_local2_shipped"] if i % 2 == 0 else ["spark_local2_shipped", "spark_local2"]
+            )
         order += ["local", *spark2] if i % 2 == 0 else [*spark2, "local"]
         if i == 0:
             order.append("spark_local1")
@@ -323,8 +381,7 @@ def combined(each: list[dict]) -> dict:
     if len(each) == 1:
         return each[0]
     messages, seconds = sum(r["messages"] for r in each), sum(r["seconds"] for r in each)
-    return {"messages": messages, "seconds": round(seconds, 2),
-            "msg_per_s": round(messages / seconds), "each": each}
+    return {"messages": messages, "seconds": round(seconds, 2), "msg_per_s": round(messages / seconds), "each": each}
 
 
 def main() -> None:
@@ -332,23 +389,34 @@ def main() -> None:
     ap.add_argument("--messages", type=int, default=200_000)
     ap.add_argument("--trivial-messages", type=int, default=50_000)
     ap.add_argument("--batch", type=int, default=50_000, help="messages per batch (Spark job) at most")
-    ap.add_argument("--pairs", type=int, default=2,
-                    help="heavy local and spark_local2 runs of each (mirrored order)")
-    ap.add_argument("--cluster-messages", type=int, default=100_000,
-                    help="the cluster row: heavy drains of this many on the local runner, a "
-                         "loopback standalone cluster (a master, two 1-core workers) and "
-                         "local[2] (0: none)")
-    ap.add_argument("--compare-query", action="store_true",
-                    help="also drain once as a streaming query (spark_local2_query: the way "
-                         "before drain ran as batch jobs)")
-    ap.add_argument("--runs", default="",
-                    help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
-                         "the ratios need the runs they compare")
-    ap.add_argument("--shipped", action="store_true",
-                    help="also spark_local2 with the records shipped by the driver")
-    ap.add_argument("--size", type=int, default=1024,
-                    help="bytes per message (1 MiB with a few hundred --trivial-messages and "
-                         "--runs: the Spark processes' peak RSS with big messages)")
+    ap.add_argument("--pairs", type=int, default=2, help="heavy local and spark_local2 runs of each (mirrored order)")
+    ap.add_argument(
+        "--cluster-messages",
+        type=int,
+        default=100_000,
+        help="the cluster row: heavy drains of this many on the local runner, a "
+        "loopback standalone cluster (a master, two 1-core workers) and "
+        "local[2] (0: none)",
+    )
+    ap.add_argument(
+        "--compare-query",
+        action="store_true",
+        help="also drain once as a streaming query (spark_local2_query: the way before drain ran as batch jobs)",
+    )
+    ap.add_argument(
+        "--runs",
+        default="",
+        help="only these runs, comma-separated (e.g. heavy_local,heavy_spark_local2); "
+        "the ratios need the runs they compare",
+    )
+    ap.add_argument("--shipped", action="store_true", help="also spark_local2 with the records shipped by the driver")
+    ap.add_argument(
+        "--size",
+        type=int,
+        default=1024,
+        help="bytes per message (1 MiB with a few hundred --trivial-messages and "
+        "--runs: the Spark processes' peak RSS with big messages)",
+    )
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--sourcelog", default="auto", help=argparse.SUPPRESS)
     ap.add_argument("--master", help=argparse.SUPPRESS)
@@ -383,8 +451,7 @@ def main() -> None:
         try:
             for kind, transformer, n in kinds:
                 runs = out["runs"][kind] = {}
-                for i, name in enumerate(run_order(kind, args.pairs, args.compare_query,
-                                                         args.shipped)):
+                for i, name in enumerate(run_order(kind, args.pairs, args.compare_query, args.shipped)):
                     run = f"{kind}_{name}"
                     if args.runs and run not in args.runs.split(","):
                         continue
@@ -394,11 +461,22 @@ def main() -> None:
                         master = cluster.url
                     fill(broker, f"src_{run}_{i}", n, text)
                     load = os.getloadavg()[0]
-                    result = (run_local(broker, work, f"{run}_{i}", transformer, n)
-                              if name == "local" else
-                              run_spark(broker, url, work, f"{run}_{i}", transformer, n,
-                                        master, args.batch, mode,
-                                        SOURCELOG.get(name, "auto")))
+                    result = (
+                        run_local(broker, work, f"{run}_{i}", transformer, n)
+                        if name == "local"
+                        else run_spark(
+                            broker,
+                            url,
+                            work,
+                            f"{run}_{i}",
+                            transformer,
+                            n,
+                            master,
+                            args.batch,
+                            mode,
+                            SOURCELOG.get(name, "auto"),
+                        )
+                    )
                     # others' work on this machine: a load above 1-2 starves the runs
                     result["load_before"] = round(load, 2)
                     result["load_after"] = round(os.getloadavg()[0], 2)
@@ -436,9 +514,9 @@ def summarise(out: dict) -> None:
     if "each" in heavy["local"]:  # each pair's own ratio: how much the machine moved
         out["spark_local2_to_local_by_pair"] = [
             round(local["seconds"] / spark["seconds"], 2)
-            for local, spark in zip(heavy["local"]["each"], heavy["spark_local2"]["each"])]
-    out["spark_local2_to_local1"] = round(heavy["spark_local2"]["msg_per_s"]
-                                          / heavy["spark_local1"]["msg_per_s"], 2)
+            for local, spark in zip(heavy["local"]["each"], heavy["spark_local2"]["each"])
+        ]
+    out["spark_local2_to_local1"] = round(heavy["spark_local2"]["msg_per_s"] / heavy["spark_local1"]["msg_per_s"], 2)
     out["target_met"] = ratio >= 1.6
     # once running (the batches after the first) against the whole drain: what the fixed
     # start costs (query start, the first batch's set-up, beyond the steady rate)
@@ -452,25 +530,22 @@ def summarise(out: dict) -> None:
     rate = {name: r.get("steady_msg_per_s") or r["msg_per_s"] for name, r in trivial.items()}
     out["trivial_us_per_msg"] = {name: round(1e6 / r, 1) for name, r in rate.items()}
     out["spark_overhead_us_per_msg"] = {
-        name: round(1e6 / rate[name] - 1e6 / rate["local"], 1)
-        for name in ("spark_local1", "spark_local2")}
-    out["spark_first_batch_s"] = {name: trivial[name]["first_batch_s"]
-                                  for name in ("spark_local1", "spark_local2")}
+        name: round(1e6 / rate[name] - 1e6 / rate["local"], 1) for name in ("spark_local1", "spark_local2")
+    }
+    out["spark_first_batch_s"] = {name: trivial[name]["first_batch_s"] for name in ("spark_local1", "spark_local2")}
     if "spark_local2_query" in heavy:  # the streaming query the drain was before
         query = heavy["spark_local2_query"]
         out["spark_local2_query_to_local"] = round(query["msg_per_s"] / heavy["local"]["msg_per_s"], 2)
         out["spark_local2_query_start_s"] = query["query_start_s"]
     if "spark_local2_shipped" in heavy:  # what shipping the records costs
-        out["shipped_to_shared"] = round(heavy["spark_local2_shipped"]["msg_per_s"]
-                                         / heavy["spark_local2"]["msg_per_s"], 2)
-        out["shipped_overhead_us_per_msg"] = round(
-            1e6 / rate["spark_local2_shipped"] - 1e6 / rate["spark_local2"], 1)
+        out["shipped_to_shared"] = round(
+            heavy["spark_local2_shipped"]["msg_per_s"] / heavy["spark_local2"]["msg_per_s"], 2
+        )
+        out["shipped_overhead_us_per_msg"] = round(1e6 / rate["spark_local2_shipped"] - 1e6 / rate["spark_local2"], 1)
     cluster = out["runs"].get("cluster")
     if cluster:  # the cluster row: the standalone cluster and local[2] against the local runner
-        out["cluster_to_local"] = round(cluster["spark_cluster"]["msg_per_s"]
-                                        / cluster["local"]["msg_per_s"], 2)
-        out["cluster_local2_to_local"] = round(cluster["spark_local2"]["msg_per_s"]
-                                               / cluster["local"]["msg_per_s"], 2)
+        out["cluster_to_local"] = round(cluster["spark_cluster"]["msg_per_s"] / cluster["local"]["msg_per_s"], 2)
+        out["cluster_local2_to_local"] = round(cluster["spark_local2"]["msg_per_s"] / cluster["local"]["msg_per_s"], 2)
 
 
 if __name__ == "__main__":

@@ -65,8 +65,7 @@ def through_pipe(folder: Path, mbytes: int) -> dict[str, float]:
 def through_cat(folder: Path, mbytes: int) -> dict[str, float]:
     start, used = time.monotonic(), children_cpu()
     with open(folder / "cat.log", "wb") as out:
-        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(mbytes)],
-                                  stderr=subprocess.PIPE)
+        writer = subprocess.Popen([sys.executable, "-c", WRITER, str(mbytes)], stderr=subprocess.PIPE)
         cat = subprocess.Popen(["cat"], stdin=writer.stderr, stdout=out)
         assert writer.stderr is not None
         writer.stderr.close()
@@ -79,15 +78,13 @@ def through_cat(folder: Path, mbytes: int) -> dict[str, float]:
 
 def writer_alone(mbytes: int) -> float:
     used = children_cpu()
-    subprocess.run([sys.executable, "-c", WRITER, str(mbytes)], stderr=subprocess.DEVNULL,
-                   check=True)
+    subprocess.run([sys.executable, "-c", WRITER, str(mbytes)], stderr=subprocess.DEVNULL, check=True)
     return children_cpu() - used
 
 
 def idle(folder: Path) -> float:
     output = JvmLog(SparkLog(folder / "idle.log", -1, -1))
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"],
-                             stderr=output.write_fd)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3)"], stderr=output.write_fd)
     output.started()
     time.sleep(0.5)
     used = cpu()
@@ -109,17 +106,29 @@ def main() -> None:
             pipe.append(through_pipe(Path(tmp), args.mbytes))
             alone = writer_alone(args.mbytes)
             result = through_cat(Path(tmp), args.mbytes)
-            cat.append({"mb_per_s": result["mb_per_s"],
-                        "cpu_s_per_100mb": (result["cpu_s_with_writer"] - alone) * 100 / args.mbytes})
+            cat.append(
+                {
+                    "mb_per_s": result["mb_per_s"],
+                    "cpu_s_per_100mb": (result["cpu_s_with_writer"] - alone) * 100 / args.mbytes,
+                }
+            )
         files = sorted(p.name for p in Path(tmp).glob("spark.log*"))
         biggest = max((Path(tmp) / name).stat().st_size for name in files)
         idle_ms = idle(Path(tmp))
-    print(json.dumps({
-        "mbytes": args.mbytes, "rounds": args.rounds,
-        "pipe": {k: round(statistics.median(r[k] for r in pipe), 3) for k in pipe[0]},
-        "cat": {k: round(statistics.median(r[k] for r in cat), 3) for k in cat[0]},
-        "files": len(files), "largest_file": biggest, "idle_cpu_ms": round(idle_ms, 2),
-    }, indent=2))
+    print(
+        json.dumps(
+            {
+                "mbytes": args.mbytes,
+                "rounds": args.rounds,
+                "pipe": {k: round(statistics.median(r[k] for r in pipe), 3) for k in pipe[0]},
+                "cat": {k: round(statistics.median(r[k] for r in cat), 3) for k in cat[0]},
+                "files": len(files),
+                "largest_file": biggest,
+                "idle_cpu_ms": round(idle_ms, 2),
+            },
+            indent=2,
+        )
+    )
 
 
 if __name__ == "__main__":

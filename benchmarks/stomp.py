@@ -73,6 +73,7 @@ def free_port() -> int:
 
 # --- client processes ---------------------------------------------------------------------
 
+
 def _connect(port: int, auth: Sequence[str]):
     """A stomp.py 1.2 connection, connected with ``auth``: login, passcode and the host
     header (RabbitMQ's virtual host; stomp.py would send the IP address)."""
@@ -88,8 +89,16 @@ def _nodelay(conn) -> None:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
 
-def producer(port: int, auth: Sequence[str], queue: str, count: int, rate: float, persistent: str,
-             start_at: float, receipts: str = "last") -> dict:
+def producer(
+    port: int,
+    auth: Sequence[str],
+    queue: str,
+    count: int,
+    rate: float,
+    persistent: str,
+    start_at: float,
+    receipts: str = "last",
+) -> dict:
     import threading
 
     import stomp
@@ -230,23 +239,45 @@ def clients_cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, rate: float, persistent: bool,
-             ack: str, receipts: str = "last") -> dict:
+def run_load(
+    port: int,
+    auth: Sequence[str],
+    send_prefix: str,
+    *,
+    count: int,
+    rate: float,
+    persistent: bool,
+    ack: str,
+    receipts: str = "last",
+) -> dict:
     """One run on a fresh queue (stop messages of one run never reach the next); producers
     send to ``send_prefix`` + its name."""
     name = f"bench{next(_runs)}"
     queue, send_to = "/queue/" + name, send_prefix + name
     start_at = time.time() + 2.0
     p = "true" if persistent else "false"
-    consumers = [spawn({"role": "consumer", "port": port, "auth": auth, "queue": queue, "ack": ack,
-                        "start_at": start_at})
-                 for _ in range(CONSUMERS)]
+    consumers = [
+        spawn({"role": "consumer", "port": port, "auth": auth, "queue": queue, "ack": ack, "start_at": start_at})
+        for _ in range(CONSUMERS)
+    ]
     time.sleep(1.0)  # subscribed before the first send
     per_rate = rate / PRODUCERS if rate else 0
-    producers = [spawn({"role": "producer", "port": port, "auth": auth, "queue": send_to, "count": count,
-                        "rate": per_rate,
-                        "persistent": p, "start_at": start_at, "receipts": receipts})
-                 for _ in range(PRODUCERS)]
+    producers = [
+        spawn(
+            {
+                "role": "producer",
+                "port": port,
+                "auth": auth,
+                "queue": send_to,
+                "count": count,
+                "rate": per_rate,
+                "persistent": p,
+                "start_at": start_at,
+                "receipts": receipts,
+            }
+        )
+        for _ in range(PRODUCERS)
+    ]
     for proc in producers:
         proc.result()
     stop_consumers(port, auth, send_to, consumers)
@@ -255,13 +286,18 @@ def run_load(port: int, auth: Sequence[str], send_prefix: str, *, count: int, ra
     last = max(r["last"] for r in results if r["last"])
     latencies = sorted(x for r in results for x in r["latencies"])
     pick = lambda q: latencies[min(len(latencies) - 1, int(q * len(latencies)))] * 1000  # noqa: E731
-    return {"messages": received, "expected": count * PRODUCERS,
-            "msg_per_s": round(received / (last - start_at)),
-            "p50_ms": round(pick(0.50), 2), "p99_ms": round(pick(0.99), 2),
-            "mean_ms": round(statistics.fmean(latencies) * 1000, 2)}
+    return {
+        "messages": received,
+        "expected": count * PRODUCERS,
+        "msg_per_s": round(received / (last - start_at)),
+        "p50_ms": round(pick(0.50), 2),
+        "p99_ms": round(pick(0.99), 2),
+        "mean_ms": round(statistics.fmean(latencies) * 1000, 2),
+    }
 
 
 # --- the brokers ---------------------------------------------------------------------------
+
 
 def serve_bridge(directory: str, port: int) -> None:
     """Our bridge in this process until SIGTERM (the --serve-bridge role)."""
@@ -320,8 +356,9 @@ class OurBridge:
     def __enter__(self) -> int:
         self.dir = tempfile.mkdtemp(prefix="stomp-bench-")
         self.port = free_port()
-        self.proc = subprocess.Popen([sys.executable, __file__, "--serve-bridge", self.dir, str(self.port)],
-                                     stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(
+            [sys.executable, __file__, "--serve-bridge", self.dir, str(self.port)], stdout=subprocess.PIPE, text=True
+        )
         assert self.proc.stdout.readline().strip() == "ready"
         return self.port
 
@@ -345,7 +382,8 @@ class ActiveMQ:
         conf = self.base / "conf"
         conf.mkdir()
         self.port = free_port()
-        (conf / "activemq.xml").write_text(textwrap.dedent(f"""\
+        (conf / "activemq.xml").write_text(
+            textwrap.dedent(f"""\
             <beans xmlns="http://www.springframework.org/schema/beans"
               xmlns:xsi="http://www.w3.org/2001/XMLSchema-instance"
               xsi:schemaLocation="http://www.springframework.org/schema/beans http://www.springframework.org/schema/beans/spring-beans-2.0.xsd
@@ -359,15 +397,29 @@ class ActiveMQ:
                 </transportConnectors>
               </broker>
             </beans>
-            """))
+            """)
+        )
         log4j = Path("/etc/activemq/instances-available/main/log4j2.properties")
         if log4j.exists():
             shutil.copy(log4j, conf / "log4j2.properties")
         self.proc = subprocess.Popen(
-            ["java", "-Xms512M", "-Xmx512M", f"-Dactivemq.base={self.base}", f"-Dactivemq.conf={conf}",
-             f"-Dactivemq.data={self.base / 'data'}", "-Dactivemq.home=/usr/share/activemq",
-             "-jar", str(ACTIVEMQ_JAR), "start", f"xbean:file:{conf / 'activemq.xml'}"],
-            stdout=open(self.base / "out.log", "w"), stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                "java",
+                "-Xms512M",
+                "-Xmx512M",
+                f"-Dactivemq.base={self.base}",
+                f"-Dactivemq.conf={conf}",
+                f"-Dactivemq.data={self.base / 'data'}",
+                "-Dactivemq.home=/usr/share/activemq",
+                "-jar",
+                str(ACTIVEMQ_JAR),
+                "start",
+                f"xbean:file:{conf / 'activemq.xml'}",
+            ],
+            stdout=open(self.base / "out.log", "w"),
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
         try:
             wait_port(self.port, 90)
         except RuntimeError:
@@ -435,16 +487,35 @@ def bench(broker, args: argparse.Namespace) -> dict:
             for persistent in (True, False):
                 key = f"{'persistent' if persistent else 'non_persistent'}_ack_{ack}"
                 server, clients = tree_cpu(pid), clients_cpu()
-                flat = run_load(port, auth, prefix, count=args.messages, rate=0, persistent=persistent, ack=ack,
-                                receipts=args.receipts)
+                flat = run_load(
+                    port,
+                    auth,
+                    prefix,
+                    count=args.messages,
+                    rate=0,
+                    persistent=persistent,
+                    ack=ack,
+                    receipts=args.receipts,
+                )
                 n = max(1, flat["messages"])
-                out[key] = {"msg_per_s": flat["msg_per_s"], "flat_out_p50_ms": flat["p50_ms"],
-                            "received": f"{flat['messages']}/{flat['expected']}",
-                            "broker_cpu_us_per_msg": round((tree_cpu(pid) - server) / n * 1e6, 1),
-                            "client_cpu_us_per_msg": round((clients_cpu() - clients) / n * 1e6, 1)}
+                out[key] = {
+                    "msg_per_s": flat["msg_per_s"],
+                    "flat_out_p50_ms": flat["p50_ms"],
+                    "received": f"{flat['messages']}/{flat['expected']}",
+                    "broker_cpu_us_per_msg": round((tree_cpu(pid) - server) / n * 1e6, 1),
+                    "client_cpu_us_per_msg": round((clients_cpu() - clients) / n * 1e6, 1),
+                }
                 if args.seconds > 0:
-                    paced = run_load(port, auth, prefix, count=int(args.rate * args.seconds / PRODUCERS),
-                                     rate=args.rate, persistent=persistent, ack=ack, receipts=args.receipts)
+                    paced = run_load(
+                        port,
+                        auth,
+                        prefix,
+                        count=int(args.rate * args.seconds / PRODUCERS),
+                        rate=args.rate,
+                        persistent=persistent,
+                        ack=ack,
+                        receipts=args.receipts,
+                    )
                     out[key][f"at_{int(args.rate)}_msg_per_s"] = {k: paced[k] for k in ("p50_ms", "p99_ms", "mean_ms")}
                     out[key]["paced_received"] = f"{paced['messages']}/{paced['expected']}"
                 print(f"{broker.name} {key}: {out[key]}", file=sys.stderr, flush=True)
@@ -454,10 +525,13 @@ def bench(broker, args: argparse.Namespace) -> dict:
 def ratios(result: dict) -> dict:
     """Our msg/s over each peer's and over the faster peer's, per workload."""
     ours = result["imqbridge"]
-    peers = {name: rows for name, rows in result.items() if name in BROKERS and name != "imqbridge"
-             and isinstance(rows, dict)}
+    peers = {
+        name: rows
+        for name, rows in result.items()
+        if name in BROKERS and name != "imqbridge" and isinstance(rows, dict)
+    }
     out = {}
-    for key, row in (ours.items() if isinstance(ours, dict) else ()):
+    for key, row in ours.items() if isinstance(ours, dict) else ():
         theirs = {name: rows[key]["msg_per_s"] for name, rows in peers.items() if key in rows}
         if not theirs:
             continue
@@ -465,9 +539,10 @@ def ratios(result: dict) -> dict:
         faster = max(theirs, key=lambda name: theirs[name])
         entry["faster_peer"] = faster
         entry["vs_faster_peer_x"] = round(row["msg_per_s"] / theirs[faster], 2)
-        entry["broker_cpu_us_per_msg"] = {"imqbridge": row["broker_cpu_us_per_msg"],
-                                          **{name: rows[key]["broker_cpu_us_per_msg"] for name, rows in peers.items()
-                                             if key in rows}}
+        entry["broker_cpu_us_per_msg"] = {
+            "imqbridge": row["broker_cpu_us_per_msg"],
+            **{name: rows[key]["broker_cpu_us_per_msg"] for name, rows in peers.items() if key in rows},
+        }
         out[key] = entry
     return out
 
@@ -479,10 +554,18 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0, help="length of the paced run; 0: none")
     parser.add_argument("--acks", default="auto", help="ack modes to run, comma separated")
     parser.add_argument("--only", help="brokers to run, comma separated (imqbridge, activemq, rabbitmq)")
-    parser.add_argument("--store-sync", choices=("on", "off"), default="on",
-                        help="our store fsyncs each batch (on) or only writes it (off: the service's default)")
-    parser.add_argument("--receipts", choices=("last", "every"), default="last",
-                        help="which SENDs ask a receipt: each producer's last, or every one (pipelined)")
+    parser.add_argument(
+        "--store-sync",
+        choices=("on", "off"),
+        default="on",
+        help="our store fsyncs each batch (on) or only writes it (off: the service's default)",
+    )
+    parser.add_argument(
+        "--receipts",
+        choices=("last", "every"),
+        default="last",
+        help="which SENDs ask a receipt: each producer's last, or every one (pipelined)",
+    )
     parser.add_argument("--role", help=argparse.SUPPRESS)
     parser.add_argument("--serve-bridge", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -494,11 +577,20 @@ def main() -> None:
     only = args.only.split(",") if args.only else list(BROKERS)
     if unknown := set(only) - set(BROKERS):
         parser.error(f"--only: unknown broker {', '.join(sorted(unknown))}; choose from {', '.join(BROKERS)}")
-    result: dict = {"load": {"producers": PRODUCERS, "consumers": CONSUMERS, "body_bytes": len(BODY),
-                             "messages_per_producer": args.messages, "paced_rate": args.rate,
-                             "paced_seconds": args.seconds, "client": "stomp.py 1.2, one process per connection",
-                             "store_sync": args.store_sync, "receipts": args.receipts},
-                    "load_average": os.getloadavg()}
+    result: dict = {
+        "load": {
+            "producers": PRODUCERS,
+            "consumers": CONSUMERS,
+            "body_bytes": len(BODY),
+            "messages_per_producer": args.messages,
+            "paced_rate": args.rate,
+            "paced_seconds": args.seconds,
+            "client": "stomp.py 1.2, one process per connection",
+            "store_sync": args.store_sync,
+            "receipts": args.receipts,
+        },
+        "load_average": os.getloadavg(),
+    }
     for name, broker in BROKERS.items():
         if name not in only:
             result[name] = "skipped (--only)"

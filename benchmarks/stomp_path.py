@@ -78,7 +78,7 @@ def run(messages: int, persistent: bool, ack: str = "auto", acks_per_read: int =
         msgs = [f for f in frames if f.command == "MESSAGE"]
         if ack != "auto":
             for i in range(0, len(msgs), acks_per_read):
-                group = msgs[i:i + acks_per_read] if ack == "client-individual" else [msgs[i:i + acks_per_read][-1]]
+                group = msgs[i : i + acks_per_read] if ack == "client-individual" else [msgs[i : i + acks_per_read][-1]]
                 consumer.feed(b"".join(b"ACK\nid:%s\n\n\0" % m.headers["ack"].encode() for m in group))
         return len(msgs)
 
@@ -94,8 +94,12 @@ def run(messages: int, persistent: bool, ack: str = "auto", acks_per_read: int =
             headers = {"destination": "/queue/q", "persistent": "true" if persistent else "false"}
             started = cpu()
             for _ in range(0, messages, READ):
-                producer.feed(b"".join(encode_frame(Frame("SEND", {**headers, "ts": repr(time.time())}, BODY),
-                                                    producer.version) for _ in range(READ)))
+                producer.feed(
+                    b"".join(
+                        encode_frame(Frame("SEND", {**headers, "ts": repr(time.time())}, BODY), producer.version)
+                        for _ in range(READ)
+                    )
+                )
                 received += taken(consumer.pump(0))
             while received < messages:
                 received += taken(consumer.pump(0.05))
@@ -114,9 +118,13 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--messages", type=int, default=20000, help="SEND frames per run (a multiple of 100)")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each mode, interleaved")
-    parser.add_argument("--acks", default="auto", help="the consumer's ack modes, comma-separated "
-                        "(auto, client-individual, client); modes other than auto are reported as "
-                        "persistent_ack_MODE, ...")
+    parser.add_argument(
+        "--acks",
+        default="auto",
+        help="the consumer's ack modes, comma-separated "
+        "(auto, client-individual, client); modes other than auto are reported as "
+        "persistent_ack_MODE, ...",
+    )
     parser.add_argument("--acks-per-read", type=int, default=1, help="ACK frames per read the consumer feeds")
     args = parser.parse_args()
     if args.messages <= 0 or args.messages % READ:
@@ -130,13 +138,18 @@ def main() -> None:
             for mode in ("persistent", "non_persistent"):
                 name = mode if ack == "auto" else f"{mode}_ack_{ack}"
                 runs.setdefault(name, []).append(run(args.messages, mode == "persistent", ack, args.acks_per_read))
-    out = {mode: {key: round(statistics.median(r[key] for r in rows), 1) for key in rows[0]}
-           for mode, rows in runs.items()}
+    out = {
+        mode: {key: round(statistics.median(r[key] for r in rows), 1) for key in rows[0]} for mode, rows in runs.items()
+    }
     if "auto" in acks:
-        out["persistent_extra_us_per_msg"] = round(out["persistent"]["cpu_us_per_msg"]
-                                                   - out["non_persistent"]["cpu_us_per_msg"], 1)
-    print(json.dumps({"messages": args.messages, "rounds": args.rounds, "acks_per_read": args.acks_per_read,
-                      **out}, indent=2))
+        out["persistent_extra_us_per_msg"] = round(
+            out["persistent"]["cpu_us_per_msg"] - out["non_persistent"]["cpu_us_per_msg"], 1
+        )
+    print(
+        json.dumps(
+            {"messages": args.messages, "rounds": args.rounds, "acks_per_read": args.acks_per_read, **out}, indent=2
+        )
+    )
 
 
 if __name__ == "__main__":

@@ -13,8 +13,8 @@ __all__ = ["__version__", "connect", "connect_xa"]
 
 # --- one call for users' own programs (the mq:// client; imported only when used) -------------
 
-def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
-            **options: Any):
+
+def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None, **options: Any):
     """A :class:`~bridgemgr.jms.spi.Connection` to the host broker's jms service.
 
     ``url`` is the port mapper's address (``mq://host:port``; ``mqtcp://`` / ``mqssl://``
@@ -24,11 +24,14 @@ def connect(url: str = "mq://127.0.0.1:7676", username: str | None = None, passw
     ``sync_sends``, ``send_window``).
     """
     from .providers.embedded.remote import RemoteConnectionFactory
+
     return RemoteConnectionFactory(url, **options).create_connection(username, password)
 
 
-def connect_xa(url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None,
-               **options: Any):
+def connect_xa(
+    url: str = "mq://127.0.0.1:7676", username: str | None = None, password: str | None = None, **options: Any
+):
     """Like :func:`connect`, an :class:`~bridgemgr.jms.spi.XAConnection` (XA sessions too)."""
     from .providers.embedded.remote import RemoteConnectionFactory
+
     return RemoteConnectionFactory(url, **options).create_xa_connection(username, password)

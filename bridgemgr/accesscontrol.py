@@ -44,8 +44,11 @@ ADMIN_GROUP = "admin"
 ALL = "*"
 
 RESOURCES = ("connection", "queue", "topic", "durable")
-OPERATIONS = {"queue": ("produce", "consume", "browse"), "topic": ("produce", "consume"),
-              "durable": ("consume", "unsubscribe")}
+OPERATIONS = {
+    "queue": ("produce", "consume", "browse"),
+    "topic": ("produce", "consume"),
+    "durable": ("consume", "unsubscribe"),
+}
 CREATE = "create"
 ACCESSES = ("allow", "deny")
 PRINCIPAL_TYPES = ("user", "group")
@@ -89,13 +92,16 @@ def parse_key(key: str) -> RuleKey:
         raise ValueError(f"{ptype!r} must be user or group")
     if resource == "connection":
         if len(parts) != 4 or parts[1] not in CONNECTION_TYPES:
-            raise ValueError(f"a connection rule names the service type {', '.join(CONNECTION_TYPES)}, "
-                             f"not {'.'.join(parts[1:-2])!r}")
+            raise ValueError(
+                f"a connection rule names the service type {', '.join(CONNECTION_TYPES)}, not {'.'.join(parts[1:-2])!r}"
+            )
         return RuleKey(resource, parts[1], None, access, ptype)
     if len(parts) == 4 and resource != "durable":
         if parts[1] != CREATE:
-            raise ValueError(f"{resource} rules need an operation ({', '.join(OPERATIONS[resource])}), "
-                             f"or are {resource}.create rules")
+            raise ValueError(
+                f"{resource} rules need an operation ({', '.join(OPERATIONS[resource])}), "
+                f"or are {resource}.create rules"
+            )
         return RuleKey(resource, None, CREATE, access, ptype)
     operation, name = parts[-3], ".".join(parts[1:-3])
     if operation not in OPERATIONS[resource]:
@@ -145,11 +151,12 @@ class AccessRules:
         version: str | None = None
         for number, line in _logical_lines(text):
             match = _SEPARATOR.search(line)
-            key, value = (line[:match.start()], line[match.end():]) if match else (line, "")
+            key, value = (line[: match.start()], line[match.end() :]) if match else (line, "")
             if key == "version":
                 if value.strip() != VERSION:
-                    raise AccessControlError(f"{source}:{number}: version is {value.strip()!r}; "
-                                             f"this file format is version={VERSION}")
+                    raise AccessControlError(
+                        f"{source}:{number}: version is {value.strip()!r}; this file format is version={VERSION}"
+                    )
                 version = value
                 continue
             try:
@@ -158,12 +165,15 @@ class AccessRules:
                 raise AccessControlError(f"{source}:{number}: {key[:200]!r} is not an access rule: {exc}") from None
             names = frozenset(n.strip() for n in value.split(",") if n.strip())
             if not names:
-                raise AccessControlError(f"{source}:{number}: {key} lists no {rule.principal_type}s "
-                                         f"(write names separated by commas, or * for every {rule.principal_type})")
+                raise AccessControlError(
+                    f"{source}:{number}: {key} lists no {rule.principal_type}s "
+                    f"(write names separated by commas, or * for every {rule.principal_type})"
+                )
             rules[rule] = names
         if version is None:
-            raise AccessControlError(f"{source}:1: the file does not start with version={VERSION}; "
-                                     "is it an access control file?")
+            raise AccessControlError(
+                f"{source}:1: the file does not start with version={VERSION}; is it an access control file?"
+            )
         return cls(rules, source)
 
     def text(self) -> str:
@@ -174,8 +184,15 @@ class AccessRules:
         return "\n".join(lines) + "\n"
 
     # --- deciding -------------------------------------------------------------------------
-    def decide(self, user: str, groups: frozenset[str], resource: str, variant: str | None,
-               operation: str | None, protected: frozenset[str] = frozenset()) -> bool:
+    def decide(
+        self,
+        user: str,
+        groups: frozenset[str],
+        resource: str,
+        variant: str | None,
+        operation: str | None,
+        protected: frozenset[str] = frozenset(),
+    ) -> bool:
         """May ``user`` (in ``groups``) do ``operation`` on the resource? ``protected``:
         destination names of this resource that are admin-only unless named exactly."""
         decided: bool | None = None
@@ -185,8 +202,9 @@ class AccessRules:
                 decided = verdict
         return decided is True
 
-    def _levels(self, resource: str, variant: str | None, operation: str | None,
-                protected: frozenset[str]) -> Iterable[tuple[str, str | None, str | None] | _AdminOnly]:
+    def _levels(
+        self, resource: str, variant: str | None, operation: str | None, protected: frozenset[str]
+    ) -> Iterable[tuple[str, str | None, str | None] | _AdminOnly]:
         if resource == "connection" or operation == CREATE:
             if variant is not None:
                 yield resource, ALL, operation
@@ -208,8 +226,11 @@ class AccessRules:
     def _pattern_index(self) -> dict[tuple[str, str | None], list[_Pattern]]:
         """The names with * inside, per (resource, operation), fewest literal characters first."""
         index: dict[tuple[str, str | None], list[_Pattern]] = {}
-        names = {(k.resource, k.operation, k.variant) for k in self.rules
-                 if k.variant is not None and k.variant != ALL and ALL in k.variant}
+        names = {
+            (k.resource, k.operation, k.variant)
+            for k in self.rules
+            if k.variant is not None and k.variant != ALL and ALL in k.variant
+        }
         for resource, operation, name in sorted(names, key=lambda r: (len(r[2].replace(ALL, "")), r[2])):
             index.setdefault((resource, operation), []).append(_Pattern(name))
         return index
@@ -224,8 +245,11 @@ class AccessRules:
             return get(RuleKey(resource, variant, operation, access, ptype), frozenset())
 
         uallow, udeny = names("allow", "user"), names("deny", "user")
-        for verdict in (_one(user in uallow, user in udeny), self._groups(groups, names),
-                        _one(ALL in uallow, ALL in udeny)):
+        for verdict in (
+            _one(user in uallow, user in udeny),
+            self._groups(groups, names),
+            _one(ALL in uallow, ALL in udeny),
+        ):
             if verdict is not None:
                 return verdict
         if groups:
@@ -266,6 +290,7 @@ class _Pattern:
 
 
 # --- the decision point ------------------------------------------------------------------------
+
 
 class AccessControl:
     """One connection service's access control: its file's rules, decisions cached."""
@@ -325,8 +350,14 @@ class AccessControl:
             if principal.user is None or principal.user == ALL or ALL in principal.groups:
                 verdict = False  # the original refuses a user or group named *
             else:
-                verdict = self._rules.decide(principal.user, principal.groups, resource, variant, operation,
-                                             self._protected.get(resource, frozenset()))
+                verdict = self._rules.decide(
+                    principal.user,
+                    principal.groups,
+                    resource,
+                    variant,
+                    operation,
+                    self._protected.get(resource, frozenset()),
+                )
             self._cache[key] = verdict
         return verdict
 
@@ -335,11 +366,18 @@ class AccessControl:
         self.refresh()
         if not self.allowed(principal, "connection", self.service_type, None):
             self._refused(principal, "connect", f"the {self.service} service ({self.service_type})")
-            raise JMSSecurityException(f"access denied: user {principal.user!r} may not connect to "
-                                       f"the {self.service} service (connection.{self.service_type})")
+            raise JMSSecurityException(
+                f"access denied: user {principal.user!r} may not connect to "
+                f"the {self.service} service (connection.{self.service_type})"
+            )
 
-    def check(self, principal: Principal, operation: str, destination: Destination,
-              would_autocreate: Callable[[Destination], bool] | None = None) -> None:
+    def check(
+        self,
+        principal: Principal,
+        operation: str,
+        destination: Destination,
+        would_autocreate: Callable[[Destination], bool] | None = None,
+    ) -> None:
         """May ``principal`` ``operation`` (produce, consume, browse) ``destination``, and,
         when ``would_autocreate(destination)`` says using it now creates it, have it
         created? JMSSecurityException naming the destination and operation if not.
@@ -355,12 +393,12 @@ class AccessControl:
         autocreate = would_autocreate is not None and would_autocreate(destination)
         if autocreate and not self.allowed(principal, resource, None, CREATE):
             self._refused(principal, CREATE, str(destination))
-            raise JMSSecurityException(f"access denied: user {principal.user!r} may not create "
-                                       f"{destination} (auto-create)")
+            raise JMSSecurityException(
+                f"access denied: user {principal.user!r} may not create {destination} (auto-create)"
+            )
         if not self.allowed(principal, resource, destination.name, operation):
             self._refused(principal, operation, str(destination))
-            raise JMSSecurityException(f"access denied: user {principal.user!r} may not {operation} "
-                                       f"{destination}")
+            raise JMSSecurityException(f"access denied: user {principal.user!r} may not {operation} {destination}")
         if not autocreate:
             self._passed.add(key)
 
@@ -380,12 +418,19 @@ class AccessControl:
         if len(self._logged) >= MAX_LOGGED:
             self._logged.clear()
         self._logged.add(key)
-        log.warning("access denied: user %r may not %s %s (%s service, from %s)", principal.user, operation,
-                    what, self.service, principal.address or "this process")
+        log.warning(
+            "access denied: user %r may not %s %s (%s service, from %s)",
+            principal.user,
+            operation,
+            what,
+            self.service,
+            principal.address or "this process",
+        )
 
 
-def durable_override(control: AccessControl | None, principal: Principal, client_id: str, name: str,
-                     operation: str) -> str | None:
+def durable_override(
+    control: AccessControl | None, principal: Principal, client_id: str, name: str, operation: str
+) -> str | None:
     """Why ``principal`` may ``operation`` (consume, unsubscribe) a durable subscription
     another user owns, said for the log: an admin (group admin, or connection.ADMIN in
     ``control``'s file), or a durable rule of ``control``'s file; None: they may not."""
@@ -421,9 +466,11 @@ def open_access_controls(props: BrokerProperties) -> AccessControls:
     etc = props.instance_dir / "etc"
     controls = AccessControls()
     for service in (None, *SERVICES):
+
         def get(suffix: str, service: str | None = service) -> object:
             own = props.get(f"imq.{service}.accesscontrol.{suffix}") if service else None
             return own if own is not None else props.get(f"imq.accesscontrol.{suffix}")
+
         if not get("enabled"):
             continue
         name = str(get("file.filename") or DEFAULT_FILENAME)

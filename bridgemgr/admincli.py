@@ -73,8 +73,13 @@ def reply_json(reply: Reply) -> str:
 def _failed(exc: AdminError) -> CommandFailed:
     """The admin port could not be used: 503 unreachable, 400 login refused (as the
     service answers a failed HELLO), else 500."""
-    status = (UNAVAILABLE if isinstance(exc, ServiceUnavailable)
-              else BAD_REQUEST if isinstance(exc, AuthenticationFailed) else ERROR)
+    status = (
+        UNAVAILABLE
+        if isinstance(exc, ServiceUnavailable)
+        else BAD_REQUEST
+        if isinstance(exc, AuthenticationFailed)
+        else ERROR
+    )
     return CommandFailed(str(exc), status)
 
 
@@ -102,16 +107,24 @@ def _link_rows(links: list[dict[str, Any]], with_counters: bool) -> tuple[list[s
     titles = ["Link Name", "Link State", "Source", "Target", "Transacted"]
     spark = with_counters and any("progress" in link for link in links)  # runner=spark links
     if with_counters:
-        titles += (["Transferred", "DMQ", "Redelivered", "Rate/s", "Backlog"]
-                   + (["Spark Progress"] if spark else []) + ["Last Error"])
+        titles += (
+            ["Transferred", "DMQ", "Redelivered", "Rate/s", "Backlog"]
+            + (["Spark Progress"] if spark else [])
+            + ["Last Error"]
+        )
     rows = []
     for link in links:
         row = [link["name"], link["state"], link["source"], link["target"], str(link["transacted"]).lower()]
         if with_counters:
             c = link.get("counters", {})
             backlog = link.get("backlog")
-            row += [str(c.get("transferred", 0)), str(c.get("to_dmq", 0)), str(c.get("redelivered", 0)),
-                    f"{c.get('rate', 0.0):.1f}", "-" if backlog is None else str(backlog)]
+            row += [
+                str(c.get("transferred", 0)),
+                str(c.get("to_dmq", 0)),
+                str(c.get("redelivered", 0)),
+                f"{c.get('rate', 0.0):.1f}",
+                "-" if backlog is None else str(backlog),
+            ]
             if spark:
                 row.append(_progress(link.get("progress")))
             row.append(c.get("last_error") or "-")
@@ -123,27 +136,40 @@ def _progress(p: dict[str, Any] | None) -> str:
     """A Spark link's query progress: batches, input rows, rows/s, last batch id."""
     if not p:
         return "-"
-    return (f"{p.get('batches', 0)} batches, {p.get('input_rows', 0)} rows, "
-            f"{p.get('rows_per_second', 0)} rows/s, last batch {p.get('last_batch_id', '-')}")
+    return (
+        f"{p.get('batches', 0)} batches, {p.get('input_rows', 0)} rows, "
+        f"{p.get('rows_per_second', 0)} rows/s, last batch {p.get('last_batch_id', '-')}"
+    )
 
 
-def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None,
-                verbose: bool = False) -> str:
+def render_list(reply: Reply, argument: str, bridge: str | None, link: str | None, verbose: bool = False) -> str:
     data = reply.data or {}
     out = []
     if argument == "bridge" and bridge is None:
         bridges = data.get("bridges", [])
         if any("owner" in b for b in bridges):  # an HA cluster's bridges and their owners
-            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State", "Owner"],
-                              [[b["name"], b["type"], b["state"], b.get("owner", "-")] for b in bridges]))
+            out.append(
+                _table(
+                    ["Bridge Name", "Bridge Type", "Bridge State", "Owner"],
+                    [[b["name"], b["type"], b["state"], b.get("owner", "-")] for b in bridges],
+                )
+            )
         else:
-            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"],
-                              [[b["name"], b["type"], b["state"]] for b in bridges]))
+            out.append(
+                _table(
+                    ["Bridge Name", "Bridge Type", "Bridge State"],
+                    [[b["name"], b["type"], b["state"]] for b in bridges],
+                )
+            )
     elif argument == "bridge":
         b = data["bridge"]
         if b["type"] == "JMS":
-            out.append(_table(["Bridge Name", "Bridge Type", "Bridge State", "Links"],
-                              [[b["name"], b["type"], b["state"], str(len(data.get("links", [])))]]))
+            out.append(
+                _table(
+                    ["Bridge Name", "Bridge Type", "Bridge State", "Links"],
+                    [[b["name"], b["type"], b["state"], str(len(data.get("links", [])))]],
+                )
+            )
             out.append(_table(*_link_rows(data.get("links", []), with_counters=False)))
         else:
             out.append(_table(["Bridge Name", "Bridge Type", "Bridge State"], [[b["name"], b["type"], b["state"]]]))
@@ -151,7 +177,7 @@ def render_list(reply: Reply, argument: str, bridge: str | None, link: str | Non
         links = [x for x in data.get("links", []) if link is None or x["name"] == link]
         out.append(_table(*_link_rows(links, with_counters=verbose)))
         for x in links:  # what keeps a link from moving now (cleared once it is connected)
-            if (current := x.get("counters", {}).get("current_error")):
+            if current := x.get("counters", {}).get("current_error"):
                 out.append(f"Link {x['name']} is {x['state']}: {current}\n")
     out.append(f"The operation [list] on the {'bridge(s)' if argument == 'bridge' else 'link(s)'} was successful.")
     return "\n".join(out)
@@ -186,37 +212,75 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 def reply_options(fn: F) -> F:
     """The options every admin command shares for its reply: -f, -s, --json, -H."""
-    for option in reversed((
-        click.option("-f", "force", is_flag=True, help="Do not ask for confirmation."),
-        click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success."),
-        click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON."),
-        click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
-                     help="Show this help with examples."),
-    )):
+    for option in reversed(
+        (
+            click.option("-f", "force", is_flag=True, help="Do not ask for confirmation."),
+            click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success."),
+            click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON."),
+            click.option(
+                "-H",
+                "-Help",
+                is_flag=True,
+                expose_value=False,
+                is_eager=True,
+                callback=_show_examples,
+                help="Show this help with examples.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
 
 def _command(op: str):
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
-                   help="List bridges, links or the host broker's destinations (list dst)." if op == "list"
-                   else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax).")
-    @click.argument("argument", type=click.Choice(["bridge", "link", "dst", "txn"] if op == "list"
-                                                  else ["bridge", "link"],
-                                                  case_sensitive=False))
+    @click.command(
+        op,
+        context_settings={"help_option_names": ["-h", "-help", "--help"]},
+        help="List bridges, links or the host broker's destinations (list dst)."
+        if op == "list"
+        else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax).",
+    )
+    @click.argument(
+        "argument",
+        type=click.Choice(
+            ["bridge", "link", "dst", "txn"] if op == "list" else ["bridge", "link"], case_sensitive=False
+        ),
+    )
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
     @click.option("-ln", "link", metavar="NAME", help="Link name.")
-    @click.option("-t", "btype", type=click.Choice(["JMS", "STOMP", "q", "t"] if op == "list" else ["JMS", "STOMP"],
-                                                   case_sensitive=False),
-                  help="Bridge type (list dst: destination type, q or t).")
+    @click.option(
+        "-t",
+        "btype",
+        type=click.Choice(["JMS", "STOMP", "q", "t"] if op == "list" else ["JMS", "STOMP"], case_sensitive=False),
+        help="Bridge type (list dst: destination type, q or t).",
+    )
     @admin_options
     @reply_options
-    @click.option("-v", "verbose", is_flag=True, hidden=op != "list",
-                  help="list link: also counters, rate (msg/s over the last minute), backlog and "
-                       "last error (--json always has them).")
-    def command(argument: str, broker: str, bridge: str | None, link: str | None, btype: str | None,
-                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
-                cafile: str | None, reply_timeout: int, retries: int, as_json: bool, verbose: bool) -> None:
+    @click.option(
+        "-v",
+        "verbose",
+        is_flag=True,
+        hidden=op != "list",
+        help="list link: also counters, rate (msg/s over the last minute), backlog and "
+        "last error (--json always has them).",
+    )
+    def command(
+        argument: str,
+        broker: str,
+        bridge: str | None,
+        link: str | None,
+        btype: str | None,
+        user: str | None,
+        passfile: str | None,
+        force: bool,
+        silent: bool,
+        secure: bool,
+        cafile: str | None,
+        reply_timeout: int,
+        retries: int,
+        as_json: bool,
+        verbose: bool,
+    ) -> None:
         argument = argument.lower()
         if argument == "dst":
             if bridge is not None or link is not None:
@@ -224,23 +288,52 @@ def _command(op: str):
             dst_type = btype.lower() if btype else None
             if dst_type not in (None, "q", "t"):
                 raise click.UsageError("list dst -t takes q or t")
-            _run_dst(Command("LIST_DST", dst_type=dst_type), "list", broker, user, passfile, silent, secure,
-                     cafile, reply_timeout, retries, as_json)
+            _run_dst(
+                Command("LIST_DST", dst_type=dst_type),
+                "list",
+                broker,
+                user,
+                passfile,
+                silent,
+                secure,
+                cafile,
+                reply_timeout,
+                retries,
+                as_json,
+            )
             return
         if argument == "txn":
             if bridge is None or link is not None or btype is not None:
                 raise click.UsageError("list txn needs -bn BRIDGE (and takes no -ln or -t)")
-            _run_txn(Command("LIST_TXN", bridge=bridge), "list", broker, user, passfile, silent,
-                     secure, cafile, reply_timeout, retries, as_json)
+            _run_txn(
+                Command("LIST_TXN", bridge=bridge),
+                "list",
+                broker,
+                user,
+                passfile,
+                silent,
+                secure,
+                cafile,
+                reply_timeout,
+                retries,
+                as_json,
+            )
             return
         btype = btype.upper() if btype else None
         if btype in ("Q", "T"):
             raise click.UsageError(f"-t {btype.lower()} is a destination type: use list dst")
         bridge = _check_usage(op, argument, bridge, link, btype)
         host_port(broker)
-        if op != "list" and not force and not click.confirm(
+        if (
+            op != "list"
+            and not force
+            and not click.confirm(
                 f"Are you sure you want to perform operation [{op}] on this {argument} ?",
-                default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
+                default=False,
+                show_default=False,
+                prompt_suffix=" (y/n)[n] ",
+            )
+        ):
             click.echo(f"The operation [{op}] on the {argument} was not performed.")
             raise click.exceptions.Exit(0)
         user, password = admin_login(user, passfile)
@@ -261,17 +354,42 @@ def _command(op: str):
                 click.echo(f"The operation [{op}] on the {argument} was successful.")
         if not reply.ok:
             raise click.exceptions.Exit(1)
+
     return command
 
 
 def _dst_table(rows: list[dict[str, Any]]) -> str:
-    titles = ["Name", "Type", "Pending", "Unacked", "Bytes", "Producers waiting", "maxNumMsgs",
-              "maxTotalMsgBytes", "maxBytesPerMsg", "limitBehavior", "useDMQ", "backoutThreshold",
-              "backoutQueue", "backoutDisposition"]
-    return _table(titles, [[r["name"], r["type"], str(r["pending"]), str(r["unacked"]), str(r["bytes"]),
-                            str(r["producers_waiting"]), *(str(v).lower() if isinstance(v, bool) else str(v)
-                                                           for v in r["attributes"].values())]
-                           for r in rows])
+    titles = [
+        "Name",
+        "Type",
+        "Pending",
+        "Unacked",
+        "Bytes",
+        "Producers waiting",
+        "maxNumMsgs",
+        "maxTotalMsgBytes",
+        "maxBytesPerMsg",
+        "limitBehavior",
+        "useDMQ",
+        "backoutThreshold",
+        "backoutQueue",
+        "backoutDisposition",
+    ]
+    return _table(
+        titles,
+        [
+            [
+                r["name"],
+                r["type"],
+                str(r["pending"]),
+                str(r["unacked"]),
+                str(r["bytes"]),
+                str(r["producers_waiting"]),
+                *(str(v).lower() if isinstance(v, bool) else str(v) for v in r["attributes"].values()),
+            ]
+            for r in rows
+        ],
+    )
 
 
 def _browse_table(messages: list[dict[str, Any]]) -> str:
@@ -281,8 +399,10 @@ def _browse_table(messages: list[dict[str, Any]]) -> str:
     out = []
     for i, m in enumerate(messages, 1):
         out.append(f"Message {i}: {m['message_id']}")
-        out.append(f"  timestamp {m['timestamp']}  priority {m['priority']}  persistent "
-                   f"{str(m['persistent']).lower()}  redelivered {str(m['redelivered']).lower()}")
+        out.append(
+            f"  timestamp {m['timestamp']}  priority {m['priority']}  persistent "
+            f"{str(m['persistent']).lower()}  redelivered {str(m['redelivered']).lower()}"
+        )
         for name in ("correlation_id", "type", "reply_to", "expiration"):
             if m[name]:
                 out.append(f"  {name} {m[name]}")
@@ -292,8 +412,16 @@ def _browse_table(messages: list[dict[str, Any]]) -> str:
     return "\n".join(out) + "\n"
 
 
-def _ask(cmd: Command, broker: str, user: str | None, passfile: str | None, secure: bool,
-         cafile: str | None, reply_timeout: int, retries: int) -> Reply:
+def _ask(
+    cmd: Command,
+    broker: str,
+    user: str | None,
+    passfile: str | None,
+    secure: bool,
+    cafile: str | None,
+    reply_timeout: int,
+    retries: int,
+) -> Reply:
     """One admin command's reply (a failure to reach or log in: a ClickException)."""
     host_port(broker)
     user, password = admin_login(user, passfile)
@@ -304,8 +432,7 @@ def _ask(cmd: Command, broker: str, user: str | None, passfile: str | None, secu
         raise _failed(exc) from None
 
 
-def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool,
-            show: Callable[[Any], str | None]) -> None:
+def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool, show: Callable[[Any], str | None]) -> None:
     """Print ``reply`` the original's way (``show`` renders its data) or as JSON; exit 1
     when it failed."""
     if as_json:
@@ -330,32 +457,70 @@ def _dst_text(op: str, data: Any) -> str | None:
         return _browse_table(data["messages"])
     if op == "purge":
         return f"Purged {data['purged']} message(s)" + (
-            f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else ".")
+            f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else "."
+        )
     return None
 
 
-def _run_dst(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
-             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+def _run_dst(
+    cmd: Command,
+    op: str,
+    broker: str,
+    user: str | None,
+    passfile: str | None,
+    silent: bool,
+    secure: bool,
+    cafile: str | None,
+    reply_timeout: int,
+    retries: int,
+    as_json: bool,
+) -> None:
     """Send a destination command and print its reply (exit 1 when it failed)."""
     reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
     _answer(reply, op, "destination", silent, as_json, lambda data: _dst_text(op, data))
 
 
 def _dst_command(op: str):
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
-                   help=f"{op.capitalize()} a physical destination of the host broker (imqcmd syntax).")
+    @click.command(
+        op,
+        context_settings={"help_option_names": ["-h", "-help", "--help"]},
+        help=f"{op.capitalize()} a physical destination of the host broker (imqcmd syntax).",
+    )
     @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
-    @click.option("-t", "dst_type", type=click.Choice(["q", "t"], case_sensitive=False), required=True,
-                  help="Destination type: q (queue) or t (topic).")
+    @click.option(
+        "-t",
+        "dst_type",
+        type=click.Choice(["q", "t"], case_sensitive=False),
+        required=True,
+        help="Destination type: q (queue) or t (topic).",
+    )
     @click.option("-n", "name", metavar="NAME", required=True, help="Destination name.")
-    @click.option("-o", "attributes", metavar="ATTR=VALUE", multiple=True,
-                  help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ, "
-                       "backoutThreshold, backoutQueue, backoutDisposition.")
+    @click.option(
+        "-o",
+        "attributes",
+        metavar="ATTR=VALUE",
+        multiple=True,
+        help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ, "
+        "backoutThreshold, backoutQueue, backoutDisposition.",
+    )
     @admin_options
     @reply_options
-    def command(argument: str, dst_type: str, name: str, attributes: tuple[str, ...], broker: str,
-                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
-                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+    def command(
+        argument: str,
+        dst_type: str,
+        name: str,
+        attributes: tuple[str, ...],
+        broker: str,
+        user: str | None,
+        passfile: str | None,
+        force: bool,
+        silent: bool,
+        secure: bool,
+        cafile: str | None,
+        reply_timeout: int,
+        retries: int,
+        as_json: bool,
+    ) -> None:
         values: dict[str, str] = {}
         for item in attributes:
             key, eq, value = item.partition("=")
@@ -366,40 +531,84 @@ def _dst_command(op: str):
             raise click.UsageError("query dst takes no -o")
         if op == "update" and not values:
             raise click.UsageError("update dst needs at least one -o ATTR=VALUE")
-        if op == "update" and not force and not click.confirm(
+        if (
+            op == "update"
+            and not force
+            and not click.confirm(
                 "Are you sure you want to perform operation [update] on this destination ?",
-                default=False, show_default=False, prompt_suffix=" (y/n)[n] "):
+                default=False,
+                show_default=False,
+                prompt_suffix=" (y/n)[n] ",
+            )
+        ):
             click.echo("The operation [update] on the destination was not performed.")
             raise click.exceptions.Exit(0)
         cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, attributes=values)
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
+
     return command
 
 
 def _purge_browse_command(op: str):
     purge = op == "purge"
 
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
-                   help="Remove every waiting message of a destination (paged-out ones too)." if purge
-                   else "Show the first messages waiting on a queue: headers, properties and a preview.")
+    @click.command(
+        op,
+        context_settings={"help_option_names": ["-h", "-help", "--help"]},
+        help="Remove every waiting message of a destination (paged-out ones too)."
+        if purge
+        else "Show the first messages waiting on a queue: headers, properties and a preview.",
+    )
     @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
-    @click.option("-t", "dst_type", type=click.Choice(["q", "t"] if purge else ["q"], case_sensitive=False),
-                  required=True, help="Destination type: q (queue)" + (" or t (topic)." if purge else "."))
+    @click.option(
+        "-t",
+        "dst_type",
+        type=click.Choice(["q", "t"] if purge else ["q"], case_sensitive=False),
+        required=True,
+        help="Destination type: q (queue)" + (" or t (topic)." if purge else "."),
+    )
     @click.option("-n", "name", metavar="NAME", required=True, help="Destination name.")
-    @click.option("-c", "count", type=click.IntRange(1, MAX_BROWSE), default=10, show_default=True,
-                  hidden=purge, help="How many messages to show.")
+    @click.option(
+        "-c",
+        "count",
+        type=click.IntRange(1, MAX_BROWSE),
+        default=10,
+        show_default=True,
+        hidden=purge,
+        help="How many messages to show.",
+    )
     @admin_options
     @reply_options
-    def command(argument: str, dst_type: str, name: str, count: int, broker: str,
-                user: str | None, passfile: str | None, force: bool, silent: bool, secure: bool,
-                cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
-        if purge and not force and not click.confirm(
+    def command(
+        argument: str,
+        dst_type: str,
+        name: str,
+        count: int,
+        broker: str,
+        user: str | None,
+        passfile: str | None,
+        force: bool,
+        silent: bool,
+        secure: bool,
+        cafile: str | None,
+        reply_timeout: int,
+        retries: int,
+        as_json: bool,
+    ) -> None:
+        if (
+            purge
+            and not force
+            and not click.confirm(
                 "Are you sure you want to perform operation [purge] on this destination ?",
-                default=False, show_default=False, prompt_suffix=" (y/n)[n] ", err=as_json):
+                default=False,
+                show_default=False,
+                prompt_suffix=" (y/n)[n] ",
+                err=as_json,
+            )
+        ):
             click.echo("The operation [purge] on the destination was not performed.", err=as_json)
             raise click.exceptions.Exit(0)
-        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name,
-                      count=None if purge else count)
+        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, count=None if purge else count)
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
 
     return command
@@ -407,42 +616,91 @@ def _purge_browse_command(op: str):
 
 def _txn_table(data: dict[str, Any]) -> str:
     """In-doubt transactions: id, what the log says, and each branch's RM and Xid."""
-    rows = [[t["id"], t["logged"] + (" (in flight)" if t["in_flight"] else ""),
-             ", ".join(b["rm"] for b in t["branches"]), " ".join(b["xid"] for b in t["branches"])]
-            for t in data["transactions"]]
+    rows = [
+        [
+            t["id"],
+            t["logged"] + (" (in flight)" if t["in_flight"] else ""),
+            ", ".join(b["rm"] for b in t["branches"]),
+            " ".join(b["xid"] for b in t["branches"]),
+        ]
+        for t in data["transactions"]
+    ]
     out = _table(["Transaction ID", "Log Says", "Prepared At", "Branch Xids"], rows)
     for rm, why in data.get("unreachable", {}).items():
         out += f"Resource manager {rm} could not be asked: {why}\n"
     return out
 
 
-def _run_txn(cmd: Command, op: str, broker: str, user: str | None, passfile: str | None, silent: bool,
-             secure: bool, cafile: str | None, reply_timeout: int, retries: int, as_json: bool) -> None:
+def _run_txn(
+    cmd: Command,
+    op: str,
+    broker: str,
+    user: str | None,
+    passfile: str | None,
+    silent: bool,
+    secure: bool,
+    cafile: str | None,
+    reply_timeout: int,
+    retries: int,
+    as_json: bool,
+) -> None:
     """Send a txn command and print its reply (exit 1 when it failed)."""
     reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
     _answer(reply, op, "transaction", silent, as_json, lambda data: _txn_table(data) if op == "list" else None)
 
 
 def _txn_command(op: str):
-    @click.command(op, context_settings={"help_option_names": ["-h", "-help", "--help"]},
-                   help=f"{op.capitalize()} an in-doubt XA transaction of a JMS bridge by hand "
-                        "(a heuristic outcome; see list txn).")
+    @click.command(
+        op,
+        context_settings={"help_option_names": ["-h", "-help", "--help"]},
+        help=f"{op.capitalize()} an in-doubt XA transaction of a JMS bridge by hand "
+        "(a heuristic outcome; see list txn).",
+    )
     @click.argument("argument", type=click.Choice(["txn"], case_sensitive=False))
-    @click.option("-n", "txn", metavar="ID", required=True,
-                  help="Transaction ID as list txn shows it (or one branch's Xid).")
+    @click.option(
+        "-n", "txn", metavar="ID", required=True, help="Transaction ID as list txn shows it (or one branch's Xid)."
+    )
     @click.option("-bn", "bridge", metavar="NAME", required=True, help="Bridge name.")
     @admin_options
     @reply_options
-    def command(argument: str, txn: str, bridge: str, broker: str, user: str | None, passfile: str | None,
-                force: bool, silent: bool, secure: bool, cafile: str | None, reply_timeout: int,
-                retries: int, as_json: bool) -> None:
+    def command(
+        argument: str,
+        txn: str,
+        bridge: str,
+        broker: str,
+        user: str | None,
+        passfile: str | None,
+        force: bool,
+        silent: bool,
+        secure: bool,
+        cafile: str | None,
+        reply_timeout: int,
+        retries: int,
+        as_json: bool,
+    ) -> None:
         if not force and not click.confirm(
-                f"Are you sure you want to perform operation [{op}] on this transaction ?",
-                default=False, show_default=False, prompt_suffix=" (y/n)[n] ", err=as_json):
+            f"Are you sure you want to perform operation [{op}] on this transaction ?",
+            default=False,
+            show_default=False,
+            prompt_suffix=" (y/n)[n] ",
+            err=as_json,
+        ):
             click.echo(f"The operation [{op}] on the transaction was not performed.", err=as_json)
             raise click.exceptions.Exit(0)
-        _run_txn(Command(f"{op.upper()}_TXN", bridge=bridge, txn=txn), op, broker, user, passfile,
-                 silent, secure, cafile, reply_timeout, retries, as_json)
+        _run_txn(
+            Command(f"{op.upper()}_TXN", bridge=bridge, txn=txn),
+            op,
+            broker,
+            user,
+            passfile,
+            silent,
+            secure,
+            cafile,
+            reply_timeout,
+            retries,
+            as_json,
+        )
+
     return command
 
 

@@ -45,8 +45,10 @@ class CheckReport:
     def to_json(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
-            "problems": [{"source": p.source, "line": p.line, "severity": p.severity,
-                          "message": p.message} for p in self.problems],
+            "problems": [
+                {"source": p.source, "line": p.line, "severity": p.severity, "message": p.message}
+                for p in self.problems
+            ],
             "summary": list(self.summary),
         }
 
@@ -66,19 +68,25 @@ def _destination(config: BridgeConfig, ref: str) -> str:
 
 def summarize(config: BridgeConfig, state: str) -> list[str]:
     """One line for the bridge, one per link: what an operator checks before a restart."""
-    counts = ", ".join([
-        _count(len(config.links), "link", "links"),
-        _count(len(config.dmqs), "DMQ", "DMQs"),
-        _count(len(config.connection_factories), "connection factory", "connection factories"),
-        _count(len(config.destinations), "destination", "destinations")])
+    counts = ", ".join(
+        [
+            _count(len(config.links), "link", "links"),
+            _count(len(config.dmqs), "DMQ", "DMQs"),
+            _count(len(config.connection_factories), "connection factory", "connection factories"),
+            _count(len(config.destinations), "destination", "destinations"),
+        ]
+    )
     lines = [f"bridge {config.name} ({state}): {config.source}: {counts}"]
     for link in config.links:
-        flags = ", ".join(["enabled" if link.enabled else "disabled",
-                           "transacted" if link.transacted else "not transacted"])
+        flags = ", ".join(
+            ["enabled" if link.enabled else "disabled", "transacted" if link.transacted else "not transacted"]
+        )
         src, tgt = link.source, link.target
-        line = (f"  link {link.name} ({flags}): {src.connection_factory_ref} "
-                f"{_destination(config, src.destination_ref)} -> "
-                f"{tgt.connection_factory_ref} {_destination(config, tgt.destination_ref)}")
+        line = (
+            f"  link {link.name} ({flags}): {src.connection_factory_ref} "
+            f"{_destination(config, src.destination_ref)} -> "
+            f"{tgt.connection_factory_ref} {_destination(config, tgt.destination_ref)}"
+        )
         if src.selector:
             line += f", selector {src.selector!r}"
         if tgt.message_transformer_class:
@@ -114,15 +122,29 @@ def check_transformers(config: BridgeConfig, props: BrokerProperties | None = No
         try:
             inspected = inspect_configured_transformer(use.class_path, use.owner, folders)
             if inspected.imported:
-                problems.append(Problem(config.source, use.line, (
-                    f"{use.owner}: transformer {use.class_path} was imported to check it, so its "
-                    f"module's import-time code ran here: {inspected.imported}"), "warning"))
+                problems.append(
+                    Problem(
+                        config.source,
+                        use.line,
+                        (
+                            f"{use.owner}: transformer {use.class_path} was imported to check it, so its "
+                            f"module's import-time code ran here: {inspected.imported}"
+                        ),
+                        "warning",
+                    )
+                )
         except JMSException as exc:
             if use.enabled:
                 problems.append(Problem(config.source, use.line, str(exc)))
             else:
-                problems.append(Problem(config.source, use.line, f"{exc} (a start does not "
-                                        f"load it while {use.owner} is disabled)", "warning"))
+                problems.append(
+                    Problem(
+                        config.source,
+                        use.line,
+                        f"{exc} (a start does not load it while {use.owner} is disabled)",
+                        "warning",
+                    )
+                )
     return problems
 
 
@@ -144,15 +166,26 @@ def _cluster_check(props: BrokerProperties) -> list[Problem]:
     try:
         return [Problem(source, line, text) for text in cluster_problems(props, bridge_configuration(props))]
     except StoreError as exc:
-        return [Problem(source, line, f"the HA store cannot be reached to compare this broker "
-                                      f"with the cluster's live members: {exc}", "warning")]
+        return [
+            Problem(
+                source,
+                line,
+                f"the HA store cannot be reached to compare this broker with the cluster's live members: {exc}",
+                "warning",
+            )
+        ]
 
 
-def run_check(props_files: Sequence[str | os.PathLike[str]] = (), overrides: Iterable[str] = (),
-              xml_files: Sequence[str] = (), *, resolve: bool = False,
-              host_factory: HostFactory | None = None,
-              environ: Mapping[str, str] | None = None,
-              timeout: float = DEFAULT_TIMEOUT) -> CheckReport:
+def run_check(
+    props_files: Sequence[str | os.PathLike[str]] = (),
+    overrides: Iterable[str] = (),
+    xml_files: Sequence[str] = (),
+    *,
+    resolve: bool = False,
+    host_factory: HostFactory | None = None,
+    environ: Mapping[str, str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+) -> CheckReport:
     """Check everything given; ``resolve`` also looks up the factories of transacted links."""
     # The Java provider registers the loader of Java transformers (as serve imports it).
     from .providers.java import configure_from_properties

@@ -41,6 +41,7 @@ EXAMPLES = """Examples:
   imqbridgemgr COMMAND -H    (a command's help with its examples)
 """
 
+
 def _log_level(ctx: click.Context, param: click.Parameter, value: str | None) -> int | None:
     """-loglevel NAME as a logging level (LOG_LEVELS' names, either case)."""
     if value is None:
@@ -53,15 +54,20 @@ def _log_level(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise click.BadParameter(f"{value!r}; write one of {', '.join(LOG_LEVELS)}") from None
 
 
-
 class Imqbridgemgr(click.Group):
     """The top-level group: its name whatever started it, -javahome anywhere on the line,
     and failures as JSON under --json."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(
+        self,
+        args: Any = None,
+        prog_name: str | None = None,
+        complete_var: str | None = None,
+        standalone_mode: bool = True,
+        **extra: Any,
+    ) -> Any:
         args = list(sys.argv[1:] if args is None else args)
-        options = args[:args.index("--")] if "--" in args else args
+        options = args[: args.index("--")] if "--" in args else args
         if "--json" not in options or not standalone_mode:
             return super().main(args, prog_name or PROG, complete_var, standalone_mode, **extra)
         from .admin.clierror import error_object
@@ -81,7 +87,7 @@ class Imqbridgemgr(click.Group):
         end = args.index("--") if "--" in args else len(args)
         if "-javahome" in args[1:end]:
             i = args.index("-javahome", 1)
-            args = args[i:i + 2] + args[:i] + args[i + 2:]
+            args = args[i : i + 2] + args[:i] + args[i + 2 :]
         return super().parse_args(ctx, args)
 
 
@@ -102,17 +108,32 @@ def _java_home(ctx: click.Context, _param: click.Parameter, value: str | None) -
     if not home.is_dir():
         raise click.BadParameter(f"{value}: no such directory", param_hint="-javahome")
     if not any(home.rglob("libjvm.*")) and not any(home.rglob("jvm.dll")):
-        raise click.BadParameter(f"{value} holds no JVM (no libjvm under it); give a JDK or JRE directory",
-                                 param_hint="-javahome")
+        raise click.BadParameter(
+            f"{value} holds no JVM (no libjvm under it); give a JDK or JRE directory", param_hint="-javahome"
+        )
     os.environ["JAVA_HOME"] = str(home)
 
 
 @click.group(PROG, cls=Imqbridgemgr, context_settings={"help_option_names": ["-h", "--help", "-help"]})
 @click.version_option(__version__, "-v", "--version", "-version", prog_name=PROG)
-@click.option("-H", "-Help", is_flag=True, expose_value=False, is_eager=True, callback=_show_examples,
-              help="Show this help with examples.")
-@click.option("-javahome", "--javahome", metavar="DIR", expose_value=False, is_eager=True, callback=_java_home,
-              help="The Java home (JDK or JRE) whose JVM the Java provider starts (sets JAVA_HOME).")
+@click.option(
+    "-H",
+    "-Help",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=_show_examples,
+    help="Show this help with examples.",
+)
+@click.option(
+    "-javahome",
+    "--javahome",
+    metavar="DIR",
+    expose_value=False,
+    is_eager=True,
+    callback=_java_home,
+    help="The Java home (JDK or JRE) whose JVM the Java provider starts (sets JAVA_HOME).",
+)
 def main() -> None:
     """imqbridgemgr: run and operate the Bridge Service Manager.
 
@@ -122,17 +143,28 @@ def main() -> None:
 
 
 @main.command("check")
-@click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
-              help="Broker properties file (repeatable; later files win).")
-@click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="A broker property, overriding the files (repeatable).")
-@click.option("-resolve", "--resolve", is_flag=True,
-              help="Also look up the connection factories of transacted links (JNDI) and "
-                   "check that they are XA-capable.")
+@click.option(
+    "-props",
+    "--props",
+    "props_files",
+    multiple=True,
+    metavar="FILE",
+    help="Broker properties file (repeatable; later files win).",
+)
+@click.option(
+    "-D", "overrides", multiple=True, metavar="KEY=VALUE", help="A broker property, overriding the files (repeatable)."
+)
+@click.option(
+    "-resolve",
+    "--resolve",
+    is_flag=True,
+    help="Also look up the connection factories of transacted links (JNDI) and check that they are XA-capable.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.argument("xml_files", nargs=-1, metavar="[XMLFILE]...")
-def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: bool,
-          as_json: bool, xml_files: tuple[str, ...]) -> None:
+def check(
+    props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: bool, as_json: bool, xml_files: tuple[str, ...]
+) -> None:
     """Validate broker properties and bridge XML files without starting anything.
 
     Every message transformer is found as serve finds it and checked from its module's
@@ -150,8 +182,10 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
         result = report.to_json()
         if not report.ok:  # the error object every failing command prints under --json
             errors = [p for p in report.problems if p.severity == "error"] or report.problems
-            result["error"] = {"message": str(errors[0]) if len(errors) == 1 else
-                               f"{len(errors)} problems, the first: {errors[0]}", "code": 400}
+            result["error"] = {
+                "message": str(errors[0]) if len(errors) == 1 else f"{len(errors)} problems, the first: {errors[0]}",
+                "code": 400,
+            }
         click.echo(json.dumps(result, indent=2))
     else:
         for problem in report.problems:
@@ -164,20 +198,45 @@ def check(props_files: tuple[str, ...], overrides: tuple[str, ...], resolve: boo
 
 
 @main.command("serve")
-@click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
-              help="Broker properties file (repeatable; later files win).")
-@click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
-              help="A broker property, overriding the files (repeatable).")
-@click.option("-passfile", "--passfile", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Properties file holding imq.bridge.admin.password.")
-@click.option("--demo/--no-demo", default=None,
-              help="Serve the demo: the STOMP bridge on 7672 and a JMS bridge moving demo.in "
-                   "to demo.out (default: on when no properties file is given).")
-@click.option("-loglevel", "--loglevel", metavar="LEVEL", callback=_log_level,
-              help="Level of the service log and the console: ERROR, WARNING, INFO or DEBUG "
-                   "(Java names too); overrides imq.log.level.")
-def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: str | None,
-          demo: bool | None, loglevel: int | None) -> None:
+@click.option(
+    "-props",
+    "--props",
+    "props_files",
+    multiple=True,
+    metavar="FILE",
+    help="Broker properties file (repeatable; later files win).",
+)
+@click.option(
+    "-D", "overrides", multiple=True, metavar="KEY=VALUE", help="A broker property, overriding the files (repeatable)."
+)
+@click.option(
+    "-passfile",
+    "--passfile",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Properties file holding imq.bridge.admin.password.",
+)
+@click.option(
+    "--demo/--no-demo",
+    default=None,
+    help="Serve the demo: the STOMP bridge on 7672 and a JMS bridge moving demo.in "
+    "to demo.out (default: on when no properties file is given).",
+)
+@click.option(
+    "-loglevel",
+    "--loglevel",
+    metavar="LEVEL",
+    callback=_log_level,
+    help="Level of the service log and the console: ERROR, WARNING, INFO or DEBUG "
+    "(Java names too); overrides imq.log.level.",
+)
+def serve(
+    props_files: tuple[str, ...],
+    overrides: tuple[str, ...],
+    passfile: str | None,
+    demo: bool | None,
+    loglevel: int | None,
+) -> None:
     """Run the Bridge Service Manager with its embedded host broker until SIGTERM/SIGINT.
 
     SIGHUP reads the properties and the XML files of stopped JMS bridges again. The service
@@ -202,6 +261,7 @@ def serve(props_files: tuple[str, ...], overrides: tuple[str, ...], passfile: st
         props = load_properties(files, overrides, environ=os.environ)
         if demo:  # the demo's bridges first; the command line's -D still win
             from .demo import demo_overrides
+
             overrides = tuple(demo_overrides(props.instance_dir)) + overrides
             props = load_properties(files, overrides, environ=os.environ)
     except ConfigError as exc:
@@ -249,30 +309,37 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
         except (ServiceError, StoreError, OSError) as exc:
             raise click.ClickException(f"the service cannot start: {exc}") from None
         assert manager.host_broker is not None
-        click.echo(f"imqbridgemgr {__version__}: host broker {manager.host_broker.instance_name} "
-                   f"running, store {manager.host_broker.store_location()}")
+        click.echo(
+            f"imqbridgemgr {__version__}: host broker {manager.host_broker.instance_name} "
+            f"running, store {manager.host_broker.store_location()}"
+        )
         portmapper = f"{manager.portmapper.host}:{manager.portmapper.port}"
         click.echo(f"port mapper: {portmapper}")
         if manager.metrics is not None:
-            click.echo(f"metrics: {'https' if manager.metrics.secure else 'http'}://"
-                       f"{manager.metrics.host}:{manager.metrics.port}/metrics")
+            click.echo(
+                f"metrics: {'https' if manager.metrics.secure else 'http'}://"
+                f"{manager.metrics.host}:{manager.metrics.port}/metrics"
+            )
     if demo:  # the demo needs its bridges
         manager.wait_for_starts(60)
     for bridge in manager.bridges.values():
         show(bridge, starting=manager.start_under_way(bridge))
     if demo:
         from .demo import how_to_reach, run_demo
+
         if "demo" in manager.bridges and manager.host_broker is not None:
             run_demo(manager.host_broker, echo=click.echo)
         stomp = manager.bridges.get("stomp")
-        for line in how_to_reach(manager.instance_dir, portmapper,
-                                 getattr(getattr(stomp, "bridge", None), "tcp_port", None)):
+        for line in how_to_reach(
+            manager.instance_dir, portmapper, getattr(getattr(stomp, "bridge", None), "tcp_port", None)
+        ):
             click.echo(line)
     click.echo("Running; stop with Ctrl-C or SIGTERM.")
     manager.run()  # a signal during start or the demo is seen here, then it stops
     if manager.taken_over_by is not None:  # HA: its store and bridges are another's now
-        raise click.ClickException(f"taken over by broker {manager.taken_over_by} of the HA "
-                                   "cluster; start it again to rejoin")
+        raise click.ClickException(
+            f"taken over by broker {manager.taken_over_by} of the HA cluster; start it again to rejoin"
+        )
     click.echo("Stopped cleanly.")
 
 
@@ -314,10 +381,21 @@ def _password_from(passfile: str | None) -> str:
 
 
 _USER_OPTIONS = [
-    click.option("-props", "--props", "props_files", multiple=True, metavar="FILE",
-                 help="Broker properties file naming the instance (repeatable; later files win)."),
-    click.option("-D", "overrides", multiple=True, metavar="KEY=VALUE",
-                 help="A broker property, overriding the files (repeatable)."),
+    click.option(
+        "-props",
+        "--props",
+        "props_files",
+        multiple=True,
+        metavar="FILE",
+        help="Broker properties file naming the instance (repeatable; later files win).",
+    ),
+    click.option(
+        "-D",
+        "overrides",
+        multiple=True,
+        metavar="KEY=VALUE",
+        help="A broker property, overriding the files (repeatable).",
+    ),
     click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
 ]
 
@@ -337,13 +415,26 @@ def user() -> None:
 @user.command("add")
 @_user_options
 @click.option("-u", "name", required=True, metavar="NAME", help="The user name.")
-@click.option("-passfile", "--passfile", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Properties file holding imq.imqusermgr.password (else you are asked).")
-@click.option("-g", "group", type=click.Choice(["admin", "user"]), default="user", show_default=True,
-              help="The user's group.")
+@click.option(
+    "-passfile",
+    "--passfile",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Properties file holding imq.imqusermgr.password (else you are asked).",
+)
+@click.option(
+    "-g", "group", type=click.Choice(["admin", "user"]), default="user", show_default=True, help="The user's group."
+)
 @click.option("-replace", "--replace", is_flag=True, help="Change an existing user's password and group.")
-def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool, name: str,
-             passfile: str | None, group: str, replace: bool) -> None:
+def user_add(
+    props_files: tuple[str, ...],
+    overrides: tuple[str, ...],
+    as_json: bool,
+    name: str,
+    passfile: str | None,
+    group: str,
+    replace: bool,
+) -> None:
     """Add a user (the password is stored only as a salted scrypt hash)."""
     from .users import UserRepositoryError
 
@@ -352,8 +443,11 @@ def user_add(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: 
         repo.add(name, _password_from(passfile), group, replace=replace)
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps({"user": name, "group": group, "file": str(repo.path)}, indent=2) if as_json
-               else f"User {name} ({group}) saved in {repo.path}.")
+    click.echo(
+        json.dumps({"user": name, "group": group, "file": str(repo.path)}, indent=2)
+        if as_json
+        else f"User {name} ({group}) saved in {repo.path}."
+    )
 
 
 @user.command("delete")
@@ -368,8 +462,11 @@ def user_delete(props_files: tuple[str, ...], overrides: tuple[str, ...], as_jso
         repo.delete(name)
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps({"user": name, "deleted": True, "file": str(repo.path)}, indent=2) if as_json
-               else f"User {name} deleted from {repo.path}.")
+    click.echo(
+        json.dumps({"user": name, "deleted": True, "file": str(repo.path)}, indent=2)
+        if as_json
+        else f"User {name} deleted from {repo.path}."
+    )
 
 
 @user.command("list")
@@ -384,8 +481,9 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json:
     except UserRepositoryError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"file": str(repo.path), "users": [{"name": u.name, "group": u.group} for u in users]},
-                              indent=2))
+        click.echo(
+            json.dumps({"file": str(repo.path), "users": [{"name": u.name, "group": u.group} for u in users]}, indent=2)
+        )
         return
     width = max([len("User Name")] + [len(u.name) for u in users])
     click.echo(f"{'User Name'.ljust(width)}  Group")
@@ -396,25 +494,74 @@ def user_list(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json:
 
 @main.command("keytool")
 @_user_options
-@click.option("-service", "--service", type=click.Choice(["stomp", "jms", "admin", "metrics"]), default="stomp",
-              show_default=True, help="The TLS port the key is for (names the files and the properties).")
-@click.option("-cn", "--cn", "common_name", metavar="NAME",
-              help="The certificate's host name (default: the service's hostname property, else this host).")
-@click.option("-san", "--san", "alt_names", multiple=True, metavar="NAME",
-              help="Another host name or IP address clients use (repeatable; localhost, 127.0.0.1 and "
-                   "::1 are always in).")
-@click.option("-validity", "--validity", type=click.IntRange(min=1), default=365, show_default=True,
-              metavar="DAYS", help="Days the certificate is valid.")
-@click.option("-keyalg", "--keyalg", type=click.Choice(["EC", "RSA"], case_sensitive=False), default="EC",
-              show_default=True, help="EC (P-256) or RSA (3072 bits).")
-@click.option("-certfile", "--certfile", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Where the certificate goes (default: <instance>/etc/<service>-cert.pem).")
-@click.option("-keyfile", "--keyfile", type=click.Path(dir_okay=False), metavar="FILE",
-              help="Where the private key goes, mode 0600 (default: <instance>/etc/<service>-key.pem).")
+@click.option(
+    "-service",
+    "--service",
+    type=click.Choice(["stomp", "jms", "admin", "metrics"]),
+    default="stomp",
+    show_default=True,
+    help="The TLS port the key is for (names the files and the properties).",
+)
+@click.option(
+    "-cn",
+    "--cn",
+    "common_name",
+    metavar="NAME",
+    help="The certificate's host name (default: the service's hostname property, else this host).",
+)
+@click.option(
+    "-san",
+    "--san",
+    "alt_names",
+    multiple=True,
+    metavar="NAME",
+    help="Another host name or IP address clients use (repeatable; localhost, 127.0.0.1 and ::1 are always in).",
+)
+@click.option(
+    "-validity",
+    "--validity",
+    type=click.IntRange(min=1),
+    default=365,
+    show_default=True,
+    metavar="DAYS",
+    help="Days the certificate is valid.",
+)
+@click.option(
+    "-keyalg",
+    "--keyalg",
+    type=click.Choice(["EC", "RSA"], case_sensitive=False),
+    default="EC",
+    show_default=True,
+    help="EC (P-256) or RSA (3072 bits).",
+)
+@click.option(
+    "-certfile",
+    "--certfile",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Where the certificate goes (default: <instance>/etc/<service>-cert.pem).",
+)
+@click.option(
+    "-keyfile",
+    "--keyfile",
+    type=click.Path(dir_okay=False),
+    metavar="FILE",
+    help="Where the private key goes, mode 0600 (default: <instance>/etc/<service>-key.pem).",
+)
 @click.option("-f", "replace", is_flag=True, help="Replace files that exist.")
-def keytool(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: bool, service: str,
-            common_name: str | None, alt_names: tuple[str, ...], validity: int, keyalg: str,
-            certfile: str | None, keyfile: str | None, replace: bool) -> None:
+def keytool(
+    props_files: tuple[str, ...],
+    overrides: tuple[str, ...],
+    as_json: bool,
+    service: str,
+    common_name: str | None,
+    alt_names: tuple[str, ...],
+    validity: int,
+    keyalg: str,
+    certfile: str | None,
+    keyfile: str | None,
+    replace: bool,
+) -> None:
     """Create a private key and a self-signed certificate for an instance's TLS port (the
     chapter's imqkeytool step) and print the properties that use them."""
     from .keytool import KeyRequest, KeytoolError, default_common_name, make_key_pair
@@ -424,22 +571,40 @@ def keytool(props_files: tuple[str, ...], overrides: tuple[str, ...], as_json: b
         props = load_properties(props_files, overrides, environ=os.environ)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
-    request = KeyRequest(service, common_name or default_common_name(props, service), alt_names, validity,
-                         keyalg.upper(), Path(certfile) if certfile else None,
-                         Path(keyfile) if keyfile else None, replace)
+    request = KeyRequest(
+        service,
+        common_name or default_common_name(props, service),
+        alt_names,
+        validity,
+        keyalg.upper(),
+        Path(certfile) if certfile else None,
+        Path(keyfile) if keyfile else None,
+        replace,
+    )
     try:
         made = make_key_pair(props, request)
     except KeytoolError as exc:
         raise click.ClickException(str(exc)) from None
     if as_json:
-        click.echo(json.dumps({"certfile": str(made.certfile), "keyfile": str(made.keyfile),
-                               "fingerprint": made.fingerprint, "notAfter": made.not_after.isoformat(),
-                               "properties": made.properties}, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "certfile": str(made.certfile),
+                    "keyfile": str(made.keyfile),
+                    "fingerprint": made.fingerprint,
+                    "notAfter": made.not_after.isoformat(),
+                    "properties": made.properties,
+                },
+                indent=2,
+            )
+        )
         return
-    click.echo(f"Private key {made.keyfile} (mode 0600) and certificate {made.certfile} for "
-               f"{request.common_name}, valid until {made.not_after:%Y-%m-%d}.\n"
-               f"SHA-256 fingerprint: {made.fingerprint}\n"
-               "Clients trust the certificate file. Set these broker properties:")
+    click.echo(
+        f"Private key {made.keyfile} (mode 0600) and certificate {made.certfile} for "
+        f"{request.common_name}, valid until {made.not_after:%Y-%m-%d}.\n"
+        f"SHA-256 fingerprint: {made.fingerprint}\n"
+        "Clients trust the certificate file. Set these broker properties:"
+    )
     for key, value in made.properties.items():
         click.echo(f"{key}={value}")
 

@@ -51,8 +51,7 @@ def demo_files(instance_dir: Path) -> tuple[Path, Path]:
     write_private(xml, DEMO_XML)
     passfile = etc / "demo-admin.properties"
     if not passfile.exists():
-        write_private(passfile, javaproperties.dumps({PASSWORD_KEY: secrets.token_urlsafe(12)},
-                                                     timestamp=False))
+        write_private(passfile, javaproperties.dumps({PASSWORD_KEY: secrets.token_urlsafe(12)}, timestamp=False))
     return xml, passfile
 
 
@@ -60,11 +59,16 @@ def demo_overrides(instance_dir: Path) -> list[str]:
     """-D style properties of the demo service."""
     xml, passfile = demo_files(instance_dir)
     password = javaproperties.loads(passfile.read_text())[PASSWORD_KEY]
-    return ["imq.bridge.enabled=true", "imq.bridge.activelist=stomp,demo",
-            "imq.bridge.admin.user=admin", f"imq.bridge.admin.password={password}",
-            "imq.bridge.stomp.tcp.port=7672",
-            "imq.bridge.demo.type=jms", f"imq.bridge.demo.xmlurl={xml}",
-            "imq.bridge.demo.autostart=true"]
+    return [
+        "imq.bridge.enabled=true",
+        "imq.bridge.activelist=stomp,demo",
+        "imq.bridge.admin.user=admin",
+        f"imq.bridge.admin.password={password}",
+        "imq.bridge.stomp.tcp.port=7672",
+        "imq.bridge.demo.type=jms",
+        f"imq.bridge.demo.xmlurl={xml}",
+        "imq.bridge.demo.autostart=true",
+    ]
 
 
 INVOKED_AS = "IMQBRIDGEMGR_INVOKED_AS"  # set by a clone's ./imqbridgemgr script to its $0
@@ -90,8 +94,10 @@ def how_to_reach(instance_dir: Path, portmapper: str, stomp_port: int | None) ->
     passfile = instance_dir / "etc" / "demo-admin.properties"
     lines = []
     if stomp_port:
-        lines.append(f"STOMP bridge: 127.0.0.1:{stomp_port} (login admin; the password is {PASSWORD_KEY} "
-                     f"in {passfile}); send to /queue/demo.in, read /queue/demo.out")
+        lines.append(
+            f"STOMP bridge: 127.0.0.1:{stomp_port} (login admin; the password is {PASSWORD_KEY} "
+            f"in {passfile}); send to /queue/demo.in, read /queue/demo.out"
+        )
     lines.append(f"Operate it:  {invoked_as()} list bridge -b {portmapper} -u admin -passfile {passfile}")
     return lines
 
@@ -112,8 +118,10 @@ def run_demo(host: HostBroker, count: int = 1000, echo=print) -> dict[str, int]:
             received, last = received + 1, msg
         elapsed = time.perf_counter() - start
         sample = f" (last: {last.text!r})" if isinstance(last, TextMessage) else ""
-        echo(f"demo: sent {count} persistent orders to demo.in; the JMS bridge 'demo' moved "
-             f"{received} to demo.out{sample} in {elapsed:.2f} s")
+        echo(
+            f"demo: sent {count} persistent orders to demo.in; the JMS bridge 'demo' moved "
+            f"{received} to demo.out{sample} in {elapsed:.2f} s"
+        )
         return {"sent": count, "received": received}
     finally:
         conn.close()

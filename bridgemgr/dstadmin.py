@@ -70,8 +70,9 @@ def _what(cmd: Command) -> str:
     return f"{'topic' if cmd.dst_type == 't' else 'queue'} {cmd.destination}"
 
 
-def destination_command(broker: HostBroker, principal: Principal, cmd: Command,
-                        defaults: DestinationAttributes) -> Reply:
+def destination_command(
+    broker: HostBroker, principal: Principal, cmd: Command, defaults: DestinationAttributes
+) -> Reply:
     """Carry out one destination command; ``defaults``: what create starts from (the
     imq.autocreate.destination.* attributes)."""
     if cmd.op == "LIST_DST":
@@ -86,8 +87,11 @@ def destination_command(broker: HostBroker, principal: Principal, cmd: Command,
         if found is None:
             return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
         attributes, counts = found
-        return Reply(OK, _what(cmd), {"type": cmd.dst_type, "name": cmd.destination,
-                                      "attributes": attributes_json(attributes), **counts})
+        return Reply(
+            OK,
+            _what(cmd),
+            {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes), **counts},
+        )
     if cmd.op == "CREATE_DST" and found is not None:
         return Reply(BAD_REQUEST, f"{_what(cmd)} already exists (use update dst to change it)")
     if cmd.op == "UPDATE_DST" and found is None:
@@ -100,8 +104,11 @@ def destination_command(broker: HostBroker, principal: Principal, cmd: Command,
     except JMSException as exc:
         return Reply(BAD_REQUEST, f"{_what(cmd)}: {exc}")
     verb = "created" if cmd.op == "CREATE_DST" else "updated"
-    return Reply(OK, f"{_what(cmd)} {verb}", {"type": cmd.dst_type, "name": cmd.destination,
-                                              "attributes": attributes_json(attributes)})
+    return Reply(
+        OK,
+        f"{_what(cmd)} {verb}",
+        {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes)},
+    )
 
 
 def _list(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
@@ -123,20 +130,29 @@ def _purge(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
         return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
     removed, held = done
     kept = f"; {held} in delivery stay with their consumers" if held else ""
-    return Reply(OK, f"{_what(cmd)}: {removed} message(s) purged{kept}",
-                 {"type": cmd.dst_type, "name": cmd.destination, "purged": removed, "in_delivery": held})
+    return Reply(
+        OK,
+        f"{_what(cmd)}: {removed} message(s) purged{kept}",
+        {"type": cmd.dst_type, "name": cmd.destination, "purged": removed, "in_delivery": held},
+    )
 
 
 def _browse(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
     if cmd.dst_type != "q":
-        return Reply(BAD_REQUEST, f"{_what(cmd)}: only queues can be browsed (a topic keeps no messages "
-                                  "of its own; its durable subscriptions do)")
+        return Reply(
+            BAD_REQUEST,
+            f"{_what(cmd)}: only queues can be browsed (a topic keeps no messages "
+            "of its own; its durable subscriptions do)",
+        )
     assert cmd.destination is not None and cmd.count is not None  # (the protocol checks)
     messages = broker.browse_destination(principal, cmd.destination, cmd.count)
     if messages is None:
         return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
-    return Reply(OK, f"{_what(cmd)}: the first {len(messages)} message(s)",
-                 {"type": "q", "name": cmd.destination, "messages": [message_json(m) for m in messages]})
+    return Reply(
+        OK,
+        f"{_what(cmd)}: the first {len(messages)} message(s)",
+        {"type": "q", "name": cmd.destination, "messages": [message_json(m) for m in messages]},
+    )
 
 
 PREVIEW = 60  # characters of a body the browse table shows
@@ -146,13 +162,22 @@ def message_json(message: Message) -> dict[str, Any]:
     """One browsed message: headers, properties, body type and size, preview, body."""
     body = _body_json(message)
     return {
-        "message_id": message.message_id, "timestamp": message.timestamp, "priority": message.priority,
-        "persistent": message.delivery_mode == DeliveryMode.PERSISTENT, "redelivered": message.redelivered,
-        "delivery_count": message.delivery_count, "expiration": message.expiration,
-        "correlation_id": message.correlation_id, "type": message.type,
+        "message_id": message.message_id,
+        "timestamp": message.timestamp,
+        "priority": message.priority,
+        "persistent": message.delivery_mode == DeliveryMode.PERSISTENT,
+        "redelivered": message.redelivered,
+        "delivery_count": message.delivery_count,
+        "expiration": message.expiration,
+        "correlation_id": message.correlation_id,
+        "type": message.type,
         "reply_to": str(message.reply_to) if message.reply_to is not None else None,
-        "properties": dict(message.properties), "body_type": message.message_type,
-        "body_size": message.body_size(), "preview": _preview(message), "body": body}
+        "properties": dict(message.properties),
+        "body_type": message.message_type,
+        "body_size": message.body_size(),
+        "preview": _preview(message),
+        "body": body,
+    }
 
 
 def _body_json(message: Message) -> Any:

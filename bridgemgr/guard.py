@@ -35,14 +35,14 @@ from .props import BrokerProperties
 
 log = logging.getLogger(__name__)
 
-USER_KEY_CHARS = 256     # a longer user name counts as its first 256 characters
+USER_KEY_CHARS = 256  # a longer user name counts as its first 256 characters
 
 
 @dataclass(frozen=True)
 class ThrottleSettings:
-    base_delay: float = 0.25   # the wait after one failure ...
-    max_delay: float = 5.0     # ... doubling per failure, up to this
-    decay: float = 60.0        # seconds without a failure after which one is forgotten
+    base_delay: float = 0.25  # the wait after one failure ...
+    max_delay: float = 5.0  # ... doubling per failure, up to this
+    decay: float = 60.0  # seconds without a failure after which one is forgotten
     max_entries: int = 10_000  # addresses and user names tracked, each
 
     @property
@@ -57,8 +57,8 @@ class ThrottleSettings:
 @dataclass(eq=False)
 class _Record:
     failures: int
-    since: float     # decay is counted from here (the last failure, moved on by each decay)
-    ready: float     # when the next check may start
+    since: float  # decay is counted from here (the last failure, moved on by each decay)
+    ready: float  # when the next check may start
     busy: bool = False  # an address's check is in progress (its turn is taken)
     waiters: collections.deque[asyncio.Future[None]] = field(default_factory=collections.deque)
 
@@ -67,8 +67,8 @@ class Attempt:
     """One login attempt inside :meth:`LoginThrottle.attempt`: report how it went."""
 
     def __init__(self) -> None:
-        self.ok: bool | None = None   # None: no verdict (the check failed, or gave up)
-        self.count = 0                # after a failure: the address's recent failures
+        self.ok: bool | None = None  # None: no verdict (the check failed, or gave up)
+        self.count = 0  # after a failure: the address's recent failures
 
     def outcome(self, ok: bool) -> None:
         self.ok = ok
@@ -78,8 +78,9 @@ class LoginThrottle:
     """Failed logins per source address and per user, shared by every front end (see the
     module notes). Not thread-safe: every front end uses it on the service's loop."""
 
-    def __init__(self, settings: ThrottleSettings = ThrottleSettings(),
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, settings: ThrottleSettings = ThrottleSettings(), clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.settings = settings
         self._clock = clock
         self._max_count = settings.max_count
@@ -165,8 +166,7 @@ class LoginThrottle:
     def _delay(self, failures: int) -> float:
         return backoff_delay(self.settings.base_delay, failures, self.settings.max_delay)
 
-    def _current(self, table: collections.OrderedDict[str, _Record], key: str,
-                 now: float) -> _Record | None:
+    def _current(self, table: collections.OrderedDict[str, _Record], key: str, now: float) -> _Record | None:
         """``key``'s record with its decay applied; None (and dropped) once forgotten."""
         record = table.get(key)
         if record is None:
@@ -212,8 +212,8 @@ class LogEvery:
         logger.log(level, message, *args)
 
 
-DEFAULT_LOGIN_TIMEOUT = 10       # seconds an unauthenticated connection may stay
-DEFAULT_MAX_CONNECTIONS = 1000   # open connections per service
+DEFAULT_LOGIN_TIMEOUT = 10  # seconds an unauthenticated connection may stay
+DEFAULT_MAX_CONNECTIONS = 1000  # open connections per service
 DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS = 64  # connections of one address not logged in yet
 
 
@@ -237,8 +237,9 @@ class Admission:
 
     __slots__ = ("_key", "_limit", "address", "refusal")
 
-    def __init__(self, address: str, refusal: str | None = None, limit: AddressLimit | None = None,
-                 key: str = "") -> None:
+    def __init__(
+        self, address: str, refusal: str | None = None, limit: AddressLimit | None = None, key: str = ""
+    ) -> None:
         self.address = address
         self.refusal = refusal
         self._limit = limit
@@ -271,11 +272,21 @@ class AddressLimit:
         key = address_key(address)
         held = self._held.get(key, 0)
         if held >= self.limit:
-            self._refusals(log, logging.WARNING, "%s service: refused a connection from %s: %d connections "
-                           "from there have not logged in, %s is %d", self.service, address, held,
-                           self.property_name, self.limit)
-            return Admission(address, f"too many connections from {address} that have not logged in "
-                                      f"({self.property_name}={self.limit}); try again later")
+            self._refusals(
+                log,
+                logging.WARNING,
+                "%s service: refused a connection from %s: %d connections from there have not logged in, %s is %d",
+                self.service,
+                address,
+                held,
+                self.property_name,
+                self.limit,
+            )
+            return Admission(
+                address,
+                f"too many connections from {address} that have not logged in "
+                f"({self.property_name}={self.limit}); try again later",
+            )
         self._held[key] = held + 1
         return Admission(address, None, self, key)
 
@@ -312,28 +323,39 @@ class ServiceGuard:
     def from_props(cls, props: BrokerProperties, service: str, throttle: LoginThrottle) -> ServiceGuard:
         """imq.<service>.login.timeout, .max_connections and
         .max_unauthenticated_per_address of ``props``."""
-        return cls(service, throttle, props.get(f"imq.{service}.login.timeout"),
-                   props.get(f"imq.{service}.max_connections"),
-                   props.get(f"imq.{service}.max_unauthenticated_per_address"))
+        return cls(
+            service,
+            throttle,
+            props.get(f"imq.{service}.login.timeout"),
+            props.get(f"imq.{service}.max_connections"),
+            props.get(f"imq.{service}.max_unauthenticated_per_address"),
+        )
 
     def refusal(self, open_connections: int, peer: str) -> str | None:
         """Why a new connection from ``peer`` is refused (None: it is not), logged at
         most once a minute."""
         if open_connections < self.max_connections:
             return None
-        self._refusals(log, logging.WARNING, "%s service: refused a connection from %s: %d connections "
-                       "open, imq.%s.max_connections is %d", self.service, peer, open_connections,
-                       self.service, self.max_connections)
-        return (f"the {self.service} service has reached its connection limit "
-                f"(imq.{self.service}.max_connections={self.max_connections}); try again later")
+        self._refusals(
+            log,
+            logging.WARNING,
+            "%s service: refused a connection from %s: %d connections open, imq.%s.max_connections is %d",
+            self.service,
+            peer,
+            open_connections,
+            self.service,
+            self.max_connections,
+        )
+        return (
+            f"the {self.service} service has reached its connection limit "
+            f"(imq.{self.service}.max_connections={self.max_connections}); try again later"
+        )
 
     def login_timed_out(self, peer: str) -> str:
         """Why a connection from ``peer`` that did not log in in time is closed, logged at
         most once a minute (idle sockets come in floods)."""
-        reason = (f"no login within {self.login_timeout:g} s of connecting "
-                  f"(imq.{self.service}.login.timeout)")
-        self._timeouts(log, logging.INFO, "%s service: closed a connection from %s: %s", self.service,
-                       peer, reason)
+        reason = f"no login within {self.login_timeout:g} s of connecting (imq.{self.service}.login.timeout)"
+        self._timeouts(log, logging.INFO, "%s service: closed a connection from %s: %s", self.service, peer, reason)
         return reason
 
 
@@ -367,13 +389,13 @@ def write_eof(transport: asyncio.WriteTransport) -> None:
 # --- the accept loop ----------------------------------------------------------------------------
 
 _OUT_OF_RESOURCES = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
-_ACCEPT_ERRORS_LOG = LogEvery()    # one for the process: the descriptor table is the process's
+_ACCEPT_ERRORS_LOG = LogEvery()  # one for the process: the descriptor table is the process's
 ACCEPT_RETRY_BASE = 0.1
 ACCEPT_RETRY_MAX = 2.0
 
 
 ProtocolFactory = Callable[[Admission], asyncio.BaseProtocol]
-REFUSAL_DRAIN = 4 * 65536   # bytes of a turned-away client's input read before closing
+REFUSAL_DRAIN = 4 * 65536  # bytes of a turned-away client's input read before closing
 
 
 class Listener:
@@ -382,10 +404,17 @@ class Listener:
     in ``pending`` (its Admission goes to the protocol, which releases it on login);
     one over the limit is closed at once, after ``refusal(reason)``'s bytes on plain TCP."""
 
-    def __init__(self, socks: list[socket.socket], protocol_factory: ProtocolFactory,
-                 ssl_context: ssl.SSLContext | None, name: str, backlog: int,
-                 handshake_timeout: float, pending: AddressLimit,
-                 refusal: Callable[[str], bytes] | None) -> None:
+    def __init__(
+        self,
+        socks: list[socket.socket],
+        protocol_factory: ProtocolFactory,
+        ssl_context: ssl.SSLContext | None,
+        name: str,
+        backlog: int,
+        handshake_timeout: float,
+        pending: AddressLimit,
+        refusal: Callable[[str], bytes] | None,
+    ) -> None:
         self.sockets = socks
         self.name = name
         self.pending = pending
@@ -425,8 +454,7 @@ class Listener:
                 if exc.errno in _OUT_OF_RESOURCES:
                     self._pause(exc)
                 else:
-                    _ACCEPT_ERRORS_LOG(log, logging.WARNING, "%s: accepting a connection failed: %s",
-                                      self.name, exc)
+                    _ACCEPT_ERRORS_LOG(log, logging.WARNING, "%s: accepting a connection failed: %s", self.name, exc)
                 return
             self._pauses = 0
             conn.setblocking(False)
@@ -444,7 +472,7 @@ class Listener:
         that could lose the refusal); on TLS at once (no handshake is worth it)."""
         try:
             if self._ssl is None and self._refusal is not None:
-                conn.send(self._refusal(reason))   # a new socket's buffer takes it whole
+                conn.send(self._refusal(reason))  # a new socket's buffer takes it whole
                 conn.shutdown(socket.SHUT_WR)
                 read = 0
                 while read < REFUSAL_DRAIN and (chunk := conn.recv(65536)):
@@ -458,9 +486,15 @@ class Listener:
     def _pause(self, exc: OSError) -> None:
         self._pauses += 1
         delay = backoff_delay(ACCEPT_RETRY_BASE, self._pauses, ACCEPT_RETRY_MAX)
-        _ACCEPT_ERRORS_LOG(log, logging.ERROR, "%s: cannot accept connections: %s; pausing its accept "
-                          "loop (retrying every %.1f s at most) until connections close", self.name,
-                          exc.strerror or exc, ACCEPT_RETRY_MAX)
+        _ACCEPT_ERRORS_LOG(
+            log,
+            logging.ERROR,
+            "%s: cannot accept connections: %s; pausing its accept "
+            "loop (retrying every %.1f s at most) until connections close",
+            self.name,
+            exc.strerror or exc,
+            ACCEPT_RETRY_MAX,
+        )
         self._unwatch()
         self._retry = self._loop.call_later(delay, self._resume)
 
@@ -472,8 +506,11 @@ class Listener:
     async def _start(self, conn: socket.socket, admission: Admission) -> None:
         try:
             await self._loop.connect_accepted_socket(
-                lambda: self._factory(admission), conn, ssl=self._ssl,
-                ssl_handshake_timeout=self._handshake_timeout if self._ssl is not None else None)
+                lambda: self._factory(admission),
+                conn,
+                ssl=self._ssl,
+                ssl_handshake_timeout=self._handshake_timeout if self._ssl is not None else None,
+            )
         except (OSError, ssl.SSLError, TimeoutError) as exc:  # a failed TLS handshake, a reset
             log.debug("%s: a connection failed before it started: %s", self.name, exc)
             admission.release()
@@ -492,10 +529,18 @@ class Listener:
             sock.close()
 
 
-async def listen(protocol_factory: ProtocolFactory, host: str | None, port: int, *,
-                 name: str, pending: AddressLimit, refusal: Callable[[str], bytes] | None = None,
-                 ssl_context: ssl.SSLContext | None = None, backlog: int = 100,
-                 handshake_timeout: float = DEFAULT_LOGIN_TIMEOUT) -> Listener:
+async def listen(
+    protocol_factory: ProtocolFactory,
+    host: str | None,
+    port: int,
+    *,
+    name: str,
+    pending: AddressLimit,
+    refusal: Callable[[str], bytes] | None = None,
+    ssl_context: ssl.SSLContext | None = None,
+    backlog: int = 100,
+    handshake_timeout: float = DEFAULT_LOGIN_TIMEOUT,
+) -> Listener:
     """Listen on ``host:port`` (None: every interface, IPv4 and IPv6, as asyncio's
     create_server) with :class:`Listener`'s accept loop, counting connections not yet
     logged in in ``pending``; a TLS handshake not done within ``handshake_timeout``
@@ -527,8 +572,9 @@ class StreamServer:
     its port, and closing it with its connections; a subclass serves one connection in
     ``_serve`` and keeps it in ``_writers`` while it lasts."""
 
-    def __init__(self, netloop: NetLoop, host: str, port: int, ssl_context: ssl.SSLContext | None,
-                 guard: ServiceGuard) -> None:
+    def __init__(
+        self, netloop: NetLoop, host: str, port: int, ssl_context: ssl.SSLContext | None, guard: ServiceGuard
+    ) -> None:
         self.netloop = netloop
         self.host = host
         self.requested_port = port
@@ -548,6 +594,7 @@ class StreamServer:
 
     def _listen(self, limit: int, name: str) -> None:
         """Listen, reading each connection through a StreamReader of ``limit`` bytes."""
+
         async def start() -> Listener:
             def connection(admission: Admission) -> asyncio.StreamReaderProtocol:
                 async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -560,10 +607,20 @@ class StreamServer:
                     finally:
                         admission.release()
                         writer.close()
+
                 return asyncio.StreamReaderProtocol(asyncio.StreamReader(limit), serve)
-            return await listen(connection, self.host, self.requested_port, name=name,
-                                pending=self.guard.unauthenticated, refusal=self._refusal,
-                                ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
+
+            return await listen(
+                connection,
+                self.host,
+                self.requested_port,
+                name=name,
+                pending=self.guard.unauthenticated,
+                refusal=self._refusal,
+                ssl_context=self.ssl_context,
+                handshake_timeout=self.guard.login_timeout,
+            )
+
         self._server = self.netloop.run(start())
 
     def stop(self) -> None:
@@ -582,7 +639,6 @@ class StreamServer:
         """The bytes that tell a plain-TCP client over its address's limit why it is closed."""
         raise NotImplementedError
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     admission: Admission) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, admission: Admission) -> None:
         """Serve one connection; ``admission.release()`` once it has logged in."""
         raise NotImplementedError

@@ -48,7 +48,7 @@ class KeyRequest:
     validity_days: int = 365
     key_algorithm: str = "EC"
     certfile: Path | None = None  # None: <instance>/etc/<service>-cert.pem
-    keyfile: Path | None = None   # None: <instance>/etc/<service>-key.pem
+    keyfile: Path | None = None  # None: <instance>/etc/<service>-key.pem
     replace: bool = False
 
 
@@ -105,25 +105,39 @@ def make_key_pair(props: BrokerProperties, request: KeyRequest) -> KeyPair:
     now = datetime.datetime.now(datetime.UTC)
     not_after = now + datetime.timedelta(days=request.validity_days)
     public = key.public_key()
-    cert = (x509.CertificateBuilder()
-            .subject_name(subject).issuer_name(subject)
-            .public_key(public)
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little behind
-            .not_valid_after(not_after)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=request.key_algorithm == "RSA",
-                                         content_commitment=False, data_encipherment=False, key_agreement=False,
-                                         key_cert_sign=False, crl_sign=False, encipher_only=False,
-                                         decipher_only=False), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-            .add_extension(x509.SubjectAlternativeName(names), critical=False)
-            .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
-            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
-            .sign(key, hashes.SHA256()))
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(public)
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))  # clocks a little behind
+        .not_valid_after(not_after)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(
+            x509.KeyUsage(
+                digital_signature=True,
+                key_encipherment=request.key_algorithm == "RSA",
+                content_commitment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                key_cert_sign=False,
+                crl_sign=False,
+                encipher_only=False,
+                decipher_only=False,
+            ),
+            critical=True,
+        )
+        .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(public), critical=False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(public), critical=False)
+        .sign(key, hashes.SHA256())
+    )
 
-    key_pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption())
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
     cert_pem = cert.public_bytes(serialization.Encoding.PEM)
     try:
         for path in (certfile, keyfile):
@@ -136,9 +150,13 @@ def make_key_pair(props: BrokerProperties, request: KeyRequest) -> KeyPair:
         raise KeytoolError(f"cannot write {exc.filename or 'the files'}: {exc.strerror}") from None
     prefix = TLS_SERVICES[request.service]
     digest = hashlib.sha256(cert.public_bytes(serialization.Encoding.DER)).hexdigest().upper()
-    return KeyPair(certfile, keyfile, ":".join(digest[i:i + 2] for i in range(0, len(digest), 2)), not_after,
-                   {f"{prefix}.enabled": "true", f"{prefix}.certfile": str(certfile),
-                    f"{prefix}.keyfile": str(keyfile)})
+    return KeyPair(
+        certfile,
+        keyfile,
+        ":".join(digest[i : i + 2] for i in range(0, len(digest), 2)),
+        not_after,
+        {f"{prefix}.enabled": "true", f"{prefix}.certfile": str(certfile), f"{prefix}.keyfile": str(keyfile)},
+    )
 
 
 def _write(path: Path, data: bytes, mode: int | None, replace: bool) -> None:

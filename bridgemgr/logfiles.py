@@ -61,10 +61,15 @@ def where(record: logging.LogRecord) -> tuple[str | None, str | None]:
     line does)."""
     bridge = None
     if record.name.startswith(_BRIDGE_LOGGER):
-        bridge = record.name[len(_BRIDGE_LOGGER):].split(".", 1)[0]
+        bridge = record.name[len(_BRIDGE_LOGGER) :].split(".", 1)[0]
     link = getattr(record, "link", None)
-    if link is None and isinstance(record.msg, str) and record.msg.startswith("link %s") \
-            and isinstance(record.args, tuple) and record.args:
+    if (
+        link is None
+        and isinstance(record.msg, str)
+        and record.msg.startswith("link %s")
+        and isinstance(record.args, tuple)
+        and record.args
+    ):
         link = str(record.args[0])
     return bridge, link
 
@@ -93,8 +98,10 @@ class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         entry: dict[str, Any] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
-            "level": level_name(record.levelno), "logger": record.name,
-            "message": record.getMessage()}
+            "level": level_name(record.levelno),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
         bridge, link = where(record)
         if bridge is not None:
             entry["bridge"] = bridge
@@ -121,9 +128,9 @@ class Console(logging.Handler):
         self.wait = wait
         self._lines: deque[str] = deque()
         self._cond = threading.Condition()
-        self._queued = 0    # lines queued so far
-        self._written = 0   # lines the writer has written (or given up on) so far
-        self._dropped = 0   # lines left out since the console last kept up
+        self._queued = 0  # lines queued so far
+        self._written = 0  # lines the writer has written (or given up on) so far
+        self._dropped = 0  # lines left out since the console last kept up
         self._closed = False
         self._writer = threading.Thread(target=self._write, name="console", daemon=True)
         self._writer.start()
@@ -156,8 +163,10 @@ class Console(logging.Handler):
                     return
                 line = self._lines.popleft()
                 if not self._lines and self._dropped:
-                    line += (f"({self._dropped:,} console line(s) left out: the console did not "
-                             "take them; the log file has every line)\n")
+                    line += (
+                        f"({self._dropped:,} console line(s) left out: the console did not "
+                        "take them; the log file has every line)\n"
+                    )
                     self._dropped = 0
             try:
                 self.stream.write(line)
@@ -185,8 +194,7 @@ def _own_stderr() -> IO[str]:
         fd = os.dup(sys.stderr.fileno())
     except (AttributeError, OSError, ValueError):  # no descriptor behind sys.stderr
         return sys.stderr
-    return open(fd, "w", encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace",
-                closefd=True)
+    return open(fd, "w", encoding=sys.stderr.encoding or "utf-8", errors="backslashreplace", closefd=True)
 
 
 def roll_over(path: Path, count: int) -> None:
@@ -237,8 +245,9 @@ class WriteFailures:
 
     def failed(self, exc: OSError) -> None:
         if not self.failing:
-            self.report.error("log %s: cannot write (%s); its lines are lost until it can",
-                              self.path, exc.strerror or exc)
+            self.report.error(
+                "log %s: cannot write (%s); its lines are lost until it can", self.path, exc.strerror or exc
+            )
             self.failing = True
 
     def writing(self, lost: str = "") -> None:
@@ -256,8 +265,16 @@ class RotatingFile(logging.Handler):
     lines, not the caller: the service log says so once, and once more when it takes
     lines again, through ``report`` (never this file's own logger)."""
 
-    def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
-                 buffered: bool = False, report: logging.Logger = log) -> None:
+    def __init__(
+        self,
+        path: Path,
+        limit: int = 0,
+        count: int = 1,
+        *,
+        max_age: float = 0,
+        buffered: bool = False,
+        report: logging.Logger = log,
+    ) -> None:
         super().__init__()
         self.path = path
         self.bounds = FileBounds.of(path, limit, count, max_age)
@@ -274,8 +291,9 @@ class RotatingFile(logging.Handler):
         try:
             line = self.format(record) + "\n"
             n = len(line.encode("utf-8")) if not line.isascii() else len(line)
-            if self.size and (self.bounds.too_big(self.size, n)
-                              or self.bounds.too_old(self.size, self.opened, record.created)):
+            if self.size and (
+                self.bounds.too_big(self.size, n) or self.bounds.too_old(self.size, self.opened, record.created)
+            ):
                 self._rotate()
             self.stream.write(line)
             self.size += n
@@ -368,8 +386,7 @@ class Throttle(logging.Handler):
                     repeats.count += 1
                     repeats.last = record
                     if repeats.timer is None:
-                        repeats.timer = threading.Timer(self.window - (now - repeats.start),
-                                                        self._summarise, (key,))
+                        repeats.timer = threading.Timer(self.window - (now - repeats.start), self._summarise, (key,))
                         repeats.timer.daemon = True
                         repeats.timer.start()
                     return
@@ -391,8 +408,9 @@ class Throttle(logging.Handler):
             return
         last = repeats.last
         seconds = max(1, round(time.monotonic() - repeats.start))
-        line = logging.makeLogRecord({**last.__dict__, "args": None, "exc_info": None, "exc_text": None,
-                                      "created": time.time(), "msecs": 0.0})
+        line = logging.makeLogRecord(
+            {**last.__dict__, "args": None, "exc_info": None, "exc_text": None, "created": time.time(), "msecs": 0.0}
+        )
         line.msg = f"{last.getMessage()} (repeated {repeats.count:,} times in the last {seconds} s)"
         line.msecs = (line.created % 1) * 1000
         self._hand_on(line)
@@ -423,11 +441,13 @@ class ServiceLogSettings:
     @classmethod
     def from_props(cls, props: BrokerProperties, level: int | None = None) -> ServiceLogSettings:
         """From imq.log.*; ``level`` (serve -loglevel) wins over imq.log.level."""
-        return cls(path=props.instance_dir / "log" / LOG_FILE,
-                   level=level if level is not None else props.get("imq.log.level"),
-                   json=props.get("imq.log.format") == "json",
-                   rollover_bytes=props.get("imq.log.file.rolloverbytes"),
-                   rollover_secs=props.get("imq.log.file.rolloversecs"))
+        return cls(
+            path=props.instance_dir / "log" / LOG_FILE,
+            level=level if level is not None else props.get("imq.log.level"),
+            json=props.get("imq.log.format") == "json",
+            rollover_bytes=props.get("imq.log.file.rolloverbytes"),
+            rollover_secs=props.get("imq.log.file.rolloversecs"),
+        )
 
 
 @dataclass
@@ -451,8 +471,7 @@ def open_service_log(settings: ServiceLogSettings, console: IO[str] | None = Non
     ``settings`` say (see the header comment)."""
     formatter: logging.Formatter = JsonFormatter() if settings.json else LineFormatter()
     private_dir(settings.path.parent)
-    file = RotatingFile(settings.path, settings.rollover_bytes, SERVICE_LOG_FILES,
-                        max_age=settings.rollover_secs)
+    file = RotatingFile(settings.path, settings.rollover_bytes, SERVICE_LOG_FILES, max_age=settings.rollover_secs)
     stream = Console(console if console is not None else _own_stderr())
     for handler in (file, stream):
         handler.setLevel(settings.level)

@@ -41,8 +41,9 @@ class Service(Protocol):
     jms_services: list[Any]
 
 
-def _histogram(name: str, doc: str, labels: list[str], values: list[str], bounds: Iterable[float],
-               buckets: list[int], total: float) -> HistogramMetricFamily:
+def _histogram(
+    name: str, doc: str, labels: list[str], values: list[str], bounds: Iterable[float], buckets: list[int], total: float
+) -> HistogramMetricFamily:
     """A histogram family from per-bucket counts (the last: above every bound)."""
     family = HistogramMetricFamily(name, doc, labels=labels)
     cumulative, rows = 0, []
@@ -71,21 +72,29 @@ class ServiceCollector(Collector):
         bridge_state = StateSetMetricFamily("imq_bridge_state", "Each bridge's state", labels=["bridge", "type"])
         link_state = StateSetMetricFamily("imq_link_state", "Each link's state", labels=["bridge", "link"])
         L = ["bridge", "link"]
-        counters = {key: CounterMetricFamily(f"imq_link_{name}", doc, labels=L) for key, name, doc in (
-            ("received", "received", "Messages taken from the link's source"),
-            ("transferred", "transferred", "Messages sent to the target and consumed from the source"),
-            ("consumed_only", "consumed_only", "Messages consumed without a transfer (no_transfer)"),
-            ("redelivered", "redelivered", "Messages received with JMSRedelivered set"),
-            ("rolled_back", "rolled_back", "Messages returned to the source (recover, rollback)"),
-            ("reconnects", "reconnects", "Connections the link lost and made again"))}
-        dead = CounterMetricFamily("imq_link_dead_lettered", "Messages given to a DMQ, by reason",
-                                   labels=[*L, "reason"])
-        lost = CounterMetricFamily("imq_link_dead_letters_lost", "Dead messages no DMQ took (only "
-                                   "the bridge log has them)", labels=L)
-        backlog = GaugeMetricFamily("imq_link_source_backlog", "Messages waiting at the link's "
-                                    "source (where its provider can tell)", labels=L)
-        last = GaugeMetricFamily("imq_link_last_transfer_timestamp_seconds", "When the link "
-                                 "last completed a transfer (Unix time)", labels=L)
+        counters = {
+            key: CounterMetricFamily(f"imq_link_{name}", doc, labels=L)
+            for key, name, doc in (
+                ("received", "received", "Messages taken from the link's source"),
+                ("transferred", "transferred", "Messages sent to the target and consumed from the source"),
+                ("consumed_only", "consumed_only", "Messages consumed without a transfer (no_transfer)"),
+                ("redelivered", "redelivered", "Messages received with JMSRedelivered set"),
+                ("rolled_back", "rolled_back", "Messages returned to the source (recover, rollback)"),
+                ("reconnects", "reconnects", "Connections the link lost and made again"),
+            )
+        }
+        dead = CounterMetricFamily(
+            "imq_link_dead_lettered", "Messages given to a DMQ, by reason", labels=[*L, "reason"]
+        )
+        lost = CounterMetricFamily(
+            "imq_link_dead_letters_lost", "Dead messages no DMQ took (only the bridge log has them)", labels=L
+        )
+        backlog = GaugeMetricFamily(
+            "imq_link_source_backlog", "Messages waiting at the link's source (where its provider can tell)", labels=L
+        )
+        last = GaugeMetricFamily(
+            "imq_link_last_transfer_timestamp_seconds", "When the link last completed a transfer (Unix time)", labels=L
+        )
         latency: list[Metric] = []
         for name, bridge in list(self.service.bridges.items()):
             info = bridge.info()
@@ -105,10 +114,17 @@ class ServiceCollector(Collector):
                     last.add_metric(values, c["last_transfer_at"])
                 hist = c.get("latency_ms")
                 if hist is not None:
-                    latency.append(_histogram(
-                        "imq_link_transfer_latency_seconds", "From a message's receipt to its "
-                        "transfer's completion", L, values, [b / 1000 for b in hist["bounds"]],
-                        hist["buckets"], hist["sum"] / 1000))
+                    latency.append(
+                        _histogram(
+                            "imq_link_transfer_latency_seconds",
+                            "From a message's receipt to its transfer's completion",
+                            L,
+                            values,
+                            [b / 1000 for b in hist["bounds"]],
+                            hist["buckets"],
+                            hist["sum"] / 1000,
+                        )
+                    )
         yield bridge_state
         yield link_state
         yield from counters.values()
@@ -118,47 +134,64 @@ class ServiceCollector(Collector):
     # --- the host broker -------------------------------------------------------------------
     def _broker(self, m: dict[str, Any]) -> Iterator[Metric]:
         L = ["type", "name"]
-        families = {key: (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
-            f"imq_destination_{name}", doc, labels=L) for key, name, kind, doc in (
-            ("depth", "messages", "gauge", "Messages waiting (a topic: over its subscriptions)"),
-            ("bytes", "bytes", "gauge", "Bytes of the messages held (encoded size)"),
-            ("consumers", "consumers", "gauge", "Open consumers"),
-            ("producers", "producers", "gauge", "Open producers bound to it, and anonymous ones "
-                                                "(bridge links, STOMP connections, remote sessions) "
-                                                "that have sent to it"),
-            ("enqueued", "enqueued", "counter", "Messages put on it since start"),
-            ("dequeued", "dequeued", "counter", "Messages acknowledged, expired or removed since start"))}
+        families = {
+            key: (GaugeMetricFamily if kind == "gauge" else CounterMetricFamily)(
+                f"imq_destination_{name}", doc, labels=L
+            )
+            for key, name, kind, doc in (
+                ("depth", "messages", "gauge", "Messages waiting (a topic: over its subscriptions)"),
+                ("bytes", "bytes", "gauge", "Bytes of the messages held (encoded size)"),
+                ("consumers", "consumers", "gauge", "Open consumers"),
+                (
+                    "producers",
+                    "producers",
+                    "gauge",
+                    "Open producers bound to it, and anonymous ones "
+                    "(bridge links, STOMP connections, remote sessions) "
+                    "that have sent to it",
+                ),
+                ("enqueued", "enqueued", "counter", "Messages put on it since start"),
+                ("dequeued", "dequeued", "counter", "Messages acknowledged, expired or removed since start"),
+            )
+        }
         for (kind, name), counts in sorted(m["destinations"].items()):
             for key, family in families.items():
                 family.add_metric([kind, name], counts[key])
         yield from families.values()
-        yield GaugeMetricFamily("imq_broker_connections", "Open connections to the host broker "
-                                "(in-process ones included)", value=m["connections"])
+        yield GaugeMetricFamily(
+            "imq_broker_connections",
+            "Open connections to the host broker (in-process ones included)",
+            value=m["connections"],
+        )
         memory = m.get("memory")
         if memory is not None:
             state = StateSetMetricFamily("imq_memory_state", "The host broker's memory state")
             state.add_metric([], {s: memory["state"] == s for s in MEMORY_STATES})
             yield state
-            yield GaugeMetricFamily("imq_memory_used_ratio", "Memory in use, of the budget",
-                                    value=memory["percent"] / 100)
-            yield GaugeMetricFamily("imq_memory_budget_bytes", "The memory budget",
-                                    value=memory["budget"])
+            yield GaugeMetricFamily(
+                "imq_memory_used_ratio", "Memory in use, of the budget", value=memory["percent"] / 100
+            )
+            yield GaugeMetricFamily("imq_memory_budget_bytes", "The memory budget", value=memory["budget"])
         store = m.get("store")
         if store is not None:
             if store["size"] is not None:
-                yield GaugeMetricFamily("imq_store_size_bytes", "Bytes the store takes on disk",
-                                        value=store["size"])
-            yield GaugeMetricFamily("imq_store_writable", "1 while the store takes writes",
-                                    value=0 if store["problem"] else 1)
-            yield CounterMetricFamily("imq_store_rows_written", "Rows written or deleted",
-                                      value=store["rows"])
-            yield _histogram("imq_store_commit_seconds", "A store batch write, its fsync "
-                             "included when imq.persist.file.sync.enabled", [], [],
-                             store["commit_bounds"], store["commit_buckets"], store["commit_seconds"])
+                yield GaugeMetricFamily("imq_store_size_bytes", "Bytes the store takes on disk", value=store["size"])
+            yield GaugeMetricFamily(
+                "imq_store_writable", "1 while the store takes writes", value=0 if store["problem"] else 1
+            )
+            yield CounterMetricFamily("imq_store_rows_written", "Rows written or deleted", value=store["rows"])
+            yield _histogram(
+                "imq_store_commit_seconds",
+                "A store batch write, its fsync included when imq.persist.file.sync.enabled",
+                [],
+                [],
+                store["commit_bounds"],
+                store["commit_buckets"],
+                store["commit_seconds"],
+            )
 
     def _connections(self) -> Iterator[Metric]:
-        family = GaugeMetricFamily("imq_connections", "Open connections per front end",
-                                   labels=["service"])
+        family = GaugeMetricFamily("imq_connections", "Open connections per front end", labels=["service"])
         family.add_metric(["jms"], sum(len(s.connections) for s in self.service.jms_services))
         for bridge in list(self.service.bridges.values()):
             if bridge.type == "STOMP":

@@ -37,9 +37,18 @@ log = logging.getLogger(__name__)
 
 MAX_HEAD = 8192
 REALM = 'Basic realm="imqbridge metrics", charset="UTF-8"'
-_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden", 404: "Not Found",
-            405: "Method Not Allowed", 408: "Request Timeout", 431: "Request Header Fields Too Large",
-            500: "Internal Server Error", 503: "Service Unavailable"}
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    403: "Forbidden",
+    404: "Not Found",
+    405: "Method Not Allowed",
+    408: "Request Timeout",
+    431: "Request Header Fields Too Large",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+}
 
 
 @dataclass
@@ -64,9 +73,18 @@ def text(status: int, message: str, *headers: tuple[str, str]) -> Response:
 
 
 class MetricsServer(StreamServer):
-    def __init__(self, netloop: NetLoop, pages: Pages, authenticate: Callable[[str, str], User | None],
-                 admit: Callable[[User], str | None], *, host: str = "127.0.0.1", port: int = 0,
-                 ssl_context: ssl.SSLContext | None = None, guard: ServiceGuard | None = None) -> None:
+    def __init__(
+        self,
+        netloop: NetLoop,
+        pages: Pages,
+        authenticate: Callable[[str, str], User | None],
+        admit: Callable[[User], str | None],
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        guard: ServiceGuard | None = None,
+    ) -> None:
         """``authenticate(user, password)``: the user repository's check (blocking);
         ``admit(user)``: why ``user`` may not read metrics, or None."""
         super().__init__(netloop, host, port, ssl_context, guard or ServiceGuard("metrics"))
@@ -76,19 +94,25 @@ class MetricsServer(StreamServer):
 
     def start(self) -> MetricsServer:
         self._listen(MAX_HEAD, "metrics port")
-        log.info("metrics port listening on %s://%s:%d (/metrics, /healthz, /readyz)",
-                 "https" if self.secure else "http", self.host, self.port)
+        log.info(
+            "metrics port listening on %s://%s:%d (/metrics, /healthz, /readyz)",
+            "https" if self.secure else "http",
+            self.host,
+            self.port,
+        )
         if self.host not in ("127.0.0.1", "::1", "localhost") and not self.secure:
-            log.warning("the metrics port listens on %s without TLS: HTTP Basic passwords cross "
-                        "the network in the clear (set imq.metrics.tls.enabled)", self.host)
+            log.warning(
+                "the metrics port listens on %s without TLS: HTTP Basic passwords cross "
+                "the network in the clear (set imq.metrics.tls.enabled)",
+                self.host,
+            )
         return self
 
     # --- one connection ----------------------------------------------------------------
     def _refusal(self, reason: str) -> bytes:
         return _render(text(503, reason), "GET", close=True)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     admission: Admission) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, admission: Admission) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         refusal = self.guard.refusal(len(self._writers), peer)
         if refusal is not None:
@@ -105,8 +129,7 @@ class MetricsServer(StreamServer):
                 except (asyncio.IncompleteReadError, TimeoutError):
                     return  # closed, or idle / too slow: nothing more to say
                 except asyncio.LimitOverrunError:
-                    await self._send(writer, text(431, f"request head longer than {MAX_HEAD} bytes"),
-                                     "GET", close=True)
+                    await self._send(writer, text(431, f"request head longer than {MAX_HEAD} bytes"), "GET", close=True)
                     await _drop_input(reader)
                     return
                 method, path, headers, error = _parse(head)
@@ -125,8 +148,9 @@ class MetricsServer(StreamServer):
             self._writers.discard(writer)
             writer.close()
 
-    async def _respond(self, peer: str, method: str, path: str, headers: dict[str, str],
-                       admission: Admission) -> Response:
+    async def _respond(
+        self, peer: str, method: str, path: str, headers: dict[str, str], admission: Admission
+    ) -> Response:
         if path == "/healthz":
             return text(200, "ok")
         if path not in ("/metrics", "/readyz"):
@@ -151,18 +175,21 @@ class MetricsServer(StreamServer):
         else the 401 or 403 to send."""
         credentials = _basic(authorization)
         if credentials is None:
-            return text(401, "authentication required: HTTP Basic with a user of the user repository",
-                        ("WWW-Authenticate", REALM))
+            return text(
+                401,
+                "authentication required: HTTP Basic with a user of the user repository",
+                ("WWW-Authenticate", REALM),
+            )
         name, password = credentials
         found: User | None = None
         async with self.guard.throttle.attempt(peer, name) as attempt:
             found = await asyncio.to_thread(self.authenticate, name, password)
             attempt.outcome(found is not None)
         if found is None:
-            log.warning("metrics login failed for user %r from %s (%d recent failures from there)",
-                        name, peer, attempt.count)
-            return text(401, "authentication failed: wrong user name or password",
-                        ("WWW-Authenticate", REALM))
+            log.warning(
+                "metrics login failed for user %r from %s (%d recent failures from there)", name, peer, attempt.count
+            )
+            return text(401, "authentication failed: wrong user name or password", ("WWW-Authenticate", REALM))
         refusal = self.admit(found)
         if refusal is not None:
             log.warning("metrics: refused user %r from %s: %s", name, peer, refusal)
@@ -182,10 +209,14 @@ class MetricsServer(StreamServer):
 
 def _render(response: Response, method: str, *, close: bool) -> bytes:
     """The response's head and (but for HEAD) body."""
-    lines = [f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}",
-             f"Content-Type: {response.content_type}", f"Content-Length: {len(response.body)}",
-             "Cache-Control: no-store", f"Connection: {'close' if close else 'keep-alive'}",
-             *(f"{k}: {v}" for k, v in response.headers)]
+    lines = [
+        f"HTTP/1.1 {response.status} {_REASONS.get(response.status, 'Error')}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+        "Cache-Control: no-store",
+        f"Connection: {'close' if close else 'keep-alive'}",
+        *(f"{k}: {v}" for k, v in response.headers),
+    ]
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
     return head if method == "HEAD" else head + response.body
 

@@ -24,8 +24,9 @@ T = TypeVar("T")
 log = logging.getLogger(__name__)
 
 # What a socket of a client that went away raises (ENOTCONN: shutdown after a reset).
-_GONE_ERRNOS = frozenset({errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.ECONNABORTED,
-                          errno.ESHUTDOWN, errno.ETIMEDOUT})
+_GONE_ERRNOS = frozenset(
+    {errno.ECONNRESET, errno.EPIPE, errno.ENOTCONN, errno.ECONNABORTED, errno.ESHUTDOWN, errno.ETIMEDOUT}
+)
 
 
 def client_gone(exc: BaseException) -> bool:
@@ -38,8 +39,7 @@ def client_gone(exc: BaseException) -> bool:
 def _log_exception(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     exc = context.get("exception")
     if exc is not None and client_gone(exc):
-        log.debug("a client left: %s: %s", context.get("message", "?").splitlines()[0],
-                  str(exc) or type(exc).__name__)
+        log.debug("a client left: %s: %s", context.get("message", "?").splitlines()[0], str(exc) or type(exc).__name__)
         return
     loop.default_exception_handler(context)
 

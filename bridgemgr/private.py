@@ -71,8 +71,7 @@ def write_private(path: str | os.PathLike[str], text: str) -> None:
 
 def open_private_text(path: str | os.PathLike[str], mode: str = "a") -> IO[str]:
     """A text stream on ``path`` ("a", "w" or "a+"), the file created 0600."""
-    flags = {"a": os.O_WRONLY | os.O_APPEND, "w": os.O_WRONLY | os.O_TRUNC,
-             "a+": os.O_RDWR | os.O_APPEND}[mode]
+    flags = {"a": os.O_WRONLY | os.O_APPEND, "w": os.O_WRONLY | os.O_TRUNC, "a+": os.O_RDWR | os.O_APPEND}[mode]
     return os.fdopen(open_private(path, flags), mode, encoding="utf-8")
 
 
@@ -84,5 +83,4 @@ def readable_by_others(path: str | os.PathLike[str]) -> str | None:
         return None  # the reader reports a missing file
     if not mode & 0o044:
         return None
-    return (f"the password file {path} has mode {mode:04o}: users other than its owner can "
-            f"read it; chmod 600 {path}")
+    return f"the password file {path} has mode {mode:04o}: users other than its owner can read it; chmod 600 {path}"

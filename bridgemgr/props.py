@@ -45,6 +45,7 @@ REDACTED = "********"
 
 # --- problems ----------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class Problem:
     """One thing wrong with a configuration, where it is, and what to do about it."""
@@ -116,10 +117,10 @@ class Kind(Generic[_V]):
 
 _INT = re.compile(r"[+-]?[0-9]+\Z")
 _SIZE = re.compile(r"([+-]?[0-9]+)\s*([bkmg]?)\Z", re.IGNORECASE)
-_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}
 _DOTTED = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z", re.ASCII)
-INT32_MAX = 2 ** 31 - 1
-INT64_MAX = 2 ** 63 - 1
+INT32_MAX = 2**31 - 1
+INT64_MAX = 2**63 - 1
 
 
 def _bool(text: str) -> bool:
@@ -131,11 +132,13 @@ def _bool(text: str) -> bool:
 
 def integer(lo: int, hi: int) -> Kind[int]:
     """Whole numbers in [lo, hi], written as Java's Integer.parseInt reads them."""
+
     def parse(text: str) -> int:
         text = text.strip()
         if not _INT.match(text) or not lo <= int(text) <= hi:
             raise ValueError
         return int(text)
+
     return Kind(parse, f"write a whole number from {lo} to {hi}")
 
 
@@ -158,6 +161,7 @@ def _enum(*values: str, upper: bool = False) -> Kind[str]:
         if norm not in values:
             raise ValueError
         return norm
+
     return Kind(parse, "write one of " + ", ".join(values))
 
 
@@ -201,8 +205,7 @@ POSITIVE = integer(1, INT32_MAX)
 LIMIT = integer(-1, INT32_MAX)
 PERCENT = integer(0, 100)
 PORT = integer(0, 65535)  # 0: any free port (tests)
-SIZE = Kind(parse_size,
-            "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
+SIZE = Kind(parse_size, "write a byte size such as 512, 512b, 10k, 10m or 1g, or -1 for unlimited")
 
 
 def parse_bound(text: str) -> int:
@@ -213,18 +216,19 @@ def parse_bound(text: str) -> int:
     return size
 
 
-BYTE_BOUND = Kind(parse_bound, "write a byte size of at least 1 such as 512k, 16m or 1g, "
-                               "or -1 for no byte bound")
+BYTE_BOUND = Kind(parse_bound, "write a byte size of at least 1 such as 512k, 16m or 1g, or -1 for no byte bound")
 TEXT = Kind(_text, "write any text")
 NAMES = Kind(_names, "write names separated by commas")
-CLUSTER_ID = Kind(lambda text: _checked(text.strip(), re.compile(r"[A-Za-z0-9_]{1,24}\Z")),
-                  "write 1 to 24 letters, digits or _")
+CLUSTER_ID = Kind(
+    lambda text: _checked(text.strip(), re.compile(r"[A-Za-z0-9_]{1,24}\Z")), "write 1 to 24 letters, digits or _"
+)
 KEY_VALUES = Kind(parse_key_values, "write key=value pairs separated by commas")
 LIMIT_BEHAVIORS = ("FLOW_CONTROL", "REMOVE_OLDEST", "REJECT_NEWEST", "REMOVE_LOW_PRIORITY")
 LIMIT_BEHAVIOR = _enum(*LIMIT_BEHAVIORS, upper=True)
 BACKOUT_DISPOSITION = _enum("dmq", "discard")  # a destination's backoutDisposition (dstadmin.py)
-CLASS_NAME = Kind(_class_name, "write a dotted class name such as "
-                               "bridgemgr.transformers.uppercase.UppercaseTransformer")
+CLASS_NAME = Kind(
+    _class_name, "write a dotted class name such as bridgemgr.transformers.uppercase.UppercaseTransformer"
+)
 
 
 @dataclass(frozen=True)
@@ -265,19 +269,29 @@ LINK_WINDOW = 1000
 # messages of 1 KiB hold about 1.2 MiB, far below it (no throughput change), while 1 MiB
 # messages make units of 16: 2,000 of them moved with a peak RSS of 380-550 MB instead of
 # 2.5 GB, and a 1 MiB bound saved nothing more.
-LINK_WINDOW_BYTES = 16 * 1024 ** 2
+LINK_WINDOW_BYTES = 16 * 1024**2
 
 MEMORY_STATES = ("green", "yellow", "orange", "red")
 
 # Log level names, java.util.logging's and Python's, as imq.log.level, imq.bridge.<name>.level
 # and logging configuration files take them (docs/operations.md, "Logs").
-LOG_LEVELS: Mapping[str, int] = MappingProxyType({
-    "OFF": logging.CRITICAL + 10, "SEVERE": logging.ERROR, "WARNING": logging.WARNING,
-    "INFO": logging.INFO, "CONFIG": logging.INFO - 5, "FINE": logging.DEBUG,
-    "FINER": logging.DEBUG - 3, "FINEST": logging.DEBUG - 5, "ALL": 1,
-    "CRITICAL": logging.CRITICAL, "ERROR": logging.ERROR, "WARN": logging.WARNING,
-    "DEBUG": logging.DEBUG,
-})
+LOG_LEVELS: Mapping[str, int] = MappingProxyType(
+    {
+        "OFF": logging.CRITICAL + 10,
+        "SEVERE": logging.ERROR,
+        "WARNING": logging.WARNING,
+        "INFO": logging.INFO,
+        "CONFIG": logging.INFO - 5,
+        "FINE": logging.DEBUG,
+        "FINER": logging.DEBUG - 3,
+        "FINEST": logging.DEBUG - 5,
+        "ALL": 1,
+        "CRITICAL": logging.CRITICAL,
+        "ERROR": logging.ERROR,
+        "WARN": logging.WARNING,
+        "DEBUG": logging.DEBUG,
+    }
+)
 
 
 def parse_log_level(text: str) -> int:
@@ -306,12 +320,20 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.admin.tls.keyfile", TEXT, None, "PEM private key of the TLS admin port"),
     Prop("imq.bridge.tm.props", KEY_VALUES, {}, "XA coordinator settings for every bridge"),
     Prop("imq.bridge.spark.master", TEXT, None, "Spark master URL for runner=spark links"),
-    Prop("imq.bridge.spark.sourcelog", _enum("auto", "shared", "shipped"), "auto",
-         "executors read Spark links' source logs themselves (shared) or get the records "
-         "from the driver (shipped); auto: shared on a local master only"),
+    Prop(
+        "imq.bridge.spark.sourcelog",
+        _enum("auto", "shared", "shipped"),
+        "auto",
+        "executors read Spark links' source logs themselves (shared) or get the records "
+        "from the driver (shipped); auto: shared on a local master only",
+    ),
     Prop("imq.bridge.java.classpath", TEXT, None, "jars of Java JMS providers (JPype)"),
-    Prop("imq.bridge.transformer.path", TEXT, None,
-         "plugin folders searched for transformers before lib/ext (Python modules and jars)"),
+    Prop(
+        "imq.bridge.transformer.path",
+        TEXT,
+        None,
+        "plugin folders searched for transformers before lib/ext (Python modules and jars)",
+    ),
     # The STOMP bridge (Table 12-10).
     Prop("imq.bridge.stomp.hostname", TEXT, None, "overrides imq.hostname for STOMP"),
     Prop("imq.bridge.stomp.tcp.enabled", BOOL, True, "accept plain TCP connections"),
@@ -321,21 +343,40 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.bridge.stomp.tls.requireClientAuth", BOOL, False, "TLS clients need a certificate"),
     Prop("imq.bridge.stomp.tls.certfile", TEXT, None, "PEM certificate chain of the STOMP TLS port"),
     Prop("imq.bridge.stomp.tls.keyfile", TEXT, None, "PEM private key of the STOMP TLS port"),
-    Prop("imq.bridge.stomp.tls.cafile", TEXT, None,
-         "PEM CA certificates whose client certificates requireClientAuth accepts"),
-    Prop("imq.bridge.stomp.consumerFlowLimit", POSITIVE, 1000,
-         "unacknowledged messages per transacted subscription"),
+    Prop(
+        "imq.bridge.stomp.tls.cafile",
+        TEXT,
+        None,
+        "PEM CA certificates whose client certificates requireClientAuth accepts",
+    ),
+    Prop("imq.bridge.stomp.consumerFlowLimit", POSITIVE, 1000, "unacknowledged messages per transacted subscription"),
     Prop("imq.bridge.stomp.messageTransformer", CLASS_NAME, None, "MessageTransformer class"),
     # The service log (docs/operations.md, "Logs").
     Prop("imq.log.level", LOG_LEVEL, logging.INFO, "level of the service log and the console (serve -loglevel)"),
-    Prop("imq.log.format", _enum("text", "json"), "text",
-         "text, or json: one JSON object per line (service log file and console log lines)"),
-    Prop("imq.log.file.rolloverbytes", SIZE, -1,
-         "bytes at which <instance>/log/log.txt (and spark.log) rolls over; -1 = no size limit"),
-    Prop("imq.log.file.rolloversecs", LIMIT, LOG_ROLLOVER_SECS,
-         "seconds after which <instance>/log/log.txt (and spark.log) rolls over; -1 = never by age"),
-    Prop("imq.bridge.stomp.invalidHeaderNames", _enum("error", "drop", "encode"), "encode",
-         "SEND headers that are no JMS property names: encoded (reversibly), dropped, or an ERROR"),
+    Prop(
+        "imq.log.format",
+        _enum("text", "json"),
+        "text",
+        "text, or json: one JSON object per line (service log file and console log lines)",
+    ),
+    Prop(
+        "imq.log.file.rolloverbytes",
+        SIZE,
+        -1,
+        "bytes at which <instance>/log/log.txt (and spark.log) rolls over; -1 = no size limit",
+    ),
+    Prop(
+        "imq.log.file.rolloversecs",
+        LIMIT,
+        LOG_ROLLOVER_SECS,
+        "seconds after which <instance>/log/log.txt (and spark.log) rolls over; -1 = never by age",
+    ),
+    Prop(
+        "imq.bridge.stomp.invalidHeaderNames",
+        _enum("error", "drop", "encode"),
+        "encode",
+        "SEND headers that are no JMS property names: encoded (reversibly), dropped, or an ERROR",
+    ),
     # The host broker.
     Prop("imq.instancename", TEXT, "imqbroker", "broker instance: names its var directory"),
     Prop("imq.hostname", TEXT, None, "host or address the broker's services listen on"),
@@ -352,73 +393,135 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.admin.login.timeout", POSITIVE, 10, "seconds an admin connection may stay without logging in"),
     Prop("imq.admin.max_connections", POSITIVE, 1000, "open admin port connections; more are refused"),
     # The metrics port (docs/operations.md "Metrics").
-    Prop("imq.metrics.port", integer(-1, 65535), -1,
-         "HTTP port of /metrics, /healthz, /readyz; -1 = off, 0 = any free port (the port mapper tells)"),
+    Prop(
+        "imq.metrics.port",
+        integer(-1, 65535),
+        -1,
+        "HTTP port of /metrics, /healthz, /readyz; -1 = off, 0 = any free port (the port mapper tells)",
+    ),
     Prop("imq.metrics.host", TEXT, "127.0.0.1", "address the metrics port listens on (loopback only by default)"),
     Prop("imq.metrics.users", NAMES, (), "users besides group admin who may read /metrics and /readyz"),
     Prop("imq.metrics.tls.enabled", BOOL, False, "the metrics port speaks HTTPS"),
     Prop("imq.metrics.tls.certfile", TEXT, None, "PEM certificate chain of the HTTPS metrics port"),
     Prop("imq.metrics.tls.keyfile", TEXT, None, "PEM private key of the HTTPS metrics port"),
-    Prop("imq.metrics.login.timeout", POSITIVE, 10,
-         "seconds a metrics connection may take to send a request (and stay idle between them)"),
+    Prop(
+        "imq.metrics.login.timeout",
+        POSITIVE,
+        10,
+        "seconds a metrics connection may take to send a request (and stay idle between them)",
+    ),
     Prop("imq.metrics.max_connections", POSITIVE, 100, "open metrics port connections; more are refused"),
     # Connections not logged in yet, per source address (an IPv6 client's /64), per service
     # (docs/security.md "One client cannot lock everyone out").
-    *(Prop(f"imq.{service}.max_unauthenticated_per_address", POSITIVE, 64,
-           f"{what} connections from one address that have not logged in; more are closed at once")
-      for service, what in (("jms", "jms"), ("stomp", "STOMP"), ("admin", "admin port"),
-                            ("metrics", "metrics port"), ("portmapper", "port mapper"))),
+    *(
+        Prop(
+            f"imq.{service}.max_unauthenticated_per_address",
+            POSITIVE,
+            64,
+            f"{what} connections from one address that have not logged in; more are closed at once",
+        )
+        for service, what in (
+            ("jms", "jms"),
+            ("stomp", "STOMP"),
+            ("admin", "admin port"),
+            ("metrics", "metrics port"),
+            ("portmapper", "port mapper"),
+        )
+    ),
     Prop("imq.varhome", TEXT, None, "var directory; else $IMQ_VARHOME; else ./var"),
     Prop("imq.user_repository.file", TEXT, None, "user repository; else <instance>/etc/passwd"),
     Prop("imq.accesscontrol.enabled", BOOL, True, "check the access control file (docs/security.md)"),
-    Prop("imq.accesscontrol.file.filename", TEXT, None,
-         "access control file, relative to <instance>/etc; else accesscontrol.properties"),
-    *(row for service in ("jms", "stomp", "admin") for row in (
-        Prop(f"imq.{service}.accesscontrol.enabled", BOOL, None,
-             f"access control for the {service} service; else imq.accesscontrol.enabled"),
-        Prop(f"imq.{service}.accesscontrol.file.filename", TEXT, None,
-             f"access control file of the {service} service; else imq.accesscontrol.file.filename"))),
+    Prop(
+        "imq.accesscontrol.file.filename",
+        TEXT,
+        None,
+        "access control file, relative to <instance>/etc; else accesscontrol.properties",
+    ),
+    *(
+        row
+        for service in ("jms", "stomp", "admin")
+        for row in (
+            Prop(
+                f"imq.{service}.accesscontrol.enabled",
+                BOOL,
+                None,
+                f"access control for the {service} service; else imq.accesscontrol.enabled",
+            ),
+            Prop(
+                f"imq.{service}.accesscontrol.file.filename",
+                TEXT,
+                None,
+                f"access control file of the {service} service; else imq.accesscontrol.file.filename",
+            ),
+        )
+    ),
     # HA broker clusters (docs/ha.md): instances sharing one jdbc store and their bridges.
     Prop("imq.cluster.ha", BOOL, False, "this broker is an instance of an HA cluster"),
     Prop("imq.cluster.clusterid", CLUSTER_ID, None, "the HA cluster's name (the same on every instance)"),
     Prop("imq.brokerid", CLUSTER_ID, None, "this instance's id in the HA cluster (unique)"),
-    Prop("imq.cluster.url", TEXT, None,
-         "central cluster properties (file: or http:): every bridge property but the activelist"),
+    Prop(
+        "imq.cluster.url",
+        TEXT,
+        None,
+        "central cluster properties (file: or http:): every bridge property but the activelist",
+    ),
     Prop("imq.cluster.heartbeat.interval", POSITIVE, 2, "seconds between renewals of an instance's lease"),
-    Prop("imq.cluster.monitor.interval", POSITIVE, 30,
-         "seconds without renewal after which an instance is taken over"),
+    Prop("imq.cluster.monitor.interval", POSITIVE, 30, "seconds without renewal after which an instance is taken over"),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
     Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
-    Prop("imq.destination.memory.window", POSITIVE, 30000,
-         "waiting messages a destination keeps in memory; persistent ones beyond wait in the store"),
+    Prop(
+        "imq.destination.memory.window",
+        POSITIVE,
+        30000,
+        "waiting messages a destination keeps in memory; persistent ones beyond wait in the store",
+    ),
     Prop("imq.persist.jdbc.dbVendor", _enum("postgresql"), "postgresql", "database of the jdbc store"),
-    Prop("imq.persist.jdbc.postgresql.property.url", TEXT, None,
-         "jdbc:postgresql://host:port/database of the jdbc store", secret=True),
+    Prop(
+        "imq.persist.jdbc.postgresql.property.url",
+        TEXT,
+        None,
+        "jdbc:postgresql://host:port/database of the jdbc store",
+        secret=True,
+    ),
     Prop("imq.persist.jdbc.postgresql.user", TEXT, None, "user of the jdbc store"),
     Prop("imq.persist.jdbc.postgresql.password", TEXT, None, "password of the jdbc store", secret=True),
-    Prop("imq.persist.jdbc.postgresql.needpassword", BOOL, False,
-         "the jdbc store needs a password (kept for the original's files)"),
+    Prop(
+        "imq.persist.jdbc.postgresql.needpassword",
+        BOOL,
+        False,
+        "the jdbc store needs a password (kept for the original's files)",
+    ),
     Prop("imq.autocreate.queue", BOOL, True, "create queues on first use"),
     Prop("imq.autocreate.topic", BOOL, True, "create topics on first use"),
     Prop("imq.autocreate.destination.maxNumMsgs", LIMIT, -1, "messages per destination"),
     Prop("imq.autocreate.destination.maxTotalMsgBytes", SIZE, -1, "bytes per destination"),
     Prop("imq.autocreate.destination.maxBytesPerMsg", SIZE, -1, "bytes per message"),
-    Prop("imq.autocreate.destination.limitBehavior", LIMIT_BEHAVIOR,
-         "FLOW_CONTROL", "what a full destination does"),
+    Prop("imq.autocreate.destination.limitBehavior", LIMIT_BEHAVIOR, "FLOW_CONTROL", "what a full destination does"),
     Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
     # System-wide limits and memory states (docs/operations.md, "Memory protection").
     Prop("imq.system.max_count", LIMIT, -1, "messages held in memory only, all destinations; -1 = no limit"),
-    Prop("imq.system.max_size", SIZE, None,
-         "bytes of messages held in memory only; else a quarter of the memory budget; -1 = no limit"),
-    Prop("imq.message.max_size", SIZE, 70 * 1024 ** 2, "largest message body accepted; -1 = no limit"),
-    Prop("imq.selector.max_size", SIZE, 64 * 1024,
-         "longest message selector a consumer or browser may give, in bytes; -1 = no limit"),
-    Prop("imq.system.max_memory", SIZE, None,
-         "memory budget of the memory states; else the cgroup limit or MemTotal"),
-    *(Prop(f"imq.{state}.threshold", PERCENT, threshold, f"percent of the memory budget that starts {state}")
-      for state, threshold in zip(MEMORY_STATES, (0, 80, 90, 98), strict=True)),
-    *(Prop(f"imq.{state}.count", COUNT, count, f"messages per batch a producer may send in {state}")
-      for state, count in zip(MEMORY_STATES, (5000, 500, 50, 0), strict=True)),
+    Prop(
+        "imq.system.max_size",
+        SIZE,
+        None,
+        "bytes of messages held in memory only; else a quarter of the memory budget; -1 = no limit",
+    ),
+    Prop("imq.message.max_size", SIZE, 70 * 1024**2, "largest message body accepted; -1 = no limit"),
+    Prop(
+        "imq.selector.max_size",
+        SIZE,
+        64 * 1024,
+        "longest message selector a consumer or browser may give, in bytes; -1 = no limit",
+    ),
+    Prop("imq.system.max_memory", SIZE, None, "memory budget of the memory states; else the cgroup limit or MemTotal"),
+    *(
+        Prop(f"imq.{state}.threshold", PERCENT, threshold, f"percent of the memory budget that starts {state}")
+        for state, threshold in zip(MEMORY_STATES, (0, 80, 90, 98), strict=True)
+    ),
+    *(
+        Prop(f"imq.{state}.count", COUNT, count, f"messages per batch a producer may send in {state}")
+        for state, count in zip(MEMORY_STATES, (5000, 500, 50, 0), strict=True)
+    ),
     # Passfile keys: the CLIs read them; a passfile may also be given to serve.
     Prop("imq.imqbridgemgr.password", TEXT, None, "the admin CLI's password (-passfile)", secret=True),
     Prop("imq.imqusermgr.password", TEXT, None, "a new user's password (user add -passfile)", secret=True),
@@ -433,18 +536,30 @@ BRIDGE_PROPS: tuple[Prop, ...] = (
     Prop("logfile.count", POSITIVE, 1, "log files cycled through"),
     Prop("level", LOG_LEVEL, None, "level of the bridge's log; a logging configuration file's line wins; else INFO"),
     Prop("tm.props", KEY_VALUES, {}, "XA coordinator settings; win over imq.bridge.tm.props"),
-    Prop("backoutThreshold", COUNT, BACKOUT_THRESHOLD,
-         "backouts (redeliveries) after which a message goes to the DMQ; 0 = never"),
+    Prop(
+        "backoutThreshold",
+        COUNT,
+        BACKOUT_THRESHOLD,
+        "backouts (redeliveries) after which a message goes to the DMQ; 0 = never",
+    ),
     Prop("runner", _enum("local", "spark"), "local", "run links in threads or on Spark"),
     Prop("transaction.batchSize", POSITIVE, 1, "messages per XA transaction"),
-    Prop("transaction.local", BOOL, True,
-         "a transacted link whose ends are one resource manager commits each unit as one "
-         "local transaction (one session); false = always XA"),
-    Prop("link.window", POSITIVE, LINK_WINDOW,
-         "sends a non-transacted link has unconfirmed at once; 1 = wait for each"),
-    Prop("link.windowBytes", BYTE_BOUND, LINK_WINDOW_BYTES,
-         "bytes of messages at which a link's unit (and confirm window) is full, however "
-         "few; -1 = count only"),
+    Prop(
+        "transaction.local",
+        BOOL,
+        True,
+        "a transacted link whose ends are one resource manager commits each unit as one "
+        "local transaction (one session); false = always XA",
+    ),
+    Prop(
+        "link.window", POSITIVE, LINK_WINDOW, "sends a non-transacted link has unconfirmed at once; 1 = wait for each"
+    ),
+    Prop(
+        "link.windowBytes",
+        BYTE_BOUND,
+        LINK_WINDOW_BYTES,
+        "bytes of messages at which a link's unit (and confirm window) is full, however few; -1 = count only",
+    ),
 )
 
 # imq.bridge.<name>.link.<link>.<suffix>: per-link settings (jmsbridge's parallel runner).
@@ -454,19 +569,22 @@ LINK_PROPS: tuple[Prop, ...] = (
 )
 
 # imq.bridge.spark.conf.<spark key>=<value>: passed to SparkConf as they are.
-PREFIX_FAMILIES: tuple[Prop, ...] = (
-    Prop("imq.bridge.spark.conf.", TEXT, None, "Spark configuration entries"),
-)
+PREFIX_FAMILIES: tuple[Prop, ...] = (Prop("imq.bridge.spark.conf.", TEXT, None, "Spark configuration entries"),)
 
 # tm.props keys the file transaction log understands (the chapter), with their kinds.
-TM_KEYS: Mapping[str, Kind] = MappingProxyType({
-    "txlogSize": SIZE, "txlogSync": BOOL, "txlogMmap": BOOL,
-})
+TM_KEYS: Mapping[str, Kind] = MappingProxyType(
+    {
+        "txlogSize": SIZE,
+        "txlogSync": BOOL,
+        "txlogMmap": BOOL,
+    }
+)
 
 # Segments after imq.bridge. that are not bridge names (they start fixed keys).
 RESERVED_BRIDGE_NAMES = frozenset({"enabled", "activelist", "admin", "tm", "spark", "java"})
 BRIDGE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_-]*\Z")
 STOMP = "stomp"
+
 
 def is_bridge_name(name: str) -> bool:
     """Usable as <name> in imq.bridge.<name>.* (and as a folder name under var)."""
@@ -486,7 +604,7 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
         if key.startswith(family.key) and len(key) > len(family.key):
             return family, None
     if key.startswith(BRIDGE_PREFIX):
-        name, _, suffix = key[len(BRIDGE_PREFIX):].partition(".")
+        name, _, suffix = key[len(BRIDGE_PREFIX) :].partition(".")
         if suffix in _PER_BRIDGE and name not in RESERVED_BRIDGE_NAMES:
             return _PER_BRIDGE[suffix], name
         link, _, setting = suffix.removeprefix("link.").rpartition(".")
@@ -498,7 +616,7 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
 def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
     """The known key ``key`` was most likely meant to be: a fixed key, or a per-bridge
     key of an active bridge (or of the bridge ``key`` itself names)."""
-    guessed, dot, _ = key[len(BRIDGE_PREFIX):].partition(".") if key.startswith(BRIDGE_PREFIX) else ("", "", "")
+    guessed, dot, _ = key[len(BRIDGE_PREFIX) :].partition(".") if key.startswith(BRIDGE_PREFIX) else ("", "", "")
     names = (({guessed} if dot else set()) | set(bridge_names)) - RESERVED_BRIDGE_NAMES
     candidates = [*_FIXED, *(f"{BRIDGE_PREFIX}{n}.{s}" for n in names for s in _PER_BRIDGE)]
     found = difflib.get_close_matches(key, candidates, n=1, cutoff=0.75)
@@ -506,6 +624,7 @@ def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
 
 
 # --- reading --------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Origin:
@@ -533,8 +652,7 @@ def read_properties_file(path: str | os.PathLike[str]) -> list[tuple[str, str, O
     try:
         data = Path(source).read_bytes()
     except OSError as exc:
-        raise ConfigError([Problem(source, None, f"cannot read the properties file: "
-                                                 f"{exc.strerror or exc}")]) from None
+        raise ConfigError([Problem(source, None, f"cannot read the properties file: {exc.strerror or exc}")]) from None
     return parse_properties_bytes(source, data)
 
 
@@ -555,11 +673,17 @@ def parse_properties_bytes(source: str, data: bytes) -> list[tuple[str, str, Ori
                 separated = separated or "=" in element.source or ":" in element.source
             line += len(_NEWLINES.findall(element.source))
     except javaproperties.InvalidUEscapeError as exc:
-        raise ConfigError([Problem(source, line, f"{exc}; write \\u followed by four "
-                                                 f"hexadecimal digits")]) from None
+        raise ConfigError([Problem(source, line, f"{exc}; write \\u followed by four hexadecimal digits")]) from None
     if entries and not separated:
-        raise ConfigError([Problem(source, entries[0][2].line, "not a properties file: no line is "
-                                   "key=value or key:value (or a # comment)")])
+        raise ConfigError(
+            [
+                Problem(
+                    source,
+                    entries[0][2].line,
+                    "not a properties file: no line is key=value or key:value (or a # comment)",
+                )
+            ]
+        )
     return entries
 
 
@@ -569,29 +693,43 @@ def _refuse_non_properties(source: str, data: bytes, text: str) -> None:
     javaproperties would read either as keys, silently."""
     nul = data.find(b"\0")
     if nul >= 0:
-        raise ConfigError([Problem(source, data.count(b"\n", 0, nul) + 1, "not a properties "
-                                   "file: it holds a NUL byte (a binary file, or text saved as "
-                                   "UTF-16; save it as UTF-8 or ISO-8859-1)")])
+        raise ConfigError(
+            [
+                Problem(
+                    source,
+                    data.count(b"\n", 0, nul) + 1,
+                    "not a properties "
+                    "file: it holds a NUL byte (a binary file, or text saved as "
+                    "UTF-16; save it as UTF-8 or ISO-8859-1)",
+                )
+            ]
+        )
     for number, line in enumerate(_NEWLINES.split(text), 1):
         stripped = line.strip()
         if not stripped or stripped[0] in "#!":
             continue
         if stripped.startswith("<"):
-            raise ConfigError([Problem(source, number, f"not a properties file: it starts like XML "
-                                       f"or HTML ({shorten(stripped, 40)}); a bridge's XML file "
-                                       "belongs in imq.bridge.<name>.xmlurl")])
+            raise ConfigError(
+                [
+                    Problem(
+                        source,
+                        number,
+                        f"not a properties file: it starts like XML "
+                        f"or HTML ({shorten(stripped, 40)}); a bridge's XML file "
+                        "belongs in imq.bridge.<name>.xmlurl",
+                    )
+                ]
+            )
         return
 
 
-def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Origin]],
-                                                        list[Problem]]:
+def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Origin]], list[Problem]]:
     """``key=value`` strings from -D options."""
     entries, problems = [], []
     for item in overrides:
         key, eq, value = item.partition("=")
         if not eq or not key.strip():
-            problems.append(Problem(COMMAND_LINE, None,
-                                    f"-D{clip(item)} is not key=value; write -Dkey=value"))
+            problems.append(Problem(COMMAND_LINE, None, f"-D{clip(item)} is not key=value; write -Dkey=value"))
             continue
         entries.append((key.strip(), value, Origin(COMMAND_LINE, None)))
     return entries, problems
@@ -609,8 +747,11 @@ def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
     """What must be the same on every instance of an HA cluster: every bridge property but
     the per-instance ones (as written), imq.bridge.enabled, and a digest of each local
     bridge XML file. The service tells the cluster (providers/embedded/cluster.py) this."""
-    config = {key: value for key, value in props.raw.items()
-              if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)}
+    config = {
+        key: value
+        for key, value in props.raw.items()
+        if key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)
+    }
     config["imq.bridge.enabled"] = str(props.enabled).lower()
     for name in props.bridge_names:
         settings = props.bridge(name)
@@ -620,8 +761,7 @@ def bridge_configuration(props: BrokerProperties) -> dict[str, str]:
         if not path.is_absolute() and settings.xml_base is not None:
             path = settings.xml_base / path
         try:
-            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(
-                path.read_bytes()).hexdigest()
+            config[f"{BRIDGE_PREFIX}{name}.xmlurl (sha256 of the file)"] = hashlib.sha256(path.read_bytes()).hexdigest()
         except OSError:
             pass  # check and the bridge's start report an unreadable file
     return config
@@ -639,14 +779,28 @@ def read_cluster_properties(url: str, origin: Origin) -> list[tuple[str, str, Or
             with urlopen(url, timeout=CLUSTER_URL_TIMEOUT) as reply:
                 data = reply.read()
         except (OSError, ValueError) as exc:
-            raise ConfigError([Problem(origin.source, origin.line, f"{CLUSTER_URL} {shorten(url)}: "
-                                       f"cannot read the cluster properties: {exc}")]) from None
+            raise ConfigError(
+                [
+                    Problem(
+                        origin.source,
+                        origin.line,
+                        f"{CLUSTER_URL} {shorten(url)}: cannot read the cluster properties: {exc}",
+                    )
+                ]
+            ) from None
         return parse_properties_bytes(url, data)
     if parts.scheme == "file":
         path = Path(unquote(parts.path))
     elif parts.scheme and len(parts.scheme) > 1:
-        raise ConfigError([Problem(origin.source, origin.line, f"{CLUSTER_URL} is {shorten(url)}; "
-                                   "write a file: or http(s): URL, or a path")])
+        raise ConfigError(
+            [
+                Problem(
+                    origin.source,
+                    origin.line,
+                    f"{CLUSTER_URL} is {shorten(url)}; write a file: or http(s): URL, or a path",
+                )
+            ]
+        )
     else:
         path = Path(url)
         if not path.is_absolute() and origin.directory is not None:
@@ -655,6 +809,7 @@ def read_cluster_properties(url: str, origin: Origin) -> list[tuple[str, str, Or
 
 
 # --- the result -----------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class BridgeProperties:
@@ -738,9 +893,10 @@ class BrokerProperties:
     def redacted(self) -> dict[str, str]:
         """Every raw property for display and logs, secrets replaced. Unknown imq.* keys
         are hidden too: a misspelt password key must not show its password."""
-        return {k: REDACTED if is_secret_name(k) or (k.startswith(IMQ_PREFIX)
-                                                     and schema_row(k) is None) else v
-                for k, v in sorted(self.raw.items())}
+        return {
+            k: REDACTED if is_secret_name(k) or (k.startswith(IMQ_PREFIX) and schema_row(k) is None) else v
+            for k, v in sorted(self.raw.items())
+        }
 
     def __repr__(self) -> str:
         return f"BrokerProperties({self.redacted()!r})"
@@ -771,26 +927,33 @@ class BrokerProperties:
     @property
     def bridge_names(self) -> tuple[str, ...]:
         """The active bridges in activelist order, then other bridges with a type, sorted."""
-        typed = {name for key in self.values
-                 if (row := schema_row(key)) and (name := row[1]) and key.endswith(".type")}
+        typed = {name for key in self.values if (row := schema_row(key)) and (name := row[1]) and key.endswith(".type")}
         active = tuple(n for n in dict.fromkeys(self.activelist) if is_bridge_name(n))
         return active + tuple(sorted(n for n in typed - set(active) if is_bridge_name(n)))
 
     def bridge(self, name: str) -> BridgeProperties:
         def get(suffix: str) -> Any:
             return self.get(f"{BRIDGE_PREFIX}{name}.{suffix}")
+
         xml_origin = self.origin(f"{BRIDGE_PREFIX}{name}.xmlurl")
         return BridgeProperties(
-            name=name, type=self.bridge_type(name), xmlurl=get("xmlurl"),
+            name=name,
+            type=self.bridge_type(name),
+            xmlurl=get("xmlurl"),
             xml_base=xml_origin.directory if xml_origin else None,
-            autostart=get("autostart"), active=name in self.activelist,
-            logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"),
+            autostart=get("autostart"),
+            active=name in self.activelist,
+            logfile_limit=get("logfile.limit"),
+            logfile_count=get("logfile.count"),
             log_level=get("level"),
             tm_props=MappingProxyType({**self.get("imq.bridge.tm.props"), **get("tm.props")}),
-            backout_threshold=get("backoutThreshold"), runner=get("runner"),
+            backout_threshold=get("backoutThreshold"),
+            runner=get("runner"),
             transaction_batch_size=get("transaction.batchSize"),
-            transaction_local=get("transaction.local"), link_window=get("link.window"),
-            link_window_bytes=get("link.windowBytes"))
+            transaction_local=get("transaction.local"),
+            link_window=get("link.window"),
+            link_window_bytes=get("link.windowBytes"),
+        )
 
     def link_setting(self, bridge: str, link: str, setting: str) -> Any:
         """imq.bridge.<bridge>.link.<link>.<setting> (LINK_PROPS), its default when unset."""
@@ -800,34 +963,44 @@ class BrokerProperties:
     def stomp(self) -> StompProperties:
         def get(suffix: str) -> Any:
             return self.get(f"{BRIDGE_PREFIX}stomp.{suffix}")
+
         return StompProperties(
             hostname=get("hostname") or self.get("imq.hostname"),
-            tcp_enabled=get("tcp.enabled"), tcp_port=get("tcp.port"),
-            tls_enabled=get("tls.enabled"), tls_port=get("tls.port"),
+            tcp_enabled=get("tcp.enabled"),
+            tcp_port=get("tcp.port"),
+            tls_enabled=get("tls.enabled"),
+            tls_port=get("tls.port"),
             tls_require_client_auth=get("tls.requireClientAuth"),
-            tls_certfile=get("tls.certfile"), tls_keyfile=get("tls.keyfile"), tls_cafile=get("tls.cafile"),
+            tls_certfile=get("tls.certfile"),
+            tls_keyfile=get("tls.keyfile"),
+            tls_cafile=get("tls.cafile"),
             consumer_flow_limit=get("consumerFlowLimit"),
             message_transformer=get("messageTransformer"),
             invalid_header_names=get("invalidHeaderNames"),
-            logfile_limit=get("logfile.limit"), logfile_count=get("logfile.count"))
+            logfile_limit=get("logfile.limit"),
+            logfile_count=get("logfile.count"),
+        )
 
     @property
     def autocreate(self) -> AutocreateProperties:
         def get(suffix: str) -> Any:
             return self.get(f"imq.autocreate.{suffix}")
+
         return AutocreateProperties(
-            autocreate_queue=get("queue"), autocreate_topic=get("topic"),
+            autocreate_queue=get("queue"),
+            autocreate_topic=get("topic"),
             max_num_msgs=get("destination.maxNumMsgs"),
             max_total_msg_bytes=get("destination.maxTotalMsgBytes"),
             max_bytes_per_msg=get("destination.maxBytesPerMsg"),
             limit_behavior=get("destination.limitBehavior"),
-            use_dmq=get("destination.useDMQ"))
+            use_dmq=get("destination.useDMQ"),
+        )
 
     @property
     def spark_conf(self) -> dict[str, str]:
         """imq.bridge.spark.conf.<key> entries as SparkConf keys and values."""
         prefix = PREFIX_FAMILIES[0].key
-        return {k[len(prefix):]: v for k, v in self.values.items() if k.startswith(prefix)}
+        return {k[len(prefix) :]: v for k, v in self.values.items() if k.startswith(prefix)}
 
     @property
     def var_home(self) -> Path:
@@ -845,8 +1018,12 @@ class BrokerProperties:
 
 # --- loading and the checks across properties --------------------------------------------
 
-def load_properties(files: Sequence[str | os.PathLike[str]] = (), overrides: Iterable[str] = (),
-                    environ: Mapping[str, str] | None = None) -> BrokerProperties:
+
+def load_properties(
+    files: Sequence[str | os.PathLike[str]] = (),
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> BrokerProperties:
     """Read ``files`` (later ones win), apply ``-D`` ``overrides``, validate everything.
 
     Raises ConfigError listing every problem of every file; warnings alone are logged
@@ -859,9 +1036,11 @@ def load_properties(files: Sequence[str | os.PathLike[str]] = (), overrides: Ite
     return props
 
 
-def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
-                     overrides: Iterable[str] = (), environ: Mapping[str, str] | None = None,
-                     ) -> tuple[BrokerProperties, list[Problem]]:
+def parse_properties(
+    files: Sequence[str | os.PathLike[str]] = (),
+    overrides: Iterable[str] = (),
+    environ: Mapping[str, str] | None = None,
+) -> tuple[BrokerProperties, list[Problem]]:
     """Like load_properties, but never raises: wrong values are left out (their defaults
     apply) and every problem is returned, so a checker can go on to the bridges."""
     environ = os.environ if environ is None else environ
@@ -902,19 +1081,17 @@ def parse_properties(files: Sequence[str | os.PathLike[str]] = (),
             secret = prop.secret or is_secret_name(key)
             shown = "a value that is not shown" if secret else shorten(value)
             origin = origins[key]
-            problems.append(Problem(origin.source, origin.line,
-                                    f"{key} is {shown}; {prop.kind.expected}"))
-    props = BrokerProperties(MappingProxyType(values), MappingProxyType(raw),
-                             MappingProxyType(origins), (),
-                             environ.get(VARHOME_ENV) or None)
+            problems.append(Problem(origin.source, origin.line, f"{key} is {shown}; {prop.kind.expected}"))
+    props = BrokerProperties(
+        MappingProxyType(values), MappingProxyType(raw), MappingProxyType(origins), (), environ.get(VARHOME_ENV) or None
+    )
     problems += _unknown_key_warnings(unknown, props)
     problems += _cross_checks(props)
     warnings = tuple(p for p in problems if p.severity == "warning")
     return dataclasses.replace(props, warnings=warnings), problems
 
 
-def _problem(props: BrokerProperties, key: str, message: str,
-             severity: Severity = "error") -> Problem:
+def _problem(props: BrokerProperties, key: str, message: str, severity: Severity = "error") -> Problem:
     origin = props.origin(key) or Origin(COMMAND_LINE, None)
     return Problem(origin.source, origin.line, message, severity)
 
@@ -936,16 +1113,30 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
     seen: set[str] = set()
     for name in props.activelist:
         if name in seen:
-            found.append(_problem(props, active_key, f"bridge {name} is listed twice in "
-                                  f"{active_key}; list it once", "warning"))
+            found.append(
+                _problem(props, active_key, f"bridge {name} is listed twice in {active_key}; list it once", "warning")
+            )
         seen.add(name)
         if not is_bridge_name(name):
-            found.append(_problem(props, active_key, f"{shorten(name)} in {active_key} is not a "
-                                  "usable bridge name; use letters, digits, _ and - (not "
-                                  + ", ".join(sorted(RESERVED_BRIDGE_NAMES)) + ")"))
+            found.append(
+                _problem(
+                    props,
+                    active_key,
+                    f"{shorten(name)} in {active_key} is not a "
+                    "usable bridge name; use letters, digits, _ and - (not "
+                    + ", ".join(sorted(RESERVED_BRIDGE_NAMES))
+                    + ")",
+                )
+            )
         elif props.bridge_type(name) is None:
-            found.append(_problem(props, active_key, f"bridge {name} is in {active_key} but "
-                                  f"{BRIDGE_PREFIX}{name}.type is not set; set it to jms or stomp"))
+            found.append(
+                _problem(
+                    props,
+                    active_key,
+                    f"bridge {name} is in {active_key} but "
+                    f"{BRIDGE_PREFIX}{name}.type is not set; set it to jms or stomp",
+                )
+            )
     bridge_keys: dict[str, str] = {}
     for key in props.values:
         row = schema_row(key)
@@ -958,23 +1149,45 @@ def _cross_checks(props: BrokerProperties) -> list[Problem]:
         if row and row[0].kind is KEY_VALUES:
             found += _tm_props_checks(props, key)
     if props.enabled and not props.admin_user:
-        found.append(_problem(props, "imq.bridge.enabled", "imq.bridge.enabled is true but "
-                              "imq.bridge.admin.user is not set; imqbridgemgr cannot log in "
-                              "until it is", "warning"))
+        found.append(
+            _problem(
+                props,
+                "imq.bridge.enabled",
+                "imq.bridge.enabled is true but "
+                "imq.bridge.admin.user is not set; imqbridgemgr cannot log in "
+                "until it is",
+                "warning",
+            )
+        )
     if props.activelist and not props.enabled:
-        found.append(_problem(props, active_key, f"{active_key} names bridges but "
-                              "imq.bridge.enabled is not true; no bridge will run", "warning"))
+        found.append(
+            _problem(
+                props,
+                active_key,
+                f"{active_key} names bridges but imq.bridge.enabled is not true; no bridge will run",
+                "warning",
+            )
+        )
     found += _cluster_checks(props)
     thresholds = [props.get(f"imq.{state}.threshold") for state in MEMORY_STATES]
     if thresholds != sorted(thresholds):
-        found.append(_problem(props, "imq.yellow.threshold", "the memory thresholds must rise from green "
-                              "to red: imq.green/yellow/orange/red.threshold are "
-                              + "/".join(map(str, thresholds))))
+        found.append(
+            _problem(
+                props,
+                "imq.yellow.threshold",
+                "the memory thresholds must rise from green "
+                "to red: imq.green/yellow/orange/red.threshold are " + "/".join(map(str, thresholds)),
+            )
+        )
     url_key = "imq.persist.jdbc.postgresql.property.url"
     if props.get("imq.persist.store") == "jdbc" and not props.get(url_key):
-        found.append(_problem(props, "imq.persist.store", f"{url_key} is not set, and "
-                              "imq.persist.store=jdbc needs it: "
-                              "jdbc:postgresql://host:port/database"))
+        found.append(
+            _problem(
+                props,
+                "imq.persist.store",
+                f"{url_key} is not set, and imq.persist.store=jdbc needs it: jdbc:postgresql://host:port/database",
+            )
+        )
     return found
 
 
@@ -986,43 +1199,74 @@ def _cluster_checks(props: BrokerProperties) -> list[Problem]:
     central = props.origin(CLUSTER_URL)
     for key in PER_INSTANCE_KEYS:
         if _from_central(props, key):
-            found.append(_problem(props, key, f"{key} is set in the cluster properties "
-                                  f"({CLUSTER_URL}); set it in each broker's own properties"))
+            found.append(
+                _problem(
+                    props,
+                    key,
+                    f"{key} is set in the cluster properties ({CLUSTER_URL}); set it in each broker's own properties",
+                )
+            )
     if not props.get("imq.cluster.ha"):
         return found
     ha_key = "imq.cluster.ha"
     for key in ("imq.cluster.clusterid", "imq.brokerid"):
         if not props.get(key):
-            found.append(_problem(props, ha_key, f"imq.cluster.ha is true but {key} is not set; "
-                                  "set it (letters, digits and _)"))
+            found.append(
+                _problem(props, ha_key, f"imq.cluster.ha is true but {key} is not set; set it (letters, digits and _)")
+            )
     if props.get("imq.persist.store") != "jdbc":
-        found.append(_problem(props, ha_key, "imq.cluster.ha is true but imq.persist.store is not "
-                              "jdbc; the instances of an HA cluster share one PostgreSQL store"))
+        found.append(
+            _problem(
+                props,
+                ha_key,
+                "imq.cluster.ha is true but imq.persist.store is not "
+                "jdbc; the instances of an HA cluster share one PostgreSQL store",
+            )
+        )
     if props.get("imq.cluster.heartbeat.interval") >= props.get("imq.cluster.monitor.interval"):
-        found.append(_problem(props, "imq.cluster.heartbeat.interval",
-                              "imq.cluster.heartbeat.interval must be shorter than "
-                              "imq.cluster.monitor.interval, or live instances are taken over"))
+        found.append(
+            _problem(
+                props,
+                "imq.cluster.heartbeat.interval",
+                "imq.cluster.heartbeat.interval must be shorter than "
+                "imq.cluster.monitor.interval, or live instances are taken over",
+            )
+        )
     if not props.enabled:
         return found
     if central is None:
-        found.append(_problem(props, ha_key, f"imq.cluster.ha is true with bridges but {CLUSTER_URL} is "
-                              "not set; put every bridge property except imq.bridge.activelist in "
-                              "that central file, so every instance has the same bridges"))
+        found.append(
+            _problem(
+                props,
+                ha_key,
+                f"imq.cluster.ha is true with bridges but {CLUSTER_URL} is "
+                "not set; put every bridge property except imq.bridge.activelist in "
+                "that central file, so every instance has the same bridges",
+            )
+        )
         return found
     for key in sorted(props.raw):
-        if (key.startswith(BRIDGE_PREFIX) and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)
-                and not _from_central(props, key)):
-            found.append(_problem(props, key, f"{key} is set for this broker only; in an HA cluster "
-                                  f"every bridge property but imq.bridge.activelist belongs in the "
-                                  f"cluster properties ({CLUSTER_URL}): the same on every instance"))
+        if (
+            key.startswith(BRIDGE_PREFIX)
+            and not key.startswith(PER_INSTANCE_BRIDGE_KEYS)
+            and not _from_central(props, key)
+        ):
+            found.append(
+                _problem(
+                    props,
+                    key,
+                    f"{key} is set for this broker only; in an HA cluster "
+                    f"every bridge property but imq.bridge.activelist belongs in the "
+                    f"cluster properties ({CLUSTER_URL}): the same on every instance",
+                )
+            )
     return found
 
 
 def _from_central(props: BrokerProperties, key: str) -> bool:
     """Whether ``key``'s value came from the central cluster properties."""
     origin = props.origin(key)
-    return (origin is not None and props.origin(CLUSTER_URL) is not None
-            and origin.source in _central_sources(props))
+    return origin is not None and props.origin(CLUSTER_URL) is not None and origin.source in _central_sources(props)
 
 
 def _central_sources(props: BrokerProperties) -> tuple[str, ...]:
@@ -1045,20 +1289,41 @@ def _bridge_checks(props: BrokerProperties, name: str, first_key: str) -> list[P
     type_key = f"{BRIDGE_PREFIX}{name}.type"
     btype = props.bridge_type(name)
     if not BRIDGE_NAME.match(name):
-        found.append(_problem(props, first_key, f"{shorten(name)} in {first_key} is not a usable "
-                              "bridge name; use letters, digits, _ and -"))
+        found.append(
+            _problem(
+                props,
+                first_key,
+                f"{shorten(name)} in {first_key} is not a usable bridge name; use letters, digits, _ and -",
+            )
+        )
     elif btype is None:
-        found.append(_problem(props, first_key, f"{first_key} is set but {type_key} is not; "
-                              f"set {type_key} or check the bridge name", "warning"))
+        found.append(
+            _problem(
+                props,
+                first_key,
+                f"{first_key} is set but {type_key} is not; set {type_key} or check the bridge name",
+                "warning",
+            )
+        )
     elif btype == "jms" and name == STOMP:
-        found.append(_problem(props, type_key, f"{type_key} is jms; the name stomp belongs to "
-                              "the STOMP bridge, so choose another name for a JMS bridge"))
+        found.append(
+            _problem(
+                props,
+                type_key,
+                f"{type_key} is jms; the name stomp belongs to "
+                "the STOMP bridge, so choose another name for a JMS bridge",
+            )
+        )
     elif btype == STOMP and name != STOMP:
-        found.append(_problem(props, type_key, f"{type_key} is stomp; the STOMP bridge must be "
-                              "named stomp (there is one per broker)"))
+        found.append(
+            _problem(
+                props, type_key, f"{type_key} is stomp; the STOMP bridge must be named stomp (there is one per broker)"
+            )
+        )
     elif btype == "jms" and not props.get(f"{BRIDGE_PREFIX}{name}.xmlurl"):
-        found.append(_problem(props, type_key, f"JMS bridge {name} has no "
-                              f"{BRIDGE_PREFIX}{name}.xmlurl; set it to its XML file"))
+        found.append(
+            _problem(props, type_key, f"JMS bridge {name} has no {BRIDGE_PREFIX}{name}.xmlurl; set it to its XML file")
+        )
     return found
 
 
@@ -1067,12 +1332,17 @@ def _tm_props_checks(props: BrokerProperties, key: str) -> list[Problem]:
     for tm_key, value in props.values[key].items():
         kind = TM_KEYS.get(tm_key)
         if kind is None:
-            found.append(_problem(props, key, f"{key} has the unknown key {shorten(tm_key)}; "
-                                  "known keys are " + ", ".join(TM_KEYS), "warning"))
+            found.append(
+                _problem(
+                    props,
+                    key,
+                    f"{key} has the unknown key {shorten(tm_key)}; known keys are " + ", ".join(TM_KEYS),
+                    "warning",
+                )
+            )
             continue
         try:
             kind.parse(value)
         except ValueError:
-            found.append(_problem(props, key, f"{key} sets {tm_key} to {shorten(value)}; "
-                                  f"{kind.expected}"))
+            found.append(_problem(props, key, f"{key} sets {tm_key} to {shorten(value)}; {kind.expected}"))
     return found

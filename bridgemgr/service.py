@@ -89,12 +89,16 @@ class ManagedBridge(Protocol):
 _BRIDGE_OPS = {"START": "start", "STOP": "stop", "PAUSE": "pause", "RESUME": "resume"}
 _LINK_OPS = {"START": "start_link", "STOP": "stop_link", "PAUSE": "pause_link", "RESUME": "resume_link"}
 # a link command took effect when the link is in one of these states afterwards
-_LINK_OP_STATES = {"START": {"STARTED", "STARTING"}, "RESUME": {"STARTED", "STARTING", "RESUMING"},
-                   "PAUSE": {"PAUSED", "PAUSING"}, "STOP": {"STOPPED", "STOPPING"}}
+_LINK_OP_STATES = {
+    "START": {"STARTED", "STARTING"},
+    "RESUME": {"STARTED", "STARTING", "RESUMING"},
+    "PAUSE": {"PAUSED", "PAUSING"},
+    "STOP": {"STOPPED", "STOPPING"},
+}
 
 
 def _last_error(bridge: Any, link: str) -> str:
-    """"; <the link's last error>" (its first line), or "" when it has none."""
+    """ "; <the link's last error>" (its first line), or "" when it has none."""
     try:
         error = bridge.link(link).counters.last_error
     except Exception:  # not a JMS bridge's link
@@ -103,9 +107,13 @@ def _last_error(bridge: Any, link: str) -> str:
 
 
 class BridgeServiceManager:
-    def __init__(self, props: BrokerProperties, *,
-                 bridge_factories: dict[str, BridgeFactory] | None = None,
-                 read_properties: Callable[[], BrokerProperties] | None = None) -> None:
+    def __init__(
+        self,
+        props: BrokerProperties,
+        *,
+        bridge_factories: dict[str, BridgeFactory] | None = None,
+        read_properties: Callable[[], BrokerProperties] | None = None,
+    ) -> None:
         """``read_properties``: the properties as they are now (their files read again),
         for SIGHUP; without it a reload keeps ``props`` and rereads only the XML files."""
         self.props = props
@@ -174,11 +182,17 @@ class BridgeServiceManager:
         except AccessControlError as exc:
             raise ServiceError(f"access control: {exc}") from None
         if not access:
-            log.warning("access control is off (imq.accesscontrol.enabled=false): every user may "
-                        "use every destination, the bridges' DMQs included")
+            log.warning(
+                "access control is off (imq.accesscontrol.enabled=false): every user may "
+                "use every destination, the bridges' DMQs included"
+            )
         host_broker = self.host_broker = open_host_broker(self.props, access or None)
-        log.info("host broker %s started, store %s (fsync %s)", host_broker.instance_name,
-                 host_broker.store_location() or "-", "on" if host_broker.fsync else "off")
+        log.info(
+            "host broker %s started, store %s (fsync %s)",
+            host_broker.instance_name,
+            host_broker.store_location() or "-",
+            "on" if host_broker.fsync else "off",
+        )
 
     def _open_front_ends(self) -> None:
         from .admin.portmapper import PortMapper, ServiceEntry
@@ -187,8 +201,12 @@ class BridgeServiceManager:
         host = self.host
         throttle = self.login_throttle
         self.portmapper = PortMapper(
-            self.netloop, host, self.props.get("imq.portmapper.port"), self.props.get("imq.instancename"),
-            self.props.get("imq.portmapper.max_unauthenticated_per_address")).start()
+            self.netloop,
+            host,
+            self.props.get("imq.portmapper.port"),
+            self.props.get("imq.instancename"),
+            self.props.get("imq.portmapper.max_unauthenticated_per_address"),
+        ).start()
         from .servicekeys import dmq_key, ensure_service_account
         from .users import UserRepositoryError, open_repository
 
@@ -200,34 +218,47 @@ class BridgeServiceManager:
             account, _ = ensure_service_account(self.props, self.users)
             self.host_broker.set_service_users({account})
         except UserRepositoryError as exc:
-            log.error("the service account cannot be set up, so Spark links and CLI jobs "
-                      "cannot log in: %s", exc)
+            log.error("the service account cannot be set up, so Spark links and CLI jobs cannot log in: %s", exc)
         dmq_key(self.props)
         self._open_metrics()
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
-                self.netloop, host, port, ssl_context=ctx,
+                self.netloop,
+                host,
+                port,
+                ssl_context=ctx,
                 authenticator=self._jms_login,
-                guard=ServiceGuard.from_props(self.props, "jms", throttle))
+                guard=ServiceGuard.from_props(self.props, "jms", throttle),
+            )
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
         if not self.props.enabled:
             return
         user, password = self.props.admin_user, self.props.admin_password
         if not (user and password):
-            log.error("the admin port stays closed: set imq.bridge.admin.user and "
-                      "imq.bridge.admin.password (or give -passfile)")
+            log.error(
+                "the admin port stays closed: set imq.bridge.admin.user and "
+                "imq.bridge.admin.password (or give -passfile)"
+            )
             return
         from .admin.server import AdminServer
 
         tls = self._tls("imq.bridge.admin.tls") if self.props.get("imq.bridge.admin.tls.enabled") else None
-        self.admin = AdminServer(self.netloop, self.dispatch, user, password, host=host,
-                                 port=self.props.get("imq.bridge.admin.port"), ssl_context=tls,
-                                 guard=ServiceGuard.from_props(self.props, "admin", throttle),
-                                 admit=self._admin_admit).start()
-        self.portmapper.register(ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp",
-                                              "ADMIN", self.admin.port))
+        self.admin = AdminServer(
+            self.netloop,
+            self.dispatch,
+            user,
+            password,
+            host=host,
+            port=self.props.get("imq.bridge.admin.port"),
+            ssl_context=tls,
+            guard=ServiceGuard.from_props(self.props, "admin", throttle),
+            admit=self._admin_admit,
+        ).start()
+        self.portmapper.register(
+            ServiceEntry("bridgeadmin", "tls" if self.admin.secure else "tcp", "ADMIN", self.admin.port)
+        )
 
     def _open_metrics(self) -> None:
         """The metrics port (imq.metrics.port; -1, the default: none), listed by the port
@@ -243,20 +274,26 @@ class BridgeServiceManager:
         reg = registry(self)
         pages = Pages(lambda: (scrape(reg), CONTENT_TYPE), lambda: readiness(self))
         tls = self._tls("imq.metrics.tls") if self.props.get("imq.metrics.tls.enabled") else None
-        self.metrics = MetricsServer(self.netloop, pages, self.users.authenticate, self._metrics_admit,
-                                     host=self.props.get("imq.metrics.host"), port=port, ssl_context=tls,
-                                     guard=ServiceGuard.from_props(self.props, "metrics", self.login_throttle)
-                                     ).start()
-        self.portmapper.register(ServiceEntry("metrics", "https" if self.metrics.secure else "http",
-                                              "METRICS", self.metrics.port))
+        self.metrics = MetricsServer(
+            self.netloop,
+            pages,
+            self.users.authenticate,
+            self._metrics_admit,
+            host=self.props.get("imq.metrics.host"),
+            port=port,
+            ssl_context=tls,
+            guard=ServiceGuard.from_props(self.props, "metrics", self.login_throttle),
+        ).start()
+        self.portmapper.register(
+            ServiceEntry("metrics", "https" if self.metrics.secure else "http", "METRICS", self.metrics.port)
+        )
 
     def _metrics_admit(self, user: User) -> str | None:
         """Who may read the metrics port: group admin, and the users of imq.metrics.users
         (the page names every bridge, link and destination)."""
         if user.group == "admin" or user.name in self.props.get("imq.metrics.users"):
             return None
-        return (f"user {user.name!r} may not read metrics: only group admin and the users "
-                "named in imq.metrics.users may")
+        return f"user {user.name!r} may not read metrics: only group admin and the users named in imq.metrics.users may"
 
     def _jms_login(self, user: str | None, password: str | None) -> Principal | None:
         """A jms client's login: its Principal, with its group from the user repository."""
@@ -347,12 +384,14 @@ class BridgeServiceManager:
         from .providers.embedded.cluster import ClusterError, open_cluster
 
         try:
-            self.cluster = open_cluster(self.props, f"{socket.gethostname()} pid {os.getpid()}",
-                                        bridge_configuration(self.props))
+            self.cluster = open_cluster(
+                self.props, f"{socket.gethostname()} pid {os.getpid()}", bridge_configuration(self.props)
+            )
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
-                self.activelist = tuple(n for n in self.props.activelist if n not in
-                                        self._cluster_bridges(self.props.activelist)) + tuple(owned)
+                self.activelist = tuple(
+                    n for n in self.props.activelist if n not in self._cluster_bridges(self.props.activelist)
+                ) + tuple(owned)
         except ClusterError as exc:
             raise ServiceError(f"HA cluster: {exc}") from None
 
@@ -390,8 +429,11 @@ class BridgeServiceManager:
                 self.host_broker.release(name)
         if taker is not None:
             self.taken_over_by = taker
-            log.error("broker %s was taken over by broker %s of its HA cluster: stopping",
-                      self.props.get("imq.brokerid"), taker)
+            log.error(
+                "broker %s was taken over by broker %s of its HA cluster: stopping",
+                self.props.get("imq.brokerid"),
+                taker,
+            )
             self.request_stop()
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
@@ -422,8 +464,10 @@ class BridgeServiceManager:
                 handle.seek(0)
                 holder = handle.read().strip() or "another process"
                 handle.close()
-                raise ServiceError(f"{self.instance_dir} is in use by {holder}; stop that service "
-                                   "or give this one another imq.varhome / imq.instancename") from None
+                raise ServiceError(
+                    f"{self.instance_dir} is in use by {holder}; stop that service "
+                    "or give this one another imq.varhome / imq.instancename"
+                ) from None
             if _same_file(handle, path):
                 break
             handle.close()  # a service stopping meanwhile removed the file we locked: again
@@ -463,8 +507,10 @@ class BridgeServiceManager:
         method = getattr(bridge, table[cmd.op], None)
         what = f"link {cmd.link} of bridge {bridge.name}" if cmd.link else f"bridge {bridge.name}"
         if method is None:
-            return Reply(NOT_IMPLEMENTED, f"the {bridge.type} bridge does not support {cmd.op.lower()}"
-                         + (" for links" if cmd.link else ""))
+            return Reply(
+                NOT_IMPLEMENTED,
+                f"the {bridge.type} bridge does not support {cmd.op.lower()}" + (" for links" if cmd.link else ""),
+            )
         try:
             if cmd.link:
                 state = method(cmd.link)
@@ -480,8 +526,11 @@ class BridgeServiceManager:
             return Reply(ERROR, f"{cmd.op.lower()} {what} failed: {exc}")
         value = getattr(state, "value", state)
         if cmd.link and value not in _LINK_OP_STATES[cmd.op]:  # e.g. its Spark query did not start
-            return Reply(ERROR, f"{cmd.op.lower()} {what} did not take effect: the link is {value}"
-                         + _last_error(bridge, cmd.link), {"state": value})
+            return Reply(
+                ERROR,
+                f"{cmd.op.lower()} {what} did not take effect: the link is {value}" + _last_error(bridge, cmd.link),
+                {"state": value},
+            )
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
     def _destination(self, cmd: Command) -> Reply:
@@ -491,8 +540,9 @@ class BridgeServiceManager:
         from .dstadmin import destination_command
 
         auto = self.props.autocreate
-        defaults = DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg,
-                                         auto.limit_behavior, auto.use_dmq)
+        defaults = DestinationAttributes(
+            auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
+        )
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
         return destination_command(self.host_broker, admin, cmd, defaults)
 
@@ -504,8 +554,9 @@ class BridgeServiceManager:
         if isinstance(bridge, Reply):
             return bridge
         if not isinstance(bridge, JMSBridge):
-            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a "
-                                      "JMS bridge has XA transactions")
+            return Reply(
+                BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has XA transactions"
+            )
         try:
             if cmd.op == "LIST_TXN":
                 data = bridge.transactions()
@@ -514,10 +565,8 @@ class BridgeServiceManager:
         except ValueError as exc:
             return Reply(NOT_FOUND, str(exc))
         except (JMSException, RuntimeError) as exc:
-            return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} "
-                                f"failed: {exc}")
-        return Reply(OK, f"transaction {done['id']} "
-                         f"{'committed' if cmd.op == 'COMMIT_TXN' else 'rolled back'}", done)
+            return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} failed: {exc}")
+        return Reply(OK, f"transaction {done['id']} {'committed' if cmd.op == 'COMMIT_TXN' else 'rolled back'}", done)
 
     def _admin_start(self, bridge: ManagedBridge) -> Any:
         """Start ``bridge`` on its own thread; its state after at most ADMIN_START_WAIT
@@ -542,8 +591,11 @@ class BridgeServiceManager:
 
     def _list(self, cmd: Command) -> Reply:
         if cmd.bridge is None:
-            rows = [{"name": b.name, "type": b.type, "state": _value(b.state)}
-                    for b in self.bridges.values() if cmd.type is None or b.type == cmd.type]
+            rows = [
+                {"name": b.name, "type": b.type, "state": _value(b.state)}
+                for b in self.bridges.values()
+                if cmd.type is None or b.type == cmd.type
+            ]
             if self.cluster is not None:  # every bridge of the cluster, with its owner
                 try:
                     owners = self.cluster.owners()
@@ -551,8 +603,11 @@ class BridgeServiceManager:
                     return Reply(UNAVAILABLE, f"the HA cluster's ownership table cannot be read: {exc}")
                 for row in rows:
                     row["owner"] = owners.get(row["name"], self.cluster.brokerid)
-                rows += [{"name": n, "type": "JMS", "state": "-", "owner": o} for n, o in owners.items()
-                         if n not in self.bridges and cmd.type in (None, "JMS")]
+                rows += [
+                    {"name": n, "type": "JMS", "state": "-", "owner": o}
+                    for n, o in owners.items()
+                    if n not in self.bridges and cmd.type in (None, "JMS")
+                ]
             return Reply(OK, f"{len(rows)} bridge(s)", {"bridges": rows})
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
@@ -573,8 +628,10 @@ class BridgeServiceManager:
         if isinstance(bridge, Reply):
             return bridge
         if bridge.type != "JMS":
-            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS "
-                                      "bridge has a configuration to work with")
+            return Reply(
+                BAD_REQUEST,
+                f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has a configuration to work with",
+            )
         if not self.jms_services:
             return Reply(UNAVAILABLE, "the host broker's jms connection service is not running")
         from .spark.session import spark_settings
@@ -586,15 +643,27 @@ class BridgeServiceManager:
         from .servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
 
         master, conf = spark_settings(self.props)
-        return Reply(OK, f"bridge {bridge.name}", {
-            "bridge": bridge.name, "type": bridge.type, "xmlurl": xmlurl,
-            "runner": settings.runner, "backoutThreshold": settings.backout_threshold,
-            "linkWindow": settings.link_window, "linkWindowBytes": settings.link_window_bytes,
-            "jms": self.jms_url,
-            "spark": {"master": master, "conf": conf},
-            # the job's login on the host broker, and the key that marks dead messages
-            "service": {"user": SERVICE_ACCOUNT, "password": service_password(self.props),
-                        "dmqKey": dmq_key(self.props).hex()}})
+        return Reply(
+            OK,
+            f"bridge {bridge.name}",
+            {
+                "bridge": bridge.name,
+                "type": bridge.type,
+                "xmlurl": xmlurl,
+                "runner": settings.runner,
+                "backoutThreshold": settings.backout_threshold,
+                "linkWindow": settings.link_window,
+                "linkWindowBytes": settings.link_window_bytes,
+                "jms": self.jms_url,
+                "spark": {"master": master, "conf": conf},
+                # the job's login on the host broker, and the key that marks dead messages
+                "service": {
+                    "user": SERVICE_ACCOUNT,
+                    "password": service_password(self.props),
+                    "dmqKey": dmq_key(self.props).hex(),
+                },
+            },
+        )
 
     @property
     def jms_url(self) -> str:
@@ -651,15 +720,15 @@ class BridgeServiceManager:
             if not isinstance(bridge, JMSBridge):
                 continue
             if state not in ("STOPPED", "UNINITIALIZED"):
-                log.info("SIGHUP: bridge %s is %s and keeps its configuration (stop it, then "
-                         "send SIGHUP again)", name, state)
+                log.info(
+                    "SIGHUP: bridge %s is %s and keeps its configuration (stop it, then send SIGHUP again)", name, state
+                )
                 continue
             candidate = _with_keys(props, new, prefix)
             try:
                 config = load_bridge(candidate, name)
             except (JMSException, ConfigError, OSError, ValueError) as exc:
-                log.error("SIGHUP: bridge %s keeps its configuration; its XML cannot be used:\n%s",
-                          name, exc)
+                log.error("SIGHUP: bridge %s keeps its configuration; its XML cannot be used:\n%s", name, exc)
                 continue
             before = self.bridge_configs.get(name)
             self.bridge_configs[name] = config
@@ -669,16 +738,23 @@ class BridgeServiceManager:
                 bridge.reserve()
             except JMSException as exc:
                 log.error("SIGHUP: bridge %s: %s", name, exc)
-            log.info("SIGHUP: bridge %s reloaded from %s: %s", name, config.source,
-                     _config_changes(before, config, sorted(keys)))
+            log.info(
+                "SIGHUP: bridge %s reloaded from %s: %s",
+                name,
+                config.source,
+                _config_changes(before, config, sorted(keys)),
+            )
         for bridge in self.bridges.values():  # the properties now in force (only reloaded bridges' changed)
             if isinstance(bridge, JMSBridge):
                 bridge.props = props
         self.props = props
         waiting = sorted(changed - applied)
         if waiting:
-            log.warning("SIGHUP: changed properties that take effect at the next start of the "
-                        "service (or of their bridge, after another SIGHUP): %s", ", ".join(waiting))
+            log.warning(
+                "SIGHUP: changed properties that take effect at the next start of the "
+                "service (or of their bridge, after another SIGHUP): %s",
+                ", ".join(waiting),
+            )
 
     def stop(self) -> None:
         self._closing.set()
@@ -686,8 +762,7 @@ class BridgeServiceManager:
         if cluster is not None:  # no takeover starts bridges while they stop
             cluster.halt()
         for name, bridge in reversed(list(self.bridges.items())):
-            done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge),
-                                    name=f"stop:{name}")
+            done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge), name=f"stop:{name}")
             done.start()
             done.join(STOP_TIMEOUT)
             if done.is_alive():
@@ -753,12 +828,18 @@ def _value(state: Any) -> str:
 
 def _with_keys(props: BrokerProperties, source: BrokerProperties, prefix: str) -> BrokerProperties:
     """``props`` with the keys under ``prefix`` as ``source`` has them (set, changed or gone)."""
+
     def merged(mine: Any, theirs: Any) -> MappingProxyType[str, Any]:
         out = {k: v for k, v in mine.items() if not k.startswith(prefix)}
         out.update((k, v) for k, v in theirs.items() if k.startswith(prefix))
         return MappingProxyType(out)
-    return dataclasses.replace(props, values=merged(props.values, source.values),
-                               raw=merged(props.raw, source.raw), origins=merged(props.origins, source.origins))
+
+    return dataclasses.replace(
+        props,
+        values=merged(props.values, source.values),
+        raw=merged(props.raw, source.raw),
+        origins=merged(props.origins, source.origins),
+    )
 
 
 def _config_changes(before: BridgeConfig | None, after: BridgeConfig, keys: list[str]) -> str:
@@ -769,9 +850,11 @@ def _config_changes(before: BridgeConfig | None, after: BridgeConfig, keys: list
         parts.append(f"links {', '.join(link.name for link in after.links) or 'none'}")
     else:
         old, new = {x.name: x for x in before.links}, {x.name: x for x in after.links}
-        for what, names in (("added", [n for n in new if n not in old]),
-                            ("removed", [n for n in old if n not in new]),
-                            ("changed", [n for n in new if n in old and new[n] != old[n]])):
+        for what, names in (
+            ("added", [n for n in new if n not in old]),
+            ("removed", [n for n in old if n not in new]),
+            ("changed", [n for n in new if n in old and new[n] != old[n]]),
+        ):
             if names:
                 parts.append(f"links {what}: {', '.join(names)}")
         for field in ("dmqs", "connection_factories", "destinations"):
@@ -818,6 +901,7 @@ def _quietly(fn: Callable[..., Any], name: str, *args: Any) -> Callable[[], None
             fn(*args)
         except Exception as exc:
             log.error("bridge %s: stop failed: %s", name, exc)
+
     return run
 
 
@@ -836,8 +920,13 @@ class StompService:
         self._manager = manager
         config = StompConfig.from_props(manager.props)
         config = dataclasses.replace(config, hostname=config.hostname or manager.host)
-        self.bridge = StompBridge(config, manager.host_broker, manager.users, manager.netloop,
-                                  ServiceGuard.from_props(manager.props, "stomp", manager.login_throttle))
+        self.bridge = StompBridge(
+            config,
+            manager.host_broker,
+            manager.users,
+            manager.netloop,
+            ServiceGuard.from_props(manager.props, "stomp", manager.login_throttle),
+        )
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
         self._log = stomp_log(manager.props)
 
@@ -869,8 +958,12 @@ class StompService:
             return self.state
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "type": self.type, "state": self.state,
-                "ports": {row[0]: row[3] for row in self.bridge.service_entries()}}
+        return {
+            "name": self.name,
+            "type": self.type,
+            "state": self.state,
+            "ports": {row[0]: row[3] for row in self.bridge.service_entries()},
+        }
 
 
 def stomp_log(props: BrokerProperties) -> BridgeLog:
@@ -879,8 +972,14 @@ def stomp_log(props: BrokerProperties) -> BridgeLog:
     from .props import STOMP
 
     bp = props.bridge(STOMP)
-    return BridgeLog(STOMP, props.bridge_dir(STOMP), bp.logfile_limit, bp.logfile_count,
-                     props.raw.get(LOGGING_CONFIG_PROPERTY), level=bp.log_level)
+    return BridgeLog(
+        STOMP,
+        props.bridge_dir(STOMP),
+        bp.logfile_limit,
+        bp.logfile_count,
+        props.raw.get(LOGGING_CONFIG_PROPERTY),
+        level=bp.log_level,
+    )
 
 
 BridgeFactory = Callable[["BridgeServiceManager", str], ManagedBridge]
@@ -902,17 +1001,27 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
                 config = manager.bridge_configs[name] = load_bridge(manager.props, name)
             manager.protect_dmqs(config)
             return config
+
         # runner=spark links reach the host broker from Spark's processes over jms
         # on an instance of an HA cluster the links keep their excuses in the cluster's table
         cluster = manager.cluster
-        bridge = JMSBridge(load, manager.props, name=name, host=manager.host_broker,
-                           broker_url=manager.jms_url if manager.jms_services else None,
-                           excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None)
+        bridge = JMSBridge(
+            load,
+            manager.props,
+            name=name,
+            host=manager.host_broker,
+            broker_url=manager.jms_url if manager.jms_services else None,
+            excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None,
+        )
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start
         except (JMSException, ConfigError, OSError, ValueError) as exc:
-            log.warning("bridge %s: its configuration cannot be read yet (%s); its client ids "
-                        "and durable subscriptions are reserved at its first start", name, exc)
+            log.warning(
+                "bridge %s: its configuration cannot be read yet (%s); its client ids "
+                "and durable subscriptions are reserved at its first start",
+                name,
+                exc,
+            )
         return bridge
 
     return {"jms": jms, "stomp": StompService}

@@ -46,7 +46,7 @@ from .jms.destination import Destination, Queue, Topic
 from .jms.errors import IllegalStateException, JMSException
 from .jms.message import Message, create_message
 
-SUN_MQ = "SUN_MQ"   # the host broker's provider name, as the original passes it
+SUN_MQ = "SUN_MQ"  # the host broker's provider name, as the original passes it
 STOMP = "STOMP"
 
 _CLASS_PATH = re.compile(r"[A-Za-z_]\w*(\.[A-Za-z_]\w*)+\Z")
@@ -77,8 +77,15 @@ class MessageTransformer(ABC):
         self._in_bridge_link = False
 
     @abstractmethod
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message | None:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message | None:
         """Return the message to send, or None (a transform failure)."""
 
     # --- helpers for the plugin --------------------------------------------------------
@@ -123,8 +130,7 @@ def split_path(text: str | None) -> list[Path]:
     return [Path(p.strip()).expanduser() for p in parts if p.strip()]
 
 
-def transformer_path(setting: str | None = None,
-                     instance_dir: str | os.PathLike[str] | None = None) -> list[Path]:
+def transformer_path(setting: str | None = None, instance_dir: str | os.PathLike[str] | None = None) -> list[Path]:
     """The plugin folders, in search order: ``setting`` (imq.bridge.transformer.path),
     $IMQ_BRIDGE_TRANSFORMER_PATH, <instance>/lib/ext, $IMQ_HOME/lib/ext."""
     folders = split_path(setting) + split_path(os.environ.get(TRANSFORMER_PATH_ENV))
@@ -149,8 +155,11 @@ def _current_name(module_name: str, folders: Sequence[Path]) -> str:
     shipped = shipped_modules()
     if top == OLD_SHIPPED_TOP and (not rest or rest.partition(".")[0] in shipped):
         return f"{SHIPPED_PACKAGE}.{rest}".rstrip(".")
-    if top in shipped and top not in sys.modules and not any(
-            importlib.machinery.PathFinder.find_spec(top, [str(f)]) for f in folders):
+    if (
+        top in shipped
+        and top not in sys.modules
+        and not any(importlib.machinery.PathFinder.find_spec(top, [str(f)]) for f in folders)
+    ):
         return f"{SHIPPED_PACKAGE}.{module_name}"
     return module_name
 
@@ -219,9 +228,9 @@ def _from_loaders(class_path: str, python_problem: str) -> MessageTransformer | 
     return None
 
 
-def load_transformer(class_path: str,
-                     search_path: Sequence[str | os.PathLike[str]] | None = None
-                     ) -> MessageTransformer:
+def load_transformer(
+    class_path: str, search_path: Sequence[str | os.PathLike[str]] | None = None
+) -> MessageTransformer:
     """Import ``package.module.ClassName`` (transformer folders first, see the module
     doc; ``search_path`` replaces them) and make an instance; JMSException if it cannot."""
     if not _CLASS_PATH.match(class_path or ""):
@@ -233,18 +242,20 @@ def load_transformer(class_path: str,
         cls = getattr(_import(module_name, folders), class_name)
     except (ImportError, AttributeError) as exc:
         where = ", ".join(str(f) for f in folders) or "no plugin folder"
-        problem = (f"cannot load message transformer {class_path}: {exc} (looked in "
-                   f"{where} and on the Python path)")
+        problem = f"cannot load message transformer {class_path}: {exc} (looked in {where} and on the Python path)"
         if module_name.partition(".")[0] == OLD_SHIPPED_TOP:
-            problem += (f"; the shipped transformers are {SHIPPED_PACKAGE}.<module>.<Class>, "
-                        f"modules {', '.join(shipped_modules())}")
+            problem += (
+                f"; the shipped transformers are {SHIPPED_PACKAGE}.<module>.<Class>, "
+                f"modules {', '.join(shipped_modules())}"
+            )
         found = _from_loaders(class_path, problem) if isinstance(exc, ModuleNotFoundError) else None
         if found is not None:
             return found
         raise JMSException(problem) from exc
     except Exception as exc:  # the module itself failed while being imported
-        raise JMSException(f"cannot load message transformer {class_path}: importing "
-                           f"{module_name} failed: {type(exc).__name__}: {exc}") from exc
+        raise JMSException(
+            f"cannot load message transformer {class_path}: importing {module_name} failed: {type(exc).__name__}: {exc}"
+        ) from exc
     if not (isinstance(cls, type) and issubclass(cls, MessageTransformer)):
         raise JMSException(f"{class_path} {_NOT_A_TRANSFORMER}")
     try:
@@ -309,9 +320,8 @@ def _find_spec(module_name: str, folders: Sequence[Path]) -> tuple[Any, str | No
         if spec is None:
             return None, ".".join(parts[:i])
         if spec.submodule_search_locations is None:
-            return None, ".".join(parts[:i + 1])
-        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[:i + 1]),
-                                                         list(spec.submodule_search_locations))
+            return None, ".".join(parts[: i + 1])
+        spec = importlib.machinery.PathFinder.find_spec(".".join(parts[: i + 1]), list(spec.submodule_search_locations))
     return (spec, None) if spec is not None else (None, module_name)
 
 
@@ -346,9 +356,12 @@ def _bindings(module: _Module, name: str) -> list[Any]:
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             if any(isinstance(n, ast.Name) and n.id == name for t in targets for n in ast.walk(t)):
                 found.append(node)
-        elif any(getattr(n, "name", None) == name or getattr(n, "asname", None) == name
-                 or (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store))
-                 for n in ast.walk(node)):  # in a block (if, try, with ...): whatever it does
+        elif any(
+            getattr(n, "name", None) == name
+            or getattr(n, "asname", None) == name
+            or (isinstance(n, ast.Name) and n.id == name and isinstance(n.ctx, ast.Store))
+            for n in ast.walk(node)
+        ):  # in a block (if, try, with ...): whatever it does
             found.append(node)
     return found
 
@@ -381,7 +394,7 @@ def _qualified(module: _Module, expr: Any) -> str | None:
             package = module.package.split(".")
             if not module.package or node.level - 1 >= len(package):
                 return None
-            base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+            base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
         return ".".join([base, alias.name, *chain])
     return None
 
@@ -414,8 +427,10 @@ class _Inspector:
             raise JMSException(f"module {module_name!r} has no attribute {class_name!r}")
         node = bound[0]
         if len(bound) > 1 or not isinstance(node, ast.ClassDef):
-            raise _NeedsImport(f"{class_name} is not one plain class statement in {module.path} "
-                               "(assigned, imported or defined in a block)")
+            raise _NeedsImport(
+                f"{class_name} is not one plain class statement in {module.path} "
+                "(assigned, imported or defined in a block)"
+            )
         if node.decorator_list or node.keywords:
             raise _NeedsImport(f"class {class_name} in {module.path} is decorated or has a metaclass")
         return node
@@ -427,18 +442,19 @@ class _Inspector:
             raise _NeedsImport(f"the bases of {class_name} go too deep to follow")
         node = self.class_of(module_name, class_name)
         module = self.modules[module_name]
-        concrete = any((isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "transform")
-                       or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "transform"
-                                                             for t in n.targets))
-                       for n in node.body)
+        concrete = any(
+            (isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == "transform")
+            or (isinstance(n, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "transform" for t in n.targets))
+            for n in node.body
+        )
         is_transformer = False
         for base in node.bases:
             name = _qualified(module, base)
             if name is None:
-                raise _NeedsImport(f"a base class of {class_name} ({ast.unparse(base)}) is not a name "
-                                   "the source can follow")
-            base_module, _, base_class = (module_name, "", name[1:]) if name.startswith(".") \
-                else name.rpartition(".")
+                raise _NeedsImport(
+                    f"a base class of {class_name} ({ast.unparse(base)}) is not a name the source can follow"
+                )
+            base_module, _, base_class = (module_name, "", name[1:]) if name.startswith(".") else name.rpartition(".")
             if f"{base_module}.{base_class}" == _BASE:
                 is_transformer = True
             elif base_module.partition(".")[0] == _OURS or base_module in sys.modules:
@@ -465,21 +481,25 @@ class _Inspector:
         if not is_transformer:
             raise JMSException(f"{class_path} {_NOT_A_TRANSFORMER}")
         if not concrete:
-            raise JMSException(f"cannot create message transformer {class_path}: it defines no "
-                               "transform() (MessageTransformer's is abstract)")
+            raise JMSException(
+                f"cannot create message transformer {class_path}: it defines no "
+                "transform() (MessageTransformer's is abstract)"
+            )
         node = self.class_of(module_name, class_name)
         init = next((n for n in node.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
         if init is not None:
             args = init.args
             required = len(args.posonlyargs) + len(args.args) - 1 - len(args.defaults)
             if required > 0 or any(d is None for d in args.kw_defaults):
-                raise JMSException(f"cannot create message transformer {class_path}: its __init__ "
-                                   f"(line {init.lineno}) takes arguments; the service passes none")
+                raise JMSException(
+                    f"cannot create message transformer {class_path}: its __init__ "
+                    f"(line {init.lineno}) takes arguments; the service passes none"
+                )
 
 
-def inspect_transformer(class_path: str,
-                        search_path: Sequence[str | os.PathLike[str]] | None = None
-                        ) -> TransformerInspection:
+def inspect_transformer(
+    class_path: str, search_path: Sequence[str | os.PathLike[str]] | None = None
+) -> TransformerInspection:
     """Check ``class_path`` as load_transformer would load it, from the module's source
     where it can (no plugin code runs); else import it as load_transformer does and say
     why. JMSException with load_transformer's wording when it is no usable transformer."""

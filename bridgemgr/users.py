@@ -32,7 +32,7 @@ from .props import BrokerProperties
 GROUPS = ("admin", "user")
 SERVICE_ACCOUNT = "imqbridge-service"  # the bridge service's own login (servicekeys.py)
 HEADER = "# imqbridge user repository: name:group:scrypt$logN$r$p$salt$hash (edit with imqbridgemgr user)\n"
-SCRYPT_LOG_N, SCRYPT_R, SCRYPT_P = 14, 8, 1   # 16 MiB, ~40 ms per check
+SCRYPT_LOG_N, SCRYPT_R, SCRYPT_P = 14, 8, 1  # 16 MiB, ~40 ms per check
 _MAX_MEM = 64 * 1024 * 1024
 
 
@@ -52,12 +52,10 @@ class _Entry:
     password_hash: str
 
 
-def hash_password(password: str, *, log_n: int = SCRYPT_LOG_N, r: int = SCRYPT_R,
-                  p: int = SCRYPT_P) -> str:
+def hash_password(password: str, *, log_n: int = SCRYPT_LOG_N, r: int = SCRYPT_R, p: int = SCRYPT_P) -> str:
     """A new salted scrypt hash of ``password`` in the repository's text form."""
     salt = secrets.token_bytes(16)
-    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=2 ** log_n, r=r, p=p,
-                            maxmem=_MAX_MEM, dklen=32)
+    digest = hashlib.scrypt(password.encode("utf-8"), salt=salt, n=2**log_n, r=r, p=p, maxmem=_MAX_MEM, dklen=32)
     return f"scrypt${log_n}${r}${p}${salt.hex()}${digest.hex()}"
 
 
@@ -68,8 +66,15 @@ def verify_password(password: str, stored: str) -> bool:
         if scheme != "scrypt":
             return False
         expected = bytes.fromhex(digest)
-        got = hashlib.scrypt(password.encode("utf-8"), salt=bytes.fromhex(salt), n=2 ** int(log_n),
-                             r=int(r), p=int(p), maxmem=_MAX_MEM, dklen=len(expected))
+        got = hashlib.scrypt(
+            password.encode("utf-8"),
+            salt=bytes.fromhex(salt),
+            n=2 ** int(log_n),
+            r=int(r),
+            p=int(p),
+            maxmem=_MAX_MEM,
+            dklen=len(expected),
+        )
     except (ValueError, MemoryError):
         return False
     return hmac.compare_digest(got, expected)
@@ -77,8 +82,10 @@ def verify_password(password: str, stored: str) -> bool:
 
 def check_name(name: str) -> None:
     if not name or name != name.strip() or any(c in name for c in ":\n\r#") or len(name) > 256:
-        raise UserRepositoryError(f"{name!r} is not a usable user name: use 1 to 256 characters "
-                                  "without ':', '#', line breaks or surrounding spaces")
+        raise UserRepositoryError(
+            f"{name!r} is not a usable user name: use 1 to 256 characters "
+            "without ':', '#', line breaks or surrounding spaces"
+        )
 
 
 def default_path(props: BrokerProperties) -> Path:
@@ -130,8 +137,9 @@ class UserRepository:
                     continue
                 parts = line.split(":")
                 if len(parts) != 3 or parts[1] not in GROUPS or not parts[2].startswith("scrypt$"):
-                    raise UserRepositoryError(f"{self.path}:{lineno}: not a user line "
-                                              "(name:group:scrypt$...); fix or delete it")
+                    raise UserRepositoryError(
+                        f"{self.path}:{lineno}: not a user line (name:group:scrypt$...); fix or delete it"
+                    )
                 entries[parts[0]] = _Entry(User(parts[0], parts[1]), parts[2])
         self._entries, self._stamp = entries, stamp
         self._verified.clear()
@@ -160,8 +168,7 @@ class UserRepository:
         if entry is None:
             hash_password(password)  # spend the same time: no timing hint that the name is unknown
             return None
-        token = hmac.new(self._key, f"{name}\0{password}\0{entry.password_hash}".encode(),
-                         hashlib.sha256).digest()
+        token = hmac.new(self._key, f"{name}\0{password}\0{entry.password_hash}".encode(), hashlib.sha256).digest()
         if token in self._verified:
             return entry.user
         if not verify_password(password, entry.password_hash):
@@ -188,8 +195,10 @@ class UserRepository:
 
     def _write(self, entries: dict[str, _Entry]) -> None:
         tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        lines = [HEADER] + [f"{e.user.name}:{e.user.group}:{e.password_hash}\n"
-                            for e in sorted(entries.values(), key=lambda e: e.user.name)]
+        lines = [HEADER] + [
+            f"{e.user.name}:{e.user.group}:{e.password_hash}\n"
+            for e in sorted(entries.values(), key=lambda e: e.user.name)
+        ]
         fd = open_private(tmp, os.O_WRONLY | os.O_TRUNC)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

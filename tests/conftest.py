@@ -53,11 +53,11 @@ def pytest_collection_modifyitems(config, items):
     serial_dirs = {here / d: d for d in SERIAL_DIRS}
     for item in items:
         path = Path(item.path)
-        if (any(d in path.parents for d in slow_dirs)
-                or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ()))):
+        if any(d in path.parents for d in slow_dirs) or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        group = next((name for d, name in serial_dirs.items() if d in path.parents),
-                     str(path))  # (a test may run pytest on a file of its own, elsewhere)
+        group = next(
+            (name for d, name in serial_dirs.items() if d in path.parents), str(path)
+        )  # (a test may run pytest on a file of its own, elsewhere)
         item.add_marker(pytest.mark.xdist_group(group))
 
 
@@ -82,15 +82,18 @@ def pytest_terminal_summary(terminalreporter, config):
         return
     elapsed = time.monotonic() - _started
     if elapsed > FAST_TIER_SECONDS:
-        terminalreporter.write_sep("=", f"the fast tier took {elapsed:.0f} s, over "
-                                   f"{FAST_TIER_SECONDS:g} s: mark its slowest tests slow "
-                                   "(--durations=30 lists them)", yellow=True)
-    over = sorted(((d, n) for n, d in _durations.items()
-                   if d > SLOW_SECONDS and n not in _marked_slow), reverse=True)
+        terminalreporter.write_sep(
+            "=",
+            f"the fast tier took {elapsed:.0f} s, over "
+            f"{FAST_TIER_SECONDS:g} s: mark its slowest tests slow "
+            "(--durations=30 lists them)",
+            yellow=True,
+        )
+    over = sorted(((d, n) for n, d in _durations.items() if d > SLOW_SECONDS and n not in _marked_slow), reverse=True)
     if over:
-        terminalreporter.write_sep("=", "unmarked tests slower than "
-                                   f"{SLOW_SECONDS:g} s (mark them @pytest.mark.slow)",
-                                   yellow=True)
+        terminalreporter.write_sep(
+            "=", f"unmarked tests slower than {SLOW_SECONDS:g} s (mark them @pytest.mark.slow)", yellow=True
+        )
         for d, n in over:
             terminalreporter.write_line(f"{d:6.2f}s {n}")
 
@@ -104,8 +107,10 @@ def pytest_configure(config):
     plugin off). Enabled here, faulthandler stays on until the interpreter is gone, after
     JPype has stopped the JVM."""
     if config.pluginmanager.has_plugin("faulthandler"):
-        raise pytest.UsageError("run the tests with -p no:faulthandler (pyproject.toml's "
-                                "addopts): it disables faulthandler while the JVM runs")
+        raise pytest.UsageError(
+            "run the tests with -p no:faulthandler (pyproject.toml's "
+            "addopts): it disables faulthandler while the JVM runs"
+        )
     # A descriptor of its own: pytest's capture redirects descriptor 2 during tests.
     faulthandler.enable(file=os.dup(sys.stderr.fileno()), all_threads=True)
 

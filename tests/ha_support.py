@@ -64,10 +64,13 @@ class Instance(Daemon):
 def link_xml(name: str, m_address: str, source: str, target: str, transacted: bool = True) -> str:
     """JMS bridge ``name``: one link moving queue ``source`` to ``target`` on broker M
     (each side through its own connection factory: two resource managers)."""
-    factories = "".join(f"""
+    factories = "".join(
+        f"""
   <connection-factory ref-name="{ref}" username="admin" password="{PASSWORD}">
     <property name="imqAddressList" value="mq://{m_address}"/>
-  </connection-factory>""" for ref in ("msrc", "mdst"))
+  </connection-factory>"""
+        for ref in ("msrc", "mdst")
+    )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="{name}">
@@ -118,14 +121,28 @@ class Cluster:
         d = self.base / brokerid
         d.mkdir(exist_ok=True)
         props = d / "broker.properties"
-        props.write_text("\n".join([
-            f"imq.varhome={d / 'var'}", f"imq.instancename={brokerid}", "imq.portmapper.port=0",
-            "imq.cluster.ha=true", f"imq.cluster.clusterid={self.clusterid}", f"imq.brokerid={brokerid}",
-            f"imq.cluster.url=file:{self.central}", f"imq.cluster.heartbeat.interval={HEARTBEAT}",
-            f"imq.cluster.monitor.interval={MONITOR}", "imq.persist.store=jdbc",
-            f"imq.persist.jdbc.postgresql.property.url={self.postgresql.url(self.database)}",
-            "imq.bridge.admin.user=admin", f"imq.bridge.admin.password={PASSWORD}",
-            f"imq.bridge.activelist={activelist}", *extra]) + "\n")
+        props.write_text(
+            "\n".join(
+                [
+                    f"imq.varhome={d / 'var'}",
+                    f"imq.instancename={brokerid}",
+                    "imq.portmapper.port=0",
+                    "imq.cluster.ha=true",
+                    f"imq.cluster.clusterid={self.clusterid}",
+                    f"imq.brokerid={brokerid}",
+                    f"imq.cluster.url=file:{self.central}",
+                    f"imq.cluster.heartbeat.interval={HEARTBEAT}",
+                    f"imq.cluster.monitor.interval={MONITOR}",
+                    "imq.persist.store=jdbc",
+                    f"imq.persist.jdbc.postgresql.property.url={self.postgresql.url(self.database)}",
+                    "imq.bridge.admin.user=admin",
+                    f"imq.bridge.admin.password={PASSWORD}",
+                    f"imq.bridge.activelist={activelist}",
+                    *extra,
+                ]
+            )
+            + "\n"
+        )
         passfile = d / "pw.properties"
         passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
         return props, passfile
@@ -149,5 +166,10 @@ def check(props: Path, timeout: float = 60) -> subprocess.CompletedProcess:
     from service_support import ROOT
 
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", "check", "-props", str(props)],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", "check", "-props", str(props)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )

@@ -61,16 +61,19 @@ def main() -> None:
     cfs, target = "", None
     if len(sys.argv) > 2:
         target = open_broker(sys.argv[2], sync=True)  # the one the lookup below finds
-        links = links.replace('<target connection-factory-ref="host"',
-                              '<target connection-factory-ref="remote"')
-        cfs = ('<connection-factory ref-name="remote" lookup-name="ConnectionFactory">'
-               '<property name="java.naming.factory.initial" value="imq.embedded"/>'
-               f'<property name="java.naming.provider.url" value="{sys.argv[2]}"/>'
-               '</connection-factory>')
-    bridge = JMSBridge(parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash",
-                                                      log_message_transfer="false")),
-                       load_properties([], [f"imq.bridge.crash.link.window={window or 1}"], environ={}),
-                       host=EmbeddedHostBroker(broker), tuning=FAST)
+        links = links.replace('<target connection-factory-ref="host"', '<target connection-factory-ref="remote"')
+        cfs = (
+            '<connection-factory ref-name="remote" lookup-name="ConnectionFactory">'
+            '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+            f'<property name="java.naming.provider.url" value="{sys.argv[2]}"/>'
+            "</connection-factory>"
+        )
+    bridge = JMSBridge(
+        parse_bridge_config(bridge_xml(links, cfs=cfs, name="crash", log_message_transfer="false")),
+        load_properties([], [f"imq.bridge.crash.link.window={window or 1}"], environ={}),
+        host=EmbeddedHostBroker(broker),
+        tuning=FAST,
+    )
     bridge.start()
     say("ready" + (f" {bridge.links[0].window}" if window else ""))  # type: ignore[attr-defined]
     while broker.queue_depth("src") > 0:

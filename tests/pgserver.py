@@ -60,24 +60,56 @@ class PostgreSQL:
         self.base.mkdir(parents=True, exist_ok=True)
         shutil.chown(self.base, USER, USER)
         if not (self.data / "PG_VERSION").exists():  # else started again after a stop
-            subprocess.run(self._as_postgres([str(PG_BIN / "initdb"), "-D", str(self.data), "-U",
-                                              USER, "--auth=trust", "-E", "UTF8",
-                                              "--no-instructions"]),
-                           check=True, capture_output=True)
+            subprocess.run(
+                self._as_postgres(
+                    [
+                        str(PG_BIN / "initdb"),
+                        "-D",
+                        str(self.data),
+                        "-U",
+                        USER,
+                        "--auth=trust",
+                        "-E",
+                        "UTF8",
+                        "--no-instructions",
+                    ]
+                ),
+                check=True,
+                capture_output=True,
+            )
         log = self.base / "postgres.log"
         self.proc = subprocess.Popen(
-            self._as_postgres([str(PG_BIN / "postgres"), "-D", str(self.data), "-h", HOST,
-                               "-p", str(self.port), "-k", str(self.base),
-                               "-c", "listen_addresses=" + HOST]),
-            stdout=subprocess.DEVNULL, stderr=open(log, "wb"),  # noqa: SIM115  (the server's)
-            start_new_session=True)
+            self._as_postgres(
+                [
+                    str(PG_BIN / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-h",
+                    HOST,
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.base),
+                    "-c",
+                    "listen_addresses=" + HOST,
+                ]
+            ),
+            stdout=subprocess.DEVNULL,
+            stderr=open(log, "wb"),  # noqa: SIM115  (the server's)
+            start_new_session=True,
+        )
         deadline = time.monotonic() + timeout
-        while subprocess.run(self._as_postgres([str(PG_BIN / "pg_isready"), "-q", "-h", HOST,
-                                                "-p", str(self.port)])).returncode != 0:
+        while (
+            subprocess.run(
+                self._as_postgres([str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)])
+            ).returncode
+            != 0
+        ):
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"PostgreSQL did not start on port {self.port}:\n"
-                                   + log.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"PostgreSQL did not start on port {self.port}:\n" + log.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.1)
         return self
 
@@ -93,9 +125,13 @@ class PostgreSQL:
         transactions rolled back (what a database restart does to a broker's store)."""
         if self.proc is None or self.proc.poll() is not None:
             return
-        subprocess.run(self._as_postgres([str(PG_BIN / "pg_ctl"), "stop", "-D", str(self.data),
-                                          "-m", "fast", "-w", "-t", str(int(timeout))]),
-                       check=True, capture_output=True)
+        subprocess.run(
+            self._as_postgres(
+                [str(PG_BIN / "pg_ctl"), "stop", "-D", str(self.data), "-m", "fast", "-w", "-t", str(int(timeout))]
+            ),
+            check=True,
+            capture_output=True,
+        )
         self.proc.wait(timeout)
 
     def stop(self, timeout: float = 60) -> None:

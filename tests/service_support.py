@@ -26,9 +26,13 @@ class Daemon:
 
     def __init__(self, props: Path, *args: str, settle: bool = True) -> None:
         env = dict(os.environ, PYTHONPATH=str(ROOT))
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props),
-                                      *args],
-                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props), *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=env,
+        )
         self.lines: list[str] = []
         self.bridges: dict[str, str] = {}
         running = False
@@ -52,30 +56,54 @@ class Daemon:
 def cli(daemon: Daemon, passfile: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`imqbridgemgr ARGS -b <daemon> -u admin -passfile PASSFILE -f` as a process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address,
-                           "-u", "admin", "-passfile", str(passfile), "-f"],
-                          capture_output=True, text=True, env=env, timeout=timeout)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            *args,
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+            "-f",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=timeout,
+    )
 
 
-def one_bridge_files(base: Path, instance: str, xml: str, password: str, *extra: str,
-                     activelist: str = "jb") -> tuple[Path, Path]:
+def one_bridge_files(
+    base: Path, instance: str, xml: str, password: str, *extra: str, activelist: str = "jb"
+) -> tuple[Path, Path]:
     """A service's files under ``base``: jb.xml (``xml``, the JMS bridge jb), broker
     properties with an admin login (``extra`` lines appended) and the admin passfile.
     Returns (properties file, passfile)."""
     (base / "jb.xml").write_text(xml)
     props = base / "broker.properties"
-    lines = [f"imq.varhome={base / 'var'}", f"imq.instancename={instance}", "imq.portmapper.port=0",
-             "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
-             f"imq.bridge.admin.password={password}", f"imq.bridge.activelist={activelist}",
-             "imq.bridge.jb.type=jms", "imq.bridge.jb.xmlurl=jb.xml", *extra]
+    lines = [
+        f"imq.varhome={base / 'var'}",
+        f"imq.instancename={instance}",
+        "imq.portmapper.port=0",
+        "imq.bridge.enabled=true",
+        "imq.bridge.admin.user=admin",
+        f"imq.bridge.admin.password={password}",
+        f"imq.bridge.activelist={activelist}",
+        "imq.bridge.jb.type=jms",
+        "imq.bridge.jb.xmlurl=jb.xml",
+        *extra,
+    ]
     props.write_text("\n".join(lines) + "\n")
     passfile = base / "pw.properties"
     passfile.write_text(f"imq.imqbridgemgr.password={password}\n")
     return props, passfile
 
 
-def send(daemon: Daemon, password: str, queue: str,
-         *messages: str | tuple[str, DeliveryMode]) -> list[str]:
+def send(daemon: Daemon, password: str, queue: str, *messages: str | tuple[str, DeliveryMode]) -> list[str]:
     """Send each text (persistent) or (text, delivery mode) to ``queue`` of the service, as
     admin; their message ids."""
     with connect(f"mq://{daemon.address}", username="admin", password=password) as conn:
@@ -89,8 +117,9 @@ def send(daemon: Daemon, password: str, queue: str,
         return ids
 
 
-def take(daemon: Daemon, password: str, queue: str, expect: int = 0, wait: float = 30.0,
-         quiet: float = 1.0) -> list[Message]:
+def take(
+    daemon: Daemon, password: str, queue: str, expect: int = 0, wait: float = 30.0, quiet: float = 1.0
+) -> list[Message]:
     """Consume ``queue`` of the service: ``expect`` messages (waiting up to ``wait`` s),
     then whatever else comes within ``quiet`` seconds."""
     got: list[Message] = []
@@ -138,10 +167,14 @@ class Stomp:
         command, *lines = head.split("\n")
         return command, dict(line.split(":", 1) for line in lines), body
 
-    def send(self, destination: str, body: str, receipt: str,
-             persistent: bool = True) -> tuple[str, dict[str, str], str]:
-        self.write("SEND", {"destination": destination, "receipt": receipt,
-                            "persistent": "true" if persistent else "false"}, body)
+    def send(
+        self, destination: str, body: str, receipt: str, persistent: bool = True
+    ) -> tuple[str, dict[str, str], str]:
+        self.write(
+            "SEND",
+            {"destination": destination, "receipt": receipt, "persistent": "true" if persistent else "false"},
+            body,
+        )
         return self.frame()
 
     def close(self) -> None:
@@ -151,4 +184,3 @@ class Stomp:
 def stomp_port(daemon: Daemon) -> int:
     host, port = daemon.address.split(":")
     return find_service(host, int(port), ("stomp",)).port
-

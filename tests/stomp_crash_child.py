@@ -20,8 +20,9 @@ from bridgemgr.users import UserRepository
 def main() -> None:
     broker = Broker(sys.argv[1], sync=True)
     loop = NetLoop().start()
-    bridge = StompBridge(StompConfig(hostname="127.0.0.1", tcp_port=0), EmbeddedHostBroker(broker),
-                         UserRepository(sys.argv[2]), loop)
+    bridge = StompBridge(
+        StompConfig(hostname="127.0.0.1", tcp_port=0), EmbeddedHostBroker(broker), UserRepository(sys.argv[2]), loop
+    )
     bridge.start()
     sys.stdout.write(f"{bridge.tcp_port}\n")
     sys.stdout.flush()

@@ -46,20 +46,23 @@ def check_login(login: str, passcode: str) -> object | None:
 class Driver:
     """One StompSession on a real broker, no sockets: frames in, frames out."""
 
-    def __init__(self, broker: Broker, config: SessionConfig = SessionConfig(), name: str = "s1",
-                 authenticate: Any = check_login) -> None:
+    def __init__(
+        self, broker: Broker, config: SessionConfig = SessionConfig(), name: str = "s1", authenticate: Any = check_login
+    ) -> None:
         self.broker = broker
         self.posted: queue.Queue[tuple[Any, tuple[Any, ...]]] = queue.Queue()
-        self.session = StompSession(config, authenticate=authenticate, open_host=self._open_host,
-                                    session_id=name, now=time.monotonic())
+        self.session = StompSession(
+            config, authenticate=authenticate, open_host=self._open_host, session_id=name, now=time.monotonic()
+        )
         self.version: str | None = PRE_CONNECT
         self._in = bytearray()
         self.received: list[Frame] = []
         self.now = time.monotonic()
 
     def _open_host(self, client_id: str | None, user: str) -> HostConnection:
-        return HostConnection(EmbeddedHostBroker(self.broker), Principal(user),
-                              lambda fn, *args: self.posted.put((fn, args)), client_id)
+        return HostConnection(
+            EmbeddedHostBroker(self.broker), Principal(user), lambda fn, *args: self.posted.put((fn, args)), client_id
+        )
 
     def feed(self, data: bytes) -> list[Frame]:
         self.session.receive_data(data, self.now)
@@ -181,6 +184,7 @@ def pending(broker: Broker, queue_name: str) -> int:
 
 # --- a running bridge, certificates and clients ------------------------------------------------
 
+
 def make_users(directory: Path) -> UserRepository:
     repo = UserRepository(directory / "passwd")
     for name, password in USERS.items():
@@ -193,8 +197,13 @@ def make_certs(d: Path) -> dict[str, Path]:
     CA and one of a stranger CA."""
     ca = trustme.CA()
     server = ca.issue_cert(HOST)
-    paths = {"ca": d / "ca.pem", "cert": d / "server.pem", "key": d / "server.key",
-             "client": d / "client.pem", "stranger": d / "stranger.pem"}
+    paths = {
+        "ca": d / "ca.pem",
+        "cert": d / "server.pem",
+        "key": d / "server.key",
+        "client": d / "client.pem",
+        "stranger": d / "stranger.pem",
+    }
     ca.cert_pem.write_to_path(paths["ca"])
     server.cert_chain_pems[0].write_to_path(paths["cert"])
     for extra in server.cert_chain_pems[1:]:
@@ -205,14 +214,26 @@ def make_certs(d: Path) -> dict[str, Path]:
     return paths
 
 
-def make_bridge(netloop: NetLoop, broker: Broker, users: UserRepository, certs: dict[str, Path] | None = None,
-                require_client_auth: bool = False, **session: Any) -> StompBridge:
+def make_bridge(
+    netloop: NetLoop,
+    broker: Broker,
+    users: UserRepository,
+    certs: dict[str, Path] | None = None,
+    require_client_auth: bool = False,
+    **session: Any,
+) -> StompBridge:
     """A started bridge on free ports of 127.0.0.1 (TLS too when given certificates)."""
-    config = StompConfig(hostname=HOST, tcp_port=0, tls_enabled=certs is not None, tls_port=0,
-                         tls_require_client_auth=require_client_auth,
-                         tls_certfile=certs and certs["cert"], tls_keyfile=certs and certs["key"],
-                         tls_cafile=certs and certs["ca"],
-                         session=SessionConfig(limits=Limits(max_frame_size=256 * 1024), **session))
+    config = StompConfig(
+        hostname=HOST,
+        tcp_port=0,
+        tls_enabled=certs is not None,
+        tls_port=0,
+        tls_require_client_auth=require_client_auth,
+        tls_certfile=certs and certs["cert"],
+        tls_keyfile=certs and certs["key"],
+        tls_cafile=certs and certs["ca"],
+        session=SessionConfig(limits=Limits(max_frame_size=256 * 1024), **session),
+    )
     bridge = StompBridge(config, EmbeddedHostBroker(broker), users, netloop)
     bridge.start()
     return bridge
@@ -307,5 +328,3 @@ def stomp_conn(version, port, heartbeats=(0, 0), ssl_args=None, **kw):
     listener = Collector()
     conn.set_listener("c", listener)
     return conn, listener
-
-

@@ -37,34 +37,59 @@ def rules(text: str) -> AccessRules:
 
 # --- precedence: the original's documented examples -------------------------------------------
 
-@pytest.mark.parametrize("text, user, groups, name, allowed", [
-    # a specific destination's rule overrides the * rule
-    ("queue.*.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Bob", USER, "tq1", False),
-    ("queue.*.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Al", USER, "tq1", True),
-    # a named principal overrides *
-    ("queue.tq1.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Bob", USER, "tq1", False),
-    # user=* overrides group=*
-    ("queue.tq1.produce.allow.user=*\nqueue.tq1.produce.deny.group=*", "Bob", USER, "tq1", True),
-    # a user's own rule overrides their group's
-    ("queue.tq1.produce.allow.group=User\nqueue.tq1.produce.deny.user=Bob", "Bob", frozenset({"User"}), "tq1", False),
-    ("queue.tq1.produce.allow.group=User\nqueue.tq1.produce.deny.user=Bob", "Al", frozenset({"User"}), "tq1", True),
-    # nothing allowed is denied
-    ("", "Bob", USER, "tq1", False),
-    # allow and deny of the same principal cancel out
-    ("queue.q1.produce.allow.user=Bob\nqueue.q1.produce.deny.user=Bob", "Bob", USER, "q1", False),
-    ("queue.q5.produce.allow.group=User\nqueue.q5.produce.deny.group=User", "Al", frozenset({"User"}), "q5", False),
-    # the last line of a key wins
-    ("queue.tq1.produce.allow.user=Al\nqueue.tq1.produce.allow.user=Bob", "Al", USER, "tq1", False),
-    # group=* counts only for a user in a group
-    ("queue.tq1.produce.allow.group=*", "Al", frozenset(), "tq1", False),
-    # a name with * inside sits between * and the exact name, the more literal one later
-    ("queue.*.produce.allow.user=*\nqueue.a.*.produce.deny.user=*\nqueue.a.b.produce.allow.user=Al",
-     "Al", USER, "a.b", True),
-    ("queue.*.produce.allow.user=*\nqueue.a.*.produce.deny.user=*\nqueue.a.b.produce.allow.user=Al",
-     "Bo", USER, "a.b", False),
-    ("queue.*.produce.deny.user=*\nqueue.a*.produce.allow.user=*\nqueue.ab*.produce.deny.user=*",
-     "Al", USER, "abc", False),
-])
+
+@pytest.mark.parametrize(
+    "text, user, groups, name, allowed",
+    [
+        # a specific destination's rule overrides the * rule
+        ("queue.*.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Bob", USER, "tq1", False),
+        ("queue.*.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Al", USER, "tq1", True),
+        # a named principal overrides *
+        ("queue.tq1.produce.allow.user=*\nqueue.tq1.produce.deny.user=Bob", "Bob", USER, "tq1", False),
+        # user=* overrides group=*
+        ("queue.tq1.produce.allow.user=*\nqueue.tq1.produce.deny.group=*", "Bob", USER, "tq1", True),
+        # a user's own rule overrides their group's
+        (
+            "queue.tq1.produce.allow.group=User\nqueue.tq1.produce.deny.user=Bob",
+            "Bob",
+            frozenset({"User"}),
+            "tq1",
+            False,
+        ),
+        ("queue.tq1.produce.allow.group=User\nqueue.tq1.produce.deny.user=Bob", "Al", frozenset({"User"}), "tq1", True),
+        # nothing allowed is denied
+        ("", "Bob", USER, "tq1", False),
+        # allow and deny of the same principal cancel out
+        ("queue.q1.produce.allow.user=Bob\nqueue.q1.produce.deny.user=Bob", "Bob", USER, "q1", False),
+        ("queue.q5.produce.allow.group=User\nqueue.q5.produce.deny.group=User", "Al", frozenset({"User"}), "q5", False),
+        # the last line of a key wins
+        ("queue.tq1.produce.allow.user=Al\nqueue.tq1.produce.allow.user=Bob", "Al", USER, "tq1", False),
+        # group=* counts only for a user in a group
+        ("queue.tq1.produce.allow.group=*", "Al", frozenset(), "tq1", False),
+        # a name with * inside sits between * and the exact name, the more literal one later
+        (
+            "queue.*.produce.allow.user=*\nqueue.a.*.produce.deny.user=*\nqueue.a.b.produce.allow.user=Al",
+            "Al",
+            USER,
+            "a.b",
+            True,
+        ),
+        (
+            "queue.*.produce.allow.user=*\nqueue.a.*.produce.deny.user=*\nqueue.a.b.produce.allow.user=Al",
+            "Bo",
+            USER,
+            "a.b",
+            False,
+        ),
+        (
+            "queue.*.produce.deny.user=*\nqueue.a*.produce.allow.user=*\nqueue.ab*.produce.deny.user=*",
+            "Al",
+            USER,
+            "abc",
+            False,
+        ),
+    ],
+)
 def test_the_originals_precedence(text, user, groups, name, allowed):
     assert rules(text).decide(user, groups, "queue", name, "produce") is allowed
 
@@ -87,27 +112,34 @@ def test_the_shipped_file_keeps_system_and_bridge_destinations_for_admins():
 
 # --- the parser ---------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("text, where, says", [
-    ("queue.q.produce.allow.user=*\n", "acl:1", "version="),
-    ("version=JMQFileAccessControlModel/200\n", "acl:1", "version is"),
-    (HEAD + "\n# c\nqueue.q.send.allow.user=*\n", "acl:4", "'send' is not one of produce, consume, browse"),
-    (HEAD + "topic.t.browse.allow.user=*\n", "acl:2", "topic operation 'browse'"),
-    (HEAD + "queue.q.produce.permit.user=*\n", "acl:2", "must be allow or deny"),
-    (HEAD + "queue.q.produce.allow.users=*\n", "acl:2", "must be user or group"),
-    (HEAD + "connection.FAST.allow.user=*\n", "acl:2", "service type"),
-    (HEAD + "queue.q.produce.allow.user= , \n", "acl:2", "lists no users"),
-    (HEAD + "queues.q.produce.allow.user=a\n", "acl:2", "a rule starts with"),
-    (HEAD + "queue.q..produce.allow.user=a\n", "acl:2", "not a destination name"),
-])
+
+@pytest.mark.parametrize(
+    "text, where, says",
+    [
+        ("queue.q.produce.allow.user=*\n", "acl:1", "version="),
+        ("version=JMQFileAccessControlModel/200\n", "acl:1", "version is"),
+        (HEAD + "\n# c\nqueue.q.send.allow.user=*\n", "acl:4", "'send' is not one of produce, consume, browse"),
+        (HEAD + "topic.t.browse.allow.user=*\n", "acl:2", "topic operation 'browse'"),
+        (HEAD + "queue.q.produce.permit.user=*\n", "acl:2", "must be allow or deny"),
+        (HEAD + "queue.q.produce.allow.users=*\n", "acl:2", "must be user or group"),
+        (HEAD + "connection.FAST.allow.user=*\n", "acl:2", "service type"),
+        (HEAD + "queue.q.produce.allow.user= , \n", "acl:2", "lists no users"),
+        (HEAD + "queues.q.produce.allow.user=a\n", "acl:2", "a rule starts with"),
+        (HEAD + "queue.q..produce.allow.user=a\n", "acl:2", "not a destination name"),
+    ],
+)
 def test_a_bad_line_is_named_by_file_and_line(text, where, says):
     with pytest.raises(AccessControlError, match=re.escape(where) + ".*" + re.escape(says)):
         AccessRules.parse(text, "acl")
 
 
 def test_properties_syntax_continuations_separators_and_comments():
-    parsed = AccessRules.parse("! a comment\n  version : " + VERSION + "\n"
-                               "queue.q.produce.allow.user = a,\\\n    b ,c\n"
-                               "topic.create.deny.group\tadmin\n", "acl")
+    parsed = AccessRules.parse(
+        "! a comment\n  version : " + VERSION + "\n"
+        "queue.q.produce.allow.user = a,\\\n    b ,c\n"
+        "topic.create.deny.group\tadmin\n",
+        "acl",
+    )
     assert parsed.rules == {
         RuleKey("queue", "q", "produce", "allow", "user"): frozenset({"a", "b", "c"}),
         RuleKey("topic", None, "create", "deny", "group"): frozenset({"admin"}),
@@ -115,8 +147,11 @@ def test_properties_syntax_continuations_separators_and_comments():
 
 
 NAME = st.text(st.sampled_from("abcXY_-*"), min_size=1, max_size=6)
-PRINCIPALS = st.frozensets(st.text(st.sampled_from("abcdefg*"), min_size=1, max_size=4).filter(
-    lambda n: n == "*" or "*" not in n), min_size=1, max_size=3)
+PRINCIPALS = st.frozensets(
+    st.text(st.sampled_from("abcdefg*"), min_size=1, max_size=4).filter(lambda n: n == "*" or "*" not in n),
+    min_size=1,
+    max_size=3,
+)
 
 
 @st.composite
@@ -142,8 +177,14 @@ def test_rules_survive_a_round_trip_through_their_text(table):
 
 
 @settings(max_examples=300)
-@given(st.text(st.sampled_from("queuetopicconnection.*=:,\\\n #!allowdenyusergroupproduceNORMALversion"
-                               "JMQFileAccessControlModel/100\t\x00é"), max_size=200))
+@given(
+    st.text(
+        st.sampled_from(
+            "queuetopicconnection.*=:,\\\n #!allowdenyusergroupproduceNORMALversionJMQFileAccessControlModel/100\t\x00é"
+        ),
+        max_size=200,
+    )
+)
 def test_any_text_parses_or_fails_naming_its_line(text):
     try:
         AccessRules.parse(text, "f.properties")
@@ -153,11 +194,13 @@ def test_any_text_parses_or_fails_naming_its_line(text):
 
 # --- the precedence, as a property ---------------------------------------------------------------
 
+
 def model(table: dict[RuleKey, frozenset[str]], user: str, groups: frozenset[str], name: str) -> bool:
     """The original's decision for "queue <name> produce", written out plainly: levels from
     the general (*) through names with * inside (fewest literal characters first) to the
     exact name; in a level, the user's own rule, then their groups', then user=*, then
     group=* (for users in a group); allow + deny of one principal decide nothing."""
+
     def verdict(names_allow, names_deny, who):
         a, d = who in names_allow, who in names_deny
         return None if a == d else a
@@ -165,6 +208,7 @@ def model(table: dict[RuleKey, frozenset[str]], user: str, groups: frozenset[str
     def level(variant):
         def get(access, ptype):
             return table.get(RuleKey("queue", variant, "produce", access, ptype), frozenset())
+
         ua, ud, ga, gd = get("allow", "user"), get("deny", "user"), get("allow", "group"), get("deny", "group")
         each = [verdict(ga, gd, g) for g in groups]
         mine = None if (True in each) == (False in each) else (True in each)
@@ -173,10 +217,19 @@ def model(table: dict[RuleKey, frozenset[str]], user: str, groups: frozenset[str
             order.append(verdict(ga, gd, "*"))
         return next((v for v in order if v is not None), None)
 
-    patterns = sorted({k.variant for k in table if k.variant and k.variant != "*" and "*" in k.variant
-                       and k.resource == "queue" and k.operation == "produce"
-                       and re.fullmatch(".*".join(map(re.escape, k.variant.split("*"))), name)},
-                      key=lambda v: (len(v.replace("*", "")), v))
+    patterns = sorted(
+        {
+            k.variant
+            for k in table
+            if k.variant
+            and k.variant != "*"
+            and "*" in k.variant
+            and k.resource == "queue"
+            and k.operation == "produce"
+            and re.fullmatch(".*".join(map(re.escape, k.variant.split("*"))), name)
+        },
+        key=lambda v: (len(v.replace("*", "")), v),
+    )
     decided = None
     for variant in ["*", *patterns, name]:
         v = level(variant)
@@ -189,19 +242,29 @@ def queue_rules(draw):
     names = ["*", "q", "q*", "*q", "q.*", "*"]
     table = {}
     for _ in range(draw(st.integers(0, 8))):
-        key = RuleKey("queue", draw(st.sampled_from(names)), "produce", draw(st.sampled_from(["allow", "deny"])),
-                      draw(st.sampled_from(["user", "group"])))
+        key = RuleKey(
+            "queue",
+            draw(st.sampled_from(names)),
+            "produce",
+            draw(st.sampled_from(["allow", "deny"])),
+            draw(st.sampled_from(["user", "group"])),
+        )
         table[key] = draw(st.frozensets(st.sampled_from(["*", "al", "bo", "g1", "g2"]), min_size=1))
     return table
 
 
-@given(queue_rules(), st.sampled_from(["al", "bo", "cy"]), st.frozensets(st.sampled_from(["g1", "g2", "g3"])),
-       st.sampled_from(["q", "q.x", "xq", "r"]))
+@given(
+    queue_rules(),
+    st.sampled_from(["al", "bo", "cy"]),
+    st.frozensets(st.sampled_from(["g1", "g2", "g3"])),
+    st.sampled_from(["q", "q.x", "xq", "r"]),
+)
 def test_a_rule_always_decides_as_the_precedence_says(table, user, groups, name):
     assert AccessRules(table).decide(user, groups, "queue", name, "produce") is model(table, user, groups, name)
 
 
 # --- AccessControl ----------------------------------------------------------------------------------
+
 
 def control(tmp_path, text: str) -> AccessControl:
     path = tmp_path / "acl.properties"
@@ -257,8 +320,13 @@ def test_settings_per_service_and_the_default_file(tmp_path):
     var = tmp_path / "var"
     custom = tmp_path / "stomp.properties"
     custom.write_text(HEAD + "connection.NORMAL.allow.user=*\n")
-    props = load_properties(overrides=[f"imq.varhome={var}", "imq.jms.accesscontrol.enabled=false",
-                                       f"imq.stomp.accesscontrol.file.filename={custom}"])
+    props = load_properties(
+        overrides=[
+            f"imq.varhome={var}",
+            "imq.jms.accesscontrol.enabled=false",
+            f"imq.stomp.accesscontrol.file.filename={custom}",
+        ]
+    )
     controls = open_access_controls(props)
     assert set(controls) == {None, "stomp", "admin"}
     installed = var / "instances" / "imqbroker" / "etc" / "accesscontrol.properties"

@@ -112,9 +112,16 @@ def test_command_before_hello_closes_with_400(server):
 
 
 def test_garbage_and_bad_shapes_get_400_and_the_session_goes_on(server):
-    replies = raw(server, HELLO, b"not json\n", b"[1,2]\n", b'{"op":"FLY"}\n',
-                  b'{"op":"START","type":"AMQP"}\n', b'{"op":"START","link":"l"}\n',
-                  b'{"op":"STOP","bridge":"b1"}\n')
+    replies = raw(
+        server,
+        HELLO,
+        b"not json\n",
+        b"[1,2]\n",
+        b'{"op":"FLY"}\n',
+        b'{"op":"START","type":"AMQP"}\n',
+        b'{"op":"START","link":"l"}\n',
+        b'{"op":"STOP","bridge":"b1"}\n',
+    )
     assert [r["status"] for r in replies] == [OK, 400, 400, 400, 400, 400, OK]
     assert "unknown operation" in replies[3]["message"]
 
@@ -159,8 +166,9 @@ def test_tls(netloop, tmp_path):
         with AdminClient("127.0.0.1", srv.port, "admin", "s3cret", ssl_context=client_ctx) as c:
             assert c.request(Command("LIST")).ok
         with pytest.raises(ServiceUnavailable, match="TLS"):  # plain client to a TLS port... or TLS without trust
-            AdminClient("127.0.0.1", srv.port, "admin", "s3cret", ssl_context=ssl.create_default_context(),
-                        retries=0).request(Command("LIST"))
+            AdminClient(
+                "127.0.0.1", srv.port, "admin", "s3cret", ssl_context=ssl.create_default_context(), retries=0
+            ).request(Command("LIST"))
     finally:
         srv.stop()
 
@@ -176,6 +184,7 @@ def test_parse_request_accepts_or_rejects_cleanly(data):
 
 def test_random_bytes_never_take_the_port_down(server):
     import random
+
     rnd = random.Random(7)
     for _ in range(30):
         blob = bytes(rnd.randrange(256) for _ in range(rnd.randrange(1, 2000)))

@@ -14,17 +14,20 @@ from bridgemgr.admincli import render_list
 from bridgemgr.cli import main
 
 
-@pytest.mark.parametrize("args, error", [
-    (["start", "bridge"], "needs -bn"),
-    (["start", "bridge", "-bn", "b", "-ln", "l"], "-ln is not allowed with 'bridge'"),
-    (["list", "link"], "needs -bn"),
-    (["stop", "link", "-bn", "b"], "needs -ln"),
-    (["pause", "bridge", "-t", "stomp"], "cannot be paused"),
-    (["start", "link", "-t", "STOMP", "-bn", "x", "-ln", "y"], "has no links"),
-    (["list", "bridge", "-t", "stomp", "-bn", "stomp"], "not supported for the STOMP bridge"),
-    (["start", "queue"], "Invalid value"),
-    (["list", "bridge", "-b", "nocolon", "-u", "a", "-passfile", "/dev/null"], "host:port"),
-])
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["start", "bridge"], "needs -bn"),
+        (["start", "bridge", "-bn", "b", "-ln", "l"], "-ln is not allowed with 'bridge'"),
+        (["list", "link"], "needs -bn"),
+        (["stop", "link", "-bn", "b"], "needs -ln"),
+        (["pause", "bridge", "-t", "stomp"], "cannot be paused"),
+        (["start", "link", "-t", "STOMP", "-bn", "x", "-ln", "y"], "has no links"),
+        (["list", "bridge", "-t", "stomp", "-bn", "stomp"], "not supported for the STOMP bridge"),
+        (["start", "queue"], "Invalid value"),
+        (["list", "bridge", "-b", "nocolon", "-u", "a", "-passfile", "/dev/null"], "host:port"),
+    ],
+)
 def test_usage_rules_of_the_original(args, error):
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
@@ -60,8 +63,16 @@ def test_help_with_examples():
 
 
 def test_list_tables_have_the_original_layout():
-    reply = Reply(OK, "ok", {"bridges": [{"name": "zeta", "type": "JMS", "state": "STOPPED"},
-                                         {"name": "stomp", "type": "STOMP", "state": "STARTED"}]})
+    reply = Reply(
+        OK,
+        "ok",
+        {
+            "bridges": [
+                {"name": "zeta", "type": "JMS", "state": "STOPPED"},
+                {"name": "stomp", "type": "STOMP", "state": "STARTED"},
+            ]
+        },
+    )
     text = render_list(reply, "bridge", None, None)
     lines = text.splitlines()
     assert set(lines[0]) == {"-"} and lines[1].split() == ["Bridge", "Name", "Bridge", "Type", "Bridge", "State"]
@@ -72,11 +83,27 @@ def test_list_tables_have_the_original_layout():
 
 
 def test_list_bridge_with_links_and_list_link_counters():
-    data = {"bridge": {"name": "b1", "type": "JMS", "state": "STARTED"},
-            "links": [{"name": "l2", "state": "PAUSED", "source": "cf1:D:queue:a", "target": "cf2:P:topic:b",
-                       "transacted": False, "counters": {"transferred": 7, "to_dmq": 1, "last_error": None}},
-                      {"name": "l1", "state": "STARTED", "source": "cf1:S:queue:x", "target": "cf2:D:queue:y",
-                       "transacted": True, "counters": {"transferred": 3, "to_dmq": 0, "last_error": "boom"}}]}
+    data = {
+        "bridge": {"name": "b1", "type": "JMS", "state": "STARTED"},
+        "links": [
+            {
+                "name": "l2",
+                "state": "PAUSED",
+                "source": "cf1:D:queue:a",
+                "target": "cf2:P:topic:b",
+                "transacted": False,
+                "counters": {"transferred": 7, "to_dmq": 1, "last_error": None},
+            },
+            {
+                "name": "l1",
+                "state": "STARTED",
+                "source": "cf1:S:queue:x",
+                "target": "cf2:D:queue:y",
+                "transacted": True,
+                "counters": {"transferred": 3, "to_dmq": 0, "last_error": "boom"},
+            },
+        ],
+    }
     text = render_list(Reply(OK, "ok", data), "bridge", "b1", None)
     assert "Links" in text.splitlines()[1] and text.splitlines()[3].split() == ["b1", "JMS", "STARTED", "2"]
     link_lines = [x.split() for x in text.splitlines() if x.startswith("l")]
@@ -85,7 +112,8 @@ def test_list_bridge_with_links_and_list_link_counters():
     # the original's five columns by default: scripts that parse them keep working
     assert text.splitlines()[1].split("  ")[:1] == ["Link Name"] and "Transferred" not in text
     assert [x.split() for x in text.splitlines() if x.startswith("l2")] == [
-        ["l2", "PAUSED", "cf1:D:queue:a", "cf2:P:topic:b", "false"]]
+        ["l2", "PAUSED", "cf1:D:queue:a", "cf2:P:topic:b", "false"]
+    ]
     text = render_list(Reply(OK, "ok", data), "link", "b1", "l2", verbose=True)
     assert "Transferred" in text and "l1" not in text
     assert text.strip().endswith("The operation [list] on the link(s) was successful.")

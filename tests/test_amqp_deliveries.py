@@ -37,30 +37,59 @@ SETTINGS = settings(max_examples=150, deadline=None, suppress_health_check=[Heal
 short_text = st.text(max_size=40).filter(lambda t: len(t.encode()) <= 255)
 key = st.text(min_size=1, max_size=20).filter(lambda t: len(t.encode()) <= 255)
 scalar = st.one_of(
-    st.text(max_size=30), st.binary(max_size=30), st.booleans(), st.none(),
+    st.text(max_size=30),
+    st.binary(max_size=30),
+    st.booleans(),
+    st.none(),
     st.integers(-(2**63), 2**63 - 1),
     st.decimals(min_value=-1000, max_value=1000, places=2, allow_nan=False, allow_infinity=False),
     st.datetimes(min_value=datetime(1970, 1, 2), max_value=datetime(2100, 1, 1)).map(
-        lambda d: d.replace(microsecond=0, tzinfo=UTC)))
-value = st.recursive(scalar, lambda inner: st.one_of(
-    st.lists(inner, max_size=4), st.dictionaries(key, inner, max_size=4)), max_leaves=12)
+        lambda d: d.replace(microsecond=0, tzinfo=UTC)
+    ),
+)
+value = st.recursive(
+    scalar, lambda inner: st.one_of(st.lists(inner, max_size=4), st.dictionaries(key, inner, max_size=4)), max_leaves=12
+)
 headers = st.dictionaries(key, value, max_size=6)
 # fields pika never writes but other clients do: kind and its raw bytes
-raw_field = st.sampled_from([b"b", b"B", b"s", b"U", b"u", b"I", b"i", b"l", b"L", b"f", b"d",
-                             b"D", b"T"]).flatmap(
-    lambda k: st.binary(min_size=_WIDTH[k], max_size=_WIDTH[k]).map(lambda raw: k + raw))
-_WIDTH = {b"b": 1, b"B": 1, b"s": 2, b"U": 2, b"u": 2, b"I": 4, b"i": 4, b"l": 8, b"L": 8,
-          b"f": 4, b"d": 8, b"D": 5, b"T": 8}
+raw_field = st.sampled_from([b"b", b"B", b"s", b"U", b"u", b"I", b"i", b"l", b"L", b"f", b"d", b"D", b"T"]).flatmap(
+    lambda k: st.binary(min_size=_WIDTH[k], max_size=_WIDTH[k]).map(lambda raw: k + raw)
+)
+_WIDTH = {
+    b"b": 1,
+    b"B": 1,
+    b"s": 2,
+    b"U": 2,
+    b"u": 2,
+    b"I": 4,
+    b"i": 4,
+    b"l": 8,
+    b"L": 8,
+    b"f": 4,
+    b"d": 8,
+    b"D": 5,
+    b"T": 8,
+}
 
 
 @st.composite
 def properties(draw: st.DrawFn) -> pika.BasicProperties:
     fields = {
-        "content_type": short_text, "content_encoding": short_text, "headers": headers,
-        "delivery_mode": st.integers(0, 255), "priority": st.integers(0, 255),
-        "correlation_id": short_text, "reply_to": short_text, "expiration": short_text,
-        "message_id": short_text, "timestamp": st.integers(0, 2**64 - 1), "type": short_text,
-        "user_id": short_text, "app_id": short_text, "cluster_id": short_text}
+        "content_type": short_text,
+        "content_encoding": short_text,
+        "headers": headers,
+        "delivery_mode": st.integers(0, 255),
+        "priority": st.integers(0, 255),
+        "correlation_id": short_text,
+        "reply_to": short_text,
+        "expiration": short_text,
+        "message_id": short_text,
+        "timestamp": st.integers(0, 2**64 - 1),
+        "type": short_text,
+        "user_id": short_text,
+        "app_id": short_text,
+        "cluster_id": short_text,
+    }
     return pika.BasicProperties(**{name: draw(st.none() | strategy) for name, strategy in fields.items()})
 
 
@@ -96,22 +125,30 @@ def same_properties(mine: object, theirs: object) -> None:
         assert getattr(mine, name) == getattr(theirs, name), name
 
 
-def delivery_frames(channel: int, method: Basic.Deliver, props: pika.BasicProperties, body: bytes,
-                    frame_max: int) -> list[bytes]:
+def delivery_frames(
+    channel: int, method: Basic.Deliver, props: pika.BasicProperties, body: bytes, frame_max: int
+) -> list[bytes]:
     step = frame_max - 8
-    frames = [pika_frame.Method(channel, method).marshal(),
-              pika_frame.Header(channel, len(body), props).marshal()]
-    frames += [pika_frame.Body(channel, body[at:at + step]).marshal() for at in range(0, len(body), step)]
+    frames = [pika_frame.Method(channel, method).marshal(), pika_frame.Header(channel, len(body), props).marshal()]
+    frames += [pika_frame.Body(channel, body[at : at + step]).marshal() for at in range(0, len(body), step)]
     return frames
 
 
 @SETTINGS
-@given(channel=st.integers(1, 65535), consumer_tag=short_text, delivery_tag=st.integers(1, 2**64 - 1),
-       redelivered=st.booleans(), exchange=short_text, routing_key=short_text, props=properties(),
-       body=st.binary(max_size=3000) | st.integers(0, 3).map(lambda n: b"x" * (4096 - 8) * n),
-       frame_max=st.integers(9, 1200) | st.just(4096))
-def test_a_delivery_reads_as_pika_reads_it(channel, consumer_tag, delivery_tag, redelivered, exchange,
-                                           routing_key, props, body, frame_max):
+@given(
+    channel=st.integers(1, 65535),
+    consumer_tag=short_text,
+    delivery_tag=st.integers(1, 2**64 - 1),
+    redelivered=st.booleans(),
+    exchange=short_text,
+    routing_key=short_text,
+    props=properties(),
+    body=st.binary(max_size=3000) | st.integers(0, 3).map(lambda n: b"x" * (4096 - 8) * n),
+    frame_max=st.integers(9, 1200) | st.just(4096),
+)
+def test_a_delivery_reads_as_pika_reads_it(
+    channel, consumer_tag, delivery_tag, redelivered, exchange, routing_key, props, body, frame_max
+):
     method = Basic.Deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key)
     frames = delivery_frames(channel, method, props, body, frame_max)
     their_method, their_props, their_body = pika_delivery(frames)
@@ -129,8 +166,7 @@ def header_payload(props: pika.BasicProperties, body_size: int = 0) -> bytes:
 def with_raw_headers(fields: list[tuple[bytes, bytes]]) -> bytes:
     """A content header with only a headers table of these (name, raw field) pairs."""
     table = b"".join(bytes([len(n)]) + n + raw for n, raw in fields)
-    return (struct.pack(">HHQH", 60, 0, 0, pika.BasicProperties.FLAG_HEADERS)
-            + struct.pack(">I", len(table)) + table)
+    return struct.pack(">HHQH", 60, 0, 0, pika.BasicProperties.FLAG_HEADERS) + struct.pack(">I", len(table)) + table
 
 
 @SETTINGS
@@ -173,11 +209,14 @@ def test_a_changed_content_header_reads_as_pika_reads_it_or_is_refused(props, at
     assert size == struct.unpack_from(">Q", payload, 4)[0]
 
 
-@pytest.mark.parametrize(("payload", "what"), [
-    (b"\x00\x3c\x00\x3c\x05amq.c", "past its end"),  # consumer tag longer than the frame
-    (b"\x00\x3c\x00\x3c\x00" + b"\x00" * 8 + b"\x00\x00\x00\x00", "a byte too many"),
-    (b"\x00\x3c\x00\x50\x00", "basic.ack, not basic.deliver"),
-])
+@pytest.mark.parametrize(
+    ("payload", "what"),
+    [
+        (b"\x00\x3c\x00\x3c\x05amq.c", "past its end"),  # consumer tag longer than the frame
+        (b"\x00\x3c\x00\x3c\x00" + b"\x00" * 8 + b"\x00\x00\x00\x00", "a byte too many"),
+        (b"\x00\x3c\x00\x50\x00", "basic.ack, not basic.deliver"),
+    ],
+)
 def test_a_malformed_basic_deliver_is_refused_by_name(payload, what):
     with pytest.raises(FrameError, match=r"malformed basic\.deliver frame on channel 9"):
         decode_deliver(payload, 9)
@@ -234,14 +273,21 @@ typed_property = st.one_of(
     st.tuples(st.just(PropertyType.LONG), st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.just(PropertyType.DOUBLE), st.floats(allow_nan=False)),
     st.tuples(st.just(PropertyType.BOOLEAN), st.booleans()),
-    st.tuples(st.just(PropertyType.STRING), st.text(max_size=20)))
+    st.tuples(st.just(PropertyType.STRING), st.text(max_size=20)),
+)
 
 
 @SETTINGS
-@given(props=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True).filter(
-                                 lambda name: property_name_problem(name) is None),  # not "in", "is", ...
-                             typed_property, max_size=6),
-       body=st.binary(max_size=100))
+@given(
+    props=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,20}", fullmatch=True).filter(
+            lambda name: property_name_problem(name) is None
+        ),  # not "in", "is", ...
+        typed_property,
+        max_size=6,
+    ),
+    body=st.binary(max_size=100),
+)
 def test_typed_properties_come_back_through_our_reading(props, body):
     message = BytesMessage(body)
     for name, (ptype, value) in props.items():

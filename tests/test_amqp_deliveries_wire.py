@@ -20,11 +20,14 @@ from bridgemgr.jms.errors import TransportException
 from bridgemgr.jms.spi import AckMode
 from bridgemgr.providers.amqp import AmqpConnectionFactory
 
-ANSWERS = {spec.Channel.Open: lambda m: spec.Channel.OpenOk(), spec.Basic.Qos: lambda m: spec.Basic.QosOk(),
-           spec.Confirm.Select: lambda m: spec.Confirm.SelectOk(),
-           spec.Basic.Consume: lambda m: spec.Basic.ConsumeOk(m.consumer_tag),
-           spec.Channel.Close: lambda m: spec.Channel.CloseOk(),
-           spec.Connection.Open: lambda m: spec.Connection.OpenOk()}
+ANSWERS = {
+    spec.Channel.Open: lambda m: spec.Channel.OpenOk(),
+    spec.Basic.Qos: lambda m: spec.Basic.QosOk(),
+    spec.Confirm.Select: lambda m: spec.Confirm.SelectOk(),
+    spec.Basic.Consume: lambda m: spec.Basic.ConsumeOk(m.consumer_tag),
+    spec.Channel.Close: lambda m: spec.Channel.CloseOk(),
+    spec.Connection.Open: lambda m: spec.Connection.OpenOk(),
+}
 
 
 def frames(sock: socket.socket) -> Iterator[pika_frame.Frame]:
@@ -51,10 +54,19 @@ def scripted_broker(deliveries: list[Callable[[str], bytes]]) -> tuple[int, thre
         server.close()
         with conn:
             assert conn.recv(8) == b"AMQP\x00\x00\x09\x01"
-            conn.sendall(pika_frame.Method(0, spec.Connection.Start(
-                server_properties={"product": "scripted",
-                                   "capabilities": {"publisher_confirms": True, "basic.nack": True}},
-                mechanisms="PLAIN", locales="en_US")).marshal())
+            conn.sendall(
+                pika_frame.Method(
+                    0,
+                    spec.Connection.Start(
+                        server_properties={
+                            "product": "scripted",
+                            "capabilities": {"publisher_confirms": True, "basic.nack": True},
+                        },
+                        mechanisms="PLAIN",
+                        locales="en_US",
+                    ),
+                ).marshal()
+            )
             for value in frames(conn):
                 if not isinstance(value, pika_frame.Method):
                     continue
@@ -68,18 +80,19 @@ def scripted_broker(deliveries: list[Callable[[str], bytes]]) -> tuple[int, thre
                     conn.sendall(pika_frame.Method(value.channel_number, ANSWERS[type(method)](method)).marshal())
                     if isinstance(method, spec.Basic.Consume):
                         conn.sendall(b"".join(d(method.consumer_tag) for d in deliveries))
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return server.getsockname()[1], thread
 
 
-def delivery(tag: int, props: pika.BasicProperties, body: bytes,
-             header: bytes | None = None) -> Callable[[str], bytes]:
+def delivery(tag: int, props: pika.BasicProperties, body: bytes, header: bytes | None = None) -> Callable[[str], bytes]:
     header = header if header is not None else pika_frame.Header(1, len(body), props).marshal()
     step = 131072 - 8
-    bodies = [pika_frame.Body(1, body[at:at + step]).marshal() for at in range(0, len(body), step)]
-    return lambda ctag: b"".join((pika_frame.Method(1, Basic.Deliver(ctag, tag, False, "", "q")).marshal(),
-                                  header, *bodies))
+    bodies = [pika_frame.Body(1, body[at : at + step]).marshal() for at in range(0, len(body), step)]
+    return lambda ctag: b"".join(
+        (pika_frame.Method(1, Basic.Deliver(ctag, tag, False, "", "q")).marshal(), header, *bodies)
+    )
 
 
 def consume(port: int, count: int, timeout: float = 5.0):
@@ -95,10 +108,15 @@ def consume(port: int, count: int, timeout: float = 5.0):
 
 
 def test_deliveries_reach_the_consumer_whole_and_in_order():
-    props = pika.BasicProperties(message_id="ID:1", content_type="application/octet-stream", delivery_mode=2,
-                                 headers={"color": "red", "x-jms-timestamp": 1_700_000_000_123})
-    port, broker = scripted_broker([delivery(1, props, b"one"), delivery(2, props, b""),
-                                    delivery(3, props, b"x" * 200_000)])
+    props = pika.BasicProperties(
+        message_id="ID:1",
+        content_type="application/octet-stream",
+        delivery_mode=2,
+        headers={"color": "red", "x-jms-timestamp": 1_700_000_000_123},
+    )
+    port, broker = scripted_broker(
+        [delivery(1, props, b"one"), delivery(2, props, b""), delivery(3, props, b"x" * 200_000)]
+    )
     got = consume(port, 3)
     assert [m.get_body() for m in got] == [b"one", b"", b"x" * 200_000]
     assert got[0].get_string_property("color") == "red" and got[0].timestamp == 1_700_000_000_123

@@ -38,15 +38,13 @@ def _package_folders() -> list[str]:
 # The nodes of the layer graph: every package folder with none below it (jms, xa,
 # providers/embedded, ...), and every other module of bridgemgr (transform, service, cli,
 # props, the providers package's own __init__, ...) on its own.
-SUBPACKAGES = tuple(p for p in _package_folders()
-                    if not any(other.startswith(p + ".") for other in _package_folders()))
+SUBPACKAGES = tuple(p for p in _package_folders() if not any(other.startswith(p + ".") for other in _package_folders()))
 
 EMBEDDED = "bridgemgr.providers.embedded"
 # The host broker's internals: nothing outside providers/embedded/ imports these modules,
 # or Broker, Envelope and Work from anywhere.
 # broker.py (the Broker facade) and the modules of its parts (docs/architecture.md, providers/)
-BROKER_PARTS = ("broker", "state", "paging", "destinations", "routing", "delivery", "localtx", "xabranches",
-                "adoption")
+BROKER_PARTS = ("broker", "state", "paging", "destinations", "routing", "delivery", "localtx", "xabranches", "adoption")
 BROKER_PART_LINES = 600  # issue 37: no part grows back into one class of 1,800 lines
 BROKER_INTERNALS = tuple(f"{EMBEDDED}.{name}" for name in (*BROKER_PARTS, "queues", "store", "channel", "wire"))
 BROKER_NAMES = {"Broker", "Envelope", "Work"}
@@ -66,15 +64,19 @@ def _lint_imports(config: Path) -> subprocess.CompletedProcess[str]:
     command = Path(sys.executable).with_name("lint-imports")
     assert command.exists(), "lint-imports is missing: pip install -e '.[test]' (import-linter)"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([str(command), str(config), "--no-cache"], cwd=ROOT, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [str(command), str(config), "--no-cache"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120
+    )
 
 
 @pytest.mark.slow  # about 1 s: import-linter builds the graph
 def test_the_import_contracts_hold():
     run = _lint_imports(PYPROJECT)
-    assert run.returncode == 0, "import contracts broken (pyproject.toml, [tool.importlinter]):\n" + run.stdout[
-        run.stdout.find("Contracts"):] + run.stderr
+    assert run.returncode == 0, (
+        "import contracts broken (pyproject.toml, [tool.importlinter]):\n"
+        + run.stdout[run.stdout.find("Contracts") :]
+        + run.stderr
+    )
 
 
 @pytest.mark.slow
@@ -86,7 +88,9 @@ def test_lint_imports_fails_on_a_broken_contract(tmp_path):
     (tmp_path / "contracts.toml").write_text(
         '[tool.importlinter]\nroot_package = "bridgemgr"\n\n[[tool.importlinter.contracts]]\n'
         'name = "upside down"\ntype = "layers"\ncontainers = ["bridgemgr"]\n'
-        f"layers = [{', '.join(upside_down)}]\n", encoding="utf-8")
+        f"layers = [{', '.join(upside_down)}]\n",
+        encoding="utf-8",
+    )
     run = _lint_imports(tmp_path / "contracts.toml")
     assert run.returncode == 1 and "upside down BROKEN" in run.stdout, run.stdout + run.stderr
     assert "bridgemgr.jmsbridge is not allowed to import bridgemgr.jms:" in run.stdout
@@ -122,17 +126,19 @@ def test_every_package_folder_is_named_by_a_contract():
 class Import:
     """One import statement's target, as the module that holds it sees it."""
 
-    module: str      # the importing module, e.g. bridgemgr.spark.sink
+    module: str  # the importing module, e.g. bridgemgr.spark.sink
     line: int
-    target: str      # the module imported, e.g. bridgemgr.spark.transfer
+    target: str  # the module imported, e.g. bridgemgr.spark.transfer
     names: tuple[str, ...]  # the names taken from it (from-imports), else ()
     type_only: bool = False  # under `if TYPE_CHECKING:`
 
     def where(self) -> str:
         path = MODULES[self.module].relative_to(ROOT) if self.module in MODULES else self.module
-        return f"{path}:{self.line} imports {self.target}" + (
-            f" ({', '.join(self.names)})" if self.names else "") + (
-            " [TYPE_CHECKING]" if self.type_only else "")
+        return (
+            f"{path}:{self.line} imports {self.target}"
+            + (f" ({', '.join(self.names)})" if self.names else "")
+            + (" [TYPE_CHECKING]" if self.type_only else "")
+        )
 
 
 def _modules() -> dict[str, Path]:
@@ -168,8 +174,9 @@ def _type_checking_nodes(tree: ast.AST) -> set[int]:
     inside: set[int] = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.If) and (
-                (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
-                or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")):
+            (isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING")
+            or (isinstance(node.test, ast.Attribute) and node.test.attr == "TYPE_CHECKING")
+        ):
             inside.update(id(n) for stmt in node.body for n in ast.walk(stmt))
     return inside
 
@@ -187,7 +194,7 @@ def parse_imports(module: str, source: str, is_package: bool = False) -> Iterato
         elif isinstance(node, ast.ImportFrom):
             if node.level:
                 base = package.split(".")
-                base = base[:len(base) - node.level + 1]
+                base = base[: len(base) - node.level + 1]
                 target = ".".join(base + ([node.module] if node.module else []))
             else:
                 target = node.module or ""
@@ -206,8 +213,9 @@ def parse_imports(module: str, source: str, is_package: bool = False) -> Iterato
             fromlist: tuple[str, ...] = ()
             for keyword in node.keywords:
                 if keyword.arg == "fromlist" and isinstance(keyword.value, (ast.List, ast.Tuple)):
-                    fromlist = tuple(e.value for e in keyword.value.elts
-                                     if isinstance(e, ast.Constant) and isinstance(e.value, str))
+                    fromlist = tuple(
+                        e.value for e in keyword.value.elts if isinstance(e, ast.Constant) and isinstance(e.value, str)
+                    )
             modules = [f"{target}.{name}" for name in fromlist if f"{target}.{name}" in MODULES]
             for found in modules:
                 yield Import(module, node.lineno, found, (), typed)
@@ -243,7 +251,7 @@ def _package_module(module: str) -> tuple[str, str]:
     """
     for package in sorted((m for m in MODULES if _is_package(m)), key=len, reverse=True):
         if module.startswith(package + "."):
-            return package, package + "." + module[len(package) + 1:].split(".")[0]
+            return package, package + "." + module[len(package) + 1 :].split(".")[0]
     return module.rpartition(".")[0], module
 
 
@@ -312,16 +320,18 @@ def test_the_parser_sees_every_kind_of_import():
     source = (
         "from typing import TYPE_CHECKING\n"
         "import importlib\n"
-        "from . import sink\n"                                   # a module of the package
-        "from ..jmsbridge.link import Link\n"                    # a name from a module
+        "from . import sink\n"  # a module of the package
+        "from ..jmsbridge.link import Link\n"  # a name from a module
         "if TYPE_CHECKING:\n"
         "    from ..jms.spi import Session\n"
         "def later():\n"
-        "    from ..admincli import open_admin\n"                # inside a function
+        "    from ..admincli import open_admin\n"  # inside a function
         "    importlib.import_module('bridgemgr.providers.java')\n"
-        "    return __import__('bridgemgr.spark.drain', fromlist=['drain'])\n")
-    found = {(imp.line, imp.target, imp.names, imp.type_only)
-             for imp in parse_imports("bridgemgr.spark.runner", source)}
+        "    return __import__('bridgemgr.spark.drain', fromlist=['drain'])\n"
+    )
+    found = {
+        (imp.line, imp.target, imp.names, imp.type_only) for imp in parse_imports("bridgemgr.spark.runner", source)
+    }
     assert found >= {
         (3, "bridgemgr.spark.sink", (), False),
         (4, "bridgemgr.jmsbridge.link", ("Link",), False),
@@ -357,8 +367,11 @@ def test_no_cycle_between_the_modules_of_a_package():
 
 
 def test_jms_is_the_bottom_layer():
-    outside = [imp.where() for imp in IMPORTS
-               if _layer(imp.module) == "bridgemgr.jms" and _layer(_resolved(imp.target)) != "bridgemgr.jms"]
+    outside = [
+        imp.where()
+        for imp in IMPORTS
+        if _layer(imp.module) == "bridgemgr.jms" and _layer(_resolved(imp.target)) != "bridgemgr.jms"
+    ]
     assert not outside, "bridgemgr/jms imports the rest of bridgemgr:\n" + "\n".join(outside)
 
 
@@ -378,21 +391,27 @@ def test_nothing_outside_the_embedded_broker_touches_its_internals():
         if _layer(imp.module) != EMBEDDED:
             for what in _broker_internals(imp):
                 found.setdefault((imp.module.removeprefix("bridgemgr."), what), imp)
-    new = sorted(f"{imp.where()}: {what}" for (module, what), imp in found.items()
-                 if (module, what) not in ALLOWLIST)
-    assert not new, ("imports of the host broker's internals outside providers/embedded/ "
-                     "(reach it through the HostBroker interface):\n" + "\n".join(new))
+    new = sorted(f"{imp.where()}: {what}" for (module, what), imp in found.items() if (module, what) not in ALLOWLIST)
+    assert not new, (
+        "imports of the host broker's internals outside providers/embedded/ "
+        "(reach it through the HostBroker interface):\n" + "\n".join(new)
+    )
     gone = sorted(f"{module}: {what}" for module, what in ALLOWLIST if (module, what) not in found)
-    assert not gone, ("allowlisted imports of the host broker's internals that are gone; "
-                      "remove them from ALLOWLIST:\n" + "\n".join(gone))
+    assert not gone, (
+        "allowlisted imports of the host broker's internals that are gone; "
+        "remove them from ALLOWLIST:\n" + "\n".join(gone)
+    )
 
 
 def test_the_broker_parts_stay_small():
-    sizes = {name: len((PACKAGE / "providers" / "embedded" / f"{name}.py").read_text(encoding="utf-8").splitlines())
-             for name in BROKER_PARTS}
+    sizes = {
+        name: len((PACKAGE / "providers" / "embedded" / f"{name}.py").read_text(encoding="utf-8").splitlines())
+        for name in BROKER_PARTS
+    }
     big = {name: size for name, size in sizes.items() if size > BROKER_PART_LINES}
-    assert not big, (f"broker parts over {BROKER_PART_LINES} lines (split along a seam: "
-                     f"docs/architecture.md, providers/): {big}")
+    assert not big, (
+        f"broker parts over {BROKER_PART_LINES} lines (split along a seam: docs/architecture.md, providers/): {big}"
+    )
 
 
 # A threading Lock, RLock or Condition made on a line that is no comment.
@@ -401,8 +420,11 @@ LOCK_MADE = re.compile(r"^[^#\n]*\bthreading\.(?:Lock|RLock|Condition)\(", re.MU
 
 def _modules_with_locks() -> set[str]:
     """Every module (its path below bridgemgr/) that makes a threading lock or condition."""
-    return {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")
-            if LOCK_MADE.search(path.read_text(encoding="utf-8"))}
+    return {
+        path.relative_to(PACKAGE).as_posix()
+        for path in PACKAGE.rglob("*.py")
+        if LOCK_MADE.search(path.read_text(encoding="utf-8"))
+    }
 
 
 def test_threads_and_locks_names_every_module_with_a_lock():
@@ -462,29 +484,42 @@ def test_module_head_sees_a_comment_block_and_the_docstring_length():
 
 
 def test_no_comment_block_before_a_module_docstring():
-    found = [f"{p.relative_to(ROOT)}: {head.comment_lines} comment lines"
-             for p in _module_docs_checked()
-             if (head := module_head(p.read_text(encoding="utf-8"))).comment_lines > MAX_LINES_BEFORE_DOCSTRING]
-    assert not found, ("modules open with a comment block before the docstring (help() never shows it): "
-                       "make it the docstring, the longer design notes a section of docs/:\n" + "\n".join(found))
+    found = [
+        f"{p.relative_to(ROOT)}: {head.comment_lines} comment lines"
+        for p in _module_docs_checked()
+        if (head := module_head(p.read_text(encoding="utf-8"))).comment_lines > MAX_LINES_BEFORE_DOCSTRING
+    ]
+    assert not found, (
+        "modules open with a comment block before the docstring (help() never shows it): "
+        "make it the docstring, the longer design notes a section of docs/:\n" + "\n".join(found)
+    )
 
 
 def test_module_docstrings_are_short():
-    found = [f"{p.relative_to(ROOT)}: {head.docstring_lines} lines"
-             for p in _module_docs_checked()
-             if (head := module_head(p.read_text(encoding="utf-8"))).docstring_lines > MAX_DOCSTRING_LINES]
-    assert not found, (f"module docstrings over {MAX_DOCSTRING_LINES} lines: keep what the module is for and "
-                       "the rules that matter, move design notes to docs/ (Design notes: docs/X.md#anchor):\n"
-                       + "\n".join(found))
+    found = [
+        f"{p.relative_to(ROOT)}: {head.docstring_lines} lines"
+        for p in _module_docs_checked()
+        if (head := module_head(p.read_text(encoding="utf-8"))).docstring_lines > MAX_DOCSTRING_LINES
+    ]
+    assert not found, (
+        f"module docstrings over {MAX_DOCSTRING_LINES} lines: keep what the module is for and "
+        "the rules that matter, move design notes to docs/ (Design notes: docs/X.md#anchor):\n" + "\n".join(found)
+    )
 
 
 def test_docs_pointers_of_module_docstrings_resolve():
     from test_docs import anchors  # the anchors the links of docs/ are checked against
 
-    pointers = [(p, m.group(1), m.group(2)) for p in sorted(PACKAGE.rglob("*.py"))
-                for m in DOCS_POINTER.finditer(module_head(p.read_text(encoding="utf-8")).docstring or "")]
+    pointers = [
+        (p, m.group(1), m.group(2))
+        for p in sorted(PACKAGE.rglob("*.py"))
+        for m in DOCS_POINTER.finditer(module_head(p.read_text(encoding="utf-8")).docstring or "")
+    ]
     assert len(pointers) > 30  # the modules whose design notes moved to docs/
     headings = {page: anchors(ROOT / page) for page in {page for _, page, _ in pointers} if (ROOT / page).is_file()}
-    broken = [f"{p.relative_to(ROOT)}: {page}#{anchor}" for p, page, anchor in pointers
-              if anchor not in headings.get(page, ())]
+    broken = [
+        f"{p.relative_to(ROOT)}: {page}#{anchor}"
+        for p, page, anchor in pointers
+        if anchor not in headings.get(page, ())
+    ]
     assert not broken, "module docstrings point at no heading of docs/:\n" + "\n".join(broken)

@@ -46,6 +46,7 @@ def connect(request, broker):
         c = cf.create_connection()
         opened.append(c)
         return c
+
     yield connect
     for c in opened:
         c.close()
@@ -78,8 +79,10 @@ def drain(conn, dest, wait=0.3):
 def serving(conn, rec, size, batch, selector=None, dest=IN, **kind):
     """A pool of ``size`` sessions with ``rec``'s listeners and a connection consumer
     loading ``batch`` messages at a time into them."""
-    with ThreadServerSessionPool(conn, size, rec.make, **kind) as pool, \
-            conn.create_connection_consumer(dest, selector, pool, batch):
+    with (
+        ThreadServerSessionPool(conn, size, rec.make, **kind) as pool,
+        conn.create_connection_consumer(dest, selector, pool, batch),
+    ):
         yield
 
 
@@ -111,6 +114,7 @@ class Recorder:
             finally:
                 with self.lock:
                     self.busy -= 1
+
         return on_message
 
 
@@ -250,8 +254,11 @@ def test_topic_connection_consumers_deliver_each_message_once(connect):
     rec = Recorder(delay=0.005)
     durable = Recorder(delay=0.005)
     topic = Topic("asf.t")
-    with serving(conn, rec, 3, 2, dest=topic), ThreadServerSessionPool(conn, 3, durable.make) as dpool, \
-            conn.create_durable_connection_consumer(topic, "sub", None, dpool, 2):
+    with (
+        serving(conn, rec, 3, 2, dest=topic),
+        ThreadServerSessionPool(conn, 3, durable.make) as dpool,
+        conn.create_durable_connection_consumer(topic, "sub", None, dpool, 2),
+    ):
         time.sleep(0.2)
         put(conn, *[f"t{i}" for i in range(30)], dest=topic)
         wait_for(lambda: len(rec.texts) == 30 and len(durable.texts) == 30)
@@ -265,8 +272,9 @@ def test_the_backout_attributes_parse_and_reach_the_broker(broker):
     from bridgemgr.jms.hostbroker import DestinationAttributes
     from bridgemgr.providers.embedded.host import _limits
 
-    got = _updated(DestinationAttributes(), {"backoutThreshold": "3", "backoutQueue": "poison",
-                                             "backoutDisposition": "DISCARD"})
+    got = _updated(
+        DestinationAttributes(), {"backoutThreshold": "3", "backoutQueue": "poison", "backoutDisposition": "DISCARD"}
+    )
     assert (got.backout_threshold, got.backout_queue, got.backout_disposition) == (3, "poison", "discard")
     with pytest.raises(ValueError, match="backoutDisposition='keep': write one of dmq, discard"):
         _updated(got, {"backoutDisposition": "keep"})

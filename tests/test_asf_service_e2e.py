@@ -35,8 +35,10 @@ def test_backout_queue_and_disposition_count_across_a_kill_9(tmp_path):
     props, passfile = one_bridge_files(tmp_path, "asf", "", PASSWORD, activelist="")
     daemon = Daemon(props)
     try:
-        for args in (["-n", "asf.in", "-o", "backoutThreshold=3", "-o", "backoutQueue=asf.poison"],
-                     ["-n", "asf.dq", "-o", "backoutThreshold=2"]):
+        for args in (
+            ["-n", "asf.in", "-o", "backoutThreshold=3", "-o", "backoutQueue=asf.poison"],
+            ["-n", "asf.dq", "-o", "backoutThreshold=2"],
+        ):
             r = cli(daemon, passfile, "create", "dst", "-t", "q", *args)
             assert r.returncode == 0, r.stdout + r.stderr
         send(daemon, PASSWORD, "asf.in", "bad")
@@ -68,12 +70,15 @@ def test_backout_queue_and_disposition_count_across_a_kill_9(tmp_path):
             def on_message(msg):
                 attempts.append(msg.delivery_count)
                 raise ValueError("poison")
+
             return on_message
 
         with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
             conn.start()
-            with ThreadServerSessionPool(conn, 2, make_listener, transacted=True) as pool, \
-                    conn.create_connection_consumer(Queue("asf.in"), None, pool, 1):
+            with (
+                ThreadServerSessionPool(conn, 2, make_listener, transacted=True) as pool,
+                conn.create_connection_consumer(Queue("asf.in"), None, pool, 1),
+            ):
                 wait_for(lambda: attempts, 20, "the listener's first attempt")
                 quiet_for(lambda: len(attempts), 1.0, 20)  # no attempt after it
         assert attempts == [3]
@@ -114,17 +119,39 @@ def test_a_poison_message_of_a_link_source_goes_to_its_backout_queue_not_twice_t
     target has every other message once."""
     (tmp_path / "far").mkdir()
     (tmp_path / "near").mkdir()
-    far_props, _ = one_bridge_files(tmp_path / "far", "far", '<jmsbridge name="jb"/>', PASSWORD,
-                                    "imq.autocreate.destination.maxBytesPerMsg=20k", activelist="")
+    far_props, _ = one_bridge_files(
+        tmp_path / "far",
+        "far",
+        '<jmsbridge name="jb"/>',
+        PASSWORD,
+        "imq.autocreate.destination.maxBytesPerMsg=20k",
+        activelist="",
+    )
     far = Daemon(far_props)
     try:
-        props, passfile = one_bridge_files(tmp_path / "near", "near", LINK_XML.format(password=PASSWORD,
-                                                                                       far=far.address),
-                                           PASSWORD, "imq.bridge.stomp.tcp.port=0")
+        props, passfile = one_bridge_files(
+            tmp_path / "near",
+            "near",
+            LINK_XML.format(password=PASSWORD, far=far.address),
+            PASSWORD,
+            "imq.bridge.stomp.tcp.port=0",
+        )
         near = Daemon(props)
         try:
-            r = cli(near, passfile, "update", "dst", "-t", "q", "-n", "asf.src", "-o", "backoutThreshold=2",
-                    "-o", "backoutQueue=asf.src.poison")
+            r = cli(
+                near,
+                passfile,
+                "update",
+                "dst",
+                "-t",
+                "q",
+                "-n",
+                "asf.src",
+                "-o",
+                "backoutThreshold=2",
+                "-o",
+                "backoutQueue=asf.src.poison",
+            )
             assert r.returncode == 0, r.stdout + r.stderr
             big = "big" + "x" * 30 * 1024
             send(near, PASSWORD, "asf.src", "good1", big, "good2")

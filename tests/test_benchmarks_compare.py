@@ -37,12 +37,27 @@ def test_a_run_compares_a_benchmark_on_a_ref_and_the_working_tree(tmp_path):
     """A benchmark script that prints which tree ran it: REF's run and the working tree's
     are each their own (the ref's copy of a script it lacks runs the ref's bridgemgr)."""
     bench = ROOT / "benchmarks" / "_compare_probe.py"
-    bench.write_text("import json, bridgemgr, pathlib\n"
-                     "print(json.dumps({'in_ref': int('compare-' in str(pathlib.Path(bridgemgr.__file__))),"
-                     " 'one': 1}))\n")
+    bench.write_text(
+        "import json, bridgemgr, pathlib\n"
+        "print(json.dumps({'in_ref': int('compare-' in str(pathlib.Path(bridgemgr.__file__))),"
+        " 'one': 1}))\n"
+    )
     try:
-        out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "compare.py"), "HEAD", "_compare_probe.py",
-                              "--rounds", "2", "--json-only"], cwd=ROOT, capture_output=True, text=True, timeout=120)
+        out = subprocess.run(
+            [
+                sys.executable,
+                str(ROOT / "benchmarks" / "compare.py"),
+                "HEAD",
+                "_compare_probe.py",
+                "--rounds",
+                "2",
+                "--json-only",
+            ],
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         bench.unlink()
     assert out.returncode == 0, out.stderr

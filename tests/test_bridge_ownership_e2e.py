@@ -41,8 +41,7 @@ MALLORY = ("mallory", "Mallory-Pw-1")
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("own")
-    props, passfile = one_bridge_files(base, "own", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                       activelist="jb,stomp")
+    props, passfile = one_bridge_files(base, "own", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0", activelist="jb,stomp")
     daemon = Daemon(props)
     try:
         assert daemon.bridges == {"jb": "STARTED", "stomp": "STARTED"}, daemon.lines
@@ -74,8 +73,7 @@ def test_a_plain_user_cannot_set_a_links_client_id_over_mq(service, client_id):
 
 def try_client_id(daemon: Daemon, client_id: str) -> None:
     """Mallory sets ``client_id`` over mq://, which is refused naming it."""
-    with (connect(f"mq://{daemon.address}", *MALLORY) as conn,
-          pytest.raises(JMSSecurityException, match=client_id)):
+    with connect(f"mq://{daemon.address}", *MALLORY) as conn, pytest.raises(JMSSecurityException, match=client_id):
         conn.client_id = client_id
 
 
@@ -83,8 +81,7 @@ def test_a_plain_user_cannot_take_the_durable_subscription_over_stomp(service):
     daemon, _ = service
     port = stomp_port(daemon)
     raw = Raw(port)
-    raw.frame("CONNECT", {"accept-version": "1.2", "login": MALLORY[0], "passcode": MALLORY[1],
-                          "client-id": "jb-src"})
+    raw.frame("CONNECT", {"accept-version": "1.2", "login": MALLORY[0], "passcode": MALLORY[1], "client-id": "jb-src"})
     error = raw.wait(lambda f: f.command in ("ERROR", "CONNECTED"))
     raw.close()
     assert error.command == "ERROR", error

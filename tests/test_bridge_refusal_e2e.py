@@ -25,7 +25,7 @@ from waiting import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 PASSWORD = "Secret-1"
-BIG = "x" * 30 * 1024   # over the target's maxBytesPerMsg=20k
+BIG = "x" * 30 * 1024  # over the target's maxBytesPerMsg=20k
 BUILTIN_DMQ = "imq.bridge.jms.dmq"
 
 XML = """<?xml version="1.0" encoding="UTF-8"?>
@@ -65,8 +65,9 @@ def target(tmp_path):
     per message (no bridge running in it)."""
     base = tmp_path / "target"
     base.mkdir()
-    props, _ = one_bridge_files(base, "target", TARGET_XML, PASSWORD,
-                                "imq.autocreate.destination.maxBytesPerMsg=20k", activelist="")
+    props, _ = one_bridge_files(
+        base, "target", TARGET_XML, PASSWORD, "imq.autocreate.destination.maxBytesPerMsg=20k", activelist=""
+    )
     daemon = Daemon(props)
     yield daemon
     daemon.stop()
@@ -77,8 +78,9 @@ def bridge_service(tmp_path: Path, target: Daemon, dmqs: str = "") -> tuple[Daem
     started yet, and its admin passfile."""
     base = tmp_path / "bridge"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "bridging", XML.format(
-        dmqs=dmqs, password=PASSWORD, target=target.address), PASSWORD)
+    props, passfile = one_bridge_files(
+        base, "bridging", XML.format(dmqs=dmqs, password=PASSWORD, target=target.address), PASSWORD
+    )
     return Daemon(props), passfile
 
 
@@ -90,8 +92,7 @@ def link_counters(daemon: Daemon, passfile: Path) -> tuple[int, int]:
 
 def wait_handled(daemon: Daemon, passfile: Path, n: int) -> None:
     """Until link l1 has transferred or dead-lettered ``n`` messages."""
-    wait_for(lambda: sum(link_counters(daemon, passfile)) >= n, 30, f"link l1 to handle {n} messages",
-             interval=0.2)
+    wait_for(lambda: sum(link_counters(daemon, passfile)) >= n, 30, f"link l1 to handle {n} messages", interval=0.2)
 
 
 def start_bridge(daemon: Daemon, passfile: Path) -> None:
@@ -102,8 +103,7 @@ def start_bridge(daemon: Daemon, passfile: Path) -> None:
 def test_a_refused_non_persistent_send_goes_to_the_dmq_and_the_next_message_is_sent(tmp_path, target):
     bridge, passfile = bridge_service(tmp_path, target)
     try:
-        ids = send(bridge, PASSWORD, "e2e.src", ("good 1", DeliveryMode.PERSISTENT),
-                   (BIG, DeliveryMode.NON_PERSISTENT))
+        ids = send(bridge, PASSWORD, "e2e.src", ("good 1", DeliveryMode.PERSISTENT), (BIG, DeliveryMode.NON_PERSISTENT))
         start_bridge(bridge, passfile)
         wait_handled(bridge, passfile, 2)
         # The target's refusal of BIG has long arrived when the link sends this one.
@@ -148,4 +148,3 @@ def test_a_dead_message_goes_to_the_builtin_dmq_and_the_first_user_dmq_that_take
         assert link_counters(bridge, passfile) == (0, 1)  # one dead message, in two DMQs
     finally:
         bridge.stop()
-

@@ -38,14 +38,18 @@ __all__ = ["target"]  # the fixture
 def test_a_window_keeps_order_and_sends_the_rest_across_refusals(tmp_path, target):
     base = tmp_path / "bridge"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "bridging", XML.format(
-        dmqs="", password=PASSWORD, target=target.address), PASSWORD,
-        "imq.bridge.jb.link.window=8")
+    props, passfile = one_bridge_files(
+        base,
+        "bridging",
+        XML.format(dmqs="", password=PASSWORD, target=target.address),
+        PASSWORD,
+        "imq.bridge.jb.link.window=8",
+    )
     bridge = Daemon(props)
     items: list[str | tuple[str, DeliveryMode]] = [f"m{i}" for i in range(40)]
-    items[5] = (BIG, DeliveryMode.PERSISTENT)          # in the first window
-    items[12] = (BIG, DeliveryMode.NON_PERSISTENT)     # in the middle of the second
-    items[13] = (BIG, DeliveryMode.PERSISTENT)         # right after it
+    items[5] = (BIG, DeliveryMode.PERSISTENT)  # in the first window
+    items[12] = (BIG, DeliveryMode.NON_PERSISTENT)  # in the middle of the second
+    items[13] = (BIG, DeliveryMode.PERSISTENT)  # right after it
     items[30] = ("m30", DeliveryMode.NON_PERSISTENT)
     try:
         ids = send(bridge, PASSWORD, "e2e.src", *items)
@@ -54,8 +58,7 @@ def test_a_window_keeps_order_and_sends_the_rest_across_refusals(tmp_path, targe
         delivered = take(target, PASSWORD, "e2e.dst", expect=37)
         dead = take(bridge, PASSWORD, BUILTIN_DMQ, expect=3)
         assert [m.text for m in delivered] == [f"m{i}" for i in range(40) if i not in (5, 12, 13)]
-        assert [m.get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") for m in dead] == [
-            ids[5], ids[12], ids[13]]
+        assert [m.get_string_property("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") for m in dead] == [ids[5], ids[12], ids[13]]
         for letter in dead:
             assert letter.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "SEND_FAILURE"
             exception = letter.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")

@@ -84,8 +84,7 @@ def test_a_transacted_send_waits_when_sent_and_the_commit_may_pass_the_limit(bro
 
 
 def test_remove_low_priority_drops_the_oldest_of_the_lowest_priority(broker):
-    broker.configure_destination(Q, DestinationLimits(max_num_msgs=3,
-                                                      limit_behavior=LimitBehavior.REMOVE_LOW_PRIORITY))
+    broker.configure_destination(Q, DestinationLimits(max_num_msgs=3, limit_behavior=LimitBehavior.REMOVE_LOW_PRIORITY))
     session = _session(broker)
     producer = session.create_producer(Q)
     for text, priority in (("p4-old", 4), ("p1-old", 1), ("p1-new", 1), ("p9", 9), ("p4-new", 4)):
@@ -175,8 +174,9 @@ def test_a_broker_in_red_holds_its_producers_until_the_state_drops():
 
 def test_destination_attributes_parse_with_the_properties_kinds():
     base = DestinationAttributes()
-    got = _updated(base, {"maxNumMsgs": "1000", "maxTotalMsgBytes": "10m", "limitBehavior": "remove_oldest",
-                          "useDMQ": "false"})
+    got = _updated(
+        base, {"maxNumMsgs": "1000", "maxTotalMsgBytes": "10m", "limitBehavior": "remove_oldest", "useDMQ": "false"}
+    )
     assert got == DestinationAttributes(1000, 10 * 1024 * 1024, -1, "REMOVE_OLDEST", False)
     with pytest.raises(ValueError, match="unknown destination attribute 'maxMsgs'"):
         _updated(base, {"maxMsgs": "1"})
@@ -198,8 +198,7 @@ def test_a_stomp_send_the_broker_holds_waits_without_a_thread():
                 raise ProducerFlowControl("full", lambda callback: None)
             return None
 
-    session = StompSession(SessionConfig(), authenticate=lambda *a: None, open_host=lambda *a: None,
-                           session_id="s")
+    session = StompSession(SessionConfig(), authenticate=lambda *a: None, open_host=lambda *a: None, session_id="s")
     host = session.host = Host()
     from bridgemgr.stompbridge.convert import Destinations
     from bridgemgr.stompbridge.session import State

@@ -54,7 +54,8 @@ def conf(tmp_path: Path) -> Path:
         "imq.bridge.activelist=b1,stomp\n"
         "imq.bridge.b1.type=jms\n"
         "imq.bridge.b1.xmlurl=xml/b1.xml\n"
-        "imq.bridge.stomp.tcp.port=17672\n")
+        "imq.bridge.stomp.tcp.port=17672\n"
+    )
     return tmp_path
 
 
@@ -77,10 +78,8 @@ def test_a_good_configuration_prints_one_line_per_bridge_and_link(conf):
 
 
 def test_errors_with_file_and_line_exit_1(conf):
-    (conf / "xml" / "b1.xml").write_text(GOOD_XML.replace('destination-ref="in"',
-                                                          'destination-ref="inn"'))
-    result = run("check", "-props", str(conf / "broker.properties"),
-                 "-Dimq.bridge.stomp.tls.port=x")
+    (conf / "xml" / "b1.xml").write_text(GOOD_XML.replace('destination-ref="in"', 'destination-ref="inn"'))
+    result = run("check", "-props", str(conf / "broker.properties"), "-Dimq.bridge.stomp.tls.port=x")
     assert result.exit_code == 1
     assert result.stdout == ""
     assert result.stderr.splitlines() == [
@@ -91,12 +90,19 @@ def test_errors_with_file_and_line_exit_1(conf):
 
 
 def test_overrides_apply_and_warnings_do_not_fail(conf):
-    result = run("check", "-props", str(conf / "broker.properties"),
-                 "-Dimq.bridge.b1.autostart=false", "-D", "imq.bridge.b1.xmlurll=x")
+    result = run(
+        "check",
+        "-props",
+        str(conf / "broker.properties"),
+        "-Dimq.bridge.b1.autostart=false",
+        "-D",
+        "imq.bridge.b1.xmlurll=x",
+    )
     assert result.exit_code == 0
     assert "bridge b1 (jms, active, no autostart)" in result.stdout
-    assert result.stderr == ("command line: warning: unknown property imq.bridge.b1.xmlurll; "
-                             "did you mean imq.bridge.b1.xmlurl?\n")
+    assert result.stderr == (
+        "command line: warning: unknown property imq.bridge.b1.xmlurll; did you mean imq.bridge.b1.xmlurl?\n"
+    )
 
 
 def test_xml_files_alone_and_not_twice(conf):
@@ -113,8 +119,7 @@ def test_an_xml_file_of_another_bridge_name_is_fine_alone_but_not_as_b1(conf):
     assert run("check", str(conf / "xml" / "b1.xml")).exit_code == 0
     result = run("check", "-props", str(conf / "broker.properties"))
     assert result.exit_code == 1
-    assert "the jmsbridge name is 'other' but this file is the configuration of bridge 'b1'" \
-        in result.stderr
+    assert "the jmsbridge name is 'other' but this file is the configuration of bridge 'b1'" in result.stderr
 
 
 def test_json_report(conf):
@@ -123,19 +128,25 @@ def test_json_report(conf):
     assert result.exit_code == 1
     report = json.loads(result.stdout)
     assert report["ok"] is False
-    assert report["problems"] == [{
-        "source": str(conf / "xml" / "b1.xml"), "line": 9, "severity": "error",
-        "message": "<link> attribute enabled is 'no'; write true or false"}]
+    assert report["problems"] == [
+        {
+            "source": str(conf / "xml" / "b1.xml"),
+            "line": 9,
+            "severity": "error",
+            "message": "<link> attribute enabled is 'no'; write true or false",
+        }
+    ]
 
 
 def test_secrets_never_appear_in_any_output(conf):
     (conf / "broker.properties").write_text(
-        (conf / "broker.properties").read_text()
-        + f"imq.bridge.admin.passwrd={PASSWORD}\n")  # a misspelt key: still a secret
-    for args in (["check", "-props", str(conf / "broker.properties")],
-                 ["check", "--json", "-props", str(conf / "broker.properties")],
-                 ["check", "-Dimq.bridge.admin.password=" + PASSWORD,
-                  str(conf / "xml" / "b1.xml")]):
+        (conf / "broker.properties").read_text() + f"imq.bridge.admin.passwrd={PASSWORD}\n"
+    )  # a misspelt key: still a secret
+    for args in (
+        ["check", "-props", str(conf / "broker.properties")],
+        ["check", "--json", "-props", str(conf / "broker.properties")],
+        ["check", "-Dimq.bridge.admin.password=" + PASSWORD, str(conf / "xml" / "b1.xml")],
+    ):
         result = run(*args)
         assert PASSWORD not in result.output and CF_PASSWORD not in result.output
 
@@ -190,16 +201,15 @@ def test_resolve_reports_non_xa_factories_of_transacted_links(tmp_path):
     assert run("check", str(xml)).exit_code == 0  # no lookups without -resolve
     result = run("check", "-resolve", str(xml))
     assert result.exit_code == 1
-    assert f"{xml}:3: link 'l' is transacted but its source connection factory 'ext' (line 5)" \
-        in result.stderr
+    assert f"{xml}:3: link 'l' is transacted but its source connection factory 'ext' (line 5)" in result.stderr
     report = run_check(xml_files=[str(xml)], resolve=True)
     assert not report.ok and len(report.problems) == 2 and report.summary
 
 
 # --- connection factory properties and transformers: loaded as a start loads them -------------
 
-def xml_with(tmp_path: Path, target: str = "", cf: str = "", dmq: str = "",
-             link_attrs: str = "") -> Path:
+
+def xml_with(tmp_path: Path, target: str = "", cf: str = "", dmq: str = "", link_attrs: str = "") -> Path:
     """A bridge XML: link l (line 3, its target on line 5), DMQ d (line 7), cf host (line 8,
     its properties from line 9)."""
     xml = tmp_path / "t.xml"
@@ -220,26 +230,35 @@ def xml_with(tmp_path: Path, target: str = "", cf: str = "", dmq: str = "",
 
 
 def test_a_property_a_factory_without_lookup_name_does_not_take_is_reported(tmp_path):
-    xml = xml_with(tmp_path, cf='<property name="imqAddressList" value="mq://b:7676"/>\n'
-                               f'<property name="imqSSLIsHostTrusted" value="{CF_PASSWORD}"/>')
+    xml = xml_with(
+        tmp_path,
+        cf='<property name="imqAddressList" value="mq://b:7676"/>\n'
+        f'<property name="imqSSLIsHostTrusted" value="{CF_PASSWORD}"/>',
+    )
     result = run("check", str(xml))
     assert result.exit_code == 1 and CF_PASSWORD not in result.output
     assert result.stderr.splitlines() == [
         f"{xml}:10: connection-factory 'host': property 'imqSSLIsHostTrusted' is not supported "
         "for a connection factory without lookup-name (the broker's certificate is always "
-        "verified; give its CA with the SSL_CERT_FILE environment variable); remove it"]
+        "verified; give its CA with the SSL_CERT_FILE environment variable); remove it"
+    ]
 
 
-@pytest.mark.parametrize("class_path, cause", [
-    ("nosuchmodule_4d1f.Upper", "No module named 'nosuchmodule_4d1f'"),
-    ("transformers.uppercase.NoSuchClass",
-     "module 'bridgemgr.transformers.uppercase' has no attribute 'NoSuchClass'"),
-    ("transformers.uppercase", "is not a subclass of bridgemgr.transform.MessageTransformer"),
-])
-def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_path, class_path,
-                                                                          cause):
-    xml = xml_with(tmp_path, target=f'message-transformer-class="{class_path}"',
-                   dmq=f'message-transformer-class="{class_path}"')
+@pytest.mark.parametrize(
+    "class_path, cause",
+    [
+        ("nosuchmodule_4d1f.Upper", "No module named 'nosuchmodule_4d1f'"),
+        (
+            "transformers.uppercase.NoSuchClass",
+            "module 'bridgemgr.transformers.uppercase' has no attribute 'NoSuchClass'",
+        ),
+        ("transformers.uppercase", "is not a subclass of bridgemgr.transform.MessageTransformer"),
+    ],
+)
+def test_a_transformer_that_does_not_load_is_reported_with_file_and_line(tmp_path, class_path, cause):
+    xml = xml_with(
+        tmp_path, target=f'message-transformer-class="{class_path}"', dmq=f'message-transformer-class="{class_path}"'
+    )
     result = run("check", str(xml))
     assert result.exit_code == 1 and result.stdout == ""
     link, dmq = result.stderr.splitlines()
@@ -255,9 +274,13 @@ def test_a_valid_transformer_passes_from_where_serve_finds_it(tmp_path, monkeypa
         "from bridgemgr.transform import MessageTransformer\n"
         "class Stamp(MessageTransformer):\n"
         "    def transform(self, message, read_only, charset_name, source, target, props):\n"
-        "        return message\n")
-    xml = xml_with(tmp_path, target='message-transformer-class="stamp_9b2e.Stamp"',
-                   dmq='message-transformer-class="transformers.uppercase.UppercaseTransformer"')
+        "        return message\n"
+    )
+    xml = xml_with(
+        tmp_path,
+        target='message-transformer-class="stamp_9b2e.Stamp"',
+        dmq='message-transformer-class="transformers.uppercase.UppercaseTransformer"',
+    )
     assert run("check", str(xml)).exit_code == 1  # not in a transformer folder
     monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(folder))
     result = run("check", str(xml))
@@ -270,23 +293,28 @@ def test_check_finds_a_transformer_in_each_plugin_folder_of_the_properties(tmp_p
     """The chapter's lib/ext (of the instance and of IMQ_HOME) and imq.bridge.transformer.path,
     as serve looks there: a module in none of them fails the check, in any one it passes."""
     module = "plugin_" + re.sub(r"\W", "", where).lower()
-    folder = {"imq.bridge.transformer.path": tmp_path / "plugins",
-              "<instance>/lib/ext": tmp_path / "var" / "instances" / "imqbroker" / "lib" / "ext",
-              "$IMQ_HOME/lib/ext": tmp_path / "home" / "lib" / "ext"}[where]
+    folder = {
+        "imq.bridge.transformer.path": tmp_path / "plugins",
+        "<instance>/lib/ext": tmp_path / "var" / "instances" / "imqbroker" / "lib" / "ext",
+        "$IMQ_HOME/lib/ext": tmp_path / "home" / "lib" / "ext",
+    }[where]
     folder.mkdir(parents=True)
     monkeypatch.delenv("IMQ_BRIDGE_TRANSFORMER_PATH", raising=False)
     monkeypatch.setenv("IMQ_HOME", str(tmp_path / "home"))
     xml = xml_with(tmp_path, target=f'message-transformer-class="{module}.Stamp"')
     props = tmp_path / "broker.properties"
-    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.transformer.path={tmp_path / 'plugins'}\n"
-                     f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\nimq.bridge.t.xmlurl={xml}\n")
+    props.write_text(
+        f"imq.varhome={tmp_path / 'var'}\nimq.bridge.transformer.path={tmp_path / 'plugins'}\n"
+        f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\nimq.bridge.t.xmlurl={xml}\n"
+    )
     result = run("check", "-props", str(props))
     assert result.exit_code == 1 and str(folder) in result.stderr  # named where it looked
     (folder / f"{module}.py").write_text(
         "from bridgemgr.transform import MessageTransformer\n"
         "class Stamp(MessageTransformer):\n"
         "    def transform(self, message, read_only, charset_name, source, target, props):\n"
-        "        return message\n")
+        "        return message\n"
+    )
     try:
         result = run("check", "-props", str(props))
         assert result.exit_code == 0, result.output
@@ -295,8 +323,9 @@ def test_check_finds_a_transformer_in_each_plugin_folder_of_the_properties(tmp_p
 
 
 def test_a_disabled_links_transformer_that_does_not_load_is_a_warning(tmp_path):
-    xml = xml_with(tmp_path, target='message-transformer-class="nosuchmodule_4d1f.Upper"',
-                   link_attrs=' enabled="false"')
+    xml = xml_with(
+        tmp_path, target='message-transformer-class="nosuchmodule_4d1f.Upper"', link_attrs=' enabled="false"'
+    )
     result = run("check", str(xml))
     assert result.exit_code == 0
     assert result.stderr.startswith(f"{xml}:5: warning: link l: cannot load message transformer")
@@ -316,16 +345,22 @@ def test_a_java_class_that_does_not_exist_is_reported_with_file_and_line(tmp_pat
     classes.mkdir()
     xml = xml_with(tmp_path, target='message-transformer-class="com.example.NoSuchTransformer"')
     props = tmp_path / "broker.properties"
-    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.enabled=true\n"
-                     f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\n"
-                     f"imq.bridge.t.xmlurl={xml}\nimq.bridge.java.classpath={classes}\n")
+    props.write_text(
+        f"imq.varhome={tmp_path / 'var'}\nimq.bridge.enabled=true\n"
+        f"imq.bridge.activelist=t\nimq.bridge.t.type=jms\n"
+        f"imq.bridge.t.xmlurl={xml}\nimq.bridge.java.classpath={classes}\n"
+    )
     result = subprocess.run(
         [sys.executable, "-m", "bridgemgr.cli", "check", "-props", str(props)],
-        capture_output=True, text=True, timeout=120,
-        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])))
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).resolve().parents[1])),
+    )
     assert result.returncode == 1, result.stdout + result.stderr
     (line,) = [x for x in result.stderr.splitlines() if x.startswith(f"{xml}:")]
-    assert line.startswith(f"{xml}:5: link l: cannot load message transformer "
-                           "com.example.NoSuchTransformer")
-    assert "nor is it a Java transformer: Java class com.example.NoSuchTransformer cannot be " \
-           "loaded" in line and str(classes) in line
+    assert line.startswith(f"{xml}:5: link l: cannot load message transformer com.example.NoSuchTransformer")
+    assert (
+        "nor is it a Java transformer: Java class com.example.NoSuchTransformer cannot be loaded" in line
+        and str(classes) in line
+    )

@@ -28,8 +28,9 @@ from test_check import xml_with
 _ids = itertools.count(1)
 
 IMPORTS = "from bridgemgr.transform import MessageTransformer\n"
-TRANSFORM = ("    def transform(self, message, read_only, charset_name, source, target, props):\n"
-             "        return message\n")
+TRANSFORM = (
+    "    def transform(self, message, read_only, charset_name, source, target, props):\n        return message\n"
+)
 
 
 def marker_code(marker: Path) -> str:
@@ -61,8 +62,9 @@ def check(tmp_path: Path, class_path: str):
 def test_check_reports_the_class_without_running_the_modules_import_time_code(tmp_path, plugins):
     marker = tmp_path / "imported.txt"
     name = module_name()
-    (plugins / f"{name}.py").write_text(marker_code(marker) + IMPORTS + "class Stamp(MessageTransformer):\n"
-                                        + TRANSFORM)
+    (plugins / f"{name}.py").write_text(
+        marker_code(marker) + IMPORTS + "class Stamp(MessageTransformer):\n" + TRANSFORM
+    )
     _, result = check(tmp_path, f"{name}.Stamp")
     assert result.exit_code == 0, result.output
     assert result.stderr == "" and f", transformer {name}.Stamp" in result.stdout
@@ -82,7 +84,8 @@ def test_a_compiled_module_is_imported_and_check_says_so(tmp_path, plugins):
     assert result.exit_code == 0, result.output
     assert result.stderr.splitlines() == [
         f"{xml}:5: warning: link l: transformer {name}.Stamp was imported to check it, so its module's "
-        f"import-time code ran here: {name} is a compiled module ({plugins / f'{name}.pyc'})"]
+        f"import-time code ran here: {name} is a compiled module ({plugins / f'{name}.pyc'})"
+    ]
     assert marker.exists()
 
 
@@ -90,13 +93,17 @@ def test_a_class_made_dynamically_is_imported_and_check_says_so(tmp_path, plugin
     marker = tmp_path / "imported.txt"
     name = module_name()
     (plugins / f"{name}.py").write_text(
-        marker_code(marker) + IMPORTS
-        + "Stamp = type('Stamp', (MessageTransformer,), {'transform': lambda self, m, *a: m})\n")
+        marker_code(marker)
+        + IMPORTS
+        + "Stamp = type('Stamp', (MessageTransformer,), {'transform': lambda self, m, *a: m})\n"
+    )
     xml, result = check(tmp_path, f"{name}.Stamp")
     assert result.exit_code == 0, result.output
-    assert result.stderr.startswith(f"{xml}:5: warning: link l: transformer {name}.Stamp was imported to "
-                                    "check it, so its module's import-time code ran here: Stamp is not one "
-                                    f"plain class statement in {plugins / f'{name}.py'}")
+    assert result.stderr.startswith(
+        f"{xml}:5: warning: link l: transformer {name}.Stamp was imported to "
+        "check it, so its module's import-time code ran here: Stamp is not one "
+        f"plain class statement in {plugins / f'{name}.py'}"
+    )
     assert marker.exists()
 
 
@@ -106,8 +113,9 @@ def test_a_class_the_source_shows_is_no_transformer_fails_the_check_without_impo
     (plugins / f"{name}.py").write_text(marker_code(marker) + "class Stamp:\n" + TRANSFORM)
     xml, result = check(tmp_path, f"{name}.Stamp")
     assert result.exit_code == 1 and result.stdout == ""
-    assert result.stderr.startswith(f"{xml}:5: link l: {name}.Stamp is not a subclass of "
-                                    "bridgemgr.transform.MessageTransformer; put the module in")
+    assert result.stderr.startswith(
+        f"{xml}:5: link l: {name}.Stamp is not a subclass of bridgemgr.transform.MessageTransformer; put the module in"
+    )
     assert not marker.exists()
 
 
@@ -116,23 +124,30 @@ def test_a_class_the_source_shows_is_no_transformer_fails_the_check_without_impo
 CASES = {
     "plain": (IMPORTS + "class T(MessageTransformer):\n" + TRANSFORM, None),
     "module import": ("import bridgemgr.transform as bt\nclass T(bt.MessageTransformer):\n" + TRANSFORM, None),
-    "from package": ("from bridgemgr import transform\nclass T(transform.MessageTransformer):\n" + TRANSFORM,
-                     None),
-    "local base": (IMPORTS + "class Base(MessageTransformer):\n" + TRANSFORM + "class T(Base):\n    pass\n",
-                   None),
-    "abstract local base": (IMPORTS + "class Base(MessageTransformer):\n    pass\nclass T(Base):\n    pass\n",
-                            "defines no transform()"),
-    "shipped base": ("from bridgemgr.transformers.uppercase import UppercaseTransformer\n"
-                     "class T(UppercaseTransformer):\n    pass\n", None),
+    "from package": ("from bridgemgr import transform\nclass T(transform.MessageTransformer):\n" + TRANSFORM, None),
+    "local base": (IMPORTS + "class Base(MessageTransformer):\n" + TRANSFORM + "class T(Base):\n    pass\n", None),
+    "abstract local base": (
+        IMPORTS + "class Base(MessageTransformer):\n    pass\nclass T(Base):\n    pass\n",
+        "defines no transform()",
+    ),
+    "shipped base": (
+        "from bridgemgr.transformers.uppercase import UppercaseTransformer\nclass T(UppercaseTransformer):\n    pass\n",
+        None,
+    ),
     # the plugin folder is no folder of the Python path: its other modules are not found
     "base in another plugin": ("from {other} import Base\nclass T(Base):\n    pass\n", "No module named"),
     "abstract": (IMPORTS + "class T(MessageTransformer):\n    pass\n", "defines no transform()"),
     "not a transformer": ("class T(object):\n" + TRANSFORM, "is not a subclass"),
     "no such class": (IMPORTS + "class U(MessageTransformer):\n" + TRANSFORM, "has no attribute 'T'"),
-    "init needs arguments": (IMPORTS + "class T(MessageTransformer):\n    def __init__(self, x):\n"
-                             "        super().__init__()\n" + TRANSFORM, "cannot create message transformer"),
-    "init with defaults": (IMPORTS + "class T(MessageTransformer):\n    def __init__(self, x=1, *, y=2):\n"
-                           "        super().__init__()\n" + TRANSFORM, None),
+    "init needs arguments": (
+        IMPORTS + "class T(MessageTransformer):\n    def __init__(self, x):\n        super().__init__()\n" + TRANSFORM,
+        "cannot create message transformer",
+    ),
+    "init with defaults": (
+        IMPORTS + "class T(MessageTransformer):\n    def __init__(self, x=1, *, y=2):\n"
+        "        super().__init__()\n" + TRANSFORM,
+        None,
+    ),
     "syntax error": (IMPORTS + "class T(MessageTransformer)\n" + TRANSFORM, "SyntaxError"),
 }
 
@@ -170,8 +185,7 @@ def test_a_plugin_package_is_read_without_running_its_init(tmp_path, plugins):
     package = plugins / module_name("pkg")
     package.mkdir()
     (package / "__init__.py").write_text(marker_code(marker))
-    (package / "base.py").write_text(marker_code(marker) + IMPORTS + "class Base(MessageTransformer):\n"
-                                     + TRANSFORM)
+    (package / "base.py").write_text(marker_code(marker) + IMPORTS + "class Base(MessageTransformer):\n" + TRANSFORM)
     (package / "routing.py").write_text("from .base import Base\nclass Router(Base):\n    pass\n")
     inspected = inspect_transformer(f"{package.name}.routing.Router")
     assert inspected.imported is None and inspected.source == str(package / "routing.py")
@@ -188,7 +202,8 @@ def test_a_class_a_provider_loads_is_no_python_import(plugins, monkeypatch):
     loader is gone afterwards.)"""
     monkeypatch.setattr(transform, "_loaders", [])
     name = f"com.example{next(_ids)}.Upper"
-    register_transformer_loader("a test provider's class", lambda path: UppercaseTransformer() if path == name
-                                else None)
+    register_transformer_loader(
+        "a test provider's class", lambda path: UppercaseTransformer() if path == name else None
+    )
     inspected = inspect_transformer(name)
     assert inspected.imported is None and inspected.source is None

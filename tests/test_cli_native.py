@@ -22,14 +22,19 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def run(*argv: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=60,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT)))
+    return subprocess.run(
+        [sys.executable, *argv], capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT))
+    )
 
 
-@pytest.mark.parametrize("argv", [
-    ["-m", "bridgemgr"], ["-m", "bridgemgr.cli"],
-    ["-c", "import sys; sys.argv[0] = '/opt/bin/imqbridgemgr-wrapper'; from bridgemgr.cli import main; main()"],
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["-m", "bridgemgr"],
+        ["-m", "bridgemgr.cli"],
+        ["-c", "import sys; sys.argv[0] = '/opt/bin/imqbridgemgr-wrapper'; from bridgemgr.cli import main; main()"],
+    ],
+)
 def test_usage_says_imqbridgemgr_however_it_is_started(argv):
     r = run(*argv, "list", "queue")
     assert r.returncode == 2
@@ -63,6 +68,7 @@ def _java_home() -> Path | None:
     java = Path(os.environ.get("JAVA_HOME") or "/nonexistent") / "bin" / "java"
     if not java.exists():
         import shutil
+
         found = shutil.which("java")
         if found is None:
             return None
@@ -77,13 +83,16 @@ def test_javahome_anywhere_sets_the_jvm_jpype_starts_and_a_wrong_one_is_refused(
     monkeypatch.delenv("JAVA_HOME", raising=False)
     props = tmp_path / "broker.properties"
     props.write_text(f"imq.varhome={tmp_path / 'var'}\n")
-    for args in (["-javahome", str(home), "user", "list", "-props", str(props)],
-                 ["user", "list", "-props", str(props), "-javahome", str(home)]):
+    for args in (
+        ["-javahome", str(home), "user", "list", "-props", str(props)],
+        ["user", "list", "-props", str(props), "-javahome", str(home)],
+    ):
         os.environ.pop("JAVA_HOME", None)
         r = CliRunner().invoke(main, args)
         assert r.exit_code == 0, r.output
         assert os.environ["JAVA_HOME"] == str(home.resolve())
         import jpype
+
         assert jpype.getDefaultJVMPath().startswith(str(home.resolve()))
     os.environ.pop("JAVA_HOME", None)
     r = CliRunner().invoke(main, ["-javahome", str(tmp_path), "user", "list", "-props", str(props)])
@@ -91,14 +100,17 @@ def test_javahome_anywhere_sets_the_jvm_jpype_starts_and_a_wrong_one_is_refused(
     assert "JAVA_HOME" not in os.environ
 
 
-@pytest.mark.parametrize("args, status, code", [
-    (["list", "bridge", "-b", "nocolon", "-u", "a", "-passfile", "/dev/null"], 2, 400),
-    (["list", "bridge", "-b", "127.0.0.1:1", "-u", "a", "-passfile", "{pw}"], 1, 503),
-    (["check"], 2, 400),
-    (["purge", "dst", "-t", "x", "-n", "q"], 2, 400),
-    (["user", "delete", "-props", "{props}", "-u", "nobody"], 1, 500),
-    (["drain", "-bn", "b", "-ln", "l", "-b", "127.0.0.1:1", "-u", "a", "-passfile", "{pw}"], 1, 503),
-])
+@pytest.mark.parametrize(
+    "args, status, code",
+    [
+        (["list", "bridge", "-b", "nocolon", "-u", "a", "-passfile", "/dev/null"], 2, 400),
+        (["list", "bridge", "-b", "127.0.0.1:1", "-u", "a", "-passfile", "{pw}"], 1, 503),
+        (["check"], 2, 400),
+        (["purge", "dst", "-t", "x", "-n", "q"], 2, 400),
+        (["user", "delete", "-props", "{props}", "-u", "nobody"], 1, 500),
+        (["drain", "-bn", "b", "-ln", "l", "-b", "127.0.0.1:1", "-u", "a", "-passfile", "{pw}"], 1, 503),
+    ],
+)
 def test_json_failures_are_one_error_object_on_stdout_with_the_same_exit_status(tmp_path, args, status, code):
     pw = tmp_path / "pw"
     pw.write_text("imq.imqbridgemgr.password=x\n")
@@ -120,8 +132,9 @@ def test_user_list_json(tmp_path):
     pw = tmp_path / "pw"
     pw.write_text("imq.imqusermgr.password=Bob-secret1\n")
     pw.chmod(0o600)
-    added = CliRunner().invoke(main, ["user", "add", "-props", str(props), "-u", "bob", "-g", "admin",
-                                      "-passfile", str(pw), "--json"])
+    added = CliRunner().invoke(
+        main, ["user", "add", "-props", str(props), "-u", "bob", "-g", "admin", "-passfile", str(pw), "--json"]
+    )
     assert added.exit_code == 0 and json.loads(added.output)["user"] == "bob", added.output
     r = CliRunner().invoke(main, ["user", "list", "-props", str(props), "--json"])
     assert r.exit_code == 0

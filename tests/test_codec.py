@@ -77,8 +77,17 @@ PROPERTY_NAMES = (
 ).filter(is_valid_property_name)
 
 BIG_INTS = st.integers(min_value=2**63) | st.integers(max_value=-(2**63) - 1) | st.integers()
-SCALARS = (st.none() | st.booleans() | INT64 | BIG_INTS | st.floats() | TEXT | st.binary(max_size=20)
-           | st.binary(max_size=20).map(JavaSerialized) | DESTINATIONS)
+SCALARS = (
+    st.none()
+    | st.booleans()
+    | INT64
+    | BIG_INTS
+    | st.floats()
+    | TEXT
+    | st.binary(max_size=20)
+    | st.binary(max_size=20).map(JavaSerialized)
+    | DESTINATIONS
+)
 
 
 def object_values(depth: int) -> st.SearchStrategy:
@@ -86,7 +95,8 @@ def object_values(depth: int) -> st.SearchStrategy:
     return st.recursive(
         leaves,
         lambda children: st.lists(children, max_size=4) | st.dictionaries(TEXT, children, max_size=4),
-        max_leaves=8)
+        max_leaves=8,
+    )
 
 
 @st.composite
@@ -126,10 +136,12 @@ def assert_same_types(a: object, b: object) -> None:
     assert type(a) is type(b)
     if isinstance(a, Message):
         assert [(n, t, type(v)) for n, t, v in a.typed_properties()] == [
-            (n, t, type(v)) for n, t, v in b.typed_properties()]
+            (n, t, type(v)) for n, t, v in b.typed_properties()
+        ]
         if isinstance(a, (MapMessage, StreamMessage)):
             assert [tuple(map(type, item)) for item in a.typed_items()] == [
-                tuple(map(type, item)) for item in b.typed_items()]  # type: ignore[attr-defined]
+                tuple(map(type, item)) for item in b.typed_items()
+            ]  # type: ignore[attr-defined]
         else:
             assert_same_types(a.get_body(), b.get_body())
     elif isinstance(a, list):
@@ -160,15 +172,39 @@ def sample_messages() -> list[Message]:
     bytes_msg = BytesMessage(bytes(range(40)))
     bytes_msg.destination = Topic("t")
     map_msg = MapMessage()
-    for ptype, value in ((PropertyType.CHAR, "\ud800"), (PropertyType.BYTES, b"\x00\x01"), (PropertyType.FLOAT, 1.5),
-                         (PropertyType.BOOLEAN, False), (PropertyType.STRING, "v")):
+    for ptype, value in (
+        (PropertyType.CHAR, "\ud800"),
+        (PropertyType.BYTES, b"\x00\x01"),
+        (PropertyType.FLOAT, 1.5),
+        (PropertyType.BOOLEAN, False),
+        (PropertyType.STRING, "v"),
+    ):
         map_msg.set_typed(ptype.name.lower(), ptype, value)
     stream_msg = StreamMessage()
-    for ptype, value in ((PropertyType.CHAR, "c"), (PropertyType.BYTES, b"xy"), (PropertyType.LONG, -5),
-                         (PropertyType.DOUBLE, float("inf")), (PropertyType.STRING, "")):
+    for ptype, value in (
+        (PropertyType.CHAR, "c"),
+        (PropertyType.BYTES, b"xy"),
+        (PropertyType.LONG, -5),
+        (PropertyType.DOUBLE, float("inf")),
+        (PropertyType.STRING, ""),
+    ):
         stream_msg.write_typed(ptype, value)
-    obj = ObjectMessage([None, True, False, 7, 2**70, -(2**80), 0.5, "s", b"b", JavaSerialized(b"\xac\xed"),
-                         {"k": [Queue("q")]}, text.copy()])
+    obj = ObjectMessage(
+        [
+            None,
+            True,
+            False,
+            7,
+            2**70,
+            -(2**80),
+            0.5,
+            "s",
+            b"b",
+            JavaSerialized(b"\xac\xed"),
+            {"k": [Queue("q")]},
+            text.copy(),
+        ]
+    )
     return [Message(), text, TextMessage(), bytes_msg, map_msg, stream_msg, obj, ObjectMessage()]
 
 
@@ -178,6 +214,7 @@ def craft(*parts: bytes) -> bytes:
 
 # ---------------------------------------------------------------------------
 # round trips
+
 
 @pytest.mark.slow
 @FAST
@@ -337,6 +374,7 @@ def test_format_version_is_in_the_blob():
 # ---------------------------------------------------------------------------
 # not serialisable
 
+
 class Custom:
     pass
 
@@ -350,9 +388,21 @@ class MyStr(str):
 
 
 NOT_SERIALISABLE = [
-    {1, 2}, frozenset(), (1, 2), object(), Custom(), {1: "int key"}, {"ok": {2: "nested int key"}},
-    bytearray(b"x"), memoryview(b"x"), Colour.RED, MyStr("s"), Destination("base"), 1j,
-    [1, [2, {"x": {3}}]], ObjectMessage({4}),
+    {1, 2},
+    frozenset(),
+    (1, 2),
+    object(),
+    Custom(),
+    {1: "int key"},
+    {"ok": {2: "nested int key"}},
+    bytearray(b"x"),
+    memoryview(b"x"),
+    Colour.RED,
+    MyStr("s"),
+    Destination("base"),
+    1j,
+    [1, [2, {"x": {3}}]],
+    ObjectMessage({4}),
 ]
 
 
@@ -376,6 +426,7 @@ def test_nesting_limit_on_encode():
         for _ in range(depth):
             value = [value]
         return value
+
     assert decode_value(encode_value(nested(MAX_DEPTH))) == nested(MAX_DEPTH)
     assert not is_serialisable(nested(MAX_DEPTH + 1))
     with pytest.raises(MessageFormatException, match=r"not serialisable.*deeper"):
@@ -411,13 +462,29 @@ def test_bad_headers_are_refused_clearly():
 
 
 _TEXTS = st.one_of(st.none(), st.text(max_size=5), st.integers(), st.binary(max_size=3))
-_DESTS = st.one_of(st.none(), st.sampled_from([Queue("q"), Topic("t"), TemporaryQueue("tq"), Queue(7),  # type: ignore[arg-type]
-                                              "queue://q", Destination("d")]))
-_INTS = st.one_of(st.integers(-2**64, 2**64), st.none(), st.floats(allow_nan=False), st.booleans())
+_DESTS = st.one_of(
+    st.none(),
+    st.sampled_from(
+        [
+            Queue("q"),
+            Topic("t"),
+            TemporaryQueue("tq"),
+            Queue(7),  # type: ignore[arg-type]
+            "queue://q",
+            Destination("d"),
+        ]
+    ),
+)
+_INTS = st.one_of(st.integers(-(2**64), 2**64), st.none(), st.floats(allow_nan=False), st.booleans())
 
 
-@given(kind=st.sampled_from([TextMessage, BytesMessage]), body=st.one_of(st.none(), st.text(max_size=5), st.integers()),
-       texts=st.tuples(_TEXTS, _TEXTS, _TEXTS), dests=st.tuples(_DESTS, _DESTS), ints=st.tuples(*[_INTS] * 6))
+@given(
+    kind=st.sampled_from([TextMessage, BytesMessage]),
+    body=st.one_of(st.none(), st.text(max_size=5), st.integers()),
+    texts=st.tuples(_TEXTS, _TEXTS, _TEXTS),
+    dests=st.tuples(_DESTS, _DESTS),
+    ints=st.tuples(*[_INTS] * 6),
+)
 def test_check_headers_refuses_exactly_what_encode_refuses(kind, body, texts, dests, ints):
     """check_headers (the broker's check of a message it encodes later, off its thread)
     answers as encode does, with the same error, whatever its headers hold."""
@@ -461,6 +528,7 @@ def test_check_headers_of_a_plain_text_or_bytes_message_encodes_nothing(monkeypa
 # ---------------------------------------------------------------------------
 # corrupt input
 
+
 def test_unknown_version_is_named():
     blob = bytearray(encode(TextMessage("x")))
     blob[len(MAGIC)] = 99
@@ -493,7 +561,7 @@ def test_value_blob_that_is_not_a_message():
 @pytest.mark.timeout(10)
 def test_huge_length_fields_fail_fast_without_allocating():
     text_blob = bytearray(encode(TextMessage("abc")))
-    text_blob[HEAD_END - 4:HEAD_END] = struct.pack(">I", 0x7FFFFFF0)  # the body size
+    text_blob[HEAD_END - 4 : HEAD_END] = struct.pack(">I", 0x7FFFFFF0)  # the body size
     blobs = [
         bytes(text_blob),
         craft(bytes([codec.T_STR]), struct.pack(">I", 2**31), b"abc"),
@@ -516,7 +584,7 @@ def test_huge_length_fields_fail_fast_without_allocating():
 def test_count_fields_are_checked_against_the_data():
     m = MapMessage({"a": 1})
     blob = bytearray(encode(m))
-    blob[HEAD_END - 4:HEAD_END] = struct.pack(">I", 2**32 - 2)  # the entry count
+    blob[HEAD_END - 4 : HEAD_END] = struct.pack(">I", 2**32 - 2)  # the entry count
     with pytest.raises(MessageCodecError, match="exceed"):
         decode(bytes(blob))
 
@@ -526,7 +594,7 @@ def test_deep_nesting_in_a_blob_is_refused():
     with pytest.raises(MessageCodecError, match="deeper"):
         decode_value(deep)
     # nested messages: ObjectMessage heads all the way down
-    head = encode(ObjectMessage())[len(PREFIX):-1]  # an ObjectMessage without its None body
+    head = encode(ObjectMessage())[len(PREFIX) : -1]  # an ObjectMessage without its None body
     with pytest.raises(MessageCodecError, match="deeper"):
         decode(PREFIX + head * (MAX_DEPTH + 1) + bytes([codec.T_NONE]))
     assert decode(PREFIX + head * MAX_DEPTH + bytes([codec.T_NONE])) is not None
@@ -583,8 +651,11 @@ def test_repeated_names_and_bad_utf8():
     with pytest.raises(MessageCodecError, match="UnicodeDecodeError"):
         decode_value(craft(bytes([codec.T_STR]), struct.pack(">I", 2), b"\xff\xfe"))
     with pytest.raises(MessageCodecError, match="repeated"):
-        decode_value(craft(bytes([codec.T_DICT]), struct.pack(">I", 2),
-                           (struct.pack(">I", 1) + b"k" + bytes([codec.T_NONE])) * 2))
+        decode_value(
+            craft(
+                bytes([codec.T_DICT]), struct.pack(">I", 2), (struct.pack(">I", 1) + b"k" + bytes([codec.T_NONE])) * 2
+            )
+        )
 
 
 def _decodes_or_refuses(blob: bytes) -> None:

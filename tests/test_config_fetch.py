@@ -15,8 +15,9 @@ from bridgemgr.jmsbridge.fetch import read_xmlurl
 
 pytestmark = pytest.mark.timeout(30)
 
-XML = (f'<?xml version="1.0"?>\n{DOCTYPE}\n<jmsbridge name="web">\n'
-       '<connection-factory ref-name="cf"/>\n</jmsbridge>\n').encode()
+XML = (
+    f'<?xml version="1.0"?>\n{DOCTYPE}\n<jmsbridge name="web">\n<connection-factory ref-name="cf"/>\n</jmsbridge>\n'
+).encode()
 
 
 class Site:
@@ -27,16 +28,14 @@ class Site:
         self.requests: list[str] = []
         self.url = ""
 
-    def add(self, path: str, body: bytes = XML, status: int = 200, delay: float = 0.0,
-            **headers: str) -> str:
+    def add(self, path: str, body: bytes = XML, status: int = 200, delay: float = 0.0, **headers: str) -> str:
         self.pages[path] = (status, body, delay, headers)
         return self.url + path
 
 
 @pytest.fixture
 def site(monkeypatch):
-    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy",
-                "ALL_PROXY"):
+    for var in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY", "all_proxy", "ALL_PROXY"):
         monkeypatch.delenv(var, raising=False)
     state = Site()
 
@@ -71,6 +70,7 @@ def site(monkeypatch):
 
 # --- local files -------------------------------------------------------------------------
 
+
 def test_plain_paths_and_file_urls(tmp_path):
     path = tmp_path / "my bridge.xml"
     path.write_bytes(XML)
@@ -87,12 +87,15 @@ def test_relative_paths_start_at_the_base_dir(tmp_path, monkeypatch):
     assert load_bridge_config("b.xml").name == "web"  # no base: the current directory
 
 
-@pytest.mark.parametrize("url,expected", [
-    ("file://otherhost/x.xml", "names a file on another host"),
-    ("ftp://example.com/b.xml", "uses the scheme ftp:, which is not supported"),
-    ("jar:file:/x.jar!/b.xml", "uses the scheme jar:"),
-    ("http://[::1", "is not a valid URL"),
-])
+@pytest.mark.parametrize(
+    "url,expected",
+    [
+        ("file://otherhost/x.xml", "names a file on another host"),
+        ("ftp://example.com/b.xml", "uses the scheme ftp:, which is not supported"),
+        ("jar:file:/x.jar!/b.xml", "uses the scheme jar:"),
+        ("http://[::1", "is not a valid URL"),
+    ],
+)
 def test_unsupported_urls(url, expected):
     with pytest.raises(ConfigError, match=expected.replace("[", r"\[")):
         read_xmlurl(url)
@@ -128,6 +131,7 @@ def test_errors_name_the_file_and_line(tmp_path):
 
 # --- http(s) --------------------------------------------------------------------------------
 
+
 def test_http_url(site):
     url = site.add("/imq/jmsbridge1.config.xml")
     config = load_bridge_config(url, bridge_name="web")
@@ -139,8 +143,7 @@ def test_http_errors_name_the_url(site):
     url = site.add("/gone.xml", status=404)
     with pytest.raises(ConfigError) as info:
         load_bridge_config(url)
-    assert str(info.value) == f"{url}: answered HTTP 404 Not Found; check the URL and the web " \
-                              "server"
+    assert str(info.value) == f"{url}: answered HTTP 404 Not Found; check the URL and the web server"
 
 
 @pytest.mark.slow
@@ -177,8 +180,7 @@ def test_http_redirects_to_http_are_followed(site):
 def test_nothing_listening(site):
     port = int(site.url.rsplit(":", 1)[1])
     with pytest.raises(ConfigError, match="cannot be read"):
-        load_bridge_config(f"http://127.0.0.1:{port + 1 if port < 65535 else 1}/x.xml",
-                           timeout=2)
+        load_bridge_config(f"http://127.0.0.1:{port + 1 if port < 65535 else 1}/x.xml", timeout=2)
 
 
 def test_read_xmlurl_returns_bytes_and_name(tmp_path):

@@ -20,9 +20,9 @@ pytestmark = pytest.mark.timeout(60)
 
 MARKER = "SENTINEL-4b1d-never-read"
 VALID = (Path(__file__).parent / "data" / "config" / "original-product.xml").read_bytes()
-FUZZ = settings(max_examples=250, deadline=None,
-                suppress_health_check=[HealthCheck.function_scoped_fixture,
-                                       HealthCheck.too_slow])
+FUZZ = settings(
+    max_examples=250, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow]
+)
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +110,14 @@ BILLION_LAUGHS = b"""<?xml version="1.0"?>
 
 
 @pytest.mark.timeout(10)
-@pytest.mark.parametrize("use", [b'<jmsbridge name="&h;"/>', b'<jmsbridge name="b">&h;</jmsbridge>',
-                                 b'<jmsbridge name="b"><link name="l">&h;</link></jmsbridge>'])
+@pytest.mark.parametrize(
+    "use",
+    [
+        b'<jmsbridge name="&h;"/>',
+        b'<jmsbridge name="b">&h;</jmsbridge>',
+        b'<jmsbridge name="b"><link name="l">&h;</link></jmsbridge>',
+    ],
+)
 def test_billion_laughs_is_refused_at_once(use):
     text = refused(BILLION_LAUGHS + use)
     assert "not well-formed" in text or "internal subset" in text
@@ -120,8 +126,10 @@ def test_billion_laughs_is_refused_at_once(use):
 @pytest.mark.timeout(10)
 def test_quadratic_blowup_is_refused():
     big = "x" * 100_000
-    data = (f'<!DOCTYPE jmsbridge [<!ENTITY big "{big}">]>'
-            f'<jmsbridge name="b"><link name="l">{"&big;" * 2000}</link></jmsbridge>').encode()
+    data = (
+        f'<!DOCTYPE jmsbridge [<!ENTITY big "{big}">]>'
+        f'<jmsbridge name="b"><link name="l">{"&big;" * 2000}</link></jmsbridge>'
+    ).encode()
     refused(data)
 
 
@@ -161,15 +169,17 @@ def test_external_entities_never_reach_the_network(web):
     assert requests == []
 
 
-@pytest.mark.parametrize("doctype,expected", [
-    ('<!DOCTYPE jmsbridge SYSTEM "http://example.com/sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
-    ('<!DOCTYPE jmsbridge SYSTEM "other.dtd">', "the DOCTYPE is"),
-    ('<!DOCTYPE link SYSTEM "sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
-    ('<!DOCTYPE jmsbridge PUBLIC "-//x//EN" "sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
-    ('<!DOCTYPE jmsbridge [<!ATTLIST jmsbridge name CDATA "x">]>', "internal subset"),
-    ('<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd" [<!ELEMENT x ANY>]>',
-     "internal subset"),
-])
+@pytest.mark.parametrize(
+    "doctype,expected",
+    [
+        ('<!DOCTYPE jmsbridge SYSTEM "http://example.com/sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
+        ('<!DOCTYPE jmsbridge SYSTEM "other.dtd">', "the DOCTYPE is"),
+        ('<!DOCTYPE link SYSTEM "sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
+        ('<!DOCTYPE jmsbridge PUBLIC "-//x//EN" "sun_jmsbridge_1_0.dtd">', "the DOCTYPE is"),
+        ('<!DOCTYPE jmsbridge [<!ATTLIST jmsbridge name CDATA "x">]>', "internal subset"),
+        ('<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd" [<!ELEMENT x ANY>]>', "internal subset"),
+    ],
+)
 def test_doctypes_pointing_elsewhere_are_refused_with_the_fix(doctype, expected):
     text = refused(f'{doctype}<jmsbridge name="b"/>'.encode())
     assert expected in text and C.DOCTYPE in text
@@ -179,36 +189,38 @@ def test_an_empty_internal_subset_is_harmless():
     assert parse_bridge_config(b'<!DOCTYPE jmsbridge []><jmsbridge name="b"/>').name == "b"
 
 
-@pytest.mark.parametrize("body", ['<jmsbridge name="b"><link name="l">&undefined;</link>'
-                                  "</jmsbridge>",
-                                  '<jmsbridge name="a&undefined;b"/>'])
+@pytest.mark.parametrize(
+    "body", ['<jmsbridge name="b"><link name="l">&undefined;</link></jmsbridge>', '<jmsbridge name="a&undefined;b"/>']
+)
 def test_undeclared_entities_are_refused_not_dropped(body):
     text = refused(f"<?xml version='1.0'?>\n{C.DOCTYPE}\n{body}".encode())
     assert text.startswith("hostile.xml:3: the entity reference &undefined; is refused")
 
 
 def test_the_doctype_problem_names_its_line():
-    text = refused(b'<?xml version="1.0"?>\n\n<!DOCTYPE jmsbridge SYSTEM "x.dtd">\n'
-                   b'<jmsbridge name="b"/>')
+    text = refused(b'<?xml version="1.0"?>\n\n<!DOCTYPE jmsbridge SYSTEM "x.dtd">\n<jmsbridge name="b"/>')
     assert text.startswith("hostile.xml:3: the DOCTYPE is") and text.count("\n") == 0
 
 
-@pytest.mark.parametrize("data", [
-    b'<?xml version="1.0" encoding="UTF-8"?><jmsbridge name="caf\xe9"/>',
-    b'<?xml version="1.0" encoding="UTF-16"?><jmsbridge name="b"/>',
-    b'<?xml version="1.0" encoding="no-such-encoding"?><jmsbridge name="b"/>',
-    b'\xff\xfe<\x00j\x00',
-    b'<jmsbridge name="\x00"/>',
-    b'<jmsbridge name="b"/>\x00',
-    b"\xef\xbb\xbf\xef\xbb\xbf<jmsbridge/>",
-    b"",
-    b"   ",
-    b"<",
-    b"<!DOCTYPE jmsbridge",
-    b"<?xml version='1.0'?>",
-    b'<jmsbridge name="b">' * 5000,
-    b"<a>" * 20000 + b"</a>" * 20000,
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        b'<?xml version="1.0" encoding="UTF-8"?><jmsbridge name="caf\xe9"/>',
+        b'<?xml version="1.0" encoding="UTF-16"?><jmsbridge name="b"/>',
+        b'<?xml version="1.0" encoding="no-such-encoding"?><jmsbridge name="b"/>',
+        b"\xff\xfe<\x00j\x00",
+        b'<jmsbridge name="\x00"/>',
+        b'<jmsbridge name="b"/>\x00',
+        b"\xef\xbb\xbf\xef\xbb\xbf<jmsbridge/>",
+        b"",
+        b"   ",
+        b"<",
+        b"<!DOCTYPE jmsbridge",
+        b"<?xml version='1.0'?>",
+        b'<jmsbridge name="b">' * 5000,
+        b"<a>" * 20000 + b"</a>" * 20000,
+    ],
+)
 def test_broken_bytes_are_refused(data):
     refused(data)
 
@@ -221,26 +233,31 @@ def test_declared_encodings_are_honoured():
 
 
 @pytest.mark.timeout(20)
-@pytest.mark.parametrize("template", [
-    '<jmsbridge name="b"><link name="l" transacted="{}"/></jmsbridge>',
-    '<jmsbridge name="b" {}="1"/>',
-    '<jmsbridge name="b"><{}/></jmsbridge>',
-    '<jmsbridge name="b"><dmq name="d" connection-factory-ref="c" destination-ref="q" '
-    'send-attempts="{}"/></jmsbridge>',
-    '<jmsbridge name="b"><link name="{}"><source connection-factory-ref="x" '
-    'destination-ref="y"/><target connection-factory-ref="x" destination-ref="y"/></link>'
-    '</jmsbridge>',
-])
+@pytest.mark.parametrize(
+    "template",
+    [
+        '<jmsbridge name="b"><link name="l" transacted="{}"/></jmsbridge>',
+        '<jmsbridge name="b" {}="1"/>',
+        '<jmsbridge name="b"><{}/></jmsbridge>',
+        '<jmsbridge name="b"><dmq name="d" connection-factory-ref="c" destination-ref="q" '
+        'send-attempts="{}"/></jmsbridge>',
+        '<jmsbridge name="b"><link name="{}"><source connection-factory-ref="x" '
+        'destination-ref="y"/><target connection-factory-ref="x" destination-ref="y"/></link>'
+        "</jmsbridge>",
+    ],
+)
 def test_huge_values_give_short_messages(template):
     refused(template.format("y" * 3_000_000).encode())
 
 
 def test_a_huge_free_text_attribute_is_just_text():
     selector = "a = 1 OR " * 100_000 + "b = 2"
-    data = (f'<jmsbridge name="b"><link name="l"><source connection-factory-ref="c" '
-            f'destination-ref="q" selector="{selector}"/><target connection-factory-ref="c" '
-            f'destination-ref="q"/></link><connection-factory ref-name="c"/>'
-            f'<destination ref-name="q" name="Q"/></jmsbridge>').encode()
+    data = (
+        f'<jmsbridge name="b"><link name="l"><source connection-factory-ref="c" '
+        f'destination-ref="q" selector="{selector}"/><target connection-factory-ref="c" '
+        f'destination-ref="q"/></link><connection-factory ref-name="c"/>'
+        f'<destination ref-name="q" name="Q"/></jmsbridge>'
+    ).encode()
     assert parse_bridge_config(data).links[0].source.selector == selector
 
 
@@ -254,14 +271,43 @@ def test_files_beyond_the_size_limit_are_not_parsed(tmp_path):
 # --- random input ---------------------------------------------------------------------------
 
 TOKENS = [
-    b"<", b">", b"/>", b"&", b"&x;", b"&#0;", b"&#xD800;", b"&amp;", b'"', b"'", b"=",
-    b"\x00", b"\xff\xfe", b"\xc3", b"\xe9", b"<![CDATA[", b"]]>", b"<!--", b"-->",
-    b"<?xml version='1.0' encoding='UTF-16'?>", b"<?xml version='1.0' encoding='latin-1'?>",
-    b"<!DOCTYPE jmsbridge [", b"]>", b"%p;", b"<!ENTITY x 'y'>",
-    b"<!ENTITY x SYSTEM 'SENTINEL'>", b"<!ENTITY % p SYSTEM 'SENTINEL'>",
-    b"<!DOCTYPE jmsbridge SYSTEM 'SENTINEL'>", b"<xi:include href='SENTINEL'/>",
-    b"<link>", b"</link>", b"<dmq/>", b'name="built-in-dmq"', b'destination-ref="AS_SOURCE"',
-    b'transacted="true"', b'send-attempts="99999999999999999999"', b"y" * 70_000,
+    b"<",
+    b">",
+    b"/>",
+    b"&",
+    b"&x;",
+    b"&#0;",
+    b"&#xD800;",
+    b"&amp;",
+    b'"',
+    b"'",
+    b"=",
+    b"\x00",
+    b"\xff\xfe",
+    b"\xc3",
+    b"\xe9",
+    b"<![CDATA[",
+    b"]]>",
+    b"<!--",
+    b"-->",
+    b"<?xml version='1.0' encoding='UTF-16'?>",
+    b"<?xml version='1.0' encoding='latin-1'?>",
+    b"<!DOCTYPE jmsbridge [",
+    b"]>",
+    b"%p;",
+    b"<!ENTITY x 'y'>",
+    b"<!ENTITY x SYSTEM 'SENTINEL'>",
+    b"<!ENTITY % p SYSTEM 'SENTINEL'>",
+    b"<!DOCTYPE jmsbridge SYSTEM 'SENTINEL'>",
+    b"<xi:include href='SENTINEL'/>",
+    b"<link>",
+    b"</link>",
+    b"<dmq/>",
+    b'name="built-in-dmq"',
+    b'destination-ref="AS_SOURCE"',
+    b'transacted="true"',
+    b'send-attempts="99999999999999999999"',
+    b"y" * 70_000,
 ]
 
 
@@ -308,11 +354,33 @@ def test_random_bytes_are_refused_with_config_error(blob):
 NAMES = [*sorted(C.dtd_attributes()), "foo", "xi:include"]
 ATTRS = [*sorted({a for decls in C.dtd_attributes().values() for a in decls}), "bogus"]
 VALUES = st.one_of(
-    st.sampled_from(["true", "false", "queue", "topic", "-1", "0", "3", "2147483648", "1.5",
-                     "built-in-dmq", "AS_SOURCE", "as_source", "imq.bridge.jms.dmq", "", "cf",
-                     "q", "a.B", "java.naming.factory.initial", "l"]),
-    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"),
-            max_size=30).filter(lambda s: all(ord(c) >= 32 or c in "\t\n\r" for c in s)))
+    st.sampled_from(
+        [
+            "true",
+            "false",
+            "queue",
+            "topic",
+            "-1",
+            "0",
+            "3",
+            "2147483648",
+            "1.5",
+            "built-in-dmq",
+            "AS_SOURCE",
+            "as_source",
+            "imq.bridge.jms.dmq",
+            "",
+            "cf",
+            "q",
+            "a.B",
+            "java.naming.factory.initial",
+            "l",
+        ]
+    ),
+    st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00"), max_size=30).filter(
+        lambda s: all(ord(c) >= 32 or c in "\t\n\r" for c in s)
+    ),
+)
 
 
 def element(tags: st.SearchStrategy[str]) -> st.SearchStrategy[etree._Element]:
@@ -322,22 +390,27 @@ def element(tags: st.SearchStrategy[str]) -> st.SearchStrategy[etree._Element]:
         el.extend(children)
         return el
 
-    leaf = st.tuples(tags, st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=6),
-                     st.just([])).map(build)
-    return st.recursive(leaf, lambda kids: st.tuples(
-        tags, st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=6),
-        st.lists(kids, max_size=5)).map(build), max_leaves=15)
+    leaf = st.tuples(tags, st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=6), st.just([])).map(build)
+    return st.recursive(
+        leaf,
+        lambda kids: st.tuples(
+            tags, st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=6), st.lists(kids, max_size=5)
+        ).map(build),
+        max_leaves=15,
+    )
 
 
 @pytest.mark.slow
 @pytest.mark.timeout(120)
 @settings(FUZZ, max_examples=150)
-@given(st.sampled_from(["jmsbridge", "link", "foo"]), st.lists(element(st.sampled_from(NAMES)),
-                                                                 max_size=8),
-       st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=4), st.booleans())
+@given(
+    st.sampled_from(["jmsbridge", "link", "foo"]),
+    st.lists(element(st.sampled_from(NAMES)), max_size=8),
+    st.dictionaries(st.sampled_from(ATTRS), VALUES, max_size=4),
+    st.booleans(),
+)
 def test_random_well_formed_trees_are_loaded_or_refused(root_tag, children, attrs, doctype):
     root = etree.Element(root_tag, attrs)
     root.extend(children)
-    data = etree.tostring(root, xml_declaration=True, encoding="UTF-8",
-                          doctype=C.DOCTYPE if doctype else None)
+    data = etree.tostring(root, xml_declaration=True, encoding="UTF-8", doctype=C.DOCTYPE if doctype else None)
     only_config_error(data)

@@ -61,35 +61,50 @@ def registered():
 
 def cf(ref: str, lookup: str | None) -> str:
     if lookup is None:
-        return f'<connection-factory ref-name="{ref}"><property name="imqConfiguredClientID" ' \
-               f'value="c1"/></connection-factory>'
-    return (f'<connection-factory ref-name="{ref}" lookup-name="{lookup}">'
-            f'<property name="java.naming.factory.initial" value="{CONTEXT}"/>'
-            f'<property name="java.naming.provider.url" value="test://{ref}"/>'
-            f"</connection-factory>")
+        return (
+            f'<connection-factory ref-name="{ref}"><property name="imqConfiguredClientID" '
+            f'value="c1"/></connection-factory>'
+        )
+    return (
+        f'<connection-factory ref-name="{ref}" lookup-name="{lookup}">'
+        f'<property name="java.naming.factory.initial" value="{CONTEXT}"/>'
+        f'<property name="java.naming.provider.url" value="test://{ref}"/>'
+        f"</connection-factory>"
+    )
 
 
 def bridge_with(links: str) -> bytes:
-    return (f"{DOCTYPE}\n<jmsbridge name=\"b\">\n{links}\n"
-            f"{cf('plain', 'PlainCF')}\n{cf('xa', 'XACF')}\n{cf('host', None)}\n"
-            f"{cf('missing', 'NoSuchCF')}\n{cf('notcf', 'jms/Queue')}\n"
-            '<destination ref-name="q" name="Q"/>\n</jmsbridge>\n').encode()
+    return (
+        f'{DOCTYPE}\n<jmsbridge name="b">\n{links}\n'
+        f"{cf('plain', 'PlainCF')}\n{cf('xa', 'XACF')}\n{cf('host', None)}\n"
+        f"{cf('missing', 'NoSuchCF')}\n{cf('notcf', 'jms/Queue')}\n"
+        '<destination ref-name="q" name="Q"/>\n</jmsbridge>\n'
+    ).encode()
 
 
 def link(name: str, src: str, tgt: str, attrs: str = "") -> str:
-    return (f'<link name="{name}"{attrs}><source connection-factory-ref="{src}" '
-            f'destination-ref="q"/><target connection-factory-ref="{tgt}" '
-            'destination-ref="q"/></link>')
+    return (
+        f'<link name="{name}"{attrs}><source connection-factory-ref="{src}" '
+        f'destination-ref="q"/><target connection-factory-ref="{tgt}" '
+        'destination-ref="q"/></link>'
+    )
 
 
 def test_every_non_xa_factory_of_a_transacted_link_is_reported_with_file_and_line():
-    config = parse_bridge_config(bridge_with("\n".join([
-        link("ok", "xa", "xa"),
-        link("both-plain", "plain", "plain"),
-        link("plain-target", "xa", "plain"),
-        link("not-transacted", "plain", "plain", ' transacted="false"'),
-        link("disabled", "plain", "plain", ' enabled="false"'),
-    ])), "b.xml")
+    config = parse_bridge_config(
+        bridge_with(
+            "\n".join(
+                [
+                    link("ok", "xa", "xa"),
+                    link("both-plain", "plain", "plain"),
+                    link("plain-target", "xa", "plain"),
+                    link("not-transacted", "plain", "plain", ' transacted="false"'),
+                    link("disabled", "plain", "plain", ' enabled="false"'),
+                ]
+            )
+        ),
+        "b.xml",
+    )
     problems = check_xa(config)
     assert [str(p) for p in problems] == [
         "b.xml:4: link 'both-plain' is transacted but its source connection factory 'plain' "
@@ -103,8 +118,7 @@ def test_every_non_xa_factory_of_a_transacted_link_is_reported_with_file_and_lin
         'transacted="false"',
     ]
     # The lookups went through the public naming API with the <property> environment.
-    assert ("XACF", {"java.naming.factory.initial": CONTEXT,
-                     "java.naming.provider.url": "test://xa"}) in LOOKUPS
+    assert ("XACF", {"java.naming.factory.initial": CONTEXT, "java.naming.provider.url": "test://xa"}) in LOOKUPS
 
 
 def test_host_factories_come_from_the_caller():
@@ -127,10 +141,14 @@ def test_failed_lookups_are_problems_and_the_rest_still_resolve():
     factories, problems = resolve_connection_factories(config)
     assert set(factories) == {"plain", "xa"}  # host skipped without a host factory
     text = "\n".join(str(p) for p in problems)
-    assert "b.xml:7: lookup-name 'NoSuchCF' of connection-factory 'missing' cannot be found " \
-           "(NamingException: 'NoSuchCF' is not bound); check lookup-name" in text
-    assert "b.xml:8: lookup-name 'jms/Queue' of connection-factory 'notcf' is not a " \
-           "connection factory (it is a builtins.object); check lookup-name" in text
+    assert (
+        "b.xml:7: lookup-name 'NoSuchCF' of connection-factory 'missing' cannot be found "
+        "(NamingException: 'NoSuchCF' is not bound); check lookup-name" in text
+    )
+    assert (
+        "b.xml:8: lookup-name 'jms/Queue' of connection-factory 'notcf' is not a "
+        "connection factory (it is a builtins.object); check lookup-name" in text
+    )
     assert len(check_xa(config)) == 2  # only the factories the transacted link uses
 
 
@@ -141,8 +159,10 @@ def test_a_crashing_host_factory_is_reported_not_raised():
         raise RuntimeError("host broker is not running")
 
     (problem,) = check_xa(config, host_factory=broken)
-    assert "the host broker's factory for connection-factory 'host' cannot be found " \
-           "(RuntimeError: host broker is not running)" in problem.message
+    assert (
+        "the host broker's factory for connection-factory 'host' cannot be found "
+        "(RuntimeError: host broker is not running)" in problem.message
+    )
 
 
 def test_resolution_is_a_separate_step_parsing_looks_nothing_up():

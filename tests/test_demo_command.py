@@ -27,8 +27,9 @@ def test_the_clone_script_passes_on_how_it_was_called(tmp_path):
     (venv / ".imqbridge-installed").write_text(f"{want} \n")
     env = {**os.environ, "IMQBRIDGE_VENV": str(venv)}
     env.pop(INVOKED_AS, None)
-    out = subprocess.run(["./imqbridgemgr", "serve", "--demo"], cwd=ROOT, env=env, capture_output=True,
-                         text=True, timeout=30, check=True).stdout
+    out = subprocess.run(
+        ["./imqbridgemgr", "serve", "--demo"], cwd=ROOT, env=env, capture_output=True, text=True, timeout=30, check=True
+    ).stdout
     assert out == "./imqbridgemgr|-m bridgemgr.cli serve --demo\n"
 
 

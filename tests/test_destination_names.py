@@ -28,14 +28,32 @@ from stomp_support import Raw, make_bridge, make_users, qname
 
 FIRST = string.ascii_letters + "_$"
 REST = string.ascii_letters + string.digits + "_$."
-BAD = ["", " mq.sys.dmq", "MQ.SYS.DMQ", "Mq.Sys.Dmq", "mq.sys.dmq ", "IMQ.BRIDGE.JMS.DMQ",
-       "imq.bridge.jms.dmq\n", 'a"b', "a\nb", "a b", "a-b", "a/b", "1abc", ".a", "mq.x",
-       "MQ.", "caf\u00e9", "\u0430bc"]
+BAD = [
+    "",
+    " mq.sys.dmq",
+    "MQ.SYS.DMQ",
+    "Mq.Sys.Dmq",
+    "mq.sys.dmq ",
+    "IMQ.BRIDGE.JMS.DMQ",
+    "imq.bridge.jms.dmq\n",
+    'a"b',
+    "a\nb",
+    "a b",
+    "a-b",
+    "a/b",
+    "1abc",
+    ".a",
+    "mq.x",
+    "MQ.",
+    "caf\u00e9",
+    "\u0430bc",
+]
 # every name the project's docs, examples and DMQs use
 GOOD = ["demo.in", "demo.out", "orders", "imq.bridge.jms.dmq", "_x", "$x.y_1", "Q", "a..b"]
 
 
 # --- the rule ------------------------------------------------------------------------------------
+
 
 @given(st.sampled_from(FIRST), st.text(REST, max_size=40))
 def test_names_of_letters_digits_underscore_dollar_and_dots_are_accepted(first, rest):
@@ -86,6 +104,7 @@ def test_system_queues_are_queues_only_and_temporary_destinations_are_not_checke
 
 # --- the host broker: every way a destination is made ----------------------------------------------
 
+
 @pytest.fixture
 def broker(tmp_path):
     b = Broker(tmp_path / "store")
@@ -103,12 +122,14 @@ def test_in_process_sends_consumers_browsers_and_durables_cannot_create_bad_name
     conn.client_id = "c"
     session = conn.create_session()
     before = broker.destinations()
-    for make in (lambda: session.create_producer(Queue(name)).send(TextMessage("x")),
-                 lambda: session.create_producer(Topic(name)).send(TextMessage("x")),
-                 lambda: session.create_consumer(Queue(name)),
-                 lambda: session.create_consumer(Topic(name)),
-                 lambda: session.create_durable_subscriber(Topic(name), "d"),
-                 lambda: list(session.create_browser(Queue(name)))):
+    for make in (
+        lambda: session.create_producer(Queue(name)).send(TextMessage("x")),
+        lambda: session.create_producer(Topic(name)).send(TextMessage("x")),
+        lambda: session.create_consumer(Queue(name)),
+        lambda: session.create_consumer(Topic(name)),
+        lambda: session.create_durable_subscriber(Topic(name), "d"),
+        lambda: list(session.create_browser(Queue(name))),
+    ):
         with pytest.raises(InvalidDestinationException, match=refused(name)):
             make()
     assert broker.destinations() == before
@@ -120,8 +141,12 @@ def test_system_and_temporary_destinations_keep_working(broker):
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.start()
     session = conn.create_session()
-    for dest in (Queue(DMQ_NAME), Queue("imq.bridge.jms.dmq"), session.create_temporary_queue(),
-                 session.create_temporary_topic()):
+    for dest in (
+        Queue(DMQ_NAME),
+        Queue("imq.bridge.jms.dmq"),
+        session.create_temporary_queue(),
+        session.create_temporary_topic(),
+    ):
         consumer = session.create_consumer(dest)
         session.create_producer(dest).send(TextMessage("kept"))
         received = consumer.receive(5)
@@ -155,18 +180,23 @@ def test_names_the_store_already_holds_keep_working(tmp_path):
 def test_admin_create_refuses_bad_names_and_backout_queues(broker):
     host, admin = EmbeddedHostBroker(broker), Principal("admin")
     for dst_type, name in (("q", " mq.sys.dmq"), ("t", "MQ.SYS.DMQ"), ("q", "a\nb")):
-        reply = destination_command(host, admin, Command("CREATE_DST", dst_type=dst_type, destination=name),
-                                    DestinationAttributes())
+        reply = destination_command(
+            host, admin, Command("CREATE_DST", dst_type=dst_type, destination=name), DestinationAttributes()
+        )
         assert reply.status == BAD_REQUEST and f"name {name!r} is refused" in reply.message
         assert NAME_RULE in reply.message
-    reply = destination_command(host, admin, Command("CREATE_DST", dst_type="q", destination="orders",
-                                                     attributes={"backoutQueue": "MQ.SYS.DMQ"}),
-                                DestinationAttributes())
+    reply = destination_command(
+        host,
+        admin,
+        Command("CREATE_DST", dst_type="q", destination="orders", attributes={"backoutQueue": "MQ.SYS.DMQ"}),
+        DestinationAttributes(),
+    )
     assert reply.status == BAD_REQUEST and "name 'MQ.SYS.DMQ' is refused" in reply.message
     listed = destination_command(host, admin, Command("LIST_DST", dst_type="q"), DestinationAttributes())
     assert [row["name"] for row in listed.data["destinations"]] == [DMQ_NAME]
-    ok = destination_command(host, admin, Command("CREATE_DST", dst_type="q", destination="demo.in"),
-                             DestinationAttributes())
+    ok = destination_command(
+        host, admin, Command("CREATE_DST", dst_type="q", destination="demo.in"), DestinationAttributes()
+    )
     assert ok.status == OK
 
 
@@ -198,12 +228,15 @@ def stomp_port(tmp_path, broker):
             bridge.stop()
 
 
-@pytest.mark.parametrize("command, destination, name", [
-    ("SEND", "/queue/ mq.sys.dmq", " mq.sys.dmq"),
-    ("SEND", "/topic/MQ.SYS.DMQ", "MQ.SYS.DMQ"),
-    ("SUBSCRIBE", "/queue/a\"b", 'a"b'),
-    ("SUBSCRIBE", "/topic/mq.sys.dmq", "mq.sys.dmq"),
-])
+@pytest.mark.parametrize(
+    "command, destination, name",
+    [
+        ("SEND", "/queue/ mq.sys.dmq", " mq.sys.dmq"),
+        ("SEND", "/topic/MQ.SYS.DMQ", "MQ.SYS.DMQ"),
+        ("SUBSCRIBE", '/queue/a"b', 'a"b'),
+        ("SUBSCRIBE", "/topic/mq.sys.dmq", "mq.sys.dmq"),
+    ],
+)
 def test_stomp_gets_an_error_frame_naming_the_name(stomp_port, broker, command, destination, name):
     raw = Raw(stomp_port)
     try:
@@ -231,16 +264,26 @@ def test_stomp_temporary_queues_keep_working(stomp_port):
 
 # --- the bridge XML ----------------------------------------------------------------------------
 
+
 def bridge_xml(dest_name: str, cf: str = '<connection-factory ref-name="cf"/>') -> bytes:
-    return (f'<?xml version="1.0"?>\n<jmsbridge name="b">\n'
-            f'<link name="l"><source connection-factory-ref="cf" destination-ref="in"/>'
-            f'<target connection-factory-ref="cf" destination-ref="ok"/></link>\n{cf}\n'
-            f'<destination ref-name="in" name="{dest_name}"/>\n'
-            f'<destination ref-name="ok" name="demo.out"/>\n</jmsbridge>\n').encode()
+    return (
+        f'<?xml version="1.0"?>\n<jmsbridge name="b">\n'
+        f'<link name="l"><source connection-factory-ref="cf" destination-ref="in"/>'
+        f'<target connection-factory-ref="cf" destination-ref="ok"/></link>\n{cf}\n'
+        f'<destination ref-name="in" name="{dest_name}"/>\n'
+        f'<destination ref-name="ok" name="demo.out"/>\n</jmsbridge>\n'
+    ).encode()
 
 
-@pytest.mark.parametrize("name, shown", [(" mq.sys.dmq", "' mq.sys.dmq'"), ("a&quot;b", "'a\"b'"),
-                                         ("MQ.SYS.DMQ", "'MQ.SYS.DMQ'"), ("orders-eu", "'orders-eu'")])
+@pytest.mark.parametrize(
+    "name, shown",
+    [
+        (" mq.sys.dmq", "' mq.sys.dmq'"),
+        ("a&quot;b", "'a\"b'"),
+        ("MQ.SYS.DMQ", "'MQ.SYS.DMQ'"),
+        ("orders-eu", "'orders-eu'"),
+    ],
+)
 def test_bridge_xml_names_the_file_line_and_element(name, shown):
     with pytest.raises(ConfigError) as info:
         parse_bridge_config(bridge_xml(name), "bridge.xml")
@@ -249,6 +292,8 @@ def test_bridge_xml_names_the_file_line_and_element(name, shown):
 
 
 def test_bridge_xml_leaves_other_providers_names_alone():
-    foreign = ('<connection-factory ref-name="cf" lookup-name="ConnectionFactory">'
-               '<property name="java.naming.factory.initial" value="imq.stomp"/></connection-factory>')
+    foreign = (
+        '<connection-factory ref-name="cf" lookup-name="ConnectionFactory">'
+        '<property name="java.naming.factory.initial" value="imq.stomp"/></connection-factory>'
+    )
     assert parse_bridge_config(bridge_xml("orders-eu", foreign), "bridge.xml").destinations[0].name == "orders-eu"

@@ -21,8 +21,7 @@ def letter(text: str = "order 1") -> d.DeadLetter:
     original = TextMessage(text)
     original.message_id = "ID:o-1"
     original.set_int_property("n", 1)
-    return d.DeadLetter(original, DMQReason.SEND_FAILURE, "refused", "jb", "l1", "src", "dst",
-                        None, "p1", "p2")
+    return d.DeadLetter(original, DMQReason.SEND_FAILURE, "refused", "jb", "l1", "src", "dst", None, "p1", "p2")
 
 
 def through(factory, message):
@@ -60,9 +59,11 @@ def test_a_message_without_the_right_marker_fails(broker):
     assert not d.verify_marker(d.dmq_message(letter(), letter().original, 1, KEY), None)
     # a real marker copied onto changed content
     real = d.dmq_message(letter(), letter().original, 1_700_000_000_000, KEY)
-    for change in (lambda m: m.set_string_property(d.TARGET_DESTINATION, "elsewhere"),
-                   lambda m: m.set_string_property(d.DMQ_REASON, "MESSAGE_EXPIRED"),
-                   lambda m: setattr(m, "object", TextMessage("order 2"))):
+    for change in (
+        lambda m: m.set_string_property(d.TARGET_DESTINATION, "elsewhere"),
+        lambda m: m.set_string_property(d.DMQ_REASON, "MESSAGE_EXPIRED"),
+        lambda m: setattr(m, "object", TextMessage("order 2")),
+    ):
         forged = d.dmq_message(letter(), letter().original, 1_700_000_000_000, KEY)
         change(forged)
         assert forged.get_string_property(d.DMQ_MARKER) == real.get_string_property(d.DMQ_MARKER)
@@ -71,7 +72,10 @@ def test_a_message_without_the_right_marker_fails(broker):
 
 def test_a_truncated_body_is_marked_too():
     unencodable = ObjectMessage(object())
-    dead = d.dmq_message(d.DeadLetter(unencodable, DMQReason.TRANSFORM_FAILURE, None, "jb", "l1",
-                                      "src", "dst", None, "p1", "p2"), unencodable, 5, KEY)
+    dead = d.dmq_message(
+        d.DeadLetter(unencodable, DMQReason.TRANSFORM_FAILURE, None, "jb", "l1", "src", "dst", None, "p1", "p2"),
+        unencodable,
+        5,
+        KEY,
+    )
     assert dead.get_string_property(d.BODY_TRUNCATED) == "true" and d.verify_marker(dead, KEY)
-

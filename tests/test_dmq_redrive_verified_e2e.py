@@ -30,7 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 PASSWORD = "Redrive-Secret-1"
 MALLORY = ("mallory", "Mallory-Pw-1")
-FAIL_ON_BAD = '''
+FAIL_ON_BAD = """
 from bridgemgr.transform import MessageTransformer
 
 
@@ -39,7 +39,7 @@ class FailOnBad(MessageTransformer):
         if message.text.startswith("bad"):
             raise ValueError("bad message")
         return message
-'''
+"""
 XML = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="jb">
@@ -84,8 +84,18 @@ def forge(daemon: Daemon, text: str, key: bytes | None) -> None:
     control file's defaults the DMQ is admin-only: then an admin forges it, which the
     marker must catch just the same)."""
     original = TextMessage(text)
-    letter = DeadLetter(original, DMQReason.TRANSFORM_FAILURE, "bad message", "jb", "l1", "rd.src",
-                        "rd.dst", None, "imqbridge embedded broker", "imqbridge embedded broker")
+    letter = DeadLetter(
+        original,
+        DMQReason.TRANSFORM_FAILURE,
+        "bad message",
+        "jb",
+        "l1",
+        "rd.src",
+        "rd.dst",
+        None,
+        "imqbridge embedded broker",
+        "imqbridge embedded broker",
+    )
     dead = dmq_message(letter, original, int(time.time() * 1000), key)
     for user, password in (MALLORY, ("admin", PASSWORD)):
         try:
@@ -99,10 +109,32 @@ def forge(daemon: Daemon, text: str, key: bytes | None) -> None:
 
 def redrive(daemon: Daemon, passfile: Path, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", "dmq", "redrive", "-bn", "jb",
-                           "--reason", "TRANSFORM_FAILURE", "--since", "1h", *args,
-                           "-b", daemon.address, "-u", "admin", "-passfile", str(passfile)],
-                          capture_output=True, text=True, env=env, timeout=120)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "dmq",
+            "redrive",
+            "-bn",
+            "jb",
+            "--reason",
+            "TRANSFORM_FAILURE",
+            "--since",
+            "1h",
+            *args,
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
 
 
 def test_redrive_resends_the_bridges_dead_message_and_skips_forged_ones(service):
@@ -124,8 +156,9 @@ def test_redrive_resends_the_bridges_dead_message_and_skips_forged_ones(service)
     dry = redrive(daemon, passfile, "--dry-run")  # a line per destination and status, not per message
     assert dry.returncode == 0, dry.stdout + dry.stderr
     rows = [line.split() for line in dry.stdout.splitlines()]
-    assert rows[:2] == [["status", "messages", "destination", "link"],
-                        ["unverified", "2", "queue:rd.dst", "l1"]], dry.stdout
+    assert rows[:2] == [["status", "messages", "destination", "link"], ["unverified", "2", "queue:rd.dst", "l1"]], (
+        dry.stdout
+    )
     assert "dry run: 2 chosen: 2 unverified" in dry.stdout
     verbose = redrive(daemon, passfile, "--dry-run", "-v")
     assert sum(line.startswith("unverified ") for line in verbose.stdout.splitlines()) == 2, verbose.stdout

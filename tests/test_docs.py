@@ -15,9 +15,17 @@ DOCS = [ROOT / "README.md", ROOT / "examples" / "README.md", *sorted((ROOT / "do
 SKIP_DIRS = {".git", ".venv", "var", "build", "dist", "__pycache__", ".hypothesis", ".pytest_cache"}
 # Files of the project workspace that a clone does not have: naming one sends a reader nowhere.
 # (Spelled in pieces so that this file does not name them itself.)
-WORKSPACE_ONLY = ["../" + "shared", "shared" + "/DESIGN", "shared" + "/reference", "DESIGN" + ".md",
-                  "spark" + "-notes.md", "openmq" + "-facts.md", "stomp" + "-notes.md",
-                  "style" + "-examples.md", "bridge" + "-services.txt"]
+WORKSPACE_ONLY = [
+    "../" + "shared",
+    "shared" + "/DESIGN",
+    "shared" + "/reference",
+    "DESIGN" + ".md",
+    "spark" + "-notes.md",
+    "openmq" + "-facts.md",
+    "stomp" + "-notes.md",
+    "style" + "-examples.md",
+    "bridge" + "-services.txt",
+]
 LINK = re.compile(r"(?<!!)\[[^\]]*\]\(([^)\s]+)\)")
 FENCE = re.compile(r"^(```|~~~).*?^\1", re.S | re.M)
 
@@ -82,8 +90,7 @@ def test_nothing_points_at_the_project_workspace() -> None:
             if needle in text and Path(needle).name not in present:
                 line = text[: text.index(needle)].count("\n") + 1
                 found.append(f"{path.relative_to(ROOT)}:{line}: {needle}")
-    assert not found, ("files outside the repository are named (point at docs/ instead): "
-                       + ", ".join(found))
+    assert not found, "files outside the repository are named (point at docs/ instead): " + ", ".join(found)
 
 
 def test_the_readme_stays_short() -> None:

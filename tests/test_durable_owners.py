@@ -49,9 +49,11 @@ def publish(broker: Broker, text: str) -> None:
 
 # --- the access control file's durable rules ----------------------------------------------------
 
+
 def test_durable_rules_parse_and_decide_on_clientid_dot_name():
-    rules = AccessRules.parse(RULES + GRANT + "durable.*.unsubscribe.allow.group=admin\n"
-                              "durable.a.b.consume.deny.user=auditor\n", "acl")
+    rules = AccessRules.parse(
+        RULES + GRANT + "durable.*.unsubscribe.allow.group=admin\ndurable.a.b.consume.deny.user=auditor\n", "acl"
+    )
     assert rules.decide("auditor", frozenset(), "durable", f"{CID}.{SUB}", "consume")
     assert not rules.decide("auditor", frozenset(), "durable", f"{CID}.{SUB}", "unsubscribe")
     assert not rules.decide("auditor", frozenset(), "durable", "a.b", "consume")
@@ -65,26 +67,32 @@ PART = st.text(st.sampled_from("abcXY_-"), min_size=1, max_size=6)
 
 @given(PART, PART, PART, PART)
 def test_a_durable_rule_grants_the_subscription_it_names_and_no_other(cid, name, other_cid, other_name):
-    rules = AccessRules.parse(f"version=JMQFileAccessControlModel/100\n"
-                              f"durable.{cid}.{name}.consume.allow.user=auditor\n", "acl")
+    rules = AccessRules.parse(
+        f"version=JMQFileAccessControlModel/100\ndurable.{cid}.{name}.consume.allow.user=auditor\n", "acl"
+    )
     assert rules.decide("auditor", frozenset(), "durable", f"{cid}.{name}", "consume")
     assert not rules.decide("auditor", frozenset(), "durable", f"{cid}.{name}", "unsubscribe")
     assert not rules.decide("mallory", frozenset(), "durable", f"{cid}.{name}", "consume")
     assert rules.decide("auditor", frozenset(), "durable", f"{other_cid}.{other_name}", "consume") == (
-        (other_cid, other_name) == (cid, name))
+        (other_cid, other_name) == (cid, name)
+    )
 
 
-@pytest.mark.parametrize("line, why", [
-    ("durable.alice-cid.produce.allow.user=x", "operation 'produce'"),
-    ("durable.alice-cid.consume.allow.user=x", "<clientid>.<name>"),
-    ("durable.create.allow.user=x", "operation"),
-])
+@pytest.mark.parametrize(
+    "line, why",
+    [
+        ("durable.alice-cid.produce.allow.user=x", "operation 'produce'"),
+        ("durable.alice-cid.consume.allow.user=x", "<clientid>.<name>"),
+        ("durable.create.allow.user=x", "operation"),
+    ],
+)
 def test_a_bad_durable_rule_is_refused_naming_the_line(line, why):
     with pytest.raises(AccessControlError, match=f"acl:2: .*{why}"):
         AccessRules.parse(f"version=JMQFileAccessControlModel/100\n{line}\n", "acl")
 
 
 # --- over mq:// (the jms service) ----------------------------------------------------------------
+
 
 def authenticate(user, password):
     if user in PASSWORDS and PASSWORDS[user] == password:
@@ -96,8 +104,9 @@ def authenticate(user, password):
 def jms(tmp_path):
     (tmp_path / "acl.properties").write_text(RULES)
     broker = Broker(tmp_path / "store")
-    harness = Harness(broker, authenticator=authenticate,
-                      access=AccessControls(jms=AccessControl("jms", tmp_path / "acl.properties")))
+    harness = Harness(
+        broker, authenticator=authenticate, access=AccessControls(jms=AccessControl("jms", tmp_path / "acl.properties"))
+    )
     harness.rules = tmp_path / "acl.properties"  # type: ignore[attr-defined]
     yield harness
     harness.close()
@@ -136,10 +145,12 @@ def test_mallory_may_neither_attach_nor_unsubscribe_over_mq(jms, caplog):
     assert got is not None and got.text == "for alice"
     conn.close()
     refusals = [r.getMessage() for r in caplog.records if "refused: user 'mallory'" in r.getMessage()]
-    assert refusals == [f"refused: user 'mallory' may not subscribe to durable subscription '{SUB}' of "
-                        f"client id '{CID}', owned by user 'alice'",
-                        f"refused: user 'mallory' may not unsubscribe durable subscription '{SUB}' of "
-                        f"client id '{CID}', owned by user 'alice'"]
+    assert refusals == [
+        f"refused: user 'mallory' may not subscribe to durable subscription '{SUB}' of "
+        f"client id '{CID}', owned by user 'alice'",
+        f"refused: user 'mallory' may not unsubscribe durable subscription '{SUB}' of "
+        f"client id '{CID}', owned by user 'alice'",
+    ]
 
 
 def test_an_admin_may_attach_and_unsubscribe_and_is_logged_with_both_names(jms, caplog):
@@ -155,10 +166,12 @@ def test_an_admin_may_attach_and_unsubscribe_and_is_logged_with_both_names(jms, 
     conn.close()
     assert (CID, SUB) not in jms.broker.durable
     logged = [r.getMessage() for r in caplog.records if r.name.endswith("owners")]
-    assert logged == [f"user 'root', an admin, may subscribe to durable subscription '{SUB}' of client id "
-                      f"'{CID}', owned by user 'alice'",
-                      f"user 'root', an admin, may unsubscribe durable subscription '{SUB}' of client id "
-                      f"'{CID}', owned by user 'alice'"]
+    assert logged == [
+        f"user 'root', an admin, may subscribe to durable subscription '{SUB}' of client id "
+        f"'{CID}', owned by user 'alice'",
+        f"user 'root', an admin, may unsubscribe durable subscription '{SUB}' of client id "
+        f"'{CID}', owned by user 'alice'",
+    ]
 
 
 def test_a_durable_rule_grants_attaching_but_not_unsubscribing(jms, caplog):
@@ -178,11 +191,14 @@ def test_a_durable_rule_grants_attaching_but_not_unsubscribing(jms, caplog):
     with pytest.raises(JMSSecurityException, match="user 'auditor' may not unsubscribe"):
         session.unsubscribe(SUB)
     conn.close()
-    assert any("user 'auditor', granted by" in r.getMessage() and "owned by user 'alice'" in r.getMessage()
-               for r in caplog.records)
+    assert any(
+        "user 'auditor', granted by" in r.getMessage() and "owned by user 'alice'" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 # --- over STOMP -----------------------------------------------------------------------------------
+
 
 @pytest.fixture
 def stomp(tmp_path):
@@ -257,6 +273,7 @@ def test_an_admin_may_unsubscribe_over_stomp(stomp):
 
 
 # --- the store: the owner survives a restart; version 1 stores ----------------------------------
+
 
 def in_process(broker: Broker, user: str):
     conn = EmbeddedConnectionFactory(broker).create_connection(user)

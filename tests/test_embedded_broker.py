@@ -62,6 +62,7 @@ def texts(msgs):
 
 # --- queues -------------------------------------------------------------------
 
+
 def test_send_sets_headers_and_receive_gets_them(session):
     producer = session.create_producer(Q)
     msg = TextMessage("hello")
@@ -196,13 +197,16 @@ def test_browse_does_not_consume_and_honours_selector(session):
     assert len(drain(session.create_consumer(Q))) == 5
 
 
-@pytest.mark.parametrize("msg", [
-    BytesMessage(b"\x00\x01binary\xff"),
-    MapMessage({"a": 1, "b": "two", "c": 3.5, "d": True, "e": b"\x00"}),
-    StreamMessage([1, "x", 2.5, False, b"z"]),
-    ObjectMessage({"nested": [1, 2, {"k": "v"}], "n": None}),
-    TextMessage("ünïcode ✓"),
-])
+@pytest.mark.parametrize(
+    "msg",
+    [
+        BytesMessage(b"\x00\x01binary\xff"),
+        MapMessage({"a": 1, "b": "two", "c": 3.5, "d": True, "e": b"\x00"}),
+        StreamMessage([1, "x", 2.5, False, b"z"]),
+        ObjectMessage({"nested": [1, 2, {"k": "v"}], "n": None}),
+        TextMessage("ünïcode ✓"),
+    ],
+)
 @pytest.mark.parametrize("mode", [DeliveryMode.PERSISTENT, DeliveryMode.NON_PERSISTENT])
 def test_every_body_kind_travels(session, msg, mode):
     original = msg.copy()
@@ -219,6 +223,7 @@ def test_unserialisable_object_message_is_refused_at_send(session):
 
 
 # --- acknowledgement ----------------------------------------------------------------
+
 
 def test_client_acknowledge_acks_everything_delivered_so_far(conn):
     s = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
@@ -342,6 +347,7 @@ def test_receive_on_closed_consumer_returns_or_raises(session):
 
 # --- topics -------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_topic_delivers_to_every_subscriber_present(session):
     t = Topic("news")
@@ -457,6 +463,7 @@ def test_client_ids_are_unique_and_set_first(factory):
 
 # --- temporary destinations ------------------------------------------------------------
 
+
 def test_temporary_queue_belongs_to_its_connection_and_dies_with_it(factory):
     owner, other = factory.create_connection(), factory.create_connection()
     owner.start()
@@ -498,6 +505,7 @@ def test_reply_to_round_trip(conn):
 
 
 # --- local transactions --------------------------------------------------------------------
+
 
 def test_transacted_sends_are_invisible_until_commit(conn):
     tx = conn.create_session(transacted=True)
@@ -541,6 +549,7 @@ def test_commit_on_non_transacted_session_is_illegal(session):
 
 
 # --- persistence -----------------------------------------------------------------------------
+
 
 def test_persistent_messages_survive_restart_non_persistent_do_not(tmp_path):
     b = Broker(tmp_path / "s")
@@ -608,6 +617,7 @@ def test_in_memory_broker_without_directory(tmp_path):
 
 # --- limits --------------------------------------------------------------------------------------
 
+
 def test_max_num_msgs_reject_newest(broker, session):
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=2))
     send_texts(session, Q, ["1", "2"])
@@ -629,8 +639,9 @@ def test_max_num_msgs_remove_oldest_goes_to_dmq(broker, session):
 
 @pytest.mark.slow
 def test_remove_oldest_without_dmq_drops(broker, session):
-    broker.configure_destination(Q, DestinationLimits(max_num_msgs=1, use_dmq=False,
-                                                      limit_behavior=LimitBehavior.REMOVE_OLDEST))
+    broker.configure_destination(
+        Q, DestinationLimits(max_num_msgs=1, use_dmq=False, limit_behavior=LimitBehavior.REMOVE_OLDEST)
+    )
     send_texts(session, Q, ["1", "2"])
     assert texts(drain(session.create_consumer(Q))) == ["2"]
     assert drain(session.create_consumer(Queue(DMQ_NAME))) == []
@@ -658,8 +669,15 @@ def test_limits_survive_restart(tmp_path):
 
 
 def test_the_host_broker_opens_from_properties_and_configures_limits(tmp_path):
-    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.autocreate.destination.maxNumMsgs=1",
-                                 "imq.autocreate.destination.limitBehavior=REJECT_NEWEST"], environ={})
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path}",
+            "imq.autocreate.destination.maxNumMsgs=1",
+            "imq.autocreate.destination.limitBehavior=REJECT_NEWEST",
+        ],
+        environ={},
+    )
     host = open_host_broker(props)
     try:
         assert host.store_location() == str(props.instance_dir / "store" / "store.db")
@@ -695,7 +713,7 @@ def test_a_browser_of_a_queue_that_cannot_be_browsed_fails_at_creation(tmp_path)
     try:
         s = EmbeddedConnectionFactory(b).create_connection().create_session()
         with pytest.raises(InvalidDestinationException, match="auto-create"):
-            s.create_browser(Queue("nowhere"))   # not first when iterated
+            s.create_browser(Queue("nowhere"))  # not first when iterated
         temporary = s.create_temporary_queue()
         s.delete_temporary(temporary)
         with pytest.raises(InvalidDestinationException, match="no longer exists"):
@@ -709,6 +727,7 @@ def test_a_browser_of_a_queue_that_cannot_be_browsed_fails_at_creation(tmp_path)
 
 # --- concurrency -------------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_many_producers_and_consumers_lose_and_duplicate_nothing(factory):
     n_prod, n_cons, per = 4, 4, 2000
@@ -721,8 +740,9 @@ def test_many_producers_and_consumers_lose_and_duplicate_nothing(factory):
     def produce(p):
         prod = conn.create_session().create_producer(Q)
         for i in range(per):
-            prod.send(TextMessage(f"{p}:{i}"),
-                      delivery_mode=DeliveryMode.PERSISTENT if i % 2 else DeliveryMode.NON_PERSISTENT)
+            prod.send(
+                TextMessage(f"{p}:{i}"), delivery_mode=DeliveryMode.PERSISTENT if i % 2 else DeliveryMode.NON_PERSISTENT
+            )
 
     def consume():
         s = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE)
@@ -756,9 +776,9 @@ def test_many_producers_and_consumers_lose_and_duplicate_nothing(factory):
 
 # --- naming --------------------------------------------------------------------------------------------
 
+
 def test_naming_lookup_of_the_embedded_broker(tmp_path):
-    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded",
-           naming.PROVIDER_URL: (tmp_path / "n").as_uri()}
+    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.embedded", naming.PROVIDER_URL: (tmp_path / "n").as_uri()}
     cf = naming.lookup("XAConnectionFactory", env)
     assert isinstance(cf, EmbeddedConnectionFactory)
     assert naming.lookup("queue/a.b", env) == Queue("a.b")
@@ -817,8 +837,8 @@ def test_a_transaction_cannot_overshoot_a_limit_and_is_rolled_back(broker, conn)
     with pytest.raises(TransactionRolledBackException, match="full"):
         tx.commit()
     plain = conn.create_session()
-    assert drain(plain.create_consumer(Q)) == []            # neither send landed
-    again = plain.create_consumer(Queue("in")).receive(1)   # the receive was rolled back
+    assert drain(plain.create_consumer(Q)) == []  # neither send landed
+    again = plain.create_consumer(Queue("in")).receive(1)  # the receive was rolled back
     assert again.text == "x" and again.redelivered
-    send_texts(plain, Q, ["3"])                             # and the room is free again
+    send_texts(plain, Q, ["3"])  # and the room is free again
     assert texts(drain(plain.create_consumer(Q))) == ["3"]

@@ -35,13 +35,14 @@ SRC, DST = Queue("src"), Queue("dst")
 ROUNDS = 5
 
 
-def run_and_kill(mode: str, store: str | Path, rnd: int, kill_after: int, sync: str = "sync",
-                 window: int = 1000) -> list[str]:
+def run_and_kill(
+    mode: str, store: str | Path, rnd: int, kill_after: int, sync: str = "sync", window: int = 1000
+) -> list[str]:
     """Run the child until it printed ``kill_after`` lines (or ended), then SIGKILL it."""
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}",
-               CRASH_MEMORY_WINDOW=str(window))
-    proc = subprocess.Popen([sys.executable, str(CHILD), mode, str(store), str(rnd), sync],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'tests'}", CRASH_MEMORY_WINDOW=str(window))
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), mode, str(store), str(rnd), sync], stdout=subprocess.PIPE, text=True, env=env
+    )
     lines: list[str] = []
     assert proc.stdout is not None
     for line in proc.stdout:
@@ -165,7 +166,7 @@ def test_prepared_branch_locks_survive_kill9(store_spec):
     """Killed right after prepare: the branch is in doubt, its source message locked."""
     store = store_spec
     preload(store, 1)
-    lines = run_and_kill("xa", store, 0, 2)   # ready + prepared
+    lines = run_and_kill("xa", store, 0, 2)  # ready + prepared
     assert lines[0].startswith("prepared")
     broker = open_at(store)
     conn = EmbeddedConnectionFactory(broker).create_xa_connection()

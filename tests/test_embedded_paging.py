@@ -269,8 +269,7 @@ def test_prepared_xa_branches_over_paged_messages_survive_restart(tmp_path):
 
 
 def test_the_window_is_a_broker_property(tmp_path):
-    (tmp_path / "broker.properties").write_text(
-        f"imq.varhome={tmp_path / 'var'}\nimq.destination.memory.window=7\n")
+    (tmp_path / "broker.properties").write_text(f"imq.varhome={tmp_path / 'var'}\nimq.destination.memory.window=7\n")
     host = open_host_broker(load_properties([tmp_path / "broker.properties"]))
     try:
         assert host.broker.memory_window == 7
@@ -294,6 +293,7 @@ def test_a_flood_waits_for_the_store_instead_of_piling_up_in_memory(tmp_path, mo
 
 
 # --- non-persistent messages: the swap file ------------------------------------------------
+
 
 def swapped(broker: Broker) -> int:
     """Rows in the swap file (read on its own connection: it never commits)."""
@@ -357,11 +357,14 @@ def test_topic_subscribers_and_temporary_queues_swap_too(tmp_path):
 
 # --- a model: random sends, receives, rollbacks, recovers and restarts --------------------
 
-OPS = st.lists(st.one_of(
-    st.tuples(st.just("send"), st.integers(1, 12)),
-    st.tuples(st.just("receive"), st.integers(1, 12)),
-    st.tuples(st.sampled_from(["commit", "rollback", "restart", "send_np"]), st.just(0)),
-), max_size=30)
+OPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("send"), st.integers(1, 12)),
+        st.tuples(st.just("receive"), st.integers(1, 12)),
+        st.tuples(st.sampled_from(["commit", "rollback", "restart", "send_np"]), st.just(0)),
+    ),
+    max_size=30,
+)
 
 
 @pytest.mark.slow
@@ -377,7 +380,7 @@ def test_random_traffic_matches_a_simple_model(tmp_path_factory, ops, window):
     tx = conn.create_session(transacted=True)
     consumer = tx.create_consumer(Q)
     producer = conn.create_session().create_producer(Q)
-    waiting: dict[int, int] = {}   # number -> deliveries so far
+    waiting: dict[int, int] = {}  # number -> deliveries so far
     persistent: set[int] = set()
     held: list[int] = []
     counter = 0
@@ -473,8 +476,9 @@ def test_a_stomp_flood_without_receipts_waits_for_the_store(tmp_path, monkeypatc
     monkeypatch.setattr(store_module.Store, "add_many", counting_add)
     driver = Driver(broker)
     driver.connect()
-    frame = encode_frame(Frame("SEND", {"destination": "/queue/flood", "persistent": "true"},
-                               b"x" * 1024), driver.version)
+    frame = encode_frame(
+        Frame("SEND", {"destination": "/queue/flood", "persistent": "true"}, b"x" * 1024), driver.version
+    )
     for _ in range(10):
         driver.feed(frame * 300)
     assert 0 < most[0] <= 64 + 300  # (a read's SENDs are recorded together: one feed's 300)
@@ -499,7 +503,6 @@ def test_a_durable_subscription_and_its_paged_messages_survive_a_restart(store_s
     conn = EmbeddedConnectionFactory(broker).create_connection()
     conn.client_id = "c1"
     conn.start()
-    assert drain(conn.create_session().create_durable_subscriber(Topic("news"), "d1")) == [
-        str(i) for i in range(60)]
+    assert drain(conn.create_session().create_durable_subscriber(Topic("news"), "d1")) == [str(i) for i in range(60)]
     conn.close()
     broker.close()

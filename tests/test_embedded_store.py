@@ -30,8 +30,7 @@ def rows_on_disk(store: Store) -> set[int]:
 def test_the_waiting_caller_writes_its_batch_itself(store, monkeypatch):
     writers: list[str] = []
     write = store._write
-    monkeypatch.setattr(store, "_write", lambda *a: (writers.append(threading.current_thread().name),
-                                                     write(*a))[1])
+    monkeypatch.setattr(store, "_write", lambda *a: (writers.append(threading.current_thread().name), write(*a))[1])
     store.add_many([(1, "q:a", b"one", 0)])
     store.wait(store.ticket())
     assert writers == [threading.current_thread().name]

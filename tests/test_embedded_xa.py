@@ -53,10 +53,10 @@ def test_two_phase_commit_moves_the_message(xconn, conn):
     xs = xconn.create_xa_session()
     res = move_one(xs, xid(1))
     observer = conn.create_session()
-    assert drain(observer.create_consumer(DST)) == []          # not before commit
+    assert drain(observer.create_consumer(DST)) == []  # not before commit
     assert res.prepare(xid(1)) == xa.XA_OK
     assert res.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN) == [xid(1)]
-    assert drain(observer.create_consumer(SRC)) == []          # locked by the prepared branch
+    assert drain(observer.create_consumer(SRC)) == []  # locked by the prepared branch
     res.commit(xid(1), False)
     assert drain(observer.create_consumer(DST)) == ["A"]
     assert drain(observer.create_consumer(SRC)) == []
@@ -173,16 +173,16 @@ def test_closing_the_connection_rolls_back_unprepared_keeps_prepared(factory, co
     xs = xconn.create_xa_session()
     res = move_one(xs, xid(10))
     res.prepare(xid(10))
-    move_one(xconn.create_xa_session(), xid(11))   # ended, not prepared
+    move_one(xconn.create_xa_session(), xid(11))  # ended, not prepared
     xs3 = xconn.create_xa_session()
-    xs3.xa_resource.start(xid(12), xa.TMNOFLAGS)   # still active
+    xs3.xa_resource.start(xid(12), xa.TMNOFLAGS)  # still active
     xs3.create_consumer(SRC).receive(1)
     xconn.close()
     other = factory.create_xa_connection()
     probe = other.create_xa_session().xa_resource
     assert probe.recover(xa.TMSTARTRSCAN) == [xid(10)]
     got = drain(conn.create_session().create_consumer(SRC))
-    assert got == ["b", "c"]        # branches 11 and 12 rolled back; "a" locked by branch 10
+    assert got == ["b", "c"]  # branches 11 and 12 rolled back; "a" locked by branch 10
     probe.commit(xid(10), False)
     assert drain(conn.create_session().create_consumer(DST)) == ["A"]
     other.close()
@@ -222,8 +222,8 @@ def test_prepared_branch_survives_restart_and_commits(tmp_path):
     res = c.create_xa_session().xa_resource
     assert sorted(res.recover(xa.TMSTARTRSCAN), key=str) == [xid(20), xid(21)]
     obs = c.create_session()
-    assert drain(obs.create_consumer(SRC)) == []   # both locked
-    assert drain(obs.create_consumer(DST)) == []   # neither visible
+    assert drain(obs.create_consumer(SRC)) == []  # both locked
+    assert drain(obs.create_consumer(DST)) == []  # neither visible
     res.commit(xid(20), False)
     res.rollback(xid(21))
     b.close()
@@ -247,9 +247,9 @@ def test_prepared_sends_hold_their_room_until_commit_or_rollback(broker, xconn, 
     res = move_one(xconn.create_xa_session(), xid(30))
     res.prepare(xid(30))
     with pytest.raises(ResourceAllocationException):
-        put(conn, DST, "squeezed")                   # the prepared send took the only room
+        put(conn, DST, "squeezed")  # the prepared send took the only room
     res.rollback(xid(30))
-    put(conn, DST, "now")                            # given back by the rollback
+    put(conn, DST, "now")  # given back by the rollback
     assert drain(conn.create_session().create_consumer(DST)) == ["now"]
     xs = xconn.create_xa_session()
     res = xs.xa_resource
@@ -259,6 +259,6 @@ def test_prepared_sends_hold_their_room_until_commit_or_rollback(broker, xconn, 
     p.send(TextMessage("2"))
     res.end(xid(31), xa.TMSUCCESS)
     with pytest.raises(XAException) as e:
-        res.prepare(xid(31))                         # two sends, room for one
+        res.prepare(xid(31))  # two sends, room for one
     assert e.value.errorcode == xa.XA_RBROLLBACK
     put(conn, DST, "fits")

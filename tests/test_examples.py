@@ -68,12 +68,12 @@ def test_the_named_transformer_exists():
 def test_activemq_example_uses_jndi_lookups():
     props = load_properties([EXAMPLES / "activemq" / "broker.properties"], environ={})
     config = load_bridge(props, "amq")
-    lookups = {cf.ref_name: (cf.lookup_name, cf.environment)
-               for cf in config.connection_factories if cf.lookup_name}
-    env = {"java.naming.factory.initial": "org.apache.activemq.jndi.ActiveMQInitialContextFactory",
-           "java.naming.provider.url": "tcp://127.0.0.1:61616"}
-    assert lookups == {"activemq-xa": ("XAConnectionFactory", env),
-                       "activemq": ("ConnectionFactory", env)}
+    lookups = {cf.ref_name: (cf.lookup_name, cf.environment) for cf in config.connection_factories if cf.lookup_name}
+    env = {
+        "java.naming.factory.initial": "org.apache.activemq.jndi.ActiveMQInitialContextFactory",
+        "java.naming.provider.url": "tcp://127.0.0.1:61616",
+    }
+    assert lookups == {"activemq-xa": ("XAConnectionFactory", env), "activemq": ("ConnectionFactory", env)}
     transacted = [link for link in config.links if link.transacted]
     assert [link.target.connection_factory_ref for link in transacted] == ["activemq-xa"]
 
@@ -81,5 +81,4 @@ def test_activemq_example_uses_jndi_lookups():
 def test_stomp_example():
     props = load_properties([EXAMPLES / "stomp" / "broker.properties"], environ={})
     assert props.bridge_names == ("stomp",)
-    assert (props.stomp.tcp_enabled, props.stomp.tcp_port, props.stomp.tls_enabled) == (
-        True, 7672, False)
+    assert (props.stomp.tcp_enabled, props.stomp.tcp_port, props.stomp.tls_enabled) == (True, 7672, False)

@@ -26,7 +26,7 @@ def test_the_user_delay_doubles_and_stops_at_its_cap_however_many_failures():
         throttle.failed("10.0.0.1", "admin")
         delays.append(throttle.user_delay("admin"))
     assert delays[:6] == [0.25, 0.5, 1.0, 2.0, 4.0, 5.0]
-    assert max(delays) == 5.0   # an attacker slows the user by 5 s at most: never a lockout
+    assert max(delays) == 5.0  # an attacker slows the user by 5 s at most: never a lockout
 
 
 def test_failures_decay_until_they_are_forgotten():
@@ -38,12 +38,12 @@ def test_failures_decay_until_they_are_forgotten():
     clock.now += 60  # one failure forgotten per minute; 100 counted as the cap's 6
     throttle.failed("10.0.0.2", "admin")  # counts again from 5: 6
     clock.now += 3 * 60
-    assert throttle.user_delay("admin") == 0.0   # ready long ago
+    assert throttle.user_delay("admin") == 0.0  # ready long ago
     throttle.failed("10.0.0.2", "admin")  # 6 - 3 + 1 = 4 failures: 2 s
     assert throttle.user_delay("admin") == 2.0
     clock.now += 10 * 60
     assert throttle.user_delay("admin") == 0.0
-    assert "admin" not in throttle._users   # forgotten, not kept at zero
+    assert "admin" not in throttle._users  # forgotten, not kept at zero
 
 
 def test_cycling_addresses_and_user_names_cannot_grow_memory():
@@ -65,9 +65,10 @@ def test_a_success_resets_the_user_not_the_address():
             waited = time.monotonic() - start
             attempt.outcome(True)
         return throttle.user_delay("alice"), waited
+
     user_delay, waited = asyncio.run(run())
     assert user_delay == 0.0
-    assert waited < 0.05   # the address's delay was served by the first attempt
+    assert waited < 0.05  # the address's delay was served by the first attempt
 
 
 def test_checks_of_one_address_take_turns_and_a_waiter_that_gives_up_takes_none():
@@ -94,9 +95,10 @@ def test_checks_of_one_address_take_turns_and_a_waiter_that_gives_up_takes_none(
         release.set()
         start = time.monotonic()
         await asyncio.gather(first, last, return_exceptions=True)
-        assert time.monotonic() - start >= 0.05 - 0.005   # after a's failure: c waits 0.05 s
-        assert len(throttle) == 2   # the address and user a, with a failure each
+        assert time.monotonic() - start >= 0.05 - 0.005  # after a's failure: c waits 0.05 s
+        assert len(throttle) == 2  # the address and user a, with a failure each
         return order
+
     assert asyncio.run(run()) == ["a", "c"]
 
 
@@ -107,10 +109,12 @@ def test_correct_logins_from_one_address_are_not_delayed():
         async def log_in() -> None:
             async with throttle.attempt("127.0.0.1", "spark") as attempt:
                 attempt.outcome(True)
+
         start = time.monotonic()
         await asyncio.gather(*(log_in() for _ in range(200)))
         assert len(throttle) == 0
         return time.monotonic() - start
+
     assert asyncio.run(run()) < 0.5
 
 
@@ -124,4 +128,6 @@ def test_log_every_logs_once_per_period_and_says_how_often(caplog):
         clock.now += 61
         every(log, logging.WARNING, "out of %s", "files")
     assert [r.getMessage() for r in caplog.records] == [
-        "out of files", "out of files (and 999 more times in the last 60 s)"]
+        "out of files",
+        "out of files (and 999 more times in the last 60 s)",
+    ]

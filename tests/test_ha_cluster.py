@@ -23,16 +23,22 @@ def test_the_three_activelist_rules(tmp_path, postgresql):
         assert a.bridges == {"jb1": "STARTED", "jb2": "STARTED"}, a.lines
         listed = a.listed()
         assert {n: (r["state"], r["owner"]) for n, r in listed.items()} == {
-            "jb1": ("STARTED", "A"), "jb2": ("STARTED", "A")}
+            "jb1": ("STARTED", "A"),
+            "jb2": ("STARTED", "A"),
+        }
         # Rule 2: B names jb2, which A owns: dropped from B's activelist; jb3 is added as B's.
         b = cluster.start("B", "jb2,jb3")
         assert b.bridges == {"jb3": "STARTED"}, b.lines
         assert "bridge jb2 is owned by broker A: removed from imq.bridge.activelist" in "\n".join(b.lines)
         assert {n: (r["state"], r["owner"]) for n, r in b.listed().items()} == {
-            "jb1": ("-", "A"), "jb2": ("-", "A"), "jb3": ("STARTED", "B")}
+            "jb1": ("-", "A"),
+            "jb2": ("-", "A"),
+            "jb3": ("STARTED", "B"),
+        }
         r = a.cli_list()
         assert "Owner" in r and [line.split() for line in r.splitlines() if line.startswith("jb3")] == [
-            ["jb3", "JMS", "-", "B"]]
+            ["jb3", "JMS", "-", "B"]
+        ]
     finally:
         cluster.stop()
 
@@ -61,18 +67,22 @@ def test_check_and_serve_refuse_another_bridge_configuration(tmp_path, postgresq
         other = tmp_path / "other"
         other.mkdir()
         (other / "jb1.xml").write_text(host_xml("jb1").replace('name="jb1.out"', 'name="elsewhere"'))
-        (other / "cluster.properties").write_text(cluster.central.read_text()
-                                                  + "imq.bridge.jb1.transaction.batchSize=5\n")
+        (other / "cluster.properties").write_text(
+            cluster.central.read_text() + "imq.bridge.jb1.transaction.batchSize=5\n"
+        )
         text = props.read_text().replace(f"file:{cluster.central}", f"file:{other / 'cluster.properties'}")
         props.write_text(text)
         r = check(props)
         assert r.returncode == 1, r.stdout + r.stderr
-        assert ("the bridge configuration differs from live broker A's in "
-                "imq.bridge.jb1.transaction.batchSize, imq.bridge.jb1.xmlurl (sha256 of the file)") in r.stderr
+        assert (
+            "the bridge configuration differs from live broker A's in "
+            "imq.bridge.jb1.transaction.batchSize, imq.bridge.jb1.xmlurl (sha256 of the file)"
+        ) in r.stderr
         with pytest.raises(AssertionError) as refused:
             Instance(props, passfile, "B")
-        assert "the service cannot start: HA cluster: the bridge configuration differs from live " \
-               "broker A's" in str(refused.value)
+        assert "the service cannot start: HA cluster: the bridge configuration differs from live broker A's" in str(
+            refused.value
+        )
         # The same broker id twice: refused while A's lease is live.
         props_a2, _ = cluster.files("A", "")
         r = check(props_a2)
@@ -110,10 +120,19 @@ def test_the_cluster_compares_the_bridge_configuration_the_service_tells_it(post
     database = postgresql.create_database("cfg" + uuid.uuid4().hex[:10])
 
     def props(brokerid: str, *more: str):
-        return load_properties([], ["imq.cluster.ha=true", "imq.cluster.clusterid=c1", f"imq.brokerid={brokerid}",
-                                    "imq.persist.store=jdbc",
-                                    f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}", *more],
-                               environ={})
+        return load_properties(
+            [],
+            [
+                "imq.cluster.ha=true",
+                "imq.cluster.clusterid=c1",
+                f"imq.brokerid={brokerid}",
+                "imq.persist.store=jdbc",
+                f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+                *more,
+            ],
+            environ={},
+        )
+
     shared = {"imq.bridge.enabled": "true", "imq.bridge.jb1.type": "jms", "imq.bridge.jb1.xmlurl": "http://h/jb1.xml"}
     a = open_cluster(props("A"), "a", shared)
     try:
@@ -122,6 +141,7 @@ def test_the_cluster_compares_the_bridge_configuration_the_service_tells_it(post
         assert cluster_problems(b, shared) == []
         assert cluster_problems(b, {**shared, "imq.bridge.jb1.type": "stomp"}) == [
             "the bridge configuration differs from live broker A's in imq.bridge.jb1.type; every instance "
-            "of HA cluster c1 needs the same (imq.cluster.url)"]
+            "of HA cluster c1 needs the same (imq.cluster.url)"
+        ]
     finally:
         a.leave()

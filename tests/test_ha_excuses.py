@@ -29,10 +29,18 @@ def members(postgresql):
     database = postgresql.create_database("exc" + uuid.uuid4().hex[:10])
 
     def props(brokerid: str):
-        return load_properties([], ["imq.cluster.ha=true", "imq.cluster.clusterid=e1",
-                                    f"imq.brokerid={brokerid}", "imq.persist.store=jdbc",
-                                    f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}"],
-                               environ={})
+        return load_properties(
+            [],
+            [
+                "imq.cluster.ha=true",
+                "imq.cluster.clusterid=e1",
+                f"imq.brokerid={brokerid}",
+                "imq.persist.store=jdbc",
+                f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+            ],
+            environ={},
+        )
+
     a, b = open_cluster(props("A"), "a", {}), open_cluster(props("B"), "b", {})
     # the service's excuses stores (service.py) of instances A and B
     a_store, b_store = shared_excuses(a.settings.jdbc.connect), shared_excuses(b.settings.jdbc.connect)

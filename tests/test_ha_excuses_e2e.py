@@ -50,8 +50,13 @@ def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monk
     tprops, _ = one_bridge_files(tmp_path / "target", "target", IDLE_XML, PASSWORD, activelist="")
     target = Daemon(tprops)
     xml, gate = gated_xml(tmp_path, target, PASSWORD, monkeypatch)
-    cluster = Cluster(tmp_path / "cluster", database, {"jb": xml},
-                      "imq.bridge.jb.transaction.batchSize=10", "imq.bridge.jb.backoutThreshold=2")
+    cluster = Cluster(
+        tmp_path / "cluster",
+        database,
+        {"jb": xml},
+        "imq.bridge.jb.transaction.batchSize=10",
+        "imq.bridge.jb.backoutThreshold=2",
+    )
     monitor = f"imq.cluster.monitor.interval={MONITOR}"
     try:
         a = cluster.start("A", "jb", monitor)
@@ -66,8 +71,7 @@ def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monk
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=n, wait=60, quiet=1.0)]
         assert got == [f"m{i}" for i in range(n)], got
         dead = take(b, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5)
-        assert dead == [], [(m.text, m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"))
-                            for m in dead]
+        assert dead == [], [(m.text, m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON")) for m in dead]
         assert take(b, PASSWORD, "xa.src", quiet=0.5) == []
         assert wait_for(lambda: excused_rows(cluster) == 0, 10)  # committed: none is excused now
     finally:

@@ -18,18 +18,33 @@ def messages(problems) -> list[str]:
 
 
 def test_cluster_keys_are_known_and_typed():
-    props, problems = parse_properties([], ["imq.cluster.ha=true", "imq.cluster.clusterid=c1",
-                                            "imq.brokerid=b1", "imq.persist.store=jdbc", URL,
-                                            "imq.cluster.heartbeat.interval=1",
-                                            "imq.cluster.monitor.interval=4"], environ={})
+    props, problems = parse_properties(
+        [],
+        [
+            "imq.cluster.ha=true",
+            "imq.cluster.clusterid=c1",
+            "imq.brokerid=b1",
+            "imq.persist.store=jdbc",
+            URL,
+            "imq.cluster.heartbeat.interval=1",
+            "imq.cluster.monitor.interval=4",
+        ],
+        environ={},
+    )
     assert problems == []
     assert (props.get("imq.cluster.ha"), props.get("imq.brokerid"), props.get("imq.cluster.monitor.interval")) == (
-        True, "b1", 4)
+        True,
+        "b1",
+        4,
+    )
 
 
 def test_what_an_ha_instance_lacks_is_named():
-    _, problems = parse_properties([], ["imq.cluster.ha=true", "imq.brokerid=b 1", "imq.bridge.enabled=true",
-                                        "imq.cluster.heartbeat.interval=30"], environ={})
+    _, problems = parse_properties(
+        [],
+        ["imq.cluster.ha=true", "imq.brokerid=b 1", "imq.bridge.enabled=true", "imq.cluster.heartbeat.interval=30"],
+        environ={},
+    )
     found = "\n".join(messages(problems))
     assert "imq.brokerid is 'b 1'; write 1 to 24 letters, digits or _" in found
     assert "imq.cluster.ha is true but imq.cluster.clusterid is not set" in found
@@ -42,12 +57,15 @@ def test_what_an_ha_instance_lacks_is_named():
 def test_the_central_file_gives_the_bridges_and_keeps_them(tmp_path):
     central = tmp_path / "central" / "cluster.properties"
     central.parent.mkdir()
-    central.write_text("imq.bridge.enabled=true\nimq.bridge.jb.type=jms\nimq.bridge.jb.xmlurl=jb.xml\n"
-                       "imq.bridge.activelist=jb\n")
+    central.write_text(
+        "imq.bridge.enabled=true\nimq.bridge.jb.type=jms\nimq.bridge.jb.xmlurl=jb.xml\nimq.bridge.activelist=jb\n"
+    )
     own = tmp_path / "broker.properties"
-    own.write_text(f"imq.cluster.ha=true\nimq.cluster.clusterid=c1\nimq.brokerid=b1\nimq.persist.store=jdbc\n{URL}\n"
-                   "imq.cluster.url=central/cluster.properties\nimq.bridge.admin.user=admin\n"
-                   "imq.bridge.jb.autostart=false\n")
+    own.write_text(
+        f"imq.cluster.ha=true\nimq.cluster.clusterid=c1\nimq.brokerid=b1\nimq.persist.store=jdbc\n{URL}\n"
+        "imq.cluster.url=central/cluster.properties\nimq.bridge.admin.user=admin\n"
+        "imq.bridge.jb.autostart=false\n"
+    )
     props, problems = parse_properties([own], [], environ={})
     assert props.bridge_type("jb") == "jms" and props.bridge("jb").xml_base == central.parent
     assert messages(problems) == [
@@ -55,13 +73,13 @@ def test_the_central_file_gives_the_bridges_and_keeps_them(tmp_path):
         "set it in each broker's own properties",
         "broker.properties:8: imq.bridge.jb.autostart is set for this broker only; in an HA cluster every "
         "bridge property but imq.bridge.activelist belongs in the cluster properties (imq.cluster.url): "
-        "the same on every instance"]
+        "the same on every instance",
+    ]
 
 
 def test_a_missing_central_file_is_named(tmp_path):
     _, problems = parse_properties([], [f"imq.cluster.url=file:{tmp_path}/nowhere.properties"], environ={})
-    assert messages(problems) == ["nowhere.properties:None: cannot read the properties file: "
-                                  "No such file or directory"]
+    assert messages(problems) == ["nowhere.properties:None: cannot read the properties file: No such file or directory"]
 
 
 def test_the_central_file_may_be_served_over_http(tmp_path):
@@ -69,21 +87,33 @@ def test_the_central_file_may_be_served_over_http(tmp_path):
     import threading
     from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 
-    (tmp_path / "cluster.properties").write_text("imq.bridge.enabled=true\nimq.bridge.jb.type=jms\n"
-                                                 "imq.bridge.jb.xmlurl=http://example.invalid/jb.xml\n")
+    (tmp_path / "cluster.properties").write_text(
+        "imq.bridge.enabled=true\nimq.bridge.jb.type=jms\nimq.bridge.jb.xmlurl=http://example.invalid/jb.xml\n"
+    )
     handler = functools.partial(SimpleHTTPRequestHandler, directory=str(tmp_path))
     server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_port}"
-        props, problems = parse_properties([], [f"imq.cluster.url={url}/cluster.properties", "imq.cluster.ha=true",
-                                                "imq.cluster.clusterid=c1", "imq.brokerid=b1",
-                                                "imq.persist.store=jdbc", URL], environ={})
+        props, problems = parse_properties(
+            [],
+            [
+                f"imq.cluster.url={url}/cluster.properties",
+                "imq.cluster.ha=true",
+                "imq.cluster.clusterid=c1",
+                "imq.brokerid=b1",
+                "imq.persist.store=jdbc",
+                URL,
+            ],
+            environ={},
+        )
         assert messages(problems) == [] and props.bridge_type("jb") == "jms"
         assert props.origin("imq.bridge.jb.type").source == f"{url}/cluster.properties"
         _, problems = parse_properties([], [f"imq.cluster.url={url}/nowhere.properties"], environ={})
-        assert len(messages(problems)) == 1 and "cannot read the cluster properties: HTTP Error 404" in \
-            messages(problems)[0]
+        assert (
+            len(messages(problems)) == 1
+            and "cannot read the cluster properties: HTTP Error 404" in messages(problems)[0]
+        )
     finally:
         server.shutdown()
         server.server_close()

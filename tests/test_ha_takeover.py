@@ -73,12 +73,15 @@ class Receiver:
 
 def sent(m: Daemon, texts: list[str]) -> None:
     for i in range(0, len(texts), 500):
-        send(m, PASSWORD, "ha.in", *texts[i:i + 500])
+        send(m, PASSWORD, "ha.in", *texts[i : i + 500])
 
 
 def three_instances(tmp_path, postgresql, m: Daemon) -> Cluster:
-    return Cluster(tmp_path / "cluster", postgresql, {
-        "jb1": link_xml("jb1", m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2"), "jb3": host_xml("jb3")})
+    return Cluster(
+        tmp_path / "cluster",
+        postgresql,
+        {"jb1": link_xml("jb1", m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2"), "jb3": host_xml("jb3")},
+    )
 
 
 def kill_the_owner_mid_transfer(tmp_path, postgresql, m: Daemon, count: int) -> None:
@@ -94,12 +97,12 @@ def kill_the_owner_mid_transfer(tmp_path, postgresql, m: Daemon, count: int) -> 
         killed = time.monotonic()
         a.kill()
         assert len(receiver.texts) < count, "the link moved everything before the kill"
-        started = wait_for(lambda: b.when("bridge jb1 (JMS): STARTED") or c.when("bridge jb1 (JMS): STARTED"),
-                           4 * MONITOR)
+        started = wait_for(
+            lambda: b.when("bridge jb1 (JMS): STARTED") or c.when("bridge jb1 (JMS): STARTED"), 4 * MONITOR
+        )
         assert started - killed <= 2 * MONITOR, f"jb1 started {started - killed:.1f} s after the kill"
         owner = b if b.when("bridge jb1 (JMS): STARTED") else c
-        assert {n: (r["state"], r["owner"]) for n, r in owner.listed().items()}["jb1"] == ("STARTED",
-                                                                                          owner.brokerid)
+        assert {n: (r["state"], r["owner"]) for n, r in owner.listed().items()}["jb1"] == ("STARTED", owner.brokerid)
         got = receiver.wait(count, 120 + count / 50)
         assert len(got) == count and got == texts, (len(got), len(set(got)), count)
     finally:
@@ -117,8 +120,11 @@ def test_kill_9_of_the_owner_moving_10000_messages(tmp_path, postgresql, broker_
 
 
 def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postgresql, broker_m):
-    cluster = Cluster(tmp_path / "cluster", postgresql, {
-        "jb1": link_xml("jb1", broker_m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2")})
+    cluster = Cluster(
+        tmp_path / "cluster",
+        postgresql,
+        {"jb1": link_xml("jb1", broker_m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2")},
+    )
     receiver = Receiver(broker_m)
     try:
         a, b = cluster.start("A", "jb1"), cluster.start("B", "jb2")
@@ -146,13 +152,14 @@ def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postg
         assert len(got) == 300 and sorted(got) == texts
         assert got[:100] == texts[:100] and got[200:] == texts[200:]
         assert {n: (r["state"], r["owner"]) for n, r in b.listed().items()} == {
-            "jb1": ("STARTED", "B"), "jb2": ("STARTED", "B")}
+            "jb1": ("STARTED", "B"),
+            "jb2": ("STARTED", "B"),
+        }
         assert b.when("took over broker A") - stopped <= 2 * MONITOR + 1
         # Started again, A joins afresh: jb1 stays B's (rule 2), A runs nothing.
         a = cluster.start("A", "jb1")
         assert a.bridges == {}, a.lines
-        assert {n: (r["state"], r["owner"]) for n, r in a.listed().items()} == {
-            "jb1": ("-", "B"), "jb2": ("-", "B")}
+        assert {n: (r["state"], r["owner"]) for n, r in a.listed().items()} == {"jb1": ("-", "B"), "jb2": ("-", "B")}
     finally:
         if cluster.instances:
             cluster.instances[0].proc.send_signal(signal.SIGCONT)
@@ -172,10 +179,17 @@ def test_the_store_and_the_xa_log_fence_an_owner_that_was_taken_over(postgresql)
     database = postgresql.create_database("fence" + str(int(time.time() * 1000)))
 
     def props(brokerid: str):
-        return load_properties([], ["imq.cluster.ha=true", "imq.cluster.clusterid=f1",
-                                    f"imq.brokerid={brokerid}", "imq.persist.store=jdbc",
-                                    f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}"],
-                               environ={})
+        return load_properties(
+            [],
+            [
+                "imq.cluster.ha=true",
+                "imq.cluster.clusterid=f1",
+                f"imq.brokerid={brokerid}",
+                "imq.persist.store=jdbc",
+                f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+            ],
+            environ={},
+        )
 
     def record(gtrid: bytes) -> CommitRecord:
         return CommitRecord(gtrid, (Participant("jb1:m", Xid(1, gtrid, b"m#1")),))
@@ -194,8 +208,11 @@ def test_the_store_and_the_xa_log_fence_an_owner_that_was_taken_over(postgresql)
         with pytest.raises(TxLogError, match="fenced: bridge jb1 is not owned by broker B"):
             log_b.log_commits([record(b"g0")])
         # A's lease runs out (A paused); B takes A over, and with it jb1 and its decisions.
-        a._transaction(lambda cur: cur.execute(
-            "UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 second' WHERE brokerid = 'A'"))
+        a._transaction(
+            lambda cur: cur.execute(
+                "UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 second' WHERE brokerid = 'A'"
+            )
+        )
         assert b.take_over() == ("A", ["jb1"])
         assert b.owners() == {"jb1": "B"}
         assert list(log_b.open()) == [b"g1"]
@@ -222,8 +239,9 @@ def subscription_owners(cluster: Cluster, brokerid: str) -> list[tuple[str, str,
     from bridgemgr.providers.embedded.cluster import instance_schema
 
     with psycopg.connect(**cluster.postgresql.conninfo(cluster.database)) as db:
-        return db.execute(f'SELECT client_id, name, owner FROM "{instance_schema(cluster.clusterid, brokerid)}".subs'
-                          ).fetchall()
+        return db.execute(
+            f'SELECT client_id, name, owner FROM "{instance_schema(cluster.clusterid, brokerid)}".subs'
+        ).fetchall()
 
 
 def test_the_taker_serves_the_dead_instances_store_and_clients_fail_over(tmp_path, postgresql):

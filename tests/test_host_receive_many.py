@@ -90,8 +90,9 @@ def scenario(tmp_path, stored: bool, seed: int, take) -> list:
 @pytest.mark.parametrize("stored", [False, True])
 @pytest.mark.parametrize("seed", range(4))
 def test_a_batch_take_sees_what_receive_one_at_a_time_sees(tmp_path, stored, seed):
-    one_by_one = scenario(tmp_path / "a", stored, seed,
-                          lambda h, c, n: HostBroker.receive_many(h, P, c, n, 0))  # the loop over receive
+    one_by_one = scenario(
+        tmp_path / "a", stored, seed, lambda h, c, n: HostBroker.receive_many(h, P, c, n, 0)
+    )  # the loop over receive
     batched = scenario(tmp_path / "b", stored, seed, lambda h, c, n: h.receive_many(P, c, n, 0))
     assert batched == one_by_one
     seen = {name for batch in batched[:-1] for name, _ in batch}
@@ -186,8 +187,9 @@ def test_a_batch_records_its_delivery_counts_in_one_store_call(tmp_path, monkeyp
     calls: list[object] = []
     monkeypatch.setattr(store, "mark_delivered", lambda *args: calls.append(("one", args)))
     record = store.mark_delivered_all
-    monkeypatch.setattr(store, "mark_delivered_all",
-                        lambda marks, wake=False: (calls.append(("all", list(marks))), record(marks, wake)))
+    monkeypatch.setattr(
+        store, "mark_delivered_all", lambda marks, wake=False: (calls.append(("all", list(marks))), record(marks, wake))
+    )
     got = host.receive_many(P, consumer, 64, 0)
     assert len(got) == 10
     assert calls == [("all", [(d.seq, 1) for d in got])]  # type: ignore[attr-defined]

@@ -87,14 +87,19 @@ def services(request, tmp_path_factory):
         else:
             shutil.copy(JMS_API_JAR, api_jar)
         classes, base_classes = compile_against_base(
-            base / "build", {"com/example/Router.java": ROUTER.replace("javax.jms", api)}, api, str(api_jar))
+            base / "build", {"com/example/Router.java": ROUTER.replace("javax.jms", api)}, api, str(api_jar)
+        )
         with zipfile.ZipFile(lib_ext / "router.jar", "w") as jar:
             for folder in [classes] + ([base_classes] if base_in_jar else []):
                 for f in folder.rglob("*.class"):
                     jar.write(f, str(f.relative_to(folder)))
         props, passfile = one_bridge_files(
-            near_dir, "near", NEAR_XML.format(password=PASSWORD, far=far.address), PASSWORD,
-            "imq.bridge.jb.autostart=true")
+            near_dir,
+            "near",
+            NEAR_XML.format(password=PASSWORD, far=far.address),
+            PASSWORD,
+            "imq.bridge.jb.autostart=true",
+        )
         with pytest.MonkeyPatch.context() as env:
             env.setenv("XDG_CACHE_HOME", str(base / "cache"))  # where the service compiles the base class
             near = Daemon(props)
@@ -151,8 +156,10 @@ def test_a_java_subclass_of_the_original_base_class_branches_drops_and_transform
     by_reason = {d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"): d for d in audit}
     assert set(by_reason) == {"FIRST_TRANSFORMER_BRANCHTO", "FIRST_TRANSFORMER_NOTRANSFER"}
     assert by_reason["FIRST_TRANSFORMER_BRANCHTO"].object.text == "ref:other"
-    assert by_reason["FIRST_TRANSFORMER_BRANCHTO"].get_string_property(
-        "JMS_SUN_JMSBRIDGE_TARGET_CURRENT_DESTINATION") == "tx.other"
+    assert (
+        by_reason["FIRST_TRANSFORMER_BRANCHTO"].get_string_property("JMS_SUN_JMSBRIDGE_TARGET_CURRENT_DESTINATION")
+        == "tx.other"
+    )
     assert by_reason["FIRST_TRANSFORMER_NOTRANSFER"].object.text == "drop"
     assert drain(near.address, "tx.src", expect=0) == []
     assert link_state(near, passfile) == "STARTED"

@@ -22,8 +22,11 @@ from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, make_brid
 
 pytestmark = pytest.mark.timeout(60)
 
-TWO_LINKS = (link_xml("l1", src="src", dst="dst") + link_xml("l2", src="other", dst="dst")
-             + link_xml("off", src="src", dst="other", link_attrs='enabled="false"'))
+TWO_LINKS = (
+    link_xml("l1", src="src", dst="dst")
+    + link_xml("l2", src="other", dst="dst")
+    + link_xml("off", src="src", dst="other", link_attrs='enabled="false"')
+)
 
 
 @pytest.fixture
@@ -45,8 +48,7 @@ def test_start_stop_and_what_info_shows(bridge, broker):
     info = bridge.info()
     assert info["type"] == "JMS" and info["state"] == "STARTED"
     row = info["links"][0]
-    assert (row["source"], row["target"], row["transacted"]) == ("host:D:queue:src",
-                                                               "host:D:queue:dst", False)
+    assert (row["source"], row["target"], row["transacted"]) == ("host:D:queue:src", "host:D:queue:dst", False)
     assert bridge.start() is State.STARTED  # already started: nothing happens
     assert bridge.stop() is State.STOPPED
     assert states(bridge)["l1"] == "STOPPED"
@@ -109,14 +111,19 @@ class Gate(ConnectionFactory):
 def gated_bridge(broker):
     """Bridge b: link l reads src through the gate (connect-attempts -1, 1 s apart)."""
     gate = Gate(broker)
-    xml = bridge_xml(link_xml("l").replace('<source connection-factory-ref="host"',
-                                           '<source connection-factory-ref="gated"'),
-                     cfs='<connection-factory ref-name="gated" connect-attempts="-1" '
-                         'connect-attempt-interval-in-seconds="1">'
-                         '<property name="imqConfiguredClientID" value="gated"/>'
-                         '</connection-factory>')
-    bridge = JMSBridge(parse_bridge_config(xml, "test.xml"), tuning=FAST, reap_interval=0.05,
-                       host_factory=lambda env: gate if env.get("imqConfiguredClientID") else host(broker)(env))
+    xml = bridge_xml(
+        link_xml("l").replace('<source connection-factory-ref="host"', '<source connection-factory-ref="gated"'),
+        cfs='<connection-factory ref-name="gated" connect-attempts="-1" '
+        'connect-attempt-interval-in-seconds="1">'
+        '<property name="imqConfiguredClientID" value="gated"/>'
+        "</connection-factory>",
+    )
+    bridge = JMSBridge(
+        parse_bridge_config(xml, "test.xml"),
+        tuning=FAST,
+        reap_interval=0.05,
+        host_factory=lambda env: gate if env.get("imqConfiguredClientID") else host(broker)(env),
+    )
     return bridge, gate
 
 
@@ -172,7 +179,8 @@ def test_a_transformer_from_a_configured_folder(broker, tmp_path):
         "from bridgemgr.transform import MessageTransformer\n"
         "class Shout(MessageTransformer):\n"
         "    def transform(self, m, ro, cs, s, t, p):\n"
-        "        m = m.copy(); m.text = m.text + '!'; return m\n")
+        "        m = m.copy(); m.text = m.text + '!'; return m\n"
+    )
     xml = bridge_xml(link_xml(target_attrs='message-transformer-class="shout_tx.Shout"'))
     b = make_bridge(broker, xml, transformer_path=[ext])
     b.start()
@@ -184,18 +192,21 @@ def test_a_transformer_from_a_configured_folder(broker, tmp_path):
 
 
 def test_unresolvable_destination_fails_the_start(broker):
-    xml = bridge_xml(link_xml(dst="ghost"), dests='<destination ref-name="ghost" lookup-name="q">'
-                     '<property name="java.naming.factory.initial" value="no.such.Factory"/>'
-                     '</destination>')
+    xml = bridge_xml(
+        link_xml(dst="ghost"),
+        dests='<destination ref-name="ghost" lookup-name="q">'
+        '<property name="java.naming.factory.initial" value="no.such.Factory"/>'
+        "</destination>",
+    )
     with pytest.raises(BridgeStartError, match="destination 'ghost' cannot be resolved"):
         make_bridge(broker, xml).start()
 
 
 # --- logs -----------------------------------------------------------------------------------------
 
+
 def props_for(tmp_path, *extra: str):
-    return load_properties([], [f"imq.varhome={tmp_path / 'var'}", "imq.instancename=inst",
-                                *extra])
+    return load_properties([], [f"imq.varhome={tmp_path / 'var'}", "imq.instancename=inst", *extra])
 
 
 def bridge_log_dir(tmp_path):
@@ -244,8 +255,7 @@ def test_one_log_file_starts_over_at_the_limit(broker, tmp_path):
 
 def test_levels_from_a_logging_configuration_file(broker, tmp_path):
     config = tmp_path / "logging.properties"
-    config.write_text("handlers=java.util.logging.ConsoleHandler\n.level=INFO\n"
-                      "imq.bridge.b.level=WARNING\n")
+    config.write_text("handlers=java.util.logging.ConsoleHandler\n.level=INFO\nimq.bridge.b.level=WARNING\n")
     props = props_for(tmp_path, f"java.util.logging.config.file={config}")
     b = make_bridge(broker, bridge_xml(link_xml()), props=props)
     b.start()
@@ -270,13 +280,13 @@ def test_passwords_never_reach_the_log(broker, tmp_path):
                 raise JMSException(f"login refused for {username}/{password}")
             return super().create_connection()
 
-    xml = bridge_xml(link_xml(dst="dst").replace('<target connection-factory-ref="host"',
-                                                 '<target connection-factory-ref="auth"'),
-                     cfs=f'<connection-factory ref-name="auth" username="app" password="{secret}" '
-                         'connect-attempts="2" connect-attempt-interval-in-seconds="0"/>')
+    xml = bridge_xml(
+        link_xml(dst="dst").replace('<target connection-factory-ref="host"', '<target connection-factory-ref="auth"'),
+        cfs=f'<connection-factory ref-name="auth" username="app" password="{secret}" '
+        'connect-attempts="2" connect-attempt-interval-in-seconds="0"/>',
+    )
     props = props_for(tmp_path)
-    b = JMSBridge(parse_bridge_config(xml),
-                  props, host_factory=lambda env: Refusing(broker), tuning=FAST)
+    b = JMSBridge(parse_bridge_config(xml), props, host_factory=lambda env: Refusing(broker), tuning=FAST)
     b.start()
     wait_until(lambda: b.links[0].state is State.STOPPED)
     b.stop()
@@ -286,6 +296,7 @@ def test_passwords_never_reach_the_log(broker, tmp_path):
 
 
 # --- loading from properties ---------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_from_properties_reads_the_xml_at_every_start(broker, tmp_path):
@@ -323,6 +334,7 @@ def test_commands_from_many_threads(bridge):
                 pass
             except Exception as exc:  # anything else is a bug
                 errors.append(exc)
+
     threads = [threading.Thread(target=churn) for _ in range(4)]
     for t in threads:
         t.start()
@@ -340,8 +352,7 @@ def test_the_embedded_example_runs(tmp_path):
     from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 
     root = Path(__file__).resolve().parents[1]
-    props = load_properties([root / "examples" / "embedded" / "broker.properties"],
-                            [f"imq.varhome={tmp_path}"])
+    props = load_properties([root / "examples" / "embedded" / "broker.properties"], [f"imq.varhome={tmp_path}"])
     broker = Broker(tmp_path / "store")
     bridge = JMSBridge.from_properties(props, "orders", host=EmbeddedHostBroker(broker), tuning=FAST)
     try:
@@ -352,8 +363,9 @@ def test_the_embedded_example_runs(tmp_path):
         send(broker, "orders.in", ["order one"])
         send(broker, Topic("orders.priority"), ["urgent", "routine"], priority=8)
         assert [m.text for m in drain(broker, "orders.out", expect=1)] == ["ORDER ONE"]
-        assert {m.get_string_property("JMS_SUN_JMSBRIDGE_NAME")
-                for m in drain(broker, Queue("orders.urgent"), expect=2)} == {"orders"}
+        assert {
+            m.get_string_property("JMS_SUN_JMSBRIDGE_NAME") for m in drain(broker, Queue("orders.urgent"), expect=2)
+        } == {"orders"}
     finally:
         bridge.stop()
         broker.close()

@@ -29,17 +29,20 @@ log = logging.getLogger("test")
 D, P, S = ConnectionKind.DEDICATED, ConnectionKind.POOLED, ConnectionKind.SHARED
 
 
-@pytest.mark.parametrize("role, stay, clientid, factory_id, kind", [
-    ("source", False, None, None, D),       # sources: always dedicated
-    ("source", True, "c", "f", D),
-    ("target", True, None, None, D),        # stay-connected
-    ("target", False, "c", None, D),        # a clientid of its own
-    ("target", False, None, None, P),       # neither, and the factory has no client id
-    ("target", False, None, "f", S),        # the factory configures a client id
-    ("dmq", False, None, None, P),
-    ("dmq", False, None, "f", S),
-    ("dmq", True, None, "f", D),
-])
+@pytest.mark.parametrize(
+    "role, stay, clientid, factory_id, kind",
+    [
+        ("source", False, None, None, D),  # sources: always dedicated
+        ("source", True, "c", "f", D),
+        ("target", True, None, None, D),  # stay-connected
+        ("target", False, "c", None, D),  # a clientid of its own
+        ("target", False, None, None, P),  # neither, and the factory has no client id
+        ("target", False, None, "f", S),  # the factory configures a client id
+        ("dmq", False, None, None, P),
+        ("dmq", False, None, "f", S),
+        ("dmq", True, None, "f", D),
+    ],
+)
 def test_the_chapters_rules(role, stay, clientid, factory_id, kind):
     assert connection_kind(role, stay, clientid, factory_id) is kind
 
@@ -86,8 +89,9 @@ def test_forever_until_stopped(broker):
 def test_interval_between_attempts(broker):
     start = time.monotonic()
     with pytest.raises(ConnectError):
-        Connector(cf(connect_attempts=3, connect_attempt_interval_in_seconds=1),
-                  Flaky(broker, fail=9), log).connect(stop=threading.Event())
+        Connector(cf(connect_attempts=3, connect_attempt_interval_in_seconds=1), Flaky(broker, fail=9), log).connect(
+            stop=threading.Event()
+        )
     assert 1.9 < time.monotonic() - start < 4
 
 
@@ -101,8 +105,7 @@ def test_client_id_from_the_host_factory_properties(broker):
 
 
 def test_pool_reuses_and_reaps_idle_connections(broker):
-    conns = BridgeConnections({"f": Connector(cf(idle_timeout_in_seconds=60),
-                                              EmbeddedConnectionFactory(broker), log)})
+    conns = BridgeConnections({"f": Connector(cf(idle_timeout_in_seconds=60), EmbeddedConnectionFactory(broker), log)})
     first = conns.lease("f", P)
     first_conn = first.connection
     first.release()
@@ -149,6 +152,7 @@ def test_close_waits_for_every_lease(broker):
 
 def test_broken_handle_is_flagged_by_the_exception_listener(tmp_path):
     from bridgemgr.providers.embedded import Broker
+
     broker = Broker(tmp_path / "s")
     handle = Connector(cf(), EmbeddedConnectionFactory(broker), log).connect()
     broker.close()
@@ -157,10 +161,13 @@ def test_broken_handle_is_flagged_by_the_exception_listener(tmp_path):
 
 # --- on a running bridge ------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_pooled_target_connection_goes_back_and_times_out(broker):
-    xml = bridge_xml(link_xml(target_attrs='stay-connected="false"'),
-                     cfs='<connection-factory ref-name="host" idle-timeout-in-seconds="1"/>')
+    xml = bridge_xml(
+        link_xml(target_attrs='stay-connected="false"'),
+        cfs='<connection-factory ref-name="host" idle-timeout-in-seconds="1"/>',
+    )
     b = make_bridge(broker, xml, reap_interval=0.1)
     b.start()
     try:
@@ -177,12 +184,16 @@ def test_pooled_target_connection_goes_back_and_times_out(broker):
 
 
 def test_targets_share_a_factory_connection_with_a_client_id(broker):
-    links = (link_xml("l1", src="src", dst="dst", target_attrs='stay-connected="false"')
-             + link_xml("l2", src="other", dst="dst", target_attrs='stay-connected="false"'))
-    xml = bridge_xml(links, cfs='<connection-factory ref-name="host"/>'
-                                '<connection-factory ref-name="shared">'
-                                '<property name="imqConfiguredClientID" value="bridge-shared"/>'
-                                '</connection-factory>')
+    links = link_xml("l1", src="src", dst="dst", target_attrs='stay-connected="false"') + link_xml(
+        "l2", src="other", dst="dst", target_attrs='stay-connected="false"'
+    )
+    xml = bridge_xml(
+        links,
+        cfs='<connection-factory ref-name="host"/>'
+        '<connection-factory ref-name="shared">'
+        '<property name="imqConfiguredClientID" value="bridge-shared"/>'
+        "</connection-factory>",
+    )
     xml = xml.replace(b'<target connection-factory-ref="host"', b'<target connection-factory-ref="shared"')
     b = make_bridge(broker, xml)
     b.start()

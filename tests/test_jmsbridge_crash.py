@@ -36,8 +36,7 @@ def start_child(stores: list[Path], window: int = 0) -> subprocess.Popen:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     if window:
         env["WINDOW"] = str(window)
-    proc = subprocess.Popen([sys.executable, str(CHILD), *map(str, stores)],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen([sys.executable, str(CHILD), *map(str, stores)], stdout=subprocess.PIPE, text=True, env=env)
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     assert line == ("ready" + (f" {window}" if window else "")), line
@@ -78,8 +77,7 @@ def crash_run(tmp_path: Path, brokers: int, window: int) -> tuple[int, Counter[i
     store = tmp_path / "store"
     stores = [store] if brokers == 1 else [store, tmp_path / "target"]
     broker = Broker(store, sync=True)
-    producer = EmbeddedConnectionFactory(broker).create_connection().create_session() \
-        .create_producer(Queue("src"))
+    producer = EmbeddedConnectionFactory(broker).create_connection().create_session().create_producer(Queue("src"))
     for i in range(N):
         producer.send(TextMessage(str(i)), delivery_mode=DeliveryMode.PERSISTENT)
     broker.close()

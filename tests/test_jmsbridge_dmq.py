@@ -57,16 +57,24 @@ def original(**props) -> TextMessage:
 
 # --- the DMQ message ---------------------------------------------------------------------------
 
+
 def test_dmq_message_properties_and_body():
     orig = original(color="red", n=3)
     dead = dmq_message(letter(orig), orig, 99)
     p = "JMS_SUN_JMSBRIDGE_"
     assert dead.get_string_property("color") == "red" and dead.get_int_property("n") == 3
     expected = {
-        "SOURCE_MESSAGEID": "ID:7", "SOURCE_CORRELATIONID": "corr", "SOURCE_JMSTYPE": "kind",
-        "SOURCE_DESTINATION": "src", "TARGET_DESTINATION": "dst",
-        "TARGET_CURRENT_DESTINATION": "branch", "SOURCE_PROVIDER": "P1", "TARGET_PROVIDER": "P2",
-        "DMQ_REASON": "SEND_FAILURE", "DMQ_EXCEPTION": "boom", "DMQ_TIMESTAMP": "99",
+        "SOURCE_MESSAGEID": "ID:7",
+        "SOURCE_CORRELATIONID": "corr",
+        "SOURCE_JMSTYPE": "kind",
+        "SOURCE_DESTINATION": "src",
+        "TARGET_DESTINATION": "dst",
+        "TARGET_CURRENT_DESTINATION": "branch",
+        "SOURCE_PROVIDER": "P1",
+        "TARGET_PROVIDER": "P2",
+        "DMQ_REASON": "SEND_FAILURE",
+        "DMQ_EXCEPTION": "boom",
+        "DMQ_TIMESTAMP": "99",
     }
     for name, value in expected.items():
         assert dead.get_property_type(p + name) is PropertyType.STRING, name
@@ -93,13 +101,19 @@ def test_body_that_cannot_be_encoded_is_truncated_to_str():
 
 
 @settings(max_examples=60, deadline=None)
-@given(text=st.text(max_size=50), body=st.binary(max_size=50),
-       props=st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True)
-                             .filter(lambda s: s.upper() not in ("NULL", "TRUE", "FALSE", "NOT",
-                                                                 "AND", "OR", "BETWEEN", "LIKE",
-                                                                 "IN", "IS", "ESCAPE")),
-                             st.one_of(st.text(max_size=20), st.integers(-2**31, 2**31 - 1),
-                                       st.booleans()), max_size=5))
+@given(
+    text=st.text(max_size=50),
+    body=st.binary(max_size=50),
+    props=st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True).filter(
+            lambda s: (
+                s.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE")
+            )
+        ),
+        st.one_of(st.text(max_size=20), st.integers(-(2**31), 2**31 - 1), st.booleans()),
+        max_size=5,
+    ),
+)
 def test_dmq_message_round_trips_through_the_codec(text, body, props):
     for orig in (TextMessage(text), BytesMessage(body)):
         for k, v in props.items():
@@ -119,14 +133,17 @@ def test_describe_shows_headers_and_properties_but_no_secrets():
 
 # --- the chain, on a running bridge ---------------------------------------------------------------
 
-DMQS = ('<dmq name="first" connection-factory-ref="host" destination-ref="d1" send-attempts="2" '
-        'send-attempt-interval-in-seconds="0"/>'
-        '<dmq name="off" connection-factory-ref="host" destination-ref="d0" enabled="false"/>'
-        '<dmq name="second" connection-factory-ref="host" destination-ref="d2" send-attempts="1" '
-        'time-to-live-in-millis="600000"/>')
-DESTS = ''.join(f'<destination ref-name="{d}" name="{d}"/>' for d in ("d0", "d1", "d2"))
-FAILING_LINK = link_xml(target_attrs=f'message-transformer-class="{__name__}.AlwaysFails" '
-                                     'consume-no-transfer-on-transform-error="true"')
+DMQS = (
+    '<dmq name="first" connection-factory-ref="host" destination-ref="d1" send-attempts="2" '
+    'send-attempt-interval-in-seconds="0"/>'
+    '<dmq name="off" connection-factory-ref="host" destination-ref="d0" enabled="false"/>'
+    '<dmq name="second" connection-factory-ref="host" destination-ref="d2" send-attempts="1" '
+    'time-to-live-in-millis="600000"/>'
+)
+DESTS = "".join(f'<destination ref-name="{d}" name="{d}"/>' for d in ("d0", "d1", "d2"))
+FAILING_LINK = link_xml(
+    target_attrs=f'message-transformer-class="{__name__}.AlwaysFails" consume-no-transfer-on-transform-error="true"'
+)
 
 
 def full(broker, name):
@@ -197,9 +214,11 @@ def test_final_log_when_no_dmq_takes_it(broker, caplog):
 
 @pytest.mark.slow
 def test_dmq_transformer_is_applied_and_its_failure_keeps_the_original(broker):
-    dmqs = (f'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="d1" '
-            f'send-attempt-interval-in-seconds="0" message-transformer-class="{__name__}.Tagging">'
-            '<property name="audit" value="yes"/></dmq>')
+    dmqs = (
+        f'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="d1" '
+        f'send-attempt-interval-in-seconds="0" message-transformer-class="{__name__}.Tagging">'
+        '<property name="audit" value="yes"/></dmq>'
+    )
     send(broker, "src", ["x"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=dmqs, dests=DESTS))
     b.start()
@@ -225,11 +244,13 @@ def test_builtin_dmq_must_be_ready_at_start(broker):
         def create_connection(self, username=None, password=None):
             raise JMSException("host broker unreachable")
 
-    xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host">'
-                                     '<property name="imqDefaultUsername" value="u"/>'
-                                     '</connection-factory>')
-    b = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: (
-        EmbeddedConnectionFactory(broker) if env else Down(broker)))
+    xml = bridge_xml(
+        link_xml(),
+        cfs='<connection-factory ref-name="host"><property name="imqDefaultUsername" value="u"/></connection-factory>',
+    )
+    b = JMSBridge(
+        parse_bridge_config(xml), host_factory=lambda env: EmbeddedConnectionFactory(broker) if env else Down(broker)
+    )
     with pytest.raises(BridgeStartError, match="built-in DMQ"):
         b.start()
     assert b.state is State.STOPPED
@@ -239,6 +260,7 @@ def test_builtin_dmq_must_be_ready_at_start(broker):
 def test_dmq_failures_are_never_raised(broker, monkeypatch):
     def explode(*a, **k):
         raise RuntimeError("bug in the DMQ message")
+
     monkeypatch.setattr(dmq_module, "dmq_message", explode)
     send(broker, "src", ["x", "y"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK))
@@ -255,8 +277,10 @@ def test_stop_during_a_user_dmq_retry_consumes_what_the_builtin_dmq_has(broker):
     """A stop cuts the user DMQ's attempts short; the built-in DMQ has the message, so it
     is consumed rather than copied to the built-in DMQ again when it comes back."""
     full(broker, "d1")
-    dmqs = ('<dmq name="slow" connection-factory-ref="host" destination-ref="d1" '
-            'send-attempts="100" send-attempt-interval-in-seconds="30"/>')
+    dmqs = (
+        '<dmq name="slow" connection-factory-ref="host" destination-ref="d1" '
+        'send-attempts="100" send-attempt-interval-in-seconds="30"/>'
+    )
     send(broker, "src", ["x"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=dmqs, dests=DESTS))
     b.start()
@@ -272,8 +296,10 @@ def test_stop_during_a_user_dmq_retry_consumes_what_the_builtin_dmq_has(broker):
 
 def test_stop_interrupts_dmq_retries_and_keeps_the_message(broker):
     full(broker, BUILTIN_DMQ)
-    dmqs = ('<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="src" '
-            'send-attempts="100" send-attempt-interval-in-seconds="30"/>')
+    dmqs = (
+        '<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="src" '
+        'send-attempts="100" send-attempt-interval-in-seconds="30"/>'
+    )
     send(broker, "src", ["x"])
     b = make_bridge(broker, bridge_xml(FAILING_LINK, dmqs=dmqs))
     b.start()

@@ -118,27 +118,41 @@ def caused(*chain: BaseException) -> BaseException:
     return chain[0]
 
 
-@pytest.mark.parametrize("failure", [
-    StoreUnavailable("store unavailable"), StoreFull("store full"),
-    TxLogUnavailable("the log's database"), TxLogFull("no room for a record"),
-    TransportException("connection lost"),
-    XAException("prepare", xa.XAER_RMFAIL),
-    # a local or one-phase commit the store rolled back (over mq:// too: the wire keeps causes)
-    caused(TransactionRolledBackException("rolled back"), StoreUnavailable("store unavailable")),
-    caused(TransactionRolledBackException("one-phase"), XAException("commit", xa.XA_RBROLLBACK),
-           StoreUnavailable("store unavailable")),
-    caused(TransportException("prepare failed"), XAException("prepare", xa.XAER_RMFAIL)),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        StoreUnavailable("store unavailable"),
+        StoreFull("store full"),
+        TxLogUnavailable("the log's database"),
+        TxLogFull("no room for a record"),
+        TransportException("connection lost"),
+        XAException("prepare", xa.XAER_RMFAIL),
+        # a local or one-phase commit the store rolled back (over mq:// too: the wire keeps causes)
+        caused(TransactionRolledBackException("rolled back"), StoreUnavailable("store unavailable")),
+        caused(
+            TransactionRolledBackException("one-phase"),
+            XAException("commit", xa.XA_RBROLLBACK),
+            StoreUnavailable("store unavailable"),
+        ),
+        caused(TransportException("prepare failed"), XAException("prepare", xa.XAER_RMFAIL)),
+    ],
+)
 def test_an_outage_anywhere_in_the_chain_is_excused(failure):
     assert outage(failure)
 
 
-@pytest.mark.parametrize("failure", [
-    TransactionRolledBackException("a send refused at prepare"),
-    caused(TransactionRolledBackException("vote"), XAException("prepare", xa.XA_RBROLLBACK)),
-    ResourceAllocationException("queue full"), HeuristicMixedException("some committed"),
-    IllegalStateException("session closed"), JMSException("refused"), ValueError("a bug"),
-])
+@pytest.mark.parametrize(
+    "failure",
+    [
+        TransactionRolledBackException("a send refused at prepare"),
+        caused(TransactionRolledBackException("vote"), XAException("prepare", xa.XA_RBROLLBACK)),
+        ResourceAllocationException("queue full"),
+        HeuristicMixedException("some committed"),
+        IllegalStateException("session closed"),
+        JMSException("refused"),
+        ValueError("a bug"),
+    ],
+)
 def test_what_a_message_may_cause_is_not(failure):
     assert not outage(failure)
 
@@ -150,8 +164,9 @@ def test_a_unit_comes_back_excused_only_when_an_outage_undid_it(tmp_path):
     counters = LinkCounters()
     batch = Batch(10, counters, Excuses(tmp_path / "excused.l1"))
     batch.pending.extend([ctx("ID:1"), ctx("ID:2")])
-    batch.undone(batch.pending, caused(TransactionRolledBackException("rolled back"),
-                                       StoreUnavailable("store unavailable")))
+    batch.undone(
+        batch.pending, caused(TransactionRolledBackException("rolled back"), StoreUnavailable("store unavailable"))
+    )
     batch.returned([ctx("ID:2")], TxLogUnavailable("the log's database"))
     batch.returned([ctx("ID:3")], TransactionRolledBackException("refused at prepare"))
     batch.returned([ctx("ID:4")])

@@ -18,8 +18,7 @@ def test_the_file_is_written_when_the_size_grows_by_more_than_an_eighth(tmp_path
         sizes.saw(size)
         writes.append(path.read_text())
     assert sizes.size == 2000
-    assert sorted(set(writes), key=writes.index) == [f"{n}\n" for n in (1125, 1266, 1425, 1604,
-                                                                         1805, 2031)]
+    assert sorted(set(writes), key=writes.index) == [f"{n}\n" for n in (1125, 1266, 1425, 1604, 1805, 2031)]
     assert path.stat().st_mode & 0o777 == 0o600
     assert LargestMessage(path).size == 2031
     assert not LargestMessage(path).saw(2031)

@@ -39,12 +39,12 @@ pytestmark = pytest.mark.timeout(60)
 
 # --- transformers used by the tests (loaded by dotted path from this module) -------------
 
+
 class Recorder(MessageTransformer):
     calls: ClassVar[list[tuple[Any, ...]]] = []
 
     def transform(self, message, read_only, charset_name, source, target, properties):
-        Recorder.calls.append((message.text, read_only, charset_name, source, target,
-                               dict(properties or {})))
+        Recorder.calls.append((message.text, read_only, charset_name, source, target, dict(properties or {})))
         return message
 
 
@@ -104,6 +104,7 @@ def dmq_letters(broker: Broker, expect: int | None = None) -> list[ObjectMessage
 
 # --- steps 1, 6, 7, 8: transfer, order, headers --------------------------------------------
 
+
 @pytest.mark.slow
 def test_transfers_in_order_with_mode_priority_and_properties(broker, bridges):
     sent = []
@@ -162,8 +163,10 @@ def test_selector_and_the_rest_stays(broker, bridges):
 
 @pytest.mark.slow
 def test_durable_subscription_keeps_messages_while_stopped(broker, bridges):
-    xml = bridge_xml(link_xml(src="t", source_attrs='durable-sub="sub1" clientid="bridge-c1"'),
-                     dests='<destination ref-name="t" name="news" type="topic"/>')
+    xml = bridge_xml(
+        link_xml(src="t", source_attrs='durable-sub="sub1" clientid="bridge-c1"'),
+        dests='<destination ref-name="t" name="news" type="topic"/>',
+    )
     b = run(broker, xml)
     bridges.append(b)
     send(broker, Topic("news"), ["one"])
@@ -175,8 +178,10 @@ def test_durable_subscription_keeps_messages_while_stopped(broker, bridges):
 
 
 def test_durable_sub_needs_a_clientid(broker):
-    xml = bridge_xml(link_xml(src="t", source_attrs='durable-sub="sub1"'),
-                     dests='<destination ref-name="t" name="news" type="topic"/>')
+    xml = bridge_xml(
+        link_xml(src="t", source_attrs='durable-sub="sub1"'),
+        dests='<destination ref-name="t" name="news" type="topic"/>',
+    )
     b = make_bridge(broker, xml)
     with pytest.raises(BridgeStartError, match="clientid"):
         b.start()
@@ -190,17 +195,16 @@ def test_transfer_log_lines(broker, bridges, caplog):
     bridges.append(run(broker, bridge_xml(link_xml())))
     drain(broker, "dst", expect=2)
     wait_until(lambda: len([r for r in caplog.records if "transferred" in r.getMessage()]) == 2)
-    quiet = run(broker, bridge_xml(link_xml(src="other", dst="dst"), name="q",
-                                   log_message_transfer="false"))
+    quiet = run(broker, bridge_xml(link_xml(src="other", dst="dst"), name="q", log_message_transfer="false"))
     bridges.append(quiet)
     send(broker, "other", ["c"])
     drain(broker, "dst", expect=1)
     wait_until(lambda: quiet.links[0].counters.transferred == 1)
-    assert not [r for r in caplog.records if r.name == "imq.bridge.q"
-                and "transferred" in r.getMessage()]
+    assert not [r for r in caplog.records if r.name == "imq.bridge.q" and "transferred" in r.getMessage()]
 
 
 # --- step 2: expiration --------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_expired_message_goes_to_the_dmq(broker, bridges, monkeypatch):
@@ -219,6 +223,7 @@ def test_expired_message_goes_to_the_dmq(broker, bridges, monkeypatch):
 
 
 # --- step 3: JMSReplyTo ------------------------------------------------------------------------------
+
 
 class _OtherConnection(EmbeddedConnection):
     @property
@@ -241,10 +246,10 @@ def _reply_to_bridge(broker: Broker, retain: bool) -> JMSBridge:
         'destination-ref="src"/><target connection-factory-ref="host" destination-ref="dst" '
         f'retain-replyto="{str(retain).lower()}"/></link>',
         cfs='<connection-factory ref-name="other" lookup-name="X" >'
-            '<property name="java.naming.factory.initial" value="x"/></connection-factory>')
+        '<property name="java.naming.factory.initial" value="x"/></connection-factory>',
+    )
     lookup = lambda name, env: OtherProviderFactory(broker)  # noqa: E731
-    return JMSBridge(parse_bridge_config(xml), host_factory=host(broker), lookup=lookup,
-                     tuning=FAST)
+    return JMSBridge(parse_bridge_config(xml), host_factory=host(broker), lookup=lookup, tuning=FAST)
 
 
 @pytest.mark.parametrize("retain", [False, True])
@@ -269,12 +274,16 @@ def test_reply_to_kept_within_one_provider(broker, bridges):
 
 # --- step 4: transformers ------------------------------------------------------------------------------
 
+
 def test_transformer_gets_target_properties_and_bridge_name(broker, bridges):
     Recorder.calls.clear()
     send(broker, "src", ["x"])
-    xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Recorder"',
-                              target_body='<property name="charset" value="UTF-8"/>'
-                                          '<property name="k" value="v"/>'))
+    xml = bridge_xml(
+        link_xml(
+            target_attrs=f'message-transformer-class="{__name__}.Recorder"',
+            target_body='<property name="charset" value="UTF-8"/><property name="k" value="v"/>',
+        )
+    )
     bridges.append(run(broker, xml))
     drain(broker, "dst", expect=1)
     text, read_only, charset, source, target, props = Recorder.calls[0]
@@ -286,15 +295,17 @@ def test_transformer_gets_target_properties_and_bridge_name(broker, bridges):
 @pytest.mark.slow
 def test_transform_failure_with_consume_goes_to_the_dmq(broker, bridges):
     send(broker, "src", ["good1", "bad2", "none3", "good4"])
-    xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Failing" '
-                                           'consume-no-transfer-on-transform-error="true"'))
+    xml = bridge_xml(
+        link_xml(
+            target_attrs=f'message-transformer-class="{__name__}.Failing" consume-no-transfer-on-transform-error="true"'
+        )
+    )
     b = run(broker, xml)
     bridges.append(b)
     assert texts(drain(broker, "dst", expect=2)) == ["good1", "good4"]
     dead = dmq_letters(broker, expect=2)
     assert [d.object.text for d in dead] == ["bad2", "none3"]  # the untransformed message
-    assert {d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") for d in dead} == {
-        "TRANSFORM_FAILURE"}
+    assert {d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") for d in dead} == {"TRANSFORM_FAILURE"}
     assert "cannot transform bad2" in dead[0].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
     assert "returned None" in dead[1].get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
     assert b.links[0].state is State.STARTED
@@ -378,14 +389,19 @@ def test_branch_to_and_no_transfer_with_first_audit_copies(broker, bridges):
 
 def test_branch_to_an_unknown_ref_is_a_transform_failure(broker, bridges):
     send(broker, "src", ["ref:nowhere"])
-    xml = bridge_xml(link_xml(target_attrs=f'message-transformer-class="{__name__}.Brancher" '
-                                           'consume-no-transfer-on-transform-error="true"'))
+    xml = bridge_xml(
+        link_xml(
+            target_attrs=f'message-transformer-class="{__name__}.Brancher" '
+            'consume-no-transfer-on-transform-error="true"'
+        )
+    )
     bridges.append(run(broker, xml))
     (dead,) = dmq_letters(broker, expect=1)
     assert "nowhere" in dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
 
 
 # --- steps 5 and 6: tag, AS_SOURCE, send failures ---------------------------------------------------
+
 
 def test_bridge_name_tag(broker, bridges):
     send(broker, "src", ["x"])
@@ -402,9 +418,10 @@ def test_as_source_target(tmp_path, bridges):
             'destination-ref="src"/><target connection-factory-ref="remote" '
             'destination-ref="AS_SOURCE"/></link>',
             cfs='<connection-factory ref-name="remote" lookup-name="ConnectionFactory">'
-                '<property name="java.naming.factory.initial" value="imq.embedded"/>'
-                f'<property name="java.naming.provider.url" value="{tmp_path / "b"}"/>'
-                '</connection-factory>')
+            '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+            f'<property name="java.naming.provider.url" value="{tmp_path / "b"}"/>'
+            "</connection-factory>",
+        )
         send(a, "src", ["mirrored"])
         b = JMSBridge(parse_bridge_config(xml), host_factory=host(a), tuning=FAST)
         b.start()
@@ -444,6 +461,7 @@ def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
         if len(calls) == 1:
             raise JMSException("the provider refused the acknowledge")
         real(self)
+
     monkeypatch.setattr(ClientAcknowledge, "complete", flaky)
     send(broker, "src", ["a", "b"])
     # the chapter's acknowledge after each send (no confirm window): b acks a along
@@ -459,6 +477,7 @@ def test_acknowledge_failure_goes_to_the_dmq(broker, bridges, monkeypatch):
 
 
 # --- transacted links (XA; in one embedded broker: one resource manager, one-phase commits) ---------
+
 
 def test_transacted_link_within_one_embedded_broker(broker, bridges):
     send(broker, "src", [f"m{i}" for i in range(20)])
@@ -480,8 +499,7 @@ def test_transacted_send_failure_rolls_back_instead_of_the_dmq(broker, bridges):
     """Not SEND_FAILURE: rolled back, tried again until the default backoutThreshold (5)
     is reached; then to the DMQ once, and the message behind it moves."""
     send(broker, "src", ["bad1", "ok"])
-    xml = bridge_xml(link_xml(transacted="true",
-                              target_attrs=f'message-transformer-class="{__name__}.Unsendable"'))
+    xml = bridge_xml(link_xml(transacted="true", target_attrs=f'message-transformer-class="{__name__}.Unsendable"'))
     b = run(broker, xml)
     bridges.append(b)
     assert texts(drain(broker, "dst", expect=1)) == ["ok"]
@@ -493,8 +511,7 @@ def test_transacted_send_failure_rolls_back_instead_of_the_dmq(broker, bridges):
 
 
 @pytest.mark.slow
-def test_transacted_commit_the_broker_rolls_back_is_backed_out_not_a_commit_failure(broker,
-                                                                                    bridges):
+def test_transacted_commit_the_broker_rolls_back_is_backed_out_not_a_commit_failure(broker, bridges):
     """One broker, one branch: the one-phase commit that the full dst refuses is rolled
     back as a whole (nothing committed), so no COMMIT_FAILURE copy while "b" comes back;
     backed out backoutThreshold times, it goes to the DMQ once."""
@@ -518,9 +535,10 @@ def test_transacted_link_across_embedded_brokers_runs_through_the_xa_coordinator
             '<link name="l"><source connection-factory-ref="host" destination-ref="src"/>'
             '<target connection-factory-ref="remote" destination-ref="dst"/></link>',
             cfs='<connection-factory ref-name="remote" lookup-name="XAConnectionFactory">'
-                '<property name="java.naming.factory.initial" value="imq.embedded"/>'
-                f'<property name="java.naming.provider.url" value="{tmp_path / "b"}"/>'
-                '</connection-factory>')
+            '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+            f'<property name="java.naming.provider.url" value="{tmp_path / "b"}"/>'
+            "</connection-factory>",
+        )
         send(a, "src", ["moves"])
         b = JMSBridge(parse_bridge_config(xml, "x.xml"), host_factory=host(a), tuning=FAST)
         b.start()
@@ -549,16 +567,22 @@ def test_transacted_link_to_another_provider_runs_through_the_xa_coordinator(bro
         '<link name="l"><source connection-factory-ref="host" destination-ref="src"/>'
         '<target connection-factory-ref="other" destination-ref="dst"/></link>',
         cfs='<connection-factory ref-name="other" lookup-name="XAConnectionFactory">'
-            '<property name="java.naming.factory.initial" value="x"/></connection-factory>')
+        '<property name="java.naming.factory.initial" value="x"/></connection-factory>',
+    )
     send(broker, "src", ["a", "b"])
-    b = JMSBridge(parse_bridge_config(xml, "x.xml"), host_factory=host(broker),
-                  lookup=lambda name, env: Wrapped(broker), tuning=FAST)
+    b = JMSBridge(
+        parse_bridge_config(xml, "x.xml"),
+        host_factory=host(broker),
+        lookup=lambda name, env: Wrapped(broker),
+        tuning=FAST,
+    )
     bridges.append(b)
     b.start()
     assert texts(drain(broker, "dst", expect=2)) == ["a", "b"]
 
 
 # --- acknowledge batches --------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_acknowledge_batches(broker, bridges):

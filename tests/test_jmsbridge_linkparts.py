@@ -33,6 +33,7 @@ def ctx(message_id: str, action: Action = Action.TRANSFER) -> ProcessingContext:
 
 # --- ReconnectPolicy -----------------------------------------------------------------------
 
+
 class Clock:
     def __init__(self) -> None:
         self.now = 100.0
@@ -94,6 +95,7 @@ def test_a_link_stopped_during_the_backoff_gives_up():
 
 # --- Batch -----------------------------------------------------------------------------------
 
+
 def test_a_batch_is_full_at_its_size():
     b = Batch(3, LinkCounters())
     for i in range(3):
@@ -144,6 +146,7 @@ def test_restart_forgets_everything():
 
 # --- Settler ---------------------------------------------------------------------------------
 
+
 class Txn:
     """What the settler uses of a TransferTransaction: outcomes in order, and reset()."""
 
@@ -177,7 +180,8 @@ def test_count_counts_transfers_and_consumed_only(caplog):
         s.count(unit)
     assert unit == [] and (counters.transferred, counters.consumed_only) == (1, 1)
     assert [r.getMessage() for r in caplog.records] == [
-        "link l1: transferred message ID:1 from queue://src to queue://dst"]
+        "link l1: transferred message ID:1 from queue://src to queue://dst"
+    ]
 
 
 def test_units_handed_over_count_when_their_outcome_comes():
@@ -250,4 +254,3 @@ def test_an_excused_message_keeps_its_excuse_until_its_unit_is_final():
     txn.ready = [Outcome()]
     s.settle(txn)
     assert not batch.excused  # committed: it does not come back
-

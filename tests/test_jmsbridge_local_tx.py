@@ -19,8 +19,13 @@ from bridgemgr.jmsbridge.transfer import (
 )
 from bridgemgr.props import load_properties
 
-AMQ = ConnectionFactoryConfig("src", lookup_name="XAConnectionFactory", username="u", password="p",
-                              properties=(Property("java.naming.provider.url", "tcp://a:61616"),))
+AMQ = ConnectionFactoryConfig(
+    "src",
+    lookup_name="XAConnectionFactory",
+    username="u",
+    password="p",
+    properties=(Property("java.naming.provider.url", "tcp://a:61616"),),
+)
 
 
 class Factory(XAConnectionFactory):
@@ -38,10 +43,16 @@ def test_same_lookup_environment_and_login_is_one_resource_manager():
     assert one_resource_manager(AMQ, replace(AMQ, ref_name="dst", description="x"), None)
 
 
-@pytest.mark.parametrize("other", [
-    replace(AMQ, properties=(Property("java.naming.provider.url", "tcp://b:61616"),)),
-    replace(AMQ, username="v"), replace(AMQ, password="q"),
-    replace(AMQ, lookup_name="OtherXAConnectionFactory"), replace(AMQ, multi_rm=True)])
+@pytest.mark.parametrize(
+    "other",
+    [
+        replace(AMQ, properties=(Property("java.naming.provider.url", "tcp://b:61616"),)),
+        replace(AMQ, username="v"),
+        replace(AMQ, password="q"),
+        replace(AMQ, lookup_name="OtherXAConnectionFactory"),
+        replace(AMQ, multi_rm=True),
+    ],
+)
 def test_another_broker_or_user_is_not(other):
     assert not one_resource_manager(AMQ, other, None)
 
@@ -61,8 +72,8 @@ def test_local_only_where_the_provider_makes_local_transactions():
 
 def test_the_opt_out_property():
     def local(*lines: str) -> bool:
-        props = load_properties([], ["imq.bridge.b.type=jms", "imq.bridge.b.xmlurl=b.xml",
-                                     *lines], environ={})
+        props = load_properties([], ["imq.bridge.b.type=jms", "imq.bridge.b.xmlurl=b.xml", *lines], environ={})
         return props.bridge("b").transaction_local
+
     assert local() is True
     assert local("imq.bridge.b.transaction.local=false") is False

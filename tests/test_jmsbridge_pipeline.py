@@ -42,9 +42,16 @@ NOW = 1_700_000_000_000
 
 
 def plan(**kw) -> LinkPlan:
-    base = {"bridge_name": "b", "link_name": "l", "target": Queue("dst"), "retain_reply_to": False,
-            "tag_bridge_name": False, "consume_on_transform_error": False,
-            "source_provider": "A", "target_provider": "B"}
+    base = {
+        "bridge_name": "b",
+        "link_name": "l",
+        "target": Queue("dst"),
+        "retain_reply_to": False,
+        "tag_bridge_name": False,
+        "consume_on_transform_error": False,
+        "source_provider": "A",
+        "target_provider": "B",
+    }
     return LinkPlan(**{**base, **kw})
 
 
@@ -139,6 +146,7 @@ def test_branch_to_and_no_transfer_set_audit():
     def branch(t, m):
         t.branch_to("two")
         return m
+
     out, ctx = process(received(), plan(transformer=Fn(branch), destinations={"two": Topic("2")}))
     assert ctx.destination == Topic("2") and ctx.branched
     assert ctx.audit is DMQReason.FIRST_TRANSFORMER_BRANCHTO
@@ -146,6 +154,7 @@ def test_branch_to_and_no_transfer_set_audit():
     def drop(t, m):
         t.no_transfer()
         return m
+
     out, ctx = process(received(), plan(transformer=Fn(drop)))
     assert out is None and ctx.action is Action.CONSUME
     assert ctx.audit is DMQReason.FIRST_TRANSFORMER_NOTRANSFER
@@ -159,6 +168,7 @@ def test_branch_flags_reset_before_each_call():
             t.branch_to(Queue("first"))
         calls.append(1)
         return m
+
     p = plan(transformer=Fn(once))
     process(received(), p)
     _, ctx = process(received(), p)
@@ -166,6 +176,7 @@ def test_branch_flags_reset_before_each_call():
 
 
 # --- RetryWithTolerance --------------------------------------------------------------------------
+
 
 def test_retriable_errors_are_retried_then_succeed():
     attempts = []
@@ -175,6 +186,7 @@ def test_retriable_errors_are_retried_then_succeed():
         if len(attempts) < 3:
             raise RetriableError("later")
         return "done"
+
     ctx = ProcessingContext(received(), NOW)
     op = RetryWithTolerance(deadline=2, initial=0.001)
     assert op.execute(ctx, Stage.SEND, flaky) == "done" and ctx.attempts == 2
@@ -186,6 +198,7 @@ def test_retriable_past_the_deadline_is_tolerated_where_the_stage_allows():
 
     def always():
         raise RetriableError("never")
+
     start = time.monotonic()
     assert op.execute(ctx, Stage.SEND, always) is None
     assert 0.04 < time.monotonic() - start < 1 and isinstance(ctx.error, RetriableError)
@@ -197,11 +210,12 @@ def test_tolerance_table():
     def raising(exc):
         def f():
             raise exc
+
         return f
+
     ctx = ProcessingContext(received(), NOW)
     assert op.execute(ctx, Stage.SEND, raising(InvalidDestinationException("x"))) is None
-    for lost in (TransportException("gone"), IllegalStateException("closed"),
-                 RetriableTransportException("gone")):
+    for lost in (TransportException("gone"), IllegalStateException("closed"), RetriableTransportException("gone")):
         with pytest.raises(type(lost)):  # a lost connection is never one message's failure
             op.execute(ProcessingContext(received(), NOW), Stage.SEND, raising(lost))
     with pytest.raises(ValueError):  # SEND tolerates JMS errors only
@@ -219,6 +233,7 @@ def test_retry_is_interrupted_by_stop():
 
     def always():
         raise RetriableError("x")
+
     start = time.monotonic()
     with pytest.raises(Interrupted):
         op.execute(ProcessingContext(received(), NOW), Stage.SEND, always)
@@ -230,6 +245,7 @@ def test_transform_error_is_a_jms_exception():
 
 
 # --- states ---------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("table", [LINK_TRANSITIONS, BRIDGE_TRANSITIONS])
 def test_every_transition_ends_in_a_resting_state(table):

@@ -64,8 +64,7 @@ class Allowance:
             self.cond.wait_for(lambda: i < self.limit)
 
 
-def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: list[int],
-            allowance: Allowance) -> None:
+def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: list[int], allowance: Allowance) -> None:
     """Send 0..N-1 to src, reconnecting (and resending the failed one) across outages."""
     i, producer, conn = 0, None, None
     while i < N:
@@ -92,8 +91,10 @@ def produce(factory: EmbeddedConnectionFactory, done: threading.Event, sent: lis
 def test_provider_restarts_under_traffic(tmp_path):
     provider = Provider(tmp_path / "store")
     factory = EmbeddedConnectionFactory(provider)
-    xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host" connect-attempts="-1" '
-                                     'connect-attempt-interval-in-seconds="1"/>')
+    xml = bridge_xml(
+        link_xml(),
+        cfs='<connection-factory ref-name="host" connect-attempts="-1" connect-attempt-interval-in-seconds="1"/>',
+    )
     bridge = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: factory, tuning=FAST)
     bridge.start()
     link = bridge.links[0]
@@ -104,16 +105,24 @@ def test_provider_restarts_under_traffic(tmp_path):
         for phase in range(1, OUTAGES + 1):
             allowance.allow(phase * N // (OUTAGES + 1))
             moved = link.counters.transferred
-            wait_until(lambda moved=moved: link.state is State.STARTED  # connected again
-                       and link.counters.transferred >= moved + N // (OUTAGES + 2),
-                       30, "traffic before the outage")
+            wait_until(
+                lambda moved=moved: (
+                    link.state is State.STARTED  # connected again
+                    and link.counters.transferred >= moved + N // (OUTAGES + 2)
+                ),
+                30,
+                "traffic before the outage",
+            )
             provider.stop()
             time.sleep(0.3)
             provider.restart()
         allowance.allow(N)
         assert done.wait(60)
-        wait_until(lambda: provider.broker.queue_depth("dst") >= N and
-                   provider.broker.queue_depth("src") == 0, 30, "the link to catch up")
+        wait_until(
+            lambda: provider.broker.queue_depth("dst") >= N and provider.broker.queue_depth("src") == 0,
+            30,
+            "the link to catch up",
+        )
         time.sleep(0.2)
         assert link.state is State.STARTED and link.counters.reconnects >= OUTAGES
     finally:
@@ -135,8 +144,10 @@ def test_provider_restarts_under_traffic(tmp_path):
 def test_link_stops_when_the_connect_attempts_run_out(tmp_path):
     provider = Provider(tmp_path / "store")
     factory = EmbeddedConnectionFactory(provider)
-    xml = bridge_xml(link_xml(), cfs='<connection-factory ref-name="host" connect-attempts="3" '
-                                     'connect-attempt-interval-in-seconds="0"/>')
+    xml = bridge_xml(
+        link_xml(),
+        cfs='<connection-factory ref-name="host" connect-attempts="3" connect-attempt-interval-in-seconds="0"/>',
+    )
     bridge = JMSBridge(parse_bridge_config(xml), host_factory=lambda env: factory, tuning=FAST)
     bridge.start()
     link = bridge.links[0]

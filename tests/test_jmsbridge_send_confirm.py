@@ -31,8 +31,9 @@ class Refusing(MessageTransformer):
         raise ValueError("no")
 
 
-DEAD_LINK = link_xml(target_attrs=f'message-transformer-class="{__name__}.Refusing" '
-                                  'consume-no-transfer-on-transform-error="true"')
+DEAD_LINK = link_xml(
+    target_attrs=f'message-transformer-class="{__name__}.Refusing" consume-no-transfer-on-transform-error="true"'
+)
 
 
 @pytest.fixture
@@ -48,10 +49,12 @@ def far(tmp_path):
 
 
 def remote_cf(harness: Harness) -> str:
-    return ('<connection-factory ref-name="far" lookup-name="XAConnectionFactory">'
-            '<property name="java.naming.factory.initial" value="imq.embedded"/>'
-            f'<property name="java.naming.provider.url" value="{harness.url}"/>'
-            '</connection-factory>')
+    return (
+        '<connection-factory ref-name="far" lookup-name="XAConnectionFactory">'
+        '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+        f'<property name="java.naming.provider.url" value="{harness.url}"/>'
+        "</connection-factory>"
+    )
 
 
 @pytest.mark.slow
@@ -83,11 +86,12 @@ def test_a_dmq_that_refuses_a_non_persistent_message_has_not_taken_it(broker, fa
     """A DMQ send counts once the DMQ has the message: the sequence goes on to the next
     <dmq> when a remote one refuses it."""
     _, harness = far
-    dmqs = ('<dmq name="faraway" connection-factory-ref="far" destination-ref="farfull" '
-            'send-attempts="1" send-attempt-interval-in-seconds="0"/>'
-            '<dmq name="near" connection-factory-ref="host" destination-ref="d2" send-attempts="1"/>')
-    dests = ('<destination ref-name="farfull" name="full"/>'
-             '<destination ref-name="d2" name="d2"/>')
+    dmqs = (
+        '<dmq name="faraway" connection-factory-ref="far" destination-ref="farfull" '
+        'send-attempts="1" send-attempt-interval-in-seconds="0"/>'
+        '<dmq name="near" connection-factory-ref="host" destination-ref="d2" send-attempts="1"/>'
+    )
+    dests = '<destination ref-name="farfull" name="full"/><destination ref-name="d2" name="d2"/>'
     send(broker, "src", ["x"], delivery_mode=DeliveryMode.NON_PERSISTENT)
     b = make_bridge(broker, bridge_xml(DEAD_LINK, dmqs=dmqs, cfs=remote_cf(harness), dests=dests))
     b.start()
@@ -111,7 +115,7 @@ def test_confirm_sends_makes_a_non_persistent_send_answer_for_itself(broker, far
         producer.send(TextMessage("small"))
         with pytest.raises(ResourceAllocationException, match="maxBytesPerMsg=1024"):
             producer.send(TextMessage(BIG))
-        producer.send(TextMessage("small again"))   # not failed by the refusal before it
+        producer.send(TextMessage("small again"))  # not failed by the refusal before it
     finally:
         conn.close()
 
@@ -139,10 +143,12 @@ def test_a_stomp_target_that_refuses_and_disconnects_gets_each_message_once(brok
     consumes it (with the batch before it) before the lost connection that follows the
     refusal sends the unacknowledged messages back: none is sent or dead-lettered twice."""
     far_broker, port = stomp_far
-    cf = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
-          'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
-          f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
-          '</connection-factory>')
+    cf = (
+        '<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+        'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+        f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+        "</connection-factory>"
+    )
     link = link_xml().replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
     sent = send(broker, "src", ["good 1"])
     sent += send(broker, "src", [BIG], delivery_mode=DeliveryMode.NON_PERSISTENT)
@@ -176,8 +182,7 @@ class LateAfterRefusal(MessageTransformer):
 
 
 @pytest.mark.slow
-def test_a_connection_lost_before_the_next_send_still_takes_the_window_answers(broker, stomp_far,
-                                                                              monkeypatch):
+def test_a_connection_lost_before_the_next_send_still_takes_the_window_answers(broker, stomp_far, monkeypatch):
     """The far bridge answered good 1 (RECEIPT) and refused BIG, then closed the connection
     before the link sent good 2: the answers that came are taken (good 1 is acknowledged,
     BIG goes to the DMQ) and only good 2 and good 3 are sent again, not good 1."""
@@ -192,12 +197,16 @@ def test_a_connection_lost_before_the_next_send_still_takes_the_window_answers(b
         LOST.set()
 
     monkeypatch.setattr(StompConnection, "_lost", noted)
-    cf = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
-          'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
-          f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
-          '</connection-factory>')
-    link = link_xml(target_attrs=f'message-transformer-class="{__name__}.LateAfterRefusal" '
-                                 'consume-no-transfer-on-transform-error="true"')
+    cf = (
+        '<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+        'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+        f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+        "</connection-factory>"
+    )
+    link = link_xml(
+        target_attrs=f'message-transformer-class="{__name__}.LateAfterRefusal" '
+        'consume-no-transfer-on-transform-error="true"'
+    )
     link = link.replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
     sent = send(broker, "src", ["good 1"])
     sent += send(broker, "src", [BIG], delivery_mode=DeliveryMode.NON_PERSISTENT)

@@ -29,6 +29,7 @@ BIG = "x" * 4096
 
 # --- the in-order tracking ------------------------------------------------------------------
 
+
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_any_order_of_answers_settles_only_the_answered_prefix_each_once(data):
@@ -39,8 +40,9 @@ def test_any_order_of_answers_settles_only_the_answered_prefix_each_once(data):
     n = data.draw(st.integers(1, 12), label="outstanding")
     window: ConfirmWindow[int] = ConfirmWindow()
     listeners = [window.add(i) for i in range(n)]
-    calls = data.draw(st.lists(st.tuples(st.integers(0, n - 1), st.booleans(), st.booleans()),
-                               max_size=3 * n), label="calls")
+    calls = data.draw(
+        st.lists(st.tuples(st.integers(0, n - 1), st.booleans(), st.booleans()), max_size=3 * n), label="calls"
+    )
     calls += [(i, True, False) for i in range(n)]  # eventually everyone answers
     first: dict[int, JMSException | None] = {}
     taken: list[tuple[int, JMSException | None]] = []
@@ -60,7 +62,8 @@ def test_any_order_of_answers_settles_only_the_answered_prefix_each_once(data):
     assert len(window) == 0
     assert [i for i, _ in taken] == list(range(n))
     assert [None if e is None else str(e) for _, e in taken] == [
-        None if first[i] is None else str(first[i]) for i in range(n)]
+        None if first[i] is None else str(first[i]) for i in range(n)
+    ]
 
 
 def test_a_send_that_raised_leaves_the_window():
@@ -72,6 +75,7 @@ def test_a_send_that_raised_leaves_the_window():
 
 
 # --- providers --------------------------------------------------------------------------------
+
 
 class Recorder:
     """A CompletionListener that records (text, error) in the order it is called."""
@@ -112,7 +116,11 @@ def test_mq_send_async_attributes_a_refusal_to_its_own_message(far, mode):
             producer.send_async(TextMessage(text), listener)
         producer.flush()
         assert [(t[:3], type(e).__name__ if e else None) for t, e in listener.outcomes] == [
-            ("a", None), ("xxx", "ResourceAllocationException"), ("b", None), ("c", None)]
+            ("a", None),
+            ("xxx", "ResourceAllocationException"),
+            ("b", None),
+            ("c", None),
+        ]
         assert isinstance(listener.outcomes[1][1], ResourceAllocationException)
         producer.send(TextMessage("d"))  # the refusal does not fail a later send either
     finally:
@@ -203,6 +211,7 @@ def test_stomp_send_async_pipelines_receipts_and_fails_the_refused_frame(stomp_f
 
 # --- the link ---------------------------------------------------------------------------------
 
+
 def test_a_link_acknowledges_once_per_window(broker, monkeypatch):
     """imq.bridge.<name>.link.window=10: 30 messages are acknowledged in about 3
     acknowledgements, not 30 (the chapter's acknowledge after each send, window 1)."""
@@ -211,6 +220,7 @@ def test_a_link_acknowledges_once_per_window(broker, monkeypatch):
     def counting(self):
         acks.append(1)
         return real(self)
+
     monkeypatch.setattr(ClientAcknowledge, "complete", counting)
     send(broker, "src", [f"m{i}" for i in range(30)])
     props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
@@ -233,14 +243,14 @@ def test_a_link_whose_transformer_may_halt_it_still_acknowledges_once_per_window
     acks = []
     for name in ("complete", "complete_oldest"):
         real = getattr(ClientAcknowledge, name)
-        monkeypatch.setattr(ClientAcknowledge, name,
-                            lambda self, *a, _real=real, _name=name: acks.append(_name) or _real(self, *a))
+        monkeypatch.setattr(
+            ClientAcknowledge, name, lambda self, *a, _real=real, _name=name: acks.append(_name) or _real(self, *a)
+        )
     good = [f"m{i}" for i in range(25)]
     send(broker, "src", [*good, "bad", "after"])
     props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
     failing = "test_jmsbridge_link.Failing"
-    b = make_bridge(broker, bridge_xml(link_xml(target_attrs=f'message-transformer-class="{failing}"')),
-                    props=props)
+    b = make_bridge(broker, bridge_xml(link_xml(target_attrs=f'message-transformer-class="{failing}"')), props=props)
     b.start()
     try:
         link = b.links[0]
@@ -261,8 +271,9 @@ def test_a_full_flow_control_target_holds_the_window_and_nothing_goes_to_the_dmq
     plain send: the link waits for room; a held send is not a refused one (no DMQ)."""
     from bridgemgr.providers.embedded import LimitBehavior
 
-    broker.configure_destination(Queue("dst"), DestinationLimits(
-        max_num_msgs=4, limit_behavior=LimitBehavior.FLOW_CONTROL))
+    broker.configure_destination(
+        Queue("dst"), DestinationLimits(max_num_msgs=4, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
     send(broker, "src", [f"m{i}" for i in range(20)])
     props = load_properties([], ["imq.bridge.b.link.window=10"], environ={})
     b = make_bridge(broker, bridge_xml(link_xml()), props=props)
@@ -289,8 +300,9 @@ def test_stopping_a_link_held_by_a_full_flow_control_target_gives_the_send_up(br
 
     from bridgemgr.providers.embedded import LimitBehavior
 
-    broker.configure_destination(Queue("dst"), DestinationLimits(
-        max_num_msgs=3, limit_behavior=LimitBehavior.FLOW_CONTROL))
+    broker.configure_destination(
+        Queue("dst"), DestinationLimits(max_num_msgs=3, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
     send(broker, "src", [f"m{i}" for i in range(6)])
     b = make_bridge(broker, bridge_xml(link_xml(transacted=transacted)))
     b.start()
@@ -337,6 +349,7 @@ def test_a_target_answering_when_sent_skips_the_window_bookkeeping(tmp_path, mon
     def counting(self, *args, **kwargs):
         calls.append(1)
         return real(self, *args, **kwargs)
+
     monkeypatch.setattr(EmbeddedProducer, "send_async", counting)
     acks, complete = [], ClientAcknowledge.complete
     monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (acks.append(1), complete(self))[1])
@@ -407,16 +420,17 @@ def test_big_messages_fill_a_unit_before_its_window_is_full(tmp_path, request, m
     acks: list[int] = []
     for name in ("complete", "complete_oldest"):
         real = getattr(ClientAcknowledge, name)
-        monkeypatch.setattr(ClientAcknowledge, name,
-                            lambda self, *a, _real=real: acks.append(1) or _real(self, *a))
+        monkeypatch.setattr(ClientAcknowledge, name, lambda self, *a, _real=real: acks.append(1) or _real(self, *a))
     source = Broker(tmp_path / "source", sync=target == "confirmed")
     far, cfs, link = source, "", link_xml()
     if target == "sliding":
         far, port = request.getfixturevalue("stomp_target")
-        cfs = ('<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
-               'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
-               f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
-               '</connection-factory>')
+        cfs = (
+            '<connection-factory ref-name="far" lookup-name="ConnectionFactory" username="admin" '
+            'password="secret"><property name="java.naming.factory.initial" value="imq.stomp"/>'
+            f'<property name="java.naming.provider.url" value="stomp://127.0.0.1:{port}"/>'
+            "</connection-factory>"
+        )
         link = link.replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
     bodies = [f"{i:03d}{KIB16}" for i in range(40)]
     try:
@@ -443,12 +457,12 @@ def test_a_transacted_link_commits_at_the_byte_bound_before_its_batch_size(broke
 
     commits: list[int] = []
     for kind in (LocalTransaction, XATransaction):
-        monkeypatch.setattr(kind, "complete", lambda self, _real=kind.complete:
-                            commits.append(1) or _real(self))
+        monkeypatch.setattr(kind, "complete", lambda self, _real=kind.complete: commits.append(1) or _real(self))
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
     send(broker, "src", bodies)
-    props = load_properties([], ["imq.bridge.b.transaction.batchSize=50",
-                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
+    props = load_properties(
+        [], ["imq.bridge.b.transaction.batchSize=50", "imq.bridge.b.link.windowBytes=64k"], environ={}
+    )
     b = make_bridge(broker, bridge_xml(link_xml(transacted="true")), props=props)
     b.start()
     try:
@@ -465,9 +479,11 @@ def test_a_window_bytes_property_on_a_link_bounds_that_link_only(broker):
     link keeps; both move their 16 KiB messages in order."""
     bounded = link_xml("l1").replace("</link>", '<property name="windowBytes" value="64k"/></link>')
     props = load_properties([], ["imq.bridge.b.link.windowBytes=-1"], environ={})
-    b = make_bridge(broker, bridge_xml(bounded + link_xml("l2", "other", "other2"),
-                                       dests='<destination ref-name="other2" name="other2"/>'),
-                    props=props)
+    b = make_bridge(
+        broker,
+        bridge_xml(bounded + link_xml("l2", "other", "other2"), dests='<destination ref-name="other2" name="other2"/>'),
+        props=props,
+    )
     assert b.config.link("l1").window_bytes == 64 * 1024 and b.config.link("l2").window_bytes is None
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
     send(broker, "src", bodies)
@@ -490,10 +506,10 @@ def record_prefetch(monkeypatch) -> list[tuple[int, int] | int]:
     from bridgemgr.providers.embedded.client import EmbeddedSession
 
     asked: list[tuple[int, int] | int] = []
-    monkeypatch.setattr(EmbeddedSession, "prefetch_at_least",
-                        lambda self, count, max_bytes=0: asked.append((count, max_bytes)))
-    monkeypatch.setattr(EmbeddedSession, "prefetch_at_most", lambda self, count: asked.append(count),
-                        raising=False)
+    monkeypatch.setattr(
+        EmbeddedSession, "prefetch_at_least", lambda self, count, max_bytes=0: asked.append((count, max_bytes))
+    )
+    monkeypatch.setattr(EmbeddedSession, "prefetch_at_most", lambda self, count: asked.append(count), raising=False)
     return asked
 
 
@@ -505,8 +521,7 @@ def test_a_link_that_saw_big_messages_asks_its_source_to_prefetch_fewer(broker, 
     asked = record_prefetch(monkeypatch)
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
     send(broker, "src", bodies[:10])
-    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
-                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
+    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.link.windowBytes=64k"], environ={})
     b = make_bridge(broker, bridge_xml(link_xml()), props=props)
     b.start()
     try:
@@ -528,8 +543,7 @@ def test_a_restarted_service_remembers_the_largest_message_of_a_link(broker, mon
     connection for 3 windows of 4 messages of 16 KiB (64k each), not 3 of 1000."""
     asked = record_prefetch(monkeypatch)
     bodies = [f"{i:03d}{KIB16}" for i in range(20)]
-    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
-                                 "imq.bridge.b.link.windowBytes=64k"], environ={})
+    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.link.windowBytes=64k"], environ={})
     for run in (bodies[:10], bodies[10:]):
         send(broker, "src", run)
         b = make_bridge(broker, bridge_xml(link_xml()), props=props)

@@ -96,24 +96,28 @@ def texts(events) -> list[str]:
 
 # --- the handshake --------------------------------------------------------------------------
 
+
 def test_hello_opens_the_connection_and_answers_with_the_brokers_identity(broker):
     d = Driver(broker, heartbeat=30.0)
     (answer,) = d.hello(heartbeat_ms=2000)
     assert d.conn.state is State.OPEN and d.conn.user == "alice"
     assert answer.call == 1 and answer.value["rm_id"] == broker.rm_id
-    assert answer.value["heartbeat_ms"] == 2000 and d.conn.interval == 2.0   # the smaller one
+    assert answer.value["heartbeat_ms"] == 2000 and d.conn.interval == 2.0  # the smaller one
     d.conn.connection_lost()
 
 
 @pytest.mark.parametrize("authenticate", [lambda u, p: False, lambda u, p: 1 / 0])
 def test_a_refused_login_reads_nothing_more_and_fails_when_the_driver_says(broker, authenticate):
     d = Driver(broker, authenticate=authenticate)
-    got = d.feed(wire.PREAMBLE, wire.request(1, Op.HELLO, "mallory", "guess", 0, "test"),
-                 wire.request(2, Op.SESSION, 1, False, 1, False))
+    got = d.feed(
+        wire.PREAMBLE,
+        wire.request(1, Op.HELLO, "mallory", "guess", 0, "test"),
+        wire.request(2, Op.SESSION, 1, False, 1, False),
+    )
     assert got == [] and d.conn.state is State.REFUSED
     assert isinstance(d.conn.refusal, JMSSecurityException) and "'mallory'" in str(d.conn.refusal)
     assert d.conn.embedded is None and not d.conn.sessions
-    d.conn.fail(d.conn.refusal)                   # the shell does this after its delay
+    d.conn.fail(d.conn.refusal)  # the shell does this after its delay
     (error,) = d.settle()
     assert error.fatal and "authentication failed for user 'mallory'" in str(error.error)
     assert d.conn.closed
@@ -136,12 +140,15 @@ def test_no_hello_in_time_fails_the_connection(broker):
 
 # --- requests ---------------------------------------------------------------------------------
 
+
 def test_send_deliver_and_acknowledge_round_trip(driver, broker):
-    got = driver.feed(wire.request(2, Op.SESSION, 1, False, int(AckMode.CLIENT_ACKNOWLEDGE), False),
-                      wire.request(3, Op.START),
-                      wire.send_request(4, 1, message("one")),
-                      wire.send_request(5, 1, message("two")),
-                      wire.request(6, Op.CONSUMER, 1, 7, Q, None, False, None, 10))
+    got = driver.feed(
+        wire.request(2, Op.SESSION, 1, False, int(AckMode.CLIENT_ACKNOWLEDGE), False),
+        wire.request(3, Op.START),
+        wire.send_request(4, 1, message("one")),
+        wire.send_request(5, 1, message("two")),
+        wire.request(6, Op.CONSUMER, 1, 7, Q, None, False, None, 10),
+    )
     assert replies(got) == {2: None, 3: None, 4: None, 5: None, 6: None}
     assert texts(got) == ["one", "two"]
     tags = [e.tag for e in got if isinstance(e, wire.Delivery)]
@@ -152,11 +159,13 @@ def test_send_deliver_and_acknowledge_round_trip(driver, broker):
 
 
 def test_a_transacted_send_is_delivered_after_commit_only(driver):
-    got = driver.feed(wire.request(2, Op.SESSION, 1, True, 0, False),
-                      wire.request(3, Op.SESSION, 2, False, 1, False),
-                      wire.request(4, Op.START),
-                      wire.request(5, Op.CONSUMER, 2, 1, Q, None, False, None, 10),
-                      wire.send_request(0, 1, message("in tx")))
+    got = driver.feed(
+        wire.request(2, Op.SESSION, 1, True, 0, False),
+        wire.request(3, Op.SESSION, 2, False, 1, False),
+        wire.request(4, Op.START),
+        wire.request(5, Op.CONSUMER, 2, 1, Q, None, False, None, 10),
+        wire.send_request(0, 1, message("in tx")),
+    )
     assert texts(got) == []
     got = driver.feed(wire.request(6, Op.COMMIT, 1))
     assert replies(got) == {6: None} and texts(got) == ["in tx"]
@@ -164,13 +173,14 @@ def test_a_transacted_send_is_delivered_after_commit_only(driver):
 
 def test_a_refused_send_without_a_reply_fails_its_transactions_commit(broker, tmp_path):
     rules = tmp_path / "acl.properties"
-    rules.write_text("version=JMQFileAccessControlModel/100\nconnection.NORMAL.allow.user=*\n"
-                     "queue.*.consume.allow.user=*\nqueue.create.allow.user=*\n")
+    rules.write_text(
+        "version=JMQFileAccessControlModel/100\nconnection.NORMAL.allow.user=*\n"
+        "queue.*.consume.allow.user=*\nqueue.create.allow.user=*\n"
+    )
     d = Driver(broker, access=AccessControls(jms=AccessControl("jms", rules)))
     d.hello()
-    got = d.feed(wire.request(2, Op.SESSION, 1, True, 0, False),
-                 wire.send_request(0, 1, message("not allowed")))
-    assert replies(got) == {2: None}                     # the failure waits for the commit
+    got = d.feed(wire.request(2, Op.SESSION, 1, True, 0, False), wire.send_request(0, 1, message("not allowed")))
+    assert replies(got) == {2: None}  # the failure waits for the commit
     (error,) = d.feed(wire.request(3, Op.COMMIT, 1))
     assert error.call == 3 and isinstance(error.error, TransactionRolledBackException)
     assert "may not produce queue://orders" in str(error.error)
@@ -178,9 +188,11 @@ def test_a_refused_send_without_a_reply_fails_its_transactions_commit(broker, tm
 
 
 def test_a_request_the_broker_refuses_gets_an_error_reply_naming_it(driver):
-    got = driver.feed(wire.request(2, Op.CONSUMER, 9, 1, Q, None, False, None, 10),
-                      wire.request(3, Op.SESSION, 1, False, 99, False),
-                      wire.request(4, Op.SESSION, 1, False, 1, False))
+    got = driver.feed(
+        wire.request(2, Op.CONSUMER, 9, 1, Q, None, False, None, 10),
+        wire.request(3, Op.SESSION, 1, False, 99, False),
+        wire.request(4, Op.SESSION, 1, False, 1, False),
+    )
     first, second, ok = got
     assert first.call == 2 and isinstance(first.error, IllegalStateException)
     assert "session 9 does not exist" in str(first.error) and not first.fatal
@@ -192,18 +204,20 @@ def test_a_malformed_request_is_a_fatal_error_naming_it_not_an_exception(driver)
     (error,) = driver.feed(wire.request(2, Op.SESSION, "one", False, 1, False))
     assert error.fatal and "SESSION argument 1: str is the wrong type" in str(error.error)
     assert driver.conn.closed
-    assert driver.feed(wire.request(3, Op.SESSION, 1, False, 1, False)) == []   # nothing more read
+    assert driver.feed(wire.request(3, Op.SESSION, 1, False, 1, False)) == []  # nothing more read
 
 
 def test_xa_prepare_and_commit_are_blocking_calls(driver, broker):
     x = Xid(1, b"g", b"b")
     driver.run_calls = False
-    got = driver.feed(wire.request(2, Op.SESSION, 1, False, 0, True),
-                      wire.request(3, Op.XA_START, 1, x, xa.TMNOFLAGS),
-                      wire.send_request(4, 1, message("xa")),
-                      wire.request(5, Op.XA_END, 1, x, xa.TMSUCCESS),
-                      wire.request(6, Op.XA_PREPARE, x))
-    assert replies(got) == {2: None, 3: None, 4: None, 5: None}   # PREPARE waits for its call
+    got = driver.feed(
+        wire.request(2, Op.SESSION, 1, False, 0, True),
+        wire.request(3, Op.XA_START, 1, x, xa.TMNOFLAGS),
+        wire.send_request(4, 1, message("xa")),
+        wire.request(5, Op.XA_END, 1, x, xa.TMSUCCESS),
+        wire.request(6, Op.XA_PREPARE, x),
+    )
+    assert replies(got) == {2: None, 3: None, 4: None, 5: None}  # PREPARE waits for its call
     (call,) = driver.held
     driver.complete(call)
     assert replies(driver.settle()) == {6: xa.XA_OK}
@@ -228,9 +242,13 @@ def test_durable_sends_of_one_read_wait_for_the_store_in_one_call(tmp_path):
 
 # --- flow control, closing, heart-beats ---------------------------------------------------------
 
+
 def test_a_full_socket_stops_deliveries_until_it_drains(driver):
-    driver.feed(wire.request(2, Op.SESSION, 1, False, 1, False), wire.request(3, Op.START),
-                wire.request(4, Op.CONSUMER, 1, 1, Q, None, False, None, 10))
+    driver.feed(
+        wire.request(2, Op.SESSION, 1, False, 1, False),
+        wire.request(3, Op.START),
+        wire.request(4, Op.CONSUMER, 1, 1, Q, None, False, None, 10),
+    )
     driver.conn.set_writable(False)
     assert texts(driver.feed(wire.send_request(5, 1, message("waits")))) == []
     driver.conn.set_writable(True)
@@ -238,9 +256,12 @@ def test_a_full_socket_stops_deliveries_until_it_drains(driver):
 
 
 def test_close_gives_in_flight_messages_back_as_never_delivered(driver, broker):
-    driver.feed(wire.request(2, Op.SESSION, 1, False, 2, False), wire.request(3, Op.START),
-                wire.send_request(4, 1, message("held")),
-                wire.request(5, Op.CONSUMER, 1, 1, Q, None, False, None, 10))
+    driver.feed(
+        wire.request(2, Op.SESSION, 1, False, 2, False),
+        wire.request(3, Op.START),
+        wire.send_request(4, 1, message("held")),
+        wire.request(5, Op.CONSUMER, 1, 1, Q, None, False, None, 10),
+    )
     got = driver.feed(wire.request(6, Op.CLOSE))
     assert replies(got) == {6: None} and driver.conn.closed
     (again,) = broker.browse(Q, None)
@@ -248,9 +269,12 @@ def test_close_gives_in_flight_messages_back_as_never_delivered(driver, broker):
 
 
 def test_a_lost_connection_gives_them_back_as_redelivered(driver, broker):
-    driver.feed(wire.request(2, Op.SESSION, 1, False, 2, False), wire.request(3, Op.START),
-                wire.send_request(4, 1, message("held")),
-                wire.request(5, Op.CONSUMER, 1, 1, Q, None, False, None, 10))
+    driver.feed(
+        wire.request(2, Op.SESSION, 1, False, 2, False),
+        wire.request(3, Op.START),
+        wire.send_request(4, 1, message("held")),
+        wire.request(5, Op.CONSUMER, 1, 1, Q, None, False, None, 10),
+    )
     driver.conn.connection_lost()
     (again,) = broker.browse(Q, None)
     assert again.redelivered

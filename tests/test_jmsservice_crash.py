@@ -62,13 +62,13 @@ def test_kill9_with_unacknowledged_messages_returns_them_redelivered(harness, br
     child = spawn("client_child.py", harness.url, "client_ack")
     try:
         assert expect_line(child, "got ") == "a,b,c"
-        wait_for(lambda: depth(broker, "src")["unacked"] == 5)   # three delivered, two prefetched
+        wait_for(lambda: depth(broker, "src")["unacked"] == 5)  # three delivered, two prefetched
     finally:
         kill(child)
     wait_for(lambda: depth(broker, "src")["pending"] == 5)
     got = drain(observer.create_session().create_consumer(SRC))
     assert [m.text for m in got] == ["a", "b", "c", "d", "e"]
-    assert [m.redelivered for m in got] == [True] * 5   # the service cannot know what it saw
+    assert [m.redelivered for m in got] == [True] * 5  # the service cannot know what it saw
 
 
 def test_kill9_after_auto_acknowledge_keeps_the_consumed_message_consumed(harness, broker, observer):
@@ -98,8 +98,7 @@ def test_kill9_mid_transaction_rolls_it_back(harness, broker, observer):
     assert drain(session.create_consumer(DST)) == []
 
 
-def test_kill9_mid_xa_keeps_the_prepared_branch_in_doubt_and_rolls_back_the_active_one(
-        harness, broker, observer):
+def test_kill9_mid_xa_keeps_the_prepared_branch_in_doubt_and_rolls_back_the_active_one(harness, broker, observer):
     put(observer, SRC, "a", "b")
     child = spawn("client_child.py", harness.url, "xa")
     try:
@@ -110,12 +109,12 @@ def test_kill9_mid_xa_keeps_the_prepared_branch_in_doubt_and_rolls_back_the_acti
         kill(child)
     prepared = Xid(7, b"crash-prepared", b"b")
     resource = observer.create_xa_session().xa_resource
-    wait_for(lambda: depth(broker, "src")["pending"] == 1)       # the active branch's message
+    wait_for(lambda: depth(broker, "src")["pending"] == 1)  # the active branch's message
     assert resource.recover(xa.TMSTARTRSCAN | xa.TMENDRSCAN) == [prepared]
     session = observer.create_session()
-    assert [m.text for m in drain(session.create_consumer(SRC))] == ["b"]   # "a" is locked
+    assert [m.text for m in drain(session.create_consumer(SRC))] == ["b"]  # "a" is locked
     assert drain(session.create_consumer(DST)) == []
-    resource.commit(prepared, False)                             # another client ends it
+    resource.commit(prepared, False)  # another client ends it
     assert [m.text for m in drain(session.create_consumer(DST))] == ["A"]
     assert resource.recover(xa.TMSTARTRSCAN) == []
 
@@ -127,6 +126,7 @@ def test_kill9_deletes_the_clients_temporary_queue(harness, observer):
     finally:
         kill(child)
     from bridgemgr.jms import TemporaryQueue
+
     producer = observer.create_session().create_producer(TemporaryQueue(name))
     deadline = time.monotonic() + 5
     with pytest.raises(InvalidDestinationException, match="no longer exists"):
@@ -141,6 +141,7 @@ def test_service_killed_and_restarted_under_connected_clients(tmp_path):
     store, pm_port = tmp_path / "store", free_port()
     service = spawn("service_child.py", store, pm_port, "sync")
     import bridgemgr
+
     url = f"mq://127.0.0.1:{pm_port}"
     try:
         expect_line(service, "ready ")
@@ -164,6 +165,7 @@ def test_service_killed_and_restarted_under_connected_clients(tmp_path):
                 consumer.receive(30)
             except TransportException as exc:
                 waiting.append(exc)
+
         receiver = threading.Thread(target=receive)
         receiver.start()
         time.sleep(0.2)
@@ -193,6 +195,7 @@ def test_clean_service_stop_closes_clients_with_a_clear_error(tmp_path):
     store, pm_port = tmp_path / "store", free_port()
     service = spawn("service_child.py", store, pm_port)
     import bridgemgr
+
     try:
         expect_line(service, "ready ")
         conn = bridgemgr.connect(f"mq://127.0.0.1:{pm_port}")
@@ -215,6 +218,7 @@ def test_confirmed_persistent_sends_survive_kill9_of_the_service(tmp_path):
     store, pm_port = tmp_path / "store", free_port()
     service = spawn("service_child.py", store, pm_port, "sync")
     import bridgemgr
+
     url = f"mq://127.0.0.1:{pm_port}"
     confirmed: list[str] = []
     try:

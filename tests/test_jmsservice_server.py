@@ -58,8 +58,13 @@ topic.create.allow.user=*
 def harness(broker, tmp_path):
     (tmp_path / "acl.properties").write_text(RULES)
     access = AccessControls(jms=AccessControl("jms", tmp_path / "acl.properties"))
-    h = Harness(broker, heartbeat=5.0, authenticator=check_password, access=access,
-                guard=ServiceGuard("jms", LoginThrottle(ThrottleSettings(base_delay=0.05)), login_timeout=2))
+    h = Harness(
+        broker,
+        heartbeat=5.0,
+        authenticator=check_password,
+        access=access,
+        guard=ServiceGuard("jms", LoginThrottle(ThrottleSettings(base_delay=0.05)), login_timeout=2),
+    )
     yield h
     h.close()
 
@@ -82,20 +87,23 @@ def roundtrip(conn, dest=Q, text="ping"):
 
 # --- bad frames ---------------------------------------------------------------------------
 
+
 def authenticated_raw(harness):
     raw = RawClient(harness.service.port)
     assert isinstance(raw.hello("alice", "wonder"), wire.Reply)
     return raw
 
 
-@pytest.mark.parametrize("name, data, match", [
-    ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "does not speak the imqbridge jms protocol"),
-    ("wrong version", b"IMQJ\x07", "protocol version 7 is not supported"),
-    ("oversize", wire.PREAMBLE + b"\x7f\xff\xff\xff", "size 2147483647 is outside 5..65536"),
-    ("before HELLO", wire.PREAMBLE + wire.request(1, Op.SESSION, 1, False, 1, False), "only one HELLO"),
-])
-def test_bad_frames_get_an_error_and_the_connection_closes_without_harming_others(
-        harness, alice, name, data, match):
+@pytest.mark.parametrize(
+    "name, data, match",
+    [
+        ("garbage", b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", "does not speak the imqbridge jms protocol"),
+        ("wrong version", b"IMQJ\x07", "protocol version 7 is not supported"),
+        ("oversize", wire.PREAMBLE + b"\x7f\xff\xff\xff", "size 2147483647 is outside 5..65536"),
+        ("before HELLO", wire.PREAMBLE + wire.request(1, Op.SESSION, 1, False, 1, False), "only one HELLO"),
+    ],
+)
+def test_bad_frames_get_an_error_and_the_connection_closes_without_harming_others(harness, alice, name, data, match):
     raw = RawClient(harness.service.port, preamble=None)
     raw.send(data)
     preamble_ok = True
@@ -121,7 +129,7 @@ def test_bad_frames_after_login_close_only_that_connection_and_give_back_its_mes
     assert raw.call(Op.CONSUMER, 1, 1, Q, None, False, None, 10) == wire.Reply(7, None)
     assert raw.call(Op.START) == wire.Reply(7, None)
     wait_for(lambda: broker.destinations()["queue:orders"]["unacked"] == 1)
-    raw.send(b"\x00\x00\x00\x05\x63\x00\x00\x00\x00")   # an unknown frame kind
+    raw.send(b"\x00\x00\x00\x05\x63\x00\x00\x00\x00")  # an unknown frame kind
     assert raw.closed_by_server()
     wait_for(lambda: broker.destinations()["queue:orders"]["pending"] == 1)
     with session.create_consumer(Q) as consumer:
@@ -134,7 +142,7 @@ def test_an_oversize_frame_after_login_is_refused_before_it_is_read(broker):
     with Harness(broker, max_frame=4096) as h:
         raw = RawClient(h.service.port)
         assert isinstance(raw.hello(), wire.Reply)
-        raw.send(b"\x00\x01\x00\x00")                       # announces 64 KiB
+        raw.send(b"\x00\x01\x00\x00")  # announces 64 KiB
         failure = raw.next_event()
         assert "size 65536 is outside 5..4096" in str(failure.error)
         assert raw.closed_by_server()
@@ -149,7 +157,7 @@ def test_an_oversize_frame_after_login_is_refused_before_it_is_read(broker):
 def test_random_byte_streams_never_harm_the_service(harness, alice, data, after_login):
     raw = authenticated_raw(harness) if after_login else RawClient(harness.service.port, preamble=None)
     raw.send(data)
-    raw.sock.shutdown(socket.SHUT_WR)   # the service must settle what it got, then close
+    raw.sock.shutdown(socket.SHUT_WR)  # the service must settle what it got, then close
     assert raw.closed_by_server(5)
     raw.close()
     assert roundtrip(alice, text=repr(data[:10])) == repr(data[:10])
@@ -160,7 +168,7 @@ def test_every_connection_is_released_after_the_fuzzing(harness, alice):
         raw = RawClient(harness.service.port, preamble=None)
         raw.send(data)
         raw.close()
-    wait_for(lambda: len(harness.service.connections) == 1)   # alice's only
+    wait_for(lambda: len(harness.service.connections) == 1)  # alice's only
 
 
 def test_no_hello_in_time_closes_the_connection(broker):
@@ -172,6 +180,7 @@ def test_no_hello_in_time_closes_the_connection(broker):
 
 
 # --- authentication and authorization ---------------------------------------------------------
+
 
 def test_authentication_failure_names_the_user_not_the_password(harness, caplog):
     caplog.set_level(logging.DEBUG)
@@ -185,9 +194,11 @@ def test_authentication_failure_names_the_user_not_the_password(harness, caplog)
 def test_an_unauthenticated_client_gets_nothing(harness, alice):
     alice.create_session().create_producer(Q).send(TextMessage("secret"))
     raw = RawClient(harness.service.port)
-    raw.send(wire.request(1, Op.HELLO, "alice", "wrong", 30000, "raw")
-             + wire.request(2, Op.SESSION, 1, False, 1, False)
-             + wire.request(3, Op.CONSUMER, 1, 1, Q, None, False, None, 10))
+    raw.send(
+        wire.request(1, Op.HELLO, "alice", "wrong", 30000, "raw")
+        + wire.request(2, Op.SESSION, 1, False, 1, False)
+        + wire.request(3, Op.CONSUMER, 1, 1, Q, None, False, None, 10)
+    )
     events = []
     while (event := raw.next_event()) is not None:
         events.append(event)
@@ -215,7 +226,7 @@ def test_a_client_sees_only_what_its_credentials_allow(harness, alice):
     assert rs.create_consumer(public).receive(2).text == "hello"
     with pytest.raises(JMSSecurityException, match="may not produce"):
         rs.create_producer(public).send(TextMessage("no"))
-    tq = rs.create_temporary_queue()        # a client's own temporary destinations are its own
+    tq = rs.create_temporary_queue()  # a client's own temporary destinations are its own
     rs.create_producer(tq).send(TextMessage("mine"))
     assert rs.create_consumer(tq).receive(2).text == "mine"
     reader.close()
@@ -227,11 +238,10 @@ def test_a_refused_browser_fails_at_creation_and_the_session_goes_on(harness, al
     writer = harness.factory().create_connection("writer", "w")
     session = writer.create_session()
     with pytest.raises(JMSSecurityException, match=r"'writer' may not browse queue://public.news"):
-        session.create_browser(Queue("public.news"))      # not first when iterated
+        session.create_browser(Queue("public.news"))  # not first when iterated
     session.create_producer(Queue("public.news")).send(TextMessage("still here"))
     reader = harness.factory().create_connection("reader", "r")
-    assert [m.text for m in reader.create_session().create_browser(Queue("public.news"))] == [
-        "hello", "still here"]
+    assert [m.text for m in reader.create_session().create_browser(Queue("public.news"))] == ["hello", "still here"]
     reader.close()
     writer.close()
 
@@ -240,7 +250,7 @@ def test_a_refused_asynchronous_send_fails_the_next_send_and_the_transaction(har
     writer = harness.factory().create_connection("writer", "w")
     session = writer.create_session()
     producer = session.create_producer(Topic("private.t"))
-    producer.send(TextMessage("x"), delivery_mode=DeliveryMode.NON_PERSISTENT)   # not waited for
+    producer.send(TextMessage("x"), delivery_mode=DeliveryMode.NON_PERSISTENT)  # not waited for
     with pytest.raises(JMSSecurityException, match=r"may not produce topic://private.t"):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -273,12 +283,13 @@ def test_a_refused_send_in_an_xa_branch_makes_the_branch_roll_back(harness, alic
         resource.prepare(x)
     assert e.value.errorcode == xa.XA_RBROLLBACK
     assert alice.create_session().create_consumer(Queue("public.ok")).receive(0.2) is None
-    resource.start(Xid(1, b"next", b"b"), xa.TMNOFLAGS)     # the session is free for the next branch
+    resource.start(Xid(1, b"next", b"b"), xa.TMNOFLAGS)  # the session is free for the next branch
     resource.end(Xid(1, b"next", b"b"), xa.TMSUCCESS)
     writer.close()
 
 
 # --- heart-beats ----------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_a_silent_client_is_taken_for_dead_and_its_messages_come_back(broker):
@@ -291,7 +302,7 @@ def test_a_silent_client_is_taken_for_dead_and_its_messages_come_back(broker):
         raw.call(Op.CONSUMER, 1, 1, Q, None, False, None, 10)
         raw.call(Op.START)
         wait_for(lambda: broker.destinations()["queue:orders"]["unacked"] == 1)
-        started = time.monotonic()              # now the raw client goes silent
+        started = time.monotonic()  # now the raw client goes silent
         wait_for(lambda: broker.destinations()["queue:orders"]["pending"] == 1, timeout=3)
         assert time.monotonic() - started < 1.5
         conn.start()
@@ -305,7 +316,7 @@ def test_heart_beats_keep_an_idle_connection_alive(broker):
     with Harness(broker, heartbeat=0.1) as h:
         conn = h.factory(heartbeat=0.1).create_connection()
         conn.start()
-        time.sleep(0.8)                         # eight intervals without traffic
+        time.sleep(0.8)  # eight intervals without traffic
         assert roundtrip(conn) == "ping"
         conn.close()
 
@@ -321,9 +332,22 @@ def test_a_silent_service_is_taken_for_dead_by_the_client():
         sock, _ = listener.accept()
         accepted.append(sock)
         sock.recv(65536)
-        sock.sendall(wire.PREAMBLE + wire.reply(1, {
-            "instance": "fake", "rm_id": "r", "provider": "fake", "version": "0", "protocol": 1,
-            "heartbeat_ms": 100, "max_frame": 1 << 20}))
+        sock.sendall(
+            wire.PREAMBLE
+            + wire.reply(
+                1,
+                {
+                    "instance": "fake",
+                    "rm_id": "r",
+                    "provider": "fake",
+                    "version": "0",
+                    "protocol": 1,
+                    "heartbeat_ms": 100,
+                    "max_frame": 1 << 20,
+                },
+            )
+        )
+
     thread = threading.Thread(target=serve)
     thread.start()
     conn = RemoteConnectionFactory(f"mqtcp://127.0.0.1:{port}").create_connection()
@@ -342,6 +366,7 @@ def test_a_silent_service_is_taken_for_dead_by_the_client():
 
 # --- many clients --------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_many_clients_at_once_lose_and_duplicate_nothing(harness, broker):
     n_clients, per = 12, 150
@@ -357,8 +382,10 @@ def test_many_clients_at_once_lose_and_duplicate_nothing(harness, broker):
                 tx = conn.create_session(transacted=True)
                 producer = tx.create_producer(Q)
                 for k in range(per):
-                    producer.send(TextMessage(f"{i}:{k}"),
-                                  delivery_mode=DeliveryMode.PERSISTENT if k % 2 else DeliveryMode.NON_PERSISTENT)
+                    producer.send(
+                        TextMessage(f"{i}:{k}"),
+                        delivery_mode=DeliveryMode.PERSISTENT if k % 2 else DeliveryMode.NON_PERSISTENT,
+                    )
                     if k % 10 == 9:
                         tx.commit()
         except BaseException as exc:
@@ -417,6 +444,7 @@ def test_stopping_the_service_breaks_clients_clearly_and_returns_their_messages(
 
 def test_closing_the_broker_under_the_service_tells_the_clients(tmp_path):
     from bridgemgr.providers.embedded import Broker
+
     b = Broker(tmp_path / "s")
     with Harness(b) as h:
         conn = h.factory().create_connection()

@@ -58,12 +58,14 @@ def test_every_request_round_trips_with_checked_arguments():
     message = TextMessage("hi")
     message.destination = Queue("q")
     blob = codec.encode(message)
-    w.receive_data(wire.request(2, Op.CONSUMER, 1, 2, Topic("t"), "a > 1", False, "sub", 100)
-                   + wire.send_request(3, 1, blob)
-                   + wire.consumed_request(1, 2, [5, 6, 2**63])
-                   + wire.request(4, Op.XA_START, 1, x, xa.TMJOIN)
-                   + wire.request(0, Op.RETURN, 1, 2, [7], True)
-                   + wire.HEARTBEAT)
+    w.receive_data(
+        wire.request(2, Op.CONSUMER, 1, 2, Topic("t"), "a > 1", False, "sub", 100)
+        + wire.send_request(3, 1, blob)
+        + wire.consumed_request(1, 2, [5, 6, 2**63])
+        + wire.request(4, Op.XA_START, 1, x, xa.TMJOIN)
+        + wire.request(0, Op.RETURN, 1, 2, [7], True)
+        + wire.HEARTBEAT
+    )
     got = events(w)
     assert got[0] == wire.Request(2, Op.CONSUMER, (1, 2, Topic("t"), "a > 1", False, "sub", 100))
     assert got[1] == wire.Request(3, Op.SEND, (1, blob))
@@ -80,11 +82,13 @@ def test_every_op_has_an_argument_row():
 
 def test_answers_round_trip_on_the_client():
     w = client()
-    w.receive_data(wire.reply(9, [1, b"x", None])
-                   + wire.failure(10, XAException("nota", xa.XAER_NOTA))
-                   + wire.failure(0, IllegalStateException("async"), session=4)
-                   + wire.failure(0, JMSSecurityException("no"), fatal=True)
-                   + wire.delivery(3, 17, 2, b"blob"))
+    w.receive_data(
+        wire.reply(9, [1, b"x", None])
+        + wire.failure(10, XAException("nota", xa.XAER_NOTA))
+        + wire.failure(0, IllegalStateException("async"), session=4)
+        + wire.failure(0, JMSSecurityException("no"), fatal=True)
+        + wire.delivery(3, 17, 2, b"blob")
+    )
     reply, xa_failure, async_failure, fatal, delivery = events(w)
     assert reply == wire.Reply(9, [1, b"x", None])
     assert isinstance(xa_failure.error, XAException) and xa_failure.error.errorcode == xa.XAER_NOTA
@@ -123,9 +127,19 @@ def test_an_errors_causes_cross_the_wire():
 
 
 @settings(max_examples=100)
-@given(st.lists(st.tuples(st.sampled_from([JMSException, StoreUnavailable, TransportException,
-                                           TransactionRolledBackException, XAException]),
-                          st.text(max_size=8), st.integers(-10, 110)), min_size=1, max_size=8))
+@given(
+    st.lists(
+        st.tuples(
+            st.sampled_from(
+                [JMSException, StoreUnavailable, TransportException, TransactionRolledBackException, XAException]
+            ),
+            st.text(max_size=8),
+            st.integers(-10, 110),
+        ),
+        min_size=1,
+        max_size=8,
+    )
+)
 def test_up_to_max_causes_cross_the_wire_by_class_message_and_xa_code(chain):
     errors = [cls(text, code) if cls is XAException else cls(text) for cls, text, code in chain]
     for outer, inner in itertools.pairwise(errors):
@@ -133,36 +147,51 @@ def test_up_to_max_causes_cross_the_wire_by_class_message_and_xa_code(chain):
     w = client()
     w.receive_data(wire.failure(1, errors[0]))
     got = events(w)[0].error
-    for sent in errors[:wire.MAX_CAUSES + 1]:
+    for sent in errors[: wire.MAX_CAUSES + 1]:
         assert (type(got), str(got), getattr(got, "errorcode", None)) == (
-            type(sent), str(sent), getattr(sent, "errorcode", None))
+            type(sent),
+            str(sent),
+            getattr(sent, "errorcode", None),
+        )
         got = got.__cause__
     assert got is None
 
 
-@pytest.mark.parametrize("causes", [
-    "x", [1], [{"message": "no code"}], [{"code": "X", "message": "m", "xa": "7"}],
-    [{"code": "X", "message": "m"}] * (wire.MAX_CAUSES + 1)])
+@pytest.mark.parametrize(
+    "causes",
+    [
+        "x",
+        [1],
+        [{"message": "no code"}],
+        [{"code": "X", "message": "m", "xa": "7"}],
+        [{"code": "X", "message": "m"}] * (wire.MAX_CAUSES + 1),
+    ],
+)
 def test_causes_that_are_not_the_protocol_are_refused(causes):
     with pytest.raises(ProtocolError):
         wire.error_from_value({"code": "X", "message": "m", "causes": causes})
 
 
-@pytest.mark.parametrize("data, match", [
-    (b"GET / HTTP/1.1\r\n", "does not speak the imqbridge jms protocol"),
-    (b"IMQJ\x09", r"protocol version 9 is not supported \(this server speaks \[1\]\)"),
-    (wire.PREAMBLE + wire.request(1, Op.START), "only one HELLO .* not START"),
-    (wire.PREAMBLE + HELLO + HELLO, "only one HELLO"),
-    (wire.PREAMBLE + wire.reply(1, None), "a REPLY frame is not allowed in state HANDSHAKE"),
-    (wire.PREAMBLE + b"\x00\x01\x00\x01", "size 65537 is outside 5..65536"),
-    (wire.PREAMBLE + b"\x00\x00\x00\x05\x09\x00\x00\x00\x00", "unknown frame kind 9"),
-    (wire.PREAMBLE + b"\x00\x00\x00\x02", "size 2 is outside"),
-    (wire.PREAMBLE + b"\x00\x00\x00\x06\x01\x00\x00\x00\x01\xee", "unknown op 238"),
-    (wire.PREAMBLE + wire.request(1, Op.HELLO, "u", "p", True, "bool is not an int"),
-     "HELLO argument 3: bool is the wrong type"),
-    (wire.PREAMBLE + wire.request(1, Op.HELLO, "u"), "HELLO takes 4 arguments"),
-    (wire.PREAMBLE + b"\x00\x00\x00\x08\x01\x00\x00\x00\x01\x01IM", "undecodable arguments"),
-])
+@pytest.mark.parametrize(
+    "data, match",
+    [
+        (b"GET / HTTP/1.1\r\n", "does not speak the imqbridge jms protocol"),
+        (b"IMQJ\x09", r"protocol version 9 is not supported \(this server speaks \[1\]\)"),
+        (wire.PREAMBLE + wire.request(1, Op.START), "only one HELLO .* not START"),
+        (wire.PREAMBLE + HELLO + HELLO, "only one HELLO"),
+        (wire.PREAMBLE + wire.reply(1, None), "a REPLY frame is not allowed in state HANDSHAKE"),
+        (wire.PREAMBLE + b"\x00\x01\x00\x01", "size 65537 is outside 5..65536"),
+        (wire.PREAMBLE + b"\x00\x00\x00\x05\x09\x00\x00\x00\x00", "unknown frame kind 9"),
+        (wire.PREAMBLE + b"\x00\x00\x00\x02", "size 2 is outside"),
+        (wire.PREAMBLE + b"\x00\x00\x00\x06\x01\x00\x00\x00\x01\xee", "unknown op 238"),
+        (
+            wire.PREAMBLE + wire.request(1, Op.HELLO, "u", "p", True, "bool is not an int"),
+            "HELLO argument 3: bool is the wrong type",
+        ),
+        (wire.PREAMBLE + wire.request(1, Op.HELLO, "u"), "HELLO takes 4 arguments"),
+        (wire.PREAMBLE + b"\x00\x00\x00\x08\x01\x00\x00\x00\x01\x01IM", "undecodable arguments"),
+    ],
+)
 def test_a_server_refuses_what_is_not_the_protocol(data, match):
     w = Wire(Role.SERVER)
     w.receive_data(data)
@@ -173,15 +202,18 @@ def test_a_server_refuses_what_is_not_the_protocol(data, match):
         w.next_event()
 
 
-@pytest.mark.parametrize("frame, match", [
-    (HELLO, "HELLO after the handshake"),
-    (wire.delivery(1, 1, 1, b""), "a DELIVER frame is not allowed"),
-    (wire.request(3, Op.XA_PREPARE, [1, b"", b""]), "XA_PREPARE argument 1: not an Xid"),
-    (wire.request(3, Op.RETURN, 1, 2, ["x"], True), "not a list of integers"),
-    (wire.request(3, Op.SESSION, 1, True, 1, "no"), "SESSION argument 4"),
-    (b"\x00\x00\x00\x09\x01\x00\x00\x00\x00" + bytes([Op.CONSUMED]) + b"\x00\x00\x00", "malformed CONSUMED"),
-    (b"\x00\x00\x00\x07\x01\x00\x00\x00\x00" + bytes([Op.SEND]) + b"\x00", "truncated SEND"),
-])
+@pytest.mark.parametrize(
+    "frame, match",
+    [
+        (HELLO, "HELLO after the handshake"),
+        (wire.delivery(1, 1, 1, b""), "a DELIVER frame is not allowed"),
+        (wire.request(3, Op.XA_PREPARE, [1, b"", b""]), "XA_PREPARE argument 1: not an Xid"),
+        (wire.request(3, Op.RETURN, 1, 2, ["x"], True), "not a list of integers"),
+        (wire.request(3, Op.SESSION, 1, True, 1, "no"), "SESSION argument 4"),
+        (b"\x00\x00\x00\x09\x01\x00\x00\x00\x00" + bytes([Op.CONSUMED]) + b"\x00\x00\x00", "malformed CONSUMED"),
+        (b"\x00\x00\x00\x07\x01\x00\x00\x00\x00" + bytes([Op.SEND]) + b"\x00", "truncated SEND"),
+    ],
+)
 def test_an_open_server_refuses_bad_frames(frame, match):
     w = server()
     w.receive_data(frame)
@@ -209,8 +241,15 @@ def test_open_is_only_legal_during_the_handshake():
         Wire(Role.SERVER).open()
 
 
-STREAM = (wire.PREAMBLE + HELLO + wire.request(2, Op.START) + wire.send_request(3, 1, b"IMQB\x01xyz")
-          + wire.consumed_request(1, 1, [1, 2]) + wire.HEARTBEAT + wire.request(4, Op.CLOSE))
+STREAM = (
+    wire.PREAMBLE
+    + HELLO
+    + wire.request(2, Op.START)
+    + wire.send_request(3, 1, b"IMQB\x01xyz")
+    + wire.consumed_request(1, 1, [1, 2])
+    + wire.HEARTBEAT
+    + wire.request(4, Op.CLOSE)
+)
 
 
 @given(st.lists(st.integers(0, len(STREAM)), max_size=12))
@@ -227,7 +266,13 @@ def test_any_split_of_a_stream_gives_the_same_events(cuts):
             if e.__class__ is wire.Request and e.op is Op.HELLO:
                 w.open()
     assert [e.op if e.__class__ is wire.Request else e for e in got] == [
-        Op.HELLO, Op.START, Op.SEND, Op.CONSUMED, wire.Heartbeat(), Op.CLOSE]
+        Op.HELLO,
+        Op.START,
+        Op.SEND,
+        Op.CONSUMED,
+        wire.Heartbeat(),
+        Op.CLOSE,
+    ]
 
 
 @settings(max_examples=300)
@@ -244,9 +289,20 @@ def test_garbage_only_ever_raises_protocol_errors(data, after_handshake, role):
 
 
 @settings(max_examples=200)
-@given(st.lists(st.sampled_from(list(wire.ARGS)), min_size=1, max_size=5),
-       st.lists(st.one_of(st.none(), st.booleans(), st.integers(-5, 2**40), st.text(max_size=5),
-                          st.binary(max_size=5), st.just(Queue("q"))), max_size=8))
+@given(
+    st.lists(st.sampled_from(list(wire.ARGS)), min_size=1, max_size=5),
+    st.lists(
+        st.one_of(
+            st.none(),
+            st.booleans(),
+            st.integers(-5, 2**40),
+            st.text(max_size=5),
+            st.binary(max_size=5),
+            st.just(Queue("q")),
+        ),
+        max_size=8,
+    ),
+)
 def test_requests_with_arbitrary_arguments_are_checked_not_trusted(ops, args):
     w = server()
     for op in ops:

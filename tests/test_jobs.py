@@ -42,10 +42,19 @@ def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("jobs")
     (base / "conf").mkdir()  # the XML is found relative to the properties file
     props, passfile = one_bridge_files(
-        base / "conf", "jobs", XML, "Job-Secret-1", "imq.bridge.stomp.tcp.port=0",
-        "imq.bridge.jb.autostart=false", "imq.bridge.jb.runner=spark", "imq.bridge.spark.master=local[1]",
-        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=3", "imq.bridge.jb.link.window=7",
-        "imq.bridge.jb.link.windowBytes=64k", activelist="jb,stomp")
+        base / "conf",
+        "jobs",
+        XML,
+        "Job-Secret-1",
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.jb.runner=spark",
+        "imq.bridge.spark.master=local[1]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=3",
+        "imq.bridge.jb.link.window=7",
+        "imq.bridge.jb.link.windowBytes=64k",
+        activelist="jb,stomp",
+    )
     daemon = Daemon(props)
     yield daemon, passfile, base
     daemon.stop()
@@ -85,16 +94,16 @@ def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service):
     assert (job.link_window, job.link_window_bytes) == (7, 64 * 1024)
     assert "Job-Secret-1" not in repr(job)
     etc = base / "conf" / "var" / "instances" / "jobs" / "etc"
-    assert (job.broker_user, job.broker_password) == (
-        SERVICE_ACCOUNT, (etc / "service.password").read_text().strip())
+    assert (job.broker_user, job.broker_password) == (SERVICE_ACCOUNT, (etc / "service.password").read_text().strip())
     assert job.dmq_key == bytes.fromhex((etc / "dmq.key").read_text().strip())
     assert (etc / "service.password").stat().st_mode & 0o077 == 0
     conn = job.host_factory({}).create_connection()  # no user: the service account
     try:
         assert isinstance(conn, RemoteConnection) and conn.username == SERVICE_ACCOUNT
         session = conn.create_session()
-        session.create_producer(Queue("jobs.src")).send(TextMessage("from a job"),
-                                                        delivery_mode=DeliveryMode.PERSISTENT)
+        session.create_producer(Queue("jobs.src")).send(
+            TextMessage("from a job"), delivery_mode=DeliveryMode.PERSISTENT
+        )
         conn.start()
         assert session.create_consumer(Queue("jobs.src")).receive(5).text == "from a job"
     finally:
@@ -127,8 +136,7 @@ def test_a_job_knows_the_backlog_of_a_host_broker_queue_only(service):
     assert job.host_queue_depth("jobs.backlog") == 7
     assert job.host_queue_depth("jobs.never-made") is None  # no such queue
     source = job.config.link("l1").source
-    assert job.backlog(source.connection_factory_ref, source.destination_ref) == \
-        job.host_queue_depth("jobs.src")
+    assert job.backlog(source.connection_factory_ref, source.destination_ref) == job.host_queue_depth("jobs.src")
     assert job.backlog(source.connection_factory_ref, source.destination_ref, "n > 1") is None
     assert job.backlog(None, None) is None  # a DMQ on no factory of the bridge
 
@@ -142,9 +150,26 @@ def test_a_job_that_cannot_reach_the_service_says_so_in_one_line(tmp_path):
     passfile.write_text("imq.imqbridgemgr.password=whatever\n")
     passfile.chmod(0o600)
     for job in (["drain", "-bn", "jb", "-ln", "l1"], ["dmq", "archive", "-bn", "jb", str(tmp_path / "a")]):
-        out = subprocess.run([sys.executable, "-m", "bridgemgr.cli", *job, "-b", f"127.0.0.1:{port}",
-                              "-u", "admin", "-passfile", str(passfile), "-rtr", "0"],
-                             capture_output=True, text=True, timeout=60, env=dict(os.environ, PYTHONPATH=str(ROOT)))
+        out = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "bridgemgr.cli",
+                *job,
+                "-b",
+                f"127.0.0.1:{port}",
+                "-u",
+                "admin",
+                "-passfile",
+                str(passfile),
+                "-rtr",
+                "0",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        )
         lines = out.stderr.strip().splitlines()
         assert out.returncode == 1 and len(lines) == 1, out.stderr
         assert lines[0].startswith("Error: ") and f"127.0.0.1:{port}" in lines[0], lines

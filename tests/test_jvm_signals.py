@@ -39,8 +39,7 @@ CHILD = textwrap.dedent("""
 def test_python_keeps_the_signals_and_the_process_exits_after_a_thread_started_the_jvm():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     try:
-        done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True,
-                              env=env, timeout=60)
+        done = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, env=env, timeout=60)
     except subprocess.TimeoutExpired as exc:  # DestroyJavaVM waiting for the ended thread
         raise AssertionError(f"the process did not exit: {exc.stdout!r}") from None
     assert done.returncode == 0, done.stdout + done.stderr

@@ -38,9 +38,11 @@ def test_keytool_writes_a_private_key_and_a_certificate_and_prints_the_propertie
     report = json.loads(made.output)
     etc = tmp_path / "var" / "instances" / "imqbroker" / "etc"
     assert report["certfile"] == str(etc / "stomp-cert.pem") and report["keyfile"] == str(etc / "stomp-key.pem")
-    assert report["properties"] == {"imq.bridge.stomp.tls.enabled": "true",
-                                    "imq.bridge.stomp.tls.certfile": str(etc / "stomp-cert.pem"),
-                                    "imq.bridge.stomp.tls.keyfile": str(etc / "stomp-key.pem")}
+    assert report["properties"] == {
+        "imq.bridge.stomp.tls.enabled": "true",
+        "imq.bridge.stomp.tls.certfile": str(etc / "stomp-cert.pem"),
+        "imq.bridge.stomp.tls.keyfile": str(etc / "stomp-key.pem"),
+    }
     assert mode(etc / "stomp-key.pem") == 0o600 and mode(etc) == 0o700
     assert mode(etc / "stomp-cert.pem") & 0o077 in (0o044, 0o004, 0o040, 0)  # public; the umask decides
     assert b"PRIVATE KEY" in (etc / "stomp-key.pem").read_bytes()
@@ -84,15 +86,22 @@ def broker(tmp_path):
 
 
 def stomp_bridge(tmp_path, netloop, broker, *properties):
-    props = load_properties([], [f"imq.varhome={tmp_path / 'var'}", f"imq.bridge.stomp.hostname={HOST}",
-                                 "imq.bridge.stomp.tcp.enabled=false", "imq.bridge.stomp.tls.port=0",
-                                 *properties], environ={})
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path / 'var'}",
+            f"imq.bridge.stomp.hostname={HOST}",
+            "imq.bridge.stomp.tcp.enabled=false",
+            "imq.bridge.stomp.tls.port=0",
+            *properties,
+        ],
+        environ={},
+    )
     return StompBridge(StompConfig.from_props(props), EmbeddedHostBroker(broker), make_users(tmp_path), netloop)
 
 
 @pytest.mark.slow
-def test_a_stomp_bridge_with_keytools_properties_serves_tls_to_a_client_trusting_the_cert(
-        tmp_path, netloop, broker):
+def test_a_stomp_bridge_with_keytools_properties_serves_tls_to_a_client_trusting_the_cert(tmp_path, netloop, broker):
     made = keytool(tmp_path, "-cn", "localhost")
     assert made.exit_code == 0, made.output
     properties = [line for line in made.output.splitlines() if line.startswith("imq.bridge.stomp.tls.")]
@@ -115,27 +124,47 @@ def test_a_stomp_bridge_with_keytools_properties_serves_tls_to_a_client_trusting
         bridge.stop()
 
 
-@pytest.mark.parametrize("setting, message", [
-    ((), "imq.bridge.stomp.tls.enabled is true but imq.bridge.stomp.tls.certfile is not set"),
-    (("certfile=missing.pem",), "imq.bridge.stomp.tls.certfile: cannot read {d}/missing.pem: No such file"),
-    (("certfile=cert.pem", "keyfile=missing.key"), "imq.bridge.stomp.tls.keyfile: cannot read {d}/missing.key"),
-    (("certfile=cert.pem", "keyfile=folder"), "imq.bridge.stomp.tls.keyfile: cannot read {d}/folder: Is a directory"),
-    (("certfile=junk.pem",), "imq.bridge.stomp.tls.certfile {d}/junk.pem: not a PEM certificate chain"),
-    (("certfile=cert.pem", "keyfile=key.pem", "requireClientAuth=true"),
-     "imq.bridge.stomp.tls.requireClientAuth is true but imq.bridge.stomp.tls.cafile is not set"),
-    (("certfile=cert.pem", "keyfile=key.pem", "requireClientAuth=true", "cafile=missing-ca.pem"),
-     "imq.bridge.stomp.tls.cafile: cannot read {d}/missing-ca.pem"),
-])
+@pytest.mark.parametrize(
+    "setting, message",
+    [
+        ((), "imq.bridge.stomp.tls.enabled is true but imq.bridge.stomp.tls.certfile is not set"),
+        (("certfile=missing.pem",), "imq.bridge.stomp.tls.certfile: cannot read {d}/missing.pem: No such file"),
+        (("certfile=cert.pem", "keyfile=missing.key"), "imq.bridge.stomp.tls.keyfile: cannot read {d}/missing.key"),
+        (
+            ("certfile=cert.pem", "keyfile=folder"),
+            "imq.bridge.stomp.tls.keyfile: cannot read {d}/folder: Is a directory",
+        ),
+        (("certfile=junk.pem",), "imq.bridge.stomp.tls.certfile {d}/junk.pem: not a PEM certificate chain"),
+        (
+            ("certfile=cert.pem", "keyfile=key.pem", "requireClientAuth=true"),
+            "imq.bridge.stomp.tls.requireClientAuth is true but imq.bridge.stomp.tls.cafile is not set",
+        ),
+        (
+            ("certfile=cert.pem", "keyfile=key.pem", "requireClientAuth=true", "cafile=missing-ca.pem"),
+            "imq.bridge.stomp.tls.cafile: cannot read {d}/missing-ca.pem",
+        ),
+    ],
+)
 def test_a_tls_file_the_stomp_bridge_cannot_use_stops_its_start_naming_the_property_and_file(
-        tmp_path, netloop, broker, setting, message):
+    tmp_path, netloop, broker, setting, message
+):
     d = tmp_path / "tls"
     made = keytool(tmp_path, "-certfile", str(d / "cert.pem"), "-keyfile", str(d / "key.pem"))
     assert made.exit_code == 0, made.output
     (d / "junk.pem").write_text("not a certificate\n")
     (d / "folder").mkdir()
-    bridge = stomp_bridge(tmp_path, netloop, broker, "imq.bridge.stomp.tls.enabled=true",
-                          *(f"imq.bridge.stomp.tls.{s.split('=')[0]}={d / s.split('=')[1]}"
-                            if "file" in s else f"imq.bridge.stomp.tls.{s}" for s in setting))
+    bridge = stomp_bridge(
+        tmp_path,
+        netloop,
+        broker,
+        "imq.bridge.stomp.tls.enabled=true",
+        *(
+            f"imq.bridge.stomp.tls.{s.split('=')[0]}={d / s.split('=')[1]}"
+            if "file" in s
+            else f"imq.bridge.stomp.tls.{s}"
+            for s in setting
+        ),
+    )
     with pytest.raises(StompBridgeError) as failed:
         bridge.start()
     assert message.format(d=d) in str(failed.value)

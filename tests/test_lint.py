@@ -1,6 +1,7 @@
-"""The test command lints: ruff (style, import order, likely bugs) and mypy (types; strict
-for bridgemgr.jms and bridgemgr.jmsbridge), both as configured in pyproject.toml. A finding
-fails the suite; the tools' own output says what to fix."""
+"""The test command lints: ruff (style, import order, likely bugs; and the formatting,
+ruff format) and mypy (types; strict for bridgemgr.jms and bridgemgr.jmsbridge), as
+configured in pyproject.toml. A finding fails the suite; the tools' own output says what
+to fix (`ruff format .` fixes the formatting)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,10 @@ def _run(module: str, *args: str) -> None:
 
 def test_ruff() -> None:
     _run("ruff", "check", "--no-cache", ".")
+
+
+def test_ruff_format() -> None:
+    _run("ruff", "format", "--check", "--no-cache", ".")
 
 
 @pytest.mark.slow  # 5-6 s with a cold cache (.mypy_cache); ruff (0.4 s) stays in the fast tier

@@ -19,8 +19,9 @@ class Collect(logging.Handler):
 
 
 def _record(msg: str, *args: object) -> logging.LogRecord:
-    return logging.makeLogRecord({"name": "bridgemgr.guard", "levelno": logging.WARNING,
-                                  "levelname": "WARNING", "msg": msg, "args": args})
+    return logging.makeLogRecord(
+        {"name": "bridgemgr.guard", "levelno": logging.WARNING, "levelname": "WARNING", "msg": msg, "args": args}
+    )
 
 
 def test_one_template_about_different_services_is_not_merged_but_its_repeats_are():
@@ -30,11 +31,11 @@ def test_one_template_about_different_services_is_not_merged_but_its_repeats_are
     for service in ("stomp", "jms", "admin"):
         for n in range(5):
             throttle.emit(_record(template, service, f"127.0.0.{n}", n))
-    assert out.lines == [f"{s} service: refused a connection from 127.0.0.0: 0 connections open"
-                         for s in ("stomp", "jms", "admin")]
+    assert out.lines == [
+        f"{s} service: refused a connection from 127.0.0.0: 0 connections open" for s in ("stomp", "jms", "admin")
+    ]
     throttle.close()  # the counts held back: one line each
-    assert sorted(line.split(":")[0] for line in out.lines[3:]) == ["admin service", "jms service",
-                                                                     "stomp service"]
+    assert sorted(line.split(":")[0] for line in out.lines[3:]) == ["admin service", "jms service", "stomp service"]
     assert all("(repeated 4 times" in line for line in out.lines[3:])
 
 
@@ -67,6 +68,7 @@ def test_a_console_nobody_reads_does_not_hold_up_the_threads_that_log():
         assert done.wait(10), "logging blocked at the full console"
         assert time.monotonic() - start < 5
         with open(read_end) as pipe:
+
             def close() -> None:  # what is queued is written, then the pipe ends
                 console.close()
                 stream.close()

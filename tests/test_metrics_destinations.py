@@ -42,8 +42,9 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("dstmetrics")
-    props, _ = one_bridge_files(base, "dstmetrics", XML, PASSWORD, "imq.metrics.port=0",
-                                "imq.bridge.stomp.tcp.port=0", activelist="jb,stomp")
+    props, _ = one_bridge_files(
+        base, "dstmetrics", XML, PASSWORD, "imq.metrics.port=0", "imq.bridge.stomp.tcp.port=0", activelist="jb,stomp"
+    )
     daemon = Daemon(props)
     try:
         assert daemon.bridges == {"jb": "STARTED", "stomp": "STARTED"}, daemon.lines
@@ -73,8 +74,9 @@ def destination(address: tuple[str, int], metric: str, name: str) -> float | Non
 
 
 def eventually(address, metric: str, name: str, want: float, wait: float = 20) -> None:
-    wait_for(lambda: destination(address, metric, name) == want, wait, f"{metric}{{name={name}}} == {want}",
-             interval=0.2)
+    wait_for(
+        lambda: destination(address, metric, name) == want, wait, f"{metric}{{name={name}}} == {want}", interval=0.2
+    )
 
 
 def test_the_links_producer_counts_on_its_target_once_it_sent_there(service):

@@ -26,10 +26,10 @@ from waiting import wait_for
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 PASSWORD = "Metrics-Secret-1"
-MALLORY = ("mallory", "Mallory-Pw-1")     # an ordinary user of the broker
-PROM = ("prom", "Prom-Scraper-Pw-1")      # group user, named in imq.metrics.users
+MALLORY = ("mallory", "Mallory-Pw-1")  # an ordinary user of the broker
+PROM = ("prom", "Prom-Scraper-Pw-1")  # group user, named in imq.metrics.users
 MAX_CONNECTIONS = 3
-FAIL_ON_BAD = '''
+FAIL_ON_BAD = """
 from bridgemgr.transform import MessageTransformer
 
 
@@ -38,7 +38,7 @@ class FailOnBad(MessageTransformer):
         if message.text.startswith("bad"):
             raise ValueError("bad message")
         return message
-'''
+"""
 XML = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="jb">
@@ -59,10 +59,16 @@ def service(tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("metrics")
     (base / "plugins").mkdir()
     (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
-    props, passfile = one_bridge_files(base, "metrics", XML, PASSWORD, "imq.metrics.port=0",
-                                       f"imq.metrics.users={PROM[0]}",
-                                       f"imq.metrics.max_connections={MAX_CONNECTIONS}",
-                                       "imq.metrics.login.timeout=2")
+    props, passfile = one_bridge_files(
+        base,
+        "metrics",
+        XML,
+        PASSWORD,
+        "imq.metrics.port=0",
+        f"imq.metrics.users={PROM[0]}",
+        f"imq.metrics.max_connections={MAX_CONNECTIONS}",
+        "imq.metrics.login.timeout=2",
+    )
     passfile.chmod(0o600)
     users = UserRepository(base / "var" / "instances" / "metrics" / "etc" / "passwd")
     with pytest.MonkeyPatch.context() as mp:
@@ -82,8 +88,9 @@ def service(tmp_path_factory):
         daemon.stop()
 
 
-def get(address: tuple[str, int], path: str, user: tuple[str, str] | None = ("admin", PASSWORD)
-        ) -> tuple[int, dict[str, str], str]:
+def get(
+    address: tuple[str, int], path: str, user: tuple[str, str] | None = ("admin", PASSWORD)
+) -> tuple[int, dict[str, str], str]:
     conn = http.client.HTTPConnection(*address, timeout=30)
     headers = {}
     if user is not None:
@@ -100,8 +107,11 @@ def samples(address: tuple[str, int]) -> dict[tuple[str, frozenset[tuple[str, st
     status, headers, body = get(address, "/metrics")
     assert status == 200, body
     assert headers["content-type"].startswith("text/plain; version=0.0.4")
-    return {(s.name, frozenset(s.labels.items())): s.value
-            for family in text_string_to_metric_families(body) for s in family.samples}
+    return {
+        (s.name, frozenset(s.labels.items())): s.value
+        for family in text_string_to_metric_families(body)
+        for s in family.samples
+    }
 
 
 def value(found: dict, metric: str, /, **labels: str) -> float | None:
@@ -116,8 +126,14 @@ def test_metrics_count_what_a_link_moved_and_dead_lettered(service):
         """The samples once they show the 20 moved and the 3 dead-lettered (the link may
         transfer the 20 before it has received the last bad one: wait for both)."""
         found = samples(address)
-        return found if (value(found, "imq_link_transferred_total", **link) == 20 and value(
-            found, "imq_link_dead_lettered_total", reason="TRANSFORM_FAILURE", **link) == 3) else None
+        return (
+            found
+            if (
+                value(found, "imq_link_transferred_total", **link) == 20
+                and value(found, "imq_link_dead_lettered_total", reason="TRANSFORM_FAILURE", **link) == 3
+            )
+            else None
+        )
 
     found = wait_for(moved, 30, "20 transferred and 3 dead-lettered in /metrics", interval=0.2)
     assert value(found, "imq_link_received_total", **link) == 23
@@ -146,26 +162,33 @@ def test_metrics_count_what_a_link_moved_and_dead_lettered(service):
 
 def test_list_link_keeps_five_columns_and_v_and_json_show_counters_and_last_error(service):
     daemon, passfile, _ = service
-    verbose = wait_for(lambda: (r := cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")) and (
-        "(3 times)" in r.stdout) and r, 30, "the link's last error (3 times)", interval=0.3)
+    verbose = wait_for(
+        lambda: (r := cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")) and ("(3 times)" in r.stdout) and r,
+        30,
+        "the link's last error (3 times)",
+        interval=0.3,
+    )
     titles = verbose.stdout.splitlines()[1].split()
     assert titles[:9] == ["Link", "Name", "Link", "State", "Source", "Target", "Transacted", "Transferred", "DMQ"]
     row = next(line for line in verbose.stdout.splitlines() if line.startswith("l1 "))
     words = row.split()
-    assert words[5:8] == ["20", "3", "0"]       # transferred, DMQ, redelivered
+    assert words[5:8] == ["20", "3", "0"]  # transferred, DMQ, redelivered
     assert float(words[8]) > 0 and words[9] == "0"  # rate, backlog
     assert row.endswith("TRANSFORM_FAILURE: ValueError: bad message (3 times)")
     plain = cli(daemon, passfile, "list", "link", "-bn", "jb")
     assert plain.returncode == 0, plain.stderr
-    assert plain.stdout.splitlines()[1].split() == ["Link", "Name", "Link", "State", "Source", "Target",
-                                                    "Transacted"]
+    assert plain.stdout.splitlines()[1].split() == ["Link", "Name", "Link", "State", "Source", "Target", "Transacted"]
     assert next(line for line in plain.stdout.splitlines() if line.startswith("l1 ")).split() == [
-        "l1", "STARTED", "host:D:queue:mx.src", "host:D:queue:mx.dst", "false"]
+        "l1",
+        "STARTED",
+        "host:D:queue:mx.src",
+        "host:D:queue:mx.dst",
+        "false",
+    ]
     data = json.loads(cli(daemon, passfile, "list", "link", "-bn", "jb", "--json").stdout)["data"]
     link = data["links"][0]
     counters = link["counters"]
-    assert (counters["transferred"], counters["to_dmq"], counters["dmq_reasons"]) == (
-        20, 3, {"TRANSFORM_FAILURE": 3})
+    assert (counters["transferred"], counters["to_dmq"], counters["dmq_reasons"]) == (20, 3, {"TRANSFORM_FAILURE": 3})
     assert counters["last_error"] == "TRANSFORM_FAILURE: ValueError: bad message (3 times)"
     assert counters["rate"] > 0 and link["backlog"] == 0
 
@@ -183,8 +206,7 @@ def test_readyz_says_503_while_the_bridge_is_stopped_then_200(service):
         assert value(found, "imq_link_state", bridge="jb", link="l1", imq_link_state="STARTED") == 0
     finally:
         assert cli(daemon, passfile, "start", "bridge", "-bn", "jb").returncode == 0
-    status = wait_for(lambda: (got := get(address, "/readyz"))[0] == 200 and got, 30, "/readyz 200",
-                      interval=0.2)
+    status = wait_for(lambda: (got := get(address, "/readyz"))[0] == 200 and got, 30, "/readyz 200", interval=0.2)
     assert json.loads(status[2]) == {"ready": True, "reasons": []}
 
 
@@ -193,7 +215,10 @@ def test_the_port_mapper_lists_the_metrics_port(service):
     host, port = daemon.address.split(":")
     entries = {e.name: e for e in lookup_services(host, int(port))}
     assert (entries["metrics"].protocol, entries["metrics"].type, entries["metrics"].port) == (
-        "http", "METRICS", address[1])
+        "http",
+        "METRICS",
+        address[1],
+    )
 
 
 def test_the_connection_cap_refuses_and_idle_connections_are_closed(service):
@@ -236,8 +261,11 @@ def test_the_collector_seldom_walks_messages_held_in_memory(service):
     before = samples(address)
     send(daemon, PASSWORD, "gc.held", *[f"held {i}" for i in range(3000)])
     after = samples(address)
-    passes = {g: value(after, "python_gc_collections_total", generation=g)
-              - value(before, "python_gc_collections_total", generation=g) for g in "012"}
+    passes = {
+        g: value(after, "python_gc_collections_total", generation=g)
+        - value(before, "python_gc_collections_total", generation=g)
+        for g in "012"
+    }
     assert passes["0"] <= 5, passes
     assert passes["2"] == 0, passes
     assert value(after, "imq_destination_messages", type="queue", name="gc.held") == 3000

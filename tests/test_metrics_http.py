@@ -34,8 +34,7 @@ def netloop():
 def start(netloop: NetLoop, ssl_context: ssl.SSLContext | None = None) -> MetricsServer:
     pages = Pages(lambda: (b"imq_up 1\n", "text/plain; version=0.0.4"), lambda: [])
     guard = ServiceGuard("metrics", LoginThrottle(ThrottleSettings(base_delay=0.01)), login_timeout=2)
-    return MetricsServer(netloop, pages, authenticate, lambda user: None, ssl_context=ssl_context,
-                         guard=guard).start()
+    return MetricsServer(netloop, pages, authenticate, lambda user: None, ssl_context=ssl_context, guard=guard).start()
 
 
 @pytest.fixture
@@ -65,17 +64,20 @@ def test_keep_alive_serves_several_requests_on_one_connection(server):
         conn.close()
 
 
-@pytest.mark.parametrize(("request_bytes", "status"), [
-    (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", b"405"),
-    (b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", b"400"),
-    (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
-    (b"GET /metrics SPDY/3\r\n\r\n", b"400"),
-    (b"nonsense\r\n\r\n", b"400"),
-    (b"GET /metrics HTTP/1.1\r\nX-Filler: " + b"a" * MAX_HEAD + b"\r\n\r\n", b"431"),
-    (b"GET /admin HTTP/1.1\r\n\r\n", b"404"),
-    (b"GET /metrics HTTP/1.1\r\nAuthorization: Basic !!!\r\n\r\n", b"401"),
-    (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer abc\r\n\r\n", b"401"),
-])
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"POST /metrics HTTP/1.1\r\nContent-Length: 0\r\n\r\n", b"405"),
+        (b"GET /metrics HTTP/1.1\r\nContent-Length: 5\r\n\r\nhello", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n", b"400"),
+        (b"GET /metrics SPDY/3\r\n\r\n", b"400"),
+        (b"nonsense\r\n\r\n", b"400"),
+        (b"GET /metrics HTTP/1.1\r\nX-Filler: " + b"a" * MAX_HEAD + b"\r\n\r\n", b"431"),
+        (b"GET /admin HTTP/1.1\r\n\r\n", b"404"),
+        (b"GET /metrics HTTP/1.1\r\nAuthorization: Basic !!!\r\n\r\n", b"401"),
+        (b"GET /metrics HTTP/1.1\r\nAuthorization: Bearer abc\r\n\r\n", b"401"),
+    ],
+)
 def test_requests_it_does_not_serve_get_a_clear_status_and_the_connection_closes(server, request_bytes, status):
     answer = raw(server.port, request_bytes)
     assert answer.split(b" ")[1] == status, answer

@@ -15,20 +15,24 @@ from bridgemgr.providers.amqp import AmqpConnectionFactory
 from bridgemgr.providers.stomp import StompConnectionFactory
 
 PROVIDERS = {
-    "imq.stomp": ("stomp://127.0.0.1:1", StompConnectionFactory,
-                  "imq.stomp needs java.naming.provider.url (stomp://host:port or stomp+ssl://host:port)",
-                  "'Orders' is not bound in the STOMP context (use ConnectionFactory, queue/NAME, "
-                  "topic/NAME or a STOMP destination such as /queue/NAME)"),
-    "imq.amqp": ("amqp://127.0.0.1:1/%2F", AmqpConnectionFactory,
-                 "imq.amqp needs java.naming.provider.url (amqp://user:password@host:port/vhost)",
-                 "'Orders' is not bound in the AMQP context (use ConnectionFactory, queue/NAME or "
-                 "topic/NAME)"),
+    "imq.stomp": (
+        "stomp://127.0.0.1:1",
+        StompConnectionFactory,
+        "imq.stomp needs java.naming.provider.url (stomp://host:port or stomp+ssl://host:port)",
+        "'Orders' is not bound in the STOMP context (use ConnectionFactory, queue/NAME, "
+        "topic/NAME or a STOMP destination such as /queue/NAME)",
+    ),
+    "imq.amqp": (
+        "amqp://127.0.0.1:1/%2F",
+        AmqpConnectionFactory,
+        "imq.amqp needs java.naming.provider.url (amqp://user:password@host:port/vhost)",
+        "'Orders' is not bound in the AMQP context (use ConnectionFactory, queue/NAME or topic/NAME)",
+    ),
 }
 
 
 def env(provider: str, **more: str) -> dict[str, str]:
-    return {naming.INITIAL_CONTEXT_FACTORY: provider, naming.PROVIDER_URL: PROVIDERS[provider][0],
-            **more}
+    return {naming.INITIAL_CONTEXT_FACTORY: provider, naming.PROVIDER_URL: PROVIDERS[provider][0], **more}
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -67,12 +71,19 @@ def test_stomp_also_binds_its_own_destination_names():
     assert naming.lookup("/topic/ConnectionFactory", env("imq.stomp")) == Topic("ConnectionFactory")
 
 
-@pytest.mark.parametrize("url", ["stomp://bob:s3cret@127.0.0.1:61613?nonsense=1",
-                                 "stomp://bob:s3cret@127.0.0.1:notaport",
-                                 "amqp://bob:s3cret@127.0.0.1:5672/?heartbeat=x"])
+@pytest.mark.parametrize(
+    "url",
+    [
+        "stomp://bob:s3cret@127.0.0.1:61613?nonsense=1",
+        "stomp://bob:s3cret@127.0.0.1:notaport",
+        "amqp://bob:s3cret@127.0.0.1:5672/?heartbeat=x",
+    ],
+)
 def test_a_password_in_a_provider_url_is_in_no_error(url):
-    env = {naming.INITIAL_CONTEXT_FACTORY: "imq.stomp" if url.startswith("stomp") else "imq.amqp",
-           naming.PROVIDER_URL: url}
+    env = {
+        naming.INITIAL_CONTEXT_FACTORY: "imq.stomp" if url.startswith("stomp") else "imq.amqp",
+        naming.PROVIDER_URL: url,
+    }
     with pytest.raises(NamingException) as info:
         naming.lookup("ConnectionFactory", env)
     assert "s3cret" not in str(info.value) and "bob:***@" in str(info.value)

@@ -47,16 +47,17 @@ PASSWORD = "Secret-1"
 
 # --- the limit on its own ---------------------------------------------------------------------------
 
+
 def test_an_address_holds_its_limit_and_each_release_gives_one_place_back():
     limit = AddressLimit("stomp", 2)
     first, second = limit.admit("10.0.0.1"), limit.admit("10.0.0.1")
     third = limit.admit("10.0.0.1")
     assert first.refusal is None and second.refusal is None
     assert third.refusal is not None and "imq.stomp.max_unauthenticated_per_address=2" in third.refusal
-    assert limit.admit("10.0.0.2").refusal is None      # another address has its own places
-    third.release()                                      # a refusal holds nothing to give back
+    assert limit.admit("10.0.0.2").refusal is None  # another address has its own places
+    third.release()  # a refusal holds nothing to give back
     first.release()
-    first.release()                                      # twice: still one place
+    first.release()  # twice: still one place
     assert limit.held("10.0.0.1") == 1
     assert limit.admit("10.0.0.1").refusal is None
     assert limit.admit("10.0.0.1").refusal is not None
@@ -70,8 +71,7 @@ def test_ipv6_counts_by_its_64_and_a_mapped_ipv4_address_as_itself():
     assert address_key("?") == "?"
 
 
-@given(st.lists(st.tuples(st.sampled_from(["10.0.0.1", "10.0.0.2", "::1", "::2"]), st.booleans()),
-                max_size=60))
+@given(st.lists(st.tuples(st.sampled_from(["10.0.0.1", "10.0.0.2", "::1", "::2"]), st.booleans()), max_size=60))
 def test_what_is_held_is_what_was_admitted_and_not_released(steps):
     """Any sequence of connects (True) and closes of the oldest open one (False)."""
     limit = AddressLimit("jms", 3)
@@ -93,10 +93,11 @@ def test_what_is_held_is_what_was_admitted_and_not_released(steps):
     for admissions in open_.values():
         for admission in admissions:
             admission.release()
-    assert limit._held == {}   # nothing kept for addresses with nothing open
+    assert limit._held == {}  # nothing kept for addresses with nothing open
 
 
 # --- every port over real sockets -------------------------------------------------------------------
+
 
 def dial(port: int, source: str, timeout: float = 5.0) -> socket.socket:
     sock = socket.socket()
@@ -193,8 +194,12 @@ def broker(tmp_path_factory):
 
 
 def guard(service: str) -> ServiceGuard:
-    return ServiceGuard(service, LoginThrottle(ThrottleSettings(base_delay=0.01)), login_timeout=30,
-                        max_unauthenticated_per_address=LIMIT)
+    return ServiceGuard(
+        service,
+        LoginThrottle(ThrottleSettings(base_delay=0.01)),
+        login_timeout=30,
+        max_unauthenticated_per_address=LIMIT,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -204,8 +209,14 @@ def certs(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def stomp(netloop, broker, users, certs):
-    config = StompConfig(hostname="127.0.0.1", tcp_port=0, tls_enabled=True, tls_port=0,
-                         tls_certfile=certs["cert"], tls_keyfile=certs["key"])
+    config = StompConfig(
+        hostname="127.0.0.1",
+        tcp_port=0,
+        tls_enabled=True,
+        tls_port=0,
+        tls_certfile=certs["cert"],
+        tls_keyfile=certs["key"],
+    )
     bridge = StompBridge(config, EmbeddedHostBroker(broker), users, netloop, guard("stomp"))
     bridge.start()
     yield bridge
@@ -214,27 +225,45 @@ def stomp(netloop, broker, users, certs):
 
 @pytest.fixture(scope="module")
 def ports(netloop, broker, users, stomp) -> Iterator[dict[str, Port]]:
-    jms = JmsService(broker, netloop, "127.0.0.1", 0, guard=guard("jms"),
-                     authenticator=lambda user, password: users.authenticate(user or "", password or "")
-                     is not None).start()
+    jms = JmsService(
+        broker,
+        netloop,
+        "127.0.0.1",
+        0,
+        guard=guard("jms"),
+        authenticator=lambda user, password: users.authenticate(user or "", password or "") is not None,
+    ).start()
     admin = AdminServer(netloop, lambda command: Reply(OK, "done"), "admin", PASSWORD, guard=guard("admin")).start()
     pages = Pages(lambda: (b"imq_up 1\n", "text/plain; version=0.0.4"), lambda: [])
-    metrics = MetricsServer(netloop, pages, users.authenticate, lambda user: None,
-                            guard=guard("metrics")).start()
+    metrics = MetricsServer(netloop, pages, users.authenticate, lambda user: None, guard=guard("metrics")).start()
     mapper = PortMapper(netloop, "127.0.0.1", 0, "netlimits", max_unauthenticated_per_address=LIMIT).start()
     yield {
-        "stomp": Port(stomp.tcp_port, stomp_log_in,
-                      lambda data: data.startswith(b"ERROR\n") and b"message:too many connections" in data
-                      and b"imq.stomp.max_unauthenticated_per_address=4" in data, stomp.guard.unauthenticated),
+        "stomp": Port(
+            stomp.tcp_port,
+            stomp_log_in,
+            lambda data: (
+                data.startswith(b"ERROR\n")
+                and b"message:too many connections" in data
+                and b"imq.stomp.max_unauthenticated_per_address=4" in data
+            ),
+            stomp.guard.unauthenticated,
+        ),
         "jms": Port(jms.port, jms_log_in, jms_refusal, jms.guard.unauthenticated),
-        "admin": Port(admin.port, admin_log_in,
-                      lambda data: json.loads(data)["status"] == 503
-                      and "imq.admin.max_unauthenticated_per_address=4" in json.loads(data)["message"],
-                      admin.guard.unauthenticated),
-        "metrics": Port(metrics.port, metrics_log_in,
-                        lambda data: data.startswith(b"HTTP/1.1 503 ")
-                        and b"imq.metrics.max_unauthenticated_per_address=4" in data,
-                        metrics.guard.unauthenticated),
+        "admin": Port(
+            admin.port,
+            admin_log_in,
+            lambda data: (
+                json.loads(data)["status"] == 503
+                and "imq.admin.max_unauthenticated_per_address=4" in json.loads(data)["message"]
+            ),
+            admin.guard.unauthenticated,
+        ),
+        "metrics": Port(
+            metrics.port,
+            metrics_log_in,
+            lambda data: data.startswith(b"HTTP/1.1 503 ") and b"imq.metrics.max_unauthenticated_per_address=4" in data,
+            metrics.guard.unauthenticated,
+        ),
         "portmapper": Port(mapper.port, None, lambda data: data == b"", mapper.pending),
     }
     for server in (jms, admin, metrics, mapper):
@@ -247,21 +276,21 @@ SERVICES = ["stomp", "jms", "admin", "metrics", "portmapper"]
 @pytest.mark.parametrize("service", SERVICES)
 def test_one_address_at_its_limit_does_not_stop_a_login_from_another(ports, service, monkeypatch):
     port = ports[service]
-    monkeypatch.setattr(portmapper, "_LINGER", 30.0)   # the port mapper's idle ones stay too
+    monkeypatch.setattr(portmapper, "_LINGER", 30.0)  # the port mapper's idle ones stay too
     idle = [dial(port.port, "127.0.0.11") for _ in range(LIMIT)]
     try:
         wait_for(lambda: port.pending.held("127.0.0.11") == LIMIT)
-        for _ in range(3):   # more from there: refused and closed at once
+        for _ in range(3):  # more from there: refused and closed at once
             with dial(port.port, "127.0.0.11") as extra:
                 data = until_closed(extra)
             assert port.refusal(data), data[:300]
-        if port.log_in is None:   # the port mapper: everyone gets the table
+        if port.log_in is None:  # the port mapper: everyone gets the table
             services = lookup_services("127.0.0.1", port.port)
             assert services[0].name == "portmapper"
         else:
             with dial(port.port, "127.0.0.12") as other:
                 assert port.log_in(other)
-        assert port.pending.held("127.0.0.11") == LIMIT   # the idle ones stay (the login timeout reaps them)
+        assert port.pending.held("127.0.0.11") == LIMIT  # the idle ones stay (the login timeout reaps them)
     finally:
         for sock in idle:
             sock.close()
@@ -277,7 +306,7 @@ def test_a_connection_that_logs_in_gives_its_place_back(ports, service):
         for sock in logged_in:
             assert port.log_in(sock)
         wait_for(lambda: port.pending.held("127.0.0.13") == 0)
-        with dial(port.port, "127.0.0.13") as more:   # the address may open LIMIT more
+        with dial(port.port, "127.0.0.13") as more:  # the address may open LIMIT more
             assert port.log_in(more)
     finally:
         for sock in logged_in:
@@ -286,11 +315,11 @@ def test_a_connection_that_logs_in_gives_its_place_back(ports, service):
 
 def test_tls_sockets_count_before_their_handshake_and_extra_ones_are_closed_unanswered(stomp):
     pending = stomp.guard.unauthenticated
-    idle = [dial(stomp.tls_port, "127.0.0.14") for _ in range(LIMIT)]   # no ClientHello
+    idle = [dial(stomp.tls_port, "127.0.0.14") for _ in range(LIMIT)]  # no ClientHello
     try:
         wait_for(lambda: pending.held("127.0.0.14") == LIMIT)
         with dial(stomp.tls_port, "127.0.0.14") as extra:
-            assert until_closed(extra) == b""   # closed at once: no handshake, no refusal
+            assert until_closed(extra) == b""  # closed at once: no handshake, no refusal
         context = ssl.create_default_context()
         context.check_hostname = False
         context.verify_mode = ssl.CERT_NONE
@@ -303,6 +332,7 @@ def test_tls_sockets_count_before_their_handshake_and_extra_ones_are_closed_unan
 
 
 # --- resets ------------------------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("service", SERVICES)
 def test_clients_that_reset_or_close_at_once_are_logged_at_debug_not_error(ports, service, caplog):
@@ -319,7 +349,7 @@ def test_clients_that_reset_or_close_at_once_are_logged_at_debug_not_error(ports
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         sock.close()
     wait_for(lambda: port.pending.held("127.0.0.16") == 0, timeout=10)
-    with dial(port.port, "127.0.0.17") as other:   # the port still serves
+    with dial(port.port, "127.0.0.17") as other:  # the port still serves
         if port.log_in is None:
             assert until_closed(other).endswith(b"\n.\n")
         else:
@@ -329,16 +359,16 @@ def test_clients_that_reset_or_close_at_once_are_logged_at_debug_not_error(ports
 
 
 @pytest.mark.parametrize("service", ["stomp", "jms", "admin", "metrics"])
-def test_refusals_over_max_connections_that_meet_clients_gone_log_no_error(netloop, broker, users, service,
-                                                                             caplog):
+def test_refusals_over_max_connections_that_meet_clients_gone_log_no_error(netloop, broker, users, service, caplog):
     """Every connection is over max_connections (0 here) and gets the service's refusal,
     written to clients that closed at once or reset. Before: an ERROR traceback from
     connection_made (the half-close after a reset: ENOTCONN) for every other one, on STOMP
     and jms."""
     refusing = ServiceGuard(service, login_timeout=30, max_connections=0)
     if service == "stomp":
-        server = StompBridge(StompConfig(hostname="127.0.0.1", tcp_port=0), EmbeddedHostBroker(broker), users,
-                             netloop, refusing)
+        server = StompBridge(
+            StompConfig(hostname="127.0.0.1", tcp_port=0), EmbeddedHostBroker(broker), users, netloop, refusing
+        )
         server.start()
         port = server.tcp_port
     elif service == "jms":
@@ -348,8 +378,13 @@ def test_refusals_over_max_connections_that_meet_clients_gone_log_no_error(netlo
         server = AdminServer(netloop, lambda command: Reply(OK, "done"), "admin", PASSWORD, guard=refusing).start()
         port = server.port
     else:
-        server = MetricsServer(netloop, Pages(lambda: (b"", "text/plain"), lambda: []), users.authenticate,
-                               lambda user: None, guard=refusing).start()
+        server = MetricsServer(
+            netloop,
+            Pages(lambda: (b"", "text/plain"), lambda: []),
+            users.authenticate,
+            lambda user: None,
+            guard=refusing,
+        ).start()
         port = server.port
     caplog.set_level(logging.DEBUG)
     try:

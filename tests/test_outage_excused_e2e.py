@@ -48,7 +48,7 @@ N = 20
 # Holds the link while "hold" exists in $GATE, or while the message's delivery count
 # reaches the number "hold-from" says (writing what it holds into "held"), and appends
 # "<text> <delivery count>" of every message it lets through to "seen".
-GATE = '''
+GATE = """
 import os
 import time
 from pathlib import Path
@@ -73,15 +73,15 @@ class Gate(MessageTransformer):
         with open(gate / "seen", "a") as seen:
             seen.write(f"{message.text} {message.delivery_count}\\n")
         return message
-'''
+"""
 
 FACTORIES = {
     "host": '<connection-factory ref-name="host"/>',
-    "self": '''<connection-factory ref-name="self" lookup-name="XAConnectionFactory"
+    "self": """<connection-factory ref-name="self" lookup-name="XAConnectionFactory"
                       username="admin" password="{password}">
     <property name="java.naming.factory.initial" value="{context}"/>
     <property name="java.naming.provider.url" value="mq://127.0.0.1:{port}"/>
-  </connection-factory>''',
+  </connection-factory>""",
 }
 # link kind -> (source factory, target factory, the self factory's context factory)
 KINDS = {
@@ -94,8 +94,9 @@ LOGGED = {"local": "local transaction (one resource manager)", "one-phase": "XA"
 
 def link_xml(kind: str, port: int) -> str:
     source, target, context = KINDS[kind]
-    factories = "\n  ".join(FACTORIES[ref].format(password=PASSWORD, context=context, port=port)
-                            for ref in dict.fromkeys((source, target)))
+    factories = "\n  ".join(
+        FACTORIES[ref].format(password=PASSWORD, context=context, port=port) for ref in dict.fromkeys((source, target))
+    )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <jmsbridge name="jb">
   <link name="l1" transacted="true">
@@ -149,10 +150,17 @@ def test_an_outage_sends_nothing_to_the_dmq(tmp_path, postgresql, monkeypatch, k
     database = postgresql.create_database(f"{kind.replace('-', '_')}_{threshold}")
     port = free_port()
     props, _ = one_bridge_files(
-        base, "host", link_xml(kind, port), PASSWORD, f"imq.portmapper.port={port}",
-        "imq.bridge.jb.transaction.batchSize=10", f"imq.bridge.jb.backoutThreshold={threshold}",
-        "imq.persist.store=jdbc", f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
-        "imq.persist.file.sync.enabled=true")
+        base,
+        "host",
+        link_xml(kind, port),
+        PASSWORD,
+        f"imq.portmapper.port={port}",
+        "imq.bridge.jb.transaction.batchSize=10",
+        f"imq.bridge.jb.backoutThreshold={threshold}",
+        "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+        "imq.persist.file.sync.enabled=true",
+    )
     host = Daemon(props)
     try:
         assert any(f"(transacted, {LOGGED[kind]})" in line for line in host.lines), host.lines

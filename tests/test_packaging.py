@@ -32,8 +32,11 @@ def test_every_package_folder_is_listed_in_pyproject():
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_wheel_contains_the_dtd_and_the_console_script(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q",
-                    "-w", str(tmp_path), str(ROOT)], check=True, capture_output=True)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+        capture_output=True,
+    )
     wheel = next(tmp_path.glob("imqbridge-*.whl"))
     names = zipfile.ZipFile(wheel).namelist()
     assert "bridgemgr/dtd/sun_jmsbridge_1_0.dtd" in names
@@ -71,14 +74,22 @@ def test_optional_parts_are_extras_and_the_test_extra_installs_them_all():
     assert "imqbridge[spark,java,postgres,amqp]" in extras["all"]
     assert "imqbridge[all]" in extras["test"]  # tests/run installs [test]: everything it uses
     assert "IMQBRIDGE_EXTRAS=test" in (ROOT / "tests" / "run").read_text()
-    assert EXTRA_OF == {"pyspark": "spark", "pyarrow": "spark", "jpype": "java", "psycopg": "postgres",
-                        "pika": "amqp"}  # the import names of the same packages
+    assert EXTRA_OF == {
+        "pyspark": "spark",
+        "pyarrow": "spark",
+        "jpype": "java",
+        "psycopg": "postgres",
+        "pika": "amqp",
+    }  # the import names of the same packages
 
 
 def test_pandas_is_only_a_constraint_of_the_spark_extra():
     """pandas comes with pyspark[sql]; no module of ours imports it."""
-    importing = [path for path in (ROOT / "bridgemgr").rglob("*.py")
-                 if re.search(r"^\s*(import|from)\s+pandas\b", path.read_text(), re.M)]
+    importing = [
+        path
+        for path in (ROOT / "bridgemgr").rglob("*.py")
+        if re.search(r"^\s*(import|from)\s+pandas\b", path.read_text(), re.M)
+    ]
     assert not importing
 
 
@@ -126,18 +137,25 @@ def without_extras(tmp_path: Path) -> dict[str, str]:
 
 def bridge_xml(name: str, factory: str | None, url: str = "") -> str:
     target = "host" if factory is None else "far"
-    far = "" if factory is None else (
-        f'<connection-factory ref-name="far" lookup-name="ConnectionFactory">'
-        f'<property name="java.naming.factory.initial" value="{factory}"/>'
-        f'<property name="java.naming.provider.url" value="{url}"/></connection-factory>')
-    return ('<?xml version="1.0" encoding="UTF-8"?>\n'
-            '<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">\n'
-            f'<jmsbridge name="{name}"><link name="l1" transacted="false">'
-            '<source connection-factory-ref="host" destination-ref="in"/>'
-            f'<target connection-factory-ref="{target}" destination-ref="out"/></link>'
-            f'<connection-factory ref-name="host"/>{far}'
-            '<destination ref-name="in" name="q.in"/><destination ref-name="out" name="q.out"/>'
-            '</jmsbridge>\n')
+    far = (
+        ""
+        if factory is None
+        else (
+            f'<connection-factory ref-name="far" lookup-name="ConnectionFactory">'
+            f'<property name="java.naming.factory.initial" value="{factory}"/>'
+            f'<property name="java.naming.provider.url" value="{url}"/></connection-factory>'
+        )
+    )
+    return (
+        '<?xml version="1.0" encoding="UTF-8"?>\n'
+        '<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">\n'
+        f'<jmsbridge name="{name}"><link name="l1" transacted="false">'
+        '<source connection-factory-ref="host" destination-ref="in"/>'
+        f'<target connection-factory-ref="{target}" destination-ref="out"/></link>'
+        f'<connection-factory ref-name="host"/>{far}'
+        '<destination ref-name="in" name="q.in"/><destination ref-name="out" name="q.out"/>'
+        "</jmsbridge>\n"
+    )
 
 
 @pytest.mark.slow
@@ -149,19 +167,39 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path):
     env = without_extras(tmp_path)
     (tmp_path / "spark.xml").write_text(bridge_xml("bs", None))
     (tmp_path / "amqp.xml").write_text(bridge_xml("ba", "imq.amqp", "amqp://u:p@127.0.0.1:1/%2F"))
-    (tmp_path / "java.xml").write_text(bridge_xml("bj", "org.apache.activemq.jndi.ActiveMQInitialContextFactory",
-                                                  "tcp://127.0.0.1:1"))
+    (tmp_path / "java.xml").write_text(
+        bridge_xml("bj", "org.apache.activemq.jndi.ActiveMQInitialContextFactory", "tcp://127.0.0.1:1")
+    )
     props = tmp_path / "broker.properties"
-    props.write_text("\n".join([
-        f"imq.varhome={tmp_path / 'var'}", "imq.portmapper.port=0", "imq.jms.tcp.port=0",
-        "imq.bridge.enabled=true", "imq.bridge.admin.user=admin", "imq.bridge.admin.password=pw-9f2c1a",
-        "imq.bridge.activelist=bs,ba,bj",
-        "imq.bridge.bs.type=jms", "imq.bridge.bs.xmlurl=spark.xml", "imq.bridge.bs.runner=spark",
-        "imq.bridge.ba.type=jms", "imq.bridge.ba.xmlurl=amqp.xml",
-        "imq.bridge.bj.type=jms", "imq.bridge.bj.xmlurl=java.xml"]) + "\n")
-    serve = subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
-                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                             cwd=tmp_path)
+    props.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={tmp_path / 'var'}",
+                "imq.portmapper.port=0",
+                "imq.jms.tcp.port=0",
+                "imq.bridge.enabled=true",
+                "imq.bridge.admin.user=admin",
+                "imq.bridge.admin.password=pw-9f2c1a",
+                "imq.bridge.activelist=bs,ba,bj",
+                "imq.bridge.bs.type=jms",
+                "imq.bridge.bs.xmlurl=spark.xml",
+                "imq.bridge.bs.runner=spark",
+                "imq.bridge.ba.type=jms",
+                "imq.bridge.ba.xmlurl=amqp.xml",
+                "imq.bridge.bj.type=jms",
+                "imq.bridge.bj.xmlurl=java.xml",
+            ]
+        )
+        + "\n"
+    )
+    serve = subprocess.Popen(
+        [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+    )
     lines: list[str] = []
     try:
         assert serve.stdout is not None
@@ -174,28 +212,52 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path):
         lines += serve.communicate(timeout=60)[0].splitlines()
     text = "\n".join(lines)
     assert "Traceback" not in text, text
-    for part, module, extra in (("the AMQP provider (imq.amqp)", "pika", "amqp"),
-                                ("the Java provider", "jpype", "java"),
-                                ("Spark (runner=spark links, drain, the dmq jobs)", "pyspark", "spark")):
+    for part, module, extra in (
+        ("the AMQP provider (imq.amqp)", "pika", "amqp"),
+        ("the Java provider", "jpype", "java"),
+        ("Spark (runner=spark links, drain, the dmq jobs)", "pyspark", "spark"),
+    ):
         assert f"{part} needs {module}: pip install 'imqbridge[{extra}]'" in text, text
 
-    store = subprocess.run([sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props),
-                            "-D", "imq.bridge.enabled=false", "-D", "imq.persist.store=jdbc",
-                            "-D", "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://127.0.0.1:1/db"],
-                           capture_output=True, text=True, env=env, cwd=tmp_path, timeout=60)
+    store = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "serve",
+            "-props",
+            str(props),
+            "-D",
+            "imq.bridge.enabled=false",
+            "-D",
+            "imq.persist.store=jdbc",
+            "-D",
+            "imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://127.0.0.1:1/db",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
     assert store.returncode == 1
     assert store.stderr.strip().splitlines()[-1] == (
-        "Error: the service cannot start: imq.persist.store=jdbc needs psycopg: "
-        "pip install 'imqbridge[postgres]'"), store.stderr
+        "Error: the service cannot start: imq.persist.store=jdbc needs psycopg: pip install 'imqbridge[postgres]'"
+    ), store.stderr
     assert "Traceback" not in store.stderr + store.stdout
 
     (tmp_path / "archive").mkdir()
-    report = subprocess.run([sys.executable, "-m", "bridgemgr.cli", "dmq", "report", "--archive",
-                             str(tmp_path / "archive")], capture_output=True, text=True, env=env,
-                            timeout=60)
+    report = subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", "dmq", "report", "--archive", str(tmp_path / "archive")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert (report.returncode, report.stdout) == (1, "")
-    assert report.stderr == ("Error: Spark (runner=spark links, drain, the dmq jobs) needs pyspark: "
-                             "pip install 'imqbridge[spark]'\n")
+    assert report.stderr == (
+        "Error: Spark (runner=spark links, drain, the dmq jobs) needs pyspark: pip install 'imqbridge[spark]'\n"
+    )
 
 
 # --- the systemd unit and the Containerfile ------------------------------------------------------------
@@ -228,8 +290,11 @@ def test_the_systemd_unit_is_hardened_and_verifies(tmp_path):
 def containerfile() -> list[tuple[str, str]]:
     """The Containerfile's instructions, (KEYWORD, arguments), continuation lines joined."""
     text = re.sub(r"\\\n", " ", CONTAINERFILE.read_text())
-    return [(line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip()) for line in text.splitlines()
-            if line.strip() and not line.lstrip().startswith("#")]
+    return [
+        (line.split(None, 1)[0].upper(), line.split(None, 1)[1].strip())
+        for line in text.splitlines()
+        if line.strip() and not line.lstrip().startswith("#")
+    ]
 
 
 def _values(instructions: list[tuple[str, str]], keyword: str) -> list[str]:
@@ -276,45 +341,82 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
         dest_dir.mkdir(parents=True, exist_ok=True)
         for source in sources:
             if (ROOT / source).is_dir():
-                shutil.copytree(ROOT / source, dest_dir, dirs_exist_ok=True,
-                                ignore=shutil.ignore_patterns("__pycache__"))
+                shutil.copytree(
+                    ROOT / source, dest_dir, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__")
+                )
             else:
                 shutil.copy(ROOT / source, dest_dir)
     # without PYTHONPATH (a Spark test before this one sets it to this tree and the venv's site):
     # pip would find imqbridge installed there already and install nothing into the fresh venv
     clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "PYTHONHOME")}
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"),
-                    str(context)], check=True, capture_output=True, timeout=240, env=clean)
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path / "dist"), str(context)],
+        check=True,
+        capture_output=True,
+        timeout=240,
+        env=clean,
+    )
     wheel = next((tmp_path / "dist").glob("imqbridge-*.whl"))
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120, env=clean)
     python = venv / "bin" / "python"
-    site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                               capture_output=True, text=True, check=True, env=clean).stdout.strip())
-    subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps",
-                    "--no-index", str(wheel)], check=True, capture_output=True, timeout=120, env=clean)
+    site = Path(
+        subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+            env=clean,
+        ).stdout.strip()
+    )
+    subprocess.run(
+        [sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index", str(wheel)],
+        check=True,
+        capture_output=True,
+        timeout=120,
+        env=clean,
+    )
     # the core's dependencies, from here (a path line: this site's own .pth files do not run)
-    (site / "deps-from-test.pth").write_text("\n".join(sorted({sysconfig.get_paths()["purelib"],
-                                                               sysconfig.get_paths()["platlib"]})) + "\n")
+    (site / "deps-from-test.pth").write_text(
+        "\n".join(sorted({sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]})) + "\n"
+    )
     (site / "sitecustomize.py").write_text(BLOCKER)
     home = tmp_path / "empty"
     home.mkdir()
     env = dict(clean)
-    env.update(_env(instructions), IMQ_VARHOME=str(tmp_path / "var"), BLOCK_MODULES=BLOCKED,
-               PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}")
+    env.update(
+        _env(instructions),
+        IMQ_VARHOME=str(tmp_path / "var"),
+        BLOCK_MODULES=BLOCKED,
+        PATH=f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}",
+    )
 
-    found = subprocess.run([python, "-c", "import bridgemgr.transformers.uppercase as m; print(m.__file__)"],
-                           capture_output=True, text=True, env=env, cwd=home)
+    found = subprocess.run(
+        [python, "-c", "import bridgemgr.transformers.uppercase as m; print(m.__file__)"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=home,
+    )
     assert found.returncode == 0, found.stderr
     assert found.stdout.startswith(str(site)), found.stdout
     command = _command(instructions)
     command[0] = str(venv / "bin" / command[0])
     # the ports the image fixes are free ones here, and loopback only
-    command += ["-D", "imq.hostname=127.0.0.1", "-D", "imq.portmapper.port=0", "-D", "imq.bridge.stomp.tcp.port=0",
-                "-D", "imq.bridge.admin.port=0", "-D", "imq.jms.tcp.port=0"]
-    serve = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                             env=env, cwd=home)
+    command += [
+        "-D",
+        "imq.hostname=127.0.0.1",
+        "-D",
+        "imq.portmapper.port=0",
+        "-D",
+        "imq.bridge.stomp.tcp.port=0",
+        "-D",
+        "imq.bridge.admin.port=0",
+        "-D",
+        "imq.jms.tcp.port=0",
+    ]
+    serve = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=home)
     lines: list[str] = []
     try:
         assert serve.stdout is not None
@@ -326,8 +428,9 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
         serve.send_signal(signal.SIGTERM)
         lines += serve.communicate(timeout=60)[0].splitlines()
     text = "\n".join(lines)
-    assert ("demo: sent 1000 persistent orders to demo.in; the JMS bridge 'demo' moved 1000 to "
-            "demo.out (last: 'ORDER 999')") in text, text
+    assert (
+        "demo: sent 1000 persistent orders to demo.in; the JMS bridge 'demo' moved 1000 to demo.out (last: 'ORDER 999')"
+    ) in text, text
     assert serve.returncode == 0 and lines[-1] == "Stopped cleanly.", text
     assert "Traceback" not in text and "ERROR" not in text, text
     assert "Operate it:  imqbridgemgr list bridge -b " in text, text  # as started: from the PATH

@@ -33,7 +33,7 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 </jmsbridge>
 """
 
-TRANSFORMER = '''
+TRANSFORMER = """
 import os, time
 from bridgemgr.transform import MessageTransformer
 
@@ -44,22 +44,32 @@ class StampPid(MessageTransformer):
         out.set_int_property("worker_pid", os.getpid())
         time.sleep(0.002)
         return out
-'''
+"""
 
 
 def _files(tmp_path, *extra, parallelism=2):
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "stamp.py").write_text(TRANSFORMER)
-    return one_bridge_files(tmp_path, "par", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                            f"imq.bridge.transformer.path={tmp_path / 'plugins'}",
-                            f"imq.bridge.jb.link.l.parallelism={parallelism}", *extra)
+    return one_bridge_files(
+        tmp_path,
+        "par",
+        XML,
+        PASSWORD,
+        "imq.bridge.stomp.tcp.port=0",
+        f"imq.bridge.transformer.path={tmp_path / 'plugins'}",
+        f"imq.bridge.jb.link.l.parallelism={parallelism}",
+        *extra,
+    )
 
 
 def wait_transferred(daemon, passfile, count):
     """The link's `list link` row once it shows ``count`` transferred."""
-    return wait_for(lambda: (row := link_row(daemon, passfile, "l"))[5] == str(count) and row, 10,
-                    f"link l to show {count} transferred",
-                    interval=0.3)  # the workers report their counters twice a second
+    return wait_for(
+        lambda: (row := link_row(daemon, passfile, "l"))[5] == str(count) and row,
+        10,
+        f"link l to show {count} transferred",
+        interval=0.3,
+    )  # the workers report their counters twice a second
 
 
 def test_a_parallel_link_spreads_over_two_worker_processes(tmp_path):

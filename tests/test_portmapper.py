@@ -51,7 +51,8 @@ def test_the_table_is_the_original_format(mapper):
         f"portmapper tcp PORTMAPPER {mapper.port}\n"
         "jms tcp NORMAL 40001\n"
         "bridgeadmin tcp ADMIN 40002\n"
-        ".\n")
+        ".\n"
+    )
 
 
 def test_a_client_that_sends_nothing_gets_the_table_and_the_end_of_the_stream(mapper):
@@ -73,8 +74,11 @@ def test_lookup_names_the_instance_and_finds_the_first_wanted_service(mapper):
     instance, entries = lookup_table("127.0.0.1", mapper.port)
     assert instance == "imqbroker" and len(entries) == 3
     assert find_service("127.0.0.1", mapper.port, ("ssljms", "jms")).port == 2
-    with pytest.raises(PortMapperError, match=r"broker imqbroker at 127.0.0.1:\d+ offers no stomp service "
-                                              r"\(its services: portmapper, jms, ssljms\)"):
+    with pytest.raises(
+        PortMapperError,
+        match=r"broker imqbroker at 127.0.0.1:\d+ offers no stomp service "
+        r"\(its services: portmapper, jms, ssljms\)",
+    ):
         find_service("127.0.0.1", mapper.port, ("stomp",))
 
 
@@ -83,13 +87,14 @@ def test_a_chatty_client_is_cut_off_and_others_still_get_answers(mapper):
         try:
             sock.sendall(b"x" * 100_000)
         except OSError:
-            pass                                 # closed under us: what we want
+            pass  # closed under us: what we want
     assert read_all(mapper.port, b"101\n").endswith(b"\n.\n")
 
 
 @pytest.mark.slow
 def test_a_silent_client_that_never_closes_is_closed_by_the_server(mapper, monkeypatch):
     import bridgemgr.admin.portmapper as pm_module
+
     monkeypatch.setattr(pm_module, "_LINGER", 0.1)
     with socket.create_connection(("127.0.0.1", mapper.port), timeout=5) as sock:
         time.sleep(0.3)
@@ -100,8 +105,11 @@ def test_a_silent_client_that_never_closes_is_closed_by_the_server(mapper, monke
 
 
 def test_nobody_listening_is_a_clear_error():
-    with pytest.raises(PortMapperError, match=r"cannot reach the port mapper at 127.0.0.1:\d+ .*"
-                                              r"is the service \(imqbridgemgr serve\) running there\?"):
+    with pytest.raises(
+        PortMapperError,
+        match=r"cannot reach the port mapper at 127.0.0.1:\d+ .*"
+        r"is the service \(imqbridgemgr serve\) running there\?",
+    ):
         lookup_services("127.0.0.1", free_port(), timeout=2)
 
 
@@ -115,21 +123,28 @@ def test_something_else_listening_is_a_clear_error():
         conn.recv(100)
         conn.sendall(b"SSH-2.0-OpenSSH_9.2\r\n")
         conn.close()
+
     threading.Thread(target=answer).start()
-    with pytest.raises(PortMapperError, match=r"127.0.0.1:\d+: line 1 of the port mapper's answer is not a "
-                                              "version line"):
+    with pytest.raises(
+        PortMapperError,
+        match=r"127.0.0.1:\d+: line 1 of the port mapper's answer is not a "
+        "version line",
+    ):
         lookup_services("127.0.0.1", port)
     server.close()
 
 
-@pytest.mark.parametrize("text, match", [
-    (b"101 b 1\nportmapper tcp PORTMAPPER 7676\n", "ended without its '.' line"),
-    (b"102 b 1\n.\n", "port mapper version 102 is not supported"),
-    (b"101 b 1\njms tcp NORMAL\n.\n", "line 2 .* is not 'name protocol type port'"),
-    (b"101 b 1\njms tcp NORMAL port\n.\n", "line 2"),
-    (b"101 b 1\njms tcp NORMAL 70000\n.\n", "line 2"),
-    (b"\xff\xfe\n", "not ASCII"),
-])
+@pytest.mark.parametrize(
+    "text, match",
+    [
+        (b"101 b 1\nportmapper tcp PORTMAPPER 7676\n", "ended without its '.' line"),
+        (b"102 b 1\n.\n", "port mapper version 102 is not supported"),
+        (b"101 b 1\njms tcp NORMAL\n.\n", "line 2 .* is not 'name protocol type port'"),
+        (b"101 b 1\njms tcp NORMAL port\n.\n", "line 2"),
+        (b"101 b 1\njms tcp NORMAL 70000\n.\n", "line 2"),
+        (b"\xff\xfe\n", "not ASCII"),
+    ],
+)
 def test_bad_tables_name_the_line(text, match):
     with pytest.raises(PortMapperError, match=match):
         parse_table(text)
@@ -140,8 +155,16 @@ def test_the_original_brokers_extra_fields_are_ignored():
     assert parse_table(text) == ("imqbroker", [ServiceEntry("jms", "tcp", "NORMAL", 33511)])
 
 
-@pytest.mark.parametrize("fields", [("a b", "tcp", "N", 1), ("a", "", "N", 1), ("a", "tcp", "N\n", 1),
-                                    ("a", "tcp", "N", -1), ("a", "tcp", "N", 65536)])
+@pytest.mark.parametrize(
+    "fields",
+    [
+        ("a b", "tcp", "N", 1),
+        ("a", "", "N", 1),
+        ("a", "tcp", "N\n", 1),
+        ("a", "tcp", "N", -1),
+        ("a", "tcp", "N", 65536),
+    ],
+)
 def test_entries_that_would_break_the_format_are_refused(fields):
     with pytest.raises(ValueError):
         ServiceEntry(*fields)
@@ -150,7 +173,9 @@ def test_entries_that_would_break_the_format_are_refused(fields):
 FIELD = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
 
 
-@given(FIELD.filter(lambda t: t != "."), st.lists(st.builds(ServiceEntry, FIELD.filter(lambda t: t != "."),
-                                                            FIELD, FIELD, st.integers(0, 65535))))
+@given(
+    FIELD.filter(lambda t: t != "."),
+    st.lists(st.builds(ServiceEntry, FIELD.filter(lambda t: t != "."), FIELD, FIELD, st.integers(0, 65535))),
+)
 def test_format_and_parse_round_trip(instance, entries):
     assert parse_table(format_table(instance, entries)) == (instance, entries)

@@ -44,17 +44,20 @@ def test_a_terminal_gets_one_line_rewritten_with_a_bar_rate_and_eta():
     assert out.endswith("\n") and "\n" not in out[:-1]  # one line, ended at the end
     assert all(f.rstrip("\n").endswith("\033[K") for f in frames)
     assert len(frames) == 4  # at most once a second, and the last
-    assert frames[2].startswith("DMQ built-in-dmq [#####...................]  20% 2,000/10,000 "
-                                "messages, 1,000 msg/s, ETA 0:08")
+    assert frames[2].startswith(
+        "DMQ built-in-dmq [#####...................]  20% 2,000/10,000 messages, 1,000 msg/s, ETA 0:08"
+    )
     assert "2,500/10,000 messages, 1,000 msg/s, ETA 0:08" in frames[3]
 
 
 def test_a_pipe_gets_a_plain_line_every_10_s_and_the_last():
     steps = [(float(s), s * 100) for s in range(1, 26)]
     lines = run(False, 5_000, steps).splitlines()
-    assert lines == ["DMQ built-in-dmq: 1,000/5,000 messages (20%), 100 msg/s, ETA 0:40",
-                     "DMQ built-in-dmq: 2,000/5,000 messages (40%), 100 msg/s, ETA 0:30",
-                     "DMQ built-in-dmq: 2,500/5,000 messages (50%), 100 msg/s, ETA 0:25"]
+    assert lines == [
+        "DMQ built-in-dmq: 1,000/5,000 messages (20%), 100 msg/s, ETA 0:40",
+        "DMQ built-in-dmq: 2,000/5,000 messages (40%), 100 msg/s, ETA 0:30",
+        "DMQ built-in-dmq: 2,500/5,000 messages (50%), 100 msg/s, ETA 0:25",
+    ]
     assert "\r" not in "".join(lines) and "\033" not in "".join(lines)
 
 

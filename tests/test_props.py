@@ -77,8 +77,14 @@ DEFAULTS = {
     "imq.system.max_size": None,
     "imq.message.max_size": 70 * 1024 * 1024,
     "imq.system.max_memory": None,
-    "imq.green.threshold": 0, "imq.yellow.threshold": 80, "imq.orange.threshold": 90, "imq.red.threshold": 98,
-    "imq.green.count": 5000, "imq.yellow.count": 500, "imq.orange.count": 50, "imq.red.count": 0,
+    "imq.green.threshold": 0,
+    "imq.yellow.threshold": 80,
+    "imq.orange.threshold": 90,
+    "imq.red.threshold": 98,
+    "imq.green.count": 5000,
+    "imq.yellow.count": 500,
+    "imq.orange.count": 50,
+    "imq.red.count": 0,
 }
 
 
@@ -110,8 +116,7 @@ TYPED = [
     ("imq.bridge.activelist", " a, b ,,c ", ("a", "b", "c")),
     ("imq.bridge.stomp.tcp.port", "0", 0),
     ("imq.bridge.stomp.tcp.port", "+65535", 65535),
-    ("imq.bridge.tm.props", "txlogSize=10m, txlogSync=true", {"txlogSize": "10m",
-                                                                "txlogSync": "true"}),
+    ("imq.bridge.tm.props", "txlogSize=10m, txlogSync=true", {"txlogSize": "10m", "txlogSync": "true"}),
     ("imq.bridge.b1.type", "JMS", "jms"),
     ("imq.bridge.stomp.type", "Stomp", "stomp"),
     ("imq.bridge.b1.runner", "SPARK", "spark"),
@@ -122,15 +127,18 @@ TYPED = [
     ("imq.autocreate.destination.maxTotalMsgBytes", "10m", 10 * 1024 * 1024),
     ("imq.autocreate.destination.maxBytesPerMsg", "10k", 10 * 1024),
     ("imq.autocreate.destination.maxBytesPerMsg", "512b", 512),
-    ("imq.autocreate.destination.maxBytesPerMsg", "1G", 1024 ** 3),
+    ("imq.autocreate.destination.maxBytesPerMsg", "1G", 1024**3),
     ("imq.autocreate.destination.maxBytesPerMsg", "4096", 4096),
     ("imq.autocreate.destination.maxBytesPerMsg", "-1", -1),
     ("imq.autocreate.destination.maxNumMsgs", "0", 0),
     ("imq.bridge.b1.link.windowBytes", "32m", 32 * 1024 * 1024),
     ("imq.bridge.b1.link.windowBytes", "1", 1),
     ("imq.bridge.b1.link.windowBytes", "-1", -1),
-    ("imq.bridge.stomp.messageTransformer", "transformers.uppercase.UppercaseTransformer",
-     "transformers.uppercase.UppercaseTransformer"),
+    (
+        "imq.bridge.stomp.messageTransformer",
+        "transformers.uppercase.UppercaseTransformer",
+        "transformers.uppercase.UppercaseTransformer",
+    ),
 ]
 
 
@@ -138,8 +146,7 @@ TYPED = [
 def test_values_are_parsed_by_type(key, raw, value):
     props, problems = parse_properties(overrides=[f"{key}={raw}"], environ={})
     assert props.get(key) == value
-    assert not any(p.message.startswith(f"{key} is ") and p.severity == "error"
-                   for p in problems)
+    assert not any(p.message.startswith(f"{key} is ") and p.severity == "error" for p in problems)
 
 
 WRONG = [
@@ -173,15 +180,15 @@ def test_wrong_types_name_the_key_and_the_value(tmp_path, key, raw, expected):
         load_properties([path], environ={})
     (problem,) = info.value.errors
     assert (problem.source, problem.line) == (str(path), 3)
-    assert (key in problem.message and repr(raw.strip() if raw.strip() else raw) in \
-        problem.message) or repr(raw) in problem.message
+    assert (key in problem.message and repr(raw.strip() if raw.strip() else raw) in problem.message) or repr(
+        raw
+    ) in problem.message
     assert expected in problem.message
 
 
-@given(st.integers(min_value=0, max_value=2 ** 40), st.sampled_from(["", "b", "k", "m", "g",
-                                                                      "K", "M", "G"]))
+@given(st.integers(min_value=0, max_value=2**40), st.sampled_from(["", "b", "k", "m", "g", "K", "M", "G"]))
 def test_byte_sizes(number, unit):
-    factor = {"": 1, "b": 1, "k": 1024, "m": 1024 ** 2, "g": 1024 ** 3}[unit.lower()]
+    factor = {"": 1, "b": 1, "k": 1024, "m": 1024**2, "g": 1024**3}[unit.lower()]
     assert parse_size(f"{number}{unit}") == number * factor
 
 
@@ -194,6 +201,7 @@ def test_size_parser_only_raises_value_error(text):
 
 
 # --- files, lines, overrides ------------------------------------------------------------------
+
 
 def test_every_error_of_every_file_is_reported_together(tmp_path):
     a = write(tmp_path, "imq.bridge.enabled=maybe\nimq.portmapper.port=x\n", "a.properties")
@@ -252,14 +260,18 @@ def test_config_error_pickles():
 
 # --- unknown keys, cross checks -----------------------------------------------------------------
 
-@pytest.mark.parametrize("key,closest", [
-    ("imq.bridge.b1.xmlur", "imq.bridge.b1.xmlurl"),
-    ("imq.bridge.b1.autoStart", "imq.bridge.b1.autostart"),
-    ("imq.bridge.stomp.tcp.prot", "imq.bridge.stomp.tcp.port"),
-    ("imq.bridge.stomp.tls.requireclientauth", "imq.bridge.stomp.tls.requireClientAuth"),
-    ("imq.bridge.activelst", "imq.bridge.activelist"),
-    ("imq.bridge.admin.pasword", "imq.bridge.admin.password"),
-])
+
+@pytest.mark.parametrize(
+    "key,closest",
+    [
+        ("imq.bridge.b1.xmlur", "imq.bridge.b1.xmlurl"),
+        ("imq.bridge.b1.autoStart", "imq.bridge.b1.autostart"),
+        ("imq.bridge.stomp.tcp.prot", "imq.bridge.stomp.tcp.port"),
+        ("imq.bridge.stomp.tls.requireclientauth", "imq.bridge.stomp.tls.requireClientAuth"),
+        ("imq.bridge.activelst", "imq.bridge.activelist"),
+        ("imq.bridge.admin.pasword", "imq.bridge.admin.password"),
+    ],
+)
 def test_unknown_bridge_keys_warn_with_the_closest_known_key(tmp_path, caplog, key, closest):
     path = write(tmp_path, f"imq.bridge.b1.type=jms\nimq.bridge.b1.xmlurl=b.xml\n{key}=v\n")
     with caplog.at_level(logging.WARNING, logger="bridgemgr.props"):
@@ -271,20 +283,25 @@ def test_unknown_bridge_keys_warn_with_the_closest_known_key(tmp_path, caplog, k
 
 
 def test_unknown_keys_far_from_anything_are_ignored_with_a_warning():
-    props = load_properties(overrides=["imq.bridge.zzzzzzzzzzzz=1", "imq.jmx.rmiregistry.port=x",
-                                       "other.key=1"], environ={})
+    props = load_properties(
+        overrides=["imq.bridge.zzzzzzzzzzzz=1", "imq.jmx.rmiregistry.port=x", "other.key=1"], environ={}
+    )
     assert [w.message for w in props.warnings] == [
         "unknown property imq.bridge.zzzzzzzzzzzz; it is ignored",
-        "unknown property imq.jmx.rmiregistry.port; it is ignored"]  # every imq.* key; other.key is not ours
+        "unknown property imq.jmx.rmiregistry.port; it is ignored",
+    ]  # every imq.* key; other.key is not ours
     assert props.raw["imq.jmx.rmiregistry.port"] == "x"
 
 
-@pytest.mark.parametrize("key,closest", [
-    ("imq.persist.file.sync.enabeld", "imq.persist.file.sync.enabled"),
-    ("imq.autocreate.queu", "imq.autocreate.queue"),
-    ("imq.instancenmae", "imq.instancename"),
-    ("imq.persist.jdbc.postgresql.pasword", "imq.persist.jdbc.postgresql.password"),
-])
+@pytest.mark.parametrize(
+    "key,closest",
+    [
+        ("imq.persist.file.sync.enabeld", "imq.persist.file.sync.enabled"),
+        ("imq.autocreate.queu", "imq.autocreate.queue"),
+        ("imq.instancenmae", "imq.instancename"),
+        ("imq.persist.jdbc.postgresql.pasword", "imq.persist.jdbc.postgresql.password"),
+    ],
+)
 def test_unknown_imq_keys_outside_imq_bridge_warn_with_the_closest_known_key(key, closest):
     props = load_properties(overrides=[f"{key}=secret-value-7"], environ={})
     assert [w.message for w in props.warnings] == [f"unknown property {key}; did you mean {closest}?"]
@@ -303,34 +320,39 @@ def test_every_schema_key_is_suggested_for_a_typo_of_it():
 
 
 def test_the_passfile_keys_of_the_clis_are_known():
-    props = load_properties(overrides=["imq.imqbridgemgr.password=x", "imq.imqusermgr.password=y"],
-                            environ={})
+    props = load_properties(overrides=["imq.imqbridgemgr.password=x", "imq.imqusermgr.password=y"], environ={})
     assert props.warnings == ()
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["imq.bridge.activelist=b1"], "imq.bridge.b1.type is not set; set it to jms or stomp"),
-    (["imq.bridge.b1.type=jms"], "JMS bridge b1 has no imq.bridge.b1.xmlurl"),
-    (["imq.bridge.stomp.type=jms"], "the name stomp belongs to the STOMP bridge"),
-    (["imq.bridge.s2.type=stomp"], "the STOMP bridge must be named stomp"),
-    (["imq.bridge.activelist=a.b"], "is not a usable bridge name"),
-    (["imq.bridge.activelist=admin"], "is not a usable bridge name"),
-    (["imq.bridge.b1.tm.props=txlogSize=big"], "sets txlogSize to 'big'"),
-    (["imq.persist.store=jdbc"], "imq.persist.jdbc.postgresql.property.url is not set"),
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["imq.bridge.activelist=b1"], "imq.bridge.b1.type is not set; set it to jms or stomp"),
+        (["imq.bridge.b1.type=jms"], "JMS bridge b1 has no imq.bridge.b1.xmlurl"),
+        (["imq.bridge.stomp.type=jms"], "the name stomp belongs to the STOMP bridge"),
+        (["imq.bridge.s2.type=stomp"], "the STOMP bridge must be named stomp"),
+        (["imq.bridge.activelist=a.b"], "is not a usable bridge name"),
+        (["imq.bridge.activelist=admin"], "is not a usable bridge name"),
+        (["imq.bridge.b1.tm.props=txlogSize=big"], "sets txlogSize to 'big'"),
+        (["imq.persist.store=jdbc"], "imq.persist.jdbc.postgresql.property.url is not set"),
+    ],
+)
 def test_cross_checks(overrides, expected):
     with pytest.raises(ConfigError) as info:
         load_properties(overrides=overrides, environ={})
     assert expected in str(info.value)
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["imq.bridge.activelist=stomp,stomp"], "listed twice"),
-    (["imq.bridge.enabled=true"], "imq.bridge.admin.user is not set"),
-    (["imq.bridge.activelist=stomp"], "imq.bridge.enabled is not true"),
-    (["imq.bridge.b2.autostart=false"], "imq.bridge.b2.type is not"),
-    (["imq.bridge.tm.props=txlogSize=1m,fancy=1"], "unknown key 'fancy'"),
-])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["imq.bridge.activelist=stomp,stomp"], "listed twice"),
+        (["imq.bridge.enabled=true"], "imq.bridge.admin.user is not set"),
+        (["imq.bridge.activelist=stomp"], "imq.bridge.enabled is not true"),
+        (["imq.bridge.b2.autostart=false"], "imq.bridge.b2.type is not"),
+        (["imq.bridge.tm.props=txlogSize=1m,fancy=1"], "unknown key 'fancy'"),
+    ],
+)
 def test_cross_check_warnings(overrides, expected):
     props = load_properties(overrides=overrides, environ={})
     assert any(expected in w.message for w in props.warnings), props.warnings
@@ -342,8 +364,9 @@ def test_a_spark_conf_key_ending_like_tm_props_is_just_text():
 
 
 def test_stomp_needs_no_type():
-    props = load_properties(overrides=["imq.bridge.enabled=true", "imq.bridge.admin.user=a",
-                                       "imq.bridge.activelist=stomp"], environ={})
+    props = load_properties(
+        overrides=["imq.bridge.enabled=true", "imq.bridge.admin.user=a", "imq.bridge.activelist=stomp"], environ={}
+    )
     assert props.bridge_type("stomp") == "stomp" and props.warnings == ()
     assert props.bridge_names == ("stomp",)
 
@@ -354,13 +377,14 @@ SECRET = "pw-never-shown-7f3a"
 
 
 def test_the_admin_password_is_never_shown(tmp_path, caplog):
-    path = write(tmp_path, f"imq.bridge.admin.user=admin\nimq.bridge.admin.password={SECRET}\n"
-                           f"imq.bridge.admin.pasword={SECRET}\n")
+    path = write(
+        tmp_path,
+        f"imq.bridge.admin.user=admin\nimq.bridge.admin.password={SECRET}\nimq.bridge.admin.pasword={SECRET}\n",
+    )
     with caplog.at_level(logging.DEBUG):
         props = load_properties([path], environ={})
     assert props.admin_password == SECRET
-    shown = [repr(props), str(props), str(props.redacted()), caplog.text,
-             *(str(w) for w in props.warnings)]
+    shown = [repr(props), str(props), str(props.redacted()), caplog.text, *(str(w) for w in props.warnings)]
     assert all(SECRET not in text for text in shown)
     assert props.redacted()["imq.bridge.admin.password"] == P.REDACTED
 
@@ -375,22 +399,25 @@ def test_a_secret_with_a_wrong_type_is_not_quoted(monkeypatch):
 
 # --- grouped views -------------------------------------------------------------------------------
 
+
 def test_bridge_view_merges_tm_props_and_resolves_xml_base(tmp_path):
-    path = write(tmp_path, "imq.bridge.activelist=b1,b3\n"
-                           "imq.bridge.b1.type=JMS\nimq.bridge.b1.xmlurl=conf/b1.xml\n"
-                           "imq.bridge.b1.autostart=false\n"
-                           "imq.bridge.tm.props=txlogSize=1m,txlogSync=false\n"
-                           "imq.bridge.b1.tm.props=txlogSync=true\n"
-                           "imq.bridge.b1.backoutThreshold=7\nimq.bridge.b1.runner=spark\n"
-                           "imq.bridge.b1.transaction.batchSize=50\n"
-                           "imq.bridge.b2.type=jms\nimq.bridge.b2.xmlurl=http://h/b2.xml\n"
-                           "imq.bridge.b3.type=jms\nimq.bridge.b3.xmlurl=/abs/b3.xml\n"
-                           "imq.bridge.spark.master=local[2]\n"
-                           "imq.bridge.spark.conf.spark.ui.enabled=false\n")
+    path = write(
+        tmp_path,
+        "imq.bridge.activelist=b1,b3\n"
+        "imq.bridge.b1.type=JMS\nimq.bridge.b1.xmlurl=conf/b1.xml\n"
+        "imq.bridge.b1.autostart=false\n"
+        "imq.bridge.tm.props=txlogSize=1m,txlogSync=false\n"
+        "imq.bridge.b1.tm.props=txlogSync=true\n"
+        "imq.bridge.b1.backoutThreshold=7\nimq.bridge.b1.runner=spark\n"
+        "imq.bridge.b1.transaction.batchSize=50\n"
+        "imq.bridge.b2.type=jms\nimq.bridge.b2.xmlurl=http://h/b2.xml\n"
+        "imq.bridge.b3.type=jms\nimq.bridge.b3.xmlurl=/abs/b3.xml\n"
+        "imq.bridge.spark.master=local[2]\n"
+        "imq.bridge.spark.conf.spark.ui.enabled=false\n",
+    )
     props = load_properties([path], environ={})
     b1 = props.bridge("b1")
-    assert (b1.type, b1.xmlurl, b1.xml_base, b1.autostart, b1.active) == (
-        "jms", "conf/b1.xml", tmp_path, False, True)
+    assert (b1.type, b1.xmlurl, b1.xml_base, b1.autostart, b1.active) == ("jms", "conf/b1.xml", tmp_path, False, True)
     assert dict(b1.tm_props) == {"txlogSize": "1m", "txlogSync": "true"}
     assert (b1.backout_threshold, b1.runner, b1.transaction_batch_size) == (7, "spark", 50)
     assert props.bridge("b2").active is False
@@ -400,28 +427,40 @@ def test_bridge_view_merges_tm_props_and_resolves_xml_base(tmp_path):
 
 
 def test_stomp_and_autocreate_views():
-    props = load_properties(overrides=[
-        "imq.hostname=h1", "imq.bridge.stomp.tcp.port=17672", "imq.bridge.stomp.tls.enabled=true",
-        "imq.autocreate.destination.maxTotalMsgBytes=2m",
-        "imq.autocreate.destination.limitBehavior=REMOVE_OLDEST",
-        "imq.autocreate.topic=false"], environ={})
+    props = load_properties(
+        overrides=[
+            "imq.hostname=h1",
+            "imq.bridge.stomp.tcp.port=17672",
+            "imq.bridge.stomp.tls.enabled=true",
+            "imq.autocreate.destination.maxTotalMsgBytes=2m",
+            "imq.autocreate.destination.limitBehavior=REMOVE_OLDEST",
+            "imq.autocreate.topic=false",
+        ],
+        environ={},
+    )
     stomp = props.stomp
-    assert (stomp.hostname, stomp.tcp_port, stomp.tls_enabled, stomp.tls_port) == (
-        "h1", 17672, True, 7673)
+    assert (stomp.hostname, stomp.tcp_port, stomp.tls_enabled, stomp.tls_port) == ("h1", 17672, True, 7673)
     limits = props.autocreate
-    assert (limits.autocreate_queue, limits.autocreate_topic, limits.max_total_msg_bytes,
-            limits.max_bytes_per_msg, limits.limit_behavior, limits.use_dmq) == (
-        True, False, 2 * 1024 * 1024, -1, "REMOVE_OLDEST", True)
-    override = load_properties(overrides=["imq.hostname=h1", "imq.bridge.stomp.hostname=h2"],
-                               environ={})
+    assert (
+        limits.autocreate_queue,
+        limits.autocreate_topic,
+        limits.max_total_msg_bytes,
+        limits.max_bytes_per_msg,
+        limits.limit_behavior,
+        limits.use_dmq,
+    ) == (True, False, 2 * 1024 * 1024, -1, "REMOVE_OLDEST", True)
+    override = load_properties(overrides=["imq.hostname=h1", "imq.bridge.stomp.hostname=h2"], environ={})
     assert override.stomp.hostname == "h2"
 
 
-@pytest.mark.parametrize("overrides,environ,expected", [
-    ([], {}, Path("var")),
-    ([], {"IMQ_VARHOME": "/srv/imq"}, Path("/srv/imq")),
-    (["imq.varhome=/opt/v"], {"IMQ_VARHOME": "/srv/imq"}, Path("/opt/v")),
-])
+@pytest.mark.parametrize(
+    "overrides,environ,expected",
+    [
+        ([], {}, Path("var")),
+        ([], {"IMQ_VARHOME": "/srv/imq"}, Path("/srv/imq")),
+        (["imq.varhome=/opt/v"], {"IMQ_VARHOME": "/srv/imq"}, Path("/opt/v")),
+    ],
+)
 def test_var_home_precedence(overrides, environ, expected, monkeypatch):
     monkeypatch.setattr("bridgemgr.props.DEFAULT_VARHOME", "var")  # (conftest moves it for the others)
     props = load_properties(overrides=[*overrides, "imq.instancename=b7"], environ=environ)
@@ -430,22 +469,31 @@ def test_var_home_precedence(overrides, environ, expected, monkeypatch):
 
 
 def test_parse_properties_never_raises_and_keeps_good_values():
-    props, problems = parse_properties(overrides=["imq.portmapper.port=x",
-                                                  "imq.instancename=ok"], environ={})
+    props, problems = parse_properties(overrides=["imq.portmapper.port=x", "imq.instancename=ok"], environ={})
     assert [p.severity for p in problems] == ["error"]
     assert props.get("imq.portmapper.port") == 7676 and props.get("imq.instancename") == "ok"
 
 
-KEYS = [*sorted(DEFAULTS), "imq.bridge.spark.conf.a", "imq.bridge.x y.type", "imq.bridge..type",
-        "imq.bridge.b1.type.extra", "imq.bridge.", "imq.bridge.admin.type"]
+KEYS = [
+    *sorted(DEFAULTS),
+    "imq.bridge.spark.conf.a",
+    "imq.bridge.x y.type",
+    "imq.bridge..type",
+    "imq.bridge.b1.type.extra",
+    "imq.bridge.",
+    "imq.bridge.admin.type",
+]
 
 
-NAME_LISTS = st.lists(st.sampled_from(["b1", "stomp", "admin", "a.b", "", " ", "x y", "tm",
-                                        "spark", "B-2_c"]), max_size=4).map(",".join)
+NAME_LISTS = st.lists(
+    st.sampled_from(["b1", "stomp", "admin", "a.b", "", " ", "x y", "tm", "spark", "B-2_c"]), max_size=4
+).map(",".join)
 
 
-@given(st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=30)),
-                          st.text(max_size=30)), max_size=12), NAME_LISTS)
+@given(
+    st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=30)), st.text(max_size=30)), max_size=12),
+    NAME_LISTS,
+)
 def test_any_properties_give_config_error_or_properties(pairs, active):
     overrides = [f"imq.bridge.activelist={active}"] + [f"{k}={v}" for k, v in pairs]
     props, _problems = parse_properties(overrides=overrides, environ={})
@@ -463,6 +511,7 @@ def test_any_properties_give_config_error_or_properties(pairs, active):
 def test_memory_thresholds_must_rise_from_green_to_red():
     _, problems = parse_properties(overrides=["imq.yellow.threshold=95"], environ={})
     assert [p.message for p in problems if p.severity == "error"] == [
-        "the memory thresholds must rise from green to red: imq.green/yellow/orange/red.threshold are 0/95/90/98"]
+        "the memory thresholds must rise from green to red: imq.green/yellow/orange/red.threshold are 0/95/90/98"
+    ]
     _, problems = parse_properties(overrides=["imq.red.threshold=101"], environ={})
     assert any("imq.red.threshold" in str(p) for p in problems)

@@ -20,8 +20,9 @@ pytestmark = pytest.mark.timeout(120)
 
 def imqbridgemgr(*args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args], capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", *args], capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 TYPO = "imq.persist.file.sync.enabeld"
@@ -64,14 +65,20 @@ def test_check_and_serve_refuse_a_file_that_is_not_a_properties_file(tmp_path, k
     expected = f"{path}:{line}: not a properties file: "
     r = imqbridgemgr("check", "-props", str(path))
     assert r.returncode == 1 and expected in r.stderr and reason in r.stderr, r.stderr
-    r = imqbridgemgr("serve", "-props", str(path), f"-Dimq.varhome={tmp_path / 'var'}",
-                     "-Dimq.portmapper.port=0")
+    r = imqbridgemgr("serve", "-props", str(path), f"-Dimq.varhome={tmp_path / 'var'}", "-Dimq.portmapper.port=0")
     assert r.returncode == 1 and expected in r.stderr and reason in r.stderr, r.stdout + r.stderr
     assert not (tmp_path / "var").exists()  # refused before anything started
 
 
-@pytest.mark.parametrize("text", ["", "# only a comment\n", "imq.instancename x\nimq.hostname:h\n",
-                                  "imq.bridge.enabled=false\n<not-xml-inside-a-value>=1\n"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "# only a comment\n",
+        "imq.instancename x\nimq.hostname:h\n",
+        "imq.bridge.enabled=false\n<not-xml-inside-a-value>=1\n",
+    ],
+)
 def test_properties_files_of_every_legal_shape_are_still_read(tmp_path, text):
     path = tmp_path / "broker.properties"
     path.write_text(text)

@@ -16,8 +16,10 @@ from bridgemgr.jms.message import BytesMessage, DeliveryMode, MapMessage, Proper
 from bridgemgr.providers.amqp import AmqpConnectionFactory, from_amqp, parse_url, route, to_amqp
 from bridgemgr.providers.amqp.client import send_now
 
-ENV = {"java.naming.factory.initial": "imq.amqp",
-       "java.naming.provider.url": "amqp://bridge:s3cret@127.0.0.1:5672/%2F?prefetch=50&heartbeat=20"}
+ENV = {
+    "java.naming.factory.initial": "imq.amqp",
+    "java.naming.provider.url": "amqp://bridge:s3cret@127.0.0.1:5672/%2F?prefetch=50&heartbeat=20",
+}
 
 
 def test_the_context_gives_a_factory_and_destinations_without_connecting():
@@ -31,12 +33,15 @@ def test_the_context_gives_a_factory_and_destinations_without_connecting():
         naming.lookup("orders", ENV)
 
 
-@pytest.mark.parametrize(("url", "problem"), [
-    ("stomp://h:1", "use amqp://"),
-    ("amqp://h:1/?prefetch=-1", "prefetch"),
-    ("amqp://h:1/?declare-queues=maybe", "declare-queues"),
-    ("amqp://u:pw@h:1/?heartbeat=soon", "heartbeat"),
-])
+@pytest.mark.parametrize(
+    ("url", "problem"),
+    [
+        ("stomp://h:1", "use amqp://"),
+        ("amqp://h:1/?prefetch=-1", "prefetch"),
+        ("amqp://h:1/?declare-queues=maybe", "declare-queues"),
+        ("amqp://u:pw@h:1/?heartbeat=soon", "heartbeat"),
+    ],
+)
 def test_bad_urls_are_named_without_their_password(url, problem):
     with pytest.raises(NamingException, match=problem) as failure:
         parse_url(url)
@@ -61,8 +66,7 @@ def through_pika(message):
     decoded = pika.BasicProperties()
     decoded.decode(b"".join(properties.encode()))
     exchange, key = route(message.destination)
-    return from_amqp(decoded, body, exchange=exchange, routing_key=key, redelivered=True,
-                     fallback=message.destination)
+    return from_amqp(decoded, body, exchange=exchange, routing_key=key, redelivered=True, fallback=message.destination)
 
 
 def stamped(message, dest=None):
@@ -74,10 +78,16 @@ def stamped(message, dest=None):
 def test_headers_and_typed_properties_survive_pikas_encoding():
     m = stamped(TextMessage("héllo"))
     m.correlation_id, m.type, m.reply_to = "c", "T", Topic("replies")
-    for name, ptype, value in [("b", PropertyType.BYTE, -1), ("s", PropertyType.SHORT, 2),
-                               ("i", PropertyType.INT, 3), ("l", PropertyType.LONG, 4),
-                               ("f", PropertyType.FLOAT, 0.5), ("d", PropertyType.DOUBLE, 0.1),
-                               ("z", PropertyType.BOOLEAN, False), ("t", PropertyType.STRING, "v")]:
+    for name, ptype, value in [
+        ("b", PropertyType.BYTE, -1),
+        ("s", PropertyType.SHORT, 2),
+        ("i", PropertyType.INT, 3),
+        ("l", PropertyType.LONG, 4),
+        ("f", PropertyType.FLOAT, 0.5),
+        ("d", PropertyType.DOUBLE, 0.1),
+        ("z", PropertyType.BOOLEAN, False),
+        ("t", PropertyType.STRING, "v"),
+    ]:
         m.set_typed_property(name, ptype, value)
     got = through_pika(m)
     assert isinstance(got, TextMessage) and got.text == "héllo"

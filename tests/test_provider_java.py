@@ -63,8 +63,12 @@ CLASSPATH = os.pathsep.join(ACTIVEMQ_CLIENT_JARS)
 
 
 def jndi(url: str = "tcp://127.0.0.1:1", **extra: str) -> dict[str, str]:
-    return {naming.INITIAL_CONTEXT_FACTORY: ACTIVEMQ_JNDI, naming.PROVIDER_URL: url,
-            java.CLASSPATH_PROPERTY: CLASSPATH, **extra}
+    return {
+        naming.INITIAL_CONTEXT_FACTORY: ACTIVEMQ_JNDI,
+        naming.PROVIDER_URL: url,
+        java.CLASSPATH_PROPERTY: CLASSPATH,
+        **extra,
+    }
 
 
 @pytest.fixture(scope="module")
@@ -79,13 +83,17 @@ def flavor(loader):
 
 # --- classpath ----------------------------------------------------------------------------------
 
+
 def test_classpath_entries_and_folders(tmp_path, monkeypatch):
     for name in ("b.jar", "a.jar", "notes.txt"):
         (tmp_path / name).write_text("x")
     assert jvm.split_classpath(f"x.jar{os.pathsep} y.jar,z.jar") == ["x.jar", "y.jar", "z.jar"]
     assert jvm.split_classpath(None) == []
     assert jvm.expand([f"{tmp_path}/*", "/opt/classes"]) == [
-        str(tmp_path / "a.jar"), str(tmp_path / "b.jar"), "/opt/classes"]
+        str(tmp_path / "a.jar"),
+        str(tmp_path / "b.jar"),
+        "/opt/classes",
+    ]
     assert jvm.expand([str(tmp_path / "?.jar")]) == [str(tmp_path / "a.jar"), str(tmp_path / "b.jar")]
     home = tmp_path / "imq"
     (home / "lib" / "ext").mkdir(parents=True)
@@ -100,16 +108,19 @@ def test_broker_properties_feed_the_classpath(tmp_path, monkeypatch):
     monkeypatch.delenv("IMQ_HOME", raising=False)
     classes = tmp_path / "classes"
     classes.mkdir()
-    props = load_properties(overrides=[f"imq.bridge.java.classpath={classes}",
-                                       f"imq.varhome={tmp_path / 'var'}"])
+    props = load_properties(overrides=[f"imq.bridge.java.classpath={classes}", f"imq.varhome={tmp_path / 'var'}"])
     (props.instance_dir / "lib" / "ext").mkdir(parents=True)
     (props.instance_dir / "lib" / "ext" / "driver.jar").write_bytes(b"PK\x05\x06" + b"\0" * 18)
     plugins = tmp_path / "plugins"  # imq.bridge.transformer.path: Python modules and jars
     plugins.mkdir()
     (plugins / "shout.jar").write_bytes(b"PK\x05\x06" + b"\0" * 18)
-    props = load_properties(overrides=[f"imq.bridge.java.classpath={classes}",
-                                       f"imq.bridge.transformer.path={plugins}",
-                                       f"imq.varhome={tmp_path / 'var'}"])
+    props = load_properties(
+        overrides=[
+            f"imq.bridge.java.classpath={classes}",
+            f"imq.bridge.transformer.path={plugins}",
+            f"imq.varhome={tmp_path / 'var'}",
+        ]
+    )
     java.configure_from_properties(props)
     assert str(classes) in jvm.classpath()
     assert str(props.instance_dir / "lib" / "ext" / "driver.jar") in jvm.classpath()
@@ -122,6 +133,7 @@ def test_a_missing_jar_in_a_lookup_classpath_is_named():
 
 
 # --- Java exceptions -> ours ------------------------------------------------------------------------
+
 
 def test_java_exceptions_become_ours(loader):
     def make(name: str, *args):
@@ -142,6 +154,7 @@ def test_java_exceptions_become_ours(loader):
 
 # --- messages -----------------------------------------------------------------------------------------
 
+
 class MessageMaker:
     """Plays the JMS session that makes messages and destinations: ActiveMQ's own classes."""
 
@@ -151,40 +164,55 @@ class MessageMaker:
     def _new(self, name: str):
         return jvm.jclass(f"org.apache.activemq.command.ActiveMQ{name}", self.loader)()
 
-    def createMessage(self): return self._new("Message")
-    def createTextMessage(self): return self._new("TextMessage")
-    def createBytesMessage(self): return self._new("BytesMessage")
-    def createMapMessage(self): return self._new("MapMessage")
-    def createStreamMessage(self): return self._new("StreamMessage")
-    def createObjectMessage(self): return self._new("ObjectMessage")
-    def createQueue(self, name): return jvm.jclass("org.apache.activemq.command.ActiveMQQueue", self.loader)(name)
-    def createTopic(self, name): return jvm.jclass("org.apache.activemq.command.ActiveMQTopic", self.loader)(name)
+    def createMessage(self):
+        return self._new("Message")
+
+    def createTextMessage(self):
+        return self._new("TextMessage")
+
+    def createBytesMessage(self):
+        return self._new("BytesMessage")
+
+    def createMapMessage(self):
+        return self._new("MapMessage")
+
+    def createStreamMessage(self):
+        return self._new("StreamMessage")
+
+    def createObjectMessage(self):
+        return self._new("ObjectMessage")
+
+    def createQueue(self, name):
+        return jvm.jclass("org.apache.activemq.command.ActiveMQQueue", self.loader)(name)
+
+    def createTopic(self, name):
+        return jvm.jclass("org.apache.activemq.command.ActiveMQTopic", self.loader)(name)
 
 
 def to_java(msg, loader, flavor):
     maker = MessageMaker(loader)
-    return convert.to_java(msg, maker, flavor,
-                           lambda d: convert.to_java_destination(d, maker, flavor))
+    return convert.to_java(msg, maker, flavor, lambda d: convert.to_java_destination(d, maker, flavor))
 
 
 NAMES = st.from_regex(r"[a-z][A-Za-z0-9_]{0,11}", fullmatch=True).filter(
-    lambda n: n.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE",
-                                "IN", "IS", "ESCAPE"))
+    lambda n: n.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE")
+)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=30)
 PROPERTY = st.one_of(
     st.tuples(st.just(PropertyType.BOOLEAN), st.booleans()),
     st.tuples(st.just(PropertyType.BYTE), st.integers(-128, 127)),
-    st.tuples(st.just(PropertyType.SHORT), st.integers(-2**15, 2**15 - 1)),
-    st.tuples(st.just(PropertyType.INT), st.integers(-2**31, 2**31 - 1)),
-    st.tuples(st.just(PropertyType.LONG), st.integers(-2**63, 2**63 - 1)),
+    st.tuples(st.just(PropertyType.SHORT), st.integers(-(2**15), 2**15 - 1)),
+    st.tuples(st.just(PropertyType.INT), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(PropertyType.LONG), st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.just(PropertyType.FLOAT), st.floats(width=32)),
     st.tuples(st.just(PropertyType.DOUBLE), st.floats()),
     st.tuples(st.just(PropertyType.STRING), TEXT),
 )
-VALUE = st.one_of(PROPERTY,
-                  st.tuples(st.just(PropertyType.CHAR), st.characters(max_codepoint=0xFFFF,
-                                                                      blacklist_categories=("Cs",))),
-                  st.tuples(st.just(PropertyType.BYTES), st.binary(max_size=20)))
+VALUE = st.one_of(
+    PROPERTY,
+    st.tuples(st.just(PropertyType.CHAR), st.characters(max_codepoint=0xFFFF, blacklist_categories=("Cs",))),
+    st.tuples(st.just(PropertyType.BYTES), st.binary(max_size=20)),
+)
 
 
 @st.composite
@@ -203,10 +231,15 @@ def messages(draw):
         for ptype, value in draw(st.lists(VALUE, max_size=6)):
             msg.write_typed(ptype, value)
     elif kind == "object":
-        msg = ObjectMessage(draw(st.recursive(
-            st.one_of(st.integers(-2**63, 2**63 - 1), TEXT, st.booleans(), st.binary(max_size=8)),
-            lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(NAMES, c, max_size=3)),
-            max_leaves=6)))
+        msg = ObjectMessage(
+            draw(
+                st.recursive(
+                    st.one_of(st.integers(-(2**63), 2**63 - 1), TEXT, st.booleans(), st.binary(max_size=8)),
+                    lambda c: st.one_of(st.lists(c, max_size=3), st.dictionaries(NAMES, c, max_size=3)),
+                    max_leaves=6,
+                )
+            )
+        )
     else:
         msg = Message()
     for name, (ptype, value) in draw(st.dictionaries(NAMES, PROPERTY, max_size=6)).items():
@@ -220,8 +253,10 @@ def messages(draw):
 def canon(entries):
     """Typed entries, floats by their bits (-0.0 differs from 0.0); every NaN is one NaN
     (a NaN's payload bits are not kept by Java's float conversions, nor promised by JMS)."""
+
     def bits(value):
         return b"NaN" if math.isnan(value) else struct.pack(">d", value)
+
     return [(*e[:-1], bits(e[-1]) if isinstance(e[-1], float) else e[-1]) for e in entries]
 
 
@@ -249,8 +284,10 @@ def test_python_java_python_is_lossless(msg, loader, flavor):
 
 def test_java_serialized_bodies_stay_opaque_bytes(loader, flavor):
     """The serial form of a class that nobody here has passes through untouched."""
-    stream = (b"\xac\xed\x00\x05sr\x00\x14com.example.Secret42\x00\x00\x00\x00\x00\x00\x00\x01"
-              b"\x02\x00\x01I\x00\x01xxp\x00\x00\x00\x07")
+    stream = (
+        b"\xac\xed\x00\x05sr\x00\x14com.example.Secret42\x00\x00\x00\x00\x00\x00\x00\x01"
+        b"\x02\x00\x01I\x00\x01xxp\x00\x00\x00\x07"
+    )
     jmsg = to_java(ObjectMessage(JavaSerialized(stream)), loader, flavor)
     back = convert.to_python(jmsg, flavor)
     assert back.object == stream and type(back.object) is JavaSerialized
@@ -272,12 +309,12 @@ def test_headers_from_java(loader, flavor):
     jmsg.setRedeliveryCounter(2)
     jmsg.setJMSDestination(MessageMaker(loader).createTopic("t"))
     msg = convert.to_python(jmsg, flavor)
-    assert (msg.message_id, msg.timestamp, msg.delivery_mode, msg.priority, msg.expiration) == \
-        ("ID:1", 17, 1, 7, 99)
+    assert (msg.message_id, msg.timestamp, msg.delivery_mode, msg.priority, msg.expiration) == ("ID:1", 17, 1, 7, 99)
     assert msg.redelivered and msg.delivery_count == 3 and msg.destination == Topic("t")
 
 
 # --- naming and connecting ------------------------------------------------------------------------------
+
 
 def test_real_jndi_lookups():
     env = jndi(**{"queue.orders": "ORDERS.IN", "topic.news": "NEWS"})
@@ -299,14 +336,17 @@ def test_an_unknown_initial_context_factory_names_where_classes_come_from():
 
 
 def test_java_class_names_resolve_without_importing_the_provider_first():
-    code = ("import sys; from bridgemgr.jms import naming; assert 'bridgemgr.providers.java' "
-            f"not in sys.modules; print(type(naming.lookup('ConnectionFactory', {jndi()!r})).__name__)")
+    code = (
+        "import sys; from bridgemgr.jms import naming; assert 'bridgemgr.providers.java' "
+        f"not in sys.modules; print(type(naming.lookup('ConnectionFactory', {jndi()!r})).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=90)
     assert out.stdout.strip() == "JavaConnectionFactory", out.stderr
 
 
 def test_connection_refused_is_a_transport_error():
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -337,13 +377,13 @@ def test_threads_share_the_jvm(loader, flavor):
     assert not errors
 
 
-
 def test_a_test_run_that_leaves_java_busy_exits_0(tmp_path):
     """JPype stops the JVM at exit while Java threads run compiled code: HotSpot needs its
     own SIGSEGV handler then (safepoint polls fault on purpose). The tests' configuration
     (pyproject.toml's addopts, tests/conftest.py) must leave it in place; with pytest's
     faulthandler plugin this run ended with SIGSEGV after "1 passed", every time."""
-    (tmp_path / "test_busy.py").write_text(textwrap.dedent("""
+    (tmp_path / "test_busy.py").write_text(
+        textwrap.dedent("""
         import threading, time
         from bridgemgr.providers.java import jvm
 
@@ -353,14 +393,33 @@ def test_a_test_run_that_leaves_java_busy_exits_0(tmp_path):
             numbers = jpype.JClass("java.util.stream.LongStream").range(0, 10**15)
             threading.Thread(target=numbers.parallel().sum, daemon=True).start()
             time.sleep(2)
-        """))
+        """)
+    )
     root = Path(__file__).parent.parent
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(root / "tests"), str(root)])}
-    run = subprocess.run([sys.executable, "-m", "pytest", "-c", str(root / "pyproject.toml"),
-                          "--rootdir", str(tmp_path), "-p", "conftest", "-p", "no:cacheprovider",
-                          "-q", str(tmp_path / "test_busy.py")],
-                         capture_output=True, text=True, timeout=90, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-c",
+            str(root / "pyproject.toml"),
+            "--rootdir",
+            str(tmp_path),
+            "-p",
+            "conftest",
+            "-p",
+            "no:cacheprovider",
+            "-q",
+            str(tmp_path / "test_busy.py"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        env=env,
+    )
     assert run.returncode == 0 and "1 passed" in run.stdout, run.stdout + run.stderr
+
 
 # --- Java transformers -----------------------------------------------------------------------------------
 
@@ -435,10 +494,14 @@ def java_classes(tmp_path_factory):
     src = tmp_path_factory.mktemp("java-transformers")
     for name, body in TRANSFORMERS.items():
         (src / f"{name}.java").write_text(
-            "import javax.jms.*;\nimport java.util.Properties;\n"
-            f"public class {name} {{\n{textwrap.dedent(body)}\n}}\n")
-    subprocess.run(["javac", "-cp", JMS_API_JAR, "-d", str(src), *map(str, src.glob("*.java"))],
-                   check=True, capture_output=True, timeout=120)
+            f"import javax.jms.*;\nimport java.util.Properties;\npublic class {name} {{\n{textwrap.dedent(body)}\n}}\n"
+        )
+    subprocess.run(
+        ["javac", "-cp", JMS_API_JAR, "-d", str(src), *map(str, src.glob("*.java"))],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     java.configure([str(src), JMS_API_JAR])
     return src
 
@@ -473,10 +536,15 @@ def test_a_read_only_message_stays_read_only_in_java(java_classes):
         t.transform(received(TextMessage("x")), True, None, "a", "b", {})
 
 
-@pytest.mark.parametrize("to, result, branch, drop", [
-    ("here", "kept", None, False), ("other", "kept", "other", False),
-    ("nowhere", "kept", None, True), ("null", None, None, False),
-])
+@pytest.mark.parametrize(
+    "to, result, branch, drop",
+    [
+        ("here", "kept", None, False),
+        ("other", "kept", "other", False),
+        ("nowhere", "kept", None, True),
+        ("null", None, None, False),
+    ],
+)
 def test_branch_to_no_transfer_and_null(java_classes, to, result, branch, drop):
     t = transformer("Router")
     msg = TextMessage("m")
@@ -494,7 +562,10 @@ def test_every_body_kind_through_java(java_classes):
     m.set_short("s", 9)
     out = t.transform(received(m), True, None, "a", "b", {})
     assert {n: p for n, p, _ in out.typed_items()} == {
-        "c2": PropertyType.CHAR, "raw": PropertyType.BYTES, "seen": PropertyType.STRING}
+        "c2": PropertyType.CHAR,
+        "raw": PropertyType.BYTES,
+        "seen": PropertyType.STRING,
+    }
     assert out.get_body() == {"c2": "z", "raw": b"\x01\x02", "seen": "java.lang.Character,9"}
     s = StreamMessage()
     s.write_long(41)
@@ -507,8 +578,9 @@ def test_every_body_kind_through_java(java_classes):
 
 
 def test_a_missing_java_class_is_a_clear_load_error(java_classes):
-    with pytest.raises(JMSException,
-                       match=r"Java class NoSuchTransformer cannot be loaded .*classpath is .*java-transformers"):
+    with pytest.raises(
+        JMSException, match=r"Java class NoSuchTransformer cannot be loaded .*classpath is .*java-transformers"
+    ):
         transformer("NoSuchTransformer")
 
 
@@ -521,19 +593,26 @@ def test_a_plain_java_class_name_loads_as_a_transformer(java_classes, tmp_path):
         "package com.example;\nimport javax.jms.*;\nimport java.util.Properties;\n"
         "public class Shout {\n public Message transform(Message m, boolean ro, String cs, String s,"
         " String t, Properties p) throws JMSException {\n"
-        "  TextMessage tm = (TextMessage) m; tm.clearBody(); tm.setText(\"SHOUT\"); return tm; }\n}\n")
-    subprocess.run(["javac", "-cp", JMS_API_JAR, "-d", str(tmp_path), str(pkg / "Shout.java")],
-                   check=True, capture_output=True, timeout=120)
+        '  TextMessage tm = (TextMessage) m; tm.clearBody(); tm.setText("SHOUT"); return tm; }\n}\n'
+    )
+    subprocess.run(
+        ["javac", "-cp", JMS_API_JAR, "-d", str(tmp_path), str(pkg / "Shout.java")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     java.configure([str(tmp_path)])
     t = load_transformer("com.example.Shout")
     t.reset(in_bridge_link=True)
     assert t.transform(received(TextMessage("hi")), True, None, "a", "b", {}).text == "SHOUT"
-    with pytest.raises(JMSException, match=r"(?s)No module named 'com'.*nor is it a Java transformer: "
-                                           r"Java class com.example.Missing cannot be loaded"):
+    with pytest.raises(
+        JMSException,
+        match=r"(?s)No module named 'com'.*nor is it a Java transformer: "
+        r"Java class com.example.Missing cannot be loaded",
+    ):
         load_transformer("com.example.Missing")
     with pytest.raises(JMSException, match="has no attribute 'Nope'"):  # a Python module stays Python
         load_transformer("transformers.uppercase.Nope")
-
 
 
 # --- Java transformers that extend the original's base class -------------------------------------------
@@ -572,8 +651,9 @@ public class Router extends MessageTransformer<Message, Message> {
 """
 
 
-def compile_against_base(dest: Path, sources: dict[str, str], api: str = "javax.jms",
-                         api_jar: str = JMS_API_JAR) -> tuple[Path, Path]:
+def compile_against_base(
+    dest: Path, sources: dict[str, str], api: str = "javax.jms", api_jar: str = JMS_API_JAR
+) -> tuple[Path, Path]:
     """Java ``sources`` (relative path -> text) compiled against the shipped base class for
     ``api`` (its classes in ``api_jar``): the folder of their classes only (a user's jar built
     against the original does not hold the base class), and the folder of the base classes."""
@@ -586,10 +666,25 @@ def compile_against_base(dest: Path, sources: dict[str, str], api: str = "javax.
         for rel, text in files.items():
             (root / rel).parent.mkdir(parents=True, exist_ok=True)
             (root / rel).write_text(text)
-    subprocess.run(["javac", "-cp", api_jar, "-d", str(base / "out"), *map(str, base.rglob("*.java"))],
-                   check=True, capture_output=True, timeout=120)
-    subprocess.run(["javac", "-cp", os.pathsep.join([api_jar, str(base / "out")]), "-d", str(classes),
-                    *map(str, src.rglob("*.java"))], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["javac", "-cp", api_jar, "-d", str(base / "out"), *map(str, base.rglob("*.java"))],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
+    subprocess.run(
+        [
+            "javac",
+            "-cp",
+            os.pathsep.join([api_jar, str(base / "out")]),
+            "-d",
+            str(classes),
+            *map(str, src.rglob("*.java")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     return classes, base / "out"
 
 
@@ -608,8 +703,7 @@ def router_classes(java_classes, tmp_path_factory):
 def routed(t, text: str, in_bridge_link: bool = True, source: str = "SUN_MQ", target: str = "far"):
     msg = TextMessage(text)
     t.reset(in_bridge_link=in_bridge_link)
-    out = t.transform(received(msg), True, None, source, target,
-                      {"region": "emea", "JMS_SUN_JMSBRIDGE_NAME": "jb"})
+    out = t.transform(received(msg), True, None, source, target, {"region": "emea", "JMS_SUN_JMSBRIDGE_NAME": "jb"})
     return out, t.outcome()
 
 
@@ -623,9 +717,14 @@ def test_a_subclass_of_the_base_class_transforms(router_classes):
     assert isinstance(made, TextMessage) and made.text == "made for far"
 
 
-@pytest.mark.parametrize("text, branch, drop", [
-    ("ref:other", "other", False), ("queue:elsewhere", Queue("elsewhere"), False), ("drop", None, True),
-])
+@pytest.mark.parametrize(
+    "text, branch, drop",
+    [
+        ("ref:other", "other", False),
+        ("queue:elsewhere", Queue("elsewhere"), False),
+        ("drop", None, True),
+    ],
+)
 def test_branch_to_and_no_transfer_of_the_base_class(router_classes, text, branch, drop):
     t, _ = router_classes
     out, outcome = routed(t, text)
@@ -637,8 +736,9 @@ def test_branch_to_and_no_transfer_of_the_base_class(router_classes, text, branc
 
 def test_branch_to_is_refused_on_the_stomp_bridge_and_ignored_in_a_dmq(router_classes):
     t, _ = router_classes
-    with pytest.raises(JMSException,
-                       match=r"UnsupportedOperationException: branchTo.. is only available on a JMS bridge link"):
+    with pytest.raises(
+        JMSException, match=r"UnsupportedOperationException: branchTo.. is only available on a JMS bridge link"
+    ):
         routed(t, "ref:other", in_bridge_link=False, source="STOMP", target="SUN_MQ")
     out, outcome = routed(t, "drop", in_bridge_link=False)  # a DMQ's transformer: as the original, no effect
     assert out.text == "drop" and not outcome.no_transfer
@@ -660,21 +760,37 @@ def test_the_base_class_source_compiles_for_jakarta_jms(tmp_path):
     api = tmp_path / "api" / "jakarta" / "jms"
     api.mkdir(parents=True)
     for name in ("Message", "TextMessage", "BytesMessage", "MapMessage", "StreamMessage", "ObjectMessage"):
-        (api / f"{name}.java").write_text(f"package jakarta.jms; public interface {name} "
-                                          f"{'' if name == 'Message' else 'extends Message '}{{}}\n")
+        (api / f"{name}.java").write_text(
+            f"package jakarta.jms; public interface {name} {'' if name == 'Message' else 'extends Message '}{{}}\n"
+        )
     for name in ("Destination", "Queue", "Topic"):
-        (api / f"{name}.java").write_text(f"package jakarta.jms; public interface {name} "
-                                          f"{'' if name == 'Destination' else 'extends Destination '}{{}}\n")
+        (api / f"{name}.java").write_text(
+            f"package jakarta.jms; public interface {name} "
+            f"{'' if name == 'Destination' else 'extends Destination '}{{}}\n"
+        )
     (api / "Session.java").write_text(
-        "package jakarta.jms; public interface Session {\n" + "".join(
-            f" {kind}Message create{kind}Message();\n" for kind in ("", "Text", "Bytes", "Map", "Stream", "Object"))
-        + " Queue createQueue(String n); Topic createTopic(String n);\n}\n")
+        "package jakarta.jms; public interface Session {\n"
+        + "".join(
+            f" {kind}Message create{kind}Message();\n" for kind in ("", "Text", "Bytes", "Map", "Stream", "Object")
+        )
+        + " Queue createQueue(String n); Topic createTopic(String n);\n}\n"
+    )
     for rel, text in sources("jakarta.jms").items():
         assert "import javax" not in text
         (tmp_path / "src" / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / "src" / rel).write_text(text)
-    subprocess.run(["javac", "-d", str(tmp_path / "out"), *map(str, (tmp_path / "api").rglob("*.java")),
-                    *map(str, (tmp_path / "src").rglob("*.java"))], check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        [
+            "javac",
+            "-d",
+            str(tmp_path / "out"),
+            *map(str, (tmp_path / "api").rglob("*.java")),
+            *map(str, (tmp_path / "src").rglob("*.java")),
+        ],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     assert (tmp_path / "out" / "com/sun/messaging/bridge/api/MessageTransformer$JMSMessageType.class").exists()
     assert (tmp_path / "out" / "com/sun/messaging/bridge/service/MessageTransformer.class").exists()
 
@@ -691,8 +807,11 @@ def test_a_transactions_xid_crosses_to_java_once(loader):
     jxid = to_java_xid(xid)
     assert to_java_xid(Xid(xid.format_id, xid.gtrid, xid.bqual)) is jxid
     copy = jvm.jclass("org.apache.activemq.command.XATransactionId", loader)(jxid)
-    assert (int(copy.getFormatId()), bytes(copy.getGlobalTransactionId()),
-            bytes(copy.getBranchQualifier())) == (xid.format_id, xid.gtrid, xid.bqual)
+    assert (int(copy.getFormatId()), bytes(copy.getGlobalTransactionId()), bytes(copy.getBranchQualifier())) == (
+        xid.format_id,
+        xid.gtrid,
+        xid.bqual,
+    )
     for seq in range(XID_CACHE):  # a bounded cache: old transactions' Xids go
         to_java_xid(Xid(xid.format_id, b"bench|1a2b.%x" % (seq + 2), b"src#1"))
     assert to_java_xid(xid) is not jxid

@@ -50,8 +50,10 @@ pytestmark = pytest.mark.timeout(60)
 
 
 def test_url_hosts_and_options():
-    opts = sp.parse_url("stomp+ssl://a.example:61614,[::1]:7672?heart-beat=500,700&prefetch=5"
-                        "&connect-attempts=-1&vhost=prod&dialect=RabbitMQ&ca=/etc/ca.pem")
+    opts = sp.parse_url(
+        "stomp+ssl://a.example:61614,[::1]:7672?heart-beat=500,700&prefetch=5"
+        "&connect-attempts=-1&vhost=prod&dialect=RabbitMQ&ca=/etc/ca.pem"
+    )
     assert opts.hosts == (("a.example", 61614), ("::1", 7672))
     assert opts.tls and opts.heart_beat == (500, 700) and opts.prefetch == 5
     assert opts.connect_attempts == -1 and opts.vhost == "prod" and opts.dialect == "rabbitmq"
@@ -60,22 +62,28 @@ def test_url_hosts_and_options():
     assert not plain.tls and plain.vhost == "/" and plain.heart_beat == (10_000, 10_000)
 
 
-@pytest.mark.parametrize("url, says", [
-    ("tcp://h:1", "use stomp://"),
-    ("stomp://h", "is not host:port"),
-    ("stomp://h:99999", "is not host:port"),
-    ("stomp://h:1?prefetch=lots", "prefetch='lots' is not valid"),
-    ("stomp://h:1?colour=red", "unknown option 'colour'"),
-    ("stomp://h:1?dialect=ibmmq", "dialect must be auto or one of"),
-])
+@pytest.mark.parametrize(
+    "url, says",
+    [
+        ("tcp://h:1", "use stomp://"),
+        ("stomp://h", "is not host:port"),
+        ("stomp://h:99999", "is not host:port"),
+        ("stomp://h:1?prefetch=lots", "prefetch='lots' is not valid"),
+        ("stomp://h:1?colour=red", "unknown option 'colour'"),
+        ("stomp://h:1?dialect=ibmmq", "dialect must be auto or one of"),
+    ],
+)
 def test_bad_urls_name_the_problem(url, says):
     with pytest.raises(NamingException, match=r"java.naming.provider.url") as info:
         sp.parse_url(url)
     assert says in str(info.value)
 
 
-@given(st.lists(st.tuples(st.sampled_from(["h", "broker.example", "10.0.0.7"]),
-                          st.integers(1, 65535)), min_size=1, max_size=4))
+@given(
+    st.lists(
+        st.tuples(st.sampled_from(["h", "broker.example", "10.0.0.7"]), st.integers(1, 65535)), min_size=1, max_size=4
+    )
+)
 def test_any_host_list_parses_back(hosts):
     url = "stomp://" + ",".join(f"{h}:{p}" for h, p in hosts)
     assert sp.parse_url(url).hosts == tuple(hosts)
@@ -84,14 +92,14 @@ def test_any_host_list_parses_back(hosts):
 # --- frames <-> messages ---------------------------------------------------------------------
 
 NAMES = st.from_regex(r"[a-z][A-Za-z0-9_]{0,11}", fullmatch=True).filter(
-    lambda n: n.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE",
-                                "IN", "IS", "ESCAPE"))
+    lambda n: n.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE")
+)
 TEXT = st.text(st.characters(blacklist_categories=("Cs",)), max_size=40)
 TYPED = st.one_of(
     st.tuples(st.just(PropertyType.BOOLEAN), st.booleans()),
     st.tuples(st.just(PropertyType.BYTE), st.integers(-128, 127)),
-    st.tuples(st.just(PropertyType.INT), st.integers(-2**31, 2**31 - 1)),
-    st.tuples(st.just(PropertyType.LONG), st.integers(-2**63, 2**63 - 1)),
+    st.tuples(st.just(PropertyType.INT), st.integers(-(2**31), 2**31 - 1)),
+    st.tuples(st.just(PropertyType.LONG), st.integers(-(2**63), 2**63 - 1)),
     st.tuples(st.just(PropertyType.DOUBLE), st.floats()),
     st.tuples(st.just(PropertyType.STRING), TEXT),
 )
@@ -113,16 +121,23 @@ def messages(draw):
         for ptype, value in draw(st.lists(TYPED, max_size=4)):
             msg.write_typed(ptype, value)
     elif kind == "object":
-        msg = ObjectMessage(draw(st.recursive(st.one_of(st.none(), st.integers(), TEXT),
-                                              lambda c: st.lists(c, max_size=3), max_leaves=6)))
+        msg = ObjectMessage(
+            draw(
+                st.recursive(st.one_of(st.none(), st.integers(), TEXT), lambda c: st.lists(c, max_size=3), max_leaves=6)
+            )
+        )
     else:
         msg = Message()
     for name, (ptype, value) in draw(st.dictionaries(NAMES, TYPED, max_size=4)).items():
         msg.set_typed_property(name, ptype, value)
     msg.correlation_id = draw(st.one_of(st.none(), TEXT.filter(bool)))
     msg.type = draw(st.one_of(st.none(), st.just("Order")))
-    msg.reply_to = draw(st.one_of(st.none(), st.sampled_from(
-        [Queue("replies"), Topic("news"), TemporaryQueue("t1"), Topic("/exchange/amq.direct/k")])))
+    msg.reply_to = draw(
+        st.one_of(
+            st.none(),
+            st.sampled_from([Queue("replies"), Topic("news"), TemporaryQueue("t1"), Topic("/exchange/amq.direct/k")]),
+        )
+    )
     msg.delivery_mode = draw(st.sampled_from(list(DeliveryMode)))
     msg.priority = draw(st.integers(0, 9))
     msg.expiration = draw(st.sampled_from([0, 1_900_000_000_000]))
@@ -144,8 +159,7 @@ def _body(msg):
 def deliver(msg: Message, dialect: str = "generic", **extra: str) -> Message:
     """``msg`` as a broker would hand it back: SEND headers plus the MESSAGE headers."""
     headers, body = sp.to_frame(msg, sp.DIALECTS[dialect])
-    headers.update({"destination": "/queue/q", "message-id": "ID:1", "subscription": "s",
-                    "ack": "a1", **extra})
+    headers.update({"destination": "/queue/q", "message-id": "ID:1", "subscription": "s", "ack": "a1", **extra})
     return sp.from_frame(headers, body)
 
 
@@ -156,8 +170,13 @@ def test_messages_survive_a_stomp_trip(msg):
     got = deliver(msg)
     assert type(got) is type(msg)
     assert _body(got) == _body(msg)
-    assert (got.correlation_id, got.type, got.reply_to, got.priority, got.expiration) == \
-        (msg.correlation_id, msg.type, msg.reply_to, msg.priority, msg.expiration)
+    assert (got.correlation_id, got.type, got.reply_to, got.priority, got.expiration) == (
+        msg.correlation_id,
+        msg.type,
+        msg.reply_to,
+        msg.priority,
+        msg.expiration,
+    )
     assert got.delivery_mode == msg.delivery_mode
     assert got.message_id == "ID:1" and got.destination == Queue("q") and got.is_read_only
     if isinstance(msg, (TextMessage, BytesMessage)):
@@ -165,18 +184,17 @@ def test_messages_survive_a_stomp_trip(msg):
         assert got.properties == {n: java_string(p, v) for n, p, v in msg.typed_properties()}
     else:
         # Kinds STOMP has no body for travel whole in our codec: types survive too.
-        assert [(n, p, _canon(p, v)) for n, p, v in got.typed_properties()] == \
-            [(n, p, _canon(p, v)) for n, p, v in msg.typed_properties()]
+        assert [(n, p, _canon(p, v)) for n, p, v in got.typed_properties()] == [
+            (n, p, _canon(p, v)) for n, p, v in msg.typed_properties()
+        ]
 
 
 def test_text_rules_of_real_brokers():
     """What decides Text vs Bytes on the way in: ActiveMQ omits content-length for text,
     RabbitMQ keeps content-type, ActiveMQ's amq-msg-type marks text with a length."""
     assert isinstance(sp.from_frame({"destination": "/queue/q"}, b"plain"), TextMessage)
-    assert isinstance(sp.from_frame({"content-length": "4", "content-type": "text/plain"}, b"abcd"),
-                      TextMessage)
-    assert isinstance(sp.from_frame({"content-length": "4", "amq-msg-type": "text"}, b"abcd"),
-                      TextMessage)
+    assert isinstance(sp.from_frame({"content-length": "4", "content-type": "text/plain"}, b"abcd"), TextMessage)
+    assert isinstance(sp.from_frame({"content-length": "4", "amq-msg-type": "text"}, b"abcd"), TextMessage)
     assert isinstance(sp.from_frame({"content-length": "2"}, b"\xff\x00"), BytesMessage)
     bad_text = sp.from_frame({"content-type": "text/plain"}, b"\xff\xfe")
     assert isinstance(bad_text, BytesMessage)  # not UTF-8 after all: keep the bytes
@@ -189,10 +207,23 @@ def test_text_rules_of_real_brokers():
 
 
 def test_broker_headers_and_invalid_names():
-    msg = sp.from_frame({"destination": "/topic/news", "message-id": "m-1", "redelivered": "true",
-                         "timestamp": "17", "priority": "12", "persistent": "true",
-                         "reply-to": "/remote-temp-queue/ID:x", "x-death": "1", "receipt": "r",
-                         "color": "red", "subscription": "s", "ack": "a"}, b"hi")
+    msg = sp.from_frame(
+        {
+            "destination": "/topic/news",
+            "message-id": "m-1",
+            "redelivered": "true",
+            "timestamp": "17",
+            "priority": "12",
+            "persistent": "true",
+            "reply-to": "/remote-temp-queue/ID:x",
+            "x-death": "1",
+            "receipt": "r",
+            "color": "red",
+            "subscription": "s",
+            "ack": "a",
+        },
+        b"hi",
+    )
     assert msg.destination == Topic("news") and msg.redelivered and msg.delivery_count == 2
     assert msg.timestamp == 17 and msg.priority == 9 and msg.delivery_mode == DeliveryMode.PERSISTENT
     assert msg.reply_to == TemporaryQueue("/remote-temp-queue/ID:x")
@@ -200,19 +231,31 @@ def test_broker_headers_and_invalid_names():
     assert msg.properties == {"color": "red"}  # x-death is no JMS name; receipt is protocol
 
 
-@pytest.mark.parametrize("dest, text", [
-    (Queue("a"), "/queue/a"), (Topic("a"), "/topic/a"), (TemporaryQueue("t"), "/temp-queue/t"),
-    (TemporaryTopic("t"), "/temp-topic/t"), (Queue("/amq/queue/x"), "/amq/queue/x"),
-])
+@pytest.mark.parametrize(
+    "dest, text",
+    [
+        (Queue("a"), "/queue/a"),
+        (Topic("a"), "/topic/a"),
+        (TemporaryQueue("t"), "/temp-queue/t"),
+        (TemporaryTopic("t"), "/temp-topic/t"),
+        (Queue("/amq/queue/x"), "/amq/queue/x"),
+    ],
+)
 def test_destinations_both_ways(dest, text):
     assert sp.to_stomp_destination(dest) == text
     assert sp.to_jms_destination(text) == dest
 
 
-@pytest.mark.parametrize("server, dialect", [
-    ("ActiveMQ/5.17.2", "activemq"), ("RabbitMQ/3.10.8", "rabbitmq"),
-    ("imqbridge/0.1.0", "imqbridge"), (None, "generic"), ("Artemis/2.30", "generic"),
-])
+@pytest.mark.parametrize(
+    "server, dialect",
+    [
+        ("ActiveMQ/5.17.2", "activemq"),
+        ("RabbitMQ/3.10.8", "rabbitmq"),
+        ("imqbridge/0.1.0", "imqbridge"),
+        (None, "generic"),
+        ("Artemis/2.30", "generic"),
+    ],
+)
 def test_dialect_follows_the_server_header(server, dialect):
     assert sp.dialect_for(server).name == dialect
     assert sp.dialect_for(server, "rabbitmq").name == "rabbitmq"
@@ -220,8 +263,12 @@ def test_dialect_follows_the_server_header(server, dialect):
 
 # --- naming and the XA rule ---------------------------------------------------------------------
 
-ENV = {naming.INITIAL_CONTEXT_FACTORY: "imq.stomp", naming.PROVIDER_URL: "stomp://127.0.0.1:1",
-       naming.SECURITY_PRINCIPAL: "u", naming.SECURITY_CREDENTIALS: "s3cret-pw"}
+ENV = {
+    naming.INITIAL_CONTEXT_FACTORY: "imq.stomp",
+    naming.PROVIDER_URL: "stomp://127.0.0.1:1",
+    naming.SECURITY_PRINCIPAL: "u",
+    naming.SECURITY_CREDENTIALS: "s3cret-pw",
+}
 
 
 def test_lookups():
@@ -238,26 +285,30 @@ def test_lookups():
 
 
 def test_imq_stomp_resolves_without_importing_the_provider_first():
-    code = ("import sys; from bridgemgr.jms import naming; assert 'bridgemgr.providers.stomp' "
-            "not in sys.modules; print(type(naming.lookup('ConnectionFactory', {"
-            "'java.naming.factory.initial': 'imq.stomp', 'java.naming.provider.url': "
-            "'stomp://h:1'})).__name__)")
+    code = (
+        "import sys; from bridgemgr.jms import naming; assert 'bridgemgr.providers.stomp' "
+        "not in sys.modules; print(type(naming.lookup('ConnectionFactory', {"
+        "'java.naming.factory.initial': 'imq.stomp', 'java.naming.provider.url': "
+        "'stomp://h:1'})).__name__)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "StompConnectionFactory", out.stderr
 
 
 def test_transacted_link_on_stomp_is_refused_at_config_time():
-    xml = (b'<jmsbridge name="b">\n'
-           b'<link name="l1"><source connection-factory-ref="stomp" destination-ref="q"/>'
-           b'<target connection-factory-ref="host" destination-ref="q"/></link>'
-           b'<link name="l2" transacted="false"><source connection-factory-ref="stomp" destination-ref="q"/>'
-           b'<target connection-factory-ref="host" destination-ref="q"/></link>'
-           b'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="q"/>'
-           b'<connection-factory ref-name="stomp" lookup-name="ConnectionFactory">'
-           b'<property name="java.naming.factory.initial" value="imq.stomp"/>'
-           b'<property name="java.naming.provider.url" value="stomp://127.0.0.1:1"/>'
-           b'</connection-factory><connection-factory ref-name="host"/>'
-           b'<destination ref-name="q" name="q"/></jmsbridge>')
+    xml = (
+        b'<jmsbridge name="b">\n'
+        b'<link name="l1"><source connection-factory-ref="stomp" destination-ref="q"/>'
+        b'<target connection-factory-ref="host" destination-ref="q"/></link>'
+        b'<link name="l2" transacted="false"><source connection-factory-ref="stomp" destination-ref="q"/>'
+        b'<target connection-factory-ref="host" destination-ref="q"/></link>'
+        b'<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="q"/>'
+        b'<connection-factory ref-name="stomp" lookup-name="ConnectionFactory">'
+        b'<property name="java.naming.factory.initial" value="imq.stomp"/>'
+        b'<property name="java.naming.provider.url" value="stomp://127.0.0.1:1"/>'
+        b'</connection-factory><connection-factory ref-name="host"/>'
+        b'<destination ref-name="q" name="q"/></jmsbridge>'
+    )
     config = parse_bridge_config(xml, "stomp.xml")
     problems = check_xa(config)
     texts = [str(p) for p in problems]
@@ -269,8 +320,10 @@ def test_transacted_link_on_stomp_is_refused_at_config_time():
 
 # --- connecting ---------------------------------------------------------------------------------------
 
+
 def _dead_port() -> int:
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -278,8 +331,7 @@ def _dead_port() -> int:
 
 def test_connect_tries_every_host_then_fails_naming_them():
     a, b = _dead_port(), _dead_port()
-    factory = sp.StompConnectionFactory(f"stomp://127.0.0.1:{a},127.0.0.1:{b}?connect-attempts=2"
-                                        "&connect-delay=0.05")
+    factory = sp.StompConnectionFactory(f"stomp://127.0.0.1:{a},127.0.0.1:{b}?connect-attempts=2&connect-delay=0.05")
     started = time.monotonic()
     with pytest.raises(TransportException, match=f"127.0.0.1:{a}, 127.0.0.1:{b}"):
         factory.create_connection()
@@ -288,6 +340,7 @@ def test_connect_tries_every_host_then_fails_naming_them():
 
 # --- the JMS contract against our own STOMP bridge ------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def ours(tmp_path_factory):
     """Our STOMP bridge on a free port, in front of an embedded broker."""
@@ -295,8 +348,10 @@ def ours(tmp_path_factory):
     broker = Broker(d / "store")
     with NetLoop("provider-test-loop") as loop:
         bridge = make_bridge(loop, broker, make_users(d))
-        yield sp.StompConnectionFactory(f"stomp://127.0.0.1:{bridge.tcp_port}?heart-beat=1000,1000",
-                                        "admin", "secret"), broker
+        yield (
+            sp.StompConnectionFactory(f"stomp://127.0.0.1:{bridge.tcp_port}?heart-beat=1000,1000", "admin", "secret"),
+            broker,
+        )
         bridge.stop()
     broker.close()
 
@@ -317,8 +372,14 @@ def test_wrong_password_is_a_security_error(ours):
 def test_every_kind_round_trips_through_our_bridge(conn):
     q = Queue(qname("kinds"))
     session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
-    sent = [TextMessage("héllo"), BytesMessage(b"\0\1\2"), MapMessage({"a": 1, "b": b"x"}),
-            StreamMessage([1, "s", 2.5]), ObjectMessage({"k": [1]}), Message()]
+    sent = [
+        TextMessage("héllo"),
+        BytesMessage(b"\0\1\2"),
+        MapMessage({"a": 1, "b": b"x"}),
+        StreamMessage([1, "s", 2.5]),
+        ObjectMessage({"k": [1]}),
+        Message(),
+    ]
     sent[0].set_string_property("color", "red")
     producer = session.create_producer(q)
     for m in sent:
@@ -451,6 +512,7 @@ def test_a_silent_broker_is_detected_by_heart_beats():
     nothing more: the connection is declared lost within a few intervals."""
     import socket
     import threading
+
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
     server.listen(1)

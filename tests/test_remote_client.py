@@ -46,6 +46,7 @@ def depth(broker):
 
 # --- addressing and connecting ------------------------------------------------------------
 
+
 def test_connect_is_one_call(harness):
     with bridgemgr.connect(harness.url) as conn:
         conn.start()
@@ -62,21 +63,29 @@ def test_import_bridgemgr_does_not_load_the_client():
     assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
 
 
-@pytest.mark.parametrize("url, addresses", [
-    ("mq://broker", [Address("broker", 7676, True, False)]),
-    ("mq://10.0.0.1:7677/jms", [Address("10.0.0.1", 7677, True, False)]),
-    ("mqtcp://h:1234, mqssl://[::1]:99", [Address("h", 1234, False, False), Address("::1", 99, False, True)]),
-])
+@pytest.mark.parametrize(
+    "url, addresses",
+    [
+        ("mq://broker", [Address("broker", 7676, True, False)]),
+        ("mq://10.0.0.1:7677/jms", [Address("10.0.0.1", 7677, True, False)]),
+        ("mqtcp://h:1234, mqssl://[::1]:99", [Address("h", 1234, False, False), Address("::1", 99, False, True)]),
+    ],
+)
 def test_urls(url, addresses):
     assert parse_url(url) == addresses
     assert str(addresses[0]).startswith(url.split(":")[0] + "://")
 
 
-@pytest.mark.parametrize("url, match", [
-    ("tcp://h:1", "write mq://host:port"), ("mq://", "write mq://host:port"),
-    ("mqtcp://h", "needs the service's port"), ("mq://h:99999", "bad broker URL"),
-    ("mq://h/queue", "write mq://host:port"),
-])
+@pytest.mark.parametrize(
+    "url, match",
+    [
+        ("tcp://h:1", "write mq://host:port"),
+        ("mq://", "write mq://host:port"),
+        ("mqtcp://h", "needs the service's port"),
+        ("mq://h:99999", "bad broker URL"),
+        ("mq://h/queue", "write mq://host:port"),
+    ],
+)
 def test_bad_urls_say_how_to_write_them(url, match):
     with pytest.raises(JMSException, match=match):
         RemoteConnectionFactory(url)
@@ -88,8 +97,9 @@ def test_the_next_url_is_tried_and_every_failure_is_reported(harness):
     assert conn.address.port == harness.portmapper.port
     conn.close()
     with pytest.raises(TransportException) as e:
-        RemoteConnectionFactory(f"mq://127.0.0.1:{dead},mqtcp://127.0.0.1:{dead}",
-                                connect_timeout=2).create_connection()
+        RemoteConnectionFactory(
+            f"mq://127.0.0.1:{dead},mqtcp://127.0.0.1:{dead}", connect_timeout=2
+        ).create_connection()
     text = str(e.value)
     assert text.startswith("no broker could be reached: ")
     assert f"cannot reach the port mapper at 127.0.0.1:{dead}" in text
@@ -99,15 +109,20 @@ def test_the_next_url_is_tried_and_every_failure_is_reported(harness):
 def test_a_port_mapper_without_a_jms_service_is_named(broker):
     from bridgemgr.admin.portmapper import PortMapper
     from bridgemgr.netloop import NetLoop
+
     with NetLoop() as netloop:
         pm = PortMapper(netloop, "127.0.0.1", 0, "lonely").start()
-        with pytest.raises(TransportException, match=r"broker lonely .* offers no jms service \(its services: "
-                                                     r"portmapper\)"):
+        with pytest.raises(
+            TransportException,
+            match=r"broker lonely .* offers no jms service \(its services: "
+            r"portmapper\)",
+        ):
             RemoteConnectionFactory(f"mq://127.0.0.1:{pm.port}").create_connection()
         pm.stop()
 
 
 # --- the host broker from another process ----------------------------------------------------
+
 
 @pytest.fixture
 def no_broker_env(monkeypatch):
@@ -115,8 +130,7 @@ def no_broker_env(monkeypatch):
         monkeypatch.delenv(name, raising=False)
 
 
-def test_without_a_host_broker_given_the_host_factory_goes_over_the_wire(harness, no_broker_env,
-                                                                         monkeypatch, broker):
+def test_without_a_host_broker_given_the_host_factory_goes_over_the_wire(harness, no_broker_env, monkeypatch, broker):
     factory = embedded.HostBrokerFactory()
     monkeypatch.setenv(embedded.BROKER_URL_ENV, harness.url)
     conn = factory.create_xa_connection()
@@ -140,6 +154,7 @@ def test_without_a_host_broker_given_the_host_factory_goes_over_the_wire(harness
 def test_factories_travel_to_other_processes(harness, no_broker_env, monkeypatch):
     """Spark ships factories to executors by pickling them."""
     import pickle
+
     remote = pickle.loads(pickle.dumps(RemoteConnectionFactory(harness.url, prefetch=7)))
     assert remote.prefetch == 7
     remote.create_connection().close()
@@ -159,6 +174,7 @@ def test_a_provider_url_names_a_remote_broker(harness):
 
 def test_the_remote_url_comes_from_the_broker_properties(no_broker_env):
     from bridgemgr.props import load_properties
+
     props = load_properties([], ["imq.portmapper.port=7777", "imq.hostname=mq.example"], {})
     assert embedded.broker_url(props) == "mq://mq.example:7777"
     assert embedded.broker_url(load_properties([], [], {})) == embedded.DEFAULT_BROKER_URL
@@ -176,6 +192,7 @@ def test_without_any_broker_the_error_says_where_it_looked(no_broker_env, monkey
 
 # --- prefetch, pull and acknowledgement ------------------------------------------------------------
 
+
 def test_the_prefetch_window_bounds_what_a_consumer_holds(harness, broker):
     conn = harness.factory(prefetch=10).create_connection()
     put(conn, *[str(i) for i in range(50)])
@@ -185,7 +202,7 @@ def test_the_prefetch_window_bounds_what_a_consumer_holds(harness, broker):
     time.sleep(0.1)
     assert depth(broker) | {"bytes": 0} == {"pending": 40, "unacked": 10, "bytes": 0}
     assert consumer.receive(1).text == "0"
-    consumer.close()                            # the nine not handed out go back as never delivered
+    consumer.close()  # the nine not handed out go back as never delivered
     wait_for(lambda: depth(broker)["pending"] == 49)
     again = conn.create_session().create_consumer(Q).receive(1)
     assert again.text == "1" and not again.redelivered
@@ -197,7 +214,7 @@ def test_closed_consumers_leave_no_trace_in_the_queue(harness, broker):
     conn.start()
     session = conn.create_session()
     for _ in range(20):
-        session.create_consumer(Q).close()     # each one parked in the queue while open
+        session.create_consumer(Q).close()  # each one parked in the queue while open
     put(conn, "after")
     assert session.create_consumer(Q).receive(2).text == "after"
     conn.close()
@@ -219,7 +236,7 @@ def test_a_pull_consumer_holds_nothing_while_it_does_not_receive(harness, broker
     assert consumer.receive(0.05) is None
     put(conn, "late")
     time.sleep(0.1)
-    assert depth(broker)["pending"] == 1        # the timed-out receive took its credit back
+    assert depth(broker)["pending"] == 1  # the timed-out receive took its credit back
     conn.close()
 
 
@@ -231,8 +248,7 @@ def test_receive_no_wait_sees_what_the_queue_holds(harness):
     conn.close()
 
 
-def test_receive_blob_hands_over_what_receive_would_give_encoded_and_acknowledges_alike(
-        harness, broker):
+def test_receive_blob_hands_over_what_receive_would_give_encoded_and_acknowledges_alike(harness, broker):
     """A runner=spark link's receiver logs blobs: the host broker's are passed on without
     decoding, redelivery counted, and CLIENT_ACKNOWLEDGE covers them like messages."""
     from bridgemgr.jms import codec
@@ -348,8 +364,9 @@ def test_a_consumer_without_prefetch_bytes_is_what_an_older_client_asks_for(harn
     conn.close()
 
 
-@pytest.mark.parametrize("mode, acked_at_once", [(AckMode.AUTO_ACKNOWLEDGE, True),
-                                                 (AckMode.DUPS_OK_ACKNOWLEDGE, False)])
+@pytest.mark.parametrize(
+    "mode, acked_at_once", [(AckMode.AUTO_ACKNOWLEDGE, True), (AckMode.DUPS_OK_ACKNOWLEDGE, False)]
+)
 def test_auto_acknowledges_at_once_and_dups_ok_within_a_heart_beat(broker, mode, acked_at_once):
     with Harness(broker, heartbeat=0.3) as h:
         conn = h.factory(heartbeat=0.3).create_connection()
@@ -375,6 +392,7 @@ def test_a_listener_in_client_acknowledge_mode(harness, broker):
         if len(got) == 3:
             m.acknowledge()
             done.set()
+
     session.create_consumer(Q).set_message_listener(listener)
     conn.start()
     put(conn, "1", "2", "3")
@@ -388,7 +406,7 @@ def test_closing_a_consumer_whose_listener_is_reading_the_socket_is_prompt(harne
     conn.start()
     consumer = conn.create_session().create_consumer(Q)
     consumer.set_message_listener(lambda m: None)
-    time.sleep(0.2)                             # its thread now waits in the socket
+    time.sleep(0.2)  # its thread now waits in the socket
     started = time.monotonic()
     consumer.close()
     assert time.monotonic() - started < 1
@@ -397,13 +415,14 @@ def test_closing_a_consumer_whose_listener_is_reading_the_socket_is_prompt(harne
 
 # --- sending ----------------------------------------------------------------------------------------
 
+
 def test_a_refused_non_persistent_send_surfaces_at_the_next_send(harness, broker):
     broker.configure_destination(Q, DestinationLimits(max_num_msgs=1))
     conn = harness.factory().create_connection()
     producer = conn.create_session().create_producer(Q)
     producer.delivery_mode = DeliveryMode.NON_PERSISTENT
     producer.send(TextMessage("1"))
-    producer.send(TextMessage("2"))            # refused by the broker, not waited for
+    producer.send(TextMessage("2"))  # refused by the broker, not waited for
     with pytest.raises(ResourceAllocationException, match="full"):
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
@@ -412,8 +431,7 @@ def test_a_refused_non_persistent_send_surfaces_at_the_next_send(harness, broker
     conn.close()
     strict = harness.factory(sync_sends=True).create_connection()
     with pytest.raises(ResourceAllocationException, match="full"):
-        strict.create_session().create_producer(Q).send(TextMessage("4"),
-                                                        delivery_mode=DeliveryMode.NON_PERSISTENT)
+        strict.create_session().create_producer(Q).send(TextMessage("4"), delivery_mode=DeliveryMode.NON_PERSISTENT)
     strict.close()
 
 
@@ -423,18 +441,18 @@ def test_a_send_window_pipelines_persistent_sends_and_still_reports_refusals(har
     session = conn.create_session()
     producer = session.create_producer(Q)
     for i in range(6):
-        producer.send(TextMessage(str(i)))     # none waits: the window holds eight
+        producer.send(TextMessage(str(i)))  # none waits: the window holds eight
     with pytest.raises(ResourceAllocationException, match="full"):
-        session.close()                        # closing waits for the window: three were refused
+        session.close()  # closing waits for the window: three were refused
     assert depth(broker)["pending"] == 3
     small = harness.factory(send_window=2).create_connection()
     producer = small.create_session().create_producer(Q)
     producer.send(TextMessage("a"))
     producer.send(TextMessage("b"))
     with pytest.raises(ResourceAllocationException, match="full"):
-        producer.send(TextMessage("c"))        # the window is full: it waits, and sees "a" refused
+        producer.send(TextMessage("c"))  # the window is full: it waits, and sees "a" refused
     with pytest.raises(ResourceAllocationException, match="full"):
-        small.close()                          # closing the connection waits for the windows too
+        small.close()  # closing the connection waits for the windows too
     assert small.closed
     conn.close()
 
@@ -460,11 +478,12 @@ def test_a_transaction_that_fails_at_commit_is_rolled_back(harness, broker):
 
 def test_a_persistent_send_returns_once_the_store_has_it_when_it_fsyncs(tmp_path):
     from bridgemgr.providers.embedded import Broker
+
     b = Broker(tmp_path / "s", sync=True)
     with Harness(b) as h:
         conn = h.factory().create_connection()
         put(conn, "durable")
-        b.store.close()                         # what was answered is on disk
+        b.store.close()  # what was answered is on disk
         conn.close()
     b.close()
     b = Broker(tmp_path / "s")
@@ -475,13 +494,14 @@ def test_a_persistent_send_returns_once_the_store_has_it_when_it_fsyncs(tmp_path
 def test_a_browser_of_a_queue_that_does_not_exist_fails_at_creation(tmp_path):
     from bridgemgr.jms.errors import InvalidDestinationException
     from bridgemgr.providers.embedded import Broker
+
     b = Broker(tmp_path / "s", autocreate_queue=False)
     try:
         with Harness(b) as h:
             conn = h.factory().create_connection()
             session = conn.create_session()
             with pytest.raises(InvalidDestinationException, match="'nowhere' does not exist"):
-                session.create_browser(Queue("nowhere"))   # not first when iterated
+                session.create_browser(Queue("nowhere"))  # not first when iterated
             b.configure_destination(Queue("nowhere"), DestinationLimits())
             assert list(session.create_browser(Queue("nowhere"))) == []
             conn.close()
@@ -494,6 +514,7 @@ def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness,
     queue is short, and re-encodes past that; either way every message arrives whole.
     (The stored copy, also the client's encoding, is read back by the kill -9 tests.)"""
     from bridgemgr.providers.embedded import routing
+
     monkeypatch.setattr(routing, "WIRE_KEEP", 3)
     conn = harness.factory().create_connection()
     producer = conn.create_session().create_producer(Q)
@@ -513,6 +534,7 @@ def test_a_remote_senders_message_is_stored_and_delivered_as_it_sent_it(harness,
 
 # --- browsing and XA --------------------------------------------------------------------------------
 
+
 def test_browsing_pages_through_a_long_queue(harness, monkeypatch):
     monkeypatch.setattr(clientconn, "BROWSE_PAGE_MESSAGES", 7)
     conn = harness.factory().create_connection()
@@ -521,7 +543,7 @@ def test_browsing_pages_through_a_long_queue(harness, monkeypatch):
     assert [m.text for m in session.create_browser(Q)] == [str(i) for i in range(30)]
     for m in session.create_browser(Q, "JMSPriority = 4"):
         assert m.is_read_only
-        break                                   # stopping early closes it in the service
+        break  # stopping early closes it in the service
     wait_for(lambda: not next(iter(harness.service.connections)).client.browsers)
     conn.close()
 
@@ -531,12 +553,14 @@ def test_xa_resources_of_the_same_broker_are_the_same_rm(harness, tmp_path):
     ra, rb = a.create_xa_session().xa_resource, b.create_xa_session().xa_resource
     assert ra.is_same_rm(rb)
     from bridgemgr.providers.embedded import Broker
+
     other = Broker(tmp_path / "other")
     with Harness(other) as h2:
         c = h2.factory().create_xa_connection()
         assert not ra.is_same_rm(c.create_xa_session().xa_resource)
-        assert not ra.is_same_rm(EmbeddedConnectionFactory(other).create_xa_connection()
-                                 .create_xa_session().xa_resource)
+        assert not ra.is_same_rm(
+            EmbeddedConnectionFactory(other).create_xa_connection().create_xa_session().xa_resource
+        )
         c.close()
     other.close()
     a.close()
@@ -544,6 +568,7 @@ def test_xa_resources_of_the_same_broker_are_the_same_rm(harness, tmp_path):
 
 
 # --- TLS --------------------------------------------------------------------------------------------
+
 
 def test_tls_through_the_port_mapper_and_directly(broker):
     trustme = pytest.importorskip("trustme", reason="trustme is a test dependency (pip install -e .[test])")
@@ -561,7 +586,7 @@ def test_tls_through_the_port_mapper_and_directly(broker):
             assert conn.create_session().create_consumer(Q).receive(2).text == "secret"
             conn.close()
         with pytest.raises(TransportException, match="offers no jms service"):
-            RemoteConnectionFactory(h.url).create_connection()     # plain TCP is not offered
+            RemoteConnectionFactory(h.url).create_connection()  # plain TCP is not offered
         with pytest.raises(TransportException, match="handshake failed"):
             RemoteConnectionFactory(f"mqssl://127.0.0.1:{h.service.port}").create_connection()  # untrusted
 
@@ -571,8 +596,10 @@ def test_connections_without_a_user_log_in_with_the_default_login(broker, no_bro
     """CLI jobs and Spark workers reach a service that checks passwords: a connection that
     names no user (a bridge XML rarely does) logs in with the job's login."""
     from bridgemgr.jms.errors import JMSSecurityException
-    with Harness(broker, heartbeat=5.0,
-                 authenticator=lambda user, password: (user, password) == ("job", "s3cret")) as h:
+
+    with Harness(
+        broker, heartbeat=5.0, authenticator=lambda user, password: (user, password) == ("job", "s3cret")
+    ) as h:
         with pytest.raises(JMSSecurityException):
             embedded.HostBrokerFactory(h.url).create_connection()
         embedded.HostBrokerFactory(h.url, "job", "s3cret").create_connection().close()

@@ -106,11 +106,19 @@ def test_the_service_reserves_a_bridges_names_before_any_port_opens(tmp_path, mo
 
     xml = tmp_path / "jb.xml"
     xml.write_text(XML.replace('<target connection-factory-ref="far"', '<target connection-factory-ref="host"'))
-    props = load_properties(overrides=[
-        f"imq.varhome={tmp_path / 'var'}", "imq.portmapper.port=0", "imq.bridge.enabled=true",
-        "imq.bridge.activelist=jb", "imq.bridge.jb.type=jms", f"imq.bridge.jb.xmlurl={xml}",
-        "imq.bridge.jb.autostart=false", "imq.bridge.admin.user=admin",
-        "imq.bridge.admin.password=secret"])
+    props = load_properties(
+        overrides=[
+            f"imq.varhome={tmp_path / 'var'}",
+            "imq.portmapper.port=0",
+            "imq.bridge.enabled=true",
+            "imq.bridge.activelist=jb",
+            "imq.bridge.jb.type=jms",
+            f"imq.bridge.jb.xmlurl={xml}",
+            "imq.bridge.jb.autostart=false",
+            "imq.bridge.admin.user=admin",
+            "imq.bridge.admin.password=secret",
+        ]
+    )
     manager = BridgeServiceManager(props)
     seen: list[str] = []
     open_front_ends = BridgeServiceManager._open_front_ends
@@ -121,10 +129,11 @@ def test_the_service_reserves_a_bridges_names_before_any_port_opens(tmp_path, mo
                 self.host_broker.connect(Principal("mallory"), client_id)
             seen.append(client_id)
         with pytest.raises(JMSSecurityException, match="consume"):
-            self.host_broker.subscribe(Principal("mallory", frozenset({"user"}), service="stomp"),
-                                       self.host_broker.connect(Principal("mallory", frozenset({"user"}),
-                                                                          service="stomp")),
-                                       Queue("out"))
+            self.host_broker.subscribe(
+                Principal("mallory", frozenset({"user"}), service="stomp"),
+                self.host_broker.connect(Principal("mallory", frozenset({"user"}), service="stomp")),
+                Queue("out"),
+            )
         seen.append("dmq")
         open_front_ends(self)
 

@@ -54,16 +54,35 @@ def test_a_restarted_bridge_counts_transfers_in_the_counters_it_shows(broker):
 
 def _setup(counters: LinkCounters | None = None, parallelism: int = 2) -> LinkSetup:
     config = parse_bridge_config(bridge_xml(link_xml("l")), "test.xml")
-    return LinkSetup(config=config.links[0], bridge=config, source=Queue("src"), target=Queue("dst"),
-                     target_kind=ConnectionKind.DEDICATED, transaction=ClientAcknowledge,
-                     parallelism=parallelism, counters=counters)
+    return LinkSetup(
+        config=config.links[0],
+        bridge=config,
+        source=Queue("src"),
+        target=Queue("dst"),
+        target_kind=ConnectionKind.DEDICATED,
+        transaction=ClientAcknowledge,
+        parallelism=parallelism,
+        counters=counters,
+    )
 
 
-def _parallel(counters: LinkCounters | None = None, xmlurl: str = "", tuning: LinkTuning = LinkTuning()
-              ) -> ParallelLink:
-    base = WorkerOptions(xmlurl=xmlurl, bridge="b", link="l", broker_url="mq://127.0.0.1:1",
-                         broker_user="u", broker_password="p", dmq_secret="00", transformer_path="",
-                         backout_threshold=0, window=1, window_bytes=-1, index=0)
+def _parallel(
+    counters: LinkCounters | None = None, xmlurl: str = "", tuning: LinkTuning = LinkTuning()
+) -> ParallelLink:
+    base = WorkerOptions(
+        xmlurl=xmlurl,
+        bridge="b",
+        link="l",
+        broker_url="mq://127.0.0.1:1",
+        broker_user="u",
+        broker_password="p",
+        dmq_secret="00",
+        transformer_path="",
+        backout_threshold=0,
+        window=1,
+        window_bytes=-1,
+        index=0,
+    )
     return ParallelLink(_setup(counters), base, logging.getLogger("test.parallel"), tuning)
 
 
@@ -147,8 +166,11 @@ def test_a_spark_snapshot_that_cannot_read_the_stats_answers_with_the_last_total
     stats.unlink()
     stats.mkdir()  # reading it fails (IsADirectoryError)
     again = counters.snapshot()
-    assert (again["received"], again["dmq_reasons"]) == (first["received"], first["dmq_reasons"]) == (
-        5, {"TRANSFORMER_FAILURE": 2})
+    assert (
+        (again["received"], again["dmq_reasons"])
+        == (first["received"], first["dmq_reasons"])
+        == (5, {"TRANSFORMER_FAILURE": 2})
+    )
 
 
 @pytest.mark.slow

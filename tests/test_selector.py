@@ -53,6 +53,7 @@ def error(text: str) -> InvalidSelectorError:
 # ---------------------------------------------------------------------------
 # API
 
+
 @pytest.mark.parametrize("text", [None, "", "   ", "\t\n\f\r "])
 def test_no_selector_is_none(text: str | None) -> None:
     assert compile_selector(text) is None
@@ -83,8 +84,13 @@ def test_matches_only_on_true() -> None:
 def test_evaluate_agrees_with_matches_through_message_lookup() -> None:
     m = msg(color="red", weight=12)
     m.priority = 8
-    for text in ["color = 'red' AND weight > 10", "JMSPriority < 5", "missing = 1",
-                 "NOT missing = 1", "JMSDeliveryMode = 'PERSISTENT'"]:
+    for text in [
+        "color = 'red' AND weight > 10",
+        "JMSPriority < 5",
+        "missing = 1",
+        "NOT missing = 1",
+        "JMSDeliveryMode = 'PERSISTENT'",
+    ]:
         s = compile_selector(text)
         assert s.matches(m) is (s.evaluate(message_lookup(m)) is True)
 
@@ -95,6 +101,7 @@ def test_evaluate_passes_header_names_to_the_lookup() -> None:
     def lookup(name: str) -> Any:
         seen.append(name)
         return {"JMSPriority": 9, "JMSType": "t"}.get(name)
+
     assert compile_selector("JMSPriority = 9 AND JMSType = 't'").evaluate(lookup) is True
     assert seen == ["JMSPriority", "JMSType"]
 
@@ -108,10 +115,8 @@ VALUES = [T, F, U]
 @pytest.mark.parametrize("a", VALUES)
 @pytest.mark.parametrize("b", VALUES)
 def test_and_or_truth_tables(a: bool | None, b: bool | None) -> None:
-    and_table = {(T, T): T, (T, F): F, (T, U): U, (F, T): F, (F, F): F, (F, U): F,
-                 (U, T): U, (U, F): F, (U, U): U}
-    or_table = {(T, T): T, (T, F): T, (T, U): T, (F, T): T, (F, F): F, (F, U): U,
-                (U, T): T, (U, F): U, (U, U): U}
+    and_table = {(T, T): T, (T, F): F, (T, U): U, (F, T): F, (F, F): F, (F, U): F, (U, T): U, (U, F): F, (U, U): U}
+    or_table = {(T, T): T, (T, F): T, (T, U): T, (F, T): T, (F, F): F, (F, U): U, (U, T): T, (U, F): U, (U, U): U}
     assert ev("a AND b", a=a, b=b) is and_table[a, b]
     assert ev("a OR b", a=a, b=b) is or_table[a, b]
     # the same with comparisons as operands (UNKNOWN from a NULL)
@@ -175,11 +180,27 @@ def test_boolean_literals_and_comparisons() -> None:
 # ---------------------------------------------------------------------------
 # comparison and arithmetic
 
-@pytest.mark.parametrize("text,expected", [
-    ("a = 5", T), ("a <> 5", F), ("a < 6", T), ("a > 6", F), ("a <= 5", T), ("a >= 5.0", T),
-    ("a = 5.0", T), ("5 = a", T), ("6 > a", T), ("6 < a", F), ("4.5 <= a", T), ("a > 4.99", T),
-    ("a = b", F), ("a < b", T), ("b - a = 2.5", T),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("a = 5", T),
+        ("a <> 5", F),
+        ("a < 6", T),
+        ("a > 6", F),
+        ("a <= 5", T),
+        ("a >= 5.0", T),
+        ("a = 5.0", T),
+        ("5 = a", T),
+        ("6 > a", T),
+        ("6 < a", F),
+        ("4.5 <= a", T),
+        ("a > 4.99", T),
+        ("a = b", F),
+        ("a < b", T),
+        ("b - a = 2.5", T),
+    ],
+)
 def test_numeric_comparison_with_promotion(text: str, expected: bool) -> None:
     assert ev(text, a=5, b=7.5) is expected
 
@@ -211,11 +232,20 @@ def test_strings_are_not_ordered(text: str) -> None:
     assert ev(text, s="abc", t="abc") is F
 
 
-@pytest.mark.parametrize("text,values", [
-    ("s = 5", {"s": "5"}), ("s <> 5", {"s": "5"}), ("n = '5'", {"n": 5}),
-    ("n = TRUE", {"n": 1}), ("b = 1", {"b": True}), ("s = b", {"s": "true", "b": True}),
-    ("'1' = 1", {}), ("TRUE = 1", {}), ("TRUE <> 'TRUE'", {}),
-])
+@pytest.mark.parametrize(
+    "text,values",
+    [
+        ("s = 5", {"s": "5"}),
+        ("s <> 5", {"s": "5"}),
+        ("n = '5'", {"n": 5}),
+        ("n = TRUE", {"n": 1}),
+        ("b = 1", {"b": True}),
+        ("s = b", {"s": "true", "b": True}),
+        ("'1' = 1", {}),
+        ("TRUE = 1", {}),
+        ("TRUE <> 'TRUE'", {}),
+    ],
+)
 def test_different_kinds_compare_as_false(text: str, values: dict) -> None:
     """JMS 1.1 3.8.1.1: "If the comparison of non-like type values is attempted, the
     value of the operation is false" (as OpenMQ evaluates it)."""
@@ -223,19 +253,36 @@ def test_different_kinds_compare_as_false(text: str, values: dict) -> None:
     assert ev(f"NOT ({text})", **values) is T
 
 
-@pytest.mark.parametrize("text", ["a = 1", "a <> 1", "a < 1", "1 = a", "a = 'x'", "a <> 'x'",
-                                  "a = TRUE", "a = b", "a + 1 = 2"])
+@pytest.mark.parametrize(
+    "text", ["a = 1", "a <> 1", "a < 1", "1 = a", "a = 'x'", "a <> 'x'", "a = TRUE", "a = b", "a + 1 = 2"]
+)
 def test_null_compares_as_unknown(text: str) -> None:
     assert ev(text) is U
 
 
-@pytest.mark.parametrize("text,expected", [
-    ("2 + 3 * 4 = 14", T), ("(2 + 3) * 4 = 20", T), ("10 - 4 - 3 = 3", T),
-    ("24 / 4 / 2 = 3", T), ("-a = -5", T), ("- -a = 5", T), ("+a = 5", T), ("-a * 2 = -10", T),
-    ("a / 2 = 2", T), ("-a / 2 = -2", T), ("a / -2 = -2", T), ("-7 / 2 = -3", T),
-    ("a / 2.0 = 2.5", T), ("a * 1.5 = 7.5", T), ("a - 0.5 = 4.5", T), ("1 + 2 * 3 - 4 / 2 = 5", T),
-    ("7 / 2 * 2 = 6", T), ("3 - -2 = 5", T),
-])
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2 + 3 * 4 = 14", T),
+        ("(2 + 3) * 4 = 20", T),
+        ("10 - 4 - 3 = 3", T),
+        ("24 / 4 / 2 = 3", T),
+        ("-a = -5", T),
+        ("- -a = 5", T),
+        ("+a = 5", T),
+        ("-a * 2 = -10", T),
+        ("a / 2 = 2", T),
+        ("-a / 2 = -2", T),
+        ("a / -2 = -2", T),
+        ("-7 / 2 = -3", T),
+        ("a / 2.0 = 2.5", T),
+        ("a * 1.5 = 7.5", T),
+        ("a - 0.5 = 4.5", T),
+        ("1 + 2 * 3 - 4 / 2 = 5", T),
+        ("7 / 2 * 2 = 6", T),
+        ("3 - -2 = 5", T),
+    ],
+)
 def test_arithmetic(text: str, expected: bool) -> None:
     assert ev(text, a=5) is expected
 
@@ -256,17 +303,27 @@ def test_huge_values_from_a_lookup_do_not_crash() -> None:
     assert ev("a < 1E308", a=-(10**400)) is T
 
 
-@pytest.mark.parametrize("text", ["a / 0 = 1", "a / 0.0 > 0", "a / b > 0", "1.5 / b < 0",
-                                  "a / (b * 1) <> 1", "NOT a / -0.0 = 1", "0 / 0 = 0"])
+@pytest.mark.parametrize(
+    "text",
+    ["a / 0 = 1", "a / 0.0 > 0", "a / b > 0", "1.5 / b < 0", "a / (b * 1) <> 1", "NOT a / -0.0 = 1", "0 / 0 = 0"],
+)
 def test_division_by_zero_is_null(text: str) -> None:
     assert ev(text, a=5, b=0) is U
 
 
-@pytest.mark.parametrize("text,values", [
-    ("s + 1 = 2", {"s": "1"}), ("b * 1 = 1", {"b": True}), ("-s = 1", {"s": "1"}),
-    ("+s = 1", {"s": "1"}), ("n + m = 1", {"n": 1}), ("-b = -1", {"b": True}),
-    ("s / 1 = 1", {"s": "1"}), ("(s - 1) * 2 > 0", {"s": "1"}),
-])
+@pytest.mark.parametrize(
+    "text,values",
+    [
+        ("s + 1 = 2", {"s": "1"}),
+        ("b * 1 = 1", {"b": True}),
+        ("-s = 1", {"s": "1"}),
+        ("+s = 1", {"s": "1"}),
+        ("n + m = 1", {"n": 1}),
+        ("-b = -1", {"b": True}),
+        ("s / 1 = 1", {"s": "1"}),
+        ("(s - 1) * 2 > 0", {"s": "1"}),
+    ],
+)
 def test_arithmetic_on_a_non_number_is_null(text: str, values: dict) -> None:
     assert ev(text, **values) is U
 
@@ -274,8 +331,8 @@ def test_arithmetic_on_a_non_number_is_null(text: str, values: dict) -> None:
 # ---------------------------------------------------------------------------
 # BETWEEN, IN, LIKE, IS NULL
 
-@pytest.mark.parametrize("value,inside", [(4, F), (5, T), (7, T), (10, T), (11, F), (9.99, T),
-                                          (10.01, F), (4.999, F)])
+
+@pytest.mark.parametrize("value,inside", [(4, F), (5, T), (7, T), (10, T), (11, F), (9.99, T), (10.01, F), (4.999, F)])
 def test_between_is_inclusive(value: float, inside: bool) -> None:
     assert ev("x BETWEEN 5 AND 10", x=value) is inside
     assert ev("x NOT BETWEEN 5 AND 10", x=value) is (not inside)
@@ -298,9 +355,16 @@ def test_between_binds_its_own_and() -> None:
     assert ev("x BETWEEN 1 + 1 AND 5 - 1 OR y", x=5, y=False) is F
 
 
-@pytest.mark.parametrize("text", ["a BETWEEN 'x' AND 'y'", "a BETWEEN 1 AND 'y'",
-                                  "'5' BETWEEN 1 AND 9", "a BETWEEN TRUE AND 1",
-                                  "a BETWEEN (b = 1) AND 3"])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "a BETWEEN 'x' AND 'y'",
+        "a BETWEEN 1 AND 'y'",
+        "'5' BETWEEN 1 AND 9",
+        "a BETWEEN TRUE AND 1",
+        "a BETWEEN (b = 1) AND 3",
+    ],
+)
 def test_between_takes_arithmetic_only(text: str) -> None:
     assert "must be a numeric expression" in str(error(text))
 
@@ -322,35 +386,76 @@ def test_in_with_null_and_non_strings_is_unknown() -> None:
         assert ev(text, c=True) is U
 
 
-@pytest.mark.parametrize("text", ["c IN (1, 2)", "c IN ('a', 2)", "c IN ()", "c IN 'a'",
-                                  "c IN (TRUE)", "c IN ('a',)"])
+@pytest.mark.parametrize("text", ["c IN (1, 2)", "c IN ('a', 2)", "c IN ()", "c IN 'a'", "c IN (TRUE)", "c IN ('a',)"])
 def test_in_takes_string_literals_only(text: str) -> None:
     error(text)
 
 
-@pytest.mark.parametrize("pattern,value,expected", [
-    ("12%3", "123", T), ("12%3", "12993", T), ("12%3", "1234", F),
-    ("l_se", "lose", T), ("l_se", "loose", F), ("%", "", T), ("_", "", F), ("", "", T),
-    ("a%", "abc", T), ("%c", "abc", T), ("%b%", "abc", T), ("%x%", "abc", F),
-    ("a_c", "a\nc", T), ("a%c", "a\n\nc", T), ("%", "multi\nline", T),
-    ("a.c", "abc", F), ("a.c", "a.c", T), ("a*", "aaa", F), ("a*", "a*", T),
-    ("(a)", "(a)", T), ("(a)", "a", F), ("[ab]", "a", F), ("[ab]", "[ab]", T),
-    ("a+b?", "a+b?", T), ("a+b?", "aab", F), ("^a$", "^a$", T), ("x|y", "x", F),
-    ("x|y", "x|y", T), ("\\d", "\\d", T), ("\\d", "1", F), ("{1}", "{1}", T),
-    ("%a%a%a%b", "aaab", T), ("%a%a%a%b", "aab", F), ("_%_", "ab", T), ("_%_", "a", F),
-    ("it''s%", "it's here", T), ("ABC", "abc", F),
-])
+@pytest.mark.parametrize(
+    "pattern,value,expected",
+    [
+        ("12%3", "123", T),
+        ("12%3", "12993", T),
+        ("12%3", "1234", F),
+        ("l_se", "lose", T),
+        ("l_se", "loose", F),
+        ("%", "", T),
+        ("_", "", F),
+        ("", "", T),
+        ("a%", "abc", T),
+        ("%c", "abc", T),
+        ("%b%", "abc", T),
+        ("%x%", "abc", F),
+        ("a_c", "a\nc", T),
+        ("a%c", "a\n\nc", T),
+        ("%", "multi\nline", T),
+        ("a.c", "abc", F),
+        ("a.c", "a.c", T),
+        ("a*", "aaa", F),
+        ("a*", "a*", T),
+        ("(a)", "(a)", T),
+        ("(a)", "a", F),
+        ("[ab]", "a", F),
+        ("[ab]", "[ab]", T),
+        ("a+b?", "a+b?", T),
+        ("a+b?", "aab", F),
+        ("^a$", "^a$", T),
+        ("x|y", "x", F),
+        ("x|y", "x|y", T),
+        ("\\d", "\\d", T),
+        ("\\d", "1", F),
+        ("{1}", "{1}", T),
+        ("%a%a%a%b", "aaab", T),
+        ("%a%a%a%b", "aab", F),
+        ("_%_", "ab", T),
+        ("_%_", "a", F),
+        ("it''s%", "it's here", T),
+        ("ABC", "abc", F),
+    ],
+)
 def test_like(pattern: str, value: str, expected: bool) -> None:
     assert ev(f"s LIKE '{pattern}'", s=value) is expected
     assert ev(f"s NOT LIKE '{pattern}'", s=value) is (not expected)
 
 
-@pytest.mark.parametrize("pattern,escape,value,expected", [
-    ("\\_%", "\\", "_foo", T), ("\\_%", "\\", "bar", F), ("100!%", "!", "100%", T),
-    ("100!%", "!", "1000", F), ("a!!b", "!", "a!b", T), ("a!!b", "!", "a!!b", F),
-    ("!a", "!", "a", T), ("x%%", "%", "x%", T), ("x%%", "%", "xy", F), ("x__", "_", "x_", T),
-    ("%''_", "'", "it_", T), ("%''_", "'", "its", F), ("a.b", ".", "ab", T),
-])
+@pytest.mark.parametrize(
+    "pattern,escape,value,expected",
+    [
+        ("\\_%", "\\", "_foo", T),
+        ("\\_%", "\\", "bar", F),
+        ("100!%", "!", "100%", T),
+        ("100!%", "!", "1000", F),
+        ("a!!b", "!", "a!b", T),
+        ("a!!b", "!", "a!!b", F),
+        ("!a", "!", "a", T),
+        ("x%%", "%", "x%", T),
+        ("x%%", "%", "xy", F),
+        ("x__", "_", "x_", T),
+        ("%''_", "'", "it_", T),
+        ("%''_", "'", "its", F),
+        ("a.b", ".", "ab", T),
+    ],
+)
 def test_like_escape(pattern: str, escape: str, value: str, expected: bool) -> None:
     esc = escape.replace("'", "''")
     assert ev(f"s LIKE '{pattern}' ESCAPE '{esc}'", s=value) is expected
@@ -364,16 +469,19 @@ def test_like_with_null_or_non_string_is_unknown() -> None:
         assert ev(text, s=False) is U
 
 
-@pytest.mark.parametrize("text,message", [
-    ("s LIKE 5", "expected a string literal"),
-    ("s LIKE t", "expected a string literal"),
-    ("s LIKE 'a' ESCAPE ''", "must be one character"),
-    ("s LIKE 'a' ESCAPE 'ab'", "must be one character"),
-    ("s LIKE 'a' ESCAPE 1", "expected a string literal"),
-    ("s LIKE 'ab!' ESCAPE '!'", "ends with its escape character"),
-    ("'abc' LIKE 'a%'", "must be an identifier"),
-    ("(s) + 1 LIKE 'a%'", "must be an identifier"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("s LIKE 5", "expected a string literal"),
+        ("s LIKE t", "expected a string literal"),
+        ("s LIKE 'a' ESCAPE ''", "must be one character"),
+        ("s LIKE 'a' ESCAPE 'ab'", "must be one character"),
+        ("s LIKE 'a' ESCAPE 1", "expected a string literal"),
+        ("s LIKE 'ab!' ESCAPE '!'", "ends with its escape character"),
+        ("'abc' LIKE 'a%'", "must be an identifier"),
+        ("(s) + 1 LIKE 'a%'", "must be an identifier"),
+    ],
+)
 def test_like_errors(text: str, message: str) -> None:
     assert message in str(error(text))
 
@@ -397,14 +505,14 @@ def test_is_null() -> None:
     assert ev("NOT x IS NULL", x=False) is T
 
 
-@pytest.mark.parametrize("text", ["1 IS NULL", "'a' IS NULL", "(a + 1) IS NULL",
-                                  "(a = 1) IS NOT NULL"])
+@pytest.mark.parametrize("text", ["1 IS NULL", "'a' IS NULL", "(a + 1) IS NULL", "(a = 1) IS NOT NULL"])
 def test_is_null_takes_an_identifier(text: str) -> None:
     assert "must be an identifier" in str(error(text))
 
 
 # ---------------------------------------------------------------------------
 # headers and properties
+
 
 def test_header_fields() -> None:
     m = TextMessage("x")
@@ -434,8 +542,7 @@ def test_unset_header_fields_are_null() -> None:
     assert matches("JMSDeliveryMode = 'PERSISTENT' AND JMSPriority = 4", m)  # defaults
 
 
-@pytest.mark.parametrize("name", ["JMSDestination", "JMSReplyTo", "JMSExpiration",
-                                  "JMSRedelivered", "JMSDeliveryTime"])
+@pytest.mark.parametrize("name", ["JMSDestination", "JMSReplyTo", "JMSExpiration", "JMSRedelivered", "JMSDeliveryTime"])
 def test_other_jms_names_are_properties_and_null(name: str) -> None:
     m = TextMessage("x")
     m.expiration = 5
@@ -482,13 +589,12 @@ def test_message_lookup() -> None:
 # ---------------------------------------------------------------------------
 # lexical rules
 
+
 def test_keywords_are_case_insensitive() -> None:
-    assert ev("a between 1 and 3 AnD b Is NoT nUlL oR c lIkE 'x' EsCaPe '!' Or c iN ('y')",
-              a=2, b=1) is T
+    assert ev("a between 1 and 3 AnD b Is NoT nUlL oR c lIkE 'x' EsCaPe '!' Or c iN ('y')", a=2, b=1) is T
     assert ev("not a = 1", a=2) is T
     assert ev("True AND tRUE and not FALSE") is T
-    assert ev("a not between 1 and 2 and b not in ('x') and c not like 'y'",
-              a=3, b="z", c="z") is T
+    assert ev("a not between 1 and 2 and b not in ('x') and c not like 'y'", a=3, b="z", c="z") is T
 
 
 def test_identifiers_are_case_sensitive_and_java_like() -> None:
@@ -498,34 +604,67 @@ def test_identifiers_are_case_sensitive_and_java_like() -> None:
     assert ev("$x = 1 AND _y = 2 AND a1 = 3 AND é = 4 AND x$_9 = 5", **values) is T
 
 
-@pytest.mark.parametrize("name", ["notable", "android", "India", "ISO", "NULLS", "between_",
-                                  "likes", "escaped", "orange", "TRUEish", "falsey", "in2", "IS_"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "notable",
+        "android",
+        "India",
+        "ISO",
+        "NULLS",
+        "between_",
+        "likes",
+        "escaped",
+        "orange",
+        "TRUEish",
+        "falsey",
+        "in2",
+        "IS_",
+    ],
+)
 def test_identifiers_starting_with_keywords(name: str) -> None:
     assert ev(f"{name} = 1", **{name: 1}) is T
     assert ev(f"NOT {name}", **{name: False}) is T
 
 
-@pytest.mark.parametrize("keyword", ["NULL", "null", "NOT", "and", "OR", "between", "LIKE", "in",
-                                     "IS", "escape"])
+@pytest.mark.parametrize("keyword", ["NULL", "null", "NOT", "and", "OR", "between", "LIKE", "in", "IS", "escape"])
 def test_keywords_are_not_identifiers(keyword: str) -> None:
     error(f"{keyword} = 1")
     error(f"a = 1 AND {keyword} IS NULL")
 
 
-@pytest.mark.parametrize("literal,value", [
-    ("57", 57), ("-957", -957), ("+62", 62), ("7E3", 7000.0), ("-57.9E2", -5790.0),
-    ("7.", 7.0), (".5", 0.5), ("1.5e-3", 0.0015), ("2E+2", 200.0), ("10L", 10), ("10l", 10),
-    ("2.5D", 2.5), ("3d", 3.0), ("1.5F", 1.5), ("007", 7), ("9223372036854775807", LONG_MAX),
-    ("-9223372036854775808", LONG_MIN), ("- 9223372036854775808", LONG_MIN),
-    ("0.1f", 0.10000000149011612),
-])
+@pytest.mark.parametrize(
+    "literal,value",
+    [
+        ("57", 57),
+        ("-957", -957),
+        ("+62", 62),
+        ("7E3", 7000.0),
+        ("-57.9E2", -5790.0),
+        ("7.", 7.0),
+        (".5", 0.5),
+        ("1.5e-3", 0.0015),
+        ("2E+2", 200.0),
+        ("10L", 10),
+        ("10l", 10),
+        ("2.5D", 2.5),
+        ("3d", 3.0),
+        ("1.5F", 1.5),
+        ("007", 7),
+        ("9223372036854775807", LONG_MAX),
+        ("-9223372036854775808", LONG_MIN),
+        ("- 9223372036854775808", LONG_MIN),
+        ("0.1f", 0.10000000149011612),
+    ],
+)
 def test_numeric_literals(literal: str, value: float) -> None:
     assert ev(f"a = {literal}", a=value) is T
     assert ev(f"{literal} = a", a=value) is T
 
 
-@pytest.mark.parametrize("literal", ["9223372036854775808", "+9223372036854775808", "1" * 30,
-                                     "1" * 5000, "1e400", "3.5e38f", "0x10"])
+@pytest.mark.parametrize(
+    "literal", ["9223372036854775808", "+9223372036854775808", "1" * 30, "1" * 5000, "1e400", "3.5e38f", "0x10"]
+)
 def test_numeric_literals_out_of_range_or_unsupported(literal: str) -> None:
     error(f"a = {literal}")
 
@@ -548,32 +687,36 @@ def test_whitespace() -> None:
 # ---------------------------------------------------------------------------
 # errors
 
-@pytest.mark.parametrize("text,pos,fragment", [
-    ("a = ", 4, "found the end of the selector"),
-    ("a = 'abc", 4, "unterminated string literal"),
-    ("a = 1 # 2", 6, "unexpected character '#'"),
-    ("a == 1", 3, "found '='"),
-    ("a != 1", 2, "unexpected character '!'"),
-    ("a LIKE 5", 7, "expected a string literal, found '5'"),
-    ("a IN (1, 2)", 6, "expected a string literal, found '1'"),
-    ("a BETWEEN 'x' AND 'y'", 10, "a bound of BETWEEN must be a numeric expression"),
-    ("a BETWEEN 1 OR 2", 12, "found 'OR'"),
-    ("5 + 3", 0, "the selector must be a condition, not a number"),
-    ("'abc'", 0, "the selector must be a condition, not a string"),
-    ("a = 1 AND 5", 10, "an operand of AND must be a condition"),
-    ("NOT 'x'", 4, "the operand of NOT must be a condition"),
-    ("a + 'x' = 1", 4, "an operand of '+' must be a numeric expression, not a string"),
-    ("-TRUE = 1", 1, "the operand of unary '-' must be a numeric expression, not a boolean"),
-    ("(a = 1) * 2 = 2", 1, "must be a numeric expression, not a boolean"),
-    ("a = b = c", 6, "found '='"),
-    ("(a = 1", 6, "expected one of"),
-    ("a = 1)", 5, "found ')'"),
-    ("a = NULL", 4, "found 'NULL'"),
-    ("a IS 5", 5, "NOT, NULL"),
-    ("a = 1 OR", 8, "found the end of the selector"),
-    ("a LIKE 'x' ESCAPE", 17, "expected a string literal"),
-    ("1abc = 1", 1, "found 'abc'"),
-])
+
+@pytest.mark.parametrize(
+    "text,pos,fragment",
+    [
+        ("a = ", 4, "found the end of the selector"),
+        ("a = 'abc", 4, "unterminated string literal"),
+        ("a = 1 # 2", 6, "unexpected character '#'"),
+        ("a == 1", 3, "found '='"),
+        ("a != 1", 2, "unexpected character '!'"),
+        ("a LIKE 5", 7, "expected a string literal, found '5'"),
+        ("a IN (1, 2)", 6, "expected a string literal, found '1'"),
+        ("a BETWEEN 'x' AND 'y'", 10, "a bound of BETWEEN must be a numeric expression"),
+        ("a BETWEEN 1 OR 2", 12, "found 'OR'"),
+        ("5 + 3", 0, "the selector must be a condition, not a number"),
+        ("'abc'", 0, "the selector must be a condition, not a string"),
+        ("a = 1 AND 5", 10, "an operand of AND must be a condition"),
+        ("NOT 'x'", 4, "the operand of NOT must be a condition"),
+        ("a + 'x' = 1", 4, "an operand of '+' must be a numeric expression, not a string"),
+        ("-TRUE = 1", 1, "the operand of unary '-' must be a numeric expression, not a boolean"),
+        ("(a = 1) * 2 = 2", 1, "must be a numeric expression, not a boolean"),
+        ("a = b = c", 6, "found '='"),
+        ("(a = 1", 6, "expected one of"),
+        ("a = 1)", 5, "found ')'"),
+        ("a = NULL", 4, "found 'NULL'"),
+        ("a IS 5", 5, "NOT, NULL"),
+        ("a = 1 OR", 8, "found the end of the selector"),
+        ("a LIKE 'x' ESCAPE", 17, "expected a string literal"),
+        ("1abc = 1", 1, "found 'abc'"),
+    ],
+)
 def test_error_positions(text: str, pos: int, fragment: str) -> None:
     e = error(text)
     assert e.position == pos, str(e)
@@ -650,8 +793,11 @@ def ref_check(node: tuple) -> None:
     if tag == "paren":
         ref_check(node[1])
     elif tag in ("neg", "pos", "arith", "between"):
-        operands = [node[1]] if tag in ("neg", "pos") else (
-            [node[2], node[3]] if tag == "arith" else [node[2], node[3], node[4]])
+        operands = (
+            [node[1]]
+            if tag in ("neg", "pos")
+            else ([node[2], node[3]] if tag == "arith" else [node[2], node[3], node[4]])
+        )
         for o in operands:
             if ref_kind(o) in (STR, BOOL):
                 raise StaticError(tag)
@@ -712,8 +858,9 @@ def ref_compare(op: str, x: Any, y: Any) -> bool | None:
     if is_num(x) and is_num(y):
         if isinstance(x, float) or isinstance(y, float):
             x, y = float(x), float(y)
-    elif not ((isinstance(x, str) and isinstance(y, str))
-              or (isinstance(x, bool) and isinstance(y, bool))) or op not in ("=", "<>"):
+    elif not (
+        (isinstance(x, str) and isinstance(y, str)) or (isinstance(x, bool) and isinstance(y, bool))
+    ) or op not in ("=", "<>"):
         return False  # JMS 1.1 3.8.1.1: comparing non-like types is false
     return {"=": x == y, "<>": x != y, "<": x < y, "<=": x <= y, ">": x > y, ">=": x >= y}[op]
 
@@ -751,8 +898,7 @@ def ref_truth(node: tuple, env: dict[str, Any]) -> bool | None:
         return ref_compare(node[1], ref_value(node[2], env), ref_value(node[3], env))
     if tag == "between":
         x = ref_value(node[2], env)
-        r = k_and(ref_compare("<=", ref_value(node[3], env), x),
-                  ref_compare("<=", x, ref_value(node[4], env)))
+        r = k_and(ref_compare("<=", ref_value(node[3], env), x), ref_compare("<=", x, ref_value(node[4], env)))
         return k_not(r) if node[1] else r
     if tag in ("in", "like", "isnull"):
         v = env.get(node[2])
@@ -774,8 +920,21 @@ def ref_truth(node: tuple, env: dict[str, Any]) -> bool | None:
 
 # --- rendering: minimal parentheses from the grammar's precedence levels
 
-LEVEL = {"or": 1, "and": 2, "not": 3, "cmp": 4, "between": 4, "in": 4, "like": 4,
-         "isnull": 4, "neg": 7, "pos": 7, "lit": 8, "id": 8, "paren": 8}
+LEVEL = {
+    "or": 1,
+    "and": 2,
+    "not": 3,
+    "cmp": 4,
+    "between": 4,
+    "in": 4,
+    "like": 4,
+    "isnull": 4,
+    "neg": 7,
+    "pos": 7,
+    "lit": 8,
+    "id": 8,
+    "paren": 8,
+}
 
 
 def level(node: tuple) -> int:
@@ -846,17 +1005,23 @@ def render_bare(node: tuple) -> str:
 
 # --- generation
 
+
 def weighted(*choices: tuple[int, st.SearchStrategy]) -> st.SearchStrategy:
     """``one_of`` with weights (``one_of`` would merge repeated strategies)."""
     table = [strategy for weight, strategy in choices for _ in range(weight)]
     return st.integers(0, len(table) - 1).flatmap(table.__getitem__)
 
 
-ints = weighted((3, st.integers(-12, 12)), (1, st.integers(LONG_MIN, LONG_MAX)),
-                (2, st.sampled_from([0, 1, LONG_MIN, LONG_MAX, LONG_MIN + 1, 2**53 + 1])))
-floats = st.one_of(st.sampled_from([0.0, -0.0, 0.5, 1.5, -2.25, 3.0, 1e300]),
-                   st.floats(-20, 20).map(lambda f: round(f, 1)),
-                   st.floats(allow_nan=False, allow_infinity=False))
+ints = weighted(
+    (3, st.integers(-12, 12)),
+    (1, st.integers(LONG_MIN, LONG_MAX)),
+    (2, st.sampled_from([0, 1, LONG_MIN, LONG_MAX, LONG_MIN + 1, 2**53 + 1])),
+)
+floats = st.one_of(
+    st.sampled_from([0.0, -0.0, 0.5, 1.5, -2.25, 3.0, 1e300]),
+    st.floats(-20, 20).map(lambda f: round(f, 1)),
+    st.floats(allow_nan=False, allow_infinity=False),
+)
 numbers = weighted((2, ints), (1, floats))
 texts = st.text(TEXT_CHARS, max_size=4)
 specials = st.sampled_from([float("nan"), float("inf"), -float("inf")])
@@ -872,9 +1037,11 @@ PROP_VALUES = {
 def like_node(draw: st.DrawFn) -> tuple:
     escape = draw(st.sampled_from([None, "!", "\\", "%", "_", "'", "a"]))
     chars = TEXT_CHARS if escape is not None else TEXT_CHARS.replace("%", "").replace("_", "")
-    piece = st.one_of(st.just(("%",)), st.just(("_",)),
-                      st.tuples(st.just("c"), st.sampled_from(chars),
-                                st.booleans() if escape is not None else st.just(False)))
+    piece = st.one_of(
+        st.just(("%",)),
+        st.just(("_",)),
+        st.tuples(st.just("c"), st.sampled_from(chars), st.booleans() if escape is not None else st.just(False)),
+    )
     pieces = draw(st.lists(piece, max_size=4))
     if escape in ("%", "_"):  # that character is then never a wildcard
         pieces = [p if p[0] != escape else ("c", escape, True) for p in pieces]
@@ -890,15 +1057,15 @@ def numeric(draw: st.DrawFn, depth: int) -> tuple:
             return ("id", draw(st.sampled_from(NUM_NAMES)))
         return ("lit", draw(numbers))
     if choice < 75:
-        return ("arith", draw(st.sampled_from("+-*/")), draw(numeric(depth - 1)),
-                draw(numeric(depth - 1)))
+        return ("arith", draw(st.sampled_from("+-*/")), draw(numeric(depth - 1)), draw(numeric(depth - 1)))
     if choice < 88:
         return (draw(st.sampled_from(["neg", "pos"])), draw(numeric(depth - 1)))
     if choice < 96:
         return ("paren", draw(numeric(depth - 1)))
     # a string, a boolean or a condition where a number must be
-    return draw(st.one_of(st.tuples(st.just("lit"), st.one_of(texts, st.booleans())),
-                          st.tuples(st.just("paren"), condition(0))))
+    return draw(
+        st.one_of(st.tuples(st.just("lit"), st.one_of(texts, st.booleans())), st.tuples(st.just("paren"), condition(0)))
+    )
 
 
 @st.composite
@@ -919,20 +1086,32 @@ def condition(draw: st.DrawFn, depth: int) -> tuple:
     """A condition; about one in 50 is a number or a string (statically ill-typed)."""
     choice = draw(st.integers(0, 99))
     if depth <= 0 or choice < 30:
-        return draw(st.one_of(
-            st.tuples(st.just("id"), st.sampled_from(ANY_PROPS)),
-            st.tuples(st.just("lit"), st.booleans()),
-            st.tuples(st.just("isnull"), st.booleans(), st.sampled_from(PROPS + STR_NAMES)),
-            st.tuples(st.just("in"), st.booleans(), st.sampled_from(STR_NAMES),
-                      st.lists(texts, min_size=1, max_size=3)),
-            like_node(),
-        ))
+        return draw(
+            st.one_of(
+                st.tuples(st.just("id"), st.sampled_from(ANY_PROPS)),
+                st.tuples(st.just("lit"), st.booleans()),
+                st.tuples(st.just("isnull"), st.booleans(), st.sampled_from(PROPS + STR_NAMES)),
+                st.tuples(
+                    st.just("in"), st.booleans(), st.sampled_from(STR_NAMES), st.lists(texts, min_size=1, max_size=3)
+                ),
+                like_node(),
+            )
+        )
     if choice < 55:
-        return ("cmp", draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="])),
-                draw(operand(depth - 1)), draw(operand(depth - 1)))
+        return (
+            "cmp",
+            draw(st.sampled_from(["=", "<>", "<", "<=", ">", ">="])),
+            draw(operand(depth - 1)),
+            draw(operand(depth - 1)),
+        )
     if choice < 63:
-        return ("between", draw(st.booleans()), draw(numeric(depth - 1)),
-                draw(numeric(depth - 1)), draw(numeric(depth - 1)))
+        return (
+            "between",
+            draw(st.booleans()),
+            draw(numeric(depth - 1)),
+            draw(numeric(depth - 1)),
+            draw(numeric(depth - 1)),
+        )
     if choice < 75:
         return ("and", draw(condition(depth - 1)), draw(condition(depth - 1)))
     if choice < 87:
@@ -944,12 +1123,14 @@ def condition(draw: st.DrawFn, depth: int) -> tuple:
     return ("lit", draw(st.one_of(ints, texts)))
 
 
-headers = st.fixed_dictionaries({
-    "JMSPriority": st.integers(0, 9),
-    "JMSType": weighted((3, texts), (1, st.none())),
-    "JMSDeliveryMode": st.sampled_from([1, 2]),
-    "JMSCorrelationID": weighted((3, texts), (1, st.none())),
-})
+headers = st.fixed_dictionaries(
+    {
+        "JMSPriority": st.integers(0, 9),
+        "JMSType": weighted((3, texts), (1, st.none())),
+        "JMSDeliveryMode": st.sampled_from([1, 2]),
+        "JMSCorrelationID": weighted((3, texts), (1, st.none())),
+    }
+)
 
 
 def build(props: dict[str, Any], hdrs: dict[str, Any]) -> tuple[TextMessage, dict[str, Any]]:
@@ -995,8 +1176,7 @@ def check_subtree(node: tuple, env: dict[str, Any], message: TextMessage) -> Non
         elif value != value:
             checks = {f"({text}) = 0": F, f"({text}) <> 0": T}
         elif value in (float("inf"), -float("inf")):
-            checks = {f"({text}) > 1.7976931348623157e308": value > 0,
-                      f"({text}) < -1.7976931348623157e308": value < 0}
+            checks = {f"({text}) > 1.7976931348623157e308": value > 0, f"({text}) < -1.7976931348623157e308": value < 0}
         else:
             checks = {f"({text}) = {value!r}": T}
         for check, expected in checks.items():
@@ -1030,19 +1210,59 @@ def test_compiled_evaluator_matches_reference(tree: tuple, props: dict, hdrs: di
 # ---------------------------------------------------------------------------
 # property-based: arbitrary text compiles or raises InvalidSelectorError
 
-TOKENS = ["a", "b", "JMSType", "NOT", "AND", "or", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS",
-          "NULL", "TRUE", "false", "(", ")", ",", "=", "<>", "<", ">=", "+", "-", "*", "/",
-          "1", "2.5", ".5e3", "7L", "'x'", "'%_'", "''", "'", "9999999999999999999999", "é",
-          "$", "#", "!", "\n"]
+TOKENS = [
+    "a",
+    "b",
+    "JMSType",
+    "NOT",
+    "AND",
+    "or",
+    "BETWEEN",
+    "IN",
+    "LIKE",
+    "ESCAPE",
+    "IS",
+    "NULL",
+    "TRUE",
+    "false",
+    "(",
+    ")",
+    ",",
+    "=",
+    "<>",
+    "<",
+    ">=",
+    "+",
+    "-",
+    "*",
+    "/",
+    "1",
+    "2.5",
+    ".5e3",
+    "7L",
+    "'x'",
+    "'%_'",
+    "''",
+    "'",
+    "9999999999999999999999",
+    "é",
+    "$",
+    "#",
+    "!",
+    "\n",
+]
 
 
 @pytest.mark.slow
 @settings(max_examples=500, deadline=None)
-@given(text=st.one_of(st.text(max_size=40),
-                      st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join),
-                      st.lists(st.sampled_from(TOKENS + list(string.printable)),
-                               max_size=20).map("".join)),
-       value=values)
+@given(
+    text=st.one_of(
+        st.text(max_size=40),
+        st.lists(st.sampled_from(TOKENS), max_size=14).map(" ".join),
+        st.lists(st.sampled_from(TOKENS + list(string.printable)), max_size=20).map("".join),
+    ),
+    value=values,
+)
 def test_arbitrary_text_compiles_or_raises_invalid_selector(text: str, value: Any) -> None:
     try:
         selector = compile_selector(text)

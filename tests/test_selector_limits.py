@@ -34,6 +34,7 @@ def or_selector(terms: int) -> str:
 
 # --- the bounds on compiling, whoever asks ------------------------------------------------------
 
+
 def test_tokens_beyond_the_limit_are_refused_while_lexing():
     ok = "-" * (MAX_TOKENS - 3) + "1 = a"  # MAX_TOKENS tokens (signs of a literal fold: no depth)
     assert compile_selector.__wrapped__(ok) is not None
@@ -97,8 +98,7 @@ def _frames() -> list:
     return frames
 
 
-@pytest.mark.parametrize("text, size", [
-    ("p = 'x'", 7), ("p = '\u00e9'", 8), ("p = '\U0001f600'", 10)])
+@pytest.mark.parametrize("text, size", [("p = 'x'", 7), ("p = '\u00e9'", 8), ("p = '\U0001f600'", 10)])
 def test_check_size_counts_utf8_bytes(text, size):
     check_size(text, size, "imq.selector.max_size")
     expected = re.escape(f"{size} bytes, more than imq.selector.max_size={size - 1}")
@@ -108,6 +108,7 @@ def test_check_size_counts_utf8_bytes(text, size):
 
 
 # --- imq.selector.max_size on the host broker ---------------------------------------------------
+
 
 @pytest.fixture
 def small(tmp_path):
@@ -124,9 +125,12 @@ def test_in_process_consumers_and_browsers_get_the_limit(small):
     assert session.create_consumer(q, literal_selector(LIMIT)) is not None
     big = literal_selector(LIMIT + 1)
     expected = re.escape(f"{LIMIT + 1} bytes, more than imq.selector.max_size={LIMIT}")
-    for make in (lambda: session.create_consumer(q, big), lambda: session.create_consumer(t, big),
-                 lambda: session.create_durable_subscriber(t, "d", big),
-                 lambda: session.create_browser(q, big)):
+    for make in (
+        lambda: session.create_consumer(q, big),
+        lambda: session.create_consumer(t, big),
+        lambda: session.create_durable_subscriber(t, "d", big),
+        lambda: session.create_browser(q, big),
+    ):
         with pytest.raises(InvalidSelectorError, match=expected):
             make()
     assert not small.durable  # the refused durable subscription was not made
@@ -183,10 +187,13 @@ def stomp_port(tmp_path, small):
             bridge.stop()
 
 
-@pytest.mark.parametrize("selector, message", [
-    (literal_selector(LIMIT + 1), f"{LIMIT + 1} bytes, more than imq.selector.max_size={LIMIT}"),
-    ("-" * MAX_TOKENS + "a = 1", f"more than {MAX_TOKENS} tokens"),
-])
+@pytest.mark.parametrize(
+    "selector, message",
+    [
+        (literal_selector(LIMIT + 1), f"{LIMIT + 1} bytes, more than imq.selector.max_size={LIMIT}"),
+        ("-" * MAX_TOKENS + "a = 1", f"more than {MAX_TOKENS} tokens"),
+    ],
+)
 def test_stomp_subscribe_beyond_a_limit_gets_an_error_frame(stomp_port, selector, message):
     raw = Raw(stomp_port)
     try:

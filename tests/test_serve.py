@@ -19,9 +19,21 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def start_serve(varhome: Path, *args: str) -> subprocess.Popen:
     env = dict(os.environ, IMQ_VARHOME=str(varhome), PYTHONPATH=str(ROOT))
-    return subprocess.Popen([sys.executable, "-m", "bridgemgr.cli", "serve", "-Dimq.portmapper.port=0",
-                             "-Dimq.bridge.stomp.tcp.port=0", *args],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "serve",
+            "-Dimq.portmapper.port=0",
+            "-Dimq.bridge.stomp.tcp.port=0",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=env,
+    )
 
 
 def read_until(proc: subprocess.Popen, marker: str) -> list[str]:
@@ -58,8 +70,7 @@ def test_serve_runs_the_demo_refuses_a_second_instance_and_stops_on_sigterm(tmp_
 
 def test_serve_with_properties_keeps_messages_across_restarts(tmp_path):
     props = tmp_path / "broker.properties"
-    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.instancename=b1\n"
-                     "imq.persist.file.sync.enabled=true\n")
+    props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.instancename=b1\nimq.persist.file.sync.enabled=true\n")
     store = tmp_path / "var" / "instances" / "b1" / "store"
     broker = Broker(store)
     session = EmbeddedConnectionFactory(broker).create_connection().create_session()
@@ -67,7 +78,7 @@ def test_serve_with_properties_keeps_messages_across_restarts(tmp_path):
     broker.close()
     proc = start_serve(tmp_path, "-props", str(props))
     out = read_until(proc, "Running")
-    assert not any("demo:" in line for line in out)   # no demo when properties are given
+    assert not any("demo:" in line for line in out)  # no demo when properties are given
     assert any("fsync on" in line for line in out)
     proc.send_signal(signal.SIGINT)
     assert proc.wait(60) == 0

@@ -86,8 +86,7 @@ class Load:
             room.acquire()
             mid = f"{self.rnd}:s{k}:{i}"
             sent[f"r{i}"] = mid
-            client.write("SEND", {"destination": f"/queue/{QUEUE}", "receipt": f"r{i}", "persistent": "true"},
-                         mid)
+            client.write("SEND", {"destination": f"/queue/{QUEUE}", "receipt": f"r{i}", "persistent": "true"}, mid)
             i += 1
 
     def mq_producer(self, k: int) -> None:
@@ -138,8 +137,7 @@ def drain(daemon: Daemon) -> list[str]:
 
 
 def test_kill9_of_serve_loses_no_acknowledged_message_at_default_settings(tmp_path):
-    props, _ = one_bridge_files(tmp_path, "kill9", "", PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                activelist="stomp")
+    props, _ = one_bridge_files(tmp_path, "kill9", "", PASSWORD, "imq.bridge.stomp.tcp.port=0", activelist="stomp")
     assert "sync" not in props.read_text()  # the default: the store does not fsync
     confirmed: set[str] = set()
     consumed: set[str] = set()

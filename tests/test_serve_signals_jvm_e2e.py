@@ -79,10 +79,8 @@ def service(activemq, tmp_path_factory):
     with zipfile.ZipFile(lib_ext / "router.jar", "w") as jar:
         for f in classes.rglob("*.class"):
             jar.write(f, str(f.relative_to(classes)))
-    env = "".join(f'<property name="{escape(k)}" value="{escape(v)}"/>'
-                  for k, v in activemq.jndi().items())
-    props, _ = one_bridge_files(base, "sig", XML.format(env=env), PASSWORD,
-                                "imq.bridge.jb.autostart=true")
+    env = "".join(f'<property name="{escape(k)}" value="{escape(v)}"/>' for k, v in activemq.jndi().items())
+    props, _ = one_bridge_files(base, "sig", XML.format(env=env), PASSWORD, "imq.bridge.jb.autostart=true")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("XDG_CACHE_HOME", str(base / "cache"))  # where serve compiles the base class
         yield props, instance
@@ -112,8 +110,9 @@ def read_until(daemon: Daemon, *markers: str) -> None:
         missing = {m for m in missing if m not in line}
         if not missing:
             return
-    raise AssertionError(f"serve ended (exit {daemon.proc.wait()}) before printing {sorted(missing)}: "
-                         + "\n".join(daemon.lines[-40:]))
+    raise AssertionError(
+        f"serve ended (exit {daemon.proc.wait()}) before printing {sorted(missing)}: " + "\n".join(daemon.lines[-40:])
+    )
 
 
 def kill(daemon: Daemon) -> None:
@@ -139,8 +138,7 @@ def test_sighup_reloads_sigquit_dumps_threads_and_sigterm_stops_cleanly_with_the
     daemon = start_with_jvm(props, instance)
     try:
         daemon.proc.send_signal(signal.SIGHUP)
-        read_until(daemon, "SIGHUP: reading the properties",
-                   "SIGHUP: bridge jb is STARTED and keeps its configuration")
+        read_until(daemon, "SIGHUP: reading the properties", "SIGHUP: bridge jb is STARTED and keeps its configuration")
         daemon.proc.send_signal(signal.SIGQUIT)
         read_until(daemon, "(most recent call first)", "in run")
         assert daemon.proc.poll() is None

@@ -77,8 +77,9 @@ class Service:
     """A running serve with the STOMP bridge, JMS bridge jb and users admin and pat."""
 
     def __init__(self, base: Path, *extra: str) -> None:
-        props, self.passfile = one_bridge_files(base, base.name, XML, ADMIN_PW, "imq.bridge.stomp.tcp.port=0",
-                                    *extra, activelist="jb,stomp")
+        props, self.passfile = one_bridge_files(
+            base, base.name, XML, ADMIN_PW, "imq.bridge.stomp.tcp.port=0", *extra, activelist="jb,stomp"
+        )
         self.etc = base / "var" / "instances" / base.name / "etc"
         users = UserRepository(self.etc / "passwd")
         users.add("admin", ADMIN_PW, "admin")
@@ -106,9 +107,11 @@ def jms_refusals(service: Service, user: str, password: str, queue: str) -> dict
     with service.jms(user, password) as conn:
         conn.start()
         session = conn.create_session()
-        for op, act in (("produce", lambda: session.create_producer(Queue(queue)).send(TextMessage("x"))),
-                        ("consume", lambda: session.create_consumer(Queue(queue)).receive(0.2)),
-                        ("browse", lambda: list(session.create_browser(Queue(queue))))):
+        for op, act in (
+            ("produce", lambda: session.create_producer(Queue(queue)).send(TextMessage("x"))),
+            ("consume", lambda: session.create_consumer(Queue(queue)).receive(0.2)),
+            ("browse", lambda: list(session.create_browser(Queue(queue)))),
+        ):
             try:
                 act()
             except JMSSecurityException as exc:
@@ -216,8 +219,11 @@ def test_a_custom_file_changes_the_outcome_and_refusals_are_logged_once(tmp_path
         time.sleep(0.5)
     finally:
         log = service.stop()
-    refusals = [line for line in log.splitlines() if "bridgemgr.accesscontrol" in line
-                and "access denied: user 'pat' may not consume queue://secret" in line]
+    refusals = [
+        line
+        for line in log.splitlines()
+        if "bridgemgr.accesscontrol" in line and "access denied: user 'pat' may not consume queue://secret" in line
+    ]
     assert len(refusals) == 2, refusals  # once for the jms service, once for STOMP
 
 

@@ -21,11 +21,15 @@ N = 20
 
 def a_xml(b_address: str, password: str, transacted_link: bool = True) -> str:
     """Service A's bridge jb: out1 (and, transacted, out2) from A's host broker to B."""
-    link2 = """
+    link2 = (
+        """
   <link name="l2">
     <source connection-factory-ref="host" destination-ref="in2"/>
     <target connection-factory-ref="b" destination-ref="out2"/>
-  </link>""" if transacted_link else ""
+  </link>"""
+        if transacted_link
+        else ""
+    )
     return f"""<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="jb">
@@ -86,10 +90,8 @@ def test_a_factory_without_lookup_name_reaches_the_broker_of_its_address_list(tm
         assert "bridge jb (JMS): STARTED" in a.lines, a.lines
         send(a, PW_A, "addr.in1", *(f"addr.in1-{i}" for i in range(N)))
         send(a, PW_A, "addr.in2", *(f"addr.in2-{i}" for i in range(N)))
-        assert sorted(drain(service_b, PW_B, "addr.out1", N, 30)) == sorted(
-            f"addr.in1-{i}" for i in range(N))
-        assert sorted(drain(service_b, PW_B, "addr.out2", N, 30)) == sorted(
-            f"addr.in2-{i}" for i in range(N))
+        assert sorted(drain(service_b, PW_B, "addr.out1", N, 30)) == sorted(f"addr.in1-{i}" for i in range(N))
+        assert sorted(drain(service_b, PW_B, "addr.out2", N, 30)) == sorted(f"addr.in2-{i}" for i in range(N))
         assert drain(a, PW_A, "addr.out1") == [] and drain(a, PW_A, "addr.out2") == []
         assert drain(a, PW_A, "addr.in1") == [] and drain(a, PW_A, "addr.in2") == []
     finally:
@@ -99,13 +101,13 @@ def test_a_factory_without_lookup_name_reaches_the_broker_of_its_address_list(tm
 def test_a_wrong_password_stops_the_link_and_nothing_goes_to_the_host(tmp_path, service_b):
     base = tmp_path / "a"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "A", a_xml(service_b.address, WRONG,
-                                                        transacted_link=False), PW_A)
+    props, passfile = one_bridge_files(base, "A", a_xml(service_b.address, WRONG, transacted_link=False), PW_A)
     a = Daemon(props)
     try:
         send(a, PW_A, "addr.in1", *(f"addr.in1-{i}" for i in range(N)))
-        words = wait_for(lambda: "STOPPED" in (row := link_row(a, passfile, "l1"))[1] and row, 60,
-                         "link l1 STOPPED", interval=0.3)
+        words = wait_for(
+            lambda: "STOPPED" in (row := link_row(a, passfile, "l1"))[1] and row, 60, "link l1 STOPPED", interval=0.3
+        )
         row = " ".join(words)
         assert "authentication failed for user 'admin'" in row
         listed = cli(a, passfile, "list", "link", "-bn", "jb", "-ln", "l1").stdout

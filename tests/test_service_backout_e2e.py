@@ -41,14 +41,23 @@ def services(tmp_path):
     bridge's service linking to it."""
     (tmp_path / "far").mkdir()
     (tmp_path / "near").mkdir()
-    far_props, _ = one_bridge_files(tmp_path / "far", "far", "<jmsbridge name=\"jb\"/>", PASSWORD,
-                                    "imq.autocreate.destination.maxBytesPerMsg=20k",
-                                    activelist="")
+    far_props, _ = one_bridge_files(
+        tmp_path / "far",
+        "far",
+        '<jmsbridge name="jb"/>',
+        PASSWORD,
+        "imq.autocreate.destination.maxBytesPerMsg=20k",
+        activelist="",
+    )
     far = Daemon(far_props)
     try:
-        props, passfile = one_bridge_files(tmp_path / "near", "near",
-                                           XML.format(password=PASSWORD, far=far.address),
-                                           PASSWORD, "imq.bridge.stomp.tcp.port=0")
+        props, passfile = one_bridge_files(
+            tmp_path / "near",
+            "near",
+            XML.format(password=PASSWORD, far=far.address),
+            PASSWORD,
+            "imq.bridge.stomp.tcp.port=0",
+        )
         near = Daemon(props)
         try:
             yield near, far, passfile, tmp_path / "near" / "var" / "instances" / "near"

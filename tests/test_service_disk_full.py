@@ -72,8 +72,7 @@ def var(tmp_path):
 
 
 def test_a_full_disk_refuses_producers_clearly_loses_nothing_and_recovers_by_itself(tmp_path, var):
-    props, _ = one_bridge_files(tmp_path, "diskfull", "", PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                activelist="stomp")
+    props, _ = one_bridge_files(tmp_path, "diskfull", "", PASSWORD, "imq.bridge.stomp.tcp.port=0", activelist="stomp")
     daemon = Daemon(props)
     filler = var / "filler"
     try:

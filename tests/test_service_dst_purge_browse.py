@@ -28,8 +28,15 @@ PASSWORD = "Secret-1"
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("purge")
-    props, passfile = one_bridge_files(base, "purge", "", PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                       "imq.destination.memory.window=5", activelist="stomp")
+    props, passfile = one_bridge_files(
+        base,
+        "purge",
+        "",
+        PASSWORD,
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.destination.memory.window=5",
+        activelist="stomp",
+    )
     daemon = Daemon(props)
     try:
         yield daemon, passfile, props
@@ -39,8 +46,9 @@ def service(tmp_path_factory):
 
 def run(*args: str, stdin: str | None = None) -> subprocess.CompletedProcess:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr", *args], input=stdin, capture_output=True,
-                          text=True, env=env, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "bridgemgr", *args], input=stdin, capture_output=True, text=True, env=env, timeout=60
+    )
 
 
 def as_json(daemon: Daemon, passfile: Path, *args: str) -> tuple[int, dict]:
@@ -77,8 +85,21 @@ def test_browse_shows_messages_paged_out_too_and_purge_removes_them_all(service)
     assert "body TEXT, 108 bytes: order 1.xxx" in table.stdout
     assert "Message 3:" not in table.stdout
 
-    asked = run("purge", "dst", "-t", "q", "-n", "orders", "-b", daemon.address, "-u", "admin",
-                "-passfile", str(passfile), stdin="n\n")
+    asked = run(
+        "purge",
+        "dst",
+        "-t",
+        "q",
+        "-n",
+        "orders",
+        "-b",
+        daemon.address,
+        "-u",
+        "admin",
+        "-passfile",
+        str(passfile),
+        stdin="n\n",
+    )
     assert "Are you sure you want to perform operation [purge] on this destination ? (y/n)[n]" in asked.stdout
     assert "was not performed" in asked.stdout and asked.returncode == 0
     rc, query = as_json(daemon, passfile, "query", "dst", "-t", "q", "-n", "orders")
@@ -97,8 +118,20 @@ def test_browse_shows_messages_paged_out_too_and_purge_removes_them_all(service)
 
 def test_a_purge_lets_a_producer_held_by_flow_control_go_on(service):
     daemon, passfile, _ = service
-    rc, created = as_json(daemon, passfile, "create", "dst", "-t", "q", "-n", "held", "-o", "maxNumMsgs=3",
-                          "-o", "limitBehavior=FLOW_CONTROL")
+    rc, created = as_json(
+        daemon,
+        passfile,
+        "create",
+        "dst",
+        "-t",
+        "q",
+        "-n",
+        "held",
+        "-o",
+        "maxNumMsgs=3",
+        "-o",
+        "limitBehavior=FLOW_CONTROL",
+    )
     assert rc == 0, created
     producer = Stomp(_stomp_port(daemon))
     try:
@@ -126,8 +159,9 @@ def test_only_the_admin_may_purge_or_browse_and_failures_are_json_under_json(ser
         assert text.returncode == 1 and "authentication failed" in text.stderr, text.stdout + text.stderr
         refused = run(*args, "-b", daemon.address, "-u", "alice", "-passfile", str(userpw), "--json")
         assert refused.returncode == 1
-        assert json.loads(refused.stdout) == {"error": {"message": text.stderr.strip().removeprefix("Error: "),
-                                                        "code": 400}}
+        assert json.loads(refused.stdout) == {
+            "error": {"message": text.stderr.strip().removeprefix("Error: "), "code": 400}
+        }
 
     rc, missing = as_json(daemon, passfile, "purge", "dst", "-t", "q", "-n", "nosuch")
     assert rc == 1 and missing["error"] == {"message": "queue nosuch does not exist", "code": 404}

@@ -46,12 +46,24 @@ def service_files(base: Path, xml: str, *extra: str) -> tuple[Path, Path]:
     ``extra`` lines), and the admin passfile."""
     (base / "b1.xml").write_text(xml)
     props = base / "broker.properties"
-    props.write_text("\n".join([
-        f"imq.varhome={base / 'var'}", "imq.instancename=e2e", "imq.portmapper.port=0",
-        "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
-        "imq.bridge.admin.password=Secret-1", "imq.bridge.activelist=b1",
-        "imq.bridge.b1.type=jms", "imq.bridge.b1.xmlurl=b1.xml", "imq.bridge.b1.autostart=true",
-        *extra]) + "\n")
+    props.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={base / 'var'}",
+                "imq.instancename=e2e",
+                "imq.portmapper.port=0",
+                "imq.bridge.enabled=true",
+                "imq.bridge.admin.user=admin",
+                "imq.bridge.admin.password=Secret-1",
+                "imq.bridge.activelist=b1",
+                "imq.bridge.b1.type=jms",
+                "imq.bridge.b1.xmlurl=b1.xml",
+                "imq.bridge.b1.autostart=true",
+                *extra,
+            ]
+        )
+        + "\n"
+    )
     passfile = base / "pw.properties"
     passfile.write_text("imq.imqbridgemgr.password=Secret-1\n")
     return props, passfile
@@ -80,17 +92,23 @@ def link_row(daemon: Daemon, passfile: Path, link: str = "l1") -> list[str]:
 
 
 def wait_transferred(daemon: Daemon, passfile: Path, at_least: int) -> int:
-    return wait_for(lambda: (done := int(link_row(daemon, passfile)[5])) >= at_least and done, 60,
-                    f"link l1 to have transferred {at_least}", interval=0.2)
+    return wait_for(
+        lambda: (done := int(link_row(daemon, passfile)[5])) >= at_least and done,
+        60,
+        f"link l1 to have transferred {at_least}",
+        interval=0.2,
+    )
 
 
 def wait_drained(daemon: Daemon, passfile: Path, queue: str = "e2e.src") -> None:
     """Until ``queue`` holds nothing, waiting or delivered: the link has moved all of it."""
+
     def held() -> int:
         r = cli(daemon, passfile, "query", "dst", "-t", "q", "-n", queue, "--json")
         assert r.returncode == 0, r.stdout + r.stderr
         data = json.loads(r.stdout)["data"]
         return data["pending"] + data["unacked"]
+
     wait_for(lambda: held() == 0, 60, f"{queue} to be drained", interval=0.2)
 
 
@@ -159,7 +177,7 @@ def test_kill9_of_the_daemon_then_restart(setup):
     wait_transferred(daemon, passfile, 1)
     os.kill(daemon.proc.pid, signal.SIGKILL)
     daemon.proc.wait()
-    daemon = Daemon(props)          # the lock of the killed daemon is gone with it
+    daemon = Daemon(props)  # the lock of the killed daemon is gone with it
     try:
         assert "bridge b1 (JMS): STARTED" in daemon.lines
         r = cli(daemon, passfile, "list", "bridge")
@@ -231,9 +249,11 @@ def test_admin_port_over_tls_with_secure(setup, tmp_path):
     cert = ca.issue_cert("127.0.0.1", "localhost")
     cert.private_key_and_cert_chain_pem.write_to_path(str(tmp_path / "admin.pem"))
     ca.cert_pem.write_to_path(str(tmp_path / "ca.pem"))
-    props.write_text(props.read_text() + f"imq.bridge.admin.tls.enabled=true\n"
-                     f"imq.bridge.admin.tls.certfile={tmp_path / 'admin.pem'}\n"
-                     f"imq.jms.tls.enabled=true\nimq.jms.tls.certfile={tmp_path / 'admin.pem'}\n")
+    props.write_text(
+        props.read_text() + f"imq.bridge.admin.tls.enabled=true\n"
+        f"imq.bridge.admin.tls.certfile={tmp_path / 'admin.pem'}\n"
+        f"imq.jms.tls.enabled=true\nimq.jms.tls.certfile={tmp_path / 'admin.pem'}\n"
+    )
     daemon = Daemon(props)
     try:
         env_ca = ["--cafile", str(tmp_path / "ca.pem")]
@@ -251,8 +271,7 @@ def test_admin_port_over_tls_with_secure(setup, tmp_path):
         ssljms = next(e for e in lookup_services(host, int(port)) if e.name == "ssljms")
         assert ssljms.protocol == "tls"
         ctx = ssl.create_default_context(cafile=str(tmp_path / "ca.pem"))
-        with connect(f"mqssl://{host}:{ssljms.port}", username="admin", password="Secret-1",
-                     ssl_context=ctx) as conn:
+        with connect(f"mqssl://{host}:{ssljms.port}", username="admin", password="Secret-1", ssl_context=ctx) as conn:
             conn.start()
             assert conn.create_session().create_consumer(Queue("e2e.dst")).receive(30) is not None
     finally:
@@ -268,8 +287,10 @@ def test_a_broken_bridge_stays_stopped_others_start_and_garbage_is_refused(setup
 
     props, passfile, _store = setup
     (tmp_path / "broken.xml").write_text("<jmsbridge name='broken'><link></jmsbridge>")
-    props.write_text(props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=broken,b1")
-                     + f"imq.bridge.broken.type=jms\nimq.bridge.broken.xmlurl={tmp_path / 'broken.xml'}\n")
+    props.write_text(
+        props.read_text().replace("imq.bridge.activelist=b1", "imq.bridge.activelist=broken,b1")
+        + f"imq.bridge.broken.type=jms\nimq.bridge.broken.xmlurl={tmp_path / 'broken.xml'}\n"
+    )
     daemon = Daemon(props)
     try:
         assert "bridge broken (JMS): STOPPED" in daemon.lines
@@ -283,7 +304,7 @@ def test_a_broken_bridge_stays_stopped_others_start_and_garbage_is_refused(setup
             s.sendall(b"\x00\xff garbage \n")
             reply = json.loads(s.makefile("rb").readline())
         assert reply["status"] == 400
-        assert cli(daemon, passfile, "list", "bridge").returncode == 0   # still serving
+        assert cli(daemon, passfile, "list", "bridge").returncode == 0  # still serving
     finally:
         daemon.proc.send_signal(signal.SIGTERM)
         daemon.proc.communicate(timeout=60)
@@ -293,8 +314,7 @@ def test_no_admin_credentials_no_admin_port(setup):
     from bridgemgr.admin.portmapper import lookup_services
 
     props, _passfile, _store = setup
-    props.write_text("\n".join(line for line in props.read_text().splitlines()
-                               if "admin.password" not in line) + "\n")
+    props.write_text("\n".join(line for line in props.read_text().splitlines() if "admin.password" not in line) + "\n")
     daemon = Daemon(props)
     try:
         host, port = daemon.address.split(":")
@@ -337,10 +357,15 @@ def test_jdbc_store_with_a_transacted_link_through_kill9(tmp_path, postgresql):
     far = tmp_path / "far"
     url = postgresql.url("imqstore").split("?")[0]
     props, passfile = service_files(
-        tmp_path, JDBC_XML.format(far=far), "imq.persist.store=jdbc",
-        "imq.persist.jdbc.dbVendor=postgresql", f"imq.persist.jdbc.postgresql.property.url={url}",
-        "imq.persist.jdbc.postgresql.user=bridge", "imq.persist.jdbc.postgresql.password=Db-Secret-7",
-        "imq.bridge.b1.transaction.batchSize=5")
+        tmp_path,
+        JDBC_XML.format(far=far),
+        "imq.persist.store=jdbc",
+        "imq.persist.jdbc.dbVendor=postgresql",
+        f"imq.persist.jdbc.postgresql.property.url={url}",
+        "imq.persist.jdbc.postgresql.user=bridge",
+        "imq.persist.jdbc.postgresql.password=Db-Secret-7",
+        "imq.bridge.b1.transaction.batchSize=5",
+    )
     spec = f"{url}?user=bridge&password=Db-Secret-7#imq_e2e"
     n = 2000
     preload(spec, n)
@@ -371,6 +396,7 @@ def test_jdbc_store_with_a_transacted_link_through_kill9(tmp_path, postgresql):
     with psycopg.connect(**postgresql.conninfo("imqstore")) as db:
         assert db.execute("SELECT count(*) FROM imq_e2e.imq_bridge_txlog").fetchone()[0] == 0
     moved = count(far, "e2e.dst")
-    assert sorted(moved, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(n)], \
+    assert sorted(moved, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(n)], (
         "a transacted link moves every message exactly once"
+    )
     assert count(spec, "e2e.src") == []

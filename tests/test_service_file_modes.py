@@ -57,10 +57,12 @@ def with_umask(mask: int, fn, *args, **kwargs):
 @pytest.mark.parametrize("mask", [0o022, 0o000])
 def test_every_file_the_service_writes_is_0600_in_0700_folders(tmp_path, mask):
     # the demo's bridges (its etc/ files) and jb (a transacted link: the XA log)
-    props, _ = one_bridge_files(tmp_path, "modes", XML, PASSWORD, "imq.bridge.demo.type=jms",
-                                       "imq.bridge.demo.xmlurl=jb.xml", activelist="jb")
-    daemon = with_umask(mask, Daemon, props, "--demo", "-Dimq.bridge.activelist=stomp,demo,jb",
-                        "-Dimq.bridge.stomp.tcp.port=0")
+    props, _ = one_bridge_files(
+        tmp_path, "modes", XML, PASSWORD, "imq.bridge.demo.type=jms", "imq.bridge.demo.xmlurl=jb.xml", activelist="jb"
+    )
+    daemon = with_umask(
+        mask, Daemon, props, "--demo", "-Dimq.bridge.activelist=stomp,demo,jb", "-Dimq.bridge.stomp.tcp.port=0"
+    )
     try:
         assert daemon.bridges == {"stomp": "STARTED", "demo": "STARTED", "jb": "STARTED"}, daemon.lines
         assert any("demo: sent" in line and "moved" in line for line in daemon.lines), daemon.lines
@@ -80,8 +82,7 @@ def test_every_file_the_service_writes_is_0600_in_0700_folders(tmp_path, mask):
         assert must in found, sorted(found)
     assert any("txlog" in name for name in found), sorted(found)
     assert any(name.startswith("bridges/jb/") and "log" in name for name in found), sorted(found)
-    wrong = {name: mode for name, mode in found.items()
-             if mode != ("0700" if (instance / name).is_dir() else "0600")}
+    wrong = {name: mode for name, mode in found.items() if mode != ("0700" if (instance / name).is_dir() else "0600")}
     assert wrong == {}, wrong
 
 
@@ -97,7 +98,23 @@ def test_a_passfile_others_can_read_gets_a_warning_naming_it(tmp_path):
     finally:
         daemon.stop()
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    r = subprocess.run([sys.executable, "-m", "bridgemgr.cli", "user", "add", "-props", str(props),
-                        "-u", "alice", "-passfile", str(passfile)],
-                       capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "user",
+            "add",
+            "-props",
+            str(props),
+            "-u",
+            "alice",
+            "-passfile",
+            str(passfile),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert f"warning: {warning}" in r.stderr, r.stdout + r.stderr

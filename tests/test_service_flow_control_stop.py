@@ -57,8 +57,20 @@ def test_stopping_a_link_held_by_a_full_flow_control_target_returns_and_loses_no
     texts = [f"m{i}" for i in range(6)]
     daemon = Daemon(props)
     try:
-        r = cli(daemon, passfile, "create", "dst", "-t", "q", "-n", "fc.dst", "-o", "maxNumMsgs=3",
-                "-o", "limitBehavior=FLOW_CONTROL")
+        r = cli(
+            daemon,
+            passfile,
+            "create",
+            "dst",
+            "-t",
+            "q",
+            "-n",
+            "fc.dst",
+            "-o",
+            "maxNumMsgs=3",
+            "-o",
+            "limitBehavior=FLOW_CONTROL",
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         send(daemon, PASSWORD, "fc.src", *texts)
         assert cli(daemon, passfile, "start", "bridge", "-bn", "jb").returncode == 0

@@ -40,15 +40,17 @@ def _stomp_port(daemon: Daemon) -> int:
 
 def _serve(base: Path, *extra: str) -> tuple[Daemon, Path]:
     base.mkdir(exist_ok=True)
-    props, passfile = one_bridge_files(base, base.name, "", PASSWORD, "imq.bridge.stomp.tcp.port=0", *extra,
-                                       activelist="stomp")
+    props, passfile = one_bridge_files(
+        base, base.name, "", PASSWORD, "imq.bridge.stomp.tcp.port=0", *extra, activelist="stomp"
+    )
     return Daemon(props), passfile
 
 
 @pytest.fixture(scope="module")
 def service(tmp_path_factory):
-    daemon, passfile = _serve(tmp_path_factory.mktemp("limits"), "imq.autocreate.destination.maxNumMsgs=3",
-                              "imq.system.max_count=20")
+    daemon, passfile = _serve(
+        tmp_path_factory.mktemp("limits"), "imq.autocreate.destination.maxNumMsgs=3", "imq.system.max_count=20"
+    )
     try:
         assert daemon.bridges == {"stomp": "STARTED"}, daemon.lines
         yield daemon, passfile
@@ -66,8 +68,10 @@ class Stomp:
         assert self.until(b"CONNECTED")
 
     def send(self, queue: str, body: str, receipt: str, persistent: bool = True) -> None:
-        self.sock.sendall(f"SEND\ndestination:/queue/{queue}\nreceipt:{receipt}\npersistent:"
-                          f"{str(persistent).lower()}\n\n{body}\0".encode())
+        self.sock.sendall(
+            f"SEND\ndestination:/queue/{queue}\nreceipt:{receipt}\npersistent:"
+            f"{str(persistent).lower()}\n\n{body}\0".encode()
+        )
 
     def until(self, needle: bytes, timeout: float = 5.0) -> bool:
         deadline = time.monotonic() + timeout
@@ -108,8 +112,9 @@ def test_a_flow_controlled_queue_holds_stomp_and_mq_producers_until_a_consumer_m
 
     def mq_send() -> None:
         with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
-            conn.create_session().create_producer(Queue("fc")).send(TextMessage("m4"),
-                                                                    delivery_mode=DeliveryMode.PERSISTENT)
+            conn.create_session().create_producer(Queue("fc")).send(
+                TextMessage("m4"), delivery_mode=DeliveryMode.PERSISTENT
+            )
             sent.set()
 
     thread = threading.Thread(target=mq_send, daemon=True)
@@ -134,8 +139,20 @@ def test_a_flow_controlled_queue_holds_stomp_and_mq_producers_until_a_consumer_m
 
 def test_remove_low_priority_drops_the_oldest_of_the_lowest_priority_to_the_dmq(service):
     daemon, passfile = service
-    created = _dst(daemon, passfile, "create", "dst", "-t", "q", "-n", "lowp", "-o", "maxNumMsgs=3",
-                   "-o", "limitBehavior=REMOVE_LOW_PRIORITY")
+    created = _dst(
+        daemon,
+        passfile,
+        "create",
+        "dst",
+        "-t",
+        "q",
+        "-n",
+        "lowp",
+        "-o",
+        "maxNumMsgs=3",
+        "-o",
+        "limitBehavior=REMOVE_LOW_PRIORITY",
+    )
     assert created["rc"] == 0, created
     with connect(f"mq://{daemon.address}", username="admin", password=PASSWORD) as conn:
         producer = conn.create_session().create_producer(Queue("lowp"))
@@ -167,23 +184,62 @@ def test_the_dst_subcommands_create_update_query_and_list(service):
     daemon, passfile = service
     created = _dst(daemon, passfile, "create", "dst", "-t", "q", "-n", "orders", "-o", "maxTotalMsgBytes=10m")
     assert created["rc"] == 0 and created["data"]["attributes"] == {
-        "maxNumMsgs": 3, "maxTotalMsgBytes": 10 * 1024 * 1024, "maxBytesPerMsg": -1,
-        "limitBehavior": "FLOW_CONTROL", "useDMQ": True, **NO_BACKOUT}, created  # imq.autocreate.destination.*
+        "maxNumMsgs": 3,
+        "maxTotalMsgBytes": 10 * 1024 * 1024,
+        "maxBytesPerMsg": -1,
+        "limitBehavior": "FLOW_CONTROL",
+        "useDMQ": True,
+        **NO_BACKOUT,
+    }, created  # imq.autocreate.destination.*
     again = _dst(daemon, passfile, "create", "dst", "-t", "q", "-n", "orders")
     assert again["rc"] == 1 and "already exists" in again["message"]
-    updated = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "orders", "-o", "maxNumMsgs=1000",
-                   "-o", "limitBehavior=remove_oldest", "-f")
+    updated = _dst(
+        daemon,
+        passfile,
+        "update",
+        "dst",
+        "-t",
+        "q",
+        "-n",
+        "orders",
+        "-o",
+        "maxNumMsgs=1000",
+        "-o",
+        "limitBehavior=remove_oldest",
+        "-f",
+    )
     assert updated["rc"] == 0 and updated["data"]["attributes"]["maxNumMsgs"] == 1000
     query = _dst(daemon, passfile, "query", "dst", "-t", "q", "-n", "orders")
-    assert query["data"]["attributes"] == {"maxNumMsgs": 1000, "maxTotalMsgBytes": 10 * 1024 * 1024,
-                                           "maxBytesPerMsg": -1, "limitBehavior": "REMOVE_OLDEST",
-                                           "useDMQ": True, **NO_BACKOUT}
+    assert query["data"]["attributes"] == {
+        "maxNumMsgs": 1000,
+        "maxTotalMsgBytes": 10 * 1024 * 1024,
+        "maxBytesPerMsg": -1,
+        "limitBehavior": "REMOVE_OLDEST",
+        "useDMQ": True,
+        **NO_BACKOUT,
+    }
     # the DMQ as the chapter recommends
-    dmq = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "mq.sys.dmq", "-o", "maxNumMsgs=1000",
-               "-o", "limitBehavior=REMOVE_OLDEST", "-o", "maxTotalMsgBytes=10m", "-f")
+    dmq = _dst(
+        daemon,
+        passfile,
+        "update",
+        "dst",
+        "-t",
+        "q",
+        "-n",
+        "mq.sys.dmq",
+        "-o",
+        "maxNumMsgs=1000",
+        "-o",
+        "limitBehavior=REMOVE_OLDEST",
+        "-o",
+        "maxTotalMsgBytes=10m",
+        "-f",
+    )
     assert dmq["rc"] == 0, dmq
-    held = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "mq.sys.dmq", "-o", "limitBehavior=FLOW_CONTROL",
-                "-f")
+    held = _dst(
+        daemon, passfile, "update", "dst", "-t", "q", "-n", "mq.sys.dmq", "-o", "limitBehavior=FLOW_CONTROL", "-f"
+    )
     assert held["rc"] == 1 and "cannot use limitBehavior=FLOW_CONTROL" in held["message"]
     bad = _dst(daemon, passfile, "update", "dst", "-t", "q", "-n", "orders", "-o", "maxNumMsgs=lots", "-f")
     assert bad["rc"] == 1 and "maxNumMsgs='lots'" in bad["message"]
@@ -197,8 +253,14 @@ def test_the_dst_subcommands_create_update_query_and_list(service):
 
 def test_memory_states_throttle_producers_and_red_holds_them(tmp_path):
     # yellow from 1% of a 1 GB budget (the service's RSS is more), 5 messages per batch
-    daemon, _ = _serve(tmp_path / "yellow", "imq.system.max_memory=1g", "imq.yellow.threshold=1",
-                              "imq.orange.threshold=99", "imq.red.threshold=100", "imq.yellow.count=5")
+    daemon, _ = _serve(
+        tmp_path / "yellow",
+        "imq.system.max_memory=1g",
+        "imq.yellow.threshold=1",
+        "imq.orange.threshold=99",
+        "imq.red.threshold=100",
+        "imq.yellow.count=5",
+    )
     try:
         producer = Stomp(_stomp_port(daemon))
         started = time.monotonic()

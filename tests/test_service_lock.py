@@ -11,8 +11,11 @@ from bridgemgr.service import BridgeServiceManager, ServiceError
 
 
 def manager(tmp_path) -> BridgeServiceManager:
-    return BridgeServiceManager(load_properties(overrides=[
-        f"imq.varhome={tmp_path / 'var'}", "imq.instancename=locked", "imq.portmapper.port=0"]))
+    return BridgeServiceManager(
+        load_properties(
+            overrides=[f"imq.varhome={tmp_path / 'var'}", "imq.instancename=locked", "imq.portmapper.port=0"]
+        )
+    )
 
 
 def test_a_clean_stop_removes_the_lock_and_a_second_service_is_refused_meanwhile(tmp_path):

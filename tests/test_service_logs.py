@@ -34,14 +34,14 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
   <destination ref-name="dst" name="logs.dst"/>
 </jmsbridge>
 """
-FAIL_ALL = '''
+FAIL_ALL = """
 from bridgemgr.transform import MessageTransformer
 
 
 class FailAll(MessageTransformer):
     def transform(self, message, *args):
         raise ValueError("no good")
-'''
+"""
 
 
 def serve(base: Path, *extra: str, target: str = "", args: tuple[str, ...] = ()) -> Daemon:
@@ -78,8 +78,13 @@ def test_per_message_lines_go_to_the_bridge_log_only(tmp_path):
     assert bridge_log.read_text().count("transferred message") == 50
     text = service_log.read_text()
     assert "transferred message" not in text
-    for line in ("host broker logs started", "link l1 connected", "bridge jb started with 1 link",
-                 "bridge jb stopped", "stopping the host broker"):
+    for line in (
+        "host broker logs started",
+        "link l1 connected",
+        "bridge jb started with 1 link",
+        "bridge jb stopped",
+        "stopping the host broker",
+    ):
         assert line in text, text
         assert any(line in c for c in console), console
     assert mode(service_log) == 0o600 and mode(service_log.parent) == 0o700
@@ -110,8 +115,7 @@ def test_the_service_log_rolls_over_by_size_and_loglevel_quietens_the_console(tm
 def test_json_format_is_one_object_per_line_with_bridge_and_link(tmp_path):
     daemon = serve(tmp_path, "imq.log.format=json")
     console = stopped(daemon)
-    entries = [json.loads(line) for line in
-               (instance(tmp_path) / "log" / "log.txt").read_text().splitlines()]
+    entries = [json.loads(line) for line in (instance(tmp_path) / "log" / "log.txt").read_text().splitlines()]
     assert entries and all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
     connected = next(e for e in entries if "connected" in e["message"])
     assert connected["bridge"] == "jb" and connected["link"] == "l1" and connected["level"] == "INFO"
@@ -128,8 +132,9 @@ def test_a_dmq_flood_leaves_a_handful_of_counted_lines(tmp_path, monkeypatch):
     (tmp_path / "plugins").mkdir()
     (tmp_path / "plugins" / "failall.py").write_text(FAIL_ALL)
     monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(tmp_path / "plugins"))
-    daemon = serve(tmp_path, target=' message-transformer-class="failall.FailAll" '
-                                    'consume-no-transfer-on-transform-error="true"')
+    daemon = serve(
+        tmp_path, target=' message-transformer-class="failall.FailAll" consume-no-transfer-on-transform-error="true"'
+    )
     bridge_log = instance(tmp_path) / "bridges" / "jb" / "log.txt"
     n = 3000
     try:
@@ -141,8 +146,11 @@ def test_a_dmq_flood_leaves_a_handful_of_counted_lines(tmp_path, monkeypatch):
     for lines in (console, service_log):
         flood = [line for line in lines if "goes to the DMQ" in line]
         assert 2 <= len(flood) <= 20, flood
-        counts = [int(m.group(1).replace(",", "")) for line in flood
-                  if (m := re.search(r"\(repeated ([\d,]+) times in the last \d+ s\)$", line))]
+        counts = [
+            int(m.group(1).replace(",", ""))
+            for line in flood
+            if (m := re.search(r"\(repeated ([\d,]+) times in the last \d+ s\)$", line))
+        ]
         assert counts and len(flood) - len(counts) + sum(counts) == n, flood
         assert not [line for line in lines if "went to DMQ" in line]
         assert len(lines) < 60, lines
@@ -156,8 +164,22 @@ def test_a_flood_of_messages_the_broker_drops_is_counted_in_the_service_log(tmp_
     daemon = Daemon(props)
     n = 400
     try:
-        made = cli(daemon, passfile, "create", "dst", "-t", "q", "-n", "flood", "-o", "maxNumMsgs=1",
-                   "-o", "limitBehavior=REMOVE_OLDEST", "-o", "useDMQ=false")
+        made = cli(
+            daemon,
+            passfile,
+            "create",
+            "dst",
+            "-t",
+            "q",
+            "-n",
+            "flood",
+            "-o",
+            "maxNumMsgs=1",
+            "-o",
+            "limitBehavior=REMOVE_OLDEST",
+            "-o",
+            "useDMQ=false",
+        )
         assert made.returncode == 0, made.stderr
         send(daemon, PASSWORD, "flood", *[(f"m{i}", DeliveryMode.NON_PERSISTENT) for i in range(n)])
     finally:
@@ -165,8 +187,11 @@ def test_a_flood_of_messages_the_broker_drops_is_counted_in_the_service_log(tmp_
     service_log = (instance(tmp_path) / "log" / "log.txt").read_text().splitlines()
     for lines in (console, service_log):
         dropped = [line for line in lines if "dropped (REMOVE_OLDEST)" in line]
-        counts = [int(m.group(1).replace(",", "")) for line in dropped
-                  if (m := re.search(r"\(repeated ([\d,]+) times in the last \d+ s\)$", line))]
+        counts = [
+            int(m.group(1).replace(",", ""))
+            for line in dropped
+            if (m := re.search(r"\(repeated ([\d,]+) times in the last \d+ s\)$", line))
+        ]
         assert 2 <= len(dropped) <= 10 and len(dropped) - len(counts) + sum(counts) == n - 1, dropped
 
 
@@ -174,12 +199,22 @@ def test_the_stomp_bridge_logs_to_its_own_file(tmp_path):
     """bridges/stomp/log.txt (0600) at imq.bridge.stomp.level, rolled over by
     imq.bridge.stomp.logfile.limit/count; a client's ERROR frame is in it, not on the
     console. Before: the STOMP bridge had no file."""
-    daemon = serve(tmp_path, "imq.bridge.activelist=jb,stomp", "imq.bridge.stomp.tcp.port=0",
-                   "imq.bridge.stomp.level=FINE", "imq.bridge.stomp.logfile.limit=400",
-                   "imq.bridge.stomp.logfile.count=2")
+    daemon = serve(
+        tmp_path,
+        "imq.bridge.activelist=jb,stomp",
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.stomp.level=FINE",
+        "imq.bridge.stomp.logfile.limit=400",
+        "imq.bridge.stomp.logfile.count=2",
+    )
     try:
-        port = int(next(m.group(1) for line in daemon.lines
-                        if (m := re.search(r"STOMP bridge listening on tcp \S+:(\d+)", line))))
+        port = int(
+            next(
+                m.group(1)
+                for line in daemon.lines
+                if (m := re.search(r"STOMP bridge listening on tcp \S+:(\d+)", line))
+            )
+        )
         for _ in range(3):
             with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
                 sock.sendall(b"NOT-A-FRAME\n\n\x00")

@@ -50,20 +50,36 @@ class Serve:
         for name, password in USERS.items():
             repo.add(name, password)
         props = base / "broker.properties"
-        props.write_text("\n".join([
-            f"imq.varhome={base / 'var'}", f"imq.instancename={instance}", "imq.portmapper.port=0",
-            "imq.bridge.enabled=true", "imq.bridge.admin.user=admin", f"imq.bridge.admin.password={PASSWORD}",
-            "imq.bridge.activelist=stomp", "imq.bridge.stomp.tcp.port=0", *extra]) + "\n")
+        props.write_text(
+            "\n".join(
+                [
+                    f"imq.varhome={base / 'var'}",
+                    f"imq.instancename={instance}",
+                    "imq.portmapper.port=0",
+                    "imq.bridge.enabled=true",
+                    "imq.bridge.admin.user=admin",
+                    f"imq.bridge.admin.password={PASSWORD}",
+                    "imq.bridge.activelist=stomp",
+                    "imq.bridge.stomp.tcp.port=0",
+                    *extra,
+                ]
+            )
+            + "\n"
+        )
         self.log = base / "serve.log"
 
         def limit() -> None:
             if nofile is not None:
                 resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
-                stdout=out, stderr=subprocess.STDOUT, env=dict(os.environ, PYTHONPATH=str(ROOT)),
-                preexec_fn=limit)
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                env=dict(os.environ, PYTHONPATH=str(ROOT)),
+                preexec_fn=limit,
+            )
         deadline = time.monotonic() + 60
         while "bridge stomp (STOMP): STARTED" not in self.text():
             assert self.proc.poll() is None and time.monotonic() < deadline, self.text()
@@ -137,6 +153,7 @@ def admin_login(port: int, user: str, password: str, source: str = "127.0.0.1") 
 
 # --- failed-login throttling ----------------------------------------------------------------------
 
+
 def test_each_failed_stomp_login_delays_the_next_one_across_connections(serve):
     port = serve.ports["stomp"]
     stomp_login(port, "alice", USERS["alice"], "127.0.0.3")  # her password is checked once, cached
@@ -162,6 +179,7 @@ def test_parallel_guesses_from_one_address_are_checked_one_at_a_time(serve):
     def guess() -> None:
         assert stomp_login(port, "dave", "guess", "127.0.0.4")[0] == "ERROR"
         done.append(time.monotonic() - start)
+
     threads = [threading.Thread(target=guess) for _ in range(3)]
     for t in threads:
         t.start()
@@ -179,7 +197,7 @@ def test_the_throttle_counts_across_stomp_jms_and_the_admin_port(serve):
     assert isinstance(event, wire.Failure) and "authentication failed" in str(event.error)
     assert seconds >= 1.0 - 0.02
     reply, seconds = admin_login(serve.ports["bridgeadmin"], "admin", "guess", source)
-    assert reply["status"] == 400 and seconds >= 2.0 - 0.02   # 4 failures: 2 s
+    assert reply["status"] == 400 and seconds >= 2.0 - 0.02  # 4 failures: 2 s
     # a correct jms login for another user from another address goes straight through
     event, seconds = jms_login(serve.ports["jms"], "alice", USERS["alice"], "127.0.0.6")
     assert isinstance(event, wire.Reply) and seconds < 0.5
@@ -188,9 +206,11 @@ def test_the_throttle_counts_across_stomp_jms_and_the_admin_port(serve):
 
 # --- login timeout and max_connections -------------------------------------------------------------
 
+
 def test_a_connection_that_does_not_log_in_in_time_is_closed(tmp_path):
-    daemon = Serve(tmp_path / "timeout", "imq.jms.login.timeout=1", "imq.stomp.login.timeout=1",
-                   "imq.admin.login.timeout=1")
+    daemon = Serve(
+        tmp_path / "timeout", "imq.jms.login.timeout=1", "imq.stomp.login.timeout=1", "imq.admin.login.timeout=1"
+    )
     try:
         socks = {name: dial(daemon.ports[name]) for name in ("stomp", "jms", "bridgeadmin", "portmapper")}
         start = time.monotonic()
@@ -210,8 +230,9 @@ def test_a_connection_that_does_not_log_in_in_time_is_closed(tmp_path):
 
 
 def test_max_connections_refuses_the_next_connection_cleanly(tmp_path):
-    daemon = Serve(tmp_path / "cap", "imq.jms.max_connections=2", "imq.stomp.max_connections=2",
-                   "imq.admin.max_connections=2")
+    daemon = Serve(
+        tmp_path / "cap", "imq.jms.max_connections=2", "imq.stomp.max_connections=2", "imq.admin.max_connections=2"
+    )
     try:
         idle = [dial(daemon.ports[name]) for name in ("stomp", "jms", "bridgeadmin") for _ in range(2)]
         time.sleep(0.3)  # accepted and counted
@@ -239,18 +260,20 @@ def test_max_connections_refuses_the_next_connection_cleanly(tmp_path):
 
 # --- out of file descriptors ---------------------------------------------------------------------
 
+
 def test_running_out_of_file_descriptors_keeps_the_log_small_and_service_resumes(tmp_path):
     # one address may hold 400 idle sockets here (else the per-address limit, 64, closes
     # the rest at once and the descriptors never run out)
-    daemon = Serve(tmp_path / "fds", "imq.stomp.login.timeout=2", "imq.stomp.max_unauthenticated_per_address=400",
-                   nofile=200)
+    daemon = Serve(
+        tmp_path / "fds", "imq.stomp.login.timeout=2", "imq.stomp.max_unauthenticated_per_address=400", nofile=200
+    )
     flood: list[socket.socket] = []
     try:
         for _ in range(400):  # twice what the service may open; the kernel queues the rest
             flood.append(dial(daemon.ports["stomp"], timeout=5))
         time.sleep(4)
         size = daemon.log.stat().st_size
-        assert size < 20_000, f"{size} bytes of log"   # before: megabytes of tracebacks
+        assert size < 20_000, f"{size} bytes of log"  # before: megabytes of tracebacks
         assert daemon.text().count("Too many open files") == 1
         # the idle sockets time out (login timeout), the service takes the rest and then
         # answers again, while the flood's sockets are still open on our side
@@ -278,12 +301,14 @@ def test_running_out_of_file_descriptors_keeps_the_log_small_and_service_resumes
 
 # --- one address cannot lock everyone out ------------------------------------------------------------
 
+
 def metrics_login(port: int, user: str, password: str, source: str) -> str:
     """The status line of GET /metrics with HTTP Basic credentials."""
     token = base64.b64encode(f"{user}:{password}".encode()).decode()
     with dial(port, source) as sock:
-        sock.sendall(f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\n"
-                     "Connection: close\r\n\r\n".encode())
+        sock.sendall(
+            f"GET /metrics HTTP/1.1\r\nHost: x\r\nAuthorization: Basic {token}\r\nConnection: close\r\n\r\n".encode()
+        )
         return read_until(sock, b"\r\n").split(b"\r\n", 1)[0].decode()
 
 
@@ -312,12 +337,12 @@ class Flood(threading.Thread):
             for n, sock in enumerate(socks):
                 try:
                     if sock.recv(65536):
-                        continue   # a refusal; its close comes next
+                        continue  # a refusal; its close comes next
                 except BlockingIOError:
-                    continue       # still open, idle
+                    continue  # still open, idle
                 except OSError as exc:
                     if exc.errno == errno.ENOTCONN:
-                        continue   # still connecting
+                        continue  # still connecting
                 sock.close()
                 socks[n] = self.open(port)
                 self.closed[port] += 1
@@ -347,7 +372,7 @@ def test_1100_idle_sockets_of_one_address_lock_no_other_address_out_with_the_def
     try:
         flood.start()
         deadline = time.monotonic() + 60
-        while min(flood.closed.values()) < 1100 - 64:   # all but 64 per port closed (and reopened)
+        while min(flood.closed.values()) < 1100 - 64:  # all but 64 per port closed (and reopened)
             assert time.monotonic() < deadline, flood.closed
             time.sleep(0.1)
         took = []
@@ -361,7 +386,7 @@ def test_1100_idle_sockets_of_one_address_lock_no_other_address_out_with_the_def
             took.append(time.monotonic() - start)
         assert max(took) < 5, took
         log = daemon.text()
-        for service in ("stomp", "jms", "admin", "metrics"):   # once a minute each, naming the property
+        for service in ("stomp", "jms", "admin", "metrics"):  # once a minute each, naming the property
             assert log.count(f"imq.{service}.max_unauthenticated_per_address is 64") == 1, log[-3000:]
         assert "Traceback" not in log
     finally:

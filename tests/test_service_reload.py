@@ -44,8 +44,9 @@ def wait_line(daemon: Daemon, pattern: str, timeout: float = 30) -> str:
 
 
 def test_sighup_reloads_the_xml_of_a_stopped_bridge_and_a_broken_file_changes_nothing(tmp_path):
-    props, passfile = one_bridge_files(tmp_path, "hup", XML.format(target="hup.first"), PASSWORD,
-                                       "imq.bridge.jb.autostart=false")
+    props, passfile = one_bridge_files(
+        tmp_path, "hup", XML.format(target="hup.first"), PASSWORD, "imq.bridge.jb.autostart=false"
+    )
     daemon = Daemon(props)
     try:
         assert daemon.bridges == {"jb": "UNINITIALIZED"}, daemon.lines

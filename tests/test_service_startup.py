@@ -67,17 +67,22 @@ def closed_port() -> int:
 def bridge_states(daemon: Daemon, passfile: Path) -> dict[str, str]:
     r = cli(daemon, passfile, "list", "bridge")
     assert r.returncode == 0, r.stderr
-    return {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\s+(?:JMS|STOMP)\s+(\w+)$",
-                                                        r.stdout, re.M)}
+    return {m.group(1): m.group(2) for m in re.finditer(r"^(\w+)\s+(?:JMS|STOMP)\s+(\w+)$", r.stdout, re.M)}
 
 
 @pytest.fixture
 def service(tmp_path):
     (tmp_path / "stuck.xml").write_text(STUCK.format(port=closed_port()))
     props, passfile = one_bridge_files(
-        tmp_path, "startup", WORKING, "Secret-1", "imq.bridge.stuck.type=jms",
-        "imq.bridge.stuck.xmlurl=stuck.xml", "imq.bridge.stomp.tcp.port=0",
-        activelist="stuck,jb,stomp")
+        tmp_path,
+        "startup",
+        WORKING,
+        "Secret-1",
+        "imq.bridge.stuck.type=jms",
+        "imq.bridge.stuck.xmlurl=stuck.xml",
+        "imq.bridge.stomp.tcp.port=0",
+        activelist="stuck,jb,stomp",
+    )
     began = time.monotonic()
     daemon = Daemon(props, settle=False)
     up = time.monotonic() - began
@@ -90,8 +95,9 @@ def service(tmp_path):
 def test_a_bridge_stuck_connecting_holds_up_nothing(service):
     daemon, passfile, up = service
     assert up < 15, f"serve printed Running after {up:.1f} s"  # before: after the stuck one's 30 s
-    states = wait_for(lambda: (now := bridge_states(daemon, passfile)) == UP and now, 10,
-                      f"the bridges to be {UP}", interval=0.2)
+    states = wait_for(
+        lambda: (now := bridge_states(daemon, passfile)) == UP and now, 10, f"the bridges to be {UP}", interval=0.2
+    )
     assert states == UP
     host, port = daemon.address.split(":")
     assert "stomp" in {e.name for e in lookup_services(host, int(port))}

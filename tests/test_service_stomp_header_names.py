@@ -37,8 +37,9 @@ HEADERS = {"x-request-id": "req-42", "anchor-seq": "17", "color": "blue"}
 
 
 def serve(base: Path, *extra: str) -> tuple[Daemon, int]:
-    props, _ = one_bridge_files(base, "hdrnames", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0", *extra,
-                                activelist="jb,stomp")
+    props, _ = one_bridge_files(
+        base, "hdrnames", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0", *extra, activelist="jb,stomp"
+    )
     daemon = Daemon(props)
     assert daemon.bridges == {"jb": "STARTED", "stomp": "STARTED"}, daemon.lines
     host, port = daemon.address.split(":")
@@ -98,9 +99,15 @@ def test_drop_and_error(tmp_path, mode):
 
 
 def test_the_property_is_checked(tmp_path):
-    props, _ = one_bridge_files(tmp_path, "hdrbad", XML, PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                "imq.bridge.stomp.invalidHeaderNames=mangle", activelist="jb,stomp")
+    props, _ = one_bridge_files(
+        tmp_path,
+        "hdrbad",
+        XML,
+        PASSWORD,
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.stomp.invalidHeaderNames=mangle",
+        activelist="jb,stomp",
+    )
     with pytest.raises(AssertionError) as failed:
         Daemon(props).stop()
     assert "invalidHeaderNames" in str(failed.value) and "encode" in str(failed.value)
-

@@ -29,8 +29,7 @@ PASSWORD = "Secret-1"
 @pytest.fixture(scope="module")
 def stomp_port(tmp_path_factory):
     base: Path = tmp_path_factory.mktemp("stomphdr")
-    props, _ = one_bridge_files(base, "stomphdr", "", PASSWORD, "imq.bridge.stomp.tcp.port=0",
-                                activelist="stomp")
+    props, _ = one_bridge_files(base, "stomphdr", "", PASSWORD, "imq.bridge.stomp.tcp.port=0", activelist="stomp")
     daemon = Daemon(props)
     try:
         assert daemon.bridges == {"stomp": "STARTED"}, daemon.lines
@@ -50,8 +49,11 @@ class Wire:
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         self.data = bytearray()
         self.version = version
-        self.write(f"CONNECT\naccept-version:{version}\nlogin:admin\npasscode:{PASSWORD}\n\n\0".encode()
-                   if version != "1.0" else f"CONNECT\nlogin:admin\npasscode:{PASSWORD}\n\n\0".encode())
+        self.write(
+            f"CONNECT\naccept-version:{version}\nlogin:admin\npasscode:{PASSWORD}\n\n\0".encode()
+            if version != "1.0"
+            else f"CONNECT\nlogin:admin\npasscode:{PASSWORD}\n\n\0".encode()
+        )
         self.until(b"CONNECTED")
 
     def write(self, data: bytes) -> None:
@@ -101,7 +103,7 @@ def test_a_raw_nul_or_cr_in_a_send_header_is_refused_and_never_forwarded(stomp_p
     sender = Wire(stomp_port, version)
     sender.write(f"SEND\ndestination:{topic}\nx:".encode() + raw + b"\nforged:yes\n\nforged body\0")
     sender.until(b"ERROR")
-    error = bytes(sender.data[sender.data.index(b"ERROR"):])
+    error = bytes(sender.data[sender.data.index(b"ERROR") :])
     assert b"SEND" in error and b"'x'" in error, error
     assert b"NUL" in error if b"\0" in raw else b"carriage return" in error, error
     sender.close()
@@ -138,7 +140,7 @@ def test_an_escaped_line_feed_reaches_1_2_escaped_and_is_refused_to_1_0(stomp_po
     old.until(b"ERROR")
     old.read(0.3)
     assert messages(old) == [], old.data
-    error = bytes(old.data[old.data.index(b"ERROR"):])
+    error = bytes(old.data[old.data.index(b"ERROR") :])
     assert b"'x'" in error and b"line feed" in error and b"1.0" in error, error
     for r in (old, new):
         r.close()

@@ -42,9 +42,15 @@ def stomp_port(tmp_path_factory):
     (base / "plugins").mkdir()
     (base / "plugins" / "rewrap.py").write_text(TRANSFORMER)
     # An admin login and the STOMP bridge only (the unused jb.xml stays empty).
-    props, _ = one_bridge_files(base, "stomptr", "", "Secret-1", "imq.bridge.stomp.tcp.port=0",
-                                "imq.bridge.stomp.messageTransformer=rewrap.Rewrap",
-                                activelist="stomp")
+    props, _ = one_bridge_files(
+        base,
+        "stomptr",
+        "",
+        "Secret-1",
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.stomp.messageTransformer=rewrap.Rewrap",
+        activelist="stomp",
+    )
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(base / "plugins"))  # serve inherits it
         daemon = Daemon(props)

@@ -15,8 +15,17 @@ from bridgemgr.users import User, UserRepository, open_repository
 
 def props_in(tmp_path, *lines: str):
     file = tmp_path / "broker.properties"
-    file.write_text("\n".join([f"imq.varhome={tmp_path / 'var'}", "imq.bridge.admin.user=admin",
-                               "imq.bridge.admin.password=Admin-Pw-1", *lines]) + "\n")
+    file.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={tmp_path / 'var'}",
+                "imq.bridge.admin.user=admin",
+                "imq.bridge.admin.password=Admin-Pw-1",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
     return load_properties([file], environ={})
 
 
@@ -52,8 +61,7 @@ def test_a_repository_holding_only_the_service_account_still_gets_the_admin(tmp_
 
 
 def test_a_spark_links_options_carry_the_service_account_not_the_admin(tmp_path):
-    props = props_in(tmp_path, "imq.bridge.b.type=jms", "imq.bridge.b.xmlurl=/b.xml",
-                     "imq.bridge.b.runner=spark")
+    props = props_in(tmp_path, "imq.bridge.b.type=jms", "imq.bridge.b.xmlurl=/b.xml", "imq.bridge.b.runner=spark")
     options, _ = spark_link_options(props, "b", "l", "mq://127.0.0.1:1")
     assert options.broker_user == SERVICE_ACCOUNT != "admin"
     assert options.broker_password == service_password(props) != "Admin-Pw-1"

@@ -27,17 +27,18 @@ def check_rolled(path: Path, lines: int, last: str) -> None:
     assert (FILES - 1) * LIMIT - 200 < sum(len(t) for t in texts) <= FILES * LIMIT
 
 
-WRITER = ("import os, sys\n"
-          "for i in range({n}): os.write(2, b'line %d %s\\n' % (i, b'x' * (i % 150)))\n"
-          "os.write(2, b'the end, no newline')\n")
+WRITER = (
+    "import os, sys\n"
+    "for i in range({n}): os.write(2, b'line %d %s\\n' % (i, b'x' * (i % 150)))\n"
+    "os.write(2, b'the end, no newline')\n"
+)
 
 
 def test_a_chatty_process_fills_rolling_files_and_nothing_is_lost_at_its_end(tmp_path):
     lines = 40_000  # ~3.3 MB, five times what the files keep
     path = tmp_path / "log" / "spark.log"
     output = JvmLog(SparkLog(path, LIMIT, 0, FILES))
-    child = subprocess.Popen([sys.executable, "-c", WRITER.format(n=lines)],
-                             stderr=output.write_fd)
+    child = subprocess.Popen([sys.executable, "-c", WRITER.format(n=lines)], stderr=output.write_fd)
     output.started()
     assert child.wait(60) == 0
     output.close(10.0)
@@ -51,9 +52,9 @@ def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp
     then says in the file that later output is not there."""
     path = tmp_path / "log" / "spark.log"
     output = JvmLog(SparkLog(path, -1, -1))
-    child = subprocess.Popen([sys.executable, "-c", "import os, time\n"
-                              "os.write(2, b'before\\n'); time.sleep(60)"],
-                             stderr=output.write_fd)
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import os, time\nos.write(2, b'before\\n'); time.sleep(60)"], stderr=output.write_fd
+    )
     try:
         output.started()
         deadline = time.monotonic() + 30
@@ -65,8 +66,7 @@ def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp
         start = time.monotonic()
         output.close(0.5)
         assert time.monotonic() - start < 2.0
-        assert path.read_text() == ("before\n(the JVM still runs: what it writes from here "
-                                    "on is not in this file)\n")
+        assert path.read_text() == ("before\n(the JVM still runs: what it writes from here on is not in this file)\n")
     finally:
         child.kill()
         child.wait()
@@ -75,8 +75,12 @@ def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp
 def test_the_services_spark_log_is_bounded_by_the_service_logs_properties(tmp_path):
     from bridgemgr.props import load_properties
 
-    props = load_properties(overrides=[f"imq.varhome={tmp_path}", "imq.instancename=i1",
-                                       "imq.log.file.rolloverbytes=10m",
-                                       "imq.log.file.rolloversecs=3600"])
-    assert SparkLog.for_service(props) == SparkLog(tmp_path / "instances/i1/log/spark.log",
-                                                   10 << 20, 3600, 10)
+    props = load_properties(
+        overrides=[
+            f"imq.varhome={tmp_path}",
+            "imq.instancename=i1",
+            "imq.log.file.rolloverbytes=10m",
+            "imq.log.file.rolloversecs=3600",
+        ]
+    )
+    assert SparkLog.for_service(props) == SparkLog(tmp_path / "instances/i1/log/spark.log", 10 << 20, 3600, 10)

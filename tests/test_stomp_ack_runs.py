@@ -47,8 +47,12 @@ def acks(*headers: dict[str, str]) -> bytes:
 def delivered(d: Driver, queue: str, n: int, ack: str, sub_id: str = "1") -> list[Frame]:
     """Subscribe to ``queue`` with ``ack``, send it m0 .. m(n-1) persistent, take them."""
     d.send("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": sub_id, "ack": ack})
-    d.feed(b"".join(encode_frame(Frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true"},
-                                       b"m%d" % i), "1.2") for i in range(n)))
+    d.feed(
+        b"".join(
+            encode_frame(Frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true"}, b"m%d" % i), "1.2")
+            for i in range(n)
+        )
+    )
     return d.messages(n)
 
 
@@ -79,8 +83,9 @@ def test_a_reads_cumulative_acks_acknowledge_every_earlier_message_in_one_call(b
     assert left_over(broker, d, "cum") == ["m6", "m7"]
 
 
-@pytest.mark.parametrize("bad,message", [({"id": "999"}, "unknown message"), ({}, "missing id"),
-                                         ({"id": "again"}, "unknown message")])
+@pytest.mark.parametrize(
+    "bad,message", [({"id": "999"}, "unknown message"), ({}, "missing id"), ({"id": "again"}, "unknown message")]
+)
 def test_a_bad_ack_among_good_ones_fails_after_the_good_ones_are_acknowledged(broker, monkeypatch, bad, message):
     d = Driver(broker)
     d.connect()
@@ -88,8 +93,9 @@ def test_a_bad_ack_among_good_ones_fails_after_the_good_ones_are_acknowledged(br
     if bad.get("id") == "again":  # an ACK of a message the same read has acknowledged
         bad = {"id": msgs[1].headers["ack"]}
     calls = spy_removals(broker, monkeypatch)
-    out = d.feed(acks({"id": msgs[0].headers["ack"]}, {"id": msgs[1].headers["ack"]}, bad,
-                      {"id": msgs[3].headers["ack"]}))
+    out = d.feed(
+        acks({"id": msgs[0].headers["ack"]}, {"id": msgs[1].headers["ack"]}, bad, {"id": msgs[3].headers["ack"]})
+    )
     assert [f.command for f in out] == [ERROR]
     assert out[0].headers["message"] == message
     assert d.session.state is State.ERROR
@@ -102,8 +108,14 @@ def test_a_receipt_ends_the_run_and_comes_after_its_ack(broker, monkeypatch):
     d.connect()
     msgs = delivered(d, "rcpt", 4, "client-individual")
     calls = spy_removals(broker, monkeypatch)
-    out = d.feed(acks({"id": msgs[0].headers["ack"]}, {"id": msgs[1].headers["ack"]},
-                      {"id": msgs[2].headers["ack"], "receipt": "r"}, {"id": msgs[3].headers["ack"]}))
+    out = d.feed(
+        acks(
+            {"id": msgs[0].headers["ack"]},
+            {"id": msgs[1].headers["ack"]},
+            {"id": msgs[2].headers["ack"], "receipt": "r"},
+            {"id": msgs[3].headers["ack"]},
+        )
+    )
     assert [(f.command, f.headers) for f in out] == [(RECEIPT, {"receipt-id": "r"})]
     assert calls == [2, 1, 1]  # the run before it, the receipt's own ACK, then the next run
     assert pending(broker, "rcpt") == 0
@@ -116,8 +128,13 @@ def test_each_subscription_of_a_run_gets_its_credit_back(broker, monkeypatch):
     d.connect()
     a = delivered(d, "fa", 3, "client-individual", "a")
     b = delivered(d, "fb", 3, "client", "b")
-    d.feed(b"".join(encode_frame(Frame("SEND", {"destination": f"/queue/{q}", "persistent": "true"},
-                                       b"n%d" % i), "1.2") for q in ("fa", "fb") for i in range(3)))
+    d.feed(
+        b"".join(
+            encode_frame(Frame("SEND", {"destination": f"/queue/{q}", "persistent": "true"}, b"n%d" % i), "1.2")
+            for q in ("fa", "fb")
+            for i in range(3)
+        )
+    )
     assert [f for f in d.pump(0.2) if f.command == MESSAGE] == []  # no credit
     calls = spy_removals(broker, monkeypatch)
     d.feed(acks({"id": a[2].headers["ack"]}, {"id": b[1].headers["ack"]}, {"id": a[0].headers["ack"]}))
@@ -131,14 +148,27 @@ def test_a_transacted_subscriptions_ack_in_a_run_joins_its_transaction(broker, m
     d = Driver(broker)
     d.connect()
     plain = delivered(d, "plain", 3, "client-individual", "p")
-    d.feed(b"".join(encode_frame(Frame("SEND", {"destination": "/queue/tx", "persistent": "true"},
-                                       b"t%d" % i), "1.2") for i in range(2)))
+    d.feed(
+        b"".join(
+            encode_frame(Frame("SEND", {"destination": "/queue/tx", "persistent": "true"}, b"t%d" % i), "1.2")
+            for i in range(2)
+        )
+    )
     d.send("BEGIN", {"transaction": "t"})
     d.send("SUBSCRIBE", {"destination": "/queue/tx", "id": "t", "transaction": "t"})
     held = d.messages(2)
     calls = spy_removals(broker, monkeypatch)
-    assert d.feed(acks({"id": plain[0].headers["ack"]}, {"id": plain[1].headers["ack"]},
-                       {"id": held[1].headers["ack"]}, {"id": plain[2].headers["ack"]})) == []
+    assert (
+        d.feed(
+            acks(
+                {"id": plain[0].headers["ack"]},
+                {"id": plain[1].headers["ack"]},
+                {"id": held[1].headers["ack"]},
+                {"id": plain[2].headers["ack"]},
+            )
+        )
+        == []
+    )
     assert calls == [2, 1]  # the plain ACKs before the transacted one, then the one after it
     assert pending(broker, "plain") == 0 and pending(broker, "tx") == 2  # held until COMMIT
     d.send("ABORT", {"transaction": "t"})

@@ -94,6 +94,7 @@ def queue():
 
 # --- test_basic ------------------------------------------------------------------------------
 
+
 def test_subscribe_and_send_keeps_content_type(conn11):
     conn, listener = conn11
     q = queue()
@@ -149,8 +150,11 @@ def test_client_ack_and_nack(conn11, broker):
     assert pending(broker, q.split("/")[-1]) == 0
 
 
-SPECIAL = {"special1": "test with colon : test", "special2": "test with backslash \\ test",
-           "special3": "test with newline \n"}
+SPECIAL = {
+    "special1": "test with colon : test",
+    "special2": "test with backslash \\ test",
+    "special3": "test with newline \n",
+}
 
 
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
@@ -170,7 +174,7 @@ def test_special_characters_in_header_values(bridge, version):
 
 
 def test_special_header_names_come_back_unchanged(conn11):
-    """"special-1" is no JMS property name: it travels encoded and comes back as sent."""
+    """ "special-1" is no JMS property name: it travels encoded and comes back as sent."""
     conn, listener = conn11
     q = queue()
     conn.subscribe(q, id=1, ack="auto")
@@ -216,6 +220,7 @@ def test_child_signal_during_a_subscription(conn11):
 
 
 # --- test_s10, test_s11, test_s12 -------------------------------------------------------------
+
 
 def test_1_0_send_and_ack_by_message_id(bridge, broker):
     conn, listener = stomp_conn("1.0", bridge.tcp_port)
@@ -308,6 +313,7 @@ def test_binary_image_body(bridge):
 
 # --- test_misc ----------------------------------------------------------------------------------------
 
+
 class MapXmlListener(stomp.ConnectionListener):
     """As stomp.py's TransformationListener: decode jms-map-xml bodies in on_before_message."""
 
@@ -320,8 +326,9 @@ class MapXmlListener(stomp.ConnectionListener):
             doc = xml.dom.minidom.parseString(frame.body)
             entries = {}
             for entry in doc.documentElement.getElementsByTagName("entry"):
-                key, value = [n.firstChild.nodeValue for n in entry.childNodes
-                              if isinstance(n, xml.dom.minidom.Element)]
+                key, value = [
+                    n.firstChild.nodeValue for n in entry.childNodes if isinstance(n, xml.dom.minidom.Element)
+                ]
                 entries[key] = value
             frame.body = entries
 
@@ -337,9 +344,13 @@ def test_jms_map_xml_transformation_header(bridge):
     conn.connect("admin", "secret", wait=True)
     q = queue()
     conn.subscribe(q, id=1, ack="auto")
-    conn.send(q, "<map><entry><string>name</string><string>Dejan</string></entry>"
-                 "<entry><string>city</string><string>Belgrade</string></entry></map>",
-              headers={"transformation": "jms-map-xml"}, receipt="123")
+    conn.send(
+        q,
+        "<map><entry><string>name</string><string>Dejan</string></entry>"
+        "<entry><string>city</string><string>Belgrade</string></entry></map>",
+        headers={"transformation": "jms-map-xml"},
+        receipt="123",
+    )
     assert listener.event.wait(5)
     assert listener.frame.body == {"name": "Dejan", "city": "Belgrade"}
     conn.disconnect()
@@ -374,6 +385,7 @@ def test_original_headers(bridge):
 
 # --- test_ssl --------------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("client_cert", [False, True])
 def test_ssl_connection(bridge, certs, client_cert):
     args = {"ca_certs": str(certs["ca"])}
@@ -391,14 +403,16 @@ def test_ssl_connection(bridge, certs, client_cert):
 
 
 def test_ssl_with_an_untrusted_broker_certificate(bridge, certs):
-    conn, listener = stomp_conn("1.1", bridge.tls_port, ssl_args={"ca_certs": str(certs["stranger"])},
-                                reconnect_attempts_max=1)
+    conn, listener = stomp_conn(
+        "1.1", bridge.tls_port, ssl_args={"ca_certs": str(certs["stranger"])}, reconnect_attempts_max=1
+    )
     with pytest.raises(Exception):  # noqa: B017  (any failure to connect will do)
         conn.connect("admin", "secret", wait=True)
     assert listener.messages == [] and listener.errors == []
 
 
 # --- test_threading, test_context, test_activemq -------------------------------------------------------------
+
 
 def test_threads_do_not_wedge(bridge):
     conn = stomp.Connection([(HOST, bridge.tcp_port)])

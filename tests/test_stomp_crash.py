@@ -25,9 +25,17 @@ N = 200
 def test_consumed_messages_stay_consumed_and_confirmed_ones_survive_kill9(tmp_path):
     make_users(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    child = subprocess.Popen([sys.executable, str(ROOT / "tests" / "stomp_crash_child.py"),
-                              str(tmp_path / "store"), str(tmp_path / "passwd")],
-                             stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "stomp_crash_child.py"),
+            str(tmp_path / "store"),
+            str(tmp_path / "passwd"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     try:
         port = int(child.stdout.readline())
         producer, consumer = Raw(port), Raw(port)
@@ -70,21 +78,44 @@ def test_a_paced_producer_loses_nothing_its_receipt_confirmed_to_kill9(tmp_path)
     count = 2000
     make_users(tmp_path)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
-    child = subprocess.Popen([sys.executable, str(ROOT / "tests" / "stomp_crash_child.py"),
-                              str(tmp_path / "store"), str(tmp_path / "passwd")],
-                             stdout=subprocess.PIPE, text=True, env=env)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(ROOT / "tests" / "stomp_crash_child.py"),
+            str(tmp_path / "store"),
+            str(tmp_path / "passwd"),
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     acked: list[bytes] = []
     try:
         port = int(child.stdout.readline())
         producer, consumer = Raw(port), Raw(port, rcvbuf=16384)
         producer.connect()
         consumer.connect()
-        consumer.frame("SUBSCRIBE", {"destination": "/queue/paced", "id": "1", "ack": "client-individual",
-                                     "receipt": "subscribed"})
+        consumer.frame(
+            "SUBSCRIBE", {"destination": "/queue/paced", "id": "1", "ack": "client-individual", "receipt": "subscribed"}
+        )
         consumer.wait(lambda f: f.command == "RECEIPT")
-        producer.send(b"".join(encode_frame(Frame("SEND", {"destination": "/queue/paced", "persistent": "true",
-                                                            **({"receipt": "last"} if i == count - 1 else {})},
-                                                      f"p{i}".encode()), "1.2") for i in range(count)))
+        producer.send(
+            b"".join(
+                encode_frame(
+                    Frame(
+                        "SEND",
+                        {
+                            "destination": "/queue/paced",
+                            "persistent": "true",
+                            **({"receipt": "last"} if i == count - 1 else {}),
+                        },
+                        f"p{i}".encode(),
+                    ),
+                    "1.2",
+                )
+                for i in range(count)
+            )
+        )
         seen = 0
         while not any(f.command == "RECEIPT" for f in producer.frames):
             producer._read(0.001)

@@ -97,7 +97,9 @@ def test_crlf_line_ends_only_in_1_2_and_before_connect():
     data = b"SEND\r\ndestination:/queue/a\r\n\r\nx\0"
     assert parse_all(data, V12)[0].headers == {"destination": "/queue/a"}
     assert parse_all(b"CONNECT\r\nlogin:u\r\npasscode:p\r\n\r\n\0", PRE_CONNECT)[0].headers == {
-        "login": "u", "passcode": "p"}
+        "login": "u",
+        "passcode": "p",
+    }
     # in 1.1 a \r before the \n is no line end: a raw carriage return in a header, refused
     with refused(LocalProtocolError, "SEND: the header 'destination' holds a carriage return"):
         parse_all(b"SEND\ndestination:/queue/a\r\n\nx\0", V11)
@@ -110,11 +112,14 @@ def test_repeated_headers_keep_the_first_value():
     assert frame.headers == {"destination": "/queue/a", "foo": "1"}
 
 
-@pytest.mark.parametrize("version,raw,value", [
-    (V11, r"a\cb\nc\\d", "a:b\nc\\d"),
-    (V12, r"a\cb\nc\\d\re", "a:b\nc\\d\re"),
-    (V10, r"a\cb\nc", r"a\cb\nc"),
-])
+@pytest.mark.parametrize(
+    "version,raw,value",
+    [
+        (V11, r"a\cb\nc\\d", "a:b\nc\\d"),
+        (V12, r"a\cb\nc\\d\re", "a:b\nc\\d\re"),
+        (V10, r"a\cb\nc", r"a\cb\nc"),
+    ],
+)
 def test_header_unescaping_per_version(version, raw, value):
     frame = parse_all(f"SEND\nk:{raw}\n\n\0".encode(), version)[0]
     assert frame.headers["k"] == value
@@ -132,12 +137,15 @@ def test_undefined_escapes_are_fatal(version, escape):
         parse_all(f"SEND\nk:a{escape}\n\n\0".encode(), version)
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"HELLO\n\n\0", "unknown command"),
-    (b"\xff\xfe\n\n\0", "malformed frame"),
-    (b"SEND\nnocolon\n\n\0", "malformed header"),
-    (b"SEND\n:value\n\n\0", "malformed header"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"HELLO\n\n\0", "unknown command"),
+        (b"\xff\xfe\n\n\0", "malformed frame"),
+        (b"SEND\nnocolon\n\n\0", "malformed header"),
+        (b"SEND\n:value\n\n\0", "malformed header"),
+    ],
+)
 def test_malformed_frames(data, message):
     with pytest.raises(LocalProtocolError, match=message):
         parse_all(data)
@@ -170,15 +178,18 @@ def test_encoding_escapes_per_version():
     assert encode_frame(Frame(MESSAGE, {"k": "b:c\\d"}), V10) == b"MESSAGE\nk:b:c\\d\n\n\0"
 
 
-@pytest.mark.parametrize("version,headers,problem", [
-    (V12, {"k": "a\0b"}, "'k' value holds a NUL byte"),
-    (V11, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.1 cannot carry"),
-    (V10, {"k": "a\nb"}, "'k' value holds a line feed, which STOMP 1.0"),
-    (V10, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.0"),
-    (V10, {"k:1": "a"}, "'k:1' name holds a colon"),
-    (PRE_CONNECT, {"k": "a\nb"}, "'k' value holds a line feed"),
-    (V12, {"": "a"}, "'' has an empty name"),
-])
+@pytest.mark.parametrize(
+    "version,headers,problem",
+    [
+        (V12, {"k": "a\0b"}, "'k' value holds a NUL byte"),
+        (V11, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.1 cannot carry"),
+        (V10, {"k": "a\nb"}, "'k' value holds a line feed, which STOMP 1.0"),
+        (V10, {"k": "a\rb"}, "'k' value holds a carriage return, which STOMP 1.0"),
+        (V10, {"k:1": "a"}, "'k:1' name holds a colon"),
+        (PRE_CONNECT, {"k": "a\nb"}, "'k' value holds a line feed"),
+        (V12, {"": "a"}, "'' has an empty name"),
+    ],
+)
 def test_a_header_the_version_cannot_carry_is_refused_not_mangled(version, headers, problem):
     with refused(HeaderNotEncodable, f"MESSAGE: the header {problem}"):
         encode_frame(Frame(MESSAGE, headers, b"body"), version)
@@ -187,28 +198,36 @@ def test_a_header_the_version_cannot_carry_is_refused_not_mangled(version, heade
 
 
 @pytest.mark.parametrize("version", [PRE_CONNECT, V10, V11, V12])
-@pytest.mark.parametrize("raw,what", [(b"a\0MESSAGE", "a NUL byte"), (b"a\rb", "a carriage return"),
-                                      (b"a\r", "a carriage return")])
+@pytest.mark.parametrize(
+    "raw,what", [(b"a\0MESSAGE", "a NUL byte"), (b"a\rb", "a carriage return"), (b"a\r", "a carriage return")]
+)
 def test_a_raw_nul_or_bare_cr_in_a_header_is_refused(version, raw, what):
     if raw == b"a\r" and version in (PRE_CONNECT, V12):
         return  # there "\r\n" ends the line: no CR in the value
     data = b"SEND\ndestination:/queue/a\nx:" + raw + b"\nforged:yes\n\nbody\0"
     with refused(LocalProtocolError, f"SEND: the header 'x' holds {what} written raw"):
         parse_all(data, version)
-    with refused(LocalProtocolError, f"SEND: the header 'na\\x00me' holds {what}" if b"\0" in raw
-                 else "SEND: the header 'na\\rme' holds a carriage return"):
+    with refused(
+        LocalProtocolError,
+        f"SEND: the header 'na\\x00me' holds {what}"
+        if b"\0" in raw
+        else "SEND: the header 'na\\rme' holds a carriage return",
+    ):
         parse_all(b"SEND\n" + (b"na\0me" if b"\0" in raw else b"na\rme") + b":v\n\n\0", version)
 
 
 # Header texts with the characters that matter here far more often than chance would give.
 any_header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=12) | st.sampled_from(
-    ["\0", "\r", "\n", "\r\n", ":", "\\", "\\n", "a\0MESSAGE\nx:y", "v\r", " padded "])
+    ["\0", "\r", "\n", "\r\n", ":", "\\", "\\n", "a\0MESSAGE\nx:y", "v\r", " padded "]
+)
 
 
 @settings(max_examples=500, deadline=None)
-@given(st.sampled_from([SEND, MESSAGE, "ERROR", "RECEIPT", CONNECT, CONNECTED]),
-       st.dictionaries(any_header_text.filter(lambda k: k != "content-length"), any_header_text, max_size=5),
-       st.sampled_from([PRE_CONNECT, V10, V11, V12]))
+@given(
+    st.sampled_from([SEND, MESSAGE, "ERROR", "RECEIPT", CONNECT, CONNECTED]),
+    st.dictionaries(any_header_text.filter(lambda k: k != "content-length"), any_header_text, max_size=5),
+    st.sampled_from([PRE_CONNECT, V10, V11, V12]),
+)
 def test_any_headers_encode_to_exactly_one_equal_frame_or_a_clear_refusal(command, headers, version):
     frame = Frame(command, headers, b"body")
     try:
@@ -217,8 +236,12 @@ def test_any_headers_encode_to_exactly_one_equal_frame_or_a_clear_refusal(comman
         assert exc.header in headers and exc.detail.startswith(f"{command}: the header {exc.header[:80]!r}")
         name, value = exc.header, headers[exc.header]
         escaped = version in (V11, V12) and command not in (CONNECT, CONNECTED)
-        assert (not name or "\0" in name + value or ("\r" in name + value and version != V12)
-                or (not escaped and ("\n" in name + value or "\r" in name + value or ":" in name)))
+        assert (
+            not name
+            or "\0" in name + value
+            or ("\r" in name + value and version != V12)
+            or (not escaped and ("\n" in name + value or "\r" in name + value or ":" in name))
+        )
         return
     got, end = parse_frame(data, 0, version)
     assert end == len(data) and got == frame
@@ -235,15 +258,18 @@ frames = st.builds(
 
 @pytest.mark.slow
 @settings(max_examples=300, deadline=None)
-@given(st.lists(frames, min_size=1, max_size=5), st.sampled_from([V11, V12]),
-       st.lists(st.integers(0, 2000), max_size=8), st.booleans())
+@given(
+    st.lists(frames, min_size=1, max_size=5),
+    st.sampled_from([V11, V12]),
+    st.lists(st.integers(0, 2000), max_size=8),
+    st.booleans(),
+)
 def test_round_trip_over_any_split(frame_list, version, cuts, heart_beats):
     """Encoded frames (bodies with content-length, so NULs are allowed) come back equal
     however the stream is cut."""
     wire = []
     for f in frame_list:
-        headers = {"content-length": str(len(f.body)), **{k: v for k, v in f.headers.items()
-                                                           if k != "content-length"}}
+        headers = {"content-length": str(len(f.body)), **{k: v for k, v in f.headers.items() if k != "content-length"}}
         wire.append(encode_frame(Frame(f.command, headers, f.body), version) + (b"\n" if heart_beats else b""))
     data = b"".join(wire)
     got = feed_in_pieces(data, [c % (len(data) + 1) for c in cuts], version)
@@ -281,16 +307,37 @@ def test_unescape_equals_the_escape_by_escape_reference(text, version):
     assert outcome(lambda: codec._unescape_each(text, version)) == outcome(lambda: codec.unescape(text, version))
 
 
-header_line = escape_text | st.sampled_from([
-    "content-length:3", "content-length:4", "content-length:x", "destination:/queue/a", "a:1", "a:2",
-    "b:", "c:1", "k:a\\cb", "k\\c:\\\\n", "x:\\t", ":v", "nocolon", "message-id:ID\\c1", "long:" + "y" * 40])
+header_line = escape_text | st.sampled_from(
+    [
+        "content-length:3",
+        "content-length:4",
+        "content-length:x",
+        "destination:/queue/a",
+        "a:1",
+        "a:2",
+        "b:",
+        "c:1",
+        "k:a\\cb",
+        "k\\c:\\\\n",
+        "x:\\t",
+        ":v",
+        "nocolon",
+        "message-id:ID\\c1",
+        "long:" + "y" * 40,
+    ]
+)
 LIMITS = [Limits(), Limits(max_frame_size=80, max_headers=3, max_header_length=30)]
 
 
 @settings(max_examples=1000, deadline=None)
-@given(st.sampled_from([SEND, MESSAGE, CONNECT, CONNECTED, "BOGUS"]), st.lists(header_line, max_size=6),
-       st.sampled_from([b"abc\0", b"a\0c\0", b"\0", b"abc"]), st.sampled_from(["\n\n", "\r\n\r\n", "\n\r\n"]),
-       st.sampled_from([PRE_CONNECT, V10, V11, V12]), st.sampled_from(LIMITS))
+@given(
+    st.sampled_from([SEND, MESSAGE, CONNECT, CONNECTED, "BOGUS"]),
+    st.lists(header_line, max_size=6),
+    st.sampled_from([b"abc\0", b"a\0c\0", b"\0", b"abc"]),
+    st.sampled_from(["\n\n", "\r\n\r\n", "\n\r\n"]),
+    st.sampled_from([PRE_CONNECT, V10, V11, V12]),
+    st.sampled_from(LIMITS),
+)
 @example(SEND, ["a:1", "b:", "c:1", "k:a\\cb"], b"\0", "\n\n", V12, LIMITS[1])  # one header too many
 def test_the_plain_header_path_parses_as_the_general_path(command, lines, body, end, version, limits):
     """Any frame head (escapes, repeated names, CRs, NULs, content-length, over-long lines)
@@ -316,16 +363,38 @@ def outcome(fn: Callable[[], object]) -> tuple[object, ...]:
 
 
 ack_id = st.text(st.sampled_from("0123456789\u0661\u0662x\n\\c:\r\0"), max_size=4) | st.sampled_from(
-    ["", "7", "42", "9" * 20, "9" * 21, "1" * 40])
-LIMITS_TIGHT = [*LIMITS, Limits(max_frame_size=12, max_headers=3, max_header_length=30),
-                Limits(max_header_length=4), Limits(max_headers=0), Limits(max_frame_size=30)]
+    ["", "7", "42", "9" * 20, "9" * 21, "1" * 40]
+)
+LIMITS_TIGHT = [
+    *LIMITS,
+    Limits(max_frame_size=12, max_headers=3, max_header_length=30),
+    Limits(max_header_length=4),
+    Limits(max_headers=0),
+    Limits(max_frame_size=30),
+]
 
 
 @settings(max_examples=1000, deadline=None)
-@given(st.sampled_from(["", "\n", "\r\n"]), ack_id,
-       st.sampled_from(["\n\n\0", "\n\n", "\n\n\0", "\n\nx\0", "\r\n\r\n\0", "\n\r\n\0", "\nreceipt:r\n\n\0",
-                        "\nid:2\n\n\0", "\n\n\0ACK\nid:1\n\n\0", "\ncontent-length:0\n\n\0"]),
-       st.sampled_from([PRE_CONNECT, V10, V11, V12]), st.sampled_from(LIMITS_TIGHT))
+@given(
+    st.sampled_from(["", "\n", "\r\n"]),
+    ack_id,
+    st.sampled_from(
+        [
+            "\n\n\0",
+            "\n\n",
+            "\n\n\0",
+            "\n\nx\0",
+            "\r\n\r\n\0",
+            "\n\r\n\0",
+            "\nreceipt:r\n\n\0",
+            "\nid:2\n\n\0",
+            "\n\n\0ACK\nid:1\n\n\0",
+            "\ncontent-length:0\n\n\0",
+        ]
+    ),
+    st.sampled_from([PRE_CONNECT, V10, V11, V12]),
+    st.sampled_from(LIMITS_TIGHT),
+)
 @example("", "9" * 20, "\n\n\0", V12, Limits(max_frame_size=30))  # 31 bytes: one too many
 @example("", "12", "\n\n\0", V12, Limits(max_header_length=4))  # "id:12" is 5
 def test_the_usual_ack_parses_as_the_general_path(before, ack, after, version, limits):
@@ -342,4 +411,3 @@ def test_the_usual_ack_parses_as_the_general_path(before, ack, after, version, l
     with mock.patch.object(codec, "_usual_ack", lambda *args: None):
         general = outcome(parse)
     assert fast == general
-

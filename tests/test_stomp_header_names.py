@@ -55,6 +55,7 @@ def test_encoded_names_read_like_the_header():
 
 # --- the session ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def broker(tmp_path):
     b = Broker(tmp_path / "store")

@@ -42,10 +42,22 @@ def bridge(netloop, broker, tmp_path_factory):
 
 def sends(queue: str, count: int) -> bytes:
     """``count`` persistent SENDs of 1 KiB, a receipt asked on the last."""
-    frames = [encode_frame(Frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true",
-                                          "content-length": str(len(BODY)),
-                                          **({"receipt": "last"} if i == count - 1 else {})}, BODY), "1.2")
-              for i in range(count)]
+    frames = [
+        encode_frame(
+            Frame(
+                "SEND",
+                {
+                    "destination": f"/queue/{queue}",
+                    "persistent": "true",
+                    "content-length": str(len(BODY)),
+                    **({"receipt": "last"} if i == count - 1 else {}),
+                },
+                BODY,
+            ),
+            "1.2",
+        )
+        for i in range(count)
+    ]
     return b"".join(frames)
 
 
@@ -80,10 +92,12 @@ class DepthWatch:
 
 def slow_reader(raw: Raw, stop: threading.Event) -> threading.Thread:
     """Read ``raw``'s socket a little at a time: a consumer slower than the producer."""
+
     def run() -> None:
         while not stop.is_set() and not raw.closed:
             raw._read(0.05)
             time.sleep(0.002)
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -94,8 +108,7 @@ def test_a_producer_is_paced_to_a_slower_ack_auto_consumer(bridge, broker):
     queue, count = qname("paced"), 6000
     consumer = Raw(bridge.tcp_port, rcvbuf=16384)
     consumer.connect()
-    consumer.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1", "ack": "auto",
-                                 "receipt": "subscribed"})
+    consumer.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1", "ack": "auto", "receipt": "subscribed"})
     consumer.wait(lambda f: f.command == "RECEIPT")
     stop = threading.Event()
     reader = slow_reader(consumer, stop)
@@ -140,8 +153,7 @@ def test_a_producer_is_not_held_by_consumers_that_stopped_taking(bridge, broker)
     queue, count = qname("stalled"), 4000
     consumer = Raw(bridge.tcp_port)
     consumer.connect()
-    consumer.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1", "ack": "client",
-                                 "receipt": "subscribed"})
+    consumer.frame("SUBSCRIBE", {"destination": f"/queue/{queue}", "id": "1", "ack": "client", "receipt": "subscribed"})
     consumer.wait(lambda f: f.command == "RECEIPT")
     producer = flooding_producer(bridge.tcp_port)
     producer.send(sends(queue, count))
@@ -172,6 +184,7 @@ def test_consumers_with_selectors_do_not_pace_producers(tmp_path):
                 delivery = host.receive(admin, consumer, 0.005)
                 if delivery is not None:
                     host.acknowledge(admin, [delivery])
+
         poller = threading.Thread(target=poll, daemon=True)
         poller.start()
         producer = host.connect(admin)
@@ -211,6 +224,7 @@ def test_topic_publishers_are_not_paced_to_a_slow_subscriber(tmp_path):
                 if delivery is not None:
                     host.acknowledge(admin, [delivery])
                     time.sleep(0.002)
+
         reader = threading.Thread(target=slow, daemon=True)
         reader.start()
         producer = host.connect(admin)

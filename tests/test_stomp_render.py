@@ -21,24 +21,46 @@ from bridgemgr.stompbridge.frames import PRE_CONNECT, V10, V11, V12, encode_fram
 
 # Texts rich in what escaping and refusals are about.
 texts = st.text(st.sampled_from([*"ab:\\\n\r\0 é"]), max_size=8)
-property_names = st.sampled_from([
-    "a", "b", "priority", "type", "destination", "ack", "ts", CONTENT_TYPE_PROPERTY,
-    header_to_property("x-request-id"), header_to_property("content-type"), header_to_property("a"),
-    header_to_property("k:1"), header_to_property(""), "stomp$zz"])
+property_names = st.sampled_from(
+    [
+        "a",
+        "b",
+        "priority",
+        "type",
+        "destination",
+        "ack",
+        "ts",
+        CONTENT_TYPE_PROPERTY,
+        header_to_property("x-request-id"),
+        header_to_property("content-type"),
+        header_to_property("a"),
+        header_to_property("k:1"),
+        header_to_property(""),
+        "stomp$zz",
+    ]
+)
 property_values = st.one_of(
-    st.tuples(st.just(PropertyType.STRING), texts), st.tuples(st.just(PropertyType.INT), st.integers(-5, 5)),
+    st.tuples(st.just(PropertyType.STRING), texts),
+    st.tuples(st.just(PropertyType.INT), st.integers(-5, 5)),
     st.tuples(st.just(PropertyType.BOOLEAN), st.booleans()),
-    st.tuples(st.just(PropertyType.DOUBLE), st.sampled_from([0.5, 1e20, float("nan")])))
+    st.tuples(st.just(PropertyType.DOUBLE), st.sampled_from([0.5, 1e20, float("nan")])),
+)
 # TemporaryQueue("new") is the connection's own, known by its alias /temp-queue/mine
-destinations = st.sampled_from([Queue("q"), Queue("a:b\\c"), Topic("t"), TemporaryQueue("tmp"), TemporaryQueue("new"),
-                                None])
+destinations = st.sampled_from(
+    [Queue("q"), Queue("a:b\\c"), Topic("t"), TemporaryQueue("tmp"), TemporaryQueue("new"), None]
+)
 
 
 @st.composite
 def messages(draw: Any) -> Message:
     kind = draw(st.sampled_from(["text", "bytes", "map"]))
-    message: Message = (TextMessage(draw(texts)) if kind == "text" else BytesMessage(draw(st.binary(max_size=8)))
-                        if kind == "bytes" else MapMessage())
+    message: Message = (
+        TextMessage(draw(texts))
+        if kind == "text"
+        else BytesMessage(draw(st.binary(max_size=8)))
+        if kind == "bytes"
+        else MapMessage()
+    )
     message.destination = draw(destinations)
     message.message_id = draw(st.none() | st.just("ID:1-127.0.0.1(a:b)-1") | texts)
     message.expiration = draw(st.integers(0, 2**45))
@@ -61,18 +83,28 @@ def outcome(fn: Any) -> tuple[str, object]:
 
 
 @settings(max_examples=400, deadline=None)
-@given(messages(), st.sampled_from(["1", "sub:1\\x", "é\n"]), st.sampled_from([PRE_CONNECT, V10, V11, V12]),
-       st.none() | st.sampled_from(["7", "a:b"]), st.integers(1, 3), st.booleans())
+@given(
+    messages(),
+    st.sampled_from(["1", "sub:1\\x", "é\n"]),
+    st.sampled_from([PRE_CONNECT, V10, V11, V12]),
+    st.none() | st.sampled_from(["7", "a:b"]),
+    st.integers(1, 3),
+    st.booleans(),
+)
 @example(TextMessage("x"), "1", V12, None, 1, True)
-def test_the_renderer_writes_what_the_general_way_writes(message, subscription, version, ack, delivery_count,
-                                                        decode_names):
+def test_the_renderer_writes_what_the_general_way_writes(
+    message, subscription, version, ack, delivery_count, decode_names
+):
     """Bytes equal (header order, first value of a name, escapes), or the same refusal
     (HeaderNotEncodable naming the header, NotDeliverable), for every version."""
     names = Destinations(lambda topic: TemporaryQueue("new"))
     names.to_jms("/temp-queue/mine")
     renderer = MessageRenderer(subscription, names, None, version, decode_names)
-    general = outcome(lambda: encode_frame(to_message_frame(message, subscription, names, None, ack, delivery_count,
-                                                            decode_names), version))
+    general = outcome(
+        lambda: encode_frame(
+            to_message_frame(message, subscription, names, None, ack, delivery_count, decode_names), version
+        )
+    )
     assert outcome(lambda: renderer.render(message, ack, delivery_count)) == general
     assert outcome(lambda: renderer.render(message, ack, delivery_count)) == general  # destinations cached
 

@@ -118,26 +118,37 @@ def test_host_broker_send_many_routes_a_run_in_one_store_call(broker, monkeypatc
 def test_receipts_of_a_run_come_in_order_each_after_its_frames_work(broker):
     d = Driver(broker)
     d.connect()
-    frames = d.feed(sends(send("r", "a"), send("r", "b", receipt="r1"), send("r", "c"),
-                          send("r", "d", receipt="r2"), ("SEND", {"destination": "/queue/r"}, b"e")))
+    frames = d.feed(
+        sends(
+            send("r", "a"),
+            send("r", "b", receipt="r1"),
+            send("r", "c"),
+            send("r", "d", receipt="r2"),
+            ("SEND", {"destination": "/queue/r"}, b"e"),
+        )
+    )
     assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == ["r1", "r2"]
     frames = d.feed(sends(("DISCONNECT", {"receipt": "bye"}, b"")))
     assert [f.headers["receipt-id"] for f in frames] == ["bye"]
     assert arrived(broker, "r") == ["a", "b", "c", "d", "e"]
 
 
-@pytest.mark.parametrize("bad,message", [
-    (("SEND", {"destination": "/queue/q"}, b"\xff"), "body is not UTF-8"),               # converting
-    (("SEND", {"destination": "/queue/full"}, b"x"), "send failed"),                    # the broker refuses
-    (("SEND", {"destination": "/queue/q", "transaction": "none"}, b"x"), "unknown transaction"),
-    (("SEND", {}, b"x"), "missing destination"),
-])
+@pytest.mark.parametrize(
+    "bad,message",
+    [
+        (("SEND", {"destination": "/queue/q"}, b"\xff"), "body is not UTF-8"),  # converting
+        (("SEND", {"destination": "/queue/full"}, b"x"), "send failed"),  # the broker refuses
+        (("SEND", {"destination": "/queue/q", "transaction": "none"}, b"x"), "unknown transaction"),
+        (("SEND", {}, b"x"), "missing destination"),
+    ],
+)
 def test_a_bad_frame_in_a_run_fails_after_the_sends_before_it(broker, bad, message):
     broker.configure_destination(Queue("full"), DestinationLimits(max_num_msgs=0))
     d = Driver(broker)
     d.connect()
-    frames = d.feed(sends(send("q", "one"), send("q", "two"), (bad[0], {**bad[1], "receipt": "bad"}, bad[2]),
-                          send("q", "after")))
+    frames = d.feed(
+        sends(send("q", "one"), send("q", "two"), (bad[0], {**bad[1], "receipt": "bad"}, bad[2]), send("q", "after"))
+    )
     errors = [f for f in frames if f.command == ERROR]
     assert [e.headers["message"] for e in errors] == [message]
     assert errors[0].headers["receipt-id"] == "bad"
@@ -157,15 +168,18 @@ def test_a_frame_that_does_not_parse_fails_after_the_sends_before_it(broker):
 
 def test_each_send_of_a_run_is_authorized(broker, tmp_path):
     rules = tmp_path / "acl.properties"
-    rules.write_text("version=JMQFileAccessControlModel/100\nconnection.NORMAL.allow.user=*\n"
-                     "queue.*.produce.allow.user=*\nqueue.create.allow.user=*\n"
-                     "queue.secret.produce.deny.user=*\n")
+    rules.write_text(
+        "version=JMQFileAccessControlModel/100\nconnection.NORMAL.allow.user=*\n"
+        "queue.*.produce.allow.user=*\nqueue.create.allow.user=*\n"
+        "queue.secret.produce.deny.user=*\n"
+    )
     host = EmbeddedHostBroker(broker, AccessControls(stomp=AccessControl("stomp", rules)))
 
     class Checked(Driver):
         def _open_host(self, client_id: str | None, user: str) -> HostConnection:
-            return HostConnection(host, Principal(user, service="stomp"),
-                                  lambda fn, *args: self.posted.put((fn, args)), client_id)
+            return HostConnection(
+                host, Principal(user, service="stomp"), lambda fn, *args: self.posted.put((fn, args)), client_id
+            )
 
     d = Checked(broker)
     d.connect()
@@ -179,9 +193,16 @@ def test_each_send_of_a_run_is_authorized(broker, tmp_path):
 def test_a_transaction_in_a_run(broker):
     d = Driver(broker)
     d.connect()
-    frames = d.feed(sends(send("t", "a"), ("BEGIN", {"transaction": "tx"}, b""),
-                          send("t", "in tx", transaction="tx"), send("t", "b"),
-                          ("COMMIT", {"transaction": "tx", "receipt": "c"}, b""), send("t", "c", receipt="r")))
+    frames = d.feed(
+        sends(
+            send("t", "a"),
+            ("BEGIN", {"transaction": "tx"}, b""),
+            send("t", "in tx", transaction="tx"),
+            send("t", "b"),
+            ("COMMIT", {"transaction": "tx", "receipt": "c"}, b""),
+            send("t", "c", receipt="r"),
+        )
+    )
     assert [f.headers["receipt-id"] for f in frames if f.command == RECEIPT] == ["c", "r"]
     assert arrived(broker, "t") == ["a", "b", "in tx", "c"]
     d.close()
@@ -191,8 +212,9 @@ def test_a_held_send_holds_only_the_frames_after_it(broker):
     """A full FLOW_CONTROL queue holds the third SEND of a read: the two before it are
     sent, the rest wait (converted once: the transformer sees each SEND once) and go,
     in order, once a consumer makes room; the receipt comes after them."""
-    broker.configure_destination(Queue("held"), DestinationLimits(max_num_msgs=2,
-                                                                 limit_behavior=LimitBehavior.FLOW_CONTROL))
+    broker.configure_destination(
+        Queue("held"), DestinationLimits(max_num_msgs=2, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
     Counting.inbound = 0
     d = Driver(broker, SessionConfig(transformer=Counting))
     d.connect()
@@ -228,8 +250,9 @@ def test_a_run_into_a_remove_oldest_queue_leaves_no_removed_row_behind(tmp_path)
     written), instead of a delete recorded before its insert (a batch cut between them
     would bring the message back at the next start)."""
     broker = Broker(tmp_path / "store", sync=True)
-    broker.configure_destination(Queue("ro"), DestinationLimits(max_num_msgs=2, use_dmq=False,
-                                                               limit_behavior=LimitBehavior.REMOVE_OLDEST))
+    broker.configure_destination(
+        Queue("ro"), DestinationLimits(max_num_msgs=2, use_dmq=False, limit_behavior=LimitBehavior.REMOVE_OLDEST)
+    )
     d = Driver(broker)
     d.connect()
     assert broker.store is not None
@@ -255,9 +278,16 @@ def test_a_run_to_several_destinations_routes_each_send_to_its_own(broker):
     reds = session.create_consumer(Topic("t"), "colour = 'red'")
     d = Driver(broker)
     d.connect()
-    d.feed(sends(send("a", "a1"), send("a", "a2"), send("b", "b1"), ("SEND", {"destination": "/topic/t",
-               "colour": "blue"}, b"blue"), ("SEND", {"destination": "/topic/t", "colour": "red"}, b"red"),
-                 send("a", "a3", receipt="r")))
+    d.feed(
+        sends(
+            send("a", "a1"),
+            send("a", "a2"),
+            send("b", "b1"),
+            ("SEND", {"destination": "/topic/t", "colour": "blue"}, b"blue"),
+            ("SEND", {"destination": "/topic/t", "colour": "red"}, b"red"),
+            send("a", "a3", receipt="r"),
+        )
+    )
     assert reds.receive(1).text == "red" and reds.receive(0.1) is None
     conn.close()
     assert arrived(broker, "a") == ["a1", "a2", "a3"] and arrived(broker, "b") == ["b1"]
@@ -268,8 +298,9 @@ def test_a_run_to_several_destinations_routes_each_send_to_its_own(broker):
 def test_send_many_stops_at_the_first_refused_send(broker, one_by_one):
     """Both the embedded send_many and the interface's default (send() each): the sends
     before a refused one go, it and those after it do not, and its error comes back."""
-    broker.configure_destination(Queue("fc"), DestinationLimits(max_num_msgs=2,
-                                                               limit_behavior=LimitBehavior.FLOW_CONTROL))
+    broker.configure_destination(
+        Queue("fc"), DestinationLimits(max_num_msgs=2, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
 
     class PerSend(EmbeddedHostBroker):
         send_many = HostBroker.send_many

@@ -75,6 +75,7 @@ def no_leaks(request, broker):
 
 # --- stomp.py over TCP and TLS -------------------------------------------------------------
 
+
 def round_trip(conn, listener, version, queue):
     conn.connect("admin", "secret", wait=True)
     ack = {"1.0": "client", "1.1": "client", "1.2": "client-individual"}[version]
@@ -106,8 +107,7 @@ def test_stomp_py_over_tcp(bridge, broker, version):
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_stomp_py_over_tls(bridge, broker, certs, version):
     queue = qname()
-    conn, listener = stomp_conn(version, bridge.tls_port, ssl_args={"ca_certs": str(certs["ca"])},
-                                auto_decode=False)
+    conn, listener = stomp_conn(version, bridge.tls_port, ssl_args={"ca_certs": str(certs["ca"])}, auto_decode=False)
     round_trip(conn, listener, version, queue)
     assert wait_until(lambda: pending(broker, queue) == 0)
 
@@ -132,8 +132,9 @@ def test_tls_requiring_client_certificates(mtls_bridge, certs):
         with pytest.raises((ssl.SSLError, ConnectionError, AssertionError, OSError)):
             r = Raw(mtls_bridge.tls_port, context=ctx)
             r.connect()
-    conn, _listener = stomp_conn("1.2", mtls_bridge.tls_port,
-                                ssl_args={"ca_certs": str(certs["ca"]), "cert_file": str(certs["client"])})
+    conn, _listener = stomp_conn(
+        "1.2", mtls_bridge.tls_port, ssl_args={"ca_certs": str(certs["ca"]), "cert_file": str(certs["client"])}
+    )
     conn.connect("guest", "guest", wait=True)
     conn.disconnect()
     assert wait_until(lambda: not mtls_bridge.connections)
@@ -175,6 +176,7 @@ def test_frames_ready_together_go_out_in_one_write(bridge):
 
 # --- bad input on the wire ------------------------------------------------------------------------
 
+
 def expect_error_and_close(raw, message):
     frames = raw.until_closed()
     errors = [f for f in frames if f.command == "ERROR"]
@@ -183,21 +185,31 @@ def expect_error_and_close(raw, message):
     raw.close()
 
 
-@pytest.mark.parametrize("data,message", [
-    (b"\x00\x01\x02garbage\xff\n\n\x00", "malformed frame"),
-    (b"GARBAGE\n\n\x00", "unknown command"),
-    (b"SEND\ndestination:/queue/x\n\nbefore connect\0", "unexpected SEND"),
-    (b"CONNECT\naccept-version:1.2\n\n\0", "missing login"),
-    (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:nope\n\n\0", "authentication failed"),
-    (b"CONNECT\naccept-version:9.9\nlogin:admin\npasscode:secret\n\n\0", "unsupported version"),
-    (b"CONNECT\nlogin:admin\npasscode:secret\n\n\0SEND\ndestination:/queue/x\n\n" + b"x" * 300_000 + b"\0",
-     "frame too large"),
-    (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0ACK\nid:77\n\n\0", "unknown message"),
-    (b"CONNECT\naccept-version:1.1\nlogin:admin\npasscode:secret\n\n\0ACK\nsubscription:zz\nmessage-id:m\n\n\0",
-     "unknown subscription"),
-    (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0BEGIN\ntransaction:a\n\n\0"
-     b"BEGIN\ntransaction:b\n\n\0", "nested transaction"),
-])
+@pytest.mark.parametrize(
+    "data,message",
+    [
+        (b"\x00\x01\x02garbage\xff\n\n\x00", "malformed frame"),
+        (b"GARBAGE\n\n\x00", "unknown command"),
+        (b"SEND\ndestination:/queue/x\n\nbefore connect\0", "unexpected SEND"),
+        (b"CONNECT\naccept-version:1.2\n\n\0", "missing login"),
+        (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:nope\n\n\0", "authentication failed"),
+        (b"CONNECT\naccept-version:9.9\nlogin:admin\npasscode:secret\n\n\0", "unsupported version"),
+        (
+            b"CONNECT\nlogin:admin\npasscode:secret\n\n\0SEND\ndestination:/queue/x\n\n" + b"x" * 300_000 + b"\0",
+            "frame too large",
+        ),
+        (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0ACK\nid:77\n\n\0", "unknown message"),
+        (
+            b"CONNECT\naccept-version:1.1\nlogin:admin\npasscode:secret\n\n\0ACK\nsubscription:zz\nmessage-id:m\n\n\0",
+            "unknown subscription",
+        ),
+        (
+            b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0BEGIN\ntransaction:a\n\n\0"
+            b"BEGIN\ntransaction:b\n\n\0",
+            "nested transaction",
+        ),
+    ],
+)
 def test_bad_input_gets_an_error_frame_and_the_connection_closes(bridge, data, message):
     raw = Raw(bridge.tcp_port)
     try:
@@ -218,6 +230,7 @@ def test_an_endless_header_line_is_cut_off(bridge):
 
 
 # --- heart-beats -------------------------------------------------------------------------------------
+
 
 @pytest.mark.slow
 def test_heart_beats_keep_an_idle_stomp_py_connection_alive(bridge):
@@ -245,6 +258,7 @@ def test_a_silent_client_is_disconnected(netloop, broker, users):
 
 # --- slow consumers, connection loss, many connections ------------------------------------------------
 
+
 @pytest.mark.slow
 def test_a_slow_consumer_never_blocks_others(bridge, broker):
     slow_q, fast_q = qname("slow"), qname("fast")
@@ -252,8 +266,9 @@ def test_a_slow_consumer_never_blocks_others(bridge, broker):
     loader = Raw(bridge.tcp_port)
     loader.connect()
     for _ in range(200):
-        loader.frame("SEND", {"destination": f"/queue/{slow_q}", "persistent": "false",
-                              "content-length": str(len(body))}, body)
+        loader.frame(
+            "SEND", {"destination": f"/queue/{slow_q}", "persistent": "false", "content-length": str(len(body))}, body
+        )
     loader.frame("DISCONNECT", {"receipt": "x"})
     loader.wait(lambda f: f.command == "RECEIPT")
     loader.close()
@@ -271,8 +286,9 @@ def test_a_slow_consumer_never_blocks_others(bridge, broker):
     assert time.monotonic() - start < 3
     # the slow one holds only what the socket buffers and one batch take; the rest waits in the queue
     assert broker.queue_depth(slow_q) > 50
-    slow_proto = [p for p in bridge.connections if p.session.subscriptions.get("1")
-                  and p.transport.get_write_buffer_size() > 0]
+    slow_proto = [
+        p for p in bridge.connections if p.session.subscriptions.get("1") and p.transport.get_write_buffer_size() > 0
+    ]
     assert slow_proto and slow_proto[0].transport.get_write_buffer_size() < 1024 * 1024
     fast.disconnect()
     slow.close()
@@ -328,11 +344,14 @@ def test_hundreds_of_concurrent_connections(bridge, broker):
 
 # --- the service ---------------------------------------------------------------------------------------
 
+
 def test_lifecycle_and_port_mapper_rows(netloop, broker, users, certs):
     bridge = make_bridge(netloop, broker, users, certs)
     assert bridge.state == "STARTED"
-    assert bridge.service_entries() == [("stomp", "tcp", "NORMAL", bridge.tcp_port),
-                                        ("sslstomp", "tls", "NORMAL", bridge.tls_port)]
+    assert bridge.service_entries() == [
+        ("stomp", "tcp", "NORMAL", bridge.tcp_port),
+        ("sslstomp", "tls", "NORMAL", bridge.tls_port),
+    ]
     port = bridge.tcp_port
     raw = Raw(port)
     raw.connect()
@@ -349,15 +368,26 @@ def test_lifecycle_and_port_mapper_rows(netloop, broker, users, certs):
 
 
 def test_config_from_broker_properties(tmp_path):
-    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.stomp.consumerFlowLimit=7",
-                                 "imq.bridge.stomp.tls.enabled=true", "imq.bridge.stomp.tls.certfile=/c.pem",
-                                 "imq.bridge.stomp.tls.keyfile=/k.pem", "imq.bridge.stomp.tls.cafile=/ca.pem"],
-                            environ={})
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path}",
+            "imq.bridge.stomp.consumerFlowLimit=7",
+            "imq.bridge.stomp.tls.enabled=true",
+            "imq.bridge.stomp.tls.certfile=/c.pem",
+            "imq.bridge.stomp.tls.keyfile=/k.pem",
+            "imq.bridge.stomp.tls.cafile=/ca.pem",
+        ],
+        environ={},
+    )
     config = StompConfig.from_props(props)
     assert (config.tcp_port, config.tls_port, config.tls_enabled) == (7672, 7673, True)
     assert config.session.consumer_flow_limit == 7
-    assert (config.tls_certfile, config.tls_keyfile, config.tls_cafile) == (Path("/c.pem"), Path("/k.pem"),
-                                                                            Path("/ca.pem"))
+    assert (config.tls_certfile, config.tls_keyfile, config.tls_cafile) == (
+        Path("/c.pem"),
+        Path("/k.pem"),
+        Path("/ca.pem"),
+    )
     unset = StompConfig.from_props(load_properties([], [f"imq.varhome={tmp_path}"], environ={}))
     assert (unset.tls_certfile, unset.tls_keyfile, unset.tls_cafile) == (None, None, None)
     bad = load_properties([], ["imq.bridge.stomp.messageTransformer=no.such.Transformer"], environ={})
@@ -366,9 +396,17 @@ def test_config_from_broker_properties(tmp_path):
 
 
 def test_a_fresh_service_accepts_the_admin_credentials(tmp_path, netloop, broker):
-    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.admin.user=boss",
-                                 "imq.bridge.admin.password=s3cret", "imq.bridge.stomp.tcp.port=0",
-                                 f"imq.bridge.stomp.hostname={HOST}"], environ={})
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path}",
+            "imq.bridge.admin.user=boss",
+            "imq.bridge.admin.password=s3cret",
+            "imq.bridge.stomp.tcp.port=0",
+            f"imq.bridge.stomp.hostname={HOST}",
+        ],
+        environ={},
+    )
     repo = open_repository(props)
     assert [u.name for u in repo.users()] == ["boss"]
     bridge = StompBridge(props, EmbeddedHostBroker(broker), repo, netloop)
@@ -383,15 +421,26 @@ def test_a_fresh_service_accepts_the_admin_credentials(tmp_path, netloop, broker
 
 # --- hypothesis: random bytes and frame sequences ---------------------------------------------------
 
-INTENTS = (["send"] * 12 + ["subscribe"] * 4 + ["begin"] * 2 + ["commit"] * 2
-           + ["abort", "unsubscribe", "ack", "nack", "garbage"])
+INTENTS = (
+    ["send"] * 12
+    + ["subscribe"] * 4
+    + ["begin"] * 2
+    + ["commit"] * 2
+    + ["abort", "unsubscribe", "ack", "nack", "garbage"]
+)
 garbage_frames = st.tuples(
-    st.sampled_from(["CONNECT", "SEND", "SUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT",
-                     "MESSAGE", "ERROR"]),
-    st.dictionaries(st.sampled_from(["destination", "id", "ack", "transaction", "message-id",
-                                     "subscription", "content-length", "selector"]),
-                    st.text(max_size=6), max_size=4),
-    st.binary(max_size=8))
+    st.sampled_from(
+        ["CONNECT", "SEND", "SUBSCRIBE", "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT", "MESSAGE", "ERROR"]
+    ),
+    st.dictionaries(
+        st.sampled_from(
+            ["destination", "id", "ack", "transaction", "message-id", "subscription", "content-length", "selector"]
+        ),
+        st.text(max_size=6),
+        max_size=4,
+    ),
+    st.binary(max_size=8),
+)
 
 
 def raw_frame(command: str, headers: dict[str, str], body: bytes, version: str) -> bytes:
@@ -417,8 +466,11 @@ def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str,
         body = b""
         if intent == "send":
             command, body = "SEND", b"b%d" % i
-            headers = {"destination": f"/queue/{queue}", "receipt": receipt,
-                       "persistent": data.draw(st.sampled_from(["true", "false"]))}
+            headers = {
+                "destination": f"/queue/{queue}",
+                "receipt": receipt,
+                "persistent": data.draw(st.sampled_from(["true", "false"])),
+            }
             if tx is not None and data.draw(st.booleans()):
                 headers["transaction"] = tx[0]
                 tx[1].append(body)
@@ -426,8 +478,11 @@ def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str,
                 confirmed[receipt] = [body]
         elif intent == "subscribe":
             command, sub_id = "SUBSCRIBE", f"s{i}"
-            headers = {"destination": f"/queue/{queue}", "id": sub_id,
-                       "ack": data.draw(st.sampled_from(["auto", "client", "client-individual"]))}
+            headers = {
+                "destination": f"/queue/{queue}",
+                "id": sub_id,
+                "ack": data.draw(st.sampled_from(["auto", "client", "client-individual"])),
+            }
             if tx is not None and data.draw(st.booleans()):
                 headers["transaction"] = tx[0]
             subs.append(sub_id)
@@ -458,11 +513,13 @@ def build_stream(data, queue: str, version: str) -> tuple[list[bytes], dict[str,
 
 @pytest.mark.slow
 @settings(max_examples=100, deadline=None, suppress_health_check=list(HealthCheck))
-@given(data=st.data(), connect=st.sampled_from(["1.2", "1.2", "1.1", "1.0", None]),
-       noise=st.one_of(st.just(b""), st.just(b""), st.just(b""), st.binary(min_size=1, max_size=64)),
-       disconnect=st.booleans())
-def test_random_streams_never_crash_leak_or_lose_committed_messages(bridge, broker, data, connect, noise,
-                                                                    disconnect):
+@given(
+    data=st.data(),
+    connect=st.sampled_from(["1.2", "1.2", "1.1", "1.0", None]),
+    noise=st.one_of(st.just(b""), st.just(b""), st.just(b""), st.binary(min_size=1, max_size=64)),
+    disconnect=st.booleans(),
+)
+def test_random_streams_never_crash_leak_or_lose_committed_messages(bridge, broker, data, connect, noise, disconnect):
     """Whatever arrives, the server answers or closes, frees the connection and keeps every
     message it confirmed (a RECEIPT of a SEND, or of the COMMIT of its transaction)."""
     queue = qname("H")
@@ -470,8 +527,9 @@ def test_random_streams_never_crash_leak_or_lose_committed_messages(bridge, brok
     if noise:
         wire.insert(data.draw(st.integers(0, len(wire)), label="noise at"), noise)
     if connect:
-        wire.insert(0, encode_frame(Frame("CONNECT", {"accept-version": connect, "login": "admin",
-                                                       "passcode": "secret"}), None))
+        wire.insert(
+            0, encode_frame(Frame("CONNECT", {"accept-version": connect, "login": "admin", "passcode": "secret"}), None)
+        )
     raw = Raw(bridge.tcp_port)
     raw.version = connect
     try:

@@ -66,8 +66,10 @@ def expect_error(driver, frames, message):
 
 # --- CONNECT, versions, login --------------------------------------------------------------
 
-@pytest.mark.parametrize("accept,version", [(None, "1.0"), ("1.0", "1.0"), ("1.0,1.1", "1.1"),
-                                            ("1.1,1.2", "1.2"), ("1.2,2.0", "1.2")])
+
+@pytest.mark.parametrize(
+    "accept,version", [(None, "1.0"), ("1.0", "1.0"), ("1.0,1.1", "1.1"), ("1.1,1.2", "1.2"), ("1.2,2.0", "1.2")]
+)
 def test_version_negotiation(drivers, accept, version):
     d = drivers(None)
     headers = {"login": "admin", "passcode": "secret"}
@@ -82,19 +84,25 @@ def test_version_negotiation(drivers, accept, version):
 
 def test_unsupported_version_is_an_error_listing_ours(drivers):
     d = drivers(None)
-    e = expect_error(d, d.send("CONNECT", {"accept-version": "2.0,3.1", "login": "admin", "passcode": "secret"}),
-                     "unsupported version")
+    e = expect_error(
+        d,
+        d.send("CONNECT", {"accept-version": "2.0,3.1", "login": "admin", "passcode": "secret"}),
+        "unsupported version",
+    )
     assert e.headers["version"] == "1.0,1.1,1.2"
 
 
 @pytest.mark.parametrize("command", ["CONNECT", "STOMP"])
-@pytest.mark.parametrize("headers,message", [
-    ({"passcode": "secret"}, "missing login"),
-    ({"login": "admin"}, "missing passcode"),
-    ({}, "missing login"),
-    ({"login": "admin", "passcode": "wrong"}, "authentication failed"),
-    ({"login": "nobody", "passcode": "secret"}, "authentication failed"),
-])
+@pytest.mark.parametrize(
+    "headers,message",
+    [
+        ({"passcode": "secret"}, "missing login"),
+        ({"login": "admin"}, "missing passcode"),
+        ({}, "missing login"),
+        ({"login": "admin", "passcode": "wrong"}, "authentication failed"),
+        ({"login": "nobody", "passcode": "secret"}, "authentication failed"),
+    ],
+)
 def test_login_and_passcode_are_required_and_checked(drivers, command, headers, message):
     d = drivers(None)
     e = expect_error(d, d.send(command, {"accept-version": "1.2", **headers}), message)
@@ -104,8 +112,7 @@ def test_login_and_passcode_are_required_and_checked(drivers, command, headers, 
 @pytest.mark.parametrize("command", ["SEND", "SUBSCRIBE", "ACK", "BEGIN", "DISCONNECT", "MESSAGE"])
 def test_commands_before_connect_are_errors(drivers, command):
     d = drivers(None)
-    e = expect_error(d, d.send(command, {"destination": "/queue/a", "transaction": "t"}),
-                     f"unexpected {command}")
+    e = expect_error(d, d.send(command, {"destination": "/queue/a", "transaction": "t"}), f"unexpected {command}")
     assert b"send CONNECT first" in e.body or command == "MESSAGE"
 
 
@@ -131,8 +138,10 @@ def test_error_frames_carry_receipt_id_message_and_content_length(drivers):
 
 def test_frames_pipelined_behind_connect_wait_for_authentication(drivers, broker):
     d = drivers(None)
-    data = (b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0"
-            b"SEND\ndestination:/queue/pipe\nreceipt:r1\n\nhi\0")
+    data = (
+        b"CONNECT\naccept-version:1.2\nlogin:admin\npasscode:secret\n\n\0"
+        b"SEND\ndestination:/queue/pipe\nreceipt:r1\n\nhi\0"
+    )
     frames = d.feed(data)
     assert [f.command for f in frames] == ["CONNECTED", "RECEIPT"]
     assert broker.queue_depth("pipe") == 1
@@ -140,11 +149,13 @@ def test_frames_pipelined_behind_connect_wait_for_authentication(drivers, broker
 
 # --- heart-beats ---------------------------------------------------------------------------
 
+
 def test_heart_beat_negotiation_sending_and_enforcement(drivers):
     d = drivers(None, SessionConfig(heart_beat=(1000, 1000)))
     d.version = None
-    connected = d.send("CONNECT", {"accept-version": "1.1", "login": "admin", "passcode": "secret",
-                                   "heart-beat": "500,2000"})[0]
+    connected = d.send(
+        "CONNECT", {"accept-version": "1.1", "login": "admin", "passcode": "secret", "heart-beat": "500,2000"}
+    )[0]
     assert connected.headers["heart-beat"] == "1000,1000"
     s = d.session
     assert (s.send_every, s.expect_every) == (2000, 1000)
@@ -163,8 +174,10 @@ def test_heart_beat_negotiation_sending_and_enforcement(drivers):
     assert s.state is State.ERROR
 
 
-@pytest.mark.parametrize("version,header,expected", [("1.0", "100,100", (0, 0)), ("1.2", "0,0", (0, 0)),
-                                                     ("1.2", None, (0, 0)), ("1.2", "0,5000", (5000, 0))])
+@pytest.mark.parametrize(
+    "version,header,expected",
+    [("1.0", "100,100", (0, 0)), ("1.2", "0,0", (0, 0)), ("1.2", None, (0, 0)), ("1.2", "0,5000", (5000, 0))],
+)
 def test_heart_beats_off(drivers, version, header, expected):
     d = drivers(None)
     headers = {"accept-version": version, "login": "admin", "passcode": "secret"}
@@ -176,11 +189,15 @@ def test_heart_beats_off(drivers, version, header, expected):
 
 def test_invalid_heart_beat(drivers):
     d = drivers(None)
-    expect_error(d, d.send("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": "secret",
-                                       "heart-beat": "fast"}), "invalid heart-beat")
+    expect_error(
+        d,
+        d.send("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": "secret", "heart-beat": "fast"}),
+        "invalid heart-beat",
+    )
 
 
 # --- SEND: conversion (processing sequence, inbound) ---------------------------------------
+
 
 def test_send_without_content_length_is_a_text_message_with_defaults(drivers, jms):
     d = drivers()
@@ -200,15 +217,40 @@ def test_send_with_content_length_is_a_bytes_message(drivers, jms):
 
 def test_send_headers_become_jms_headers_and_string_properties(drivers, jms):
     d = drivers()
-    d.send("SEND", {"destination": "/topic/x", "persistent": "false", "priority": "7",
-                    "expires": "4102444800000", "correlation-id": "c-1", "type": "kind",
-                    "reply-to": "/queue/answers", "color": "blue", "JMSXGroupID": "g1",
-                    "content-type": "application/json", "message-id": "ignored"}, b"{}")
+    d.send(
+        "SEND",
+        {
+            "destination": "/topic/x",
+            "persistent": "false",
+            "priority": "7",
+            "expires": "4102444800000",
+            "correlation-id": "c-1",
+            "type": "kind",
+            "reply-to": "/queue/answers",
+            "color": "blue",
+            "JMSXGroupID": "g1",
+            "content-type": "application/json",
+            "message-id": "ignored",
+        },
+        b"{}",
+    )
     consumer = jms.create_consumer(Topic("x"))
-    d.send("SEND", {"destination": "/topic/x", "persistent": "false", "priority": "7",
-                    "expires": "4102444800000", "correlation-id": "c-1", "type": "kind",
-                    "reply-to": "/queue/answers", "color": "blue", "JMSXGroupID": "g1",
-                    "content-type": "application/json"}, b"{}")
+    d.send(
+        "SEND",
+        {
+            "destination": "/topic/x",
+            "persistent": "false",
+            "priority": "7",
+            "expires": "4102444800000",
+            "correlation-id": "c-1",
+            "type": "kind",
+            "reply-to": "/queue/answers",
+            "color": "blue",
+            "JMSXGroupID": "g1",
+            "content-type": "application/json",
+        },
+        b"{}",
+    )
     msg = consumer.receive(2)
     assert msg.delivery_mode == DeliveryMode.NON_PERSISTENT and msg.priority == 7
     assert msg.expiration == 4102444800000 and msg.correlation_id == "c-1" and msg.type == "kind"
@@ -217,18 +259,21 @@ def test_send_headers_become_jms_headers_and_string_properties(drivers, jms):
     assert msg.get_string_property("JMS_STOMP_CONTENT_TYPE") == "application/json"
 
 
-@pytest.mark.parametrize("headers,message", [
-    ({}, "missing destination"),
-    ({"destination": ""}, "missing destination"),
-    ({"destination": "queue/x"}, "invalid destination"),
-    ({"destination": "/queue/"}, "invalid destination"),
-    ({"destination": "/exchange/x"}, "invalid destination"),
-    ({"destination": "/queue/x", "priority": "10"}, "invalid priority"),
-    ({"destination": "/queue/x", "persistent": "yes"}, "invalid persistent"),
-    ({"destination": "/queue/x", "expires": "soon"}, "invalid expires"),
-    ({"destination": "/queue/x", "reply-to": "nowhere"}, "invalid reply-to"),
-    ({"destination": "/queue/x", "transaction": "nope"}, "unknown transaction"),
-])
+@pytest.mark.parametrize(
+    "headers,message",
+    [
+        ({}, "missing destination"),
+        ({"destination": ""}, "missing destination"),
+        ({"destination": "queue/x"}, "invalid destination"),
+        ({"destination": "/queue/"}, "invalid destination"),
+        ({"destination": "/exchange/x"}, "invalid destination"),
+        ({"destination": "/queue/x", "priority": "10"}, "invalid priority"),
+        ({"destination": "/queue/x", "persistent": "yes"}, "invalid persistent"),
+        ({"destination": "/queue/x", "expires": "soon"}, "invalid expires"),
+        ({"destination": "/queue/x", "reply-to": "nowhere"}, "invalid reply-to"),
+        ({"destination": "/queue/x", "transaction": "nope"}, "unknown transaction"),
+    ],
+)
 def test_send_bad_input(drivers, broker, headers, message):
     d = drivers()
     expect_error(d, d.send("SEND", {"receipt": "r", **headers}, b"x"), message)
@@ -241,6 +286,7 @@ def test_text_body_must_be_utf8(drivers):
 
 
 # --- MESSAGE: conversion (processing sequence, outbound) --------------------------------------
+
 
 def test_message_frames_carry_every_header(drivers, jms):
     d = drivers()
@@ -285,8 +331,15 @@ class Upper(MessageTransformer):
     seen: ClassVar[list[dict]] = []
 
     def transform(self, message, read_only, charset_name, source, target, properties):
-        Upper.seen.append({"read_only": read_only, "charset": charset_name, "source": source,
-                           "target": target, "properties": dict(properties) if properties else None})
+        Upper.seen.append(
+            {
+                "read_only": read_only,
+                "charset": charset_name,
+                "source": source,
+                "target": target,
+                "properties": dict(properties) if properties else None,
+            }
+        )
         if isinstance(message, MapMessage):
             out = self.create_message("TEXT")
             out.text = repr(sorted(message.get_body().items()))
@@ -305,10 +358,14 @@ def test_message_transformer_hook_both_ways(drivers, jms):
     d.send("SEND", {"destination": "/queue/tr", "bad-name": "v", "ok": "1"}, b"abc")
     assert d.messages(1)[0].body == b"ABC"
     inbound, outbound = Upper.seen[0], Upper.seen[1]
-    assert inbound == {"read_only": False, "charset": "UTF-8", "source": "STOMP", "target": "SUN_MQ",
-                       "properties": {"bad-name": "v"}}
-    assert outbound == {"read_only": True, "charset": None, "source": "SUN_MQ", "target": "STOMP",
-                        "properties": None}
+    assert inbound == {
+        "read_only": False,
+        "charset": "UTF-8",
+        "source": "STOMP",
+        "target": "SUN_MQ",
+        "properties": {"bad-name": "v"},
+    }
+    assert outbound == {"read_only": True, "charset": None, "source": "SUN_MQ", "target": "STOMP", "properties": None}
     jms.create_producer(Queue("tr")).send(MapMessage({"k": 1}))  # deliverable once transformed
     assert d.messages(1)[0].body == b"[('k', 1)]"
 
@@ -340,7 +397,11 @@ def test_a_new_message_from_the_transformer_keeps_the_deliverys_headers(drivers,
     h = frame.headers
     assert frame.body == b"ABC" and h["fresh"] == "yes" and "lost" not in h
     assert (h["destination"], h["message-id"], h["timestamp"], h["priority"]) == (
-        "/queue/fresh", sent.message_id, str(sent.timestamp), "7")
+        "/queue/fresh",
+        sent.message_id,
+        str(sent.timestamp),
+        "7",
+    )
     assert (h["correlation-id"], h["type"], h["reply-to"]) == ("c1", "kind", "/queue/replies")
     own = TextMessage("own")
     producer.send(own)
@@ -351,6 +412,7 @@ def test_a_new_message_from_the_transformer_keeps_the_deliverys_headers(drivers,
 
 # --- SUBSCRIBE, UNSUBSCRIBE, ack modes ---------------------------------------------------------
 
+
 def test_subscribe_without_id_gets_the_default_id(drivers):
     d = drivers("1.0")
     d.send("SUBSCRIBE", {"destination": "/queue/q"})
@@ -358,14 +420,17 @@ def test_subscribe_without_id_gets_the_default_id(drivers):
     assert d.messages(1)[0].headers["subscription"] == "/subscription-to//queue/q"
 
 
-@pytest.mark.parametrize("headers,message", [
-    ({"destination": "/queue/q", "ack": "sometimes"}, "invalid ack"),
-    ({"destination": "/queue/q", "selector": "a = "}, "subscribe failed"),
-    ({"destination": "/queue/q", "transaction": "t9"}, "unknown transaction"),
-    ({"destination": "/queue/q", "durable-subscriber-name": "d"}, "invalid durable subscription"),
-    ({"destination": "/topic/t", "durable-subscriber-name": "d"}, "no client-id"),
-    ({"destination": "/temp-queue/temporary_destination://queue/gone"}, "subscribe failed"),
-])
+@pytest.mark.parametrize(
+    "headers,message",
+    [
+        ({"destination": "/queue/q", "ack": "sometimes"}, "invalid ack"),
+        ({"destination": "/queue/q", "selector": "a = "}, "subscribe failed"),
+        ({"destination": "/queue/q", "transaction": "t9"}, "unknown transaction"),
+        ({"destination": "/queue/q", "durable-subscriber-name": "d"}, "invalid durable subscription"),
+        ({"destination": "/topic/t", "durable-subscriber-name": "d"}, "no client-id"),
+        ({"destination": "/temp-queue/temporary_destination://queue/gone"}, "subscribe failed"),
+    ],
+)
 def test_subscribe_bad_input(drivers, headers, message):
     d = drivers()
     expect_error(d, d.send("SUBSCRIBE", headers), message)
@@ -468,14 +533,17 @@ def test_ack_1_0_without_subscription_finds_the_default_id_subscription(drivers,
     assert pending(broker, "ten") == 0
 
 
-@pytest.mark.parametrize("version,headers,message", [
-    ("1.1", {"subscription": "nope", "message-id": "ID:x"}, "unknown subscription"),
-    ("1.1", {"subscription": "1", "message-id": "ID:x"}, "unknown message"),
-    ("1.1", {"subscription": "1"}, "missing message-id"),
-    ("1.2", {"id": "999"}, "unknown message"),
-    ("1.2", {"id": "abc"}, "unknown message"),
-    ("1.2", {}, "missing id"),
-])
+@pytest.mark.parametrize(
+    "version,headers,message",
+    [
+        ("1.1", {"subscription": "nope", "message-id": "ID:x"}, "unknown subscription"),
+        ("1.1", {"subscription": "1", "message-id": "ID:x"}, "unknown message"),
+        ("1.1", {"subscription": "1"}, "missing message-id"),
+        ("1.2", {"id": "999"}, "unknown message"),
+        ("1.2", {"id": "abc"}, "unknown message"),
+        ("1.2", {}, "missing id"),
+    ],
+)
 def test_ack_bad_input(drivers, version, headers, message):
     d = drivers(version)
     d.send("SUBSCRIBE", {"destination": "/queue/bad", "id": "1", "ack": "client"})
@@ -534,11 +602,15 @@ def test_durable_unsubscribe_needs_a_client_id(drivers):
 def test_client_id_in_use(drivers):
     drivers(**{"client-id": "same"})
     d = drivers(None)
-    expect_error(d, d.send("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": "secret",
-                                       "client-id": "same"}), "connect failed")
+    expect_error(
+        d,
+        d.send("CONNECT", {"accept-version": "1.2", "login": "admin", "passcode": "secret", "client-id": "same"}),
+        "connect failed",
+    )
 
 
 # --- transactions ----------------------------------------------------------------------------
+
 
 def test_transactional_sends(drivers, broker):
     d = drivers()
@@ -555,13 +627,16 @@ def test_transactional_sends(drivers, broker):
     assert broker.queue_depth("tx") == 2
 
 
-@pytest.mark.parametrize("frames,message", [
-    ([("BEGIN", {"transaction": "a"}), ("BEGIN", {"transaction": "b"})], "nested transaction"),
-    ([("BEGIN", {"transaction": "a"}), ("BEGIN", {"transaction": "a"})], "nested transaction"),
-    ([("COMMIT", {"transaction": "a"})], "unknown transaction"),
-    ([("BEGIN", {"transaction": "a"}), ("ABORT", {"transaction": "b"})], "unknown transaction"),
-    ([("ABORT", {})], "missing transaction"),
-])
+@pytest.mark.parametrize(
+    "frames,message",
+    [
+        ([("BEGIN", {"transaction": "a"}), ("BEGIN", {"transaction": "b"})], "nested transaction"),
+        ([("BEGIN", {"transaction": "a"}), ("BEGIN", {"transaction": "a"})], "nested transaction"),
+        ([("COMMIT", {"transaction": "a"})], "unknown transaction"),
+        ([("BEGIN", {"transaction": "a"}), ("ABORT", {"transaction": "b"})], "unknown transaction"),
+        ([("ABORT", {})], "missing transaction"),
+    ],
+)
 def test_transaction_bad_input(drivers, frames, message):
     d = drivers()
     out = []
@@ -585,8 +660,7 @@ def test_transacted_subscription(drivers, broker):
     # delivery pauses until the next BEGIN
     send_n(d, "ts", 1)
     assert d.pump(0.2) == []
-    expect_error(d, d.send("ACK", {"subscription": "1", "message-id": msgs[2].headers["message-id"]}),
-                 "no transaction")
+    expect_error(d, d.send("ACK", {"subscription": "1", "message-id": msgs[2].headers["message-id"]}), "no transaction")
 
 
 @pytest.mark.slow
@@ -625,6 +699,7 @@ def test_disconnect_rolls_back_an_open_transaction(drivers, broker):
 
 # --- flow control -------------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("ack", ["client", "client-individual"])
 def test_consumer_flow_limit_bounds_unacknowledged_deliveries(drivers, ack):
@@ -654,6 +729,7 @@ def test_consumer_flow_limit_on_transacted_subscriptions_frees_at_commit(drivers
 
 # --- temporary destinations and reply-to ------------------------------------------------------------
 
+
 @pytest.mark.parametrize("kind", ["queue", "topic"])
 def test_request_reply_through_temporary_destinations(drivers, kind):
     requester, server = drivers(), drivers()
@@ -682,6 +758,7 @@ def test_temporary_destinations_die_with_their_connection(drivers):
 
 
 # --- limits and durability --------------------------------------------------------------------------
+
 
 def test_oversize_frame(drivers, broker):
     d = drivers(config=SessionConfig(limits=Limits(max_frame_size=1000)))
@@ -769,8 +846,9 @@ def test_a_send_the_broker_holds_is_converted_once(drivers, jms, broker):
     """A SEND held by a full FLOW_CONTROL queue is sent again once there is room: its
     message as converted the first time (the transformer sees each SEND once), in order,
     and its RECEIPT follows."""
-    broker.configure_destination(Queue("held"), DestinationLimits(max_num_msgs=1,
-                                                                 limit_behavior=LimitBehavior.FLOW_CONTROL))
+    broker.configure_destination(
+        Queue("held"), DestinationLimits(max_num_msgs=1, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
     Counting.inbound = 0
     d = drivers(config=SessionConfig(transformer=Counting))
     consumer = jms.create_consumer(Queue("held"))

@@ -47,13 +47,30 @@ def test_the_fast_tier_guard_names_an_unmarked_test_over_its_stated_limit(tmp_pa
     """The limit the conftest's comment and the slow marker state (0.3 s), not 2 s."""
     shutil.copy(Path(__file__).with_name("conftest.py"), tmp_path / "conftest.py")
     (tmp_path / "test_timed.py").write_text(
-        "import time\n\n\n"
-        "def test_half_a_second():\n    time.sleep(0.5)\n\n\n"
-        "def test_at_once():\n    pass\n")
+        "import time\n\n\ndef test_half_a_second():\n    time.sleep(0.5)\n\n\ndef test_at_once():\n    pass\n"
+    )
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    r = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:faulthandler", "-p", "no:cacheprovider",
-                        "-m", "not slow", "-n", "0", str(tmp_path / "test_timed.py")],
-                       cwd=tmp_path, capture_output=True, text=True, env=env, timeout=60)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-p",
+            "no:faulthandler",
+            "-p",
+            "no:cacheprovider",
+            "-m",
+            "not slow",
+            "-n",
+            "0",
+            str(tmp_path / "test_timed.py"),
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "unmarked tests slower than 0.3 s" in r.stdout, r.stdout
     named = [line for line in r.stdout.splitlines() if line.endswith("test_timed.py::test_half_a_second")]

@@ -41,9 +41,14 @@ def test_the_guides_unit_test_passes_without_a_link(tmp_path):
     files = guide_files()
     for name in ("order_router.py", "test_order_router.py"):
         (tmp_path / name).write_text(files[name])
-    result = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                             "test_order_router.py"], cwd=tmp_path, capture_output=True, text=True,
-                            env=dict(os.environ, PYTHONPATH=str(ROOT)), timeout=100)
+    result = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "test_order_router.py"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        timeout=100,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "3 passed" in result.stdout
 
@@ -57,16 +62,37 @@ def test_the_guides_transformer_runs_on_a_link_from_instance_lib_ext(tmp_path):
     (ext / "order_router.py").write_text(files["order_router.py"])
     (tmp_path / "orders.xml").write_text(files["orders.xml"])
     props = tmp_path / "broker.properties"
-    props.write_text("\n".join([
-        f"imq.varhome={tmp_path / 'var'}", "imq.instancename=guide", "imq.portmapper.port=0",
-        "imq.jms.tcp.port=0", "imq.bridge.enabled=true", "imq.bridge.admin.user=admin",
-        f"imq.bridge.admin.password={PASSWORD}", "imq.bridge.activelist=orders",
-        "imq.bridge.orders.type=jms", "imq.bridge.orders.xmlurl=orders.xml"]) + "\n")
+    props.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={tmp_path / 'var'}",
+                "imq.instancename=guide",
+                "imq.portmapper.port=0",
+                "imq.jms.tcp.port=0",
+                "imq.bridge.enabled=true",
+                "imq.bridge.admin.user=admin",
+                f"imq.bridge.admin.password={PASSWORD}",
+                "imq.bridge.activelist=orders",
+                "imq.bridge.orders.type=jms",
+                "imq.bridge.orders.xmlurl=orders.xml",
+            ]
+        )
+        + "\n"
+    )
     daemon = Daemon(props)
     try:
         assert daemon.bridges == {"orders": "STARTED"}, daemon.lines
-        send(daemon, PASSWORD, "orders.in", "order 1", "URGENT order 2", "TEST order 3",
-             "order 4", "URGENT order 5", "TEST order 6")
+        send(
+            daemon,
+            PASSWORD,
+            "orders.in",
+            "order 1",
+            "URGENT order 2",
+            "TEST order 3",
+            "order 4",
+            "URGENT order 5",
+            "TEST order 6",
+        )
         out = take(daemon, PASSWORD, "orders.out", expect=2)
         urgent = take(daemon, PASSWORD, "orders.urgent", expect=2)
         audit = take(daemon, PASSWORD, "imq.bridge.jms.dmq", expect=2)
@@ -76,5 +102,4 @@ def test_the_guides_transformer_runs_on_a_link_from_instance_lib_ext(tmp_path):
     assert [m.text for m in urgent] == ["URGENT order 2", "URGENT order 5"]
     # one audit copy each per link start: the first branched and the first dropped message
     reasons = {m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"): m.object.text for m in audit}
-    assert reasons == {"FIRST_TRANSFORMER_BRANCHTO": "URGENT order 2",
-                       "FIRST_TRANSFORMER_NOTRANSFER": "TEST order 3"}
+    assert reasons == {"FIRST_TRANSFORMER_BRANCHTO": "URGENT order 2", "FIRST_TRANSFORMER_NOTRANSFER": "TEST order 3"}

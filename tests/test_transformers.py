@@ -34,20 +34,27 @@ def run(transformer: MessageTransformer, msg, properties=None, charset=None):
 
 # --- loading -----------------------------------------------------------------------------------
 
+
 def test_shipped_transformers_load_by_their_name_and_their_old_names():
     """The shipped transformers are bridgemgr.transformers.*; configurations written when
     they were the top-level folder transformers/ (a name Hugging Face's package takes)
     keep loading them, without importing any top-level `transformers`."""
-    for name in ("bridgemgr.transformers.uppercase.UppercaseTransformer",
-                 "transformers.uppercase.UppercaseTransformer", "uppercase.UppercaseTransformer"):
+    for name in (
+        "bridgemgr.transformers.uppercase.UppercaseTransformer",
+        "transformers.uppercase.UppercaseTransformer",
+        "uppercase.UppercaseTransformer",
+    ):
         assert type(load_transformer(name)).__module__ == "bridgemgr.transformers.uppercase"
     assert type(load_transformer("routing.ContentRouter")).__name__ == "ContentRouter"
     assert "transformers" not in sys.modules
 
 
 def test_an_old_name_that_is_not_shipped_names_the_new_package():
-    with pytest.raises(JMSException, match=r"the shipped transformers are bridgemgr\.transformers\."
-                                           r"<module>\.<Class>, modules charset, headers, routing, uppercase"):
+    with pytest.raises(
+        JMSException,
+        match=r"the shipped transformers are bridgemgr\.transformers\."
+        r"<module>\.<Class>, modules charset, headers, routing, uppercase",
+    ):
         load_transformer("transformers.nosuch.Thing", [])
 
 
@@ -55,15 +62,20 @@ def test_the_plugin_folders_in_their_order(tmp_path, monkeypatch):
     monkeypatch.setenv(TRANSFORMER_PATH_ENV, str(tmp_path / "env"))
     monkeypatch.setenv("IMQ_HOME", str(tmp_path / "home"))
     assert transformer_path(f"{tmp_path / 'a'},{tmp_path / 'b'}", tmp_path / "inst") == [
-        tmp_path / "a", tmp_path / "b", tmp_path / "env", tmp_path / "inst" / "lib" / "ext",
-        tmp_path / "home" / "lib" / "ext"]
+        tmp_path / "a",
+        tmp_path / "b",
+        tmp_path / "env",
+        tmp_path / "inst" / "lib" / "ext",
+        tmp_path / "home" / "lib" / "ext",
+    ]
 
 
 def test_configured_folder_comes_first(tmp_path, monkeypatch):
     (tmp_path / "mine_tx_mod.py").write_text(
         "from bridgemgr.transform import MessageTransformer\n"
         "class T(MessageTransformer):\n"
-        "    def transform(self, *a): return a[0]\n")
+        "    def transform(self, *a): return a[0]\n"
+    )
     monkeypatch.setenv(TRANSFORMER_PATH_ENV, str(tmp_path))
     assert transformer_path()[0] == tmp_path
     assert type(load_transformer("mine_tx_mod.T")).__module__ == "mine_tx_mod"
@@ -77,7 +89,8 @@ def test_package_in_a_folder(tmp_path):
     (pkg / "mapping.py").write_text(
         "from bridgemgr.transform import MessageTransformer\n"
         "class M(MessageTransformer):\n"
-        "    def transform(self, *a): return a[0]\n")
+        "    def transform(self, *a): return a[0]\n"
+    )
     try:
         assert load_transformer("acme_tx_pkg.mapping.M", [tmp_path])
     finally:
@@ -85,12 +98,15 @@ def test_package_in_a_folder(tmp_path):
             sys.modules.pop(name, None)
 
 
-@pytest.mark.parametrize("path, match", [
-    ("nothing", "not a dotted class name"),
-    ("no_such_module_x.Cls", "No module named 'no_such_module_x'.*looked in"),
-    ("transformers.uppercase.Nope", "has no attribute 'Nope'"),
-    ("bridgemgr.jms.Queue", "not a subclass of bridgemgr.transform.MessageTransformer"),
-])
+@pytest.mark.parametrize(
+    "path, match",
+    [
+        ("nothing", "not a dotted class name"),
+        ("no_such_module_x.Cls", "No module named 'no_such_module_x'.*looked in"),
+        ("transformers.uppercase.Nope", "has no attribute 'Nope'"),
+        ("bridgemgr.jms.Queue", "not a subclass of bridgemgr.transform.MessageTransformer"),
+    ],
+)
 def test_clear_errors(path, match):
     with pytest.raises(JMSException, match=match):
         load_transformer(path)
@@ -114,6 +130,7 @@ def test_branch_to_only_on_a_link():
 
 # --- uppercase -------------------------------------------------------------------------------------
 
+
 def test_uppercase_keeps_the_read_only_original():
     msg = received(TextMessage("abc"))
     out, _ = run(load_transformer("transformers.uppercase.UppercaseTransformer"), msg)
@@ -121,6 +138,7 @@ def test_uppercase_keeps_the_read_only_original():
 
 
 # --- header mapping ------------------------------------------------------------------------------------
+
 
 def test_header_mapping():
     msg = TextMessage("x")
@@ -130,10 +148,16 @@ def test_header_mapping():
     msg.set_string_property("prio", "7")
     msg.type = "old"
     msg = received(msg)
-    rules = {"set.region": "EU", "rename.orderId": "externalId", "drop": "secretish, missing",
-             "to-header.JMSCorrelationID": "corr", "to-header.JMSPriority": "prio",
-             "from-header.JMSMessageID": "sourceId", "from-header.JMSType": "sourceType",
-             "JMS_SUN_JMSBRIDGE_NAME": "b"}
+    rules = {
+        "set.region": "EU",
+        "rename.orderId": "externalId",
+        "drop": "secretish, missing",
+        "to-header.JMSCorrelationID": "corr",
+        "to-header.JMSPriority": "prio",
+        "from-header.JMSMessageID": "sourceId",
+        "from-header.JMSType": "sourceType",
+        "JMS_SUN_JMSBRIDGE_NAME": "b",
+    }
     out, _ = run(load_transformer("transformers.headers.HeaderMapping"), msg, rules)
     assert out.get_string_property("region") == "EU"
     assert out.get_property_type("externalId") is PropertyType.INT
@@ -148,15 +172,23 @@ def test_header_mapping():
 
 def test_header_mapping_unknown_header_is_a_failure():
     with pytest.raises(JMSException, match="JMSExpiration"):
-        run(load_transformer("transformers.headers.HeaderMapping"), received(TextMessage("x")),
-            {"to-header.JMSExpiration": "x"})
+        run(
+            load_transformer("transformers.headers.HeaderMapping"),
+            received(TextMessage("x")),
+            {"to-header.JMSExpiration": "x"},
+        )
 
 
 # --- routing --------------------------------------------------------------------------------------------
 
-ROUTES = {"route.2.selector": "amount > 1000", "route.2.to": "queue:big",
-          "route.1.selector": "region = 'EU'", "route.1.to": "orders-eu",
-          "route.10.selector": "region = 'US'", "route.10.to": "topic:us"}
+ROUTES = {
+    "route.2.selector": "amount > 1000",
+    "route.2.to": "queue:big",
+    "route.1.selector": "region = 'EU'",
+    "route.1.to": "orders-eu",
+    "route.10.selector": "region = 'US'",
+    "route.10.to": "topic:us",
+}
 
 
 def order(region: str, amount: int):
@@ -166,25 +198,31 @@ def order(region: str, amount: int):
     return received(m)
 
 
-@pytest.mark.parametrize("region, amount, default, branch, drop", [
-    ("EU", 5000, None, "orders-eu", False),        # route 1 first, though 2 matches too
-    ("US", 5000, None, Queue("big"), False),
-    ("US", 5, None, Topic("us"), False),           # 10 after 2
-    ("JP", 5, None, None, False),                  # the link's target
-    ("JP", 5, "drop", None, True),
-    ("JP", 5, "queue:rest", Queue("rest"), False),
-])
+@pytest.mark.parametrize(
+    "region, amount, default, branch, drop",
+    [
+        ("EU", 5000, None, "orders-eu", False),  # route 1 first, though 2 matches too
+        ("US", 5000, None, Queue("big"), False),
+        ("US", 5, None, Topic("us"), False),  # 10 after 2
+        ("JP", 5, None, None, False),  # the link's target
+        ("JP", 5, "drop", None, True),
+        ("JP", 5, "queue:rest", Queue("rest"), False),
+    ],
+)
 def test_content_router(region, amount, default, branch, drop):
     props = dict(ROUTES, **({"default": default} if default else {}))
     _out, outcome = run(load_transformer("routing.ContentRouter"), order(region, amount), props)
     assert outcome.branch_to == branch and outcome.no_transfer is drop
 
 
-@pytest.mark.parametrize("props, match", [
-    ({"route.1.selector": "a = 1"}, "needs both"),
-    ({"route.x.to": "q"}, "route.N"),
-    ({"route.1.selector": "a = = 1", "route.1.to": "q"}, "invalid selector"),
-])
+@pytest.mark.parametrize(
+    "props, match",
+    [
+        ({"route.1.selector": "a = 1"}, "needs both"),
+        ({"route.x.to": "q"}, "route.N"),
+        ({"route.1.selector": "a = = 1", "route.1.to": "q"}, "invalid selector"),
+    ],
+)
 def test_content_router_bad_routes(props, match):
     with pytest.raises(JMSException, match=match):
         run(load_transformer("routing.ContentRouter"), order("EU", 1), props)

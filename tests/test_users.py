@@ -97,8 +97,9 @@ def test_verify_password_rejects_malformed_hashes():
 
 
 def test_the_default_file_and_the_admin_bootstrap(tmp_path):
-    props = load_properties([], [f"imq.varhome={tmp_path}", "imq.bridge.admin.user=admin",
-                                 "imq.bridge.admin.password=adminpw"], environ={})
+    props = load_properties(
+        [], [f"imq.varhome={tmp_path}", "imq.bridge.admin.user=admin", "imq.bridge.admin.password=adminpw"], environ={}
+    )
     assert default_path(props) == tmp_path / "instances" / "imqbroker" / "etc" / "passwd"
     repo = open_repository(props)
     assert repo.authenticate("admin", "adminpw").group == "admin"
@@ -111,6 +112,7 @@ def test_the_default_file_and_the_admin_bootstrap(tmp_path):
 
 # --- imqbridgemgr user ---------------------------------------------------------------------------
 
+
 @pytest.fixture
 def props_file(tmp_path):
     path = tmp_path / "broker.properties"
@@ -122,8 +124,9 @@ def test_cli_add_list_delete_with_a_passfile(tmp_path, props_file):
     passfile = tmp_path / "pw.properties"
     passfile.write_text("imq.imqusermgr.password=s3cret\n")
     runner = CliRunner()
-    result = runner.invoke(main, ["user", "add", "-props", str(props_file), "-u", "carol", "-passfile",
-                                  str(passfile), "-g", "admin"])
+    result = runner.invoke(
+        main, ["user", "add", "-props", str(props_file), "-u", "carol", "-passfile", str(passfile), "-g", "admin"]
+    )
     assert result.exit_code == 0, result.output
     assert "s3cret" not in result.output
     repo = UserRepository(tmp_path / "var" / "instances" / "imqbroker" / "etc" / "passwd")
@@ -140,14 +143,12 @@ def test_cli_add_list_delete_with_a_passfile(tmp_path, props_file):
 
 
 def test_cli_prompts_for_the_password_without_echo(tmp_path, props_file):
-    result = CliRunner().invoke(main, ["user", "add", "-props", str(props_file), "-u", "dave"],
-                                input="pw-1\npw-1\n")
+    result = CliRunner().invoke(main, ["user", "add", "-props", str(props_file), "-u", "dave"], input="pw-1\npw-1\n")
     assert result.exit_code == 0, result.output
     assert "pw-1" not in result.output
     repo = UserRepository(tmp_path / "var" / "instances" / "imqbroker" / "etc" / "passwd")
     assert repo.authenticate("dave", "pw-1").group == "user"
-    mismatch = CliRunner().invoke(main, ["user", "add", "-props", str(props_file), "-u", "erin"],
-                                  input="a\nb\n")
+    mismatch = CliRunner().invoke(main, ["user", "add", "-props", str(props_file), "-u", "erin"], input="a\nb\n")
     assert mismatch.exit_code != 0 and repo.get("erin") is None
 
 

@@ -38,9 +38,11 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def cross_link(transacted: str = "true", target_attrs: str = "") -> str:
-    return (f'<link name="l" transacted="{transacted}">'
-            '<source connection-factory-ref="host" destination-ref="src"/>'
-            f'<target connection-factory-ref="far" destination-ref="dst" {target_attrs}/></link>')
+    return (
+        f'<link name="l" transacted="{transacted}">'
+        '<source connection-factory-ref="host" destination-ref="src"/>'
+        f'<target connection-factory-ref="far" destination-ref="dst" {target_attrs}/></link>'
+    )
 
 
 JNDI = '<property name="java.naming.factory.initial" value="test"/>'
@@ -56,15 +58,23 @@ def pair(tmp_path):
 
 
 def props_for(tmp_path: Path, *extra: str):
-    return load_properties([], [f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms",
-                                "imq.bridge.b.xmlurl=b.xml", *extra], environ={})
+    return load_properties(
+        [],
+        [f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms", "imq.bridge.b.xmlurl=b.xml", *extra],
+        environ={},
+    )
 
 
 def make(a: Broker, b: Broker | ConnectionFactory, xml: bytes, props=None, **kw) -> JMSBridge:
     far = b if isinstance(b, ConnectionFactory) else EmbeddedConnectionFactory(b)
-    return JMSBridge(parse_bridge_config(xml, "b.xml"), props,
-                     host_factory=lambda env: EmbeddedConnectionFactory(a),
-                     lookup=lambda name, env: far, tuning=FAST, **kw)
+    return JMSBridge(
+        parse_bridge_config(xml, "b.xml"),
+        props,
+        host_factory=lambda env: EmbeddedConnectionFactory(a),
+        lookup=lambda name, env: far,
+        tuning=FAST,
+        **kw,
+    )
 
 
 @pytest.fixture
@@ -76,6 +86,7 @@ def bridges():
 
 
 # --- start: registration, recovery, refusals ---------------------------------------------------
+
 
 class Plain(ConnectionFactory):
     """A provider without XA."""
@@ -90,8 +101,11 @@ class Plain(ConnectionFactory):
 def test_a_transacted_link_needs_xa_factories_at_both_ends(pair):
     a, b = pair
     br = make(a, Plain(b), bridge_xml(cross_link(), cfs=FAR))
-    with pytest.raises(BridgeStartError, match=r"b.xml:1: link l: connection-factory far is not "
-                                               "an XAConnectionFactory"):
+    with pytest.raises(
+        BridgeStartError,
+        match=r"b.xml:1: link l: connection-factory far is not "
+        "an XAConnectionFactory",
+    ):
         br.start()
     assert br.state is State.STOPPED and not a.connections and not b.connections
 
@@ -133,8 +147,7 @@ def test_recovery_runs_before_the_links_start(pair, bridges, tmp_path, caplog):
     leave_in_doubt(a, b, undecided)
     log = FileTxLog(txlog_path(props.bridge_dir("b"), "b"))
     log.open()
-    log.log_commit(CommitRecord(decided, (Participant("b:host", xids[0]),
-                                          Participant("b:far", xids[1]))))
+    log.log_commit(CommitRecord(decided, (Participant("b:host", xids[0]), Participant("b:far", xids[1]))))
     log.close()
     caplog.set_level(logging.INFO)
     br = make(a, b, bridge_xml(cross_link(), cfs=FAR), props)
@@ -153,7 +166,7 @@ def test_recovery_runs_before_the_links_start(pair, bridges, tmp_path, caplog):
 def test_a_multi_rm_factory_is_not_registered(pair, bridges, caplog):
     a, b = pair
     caplog.set_level(logging.INFO)
-    cfs = FAR.replace('lookup-name=', 'multi-rm="true" lookup-name=')
+    cfs = FAR.replace("lookup-name=", 'multi-rm="true" lookup-name=')
     br = make(a, b, bridge_xml(cross_link(), cfs=cfs))
     bridges.append(br)
     br.start()
@@ -164,6 +177,7 @@ def test_a_multi_rm_factory_is_not_registered(pair, bridges, caplog):
 
 
 # --- the chapter's failure rules -------------------------------------------------------------------
+
 
 class Unsendable(MessageTransformer):
     """'bad...' becomes an ObjectMessage the codec cannot encode: the send fails."""
@@ -176,8 +190,7 @@ class Unsendable(MessageTransformer):
 def test_a_failed_send_rolls_back_instead_of_the_dmq(pair, bridges, tmp_path):
     a, b = pair
     send(a, "src", ["bad", "ok"])
-    xml = bridge_xml(cross_link(target_attrs=f'message-transformer-class="{__name__}.Unsendable"'),
-                     cfs=FAR)
+    xml = bridge_xml(cross_link(target_attrs=f'message-transformer-class="{__name__}.Unsendable"'), cfs=FAR)
     br = make(a, b, xml, props_for(tmp_path, "imq.bridge.b.backoutThreshold=0"))
     bridges.append(br)
     br.start()
@@ -195,8 +208,7 @@ def test_a_refused_prepare_rolls_back_and_nothing_goes_to_the_dmq(pair, bridges,
     a, b = pair
     b.configure_destination(Queue("dst"), DestinationLimits(max_num_msgs=1))
     send(a, "src", ["first", "second"])
-    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
-              props_for(tmp_path, "imq.bridge.b.backoutThreshold=0"))
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR), props_for(tmp_path, "imq.bridge.b.backoutThreshold=0"))
     bridges.append(br)
     br.start()
     wait_until(lambda: br.links[0].counters.rolled_back >= 3, what="rollbacks")
@@ -216,8 +228,7 @@ def test_a_target_refusing_at_prepare_backs_out_the_poison_message_alone(pair, b
     a, b = pair
     b.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=20 * 1024))
     send(a, "src", ["good1", "big" + "x" * 30 * 1024, "good2"])
-    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
-              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=3"))
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR), props_for(tmp_path, "imq.bridge.b.transaction.batchSize=3"))
     bridges.append(br)
     br.start()
     link = br.links[0]
@@ -226,7 +237,8 @@ def test_a_target_refusing_at_prepare_backs_out_the_poison_message_alone(pair, b
     (dead,) = drain(a, BUILTIN_DMQ, expect=1)
     assert dead.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON") == "BACKOUT_THRESHOLD_REACHED"
     assert dead.object.text.startswith("big") and "backoutThreshold=5" in dead.get_string_property(
-        "JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
+        "JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION"
+    )
     # good2 did not overtake it: it was sent after the poison message went to the DMQ
     assert got[1].timestamp >= dead.get_long_property("JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP")
     # the batch once, then the big one alone 4 more times: its neighbours only once
@@ -256,26 +268,28 @@ def test_a_dead_message_of_a_rolled_back_batch_goes_to_the_dmq_once(pair, bridge
     a, b = pair
     b.configure_destination(Queue("dst"), DestinationLimits(max_bytes_per_msg=20 * 1024))
     send(a, "src", ["good1", "bad", "big" + "x" * 30 * 1024, "good2"])
-    attrs = (f'message-transformer-class="{__name__}.Refusing" '
-             'consume-no-transfer-on-transform-error="true"')
-    br = make(a, b, bridge_xml(cross_link(target_attrs=attrs), cfs=FAR),
-              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=4"))
+    attrs = f'message-transformer-class="{__name__}.Refusing" consume-no-transfer-on-transform-error="true"'
+    br = make(
+        a,
+        b,
+        bridge_xml(cross_link(target_attrs=attrs), cfs=FAR),
+        props_for(tmp_path, "imq.bridge.b.transaction.batchSize=4"),
+    )
     bridges.append(br)
     br.start()
     assert texts(drain(b, "dst", expect=2)) == ["good1", "good2"]
     dead = drain(a, BUILTIN_DMQ, expect=2)
-    assert [(d.object.text[:3], d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"))
-            for d in dead] == [("bad", "TRANSFORM_FAILURE"), ("big", "BACKOUT_THRESHOLD_REACHED")]
-    assert dict(br.links[0].counters.dmq_reasons) == {"TRANSFORM_FAILURE": 1,
-                                                      "BACKOUT_THRESHOLD_REACHED": 1}
+    assert [(d.object.text[:3], d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON")) for d in dead] == [
+        ("bad", "TRANSFORM_FAILURE"),
+        ("big", "BACKOUT_THRESHOLD_REACHED"),
+    ]
+    assert dict(br.links[0].counters.dmq_reasons) == {"TRANSFORM_FAILURE": 1, "BACKOUT_THRESHOLD_REACHED": 1}
     assert drain(a, BUILTIN_DMQ) == [] and drain(a, "src") == []
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("call", ["xa_end", "xa_prepare"])
-def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair, bridges,
-                                                                            tmp_path, monkeypatch,
-                                                                            call):
+def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair, bridges, tmp_path, monkeypatch, call):
     """The target unreachable while ending or preparing: the transaction is rolled back
     everywhere, the link reconnects and moves the batch again; no COMMIT_FAILURE copies."""
     a, b = pair
@@ -289,8 +303,7 @@ def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair
         return real(*args, **kwargs)
 
     monkeypatch.setattr(b, call, lost_once)
-    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
-              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR), props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
     bridges.append(br)
     br.start()
     assert texts(drain(b, "dst", expect=10)) == [f"m{i}" for i in range(10)]
@@ -301,11 +314,11 @@ def test_a_target_lost_before_the_commit_decision_leaves_nothing_in_the_dmq(pair
 
 # --- batches, settings, pooled targets, stopping -----------------------------------------------------
 
+
 def test_batches_move_in_order_once(pair, bridges, tmp_path):
     a, b = pair
     send(a, "src", [f"m{i}" for i in range(23)])
-    br = make(a, b, bridge_xml(cross_link(), cfs=FAR),
-              props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
+    br = make(a, b, bridge_xml(cross_link(), cfs=FAR), props_for(tmp_path, "imq.bridge.b.transaction.batchSize=5"))
     bridges.append(br)
     br.start()
     assert texts(drain(b, "dst", expect=23)) == [f"m{i}" for i in range(23)]
@@ -392,9 +405,13 @@ FULL_DISK_CHILD = textwrap.dedent("""
 
 @pytest.mark.slow
 def test_a_full_disk_under_the_log_stops_the_link_and_loses_nothing(tmp_path):
-    out = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(tmp_path),
-                          str(Path(__file__).parent)], capture_output=True, text=True,
-                         env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD, str(tmp_path), str(Path(__file__).parent)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     result = json.loads(out.stdout.strip().splitlines()[-1])
     assert result["state"] == "STOPPED"
@@ -407,8 +424,7 @@ def test_a_full_disk_under_the_log_stops_the_link_and_loses_nothing(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_order(pair, bridges,
-                                                                                      monkeypatch):
+def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_order(pair, bridges, monkeypatch):
     """Between in-process brokers the commit phase runs behind the link (xa/completer.py):
     a commit that fails there still reaches the DMQ as COMMIT_FAILURE (the chapter), and
     the messages after it, rolled back behind it, arrive in order."""
@@ -432,7 +448,8 @@ def test_a_commit_failing_behind_the_link_goes_to_the_dmq_and_the_rest_stays_in_
     assert texts(drain(b, "dst")) == [f"m{i}" for i in range(10) if i != 2]
     dead = drain(a, BUILTIN_DMQ)
     assert [(d.object.text, d.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON")) for d in dead] == [
-        ("m2", "COMMIT_FAILURE")]
+        ("m2", "COMMIT_FAILURE")
+    ]
     assert br.links[0].counters.transferred == 9
     assert a.xa_recover() == [] and b.xa_recover() == []
     assert all(name.startswith("xa completer") for name in seen)  # behind the link

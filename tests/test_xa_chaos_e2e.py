@@ -33,7 +33,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 N = 4000
 FAULTS = 150  # ~7 kills of each side and ~128 pauses; the suite keeps under its 25 minutes
 SEED = int(os.environ.get("CHAOS_SEED", "0")) or random.randrange(1 << 30)
-SLOWDOWN = '''
+SLOWDOWN = """
 import time
 
 from bridgemgr.transform import MessageTransformer
@@ -43,7 +43,7 @@ class Slowdown(MessageTransformer):
     def transform(self, message, *args):
         time.sleep(0.002)
         return message
-'''
+"""
 
 
 def arrived(target: Daemon, tprops: Path) -> int:
@@ -60,8 +60,7 @@ def drained(daemon: Daemon) -> Daemon:
 
 
 @pytest.mark.parametrize("store", ["file", "jdbc"])
-def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store,
-                                                               monkeypatch):
+def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, request, store, monkeypatch):
     rng = random.Random(SEED)
     tprops = target_props(tmp_path)
     target = drained(Daemon(tprops))
@@ -70,10 +69,13 @@ def test_random_faults_on_both_sides_lose_and_duplicate_nothing(tmp_path, reques
     (tmp_path / "plugins" / "slowdown.py").write_text(SLOWDOWN)
     monkeypatch.setenv("IMQ_BRIDGE_TRANSFORMER_PATH", str(tmp_path / "plugins"))
     xml = props.parent / "jb.xml"
-    xml.write_text(xml.read_text().replace(
-        '<target connection-factory-ref="remote" destination-ref="dst"/>',
-        '<target connection-factory-ref="remote" destination-ref="dst" '
-        'message-transformer-class="slowdown.Slowdown"/>'))
+    xml.write_text(
+        xml.read_text().replace(
+            '<target connection-factory-ref="remote" destination-ref="dst"/>',
+            '<target connection-factory-ref="remote" destination-ref="dst" '
+            'message-transformer-class="slowdown.Slowdown"/>',
+        )
+    )
     text = props.read_text().replace("imq.bridge.jb.autostart=false\n", "")
     db = request.getfixturevalue("database") if store == "jdbc" else None
     if db is not None:

@@ -44,8 +44,7 @@ def completing(brokers):  # noqa: F811  (the imported fixture)
     yield (*brokers, coordinator, completer)
 
 
-def deferred(coordinator: Coordinator, completer: Completer, src: End, dst: End,
-             source=None, target=None) -> object:
+def deferred(coordinator: Coordinator, completer: Completer, src: End, dst: End, source=None, target=None) -> object:
     """One message moved in a transaction handed to ``completer`` once prepared."""
     tx = coordinator.begin()
     tx.enlist(source or src.resource, "b:src", "src")
@@ -79,6 +78,7 @@ class Unconfirmed(Failing):
 
         def wait():
             raise OSError("simulated store failure")
+
         return wait
 
 
@@ -107,6 +107,7 @@ class Unwritten(Failing):
         def later():
             assert self.written.wait(10)
             wait()
+
         return later
 
 
@@ -204,8 +205,7 @@ def test_a_group_of_commit_records_costs_one_sync(tmp_path, monkeypatch):
     syncs: list[int] = []
     real = os.fdatasync
     monkeypatch.setattr(os, "fdatasync", lambda fd: (syncs.append(fd), real(fd))[1])
-    records = [CommitRecord(b"g%d" % i, (Participant("x", xa.Xid(1, b"g%d" % i, b"x")),))
-               for i in range(5)]
+    records = [CommitRecord(b"g%d" % i, (Participant("x", xa.Xid(1, b"g%d" % i, b"x")),)) for i in range(5)]
     log.log_commits(records)
     assert len(syncs) == 1 and set(log.live()) == {r.gtrid for r in records}
     log.close()

@@ -145,6 +145,7 @@ class Failing(XAResource):
 
 # --- our Xid format ---------------------------------------------------------------------------
 
+
 def test_xids_name_the_bridge_and_never_repeat(coordinator):
     tx1, tx2 = coordinator.begin(), coordinator.begin()
     assert tx1.gtrid != tx2.gtrid
@@ -170,6 +171,7 @@ def test_long_names_are_shortened_with_a_hash():
 
 
 # --- completion paths -----------------------------------------------------------------------------
+
 
 def test_two_phase_commit_across_brokers_is_logged_then_forgotten(brokers, coordinator):
     a, b = brokers
@@ -203,8 +205,7 @@ class Remote(Failing):
 
 
 @pytest.mark.parametrize("remote", [False, True])
-def test_in_process_branches_complete_in_the_link_thread_remote_ones_in_the_pool(brokers, coordinator,
-                                                                                  remote):
+def test_in_process_branches_complete_in_the_link_thread_remote_ones_in_the_pool(brokers, coordinator, remote):
     """A hand-off to the pool costs more than an embedded broker's prepare or commit; the
     round trips of remote RMs overlap there."""
     a, b = brokers
@@ -369,8 +370,7 @@ def test_a_failed_rollback_of_a_prepared_branch_schedules_recovery(brokers, tmp_
         log.close()
 
 
-def test_an_unreachable_rm_in_the_commit_phase_leaves_the_transaction_in_doubt(brokers,
-                                                                               coordinator):
+def test_an_unreachable_rm_in_the_commit_phase_leaves_the_transaction_in_doubt(brokers, coordinator):
     a, b = brokers
     put(a, SRC, "m")
     src, dst = End(a), End(b)
@@ -419,8 +419,7 @@ def test_a_lost_one_phase_answer_is_unknown_and_a_transport_error(brokers, coord
     a.xa_rollback(tx.branches[0].xid)
 
 
-def test_ending_fails_rolls_back_and_is_a_transport_error_when_unreachable(brokers,
-                                                                          coordinator):
+def test_ending_fails_rolls_back_and_is_a_transport_error_when_unreachable(brokers, coordinator):
     a, b = brokers
     put(a, SRC, "m")
     src, dst = End(a), End(b)
@@ -477,6 +476,7 @@ def test_a_joined_resource_released_leaves_the_branch_to_the_others(brokers, coo
 
 # --- state tables and guards -------------------------------------------------------------------
 
+
 def test_guards_name_the_state(brokers, coordinator):
     a, _ = brokers
     tx = coordinator.begin()
@@ -504,6 +504,7 @@ def test_the_tables_are_closed():
 
 
 # --- the fault hook --------------------------------------------------------------------------------
+
 
 def test_the_fault_hook_parses_and_pauses():
     faults = Faults("logged:pause:0.05, prepared:kill:0")

@@ -54,8 +54,9 @@ def start_child(paths: list, batch: int, fault: str | None) -> subprocess.Popen:
     env.pop(FAULT_ENV, None)
     if fault:
         env[FAULT_ENV] = fault
-    proc = subprocess.Popen([sys.executable, str(CHILD), *map(str, paths), str(batch)],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), *map(str, paths), str(batch)], stdout=subprocess.PIPE, text=True, env=env
+    )
     assert proc.stdout is not None
     line = proc.stdout.readline().strip()
     if line != "ready":  # a fault may kill it during recovery's first transactions
@@ -83,8 +84,9 @@ def depth(store: str | Path, queue: str) -> int:
         broker.close()
 
 
-def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
-                window: float, source: str | Path | None = None) -> None:
+def run_crashes(
+    tmp_path: Path, n: int, batch: int, kills: int, p: float, window: float, source: str | Path | None = None
+) -> None:
     """Before each run the source is topped up to n messages (numbered on from the last
     one), so however fast the link is, every run still has work when it is killed; the
     final count covers every message ever sent."""
@@ -121,9 +123,11 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
         found = (in_doubt(source), in_doubt(target))
         doubts += sum(found)
         waiting, left = left, depth(source, "src")
-        runs.append(f"run {i} ({fault or 'no fault'}): {waiting} waiting + up to {sent - 1}, "
-                    f"{how} after {time.monotonic() - started:.2f} s, in doubt after: "
-                    f"source {found[0]}, target {found[1]}, src depth {left}")
+        runs.append(
+            f"run {i} ({fault or 'no fault'}): {waiting} waiting + up to {sent - 1}, "
+            f"{how} after {time.monotonic() - started:.2f} s, in doubt after: "
+            f"source {found[0]}, target {found[1]}, src depth {left}"
+        )
     assert by_fault, "the fault hook never fired"
     assert doubts, "no kill landed between prepare and commit"
     assert sent > n, "the link never moved anything"
@@ -156,16 +160,19 @@ def run_crashes(tmp_path: Path, n: int, batch: int, kills: int, p: float,
         got.append(int(m.text))
         copies.setdefault(got[-1], []).append(
             f"#{len(got) - 1} {m.message_id} ts={m.timestamp} "
-            + " ".join(f"{k}={m.get_object_property(k)}" for k in sorted(m.property_names)))
+            + " ".join(f"{k}={m.get_object_property(k)}" for k in sorted(m.property_names))
+        )
     broker.close()
     counts = Counter(got)
     missing = sorted(set(range(sent)) - set(counts))
     history = "\n".join(runs)
     assert not missing, f"lost {len(missing)}: {missing[:20]}\n{history}"
     duplicated = {i: c for i, c in counts.items() if c > 1}
-    assert not duplicated, (f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}\n"
-                            + "\n".join(f"{i}: {copies[i]}" for i in list(duplicated)[:3])
-                            + f"\n{history}")
+    assert not duplicated, (
+        f"duplicated {len(duplicated)}: {list(duplicated.items())[:20]}\n"
+        + "\n".join(f"{i}: {copies[i]}" for i in list(duplicated)[:3])
+        + f"\n{history}"
+    )
     assert got == sorted(got), "one link keeps the order of its source"
 
 

@@ -50,9 +50,15 @@ IDLE_XML = '<jmsbridge name="idle"><connection-factory ref-name="host"/></jmsbri
 def target_props(tmp_path: Path) -> Path:
     base = tmp_path / "target"
     base.mkdir()
-    props, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD,
-                                "imq.persist.file.sync.enabled=true",
-                                f"imq.portmapper.port={free_port()}", activelist="")
+    props, _ = one_bridge_files(
+        base,
+        "target",
+        IDLE_XML,
+        PASSWORD,
+        "imq.persist.file.sync.enabled=true",
+        f"imq.portmapper.port={free_port()}",
+        activelist="",
+    )
     return props
 
 
@@ -61,25 +67,32 @@ def host_service(tmp_path: Path, target: Daemon, remote_property: str = "") -> t
     base = tmp_path / "host"
     base.mkdir()
     xml = XML.format(password=PASSWORD, target=target.address).replace(
-        "  </connection-factory>", f"    {remote_property}\n  </connection-factory>")
-    props, passfile = one_bridge_files(base, "host", xml, PASSWORD,
-                                       "imq.bridge.jb.autostart=false",
-                                       "imq.bridge.jb.transaction.batchSize=10",
-                                       "imq.persist.file.sync.enabled=true")
+        "  </connection-factory>", f"    {remote_property}\n  </connection-factory>"
+    )
+    props, passfile = one_bridge_files(
+        base,
+        "host",
+        xml,
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.jb.transaction.batchSize=10",
+        "imq.persist.file.sync.enabled=true",
+    )
     passfile.chmod(0o600)
     return props, passfile
 
 
 def wait_listed(host: Daemon, passfile: Path, prefix: str, seconds: float = 20) -> str:
     """The rest of the line of `list link -bn jb` that starts with ``prefix``, once there."""
+
     def listed() -> str | None:
         out = cli(host, passfile, "list", "link", "-bn", "jb").stdout
-        return next((line[len(prefix):] for line in out.splitlines() if line.startswith(prefix)), None)
+        return next((line[len(prefix) :] for line in out.splitlines() if line.startswith(prefix)), None)
+
     return wait_for(listed, seconds, f"a link line starting {prefix!r}", interval=0.3)
 
 
-def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_path,
-                                                                             monkeypatch):
+def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_path, monkeypatch):
     tprops = target_props(tmp_path)
     target = Daemon(tprops)
     hold = tmp_path / "hold"
@@ -113,8 +126,7 @@ def test_the_target_killed_in_a_commit_phase_gets_the_in_doubt_batch_first(tmp_p
 
 
 @pytest.mark.parametrize("ack_timeout", [None, 2000])
-def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_order(
-        tmp_path, monkeypatch, ack_timeout):
+def test_a_stopped_target_is_noticed_in_seconds_and_gets_everything_once_in_order(tmp_path, monkeypatch, ack_timeout):
     """T is stopped (SIGSTOP) inside a commit phase: its XA commit gets no answer, which
     H notices within the XA call timeout (10 s, or the factory's imqAckTimeout), not after
     90 s of missing heart-beats; once T continues, the in-doubt batch is committed first

@@ -32,7 +32,7 @@ from waiting import wait_for
 
 # A transformer that holds the link while the file "hold" exists in $GATE, writing into
 # "held" the message it holds and its delivery count.
-GATE = '''
+GATE = """
 import os
 import time
 from pathlib import Path
@@ -48,7 +48,7 @@ class Gate(MessageTransformer):
             os.replace(gate / "held.new", gate / "held")
             time.sleep(0.02)
         return message
-'''
+"""
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -105,10 +105,17 @@ def readyz(address: tuple[str, int]) -> tuple[int, str]:
 def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, database):
     target, base = target_and_host_folder(tmp_path)
     props, passfile = one_bridge_files(
-        base, "host", XML.format(password=PASSWORD, target=target.address), PASSWORD,
-        "imq.bridge.jb.autostart=false", "imq.bridge.jb.transaction.batchSize=10",
-        "imq.persist.store=jdbc", f"imq.persist.jdbc.postgresql.property.url={database.url()}",
-        "imq.persist.file.sync.enabled=true", "imq.metrics.port=0")
+        base,
+        "host",
+        XML.format(password=PASSWORD, target=target.address),
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.jb.transaction.batchSize=10",
+        "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={database.url()}",
+        "imq.persist.file.sync.enabled=true",
+        "imq.metrics.port=0",
+    )
     passfile.chmod(0o600)
     host = Daemon(props)
     try:
@@ -118,8 +125,12 @@ def test_the_store_and_the_xa_log_reconnect_after_a_database_restart(tmp_path, d
         assert r.returncode == 0, r.stdout + r.stderr
         time.sleep(0.5)  # mid-transfer (anywhere in it: no count marks a moment)
         database.stop_fast()
-        status = wait_for(lambda: (got := readyz(metrics))[0] != 200 and got, 15,
-                          "/readyz to stop being ready with the database down", interval=0.2)
+        status = wait_for(
+            lambda: (got := readyz(metrics))[0] != 200 and got,
+            15,
+            "/readyz to stop being ready with the database down",
+            interval=0.2,
+        )
         assert status[0] == 503 and "database cannot be reached" in status[1], status
         time.sleep(5)  # the outage: its length is what the store and the XA log ride out
         database.start()
@@ -141,16 +152,26 @@ def test_an_idle_store_is_not_ready_while_its_database_is_down(tmp_path, databas
     base = tmp_path / "host"
     base.mkdir()
     props, _ = one_bridge_files(
-        base, "host", IDLE_XML, PASSWORD, "imq.persist.store=jdbc",
-        f"imq.persist.jdbc.postgresql.property.url={database.url()}", "imq.metrics.port=0",
-        activelist="")
+        base,
+        "host",
+        IDLE_XML,
+        PASSWORD,
+        "imq.persist.store=jdbc",
+        f"imq.persist.jdbc.postgresql.property.url={database.url()}",
+        "imq.metrics.port=0",
+        activelist="",
+    )
     host = Daemon(props)
     try:
         metrics = metrics_address(host)
         assert readyz(metrics)[0] == 200
         database.stop_fast()
-        status = wait_for(lambda: (got := readyz(metrics))[0] != 200 and got, 8,
-                          "/readyz to stop being ready with the database down", interval=0.2)
+        status = wait_for(
+            lambda: (got := readyz(metrics))[0] != 200 and got,
+            8,
+            "/readyz to stop being ready with the database down",
+            interval=0.2,
+        )
         assert status[0] == 503 and "database cannot be reached" in status[1], status
         database.start()
         wait_for(lambda: readyz(metrics)[0] == 200, 15, "/readyz ready again", interval=0.2)
@@ -165,8 +186,7 @@ def held(gate: Path, seconds: float = 30) -> tuple[str, int]:
     return text, int(count)
 
 
-def gated_xml(base: Path, target: Daemon, password: str,
-              monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
+def gated_xml(base: Path, target: Daemon, password: str, monkeypatch: pytest.MonkeyPatch) -> tuple[str, Path]:
     """jb.xml (H's link to ``target``, logging in with ``password``) whose target step
     runs the gate transformer, from ``base``/plugins; the gate's folder ``base``/gate,
     closed ("hold")."""
@@ -179,8 +199,8 @@ def gated_xml(base: Path, target: Daemon, password: str,
     (gate / "hold").touch()
     xml = XML.format(password=password, target=target.address).replace(
         '<target connection-factory-ref="remote" destination-ref="dst"/>',
-        '<target connection-factory-ref="remote" destination-ref="dst" '
-        'message-transformer-class="gate.Gate"/>')
+        '<target connection-factory-ref="remote" destination-ref="dst" message-transformer-class="gate.Gate"/>',
+    )
     return xml, gate
 
 
@@ -194,14 +214,13 @@ def roll_back_in_an_outage(database, gate: Path) -> None:
     (gate / "hold").unlink()  # the unit fills and fails to complete, again and again
     time.sleep(3)  # the outage: rollbacks again and again while it lasts
     (gate / "held").unlink()
-    (gate / "hold").touch()   # the link is held at its next try of m0
+    (gate / "hold").touch()  # the link is held at its next try of m0
     database.start()
     now = wait_for(lambda: (got := held(gate, 60))[1] >= 3 and got, 60, "m0 delivered 3+ times", interval=0.1)
     assert now[0] == "m0", now
 
 
-def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, database,
-                                                                  monkeypatch):
+def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, database, monkeypatch):
     """backoutThreshold=2. The database goes down while the link holds a unit; the link's
     attempts to complete it roll it back, excused (the outage's fault), until the first
     message has been delivered 3+ times. H is then killed (kill -9) with that message in
@@ -213,10 +232,16 @@ def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, databa
     target, base = target_and_host_folder(tmp_path)
     xml, gate = gated_xml(base, target, PASSWORD, monkeypatch)
     props, passfile = one_bridge_files(
-        base, "host", xml, PASSWORD, "imq.bridge.jb.transaction.batchSize=10",
-        "imq.bridge.jb.backoutThreshold=2", "imq.persist.store=jdbc",
+        base,
+        "host",
+        xml,
+        PASSWORD,
+        "imq.bridge.jb.transaction.batchSize=10",
+        "imq.bridge.jb.backoutThreshold=2",
+        "imq.persist.store=jdbc",
         f"imq.persist.jdbc.postgresql.property.url={database.url()}",
-        "imq.persist.file.sync.enabled=true")
+        "imq.persist.file.sync.enabled=true",
+    )
     passfile.chmod(0o600)
     host = Daemon(props)
     try:
@@ -229,8 +254,7 @@ def test_outage_rollbacks_stay_excused_after_the_host_is_killed(tmp_path, databa
         got = [m.text for m in take(target, PASSWORD, "xa.dst", expect=n, wait=60, quiet=1.0)]
         assert got == [f"m{i}" for i in range(n)], got
         dead = take(host, PASSWORD, "imq.bridge.jms.dmq", quiet=0.5)
-        assert dead == [], [(m.text, m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON"))
-                            for m in dead]
+        assert dead == [], [(m.text, m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_REASON")) for m in dead]
         assert take(host, PASSWORD, "xa.src", quiet=0.5) == []
         excused = base / "var" / "instances" / "host" / "bridges" / "jb" / "excused.l1"
         assert excused.read_text() == "{}"  # committed: nothing is excused any more

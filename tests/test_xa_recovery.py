@@ -65,8 +65,7 @@ def prepared_move(a: Broker, b: Broker, gtrid: bytes) -> tuple[Xid, Xid]:
 
 
 def rms_for(bridge: str, **brokers: Broker) -> list[ResourceManager]:
-    return [ResourceManager(rm_name(bridge, ref), ref, EmbeddedConnectionFactory(b))
-            for ref, b in brokers.items()]
+    return [ResourceManager(rm_name(bridge, ref), ref, EmbeddedConnectionFactory(b)) for ref, b in brokers.items()]
 
 
 def test_decisions():
@@ -135,7 +134,7 @@ def test_a_decision_is_kept_until_every_rm_has_written_its_commit(tmp_path):
     c = Coordinator("b", log, Faults(""))
     recovery = Recovery(c, rms_for("b", a=a, b=b), LOG)
     assert recovery.run_pass() is False  # A's commit still cannot be written
-    assert gtrid in log.live()           # so the decision stays
+    assert gtrid in log.live()  # so the decision stays
     db.execute("PRAGMA max_page_count=1000000")
     wait_until(lambda: not a.store.full)  # type: ignore[union-attr]
     assert recovery.run_pass() is True
@@ -193,8 +192,10 @@ def test_an_unreachable_rm_is_retried_without_failing(tmp_path):
     b.close()  # b is down when the bridge starts
     later = Later()
     c = Coordinator("b", log, Faults(""))
-    rms = [ResourceManager("b:a", "a", EmbeddedConnectionFactory(a)),
-           ResourceManager("b:b", "b", EmbeddedConnectionFactory(later.get))]
+    rms = [
+        ResourceManager("b:a", "a", EmbeddedConnectionFactory(a)),
+        ResourceManager("b:b", "b", EmbeddedConnectionFactory(later.get)),
+    ]
     recovery = Recovery(c, rms, LOG, interval=0.02)
     assert recovery.start() is False  # a is done, b is retried later
     assert a.xa_recover() == [] and recovery.pending
@@ -223,12 +224,14 @@ def test_bridge_transactions_register_and_recover_before_returning(tmp_path, cap
     gtrid = make_gtrid(b"br", b"old", 1)
     prepared_move(a, b, gtrid)  # undecided: rolled back
     caplog.set_level(logging.INFO)
-    entries = [FactoryEntry("a", False, EmbeddedConnectionFactory(a)),
-               FactoryEntry("b", False, EmbeddedConnectionFactory(b)),
-               FactoryEntry("b-all", True, EmbeddedConnectionFactory(b))]
+    entries = [
+        FactoryEntry("a", False, EmbeddedConnectionFactory(a)),
+        FactoryEntry("b", False, EmbeddedConnectionFactory(b)),
+        FactoryEntry("b-all", True, EmbeddedConnectionFactory(b)),
+    ]
     xa = BridgeTransactions.start("br", entries, tmp_path / "var", {"txlogSync": "false"}, LOG)
     assert [rm.name for rm in xa.rms] == ["br:a", "br:b"]
-    assert "connection-factory b-all: multi-rm=\"true\": not registered" in caplog.text
+    assert 'connection-factory b-all: multi-rm="true": not registered' in caplog.text
     assert a.xa_recover() == [] and b.xa_recover() == [] and take(a, SRC) == ["m"]
     assert (tmp_path / "var" / "txlog.br").exists()
     assert xa.coordinator.txlog.settings.sync is False

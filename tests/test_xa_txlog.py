@@ -51,23 +51,20 @@ rm_names = st.text(max_size=40)
 @st.composite
 def commit_records(draw) -> CommitRecord:
     gtrid = draw(gtrids)
-    branches = draw(st.lists(st.tuples(rm_names, st.integers(-(2**31), 2**31 - 1), bquals),
-                             max_size=5))
-    return CommitRecord(gtrid, tuple(Participant(rm, Xid(fmt, gtrid, bq))
-                                     for rm, fmt, bq in branches))
+    branches = draw(st.lists(st.tuples(rm_names, st.integers(-(2**31), 2**31 - 1), bquals), max_size=5))
+    return CommitRecord(gtrid, tuple(Participant(rm, Xid(fmt, gtrid, bq)) for rm, fmt, bq in branches))
 
 
-records = st.one_of(commit_records(),
-                    st.lists(gtrids, max_size=6).map(lambda g: DoneRecord(tuple(g))))
+records = st.one_of(commit_records(), st.lists(gtrids, max_size=6).map(lambda g: DoneRecord(tuple(g))))
 
 
 def commit(n: int, rms: int = 2) -> CommitRecord:
     gtrid = f"b|boot.{n:x}".encode()
-    return CommitRecord(gtrid, tuple(Participant(f"b:rm{i}", Xid(7, gtrid, f"rm{i}#{i}".encode()))
-                                     for i in range(rms)))
+    return CommitRecord(gtrid, tuple(Participant(f"b:rm{i}", Xid(7, gtrid, f"rm{i}#{i}".encode())) for i in range(rms)))
 
 
 # --- the codec ----------------------------------------------------------------------------------
+
 
 @given(records)
 def test_records_round_trip(record):
@@ -82,7 +79,7 @@ def test_a_truncated_log_reads_as_a_prefix(recs, data):
     body = b"".join(frame(r) for r in recs)
     cut = data.draw(st.integers(0, len(body)))
     found = scan(body[:cut])
-    assert found.records == recs[:len(found.records)]
+    assert found.records == recs[: len(found.records)]
     # everything but the last started record is read
     whole = 0
     ends = []
@@ -99,7 +96,7 @@ def test_a_damaged_byte_is_never_misread(recs, data):
     at = data.draw(st.integers(0, len(body) - 1))
     body[at] ^= data.draw(st.integers(1, 255))
     found = scan(bytes(body))
-    assert found.records == recs[:len(found.records)]  # a prefix: never a changed record
+    assert found.records == recs[: len(found.records)]  # a prefix: never a changed record
     assert found.end <= at  # nothing at or after the damage is read
 
 
@@ -128,6 +125,7 @@ def test_fold_keeps_live_commit_records():
 
 # --- the file log ------------------------------------------------------------------------------
 
+
 def test_file_log_survives_reopen(tmp_path):
     path = txlog_path(tmp_path, "b")
     assert path.name == "txlog.b"
@@ -145,8 +143,7 @@ def test_file_log_survives_reopen(tmp_path):
     assert path.read_bytes().startswith(FILE_MAGIC)
 
 
-@pytest.mark.parametrize("tail", [b"\xa7", b"\xa7\x5c\0\0\0\x20", frame(commit(9))[:-3],
-                                  b"\xa7\x5c" + bytes(200)])
+@pytest.mark.parametrize("tail", [b"\xa7", b"\xa7\x5c\0\0\0\x20", frame(commit(9))[:-3], b"\xa7\x5c" + bytes(200)])
 def test_a_torn_tail_is_cut_off_and_never_read(tmp_path, caplog, tail):
     path = tmp_path / "txlog.b"
     log = FileTxLog(path)
@@ -216,7 +213,7 @@ def test_a_log_cut_by_a_few_bytes_loses_only_its_torn_last_record(tmp_path, capl
 def test_each_sync_leaves_a_mark_so_only_the_mark_can_pass_for_a_tear(tmp_path, caplog):
     path = tmp_path / "txlog.b"
     end = _three_commits(path)
-    assert path.read_bytes()[end - len(DURABLE_MARK):end] == DURABLE_MARK
+    assert path.read_bytes()[end - len(DURABLE_MARK) : end] == DURABLE_MARK
     os.truncate(path, end - 3)  # the mark torn: every decision is still there
     assert set(FileTxLog(path).open()) == {commit(n).gtrid for n in range(3)}
     assert "torn by a crash" in caplog.text
@@ -235,7 +232,7 @@ def test_a_damaged_last_record_that_was_synced_is_refused_not_cut_off(tmp_path, 
     if how == "flipped":
         data[last + 20] ^= 0xFF
     else:  # its last bytes zeroed, as if never written
-        data[end - len(DURABLE_MARK) - 5:end - len(DURABLE_MARK)] = bytes(5)
+        data[end - len(DURABLE_MARK) - 5 : end - len(DURABLE_MARK)] = bytes(5)
     path.write_bytes(bytes(data))
     with pytest.raises(TxLogDamaged, match=f"at offset {last}, before intact records"):
         FileTxLog(path).open()
@@ -272,7 +269,9 @@ def test_compaction_keeps_the_file_within_txlog_size(tmp_path, mapped):
     assert path.stat().st_size <= 4096
     log.close()
     assert set(FileTxLog(path, TxLogSettings(size=4096, mmap=mapped)).open()) == {
-        commit(10_000).gtrid, commit(399).gtrid}
+        commit(10_000).gtrid,
+        commit(399).gtrid,
+    }
     assert not (tmp_path / "txlog.b.compact").exists()
 
 
@@ -297,7 +296,7 @@ def test_mmap_log_keeps_its_size_and_cuts_torn_bytes(tmp_path):
     log.close()
     assert path.stat().st_size == 8192
     data = bytearray(path.read_bytes())
-    data[end:end + 5] = frame(commit(2))[:5]  # a record torn while being copied in
+    data[end : end + 5] = frame(commit(2))[:5]  # a record torn while being copied in
     path.write_bytes(bytes(data))
     log = FileTxLog(path, settings)
     assert log.open() == {commit(1).gtrid: commit(1)}
@@ -335,8 +334,13 @@ FULL_DISK_CHILD = textwrap.dedent("""
 
 def test_a_full_disk_is_a_clear_error_and_loses_nothing_written(tmp_path):
     path = tmp_path / "txlog.b"
-    out = subprocess.run([sys.executable, "-c", FULL_DISK_CHILD, str(path)], check=True,
-                         capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    out = subprocess.run(
+        [sys.executable, "-c", FULL_DISK_CHILD, str(path)],
+        check=True,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
     result = json.loads(out.stdout)
     assert result["error"] and "cannot write the transaction log" in result["error"]
     assert 0 < result["written"] < 1000 and result["size"] <= 2000
@@ -346,8 +350,9 @@ def test_a_full_disk_is_a_clear_error_and_loses_nothing_written(tmp_path):
 
 def test_tm_props_settings():
     assert TxLogSettings.from_tm_props({}) == TxLogSettings(10 * 1024 * 1024, True, False)
-    assert TxLogSettings.from_tm_props({"txlogSize": "64k", "txlogSync": "false",
-                                        "txlogMmap": "true"}) == TxLogSettings(65536, False, True)
+    assert TxLogSettings.from_tm_props(
+        {"txlogSize": "64k", "txlogSync": "false", "txlogMmap": "true"}
+    ) == TxLogSettings(65536, False, True)
     with pytest.raises(TxLogError, match="txlogSync='maybe'"):
         TxLogSettings.from_tm_props({"txlogSync": "maybe"})
     with pytest.raises(TxLogError, match="too small"):
@@ -366,6 +371,7 @@ def test_open_txlog_picks_the_kind(tmp_path):
 
 
 # --- the SQL log ----------------------------------------------------------------------------------
+
 
 def test_sql_log_on_sqlite(tmp_path):
     db = tmp_path / "store.db"
@@ -465,9 +471,13 @@ def test_a_mapped_log_on_a_full_disk_is_a_clear_error_not_a_sigbus(tmp_path):
     if reason := mount_tmpfs(disk, "256k"):
         pytest.skip(reason)
     try:
-        out = subprocess.run([sys.executable, "-c", MMAP_FULL_DISK_CHILD, str(disk)],
-                             capture_output=True, text=True, timeout=60,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
+        out = subprocess.run(
+            [sys.executable, "-c", MMAP_FULL_DISK_CHILD, str(disk)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+        )
     finally:
         unmount(disk)
     assert out.returncode == 0, (out.returncode, out.stderr[-2000:])

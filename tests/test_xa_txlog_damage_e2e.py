@@ -38,8 +38,7 @@ N = 30
 def target(tmp_path):
     base = tmp_path / "target"
     base.mkdir()
-    props, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD,
-                                "imq.persist.file.sync.enabled=true", activelist="")
+    props, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD, "imq.persist.file.sync.enabled=true", activelist="")
     daemon = Daemon(props)
     yield daemon
     daemon.stop()
@@ -63,14 +62,17 @@ def damage(path: Path, how: str) -> bytes:
 
 
 @pytest.mark.parametrize("how", ["emptied", "flipped", "torn"])
-def test_a_damaged_txlog_stops_recovery_until_the_operator_resolves_it(tmp_path, target, how,
-                                                                         monkeypatch):
+def test_a_damaged_txlog_stops_recovery_until_the_operator_resolves_it(tmp_path, target, how, monkeypatch):
     base = tmp_path / "host"
     base.mkdir()
-    props, passfile = one_bridge_files(base, "host", XML.format(password=PASSWORD,
-                                                                target=target.address), PASSWORD,
-                                       "imq.bridge.jb.autostart=false",
-                                       "imq.persist.file.sync.enabled=true")
+    props, passfile = one_bridge_files(
+        base,
+        "host",
+        XML.format(password=PASSWORD, target=target.address),
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.persist.file.sync.enabled=true",
+    )
     passfile.chmod(0o600)
     # torn: killed once the decision is logged (both branches prepared: what a tear leaves);
     # otherwise once H's own branch committed and T's is still prepared

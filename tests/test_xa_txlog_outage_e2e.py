@@ -60,14 +60,18 @@ def cut_txlog_connections(conninfo: dict[str, str], until: float, cuts: list[int
         while time.monotonic() < until:
             rows = admin.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                "WHERE query LIKE '%imq_bridge_txlog%' AND pid <> pg_backend_pid()").fetchall()
+                "WHERE query LIKE '%imq_bridge_txlog%' AND pid <> pg_backend_pid()"
+            ).fetchall()
             cuts.append(sum(1 for (done,) in rows if done))
             time.sleep(0.01)
 
 
 @pytest.mark.parametrize("threshold", [5, 1])
 def test_a_link_whose_completer_cannot_write_the_xa_log_retries_and_moves_everything_once(
-        tmp_path: Path, database, threshold: int) -> None:  # noqa: F811
+    tmp_path: Path,
+    database,  # noqa: F811
+    threshold: int,
+) -> None:
     """backoutThreshold 1: a message of a unit rolled back behind the link comes back
     before the link took that unit's outcome; the link takes it first (the outage excuses
     the redelivery), or the message went to the DMQ at its first backout."""
@@ -75,10 +79,16 @@ def test_a_link_whose_completer_cannot_write_the_xa_log_retries_and_moves_everyt
     base = tmp_path / "host"
     base.mkdir()
     props, passfile = one_bridge_files(
-        base, "host", XML.format(far=far), PASSWORD, "imq.bridge.jb.autostart=false",
-        "imq.bridge.jb.transaction.batchSize=1", f"imq.bridge.jb.backoutThreshold={threshold}",
+        base,
+        "host",
+        XML.format(far=far),
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.jb.transaction.batchSize=1",
+        f"imq.bridge.jb.backoutThreshold={threshold}",
         "imq.persist.store=jdbc",
-        f"imq.persist.jdbc.postgresql.property.url={database.url()}")
+        f"imq.persist.jdbc.postgresql.property.url={database.url()}",
+    )
     passfile.chmod(0o600)
     host = Daemon(props)
     stopped = False
@@ -88,8 +98,9 @@ def test_a_link_whose_completer_cannot_write_the_xa_log_retries_and_moves_everyt
         assert r.returncode == 0, r.stdout + r.stderr
         time.sleep(0.5)  # moving
         cuts: list[int] = []
-        cutter = threading.Thread(target=cut_txlog_connections,
-                                  args=(database.conninfo(), time.monotonic() + CUT_SECONDS, cuts))
+        cutter = threading.Thread(
+            target=cut_txlog_connections, args=(database.conninfo(), time.monotonic() + CUT_SECONDS, cuts)
+        )
         cutter.start()
         cutter.join()
         assert sum(cuts) > 0, "no XA log connection was cut"

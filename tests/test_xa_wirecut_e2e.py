@@ -28,33 +28,47 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 N = 500
 
 
-@pytest.mark.parametrize("op,forward,kill", [
-    (wire.Op.XA_END, False, False),
-    (wire.Op.XA_END, True, True),
-    (wire.Op.XA_PREPARE, False, True),
-    (wire.Op.XA_PREPARE, True, False),
-    (wire.Op.XA_PREPARE, True, True),
-], ids=["end-cut", "end-done-kill", "prepare-cut-kill", "prepare-done-cut", "prepare-done-kill"])
+@pytest.mark.parametrize(
+    "op,forward,kill",
+    [
+        (wire.Op.XA_END, False, False),
+        (wire.Op.XA_END, True, True),
+        (wire.Op.XA_PREPARE, False, True),
+        (wire.Op.XA_PREPARE, True, False),
+        (wire.Op.XA_PREPARE, True, True),
+    ],
+    ids=["end-cut", "end-done-kill", "prepare-cut-kill", "prepare-done-cut", "prepare-done-kill"],
+)
 def test_a_transaction_cut_in_end_or_prepare_comes_back_once_and_never_to_the_dmq(
-        tmp_path: Path, op: wire.Op, forward: bool, kill: bool) -> None:
+    tmp_path: Path, op: wire.Op, forward: bool, kill: bool
+) -> None:
     jms_port = free_port()
     base = tmp_path / "target"
     base.mkdir()
-    tprops, _ = one_bridge_files(base, "target", IDLE_XML, PASSWORD,
-                                 "imq.persist.file.sync.enabled=true",
-                                 f"imq.jms.tcp.port={jms_port}", activelist="")
+    tprops, _ = one_bridge_files(
+        base,
+        "target",
+        IDLE_XML,
+        PASSWORD,
+        "imq.persist.file.sync.enabled=true",
+        f"imq.jms.tcp.port={jms_port}",
+        activelist="",
+    )
     target = Daemon(tprops)
     killed = target
-    cutter = WireCutter(jms_port, op, nth=3, forward=forward,
-                        then=(lambda: killed.proc.kill()) if kill else None)
+    cutter = WireCutter(jms_port, op, nth=3, forward=forward, then=(lambda: killed.proc.kill()) if kill else None)
     base = tmp_path / "host"
     base.mkdir()
-    xml = XML.format(password=PASSWORD, target="x").replace(
-        "mq://x", f"mqtcp://127.0.0.1:{cutter.port}")
-    props, passfile = one_bridge_files(base, "host", xml, PASSWORD,
-                                       "imq.bridge.jb.autostart=false",
-                                       "imq.bridge.jb.transaction.batchSize=50",
-                                       "imq.persist.file.sync.enabled=true")
+    xml = XML.format(password=PASSWORD, target="x").replace("mq://x", f"mqtcp://127.0.0.1:{cutter.port}")
+    props, passfile = one_bridge_files(
+        base,
+        "host",
+        xml,
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.jb.transaction.batchSize=50",
+        "imq.persist.file.sync.enabled=true",
+    )
     passfile.chmod(0o600)
     host = Daemon(props)
     try:

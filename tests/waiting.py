@@ -12,8 +12,7 @@ T = TypeVar("T")
 POLL = 0.02  # s between two looks: short against every timeout the tests give
 
 
-def wait_for(predicate: Callable[[], T], timeout: float = 10.0, what: str = "",
-             interval: float = POLL) -> T:
+def wait_for(predicate: Callable[[], T], timeout: float = 10.0, what: str = "", interval: float = POLL) -> T:
     """Poll ``predicate()`` until it returns something true, and return that. After
     ``timeout`` seconds raise AssertionError naming ``what`` (or the predicate) and the
     last value it returned."""
@@ -27,8 +26,9 @@ def wait_for(predicate: Callable[[], T], timeout: float = 10.0, what: str = "",
         time.sleep(interval)
 
 
-def quiet_for(value_fn: Callable[[], Any], settle: float, timeout: float = 60.0,
-              what: str = "", interval: float = POLL) -> Any:
+def quiet_for(
+    value_fn: Callable[[], Any], settle: float, timeout: float = 60.0, what: str = "", interval: float = POLL
+) -> Any:
     """Poll ``value_fn()`` until it has returned the same value for ``settle`` seconds,
     and return that value: as soon as it has settled, not after a fixed wait. After
     ``timeout`` seconds of changes raise AssertionError naming ``what`` and the last value."""
@@ -40,8 +40,7 @@ def quiet_for(value_fn: Callable[[], Any], settle: float, timeout: float = 60.0,
         if now - since >= settle:
             return last
         if now >= deadline:
-            raise AssertionError(f"still changing after {timeout:g} s: {what or value_fn}; "
-                                 f"last: {last!r}")
+            raise AssertionError(f"still changing after {timeout:g} s: {what or value_fn}; last: {last!r}")
         time.sleep(min(interval, settle))
         value = value_fn()
         if value != last:

@@ -24,8 +24,9 @@ _HEAD = struct.Struct(">IBI")
 class WireCutter:
     """Listens on 127.0.0.1 (``port``) and relays every connection to ``target_port``."""
 
-    def __init__(self, target_port: int, op: wire.Op, nth: int = 1, forward: bool = False,
-                 then: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self, target_port: int, op: wire.Op, nth: int = 1, forward: bool = False, then: Callable[[], None] | None = None
+    ) -> None:
         self.target_port = target_port
         self.op = op
         self.left = nth  # requests with ``op`` still to let through, counting this one
@@ -60,8 +61,7 @@ class WireCutter:
             self._sockets += [client, server]
             armed = threading.Event()  # this connection's reply is the one to swallow
             threading.Thread(target=self._upstream, args=(client, server, armed), daemon=True).start()
-            threading.Thread(target=self._downstream, args=(server, client, armed),
-                             daemon=True).start()
+            threading.Thread(target=self._downstream, args=(server, client, armed), daemon=True).start()
 
     def _upstream(self, client: socket.socket, server: socket.socket, armed: threading.Event) -> None:
         """Client -> service, frame by frame, watching for the request to cut at."""

@@ -28,16 +28,20 @@ from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from jmsbridge_support import FAST, bridge_xml
 from stores import jdbc, open_at
 
-LINK = ('<link name="l" transacted="true">'
-        '<source connection-factory-ref="host" destination-ref="src"/>'
-        '<target connection-factory-ref="target" destination-ref="dst"/></link>')
+LINK = (
+    '<link name="l" transacted="true">'
+    '<source connection-factory-ref="host" destination-ref="src"/>'
+    '<target connection-factory-ref="target" destination-ref="dst"/></link>'
+)
 
 
 def target_factory(store: str) -> str:
-    return ('<connection-factory ref-name="target" lookup-name="XAConnectionFactory">'
-            '<property name="java.naming.factory.initial" value="imq.embedded"/>'
-            f'<property name="java.naming.provider.url" value="{store}"/>'
-            '</connection-factory>')
+    return (
+        '<connection-factory ref-name="target" lookup-name="XAConnectionFactory">'
+        '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+        f'<property name="java.naming.provider.url" value="{store}"/>'
+        "</connection-factory>"
+    )
 
 
 def say(line: str) -> None:
@@ -49,17 +53,24 @@ def main() -> None:
     source_store, target_store, varhome, batch = sys.argv[1:5]
     broker = open_at(source_store, sync=True)
     target = open_broker(target_store, sync=True)  # the one the lookup finds
-    store = (["imq.persist.store=jdbc",
-              f"imq.persist.jdbc.postgresql.property.url={source_store.split('#')[0]}"]
-             if jdbc(source_store) else [])
-    props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
-                                 "imq.bridge.crash.xmlurl=crash.xml",
-                                 f"imq.bridge.crash.transaction.batchSize={batch}", *store],
-                            environ={})
-    xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash",
-                     log_message_transfer="false")
-    bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host=EmbeddedHostBroker(broker), tuning=FAST)
+    store = (
+        ["imq.persist.store=jdbc", f"imq.persist.jdbc.postgresql.property.url={source_store.split('#')[0]}"]
+        if jdbc(source_store)
+        else []
+    )
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={varhome}",
+            "imq.bridge.crash.type=jms",
+            "imq.bridge.crash.xmlurl=crash.xml",
+            f"imq.bridge.crash.transaction.batchSize={batch}",
+            *store,
+        ],
+        environ={},
+    )
+    xml = bridge_xml(LINK, cfs=target_factory(target_store), name="crash", log_message_transfer="false")
+    bridge = JMSBridge(parse_bridge_config(xml), props, host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     say("ready")
     while broker.queue_depth("src") > 0:

@@ -38,9 +38,18 @@ class AuthenticationFailed(AdminError):
 
 
 class AdminClient:
-    def __init__(self, host: str, port: int, user: str, password: str, *,
-                 ssl_context: ssl.SSLContext | None = None, timeout: float = 10.0,
-                 retries: int = 5, retry_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        user: str,
+        password: str,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        timeout: float = 10.0,
+        retries: int = 5,
+        retry_interval: float = 0.5,
+    ) -> None:
         self.host, self.port = host, port
         self._hello = Hello(VERSION, user, password)
         self.ssl_context = ssl_context
@@ -55,7 +64,8 @@ class AdminClient:
             sock = socket.create_connection((self.host, self.port), timeout=self.timeout)
         except OSError as exc:
             raise ServiceUnavailable(
-                f"cannot reach the bridge admin service at {self.host}:{self.port}: {exc.strerror or exc}") from None
+                f"cannot reach the bridge admin service at {self.host}:{self.port}: {exc.strerror or exc}"
+            ) from None
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if self.ssl_context is not None:
             try:
@@ -99,8 +109,9 @@ class AdminClient:
                 if attempt > self.retries:
                     if isinstance(exc, ServiceUnavailable):
                         raise
-                    raise ServiceUnavailable(f"the bridge admin service at {self.host}:{self.port} "
-                                             f"is not answering: {exc}") from None
+                    raise ServiceUnavailable(
+                        f"the bridge admin service at {self.host}:{self.port} is not answering: {exc}"
+                    ) from None
                 time.sleep(self.retry_interval)
 
     def close(self) -> None:

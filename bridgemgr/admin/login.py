@@ -67,20 +67,48 @@ def admin_address(broker: str, timeout: float) -> tuple[str, int, bool]:
 def admin_options(fn: F) -> F:
     """The options that find and log in to a service's admin port (every admin command and
     every CLI job): -b, -u, -passfile, -secure, --cafile, -rtm, -rtr."""
-    for option in reversed((
-        click.option("-b", "broker", default=DEFAULT_BROKER, show_default=True, metavar="HOST:PORT",
-                     help="The broker's port mapper."),
-        click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing)."),
-        click.option("-passfile", "passfile", metavar="FILE",
-                     help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing)."),
-        click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS."),
-        click.option("--cafile", envvar="IMQ_BRIDGEMGR_CAFILE", metavar="FILE",
-                     help="CA certificates to trust for -secure (default: the system's)."),
-        click.option("-rtm", "reply_timeout", type=click.IntRange(1), default=10, show_default=True,
-                     help="Seconds to wait for each reply."),
-        click.option("-rtr", "retries", type=click.IntRange(0), default=5, show_default=True,
-                     help="How often to retry a broken connection."),
-    )):
+    for option in reversed(
+        (
+            click.option(
+                "-b",
+                "broker",
+                default=DEFAULT_BROKER,
+                show_default=True,
+                metavar="HOST:PORT",
+                help="The broker's port mapper.",
+            ),
+            click.option("-u", "user", metavar="USER", help="Admin user name (prompted for when missing)."),
+            click.option(
+                "-passfile",
+                "passfile",
+                metavar="FILE",
+                help=f"Properties file setting {PASSWORD_KEY} (prompted for when missing).",
+            ),
+            click.option("-secure", "secure", is_flag=True, help="Talk to the admin service over TLS."),
+            click.option(
+                "--cafile",
+                envvar="IMQ_BRIDGEMGR_CAFILE",
+                metavar="FILE",
+                help="CA certificates to trust for -secure (default: the system's).",
+            ),
+            click.option(
+                "-rtm",
+                "reply_timeout",
+                type=click.IntRange(1),
+                default=10,
+                show_default=True,
+                help="Seconds to wait for each reply.",
+            ),
+            click.option(
+                "-rtr",
+                "retries",
+                type=click.IntRange(0),
+                default=5,
+                show_default=True,
+                help="How often to retry a broken connection.",
+            ),
+        )
+    ):
         fn = option(fn)
     return fn
 
@@ -89,18 +117,17 @@ def admin_login(user: str | None, passfile: str | None) -> tuple[str, str]:
     """The admin user and password: -u / -passfile, else asked for."""
     if user is None:
         user = click.prompt("Enter the user name", default="admin")
-    password = read_passfile(passfile) if passfile else click.prompt(
-        "Enter the password", hide_input=True)
+    password = read_passfile(passfile) if passfile else click.prompt("Enter the password", hide_input=True)
     return user, password
 
 
-def open_admin(broker: str, user: str, password: str, secure: bool, cafile: str | None,
-               reply_timeout: int, retries: int) -> AdminClient:
+def open_admin(
+    broker: str, user: str, password: str, secure: bool, cafile: str | None, reply_timeout: int, retries: int
+) -> AdminClient:
     """A client of the admin port behind the port mapper at ``broker`` (it logs in with
     its first request)."""
     host, port, tls = admin_address(broker, float(reply_timeout))
     if secure and not tls:
         raise click.ClickException(f"the admin service at {broker} does not offer TLS (-secure)")
     ctx = ssl.create_default_context(cafile=cafile) if tls else None
-    return AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout,
-                       retries=retries)
+    return AdminClient(host, port, user, password, ssl_context=ctx, timeout=reply_timeout, retries=retries)

@@ -37,9 +37,9 @@ log = logging.getLogger(__name__)
 PORTMAPPER_VERSION = 101
 DEFAULT_PORT = 7676
 END = "."
-_FIELD = re.compile(r"[!-~]+\Z")       # printable ASCII, no space
+_FIELD = re.compile(r"[!-~]+\Z")  # printable ASCII, no space
 _CLIENT_LINE_LIMIT = 128
-_LINGER = 2.0                          # seconds to wait for the client's close
+_LINGER = 2.0  # seconds to wait for the client's close
 _MAX_TABLE = 64 * 1024
 
 
@@ -84,8 +84,9 @@ def parse_table(data: bytes) -> tuple[str, list[ServiceEntry]]:
     if len(head) != 3 or not head[0].isdigit():
         raise PortMapperError(f"line 1 of the port mapper's answer is not a version line: {lines[0][:80]!r}")
     if int(head[0]) != PORTMAPPER_VERSION:
-        raise PortMapperError(f"port mapper version {head[0]} is not supported (this client reads "
-                              f"{PORTMAPPER_VERSION})")
+        raise PortMapperError(
+            f"port mapper version {head[0]} is not supported (this client reads {PORTMAPPER_VERSION})"
+        )
     entries: list[ServiceEntry] = []
     for number, line in enumerate(lines[1:], start=2):
         if line.rstrip("\r") == END:
@@ -97,8 +98,9 @@ def parse_table(data: bytes) -> tuple[str, list[ServiceEntry]]:
             # the original may append "[properties]" after the port: ignore it
             entries.append(ServiceEntry(fields[0], fields[1], fields[2], int(fields[3])))
         except (IndexError, ValueError):
-            raise PortMapperError(f"line {number} of the port mapper's answer is not "
-                                  f"'name protocol type port': {line[:80]!r}") from None
+            raise PortMapperError(
+                f"line {number} of the port mapper's answer is not 'name protocol type port': {line[:80]!r}"
+            ) from None
     raise PortMapperError("the port mapper's answer ended without its '.' line")
 
 
@@ -129,8 +131,10 @@ def lookup_table(host: str, port: int = DEFAULT_PORT, timeout: float = 5.0) -> t
     except PortMapperError:
         raise
     except OSError as exc:
-        raise PortMapperError(f"cannot reach the port mapper at {where} ({exc.strerror or exc}); "
-                              "is the service (imqbridgemgr serve) running there?") from None
+        raise PortMapperError(
+            f"cannot reach the port mapper at {where} ({exc.strerror or exc}); "
+            "is the service (imqbridgemgr serve) running there?"
+        ) from None
     try:
         return parse_table(data)
     except PortMapperError as exc:
@@ -145,8 +149,9 @@ def find_service(host: str, port: int, names: tuple[str, ...], timeout: float = 
             if entry.name == name:
                 return entry
     listed = ", ".join(e.name for e in entries) or "none"
-    raise PortMapperError(f"broker {instance} at {host}:{port} offers no {' or '.join(names)} service "
-                          f"(its services: {listed})")
+    raise PortMapperError(
+        f"broker {instance} at {host}:{port} offers no {' or '.join(names)} service (its services: {listed})"
+    )
 
 
 class _Answer(asyncio.Protocol):
@@ -181,9 +186,14 @@ class _Answer(asyncio.Protocol):
 class PortMapper:
     """The port mapper server, on the service's :class:`NetLoop`."""
 
-    def __init__(self, netloop: NetLoop, host: str | None, port: int = DEFAULT_PORT,
-                 instance_name: str = "imqbroker",
-                 max_unauthenticated_per_address: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS) -> None:
+    def __init__(
+        self,
+        netloop: NetLoop,
+        host: str | None,
+        port: int = DEFAULT_PORT,
+        instance_name: str = "imqbroker",
+        max_unauthenticated_per_address: int = DEFAULT_MAX_UNAUTHENTICATED_PER_ADDRESS,
+    ) -> None:
         self.netloop = netloop
         self.pending = AddressLimit("portmapper", max_unauthenticated_per_address)
         self.host = host
@@ -216,8 +226,14 @@ class PortMapper:
 
     def start(self) -> PortMapper:
         async def start() -> Listener:
-            return await listen(lambda admission: _Answer(self.table(), admission), self.host, self._port,
-                                name="port mapper", pending=self.pending)
+            return await listen(
+                lambda admission: _Answer(self.table(), admission),
+                self.host,
+                self._port,
+                name="port mapper",
+                pending=self.pending,
+            )
+
         self._server = self.netloop.run(start())
         self._port = self._server.port
         log.info("port mapper listening on %s:%d", self.host or "*", self._port)
@@ -230,6 +246,7 @@ class PortMapper:
 
         async def close() -> None:
             server.close()  # stop listening; answers in progress end on their own
+
         try:
             self.netloop.run(close(), timeout=5)
         except Exception:  # the loop may already be stopping; nothing left to release

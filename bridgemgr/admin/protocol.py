@@ -55,11 +55,11 @@ class Command:
     type: str | None = None
     bridge: str | None = None
     link: str | None = None
-    dst_type: str | None = None      # destination commands: q or t
-    destination: str | None = None   # ... its name
+    dst_type: str | None = None  # destination commands: q or t
+    destination: str | None = None  # ... its name
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
-    count: int | None = None         # BROWSE_DST: how many messages
-    txn: str | None = None           # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
+    count: int | None = None  # BROWSE_DST: how many messages
+    txn: str | None = None  # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -83,8 +83,12 @@ class Reply:
         return self.status == OK
 
     def encode(self) -> bytes:
-        return json.dumps({"status": self.status, "message": self.message, "data": self.data},
-                          separators=(",", ":")).encode() + b"\n"
+        return (
+            json.dumps(
+                {"status": self.status, "message": self.message, "data": self.data}, separators=(",", ":")
+            ).encode()
+            + b"\n"
+        )
 
 
 def _name(obj: dict[str, Any], key: str) -> str | None:
@@ -143,7 +147,8 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
     if dst_type is not None and dst_type not in DST_TYPES:
         raise AdminProtocolError(f"destination type {dst_type!r} is not q or t")
     if not isinstance(attributes, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()):
+        isinstance(k, str) and isinstance(v, str) for k, v in attributes.items()
+    ):
         raise AdminProtocolError("'attributes' must be an object of strings")
     count = obj.get("count")
     if op == "BROWSE_DST":
@@ -156,8 +161,12 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
 
 def encode_request(request: Hello | Command) -> bytes:
     if isinstance(request, Hello):
-        obj: dict[str, Any] = {"op": "HELLO", "version": request.version, "user": request.user,
-                               "password": request.password}
+        obj: dict[str, Any] = {
+            "op": "HELLO",
+            "version": request.version,
+            "user": request.user,
+            "password": request.password,
+        }
     else:
         obj = request.to_json()
     return json.dumps(obj, separators=(",", ":")).encode() + b"\n"

@@ -44,14 +44,25 @@ Dispatch = Callable[[Command], Reply]
 
 
 class AdminServer(StreamServer):
-    def __init__(self, netloop: NetLoop, dispatch: Dispatch, user: str, password: str, *,
-                 host: str = "127.0.0.1", port: int = 0, ssl_context: ssl.SSLContext | None = None,
-                 guard: ServiceGuard | None = None,
-                 admit: Callable[[str, str], str | None] | None = None) -> None:
+    def __init__(
+        self,
+        netloop: NetLoop,
+        dispatch: Dispatch,
+        user: str,
+        password: str,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        guard: ServiceGuard | None = None,
+        admit: Callable[[str, str], str | None] | None = None,
+    ) -> None:
         """``admit(user, peer)``: why the access rules refuse ``user`` the admin service, or None."""
         if not user or not password:
-            raise ValueError("the admin port needs an admin user and password "
-                             "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)")
+            raise ValueError(
+                "the admin port needs an admin user and password "
+                "(imq.bridge.admin.user / imq.bridge.admin.password or -passfile)"
+            )
         super().__init__(netloop, host, port, ssl_context, guard or ServiceGuard("admin"))
         self.dispatch = dispatch
         self._user = user.encode()
@@ -60,8 +71,7 @@ class AdminServer(StreamServer):
 
     def start(self) -> AdminServer:
         self._listen(MAX_LINE + 2, "admin port")
-        log.info("admin command port listening on %s:%d%s", self.host, self.port,
-                 " (TLS)" if self.ssl_context else "")
+        log.info("admin command port listening on %s:%d%s", self.host, self.port, " (TLS)" if self.ssl_context else "")
         return self
 
     # --- one connection ----------------------------------------------------------------
@@ -75,15 +85,18 @@ class AdminServer(StreamServer):
         async with self.guard.throttle.attempt(peer, hello.user) as attempt:
             attempt.outcome(self._authentic(hello))
         if not attempt.ok:
-            log.warning("admin login failed for user %r from %s (%d recent failures from there)",
-                        hello.user, peer, attempt.count)
+            log.warning(
+                "admin login failed for user %r from %s (%d recent failures from there)",
+                hello.user,
+                peer,
+                attempt.count,
+            )
         return bool(attempt.ok)
 
     def _refusal(self, reason: str) -> bytes:
         return Reply(UNAVAILABLE, reason).encode()
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                     admission: Admission) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, admission: Admission) -> None:
         peer = str((writer.get_extra_info("peername") or ("?",))[0])
         refusal = self.guard.refusal(len(self._writers), peer)
         if refusal is not None:
@@ -131,8 +144,9 @@ class AdminServer(StreamServer):
                         await self._reply(writer, Reply(BAD_REQUEST, self.guard.login_timed_out(peer)))
                         return
                     if not ok:
-                        await self._reply(writer, Reply(BAD_REQUEST,
-                                                        "authentication failed: wrong user name or password"))
+                        await self._reply(
+                            writer, Reply(BAD_REQUEST, "authentication failed: wrong user name or password")
+                        )
                         await _linger(reader, writer)
                         return
                     refusal = self.admit(request.user, peer) if self.admit is not None else None
@@ -165,8 +179,9 @@ class AdminServer(StreamServer):
         await writer.drain()
 
 
-async def _linger(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                  seconds: float = 1.0, limit: int = 1 << 20) -> None:
+async def _linger(
+    reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seconds: float = 1.0, limit: int = 1 << 20
+) -> None:
     """Before closing on an error: half-close and drop what the peer still sends, so
     the error reply is not lost to a TCP reset."""
     if writer.can_write_eof():

@@ -62,8 +62,9 @@ _DELIVERY_COUNT_AT = len(_PREFIX) + 4 + 3 * 8
 _ID_LENGTH_AT = _DELIVERY_COUNT_AT + 3 * 4
 _HEAD_END = len(_PREFIX) + _HEAD.size
 
-(T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_STR, T_BYTES, T_JAVA, T_LIST, T_DICT,
- T_DEST, T_MESSAGE) = range(13)
+(T_NONE, T_FALSE, T_TRUE, T_INT, T_BIGINT, T_FLOAT, T_STR, T_BYTES, T_JAVA, T_LIST, T_DICT, T_DEST, T_MESSAGE) = range(
+    13
+)
 _MESSAGE_CLASSES = (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
 K_TEXT, K_BYTES, K_MAP, K_STREAM, K_OBJECT = range(1, len(_MESSAGE_CLASSES))  # 0: MESSAGE
 _MESSAGE_KINDS: dict[type, int] = {cls: kind for kind, cls in enumerate(_MESSAGE_CLASSES)}
@@ -75,10 +76,18 @@ _DELIVERY_MODES = {int(mode): mode for mode in DeliveryMode}
 # Typed values (properties, map entries, stream items): the struct format of each
 # PropertyType's fixed-width value (a length for STRING and BYTES, a code unit for CHAR).
 _BYTES, _CHAR = int(PropertyType.BYTES), int(PropertyType.CHAR)
-_VALUE_FORMATS = {PropertyType.BOOLEAN: "B", PropertyType.BYTE: "b", PropertyType.SHORT: "h",
-                  PropertyType.INT: "i", PropertyType.LONG: "q", PropertyType.FLOAT: "f",
-                  PropertyType.DOUBLE: "d", PropertyType.STRING: "I", PropertyType.CHAR: "H",
-                  PropertyType.BYTES: "I"}
+_VALUE_FORMATS = {
+    PropertyType.BOOLEAN: "B",
+    PropertyType.BYTE: "b",
+    PropertyType.SHORT: "h",
+    PropertyType.INT: "i",
+    PropertyType.LONG: "q",
+    PropertyType.FLOAT: "f",
+    PropertyType.DOUBLE: "d",
+    PropertyType.STRING: "I",
+    PropertyType.CHAR: "H",
+    PropertyType.BYTES: "I",
+}
 _FIRST, _SECOND = itemgetter(0), itemgetter(1)
 _ALL_CODES = frozenset(int(t) for t in PropertyType)
 _PROPERTY_CODES = _ALL_CODES - {_CHAR, _BYTES}
@@ -87,6 +96,7 @@ _PROPERTY_CODES = _ALL_CODES - {_CHAR, _BYTES}
 class _Layout(NamedTuple):
     """The parse of a run of type codes: one struct for their fixed-width values, and
     where those are not the values themselves."""
+
     ptypes: tuple[PropertyType, ...]
     fixed: struct.Struct
     plain: bool  # every value is a number as it stands
@@ -114,6 +124,7 @@ _Reader = Callable[[bytes, int, int], "tuple[Any, int]"]
 
 # ---------------------------------------------------------------------------
 # public API
+
 
 def encode(message: Message) -> bytes:
     """``message`` as a versioned blob; MessageFormatException if a part cannot be encoded
@@ -159,7 +170,7 @@ def message_id(blob: bytes) -> str | None:
         if n_id == NONE:
             return None
         if _HEAD_END + n_id <= len(blob):
-            return blob[_HEAD_END:_HEAD_END + n_id].decode("utf-8", "surrogatepass")
+            return blob[_HEAD_END : _HEAD_END + n_id].decode("utf-8", "surrogatepass")
     return decode(blob).message_id  # raises the precise error
 
 
@@ -210,10 +221,12 @@ def is_serialisable(obj: Any) -> bool:
 # ---------------------------------------------------------------------------
 # encoding
 
+
 def _not_serialisable(what: str) -> MessageFormatException:
     return MessageFormatException(
         f"not serialisable: {what} (an ObjectMessage body may hold None, bool, int, float, "
-        "str, bytes, JavaSerialized, list, dict with str keys, Destination and Message values)")
+        "str, bytes, JavaSerialized, list, dict with str keys, Destination and Message values)"
+    )
 
 
 def _too_deep() -> MessageFormatException:
@@ -228,12 +241,14 @@ def _bad_headers(m: Message) -> MessageFormatException:
     if wrong:
         return MessageFormatException(
             f"cannot encode headers of the wrong type: {', '.join(wrong)} (texts must be str, "
-            "destinations a Queue, Topic, TemporaryQueue or TemporaryTopic with a str name)")
+            "destinations a Queue, Topic, TemporaryQueue or TemporaryTopic with a str name)"
+        )
     return MessageFormatException(
         "cannot encode the headers: timestamp, expiration and delivery_time must be int64, "
         "delivery_count, delivery_mode and priority int32; got "
         f"{m.timestamp!r}, {m.expiration!r}, {m.delivery_time!r}, "
-        f"{m.delivery_count!r}, {m.delivery_mode!r}, {m.priority!r}")
+        f"{m.delivery_count!r}, {m.delivery_mode!r}, {m.priority!r}"
+    )
 
 
 def _dest_code(dest: Destination) -> int | None:
@@ -256,18 +271,20 @@ def check_headers(message: Message) -> None:
     if kind in (K_TEXT, K_BYTES):
         body = m._text if kind == K_TEXT else ""  # type: ignore[attr-defined]
         mid, corr, jms_type, reply_to, dest = m.message_id, m.correlation_id, m.type, m.reply_to, m.destination
-        if ((mid is None or (type(mid) is str and len(mid) < _SHORT))
-                and (corr is None or (type(corr) is str and len(corr) < _SHORT))
-                and (jms_type is None or (type(jms_type) is str and len(jms_type) < _SHORT))
-                and (body is None or (type(body) is str and len(body) < _SHORT))
-                and (reply_to is None or (type(reply_to) in _DEST_CODES and type(reply_to.name) is str
-                                          and len(reply_to.name) < _SHORT))
-                and (dest is None or (type(dest) in _DEST_CODES and type(dest.name) is str
-                                      and len(dest.name) < _SHORT))
-                and (kind == K_TEXT or len(m._buf) < NONE)):  # type: ignore[attr-defined]
+        if (
+            (mid is None or (type(mid) is str and len(mid) < _SHORT))
+            and (corr is None or (type(corr) is str and len(corr) < _SHORT))
+            and (jms_type is None or (type(jms_type) is str and len(jms_type) < _SHORT))
+            and (body is None or (type(body) is str and len(body) < _SHORT))
+            and (
+                reply_to is None
+                or (type(reply_to) in _DEST_CODES and type(reply_to.name) is str and len(reply_to.name) < _SHORT)
+            )
+            and (dest is None or (type(dest) in _DEST_CODES and type(dest.name) is str and len(dest.name) < _SHORT))
+            and (kind == K_TEXT or len(m._buf) < NONE)  # type: ignore[attr-defined]
+        ):
             try:
-                _INTS.pack(m.timestamp, m.expiration, m.delivery_time, m.delivery_count,
-                           m.delivery_mode, m.priority)
+                _INTS.pack(m.timestamp, m.expiration, m.delivery_time, m.delivery_count, m.delivery_mode, m.priority)
                 return
             except struct.error:
                 pass
@@ -327,11 +344,24 @@ def _head(m: Message, kind: int) -> tuple[bytes, bytes, bytes, bytes, bytes, byt
         else:
             body_size = 0
         head = _HEAD.pack(
-            T_MESSAGE + kind, 1 if m.redelivered else 0, reply_kind, dest_kind,
-            m.timestamp, m.expiration, m.delivery_time, m.delivery_count, m.delivery_mode, m.priority,
-            NONE if message_id is None else len(raw_id), NONE if correlation_id is None else len(raw_corr),
-            NONE if jms_type is None else len(raw_type), len(raw_reply), len(raw_dest),
-            len(m._props), body_size)
+            T_MESSAGE + kind,
+            1 if m.redelivered else 0,
+            reply_kind,
+            dest_kind,
+            m.timestamp,
+            m.expiration,
+            m.delivery_time,
+            m.delivery_count,
+            m.delivery_mode,
+            m.priority,
+            NONE if message_id is None else len(raw_id),
+            NONE if correlation_id is None else len(raw_corr),
+            NONE if jms_type is None else len(raw_type),
+            len(raw_reply),
+            len(raw_dest),
+            len(m._props),
+            body_size,
+        )
     except (AttributeError, struct.error):  # a wrong type, an int out of range, a kind of None
         raise _bad_headers(m) from None
     return head, raw_id, raw_corr, raw_type, raw_reply, raw_dest, body
@@ -440,9 +470,15 @@ def _put_destination(out: bytearray, obj: Destination, depth: int) -> None:
 
 
 _VALUE_WRITERS: dict[type, _Writer] = {
-    type(None): _put_none, bool: _put_bool, int: _put_int, float: _put_float,
-    str: _put_str_value, bytes: _put_bytes_value, JavaSerialized: _put_bytes_value,
-    list: _put_list, dict: _put_dict,
+    type(None): _put_none,
+    bool: _put_bool,
+    int: _put_int,
+    float: _put_float,
+    str: _put_str_value,
+    bytes: _put_bytes_value,
+    JavaSerialized: _put_bytes_value,
+    list: _put_list,
+    dict: _put_dict,
     **dict.fromkeys(_DEST_CODES, _put_destination),
     **dict.fromkeys(_MESSAGE_CLASSES, _put_message),
 }
@@ -450,6 +486,7 @@ _VALUE_WRITERS: dict[type, _Writer] = {
 
 # ---------------------------------------------------------------------------
 # decoding
+
 
 def _as_bytes(data: bytes | bytearray | memoryview) -> bytes:
     if isinstance(data, (bytes, bytearray, memoryview)):
@@ -470,8 +507,9 @@ def _bad(what: str) -> MessageCodecError:
 
 
 def _truncated(data: bytes, pos: int, n: int) -> MessageCodecError:
-    return MessageCodecError(f"truncated message blob: a length of {n} at byte {pos} "
-                             f"exceeds the {len(data) - pos} bytes left")
+    return MessageCodecError(
+        f"truncated message blob: a length of {n} at byte {pos} exceeds the {len(data) - pos} bytes left"
+    )
 
 
 def _trailing(data: bytes, pos: int) -> MessageCodecError:
@@ -486,7 +524,8 @@ def _open(data: bytes) -> int:
         raise MessageCodecError(f"not a message blob: it starts {data[:4]!r}, not {MAGIC!r}")
     if len(data) > 4 and data[4] != FORMAT_VERSION:
         raise MessageCodecError(
-            f"unknown message blob format version {data[4]} (this codec reads version {FORMAT_VERSION})")
+            f"unknown message blob format version {data[4]} (this codec reads version {FORMAT_VERSION})"
+        )
     if len(data) < 6:
         raise MessageCodecError(f"truncated message blob ({len(data)} bytes)")
     return 5
@@ -521,9 +560,24 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
     if depth >= MAX_DEPTH:
         raise _bad(f"nested deeper than {MAX_DEPTH} levels")
     kind = data[pos - 1] - T_MESSAGE
-    (flags, reply_kind, dest_kind, timestamp, expiration, delivery_time, delivery_count,
-     delivery_mode, priority, n_id, n_corr, n_type, n_reply, n_dest, n_props, body_size,
-     ) = _HEAD_AFTER_TAG.unpack_from(data, pos)
+    (
+        flags,
+        reply_kind,
+        dest_kind,
+        timestamp,
+        expiration,
+        delivery_time,
+        delivery_count,
+        delivery_mode,
+        priority,
+        n_id,
+        n_corr,
+        n_type,
+        n_reply,
+        n_dest,
+        n_props,
+        body_size,
+    ) = _HEAD_AFTER_TAG.unpack_from(data, pos)
     pos += _HEAD_AFTER_TAG.size
     if flags > 1:
         raise _bad(f"reserved header flags 0x{flags:02x} are set")
@@ -539,17 +593,17 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
     if n_id != NONE:
         if pos + n_id > size:
             raise _truncated(data, pos, n_id)
-        m.message_id = data[pos:pos + n_id].decode("utf-8", "surrogatepass")
+        m.message_id = data[pos : pos + n_id].decode("utf-8", "surrogatepass")
         pos += n_id
     if n_corr != NONE:
         if pos + n_corr > size:
             raise _truncated(data, pos, n_corr)
-        m.correlation_id = data[pos:pos + n_corr].decode("utf-8", "surrogatepass")
+        m.correlation_id = data[pos : pos + n_corr].decode("utf-8", "surrogatepass")
         pos += n_corr
     if n_type != NONE:
         if pos + n_type > size:
             raise _truncated(data, pos, n_type)
-        m.type = data[pos:pos + n_type].decode("utf-8", "surrogatepass")
+        m.type = data[pos : pos + n_type].decode("utf-8", "surrogatepass")
         pos += n_type
     if reply_kind != _NO_DEST or n_reply:
         m.reply_to, pos = _read_header_dest(data, pos, reply_kind, n_reply)
@@ -561,13 +615,13 @@ def _read_message(data: bytes, pos: int, depth: int) -> tuple[Message, int]:
         if body_size != NONE:
             if pos + body_size > size:
                 raise _truncated(data, pos, body_size)
-            m._text = data[pos:pos + body_size].decode("utf-8", "surrogatepass")
+            m._text = data[pos : pos + body_size].decode("utf-8", "surrogatepass")
             pos += body_size
         return m, pos
     if type(m) is BytesMessage:
         if pos + body_size > size:
             raise _truncated(data, pos, body_size)
-        m._buf = bytearray(data[pos:pos + body_size])
+        m._buf = bytearray(data[pos : pos + body_size])
         return m, pos + body_size
     if type(m) is MapMessage:
         return m, _read_entries(data, pos, body_size, m._map, _MAP_NAMES) if body_size else pos
@@ -599,10 +653,13 @@ def _layout(codes: bytes) -> _Layout:
             return tuple(i for i, t in enumerate(ptypes) if t in kinds)
 
         layout = _Layout(
-            ptypes, struct.Struct(">" + "".join(_VALUE_FORMATS[t] for t in ptypes)),
+            ptypes,
+            struct.Struct(">" + "".join(_VALUE_FORMATS[t] for t in ptypes)),
             not at(PropertyType.STRING, PropertyType.BYTES, PropertyType.BOOLEAN, PropertyType.CHAR),
             tuple((i, ptypes[i] is PropertyType.STRING) for i in at(PropertyType.STRING, PropertyType.BYTES)),
-            at(PropertyType.BOOLEAN), at(PropertyType.CHAR))
+            at(PropertyType.BOOLEAN),
+            at(PropertyType.CHAR),
+        )
         if len(codes) <= _CACHED_CODES_LIMIT:
             _remember(_LAYOUTS, codes, layout)
     return layout
@@ -631,15 +688,22 @@ def _read_fixed(data: bytes, pos: int, layout: _Layout) -> tuple[Any, int]:
     return values, pos
 
 
-def _read_entries(data: bytes, pos: int, count: int, entries: dict[str, tuple[PropertyType, Any]],
-                  cache: dict[bytes, tuple[tuple[str, ...], _Layout]]) -> int:
+def _read_entries(
+    data: bytes,
+    pos: int,
+    count: int,
+    entries: dict[str, tuple[PropertyType, Any]],
+    cache: dict[bytes, tuple[tuple[str, ...], _Layout]],
+) -> int:
     """Read ``count`` named typed values into ``entries``: properties (``cache`` is
     ``_PROPERTY_NAMES``) or map entries (``_MAP_NAMES``)."""
     (names_size,) = _U32.unpack_from(data, pos)
     end = pos + 4 + 5 * count + names_size
     if end > len(data):
-        raise MessageCodecError(f"truncated message blob: {count} entries with {names_size} bytes of "
-                                f"names exceed the {len(data) - pos} bytes left")
+        raise MessageCodecError(
+            f"truncated message blob: {count} entries with {names_size} bytes of "
+            f"names exceed the {len(data) - pos} bytes left"
+        )
     key = data[pos:end]
     parsed = cache.get(key)
     if parsed is None:
@@ -654,7 +718,7 @@ def _read_entries(data: bytes, pos: int, count: int, entries: dict[str, tuple[Pr
 
 def _parse_names(key: bytes, count: int, properties: bool) -> tuple[tuple[str, ...], _Layout]:
     """Check and parse a names length, name lengths, names and type codes (all of ``key``)."""
-    codes = key[len(key) - count:]
+    codes = key[len(key) - count :]
     layout = _layout(codes)
     if properties:
         for code in codes:
@@ -666,7 +730,7 @@ def _parse_names(key: bytes, count: int, properties: bool) -> tuple[tuple[str, .
         raise _bad("the name lengths do not add up to the names length")
     names = []
     for n in lengths:
-        name = key[pos:pos + n].decode("utf-8", "surrogatepass")
+        name = key[pos : pos + n].decode("utf-8", "surrogatepass")
         pos += n
         if properties:
             problem = property_name_problem(name)
@@ -682,7 +746,7 @@ def _parse_names(key: bytes, count: int, properties: bool) -> tuple[tuple[str, .
 
 def _read_items(data: bytes, pos: int, count: int, items: list[tuple[PropertyType, Any]]) -> int:
     _check_count(data, pos, count, "stream item")
-    layout = _layout(data[pos:pos + count])
+    layout = _layout(data[pos : pos + count])
     values, pos = _read_fixed(data, pos + count, layout)
     items.extend(zip(layout.ptypes, values))
     return pos
@@ -776,6 +840,17 @@ def _constant(value: Any) -> _Reader:
 
 
 _VALUE_READERS: tuple[_Reader, ...] = (
-    _constant(None), _constant(False), _constant(True), _read_int, _read_bigint, _read_float,
-    _read_str_value, _read_bytes_value, _read_java, _read_list, _read_dict, _read_destination,
-    *(_read_message for _ in _MESSAGE_CLASSES))
+    _constant(None),
+    _constant(False),
+    _constant(True),
+    _read_int,
+    _read_bigint,
+    _read_float,
+    _read_str_value,
+    _read_bytes_value,
+    _read_java,
+    _read_list,
+    _read_dict,
+    _read_destination,
+    *(_read_message for _ in _MESSAGE_CLASSES),
+)

@@ -25,8 +25,10 @@ from .errors import InvalidDestinationException
 # The broker's own queues (the DMQ, the JMS bridges' built-in DMQ).
 SYSTEM_QUEUES = frozenset({"mq.sys.dmq", "imq.bridge.jms.dmq"})
 RESERVED_PREFIX = "mq."
-NAME_RULE = ("a destination name has only letters, digits, _, $ and . (ASCII), begins with a "
-             "letter, _ or $, and does not begin with mq.")
+NAME_RULE = (
+    "a destination name has only letters, digits, _, $ and . (ASCII), begins with a "
+    "letter, _ or $, and does not begin with mq."
+)
 _NAME = re.compile(r"[A-Za-z_$][A-Za-z0-9_$.]*\Z")
 _BAD_CHAR = re.compile(r"[^A-Za-z0-9_$.]")
 
@@ -74,9 +76,7 @@ class TemporaryTopic(Topic):
     is_temporary = True
 
 
-KINDS: dict[str, type[Destination]] = {
-    cls.kind: cls for cls in (Queue, Topic, TemporaryQueue, TemporaryTopic)
-}
+KINDS: dict[str, type[Destination]] = {cls.kind: cls for cls in (Queue, Topic, TemporaryQueue, TemporaryTopic)}
 
 
 def from_kind(kind: str, name: str) -> Destination:
@@ -114,7 +114,9 @@ def check_name(destination: Destination) -> None:
         return
     problem = name_problem(destination.name, destination.is_topic)
     if problem is not None:
-        shown = repr(destination.name) if len(destination.name) <= 80 else \
-            repr(destination.name[:80]) + f"... ({len(destination.name)} characters)"
-        raise InvalidDestinationException(
-            f"{destination.kind} name {shown} is refused: {problem}; {NAME_RULE}")
+        shown = (
+            repr(destination.name)
+            if len(destination.name) <= 80
+            else repr(destination.name[:80]) + f"... ({len(destination.name)} characters)"
+        )
+        raise InvalidDestinationException(f"{destination.kind} name {shown} is refused: {problem}; {NAME_RULE}")

@@ -58,8 +58,7 @@ class InvalidDestinationException(JMSException, code="INVALID_DESTINATION"):
 class InvalidSelectorError(JMSException, code="INVALID_SELECTOR"):
     """A message selector is not valid JMS selector syntax; names the position."""
 
-    def __init__(self, message: str = "", position: int | None = None,
-                 selector: str | None = None) -> None:
+    def __init__(self, message: str = "", position: int | None = None, selector: str | None = None) -> None:
         super().__init__(message)
         self.position = position
         self.selector = selector

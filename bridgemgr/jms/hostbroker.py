@@ -52,8 +52,8 @@ class DestinationAttributes:
     max_bytes_per_msg: int = -1
     limit_behavior: str = "REJECT_NEWEST"  # FLOW_CONTROL, REMOVE_OLDEST, REMOVE_LOW_PRIORITY: when full
     use_dmq: bool = True  # a message dropped by a limit goes to the DMQ
-    backout_threshold: int = 0       # deliveries without an acknowledgement before a backout; 0: off
-    backout_queue: str = ""          # where a message at the threshold goes ("": none)
+    backout_threshold: int = 0  # deliveries without an acknowledgement before a backout; 0: off
+    backout_queue: str = ""  # where a message at the threshold goes ("": none)
     backout_disposition: str = "dmq"  # else: dmq or discard (also unwanted messages, retention off)
 
 
@@ -138,9 +138,15 @@ class HostBroker(ABC):
     def create_temporary(self, principal: Principal, client: Client, topic: bool) -> Destination: ...
 
     @abstractmethod
-    def subscribe(self, principal: Principal, client: Client, destination: Destination,
-                  selector: str | None = None, durable_name: str | None = None,
-                  no_local: bool = False) -> Consumer:
+    def subscribe(
+        self,
+        principal: Principal,
+        client: Client,
+        destination: Destination,
+        selector: str | None = None,
+        durable_name: str | None = None,
+        no_local: bool = False,
+    ) -> Consumer:
         """JMSException for a bad selector or destination, or a durable name in use."""
 
     @abstractmethod
@@ -148,8 +154,9 @@ class HostBroker(ABC):
         """Blocking: the next delivery, waiting up to ``timeout`` seconds (None: until the
         consumer is closed); None when there is none."""
 
-    def receive_many(self, principal: Principal, consumer: Consumer, max_messages: int,
-                     timeout: float | None, max_bytes: int = 0) -> list[Delivery]:
+    def receive_many(
+        self, principal: Principal, consumer: Consumer, max_messages: int, timeout: float | None, max_bytes: int = 0
+    ) -> list[Delivery]:
         """Blocking: up to ``max_messages`` deliveries, each as receive() would give it:
         waits up to ``timeout`` for the first (as receive), then takes only those ready,
         stopping once their bodies reach ``max_bytes`` (0: no byte bound); [] when there
@@ -177,15 +184,22 @@ class HostBroker(ABC):
 
     # --- the data path ------------------------------------------------------------------------------
     @abstractmethod
-    def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
-             transaction: Transaction | None = None) -> Ticket:
+    def send(
+        self,
+        principal: Principal,
+        client: Client,
+        message: Message,
+        destination: Destination,
+        transaction: Transaction | None = None,
+    ) -> Ticket:
         """Stamp and route ``message`` now, or at commit of ``transaction``; the ticket to
         wait on before confirming a send outside a transaction. ProducerFlowControl: the
         producer must wait (a full FLOW_CONTROL destination, the broker's memory state);
         nothing was sent: send again once its ``on_room`` callback has run."""
 
-    def send_many(self, principal: Principal, client: Client,
-                  sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
+    def send_many(
+        self, principal: Principal, client: Client, sends: Sequence[tuple[Message, Destination]]
+    ) -> tuple[Ticket, int, JMSException | None]:
         """send() of each (message, destination) outside a transaction, in order, stopping
         at the first one refused: (the ticket covering those sent; how many were sent; why
         the next was refused, ProducerFlowControl among the reasons: it and those after
@@ -202,8 +216,9 @@ class HostBroker(ABC):
         return ticket, len(sends), None
 
     @abstractmethod
-    def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
-                    transaction: Transaction | None = None) -> None:
+    def acknowledge(
+        self, principal: Principal, deliveries: Sequence[Delivery], transaction: Transaction | None = None
+    ) -> None:
         """Consumed for good, now or when ``transaction`` commits (redelivered if it rolls back)."""
 
     @abstractmethod
@@ -235,14 +250,16 @@ class HostBroker(ABC):
         (a paused link's prefetched ones are still its backlog)."""
 
     @abstractmethod
-    def describe_destination(self, principal: Principal, destination: Destination
-                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+    def describe_destination(
+        self, principal: Principal, destination: Destination
+    ) -> tuple[DestinationAttributes, dict[str, int]] | None:
         """A destination's attributes and counts (pending, unacked, bytes,
         producers_waiting); None when it does not exist."""
 
     @abstractmethod
-    def configure_destination(self, principal: Principal, destination: Destination,
-                              attributes: DestinationAttributes) -> None:
+    def configure_destination(
+        self, principal: Principal, destination: Destination, attributes: DestinationAttributes
+    ) -> None:
         """Create ``destination`` with ``attributes``, or give it them (kept in the store);
         JMSException for a temporary destination or a bad limit behavior."""
 

@@ -52,14 +52,14 @@ class PropertyType(IntEnum):
     """Java value types of properties, map entries and stream items."""
 
     BOOLEAN = 1
-    BYTE = 2    # int8
-    SHORT = 3   # int16
-    INT = 4     # int32
-    LONG = 5    # int64
-    FLOAT = 6   # float32
+    BYTE = 2  # int8
+    SHORT = 3  # int16
+    INT = 4  # int32
+    LONG = 5  # int64
+    FLOAT = 6  # float32
     DOUBLE = 7
     STRING = 8
-    CHAR = 9    # map/stream bodies only: one UTF-16 code unit
+    CHAR = 9  # map/stream bodies only: one UTF-16 code unit
     BYTES = 10  # map/stream bodies only
 
 
@@ -76,10 +76,10 @@ CONVERSIONS: dict[PropertyType, frozenset[PropertyType]] = {
     PropertyType.BOOLEAN: frozenset({PropertyType.BOOLEAN, PropertyType.STRING}),
     PropertyType.BYTE: frozenset({PropertyType.BYTE, PropertyType.STRING}),
     PropertyType.SHORT: frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.STRING}),
-    PropertyType.INT: frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.INT,
-                                 PropertyType.STRING}),
-    PropertyType.LONG: frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.INT,
-                                  PropertyType.LONG, PropertyType.STRING}),
+    PropertyType.INT: frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.INT, PropertyType.STRING}),
+    PropertyType.LONG: frozenset(
+        {PropertyType.BYTE, PropertyType.SHORT, PropertyType.INT, PropertyType.LONG, PropertyType.STRING}
+    ),
     PropertyType.FLOAT: frozenset({PropertyType.FLOAT, PropertyType.STRING}),
     PropertyType.DOUBLE: frozenset({PropertyType.FLOAT, PropertyType.DOUBLE, PropertyType.STRING}),
     PropertyType.STRING: frozenset(PropertyType) - {PropertyType.BYTES},
@@ -90,11 +90,20 @@ CONVERSIONS: dict[PropertyType, frozenset[PropertyType]] = {
 # ---------------------------------------------------------------------------
 # property names
 
-SELECTOR_RESERVED = frozenset(
-    {"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
-JMSX_NAMES = frozenset({
-    "JMSXUserID", "JMSXAppID", "JMSXDeliveryCount", "JMSXGroupID", "JMSXGroupSeq",
-    "JMSXProducerTXID", "JMSXConsumerTXID", "JMSXRcvTimestamp", "JMSXState"})
+SELECTOR_RESERVED = frozenset({"NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"})
+JMSX_NAMES = frozenset(
+    {
+        "JMSXUserID",
+        "JMSXAppID",
+        "JMSXDeliveryCount",
+        "JMSXGroupID",
+        "JMSXGroupSeq",
+        "JMSXProducerTXID",
+        "JMSXConsumerTXID",
+        "JMSXRcvTimestamp",
+        "JMSXState",
+    }
+)
 # A Java identifier (Character.isJavaIdentifierStart, then isJavaIdentifierPart): a
 # letter, letter-number, currency symbol or connector first; then those, digits,
 # combining marks and the "identifier-ignorable" format and control characters.
@@ -109,7 +118,8 @@ def _is_java_identifier(name: str) -> bool:
         return _ASCII_IDENT.match(name) is not None
     category = unicodedata.category
     return category(name[0]) in _IDENT_START and all(
-        category(c) in _IDENT_PART or _IDENT_IGNORABLE_CONTROLS.match(c) for c in name[1:])
+        category(c) in _IDENT_PART or _IDENT_IGNORABLE_CONTROLS.match(c) for c in name[1:]
+    )
 
 
 def property_name_problem(name: object) -> str | None:
@@ -139,6 +149,7 @@ def is_valid_property_name(name: object) -> bool:
 
 # ---------------------------------------------------------------------------
 # typed values
+
 
 def _round_f32(value: float) -> float:
     """``(float) value`` in Java: the nearest float32, infinite past its range."""
@@ -301,6 +312,7 @@ def _missing(want: PropertyType, what: str) -> Any:
 # ---------------------------------------------------------------------------
 # messages
 
+
 class Message:
     """A JMS message with headers and properties and no body."""
 
@@ -345,8 +357,9 @@ class Message:
     # --- properties -------------------------------------------------------
     def _set(self, name: str, ptype: PropertyType, value: Any) -> None:
         if self._props_ro:
-            raise MessageNotWriteableException("properties of a received message are read-only "
-                                               f"(call clear_properties() first): {name}")
+            raise MessageNotWriteableException(
+                f"properties of a received message are read-only (call clear_properties() first): {name}"
+            )
         if name not in _CHECKED_NAMES:
             problem = property_name_problem(name)
             if problem:
@@ -542,9 +555,11 @@ class Message:
     def __eq__(self, other: object) -> bool:
         if type(other) is not type(self):
             return NotImplemented
-        return (self.headers() == other.headers()
-                and _typed_dict_equal(self._props, other._props)
-                and self._body_equal(other))
+        return (
+            self.headers() == other.headers()
+            and _typed_dict_equal(self._props, other._props)
+            and self._body_equal(other)
+        )
 
     __hash__ = None  # type: ignore[assignment]  # unhashable (mutable, equal by value); typeshed has no way to say so
 
@@ -560,9 +575,20 @@ class Message:
     __str__ = __repr__
 
 
-HEADER_FIELDS = ("message_id", "timestamp", "correlation_id", "reply_to", "destination",
-                 "delivery_mode", "redelivered", "type", "expiration", "priority",
-                 "delivery_count", "delivery_time")
+HEADER_FIELDS = (
+    "message_id",
+    "timestamp",
+    "correlation_id",
+    "reply_to",
+    "destination",
+    "delivery_mode",
+    "redelivered",
+    "type",
+    "expiration",
+    "priority",
+    "delivery_count",
+    "delivery_time",
+)
 
 
 def _short(value: Any, limit: int = 200) -> str:
@@ -616,10 +642,14 @@ class TextMessage(Message):
 
 # Java DataOutput encodings, big-endian, for Bytes bodies.
 _FORMATS = {
-    PropertyType.BOOLEAN: struct.Struct(">?"), PropertyType.BYTE: struct.Struct(">b"),
-    PropertyType.SHORT: struct.Struct(">h"), PropertyType.CHAR: struct.Struct(">H"),
-    PropertyType.INT: struct.Struct(">i"), PropertyType.LONG: struct.Struct(">q"),
-    PropertyType.FLOAT: struct.Struct(">f"), PropertyType.DOUBLE: struct.Struct(">d"),
+    PropertyType.BOOLEAN: struct.Struct(">?"),
+    PropertyType.BYTE: struct.Struct(">b"),
+    PropertyType.SHORT: struct.Struct(">h"),
+    PropertyType.CHAR: struct.Struct(">H"),
+    PropertyType.INT: struct.Struct(">i"),
+    PropertyType.LONG: struct.Struct(">q"),
+    PropertyType.FLOAT: struct.Struct(">f"),
+    PropertyType.DOUBLE: struct.Struct(">d"),
 }
 
 
@@ -676,22 +706,53 @@ class _PrimitiveBody:
     def _read(self, ptype: PropertyType) -> Any:
         raise NotImplementedError
 
-    def write_boolean(self, v: bool) -> None: self._write(PropertyType.BOOLEAN, v)
-    def write_byte(self, v: int) -> None: self._write(PropertyType.BYTE, v)
-    def write_short(self, v: int) -> None: self._write(PropertyType.SHORT, v)
-    def write_char(self, v: str) -> None: self._write(PropertyType.CHAR, v)
-    def write_int(self, v: int) -> None: self._write(PropertyType.INT, v)
-    def write_long(self, v: int) -> None: self._write(PropertyType.LONG, v)
-    def write_float(self, v: float) -> None: self._write(PropertyType.FLOAT, v)
-    def write_double(self, v: float) -> None: self._write(PropertyType.DOUBLE, v)
-    def read_boolean(self) -> bool: return cast("bool", self._read(PropertyType.BOOLEAN))
-    def read_byte(self) -> int: return cast("int", self._read(PropertyType.BYTE))
-    def read_short(self) -> int: return cast("int", self._read(PropertyType.SHORT))
-    def read_char(self) -> str: return cast("str", self._read(PropertyType.CHAR))
-    def read_int(self) -> int: return cast("int", self._read(PropertyType.INT))
-    def read_long(self) -> int: return cast("int", self._read(PropertyType.LONG))
-    def read_float(self) -> float: return cast("float", self._read(PropertyType.FLOAT))
-    def read_double(self) -> float: return cast("float", self._read(PropertyType.DOUBLE))
+    def write_boolean(self, v: bool) -> None:
+        self._write(PropertyType.BOOLEAN, v)
+
+    def write_byte(self, v: int) -> None:
+        self._write(PropertyType.BYTE, v)
+
+    def write_short(self, v: int) -> None:
+        self._write(PropertyType.SHORT, v)
+
+    def write_char(self, v: str) -> None:
+        self._write(PropertyType.CHAR, v)
+
+    def write_int(self, v: int) -> None:
+        self._write(PropertyType.INT, v)
+
+    def write_long(self, v: int) -> None:
+        self._write(PropertyType.LONG, v)
+
+    def write_float(self, v: float) -> None:
+        self._write(PropertyType.FLOAT, v)
+
+    def write_double(self, v: float) -> None:
+        self._write(PropertyType.DOUBLE, v)
+
+    def read_boolean(self) -> bool:
+        return cast("bool", self._read(PropertyType.BOOLEAN))
+
+    def read_byte(self) -> int:
+        return cast("int", self._read(PropertyType.BYTE))
+
+    def read_short(self) -> int:
+        return cast("int", self._read(PropertyType.SHORT))
+
+    def read_char(self) -> str:
+        return cast("str", self._read(PropertyType.CHAR))
+
+    def read_int(self) -> int:
+        return cast("int", self._read(PropertyType.INT))
+
+    def read_long(self) -> int:
+        return cast("int", self._read(PropertyType.LONG))
+
+    def read_float(self) -> float:
+        return cast("float", self._read(PropertyType.FLOAT))
+
+    def read_double(self) -> float:
+        return cast("float", self._read(PropertyType.DOUBLE))
 
 
 class BytesMessage(_PrimitiveBody, Message):
@@ -768,7 +829,7 @@ class BytesMessage(_PrimitiveBody, Message):
         try:
             if end > len(self._buf):
                 raise MessageEOFException("end of the bytes body reached")
-            text = decode_modified_utf8(bytes(self._buf[self._pos:end]))
+            text = decode_modified_utf8(bytes(self._buf[self._pos : end]))
         except (MessageEOFException, MessageFormatException):
             self._pos = start
             raise
@@ -782,7 +843,7 @@ class BytesMessage(_PrimitiveBody, Message):
             length = len(data) - offset
         if not (0 <= offset <= len(data) and 0 <= length <= len(data) - offset):
             raise MessageFormatException(f"offset {offset} and length {length} are outside {len(data)} bytes")
-        self._buf += memoryview(data)[offset:offset + length]
+        self._buf += memoryview(data)[offset : offset + length]
 
     def read_bytes(self, length: int | None = None) -> bytes:
         """Up to ``length`` bytes (all remaining when None); b'' at the end (JMS: -1)."""
@@ -790,7 +851,7 @@ class BytesMessage(_PrimitiveBody, Message):
         if length is not None and length < 0:
             raise MessageFormatException(f"read_bytes: negative length {length}")
         end = len(self._buf) if length is None else min(len(self._buf), self._pos + length)
-        data = bytes(self._buf[self._pos:end])
+        data = bytes(self._buf[self._pos : end])
         self._pos = end
         return data
 
@@ -835,16 +896,35 @@ class MapMessage(Message):
             raise MessageFormatException("a map entry name must be a non-empty string")
         self._map[name] = (ptype, check_value(ptype, value))
 
-    def set_boolean(self, name: str, v: bool) -> None: self._put(name, PropertyType.BOOLEAN, v)
-    def set_byte(self, name: str, v: int) -> None: self._put(name, PropertyType.BYTE, v)
-    def set_short(self, name: str, v: int) -> None: self._put(name, PropertyType.SHORT, v)
-    def set_char(self, name: str, v: str) -> None: self._put(name, PropertyType.CHAR, v)
-    def set_int(self, name: str, v: int) -> None: self._put(name, PropertyType.INT, v)
-    def set_long(self, name: str, v: int) -> None: self._put(name, PropertyType.LONG, v)
-    def set_float(self, name: str, v: float) -> None: self._put(name, PropertyType.FLOAT, v)
-    def set_double(self, name: str, v: float) -> None: self._put(name, PropertyType.DOUBLE, v)
-    def set_string(self, name: str, v: str) -> None: self._put(name, PropertyType.STRING, v)
-    def set_bytes(self, name: str, v: bytes) -> None: self._put(name, PropertyType.BYTES, v)
+    def set_boolean(self, name: str, v: bool) -> None:
+        self._put(name, PropertyType.BOOLEAN, v)
+
+    def set_byte(self, name: str, v: int) -> None:
+        self._put(name, PropertyType.BYTE, v)
+
+    def set_short(self, name: str, v: int) -> None:
+        self._put(name, PropertyType.SHORT, v)
+
+    def set_char(self, name: str, v: str) -> None:
+        self._put(name, PropertyType.CHAR, v)
+
+    def set_int(self, name: str, v: int) -> None:
+        self._put(name, PropertyType.INT, v)
+
+    def set_long(self, name: str, v: int) -> None:
+        self._put(name, PropertyType.LONG, v)
+
+    def set_float(self, name: str, v: float) -> None:
+        self._put(name, PropertyType.FLOAT, v)
+
+    def set_double(self, name: str, v: float) -> None:
+        self._put(name, PropertyType.DOUBLE, v)
+
+    def set_string(self, name: str, v: str) -> None:
+        self._put(name, PropertyType.STRING, v)
+
+    def set_bytes(self, name: str, v: bytes) -> None:
+        self._put(name, PropertyType.BYTES, v)
 
     def set_object(self, name: str, value: Any) -> None:
         self._put(name, infer_type(value), value)
@@ -860,15 +940,33 @@ class MapMessage(Message):
             return _missing(want, f"map entry {name!r}")
         return convert(entry[0], entry[1], want, f"map entry {name!r}")
 
-    def get_boolean(self, name: str) -> bool: return cast("bool", self._get_item(name, PropertyType.BOOLEAN))
-    def get_byte(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.BYTE))
-    def get_short(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.SHORT))
-    def get_char(self, name: str) -> str: return cast("str", self._get_item(name, PropertyType.CHAR))
-    def get_int(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.INT))
-    def get_long(self, name: str) -> int: return cast("int", self._get_item(name, PropertyType.LONG))
-    def get_float(self, name: str) -> float: return cast("float", self._get_item(name, PropertyType.FLOAT))
-    def get_double(self, name: str) -> float: return cast("float", self._get_item(name, PropertyType.DOUBLE))
-    def get_string(self, name: str) -> str | None: return cast("str | None", self._get_item(name, PropertyType.STRING))
+    def get_boolean(self, name: str) -> bool:
+        return cast("bool", self._get_item(name, PropertyType.BOOLEAN))
+
+    def get_byte(self, name: str) -> int:
+        return cast("int", self._get_item(name, PropertyType.BYTE))
+
+    def get_short(self, name: str) -> int:
+        return cast("int", self._get_item(name, PropertyType.SHORT))
+
+    def get_char(self, name: str) -> str:
+        return cast("str", self._get_item(name, PropertyType.CHAR))
+
+    def get_int(self, name: str) -> int:
+        return cast("int", self._get_item(name, PropertyType.INT))
+
+    def get_long(self, name: str) -> int:
+        return cast("int", self._get_item(name, PropertyType.LONG))
+
+    def get_float(self, name: str) -> float:
+        return cast("float", self._get_item(name, PropertyType.FLOAT))
+
+    def get_double(self, name: str) -> float:
+        return cast("float", self._get_item(name, PropertyType.DOUBLE))
+
+    def get_string(self, name: str) -> str | None:
+        return cast("str | None", self._get_item(name, PropertyType.STRING))
+
     def get_bytes(self, name: str) -> bytes | None:
         return cast("bytes | None", self._get_item(name, PropertyType.BYTES))
 
@@ -925,8 +1023,11 @@ class StreamMessage(_PrimitiveBody, Message):
         self._check_writable()
         self._items.append((ptype, check_value(ptype, value)))
 
-    def write_string(self, v: str) -> None: self._write(PropertyType.STRING, v)
-    def write_bytes(self, v: bytes) -> None: self._write(PropertyType.BYTES, v)
+    def write_string(self, v: str) -> None:
+        self._write(PropertyType.STRING, v)
+
+    def write_bytes(self, v: bytes) -> None:
+        self._write(PropertyType.BYTES, v)
 
     def write_object(self, value: Any) -> None:
         self._write(infer_type(value), value)
@@ -953,8 +1054,11 @@ class StreamMessage(_PrimitiveBody, Message):
         self._pos += 1  # JMS: a failed conversion does not advance
         return result
 
-    def read_string(self) -> str: return cast("str", self._read(PropertyType.STRING))
-    def read_bytes(self) -> bytes: return cast("bytes", self._read(PropertyType.BYTES))
+    def read_string(self) -> str:
+        return cast("str", self._read(PropertyType.STRING))
+
+    def read_bytes(self) -> bytes:
+        return cast("bytes", self._read(PropertyType.BYTES))
 
     def read_object(self) -> Any:
         if not self._reading:
@@ -1104,8 +1208,7 @@ def _object_equal(a: Any, b: Any) -> bool:
 
 
 MESSAGE_TYPES: dict[str, type[Message]] = {
-    cls.message_type: cls
-    for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
+    cls.message_type: cls for cls in (Message, TextMessage, BytesMessage, MapMessage, StreamMessage, ObjectMessage)
 }
 
 

@@ -103,10 +103,12 @@ class InitialContextFactory(ABC):
 _registry: dict[str, Callable[[], InitialContextFactory]] = {}
 _lock = threading.Lock()
 # Our own providers register on import; name them here so a lookup imports them.
-_BUILTIN = {"imq.embedded": "bridgemgr.providers.embedded",
-            "imq.stomp": "bridgemgr.providers.stomp",
-            "imq.amqp": "bridgemgr.providers.amqp",
-            JAVA_CONTEXT_FACTORY: "bridgemgr.providers.java"}
+_BUILTIN = {
+    "imq.embedded": "bridgemgr.providers.embedded",
+    "imq.stomp": "bridgemgr.providers.stomp",
+    "imq.amqp": "bridgemgr.providers.amqp",
+    JAVA_CONTEXT_FACTORY: "bridgemgr.providers.java",
+}
 
 
 def register_context_factory(name: str, factory: Callable[[], InitialContextFactory]) -> None:
@@ -138,8 +140,7 @@ def _context_factory(name: str) -> InitialContextFactory:
         with _lock:
             java = _registry.get(JAVA_CONTEXT_FACTORY)
         if java is None:
-            raise NamingException(
-                f"context factory {name!r} is a Java class, and the Java provider is not available")
+            raise NamingException(f"context factory {name!r} is a Java class, and the Java provider is not available")
         return java()
     raise NamingException(f"unknown context factory {name!r} ({INITIAL_CONTEXT_FACTORY})")
 

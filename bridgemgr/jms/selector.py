@@ -38,8 +38,16 @@ from lark.exceptions import UnexpectedCharacters, UnexpectedToken
 
 from .errors import InvalidSelectorError
 
-__all__ = ["MAX_DEPTH", "MAX_PATTERN_CHARS", "MAX_SIZE", "MAX_TOKENS", "Selector",
-           "check_size", "compile_selector", "message_lookup"]
+__all__ = [
+    "MAX_DEPTH",
+    "MAX_PATTERN_CHARS",
+    "MAX_SIZE",
+    "MAX_TOKENS",
+    "Selector",
+    "check_size",
+    "compile_selector",
+    "message_lookup",
+]
 
 MAX_SIZE = 64 * 1024  # bytes; the default of imq.selector.max_size
 MAX_DEPTH = 100
@@ -53,8 +61,7 @@ _F32 = struct.Struct(">f")
 # ---------------------------------------------------------------------------
 # grammar
 
-_KEYWORDS = frozenset(
-    {"OR", "AND", "NOT", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS", "NULL", "TRUE", "FALSE"})
+_KEYWORDS = frozenset({"OR", "AND", "NOT", "BETWEEN", "IN", "LIKE", "ESCAPE", "IS", "NULL", "TRUE", "FALSE"})
 
 _GRAMMAR = r"""
 ?start: or_expr
@@ -92,9 +99,16 @@ COMMA: ","
 
 # How an error message names what the parser expected.
 _TERMINAL_NAMES = {
-    "IDENT": "an identifier", "NUMBER": "a number", "STRING": "a string literal",
-    "COMP_OP": "a comparison operator", "ADD_OP": "'+' or '-'", "MUL_OP": "'*' or '/'",
-    "LPAR": "'('", "RPAR": "')'", "COMMA": "','", "$END": "the end of the selector",
+    "IDENT": "an identifier",
+    "NUMBER": "a number",
+    "STRING": "a string literal",
+    "COMP_OP": "a comparison operator",
+    "ADD_OP": "'+' or '-'",
+    "MUL_OP": "'*' or '/'",
+    "LPAR": "'('",
+    "RPAR": "')'",
+    "COMMA": "','",
+    "$END": "the end of the selector",
     **{k: k for k in _KEYWORDS},
 }
 
@@ -119,6 +133,7 @@ def _keyword(token: Token) -> Token:
 
 # ---------------------------------------------------------------------------
 # the AST (positions are character offsets into the selector text)
+
 
 @dataclass(frozen=True, slots=True)
 class _Lit:
@@ -246,8 +261,7 @@ class _Builder(Transformer[Token, Any]):
         if text[-1] in "lL" or not any(c in text for c in ".eEfFdD"):
             digits = text.rstrip("lL").lstrip("0")
             if len(digits) > 19:  # beyond any long, and too long for int()
-                raise _SyntaxError(f"integer literal {text} is out of the long range",
-                                   _at(tok))
+                raise _SyntaxError(f"integer literal {text} is out of the long range", _at(tok))
             return _Lit(int(digits or "0"), _at(tok))
         value = float(text.rstrip("fFdD"))
         if text[-1] in "fF":
@@ -286,19 +300,25 @@ class _Builder(Transformer[Token, Any]):
     def comparison(self, left: Any, op: Token, right: Any) -> _Compare:
         return _Compare(op.value, left, right, left.pos)
 
-    def between(self, operand: Any, neg: Token | None, _b: Token, low: Any, _a: Token,
-                high: Any) -> _Between:
+    def between(self, operand: Any, neg: Token | None, _b: Token, low: Any, _a: Token, high: Any) -> _Between:
         return _Between(neg is not None, operand, low, high, operand.pos)
 
     def in_list(self, operand: Any, neg: Token | None, *rest: Token) -> _In:
         values = tuple(_string_value(t) for t in rest if t.type == "STRING")
         return _In(neg is not None, operand, values, operand.pos)
 
-    def like(self, operand: Any, neg: Token | None, _like: Token, pattern: Token,
-             _esc: Token | None, escape: Token | None) -> _Like:
-        return _Like(neg is not None, operand, _string_value(pattern),
-                     None if escape is None else _string_value(escape), operand.pos,
-                     _at(pattern), -1 if escape is None else _at(escape))
+    def like(
+        self, operand: Any, neg: Token | None, _like: Token, pattern: Token, _esc: Token | None, escape: Token | None
+    ) -> _Like:
+        return _Like(
+            neg is not None,
+            operand,
+            _string_value(pattern),
+            None if escape is None else _string_value(escape),
+            operand.pos,
+            _at(pattern),
+            -1 if escape is None else _at(escape),
+        )
 
     def is_null(self, operand: Any, _is: Token, neg: Token | None, _null: Token) -> _IsNull:
         return _IsNull(neg is not None, operand, operand.pos)
@@ -324,8 +344,13 @@ class _Builder(Transformer[Token, Any]):
 @functools.cache
 def _parser() -> Lark:
     counted = ("NUMBER", "STRING", "COMP_OP", "ADD_OP", "MUL_OP", "LPAR", "RPAR", "COMMA")
-    return Lark(_GRAMMAR, parser="lalr", lexer="basic", transformer=_Builder(),
-                lexer_callbacks={"IDENT": _keyword, **dict.fromkeys(counted, _count)})
+    return Lark(
+        _GRAMMAR,
+        parser="lalr",
+        lexer="basic",
+        transformer=_Builder(),
+        lexer_callbacks={"IDENT": _keyword, **dict.fromkeys(counted, _count)},
+    )
 
 
 def _error(text: str, pos: int, problem: str) -> InvalidSelectorError:
@@ -334,7 +359,9 @@ def _error(text: str, pos: int, problem: str) -> InvalidSelectorError:
     shown = f" {text!r}" if len(text) <= 100 else ""
     return InvalidSelectorError(
         f"invalid selector{shown}: {problem} at line {line}, column {column} (offset {pos})",
-        position=pos, selector=text)
+        position=pos,
+        selector=text,
+    )
 
 
 def _parse(text: str) -> Any:
@@ -346,8 +373,7 @@ def _parse(text: str) -> Any:
     except UnexpectedCharacters as e:
         at = cast(int, e.pos_in_stream)  # lark declares it None on the base class; the lexer sets it
         char = text[at]
-        problem = ("unterminated string literal" if char == "'"
-                   else f"unexpected character {char!r}")
+        problem = "unterminated string literal" if char == "'" else f"unexpected character {char!r}"
         raise _error(text, at, problem) from None
     except UnexpectedToken as e:
         at_end = e.token.type == "$END"
@@ -406,8 +432,10 @@ def _java_div(a: int, b: int) -> int:
 
 # op -> (on two integers, wrapped to a long afterwards; on floating-point numbers)
 _ARITH_OPS: dict[str, tuple[Callable[[int, int], int], Callable[[float, float], float]]] = {
-    "+": (operator.add, operator.add), "-": (operator.sub, operator.sub),
-    "*": (operator.mul, operator.mul), "/": (_java_div, operator.truediv),
+    "+": (operator.add, operator.add),
+    "-": (operator.sub, operator.sub),
+    "*": (operator.mul, operator.mul),
+    "/": (_java_div, operator.truediv),
 }
 
 
@@ -446,9 +474,12 @@ def _like_regex(pattern: str, escape: str | None) -> re.Pattern[str] | None:
 
 
 _COMPARE_OPS: dict[str, tuple[Callable[[Any, Any], bool], bool]] = {
-    "=": (operator.eq, False), "<>": (operator.ne, False),
-    "<": (operator.lt, True), "<=": (operator.le, True),
-    ">": (operator.gt, True), ">=": (operator.ge, True),
+    "=": (operator.eq, False),
+    "<>": (operator.ne, False),
+    "<": (operator.lt, True),
+    "<=": (operator.le, True),
+    ">": (operator.gt, True),
+    ">=": (operator.ge, True),
 }
 _MIRROR = {"=": "=", "<>": "<>", "<": ">", "<=": ">=", ">": "<", ">=": "<="}
 
@@ -459,6 +490,7 @@ def _const(value: Any) -> Fn:
 
 # ---------------------------------------------------------------------------
 # compiling the AST into closures
+
 
 class _Compiler:
     """Checks an AST and builds its closures; ``leaf(name)`` reads an identifier."""
@@ -482,6 +514,7 @@ class _Compiler:
             def truth(ctx: Any) -> bool | None:
                 v = get(ctx)
                 return v if type(v) is bool else None
+
             return truth
         return self.value(node, depth)
 
@@ -511,9 +544,7 @@ class _Compiler:
                 f = self.numeric(operand, depth, f"the operand of unary {op!r}")
                 if op == "+":
                     return lambda ctx: v if _is_number(v := f(ctx)) else None
-                return lambda ctx: (
-                    (-v if isinstance(v, float) else _long(-v)) if _is_number(v := f(ctx))
-                    else None)
+                return lambda ctx: (-v if isinstance(v, float) else _long(-v)) if _is_number(v := f(ctx)) else None
             case _Arith(op=op, left=left, right=right):
                 what = f"an operand of {op!r}"
                 fl, fr = self.numeric(left, depth, what), self.numeric(right, depth, what)
@@ -527,6 +558,7 @@ class _Compiler:
                     if isinstance(a, float) or isinstance(b, float):
                         return float_op(_to_float(a), _to_float(b))
                     return _long(int_op(a, b))
+
                 return arith
             case _Compare():
                 return self.comparison(node, depth)
@@ -540,29 +572,32 @@ class _Compiler:
                     v = fx(ctx)
                     r = _and3(_compare(le, True, flo(ctx), v), _compare(le, True, v, fhi(ctx)))
                     return r if not negated or r is None else not r
+
                 return between
             case _In(negated=negated, operand=x, values=values):
                 get = self.identifier(x, "IN")
                 members = frozenset(values)
-                return lambda ctx: (
-                    ((v in members) != negated) if isinstance(v := get(ctx), str) else None)
+                return lambda ctx: ((v in members) != negated) if isinstance(v := get(ctx), str) else None
             case _Like(negated=negated, operand=x, pattern=pattern, escape=escape):
                 get = self.identifier(x, "LIKE")
                 if escape is not None and len(escape) != 1:
-                    raise _error(self.text, node.escape_pos,
-                                 f"the ESCAPE character must be one character, not {escape!r}")
+                    raise _error(
+                        self.text, node.escape_pos, f"the ESCAPE character must be one character, not {escape!r}"
+                    )
                 self.pattern_chars += len(pattern)
                 if self.pattern_chars > MAX_PATTERN_CHARS:
-                    raise _error(self.text, node.pattern_pos,
-                                 f"the LIKE patterns have more than {MAX_PATTERN_CHARS} "
-                                 "characters in all")
+                    raise _error(
+                        self.text,
+                        node.pattern_pos,
+                        f"the LIKE patterns have more than {MAX_PATTERN_CHARS} characters in all",
+                    )
                 regex = _like_regex(pattern, escape)
                 if regex is None:
-                    raise _error(self.text, node.pattern_pos,
-                                 f"LIKE pattern {pattern!r} ends with its escape character")
+                    raise _error(
+                        self.text, node.pattern_pos, f"LIKE pattern {pattern!r} ends with its escape character"
+                    )
                 match_ = regex.fullmatch
-                return lambda ctx: (
-                    ((match_(v) is None) == negated) if isinstance(v := get(ctx), str) else None)
+                return lambda ctx: ((match_(v) is None) == negated) if isinstance(v := get(ctx), str) else None
             case _IsNull(negated=negated, operand=x):
                 get = self.identifier(x, "IS NULL")
                 return lambda ctx: (get(ctx) is None) != negated
@@ -602,6 +637,7 @@ class _Compiler:
             if t is int:
                 return fn(v, lit) if int_lit else fn(_to_float(v), lit)
             return _compare(fn, ordered, v, lit)
+
         return compare_number
 
 
@@ -617,6 +653,7 @@ def _and_all(fs: tuple[Fn, ...]) -> Fn:
             if b is False:
                 return False
             return None if a is None or b is None else True
+
         return and2
 
     def and_n(ctx: Any) -> bool | None:
@@ -628,6 +665,7 @@ def _and_all(fs: tuple[Fn, ...]) -> Fn:
             if r is None:
                 result = None
         return result
+
     return and_n
 
 
@@ -643,6 +681,7 @@ def _or_any(fs: tuple[Fn, ...]) -> Fn:
             if b is True:
                 return True
             return None if a is None or b is None else False
+
         return or2
 
     def or_n(ctx: Any) -> bool | None:
@@ -654,6 +693,7 @@ def _or_any(fs: tuple[Fn, ...]) -> Fn:
             if r is None:
                 result = None
         return result
+
     return or_n
 
 
@@ -691,14 +731,17 @@ def _lookup_leaf(name: str) -> Fn:
 
 def message_lookup(message: Any) -> Callable[[str], Any]:
     """Resolve selector identifiers on ``message``: header fields, else properties."""
+
     def lookup(name: str) -> Any:
         header = _HEADER_GETTERS.get(name)
         return header(message) if header is not None else message.get_object_property(name)
+
     return lookup
 
 
 # ---------------------------------------------------------------------------
 # the API
+
 
 class Selector:
     """A compiled message selector. Build with :func:`compile_selector` (cached)."""
@@ -711,11 +754,11 @@ class Selector:
         try:
             self._match = _Compiler(text, _message_leaf).condition(tree, 0, "the selector")
             # a condition's value: True, False or None (UNKNOWN)
-            self._evaluate: Callable[[Callable[[str], Any]], bool | None] = \
-                _Compiler(text, _lookup_leaf).condition(tree, 0, "the selector")
+            self._evaluate: Callable[[Callable[[str], Any]], bool | None] = _Compiler(text, _lookup_leaf).condition(
+                tree, 0, "the selector"
+            )
         except RecursionError:  # MAX_DEPTH fits any stack but one already nearly full
-            raise _error(text, 0, "the selector is nested too deeply for this thread's "
-                                  "stack") from None
+            raise _error(text, 0, "the selector is nested too deeply for this thread's stack") from None
 
     def matches(self, message: Any) -> bool:
         """True when the selector is TRUE for ``message`` (FALSE and UNKNOWN do not match)."""
@@ -740,8 +783,7 @@ def check_size(text: str | None, max_bytes: int, limit_name: str) -> None:
         return
     size = len(text.encode("utf-8", "surrogatepass"))
     if size > max_bytes:
-        raise InvalidSelectorError(
-            f"invalid selector: it has {size} bytes, more than {limit_name}={max_bytes}")
+        raise InvalidSelectorError(f"invalid selector: it has {size} bytes, more than {limit_name}={max_bytes}")
 
 
 @functools.lru_cache(maxsize=1024)

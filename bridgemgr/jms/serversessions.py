@@ -111,9 +111,16 @@ class ThreadServerSessionPool(ServerSessionPool):
     module notes); ``xa`` needs an XAConnection. close() stops the threads and closes the
     sessions (close the connection consumers using the pool first)."""
 
-    def __init__(self, connection: Connection, size: int, make_listener: ListenerFactory, *,
-                 transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE,
-                 xa: bool = False) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        size: int,
+        make_listener: ListenerFactory,
+        *,
+        transacted: bool = False,
+        ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE,
+        xa: bool = False,
+    ) -> None:
         if size < 1:
             raise JMSException(f"a server session pool needs at least one session, not {size}")
         if xa and not isinstance(connection, XAConnection):

@@ -104,13 +104,27 @@ class MessageProducer(ABC):
         self.confirm_sends = False
 
     @abstractmethod
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """Send; sets message_id, timestamp, destination, delivery_mode, priority, expiration."""
 
-    def stamp(self, message: Message, destination: Destination, message_id: str, *,
-              delivery_mode: int | None, priority: int | None, time_to_live: int | None) -> None:
+    def stamp(
+        self,
+        message: Message,
+        destination: Destination,
+        message_id: str,
+        *,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+    ) -> None:
         """Set the headers a send sets: ``destination``, ``message_id``, now as the
         timestamp, and the delivery mode, priority and expiration that the send's
         arguments give, else this producer's defaults (for a provider to call)."""
@@ -122,15 +136,21 @@ class MessageProducer(ABC):
         message.destination = destination
         message.message_id = message_id
 
-    def send_async(self, message: Message, listener: CompletionListener,
-                   destination: Destination | None = None, *, delivery_mode: int | None = None,
-                   priority: int | None = None, time_to_live: int | None = None) -> None:
+    def send_async(
+        self,
+        message: Message,
+        listener: CompletionListener,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """Send without waiting for the provider's answer; ``listener`` hears it (see the
         class notes). By default a confirmed send, the listener called before returning."""
         confirm, self.confirm_sends = self.confirm_sends, True
         try:
-            self.send(message, destination, delivery_mode=delivery_mode, priority=priority,
-                      time_to_live=time_to_live)
+            self.send(message, destination, delivery_mode=delivery_mode, priority=priority, time_to_live=time_to_live)
         finally:
             self.confirm_sends = confirm
         listener.on_completion(message)
@@ -242,8 +262,7 @@ class PollingConsumer(MessageConsumer):
     def set_message_listener(self, listener: MessageListener | None) -> None:
         self._listener = listener
         if listener is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._dispatch, daemon=True,
-                                            name=self.listener_thread_name())
+            self._thread = threading.Thread(target=self._dispatch, daemon=True, name=self.listener_thread_name())
             self._thread.start()
 
     def _dispatch(self) -> None:
@@ -326,12 +345,14 @@ class Session(ABC):
     def create_producer(self, destination: Destination | None = None) -> MessageProducer: ...
 
     @abstractmethod
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> MessageConsumer: ...
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer: ...
 
     @abstractmethod
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> MessageConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> MessageConsumer:
         """A consumer of a durable subscription (connection client id + ``name``)."""
 
     @abstractmethod
@@ -425,9 +446,15 @@ class Session(ABC):
                 if not consumer.deliver_to(listener, connection_consumer.wait if i == 0 else 0):
                     break
 
-    def create_group_consumer(self, destination: Destination, selector: str | None,
-                              durable_name: str | None, group: str, retain: bool,
-                              max_messages: int) -> MessageConsumer:
+    def create_group_consumer(
+        self,
+        destination: Destination,
+        selector: str | None,
+        durable_name: str | None,
+        group: str,
+        retain: bool,
+        max_messages: int,
+    ) -> MessageConsumer:
         """A consumer of connection consumer ``group`` in this session: for a topic the
         group's sessions share one subscription (durable when ``durable_name``), so each
         message reaches one of them; ``retain`` False: the provider removes messages of
@@ -435,8 +462,10 @@ class Session(ABC):
         that prefetches holds at most ``max_messages`` (a batch) for the session. By
         default a plain consumer: a queue with retention on."""
         if destination.is_topic or not retain:
-            raise JMSException(f"{type(self).__name__}: this provider cannot share a topic subscription "
-                               "among a connection consumer's sessions, nor turn message retention off")
+            raise JMSException(
+                f"{type(self).__name__}: this provider cannot share a topic subscription "
+                "among a connection consumer's sessions, nor turn message retention off"
+            )
         return self.create_consumer(destination, selector)
 
     def __enter__(self) -> Session:
@@ -470,8 +499,7 @@ class Connection(ABC):
     def metadata(self) -> ConnectionMetaData: ...
 
     @abstractmethod
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> Session: ...
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> Session: ...
 
     @abstractmethod
     def start(self) -> None:
@@ -493,15 +521,21 @@ class Connection(ABC):
     # creating connection consumers.
     message_retention: bool = True
 
-    def create_connection_consumer(self, destination: Destination, selector: str | None,
-                                   session_pool: ServerSessionPool, max_messages: int) -> ConnectionConsumer:
+    def create_connection_consumer(
+        self, destination: Destination, selector: str | None, session_pool: ServerSessionPool, max_messages: int
+    ) -> ConnectionConsumer:
         """Deliver the messages of ``destination`` (that ``selector`` selects) to sessions
         of ``session_pool``, up to ``max_messages`` per session at a time, concurrently."""
         return ConnectionConsumer(self, destination, selector, session_pool, max_messages)
 
-    def create_durable_connection_consumer(self, topic: Topic, subscription_name: str,
-                                           selector: str | None, session_pool: ServerSessionPool,
-                                           max_messages: int) -> ConnectionConsumer:
+    def create_durable_connection_consumer(
+        self,
+        topic: Topic,
+        subscription_name: str,
+        selector: str | None,
+        session_pool: ServerSessionPool,
+        max_messages: int,
+    ) -> ConnectionConsumer:
         """create_connection_consumer() for the durable subscription ``subscription_name``
         of this connection's client id."""
         if not isinstance(topic, Topic):
@@ -549,8 +583,15 @@ class ConnectionConsumer:
 
     wait = 0.5  # seconds a loaded session waits for its first message before going back
 
-    def __init__(self, connection: Connection, destination: Destination, selector: str | None,
-                 pool: ServerSessionPool, max_messages: int, subscription_name: str | None = None) -> None:
+    def __init__(
+        self,
+        connection: Connection,
+        destination: Destination,
+        selector: str | None,
+        pool: ServerSessionPool,
+        max_messages: int,
+        subscription_name: str | None = None,
+    ) -> None:
         if max_messages < 1:
             raise JMSException(f"max_messages must be at least 1, not {max_messages}")
         self.connection = connection
@@ -580,9 +621,14 @@ class ConnectionConsumer:
             found = self._consumers.get(id(session))
             if found is None:
                 try:
-                    consumer = session.create_group_consumer(self.destination, self.selector,
-                                                             self.subscription_name, self.group, self.retain,
-                                                             self.max_messages)
+                    consumer = session.create_group_consumer(
+                        self.destination,
+                        self.selector,
+                        self.subscription_name,
+                        self.group,
+                        self.retain,
+                        self.max_messages,
+                    )
                 except JMSException as exc:
                     _log.error("connection consumer of %s stopped: %s", self.destination, exc)
                     self.closed = True
@@ -715,14 +761,12 @@ class ConnectionFactory(ABC):
     local_transactions: bool = False
 
     @abstractmethod
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> Connection: ...
+    def create_connection(self, username: str | None = None, password: str | None = None) -> Connection: ...
 
 
 class XAConnectionFactory(ConnectionFactory):
     @abstractmethod
-    def create_xa_connection(self, username: str | None = None,
-                             password: str | None = None) -> XAConnection: ...
+    def create_xa_connection(self, username: str | None = None, password: str | None = None) -> XAConnection: ...
 
 
 def is_xa_capable(factory: object) -> TypeGuard[XAConnectionFactory]:

@@ -55,16 +55,15 @@ class Unit(list[ProcessingContext]):
 class Batch:
     """The handled messages of a link's open unit of work and what outlives a rollback."""
 
-    def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None,
-                 max_bytes: int = -1) -> None:
+    def __init__(self, size: int, counters: LinkCounters, excused: Excuses | None = None, max_bytes: int = -1) -> None:
         """``max_bytes``: the bytes that fill a unit however few its messages (0 or -1: no
         bound; kept as 0, as prefetch_at_least takes it)."""
         self.size = max(1, size)
         self.max_bytes = max(max_bytes, 0)
         self.counters = counters
         self.pending = Unit()
-        self.open = False          # the transaction's begin() was called, its unit not ended
-        self.one_by_one = 0        # messages still to move one per transaction
+        self.open = False  # the transaction's begin() was called, its unit not ended
+        self.one_by_one = 0  # messages still to move one per transaction
         self.lettered: set[str] = set()  # ids of dead messages in a DMQ that come back
         self.excused = excused if excused is not None else Excuses()  # id -> its redeliveries that were not its fault
 
@@ -109,8 +108,9 @@ class Batch:
         if cause is not None and outage(cause):
             self.excuse(unit)
         self.counters.rolled_back += len(unit)
-        self.lettered.update(ctx.headers[_MESSAGE_ID] for ctx in unit
-                             if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID])
+        self.lettered.update(
+            ctx.headers[_MESSAGE_ID] for ctx in unit if ctx.action is Action.DEAD and ctx.headers[_MESSAGE_ID]
+        )
 
     def final(self, unit: list[ProcessingContext]) -> None:
         """``unit`` is final (committed or acknowledged: its messages do not come back):

@@ -94,15 +94,22 @@ class JMSBridge:
 
     type = "JMS"
 
-    def __init__(self, config: BridgeConfig | Callable[[], BridgeConfig],
-                 props: BrokerProperties | None = None,
-                 host_factory: HostFactory | None = None, *, host: HostBroker | None = None,
-                 name: str | None = None, lookup: Lookup = naming.lookup,
-                 tuning: LinkTuning = LinkTuning(),
-                 logging_config: str | Path | None = None,
-                 transformer_path: Sequence[str | Path] | None = None,
-                 reap_interval: float = 1.0, broker_url: str | None = None,
-                 excuses: ExcusesStore | None = None) -> None:
+    def __init__(
+        self,
+        config: BridgeConfig | Callable[[], BridgeConfig],
+        props: BrokerProperties | None = None,
+        host_factory: HostFactory | None = None,
+        *,
+        host: HostBroker | None = None,
+        name: str | None = None,
+        lookup: Lookup = naming.lookup,
+        tuning: LinkTuning = LinkTuning(),
+        logging_config: str | Path | None = None,
+        transformer_path: Sequence[str | Path] | None = None,
+        reap_interval: float = 1.0,
+        broker_url: str | None = None,
+        excuses: ExcusesStore | None = None,
+    ) -> None:
         self._loader = config if callable(config) else None
         self.config: BridgeConfig | None = None if callable(config) else config
         if name:
@@ -120,8 +127,7 @@ class JMSBridge:
         self.host_factory = host_factory
         self.lookup = with_host_broker(lookup, host_factory)
         self.tuning = tuning
-        self.logging_config = logging_config or (
-            props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
+        self.logging_config = logging_config or (props.raw.get(LOGGING_CONFIG_PROPERTY) if props is not None else None)
         if transformer_path is None and props is not None:
             transformer_path = plugin_folders(props)  # the service's: lib/ext, ...
         self.transformer_path = transformer_path
@@ -161,13 +167,15 @@ class JMSBridge:
         if link is None:
             known = [cfg.name for cfg in self.config.links] if self.config else []
             if name in known and self.state is State.STARTED:
-                raise IllegalTransition(f"link {name} of bridge {self.name} is not enabled "
-                                        '(enabled="false" in its XML); it cannot be started')
+                raise IllegalTransition(
+                    f"link {name} of bridge {self.name} is not enabled "
+                    '(enabled="false" in its XML); it cannot be started'
+                )
             if name in known:
-                raise IllegalTransition(f"link {name} of bridge {self.name} is not running: "
-                                        f"the bridge is {self.state.value}")
-            raise NoSuchLink(f"bridge {self.name} has no link {name!r} (links: "
-                             f"{', '.join(known) or 'none'})")
+                raise IllegalTransition(
+                    f"link {name} of bridge {self.name} is not running: the bridge is {self.state.value}"
+                )
+            raise NoSuchLink(f"bridge {self.name} has no link {name!r} (links: {', '.join(known) or 'none'})")
         return link
 
     def info(self) -> dict[str, Any]:
@@ -180,11 +188,14 @@ class JMSBridge:
         link = self._links.get(cfg.name)
         if link is not None:
             return link.info()
-        return {"name": cfg.name, "state": State.UNINITIALIZED.value,
-                "source": _label(config, cfg, "source"),
-                "target": _label(config, cfg, "target"),
-                "transacted": cfg.transacted,
-                "counters": self._counters.get(cfg.name, LinkCounters()).snapshot()}
+        return {
+            "name": cfg.name,
+            "state": State.UNINITIALIZED.value,
+            "source": _label(config, cfg, "source"),
+            "target": _label(config, cfg, "target"),
+            "transacted": cfg.transacted,
+            "counters": self._counters.get(cfg.name, LinkCounters()).snapshot(),
+        }
 
     # --- reservations on the host broker ----------------------------------------------------------
     def reserve(self) -> None:
@@ -221,8 +232,9 @@ class JMSBridge:
                 raise
             links = list(self._links.values())
         # Outside the lock: stop() and list must not wait for a link that is connecting.
-        deadline = None if timeout is None else time.monotonic() + (
-            self.tuning.start_timeout if timeout == -1 else timeout)
+        deadline = (
+            None if timeout is None else time.monotonic() + (self.tuning.start_timeout if timeout == -1 else timeout)
+        )
         for link in links:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
             if link.lifecycle.wait_for(_CONNECTED_OR_DONE, remaining) is State.STARTING:
@@ -233,8 +245,7 @@ class JMSBridge:
     def _started(self, generation: int) -> None:
         """STARTING -> STARTED, unless a stop (or a stop and a new start) came first."""
         with self.lifecycle.cond:
-            if generation != self._generation or not self.lifecycle.move({State.STARTING},
-                                                                          State.STARTED):
+            if generation != self._generation or not self.lifecycle.move({State.STARTING}, State.STARTED):
                 return
         self.log.info("bridge %s started with %d link(s)", self.name, len(self._links))
 
@@ -274,9 +285,11 @@ class JMSBridge:
     # --- link commands -------------------------------------------------------------------------
     def _link_command(self, name: str, command: Command) -> LinkRunner:
         if self.state is not State.STARTED:
-            raise IllegalTransition(f"cannot {command.value} link {name} of bridge {self.name}: "
-                                    f"the bridge is {self.state.value} (link commands need "
-                                    "it STARTED)")
+            raise IllegalTransition(
+                f"cannot {command.value} link {name} of bridge {self.name}: "
+                f"the bridge is {self.state.value} (link commands need "
+                "it STARTED)"
+            )
         return self.link(name)
 
     def start_link(self, name: str, timeout: float | None = -1) -> State:
@@ -341,14 +354,19 @@ class JMSBridge:
 
     def _link_transformers(self, links: list[LinkConfig]) -> dict[str, MessageTransformer | None]:
         """Start step 2: each link's transformer, loaded."""
-        return {link.name: self._transformer(link.target.message_transformer_class,
-                                             f"link {link.name}", link.target.line)
-                for link in links}
+        return {
+            link.name: self._transformer(link.target.message_transformer_class, f"link {link.name}", link.target.line)
+            for link in links
+        }
 
-    def _link_transactions(self, config: BridgeConfig, links: list[LinkConfig],
-                           connectors: dict[str, Connector],
-                           destinations: Mapping[str, Destination],
-                           props: BrokerProperties | None) -> dict[str, Any]:
+    def _link_transactions(
+        self,
+        config: BridgeConfig,
+        links: list[LinkConfig],
+        connectors: dict[str, Connector],
+        destinations: Mapping[str, Destination],
+        props: BrokerProperties | None,
+    ) -> dict[str, Any]:
         """Start step 7: each link's transaction class (transfer.transaction_for; local
         when imq.bridge.<name>.transaction.local allows and one RM serves both sides),
         and a durable subscription's client id checked."""
@@ -358,19 +376,24 @@ class JMSBridge:
         for link in links:
             src, tgt = link.source.connection_factory_ref, link.target.connection_factory_ref
             local = allow_local and one_resource_manager(
-                connectors[src].config, connectors[tgt].config, link.target.clientid)
+                connectors[src].config, connectors[tgt].config, link.target.clientid
+            )
             try:
                 transactions[link.name] = transaction_for(
-                    link.transacted, connectors[src].factory, connectors[tgt].factory,
-                    self._xa, src, tgt, local)
+                    link.transacted, connectors[src].factory, connectors[tgt].factory, self._xa, src, tgt, local
+                )
             except TransactedLinkUnsupported as exc:
-                raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: "
-                                       f"{exc}") from None
-            if (destinations[link.source.destination_ref].is_topic and link.source.durable_sub
-                    and not link.source.clientid):
-                raise BridgeStartError(f"{_where(config, link.source.line)}link {link.name}: "
-                                       f"durable-sub {link.source.durable_sub} needs the "
-                                       "source's clientid attribute; add clientid")
+                raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: {exc}") from None
+            if (
+                destinations[link.source.destination_ref].is_topic
+                and link.source.durable_sub
+                and not link.source.clientid
+            ):
+                raise BridgeStartError(
+                    f"{_where(config, link.source.line)}link {link.name}: "
+                    f"durable-sub {link.source.durable_sub} needs the "
+                    "source's clientid attribute; add clientid"
+                )
         return transactions
 
     def _start_dmqs(self, dmqs: list[Any], destinations: Mapping[str, Destination]) -> None:
@@ -385,65 +408,106 @@ class JMSBridge:
             else:  # only the built-in DMQ has no destination and factory refs
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest, ref = destinations[dmq.destination_ref], dmq.connection_factory_ref
-            senders.append(DMQSender(dmq, dest, ref, self._connections, self.log, self._transformer(
-                dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line), marker_key=key))
+            senders.append(
+                DMQSender(
+                    dmq,
+                    dest,
+                    ref,
+                    self._connections,
+                    self.log,
+                    self._transformer(dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line),
+                    marker_key=key,
+                )
+            )
         self._dmqs = DeadMessageQueues(senders, self.log)
         try:
             self._dmqs.ready(self._halt)
         except Exception as exc:
             self._go_on()
-            raise BridgeStartError(f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host "
-                                   f"broker) is not ready: {exc}") from exc
+            raise BridgeStartError(
+                f"the built-in DMQ ({BUILTIN_DMQ_DESTINATION} on the host broker) is not ready: {exc}"
+            ) from exc
 
-    def _make_links(self, config: BridgeConfig, links: list[LinkConfig],
-                    destinations: dict[str, Destination], transactions: dict[str, Any],
-                    transformers: dict[str, MessageTransformer | None],
-                    props: BrokerProperties | None) -> None:
+    def _make_links(
+        self,
+        config: BridgeConfig,
+        links: list[LinkConfig],
+        destinations: dict[str, Destination],
+        transactions: dict[str, Any],
+        transformers: dict[str, MessageTransformer | None],
+        props: BrokerProperties | None,
+    ) -> None:
         """Start step 9: each link's runner, made with its setup (not started)."""
         connections, dmqs = self._connections, self._dmqs
         assert connections is not None and dmqs is not None
         bridge_props = props.bridge(self.name) if props is not None else None
-        context = RunnerContext(self.name, self.props, connections, dmqs, self.log, self.tuning,
-                                self.broker_url, self.transformer_path, self.host, self.excuses)
+        context = RunnerContext(
+            self.name,
+            self.props,
+            connections,
+            dmqs,
+            self.log,
+            self.tuning,
+            self.broker_url,
+            self.transformer_path,
+            self.host,
+            self.excuses,
+        )
         for link in links:
-            target = (None if link.target.as_source
-                      else destinations[link.target.destination_ref])
+            target = None if link.target.as_source else destinations[link.target.destination_ref]
             txn = transactions[link.name]
-            batch = ((bridge_props.transaction_batch_size if bridge_props else 1)
-                     if txn.transacted else self.tuning.ack_batch)
+            batch = (
+                (bridge_props.transaction_batch_size if bridge_props else 1)
+                if txn.transacted
+                else self.tuning.ack_batch
+            )
             setup = LinkSetup(
-                config=link, bridge=config, source=destinations[link.source.destination_ref],
+                config=link,
+                bridge=config,
+                source=destinations[link.source.destination_ref],
                 target=target,
-                target_kind=connections.kind("target", link.target.connection_factory_ref,
-                                             link.target.stay_connected, link.target.clientid),
-                transaction=txn, transformer=transformers[link.name],
+                target_kind=connections.kind(
+                    "target", link.target.connection_factory_ref, link.target.stay_connected, link.target.clientid
+                ),
+                transaction=txn,
+                transformer=transformers[link.name],
                 destinations=destinations,
-                backout_threshold=(bridge_props.backout_threshold if bridge_props
-                                   else BACKOUT_THRESHOLD),
+                backout_threshold=(bridge_props.backout_threshold if bridge_props else BACKOUT_THRESHOLD),
                 batch_size=batch,
-                window=(link.window if link.window is not None
-                        else bridge_props.link_window if bridge_props else LINK_WINDOW),
-                window_bytes=(link.window_bytes if link.window_bytes is not None
-                              else bridge_props.link_window_bytes if bridge_props
-                              else LINK_WINDOW_BYTES),
+                window=(
+                    link.window
+                    if link.window is not None
+                    else bridge_props.link_window
+                    if bridge_props
+                    else LINK_WINDOW
+                ),
+                window_bytes=(
+                    link.window_bytes
+                    if link.window_bytes is not None
+                    else bridge_props.link_window_bytes
+                    if bridge_props
+                    else LINK_WINDOW_BYTES
+                ),
                 parallelism=self._parallelism(config, link, txn.transacted, destinations),
-                counters=self._counters.get(link.name))
-            runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL,
-                                  setup)(setup, context)
+                counters=self._counters.get(link.name),
+            )
+            runner = self._runner(bridge_props.runner if bridge_props is not None else LOCAL, setup)(setup, context)
             self._counters[link.name] = runner.counters  # those of its last start, if of its kind
             self._links[link.name] = runner
 
     def _start_links(self, generation: int) -> None:
         """Start step 9, last: the housekeeping thread, then every link (connecting goes on
         in the link's thread; start() waits for it)."""
-        self._housekeeping = threading.Thread(target=self._housekeep, args=(generation,),
-                                              daemon=True, name=f"bridge {self.name} housekeeping")
+        self._housekeeping = threading.Thread(
+            target=self._housekeep, args=(generation,), daemon=True, name=f"bridge {self.name} housekeeping"
+        )
         self._housekeeping.start()
         for runner in self._links.values():
             runner.start(0)
 
-    def _parallelism(self, config: BridgeConfig, link: LinkConfig, transacted: bool,
-                     destinations: Mapping[str, Destination]) -> int:
+    def _parallelism(
+        self, config: BridgeConfig, link: LinkConfig, transacted: bool, destinations: Mapping[str, Destination]
+    ) -> int:
         """imq.bridge.<name>.link.<link>.parallelism, checked: more than 1 only for a
         non-transacted link from a queue that declared its order does not matter
         (imq.bridge.<name>.link.<link>.ordered=false)."""
@@ -453,13 +517,20 @@ class JMSBridge:
         if n == 1:
             return 1
         key = f"imq.bridge.{self.name}.link.{link.name}"
-        why = ("it is transacted" if transacted
-               else "its source is a topic" if destinations[link.source.destination_ref].is_topic
-               else f"it keeps its order (set {key}.ordered=false if the order does not matter)"
-               if self.props.link_setting(self.name, link.name, "ordered") else None)
+        why = (
+            "it is transacted"
+            if transacted
+            else "its source is a topic"
+            if destinations[link.source.destination_ref].is_topic
+            else f"it keeps its order (set {key}.ordered=false if the order does not matter)"
+            if self.props.link_setting(self.name, link.name, "ordered")
+            else None
+        )
         if why is not None:
-            raise BridgeStartError(f"{_where(config, link.line)}link {link.name}: {key}.parallelism={n} "
-                                   f"needs a non-transacted link from a queue whose order does not matter; {why}")
+            raise BridgeStartError(
+                f"{_where(config, link.line)}link {link.name}: {key}.parallelism={n} "
+                f"needs a non-transacted link from a queue whose order does not matter; {why}"
+            )
         return n
 
     def _runner(self, name: str, setup: LinkSetup) -> Callable[[LinkSetup, RunnerContext], LinkRunner]:
@@ -469,15 +540,19 @@ class JMSBridge:
         if setup.parallelism > 1:
             name = PARALLEL
         elif name != LOCAL and setup.config.transacted:
-            self.log.info("link %s is transacted: it runs on the local runner (a Spark "
-                          "link is at-least-once, a transacted one once-and-only-once)",
-                          setup.config.name)
+            self.log.info(
+                "link %s is transacted: it runs on the local runner (a Spark "
+                "link is at-least-once, a transacted one once-and-only-once)",
+                setup.config.name,
+            )
             name = LOCAL
         factory = link_runner(name)
         if factory is None:
-            raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{self.name}.runner={name} "
-                                   f"names no registered link runner (registered: "
-                                   f"{', '.join(runner_names())})")
+            raise BridgeStartError(
+                f"link {setup.config.name}: imq.bridge.{self.name}.runner={name} "
+                f"names no registered link runner (registered: "
+                f"{', '.join(runner_names())})"
+            )
         return factory
 
     def _open_log(self, config: BridgeConfig) -> None:
@@ -485,35 +560,42 @@ class JMSBridge:
         if self._bridge_log is not None:
             self._bridge_log.close()
         bp = self.props.bridge(self.name) if self.props is not None else None
-        secrets = [secret for cf in config.connection_factories
-                   for secret in (cf.password, *(p.value for p in cf.properties
-                                                 if is_secret_name(p.name))) if secret]
+        secrets = [
+            secret
+            for cf in config.connection_factories
+            for secret in (cf.password, *(p.value for p in cf.properties if is_secret_name(p.name)))
+            if secret
+        ]
         self._bridge_log = BridgeLog(
-            self.name, self.props.bridge_dir(self.name) if self.props is not None else None,
-            bp.logfile_limit if bp else 0, bp.logfile_count if bp else 1,
-            self.logging_config, secrets, bp.log_level if bp else None)
+            self.name,
+            self.props.bridge_dir(self.name) if self.props is not None else None,
+            bp.logfile_limit if bp else 0,
+            bp.logfile_count if bp else 1,
+            self.logging_config,
+            secrets,
+            bp.log_level if bp else None,
+        )
         self._bridge_log.open()
 
-    def _destinations(self, config: BridgeConfig, links: list[LinkConfig],
-                      dmqs: list[Any]) -> dict[str, Destination]:
+    def _destinations(self, config: BridgeConfig, links: list[LinkConfig], dmqs: list[Any]) -> dict[str, Destination]:
         """Every <destination>; one that a link or DMQ uses must resolve."""
-        used = {ref for link in links
-                for ref in (link.source.destination_ref, link.target.destination_ref)}
+        used = {ref for link in links for ref in (link.source.destination_ref, link.target.destination_ref)}
         used |= {d.destination_ref for d in dmqs if not d.is_builtin}
         found: dict[str, Destination] = {}
         for dest in config.destinations:
             try:
                 found[dest.ref_name] = resolve_destination(dest, self.lookup)
             except Exception as exc:
-                text = (f"{_where(config, dest.line)}destination {shorten(dest.ref_name)} "
-                        f"cannot be resolved ({type(exc).__name__}: {clip(str(exc), 200)})")
+                text = (
+                    f"{_where(config, dest.line)}destination {shorten(dest.ref_name)} "
+                    f"cannot be resolved ({type(exc).__name__}: {clip(str(exc), 200)})"
+                )
                 if dest.ref_name in used:
                     raise BridgeStartError(text + "; check lookup-name and its properties") from exc
                 self.log.warning("%s; branch_to cannot use it", text)
         return found
 
-    def _transformer(self, class_path: str | None, owner: str,
-                     line: int | None) -> MessageTransformer | None:
+    def _transformer(self, class_path: str | None, owner: str, line: int | None) -> MessageTransformer | None:
         if class_path is None:
             return None
         try:
@@ -521,35 +603,41 @@ class JMSBridge:
         except JMSException as exc:  # the same load and words as `check`
             raise BridgeStartError(f"{_where(self.config, line)}{exc}") from exc
 
-    def _connectors(self, config: BridgeConfig, links: list[LinkConfig],
-                    dmqs: list[Any]) -> dict[str, Connector]:
-        refs = {ref for link in links
-                for ref in (link.source.connection_factory_ref, link.target.connection_factory_ref)}
+    def _connectors(self, config: BridgeConfig, links: list[LinkConfig], dmqs: list[Any]) -> dict[str, Connector]:
+        refs = {
+            ref for link in links for ref in (link.source.connection_factory_ref, link.target.connection_factory_ref)
+        }
         refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin}
-        factories, problems = resolve_connection_factories(config, self.host_factory,
-                                                           self.lookup, refs)
+        factories, problems = resolve_connection_factories(config, self.host_factory, self.lookup, refs)
         if problems:
             raise BridgeStartError("; ".join(str(p) for p in problems))
-        connectors = {ref: Connector(config.connection_factory(ref), factory, self.log)
-                      for ref, factory in factories.items()}
+        connectors = {
+            ref: Connector(config.connection_factory(ref), factory, self.log) for ref, factory in factories.items()
+        }
         builtin = ConnectionFactoryConfig(BUILTIN_DMQ, connect_attempts=1)
         connectors[BUILTIN_DMQ] = Connector(builtin, self.host_factory({}), self.log)
         return connectors
 
-    def _start_xa(self, links: list[LinkConfig],
-                  connectors: dict[str, Connector]) -> BridgeTransactions | None:
+    def _start_xa(self, links: list[LinkConfig], connectors: dict[str, Connector]) -> BridgeTransactions | None:
         """Start steps 3-6, when an enabled link is transacted."""
         if not any(link.transacted for link in links):
             return None
         props = self.props
-        entries = [FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
-                   for ref, c in connectors.items() if ref != BUILTIN_DMQ]
+        entries = [
+            FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
+            for ref, c in connectors.items()
+            if ref != BUILTIN_DMQ
+        ]
         try:
             return BridgeTransactions.start(
-                self.name, entries, props.bridge_dir(self.name) if props else None,
-                props.bridge(self.name).tm_props if props else {}, self.log,
+                self.name,
+                entries,
+                props.bridge_dir(self.name) if props else None,
+                props.bridge(self.name).tm_props if props else {},
+                self.log,
                 store=props.get("imq.persist.store") if props else "file",
-                sql=self.host.txlog_sql() if self.host is not None else None)
+                sql=self.host.txlog_sql() if self.host is not None else None,
+            )
         except TxLogError as exc:
             raise BridgeStartError(f"bridge {self.name}: {exc}") from exc
 
@@ -559,8 +647,12 @@ class JMSBridge:
         says; works while the bridge is stopped too (a damaged log stopped its start)."""
         with self._xa_view() as (rms, decisions, in_flight, running):
             rows, unreachable = in_doubt(rms, name_tag(self.name), decisions, in_flight)
-        return {"bridge": self.name, "running": running, "unreachable": unreachable,
-                "transactions": [row.to_json() for row in rows]}
+        return {
+            "bridge": self.name,
+            "running": running,
+            "unreachable": unreachable,
+            "transactions": [row.to_json() for row in rows],
+        }
 
     def resolve_transaction(self, txn: str, commit: bool) -> dict[str, Any]:
         """Commit or roll back in-doubt transaction ``txn`` by hand (heuristically)."""
@@ -568,8 +660,9 @@ class JMSBridge:
             return resolve(rms, name_tag(self.name), txn, commit, in_flight, self.log).to_json()
 
     @contextmanager
-    def _xa_view(self) -> Iterator[tuple[list[RecoverySource], dict[bytes, CommitRecord] | None,
-                                         Callable[[bytes], bool], bool]]:
+    def _xa_view(
+        self,
+    ) -> Iterator[tuple[list[RecoverySource], dict[bytes, CommitRecord] | None, Callable[[bytes], bool], bool]]:
         """The registered RMs, the log's decisions and the in-flight test: the running
         coordinator's (one recovery pass at a time), else the configuration's RMs on
         connections of their own and the log read without changing it."""
@@ -585,11 +678,19 @@ class JMSBridge:
             raise BridgeStartError(f"bridge {self.name} has no enabled transacted link")
         connectors = self._connectors(config, links, [])
         props = self.props
-        rms = temporary_rms(self.name, [
-            FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
-            for ref, c in connectors.items() if ref != BUILTIN_DMQ])
-        decisions = logged_decisions(props.bridge_dir(self.name) if props else None, self.name,
-                                     self.host.txlog_sql() if self.host is not None else None)
+        rms = temporary_rms(
+            self.name,
+            [
+                FactoryEntry(ref, c.config.multi_rm, c.factory, *c.config.login)
+                for ref, c in connectors.items()
+                if ref != BUILTIN_DMQ
+            ],
+        )
+        decisions = logged_decisions(
+            props.bridge_dir(self.name) if props else None,
+            self.name,
+            self.host.txlog_sql() if self.host is not None else None,
+        )
         try:
             yield list(rms), decisions, lambda gtrid: False, False
         finally:
@@ -601,7 +702,8 @@ class JMSBridge:
         waiting, close idle pooled connections, write buffered log lines."""
         while not self._halt.wait(self.reap_interval):
             if self.state is State.STARTING and all(
-                    link.state is not State.STARTING for link in list(self._links.values())):
+                link.state is not State.STARTING for link in list(self._links.values())
+            ):
                 self._started(generation)
             connections = self._connections
             if connections is not None:
@@ -633,8 +735,9 @@ class JMSBridge:
             self._dmqs = None
         if self._connections is not None:
             if not self._connections.close(timeout=30):
-                self.log.warning("bridge %s: some connections were not returned within 30 s; "
-                                 "closing them anyway", self.name)
+                self.log.warning(
+                    "bridge %s: some connections were not returned within 30 s; closing them anyway", self.name
+                )
             self._connections = None
         if self._bridge_log is not None:
             self.log.info("bridge %s stopped", self.name)
@@ -658,8 +761,7 @@ def _label(config: BridgeConfig, link: LinkConfig, role: str) -> str:
     if role == "source":
         kind = connection_kind("source")
     else:
-        kind = connection_kind("target", link.target.stay_connected, link.target.clientid,
-                               configured_client_id(cf))
+        kind = connection_kind("target", link.target.stay_connected, link.target.clientid, configured_client_id(cf))
     if role == "target" and link.target.as_source:
         return f"{cf.ref_name}:{kind.value}:AS_SOURCE"
     dest = config.destination(end.destination_ref)

@@ -69,6 +69,7 @@ MAX_PROBLEMS = 100  # per file: a random file can have thousands
 
 # --- the configuration ------------------------------------------------------------------
 
+
 class DestinationType(str, Enum):
     QUEUE = "queue"
     TOPIC = "topic"
@@ -190,8 +191,7 @@ class LinkConfig:
 
 
 # The settings a <link> takes as <property name=... value=.../> after its <target>.
-LINK_PROPERTIES: Mapping[str, Kind[int]] = {"window": integer(1, INT32_MAX),
-                                            "windowBytes": BYTE_BOUND}
+LINK_PROPERTIES: Mapping[str, Kind[int]] = {"window": integer(1, INT32_MAX), "windowBytes": BYTE_BOUND}
 # Their LinkConfig fields where the XML name is not one.
 _LINK_FIELDS: Mapping[str, str] = {"windowBytes": "window_bytes"}
 
@@ -264,6 +264,7 @@ def _find(items: tuple[_Item, ...], attr: str, value: str) -> _Item:
 
 # --- the DTD ------------------------------------------------------------------------------
 
+
 def dtd_text() -> bytes:
     """Our DTD: from the installed package bridgemgr.dtd, else from <repo>/dtd/."""
     try:
@@ -296,6 +297,7 @@ def _default(element: str, attribute: str) -> str | None:
 
 # --- step 1: parsing, safely --------------------------------------------------------------
 
+
 class _RefuseAll(etree.Resolver):  # type: ignore[misc]  # lxml has no type information: Resolver is Any
     """Answers every external load with nothing and remembers what was asked for."""
 
@@ -314,32 +316,47 @@ _UNDECLARED = re.compile(r"Entity '(.*)' not defined")
 
 def _parse(data: bytes, source: str) -> etree._ElementTree:
     resolver = _RefuseAll()
-    parser = etree.XMLParser(resolve_entities=False, no_network=True, load_dtd=False,
-                             dtd_validation=False, huge_tree=False, collect_ids=False,
-                             remove_comments=True, remove_pis=True)
+    parser = etree.XMLParser(
+        resolve_entities=False,
+        no_network=True,
+        load_dtd=False,
+        dtd_validation=False,
+        huge_tree=False,
+        collect_ids=False,
+        remove_comments=True,
+        remove_pis=True,
+    )
     parser.resolvers.add(resolver)
     try:
         root = etree.fromstring(data, parser)
     except etree.LxmlError as exc:  # XMLSyntaxError, and the rarer parser failures
         line = getattr(exc, "lineno", None) or None
         message = str(getattr(exc, "msg", None) or exc).split(", line ")[0]
-        hint = ("save it as UTF-8 or declare its encoding" if re.search(
-            "encod|UTF|Char|Bytes", message) else "fix the XML")
-        raise ConfigError([Problem(source, line, f"the file is not well-formed XML "
-                                                 f"({clip(message, 200)}); {hint}")]) from None
+        hint = (
+            "save it as UTF-8 or declare its encoding" if re.search("encod|UTF|Char|Bytes", message) else "fix the XML"
+        )
+        raise ConfigError(
+            [Problem(source, line, f"the file is not well-formed XML ({clip(message, 200)}); {hint}")]
+        ) from None
     if root is None:
         raise ConfigError([Problem(source, None, "the file is empty; write a <jmsbridge>")])
     tree = root.getroottree()
     problems = _doctype_problems(tree, source, data)
     if not problems:
-        problems = [Problem(source, None, f"the file asks to load {shorten(url)}, which is "
-                                          "refused; remove the reference")
-                    for url in dict.fromkeys(resolver.requested)]
+        problems = [
+            Problem(source, None, f"the file asks to load {shorten(url)}, which is refused; remove the reference")
+            for url in dict.fromkeys(resolver.requested)
+        ]
     # Undeclared entities stay unexpanded (in attributes they would silently vanish).
-    problems += [Problem(source, e.line or None, f"the entity reference "
-                                                f"&{clip(m[1])}; is refused; write the text "
-                                                "itself (or &amp; for &)")
-                 for e in parser.error_log if (m := _UNDECLARED.match(e.message))]
+    problems += [
+        Problem(
+            source,
+            e.line or None,
+            f"the entity reference &{clip(m[1])}; is refused; write the text itself (or &amp; for &)",
+        )
+        for e in parser.error_log
+        if (m := _UNDECLARED.match(e.message))
+    ]
     raise_if_errors(problems)
     return tree
 
@@ -355,21 +372,29 @@ def _doctype_problems(tree: etree._ElementTree, source: str, data: bytes) -> lis
     subset = info.internalDTD  # the DOCTYPE's name and declarations, if there is a DOCTYPE
     if subset is None:
         return []
-    if subset.name != "jmsbridge" or info.public_id or info.system_url not in (
-            None, DTD_SYSTEM_ID):
+    if subset.name != "jmsbridge" or info.public_id or info.system_url not in (None, DTD_SYSTEM_ID):
         shown = f'<!DOCTYPE {subset.name} ... "{info.system_url or ""}">'
-        return [Problem(source, _doctype_line(data), f"the DOCTYPE is {shorten(shown, 120)}; "
-                        f"write {DOCTYPE} or leave it out")]
+        return [
+            Problem(
+                source, _doctype_line(data), f"the DOCTYPE is {shorten(shown, 120)}; write {DOCTYPE} or leave it out"
+            )
+        ]
     head = etree.tostring(tree, encoding=str)[: len(info.doctype) + 2]
-    if (next(subset.iterelements(), None) or next(subset.iterentities(), None)
-            or "[" in head[len(info.doctype) - 1:]):
-        return [Problem(source, _doctype_line(data), "the DOCTYPE has an internal subset "
-                        "(entity or other declarations), which is refused; write "
-                        f"{DOCTYPE} with nothing in brackets")]
+    if next(subset.iterelements(), None) or next(subset.iterentities(), None) or "[" in head[len(info.doctype) - 1 :]:
+        return [
+            Problem(
+                source,
+                _doctype_line(data),
+                "the DOCTYPE has an internal subset "
+                "(entity or other declarations), which is refused; write "
+                f"{DOCTYPE} with nothing in brackets",
+            )
+        ]
     return []
 
 
 # --- step 2: the DTD, with messages a user can act on --------------------------------------
+
 
 def _hint(word: str, choices: Iterable[str]) -> str:
     found = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.6)
@@ -392,8 +417,7 @@ def _bad_value(m: re.Match[str]) -> str:
 
 
 def _unknown_element(m: re.Match[str]) -> str:
-    return (f"there is no element <{clip(m[1])}> in a JMS bridge configuration"
-            f"{_hint(m[1], dtd_attributes())}; remove it")
+    return f"there is no element <{clip(m[1])}> in a JMS bridge configuration{_hint(m[1], dtd_attributes())}; remove it"
 
 
 def _content(m: re.Match[str]) -> str:
@@ -407,8 +431,7 @@ MESSAGE_RULES: tuple[tuple[re.Pattern[str], Callable[[re.Match[str]], str]], ...
     (re.compile(r"No declaration for attribute (\S+) of element (\S+)"), _unknown_attribute),
     (re.compile(r'Value "(.*)" for attribute (\S+) of (\S+) is not among', re.S), _bad_value),
     (re.compile(r"No declaration for element (\S+)"), _unknown_element),
-    (re.compile(r"Element (\S+) content does not follow the DTD, expecting (.*), got \((.*)\)",
-                re.S), _content),
+    (re.compile(r"Element (\S+) content does not follow the DTD, expecting (.*), got \((.*)\)", re.S), _content),
 )
 
 
@@ -425,14 +448,17 @@ def _validate(tree: etree._ElementTree, source: str) -> list[Problem]:
     root = tree.getroot()
     if root.tag != "jmsbridge":
         tag = root.tag if isinstance(root.tag, str) else "?"
-        problems.append(Problem(source, root.sourceline, f"the top element is "
-                                f"<{clip(tag)}>; a bridge configuration starts with "
-                                "<jmsbridge name=...>"))
+        problems.append(
+            Problem(
+                source,
+                root.sourceline,
+                f"the top element is <{clip(tag)}>; a bridge configuration starts with <jmsbridge name=...>",
+            )
+        )
     with _dtd_lock:
         dtd = _dtd()
         if not dtd.validate(tree):
-            problems += [Problem(source, e.line or None, _dtd_message(e.message))
-                         for e in dtd.error_log]
+            problems += [Problem(source, e.line or None, _dtd_message(e.message)) for e in dtd.error_log]
     return problems
 
 
@@ -459,8 +485,7 @@ class _Builder:
         self.source = source
         self.problems: list[Problem] = []
 
-    def attrs(self, el: etree._Element | None, tag: str,
-              skip: Iterable[str] = ()) -> dict[str, Any]:
+    def attrs(self, el: etree._Element | None, tag: str, skip: Iterable[str] = ()) -> dict[str, Any]:
         """Every DTD attribute of ``tag`` as a dataclass keyword, defaults applied."""
         result: dict[str, Any] = {}
         for name, decl in dtd_attributes()[tag].items():
@@ -478,8 +503,7 @@ class _Builder:
         result["line"] = el.sourceline if el is not None else None
         return result
 
-    def convert(self, el: etree._Element | None, tag: str, name: str, value: str | None,
-                decl: Any) -> Any:
+    def convert(self, el: etree._Element | None, tag: str, name: str, value: str | None, decl: Any) -> Any:
         choices = decl.values()
         if choices and value not in choices:  # the DTD check has reported it
             value = decl.default_value
@@ -492,8 +516,9 @@ class _Builder:
             return kind.parse(value)
         except ValueError:
             line = el.sourceline if el is not None else None
-            self.problems.append(Problem(self.source, line, f"<{tag}> attribute {name} "
-                                         f"is {shorten(value)}; {kind.expected}"))
+            self.problems.append(
+                Problem(self.source, line, f"<{tag}> attribute {name} is {shorten(value)}; {kind.expected}")
+            )
             return decl.default_value and kind.parse(decl.default_value)
 
     @staticmethod
@@ -506,10 +531,14 @@ class _Builder:
         for prop in el.findall("property"):
             name, value = prop.get("name", ""), prop.get("value", "")
             if name in found:
-                self.problems.append(Problem(self.source, prop.sourceline, f"property "
-                                             f"{shorten(name)} is set twice in <{el.tag}>; "
-                                             "the last one wins, remove the other",
-                                             "warning"))
+                self.problems.append(
+                    Problem(
+                        self.source,
+                        prop.sourceline,
+                        f"property {shorten(name)} is set twice in <{el.tag}>; the last one wins, remove the other",
+                        "warning",
+                    )
+                )
                 del found[name]
             found[name] = Property(name, value, prop.sourceline)
         return tuple(found.values())
@@ -517,29 +546,34 @@ class _Builder:
     def bridge(self, root: etree._Element) -> BridgeConfig:
         attrs = self.attrs(root, "jmsbridge")
         dmqs = [self.dmq(el) for el in root.findall("dmq")]
-        builtin = [d for d in dmqs if d.is_builtin][:1] or [DMQConfig(
-            BUILTIN_DMQ, None, None, **self.attrs(None, "dmq", ("name", *DMQ_IGNORED)))]
+        builtin = [d for d in dmqs if d.is_builtin][:1] or [
+            DMQConfig(BUILTIN_DMQ, None, None, **self.attrs(None, "dmq", ("name", *DMQ_IGNORED)))
+        ]
         return BridgeConfig(
             name=attrs["name"],
             links=tuple(self.link(el) for el in root.findall("link")),
             dmqs=tuple(builtin + [d for d in dmqs if d is not builtin[0]]),
             connection_factories=tuple(
-                ConnectionFactoryConfig(**self.attrs(el, "connection-factory"),
-                                        properties=self.properties(el))
-                for el in root.findall("connection-factory")),
+                ConnectionFactoryConfig(**self.attrs(el, "connection-factory"), properties=self.properties(el))
+                for el in root.findall("connection-factory")
+            ),
             destinations=tuple(self.destination(el) for el in root.findall("destination")),
             message_transfer_tag_bridge_name=attrs["message_transfer_tag_bridge_name"],
             log_message_transfer=attrs["log_message_transfer"],
-            source=self.source, line=root.sourceline)
+            source=self.source,
+            line=root.sourceline,
+        )
 
     def link(self, el: etree._Element) -> LinkConfig:
         source, target = el.find("source"), el.find("target")
         return LinkConfig(
             **self.attrs(el, "link"),
             source=SourceConfig(**self.attrs(source, "source")),
-            target=TargetConfig(**self.attrs(target, "target"),
-                                properties=self.properties(target) if target is not None else ()),
-            **self.link_settings(el))
+            target=TargetConfig(
+                **self.attrs(target, "target"), properties=self.properties(target) if target is not None else ()
+            ),
+            **self.link_settings(el),
+        )
 
     def link_settings(self, el: etree._Element) -> dict[str, Any]:
         """The <link>'s own property elements (LINK_PROPERTIES) as LinkConfig keywords."""
@@ -548,29 +582,39 @@ class _Builder:
         for prop in self.properties(el):
             kind = LINK_PROPERTIES.get(prop.name)
             if kind is None:
-                self.problems.append(Problem(
-                    self.source, prop.line, f'{where} has <property name="{clip(prop.name)}">, '
-                    f"which is no link setting{_hint(prop.name, LINK_PROPERTIES)}; a link takes "
-                    f"{', '.join(LINK_PROPERTIES)} (transformer input goes in <target>)"))
+                self.problems.append(
+                    Problem(
+                        self.source,
+                        prop.line,
+                        f'{where} has <property name="{clip(prop.name)}">, '
+                        f"which is no link setting{_hint(prop.name, LINK_PROPERTIES)}; a link takes "
+                        f"{', '.join(LINK_PROPERTIES)} (transformer input goes in <target>)",
+                    )
+                )
                 continue
             try:
                 settings[_LINK_FIELDS.get(prop.name, prop.name)] = kind.parse(prop.value)
             except ValueError:
-                self.problems.append(Problem(
-                    self.source, prop.line, f'{where} <property name="{prop.name}"> has value '
-                    f"{shorten(prop.value)}; {kind.expected}"))
+                self.problems.append(
+                    Problem(
+                        self.source,
+                        prop.line,
+                        f'{where} <property name="{prop.name}"> has value {shorten(prop.value)}; {kind.expected}',
+                    )
+                )
         return settings
 
     def dmq(self, el: etree._Element) -> DMQConfig:
         if el.get("name") == BUILTIN_DMQ:
             for name in DMQ_IGNORED[2:]:
                 if el.get(name) not in (None, _default("dmq", name)):
-                    self.problems.append(Problem(self.source, el.sourceline, f"{name} is "
-                                                 "ignored for the built-in DMQ; remove it",
-                                                 "warning"))
+                    self.problems.append(
+                        Problem(
+                            self.source, el.sourceline, f"{name} is ignored for the built-in DMQ; remove it", "warning"
+                        )
+                    )
             attrs = self.attrs(el, "dmq", DMQ_IGNORED)
-            return DMQConfig(connection_factory_ref=None, destination_ref=None, **attrs,
-                             properties=self.properties(el))
+            return DMQConfig(connection_factory_ref=None, destination_ref=None, **attrs, properties=self.properties(el))
         return DMQConfig(**self.attrs(el, "dmq"), properties=self.properties(el))
 
     def destination(self, el: etree._Element) -> DestinationConfig:
@@ -584,6 +628,7 @@ DMQ_IGNORED = ("connection-factory-ref", "destination-ref", "enabled", "stay-con
 
 
 # --- step 4: the rules beyond the DTD -------------------------------------------------------
+
 
 def _named(config: BridgeConfig) -> Iterator[tuple[str, str, str, int | None]]:
     """(kind, attribute, name, line) of everything that has a name of its own."""
@@ -603,8 +648,12 @@ def check_unique(config: BridgeConfig) -> Iterator[Problem]:
     first: dict[tuple[str, str], int | None] = {}
     for kind, attr, name, line in _named(config):
         if (kind, name) in first and name:
-            yield Problem(config.source, line, f"{kind} {attr} {shorten(name)} is used again "
-                          f"(first at line {first[kind, name]}); give each {kind} its own {attr}")
+            yield Problem(
+                config.source,
+                line,
+                f"{kind} {attr} {shorten(name)} is used again "
+                f"(first at line {first[kind, name]}); give each {kind} its own {attr}",
+            )
         first.setdefault((kind, name), line)
 
 
@@ -613,24 +662,32 @@ def check_reserved(config: BridgeConfig) -> Iterator[Problem]:
         meaning = RESERVED_NAMES.get(name.lower())
         if meaning is None or (kind == "dmq" and name == BUILTIN_DMQ):
             continue
-        extra = (f"; write {BUILTIN_DMQ} exactly to configure the built-in DMQ, or choose "
-                 "another name") if kind == "dmq" and name.lower() == BUILTIN_DMQ else (
-                 "; choose another name")
-        yield Problem(config.source, line, f"{kind} {attr} {shorten(name)} is reserved for "
-                      f"{meaning}{extra}")
+        extra = (
+            (f"; write {BUILTIN_DMQ} exactly to configure the built-in DMQ, or choose another name")
+            if kind == "dmq" and name.lower() == BUILTIN_DMQ
+            else ("; choose another name")
+        )
+        yield Problem(config.source, line, f"{kind} {attr} {shorten(name)} is reserved for {meaning}{extra}")
 
 
-def _ref_problem(config: BridgeConfig, where: str, line: int | None, attr: str, ref: str,
-                 known: list[str], hints: Iterable[str] = ()) -> Iterator[Problem]:
+def _ref_problem(
+    config: BridgeConfig, where: str, line: int | None, attr: str, ref: str, known: list[str], hints: Iterable[str] = ()
+) -> Iterator[Problem]:
     if ref == AS_SOURCE and attr == "destination-ref":
-        yield Problem(config.source, line, f"{where} destination-ref is {AS_SOURCE}, which "
-                      "only a <target> may use; name a <destination>")
+        yield Problem(
+            config.source,
+            line,
+            f"{where} destination-ref is {AS_SOURCE}, which only a <target> may use; name a <destination>",
+        )
     elif ref and ref not in known:
         kind = "connection-factory" if attr == "connection-factory-ref" else "destination"
         hints = list(hints)
         hint = f" (did you mean {hints[0]}?)" if hints else _hint(ref, known)
-        yield Problem(config.source, line, f"{where} {attr} {shorten(ref)} matches no "
-                      f"<{kind} ref-name=...>{hint}; add it or fix the name")
+        yield Problem(
+            config.source,
+            line,
+            f"{where} {attr} {shorten(ref)} matches no <{kind} ref-name=...>{hint}; add it or fix the name",
+        )
 
 
 def check_refs(config: BridgeConfig) -> Iterator[Problem]:
@@ -639,56 +696,66 @@ def check_refs(config: BridgeConfig) -> Iterator[Problem]:
     for link in config.links:
         for end, tag in ((link.source, "source"), (link.target, "target")):
             where = f"the {tag} of link {shorten(link.name)}"
-            yield from _ref_problem(config, where, end.line, "connection-factory-ref",
-                                    end.connection_factory_ref, cfs)
+            yield from _ref_problem(config, where, end.line, "connection-factory-ref", end.connection_factory_ref, cfs)
             if not (tag == "target" and end.destination_ref == AS_SOURCE):
-                hints = [AS_SOURCE] if tag == "target" and end.destination_ref.upper() == \
-                    AS_SOURCE else []
-                yield from _ref_problem(config, where, end.line, "destination-ref",
-                                        end.destination_ref, dests, hints)
+                hints = [AS_SOURCE] if tag == "target" and end.destination_ref.upper() == AS_SOURCE else []
+                yield from _ref_problem(config, where, end.line, "destination-ref", end.destination_ref, dests, hints)
     for dmq in config.dmqs:
         if not dmq.is_builtin:
             where = f"dmq {shorten(dmq.name)}"
-            yield from _ref_problem(config, where, dmq.line, "connection-factory-ref",
-                                    dmq.connection_factory_ref or "", cfs)
-            yield from _ref_problem(config, where, dmq.line, "destination-ref",
-                                    dmq.destination_ref or "", dests)
+            yield from _ref_problem(
+                config, where, dmq.line, "connection-factory-ref", dmq.connection_factory_ref or "", cfs
+            )
+            yield from _ref_problem(config, where, dmq.line, "destination-ref", dmq.destination_ref or "", dests)
 
 
 def check_connection_factories(config: BridgeConfig) -> Iterator[Problem]:
     for cf in config.connection_factories:
         name = f"connection-factory {shorten(cf.ref_name)}"
         if cf.username is not None and cf.password is None:
-            yield Problem(config.source, cf.line, f"{name} sets username but not password; "
-                          'add password (password="" for an empty one)')
+            yield Problem(
+                config.source,
+                cf.line,
+                f'{name} sets username but not password; add password (password="" for an empty one)',
+            )
         if cf.password is not None and cf.username is None:
-            yield Problem(config.source, cf.line, f"{name} sets password but not username, so "
-                          "the password is not used; add username or remove password",
-                          "warning")
+            yield Problem(
+                config.source,
+                cf.line,
+                f"{name} sets password but not username, so the password is not used; add username or remove password",
+                "warning",
+            )
         yield from _lookup_environment(config, name, cf.lookup_name, cf.environment, cf.line)
         if cf.lookup_name is None:
             yield from imq_settings(cf.properties, config.source, cf.line, cf.ref_name)[1]
 
 
-def _lookup_environment(config: BridgeConfig, name: str, lookup_name: str | None,
-                        environment: Mapping[str, str], line: int | None) -> Iterator[Problem]:
+def _lookup_environment(
+    config: BridgeConfig, name: str, lookup_name: str | None, environment: Mapping[str, str], line: int | None
+) -> Iterator[Problem]:
     if lookup_name is not None and not environment.get(INITIAL_CONTEXT_FACTORY):
-        yield Problem(config.source, line, f"{name} has lookup-name {shorten(lookup_name)} but "
-                      f'no <property name="{INITIAL_CONTEXT_FACTORY}" value=...>; add the JNDI '
-                      "environment as property elements")
+        yield Problem(
+            config.source,
+            line,
+            f"{name} has lookup-name {shorten(lookup_name)} but "
+            f'no <property name="{INITIAL_CONTEXT_FACTORY}" value=...>; add the JNDI '
+            "environment as property elements",
+        )
 
 
 def check_destinations(config: BridgeConfig) -> Iterator[Problem]:
     for dest in config.destinations:
         name = f"destination {shorten(dest.ref_name)}"
         if dest.name is None and dest.lookup_name is None:
-            yield Problem(config.source, dest.line, f"{name} has neither name nor lookup-name; "
-                          "set one of them")
+            yield Problem(config.source, dest.line, f"{name} has neither name nor lookup-name; set one of them")
         elif dest.name is not None and dest.lookup_name is not None:
-            yield Problem(config.source, dest.line, f"{name} has both name and lookup-name; "
-                          "name is ignored, remove one of them", "warning")
-        yield from _lookup_environment(config, name, dest.lookup_name, dest.environment,
-                                       dest.line)
+            yield Problem(
+                config.source,
+                dest.line,
+                f"{name} has both name and lookup-name; name is ignored, remove one of them",
+                "warning",
+            )
+        yield from _lookup_environment(config, name, dest.lookup_name, dest.environment, dest.line)
 
 
 def _host_destinations(config: BridgeConfig) -> set[str]:
@@ -696,8 +763,8 @@ def _host_destinations(config: BridgeConfig) -> set[str]:
     lookup-name (the host broker, or the OpenMQ brokers of its imqAddressList)."""
     host_cfs = {cf.ref_name for cf in config.connection_factories if cf.lookup_name is None}
     ends: list[tuple[str | None, str | None]] = [
-        (end.connection_factory_ref, end.destination_ref)
-        for link in config.links for end in (link.source, link.target)]
+        (end.connection_factory_ref, end.destination_ref) for link in config.links for end in (link.source, link.target)
+    ]
     ends += [(dmq.connection_factory_ref, dmq.destination_ref) for dmq in config.dmqs]
     return {dest for cf, dest in ends if cf in host_cfs and dest is not None}
 
@@ -710,40 +777,60 @@ def check_destination_names(config: BridgeConfig) -> Iterator[Problem]:
             continue
         problem = name_problem(dest.name, dest.type is DestinationType.TOPIC)
         if problem is not None:
-            yield Problem(config.source, dest.line, f"destination {shorten(dest.ref_name)} has "
-                          f"name {shorten(dest.name)}, which the broker refuses: {problem}; "
-                          f"{NAME_RULE}")
+            yield Problem(
+                config.source,
+                dest.line,
+                f"destination {shorten(dest.ref_name)} has "
+                f"name {shorten(dest.name)}, which the broker refuses: {problem}; "
+                f"{NAME_RULE}",
+            )
 
 
 def check_durable_subscriptions(config: BridgeConfig) -> Iterator[Problem]:
     dests = {d.ref_name: d for d in config.destinations}
     for link in config.links:
         dest = dests.get(link.source.destination_ref)
-        if (link.source.durable_sub is not None and dest is not None
-                and dest.lookup_name is None and dest.type is DestinationType.QUEUE):
-            yield Problem(config.source, link.source.line, f"link {shorten(link.name)} has "
-                          f"durable-sub but its source {shorten(dest.ref_name)} is a queue, so "
-                          "it is ignored; remove it or make the destination a topic", "warning")
+        if (
+            link.source.durable_sub is not None
+            and dest is not None
+            and dest.lookup_name is None
+            and dest.type is DestinationType.QUEUE
+        ):
+            yield Problem(
+                config.source,
+                link.source.line,
+                f"link {shorten(link.name)} has "
+                f"durable-sub but its source {shorten(dest.ref_name)} is a queue, so "
+                "it is ignored; remove it or make the destination a topic",
+                "warning",
+            )
 
 
 CHECKS: tuple[Callable[[BridgeConfig], Iterable[Problem]], ...] = (
-    check_unique, check_reserved, check_refs, check_connection_factories,
-    check_destinations, check_destination_names, check_durable_subscriptions,
+    check_unique,
+    check_reserved,
+    check_refs,
+    check_connection_factories,
+    check_destinations,
+    check_destination_names,
+    check_durable_subscriptions,
 )
 
 
 # --- entry points -----------------------------------------------------------------------------
 
+
 def _limit(problems: list[Problem], source: str) -> list[Problem]:
     problems.sort(key=lambda p: (p.line or 0, p.severity))
     if len(problems) <= MAX_PROBLEMS:
         return problems
-    return [*problems[:MAX_PROBLEMS], Problem(source, None, f"{len(problems) - MAX_PROBLEMS} "
-                                              "more problems are not shown; fix these first")]
+    return [
+        *problems[:MAX_PROBLEMS],
+        Problem(source, None, f"{len(problems) - MAX_PROBLEMS} more problems are not shown; fix these first"),
+    ]
 
 
-def parse_bridge_config(data: bytes, source: str = "<bridge xml>",
-                        bridge_name: str | None = None) -> BridgeConfig:
+def parse_bridge_config(data: bytes, source: str = "<bridge xml>", bridge_name: str | None = None) -> BridgeConfig:
     """The configuration in ``data``; ConfigError lists every problem with its line.
 
     ``bridge_name`` (the name in the broker properties) must equal the jmsbridge name.
@@ -756,9 +843,15 @@ def parse_bridge_config(data: bytes, source: str = "<bridge xml>",
     config = builder.bridge(tree.getroot())
     problems += builder.problems
     if bridge_name is not None and config.name and config.name != bridge_name:
-        problems.append(Problem(source, tree.getroot().sourceline, f"the jmsbridge name is "
-                                f"{shorten(config.name)} but this file is the configuration of "
-                                f"bridge {shorten(bridge_name)}; make them the same"))
+        problems.append(
+            Problem(
+                source,
+                tree.getroot().sourceline,
+                f"the jmsbridge name is "
+                f"{shorten(config.name)} but this file is the configuration of "
+                f"bridge {shorten(bridge_name)}; make them the same",
+            )
+        )
     for check in CHECKS:
         problems += check(config)
     problems = _limit(problems, source)
@@ -766,10 +859,14 @@ def parse_bridge_config(data: bytes, source: str = "<bridge xml>",
     return dataclasses.replace(config, warnings=tuple(problems))
 
 
-def load_bridge_config(xmlurl: str, *, bridge_name: str | None = None,
-                       base_dir: str | os.PathLike[str] | None = None,
-                       timeout: float = DEFAULT_TIMEOUT,
-                       max_bytes: int = MAX_CONFIG_BYTES) -> BridgeConfig:
+def load_bridge_config(
+    xmlurl: str,
+    *,
+    bridge_name: str | None = None,
+    base_dir: str | os.PathLike[str] | None = None,
+    timeout: float = DEFAULT_TIMEOUT,
+    max_bytes: int = MAX_CONFIG_BYTES,
+) -> BridgeConfig:
     """Read the XML an xmlurl names (a path, file: or http(s): URL) and parse it.
 
     Relative paths are taken relative to ``base_dir`` (the properties file's folder).
@@ -778,15 +875,19 @@ def load_bridge_config(xmlurl: str, *, bridge_name: str | None = None,
     return parse_bridge_config(data, source, bridge_name)
 
 
-def load_bridge(props: BrokerProperties, name: str, *,
-                timeout: float = DEFAULT_TIMEOUT) -> BridgeConfig:
+def load_bridge(props: BrokerProperties, name: str, *, timeout: float = DEFAULT_TIMEOUT) -> BridgeConfig:
     """The configuration of JMS bridge ``name`` as its broker properties describe it."""
     bridge = props.bridge(name)
     if not bridge.xmlurl:
         key = f"imq.bridge.{name}.xmlurl"
         origin = props.origin(f"imq.bridge.{name}.type")
-        raise ConfigError([Problem(origin.source if origin else "properties",
-                                   origin.line if origin else None,
-                                   f"JMS bridge {name} has no {key}; set it to its XML file")])
-    return load_bridge_config(bridge.xmlurl, bridge_name=name, base_dir=bridge.xml_base,
-                              timeout=timeout)
+        raise ConfigError(
+            [
+                Problem(
+                    origin.source if origin else "properties",
+                    origin.line if origin else None,
+                    f"JMS bridge {name} has no {key}; set it to its XML file",
+                )
+            ]
+        )
+    return load_bridge_config(bridge.xmlurl, bridge_name=name, base_dir=bridge.xml_base, timeout=timeout)

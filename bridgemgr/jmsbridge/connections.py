@@ -47,8 +47,9 @@ def configured_client_id(config: ConnectionFactoryConfig, factory: object = None
     return getattr(factory, "client_id", None) or None
 
 
-def connection_kind(role: str, stay_connected: bool = True, clientid: str | None = None,
-                    factory_client_id: str | None = None) -> ConnectionKind:
+def connection_kind(
+    role: str, stay_connected: bool = True, clientid: str | None = None, factory_client_id: str | None = None
+) -> ConnectionKind:
     """The chapter's rules ("Pooled, Shared, and Dedicated Connections")."""
     if role == "source" or stay_connected or clientid:
         return ConnectionKind.DEDICATED
@@ -74,8 +75,7 @@ class Handle:
 
     def _on_exception(self, exc: Exception) -> None:
         self.broken.set()
-        self.connector.log.warning("connection of connection-factory %s failed: %s",
-                                   self.connector.ref_name, exc)
+        self.connector.log.warning("connection of connection-factory %s failed: %s", self.connector.ref_name, exc)
 
     @property
     def provider_name(self) -> str:
@@ -111,8 +111,13 @@ class Connector:
     def configured_client_id(self) -> str | None:
         return configured_client_id(self.config, self.factory)
 
-    def connect(self, clientid: str | None = None, stop: threading.Event | None = None,
-                attempts: int | None = None, xa: bool = False) -> Handle:
+    def connect(
+        self,
+        clientid: str | None = None,
+        stop: threading.Event | None = None,
+        attempts: int | None = None,
+        xa: bool = False,
+    ) -> Handle:
         """A started-later connection (client id set), trying as often as the factory's
         connect-attempts say (or ``attempts``); ConnectError when every attempt failed,
         Interrupted when ``stop`` is set while waiting between attempts."""
@@ -129,12 +134,20 @@ class Connector:
             except Exception as exc:  # provider code: any failure is a failed attempt
                 error = exc
             of = "unlimited" if allowed < 0 else str(allowed)
-            self.log.warning("connect attempt %d (of %s) with connection-factory %s failed: %s: %s",
-                             attempt, of, cfg.ref_name, type(error).__name__, clip(str(error), 300))
+            self.log.warning(
+                "connect attempt %d (of %s) with connection-factory %s failed: %s: %s",
+                attempt,
+                of,
+                cfg.ref_name,
+                type(error).__name__,
+                clip(str(error), 300),
+            )
             if 0 <= allowed <= attempt:
-                raise ConnectError(f"cannot connect with connection-factory {cfg.ref_name} after "
-                                   f"{attempt} attempt(s): {type(error).__name__}: "
-                                   f"{clip(str(error), 300)}") from error
+                raise ConnectError(
+                    f"cannot connect with connection-factory {cfg.ref_name} after "
+                    f"{attempt} attempt(s): {type(error).__name__}: "
+                    f"{clip(str(error), 300)}"
+                ) from error
             if stop is not None and stop.wait(cfg.connect_attempt_interval_in_seconds):
                 raise Interrupted(f"stopped while connecting with {cfg.ref_name}")
             if stop is None:
@@ -145,8 +158,7 @@ class Connector:
         username, password = cfg.login
         if xa:
             if not isinstance(self.factory, XAConnectionFactory):
-                raise TransportException(f"connection-factory {cfg.ref_name} is not an XA "
-                                         "connection factory")
+                raise TransportException(f"connection-factory {cfg.ref_name} is not an XA connection factory")
             conn: Connection = self.factory.create_xa_connection(username, password)
         else:
             conn = self.factory.create_connection(username, password)
@@ -162,8 +174,13 @@ class Connector:
 class Lease:
     """A connection handed out by BridgeConnections; give it back with release()."""
 
-    def __init__(self, handle: Handle, kind: ConnectionKind, owner: BridgeConnections,
-                 holder: ConnectionPool | SharedConnection | None) -> None:
+    def __init__(
+        self,
+        handle: Handle,
+        kind: ConnectionKind,
+        owner: BridgeConnections,
+        holder: ConnectionPool | SharedConnection | None,
+    ) -> None:
         self.handle = handle
         self.kind = kind
         self._owner = owner
@@ -290,10 +307,8 @@ class BridgeConnections:
         self._cond = threading.Condition()
         self._out = 0  # leases not yet released
 
-    def kind(self, role: str, cf_ref: str, stay_connected: bool = True,
-             clientid: str | None = None) -> ConnectionKind:
-        return connection_kind(role, stay_connected, clientid,
-                               self.connectors[cf_ref].configured_client_id)
+    def kind(self, role: str, cf_ref: str, stay_connected: bool = True, clientid: str | None = None) -> ConnectionKind:
+        return connection_kind(role, stay_connected, clientid, self.connectors[cf_ref].configured_client_id)
 
     def prepare(self) -> None:
         """Start step 7: the pool and shared-connection holders of every factory."""
@@ -302,9 +317,15 @@ class BridgeConnections:
                 self._pools.setdefault(ref, ConnectionPool(connector))
                 self._shared.setdefault(ref, SharedConnection(connector))
 
-    def lease(self, cf_ref: str, kind: ConnectionKind, clientid: str | None = None,
-              stop: threading.Event | None = None, attempts: int | None = None,
-              xa: bool = False) -> Lease:
+    def lease(
+        self,
+        cf_ref: str,
+        kind: ConnectionKind,
+        clientid: str | None = None,
+        stop: threading.Event | None = None,
+        attempts: int | None = None,
+        xa: bool = False,
+    ) -> Lease:
         """A connection of ``cf_ref`` held as ``kind`` says (see Connector.connect)."""
         connector = self.connectors[cf_ref]
         holder: ConnectionPool | SharedConnection | None = None
@@ -312,8 +333,9 @@ class BridgeConnections:
             holder = self._pools.setdefault(cf_ref, ConnectionPool(connector))
         elif kind is ConnectionKind.SHARED:
             holder = self._shared.setdefault(cf_ref, SharedConnection(connector))
-        handle = (holder.take(stop, attempts, xa) if holder is not None
-                  else connector.connect(clientid, stop, attempts, xa))
+        handle = (
+            holder.take(stop, attempts, xa) if holder is not None else connector.connect(clientid, stop, attempts, xa)
+        )
         with self._cond:
             self._out += 1
         return Lease(handle, kind, self, holder)

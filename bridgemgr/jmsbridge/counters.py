@@ -28,13 +28,13 @@ RATE_WINDOW = 60
 
 @dataclass
 class LinkCounters:
-    received: int = 0        # taken from the source
-    transferred: int = 0     # sent to the target and consumed from the source
-    consumed_only: int = 0   # consumed without a transfer (the transformer's no_transfer)
-    to_dmq: int = 0          # given to a DMQ (or, when none took it, to the final log)
-    dmq_lost: int = 0        # of those: no DMQ took it, only the final log line has it
-    redelivered: int = 0     # received with JMSRedelivered set
-    rolled_back: int = 0     # messages returned to the source (recover / rollback)
+    received: int = 0  # taken from the source
+    transferred: int = 0  # sent to the target and consumed from the source
+    consumed_only: int = 0  # consumed without a transfer (the transformer's no_transfer)
+    to_dmq: int = 0  # given to a DMQ (or, when none took it, to the final log)
+    dmq_lost: int = 0  # of those: no DMQ took it, only the final log line has it
+    redelivered: int = 0  # received with JMSRedelivered set
+    rolled_back: int = 0  # messages returned to the source (recover / rollback)
     reconnects: int = 0
     dmq_reasons: Counter[str] = field(default_factory=Counter)
     last_error: str | None = None
@@ -93,16 +93,25 @@ class LinkCounters:
 
     def snapshot(self) -> dict[str, Any]:
         return {
-            "received": self.received, "transferred": self.transferred,
-            "consumed_only": self.consumed_only, "to_dmq": self.to_dmq,
-            "dmq_lost": self.dmq_lost, "redelivered": self.redelivered,
-            "rolled_back": self.rolled_back, "reconnects": self.reconnects,
-            "dmq_reasons": dict(self.dmq_reasons), "last_error": self.last_error,
+            "received": self.received,
+            "transferred": self.transferred,
+            "consumed_only": self.consumed_only,
+            "to_dmq": self.to_dmq,
+            "dmq_lost": self.dmq_lost,
+            "redelivered": self.redelivered,
+            "rolled_back": self.rolled_back,
+            "reconnects": self.reconnects,
+            "dmq_reasons": dict(self.dmq_reasons),
+            "last_error": self.last_error,
             "current_error": self.current_error,
-            "last_error_at": self.last_error_at, "last_transfer_at": self.last_transfer_at,
+            "last_error_at": self.last_error_at,
+            "last_transfer_at": self.last_transfer_at,
             "rate": round(self.rate(), 3),
-            "latency_ms": {"bounds": list(LATENCY_BOUNDS_MS), "buckets": list(self.latency_buckets),
-                           "sum": self.latency_sum_ms},
+            "latency_ms": {
+                "bounds": list(LATENCY_BOUNDS_MS),
+                "buckets": list(self.latency_buckets),
+                "sum": self.latency_sum_ms,
+            },
         }
 
 

@@ -53,41 +53,57 @@ TARGET_CURRENT_DESTINATION = P + "TARGET_CURRENT_DESTINATION"
 TARGET_PROVIDER = P + "TARGET_PROVIDER"
 DMQ_MARKER = P + "DMQ_MARKER"  # ours: the bridge dead-lettered it (marker(), verify_marker())
 # What the marker covers: every property the bridge sets on a DMQ message, and the body.
-MARKED = (SOURCE_MESSAGEID, SOURCE_TIMESTAMP, SOURCE_CORRELATIONID, SOURCE_JMSTYPE,
-          SOURCE_DESTINATION, TARGET_DESTINATION, TARGET_CURRENT_DESTINATION, SOURCE_PROVIDER,
-          TARGET_PROVIDER, DMQ_REASON, DMQ_EXCEPTION, DMQ_TIMESTAMP, BODY_TRUNCATED)
+MARKED = (
+    SOURCE_MESSAGEID,
+    SOURCE_TIMESTAMP,
+    SOURCE_CORRELATIONID,
+    SOURCE_JMSTYPE,
+    SOURCE_DESTINATION,
+    TARGET_DESTINATION,
+    TARGET_CURRENT_DESTINATION,
+    SOURCE_PROVIDER,
+    TARGET_PROVIDER,
+    DMQ_REASON,
+    DMQ_EXCEPTION,
+    DMQ_TIMESTAMP,
+    BODY_TRUNCATED,
+)
 
 
 @dataclass(frozen=True)
 class DeadLetter:
     """A message for the DMQ, and why."""
 
-    original: Message                 # with its headers as received
+    original: Message  # with its headers as received
     reason: DMQReason
-    exception: str | None             # the error text or a comment; None if none
+    exception: str | None  # the error text or a comment; None if none
     bridge: str
     link: str
     source_destination: str | None
-    target_destination: str | None    # where it was meant to go
+    target_destination: str | None  # where it was meant to go
     target_current_destination: str | None  # where branch_to sent it
     source_provider: str
     target_provider: str
 
 
-def dead_letter(ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason,
-                link_source: Destination) -> DeadLetter:
+def dead_letter(ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason, link_source: Destination) -> DeadLetter:
     """The DeadLetter of a message a link (local or Spark) cannot transfer: its received
     original, where it came from (``link_source`` when it names no JMSDestination) and
     where it was meant to go (the target, or AS_SOURCE: where it came from)."""
     source = ctx.header("destination")
     target = plan.target if plan.target is not None else source
     return DeadLetter(
-        original=ctx.original_message(), reason=reason, exception=ctx.failure,
-        bridge=plan.bridge_name, link=plan.link_name,
+        original=ctx.original_message(),
+        reason=reason,
+        exception=ctx.failure,
+        bridge=plan.bridge_name,
+        link=plan.link_name,
         source_destination=source.name if source is not None else link_source.name,
         target_destination=target.name if target is not None else None,
         target_current_destination=ctx.destination.name if ctx.destination is not None else None,
-        source_provider=plan.source_provider, target_provider=plan.target_provider)
+        source_provider=plan.source_provider,
+        target_provider=plan.target_provider,
+    )
 
 
 def _name(dest: Destination | None) -> str | None:
@@ -140,11 +156,19 @@ def marker(dead: Message, key: bytes) -> str:
     """HMAC-SHA256 (hex) of the MARKED properties of ``dead`` as it carries them (their
     names, types and values; absent ones too) and of its body (the carried message's codec
     bytes, or the text of a truncated body)."""
-    mac = hmac.new(key, json.dumps([[name, dead.get_object_property(name)] for name in MARKED],
-                                   separators=(",", ":")).encode(), hashlib.sha256)
+    mac = hmac.new(
+        key,
+        json.dumps([[name, dead.get_object_property(name)] for name in MARKED], separators=(",", ":")).encode(),
+        hashlib.sha256,
+    )
     body = dead.get_body()
-    data = (codec.encode(body) if isinstance(body, Message)
-            else b"" if body is None else str(body).encode("utf-8", "surrogatepass"))
+    data = (
+        codec.encode(body)
+        if isinstance(body, Message)
+        else b""
+        if body is None
+        else str(body).encode("utf-8", "surrogatepass")
+    )
     mac.update(b"\0" + data)
     return mac.hexdigest()
 
@@ -166,8 +190,10 @@ def describe(letter: DeadLetter, now_ms: int) -> str:
     (values of properties named like secrets are not shown)."""
     orig = letter.original
     headers = ", ".join(f"{name}={getattr(orig, name)!r}" for name in HEADER_FIELDS)
-    props = ", ".join(f"{name}={'********' if is_secret_name(name) else clip(repr(value), 200)}"
-                      for name, value in orig.properties.items())
+    props = ", ".join(
+        f"{name}={'********' if is_secret_name(name) else clip(repr(value), 200)}"
+        for name, value in orig.properties.items()
+    )
     dmq = ", ".join(f"{k}={v!r}" for k, v in dmq_properties(letter, now_ms).items())
     return f"headers: {headers}; properties: {{{props}}}; DMQ properties: {{{dmq}}}"
 
@@ -175,7 +201,7 @@ def describe(letter: DeadLetter, now_ms: int) -> str:
 @dataclass(frozen=True)
 class DMQResult:
     taken_by: tuple[str, ...] = ()  # the DMQs that took it, in order; (): only the final log
-    interrupted: bool = False       # a stop request ended the attempts first: do not consume
+    interrupted: bool = False  # a stop request ended the attempts first: do not consume
 
     @property
     def taken(self) -> bool:
@@ -186,9 +212,16 @@ class DMQResult:
 class DMQSender:
     """One <dmq>: its destination, connection, transformer and send attempts."""
 
-    def __init__(self, config: DMQConfig, destination: Destination, cf_ref: str,
-                 connections: BridgeConnections, log: logging.Logger,
-                 transformer: MessageTransformer | None = None, marker_key: bytes | None = None) -> None:
+    def __init__(
+        self,
+        config: DMQConfig,
+        destination: Destination,
+        cf_ref: str,
+        connections: BridgeConnections,
+        log: logging.Logger,
+        transformer: MessageTransformer | None = None,
+        marker_key: bytes | None = None,
+    ) -> None:
         self.config = config
         self.marker_key = marker_key  # the instance's DMQ key (never logged); None: no marker
         self.name = config.name
@@ -197,8 +230,11 @@ class DMQSender:
         self.connections = connections
         self.log = log
         self.transformer = transformer
-        self.kind = (ConnectionKind.DEDICATED if config.is_builtin else
-                     connections.kind("dmq", cf_ref, config.stay_connected, config.clientid))
+        self.kind = (
+            ConnectionKind.DEDICATED
+            if config.is_builtin
+            else connections.kind("dmq", cf_ref, config.stay_connected, config.clientid)
+        )
         self.properties: Mapping[str, str] = {p.name: p.value for p in config.properties}
         self._lock = threading.Lock()
         self._lease: Lease | None = None
@@ -224,10 +260,13 @@ class DMQSender:
                 try:
                     producer = self._open(stop)
                     message = dmq_message(letter, body, int(time.time() * 1000), self.marker_key)
-                    producer.send(message, self.destination,
-                                  delivery_mode=letter.original.delivery_mode,
-                                  priority=letter.original.priority,
-                                  time_to_live=self.config.time_to_live_in_millis)
+                    producer.send(
+                        message,
+                        self.destination,
+                        delivery_mode=letter.original.delivery_mode,
+                        priority=letter.original.priority,
+                        time_to_live=self.config.time_to_live_in_millis,
+                    )
                     if self.kind is ConnectionKind.POOLED:
                         self._drop(False)
                     return True
@@ -235,10 +274,15 @@ class DMQSender:
                     raise
                 except Exception as exc:  # provider code: every failure is a failed attempt
                     self._drop(True)
-                    self.log.warning("DMQ %s: send attempt %d of %d of message %s failed: "
-                                     "%s: %s", self.name, attempt, attempts,
-                                     letter.original.message_id, type(exc).__name__,
-                                     clip(str(exc), 300))
+                    self.log.warning(
+                        "DMQ %s: send attempt %d of %d of message %s failed: %s: %s",
+                        self.name,
+                        attempt,
+                        attempts,
+                        letter.original.message_id,
+                        type(exc).__name__,
+                        clip(str(exc), 300),
+                    )
                 if attempt < attempts and stop.wait(self.config.send_attempt_interval_in_seconds):
                     raise Interrupted(f"stopped while sending to DMQ {self.name}")
             return False
@@ -249,22 +293,25 @@ class DMQSender:
             return letter.original
         try:
             self.transformer.reset(in_bridge_link=False)
-            result = self.transformer.transform(letter.original, True, None,
-                                                letter.source_provider, letter.target_provider,
-                                                self.properties)
+            result = self.transformer.transform(
+                letter.original, True, None, letter.source_provider, letter.target_provider, self.properties
+            )
             if isinstance(result, Message):
                 return result
             problem = f"returned {type(result).__name__}"
         except Exception as exc:  # plugin code
             problem = f"failed: {type(exc).__name__}: {clip(str(exc), 300)}"
-        self.log.warning("DMQ %s: transformer %s %s; the DMQ message carries the original",
-                         self.name, type(self.transformer).__name__, problem)
+        self.log.warning(
+            "DMQ %s: transformer %s %s; the DMQ message carries the original",
+            self.name,
+            type(self.transformer).__name__,
+            problem,
+        )
         return letter.original
 
     def _open(self, stop: threading.Event | None) -> MessageProducer:
         if self._producer is None:
-            self._lease = self.connections.lease(self.cf_ref, self.kind, self.config.clientid,
-                                                 stop, attempts=1)
+            self._lease = self.connections.lease(self.cf_ref, self.kind, self.config.clientid, stop, attempts=1)
             try:
                 self._session = self._lease.connection.create_session()
                 self._producer = self._session.create_producer(None)
@@ -300,9 +347,14 @@ class FinalLog:
         self.log = log
 
     def report(self, letter: DeadLetter, stop: threading.Event) -> bool:
-        self.log.error("link %s: no DMQ took message %s (%s: %s); %s", letter.link,
-                       letter.original.message_id, letter.reason.value, letter.exception,
-                       describe(letter, int(time.time() * 1000)))
+        self.log.error(
+            "link %s: no DMQ took message %s (%s: %s); %s",
+            letter.link,
+            letter.original.message_id,
+            letter.reason.value,
+            letter.exception,
+            describe(letter, int(time.time() * 1000)),
+        )
         return True
 
 
@@ -324,17 +376,27 @@ class DeadMessageQueues:
             except Interrupted:
                 if not taken:
                     return DMQResult(interrupted=True)
-                self.log.warning("link %s: stopped while sending message %s to DMQ %s; it is "
-                                 "in DMQ %s only", letter.link, letter.original.message_id,
-                                 sender.name, ", ".join(taken))
+                self.log.warning(
+                    "link %s: stopped while sending message %s to DMQ %s; it is in DMQ %s only",
+                    letter.link,
+                    letter.original.message_id,
+                    sender.name,
+                    ", ".join(taken),
+                )
                 return DMQResult(tuple(taken))
             except Exception:  # a bug in a sender must not stop the link
                 self.log.exception("DMQ %s failed", sender.name)
                 continue
             if took:
-                self.log.info("link %s: message %s went to DMQ %s (%s%s)", letter.link,
-                              letter.original.message_id, sender.name, letter.reason.value,
-                              f": {letter.exception}" if letter.exception else "", extra=PER_MESSAGE)
+                self.log.info(
+                    "link %s: message %s went to DMQ %s (%s%s)",
+                    letter.link,
+                    letter.original.message_id,
+                    sender.name,
+                    letter.reason.value,
+                    f": {letter.exception}" if letter.exception else "",
+                    extra=PER_MESSAGE,
+                )
                 taken.append(sender.name)
                 if not sender.config.is_builtin:
                     break
@@ -350,8 +412,7 @@ class DeadMessageQueues:
             except Exception as exc:
                 if sender.config.is_builtin:
                     raise
-                self.log.warning("DMQ %s is not ready (%s); it is tried again when needed",
-                                 sender.name, exc)
+                self.log.warning("DMQ %s is not ready (%s); it is tried again when needed", sender.name, exc)
 
     def close(self) -> None:
         for sender in self.senders:

@@ -47,8 +47,8 @@ def outage(exc: BaseException | None) -> bool:
     while exc is not None and id(exc) not in seen:
         seen.add(id(exc))
         if isinstance(exc, (StoreFull, TxLogError, TransportException)) or (
-                isinstance(exc, XAException)
-                and exc.errorcode == xa.XAER_RMFAIL):
+            isinstance(exc, XAException) and exc.errorcode == xa.XAER_RMFAIL
+        ):
             return True
         exc = exc.__cause__ or exc.__context__
     return False
@@ -84,11 +84,15 @@ class Excuses:
         try:
             data = json.loads(self.path.read_text(encoding="utf-8"))
             if not isinstance(data, dict) or not all(
-                    isinstance(k, str) and type(v) is int and v > 0 for k, v in data.items()):
+                isinstance(k, str) and type(v) is int and v > 0 for k, v in data.items()
+            ):
                 raise ValueError("not an object of message ids to positive counts")
         except (OSError, ValueError) as exc:
-            self.log.warning("excused redeliveries in %s cannot be read (%s); they are not "
-                             "counted out of the backout threshold", self.path, exc)
+            self.log.warning(
+                "excused redeliveries in %s cannot be read (%s); they are not counted out of the backout threshold",
+                self.path,
+                exc,
+            )
             return
         self._counts = dict(list(data.items())[-LIMIT:])
 
@@ -112,8 +116,11 @@ class Excuses:
         """``message_ids`` are consumed for good: their excuses go."""
         with self._lock:
             counts = self._counts
-            gone = {message_id for message_id in message_ids
-                    if counts.pop(message_id, None) is not None} if counts else set()
+            gone = (
+                {message_id for message_id in message_ids if counts.pop(message_id, None) is not None}
+                if counts
+                else set()
+            )
         if gone:
             self._save(gone)
 
@@ -134,8 +141,12 @@ class Excuses:
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
         except OSError as exc:
-            self.log.warning("excused redeliveries cannot be written to %s (%s); a restart "
-                             "will count them toward the backout threshold", self.path, exc)
+            self.log.warning(
+                "excused redeliveries cannot be written to %s (%s); a restart "
+                "will count them toward the backout threshold",
+                self.path,
+                exc,
+            )
 
 
 class SharedExcuses(Excuses):
@@ -143,8 +154,7 @@ class SharedExcuses(Excuses):
     HA cluster's schema (``connect``: a new connection there, marked with our broker id),
     written behind the link."""
 
-    def __init__(self, connect: Callable[[], Any], bridge: str, link: str,
-                 log: logging.Logger | None = None) -> None:
+    def __init__(self, connect: Callable[[], Any], bridge: str, link: str, log: logging.Logger | None = None) -> None:
         super().__init__(None, log)
         self.connect, self.bridge, self.link = connect, bridge, link
         self._unwritten: set[str] = set()  # ids whose rows differ from the counts
@@ -165,16 +175,23 @@ class SharedExcuses(Excuses):
             conn = self.connect()
             try:
                 with conn.cursor() as cur:
-                    cur.execute(f"SELECT message_id, excused FROM {TABLE} WHERE bridge = %s AND "
-                                "link = %s ORDER BY seq DESC LIMIT %s", (self.bridge, self.link, LIMIT))
+                    cur.execute(
+                        f"SELECT message_id, excused FROM {TABLE} WHERE bridge = %s AND "
+                        "link = %s ORDER BY seq DESC LIMIT %s",
+                        (self.bridge, self.link, LIMIT),
+                    )
                     rows = cur.fetchall()
                 conn.rollback()
             finally:
                 conn.close()
         except (StoreError, psycopg.Error) as exc:
-            self.log.warning("excused redeliveries of link %s cannot be read from the HA cluster's "
-                             "table %s (%s); they are not counted out of the backout threshold",
-                             self.link, TABLE, exc)
+            self.log.warning(
+                "excused redeliveries of link %s cannot be read from the HA cluster's "
+                "table %s (%s); they are not counted out of the backout threshold",
+                self.link,
+                TABLE,
+                exc,
+            )
             return
         with self._lock:
             self._counts = {message_id: int(excused) for message_id, excused in reversed(rows)}
@@ -184,8 +201,9 @@ class SharedExcuses(Excuses):
         with self._lock:
             self._unwritten |= changed
             if self._writer is None:
-                self._writer = threading.Thread(target=self._write_behind, daemon=True,
-                                                name=f"excuses {self.bridge}/{self.link}")
+                self._writer = threading.Thread(
+                    target=self._write_behind, daemon=True, name=f"excuses {self.bridge}/{self.link}"
+                )
                 self._writer.start()
 
     def written(self, timeout: float) -> bool:
@@ -215,19 +233,29 @@ class SharedExcuses(Excuses):
                     self._unwritten |= ids
                 if not self._failing:
                     self._failing = True
-                    self.log.warning("excused redeliveries of link %s cannot be written to the HA "
-                                     "cluster's table %s (%s); trying again every %g s", self.link,
-                                     TABLE, exc, RETRY)
+                    self.log.warning(
+                        "excused redeliveries of link %s cannot be written to the HA "
+                        "cluster's table %s (%s); trying again every %g s",
+                        self.link,
+                        TABLE,
+                        exc,
+                        RETRY,
+                    )
                 time.sleep(RETRY)
                 continue
             except psycopg.Error as exc:
-                self.log.warning("excused redeliveries of link %s are not written to the HA "
-                                 "cluster's table %s: %s", self.link, TABLE, exc)
+                self.log.warning(
+                    "excused redeliveries of link %s are not written to the HA cluster's table %s: %s",
+                    self.link,
+                    TABLE,
+                    exc,
+                )
                 continue
             if self._failing:
                 self._failing = False
-                self.log.info("excused redeliveries of link %s written to the HA cluster's table "
-                              "%s again", self.link, TABLE)
+                self.log.info(
+                    "excused redeliveries of link %s written to the HA cluster's table %s again", self.link, TABLE
+                )
 
     def _write(self, rows: list[tuple[str, str, str, int]], gone: list[str]) -> None:
         """One transaction: upsert ``rows`` (each the newest now, in order), delete ``gone``."""
@@ -235,13 +263,17 @@ class SharedExcuses(Excuses):
         try:
             with conn.cursor() as cur:
                 if gone:
-                    cur.execute(f"DELETE FROM {TABLE} WHERE bridge = %s AND link = %s AND "
-                                "message_id = ANY(%s)", (self.bridge, self.link, gone))
+                    cur.execute(
+                        f"DELETE FROM {TABLE} WHERE bridge = %s AND link = %s AND message_id = ANY(%s)",
+                        (self.bridge, self.link, gone),
+                    )
                 if rows:
                     cur.executemany(
                         f"INSERT INTO {TABLE}(bridge, link, message_id, excused) VALUES (%s, %s, %s, %s) "
                         "ON CONFLICT (bridge, link, message_id) DO UPDATE SET "
-                        "excused = EXCLUDED.excused, seq = EXCLUDED.seq", rows)
+                        "excused = EXCLUDED.excused, seq = EXCLUDED.seq",
+                        rows,
+                    )
             conn.commit()
         finally:
             conn.close()
@@ -256,6 +288,8 @@ class ExcusesStore(Protocol):
 
 def shared_excuses(connect: Callable[[], Any]) -> ExcusesStore:
     """The HA cluster's table: ``connect`` opens a DB-API connection to the cluster's schema."""
+
     def store(bridge: str, link: str, log: logging.Logger) -> Excuses:
         return SharedExcuses(connect, bridge, link, log)
+
     return store

@@ -46,14 +46,33 @@ PING_INTERVAL = "imqPingInterval"
 CONNECTION_TYPE = "imqConnectionType"
 CONSUMER_FLOW_LIMIT = "imqConsumerFlowLimit"
 ACK_TIMEOUT = "imqAckTimeout"
-SUPPORTED = (ADDRESS_LIST, ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
-             RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, DEFAULT_USERNAME, DEFAULT_PASSWORD,
-             CONFIGURED_CLIENT_ID, PING_INTERVAL, CONNECTION_TYPE, CONSUMER_FLOW_LIMIT,
-             ACK_TIMEOUT)
+SUPPORTED = (
+    ADDRESS_LIST,
+    ADDRESS_LIST_BEHAVIOR,
+    ADDRESS_LIST_ITERATIONS,
+    RECONNECT_ENABLED,
+    RECONNECT_ATTEMPTS,
+    RECONNECT_INTERVAL,
+    DEFAULT_USERNAME,
+    DEFAULT_PASSWORD,
+    CONFIGURED_CLIENT_ID,
+    PING_INTERVAL,
+    CONNECTION_TYPE,
+    CONSUMER_FLOW_LIMIT,
+    ACK_TIMEOUT,
+)
 # Settings of how the address list is reached: nothing to do for the in-process host broker.
-LIST_ONLY = (ADDRESS_LIST_BEHAVIOR, ADDRESS_LIST_ITERATIONS, RECONNECT_ENABLED,
-             RECONNECT_ATTEMPTS, RECONNECT_INTERVAL, PING_INTERVAL, CONNECTION_TYPE,
-             CONSUMER_FLOW_LIMIT, ACK_TIMEOUT)
+LIST_ONLY = (
+    ADDRESS_LIST_BEHAVIOR,
+    ADDRESS_LIST_ITERATIONS,
+    RECONNECT_ENABLED,
+    RECONNECT_ATTEMPTS,
+    RECONNECT_INTERVAL,
+    PING_INTERVAL,
+    CONNECTION_TYPE,
+    CONSUMER_FLOW_LIMIT,
+    ACK_TIMEOUT,
+)
 DEFAULT_FLOW_LIMIT = 100  # the mq:// client's prefetch
 # What to write instead of an attribute of the original that we do not take.
 INSTEAD = {
@@ -61,7 +80,7 @@ INSTEAD = {
     "imqBrokerHostPort": f"write {ADDRESS_LIST}=mq://host:port",
     "imqBrokerServicePort": f"write {ADDRESS_LIST}=mqtcp://host:port",
     "imqSSLIsHostTrusted": "the broker's certificate is always verified; give its CA "
-                           "with the SSL_CERT_FILE environment variable",
+    "with the SSL_CERT_FILE environment variable",
 }
 DEFAULT_MQ_PORT = 7676
 DEFAULT_PING_SECONDS = 30
@@ -111,19 +130,24 @@ def parse_address(entry: str, tls: bool = False) -> BrokerAddress:
     parts = urlsplit(text if "://" in text else f"mq://{text}")
     scheme = parts.scheme.lower()
     if scheme in ("http", "https"):
-        raise ValueError(f"entry {shorten(text)}: HTTP tunnelling is not supported; write "
-                         "mq://host:port (the port mapper) or mqtcp:// / mqssl://host:port")
+        raise ValueError(
+            f"entry {shorten(text)}: HTTP tunnelling is not supported; write "
+            "mq://host:port (the port mapper) or mqtcp:// / mqssl://host:port"
+        )
     if scheme not in ("mq", "mqtcp", "mqssl"):
-        raise ValueError(f"entry {shorten(text)}: write mq://host:port (the port mapper), "
-                         "mqtcp://host:port or mqssl://host:port (the jms service itself)")
+        raise ValueError(
+            f"entry {shorten(text)}: write mq://host:port (the port mapper), "
+            "mqtcp://host:port or mqssl://host:port (the jms service itself)"
+        )
     try:
         port = parts.port
     except ValueError:
         raise ValueError(f"entry {shorten(text)} has a bad port") from None
     service = parts.path.strip("/") or ("ssljms" if scheme == "mqssl" else "jms")
     if service not in ("jms", "ssljms") or parts.query or parts.fragment or parts.username:
-        raise ValueError(f"entry {shorten(text)}: the service after the address must be jms "
-                         "or ssljms, and nothing else may follow")
+        raise ValueError(
+            f"entry {shorten(text)}: the service after the address must be jms or ssljms, and nothing else may follow"
+        )
     host = parts.hostname or "localhost"
     host = f"[{host}]" if ":" in host else host
     tls = tls or scheme == "mqssl" or service == "ssljms"
@@ -147,8 +171,9 @@ def _did_you_mean(name: str) -> str | None:
     return close[0] if close else None
 
 
-def imq_settings(properties: Iterable[Property], source: str = "", line: int | None = None,
-                 name: str = "") -> tuple[IMQSettings, list[Problem]]:
+def imq_settings(
+    properties: Iterable[Property], source: str = "", line: int | None = None, name: str = ""
+) -> tuple[IMQSettings, list[Problem]]:
     """The settings, and a problem for each property that is not honoured (``line``: the
     <connection-factory>'s, for properties without a line of their own)."""
     values: dict[str, str] = {}
@@ -170,9 +195,12 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         known = _did_you_mean(prop.name)
         if hint is None and known:
             hint = f"did you mean {known}?"
-        problem(prop.name, f"property {shorten(prop.name)} is not supported for a connection "
-                f"factory without lookup-name ({hint or 'it takes ' + ', '.join(SUPPORTED)}); "
-                "remove it")
+        problem(
+            prop.name,
+            f"property {shorten(prop.name)} is not supported for a connection "
+            f"factory without lookup-name ({hint or 'it takes ' + ', '.join(SUPPORTED)}); "
+            "remove it",
+        )
 
     def number(prop: str, lo: int, hi: int, default: int, unlimited: bool = False) -> int:
         if prop not in values:
@@ -181,9 +209,12 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         try:
             return kind.parse(values[prop])
         except ValueError:
-            extra = ("; -1 (unlimited) is not taken: use the connection-factory's "
-                     'connect-attempts="-1" to retry until the bridge stops'
-                     if unlimited and values[prop].strip() == "-1" else "")
+            extra = (
+                "; -1 (unlimited) is not taken: use the connection-factory's "
+                'connect-attempts="-1" to retry until the bridge stops'
+                if unlimited and values[prop].strip() == "-1"
+                else ""
+            )
             problem(prop, f"property {prop} is {shorten(values[prop])}; {kind.expected}{extra}")
             return default
 
@@ -198,8 +229,7 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         problem(prop, f"property {prop} is {shorten(text)}; write {' or '.join(options)}")
         return default
 
-    behavior = choice(ADDRESS_LIST_BEHAVIOR, {b.value: b for b in AddressListBehavior},
-                      AddressListBehavior.PRIORITY)
+    behavior = choice(ADDRESS_LIST_BEHAVIOR, {b.value: b for b in AddressListBehavior}, AddressListBehavior.PRIORITY)
     tls = choice(CONNECTION_TYPE, {"TCP": False, "TLS": True}, False)
     addresses: list[BrokerAddress] = []
     if ADDRESS_LIST in values:
@@ -210,16 +240,23 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
     else:
         for setting in LIST_ONLY:
             if setting in values:
-                problem(setting, f"property {setting} has no effect without {ADDRESS_LIST} (the host "
-                        f"broker is reached as the service's own); remove it or add "
-                        f"{ADDRESS_LIST}", "warning")
+                problem(
+                    setting,
+                    f"property {setting} has no effect without {ADDRESS_LIST} (the host "
+                    f"broker is reached as the service's own); remove it or add "
+                    f"{ADDRESS_LIST}",
+                    "warning",
+                )
     ping = number(PING_INTERVAL, -1, 86400, DEFAULT_PING_SECONDS)
     if DEFAULT_PASSWORD in values and DEFAULT_USERNAME not in values:
-        problem(DEFAULT_PASSWORD, f"sets {DEFAULT_PASSWORD} but not {DEFAULT_USERNAME}, so the "
-                f"password is not used; add {DEFAULT_USERNAME} or remove it", "warning")
+        problem(
+            DEFAULT_PASSWORD,
+            f"sets {DEFAULT_PASSWORD} but not {DEFAULT_USERNAME}, so the "
+            f"password is not used; add {DEFAULT_USERNAME} or remove it",
+            "warning",
+        )
     if CONFIGURED_CLIENT_ID in values and not values[CONFIGURED_CLIENT_ID].strip():
-        problem(CONFIGURED_CLIENT_ID, f"property {CONFIGURED_CLIENT_ID} is empty; give the "
-                "client id or remove it")
+        problem(CONFIGURED_CLIENT_ID, f"property {CONFIGURED_CLIENT_ID} is empty; give the client id or remove it")
     ack_timeout = number(ACK_TIMEOUT, 0, 86_400_000, -1)  # -1: not given (or refused above)
     settings = IMQSettings(
         addresses=tuple(addresses),
@@ -233,7 +270,8 @@ def imq_settings(properties: Iterable[Property], source: str = "", line: int | N
         client_id=values.get(CONFIGURED_CLIENT_ID, "").strip() or None,
         ping_interval_s=max(0, ping),
         consumer_flow_limit=number(CONSUMER_FLOW_LIMIT, 0, 65536, DEFAULT_FLOW_LIMIT),
-        ack_timeout_ms=ack_timeout if ack_timeout >= 0 else None)
+        ack_timeout_ms=ack_timeout if ack_timeout >= 0 else None,
+    )
     return settings, problems
 
 
@@ -247,13 +285,21 @@ class AddressListFactory(XAConnectionFactory):
         self.settings = settings
         # each broker through the embedded broker's naming context for mq:// URLs;
         # heart-beats 0: the client proposes none and the service's interval applies
-        client = {PING_INTERVAL: str(settings.ping_interval_s),
-                  CONSUMER_FLOW_LIMIT: str(settings.consumer_flow_limit)}
+        client = {PING_INTERVAL: str(settings.ping_interval_s), CONSUMER_FLOW_LIMIT: str(settings.consumer_flow_limit)}
         if settings.ack_timeout_ms is not None:
             client[ACK_TIMEOUT] = str(settings.ack_timeout_ms)
-        self.brokers = [naming.lookup("XAConnectionFactory", {
-            naming.INITIAL_CONTEXT_FACTORY: EMBEDDED_CONTEXT, naming.PROVIDER_URL: a.url,
-            CONNECTION_TYPE: "TLS" if a.tls else "TCP", **client}) for a in settings.addresses]
+        self.brokers = [
+            naming.lookup(
+                "XAConnectionFactory",
+                {
+                    naming.INITIAL_CONTEXT_FACTORY: EMBEDDED_CONTEXT,
+                    naming.PROVIDER_URL: a.url,
+                    CONNECTION_TYPE: "TLS" if a.tls else "TCP",
+                    **client,
+                },
+            )
+            for a in settings.addresses
+        ]
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
         """The first connection an address accepts; a refused login fails at once (the
@@ -276,8 +322,9 @@ class AddressListFactory(XAConnectionFactory):
                         raise
                     except JMSException as exc:
                         last[broker.url] = f"{type(exc).__name__}: {clip(str(exc), 200)}"
-        raise TransportException(f"no broker of {ADDRESS_LIST} accepted a connection ({tried} "
-                                 f"attempt(s)): {'; '.join(last.values())}")
+        raise TransportException(
+            f"no broker of {ADDRESS_LIST} accepted a connection ({tried} attempt(s)): {'; '.join(last.values())}"
+        )
 
     create_xa_connection = create_connection
 

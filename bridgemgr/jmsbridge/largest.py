@@ -44,8 +44,12 @@ class LargestMessage:
                 raise ValueError(f"{text[:40]!r} is not a number of bytes")
             return int(text)
         except (OSError, ValueError) as exc:
-            self.log.warning("the largest message size in %s cannot be read (%s); the link's "
-                             "first connection asks for whole windows of prefetch", self.path, exc)
+            self.log.warning(
+                "the largest message size in %s cannot be read (%s); the link's "
+                "first connection asks for whole windows of prefetch",
+                self.path,
+                exc,
+            )
             return 0
 
     def saw(self, size: int) -> bool:
@@ -72,6 +76,10 @@ class LargestMessage:
                 os.fsync(handle.fileno())
             os.replace(temporary, self.path)
         except OSError as exc:
-            self.log.warning("the largest message size cannot be written to %s (%s); after a "
-                             "restart the link's first connection asks for whole windows of "
-                             "prefetch", self.path, exc)
+            self.log.warning(
+                "the largest message size cannot be written to %s (%s); after a "
+                "restart the link's first connection asks for whole windows of "
+                "prefetch",
+                self.path,
+                exc,
+            )

@@ -86,10 +86,16 @@ class Link(RunnerBase):
 
     runner = LOCAL
 
-    def __init__(self, setup: LinkSetup, connections: BridgeConnections,
-                 dmqs: DeadMessageQueues, log: logging.Logger,
-                 tuning: LinkTuning = LinkTuning(), excused: Excuses | None = None,
-                 largest: Path | None = None) -> None:
+    def __init__(
+        self,
+        setup: LinkSetup,
+        connections: BridgeConnections,
+        dmqs: DeadMessageQueues,
+        log: logging.Logger,
+        tuning: LinkTuning = LinkTuning(),
+        excused: Excuses | None = None,
+        largest: Path | None = None,
+    ) -> None:
         """``excused``: where the link's excused redeliveries are kept across restarts and
         HA takeovers (excuses.py); ``largest``: the file that keeps the size of its largest
         message (largest.py). None keeps them in memory while the link lives."""
@@ -100,8 +106,9 @@ class Link(RunnerBase):
         self._commands = 0  # bumped by every command: the loop looks at _want when it changes
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.operator = RetryWithTolerance(self._stop, tuning.retry_deadline,
-                                           tuning.backoff_initial, tuning.backoff_max)
+        self.operator = RetryWithTolerance(
+            self._stop, tuning.retry_deadline, tuning.backoff_initial, tuning.backoff_max
+        )
         # per connection
         self._source: Lease | None = None
         self._target: Lease | None = None
@@ -114,13 +121,19 @@ class Link(RunnerBase):
         # message (_halt_after); CLIENT_ACKNOWLEDGE acks everything delivered, so unless the
         # source can acknowledge its oldest messages alone, such a link completes each
         # message before it receives the next one (window 1; _connect decides).
-        self._halts = (setup.transformer is not None and not setup.transaction.transacted
-                       and not setup.config.target.consume_no_transfer_on_transform_error)
+        self._halts = (
+            setup.transformer is not None
+            and not setup.transaction.transacted
+            and not setup.config.target.consume_no_transfer_on_transform_error
+        )
         # The confirm window: sends outstanding at once (1: each send waits for its answer).
         self.window = 1 if setup.transaction.transacted else max(1, setup.window)
-        self.batch = Batch(max(setup.batch_size, self.window), self.counters,
-                           excused if excused is not None else Excuses(None, log),
-                           setup.window_bytes)
+        self.batch = Batch(
+            max(setup.batch_size, self.window),
+            self.counters,
+            excused if excused is not None else Excuses(None, log),
+            setup.window_bytes,
+        )
         self._outstanding: ConfirmWindow[ProcessingContext] = ConfirmWindow()
         self._slides = False  # the source acknowledges its oldest messages alone (_slide)
         self._halting = False  # completing what came before the message that stops the link
@@ -150,11 +163,9 @@ class Link(RunnerBase):
         self._want = State.STARTED
         self._audited = set()
         self.batch.restart()
-        self._thread = threading.Thread(target=self._main, daemon=True,
-                                        name=f"link {self.bridge_name}/{self.name}")
+        self._thread = threading.Thread(target=self._main, daemon=True, name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
-        return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED},
-                                       self._wait(timeout))
+        return self.lifecycle.wait_for({State.STARTED, State.STOPPED, State.PAUSED}, self._wait(timeout))
 
     def _on_stop(self, timeout: float | None) -> State:
         """Finish the message in flight, complete what was handled, close the connections."""
@@ -247,9 +258,13 @@ class Link(RunnerBase):
 
     def _connect(self) -> None:
         setup, cfg = self.setup, self.config
-        self._source = self.connections.lease(cfg.source.connection_factory_ref,
-                                              ConnectionKind.DEDICATED, cfg.source.clientid,
-                                              self._stop, xa=setup.transaction.xa)
+        self._source = self.connections.lease(
+            cfg.source.connection_factory_ref,
+            ConnectionKind.DEDICATED,
+            cfg.source.clientid,
+            self._stop,
+            xa=setup.transaction.xa,
+        )
         self._txn = txn = setup.transaction()
         self.batch.open = False
         self._outstanding = ConfirmWindow()
@@ -259,14 +274,14 @@ class Link(RunnerBase):
             self.window = 1 if one else max(1, setup.window)
             self.batch.size = 1 if one else max(setup.batch_size, self.window)
         if self.window > 1:
-            session.prefetch_at_least(PREFETCH_WINDOWS * self.prefetch_window(),
-                                      PREFETCH_WINDOWS * self.batch.max_bytes)
+            session.prefetch_at_least(
+                PREFETCH_WINDOWS * self.prefetch_window(), PREFETCH_WINDOWS * self.batch.max_bytes
+            )
         self._source_session, self._prefetch_most = session, 0
         self._bound_prefetch()
         src = setup.source
         if isinstance(src, Topic) and cfg.source.durable_sub:  # (is_topic: a Topic)
-            self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub,
-                                                               cfg.source.selector)
+            self._consumer = session.create_durable_subscriber(src, cfg.source.durable_sub, cfg.source.selector)
         else:
             self._consumer = session.create_consumer(src, cfg.source.selector)
         producer = self._open_target()
@@ -276,21 +291,31 @@ class Link(RunnerBase):
         source_provider = self._source.handle.provider_name
         target_provider = self._target.handle.provider_name
         self._plan = LinkPlan(
-            bridge_name=self.bridge_name, link_name=self.name, target=setup.target,
+            bridge_name=self.bridge_name,
+            link_name=self.name,
+            target=setup.target,
             retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
             tag_bridge_name=setup.bridge.message_transfer_tag_bridge_name,
             consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
-            source_provider=source_provider, target_provider=target_provider,
+            source_provider=source_provider,
+            target_provider=target_provider,
             transformer=setup.transformer,
-            transformer_properties={**{p.name: p.value for p in cfg.target.properties},
-                                    "JMS_SUN_JMSBRIDGE_NAME": self.bridge_name},
-            destinations=setup.destinations, backout_threshold=setup.backout_threshold)
-        self.settler.log_transfers = (setup.bridge.log_message_transfer
-                                      and self.log.isEnabledFor(logging.INFO))
+            transformer_properties={
+                **{p.name: p.value for p in cfg.target.properties},
+                "JMS_SUN_JMSBRIDGE_NAME": self.bridge_name,
+            },
+            destinations=setup.destinations,
+            backout_threshold=setup.backout_threshold,
+        )
+        self.settler.log_transfers = setup.bridge.log_message_transfer and self.log.isEnabledFor(logging.INFO)
         self._source.connection.start()
-        self.log.info("link %s connected: %s -> %s (%s)", self.name, setup.source_label,
-                      setup.target_label, f"transacted, {txn.kind}" if self.transacted
-                      else f"CLIENT_ACKNOWLEDGE, window {self.window}")
+        self.log.info(
+            "link %s connected: %s -> %s (%s)",
+            self.name,
+            setup.source_label,
+            setup.target_label,
+            f"transacted, {txn.kind}" if self.transacted else f"CLIENT_ACKNOWLEDGE, window {self.window}",
+        )
 
     def prefetch_window(self) -> int:
         """The messages of a window the source is asked to prefetch: the confirm window,
@@ -329,9 +354,9 @@ class Link(RunnerBase):
         txn = self._txn
         assert txn is not None
         target = self.config.target
-        self._target = self.connections.lease(target.connection_factory_ref,
-                                              self.setup.target_kind, target.clientid,
-                                              self._stop, xa=txn.xa)
+        self._target = self.connections.lease(
+            target.connection_factory_ref, self.setup.target_kind, target.clientid, self._stop, xa=txn.xa
+        )
         session = txn.open_target(self._target.connection)
         session.cancel = self._stop  # stop gives up a send the target holds (FLOW_CONTROL)
         self._producer = producer = session.create_producer(None)
@@ -396,8 +421,11 @@ class Link(RunnerBase):
                         raise ConnectionLost("the source connection reported a failure")
                     self._release_idle_target()
                     continue
-                if message.redelivered and self.settler.units \
-                        and not self._settle(pending, wait=True, received=message):
+                if (
+                    message.redelivered
+                    and self.settler.units
+                    and not self._settle(pending, wait=True, received=message)
+                ):
                     continue  # a unit behind failed: the open one, this message with it, is undone
                 counters.received += 1
                 if message.redelivered:
@@ -421,8 +449,12 @@ class Link(RunnerBase):
         batch = self.batch
         if batch.lettered and batch.in_dmq_already(ctx.headers[_MESSAGE_ID]):
             # refused in a window whose unit came back (a lost connection): in a DMQ already
-            self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
-                          ctx.headers[_MESSAGE_ID], extra=PER_MESSAGE)
+            self.log.info(
+                "link %s: message %s is in the DMQ already: consumed",
+                self.name,
+                ctx.headers[_MESSAGE_ID],
+                extra=PER_MESSAGE,
+            )
             ctx.dead(DMQReason.SEND_FAILURE)
             pending.append(ctx)
             return
@@ -437,12 +469,26 @@ class Link(RunnerBase):
                 if windowed:
                     gone = self._send_async(producer, ctx, out)
                 else:
-                    send(out, ctx.destination, delivery_mode=headers[_DELIVERY_MODE],
-                         priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
+                    send(
+                        out,
+                        ctx.destination,
+                        delivery_mode=headers[_DELIVERY_MODE],
+                        priority=headers[_PRIORITY],
+                        time_to_live=ctx.time_to_live,
+                    )
             except Exception as exc:  # (raised by send_async: that send never left)
-                self.operator.failed(ctx, Stage.SEND, exc, send, (out, ctx.destination), {
-                    "delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
-                    "time_to_live": ctx.time_to_live})
+                self.operator.failed(
+                    ctx,
+                    Stage.SEND,
+                    exc,
+                    send,
+                    (out, ctx.destination),
+                    {
+                        "delivery_mode": headers[_DELIVERY_MODE],
+                        "priority": headers[_PRIORITY],
+                        "time_to_live": ctx.time_to_live,
+                    },
+                )
             if ctx.error is not None:
                 self._send_failed(ctx, pending)
                 return
@@ -450,8 +496,7 @@ class Link(RunnerBase):
                 pending.append(ctx)
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
-                elif windowed and (len(self._outstanding) >= self.window
-                                   or batch.bytes_reached(pending)):
+                elif windowed and (len(self._outstanding) >= self.window or batch.bytes_reached(pending)):
                     if self._slides:
                         self._slide(pending)
                     else:
@@ -462,18 +507,25 @@ class Link(RunnerBase):
             self._to_dmq(ctx, ctx.audit)
         if ctx.action is Action.HALT:
             self._halt_after(pending)
-            raise _Halt(f"the transformer failed on message {ctx.header('message_id')} "
-                        f"({ctx.failure}) and consume-no-transfer-on-transform-error is false; "
-                        "the message stays on the source")
+            raise _Halt(
+                f"the transformer failed on message {ctx.header('message_id')} "
+                f"({ctx.failure}) and consume-no-transfer-on-transform-error is false; "
+                "the message stays on the source"
+            )
         if ctx.action is Action.DEAD:
             message_id = ctx.headers[_MESSAGE_ID]
             if self.batch.in_dmq_already(message_id):  # its unit was undone after it went there
-                self.log.info("link %s: message %s is in the DMQ already: consumed", self.name,
-                              message_id, extra=PER_MESSAGE)
+                self.log.info(
+                    "link %s: message %s is in the DMQ already: consumed", self.name, message_id, extra=PER_MESSAGE
+                )
             else:
-                self.log.warning("link %s: message %s goes to the DMQ: %s%s", self.name,
-                                 message_id, ctx.reason.value if ctx.reason else "?",
-                                 f" ({ctx.failure})" if ctx.failure else "")
+                self.log.warning(
+                    "link %s: message %s goes to the DMQ: %s%s",
+                    self.name,
+                    message_id,
+                    ctx.reason.value if ctx.reason else "?",
+                    f" ({ctx.failure})" if ctx.failure else "",
+                )
                 self._to_dmq(ctx, ctx.reason or DMQReason.SEND_FAILURE)
         pending.append(ctx)
 
@@ -489,8 +541,7 @@ class Link(RunnerBase):
         finally:
             self._halting = False
 
-    def _send_async(self, producer: MessageProducer, ctx: ProcessingContext,
-                    out: Message) -> bool:
+    def _send_async(self, producer: MessageProducer, ctx: ProcessingContext, out: Message) -> bool:
         """Send ``out`` within the confirm window; True when the send found the target
         connection lost. That send never left: it stays in the window as a send whose
         answer never came, so that _confirm() first takes the answers the window's earlier
@@ -503,9 +554,14 @@ class Link(RunnerBase):
         headers = ctx.headers
         listener = self._outstanding.add(ctx)
         try:
-            producer.send_async(out, listener, ctx.destination,
-                                delivery_mode=headers[_DELIVERY_MODE],
-                                priority=headers[_PRIORITY], time_to_live=ctx.time_to_live)
+            producer.send_async(
+                out,
+                listener,
+                ctx.destination,
+                delivery_mode=headers[_DELIVERY_MODE],
+                priority=headers[_PRIORITY],
+                time_to_live=ctx.time_to_live,
+            )
         except JMSException as exc:
             if _lost(exc):
                 listener.on_exception(out, exc)  # (a listener answers once: a no-op if it did)
@@ -585,8 +641,12 @@ class Link(RunnerBase):
         first = lost or "no answer"
         self.counters.reconnects += 1
         self.counters.error(f"target connection lost: {first}")
-        self.log.warning("link %s: the target connection failed with %d send(s) unanswered "
-                         "(%s); sending them again", self.name, len(resend), first)
+        self.log.warning(
+            "link %s: the target connection failed with %d send(s) unanswered (%s); sending them again",
+            self.name,
+            len(resend),
+            first,
+        )
         if self._target is not None:
             assert self._txn is not None
             self._txn.close_target()
@@ -598,10 +658,12 @@ class Link(RunnerBase):
             for ctx in resend:
                 ctx.error = None
                 headers = ctx.headers
-                kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
-                          "time_to_live": ctx.time_to_live}
-                self.operator.execute(ctx, Stage.SEND, producer.send, ctx.message,
-                                      ctx.destination, **kwargs)
+                kwargs = {
+                    "delivery_mode": headers[_DELIVERY_MODE],
+                    "priority": headers[_PRIORITY],
+                    "time_to_live": ctx.time_to_live,
+                }
+                self.operator.execute(ctx, Stage.SEND, producer.send, ctx.message, ctx.destination, **kwargs)
                 if ctx.error is not None:
                     self._refused(ctx)
                     refused = True
@@ -612,8 +674,13 @@ class Link(RunnerBase):
     def _refused(self, ctx: ProcessingContext) -> None:
         """A non-transacted link's send of ``ctx`` was refused: the DMQ (SEND_FAILURE)."""
         self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
-        self.log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
-                         self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+        self.log.warning(
+            "link %s: sending message %s to %s failed (%s); it goes to the DMQ",
+            self.name,
+            ctx.headers[_MESSAGE_ID],
+            ctx.destination,
+            ctx.failure,
+        )
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(ctx, DMQReason.SEND_FAILURE)
 
@@ -623,8 +690,13 @@ class Link(RunnerBase):
         if txn.transacted:
             # The chapter: roll back instead of the DMQ; the message comes back (and reaches
             # the DMQ through the backout threshold if it keeps failing).
-            self.log.warning("link %s: sending message %s to %s failed (%s); rolling back",
-                             self.name, ctx.headers[_MESSAGE_ID], ctx.destination, ctx.failure)
+            self.log.warning(
+                "link %s: sending message %s to %s failed (%s); rolling back",
+                self.name,
+                ctx.headers[_MESSAGE_ID],
+                ctx.destination,
+                ctx.failure,
+            )
             self.counters.error(f"send to {ctx.destination}: {ctx.failure}")
             attempt = ctx.headers[_DELIVERY_COUNT]
             pending.append(ctx)  # undone with the others
@@ -637,8 +709,7 @@ class Link(RunnerBase):
         # would be sent, or dead-lettered, once more.
         self._complete(pending)
 
-    def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str,
-                  cause: BaseException | None) -> None:
+    def _back_out(self, pending: list[ProcessingContext], attempt: int, what: str, cause: BaseException | None) -> None:
         """Roll the open unit back after ``what`` failed for one of its messages (with
         ``cause``: an outage excuses them): they come back from the source, and move one
         per transaction until all of them are through again, so that only the failing one
@@ -647,8 +718,9 @@ class Link(RunnerBase):
         self.batch.back_out(pending)
         self._roll_back(pending, attempt, what, cause)
 
-    def _roll_back(self, pending: list[ProcessingContext], attempt: int, what: str,
-                   cause: BaseException | None = None) -> None:
+    def _roll_back(
+        self, pending: list[ProcessingContext], attempt: int, what: str, cause: BaseException | None = None
+    ) -> None:
         """Roll the open unit back, then back off so that what keeps failing does not spin."""
         self._abort(pending, cause)
         if not self.operator.backoff(attempt):
@@ -706,8 +778,7 @@ class Link(RunnerBase):
             self.settler.count(pending)
         pending.clear()
 
-    def _settle(self, pending: list[ProcessingContext], wait: bool = False,
-                received: Message | None = None) -> bool:
+    def _settle(self, pending: list[ProcessingContext], wait: bool = False, received: Message | None = None) -> bool:
         """Take the outcomes of the units completing behind the link (Settler). A failed
         one is the chapter's commit failure (DMQ); everything after it comes back from the
         source in order: the units the completer rolled back behind it and the open unit
@@ -739,16 +810,23 @@ class Link(RunnerBase):
         stage = txn.completion_stage
         self.counters.error(f"{stage.value}: {exc}")
         if txn.all_or_nothing(exc):
-            self.log.warning("link %s: %s of %d message(s) failed (%s); they come back from "
-                             "the source", self.name, stage.value, len(pending), exc)
+            self.log.warning(
+                "link %s: %s of %d message(s) failed (%s); they come back from the source",
+                self.name,
+                stage.value,
+                len(pending),
+                exc,
+            )
             if isinstance(exc, CONNECTION_LOST):
                 self._abort(pending, exc)
                 raise ConnectionLost(f"{stage.value}: {exc}") from exc
-            self._back_out(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
-                           f"a failed {stage.value}", exc)
+            self._back_out(
+                pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending), f"a failed {stage.value}", exc
+            )
             return
-        self.log.warning("link %s: %s of %d message(s) failed (%s); they go to the DMQ",
-                         self.name, stage.value, len(pending), exc)
+        self.log.warning(
+            "link %s: %s of %d message(s) failed (%s); they go to the DMQ", self.name, stage.value, len(pending), exc
+        )
         for ctx in pending:
             ctx.fail(stage, exc)
             self._to_dmq(ctx, txn.failure_reason)
@@ -757,8 +835,7 @@ class Link(RunnerBase):
             raise ConnectionLost(f"{stage.value}: {exc}") from exc
         if txn.transacted:
             # A failed commit leaves nothing half done: roll back, the messages come back.
-            self._roll_back(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending),
-                            "a failed commit")
+            self._roll_back(pending, max(ctx.headers[_DELIVERY_COUNT] for ctx in pending), "a failed commit")
         pending.clear()
 
     def _to_dmq(self, ctx: ProcessingContext, reason: DMQReason) -> None:
@@ -801,11 +878,22 @@ def local_link(setup: LinkSetup, context: RunnerContext) -> Link:
     props, name = context.props, setup.config.name
     folder = props.bridge_dir(context.bridge) if props is not None else None
     store = context.excuses
-    excused = (store(context.bridge, name, context.log) if store is not None
-               else Excuses(excuses_path(folder, name), context.log) if folder else None)
-    return Link(setup, context.connections, context.dmqs, context.log, context.tuning, excused,
-                largest_path(folder, name) if folder else None)
+    excused = (
+        store(context.bridge, name, context.log)
+        if store is not None
+        else Excuses(excuses_path(folder, name), context.log)
+        if folder
+        else None
+    )
+    return Link(
+        setup,
+        context.connections,
+        context.dmqs,
+        context.log,
+        context.tuning,
+        excused,
+        largest_path(folder, name) if folder else None,
+    )
 
 
 register_link_runner(LOCAL, local_link)
-

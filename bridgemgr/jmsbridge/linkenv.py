@@ -41,8 +41,9 @@ class LinkEnvironment:
     URL, login (user, password: None for none) and mq:// client options (``send_window``,
     ``prefetch``): the runner hands in providers/embedded's HostBrokerFactory."""
 
-    def __init__(self, options: SharedLinkOptions, log: logging.Logger,
-                 host_broker: Callable[..., XAConnectionFactory]) -> None:
+    def __init__(
+        self, options: SharedLinkOptions, log: logging.Logger, host_broker: Callable[..., XAConnectionFactory]
+    ) -> None:
         self.options = options
         self.log = log
         self.config: BridgeConfig = load_bridge_config(options.xmlurl, bridge_name=options.bridge)
@@ -52,29 +53,36 @@ class LinkEnvironment:
             try:
                 self.destinations[dest.ref_name] = resolve_destination(dest)
             except Exception as exc:  # unused ones only warn, as in the bridge
-                if dest.ref_name in (self.link.source.destination_ref,
-                                     self.link.target.destination_ref):
-                    raise JMSException(f"link {self.link.name}: destination {dest.ref_name} "
-                                       f"cannot be resolved: {exc}") from exc
-                log.warning("destination %s cannot be resolved (%s); branch_to cannot use it",
-                            dest.ref_name, exc)
+                if dest.ref_name in (self.link.source.destination_ref, self.link.target.destination_ref):
+                    raise JMSException(
+                        f"link {self.link.name}: destination {dest.ref_name} cannot be resolved: {exc}"
+                    ) from exc
+                log.warning("destination %s cannot be resolved (%s); branch_to cannot use it", dest.ref_name, exc)
 
         def host(environment: Mapping[str, str]) -> XAConnectionFactory:
             # connections that name no user log in with the service's login
-            return host_broker(options.broker_url, options.broker_user or None, options.broker_password or None,
-                               send_window=options.send_window, prefetch=options.prefetch)
+            return host_broker(
+                options.broker_url,
+                options.broker_user or None,
+                options.broker_password or None,
+                send_window=options.send_window,
+                prefetch=options.prefetch,
+            )
 
         dmqs = [d for d in self.config.dmqs if d.enabled or d.is_builtin]
         refs = {self.link.source.connection_factory_ref, self.link.target.connection_factory_ref}
         refs |= {d.connection_factory_ref for d in dmqs if not d.is_builtin and d.connection_factory_ref is not None}
-        factories, problems = resolve_connection_factories(self.config, host,
-                                                           with_host_broker(naming.lookup, host), refs)
+        factories, problems = resolve_connection_factories(
+            self.config, host, with_host_broker(naming.lookup, host), refs
+        )
         if problems:
             raise JMSException("; ".join(str(p) for p in problems))
-        self.connectors = {ref: Connector(self.config.connection_factory(ref), factory, log)
-                           for ref, factory in factories.items()}
+        self.connectors = {
+            ref: Connector(self.config.connection_factory(ref), factory, log) for ref, factory in factories.items()
+        }
         self.connectors[BUILTIN_DMQ] = Connector(
-            ConnectionFactoryConfig(BUILTIN_DMQ, connect_attempts=1), host({}), log)
+            ConnectionFactoryConfig(BUILTIN_DMQ, connect_attempts=1), host({}), log
+        )
         self._dmq_configs = dmqs
 
     @property
@@ -83,15 +91,13 @@ class LinkEnvironment:
 
     @property
     def target(self) -> Destination | None:
-        return (None if self.link.target.as_source
-                else self.destinations[self.link.target.destination_ref])
+        return None if self.link.target.as_source else self.destinations[self.link.target.destination_ref]
 
     @property
     def window_bytes(self) -> int:
         """The link's windowBytes: its XML property, else the bridge's link.windowBytes
         (-1: no byte bound)."""
-        return (self.link.window_bytes if self.link.window_bytes is not None
-                else self.options.window_bytes)
+        return self.link.window_bytes if self.link.window_bytes is not None else self.options.window_bytes
 
     def transformer(self, class_path: str | None) -> MessageTransformer | None:
         if class_path is None:
@@ -111,6 +117,15 @@ class LinkEnvironment:
                 assert dmq.destination_ref is not None and dmq.connection_factory_ref is not None
                 dest = self.destinations[dmq.destination_ref]
                 ref = dmq.connection_factory_ref
-            senders.append(DMQSender(dmq, dest, ref, connections, self.log,
-                                     self.transformer(dmq.message_transformer_class), marker_key=key))
+            senders.append(
+                DMQSender(
+                    dmq,
+                    dest,
+                    ref,
+                    connections,
+                    self.log,
+                    self.transformer(dmq.message_transformer_class),
+                    marker_key=key,
+                )
+            )
         return DeadMessageQueues(senders, self.log)

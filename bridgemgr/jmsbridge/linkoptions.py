@@ -18,7 +18,7 @@ BACKOUT_THRESHOLD = 5
 # props.LINK_WINDOW, likewise
 LINK_WINDOW = 1000
 # props.LINK_WINDOW_BYTES, likewise
-LINK_WINDOW_BYTES = 16 * 1024 ** 2
+LINK_WINDOW_BYTES = 16 * 1024**2
 # messages the host broker's jms service pushes ahead to a consumer of such a link
 PREFETCH = 100
 
@@ -27,18 +27,18 @@ PREFETCH = 100
 class SharedLinkOptions:
     """One link's bridge XML, its host broker and its settings, for a process of its own."""
 
-    xmlurl: str                      # the bridge XML (absolute path or URL)
+    xmlurl: str  # the bridge XML (absolute path or URL)
     bridge: str
     link: str
-    broker_url: str                  # the host broker's jms service (mq:// or mqtcp://)
+    broker_url: str  # the host broker's jms service (mq:// or mqtcp://)
     backout_threshold: int = BACKOUT_THRESHOLD
-    transformer_path: str = ""       # os.pathsep-separated transformer folders ("" = default)
-    send_window: int = 256           # unconfirmed persistent sends per session to the host broker
-    window: int = LINK_WINDOW        # the link's confirm window (imq.bridge.<name>.link.window)
+    transformer_path: str = ""  # os.pathsep-separated transformer folders ("" = default)
+    send_window: int = 256  # unconfirmed persistent sends per session to the host broker
+    window: int = LINK_WINDOW  # the link's confirm window (imq.bridge.<name>.link.window)
     window_bytes: int = LINK_WINDOW_BYTES  # ... full at this many record bytes too (-1: no bound)
-    broker_user: str = ""            # for host-broker factories without a username: the
-    broker_password: str = ""        # service account (an option named *password* is redacted by Spark)
-    dmq_secret: str = ""             # the DMQ marker key, hex (*secret*: redacted too); "": no marker
+    broker_user: str = ""  # for host-broker factories without a username: the
+    broker_password: str = ""  # service account (an option named *password* is redacted by Spark)
+    dmq_secret: str = ""  # the DMQ marker key, hex (*secret*: redacted too); "": no marker
 
     @property
     def prefetch(self) -> int:

@@ -50,10 +50,13 @@ def read_levels(path: str | Path) -> dict[str, int]:
         if level is None and value.strip().isdigit():
             level = int(value.strip())
         if level is None:
-            problems.append(Problem(origin.source, origin.line, f"{key} is {shorten(value)}; "
-                                    "write a level: " + ", ".join(JAVA_LEVELS)))
+            problems.append(
+                Problem(
+                    origin.source, origin.line, f"{key} is {shorten(value)}; write a level: " + ", ".join(JAVA_LEVELS)
+                )
+            )
             continue
-        levels[key[:-len(".level")]] = level
+        levels[key[: -len(".level")]] = level
     if problems:
         raise ConfigError(problems)
     return levels
@@ -76,9 +79,16 @@ class _Redact(logging.Filter):
 class BridgeLog:
     """The logger of one bridge and its file."""
 
-    def __init__(self, bridge: str, directory: Path | None = None, limit: int = 0,
-                 count: int = 1, config_file: str | Path | None = None,
-                 secrets: Iterable[str] = (), level: int | None = None) -> None:
+    def __init__(
+        self,
+        bridge: str,
+        directory: Path | None = None,
+        limit: int = 0,
+        count: int = 1,
+        config_file: str | Path | None = None,
+        secrets: Iterable[str] = (),
+        level: int | None = None,
+    ) -> None:
         self.bridge = bridge
         self.directory = directory
         self.limit = limit

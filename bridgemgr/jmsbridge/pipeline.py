@@ -58,9 +58,9 @@ class Stage(str, Enum):
 
 class Action(Enum):
     TRANSFER = "transfer"  # send ctx.message to ctx.destination, then consume
-    CONSUME = "consume"    # consume without sending (no_transfer)
-    DEAD = "dead"          # to the DMQ with ctx.reason, then consume
-    HALT = "halt"          # stop the link; do not consume (the message is redelivered)
+    CONSUME = "consume"  # consume without sending (no_transfer)
+    DEAD = "dead"  # to the DMQ with ctx.reason, then consume
+    HALT = "halt"  # stop the link; do not consume (the message is redelivered)
 
 
 class DMQReason(str, Enum):
@@ -95,16 +95,20 @@ CONNECTION_LOST: tuple[type[BaseException], ...] = (TransportException, IllegalS
 RETRIED: tuple[type[BaseException], ...] = (RetriableError, RetriableTransportException)
 # What each stage turns into a per-message failure (recorded on the context) instead of
 # letting it propagate. Stages not listed tolerate nothing.
-TOLERANCE: Mapping[Stage, tuple[type[BaseException], ...]] = MappingProxyType({
-    Stage.TRANSFORM: (Exception,),    # any plugin failure is a transform failure
-    Stage.SEND: (JMSException,),
-    Stage.ACKNOWLEDGE: (JMSException,),
-    Stage.COMMIT: (JMSException,),
-})
+TOLERANCE: Mapping[Stage, tuple[type[BaseException], ...]] = MappingProxyType(
+    {
+        Stage.TRANSFORM: (Exception,),  # any plugin failure is a transform failure
+        Stage.SEND: (JMSException,),
+        Stage.ACKNOWLEDGE: (JMSException,),
+        Stage.COMMIT: (JMSException,),
+    }
+)
 # ... except these, which propagate from the stage even though they are JMSExceptions.
-NEVER_TOLERATED: Mapping[Stage, tuple[type[BaseException], ...]] = MappingProxyType({
-    Stage.SEND: CONNECTION_LOST,
-})
+NEVER_TOLERATED: Mapping[Stage, tuple[type[BaseException], ...]] = MappingProxyType(
+    {
+        Stage.SEND: CONNECTION_LOST,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -113,16 +117,16 @@ class LinkPlan:
 
     bridge_name: str
     link_name: str
-    target: Destination | None              # None: AS_SOURCE
-    retain_reply_to: bool                    # retain-replyto, or both ends the same provider
-    tag_bridge_name: bool                    # message-transfer-tag-bridge-name
-    consume_on_transform_error: bool         # consume-no-transfer-on-transform-error
+    target: Destination | None  # None: AS_SOURCE
+    retain_reply_to: bool  # retain-replyto, or both ends the same provider
+    tag_bridge_name: bool  # message-transfer-tag-bridge-name
+    consume_on_transform_error: bool  # consume-no-transfer-on-transform-error
     source_provider: str
     target_provider: str
     transformer: MessageTransformer | None = None
     transformer_properties: Mapping[str, str] = field(default_factory=dict)
     destinations: Mapping[str, Destination] = field(default_factory=dict)  # for branch_to
-    backout_threshold: int = 0               # 0: off
+    backout_threshold: int = 0  # 0: off
 
     @cached_property
     def steps(self) -> tuple[tuple[Stage, Step], ...]:
@@ -140,21 +144,21 @@ class ProcessingContext:
     ``headers`` and put back by original_message()."""
 
     original: Message
-    now: int                                   # ms since the epoch when it was received
+    now: int  # ms since the epoch when it was received
     headers: tuple[Any, ...] = ()
     stage: Stage = Stage.RECEIVE
     action: Action = Action.TRANSFER
-    message: Message | None = None             # what is sent
-    destination: Destination | None = None     # where it is sent
+    message: Message | None = None  # what is sent
+    destination: Destination | None = None  # where it is sent
     time_to_live: int = 0
     branched: bool = False
     reason: DMQReason | None = None
     error: BaseException | None = None
     detail: str | None = None
-    audit: DMQReason | None = None             # FIRST_TRANSFORMER_*: the link may copy it to the DMQ
+    audit: DMQReason | None = None  # FIRST_TRANSFORMER_*: the link may copy it to the DMQ
     attempts: int = 0
-    excused: int = 0                           # redeliveries that were not its fault
-    size: int = 0                              # bytes it holds, about (Message.size; a unit's byte bound)
+    excused: int = 0  # redeliveries that were not its fault
+    size: int = 0  # bytes it holds, about (Message.size; a unit's byte bound)
 
     def __post_init__(self) -> None:
         self.headers = _HEADERS(self.original)
@@ -204,9 +208,11 @@ def check_backout(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> M
     manager that could not be reached), not by the message."""
     redeliveries = ctx.headers[_DELIVERY_COUNT] - 1 - ctx.excused
     if plan.backout_threshold and redeliveries >= plan.backout_threshold:
-        ctx.dead(DMQReason.BACKOUT_THRESHOLD_REACHED,
-                 f"backed out {redeliveries} times, reaching the backout threshold "
-                 f"imq.bridge.{plan.bridge_name}.backoutThreshold={plan.backout_threshold}")
+        ctx.dead(
+            DMQReason.BACKOUT_THRESHOLD_REACHED,
+            f"backed out {redeliveries} times, reaching the backout threshold "
+            f"imq.bridge.{plan.bridge_name}.backoutThreshold={plan.backout_threshold}",
+        )
         return None
     return message
 
@@ -234,8 +240,9 @@ def apply_transformer(message: Message, plan: LinkPlan, ctx: ProcessingContext) 
     if transformer is None:
         return message
     transformer.reset(in_bridge_link=True)
-    result = transformer.transform(message, True, None, plan.source_provider,
-                                   plan.target_provider, plan.transformer_properties)
+    result = transformer.transform(
+        message, True, None, plan.source_provider, plan.target_provider, plan.transformer_properties
+    )
     outcome = transformer.outcome()
     if outcome.no_transfer:
         ctx.action = Action.CONSUME
@@ -244,8 +251,9 @@ def apply_transformer(message: Message, plan: LinkPlan, ctx: ProcessingContext) 
     if result is None:
         raise TransformError(f"{type(transformer).__name__}.transform() returned None")
     if not isinstance(result, Message):
-        raise TransformError(f"{type(transformer).__name__}.transform() returned a "
-                             f"{type(result).__name__}, not a message")
+        raise TransformError(
+            f"{type(transformer).__name__}.transform() returned a {type(result).__name__}, not a message"
+        )
     if outcome.branch_to is not None:
         ctx.destination = _branch_destination(outcome.branch_to, plan)
         ctx.branched = True
@@ -259,8 +267,9 @@ def _branch_destination(branch: Destination | str, plan: LinkPlan) -> Destinatio
     found = plan.destinations.get(branch)
     if found is None:
         known = ", ".join(sorted(plan.destinations)) or "none"
-        raise TransformError(f"branch_to({branch!r}) names no <destination ref-name> of bridge "
-                             f"{plan.bridge_name} (known: {known})")
+        raise TransformError(
+            f"branch_to({branch!r}) names no <destination ref-name> of bridge {plan.bridge_name} (known: {known})"
+        )
     return found
 
 
@@ -280,8 +289,7 @@ def address(message: Message, plan: LinkPlan, ctx: ProcessingContext) -> Message
     if ctx.destination is None:
         ctx.destination = plan.target if plan.target is not None else ctx.headers[_DESTINATION]
         if ctx.destination is None:
-            ctx.dead(DMQReason.SEND_FAILURE, "the target is AS_SOURCE but the message has "
-                                             "no JMSDestination")
+            ctx.dead(DMQReason.SEND_FAILURE, "the target is AS_SOURCE but the message has no JMSDestination")
             return None
     expiration = ctx.headers[_EXPIRATION]
     if expiration:
@@ -302,12 +310,14 @@ STEPS: tuple[tuple[Stage, Step], ...] = (
     (Stage.ADDRESS, address),
 )
 # When a step has nothing to do for a whole link (LinkPlan.steps leaves it out).
-SKIP: Mapping[Stage, Callable[[LinkPlan], bool]] = MappingProxyType({
-    Stage.BACKOUT: lambda plan: not plan.backout_threshold,
-    Stage.REPLY_TO: lambda plan: plan.retain_reply_to,
-    Stage.TRANSFORM: lambda plan: plan.transformer is None,
-    Stage.TAG: lambda plan: not plan.tag_bridge_name,
-})
+SKIP: Mapping[Stage, Callable[[LinkPlan], bool]] = MappingProxyType(
+    {
+        Stage.BACKOUT: lambda plan: not plan.backout_threshold,
+        Stage.REPLY_TO: lambda plan: plan.retain_reply_to,
+        Stage.TRANSFORM: lambda plan: plan.transformer is None,
+        Stage.TAG: lambda plan: not plan.tag_bridge_name,
+    }
+)
 
 
 def _never(plan: LinkPlan) -> bool:
@@ -323,8 +333,7 @@ def on_transform_failure(plan: LinkPlan, ctx: ProcessingContext) -> None:
         ctx.action = Action.HALT
 
 
-def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext,
-              operator: RetryWithTolerance) -> Message | None:
+def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext, operator: RetryWithTolerance) -> Message | None:
     """The message to send (ctx.destination, ctx.time_to_live set), or None with
     ctx.action saying what to do instead."""
     msg = message
@@ -343,21 +352,28 @@ def run_steps(message: Message, plan: LinkPlan, ctx: ProcessingContext,
 
 # --- retry with tolerance ----------------------------------------------------------------------
 
+
 class RetryWithTolerance:
     """Runs an operation for a stage: retries retriable errors with exponential backoff
     until ``deadline`` seconds, records tolerated errors on the context, raises the rest."""
 
-    def __init__(self, stop: threading.Event | None = None, deadline: float = 30.0,
-                 initial: float = 0.3, maximum: float = 10.0,
-                 tolerance: Mapping[Stage, tuple[type[BaseException], ...]] = TOLERANCE) -> None:
+    def __init__(
+        self,
+        stop: threading.Event | None = None,
+        deadline: float = 30.0,
+        initial: float = 0.3,
+        maximum: float = 10.0,
+        tolerance: Mapping[Stage, tuple[type[BaseException], ...]] = TOLERANCE,
+    ) -> None:
         self.stop = stop or threading.Event()
         self.deadline = deadline
         self.initial = initial
         self.maximum = maximum
         self.tolerance = tolerance
 
-    def execute(self, ctx: ProcessingContext | None, stage: Stage,
-                operation: Callable[..., T], *args: Any, **kwargs: Any) -> T | None:
+    def execute(
+        self, ctx: ProcessingContext | None, stage: Stage, operation: Callable[..., T], *args: Any, **kwargs: Any
+    ) -> T | None:
         """``operation(*args, **kwargs)``; None with ctx.error set when the stage tolerated
         its error (without a context nothing is tolerated)."""
         try:
@@ -365,9 +381,15 @@ class RetryWithTolerance:
         except Exception as exc:
             return self.failed(ctx, stage, exc, operation, args, kwargs)
 
-    def failed(self, ctx: ProcessingContext | None, stage: Stage, first: Exception,
-               operation: Callable[..., T], args: tuple[Any, ...],
-               kwargs: Mapping[str, Any]) -> T | None:
+    def failed(
+        self,
+        ctx: ProcessingContext | None,
+        stage: Stage,
+        first: Exception,
+        operation: Callable[..., T],
+        args: tuple[Any, ...],
+        kwargs: Mapping[str, Any],
+    ) -> T | None:
         """After ``operation`` raised ``first``: retry, tolerate or raise (see execute)."""
         if ctx is not None:
             ctx.stage = stage
@@ -389,8 +411,11 @@ class RetryWithTolerance:
                 return operation(*args, **kwargs)
             except Exception as exc:
                 error = exc
-        if (ctx is None or isinstance(error, NEVER_TOLERATED.get(stage, ()))
-                or not isinstance(error, self.tolerance.get(stage, ()))):
+        if (
+            ctx is None
+            or isinstance(error, NEVER_TOLERATED.get(stage, ()))
+            or not isinstance(error, self.tolerance.get(stage, ()))
+        ):
             raise error
         ctx.fail(stage, error)
         return None

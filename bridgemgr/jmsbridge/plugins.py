@@ -35,7 +35,8 @@ from .config import BridgeConfig
 WHERE_TRANSFORMERS_ARE = (
     "put the module in <instance>/lib/ext, $IMQ_HOME/lib/ext or a folder of "
     "imq.bridge.transformer.path, or on the Python path; a Java class goes in a jar "
-    "there or on imq.bridge.java.classpath")
+    "there or on imq.bridge.java.classpath"
+)
 
 
 @dataclass(frozen=True)
@@ -50,12 +51,16 @@ class TransformerUse:
 
 def transformer_uses(config: BridgeConfig) -> list[TransformerUse]:
     """Every transformer the configuration names, in file order, links first."""
-    uses = [TransformerUse(link.target.message_transformer_class, f"link {link.name}",
-                           link.target.line, link.enabled)
-            for link in config.links if link.target.message_transformer_class]
-    uses += [TransformerUse(dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line,
-                            dmq.enabled or dmq.is_builtin)
-             for dmq in config.dmqs if dmq.message_transformer_class]
+    uses = [
+        TransformerUse(link.target.message_transformer_class, f"link {link.name}", link.target.line, link.enabled)
+        for link in config.links
+        if link.target.message_transformer_class
+    ]
+    uses += [
+        TransformerUse(dmq.message_transformer_class, f"dmq {dmq.name}", dmq.line, dmq.enabled or dmq.is_builtin)
+        for dmq in config.dmqs
+        if dmq.message_transformer_class
+    ]
     return uses
 
 
@@ -65,9 +70,9 @@ def plugin_folders(props: BrokerProperties) -> list[Path]:
     return transformer_path(props.get(TRANSFORMER_PATH_PROPERTY), props.instance_dir)
 
 
-def load_configured_transformer(class_path: str, owner: str,
-                                search_path: Sequence[str | os.PathLike[str]] | None = None
-                                ) -> MessageTransformer:
+def load_configured_transformer(
+    class_path: str, owner: str, search_path: Sequence[str | os.PathLike[str]] | None = None
+) -> MessageTransformer:
     """The transformer ``owner`` names, as a start loads it; a JMSException naming the
     owner, the cause and where the class has to be when it cannot be loaded."""
     try:
@@ -76,9 +81,9 @@ def load_configured_transformer(class_path: str, owner: str,
         raise JMSException(f"{owner}: {exc}; {WHERE_TRANSFORMERS_ARE}") from exc
 
 
-def inspect_configured_transformer(class_path: str, owner: str,
-                                   search_path: Sequence[str | os.PathLike[str]] | None = None
-                                   ) -> TransformerInspection:
+def inspect_configured_transformer(
+    class_path: str, owner: str, search_path: Sequence[str | os.PathLike[str]] | None = None
+) -> TransformerInspection:
     """The transformer ``owner`` names checked as a start would load it, without importing
     its module where the source can say (transform.inspect_transformer); a JMSException
     as load_configured_transformer's when it is no transformer a start could use."""

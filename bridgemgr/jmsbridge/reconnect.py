@@ -19,8 +19,9 @@ from collections.abc import Callable
 class ReconnectPolicy:
     """Failures in a row and the backoff between reconnects, for one run of a link's thread."""
 
-    def __init__(self, backoff: Callable[[int], bool], quick: float = 1.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, backoff: Callable[[int], bool], quick: float = 1.0, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.backoff = backoff  # waits after n failures in a row; False when stopped meanwhile
         self.quick = quick
         self.clock = clock

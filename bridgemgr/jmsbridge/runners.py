@@ -47,12 +47,12 @@ PARALLEL = "parallel"  # a link with parallelism > 1: worker processes (bridgemg
 class LinkTuning:
     """Knobs the chapter does not have; the defaults follow the chapter."""
 
-    poll_interval: float = 0.2     # an idle link looks at its commands this often (s)
-    ack_batch: int = 1             # non-transacted: messages per CLIENT_ACKNOWLEDGE
-    retry_deadline: float = 30.0   # how long a retriable failure is retried (s)
+    poll_interval: float = 0.2  # an idle link looks at its commands this often (s)
+    ack_batch: int = 1  # non-transacted: messages per CLIENT_ACKNOWLEDGE
+    retry_deadline: float = 30.0  # how long a retriable failure is retried (s)
     backoff_initial: float = 0.3
     backoff_max: float = 10.0
-    start_timeout: float = 30.0    # how long start() of a link or bridge waits for connecting (s)
+    start_timeout: float = 30.0  # how long start() of a link or bridge waits for connecting (s)
 
 
 @dataclass(frozen=True)
@@ -62,17 +62,17 @@ class LinkSetup:
     config: LinkConfig
     bridge: BridgeConfig
     source: Destination
-    target: Destination | None              # None: AS_SOURCE
+    target: Destination | None  # None: AS_SOURCE
     target_kind: ConnectionKind
     transaction: type[TransferTransaction]
     transformer: MessageTransformer | None = None
     destinations: Mapping[str, Destination] = field(default_factory=dict)
     backout_threshold: int = 0
     batch_size: int = 1
-    window: int = 1                         # confirm window (link.py), non-transacted links
-    window_bytes: int = -1                  # bytes that fill a unit and window (link.py); -1: no bound
-    parallelism: int = 1                    # worker processes (imq.bridge.<name>.link.<link>.parallelism)
-    counters: LinkCounters | None = None    # the link's of its last start: kept by a runner of that kind
+    window: int = 1  # confirm window (link.py), non-transacted links
+    window_bytes: int = -1  # bytes that fill a unit and window (link.py); -1: no bound
+    parallelism: int = 1  # worker processes (imq.bridge.<name>.link.<link>.parallelism)
+    counters: LinkCounters | None = None  # the link's of its last start: kept by a runner of that kind
 
     @property
     def source_label(self) -> str:
@@ -81,8 +81,7 @@ class LinkSetup:
 
     @property
     def target_label(self) -> str:
-        where = (f"{self.target.kind}:{self.target.name}" if self.target is not None
-                 else "AS_SOURCE")
+        where = f"{self.target.kind}:{self.target.name}" if self.target is not None else "AS_SOURCE"
         return f"{self.config.target.connection_factory_ref}:{self.target_kind.value}:{where}"
 
 
@@ -161,8 +160,7 @@ class RunnerBase(ABC):
         self.bridge_name = setup.bridge.name
         self.log = log
         self.tuning = tuning
-        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}",
-                                   LINK_TRANSITIONS, State.STOPPED)
+        self.lifecycle = Lifecycle(f"link {self.name} of bridge {self.bridge_name}", LINK_TRANSITIONS, State.STOPPED)
         self.counters = self._counters(setup.counters)
 
     def new_counters(self) -> LinkCounters:
@@ -227,7 +225,13 @@ class RunnerBase(ABC):
 
     def info(self) -> dict[str, object]:
         """What the admin `list link` shows, plus the counters and the source backlog."""
-        return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
-                "target": self.setup.target_label, "transacted": self.transacted,
-                "transaction": self.setup.transaction.kind,
-                "counters": self.counters.snapshot(), "backlog": self.backlog()}
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "source": self.setup.source_label,
+            "target": self.setup.target_label,
+            "transacted": self.transacted,
+            "transaction": self.setup.transaction.kind,
+            "counters": self.counters.snapshot(),
+            "backlog": self.backlog(),
+        }

@@ -40,8 +40,7 @@ def now_ms() -> int:
 class Settler:
     """Counts a link's completed units and takes the outcomes of those completing behind it."""
 
-    def __init__(self, batch: Batch, counters: LinkCounters, log: logging.Logger,
-                 link_name: str) -> None:
+    def __init__(self, batch: Batch, counters: LinkCounters, log: logging.Logger, link_name: str) -> None:
         self.batch = batch
         self.counters = counters
         self.log = log
@@ -63,9 +62,14 @@ class Settler:
         for ctx in unit:
             if ctx.action is transfer:
                 if self.log_transfers:
-                    self.log.info("link %s: transferred message %s from %s to %s",
-                                  self.link_name, ctx.headers[_MESSAGE_ID],
-                                  ctx.headers[_DESTINATION], ctx.destination, extra=PER_MESSAGE)
+                    self.log.info(
+                        "link %s: transferred message %s from %s to %s",
+                        self.link_name,
+                        ctx.headers[_MESSAGE_ID],
+                        ctx.headers[_DESTINATION],
+                        ctx.destination,
+                        extra=PER_MESSAGE,
+                    )
             elif ctx.action is Action.CONSUME:
                 counters.consumed_only += 1
         self.batch.final(unit)

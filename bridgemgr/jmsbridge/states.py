@@ -40,10 +40,8 @@ class Command(str, Enum):
 S = State
 Row = Mapping[State, tuple[State, State]]  # current state -> (transient, final)
 
-_STOP_ANYWHERE: Row = {s: (S.STOPPING, S.STOPPED) for s in State
-                       if s not in (S.UNINITIALIZED, S.STOPPED)}
-_PAUSE: Row = {S.STARTED: (S.PAUSING, S.PAUSED), S.STARTING: (S.PAUSING, S.PAUSED),
-               S.RESUMING: (S.PAUSING, S.PAUSED)}
+_STOP_ANYWHERE: Row = {s: (S.STOPPING, S.STOPPED) for s in State if s not in (S.UNINITIALIZED, S.STOPPED)}
+_PAUSE: Row = {S.STARTED: (S.PAUSING, S.PAUSED), S.STARTING: (S.PAUSING, S.PAUSED), S.RESUMING: (S.PAUSING, S.PAUSED)}
 _RESUME: Row = {S.PAUSED: (S.RESUMING, S.STARTED), S.PAUSING: (S.RESUMING, S.STARTED)}
 
 LINK_TRANSITIONS: Mapping[Command, Row] = {
@@ -79,8 +77,7 @@ def _names(states: Iterable[State]) -> str:
 class Lifecycle:
     """The state of one bridge or link; thread-safe; waitable."""
 
-    def __init__(self, what: str, table: Mapping[Command, Row],
-                 initial: State = State.UNINITIALIZED) -> None:
+    def __init__(self, what: str, table: Mapping[Command, Row], initial: State = State.UNINITIALIZED) -> None:
         self.what = what  # "link l1 of bridge b", for messages
         self.table = table
         self._state = initial
@@ -100,7 +97,8 @@ class Lifecycle:
             if step is None:
                 raise IllegalTransition(
                     f"cannot {command.value} {self.what}: it is {current.value} "
-                    f"({command.value} needs {_names(self.table[command])})")
+                    f"({command.value} needs {_names(self.table[command])})"
+                )
             self._set(step[0])
             return step
 

@@ -50,10 +50,10 @@ class TransferTransaction(ABC):
     nothing to give; a unit may hold several messages (the link's batch)."""
 
     transacted: bool
-    completion_stage: Stage             # ACKNOWLEDGE or COMMIT (tolerance, logs)
-    failure_reason: DMQReason           # what a failed completion sends to the DMQ
-    xa: bool = False                     # the link's connections must be XA connections
-    kind = "CLIENT_ACKNOWLEDGE"          # what the link's log and `list link` call it
+    completion_stage: Stage  # ACKNOWLEDGE or COMMIT (tolerance, logs)
+    failure_reason: DMQReason  # what a failed completion sends to the DMQ
+    xa: bool = False  # the link's connections must be XA connections
+    kind = "CLIENT_ACKNOWLEDGE"  # what the link's log and `list link` call it
 
     source_session: Session | None = None
     target_session: Session | None = None
@@ -178,13 +178,21 @@ class XATransaction(TransferTransaction):
     target_ref: ClassVar[str]
 
     @classmethod
-    def bind(cls, xa: BridgeTransactions, source_ref: str,
-             target_ref: str) -> type[XATransaction]:
+    def bind(cls, xa: BridgeTransactions, source_ref: str, target_ref: str) -> type[XATransaction]:
         """This class for one link: its coordinator and the RMs of its two ends."""
-        return type(cls.__name__, (cls,), {
-            "coordinator": xa.coordinator, "recovery": xa.recovery, "unresolved": set(),
-            "source_ref": source_ref, "target_ref": target_ref,
-            "source_rm": xa.rm_name(source_ref), "target_rm": xa.rm_name(target_ref)})
+        return type(
+            cls.__name__,
+            (cls,),
+            {
+                "coordinator": xa.coordinator,
+                "recovery": xa.recovery,
+                "unresolved": set(),
+                "source_ref": source_ref,
+                "target_ref": target_ref,
+                "source_rm": xa.rm_name(source_ref),
+                "target_rm": xa.rm_name(target_ref),
+            },
+        )
 
     def __init__(self) -> None:
         self.tx: Transaction | None = None  # the open unit's transaction, between begin()
@@ -258,8 +266,7 @@ class XATransaction(TransferTransaction):
             try:
                 self.recovery.run_pass()
             except TxLogUnavailable as exc:  # the log's database is down: not a link bug
-                raise TransportException(f"recovery cannot write the transaction log: "
-                                         f"{exc}") from exc
+                raise TransportException(f"recovery cannot write the transaction log: {exc}") from exc
             reports = {r.rm: r for r in self.recovery.last}
             for gtrid in list(self.unresolved):
                 record = live[gtrid]
@@ -267,16 +274,20 @@ class XATransaction(TransferTransaction):
                     self.unresolved.discard(gtrid)
         if self.unresolved:
             names = ", ".join(sorted(g.decode(errors="replace") for g in self.unresolved))
-            raise TransportException(f"transaction(s) {names} of this link decided to commit "
-                                     "but not yet committed at every resource manager; new "
-                                     "messages wait until recovery has committed them")
+            raise TransportException(
+                f"transaction(s) {names} of this link decided to commit "
+                "but not yet committed at every resource manager; new "
+                "messages wait until recovery has committed them"
+            )
 
     def outcomes(self, wait: bool = False) -> list[Outcome]:
         """The completer's outcomes; one whose commit decision could not be logged because
         the log's database is down was rolled back (presumed abort) and is a lost
         connection to the link (it reconnects with backoff), as in complete()."""
-        return [Outcome(_log_lost(o.error), o.behind) if isinstance(o.error, TxLogUnavailable)
-                else o for o in self.completer.outcomes(wait)]
+        return [
+            Outcome(_log_lost(o.error), o.behind) if isinstance(o.error, TxLogUnavailable) else o
+            for o in self.completer.outcomes(wait)
+        ]
 
     def reset(self) -> None:
         self.completer.reset()
@@ -341,16 +352,21 @@ class LocalTransaction(TransferTransaction):
             self.source_session.rollback()
 
 
-def one_resource_manager(source: ConnectionFactoryConfig, target: ConnectionFactoryConfig,
-                         target_clientid: str | None) -> bool:
+def one_resource_manager(
+    source: ConnectionFactoryConfig, target: ConnectionFactoryConfig, target_clientid: str | None
+) -> bool:
     """Whether a link's two connection-factory elements reach one resource manager as one
     user: the same JNDI lookup with the same environment and credentials (a broker's
     factory; not the host broker's or an address list's, which may name several brokers),
     and no target clientid that the source's connection would not carry."""
-    return (source.lookup_name is not None and not source.multi_rm and not target.multi_rm
-            and target_clientid is None
-            and (source.lookup_name, source.environment, source.username, source.password)
-            == (target.lookup_name, target.environment, target.username, target.password))
+    return (
+        source.lookup_name is not None
+        and not source.multi_rm
+        and not target.multi_rm
+        and target_clientid is None
+        and (source.lookup_name, source.environment, source.username, source.password)
+        == (target.lookup_name, target.environment, target.username, target.password)
+    )
 
 
 def _log_lost(exc: TxLogUnavailable) -> TransportException:
@@ -361,16 +377,20 @@ def _log_lost(exc: TxLogUnavailable) -> TransportException:
 
 def _finished_at(report: Report | None, gtrid: bytes) -> bool:
     """The last recovery pass asked this RM and left no branch of ``gtrid`` there."""
-    return (report is not None and report.error is None
-            and all(xid.gtrid != gtrid for xid, _why in report.failed)
-            and all(xid.gtrid != gtrid for xid in report.in_flight))
+    return (
+        report is not None
+        and report.error is None
+        and all(xid.gtrid != gtrid for xid, _why in report.failed)
+        and all(xid.gtrid != gtrid for xid in report.in_flight)
+    )
 
 
 def _xa_session(connection: Connection, ref: str) -> XASession:
     if not isinstance(connection, XAConnection):
         raise TransactedLinkUnsupported(
             f"connection-factory {ref} gave a {type(connection).__name__}, which has no XA "
-            "sessions; a transacted link needs XA connections")
+            "sessions; a transacted link needs XA connections"
+        )
     return connection.create_xa_session()
 
 
@@ -388,20 +408,26 @@ class TransactedLinkUnsupported(Exception):
     """A transacted link that cannot run (its factories are not XA-capable)."""
 
 
-def transaction_for(transacted: bool, source: ConnectionFactory, target: ConnectionFactory,
-                    xa: BridgeTransactions | None = None, source_ref: str = "",
-                    target_ref: str = "", local: bool = False) -> type[TransferTransaction]:
+def transaction_for(
+    transacted: bool,
+    source: ConnectionFactory,
+    target: ConnectionFactory,
+    xa: BridgeTransactions | None = None,
+    source_ref: str = "",
+    target_ref: str = "",
+    local: bool = False,
+) -> type[TransferTransaction]:
     """The transaction class a link runs with; TransactedLinkUnsupported when none fits.
     ``local``: the ends are one resource manager and local transactions are allowed."""
     if not transacted:
         return ClientAcknowledge
-    not_xa = [ref for ref, f in ((source_ref, source), (target_ref, target))
-              if not is_xa_capable(f)]
+    not_xa = [ref for ref, f in ((source_ref, source), (target_ref, target)) if not is_xa_capable(f)]
     if not_xa:
         raise TransactedLinkUnsupported(
             f"connection-factory {' and '.join(dict.fromkeys(not_xa))} is not an "
             "XAConnectionFactory; a transacted link needs XA connection factories at both "
-            'ends (the chapter). Set transacted="false" for at-least-once transfer')
+            'ends (the chapter). Set transacted="false" for at-least-once transfer'
+        )
     if local and source.local_transactions:
         return LocalTransaction
     if xa is None:

@@ -43,7 +43,7 @@ class ParallelCounters(SharedCounters):
 
     def __init__(self) -> None:
         super().__init__()
-        self.live: dict[int, dict[str, Any]] = {}   # worker index -> its last snapshot
+        self.live: dict[int, dict[str, Any]] = {}  # worker index -> its last snapshot
         self.ended: list[dict[str, Any]] = []
 
     def report(self, index: int, snapshot: dict[str, Any]) -> None:
@@ -61,8 +61,16 @@ class ParallelCounters(SharedCounters):
             own = super().snapshot()
             live = list(self.live.values())
             parts = [*self.ended, *live]
-        for key in ("received", "transferred", "consumed_only", "to_dmq", "dmq_lost", "redelivered",
-                    "rolled_back", "reconnects"):
+        for key in (
+            "received",
+            "transferred",
+            "consumed_only",
+            "to_dmq",
+            "dmq_lost",
+            "redelivered",
+            "rolled_back",
+            "reconnects",
+        ):
             own[key] += sum(p.get(key, 0) for p in parts)
         own["rate"] = round(own["rate"] + sum(p.get("rate", 0) for p in live), 3)  # not an ended one's
         reasons: dict[str, int] = dict(own["dmq_reasons"])
@@ -93,13 +101,19 @@ class _Worker:
         self.changed = threading.Condition()
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT), env.get("PYTHONPATH")) if p)
-        self.proc = subprocess.Popen([sys.executable, "-m", "bridgemgr.parallel.worker"], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, text=True, env=env)
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "bridgemgr.parallel.worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert self.proc.stdin is not None
         self.proc.stdin.write(link.options(index).to_json() + "\n")
         self.proc.stdin.flush()
-        self.reader = threading.Thread(target=self._read, daemon=True,
-                                       name=f"parallel link {link.bridge_name}/{link.name} worker {index}")
+        self.reader = threading.Thread(
+            target=self._read, daemon=True, name=f"parallel link {link.bridge_name}/{link.name} worker {index}"
+        )
         self.reader.start()
 
     def _read(self) -> None:
@@ -157,8 +171,9 @@ class _Worker:
         try:
             self.proc.wait(timeout)
         except subprocess.TimeoutExpired:
-            self.link.log.warning("link %s worker %d did not stop in %.0f s; killed", self.link.name,
-                                  self.index, timeout)
+            self.link.log.warning(
+                "link %s worker %d did not stop in %.0f s; killed", self.link.name, self.index, timeout
+            )
             self.proc.kill()
             self.proc.wait()
         self.reader.join(timeout=5)
@@ -169,8 +184,9 @@ class ParallelLink(RunnerBase):
 
     runner = PARALLEL
 
-    def __init__(self, setup: LinkSetup, base: WorkerOptions, log: logging.Logger,
-                 tuning: LinkTuning = LinkTuning()) -> None:
+    def __init__(
+        self, setup: LinkSetup, base: WorkerOptions, log: logging.Logger, tuning: LinkTuning = LinkTuning()
+    ) -> None:
         super().__init__(setup, log, tuning)
         assert isinstance(self.counters, ParallelCounters)  # new_counters' (or the last start's)
         self.totals: ParallelCounters = self.counters
@@ -194,8 +210,13 @@ class ParallelLink(RunnerBase):
             for i in range(self.setup.parallelism):
                 if i not in self.workers:
                     self.workers[i] = _Worker(self, i)
-            self.log.info("link %s runs on %d worker processes (%s -> %s)", self.name, len(self.workers),
-                          self.setup.source_label, self.setup.target_label)
+            self.log.info(
+                "link %s runs on %d worker processes (%s -> %s)",
+                self.name,
+                len(self.workers),
+                self.setup.source_label,
+                self.setup.target_label,
+            )
             self._all(State.STARTING, State.STARTED, None)
         return self._until(State.STARTED, timeout)
 
@@ -229,8 +250,12 @@ class ParallelLink(RunnerBase):
         for worker in workers:
             if command is not None:
                 worker.command(command)
-        threading.Thread(target=self._settle, args=(workers, transient, state), daemon=True,
-                         name=f"parallel link {self.bridge_name}/{self.name} {state.value}").start()
+        threading.Thread(
+            target=self._settle,
+            args=(workers, transient, state),
+            daemon=True,
+            name=f"parallel link {self.bridge_name}/{self.name} {state.value}",
+        ).start()
 
     def _until(self, state: State, timeout: float | None) -> State:
         """A command's wait (not under _lock): until the link is in ``state`` or stopped
@@ -245,8 +270,13 @@ class ParallelLink(RunnerBase):
             if got != state.value:
                 why = worker.error or f"it is {got or 'gone'}"
                 self.counters.error(f"worker {worker.index}: {why}")
-                self.log.error("link %s: worker %d did not reach %s (%s); the link stops", self.name,
-                               worker.index, state.value, why)
+                self.log.error(
+                    "link %s: worker %d did not reach %s (%s); the link stops",
+                    self.name,
+                    worker.index,
+                    state.value,
+                    why,
+                )
                 self.stop()
                 return
         self.lifecycle.move({transient}, state)
@@ -254,18 +284,25 @@ class ParallelLink(RunnerBase):
     def worker_exited(self, worker: _Worker) -> None:
         """(A reader thread) a worker ended: started again while the link is STARTED."""
         with self._lock:
-            if self.workers.get(worker.index) is not worker or self._want is not State.STARTED \
-                    or self.state is not State.STARTED:
+            if (
+                self.workers.get(worker.index) is not worker
+                or self._want is not State.STARTED
+                or self.state is not State.STARTED
+            ):
                 return
-        self.totals.restarted(f"worker {worker.index} ended (exit code {worker.proc.returncode}): "
-                              f"{worker.error or 'no error reported'}")
-        self.log.warning("link %s: worker %d ended (exit code %s); starting it again", self.name,
-                         worker.index, worker.proc.returncode)
+        self.totals.restarted(
+            f"worker {worker.index} ended (exit code {worker.proc.returncode}): {worker.error or 'no error reported'}"
+        )
+        self.log.warning(
+            "link %s: worker %d ended (exit code %s); starting it again",
+            self.name,
+            worker.index,
+            worker.proc.returncode,
+        )
         time.sleep(self.tuning.backoff_max)
         with self._lock:
             if self.workers.get(worker.index) is worker and self._want is State.STARTED:
                 self.workers[worker.index] = _Worker(self, worker.index)
-
 
 
 def parallel_link(setup: LinkSetup, context: RunnerContext) -> ParallelLink:
@@ -275,19 +312,29 @@ def parallel_link(setup: LinkSetup, context: RunnerContext) -> ParallelLink:
 
     props = context.props
     if props is None or context.broker_url is None:
-        raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{context.bridge}.link."
-                               f"{setup.config.name}.parallelism={setup.parallelism} needs the service's "
-                               "host broker and its jms connection service (imq.jms.tcp.port)")
+        raise BridgeStartError(
+            f"link {setup.config.name}: imq.bridge.{context.bridge}.link."
+            f"{setup.config.name}.parallelism={setup.parallelism} needs the service's "
+            "host broker and its jms connection service (imq.jms.tcp.port)"
+        )
     settings = props.bridge(context.bridge)
     xmlurl = settings.xmlurl or ""
     if xmlurl and "://" not in xmlurl and not xmlurl.startswith("file:") and settings.xml_base:
         xmlurl = str((settings.xml_base / xmlurl).resolve())
     base = WorkerOptions(
-        xmlurl=xmlurl, bridge=context.bridge, link=setup.config.name, broker_url=context.broker_url,
-        broker_user=SERVICE_ACCOUNT, broker_password=service_password(props), dmq_secret=dmq_key(props).hex(),
+        xmlurl=xmlurl,
+        bridge=context.bridge,
+        link=setup.config.name,
+        broker_url=context.broker_url,
+        broker_user=SERVICE_ACCOUNT,
+        broker_password=service_password(props),
+        dmq_secret=dmq_key(props).hex(),
         transformer_path=os.pathsep.join(str(p) for p in context.transformer_path or ()),
-        backout_threshold=setup.backout_threshold, window=setup.window,
-        window_bytes=setup.window_bytes, index=0)
+        backout_threshold=setup.backout_threshold,
+        window=setup.window,
+        window_bytes=setup.window_bytes,
+        index=0,
+    )
     return ParallelLink(setup, base, context.log, context.tuning)
 
 

@@ -81,12 +81,21 @@ def run(options: WorkerOptions, commands: IO[str], lines: _Lines) -> None:
     config = env.link
     tuning = LinkTuning()
     setup = LinkSetup(
-        config=config, bridge=env.config, source=env.source, target=env.target,
-        target_kind=connections.kind("target", config.target.connection_factory_ref,
-                                     config.target.stay_connected, config.target.clientid),
-        transaction=ClientAcknowledge, transformer=env.transformer(config.target.message_transformer_class),
-        destinations=env.destinations, backout_threshold=options.backout_threshold,
-        batch_size=tuning.ack_batch, window=options.window, window_bytes=options.window_bytes)
+        config=config,
+        bridge=env.config,
+        source=env.source,
+        target=env.target,
+        target_kind=connections.kind(
+            "target", config.target.connection_factory_ref, config.target.stay_connected, config.target.clientid
+        ),
+        transaction=ClientAcknowledge,
+        transformer=env.transformer(config.target.message_transformer_class),
+        destinations=env.destinations,
+        backout_threshold=options.backout_threshold,
+        batch_size=tuning.ack_batch,
+        window=options.window,
+        window_bytes=options.window_bytes,
+    )
     link = Link(setup, connections, dmqs, log, tuning)
     done = threading.Event()
 

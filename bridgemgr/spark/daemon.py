@@ -33,6 +33,7 @@ def preload() -> None:
     import pyspark.worker  # noqa: F401
 
     from . import drainjob, sink, transfer  # noqa: F401
+
     gc.collect()
     gc.freeze()
 
@@ -41,6 +42,7 @@ def main() -> None:
     if sys.argv[1:2] == [EXECUTOR_WORKER]:
         preload()
     from pyspark.daemon import manager
+
     manager()
 
 

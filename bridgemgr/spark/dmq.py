@@ -54,18 +54,33 @@ log = logging.getLogger("imq.bridge.dmqjobs")
 # Every JMS_SUN_JMSBRIDGE_* field of a DMQ message, with its archive column type.
 # DMQ_TIMESTAMP is a string property holding milliseconds: archived as a long.
 DMQ_FIELDS: tuple[tuple[str, str], ...] = (
-    (d.SOURCE_MESSAGEID, "string"), (d.SOURCE_TIMESTAMP, "long"),
-    (d.SOURCE_CORRELATIONID, "string"), (d.SOURCE_JMSTYPE, "string"),
-    (d.SOURCE_DESTINATION, "string"), (d.TARGET_DESTINATION, "string"),
-    (d.TARGET_CURRENT_DESTINATION, "string"), (d.SOURCE_PROVIDER, "string"),
-    (d.TARGET_PROVIDER, "string"), (d.DMQ_REASON, "string"), (d.DMQ_EXCEPTION, "string"),
-    (d.DMQ_TIMESTAMP, "long"), (d.BODY_TRUNCATED, "boolean"), (BRIDGE_NAME_PROPERTY, "string"),
+    (d.SOURCE_MESSAGEID, "string"),
+    (d.SOURCE_TIMESTAMP, "long"),
+    (d.SOURCE_CORRELATIONID, "string"),
+    (d.SOURCE_JMSTYPE, "string"),
+    (d.SOURCE_DESTINATION, "string"),
+    (d.TARGET_DESTINATION, "string"),
+    (d.TARGET_CURRENT_DESTINATION, "string"),
+    (d.SOURCE_PROVIDER, "string"),
+    (d.TARGET_PROVIDER, "string"),
+    (d.DMQ_REASON, "string"),
+    (d.DMQ_EXCEPTION, "string"),
+    (d.DMQ_TIMESTAMP, "long"),
+    (d.BODY_TRUNCATED, "boolean"),
+    (BRIDGE_NAME_PROPERTY, "string"),
 )
 # The other columns, then the two partition columns (last, as Parquet puts them).
 OTHER_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("dmq_message_id", "string"), ("dmq", "string"), ("bridge", "string"), ("link", "string"),
-    ("dmq_time", "timestamp"), ("hour", "string"), ("message_type", "string"),
-    ("message", "binary"), ("truncated_body", "string"), ("size", "long"),
+    ("dmq_message_id", "string"),
+    ("dmq", "string"),
+    ("bridge", "string"),
+    ("link", "string"),
+    ("dmq_time", "timestamp"),
+    ("hour", "string"),
+    ("message_type", "string"),
+    ("message", "binary"),
+    ("truncated_body", "string"),
+    ("size", "long"),
     ("verified", "boolean"),  # the bridge's DMQ marker is there and right (see redrive)
 )
 PARTITIONS: tuple[tuple[str, str], ...] = (("day", "string"), ("reason", "string"))
@@ -81,11 +96,14 @@ class DMQJobError(JMSException, code="DMQ_JOB"):
 
 def archive_schema() -> StructType:
     from pyspark.sql.types import StructType
-    return cast(StructType, StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in (*OTHER_COLUMNS, *DMQ_FIELDS,
-                                                                  *PARTITIONS))))
+
+    return cast(
+        StructType, StructType.fromDDL(", ".join(f"`{n}` {t}" for n, t in (*OTHER_COLUMNS, *DMQ_FIELDS, *PARTITIONS)))
+    )
 
 
 # --- where a DMQ is, and which link a dead message came from -------------------------------
+
 
 @dataclass(frozen=True)
 class Target:
@@ -104,7 +122,7 @@ class LinkIndex:
 
         self.bridge = config.name if config is not None else None
         self._by_names: dict[tuple[str, str], Target] = {}
-        for link in (config.links if config is not None else ()):
+        for link in config.links if config is not None else ():
             if link.target.as_source:
                 continue
             assert config is not None  # (it has links)
@@ -112,11 +130,13 @@ class LinkIndex:
                 src = resolve_destination(config.destination(link.source.destination_ref), lookup)
                 tgt = resolve_destination(config.destination(link.target.destination_ref), lookup)
             except Exception as exc:  # a lookup that fails: that link cannot be matched
-                log.warning("link %s: its destinations cannot be resolved (%s); its dead "
-                            "messages show no link", link.name, clip(str(exc), 200))
+                log.warning(
+                    "link %s: its destinations cannot be resolved (%s); its dead messages show no link",
+                    link.name,
+                    clip(str(exc), 200),
+                )
                 continue
-            self._by_names.setdefault((src.name, tgt.name),
-                                      Target(link.name, link.target.connection_factory_ref, tgt))
+            self._by_names.setdefault((src.name, tgt.name), Target(link.name, link.target.connection_factory_ref, tgt))
 
     def target(self, dead: Message) -> Target | None:
         """The link (and its target) whose source and target the DMQ message names."""
@@ -148,8 +168,14 @@ class DMQEndpoint:
         return conn
 
 
-def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_factory: HostFactory,
-                 lookup: Lookup | None = None, marker_key: bytes | None = None) -> DMQEndpoint:
+def dmq_endpoint(
+    config: BridgeConfig,
+    dmq_name: str = BUILTIN_DMQ,
+    *,
+    host_factory: HostFactory,
+    lookup: Lookup | None = None,
+    marker_key: bytes | None = None,
+) -> DMQEndpoint:
     """The DMQ ``dmq_name`` of the bridge (default the built-in one), ready to connect;
     ``host_factory`` is the host broker (the job's, or the service's); ``marker_key`` the
     service's DMQ key (without it no message counts as the bridge's)."""
@@ -159,29 +185,35 @@ def dmq_endpoint(config: BridgeConfig, dmq_name: str = BUILTIN_DMQ, *, host_fact
 
     known = [q.name for q in config.dmqs]
     if dmq_name not in known:
-        raise DMQJobError(f"bridge {config.name} has no DMQ named {dmq_name!r} (its DMQs: "
-                          f"{', '.join(known)}; see the <dmq> elements of {config.source or 'its XML'})")
+        raise DMQJobError(
+            f"bridge {config.name} has no DMQ named {dmq_name!r} (its DMQs: "
+            f"{', '.join(known)}; see the <dmq> elements of {config.source or 'its XML'})"
+        )
     links = LinkIndex(config, lookup)
     dmq = config.dmq(dmq_name)
     if dmq.is_builtin:
         return DMQEndpoint(dmq_name, host_factory({}), Queue(BUILTIN_DMQ_DESTINATION), links, marker_key)
     assert dmq.connection_factory_ref is not None and dmq.destination_ref is not None
-    factories, problems = resolve_connection_factories(config, host_factory, lookup,
-                                                       [dmq.connection_factory_ref])
+    factories, problems = resolve_connection_factories(config, host_factory, lookup, [dmq.connection_factory_ref])
     if problems:
         raise DMQJobError(f"DMQ {dmq_name}: {problems[0]}")
     try:
         dest = resolve_destination(config.destination(dmq.destination_ref), lookup)
     except Exception as exc:
-        raise DMQJobError(f"DMQ {dmq_name}: destination {dmq.destination_ref} cannot be "
-                          f"resolved ({type(exc).__name__}: {clip(str(exc), 200)})") from exc
+        raise DMQJobError(
+            f"DMQ {dmq_name}: destination {dmq.destination_ref} cannot be "
+            f"resolved ({type(exc).__name__}: {clip(str(exc), 200)})"
+        ) from exc
     if not isinstance(dest, Queue):
-        raise DMQJobError(f"DMQ {dmq_name} is the topic {dest.name}: only a queue DMQ can be "
-                          "read by these jobs (subscribe to the topic instead)")
+        raise DMQJobError(
+            f"DMQ {dmq_name} is the topic {dest.name}: only a queue DMQ can be "
+            "read by these jobs (subscribe to the topic instead)"
+        )
     return DMQEndpoint(dmq_name, factories[dmq.connection_factory_ref], dest, links, marker_key)
 
 
 # --- one DMQ message as one archive row ----------------------------------------------------
+
 
 def _prop(message: Message, name: str) -> Any:
     return message.get_object_property(name)
@@ -232,13 +264,26 @@ def dead_row(dead: Message, endpoint: DMQEndpoint, keep_message: bool = True) ->
         elif value is not None:
             value = str(value)
         fields.append(value)
-    return (dead.message_id, endpoint.name, bridge, target.link if target else None, when,
-            when.strftime("%Y-%m-%dT%H:00Z"), kind, data if keep_message else None,
-            text if keep_message else None, size, endpoint.verified(dead), *fields,
-            when.strftime("%Y-%m-%d"), str(reason) if reason is not None else UNKNOWN_REASON)
+    return (
+        dead.message_id,
+        endpoint.name,
+        bridge,
+        target.link if target else None,
+        when,
+        when.strftime("%Y-%m-%dT%H:00Z"),
+        kind,
+        data if keep_message else None,
+        text if keep_message else None,
+        size,
+        endpoint.verified(dead),
+        *fields,
+        when.strftime("%Y-%m-%d"),
+        str(reason) if reason is not None else UNKNOWN_REASON,
+    )
 
 
 # --- archive -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class ArchiveResult:
@@ -248,21 +293,26 @@ class ArchiveResult:
     seconds: float
 
     def as_dict(self) -> dict[str, Any]:
-        return {"messages": self.messages, "chunks": self.chunks, "path": self.path,
-                "seconds": round(self.seconds, 3)}
+        return {"messages": self.messages, "chunks": self.chunks, "path": self.path, "seconds": round(self.seconds, 3)}
 
 
-def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size: int = 5000,
-            chunk_bytes: int = 64 << 20, receive_timeout: float = 1.0,
-            limit: int | None = None, progress: Callable[[int], None] | None = None
-            ) -> ArchiveResult:
+def archive(
+    spark: SparkSession,
+    endpoint: DMQEndpoint,
+    path: str,
+    *,
+    chunk_size: int = 5000,
+    chunk_bytes: int = 64 << 20,
+    receive_timeout: float = 1.0,
+    limit: int | None = None,
+    progress: Callable[[int], None] | None = None,
+) -> ArchiveResult:
     """Move the DMQ's messages into Parquet at ``path``; each chunk (``chunk_size``
     messages, or fewer once they hold ``chunk_bytes``) is acknowledged only after its
     write returned (a failed write leaves the chunk in the DMQ and raises). ``progress``
     is told the count archived so far after each chunk."""
     if chunk_size < 1 or chunk_bytes < 1:
-        raise DMQJobError(f"a chunk needs room for a message (chunk_size={chunk_size}, "
-                          f"chunk_bytes={chunk_bytes})")
+        raise DMQJobError(f"a chunk needs room for a message (chunk_size={chunk_size}, chunk_bytes={chunk_bytes})")
     started = time.monotonic()
     total = chunks = 0
     conn = endpoint.connect()
@@ -277,14 +327,15 @@ def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size
             try:
                 write_rows(spark, rows, path)
             except Exception as exc:
-                raise DMQJobError(f"writing {len(rows)} DMQ messages to {path} failed; they "
-                                  f"stay in DMQ {endpoint.name} ({total} archived before): "
-                                  f"{type(exc).__name__}: {clip(str(exc), 500)}") from exc
+                raise DMQJobError(
+                    f"writing {len(rows)} DMQ messages to {path} failed; they "
+                    f"stay in DMQ {endpoint.name} ({total} archived before): "
+                    f"{type(exc).__name__}: {clip(str(exc), 500)}"
+                ) from exc
             chunk[-1].acknowledge()  # CLIENT_ACKNOWLEDGE: the whole chunk, after the commit
             total += len(chunk)
             chunks += 1
-            log.debug("DMQ %s: %d messages archived to %s (%d so far)", endpoint.name,
-                      len(chunk), path, total)
+            log.debug("DMQ %s: %d messages archived to %s (%d so far)", endpoint.name, len(chunk), path, total)
             if progress is not None:
                 progress(total)
     finally:
@@ -294,12 +345,18 @@ def archive(spark: SparkSession, endpoint: DMQEndpoint, path: str, *, chunk_size
 
 def write_rows(spark: SparkSession, rows: list[tuple[Any, ...]], path: str) -> None:
     """Append archive rows to the Parquet at ``path`` in one write (one commit)."""
-    (spark.createDataFrame(rows, archive_schema()).coalesce(1).write.mode("append")
-     .partitionBy(*(n for n, _ in PARTITIONS)).parquet(path))
+    (
+        spark.createDataFrame(rows, archive_schema())
+        .coalesce(1)
+        .write.mode("append")
+        .partitionBy(*(n for n, _ in PARTITIONS))
+        .parquet(path)
+    )
 
 
-def _receive_chunk(consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: int,
-                   timeout: float) -> tuple[list[Message], list[tuple[Any, ...]]]:
+def _receive_chunk(
+    consumer: Any, endpoint: DMQEndpoint, want: int, max_bytes: int, timeout: float
+) -> tuple[list[Message], list[tuple[Any, ...]]]:
     chunk: list[Message] = []
     rows: list[tuple[Any, ...]] = []
     size = 0
@@ -326,6 +383,7 @@ def read_archive(spark: SparkSession, path: str) -> DataFrame:
 
 # --- report --------------------------------------------------------------------------------
 
+
 def browse(endpoint: DMQEndpoint, selector: str | None = None) -> Iterator[Message]:
     """The DMQ's messages, left where they are (a QueueBrowser)."""
     conn = endpoint.connect()
@@ -341,8 +399,9 @@ def browse(endpoint: DMQEndpoint, selector: str | None = None) -> Iterator[Messa
 
 def browse_frame(spark: SparkSession, endpoint: DMQEndpoint) -> DataFrame:
     """The DMQ as archive rows without the message bytes, consuming nothing."""
-    return spark.createDataFrame([dead_row(m, endpoint, keep_message=False)
-                                  for m in browse(endpoint)], archive_schema())
+    return spark.createDataFrame(
+        [dead_row(m, endpoint, keep_message=False) for m in browse(endpoint)], archive_schema()
+    )
 
 
 @dataclass(frozen=True)
@@ -364,14 +423,31 @@ def report(df: DataFrame) -> list[ReportRow]:
     """Count and bytes by hour, reason, link, source and target destination."""
     from pyspark.sql import functions as F
 
-    grouped = (df.groupBy(F.col("hour"), F.col("reason"), F.col("link"),
-                          F.col(f"`{d.SOURCE_DESTINATION}`").alias("source"),
-                          F.col(f"`{d.TARGET_DESTINATION}`").alias("target"), F.col("verified"))
-               .agg(F.count(F.lit(1)).alias("messages"),
-                    F.coalesce(F.sum("size"), F.lit(0)).alias("bytes"))
-               .orderBy(*REPORT_KEYS))
-    return [ReportRow(r["hour"], r["reason"], r["link"], r["source"], r["target"],
-                      int(r["messages"]), int(r["bytes"]), r["verified"]) for r in grouped.collect()]
+    grouped = (
+        df.groupBy(
+            F.col("hour"),
+            F.col("reason"),
+            F.col("link"),
+            F.col(f"`{d.SOURCE_DESTINATION}`").alias("source"),
+            F.col(f"`{d.TARGET_DESTINATION}`").alias("target"),
+            F.col("verified"),
+        )
+        .agg(F.count(F.lit(1)).alias("messages"), F.coalesce(F.sum("size"), F.lit(0)).alias("bytes"))
+        .orderBy(*REPORT_KEYS)
+    )
+    return [
+        ReportRow(
+            r["hour"],
+            r["reason"],
+            r["link"],
+            r["source"],
+            r["target"],
+            int(r["messages"]),
+            int(r["bytes"]),
+            r["verified"],
+        )
+        for r in grouped.collect()
+    ]
 
 
 # --- times for --since / --until -----------------------------------------------------------
@@ -393,14 +469,17 @@ def parse_time(text: str, now: float | None = None) -> int:
     try:
         when = datetime.fromisoformat(value)
     except ValueError:
-        raise DMQJobError(f"{text!r} is not a time: write ISO 8601 (2026-11-22T17:00, "
-                          "2026-11-22T17:00:00Z) or a time ago (30m, 2h, 1d)") from None
+        raise DMQJobError(
+            f"{text!r} is not a time: write ISO 8601 (2026-11-22T17:00, "
+            "2026-11-22T17:00:00Z) or a time ago (30m, 2h, 1d)"
+        ) from None
     if when.tzinfo is None:
         when = when.astimezone()  # local time
     return int(when.timestamp() * 1000)
 
 
 # --- redrive -------------------------------------------------------------------------------
+
 
 @dataclass
 class RedriveItem:
@@ -411,10 +490,10 @@ class RedriveItem:
     dmq_timestamp: int
     source_message_id: str | None
     link: str | None
-    destination: str | None        # "queue:NAME" / "topic:NAME"; None: nowhere to send
-    factory: str | None            # the target connection factory ref; None: the host broker
+    destination: str | None  # "queue:NAME" / "topic:NAME"; None: nowhere to send
+    factory: str | None  # the target connection factory ref; None: the host broker
     size: int
-    status: str = "chosen"         # chosen, would-send, sent, failed, skipped, unverified, gone
+    status: str = "chosen"  # chosen, would-send, sent, failed, skipped, unverified, gone
     detail: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
@@ -431,9 +510,12 @@ class RedriveResult:
 
     def as_dict(self) -> dict[str, Any]:
         statuses = sorted({i.status for i in self.items})
-        return {"dry_run": self.dry_run, "chosen": len(self.items),
-                **{s: self.count(s) for s in statuses},
-                "messages": [i.as_dict() for i in self.items]}
+        return {
+            "dry_run": self.dry_run,
+            "chosen": len(self.items),
+            **{s: self.count(s) for s in statuses},
+            "messages": [i.as_dict() for i in self.items],
+        }
 
 
 def _label(dest: Destination) -> str:
@@ -466,8 +548,9 @@ class _Senders:
             self._open[ref] = (conn, session, session.create_producer(None))
         _, session, producer = self._open[ref]
         try:
-            producer.send(message, dest, delivery_mode=message.delivery_mode,
-                          priority=message.priority, time_to_live=ttl)
+            producer.send(
+                message, dest, delivery_mode=message.delivery_mode, priority=message.priority, time_to_live=ttl
+            )
             session.commit()
         except Exception:
             try:
@@ -488,10 +571,12 @@ class _Senders:
             self._close(conn)
 
 
-def target_factories(config: BridgeConfig | None, host_factory: HostFactory,
-                     lookup: Lookup | None = None) -> Callable[[str | None], ConnectionFactory]:
+def target_factories(
+    config: BridgeConfig | None, host_factory: HostFactory, lookup: Lookup | None = None
+) -> Callable[[str | None], ConnectionFactory]:
     """ref -> the bridge's connection factory of that ref; None -> the host broker."""
     lookup = lookup or with_host_broker(naming.lookup, host_factory)
+
     def factory(ref: str | None) -> ConnectionFactory:
         if ref is None or config is None:
             return host_factory({})
@@ -499,6 +584,7 @@ def target_factories(config: BridgeConfig | None, host_factory: HostFactory,
         if problems:
             raise DMQJobError(str(problems[0]))
         return found[ref]
+
     return factory
 
 
@@ -506,8 +592,7 @@ def restore(dead: Message) -> Message:
     """The original message, writable, with its properties and headers as it had them."""
     original = original_of(dead)
     if original is None:
-        raise DMQJobError("the DMQ message carries only the original's text "
-                          f"({d.BODY_TRUNCATED}): it cannot be resent")
+        raise DMQJobError(f"the DMQ message carries only the original's text ({d.BODY_TRUNCATED}): it cannot be resent")
     return original.copy()
 
 
@@ -519,8 +604,9 @@ def _time_to_live(original: Message, now_ms: int) -> int:
     return original.expiration - now_ms
 
 
-def choose(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | None = None,
-           to: Destination | None = None) -> list[RedriveItem]:
+def choose(
+    endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | None = None, to: Destination | None = None
+) -> list[RedriveItem]:
     """The DMQ messages with this reason and a DMQ timestamp in [since, until), browsed."""
     items = []
     for dead in browse(endpoint, f"{d.DMQ_REASON} = '{_quote(reason)}'"):
@@ -530,26 +616,34 @@ def choose(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | No
         target = endpoint.links.target(dead)
         original = original_of(dead)
         dest = to or (target.destination if target else None)
-        item = RedriveItem(dead.message_id or "", reason, ms, _prop(dead, d.SOURCE_MESSAGEID),
-                           target.link if target else None,
-                           _label(dest) if dest is not None else None,
-                           target.factory_ref if target else None,
-                           len(codec.encode(original)) if original is not None else 0)
+        item = RedriveItem(
+            dead.message_id or "",
+            reason,
+            ms,
+            _prop(dead, d.SOURCE_MESSAGEID),
+            target.link if target else None,
+            _label(dest) if dest is not None else None,
+            target.factory_ref if target else None,
+            len(codec.encode(original)) if original is not None else 0,
+        )
         if not endpoint.verified(dead):
             item.status, item.detail = "unverified", UNVERIFIED
         elif original is None:
             item.status, item.detail = "skipped", "body truncated: the original is not there"
         elif dest is None:
-            item.status, item.detail = "skipped", (
-                f"no link of bridge {endpoint.bridge or '(none given)'} goes from "
-                f"{_prop(dead, d.SOURCE_DESTINATION)} to {_prop(dead, d.TARGET_DESTINATION)}; "
-                "give --to")
+            item.status, item.detail = (
+                "skipped",
+                (
+                    f"no link of bridge {endpoint.bridge or '(none given)'} goes from "
+                    f"{_prop(dead, d.SOURCE_DESTINATION)} to {_prop(dead, d.TARGET_DESTINATION)}; "
+                    "give --to"
+                ),
+            )
         items.append(item)
     return items
 
 
-UNVERIFIED = ("not dead-lettered by this bridge service (its DMQ marker is missing or wrong); "
-              "left in the DMQ")
+UNVERIFIED = "not dead-lettered by this bridge service (its DMQ marker is missing or wrong); left in the DMQ"
 
 
 def _quote(text: str) -> str:
@@ -563,10 +657,19 @@ def check_reason(reason: str) -> None:
         raise DMQJobError(f"{reason!r} is not a DMQ reason (one of {', '.join(reasons)})")
 
 
-def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | None = None, *,
-            to: Destination | None = None, transformer: MessageTransformer | None = None,
-            dry_run: bool = False, factories: Callable[[str | None], ConnectionFactory] | None = None,
-            receive_timeout: float = 2.0, batch: int = 200) -> RedriveResult:
+def redrive(
+    endpoint: DMQEndpoint,
+    reason: str,
+    since_ms: int,
+    until_ms: int | None = None,
+    *,
+    to: Destination | None = None,
+    transformer: MessageTransformer | None = None,
+    dry_run: bool = False,
+    factories: Callable[[str | None], ConnectionFactory] | None = None,
+    receive_timeout: float = 2.0,
+    batch: int = 200,
+) -> RedriveResult:
     """Resend the chosen DMQ messages' originals; each DMQ message is consumed only after
     its send returned. ``factories`` (see target_factories) gives a target factory by ref;
     only a dry run goes without."""
@@ -586,12 +689,11 @@ def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | N
         session = conn.create_session(ack_mode=INDIVIDUAL_ACKNOWLEDGE)
         ids = list(todo)
         for start in range(0, len(ids), batch):
-            part = ids[start:start + batch]
+            part = ids[start : start + batch]
             selector = "JMSMessageID IN (" + ", ".join(f"'{_quote(i)}'" for i in part) + ")"
             consumer = session.create_consumer(endpoint.queue, selector)
             try:
-                _resend(consumer, {i: todo[i] for i in part}, senders, transformer,
-                        receive_timeout)
+                _resend(consumer, {i: todo[i] for i in part}, senders, transformer, receive_timeout)
             finally:
                 consumer.close()
     finally:
@@ -603,8 +705,13 @@ def redrive(endpoint: DMQEndpoint, reason: str, since_ms: int, until_ms: int | N
     return RedriveResult(items, False)
 
 
-def _resend(consumer: Any, items: dict[str, RedriveItem], senders: _Senders,
-            transformer: MessageTransformer | None, timeout: float) -> None:
+def _resend(
+    consumer: Any,
+    items: dict[str, RedriveItem],
+    senders: _Senders,
+    transformer: MessageTransformer | None,
+    timeout: float,
+) -> None:
     waiting = set(items)
     while waiting:
         dead = consumer.receive(timeout)
@@ -622,12 +729,15 @@ def _resend(consumer: Any, items: dict[str, RedriveItem], senders: _Senders,
             message = _stamp(message, item.source_message_id or message.message_id)
             assert item.destination is not None  # (only items with one are resent)
             dest = parse_destination(item.destination)
-            senders.send(item.factory, message, dest,
-                         _time_to_live(message, int(time.time() * 1000)))
+            senders.send(item.factory, message, dest, _time_to_live(message, int(time.time() * 1000)))
         except Exception as exc:  # provider or plugin code: that message stays in the DMQ
             item.status, item.detail = "failed", f"{type(exc).__name__}: {clip(str(exc), 300)}"
-            log.warning("DMQ message %s was not resent to %s; it stays in the DMQ: %s",
-                        item.dmq_message_id, item.destination, item.detail)
+            log.warning(
+                "DMQ message %s was not resent to %s; it stays in the DMQ: %s",
+                item.dmq_message_id,
+                item.destination,
+                item.detail,
+            )
             continue
         dead.acknowledge()
         item.status = "sent"
@@ -645,9 +755,9 @@ def _stamp(message: Message, source_id: str | None) -> Message:
 
 def _transform(transformer: MessageTransformer, message: Message, dead: Message) -> Message:
     transformer.reset(in_bridge_link=False)
-    result = transformer.transform(message, False, None, str(_prop(dead, d.SOURCE_PROVIDER) or ""),
-                                   str(_prop(dead, d.TARGET_PROVIDER) or ""), {})
+    result = transformer.transform(
+        message, False, None, str(_prop(dead, d.SOURCE_PROVIDER) or ""), str(_prop(dead, d.TARGET_PROVIDER) or ""), {}
+    )
     if not isinstance(result, Message):
-        raise DMQJobError(f"transformer {type(transformer).__name__} returned "
-                          f"{type(result).__name__}, not a message")
+        raise DMQJobError(f"transformer {type(transformer).__name__} returned {type(result).__name__}, not a message")
     return result

@@ -52,13 +52,12 @@ def _job(options: dict[str, Any], dmq_name: str) -> tuple[ServiceJob, DMQEndpoin
 
     job = service_job(**options)
     with _errors():
-        return job, dmq_endpoint(job.config, dmq_name, host_factory=job.host_factory,
-                                 marker_key=job.dmq_key)
+        return job, dmq_endpoint(job.config, dmq_name, host_factory=job.host_factory, marker_key=job.dmq_key)
 
 
 def _check_local(path: str) -> None:
     """A local archive path that does not exist fails before Spark starts."""
-    local = path[len("file:"):] if path.startswith("file:") else path
+    local = path[len("file:") :] if path.startswith("file:") else path
     if "://" not in path and not os.path.exists(local):
         raise click.ClickException(f"the DMQ archive {path} cannot be read: no such directory")
 
@@ -76,15 +75,28 @@ def _write(text: str, target: str) -> None:
 @dmq.command("archive")
 @job_options
 @click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
-@click.option("--chunk-size", type=click.IntRange(1), default=5000, show_default=True,
-              help="Messages per Parquet commit (each chunk is acknowledged after its write).")
+@click.option(
+    "--chunk-size",
+    type=click.IntRange(1),
+    default=5000,
+    show_default=True,
+    help="Messages per Parquet commit (each chunk is acknowledged after its write).",
+)
 @click.option("--limit", type=click.IntRange(1), default=None, help="Archive at most this many messages.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.argument("path")
 @spark_options
 @job_failures("the DMQ archive")
-def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool, path: str,
-                master: str | None, timeout: float, **options: Any) -> None:
+def archive_cmd(
+    dmq_name: str,
+    chunk_size: int,
+    limit: int | None,
+    as_json: bool,
+    path: str,
+    master: str | None,
+    timeout: float,
+    **options: Any,
+) -> None:
     """Move the DMQ's messages to Parquet at PATH (partitioned by day and reason).
 
     Each chunk is acknowledged in the DMQ only after its Parquet write committed; a crash
@@ -101,16 +113,17 @@ def archive_cmd(dmq_name: str, chunk_size: int, limit: int | None, as_json: bool
     spark = job.spark("imqbridge-dmq-archive", master, timeout)
     try:
         with _errors():
-            result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit,
-                             progress=progress.update)
+            result = archive(spark, endpoint, path, chunk_size=chunk_size, limit=limit, progress=progress.update)
     finally:
         progress.finish()
         spark.stop()
     if as_json:
         click.echo(json.dumps({"bridge": job.bridge, "dmq": dmq_name, **result.as_dict()}))
     else:
-        click.echo(f"archived {result.messages} messages of DMQ {dmq_name} in {result.chunks} "
-                   f"chunks to {path} ({result.seconds:.1f} s)")
+        click.echo(
+            f"archived {result.messages} messages of DMQ {dmq_name} in {result.chunks} "
+            f"chunks to {path} ({result.seconds:.1f} s)"
+        )
 
 
 def _dmq_backlog(job: ServiceJob, dmq_name: str) -> int | None:
@@ -126,19 +139,40 @@ def _dmq_backlog(job: ServiceJob, dmq_name: str) -> int | None:
 @dmq.command("report")
 @job_options(bridge_required=False)
 @click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
-@click.option("--archive", "archive_path", metavar="PATH",
-              help="Report on this archive instead of the DMQ (no service is asked).")
-@click.option("--csv", "csv_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
-              help="Write CSV to FILE (alone: to stdout).")
-@click.option("--json", "json_out", is_flag=False, flag_value="-", default=None, metavar="[FILE]",
-              help="Write JSON to FILE (alone: to stdout, instead of the table).")
-@click.option("--html", "html_out", metavar="FILE",
-              help="Write a self-contained HTML page with bar charts to FILE.")
+@click.option(
+    "--archive", "archive_path", metavar="PATH", help="Report on this archive instead of the DMQ (no service is asked)."
+)
+@click.option(
+    "--csv",
+    "csv_out",
+    is_flag=False,
+    flag_value="-",
+    default=None,
+    metavar="[FILE]",
+    help="Write CSV to FILE (alone: to stdout).",
+)
+@click.option(
+    "--json",
+    "json_out",
+    is_flag=False,
+    flag_value="-",
+    default=None,
+    metavar="[FILE]",
+    help="Write JSON to FILE (alone: to stdout, instead of the table).",
+)
+@click.option("--html", "html_out", metavar="FILE", help="Write a self-contained HTML page with bar charts to FILE.")
 @spark_options
 @job_failures("the DMQ report")
-def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
-               json_out: str | None, html_out: str | None, master: str | None, timeout: float,
-               **options: Any) -> None:
+def report_cmd(
+    dmq_name: str,
+    archive_path: str | None,
+    csv_out: str | None,
+    json_out: str | None,
+    html_out: str | None,
+    master: str | None,
+    timeout: float,
+    **options: Any,
+) -> None:
     """Count and bytes of dead messages by hour, reason, link, source and target.
 
     Reads the DMQ without consuming anything (a queue browser), or an archive.
@@ -176,23 +210,43 @@ def report_cmd(dmq_name: str, archive_path: str | None, csv_out: str | None,
 @dmq.command("redrive")
 @job_options
 @click.option("--dmq", "dmq_name", default="built-in-dmq", show_default=True, metavar="NAME", help=DMQ_HELP)
-@click.option("--reason", required=True, metavar="REASON",
-              help="JMS_SUN_JMSBRIDGE_DMQ_REASON of the messages to resend (SEND_FAILURE ...).")
-@click.option("--since", required=True, metavar="TIME",
-              help="Earliest DMQ time: ISO 8601 (2026-11-22T09:00Z) or a time ago (30m, 2h, 1d).")
+@click.option(
+    "--reason",
+    required=True,
+    metavar="REASON",
+    help="JMS_SUN_JMSBRIDGE_DMQ_REASON of the messages to resend (SEND_FAILURE ...).",
+)
+@click.option(
+    "--since",
+    required=True,
+    metavar="TIME",
+    help="Earliest DMQ time: ISO 8601 (2026-11-22T09:00Z) or a time ago (30m, 2h, 1d).",
+)
 @click.option("--until", metavar="TIME", help="Only messages that reached the DMQ before this time (default: no end).")
-@click.option("--to", "to", metavar="DEST",
-              help="Send here instead of the original target: NAME, queue:NAME or topic:NAME.")
-@click.option("--transformer", metavar="CLASS",
-              help="A MessageTransformer (package.module.Class) applied before each resend.")
-@click.option("--dry-run", is_flag=True,
-              help="Print how many would be sent where (per destination and status); consume nothing.")
+@click.option(
+    "--to", "to", metavar="DEST", help="Send here instead of the original target: NAME, queue:NAME or topic:NAME."
+)
+@click.option(
+    "--transformer", metavar="CLASS", help="A MessageTransformer (package.module.Class) applied before each resend."
+)
+@click.option(
+    "--dry-run", is_flag=True, help="Print how many would be sent where (per destination and status); consume nothing."
+)
 @click.option("-v", "--verbose", is_flag=True, help="With --dry-run: a line per message as well.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @job_failures("the redrive")
-def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: str | None,
-                transformer: str | None, dry_run: bool, verbose: bool, as_json: bool,
-                **options: Any) -> None:
+def redrive_cmd(
+    dmq_name: str,
+    reason: str,
+    since: str,
+    until: str | None,
+    to: str | None,
+    transformer: str | None,
+    dry_run: bool,
+    verbose: bool,
+    as_json: bool,
+    **options: Any,
+) -> None:
     """Resend chosen dead messages to their original target (or DEST).
 
     Only messages the bridge itself dead-lettered (their DMQ marker verifies with the
@@ -212,8 +266,16 @@ def redrive_cmd(dmq_name: str, reason: str, since: str, until: str | None, to: s
         plugin = load_transformer(transformer) if transformer else None
     job, endpoint = _job(options, dmq_name)
     with _errors():
-        result = redrive(endpoint, reason, since_ms, until_ms, to=dest, transformer=plugin,
-                         dry_run=dry_run, factories=target_factories(job.config, job.host_factory))
+        result = redrive(
+            endpoint,
+            reason,
+            since_ms,
+            until_ms,
+            to=dest,
+            transformer=plugin,
+            dry_run=dry_run,
+            factories=target_factories(job.config, job.host_factory),
+        )
     if as_json:
         click.echo(json.dumps(result.as_dict(), indent=2))
     else:
@@ -227,8 +289,17 @@ def _print_redrive(result: RedriveResult, per_message: bool) -> None:
     rows: list[tuple[str, ...]]
     if per_message:
         rows = [("status", "dmq message", "source message", "link", "destination", "detail")]
-        rows += [(i.status, i.dmq_message_id, i.source_message_id or "-", i.link or "-",
-                  i.destination or "-", i.detail or "") for i in result.items]
+        rows += [
+            (
+                i.status,
+                i.dmq_message_id,
+                i.source_message_id or "-",
+                i.link or "-",
+                i.destination or "-",
+                i.detail or "",
+            )
+            for i in result.items
+        ]
     else:
         groups = Counter((i.status, i.destination or "-", i.link or "-") for i in result.items)
         rows = [("status", "messages", "destination", "link")]
@@ -236,10 +307,14 @@ def _print_redrive(result: RedriveResult, per_message: bool) -> None:
     widths = [max(len(r[c]) for r in rows) for c in range(len(rows[0]))]
     for r in rows:
         click.echo("  ".join(v.ljust(w) for v, w in zip(r, widths)).rstrip())
-    counts = ", ".join(f"{result.count(s)} {s}" for s in
-                       ("would-send", "sent", "failed", "skipped", "unverified", "gone") if result.count(s))
-    click.echo(f"{'dry run: ' if result.dry_run else ''}{len(result.items)} chosen"
-               f"{': ' + counts if counts else ''}")
+    counts = ", ".join(
+        f"{result.count(s)} {s}"
+        for s in ("would-send", "sent", "failed", "skipped", "unverified", "gone")
+        if result.count(s)
+    )
+    click.echo(f"{'dry run: ' if result.dry_run else ''}{len(result.items)} chosen{': ' + counts if counts else ''}")
     if result.count("unverified"):
-        click.echo(f"skipped {result.count('unverified')} message(s) the bridge did not "
-                   "dead-letter (DMQ marker missing or wrong); they are left in the DMQ")
+        click.echo(
+            f"skipped {result.count('unverified')} message(s) the bridge did not "
+            "dead-letter (DMQ marker missing or wrong); they are left in the DMQ"
+        )

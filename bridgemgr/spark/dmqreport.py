@@ -39,8 +39,7 @@ def table(rows: Sequence[ReportRow]) -> str:
     widths = [max(len(c) for c in col) for col in zip(HEADINGS, *body, foot)]
 
     def line(cells: Iterable[str]) -> str:
-        out = [c.rjust(w) if i >= len(REPORT_KEYS) else c.ljust(w)
-               for i, (c, w) in enumerate(zip(cells, widths))]
+        out = [c.rjust(w) if i >= len(REPORT_KEYS) else c.ljust(w) for i, (c, w) in enumerate(zip(cells, widths))]
         return "  ".join(out).rstrip()
 
     rule = "  ".join("-" * w for w in widths)
@@ -57,8 +56,7 @@ def to_csv(rows: Sequence[ReportRow]) -> str:
 
 
 def to_json(rows: Sequence[ReportRow], source: str) -> str:
-    return json.dumps({"source": source, "total": totals(rows),
-                       "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
+    return json.dumps({"source": source, "total": totals(rows), "rows": [r.as_dict() for r in rows]}, indent=2) + "\n"
 
 
 def _bars(title: str, counts: Sequence[tuple[str, int]], colour: str) -> str:
@@ -66,17 +64,21 @@ def _bars(title: str, counts: Sequence[tuple[str, int]], colour: str) -> str:
     bar, gap, label_w, chart_w = 22, 6, 230, 420
     top = max((c for _, c in counts), default=0) or 1
     height = 34 + len(counts) * (bar + gap)
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{label_w + chart_w + 80}" '
-             f'height="{height}" aria-label="{html.escape(title)}">',
-             f'<text x="0" y="18" class="t">{html.escape(title)}</text>']
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" role="img" width="{label_w + chart_w + 80}" '
+        f'height="{height}" aria-label="{html.escape(title)}">',
+        f'<text x="0" y="18" class="t">{html.escape(title)}</text>',
+    ]
     for i, (label, count) in enumerate(counts):
         y = 30 + i * (bar + gap)
         w = max(1, round(chart_w * count / top))
-        parts.append(f'<text x="{label_w - 8}" y="{y + bar - 7}" text-anchor="end">'
-                     f'{html.escape(label)}</text>'
-                     f'<rect x="{label_w}" y="{y}" width="{w}" height="{bar}" fill="{colour}">'
-                     f'<title>{html.escape(label)}: {count}</title></rect>'
-                     f'<text x="{label_w + w + 6}" y="{y + bar - 7}">{count}</text>')
+        parts.append(
+            f'<text x="{label_w - 8}" y="{y + bar - 7}" text-anchor="end">'
+            f"{html.escape(label)}</text>"
+            f'<rect x="{label_w}" y="{y}" width="{w}" height="{bar}" fill="{colour}">'
+            f"<title>{html.escape(label)}: {count}</title></rect>"
+            f'<text x="{label_w + w + 6}" y="{y + bar - 7}">{count}</text>'
+        )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -97,11 +99,17 @@ def to_html(rows: Sequence[ReportRow], source: str) -> str:
     total = totals(rows)
     made = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     head = "".join(f"<th>{h}</th>" for h in HEADINGS)
-    body = "".join("<tr>" + "".join(
-        f'<td class="{"n" if i >= len(REPORT_KEYS) else ""}">{html.escape(c)}</td>'
-        for i, c in enumerate(_cells(r))) + "</tr>" for r in rows)
-    charts = (_bars("Dead messages by reason", by_reason.most_common(), "#c0392b")
-              + _bars(f"Dead messages by {period} (UTC)", sorted(by_hour.items()), "#2c7fb8"))
+    body = "".join(
+        "<tr>"
+        + "".join(
+            f'<td class="{"n" if i >= len(REPORT_KEYS) else ""}">{html.escape(c)}</td>' for i, c in enumerate(_cells(r))
+        )
+        + "</tr>"
+        for r in rows
+    )
+    charts = _bars("Dead messages by reason", by_reason.most_common(), "#c0392b") + _bars(
+        f"Dead messages by {period} (UTC)", sorted(by_hour.items()), "#2c7fb8"
+    )
     return f"""<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
 <title>DMQ report: {html.escape(source)}</title>
@@ -124,7 +132,10 @@ bytes of original messages. Made {made}.</p>
 
 def render(kind: str, rows: Sequence[ReportRow], source: str) -> str:
     """``table``, ``csv``, ``json`` or ``html``."""
-    formats: dict[str, Any] = {"table": lambda: table(rows), "csv": lambda: to_csv(rows),
-                               "json": lambda: to_json(rows, source),
-                               "html": lambda: to_html(rows, source)}
+    formats: dict[str, Any] = {
+        "table": lambda: table(rows),
+        "csv": lambda: to_csv(rows),
+        "json": lambda: to_json(rows, source),
+        "html": lambda: to_html(rows, source),
+    }
     return formats[kind]()

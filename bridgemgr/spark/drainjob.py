@@ -42,7 +42,8 @@ def send_slices(options: LinkOptions, slices: Iterable[Slice]) -> Iterator[Batch
     from .slices import records
 
     yield worker_transfer(options).transfer(
-        item for lo, hi, packed in slices for item in records(options, lo, hi, packed))
+        item for lo, hi, packed in slices for item in records(options, lo, hi, packed)
+    )
 
 
 class BatchDrain:
@@ -98,9 +99,12 @@ class BatchDrain:
         if self.options.ship_log:
             quiet_task_size_warning(self.spark)
         if not (self.sc.master or "local").startswith("local"):
-            threading.Thread(target=hold_without_executors,
-                             args=(self.spark, self.options, lambda: not done.is_set()),
-                             name=f"executors {self.options.link}", daemon=True).start()
+            threading.Thread(
+                target=hold_without_executors,
+                args=(self.spark, self.options, lambda: not done.is_set()),
+                name=f"executors {self.options.link}",
+                daemon=True,
+            ).start()
         try:
             bounds = receiver.log.bounds()
             lo = bounds[0] if bounds else 0
@@ -129,11 +133,12 @@ class BatchDrain:
         if self.options.ship_log:
             parts = ship_parts(receiver.log, lo, hi, parts)
         slices: list[Slice] = [
-            (a, b, receiver.log.pack(a, b) if self.options.ship_log else None)
-            for a, b in offset_slices(lo, hi, parts)]
-        self.sc.setJobGroup(self._group, f"batch {batch}: offsets {lo} .. {hi - 1}",
-                            interruptOnCancel=True)
-        counts = (self.sc.parallelize(slices, len(slices))
-                  .mapPartitions(functools.partial(send_slices, self.options))
-                  .collect())
+            (a, b, receiver.log.pack(a, b) if self.options.ship_log else None) for a, b in offset_slices(lo, hi, parts)
+        ]
+        self.sc.setJobGroup(self._group, f"batch {batch}: offsets {lo} .. {hi - 1}", interruptOnCancel=True)
+        counts = (
+            self.sc.parallelize(slices, len(slices))
+            .mapPartitions(functools.partial(send_slices, self.options))
+            .collect()
+        )
         record_batch(self.options.stats, batch, sum_counts(counts))

@@ -48,17 +48,17 @@ EXECUTOR_WAIT = 120.0  # s a job waits for its first executor on a cluster (--ti
 class ServiceJob:
     """One job's view of the service and of the JMS bridge it works on."""
 
-    broker_url: str                    # the host broker's jms connection service
+    broker_url: str  # the host broker's jms connection service
     bridge: str
     xmlurl: str
     config: BridgeConfig
     runner: str = "local"
     backout_threshold: int = BACKOUT_THRESHOLD
-    link_window: int = LINK_WINDOW              # imq.bridge.<name>.link.window
+    link_window: int = LINK_WINDOW  # imq.bridge.<name>.link.window
     link_window_bytes: int = LINK_WINDOW_BYTES  # imq.bridge.<name>.link.windowBytes
     spark_master: str = "local[*]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
-    user: str | None = field(default=None, repr=False)      # the admin login (admin port)
+    user: str | None = field(default=None, repr=False)  # the admin login (admin port)
     password: str | None = field(default=None, repr=False)
     broker_user: str | None = field(default=None, repr=False)  # the service account (host broker)
     broker_password: str | None = field(default=None, repr=False)
@@ -76,8 +76,9 @@ class ServiceJob:
         pending = (reply.data or {}).get("pending") if reply.ok else None
         return pending if isinstance(pending, int) else None
 
-    def backlog(self, cf_ref: str | None, dest_ref: str | None, selector: str | None = None,
-                durable: str | None = None) -> int | None:
+    def backlog(
+        self, cf_ref: str | None, dest_ref: str | None, selector: str | None = None, durable: str | None = None
+    ) -> int | None:
         """How many messages wait at a link's source or a DMQ, when the host broker holds
         them in a queue (a named one, no selector); None when that cannot be told (another
         provider, a topic, a JNDI destination, a selector)."""
@@ -88,8 +89,7 @@ class ServiceJob:
             return None
         host = means_host_broker(self.config.connection_factory(cf_ref))
         dest = self.config.destination(dest_ref)
-        if not host or dest.lookup_name is not None or dest.name is None \
-                or dest.type is not DestinationType.QUEUE:
+        if not host or dest.lookup_name is not None or dest.name is None or dest.type is not DestinationType.QUEUE:
             return None
         return self.host_queue_depth(dest.name)
 
@@ -100,16 +100,15 @@ class ServiceJob:
 
         return HostBrokerFactory(self.broker_url, self.broker_user, self.broker_password)
 
-    def spark(self, app_name: str, master: str | None = None, timeout: float = EXECUTOR_WAIT,
-              **conf: Any) -> SparkSession:
+    def spark(
+        self, app_name: str, master: str | None = None, timeout: float = EXECUTOR_WAIT, **conf: Any
+    ) -> SparkSession:
         """The job's SparkSession on ``master`` (default: the service's): the service's
         imq.bridge.spark.conf.* settings, then ``conf`` (see job_spark)."""
-        return job_spark(app_name, master or self.spark_master, {**self.spark_conf, **conf},
-                         timeout)
+        return job_spark(app_name, master or self.spark_master, {**self.spark_conf, **conf}, timeout)
 
 
-def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: float = EXECUTOR_WAIT
-              ) -> SparkSession:
+def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: float = EXECUTOR_WAIT) -> SparkSession:
     """A job's SparkSession on ``master``, never another: an unreachable master is one
     line within seconds (probe_master); stderr says which master runs the job
     ("running on spark://host:7077"); on a cluster the job waits at most ``timeout`` s
@@ -119,8 +118,7 @@ def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: floa
 
     quiet = job_output().level > logging.DEBUG
     try:
-        spark = spark_session(app_name=app_name, master=master, conf=conf,
-                              jvm_output=JOB_SPARK_LOG if quiet else None)
+        spark = spark_session(app_name=app_name, master=master, conf=conf, jvm_output=JOB_SPARK_LOG if quiet else None)
     except SparkUnavailable as exc:
         raise click.ClickException(str(exc)) from None
     ran_on = spark.sparkContext.master or master
@@ -134,8 +132,7 @@ def job_spark(app_name: str, master: str, conf: Mapping[str, Any], timeout: floa
     return spark
 
 
-def wait_for_executors(spark: SparkSession, master: str, timeout: float,
-                       conf: Mapping[str, str]) -> None:
+def wait_for_executors(spark: SparkSession, master: str, timeout: float, conf: Mapping[str, str]) -> None:
     """Return once an executor has registered. A standalone master gives an application
     only free cores, and a job with none would wait forever (a drain with its source
     already taken into its checkpoint): say so once (the cores other applications hold,
@@ -157,7 +154,8 @@ def wait_for_executors(spark: SparkSession, master: str, timeout: float,
             raise click.ClickException(
                 f"no executor on {master} after {timeout:g} s ({_busy_text(busy)}): free cores "
                 "there (spark.cores.max of the other applications), or run the job with "
-                "--master local[N]")
+                "--master local[N]"
+            )
         time.sleep(0.5)
 
 
@@ -172,7 +170,7 @@ def _cores_in_use(master: str, conf: Mapping[str, str]) -> tuple[int, int] | Non
 
     if not master.startswith("spark://"):
         return None
-    host = master[len("spark://"):].split(",")[0].rpartition(":")[0]
+    host = master[len("spark://") :].split(",")[0].rpartition(":")[0]
     port = conf.get("spark.master.ui.port", "8080")
     try:
         with urllib.request.urlopen(f"http://{host}:{port}/json/", timeout=2) as reply:
@@ -228,19 +226,21 @@ def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
 def job_failures(what: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """A job command whose unexpected failure (Spark's, a transformer's ...) prints one line,
     "<what> failed: <why>; <what to do>", and exits 1; the stack trace only with --debug."""
+
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         @functools.wraps(fn)
         def run(*args: Any, **kwargs: Any) -> Any:
             try:
                 return fn(*args, **kwargs)
-            except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit,
-                    KeyboardInterrupt):
+            except (click.ClickException, click.exceptions.Exit, click.Abort, SystemExit, KeyboardInterrupt):
                 raise
             except Exception as exc:
                 if job_output().debug:
                     traceback.print_exc()
                 raise click.ClickException(failure_line(what, exc)) from None
+
         return run
+
     return decorate
 
 
@@ -253,14 +253,17 @@ def failure_line(what: str, exc: BaseException) -> str:
 
     text = str(exc)
     if (missing := _NO_MODULE.search(text)) is not None:
-        return (f"{what} failed: the module {missing.group(1)} cannot be imported (a message "
-                f"transformer not on the plugin path?): {WHERE_TRANSFORMERS_ARE}, where Spark's "
-                "processes see it too; --debug shows the stack trace")
+        return (
+            f"{what} failed: the module {missing.group(1)} cannot be imported (a message "
+            f"transformer not on the plugin path?): {WHERE_TRANSFORMERS_ARE}, where Spark's "
+            "processes see it too; --debug shows the stack trace"
+        )
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    cause = next((line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception): ", line)),
-                 lines[0] if lines else type(exc).__name__)
-    return (f"{what} failed: {cause[:300]}; Spark's own log is {SPARK_LOG}; "
-            "--debug shows the stack trace")
+    cause = next(
+        (line for line in reversed(lines) if re.match(r"[\w.]+(Error|Exception): ", line)),
+        lines[0] if lines else type(exc).__name__,
+    )
+    return f"{what} failed: {cause[:300]}; Spark's own log is {SPARK_LOG}; --debug shows the stack trace"
 
 
 def require_spark() -> None:
@@ -275,32 +278,60 @@ def job_options(fn: Callable[..., Any] | None = None, *, bridge_required: bool =
     """-bn and the admin commands' options; the command gets them as keyword arguments
     broker, bridge, user, passfile, secure, cafile, reply_timeout, retries. A command that
     can also work without the service says bridge_required=False and checks -bn itself."""
+
     def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
         fn = admin_options(fn)
-        fn = click.option("-loglevel", "--loglevel", metavar="LEVEL", expose_value=False,
-                          callback=_set_level, is_eager=True,
-                          help="Level of the job's log lines (default WARNING); DEBUG also "
-                               "shows Spark's own start-up lines.")(fn)
-        fn = click.option("--debug", is_flag=True, expose_value=False, callback=_set_debug,
-                          help="Print the stack trace of a failure.")(fn)
-        return click.option("-bn", "bridge", required=bridge_required, metavar="NAME",
-                            help="The JMS bridge whose configuration the job uses.")(fn)
+        fn = click.option(
+            "-loglevel",
+            "--loglevel",
+            metavar="LEVEL",
+            expose_value=False,
+            callback=_set_level,
+            is_eager=True,
+            help="Level of the job's log lines (default WARNING); DEBUG also shows Spark's own start-up lines.",
+        )(fn)
+        fn = click.option(
+            "--debug", is_flag=True, expose_value=False, callback=_set_debug, help="Print the stack trace of a failure."
+        )(fn)
+        return click.option(
+            "-bn",
+            "bridge",
+            required=bridge_required,
+            metavar="NAME",
+            help="The JMS bridge whose configuration the job uses.",
+        )(fn)
+
     return decorate if fn is None else decorate(fn)
 
 
 def spark_options(fn: Callable[..., Any]) -> Callable[..., Any]:
     """--master and --timeout of a job that runs on Spark (keyword arguments master, timeout)."""
-    fn = click.option("--timeout", type=click.FloatRange(min=1), default=EXECUTOR_WAIT,
-                      show_default=True, metavar="SECONDS",
-                      help="On a cluster, how long to wait for an executor before failing.")(fn)
-    return click.option("--master", metavar="URL",
-                        help="The Spark master to run on (spark://HOST:PORT, local[N]) "
-                             "[default: the service's imq.bridge.spark.master].")(fn)
+    fn = click.option(
+        "--timeout",
+        type=click.FloatRange(min=1),
+        default=EXECUTOR_WAIT,
+        show_default=True,
+        metavar="SECONDS",
+        help="On a cluster, how long to wait for an executor before failing.",
+    )(fn)
+    return click.option(
+        "--master",
+        metavar="URL",
+        help="The Spark master to run on (spark://HOST:PORT, local[N]) "
+        "[default: the service's imq.bridge.spark.master].",
+    )(fn)
 
 
-def service_job(broker: str, bridge: str, user: str | None, passfile: str | None,
-                secure: bool = False, cafile: str | None = None, reply_timeout: int = 10,
-                retries: int = 5) -> ServiceJob:
+def service_job(
+    broker: str,
+    bridge: str,
+    user: str | None,
+    passfile: str | None,
+    secure: bool = False,
+    cafile: str | None = None,
+    reply_timeout: int = 10,
+    retries: int = 5,
+) -> ServiceJob:
     """Ask the service at ``broker`` about ``bridge`` and connect this process to its host
     broker; ClickException with the service's answer when it cannot."""
     from ..jmsbridge.config import load_bridge_config
@@ -326,15 +357,23 @@ def service_job(broker: str, bridge: str, user: str | None, passfile: str | None
     spark = data.get("spark") or {}
     account = data.get("service") or {}
     if not account.get("user"):
-        raise click.ClickException(f"the service at {broker} names no service account for jobs; "
-                                   "upgrade it")
-    return ServiceJob(url, bridge, data["xmlurl"], config, runner=data.get("runner", "local"),
-                      backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),
-                      # (an older service says neither: its defaults were these)
-                      link_window=int(data.get("linkWindow", LINK_WINDOW)),
-                      link_window_bytes=int(data.get("linkWindowBytes", LINK_WINDOW_BYTES)),
-                      spark_master=spark.get("master") or "local[*]",
-                      spark_conf=dict(spark.get("conf") or {}), user=user, password=password,
-                      broker_user=account["user"], broker_password=account.get("password"),
-                      dmq_key=bytes.fromhex(account.get("dmqKey") or ""),
-                      admin=(broker, user, password, secure, cafile, reply_timeout, retries))
+        raise click.ClickException(f"the service at {broker} names no service account for jobs; upgrade it")
+    return ServiceJob(
+        url,
+        bridge,
+        data["xmlurl"],
+        config,
+        runner=data.get("runner", "local"),
+        backout_threshold=int(data.get("backoutThreshold", BACKOUT_THRESHOLD)),
+        # (an older service says neither: its defaults were these)
+        link_window=int(data.get("linkWindow", LINK_WINDOW)),
+        link_window_bytes=int(data.get("linkWindowBytes", LINK_WINDOW_BYTES)),
+        spark_master=spark.get("master") or "local[*]",
+        spark_conf=dict(spark.get("conf") or {}),
+        user=user,
+        password=password,
+        broker_user=account["user"],
+        broker_password=account.get("password"),
+        dmq_key=bytes.fromhex(account.get("dmqKey") or ""),
+        admin=(broker, user, password, secure, cafile, reply_timeout, retries),
+    )

@@ -35,9 +35,9 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 SPARK_LOG = "spark.log"  # the service's Spark JVM output, beside the service log
-CHUNK = 65536            # bytes read (and written) at a time
-PIPE_SIZE = 1 << 20      # what the pipe holds before the JVM waits (Linux's default max)
-CLOSE_WAIT = 10.0        # s the JVM is given to end at exit, its last lines read
+CHUNK = 65536  # bytes read (and written) at a time
+PIPE_SIZE = 1 << 20  # what the pipe holds before the JVM waits (Linux's default max)
+CLOSE_WAIT = 10.0  # s the JVM is given to end at exit, its last lines read
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,11 @@ class SparkLog:
     @classmethod
     def for_service(cls, props: BrokerProperties) -> SparkLog:
         """<instance>/log/spark.log, bounded as the service log is (imq.log.file.*)."""
-        return cls(props.instance_dir / "log" / SPARK_LOG, props.get("imq.log.file.rolloverbytes"),
-                   props.get("imq.log.file.rolloversecs"))
+        return cls(
+            props.instance_dir / "log" / SPARK_LOG,
+            props.get("imq.log.file.rolloverbytes"),
+            props.get("imq.log.file.rolloversecs"),
+        )
 
 
 class RotatingBytes:
@@ -65,8 +68,9 @@ class RotatingBytes:
     written longer ago rolls over at open). A failed write costs its bytes (counted) and
     is said once through ``report``, and once more when writing works again."""
 
-    def __init__(self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0,
-                 report: logging.Logger = log) -> None:
+    def __init__(
+        self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0, report: logging.Logger = log
+    ) -> None:
         self.path = path
         self.bounds = FileBounds.of(path, limit, count, max_age)
         self.failures = WriteFailures(path, report)
@@ -132,8 +136,7 @@ class JvmLog:
     ``write_fd`` to the process that writes (as its stdout and stderr), then call started()."""
 
     def __init__(self, log: SparkLog) -> None:
-        self.file = RotatingBytes(log.path, log.rollover_bytes, log.files,
-                                  max_age=log.rollover_secs)
+        self.file = RotatingBytes(log.path, log.rollover_bytes, log.files, max_age=log.rollover_secs)
         self._read_fd, self.write_fd = os.pipe()
         try:
             fcntl.fcntl(self.write_fd, fcntl.F_SETPIPE_SZ, PIPE_SIZE)
@@ -142,8 +145,7 @@ class JvmLog:
         os.set_blocking(self._read_fd, False)
         self._wake_read, self._wake_write = os.pipe()
         self.ended = threading.Event()  # every writer closed the pipe and all was written
-        self._thread = threading.Thread(target=self._copy, name=f"{log.path.name} writer",
-                                        daemon=True)
+        self._thread = threading.Thread(target=self._copy, name=f"{log.path.name} writer", daemon=True)
         self._thread.start()
 
     def started(self) -> None:
@@ -162,8 +164,7 @@ class JvmLog:
                 events = dict(poller.poll())
                 if self._wake_read in events:
                     self._take_what_is_there()
-                    self.file.write(b"(the JVM still runs: what it writes from here on is "
-                                    b"not in this file)\n")
+                    self.file.write(b"(the JVM still runs: what it writes from here on is not in this file)\n")
                     return
                 if not self._take_what_is_there():
                     self.ended.set()

@@ -76,8 +76,9 @@ class SourceLog:
                     os.close(fd)
                     if deadline is None:
                         return False
-                    raise SourceLogError(f"source log {self.folder}: process {holder or '?'} "
-                                         f"still writes it after {wait:.0f} s") from None
+                    raise SourceLogError(
+                        f"source log {self.folder}: process {holder or '?'} still writes it after {wait:.0f} s"
+                    ) from None
                 if not asked:
                     (self.folder / _HANDOVER).touch()
                     asked = True
@@ -165,8 +166,10 @@ class SourceLog:
                 packed.append((expect, end, pack_segment(expect, run, provider)))
             expect = packed[-1][1]
         if expect < hi:
-            raise SourceLogError(f"source log {self.folder}: records {expect} .. {hi - 1} are "
-                                 "not there (was the checkpoint's sourcelog folder changed?)")
+            raise SourceLogError(
+                f"source log {self.folder}: records {expect} .. {hi - 1} are "
+                "not there (was the checkpoint's sourcelog folder changed?)"
+            )
         return packed
 
     def end_within(self, lo: int, hi: int, max_bytes: int) -> int:
@@ -203,8 +206,10 @@ class SourceLog:
                     yield record, provider
                     expect = record.offset + 1
         if expect < hi:
-            raise SourceLogError(f"source log {self.folder}: records {expect} .. {hi - 1} are "
-                                 "not there (was the checkpoint's sourcelog folder changed?)")
+            raise SourceLogError(
+                f"source log {self.folder}: records {expect} .. {hi - 1} are "
+                "not there (was the checkpoint's sourcelog folder changed?)"
+            )
 
     def delete_through(self, end: int) -> int:
         """Remove the segments wholly below ``end`` (Spark committed them); how many."""
@@ -242,16 +247,16 @@ def parse_segment(data: bytes, name: str) -> Iterator[tuple[Record, str]]:
             raise ValueError("not a source log segment")
         pos = len(MAGIC)
         (n,) = _U32.unpack_from(data, pos)
-        header = json.loads(data[pos + 4:pos + 4 + n])
+        header = json.loads(data[pos + 4 : pos + 4 + n])
         pos += 4 + n
         start, end, provider = int(header["start"]), int(header["end"]), str(header["provider"])
         view = memoryview(data)
         for offset in range(start, end):
             (n,) = _U32.unpack_from(data, pos)
-            mid = bytes(view[pos + 4:pos + 4 + n]).decode("utf-8", "surrogatepass")
+            mid = bytes(view[pos + 4 : pos + 4 + n]).decode("utf-8", "surrogatepass")
             pos += 4 + n
             (n,) = _U32.unpack_from(data, pos)
-            blob = bytes(view[pos + 4:pos + 4 + n])
+            blob = bytes(view[pos + 4 : pos + 4 + n])
             if len(blob) != n:
                 raise ValueError("truncated record")
             pos += 4 + n
@@ -265,7 +270,7 @@ def parse_segment(data: bytes, name: str) -> Iterator[tuple[Record, str]]:
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
-        view = view[os.write(fd, view):]
+        view = view[os.write(fd, view) :]
 
 
 def _fsync_dir(folder: Path) -> None:

@@ -20,23 +20,33 @@ from typing import Any
 
 from ..jmsbridge.linkoptions import BACKOUT_THRESHOLD, LINK_WINDOW, LINK_WINDOW_BYTES, SharedLinkOptions
 
-__all__ = ["BACKOUT_THRESHOLD", "FORMAT", "LINK_WINDOW", "LINK_WINDOW_BYTES", "SCHEMA", "SOURCE_ID_PROPERTY",
-           "LinkOptions", "offset_slices"]
+__all__ = [
+    "BACKOUT_THRESHOLD",
+    "FORMAT",
+    "LINK_WINDOW",
+    "LINK_WINDOW_BYTES",
+    "SCHEMA",
+    "SOURCE_ID_PROPERTY",
+    "LinkOptions",
+    "offset_slices",
+]
 
 FORMAT = "imqbridge_link"
 SOURCE_ID_PROPERTY = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"  # stamped on every transferred message
 SCHEMA = "offset long"  # a row is a message of the source log, by its offset (source.py)
+
+
 @dataclass(frozen=True, kw_only=True)
 class LinkOptions(SharedLinkOptions):
     """The query's options (strings on the wire), for the reader and the writer: the
     link's shared ones and the Spark link's own."""
 
-    source_log: str                  # <checkpoint>/sourcelog
-    stats: str                       # the per-batch counters file (JSON lines)
-    parallelism: int = 2             # partitions a batch is read in (executor tasks)
-    max_per_batch: int = 10000       # messages received for one micro-batch at most
-    receive_wait: float = 1.0        # how long the driver waits for a batch's first message (s)
-    ship_log: bool = False           # the driver ships each slice's records (slices.py)
+    source_log: str  # <checkpoint>/sourcelog
+    stats: str  # the per-batch counters file (JSON lines)
+    parallelism: int = 2  # partitions a batch is read in (executor tasks)
+    max_per_batch: int = 10000  # messages received for one micro-batch at most
+    receive_wait: float = 1.0  # how long the driver waits for a batch's first message (s)
+    ship_log: bool = False  # the driver ships each slice's records (slices.py)
 
     @property
     def prefetch(self) -> int:

@@ -30,9 +30,16 @@ def duration(seconds: float) -> str:
 class Progress:
     """The progress of one job over ``total`` messages (None: unknown) on ``stream``."""
 
-    def __init__(self, what: str, total: int | None, stream: TextIO | None = None, *,
-                 clock: Callable[[], float] = time.monotonic, tick: float = 1.0,
-                 every: float = 10.0) -> None:
+    def __init__(
+        self,
+        what: str,
+        total: int | None,
+        stream: TextIO | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
+        tick: float = 1.0,
+        every: float = 10.0,
+    ) -> None:
         self.what = what
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
@@ -78,10 +85,11 @@ class Progress:
         eta = duration(left / rate) if rate > 0 else "?" if left else duration(0)
         if self.tty:
             filled = round(share * BAR)
-            return (f"{self.what}{note} [{'#' * filled}{'.' * (BAR - filled)}] {share:4.0%} "
-                    f"{done:,}/{total:,} messages, {rate:,.0f} msg/s, ETA {eta}")
-        return (f"{self.what}{note}: {done:,}/{total:,} messages ({share:.0%}), {rate:,.0f} msg/s, "
-                f"ETA {eta}")
+            return (
+                f"{self.what}{note} [{'#' * filled}{'.' * (BAR - filled)}] {share:4.0%} "
+                f"{done:,}/{total:,} messages, {rate:,.0f} msg/s, ETA {eta}"
+            )
+        return f"{self.what}{note}: {done:,}/{total:,} messages ({share:.0%}), {rate:,.0f} msg/s, ETA {eta}"
 
     def _write(self, now: float) -> None:
         text = self.line(self._done, now - self.start)

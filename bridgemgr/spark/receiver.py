@@ -67,11 +67,11 @@ class Receiver:
             source_log.own(wait=HANDOVER_WAIT)
         self.log = source_log.open()
         bounds = self.log.bounds()
-        self.end = bounds[1] if bounds else 0   # the offset after the last logged record
+        self.end = bounds[1] if bounds else 0  # the offset after the last logged record
         self.planned = bounds[0] if bounds else 0  # the batch Spark asked for last starts here
-        self.until_empty = False                # a drain: stop at an empty source
+        self.until_empty = False  # a drain: stop at an empty source
         self.drained = False
-        self.error: Exception | None = None     # why a drain's receiving gave up
+        self.error: Exception | None = None  # why a drain's receiving gave up
         self.cond = threading.Condition()
         self._env: LinkEnvironment | None = None
         self._handle: Handle | None = None
@@ -108,8 +108,7 @@ class Receiver:
                     continue
                 self.end = self._receive_batch(self.end, room, PREFETCH_WAIT)
         except Exception as exc:  # the source runner's receiver receives (and retries) itself
-            log.warning("link %s: prefetching stopped (%s: %s)", self.options.link,
-                        type(exc).__name__, exc)
+            log.warning("link %s: prefetching stopped (%s: %s)", self.options.link, type(exc).__name__, exc)
         finally:
             self._disconnect()
             self.log.let_go()
@@ -122,8 +121,7 @@ class Receiver:
             self.planned = start
             self.end = max(self.end, start)  # segments below start may be gone already
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"receive {self.options.link}")
+                self._thread = threading.Thread(target=self._run, daemon=True, name=f"receive {self.options.link}")
                 self._thread.start()
             self.cond.notify_all()
             # a drain needs an answer (returning start ends it); a stream asks again later
@@ -170,8 +168,9 @@ class Receiver:
                 if self._stopped:
                     return
                 failures += 1
-                log.warning("link %s: receiving failed (%s: %s); trying again",
-                            self.options.link, type(exc).__name__, exc)
+                log.warning(
+                    "link %s: receiving failed (%s: %s); trying again", self.options.link, type(exc).__name__, exc
+                )
                 self._disconnect()
                 if self.until_empty and failures >= DRAIN_FAILURES:
                     with self.cond:  # a drain gives up: latestOffset raises it
@@ -179,8 +178,7 @@ class Receiver:
                         self.cond.notify_all()
                     return
                 with self.cond:  # the backoff, cut short by stop()
-                    self.cond.wait_for(lambda: self._stopped,
-                                       backoff_delay(0.5, failures + 1, 10.0))
+                    self.cond.wait_for(lambda: self._stopped, backoff_delay(0.5, failures + 1, 10.0))
                 continue
             with self.cond:
                 if end > start:
@@ -216,9 +214,13 @@ class Receiver:
             assert self._session is not None
             self._session.acknowledge()
         except CONNECTION_LOST as exc:
-            log.warning("link %s: acknowledging %d logged message(s) failed (%s); the source "
-                        "gives them again: duplicates carry the same source message id",
-                        self.options.link, len(records), exc)
+            log.warning(
+                "link %s: acknowledging %d logged message(s) failed (%s); the source "
+                "gives them again: duplicates carry the same source message id",
+                self.options.link,
+                len(records),
+                exc,
+            )
             self._disconnect()
         return end
 
@@ -229,19 +231,18 @@ class Receiver:
             self._disconnect()
         env = self._environment()
         cfg = env.link.source
-        handle = env.connectors[cfg.connection_factory_ref].connect(
-            cfg.clientid, attempts=self._connect_attempts)
+        handle = env.connectors[cfg.connection_factory_ref].connect(cfg.clientid, attempts=self._connect_attempts)
         try:
             session = handle.connection.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
             # a segment's worth unacknowledged at most; what the source sends ahead held to
             # PREFETCH_WINDOWS segments of windowBytes where it can (mq://), as a local link's
             most = self._environment().window_bytes
-            session.prefetch_at_least(max(SEGMENT_MIN, self.options.max_per_batch // 10),
-                                      PREFETCH_WINDOWS * most if most > 0 else 0)
+            session.prefetch_at_least(
+                max(SEGMENT_MIN, self.options.max_per_batch // 10), PREFETCH_WINDOWS * most if most > 0 else 0
+            )
             src = env.source
             if isinstance(src, Topic) and cfg.durable_sub:  # (is_topic: a Topic)
-                consumer = session.create_durable_subscriber(src, cfg.durable_sub,
-                                                             cfg.selector)
+                consumer = session.create_durable_subscriber(src, cfg.durable_sub, cfg.selector)
             else:
                 consumer = session.create_consumer(src, cfg.selector)
             handle.connection.start()

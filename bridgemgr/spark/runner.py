@@ -45,7 +45,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("imq.bridge.spark")
 SERVICE_PRINCIPAL = Principal(None, service=None)  # the service asking its own broker (backlog)
-RESTARTS = 5           # failed queries in a row (no batch committed between) before giving up
+RESTARTS = 5  # failed queries in a row (no batch committed between) before giving up
 TRIGGER = "0 seconds"  # batches back to back; an idle source waits in receiveWait instead
 
 
@@ -55,12 +55,12 @@ def checkpoint_dir(bridge_dir: Path, link: str) -> Path:
 
 def link_options(checkpoint: Path, **values: Any) -> LinkOptions:
     """LinkOptions whose source log and stats file live in ``checkpoint``."""
-    return LinkOptions(source_log=str(checkpoint / "sourcelog"),
-                       stats=str(checkpoint / "linkstats.jsonl"), **values)
+    return LinkOptions(source_log=str(checkpoint / "sourcelog"), stats=str(checkpoint / "linkstats.jsonl"), **values)
 
 
-def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
-                available_now: bool = False, name: str | None = None) -> StreamingQuery:
+def start_query(
+    spark: SparkSession, options: LinkOptions, checkpoint: Path, available_now: bool = False, name: str | None = None
+) -> StreamingQuery:
     """The link's streaming query, started (from ``checkpoint`` when it has one); this
     process receives into its source log until the query's own receiver takes over
     (prefetch, receiver.py)."""
@@ -73,37 +73,43 @@ def start_query(spark: SparkSession, options: LinkOptions, checkpoint: Path,
     # admin command's resume/start, the watcher's restart) failed DATA_SOURCE_NOT_FOUND.
     jvm = spark.sparkContext._jvm
     assert jvm is not None
-    getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(
-        spark._jsparkSession)
+    getattr(jvm, "org.apache.spark.sql.classic.SparkSession").setActiveSession(spark._jsparkSession)
     spark.dataSource.register(LinkDataSource)
     if options.ship_log:
         quiet_task_size_warning(spark)
     opts = options.to_options()
-    writer = (spark.readStream.format(FORMAT).options(**opts).load()
-              .writeStream.format(FORMAT).options(**opts)
-              .option("checkpointLocation", str(checkpoint)))
+    writer = (
+        spark.readStream.format(FORMAT)
+        .options(**opts)
+        .load()
+        .writeStream.format(FORMAT)
+        .options(**opts)
+        .option("checkpointLocation", str(checkpoint))
+    )
     if name:
         writer = writer.queryName(name)
-    writer = (writer.trigger(availableNow=True) if available_now
-              else writer.trigger(processingTime=TRIGGER))
+    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=TRIGGER)
     query = writer.start()
     hold_receiving(options.source_log, False)  # (a hold its last run left)
     if not (spark.sparkContext.master or "local").startswith("local"):
-        threading.Thread(target=hold_without_executors,
-                         args=(spark, options, lambda: query.isActive),
-                         name=f"executors {options.link}", daemon=True).start()
+        threading.Thread(
+            target=hold_without_executors,
+            args=(spark, options, lambda: query.isActive),
+            name=f"executors {options.link}",
+            daemon=True,
+        ).start()
     prefetcher = Receiver.prefetching(options)
     if prefetcher is not None:
-        threading.Thread(target=prefetcher.prefetch, args=(lambda: query.isActive,),
-                         name=f"prefetch {options.link}", daemon=True).start()
+        threading.Thread(
+            target=prefetcher.prefetch, args=(lambda: query.isActive,), name=f"prefetch {options.link}", daemon=True
+        ).start()
     return query
 
 
 HOLD_POLL = 0.5  # s between two looks at a cluster query's executors
 
 
-def hold_without_executors(spark: SparkSession, options: LinkOptions,
-                           active: Callable[[], bool]) -> None:
+def hold_without_executors(spark: SparkSession, options: LinkOptions, active: Callable[[], bool]) -> None:
     """While ``active()`` (a link's query, or a drain, runs), hold its receiver whenever the
     application has no executor (receiver.py): nothing could deliver what it would take
     from the source."""
@@ -118,9 +124,11 @@ def hold_without_executors(spark: SparkSession, options: LinkOptions,
                 hold_receiving(options.source_log, none)
                 held = none
                 if seen:  # (not the wait for the first executors of a new session)
-                    log.warning("link %s: %s", options.link,
-                                "no executor: receiving held until one comes" if none
-                                else "executors again: receiving")
+                    log.warning(
+                        "link %s: %s",
+                        options.link,
+                        "no executor: receiving held until one comes" if none else "executors again: receiving",
+                    )
             seen = seen or not none
             time.sleep(HOLD_POLL)
     except Exception:  # the session stopped under us: the query is over
@@ -137,9 +145,18 @@ def stats_totals(stats: str | Path, now: float | None = None) -> dict[str, Any]:
     from .sink import read_stats
 
     since = (time.time() if now is None else now) - RATE_WINDOW
-    totals: dict[str, Any] = {"batches": 0, "rows": 0, "transferred": 0, "consumed_only": 0,
-                              "to_dmq": 0, "dmq_lost": 0, "reasons": {}, "last_batch_id": None,
-                              "last_transfer_at": None, "recent": 0}
+    totals: dict[str, Any] = {
+        "batches": 0,
+        "rows": 0,
+        "transferred": 0,
+        "consumed_only": 0,
+        "to_dmq": 0,
+        "dmq_lost": 0,
+        "reasons": {},
+        "last_batch_id": None,
+        "last_transfer_at": None,
+        "recent": 0,
+    }
     for batch, entry in sorted(read_stats(stats).items()):
         totals["batches"] += 1
         for key in ("rows", "transferred", "consumed_only", "to_dmq", "dmq_lost"):
@@ -175,11 +192,16 @@ class SparkCounters(SharedCounters):
         own = super().snapshot()
         if totals is None:
             return own
-        own.update(received=totals["rows"], transferred=totals["transferred"],
-                   consumed_only=totals["consumed_only"], to_dmq=totals["to_dmq"],
-                   dmq_lost=totals["dmq_lost"], dmq_reasons=dict(totals["reasons"]),
-                   last_transfer_at=totals["last_transfer_at"],
-                   rate=round(totals["recent"] / RATE_WINDOW, 3))
+        own.update(
+            received=totals["rows"],
+            transferred=totals["transferred"],
+            consumed_only=totals["consumed_only"],
+            to_dmq=totals["to_dmq"],
+            dmq_lost=totals["dmq_lost"],
+            dmq_reasons=dict(totals["reasons"]),
+            last_transfer_at=totals["last_transfer_at"],
+            rate=round(totals["recent"] / RATE_WINDOW, 3),
+        )
         return own
 
 
@@ -188,10 +210,17 @@ class SparkLink(RunnerBase):
 
     runner = "spark"
 
-    def __init__(self, setup: LinkSetup, options: LinkOptions, checkpoint: Path,
-                 log: logging.Logger, props: BrokerProperties | None = None,
-                 tuning: LinkTuning = LinkTuning(), spark: SparkSession | None = None,
-                 host: HostBroker | None = None) -> None:
+    def __init__(
+        self,
+        setup: LinkSetup,
+        options: LinkOptions,
+        checkpoint: Path,
+        log: logging.Logger,
+        props: BrokerProperties | None = None,
+        tuning: LinkTuning = LinkTuning(),
+        spark: SparkSession | None = None,
+        host: HostBroker | None = None,
+    ) -> None:
         self.options = options  # before RunnerBase's __init__: new_counters() reads it
         super().__init__(setup, log, tuning)
         self.host = host  # the service's host broker: the backlog of a source queue there
@@ -200,9 +229,9 @@ class SparkLink(RunnerBase):
         self._spark = spark
         self._query: StreamingQuery | None = None
         self._want = State.STOPPED
-        self._lock = threading.RLock()   # query start/stop
-        self._wake = threading.Event()   # a command for the watcher's backoff
-        self._runs = 0                   # which start/resume the current watcher serves
+        self._lock = threading.RLock()  # query start/stop
+        self._wake = threading.Event()  # a command for the watcher's backoff
+        self._runs = 0  # which start/resume the current watcher serves
 
     def new_counters(self) -> SparkCounters:
         return SparkCounters(self.options.stats)
@@ -246,8 +275,12 @@ class SparkLink(RunnerBase):
             return self.state
         else:
             self.lifecycle.set(State.STARTED)
-        threading.Thread(target=self._watch, args=(self._query, self._runs), daemon=True,
-                         name=f"spark link {self.bridge_name}/{self.name}").start()
+        threading.Thread(
+            target=self._watch,
+            args=(self._query, self._runs),
+            daemon=True,
+            name=f"spark link {self.bridge_name}/{self.name}",
+        ).start()
         return self.state
 
     def _halt(self, final: State) -> None:
@@ -295,10 +328,14 @@ class SparkLink(RunnerBase):
             private_dir(self.checkpoint)  # Spark writes it; the folder keeps it private
             spark = self._session()
             ship_plugins(spark, (p for p in self.options.transformer_path.split(os.pathsep) if p))
-            self._query = start_query(spark, self.options, self.checkpoint,
-                                      name=f"{self.bridge_name}.{self.name}")
-        self.log.info("link %s runs on Spark (%s -> %s), checkpoint %s", self.name,
-                      self.setup.source_label, self.setup.target_label, self.checkpoint)
+            self._query = start_query(spark, self.options, self.checkpoint, name=f"{self.bridge_name}.{self.name}")
+        self.log.info(
+            "link %s runs on Spark (%s -> %s), checkpoint %s",
+            self.name,
+            self.setup.source_label,
+            self.setup.target_label,
+            self.checkpoint,
+        )
 
     # --- the watcher ------------------------------------------------------------------------------
     def _watch(self, query: StreamingQuery | None, run: int) -> None:
@@ -323,9 +360,11 @@ class SparkLink(RunnerBase):
                 self._failed(f"Spark query failed: {error}", restart=True)
                 halted = "LinkHalted" in error
                 if halted or failures > RESTARTS:
-                    self.log.error("link %s stops: %s", self.name,
-                                   "the transformer halted it" if halted
-                                   else f"{RESTARTS} restarts in a row failed")
+                    self.log.error(
+                        "link %s stops: %s",
+                        self.name,
+                        "the transformer halted it" if halted else f"{RESTARTS} restarts in a row failed",
+                    )
                     self._want = State.STOPPED
                     self.lifecycle.set(State.STOPPED)
                     return
@@ -386,11 +425,13 @@ class SparkLink(RunnerBase):
         except OSError:
             totals = {"batches": 0, "rows": 0, "last_batch_id": None}
         last = self._query.lastProgress if self._query is not None else None
-        return {"batches": totals["batches"], "input_rows": totals["rows"],
-                "rows_per_second": round(float(last.get("processedRowsPerSecond") or 0.0), 1)
-                if last else 0.0,
-                "last_batch_id": last.get("batchId") if last else totals["last_batch_id"],
-                "active": bool(self._query is not None and self._query.isActive)}
+        return {
+            "batches": totals["batches"],
+            "input_rows": totals["rows"],
+            "rows_per_second": round(float(last.get("processedRowsPerSecond") or 0.0), 1) if last else 0.0,
+            "last_batch_id": last.get("batchId") if last else totals["last_batch_id"],
+            "active": bool(self._query is not None and self._query.isActive),
+        }
 
     def backlog(self) -> int | None:
         """Messages waiting at the source when it is a queue of the host broker read
@@ -399,22 +440,36 @@ class SparkLink(RunnerBase):
         from ..jmsbridge.resolve import means_host_broker
 
         source, dest = self.config.source, self.setup.source
-        if (self.host is None or dest.is_topic or dest.is_temporary or source.selector
-                or not means_host_broker(self.setup.bridge.connection_factory(source.connection_factory_ref))):
+        if (
+            self.host is None
+            or dest.is_topic
+            or dest.is_temporary
+            or source.selector
+            or not means_host_broker(self.setup.bridge.connection_factory(source.connection_factory_ref))
+        ):
             return None
         return self.host.queue_depth(SERVICE_PRINCIPAL, dest.name)
 
     def info(self) -> dict[str, object]:
         counters = self.counters.snapshot()  # read before the progress: never behind it
-        return {"name": self.name, "state": self.state.value, "source": self.setup.source_label,
-                "target": self.setup.target_label, "transacted": self.transacted,
-                "runner": self.runner, "progress": self.progress(), "counters": counters,
-                "backlog": self.backlog()}
+        return {
+            "name": self.name,
+            "state": self.state.value,
+            "source": self.setup.source_label,
+            "target": self.setup.target_label,
+            "transacted": self.transacted,
+            "runner": self.runner,
+            "progress": self.progress(),
+            "counters": counters,
+            "backlog": self.backlog(),
+        }
 
 
-_NOISE = re.compile(r"(at |File |Traceback|JVM stacktrace|An error occurred while calling|\^|~|"
-                    r"During handling|The above exception|\.\.\. \d+ more|Caused by: java\.lang\."
-                    r"ClassNotFoundException)")
+_NOISE = re.compile(
+    r"(at |File |Traceback|JVM stacktrace|An error occurred while calling|\^|~|"
+    r"During handling|The above exception|\.\.\. \d+ more|Caused by: java\.lang\."
+    r"ClassNotFoundException)"
+)
 _EXCEPTION = re.compile(r"(?:[\w$]+\.)*\w*(?:Error|Exception)\b:? |(?:[\w$]+\.)+\w+: ")
 _PY4J = re.compile(r"\s*Py4JJavaError: An error occurred while calling \S+")
 _HEAD_NOISE = re.compile(r"(?<=Query) \[id = [^\]]*, runId = [^\]]*\]|\s*Traceback \(most recent call last\):\s*$")
@@ -432,10 +487,10 @@ def one_line(text: str, limit: int = 300) -> str:
     head = _HEAD_NOISE.sub("", _PY4J.sub("", lines[0]))
     cause = next((line for line in reversed(lines[1:]) if _EXCEPTION.match(line)), None)
     if cause is not None and cause not in head:
-        cause = re.sub(r"^(?:[\w$]+\.)+(\w+:)", r"\1", cause)[:limit - 40]
+        cause = re.sub(r"^(?:[\w$]+\.)+(\w+:)", r"\1", cause)[: limit - 40]
         head = head.rstrip(":")
         if len(head) + 2 + len(cause) > limit:
-            head = head[:limit - 3 - len(cause)] + "…"
+            head = head[: limit - 3 - len(cause)] + "…"
         head = f"{head}: {cause}"
     return head[:limit]
 
@@ -444,8 +499,7 @@ def _between_batches(query: StreamingQuery, timeout: float) -> None:
     """Wait (up to ``timeout`` s) until ``query`` is not writing a batch, so that a stop
     does not cut a batch short: it would run again at the next start (duplicates)."""
     deadline = time.monotonic() + timeout
-    while (query.isActive and query.status.get("message") == "Processing new data"
-           and time.monotonic() < deadline):
+    while query.isActive and query.status.get("message") == "Processing new data" and time.monotonic() < deadline:
         time.sleep(0.05)
 
 
@@ -484,7 +538,7 @@ class ServiceSession:
 
     def __init__(self) -> None:
         self.lock = threading.RLock()
-        self.cores = 0    # the spark.cores.max the running session got from us (0: none)
+        self.cores = 0  # the spark.cores.max the running session got from us (0: none)
         self.links: weakref.WeakSet[SparkLink] = weakref.WeakSet()
 
     def session(self, link: SparkLink) -> SparkSession:
@@ -493,25 +547,29 @@ class ServiceSession:
         if link._spark is not None and link.props is None:  # (given one: tests)
             return link._spark
         from .session import SPARK_PART, SparkUnavailable, spark_session, spark_settings
+
         require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)  # one line, not an ImportError
         from pyspark import SparkContext
+
         with self.lock:
             self.links.add(link)
             props = link.props
             ours = props is not None and "spark.cores.max" not in props.spark_conf
             need = service_cores(props) if ours and props is not None else 0
             running = SparkContext._active_spark_context is not None
-            if running and need > self.cores > 0 \
-                    and spark_settings(props)[0].startswith("spark://"):
+            if running and need > self.cores > 0 and spark_settings(props)[0].startswith("spark://"):
                 self._restart(link, need)
                 running = False
             # the JVM's own output (Spark's warnings, every failed query's stack traces,
             # its Python workers' stderr) to a file: on the console it took the service's
             # lines' place, and a console nobody reads stopped the JVM at its next line
             jvm_output = None if props is None else SparkLog.for_service(props)
-            spark = spark_session(props, app_name=f"imqbridge {link.bridge_name}",
-                                  conf={"spark.cores.max": str(need)} if need else {},
-                                  jvm_output=jvm_output)
+            spark = spark_session(
+                props,
+                app_name=f"imqbridge {link.bridge_name}",
+                conf={"spark.cores.max": str(need)} if need else {},
+                jvm_output=jvm_output,
+            )
             if not running:  # started here, with that many cores
                 self.cores = need
             return spark
@@ -521,16 +579,21 @@ class ServiceSession:
         next one gets ``need`` cores; the links start their queries again after it."""
         from pyspark.sql import SparkSession
 
-        link.log.info("the Spark session starts again with %d cores (was %d) for the Spark "
-                      "links now configured; running links start again from their checkpoints",
-                      need, self.cores)
+        link.log.info(
+            "the Spark session starts again with %d cores (was %d) for the Spark "
+            "links now configured; running links start again from their checkpoints",
+            need,
+            self.cores,
+        )
         others = [other for other in list(self.links) if other is not link and other._suspend()]
         session = SparkSession._instantiatedSession
         if session is not None:
             session.stop()
+
         def carry_on() -> None:  # (once this link's session is up: they wait for the lock)
             for other in others:
                 other._carry_on()
+
         threading.Thread(target=carry_on, name="spark links restart", daemon=True).start()
 
 
@@ -559,9 +622,13 @@ def service_cores(props: BrokerProperties) -> int:
     return max(1, links)
 
 
-def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_url: str,
-                       transformer_path: Sequence[str | Path] | None = None
-                       ) -> tuple[LinkOptions, Path]:
+def spark_link_options(
+    props: BrokerProperties,
+    bridge: str,
+    link: str,
+    broker_url: str,
+    transformer_path: Sequence[str | Path] | None = None,
+) -> tuple[LinkOptions, Path]:
     """The options and checkpoint of link ``link`` of bridge ``bridge`` in the service."""
     from ..servicekeys import SERVICE_ACCOUNT, dmq_key, service_password
     from .session import spark_settings
@@ -574,13 +641,21 @@ def spark_link_options(props: BrokerProperties, bridge: str, link: str, broker_u
     master, conf = spark_settings(props)
     checkpoint = checkpoint_dir(props.bridge_dir(bridge), link)
     options = link_options(
-        checkpoint, xmlurl=xmlurl, bridge=bridge, link=link, broker_url=broker_url,
-        parallelism=parallelism(master, conf), backout_threshold=settings.backout_threshold,
-        window=settings.link_window, window_bytes=settings.link_window_bytes,
+        checkpoint,
+        xmlurl=xmlurl,
+        bridge=bridge,
+        link=link,
+        broker_url=broker_url,
+        parallelism=parallelism(master, conf),
+        backout_threshold=settings.backout_threshold,
+        window=settings.link_window,
+        window_bytes=settings.link_window_bytes,
         transformer_path=os.pathsep.join(str(p) for p in transformer_path or ()),
-        broker_user=SERVICE_ACCOUNT, broker_password=service_password(props),
+        broker_user=SERVICE_ACCOUNT,
+        broker_password=service_password(props),
         dmq_secret=dmq_key(props).hex(),
-        ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"))
+        ship_log=ships_log(master, props.get("imq.bridge.spark.sourcelog") or "auto"),
+    )
     return options, checkpoint
 
 
@@ -589,13 +664,15 @@ def spark_link(setup: LinkSetup, context: RunnerContext) -> SparkLink:
     if context.props is None or context.broker_url is None:
         from ..jmsbridge.bridge import BridgeStartError
 
-        raise BridgeStartError(f"link {setup.config.name}: imq.bridge.{context.bridge}.runner=spark "
-                               "needs the service's host broker and its jms connection "
-                               "service (imq.jms.tcp.port)")
-    options, checkpoint = spark_link_options(context.props, context.bridge, setup.config.name,
-                                             context.broker_url, context.transformer_path)
-    return SparkLink(setup, options, checkpoint, context.log, context.props, context.tuning,
-                     host=context.host)
+        raise BridgeStartError(
+            f"link {setup.config.name}: imq.bridge.{context.bridge}.runner=spark "
+            "needs the service's host broker and its jms connection "
+            "service (imq.jms.tcp.port)"
+        )
+    options, checkpoint = spark_link_options(
+        context.props, context.bridge, setup.config.name, context.broker_url, context.transformer_path
+    )
+    return SparkLink(setup, options, checkpoint, context.log, context.props, context.tuning, host=context.host)
 
 
 register_link_runner("spark", spark_link)

@@ -70,10 +70,11 @@ def probe_master(master: str, timeout: float = PROBE_TIMEOUT) -> None:
     from urllib.parse import urlsplit
 
     if master.startswith("spark://"):
-        hosts = master[len("spark://"):].split(",")
+        hosts = master[len("spark://") :].split(",")
     elif master.startswith("k8s://"):
-        url = urlsplit(master[len("k8s://"):] if "://" in master[len("k8s://"):]
-                       else "https://" + master[len("k8s://"):])
+        url = urlsplit(
+            master[len("k8s://") :] if "://" in master[len("k8s://") :] else "https://" + master[len("k8s://") :]
+        )
         hosts = [f"{url.hostname}:{url.port or (80 if url.scheme == 'http' else 443)}"]
     else:
         return
@@ -121,9 +122,9 @@ def _output_to(output: SparkLog | None) -> Iterator[None]:
     try:
         with contextlib.ExitStack() as meanwhile:
             if _on_fd(prints, 1):
-                sys.stdout = meanwhile.enter_context(open(
-                    saved[0], "w", encoding=prints.encoding, errors=prints.errors,
-                    closefd=False, buffering=1))
+                sys.stdout = meanwhile.enter_context(
+                    open(saved[0], "w", encoding=prints.encoding, errors=prints.errors, closefd=False, buffering=1)
+                )
                 meanwhile.callback(setattr, sys, "stdout", prints)
             os.dup2(pipe.write_fd, 1)
             os.dup2(pipe.write_fd, 2)
@@ -148,6 +149,7 @@ def compile_package() -> None:
     it writes whatever PYTHONDONTWRITEBYTECODE says). Where it cannot (a read-only tree)
     the processes compile in memory, only slower."""
     import compileall
+
     compileall.compile_dir(_PACKAGE, quiet=2)
 
 
@@ -162,9 +164,14 @@ def prepare_python_environment() -> None:
         os.environ["PYTHONPATH"] = os.pathsep.join([*ours, *paths])
 
 
-def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imqbridge",
-                  master: str | None = None, conf: Mapping[str, Any] | None = None,
-                  jvm_output: SparkLog | None = None) -> SparkSession:
+def spark_session(
+    props: BrokerProperties | None = None,
+    *,
+    app_name: str = "imqbridge",
+    master: str | None = None,
+    conf: Mapping[str, Any] | None = None,
+    jvm_output: SparkLog | None = None,
+) -> SparkSession:
     """The (process-wide) SparkSession: getOrCreate, so a second call returns the first
     session and its settings. ``master``/``conf`` override the properties (tests, drain).
     With ``jvm_output`` the JVM's stdout and stderr (Spark's start-up lines, log4j's WARNs,
@@ -175,10 +182,12 @@ def spark_session(props: BrokerProperties | None = None, *, app_name: str = "imq
     # pyarrow too: Python data sources fail obscurely without it
     require(SPARK_PART, "pyspark", "pyarrow", error=SparkUnavailable)
     from pyspark.sql import SparkSession
+
     prop_master, settings = spark_settings(props)
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     prepare_python_environment()
     from pyspark import SparkContext
+
     if SparkContext._active_spark_context is None:  # (getOrCreate returns that one)
         probe_master(master or prop_master)
     builder = SparkSession.builder.appName(app_name).master(master or prop_master)

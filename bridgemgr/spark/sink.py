@@ -48,12 +48,12 @@ class LinkStreamWriter(DataSourceStreamArrowWriter):
         return worker_transfer(self.options).write(iterator)
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        record_batch(self.options.stats, batchId,
-                     sum_counts(m for m in messages if isinstance(m, BatchCounts)))
+        record_batch(self.options.stats, batchId, sum_counts(m for m in messages if isinstance(m, BatchCounts)))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
-        log.warning("link %s: batch %d failed; it runs again from the source log at the next "
-                    "start", self.options.link, batchId)
+        log.warning(
+            "link %s: batch %d failed; it runs again from the source log at the next start", self.options.link, batchId
+        )
 
 
 def worker_transfer(options: LinkOptions) -> Transfer:
@@ -62,6 +62,7 @@ def worker_transfer(options: LinkOptions) -> Transfer:
     transfer = _transfers.get(options)
     if transfer is None:
         from .transfer import Transfer
+
         transfer = _transfers[options] = Transfer(options)
     return transfer
 

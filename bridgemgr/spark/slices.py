@@ -40,8 +40,7 @@ def ships_log(master: str, mode: str = "auto") -> bool:
     "shipped" always, "shared" never, "auto" unless the master is local (the executors
     then run on the driver's machine and read its log)."""
     if mode not in SOURCELOG_MODES:
-        raise ValueError(f"imq.bridge.spark.sourcelog is {mode!r}; expected one of "
-                         f"{', '.join(SOURCELOG_MODES)}")
+        raise ValueError(f"imq.bridge.spark.sourcelog is {mode!r}; expected one of {', '.join(SOURCELOG_MODES)}")
     if mode == "auto":
         return not master.strip().startswith("local")
     return mode == "shipped"
@@ -54,15 +53,13 @@ def quiet_task_size_warning(spark: Any) -> None:
     task still fails the query, which the link logs)."""
     jvm = spark.sparkContext._jvm
     log4j = jvm.org.apache.logging.log4j
-    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager",
-                                            log4j.Level.ERROR)
+    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", log4j.Level.ERROR)
 
 
 def ship_parts(log: SourceLog, lo: int, hi: int, parallelism: int) -> int:
     """How many slices [lo, hi) is shipped in: ``parallelism``, or more so that each
     carries about SHIP_BYTES at most (estimated from the segments' sizes)."""
-    size = sum(seg.path.stat().st_size for seg in log.segments()
-               if seg.end > lo and seg.start < hi)
+    size = sum(seg.path.stat().st_size for seg in log.segments() if seg.end > lo and seg.start < hi)
     return max(parallelism, -(-size // SHIP_BYTES))
 
 
@@ -81,8 +78,7 @@ def batch_end(options: LinkOptions, log: SourceLog, lo: int, hi: int) -> int:
     return log.end_within(lo, hi, ship_batch_bytes(options.parallelism))
 
 
-def records(options: LinkOptions, lo: int, hi: int,
-            packed: Packed | None = None) -> Iterator[tuple[Record, str]]:
+def records(options: LinkOptions, lo: int, hi: int, packed: Packed | None = None) -> Iterator[tuple[Record, str]]:
     """Records lo .. hi-1 with their source provider's name: from ``packed`` (what the
     driver shipped) when given, else from the source log (SourceLogError when a record is
     not there)."""
@@ -100,6 +96,7 @@ def spill_folder(options: LinkOptions, lo: int, hi: int) -> Path:
     application (removed when the executor ends), named by the link's log and the slice."""
     try:
         from pyspark import SparkFiles
+
         root = Path(SparkFiles.getRootDirectory())
     except Exception:  # not in a Spark process (tests)
         root = Path(tempfile.gettempdir())
@@ -117,8 +114,7 @@ def spill(options: LinkOptions, lo: int, hi: int, packed: Packed) -> None:
 
 
 @contextlib.contextmanager
-def task_records(options: LinkOptions, runs: Sequence[tuple[int, int]]
-                 ) -> Iterator[Iterator[tuple[Record, str]]]:
+def task_records(options: LinkOptions, runs: Sequence[tuple[int, int]]) -> Iterator[Iterator[tuple[Record, str]]]:
     """(The task's sink) the records of ``runs`` (its rows' offsets): from the slice's
     spill folder when the driver ships them (the folder is removed afterwards, however the
     task ends), else from the shared source log."""

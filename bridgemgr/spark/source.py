@@ -52,6 +52,7 @@ class LinkDataSource(DataSource):
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
         from .sink import LinkStreamWriter
+
         return LinkStreamWriter(LinkOptions.from_options(self.options))
 
 
@@ -86,6 +87,7 @@ class LinkStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _driver(self) -> Receiver:
         if self._receiver is None:
             from .receiver import Receiver
+
             self._receiver = Receiver(self.options)
         return self._receiver
 

@@ -83,16 +83,22 @@ class Transfer:
         if plan is None:
             env, cfg = self.env, self.env.link
             plan = self.plans[source_provider] = LinkPlan(
-                bridge_name=env.config.name, link_name=cfg.name, target=env.target,
+                bridge_name=env.config.name,
+                link_name=cfg.name,
+                target=env.target,
                 retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
                 tag_bridge_name=env.config.message_transfer_tag_bridge_name,
                 consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
-                source_provider=source_provider, target_provider=target_provider,
+                source_provider=source_provider,
+                target_provider=target_provider,
                 transformer=self.transformer,
-                transformer_properties={**{p.name: p.value for p in cfg.target.properties},
-                                        "JMS_SUN_JMSBRIDGE_NAME": env.config.name},
+                transformer_properties={
+                    **{p.name: p.value for p in cfg.target.properties},
+                    "JMS_SUN_JMSBRIDGE_NAME": env.config.name,
+                },
                 destinations=env.destinations,
-                backout_threshold=env.options.backout_threshold)
+                backout_threshold=env.options.backout_threshold,
+            )
         return plan
 
     def open_target(self) -> tuple[Session, MessageProducer]:
@@ -102,8 +108,7 @@ class Transfer:
             self.drop_target()
             ref = self.env.link.target.connection_factory_ref
             # Every worker is a producer of its own: no client id (it would clash).
-            self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None,
-                                                  self.stop)
+            self._target = self.connections.lease(ref, ConnectionKind.DEDICATED, None, self.stop)
         session = self._target.connection.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
         producer = session.create_producer(None)
         producer.confirm_sends = True  # a send that waits (a retry) waits for its answer
@@ -143,8 +148,7 @@ class Transfer:
         task.counts.reasons = dict(task.reasons)
         return task.counts
 
-    def _handle(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan,
-                message_id: str) -> None:
+    def _handle(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan, message_id: str) -> None:
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
             if out.is_read_only:
@@ -158,9 +162,11 @@ class Transfer:
             self.audited.add(ctx.audit)
             self._to_dmq(task, ctx, plan, ctx.audit)
         if ctx.action is Action.HALT:
-            raise LinkHalted(f"link {plan.link_name}: the transformer failed on message "
-                             f"{message_id} ({ctx.failure}) and consume-no-transfer-on-"
-                             "transform-error is false; it stays in the source log")
+            raise LinkHalted(
+                f"link {plan.link_name}: the transformer failed on message "
+                f"{message_id} ({ctx.failure}) and consume-no-transfer-on-"
+                "transform-error is false; it stays in the source log"
+            )
         if ctx.action is Action.DEAD:
             self._to_dmq(task, ctx, plan, ctx.reason or DMQReason.SEND_FAILURE)
         elif ctx.action is Action.CONSUME:
@@ -172,8 +178,11 @@ class Transfer:
         (tolerated ones). A lost connection propagates: the task fails and the whole
         batch runs again."""
         headers = ctx.headers
-        kwargs = {"delivery_mode": headers[_DELIVERY_MODE], "priority": headers[_PRIORITY],
-                  "time_to_live": ctx.time_to_live}
+        kwargs = {
+            "delivery_mode": headers[_DELIVERY_MODE],
+            "priority": headers[_PRIORITY],
+            "time_to_live": ctx.time_to_live,
+        }
         slot = task.window.add((ctx, plan))
         try:
             task.producer.send_async(out, slot, ctx.destination, **kwargs)
@@ -181,8 +190,10 @@ class Transfer:
         except Exception as exc:
             task.window.cancel(slot)
             first = exc
-        if self.operator.failed(ctx, Stage.SEND, first, task.producer.send, (out, ctx.destination),
-                                kwargs) is None and ctx.error is None:
+        if (
+            self.operator.failed(ctx, Stage.SEND, first, task.producer.send, (out, ctx.destination), kwargs) is None
+            and ctx.error is None
+        ):
             task.counts.transferred += 1
 
     def _confirm(self, task: _Task) -> None:
@@ -201,17 +212,22 @@ class Transfer:
                 self._send_failed(task, ctx, plan)
         unanswered = task.window.unsettled()
         if unanswered:
-            raise TransportException(f"link {self.env.link.name}: {len(unanswered)} send(s) "
-                                     "have no answer after flush()")
+            raise TransportException(
+                f"link {self.env.link.name}: {len(unanswered)} send(s) have no answer after flush()"
+            )
 
     def _send_failed(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan) -> None:
-        log.warning("link %s: sending message %s to %s failed (%s); it goes to the DMQ",
-                    plan.link_name, ctx.header("message_id"), ctx.destination, ctx.failure)
+        log.warning(
+            "link %s: sending message %s to %s failed (%s); it goes to the DMQ",
+            plan.link_name,
+            ctx.header("message_id"),
+            ctx.destination,
+            ctx.failure,
+        )
         ctx.dead(DMQReason.SEND_FAILURE)
         self._to_dmq(task, ctx, plan, DMQReason.SEND_FAILURE)
 
-    def _to_dmq(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan,
-                reason: DMQReason) -> None:
+    def _to_dmq(self, task: _Task, ctx: ProcessingContext, plan: LinkPlan, reason: DMQReason) -> None:
         letter = dead_letter(ctx, plan, reason, self.env.source)
         result = self.dmqs.send(letter, self.stop)
         task.counts.to_dmq += 1

@@ -36,16 +36,31 @@ REPLY_TOPIC = TEMP_TOPIC + "temporary_destination://topic/"
 CONTENT_TYPE_PROPERTY = "JMS_STOMP_CONTENT_TYPE"
 
 # Headers of SEND that are protocol, not message properties.
-_SEND_PROTOCOL = frozenset({"destination", "transaction", "receipt", "content-length",
-                            "content-type", "persistent", "priority", "expires", "correlation-id",
-                            "type", "reply-to"})
+_SEND_PROTOCOL = frozenset(
+    {
+        "destination",
+        "transaction",
+        "receipt",
+        "content-length",
+        "content-type",
+        "persistent",
+        "priority",
+        "expires",
+        "correlation-id",
+        "type",
+        "reply-to",
+    }
+)
 # Headers a client may copy from a MESSAGE it received; the broker sets them anew.
 _SEND_IGNORED = frozenset({"message-id", "timestamp", "redelivered", "subscription", "ack"})
 _NOT_PROPERTIES = _SEND_PROTOCOL | _SEND_IGNORED
 _valid_names: set[str] = set()  # header names that are property names: the same few on every SEND
 _TRUE_FALSE = {"true": True, "false": False}
-_MODES = {None: DeliveryMode.PERSISTENT, "true": DeliveryMode.PERSISTENT,  # _persistent()'s usual answers
-          "false": DeliveryMode.NON_PERSISTENT}
+_MODES = {
+    None: DeliveryMode.PERSISTENT,
+    "true": DeliveryMode.PERSISTENT,  # _persistent()'s usual answers
+    "false": DeliveryMode.NON_PERSISTENT,
+}
 
 # imq.bridge.stomp.invalidHeaderNames: what a SEND header that is no JMS property name becomes
 NAMES_ENCODE, NAMES_DROP, NAMES_ERROR = "encode", "drop", "error"
@@ -61,6 +76,7 @@ class NotDeliverable(Exception):
 
 
 # --- destinations ------------------------------------------------------------------------
+
 
 class Destinations:
     """One connection's view of destination names, including its temporary aliases.
@@ -82,18 +98,23 @@ class Destinations:
         dest = self._seen.get(text)
         if dest is not None:
             return dest
-        for prefix, make in ((QUEUE, Queue), (TOPIC, Topic), (REPLY_QUEUE, TemporaryQueue),
-                             (REPLY_TOPIC, TemporaryTopic)):
+        for prefix, make in (
+            (QUEUE, Queue),
+            (TOPIC, Topic),
+            (REPLY_QUEUE, TemporaryQueue),
+            (REPLY_TOPIC, TemporaryTopic),
+        ):
             if text.startswith(prefix) and len(text) > len(prefix):
                 if len(self._seen) < 1000:
-                    self._seen[text] = make(text[len(prefix):])
-                return make(text[len(prefix):])
+                    self._seen[text] = make(text[len(prefix) :])
+                return make(text[len(prefix) :])
         for prefix, topic in ((TEMP_QUEUE, False), (TEMP_TOPIC, True)):
             if text.startswith(prefix) and len(text) > len(prefix):
-                return self._temporary(topic, text[len(prefix):])
-        raise LocalProtocolError(f"invalid {header}",
-                                 f"{header} {text[:80]!r} must start with {QUEUE}, {TOPIC}, "
-                                 f"{TEMP_QUEUE} or {TEMP_TOPIC} followed by a name")
+                return self._temporary(topic, text[len(prefix) :])
+        raise LocalProtocolError(
+            f"invalid {header}",
+            f"{header} {text[:80]!r} must start with {QUEUE}, {TOPIC}, {TEMP_QUEUE} or {TEMP_TOPIC} followed by a name",
+        )
 
     def _temporary(self, topic: bool, alias: str) -> Destination:
         dest = self._by_alias.get((topic, alias))
@@ -116,6 +137,7 @@ class Destinations:
 
 
 # --- header names that are no JMS property names -----------------------------------------------
+
 
 def header_to_property(name: str) -> str:
     """The property name header ``name`` travels under in encode mode: ENCODED_PREFIX, then
@@ -153,9 +175,9 @@ def _decode(name: str) -> str:
             out.append(char)
             i += 1
             continue
-        width = {"u": 4, "U": 6}.get(name[i + 1: i + 2], 2)
+        width = {"u": 4, "U": 6}.get(name[i + 1 : i + 2], 2)
         start = i + 1 + (width != 2)
-        digits = name[start:start + width]
+        digits = name[start : start + width]
         if len(digits) != width or not _HEX.issuperset(digits):
             return name  # not one of ours (a JMS client's own name): unchanged
         out.append(chr(min(int(digits, 16), 0x10FFFF)))
@@ -167,6 +189,7 @@ def _decode(name: str) -> str:
 
 # --- inbound: SEND -> JMS ------------------------------------------------------------------
 
+
 @dataclass
 class Inbound:
     """A converted SEND: the message, where it goes, and the headers JMS could not take."""
@@ -176,8 +199,9 @@ class Inbound:
     invalid: dict[str, str]
 
 
-def from_send(frame: Frame, destinations: Destinations, transformer: MessageTransformer | None,
-              invalid_names: str = NAMES_ENCODE) -> Inbound:
+def from_send(
+    frame: Frame, destinations: Destinations, transformer: MessageTransformer | None, invalid_names: str = NAMES_ENCODE
+) -> Inbound:
     """Steps 1 and 2 of the inbound sequence (the caller sends: step 3). ``invalid`` of the
     result holds the headers that are no JMS property names (``invalid_names`` says what
     became of them)."""
@@ -189,9 +213,12 @@ def from_send(frame: Frame, destinations: Destinations, transformer: MessageTran
         try:
             message = TextMessage(frame.body.decode("utf-8"))
         except UnicodeDecodeError as exc:
-            raise LocalProtocolError("body is not UTF-8", f"a SEND without content-length is a text "
-                                     f"message and must be UTF-8 ({exc}); send content-length for "
-                                     "binary bodies") from None
+            raise LocalProtocolError(
+                "body is not UTF-8",
+                f"a SEND without content-length is a text "
+                f"message and must be UTF-8 ({exc}); send content-length for "
+                "binary bodies",
+            ) from None
     persistent = headers.get("persistent")
     message.delivery_mode = _MODES.get(persistent) or _persistent(persistent)
     # absent headers leave the new message's defaults: priority 4, no expiration, None
@@ -227,11 +254,13 @@ def from_send(frame: Frame, destinations: Destinations, transformer: MessageTran
         if invalid_names == NAMES_ENCODE:
             message.set_string_property(header_to_property(name), value)
         elif invalid_names == NAMES_ERROR and transformer is None:
-            raise LocalProtocolError("invalid header name",
-                                     f"SEND header {name[:80]!r} cannot become a JMS property: {problem}. "
-                                     "Rename it to a Java identifier, configure "
-                                     "imq.bridge.stomp.messageTransformer to receive it, or set "
-                                     "imq.bridge.stomp.invalidHeaderNames to encode or drop")
+            raise LocalProtocolError(
+                "invalid header name",
+                f"SEND header {name[:80]!r} cannot become a JMS property: {problem}. "
+                "Rename it to a Java identifier, configure "
+                "imq.bridge.stomp.messageTransformer to receive it, or set "
+                "imq.bridge.stomp.invalidHeaderNames to encode or drop",
+            )
     if transformer is not None:
         message = _transform(transformer, message, False, "UTF-8", STOMP, SUN_MQ, invalid)
     return Inbound(message, destination, invalid)
@@ -257,22 +286,31 @@ def _expires(text: str) -> int:
     """expires: the absolute expiration time in ms since the epoch; 0 = never."""
     text = text.strip()
     if not text.isdigit():
-        raise LocalProtocolError("invalid expires", f"expires is {text[:40]!r}; write the expiration "
-                                 "time in milliseconds since the epoch, or 0 for never")
+        raise LocalProtocolError(
+            "invalid expires",
+            f"expires is {text[:40]!r}; write the expiration time in milliseconds since the epoch, or 0 for never",
+        )
     return int(text)
 
 
-def _transform(transformer: MessageTransformer, message: Message, read_only: bool,
-               charset: str | None, source: str, target: str,
-               properties: Mapping[str, str] | None) -> Message:
+def _transform(
+    transformer: MessageTransformer,
+    message: Message,
+    read_only: bool,
+    charset: str | None,
+    source: str,
+    target: str,
+    properties: Mapping[str, str] | None,
+) -> Message:
     transformer.reset(in_bridge_link=False)
     try:
         result = transformer.transform(message, read_only, charset, source, target, properties)
     except Exception as exc:
         raise TransformFailed(f"the message transformer {type(transformer).__name__} failed: {exc}") from exc
     if not isinstance(result, Message):
-        raise TransformFailed(f"the message transformer {type(transformer).__name__} returned "
-                              f"{type(result).__name__}, not a message")
+        raise TransformFailed(
+            f"the message transformer {type(transformer).__name__} returned {type(result).__name__}, not a message"
+        )
     return result
 
 
@@ -285,9 +323,16 @@ class TransformFailed(LocalProtocolError):
 
 # --- outbound: JMS -> MESSAGE -----------------------------------------------------------------
 
-def to_message_frame(message: Message, subscription: str, destinations: Destinations,
-                     transformer: MessageTransformer | None, ack: str | None = None,
-                     delivery_count: int = 1, decode_names: bool = True) -> Frame:
+
+def to_message_frame(
+    message: Message,
+    subscription: str,
+    destinations: Destinations,
+    transformer: MessageTransformer | None,
+    ack: str | None = None,
+    delivery_count: int = 1,
+    decode_names: bool = True,
+) -> Frame:
     """Steps 1 to 3 of the outbound sequence. ``message`` is the broker's snapshot (never
     changed here; ``delivery_count`` says how often it was delivered, this time included);
     ``decode_names``: encoded property names go out as the headers they came from (encode
@@ -304,9 +349,11 @@ def to_message_frame(message: Message, subscription: str, destinations: Destinat
     elif isinstance(out, BytesMessage):
         body = out.get_body()
     else:
-        raise NotDeliverable(f"message {message.message_id} is a {type(out).__name__}; the STOMP "
-                             "bridge delivers only TextMessage and BytesMessage (configure "
-                             "imq.bridge.stomp.messageTransformer to convert others)")
+        raise NotDeliverable(
+            f"message {message.message_id} is a {type(out).__name__}; the STOMP "
+            "bridge delivers only TextMessage and BytesMessage (configure "
+            "imq.bridge.stomp.messageTransformer to convert others)"
+        )
     headers = {  # the delivery's
         "subscription": subscription,
         "destination": destinations.to_stomp(message.destination),
@@ -349,11 +396,26 @@ class MessageRenderer:
     NUL, a carriage return in 1.1, an empty name) goes the general way, which refuses it
     by name; so does every other version, and a transformer's message."""
 
-    _FIXED = ("subscription", "destination", "message-id", "expires", "redelivered", "priority",
-              "timestamp", "persistent", "content-length")
+    _FIXED = (
+        "subscription",
+        "destination",
+        "message-id",
+        "expires",
+        "redelivered",
+        "priority",
+        "timestamp",
+        "persistent",
+        "content-length",
+    )
 
-    def __init__(self, subscription: str, destinations: Destinations, transformer: MessageTransformer | None,
-                 version: str | None, decode_names: bool = True) -> None:
+    def __init__(
+        self,
+        subscription: str,
+        destinations: Destinations,
+        transformer: MessageTransformer | None,
+        version: str | None,
+        decode_names: bool = True,
+    ) -> None:
         self.subscription, self.destinations, self.transformer = subscription, destinations, transformer
         self.version, self.decode_names = version, decode_names
         self._escape = escaper(version) if version in (V11, V12) and transformer is None else None
@@ -373,12 +435,24 @@ class MessageRenderer:
             dest_text = esc(self.destinations.to_stomp(destination))
             if destination is not None and not destination.is_temporary and len(self._destinations) < 1000:
                 self._destinations[destination] = dest_text
-        parts = [self._prefix, dest_text, "\nmessage-id:", esc(message.message_id or ""),
-                 "\nexpires:", str(message.expiration),
-                 "\nredelivered:", "true" if delivery_count > 1 else "false",
-                 "\npriority:", str(message.priority), "\ntimestamp:", str(message.timestamp),
-                 "\npersistent:", "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
-                 "\ncontent-length:", str(len(body))]
+        parts = [
+            self._prefix,
+            dest_text,
+            "\nmessage-id:",
+            esc(message.message_id or ""),
+            "\nexpires:",
+            str(message.expiration),
+            "\nredelivered:",
+            "true" if delivery_count > 1 else "false",
+            "\npriority:",
+            str(message.priority),
+            "\ntimestamp:",
+            str(message.timestamp),
+            "\npersistent:",
+            "true" if message.delivery_mode == DeliveryMode.PERSISTENT else "false",
+            "\ncontent-length:",
+            str(len(body)),
+        ]
         names = set(self._FIXED)
         if message.reply_to is not None:
             parts += ("\nreply-to:", esc(self.destinations.to_stomp(message.reply_to, alias=False)))
@@ -422,5 +496,9 @@ class MessageRenderer:
         return line
 
     def _general(self, message: Message, ack: str | None, delivery_count: int) -> bytes:
-        return encode_frame(to_message_frame(message, self.subscription, self.destinations, self.transformer, ack,
-                                             delivery_count, self.decode_names), self.version)
+        return encode_frame(
+            to_message_frame(
+                message, self.subscription, self.destinations, self.transformer, ack, delivery_count, self.decode_names
+            ),
+            self.version,
+        )

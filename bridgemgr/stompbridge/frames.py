@@ -25,8 +25,7 @@ PRE_CONNECT = None  # dialect of frames read before the version is negotiated
 CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE = "CONNECT", "STOMP", "SEND", "SUBSCRIBE", "UNSUBSCRIBE"
 ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT = "ACK", "NACK", "BEGIN", "COMMIT", "ABORT", "DISCONNECT"
 CONNECTED, MESSAGE, RECEIPT, ERROR = "CONNECTED", "MESSAGE", "RECEIPT", "ERROR"
-CLIENT_COMMANDS = frozenset({CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN,
-                             COMMIT, ABORT, DISCONNECT})
+CLIENT_COMMANDS = frozenset({CONNECT, STOMP, SEND, SUBSCRIBE, UNSUBSCRIBE, ACK, NACK, BEGIN, COMMIT, ABORT, DISCONNECT})
 SERVER_COMMANDS = frozenset({CONNECTED, MESSAGE, RECEIPT, ERROR})
 COMMANDS = CLIENT_COMMANDS | SERVER_COMMANDS
 UNESCAPED_COMMANDS = frozenset({CONNECT, STOMP, CONNECTED})  # never escaped (spec 1.1, 1.2)
@@ -98,8 +97,7 @@ class Frame:
 
 # --- header escaping ---------------------------------------------------------------------
 
-_UNESCAPE = {V11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"},
-             V12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}}
+_UNESCAPE = {V11: {"\\n": "\n", "\\c": ":", "\\\\": "\\"}, V12: {"\\n": "\n", "\\c": ":", "\\\\": "\\", "\\r": "\r"}}
 
 
 def _escape_11(text: str) -> str:
@@ -151,10 +149,11 @@ def _unescape_each(text: str, version: str) -> str:
     def one(match: re.Match[str]) -> str:
         seq = match.group(0)
         if seq not in table:
-            raise LocalProtocolError("invalid header escape",
-                                     f"the header {text[:80]!r} has the escape {seq!r}, which STOMP "
-                                     f"{version} does not define (use \\n, \\c, \\\\"
-                                     + (", \\r" if version == V12 else "") + ")")
+            raise LocalProtocolError(
+                "invalid header escape",
+                f"the header {text[:80]!r} has the escape {seq!r}, which STOMP "
+                f"{version} does not define (use \\n, \\c, \\\\" + (", \\r" if version == V12 else "") + ")",
+            )
         return table[seq]
 
     return _ESCAPE_SEQ.sub(one, text)
@@ -175,8 +174,10 @@ def escape(text: str, version: str | None) -> str:
 
 # --- parsing -------------------------------------------------------------------------------
 
-def parse_frame(buf: bytes | bytearray, pos: int, version: str | None,
-                limits: Limits = DEFAULT_LIMITS) -> tuple[Frame | None, int]:
+
+def parse_frame(
+    buf: bytes | bytearray, pos: int, version: str | None, limits: Limits = DEFAULT_LIMITS
+) -> tuple[Frame | None, int]:
     """The frame starting at ``pos`` (after any heart-beat EOLs) and the offset just past
     its NUL; or (None, offset of the incomplete frame) when more bytes are needed.
 
@@ -201,14 +202,17 @@ def _usual_ack(buf: bytes | bytearray, pos: int, limits: Limits) -> tuple[Frame,
     if end <= start:
         return None
     digits = buf[start:end]
-    if not digits.isdigit() or end + 3 - pos > limits.max_frame_size \
-            or end - pos - 4 > limits.max_header_length or limits.max_headers < 1:
+    if (
+        not digits.isdigit()
+        or end + 3 - pos > limits.max_frame_size
+        or end - pos - 4 > limits.max_header_length
+        or limits.max_headers < 1
+    ):
         return None
     return Frame(ACK, {"id": digits.decode("ascii")}), end + 3
 
 
-def _parse_general(buf: bytes | bytearray, pos: int, version: str | None,
-                   limits: Limits) -> tuple[Frame | None, int]:
+def _parse_general(buf: bytes | bytearray, pos: int, version: str | None, limits: Limits) -> tuple[Frame | None, int]:
     """parse_frame() for any bytes."""
     n = len(buf)
     crlf = version is None or version == V12  # \r\n line ends allowed
@@ -265,8 +269,11 @@ def _parse_general(buf: bytes | bytearray, pos: int, version: str | None,
         if end >= n:
             return None, pos
         if buf[end] != 0:
-            raise LocalProtocolError("malformed frame", f"{command}: content-length is {length} but the "
-                                     "byte after that many body bytes is not the NUL that ends a frame")
+            raise LocalProtocolError(
+                "malformed frame",
+                f"{command}: content-length is {length} but the "
+                "byte after that many body bytes is not the NUL that ends a frame",
+            )
     else:
         end = buf.find(b"\0", body_start)
         if end < 0:
@@ -282,8 +289,9 @@ def _check_incomplete_head(buf: bytes | bytearray, pos: int, n: int, limits: Lim
     last_nl = buf.rfind(b"\n", pos, n)
     line_start = pos if last_nl < 0 else last_nl + 1
     if n - line_start > limits.max_header_length:
-        raise LocalProtocolError("header too long", f"a command or header line is longer than "
-                                 f"{limits.max_header_length} bytes")
+        raise LocalProtocolError(
+            "header too long", f"a command or header line is longer than {limits.max_header_length} bytes"
+        )
     if buf.count(b"\n", pos, n) > limits.max_headers + 1:
         raise LocalProtocolError("too many headers", f"a frame has more than {limits.max_headers} headers")
     if n - pos > limits.max_frame_size:
@@ -292,8 +300,9 @@ def _check_incomplete_head(buf: bytes | bytearray, pos: int, n: int, limits: Lim
 
 def _refuse_command(command: str) -> None:
     shown = command if len(command) <= 40 else command[:40] + "..."
-    raise LocalProtocolError("unknown command", f"{shown!r} is not a STOMP command; expected one of "
-                             + ", ".join(sorted(CLIENT_COMMANDS)))
+    raise LocalProtocolError(
+        "unknown command", f"{shown!r} is not a STOMP command; expected one of " + ", ".join(sorted(CLIENT_COMMANDS))
+    )
 
 
 def _plain_headers(text: str, command: str, version: str | None, limits: Limits) -> dict[str, str] | None:
@@ -324,11 +333,11 @@ def _plain_headers(text: str, command: str, version: str | None, limits: Limits)
     return headers
 
 
-def _parse_headers(lines: list[str], command: str, version: str | None,
-                   limits: Limits) -> dict[str, str]:
+def _parse_headers(lines: list[str], command: str, version: str | None, limits: Limits) -> dict[str, str]:
     if len(lines) - 1 > limits.max_headers:
-        raise LocalProtocolError("too many headers", f"{command} has {len(lines) - 1} headers; "
-                                 f"at most {limits.max_headers} are allowed")
+        raise LocalProtocolError(
+            "too many headers", f"{command} has {len(lines) - 1} headers; at most {limits.max_headers} are allowed"
+        )
     escaped = version if version in _UNESCAPE and command not in UNESCAPED_COMMANDS else None
     headers: dict[str, str] = {}
     raw_controls = any("\0" in line or "\r" in line for line in lines)
@@ -336,12 +345,12 @@ def _parse_headers(lines: list[str], command: str, version: str | None,
         if raw_controls:
             _refuse_raw_controls(line, command)
         if len(line) > limits.max_header_length and len(line.encode()) > limits.max_header_length:
-            raise LocalProtocolError("header too long", f"{command}: a header line is longer than "
-                                     f"{limits.max_header_length} bytes")
+            raise LocalProtocolError(
+                "header too long", f"{command}: a header line is longer than {limits.max_header_length} bytes"
+            )
         name, colon, value = line.partition(":")
         if not colon or not name:
-            raise LocalProtocolError("malformed header", f"{command}: the header line {line[:80]!r} "
-                                     "is not name:value")
+            raise LocalProtocolError("malformed header", f"{command}: the header line {line[:80]!r} is not name:value")
         if escaped is not None:
             name, value = unescape(name, escaped), unescape(value, escaped)
         if name not in headers:
@@ -354,17 +363,21 @@ def _refuse_raw_controls(line: str, command: str) -> None:
     for char, what in (("\0", "a NUL byte"), ("\r", "a carriage return")):
         if char in line:
             name = line.partition(":")[0]
-            raise LocalProtocolError("invalid header", f"{command}: the header {name[:80]!r} holds "
-                                     f"{what} written raw; a STOMP header cannot contain a NUL "
-                                     "(it ends a frame) nor a bare carriage return (in STOMP 1.2 "
-                                     "write it as the escape \\r)")
+            raise LocalProtocolError(
+                "invalid header",
+                f"{command}: the header {name[:80]!r} holds "
+                f"{what} written raw; a STOMP header cannot contain a NUL "
+                "(it ends a frame) nor a bare carriage return (in STOMP 1.2 "
+                "write it as the escape \\r)",
+            )
 
 
 def _content_length(text: str, limits: Limits) -> int:
     text = text.strip()
     if not text.isdigit() or not text.isascii():
-        raise LocalProtocolError("invalid content-length", f"content-length {text[:40]!r} is not a "
-                                 "whole number of bytes")
+        raise LocalProtocolError(
+            "invalid content-length", f"content-length {text[:40]!r} is not a whole number of bytes"
+        )
     length = int(text)
     if length > limits.max_frame_size:
         raise _too_big(length, limits)
@@ -372,11 +385,13 @@ def _content_length(text: str, limits: Limits) -> int:
 
 
 def _too_big(size: int, limits: Limits) -> LocalProtocolError:
-    return LocalProtocolError("frame too large", f"a frame of {size} bytes or more exceeds the "
-                              f"limit of {limits.max_frame_size} bytes")
+    return LocalProtocolError(
+        "frame too large", f"a frame of {size} bytes or more exceeds the limit of {limits.max_frame_size} bytes"
+    )
 
 
 # --- encoding ------------------------------------------------------------------------------
+
 
 def encode_frame(frame: Frame, version: str | None) -> bytes:
     """The bytes of ``frame`` in ``version``'s dialect (PRE_CONNECT: unescaped). Raises
@@ -392,8 +407,12 @@ def encode_frame(frame: Frame, version: str | None) -> bytes:
     parts.append("\n")
     head = "\n".join(parts)
     # one scan of the whole head in the usual case; the culprit is looked for on failure
-    if "\0" in head or "\r" in head or "" in headers \
-            or (not escaped and (head.count("\n") != len(headers) + 2 or any(":" in k for k in headers))):
+    if (
+        "\0" in head
+        or "\r" in head
+        or "" in headers
+        or (not escaped and (head.count("\n") != len(headers) + 2 or any(":" in k for k in headers)))
+    ):
         _refuse_unencodable(frame, version, escaped)
     return head.encode("utf-8") + frame.body + b"\0"
 
@@ -413,15 +432,21 @@ def _refuse_unencodable(frame: Frame, version: str | None, escaped: bool) -> Non
             raise HeaderNotEncodable(frame.command, name, "has an empty name")
         for text, part in ((name, "name"), (value, "value")):
             if "\0" in text:
-                raise HeaderNotEncodable(frame.command, name, f"{part} holds a NUL byte, which no "
-                                         "STOMP version can carry in a header")
+                raise HeaderNotEncodable(
+                    frame.command, name, f"{part} holds a NUL byte, which no STOMP version can carry in a header"
+                )
             if "\r" in text and (not escaped or version == V11):
-                raise HeaderNotEncodable(frame.command, name, f"{part} holds a carriage return, "
-                                         f"which {where} cannot carry (only STOMP 1.2 escapes it)")
+                raise HeaderNotEncodable(
+                    frame.command,
+                    name,
+                    f"{part} holds a carriage return, which {where} cannot carry (only STOMP 1.2 escapes it)",
+                )
             if "\n" in text and not escaped:
-                raise HeaderNotEncodable(frame.command, name, f"{part} holds a line feed, which "
-                                         f"{where} cannot carry; connect with STOMP 1.1 or 1.2")
+                raise HeaderNotEncodable(
+                    frame.command,
+                    name,
+                    f"{part} holds a line feed, which {where} cannot carry; connect with STOMP 1.1 or 1.2",
+                )
         if ":" in name and not escaped:
-            raise HeaderNotEncodable(frame.command, name, f"name holds a colon, which {where} "
-                                     "cannot carry")
+            raise HeaderNotEncodable(frame.command, name, f"name holds a colon, which {where} cannot carry")
     raise AssertionError(f"no unencodable header in {frame!r}")  # pragma: no cover

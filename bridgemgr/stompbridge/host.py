@@ -49,8 +49,7 @@ Post = Callable[..., None]  # loop.call_soon_threadsafe, or a test's queue
 class HostConnection:
     """One STOMP connection's host broker client and data path."""
 
-    def __init__(self, broker: HostBroker, principal: Principal, post: Post,
-                 client_id: str | None = None) -> None:
+    def __init__(self, broker: HostBroker, principal: Principal, post: Post, client_id: str | None = None) -> None:
         self.broker = broker
         self.principal = principal
         self.post = post
@@ -109,12 +108,19 @@ class HostConnection:
     def create_temporary(self, topic: bool) -> Destination:
         return self.broker.create_temporary(self.principal, self.client, topic)
 
-    def subscribe(self, destination: Destination, selector: str | None, durable_name: str | None,
-                  no_local: bool, window: int, render: Callable[[Delivery], Any],
-                  deliver: Callable[..., None], paused: bool = False) -> Subscriber:
+    def subscribe(
+        self,
+        destination: Destination,
+        selector: str | None,
+        durable_name: str | None,
+        no_local: bool,
+        window: int,
+        render: Callable[[Delivery], Any],
+        deliver: Callable[..., None],
+        paused: bool = False,
+    ) -> Subscriber:
         """A consumer and its thread; raises JMSException (bad selector, destination, ...)."""
-        consumer = self.broker.subscribe(self.principal, self.client, destination, selector,
-                                         durable_name, no_local)
+        consumer = self.broker.subscribe(self.principal, self.client, destination, selector, durable_name, no_local)
         sub = Subscriber(self, consumer, window, render, deliver, paused)
         self.subscribers.append(sub)
         sub.start()
@@ -133,8 +139,15 @@ class HostConnection:
 class Subscriber:
     """The thread that moves one subscription's messages from the broker to the loop."""
 
-    def __init__(self, host: HostConnection, consumer: Consumer, window: int,
-                 render: Callable[[Delivery], Any], deliver: Callable[..., None], paused: bool) -> None:
+    def __init__(
+        self,
+        host: HostConnection,
+        consumer: Consumer,
+        window: int,
+        render: Callable[[Delivery], Any],
+        deliver: Callable[..., None],
+        paused: bool,
+    ) -> None:
         self.host = host
         self.consumer = consumer
         self.render = render
@@ -145,8 +158,7 @@ class Subscriber:
         self._writable = True
         self._in_flight = False  # a batch is on its way to the loop
         self._stopped = False
-        self.thread = threading.Thread(target=self._run, daemon=True,
-                                       name=f"stomp-sub:{consumer.destination}")
+        self.thread = threading.Thread(target=self._run, daemon=True, name=f"stomp-sub:{consumer.destination}")
 
     def start(self) -> None:
         self.thread.start()
@@ -197,8 +209,9 @@ class Subscriber:
         try:
             while True:
                 with self._cond:
-                    while not self._stopped and (self._credit <= 0 or self._paused or not self._writable
-                                                 or self._in_flight):
+                    while not self._stopped and (
+                        self._credit <= 0 or self._paused or not self._writable or self._in_flight
+                    ):
                         self._cond.wait()
                     if self._stopped:
                         return
@@ -214,4 +227,3 @@ class Subscriber:
         except Exception:  # a bug here must not leave messages stranded silently
             log.exception("STOMP subscriber on %s failed", consumer.destination)
             self.host.post(self.deliver, None)
-

@@ -81,26 +81,35 @@ class StompConfig:
             except JMSException as exc:
                 raise StompBridgeError(f"imq.bridge.stomp.messageTransformer: {exc}") from exc
             transformer = lambda: load_transformer(path, folders)  # noqa: E731
-        return cls(hostname=s.hostname, tcp_enabled=s.tcp_enabled, tcp_port=s.tcp_port,
-                   tls_enabled=s.tls_enabled, tls_port=s.tls_port,
-                   tls_require_client_auth=s.tls_require_client_auth,
-                   tls_certfile=_path(s.tls_certfile), tls_keyfile=_path(s.tls_keyfile),
-                   tls_cafile=_path(s.tls_cafile),
-                   session=SessionConfig(consumer_flow_limit=s.consumer_flow_limit,
-                                         transformer=transformer,
-                                         invalid_header_names=s.invalid_header_names))
+        return cls(
+            hostname=s.hostname,
+            tcp_enabled=s.tcp_enabled,
+            tcp_port=s.tcp_port,
+            tls_enabled=s.tls_enabled,
+            tls_port=s.tls_port,
+            tls_require_client_auth=s.tls_require_client_auth,
+            tls_certfile=_path(s.tls_certfile),
+            tls_keyfile=_path(s.tls_keyfile),
+            tls_cafile=_path(s.tls_cafile),
+            session=SessionConfig(
+                consumer_flow_limit=s.consumer_flow_limit,
+                transformer=transformer,
+                invalid_header_names=s.invalid_header_names,
+            ),
+        )
 
     def tls_context(self) -> ssl.SSLContext:
         """The TLS port's server context; StompBridgeError names the property and the file
         that cannot be used."""
         if self.tls_certfile is None:
-            raise StompBridgeError(f"{TLS_PROPS}.enabled is true but {TLS_PROPS}.certfile is not set "
-                                   "(imqbridgemgr keytool makes a key and certificate)")
+            raise StompBridgeError(
+                f"{TLS_PROPS}.enabled is true but {TLS_PROPS}.certfile is not set "
+                "(imqbridgemgr keytool makes a key and certificate)"
+            )
         files = [("certfile", self.tls_certfile), ("keyfile", self.tls_keyfile)]
         if self.tls_require_client_auth:
             if self.tls_cafile is None:
-                raise StompBridgeError(f"{TLS_PROPS}.requireClientAuth is true but {TLS_PROPS}.cafile "
-                                       "is not set")
+                raise StompBridgeError(f"{TLS_PROPS}.requireClientAuth is true but {TLS_PROPS}.cafile is not set")
             files.append(("cafile", self.tls_cafile))
         for key, path in files:
             if path is not None:
@@ -114,14 +123,16 @@ class StompConfig:
             ctx.load_cert_chain(self.tls_certfile, self.tls_keyfile)
         except ssl.SSLError as exc:
             named = f"{TLS_PROPS}.certfile {self.tls_certfile}" + (
-                f" and {TLS_PROPS}.keyfile {self.tls_keyfile}" if self.tls_keyfile else "")
+                f" and {TLS_PROPS}.keyfile {self.tls_keyfile}" if self.tls_keyfile else ""
+            )
             raise StompBridgeError(f"{named}: not a PEM certificate chain and its private key ({exc})") from None
         if self.tls_require_client_auth:
             try:
                 ctx.load_verify_locations(self.tls_cafile)
             except ssl.SSLError as exc:
-                raise StompBridgeError(f"{TLS_PROPS}.cafile {self.tls_cafile}: no PEM CA certificates "
-                                       f"({exc})") from None
+                raise StompBridgeError(
+                    f"{TLS_PROPS}.cafile {self.tls_cafile}: no PEM CA certificates ({exc})"
+                ) from None
             ctx.verify_mode = ssl.CERT_REQUIRED
         return ctx
 
@@ -169,8 +180,14 @@ class StompBridge:
 
     name = SERVICE
 
-    def __init__(self, config: StompConfig | BrokerProperties, broker: HostBroker,
-                 users: UserRepository, netloop: NetLoop, guard: ServiceGuard | None = None) -> None:
+    def __init__(
+        self,
+        config: StompConfig | BrokerProperties,
+        broker: HostBroker,
+        users: UserRepository,
+        netloop: NetLoop,
+        guard: ServiceGuard | None = None,
+    ) -> None:
         self.config = config if isinstance(config, StompConfig) else StompConfig.from_props(config)
         self.broker = broker
         self.users = users
@@ -230,10 +247,17 @@ class StompBridge:
             listeners.append(("tls", cfg.tls_port, cfg.tls_context()))
         for kind, port, ctx in listeners:
             try:
-                server = await listen(lambda admission: StompProtocol(self, admission), cfg.hostname or None,
-                                      port, name=f"STOMP bridge ({kind})", pending=self.guard.unauthenticated,
-                                      refusal=partial(error_frame, "too many connections"), ssl_context=ctx,
-                                      backlog=512, handshake_timeout=self.guard.login_timeout)
+                server = await listen(
+                    lambda admission: StompProtocol(self, admission),
+                    cfg.hostname or None,
+                    port,
+                    name=f"STOMP bridge ({kind})",
+                    pending=self.guard.unauthenticated,
+                    refusal=partial(error_frame, "too many connections"),
+                    ssl_context=ctx,
+                    backlog=512,
+                    handshake_timeout=self.guard.login_timeout,
+                )
             except OSError as exc:
                 raise StompBridgeError(f"the STOMP bridge cannot listen on {kind} port {port}: {exc}") from exc
             self._servers.append(server)
@@ -263,8 +287,14 @@ class StompBridge:
 def error_frame(message: str, detail: str) -> bytes:
     """The ERROR frame that refuses a connection before CONNECT (the detail in its body)."""
     body = detail.encode()
-    return encode_frame(Frame(ERROR, {"message": message, "content-type": "text/plain;charset=utf-8",
-                                      "content-length": str(len(body))}, body), PRE_CONNECT)
+    return encode_frame(
+        Frame(
+            ERROR,
+            {"message": message, "content-type": "text/plain;charset=utf-8", "content-length": str(len(body))},
+            body,
+        ),
+        PRE_CONNECT,
+    )
 
 
 def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., Any], *args: Any) -> None:
@@ -285,7 +315,7 @@ class StompProtocol(asyncio.Protocol):
 
     def __init__(self, bridge: StompBridge, admission: Admission) -> None:
         self.bridge = bridge
-        self.admission = admission         # counted until CONNECTED (or closed)
+        self.admission = admission  # counted until CONNECTED (or closed)
         self.loop = asyncio.get_running_loop()
         self.transport: asyncio.Transport | None = None
         self.session: StompSession | None = None
@@ -293,7 +323,7 @@ class StompProtocol(asyncio.Protocol):
         self._timer: asyncio.TimerHandle | None = None
         self._login_timer: asyncio.TimerHandle | None = None
         self._login: asyncio.Task[None] | None = None  # a CONNECT waiting for the throttle
-        self.peer = "?"                    # the client's address, for the login throttle
+        self.peer = "?"  # the client's address, for the login throttle
 
     # --- asyncio callbacks ------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -303,9 +333,13 @@ class StompProtocol(asyncio.Protocol):
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         tcp.set_write_buffer_limits(high=WRITE_BUFFER_HIGH)
         bridge = self.bridge
-        self.session = StompSession(bridge.config.session, authenticate=bridge.authenticate,
-                                    open_host=self._open_host, session_id=f"stomp-{next(bridge._ids)}",
-                                    now=self.loop.time())
+        self.session = StompSession(
+            bridge.config.session,
+            authenticate=bridge.authenticate,
+            open_host=self._open_host,
+            session_id=f"stomp-{next(bridge._ids)}",
+            now=self.loop.time(),
+        )
         self.peer = peer_address(transport)
         refusal = bridge.guard.refusal(len(bridge.connections), self.peer)
         if refusal is not None:
@@ -355,8 +389,7 @@ class StompProtocol(asyncio.Protocol):
         address = f"{peer[0]}:{peer[1]}" if isinstance(peer, tuple) else None
         user = self.bridge.users.get(username)  # its group decides with the access rules
         groups = frozenset({user.group}) if user is not None else frozenset()
-        return HostConnection(self.bridge.broker, Principal(username, groups, address, "stomp"),
-                              self._post, client_id)
+        return HostConnection(self.bridge.broker, Principal(username, groups, address, "stomp"), self._post, client_id)
 
     def _post(self, fn: Callable[..., Any], *args: Any) -> None:
         """From a subscriber thread: run ``fn`` on the loop, then flush with the others."""
@@ -423,8 +456,12 @@ class StompProtocol(asyncio.Protocol):
             attempt.outcome(user is not None)
         self._login = None
         if not attempt.ok:
-            log.warning("STOMP login failed for user %r from %s (%d recent failures from there)",
-                        login[:80], self.peer, attempt.count)
+            log.warning(
+                "STOMP login failed for user %r from %s (%d recent failures from there)",
+                login[:80],
+                self.peer,
+                attempt.count,
+            )
 
     def _call_done(self, future: asyncio.Future[Any]) -> None:
         assert self.session is not None

@@ -91,9 +91,15 @@ TRANSITIONS: dict[State, dict[str, State]] = {
     State.CONNECTED: {**_IN_SESSION, DISCONNECT: State.CLOSED},
 }
 MIN_VERSION = {NACK: V11}
-REQUIRED = {CONNECT: ("login", "passcode"), STOMP: ("login", "passcode"),
-            SEND: ("destination",), SUBSCRIBE: ("destination",),
-            BEGIN: ("transaction",), COMMIT: ("transaction",), ABORT: ("transaction",)}
+REQUIRED = {
+    CONNECT: ("login", "passcode"),
+    STOMP: ("login", "passcode"),
+    SEND: ("destination",),
+    SUBSCRIBE: ("destination",),
+    BEGIN: ("transaction",),
+    COMMIT: ("transaction",),
+    ABORT: ("transaction",),
+}
 ACK_MODES = ("auto", "client", "client-individual")
 DEFAULT_ID_PREFIX = "/subscription-to/"
 SUPPORTED = ",".join(VERSIONS)
@@ -214,10 +220,15 @@ class Blocking:
 class StompSession:
     """One STOMP connection's protocol state. Not thread-safe: the loop owns it."""
 
-    def __init__(self, config: SessionConfig, *,
-                 authenticate: Callable[[str, str], object | None],
-                 open_host: Callable[[str | None, str], HostConnection],
-                 session_id: str, now: float = 0.0) -> None:
+    def __init__(
+        self,
+        config: SessionConfig,
+        *,
+        authenticate: Callable[[str, str], object | None],
+        open_host: Callable[[str | None, str], HostConnection],
+        session_id: str,
+        now: float = 0.0,
+    ) -> None:
         self.config = config
         self.session_id = session_id
         self.state = State.AWAIT_CONNECT
@@ -313,9 +324,14 @@ class StompSession:
         if self.waiting:  # we are not reading (a held send, a store wait): the silence is ours
             self._last_received = now
         elif self.expect_every and now - self._last_received > self.expect_every / 1000 * self.config.heart_beat_grace:
-            self._fail(LocalProtocolError("heart-beat timeout", f"nothing received for "
-                                          f"{int((now - self._last_received) * 1000)} ms; the "
-                                          f"negotiated heart-beat is {self.expect_every} ms"))
+            self._fail(
+                LocalProtocolError(
+                    "heart-beat timeout",
+                    f"nothing received for "
+                    f"{int((now - self._last_received) * 1000)} ms; the "
+                    f"negotiated heart-beat is {self.expect_every} ms",
+                )
+            )
         elif self.send_every and now - self._last_sent >= self.send_every / 1000 and not self._out:
             self._out.append(HEARTBEAT)
 
@@ -349,8 +365,12 @@ class StompSession:
                     break
                 headers = frame.headers
                 command = frame.command
-                if command == SEND and self.state is State.CONNECTED and "destination" in headers \
-                        and "transaction" not in headers:
+                if (
+                    command == SEND
+                    and self.state is State.CONNECTED
+                    and "destination" in headers
+                    and "transaction" not in headers
+                ):
                     if self._acked:
                         self._acknowledge_run()
                     try:
@@ -365,8 +385,12 @@ class StompSession:
                     if self.waiting or self.closed:  # held: this frame waits its turn
                         pos = start
                         break
-                if command == ACK and self.state is State.CONNECTED and "receipt" not in headers \
-                        and "transaction" not in headers:
+                if (
+                    command == ACK
+                    and self.state is State.CONNECTED
+                    and "receipt" not in headers
+                    and "transaction" not in headers
+                ):
                     try:
                         if self._take_acked(frame):
                             continue
@@ -431,8 +455,11 @@ class StompSession:
             q = queued.pop(0)
             assert q.message is not None and q.destination is not None
             if isinstance(refused, ProducerFlowControl):
-                self._confirm(q.frame, Held(refused.on_room, partial(self._send, q.frame, None, q.message,
-                                                                     q.destination)), State.CONNECTED)
+                self._confirm(
+                    q.frame,
+                    Held(refused.on_room, partial(self._send, q.frame, None, q.message, q.destination)),
+                    State.CONNECTED,
+                )
             else:
                 queued.clear()
                 self._fail(_send_failed(q.frame, refused), q.frame)
@@ -440,14 +467,17 @@ class StompSession:
     def _handle(self, frame: Frame) -> None:
         next_state = TRANSITIONS.get(self.state, {}).get(frame.command)
         if next_state is None:
-            raise LocalProtocolError(f"unexpected {frame.command}",
-                                     f"{frame.command} is not allowed while the connection is "
-                                     f"{self.state.value}" + (" (send CONNECT first)"
-                                                              if self.state is State.AWAIT_CONNECT else ""))
+            raise LocalProtocolError(
+                f"unexpected {frame.command}",
+                f"{frame.command} is not allowed while the connection is "
+                f"{self.state.value}" + (" (send CONNECT first)" if self.state is State.AWAIT_CONNECT else ""),
+            )
         minimum = MIN_VERSION.get(frame.command)
         if minimum and self.version is not None and VERSIONS.index(self.version) < VERSIONS.index(minimum):
-            raise LocalProtocolError(f"unexpected {frame.command}", f"{frame.command} needs STOMP "
-                                     f"{minimum} or later; this connection speaks {self.version}")
+            raise LocalProtocolError(
+                f"unexpected {frame.command}",
+                f"{frame.command} needs STOMP {minimum} or later; this connection speaks {self.version}",
+            )
         headers = frame.headers
         for name in REQUIRED.get(frame.command, ()):
             if name not in headers:
@@ -466,13 +496,18 @@ class StompSession:
             return
         if isinstance(result, Held):
             retry = result.retry
-            self._call = PendingCall(partial(_wait_blocking, result.wait),
-                                     lambda _: self._confirm(frame, retry(), next_state), frame, result.wait)
+            self._call = PendingCall(
+                partial(_wait_blocking, result.wait),
+                lambda _: self._confirm(frame, retry(), next_state),
+                frame,
+                result.wait,
+            )
             return
         receipt = frame.headers.get("receipt")
         if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
-            self._call = PendingCall(partial(self.host.wait_durable, result),
-                                     lambda _: self._confirm(frame, None, next_state), frame)
+            self._call = PendingCall(
+                partial(self.host.wait_durable, result), lambda _: self._confirm(frame, None, next_state), frame
+            )
             return
         if receipt is not None:
             self._emit(Frame(RECEIPT, {"receipt-id": receipt}))
@@ -485,8 +520,11 @@ class StompSession:
         processing only while the store is behind."""
         host = self.host
         if ticket is not None and host is not None and (receipts or host.store_behind()):
-            self._call = PendingCall(partial(host.wait_durable, ticket),
-                                     lambda _: self._confirm_run(receipts, None), receipts[0] if receipts else None)
+            self._call = PendingCall(
+                partial(host.wait_durable, ticket),
+                lambda _: self._confirm_run(receipts, None),
+                receipts[0] if receipts else None,
+            )
             return
         for frame in receipts:
             self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
@@ -500,15 +538,15 @@ class StompSession:
             return
         self.error = RemoteProtocolError(exc.message, exc.detail)
         body = exc.detail.encode("utf-8")
-        headers = {"message": exc.message, "content-type": "text/plain;charset=utf-8",
-                   "content-length": str(len(body))}
+        headers = {"message": exc.message, "content-type": "text/plain;charset=utf-8", "content-length": str(len(body))}
         if frame is not None and frame.get("receipt") is not None:
             headers["receipt-id"] = frame.headers["receipt"]
         if exc.message == "unsupported version":
             headers["version"] = SUPPORTED
         self._emit(Frame(ERROR, headers, body))
-        log.info("STOMP session %s: ERROR %s: %s", self.session_id, exc.message, exc.detail,
-                 extra=PER_MESSAGE)  # one client's: the STOMP bridge's file only
+        log.info(
+            "STOMP session %s: ERROR %s: %s", self.session_id, exc.message, exc.detail, extra=PER_MESSAGE
+        )  # one client's: the STOMP bridge's file only
         self._shutdown(State.ERROR)
 
     def _shutdown(self, state: State) -> None:
@@ -538,17 +576,18 @@ class StompSession:
     def _on_connect(self, frame: Frame) -> None:
         self.version = _negotiate_version(frame.get("accept-version"))
         if self.version != V10:
-            self.send_every, self.expect_every = _negotiate_heart_beat(frame.get("heart-beat"),
-                                                                       self.config.heart_beat)
+            self.send_every, self.expect_every = _negotiate_heart_beat(frame.get("heart-beat"), self.config.heart_beat)
         login, passcode = frame.headers["login"], frame.headers["passcode"]
-        self._call = PendingCall(partial(self._authenticate, login, passcode),
-                                 partial(self._authenticated, frame), frame)
+        self._call = PendingCall(
+            partial(self._authenticate, login, passcode), partial(self._authenticated, frame), frame
+        )
 
     def _authenticated(self, frame: Frame, user: object | None) -> None:
         login = frame.headers["login"]
         if user is None:
-            raise LocalProtocolError("authentication failed", f"login {login[:80]!r} with the given "
-                                     "passcode is not valid")
+            raise LocalProtocolError(
+                "authentication failed", f"login {login[:80]!r} with the given passcode is not valid"
+            )
         try:
             self.host = self._open_host(frame.get("client-id"), login)
         except JMSException as exc:
@@ -558,8 +597,12 @@ class StompSession:
             self._inbound_transformer = self.config.transformer()
         self.state = State.CONNECTED
         sx, sy = self.config.heart_beat if self.version != V10 else (0, 0)
-        headers = {"version": self.version or V10, "session": self.session_id,
-                   "server": self.config.server, "heart-beat": f"{sx},{sy}"}
+        headers = {
+            "version": self.version or V10,
+            "session": self.session_id,
+            "server": self.config.server,
+            "heart-beat": f"{sx},{sy}",
+        }
         self._emit(Frame(CONNECTED, headers))
         if frame.get("receipt") is not None:
             self._emit(Frame(RECEIPT, {"receipt-id": frame.headers["receipt"]}))
@@ -576,16 +619,19 @@ class StompSession:
         assert self.destinations is not None
         mode = self.config.invalid_header_names
         inbound = from_send(frame, self.destinations, self._inbound_transformer, mode)
-        if inbound.invalid and mode == NAMES_DROP and self._inbound_transformer is None \
-                and not self._dropped_logged:
+        if inbound.invalid and mode == NAMES_DROP and self._inbound_transformer is None and not self._dropped_logged:
             self._dropped_logged = True
-            log.warning("STOMP session %s: dropping SEND headers that are no JMS property names "
-                        "(%s; imq.bridge.stomp.invalidHeaderNames=drop; logged once per connection)",
-                        self.session_id, ", ".join(repr(n[:80]) for n in list(inbound.invalid)[:5]))
+            log.warning(
+                "STOMP session %s: dropping SEND headers that are no JMS property names "
+                "(%s; imq.bridge.stomp.invalidHeaderNames=drop; logged once per connection)",
+                self.session_id,
+                ", ".join(repr(n[:80]) for n in list(inbound.invalid)[:5]),
+            )
         return inbound.message, inbound.destination
 
-    def _send(self, frame: Frame, work: Transaction | None, message: Message, destination: Destination
-              ) -> Ticket | Held:
+    def _send(
+        self, frame: Frame, work: Transaction | None, message: Message, destination: Destination
+    ) -> Ticket | Held:
         """Send a SEND's message (again, when the broker held it: ``frame`` is converted
         once, so a transformer sees each SEND once)."""
         assert self.host is not None
@@ -605,16 +651,19 @@ class StompSession:
     def _work(self, tx: str) -> Transaction:
         if self._tx is None or self._tx[0] != tx:
             current = f"the open transaction is {self._tx[0]!r}" if self._tx else "no transaction is open"
-            raise LocalProtocolError("unknown transaction", f"transaction {tx[:80]!r} has not been "
-                                     f"started with BEGIN ({current})")
+            raise LocalProtocolError(
+                "unknown transaction", f"transaction {tx[:80]!r} has not been started with BEGIN ({current})"
+            )
         return self._tx[1]
 
     def _on_begin(self, frame: Frame) -> None:
         assert self.host is not None
         tx = frame.headers["transaction"]
         if self._tx is not None:
-            raise LocalProtocolError("nested transaction", f"BEGIN {tx[:80]!r} while transaction "
-                                     f"{self._tx[0]!r} is open; transactions do not nest")
+            raise LocalProtocolError(
+                "nested transaction",
+                f"BEGIN {tx[:80]!r} while transaction {self._tx[0]!r} is open; transactions do not nest",
+            )
         self._tx = (tx, self.host.begin())
         for sub in self._transacted():
             assert sub.handle is not None  # (subscribed)
@@ -669,8 +718,9 @@ class StompSession:
         destination = self.destinations.to_jms(text)
         sub_id = frame.get("id") or DEFAULT_ID_PREFIX + text
         if sub_id in self.subscriptions:
-            raise LocalProtocolError("duplicate subscription", f"subscription id {sub_id[:80]!r} is "
-                                     "already in use on this connection")
+            raise LocalProtocolError(
+                "duplicate subscription", f"subscription id {sub_id[:80]!r} is already in use on this connection"
+            )
         ack = frame.get("ack", "auto")
         if ack not in ACK_MODES:
             raise LocalProtocolError("invalid ack", f"ack {ack[:40]!r} is not one of {', '.join(ACK_MODES)}")
@@ -679,18 +729,24 @@ class StompSession:
             self._work(tx)
         durable = frame.get("durable-subscriber-name")
         if durable and not destination.is_topic:
-            raise LocalProtocolError("invalid durable subscription", f"durable-subscriber-name needs "
-                                     f"a /topic/ destination, not {text[:80]!r}")
+            raise LocalProtocolError(
+                "invalid durable subscription",
+                f"durable-subscriber-name needs a /topic/ destination, not {text[:80]!r}",
+            )
         if durable and self.host.client_id is None:
-            raise LocalProtocolError("no client-id", "a durable subscription needs the client-id "
-                                     "header on CONNECT")
+            raise LocalProtocolError("no client-id", "a durable subscription needs the client-id header on CONNECT")
         sub = Subscription(sub_id, ack, tx is not None, durable or None)
         render = self._renderer(sub, destination)
         try:
-            sub.handle = self.host.subscribe(destination, frame.get("selector"), sub.durable_name,
-                                             frame.get("no-local", "false").lower() == "true",
-                                             self.config.consumer_flow_limit, render,
-                                             partial(self._deliver, sub))
+            sub.handle = self.host.subscribe(
+                destination,
+                frame.get("selector"),
+                sub.durable_name,
+                frame.get("no-local", "false").lower() == "true",
+                self.config.consumer_flow_limit,
+                render,
+                partial(self._deliver, sub),
+            )
         except JMSException as exc:
             raise LocalProtocolError("subscribe failed", f"SUBSCRIBE {text[:80]!r}: {exc}") from exc
         self.subscriptions[sub_id] = sub
@@ -701,8 +757,9 @@ class StompSession:
         assert destinations is not None
         transformer = self.config.transformer() if self.config.transformer else None
         ack_header = version == V12 and not sub.auto
-        frames = MessageRenderer(sub.id, destinations, transformer, version,
-                                 self.config.invalid_header_names == NAMES_ENCODE)
+        frames = MessageRenderer(
+            sub.id, destinations, transformer, version, self.config.invalid_header_names == NAMES_ENCODE
+        )
 
         def render(env: Handle) -> Delivery:
             ack_no = next(numbers)
@@ -757,8 +814,9 @@ class StompSession:
         durable = frame.get("durable-subscriber-name")
         if durable:
             if self.host.client_id is None:
-                raise LocalProtocolError("no client-id", "unsubscribing a durable subscription needs "
-                                         "the client-id header on CONNECT")
+                raise LocalProtocolError(
+                    "no client-id", "unsubscribing a durable subscription needs the client-id header on CONNECT"
+                )
             for sub in list(self.subscriptions.values()):
                 if sub.durable_name == durable:
                     self._close_subscription(sub)
@@ -775,8 +833,10 @@ class StompSession:
         if sub_id is None and frame.get("destination"):
             sub_id = DEFAULT_ID_PREFIX + frame.headers["destination"]
         if sub_id is None:
-            raise LocalProtocolError("missing id", "UNSUBSCRIBE requires the id header (or, in STOMP "
-                                     "1.0, destination; or durable-subscriber-name)")
+            raise LocalProtocolError(
+                "missing id",
+                "UNSUBSCRIBE requires the id header (or, in STOMP 1.0, destination; or durable-subscriber-name)",
+            )
         named = self.subscriptions.get(sub_id)
         if named is None:
             raise LocalProtocolError("unknown subscription", f"no subscription {sub_id[:80]!r} on this connection")
@@ -842,9 +902,12 @@ class StompSession:
                 return
         else:
             if tx is not None:
-                raise LocalProtocolError("not a transacted subscription", f"{frame.command} names "
-                                         f"transaction {tx[:80]!r} but subscription {sub.id[:80]!r} "
-                                         "was not created with a transaction header")
+                raise LocalProtocolError(
+                    "not a transacted subscription",
+                    f"{frame.command} names "
+                    f"transaction {tx[:80]!r} but subscription {sub.id[:80]!r} "
+                    "was not created with a transaction header",
+                )
             taken = sub.take(ack_no, cumulative=sub.ack == "client")
         envs = [d.handle for d in taken]
         if consume:
@@ -856,8 +919,10 @@ class StompSession:
 
     def _open_tx(self, sub: Subscription) -> str:
         if self._tx is None:
-            raise LocalProtocolError("no transaction", f"subscription {sub.id[:80]!r} is transacted "
-                                     "and no transaction is open; BEGIN one first")
+            raise LocalProtocolError(
+                "no transaction",
+                f"subscription {sub.id[:80]!r} is transacted and no transaction is open; BEGIN one first",
+            )
         return self._tx[0]
 
     def _find_delivery(self, frame: Frame) -> tuple[Subscription, int]:
@@ -869,40 +934,54 @@ class StompSession:
                 for sub in self.subscriptions.values():
                     if ack_no in sub.outstanding:
                         return sub, ack_no
-            raise LocalProtocolError("unknown message", f"{frame.command} id {ack_id[:80]!r} names no "
-                                     "message awaiting acknowledgement on this connection")
+            raise LocalProtocolError(
+                "unknown message",
+                f"{frame.command} id {ack_id[:80]!r} names no message awaiting acknowledgement on this connection",
+            )
         message_id = frame.get("message-id")
         if message_id is None:
-            raise LocalProtocolError(f"missing {'id' if self.version == V12 else 'message-id'}",
-                                     f"{frame.command} requires the "
-                                     + ("id header (the MESSAGE's ack header)" if self.version == V12
-                                        else "message-id header"))
+            raise LocalProtocolError(
+                f"missing {'id' if self.version == V12 else 'message-id'}",
+                f"{frame.command} requires the "
+                + ("id header (the MESSAGE's ack header)" if self.version == V12 else "message-id header"),
+            )
         sub_id = frame.get("subscription")
         if sub_id is not None:
             named = self.subscriptions.get(sub_id)
             if named is None:
-                raise LocalProtocolError("unknown subscription", f"{frame.command} names subscription "
-                                         f"{sub_id[:80]!r}, which does not exist on this connection")
+                raise LocalProtocolError(
+                    "unknown subscription",
+                    f"{frame.command} names subscription {sub_id[:80]!r}, which does not exist on this connection",
+                )
             candidates = [named]
         else:  # STOMP 1.0: default-id subscriptions first (Table 12-11), then the others
             subs = list(self.subscriptions.values())
-            candidates = [s for s in subs if s.id.startswith(DEFAULT_ID_PREFIX)] + \
-                         [s for s in subs if not s.id.startswith(DEFAULT_ID_PREFIX)]
+            candidates = [s for s in subs if s.id.startswith(DEFAULT_ID_PREFIX)] + [
+                s for s in subs if not s.id.startswith(DEFAULT_ID_PREFIX)
+            ]
         for sub in candidates:
             found = sub.by_message_id.get(message_id)
             if found is not None:
                 return sub, found
         where = f"subscription {sub_id[:80]!r}" if sub_id is not None else "any subscription"
-        raise LocalProtocolError("unknown message", f"{frame.command}: message {message_id[:80]!r} is "
-                                 f"not awaiting acknowledgement on {where}")
+        raise LocalProtocolError(
+            "unknown message",
+            f"{frame.command}: message {message_id[:80]!r} is not awaiting acknowledgement on {where}",
+        )
 
 
 HANDLERS: dict[str, Callable[[StompSession, Frame], Any]] = {
-    CONNECT: StompSession._on_connect, STOMP: StompSession._on_connect,
-    SEND: StompSession._on_send, SUBSCRIBE: StompSession._on_subscribe,
-    UNSUBSCRIBE: StompSession._on_unsubscribe, ACK: StompSession._on_ack,
-    NACK: StompSession._on_nack, BEGIN: StompSession._on_begin, COMMIT: StompSession._on_commit,
-    ABORT: StompSession._on_abort, DISCONNECT: StompSession._on_disconnect,
+    CONNECT: StompSession._on_connect,
+    STOMP: StompSession._on_connect,
+    SEND: StompSession._on_send,
+    SUBSCRIBE: StompSession._on_subscribe,
+    UNSUBSCRIBE: StompSession._on_unsubscribe,
+    ACK: StompSession._on_ack,
+    NACK: StompSession._on_nack,
+    BEGIN: StompSession._on_begin,
+    COMMIT: StompSession._on_commit,
+    ABORT: StompSession._on_abort,
+    DISCONNECT: StompSession._on_disconnect,
 }
 
 
@@ -913,8 +992,11 @@ def _negotiate_version(accept: str | None) -> str:
     for version in reversed(VERSIONS):
         if version in offered:
             return version
-    raise LocalProtocolError("unsupported version", f"accept-version {accept[:80]!r} names no version "
-                             f"this server speaks; supported protocol versions are {SUPPORTED}")
+    raise LocalProtocolError(
+        "unsupported version",
+        f"accept-version {accept[:80]!r} names no version "
+        f"this server speaks; supported protocol versions are {SUPPORTED}",
+    )
 
 
 def _negotiate_heart_beat(header: str | None, ours: tuple[int, int]) -> tuple[int, int]:
@@ -923,8 +1005,10 @@ def _negotiate_heart_beat(header: str | None, ours: tuple[int, int]) -> tuple[in
         return 0, 0
     parts = header.split(",")
     if len(parts) != 2 or not all(p.strip().isdigit() for p in parts):
-        raise LocalProtocolError("invalid heart-beat", f"heart-beat {header[:40]!r} must be two whole "
-                                 "numbers of milliseconds, such as 10000,10000")
+        raise LocalProtocolError(
+            "invalid heart-beat",
+            f"heart-beat {header[:40]!r} must be two whole numbers of milliseconds, such as 10000,10000",
+        )
     cx, cy = (int(p) for p in parts)
     sx, sy = ours
     return (max(sx, cy) if sx and cy else 0), (max(cx, sy) if cx and sy else 0)

@@ -42,8 +42,15 @@ def _carry_over(source: Message, target: Message, charset: str) -> Message:
 
 
 class TextToBytes(MessageTransformer):
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message:
         if not isinstance(message, TextMessage):
             return message
         charset = charset_of(charset_name, properties)
@@ -55,8 +62,15 @@ class TextToBytes(MessageTransformer):
 
 
 class BytesToText(MessageTransformer):
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message:
         if not isinstance(message, BytesMessage):
             return message
         charset = charset_of(charset_name, properties)

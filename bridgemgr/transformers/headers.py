@@ -47,8 +47,15 @@ WRITE_HEADERS: Mapping[str, Callable[[Message, str], None]] = {
 class HeaderMapping(MessageTransformer):
     """Sets, renames and drops properties; copies between headers and properties."""
 
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message:
         rules = dict(properties or {})
         out = message.copy() if read_only else message
         for key, value in rules.items():
@@ -78,8 +85,7 @@ def _rule(table: Mapping[str, Any], header: str, key: str) -> Any:
     try:
         return table[header]
     except KeyError:
-        raise JMSException(f"HeaderMapping: {key} names header {header!r}; use one of "
-                           + ", ".join(table)) from None
+        raise JMSException(f"HeaderMapping: {key} names header {header!r}; use one of " + ", ".join(table)) from None
 
 
 def _remove(message: Message, name: str) -> None:

@@ -45,15 +45,13 @@ def parse_routes(properties: Mapping[str, Any]) -> tuple[list[Route], str]:
         parts = key.split(".")
         if len(parts) == 3 and parts[0] == "route":
             if not parts[1].isdigit() or parts[2] not in ("selector", "to"):
-                raise JMSException(f"ContentRouter: property {key} is not route.N.selector "
-                                   "or route.N.to")
+                raise JMSException(f"ContentRouter: property {key} is not route.N.selector or route.N.to")
             numbers.add(int(parts[1]))
     routes: list[Route] = []
     for n in sorted(numbers):
         selector, to = properties.get(f"route.{n}.selector"), properties.get(f"route.{n}.to")
         if not selector or not to:
-            raise JMSException(f"ContentRouter: route {n} needs both route.{n}.selector and "
-                               f"route.{n}.to")
+            raise JMSException(f"ContentRouter: route {n} needs both route.{n}.selector and route.{n}.to")
         routes.append((compile_selector(selector), parse_where(to)))
     return routes, str(properties.get("default", "target"))
 
@@ -74,8 +72,15 @@ class ContentRouter(MessageTransformer):
                 found = self._cache[key] = parse_routes(properties)
             return found
 
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message:
         routes, default = self._routes(properties or {})
         for selector, where in routes:
             if selector is None or selector.matches(message):

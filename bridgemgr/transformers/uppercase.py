@@ -18,8 +18,15 @@ from bridgemgr.transform import MessageTransformer
 class UppercaseTransformer(MessageTransformer):
     """Upper-cases a TextMessage's body; ``properties`` are the target's <property> elements."""
 
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message:
         if not isinstance(message, TextMessage) or message.text is None:
             return message
         text = message.text

@@ -47,7 +47,7 @@ class Completer:
         self.depth = depth
         self._cond = threading.Condition()
         self._queue: deque[tuple[Transaction, list[Branch]]] = deque()
-        self._working = 0          # transactions taken by the thread, not yet finished
+        self._working = 0  # transactions taken by the thread, not yet finished
         self._outcomes: deque[Outcome] = deque()
         self._failure: BaseException | None = None  # until reset(): roll back the rest
         self._thread: threading.Thread | None = None
@@ -65,8 +65,7 @@ class Completer:
                 self._cond.wait()
             self._queue.append((tx, prepared))
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, daemon=True,
-                                                name=f"xa completer {self.name}")
+                self._thread = threading.Thread(target=self._run, daemon=True, name=f"xa completer {self.name}")
                 self._thread.start()
             self._cond.notify_all()
 
@@ -142,8 +141,7 @@ class Completer:
                 for wait in tx.durable or ():
                     wait()
         except Exception as exc:  # the records stay: recovery commits those branches again
-            log.error("completer %s: a resource manager did not confirm its commits: %s",
-                      self.name, exc)
+            log.error("completer %s: a resource manager did not confirm its commits: %s", self.name, exc)
             self.coordinator.durable(txs, confirmed=False)
             return
         self.coordinator.durable(txs)
@@ -155,6 +153,7 @@ class Completer:
             return Outcome(cause)
         error = TransactionRolledBackException(
             f"transaction {tx.gtrid.decode(errors='replace')}: rolled back after an earlier "
-            f"transaction of the link failed ({cause}), to keep the messages in order")
+            f"transaction of the link failed ({cause}), to keep the messages in order"
+        )
         error.__cause__ = cause  # what the link judges it by (a database outage excuses it)
         return Outcome(error, behind=True)

@@ -47,16 +47,17 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-FORMAT_ID = 0x494D5142   # "IMQB"
-TAG_MAX = 32             # bytes of the bridge name kept in a gtrid
+FORMAT_ID = 0x494D5142  # "IMQB"
+TAG_MAX = 32  # bytes of the bridge name kept in a gtrid
 FAULT_ENV = "IMQBRIDGE_XA_FAULT"
-FORGET_BATCH = 256       # finished transactions forgotten at the latest after this many
-POOL_THREADS = 8         # prepares and commits of remote RMs' second and further branches
+FORGET_BATCH = 256  # finished transactions forgotten at the latest after this many
+POOL_THREADS = 8  # prepares and commits of remote RMs' second and further branches
 T = TypeVar("T")
 Item = TypeVar("Item")
 
 
 # --- our Xid format ---------------------------------------------------------------------------------
+
 
 def name_tag(name: str, limit: int = TAG_MAX) -> bytes:
     """``name`` as bytes of at most ``limit``: itself, or a prefix and a hash of the rest."""
@@ -64,7 +65,7 @@ def name_tag(name: str, limit: int = TAG_MAX) -> bytes:
     if len(raw) <= limit:
         return raw
     digest = hashlib.sha256(raw).hexdigest()[:8].encode()
-    return raw[:limit - 9] + b"~" + digest
+    return raw[: limit - 9] + b"~" + digest
 
 
 def make_gtrid(tag: bytes, boot: bytes, seq: int) -> bytes:
@@ -93,15 +94,16 @@ def branch_qualifier(rm_tag: str, number: int) -> bytes:
 
 # --- state tables ----------------------------------------------------------------------------------
 
+
 class BranchState(str, Enum):
-    ACTIVE = "ACTIVE"                # associated with one or more resources
-    ENDED = "ENDED"                  # every association ended with TMSUCCESS
+    ACTIVE = "ACTIVE"  # associated with one or more resources
+    ENDED = "ENDED"  # every association ended with TMSUCCESS
     ROLLBACK_ONLY = "ROLLBACK_ONLY"  # an association ended with TMFAIL or failed to end
-    PREPARED = "PREPARED"            # voted yes: durable and in doubt at the RM
-    READ_ONLY = "READ_ONLY"          # voted read-only: finished, nothing to commit
+    PREPARED = "PREPARED"  # voted yes: durable and in doubt at the RM
+    READ_ONLY = "READ_ONLY"  # voted read-only: finished, nothing to commit
     COMMITTED = "COMMITTED"
     ROLLED_BACK = "ROLLED_BACK"
-    IN_DOUBT = "IN_DOUBT"            # commit decided, the RM unreachable: recovery's now
+    IN_DOUBT = "IN_DOUBT"  # commit decided, the RM unreachable: recovery's now
 
 
 class BranchEvent(str, Enum):
@@ -119,28 +121,30 @@ class BranchEvent(str, Enum):
 
 _B, _BE = BranchState, BranchEvent
 BRANCH_TRANSITIONS: Mapping[BranchState, Mapping[BranchEvent, BranchState]] = {
-    _B.ACTIVE: {_BE.JOIN: _B.ACTIVE, _BE.END: _B.ENDED, _BE.FAIL: _B.ROLLBACK_ONLY,
-                _BE.ROLLBACK: _B.ROLLED_BACK},
-    _B.ENDED: {_BE.JOIN: _B.ACTIVE, _BE.VOTE_OK: _B.PREPARED, _BE.VOTE_READ_ONLY: _B.READ_ONLY,
-               _BE.VOTE_ROLLBACK: _B.ROLLED_BACK, _BE.COMMIT_ONE_PHASE: _B.COMMITTED,
-               _BE.ROLLBACK: _B.ROLLED_BACK},
-    _B.ROLLBACK_ONLY: {_BE.FAIL: _B.ROLLBACK_ONLY, _BE.END: _B.ROLLBACK_ONLY,
-                       _BE.ROLLBACK: _B.ROLLED_BACK},
-    _B.PREPARED: {_BE.COMMIT: _B.COMMITTED, _BE.ROLLBACK: _B.ROLLED_BACK,
-                  _BE.UNREACHABLE: _B.IN_DOUBT},
+    _B.ACTIVE: {_BE.JOIN: _B.ACTIVE, _BE.END: _B.ENDED, _BE.FAIL: _B.ROLLBACK_ONLY, _BE.ROLLBACK: _B.ROLLED_BACK},
+    _B.ENDED: {
+        _BE.JOIN: _B.ACTIVE,
+        _BE.VOTE_OK: _B.PREPARED,
+        _BE.VOTE_READ_ONLY: _B.READ_ONLY,
+        _BE.VOTE_ROLLBACK: _B.ROLLED_BACK,
+        _BE.COMMIT_ONE_PHASE: _B.COMMITTED,
+        _BE.ROLLBACK: _B.ROLLED_BACK,
+    },
+    _B.ROLLBACK_ONLY: {_BE.FAIL: _B.ROLLBACK_ONLY, _BE.END: _B.ROLLBACK_ONLY, _BE.ROLLBACK: _B.ROLLED_BACK},
+    _B.PREPARED: {_BE.COMMIT: _B.COMMITTED, _BE.ROLLBACK: _B.ROLLED_BACK, _BE.UNREACHABLE: _B.IN_DOUBT},
 }
 
 
 class TxState(str, Enum):
-    ACTIVE = "ACTIVE"              # resources enlist, messages move
-    ENDED = "ENDED"                # every association ended: ready to complete
+    ACTIVE = "ACTIVE"  # resources enlist, messages move
+    ENDED = "ENDED"  # every association ended: ready to complete
     PREPARING = "PREPARING"
-    COMMITTING = "COMMITTING"      # decided (logged if it had to be)
+    COMMITTING = "COMMITTING"  # decided (logged if it had to be)
     COMMITTED = "COMMITTED"
     ROLLING_BACK = "ROLLING_BACK"
     ROLLED_BACK = "ROLLED_BACK"
-    IN_DOUBT = "IN_DOUBT"          # decided commit, a branch unreachable: recovery finishes
-    UNKNOWN = "UNKNOWN"            # a one-phase commit's answer was lost: all or nothing
+    IN_DOUBT = "IN_DOUBT"  # decided commit, a branch unreachable: recovery finishes
+    UNKNOWN = "UNKNOWN"  # a one-phase commit's answer was lost: all or nothing
 
 
 class TxEvent(str, Enum):
@@ -158,11 +162,14 @@ class TxEvent(str, Enum):
 _T, _TE = TxState, TxEvent
 TX_TRANSITIONS: Mapping[TxState, Mapping[TxEvent, TxState]] = {
     _T.ACTIVE: {_TE.ENLIST: _T.ACTIVE, _TE.END: _T.ENDED, _TE.ROLLBACK: _T.ROLLING_BACK},
-    _T.ENDED: {_TE.PREPARE: _T.PREPARING, _TE.DECIDE: _T.COMMITTING,
-               _TE.ROLLBACK: _T.ROLLING_BACK},
+    _T.ENDED: {_TE.PREPARE: _T.PREPARING, _TE.DECIDE: _T.COMMITTING, _TE.ROLLBACK: _T.ROLLING_BACK},
     _T.PREPARING: {_TE.DECIDE: _T.COMMITTING, _TE.ROLLBACK: _T.ROLLING_BACK},
-    _T.COMMITTING: {_TE.COMMITTED: _T.COMMITTED, _TE.ROLLED_BACK: _T.ROLLED_BACK,
-                    _TE.UNREACHABLE: _T.IN_DOUBT, _TE.LOST: _T.UNKNOWN},
+    _T.COMMITTING: {
+        _TE.COMMITTED: _T.COMMITTED,
+        _TE.ROLLED_BACK: _T.ROLLED_BACK,
+        _TE.UNREACHABLE: _T.IN_DOUBT,
+        _TE.LOST: _T.UNKNOWN,
+    },
     _T.ROLLING_BACK: {_TE.ROLLED_BACK: _T.ROLLED_BACK},
 }
 FINISHED = frozenset({TxState.COMMITTED, TxState.ROLLED_BACK, TxState.IN_DOUBT, TxState.UNKNOWN})
@@ -175,23 +182,23 @@ def rolled_back(exc: BaseException) -> bool:
 
 def unreachable(exc: BaseException) -> bool:
     """A failure to reach the RM (the outcome of the call is unknown)."""
-    return isinstance(exc, TransportException) or (
-        isinstance(exc, XAException) and exc.errorcode == xa.XAER_RMFAIL)
+    return isinstance(exc, TransportException) or (isinstance(exc, XAException) and exc.errorcode == xa.XAER_RMFAIL)
 
 
 # --- the fault hook (tests) --------------------------------------------------------------------------
 
+
 class FaultPoint(str, Enum):
-    PREPARED = "prepared"            # every branch prepared, the decision not logged
-    LOGGED = "logged"                # after the commit record, before any commit
+    PREPARED = "prepared"  # every branch prepared, the decision not logged
+    LOGGED = "logged"  # after the commit record, before any commit
     COMMITTED_ONE = "committed-one"  # after the first commit of a logged transaction
 
 
 @dataclass(frozen=True)
 class Fault:
-    action: str        # kill | pause | hold
-    argument: float    # kill: probability; pause: seconds
-    path: str = ""     # hold: wait while this file exists (creating <path>.held first)
+    action: str  # kill | pause | hold
+    argument: float  # kill: probability; pause: seconds
+    path: str = ""  # hold: wait while this file exists (creating <path>.held first)
 
 
 class Faults:
@@ -233,21 +240,23 @@ class Faults:
 
 # --- branches and transactions ----------------------------------------------------------------------
 
+
 @dataclass(eq=False)
 class Branch:
     """One branch of a transaction: its Xid, resource manager, and who is associated."""
 
     xid: Xid
     rm: str
-    resource: XAResource                 # completes the branch (prepare/commit/rollback)
+    resource: XAResource  # completes the branch (prepare/commit/rollback)
     associated: list[XAResource] = field(default_factory=list)
     state: BranchState = BranchState.ACTIVE
 
     def fire(self, event: BranchEvent) -> None:
         new = BRANCH_TRANSITIONS.get(self.state, {}).get(event)
         if new is None:
-            raise IllegalStateException(f"branch {self.xid} of {self.rm}: cannot {event.value} "
-                                        f"while {self.state.value}")
+            raise IllegalStateException(
+                f"branch {self.xid} of {self.rm}: cannot {event.value} while {self.state.value}"
+            )
         self.state = new
 
 
@@ -269,8 +278,9 @@ class Transaction:
     def _fire(self, event: TxEvent) -> None:
         new = TX_TRANSITIONS.get(self.state, {}).get(event)
         if new is None:
-            raise IllegalStateException(f"transaction {self.gtrid.decode(errors='replace')}: "
-                                        f"cannot {event.value} while {self.state.value}")
+            raise IllegalStateException(
+                f"transaction {self.gtrid.decode(errors='replace')}: cannot {event.value} while {self.state.value}"
+            )
         self.state = new
         if new in FINISHED:
             self.coordinator._finished(self)
@@ -323,10 +333,10 @@ class Transaction:
     def end(self) -> None:
         """End every association (TMSUCCESS); on a failure roll everything back and raise."""
         failure: BaseException | None = None
-        associations = [(branch, resource) for branch in self.branches
-                        for resource in branch.associated]
-        ended = self.coordinator.fan_out(associations, lambda a: a[1].end(a[0].xid, xa.TMSUCCESS),
-                                         lambda a: a[1].in_process)
+        associations = [(branch, resource) for branch in self.branches for resource in branch.associated]
+        ended = self.coordinator.fan_out(
+            associations, lambda a: a[1].end(a[0].xid, xa.TMSUCCESS), lambda a: a[1].in_process
+        )
         for (branch, resource), _, exc in ended:
             branch.associated.remove(resource)
             if exc is not None:
@@ -347,16 +357,14 @@ class Transaction:
         With ``defer``, a two-phase transaction of in-process RMs is handed to that
         completer once prepared (False: its outcome comes from there); True: complete."""
         if self.state not in (TxState.ACTIVE, TxState.ENDED):
-            raise IllegalStateException(f"transaction {self._name}: cannot commit while "
-                                        f"{self.state.value}")
+            raise IllegalStateException(f"transaction {self._name}: cannot commit while {self.state.value}")
         if self.state is TxState.ACTIVE:
             self.end()
         live = [b for b in self.branches if b.state is BranchState.ENDED]
         if len(live) != len(self.branches):  # a branch failed to end: cannot commit
             self._fire(TxEvent.ROLLBACK)
             self._rollback_all()
-            raise TransactionRolledBackException(f"transaction {self._name}: a branch is "
-                                                 "rollback-only; rolled back")
+            raise TransactionRolledBackException(f"transaction {self._name}: a branch is rollback-only; rolled back")
         if len(live) <= 1:
             self._commit_one_phase(live)
             return True
@@ -400,8 +408,8 @@ class Transaction:
                 branch.fire(BranchEvent.ROLLBACK)
                 self._fire(TxEvent.ROLLED_BACK)
                 raise TransactionRolledBackException(
-                    f"transaction {self._name}: {branch.rm} rolled the one-phase commit back: "
-                    f"{exc}") from exc
+                    f"transaction {self._name}: {branch.rm} rolled the one-phase commit back: {exc}"
+                ) from exc
             # The outcome is the RM's; with one branch it is all or nothing, never half.
             self._fire(TxEvent.LOST)
             raise _failure("one-phase commit", self, exc) from exc
@@ -460,22 +468,25 @@ class Transaction:
                     if not rolled_back(exc):
                         _forget(branch)
                 else:  # unreachable, or an answer we cannot read: still prepared, maybe
-                    log.warning("transaction %s: commit at %s failed: %s", self._name,
-                                branch.rm, exc)
+                    log.warning("transaction %s: commit at %s failed: %s", self._name, branch.rm, exc)
                     branch.fire(BranchEvent.UNREACHABLE)
                     in_doubt.append(branch)
             else:
                 branch.fire(BranchEvent.COMMIT)
         if in_doubt:
             self._fire(TxEvent.UNREACHABLE)
-            log.warning("transaction %s: decided to commit, but %s did not confirm; "
-                        "recovery retries", self._name, ", ".join(b.rm for b in in_doubt))
+            log.warning(
+                "transaction %s: decided to commit, but %s did not confirm; recovery retries",
+                self._name,
+                ", ".join(b.rm for b in in_doubt),
+            )
             self.coordinator.in_doubt(self, [b.rm for b in in_doubt])
         else:
             self._fire(TxEvent.COMMITTED)
         if heuristic:
-            raise HeuristicMixedException(f"transaction {self._name}: some branches did not "
-                                          f"commit: {'; '.join(heuristic)}")
+            raise HeuristicMixedException(
+                f"transaction {self._name}: some branches did not commit: {'; '.join(heuristic)}"
+            )
 
     def rollback(self) -> None:
         """Roll back (from ACTIVE or ENDED): the messages consumed come back to the source.
@@ -498,16 +509,18 @@ class Transaction:
                 branch.associated.remove(resource)
                 if branch.state is BranchState.ACTIVE:
                     branch.fire(BranchEvent.FAIL)
-            if branch.state in (BranchState.ENDED, BranchState.ROLLBACK_ONLY,
-                                BranchState.PREPARED, BranchState.ACTIVE):
+            if branch.state in (BranchState.ENDED, BranchState.ROLLBACK_ONLY, BranchState.PREPARED, BranchState.ACTIVE):
                 try:
                     branch.resource.rollback(branch.xid)
                 except Exception as exc:
-                    if not (isinstance(exc, XAException)
-                            and (exc.errorcode == xa.XAER_NOTA or rolled_back(exc))):
+                    if not (isinstance(exc, XAException) and (exc.errorcode == xa.XAER_NOTA or rolled_back(exc))):
                         # prepared, or a prepare whose answer was lost: recovery's to roll back
-                        log.warning("transaction %s: rolling back %s failed: %s; recovery "
-                                    "rolls it back", self._name, branch.rm, exc)
+                        log.warning(
+                            "transaction %s: rolling back %s failed: %s; recovery rolls it back",
+                            self._name,
+                            branch.rm,
+                            exc,
+                        )
                         unconfirmed.append(branch.rm)
                 branch.fire(BranchEvent.ROLLBACK)
         if self.state is TxState.ROLLING_BACK:
@@ -538,8 +551,7 @@ def _forget(branch: Branch) -> None:
     try:
         branch.resource.forget(branch.xid)
     except Exception as exc:
-        log.warning("forgetting the heuristic outcome of %s at %s failed: %s",
-                    branch.xid, branch.rm, exc)
+        log.warning("forgetting the heuristic outcome of %s at %s failed: %s", branch.xid, branch.rm, exc)
 
 
 def _failure(what: str, tx: Transaction, exc: BaseException) -> JMSException:
@@ -547,13 +559,13 @@ def _failure(what: str, tx: Transaction, exc: BaseException) -> JMSException:
     else a TransactionRolledBackException (rolled back before any commit: the messages come
     back, the link backs them out; not the chapter's commit failure)."""
     text = f"transaction {tx._name}: {what} failed ({type(exc).__name__}: {exc}); rolled back"
-    error: JMSException = (TransportException(text) if unreachable(exc)
-                           else TransactionRolledBackException(text))
+    error: JMSException = TransportException(text) if unreachable(exc) else TransactionRolledBackException(text)
     error.__cause__ = exc
     return error
 
 
 # --- the coordinator ------------------------------------------------------------------------------------
+
 
 class Coordinator:
     """The XA transaction coordinator of one bridge: Xids, the log, transactions in flight."""
@@ -570,8 +582,7 @@ class Coordinator:
         self._forget: list[bytes] = []
         self.on_in_doubt: Callable[[list[str]], None] | None = None  # recovery's retry
         self._pool: ThreadPoolExecutor | None = None
-        self.counts = dict.fromkeys(["committed", "rolled_back", "in_doubt", "unknown",
-                                     "logged"], 0)
+        self.counts = dict.fromkeys(["committed", "rolled_back", "in_doubt", "unknown", "logged"], 0)
 
     def begin(self) -> Transaction:
         gtrid = make_gtrid(self.tag, self.boot, next(self._seq))
@@ -579,13 +590,15 @@ class Coordinator:
             self._in_flight.add(gtrid)
         return Transaction(self, gtrid)
 
-    def each(self, branches: list[Branch], call: Callable[[Branch], T]
-             ) -> list[tuple[Branch, T | None, BaseException | None]]:
+    def each(
+        self, branches: list[Branch], call: Callable[[Branch], T]
+    ) -> list[tuple[Branch, T | None, BaseException | None]]:
         """``call`` for every branch: (branch, result, error) in order (see fan_out)."""
         return self.fan_out(branches, call, lambda b: b.resource.in_process)
 
-    def fan_out(self, items: list[Item], call: Callable[[Item], T], in_process: Callable[[Item], bool]
-                ) -> list[tuple[Item, T | None, BaseException | None]]:
+    def fan_out(
+        self, items: list[Item], call: Callable[[Item], T], in_process: Callable[[Item], bool]
+    ) -> list[tuple[Item, T | None, BaseException | None]]:
         """``call`` for every item (a branch, or a resource's association with one):
         (item, result, error) in order. Items of remote resource managers after the first
         run at the same time in the coordinator's pool (each RM its own machine, each
@@ -650,8 +663,13 @@ class Coordinator:
         except TxLogError as exc:
             with self._lock:
                 self._forget[:0] = forget
-            log.warning("bridge %s: forgetting %d finished transaction(s) in the log failed "
-                        "(%s); tried again with the next write", self.bridge, len(forget), exc)
+            log.warning(
+                "bridge %s: forgetting %d finished transaction(s) in the log failed "
+                "(%s); tried again with the next write",
+                self.bridge,
+                len(forget),
+                exc,
+            )
 
     def _finished(self, tx: Transaction) -> None:
         waits = tx.state is TxState.COMMITTED and tx.logged and tx.durable is not None

@@ -78,9 +78,14 @@ class Report:
 class Recovery:
     """Runs recovery passes over the registered RMs of one coordinator."""
 
-    def __init__(self, coordinator: Coordinator, rms: Sequence[RecoverySource],
-                 logger: logging.Logger | None = None, interval: float = 2.0,
-                 max_interval: float = 60.0) -> None:
+    def __init__(
+        self,
+        coordinator: Coordinator,
+        rms: Sequence[RecoverySource],
+        logger: logging.Logger | None = None,
+        interval: float = 2.0,
+        max_interval: float = 60.0,
+    ) -> None:
         self.coordinator = coordinator
         self.rms = list(rms)
         self.log = logger or log
@@ -118,8 +123,12 @@ class Recovery:
         except Exception as exc:
             rm.reset()
             report.error = f"{type(exc).__name__}: {exc}"
-            self.log.warning("XA recovery: resource manager %s cannot be asked for its in-doubt "
-                             "transactions (%s); trying again later", rm.name, report.error)
+            self.log.warning(
+                "XA recovery: resource manager %s cannot be asked for its in-doubt "
+                "transactions (%s); trying again later",
+                rm.name,
+                report.error,
+            )
             return report
         coordinator = self.coordinator
         ours = [x for x in found if coordinator.is_ours(x)]
@@ -140,12 +149,17 @@ class Recovery:
             except Exception as exc:
                 report.failed.append((xid, f"{type(exc).__name__}: {exc}"))
         if ours:
-            self.log.info("XA recovery of %s: %d in doubt; committed %d, rolled back %d, "
-                          "in flight %d, failed %d", rm.name, len(ours), len(report.committed),
-                          len(report.rolled_back), len(report.in_flight), len(report.failed))
+            self.log.info(
+                "XA recovery of %s: %d in doubt; committed %d, rolled back %d, in flight %d, failed %d",
+                rm.name,
+                len(ours),
+                len(report.committed),
+                len(report.rolled_back),
+                len(report.in_flight),
+                len(report.failed),
+            )
         for xid, error in report.failed:
-            self.log.warning("XA recovery of %s: %s failed (%s); trying again later",
-                             rm.name, xid, error)
+            self.log.warning("XA recovery of %s: %s failed (%s); trying again later", rm.name, xid, error)
         return report
 
     # --- scheduling ------------------------------------------------------------------------------
@@ -164,8 +178,9 @@ class Recovery:
                 return
             self._wanted = True
             if self._thread is None:
-                self._thread = threading.Thread(target=self._background, daemon=True,
-                                                name=f"xa recovery {self.coordinator.bridge}")
+                self._thread = threading.Thread(
+                    target=self._background, daemon=True, name=f"xa recovery {self.coordinator.bridge}"
+                )
                 self._thread.start()
             self._wake.notify_all()
 
@@ -211,10 +226,14 @@ class Recovery:
 # XA error codes that finish a recovered branch anyway, per what recovery asked for:
 # gone already, or already ending the way it was asked to. The heuristic outcomes against
 # the decision finish it too, but are reported and forgotten.
-DONE_ANYWAY = {"commit": frozenset({xa.XAER_NOTA, xa.XA_HEURCOM}),
-               "rollback": frozenset({xa.XAER_NOTA, xa.XA_HEURRB, *range(xa.XA_RBROLLBACK, 108)})}
-AGAINST = {"commit": frozenset({xa.XA_HEURRB, xa.XA_HEURMIX, *range(xa.XA_RBROLLBACK, 108)}),
-           "rollback": frozenset({xa.XA_HEURCOM, xa.XA_HEURMIX})}
+DONE_ANYWAY = {
+    "commit": frozenset({xa.XAER_NOTA, xa.XA_HEURCOM}),
+    "rollback": frozenset({xa.XAER_NOTA, xa.XA_HEURRB, *range(xa.XA_RBROLLBACK, 108)}),
+}
+AGAINST = {
+    "commit": frozenset({xa.XA_HEURRB, xa.XA_HEURMIX, *range(xa.XA_RBROLLBACK, 108)}),
+    "rollback": frozenset({xa.XA_HEURCOM, xa.XA_HEURMIX}),
+}
 
 
 def commit_branch(resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
@@ -225,8 +244,7 @@ def rollback_branch(resource: XAResource, xid: Xid, logger: logging.Logger) -> N
     _finish("rollback", lambda: resource.rollback(xid), resource, xid, logger)
 
 
-def _finish(what: str, call: Callable[[], None], resource: XAResource, xid: Xid,
-            logger: logging.Logger) -> None:
+def _finish(what: str, call: Callable[[], None], resource: XAResource, xid: Xid, logger: logging.Logger) -> None:
     try:
         call()
     except XAException as exc:
@@ -234,8 +252,13 @@ def _finish(what: str, call: Callable[[], None], resource: XAResource, xid: Xid,
             return
         if exc.errorcode not in AGAINST[what]:
             raise
-        logger.error("XA recovery: %s of %s ended heuristically against the decision (%s); "
-                     "messages of that transaction may be missing or duplicated", what, xid, exc)
+        logger.error(
+            "XA recovery: %s of %s ended heuristically against the decision (%s); "
+            "messages of that transaction may be missing or duplicated",
+            what,
+            xid,
+            exc,
+        )
         if exc.errorcode in (xa.XA_HEURCOM, xa.XA_HEURRB, xa.XA_HEURMIX):
             try:
                 resource.forget(xid)

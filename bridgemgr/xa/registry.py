@@ -54,8 +54,9 @@ from .txlog import (
 log = logging.getLogger(__name__)
 
 
-def open_txlog(bridge: str, directory: str | Path | None, tm_props: Mapping[str, str],
-               sql: tuple[DBAPIConnect, str] | None = None) -> TxLog:
+def open_txlog(
+    bridge: str, directory: str | Path | None, tm_props: Mapping[str, str], sql: tuple[DBAPIConnect, str] | None = None
+) -> TxLog:
     """The log a bridge's coordinator uses, opened: SQL when ``sql`` (connect function,
     paramstyle) is given (imq.persist.store=jdbc), else txlog.<bridge> in ``directory``,
     else in memory."""
@@ -80,8 +81,10 @@ def registration(multi_rm: bool, factory: object) -> str | None:
     if not is_xa_capable(factory):
         return "not an XAConnectionFactory"
     if multi_rm:
-        return ('multi-rm="true": not registered; recovery reaches each of its resource '
-                'managers through a connection-factory with multi-rm="false" that identifies it')
+        return (
+            'multi-rm="true": not registered; recovery reaches each of its resource '
+            'managers through a connection-factory with multi-rm="false" that identifies it'
+        )
     return None
 
 
@@ -104,8 +107,9 @@ class ResourceManager(RecoverySource):
                 conn = self.factory.create_xa_connection(self.username, self.password)
                 try:
                     if not isinstance(conn, XAConnection):
-                        raise TypeError(f"connection-factory {self.ref_name} gave a "
-                                        f"{type(conn).__name__}, not an XA connection")
+                        raise TypeError(
+                            f"connection-factory {self.ref_name} gave a {type(conn).__name__}, not an XA connection"
+                        )
                     self._resource = conn.create_xa_session().xa_resource
                 except BaseException:
                     _close(conn)
@@ -143,29 +147,42 @@ class FactoryEntry:
 class BridgeTransactions:
     """The coordinator, its log, the registered RMs and recovery of one running bridge."""
 
-    def __init__(self, bridge: str, coordinator: Coordinator, rms: list[ResourceManager],
-                 recovery: Recovery) -> None:
+    def __init__(self, bridge: str, coordinator: Coordinator, rms: list[ResourceManager], recovery: Recovery) -> None:
         self.bridge = bridge
         self.coordinator = coordinator
         self.rms = rms
         self.recovery = recovery
 
     @classmethod
-    def start(cls, bridge: str, factories: list[FactoryEntry], directory: str | Path | None,
-              tm_props: Mapping[str, str], logger: logging.Logger,
-              store: str = "file", sql: tuple[DBAPIConnect, str] | None = None,
-              retry_interval: float = 2.0) -> BridgeTransactions:
+    def start(
+        cls,
+        bridge: str,
+        factories: list[FactoryEntry],
+        directory: str | Path | None,
+        tm_props: Mapping[str, str],
+        logger: logging.Logger,
+        store: str = "file",
+        sql: tuple[DBAPIConnect, str] | None = None,
+        retry_interval: float = 2.0,
+    ) -> BridgeTransactions:
         """Steps 4-6 of a bridge start: coordinator and log, RM registration, recovery.
         ``store`` is imq.persist.store; with "jdbc" the log goes to the host broker's
         database through ``sql`` (a DB-API connect function and its paramstyle)."""
         if store == "jdbc" and sql is None:
-            logger.warning("imq.persist.store=jdbc, but the host broker's store offers no SQL "
-                           "connection for the transaction log; bridge %s logs to the file "
-                           "txlog.%s instead", bridge, bridge)
+            logger.warning(
+                "imq.persist.store=jdbc, but the host broker's store offers no SQL "
+                "connection for the transaction log; bridge %s logs to the file "
+                "txlog.%s instead",
+                bridge,
+                bridge,
+            )
         txlog: TxLog = open_txlog(bridge, directory, tm_props, sql)
         if directory is None and sql is None:
-            logger.warning("bridge %s has no var directory: its XA transaction log is kept "
-                           "in memory and decisions do not survive a crash", bridge)
+            logger.warning(
+                "bridge %s has no var directory: its XA transaction log is kept "
+                "in memory and decisions do not survive a crash",
+                bridge,
+            )
         coordinator = Coordinator(bridge, txlog)
         rms = []
         for entry in factories:
@@ -174,11 +191,18 @@ class BridgeTransactions:
             if why is not None or not is_xa_capable(factory):  # (registration says why not)
                 logger.info("connection-factory %s: %s", entry.ref_name, why)
                 continue
-            rms.append(ResourceManager(rm_name(bridge, entry.ref_name), entry.ref_name,
-                                       factory, entry.username, entry.password))
-        logger.info("XA coordinator of bridge %s: log %s, %d live commit record(s); resource "
-                    "managers %s", bridge, txlog.description, len(txlog.live()),
-                    ", ".join(rm.name for rm in rms) or "none")
+            rms.append(
+                ResourceManager(
+                    rm_name(bridge, entry.ref_name), entry.ref_name, factory, entry.username, entry.password
+                )
+            )
+        logger.info(
+            "XA coordinator of bridge %s: log %s, %d live commit record(s); resource managers %s",
+            bridge,
+            txlog.description,
+            len(txlog.live()),
+            ", ".join(rm.name for rm in rms) or "none",
+        )
         recovery = Recovery(coordinator, rms, logger, interval=retry_interval)
         try:
             recovery.start()
@@ -204,6 +228,7 @@ class BridgeTransactions:
 
 # --- in-doubt transactions by hand (imqbridgemgr list|commit|rollback txn) -----------------------
 
+
 def transaction_id(gtrid: bytes) -> str:
     """How a transaction is named to the operator: our gtrids are text (<bridge>|<boot>.<n>)."""
     return gtrid.decode("utf-8", "backslashreplace")
@@ -215,19 +240,25 @@ class InDoubt:
 
     gtrid: bytes
     branches: list[tuple[str, Xid]] = field(default_factory=list)  # (rm name, xid)
-    logged: str = "unknown"    # commit | none | unknown (the log cannot be read)
-    in_flight: bool = False    # a link of this run is still completing it
+    logged: str = "unknown"  # commit | none | unknown (the log cannot be read)
+    in_flight: bool = False  # a link of this run is still completing it
 
     def to_json(self) -> dict[str, Any]:
-        return {"id": transaction_id(self.gtrid), "gtrid": self.gtrid.hex(),
-                "branches": [{"rm": rm, "xid": str(xid)} for rm, xid in self.branches],
-                "logged": self.logged, "in_flight": self.in_flight}
+        return {
+            "id": transaction_id(self.gtrid),
+            "gtrid": self.gtrid.hex(),
+            "branches": [{"rm": rm, "xid": str(xid)} for rm, xid in self.branches],
+            "logged": self.logged,
+            "in_flight": self.in_flight,
+        }
 
 
-def in_doubt(rms: Sequence[RecoverySource], tag: bytes,
-             decisions: Mapping[bytes, CommitRecord] | None,
-             in_flight: Callable[[bytes], bool] = lambda gtrid: False
-             ) -> tuple[list[InDoubt], dict[str, str]]:
+def in_doubt(
+    rms: Sequence[RecoverySource],
+    tag: bytes,
+    decisions: Mapping[bytes, CommitRecord] | None,
+    in_flight: Callable[[bytes], bool] = lambda gtrid: False,
+) -> tuple[list[InDoubt], dict[str, str]]:
     """The bridge's prepared branches at every RM, by transaction, with what the log says
     (``decisions`` None: unreadable); and the RMs that could not be asked, with why."""
     found: dict[bytes, InDoubt] = {}
@@ -250,20 +281,30 @@ def in_doubt(rms: Sequence[RecoverySource], tag: bytes,
     return sorted(found.values(), key=lambda e: e.gtrid), errors
 
 
-def resolve(rms: Sequence[RecoverySource], tag: bytes, txn: str, commit: bool,
-            in_flight: Callable[[bytes], bool], logger: logging.Logger) -> InDoubt:
+def resolve(
+    rms: Sequence[RecoverySource],
+    tag: bytes,
+    txn: str,
+    commit: bool,
+    in_flight: Callable[[bytes], bool],
+    logger: logging.Logger,
+) -> InDoubt:
     """Commit or roll back every prepared branch of transaction ``txn`` (its id, gtrid in
     hex or one branch's Xid) by hand: a heuristic outcome the operator chose. ValueError
     when there is no such transaction in doubt or a link is still completing it;
     RuntimeError when a branch could not be finished."""
     found, errors = in_doubt(rms, tag, None, in_flight)
-    match = [e for e in found if txn in (transaction_id(e.gtrid), e.gtrid.hex())
-             or any(txn == str(xid) for _rm, xid in e.branches)]
+    match = [
+        e
+        for e in found
+        if txn in (transaction_id(e.gtrid), e.gtrid.hex()) or any(txn == str(xid) for _rm, xid in e.branches)
+    ]
     if not match:
         unreachable = "; ".join(f"{rm}: {why}" for rm, why in errors.items())
-        raise ValueError(f"no transaction {txn} is in doubt"
-                         + (f" at the reachable resource managers (unreachable: {unreachable})"
-                            if unreachable else ""))
+        raise ValueError(
+            f"no transaction {txn} is in doubt"
+            + (f" at the reachable resource managers (unreachable: {unreachable})" if unreachable else "")
+        )
     entry = match[0]
     if entry.in_flight:
         raise ValueError(f"transaction {txn} is being completed by a link; it is not in doubt")
@@ -276,10 +317,14 @@ def resolve(rms: Sequence[RecoverySource], tag: bytes, txn: str, commit: bool,
             (commit_branch if commit else rollback_branch)(resource, xid, logger)
         except Exception as exc:
             failed.append(f"{rm_name_}: {type(exc).__name__}: {exc}")
-    logger.warning("XA: transaction %s %s by hand (heuristic %s) at %s%s",
-                   transaction_id(entry.gtrid), "committed" if commit else "rolled back", what,
-                   ", ".join(rm for rm, _xid in entry.branches),
-                   f"; failed at {'; '.join(failed)}" if failed else "")
+    logger.warning(
+        "XA: transaction %s %s by hand (heuristic %s) at %s%s",
+        transaction_id(entry.gtrid),
+        "committed" if commit else "rolled back",
+        what,
+        ", ".join(rm for rm, _xid in entry.branches),
+        f"; failed at {'; '.join(failed)}" if failed else "",
+    )
     if failed:
         raise RuntimeError(f"{what} of transaction {txn} failed at {'; '.join(failed)}")
     return entry
@@ -287,14 +332,16 @@ def resolve(rms: Sequence[RecoverySource], tag: bytes, txn: str, commit: bool,
 
 def temporary_rms(bridge: str, factories: list[FactoryEntry]) -> list[ResourceManager]:
     """The RMs a bridge registers, for resolving transactions while it is not running."""
-    return [ResourceManager(rm_name(bridge, e.ref_name), e.ref_name, e.factory, e.username,
-                            e.password)
-            for e in factories
-            if registration(e.multi_rm, e.factory) is None and is_xa_capable(e.factory)]
+    return [
+        ResourceManager(rm_name(bridge, e.ref_name), e.ref_name, e.factory, e.username, e.password)
+        for e in factories
+        if registration(e.multi_rm, e.factory) is None and is_xa_capable(e.factory)
+    ]
 
 
-def logged_decisions(directory: str | Path | None, bridge: str,
-                     sql: tuple[DBAPIConnect, str] | None) -> dict[bytes, CommitRecord] | None:
+def logged_decisions(
+    directory: str | Path | None, bridge: str, sql: tuple[DBAPIConnect, str] | None
+) -> dict[bytes, CommitRecord] | None:
     """What the log of a bridge that is not running says, read without changing it (the
     good records of a damaged file: a hint, not a decision); None when it cannot be read."""
     if sql is not None:

@@ -38,8 +38,11 @@ from .txlog import (
 
 DBAPIConnect = Callable[[], Any]
 _PLACEHOLDERS: Mapping[str, Callable[[int], str]] = {
-    "qmark": lambda i: "?", "format": lambda i: "%s", "numeric": lambda i: f":{i}",
-    "named": lambda i: f":p{i}", "pyformat": lambda i: f"%(p{i})s",
+    "qmark": lambda i: "?",
+    "format": lambda i: "%s",
+    "numeric": lambda i: f":{i}",
+    "named": lambda i: f":p{i}",
+    "pyformat": lambda i: f"%(p{i})s",
 }
 
 
@@ -47,8 +50,9 @@ class SqlTxLog(TxLog):
     """The records in a table of a DB-API database: one row per live commit record (the
     framed record as hex, so its checksum is checked on load); DONE deletes rows."""
 
-    def __init__(self, connect: DBAPIConnect, bridge: str, paramstyle: str = "qmark",
-                 table: str = "imq_bridge_txlog") -> None:
+    def __init__(
+        self, connect: DBAPIConnect, bridge: str, paramstyle: str = "qmark", table: str = "imq_bridge_txlog"
+    ) -> None:
         if paramstyle not in _PLACEHOLDERS:
             raise ValueError(f"unknown DB-API paramstyle {paramstyle!r}")
         if not table.replace("_", "").isalnum():
@@ -63,8 +67,7 @@ class SqlTxLog(TxLog):
     def _run(self, sql: str, *args: Any) -> Any:
         """``sql`` written with ? placeholders, run in this database's paramstyle."""
         parts = sql.split("?")
-        text = parts[0] + "".join(_PLACEHOLDERS[self.paramstyle](i + 1) + part
-                                  for i, part in enumerate(parts[1:]))
+        text = parts[0] + "".join(_PLACEHOLDERS[self.paramstyle](i + 1) + part for i, part in enumerate(parts[1:]))
         params: Any = args
         if self.paramstyle in ("named", "pyformat"):
             params = {f"p{i + 1}": a for i, a in enumerate(args)}
@@ -79,13 +82,11 @@ class SqlTxLog(TxLog):
             try:
                 self._conn = self.connect()
                 self._create_table()
-                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
-                                 self.bridge).fetchall()
+                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?", self.bridge).fetchall()
                 self._conn.commit()  # the read's transaction too: none stays open
             except Exception as exc:
                 self._drop()
-                raise TxLogError(f"cannot open the transaction log {self.description}: "
-                                 f"{exc}") from exc
+                raise TxLogError(f"cannot open the transaction log {self.description}: {exc}") from exc
             self._live = {}
             try:
                 fold([self._decode(gtrid_hex, text) for gtrid_hex, text in rows], self._live)
@@ -106,12 +107,10 @@ class SqlTxLog(TxLog):
         with self._lock:
             self._conn = conn
             try:
-                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?",
-                                 self.bridge).fetchall()
+                rows = self._run(f"SELECT gtrid, record FROM {self.table} WHERE bridge = ?", self.bridge).fetchall()
                 conn.rollback()
             except Exception as exc:
-                raise TxLogError(f"cannot read the transaction log {self.description}: "
-                                 f"{exc}") from exc
+                raise TxLogError(f"cannot read the transaction log {self.description}: {exc}") from exc
             finally:
                 self._drop()
         for gtrid_hex, text in rows:
@@ -129,8 +128,7 @@ class SqlTxLog(TxLog):
             problem = f"not hex: {exc}"
         else:
             record = found.records[0] if len(found.records) == 1 else None
-            if (found.problem is None and isinstance(record, CommitRecord)
-                    and record.gtrid.hex() == gtrid_hex):
+            if found.problem is None and isinstance(record, CommitRecord) and record.gtrid.hex() == gtrid_hex:
                 return record
             problem = found.problem or "mismatch"
         raise TxLogDamaged(
@@ -141,14 +139,17 @@ class SqlTxLog(TxLog):
             f"roll back each with `imqbridgemgr commit txn -n ID -bn {self.bridge}` or "
             f"`imqbridgemgr rollback txn -n ID -bn {self.bridge}`, then delete the row "
             f"(DELETE FROM {self.table} WHERE bridge = '{self.bridge}' AND gtrid = "
-            f"'{gtrid_hex}') and start the bridge again")
+            f"'{gtrid_hex}') and start the bridge again"
+        )
 
     def _create_table(self) -> None:
         """CREATE TABLE IF NOT EXISTS is not atomic in PostgreSQL: of two bridges creating
         the table at the same moment one fails on the catalog's unique index (pg_type);
         the table is there then, so a second try finds it."""
-        create = (f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
-                  "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))")
+        create = (
+            f"CREATE TABLE IF NOT EXISTS {self.table} (bridge VARCHAR(200) NOT NULL, "
+            "gtrid VARCHAR(200) NOT NULL, record TEXT NOT NULL, PRIMARY KEY (bridge, gtrid))"
+        )
         try:
             self._run(create)
             self._conn.commit()
@@ -161,8 +162,13 @@ class SqlTxLog(TxLog):
         def insert() -> None:
             self._delete(forget)
             for record in records:
-                self._run(f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
-                          self.bridge, record.gtrid.hex(), frame(record).hex())
+                self._run(
+                    f"INSERT INTO {self.table} (bridge, gtrid, record) VALUES (?, ?, ?)",
+                    self.bridge,
+                    record.gtrid.hex(),
+                    frame(record).hex(),
+                )
+
         self._change(insert, [DoneRecord(tuple(forget)), *records])
 
     def log_done(self, gtrids: Sequence[bytes]) -> None:
@@ -171,8 +177,7 @@ class SqlTxLog(TxLog):
 
     def _delete(self, gtrids: Sequence[bytes]) -> None:
         for gtrid in gtrids:
-            self._run(f"DELETE FROM {self.table} WHERE bridge = ? AND gtrid = ?",
-                      self.bridge, gtrid.hex())
+            self._run(f"DELETE FROM {self.table} WHERE bridge = ? AND gtrid = ?", self.bridge, gtrid.hex())
 
     def _change(self, statement: Callable[[], Any], records: list[Record]) -> None:
         with self._lock:
@@ -186,8 +191,7 @@ class SqlTxLog(TxLog):
             except Exception as exc:
                 self._drop()  # its state is unknown (lost, or mid-transaction): never reused
                 kind = TxLogUnavailable if _connection_error(exc) else TxLogError
-                raise kind(f"cannot write the transaction log {self.description}: "
-                           f"{exc}") from exc
+                raise kind(f"cannot write the transaction log {self.description}: {exc}") from exc
             fold(records, self._live)
 
     def live(self) -> dict[bytes, CommitRecord]:

@@ -36,13 +36,13 @@ from ..props import TM_KEYS
 
 log = logging.getLogger(__name__)
 
-FILE_MAGIC = b"IMQTXL\x00\x01"        # file header: name and format version 1
+FILE_MAGIC = b"IMQTXL\x00\x01"  # file header: name and format version 1
 RECORD_MAGIC = b"\xa7\x5c"
-FRAME = struct.Struct(">2sII")         # record magic, payload length, CRC-32
+FRAME = struct.Struct(">2sII")  # record magic, payload length, CRC-32
 MAX_PAYLOAD = 1 << 16
-DEFAULT_SIZE = 10 * 1024 * 1024        # txlogSize when tm.props does not say
-UNBOUNDED_COMPACT = 16 * 1024 * 1024   # txlogSize -1: compact when the file grows past this
-PREALLOCATE = 256 * 1024               # zeros written ahead of the records at a time
+DEFAULT_SIZE = 10 * 1024 * 1024  # txlogSize when tm.props does not say
+UNBOUNDED_COMPACT = 16 * 1024 * 1024  # txlogSize -1: compact when the file grows past this
+PREALLOCATE = 256 * 1024  # zeros written ahead of the records at a time
 DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
@@ -111,6 +111,7 @@ Record = CommitRecord | DoneRecord
 
 # --- the record codec (pure) ---------------------------------------------------------------------
 
+
 def encode_payload(record: Record) -> bytes:
     out = bytearray()
     if isinstance(record, CommitRecord):
@@ -148,7 +149,7 @@ class _Reader:
     def take(self, n: int) -> bytes:
         if self.pos + n > len(self.data):
             raise RecordError(f"payload ends at {len(self.data)}, a field needs {self.pos + n}")
-        chunk = self.data[self.pos:self.pos + n]
+        chunk = self.data[self.pos : self.pos + n]
         self.pos += n
         return chunk
 
@@ -210,7 +211,7 @@ class Scan:
     """What scanning a log body found: the records up to ``end`` and why it stopped there."""
 
     records: list[Record]
-    end: int                    # offset after the last good record
+    end: int  # offset after the last good record
     problem: str | None = None  # None: a clean end (no bytes, or only zeros, after ``end``)
 
 
@@ -230,7 +231,7 @@ def scan(data: bytes | memoryview, start: int = 0) -> Scan:
             return Scan(records, pos, _tail_problem(data[pos:], "no record magic"))
         if length > MAX_PAYLOAD or length > rest - FRAME.size:
             return Scan(records, pos, f"a frame of {length} bytes where {rest - FRAME.size} remain")
-        payload = bytes(data[pos + FRAME.size:pos + FRAME.size + length])
+        payload = bytes(data[pos + FRAME.size : pos + FRAME.size + length])
         if zlib.crc32(struct.pack(">I", length) + payload) != crc:
             return Scan(records, pos, "a checksum mismatch")
         try:
@@ -253,7 +254,7 @@ def next_good_frame(data: bytes | memoryview, start: int) -> int | None:
     raw = bytes(data)
     pos = raw.find(RECORD_MAGIC, start)
     while pos >= 0:
-        if scan(data[:_frame_end(raw, pos)], pos).records:
+        if scan(data[: _frame_end(raw, pos)], pos).records:
             return pos
         pos = raw.find(RECORD_MAGIC, pos + 1)
     return None
@@ -281,8 +282,7 @@ def salvage(data: bytes | memoryview, start: int) -> dict[bytes, CommitRecord]:
     return fold(records)
 
 
-def fold(records: Iterable[Record], live: dict[bytes, CommitRecord] | None = None
-         ) -> dict[bytes, CommitRecord]:
+def fold(records: Iterable[Record], live: dict[bytes, CommitRecord] | None = None) -> dict[bytes, CommitRecord]:
     """The CommitRecords still live after ``records`` (in order)."""
     live = {} if live is None else live
     for record in records:
@@ -296,12 +296,13 @@ def fold(records: Iterable[Record], live: dict[bytes, CommitRecord] | None = Non
 
 # --- settings -------------------------------------------------------------------------------------
 
+
 @dataclass(frozen=True)
 class TxLogSettings:
     """The tm.props keys of the file log (the chapter's txlogSize, txlogSync, txlogMmap)."""
 
-    size: int = DEFAULT_SIZE   # bytes; -1: unbounded
-    sync: bool = True          # fsync the commit record before the commit phase
+    size: int = DEFAULT_SIZE  # bytes; -1: unbounded
+    sync: bool = True  # fsync the commit record before the commit phase
     mmap: bool = False
 
     @classmethod
@@ -312,19 +313,18 @@ class TxLogSettings:
                 try:
                     values[field_name] = TM_KEYS[key].parse(tm_props[key])
                 except ValueError:
-                    raise TxLogError(f"tm.props {key}={tm_props[key]!r}: "
-                                     f"{TM_KEYS[key].expected}") from None
+                    raise TxLogError(f"tm.props {key}={tm_props[key]!r}: {TM_KEYS[key].expected}") from None
         settings = cls(**values)
         if settings.mmap and settings.size < 0:
             log.warning("txlogMmap needs a bounded txlogSize; using %d bytes", DEFAULT_SIZE)
             settings = cls(DEFAULT_SIZE, settings.sync, True)
         if 0 <= settings.size < 4096:
-            raise TxLogError(f"tm.props txlogSize={settings.size} is too small; "
-                             "give at least 4k (10m is the default)")
+            raise TxLogError(f"tm.props txlogSize={settings.size} is too small; give at least 4k (10m is the default)")
         return settings
 
 
 # --- the logs -------------------------------------------------------------------------------------
+
 
 class TxLog(ABC):
     """Where a coordinator's commit decisions live."""
@@ -388,17 +388,17 @@ class FileTxLog(TxLog):
         self.path = Path(path)
         self.settings = settings
         self.description = str(self.path)
-        self._lock = threading.Lock()        # the file, offsets, live records
-        self._sync_lock = threading.Lock()   # one fsync at a time
+        self._lock = threading.Lock()  # the file, offsets, live records
+        self._sync_lock = threading.Lock()  # one fsync at a time
         self._fd = -1
         self._map: mmap.mmap | None = None
-        self._end = 0                        # offset after the last record
-        self._written = 0                    # bytes appended since open (all generations)
-        self._synced = 0                     # ... of which known durable
+        self._end = 0  # offset after the last record
+        self._written = 0  # bytes appended since open (all generations)
+        self._synced = 0  # ... of which known durable
         self._live: dict[bytes, CommitRecord] = {}
-        self._kept = 0                       # bytes the last compaction kept
-        self._allocated = 0                  # file size (zeros after self._end)
-        self._no_prealloc = False            # preallocating failed (a full disk)
+        self._kept = 0  # bytes the last compaction kept
+        self._allocated = 0  # file size (zeros after self._end)
+        self._no_prealloc = False  # preallocating failed (a full disk)
         self.compactions = 0
 
     @property
@@ -432,9 +432,15 @@ class FileTxLog(TxLog):
             self._end = self._allocated = found.end
             if found.problem is not None:
                 tail = len(data.rstrip(b"\0")) - found.end
-                log.warning("transaction log %s: %s at offset %d, the last record; cutting off "
-                            "its %d byte(s) (a write torn by a crash: its decision was never "
-                            "acted on)", self.path, found.problem, found.end, tail)
+                log.warning(
+                    "transaction log %s: %s at offset %d, the last record; cutting off "
+                    "its %d byte(s) (a write torn by a crash: its decision was never "
+                    "acted on)",
+                    self.path,
+                    found.problem,
+                    found.end,
+                    tail,
+                )
             if found.problem is not None or (found.end < len(data) and not self.settings.mmap):
                 self._cut_tail(found.end, len(data))
             if self.settings.mmap:
@@ -447,18 +453,24 @@ class FileTxLog(TxLog):
         only the last write can be torn, so no good record follows a bad one."""
         if not data.startswith(FILE_MAGIC):
             if len(data) < len(FILE_MAGIC) and FILE_MAGIC.startswith(data):
-                raise self.damaged(f"it is {len(data)} bytes long, shorter than its "
-                                   f"{len(FILE_MAGIC)}-byte header: it was emptied or cut "
-                                   "short, and the decisions it held are lost")
-            raise TxLogError(f"{self.path} is not a transaction log of this version (it "
-                             f"starts with {data[:8]!r}); move it away if it is not needed")
+                raise self.damaged(
+                    f"it is {len(data)} bytes long, shorter than its "
+                    f"{len(FILE_MAGIC)}-byte header: it was emptied or cut "
+                    "short, and the decisions it held are lost"
+                )
+            raise TxLogError(
+                f"{self.path} is not a transaction log of this version (it "
+                f"starts with {data[:8]!r}); move it away if it is not needed"
+            )
         found = scan(data, len(FILE_MAGIC))
         if found.problem is not None:
             after = next_good_frame(data, found.end + 1)
             if after is not None:
-                raise self.damaged(f"{found.problem} at offset {found.end}, before intact "
-                                   f"records (the next at offset {after}): it was changed "
-                                   "after it was written, not torn by a crash")
+                raise self.damaged(
+                    f"{found.problem} at offset {found.end}, before intact "
+                    f"records (the next at offset {after}): it was changed "
+                    "after it was written, not torn by a crash"
+                )
         return found
 
     def damaged(self, what: str) -> TxLogDamaged:
@@ -469,18 +481,21 @@ class FileTxLog(TxLog):
             f"the in-doubt transactions with `imqbridgemgr list txn -bn {bridge}`, commit or "
             f"roll back each with `imqbridgemgr commit txn -n ID -bn {bridge}` or "
             f"`imqbridgemgr rollback txn -n ID -bn {bridge}`, then move {self.path} "
-            "away (keep it for analysis) and start the bridge again")
+            "away (keep it for analysis) and start the bridge again"
+        )
 
     def _create(self) -> None:
         """A new log: its header written aside, synced and renamed into place, so a file
         under the log's name always has its header (an empty one is damage, not new)."""
         size = self.settings.size if self.settings.mmap else len(FILE_MAGIC)
-        self._replace_whole(self.path.with_name(self.path.name + ".new"), FILE_MAGIC,
-                            (lambda fd: os.ftruncate(fd, size)) if size > len(FILE_MAGIC)
-                            else None, "create")
+        self._replace_whole(
+            self.path.with_name(self.path.name + ".new"),
+            FILE_MAGIC,
+            (lambda fd: os.ftruncate(fd, size)) if size > len(FILE_MAGIC) else None,
+            "create",
+        )
 
-    def _replace_whole(self, tmp: Path, body: bytes, extend: Callable[[int], None] | None,
-                       doing: str) -> None:
+    def _replace_whole(self, tmp: Path, body: bytes, extend: Callable[[int], None] | None, doing: str) -> None:
         """Write ``body`` aside in ``tmp`` (then ``extend`` that file), sync it and rename it
         over the log: a crash leaves the old file or the whole new one, never a part."""
         try:
@@ -518,14 +533,15 @@ class FileTxLog(TxLog):
         except OSError as exc:
             self._close_fd()
             kind = TxLogFull if exc.errno in DISK_FULL else TxLogError
-            raise kind(f"cannot reserve txlogSize={size} bytes for the transaction log "
-                       f"{self.path}: {exc.strerror}; free space on its disk") from exc
+            raise kind(
+                f"cannot reserve txlogSize={size} bytes for the transaction log "
+                f"{self.path}: {exc.strerror}; free space on its disk"
+            ) from exc
         self._map = mmap.mmap(self._fd, size)
 
     # --- append --------------------------------------------------------------------------------
     def log_commits(self, records: Sequence[CommitRecord], forget: Sequence[bytes] = ()) -> None:
-        self._append([DoneRecord(tuple(forget)), *records] if forget else list(records),
-                     self.settings.sync)
+        self._append([DoneRecord(tuple(forget)), *records] if forget else list(records), self.settings.sync)
 
     def log_done(self, gtrids: Sequence[bytes]) -> None:
         if gtrids:
@@ -548,7 +564,7 @@ class FileTxLog(TxLog):
     def _write(self, data: bytes) -> None:
         start = self._end
         if self._map is not None:
-            self._map[start:start + len(data)] = data
+            self._map[start : start + len(data)] = data
         else:
             try:
                 if start + len(data) > self._allocated:
@@ -563,8 +579,9 @@ class FileTxLog(TxLog):
                 except OSError:
                     pass  # the next open cuts it off
                 if exc.errno in DISK_FULL:
-                    raise TxLogFull(f"cannot write the transaction log {self.path}: "
-                                    f"{exc.strerror}; free space on its disk") from exc
+                    raise TxLogFull(
+                        f"cannot write the transaction log {self.path}: {exc.strerror}; free space on its disk"
+                    ) from exc
                 raise TxLogError(f"cannot write the transaction log {self.path}: {exc}") from exc
         self._end = start + len(data)
 
@@ -578,8 +595,7 @@ class FileTxLog(TxLog):
         if self._no_prealloc or target <= need:
             return
         try:
-            if os.pwrite(self._fd, bytes(target - self._allocated), self._allocated) == (
-                    target - self._allocated):
+            if os.pwrite(self._fd, bytes(target - self._allocated), self._allocated) == (target - self._allocated):
                 self._allocated = target
                 return
         except OSError:
@@ -617,8 +633,7 @@ class FileTxLog(TxLog):
         cutting it off as a crash tear (a crash can only tear what no sync covered). A
         write that fails here costs nothing but that distinction."""
         with self._lock:
-            if (self._fd < 0 or self._written != covered
-                    or self._end + len(DURABLE_MARK) > self._limit):
+            if self._fd < 0 or self._written != covered or self._end + len(DURABLE_MARK) > self._limit:
                 return  # closed, followed by a record already, or no room without compacting
             try:
                 self._write(DURABLE_MARK)
@@ -635,14 +650,19 @@ class FileTxLog(TxLog):
         """Rewrite the log with its live records only (under self._lock)."""
         body = FILE_MAGIC + b"".join(frame(r) for r in self._live.values())
         if self.settings.size >= 0 and len(body) + room > self.settings.size:
-            raise TxLogFull(f"the transaction log {self.path} is full: {len(self._live)} "
-                            f"transaction(s) in doubt take {len(body)} bytes and txlogSize is "
-                            f"{self.settings.size}; raise txlogSize in tm.props or let "
-                            "recovery resolve them")
+            raise TxLogFull(
+                f"the transaction log {self.path} is full: {len(self._live)} "
+                f"transaction(s) in doubt take {len(body)} bytes and txlogSize is "
+                f"{self.settings.size}; raise txlogSize in tm.props or let "
+                "recovery resolve them"
+            )
         size = self.settings.size
-        self._replace_whole(self._compact_path, body,  # a mapped file is allocated: see _map_file
-                            (lambda fd: os.posix_fallocate(fd, 0, size)) if self.settings.mmap
-                            else None, "compact")
+        self._replace_whole(
+            self._compact_path,
+            body,  # a mapped file is allocated: see _map_file
+            (lambda fd: os.posix_fallocate(fd, 0, size)) if self.settings.mmap else None,
+            "compact",
+        )
         self._close_fd()
         self._fd = os.open(self.path, os.O_RDWR)
         if self.settings.mmap:

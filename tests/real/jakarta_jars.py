@@ -12,8 +12,7 @@ from pathlib import Path
 
 RENAMES = ((b"javax/jms/", b"jakarta/jms/"), (b"javax.jms.", b"jakarta.jms."))
 # constant pool tag -> size of its payload (Utf8, tag 1, is variable)
-SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2, 17: 4,
-         18: 4, 19: 2, 20: 2}
+SIZES = {3: 4, 4: 4, 5: 8, 6: 8, 7: 2, 8: 2, 9: 4, 10: 4, 11: 4, 12: 4, 15: 3, 16: 2, 17: 4, 18: 4, 19: 2, 20: 2}
 
 
 def rename(text: bytes) -> bytes:
@@ -32,11 +31,11 @@ def rename_class(data: bytes) -> bytes:
         tag = data[pos]
         if tag == 1:
             length = struct.unpack_from(">H", data, pos + 1)[0]
-            text = rename(data[pos + 3:pos + 3 + length])
+            text = rename(data[pos + 3 : pos + 3 + length])
             out += bytes([1]) + struct.pack(">H", len(text)) + text
             pos += 3 + length
         else:
-            out += data[pos:pos + 1 + SIZES[tag]]
+            out += data[pos : pos + 1 + SIZES[tag]]
             pos += 1 + SIZES[tag]
             index += tag in (5, 6)  # longs and doubles take two slots
         index += 1

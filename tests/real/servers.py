@@ -29,18 +29,28 @@ RABBITMQ_BIN = Path("/usr/lib/rabbitmq/bin")
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 JAVA_LIB = Path("/usr/share/java")
 # What a JMS client of ActiveMQ needs (and slf4j-nop to keep it quiet).
-ACTIVEMQ_CLIENT_JARS = [str(JAVA_LIB / j) for j in (
-    "activemq-client.jar", "geronimo-jms_1.1_spec.jar", "geronimo-j2ee-management-1.1-spec.jar",
-    "hawtbuf.jar", "slf4j-api.jar", "slf4j-nop.jar")]
+ACTIVEMQ_CLIENT_JARS = [
+    str(JAVA_LIB / j)
+    for j in (
+        "activemq-client.jar",
+        "geronimo-jms_1.1_spec.jar",
+        "geronimo-j2ee-management-1.1-spec.jar",
+        "hawtbuf.jar",
+        "slf4j-api.jar",
+        "slf4j-nop.jar",
+    )
+]
 JMS_API_JAR = str(JAVA_LIB / "geronimo-jms_1.1_spec.jar")
 ACTIVEMQ_JNDI = "org.apache.activemq.jndi.ActiveMQInitialContextFactory"
 
 
 def missing_package(name: str) -> str | None:
     """Why the Debian package ``name`` cannot be used here, or None."""
-    needs = {"activemq": [ACTIVEMQ_JAR, *map(Path, ACTIVEMQ_CLIENT_JARS)],
-             "rabbitmq-server": [RABBITMQ_BIN / "rabbitmq-server"],
-             "postgresql": [PG_BIN / "initdb", PG_BIN / "postgres", PG_BIN / "pg_isready"]}[name]
+    needs = {
+        "activemq": [ACTIVEMQ_JAR, *map(Path, ACTIVEMQ_CLIENT_JARS)],
+        "rabbitmq-server": [RABBITMQ_BIN / "rabbitmq-server"],
+        "postgresql": [PG_BIN / "initdb", PG_BIN / "postgres", PG_BIN / "pg_isready"],
+    }[name]
     absent = [str(p) for p in needs if not p.exists()]
     if absent:
         return f"Debian package {name} is not installed ({', '.join(absent)} missing; tests/run installs it)"
@@ -114,28 +124,53 @@ class ActiveMQ:
 
     def jndi(self, **extra: str) -> dict[str, str]:
         """A JNDI environment for the Java provider (its own class loader of the client jars)."""
-        return {"java.naming.factory.initial": ACTIVEMQ_JNDI, "java.naming.provider.url": self.url,
-                "imq.bridge.java.classpath": os.pathsep.join(ACTIVEMQ_CLIENT_JARS), **extra}
+        return {
+            "java.naming.factory.initial": ACTIVEMQ_JNDI,
+            "java.naming.provider.url": self.url,
+            "imq.bridge.java.classpath": os.pathsep.join(ACTIVEMQ_CLIENT_JARS),
+            **extra,
+        }
 
     def stomp_env(self) -> dict[str, str]:
-        return {"java.naming.factory.initial": "imq.stomp",
-                "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}"}
+        return {
+            "java.naming.factory.initial": "imq.stomp",
+            "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}",
+        }
 
     def start(self, timeout: float = 90) -> ActiveMQ:
         conf, data = self.base / "conf", self.base / "data"
         conf.mkdir(parents=True, exist_ok=True)
         data.mkdir(exist_ok=True)
-        (conf / "activemq.xml").write_text(ACTIVEMQ_XML.format(
-            name=self.name, data=data, host=HOST, openwire=self.openwire_port,
-            stomp=self.stomp_port, extra=self.extra.replace("{url}", self.url),
-            beans=self.beans.replace("{url}", self.url)))
+        (conf / "activemq.xml").write_text(
+            ACTIVEMQ_XML.format(
+                name=self.name,
+                data=data,
+                host=HOST,
+                openwire=self.openwire_port,
+                stomp=self.stomp_port,
+                extra=self.extra.replace("{url}", self.url),
+                beans=self.beans.replace("{url}", self.url),
+            )
+        )
         log = self.base / "activemq.log"
         self.proc = subprocess.Popen(
-            ["java", "-Xmx512m", f"-Dactivemq.base={self.base}", f"-Dactivemq.conf={conf}",
-             f"-Dactivemq.data={data}", "-Dactivemq.home=/usr/share/activemq",
-             "-jar", str(ACTIVEMQ_JAR), "start", f"xbean:file:{conf / 'activemq.xml'}"],
-            stdout=log.open("ab"), stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-            start_new_session=True)
+            [
+                "java",
+                "-Xmx512m",
+                f"-Dactivemq.base={self.base}",
+                f"-Dactivemq.conf={conf}",
+                f"-Dactivemq.data={data}",
+                "-Dactivemq.home=/usr/share/activemq",
+                "-jar",
+                str(ACTIVEMQ_JAR),
+                "start",
+                f"xbean:file:{conf / 'activemq.xml'}",
+            ],
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_port(self.openwire_port, timeout, self.proc, log)
             wait_port(self.stomp_port, timeout, self.proc, log)
@@ -181,26 +216,38 @@ class RabbitMQ:
         return f"imqtest{self.amqp_port}@localhost"
 
     def stomp_env(self) -> dict[str, str]:
-        return {"java.naming.factory.initial": "imq.stomp",
-                "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}",
-                "java.naming.security.principal": "guest", "java.naming.security.credentials": "guest"}
+        return {
+            "java.naming.factory.initial": "imq.stomp",
+            "java.naming.provider.url": f"stomp://{HOST}:{self.stomp_port}",
+            "java.naming.security.principal": "guest",
+            "java.naming.security.credentials": "guest",
+        }
 
     def amqp_env(self) -> dict[str, str]:
         """A JNDI environment for the AMQP 0-9-1 provider (imq.amqp)."""
-        return {"java.naming.factory.initial": "imq.amqp",
-                "java.naming.provider.url": f"amqp://guest:guest@{HOST}:{self.amqp_port}/%2F"}
+        return {
+            "java.naming.factory.initial": "imq.amqp",
+            "java.naming.provider.url": f"amqp://guest:guest@{HOST}:{self.amqp_port}/%2F",
+        }
 
     def environ(self) -> dict[str, str]:
         b = self.base
         return {
-            "PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(b), "LANG": "C.UTF-8",
-            "RABBITMQ_NODENAME": self.node, "RABBITMQ_NODE_IP_ADDRESS": HOST,
-            "RABBITMQ_NODE_PORT": str(self.amqp_port), "RABBITMQ_DIST_PORT": str(self.dist_port),
-            "RABBITMQ_MNESIA_BASE": str(b / "mnesia"), "RABBITMQ_LOG_BASE": str(b / "log"),
+            "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+            "HOME": str(b),
+            "LANG": "C.UTF-8",
+            "RABBITMQ_NODENAME": self.node,
+            "RABBITMQ_NODE_IP_ADDRESS": HOST,
+            "RABBITMQ_NODE_PORT": str(self.amqp_port),
+            "RABBITMQ_DIST_PORT": str(self.dist_port),
+            "RABBITMQ_MNESIA_BASE": str(b / "mnesia"),
+            "RABBITMQ_LOG_BASE": str(b / "log"),
             "RABBITMQ_ENABLED_PLUGINS_FILE": str(b / "enabled_plugins"),
-            "RABBITMQ_CONFIG_FILE": str(b / "rabbitmq.conf"), "RABBITMQ_PID_FILE": str(b / "pid"),
+            "RABBITMQ_CONFIG_FILE": str(b / "rabbitmq.conf"),
+            "RABBITMQ_PID_FILE": str(b / "pid"),
             "RABBITMQ_SERVER_ADDITIONAL_ERL_ARGS": "-kernel inet_dist_use_interface {127,0,0,1}",
-            "ERL_EPMD_PORT": str(self.epmd_port), "ERL_EPMD_ADDRESS": HOST,
+            "ERL_EPMD_PORT": str(self.epmd_port),
+            "ERL_EPMD_ADDRESS": HOST,
         }
 
     def _as_rabbitmq(self, argv: list[str]) -> list[str]:
@@ -212,17 +259,20 @@ class RabbitMQ:
         b = self.base
         for sub in ("mnesia", "log"):
             (b / sub).mkdir(parents=True, exist_ok=True)
-        (b / "rabbitmq.conf").write_text(RABBITMQ_CONF.format(host=HOST, amqp=self.amqp_port,
-                                                             stomp=self.stomp_port))
+        (b / "rabbitmq.conf").write_text(RABBITMQ_CONF.format(host=HOST, amqp=self.amqp_port, stomp=self.stomp_port))
         (b / "enabled_plugins").write_text("[rabbitmq_stomp,rabbitmq_shovel].\n")
         if os.geteuid() == 0:
             shutil.chown(b, "rabbitmq", "rabbitmq")
             for path in b.rglob("*"):
                 shutil.chown(path, "rabbitmq", "rabbitmq")
         log = b / "server.log"
-        self.proc = subprocess.Popen(self._as_rabbitmq([str(RABBITMQ_BIN / "rabbitmq-server")]),
-                                     stdout=log.open("ab"), stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL, start_new_session=True)
+        self.proc = subprocess.Popen(
+            self._as_rabbitmq([str(RABBITMQ_BIN / "rabbitmq-server")]),
+            stdout=log.open("ab"),
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             wait_port(self.amqp_port, timeout, self.proc, log)
             wait_port(self.stomp_port, timeout, self.proc, log)
@@ -233,8 +283,12 @@ class RabbitMQ:
 
     def ctl(self, *args: str, timeout: float = 60) -> str:
         """rabbitmqctl against this node (as user rabbitmq); its output."""
-        done = subprocess.run(self._as_rabbitmq([str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.node, *args]),
-                              capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            self._as_rabbitmq([str(RABBITMQ_BIN / "rabbitmqctl"), "-n", self.node, *args]),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         if done.returncode != 0:
             raise RuntimeError(f"rabbitmqctl {' '.join(args)}: {done.stdout}{done.stderr}")
         return done.stdout
@@ -250,8 +304,12 @@ class RabbitMQ:
                 proc.wait()
         epmd = shutil.which("epmd") or next(iter(sorted(Path("/usr/lib/erlang").glob("erts-*/bin/epmd"))), None)
         if epmd is not None:
-            subprocess.run([str(epmd), "-port", str(self.epmd_port), "-kill"], capture_output=True,
-                           env={**os.environ, "ERL_EPMD_PORT": str(self.epmd_port)}, timeout=10)
+            subprocess.run(
+                [str(epmd), "-port", str(self.epmd_port), "-kill"],
+                capture_output=True,
+                env={**os.environ, "ERL_EPMD_PORT": str(self.epmd_port)},
+                timeout=10,
+            )
 
 
 @dataclass
@@ -282,13 +340,20 @@ class PostgreSQL:
     def conninfo(self, database: str | None = None, superuser: bool = False) -> dict[str, str]:
         """psycopg.connect keyword arguments: the test user (or postgres) over TCP."""
         user, password = ("postgres", self.superuser_password) if superuser else (self.user, self.password)
-        return {"host": HOST, "port": str(self.port), "dbname": database or self.database,
-                "user": user, "password": password}
+        return {
+            "host": HOST,
+            "port": str(self.port),
+            "dbname": database or self.database,
+            "user": user,
+            "password": password,
+        }
 
     def url(self, database: str | None = None) -> str:
         """The JDBC URL broker properties take (imq.persist.jdbc.postgresql.property.url)."""
-        return (f"jdbc:postgresql://{HOST}:{self.port}/{database or self.database}"
-                f"?user={self.user}&password={self.password}")
+        return (
+            f"jdbc:postgresql://{HOST}:{self.port}/{database or self.database}"
+            f"?user={self.user}&password={self.password}"
+        )
 
     def _as_postgres(self, argv: list[str]) -> list[str]:
         return ["runuser", "-u", "postgres", "--", *argv] if os.geteuid() == 0 else argv
@@ -300,22 +365,52 @@ class PostgreSQL:
         if os.geteuid() == 0:
             for path in (self.base, pwfile):
                 shutil.chown(path, "postgres", "postgres")
-        done = subprocess.run(self._as_postgres(
-            [str(PG_BIN / "initdb"), "-D", str(self.data), "-U", "postgres", f"--pwfile={pwfile}",
-             "--auth-local=trust", "--auth-host=scram-sha-256", "-E", "UTF8", "--no-locale",
-             "--no-instructions"]), capture_output=True, text=True, timeout=timeout)
+        done = subprocess.run(
+            self._as_postgres(
+                [
+                    str(PG_BIN / "initdb"),
+                    "-D",
+                    str(self.data),
+                    "-U",
+                    "postgres",
+                    f"--pwfile={pwfile}",
+                    "--auth-local=trust",
+                    "--auth-host=scram-sha-256",
+                    "-E",
+                    "UTF8",
+                    "--no-locale",
+                    "--no-instructions",
+                ]
+            ),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
         pwfile.unlink()
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed:\n{done.stdout}{done.stderr}")
-        as_postgres = ({"user": "postgres", "group": "postgres", "extra_groups": []}
-                       if os.geteuid() == 0 else {})
+        as_postgres = {"user": "postgres", "group": "postgres", "extra_groups": []} if os.geteuid() == 0 else {}
         # -h: listen_addresses, loopback only; -k: the socket beside the data, private.
         with self.log.open("ab") as out:
             self.proc = subprocess.Popen(
-                [str(PG_BIN / "postgres"), "-D", str(self.data), "-h", HOST, "-p", str(self.port),
-                 "-k", str(self.base)],
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                start_new_session=True, cwd=self.base, **as_postgres)
+                [
+                    str(PG_BIN / "postgres"),
+                    "-D",
+                    str(self.data),
+                    "-h",
+                    HOST,
+                    "-p",
+                    str(self.port),
+                    "-k",
+                    str(self.base),
+                ],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                cwd=self.base,
+                **as_postgres,
+            )
         try:
             self._wait_ready(timeout)
             self._create_user_and_database()
@@ -326,11 +421,19 @@ class PostgreSQL:
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while subprocess.run([str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)],
-                             stdin=subprocess.DEVNULL, timeout=timeout).returncode != 0:
+        while (
+            subprocess.run(
+                [str(PG_BIN / "pg_isready"), "-q", "-h", HOST, "-p", str(self.port)],
+                stdin=subprocess.DEVNULL,
+                timeout=timeout,
+            ).returncode
+            != 0
+        ):
             if self.proc is None or self.proc.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"PostgreSQL did not start on {HOST}:{self.port} within "
-                                   f"{timeout} s:\n" + self.log.read_text(errors="replace")[-3000:])
+                raise RuntimeError(
+                    f"PostgreSQL did not start on {HOST}:{self.port} within "
+                    f"{timeout} s:\n" + self.log.read_text(errors="replace")[-3000:]
+                )
             time.sleep(0.1)
 
     def _create_user_and_database(self) -> None:
@@ -338,10 +441,14 @@ class PostgreSQL:
         from psycopg import sql
 
         with psycopg.connect(**self.conninfo("postgres", superuser=True), autocommit=True) as conn:
-            conn.execute(sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
-                sql.Identifier(self.user), sql.Literal(self.password)))
-            conn.execute(sql.SQL("CREATE DATABASE {} OWNER {}").format(
-                sql.Identifier(self.database), sql.Identifier(self.user)))
+            conn.execute(
+                sql.SQL("CREATE ROLE {} LOGIN PASSWORD {}").format(
+                    sql.Identifier(self.user), sql.Literal(self.password)
+                )
+            )
+            conn.execute(
+                sql.SQL("CREATE DATABASE {} OWNER {}").format(sql.Identifier(self.database), sql.Identifier(self.user))
+            )
 
     def stop(self, timeout: float = 60) -> None:
         """Fast shutdown (SIGINT: sessions are ended, then a checkpoint); immediate

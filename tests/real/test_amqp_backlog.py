@@ -82,10 +82,10 @@ def test_a_held_links_backlog_comes_from_rabbitmq(rabbitmq, tmp_path):
     conn.close()
     xml = link_xml("amqp", rabbitmq.amqp_env(), src, "held.dst")
     host = Broker(tmp_path / "host")
-    host.configure_destination(Queue("held.dst"), DestinationLimits(
-        max_num_msgs=20, limit_behavior=LimitBehavior.FLOW_CONTROL))
-    bridge = JMSBridge(parse_bridge_config(xml, "amqp.xml"),
-                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    host.configure_destination(
+        Queue("held.dst"), DestinationLimits(max_num_msgs=20, limit_behavior=LimitBehavior.FLOW_CONTROL)
+    )
+    bridge = JMSBridge(parse_bridge_config(xml, "amqp.xml"), host_factory=lambda env: EmbeddedConnectionFactory(host))
     try:
         assert bridge.start() is State.STARTED
         link = bridge.links[0]
@@ -124,12 +124,15 @@ def test_a_held_links_prefetch_holds_three_byte_bounds(rabbitmq, tmp_path, proto
 
     xml = link_xml("far", env, src, "bounded.dst")
     host = Broker(tmp_path / "host")
-    settings = load_properties([], [f"imq.varhome={tmp_path / 'var'}",
-                                    "imq.bridge.far.link.windowBytes=64k"], environ={})
+    settings = load_properties(
+        [], [f"imq.varhome={tmp_path / 'var'}", "imq.bridge.far.link.windowBytes=64k"], environ={}
+    )
 
     def bridge() -> JMSBridge:
-        return JMSBridge(parse_bridge_config(xml, "far.xml"), settings,
-                         host_factory=lambda env: EmbeddedConnectionFactory(host))
+        return JMSBridge(
+            parse_bridge_config(xml, "far.xml"), settings, host_factory=lambda env: EmbeddedConnectionFactory(host)
+        )
+
     try:
         if first_run:  # the service's earlier run
             fill(bodies[:first_run])
@@ -140,8 +143,9 @@ def test_a_held_links_prefetch_holds_three_byte_bounds(rabbitmq, tmp_path, proto
                 time.sleep(0.05)
             earlier.stop()
         fill(bodies[first_run:])
-        host.configure_destination(Queue("bounded.dst"), DestinationLimits(
-            max_num_msgs=20, limit_behavior=LimitBehavior.FLOW_CONTROL))
+        host.configure_destination(
+            Queue("bounded.dst"), DestinationLimits(max_num_msgs=20, limit_behavior=LimitBehavior.FLOW_CONTROL)
+        )
         held = bridge()
         try:
             assert held.start() is State.STARTED

@@ -73,18 +73,31 @@ def declare(node, name: str, **arguments) -> None:
 
 # --- the mapping -------------------------------------------------------------------------------------
 
+
 def test_every_kind_and_header_round_trips(conn):
     q = qname()
     session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
-    sent: list[Message] = [TextMessage("héllo"), TextMessage("nul\0inside"), BytesMessage(b"\0\xff"),
-                           MapMessage({"a": 1, "b": b"\x01"}), StreamMessage(["s", 2.5]), Message()]
+    sent: list[Message] = [
+        TextMessage("héllo"),
+        TextMessage("nul\0inside"),
+        BytesMessage(b"\0\xff"),
+        MapMessage({"a": 1, "b": b"\x01"}),
+        StreamMessage(["s", 2.5]),
+        Message(),
+    ]
     first = sent[0]
     first.correlation_id, first.type, first.reply_to = "c-1", "Order", Queue("replies")
     sent[1].reply_to = Topic("news")
-    for name, ptype, value in [("b", PropertyType.BYTE, -3), ("s", PropertyType.SHORT, 300),
-                               ("i", PropertyType.INT, -70000), ("l", PropertyType.LONG, 1 << 40),
-                               ("f", PropertyType.FLOAT, 1.5), ("d", PropertyType.DOUBLE, math.pi),
-                               ("t", PropertyType.BOOLEAN, True), ("str", PropertyType.STRING, "x y")]:
+    for name, ptype, value in [
+        ("b", PropertyType.BYTE, -3),
+        ("s", PropertyType.SHORT, 300),
+        ("i", PropertyType.INT, -70000),
+        ("l", PropertyType.LONG, 1 << 40),
+        ("f", PropertyType.FLOAT, 1.5),
+        ("d", PropertyType.DOUBLE, math.pi),
+        ("t", PropertyType.BOOLEAN, True),
+        ("str", PropertyType.STRING, "x y"),
+    ]:
         first.set_typed_property(name, ptype, value)
     producer = session.create_producer(q)
     producer.send(first, priority=6, time_to_live=60_000)
@@ -114,17 +127,20 @@ PROPERTY_VALUES = {
     PropertyType.DOUBLE: st.floats(allow_nan=False),
     PropertyType.STRING: st.text(max_size=40),
 }
-property_entries = st.sampled_from(list(PROPERTY_VALUES)).flatmap(
-    lambda t: st.tuples(st.just(t), PROPERTY_VALUES[t]))
+property_entries = st.sampled_from(list(PROPERTY_VALUES)).flatmap(lambda t: st.tuples(st.just(t), PROPERTY_VALUES[t]))
 names = st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,12}", fullmatch=True).filter(
-    lambda n: not n.startswith(("JMS", "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN",
-                                "LIKE", "IN", "IS", "ESCAPE")) and n.upper() not in (
-        "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"))
+    lambda n: (
+        not n.startswith(("JMS", "NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE"))
+        and n.upper() not in ("NULL", "TRUE", "FALSE", "NOT", "AND", "OR", "BETWEEN", "LIKE", "IN", "IS", "ESCAPE")
+    )
+)
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(props=st.dictionaries(names, property_entries, max_size=6),
-       body=st.one_of(st.text(max_size=300), st.binary(max_size=300)))
+@given(
+    props=st.dictionaries(names, property_entries, max_size=6),
+    body=st.one_of(st.text(max_size=300), st.binary(max_size=300)),
+)
 def test_properties_and_bodies_round_trip(conn, props, body):
     q = qname("hyp")
     session = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
@@ -144,9 +160,17 @@ def test_headers_of_another_amqp_client_become_properties(rabbitmq, conn):
     q = qname("raw")
     declare(rabbitmq, q.name)
     with pika.BlockingConnection(pika.URLParameters(rabbitmq.amqp_env()["java.naming.provider.url"])) as raw:
-        raw.channel().basic_publish("", q.name, b'{"a": 1}', pika.BasicProperties(
-            content_type="application/json", headers={"small": 5, "big": 1 << 40, "name": "n", "x-skip": 1},
-            timestamp=1_700_000_000, delivery_mode=2))
+        raw.channel().basic_publish(
+            "",
+            q.name,
+            b'{"a": 1}',
+            pika.BasicProperties(
+                content_type="application/json",
+                headers={"small": 5, "big": 1 << 40, "name": "n", "x-skip": 1},
+                timestamp=1_700_000_000,
+                delivery_mode=2,
+            ),
+        )
     got = conn.create_session().create_consumer(q).receive(5)
     assert isinstance(got, TextMessage) and got.text == '{"a": 1}'
     assert got.get_property_type("small") is PropertyType.INT and got.get_int_property("small") == 5
@@ -156,6 +180,7 @@ def test_headers_of_another_amqp_client_become_properties(rabbitmq, conn):
 
 
 # --- acknowledgement and prefetch -----------------------------------------------------------------
+
 
 def fill(conn, q: Queue, n: int) -> None:
     session = conn.create_session()
@@ -215,6 +240,7 @@ def test_a_message_listener_gets_every_message_on_its_own_thread(conn, caplog):
         got.append((message.text, threading.current_thread().name))
         if message.text == "0":
             raise RuntimeError("the listener fails")
+
     consumer = conn.create_session().create_consumer(q)
     consumer.set_message_listener(listener)
     deadline = time.monotonic() + 10
@@ -258,6 +284,7 @@ def test_transacted_session_commits_and_rolls_back(conn):
 
 # --- publisher confirms ---------------------------------------------------------------------------
 
+
 def test_a_nack_is_the_failure_of_the_message_refused(rabbitmq, conn):
     q = qname("full")
     declare(rabbitmq, q.name, **{"x-max-length": 3, "x-overflow": "reject-publish"})
@@ -282,8 +309,7 @@ def test_pipelined_confirms_complete_in_order_each_for_its_message(rabbitmq, con
     futures = [producer.publish(m) for m in messages]
     outcomes = [f.exception(10) for f in futures]
     assert all(e is None for e in outcomes[:40])
-    assert all(isinstance(e, JMSException) and m.message_id in str(e)
-               for e, m in zip(outcomes[40:], messages[40:]))
+    assert all(isinstance(e, JMSException) and m.message_id in str(e) for e, m in zip(outcomes[40:], messages[40:]))
     more = producer.publish(TextMessage("more"))
     producer.flush()
     assert isinstance(more.exception(0), JMSException)
@@ -297,6 +323,7 @@ class SocketCalls:
         from pika.adapters.utils import io_services_utils as io
 
         from bridgemgr.providers.amqp import client
+
         self.sends, self.recvs = 0, 0
         send, recv = io._AsyncTransportBase._sigint_safe_send, io._AsyncTransportBase._sigint_safe_recv
         send_now = client.send_now
@@ -308,11 +335,13 @@ class SocketCalls:
         def counted_send_now(sock, data):
             self.sends += 1
             return send_now(sock, data)
+
         monkeypatch.setattr(client, "send_now", counted_send_now)
 
         def counted_recv(sock, max_bytes):
             self.recvs += 1
             return recv(sock, max_bytes)
+
         monkeypatch.setattr(io._AsyncTransportBase, "_sigint_safe_send", staticmethod(counted_send))
         monkeypatch.setattr(io._AsyncTransportBase, "_sigint_safe_recv", staticmethod(counted_recv))
 
@@ -349,6 +378,7 @@ def test_frames_leave_without_waiting_for_the_next_pass_of_the_loop(rabbitmq, co
         before = calls.sends
         session.channel.pika.basic_qos(prefetch_count=7, callback=lambda _f: answered.set())
         sent_at_once.append(calls.sends - before)
+
     conn._pika.ioloop.add_callback_threadsafe(qos)
     assert answered.wait(5)
     assert sent_at_once == [1]
@@ -435,6 +465,7 @@ def test_a_connection_the_broker_closes_fails_the_waiting_receive_and_tells_the_
 
 # --- bridge links through the provider ----------------------------------------------------------------
 
+
 def link_xml(env: dict[str, str], src: str, dst: str) -> bytes:
     props = "".join(f'<property name="{k}" value="{v}"/>' for k, v in env.items())
     return f"""<jmsbridge name="amqp">
@@ -461,8 +492,10 @@ def test_a_bridge_link_moves_rabbitmq_to_rabbitmq_in_order(rabbitmq, conn, tmp_p
     src, dst, n = qname("bsrc"), qname("bdst"), 2000
     fill(conn, src, n)
     host = Broker(tmp_path / "host")
-    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
-                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    bridge = JMSBridge(
+        parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+    )
     try:
         assert bridge.start() is State.STARTED
         counters = bridge.links[0].counters
@@ -484,11 +517,16 @@ def test_a_windowed_link_asks_the_source_for_three_windows_of_prefetch(rabbitmq,
     src, dst = qname("psrc"), qname("pdst")
     fill(conn, src, 5)
     host = Broker(tmp_path / "host")
-    props = load_properties([], ["imq.bridge.amqp.type=jms", "imq.bridge.amqp.xmlurl=amqp.xml",
-                                 "imq.bridge.amqp.link.window=500"],
-                            environ={})
-    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
-                       props, host_factory=lambda env: EmbeddedConnectionFactory(host))
+    props = load_properties(
+        [],
+        ["imq.bridge.amqp.type=jms", "imq.bridge.amqp.xmlurl=amqp.xml", "imq.bridge.amqp.link.window=500"],
+        environ={},
+    )
+    bridge = JMSBridge(
+        parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+        props,
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+    )
     try:
         assert bridge.start() is State.STARTED
         out = rabbitmq.ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "prefetch_count")
@@ -509,14 +547,16 @@ def test_a_full_window_acknowledges_its_confirmed_head_and_slides(rabbitmq, conn
 
     heads, wholes = [], []
     oldest, complete = AmqpSession.acknowledge_oldest, ClientAcknowledge.complete
-    monkeypatch.setattr(AmqpSession, "acknowledge_oldest",
-                        lambda self, count: (heads.append(count), oldest(self, count))[1])
+    monkeypatch.setattr(
+        AmqpSession, "acknowledge_oldest", lambda self, count: (heads.append(count), oldest(self, count))[1]
+    )
     monkeypatch.setattr(ClientAcknowledge, "complete", lambda self: (wholes.append(1), complete(self))[1])
     src, dst, n = qname("ssrc"), qname("sdst"), 2000
     fill(conn, src, n)
     host = Broker(tmp_path / "host")
     xml = link_xml(rabbitmq.amqp_env(), src.name, dst.name).replace(
-        b"</link>", b'<property name="window" value="50"/></link>')
+        b"</link>", b'<property name="window" value="50"/></link>'
+    )
     bridge = JMSBridge(parse_bridge_config(xml, "amqp.xml"), host_factory=lambda env: EmbeddedConnectionFactory(host))
     try:
         assert bridge.start() is State.STARTED
@@ -538,8 +578,10 @@ def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq
     declare(rabbitmq, dst.name, **{"x-max-length": 6, "x-overflow": "reject-publish"})
     fill(conn, src, 10)
     host = Broker(tmp_path / "host")
-    bridge = JMSBridge(parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
-                       host_factory=lambda env: EmbeddedConnectionFactory(host))
+    bridge = JMSBridge(
+        parse_bridge_config(link_xml(rabbitmq.amqp_env(), src.name, dst.name), "amqp.xml"),
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+    )
     try:
         assert bridge.start() is State.STARTED
         counters = bridge.links[0].counters
@@ -552,8 +594,7 @@ def test_a_link_puts_exactly_the_messages_the_target_refuses_in_the_dmq(rabbitmq
         consumer = dead.create_session().create_consumer(Queue("imq.bridge.jms.dmq"))
         refused = [consumer.receive(5) for _ in range(4)]
         assert [m.get_body().text for m in refused] == ["6", "7", "8", "9"]
-        assert all("basic.nack" in m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION")
-                   for m in refused)
+        assert all("basic.nack" in m.get_string_property("JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION") for m in refused)
         dead.close()
     finally:
         bridge.stop()
@@ -577,8 +618,7 @@ while True:
 """
 
 
-def test_kill_9_of_the_bridge_with_a_full_window_loses_nothing_and_repeats_at_most_a_window(
-        rabbitmq, conn, tmp_path):
+def test_kill_9_of_the_bridge_with_a_full_window_loses_nothing_and_repeats_at_most_a_window(rabbitmq, conn, tmp_path):
     """kill -9 of a bridge whose link (window 200, the XML link property) runs flat out,
     so its window is full: nothing is lost, and what reaches the target is runs of the
     source's order, each kill restarting at the oldest unacknowledged message: at most the
@@ -589,13 +629,20 @@ def test_kill_9_of_the_bridge_with_a_full_window_loses_nothing_and_repeats_at_mo
     src, dst, n, window = qname("ksrc"), qname("kdst"), 5000, 200
     fill(conn, src, n)
     xml = tmp_path / "amqp.xml"
-    xml.write_bytes(link_xml(rabbitmq.amqp_env(), src.name, dst.name).replace(
-        b"</link>", f'<property name="window" value="{window}"/></link>'.encode()))
+    xml.write_bytes(
+        link_xml(rabbitmq.amqp_env(), src.name, dst.name).replace(
+            b"</link>", f'<property name="window" value="{window}"/></link>'.encode()
+        )
+    )
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     kills = 0
     for round_ in range(6):
-        proc = subprocess.Popen([sys.executable, "-c", CHILD, str(xml), str(tmp_path / f"host{round_}")],
-                                stdout=subprocess.PIPE, text=True, env=env)
+        proc = subprocess.Popen(
+            [sys.executable, "-c", CHILD, str(xml), str(tmp_path / f"host{round_}")],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=env,
+        )
         assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
         time.sleep(0.1 + 0.1 * round_)  # a windowed link moves thousands a second: kill early
         os.kill(proc.pid, signal.SIGKILL)
@@ -604,8 +651,9 @@ def test_kill_9_of_the_bridge_with_a_full_window_loses_nothing_and_repeats_at_mo
         if rabbitmq_depth(rabbitmq, src.name) == 0:
             break
     # a last run, not killed, moves the rest
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, str(xml), str(tmp_path / "hostlast")],
-                            stdout=subprocess.PIPE, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", CHILD, str(xml), str(tmp_path / "hostlast")], stdout=subprocess.PIPE, text=True, env=env
+    )
     try:
         deadline = time.monotonic() + 120
         while rabbitmq_depth(rabbitmq, src.name) > 0 and time.monotonic() < deadline:

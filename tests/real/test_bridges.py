@@ -42,20 +42,25 @@ def properties(env: dict[str, str]) -> str:
 
 
 def bridge_xml(name: str, link: str, cfs: str, dests: str) -> bytes:
-    return (f'<jmsbridge name="{name}" message-transfer-tag-bridge-name="true">{link}'
-            '<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="src" '
-            'send-attempts="2" send-attempt-interval-in-seconds="0"/>'
-            f'<connection-factory ref-name="host"/>{cfs}{dests}</jmsbridge>').encode()
+    return (
+        f'<jmsbridge name="{name}" message-transfer-tag-bridge-name="true">{link}'
+        '<dmq name="built-in-dmq" connection-factory-ref="host" destination-ref="src" '
+        'send-attempts="2" send-attempt-interval-in-seconds="0"/>'
+        f'<connection-factory ref-name="host"/>{cfs}{dests}</jmsbridge>'
+    ).encode()
 
 
 def cf_xml(ref: str, env: dict[str, str], lookup: str = "ConnectionFactory", attrs: str = "") -> str:
-    return (f'<connection-factory ref-name="{ref}" lookup-name="{lookup}" '
-            f'connect-attempt-interval-in-seconds="1" {attrs}>{properties(env)}</connection-factory>')
+    return (
+        f'<connection-factory ref-name="{ref}" lookup-name="{lookup}" '
+        f'connect-attempt-interval-in-seconds="1" {attrs}>{properties(env)}</connection-factory>'
+    )
 
 
 def start_bridge(broker: Broker, xml: bytes) -> JMSBridge:
-    bridge = JMSBridge(parse_bridge_config(xml, "real.xml"),
-                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    bridge = JMSBridge(
+        parse_bridge_config(xml, "real.xml"), host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST
+    )
     assert bridge.start() is State.STARTED
     return bridge
 
@@ -105,17 +110,26 @@ def broker(tmp_path):
 def test_embedded_to_activemq_over_jms(activemq, broker):
     src, dst = unique("src"), unique("dst")
     amq = activemq.jndi()
-    link = ('<link name="to-amq" transacted="false">'
-            '<source connection-factory-ref="host" destination-ref="src"/>'
-            '<target connection-factory-ref="amq" destination-ref="dst"/></link>')
-    dests = (f'<destination ref-name="src" name="{src}"/>'
-             f'<destination ref-name="dst" lookup-name="dynamicQueues/{dst}">{properties(amq)}</destination>')
+    link = (
+        '<link name="to-amq" transacted="false">'
+        '<source connection-factory-ref="host" destination-ref="src"/>'
+        '<target connection-factory-ref="amq" destination-ref="dst"/></link>'
+    )
+    dests = (
+        f'<destination ref-name="src" name="{src}"/>'
+        f'<destination ref-name="dst" lookup-name="dynamicQueues/{dst}">{properties(amq)}</destination>'
+    )
     bridge = start_bridge(broker, bridge_xml("b1", link, cf_xml("amq", amq), dests))
     try:
         sent: list[Message] = []
         for i in range(200):
-            m: Message = (TextMessage(f"t{i}") if i % 3 == 0 else BytesMessage(bytes([i])) if i % 3 == 1
-                          else MapMessage({"i": i, "half": i / 2}))
+            m: Message = (
+                TextMessage(f"t{i}")
+                if i % 3 == 0
+                else BytesMessage(bytes([i]))
+                if i % 3 == 1
+                else MapMessage({"i": i, "half": i / 2})
+            )
             m.set_int_property("i", i)
             m.set_short_property("s", i)
             m.correlation_id = f"c{i}"
@@ -139,11 +153,12 @@ def test_embedded_to_activemq_over_jms(activemq, broker):
 def test_activemq_to_rabbitmq_over_stomp(activemq, rabbitmq, broker):
     src, dst = unique("from.amq"), unique("to.rabbit")
     rabbit = {k: v for k, v in rabbitmq.stomp_env().items() if "security" not in k}
-    link = ('<link name="amq-to-rabbit" transacted="false">'
-            '<source connection-factory-ref="amq" destination-ref="src"/>'
-            '<target connection-factory-ref="rabbit" destination-ref="dst"/></link>')
-    cfs = (cf_xml("amq", activemq.stomp_env())
-           + cf_xml("rabbit", rabbit, attrs='username="guest" password="guest"'))
+    link = (
+        '<link name="amq-to-rabbit" transacted="false">'
+        '<source connection-factory-ref="amq" destination-ref="src"/>'
+        '<target connection-factory-ref="rabbit" destination-ref="dst"/></link>'
+    )
+    cfs = cf_xml("amq", activemq.stomp_env()) + cf_xml("rabbit", rabbit, attrs='username="guest" password="guest"')
     dests = f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>'
     bridge = start_bridge(broker, bridge_xml("b2", link, cfs, dests))
     try:
@@ -167,12 +182,13 @@ def test_activemq_to_rabbitmq_over_stomp(activemq, rabbitmq, broker):
 def test_activemq_durable_topic_with_selector_to_embedded(activemq, broker):
     topic, dst = unique("prices"), unique("eu.prices")
     amq = activemq.jndi()
-    link = ('<link name="eu" transacted="false">'
-            '<source connection-factory-ref="amq" destination-ref="topic" durable-sub="bridge-eu" '
-            f'clientid="{unique("bridge")}" selector="region = \'eu\' AND price &gt; 10"/>'
-            '<target connection-factory-ref="host" destination-ref="dst"/></link>')
-    dests = (f'<destination ref-name="topic" name="{topic}" type="topic"/>'
-             f'<destination ref-name="dst" name="{dst}"/>')
+    link = (
+        '<link name="eu" transacted="false">'
+        '<source connection-factory-ref="amq" destination-ref="topic" durable-sub="bridge-eu" '
+        f'clientid="{unique("bridge")}" selector="region = \'eu\' AND price &gt; 10"/>'
+        '<target connection-factory-ref="host" destination-ref="dst"/></link>'
+    )
+    dests = f'<destination ref-name="topic" name="{topic}" type="topic"/><destination ref-name="dst" name="{dst}"/>'
     xml = bridge_xml("b3", link, cf_xml("amq", amq), dests)
 
     def publish(n: int, base: int) -> None:
@@ -220,17 +236,24 @@ def test_a_java_transformer_on_a_link(activemq, broker, tmp_path):
     if shutil.which("javac") is None:
         pytest.skip("javac is not installed (Debian package default-jdk-headless)")
     (tmp_path / "UpperTransformer.java").write_text(UPPER)
-    subprocess.run(["javac", "-cp", JMS_API_JAR, "-d", str(tmp_path), str(tmp_path / "UpperTransformer.java")],
-                   check=True, capture_output=True, timeout=120)
+    subprocess.run(
+        ["javac", "-cp", JMS_API_JAR, "-d", str(tmp_path), str(tmp_path / "UpperTransformer.java")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     from bridgemgr.providers import java
+
     java.configure([str(tmp_path), JMS_API_JAR])
     src, dst = unique("lower"), unique("upper")
     amq = activemq.jndi()
-    link = ('<link name="shout" transacted="false">'
-            '<source connection-factory-ref="amq" destination-ref="src"/>'
-            '<target connection-factory-ref="host" destination-ref="dst" message-transformer-class='
-            '"bridgemgr.providers.java.classes.UpperTransformer"><property name="suffix" value="!"/>'
-            '</target></link>')
+    link = (
+        '<link name="shout" transacted="false">'
+        '<source connection-factory-ref="amq" destination-ref="src"/>'
+        '<target connection-factory-ref="host" destination-ref="dst" message-transformer-class='
+        '"bridgemgr.providers.java.classes.UpperTransformer"><property name="suffix" value="!"/>'
+        "</target></link>"
+    )
     dests = f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>'
     bridge = start_bridge(broker, bridge_xml("b4", link, cf_xml("amq", amq), dests))
     try:
@@ -249,14 +272,17 @@ def test_activemq_stopped_for_10_seconds_under_traffic(broker, tmp_path):
     back: the link reconnects and every message arrives (at-least-once: a duplicate at most
     for what was in flight when it went down)."""
     from servers import missing_package
+
     if missing_package("activemq"):
         pytest.skip(missing_package("activemq"))
     amq_server = ActiveMQ(tmp_path / "activemq", name="outage").start()
     src, dst, n = unique("steady"), unique("far"), 600
     amq = amq_server.jndi()
-    link = ('<link name="steady" transacted="false">'
-            '<source connection-factory-ref="host" destination-ref="src"/>'
-            '<target connection-factory-ref="amq" destination-ref="dst"/></link>')
+    link = (
+        '<link name="steady" transacted="false">'
+        '<source connection-factory-ref="host" destination-ref="src"/>'
+        '<target connection-factory-ref="amq" destination-ref="dst"/></link>'
+    )
     dests = f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>'
     bridge = start_bridge(broker, bridge_xml("b5", link, cf_xml("amq", amq, attrs='connect-attempts="-1"'), dests))
     runner = bridge.links[0]

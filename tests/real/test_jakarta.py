@@ -28,8 +28,7 @@ pytestmark = pytest.mark.timeout(120)
 @pytest.fixture(scope="module")
 def jakarta_jars(tmp_path_factory):
     out = tmp_path_factory.mktemp("jakarta")
-    return [str(rename_jar(jar, out / ("jakarta-" + os.path.basename(jar))))
-            for jar in ACTIVEMQ_CLIENT_JARS]
+    return [str(rename_jar(jar, out / ("jakarta-" + os.path.basename(jar)))) for jar in ACTIVEMQ_CLIENT_JARS]
 
 
 @pytest.fixture(scope="module")
@@ -78,11 +77,17 @@ def test_a_jakarta_java_transformer(jakarta_jars, tmp_path):
         "public class JakartaStamp {\n"
         "  public Message transform(Message m, boolean r, String c, String s, String t, Properties p)\n"
         "      throws JMSException {\n"
-        "    m.clearProperties(); m.setStringProperty(\"api\", m.getClass().getInterfaces()[0].getName());\n"
-        "    return m;\n  }\n}\n")
-    subprocess.run(["javac", "-cp", str(api), "-d", str(tmp_path), str(tmp_path / "JakartaStamp.java")],
-                   check=True, capture_output=True, timeout=120)
+        '    m.clearProperties(); m.setStringProperty("api", m.getClass().getInterfaces()[0].getName());\n'
+        "    return m;\n  }\n}\n"
+    )
+    subprocess.run(
+        ["javac", "-cp", str(api), "-d", str(tmp_path), str(tmp_path / "JakartaStamp.java")],
+        check=True,
+        capture_output=True,
+        timeout=120,
+    )
     from bridgemgr.providers import java
+
     java.configure([str(tmp_path), str(api)])
     transformer = load_transformer("bridgemgr.providers.java.classes.JakartaStamp")
     assert transformer.flavor.package == "jakarta.jms"

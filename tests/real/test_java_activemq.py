@@ -62,8 +62,14 @@ def test_metadata_names_activemq(conn):
 def test_every_kind_and_header_through_the_broker(conn):
     q, replies = Queue(qname()), Queue(qname("replies"))
     session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
-    kinds: list[Message] = [TextMessage("héllo\0"), BytesMessage(b"\x00\xff" * 300),
-                            MapMessage(), StreamMessage(), ObjectMessage(JavaSerialized(b"")), Message()]
+    kinds: list[Message] = [
+        TextMessage("héllo\0"),
+        BytesMessage(b"\x00\xff" * 300),
+        MapMessage(),
+        StreamMessage(),
+        ObjectMessage(JavaSerialized(b"")),
+        Message(),
+    ]
     kinds[2].set_char("c", "€")
     kinds[2].set_bytes("b", b"\x01")
     kinds[2].set_float("f", 0.1)
@@ -91,8 +97,11 @@ def test_every_kind_and_header_through_the_broker(conn):
         assert (back.delivery_mode, back.priority, back.destination) == (DeliveryMode.NON_PERSISTENT, 7, q)
         assert (back.correlation_id, back.type, back.reply_to) == (sent.correlation_id, "kind", replies)
         assert [(n, p) for n, p, _ in sorted(back.typed_properties())] == [
-            ("b", PropertyType.BYTE), ("f", PropertyType.FLOAT), ("l", PropertyType.LONG),
-            ("t", PropertyType.BOOLEAN)]
+            ("b", PropertyType.BYTE),
+            ("f", PropertyType.FLOAT),
+            ("l", PropertyType.LONG),
+            ("t", PropertyType.BOOLEAN),
+        ]
         assert back.delivery_count == 1 and not back.redelivered
     assert got[0].text == "héllo\0" and got[1].get_body() == b"\x00\xff" * 300
     assert sorted(got[2].typed_items()) == sorted(kinds[2].typed_items())  # a map has no order
@@ -104,17 +113,19 @@ def test_java_objects_stay_opaque_and_arrive_intact(activemq, conn):
     """A Java client's ObjectMessage crosses Python as serial bytes (compressed on the wire
     too), without ActiveMQ's list of classes trusted to deserialise (we never do), and a Java
     client that trusts them reads back the very object."""
+
     def factory(options: str):
-        return naming.lookup("ConnectionFactory", activemq.jndi(**{
-            "java.naming.provider.url": f"{activemq.url}?{options}"}))
+        return naming.lookup(
+            "ConnectionFactory", activemq.jndi(**{"java.naming.provider.url": f"{activemq.url}?{options}"})
+        )
+
     compressed, trusting = factory("jms.useCompression=true"), factory("jms.trustAllPackages=true")
     q1, q2 = Queue(qname("obj")), Queue(qname("obj"))
     with compressed.create_connection() as jc:
         jsession = jc.create_session()
         hashmap = __import__("jpype").JClass("java.util.HashMap", loader=jsession.flavor.loader)()
         hashmap.put("k", "v")
-        jsession.java.createProducer(jsession.java_destination(q1)).send(
-            jsession.java.createObjectMessage(hashmap))
+        jsession.java.createProducer(jsession.java_destination(q1)).send(jsession.java.createObjectMessage(hashmap))
     session = conn.create_session()
     got = session.create_consumer(q1).receive(5)
     assert isinstance(got.object, JavaSerialized) and got.object[:2] == b"\xac\xed"
@@ -261,6 +272,7 @@ def test_threads_and_a_listener(cf):
         def on_message(m: Message) -> None:
             got.append(threading.current_thread().name)
             done.set()
+
         s.create_consumer(q).set_message_listener(on_message)
         c.start()
         c.create_session().create_producer(q).send(TextMessage("async"))
@@ -274,7 +286,8 @@ def test_threads_and_a_listener(cf):
 def test_the_process_exits_with_connections_left_open(activemq, tmp_path):
     """Open connections keep the JVM alive unless closed: the provider closes them at exit."""
     script = tmp_path / "leave_open.py"
-    script.write_text(textwrap.dedent(f"""
+    script.write_text(
+        textwrap.dedent(f"""
         import threading
         from bridgemgr.jms import naming
         from bridgemgr.jms.destination import Queue
@@ -284,7 +297,8 @@ def test_the_process_exits_with_connections_left_open(activemq, tmp_path):
         consumer = conns[0].create_session().create_consumer(Queue("leave.open"))
         threading.Thread(target=consumer.receive, daemon=True).start()  # blocked in Java
         print("opened", flush=True)
-    """))
+    """)
+    )
     started = time.monotonic()
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=90)
     assert done.returncode == 0, done.stderr

@@ -20,8 +20,7 @@ from bridgemgr.providers.java import client
 pytest.importorskip("jpype")
 pytestmark = pytest.mark.timeout(120)
 
-FIELDS = ("correlation_id", "type", "reply_to", "delivery_mode", "priority",
-          "redelivered", "delivery_count")
+FIELDS = ("correlation_id", "type", "reply_to", "delivery_mode", "priority", "redelivered", "delivery_count")
 
 
 @pytest.fixture(scope="module")
@@ -38,6 +37,7 @@ def conversions(monkeypatch) -> list[Message]:
     def counted(msg: Message, *args: Any) -> Any:
         made.append(msg)
         return to_java(msg, *args)
+
     monkeypatch.setattr(client, "to_java", counted)
     return made
 
@@ -70,8 +70,7 @@ def move(cf, src: str, dst: str, convert: bool) -> None:
         producer = session.create_producer(None)
         while (msg := consumer.receive(2)) is not None:
             out = msg.copy() if convert else msg
-            producer.send(out, Queue(dst), delivery_mode=msg.delivery_mode, priority=6,
-                          time_to_live=60_000)
+            producer.send(out, Queue(dst), delivery_mode=msg.delivery_mode, priority=6, time_to_live=60_000)
             session.commit()
 
 
@@ -108,8 +107,7 @@ def test_a_delivered_message_is_sent_as_the_converting_path_sends_it(cf, convers
     for a, b in zip(resent, converted):
         assert type(a) is type(b)
         assert a.get_body() == b.get_body()
-        assert {n: (t, v) for n, t, v in a.typed_properties()} == \
-            {n: (t, v) for n, t, v in b.typed_properties()}
+        assert {n: (t, v) for n, t, v in a.typed_properties()} == {n: (t, v) for n, t, v in b.typed_properties()}
         for name in FIELDS:
             assert getattr(a, name) == getattr(b, name), name
         assert a.destination == Queue(f"resend.{run}.dst")

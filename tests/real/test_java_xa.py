@@ -165,9 +165,12 @@ def test_recovery_after_our_process_is_killed(activemq, plain, xaconn):
     put(plain, source, "m1", "m2")
     keep, drop = uuid.uuid4().hex, uuid.uuid4().hex
     one_at_a_time = activemq.jndi(**{"java.naming.provider.url": f"{activemq.url}?jms.prefetchPolicy.all=0"})
-    child = subprocess.Popen([sys.executable, str(CHILD), repr(one_at_a_time), source.name,
-                              target.name, keep, drop], stdout=subprocess.PIPE,
-                             stderr=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, str(CHILD), repr(one_at_a_time), source.name, target.name, keep, drop],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         lines = []
         while (line := child.stdout.readline()) and line.strip() != "ready":
@@ -203,7 +206,7 @@ def test_the_xa_factory_serves_non_transacted_sessions_too(xacf, plain):
         consumer = session.create_consumer(queue)
         got = [consumer.receive(5.0) for _ in range(2)]
         assert [m.text for m in got] == ["a", "b"]
-        got[-1].acknowledge()                      # CLIENT_ACKNOWLEDGE: both are gone
+        got[-1].acknowledge()  # CLIENT_ACKNOWLEDGE: both are gone
         auto = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE)
         auto.create_producer(queue).send(TextMessage("d"))  # sent outside any transaction
     assert take(plain, queue) == ["c", "d"]
@@ -221,7 +224,7 @@ def test_the_xa_factory_makes_locally_transacted_sessions(xacf, plain):
         session = conn.create_session(True)
         consumer, producer = session.create_consumer(source), session.create_producer(target)
         producer.send(TextMessage(consumer.receive(5.0).text))
-        session.rollback()                          # neither the receive nor the send happened
+        session.rollback()  # neither the receive nor the send happened
         for _ in range(2):
             producer.send(TextMessage(consumer.receive(5.0).text))
             session.commit()

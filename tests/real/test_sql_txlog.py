@@ -49,9 +49,10 @@ LOG = logging.getLogger("test.sql_txlog")
 
 def connector(conninfo: dict[str, str], schema: str, app: str = "imqtest") -> Callable[[], Any]:
     """A DB-API connect function whose connections use ``schema`` (as pgstore's do)."""
+
     def connect() -> Any:
-        return psycopg.connect(**conninfo, options=f"-c search_path={schema}",
-                               application_name=app, connect_timeout=10)
+        return psycopg.connect(**conninfo, options=f"-c search_path={schema}", application_name=app, connect_timeout=10)
+
     return connect
 
 
@@ -71,13 +72,11 @@ class Schema:
             return cur.fetchall() if cur.description else []
 
     def rows(self, bridge: str) -> list[tuple[str, str]]:
-        return self.execute(f"SELECT gtrid, record FROM {TABLE} WHERE bridge = %s ORDER BY gtrid",
-                            bridge)
+        return self.execute(f"SELECT gtrid, record FROM {TABLE} WHERE bridge = %s ORDER BY gtrid", bridge)
 
     def sessions(self, app: str) -> list[str]:
         """The states of the server sessions of application ``app`` (pg_stat_activity)."""
-        return [s for (s,) in self.execute("SELECT state FROM pg_stat_activity WHERE "
-                                           "application_name = %s", app)]
+        return [s for (s,) in self.execute("SELECT state FROM pg_stat_activity WHERE application_name = %s", app)]
 
 
 @pytest.fixture
@@ -92,11 +91,17 @@ def commit(n: int, bridge: str = "b") -> CommitRecord:
     """A commit record whose gtrid has a NUL and a high byte and whose RM names are not
     ASCII: the hex text must carry any bytes, which PostgreSQL's TEXT alone would not."""
     gtrid = bridge.encode() + b"|\x00\xff." + str(n).encode()
-    return CommitRecord(gtrid, (Participant(f"{bridge}:quelle-ü", Xid(0x494D5142, gtrid, b"src#1")),
-                                Participant(f"{bridge}:ziel-✓", Xid(0x494D5142, gtrid, b"dst#2"))))
+    return CommitRecord(
+        gtrid,
+        (
+            Participant(f"{bridge}:quelle-ü", Xid(0x494D5142, gtrid, b"src#1")),
+            Participant(f"{bridge}:ziel-✓", Xid(0x494D5142, gtrid, b"dst#2")),
+        ),
+    )
 
 
 # --- the log on its own -----------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("paramstyle", sorted({psycopg.paramstyle, "format"}))
 def test_records_survive_close_and_reopen(schema, paramstyle):
@@ -109,11 +114,13 @@ def test_records_survive_close_and_reopen(schema, paramstyle):
     assert schema.sessions(app) == ["idle"]
     log.close()
     wait_for(lambda: schema.sessions(app) == [], 5, "the log's session to end at close")
-    assert schema.rows("b") == sorted((r.gtrid.hex(), frame(r).hex()) for r in
-                                      (commit(1), commit(2), commit(3)))
-    types = schema.execute("SELECT data_type FROM information_schema.columns WHERE "
-                           "table_schema = current_schema() AND table_name = %s AND "
-                           "column_name = 'record'", TABLE)
+    assert schema.rows("b") == sorted((r.gtrid.hex(), frame(r).hex()) for r in (commit(1), commit(2), commit(3)))
+    types = schema.execute(
+        "SELECT data_type FROM information_schema.columns WHERE "
+        "table_schema = current_schema() AND table_name = %s AND "
+        "column_name = 'record'",
+        TABLE,
+    )
     assert types == [("text",)]
 
     again = schema.log("b", paramstyle)
@@ -143,7 +150,7 @@ def test_forget_deletes_rows(schema):
 
 def flip_a_digit(gtrid: str, record: str) -> tuple[str, str]:
     middle = len(record) // 2
-    return gtrid, record[:middle] + ("0" if record[middle] != "0" else "1") + record[middle + 1:]
+    return gtrid, record[:middle] + ("0" if record[middle] != "0" else "1") + record[middle + 1 :]
 
 
 DAMAGE: dict[str, Callable[[str, str], tuple[str, str]]] = {
@@ -162,8 +169,7 @@ def test_a_damaged_row_stops_open_naming_it(schema, damage):
     log.close()
     gtrid, record = schema.rows("b")[0]
     _new_gtrid, new_record = DAMAGE[damage](gtrid, record)
-    schema.execute(f"UPDATE {TABLE} SET record = %s WHERE bridge = 'b' AND gtrid = %s",
-                   new_record, gtrid)
+    schema.execute(f"UPDATE {TABLE} SET record = %s WHERE bridge = 'b' AND gtrid = %s", new_record, gtrid)
     app = f"txlog-{uuid.uuid4().hex[:8]}"
     with pytest.raises(TxLogError) as err:
         schema.log("b", app=app).open()
@@ -241,8 +247,9 @@ def test_a_lost_connection_costs_one_write_only(schema):
     log = schema.log("b", app=app)
     log.open()
     log.log_commit(commit(1))
-    assert schema.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE "
-                          "application_name = %s", app) == [(True,)]
+    assert schema.execute(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = %s", app
+    ) == [(True,)]
     wait_for(lambda: schema.sessions(app) == [], 5, "the session to end")
     with pytest.raises(TxLogError, match="cannot write"):
         log.log_commit(commit(2))
@@ -256,6 +263,7 @@ def test_a_lost_connection_costs_one_write_only(schema):
 
 
 # --- recovery from the log in PostgreSQL --------------------------------------------------------------
+
 
 def put(broker: Broker, dest: Queue, *texts: str) -> None:
     conn = EmbeddedConnectionFactory(broker).create_connection()
@@ -307,11 +315,19 @@ def test_recovery_commits_what_postgresql_logged_and_rolls_back_the_rest(tmp_pat
     a.close()
     b.close()
     here = Path(__file__).resolve()  # the child imports bridgemgr of this tree and tests/waiting.py
-    env = {**os.environ, PG_ENV: json.dumps({"conninfo": schema.conninfo, "schema": schema.name}),
-           "PYTHONPATH": os.pathsep.join([str(here.parents[2]), str(here.parents[1])])}
+    env = {
+        **os.environ,
+        PG_ENV: json.dumps({"conninfo": schema.conninfo, "schema": schema.name}),
+        "PYTHONPATH": os.pathsep.join([str(here.parents[2]), str(here.parents[1])]),
+    }
     for fault in ("prepared", "logged"):  # each run takes the next message of src
-        done = subprocess.run([sys.executable, __file__, str(a_dir), str(b_dir), fault], env=env,
-                              capture_output=True, text=True, timeout=60)
+        done = subprocess.run(
+            [sys.executable, __file__, str(a_dir), str(b_dir), fault],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         assert done.returncode == -signal.SIGKILL, done.stderr[-3000:]
     [(gtrid_hex, _)] = schema.rows("b")  # only the second decision was logged
 
@@ -324,8 +340,10 @@ def test_recovery_commits_what_postgresql_logged_and_rolls_back_the_rest(tmp_pat
     assert {p.rm for p in record.participants} == {"b:a", "b:b"}
     assert {p.xid for p in record.participants} <= set(a.xa_recover()) | set(b.xa_recover())
     coordinator = Coordinator("b", log, Faults(""))
-    rms = [ResourceManager(rm_name("b", ref), ref, EmbeddedConnectionFactory(broker))
-           for ref, broker in (("a", a), ("b", b))]
+    rms = [
+        ResourceManager(rm_name("b", ref), ref, EmbeddedConnectionFactory(broker))
+        for ref, broker in (("a", a), ("b", b))
+    ]
     recovery = Recovery(coordinator, rms, LOG)
     try:
         assert recovery.start() is True

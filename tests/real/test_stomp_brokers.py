@@ -42,8 +42,14 @@ def test_the_dialect_is_the_brokers(broker, conn):
 def test_every_kind_round_trips(conn):
     q = qname()
     session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
-    sent: list[Message] = [TextMessage("héllo"), TextMessage("nul\0inside"), BytesMessage(b"\0\xff"),
-                           MapMessage({"a": 1}), StreamMessage(["s", 2.5]), Message()]
+    sent: list[Message] = [
+        TextMessage("héllo"),
+        TextMessage("nul\0inside"),
+        BytesMessage(b"\0\xff"),
+        MapMessage({"a": 1}),
+        StreamMessage(["s", 2.5]),
+        Message(),
+    ]
     sent[0].set_string_property("color", "red")
     sent[0].correlation_id, sent[0].type, sent[0].reply_to = "c-1", "Order", Queue("replies")
     producer = session.create_producer(q)

@@ -75,8 +75,7 @@ def test_rabbitmq_refusing_a_send_of_a_window_misattributes_nothing(rabbitmq):
     listener = Recorder()
     with factory.create_connection() as conn:
         producer = conn.create_session().create_producer(None)
-        for text, dest in (("a", queue), ("b", queue), ("x", Queue("/exchange/no-such-exchange/k")),
-                           ("c", queue)):
+        for text, dest in (("a", queue), ("b", queue), ("x", Queue("/exchange/no-such-exchange/k")), ("c", queue)):
             producer.send_async(TextMessage(text), listener, dest)
         producer.flush()
     outcomes = dict(listener.outcomes)
@@ -111,14 +110,23 @@ def test_a_link_with_a_window_moves_every_message_once_in_order(provider, reques
         producer = conn.create_session().create_producer(Queue(src))
         for i in range(1000):
             producer.send(TextMessage(f"m{i}"))
-    link = ('<link name="l" transacted="false"><source connection-factory-ref="far" destination-ref="s"/>'
-            '<target connection-factory-ref="far" destination-ref="d"/></link>')
-    xml = bridge_xml("w", link, cf_xml("far", env),
-                     f'<destination ref-name="s" name="{src}"/><destination ref-name="d" name="{dst}"/>')
+    link = (
+        '<link name="l" transacted="false"><source connection-factory-ref="far" destination-ref="s"/>'
+        '<target connection-factory-ref="far" destination-ref="d"/></link>'
+    )
+    xml = bridge_xml(
+        "w",
+        link,
+        cf_xml("far", env),
+        f'<destination ref-name="s" name="{src}"/><destination ref-name="d" name="{dst}"/>',
+    )
     broker = Broker(tmp_path / "host")
-    bridge = JMSBridge(parse_bridge_config(xml, "real.xml"),
-                       load_properties([], ["imq.bridge.w.link.window=64"], environ={}),
-                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    bridge = JMSBridge(
+        parse_bridge_config(xml, "real.xml"),
+        load_properties([], ["imq.bridge.w.link.window=64"], environ={}),
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        tuning=FAST,
+    )
     try:
         assert bridge.start() is State.STARTED
         assert bridge.links[0].window == 64  # type: ignore[attr-defined]
@@ -137,13 +145,20 @@ def test_a_windowed_stomp_link_subscribes_with_three_windows_of_prefetch(rabbitm
     three windows (here 3 x 500, over the URL's 1000)."""
     env = rabbitmq.stomp_env()
     src, dst = qname("psrc"), qname("pdst")
-    link = ('<link name="l" transacted="false"><source connection-factory-ref="far" destination-ref="s"/>'
-            '<target connection-factory-ref="far" destination-ref="d"/><property name="window" value="500"/></link>')
-    xml = bridge_xml("w", link, cf_xml("far", env),
-                     f'<destination ref-name="s" name="{src}"/><destination ref-name="d" name="{dst}"/>')
+    link = (
+        '<link name="l" transacted="false"><source connection-factory-ref="far" destination-ref="s"/>'
+        '<target connection-factory-ref="far" destination-ref="d"/><property name="window" value="500"/></link>'
+    )
+    xml = bridge_xml(
+        "w",
+        link,
+        cf_xml("far", env),
+        f'<destination ref-name="s" name="{src}"/><destination ref-name="d" name="{dst}"/>',
+    )
     broker = Broker(tmp_path / "host")
-    bridge = JMSBridge(parse_bridge_config(xml, "real.xml"),
-                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    bridge = JMSBridge(
+        parse_bridge_config(xml, "real.xml"), host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST
+    )
     try:
         assert bridge.start() is State.STARTED
         out = rabbitmq.ctl("list_consumers", "-q", "--no-table-headers", "queue_name", "prefetch_count")

@@ -40,17 +40,25 @@ FAULTS = ["prepared:kill:{p}", "logged:kill:{p}", "committed-one:kill:{p}", None
 
 
 def xa_link(src_ref: str = "host", dst_ref: str = "amq", src: str = "src", dst: str = "dst") -> str:
-    return (f'<link name="l" transacted="true"><source connection-factory-ref="{src_ref}" '
-            f'destination-ref="{src}"/><target connection-factory-ref="{dst_ref}" '
-            f'destination-ref="{dst}"/></link>')
+    return (
+        f'<link name="l" transacted="true"><source connection-factory-ref="{src_ref}" '
+        f'destination-ref="{src}"/><target connection-factory-ref="{dst_ref}" '
+        f'destination-ref="{dst}"/></link>'
+    )
 
 
 def props(tmp_path: Path, name: str, batch: int, local: bool = True):
-    return load_properties([], [f"imq.varhome={tmp_path / 'var'}", f"imq.bridge.{name}.type=jms",
-                                f"imq.bridge.{name}.xmlurl=x.xml",
-                                f"imq.bridge.{name}.transaction.batchSize={batch}",
-                                f"imq.bridge.{name}.transaction.local={str(local).lower()}"],
-                           environ={})
+    return load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path / 'var'}",
+            f"imq.bridge.{name}.type=jms",
+            f"imq.bridge.{name}.xmlurl=x.xml",
+            f"imq.bridge.{name}.transaction.batchSize={batch}",
+            f"imq.bridge.{name}.transaction.local={str(local).lower()}",
+        ],
+        environ={},
+    )
 
 
 def amq_in_doubt(activemq, bridge: str) -> int:
@@ -74,10 +82,15 @@ def take(activemq, queue: str) -> list:
 def test_embedded_to_activemq_in_xa_transactions(activemq, tmp_path):
     name, dst = "xa1", f"xa.dst.{uuid.uuid4().hex[:8]}"
     broker = Broker(tmp_path / "store", sync=True)
-    xml = bridge_xml(xa_link(), cfs=amq_factory(activemq.jndi()), name=name,
-                     dests=f'<destination ref-name="dst" name="{dst}"/>')
-    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 10),
-                       host_factory=lambda env: EmbeddedConnectionFactory(broker), tuning=FAST)
+    xml = bridge_xml(
+        xa_link(), cfs=amq_factory(activemq.jndi()), name=name, dests=f'<destination ref-name="dst" name="{dst}"/>'
+    )
+    bridge = JMSBridge(
+        parse_bridge_config(xml),
+        props(tmp_path, name, 10),
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        tuning=FAST,
+    )
     sent = []
     for i in range(300):
         m = TextMessage(str(i)) if i % 2 else MapMessage({"i": i})
@@ -122,24 +135,32 @@ def test_activemq_to_activemq_in_local_transactions(activemq, tmp_path, caplog):
     assert info["counters"]["redelivered"] == 0  # type: ignore[index]
 
 
-def one_broker_link(activemq, tmp_path: Path, name: str, n: int, batch: int,
-                    local: bool = True) -> tuple[list, dict]:
+def one_broker_link(activemq, tmp_path: Path, name: str, n: int, batch: int, local: bool = True) -> tuple[list, dict]:
     """Move n messages between two queues of ActiveMQ on a transacted link whose two
     factories look up the same environment; what reached the target, and the link's info
     (the source is checked empty and nothing left in doubt)."""
     src, dst = f"xa.src.{uuid.uuid4().hex[:8]}", f"xa.dst.{uuid.uuid4().hex[:8]}"
     host = Broker(tmp_path / "host")
     cfs = amq_factory(activemq.jndi()) + amq_factory(activemq.jndi()).replace('ref-name="amq"', 'ref-name="amq2"')
-    xml = bridge_xml(xa_link("amq", "amq2"), cfs=cfs, name=name, log_message_transfer="false",
-                     dests=f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>')
+    xml = bridge_xml(
+        xa_link("amq", "amq2"),
+        cfs=cfs,
+        name=name,
+        log_message_transfer="false",
+        dests=f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>',
+    )
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
         session = conn.create_session(True)
         producer = session.create_producer(Queue(src))
         for i in range(n):
             producer.send(TextMessage(str(i)))
         session.commit()
-    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, batch, local),
-                       host_factory=lambda env: EmbeddedConnectionFactory(host), tuning=FAST)
+    bridge = JMSBridge(
+        parse_bridge_config(xml),
+        props(tmp_path, name, batch, local),
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+        tuning=FAST,
+    )
     try:
         bridge.start()
         wait_until(lambda: bridge.links[0].counters.transferred >= n, 120, "the transfer")
@@ -158,14 +179,22 @@ def test_activemq_to_embedded_in_xa_transactions(activemq, tmp_path):
     nothing is left behind on ActiveMQ and nothing arrives twice."""
     name, src = "xa3", f"xa.src.{uuid.uuid4().hex[:8]}"
     host = Broker(tmp_path / "host", sync=True)
-    xml = bridge_xml(xa_link("amq", "host"), cfs=amq_factory(activemq.jndi()), name=name,
-                     dests=f'<destination ref-name="src" name="{src}"/>')
+    xml = bridge_xml(
+        xa_link("amq", "host"),
+        cfs=amq_factory(activemq.jndi()),
+        name=name,
+        dests=f'<destination ref-name="src" name="{src}"/>',
+    )
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
         producer = conn.create_session().create_producer(Queue(src))
         for i in range(200):
             producer.send(TextMessage(str(i)))
-    bridge = JMSBridge(parse_bridge_config(xml), props(tmp_path, name, 3),
-                       host_factory=lambda env: EmbeddedConnectionFactory(host), tuning=FAST)
+    bridge = JMSBridge(
+        parse_bridge_config(xml),
+        props(tmp_path, name, 3),
+        host_factory=lambda env: EmbeddedConnectionFactory(host),
+        tuning=FAST,
+    )
     try:
         bridge.start()
         wait_until(lambda: bridge.links[0].counters.transferred >= 200, 120, "the transfer")
@@ -188,8 +217,9 @@ def start_child(args: list[str], fault: str | None) -> subprocess.Popen:
     env["JAVA_TOOL_OPTIONS"] = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
     if fault:
         env[FAULT_ENV] = fault
-    proc = subprocess.Popen([sys.executable, str(CHILD), *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.DEVNULL, text=True, env=env)
+    proc = subprocess.Popen(
+        [sys.executable, str(CHILD), *args], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env
+    )
     line = proc.stdout.readline().strip()
     if line != "ready":  # a fault may kill it during recovery's first transactions
         proc.wait()
@@ -275,8 +305,7 @@ def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_p
     target once and in order, none left on the source."""
     n, queue_src, queue_dst = 6000, "local.src", "local.dst"
     preload(activemq, queue_src, n)
-    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true",
-            queue_src, queue_dst]
+    args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true", queue_src, queue_dst]
     kill_mid_transfer(args, 3)
     moved = take(activemq, queue_dst)
     assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"

@@ -33,20 +33,26 @@ from bridgemgr.providers.embedded import Broker
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from jmsbridge_support import FAST, bridge_xml
 
-LINK = ('<link name="l" transacted="true">'
-        '<source connection-factory-ref="host" destination-ref="src"/>'
-        '<target connection-factory-ref="amq" destination-ref="dst"/></link>')
+LINK = (
+    '<link name="l" transacted="true">'
+    '<source connection-factory-ref="host" destination-ref="src"/>'
+    '<target connection-factory-ref="amq" destination-ref="dst"/></link>'
+)
 
 
 def amq_factory(env: dict[str, str]) -> str:
     props = "".join(f'<property name="{escape(k)}" value="{escape(v)}"/>' for k, v in env.items())
-    return (f'<connection-factory ref-name="amq" lookup-name="XAConnectionFactory" '
-            f'connect-attempt-interval-in-seconds="1">{props}</connection-factory>')
+    return (
+        f'<connection-factory ref-name="amq" lookup-name="XAConnectionFactory" '
+        f'connect-attempt-interval-in-seconds="1">{props}</connection-factory>'
+    )
 
 
-AMQ_LINK = ('<link name="l" transacted="true">'
-            '<source connection-factory-ref="amq" destination-ref="src"/>'
-            '<target connection-factory-ref="amq2" destination-ref="dst"/></link>')
+AMQ_LINK = (
+    '<link name="l" transacted="true">'
+    '<source connection-factory-ref="amq" destination-ref="src"/>'
+    '<target connection-factory-ref="amq2" destination-ref="dst"/></link>'
+)
 
 
 def main() -> None:
@@ -59,13 +65,18 @@ def main() -> None:
         activemq_to_activemq(varhome, ast.literal_eval(jndi), batch, local, src, dst, left)
         return
     broker = Broker(source_store, sync=True)
-    props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
-                                 "imq.bridge.crash.xmlurl=crash.xml",
-                                 f"imq.bridge.crash.transaction.batchSize={batch}"], environ={})
-    xml = bridge_xml(LINK, cfs=amq_factory(ast.literal_eval(jndi)), name="crash",
-                     log_message_transfer="false")
-    bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host=EmbeddedHostBroker(broker), tuning=FAST)
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={varhome}",
+            "imq.bridge.crash.type=jms",
+            "imq.bridge.crash.xmlurl=crash.xml",
+            f"imq.bridge.crash.transaction.batchSize={batch}",
+        ],
+        environ={},
+    )
+    xml = bridge_xml(LINK, cfs=amq_factory(ast.literal_eval(jndi)), name="crash", log_message_transfer="false")
+    bridge = JMSBridge(parse_bridge_config(xml), props, host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     print("ready", flush=True)
     while broker.queue_depth("src") > 0:
@@ -75,20 +86,31 @@ def main() -> None:
     print("done", flush=True)
 
 
-def activemq_to_activemq(varhome: str, jndi: dict[str, str], batch: str, local: str,
-                         src: str, dst: str, left: int | None = None) -> None:
+def activemq_to_activemq(
+    varhome: str, jndi: dict[str, str], batch: str, local: str, src: str, dst: str, left: int | None = None
+) -> None:
     broker = Broker(Path(varhome) / "host", sync=True)
-    props = load_properties([], [f"imq.varhome={varhome}", "imq.bridge.crash.type=jms",
-                                 "imq.bridge.crash.xmlurl=crash.xml",
-                                 f"imq.bridge.crash.transaction.batchSize={batch}",
-                                 f"imq.bridge.crash.transaction.local={local}",
-                                 "imq.bridge.crash.backoutThreshold=0"], environ={})
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={varhome}",
+            "imq.bridge.crash.type=jms",
+            "imq.bridge.crash.xmlurl=crash.xml",
+            f"imq.bridge.crash.transaction.batchSize={batch}",
+            f"imq.bridge.crash.transaction.local={local}",
+            "imq.bridge.crash.backoutThreshold=0",
+        ],
+        environ={},
+    )
     cfs = amq_factory(jndi) + amq_factory(jndi).replace('ref-name="amq"', 'ref-name="amq2"')
-    xml = bridge_xml(AMQ_LINK, cfs=cfs, name="crash", log_message_transfer="false",
-                     dests=f'<destination ref-name="src" name="{src}"/>'
-                           f'<destination ref-name="dst" name="{dst}"/>')
-    bridge = JMSBridge(parse_bridge_config(xml), props,
-                       host=EmbeddedHostBroker(broker), tuning=FAST)
+    xml = bridge_xml(
+        AMQ_LINK,
+        cfs=cfs,
+        name="crash",
+        log_message_transfer="false",
+        dests=f'<destination ref-name="src" name="{src}"/><destination ref-name="dst" name="{dst}"/>',
+    )
+    bridge = JMSBridge(parse_bridge_config(xml), props, host=EmbeddedHostBroker(broker), tuning=FAST)
     bridge.start()
     print("ready", flush=True)
     counters = bridge.links[0].counters

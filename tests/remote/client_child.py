@@ -26,15 +26,15 @@ def main() -> None:
     # the XA mode pulls, so that its second session finds the message the first left
     conn = bridgemgr.connect_xa(url, "app", "secret", prefetch=0 if mode == "xa" else 100)
     conn.start()
-    if mode == "client_ack":       # three of the queue's messages delivered, none acknowledged
+    if mode == "client_ack":  # three of the queue's messages delivered, none acknowledged
         consumer = conn.create_session(ack_mode=AckMode.CLIENT_ACKNOWLEDGE).create_consumer(SRC)
         say("got " + ",".join(consumer.receive(5).text for _ in range(3)))
-    elif mode == "auto":           # one consumed for good; the rest prefetched
+    elif mode == "auto":  # one consumed for good; the rest prefetched
         consumer = conn.create_session().create_consumer(SRC)
         say("got " + consumer.receive(5).text)
-        time.sleep(0.3)            # let the consumed report reach the service
+        time.sleep(0.3)  # let the consumed report reach the service
         say("acked")
-    elif mode == "tx":             # a transaction that received and sent, never committed
+    elif mode == "tx":  # a transaction that received and sent, never committed
         tx = conn.create_session(transacted=True)
         consumer = tx.create_consumer(SRC)
         producer = tx.create_producer(DST)
@@ -43,7 +43,7 @@ def main() -> None:
         tx.create_producer(DST).send(TextMessage("sent-in-tx"))
         conn.flush()
         say("in-tx")
-    elif mode == "xa":             # one prepared branch, one still active
+    elif mode == "xa":  # one prepared branch, one still active
         s1, s2 = conn.create_xa_session(), conn.create_xa_session()
         prepared, active = Xid(7, b"crash-prepared", b"b"), Xid(7, b"crash-active", b"b")
         r1 = s1.xa_resource
@@ -58,7 +58,7 @@ def main() -> None:
         s2.create_producer(DST).send(TextMessage("never"))
         conn.flush()
         say("active")
-    elif mode == "temp":           # a temporary queue that must die with the process
+    elif mode == "temp":  # a temporary queue that must die with the process
         say("temp " + conn.create_session().create_temporary_queue().name)
     else:
         raise SystemExit(f"unknown mode {mode}")

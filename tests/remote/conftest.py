@@ -22,8 +22,7 @@ PREFETCH_SENSITIVE = {
 
 
 def pytest_collection_modifyitems(config, items):
-    inapplicable = [item for item in items
-                    if item.originalname in PREFETCH_SENSITIVE and "prefetch100" in item.name]
+    inapplicable = [item for item in items if item.originalname in PREFETCH_SENSITIVE and "prefetch100" in item.name]
     if inapplicable:
         config.hook.pytest_deselected(items=inapplicable)
         items[:] = [item for item in items if item not in inapplicable]

@@ -116,8 +116,13 @@ def child_env() -> dict[str, str]:
 
 def spawn(script: str, *args: str) -> subprocess.Popen:
     """A Python child running tests/remote/<script> with line-buffered stdout."""
-    return subprocess.Popen([sys.executable, "-u", str(HERE / script), *map(str, args)],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=child_env())
+    return subprocess.Popen(
+        [sys.executable, "-u", str(HERE / script), *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=child_env(),
+    )
 
 
 def expect_line(proc: subprocess.Popen, prefix: str, timeout: float = 20.0) -> str:
@@ -128,7 +133,7 @@ def expect_line(proc: subprocess.Popen, prefix: str, timeout: float = 20.0) -> s
         if not line:
             raise AssertionError(f"child exited ({proc.poll()}) before {prefix!r}: {proc.stderr.read()}")
         if line.startswith(prefix):
-            return line[len(prefix):].strip()
+            return line[len(prefix) :].strip()
     raise AssertionError(f"no {prefix!r} line within {timeout} s")
 
 

@@ -16,13 +16,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
     base = tmp_path_factory.mktemp("spark")
-    session = spark_session(app_name="imqbridge-tests", master="local[2]", conf={
-        "spark.sql.shuffle.partitions": "2",
-        "spark.default.parallelism": "2",
-        "spark.driver.memory": "512m",
-        "spark.sql.warehouse.dir": str(base / "warehouse"),
-        "spark.local.dir": str(base / "local"),
-    })
+    session = spark_session(
+        app_name="imqbridge-tests",
+        master="local[2]",
+        conf={
+            "spark.sql.shuffle.partitions": "2",
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "512m",
+            "spark.sql.warehouse.dir": str(base / "warehouse"),
+            "spark.local.dir": str(base / "local"),
+        },
+    )
     yield session
     session.stop()
 

@@ -51,22 +51,29 @@ class Cluster:
     procs: list[subprocess.Popen] = field(default_factory=list)
     master_ui: int = 0
 
-    def _spawn(self, name: str, cls: str, *args: str, env: dict[str, str] | None = None,
-               preexec=None) -> tuple[subprocess.Popen, Path]:
+    def _spawn(
+        self, name: str, cls: str, *args: str, env: dict[str, str] | None = None, preexec=None
+    ) -> tuple[subprocess.Popen, Path]:
         log = self.base / f"{name}.log"
-        full = dict(os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOG_DIR=str(self.base),
-                    SPARK_NO_DAEMONIZE="1", **(env or {}))
+        full = dict(
+            os.environ, SPARK_HOME=str(SPARK_HOME), SPARK_LOG_DIR=str(self.base), SPARK_NO_DAEMONIZE="1", **(env or {})
+        )
         if self.java_options:
             full["JAVA_TOOL_OPTIONS"] = self.java_options
         command = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]
         if cls.endswith("Worker") and self.hidden_works:
             # the worker (and its executors) see an empty tmpfs over `hidden`: a folder
             # only the driver's machine has
-            command = ["unshare", "-m", "sh", "-c",
-                       f'mount -t tmpfs tmpfs "{self.hidden}" && exec "$0" "$@"', *command]
-        proc = subprocess.Popen(command,
-                                stdout=log.open("w"), stderr=subprocess.STDOUT, env=full,
-                                cwd=self.base, start_new_session=True, preexec_fn=preexec)
+            command = ["unshare", "-m", "sh", "-c", f'mount -t tmpfs tmpfs "{self.hidden}" && exec "$0" "$@"', *command]
+        proc = subprocess.Popen(
+            command,
+            stdout=log.open("w"),
+            stderr=subprocess.STDOUT,
+            env=full,
+            cwd=self.base,
+            start_new_session=True,
+            preexec_fn=preexec,
+        )
         self.procs.append(proc)
         return proc, log
 
@@ -79,16 +86,27 @@ class Cluster:
     def hidden_works(self) -> bool:
         """Whether this machine lets us hide ``hidden`` from the workers (a mount namespace:
         root, or unprivileged user namespaces)."""
-        return shutil.which("unshare") is not None and subprocess.run(
-            ["unshare", "-m", "sh", "-c", f'mount -t tmpfs tmpfs "{self.hidden}"'],
-            capture_output=True).returncode == 0
+        return (
+            shutil.which("unshare") is not None
+            and subprocess.run(
+                ["unshare", "-m", "sh", "-c", f'mount -t tmpfs tmpfs "{self.hidden}"'], capture_output=True
+            ).returncode
+            == 0
+        )
 
     def start(self, workers: int = 2) -> Cluster:
         self.hidden.mkdir(exist_ok=True)
         port, self.master_ui = free_port(), free_port()
-        master, log = self._spawn("master", "org.apache.spark.deploy.master.Master",
-                                  "--host", "127.0.0.1", "--port", str(port),
-                                  "--webui-port", str(self.master_ui))
+        master, log = self._spawn(
+            "master",
+            "org.apache.spark.deploy.master.Master",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--webui-port",
+            str(self.master_ui),
+        )
         _wait_port(port, master, log)
         self.url = f"spark://127.0.0.1:{port}"
         for i in range(workers):
@@ -96,24 +114,37 @@ class Cluster:
         self.wait_workers(workers)
         return self
 
-    def start_worker(self, name: str, env: dict[str, str] | None = None,
-                     preexec=None) -> subprocess.Popen:
+    def start_worker(self, name: str, env: dict[str, str] | None = None, preexec=None) -> subprocess.Popen:
         work = self.base / name
         work.mkdir(exist_ok=True)
         wport = free_port()
-        env = {"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT),
-               **self.worker_env, **(env or {})}
-        proc, log = self._spawn(name, "org.apache.spark.deploy.worker.Worker",
-                                "--host", "127.0.0.1", "--port", str(wport),
-                                "--webui-port", str(free_port()), "--cores", "1",
-                                "--memory", "1g", "--work-dir", str(work), self.url,
-                                env=env, preexec=preexec)
+        env = {"PYSPARK_PYTHON": sys.executable, "PYTHONPATH": str(ROOT), **self.worker_env, **(env or {})}
+        proc, log = self._spawn(
+            name,
+            "org.apache.spark.deploy.worker.Worker",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(wport),
+            "--webui-port",
+            str(free_port()),
+            "--cores",
+            "1",
+            "--memory",
+            "1g",
+            "--work-dir",
+            str(work),
+            self.url,
+            env=env,
+            preexec=preexec,
+        )
         _wait_port(wport, proc, log)
         return proc
 
     def alive_workers(self) -> int:
         import json
         import urllib.request
+
         with urllib.request.urlopen(f"http://127.0.0.1:{self.master_ui}/json/", timeout=5) as r:
             data = json.load(r)
         return sum(1 for w in data.get("workers", []) if w.get("state") == "ALIVE")

@@ -38,11 +38,17 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 
 def spark_service(tmp_path: Path, cluster, *extra: str, xml: str = XML) -> tuple[Daemon, Path]:
     props, passfile = one_bridge_files(
-        tmp_path, "cluster", xml, PASSWORD, "imq.bridge.jb.runner=spark",
+        tmp_path,
+        "cluster",
+        xml,
+        PASSWORD,
+        "imq.bridge.jb.runner=spark",
         f"imq.bridge.spark.master={cluster.url}",
         "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
         "imq.bridge.spark.conf.spark.driver.memory=512m",
-        "imq.bridge.spark.conf.spark.executor.memory=512m", *extra)
+        "imq.bridge.spark.conf.spark.executor.memory=512m",
+        *extra,
+    )
     return Daemon(props), passfile
 
 
@@ -64,8 +70,7 @@ def test_a_link_started_with_the_service_pauses_resumes_stops_and_starts_again(t
             assert r.returncode == 0, r.stdout + r.stderr
             ids = send(daemon, PASSWORD, "c.src", *(f"{start}{i}" for i in range(10)))
             got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
-            assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), \
-                "\n".join(daemon.lines[-40:])
+            assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), "\n".join(daemon.lines[-40:])
             assert state(daemon, passfile) == "STARTED"
     finally:
         daemon.stop()
@@ -76,8 +81,7 @@ def test_a_resume_whose_query_cannot_start_fails_with_one_line(tmp_path, cluster
     `list link -v` shows that one line."""
     daemon, passfile = spark_service(tmp_path, cluster)
     try:
-        assert cli(daemon, passfile, "pause", "link", "-bn", "jb", "-ln", "l1",
-                   timeout=120).returncode == 0
+        assert cli(daemon, passfile, "pause", "link", "-bn", "jb", "-ln", "l1", timeout=120).returncode == 0
         checkpoint = tmp_path / "var/instances/cluster/bridges/jb/spark/l1/checkpoint"
         shutil.rmtree(checkpoint)
         checkpoint.write_text("not a folder")
@@ -112,14 +116,16 @@ def test_a_transformer_only_in_the_plugin_folder_reaches_the_executors(tmp_path,
     ext = cluster.hidden / "ext"
     ext.mkdir(exist_ok=True)
     (ext / "cluster_only_plugin.py").write_text(PLUGIN)
-    xml = XML.replace('destination-ref="dst"/>',
-                      'destination-ref="dst" message-transformer-class="cluster_only_plugin.Shout"/>')
+    xml = XML.replace(
+        'destination-ref="dst"/>', 'destination-ref="dst" message-transformer-class="cluster_only_plugin.Shout"/>'
+    )
     daemon, _ = spark_service(tmp_path, cluster, f"imq.bridge.transformer.path={ext}", xml=xml)
     try:
         send(daemon, PASSWORD, "c.src", *(f"t{i}" for i in range(10)))
         got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
-        assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), \
-            (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:]
+        assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), (
+            tmp_path / "var/instances/cluster/bridges/jb/log.txt"
+        ).read_text()[-3000:]
     finally:
         daemon.stop()
 
@@ -145,7 +151,8 @@ def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path
     from test_master import job
 
     daemon, passfile = spark_service(
-        tmp_path, cluster, f"imq.bridge.spark.conf.spark.master.ui.port={cluster.master_ui}")
+        tmp_path, cluster, f"imq.bridge.spark.conf.spark.master.ui.port={cluster.master_ui}"
+    )
     passfile.chmod(0o600)
     holder = None
     try:
@@ -153,22 +160,25 @@ def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path
         assert len(take(daemon, PASSWORD, "c.dst", expect=1, wait=120)) == 1
         [ours] = [a for a in master_state(cluster)["activeapps"] if a["name"] == "imqbridge jb"]
         assert ours["cores"] == 1, ours
-        holder = subprocess.Popen([sys.executable, "-c", HOLDER, cluster.url],  # the other core
-                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  start_new_session=True,
-                                  env=dict(os.environ, PYSPARK_PYTHON=sys.executable))
+        holder = subprocess.Popen(
+            [sys.executable, "-c", HOLDER, cluster.url],  # the other core
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
+        )
         deadline = time.monotonic() + 120
         while master_state(cluster)["coresused"] < 2:
             assert time.monotonic() < deadline, master_state(cluster)
             time.sleep(1)
         began = time.monotonic()
-        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "4",
-                timeout=120)
+        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "4", timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1, r.stderr
         assert lines[0] == f"running on {cluster.url}", r.stderr
-        assert lines.count(f"waiting for executors on {cluster.url}: 2 of 2 cores in use by "
-                           "other applications") == 1, r.stderr
+        assert lines.count(f"waiting for executors on {cluster.url}: 2 of 2 cores in use by other applications") == 1, (
+            r.stderr
+        )
         assert lines[-1].startswith(f"Error: no executor on {cluster.url} after 4 s"), r.stderr
         assert time.monotonic() - began < 60
     finally:

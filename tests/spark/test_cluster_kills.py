@@ -98,8 +98,10 @@ class Collector(threading.Thread):
 
 def sender(daemon: Daemon, ids: list[str], total: int) -> threading.Thread:
     """Sends ``total`` messages to the link's source, their ids into ``ids``."""
+
     def run() -> None:
         ids.extend(send(daemon, PASSWORD, "c.src", *(f"k{i}" for i in range(total))))
+
     thread = threading.Thread(target=run, daemon=True)
     thread.start()
     return thread
@@ -129,8 +131,10 @@ def moved_while_killing(tmp_path: Path, cluster, kill) -> None:
         collector.join(10)
         got = Counter(collector.source_ids)
         missing = set(ids) - set(got)
-        assert not missing, (f"{len(missing)} of {MESSAGES} lost",
-                             (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:])
+        assert not missing, (
+            f"{len(missing)} of {MESSAGES} lost",
+            (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:],
+        )
         assert None not in got, "a message without its source message id"
         assert set(got) <= {*ids, *warm_up}, "a message that was not sent"
         assert take(daemon, PASSWORD, BUILTIN_DMQ, quiet=0.5) == []
@@ -158,6 +162,7 @@ def test_a_killed_executor_loses_nothing(tmp_path, cluster):
 def test_a_killed_worker_loses_nothing(tmp_path, cluster):
     """SIGKILL the worker JVM that runs the link's executor mid-transfer (its executor ends
     with it); the master runs the link on the other worker, and a replacement worker joins."""
+
     def kill(app_id: str) -> None:
         found = executors(cluster, app_id)
         assert found, "no executor of the service found"
@@ -203,8 +208,7 @@ class Feeder(threading.Thread):
         while not self.done.is_set():
             n = len(self.ids)
             try:
-                self.ids.extend(send(self.daemon_, PASSWORD, "c.src",
-                                     *(f"f{i}" for i in range(n, n + 20))))
+                self.ids.extend(send(self.daemon_, PASSWORD, "c.src", *(f"f{i}" for i in range(n, n + 20))))
             except TransportException:  # (a loaded machine: the next round tries again)
                 pass
             time.sleep(0.1)
@@ -220,19 +224,44 @@ def test_a_drain_that_loses_its_executors_holds_and_stops_and_a_rerun_finishes(t
     passfile.chmod(0o600)
     collector, feeder = Collector(daemon), Feeder(daemon)
     checkpoint = tmp_path / "drain-checkpoint"
-    args = ["drain", "-bn", "jb", "-ln", "l1", "--batch", "20000", "--master", cluster.url,
-            "--checkpoint", str(checkpoint)]
+    args = [
+        "drain",
+        "-bn",
+        "jb",
+        "-ln",
+        "l1",
+        "--batch",
+        "20000",
+        "--master",
+        cluster.url,
+        "--checkpoint",
+        str(checkpoint),
+    ]
     drain = None
     try:
         collector.start()
         feeder.start()
         try:
             drain = subprocess.Popen(
-                [sys.executable, "-m", "bridgemgr.cli", *args, "--timeout", "10", "-b",
-                 daemon.address, "-u",
-                 "admin", "-passfile", str(passfile)], stdout=subprocess.DEVNULL,
-                stderr=(tmp_path / "drain.err").open("w"), start_new_session=True,
-                env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)))
+                [
+                    sys.executable,
+                    "-m",
+                    "bridgemgr.cli",
+                    *args,
+                    "--timeout",
+                    "10",
+                    "-b",
+                    daemon.address,
+                    "-u",
+                    "admin",
+                    "-passfile",
+                    str(passfile),
+                ],
+                stdout=subprocess.DEVNULL,
+                stderr=(tmp_path / "drain.err").open("w"),
+                start_new_session=True,
+                env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)),
+            )
             collector.wait_for(500, 120)  # the drain delivers
             assert len(collector.source_ids) >= 500, drain.poll()
             for worker in cluster.procs[1:]:
@@ -244,8 +273,7 @@ def test_a_drain_that_loses_its_executors_holds_and_stops_and_a_rerun_finishes(t
             # drain gives up 10 s after they ended)
             sent_since = len(feeder.ids) - sent
             taken = sent_since - (pending(daemon, passfile, "c.src") - waiting)
-            assert taken < sent_since / 4, \
-                f"the drain took {taken} of {sent_since} sent while it had no executor"
+            assert taken < sent_since / 4, f"the drain took {taken} of {sent_since} sent while it had no executor"
             drain.wait(60)
             err = (tmp_path / "drain.err").read_text()
             assert drain.returncode == 1, err

@@ -21,29 +21,36 @@ from service_support import cli, send, take
 from test_service_reload import wait_line
 
 pytestmark = pytest.mark.slow
-XML2 = XML.replace('name="jb"', 'name="jb2"').replace('"l1"', '"l2"').replace(
-    '"c.src"', '"c2.src"').replace('"c.dst"', '"c2.dst"')
+XML2 = (
+    XML.replace('name="jb"', 'name="jb2"')
+    .replace('"l1"', '"l2"')
+    .replace('"c.src"', '"c2.src"')
+    .replace('"c.dst"', '"c2.dst"')
+)
 
 
 def service_cores(cluster) -> list[int]:
     """The cores of each running application of the service."""
-    return [a["cores"] for a in master_state(cluster)["activeapps"]
-            if a["name"].startswith("imqbridge jb")]
+    return [a["cores"] for a in master_state(cluster)["activeapps"] if a["name"].startswith("imqbridge jb")]
 
 
 def moves(daemon, source: str, target: str, tag: str) -> None:
     ids = send(daemon, PASSWORD, source, *(f"{tag}{i}" for i in range(10)))
     got = take(daemon, PASSWORD, target, expect=10, wait=120)
-    assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), \
-        "\n".join(daemon.lines[-30:])
+    assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), "\n".join(daemon.lines[-30:])
 
 
 def test_a_bridge_made_runner_spark_by_sighup_gets_its_core(tmp_path, cluster):
     (tmp_path / "jb2.xml").write_text(XML2)
     daemon, passfile = spark_service(
-        tmp_path, cluster, "imq.bridge.activelist=jb,jb2", "imq.bridge.jb2.type=jms",
-        "imq.bridge.jb2.xmlurl=jb2.xml", "imq.bridge.jb2.autostart=false",
-        "imq.bridge.jb2.runner=local")
+        tmp_path,
+        cluster,
+        "imq.bridge.activelist=jb,jb2",
+        "imq.bridge.jb2.type=jms",
+        "imq.bridge.jb2.xmlurl=jb2.xml",
+        "imq.bridge.jb2.autostart=false",
+        "imq.bridge.jb2.runner=local",
+    )
     try:
         moves(daemon, "c.src", "c.dst", "a")
         assert service_cores(cluster) == [1]

@@ -29,11 +29,12 @@ def take_within(daemon, n: int, wait: float) -> list:
     return got + take(daemon, PASSWORD, "c.dst", quiet=3.0)
 
 
-def test_a_link_moves_every_message_when_the_executors_cannot_read_the_drivers_var(
-        tmp_path, cluster):
+def test_a_link_moves_every_message_when_the_executors_cannot_read_the_drivers_var(tmp_path, cluster):
     if not cluster.hidden_works:
-        pytest.skip("cannot hide a folder from the workers here (no mount namespace: "
-                    "neither root nor unprivileged user namespaces)")
+        pytest.skip(
+            "cannot hide a folder from the workers here (no mount namespace: "
+            "neither root nor unprivileged user namespaces)"
+        )
     var = cluster.hidden / f"var-{tmp_path.name}"
     daemon, passfile = spark_service(tmp_path, cluster, f"imq.varhome={var}")
     try:
@@ -55,25 +56,41 @@ def test_a_link_moves_every_message_when_the_executors_cannot_read_the_drivers_v
         daemon.stop()
 
 
-def test_a_drain_moves_every_message_when_the_executors_cannot_read_its_checkpoint(
-        tmp_path, cluster):
+def test_a_drain_moves_every_message_when_the_executors_cannot_read_its_checkpoint(tmp_path, cluster):
     """`drain --master spark://...` with its checkpoint (and the service's var) where the
     workers see an empty folder: the batch jobs carry each slice's records, every message
     reaches the target once, stamped."""
     from test_master import job
 
     if not cluster.hidden_works:
-        pytest.skip("cannot hide a folder from the workers here (no mount namespace: "
-                    "neither root nor unprivileged user namespaces)")
+        pytest.skip(
+            "cannot hide a folder from the workers here (no mount namespace: "
+            "neither root nor unprivileged user namespaces)"
+        )
     var = cluster.hidden / f"var-{tmp_path.name}"
-    daemon, passfile = spark_service(tmp_path, cluster, f"imq.varhome={var}",
-                                     "imq.bridge.jb.autostart=false")
+    daemon, passfile = spark_service(tmp_path, cluster, f"imq.varhome={var}", "imq.bridge.jb.autostart=false")
     passfile.chmod(0o600)
     checkpoint = var / "drain-checkpoint"
     try:
         ids = send(daemon, PASSWORD, "c.src", *(f"d{i}" for i in range(N)))
-        r = job(daemon, passfile, tmp_path, "drain", "-bn", "jb", "-ln", "l1", "--batch", "200",
-                "--master", cluster.url, "--checkpoint", str(checkpoint), "--json", timeout=300)
+        r = job(
+            daemon,
+            passfile,
+            tmp_path,
+            "drain",
+            "-bn",
+            "jb",
+            "-ln",
+            "l1",
+            "--batch",
+            "200",
+            "--master",
+            cluster.url,
+            "--checkpoint",
+            str(checkpoint),
+            "--json",
+            timeout=300,
+        )
         assert r.returncode == 0, r.stderr[-3000:]
         summary = json.loads(r.stdout)
         assert summary["transferred"] == N and summary["batches"] >= 3, summary

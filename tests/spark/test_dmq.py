@@ -114,14 +114,24 @@ def original(n: int, body_size: int = 10) -> TextMessage:
     return m
 
 
-def put_dead(host, n: int, reason: DMQReason, target: str, at_ms: int, *, body=None,
-             queue=DMQ, key: bytes | None = KEY) -> None:
+def put_dead(
+    host, n: int, reason: DMQReason, target: str, at_ms: int, *, body=None, queue=DMQ, key: bytes | None = KEY
+) -> None:
     """What DMQSender sends: dmq_message() of a DeadLetter, the original as the body,
     marked with the instance's key (``key=None``: a forged one, without the marker)."""
     orig = original(n) if body is None else body
-    letter = DeadLetter(orig, reason, "it broke" if reason is DMQReason.SEND_FAILURE else None,
-                        "orders", "?", "orders.in", target, None, "imqbridge embedded broker",
-                        "imqbridge embedded broker")
+    letter = DeadLetter(
+        orig,
+        reason,
+        "it broke" if reason is DMQReason.SEND_FAILURE else None,
+        "orders",
+        "?",
+        "orders.in",
+        target,
+        None,
+        "imqbridge embedded broker",
+        "imqbridge embedded broker",
+    )
     dead = dmq_message(letter, orig, at_ms, key)
     conn = host.factory().create_connection()
     try:
@@ -162,16 +172,22 @@ def test_archive_writes_then_acknowledges(spark, host, endpoint, tmp_path):
     assert (result.messages, result.chunks) == (6, 2)
     assert depth(host) == 0
     partitions = sorted(str(p.relative_to(path)) for p in Path(path).glob("day=*/reason=*"))
-    assert partitions == ["day=2026-11-20/reason=SEND_FAILURE",
-                          "day=2026-11-21/reason=MESSAGE_EXPIRED",
-                          "day=2026-11-21/reason=TRANSFORM_FAILURE"]
+    assert partitions == [
+        "day=2026-11-20/reason=SEND_FAILURE",
+        "day=2026-11-21/reason=MESSAGE_EXPIRED",
+        "day=2026-11-21/reason=TRANSFORM_FAILURE",
+    ]
 
     df = jobs.read_archive(spark, path)
     rows = {r["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"]: r for r in df.collect()}
     assert len(rows) == 6
     first = rows["ID:orig-0"]
     assert (first["link"], first["bridge"], first["reason"], first["hour"]) == (
-        "to-shipping", "orders", "SEND_FAILURE", "2026-11-20T09:00Z")
+        "to-shipping",
+        "orders",
+        "SEND_FAILURE",
+        "2026-11-20T09:00Z",
+    )
     assert first["JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION"] == "it broke"
     assert first["JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP"] == DAY1
     assert first["JMS_SUN_JMSBRIDGE_SOURCE_TIMESTAMP"] == 1_700_000_000_000
@@ -200,15 +216,18 @@ def test_a_crash_between_write_and_acknowledge_leaves_duplicates_not_losses(spar
     archived = jobs.read_archive(spark, path)
     assert archived.count() == 6
     assert sorted(r[0] for r in archived.select("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID").collect()) == [
-        f"ID:orig-{i}" for i in range(6)]
+        f"ID:orig-{i}" for i in range(6)
+    ]
 
 
 def expected_report() -> list[tuple]:
-    return [("2026-11-20T09:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
-            ("2026-11-20T10:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
-            ("2026-11-20T11:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
-            ("2026-11-21T14:00Z", "MESSAGE_EXPIRED", "to-billing", "orders.in", "orders.bill", 2),
-            ("2026-11-21T14:00Z", "TRANSFORM_FAILURE", "to-shipping", "orders.in", "orders.ship", 1)]
+    return [
+        ("2026-11-20T09:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
+        ("2026-11-20T10:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
+        ("2026-11-20T11:00Z", "SEND_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
+        ("2026-11-21T14:00Z", "MESSAGE_EXPIRED", "to-billing", "orders.in", "orders.bill", 2),
+        ("2026-11-21T14:00Z", "TRANSFORM_FAILURE", "to-shipping", "orders.in", "orders.ship", 1),
+    ]
 
 
 def test_report_from_the_dmq_consumes_nothing_and_matches_the_archive(spark, host, endpoint, tmp_path):
@@ -245,7 +264,10 @@ def test_a_forged_dead_message_is_flagged_by_the_report_and_skipped_by_redrive(s
     factories = jobs.target_factories(None, lambda env: host.factory())
     done = jobs.redrive(endpoint, "SEND_FAILURE", DAY1, factories=factories)
     assert {i.source_message_id: i.status for i in done.items} == {
-        "ID:orig-0": "sent", "ID:orig-1": "unverified", "ID:orig-2": "unverified"}
+        "ID:orig-0": "sent",
+        "ID:orig-1": "unverified",
+        "ID:orig-2": "unverified",
+    }
     assert done.as_dict()["unverified"] == 2 and "marker" in done.items[1].detail
     assert [m.text for m in drain(host, Queue("orders.ship"))] == [original(0).text]
     assert depth(host) == 2  # the forged ones are left in the DMQ
@@ -278,12 +300,16 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
     assert [(i.source_message_id, i.status, i.destination) for i in dry.items] == [
         ("ID:orig-3", "would-send", "queue:orders.bill"),
         ("ID:orig-4", "would-send", "queue:orders.bill"),
-        ("ID:orig-6", "would-send", "queue:orders.bill")]
+        ("ID:orig-6", "would-send", "queue:orders.bill"),
+    ]
     assert depth(host) == 8
 
     done = jobs.redrive(endpoint, "MESSAGE_EXPIRED", DAY2, DAY2 + 1, factories=factories)
     assert {i.source_message_id: i.status for i in done.items} == {
-        "ID:orig-3": "sent", "ID:orig-4": "sent", "ID:orig-6": "failed"}
+        "ID:orig-3": "sent",
+        "ID:orig-4": "sent",
+        "ID:orig-6": "failed",
+    }
     assert depth(host) == 6
     got = drain(host, Queue("orders.bill"))
     assert len(got) == 2
@@ -293,11 +319,23 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
         # (and the id it had at the source, as a Spark link's messages carry it)
         assert dict(m.properties) == {**dict(want.properties), SOURCE_ID_PROPERTY: want.message_id}
         assert (m.correlation_id, m.type, m.reply_to, m.priority, m.delivery_mode) == (
-            want.correlation_id, want.type, want.reply_to, want.priority, want.delivery_mode)
+            want.correlation_id,
+            want.type,
+            want.reply_to,
+            want.priority,
+            want.delivery_mode,
+        )
 
     # a time range picks the second hour of day 1 only; --to and a transformer
-    picked = jobs.redrive(endpoint, "SEND_FAILURE", DAY1 + HOUR, DAY1 + 2 * HOUR,
-                          to=Queue("elsewhere"), transformer=Stamp(), factories=factories)
+    picked = jobs.redrive(
+        endpoint,
+        "SEND_FAILURE",
+        DAY1 + HOUR,
+        DAY1 + 2 * HOUR,
+        to=Queue("elsewhere"),
+        transformer=Stamp(),
+        factories=factories,
+    )
     assert [(i.source_message_id, i.status) for i in picked.items] == [("ID:orig-1", "sent")]
     [m] = drain(host, Queue("elsewhere"))
     assert (m.text, m.get_string_property("redriven")) == (original(1).text, "yes")
@@ -305,7 +343,10 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
 
     rest = jobs.redrive(endpoint, "SEND_FAILURE", DAY1, factories=factories)
     assert {i.source_message_id: i.status for i in rest.items} == {
-        "ID:orig-0": "sent", "ID:orig-2": "sent", "ID:orig-7": "skipped"}
+        "ID:orig-0": "sent",
+        "ID:orig-2": "sent",
+        "ID:orig-7": "skipped",
+    }
     assert "give --to" in rest.items[-1].detail
     truncated = jobs.redrive(endpoint, "TRANSFORM_FAILURE", DAY1, factories=factories)
     assert [i.status for i in truncated.items] == ["skipped"]
@@ -313,8 +354,11 @@ def test_redrive_restores_originals_and_consumes_only_what_was_resent(host, endp
 
 
 def test_a_named_dmq_and_bad_requests(host, config, endpoint):
-    with pytest.raises(jobs.DMQJobError, match=r"bridge orders has no DMQ named 'nope' \(its DMQs: "
-                                               r"built-in-dmq, audit"):
+    with pytest.raises(
+        jobs.DMQJobError,
+        match=r"bridge orders has no DMQ named 'nope' \(its DMQs: "
+        r"built-in-dmq, audit",
+    ):
         jobs.dmq_endpoint(config, "nope", host_factory=lambda env: host.factory())
     named = jobs.dmq_endpoint(config, "audit", host_factory=lambda env: host.factory(), marker_key=KEY)
     assert named.queue == Queue("orders.audit")
@@ -347,8 +391,10 @@ def test_iso_times():
 
 
 def test_the_html_page_charts_days_once_hours_are_too_many():
-    rows = [jobs.ReportRow(f"2026-11-{20 + h // 24:02d}T{h % 24:02d}:00Z", "SEND_FAILURE", "l",
-                           "a", "b", 1, 10) for h in range(60)]
+    rows = [
+        jobs.ReportRow(f"2026-11-{20 + h // 24:02d}T{h % 24:02d}:00Z", "SEND_FAILURE", "l", "a", "b", 1, 10)
+        for h in range(60)
+    ]
     page = dmqreport.to_html(rows, "archive x")
     assert "Dead messages by day (UTC)" in page and page.count("<rect") == 1 + 3
     assert dmqreport.to_html(rows[:48], "archive x").count("<rect") == 1 + 48
@@ -361,19 +407,31 @@ def _bridge_config():
 
 
 @settings(deadline=None)  # a JSON/codec round trip per example: slow on a loaded CI machine
-@given(st.sampled_from(list(DMQReason)), st.integers(0, 4_102_444_800_000),
-       st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
-                       st.one_of(st.integers(-2**63, 2**63 - 1), st.text(max_size=20), st.booleans()),
-                       max_size=5),
-       st.text(max_size=50))
+@given(
+    st.sampled_from(list(DMQReason)),
+    st.integers(0, 4_102_444_800_000),
+    st.dictionaries(
+        st.from_regex(r"[a-z][a-z0-9_]{0,10}", fullmatch=True),
+        st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(max_size=20), st.booleans()),
+        max_size=5,
+    ),
+    st.text(max_size=50),
+)
 def test_a_dead_row_keeps_every_field_and_the_original(reason, at_ms, props, text):
     orig = TextMessage(text)
     orig.message_id, orig.timestamp = "ID:x", 5
     for name, value in props.items():
         orig.set_object_property(name, value)
     letter = DeadLetter(orig, reason, None, "orders", "?", "orders.in", "orders.bill", None, "p", "q")
-    row = dict(zip(jobs.COLUMNS, jobs.dead_row(dmq_message(letter, orig, at_ms), jobs.DMQEndpoint(
-        "built-in-dmq", None, DMQ, jobs.LinkIndex(_bridge_config())))))
+    row = dict(
+        zip(
+            jobs.COLUMNS,
+            jobs.dead_row(
+                dmq_message(letter, orig, at_ms),
+                jobs.DMQEndpoint("built-in-dmq", None, DMQ, jobs.LinkIndex(_bridge_config())),
+            ),
+        )
+    )
     assert codec.decode(row["message"]) == orig and row["size"] == len(row["message"])
     assert (row["reason"], row["JMS_SUN_JMSBRIDGE_DMQ_REASON"]) == (reason.value, reason.value)
     assert row["JMS_SUN_JMSBRIDGE_DMQ_TIMESTAMP"] == at_ms

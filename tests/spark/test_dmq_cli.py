@@ -40,8 +40,15 @@ PASSWORD = "Dmq-Secret-1"
 def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("dmqcli")
     props, passfile = one_bridge_files(
-        base, "dmqcli", XML, PASSWORD, "imq.bridge.jb.autostart=false", "imq.bridge.spark.master=local[1]",
-        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2", "imq.bridge.spark.conf.spark.driver.memory=512m")
+        base,
+        "dmqcli",
+        XML,
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.spark.master=local[1]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2",
+        "imq.bridge.spark.conf.spark.driver.memory=512m",
+    )
     daemon = Daemon(props)
     yield daemon, passfile, base
     daemon.stop()
@@ -50,9 +57,25 @@ def service(tmp_path_factory):
 def dmq(service, *args: str) -> subprocess.CompletedProcess:
     daemon, passfile, _ = service
     env = dict(os.environ, PYTHONPATH=str(ROOT))
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", "dmq", *args, "-b", daemon.address,
-                           "-u", "admin", "-passfile", str(passfile)],
-                          capture_output=True, text=True, env=env, timeout=240)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "dmq",
+            *args,
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=240,
+    )
 
 
 def connect(service):
@@ -71,8 +94,18 @@ def put_dead(service, reasons) -> None:
             original = TextMessage(f"order {n}")
             original.message_id = f"ID:cli-{n}"
             original.set_int_property("n", n)
-            letter = DeadLetter(original, reason, None, "jb", "l1", "dmqcli.src", "dmqcli.dst",
-                                None, "imqbridge embedded broker", "imqbridge embedded broker")
+            letter = DeadLetter(
+                original,
+                reason,
+                None,
+                "jb",
+                "l1",
+                "dmqcli.src",
+                "dmqcli.dst",
+                None,
+                "imqbridge embedded broker",
+                "imqbridge embedded broker",
+            )
             producer.send(dmq_message(letter, original, now - 60_000, key))
 
 
@@ -89,8 +122,7 @@ def received(service, name: str) -> list:
 def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
     put_dead(service, [DMQReason.SEND_FAILURE, DMQReason.SEND_FAILURE, DMQReason.MESSAGE_EXPIRED])
 
-    dry = dmq(service, "redrive", "-bn", "jb", "--reason", "SEND_FAILURE", "--since", "1h",
-              "--dry-run")
+    dry = dmq(service, "redrive", "-bn", "jb", "--reason", "SEND_FAILURE", "--since", "1h", "--dry-run")
     assert dry.returncode == 0, dry.stderr
     assert dry.stdout.splitlines()[1].split()[:2] == ["would-send", "2"]  # a summary line (no -v)
     assert "queue:dmqcli.dst" in dry.stdout
@@ -109,8 +141,17 @@ def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
     assert received(service, BUILTIN_DMQ_DESTINATION) == []
 
     page, data = tmp_path / "report.html", tmp_path / "report.json"
-    offline = dmq(service, "report", "--archive", str(path), "--csv", "--json",  # no -bn needed
-                  str(data), "--html", str(page))
+    offline = dmq(
+        service,
+        "report",
+        "--archive",
+        str(path),
+        "--csv",
+        "--json",  # no -bn needed
+        str(data),
+        "--html",
+        str(page),
+    )
     assert offline.returncode == 0, offline.stderr
     lines = offline.stdout.splitlines()
     assert lines[0] == "hour,reason,link,source,target,verified,messages,bytes"
@@ -122,8 +163,7 @@ def test_redrive_archive_and_report_through_the_cli(service, tmp_path):
 def test_bad_requests_are_named(service, tmp_path):
     nobridge = dmq(service, "redrive", "-bn", "nope", "--reason", "SEND_FAILURE", "--since", "1h")
     assert nobridge.returncode == 1 and "no bridge named nope" in nobridge.stderr
-    nodmq = dmq(service, "redrive", "-bn", "jb", "--dmq", "audit", "--reason", "SEND_FAILURE",
-                "--since", "1h")
+    nodmq = dmq(service, "redrive", "-bn", "jb", "--dmq", "audit", "--reason", "SEND_FAILURE", "--since", "1h")
     assert nodmq.returncode == 1 and "bridge jb has no DMQ named 'audit'" in nodmq.stderr
     badtime = dmq(service, "redrive", "-bn", "jb", "--reason", "SEND_FAILURE", "--since", "lately")
     assert badtime.returncode == 1 and "'lately' is not a time" in badtime.stderr

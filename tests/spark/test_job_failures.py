@@ -34,8 +34,15 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 def service(tmp_path_factory):
     base = tmp_path_factory.mktemp("jobfail")
     props, passfile = one_bridge_files(
-        base, "jobfail", XML, PASSWORD, "imq.bridge.jb.autostart=false", "imq.bridge.spark.master=local[1]",
-        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2", "imq.bridge.spark.conf.spark.driver.memory=512m")
+        base,
+        "jobfail",
+        XML,
+        PASSWORD,
+        "imq.bridge.jb.autostart=false",
+        "imq.bridge.spark.master=local[1]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2",
+        "imq.bridge.spark.conf.spark.driver.memory=512m",
+    )
     passfile.chmod(0o600)
     daemon = Daemon(props)
     send(daemon, PASSWORD, "fail.src", "a", "b", "c")
@@ -46,9 +53,30 @@ def service(tmp_path_factory):
 def drain(service, *args: str) -> subprocess.CompletedProcess:
     daemon, passfile, base = service
     return subprocess.run(
-        [sys.executable, "-m", "bridgemgr.cli", "drain", "-bn", "jb", "-ln", "l1", "-b", daemon.address,
-         "-u", "admin", "-passfile", str(passfile), "--checkpoint", str(base / "checkpoint"), *args],
-        capture_output=True, text=True, timeout=240, env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(base)))
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "drain",
+            "-bn",
+            "jb",
+            "-ln",
+            "l1",
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+            "--checkpoint",
+            str(base / "checkpoint"),
+            *args,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(base)),
+    )
 
 
 def test_a_transformer_not_on_the_plugin_path_is_one_line_and_the_trace_only_with_debug(service):

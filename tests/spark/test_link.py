@@ -38,8 +38,12 @@ def test_log_appends_reads_slices_across_segments_and_deletes_committed(tmp_path
     end = log.append(end, [(f"ID:{i}", bytes([i])) for i in range(5, 8)], "P2")
     assert (end, log.bounds()) == (8, (0, 8))
     got = [(r.offset, r.message_id, r.blob, p) for r, p in log.read(3, 7)]
-    assert got == [(3, "ID:3", b"\x03", "P1"), (4, "ID:4", b"\x04", "P1"),
-                   (5, "ID:5", b"\x05", "P2"), (6, "ID:6", b"\x06", "P2")]
+    assert got == [
+        (3, "ID:3", b"\x03", "P1"),
+        (4, "ID:4", b"\x04", "P1"),
+        (5, "ID:5", b"\x05", "P2"),
+        (6, "ID:6", b"\x06", "P2"),
+    ]
     assert log.delete_through(6) == 1  # the first segment (0..4) only
     assert log.bounds() == (5, 8)
     with pytest.raises(SourceLogError, match=r"records 0 .. 1 are not there"):
@@ -59,10 +63,16 @@ def test_log_drops_a_crashed_write_and_names_a_damaged_segment(tmp_path):
         list(log.read(0, 1))
 
 
-@pytest.mark.parametrize("lo,hi,parts,expect", [
-    (0, 0, 2, []), (0, 1, 2, [(0, 1)]), (10, 20, 2, [(10, 15), (15, 20)]),
-    (0, 7, 3, [(0, 2), (2, 4), (4, 7)]), (5, 7, 8, [(5, 6), (6, 7)]),
-])
+@pytest.mark.parametrize(
+    "lo,hi,parts,expect",
+    [
+        (0, 0, 2, []),
+        (0, 1, 2, [(0, 1)]),
+        (10, 20, 2, [(10, 15), (15, 20)]),
+        (0, 7, 3, [(0, 2), (2, 4), (4, 7)]),
+        (5, 7, 8, [(5, 6), (6, 7)]),
+    ],
+)
 def test_slices_cover_the_range_once(lo, hi, parts, expect):
     assert [(s.lo, s.hi) for s in slices(lo, hi, parts)] == expect
 
@@ -73,28 +83,35 @@ def test_a_slice_is_read_as_its_offsets_and_the_sink_reads_them_back_as_runs(tmp
     turns its rows back into runs of the log to read."""
     import subprocess
 
-    options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l",
-                           broker_url="mq://h:1")
+    options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l", broker_url="mq://h:1")
     batches = list(LinkStreamReader(options).read(LogSlice(5, 20_000)))
     offsets = [o for b in batches for o in b.column("offset").to_pylist()]
     assert offsets == list(range(5, 20_000)) and batches[0].schema.names == ["offset"]
     assert offset_runs(iter(batches)) == [(5, 20_000)]
-    gapped = [pa.record_batch([pa.array(v, pa.int64())], names=["offset"])
-              for v in ([1, 2, 3], [4, 9], [10, 11], [])]
+    gapped = [pa.record_batch([pa.array(v, pa.int64())], names=["offset"]) for v in ([1, 2, 3], [4, 9], [10, 11], [])]
     assert offset_runs(iter(gapped)) == [(1, 5), (9, 12)]
-    code = ("import sys; from bridgemgr.spark.source import LinkStreamReader, LogSlice; "
-            "from bridgemgr.spark.options import LinkOptions; "
-            "o = LinkOptions(xmlurl='x', bridge='b', link='l', broker_url='mq://h:1', "
-            "source_log='s', stats='t'); list(LinkStreamReader(o).read(LogSlice(0, 10))); "
-            "print('pandas' in sys.modules)")
+    code = (
+        "import sys; from bridgemgr.spark.source import LinkStreamReader, LogSlice; "
+        "from bridgemgr.spark.options import LinkOptions; "
+        "o = LinkOptions(xmlurl='x', bridge='b', link='l', broker_url='mq://h:1', "
+        "source_log='s', stats='t'); list(LinkStreamReader(o).read(LogSlice(0, 10))); "
+        "print('pandas' in sys.modules)"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 
 
 def test_options_travel_as_strings_and_parallelism_follows_the_master(tmp_path):
-    options = link_options(tmp_path, xmlurl="/x.xml", bridge="b", link="l",
-                           broker_url="mq://h:1", max_per_batch=7, receive_wait=0.25,
-                           broker_password="secret")
+    options = link_options(
+        tmp_path,
+        xmlurl="/x.xml",
+        bridge="b",
+        link="l",
+        broker_url="mq://h:1",
+        max_per_batch=7,
+        receive_wait=0.25,
+        broker_password="secret",
+    )
     strings = options.to_options()
     assert all(isinstance(v, str) for v in strings.values())
     assert LinkOptions.from_options({k.lower(): v for k, v in strings.items()}) == options
@@ -124,7 +141,8 @@ def service(tmp_path, spark):
         "    def transform(self, message, *args):\n"
         "        if message.text.startswith('bad'):\n"
         "            raise ValueError('bad message')\n"
-        "        return message\n")
+        "        return message\n"
+    )
     yield broker, harness, tmp_path
     harness.close()
     broker.close()
@@ -134,25 +152,43 @@ def make_spark_bridge(broker, harness, tmp_path, links: str, dests: str = "") ->
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(links, dests=dests))
     props_file = tmp_path / "broker.properties"
-    props_file.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.b.type=jms\n"
-                          f"imq.bridge.b.xmlurl={xml}\nimq.bridge.b.runner=spark\n"
-                          "imq.bridge.spark.master=local[2]\n")
+    props_file.write_text(
+        f"imq.varhome={tmp_path / 'var'}\nimq.bridge.b.type=jms\n"
+        f"imq.bridge.b.xmlurl={xml}\nimq.bridge.b.runner=spark\n"
+        "imq.bridge.spark.master=local[2]\n"
+    )
     props = load_properties([props_file], environ={})
-    return JMSBridge.from_properties(props, "b", host_factory=lambda env: EmbeddedConnectionFactory(broker),
-                                     tuning=FAST, broker_url=harness.url,
-                                     transformer_path=[tmp_path / "tx"])
+    return JMSBridge.from_properties(
+        props,
+        "b",
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        tuning=FAST,
+        broker_url=harness.url,
+        transformer_path=[tmp_path / "tx"],
+    )
 
 
 def test_spark_link_transfers_stamps_dead_letters_halts_pauses_and_resumes(service):
     broker, harness, tmp_path = service
-    links = (link_xml("l", target_attrs=f'message-transformer-class="{FAILING}" '
-                                        'consume-no-transfer-on-transform-error="true"')
-             + link_xml("tx", src="other", dst="other", transacted="true")
-             + link_xml("halts", src="hsrc", dst="hdst",
-                        target_attrs=f'message-transformer-class="{FAILING}" '
-                                     'consume-no-transfer-on-transform-error="false"'))
-    bridge = make_spark_bridge(broker, harness, tmp_path, links, dests="".join(
-        f'<destination ref-name="{d}" name="{d}"/>' for d in ("hsrc", "hdst")))
+    links = (
+        link_xml(
+            "l", target_attrs=f'message-transformer-class="{FAILING}" consume-no-transfer-on-transform-error="true"'
+        )
+        + link_xml("tx", src="other", dst="other", transacted="true")
+        + link_xml(
+            "halts",
+            src="hsrc",
+            dst="hdst",
+            target_attrs=f'message-transformer-class="{FAILING}" consume-no-transfer-on-transform-error="false"',
+        )
+    )
+    bridge = make_spark_bridge(
+        broker,
+        harness,
+        tmp_path,
+        links,
+        dests="".join(f'<destination ref-name="{d}" name="{d}"/>' for d in ("hsrc", "hdst")),
+    )
     sent = send(broker, "src", [f"m{i}" for i in range(40)] + ["bad1"])
     send(broker, "hsrc", ["bad, and the link must not consume it"])
     try:
@@ -169,8 +205,11 @@ def test_spark_link_transfers_stamps_dead_letters_halts_pauses_and_resumes(servi
         assert verify_marker(dead[0], dmq_key(bridge.props))  # the Spark side marks it too
         # every connection of the Spark link's processes logged in as the service account
         assert set(harness.logins) == {(SERVICE_ACCOUNT, service_password(bridge.props))}
-        info = wait_until(lambda: ((i := spark_link.info())["counters"]["transferred"] == 40
-                                   and i["counters"]["to_dmq"] == 1 and i), 60, "the counters")
+        info = wait_until(
+            lambda: (i := spark_link.info())["counters"]["transferred"] == 40 and i["counters"]["to_dmq"] == 1 and i,
+            60,
+            "the counters",
+        )
         assert info["progress"]["batches"] >= 1
         assert info["progress"]["input_rows"] == 41
 

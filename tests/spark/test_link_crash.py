@@ -62,10 +62,20 @@ def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, 
     checkpoint = tmp_path / "checkpoint"
     sent = {m.message_id: m.text for m in send(broker, "src", [f"m{i}" for i in range(N)])}
     collector = Collector(broker)
-    child = subprocess.Popen([sys.executable, str(HERE / "link_crash_child.py"), str(xml),
-                              harness.url, str(checkpoint), *(["shipped"] if shipped else [])],
-                             start_new_session=True,
-                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    child = subprocess.Popen(
+        [
+            sys.executable,
+            str(HERE / "link_crash_child.py"),
+            str(xml),
+            harness.url,
+            str(checkpoint),
+            *(["shipped"] if shipped else []),
+        ],
+        start_new_session=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     try:
         collector.until(N // 4, timeout=240)
         assert len(collector.got) >= N // 4, "the first driver transferred too little"
@@ -75,15 +85,15 @@ def test_killed_driver_restarts_from_its_checkpoint_and_loses_nothing(tmp_path, 
     before = len(collector.got)
     assert before < N, "the first driver finished before it was killed"
     try:
-        query = start_query(spark, crash_options(checkpoint, str(xml), harness.url, shipped),
-                            checkpoint, available_now=True)
+        query = start_query(
+            spark, crash_options(checkpoint, str(xml), harness.url, shipped), checkpoint, available_now=True
+        )
         assert query.awaitTermination(240), "the restarted query did not finish"
         assert query.exception() is None
         collector.idle(0.5)  # (the query has ended and the first driver is dead: all is sent)
         stamps = Counter(m.get_string_property(SOURCE_ID_PROPERTY) for m in collector.got)
         assert set(stamps) == set(sent), f"lost: {sorted(set(sent) - set(stamps))[:5]}"
-        assert all(sent[m.get_string_property(SOURCE_ID_PROPERTY)] == m.text
-                   for m in collector.got)
+        assert all(sent[m.get_string_property(SOURCE_ID_PROPERTY)] == m.text for m in collector.got)
         duplicates = sum(n - 1 for n in stamps.values())
         assert len(collector.got) == N + duplicates
         assert broker.queue_depth("src") == 0

@@ -43,11 +43,17 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 def service(tmp_path):
     # the drain's Spark event log tells what it ran (jobs, streaming queries)
     props, passfile = one_bridge_files(
-        tmp_path, "drain", XML, PASSWORD, "imq.bridge.spark.master=local[2]",
-        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2", "imq.bridge.spark.conf.spark.driver.memory=512m",
+        tmp_path,
+        "drain",
+        XML,
+        PASSWORD,
+        "imq.bridge.spark.master=local[2]",
+        "imq.bridge.spark.conf.spark.sql.shuffle.partitions=2",
+        "imq.bridge.spark.conf.spark.driver.memory=512m",
         "imq.bridge.spark.conf.spark.eventLog.enabled=true",
         "imq.bridge.spark.conf.spark.eventLog.compress=false",
-        f"imq.bridge.spark.conf.spark.eventLog.dir={tmp_path / 'events'}")
+        f"imq.bridge.spark.conf.spark.eventLog.dir={tmp_path / 'events'}",
+    )
     (tmp_path / "events").mkdir()
     daemon = Daemon(props)
     yield daemon, passfile
@@ -60,20 +66,44 @@ def link_state(admin: _Admin) -> str:
 
 def spark_events(folder: Path) -> list[str]:
     """The event types of the Spark applications' event logs in ``folder``."""
-    return [json.loads(line)["Event"] for log in sorted(folder.rglob("events_*"))
-            for line in log.read_text().splitlines() if line.strip()]
+    return [
+        json.loads(line)["Event"]
+        for log in sorted(folder.rglob("events_*"))
+        for line in log.read_text().splitlines()
+        if line.strip()
+    ]
 
 
-def run_drain(daemon: Daemon, passfile: Path, home: Path, checkpoint: Path,
-              *args: str) -> subprocess.Popen:
+def run_drain(daemon: Daemon, passfile: Path, home: Path, checkpoint: Path, *args: str) -> subprocess.Popen:
     """`imqbridgemgr drain -bn jb -ln l1 --json` as a process of its own session (a kill
     takes its JVM and Python workers too)."""
     return subprocess.Popen(
-        [sys.executable, "-m", "bridgemgr.cli", "drain", "-bn", "jb", "-ln", "l1",
-         "-b", daemon.address, "-u", "admin", "-passfile", str(passfile),
-         "--checkpoint", str(checkpoint), "--json", *args],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)))
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "drain",
+            "-bn",
+            "jb",
+            "-ln",
+            "l1",
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+            "--checkpoint",
+            str(checkpoint),
+            "--json",
+            *args,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)),
+    )
 
 
 def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
@@ -94,11 +124,32 @@ def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
             ids.add(message.message_id)
         checkpoint = tmp_path / "drain-checkpoint"
         out = subprocess.run(
-            [sys.executable, "-m", "bridgemgr.cli", "drain", "-bn", "jb", "-ln", "l1",
-             "-b", daemon.address, "-u", "admin", "-passfile", str(passfile), "--batch", "400",
-             "--checkpoint", str(checkpoint), "--json"],
-            capture_output=True, text=True, timeout=300,
-            env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)))
+            [
+                sys.executable,
+                "-m",
+                "bridgemgr.cli",
+                "drain",
+                "-bn",
+                "jb",
+                "-ln",
+                "l1",
+                "-b",
+                daemon.address,
+                "-u",
+                "admin",
+                "-passfile",
+                str(passfile),
+                "--batch",
+                "400",
+                "--checkpoint",
+                str(checkpoint),
+                "--json",
+            ],
+            capture_output=True,
+            text=True,
+            timeout=300,
+            env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(tmp_path)),
+        )
         assert out.returncode == 0, out.stderr[-3000:]
         # Spark's own start-up lines are in its log file, not on the console
         for noise in ("log4j", "Setting default log level", "NativeCodeLoader", "WARN "):
@@ -123,7 +174,7 @@ def test_drain_empties_the_source_with_the_link_paused(service, tmp_path):
         consumer = conn.create_session().create_consumer(Queue("drain.dst"))
         got = []
         while (m := consumer.receive(0.5)) is not None:  # (the drain has ended, the link is
-            got.append(m)                                 # paused: nothing more comes)
+            got.append(m)  # paused: nothing more comes)
         assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == ids
         assert len(got) == N
     finally:
@@ -179,7 +230,7 @@ def test_a_drain_killed_mid_run_loses_nothing_when_run_again(service, tmp_path):
         assert again.returncode == 0, err[-3000:]
         assert not checkpoint.exists()
         while (m := consumer.receive(0.5)) is not None:  # (both drains have ended, the link
-            got.append(m)                                 # is paused: nothing more comes)
+            got.append(m)  # is paused: nothing more comes)
     finally:
         conn.close()
     stamps = Counter(m.get_string_property(SOURCE_ID_PROPERTY) for m in got)
@@ -192,17 +243,23 @@ def test_a_drain_on_a_standalone_cluster_moves_every_message(tmp_path, cluster):
     """`drain --master spark://...`: the batch jobs' tasks run in the cluster's executors
     (their own JVMs and Python workers) and every message reaches the target once, stamped."""
     props, passfile = one_bridge_files(
-        tmp_path, "drain", XML, PASSWORD, "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
+        tmp_path,
+        "drain",
+        XML,
+        PASSWORD,
+        "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
         "imq.bridge.spark.conf.spark.driver.memory=512m",
-        "imq.bridge.spark.conf.spark.executor.memory=512m")
+        "imq.bridge.spark.conf.spark.executor.memory=512m",
+    )
     passfile.chmod(0o600)
     daemon = Daemon(props)
     try:
         admin = _Admin(daemon.address, "admin", PASSWORD, False, None, 10, 2)
         assert admin.pause_if_running("jb", "l1") is True
         ids = set(send(daemon, PASSWORD, "drain.src", *(f"c{i}" for i in range(N))))
-        drain = run_drain(daemon, passfile, tmp_path, tmp_path / "drain-checkpoint",
-                          "--master", cluster.url, "--batch", "400")
+        drain = run_drain(
+            daemon, passfile, tmp_path, tmp_path / "drain-checkpoint", "--master", cluster.url, "--batch", "400"
+        )
         out, err = drain.communicate(timeout=300)
         assert drain.returncode == 0, err[-3000:]
         assert err.splitlines()[0] == f"running on {cluster.url}", err

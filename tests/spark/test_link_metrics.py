@@ -32,12 +32,19 @@ def test_a_spark_links_rate_last_transfer_and_backlog(tmp_path, spark):
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(link_xml("l")))
     props_file = tmp_path / "broker.properties"
-    props_file.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.bridge.b.type=jms\n"
-                          f"imq.bridge.b.xmlurl={xml}\nimq.bridge.b.runner=spark\n"
-                          "imq.bridge.spark.master=local[2]\n")
-    bridge = JMSBridge.from_properties(load_properties([props_file], environ={}), "b",
-                                       host_factory=lambda env: EmbeddedConnectionFactory(broker),
-                                       host=EmbeddedHostBroker(broker), tuning=FAST, broker_url=harness.url)
+    props_file.write_text(
+        f"imq.varhome={tmp_path / 'var'}\nimq.bridge.b.type=jms\n"
+        f"imq.bridge.b.xmlurl={xml}\nimq.bridge.b.runner=spark\n"
+        "imq.bridge.spark.master=local[2]\n"
+    )
+    bridge = JMSBridge.from_properties(
+        load_properties([props_file], environ={}),
+        "b",
+        host_factory=lambda env: EmbeddedConnectionFactory(broker),
+        host=EmbeddedHostBroker(broker),
+        tuning=FAST,
+        broker_url=harness.url,
+    )
     send(broker, "src", [f"m{i}" for i in range(30)])
     try:
         bridge.start()

@@ -32,22 +32,31 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-def job(daemon: Daemon, passfile: Path, home: Path, *args: str,
-        timeout: float = 60) -> subprocess.CompletedProcess:
+def job(daemon: Daemon, passfile: Path, home: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """A drain or DMQ job against ``daemon``, as a process."""
-    return subprocess.run([sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address,
-                           "-u", "admin", "-passfile", str(passfile)], capture_output=True,
-                          text=True, timeout=timeout,
-                          env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)))
+    return subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", *args, "-b", daemon.address, "-u", "admin", "-passfile", str(passfile)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(home)),
+    )
 
 
 def test_an_unreachable_master_is_one_line_and_holds_up_nothing(tmp_path):
     master = f"spark://127.0.0.1:{free_port()}"  # nothing listens there
     (tmp_path / "lb.xml").write_text(XML.format(name="lb"))
     props, passfile = one_bridge_files(
-        tmp_path, "nomaster", XML.format(name="jb"), PASSWORD, "imq.bridge.jb.runner=spark",
-        f"imq.bridge.spark.master={master}", "imq.bridge.lb.type=jms",
-        "imq.bridge.lb.xmlurl=lb.xml", activelist="jb,lb")
+        tmp_path,
+        "nomaster",
+        XML.format(name="jb"),
+        PASSWORD,
+        "imq.bridge.jb.runner=spark",
+        f"imq.bridge.spark.master={master}",
+        "imq.bridge.lb.type=jms",
+        "imq.bridge.lb.xmlurl=lb.xml",
+        activelist="jb,lb",
+    )
     passfile.chmod(0o600)
     daemon = Daemon(props, settle=False)  # (jb stays STARTING: its link waits for the master)
     try:
@@ -60,16 +69,16 @@ def test_an_unreachable_master_is_one_line_and_holds_up_nothing(tmp_path):
         assert "STARTING" in row and f"cannot reach {master}: connection refused" in row, row
 
         other = f"spark://127.0.0.1:{free_port()}"
-        for args, want in ((("dmq", "report", "-bn", "jb"), master),
-                          (("dmq", "archive", "-bn", "jb", str(tmp_path / "archive")), master),
-                          (("drain", "-bn", "jb", "-ln", "l1", "--checkpoint",
-                            str(tmp_path / "cp")), master),
-                          (("dmq", "report", "-bn", "jb", "--master", other), other)):
+        for args, want in (
+            (("dmq", "report", "-bn", "jb"), master),
+            (("dmq", "archive", "-bn", "jb", str(tmp_path / "archive")), master),
+            (("drain", "-bn", "jb", "-ln", "l1", "--checkpoint", str(tmp_path / "cp")), master),
+            (("dmq", "report", "-bn", "jb", "--master", other), other),
+        ):
             began = time.monotonic()
             r = job(daemon, passfile, tmp_path, *args)
             assert r.returncode == 1, r.stdout + r.stderr
-            assert r.stderr.strip().splitlines() == [f"Error: cannot reach {want}: connection refused"], \
-                r.stderr
+            assert r.stderr.strip().splitlines() == [f"Error: cannot reach {want}: connection refused"], r.stderr
             assert time.monotonic() - began < 20
         r = cli(daemon, passfile, "list", "link", "-bn", "jb")
         assert "l1 " in r.stdout and "STARTING" in r.stdout  # the drain paused nothing

@@ -40,8 +40,15 @@ def options_for(tmp_path, harness, links: str, dests: str = ""):
     tmp_path.mkdir(exist_ok=True)
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(links, dests=dests))
-    return link_options(tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l",
-                        broker_url=harness.url, max_per_batch=BATCH, receive_wait=0.5)
+    return link_options(
+        tmp_path / "checkpoint",
+        xmlurl=str(xml),
+        bridge="b",
+        link="l",
+        broker_url=harness.url,
+        max_per_batch=BATCH,
+        receive_wait=0.5,
+    )
 
 
 def depth(broker, name: str) -> int:
@@ -49,8 +56,7 @@ def depth(broker, name: str) -> int:
     return found["pending"] + found["unacked"] if found else 0
 
 
-def test_the_prefetcher_hands_the_log_over_and_every_message_is_logged_once_in_order(
-        tmp_path, host):
+def test_the_prefetcher_hands_the_log_over_and_every_message_is_logged_once_in_order(tmp_path, host):
     broker, harness = host
     sent = send(broker, "src", [f"m{i}" for i in range(3000)])
     options = options_for(tmp_path, harness, link_xml("l"))
@@ -83,8 +89,7 @@ def test_the_prefetcher_hands_the_log_over_and_every_message_is_logged_once_in_o
     assert [r.message_id for r in records] == [m.message_id for m in sent]
 
 
-def test_a_prefetcher_lets_go_when_the_query_ends_and_skips_a_non_durable_topic(
-        tmp_path, host):
+def test_a_prefetcher_lets_go_when_the_query_ends_and_skips_a_non_durable_topic(tmp_path, host):
     broker, harness = host
     send(broker, "src", [f"m{i}" for i in range(100)])
     options = options_for(tmp_path, harness, link_xml("l"))
@@ -99,8 +104,12 @@ def test_a_prefetcher_lets_go_when_the_query_ends_and_skips_a_non_durable_topic(
     assert not thread.is_alive()
     assert Receiver.prefetching(options) is not None  # the log is free again
 
-    topic = options_for(tmp_path / "t", harness, link_xml("l", src="news"),
-                        dests='<destination ref-name="news" name="news" type="topic"/>')
+    topic = options_for(
+        tmp_path / "t",
+        harness,
+        link_xml("l", src="news"),
+        dests='<destination ref-name="news" name="news" type="topic"/>',
+    )
     prefetcher = Receiver.prefetching(topic)
     started = time.monotonic()
     prefetcher.prefetch(lambda: True)  # returns at once: a handover would leave a gap
@@ -123,13 +132,20 @@ def test_a_prefetcher_that_cannot_reach_the_source_gives_up_at_once(tmp_path):
     """The factory retries without limit; a prefetch tries once and lets go (the query's
     own receiver keeps trying), so no thread of the service keeps dialling a gone broker."""
     import socket
+
     with socket.socket() as probe:  # a port nothing listens on
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(link_xml("l")))
-    options = link_options(tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l",
-                           broker_url=f"mq://127.0.0.1:{port}", max_per_batch=BATCH)
+    options = link_options(
+        tmp_path / "checkpoint",
+        xmlurl=str(xml),
+        bridge="b",
+        link="l",
+        broker_url=f"mq://127.0.0.1:{port}",
+        max_per_batch=BATCH,
+    )
     prefetcher = Receiver.prefetching(options)
     thread = threading.Thread(target=prefetcher.prefetch, args=(lambda: True,), daemon=True)
     thread.start()
@@ -138,10 +154,12 @@ def test_a_prefetcher_that_cannot_reach_the_source_gives_up_at_once(tmp_path):
     assert Receiver.prefetching(options) is not None  # the log is free again
 
 
-@pytest.mark.parametrize("window_bytes,xml_bytes,segment_bytes", [
-    (64 * 1024, None, 64 * 1024), (-1, "32k", 32 * 1024), (-1, None, -1)])
+@pytest.mark.parametrize(
+    "window_bytes,xml_bytes,segment_bytes", [(64 * 1024, None, 64 * 1024), (-1, "32k", 32 * 1024), (-1, None, -1)]
+)
 def test_a_segment_ends_once_its_records_hold_the_links_window_bytes(
-        tmp_path, host, window_bytes, xml_bytes, segment_bytes):
+    tmp_path, host, window_bytes, xml_bytes, segment_bytes
+):
     """Big messages: the receiver logs several segments of about windowBytes (the last
     record may cross it) instead of one of a tenth of a batch; the XML link's windowBytes
     wins; -1 leaves the count alone (one segment)."""

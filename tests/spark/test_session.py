@@ -15,9 +15,13 @@ SITECUSTOMIZE = Path(__file__).resolve().parents[2] / "bridgemgr/spark/sitepath/
 
 
 def test_settings_from_properties():
-    props = load_properties(overrides=["imq.bridge.spark.master=local[3]",
-                                       "imq.bridge.spark.conf.spark.sql.shuffle.partitions=7",
-                                       "imq.bridge.spark.conf.spark.ui.enabled=true"])
+    props = load_properties(
+        overrides=[
+            "imq.bridge.spark.master=local[3]",
+            "imq.bridge.spark.conf.spark.sql.shuffle.partitions=7",
+            "imq.bridge.spark.conf.spark.ui.enabled=true",
+        ]
+    )
     master, conf = spark_settings(props)
     assert master == "local[3]"
     assert conf["spark.sql.shuffle.partitions"] == "7"
@@ -72,8 +76,11 @@ def test_the_archives_shipped_with_the_installed_pyspark_leave_the_path(tmp_path
     lib.mkdir(parents=True)
     (site / "pyspark" / "jars").mkdir()
     (site / "pyspark" / "__init__.py").write_text("")
-    shipped = [str(lib / "pyspark.zip"), str(lib / "py4j-0.10.9.9-src.zip"),
-               str(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar")]
+    shipped = [
+        str(lib / "pyspark.zip"),
+        str(lib / "py4j-0.10.9.9-src.zip"),
+        str(site / "pyspark" / "jars" / "spark-core_2.13-4.3.0.jar"),
+    ]
     assert module.without_shipped_archives([*shipped, "/app", str(site)]) == ["/app", str(site)]
     # another Spark distribution's archives stay, and so does everything without a pyspark
     other = [str(tmp_path / "spark/python/lib/pyspark.zip"), "/app", "/deps.zip", str(site)]
@@ -82,9 +89,11 @@ def test_the_archives_shipped_with_the_installed_pyspark_leave_the_path(tmp_path
 
 
 def test_workers_have_no_spark_archive_on_their_path(spark):
-    found = spark.sparkContext.parallelize(range(2), 2).map(
-        lambda _: [p for p in __import__("sys").path if p.endswith((".zip", ".jar"))
-                   and "pyspark" in p]).collect()
+    found = (
+        spark.sparkContext.parallelize(range(2), 2)
+        .map(lambda _: [p for p in __import__("sys").path if p.endswith((".zip", ".jar")) and "pyspark" in p])
+        .collect()
+    )
     assert found == [[], []]
 
 
@@ -103,22 +112,33 @@ def test_the_daemon_preloads_the_bridge_and_starts_no_thread():
     worker, with no thread started (a fork keeps only the forking thread: a lock held by
     another stays locked in the child) and so without pyarrow, which starts two."""
     import subprocess
-    out = subprocess.run([sys.executable, "-c", PRELOAD_PROBE], capture_output=True, text=True,
-                         check=True, cwd=Path(bridgemgr.__file__).parents[1]).stdout.split()
+
+    out = subprocess.run(
+        [sys.executable, "-c", PRELOAD_PROBE],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=Path(bridgemgr.__file__).parents[1],
+    ).stdout.split()
     assert out == ["1", "False", "True", "True", "True"], out
 
 
 def test_executor_workers_fork_from_our_daemon(spark):
     """Our default reaches Spark: executors' workers are forks of daemon.py's process, so
     they find the bridge imported and the imported heap frozen."""
+
     def probe(_):
         import gc
         import os
         import sys
+
         with open(f"/proc/{os.getppid()}/cmdline", "rb") as cmd:
             parent = cmd.read().split(b"\0")
-        return (b"bridgemgr.spark.daemon" in parent and b"pyspark.worker" in parent,
-                "bridgemgr.spark.transfer" in sys.modules, gc.get_freeze_count() > 0)
+        return (
+            b"bridgemgr.spark.daemon" in parent and b"pyspark.worker" in parent,
+            "bridgemgr.spark.transfer" in sys.modules,
+            gc.get_freeze_count() > 0,
+        )
 
     found = set(spark.sparkContext.parallelize(range(2), 2).map(probe).collect())
     assert found == {(True, True, True)}

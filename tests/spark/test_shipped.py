@@ -21,13 +21,20 @@ from bridgemgr.spark.source import LinkStreamReader
 from bridgemgr.spark.transfer import offset_runs
 
 
-@pytest.mark.parametrize("master,mode,ships", [
-    ("local[2]", "auto", False), ("local", "auto", False), ("local[*]", "auto", False),
-    ("spark://10.0.0.5:7077", "auto", True), ("yarn", "auto", True), ("k8s://h:443", "auto", True),
-    ("spark://h:7077", "shared", False), ("local[2]", "shipped", True),
-])
-def test_the_driver_ships_records_unless_the_master_is_local_or_the_log_is_declared_shared(
-        master, mode, ships):
+@pytest.mark.parametrize(
+    "master,mode,ships",
+    [
+        ("local[2]", "auto", False),
+        ("local", "auto", False),
+        ("local[*]", "auto", False),
+        ("spark://10.0.0.5:7077", "auto", True),
+        ("yarn", "auto", True),
+        ("k8s://h:443", "auto", True),
+        ("spark://h:7077", "shared", False),
+        ("local[2]", "shipped", True),
+    ],
+)
+def test_the_driver_ships_records_unless_the_master_is_local_or_the_log_is_declared_shared(master, mode, ships):
     assert ships_log(master, mode) is ships
 
 
@@ -74,8 +81,9 @@ def test_shipped_partitions_reach_a_sink_that_cannot_read_the_log(tmp_path):
     another machine), the reader's spill gives the sink exactly its slice, in order, and
     is removed after the task, private while it exists."""
     options = dataclasses.replace(
-        link_options(tmp_path / "checkpoint", xmlurl="/x.xml", bridge="b", link="l",
-                     broker_url="mq://h:1"), ship_log=True)
+        link_options(tmp_path / "checkpoint", xmlurl="/x.xml", bridge="b", link="l", broker_url="mq://h:1"),
+        ship_log=True,
+    )
     expect = fill(SourceLog(options.source_log).open())
     driver = LinkStreamReader(options)
     parts = driver.partitions({"offset": 1}, {"offset": 9})
@@ -93,8 +101,10 @@ def test_shipped_partitions_reach_a_sink_that_cannot_read_the_log(tmp_path):
         assert not folder.exists()
     assert got == expect[1:9]
     # without the spill (and the log) the task fails naming what is missing
-    with pytest.raises(SourceLogError, match=r"records 1 \.\. 4 are not there"), \
-            task_records(options, [(1, 5)]) as items:
+    with (
+        pytest.raises(SourceLogError, match=r"records 1 \.\. 4 are not there"),
+        task_records(options, [(1, 5)]) as items,
+    ):
         list(items)
 
 
@@ -108,13 +118,13 @@ def test_a_big_batch_is_shipped_in_more_slices(tmp_path, monkeypatch):
     assert ship_parts(log, 7, 9, 1) == 1  # only the segments the range touches count
 
 
-
 def test_a_shipped_micro_batch_ends_once_its_segments_hold_the_batch_bound(tmp_path, monkeypatch):
     """latestOffset of a link that ships: the batch ends after the segment at which the
     segments' files reach ship_batch_bytes (at least one segment), however few messages
     that is; a shared link's batch is cut by maxPerBatch alone."""
-    options = link_options(tmp_path / "checkpoint", xmlurl="/x.xml", bridge="b", link="l",
-                           broker_url="mq://h:1", parallelism=2)
+    options = link_options(
+        tmp_path / "checkpoint", xmlurl="/x.xml", bridge="b", link="l", broker_url="mq://h:1", parallelism=2
+    )
     log = SourceLog(options.source_log).open()
     for start in range(0, 40, 4):  # ten segments of 4 records of ~10 KB
         batch = []
@@ -144,19 +154,30 @@ def test_a_shipped_micro_batch_ends_once_its_segments_hold_the_batch_bound(tmp_p
     assert log.end_within(2, 40, 1) == 4  # one segment at least
 
 
-@pytest.mark.parametrize("lines,ships", [
-    ([], False), (["imq.bridge.spark.master=spark://10.0.0.5:7077"], True),
-    (["imq.bridge.spark.master=spark://10.0.0.5:7077", "imq.bridge.spark.sourcelog=shared"], False),
-    (["imq.bridge.spark.sourcelog=shipped"], True),
-])
-def test_a_service_link_ships_records_by_its_master_and_imq_bridge_spark_sourcelog(
-        tmp_path, lines, ships):
+@pytest.mark.parametrize(
+    "lines,ships",
+    [
+        ([], False),
+        (["imq.bridge.spark.master=spark://10.0.0.5:7077"], True),
+        (["imq.bridge.spark.master=spark://10.0.0.5:7077", "imq.bridge.spark.sourcelog=shared"], False),
+        (["imq.bridge.spark.sourcelog=shipped"], True),
+    ],
+)
+def test_a_service_link_ships_records_by_its_master_and_imq_bridge_spark_sourcelog(tmp_path, lines, ships):
     file = tmp_path / "broker.properties"
-    file.write_text("\n".join([f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms",
-                               "imq.bridge.b.xmlurl=/b.xml", "imq.bridge.b.runner=spark",
-                               *lines]) + "\n")
-    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l",
-                                    "mq://127.0.0.1:1")
+    file.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={tmp_path / 'var'}",
+                "imq.bridge.b.type=jms",
+                "imq.bridge.b.xmlurl=/b.xml",
+                "imq.bridge.b.runner=spark",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l", "mq://127.0.0.1:1")
     assert options.ship_log is ships
 
 

@@ -57,9 +57,14 @@ def test_the_spark_jvm_and_its_python_workers_write_to_a_file_that_rolls_over(tm
     output read to the end)."""
     lines = 12_000
     path = tmp_path / "logs" / "spark.log"
-    out = subprocess.run([sys.executable, "-c", SPARK_JOB.format(lines=lines, limit=LIMIT),
-                          str(path)], capture_output=True, text=True, timeout=300,
-                         env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=tmp_path)
+    out = subprocess.run(
+        [sys.executable, "-c", SPARK_JOB.format(lines=lines, limit=LIMIT), str(path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=dict(os.environ, PYTHONPATH=str(ROOT)),
+        cwd=tmp_path,
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout == "service line\njob done\n" and "line " not in out.stderr, out.stderr[-3000:]
     text = "".join(check_files(path))

@@ -44,8 +44,9 @@ def link(tmp_path, monkeypatch):
     harness = Harness(broker)
     xml = tmp_path / "b.xml"
     xml.write_bytes(bridge_xml(link_xml("l")))
-    options = link_options(tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l",
-                           broker_url=harness.url, window=4)
+    options = link_options(
+        tmp_path / "checkpoint", xmlurl=str(xml), bridge="b", link="l", broker_url=harness.url, window=4
+    )
     yield broker, options, SourceLog(options.source_log).open()
     harness.close()
     broker.close()
@@ -88,8 +89,10 @@ class Flushes:
                 if at_flush is not None:
                     at_flush(self.flushes)
                 return flush()
+
             producer.send_async, producer.send, producer.flush = counted_send_async, counted_send, counted_flush
             return session, producer
+
         transfer.open_target = spying  # type: ignore[method-assign]
 
 
@@ -109,8 +112,7 @@ def test_sends_flush_once_per_window_in_log_order_and_a_refused_one_goes_alone(l
     # everything confirmed before write() returned, in the order of the log
     got = drain(broker, "dst")
     assert [m.text for m in got] == [t for t in texts if not t.startswith("big")]
-    assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got[:3]] == [
-        "ID:src-0", "ID:src-1", "ID:src-2"]
+    assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got[:3]] == ["ID:src-0", "ID:src-1", "ID:src-2"]
     dead = drain(broker, BUILTIN_DMQ)
     assert [m.get_string_property(DMQ_REASON) for m in dead] == ["SEND_FAILURE"]
 
@@ -133,6 +135,7 @@ def test_a_target_lost_mid_task_fails_it_and_the_batch_runs_again_at_least_once(
     def drop_at_second(flushes: int) -> None:
         if flushes == 2:
             transfer._target.connection.channel._sock.shutdown(socket.SHUT_RDWR)
+
     Flushes(transfer, drop_at_second)
 
     with pytest.raises(TransportException):
@@ -180,21 +183,33 @@ def test_a_task_confirms_when_its_outstanding_records_hold_window_bytes(link, tm
     assert flushes(dataclasses.replace(counted, window_bytes=1)) == 20  # a message alone
     assert flushes(dataclasses.replace(counted, window_bytes=-1)) == 1  # the count alone
     xml = tmp_path / "wb.xml"
-    xml.write_bytes(bridge_xml(link_xml("l").replace(
-        "</link>", '<property name="windowBytes" value="1k"/></link>')))
+    xml.write_bytes(bridge_xml(link_xml("l").replace("</link>", '<property name="windowBytes" value="1k"/></link>')))
     assert flushes(dataclasses.replace(counted, xmlurl=str(xml), window_bytes=-1)) == 5  # 4 x 4
 
 
-@pytest.mark.parametrize("lines,window_bytes", [
-    ([], LINK_WINDOW_BYTES), (["imq.bridge.b.link.windowBytes=512k"], 512 * 1024),
-    (["imq.bridge.b.link.windowBytes=-1"], -1)])
+@pytest.mark.parametrize(
+    "lines,window_bytes",
+    [
+        ([], LINK_WINDOW_BYTES),
+        (["imq.bridge.b.link.windowBytes=512k"], 512 * 1024),
+        (["imq.bridge.b.link.windowBytes=-1"], -1),
+    ],
+)
 def test_a_service_links_options_carry_the_bridges_link_window_bytes(tmp_path, lines, window_bytes):
     file = tmp_path / "broker.properties"
-    file.write_text("\n".join([f"imq.varhome={tmp_path / 'var'}", "imq.bridge.b.type=jms",
-                               "imq.bridge.b.xmlurl=/b.xml", "imq.bridge.b.runner=spark",
-                               *lines]) + "\n")
-    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l",
-                                    "mq://127.0.0.1:1")
+    file.write_text(
+        "\n".join(
+            [
+                f"imq.varhome={tmp_path / 'var'}",
+                "imq.bridge.b.type=jms",
+                "imq.bridge.b.xmlurl=/b.xml",
+                "imq.bridge.b.runner=spark",
+                *lines,
+            ]
+        )
+        + "\n"
+    )
+    options, _ = spark_link_options(load_properties([file], environ={}), "b", "l", "mq://127.0.0.1:1")
     assert options.window_bytes == window_bytes
 
 
@@ -211,6 +226,5 @@ def test_a_transfer_sends_shipped_records_with_the_source_log_gone(link):
     assert (counts.rows, counts.transferred) == (10, 10)
     got = drain(broker, "dst")
     assert [m.text for m in got] == texts
-    assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got] == [
-        f"ID:src-{i}" for i in range(10)]
+    assert [m.get_string_property(SOURCE_ID_PROPERTY) for m in got] == [f"ID:src-{i}" for i in range(10)]
     assert not spill_folder(options, 0, end).exists()

@@ -88,8 +88,7 @@ class AmqpConnectionFactory(ConnectionFactory):
         self.username = username
         self._password = password
 
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> AmqpConnection:
+    def create_connection(self, username: str | None = None, password: str | None = None) -> AmqpConnection:
         if username is None:
             username, password = self.username, self._password
         return AmqpConnection(self.options, username, password)
@@ -156,21 +155,29 @@ class _SelectConnection(pika.SelectConnection):
                 return
         self._adapter_emit_data(data)
 
-    def publish_frames(self, channel: int, exchange: str, key: str, properties: Any, body: bytes,
-                       mandatory: bool) -> None:
+    def publish_frames(
+        self, channel: int, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool
+    ) -> None:
         """basic.publish, its content header and body, encoded here (pika builds a frame
         object per frame and a method object per publish: most of a send's cost)."""
         ex, rk = exchange.encode(), key.encode()
         if len(ex) > 255 or len(rk) > 255:
             raise JMSException(f"exchange {exchange!r} or routing key {key!r} is longer than 255 bytes")
-        method = b"".join((_PUBLISH, struct.pack("B", len(ex)), ex, struct.pack("B", len(rk)), rk,
-                           b"\x01" if mandatory else b"\x00"))
+        method = b"".join(
+            (_PUBLISH, struct.pack("B", len(ex)), ex, struct.pack("B", len(rk)), rk, b"\x01" if mandatory else b"\x00")
+        )
         header = b"".join((struct.pack(">HHQ", 60, 0, len(body)), *properties.encode()))
-        frames = [struct.pack(">BHI", 1, channel, len(method)), method, _FRAME_END,
-                  struct.pack(">BHI", 2, channel, len(header)), header, _FRAME_END]
+        frames = [
+            struct.pack(">BHI", 1, channel, len(method)),
+            method,
+            _FRAME_END,
+            struct.pack(">BHI", 2, channel, len(header)),
+            header,
+            _FRAME_END,
+        ]
         step = self._body_max_length
         for at in range(0, len(body), step):
-            chunk = body[at:at + step]
+            chunk = body[at : at + step]
             frames += (struct.pack(">BHI", 3, channel, len(chunk)), chunk, _FRAME_END)
         self._output_marshaled_frames([b"".join(frames)])
 
@@ -183,7 +190,7 @@ class _SelectConnection(pika.SelectConnection):
         at, size = 0, len(buf)
         deliveries = self._deliveries
         while size - at >= 8:
-            if buf[at:at + 4] == b"AMQP":  # a protocol header: the broker refuses our version
+            if buf[at : at + 4] == b"AMQP":  # a protocol header: the broker refuses our version
                 end = at + 8
             else:
                 end = at + 8 + struct.unpack_from(">L", buf, at + 3)[0]
@@ -191,11 +198,11 @@ class _SelectConnection(pika.SelectConnection):
                     break
                 kind = buf[at]
                 channel = struct.unpack_from(">H", buf, at + 1)[0]
-                if deliveries.reading(channel) or (kind == FRAME_METHOD and buf[at + 7:at + 11] == DELIVER_ID):
+                if deliveries.reading(channel) or (kind == FRAME_METHOD and buf[at + 7 : at + 11] == DELIVER_ID):
                     try:
                         if buf[end - 1] != 0xCE:
                             raise FrameError(f"frame of type {kind} on channel {channel} without its frame end")
-                        taken = self._take_delivery(kind, channel, buf[at + 7:end - 1])
+                        taken = self._take_delivery(kind, channel, buf[at + 7 : end - 1])
                     except FrameError as exc:  # a protocol error: the connection cannot go on
                         log.error("the AMQP broker at %s:%s sent a %s", self.params.host, self.params.port, exc)
                         self._frame_buffer = b""
@@ -294,24 +301,29 @@ class AmqpConnection(Connection):
             opened.set_exception(exc) if not opened.done() else None
 
         self._pika = _SelectConnection(
-            params, on_open_callback=lambda _c: opened.set_result(None),
-            on_open_error_callback=open_error, on_close_callback=self._on_closed)
-        self._thread = threading.Thread(target=self._run, daemon=True,
-                                        name=f"amqp {params.host}:{params.port}")
+            params,
+            on_open_callback=lambda _c: opened.set_result(None),
+            on_open_error_callback=open_error,
+            on_close_callback=self._on_closed,
+        )
+        self._thread = threading.Thread(target=self._run, daemon=True, name=f"amqp {params.host}:{params.port}")
         self._thread.start()
         where = f"{params.host}:{params.port}"
         try:
             opened.result(options.timeout)
         except FutureTimeout:
             self._stop_loop()
-            raise TransportException(f"cannot connect to the AMQP broker at {where}: no answer "
-                                     f"within {options.timeout:g} s") from None
+            raise TransportException(
+                f"cannot connect to the AMQP broker at {where}: no answer within {options.timeout:g} s"
+            ) from None
         except Exception as exc:
             self._stop_loop()
-            error = (JMSSecurityException if isinstance(exc, pika.exceptions.ProbableAuthenticationError)
-                     else TransportException)
-            raise error(f"cannot connect to the AMQP broker at {where}: "
-                        f"{type(exc).__name__} {exc}".strip()) from None
+            error = (
+                JMSSecurityException
+                if isinstance(exc, pika.exceptions.ProbableAuthenticationError)
+                else TransportException
+            )
+            raise error(f"cannot connect to the AMQP broker at {where}: {type(exc).__name__} {exc}".strip()) from None
 
     def _run(self) -> None:
         try:
@@ -355,6 +367,7 @@ class AmqpConnection(Connection):
                 fut.set_result(fn())
             except BaseException as exc:
                 fut.set_exception(exc)
+
         if threading.current_thread() is self._thread:
             run()
         else:
@@ -398,8 +411,9 @@ class AmqpConnection(Connection):
                 if self.broken.is_set() and not fut.done():
                     raise TransportException(f"{what}: the AMQP connection is lost: {self.last_error}") from None
                 if time.monotonic() >= deadline:
-                    raise TransportException(f"{what}: no answer from the AMQP broker within "
-                                             f"{self.options.timeout:g} s") from None
+                    raise TransportException(
+                        f"{what}: no answer from the AMQP broker within {self.options.timeout:g} s"
+                    ) from None
 
     def _check(self) -> None:
         if self.closed:
@@ -415,8 +429,9 @@ class AmqpConnection(Connection):
             return
         channel = _Channel(self)
         try:
-            channel.call(lambda ch, done: ch.queue_declare(name, durable=True, callback=done),
-                         f"declaring queue {name}")
+            channel.call(
+                lambda ch, done: ch.queue_declare(name, durable=True, callback=done), f"declaring queue {name}"
+            )
         except JMSException:
             if channel.reply_code not in (405, 406):
                 raise
@@ -439,8 +454,7 @@ class AmqpConnection(Connection):
     def metadata(self) -> ConnectionMetaData:
         return ConnectionMetaData(PROVIDER_NAME, __version__, "1.1")
 
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> AmqpSession:
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> AmqpSession:
         self._check()
         session = AmqpSession(self, transacted, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
         self._sessions.append(session)
@@ -484,6 +498,7 @@ class _Channel:
         def open_channel() -> None:
             ch = connection._pika.channel(on_open_callback=opened.set_result)
             ch.add_on_close_callback(self._on_close)
+
         connection.wait(connection.in_loop(open_channel), "opening a channel")
         self.pika = connection.wait(opened, "opening a channel")
 
@@ -511,7 +526,9 @@ class _Channel:
                 self._waiting.discard(fut)
                 if not fut.done():
                     fut.set_result(frame)
+
             command(self.pika, done)
+
         self.connection.wait(self.connection.in_loop(run), what)
         try:
             return self.connection.wait(fut, what)
@@ -520,9 +537,11 @@ class _Channel:
 
     def soon(self, command: Callable[[Any], Any]) -> None:
         """``command(channel)`` on the I/O thread, without waiting (acks)."""
+
         def run() -> None:
             if not self.closed:
                 command(self.pika)
+
         self.connection.hand_over(run)
 
     def close(self) -> None:
@@ -535,6 +554,7 @@ class _Channel:
 
 
 # --- sessions ------------------------------------------------------------------------------------
+
 
 class AmqpSession(Session):
     """A JMS session: one AMQP channel."""
@@ -557,8 +577,7 @@ class AmqpSession(Session):
         self._next_tag = 1
         self.channel = _Channel(connection)
         ch = self.channel
-        ch.call(lambda c, done: c.basic_qos(prefetch_count=connection.options.prefetch, callback=done),
-                "basic.qos")
+        ch.call(lambda c, done: c.basic_qos(prefetch_count=connection.options.prefetch, callback=done), "basic.qos")
         if transacted:
             ch.call(lambda c, done: c.tx_select(callback=done), "tx.select")
         else:
@@ -566,21 +585,25 @@ class AmqpSession(Session):
             ch.soon(lambda c: c.add_on_return_callback(self._returned_message))
 
     # --- confirms (I/O thread) --------------------------------------------------------------------
-    def publish(self, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool,
-                settle: Settle) -> None:
+    def publish(self, exchange: str, key: str, properties: Any, body: bytes, mandatory: bool, settle: Settle) -> None:
         """basic.publish on the I/O thread, without waiting for it: ``settle`` is called
         there with None on the broker's confirm (transacted: once published), or with
         the JMSException of the refusal or failure."""
+
         def run() -> None:
             if self.channel.closed:
                 settle(JMSException(f"message {properties.message_id}: {self.channel.closed}"))
                 return
             try:
-                self.connection._pika.publish_frames(self.channel.pika.channel_number, exchange, key,
-                                                     properties, body, mandatory)
+                self.connection._pika.publish_frames(
+                    self.channel.pika.channel_number, exchange, key, properties, body, mandatory
+                )
             except Exception as exc:
-                settle(exc if isinstance(exc, JMSException)
-                       else TransportException(f"message {properties.message_id}: {exc}"))
+                settle(
+                    exc
+                    if isinstance(exc, JMSException)
+                    else TransportException(f"message {properties.message_id}: {exc}")
+                )
                 return
             if self.transacted:
                 settle(None)
@@ -589,13 +612,16 @@ class AmqpSession(Session):
             self._unconfirmed[tag] = (settle, properties.message_id)
             if properties.message_id:
                 self._by_id[properties.message_id] = tag
+
         self.connection.hand_over(run)
 
     def _returned_message(self, _ch: Any, method: Any, properties: Any, _body: bytes) -> None:
         tag = self._by_id.get(properties.message_id or "")
         if tag is not None:
-            self._returned[tag] = (f"returned by the broker: {method.reply_code} {method.reply_text} "
-                                   f"(exchange {method.exchange!r}, routing key {method.routing_key!r})")
+            self._returned[tag] = (
+                f"returned by the broker: {method.reply_code} {method.reply_text} "
+                f"(exchange {method.exchange!r}, routing key {method.routing_key!r})"
+            )
 
     def _confirmed(self, frame: Any) -> None:
         """basic.ack / basic.nack (multiple: every tag up to it). RabbitMQ may answer out
@@ -605,8 +631,9 @@ class AmqpSession(Session):
         method = frame.method
         nack = isinstance(method, Basic.Nack)
         upto = method.delivery_tag
-        tags = (list(itertools.takewhile(lambda t: t <= upto, self._unconfirmed)) if method.multiple
-                else [upto])  # the tags are in ascending order
+        tags = (
+            list(itertools.takewhile(lambda t: t <= upto, self._unconfirmed)) if method.multiple else [upto]
+        )  # the tags are in ascending order
         for tag in tags:
             entry = self._unconfirmed.get(tag)
             if entry is None or tag in self._answered:
@@ -625,11 +652,13 @@ class AmqpSession(Session):
 
     def channel_lost(self, reason: str) -> None:
         """The connection is gone: fail what waits for a confirm, wake the receivers."""
+
         def run() -> None:
             waiting, self._unconfirmed = self._unconfirmed, OrderedDict()
             self._answered.clear()
             for settle, message_id in waiting.values():
                 settle(TransportException(f"message {message_id}: {reason}"))
+
         try:
             self.connection.in_loop(run)
         except JMSException:
@@ -665,8 +694,9 @@ class AmqpSession(Session):
 
     def create_temporary_queue(self) -> TemporaryQueue:
         self._check()
-        frame = self.channel.call(lambda c, done: c.queue_declare("", exclusive=True, callback=done),
-                                  "declaring a temporary queue")
+        frame = self.channel.call(
+            lambda c, done: c.queue_declare("", exclusive=True, callback=done), "declaring a temporary queue"
+        )
         return TemporaryQueue(frame.method.queue)
 
     def create_temporary_topic(self) -> TemporaryTopic:
@@ -676,12 +706,14 @@ class AmqpSession(Session):
         self._check()
         return AmqpProducer(self, destination)
 
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> AmqpConsumer:
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> AmqpConsumer:
         return self._consumer(destination, selector, None)
 
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> AmqpConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> AmqpConsumer:
         if self.connection.client_id is None:
             raise IllegalStateException("a durable subscription needs the connection's client id")
         return self._consumer(topic, selector, name)
@@ -694,25 +726,30 @@ class AmqpSession(Session):
         local = None
         if selector:
             if not destination.is_topic:
-                raise InvalidSelectorError("an AMQP broker cannot select messages of a queue; "
-                                           "a selector works on a topic only")
+                raise InvalidSelectorError(
+                    "an AMQP broker cannot select messages of a queue; a selector works on a topic only"
+                )
             local = compile_selector(selector)
         ch = self.channel
         if destination.is_topic:
             exchange, key = route(destination)
             name = self._durable_queue(durable) if durable else ""
-            frame = ch.call(lambda c, done: c.queue_declare(name, durable=bool(durable), exclusive=not durable,
-                                                            auto_delete=not durable, callback=done),
-                            f"declaring the queue of {destination}")
+            frame = ch.call(
+                lambda c, done: c.queue_declare(
+                    name, durable=bool(durable), exclusive=not durable, auto_delete=not durable, callback=done
+                ),
+                f"declaring the queue of {destination}",
+            )
             queue_name = frame.method.queue
-            ch.call(lambda c, done: c.queue_bind(queue_name, exchange, key, callback=done),
-                    f"binding to {destination}")
+            ch.call(lambda c, done: c.queue_bind(queue_name, exchange, key, callback=done), f"binding to {destination}")
         else:
             queue_name = destination.name
             self.connection.declare(queue_name)
         consumer = AmqpConsumer(self, destination, selector, local)
-        frame = ch.call(lambda c, done: c.basic_consume(queue_name, consumer.deliver, callback=done),
-                        f"consuming from {destination}")
+        frame = ch.call(
+            lambda c, done: c.basic_consume(queue_name, consumer.deliver, callback=done),
+            f"consuming from {destination}",
+        )
         consumer.tag = frame.method.consumer_tag
         consumer.queue_name = queue_name
         self._consumers.append(consumer)
@@ -721,8 +758,9 @@ class AmqpSession(Session):
     def unsubscribe(self, name: str) -> None:
         self._check()
         queue_name = self._durable_queue(name)
-        self.channel.call(lambda c, done: c.queue_delete(queue_name, callback=done),
-                          f"deleting durable subscription {name}")
+        self.channel.call(
+            lambda c, done: c.queue_delete(queue_name, callback=done), f"deleting durable subscription {name}"
+        )
 
     def create_browser(self, queue: Queue, selector: str | None = None) -> QueueBrowser:
         raise JMSException("AMQP 0-9-1 cannot browse a queue")
@@ -730,9 +768,14 @@ class AmqpSession(Session):
     # --- acknowledgement ----------------------------------------------------------------------------
     def delivered(self, delivery: _Delivery) -> Message:
         consumer = delivery.consumer
-        msg = from_amqp(delivery.properties, delivery.body, exchange=delivery.exchange,
-                        routing_key=delivery.routing_key, redelivered=delivery.redelivered,
-                        fallback=consumer.destination)
+        msg = from_amqp(
+            delivery.properties,
+            delivery.body,
+            exchange=delivery.exchange,
+            routing_key=delivery.routing_key,
+            redelivered=delivery.redelivered,
+            fallback=consumer.destination,
+        )
         mode = self.ack_mode
         if mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE) and not self.transacted:
             self._ack([delivery])
@@ -781,6 +824,7 @@ class AmqpSession(Session):
         redelivered: basic.recover requeue. What the inboxes hold, and what arrives until
         recover-ok (sent before the broker took them back), is dropped: it comes again,
         so the redelivery starts from the oldest."""
+
         def command(ch: Any, done: Callable[..., None]) -> None:
             self.recovering = True
             for consumer in self._consumers:
@@ -789,7 +833,9 @@ class AmqpSession(Session):
             def recovered(frame: Any) -> None:
                 self.recovering = False
                 done(frame)
+
             ch.basic_recover(requeue=True, callback=recovered)
+
         self.channel.call(command, "basic.recover")
         self._unacked = []
 
@@ -842,16 +888,30 @@ class AmqpProducer(MessageProducer):
         self._id_prefix = f"ID:{uuid.uuid4()}:"
         self._ids = itertools.count(1)
 
-    def _publish(self, message: Message, destination: Destination | None, tell: Settle, *,
-                 delivery_mode: int | None, priority: int | None, time_to_live: int | None) -> None:
+    def _publish(
+        self,
+        message: Message,
+        destination: Destination | None,
+        tell: Settle,
+        *,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+    ) -> None:
         """Stamp and publish ``message``; ``tell`` gets its outcome once (see _settle)."""
         dest = destination or self.destination
         if dest is None:
             raise JMSException("send() needs a destination (the producer has none)")
         session = self.session
         session._check()
-        self.stamp(message, dest, f"{self._id_prefix}{next(self._ids)}", delivery_mode=delivery_mode, priority=priority,
-                   time_to_live=time_to_live)
+        self.stamp(
+            message,
+            dest,
+            f"{self._id_prefix}{next(self._ids)}",
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+        )
         exchange, key = route(dest)
         if not dest.is_topic:
             session.connection.declare(dest.name)
@@ -860,8 +920,9 @@ class AmqpProducer(MessageProducer):
         with self._lock:
             self._outstanding[number] = tell
         try:
-            session.publish(exchange, key, properties, body, not dest.is_topic,
-                            lambda error: self._settle(number, error))
+            session.publish(
+                exchange, key, properties, body, not dest.is_topic, lambda error: self._settle(number, error)
+            )
         except BaseException:
             with self._lock:  # it never left: the caller hears of it, not ``tell``
                 self._outstanding.pop(number, None)
@@ -886,9 +947,15 @@ class AmqpProducer(MessageProducer):
                 if not self._outstanding and not self._telling:
                     self._lock.notify_all()
 
-    def publish(self, message: Message, destination: Destination | None = None, *,
-                delivery_mode: int | None = None, priority: int | None = None,
-                time_to_live: int | None = None) -> Future[None]:
+    def publish(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> Future[None]:
         """Send without waiting: the Future completes when the broker confirms this
         message (a JMSException naming it when refused or returned); confirms come in
         delivery-tag order, so many may be outstanding (pipelined publisher confirms)."""
@@ -899,32 +966,55 @@ class AmqpProducer(MessageProducer):
                 fut.set_result(None)
             else:
                 fut.set_exception(error)
-        self._publish(message, destination, tell, delivery_mode=delivery_mode, priority=priority,
-                      time_to_live=time_to_live)
+
+        self._publish(
+            message, destination, tell, delivery_mode=delivery_mode, priority=priority, time_to_live=time_to_live
+        )
         return fut
 
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
-        fut = self.publish(message, destination, delivery_mode=delivery_mode, priority=priority,
-                           time_to_live=time_to_live)
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
+        fut = self.publish(
+            message, destination, delivery_mode=delivery_mode, priority=priority, time_to_live=time_to_live
+        )
         if message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends:
             self.session.connection.wait(fut, f"the confirm of message {message.message_id}")
 
-    def send_async(self, message: Message, listener: CompletionListener,
-                   destination: Destination | None = None, *, delivery_mode: int | None = None,
-                   priority: int | None = None, time_to_live: int | None = None) -> None:
+    def send_async(
+        self,
+        message: Message,
+        listener: CompletionListener,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """publish(), the confirm's outcome to ``listener`` (on the connection's I/O thread,
         or at once when it is known already), in send order; flush() waits for it. No
         Future per message: a busy link's sends are told their outcome directly."""
+
         def tell(error: BaseException | None) -> None:
             if error is None:
                 listener.on_completion(message)
             else:
-                listener.on_exception(message, error if isinstance(error, JMSException)
-                                      else JMSException(f"message {message.message_id}: {error}"))
-        self._publish(message, destination, tell, delivery_mode=delivery_mode, priority=priority,
-                      time_to_live=time_to_live)
+                listener.on_exception(
+                    message,
+                    error
+                    if isinstance(error, JMSException)
+                    else JMSException(f"message {message.message_id}: {error}"),
+                )
+
+        self._publish(
+            message, destination, tell, delivery_mode=delivery_mode, priority=priority, time_to_live=time_to_live
+        )
 
     def flush(self) -> None:
         """Wait until every message published so far is confirmed or refused and every
@@ -940,8 +1030,11 @@ class AmqpProducer(MessageProducer):
                     break
                 self._lock.wait(min(left, 0.5))
             stuck = list(self._outstanding)
-        reason = (f"the AMQP connection is lost: {connection.last_error}" if connection.broken.is_set()
-                  else f"no confirm from the AMQP broker within {connection.options.timeout:g} s")
+        reason = (
+            f"the AMQP connection is lost: {connection.last_error}"
+            if connection.broken.is_set()
+            else f"no confirm from the AMQP broker within {connection.options.timeout:g} s"
+        )
         for number in stuck:
             self._settle(number, TransportException(reason))
 
@@ -952,8 +1045,9 @@ class AmqpProducer(MessageProducer):
 class AmqpConsumer(PollingConsumer):
     listener_log = log
 
-    def __init__(self, session: AmqpSession, destination: Destination, selector: str | None,
-                 local: Selector | None) -> None:
+    def __init__(
+        self, session: AmqpSession, destination: Destination, selector: str | None, local: Selector | None
+    ) -> None:
         self.session = session
         self.destination = destination
         self._selector = selector
@@ -979,8 +1073,10 @@ class AmqpConsumer(PollingConsumer):
             try:
                 channel = _Channel(self.session.connection)
                 try:
-                    frame = channel.call(lambda c, done: c.queue_declare(name, passive=True, callback=done),
-                                         f"asking the depth of queue {name}")
+                    frame = channel.call(
+                        lambda c, done: c.queue_declare(name, passive=True, callback=done),
+                        f"asking the depth of queue {name}",
+                    )
                 finally:
                     channel.close()
                 answer = frame.method.message_count + self.inbox.qsize()
@@ -994,8 +1090,11 @@ class AmqpConsumer(PollingConsumer):
         """pika's on_message_callback (I/O thread)."""
         if self.session.recovering:
             return  # requeued by the recover under way: it comes again
-        self.inbox.put(_Delivery(self, method.delivery_tag, method.redelivered, method.exchange,
-                                 method.routing_key, properties, body))
+        self.inbox.put(
+            _Delivery(
+                self, method.delivery_tag, method.redelivered, method.exchange, method.routing_key, properties, body
+            )
+        )
 
     @property
     def message_selector(self) -> str | None:
@@ -1055,5 +1154,6 @@ class AmqpConsumer(PollingConsumer):
                     return
                 if delivery is not None:
                     session.channel.pika.basic_nack(delivery.tag, requeue=True)
+
         session.connection.wait(session.connection.in_loop(requeue), "basic.nack")
         self.inbox.put(None)

@@ -47,8 +47,7 @@ TIMESTAMP_HEADER = "x-jms-timestamp"
 # The JMS types pika cannot read back: NAME=KIND,... for byte, short, long, float and
 # double properties (an int, boolean and string is what a plain AMQP value reads as).
 TYPES_HEADER = "x-jms-types"
-_HINTED = frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.LONG, PropertyType.FLOAT,
-                     PropertyType.DOUBLE})
+_HINTED = frozenset({PropertyType.BYTE, PropertyType.SHORT, PropertyType.LONG, PropertyType.FLOAT, PropertyType.DOUBLE})
 _TEXT_TYPES = ("text/", "application/json", "application/xml")
 
 
@@ -77,16 +76,20 @@ def _positive(text: str) -> int:
 
 
 OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "prefetch": ("prefetch", _positive), "declare-queues": ("declare_queues", _bool),
-    "timeout": ("timeout", float)}
+    "prefetch": ("prefetch", _positive),
+    "declare-queues": ("declare_queues", _bool),
+    "timeout": ("timeout", float),
+}
 
 
 def parse_url(url: str) -> AmqpOptions:
     """amqp://user:pass@host:port/vhost[?opt=value&...]; NamingException when it is not one."""
     parts = urlsplit(url)
     if parts.scheme not in ("amqp", "amqps") or not parts.hostname:
-        raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: use "
-                              "amqp://user:password@host:port/vhost (amqps:// for TLS)")
+        raise NamingException(
+            f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: use "
+            "amqp://user:password@host:port/vhost (amqps:// for TLS)"
+        )
     ours: dict[str, Any] = {}
     theirs = []
     for name, text in parse_qsl(parts.query, keep_blank_values=True):
@@ -95,20 +98,23 @@ def parse_url(url: str) -> AmqpOptions:
             try:
                 ours[attr] = parse(text)
             except ValueError:
-                raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: option {name}={text!r} "
-                                      "is not valid") from None
+                raise NamingException(
+                    f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: option {name}={text!r} is not valid"
+                ) from None
         else:
             theirs.append((name, text))
     plain = urlunsplit(parts._replace(query=urlencode(theirs)))
     try:
         parameters = pika.URLParameters(plain)
     except Exception as exc:
-        raise NamingException(f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: {exc} (our options: "
-                              f"{', '.join(sorted(OPTIONS))})") from None
+        raise NamingException(
+            f"{naming.PROVIDER_URL}={naming.without_password(url)!r}: {exc} (our options: {', '.join(sorted(OPTIONS))})"
+        ) from None
     return AmqpOptions(naming.without_password(plain), parameters, **ours)
 
 
 # --- destinations -----------------------------------------------------------------------------------
+
 
 def route(dest: Destination) -> tuple[str, str]:
     """(exchange, routing key) a message for ``dest`` is published to."""
@@ -125,7 +131,7 @@ def reply_to_destination(text: str | None) -> Destination | None:
     if not text:
         return None
     if text.startswith("/topic/"):
-        return Topic(text[len("/topic/"):])
+        return Topic(text[len("/topic/") :])
     return TemporaryQueue(text) if text.startswith("amq.gen-") else Queue(text)
 
 
@@ -140,8 +146,12 @@ def delivered_to(exchange: str, routing_key: str, fallback: Destination) -> Dest
 
 # --- typed headers --------------------------------------------------------------------------------
 
-_KINDS = {PropertyType.BYTE: (b"b", ">b"), PropertyType.SHORT: (b"s", ">h"),
-          PropertyType.INT: (b"I", ">i"), PropertyType.LONG: (b"l", ">q")}
+_KINDS = {
+    PropertyType.BYTE: (b"b", ">b"),
+    PropertyType.SHORT: (b"s", ">h"),
+    PropertyType.INT: (b"I", ">i"),
+    PropertyType.LONG: (b"l", ">q"),
+}
 
 
 class TypedProperties(pika.BasicProperties):
@@ -184,12 +194,27 @@ _INT = struct.Struct(">ci").pack
 _LONG = struct.Struct(">cq").pack
 # BasicProperties in flag order (bit 15 first): (flag bit, attribute, kind); kinds:
 _SHORT_STRING, _TABLE, _OCTET, _U64_FIELD = 0, 1, 2, 3
-_ENCODED = tuple((1 << (15 - i), name, kind) for i, (name, kind) in enumerate((
-    ("content_type", _SHORT_STRING), ("content_encoding", _SHORT_STRING), ("headers", _TABLE),
-    ("delivery_mode", _OCTET), ("priority", _OCTET), ("correlation_id", _SHORT_STRING),
-    ("reply_to", _SHORT_STRING), ("expiration", _SHORT_STRING), ("message_id", _SHORT_STRING),
-    ("timestamp", _U64_FIELD), ("type", _SHORT_STRING), ("user_id", _SHORT_STRING),
-    ("app_id", _SHORT_STRING), ("cluster_id", _SHORT_STRING))))
+_ENCODED = tuple(
+    (1 << (15 - i), name, kind)
+    for i, (name, kind) in enumerate(
+        (
+            ("content_type", _SHORT_STRING),
+            ("content_encoding", _SHORT_STRING),
+            ("headers", _TABLE),
+            ("delivery_mode", _OCTET),
+            ("priority", _OCTET),
+            ("correlation_id", _SHORT_STRING),
+            ("reply_to", _SHORT_STRING),
+            ("expiration", _SHORT_STRING),
+            ("message_id", _SHORT_STRING),
+            ("timestamp", _U64_FIELD),
+            ("type", _SHORT_STRING),
+            ("user_id", _SHORT_STRING),
+            ("app_id", _SHORT_STRING),
+            ("cluster_id", _SHORT_STRING),
+        )
+    )
+)
 
 
 def _put_short(out: list[bytes], value: Any, what: str) -> None:
@@ -233,6 +258,7 @@ def _put_value(out: list[bytes], value: Any) -> None:
 
 # --- messages -------------------------------------------------------------------------------------
 
+
 def to_amqp(message: Message) -> tuple[TypedProperties, bytes]:
     """Properties and body to publish ``message`` with (its headers set by the producer)."""
     ctype = message.get_object_property(CONTENT_TYPE_PROPERTY)
@@ -252,12 +278,18 @@ def to_amqp(message: Message) -> tuple[TypedProperties, bytes]:
     if hints:
         headers[TYPES_HEADER] = hints
     properties = TypedProperties(
-        typed, content_type=content_type, headers=headers,
+        typed,
+        content_type=content_type,
+        headers=headers,
         delivery_mode=2 if message.delivery_mode == DeliveryMode.PERSISTENT else 1,
-        priority=message.priority, correlation_id=message.correlation_id,
+        priority=message.priority,
+        correlation_id=message.correlation_id,
         reply_to=reply_to_text(message.reply_to) if message.reply_to is not None else None,
-        expiration=None if ttl is None else str(max(0, ttl)), message_id=message.message_id,
-        timestamp=message.timestamp // 1000 if message.timestamp else None, type=message.type)
+        expiration=None if ttl is None else str(max(0, ttl)),
+        message_id=message.message_id,
+        timestamp=message.timestamp // 1000 if message.timestamp else None,
+        type=message.type,
+    )
     return properties, body
 
 
@@ -273,8 +305,9 @@ def _charset(ctype: str) -> str:
     return "utf-8"
 
 
-def from_amqp(properties: Any, body: bytes, *, exchange: str, routing_key: str,
-              redelivered: bool, fallback: Destination) -> Message:
+def from_amqp(
+    properties: Any, body: bytes, *, exchange: str, routing_key: str, redelivered: bool, fallback: Destination
+) -> Message:
     """Our read-only message for a delivery (``properties``: pika's BasicProperties)."""
     ctype = properties.content_type or ""
     headers = properties.headers or {}
@@ -296,13 +329,13 @@ def from_amqp(properties: Any, body: bytes, *, exchange: str, routing_key: str,
             if property_name_problem(name) is None:
                 _set_property(msg, name, kinds.get(name), value)
         stamp = headers.get(TIMESTAMP_HEADER)
-        msg.timestamp = (stamp if isinstance(stamp, int) and not isinstance(stamp, bool)
-                         else _seconds(properties.timestamp) * 1000)
+        msg.timestamp = (
+            stamp if isinstance(stamp, int) and not isinstance(stamp, bool) else _seconds(properties.timestamp) * 1000
+        )
         ttl = properties.expiration
         msg.expiration = msg.timestamp + int(ttl) if ttl and ttl.isdigit() else 0
         msg.priority = min(9, max(0, properties.priority if properties.priority is not None else 4))
-        msg.delivery_mode = (DeliveryMode.PERSISTENT if properties.delivery_mode == 2
-                             else DeliveryMode.NON_PERSISTENT)
+        msg.delivery_mode = DeliveryMode.PERSISTENT if properties.delivery_mode == 2 else DeliveryMode.NON_PERSISTENT
         msg.correlation_id = properties.correlation_id
         msg.type = properties.type
         msg.reply_to = reply_to_destination(properties.reply_to)
@@ -377,10 +410,16 @@ _U64 = struct.Struct(">Q").unpack_from
 _HEADER_START = struct.Struct(">HHQH").unpack_from  # class, weight, body size, property flags
 # header table values read here; the others (f, d, D, T, ...) are pika_data.decode_value's
 _FIXED: dict[int, tuple[Callable[..., tuple[Any, ...]], int]] = {
-    ord("b"): (struct.Struct(">b").unpack_from, 1), ord("B"): (_U8, 1),
-    ord("s"): (struct.Struct(">h").unpack_from, 2), ord("U"): (struct.Struct(">h").unpack_from, 2),
-    ord("u"): (_U16, 2), ord("I"): (struct.Struct(">i").unpack_from, 4), ord("i"): (_U32, 4),
-    ord("l"): (struct.Struct(">q").unpack_from, 8), ord("L"): (struct.Struct(">q").unpack_from, 8)}
+    ord("b"): (struct.Struct(">b").unpack_from, 1),
+    ord("B"): (_U8, 1),
+    ord("s"): (struct.Struct(">h").unpack_from, 2),
+    ord("U"): (struct.Struct(">h").unpack_from, 2),
+    ord("u"): (_U16, 2),
+    ord("I"): (struct.Struct(">i").unpack_from, 4),
+    ord("i"): (_U32, 4),
+    ord("l"): (struct.Struct(">q").unpack_from, 8),
+    ord("L"): (struct.Struct(">q").unpack_from, 8),
+}
 
 
 class FrameError(JMSException):
@@ -392,8 +431,9 @@ class Deliver:
 
     __slots__ = ("consumer_tag", "delivery_tag", "exchange", "redelivered", "routing_key")
 
-    def __init__(self, consumer_tag: Any, delivery_tag: int, redelivered: bool, exchange: Any,
-                 routing_key: Any) -> None:
+    def __init__(
+        self, consumer_tag: Any, delivery_tag: int, redelivered: bool, exchange: Any, routing_key: Any
+    ) -> None:
         self.consumer_tag = consumer_tag
         self.delivery_tag = delivery_tag
         self.redelivered = redelivered
@@ -411,9 +451,22 @@ class DeliveredProperties:
     __slots__ = PROPERTY_NAMES
 
     def __init__(self, values: list[Any]) -> None:
-        (self.content_type, self.content_encoding, self.headers, self.delivery_mode, self.priority,
-         self.correlation_id, self.reply_to, self.expiration, self.message_id, self.timestamp,
-         self.type, self.user_id, self.app_id, self.cluster_id) = values
+        (
+            self.content_type,
+            self.content_encoding,
+            self.headers,
+            self.delivery_mode,
+            self.priority,
+            self.correlation_id,
+            self.reply_to,
+            self.expiration,
+            self.message_id,
+            self.timestamp,
+            self.type,
+            self.user_id,
+            self.app_id,
+            self.cluster_id,
+        ) = values
 
     def __repr__(self) -> str:
         return f"DeliveredProperties({', '.join(f'{n}={getattr(self, n)!r}' for n in PROPERTY_NAMES)})"
@@ -429,7 +482,7 @@ def _short_string(buf: bytes, at: int, limit: int) -> tuple[Any, int]:
     end = at + 1 + buf[at]
     if end > limit:
         raise _Short
-    raw = buf[at + 1:end]
+    raw = buf[at + 1 : end]
     try:
         return raw.decode(), end
     except UnicodeDecodeError:
@@ -452,8 +505,7 @@ def decode_deliver(payload: bytes, channel: int) -> Deliver:
     except _Short:
         at = -1
     if at != limit:
-        raise FrameError(f"malformed basic.deliver frame on channel {channel} ({limit} bytes: "
-                         f"{payload[:64]!r})")
+        raise FrameError(f"malformed basic.deliver frame on channel {channel} ({limit} bytes: {payload[:64]!r})")
     return Deliver(consumer_tag, delivery_tag, redelivered, exchange, routing_key)
 
 
@@ -547,11 +599,14 @@ def decode_content_header(payload: bytes, channel: int) -> tuple[int, DeliveredP
                 values[i], at = _U64(payload, at)[0], at + 8
     except (_Short, FrameError, ValueError, OverflowError, OSError, struct.error) as exc:
         why = f": {exc}" if str(exc) else ""
-        raise FrameError(f"malformed content header frame on channel {channel} ({limit} bytes{why}: "
-                         f"{payload[:64]!r})") from None
+        raise FrameError(
+            f"malformed content header frame on channel {channel} ({limit} bytes{why}: {payload[:64]!r})"
+        ) from None
     if at != limit:
-        raise FrameError(f"malformed content header frame on channel {channel}: {limit - at} bytes "
-                         f"after its properties ({payload[:64]!r})")
+        raise FrameError(
+            f"malformed content header frame on channel {channel}: {limit - at} bytes "
+            f"after its properties ({payload[:64]!r})"
+        )
     return size, DeliveredProperties(values)
 
 
@@ -569,29 +624,37 @@ class Deliveries:
 
     def begin(self, channel: int, deliver: Deliver) -> None:
         if channel in self._open:
-            raise FrameError(f"basic.deliver frame on channel {channel} before the content of the "
-                             "delivery before it is complete")
+            raise FrameError(
+                f"basic.deliver frame on channel {channel} before the content of the delivery before it is complete"
+            )
         self._open[channel] = [deliver, None, 0, [], 0]
 
-    def content(self, frame_type: int, channel: int,
-                payload: bytes) -> tuple[Deliver, DeliveredProperties, bytes] | None:
+    def content(
+        self, frame_type: int, channel: int, payload: bytes
+    ) -> tuple[Deliver, DeliveredProperties, bytes] | None:
         """Take one frame of the channel's open delivery: the whole delivery once its last
         body frame (or a header of size 0) is here, else None."""
         entry = self._open[channel]
         if entry[1] is None:
             if frame_type != FRAME_HEADER:
-                raise FrameError(f"frame of type {frame_type} on channel {channel} where the content "
-                                 "header of a basic.deliver belongs")
+                raise FrameError(
+                    f"frame of type {frame_type} on channel {channel} where the content "
+                    "header of a basic.deliver belongs"
+                )
             entry[2], entry[1] = decode_content_header(payload, channel)
         elif frame_type != FRAME_BODY:
-            raise FrameError(f"frame of type {frame_type} on channel {channel} where a body frame "
-                             f"of a basic.deliver belongs ({entry[4]} of {entry[2]} bytes read)")
+            raise FrameError(
+                f"frame of type {frame_type} on channel {channel} where a body frame "
+                f"of a basic.deliver belongs ({entry[4]} of {entry[2]} bytes read)"
+            )
         else:
             entry[3].append(payload)
             entry[4] += len(payload)
             if entry[4] > entry[2]:
-                raise FrameError(f"body frame on channel {channel} past the body size of its "
-                                 f"basic.deliver ({entry[4]} > {entry[2]} bytes)")
+                raise FrameError(
+                    f"body frame on channel {channel} past the body size of its "
+                    f"basic.deliver ({entry[4]} > {entry[2]} bytes)"
+                )
         if entry[4] < entry[2]:
             return None
         del self._open[channel]

@@ -91,10 +91,12 @@ class HostBrokerFactory(XAConnectionFactory):
     connection that names no user logs in as ``user`` else ``$IMQ_BROKER_USER``; ``options``
     go to :class:`~.remote.RemoteConnectionFactory`."""
 
-    def __init__(self, url: str | None = None, user: str | None = None, password: str | None = None,
-                 **options: Any) -> None:
+    def __init__(
+        self, url: str | None = None, user: str | None = None, password: str | None = None, **options: Any
+    ) -> None:
         if url is not None:
             from .remote import parse_url
+
             parse_url(url)  # refuse a bad URL now, not at the first connection
         self.url = url
         self._login = (user, password or "") if user else None
@@ -102,9 +104,9 @@ class HostBrokerFactory(XAConnectionFactory):
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
         from .remote import RemoteConnectionFactory
+
         if username is None:
-            username, password = self._login or (os.environ.get(BROKER_USER_ENV),
-                                                 os.environ.get(BROKER_PASSWORD_ENV))
+            username, password = self._login or (os.environ.get(BROKER_USER_ENV), os.environ.get(BROKER_PASSWORD_ENV))
         url = self.url or os.environ.get(BROKER_URL_ENV) or DEFAULT_BROKER_URL
         return RemoteConnectionFactory(url, **self.options).create_connection(username, password)
 
@@ -127,8 +129,10 @@ class _Context(naming.Context):
                 return Topic(rest)
         if name.endswith("ConnectionFactory"):
             return self.factory()
-        raise NamingException(f"{name!r} is not bound in the embedded broker's context "
-                              "(use ConnectionFactory, XAConnectionFactory, queue/NAME or topic/NAME)")
+        raise NamingException(
+            f"{name!r} is not bound in the embedded broker's context "
+            "(use ConnectionFactory, XAConnectionFactory, queue/NAME or topic/NAME)"
+        )
 
 
 class EmbeddedContextFactory(naming.InitialContextFactory):
@@ -139,6 +143,7 @@ class EmbeddedContextFactory(naming.InitialContextFactory):
         parsed = urlparse(url)
         if parsed.scheme.startswith("mq"):
             from .remote import RemoteConnectionFactory
+
             options = _client_options(environment)
             return _Context(lambda: RemoteConnectionFactory(url, **options))
         if parsed.scheme in ("", "file"):
@@ -156,11 +161,15 @@ def _client_options(environment: Mapping[str, str]) -> dict[str, Any]:
     """The mq:// client's options the environment sets (the table above)."""
     from .remote import ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, ack_timeout_seconds
 
-    options: dict[str, Any] = {"xa_timeout": ack_timeout_seconds(
-        _whole(environment, ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, 86_400_000, "milliseconds from 0 (no limit)"))}
+    options: dict[str, Any] = {
+        "xa_timeout": ack_timeout_seconds(
+            _whole(environment, ACK_TIMEOUT, DEFAULT_ACK_TIMEOUT_MS, 86_400_000, "milliseconds from 0 (no limit)")
+        )
+    }
     if PING_INTERVAL in environment:
-        options["heartbeat"] = float(_whole(environment, PING_INTERVAL, 0, 86_400,
-                                            "seconds from 0 (the service's interval)"))
+        options["heartbeat"] = float(
+            _whole(environment, PING_INTERVAL, 0, 86_400, "seconds from 0 (the service's interval)")
+        )
     if CONSUMER_FLOW_LIMIT in environment:
         options["prefetch"] = _whole(environment, CONSUMER_FLOW_LIMIT, 0, 65536, "messages from 0 (pull)")
     connection_type = environment.get(CONNECTION_TYPE, "TCP").strip().upper()

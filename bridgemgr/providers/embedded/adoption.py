@@ -51,8 +51,7 @@ class Adoption(Destinations):
         for qkey, cfg in rec.destinations.items():
             self.configured[qkey] = _limits_from_json(cfg)
         for client_id, name, topic, selector, no_local, owner in rec.subscriptions:
-            self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False,
-                                    owner=owner)
+            self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False, owner=owner)
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}
         xids = {xid: Xid.parse(xid) for xid in rec.prepared}
         branches = {xid: Work(xids[xid], WorkState.PREPARED) for xid in rec.prepared}
@@ -72,8 +71,7 @@ class Adoption(Destinations):
             mq = self._queue_for_key(qkey)
             if mq is None:
                 continue
-            env = Envelope(seq, mq, codec.decode(blob), True,
-                           len(blob) if seq >= mq.counted_from else 0, dcount)
+            env = Envelope(seq, mq, codec.decode(blob), True, len(blob) if seq >= mq.counted_from else 0, dcount)
             mq.paged -= 1
             mq.skip.add(seq)
             env.owner = branches[locked[seq]]
@@ -83,12 +81,15 @@ class Adoption(Destinations):
             for seq, qkey, blob in br.sends:
                 mq = self._queue_for_key(qkey, create=True)
                 if mq is not None:
-                    env = Envelope(seq, mq, codec.decode(blob), True,
-                                   len(blob) if seq >= mq.counted_from else 0)
+                    env = Envelope(seq, mq, codec.decode(blob), True, len(blob) if seq >= mq.counted_from else 0)
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
             self.branches[xids[xid]] = work
         if rec.backlogs or rec.prepared:
-            log.info("store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
-                     self.store.path, sum(rec.backlogs.values()), len(rec.subscriptions),
-                     len(rec.prepared))
+            log.info(
+                "store %s: recovered %d messages, %d subscriptions, %d prepared XA branches",
+                self.store.path,
+                sum(rec.backlogs.values()),
+                len(rec.subscriptions),
+                len(rec.prepared),
+            )

@@ -36,8 +36,20 @@ from .store import Database, Store
 from .swap import Swap
 from .xabranches import XABranches
 
-__all__ = ["DMQ_NAME", "PERSISTENT", "Authenticator", "Broker", "DestinationLimits", "Envelope",
-           "LimitBehavior", "Sent", "Subscription", "Work", "WorkState", "now_ms"]
+__all__ = [
+    "DMQ_NAME",
+    "PERSISTENT",
+    "Authenticator",
+    "Broker",
+    "DestinationLimits",
+    "Envelope",
+    "LimitBehavior",
+    "Sent",
+    "Subscription",
+    "Work",
+    "WorkState",
+    "now_ms",
+]
 
 
 class Broker(XABranches, Adoption):
@@ -67,14 +79,24 @@ class Broker(XABranches, Adoption):
 
     provider_name = "imqbridge embedded broker"
 
-    def __init__(self, data_dir: str | Path | None = None, *, sync: bool = False,
-                 instance_name: str = "imqbroker", limits: DestinationLimits = UNLIMITED,
-                 autocreate_queue: bool = True, autocreate_topic: bool = True,
-                 authenticator: Authenticator | None = None,
-                 database: Database | None = None, system: SystemUsage | None = None,
-                 max_message_size: int = -1, max_selector_size: int = SELECTOR_MAX_SIZE,
-                 memory: MemoryConfig | None = None,
-                 memory_window: int = WINDOW, swap_dir: str | Path | None = None) -> None:
+    def __init__(
+        self,
+        data_dir: str | Path | None = None,
+        *,
+        sync: bool = False,
+        instance_name: str = "imqbroker",
+        limits: DestinationLimits = UNLIMITED,
+        autocreate_queue: bool = True,
+        autocreate_topic: bool = True,
+        authenticator: Authenticator | None = None,
+        database: Database | None = None,
+        system: SystemUsage | None = None,
+        max_message_size: int = -1,
+        max_selector_size: int = SELECTOR_MAX_SIZE,
+        memory: MemoryConfig | None = None,
+        memory_window: int = WINDOW,
+        swap_dir: str | Path | None = None,
+    ) -> None:
         """``database``: where the store lives instead of SQLite under ``data_dir``
         (pgstore.PostgresDatabase for imq.persist.store=jdbc); ``system``: the
         imq.system.max_count/max_size limits (default none); ``max_message_size``: the
@@ -94,11 +116,11 @@ class Broker(XABranches, Adoption):
         self.authenticator = authenticator
         self.lock = threading.Lock()
         self.closed = False
-        self.rm_id = uuid.uuid4().hex        # is_same_rm: same broker, same store
+        self.rm_id = uuid.uuid4().hex  # is_same_rm: same broker, same store
         self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
         self._ids = itertools.count(1)
         self.queues = {}
-        self.topics = {}       # topic name -> subscription queues
+        self.topics = {}  # topic name -> subscription queues
         self.known_topics = set()
         self.durable = {}
         self.temporary = {}
@@ -118,8 +140,11 @@ class Broker(XABranches, Adoption):
         self.max_message_size = max_message_size
         self.max_selector_size = max_selector_size
         self.memory = MemoryMonitor(memory) if memory is not None else None
-        self.store = (Store(self.data_dir, sync=sync, database=database)
-                      if self.data_dir is not None or database is not None else None)
+        self.store = (
+            Store(self.data_dir, sync=sync, database=database)
+            if self.data_dir is not None or database is not None
+            else None
+        )
         swap_dir = swap_dir if swap_dir is not None else self.data_dir
         self.swap = Swap(swap_dir) if swap_dir is not None else None
         self._seq = itertools.count(1)

@@ -45,9 +45,9 @@ from . import wire
 log = logging.getLogger(__name__)
 
 SCHEMES = {"mq": (True, False), "mqtcp": (False, False), "mqssl": (False, True)}  # (port mapper, tls)
-LAZY_LIMIT = 256 * 1024    # bytes kept lazily before they are written anyway
+LAZY_LIMIT = 256 * 1024  # bytes kept lazily before they are written anyway
 MIN_HEARTBEAT = 0.05
-READ_BUFFER = 262144       # bytes one read of the socket takes at most
+READ_BUFFER = 262144  # bytes one read of the socket takes at most
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,10 @@ def parse_url(url: str) -> list[Address]:
         except ValueError as exc:
             raise JMSException(f"bad broker URL {part!r}: {exc}") from None
         if parts.scheme not in SCHEMES or not parts.hostname or parts.path.strip("/") not in ("", "jms"):
-            raise JMSException(f"bad broker URL {part!r}: write mq://host:port (the port mapper), "
-                               "mqtcp://host:port or mqssl://host:port (the jms service itself)")
+            raise JMSException(
+                f"bad broker URL {part!r}: write mq://host:port (the port mapper), "
+                "mqtcp://host:port or mqssl://host:port (the jms service itself)"
+            )
         portmapper, tls = SCHEMES[parts.scheme]
         if port is None and not portmapper:
             raise JMSException(f"bad broker URL {part!r}: {parts.scheme}:// needs the service's port")
@@ -95,9 +97,14 @@ class Hello:
     client_name: str = "python"
 
 
-def open_channel(address: Address, hello: Hello, ssl_context: ssl.SSLContext | None,
-                 timeout: float, deliver: Callable[[wire.Event], None],
-                 lost: Callable[[TransportException], None]) -> Channel:
+def open_channel(
+    address: Address,
+    hello: Hello,
+    ssl_context: ssl.SSLContext | None,
+    timeout: float,
+    deliver: Callable[[wire.Event], None],
+    lost: Callable[[TransportException], None],
+) -> Channel:
     """Connect to the jms service at ``address`` and log in."""
     host, port = address.host, address.port
     tls = address.tls or ssl_context is not None
@@ -113,8 +120,10 @@ def open_channel(address: Address, hello: Hello, ssl_context: ssl.SSLContext | N
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if tls:
             sock = (ssl_context or ssl.create_default_context()).wrap_socket(sock, server_hostname=host)
-        sock.sendall(wire.PREAMBLE + wire.request(1, wire.Op.HELLO, hello.user, hello.password,
-                                                  int(hello.heartbeat * 1000), hello.client_name))
+        sock.sendall(
+            wire.PREAMBLE
+            + wire.request(1, wire.Op.HELLO, hello.user, hello.password, int(hello.heartbeat * 1000), hello.client_name)
+        )
         welcome = _handshake(sock, reader, where)
     except BaseException as exc:
         sock.close()
@@ -150,7 +159,7 @@ class Call:
         self.done = False
         self.value: Any = None
         self.error: JMSException | None = None
-        self.then = then   # run by the reader as the answer arrives (before later frames)
+        self.then = then  # run by the reader as the answer arrives (before later frames)
 
     def complete(self, value: Any = None, error: JMSException | None = None) -> None:
         self.value, self.error = value, error
@@ -160,8 +169,15 @@ class Call:
 
 
 class Channel:
-    def __init__(self, sock: socket.socket, reader: wire.Wire, where: str, welcome: dict[str, Any],
-                 deliver: Callable[[wire.Event], None], lost: Callable[[TransportException], None]) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        reader: wire.Wire,
+        where: str,
+        welcome: dict[str, Any],
+        deliver: Callable[[wire.Event], None],
+        lost: Callable[[TransportException], None],
+    ) -> None:
         self.where = where
         self.welcome = welcome
         self.interval = max(MIN_HEARTBEAT, welcome["heartbeat_ms"] / 1000)
@@ -181,9 +197,9 @@ class Channel:
         self._lazy: list[bytes] = []
         self._lazy_size = 0
         self._stop = threading.Event()
-        self._cond = threading.Condition()     # waiting for answers and deliveries, the read role
-        self._read_lock = threading.Lock()     # held by the thread reading the socket
-        self._idle_reading = False             # ... which is the monitor, until a caller wants it
+        self._cond = threading.Condition()  # waiting for answers and deliveries, the read role
+        self._read_lock = threading.Lock()  # held by the thread reading the socket
+        self._idle_reading = False  # ... which is the monitor, until a caller wants it
         self._wake_r, self._wake_w = os.pipe()
         os.set_blocking(self._wake_r, False)
         os.set_blocking(self._wake_w, False)
@@ -226,8 +242,7 @@ class Channel:
         if self._lazy:
             self.write(None)
 
-    def start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
-              lazy: bool = False) -> Call:
+    def start(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None, lazy: bool = False) -> Call:
         """Write a request (``frame(call id)``); its answer completes the returned call.
         ``lazy``: kept for the next write (whoever waits for the answer flushes first)."""
         if self.broken is not None:
@@ -248,20 +263,24 @@ class Channel:
         for lost (the call's outcome is unknown), however alive its socket looks."""
         deadline = None if timeout is None else time.monotonic() + timeout
         if not self.wait_for(lambda: call.done, deadline):
-            raise self._lost(f"no answer to {what} within {timeout:g} s (the service does "
-                             "not respond)")
+            raise self._lost(f"no answer to {what} within {timeout:g} s (the service does not respond)")
         if call.error is not None:
             raise call.error
         return call.value
 
-    def call(self, frame: Callable[[int], bytes], then: Callable[[], None] | None = None,
-             timeout: float | None = None, what: str = "a request") -> Any:
+    def call(
+        self,
+        frame: Callable[[int], bytes],
+        then: Callable[[], None] | None = None,
+        timeout: float | None = None,
+        what: str = "a request",
+    ) -> Any:
         return self.finish(self.start(frame, then), timeout, what)
 
-    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None,
-                timeout: float | None = None) -> Any:
-        return self.call(lambda call_id: wire.request(call_id, op, *args), then, timeout,
-                         op.name.lower())
+    def request(
+        self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None, timeout: float | None = None
+    ) -> Any:
+        return self.call(lambda call_id: wire.request(call_id, op, *args), then, timeout, op.name.lower())
 
     # --- reading ------------------------------------------------------------------------------
     def wait_for(self, ready: Callable[[], bool], deadline: float | None) -> bool:
@@ -399,8 +418,11 @@ class Channel:
             broken = self.broken
             first = broken is None
             if broken is None:
-                broken = self.broken = TransportException(f"the connection to {self.where} is closed" if self.closing
-                                                 else f"the connection to {self.where} was lost: {reason}")
+                broken = self.broken = TransportException(
+                    f"the connection to {self.where} is closed"
+                    if self.closing
+                    else f"the connection to {self.where} was lost: {reason}"
+                )
         self._stop.set()
         try:
             self._sock.shutdown(socket.SHUT_RDWR)

@@ -132,8 +132,7 @@ class EmbeddedConnection(XAConnection):
         if self.closed:
             raise IllegalStateException("the connection is closed")
 
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> EmbeddedSession:
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> EmbeddedSession:
         self._check_open()
         self._used = True
         session = EmbeddedSession(self, transacted, AckMode(ack_mode))
@@ -206,7 +205,7 @@ class EmbeddedSession(Session):
         self._producers: list[EmbeddedProducer] = []
         self._sent_to = _SentTo(self.broker)  # a remote client's or STOMP sender's sends (metrics)
         self._work = Work()
-        self.branch: Work | None = None   # the XA branch this session is associated with
+        self.branch: Work | None = None  # the XA branch this session is associated with
         self.listener_lock = threading.Lock()
         # send_async() calls not answered yet, oldest first: store ticket, answer
         self._durable: deque[tuple[Sent, Answered]] = deque()
@@ -249,8 +248,9 @@ class EmbeddedSession(Session):
         destination it has sent to, until it closes (metrics)."""
         self._sent_to.sent(destination)
 
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> EmbeddedConsumer:
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> EmbeddedConsumer:
         self._check_open()
         if not isinstance(destination, Destination):
             raise InvalidDestinationException(f"not a destination: {destination!r}")
@@ -259,8 +259,9 @@ class EmbeddedSession(Session):
         self.consumers.append(consumer)
         return consumer
 
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> EmbeddedConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> EmbeddedConsumer:
         self._check_open()
         if not isinstance(topic, Topic):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
@@ -269,9 +270,15 @@ class EmbeddedSession(Session):
         self.consumers.append(consumer)
         return consumer
 
-    def create_group_consumer(self, destination: Destination, selector: str | None,
-                              durable_name: str | None, group: str, retain: bool,
-                              max_messages: int) -> EmbeddedConsumer:
+    def create_group_consumer(
+        self,
+        destination: Destination,
+        selector: str | None,
+        durable_name: str | None,
+        group: str,
+        retain: bool,
+        max_messages: int,
+    ) -> EmbeddedConsumer:
         """A connection consumer's consumer in this session (Session.create_group_consumer)."""
         self._check_open()
         if not isinstance(destination, Destination):
@@ -302,8 +309,11 @@ class EmbeddedSession(Session):
         return self._work if self.transacted else None
 
     def _acks_now(self) -> bool:
-        return self.branch is None and not self.transacted and self.ack_mode in (
-            AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
+        return (
+            self.branch is None
+            and not self.transacted
+            and self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
+        )
 
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
@@ -489,8 +499,7 @@ class EmbeddedXAResource(XAResource):
     def commit_logged(self, xid: Xid) -> Callable[[], None]:
         """Committed in memory and recorded for the store; the wait writes it (with the
         other commits recorded meanwhile: one store batch for a completer's group)."""
-        return partial(self.broker.xa_commit_written, xid,
-                       self.broker.xa_commit(xid, False, wait=False))
+        return partial(self.broker.xa_commit_written, xid, self.broker.xa_commit(xid, False, wait=False))
 
     def rollback(self, xid: Xid) -> None:
         self.broker.xa_rollback(xid)
@@ -553,8 +562,14 @@ class EmbeddedProducer(MessageProducer):
         # an anonymous producer: counted as a producer of each destination it sent to
         self._sent_to = _SentTo(session.broker) if destination is None and self.counted_here else None
 
-    def _stamp(self, message: Message, destination: Destination | None, delivery_mode: int | None,
-               priority: int | None, time_to_live: int | None) -> tuple[Message, Destination]:
+    def _stamp(
+        self,
+        message: Message,
+        destination: Destination | None,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+    ) -> tuple[Message, Destination]:
         """Check the send, stamp ``message``'s JMS headers; the copy to send and where."""
         if self.closed:
             raise IllegalStateException("the producer is closed")
@@ -564,13 +579,14 @@ class EmbeddedProducer(MessageProducer):
         if destination is not None:
             if dest is not None and destination != dest:
                 raise InvalidDestinationException(
-                    f"this producer sends to {dest}; create one without a destination to choose per send")
+                    f"this producer sends to {dest}; create one without a destination to choose per send"
+                )
             dest = destination
         if dest is None:
             raise InvalidDestinationException("no destination: give one to the producer or to send()")
         sent_to = self._sent_to
         if sent_to is not None and dest is not sent_to.last:  # (an anonymous producer's first
-            sent_to.sent(dest)                                 # send there, or another one)
+            sent_to.sent(dest)  # send there, or another one)
         if not isinstance(message, Message):
             raise JMSException(f"not a message: {message!r}")
         mode = self.delivery_mode if delivery_mode is None else delivery_mode
@@ -597,18 +613,31 @@ class EmbeddedProducer(MessageProducer):
         snapshot.delivery_count = 0
         return snapshot, dest
 
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         snapshot, dest = self._stamp(message, destination, delivery_mode, priority, time_to_live)
         if self.confirm_sends:
             self.session._send_confirmed(snapshot, dest)
         else:
             self.session._send(snapshot, dest)
 
-    def send_async(self, message: Message, listener: CompletionListener,
-                   destination: Destination | None = None, *, delivery_mode: int | None = None,
-                   priority: int | None = None, time_to_live: int | None = None) -> None:
+    def send_async(
+        self,
+        message: Message,
+        listener: CompletionListener,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """The session answers (see the module notes); the listener hears it."""
         snapshot, dest = self._stamp(message, destination, delivery_mode, priority, time_to_live)
 
@@ -617,6 +646,7 @@ class EmbeddedProducer(MessageProducer):
                 listener.on_completion(message)
             else:
                 listener.on_exception(message, error)
+
         self.session._send_async(snapshot, dest, answered)
 
     def flush(self) -> None:
@@ -648,8 +678,9 @@ class EmbeddedProducer(MessageProducer):
 
 
 class EmbeddedConsumer(MessageConsumer):
-    def __init__(self, session: EmbeddedSession, destination: Destination, selector: str | None,
-                 durable_name: str | None = None) -> None:
+    def __init__(
+        self, session: EmbeddedSession, destination: Destination, selector: str | None, durable_name: str | None = None
+    ) -> None:
         self.session = session
         self.connection = session.connection
         self.broker = session.broker
@@ -660,8 +691,8 @@ class EmbeddedConsumer(MessageConsumer):
         # Topic subscriptions filter when a message is published; queues when it is taken.
         self.selector = None if destination.is_topic else compiled
         self.closed = False
-        self.group: str | None = None   # the connection consumer this consumer serves (broker.group_queue)
-        self.retain = True              # False: unwanted messages of its queue are removed (ibid.)
+        self.group: str | None = None  # the connection consumer this consumer serves (broker.group_queue)
+        self.retain = True  # False: unwanted messages of its queue are removed (ibid.)
         self.scan: tuple[int, Any] | None = None  # selector scan position (MessageQueue.take)
         self.cond = threading.Condition(self.broker.lock)
         self.queue: MessageQueue = None  # type: ignore[assignment]  # None only until the session sets it (create_consumer)
@@ -731,8 +762,7 @@ class EmbeddedConsumer(MessageConsumer):
             raise IllegalStateException("the consumer is closed")
         self._listener = listener
         if listener is not None and self._thread is None:
-            self._thread = threading.Thread(target=self._listen, daemon=True,
-                                            name=f"listener:{self.destination}")
+            self._thread = threading.Thread(target=self._listen, daemon=True, name=f"listener:{self.destination}")
             self._thread.start()
 
     def _listen(self) -> None:

@@ -74,7 +74,7 @@ _HELLO, _INDIVIDUAL = wire.Op.HELLO, AckMode.INDIVIDUAL_ACKNOWLEDGE
 class State(Enum):
     HANDSHAKE = "waiting for HELLO"
     AUTHENTICATING = "authenticating"
-    REFUSED = "login refused"       # the driver counts the failure and fails it
+    REFUSED = "login refused"  # the driver counts the failure and fails it
     OPEN = "open"
     CLOSED = "closed"
 
@@ -120,27 +120,35 @@ class RemoteSession:
         self.sid = sid
         self.s = session
         self.tags = itertools.count(1)
-        self.by_tag: dict[int, Envelope] = {}      # INDIVIDUAL_ACKNOWLEDGE: consumed, unacked
-        self.failed: JMSException | None = None    # an asynchronous send of the transaction failed
+        self.by_tag: dict[int, Envelope] = {}  # INDIVIDUAL_ACKNOWLEDGE: consumed, unacked
+        self.failed: JMSException | None = None  # an asynchronous send of the transaction failed
 
 
 class RemoteConsumer(EmbeddedConsumer):
     """An embedded consumer whose messages go to a remote client (see the module notes)."""
 
-    def __init__(self, client: ClientConnection, session: RemoteSession, cid: int,
-                 destination: Destination, selector: str | None, prefetch: int,
-                 durable_name: str | None, prefetch_bytes: int = 0) -> None:
+    def __init__(
+        self,
+        client: ClientConnection,
+        session: RemoteSession,
+        cid: int,
+        destination: Destination,
+        selector: str | None,
+        prefetch: int,
+        durable_name: str | None,
+        prefetch_bytes: int = 0,
+    ) -> None:
         super().__init__(session.s, destination, selector, durable_name)
         self.client = client
         self.remote = session
         self.cid = cid
-        self.prefetch = prefetch          # 0: a pull consumer (see wire's notes)
+        self.prefetch = prefetch  # 0: a pull consumer (see wire's notes)
         self.refill = max(1, prefetch // 4)  # CONSUMED refills the window in batches this big
-        self.credit = 0                   # PULL credits of a pull consumer
+        self.credit = 0  # PULL credits of a pull consumer
         self.inflight: dict[int, Envelope] = {}
         self.prefetch_bytes = prefetch_bytes  # > 0: no delivery while inflight holds that many
         self.inflight_bytes = 0
-        self.sizes: dict[int, int] = {}   # tag -> blob bytes (with prefetch_bytes only)
+        self.sizes: dict[int, int] = {}  # tag -> blob bytes (with prefetch_bytes only)
         self._scheduled = False
 
     def room(self) -> int:
@@ -227,21 +235,30 @@ class ClientConnection:
     """One remote client's connection (see the module notes). Not thread-safe: the loop
     owns it; other threads reach it through ``post`` only."""
 
-    def __init__(self, broker: Broker, *, authenticate: Authenticate, post: Post,
-                 access: AccessControls | None = None, heartbeat: float = 30.0,
-                 max_frame: int = wire.DEFAULT_MAX_FRAME, peer: str = "?", now: float = 0.0) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        *,
+        authenticate: Authenticate,
+        post: Post,
+        access: AccessControls | None = None,
+        heartbeat: float = 30.0,
+        max_frame: int = wire.DEFAULT_MAX_FRAME,
+        peer: str = "?",
+        now: float = 0.0,
+    ) -> None:
         self.broker = broker
         self.post = post
         self.peer = peer
-        self.heartbeat = heartbeat        # ours, in seconds; HELLO negotiates the interval
+        self.heartbeat = heartbeat  # ours, in seconds; HELLO negotiates the interval
         self.max_frame = max_frame
         self.embedded: EmbeddedConnection | None = None
         self.user: str | None = None
         self.login_user: str | None = None  # the user HELLO names, authenticated or not
         self.principal = Principal(None, address=peer, service=SERVICE)
-        self.interval = 0.0               # the negotiated heart-beat interval, once OPEN
+        self.interval = 0.0  # the negotiated heart-beat interval, once OPEN
         self.refusal: JMSException | None = None
-        self.paused = False               # the socket takes nothing more for now
+        self.paused = False  # the socket takes nothing more for now
         self.sessions: dict[int, RemoteSession] = {}
         self.consumers: dict[int, RemoteConsumer] = {}
         self.browsers: dict[int, Iterator[Message]] = {}  # read as the client asks
@@ -249,8 +266,8 @@ class ClientConnection:
         self._access = access.get(SERVICE) if access is not None else None
         self._wire = wire.Wire(wire.Role.SERVER, max_frame)
         self._state = State.HANDSHAKE
-        self._reading = True              # HANDSHAKE or OPEN: requests are handled
-        self._closing = False             # CLOSE handled: CLOSED once its reply is queued
+        self._reading = True  # HANDSHAKE or OPEN: requests are handled
+        self._closing = False  # CLOSE handled: CLOSED once its reply is queued
         self._browser_ids = itertools.count(1)
         self._out: list[bytes] = [wire.PREAMBLE]
         self._calls: list[BlockingCall] = []
@@ -299,8 +316,11 @@ class ClientConnection:
         """The blocking calls to start now; one waits for the store for the whole read."""
         if self._durable:
             waiting, self._durable = self._durable, []
-            self._calls.append(BlockingCall(partial(self.broker.wait_all, [t for _, _, t in waiting]),
-                                            partial(self._durable_done, waiting)))
+            self._calls.append(
+                BlockingCall(
+                    partial(self.broker.wait_all, [t for _, _, t in waiting]), partial(self._durable_done, waiting)
+                )
+            )
         if not self._calls:
             return _NO_CALLS
         calls, self._calls = self._calls, []
@@ -373,8 +393,7 @@ class ClientConnection:
                 conn.close()
             except Exception:
                 log.exception("jms client %s: releasing its connection failed", self.peer)
-            log.info("jms client %s (user %s) disconnected%s", self.peer, self.user,
-                     f": {exc}" if exc else "")
+            log.info("jms client %s (user %s) disconnected%s", self.peer, self.user, f": {exc}" if exc else "")
 
     # --- processing --------------------------------------------------------------------------
     def _process(self) -> None:
@@ -436,8 +455,9 @@ class ClientConnection:
             log.error("jms client %s: request failed", self.peer, exc_info=exc)
             self._answer_error(call, sid, JMSException(f"internal error: {exc}"))
 
-    def _durable_done(self, waiting: list[tuple[int, int | None, int | Sent]], result: Any,
-                      exc: BaseException | None) -> None:
+    def _durable_done(
+        self, waiting: list[tuple[int, int | None, int | Sent]], result: Any, exc: BaseException | None
+    ) -> None:
         for call, sid, _ in waiting:
             self._answer(call, sid, None, exc)
 
@@ -448,8 +468,7 @@ class ClientConnection:
         user, password = req.args[:2]
         self.login_user = user
         self.state = State.AUTHENTICATING
-        self._calls.append(BlockingCall(partial(self._login, user, password),
-                                        partial(self._hello_done, req)))
+        self._calls.append(BlockingCall(partial(self._login, user, password), partial(self._hello_done, req)))
 
     def _login(self, user: str | None, password: str | None) -> Principal | None:
         """Blocking: the principal of a right password whose user may use this service;
@@ -489,11 +508,22 @@ class ClientConnection:
         mine, theirs = self.heartbeat, heartbeat_ms / 1000
         self.interval = max(MIN_HEARTBEAT, min(x for x in (mine, theirs, 3600.0) if x > 0))
         log.info("jms client %s (%s) connected as %r", self.peer, client, user)
-        self._out.append(wire.reply(req.call, {
-            "instance": self.broker.instance_name, "rm_id": self.broker.rm_id,
-            "provider": Broker.provider_name, "version": __version__, "protocol": wire.VERSION,
-            "heartbeat_ms": int(self.interval * 1000), "max_frame": self.max_frame,
-            "prefetch_bytes": True, "browser": True}))
+        self._out.append(
+            wire.reply(
+                req.call,
+                {
+                    "instance": self.broker.instance_name,
+                    "rm_id": self.broker.rm_id,
+                    "provider": Broker.provider_name,
+                    "version": __version__,
+                    "protocol": wire.VERSION,
+                    "heartbeat_ms": int(self.interval * 1000),
+                    "max_frame": self.max_frame,
+                    "prefetch_bytes": True,
+                    "browser": True,
+                },
+            )
+        )
         self.state = State.OPEN
         self._process()
 
@@ -563,8 +593,17 @@ class ClientConnection:
             del self.consumers[consumer.cid]
         session.s.close()
 
-    def _new_consumer(self, sid: int, cid: int, dest: Destination, selector: str | None, no_local: bool,
-                      durable_name: str | None, prefetch: int, prefetch_bytes: int = 0) -> None:
+    def _new_consumer(
+        self,
+        sid: int,
+        cid: int,
+        dest: Destination,
+        selector: str | None,
+        no_local: bool,
+        durable_name: str | None,
+        prefetch: int,
+        prefetch_bytes: int = 0,
+    ) -> None:
         session = self._session(sid)
         if cid in self.consumers:
             raise IllegalStateException(f"consumer {cid} already exists")
@@ -574,8 +613,7 @@ class ClientConnection:
             raise IllegalStateException(f"prefetch bytes {prefetch_bytes} is below 0")
         session.s._check_open()
         self._check("consume", dest)
-        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name,
-                                  prefetch_bytes)
+        consumer = RemoteConsumer(self, session, cid, dest, selector, prefetch, durable_name, prefetch_bytes)
         if durable_name is not None:
             if not isinstance(dest, Topic):
                 raise InvalidDestinationException(f"a durable subscription needs a topic, not {dest}")
@@ -586,8 +624,17 @@ class ClientConnection:
         self.consumers[cid] = consumer
         consumer.schedule()
 
-    def _new_group_consumer(self, sid: int, cid: int, dest: Destination, selector: str | None,
-                            durable_name: str | None, prefetch: int, group: str, retain: bool) -> None:
+    def _new_group_consumer(
+        self,
+        sid: int,
+        cid: int,
+        dest: Destination,
+        selector: str | None,
+        durable_name: str | None,
+        prefetch: int,
+        group: str,
+        retain: bool,
+    ) -> None:
         """A connection consumer's consumer (broker.group_queue); its group is this
         connection's, so two clients never share one by naming the same group."""
         session = self._session(sid)
@@ -725,7 +772,8 @@ class ClientConnection:
             failed = session.failed
             self._rollback(sid)
             raise TransactionRolledBackException(
-                f"the transaction was rolled back because a send in it failed: {failed}")
+                f"the transaction was rolled back because a send in it failed: {failed}"
+            )
         ticket = session.s.commit_no_wait()
         return _durable(ticket)
 
@@ -781,8 +829,9 @@ class ClientConnection:
         failed, session.failed = session.failed, None
         if failed is not None and not flags & xa.TMFAIL:
             s.xa_resource.end(xid, xa.TMFAIL)
-            raise XAException(f"end: branch {xid} is rollback-only because a send in it failed: {failed}",
-                              xa.XA_RBROLLBACK)
+            raise XAException(
+                f"end: branch {xid} is rollback-only because a send in it failed: {failed}", xa.XA_RBROLLBACK
+            )
         s.xa_resource.end(xid, flags)
 
     def _xa_prepare(self, xid: Xid) -> Deferred:
@@ -838,7 +887,20 @@ HANDLERS: dict[wire.Op, Callable[..., Any]] = {
 }
 
 # Ops whose first argument is a session id (an asynchronous failure names it).
-_SESSION_OPS = frozenset({wire.Op.SEND, wire.Op.CONSUMED, wire.Op.RETURN, wire.Op.SESSION_CLOSE,
-                          wire.Op.CONSUMER, wire.Op.CONSUMER_CLOSE, wire.Op.ACKNOWLEDGE, wire.Op.ACK_ONE,
-                          wire.Op.ACK_OLDEST, wire.Op.COMMIT, wire.Op.ROLLBACK, wire.Op.RECOVER,
-                          wire.Op.GROUP_CONSUMER})
+_SESSION_OPS = frozenset(
+    {
+        wire.Op.SEND,
+        wire.Op.CONSUMED,
+        wire.Op.RETURN,
+        wire.Op.SESSION_CLOSE,
+        wire.Op.CONSUMER,
+        wire.Op.CONSUMER_CLOSE,
+        wire.Op.ACKNOWLEDGE,
+        wire.Op.ACK_ONE,
+        wire.Op.ACK_OLDEST,
+        wire.Op.COMMIT,
+        wire.Op.ROLLBACK,
+        wire.Op.RECOVER,
+        wire.Op.GROUP_CONSUMER,
+    }
+)

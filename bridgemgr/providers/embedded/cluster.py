@@ -68,8 +68,11 @@ def _fence_ddl(schema: str) -> tuple[str, ...]:
         "  IF TG_OP = 'DELETE' THEN RETURN OLD; END IF;\n"
         "  RETURN NEW;\n"
         "END $$",
-        *(f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{table} '
-          f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()' for table in (TXLOG, EXCUSES)),
+        *(
+            f'CREATE OR REPLACE TRIGGER imq_fence BEFORE INSERT OR UPDATE OR DELETE ON "{schema}".{table} '
+            f'FOR EACH ROW EXECUTE FUNCTION "{schema}".imq_fence()'
+            for table in (TXLOG, EXCUSES)
+        ),
     )
 
 
@@ -101,9 +104,13 @@ def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
     if not clusterid or not brokerid:
         raise StoreError("imq.cluster.ha=true needs imq.cluster.clusterid and imq.brokerid")
     base = jdbc_settings(props, brokerid)
-    return ClusterSettings(clusterid, brokerid, float(props.get("imq.cluster.heartbeat.interval")),
-                           float(props.get("imq.cluster.monitor.interval")),
-                           dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid))
+    return ClusterSettings(
+        clusterid,
+        brokerid,
+        float(props.get("imq.cluster.heartbeat.interval")),
+        float(props.get("imq.cluster.monitor.interval")),
+        dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid),
+    )
 
 
 def store_settings(props: BrokerProperties) -> JdbcSettings:
@@ -112,10 +119,12 @@ def store_settings(props: BrokerProperties) -> JdbcSettings:
     ha = cluster_settings(props)
     if ha is None:
         return jdbc_settings(props, props.get("imq.instancename"))
-    return dataclasses.replace(ha.jdbc, schema=instance_schema(ha.clusterid, ha.brokerid),
-                               txlog_schema=ha.jdbc.schema,
-                               fence=f'SELECT 1 FROM "{ha.jdbc.schema}".{BROKERS} WHERE brokerid = %s '
-                                     f"AND state = '{LIVE}' FOR SHARE")
+    return dataclasses.replace(
+        ha.jdbc,
+        schema=instance_schema(ha.clusterid, ha.brokerid),
+        txlog_schema=ha.jdbc.schema,
+        fence=f"SELECT 1 FROM \"{ha.jdbc.schema}\".{BROKERS} WHERE brokerid = %s AND state = '{LIVE}' FOR SHARE",
+    )
 
 
 def instance_schema(clusterid: str, brokerid: str) -> str:
@@ -179,6 +188,7 @@ class HACluster:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for statement in (*_TABLES, *_fence_ddl(schema)):
                 cur.execute(statement)
+
         self._transaction(create)
 
     # --- membership -------------------------------------------------------------------
@@ -189,37 +199,50 @@ class HACluster:
         monitor, me = self.settings.monitor, self.brokerid
 
         def join(cur: Any) -> int:
-            cur.execute(f"SELECT state, lease_expires > now(), address FROM {BROKERS} "
-                        "WHERE brokerid = %s FOR UPDATE", (me,))
+            cur.execute(
+                f"SELECT state, lease_expires > now(), address FROM {BROKERS} WHERE brokerid = %s FOR UPDATE", (me,)
+            )
             row = cur.fetchone()
             if row is not None and row[0] == LIVE and row[1] and self.generation == 0:
-                raise ClusterError(f"broker id {me} is in use by a live instance ({row[2]}); give "
-                                   f"this one another imq.brokerid, or wait {monitor:g} s "
-                                   "(imq.cluster.monitor.interval) if that instance is gone")
-            cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
-                        "AND lease_expires > now() AND brokerid <> %s ORDER BY brokerid", (LIVE, me))
+                raise ClusterError(
+                    f"broker id {me} is in use by a live instance ({row[2]}); give "
+                    f"this one another imq.brokerid, or wait {monitor:g} s "
+                    "(imq.cluster.monitor.interval) if that instance is gone"
+                )
+            cur.execute(
+                f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
+                "AND lease_expires > now() AND brokerid <> %s ORDER BY brokerid",
+                (LIVE, me),
+            )
             for other, text in cur.fetchall():
                 differ = differences(config, json.loads(text))
                 if differ:
-                    raise ClusterError(f"the bridge configuration differs from live broker {other}'s "
-                                       f"in {', '.join(differ)}; every instance of an HA cluster "
-                                       "needs the same (imq.cluster.url)")
+                    raise ClusterError(
+                        f"the bridge configuration differs from live broker {other}'s "
+                        f"in {', '.join(differ)}; every instance of an HA cluster "
+                        "needs the same (imq.cluster.url)"
+                    )
             cur.execute(
                 f"INSERT INTO {BROKERS}(brokerid, state, generation, lease_expires, address, config) "
                 "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s, %s) "
                 "ON CONFLICT (brokerid) DO UPDATE SET state = EXCLUDED.state, "
                 f"generation = {BROKERS}.generation + 1, lease_expires = EXCLUDED.lease_expires, "
                 "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL "
-                "RETURNING generation", (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)))
+                "RETURNING generation",
+                (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)),
+            )
             return int(cur.fetchone()[0])
+
         self.generation = self._transaction(join)
-        log.info("HA cluster %s: broker %s joined (generation %d)", self.settings.clusterid, me,
-                 self.generation)
+        log.info("HA cluster %s: broker %s joined (generation %d)", self.settings.clusterid, me, self.generation)
 
     def _holding(self, cur: Any) -> bool:
         """Whether our lease is ours still (locks our row against a takeover till commit)."""
-        cur.execute(f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = %s "
-                    "AND lease_expires > now() FOR SHARE", (self.brokerid, self.generation, LIVE))
+        cur.execute(
+            f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = %s "
+            "AND lease_expires > now() FOR SHARE",
+            (self.brokerid, self.generation, LIVE),
+        )
         return cur.fetchone() is not None
 
     def claim(self, activelist: Iterable[str]) -> list[str]:
@@ -242,8 +265,7 @@ class HACluster:
                     log.info("bridge %s: added to the ownership table as broker %s's", name, me)
                     active.append(name)
                 elif owner != me:
-                    log.warning("bridge %s is owned by broker %s: removed from imq.bridge.activelist",
-                                name, owner)
+                    log.warning("bridge %s is owned by broker %s: removed from imq.bridge.activelist", name, owner)
                 else:
                     active.append(name)
             for name, owner in sorted(owners.items()):
@@ -251,30 +273,44 @@ class HACluster:
                     log.info("bridge %s is owned by broker %s: added to imq.bridge.activelist", name, me)
                     active.append(name)
             return active
+
         return self._transaction(claim)
 
     def owners(self) -> dict[str, str]:
         """The ownership table: bridge name -> owning broker id."""
+
         def read(cur: Any) -> dict[str, str]:
             cur.execute(f"SELECT bridge, owner FROM {BRIDGES} ORDER BY bridge")
             return dict(cur.fetchall())
+
         return self._transaction(read)
 
     # --- heart-beats and takeover ---------------------------------------------------------
-    def start(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
-              rejoined: Callable[[list[str]], None], activelist: Iterable[str]) -> None:
+    def start(
+        self,
+        took_over: Callable[[str, list[str]], None],
+        lost: Callable[[str | None], None],
+        rejoined: Callable[[list[str]], None],
+        activelist: Iterable[str],
+    ) -> None:
         """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
         over that broker and now own those bridges; ``lost(taker)``: our lease is gone, stop
         every bridge now (``taker``: the broker that took us over, store and all: this
         instance must end; None: the store was out of reach, we join again when it is
         back); ``rejoined(bridges)``: we are a member again and own these."""
         wanted = list(activelist)
-        self._thread = threading.Thread(target=self._beat, args=(took_over, lost, rejoined, wanted),
-                                        daemon=True, name="ha-heartbeat")
+        self._thread = threading.Thread(
+            target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
+        )
         self._thread.start()
 
-    def _beat(self, took_over: Callable[[str, list[str]], None], lost: Callable[[str | None], None],
-              rejoined: Callable[[list[str]], None], wanted: list[str]) -> None:
+    def _beat(
+        self,
+        took_over: Callable[[str, list[str]], None],
+        lost: Callable[[str | None], None],
+        rejoined: Callable[[list[str]], None],
+        wanted: list[str],
+    ) -> None:
         renewed = time.monotonic()
         holding = True
         while not self._halt.wait(self.settings.heartbeat):
@@ -290,8 +326,11 @@ class HACluster:
                     continue
                 if time.monotonic() - renewed > self.settings.monitor or not self.renew():
                     holding = False
-                    log.error("HA cluster %s: broker %s lost its lease; stopping its bridges",
-                              self.settings.clusterid, self.brokerid)
+                    log.error(
+                        "HA cluster %s: broker %s lost its lease; stopping its bridges",
+                        self.settings.clusterid,
+                        self.brokerid,
+                    )
                     lost(None)
                     continue
                 renewed = time.monotonic()
@@ -305,19 +344,25 @@ class HACluster:
 
     def taken_by(self) -> str | None:
         """The broker that took us over, if one did."""
+
         def read(cur: Any) -> str | None:
             cur.execute(f"SELECT state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
             row = cur.fetchone()
             return str(row[1]) if row is not None and row[0] == TAKEN else None
+
         return self._transaction(read)
 
     def renew(self) -> bool:
         """Extend our lease by a monitor interval; False when it is no longer ours."""
+
         def renew(cur: Any) -> bool:
-            cur.execute(f"UPDATE {BROKERS} SET lease_expires = now() + make_interval(secs => %s) "
-                        "WHERE brokerid = %s AND generation = %s AND state = %s",
-                        (self.settings.monitor, self.brokerid, self.generation, LIVE))
+            cur.execute(
+                f"UPDATE {BROKERS} SET lease_expires = now() + make_interval(secs => %s) "
+                "WHERE brokerid = %s AND generation = %s AND state = %s",
+                (self.settings.monitor, self.brokerid, self.generation, LIVE),
+            )
             return bool(cur.rowcount == 1)
+
         return bool(self._transaction(renew))
 
     def take_over(self) -> tuple[str, list[str]] | None:
@@ -328,17 +373,21 @@ class HACluster:
         moved: list[tuple[Recovered, dict[str, int]]] = []
 
         def take(cur: Any) -> tuple[str, list[str]] | None:
-            cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE state = %s AND brokerid <> %s "
-                        "AND lease_expires < now() ORDER BY lease_expires LIMIT 1 "
-                        "FOR UPDATE SKIP LOCKED", (LIVE, me))
+            cur.execute(
+                f"SELECT brokerid FROM {BROKERS} WHERE state = %s AND brokerid <> %s "
+                "AND lease_expires < now() ORDER BY lease_expires LIMIT 1 "
+                "FOR UPDATE SKIP LOCKED",
+                (LIVE, me),
+            )
             row = cur.fetchone()
             if row is None or not self._holding(cur):
                 return None
             dead = row[0]
-            cur.execute(f"UPDATE {BROKERS} SET state = %s, taken_by = %s, generation = generation + 1 "
-                        "WHERE brokerid = %s", (TAKEN, me, dead))
-            cur.execute(f"UPDATE {BRIDGES} SET owner = %s, since = now() WHERE owner = %s "
-                        "RETURNING bridge", (me, dead))
+            cur.execute(
+                f"UPDATE {BROKERS} SET state = %s, taken_by = %s, generation = generation + 1 WHERE brokerid = %s",
+                (TAKEN, me, dead),
+            )
+            cur.execute(f"UPDATE {BRIDGES} SET owner = %s, since = now() WHERE owner = %s RETURNING bridge", (me, dead))
             bridges = sorted(r[0] for r in cur.fetchall())
             if broker is not None:
                 moved.append(self._move_store(cur, broker, dead))
@@ -352,9 +401,13 @@ class HACluster:
                 if taken is not None and moved:
                     broker.adopt(*moved[0])
         if taken is not None:
-            log.warning("HA cluster %s: broker %s took over broker %s (lease expired), its store "
-                        "and its bridges: %s", self.settings.clusterid, me, taken[0],
-                        ", ".join(taken[1]) or "none")
+            log.warning(
+                "HA cluster %s: broker %s took over broker %s (lease expired), its store and its bridges: %s",
+                self.settings.clusterid,
+                me,
+                taken[0],
+                ", ".join(taken[1]) or "none",
+            )
         return taken
 
     def _move_store(self, cur: Any, broker: Broker, dead: str) -> tuple[Recovered, dict[str, int]]:
@@ -371,46 +424,71 @@ class HACluster:
         cur.execute(f"SELECT COUNT(*) FROM (SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s")
         count = int(cur.fetchone()[0])
         base = broker.reserve_seqs(count)
-        cur.execute("CREATE TEMPORARY TABLE imq_adopt ON COMMIT DROP AS SELECT seq AS old, "
-                    "%s + ROW_NUMBER() OVER (ORDER BY seq) AS new FROM "
-                    f"(SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s", (base,))
-        cur.execute(f"INSERT INTO {o}.msgs(seq, qkey, dcount, blob) SELECT a.new, m.qkey, m.dcount, m.blob "
-                    f"FROM {t}.msgs m JOIN imq_adopt a ON a.old = m.seq")
-        cur.execute(f"INSERT INTO {o}.xa(xid, state) SELECT xid, state FROM {t}.xa "
-                    "ON CONFLICT (xid) DO NOTHING RETURNING xid")
+        cur.execute(
+            "CREATE TEMPORARY TABLE imq_adopt ON COMMIT DROP AS SELECT seq AS old, "
+            "%s + ROW_NUMBER() OVER (ORDER BY seq) AS new FROM "
+            f"(SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s",
+            (base,),
+        )
+        cur.execute(
+            f"INSERT INTO {o}.msgs(seq, qkey, dcount, blob) SELECT a.new, m.qkey, m.dcount, m.blob "
+            f"FROM {t}.msgs m JOIN imq_adopt a ON a.old = m.seq"
+        )
+        cur.execute(
+            f"INSERT INTO {o}.xa(xid, state) SELECT xid, state FROM {t}.xa ON CONFLICT (xid) DO NOTHING RETURNING xid"
+        )
         prepared = {xid: PreparedBranch() for (xid,) in cur.fetchall()}
-        cur.execute(f"INSERT INTO {o}.xa_sends(xid, seq, qkey, blob) SELECT s.xid, a.new, s.qkey, s.blob "
-                    f"FROM {t}.xa_sends s JOIN imq_adopt a ON a.old = s.seq "
-                    "RETURNING xid, seq, qkey, blob")
+        cur.execute(
+            f"INSERT INTO {o}.xa_sends(xid, seq, qkey, blob) SELECT s.xid, a.new, s.qkey, s.blob "
+            f"FROM {t}.xa_sends s JOIN imq_adopt a ON a.old = s.seq "
+            "RETURNING xid, seq, qkey, blob"
+        )
         for xid, seq, qkey, blob in sorted(cur.fetchall(), key=lambda r: r[1]):
             prepared.setdefault(xid, PreparedBranch()).sends.append((seq, loaded_key(qkey), bytes(blob)))
-        cur.execute(f"INSERT INTO {o}.xa_acks(xid, seq) SELECT k.xid, a.new "
-                    f"FROM {t}.xa_acks k JOIN imq_adopt a ON a.old = k.seq RETURNING xid, seq")
+        cur.execute(
+            f"INSERT INTO {o}.xa_acks(xid, seq) SELECT k.xid, a.new "
+            f"FROM {t}.xa_acks k JOIN imq_adopt a ON a.old = k.seq RETURNING xid, seq"
+        )
         for xid, seq in sorted(cur.fetchall(), key=lambda r: r[1]):
             prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
         # (a dead instance's store of schema version 1 has no owners: they stay unknown)
         cur.execute(f"ALTER TABLE {t}.subs ADD COLUMN IF NOT EXISTS owner TEXT")
-        cur.execute(f"INSERT INTO {o}.subs(client_id, name, topic, selector, no_local, owner) "
-                    f"SELECT client_id, name, topic, selector, no_local, owner FROM {t}.subs "
-                    "ON CONFLICT DO NOTHING RETURNING client_id, name, topic, selector, no_local, owner")
+        cur.execute(
+            f"INSERT INTO {o}.subs(client_id, name, topic, selector, no_local, owner) "
+            f"SELECT client_id, name, topic, selector, no_local, owner FROM {t}.subs "
+            "ON CONFLICT DO NOTHING RETURNING client_id, name, topic, selector, no_local, owner"
+        )
         subs = [(c, n, tp, sel, bool(nl), ow) for c, n, tp, sel, nl, ow in cur.fetchall()]
-        cur.execute(f"INSERT INTO {o}.dests SELECT * FROM {t}.dests ON CONFLICT DO NOTHING "
-                    "RETURNING qkey, config")
+        cur.execute(f"INSERT INTO {o}.dests SELECT * FROM {t}.dests ON CONFLICT DO NOTHING RETURNING qkey, config")
         dests: dict[str, dict[str, Any]] = {loaded_key(k): json.loads(v) for k, v in cur.fetchall()}
         top = base + count
-        cur.execute(f"SELECT qkey, COUNT(*), COALESCE(SUM(LENGTH(blob)), 0) FROM {o}.msgs "
-                    "WHERE seq > %s AND seq <= %s GROUP BY qkey", (base, top))
+        cur.execute(
+            f"SELECT qkey, COUNT(*), COALESCE(SUM(LENGTH(blob)), 0) FROM {o}.msgs "
+            "WHERE seq > %s AND seq <= %s GROUP BY qkey",
+            (base, top),
+        )
         rows = [(loaded_key(q), n, b) for q, n, b in cur.fetchall()]
-        cur.execute(f"SELECT m.seq, m.qkey, m.dcount, m.blob FROM {o}.msgs m JOIN {o}.xa_acks a "
-                    "ON a.seq = m.seq WHERE m.seq > %s AND m.seq <= %s ORDER BY m.seq", (base, top))
+        cur.execute(
+            f"SELECT m.seq, m.qkey, m.dcount, m.blob FROM {o}.msgs m JOIN {o}.xa_acks a "
+            "ON a.seq = m.seq WHERE m.seq > %s AND m.seq <= %s ORDER BY m.seq",
+            (base, top),
+        )
         locked = [(seq, loaded_key(q), d, bytes(b)) for seq, q, d, b in cur.fetchall()]
         for table in ("msgs", "xa", "xa_sends", "xa_acks", "subs", "dests"):
             cur.execute(f"DELETE FROM {t}.{table}")
-        log.info("HA cluster %s: moving broker %s's store into %s's: %d messages, %d subscriptions, "
-                 "%d prepared XA branches", clusterid, dead, self.brokerid, sum(int(n) for _, n, _ in rows),
-                 len(subs), len(prepared))
-        return (Recovered({q: int(n) for q, n, _ in rows}, locked, subs, dests, prepared, top),
-                {q: int(b) for q, _, b in rows})
+        log.info(
+            "HA cluster %s: moving broker %s's store into %s's: %d messages, %d subscriptions, %d prepared XA branches",
+            clusterid,
+            dead,
+            self.brokerid,
+            sum(int(n) for _, n, _ in rows),
+            len(subs),
+            len(prepared),
+        )
+        return (
+            Recovered({q: int(n) for q, n, _ in rows}, locked, subs, dests, prepared, top),
+            {q: int(b) for q, _, b in rows},
+        )
 
     def halt(self) -> None:
         """Stop the heart-beats (no takeover begins after this returns)."""
@@ -424,9 +502,13 @@ class HACluster:
         over at its next heart-beat (as after a failure)."""
         self.halt()
         try:
-            self._transaction(lambda cur: cur.execute(
-                f"UPDATE {BROKERS} SET lease_expires = now() WHERE brokerid = %s AND generation = %s "
-                "AND state = %s", (self.brokerid, self.generation, LIVE)))
+            self._transaction(
+                lambda cur: cur.execute(
+                    f"UPDATE {BROKERS} SET lease_expires = now() WHERE brokerid = %s AND generation = %s "
+                    "AND state = %s",
+                    (self.brokerid, self.generation, LIVE),
+                )
+            )
         except StoreError as exc:
             log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
         self.close()
@@ -466,19 +548,26 @@ def cluster_problems(props: BrokerProperties, bridges: Mapping[str, str]) -> lis
         cur.execute("SELECT to_regclass(%s)", (f'"{settings.jdbc.schema}".{BROKERS}',))
         if cur.fetchone()[0] is None:
             return []
-        cur.execute(f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s "
-                    "AND lease_expires > now() ORDER BY brokerid", (LIVE,))
+        cur.execute(
+            f"SELECT brokerid, config FROM {BROKERS} WHERE state = %s AND lease_expires > now() ORDER BY brokerid",
+            (LIVE,),
+        )
         found = []
         for other, text in cur.fetchall():
             if other == settings.brokerid:
-                found.append(f"broker id {other} is in use by a live instance of cluster "
-                             f"{settings.clusterid}; each instance needs its own imq.brokerid")
+                found.append(
+                    f"broker id {other} is in use by a live instance of cluster "
+                    f"{settings.clusterid}; each instance needs its own imq.brokerid"
+                )
             differ = differences(bridges, json.loads(text))
             if differ:
-                found.append(f"the bridge configuration differs from live broker {other}'s in "
-                             f"{', '.join(differ)}; every instance of HA cluster "
-                             f"{settings.clusterid} needs the same (imq.cluster.url)")
+                found.append(
+                    f"the bridge configuration differs from live broker {other}'s in "
+                    f"{', '.join(differ)}; every instance of HA cluster "
+                    f"{settings.clusterid} needs the same (imq.cluster.url)"
+                )
         return found
+
     try:
         return cluster._transaction(read)
     finally:

@@ -38,8 +38,7 @@ class Delivery(Routing):
         envs = self._take(consumer, 1, timeout, 0, ack_now)
         return envs[0] if envs else None
 
-    def receive_many(self, consumer: Any, limit: int, timeout: float | None,
-                     max_bytes: int = 0) -> list[Envelope]:
+    def receive_many(self, consumer: Any, limit: int, timeout: float | None, max_bytes: int = 0) -> list[Envelope]:
         """Up to ``limit`` envelopes for ``consumer`` under one lock: waits up to
         ``timeout`` seconds for the first as :meth:`receive` does (not acknowledged), then
         takes those ready now, stopping once their bodies reach ``max_bytes`` (0: no byte
@@ -47,8 +46,7 @@ class Delivery(Routing):
         moving a batch so pays one lock, one wake-up and one clock read for it."""
         return self._take(consumer, limit, timeout, max_bytes, False)
 
-    def _take(self, consumer: Any, limit: int, timeout: float | None, max_bytes: int,
-              ack_now: bool) -> list[Envelope]:
+    def _take(self, consumer: Any, limit: int, timeout: float | None, max_bytes: int, ack_now: bool) -> list[Envelope]:
         deadline = None if timeout is None else time.monotonic() + timeout
         mq: MessageQueue = consumer.queue
         with self.lock:
@@ -95,8 +93,9 @@ class Delivery(Routing):
                 except ValueError:
                     pass
 
-    def _take_next(self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool,
-                   marks: list[tuple[int, int]]) -> Envelope | None:
+    def _take_next(
+        self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool, marks: list[tuple[int, int]]
+    ) -> Envelope | None:
         """The next envelope of ``mq`` for ``consumer``, counted as delivered (and
         acknowledged with ``ack_now``, else, when stored, its (seq, count) added to
         ``marks`` for the caller to record before it hands the envelope out, so a crash
@@ -175,12 +174,22 @@ class Delivery(Routing):
                     self._commit_envelopes(envs)
                     self._ack((env,))
             except JMSException as exc:
-                log.warning("%s: message %s reached backoutThreshold=%d; backoutQueue %s refused it: %s",
-                            mq.destination, env.message.message_id, limits.backout_threshold,
-                            limits.backout_queue, exc)
+                log.warning(
+                    "%s: message %s reached backoutThreshold=%d; backoutQueue %s refused it: %s",
+                    mq.destination,
+                    env.message.message_id,
+                    limits.backout_threshold,
+                    limits.backout_queue,
+                    exc,
+                )
             else:
-                log.info("%s: message %s backed out %d times, requeued on %s", mq.destination,
-                         env.message.message_id, env.dcount, limits.backout_queue)
+                log.info(
+                    "%s: message %s backed out %d times, requeued on %s",
+                    mq.destination,
+                    env.message.message_id,
+                    env.dcount,
+                    limits.backout_queue,
+                )
                 return True
         self._dispose(env, "BACKOUT_THRESHOLD_REACHED")
         return True
@@ -236,13 +245,17 @@ class Delivery(Routing):
         with self.lock:
             mq = self._browsed_queue(queue)
             now = now_ms()
-            window = [_browsed(env) for env in mq.browse()
-                      if not env.expired(now) and (selector is None or selector.matches(env.message))]
+            window = [
+                _browsed(env)
+                for env in mq.browse()
+                if not env.expired(now) and (selector is None or selector.matches(env.message))
+            ]
             after = mq.high
         return self._browse(mq, selector, window, after)
 
-    def _browse(self, mq: MessageQueue, selector: Selector | None, window: list[Message],
-                after: int) -> Iterator[Message]:
+    def _browse(
+        self, mq: MessageQueue, selector: Selector | None, window: list[Message], after: int
+    ) -> Iterator[Message]:
         yield from window
         while True:
             with self.lock:
@@ -250,8 +263,11 @@ class Delivery(Routing):
                     return
                 envs, last = mq.browse_paged(after, mq.window)
                 now = now_ms()
-                chunk = [_browsed(env) for env in envs if not env.expired(now)
-                         and (selector is None or selector.matches(env.message))]
+                chunk = [
+                    _browsed(env)
+                    for env in envs
+                    if not env.expired(now) and (selector is None or selector.matches(env.message))
+                ]
             if last is None:
                 return
             after = last

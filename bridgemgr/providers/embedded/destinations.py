@@ -63,8 +63,7 @@ class Destinations(Paging):
             if check and f"q:{name}" not in self.configured:
                 check_name(Queue(name))
             key = f"q:{name}"
-            mq = self._pages(MessageQueue(key, Queue(name), durable=True, limits=self._limits(key),
-                                          usage=self.usage))
+            mq = self._pages(MessageQueue(key, Queue(name), durable=True, limits=self._limits(key), usage=self.usage))
             self.queues[name] = mq
         return mq
 
@@ -82,18 +81,23 @@ class Destinations(Paging):
         if dest.is_temporary:
             return False
         if dest.is_topic:
-            return (self.autocreate_topic and dest.name not in self.known_topics
-                    and f"t:{dest.name}" not in self.configured)
+            return (
+                self.autocreate_topic and dest.name not in self.known_topics and f"t:{dest.name}" not in self.configured
+            )
         return self.autocreate_queue and dest.name not in self.queues
 
     def configure_destination(self, destination: Destination, limits: DestinationLimits) -> None:
         """Create (admin-create) a destination with limits; kept in the store."""
         if destination.is_temporary:
             raise InvalidDestinationException("temporary destinations cannot be configured")
-        if destination.name == DMQ_NAME and not destination.is_topic \
-                and limits.limit_behavior is LimitBehavior.FLOW_CONTROL:
-            raise InvalidDestinationException(f"{DMQ_NAME} cannot use limitBehavior=FLOW_CONTROL: dead "
-                                              "messages have no producer to hold")
+        if (
+            destination.name == DMQ_NAME
+            and not destination.is_topic
+            and limits.limit_behavior is LimitBehavior.FLOW_CONTROL
+        ):
+            raise InvalidDestinationException(
+                f"{DMQ_NAME} cannot use limitBehavior=FLOW_CONTROL: dead messages have no producer to hold"
+            )
         key = ("t:" if destination.is_topic else "q:") + destination.name
         if limits.backout_queue and limits.backout_queue not in self.queues:
             check_name(Queue(limits.backout_queue))
@@ -118,12 +122,13 @@ class Destinations(Paging):
     def destinations(self) -> dict[str, dict[str, int]]:
         """Queue and subscription depths (admin and tests)."""
         with self.lock:
-            out = {f"queue:{n}": {"pending": len(mq), "unacked": mq.count - len(mq), "bytes": mq.bytes}
-                   for n, mq in self.queues.items()}
+            out = {
+                f"queue:{n}": {"pending": len(mq), "unacked": mq.count - len(mq), "bytes": mq.bytes}
+                for n, mq in self.queues.items()
+            }
             for (cid, name), sub in self.durable.items():
                 mq = sub.queue
-                out[f"durable:{cid}:{name}"] = {"pending": len(mq), "unacked": mq.count - len(mq),
-                                                 "bytes": mq.bytes}
+                out[f"durable:{cid}:{name}"] = {"pending": len(mq), "unacked": mq.count - len(mq), "bytes": mq.bytes}
             return out
 
     def describe_destination(self, destination: Destination) -> tuple[DestinationLimits, dict[str, int]] | None:
@@ -141,11 +146,12 @@ class Destinations(Paging):
                 if mq is None:
                     return None
                 queues, limits = [mq], mq.limits
-            return limits, {"pending": sum(len(q) for q in queues),
-                            "unacked": sum(q.count - len(q) for q in queues),
-                            "bytes": sum(q.bytes for q in queues),
-                            "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters)
-                                                     for q in queues)}
+            return limits, {
+                "pending": sum(len(q) for q in queues),
+                "unacked": sum(q.count - len(q) for q in queues),
+                "bytes": sum(q.bytes for q in queues),
+                "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters) for q in queues),
+            }
 
     def purge(self, destination: Destination) -> tuple[int, int] | None:
         """Remove every waiting message of a queue (a topic: of each of its subscriptions),
@@ -220,17 +226,24 @@ class Destinations(Paging):
             groups += [(("topic", n), self.topics.get(n, [])) for n in sorted(self.known_topics)]
             for key, queues in groups:
                 dest = Topic(key[1]) if key[0] == "topic" else Queue(key[1])
-                dests[key] = {"depth": sum(len(q) for q in queues), "bytes": sum(q.bytes for q in queues),
-                              "consumers": sum(len(q.consumers) for q in queues),
-                              "producers": self.producers.get(dest, 0),
-                              "enqueued": sum(q.enqueued for q in queues),
-                              "dequeued": sum(q.dequeued for q in queues)}
+                dests[key] = {
+                    "depth": sum(len(q) for q in queues),
+                    "bytes": sum(q.bytes for q in queues),
+                    "consumers": sum(len(q.consumers) for q in queues),
+                    "producers": self.producers.get(dest, 0),
+                    "enqueued": sum(q.enqueued for q in queues),
+                    "dequeued": sum(q.dequeued for q in queues),
+                }
             connections = len(self.connections)
         memory = self.memory
-        return {"destinations": dests, "connections": connections,
-                "memory": None if memory is None else {"state": memory.state_name, "percent": memory.percent,
-                                                       "budget": memory.budget},
-                "store": None if self.store is None else self.store.metrics()}
+        return {
+            "destinations": dests,
+            "connections": connections,
+            "memory": None
+            if memory is None
+            else {"state": memory.state_name, "percent": memory.percent, "budget": memory.budget},
+            "store": None if self.store is None else self.store.metrics(),
+        }
 
     def queue_depth(self, name: str) -> int:
         with self.lock:
@@ -246,8 +259,7 @@ class Destinations(Paging):
         with self.lock:
             name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
             dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
-            mq = self._pages(MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection,
-                                          usage=self.usage))
+            mq = self._pages(MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection, usage=self.usage))
             self.temporary[name] = mq
             if topic:
                 self.topics[name] = []
@@ -281,8 +293,9 @@ class Destinations(Paging):
         check_size(text, self.max_selector_size, "imq.selector.max_size")
         return compile_selector(text)
 
-    def queue_for_consumer(self, consumer: Any, dest: Destination, selector: str | None,
-                           no_local: bool) -> MessageQueue:
+    def queue_for_consumer(
+        self, consumer: Any, dest: Destination, selector: str | None, no_local: bool
+    ) -> MessageQueue:
         """The message queue a new consumer reads (a new one for a topic subscriber)."""
         with self.lock:
             if dest.is_temporary:
@@ -291,7 +304,8 @@ class Destinations(Paging):
                     raise InvalidDestinationException(f"{dest} no longer exists")
                 if tmq.owner is not consumer.connection:
                     raise InvalidDestinationException(
-                        f"{dest} belongs to another connection; only its creator may consume from it")
+                        f"{dest} belongs to another connection; only its creator may consume from it"
+                    )
             if not dest.is_topic:
                 mq = self.temporary[dest.name] if dest.is_temporary else self._queue(dest.name)
             else:
@@ -299,17 +313,26 @@ class Destinations(Paging):
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                         raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
                     self._know_topic(dest)
-                mq = self._pages(MessageQueue(
-                    f"sub:{id(consumer)}", dest, durable=False,
-                    limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                    owner=consumer.connection, selector=self.compile_selector(selector),
-                    no_local=no_local, topic=dest, usage=self.usage))
+                mq = self._pages(
+                    MessageQueue(
+                        f"sub:{id(consumer)}",
+                        dest,
+                        durable=False,
+                        limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                        owner=consumer.connection,
+                        selector=self.compile_selector(selector),
+                        no_local=no_local,
+                        topic=dest,
+                        usage=self.usage,
+                    )
+                )
                 self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
 
-    def durable_queue(self, consumer: Any, topic: Topic, name: str, selector: str | None,
-                      no_local: bool, locked: bool = False) -> MessageQueue:
+    def durable_queue(
+        self, consumer: Any, topic: Topic, name: str, selector: str | None, no_local: bool, locked: bool = False
+    ) -> MessageQueue:
         """The durable subscription's queue (created or changed as the subscriber says);
         ``locked``: the caller holds the lock."""
         client_id = consumer.connection.client_id_value
@@ -326,22 +349,25 @@ class Destinations(Paging):
                 owner = self._check_owner(consumer.connection, sub, "subscribe to")
             if sub is not None and sub.active is not None:
                 raise IllegalStateException(
-                    f"durable subscription {name!r} of client {client_id!r} already has an active subscriber")
+                    f"durable subscription {name!r} of client {client_id!r} already has an active subscriber"
+                )
             if sub is not None and (sub.topic != topic or sub.selector != selector or sub.no_local != no_local):
                 self._drop_subscription(sub)
                 sub = None
             if sub is None:  # (changed: it keeps its owner)
                 if topic.name not in self.known_topics and f"t:{topic.name}" not in self.configured:
                     check_name(topic)
-                sub = self._make_subscription(client_id, name, topic, selector, no_local, persist=True,
-                                              compiled=compiled, owner=owner)
+                sub = self._make_subscription(
+                    client_id, name, topic, selector, no_local, persist=True, compiled=compiled, owner=owner
+                )
             sub.active = consumer
             sub.queue.consumers.append(consumer)
             self.known_topics.add(topic.name)
             return sub.queue
 
-    def group_queue(self, consumer: Any, dest: Destination, selector: str | None,
-                    durable_name: str | None, group: str) -> MessageQueue:
+    def group_queue(
+        self, consumer: Any, dest: Destination, selector: str | None, durable_name: str | None, group: str
+    ) -> MessageQueue:
         """The message queue of one consumer of a connection consumer (``group``: its id;
         it has a consumer in each server session it loads). A queue destination: the
         queue. A topic: one subscription shared by the group's consumers, so each message
@@ -367,10 +393,18 @@ class Destinations(Paging):
                 if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
                     raise InvalidDestinationException(f"topic {dest.name!r} does not exist and auto-create is off")
                 self._know_topic(dest)
-            mq = self._pages(MessageQueue(
-                f"cc:{group}", dest, durable=False, limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
-                owner=consumer.connection, selector=self.compile_selector(selector), topic=dest,
-                usage=self.usage))
+            mq = self._pages(
+                MessageQueue(
+                    f"cc:{group}",
+                    dest,
+                    durable=False,
+                    limits=self.configured.get(f"t:{dest.name}", UNLIMITED),
+                    owner=consumer.connection,
+                    selector=self.compile_selector(selector),
+                    topic=dest,
+                    usage=self.usage,
+                )
+            )
             self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
@@ -378,24 +412,41 @@ class Destinations(Paging):
     def _check_owner(self, connection: Any, sub: Subscription, action: str) -> str | None:
         """JMSSecurityException unless ``connection`` may ``action`` ``sub`` (owners.py; lock
         held); an unowned one it attaches to becomes its user's. Returns the owner."""
-        claimed = self.owners.check(connection, sub.client_id, sub.name, sub.owner, action,
-                                    self.reservations.is_service(connection))
+        claimed = self.owners.check(
+            connection, sub.client_id, sub.name, sub.owner, action, self.reservations.is_service(connection)
+        )
         if claimed is not None:
             sub.owner = claimed
             if self.store is not None:
-                self.store.op("sub_put", sub.client_id, sub.name, sub.topic.name, sub.selector,
-                              int(sub.no_local), claimed)
+                self.store.op(
+                    "sub_put", sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), claimed
+                )
         return sub.owner
 
-    def _make_subscription(self, client_id: str, name: str, topic: Topic, selector: str | None,
-                           no_local: bool, persist: bool, compiled: Selector | None = None,
-                           owner: str | None = None) -> Subscription:
+    def _make_subscription(
+        self,
+        client_id: str,
+        name: str,
+        topic: Topic,
+        selector: str | None,
+        no_local: bool,
+        persist: bool,
+        compiled: Selector | None = None,
+        owner: str | None = None,
+    ) -> Subscription:
         key = f"d:{client_id}\0{name}"
-        mq = self._pages(MessageQueue(
-            key, topic, durable=True,
-            limits=self.configured.get(f"t:{topic.name}", self.default_limits),
-            selector=compiled if compiled is not None else compile_selector(selector),
-            no_local=no_local, topic=topic, usage=self.usage))
+        mq = self._pages(
+            MessageQueue(
+                key,
+                topic,
+                durable=True,
+                limits=self.configured.get(f"t:{topic.name}", self.default_limits),
+                selector=compiled if compiled is not None else compile_selector(selector),
+                no_local=no_local,
+                topic=topic,
+                usage=self.usage,
+            )
+        )
         sub = Subscription(client_id, name, topic, selector, no_local, mq, owner=owner)
         self.durable[(client_id, name)] = sub
         self.topics.setdefault(topic.name, []).append(mq)
@@ -445,8 +496,7 @@ class Destinations(Paging):
             consumer.cond.notify_all()
             if len(mq):  # it may have been woken for a message it will now never take
                 mq.wake(None)
-            if mq.topic is not None and (mq.key.startswith("sub:")
-                                         or (mq.key.startswith("cc:") and not mq.consumers)):
+            if mq.topic is not None and (mq.key.startswith("sub:") or (mq.key.startswith("cc:") and not mq.consumers)):
                 subs = self.topics.get(mq.topic.name, [])
                 if mq in subs:
                     subs.remove(mq)
@@ -467,6 +517,7 @@ class Destinations(Paging):
 
 def _limits_to_json(limits: DestinationLimits) -> str:
     import json
+
     data = asdict(limits)
     data["limit_behavior"] = limits.limit_behavior.value
     return json.dumps(data)

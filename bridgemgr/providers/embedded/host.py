@@ -73,38 +73,60 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         # returns; so does ours (a database commit per group of sends).
         from .cluster import store_settings
         from .pgstore import PostgresDatabase
+
         database, sync = PostgresDatabase(store_settings(props), sync=True), True
-    limits = _limits(DestinationAttributes(auto.max_num_msgs, auto.max_total_msg_bytes,
-                                           auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq))
-    memory = MemoryConfig(tuple(props.get(f"imq.{s}.threshold") for s in STATES),
-                          tuple(props.get(f"imq.{s}.count") for s in STATES),
-                          props.get("imq.system.max_memory") or 0)
+    limits = _limits(
+        DestinationAttributes(
+            auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
+        )
+    )
+    memory = MemoryConfig(
+        tuple(props.get(f"imq.{s}.threshold") for s in STATES),
+        tuple(props.get(f"imq.{s}.count") for s in STATES),
+        props.get("imq.system.max_memory") or 0,
+    )
     max_size = props.get("imq.system.max_size")
     if max_size is None:  # a quarter of the memory budget for what is held in memory only
         max_size = (memory.budget or default_budget()) // 4 or -1
-    return EmbeddedHostBroker(Broker(
-        None if database else props.instance_dir / "store", database=database, sync=sync,
-        instance_name=props.get("imq.instancename"),
-        autocreate_queue=auto.autocreate_queue, autocreate_topic=auto.autocreate_topic, limits=limits,
-        system=SystemUsage(props.get("imq.system.max_count"), max_size),
-        max_message_size=props.get("imq.message.max_size"),
-        max_selector_size=props.get("imq.selector.max_size"), memory=memory,
-        memory_window=props.get("imq.destination.memory.window"), swap_dir=props.instance_dir / "store"),
-        access)
+    return EmbeddedHostBroker(
+        Broker(
+            None if database else props.instance_dir / "store",
+            database=database,
+            sync=sync,
+            instance_name=props.get("imq.instancename"),
+            autocreate_queue=auto.autocreate_queue,
+            autocreate_topic=auto.autocreate_topic,
+            limits=limits,
+            system=SystemUsage(props.get("imq.system.max_count"), max_size),
+            max_message_size=props.get("imq.message.max_size"),
+            max_selector_size=props.get("imq.selector.max_size"),
+            memory=memory,
+            memory_window=props.get("imq.destination.memory.window"),
+            swap_dir=props.instance_dir / "store",
+        ),
+        access,
+    )
 
 
 def _limits(attributes: DestinationAttributes) -> DestinationLimits:
     try:
         behavior = LimitBehavior(attributes.limit_behavior)
     except ValueError:
-        raise JMSException(f"limit behavior {attributes.limit_behavior!r} is not one of "
-                           + ", ".join(b.value for b in LimitBehavior)) from None
+        raise JMSException(
+            f"limit behavior {attributes.limit_behavior!r} is not one of " + ", ".join(b.value for b in LimitBehavior)
+        ) from None
     if attributes.backout_disposition not in ("dmq", "discard"):
         raise JMSException(f"backout disposition {attributes.backout_disposition!r} is not dmq or discard")
-    return DestinationLimits(attributes.max_num_msgs, attributes.max_total_msg_bytes,
-                             attributes.max_bytes_per_msg, behavior, attributes.use_dmq,
-                             attributes.backout_threshold, attributes.backout_queue,
-                             attributes.backout_disposition)
+    return DestinationLimits(
+        attributes.max_num_msgs,
+        attributes.max_total_msg_bytes,
+        attributes.max_bytes_per_msg,
+        behavior,
+        attributes.use_dmq,
+        attributes.backout_threshold,
+        attributes.backout_queue,
+        attributes.backout_disposition,
+    )
 
 
 class EmbeddedHostBroker(HostBroker):
@@ -141,16 +163,31 @@ class EmbeddedHostBroker(HostBroker):
         """Whether each store write is flushed to disk (or the database's WAL) before it counts."""
         return self.broker.sync
 
-    def jms_service(self, netloop: NetLoop, host: str, port: int, *,
-                    ssl_context: ssl.SSLContext | None = None,
-                    authenticator: Authenticate | None = None, guard: ServiceGuard | None = None) -> JmsService:
+    def jms_service(
+        self,
+        netloop: NetLoop,
+        host: str,
+        port: int,
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticate | None = None,
+        guard: ServiceGuard | None = None,
+    ) -> JmsService:
         """The broker's ``jms`` connection service on ``host:port`` (not started yet):
         how other processes (CLI jobs, Spark workers) reach it; ``guard``: its login
         timeout, connection cap and the service's login throttle."""
         from .jmsservice import JmsService
 
-        return JmsService(self.broker, netloop, host, port, ssl_context=ssl_context,
-                          authenticator=authenticator, guard=guard, access=self.access)
+        return JmsService(
+            self.broker,
+            netloop,
+            host,
+            port,
+            ssl_context=ssl_context,
+            authenticator=authenticator,
+            guard=guard,
+            access=self.access,
+        )
 
     def close(self) -> None:
         """Stop the broker: break its connections, write what is pending, close the store
@@ -211,9 +248,15 @@ class EmbeddedHostBroker(HostBroker):
         session = self._session(client)
         return session.create_temporary_topic() if topic else session.create_temporary_queue()
 
-    def subscribe(self, principal: Principal, client: Client, destination: Destination,
-                  selector: str | None = None, durable_name: str | None = None,
-                  no_local: bool = False) -> Consumer:
+    def subscribe(
+        self,
+        principal: Principal,
+        client: Client,
+        destination: Destination,
+        selector: str | None = None,
+        durable_name: str | None = None,
+        no_local: bool = False,
+    ) -> Consumer:
         self._authorize(principal, "consume", destination)
         session = self._session(client)
         if durable_name:
@@ -223,8 +266,9 @@ class EmbeddedHostBroker(HostBroker):
     def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
         return self.broker.receive(consumer, timeout, False)
 
-    def receive_many(self, principal: Principal, consumer: Consumer, max_messages: int,
-                     timeout: float | None, max_bytes: int = 0) -> list[Delivery]:
+    def receive_many(
+        self, principal: Principal, consumer: Consumer, max_messages: int, timeout: float | None, max_bytes: int = 0
+    ) -> list[Delivery]:
         return cast(list[Delivery], self.broker.receive_many(consumer, max_messages, timeout, max_bytes))
 
     def close_consumer(self, principal: Principal, consumer: Consumer) -> None:
@@ -249,8 +293,14 @@ class EmbeddedHostBroker(HostBroker):
         message.redelivered = False
         message.delivery_count = 0
 
-    def send(self, principal: Principal, client: Client, message: Message, destination: Destination,
-             transaction: Transaction | None = None) -> Ticket:
+    def send(
+        self,
+        principal: Principal,
+        client: Client,
+        message: Message,
+        destination: Destination,
+        transaction: Transaction | None = None,
+    ) -> Ticket:
         self._authorize(principal, "produce", destination)
         self._session(client).producing(destination)  # a STOMP connection: one producer
         self._stamp(message, destination)
@@ -261,8 +311,9 @@ class EmbeddedHostBroker(HostBroker):
         ticket = self.broker.send(client, message, destination, pace=True)
         return ticket
 
-    def send_many(self, principal: Principal, client: Client,
-                  sends: Sequence[tuple[Message, Destination]]) -> tuple[Ticket, int, JMSException | None]:
+    def send_many(
+        self, principal: Principal, client: Client, sends: Sequence[tuple[Message, Destination]]
+    ) -> tuple[Ticket, int, JMSException | None]:
         """Each send authorized and stamped (up to the first refused), then routed in one
         Broker.send_many: one lock, one store call."""
         session, checked = self._session(client), self.access is not None
@@ -279,8 +330,9 @@ class EmbeddedHostBroker(HostBroker):
         ticket, sent, why = self.broker.send_many(client, sends[:allowed] if refused else sends, pace=True)
         return ticket, sent, why or refused
 
-    def acknowledge(self, principal: Principal, deliveries: Sequence[Delivery],
-                    transaction: Transaction | None = None) -> None:
+    def acknowledge(
+        self, principal: Principal, deliveries: Sequence[Delivery], transaction: Transaction | None = None
+    ) -> None:
         envs = cast(Sequence[Envelope], deliveries)
         if transaction is not None:
             work = cast(Work, transaction)
@@ -316,18 +368,27 @@ class EmbeddedHostBroker(HostBroker):
         found = self.broker.describe_destination(Queue(name))
         return 0 if found is None else found[1]["pending"] + found[1]["unacked"]
 
-    def describe_destination(self, principal: Principal, destination: Destination
-                             ) -> tuple[DestinationAttributes, dict[str, int]] | None:
+    def describe_destination(
+        self, principal: Principal, destination: Destination
+    ) -> tuple[DestinationAttributes, dict[str, int]] | None:
         found = self.broker.describe_destination(destination)
         if found is None:
             return None
         lim, counts = found
-        return DestinationAttributes(lim.max_num_msgs, lim.max_total_msg_bytes, lim.max_bytes_per_msg,
-                                     lim.limit_behavior.value, lim.use_dmq, lim.backout_threshold,
-                                     lim.backout_queue, lim.backout_disposition), counts
+        return DestinationAttributes(
+            lim.max_num_msgs,
+            lim.max_total_msg_bytes,
+            lim.max_bytes_per_msg,
+            lim.limit_behavior.value,
+            lim.use_dmq,
+            lim.backout_threshold,
+            lim.backout_queue,
+            lim.backout_disposition,
+        ), counts
 
-    def configure_destination(self, principal: Principal, destination: Destination,
-                              attributes: DestinationAttributes) -> None:
+    def configure_destination(
+        self, principal: Principal, destination: Destination, attributes: DestinationAttributes
+    ) -> None:
         self.broker.configure_destination(destination, _limits(attributes))
 
     def purge_destination(self, principal: Principal, destination: Destination) -> tuple[int, int] | None:

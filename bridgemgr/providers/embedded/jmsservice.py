@@ -42,17 +42,27 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-READ_BUFFER = 65536   # bytes one read of a connection takes at most
+READ_BUFFER = 65536  # bytes one read of a connection takes at most
 
 
 class JmsService:
     """The ``jms`` service: ``start()``, ``port``, ``stop()``; one broker, one loop."""
 
-    def __init__(self, broker: Broker, netloop: NetLoop, host: str | None = "127.0.0.1", port: int = 0,
-                 ssl_context: ssl.SSLContext | None = None, authenticator: Authenticate | None = None,
-                 access: AccessControls | None = None, *, heartbeat: float = 30.0,
-                 max_frame: int = wire.DEFAULT_MAX_FRAME, guard: ServiceGuard | None = None,
-                 threads: int = 8) -> None:
+    def __init__(
+        self,
+        broker: Broker,
+        netloop: NetLoop,
+        host: str | None = "127.0.0.1",
+        port: int = 0,
+        ssl_context: ssl.SSLContext | None = None,
+        authenticator: Authenticate | None = None,
+        access: AccessControls | None = None,
+        *,
+        heartbeat: float = 30.0,
+        max_frame: int = wire.DEFAULT_MAX_FRAME,
+        guard: ServiceGuard | None = None,
+        threads: int = 8,
+    ) -> None:
         self.broker = broker
         self.netloop = netloop
         self.host = host
@@ -84,14 +94,22 @@ class JmsService:
 
         async def start() -> Listener:
             self.loop_thread = threading.get_ident()
-            return await listen(lambda admission: ClientProtocol(self, admission), self.host, self._port,
-                                name=f"{self.service_entry().name} service",
-                                pending=self.guard.unauthenticated, refusal=_refusal,
-                                ssl_context=self.ssl_context, handshake_timeout=self.guard.login_timeout)
+            return await listen(
+                lambda admission: ClientProtocol(self, admission),
+                self.host,
+                self._port,
+                name=f"{self.service_entry().name} service",
+                pending=self.guard.unauthenticated,
+                refusal=_refusal,
+                ssl_context=self.ssl_context,
+                handshake_timeout=self.guard.login_timeout,
+            )
+
         self._server = self.netloop.run(start())
         self._port = self._server.port
-        log.info("jms service listening on %s:%d (%s)", self.host or "*", self._port,
-                 "tls" if self.ssl_context else "tcp")
+        log.info(
+            "jms service listening on %s:%d (%s)", self.host or "*", self._port, "tls" if self.ssl_context else "tcp"
+        )
         return self
 
     def stop(self, timeout: float = 10.0) -> None:
@@ -107,6 +125,7 @@ class JmsService:
             deadline = time.monotonic() + timeout
             while self.connections and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
+
         try:
             self.netloop.run(close(), timeout=timeout + 1)
         finally:
@@ -145,18 +164,24 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self.service = service
         self.admission = admission  # counted until its HELLO is accepted (or it closes)
         self.loop = asyncio.get_running_loop()
-        self.client = ClientConnection(service.broker, authenticate=service.authenticate, post=self.post,
-                                       access=service.access, heartbeat=service.heartbeat,
-                                       max_frame=service.max_frame, now=time.monotonic())
+        self.client = ClientConnection(
+            service.broker,
+            authenticate=service.authenticate,
+            post=self.post,
+            access=service.access,
+            heartbeat=service.heartbeat,
+            max_frame=service.max_frame,
+            now=time.monotonic(),
+        )
         self.transport: asyncio.Transport | None = None
         self._rbuf = memoryview(bytearray(READ_BUFFER))
         self._flush_scheduled = False
-        self._draining = False                  # handling what one read brought
+        self._draining = False  # handling what one read brought
         self._after_drain: list[Callable[[], None]] = []  # ... and what runs at its end
         self._timer: asyncio.TimerHandle | None = None
-        self._beating = False                   # the timer is the heart-beat's, not the login's
+        self._beating = False  # the timer is the heart-beat's, not the login's
         self._login: asyncio.Task[None] | None = None  # a HELLO waiting for the login throttle
-        self.peer = "?"                         # the client's address, for the login throttle
+        self.peer = "?"  # the client's address, for the login throttle
 
     # --- transport events --------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -252,8 +277,7 @@ class ClientProtocol(asyncio.BufferedProtocol):
     def _resume_held(self) -> None:
         client = self.client
         client.resume_held(time.monotonic())
-        if not client.held and not client.closed and self.transport is not None \
-                and not self.transport.is_closing():
+        if not client.held and not client.closed and self.transport is not None and not self.transport.is_closing():
             self.transport.resume_reading()
         self._settle()
 

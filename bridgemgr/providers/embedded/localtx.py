@@ -22,8 +22,7 @@ class LocalTransactions(Delivery):
                 return self._commit_work(work)
             except JMSException as exc:  # a destination refused a send: nothing was applied
                 self._rollback_locked(work)
-                raise TransactionRolledBackException(
-                    f"the transaction was rolled back: {exc}") from exc
+                raise TransactionRolledBackException(f"the transaction was rolled back: {exc}") from exc
 
     def _commit_work(self, work: Work) -> int | None:
         envs = self._route_all(work.sends)
@@ -34,8 +33,7 @@ class LocalTransactions(Delivery):
         work.sends, work.acks = [], []
         return self.store.ticket() if self.store is not None else None
 
-    def acknowledge_work(self, work: Work, env: Envelope | None = None,
-                         oldest: int | None = None) -> int | None:
+    def acknowledge_work(self, work: Work, env: Envelope | None = None, oldest: int | None = None) -> int | None:
         """CLIENT_ACKNOWLEDGE (everything delivered; ``oldest``: only that many of the
         oldest, in delivery order) or INDIVIDUAL (just ``env``); the store ticket that makes
         the removal durable, when a stored message was acknowledged: a consumer that waits

@@ -27,10 +27,10 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 STATES = ("green", "yellow", "orange", "red")
-SAMPLE_EVERY = 1000   # sends between samples
-MIN_INTERVAL = 0.01   # s: no two samples closer than this when sends trigger them
-MAX_INTERVAL = 1.0    # s: a send samples when the last sample is older than this
-TICK = 0.1            # s: the timer's sampling period while not green or producers wait
+SAMPLE_EVERY = 1000  # sends between samples
+MIN_INTERVAL = 0.01  # s: no two samples closer than this when sends trigger them
+MAX_INTERVAL = 1.0  # s: a send samples when the last sample is older than this
+TICK = 0.1  # s: the timer's sampling period while not green or producers wait
 
 
 @dataclass(frozen=True)
@@ -92,11 +92,11 @@ class MemoryMonitor:
         self.config = config
         self.budget = config.budget or default_budget()
         self.measure = measure
-        self.state = 0          # index into STATES
+        self.state = 0  # index into STATES
         self.batch = config.counts[0]
         self.percent = 0.0
         self._lock = threading.Lock()
-        self._sent: dict[int, int] = {}      # id(producer) -> messages sent in this batch
+        self._sent: dict[int, int] = {}  # id(producer) -> messages sent in this batch
         self._sends = 0
         self._last = 0.0
         self._held: list[Callable[[], None]] = []
@@ -154,13 +154,19 @@ class MemoryMonitor:
         self._sent.clear()
         used = self.measure()
         self.percent = 100.0 * used / self.budget if self.budget else 0.0
-        state = max((i for i, threshold in enumerate(self.config.thresholds) if self.percent >= threshold),
-                    default=0)
+        state = max((i for i, threshold in enumerate(self.config.thresholds) if self.percent >= threshold), default=0)
         if state != self.state:
             level = logging.WARNING if state > self.state else logging.INFO
-            log.log(level, "memory state %s -> %s: %d MB in use, %.0f%% of %d MB (producers may send %d "
-                    "messages per batch)", STATES[self.state], STATES[state], used >> 20, self.percent,
-                    self.budget >> 20, self.config.counts[state])
+            log.log(
+                level,
+                "memory state %s -> %s: %d MB in use, %.0f%% of %d MB (producers may send %d messages per batch)",
+                STATES[self.state],
+                STATES[state],
+                used >> 20,
+                self.percent,
+                self.budget >> 20,
+                self.config.counts[state],
+            )
             self.state = state
             self.batch = self.config.counts[state]
         held, self._held = self._held, []

@@ -37,8 +37,9 @@ class DurableOwners:
     def __init__(self) -> None:
         self._logged = FirstTimes()
 
-    def check(self, connection: Any, client_id: str, name: str, owner: str | None, action: str,
-              service: bool) -> str | None:
+    def check(
+        self, connection: Any, client_id: str, name: str, owner: str | None, action: str, service: bool
+    ) -> str | None:
         """May ``connection`` ``action`` (subscribe to, unsubscribe) durable subscription
         ``name`` of ``client_id``, owned by ``owner`` (None: unknown)? Returns the owner to
         record when it claims an unowned one, None when nothing changes;
@@ -60,8 +61,11 @@ class DurableOwners:
             return None
         if self._logged.first((user, action, client_id, name)):
             log.warning("refused: user %r may not %s %s, owned by %s", user, action, what, _shown(owner))
-        whose = ("owned by another user" if owner is not None
-                 else "not claimed yet (only an admin or a granted user may remove it)")
+        whose = (
+            "owned by another user"
+            if owner is not None
+            else "not claimed yet (only an admin or a granted user may remove it)"
+        )
         raise JMSSecurityException(f"{what} is {whose}: user {user!r} may not {action} it")
 
 

@@ -23,21 +23,33 @@ class Paging(BrokerState):
 
     def page(self, mq: MessageQueue, after: int, limit: int) -> tuple[list[Envelope], int | None]:
         """Paged-out messages of ``mq`` read back from the store (queues.Pager)."""
-        stored = (self.store.page(mq.key, after, limit)
-                  if self.store is not None and mq.durable else [])
+        stored = self.store.page(mq.key, after, limit) if self.store is not None and mq.durable else []
         skip, decode, counted = mq.skip, codec.decode, mq.counted_from
         if not (mq.swapped and self.swap is not None):  # the common case: the store alone
             if not stored:
                 return [], None
-            return ([Envelope(seq, mq, decode(blob), True, len(blob) if seq >= counted else 0, dcount)
-                     for seq, dcount, blob in stored if seq not in skip], stored[-1][0])
-        rows = sorted([(seq, dcount, blob, True) for seq, dcount, blob in stored]
-                      + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
-                      )[:limit]
+            return (
+                [
+                    Envelope(seq, mq, decode(blob), True, len(blob) if seq >= counted else 0, dcount)
+                    for seq, dcount, blob in stored
+                    if seq not in skip
+                ],
+                stored[-1][0],
+            )
+        rows = sorted(
+            [(seq, dcount, blob, True) for seq, dcount, blob in stored]
+            + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
+        )[:limit]
         if not rows:
             return [], None
-        return ([Envelope(seq, mq, decode(blob), kept, len(blob) if seq >= counted else 0, dcount)
-                 for seq, dcount, blob, kept in rows if not (kept and seq in skip)], rows[-1][0])
+        return (
+            [
+                Envelope(seq, mq, decode(blob), kept, len(blob) if seq >= counted else 0, dcount)
+                for seq, dcount, blob, kept in rows
+                if not (kept and seq in skip)
+            ],
+            rows[-1][0],
+        )
 
     def page_out(self, env: Envelope) -> bool:
         """(queues.Pager) A stored message is in the store already; a non-persistent one

@@ -47,18 +47,24 @@ UPGRADES = {"1": ("ALTER TABLE subs ADD COLUMN IF NOT EXISTS owner TEXT",)}
 PROBE_INTERVAL = 2.0  # seconds an idle store waits before it checks the database is there
 DISK_FULL = "53100"  # the SQLSTATE of a write the server had no space for
 # SQLite's INSERT OR REPLACE, said the PostgreSQL way.
-_PG_OPS = {**_OPS,
-           "sub_put": ("INSERT INTO subs(client_id, name, topic, selector, no_local, owner) "
-                       "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (client_id, name) DO UPDATE SET "
-                       "topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
-                       "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner",),
-           "dest_put": ("INSERT INTO dests(qkey, config) VALUES (?, ?) "
-                        "ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",),
-           "xa_commit": ("INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob "
-                         "FROM xa_sends WHERE xid = ? ON CONFLICT (seq) DO NOTHING",
-                         *_OPS["xa_commit"][1:])}
-INSERT_MSG = ("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?) "
-              "ON CONFLICT (seq) DO NOTHING")
+_PG_OPS = {
+    **_OPS,
+    "sub_put": (
+        "INSERT INTO subs(client_id, name, topic, selector, no_local, owner) "
+        "VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (client_id, name) DO UPDATE SET "
+        "topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+        "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner",
+    ),
+    "dest_put": (
+        "INSERT INTO dests(qkey, config) VALUES (?, ?) ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",
+    ),
+    "xa_commit": (
+        "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob "
+        "FROM xa_sends WHERE xid = ? ON CONFLICT (seq) DO NOTHING",
+        *_OPS["xa_commit"][1:],
+    ),
+}
+INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?) ON CONFLICT (seq) DO NOTHING"
 # A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
 # in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
 _NUL, _NUL_STORED = "\0", "\ufffe"
@@ -73,9 +79,11 @@ def loaded_key(text: str) -> str:
     return text.replace(_NUL_STORED, _NUL)
 
 
-_PREPARE_XA = ("INSERT INTO xa(xid, state) VALUES (?, 'prepared') "
-               "ON CONFLICT (xid) DO UPDATE SET state = 'prepared'",
-               "DELETE FROM xa_sends WHERE xid = ?", "DELETE FROM xa_acks WHERE xid = ?")
+_PREPARE_XA = (
+    "INSERT INTO xa(xid, state) VALUES (?, 'prepared') ON CONFLICT (xid) DO UPDATE SET state = 'prepared'",
+    "DELETE FROM xa_sends WHERE xid = ?",
+    "DELETE FROM xa_acks WHERE xid = ?",
+)
 
 
 @dataclass(frozen=True)
@@ -97,8 +105,10 @@ class JdbcSettings:
     def where(self) -> str:
         """The database as errors and logs name it: no password."""
         c = self.conninfo
-        return (f"postgresql://{c.get('user', '')}@{c.get('host', 'localhost')}:"
-                f"{c.get('port', '5432')}/{c.get('dbname', '')} (schema {self.schema})")
+        return (
+            f"postgresql://{c.get('user', '')}@{c.get('host', 'localhost')}:"
+            f"{c.get('port', '5432')}/{c.get('dbname', '')} (schema {self.schema})"
+        )
 
     def connect(self) -> Any:
         """A new psycopg connection with this instance's schema first on its search path."""
@@ -134,8 +144,7 @@ def jdbc_settings(props: Any, instance: str) -> JdbcSettings:
     prefix = "imq.persist.jdbc.postgresql"
     url = props.get(f"{prefix}.property.url")
     if not url:
-        raise StoreError(f"imq.persist.store=jdbc needs {prefix}.property.url "
-                         "(jdbc:postgresql://host:port/database)")
+        raise StoreError(f"imq.persist.store=jdbc needs {prefix}.property.url (jdbc:postgresql://host:port/database)")
     conninfo = parse_jdbc_url(url)
     if props.get(f"{prefix}.user"):
         conninfo["user"] = props.get(f"{prefix}.user")
@@ -146,10 +155,9 @@ def jdbc_settings(props: Any, instance: str) -> JdbcSettings:
 
 def parse_jdbc_url(url: str) -> dict[str, str]:
     """jdbc:postgresql://host[:port]/database[?user=..&password=..&k=v] as conninfo."""
-    text = url[len("jdbc:"):] if url.startswith("jdbc:") else url
+    text = url[len("jdbc:") :] if url.startswith("jdbc:") else url
     parts = urlsplit(text)
-    if (parts.scheme not in ("postgresql", "postgres") or not parts.netloc
-            or not parts.path.strip("/")):
+    if parts.scheme not in ("postgresql", "postgres") or not parts.netloc or not parts.path.strip("/"):
         raise StoreError(f"{url.split('?')[0]}: not a jdbc:postgresql://host:port/database URL")
     info = {"dbname": unquote(parts.path.strip("/")), "host": parts.hostname or "localhost"}
     try:
@@ -196,15 +204,18 @@ class PostgresDatabase(Database):
                 cur.execute("SELECT v FROM meta WHERE k = 'schema'")
                 row = cur.fetchone()
                 if row is None:
-                    cur.execute("INSERT INTO meta(k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING",
-                                (SCHEMA_VERSION,))
+                    cur.execute(
+                        "INSERT INTO meta(k, v) VALUES ('schema', %s) ON CONFLICT DO NOTHING", (SCHEMA_VERSION,)
+                    )
                 elif row[0] in UPGRADES:  # in this transaction, with the version it gives
                     for upgrade in UPGRADES[row[0]]:
                         cur.execute(upgrade)
                     cur.execute("UPDATE meta SET v = %s WHERE k = 'schema'", (SCHEMA_VERSION,))
                 elif row[0] != SCHEMA_VERSION:
-                    raise StoreError(f"{self.where}: store schema version {row[0]} is not "
-                                     f"supported (this broker reads version {SCHEMA_VERSION})")
+                    raise StoreError(
+                        f"{self.where}: store schema version {row[0]} is not "
+                        f"supported (this broker reads version {SCHEMA_VERSION})"
+                    )
             conn.commit()
         except psycopg.Error as exc:
             conn.close()
@@ -295,8 +306,13 @@ class PostgresDatabase(Database):
     def queue_bytes(self, qkey: str) -> int:
         return int(self._read(BYTES_SQL, (stored_key(qkey),))[0][0])
 
-    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
-              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def write(
+        self,
+        inserts: dict[int, list[Any]],
+        deletes: set[int],
+        updates: dict[int, int],
+        ops: list[tuple[str, tuple[Any, ...]]],
+    ) -> None:
         with self._lock:
             conn = self._connection()
             try:
@@ -307,8 +323,17 @@ class PostgresDatabase(Database):
                         self._fenced(cur)
                         inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
                         ops = [_stored_op(name, args) for name, args in ops]
-                        write_batch(cur.executemany, inserts, deletes, updates, ops, _PG_OPS,
-                                    _PREPARE_XA, mark="%s", insert_msg=INSERT_MSG)
+                        write_batch(
+                            cur.executemany,
+                            inserts,
+                            deletes,
+                            updates,
+                            ops,
+                            _PG_OPS,
+                            _PREPARE_XA,
+                            mark="%s",
+                            insert_msg=INSERT_MSG,
+                        )
                 conn.commit()
             except BaseException as exc:
                 if self.unavailable(exc):
@@ -325,8 +350,10 @@ class PostgresDatabase(Database):
             return
         cur.execute(settings.fence, (settings.brokerid,))
         if cur.fetchone() is None:
-            raise StoreError(f"{self.where}: fenced: broker {settings.brokerid} was taken over by "
-                             "another instance of its HA cluster and writes nothing more")
+            raise StoreError(
+                f"{self.where}: fenced: broker {settings.brokerid} was taken over by "
+                "another instance of its HA cluster and writes nothing more"
+            )
 
     def no_space(self, exc: BaseException) -> bool:
         """SQLSTATE 53100 (disk_full: "could not extend file ...: No space left on device")."""

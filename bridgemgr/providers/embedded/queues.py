@@ -36,9 +36,9 @@ if TYPE_CHECKING:
 class LimitBehavior(str, Enum):
     """What a full destination does with the next message (the broker chapter's four)."""
 
-    FLOW_CONTROL = "FLOW_CONTROL"                # its producer waits until there is room
-    REMOVE_OLDEST = "REMOVE_OLDEST"              # the oldest waiting message goes (to the DMQ)
-    REJECT_NEWEST = "REJECT_NEWEST"              # the send fails
+    FLOW_CONTROL = "FLOW_CONTROL"  # its producer waits until there is room
+    REMOVE_OLDEST = "REMOVE_OLDEST"  # the oldest waiting message goes (to the DMQ)
+    REJECT_NEWEST = "REJECT_NEWEST"  # the send fails
     REMOVE_LOW_PRIORITY = "REMOVE_LOW_PRIORITY"  # the lowest-priority, oldest waiting one goes
 
 
@@ -121,18 +121,26 @@ class Envelope:
 
     __slots__ = ("blob", "dcount", "message", "owner", "queue", "seq", "size", "stored", "wire")
 
-    def __init__(self, seq: int, queue: MessageQueue, message: Message, stored: bool,
-                 size: int, dcount: int = 0, blob: bytes | None = None,
-                 wire: bytes | None = None) -> None:
+    def __init__(
+        self,
+        seq: int,
+        queue: MessageQueue,
+        message: Message,
+        stored: bool,
+        size: int,
+        dcount: int = 0,
+        blob: bytes | None = None,
+        wire: bytes | None = None,
+    ) -> None:
         self.seq = seq
         self.queue = queue
-        self.message = message          # the broker's snapshot; never handed out writable
-        self.stored = stored            # has (or will have) a row in the store
-        self.size = size                # bytes in its queue's ``bytes`` (0 when not counted)
-        self.dcount = dcount            # deliveries so far
-        self.owner: Any = None          # the session holding it unacknowledged, or an XA branch
-        self.blob = blob                # encoded form while it may still need writing
-        self.wire = wire                # encoded form as a remote sender sent it (deliveries reuse it)
+        self.message = message  # the broker's snapshot; never handed out writable
+        self.stored = stored  # has (or will have) a row in the store
+        self.size = size  # bytes in its queue's ``bytes`` (0 when not counted)
+        self.dcount = dcount  # deliveries so far
+        self.owner: Any = None  # the session holding it unacknowledged, or an XA branch
+        self.blob = blob  # encoded form while it may still need writing
+        self.wire = wire  # encoded form as a remote sender sent it (deliveries reuse it)
 
     @property
     def delivery_count(self) -> int:
@@ -147,41 +155,50 @@ class Envelope:
 class MessageQueue:
     """Messages waiting in one queue, subscription or temporary destination."""
 
-    def __init__(self, key: str, destination: Destination, *, durable: bool,
-                 limits: DestinationLimits = UNLIMITED, owner: Any = None,
-                 selector: Selector | None = None, no_local: bool = False,
-                 topic: Destination | None = None, usage: SystemUsage = NO_USAGE) -> None:
-        self.key = key                  # store key: q:NAME, d:CLIENT\0NAME, or in-memory
+    def __init__(
+        self,
+        key: str,
+        destination: Destination,
+        *,
+        durable: bool,
+        limits: DestinationLimits = UNLIMITED,
+        owner: Any = None,
+        selector: Selector | None = None,
+        no_local: bool = False,
+        topic: Destination | None = None,
+        usage: SystemUsage = NO_USAGE,
+    ) -> None:
+        self.key = key  # store key: q:NAME, d:CLIENT\0NAME, or in-memory
         self.destination = destination  # what consumers see as JMSDestination
-        self.durable = durable          # persistent messages get a row in the store
+        self.durable = durable  # persistent messages get a row in the store
         self.limits = limits
-        self.owner = owner              # owning connection (temporary destinations, subscribers)
-        self.selector = selector        # subscription selector (topics filter at publish)
+        self.owner = owner  # owning connection (temporary destinations, subscribers)
+        self.selector = selector  # subscription selector (topics filter at publish)
         self.no_local = no_local
-        self.topic = topic              # the topic a subscription listens to
+        self.topic = topic  # the topic a subscription listens to
         self._list: SortedList = SortedList()  # of (-priority, seq, Envelope)
         self.pager: Pager | None = None  # see "Paging" above
         self.window = WINDOW
-        self.paged = 0                  # waiting messages only in the store or the swap file
-        self.swapped = 0                # ...of which in the swap file
-        self.high = 0                   # messages above this seq are paged out...
-        self.skip: set[int] = set()     # ...except these, which are in memory
-        self.paged_epoch = 0            # bumped when a message is paged out behind others
-        self._paged_last = 0            # the highest seq paged out
-        self.count = 0                  # unacknowledged messages (queued + in flight)
-        self.bytes = 0                  # ...their bytes: encoded size (estimated in memory only)
-        self.counted_from = 0           # seqs below are not in bytes (recovered, see the broker)
+        self.paged = 0  # waiting messages only in the store or the swap file
+        self.swapped = 0  # ...of which in the swap file
+        self.high = 0  # messages above this seq are paged out...
+        self.skip: set[int] = set()  # ...except these, which are in memory
+        self.paged_epoch = 0  # bumped when a message is paged out behind others
+        self._paged_last = 0  # the highest seq paged out
+        self.count = 0  # unacknowledged messages (queued + in flight)
+        self.bytes = 0  # ...their bytes: encoded size (estimated in memory only)
+        self.counted_from = 0  # seqs below are not in bytes (recovered, see the broker)
         self.waiters: deque[Any] = deque()
         self.room_waiters: list[Callable[[], None]] = []  # producers held by FLOW_CONTROL
         self.pace_waiters: list[Callable[[], None]] = []  # producers paced to the consumers
-        self.last_take = 0.0            # time.monotonic() a consumer last took or waited (pacing)
-        self.pace_timer: Any = None     # the stall check while producers are paced
+        self.last_take = 0.0  # time.monotonic() a consumer last took or waited (pacing)
+        self.pace_timer: Any = None  # the stall check while producers are paced
         self.usage = usage
-        self.epoch = 0                  # bumped when a message lands before the end (see take)
+        self.epoch = 0  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
         self.deleted = False
-        self.enqueued = 0               # messages admitted, ever (metrics)
-        self.dequeued = 0               # ... and released: acknowledged, expired, removed
+        self.enqueued = 0  # messages admitted, ever (metrics)
+        self.dequeued = 0  # ... and released: acknowledged, expired, removed
 
     def __len__(self) -> int:
         """Waiting messages, in memory and paged out."""
@@ -214,8 +231,7 @@ class MessageQueue:
     def full(self, size: int = 0) -> bool:
         """Would a message of ``size`` bytes go over maxNumMsgs or maxTotalMsgBytes?"""
         lim = self.limits
-        return ((0 <= lim.max_num_msgs <= self.count)
-                or (0 <= lim.max_total_msg_bytes < self.bytes + size))
+        return (0 <= lim.max_num_msgs <= self.count) or (0 <= lim.max_total_msg_bytes < self.bytes + size)
 
     def wake_producers(self) -> None:
         """Let every held producer try again (room, new limits, or the queue is gone)."""
@@ -232,8 +248,7 @@ class MessageQueue:
 
     def beyond_window(self, env: Envelope) -> bool:
         """Would ``push`` page ``env`` out: its window is full, or older messages are?"""
-        return (self.pager is not None and env.seq > self.high
-                and bool(self.paged or len(self._list) >= self.window))
+        return self.pager is not None and env.seq > self.high and bool(self.paged or len(self._list) >= self.window)
 
     def push(self, env: Envelope) -> None:
         if self.pager is not None and env.seq > self.high:
@@ -309,8 +324,9 @@ class MessageQueue:
             self.waiters.popleft().notify()
 
     # --- taking --------------------------------------------------------------
-    def take(self, selector: Selector | None, now_ms: int,
-             on_expired: Callable[[Envelope], None], cursor: Any = None) -> Envelope | None:
+    def take(
+        self, selector: Selector | None, now_ms: int, on_expired: Callable[[Envelope], None], cursor: Any = None
+    ) -> Envelope | None:
         """The next message for a consumer, dropping expired ones on the way.
 
         A selector consumer passes a ``cursor`` object: its ``scan`` attribute remembers
@@ -337,8 +353,9 @@ class MessageQueue:
             env = self._take_paged(selector, now_ms, on_expired, cursor)
         return env
 
-    def _take_window(self, selector: Selector, now_ms: int,
-                     on_expired: Callable[[Envelope], None], cursor: Any) -> Envelope | None:
+    def _take_window(
+        self, selector: Selector, now_ms: int, on_expired: Callable[[Envelope], None], cursor: Any
+    ) -> Envelope | None:
         items = self._list
         scan = getattr(cursor, "scan", None)
         i = items.bisect_right(scan[1]) if scan is not None and scan[0] == self.epoch else 0
@@ -364,8 +381,9 @@ class MessageQueue:
                 elif scan is not None and scan[0] != self.epoch:
                     cursor.scan = None
 
-    def _take_paged(self, selector: Selector, now_ms: int,
-                    on_expired: Callable[[Envelope], None], cursor: Any) -> Envelope | None:
+    def _take_paged(
+        self, selector: Selector, now_ms: int, on_expired: Callable[[Envelope], None], cursor: Any
+    ) -> Envelope | None:
         """The first paged-out message ``selector`` matches, in seq order, read chunk by
         chunk; it stays in memory (``skip``) until acknowledged. The cursor's
         ``paged_scan`` (paged_epoch, seq) remembers what was read without a match."""

@@ -85,10 +85,19 @@ def ack_timeout_seconds(ms: int) -> float | None:
 class RemoteConnectionFactory(XAConnectionFactory):
     """Connections (plain and XA) to a host broker's jms service, addressed by URL."""
 
-    def __init__(self, url: str = f"mq://127.0.0.1:{DEFAULT_PORT}", *, ssl_context: ssl.SSLContext | None = None,
-                 prefetch: int = 100, heartbeat: float = 30.0, connect_timeout: float = 10.0,
-                 sync_sends: bool = False, send_window: int = 0, client_name: str | None = None,
-                 xa_timeout: float | None = DEFAULT_ACK_TIMEOUT_MS / 1000) -> None:
+    def __init__(
+        self,
+        url: str = f"mq://127.0.0.1:{DEFAULT_PORT}",
+        *,
+        ssl_context: ssl.SSLContext | None = None,
+        prefetch: int = 100,
+        heartbeat: float = 30.0,
+        connect_timeout: float = 10.0,
+        sync_sends: bool = False,
+        send_window: int = 0,
+        client_name: str | None = None,
+        xa_timeout: float | None = DEFAULT_ACK_TIMEOUT_MS / 1000,
+    ) -> None:
         self.url = url
         self.addresses = parse_url(url)
         self.ssl_context = ssl_context
@@ -101,8 +110,8 @@ class RemoteConnectionFactory(XAConnectionFactory):
         if send_window < 0:
             raise JMSException(f"send_window must be >= 0, not {send_window}")
         self.send_window = send_window
-        self.client_name = client_name       # what the service logs; default: this process's pid
-        self.xa_timeout = xa_timeout         # s an XA call waits for its answer (a hung service; None: no limit)
+        self.client_name = client_name  # what the service logs; default: this process's pid
+        self.xa_timeout = xa_timeout  # s an XA call waits for its answer (a hung service; None: no limit)
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> RemoteConnection:
         errors: list[JMSException] = []
@@ -123,8 +132,9 @@ class RemoteConnectionFactory(XAConnectionFactory):
 
 
 class RemoteConnection(XAConnection):
-    def __init__(self, factory: RemoteConnectionFactory, address: Address, username: str | None,
-                 password: str | None) -> None:
+    def __init__(
+        self, factory: RemoteConnectionFactory, address: Address, username: str | None, password: str | None
+    ) -> None:
         self.factory = factory
         self.address = address
         self.username = username
@@ -140,8 +150,9 @@ class RemoteConnection(XAConnection):
         self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
         self._ids = itertools.count(1)
         hello = Hello(username, password, factory.heartbeat, factory.client_name or f"python pid {os.getpid()}")
-        self.channel = open_channel(address, hello, factory.ssl_context, factory.connect_timeout,
-                                    self._event, self._lost)
+        self.channel = open_channel(
+            address, hello, factory.ssl_context, factory.connect_timeout, self._event, self._lost
+        )
         welcome = self.channel.welcome
         self.where = self.channel.where
         self.instance, self.rm_id = welcome["instance"], welcome["rm_id"]
@@ -157,8 +168,9 @@ class RemoteConnection(XAConnection):
         if self.closed:
             raise IllegalStateException("the connection is closed")
 
-    def request(self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None,
-                timeout: float | None = None) -> Any:
+    def request(
+        self, op: wire.Op, *args: Any, then: Callable[[], None] | None = None, timeout: float | None = None
+    ) -> Any:
         self._check_open()
         return self.channel.request(op, *args, then=then, timeout=timeout)
 
@@ -208,8 +220,7 @@ class RemoteConnection(XAConnection):
     def metadata(self) -> ConnectionMetaData:
         return self._metadata
 
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> RemoteSession:
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> RemoteSession:
         return self._new_session(RemoteSession, transacted, AckMode(ack_mode), False)
 
     def create_xa_session(self) -> RemoteXASession:
@@ -250,7 +261,7 @@ class RemoteConnection(XAConnection):
         for session in list(self._sessions.values()):
             try:
                 if self.channel.broken is None:
-                    session._settle(0)   # sends of a send window are answered first
+                    session._settle(0)  # sends of a send window are answered first
             except JMSException as exc:
                 refused = refused or exc
         self.closed = True
@@ -275,7 +286,7 @@ class RemoteSession(Session):
 
     def __init__(self, connection: RemoteConnection, sid: int, transacted: bool, ack_mode: AckMode) -> None:
         self.connection = connection
-        self.broker = connection          # EmbeddedProducer asks session.broker for message ids
+        self.broker = connection  # EmbeddedProducer asks session.broker for message ids
         self.sid = sid
         self.transacted = transacted
         self.ack_mode = AckMode.SESSION_TRANSACTED if transacted else ack_mode
@@ -284,10 +295,10 @@ class RemoteSession(Session):
         self.listener_lock = threading.Lock()
         self._failed: JMSException | None = None
         self._in_branch = False
-        self._unconfirmed: deque[Call] = deque()   # persistent sends in the send window
+        self._unconfirmed: deque[Call] = deque()  # persistent sends in the send window
         self._answering: deque[tuple[Call, Answered]] = deque()  # send_async(), oldest first
-        self.prefetch = 0                           # prefetch_at_least(): the consumers' floor
-        self.prefetch_bytes = 0                     # prefetch_at_least(): their byte bound (0: none)
+        self.prefetch = 0  # prefetch_at_least(): the consumers' floor
+        self.prefetch_bytes = 0  # prefetch_at_least(): their byte bound (0: none)
 
     # --- state --------------------------------------------------------------------------------
     def _check_open(self) -> None:
@@ -329,21 +340,29 @@ class RemoteSession(Session):
         self._check_open()
         return RemoteProducer(self, destination)  # type: ignore[arg-type]  # a RemoteSession has all the producer uses
 
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> RemoteConsumer:
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> RemoteConsumer:
         if not isinstance(destination, Destination):
             raise InvalidDestinationException(f"not a destination: {destination!r}")
         return self._new_consumer(destination, selector, no_local, None)
 
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> RemoteConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> RemoteConsumer:
         if not isinstance(topic, Topic):
             raise InvalidDestinationException(f"a durable subscription needs a topic, not {topic!r}")
         return self._new_consumer(topic, selector, no_local, name)
 
-    def create_group_consumer(self, destination: Destination, selector: str | None,
-                              durable_name: str | None, group: str, retain: bool,
-                              max_messages: int) -> RemoteConsumer:
+    def create_group_consumer(
+        self,
+        destination: Destination,
+        selector: str | None,
+        durable_name: str | None,
+        group: str,
+        retain: bool,
+        max_messages: int,
+    ) -> RemoteConsumer:
         """A connection consumer's consumer (Session.create_group_consumer); the service
         shares the subscription among the group. Its window: one batch (prefetch 0: pull)."""
         if not isinstance(destination, Destination):
@@ -355,16 +374,26 @@ class RemoteSession(Session):
         consumer = RemoteConsumer(self, cid, destination, selector)
         conn._consumers[cid] = consumer
         try:
-            conn.request(wire.Op.GROUP_CONSUMER, self.sid, cid, destination, selector, durable_name,
-                         min(conn.factory.prefetch, max_messages), group, retain)
+            conn.request(
+                wire.Op.GROUP_CONSUMER,
+                self.sid,
+                cid,
+                destination,
+                selector,
+                durable_name,
+                min(conn.factory.prefetch, max_messages),
+                group,
+                retain,
+            )
         except BaseException:
             conn._consumers.pop(cid, None)
             raise
         self.consumers.append(consumer)
         return consumer
 
-    def _new_consumer(self, destination: Destination, selector: str | None, no_local: bool,
-                      durable_name: str | None) -> RemoteConsumer:
+    def _new_consumer(
+        self, destination: Destination, selector: str | None, no_local: bool, durable_name: str | None
+    ) -> RemoteConsumer:
         self._check_open()
         compile_selector(selector)  # a bad selector fails here, with its position
         conn = self.connection
@@ -373,10 +402,10 @@ class RemoteSession(Session):
         conn._consumers[cid] = consumer
         try:
             prefetch = conn.factory.prefetch and max(conn.factory.prefetch, self.prefetch)
-            bound = (self.prefetch_bytes,) if self.prefetch_bytes and conn.channel.welcome.get(
-                "prefetch_bytes") else ()
-            conn.request(wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name,
-                         prefetch, *bound)
+            bound = (self.prefetch_bytes,) if self.prefetch_bytes and conn.channel.welcome.get("prefetch_bytes") else ()
+            conn.request(
+                wire.Op.CONSUMER, self.sid, cid, destination, selector, no_local, durable_name, prefetch, *bound
+            )
         except BaseException:
             conn._consumers.pop(cid, None)
             raise
@@ -421,8 +450,9 @@ class RemoteSession(Session):
         blob = codec.encode(snapshot)
         max_frame = self.connection.channel.max_frame
         if len(blob) + 32 > max_frame:
-            raise ResourceAllocationException(f"a message of {len(blob)} bytes is more than the jms service "
-                                              f"takes in one frame ({max_frame} bytes)")
+            raise ResourceAllocationException(
+                f"a message of {len(blob)} bytes is more than the jms service takes in one frame ({max_frame} bytes)"
+            )
         return blob
 
     def _send_async(self, snapshot: Message, destination: Destination, answered: Answered) -> None:
@@ -436,8 +466,7 @@ class RemoteSession(Session):
         # lazy: a window's sends leave in few writes (LAZY_LIMIT bytes, or when the link
         # waits: flush(), a receive that would wait), not a system call and a wake-up of the
         # service each
-        call = self.connection.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob),
-                                             lazy=True)
+        call = self.connection.channel.start(lambda call_id: wire.send_request(call_id, self.sid, blob), lazy=True)
         self._answering.append((call, answered))
         self._answer(wait=False)
 
@@ -505,8 +534,9 @@ class RemoteSession(Session):
         return blob
 
     def _report(self, consumer: RemoteConsumer, tag: int) -> None:
-        self.connection.channel.write(wire.consumed_request(self.sid, consumer.cid, [tag]),
-                                      lazy=not self._acks_at_once())
+        self.connection.channel.write(
+            wire.consumed_request(self.sid, consumer.cid, [tag]), lazy=not self._acks_at_once()
+        )
 
     def _ack_one(self, tag: int) -> None:
         self._check_open()
@@ -674,11 +704,11 @@ class RemoteConsumer(MessageConsumer):
         self.destination = destination
         self._selector_text = selector
         self.closed = False
-        self._buf: deque[wire.Delivery] = deque()   # filled by whichever thread reads
+        self._buf: deque[wire.Delivery] = deque()  # filled by whichever thread reads
         self._listener: MessageListener | None = None
         self._thread: threading.Thread | None = None
-        self._pull = session.connection.factory.prefetch == 0   # a pull consumer (wire's notes)
-        self._pulled = False                                   # a PULL credit is outstanding
+        self._pull = session.connection.factory.prefetch == 0  # a pull consumer (wire's notes)
+        self._pulled = False  # a PULL credit is outstanding
 
     @property
     def message_selector(self) -> str | None:

@@ -33,7 +33,7 @@ from .queues import PACE_HIGH, PACE_LOW, PACE_STALL, Envelope, LimitBehavior, Me
 from .state import PERSISTENT, Sent, log, now_ms
 from .store import Row
 
-WIRE_KEEP = 1024   # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
+WIRE_KEEP = 1024  # a queue this long or longer keeps no remote sender's blob (re-encoded at delivery)
 _LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 
 
@@ -64,8 +64,14 @@ class Routing(Destinations):
             out.append(sub)
         return out
 
-    def _route(self, message: Message, targets: list[MessageQueue],
-               blob: bytes | None = None, hold: bool = True, lazy: bool = False) -> list[Envelope]:
+    def _route(
+        self,
+        message: Message,
+        targets: list[MessageQueue],
+        blob: bytes | None = None,
+        hold: bool = True,
+        lazy: bool = False,
+    ) -> list[Envelope]:
         """Envelopes for ``message`` in each target, limits applied and room taken (under
         the lock); on a refusal nothing stays taken. ``blob``: ``message`` encoded as a
         remote sender sent it; stored as it is and kept for deliveries over the wire while
@@ -87,7 +93,8 @@ class Routing(Destinations):
             if body > self.max_message_size:
                 raise ResourceAllocationException(
                     f"{message.destination}: a message body of {body} bytes is larger than "
-                    f"imq.message.max_size={self.max_message_size}")
+                    f"imq.message.max_size={self.max_message_size}"
+                )
         envs: list[Envelope] = []
         try:
             for i, mq in enumerate(targets):
@@ -105,8 +112,15 @@ class Routing(Destinations):
                 if not stored:  # held in memory only: the system-wide limits apply
                     self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
-                env = Envelope(next(self._seq), mq, msg, stored, size, blob=blob if stored else None,
-                               wire=wire if mq.count < WIRE_KEEP else None)
+                env = Envelope(
+                    next(self._seq),
+                    mq,
+                    msg,
+                    stored,
+                    size,
+                    blob=blob if stored else None,
+                    wire=wire if mq.count < WIRE_KEEP else None,
+                )
                 mq.admit(env)
                 envs.append(env)
         except BaseException:
@@ -120,8 +134,7 @@ class Routing(Destinations):
         for env in envs:
             env.queue.release(env)
 
-    def _route_all(self, sends: list[tuple[Message, Destination, Any, bytes | None]]
-                   ) -> list[Envelope]:
+    def _route_all(self, sends: list[tuple[Message, Destination, Any, bytes | None]]) -> list[Envelope]:
         """Route every send of a transaction; all or none (room included). A remote send's
         blob is stored as it came, not encoded again at the commit."""
         envs: list[Envelope] = []
@@ -139,18 +152,21 @@ class Routing(Destinations):
         if 0 <= usage.max_count <= usage.count:
             raise ResourceAllocationException(
                 f"{mq.destination}: the broker holds {usage.count} messages in memory, its limit "
-                f"imq.system.max_count={usage.max_count}; the message is refused")
+                f"imq.system.max_count={usage.max_count}; the message is refused"
+            )
         if 0 <= usage.max_size < usage.bytes + size:
             raise ResourceAllocationException(
                 f"{mq.destination}: the broker holds {usage.bytes} bytes of messages in memory; "
-                f"{size} more would pass its limit imq.system.max_size={usage.max_size}; the message is refused")
+                f"{size} more would pass its limit imq.system.max_size={usage.max_size}; the message is refused"
+            )
 
     def _make_room(self, mq: MessageQueue, size: int, hold: bool = True) -> None:
         lim = mq.limits
         name = mq.destination
         if 0 <= lim.max_bytes_per_msg < size:
             raise ResourceAllocationException(
-                f"{name}: message of {size} bytes exceeds maxBytesPerMsg={lim.max_bytes_per_msg}")
+                f"{name}: message of {size} bytes exceeds maxBytesPerMsg={lim.max_bytes_per_msg}"
+            )
         if not mq.full(size):
             return
         behavior = lim.limit_behavior
@@ -173,9 +189,12 @@ class Routing(Destinations):
     @staticmethod
     def _full_text(mq: MessageQueue, size: int) -> str:
         lim = mq.limits
-        return (f"{mq.destination} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes="
-                f"{lim.max_total_msg_bytes}, {mq.count} messages, {mq.bytes} bytes"
-                + (f", this one {size} bytes" if size else "") + f"); limitBehavior={lim.limit_behavior.value}")
+        return (
+            f"{mq.destination} is full (maxNumMsgs={lim.max_num_msgs}, maxTotalMsgBytes="
+            f"{lim.max_total_msg_bytes}, {mq.count} messages, {mq.bytes} bytes"
+            + (f", this one {size} bytes" if size else "")
+            + f"); limitBehavior={lim.limit_behavior.value}"
+        )
 
     def on_room(self, mq: MessageQueue, callback: Callable[[], None]) -> None:
         """Call ``callback`` (once, without blocking) when ``mq`` may have room again: at
@@ -194,14 +213,20 @@ class Routing(Destinations):
             if len(mq) > PACE_HIGH and self._paced(mq, PACE_HIGH):
                 raise ProducerFlowControl(
                     f"{mq.destination}: {len(mq)} messages wait for its consumers; the producer "
-                    f"waits until they have taken all but {PACE_LOW}", partial(self.on_pace, mq))
+                    f"waits until they have taken all but {PACE_LOW}",
+                    partial(self.on_pace, mq),
+                )
 
     def _paced(self, mq: MessageQueue, level: int) -> bool:
         """Are producers of ``mq`` to wait: more than ``level`` messages wait, and
         consumers are there and took one (or waited for one) within PACE_STALL seconds
         (under the lock)?"""
-        return (len(mq) > level and bool(mq.consumers) and not (mq.deleted or self.closed)
-                and time.monotonic() - mq.last_take < PACE_STALL)
+        return (
+            len(mq) > level
+            and bool(mq.consumers)
+            and not (mq.deleted or self.closed)
+            and time.monotonic() - mq.last_take < PACE_STALL
+        )
 
     def on_pace(self, mq: MessageQueue, callback: Callable[[], None]) -> None:
         """Call ``callback`` (once, without blocking) when a paced producer of ``mq`` may
@@ -239,7 +264,8 @@ class Routing(Destinations):
             raise ProducerFlowControl(
                 f"the broker's memory state is {memory.state_name} ({memory.percent:.0f}% of "
                 f"{memory.budget >> 20} MB); producers may send {memory.batch} messages per batch",
-                memory.on_sample)
+                memory.on_sample,
+            )
 
     def check_room(self, sender: Any, message: Message, dest: Destination) -> None:
         """Before a send into a transaction: ProducerFlowControl when the producer must
@@ -290,8 +316,9 @@ class Routing(Destinations):
         rows.clear()
         return ticket
 
-    def send(self, sender: Any, message: Message, dest: Destination,
-             blob: bytes | None = None, pace: bool = False) -> Sent | None:
+    def send(
+        self, sender: Any, message: Message, dest: Destination, blob: bytes | None = None, pace: bool = False
+    ) -> Sent | None:
         """Route and enqueue now; what to wait on (wait_all) for a stored send, or None.
         ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
         producer is paced to a queue's consumers (module comment)."""
@@ -302,8 +329,15 @@ class Routing(Destinations):
             ticket = self._commit_envelopes(envs)
             return None if ticket is None else Sent(ticket, envs)
 
-    def _admit_send(self, sender: Any, message: Message, dest: Destination, targets: list[MessageQueue],
-                    blob: bytes | None, pace: bool) -> list[Envelope]:
+    def _admit_send(
+        self,
+        sender: Any,
+        message: Message,
+        dest: Destination,
+        targets: list[MessageQueue],
+        blob: bytes | None,
+        pace: bool,
+    ) -> list[Envelope]:
         """One send's envelopes, routed (lazily) to ``targets`` and admitted, not yet
         committed: the producer paced and throttled first (under the lock)."""
         if pace and not dest.is_topic:
@@ -313,8 +347,9 @@ class Routing(Destinations):
         self._admit(envs)
         return envs
 
-    def send_many(self, sender: Any, sends: Sequence[tuple[Message, Destination]], pace: bool = False
-                  ) -> tuple[Sent | None, int, JMSException | None]:
+    def send_many(
+        self, sender: Any, sends: Sequence[tuple[Message, Destination]], pace: bool = False
+    ) -> tuple[Sent | None, int, JMSException | None]:
         """send() of each of ``sends`` in order under one taking of the lock, their rows
         recorded in one store call, stopping at the first refused (ProducerFlowControl
         among the refusals): (what to wait on for those sent, or None; how many were sent;
@@ -395,11 +430,17 @@ class Routing(Destinations):
             try:
                 self._commit_envelopes(self._route(dead, [self.dmq]))
             except JMSException as exc:
-                log.warning("%s: message %s dropped (%s); the DMQ refused it: %s",
-                            mq.destination, env.message.message_id, reason, exc)
+                log.warning(
+                    "%s: message %s dropped (%s); the DMQ refused it: %s",
+                    mq.destination,
+                    env.message.message_id,
+                    reason,
+                    exc,
+                )
         else:
-            log.info("%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason,
-                     extra=COUNTED)  # a flood of them: counted lines in the service log
+            log.info(
+                "%s: message %s dropped (%s)", mq.destination, env.message.message_id, reason, extra=COUNTED
+            )  # a flood of them: counted lines in the service log
 
 
 def _same_origin(sub: MessageQueue, sender: Any) -> bool:

@@ -52,11 +52,11 @@ class Sent:
 
 
 class WorkState(str, Enum):
-    LOCAL = "LOCAL"                  # a local transaction or a CLIENT_ACKNOWLEDGE session
-    ACTIVE = "ACTIVE"                # XA: associated with a session (start)
-    IDLE = "IDLE"                    # XA: ended, may be prepared or committed
+    LOCAL = "LOCAL"  # a local transaction or a CLIENT_ACKNOWLEDGE session
+    ACTIVE = "ACTIVE"  # XA: associated with a session (start)
+    IDLE = "IDLE"  # XA: ended, may be prepared or committed
     ROLLBACK_ONLY = "ROLLBACK_ONLY"  # XA: ended with TMFAIL
-    PREPARED = "PREPARED"            # XA: prepared, durable, in doubt until commit/rollback
+    PREPARED = "PREPARED"  # XA: prepared, durable, in doubt until commit/rollback
     DONE = "DONE"
 
 
@@ -65,15 +65,14 @@ class Work:
 
     __slots__ = ("acks", "connection", "prepared_sends", "sends", "sessions", "state", "xid")
 
-    def __init__(self, xid: Xid | None = None, state: WorkState = WorkState.LOCAL,
-                 connection: Any = None) -> None:
+    def __init__(self, xid: Xid | None = None, state: WorkState = WorkState.LOCAL, connection: Any = None) -> None:
         self.xid = xid
-        self.connection = connection   # XA: the connection that started the branch
+        self.connection = connection  # XA: the connection that started the branch
         self.state = state
         # (snapshot, dest, connection, the blob a remote client sent or None)
         self.sends: list[tuple[Message, Destination, Any, bytes | None]] = []
         self.acks: list[Envelope] = []
-        self.prepared_sends: list[Envelope] = []                   # routed at prepare
+        self.prepared_sends: list[Envelope] = []  # routed at prepare
         self.sessions: set[Any] = set()
 
     @property
@@ -98,24 +97,24 @@ class BrokerState:
     may read it), all guarded by ``lock`` unless said otherwise. Made in Broker.__init__."""
 
     # broker.py (the facade): settings, connections, the lock and what lives beside it
-    lock: threading.Lock          # the one lock: before Store.lock, never after
+    lock: threading.Lock  # the one lock: before Store.lock, never after
     closed: bool
     instance_name: str
     data_dir: Path | None
     authenticator: Authenticator | None
-    rm_id: str                    # is_same_rm: same broker, same store
+    rm_id: str  # is_same_rm: same broker, same store
     connections: set[Any]
     client_ids: dict[str, Any]
-    reservations: Reservations    # the bridge service's client ids and durables (its own lock)
-    store: Store | None           # (its own lock, taken after ours)
+    reservations: Reservations  # the bridge service's client ids and durables (its own lock)
+    store: Store | None  # (its own lock, taken after ours)
     swap: Swap | None
     memory: MemoryMonitor | None  # (its own lock)
-    _seq: Iterator[int]           # the next envelope's seq (routing; adoption skips some)
+    _seq: Iterator[int]  # the next envelope's seq (routing; adoption skips some)
     # paging.py: queues' paging settings
     memory_window: int
     # destinations.py: which queues exist, their limits and bindings
     queues: dict[str, MessageQueue]
-    topics: dict[str, list[MessageQueue]]     # topic name -> subscription queues
+    topics: dict[str, list[MessageQueue]]  # topic name -> subscription queues
     known_topics: set[str]
     durable: dict[tuple[str, str], Subscription]
     temporary: dict[str, MessageQueue]
@@ -124,15 +123,15 @@ class BrokerState:
     autocreate_queue: bool
     autocreate_topic: bool
     max_selector_size: int
-    owners: DurableOwners         # who may attach to or remove a durable subscription
+    owners: DurableOwners  # who may attach to or remove a durable subscription
     producers: collections.Counter[Destination]  # (metrics)
     dmq: MessageQueue
     # routing.py: what a send may be
-    usage: SystemUsage            # imq.system.max_count/max_size (the queues count into it)
+    usage: SystemUsage  # imq.system.max_count/max_size (the queues count into it)
     max_message_size: int
     # xabranches.py: the XA branches
     branches: dict[Xid, Work]
-    committing: dict[Xid, int]    # two-phase commits not written yet (xid -> store ticket)
+    committing: dict[Xid, int]  # two-phase commits not written yet (xid -> store ticket)
 
     def wait_durable(self, ticket: int | None) -> None:
         if ticket is not None and self.store is not None:

@@ -95,29 +95,33 @@ CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 
 # Ordered ops: name -> SQL statements run with the op's arguments.
 _OPS: dict[str, tuple[str, ...]] = {
-    "sub_put": ("INSERT OR REPLACE INTO subs(client_id, name, topic, selector, no_local, owner) "
-                "VALUES (?, ?, ?, ?, ?, ?)",),
+    "sub_put": (
+        "INSERT OR REPLACE INTO subs(client_id, name, topic, selector, no_local, owner) VALUES (?, ?, ?, ?, ?, ?)",
+    ),
     "sub_del": ("DELETE FROM subs WHERE client_id = ? AND name = ?",),
     "dest_put": ("INSERT OR REPLACE INTO dests(qkey, config) VALUES (?, ?)",),
     "dest_del": ("DELETE FROM dests WHERE qkey = ?",),
     "purge": ("DELETE FROM msgs WHERE qkey = ? AND seq < ?",),
     "purge_between": ("DELETE FROM msgs WHERE qkey = ? AND seq > ? AND seq < ?",),
-    "xa_commit": ("INSERT INTO msgs(seq, qkey, dcount, blob) "
-                  "SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
-                  "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
-                  "DELETE FROM xa_sends WHERE xid = ?",
-                  "DELETE FROM xa_acks WHERE xid = ?",
-                  "DELETE FROM xa WHERE xid = ?"),
-    "xa_rollback": ("DELETE FROM xa_sends WHERE xid = ?",
-                    "DELETE FROM xa_acks WHERE xid = ?",
-                    "DELETE FROM xa WHERE xid = ?"),
+    "xa_commit": (
+        "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
+        "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
+        "DELETE FROM xa_sends WHERE xid = ?",
+        "DELETE FROM xa_acks WHERE xid = ?",
+        "DELETE FROM xa WHERE xid = ?",
+    ),
+    "xa_rollback": (
+        "DELETE FROM xa_sends WHERE xid = ?",
+        "DELETE FROM xa_acks WHERE xid = ?",
+        "DELETE FROM xa WHERE xid = ?",
+    ),
 }
 
 
 @dataclass
 class PreparedBranch:
     sends: list[tuple[int, str, bytes]] = field(default_factory=list)  # (seq, qkey, blob)
-    acks: list[int] = field(default_factory=list)                      # seqs
+    acks: list[int] = field(default_factory=list)  # seqs
 
 
 @dataclass
@@ -136,8 +140,8 @@ class _Claim:
 class Recovered:
     """What a store holds at open: everything the broker rebuilds its state from."""
 
-    backlogs: dict[str, int]                          # qkey -> stored messages (read lazily)
-    locked: list[tuple[int, str, int, bytes]]         # (seq, qkey, dcount, blob) a prepared XA branch consumed
+    backlogs: dict[str, int]  # qkey -> stored messages (read lazily)
+    locked: list[tuple[int, str, int, bytes]]  # (seq, qkey, dcount, blob) a prepared XA branch consumed
     subscriptions: list[tuple[str, str, str, str | None, bool, str | None]]  # ..., no_local, owner
     destinations: dict[str, dict[str, Any]]
     prepared: dict[str, PreparedBranch]
@@ -164,8 +168,13 @@ class Database:
         """Bytes of ``qkey``'s stored messages (a destination with a byte limit, at open)."""
         raise NotImplementedError
 
-    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
-              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def write(
+        self,
+        inserts: dict[int, list[Any]],
+        deletes: set[int],
+        updates: dict[int, int],
+        ops: list[tuple[str, tuple[Any, ...]]],
+    ) -> None:
         """One batch as one database transaction, in the order the module comment gives."""
         raise NotImplementedError
 
@@ -219,8 +228,10 @@ class SQLiteDatabase(Database):
                 db.execute("COMMIT")
                 log.info("store %s: upgraded from schema version %s to %s", self.path, row[0], SCHEMA_VERSION)
             elif row[0] != SCHEMA_VERSION:
-                raise StoreError(f"{self.path}: store schema version {row[0]} is not supported "
-                                 f"(this broker reads version {SCHEMA_VERSION})")
+                raise StoreError(
+                    f"{self.path}: store schema version {row[0]} is not supported "
+                    f"(this broker reads version {SCHEMA_VERSION})"
+                )
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
         self._db = db
@@ -255,13 +266,25 @@ class SQLiteDatabase(Database):
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the store: {exc}") from exc
 
-    def write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
-              ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def write(
+        self,
+        inserts: dict[int, list[Any]],
+        deletes: set[int],
+        updates: dict[int, int],
+        ops: list[tuple[str, tuple[Any, ...]]],
+    ) -> None:
         db = self._db
         steps: list[tuple[str, list[tuple[Any, ...]]]] = []
-        write_batch(lambda sql, args: steps.append((sql, args)), inserts, deletes, updates, ops,
-                    _OPS, "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')",
-                    rows_per_insert=self._rows_per_insert)
+        write_batch(
+            lambda sql, args: steps.append((sql, args)),
+            inserts,
+            deletes,
+            updates,
+            ops,
+            _OPS,
+            "INSERT OR REPLACE INTO xa(xid, state) VALUES (?, 'prepared')",
+            rows_per_insert=self._rows_per_insert,
+        )
         if len(steps) == 1 and len(steps[0][1]) == 1:
             # One statement run once is atomic by itself (autocommit): a persistent send
             # or an acknowledgement written alone skips two round trips, BEGIN and COMMIT
@@ -307,38 +330,52 @@ BYTES_SQL = "SELECT COALESCE(SUM(LENGTH(blob)), 0) FROM msgs WHERE qkey = ?"
 def recovered(execute: Callable[..., Any]) -> Recovered:
     """What a store holds, read through a DB-API ``execute`` returning a cursor: counts of
     waiting messages (an index scan), not the messages themselves."""
-    backlogs = {q: int(n) for q, n in
-                execute("SELECT qkey, COUNT(*) FROM msgs GROUP BY qkey").fetchall()}
-    locked = [(seq, q, d, bytes(b)) for seq, q, d, b in execute(
-        "SELECT m.seq, m.qkey, m.dcount, m.blob FROM msgs m JOIN xa_acks a ON a.seq = m.seq "
-        "ORDER BY m.seq").fetchall()]
-    subs = [(c, n, t, s, bool(nl), o) for c, n, t, s, nl, o in
-            execute("SELECT client_id, name, topic, selector, no_local, owner FROM subs").fetchall()]
+    backlogs = {q: int(n) for q, n in execute("SELECT qkey, COUNT(*) FROM msgs GROUP BY qkey").fetchall()}
+    locked = [
+        (seq, q, d, bytes(b))
+        for seq, q, d, b in execute(
+            "SELECT m.seq, m.qkey, m.dcount, m.blob FROM msgs m JOIN xa_acks a ON a.seq = m.seq ORDER BY m.seq"
+        ).fetchall()
+    ]
+    subs = [
+        (c, n, t, s, bool(nl), o)
+        for c, n, t, s, nl, o in execute(
+            "SELECT client_id, name, topic, selector, no_local, owner FROM subs"
+        ).fetchall()
+    ]
     dests = {k: json.loads(v) for k, v in execute("SELECT qkey, config FROM dests").fetchall()}
     prepared: dict[str, PreparedBranch] = {}
     for (xid,) in execute("SELECT xid FROM xa WHERE state = 'prepared'").fetchall():
         prepared[xid] = PreparedBranch()
-    for xid, seq, qkey, blob in execute(
-            "SELECT xid, seq, qkey, blob FROM xa_sends ORDER BY seq").fetchall():
+    for xid, seq, qkey, blob in execute("SELECT xid, seq, qkey, blob FROM xa_sends ORDER BY seq").fetchall():
         prepared.setdefault(xid, PreparedBranch()).sends.append((seq, qkey, bytes(blob)))
     for xid, seq in execute("SELECT xid, seq FROM xa_acks ORDER BY seq").fetchall():
         prepared.setdefault(xid, PreparedBranch()).acks.append(seq)
-    max_seq = max(execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
-                  execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0])
+    max_seq = max(
+        execute("SELECT COALESCE(MAX(seq), 0) FROM msgs").fetchone()[0],
+        execute("SELECT COALESCE(MAX(seq), 0) FROM xa_sends").fetchone()[0],
+    )
     return Recovered(backlogs, locked, subs, dests, prepared, max_seq)
 
 
-def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
-                inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
-                ops: list[tuple[str, tuple[Any, ...]]], statements: dict[str, tuple[str, ...]],
-                prepare_xa: str | tuple[str, ...], mark: str = "?",
-                insert_msg: str = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)",
-                rows_per_insert: int = 1) -> None:
+def write_batch(
+    executemany: Callable[[str, list[tuple[Any, ...]]], Any],
+    inserts: dict[int, list[Any]],
+    deletes: set[int],
+    updates: dict[int, int],
+    ops: list[tuple[str, tuple[Any, ...]]],
+    statements: dict[str, tuple[str, ...]],
+    prepare_xa: str | tuple[str, ...],
+    mark: str = "?",
+    insert_msg: str = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)",
+    rows_per_insert: int = 1,
+) -> None:
     """A batch's statements in the fixed order (inserts, ordered ops, delivery counts,
     deletes) inside the caller's transaction; ``mark`` is the driver's placeholder;
     ``prepare_xa`` the statement(s), each taking the xid, that begin a prepared branch.
     ``rows_per_insert`` > 1 (``mark`` "?" only): messages go in statements of that many
     rows each (one multi-row VALUES), not a statement per row (see INSERT_ROWS)."""
+
     def sql(text: str) -> str:
         return text if mark == "?" else text.replace("?", mark)
 
@@ -346,7 +383,7 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
         values = [x for seq, (q, d, b) in inserts.items() for x in (seq, q, d, b)]
         step = 4 * rows_per_insert
         for at in range(0, len(values), step):
-            part = values[at:at + step]
+            part = values[at : at + step]
             executemany(_rows_sql(insert_msg, len(part) // 4), [tuple(part)])
     elif inserts:
         executemany(sql(insert_msg), [(seq, q, d, b) for seq, (q, d, b) in inserts.items()])
@@ -356,17 +393,17 @@ def write_batch(executemany: Callable[[str, list[tuple[Any, ...]]], Any],
             for statement in (prepare_xa,) if isinstance(prepare_xa, str) else prepare_xa:
                 executemany(sql(statement), [(xid,)])
             if sends:
-                executemany(sql("INSERT INTO xa_sends(xid, seq, qkey, blob) VALUES (?, ?, ?, ?)"),
-                            [(xid, seq, q, b) for seq, q, b in sends])
+                executemany(
+                    sql("INSERT INTO xa_sends(xid, seq, qkey, blob) VALUES (?, ?, ?, ?)"),
+                    [(xid, seq, q, b) for seq, q, b in sends],
+                )
             if acks:
-                executemany(sql("INSERT INTO xa_acks(xid, seq) VALUES (?, ?)"),
-                            [(xid, seq) for seq in acks])
+                executemany(sql("INSERT INTO xa_acks(xid, seq) VALUES (?, ?)"), [(xid, seq) for seq in acks])
             continue
         for statement in statements[name]:
             executemany(sql(statement), [args])
     if updates:
-        executemany(sql("UPDATE msgs SET dcount = ? WHERE seq = ?"),
-                    [(d, seq) for seq, d in updates.items()])
+        executemany(sql("UPDATE msgs SET dcount = ? WHERE seq = ?"), [(d, seq) for seq, d in updates.items()])
     if deletes:
         singles, runs = delete_runs(deletes)
         if runs:
@@ -425,8 +462,9 @@ class Store:
     """Group commit over a ``Database`` (SQLite under ``directory`` unless one is given);
     see the module comment."""
 
-    def __init__(self, directory: str | Path | None = None, *, sync: bool = False,
-                 database: Database | None = None) -> None:
+    def __init__(
+        self, directory: str | Path | None = None, *, sync: bool = False, database: Database | None = None
+    ) -> None:
         if database is None:
             if directory is None:
                 raise ValueError("a store needs a directory or a database")
@@ -436,29 +474,29 @@ class Store:
         self.sync = sync
         self.linger = LINGER
         self.lock = threading.RLock()
-        self._work = threading.Condition(self.lock)    # the writer waits here for changes
+        self._work = threading.Condition(self.lock)  # the writer waits here for changes
         self._written = threading.Condition(self.lock)  # callers wait here for batches
-        self._waiting = 0                               # callers blocked in wait()
-        self._writing = False                           # a batch is being written
-        self._claim: _Claim | None = None               # ...this one
-        self._idle = False                              # the writer sleeps until a change
-        self._first_change: float | None = None         # pending since (not idle; _gather)
+        self._waiting = 0  # callers blocked in wait()
+        self._writing = False  # a batch is being written
+        self._claim: _Claim | None = None  # ...this one
+        self._idle = False  # the writer sleeps until a change
+        self._first_change: float | None = None  # pending since (not idle; _gather)
         self._inserts: dict[int, list[Any]] = {}
-        self._pending_bytes = 0                         # blobs in _inserts
-        self._pending_queues: dict[str, int] = {}       # qkey -> rows in _inserts
+        self._pending_bytes = 0  # blobs in _inserts
+        self._pending_queues: dict[str, int] = {}  # qkey -> rows in _inserts
         self._deletes: set[int] = set()
         self._updates: dict[int, int] = {}
         self._ops: list[tuple[str, tuple[Any, ...]]] = []
-        self._next = 1        # number of the batch the writer takes next
-        self._done = 0        # last batch committed
+        self._next = 1  # number of the batch the writer takes next
+        self._done = 0  # last batch committed
         self._error: BaseException | None = None
         self._full: BaseException | None = None  # why the last write failed for lack of space
-        self._down = False    # ... and it was the database that could not be reached
+        self._down = False  # ... and it was the database that could not be reached
         self._full_since = 0.0
-        self._failed = 0      # last batch that failed for lack of space (its changes pending again)
-        self._attempts = 0    # failed writes in a row while full (the retry backoff)
+        self._failed = 0  # last batch that failed for lack of space (its changes pending again)
+        self._attempts = 0  # failed writes in a row while full (the retry backoff)
         self._closing = False
-        self.batches = 0      # written batches (benchmarks report batch sizes)
+        self.batches = 0  # written batches (benchmarks report batch sizes)
         self.rows = 0
         # seconds per batch write (its fsync included when sync): counts per COMMIT_BOUNDS bucket
         self.commit_buckets = [0] * (len(COMMIT_BOUNDS) + 1)
@@ -478,8 +516,7 @@ class Store:
         order: the database's rows and the changes not written yet (module comment)."""
         with self.lock:
             batches = [self._claim] if self._claim is not None else []
-            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops,
-                                  self._pending_queues))
+            batches.append(_Claim(0, self._inserts, self._deletes, self._updates, self._ops, self._pending_queues))
             if any(name in ("purge", "purge_between", "xa_commit") for b in batches for name, _ in b.ops):
                 moving = True
             else:
@@ -500,8 +537,7 @@ class Store:
         if not (pending or gone or dcounts):  # the common case: the database has it all
             return self.database.page(qkey, after, limit)
         # Enough rows that ``limit`` remain when every pending delete is among them.
-        rows = {seq: (dcount, blob) for seq, dcount, blob
-                in self.database.page(qkey, after, limit + len(gone))}
+        rows = {seq: (dcount, blob) for seq, dcount, blob in self.database.page(qkey, after, limit + len(gone))}
         rows.update(pending)  # (a batch written meanwhile is in both)
         out = []
         for seq in sorted(rows):
@@ -528,8 +564,10 @@ class Store:
 
     def _no_space(self) -> StoreFull:
         if self._down:
-            return StoreUnavailable(f"store unavailable: {self.path}: its database cannot be reached "
-                                    f"({self._full}); changes are kept and written once it is back")
+            return StoreUnavailable(
+                f"store unavailable: {self.path}: its database cannot be reached "
+                f"({self._full}); changes are kept and written once it is back"
+            )
         return StoreFull(f"store full: {self.path}: no space left")
 
     def check_room(self) -> None:
@@ -612,8 +650,7 @@ class Store:
             if not waited:
                 self._changed()
 
-    def prepare_xa(self, xid: str, sends: list[tuple[int, str, bytes]], acks: list[int],
-                   waited: bool = False) -> None:
+    def prepare_xa(self, xid: str, sends: list[tuple[int, str, bytes]], acks: list[int], waited: bool = False) -> None:
         self.op("xa_prepare", xid, sends, acks, waited=waited)
 
     # --- durability -------------------------------------------------------------
@@ -628,8 +665,12 @@ class Store:
 
     def _settled(self, ticket: int) -> bool:
         """Batch ``ticket`` is written, or nothing is left to write (a cancelled insert)."""
-        return (self._done >= ticket or self._error is not None or self._failed >= ticket
-                or (not self._dirty() and self._done == self._next - 1))
+        return (
+            self._done >= ticket
+            or self._error is not None
+            or self._failed >= ticket
+            or (not self._dirty() and self._done == self._next - 1)
+        )
 
     def ticket(self) -> int:
         """The batch that will hold every change recorded so far (the one being written
@@ -674,8 +715,7 @@ class Store:
     # --- writing: one writer at a time, a caller (wait) or the writer thread --------------
     def _take(self) -> _Claim:
         """Become the writer of everything pending (under the lock, nobody writing)."""
-        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops,
-                       self._pending_queues)
+        claim = _Claim(self._next, self._inserts, self._deletes, self._updates, self._ops, self._pending_queues)
         self._inserts, self._deletes, self._updates, self._ops = {}, set(), {}, []
         self._pending_bytes = 0
         self._pending_queues = {}
@@ -704,13 +744,21 @@ class Store:
                     if self._full is None:
                         self._full_since = time.monotonic()
                         if down:
-                            log.error("store %s: the database cannot be reached (%s); persistent "
-                                      "messages are refused and pending changes retried until "
-                                      "it is back", self.path, exc)
+                            log.error(
+                                "store %s: the database cannot be reached (%s); persistent "
+                                "messages are refused and pending changes retried until "
+                                "it is back",
+                                self.path,
+                                exc,
+                            )
                         else:
-                            log.error("store full: %s: no space left (%s); persistent messages "
-                                      "are refused and pending changes retried until space is "
-                                      "back", self.path, exc)
+                            log.error(
+                                "store full: %s: no space left (%s); persistent messages "
+                                "are refused and pending changes retried until space is "
+                                "back",
+                                self.path,
+                                exc,
+                            )
                     self._full, self._down = exc, down
                     self._changed()  # an idle writer thread wakes up to retry
                 else:  # an I/O error, a lost database: stop accepting work
@@ -722,9 +770,12 @@ class Store:
             return False
         with self.lock:
             if self._full is not None:
-                log.warning("store %s: %s after %.1f s; writing again", self.path,
-                            "the database is back" if self._down else "space is back",
-                            time.monotonic() - self._full_since)
+                log.warning(
+                    "store %s: %s after %.1f s; writing again",
+                    self.path,
+                    "the database is back" if self._down else "space is back",
+                    time.monotonic() - self._full_since,
+                )
                 self._full, self._down, self._attempts = None, False, 0
             self._done = claim.batch
             self._writing = False
@@ -797,9 +848,13 @@ class Store:
                     if self._error is not None:
                         return
                     if self._closing:
-                        log.error("store full: %s: closing with %d messages, %d removals and %d "
-                                  "other changes not written", self.path, len(self._inserts),
-                                  len(self._deletes), len(self._ops))
+                        log.error(
+                            "store full: %s: closing with %d messages, %d removals and %d other changes not written",
+                            self.path,
+                            len(self._inserts),
+                            len(self._deletes),
+                            len(self._ops),
+                        )
                         return
 
     def _gather(self) -> None:
@@ -809,12 +864,18 @@ class Store:
         do pending messages of half BEHIND (written before senders must wait for them)."""
         start = self._first_change
         deadline = (time.monotonic() if start is None else start) + self.linger
-        while not self._closing and self._pending_bytes < BEHIND // 2 \
-                and (remaining := deadline - time.monotonic()) > 0:
+        while (
+            not self._closing and self._pending_bytes < BEHIND // 2 and (remaining := deadline - time.monotonic()) > 0
+        ):
             self._work.wait(remaining)
 
-    def _write(self, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int],
-               ops: list[tuple[str, tuple[Any, ...]]]) -> None:
+    def _write(
+        self,
+        inserts: dict[int, list[Any]],
+        deletes: set[int],
+        updates: dict[int, int],
+        ops: list[tuple[str, tuple[Any, ...]]],
+    ) -> None:
         self.database.write(inserts, deletes, updates, ops)
 
     def close(self) -> None:
@@ -848,6 +909,12 @@ class Store:
         """Size on disk, batch writes and their latency histogram, and any problem."""
         with self.lock:
             buckets, total, batches = list(self.commit_buckets), self.commit_seconds, self.batches
-        return {"size": self.database.size(), "batches": batches, "rows": self.rows,
-                "commit_bounds": COMMIT_BOUNDS, "commit_buckets": buckets, "commit_seconds": total,
-                "problem": self.problem()}
+        return {
+            "size": self.database.size(),
+            "batches": batches,
+            "rows": self.rows,
+            "commit_bounds": COMMIT_BOUNDS,
+            "commit_buckets": buckets,
+            "commit_seconds": total,
+            "problem": self.problem(),
+        }

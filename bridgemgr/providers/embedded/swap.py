@@ -52,8 +52,9 @@ class Swap:
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, bytes]]:
         """Up to ``limit`` (seq, blob) of ``qkey`` with seq > ``after``, by seq."""
         try:
-            return self._db.execute("SELECT seq, blob FROM swapped WHERE qkey = ? AND seq > ? "
-                                    "ORDER BY seq LIMIT ?", (qkey, after, limit)).fetchall()
+            return self._db.execute(
+                "SELECT seq, blob FROM swapped WHERE qkey = ? AND seq > ? ORDER BY seq LIMIT ?", (qkey, after, limit)
+            ).fetchall()
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot read the swap file: {exc}") from exc
 

@@ -29,15 +29,15 @@ MAGIC = b"IMQJ"
 VERSION = 1
 SUPPORTED_VERSIONS = frozenset({1})
 PREAMBLE = MAGIC + bytes((VERSION,))
-HANDSHAKE_MAX_FRAME = 64 * 1024          # before HELLO is answered: nobody buffers much
+HANDSHAKE_MAX_FRAME = 64 * 1024  # before HELLO is answered: nobody buffers much
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
-_HEAD = struct.Struct(">IBI")            # size, kind, channel
+_HEAD = struct.Struct(">IBI")  # size, kind, channel
 _SIZE = struct.Struct(">I")
 _OP = struct.Struct(">B")
-_SEND = struct.Struct(">BI")             # op, session
-_CONSUMED = struct.Struct(">BII")        # op, session, consumer
-_DELIVER = struct.Struct(">QI")          # tag, delivery count
+_SEND = struct.Struct(">BI")  # op, session
+_CONSUMED = struct.Struct(">BII")  # op, session, consumer
+_DELIVER = struct.Struct(">QI")  # tag, delivery count
 _TAG = struct.Struct(">Q")
 
 
@@ -46,7 +46,7 @@ class ProtocolError(TransportException, code="WIRE_PROTOCOL"):
 
 
 class Kind(IntEnum):
-    __hash__ = int.__hash__   # (Enum's own hash is Python code: too slow per frame)
+    __hash__ = int.__hash__  # (Enum's own hash is Python code: too slow per frame)
 
     REQUEST = 1
     REPLY = 2
@@ -104,56 +104,56 @@ class Role(Enum):
 
 
 class State(Enum):
-    PREAMBLE = "PREAMBLE"     # waiting for the peer's preamble
-    HANDSHAKE = "HANDSHAKE"   # server: waiting for HELLO; client: for its answer
+    PREAMBLE = "PREAMBLE"  # waiting for the peer's preamble
+    HANDSHAKE = "HANDSHAKE"  # server: waiting for HELLO; client: for its answer
     OPEN = "OPEN"
     ERROR = "ERROR"
 
 
 # Which frame kinds each side accepts from its peer in each state.
 _LEGAL: dict[tuple[Role, State], frozenset[Kind]] = {
-    (Role.SERVER, State.HANDSHAKE): frozenset({Kind.REQUEST}),   # HELLO only (checked below)
+    (Role.SERVER, State.HANDSHAKE): frozenset({Kind.REQUEST}),  # HELLO only (checked below)
     (Role.CLIENT, State.HANDSHAKE): frozenset({Kind.REPLY, Kind.ERROR}),
     (Role.SERVER, State.OPEN): frozenset({Kind.REQUEST, Kind.HEARTBEAT}),
     (Role.CLIENT, State.OPEN): frozenset({Kind.REPLY, Kind.ERROR, Kind.DELIVER, Kind.HEARTBEAT}),
 }
 
 # Argument types of each op sent as a value list; a tuple means "one of these".
-_XID = "xid"            # [format_id, gtrid, bqual] -> Xid
-_INTS = "ints"          # a list of ints
+_XID = "xid"  # [format_id, gtrid, bqual] -> Xid
+_INTS = "ints"  # a list of ints
 OptStr = (str, type(None))
 ARGS: dict[Op, tuple[Any, ...]] = {
-    Op.HELLO: (OptStr, OptStr, int, str),              # user, password, heart-beat ms, client name
+    Op.HELLO: (OptStr, OptStr, int, str),  # user, password, heart-beat ms, client name
     Op.CLOSE: (),
     Op.SET_CLIENT_ID: (str,),
     Op.START: (),
     Op.STOP: (),
-    Op.SESSION: (int, bool, int, bool),                # session, transacted, ack mode, xa
+    Op.SESSION: (int, bool, int, bool),  # session, transacted, ack mode, xa
     Op.SESSION_CLOSE: (int,),
     Op.CONSUMER: (int, int, Destination, OptStr, bool, OptStr, int, int),  # session, consumer,
-    Op.CONSUMER_CLOSE: (int, int),    # dest, selector, no_local, durable name, prefetch, [prefetch bytes]
+    Op.CONSUMER_CLOSE: (int, int),  # dest, selector, no_local, durable name, prefetch, [prefetch bytes]
     Op.UNSUBSCRIBE: (int, str),
-    Op.TEMP_CREATE: (int, bool),                       # session, topic
+    Op.TEMP_CREATE: (int, bool),  # session, topic
     Op.TEMP_DELETE: (int, Destination),
-    Op.RETURN: (int, int, _INTS, bool),                # session, consumer, tags, seen by the app
+    Op.RETURN: (int, int, _INTS, bool),  # session, consumer, tags, seen by the app
     Op.ACKNOWLEDGE: (int,),
-    Op.ACK_ONE: (int, int),                            # session, tag
-    Op.ACK_OLDEST: (int, int),                         # session, count
+    Op.ACK_ONE: (int, int),  # session, tag
+    Op.ACK_OLDEST: (int, int),  # session, count
     Op.RECOVER: (int,),
     Op.COMMIT: (int,),
     Op.ROLLBACK: (int,),
-    Op.BROWSER: (int, Queue, OptStr),                  # session, queue, selector: may it browse?
+    Op.BROWSER: (int, Queue, OptStr),  # session, queue, selector: may it browse?
     Op.BROWSE: (int, Queue, OptStr),
     Op.BROWSE_MORE: (int,),
     Op.BROWSE_CLOSE: (int,),
-    Op.XA_START: (int, _XID, int),                     # session, xid, flags
+    Op.XA_START: (int, _XID, int),  # session, xid, flags
     Op.XA_END: (int, _XID, int),
     Op.XA_PREPARE: (_XID,),
     Op.XA_COMMIT: (_XID, bool),
     Op.XA_ROLLBACK: (_XID,),
     Op.XA_RECOVER: (int,),
     Op.XA_FORGET: (_XID,),
-    Op.PULL: (int, int, int),                          # session, consumer, n (see above)
+    Op.PULL: (int, int, int),  # session, consumer, n (see above)
     # a connection consumer's consumer in a session (Session.create_group_consumer):
     # session, consumer, dest, selector, durable name, prefetch, group, message retention
     Op.GROUP_CONSUMER: (int, int, Destination, OptStr, OptStr, int, str, bool),
@@ -166,10 +166,11 @@ OPTIONAL_ARGS: dict[Op, int] = {Op.CONSUMER: 1}
 
 # --- events ---------------------------------------------------------------------------
 
+
 class Request(NamedTuple):
     call: int
     op: Op
-    args: tuple[Any, ...]   # SEND: (session, message blob); CONSUMED: (session, consumer, tags)
+    args: tuple[Any, ...]  # SEND: (session, message blob); CONSUMED: (session, consumer, tags)
 
 
 class Reply(NamedTuple):
@@ -180,8 +181,8 @@ class Reply(NamedTuple):
 class Failure(NamedTuple):
     call: int
     error: JMSException
-    session: int | None      # an asynchronous request of this session failed
-    fatal: bool              # the sender closes the connection after it
+    session: int | None  # an asynchronous request of this session failed
+    fatal: bool  # the sender closes the connection after it
 
 
 class Delivery(NamedTuple):
@@ -201,14 +202,18 @@ HEARTBEAT_EVENT = Heartbeat()
 
 # --- encoding -------------------------------------------------------------------------
 
+
 def _frame(kind: Kind, channel: int, body: bytes) -> bytes:
     return _HEAD.pack(len(body) + 5, kind, channel) + body
 
 
 def request(call: int, op: Op, *args: Any) -> bytes:
     """A REQUEST frame for an op whose arguments are a value list (see ARGS)."""
-    return _frame(Kind.REQUEST, call, _OP.pack(op) + codec.encode_value(
-        [[x.format_id, x.gtrid, x.bqual] if isinstance(x, Xid) else x for x in args]))
+    return _frame(
+        Kind.REQUEST,
+        call,
+        _OP.pack(op) + codec.encode_value([[x.format_id, x.gtrid, x.bqual] if isinstance(x, Xid) else x for x in args]),
+    )
 
 
 def send_request(call: int, session: int, blob: bytes) -> bytes:
@@ -261,8 +266,7 @@ def error_from_value(value: Any) -> JMSException:
     exc = _error(value)
     causes = value.get("causes", [])
     if not isinstance(causes, list) or len(causes) > MAX_CAUSES:
-        raise ProtocolError(f"an ERROR frame whose causes are not a list of at most {MAX_CAUSES}: "
-                            f"{causes!r:.200}")
+        raise ProtocolError(f"an ERROR frame whose causes are not a list of at most {MAX_CAUSES}: {causes!r:.200}")
     last = exc
     for value in causes:
         cause = _error(value)
@@ -286,6 +290,7 @@ def _error(value: Any) -> JMSException:
 
 
 # --- decoding --------------------------------------------------------------------------
+
 
 def _check_args(op: Op, args: Any) -> tuple[Any, ...]:
     schema = ARGS[op]
@@ -317,12 +322,12 @@ def _parse_request(call: int, body: bytes) -> Request:
     if op is Op.SEND:
         if len(body) < _SEND.size:
             raise ProtocolError("a truncated SEND request")
-        return Request(call, op, (_SEND.unpack_from(body)[1], body[_SEND.size:]))
+        return Request(call, op, (_SEND.unpack_from(body)[1], body[_SEND.size :]))
     if op is Op.CONSUMED:
         if len(body) < _CONSUMED.size or (len(body) - _CONSUMED.size) % 8:
             raise ProtocolError("a malformed CONSUMED request")
         _, session, consumer = _CONSUMED.unpack_from(body)
-        tags = [t for (t,) in _TAG.iter_unpack(body[_CONSUMED.size:])]
+        tags = [t for (t,) in _TAG.iter_unpack(body[_CONSUMED.size :])]
         return Request(call, op, (session, consumer, tags))
     try:
         args = codec.decode_value(body[1:])
@@ -343,15 +348,14 @@ def _parse_failure(call: int, body: bytes) -> Failure:
     if not isinstance(value, dict):
         raise ProtocolError("an ERROR frame whose value is not a dict")
     sid = value.get("sid")
-    return Failure(call, error_from_value(value), sid if type(sid) is int else None,
-                   bool(value.get("fatal")))
+    return Failure(call, error_from_value(value), sid if type(sid) is int else None, bool(value.get("fatal")))
 
 
 def _parse_delivery(consumer: int, body: bytes) -> Delivery:
     if len(body) < _DELIVER.size:
         raise ProtocolError("a truncated DELIVER frame")
     tag, dcount = _DELIVER.unpack_from(body)
-    return Delivery(consumer, tag, dcount, body[_DELIVER.size:])
+    return Delivery(consumer, tag, dcount, body[_DELIVER.size :])
 
 
 _PARSERS: dict[int, Callable[[int, bytes], Event]] = {
@@ -372,13 +376,13 @@ class Wire:
     def __init__(self, role: Role, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.role = role
         self._state = State.PREAMBLE
-        self.max_frame = max_frame           # applies once OPEN
+        self.max_frame = max_frame  # applies once OPEN
         self.peer_version: int | None = None
         self._buf = bytearray()
         self._pos = 0
         self.frames = 0
         self._hello = False
-        self._legal: frozenset[int] = frozenset()     # the frame kinds legal in this state
+        self._legal: frozenset[int] = frozenset()  # the frame kinds legal in this state
         self._server = role is Role.SERVER
 
     @property
@@ -392,7 +396,7 @@ class Wire:
 
     def receive_data(self, data: bytes | memoryview) -> None:
         if self._pos > 65536 and self._pos * 2 > len(self._buf):
-            del self._buf[:self._pos]
+            del self._buf[: self._pos]
             self._pos = 0
         self._buf += data
 
@@ -431,10 +435,13 @@ class Wire:
         _, code, channel = _HEAD.unpack_from(buf, pos)
         if code not in self._legal:
             kind = _KINDS.get(code)
-            what = f"unknown frame kind {code}" if kind is None else \
-                f"a {kind.name} frame is not allowed in state {state.value}"
+            what = (
+                f"unknown frame kind {code}"
+                if kind is None
+                else f"a {kind.name} frame is not allowed in state {state.value}"
+            )
             raise ProtocolError(f"frame {self.frames + 1}: {what}")
-        body = bytes(buf[pos + 9:end])
+        body = bytes(buf[pos + 9 : end])
         if end == len(buf):
             buf.clear()
             self._pos = 0
@@ -453,16 +460,17 @@ class Wire:
         """HELLO once, first, and nothing else until the handshake is done."""
         hello = event.op is Op.HELLO
         if self.state is State.HANDSHAKE and (not hello or self._hello):
-            raise ProtocolError(f"frame {self.frames}: only one HELLO is allowed before the handshake "
-                                f"is done, not {event.op.name}")
+            raise ProtocolError(
+                f"frame {self.frames}: only one HELLO is allowed before the handshake is done, not {event.op.name}"
+            )
         if self.state is State.OPEN and hello:
             raise ProtocolError(f"frame {self.frames}: HELLO after the handshake")
         self._hello = True
 
     def _preamble(self) -> bool:
         """Read the peer's preamble; False until all of it is here."""
-        have = bytes(self._buf[self._pos:self._pos + len(PREAMBLE)])
-        if not MAGIC.startswith(have[:len(MAGIC)]):
+        have = bytes(self._buf[self._pos : self._pos + len(PREAMBLE)])
+        if not MAGIC.startswith(have[: len(MAGIC)]):
             raise ProtocolError(f"the peer does not speak the imqbridge jms protocol (it sent {have!r})")
         if len(have) < len(PREAMBLE):
             return False
@@ -470,8 +478,10 @@ class Wire:
         self._pos += len(PREAMBLE)
         self.peer_version = version
         if version not in SUPPORTED_VERSIONS:
-            raise ProtocolError(f"protocol version {version} is not supported "
-                                f"(this {self.role.value} speaks {sorted(SUPPORTED_VERSIONS)})")
+            raise ProtocolError(
+                f"protocol version {version} is not supported "
+                f"(this {self.role.value} speaks {sorted(SUPPORTED_VERSIONS)})"
+            )
         self.state = State.HANDSHAKE
         return True
 

@@ -71,8 +71,9 @@ class XABranches(LocalTransactions):
             self._xa_check(work, "prepare", "prepare")
             if work.state is WorkState.ROLLBACK_ONLY:
                 self._xa_forget_rollback(work)
-                raise XAException(f"prepare: branch {xid} was marked rollback-only and is rolled back",
-                                  xa.XA_RBROLLBACK)
+                raise XAException(
+                    f"prepare: branch {xid} was marked rollback-only and is rolled back", xa.XA_RBROLLBACK
+                )
             if work.empty:
                 del self.branches[xid]
                 work.state = WorkState.DONE
@@ -83,9 +84,10 @@ class XABranches(LocalTransactions):
                 envs = self._route_all(work.sends)
             except JMSException as exc:
                 self._xa_forget_rollback(work)
-                raise XAException(f"prepare: branch {xid} cannot be prepared and is rolled back: {exc}",
-                                  xa.XAER_RMFAIL if isinstance(exc, StoreUnavailable)
-                                  else xa.XA_RBROLLBACK) from exc
+                raise XAException(
+                    f"prepare: branch {xid} cannot be prepared and is rolled back: {exc}",
+                    xa.XAER_RMFAIL if isinstance(exc, StoreUnavailable) else xa.XA_RBROLLBACK,
+                ) from exc
             work.sends = []
             work.prepared_sends = envs
             work.state = WorkState.PREPARED
@@ -129,8 +131,7 @@ class XABranches(LocalTransactions):
         self._xa_check(work, "commit_one_phase" if one_phase else "commit_two_phase", "commit")
         if one_phase and work.state is WorkState.ROLLBACK_ONLY:
             self._xa_forget_rollback(work)
-            raise XAException(f"commit: branch {xid} was marked rollback-only and is rolled back",
-                              xa.XA_RBROLLBACK)
+            raise XAException(f"commit: branch {xid} was marked rollback-only and is rolled back", xa.XA_RBROLLBACK)
         del self.branches[xid]
         work.state = WorkState.DONE
         if one_phase:
@@ -157,8 +158,7 @@ class XABranches(LocalTransactions):
     def xa_rollback(self, xid: Xid) -> None:
         with self.lock:
             if xid in self.committing:
-                raise XAException(f"rollback: branch {xid} is committed (its commit is being "
-                                  "written)", xa.XA_HEURCOM)
+                raise XAException(f"rollback: branch {xid} is committed (its commit is being written)", xa.XA_HEURCOM)
             work = self._branch(xid, "rollback")
             self._xa_check(work, "rollback", "rollback")
             prepared = work.state is WorkState.PREPARED
@@ -181,8 +181,7 @@ class XABranches(LocalTransactions):
 
     def xa_recover(self) -> list[Xid]:
         with self.lock:
-            return [*(xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED),
-                    *self.committing]
+            return [*(xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED), *self.committing]
 
     def xa_forget(self, xid: Xid) -> None:
         with self.lock:

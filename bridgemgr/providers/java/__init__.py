@@ -38,9 +38,21 @@ from .context import JavaContextFactory
 from .jvm import CLASSPATH_PROPERTY, close_all, configure, configure_from_properties, is_started
 from .transformer import JavaTransformer, install_finder, load_if_configured
 
-__all__ = ["CLASSPATH_PROPERTY", "JavaConnection", "JavaConnectionFactory", "JavaContextFactory",
-           "JavaTransformer", "JavaXAConnection", "JavaXAConnectionFactory", "JavaXASession",
-           "close_all", "configure", "configure_from_properties", "is_started", "wrap_factory"]
+__all__ = [
+    "CLASSPATH_PROPERTY",
+    "JavaConnection",
+    "JavaConnectionFactory",
+    "JavaContextFactory",
+    "JavaTransformer",
+    "JavaXAConnection",
+    "JavaXAConnectionFactory",
+    "JavaXASession",
+    "close_all",
+    "configure",
+    "configure_from_properties",
+    "is_started",
+    "wrap_factory",
+]
 
 naming.register_context_factory(naming.JAVA_CONTEXT_FACTORY, JavaContextFactory)
 register_transformer_loader("a Java transformer", load_if_configured)  # com.example.Upper

@@ -34,10 +34,11 @@ from ...jms.errors import JMSException
 from . import jvm
 from .convert import API_PACKAGES
 
-BASE_CLASSES = ("com.sun.messaging.bridge.service.MessageTransformer",
-                "com.sun.messaging.bridge.api.MessageTransformer")
-SOURCE = Path(__file__).parent / "src" / "com" / "sun" / "messaging" / "bridge" / "service" / \
-    "MessageTransformer.java"
+BASE_CLASSES = (
+    "com.sun.messaging.bridge.service.MessageTransformer",
+    "com.sun.messaging.bridge.api.MessageTransformer",
+)
+SOURCE = Path(__file__).parent / "src" / "com" / "sun" / "messaging" / "bridge" / "service" / "MessageTransformer.java"
 WRITTEN_FOR = "jakarta.jms"  # the JMS API package SOURCE names
 JAVAC_TIMEOUT = 300.0
 
@@ -72,8 +73,10 @@ def api_of(class_name: str, loader: Any) -> str:
     for api in sorted(API_PACKAGES, key=lambda a: a != "jakarta.jms"):
         if _has(api, loader):
             return api
-    raise JMSException(f"{class_name} extends MessageTransformer, but neither jakarta.jms nor "
-                       "javax.jms is on the JVM classpath (add the JMS API jar to lib/ext)")
+    raise JMSException(
+        f"{class_name} extends MessageTransformer, but neither jakarta.jms nor "
+        "javax.jms is on the JVM classpath (add the JMS API jar to lib/ext)"
+    )
 
 
 def _has(api: str, loader: Any) -> bool:
@@ -92,7 +95,8 @@ def install(api: str, loader: Any) -> None:
             if _installed != api:
                 raise JMSException(
                     f"this process's MessageTransformer base class was built for {_installed}; "
-                    f"a transformer built against {api} cannot run beside it (one JMS API per process)")
+                    f"a transformer built against {api} cannot run beside it (one JMS API per process)"
+                )
             return
         classes = _compiled(api, loader)
         system = jvm.jclass("java.lang.ClassLoader").getSystemClassLoader()
@@ -115,9 +119,11 @@ def _javac() -> str:
     own = home / "bin" / "javac"
     found = str(own) if own.exists() else shutil.which("javac")
     if found is None:
-        raise JMSException(f"a Java transformer extends MessageTransformer; compiling its base class "
-                           f"needs javac (a JDK, such as Debian's default-jdk-headless), found neither "
-                           f"in {home / 'bin'} nor on PATH")
+        raise JMSException(
+            f"a Java transformer extends MessageTransformer; compiling its base class "
+            f"needs javac (a JDK, such as Debian's default-jdk-headless), found neither "
+            f"in {home / 'bin'} nor on PATH"
+        )
     return found
 
 
@@ -127,9 +133,9 @@ def _api_location(api: str, loader: Any) -> str:
     resource = f"{api.replace('.', '/')}/Message.class"
     url = str(loader.getResource(resource))
     if url.startswith("jar:file:") and "!/" in url:
-        return unquote(url[len("jar:file:"):url.index("!/")])
+        return unquote(url[len("jar:file:") : url.index("!/")])
     if url.startswith("file:") and url.endswith(resource):
-        return unquote(url[len("file:"):-len(resource)])
+        return unquote(url[len("file:") : -len(resource)])
     return os.pathsep.join(jvm.classpath())
 
 
@@ -148,7 +154,8 @@ def sources(api: str) -> dict[str, str]:
     for name in BASE_CLASSES:
         package, _, simple = name.rpartition(".")
         out[f"{package.replace('.', '/')}/{simple}.java"] = text.replace(
-            "package com.sun.messaging.bridge.service;", f"package {package};")
+            "package com.sun.messaging.bridge.service;", f"package {package};"
+        )
     return out
 
 
@@ -172,12 +179,23 @@ def _compiled(api: str, loader: Any) -> Path:
             (work / "src" / path).parent.mkdir(parents=True, exist_ok=True)
             (work / "src" / path).write_text(text, encoding="utf-8")
         out = work / "classes"
-        command = [_javac(), "--release", release, "-nowarn", "-cp", _api_location(api, loader),
-                   "-d", str(out), *(str(work / "src" / p) for p in files)]
+        command = [
+            _javac(),
+            "--release",
+            release,
+            "-nowarn",
+            "-cp",
+            _api_location(api, loader),
+            "-d",
+            str(out),
+            *(str(work / "src" / p) for p in files),
+        ]
         done = subprocess.run(command, capture_output=True, text=True, timeout=JAVAC_TIMEOUT)
         if done.returncode != 0:
-            raise JMSException(f"compiling the MessageTransformer base class for {api} failed: "
-                               f"{' '.join(command)}: {(done.stderr or done.stdout).strip()[-2000:]}")
+            raise JMSException(
+                f"compiling the MessageTransformer base class for {api} failed: "
+                f"{' '.join(command)}: {(done.stderr or done.stdout).strip()[-2000:]}"
+            )
         if out != folder:
             try:
                 out.rename(folder)  # atomic: another process may have won the race

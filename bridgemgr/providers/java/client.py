@@ -61,6 +61,7 @@ def _s(value: Any) -> str | None:
 
 def _proxy(interface: Any, **methods: Any) -> Any:
     import jpype
+
     return jpype.JProxy(interface, dict=methods)
 
 
@@ -78,14 +79,12 @@ class JavaConnectionFactory(ConnectionFactory):
         getter = getattr(self.java, "getClientID", None)
         return _s(getter()) if getter is not None else None
 
-    def _connect(self, method: str, username: str | None, password: str | None,
-                 jfactory: Any = None) -> Any:
+    def _connect(self, method: str, username: str | None, password: str | None, jfactory: Any = None) -> Any:
         with java_errors(method), jvm.context_loader(self.loader):
             create = getattr(self.java if jfactory is None else jfactory, method)
             return create(username, password) if username is not None else create()
 
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> JavaConnection:
+    def create_connection(self, username: str | None = None, password: str | None = None) -> JavaConnection:
         return JavaConnection(self._connect("createConnection", username, password), self.flavor)
 
     def __repr__(self) -> str:
@@ -102,17 +101,14 @@ class JavaXAConnectionFactory(JavaConnectionFactory, XAConnectionFactory):
             self.plain = _plain_twin(jfactory, self.flavor)
         self.local_transactions = self.plain is not None
 
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> JavaConnection:
+    def create_connection(self, username: str | None = None, password: str | None = None) -> JavaConnection:
         if self.plain is not None:
-            return JavaConnection(self._connect("createConnection", username, password,
-                                                self.plain), self.flavor)
+            return JavaConnection(self._connect("createConnection", username, password, self.plain), self.flavor)
         if isinstance(self.java, self.flavor.ConnectionFactory):
             return super().create_connection(username, password)
         return self.create_xa_connection(username, password)
 
-    def create_xa_connection(self, username: str | None = None,
-                             password: str | None = None) -> JavaXAConnection:
+    def create_xa_connection(self, username: str | None = None, password: str | None = None) -> JavaXAConnection:
         return JavaXAConnection(self._connect("createXAConnection", username, password), self.flavor)
 
 
@@ -129,14 +125,12 @@ def _plain_twin(jfactory: Any, flavor: Flavor) -> Any | None:
     try:
         plain_cf, xa_cf = flavor.ConnectionFactory.class_, flavor.XAConnectionFactory.class_
         cls = jfactory.getClass().getSuperclass()
-        while cls is not None and not (plain_cf.isAssignableFrom(cls)
-                                       and not xa_cf.isAssignableFrom(cls)):
+        while cls is not None and not (plain_cf.isAssignableFrom(cls) and not xa_cf.isAssignableFrom(cls)):
             cls = cls.getSuperclass()
         if cls is None or JClass("java.lang.reflect.Modifier").isAbstract(cls.getModifiers()):
             return None
         twin = cls.getConstructor().newInstance()
-        values = (JClass("java.lang.String"), JClass("java.lang.Number"),
-                  JClass("java.lang.Boolean"))
+        values = (JClass("java.lang.String"), JClass("java.lang.Number"), JClass("java.lang.Boolean"))
         same = JClass("java.util.Objects").equals
         for prop in JClass("java.beans.Introspector").getBeanInfo(cls).getPropertyDescriptors():
             read, write = prop.getReadMethod(), prop.getWriteMethod()
@@ -185,11 +179,11 @@ class JavaConnection(Connection):
     def metadata(self) -> ConnectionMetaData:
         with java_errors("getMetaData"):
             meta = self.java.getMetaData()
-            return ConnectionMetaData(str(meta.getJMSProviderName()), str(meta.getProviderVersion()),
-                                      str(meta.getJMSVersion()))
+            return ConnectionMetaData(
+                str(meta.getJMSProviderName()), str(meta.getProviderVersion()), str(meta.getJMSVersion())
+            )
 
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> JavaSession:
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> JavaSession:
         mode = AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode)
         with java_errors("createSession"):
             set_xa_ack_mode = getattr(self.java, "setXaAckMode", None)
@@ -224,6 +218,7 @@ class JavaConnection(Connection):
         if listener is None:
             proxy = None
         else:
+
             def on_exception(jexc: Any) -> None:
                 exc = jvm.translate(jexc, "connection failed")
                 if not isinstance(exc, TransportException):
@@ -232,6 +227,7 @@ class JavaConnection(Connection):
                     listener(exc)
                 except Exception:
                     log.exception("the exception listener failed")
+
             proxy = _proxy(self.flavor.ExceptionListener, onException=on_exception)
         with java_errors("setExceptionListener"):
             self.java.setExceptionListener(proxy)
@@ -298,18 +294,21 @@ class JavaSession(Session):
         with java_errors("createProducer"):
             return JavaProducer(self, self.java.createProducer(jdest), destination)
 
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> JavaConsumer:
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> JavaConsumer:
         jdest = self.java_destination(destination)
         with java_errors("createConsumer"):
             return JavaConsumer(self, self.java.createConsumer(jdest, selector, bool(no_local)), selector)
 
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> JavaConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> JavaConsumer:
         jdest = self.java_destination(topic)
         with java_errors("createDurableSubscriber"):
-            return JavaConsumer(self, self.java.createDurableSubscriber(jdest, name, selector,
-                                                                         bool(no_local)), selector)
+            return JavaConsumer(
+                self, self.java.createDurableSubscriber(jdest, name, selector, bool(no_local)), selector
+            )
 
     def unsubscribe(self, name: str) -> None:
         with java_errors("unsubscribe"):
@@ -326,8 +325,7 @@ class JavaSession(Session):
         with java_errors("convert a received message"):
             msg, whole = to_python_checked(jmsg, self.flavor)
         self._resendable = (msg, jmsg, _rebuilt_headers(msg)) if whole else None
-        if not self.transacted and self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE,
-                                                     AckMode.INDIVIDUAL_ACKNOWLEDGE):
+        if not self.transacted and self.ack_mode in (AckMode.CLIENT_ACKNOWLEDGE, AckMode.INDIVIDUAL_ACKNOWLEDGE):
             self._unacked.append(jmsg)
             msg._ack = lambda: self._acknowledge(jmsg)
         return msg
@@ -404,9 +402,16 @@ class JavaProducer(MessageProducer):
         # send_async() calls not committed yet: message, listener, destination, QoS
         self._batched: list[tuple[Message, CompletionListener, Destination | None, dict[str, Any]]] = []
 
-    def send_async(self, message: Message, listener: CompletionListener,
-                   destination: Destination | None = None, *, delivery_mode: int | None = None,
-                   priority: int | None = None, time_to_live: int | None = None) -> None:
+    def send_async(
+        self,
+        message: Message,
+        listener: CompletionListener,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """Batched in a local transaction that flush() commits (see the notes)."""
         session = self.session
         qos = {"delivery_mode": delivery_mode, "priority": priority, "time_to_live": time_to_live}
@@ -415,8 +420,13 @@ class JavaProducer(MessageProducer):
             return
         if self._batch is None:
             self._batch = session.connection.create_session(True).create_producer(None)
-            for name in ("delivery_mode", "priority", "time_to_live", "disable_message_id",
-                         "disable_message_timestamp"):
+            for name in (
+                "delivery_mode",
+                "priority",
+                "time_to_live",
+                "disable_message_id",
+                "disable_message_timestamp",
+            ):
                 setattr(self._batch, name, getattr(self, name))
         self._batch.send(message, destination or self.destination, **qos)
         self._batched.append((message, listener, destination or self.destination, qos))
@@ -452,12 +462,19 @@ class JavaProducer(MessageProducer):
         for message, listener, _, _ in batched:
             listener.on_completion(message)
 
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         if self.destination is not None and destination not in (None, self.destination):
-            raise InvalidDestinationException(f"this producer sends to {self.destination}; "
-                                              f"it cannot send to {destination}")
+            raise InvalidDestinationException(
+                f"this producer sends to {self.destination}; it cannot send to {destination}"
+            )
         dest = destination or self.destination
         if dest is None:
             raise InvalidDestinationException("send() needs a destination (the producer has none)")
@@ -508,8 +525,13 @@ def _resend(session: JavaSession, message: Message) -> Any:
     message class); skipping to_java() also makes ActiveMQ's commit of the send cheaper
     (docs/benchmarks.md). None: convert."""
     resendable = session._resendable
-    if (resendable is None or resendable[0] is not message or not message.is_read_only
-            or not message.is_body_read_only or resendable[2] != _rebuilt_headers(message)):
+    if (
+        resendable is None
+        or resendable[0] is not message
+        or not message.is_read_only
+        or not message.is_body_read_only
+        or resendable[2] != _rebuilt_headers(message)
+    ):
         return None
     return resendable[1]
 
@@ -547,11 +569,13 @@ class JavaConsumer(MessageConsumer):
         if listener is None:
             proxy = None
         else:
+
             def on_message(jmsg: Any) -> None:
                 try:
                     listener(self.session.delivered(jmsg))
                 except Exception:
                     log.exception("the message listener failed")
+
             proxy = _proxy(self.session.flavor.MessageListener, onMessage=on_message)
         with java_errors("setMessageListener"):
             self.java.setMessageListener(proxy)

@@ -67,8 +67,7 @@ class JavaContextFactory(naming.InitialContextFactory):
             loader, where = jvm.isolated_loader(entries), os.pathsep.join(entries)
         else:
             loader = jvm.default_loader()
-            where = (f"the JVM classpath ({os.pathsep.join(jvm.classpath()) or 'empty'}; "
-                     f"set {jvm.CLASSPATH_PROPERTY})")
+            where = f"the JVM classpath ({os.pathsep.join(jvm.classpath()) or 'empty'}; set {jvm.CLASSPATH_PROPERTY})"
         table = jvm.jclass("java.util.Hashtable")()
         for key, value in environment.items():
             if key != jvm.CLASSPATH_PROPERTY and value is not None:

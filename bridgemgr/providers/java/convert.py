@@ -41,10 +41,24 @@ from . import jvm
 log = logging.getLogger(__name__)
 
 API_PACKAGES = ("javax.jms", "jakarta.jms")
-API_CLASSES = ("Message", "TextMessage", "BytesMessage", "MapMessage", "StreamMessage",
-               "ObjectMessage", "Destination", "Queue", "Topic", "TemporaryQueue",
-               "TemporaryTopic", "ConnectionFactory", "XAConnectionFactory",
-               "ExceptionListener", "MessageListener", "MessageEOFException")
+API_CLASSES = (
+    "Message",
+    "TextMessage",
+    "BytesMessage",
+    "MapMessage",
+    "StreamMessage",
+    "ObjectMessage",
+    "Destination",
+    "Queue",
+    "Topic",
+    "TemporaryQueue",
+    "TemporaryTopic",
+    "ConnectionFactory",
+    "XAConnectionFactory",
+    "ExceptionListener",
+    "MessageListener",
+    "MessageEOFException",
+)
 JAVA_TYPES = {  # PropertyType -> (Java name in setter/getter names, box class)
     PropertyType.BOOLEAN: ("Boolean", "java.lang.Boolean"),
     PropertyType.BYTE: ("Byte", "java.lang.Byte"),
@@ -58,14 +72,29 @@ JAVA_TYPES = {  # PropertyType -> (Java name in setter/getter names, box class)
     PropertyType.BYTES: ("Bytes", "byte[]"),
 }
 PY_VALUE: dict[PropertyType, Callable[[Any], Any]] = {
-    PropertyType.BOOLEAN: bool, PropertyType.BYTE: int, PropertyType.SHORT: int,
-    PropertyType.INT: int, PropertyType.LONG: int, PropertyType.FLOAT: float,
-    PropertyType.DOUBLE: float, PropertyType.STRING: str, PropertyType.CHAR: str,
+    PropertyType.BOOLEAN: bool,
+    PropertyType.BYTE: int,
+    PropertyType.SHORT: int,
+    PropertyType.INT: int,
+    PropertyType.LONG: int,
+    PropertyType.FLOAT: float,
+    PropertyType.DOUBLE: float,
+    PropertyType.STRING: str,
+    PropertyType.CHAR: str,
     PropertyType.BYTES: bytes,
 }
 # Set by the provider on delivery; never copied onto an outgoing Java message.
-PROVIDER_SET = frozenset({"JMSXDeliveryCount", "JMSXUserID", "JMSXAppID", "JMSXProducerTXID",
-                          "JMSXConsumerTXID", "JMSXRcvTimestamp", "JMSXState"})
+PROVIDER_SET = frozenset(
+    {
+        "JMSXDeliveryCount",
+        "JMSXUserID",
+        "JMSXAppID",
+        "JMSXProducerTXID",
+        "JMSXConsumerTXID",
+        "JMSXRcvTimestamp",
+        "JMSXState",
+    }
+)
 TEMPORARY_LIMIT = 10_000
 
 
@@ -152,11 +181,16 @@ def _java_box(ptype: PropertyType) -> Callable[[Any], Any]:
     boxers = _tables.get("boxers")
     if boxers is None:
         import jpype
+
         boxers = {
-            PropertyType.BOOLEAN: jpype.JBoolean, PropertyType.BYTE: jpype.JByte,
-            PropertyType.SHORT: jpype.JShort, PropertyType.INT: jpype.JInt,
-            PropertyType.LONG: jpype.JLong, PropertyType.FLOAT: jpype.JFloat,
-            PropertyType.DOUBLE: jpype.JDouble, PropertyType.STRING: jpype.JString,
+            PropertyType.BOOLEAN: jpype.JBoolean,
+            PropertyType.BYTE: jpype.JByte,
+            PropertyType.SHORT: jpype.JShort,
+            PropertyType.INT: jpype.JInt,
+            PropertyType.LONG: jpype.JLong,
+            PropertyType.FLOAT: jpype.JFloat,
+            PropertyType.DOUBLE: jpype.JDouble,
+            PropertyType.STRING: jpype.JString,
             PropertyType.CHAR: jpype.JChar,
             PropertyType.BYTES: lambda v: jpype.JArray(jpype.JByte)(v),
         }
@@ -217,12 +251,16 @@ def to_java_destination(dest: Destination, jsession: Any, flavor: Flavor) -> Any
             known = TEMPORARY.get((flavor.package, dest.kind, dest.name))
         if known is not None:
             return known
-        log.warning("temporary destination %s was not made by a Java provider of this process; "
-                    "sending to the %s of that name", dest, "topic" if dest.is_topic else "queue")
+        log.warning(
+            "temporary destination %s was not made by a Java provider of this process; sending to the %s of that name",
+            dest,
+            "topic" if dest.is_topic else "queue",
+        )
     return jsession.createTopic(dest.name) if dest.is_topic else jsession.createQueue(dest.name)
 
 
 # --- Java -> Python ----------------------------------------------------------------------------
+
 
 def to_python(jmsg: Any, flavor: Flavor) -> Message:
     """Our read-only copy of a received Java message (its ack hook acknowledges the Java one)."""
@@ -268,8 +306,12 @@ def to_python_checked(jmsg: Any, flavor: Flavor) -> tuple[Message, bool]:
         entry = typed(jmsg.getObjectProperty(name))
         problem = property_name_problem(name)
         if entry is None or problem or entry[0] in (PropertyType.CHAR, PropertyType.BYTES):
-            log.warning("property %s of message %s cannot be carried (%s); dropped", name,
-                        msg.message_id, problem or "not a JMS property type")
+            log.warning(
+                "property %s of message %s cannot be carried (%s); dropped",
+                name,
+                msg.message_id,
+                problem or "not a JMS property type",
+            )
             whole = False
             continue
         msg.set_typed_property(name, *entry)
@@ -298,6 +340,7 @@ def byte_array() -> Any:
     """The Java byte[] type (made once: JArray(JByte) builds the type on every call)."""
     if not _byte_array:
         import jpype
+
         _byte_array.append(jpype.JArray(jpype.JByte))
     return _byte_array[0]
 
@@ -316,6 +359,7 @@ def _read_bytes_body(jmsg: Any) -> bytes:
 
 def _read_stream_body(jmsg: Any, flavor: Flavor) -> list[tuple[PropertyType, Any]]:
     import jpype
+
     jmsg.reset()
     items = []
     while True:
@@ -336,16 +380,18 @@ def _read_stream_body(jmsg: Any, flavor: Flavor) -> list[tuple[PropertyType, Any
 
 # --- ObjectMessage bodies as serialisation streams ----------------------------------------------
 
+
 def _amq_read(jmsg: Any) -> bytes | None:
     content = jmsg.getContent()
     if content is None:
         return None
-    data = bytes(content.getData())[content.getOffset():content.getOffset() + content.getLength()]
+    data = bytes(content.getData())[content.getOffset() : content.getOffset() + content.getLength()]
     return zlib.decompress(data) if jmsg.isCompressed() else data
 
 
 def _amq_write(jmsg: Any, data: bytes) -> None:
     import jpype
+
     sequence = jvm.jclass("org.apache.activemq.util.ByteSequence", jmsg.getClass().getClassLoader())
     jmsg.setContent(sequence(jpype.JArray(jpype.JByte)(data)))
 
@@ -386,6 +432,7 @@ def write_serialized(jmsg: Any, data: JavaSerialized) -> None:
         access[1](jmsg, bytes(data))
         return
     import jpype
+
     source = jvm.jclass("java.io.ByteArrayInputStream")(jpype.JArray(jpype.JByte)(bytes(data)))
     jmsg.setObject(jvm.jclass("java.io.ObjectInputStream")(source).readObject())
 
@@ -393,13 +440,15 @@ def write_serialized(jmsg: Any, data: JavaSerialized) -> None:
 def to_java_object(value: Any) -> Any:
     """A plain Python object body as java.lang / java.util objects."""
     import jpype
+
     if value is None:
         return None
     if isinstance(value, bool):
         return jvm.jclass("java.lang.Boolean")(value)
     if isinstance(value, int):
-        return (jvm.jclass("java.lang.Integer")(value) if -2**31 <= value < 2**31
-                else jvm.jclass("java.lang.Long")(value))
+        return (
+            jvm.jclass("java.lang.Integer")(value) if -(2**31) <= value < 2**31 else jvm.jclass("java.lang.Long")(value)
+        )
     if isinstance(value, float):
         return jvm.jclass("java.lang.Double")(value)
     if isinstance(value, str):
@@ -416,14 +465,13 @@ def to_java_object(value: Any) -> Any:
         for key, item in value.items():
             out.put(jpype.JString(str(key)), to_java_object(item))
         return out
-    raise MessageFormatException(f"an ObjectMessage body of type {type(value).__name__} has no "
-                                 "Java equivalent")
+    raise MessageFormatException(f"an ObjectMessage body of type {type(value).__name__} has no Java equivalent")
 
 
 # --- Python -> Java -----------------------------------------------------------------------------
 
-def to_java(msg: Message, jsession: Any, flavor: Flavor,
-            destination: Callable[[Destination], Any]) -> Any:
+
+def to_java(msg: Message, jsession: Any, flavor: Flavor, destination: Callable[[Destination], Any]) -> Any:
     """A new Java message made by ``jsession`` with the body, properties and the
     application-set headers of ``msg`` (``destination`` converts a reply-to)."""
     if isinstance(msg, TextMessage):

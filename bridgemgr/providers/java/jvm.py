@@ -53,6 +53,7 @@ _late_folder: str | None = None
 
 # --- classpath ------------------------------------------------------------------------------
 
+
 def split_classpath(text: str | Iterable[str] | None) -> list[str]:
     """Classpath entries from a string (os.pathsep or ',' separated) or an iterable."""
     if text is None:
@@ -92,8 +93,7 @@ def ext_folders(instance_dir: str | os.PathLike[str] | None = None) -> list[str]
     return [str(f / "*") for f in folders if f.is_dir()]
 
 
-def configure(classpath: str | Iterable[str] | None = None,
-              jvm_args: Iterable[str] = ()) -> None:
+def configure(classpath: str | Iterable[str] | None = None, jvm_args: Iterable[str] = ()) -> None:
     """Add classpath entries (and, before the JVM starts, JVM options)."""
     entries = expand(split_classpath(classpath))
     with _lock:
@@ -103,6 +103,7 @@ def configure(classpath: str | Iterable[str] | None = None,
             if jvm_args:
                 log.warning("the JVM is running already; options %s are ignored", list(jvm_args))
             import jpype
+
             for entry in fresh:
                 jpype.addClassPath(os.path.abspath(entry))
         else:
@@ -119,11 +120,11 @@ def configure_from_properties(props: Any) -> None:
 def classpath() -> list[str]:
     """What the JVM starts (or started) with, besides JPype's own support jar."""
     with _lock:
-        return expand(_configured + split_classpath(os.environ.get(CLASSPATH_ENV))
-                      + ext_folders())
+        return expand(_configured + split_classpath(os.environ.get(CLASSPATH_ENV)) + ext_folders())
 
 
 # --- the JVM --------------------------------------------------------------------------------
+
 
 def is_started() -> bool:
     try:
@@ -154,8 +155,7 @@ def start() -> None:
             jpype.java.lang.Thread.detach()
         _late_folder = late
         atexit.register(shutil.rmtree, late, True)
-        log.info("JVM started (options: %s; classpath: %s)", " ".join(jvm_options()),
-                 os.pathsep.join(path) or "empty")
+        log.info("JVM started (options: %s; classpath: %s)", " ".join(jvm_options()), os.pathsep.join(path) or "empty")
         # atexit runs in reverse order: registered after JPype's own hook, ours runs first.
         atexit.register(close_all)
 
@@ -175,6 +175,7 @@ def late_folder() -> str | None:
 def jclass(name: str, loader: Any = None) -> Any:
     """The Java class ``name`` (from ``loader``, else JPype's own class loader)."""
     from jpype import JClass
+
     return JClass(name, loader=loader) if loader is not None else JClass(name)
 
 
@@ -182,6 +183,7 @@ def default_loader() -> Any:
     """JPype's class loader: the classpath plus entries added after the start."""
     start()
     import jpype
+
     return jpype.JClass("org.jpype.JPypeContext").getInstance().getClassLoader()
 
 
@@ -196,6 +198,7 @@ def isolated_loader(entries: Iterable[str]) -> Any:
         loader = _loaders.get(files)
         if loader is None:
             import jpype
+
             url = jpype.JClass("java.net.URL")
             urls = jpype.JArray(url)([jpype.JClass("java.io.File")(f).toURI().toURL() for f in files])
             platform = jpype.JClass("java.lang.ClassLoader").getPlatformClassLoader()
@@ -208,6 +211,7 @@ def isolated_loader(entries: Iterable[str]) -> Any:
 def context_loader(loader: Any) -> Iterator[None]:
     """Run with ``loader`` as the thread's context class loader (providers load by name)."""
     import jpype
+
     thread = jpype.JClass("java.lang.Thread").currentThread()
     before = thread.getContextClassLoader()
     thread.setContextClassLoader(loader)
@@ -242,8 +246,7 @@ def close_all(timeout: float = CLOSE_TIMEOUT) -> int:
     log.info("closing %d Java connection(s) left open", len(pending))
     threads = []
     for jconn in pending:
-        thread = threading.Thread(target=_quiet_close, args=(jconn,), daemon=True,
-                                  name="java connection close")
+        thread = threading.Thread(target=_quiet_close, args=(jconn,), daemon=True, name="java connection close")
         thread.start()
         threads.append(thread)
     stuck = 0
@@ -253,6 +256,7 @@ def close_all(timeout: float = CLOSE_TIMEOUT) -> int:
     if stuck:
         # DestroyJavaVM would wait for their non-daemon threads forever: let the process end.
         import jpype.config
+
         jpype.config.destroy_jvm = False
         log.warning("%d Java connection(s) did not close within %.0f s", stuck, timeout)
     return stuck
@@ -331,6 +335,7 @@ def java_errors(what: str = "") -> Iterator[None]:
         yield
     except Exception as exc:
         import jpype
+
         if isinstance(exc, jpype.JException):
             raise translate(exc, what) from None
         raise

@@ -65,38 +65,49 @@ def _py(value: Any) -> Any:
 def _boxed(ptype: PropertyType, value: Any) -> Any:
     """A typed value as the Java box of its type (what getObject-style methods return)."""
     import jpype
+
     if ptype is PropertyType.BYTES:
         return jpype.JArray(jpype.JByte)(value)
     if ptype is PropertyType.STRING:
         return jpype.JString(value)
     return jvm.jclass(JAVA_TYPES[ptype][1])(
-        jpype.JChar(value) if ptype is PropertyType.CHAR else
-        {PropertyType.BYTE: jpype.JByte, PropertyType.SHORT: jpype.JShort,
-         PropertyType.INT: jpype.JInt, PropertyType.LONG: jpype.JLong,
-         PropertyType.FLOAT: jpype.JFloat, PropertyType.DOUBLE: jpype.JDouble,
-         PropertyType.BOOLEAN: jpype.JBoolean}[ptype](value))
+        jpype.JChar(value)
+        if ptype is PropertyType.CHAR
+        else {
+            PropertyType.BYTE: jpype.JByte,
+            PropertyType.SHORT: jpype.JShort,
+            PropertyType.INT: jpype.JInt,
+            PropertyType.LONG: jpype.JLong,
+            PropertyType.FLOAT: jpype.JFloat,
+            PropertyType.DOUBLE: jpype.JDouble,
+            PropertyType.BOOLEAN: jpype.JBoolean,
+        }[ptype](value)
+    )
 
 
 def _java_errors(flavor: Flavor, call: Callable[..., Any]) -> Callable[..., Any]:
     """Run ``call``; our JMSException leaves as the flavour's JMS exception of the same name."""
+
     def run(*args: Any) -> Any:
         try:
             return call(*args)
         except JMSException as exc:
-            name = {"InvalidSelectorError": "InvalidSelectorException"}.get(
-                type(exc).__name__, type(exc).__name__)
+            name = {"InvalidSelectorError": "InvalidSelectorException"}.get(type(exc).__name__, type(exc).__name__)
             try:
                 cls = jvm.jclass(f"{flavor.package}.{name}", flavor.loader)
             except Exception:
                 cls = jvm.jclass(f"{flavor.package}.JMSException", flavor.loader)
             raise cls(str(exc)) from None
+
     return run
 
 
 def _destination_proxy(dest: Destination, flavor: Flavor) -> Any:
     import jpype
-    kind = {"queue": "Queue", "topic": "Topic", "temp-queue": "TemporaryQueue",
-            "temp-topic": "TemporaryTopic"}[dest.kind]
+
+    kind = {"queue": "Queue", "topic": "Topic", "temp-queue": "TemporaryQueue", "temp-topic": "TemporaryTopic"}[
+        dest.kind
+    ]
     getter = "getTopicName" if dest.is_topic else "getQueueName"
     methods = {getter: lambda: dest.name, "toString": lambda: str(dest), "delete": lambda: None}
     return jpype.JProxy(flavor.api[kind], dict=methods)
@@ -113,33 +124,78 @@ class MessageView:
         self._destinations: list[tuple[Any, Destination]] = []  # proxies handed to Java
 
     # headers
-    def getJMSMessageID(self) -> str | None: return self.message.message_id
-    def setJMSMessageID(self, v: Any) -> None: self.message.message_id = _py(v)
-    def getJMSTimestamp(self) -> int: return self.message.timestamp
-    def setJMSTimestamp(self, v: Any) -> None: self.message.timestamp = int(v)
-    def getJMSCorrelationID(self) -> str | None: return self.message.correlation_id
-    def setJMSCorrelationID(self, v: Any) -> None: self.message.correlation_id = _py(v)
+    def getJMSMessageID(self) -> str | None:
+        return self.message.message_id
+
+    def setJMSMessageID(self, v: Any) -> None:
+        self.message.message_id = _py(v)
+
+    def getJMSTimestamp(self) -> int:
+        return self.message.timestamp
+
+    def setJMSTimestamp(self, v: Any) -> None:
+        self.message.timestamp = int(v)
+
+    def getJMSCorrelationID(self) -> str | None:
+        return self.message.correlation_id
+
+    def setJMSCorrelationID(self, v: Any) -> None:
+        self.message.correlation_id = _py(v)
+
     def getJMSCorrelationIDAsBytes(self) -> Any:
         cid = self.message.correlation_id
         return None if cid is None else _boxed(PropertyType.BYTES, cid.encode("utf-8"))
+
     def setJMSCorrelationIDAsBytes(self, v: Any) -> None:
         self.message.correlation_id = None if v is None else bytes(v).decode("utf-8", "replace")
-    def getJMSDeliveryMode(self) -> int: return int(self.message.delivery_mode)
-    def setJMSDeliveryMode(self, v: Any) -> None: self.message.delivery_mode = int(v)
-    def getJMSRedelivered(self) -> bool: return self.message.redelivered
-    def setJMSRedelivered(self, v: Any) -> None: self.message.redelivered = bool(v)
-    def getJMSType(self) -> str | None: return self.message.type
-    def setJMSType(self, v: Any) -> None: self.message.type = _py(v)
-    def getJMSExpiration(self) -> int: return self.message.expiration
-    def setJMSExpiration(self, v: Any) -> None: self.message.expiration = int(v)
-    def getJMSPriority(self) -> int: return self.message.priority
-    def setJMSPriority(self, v: Any) -> None: self.message.priority = int(v)
-    def getJMSDeliveryTime(self) -> int: return self.message.delivery_time
-    def setJMSDeliveryTime(self, v: Any) -> None: self.message.delivery_time = int(v)
-    def getJMSDestination(self) -> Any: return self._proxy(self.message.destination)
-    def setJMSDestination(self, v: Any) -> None: self.message.destination = self._dest(v)
-    def getJMSReplyTo(self) -> Any: return self._proxy(self.message.reply_to)
-    def setJMSReplyTo(self, v: Any) -> None: self.message.reply_to = self._dest(v)
+
+    def getJMSDeliveryMode(self) -> int:
+        return int(self.message.delivery_mode)
+
+    def setJMSDeliveryMode(self, v: Any) -> None:
+        self.message.delivery_mode = int(v)
+
+    def getJMSRedelivered(self) -> bool:
+        return self.message.redelivered
+
+    def setJMSRedelivered(self, v: Any) -> None:
+        self.message.redelivered = bool(v)
+
+    def getJMSType(self) -> str | None:
+        return self.message.type
+
+    def setJMSType(self, v: Any) -> None:
+        self.message.type = _py(v)
+
+    def getJMSExpiration(self) -> int:
+        return self.message.expiration
+
+    def setJMSExpiration(self, v: Any) -> None:
+        self.message.expiration = int(v)
+
+    def getJMSPriority(self) -> int:
+        return self.message.priority
+
+    def setJMSPriority(self, v: Any) -> None:
+        self.message.priority = int(v)
+
+    def getJMSDeliveryTime(self) -> int:
+        return self.message.delivery_time
+
+    def setJMSDeliveryTime(self, v: Any) -> None:
+        self.message.delivery_time = int(v)
+
+    def getJMSDestination(self) -> Any:
+        return self._proxy(self.message.destination)
+
+    def setJMSDestination(self, v: Any) -> None:
+        self.message.destination = self._dest(v)
+
+    def getJMSReplyTo(self) -> Any:
+        return self._proxy(self.message.reply_to)
+
+    def setJMSReplyTo(self, v: Any) -> None:
+        self.message.reply_to = self._dest(v)
 
     def _proxy(self, dest: Destination | None) -> Any:
         if dest is None:
@@ -157,56 +213,93 @@ class MessageView:
         return to_python_destination(jdest, self.flavor)
 
     # properties
-    def propertyExists(self, name: Any) -> bool: return self.message.property_exists(str(name))
-    def clearProperties(self) -> None: self.message.clear_properties()
+    def propertyExists(self, name: Any) -> bool:
+        return self.message.property_exists(str(name))
+
+    def clearProperties(self) -> None:
+        self.message.clear_properties()
+
     def getPropertyNames(self) -> Any:
         names = jvm.jclass("java.util.ArrayList")()
         for name in self.message.property_names:
             names.add(name)
         return jvm.jclass("java.util.Collections").enumeration(names)
+
     def getObjectProperty(self, name: Any) -> Any:
         ptype = self.message.get_property_type(str(name))
         return None if ptype is None else _boxed(ptype, self.message.get_object_property(str(name)))
+
     def setObjectProperty(self, name: Any, value: Any) -> None:
         entry = typed(value)
         if entry is not None:
             self.message.set_typed_property(str(name), *entry)
 
     # body
-    def clearBody(self) -> None: self.message.clear_body()
-    def acknowledge(self) -> None: pass
-    def getBody(self, cls: Any) -> Any: raise JMSException("getBody() is not available to a transformer")
-    def isBodyAssignableTo(self, cls: Any) -> bool: return False
+    def clearBody(self) -> None:
+        self.message.clear_body()
+
+    def acknowledge(self) -> None:
+        pass
+
+    def getBody(self, cls: Any) -> Any:
+        raise JMSException("getBody() is not available to a transformer")
+
+    def isBodyAssignableTo(self, cls: Any) -> bool:
+        return False
 
 
 for _name in SETTABLE:  # get<T>Property / set<T>Property
-    setattr(MessageView, f"get{_name}Property", (lambda p: lambda self, n: getattr(
-        self.message, f"get_{p.name.lower()}_property")(str(n)))(BY_JAVA_NAME[_name]))
-    setattr(MessageView, f"set{_name}Property", (lambda p: lambda self, n, v: self.message.set_typed_property(
-        str(n), p, _py(v)))(BY_JAVA_NAME[_name]))
+    setattr(
+        MessageView,
+        f"get{_name}Property",
+        (lambda p: lambda self, n: getattr(self.message, f"get_{p.name.lower()}_property")(str(n)))(
+            BY_JAVA_NAME[_name]
+        ),
+    )
+    setattr(
+        MessageView,
+        f"set{_name}Property",
+        (lambda p: lambda self, n, v: self.message.set_typed_property(str(n), p, _py(v)))(BY_JAVA_NAME[_name]),
+    )
 
 
 class _Text(MessageView):
     interface = "TextMessage"
-    def getText(self) -> str | None: return self.message.text
-    def setText(self, v: Any) -> None: self.message.text = _py(v)
+
+    def getText(self) -> str | None:
+        return self.message.text
+
+    def setText(self, v: Any) -> None:
+        self.message.text = _py(v)
 
 
 class _Bytes(MessageView):
     interface = "BytesMessage"
-    def getBodyLength(self) -> int: return self.message.get_body_length()
-    def reset(self) -> None: self.message.reset()
-    def readUnsignedByte(self) -> int: return self.message.read_unsigned_byte()
-    def readUnsignedShort(self) -> int: return self.message.read_unsigned_short()
-    def readUTF(self) -> str: return self.message.read_utf()
-    def writeUTF(self, v: Any) -> None: self.message.write_utf(str(v))
+
+    def getBodyLength(self) -> int:
+        return self.message.get_body_length()
+
+    def reset(self) -> None:
+        self.message.reset()
+
+    def readUnsignedByte(self) -> int:
+        return self.message.read_unsigned_byte()
+
+    def readUnsignedShort(self) -> int:
+        return self.message.read_unsigned_short()
+
+    def readUTF(self) -> str:
+        return self.message.read_utf()
+
+    def writeUTF(self, v: Any) -> None:
+        self.message.write_utf(str(v))
 
     def readBytes(self, buf: Any, length: Any = None) -> int:
         n = len(buf) if length is None else min(int(length), len(buf))
         data = self.message.read_bytes(n)
         if not data and n:
             return -1
-        buf[:len(data)] = data
+        buf[: len(data)] = data
         return len(data)
 
     def writeBytes(self, buf: Any, offset: Any = 0, length: Any = None) -> None:
@@ -217,10 +310,16 @@ class _Bytes(MessageView):
 
 
 for _name in ("Boolean", "Byte", "Short", "Char", "Int", "Long", "Float", "Double"):
-    setattr(_Bytes, f"read{_name}", (lambda p: lambda self: getattr(
-        self.message, f"read_{p.name.lower()}")())(BY_JAVA_NAME[_name]))
-    setattr(_Bytes, f"write{_name}", (lambda p: lambda self, v: getattr(
-        self.message, f"write_{p.name.lower()}")(_py(v)))(BY_JAVA_NAME[_name]))
+    setattr(
+        _Bytes,
+        f"read{_name}",
+        (lambda p: lambda self: getattr(self.message, f"read_{p.name.lower()}")())(BY_JAVA_NAME[_name]),
+    )
+    setattr(
+        _Bytes,
+        f"write{_name}",
+        (lambda p: lambda self, v: getattr(self.message, f"write_{p.name.lower()}")(_py(v)))(BY_JAVA_NAME[_name]),
+    )
 
 
 class _Map(MessageView):
@@ -232,7 +331,8 @@ class _Map(MessageView):
             names.add(name)
         return jvm.jclass("java.util.Collections").enumeration(names)
 
-    def itemExists(self, name: Any) -> bool: return self.message.item_exists(str(name))
+    def itemExists(self, name: Any) -> bool:
+        return self.message.item_exists(str(name))
 
     def getObject(self, name: Any) -> Any:
         for item, ptype, value in self.message.typed_items():
@@ -248,20 +348,22 @@ class _Map(MessageView):
     def setBytes(self, name: Any, value: Any, offset: Any = 0, length: Any = None) -> None:
         data = bytes(value)
         end = len(data) if length is None else int(offset) + int(length)
-        self.message.set_bytes(str(name), data[int(offset):end])
+        self.message.set_bytes(str(name), data[int(offset) : end])
 
 
 for _name, _ptype in BY_JAVA_NAME.items():
-    setattr(_Map, f"get{_name}", (lambda p: lambda self, n: getattr(
-        self.message, f"get_{p.name.lower()}")(str(n)))(_ptype))
+    setattr(
+        _Map, f"get{_name}", (lambda p: lambda self, n: getattr(self.message, f"get_{p.name.lower()}")(str(n)))(_ptype)
+    )
     if _name != "Bytes":
-        setattr(_Map, f"set{_name}", (lambda p: lambda self, n, v: self.message.set_typed(
-            str(n), p, _py(v)))(_ptype))
+        setattr(_Map, f"set{_name}", (lambda p: lambda self, n, v: self.message.set_typed(str(n), p, _py(v)))(_ptype))
 
 
 class _Stream(MessageView):
     interface = "StreamMessage"
-    def reset(self) -> None: self.message.reset()
+
+    def reset(self) -> None:
+        self.message.reset()
 
     def readObject(self) -> Any:
         message = self.message
@@ -276,21 +378,21 @@ class _Stream(MessageView):
 
     def readBytes(self, buf: Any) -> int:
         data = self.message.read_bytes()
-        buf[:len(data)] = data
+        buf[: len(data)] = data
         return len(data)
 
     def writeBytes(self, buf: Any, offset: Any = 0, length: Any = None) -> None:
         data = bytes(buf)
         end = len(data) if length is None else int(offset) + int(length)
-        self.message.write_bytes(data[int(offset):end])
+        self.message.write_bytes(data[int(offset) : end])
 
 
 for _name, _ptype in BY_JAVA_NAME.items():
     if _name != "Bytes":
-        setattr(_Stream, f"read{_name}", (lambda p: lambda self: getattr(
-            self.message, f"read_{p.name.lower()}")())(_ptype))
-        setattr(_Stream, f"write{_name}", (lambda p: lambda self, v: self.message.write_typed(
-            p, _py(v)))(_ptype))
+        setattr(
+            _Stream, f"read{_name}", (lambda p: lambda self: getattr(self.message, f"read_{p.name.lower()}")())(_ptype)
+        )
+        setattr(_Stream, f"write{_name}", (lambda p: lambda self, v: self.message.write_typed(p, _py(v)))(_ptype))
 
 
 class _Object(MessageView):
@@ -300,6 +402,7 @@ class _Object(MessageView):
         body = self.message.object
         if isinstance(body, JavaSerialized):
             import jpype
+
             data = jvm.jclass("java.io.ByteArrayInputStream")(jpype.JArray(jpype.JByte)(bytes(body)))
             return jvm.jclass("java.io.ObjectInputStream")(data).readObject()
         return to_java_object(body)
@@ -316,22 +419,31 @@ class _Object(MessageView):
 
 
 VIEWS: dict[type[Message], type[MessageView]] = {
-    TextMessage: _Text, BytesMessage: _Bytes, MapMessage: _Map, StreamMessage: _Stream,
-    ObjectMessage: _Object, Message: MessageView,
+    TextMessage: _Text,
+    BytesMessage: _Bytes,
+    MapMessage: _Map,
+    StreamMessage: _Stream,
+    ObjectMessage: _Object,
+    Message: MessageView,
 }
 
 
 def view_of(message: Message, flavor: Flavor) -> tuple[Any, MessageView]:
     """A Java proxy implementing the message's JMS interface, and the view behind it."""
     import jpype
+
     view = VIEWS[type(message)](message, flavor)
-    methods = {name: _java_errors(flavor, getattr(view, name)) for name in dir(view)
-               if name[:1].islower() and callable(getattr(view, name))}
+    methods = {
+        name: _java_errors(flavor, getattr(view, name))
+        for name in dir(view)
+        if name[:1].islower() and callable(getattr(view, name))
+    }
     interface = jvm.jclass(f"{flavor.package}.{view.interface}", flavor.loader)
     return jpype.JProxy(interface, dict=methods), view
 
 
 # --- the transformer ---------------------------------------------------------------------------
+
 
 class TargetSession:
     """The session init() hands a subclass of the base class: createJMSMessage(),
@@ -345,6 +457,7 @@ class TargetSession:
 
     def proxy(self) -> Any:
         import jpype
+
         methods: dict[str, Callable[..., Any]] = {
             "createMessage": lambda: self._message("MESSAGE"),
             "createTextMessage": lambda *text: self._message("TEXT", *text),
@@ -390,8 +503,7 @@ class TargetSession:
                 return dest
         if isinstance(branch, self.flavor.Destination):
             return to_python_destination(branch, self.flavor)
-        raise JMSException(f"getBranchTo() returned a {type(branch).__name__}, "
-                           "not a String or a Destination")
+        raise JMSException(f"getBranchTo() returned a {type(branch).__name__}, not a String or a Destination")
 
 
 class JavaTransformer(MessageTransformer):
@@ -406,30 +518,40 @@ class JavaTransformer(MessageTransformer):
         except JMSException:
             raise
         except Exception as exc:  # ClassNotFoundException, NoClassDefFoundError, bad bytecode
-            raise JMSException(f"Java class {class_name} cannot be loaded ({type(exc).__name__}: "
-                               f"{exc}); the JVM classpath is {', '.join(jvm.classpath()) or 'empty'} "
-                               f"(set {jvm.CLASSPATH_PROPERTY})") from None
+            raise JMSException(
+                f"Java class {class_name} cannot be loaded ({type(exc).__name__}: "
+                f"{exc}); the JVM classpath is {', '.join(jvm.classpath()) or 'empty'} "
+                f"(set {jvm.CLASSPATH_PROPERTY})"
+            ) from None
         with jvm.java_errors(f"Java transformer {class_name}"):
             self.base = _base_class(cls.class_)
-            methods = [m for m in cls.class_.getMethods()
-                       if m.getName() == "transform" and m.getParameterCount() == 6]
+            methods = [m for m in cls.class_.getMethods() if m.getName() == "transform" and m.getParameterCount() == 6]
             method = next((m for m in methods if not m.isBridge()), None)
             if method is None:
-                raise JMSException(f"{class_name} has no public transform(Message, boolean, "
-                                   "String, String, String, Properties) method")
+                raise JMSException(
+                    f"{class_name} has no public transform(Message, boolean, String, String, String, Properties) method"
+                )
             api = str(method.getParameterTypes()[0].getName()).rpartition(".")[0]
             if api not in API_PACKAGES and self.base is not None:  # MessageTransformer<Object, Object>
                 api = _api_of_base(self.base)
             if api not in API_PACKAGES:
-                raise JMSException(f"{class_name}.transform() takes a {api} type, not a "
-                                   "javax.jms or jakarta.jms Message")
+                raise JMSException(
+                    f"{class_name}.transform() takes a {api} type, not a javax.jms or jakarta.jms Message"
+                )
             self.flavor = flavor_for(api, cls.class_.getClassLoader())
             self.java = cls()
         self._java_branch = getattr(self.java, "getBranchTo", None)
         self._java_no_transfer = getattr(self.java, "isNoTransfer", None)
 
-    def transform(self, message: Message, read_only: bool, charset_name: str | None,
-                  source: str, target: str, properties: Mapping[str, Any] | None) -> Message | None:
+    def transform(
+        self,
+        message: Message,
+        read_only: bool,
+        charset_name: str | None,
+        source: str,
+        target: str,
+        properties: Mapping[str, Any] | None,
+    ) -> Message | None:
         copy = message.copy()
         if read_only:
             copy.set_read_only()
@@ -488,6 +610,7 @@ def load_if_configured(class_name: str) -> JavaTransformer | None:
 
 # --- bridgemgr.providers.java.classes.<Java class name> ---------------------------------------------
 
+
 class _ClassesFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Every module below PACKAGE is a namespace whose attributes are Java transformers."""
 
@@ -498,15 +621,17 @@ class _ClassesFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def create_module(self, spec: Any) -> types.ModuleType:
         module = types.ModuleType(spec.name)
-        java_package = spec.name[len(PACKAGE) + 1:]
+        java_package = spec.name[len(PACKAGE) + 1 :]
 
         def attribute(name: str) -> Any:
             if name.startswith("__"):
                 raise AttributeError(name)
             class_name = f"{java_package}.{name}" if java_package else name
+
             # A subclass per Java class, so load_transformer() can instantiate it without arguments.
             def init(self: JavaTransformer) -> None:
                 JavaTransformer.__init__(self, class_name)
+
             return type(name, (JavaTransformer,), {"__init__": init, "__module__": spec.name})
 
         module.__getattr__ = attribute  # type: ignore[method-assign]  # PEP 562: a module's __getattr__

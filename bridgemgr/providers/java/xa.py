@@ -70,8 +70,7 @@ def _new_java_xid(xid: Xid) -> Any:
 
 
 def from_java_xid(jxid: Any) -> Xid:
-    return Xid(int(jxid.getFormatId()), bytes(jxid.getGlobalTransactionId()),
-               bytes(jxid.getBranchQualifier()))
+    return Xid(int(jxid.getFormatId()), bytes(jxid.getGlobalTransactionId()), bytes(jxid.getBranchQualifier()))
 
 
 class JavaXAResource(XAResource):

@@ -76,8 +76,9 @@ CONTEXT_FACTORY = "imq.stomp"
 class _Context(naming.UrlContext):
     context_factory = CONTEXT_FACTORY
     url_example = "stomp://host:port or stomp+ssl://host:port"
-    bindings = ("the STOMP context (use ConnectionFactory, queue/NAME, topic/NAME or a STOMP "
-                "destination such as /queue/NAME)")
+    bindings = (
+        "the STOMP context (use ConnectionFactory, queue/NAME, topic/NAME or a STOMP destination such as /queue/NAME)"
+    )
 
     def check_url(self, url: str) -> None:
         parse_url(url)

@@ -71,6 +71,7 @@ PROVIDER_NAME = "STOMP"
 # How a frame sent without waiting learned its fate: None (its RECEIPT) or the exception.
 Answered = Callable[[JMSException | None], None]
 
+
 @dataclass
 class _Delivery:
     """A MESSAGE frame handed to a consumer, until it is acknowledged."""
@@ -123,8 +124,7 @@ class StompConnectionFactory(ConnectionFactory):
         self.username = username
         self._password = password
 
-    def create_connection(self, username: str | None = None,
-                          password: str | None = None) -> StompConnection:
+    def create_connection(self, username: str | None = None, password: str | None = None) -> StompConnection:
         if username is None:
             username, password = self.username, self._password
         return StompConnection(self.options, username, password)
@@ -156,13 +156,18 @@ class StompConnection(Connection):
     def _connect(self) -> stomp.Connection12:
         opts = self.options
         conn = stomp.Connection12(
-            list(opts.hosts), heartbeats=opts.heart_beat, vhost=opts.vhost,
-            auto_content_length=False, auto_decode=False, try_loopback_connect=False,
+            list(opts.hosts),
+            heartbeats=opts.heart_beat,
+            vhost=opts.vhost,
+            auto_content_length=False,
+            auto_decode=False,
+            try_loopback_connect=False,
             reconnect_attempts_max=max(1, opts.connect_attempts),
-            reconnect_sleep_initial=opts.connect_delay, timeout=opts.receipt_timeout)
+            reconnect_sleep_initial=opts.connect_delay,
+            timeout=opts.receipt_timeout,
+        )
         if opts.tls:
-            conn.set_ssl(for_hosts=list(opts.hosts), key_file=opts.key, cert_file=opts.cert,
-                         ca_certs=opts.ca)
+            conn.set_ssl(for_hosts=list(opts.hosts), key_file=opts.key, cert_file=opts.cert, ca_certs=opts.ca)
         conn.set_listener("imq", _Listener(self, conn))
         headers = {"client-id": self._client_id} if self._client_id else {}
         username, password = self._credentials
@@ -173,8 +178,9 @@ class StompConnection(Connection):
             if conn.is_connected():
                 conn.disconnect()
             where = ", ".join(f"{h}:{p}" for h, p in opts.hosts)
-            error = (JMSSecurityException if self.last_error and _looks_like_auth(self.last_error)
-                     else TransportException)
+            error = (
+                JMSSecurityException if self.last_error and _looks_like_auth(self.last_error) else TransportException
+            )
             raise error(f"cannot connect to the STOMP broker at {where}: {reason}") from None
         sock = getattr(conn.transport, "socket", None)
         if sock is not None:
@@ -202,11 +208,9 @@ class StompConnection(Connection):
     def metadata(self) -> ConnectionMetaData:
         return ConnectionMetaData(PROVIDER_NAME, __version__, "1.1")
 
-    def create_session(self, transacted: bool = False,
-                       ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> StompSession:
+    def create_session(self, transacted: bool = False, ack_mode: AckMode = AckMode.AUTO_ACKNOWLEDGE) -> StompSession:
         self._check()
-        session = StompSession(self, transacted, AckMode.SESSION_TRANSACTED if transacted
-                               else AckMode(ack_mode))
+        session = StompSession(self, transacted, AckMode.SESSION_TRANSACTED if transacted else AckMode(ack_mode))
         self._sessions.append(session)
         return session
 
@@ -242,8 +246,7 @@ class StompConnection(Connection):
     def _next_id(self, kind: str) -> str:
         return f"{kind}-{next(self._ids)}"
 
-    def frame(self, command: str, headers: dict[str, str], body: bytes = b"",
-              wait: bool = False) -> None:
+    def frame(self, command: str, headers: dict[str, str], body: bytes = b"", wait: bool = False) -> None:
         """Send one frame; with ``wait``, until its RECEIPT (JMSException on an ERROR)."""
         self._check()
         slot: list[Any] | None = None  # answered (Event), error text, named by an ERROR, None
@@ -267,8 +270,7 @@ class StompConnection(Connection):
             refused = slot[2] or not self.broken.is_set()
             raise (JMSException if refused else TransportException)(f"{command}: {slot[1]}")
 
-    def frame_async(self, command: str, headers: dict[str, str], body: bytes,
-                    answered: Answered) -> None:
+    def frame_async(self, command: str, headers: dict[str, str], body: bytes, answered: Answered) -> None:
         """Send one frame with a receipt, without waiting: ``answered`` is called once
         (receiver thread) with None for its RECEIPT, else the exception that failed it."""
         self._check()
@@ -288,8 +290,9 @@ class StompConnection(Connection):
         a slot added after that would wait out the receipt timeout)."""
         with self._lock:
             if self.broken.is_set():
-                raise TransportException(f"{command}: the STOMP connection is lost: "
-                                         f"{self.last_error or 'closed by the broker'}")
+                raise TransportException(
+                    f"{command}: the STOMP connection is lost: {self.last_error or 'closed by the broker'}"
+                )
             self._waiting[receipt] = slot
 
     def forget_all(self, why: str) -> None:
@@ -343,8 +346,7 @@ class StompConnection(Connection):
         with self._lock:
             waiting, self._waiting = self._waiting, {}
         for slot in waiting.values():
-            self._answer(slot, self.last_error or "the connection was lost", named=False,
-                         lost=True)
+            self._answer(slot, self.last_error or "the connection was lost", named=False, lost=True)
         for sub in list(self._subscriptions.values()):
             sub.inbox.put(None)
         if not self.closed and self._listener is not None:
@@ -362,15 +364,16 @@ class StompConnection(Connection):
 
 def _looks_like_auth(text: str) -> bool:
     lowered = text.lower()
-    return any(word in lowered for word in ("denied", "refused", "auth", "login", "password",
-                                            "credential", "security"))
+    return any(word in lowered for word in ("denied", "refused", "auth", "login", "password", "credential", "security"))
 
 
 # --- sessions ------------------------------------------------------------------------------------------
 
+
 class _Subscription:
-    def __init__(self, session: StompSession, destination: Destination, selector: str | None,
-                 durable: str | None) -> None:
+    def __init__(
+        self, session: StompSession, destination: Destination, selector: str | None, durable: str | None
+    ) -> None:
         self.session = session
         self.destination = destination
         self.selector = selector
@@ -382,17 +385,22 @@ class _Subscription:
     def headers(self) -> dict[str, str]:
         session = self.session
         dialect = session.connection.dialect
-        headers = {"destination": to_stomp_destination(self.destination), "id": self.id,
-                   "ack": "client-individual",
-                   **dialect.prefetch(session.prefetch_count())}
+        headers = {
+            "destination": to_stomp_destination(self.destination),
+            "id": self.id,
+            "ack": "client-individual",
+            **dialect.prefetch(session.prefetch_count()),
+        }
         if self.selector:
             if dialect.selectors:
                 headers["selector"] = self.selector
             elif self.destination.is_topic:
                 self.local_filter = compile_selector(self.selector)
             else:
-                raise InvalidSelectorError(f"the {dialect.name} STOMP broker cannot select messages "
-                                           "of a queue; a selector works on a topic only")
+                raise InvalidSelectorError(
+                    f"the {dialect.name} STOMP broker cannot select messages "
+                    "of a queue; a selector works on a topic only"
+                )
         if self.durable:
             headers.update(dialect.durable(self.durable))
         if session.transacted and dialect.transacted_subscribe:
@@ -468,18 +476,19 @@ class StompSession(Session):
         self._check()
         return StompProducer(self, destination)
 
-    def create_consumer(self, destination: Destination, selector: str | None = None,
-                        no_local: bool = False) -> StompConsumer:
+    def create_consumer(
+        self, destination: Destination, selector: str | None = None, no_local: bool = False
+    ) -> StompConsumer:
         return self._consumer(destination, selector, None)
 
-    def create_durable_subscriber(self, topic: Topic, name: str, selector: str | None = None,
-                                  no_local: bool = False) -> StompConsumer:
+    def create_durable_subscriber(
+        self, topic: Topic, name: str, selector: str | None = None, no_local: bool = False
+    ) -> StompConsumer:
         if self.connection.client_id is None:
             raise IllegalStateException("a durable subscription needs the connection's client id")
         return self._consumer(topic, selector, name)
 
-    def _consumer(self, destination: Destination, selector: str | None,
-                  durable: str | None) -> StompConsumer:
+    def _consumer(self, destination: Destination, selector: str | None, durable: str | None) -> StompConsumer:
         self._check()
         sub = _Subscription(self, destination, selector, durable)
         sub.subscribe()
@@ -595,38 +604,69 @@ class StompProducer(MessageProducer):
         self._cond = threading.Condition()
         self._outstanding = 0  # send_async() calls whose listener was not called yet
 
-    def send(self, message: Message, destination: Destination | None = None, *,
-             delivery_mode: int | None = None, priority: int | None = None,
-             time_to_live: int | None = None) -> None:
+    def send(
+        self,
+        message: Message,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         session = self.session
         headers, body = self._frame(message, destination, delivery_mode, priority, time_to_live)
         confirm = message.delivery_mode == DeliveryMode.PERSISTENT or self.confirm_sends
         session.connection.frame("SEND", headers, body, wait=confirm and not session.transacted)
 
-    def _frame(self, message: Message, destination: Destination | None, delivery_mode: int | None,
-               priority: int | None, time_to_live: int | None) -> tuple[dict[str, str], bytes]:
+    def _frame(
+        self,
+        message: Message,
+        destination: Destination | None,
+        delivery_mode: int | None,
+        priority: int | None,
+        time_to_live: int | None,
+    ) -> tuple[dict[str, str], bytes]:
         """Stamp ``message`` (JMS headers) and encode it as a SEND frame."""
         dest = destination or self.destination
         if dest is None:
             raise JMSException("send() needs a destination (the producer has none)")
         session = self.session
         session._check()
-        self.stamp(message, dest, f"ID:{uuid.uuid4()}", delivery_mode=delivery_mode, priority=priority,
-                   time_to_live=time_to_live)
+        self.stamp(
+            message,
+            dest,
+            f"ID:{uuid.uuid4()}",
+            delivery_mode=delivery_mode,
+            priority=priority,
+            time_to_live=time_to_live,
+        )
         headers, body = to_frame(message, session.connection.dialect)
         headers["destination"] = to_stomp_destination(dest)
         if session.transacted:
             headers["transaction"] = session.tx
         return headers, body
 
-    def send_async(self, message: Message, listener: CompletionListener,
-                   destination: Destination | None = None, *, delivery_mode: int | None = None,
-                   priority: int | None = None, time_to_live: int | None = None) -> None:
+    def send_async(
+        self,
+        message: Message,
+        listener: CompletionListener,
+        destination: Destination | None = None,
+        *,
+        delivery_mode: int | None = None,
+        priority: int | None = None,
+        time_to_live: int | None = None,
+    ) -> None:
         """A SEND with a receipt, not waited for (pipelined receipts; see the notes)."""
         session = self.session
         if session.transacted:  # the commit answers for it
-            super().send_async(message, listener, destination, delivery_mode=delivery_mode,
-                               priority=priority, time_to_live=time_to_live)
+            super().send_async(
+                message,
+                listener,
+                destination,
+                delivery_mode=delivery_mode,
+                priority=priority,
+                time_to_live=time_to_live,
+            )
             return
         headers, body = self._frame(message, destination, delivery_mode, priority, time_to_live)
         with self._cond:
@@ -721,8 +761,9 @@ class StompConsumer(PollingConsumer):
             return
         self.closed = True
         session = self.session
-        session._unacked = [d for d in session._unacked if d.subscription is not self.subscription
-                            or session.transacted]
+        session._unacked = [
+            d for d in session._unacked if d.subscription is not self.subscription or session.transacted
+        ]
         if self in session._consumers:
             session._consumers.remove(self)
         if not session.connection.broken.is_set():

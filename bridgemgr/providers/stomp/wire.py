@@ -44,22 +44,44 @@ TEXT_TYPE = "text/plain;charset=utf-8"
 CONTENT_TYPE_PROPERTY = "JMS_STOMP_CONTENT_TYPE"
 _TEXT_TYPES = ("text/", "application/json", "application/xml")
 # Headers of a MESSAGE that are protocol or JMS headers, never properties.
-_NOT_PROPERTIES = frozenset({
-    "subscription", "ack", "message-id", "destination", "content-length", "content-type",
-    "expires", "priority", "persistent", "redelivered", "timestamp", "correlation-id", "type",
-    "reply-to", "receipt", "amq-msg-type", "transaction"})
+_NOT_PROPERTIES = frozenset(
+    {
+        "subscription",
+        "ack",
+        "message-id",
+        "destination",
+        "content-length",
+        "content-type",
+        "expires",
+        "priority",
+        "persistent",
+        "redelivered",
+        "timestamp",
+        "correlation-id",
+        "type",
+        "reply-to",
+        "receipt",
+        "amq-msg-type",
+        "transaction",
+    }
+)
 # STOMP destination prefixes -> our destination kinds (anything else is kept raw).
 PREFIXES: dict[str, type[Destination]] = {
-    "/queue/": Queue, "/topic/": Topic, "/temp-queue/": TemporaryQueue,
+    "/queue/": Queue,
+    "/topic/": Topic,
+    "/temp-queue/": TemporaryQueue,
     "/temp-topic/": TemporaryTopic,
 }
 RAW_KINDS: dict[str, type[Destination]] = {
-    "/remote-temp-queue/": TemporaryQueue, "/remote-temp-topic/": TemporaryTopic,
-    "/reply-queue/": TemporaryQueue, "/exchange/": Topic,
+    "/remote-temp-queue/": TemporaryQueue,
+    "/remote-temp-topic/": TemporaryTopic,
+    "/reply-queue/": TemporaryQueue,
+    "/exchange/": Topic,
 }
 
 
 # --- URL and options -------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class StompOptions:
@@ -86,10 +108,16 @@ def _heart_beat(text: str) -> tuple[int, int]:
 
 # option name -> (StompOptions field, parser)
 OPTIONS: dict[str, tuple[str, Callable[[str], Any]]] = {
-    "vhost": ("vhost", str), "heart-beat": ("heart_beat", _heart_beat),
-    "prefetch": ("prefetch", int), "connect-attempts": ("connect_attempts", int),
-    "connect-delay": ("connect_delay", float), "receipt-timeout": ("receipt_timeout", float),
-    "dialect": ("dialect", str.lower), "ca": ("ca", str), "cert": ("cert", str), "key": ("key", str),
+    "vhost": ("vhost", str),
+    "heart-beat": ("heart_beat", _heart_beat),
+    "prefetch": ("prefetch", int),
+    "connect-attempts": ("connect_attempts", int),
+    "connect-delay": ("connect_delay", float),
+    "receipt-timeout": ("receipt_timeout", float),
+    "dialect": ("dialect", str.lower),
+    "ca": ("ca", str),
+    "cert": ("cert", str),
+    "key": ("key", str),
 }
 
 
@@ -98,8 +126,7 @@ def parse_url(url: str) -> StompOptions:
     parts = urlsplit(url)
     shown = naming.without_password(url)  # a password in the user info never reaches a message
     if parts.scheme not in ("stomp", "stomp+ssl", "stomp+tls", "stomps"):
-        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: use stomp://host:port or "
-                              "stomp+ssl://host:port")
+        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: use stomp://host:port or stomp+ssl://host:port")
     hosts = []
     for item in unquote(parts.netloc.rpartition("@")[2]).split(","):
         host, _, port = item.strip().rpartition(":")
@@ -109,21 +136,21 @@ def parse_url(url: str) -> StompOptions:
     values: dict[str, Any] = {}
     for name, text in parse_qsl(parts.query, keep_blank_values=True):
         if name not in OPTIONS:
-            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: unknown option {name!r} "
-                                  f"(known: {', '.join(sorted(OPTIONS))})")
+            raise NamingException(
+                f"{naming.PROVIDER_URL}={shown!r}: unknown option {name!r} (known: {', '.join(sorted(OPTIONS))})"
+            )
         attr, parse = OPTIONS[name]
         try:
             values[attr] = parse(text)
         except ValueError:
-            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: option {name}={text!r} is "
-                                  "not valid") from None
+            raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: option {name}={text!r} is not valid") from None
     if values.get("dialect", "auto") not in ("auto", *DIALECTS):
-        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: dialect must be auto or one of "
-                              f"{', '.join(DIALECTS)}")
+        raise NamingException(f"{naming.PROVIDER_URL}={shown!r}: dialect must be auto or one of {', '.join(DIALECTS)}")
     return StompOptions(tuple(hosts), tls=parts.scheme != "stomp", **values)
 
 
 # --- broker dialects ---------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Dialect:
@@ -142,18 +169,25 @@ class Dialect:
 
 DIALECTS: dict[str, Dialect] = {
     "activemq": Dialect(
-        "activemq", redeliver="resubscribe",
+        "activemq",
+        redeliver="resubscribe",
         prefetch=lambda n: {"activemq.prefetchSize": str(n)},
         durable=lambda name: {"activemq.subscriptionName": name},
-        text_marker={"amq-msg-type": "text"}),
+        text_marker={"amq-msg-type": "text"},
+    ),
     "rabbitmq": Dialect(
-        "rabbitmq", selectors=False,
+        "rabbitmq",
+        selectors=False,
         prefetch=lambda n: {"prefetch-count": str(n)},
         durable=lambda name: {"durable": "true", "auto-delete": "false"},
-        delete_needs_subscription=True),
+        delete_needs_subscription=True,
+    ),
     "imqbridge": Dialect(
-        "imqbridge", abort_redelivers=True, transacted_subscribe=True,
-        durable=lambda name: {"durable-subscriber-name": name}),
+        "imqbridge",
+        abort_redelivers=True,
+        transacted_subscribe=True,
+        durable=lambda name: {"durable-subscriber-name": name},
+    ),
     "generic": Dialect("generic", durable=lambda name: {"durable-subscriber-name": name}),
 }
 
@@ -168,12 +202,14 @@ def dialect_for(server: str | None, wanted: str = "auto") -> Dialect:
 
 # --- destinations and messages -------------------------------------------------------------------------
 
+
 def to_stomp_destination(dest: Destination) -> str:
     """The STOMP destination string: a name starting with / is used as it is."""
     if dest.name.startswith("/"):
         return dest.name
-    prefix = {"queue": "/queue/", "topic": "/topic/", "temp-queue": "/temp-queue/",
-              "temp-topic": "/temp-topic/"}[dest.kind]
+    prefix = {"queue": "/queue/", "topic": "/topic/", "temp-queue": "/temp-queue/", "temp-topic": "/temp-topic/"}[
+        dest.kind
+    ]
     return prefix + dest.name
 
 
@@ -182,7 +218,7 @@ def to_jms_destination(text: str | None) -> Destination | None:
         return None
     for prefix, kind in PREFIXES.items():
         if text.startswith(prefix) and len(text) > len(prefix):
-            return kind(text[len(prefix):])
+            return kind(text[len(prefix) :])
     for prefix, kind in RAW_KINDS.items():
         if text.startswith(prefix):
             return kind(text)
@@ -191,8 +227,11 @@ def to_jms_destination(text: str | None) -> Destination | None:
 
 def to_frame(msg: Message, dialect: Dialect) -> tuple[dict[str, str], bytes]:
     """SEND headers (without destination) and body for ``msg``."""
-    headers = {"persistent": "true" if msg.delivery_mode == DeliveryMode.PERSISTENT else "false",
-               "priority": str(msg.priority), "expires": str(msg.expiration)}
+    headers = {
+        "persistent": "true" if msg.delivery_mode == DeliveryMode.PERSISTENT else "false",
+        "priority": str(msg.priority),
+        "expires": str(msg.expiration),
+    }
     if msg.correlation_id is not None:
         headers["correlation-id"] = msg.correlation_id
     if msg.type is not None:
@@ -222,8 +261,11 @@ def to_frame(msg: Message, dialect: Dialect) -> tuple[dict[str, str], bytes]:
 
 def _is_text(headers: Mapping[str, str]) -> bool:
     ctype = headers.get("content-type", "").lower()
-    return (ctype.startswith(_TEXT_TYPES) or headers.get("amq-msg-type") == "text"
-            or ("content-length" not in headers and ctype != CODEC_TYPE and not ctype))
+    return (
+        ctype.startswith(_TEXT_TYPES)
+        or headers.get("amq-msg-type") == "text"
+        or ("content-length" not in headers and ctype != CODEC_TYPE and not ctype)
+    )
 
 
 def _int(headers: Mapping[str, str], name: str, default: int) -> int:
@@ -249,8 +291,9 @@ def from_frame(headers: Mapping[str, str], body: bytes) -> Message:
         msg.timestamp = _int(headers, "timestamp", 0)
         msg.expiration = _int(headers, "expires", 0)
         msg.priority = min(9, max(0, _int(headers, "priority", 4)))
-        msg.delivery_mode = (DeliveryMode.PERSISTENT if headers.get("persistent") == "true"
-                             else DeliveryMode.NON_PERSISTENT)
+        msg.delivery_mode = (
+            DeliveryMode.PERSISTENT if headers.get("persistent") == "true" else DeliveryMode.NON_PERSISTENT
+        )
         msg.correlation_id = headers.get("correlation-id")
         msg.type = headers.get("type")
         msg.reply_to = to_jms_destination(headers.get("reply-to"))
