@@ -137,8 +137,12 @@ def test_provider_restarts_under_traffic(tmp_path):
     provider.broker.close()
     assert sorted(sent) == list(range(N))
     assert set(got) == set(range(N)), f"lost: {sorted(set(range(N)) - set(got))[:20]}"
-    duplicates = sum(n - 1 for n in got.values())
-    assert duplicates <= OUTAGES  # only the message in flight at each outage
+    # only what was in flight at each outage comes twice: the unit sent but not yet
+    # acknowledged when the provider stopped (a stored send is confirmed by its store
+    # write, so a unit holds a few sends: seen 4), one run of consecutive messages each
+    twice = sorted(k for k, n in got.items() if n > 1)
+    runs = sum(1 for i, k in enumerate(twice) if i == 0 or twice[i - 1] != k - 1)
+    assert runs <= OUTAGES and all(got[k] == 2 for k in twice), sorted(got.items())[:20]
 
 
 def test_link_stops_when_the_connect_attempts_run_out(tmp_path):
