@@ -142,18 +142,31 @@ def main() -> None:
     """
 
 
+def _props_options(what: str = "") -> Callable[[F], F]:
+    """-props FILE... and -D KEY=VALUE..., as check, serve and the user commands take them."""
+
+    def apply(fn: F) -> F:
+        fn = click.option(
+            "-D",
+            "overrides",
+            multiple=True,
+            metavar="KEY=VALUE",
+            help="A broker property, overriding the files (repeatable).",
+        )(fn)
+        return click.option(
+            "-props",
+            "--props",
+            "props_files",
+            multiple=True,
+            metavar="FILE",
+            help=f"Broker properties file{what} (repeatable; later files win).",
+        )(fn)
+
+    return apply
+
+
 @main.command("check")
-@click.option(
-    "-props",
-    "--props",
-    "props_files",
-    multiple=True,
-    metavar="FILE",
-    help="Broker properties file (repeatable; later files win).",
-)
-@click.option(
-    "-D", "overrides", multiple=True, metavar="KEY=VALUE", help="A broker property, overriding the files (repeatable)."
-)
+@_props_options()
 @click.option(
     "-resolve",
     "--resolve",
@@ -198,17 +211,7 @@ def check(
 
 
 @main.command("serve")
-@click.option(
-    "-props",
-    "--props",
-    "props_files",
-    multiple=True,
-    metavar="FILE",
-    help="Broker properties file (repeatable; later files win).",
-)
-@click.option(
-    "-D", "overrides", multiple=True, metavar="KEY=VALUE", help="A broker property, overriding the files (repeatable)."
-)
+@_props_options()
 @click.option(
     "-passfile",
     "--passfile",
@@ -380,30 +383,9 @@ def _password_from(passfile: str | None) -> str:
     raise click.ClickException(f"the passfile {passfile} sets none of {', '.join(USER_PASSWORD_KEYS)}")
 
 
-_USER_OPTIONS = [
-    click.option(
-        "-props",
-        "--props",
-        "props_files",
-        multiple=True,
-        metavar="FILE",
-        help="Broker properties file naming the instance (repeatable; later files win).",
-    ),
-    click.option(
-        "-D",
-        "overrides",
-        multiple=True,
-        metavar="KEY=VALUE",
-        help="A broker property, overriding the files (repeatable).",
-    ),
-    click.option("--json", "as_json", is_flag=True, help="Print the result as JSON."),
-]
-
-
 def _user_options(fn: F) -> F:
-    for option in reversed(_USER_OPTIONS):
-        fn = option(fn)
-    return fn
+    fn = click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")(fn)
+    return _props_options(" naming the instance")(fn)
 
 
 @main.group("user")
