@@ -23,6 +23,7 @@ import click
 from .version import __version__
 
 if TYPE_CHECKING:
+    from .logfiles import ServiceLog
     from .users import UserRepository
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -271,25 +272,25 @@ def serve(
         early.hand_to(None)
         raise click.ClickException(str(exc)) from None
     try:
-        service_log = open_service_log(ServiceLogSettings.from_props(props, loglevel))
+        service_log = open_service_log(ServiceLogSettings.from_props(props, loglevel), pinned=loglevel is not None)
     except OSError as exc:
         early.hand_to(None)
         raise click.ClickException(f"the service log cannot be opened: {exc}") from None
     early.hand_to(service_log.throttle)
     try:
-        _serve(props, demo, lambda: load_properties(files, overrides, environ=os.environ))
+        _serve(props, demo, lambda: load_properties(files, overrides, environ=os.environ), service_log)
     finally:
         service_log.close()
 
 
-def _serve(props: Any, demo: bool, read_properties: Callable[[], Any]) -> None:
-    """serve, once its log is open."""
+def _serve(props: Any, demo: bool, read_properties: Callable[[], Any], service_log: ServiceLog) -> None:
+    """serve, once its log is open (``service_log``: SIGHUP sets its level)."""
     from . import gcpolicy
     from .jms.errors import StoreError
     from .service import BridgeServiceManager, ServiceError
 
     gcpolicy.tune()
-    manager = BridgeServiceManager(props, read_properties=read_properties)
+    manager = BridgeServiceManager(props, read_properties=read_properties, service_log=service_log)
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it
     # connects) and another when its start has ended, whether before or after "Running".

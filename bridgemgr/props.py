@@ -613,6 +613,12 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
     return None
 
 
+def is_known_key(key: str) -> bool:
+    """Whether ``key`` means something: a schema key, or a key outside imq.* (a logging
+    configuration file, a JVM setting). An unknown imq.* key (a misspelling) is ignored."""
+    return not key.startswith(IMQ_PREFIX) or schema_row(key) is not None
+
+
 def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
     """The known key ``key`` was most likely meant to be: a fixed key, or a per-bridge
     key of an active bridge (or of the bridge ``key`` itself names)."""

@@ -574,8 +574,14 @@ class JMSBridge:
             self.logging_config,
             secrets,
             bp.log_level if bp else None,
+            json_lines=self.props is not None and self.props.get("imq.log.format") == "json",
         )
         self._bridge_log.open()
+
+    def set_log_level(self, level: int) -> None:
+        """imq.bridge.<name>.level changed (SIGHUP): a started bridge's loggers take it now."""
+        if self._bridge_log is not None:
+            self._bridge_log.set_level(level)
 
     def _destinations(self, config: BridgeConfig, links: list[LinkConfig], dmqs: list[Any]) -> dict[str, Destination]:
         """Every <destination>; one that a link or DMQ uses must resolve."""
