@@ -9,7 +9,7 @@ extra=COUNTED (repeats are counted, not written).
 
 Rules: the console never holds up the thread that logs (a writer thread writes it, lines
 it cannot take are counted); a repeated warning passes once per REPEAT_WINDOW and the
-count follows, at close at the latest.
+count follows, at close at the latest; third-party loggers pass below WARNING only at DEBUG.
 
 Design notes: docs/operations.md#internals-logfilespy.
 """

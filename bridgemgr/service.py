@@ -6,7 +6,8 @@ host broker (open_host_broker: the HostBroker every front end and bridge is give
 the network loop, the port mapper, the metrics port and the jms connection service, then,
 when imq.bridge.enabled is true, the admin port and every bridge of imq.bridge.activelist.
 dispatch() carries out admin commands (_BRIDGE_OPS, _LINK_OPS: bridge and link methods); SIGHUP
-(reload) reads the properties and the XML of every stopped JMS bridge again; stop() stops
+(reload) reads the properties and the XML of every stopped JMS bridge again, applies the log
+levels and starts and stops the bridges the activelist adds and drops; stop() stops
 the bridges, then the front ends, then the broker. In an HA cluster the ownership table
 decides which JMS bridges this instance runs (providers/embedded/cluster.py).
 
