@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...extras import require
 from ...jms.errors import StoreError
 from ...props import BrokerProperties
 from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
@@ -159,7 +160,7 @@ class HACluster:
     # --- the database -------------------------------------------------------------------
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
         """``work(cursor)`` in one transaction; a failed one drops the connection."""
-        import psycopg
+        (psycopg,) = require("imq.cluster.ha", "psycopg", error=StoreError)  # not installed: which extra
 
         with self._lock:
             try:
