@@ -238,11 +238,11 @@ def ship_plugins(spark: SparkSession, folders: Iterable[str | os.PathLike[str]])
             if entry.is_dir() and (entry / "__init__.py").is_file():
                 module, name = entry.name, f"{entry.name}.zip"
             elif entry.suffix in (".py", ".zip", ".egg") and entry.is_file():
-                module, name = (entry.stem if entry.suffix == ".py" else None), entry.name
+                module, name = (entry.stem if entry.suffix == ".py" else ""), entry.name
             else:
                 continue
             if name in seen or module in seen:
-                log.info("plugin %s is not shipped to Spark: a folder before %s has %s", entry, folder, module or name)
+                log.info("plugin %s is not shipped to Spark: %s was found before it", entry, module or name)
                 continue
             seen |= {name} | ({module} if module else set())
             if entry.is_dir():
