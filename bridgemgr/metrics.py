@@ -39,6 +39,7 @@ class Service(Protocol):
     bridges: dict[str, Any]
     host_broker: Any
     jms_services: list[Any]
+    cluster: Any  # providers/embedded/cluster.py's HACluster on an HA instance, else None
 
 
 def _histogram(
@@ -66,6 +67,13 @@ class ServiceCollector(Collector):
         if broker is not None:
             yield from self._broker(broker.metrics())
         yield from self._connections()
+        cluster = self.service.cluster
+        if cluster is not None:
+            yield GaugeMetricFamily(
+                "imq_ha_lease_held",
+                "1 while this HA instance holds its lease in the cluster",
+                value=int(cluster.holding),
+            )
 
     # --- bridges and links --------------------------------------------------------------
     def _bridges(self) -> Iterator[Metric]:
