@@ -3,8 +3,8 @@
 Named in a bridge XML as
 ``message-transformer-class="bridgemgr.transformers.uppercase.UppercaseTransformer"``
 (its old name ``transformers.uppercase.UppercaseTransformer`` still works). A TextMessage's
-text is upper-cased; so is a BytesMessage whose content type is ``text/plain`` (what a
-STOMP client such as stomp.py sends by default: a SEND with content-length), decoded in
+text is upper-cased; so is a BytesMessage whose content type is ``text/plain`` (a STOMP
+SEND with content-length, which stomp.py adds by default, and that content-type), decoded in
 the content type's charset (UTF-8 if it names none) and encoded back, so it stays a
 BytesMessage of the same content type. Bytes that charset cannot decode (or upper case
 it cannot encode) are a transform failure. Other messages pass through unchanged.
