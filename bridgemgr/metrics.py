@@ -4,7 +4,7 @@ service's live state, and the readiness check.
 Nothing is updated per message for metrics. The links keep their plain counters
 (jmsbridge/counters.py), the host broker its per-destination counts and the store its batch
 write histogram; at scrape time ServiceCollector reads them all (the bridges' info(), the
-broker's metrics(), the front ends' connection sets) and turns them into Prometheus metric
+broker's metrics(), the front ends' connection sets, an HA instance's lease) and turns them into Prometheus metric
 families, which prometheus-client writes in the text format. readiness() answers /readyz
 from the same live state: every bridge of imq.bridge.activelist with autostart must be
 loaded and STARTED and the store must take writes. The HTTP shell that serves these is
