@@ -4,7 +4,7 @@ service's live state, and the readiness check.
 Nothing is updated per message for metrics. The links keep their plain counters
 (jmsbridge/counters.py), the host broker its per-destination counts and the store its batch
 write histogram; at scrape time ServiceCollector reads them all (the bridges' info(), the
-broker's metrics(), the front ends' connection sets) and turns them into Prometheus metric
+broker's metrics(), the front ends' connection sets, an HA instance's lease) and turns them into Prometheus metric
 families, which prometheus-client writes in the text format. readiness() answers /readyz
 from the same live state: every bridge of imq.bridge.activelist with autostart must be
 loaded and STARTED and the store must take writes. The HTTP shell that serves these is
@@ -39,6 +39,7 @@ class Service(Protocol):
     bridges: dict[str, Any]
     host_broker: Any
     jms_services: list[Any]
+    cluster: Any  # providers/embedded/cluster.py's HACluster on an HA instance, else None
 
 
 def _histogram(
@@ -66,6 +67,13 @@ class ServiceCollector(Collector):
         if broker is not None:
             yield from self._broker(broker.metrics())
         yield from self._connections()
+        cluster = self.service.cluster
+        if cluster is not None:
+            yield GaugeMetricFamily(
+                "imq_ha_lease_held",
+                "1 while this HA instance holds its lease in the cluster",
+                value=int(cluster.holding),
+            )
 
     # --- bridges and links --------------------------------------------------------------
     def _bridges(self) -> Iterator[Metric]:

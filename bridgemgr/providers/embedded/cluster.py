@@ -152,6 +152,7 @@ class HACluster:
         self._address: str | None = None
         self._config: dict[str, str] = {}
         self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
+        self.holding = False  # we hold our lease (a member, renewed in time): imq_ha_lease_held
 
     def attach(self, host: EmbeddedHostBroker) -> None:
         """The host broker whose store a takeover moves the dead instance's rows into."""
@@ -300,6 +301,7 @@ class HACluster:
         instance must end; None: the store was out of reach, we join again when it is
         back); ``rejoined(bridges)``: we are a member again and own these."""
         wanted = list(activelist)
+        self.holding = True  # join() made us a member
         self._thread = threading.Thread(
             target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
         )
@@ -313,20 +315,19 @@ class HACluster:
         wanted: list[str],
     ) -> None:
         renewed = time.monotonic()
-        holding = True
         while not self._halt.wait(self.settings.heartbeat):
             try:
-                if not holding:
+                if not self.holding:
                     taker = self.taken_by()
                     if taker is not None:
                         lost(taker)
                         return
                     self.join(self._address or "", self._config)
                     rejoined(self.claim(wanted))
-                    holding, renewed = True, time.monotonic()
+                    self.holding, renewed = True, time.monotonic()
                     continue
                 if time.monotonic() - renewed > self.settings.monitor or not self.renew():
-                    holding = False
+                    self.holding = False
                     log.error(
                         "HA cluster %s: broker %s lost its lease; stopping its bridges",
                         self.settings.clusterid,
@@ -502,6 +503,7 @@ class HACluster:
         """A clean stop: our lease expires now, so that a live instance takes our bridges
         over at its next heart-beat (as after a failure)."""
         self.halt()
+        self.holding = False
         try:
             self._transaction(
                 lambda cur: cur.execute(
