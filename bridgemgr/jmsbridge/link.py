@@ -141,6 +141,11 @@ class Link(RunnerBase):
         self._source_session: Session | None = None
         self._prefetch_most = 0  # what prefetch_at_most() asked of the source session
         self.settler = Settler(self.batch, self.counters, log, self.name)
+        # An outage: when the link lost its connection or first failed to connect (time.time()),
+        # the connect attempts that failed since, and whether this run had been connected.
+        self._down_since: float | None = None
+        self._down_attempts = 0
+        self._was_connected = False
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -162,6 +167,7 @@ class Link(RunnerBase):
         self._stop.clear()
         self._want = State.STARTED
         self._audited = set()
+        self._down_since, self._down_attempts, self._was_connected = None, 0, False
         self.batch.restart()
         self._thread = threading.Thread(target=self._main, daemon=True, name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
@@ -219,7 +225,9 @@ class Link(RunnerBase):
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
                 self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
-                self.counters.current_error = None  # connected: what kept it has passed
+                self._reconnected()
+                self.counters.resolved()  # connected: what kept it has passed
+                self._was_connected = True
                 reconnect.connected()
                 try:
                     self._loop()
@@ -246,11 +254,45 @@ class Link(RunnerBase):
             self.log.info("link %s stopped", self.name)
 
     def _lost(self, exc: BaseException) -> None:
-        self.lifecycle.move({State.STARTED}, State.STARTING)  # until it is connected again
+        self._outage(f"connection lost: {exc}")
         self.counters.reconnects += 1
-        self.counters.trouble(f"connection lost: {exc}")
         self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
         self._disconnect(broken=True)
+
+    def _outage(self, text: str) -> None:
+        """The link cannot move because a connection is lost or cannot be made: STARTING
+        until it is connected again, with ``text`` as its current error."""
+        self.lifecycle.move({State.STARTED, State.RESUMING}, State.STARTING)
+        self.counters.trouble(text)
+        if self._down_since is None:
+            self._down_since = time.time()
+
+    def _unreachable(self, text: str) -> None:
+        """A connect attempt failed (Connector.connect): ``text`` names the factory, its
+        broker and the cause."""
+        self._down_attempts += 1
+        self._outage(text)
+
+    def _reconnected(self) -> None:
+        """Connected again after an outage: STARTED with no current error, and one line
+        saying how long it lasted."""
+        since = self._down_since
+        if since is None:
+            return
+        attempts = self._down_attempts
+        self._down_since, self._down_attempts = None, 0
+        self.counters.resolved()
+        self.lifecycle.move({State.STARTING}, State.STARTED)
+        began = time.strftime("%H:%M:%S", time.gmtime(since))
+        self.log.info(
+            "link %s %s after %.1f s (%s since %s UTC, %d failed connect attempt(s))",
+            self.name,
+            "reconnected" if self._was_connected else "connected",
+            time.time() - since,
+            "disconnected" if self._was_connected else "unreachable",
+            began,
+            attempts,
+        )
 
     def _failed(self, text: str) -> None:
         self.counters.trouble(text)
@@ -264,6 +306,7 @@ class Link(RunnerBase):
             cfg.source.clientid,
             self._stop,
             xa=setup.transaction.xa,
+            failed=self._unreachable,
         )
         self._txn = txn = setup.transaction()
         self.batch.open = False
@@ -355,7 +398,12 @@ class Link(RunnerBase):
         assert txn is not None
         target = self.config.target
         self._target = self.connections.lease(
-            target.connection_factory_ref, self.setup.target_kind, target.clientid, self._stop, xa=txn.xa
+            target.connection_factory_ref,
+            self.setup.target_kind,
+            target.clientid,
+            self._stop,
+            xa=txn.xa,
+            failed=self._unreachable,
         )
         session = txn.open_target(self._target.connection)
         session.cancel = self._stop  # stop gives up a send the target holds (FLOW_CONTROL)
@@ -419,6 +467,8 @@ class Link(RunnerBase):
                     self._end_unit(pending)
                     if self._source is not None and self._source.broken:
                         raise ConnectionLost("the source connection reported a failure")
+                    if self._target is not None and self._target.broken:
+                        raise ConnectionLost("the target connection reported a failure")
                     self._release_idle_target()
                     continue
                 if (
@@ -460,7 +510,11 @@ class Link(RunnerBase):
             return
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
-            producer = self._producer if self._producer is not None else self._open_target()
+            if self._producer is None:  # a pooled target given back while idle
+                self._open_target()
+                self._reconnected()
+            producer = self._producer
+            assert producer is not None
             send = producer.send
             headers = ctx.headers
             windowed = self.window > 1 and not batch.one_by_one and not producer.answers_when_sent
@@ -640,7 +694,7 @@ class Link(RunnerBase):
         when one of them was refused (it went to the DMQ)."""
         first = lost or "no answer"
         self.counters.reconnects += 1
-        self.counters.error(f"target connection lost: {first}")
+        self._outage(f"target connection lost: {first}")
         self.log.warning(
             "link %s: the target connection failed with %d send(s) unanswered (%s); sending them again",
             self.name,
@@ -655,6 +709,7 @@ class Link(RunnerBase):
         refused = False
         try:
             producer = self._open_target()
+            self._reconnected()
             for ctx in resend:
                 ctx.error = None
                 headers = ctx.headers

@@ -1,0 +1,141 @@
+"""A link whose target goes away while it is idle: it shows STARTING with a current error
+naming the connection factory, its broker and the cause, tries to connect again every
+connect-attempt-interval, and says once when it reconnected and after how long. The
+target is another embedded broker's jms service over mq://, stopped and started again on
+the same ports; a link stopped by its connect-attempts and started again drops that
+error."""
+
+from __future__ import annotations
+
+import logging
+import re
+from pathlib import Path
+
+import pytest
+
+from bridgemgr.admin.portmapper import PortMapper
+from bridgemgr.jms import TextMessage
+from bridgemgr.jmsbridge.bridge import JMSBridge
+from bridgemgr.jmsbridge.config import parse_bridge_config
+from bridgemgr.jmsbridge.states import State
+from bridgemgr.netloop import NetLoop
+from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded.jmsservice import JmsService
+from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, send
+from test_jmsbridge_reconnect import Provider
+from waiting import wait_for
+
+pytestmark = pytest.mark.timeout(60)
+ATTEMPT = re.compile(r"connect attempt (\d+) \(of unlimited\) with connection-factory far failed")
+
+
+class Far:
+    """A broker's jms service and port mapper on 127.0.0.1, to be stopped and started
+    again on the same ports (the link's provider URL names the port mapper's)."""
+
+    def __init__(self, broker: Broker, service_port: int = 0, portmapper_port: int = 0) -> None:
+        self.broker = broker
+        self.netloop = NetLoop().start()
+        self.service = JmsService(broker, self.netloop, "127.0.0.1", service_port).start()
+        self.portmapper = PortMapper(self.netloop, "127.0.0.1", portmapper_port, broker.instance_name).start()
+        self.portmapper.register(self.service.service_entry())
+
+    @property
+    def url(self) -> str:
+        return f"mq://127.0.0.1:{self.portmapper.port}"
+
+    def stop(self) -> None:
+        self.service.stop()
+        self.portmapper.stop()
+        self.netloop.stop()
+
+    def again(self) -> Far:
+        return Far(self.broker, self.service.port, self.portmapper.port)
+
+
+def far_factory(url: str, attempts: int = -1) -> str:
+    return (
+        f'<connection-factory ref-name="far" lookup-name="ConnectionFactory" connect-attempts="{attempts}" '
+        'connect-attempt-interval-in-seconds="1">'
+        '<property name="java.naming.factory.initial" value="imq.embedded"/>'
+        f'<property name="java.naming.provider.url" value="{url}"/></connection-factory>'
+    )
+
+
+def to_far(name: str = "l") -> str:
+    return link_xml(name).replace('<target connection-factory-ref="host"', '<target connection-factory-ref="far"')
+
+
+@pytest.fixture
+def brokers(tmp_path: Path):
+    near, far = Broker(tmp_path / "near"), Broker(tmp_path / "far")
+    yield near, far
+    near.close()
+    far.close()
+
+
+@pytest.mark.slow
+def test_an_idle_link_whose_target_goes_down_shows_it_and_reconnects_every_interval(brokers, caplog):
+    near, far_broker = brokers
+    caplog.set_level(logging.INFO)
+    far = Far(far_broker)
+    bridge = JMSBridge(
+        parse_bridge_config(bridge_xml(to_far(), cfs=far_factory(far.url))), host_factory=host(near), tuning=FAST
+    )
+    try:
+        assert bridge.start() is State.STARTED
+        link = bridge.links[0]
+        far.stop()
+        # Before: nothing noticed the target's loss while no message came (STARTED, no error).
+        assert link.lifecycle.wait_for({State.STARTING}, 10) is State.STARTING
+        error = wait_for(
+            lambda: link.counters.current_error if "cannot connect" in (link.counters.current_error or "") else None, 10
+        )
+        assert f"connection-factory far to {far.url}" in error and "Connection refused" in error, error
+
+        def attempts() -> list[tuple[int, float]]:
+            return [(int(m.group(1)), r.created) for r in caplog.records if (m := ATTEMPT.search(r.getMessage()))]
+
+        seen = wait_for(lambda: len(got := attempts()) >= 4 and got, 15, "four failed connect attempts")
+        (first, began), (fourth, ended) = seen[0], seen[3]
+        assert (first, fourth) == (1, 4)
+        # connect-attempt-interval-in-seconds="1": three intervals between them
+        assert 2.4 <= ended - began <= 4.5, seen
+        assert link.state is State.STARTING and link.info()["counters"]["current_error"] == link.counters.current_error
+
+        far = far.again()
+        assert link.lifecycle.wait_for({State.STARTED}, 10) is State.STARTED
+        assert link.counters.current_error is None
+        back = [r.getMessage() for r in caplog.records if "reconnected after" in r.getMessage()]
+        assert len(back) == 1 and re.match(r"link l reconnected after \d+\.\d s \(disconnected since ", back[0]), back
+        send(near, "src", [TextMessage("after")])
+        assert [m.text for m in drain(far_broker, "dst", expect=1)] == ["after"]
+    finally:
+        bridge.stop()
+        far.stop()
+
+
+def test_a_link_started_again_after_its_connect_attempts_ran_out_drops_that_error(tmp_path):
+    provider = Provider(tmp_path / "store")
+    xml = bridge_xml(
+        link_xml(),
+        cfs='<connection-factory ref-name="host" connect-attempts="2" connect-attempt-interval-in-seconds="0"/>',
+    )
+    bridge = JMSBridge(
+        parse_bridge_config(xml), host_factory=lambda env: EmbeddedConnectionFactory(provider), tuning=FAST
+    )
+    bridge.start()
+    link = bridge.links[0]
+    try:
+        provider.stop()
+        assert link.lifecycle.wait_for({State.STOPPED}, 10) is State.STOPPED
+        assert "after 2 attempt(s)" in link.counters.last_error
+        assert link.counters.current_error == link.counters.last_error
+        provider.restart()
+        assert bridge.start_link("l") is State.STARTED
+        # Before: Last Error still said it could not connect, though it just had.
+        assert (link.counters.current_error, link.counters.last_error) == (None, None)
+        assert link.counters.reconnects >= 1
+    finally:
+        bridge.stop()
+        provider.broker.close()
