@@ -3,7 +3,7 @@ naming the connection factory, its broker and the cause, tries to connect again 
 connect-attempt-interval, and says once when it reconnected and after how long. The
 target is another embedded broker's jms service over mq://, stopped and started again on
 the same ports; a link stopped by its connect-attempts and started again drops that
-error."""
+error; a bridge that starts with a link given up says so."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from bridgemgr.netloop import NetLoop
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.jmsservice import JmsService
 from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, send
+from remote.support import free_port
 from test_jmsbridge_reconnect import Provider
 from waiting import wait_for
 
@@ -139,3 +140,20 @@ def test_a_link_started_again_after_its_connect_attempts_ran_out_drops_that_erro
     finally:
         bridge.stop()
         provider.broker.close()
+
+
+def test_a_bridge_that_starts_with_a_link_given_up_says_which(brokers, caplog):
+    near, _ = brokers
+    caplog.set_level(logging.INFO)
+    xml = bridge_xml(link_xml("l1") + to_far("l2"), cfs=far_factory(f"mq://127.0.0.1:{free_port()}", attempts=1))
+    bridge = JMSBridge(parse_bridge_config(xml), host_factory=host(near), tuning=FAST)
+    try:
+        assert bridge.start() is State.STARTED
+        assert [link.state for link in bridge.links] == [State.STARTED, State.STOPPED]
+        started = [r for r in caplog.records if "bridge b started" in r.getMessage()]
+        # Before: "bridge b started with 2 link(s)" with l2 STOPPED.
+        assert len(started) == 1 and started[0].levelno == logging.WARNING
+        text = started[0].getMessage()
+        assert text.startswith("bridge b started with 1 of 2 link(s) running; link l2 is STOPPED: cannot connect")
+    finally:
+        bridge.stop()
