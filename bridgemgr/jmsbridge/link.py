@@ -46,6 +46,7 @@ from .pipeline import (
     ProcessingContext,
     RetryWithTolerance,
     Stage,
+    keeps_reply_to,
     run_steps,
 )
 from .reconnect import ReconnectPolicy
@@ -337,7 +338,7 @@ class Link(RunnerBase):
             bridge_name=self.bridge_name,
             link_name=self.name,
             target=setup.target,
-            retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
+            retain_reply_to=keeps_reply_to(cfg.target.retain_replyto, source_provider, target_provider),
             tag_bridge_name=setup.bridge.message_transfer_tag_bridge_name,
             consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
             source_provider=source_provider,
