@@ -86,13 +86,22 @@ class Handle:
         self.connection = connection
         self.connector = connector
         self.broken = threading.Event()
+        self.failure: str | None = None  # what the provider reported when it broke
         self.idle_since = time.monotonic()
         self.closed = False
         connection.set_exception_listener(self._on_exception)
 
     def _on_exception(self, exc: Exception) -> None:
+        self.failure = f"{type(exc).__name__}: {clip(str(exc), 300)}"
         self.broken.set()
         self.connector.log.warning("connection of connection-factory %s failed: %s", self.connector.ref_name, exc)
+
+    def describe_failure(self) -> str:
+        """The broken connection, its factory, its broker and what the provider reported."""
+        cfg = self.connector.config
+        return f"the connection of connection-factory {cfg.ref_name} to {broker_address(cfg)} failed" + (
+            f": {self.failure}" if self.failure else ""
+        )
 
     @property
     def provider_name(self) -> str:

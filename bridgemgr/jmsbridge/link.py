@@ -466,10 +466,9 @@ class Link(RunnerBase):
                         self._complete(pending)
                         continue
                     self._end_unit(pending)
-                    if self._source is not None and self._source.broken:
-                        raise ConnectionLost("the source connection reported a failure")
-                    if self._target is not None and self._target.broken:
-                        raise ConnectionLost("the target connection reported a failure")
+                    for end, lease in (("source", self._source), ("target", self._target)):
+                        if lease is not None and lease.broken:
+                            raise ConnectionLost(f"{end}: {lease.handle.describe_failure()}")
                     self._release_idle_target()
                     continue
                 if (
