@@ -225,9 +225,9 @@ class Link(RunnerBase):
                 except Exception as exc:
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
-                self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
                 self._reconnected()
                 self.counters.resolved()  # connected: what kept it has passed
+                self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
                 self._was_connected = True
                 reconnect.connected()
                 try:
@@ -282,18 +282,17 @@ class Link(RunnerBase):
             return
         attempts = self._down_attempts
         self._down_since, self._down_attempts = None, 0
-        self.counters.resolved()
-        self.lifecycle.move({State.STARTING}, State.STARTED)
-        began = time.strftime("%H:%M:%S", time.gmtime(since))
         self.log.info(
             "link %s %s after %.1f s (%s since %s UTC, %d failed connect attempt(s))",
             self.name,
             "reconnected" if self._was_connected else "connected",
             time.time() - since,
             "disconnected" if self._was_connected else "unreachable",
-            began,
+            time.strftime("%H:%M:%S", time.gmtime(since)),
             attempts,
         )
+        self.counters.resolved()
+        self.lifecycle.move({State.STARTING}, State.STARTED)
 
     def _failed(self, text: str) -> None:
         self.counters.trouble(text)
