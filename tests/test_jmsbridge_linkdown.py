@@ -2,24 +2,29 @@
 naming the connection factory, its broker and the cause, tries to connect again every
 connect-attempt-interval, and says once when it reconnected and after how long. The
 target is another embedded broker's jms service over mq://, stopped and started again on
-the same ports; a link stopped by its connect-attempts and started again drops that
-error; a bridge that starts with a link given up says so."""
+the same ports; a target that takes connections but refuses their sessions is tried
+again every connect-attempt-interval too; a link stopped by its connect-attempts and
+started again drops that error; a bridge that starts with a link given up says so."""
 
 from __future__ import annotations
 
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from bridgemgr.admin.portmapper import PortMapper
 from bridgemgr.jms import TextMessage
+from bridgemgr.jms.errors import TransportException
 from bridgemgr.jmsbridge.bridge import JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.netloop import NetLoop
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.jmsservice import JmsService
 from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, send
 from remote.support import free_port
@@ -114,6 +119,62 @@ def test_an_idle_link_whose_target_goes_down_shows_it_and_reconnects_every_inter
     finally:
         bridge.stop()
         far.stop()
+
+
+class _RefusingConnection(EmbeddedConnection):
+    refuse: threading.Event
+
+    def create_session(self, *args, **kwargs):
+        if self.refuse.is_set():
+            raise TransportException("the broker refused the session")
+        return super().create_session(*args, **kwargs)
+
+
+class Refusing(EmbeddedConnectionFactory):
+    """The embedded broker, taking connections (each noted with its time) and, while
+    ``refuse`` is set, refusing their sessions: a provider that fails after it connected."""
+
+    def __init__(self, broker: Broker) -> None:
+        super().__init__(broker)
+        self.refuse = threading.Event()
+        self.connected: list[float] = []
+
+    def create_connection(self, username=None, password=None):
+        conn = super().create_connection(username, password)
+        self.connected.append(time.monotonic())
+        conn.__class__ = _RefusingConnection
+        conn.refuse = self.refuse
+        return conn
+
+
+@pytest.mark.slow
+def test_a_target_refusing_sessions_is_tried_again_every_interval(brokers):
+    """Before: every refused setup backed off by the link's tuning (here 10 ms to 50 ms,
+    by default up to 10 s), not connect-attempt-interval-in-seconds."""
+    near, far_broker = brokers
+    xml = bridge_xml(
+        to_far(),
+        cfs='<connection-factory ref-name="far" lookup-name="ConnectionFactory" '
+        'connect-attempt-interval-in-seconds="1"><property name="java.naming.factory.initial" value="x"/>'
+        "</connection-factory>",
+    )
+    refusing = Refusing(far_broker)
+    refusing.refuse.set()
+    bridge = JMSBridge(
+        parse_bridge_config(xml), host_factory=host(near), lookup=lambda name, env: refusing, tuning=FAST
+    )
+    try:
+        assert bridge.start(timeout=0) is State.STARTING
+        link = bridge.links[0]
+        seen = wait_for(lambda: len(refusing.connected) >= 3 and list(refusing.connected), 10, "three connects")
+        assert 1.6 <= seen[2] - seen[0] <= 3.5, seen  # two intervals of 1 s
+        assert link.state is State.STARTING and "the broker refused the session" in link.counters.current_error
+        refusing.refuse.clear()
+        assert link.lifecycle.wait_for({State.STARTED}, 10) is State.STARTED
+        assert link.counters.current_error is None
+    finally:
+        refusing.refuse.clear()
+        bridge.stop()
 
 
 def test_a_link_started_again_after_its_connect_attempts_ran_out_drops_that_error(tmp_path):

@@ -147,6 +147,7 @@ class Link(RunnerBase):
         self._down_since: float | None = None
         self._down_attempts = 0
         self._was_connected = False
+        self._setting_up = setup.config.source.connection_factory_ref  # the factory _connect is at
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -203,7 +204,7 @@ class Link(RunnerBase):
 
     # --- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
-        reconnect = ReconnectPolicy(self.operator.backoff)
+        reconnect = ReconnectPolicy(self.operator.backoff, between_attempts=self._between_attempts)
         try:
             while self._want is not State.STOPPED:
                 try:
@@ -213,8 +214,9 @@ class Link(RunnerBase):
                 except ConnectError as exc:  # every connect attempt the factory allows failed
                     self._failed(str(exc))
                     break
-                except CONNECTION_LOST as exc:  # lost again while setting up: try again
+                except CONNECTION_LOST as exc:  # lost again while setting up: a failed attempt
                     reconnect.lost(connecting=True)
+                    self._down_attempts += 1
                     self._lost(exc)
                     if not reconnect.wait():
                         break
@@ -268,6 +270,17 @@ class Link(RunnerBase):
         if self._down_since is None:
             self._down_since = time.time()
 
+    def _between_attempts(self, failures: int) -> bool:
+        """After a connect that failed while setting up (``failures`` in a row): wait the
+        connect-attempt-interval of the factory being set up (with none, the tuning's
+        backoff, so that it does not spin); False when stopped meanwhile."""
+        ref = self._setting_up
+        config = self.connections.connectors[ref].config if ref in self.connections.connectors else None
+        interval = config.connect_attempt_interval_in_seconds if config is not None else 0
+        if interval <= 0:
+            return self.operator.backoff(failures)
+        return not self._stop.wait(interval)
+
     def _unreachable(self, text: str) -> None:
         """A connect attempt failed (Connector.connect): ``text`` names the factory, its
         broker and the cause."""
@@ -300,6 +313,7 @@ class Link(RunnerBase):
 
     def _connect(self) -> None:
         setup, cfg = self.setup, self.config
+        self._setting_up = cfg.source.connection_factory_ref
         self._source = self.connections.lease(
             cfg.source.connection_factory_ref,
             ConnectionKind.DEDICATED,
@@ -397,6 +411,7 @@ class Link(RunnerBase):
         txn = self._txn
         assert txn is not None
         target = self.config.target
+        self._setting_up = target.connection_factory_ref
         self._target = self.connections.lease(
             target.connection_factory_ref,
             self.setup.target_kind,
