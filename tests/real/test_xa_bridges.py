@@ -227,20 +227,28 @@ def start_child(args: list[str], fault: str | None) -> subprocess.Popen:
     return proc
 
 
-def preload(activemq, queue: str, n: int) -> None:
-    """``n`` text messages "0".."n-1" on an ActiveMQ queue (local transactions of 500)."""
+def preload(activemq, queue: str, n: int, first: int = 0) -> None:
+    """``n`` text messages "first".."first+n-1" on an ActiveMQ queue (local transactions
+    of 500)."""
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
         session = conn.create_session(True)
         producer = session.create_producer(Queue(queue))
-        for i in range(n):
+        for i in range(first, first + n):
             producer.send(TextMessage(str(i)))
             if i % 500 == 499:
                 session.commit()
         session.commit()
 
 
-def kill_mid_transfer(args: list[str], kills: int) -> None:
-    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s."""
+def kill_mid_transfer(activemq, args: list[str], kills: int, src: str, dst: str, backlog: int) -> tuple[list, int]:
+    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s, with about
+    ``backlog`` messages waiting on ``src`` at each start: what a run moved is taken from
+    ``dst`` and as many new messages are added (numbered on), so every kill lands
+    mid-transfer on any machine and the last, clean run moves one backlog, not what a slow
+    machine left of a fixed load. Returns what was taken and how many were sent."""
+    moved: list = []
+    preload(activemq, src, backlog)
+    sent = backlog
     for _ in range(kills):
         proc = start_child(args, None)
         try:
@@ -250,6 +258,13 @@ def kill_mid_transfer(args: list[str], kills: int) -> None:
             proc.wait()
         proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+        taken = take(activemq, dst)
+        assert len(taken) < backlog, "the source emptied before the kill"
+        moved += taken
+        preload(activemq, src, len(taken), first=sent)
+        sent += len(taken)
+    assert moved, "the kills did not land mid-transfer (nothing moved)"
+    return moved, sent
 
 
 @pytest.mark.crash
@@ -300,15 +315,12 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
 @pytest.mark.crash
 @pytest.mark.slow
 def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_path):
-    """6,000 messages, one local transaction each (both ends one ActiveMQ: one session
-    consumes and sends), the bridge process killed 3 times at random: each message on the
+    """One local transaction per message (both ends one ActiveMQ: one session consumes and
+    sends), the bridge process killed 3 times at random: each message on the
     target once and in order, none left on the source."""
-    n, queue_src, queue_dst = 6000, "local.src", "local.dst"
-    preload(activemq, queue_src, n)
+    queue_src, queue_dst = "local.src", "local.dst"
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true", queue_src, queue_dst]
-    kill_mid_transfer(args, 3)
-    moved = take(activemq, queue_dst)
-    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    moved, n = kill_mid_transfer(activemq, args, 3, queue_src, queue_dst, 2000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
     assert proc.stdout.readline().strip() == "done (local transaction (one resource manager))"
     proc.wait(60)
@@ -325,17 +337,13 @@ def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_p
 
 @pytest.mark.crash
 def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
-    """12,000 messages, one XA transaction each (the target joined to the source's branch,
+    """One XA transaction per message (the target joined to the source's branch,
     both associations ended at the same time, one-phase commit), the bridge process killed
     6 times at random: each message on the target once, none left on the source. (A kill
     counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
     threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
-    n = 12000  # a quiet machine moved 4,000 before the sixth kill
-    preload(activemq, "src", n)
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "false", "src", "dst"]
-    kill_mid_transfer(args, 6)
-    moved = take(activemq, "dst")  # consumed: counted with what the last run moves
-    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    moved, n = kill_mid_transfer(activemq, args, 6, "src", "dst", 2000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
     assert proc.stdout.readline().strip() == "done (XA)"
     proc.wait(60)
