@@ -82,6 +82,7 @@ def test_paused_consumers_get_nothing_until_resume_and_no_message_is_lost(broker
     waiting.start()  # blocked in receive() across the resume
     assert quiet_for(lambda: got, 0.05) == []
     assert broker.pause_destinations(Q, "ALL", False) == [(Q, "RUNNING")]
+    wait_for(lambda: got, timeout=3, what="the resume wakes the consumer waiting in receive()")
     waiting.join(10)
     got += drain(before) + drain(after)
     assert sorted(got, key=int) == [str(i) for i in range(10)]
