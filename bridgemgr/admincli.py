@@ -357,7 +357,8 @@ def _command(op: str):
                     raise click.UsageError(f"{op} dst takes -t and -n together (neither: every destination)")
                 what = "destination" if name is not None else "destinations"
                 if not force and not click.confirm(
-                    f"Are you sure you want to perform operation [{op}] on the {what} ?",
+                    f"Are you sure you want to perform operation [{op}] on "
+                    + ("this destination ?" if name is not None else "all destinations ?"),
                     default=False,
                     show_default=False,
                     prompt_suffix=" (y/n)[n] ",
@@ -403,7 +404,7 @@ def _command(op: str):
             return
         btype = btype.upper() if btype else None
         if btype in ("Q", "T"):
-            raise click.UsageError(f"-t {btype.lower()} is a destination type: use list dst")
+            raise click.UsageError(f"-t {btype.lower()} is a destination type: use {op} dst")
         bridge = _check_usage(op, argument, bridge, link, btype)
         host_port(broker)
         if (

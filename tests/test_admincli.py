@@ -147,8 +147,8 @@ def test_usage_rules_of_the_destination_commands(args, error):
     "args, asked",
     [
         (["destroy", "dst", "-t", "q", "-n", "orders"], "[destroy] on this destination"),
-        (["pause", "dst", "-t", "t", "-n", "news", "-pst", "consumers"], "[pause] on the destination"),
-        (["resume", "dst"], "[resume] on the destinations"),
+        (["pause", "dst", "-t", "t", "-n", "news", "-pst", "consumers"], "[pause] on this destination"),
+        (["resume", "dst"], "[resume] on all destinations"),
     ],
 )
 def test_destroy_pause_and_resume_ask_and_n_does_nothing(args, asked):

@@ -199,3 +199,18 @@ def test_a_producer_held_by_a_pause_keeps_its_place_quietly(broker):
     sent.join(10)
     assert pending(broker) == 4
     conn.close()
+
+
+def test_destroy_refuses_a_queue_with_messages_in_delivery_and_keeps_them(broker):
+    conn = started(broker)
+    put(conn, 2)
+    session = conn.create_session(transacted=True)
+    consumer = session.create_consumer(Q)
+    assert consumer.receive(1).text == "0"  # type: ignore[union-attr]
+    consumer.close()  # the message stays in the session's transaction
+    with pytest.raises(IllegalStateException, match="1 message"):
+        broker.destroy(Q)
+    assert pending(broker) == 1
+    session.rollback()
+    assert broker.destroy(Q) == 2
+    conn.close()

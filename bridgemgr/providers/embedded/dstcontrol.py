@@ -17,7 +17,7 @@ from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import IllegalStateException, InvalidDestinationException, ProducerFlowControl
 from .destinations import DMQ_NAME, Destinations, _pause_key
 from .queues import DestinationLimits, MessageQueue
-from .state import _owned, _release_all
+from .state import _release_all
 
 PAUSE_TYPES = ("PRODUCERS", "CONSUMERS", "ALL")  # pause dst -pst
 PAUSE_STATES = {"": "RUNNING", "PRODUCERS": "PRODUCERS_PAUSED", "CONSUMERS": "CONSUMERS_PAUSED", "ALL": "PAUSED"}
@@ -167,11 +167,11 @@ class DestinationControl(Destinations):
                 raise IllegalStateException(
                     f"{what} has {consumers} active consumer(s); close them (stop the links that read it) first"
                 )
-            held = sum(len(_owned(q, self)) for q in queues)
+            held = sum(q.count - len(q) for q in queues)  # delivered, or sent in a prepared XA branch
             if held:
                 raise IllegalStateException(
-                    f"{what} has {held} message(s) in delivery (unacknowledged); "
-                    "commit, roll back or close their sessions first"
+                    f"{what} has {held} message(s) in delivery or in prepared transactions (unacknowledged, "
+                    "uncommitted); commit, roll back or close their sessions first"
                 )
             removed = sum(len(q) for q in queues)
             key = _pause_key(destination)
