@@ -1,6 +1,6 @@
 """imqcmd's destination commands in imqbridgemgr, through the CLI as a process against a
 real `imqbridgemgr serve`: list dst lists topics with their subscribers; pause dst holds
-consumers (mq:// ones, existing and new, get nothing; STOMP producers go on) or
+consumers (mq:// and STOMP ones, existing and new, get nothing; STOMP producers go on) or
 producers (STOMP SENDs get no RECEIPT, an mq:// send does not return) until resume dst,
 and every message arrives once; destroy dst removes a queue with its messages or a topic
 with its durable subscriptions, asks unless -f, refuses one in use and unknown names;
@@ -93,6 +93,15 @@ def test_paused_consumers_get_nothing_until_resume_and_every_message_arrives_onc
 
         reader = threading.Thread(target=consume)
         reader.start()
+        subscriber = Stomp(_stomp_port(daemon))  # a STOMP consumer of the same queue
+        subscriber.sock.sendall(b"SUBSCRIBE\nid:1\ndestination:/queue/held.c\nack:auto\nreceipt:s1\n\n\0")
+        assert subscriber.until(b"receipt-id:s1")
+
+        def stomp_got() -> list[str]:
+            subscriber.until(b"\0never", timeout=0.05)  # read what has come
+            frames = [f.lstrip(b"\r\n") for f in bytes(subscriber.data).split(b"\0")[:-1]]  # complete ones
+            return [f.partition(b"\n\n")[2].decode() for f in frames if f.startswith(b"MESSAGE\n")]
+
         try:
             rc, paused = as_json(daemon, passfile, "pause", "dst", "-t", "q", "-n", "held.c", "-pst", "CONSUMERS")
             assert rc == 0 and paused["data"]["destinations"] == [
@@ -103,7 +112,7 @@ def test_paused_consumers_get_nothing_until_resume_and_every_message_arrives_onc
                 producer.send("held.c", f"m{i}", f"r{i}")
             assert producer.until(b"receipt-id:r19")  # producers go on
             producer.close()
-            assert quiet_for(lambda: len(got), 0.5) == 0
+            assert quiet_for(lambda: len(got) + len(stomp_got()), 0.5) == 0
             with mq(daemon) as other:  # a new consumer gets nothing either
                 assert other.create_session().create_consumer(Queue("held.c")).receive(0.3) is None
             rc, query = as_json(daemon, passfile, "query", "dst", "-t", "q", "-n", "held.c")
@@ -113,11 +122,13 @@ def test_paused_consumers_get_nothing_until_resume_and_every_message_arrives_onc
             assert (
                 "RUNNING" in text.stdout and "The operation [resume] on the destination was successful." in text.stdout
             )
-            wait_for(lambda: len(got) == 20)
+            wait_for(lambda: len(got) + len(stomp_got()) == 20)
+            got += stomp_got()
         finally:
             stop.set()
             reader.join(10)
-    assert sorted(got, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(20)]
+            subscriber.close()
+    assert sorted(got, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(20)]  # each once
     assert take(daemon, PASSWORD, "held.c", quiet=0.3) == []
 
 
