@@ -2,8 +2,9 @@
 resume and destroy dst): a paused-CONSUMERS queue or topic delivers nothing to existing
 or new consumers while its messages stay stored, paused PRODUCERS hold sends (plain,
 transacted, batched) without losing one, resume lets everything go on; destroy removes a
-destination with its messages (a topic: its durable subscriptions) for good, and refuses
-one in use, the DMQ and unknown names; list_destinations lists topics too."""
+destination with its messages (a topic: its durable subscriptions) for good, in SQLite and
+PostgreSQL, and refuses one in use, the DMQ and unknown names; list_destinations lists
+topics too."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from bridgemgr.jms import (
     Topic,
 )
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
+from stores import open_at
 from waiting import quiet_for, wait_for
 
 Q = Queue("orders")
@@ -144,8 +146,8 @@ def test_a_paused_topic_holds_every_subscription_and_a_pause_is_not_kept_across_
     broker.close()
 
 
-def test_destroy_removes_a_queue_and_its_messages_for_good_and_refuses_one_in_use(tmp_path):
-    broker = Broker(tmp_path)
+def test_destroy_removes_a_queue_and_its_messages_for_good_and_refuses_one_in_use(store_spec):
+    broker = open_at(store_spec)
     conn = started(broker)
     put(conn, 7)
     consumer = conn.create_session().create_consumer(Q)
@@ -163,15 +165,15 @@ def test_destroy_removes_a_queue_and_its_messages_for_good_and_refuses_one_in_us
     conn.close()
     broker.close()
 
-    broker = Broker(tmp_path)
+    broker = open_at(store_spec)
     conn = started(broker)
     assert drain(conn.create_session().create_consumer(Q)) == ["100"]  # the 7 are gone
     conn.close()
     broker.close()
 
 
-def test_destroy_of_a_topic_takes_its_durable_subscriptions(tmp_path):
-    broker = Broker(tmp_path)
+def test_destroy_of_a_topic_takes_its_durable_subscriptions(store_spec):
+    broker = open_at(store_spec)
     conn = started(broker, "c1")
     conn.create_session().create_durable_subscriber(T, "s1").close()
     put(conn, 4, T)
@@ -181,7 +183,7 @@ def test_destroy_of_a_topic_takes_its_durable_subscriptions(tmp_path):
     assert ("c1", "s1") not in broker.durable and broker.describe_destination(T) is None
     conn.close()
     broker.close()
-    broker = Broker(tmp_path)
+    broker = open_at(store_spec)
     assert ("c1", "s1") not in broker.durable and broker.describe_destination(T) is None
     broker.close()
 
