@@ -2,7 +2,8 @@
 real `imqbridgemgr serve`: list dst lists topics with their subscribers; pause dst holds
 consumers (mq:// and STOMP ones, existing and new, get nothing; STOMP producers go on) or
 producers (STOMP SENDs get no RECEIPT, an mq:// send does not return) until resume dst,
-and every message arrives once; destroy dst removes a queue with its messages or a topic
+and every message arrives once (a bridge link, too, waits on a paused target or source);
+destroy dst removes a queue with its messages or a topic
 with its durable subscriptions, asks unless -f, refuses one in use and unknown names;
 list cxn and list svc show the connections and ports; each is admin-only and takes
 --json; list bridge accepts the original's -nocheck."""
@@ -255,3 +256,45 @@ def test_only_the_admin_may_use_them_and_list_bridge_takes_nocheck(service, tmp_
     nocheck = cli(daemon, passfile, "list", "bridge", "-nocheck")
     assert nocheck.returncode == 0, nocheck.stderr
     assert "The operation [list] on the bridge(s) was successful." in nocheck.stdout
+
+
+BRIDGE_XML = """<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="p.src"/>
+  <destination ref-name="dst" name="p.dst"/>
+</jmsbridge>
+"""
+
+
+def test_a_bridge_link_waits_on_a_paused_target_or_source_and_goes_on_at_resume(tmp_path):
+    props, passfile = one_bridge_files(tmp_path, "dstlink", BRIDGE_XML, PASSWORD)
+    daemon = Daemon(props)
+    try:
+
+        def query(name: str) -> dict:
+            rc, reply = as_json(daemon, passfile, "query", "dst", "-t", "q", "-n", name)
+            assert rc == 0, reply
+            return reply["data"]
+
+        assert as_json(daemon, passfile, "create", "dst", "-t", "q", "-n", "p.dst")[0] == 0
+        assert as_json(daemon, passfile, "pause", "dst", "-t", "q", "-n", "p.dst", "-pst", "PRODUCERS")[0] == 0
+        send(daemon, PASSWORD, "p.src", *[f"m{i}" for i in range(10)])
+        wait_for(lambda: query("p.dst")["producers_waiting"] == 1, what="the link's send held by the pause")
+        assert quiet_for(lambda: query("p.dst")["pending"], 0.5) == 0
+        assert as_json(daemon, passfile, "resume", "dst", "-t", "q", "-n", "p.dst")[0] == 0
+        wait_for(lambda: query("p.dst")["pending"] == 10, what="the link to go on")
+
+        assert as_json(daemon, passfile, "pause", "dst", "-t", "q", "-n", "p.src", "-pst", "CONSUMERS")[0] == 0
+        send(daemon, PASSWORD, "p.src", *[f"m{i}" for i in range(10, 15)])
+        assert quiet_for(lambda: (query("p.src")["pending"], query("p.dst")["pending"]), 0.5) == (5, 10)
+        assert as_json(daemon, passfile, "resume", "dst", "-t", "q", "-n", "p.src")[0] == 0
+        texts = [m.text for m in take(daemon, PASSWORD, "p.dst", expect=15, quiet=0.5)]
+        assert sorted(texts, key=lambda t: int(t[1:])) == [f"m{i}" for i in range(15)]  # each once
+    finally:
+        daemon.stop()
