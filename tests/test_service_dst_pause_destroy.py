@@ -3,10 +3,9 @@ real `imqbridgemgr serve`: list dst lists topics with their subscribers; pause d
 consumers (mq:// and STOMP ones, existing and new, get nothing; STOMP producers go on) or
 producers (STOMP SENDs get no RECEIPT, an mq:// send does not return) until resume dst,
 and every message arrives once (a bridge link, too, waits on a paused target or source);
-destroy dst removes a queue with its messages or a topic
-with its durable subscriptions, asks unless -f, refuses one in use and unknown names;
-list cxn and list svc show the connections and ports; each is admin-only and takes
---json; list bridge accepts the original's -nocheck."""
+destroy dst removes a queue with its messages or a topic with its durable subscriptions,
+asks unless -f, refuses one in use and unknown names; list cxn and list svc show the
+connections and ports; each is admin-only and takes --json; list bridge takes -nocheck."""
 
 from __future__ import annotations
 
