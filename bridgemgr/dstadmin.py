@@ -109,10 +109,19 @@ def destination_command(
     if cmd.op == "QUERY_DST":
         if found is None:
             return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
-        row = next((r for r in _rows(broker, principal, cmd.dst_type, False) if r["name"] == cmd.destination), None)
-        if row is None:  # (gone meanwhile)
-            return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
-        return Reply(OK, _what(cmd), row)
+        attributes, counts = found
+        return Reply(
+            OK,
+            _what(cmd),
+            {
+                "type": cmd.dst_type,
+                "name": cmd.destination,
+                "state": broker.destination_state(principal, dest),
+                "temporary": False,
+                "attributes": attributes_json(attributes),
+                **counts,
+            },
+        )
     if cmd.op == "CREATE_DST" and found is not None:
         return Reply(BAD_REQUEST, f"{_what(cmd)} already exists (use update dst to change it)")
     if cmd.op == "UPDATE_DST" and found is None:

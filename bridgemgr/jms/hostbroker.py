@@ -279,6 +279,10 @@ class HostBroker(ABC):
         CONSUMERS_PAUSED, PAUSED)."""
 
     @abstractmethod
+    def destination_state(self, principal: Principal, destination: Destination) -> str:
+        """RUNNING, PRODUCERS_PAUSED, CONSUMERS_PAUSED or PAUSED (pause_destinations)."""
+
+    @abstractmethod
     def pause_destinations(
         self, principal: Principal, destination: Destination | None, what: str, pause: bool
     ) -> list[tuple[Destination, str]] | None:

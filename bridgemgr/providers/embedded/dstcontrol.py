@@ -61,6 +61,11 @@ class DestinationControl(Destinations):
             return destination.name in self.known_topics or f"t:{destination.name}" in self.configured
         return destination.name in self.queues or f"q:{destination.name}" in self.configured
 
+    def destination_state(self, destination: Destination) -> str:
+        """RUNNING, PRODUCERS_PAUSED, CONSUMERS_PAUSED or PAUSED."""
+        with self.lock:
+            return self._pause_state(destination)
+
     def _pause_state(self, destination: Destination) -> str:
         """RUNNING, PRODUCERS_PAUSED, CONSUMERS_PAUSED or PAUSED (under the lock)."""
         return PAUSE_STATES[self.paused.get(_pause_key(destination), "")]

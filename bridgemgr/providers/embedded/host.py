@@ -400,6 +400,9 @@ class EmbeddedHostBroker(HostBroker):
             for dest, lim, counts, state in self.broker.list_destinations(queues, topics, temporary)
         ]
 
+    def destination_state(self, principal: Principal, destination: Destination) -> str:
+        return self.broker.destination_state(destination)
+
     def pause_destinations(
         self, principal: Principal, destination: Destination | None, what: str, pause: bool
     ) -> list[tuple[Destination, str]] | None:
