@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
+    BROKER_COMMANDS,
     DST_COMMANDS,
     ERROR,
     NOT_FOUND,
@@ -509,7 +510,7 @@ class BridgeServiceManager:
             return self._list(cmd)
         if cmd.op == "CONFIG":
             return self._config(cmd)
-        if cmd.op in DST_COMMANDS:
+        if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
             return self._transaction(cmd)
@@ -547,7 +548,7 @@ class BridgeServiceManager:
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
     def _destination(self, cmd: Command) -> Reply:
-        """create/update/query/list dst on the host broker, as the admin user."""
+        """The dst commands, list cxn and list svc on the host broker, as the admin user."""
         if self.host_broker is None:
             return Reply(UNAVAILABLE, "the host broker is not running")
         from .dstadmin import destination_command
@@ -557,7 +558,8 @@ class BridgeServiceManager:
             auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
         )
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
-        return destination_command(self.host_broker, admin, cmd, defaults)
+        services = self.portmapper.entries() if self.portmapper is not None else []
+        return destination_command(self.host_broker, admin, cmd, defaults, services)
 
     def _transaction(self, cmd: Command) -> Reply:
         """list|commit|rollback txn: a JMS bridge's in-doubt XA transactions, by hand."""
