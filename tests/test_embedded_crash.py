@@ -136,9 +136,9 @@ def test_unacknowledged_messages_survive_kill9_of_a_consumer(tmp_path):
 @pytest.mark.parametrize("window", [1000, 3])
 def test_xa_transfers_are_exactly_once_across_kill9(store_spec, window):
     store = store_spec
-    everything = preload(store, 400)
+    everything = preload(store, 150)
     for rnd in range(ROUNDS):
-        lines = run_and_kill("xa", store, rnd, random.randint(10, 120), window=window)
+        lines = run_and_kill("xa", store, rnd, random.randint(6, 40), window=window)
         printed = {line.split()[1] for line in lines if line.startswith("prepared")}
         # Recovery as a transaction manager does it: commit what it had decided to
         # commit (printed as prepared), presume abort for the rest.
