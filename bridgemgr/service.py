@@ -131,6 +131,7 @@ class BridgeServiceManager:
         self.jms_services: list[Any] = []
         self.admin: Any = None
         self.metrics: Any = None  # the metrics port (metricshttp.MetricsServer), when on
+        self.console: Any = None  # the management port (console/server.py), when on
         self.users: Any = None
         self.login_throttle = LoginThrottle()  # every front end's: guesses count across services
         self.bridges: dict[str, ManagedBridge] = {}
@@ -226,6 +227,7 @@ class BridgeServiceManager:
             log.error("the service account cannot be set up, so Spark links and CLI jobs cannot log in: %s", exc)
         dmq_key(self.props)
         self._open_metrics()
+        self._open_console()
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
@@ -291,6 +293,51 @@ class BridgeServiceManager:
         ).start()
         self.portmapper.register(
             ServiceEntry("metrics", "https" if self.metrics.secure else "http", "METRICS", self.metrics.port)
+        )
+
+    def _open_console(self) -> None:
+        """The management port (imq.console.port; -1, the default: none), listed by the
+        port mapper as ``console``: the REST API over ``dispatch``, the admin port's commands."""
+        port = self.props.get("imq.console.port")
+        if port < 0:
+            return
+        from .admin.portmapper import ServiceEntry
+        from .extras import require
+
+        require("the management port (imq.console.port)", "starlette", "uvicorn", error=ServiceError)
+        from .console.api import ConsoleAPI, Operations
+        from .console.server import ConsoleServer
+
+        assert self.netloop is not None and self.portmapper is not None
+        ops = Operations(self.dispatch, self.users.authenticate, self._console_may_act, self.props.redacted)
+        tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
+        self.console = ConsoleServer(
+            self.netloop,
+            ConsoleAPI(ops, self.login_throttle).app(),
+            host=self.props.get("imq.console.host"),
+            port=port,
+            ssl_context=tls,
+            guard=ServiceGuard.from_props(self.props, "console", self.login_throttle),
+        ).start()
+        self.portmapper.register(
+            ServiceEntry("console", "https" if self.console.secure else "http", "CONSOLE", self.console.port)
+        )
+
+    def _console_may_act(self, user: User, peer: str) -> str | None:
+        """Who may change things on the management port: group admin, and the users the
+        access rules let use the admin service (connection.ADMIN); others only read."""
+        if user.group == "admin":
+            return None
+        access = self.host_broker.access if self.host_broker is not None else None
+        if access is not None and access.get("admin") is not None:
+            try:
+                access.check_connection(Principal(user.name, frozenset({user.group}), peer, "admin"))
+                return None
+            except JMSException:
+                pass
+        return (
+            f"user {user.name!r} may only read: changes need group admin "
+            "(or connection.ADMIN of the access control file)"
         )
 
     def _metrics_admit(self, user: User) -> str | None:
@@ -870,6 +917,9 @@ class BridgeServiceManager:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+        if self.console is not None:
+            self.console.stop()
+            self.console = None
         for service in self.jms_services:
             service.stop()
         self.jms_services = []

@@ -72,7 +72,7 @@ def test_optional_parts_are_extras_and_the_test_extra_installs_them_all():
     assert not core & (set(OPTIONAL) | {"pandas"}), "pip install imqbridge must not pull the optional parts"
     for package, extra in OPTIONAL.items():
         assert package in {_name(r) for r in extras[extra]}, (package, extra)
-    assert "imqbridge[spark,java,postgres,amqp]" in extras["all"]
+    assert "imqbridge[spark,java,postgres,amqp,console]" in extras["all"]
     assert "imqbridge[all]" in extras["test"]  # tests/run installs [test]: everything it uses
     assert "IMQBRIDGE_EXTRAS=test" in (ROOT / "tests" / "run").read_text()
     assert EXTRA_OF == {
