@@ -309,7 +309,7 @@ class BridgeServiceManager:
         from .console.server import ConsoleServer
 
         assert self.netloop is not None and self.portmapper is not None
-        ops = Operations(self.dispatch, self.users.authenticate, self._console_may_act, self.props.redacted)
+        ops = Operations(self.dispatch, self.users.authenticate, self._console_may_act, self._redacted)
         tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
         self.console = ConsoleServer(
             self.netloop,
@@ -322,6 +322,10 @@ class BridgeServiceManager:
         self.portmapper.register(
             ServiceEntry("console", "https" if self.console.secure else "http", "CONSOLE", self.console.port)
         )
+
+    def _redacted(self) -> dict[str, str]:
+        """The properties in force now (SIGHUP may have changed some), secrets redacted."""
+        return self.props.redacted()
 
     def _console_may_act(self, user: User, peer: str) -> str | None:
         """Who may change things on the management port: group admin, and the users the

@@ -55,25 +55,27 @@ def service(tmp_path_factory):
 
     base: Path = tmp_path_factory.mktemp("console")
     (base / "jb.xml").write_text(XML)
-    props = load_properties(
-        overrides=[
-            f"imq.varhome={base / 'var'}",
-            "imq.portmapper.port=0",
-            "imq.jms.tcp.port=0",
-            "imq.bridge.enabled=true",
-            "imq.bridge.activelist=jb",
-            "imq.bridge.jb.type=jms",
-            f"imq.bridge.jb.xmlurl={base / 'jb.xml'}",
-            "imq.bridge.admin.user=admin",
-            f"imq.bridge.admin.password={PASSWORD}",
-            "imq.bridge.admin.port=0",
-            "imq.console.port=0",
-            f"imq.console.login.timeout={LOGIN_TIMEOUT}",
-            f"imq.console.max_connections={MAX_CONNECTIONS}",
-            f"imq.console.max_unauthenticated_per_address={MAX_UNAUTHENTICATED}",
-        ]
+    overrides = [
+        f"imq.varhome={base / 'var'}",
+        "imq.portmapper.port=0",
+        "imq.jms.tcp.port=0",
+        "imq.bridge.enabled=true",
+        "imq.bridge.activelist=jb",
+        "imq.bridge.jb.type=jms",
+        f"imq.bridge.jb.xmlurl={base / 'jb.xml'}",
+        "imq.bridge.admin.user=admin",
+        f"imq.bridge.admin.password={PASSWORD}",
+        "imq.bridge.admin.port=0",
+        "imq.console.port=0",
+        f"imq.console.login.timeout={LOGIN_TIMEOUT}",
+        f"imq.console.max_connections={MAX_CONNECTIONS}",
+        f"imq.console.max_unauthenticated_per_address={MAX_UNAUTHENTICATED}",
+    ]
+    reloaded: list[str] = []  # what a test adds for a SIGHUP
+    manager = BridgeServiceManager(
+        load_properties(overrides=overrides), read_properties=lambda: load_properties(overrides=overrides + reloaded)
     )
-    manager = BridgeServiceManager(props)
+    manager.reloaded = reloaded
     manager.login_throttle = LoginThrottle(THROTTLE)
     manager.start()
     try:
@@ -241,6 +243,17 @@ def test_properties_are_shown_with_secrets_redacted(service):
     props = answer["data"]["properties"]
     assert props["imq.console.port"] == "0" and props["imq.bridge.admin.password"] != PASSWORD
     assert PASSWORD not in json.dumps(answer)
+
+
+def test_properties_are_those_in_force_after_a_reload(service):
+    assert "imq.bridge.jb.level" not in get(service, "/properties")[1]["data"]["properties"]
+    service.reloaded.append("imq.bridge.jb.level=WARNING")
+    try:
+        service.reload()
+        assert get(service, "/properties")[1]["data"]["properties"]["imq.bridge.jb.level"] == "WARNING"
+    finally:
+        service.reloaded.clear()
+        service.reload()
 
 
 def test_the_openapi_document_lists_every_path_served(service):
