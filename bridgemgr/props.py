@@ -429,6 +429,12 @@ FIXED_PROPS: tuple[Prop, ...] = (
         "seconds a management port connection may stay without a request with good credentials",
     ),
     Prop("imq.console.max_connections", POSITIVE, 100, "open management port connections; more are refused"),
+    Prop(
+        "imq.console.session.timeout",
+        POSITIVE,
+        1800,
+        "seconds a browser console session may stay unused before it ends (log in again)",
+    ),
     # Connections not logged in yet, per source address (an IPv6 client's /64), per service
     # (docs/security.md "One client cannot lock everyone out").
     *(

@@ -307,13 +307,14 @@ class BridgeServiceManager:
         require("the management port (imq.console.port)", "starlette", "uvicorn", error=ServiceError)
         from .console.api import ConsoleAPI, Operations
         from .console.server import ConsoleServer
+        from .console.sessions import SessionStore
 
         assert self.netloop is not None and self.portmapper is not None
         ops = Operations(self.dispatch, self.users.authenticate, self._console_may_act, self._redacted)
         tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
         self.console = ConsoleServer(
             self.netloop,
-            ConsoleAPI(ops, self.login_throttle).app(),
+            ConsoleAPI(ops, self.login_throttle, SessionStore(self.props.get("imq.console.session.timeout"))).app(),
             host=self.props.get("imq.console.host"),
             port=port,
             ssl_context=tls,

@@ -370,3 +370,58 @@ def test_connections_over_the_cap_get_503(service):
         for conn in kept:
             conn.close()
     wait_for(lambda: get(service, "/bridges")[0] == 200, 10)
+
+
+# --- browser sessions ----------------------------------------------------------------------------
+
+
+def log_in(service, user: str, password: str) -> tuple[int, dict, dict[str, str]]:
+    return call(service, "POST", "/session", JSON, {"user": user, "password": password})
+
+
+def cookie_of(headers: dict[str, str]) -> str:
+    return headers["set-cookie"].split(";", 1)[0]
+
+
+def test_a_session_cookie_is_httponly_samesite_strict_and_expires(service):
+    status, answer, _ = log_in(service, "admin", "wrong-session-pw")
+    assert status == 401 and "wrong-session-pw" not in json.dumps(answer)
+    status, answer, headers = log_in(service, "admin", PASSWORD)
+    assert status == 200 and answer["data"]["user"] == "admin" and answer["data"]["mayAct"] is True
+    attributes = [a.strip().lower() for a in headers["set-cookie"].split(";")]
+    assert "httponly" in attributes and "samesite=strict" in attributes and "path=/" in attributes
+    assert "max-age=1800" in attributes and "secure" not in attributes  # (plain HTTP: see test_console_tls)
+    assert PASSWORD not in json.dumps(answer) and PASSWORD not in headers["set-cookie"]
+    cookie = {"Cookie": cookie_of(headers)}
+    status, who, _ = call(service, "GET", "/session", cookie)
+    assert status == 200 and who["data"]["csrfToken"] == answer["data"]["csrfToken"]
+    assert call(service, "GET", "/bridges", cookie)[0] == 200
+
+
+def test_a_change_by_session_needs_its_csrf_token(service):
+    _, answer, headers = log_in(service, "admin", PASSWORD)
+    cookie, token = {"Cookie": cookie_of(headers)}, answer["data"]["csrfToken"]
+    for extra in ({}, {"X-CSRF-Token": "forged"}):
+        status, refused, _ = call(service, "POST", "/bridges/jb/links/l1/pause", {**cookie, **JSON, **extra}, b"")
+        assert status == 403 and "X-CSRF-Token" in refused["message"]
+    assert link_state(service) == "STARTED"
+    headers = {**cookie, **JSON, "X-CSRF-Token": token}
+    assert call(service, "POST", "/bridges/jb/links/l1/pause", headers, b"")[1]["data"] == {"state": "PAUSED"}
+    assert call(service, "POST", "/bridges/jb/links/l1/resume", headers, b"")[1]["data"] == {"state": "STARTED"}
+    _, answer, viewer = log_in(service, *VIEWER)
+    assert answer["data"]["mayAct"] is False
+    headers = {"Cookie": cookie_of(viewer), **JSON, "X-CSRF-Token": answer["data"]["csrfToken"]}
+    status, refused, _ = call(service, "POST", "/bridges/jb/links/l1/pause", headers)
+    assert status == 403 and "may only read" in refused["message"]
+
+
+def test_logging_out_ends_the_session(service):
+    _, answer, headers = log_in(service, *VIEWER)
+    cookie = {"Cookie": cookie_of(headers)}
+    assert call(service, "DELETE", "/session", cookie)[0] == 403  # logging out changes something
+    status, _, out = call(
+        service, "DELETE", "/session", {**cookie, **JSON, "X-CSRF-Token": answer["data"]["csrfToken"]}
+    )
+    assert status == 200 and "max-age=0" in out["set-cookie"].lower()
+    status, answer, _ = call(service, "GET", "/bridges", cookie)
+    assert status == 401 and "log in again" in answer["message"]

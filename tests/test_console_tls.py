@@ -81,3 +81,17 @@ def test_plain_http_to_the_tls_port_gets_no_answer(secure):
         except ConnectionResetError:
             pass
     assert not data.startswith(b"HTTP/")
+
+
+def test_the_session_cookie_is_secure_over_https(secure):
+    manager, ctx = secure
+    conn = http.client.HTTPSConnection("127.0.0.1", manager.console.port, context=ctx, timeout=30)
+    try:
+        body = json.dumps({"user": "admin", "password": PASSWORD})
+        conn.request("POST", "/api/v1/session", body=body, headers={"Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        attributes = [a.strip().lower() for a in response.getheader("set-cookie", "").split(";")]
+        assert response.status == 200 and "secure" in attributes and "httponly" in attributes
+    finally:
+        conn.close()

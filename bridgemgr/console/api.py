@@ -5,12 +5,13 @@ object, checks it with the same parser (admin/protocol.py) and hands it to the s
 ``dispatch``: the admin CLI and the API run one code path, and answer with the same
 status codes and texts (the ``--json`` object of admin/clierror.py).
 
-Rules: every request needs HTTP Basic credentials of the user repository, checked in the
-service's shared login throttle (per address and user) off the loop; a request that
+Rules: every request needs HTTP Basic credentials of the user repository (scripts) or
+the cookie of a session opened at /api/v1/session (the browser console); logins wait in
+the service's shared throttle (per address and user), off the loop. A request that
 changes something must say ``Content-Type: application/json`` and, when it has an
-Origin, come from this port's own origin (no cross-site form or script can), and its user
-must be allowed to act (``Operations.may_act``); other users only read. Browsing
-messages also needs the right to act. Every change is logged with its user.
+Origin, come from this port's own origin; with a session cookie also echo the session's
+CSRF token in X-CSRF-Token. Changes, and browsing message bodies, need a user allowed to
+act (``Operations.may_act``); others only read. Every change is logged with its user.
 Passwords never reach an answer or a log; properties come redacted.
 
 Design notes: docs/console.md#internals-console.
@@ -48,10 +49,12 @@ from ..admin.protocol import (
 from ..guard import LoginThrottle, basic_credentials
 from ..users import User
 from ..version import __version__
+from .sessions import COOKIE, CSRF_HEADER, SessionStore, csrf_ok
 
 log = logging.getLogger(__name__)
 
 PREFIX = "/api/v1"
+SESSION = "/session"
 MAX_BODY = 64 * 1024
 DEFAULT_BROWSE = 100
 REALM = 'Basic realm="imqbridge management", charset="UTF-8"'
@@ -265,6 +268,20 @@ def _properties(ops: Operations) -> Endpoint:
     )
 
 
+def _peer(request: Request) -> str:
+    """The socket's address (forwarded headers are not believed)."""
+    connection = request.scope.get("state", {}).get("connection")
+    if connection is not None:
+        return str(connection.peer)
+    return request.client.host if request.client else "?"
+
+
+def _logged_in(request: Request) -> None:
+    connection = request.scope.get("state", {}).get("connection")
+    if connection is not None:
+        connection.logged_in()
+
+
 def _reply_response(reply: Reply, *headers: tuple[str, str]) -> JSONResponse:
     return JSONResponse(reply_object(reply), status_code=reply.status, headers=dict(headers))
 
@@ -299,9 +316,10 @@ class _SecurityHeaders:
 class ConsoleAPI:
     """The endpoints, their security, and the OpenAPI document that lists them."""
 
-    def __init__(self, ops: Operations, throttle: LoginThrottle) -> None:
+    def __init__(self, ops: Operations, throttle: LoginThrottle, sessions: SessionStore) -> None:
         self.ops = ops
         self.throttle = throttle
+        self.sessions = sessions
         self.endpoints = [*_endpoints(), _properties(ops)]
 
     def app(self) -> ASGIApp:
@@ -310,6 +328,7 @@ class ConsoleAPI:
             for e in self.endpoints
         ]
         routes.append(Route(PREFIX + "/openapi.json", self._openapi, methods=["GET"], name="openapi"))
+        routes.append(Route(PREFIX + SESSION, self._session, methods=["GET", "POST", "DELETE"], name="session"))
 
         async def http_error(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, HTTPException)
@@ -322,17 +341,35 @@ class ConsoleAPI:
 
     # --- security ------------------------------------------------------------------------------
     async def _log_in(self, request: Request) -> User | JSONResponse:
-        """The request's user, or the 401 to answer."""
-        connection = request.scope.get("state", {}).get("connection")
-        peer = connection.peer if connection is not None else (request.client.host if request.client else "?")
-        credentials = basic_credentials(request.headers.get("authorization"))
+        """The request's user (HTTP Basic, else the session cookie; a changing request
+        with a cookie must echo its CSRF token), or the 401 or 403 to answer."""
+        authorization = request.headers.get("authorization")
+        token = request.cookies.get(COOKIE)
+        if authorization is None and token is not None:
+            session = self.sessions.find(token)
+            if session is None:
+                return _failure(UNAUTHORIZED, "the session has expired or is unknown: log in again")
+            if request.method in CHANGING and not csrf_ok(session, request.headers.get(CSRF_HEADER)):
+                return _failure(FORBIDDEN, "a request that changes something must send the session's X-CSRF-Token")
+            _logged_in(request)
+            return session.user
+        credentials = basic_credentials(authorization)
         if credentials is None:
             return _failure(
                 UNAUTHORIZED,
                 "authentication required: HTTP Basic with a user of the user repository",
                 ("WWW-Authenticate", REALM),
             )
-        name, password = credentials
+        found = await self._check_password(request, *credentials)
+        if found is None:
+            return _failure(
+                UNAUTHORIZED, "authentication failed: wrong user name or password", ("WWW-Authenticate", REALM)
+            )
+        return found
+
+    async def _check_password(self, request: Request, name: str, password: str) -> User | None:
+        """The user, once the throttle let the check run and it passed; None when it failed."""
+        peer = _peer(request)
         found: User | None = None
         async with self.throttle.attempt(peer, name) as attempt:
             found = await asyncio.to_thread(self.ops.authenticate, name, password)
@@ -344,12 +381,57 @@ class ConsoleAPI:
                 peer,
                 attempt.count,
             )
-            return _failure(
-                UNAUTHORIZED, "authentication failed: wrong user name or password", ("WWW-Authenticate", REALM)
-            )
-        if connection is not None:
-            connection.logged_in()
+            return None
+        _logged_in(request)
         return found
+
+    async def _session(self, request: Request) -> Response:
+        """/api/v1/session: POST logs in ({"user", "password"}) and sets the cookie, GET
+        says who the cookie's user is, DELETE logs out."""
+        if request.method == "POST":
+            if (why := self._cross_site(request)) is not None:
+                return _failure(FORBIDDEN, why)
+            try:
+                body = await self._body(request)
+            except Failure as exc:
+                return _failure(exc.status, str(exc))
+            name, password = body.get("user"), body.get("password")
+            if not isinstance(name, str) or not isinstance(password, str) or not name:
+                return _failure(BAD_REQUEST, 'log in with {"user": ..., "password": ...}')
+            found = await self._check_password(request, name, password)
+            if found is None:
+                return _failure(UNAUTHORIZED, "authentication failed: wrong user name or password")
+            token, session = self.sessions.open(found)
+            log.info("management port: user %r from %s logged in (session)", found.name, _peer(request))
+            response = self._who(request, found, session.csrf, f"logged in as {found.name}")
+            response.set_cookie(
+                COOKIE,
+                token,
+                max_age=int(self.sessions.timeout),
+                path="/",
+                secure=request.url.scheme == "https",
+                httponly=True,
+                samesite="strict",
+            )
+            return response
+        if request.method == "DELETE" and (why := self._cross_site(request)) is not None:
+            return _failure(FORBIDDEN, why)
+        user = await self._log_in(request)
+        if isinstance(user, Response):
+            return user
+        if request.method == "GET":
+            current = self.sessions.find(request.cookies.get(COOKIE))
+            return self._who(request, user, current.csrf if current is not None else None, f"user {user.name}")
+        self.sessions.close(request.cookies.get(COOKIE))
+        log.info("management port: user %r from %s logged out", user.name, _peer(request))
+        response = _reply_response(Reply(OK, "logged out"))
+        response.delete_cookie(COOKIE, path="/", secure=request.url.scheme == "https", httponly=True, samesite="strict")
+        return response
+
+    def _who(self, request: Request, user: User, csrf: str | None, message: str) -> JSONResponse:
+        may_act = self.ops.may_act(user, _peer(request)) is None
+        data = {"user": user.name, "group": user.group, "mayAct": may_act, "csrfToken": csrf}
+        return _reply_response(Reply(OK, message, data))
 
     @staticmethod
     def _cross_site(request: Request) -> str | None:
@@ -394,14 +476,14 @@ class ConsoleAPI:
                     "management port: %s %s from %s refused: %s",
                     request.method,
                     request.url.path,
-                    request.client.host if request.client else "?",
+                    _peer(request),
                     why,
                 )
                 return _failure(FORBIDDEN, why)
             user = await self._log_in(request)
             if isinstance(user, Response):
                 return user
-            peer = request.client.host if request.client else "?"
+            peer = _peer(request)
             if endpoint.act and (why := self.ops.may_act(user, peer)) is not None:
                 log.warning(
                     "management port: user %r from %s refused %s %s: %s",
@@ -492,6 +574,27 @@ class ConsoleAPI:
                     "content": {"application/json": {"schema": {"type": "object"}}},
                 }
             paths.setdefault(PREFIX + e.path, {})[e.method.lower()] = operation
+        session = {"content": {"application/json": {"schema": reply}}}
+        paths[PREFIX + SESSION] = {
+            "post": {
+                "summary": 'Log in for the browser console: {"user": ..., "password": ...}; sets the session '
+                "cookie and answers the CSRF token to send as X-CSRF-Token",
+                "operationId": "post_session",
+                "security": [],
+                "requestBody": {"required": True, "content": {"application/json": {"schema": {"type": "object"}}}},
+                "responses": {"200": {"description": "logged in", **session}, "401": {"description": "no", **session}},
+            },
+            "get": {
+                "summary": "Who is logged in, whether they may act, the session's CSRF token",
+                "operationId": "get_session",
+                "responses": {"200": {"description": "the user", **session}},
+            },
+            "delete": {
+                "summary": "Log out",
+                "operationId": "delete_session",
+                "responses": {"200": {"description": "logged out", **session}},
+            },
+        }
         paths[PREFIX + "/openapi.json"] = {
             "get": {
                 "summary": "This document",
@@ -502,10 +605,13 @@ class ConsoleAPI:
         return {
             "openapi": "3.1.0",
             "info": {"title": "imqbridge management API", "version": __version__},
-            "security": [{"basic": []}],
+            "security": [{"basic": []}, {"session": []}],
             "paths": paths,
             "components": {
-                "securitySchemes": {"basic": {"type": "http", "scheme": "basic"}},
+                "securitySchemes": {
+                    "basic": {"type": "http", "scheme": "basic"},
+                    "session": {"type": "apiKey", "in": "cookie", "name": COOKIE},
+                },
                 "schemas": {
                     "Reply": {
                         "type": "object",
