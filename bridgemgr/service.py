@@ -561,6 +561,8 @@ class BridgeServiceManager:
             return self._list(cmd)
         if cmd.op == "CONFIG":
             return self._config(cmd)
+        if cmd.op == "CLUSTER":
+            return self._cluster_members()
         if cmd.op in DST_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -686,6 +688,18 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def _cluster_members(self) -> Reply:
+        """The HA cluster's instances, their leases, and the bridges' owners."""
+        cluster = self.cluster
+        if cluster is None:
+            return Reply(NOT_FOUND, "this service is in no HA cluster (imq.cluster.ha is false)")
+        try:
+            data = cluster.members()
+        except StoreError as exc:
+            return Reply(UNAVAILABLE, f"the HA cluster's tables cannot be read: {exc}")
+        data = {"clusterid": cluster.settings.clusterid, "instance": cluster.brokerid, **data}
+        return Reply(OK, f"HA cluster {cluster.settings.clusterid}: {len(data['instances'])} instance(s)", data)
 
     def _config(self, cmd: Command) -> Reply:
         """What a CLI job (drain, dmq) needs to work on a JMS bridge from another process."""

@@ -178,6 +178,12 @@ def test_link_and_bridge_actions_change_state_and_are_refused_to_others(service,
     wait_for(lambda: get(service, "/bridges/jb")[1]["data"]["bridge"]["state"] == "STARTED", 30)
 
 
+def test_the_cluster_of_a_service_in_no_cluster_is_404(service):
+    status, answer = get(service, "/cluster", READER)
+    assert status == 404 and answer == reply_object(service.dispatch(Command("CLUSTER")))
+    assert "imq.cluster.ha" in answer["message"]
+
+
 # --- destinations ------------------------------------------------------------------------------
 
 

@@ -5,9 +5,10 @@ per line, in order. The first request must be HELLO with the admin credentials; 
 else before a successful HELLO (a failed HELLO too) gets 400 and the connection closes.
 Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, and CONFIG
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
-LIST_DST, PURGE_DST, BROWSE_DST) and a bridge's in-doubt XA transactions (LIST_TXN,
-COMMIT_TXN, ROLLBACK_TXN). A reply is ``{"status": ..., "message": ..., "data": ...}``,
-with the original product's status codes.
+LIST_DST, PURGE_DST, BROWSE_DST), a bridge's in-doubt XA transactions (LIST_TXN,
+COMMIT_TXN, ROLLBACK_TXN) and the HA cluster's instances and owners (CLUSTER). A reply
+is ``{"status": ..., "message": ..., "data": ...}``, with the original product's status
+codes.
 
 Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
 the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
@@ -28,7 +29,7 @@ OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404,
 
 DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST", "PURGE_DST", "BROWSE_DST")
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS, *TXN_COMMANDS)
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", "CLUSTER", *DST_COMMANDS, *TXN_COMMANDS)
 MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")

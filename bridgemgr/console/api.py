@@ -255,6 +255,12 @@ def _endpoints() -> list[Endpoint]:
             act=True,
             query=(("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
         ),
+        Endpoint(
+            "GET",
+            "/cluster",
+            "The HA cluster: its instances with their leases, and each bridge's owner",
+            lambda c: {"op": "CLUSTER"},
+        ),
     ]
     return out
 
