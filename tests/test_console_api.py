@@ -31,7 +31,7 @@ VIEWER = ("viewer", "v1ewer-pw")
 MAX_CONNECTIONS = 6
 MAX_UNAUTHENTICATED = 3
 LOGIN_TIMEOUT = 3
-THROTTLE = ThrottleSettings(base_delay=0.1, max_delay=0.4)
+THROTTLE = ThrottleSettings(base_delay=0.1, max_delay=0.8)
 JSON = {"Content-Type": "application/json"}
 
 XML = """<?xml version="1.0" encoding="UTF-8"?>
@@ -327,11 +327,15 @@ def test_wrong_credentials_get_401_and_the_password_is_never_logged(service, cap
 
 
 def test_failed_logins_slow_the_next_request_of_that_address_whatever_the_user(service):
-    for _ in range(3):
+    """Four failures leave 0.8 s on the address, which a request of another user (whose
+    password check is cached: it takes milliseconds) must wait out too; on a per-user
+    throttle alone it would not wait."""
+    assert call(service, "GET", "/bridges", READER)[0] == 200
+    for _ in range(4):
         assert call(service, "GET", "/bridges", auth("mallory", "guess"))[0] == 401
     start = time.monotonic()
     assert call(service, "GET", "/bridges", READER)[0] == 200  # another user, the same address
-    assert time.monotonic() - start >= THROTTLE.max_delay * 0.75  # 3 failures: 0.1, 0.2, then 0.4 s
+    assert time.monotonic() - start >= THROTTLE.max_delay / 2
 
 
 def idle_socket(service) -> socket.socket:
@@ -346,14 +350,14 @@ def refusal(sock: socket.socket) -> str:
 
 
 def test_connections_without_credentials_are_capped_per_address_and_closed_after_the_timeout(service):
+    start = time.monotonic()
     idle = [idle_socket(service) for _ in range(MAX_UNAUTHENTICATED)]
     try:
         with idle_socket(service) as extra:
             text = refusal(extra)
         assert text.startswith("HTTP/1.1 503") and "max_unauthenticated_per_address=3" in text, text
-        start = time.monotonic()
         assert refusal(idle[0]) == ""  # closed, without a word, after the login timeout
-        assert LOGIN_TIMEOUT - 0.5 <= time.monotonic() - start <= LOGIN_TIMEOUT + 5
+        assert LOGIN_TIMEOUT - 0.05 <= time.monotonic() - start <= LOGIN_TIMEOUT + 5
     finally:
         for sock in idle:
             sock.close()
