@@ -310,7 +310,9 @@ class BridgeServiceManager:
         from .console.sessions import SessionStore
 
         assert self.netloop is not None and self.portmapper is not None
-        ops = Operations(self.dispatch, self.users.authenticate, self._console_may_act, self._redacted)
+        ops = Operations(
+            self.dispatch, self.users.authenticate, self.users.verified, self._console_may_act, self._redacted
+        )
         tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
         self.console = ConsoleServer(
             self.netloop,
