@@ -565,6 +565,8 @@ class BridgeServiceManager:
             return self._config(cmd)
         if cmd.op == "CLUSTER":
             return self._cluster_members()
+        if cmd.op == "LIST_DMQ":
+            return self._dead_messages(cmd)
         if cmd.op in DST_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -690,6 +692,48 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def _dead_messages(self, cmd: Command) -> Reply:
+        """A JMS bridge's DMQs: for each on the host broker (the built-in one, and <dmq>s
+        whose connection factory means the host broker), its first ``count`` entries with
+        their reason and JMS_SUN_JMSBRIDGE_* properties; the others are named only."""
+        from .dstadmin import message_json
+        from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import BUILTIN_DMQ_DESTINATION
+        from .jmsbridge.dmq import DMQ_REASON, P
+        from .jmsbridge.resolve import means_host_broker
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        config = self.bridge_configs.get(bridge.name)
+        if not isinstance(bridge, JMSBridge) or config is None or self.host_broker is None:
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has DMQs")
+        admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
+        dmqs: list[dict[str, Any]] = []
+        count = 0
+        for dmq in config.dmqs:
+            queue: str | None = BUILTIN_DMQ_DESTINATION
+            if not dmq.is_builtin:
+                assert dmq.connection_factory_ref is not None and dmq.destination_ref is not None
+                dest = config.destination(dmq.destination_ref)
+                host = means_host_broker(config.connection_factory(dmq.connection_factory_ref))
+                queue = dest.name if host and dest.lookup_name is None and dest.type.value == "queue" else None
+            if queue is None:
+                dmqs.append({"name": dmq.name, "destination": None, "entries": None})
+                continue
+            messages = self.host_broker.browse_destination(admin, queue, cmd.count or 1) or []
+            entries = [
+                {
+                    "reason": m.properties.get(DMQ_REASON),
+                    "bridgeProperties": {k: v for k, v in m.properties.items() if k.startswith(P)},
+                    "message": message_json(m),
+                }
+                for m in messages
+            ]
+            count += len(entries)
+            dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
+        return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
 
     def _cluster_members(self) -> Reply:
         """The HA cluster's instances, their leases, and the bridges' owners."""

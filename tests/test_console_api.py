@@ -34,14 +34,29 @@ LOGIN_TIMEOUT = 3
 THROTTLE = ThrottleSettings(base_delay=0.1, max_delay=0.8)
 JSON = {"Content-Type": "application/json"}
 
+FAIL_ON_BAD = """
+from bridgemgr.transform import MessageTransformer
+
+
+class FailOnBad(MessageTransformer):
+    def transform(self, message, *args):
+        if message.text.startswith("bad"):
+            raise ValueError("bad message")
+        return message
+"""
 XML = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="jb">
   <link name="l1" transacted="false">
     <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="host" destination-ref="dst"/>
+    <target connection-factory-ref="host" destination-ref="dst" message-transformer-class="failonbad.FailOnBad"
+            consume-no-transfer-on-transform-error="true"/>
   </link>
+  <dmq name="far-dmq" connection-factory-ref="far" destination-ref="dst" enabled="false"/>
   <connection-factory ref-name="host"/>
+  <connection-factory ref-name="far">
+    <property name="imqAddressList" value="mq://127.0.0.1:1"/>
+  </connection-factory>
   <destination ref-name="src" name="cq.src"/>
   <destination ref-name="dst" name="cq.dst"/>
 </jmsbridge>
@@ -55,6 +70,8 @@ def service(tmp_path_factory):
 
     base: Path = tmp_path_factory.mktemp("console")
     (base / "jb.xml").write_text(XML)
+    (base / "plugins").mkdir()
+    (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
     overrides = [
         f"imq.varhome={base / 'var'}",
         "imq.portmapper.port=0",
@@ -66,6 +83,7 @@ def service(tmp_path_factory):
         "imq.bridge.admin.user=admin",
         f"imq.bridge.admin.password={PASSWORD}",
         "imq.bridge.admin.port=0",
+        f"imq.bridge.transformer.path={base / 'plugins'}",
         "imq.console.port=0",
         f"imq.console.login.timeout={LOGIN_TIMEOUT}",
         f"imq.console.max_connections={MAX_CONNECTIONS}",
@@ -228,6 +246,27 @@ def test_destinations_create_query_update_list_browse_purge(service):
     status, answer = post(service, "/destinations/q/api.q1/purge")
     assert status == 200 and answer["data"]["purged"] == 3
     assert get(service, "/destinations/q/api.q1/messages")[1]["data"]["messages"] == []
+
+
+def test_the_dmq_shows_dead_messages_with_their_reason_and_bridge_properties(service):
+    send(service, "cq.src", "bad one")
+
+    def entries():
+        status, answer = get(service, "/dmq/jb?count=10")
+        assert status == 200, answer
+        return [(d["name"], e) for d in answer["data"]["dmqs"] for e in d["entries"] or []]
+
+    ((dmq, entry),) = wait_for(entries, 20, "the dead message")
+    far = get(service, "/dmq/jb")[1]["data"]["dmqs"][1]
+    assert far == {"name": "far-dmq", "destination": None, "entries": None}  # on another broker: named only
+    assert entry["reason"] == "TRANSFORM_FAILURE" and dmq == "built-in-dmq", entry
+    assert entry["bridgeProperties"]["JMS_SUN_JMSBRIDGE_SOURCE_DESTINATION"] == "cq.src"
+    assert "bad message" in entry["bridgeProperties"]["JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION"]
+    assert get(service, "/dmq/jb?count=10")[1] == reply_object(
+        service.dispatch(Command("LIST_DMQ", bridge="jb", count=10))
+    )
+    assert get(service, "/dmq/jb", READER)[0] == 403  # message bodies: for those who act
+    assert get(service, "/dmq/nosuch")[0] == 404 and get(service, "/dmq/jb?count=0")[0] == 400
 
 
 def test_transactions_answer_as_the_admin_command(service):

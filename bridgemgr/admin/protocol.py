@@ -6,7 +6,8 @@ else before a successful HELLO (a failed HELLO too) gets 400 and the connection 
 Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, and CONFIG
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
 LIST_DST, PURGE_DST, BROWSE_DST), a bridge's in-doubt XA transactions (LIST_TXN,
-COMMIT_TXN, ROLLBACK_TXN) and the HA cluster's instances and owners (CLUSTER). A reply
+COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ) and the HA cluster's
+instances and owners (CLUSTER). A reply
 is ``{"status": ..., "message": ..., "data": ...}``, with the original product's status
 codes.
 
@@ -29,7 +30,7 @@ OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404,
 
 DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST", "PURGE_DST", "BROWSE_DST")
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", "CLUSTER", *DST_COMMANDS, *TXN_COMMANDS)
+COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", "CLUSTER", "LIST_DMQ", *DST_COMMANDS, *TXN_COMMANDS)
 MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
@@ -68,6 +69,8 @@ class Command:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
             if self.count is not None:
                 obj["count"] = self.count
+        if self.op == "LIST_DMQ":
+            obj["count"] = self.count
         if self.txn is not None:
             obj["txn"] = self.txn
         return obj
@@ -135,6 +138,13 @@ def parse_request(line: bytes) -> Hello | Command:
         if (txn is None) != (op == "LIST_TXN"):
             raise AdminProtocolError(f"{op} {'takes no' if op == 'LIST_TXN' else 'needs'} 'txn'")
         return Command(op, bridge=bridge, txn=txn)
+    if op == "LIST_DMQ":
+        bridge, count = _name(obj, "bridge"), obj.get("count")
+        if bridge is None:
+            raise AdminProtocolError("LIST_DMQ needs 'bridge'")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
+            raise AdminProtocolError(f"LIST_DMQ needs 'count', a number from 1 to {MAX_BROWSE}")
+        return Command(op, bridge=bridge, count=count)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")

@@ -259,6 +259,15 @@ def _endpoints() -> list[Endpoint]:
         ),
         Endpoint(
             "GET",
+            "/dmq/{bridge}",
+            "A JMS bridge's DMQs: the first entries of each on the host broker, with their reason and "
+            "JMS_SUN_JMSBRIDGE_* properties",
+            lambda c: {"op": "LIST_DMQ", "bridge": c.params["bridge"], "count": _int(c, "count", DEFAULT_BROWSE)},
+            act=True,
+            query=(("count", f"entries per DMQ, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+        ),
+        Endpoint(
+            "GET",
             "/cluster",
             "The HA cluster: its instances with their leases, and each bridge's owner",
             lambda c: {"op": "CLUSTER"},
