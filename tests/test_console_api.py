@@ -318,6 +318,37 @@ def test_the_openapi_document_lists_every_path_served(service):
     assert len({op["operationId"] for ops in doc["paths"].values() for op in ops.values()}) == len(listed)
 
 
+def test_every_endpoint_that_acts_is_refused_to_readers_strangers_and_forged_requests(service):
+    """Every path of the OpenAPI document whose answer may be 403: 401 without credentials,
+    403 to a user who may only read; a changing one also 403 without the JSON content type
+    and, by session cookie, without the CSRF token; and the link still runs."""
+    _, doc = get(service, "/openapi.json")
+    values = {"bridge": "jb", "link": "l1", "txn": "jb%7Cnone.1", "type": "q", "name": "api.none"}
+    _, admin_login, admin_headers = log_in(service, "admin", PASSWORD)
+    checked = 0
+    for template, operations in doc["paths"].items():
+        path = template.removeprefix("/api/v1")
+        for name, value in values.items():
+            path = path.replace("{" + name + "}", value)
+        for method, operation in operations.items():
+            if "403" not in operation["responses"]:
+                continue
+            method = method.upper()
+            assert call(service, method, path, JSON if method != "GET" else {}, b"{}")[0] == 401, (method, path)
+            status, answer, _ = call(service, method, path, {**READER, **JSON}, b"{}")
+            assert status == 403 and "may only read" in answer["message"], (method, path, answer)
+            if method != "GET":
+                form = {**ADMIN, "Content-Type": "text/plain"}
+                assert call(service, method, path, form, b"{}")[0] == 403, (method, path)
+                cookie = {"Cookie": cookie_of(admin_headers), **JSON}
+                status, answer, _ = call(service, method, path, cookie, b"{}")
+                assert status == 403 and "X-CSRF-Token" in answer["message"], (method, path, answer)
+            checked += 1
+    assert checked == 15 and admin_login["data"]["mayAct"] is True  # 8 bridge and link actions, 2 txn, 5 dst/dmq
+    assert link_state(service) == "STARTED"
+    assert get(service, "/bridges")[1]["data"]["bridges"][0]["state"] == "STARTED"
+
+
 def test_every_answer_has_the_security_headers_and_unknown_paths_are_json(service):
     status, answer, headers = call(service, "GET", "/nosuch", ADMIN)
     assert status == 404 and answer["error"]["code"] == 404
