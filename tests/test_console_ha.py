@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import http.client
 import json
+from datetime import datetime
 
 import pytest
 
@@ -35,17 +36,20 @@ def test_the_cluster_shows_its_instances_leases_and_bridge_owners(tmp_path, post
         a = cluster.start("A", "jb1", "imq.console.port=0")
         cluster.start("B", "", "imq.console.port=0")
 
-        def both_live():
+        def both_listed():
             status, answer = cluster_view(a)
-            instances = answer["data"]["instances"] if status == 200 else []
-            return [(i["brokerid"], i["state"], i["leaseCurrent"]) for i in instances] == [
-                ("A", "live", True),
-                ("B", "live", True),
-            ] and answer
+            listed = [i["brokerid"] for i in answer["data"]["instances"]] if status == 200 else []
+            return listed == ["A", "B"] and answer
 
-        answer = wait_for(both_live, 30, "A and B live")
-        assert answer["data"]["instance"] == "A" and answer["data"]["clusterid"] == cluster.clusterid
-        assert [(b["name"], b["owner"]) for b in answer["data"]["bridges"]] == [("jb1", "A")]
-        assert all(i["leaseExpires"] and i["takenBy"] is None for i in answer["data"]["instances"])
+        answer = wait_for(both_listed, 30, "A and B listed")
+        data = answer["data"]
+        assert data["instance"] == "A" and data["clusterid"] == cluster.clusterid
+        # (a loaded machine may let a lease lapse and the other instance take over: both are shown)
+        for row in data["instances"]:
+            assert row["state"] in ("live", "taken") and isinstance(row["leaseCurrent"], bool), row
+            assert datetime.fromisoformat(row["leaseExpires"]).tzinfo is not None
+            assert row["takenBy"] == ({"A": "B", "B": "A"}[row["brokerid"]] if row["state"] == "taken" else None)
+        assert any(r["state"] == "live" and r["leaseCurrent"] for r in data["instances"]), data
+        assert [b["name"] for b in data["bridges"]] == ["jb1"] and data["bridges"][0]["owner"] in ("A", "B")
     finally:
         cluster.stop()
