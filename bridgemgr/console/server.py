@@ -31,7 +31,7 @@ from ..netloop import NetLoop
 
 log = logging.getLogger(__name__)
 
-MAX_HEAD = 16384  # bytes of a request head (h11 answers 431 beyond)
+MAX_HEAD = 16384  # bytes of a request head still incomplete; more is refused (400, h11)
 STOP_TIMEOUT = 10.0
 
 
