@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import click
 
 from .admin.client import AdminError, AuthenticationFailed, ServiceUnavailable
-from .admin.clierror import CommandFailed
+from .admin.clierror import CommandFailed, reply_object
 from .admin.login import admin_login, admin_options, host_port, open_admin
 from .admin.protocol import BAD_REQUEST, ERROR, MAX_BROWSE, PAUSE_TYPES, UNAVAILABLE, Command, Reply
 
@@ -66,10 +66,7 @@ EXAMPLES = """Examples:
 def reply_json(reply: Reply) -> str:
     """A reply under --json: status, message and data; a failed one also as the JSON
     error object every failing command prints (admin/clierror.py)."""
-    obj: dict[str, Any] = {"status": reply.status, "message": reply.message, "data": reply.data}
-    if not reply.ok:
-        obj["error"] = {"message": reply.message, "code": reply.status}
-    return json.dumps(obj, indent=2)
+    return json.dumps(reply_object(reply), indent=2)
 
 
 def _failed(exc: AdminError) -> CommandFailed:

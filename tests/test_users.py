@@ -56,6 +56,15 @@ def test_a_changed_file_forgets_cached_logins(repo, tmp_path):
     assert repo.authenticate("alice", "new")
 
 
+def test_verified_knows_only_credentials_authenticate_passed_since_the_file_changed(repo):
+    repo.add("alice", "old")
+    assert repo.verified("alice", "old") is None  # not checked yet: it never hashes
+    assert repo.authenticate("alice", "old") and repo.verified("alice", "old").name == "alice"
+    assert repo.verified("alice", "OLD") is None and repo.verified("nobody", "old") is None
+    UserRepository(repo.path).add("alice", "new", replace=True)
+    assert repo.verified("alice", "old") is None and repo.verified("alice", "new") is None
+
+
 def test_add_delete_list_and_their_errors(repo):
     repo.add("a", "1", "user")
     repo.add("b", "2", "admin")

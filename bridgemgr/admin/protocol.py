@@ -6,9 +6,10 @@ else before a successful HELLO (a failed HELLO too) gets 400 and the connection 
 Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, and CONFIG
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
 LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
-the instance's services (LIST_CXN, LIST_SVC) and a bridge's in-doubt XA transactions
-(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN). A reply is ``{"status": ..., "message": ..., "data": ...}``,
-with the original product's status codes.
+the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
+(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ) and the HA
+cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
+"data": ...}``, with the original product's status codes.
 
 Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
 the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
@@ -40,7 +41,19 @@ DST_COMMANDS = (
 )
 BROKER_COMMANDS = ("LIST_CXN", "LIST_SVC")  # the host broker's connections, the instance's services
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS, *BROKER_COMMANDS, *TXN_COMMANDS)
+COMMANDS = (
+    "LIST",
+    "START",
+    "STOP",
+    "PAUSE",
+    "RESUME",
+    "CONFIG",
+    "CLUSTER",
+    "LIST_DMQ",
+    *DST_COMMANDS,
+    *BROKER_COMMANDS,
+    *TXN_COMMANDS,
+)
 PAUSE_TYPES = ("PRODUCERS", "CONSUMERS", "ALL")  # PAUSE_DST, RESUME_DST: what (imqcmd's -pst)
 MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
@@ -89,6 +102,8 @@ class Command:
                 obj["temporary"] = True
         if self.service is not None:
             obj["service"] = self.service
+        if self.op == "LIST_DMQ":
+            obj["count"] = self.count
         if self.txn is not None:
             obj["txn"] = self.txn
         return obj
@@ -161,6 +176,13 @@ def parse_request(line: bytes) -> Hello | Command:
         if (txn is None) != (op == "LIST_TXN"):
             raise AdminProtocolError(f"{op} {'takes no' if op == 'LIST_TXN' else 'needs'} 'txn'")
         return Command(op, bridge=bridge, txn=txn)
+    if op == "LIST_DMQ":
+        bridge, count = _name(obj, "bridge"), obj.get("count")
+        if bridge is None:
+            raise AdminProtocolError("LIST_DMQ needs 'bridge'")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
+            raise AdminProtocolError(f"LIST_DMQ needs 'count', a number from 1 to {MAX_BROWSE}")
+        return Command(op, bridge=bridge, count=count)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
