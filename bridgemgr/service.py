@@ -138,7 +138,7 @@ class BridgeServiceManager:
         self._reload = threading.Event()
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
-        self.taken_over_by: str | None = None  # the HA instance that took this one over
+        self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -186,7 +186,8 @@ class BridgeServiceManager:
                 "access control is off (imq.accesscontrol.enabled=false): every user may "
                 "use every destination, the bridges' DMQs included"
             )
-        host_broker = self.host_broker = open_host_broker(self.props, access or None)
+        generation = self.cluster.generation if self.cluster is not None else None
+        host_broker = self.host_broker = open_host_broker(self.props, access or None, generation)
         log.info(
             "host broker %s started, store %s (fsync %s)",
             host_broker.instance_name,
@@ -416,10 +417,13 @@ class BridgeServiceManager:
     def _took_over(self, broker: str, names: list[str]) -> None:
         self._owned(names)
 
-    def _lost_lease(self, taker: str | None) -> None:
+    def _lost_lease(self, replaced: str | None) -> None:
         """Our lease is gone (another instance may run our bridges now): stop and unload
-        every JMS bridge before anything else touches the store. Taken over (``taker``: our
-        store is that broker's now), the service stops: restarted, it joins afresh."""
+        every JMS bridge before anything else touches the store. Replaced (``replaced``
+        says by what: a takeover, or a new process of our broker id; our store is another's
+        and every write of ours is fenced), the service stops and serve exits 1."""
+        if replaced is not None:  # the one ERROR line, then the service's exit path
+            log.error("%s: stopping; start it again to rejoin", replaced)
         for name, bridge in list(self.bridges.items()):
             if bridge.type != "JMS":
                 continue
@@ -427,13 +431,8 @@ class BridgeServiceManager:
             self.bridges = {k: v for k, v in self.bridges.items() if k != name}
             if self.host_broker is not None:
                 self.host_broker.release(name)
-        if taker is not None:
-            self.taken_over_by = taker
-            log.error(
-                "broker %s was taken over by broker %s of its HA cluster: stopping",
-                self.props.get("imq.brokerid"),
-                taker,
-            )
+        if replaced is not None:
+            self.taken_over_by = replaced
             self.request_stop()
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
@@ -1011,7 +1010,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             name=name,
             host=manager.host_broker,
             broker_url=manager.jms_url if manager.jms_services else None,
-            excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None,
+            excuses=shared_excuses(cluster.jdbc.connect) if cluster is not None else None,
         )
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...jms.errors import StoreError
 from ...props import BrokerProperties
-from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
+from .pgstore import Fence, JdbcSettings, PostgresDatabase, close_quietly, jdbc_settings, loaded_key, schema_name
 from .store import PreparedBranch, Recovered
 
 if TYPE_CHECKING:
@@ -52,15 +52,25 @@ _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {EXCUSES}(bridge TEXT NOT NULL, link TEXT NOT NULL, "
     "message_id TEXT NOT NULL, excused INTEGER NOT NULL, seq BIGSERIAL NOT NULL, "
     "PRIMARY KEY (bridge, link, message_id))",
+    # where clients reach an instance (mq:// URLs), told to those whose broker it took over
+    f"ALTER TABLE {BROKERS} ADD COLUMN IF NOT EXISTS urls TEXT",
 )
+MAX_CHAIN = 16  # takeovers followed from a broker to the one serving its store now
 
 
 def _fence_ddl(schema: str) -> tuple[str, ...]:
     return (
         f'CREATE OR REPLACE FUNCTION "{schema}".imq_fence() RETURNS trigger LANGUAGE plpgsql AS $$\n'
         "DECLARE b TEXT; me TEXT := current_setting('imq.brokerid', true);\n"
+        "  gen TEXT := current_setting('imq.generation', true);\n"
         "BEGIN\n"
         "  IF TG_OP = 'DELETE' THEN b := OLD.bridge; ELSE b := NEW.bridge; END IF;\n"
+        # the lease row first (a takeover locks it first too): no deadlock between them
+        f'  PERFORM 1 FROM "{schema}".{BROKERS} WHERE brokerid = me AND generation::text = gen '
+        f"AND state = '{LIVE}' FOR SHARE;\n"
+        "  IF NOT FOUND THEN\n"
+        "    RAISE EXCEPTION 'fenced: broker % generation % was replaced', me, gen;\n"
+        "  END IF;\n"
         f'  PERFORM 1 FROM "{schema}".{BRIDGES} WHERE bridge = b AND owner = me FOR SHARE;\n'
         "  IF NOT FOUND THEN\n"
         "    RAISE EXCEPTION 'fenced: bridge % is not owned by broker %', b, me;\n"
@@ -113,17 +123,23 @@ def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
     )
 
 
-def store_settings(props: BrokerProperties) -> JdbcSettings:
+def store_settings(props: BrokerProperties, generation: int | None = None) -> JdbcSettings:
     """Where the host broker's jdbc store lives: the instance's schema; for an HA instance
-    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's."""
+    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's, and
+    every write fenced on ``generation`` (the one this process joined as)."""
     ha = cluster_settings(props)
     if ha is None:
         return jdbc_settings(props, props.get("imq.instancename"))
+    table = f'"{ha.jdbc.schema}".{BROKERS}'
     return dataclasses.replace(
         ha.jdbc,
         schema=instance_schema(ha.clusterid, ha.brokerid),
         txlog_schema=ha.jdbc.schema,
-        fence=f"SELECT 1 FROM \"{ha.jdbc.schema}\".{BROKERS} WHERE brokerid = %s AND state = '{LIVE}' FOR SHARE",
+        generation=generation,
+        fence=Fence(
+            f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
+            f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
+        ),
     )
 
 
@@ -151,10 +167,71 @@ class HACluster:
         self._address: str | None = None
         self._config: dict[str, str] = {}
         self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
+        self._lost: Callable[[str | None], None] | None = None  # start()'s
+        self._replaced = False  # lost(reason) was called: this process ends
+        self._replaced_lock = threading.Lock()
+
+    @property
+    def jdbc(self) -> JdbcSettings:
+        """Connections for the bridges' shared rows (XA logs, excuses): marked with our broker
+        id and generation, which the fence trigger checks."""
+        return dataclasses.replace(self.settings.jdbc, generation=self.generation)
 
     def attach(self, host: EmbeddedHostBroker) -> None:
-        """The host broker whose store a takeover moves the dead instance's rows into."""
+        """The host broker whose store a takeover moves the dead instance's rows into (and
+        whose fenced writes tell us, first maybe, that we were replaced)."""
         self._broker = host.broker
+        store = host.broker.store
+        if store is not None and isinstance(store.database, PostgresDatabase):
+            store.database.on_fenced = self._fenced_write
+
+    def _fenced_write(self, reason: str) -> None:
+        """(A store writer, its database lock held) tell the service on a thread of its
+        own: stopping the bridges waits for links that may wait for this store."""
+        threading.Thread(target=self.replaced, args=(reason,), daemon=True, name="ha-replaced").start()
+
+    def advertise(self, urls: str) -> None:
+        """Where clients reach this instance (mq:// URLs, comma separated): what a live
+        instance tells the clients of a broker this one took over (locate)."""
+        self._transaction(
+            lambda cur: cur.execute(
+                f"UPDATE {BROKERS} SET urls = %s WHERE brokerid = %s AND generation = %s",
+                (urls, self.brokerid, self.generation),
+            )
+        )
+
+    def locate(self, home: str) -> tuple[str, str] | None:
+        """Where the store of broker ``home`` (a client's last) is served now: None here
+        (or ``home`` is no member), else (broker id, its mq:// URLs); ClusterError while
+        ``home``'s lease is live elsewhere but it cannot be reached yet, or it is not
+        taken over yet (the client tries again)."""
+        if home == self.brokerid:
+            return None
+
+        def read(cur: Any) -> tuple[str, str] | None:
+            broker = home
+            for _ in range(MAX_CHAIN):
+                cur.execute(
+                    f"SELECT state, taken_by, urls, lease_expires > now() FROM {BROKERS} WHERE brokerid = %s",
+                    (broker,),
+                )
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                state, taker, urls, live = row
+                if state == TAKEN and taker:
+                    broker = taker
+                    continue
+                if broker == self.brokerid:
+                    return None
+                if not live or not urls:
+                    raise ClusterError(
+                        f"broker {home} of HA cluster {self.settings.clusterid} is not taken over yet; try again"
+                    )
+                return broker, str(urls)
+            return None
+
+        return self._transaction(read)
 
     # --- the database -------------------------------------------------------------------
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
@@ -203,7 +280,7 @@ class HACluster:
                 f"SELECT state, lease_expires > now(), address FROM {BROKERS} WHERE brokerid = %s FOR UPDATE", (me,)
             )
             row = cur.fetchone()
-            if row is not None and row[0] == LIVE and row[1] and self.generation == 0:
+            if row is not None and row[0] == LIVE and row[1]:
                 raise ClusterError(
                     f"broker id {me} is in use by a live instance ({row[2]}); give "
                     f"this one another imq.brokerid, or wait {monitor:g} s "
@@ -227,7 +304,7 @@ class HACluster:
                 "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s, %s) "
                 "ON CONFLICT (brokerid) DO UPDATE SET state = EXCLUDED.state, "
                 f"generation = {BROKERS}.generation + 1, lease_expires = EXCLUDED.lease_expires, "
-                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL "
+                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL, urls = NULL "
                 "RETURNING generation",
                 (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)),
             )
@@ -294,15 +371,29 @@ class HACluster:
         activelist: Iterable[str],
     ) -> None:
         """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
-        over that broker and now own those bridges; ``lost(taker)``: our lease is gone, stop
-        every bridge now (``taker``: the broker that took us over, store and all: this
-        instance must end; None: the store was out of reach, we join again when it is
-        back); ``rejoined(bridges)``: we are a member again and own these."""
+        over that broker and now own those bridges; ``lost(reason)``: stop every bridge now
+        (``reason`` None: the database was out of reach for a monitor interval, we run them
+        again when it is back; else our generation was replaced, by a takeover or a new
+        process of our broker id, which the reason says: this process must end, called once,
+        also when a store write finds it first); ``rejoined(bridges)``: the database is back,
+        our lease is ours still, and we own these."""
         wanted = list(activelist)
+        self._lost = lost
         self._thread = threading.Thread(
             target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
         )
         self._thread.start()
+
+    def replaced(self, reason: str) -> None:
+        """Our generation is another's now (the heart-beat or a fenced store write found it):
+        tell the service once (it stops every bridge and ends), and beat no more."""
+        with self._replaced_lock:
+            if self._replaced:
+                return
+            self._replaced = True
+        self._halt.set()
+        if self._lost is not None:
+            self._lost(reason)
 
     def _beat(
         self,
@@ -315,42 +406,49 @@ class HACluster:
         holding = True
         while not self._halt.wait(self.settings.heartbeat):
             try:
-                if not holding:
-                    taker = self.taken_by()
-                    if taker is not None:
-                        lost(taker)
-                        return
-                    self.join(self._address or "", self._config)
-                    rejoined(self.claim(wanted))
-                    holding, renewed = True, time.monotonic()
-                    continue
-                if time.monotonic() - renewed > self.settings.monitor or not self.renew():
-                    holding = False
-                    log.error(
-                        "HA cluster %s: broker %s lost its lease; stopping its bridges",
-                        self.settings.clusterid,
-                        self.brokerid,
-                    )
-                    lost(None)
-                    continue
+                if not self.renew():
+                    self.replaced(self._replacement())
+                    return
                 renewed = time.monotonic()
+                if not holding:
+                    rejoined(self.claim(wanted))
+                    holding = True
+                    continue
                 taken = self.take_over()
                 if taken is not None:
                     took_over(*taken)
             except (StoreError, ClusterError) as exc:
                 log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+                if holding and time.monotonic() - renewed > self.settings.monitor:
+                    holding = False
+                    log.error(
+                        "HA cluster %s: broker %s could not renew its lease for %g s; stopping its bridges",
+                        self.settings.clusterid,
+                        self.brokerid,
+                        self.settings.monitor,
+                    )
+                    lost(None)
             except Exception:
                 log.exception("HA cluster %s: heart-beat failed", self.settings.clusterid)
 
-    def taken_by(self) -> str | None:
-        """The broker that took us over, if one did."""
+    def _replacement(self) -> str:
+        """What replaced our generation, as the one ERROR line says it."""
 
-        def read(cur: Any) -> str | None:
-            cur.execute(f"SELECT state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
+        def read(cur: Any) -> tuple[Any, ...] | None:
+            cur.execute(f"SELECT generation, state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
             row = cur.fetchone()
-            return str(row[1]) if row is not None and row[0] == TAKEN else None
+            return None if row is None else tuple(row)
 
-        return self._transaction(read)
+        row = self._transaction(read)
+        me = f"broker {self.brokerid} generation {self.generation}"
+        if row is None:
+            return f"{me} lost its lease row in HA cluster {self.settings.clusterid}"
+        if row[1] == TAKEN:
+            return f"{me} was taken over by broker {row[2]} of HA cluster {self.settings.clusterid}"
+        return (
+            f"{me} was replaced by generation {row[0]}: another process joined HA cluster "
+            f"{self.settings.clusterid} as broker {self.brokerid}"
+        )
 
     def renew(self) -> bool:
         """Extend our lease by a monitor interval; False when it is no longer ours."""

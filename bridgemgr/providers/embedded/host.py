@@ -61,11 +61,14 @@ if TYPE_CHECKING:
     from .jmsservice import JmsService
 
 
-def open_host_broker(props: BrokerProperties, access: AccessControls | None = None) -> EmbeddedHostBroker:
+def open_host_broker(
+    props: BrokerProperties, access: AccessControls | None = None, generation: int | None = None
+) -> EmbeddedHostBroker:
     """The host broker of the instance ``props`` describe: its store in the instance
-    directory (imq.persist.store=file) or in PostgreSQL (jdbc), destinations created on
-    first use with the imq.autocreate.* limits, ``access`` checked on its data path and
-    its jms service; StoreError when the store cannot open."""
+    directory (imq.persist.store=file) or in PostgreSQL (jdbc; an HA instance's writes
+    fenced on the lease ``generation`` it joined as), destinations created on first use
+    with the imq.autocreate.* limits, ``access`` checked on its data path and its jms
+    service; StoreError when the store cannot open."""
     auto = props.autocreate
     database, sync = None, props.get("imq.persist.file.sync.enabled")
     if props.get("imq.persist.store") == "jdbc":
@@ -74,7 +77,7 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         from .cluster import store_settings
         from .pgstore import PostgresDatabase
 
-        database, sync = PostgresDatabase(store_settings(props), sync=True), True
+        database, sync = PostgresDatabase(store_settings(props, generation), sync=True), True
     limits = _limits(
         DestinationAttributes(
             auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
