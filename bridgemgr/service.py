@@ -49,7 +49,7 @@ from .admin.protocol import (
     Reply,
 )
 from .guard import LoginThrottle, ServiceGuard
-from .jms.errors import IllegalStateException, JMSException, StoreError
+from .jms.errors import IllegalStateException, JMSException, StoreError, TransportException
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
@@ -231,9 +231,13 @@ class BridgeServiceManager:
                 ssl_context=ctx,
                 authenticator=self._jms_login,
                 guard=ServiceGuard.from_props(self.props, "jms", throttle),
+                brokerid=self.cluster.brokerid if self.cluster is not None else None,
+                locate=self._locate if self.cluster is not None else None,
             )
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
+        if self.cluster is not None:  # where clients reach us: told to those of a broker we take over
+            self.cluster.advertise(self._client_urls())
         if not self.props.enabled:
             return
         user, password = self.props.admin_user, self.props.admin_password
@@ -413,6 +417,25 @@ class BridgeServiceManager:
                 continue
             self.bridges = {**self.bridges, name: bridge}
             self._start_bridge(bridge, report=True)
+
+    def _client_urls(self) -> str:
+        """This instance as clients list it: its port mapper, then each jms service."""
+        assert self.portmapper is not None
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.getfqdn()
+        host = f"[{host}]" if ":" in host else host
+        urls = [f"mq://{host}:{self.portmapper.port}"]
+        urls += [f"{'mqssl' if s.ssl_context else 'mqtcp'}://{host}:{s.port}" for s in self.jms_services]
+        return ",".join(urls)
+
+    def _locate(self, home: str) -> tuple[str, str] | None:
+        """(the jms service, in its thread pool) where broker ``home``'s store is served."""
+        from .providers.embedded.cluster import ClusterError
+
+        assert self.cluster is not None
+        try:
+            return self.cluster.locate(home)
+        except (ClusterError, StoreError) as exc:
+            raise TransportException(str(exc)) from None
 
     def _took_over(self, broker: str, names: list[str]) -> None:
         self._owned(names)

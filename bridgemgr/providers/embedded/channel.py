@@ -87,6 +87,15 @@ def parse_url(url: str) -> list[Address]:
     return out
 
 
+class Moved(TransportException):
+    """HELLO's answer (HA): the store of the broker the factory's last connection reached
+    is served by another instance now, at ``urls`` (mq:// URLs, comma separated)."""
+
+    def __init__(self, message: str, urls: str) -> None:
+        super().__init__(message)
+        self.urls = urls
+
+
 @dataclass(frozen=True)
 class Hello:
     """What the client says in HELLO."""
@@ -95,6 +104,7 @@ class Hello:
     password: str | None = None
     heartbeat: float = 30.0
     client_name: str = "python"
+    home: str | None = None  # HA: the broker id the factory's last connection reached
 
 
 def open_channel(
@@ -122,9 +132,21 @@ def open_channel(
             sock = (ssl_context or ssl.create_default_context()).wrap_socket(sock, server_hostname=host)
         sock.sendall(
             wire.PREAMBLE
-            + wire.request(1, wire.Op.HELLO, hello.user, hello.password, int(hello.heartbeat * 1000), hello.client_name)
+            + wire.request(
+                1,
+                wire.Op.HELLO,
+                hello.user,
+                hello.password,
+                int(hello.heartbeat * 1000),
+                hello.client_name,
+                *((hello.home,) if hello.home else ()),
+            )
         )
         welcome = _handshake(sock, reader, where)
+        moved = welcome.get("moved")
+        if isinstance(moved, dict):
+            home, broker = moved.get("home"), moved.get("broker")
+            raise Moved(f"{where}: broker {home}'s store is served by broker {broker}", str(moved.get("urls") or ""))
     except BaseException as exc:
         sock.close()
         if isinstance(exc, OSError):

@@ -57,7 +57,7 @@ if TYPE_CHECKING:
     from ...guard import ServiceGuard
     from ...netloop import NetLoop
     from ...props import BrokerProperties
-    from .clientconn import Authenticate
+    from .clientconn import Authenticate, Locate
     from .jmsservice import JmsService
 
 
@@ -175,10 +175,14 @@ class EmbeddedHostBroker(HostBroker):
         ssl_context: ssl.SSLContext | None = None,
         authenticator: Authenticate | None = None,
         guard: ServiceGuard | None = None,
+        brokerid: str | None = None,
+        locate: Locate | None = None,
     ) -> JmsService:
         """The broker's ``jms`` connection service on ``host:port`` (not started yet):
         how other processes (CLI jobs, Spark workers) reach it; ``guard``: its login
-        timeout, connection cap and the service's login throttle."""
+        timeout, connection cap and the service's login throttle; an HA instance's
+        ``brokerid`` and ``locate`` (clientconn.Locate) send a client whose last broker
+        was taken over to the instance that serves that broker's store."""
         from .jmsservice import JmsService
 
         return JmsService(
@@ -190,6 +194,8 @@ class EmbeddedHostBroker(HostBroker):
             authenticator=authenticator,
             guard=guard,
             access=self.access,
+            brokerid=brokerid,
+            locate=locate,
         )
 
     def close(self) -> None:
