@@ -8,8 +8,9 @@ member's; claim() applies the chapter's activelist rules; a heartbeat thread ren
 lease and takes over at most one expired member, moving its bridges and store rows.
 
 Rules: this module knows no bridge keys (the service tells it the configuration); a lost
-lease stops every bridge first; writes to a bridge's XA log and excuses are fenced by its
-ownership row.
+lease stops every bridge first; every write (store batches, a bridge's XA log and excuses)
+is fenced on the lease generation this process joined as (and the ownership row), and a
+process whose generation was replaced ends; clients of a taken-over broker are sent on.
 
 Design notes: docs/ha.md#internals-providersembeddedclusterpy.
 """
