@@ -447,6 +447,11 @@ class BridgeServiceManager:
         and every write of ours is fenced), the service stops and serve exits 1."""
         if replaced is not None:  # the one ERROR line, then the service's exit path
             log.error("%s: stopping; start it again to rejoin", replaced)
+            for service in self.jms_services:  # its clients are cut first: nothing is theirs here now
+                try:
+                    service.stop()
+                except Exception as exc:
+                    log.warning("the jms service did not stop at once: %s", exc)
         for name, bridge in list(self.bridges.items()):
             if bridge.type != "JMS":
                 continue

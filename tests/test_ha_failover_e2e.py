@@ -14,6 +14,8 @@ import psycopg
 import pytest
 
 from bridgemgr.jms import CLIENT_ACKNOWLEDGE, DeliveryMode, JMSException, Queue, TextMessage
+from bridgemgr.jmsbridge.config import Property
+from bridgemgr.jmsbridge.imqcf import AddressListFactory, imq_settings
 from bridgemgr.providers.embedded.cluster import instance_schema
 from bridgemgr.providers.embedded.remote import RemoteConnection, RemoteConnectionFactory
 from ha_support import MONITOR, PASSWORD, Cluster, host_xml
@@ -31,12 +33,20 @@ def reconnect(factory: RemoteConnectionFactory) -> RemoteConnection | None:
         return None
 
 
-def test_a_client_whose_first_live_address_is_not_the_owner_lands_on_the_taker(tmp_path, postgresql):
+def address_list(urls: str) -> AddressListFactory:
+    """A bridge's <connection-factory> with this imqAddressList (one mq:// client per address)."""
+    settings, problems = imq_settings([Property("imqAddressList", urls)])
+    assert problems == []
+    return AddressListFactory(settings)
+
+
+@pytest.mark.parametrize("kind", [RemoteConnectionFactory, address_list])
+def test_a_client_whose_first_live_address_is_not_the_owner_lands_on_the_taker(tmp_path, postgresql, kind):
     cluster = Cluster(tmp_path / "cluster", postgresql, {"jb2": host_xml("jb2")})
     try:
         b2, b3 = cluster.start("B2", "jb2"), cluster.start("B3", "")
         b1_port = free_port()  # B1 comes up after the takeover, first live address of the list
-        factory = RemoteConnectionFactory(f"mq://{b2.address},mq://127.0.0.1:{b1_port},mq://{b3.address}")
+        factory = kind(f"mq://{b2.address},mq://127.0.0.1:{b1_port},mq://{b3.address}")
 
         def produce(texts: list[str]) -> str:
             with factory.create_connection("admin", PASSWORD) as conn:

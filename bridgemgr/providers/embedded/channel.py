@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...admin.portmapper import DEFAULT_PORT, find_service
-from ...jms.errors import JMSException, TransportException
+from ...jms.errors import BrokerMoved, JMSException, TransportException
 from . import wire
 
 log = logging.getLogger(__name__)
@@ -85,15 +85,6 @@ def parse_url(url: str) -> list[Address]:
             raise JMSException(f"bad broker URL {part!r}: {parts.scheme}:// needs the service's port")
         out.append(Address(parts.hostname, port if port is not None else DEFAULT_PORT, portmapper, tls))
     return out
-
-
-class Moved(TransportException):
-    """HELLO's answer (HA): the store of the broker the factory's last connection reached
-    is served by another instance now, at ``urls`` (mq:// URLs, comma separated)."""
-
-    def __init__(self, message: str, urls: str) -> None:
-        super().__init__(message)
-        self.urls = urls
 
 
 @dataclass(frozen=True)
@@ -146,7 +137,9 @@ def open_channel(
         moved = welcome.get("moved")
         if isinstance(moved, dict):
             home, broker = moved.get("home"), moved.get("broker")
-            raise Moved(f"{where}: broker {home}'s store is served by broker {broker}", str(moved.get("urls") or ""))
+            raise BrokerMoved(
+                f"{where}: broker {home}'s store is served by broker {broker}", str(moved.get("urls") or "")
+            )
     except BaseException as exc:
         sock.close()
         if isinstance(exc, OSError):

@@ -34,6 +34,7 @@ from ...admin.portmapper import DEFAULT_PORT
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
+    BrokerMoved,
     IllegalStateException,
     InvalidDestinationException,
     JMSException,
@@ -58,7 +59,7 @@ from ...jms.spi import (
 )
 from ...jms.xa import XAER_PROTO, XAER_RMFAIL, Xid
 from . import wire
-from .channel import Address, Call, Hello, Moved, open_channel, parse_url
+from .channel import Address, Call, Hello, open_channel, parse_url
 from .client import Answered, EmbeddedProducer
 
 __all__ = ["Address", "RemoteConnection", "RemoteConnectionFactory", "parse_url"]
@@ -133,14 +134,15 @@ class RemoteConnectionFactory(XAConnectionFactory):
         address of our list: the password goes nowhere else)."""
         try:
             conn = RemoteConnection(self, address, username, password)
-        except Moved as moved:
-            target = next((a for a in parse_url(moved.urls) if self._listed(a)), None)
-            if target is None:
-                raise TransportException(
-                    f"{moved}; none of its addresses ({moved.urls}) is in this connection's list ({self.url})"
+        except BrokerMoved as moved:
+            target = next((listed for a in parse_url(moved.urls) if (listed := self._listed(a))), None)
+            if target is None:  # (a list that has it, imqcf's, may go there)
+                raise BrokerMoved(
+                    f"{moved}; none of its addresses ({moved.urls}) is in this connection's list ({self.url})",
+                    moved.urls,
                 ) from None
             log.info("%s; connecting there (%s)", moved, target)
-            conn = RemoteConnection(self, self._listed(target) or target, username, password)
+            conn = RemoteConnection(self, target, username, password)
         if conn.broker is not None:
             self.home = conn.broker
         return conn
