@@ -2,7 +2,8 @@
 every store batch and every write of a bridge's XA log carries the lease generation its
 process joined as, and fails once the cluster holds another (a takeover, or a new process
 of the same broker id); a message insert that conflicts is an error, never skipped; a
-batch whose commit was lost with its connection is settled, not written twice."""
+batch whose commit was lost with its connection is settled, not written twice. And where
+a client's last broker's store is served now (locate, through a chain of takeovers)."""
 
 from __future__ import annotations
 
@@ -117,3 +118,33 @@ def test_a_batch_whose_commit_was_lost_is_settled_not_written_twice(postgresql, 
         assert store._uncertain == set()
     finally:
         store.close()
+
+
+def test_locate_follows_takeovers_to_the_instance_serving_a_store(postgresql, database):
+    from bridgemgr.providers.embedded.cluster import ClusterError
+
+    a, b, c = (open_cluster(props(postgresql, database, x), x.lower(), {}) for x in "ABC")
+    try:
+        for member in (a, b, c):
+            member.advertise(f"mq://{member.brokerid.lower()}:7676")
+
+        def expire(broker: str) -> None:
+            a._transaction(
+                lambda cur: cur.execute(
+                    "UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 s' WHERE brokerid = %s", (broker,)
+                )
+            )
+
+        assert a.locate("A") is None and b.locate("Z") is None  # its own; no member
+        assert b.locate("A") == ("A", "mq://a:7676")  # live: its store is there
+        expire("A")
+        with pytest.raises(ClusterError, match="broker A of HA cluster f2 is not taken over yet; try again"):
+            b.locate("A")
+        assert c.take_over() == ("A", [])
+        assert b.locate("A") == ("C", "mq://c:7676") and c.locate("A") is None
+        expire("C")
+        assert b.take_over() == ("C", [])
+        assert b.locate("A") is None  # A's store went to C, C's to B
+    finally:
+        for member in (a, b, c):
+            member.leave()
