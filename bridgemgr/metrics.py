@@ -4,10 +4,11 @@ service's live state, and the readiness check.
 Nothing is updated per message for metrics. The links keep their plain counters
 (jmsbridge/counters.py), the host broker its per-destination counts and the store its batch
 write histogram; at scrape time ServiceCollector reads them all (the bridges' info(), the
-broker's metrics(), the front ends' connection sets) and turns them into Prometheus metric
+broker's metrics(), the front ends' connection sets, an HA instance's lease) and turns them into Prometheus metric
 families, which prometheus-client writes in the text format. readiness() answers /readyz
 from the same live state: every bridge of imq.bridge.activelist with autostart must be
-loaded and STARTED and the store must take writes. The HTTP shell that serves these is
+loaded and STARTED with none of its links STARTING (connecting, or its source or target
+unreachable), and the store must take writes. The HTTP shell that serves these is
 metricshttp.py.
 """
 
@@ -39,6 +40,7 @@ class Service(Protocol):
     bridges: dict[str, Any]
     host_broker: Any
     jms_services: list[Any]
+    cluster: Any  # providers/embedded/cluster.py's HACluster on an HA instance, else None
 
 
 def _histogram(
@@ -66,6 +68,13 @@ class ServiceCollector(Collector):
         if broker is not None:
             yield from self._broker(broker.metrics())
         yield from self._connections()
+        cluster = self.service.cluster
+        if cluster is not None:
+            yield GaugeMetricFamily(
+                "imq_ha_lease_held",
+                "1 while this HA instance holds its lease in the cluster",
+                value=int(cluster.holding),
+            )
 
     # --- bridges and links --------------------------------------------------------------
     def _bridges(self) -> Iterator[Metric]:
@@ -224,7 +233,7 @@ def scrape(reg: CollectorRegistry) -> bytes:
 
 def readiness(service: Service) -> list[str]:
     """Why the service is not ready (empty: it is): an autostart bridge not STARTED or
-    not loaded, the store not taking writes."""
+    not loaded, a link of one still (or again) connecting, the store not taking writes."""
     reasons = []
     broker = service.host_broker
     if broker is None:
@@ -245,4 +254,14 @@ def readiness(service: Service) -> list[str]:
             state = getattr(bridge.state, "value", str(bridge.state))
             if state != "STARTED":
                 reasons.append(f"bridge {name} is {state}, not STARTED")
+            reasons.extend(_links_not_connected(name, bridge.info()))
     return reasons
+
+
+def _links_not_connected(bridge: str, info: dict[str, Any]) -> Iterator[str]:
+    """A reason for each link of a bridge that is STARTING: connecting, or connecting
+    again after its source or target became unreachable (with what keeps it)."""
+    for link in info.get("links", []):
+        if link.get("state") == "STARTING":
+            error = link.get("counters", {}).get("current_error")
+            yield f"link {link['name']} of bridge {bridge} is STARTING" + (f": {error}" if error else "")

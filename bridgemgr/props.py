@@ -463,7 +463,7 @@ FIXED_PROPS: tuple[Prop, ...] = (
         "imq.cluster.url",
         TEXT,
         None,
-        "central cluster properties (file: or http:): every bridge property but the activelist",
+        "central cluster properties (file: or http:): every bridge property but the per-instance ones",
     ),
     Prop("imq.cluster.heartbeat.interval", POSITIVE, 2, "seconds between renewals of an instance's lease"),
     Prop("imq.cluster.monitor.interval", POSITIVE, 30, "seconds without renewal after which an instance is taken over"),
@@ -619,6 +619,12 @@ def schema_row(key: str) -> tuple[Prop, str | None] | None:
     return None
 
 
+def is_known_key(key: str) -> bool:
+    """Whether ``key`` means something: a schema key, or a key outside imq.* (a logging
+    configuration file, a JVM setting). An unknown imq.* key (a misspelling) is ignored."""
+    return not key.startswith(IMQ_PREFIX) or schema_row(key) is not None
+
+
 def _closest_key(key: str, bridge_names: Iterable[str]) -> str | None:
     """The known key ``key`` was most likely meant to be: a fixed key, or a per-bridge
     key of an active bridge (or of the bridge ``key`` itself names)."""
@@ -742,9 +748,16 @@ def parse_overrides(overrides: Iterable[str]) -> tuple[list[tuple[str, str, Orig
 
 
 CLUSTER_URL = "imq.cluster.url"
-# Keys each instance of an HA cluster sets for itself; every other bridge key belongs in
-# the central file, so that all instances run the same bridges (the chapter's rules).
-PER_INSTANCE_BRIDGE_KEYS = ("imq.bridge.activelist", "imq.bridge.admin.")
+# Keys each instance of an HA cluster may set for itself; every other bridge key belongs in
+# the central file, so that all instances run the same bridges (the chapter's rules). Each
+# instance runs its own STOMP bridge: where it listens is its own (two on one host).
+PER_INSTANCE_BRIDGE_KEYS = (
+    "imq.bridge.activelist",
+    "imq.bridge.admin.",
+    "imq.bridge.stomp.hostname",
+    "imq.bridge.stomp.tcp.port",
+    "imq.bridge.stomp.tls.port",
+)
 PER_INSTANCE_KEYS = ("imq.brokerid", "imq.bridge.activelist")
 CLUSTER_URL_TIMEOUT = 10.0
 
@@ -1284,7 +1297,8 @@ def _cluster_checks(props: BrokerProperties) -> list[Problem]:
                     props,
                     key,
                     f"{key} is set for this broker only; in an HA cluster "
-                    f"every bridge property but imq.bridge.activelist belongs in the "
+                    f"every bridge property but imq.bridge.activelist, imq.bridge.admin.* and the "
+                    f"STOMP bridge's hostname and ports belongs in the "
                     f"cluster properties ({CLUSTER_URL}): the same on every instance",
                 )
             )

@@ -6,7 +6,8 @@ host broker (open_host_broker: the HostBroker every front end and bridge is give
 the network loop, the port mapper, the metrics port and the jms connection service, then,
 when imq.bridge.enabled is true, the admin port and every bridge of imq.bridge.activelist.
 dispatch() carries out admin commands (_BRIDGE_OPS, _LINK_OPS: bridge and link methods); SIGHUP
-(reload) reads the properties and the XML of every stopped JMS bridge again; stop() stops
+(reload) reads the properties and the XML of every stopped JMS bridge again, applies the log
+levels and starts and stops the bridges the activelist adds and drops; stop() stops
 the bridges, then the front ends, then the broker. In an HA cluster the ownership table
 decides which JMS bridges this instance runs (providers/embedded/cluster.py).
 
@@ -38,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
+    BROKER_COMMANDS,
     DST_COMMANDS,
     ERROR,
     NOT_FOUND,
@@ -53,12 +55,13 @@ from .jms.errors import IllegalStateException, JMSException, StoreError, Transpo
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
-from .props import BrokerProperties, ConfigError, bridge_configuration
+from .props import BrokerProperties, ConfigError, bridge_configuration, is_known_key
 from .providers.embedded.host import EmbeddedHostBroker, open_host_broker
 
 if TYPE_CHECKING:
     from .jmsbridge.config import BridgeConfig
     from .jmsbridge.logs import BridgeLog
+    from .logfiles import ServiceLog
     from .providers.embedded.cluster import HACluster
     from .users import User
 
@@ -113,11 +116,14 @@ class BridgeServiceManager:
         *,
         bridge_factories: dict[str, BridgeFactory] | None = None,
         read_properties: Callable[[], BrokerProperties] | None = None,
+        service_log: ServiceLog | None = None,
     ) -> None:
         """``read_properties``: the properties as they are now (their files read again),
-        for SIGHUP; without it a reload keeps ``props`` and rereads only the XML files."""
+        for SIGHUP; without it a reload keeps ``props`` and rereads only the XML files.
+        ``service_log``: the service log serve opened (SIGHUP sets its level)."""
         self.props = props
         self.read_properties = read_properties
+        self.service_log = service_log
         self.bridge_configs: dict[str, BridgeConfig] = {}  # JMS bridges' XML as last read
         self.instance_dir = props.instance_dir
         self.host_broker: EmbeddedHostBroker | None = None  # what every front end is given
@@ -368,19 +374,27 @@ class BridgeServiceManager:
         return ctx
 
     def _load_bridges(self) -> None:
-        for name in self.activelist:
+        self._load(self.activelist)
+        for name, bridge in self.bridges.items():  # every bridge is listed before any starts
+            if self.props.bridge(name).autostart:
+                self._start_bridge(bridge, report=True)
+
+    def _load(self, names: Iterable[str]) -> list[str]:
+        """Load the bridges ``names`` (not started); those loaded (the others are logged)."""
+        loaded = []
+        for name in names:
             btype = (self.props.bridge_type(name) or "").lower()
             make = self.bridge_factories.get(btype)
             if make is None:
                 log.error("bridge %s: imq.bridge.%s.type must be jms or stomp, not %r", name, name, btype)
                 continue
             try:
-                self.bridges[name] = make(self, name)
+                self.bridges = {**self.bridges, name: make(self, name)}
             except (JMSException, ConfigError, OSError, ValueError) as exc:
                 log.error("bridge %s cannot be loaded: %s", name, exc)
-        for name, bridge in self.bridges.items():  # every bridge is listed before any starts
-            if self.props.bridge(name).autostart:
-                self._start_bridge(bridge, report=True)
+                continue
+            loaded.append(name)
+        return loaded
 
     # --- HA cluster (providers/embedded/cluster.py) ---------------------------------------------
     def _join_cluster(self) -> None:
@@ -523,7 +537,7 @@ class BridgeServiceManager:
             return self._list(cmd)
         if cmd.op == "CONFIG":
             return self._config(cmd)
-        if cmd.op in DST_COMMANDS:
+        if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
             return self._transaction(cmd)
@@ -561,7 +575,7 @@ class BridgeServiceManager:
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
     def _destination(self, cmd: Command) -> Reply:
-        """create/update/query/list dst on the host broker, as the admin user."""
+        """The dst commands, list cxn and list svc on the host broker, as the admin user."""
         if self.host_broker is None:
             return Reply(UNAVAILABLE, "the host broker is not running")
         from .dstadmin import destination_command
@@ -571,7 +585,8 @@ class BridgeServiceManager:
             auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
         )
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
-        return destination_command(self.host_broker, admin, cmd, defaults)
+        services = self.portmapper.entries() if self.portmapper is not None else []
+        return destination_command(self.host_broker, admin, cmd, defaults, services)
 
     def _transaction(self, cmd: Command) -> Reply:
         """list|commit|rollback txn: a JMS bridge's in-doubt XA transactions, by hand."""
@@ -726,10 +741,8 @@ class BridgeServiceManager:
             self.stop()
 
     def reload(self) -> None:
-        """SIGHUP: the properties and the XML of stopped JMS bridges read again (module
-        comment); never raises."""
+        """SIGHUP: the properties read again (module comment); never raises."""
         from .jmsbridge.bridge import JMSBridge
-        from .jmsbridge.config import load_bridge
 
         log.info("SIGHUP: reading the properties and the XML files of stopped bridges again")
         try:
@@ -738,43 +751,21 @@ class BridgeServiceManager:
             log.error("SIGHUP: nothing reloaded, the properties have errors:\n%s", exc)
             return
         old = self.props
-        changed = {k for k in set(old.raw) | set(new.raw) if old.raw.get(k) != new.raw.get(k)}
-        props, applied = old, set[str]()
+        changed = {  # an unknown key is warned about by the reading, by name, and is no change
+            k for k in set(old.raw) | set(new.raw) if old.raw.get(k) != new.raw.get(k) and is_known_key(k)
+        }
+        props, applied = self._reload_log_levels(old, new, changed)
         for name, bridge in self.bridges.items():
-            prefix = f"imq.bridge.{name}."
-            keys = {k for k in changed if k.startswith(prefix)}
-            state = _value(bridge.state)
-            if not isinstance(bridge, JMSBridge):
-                continue
-            if state not in ("STOPPED", "UNINITIALIZED"):
+            if isinstance(bridge, JMSBridge) and _value(bridge.state) in ("STOPPED", "UNINITIALIZED"):
+                props, applied = self._reload_bridge(bridge, props, new, changed, applied)
+            elif isinstance(bridge, JMSBridge):
                 log.info(
-                    "SIGHUP: bridge %s is %s and keeps its configuration (stop it, then send SIGHUP again)", name, state
+                    "SIGHUP: bridge %s is %s and keeps its configuration (stop it, then send SIGHUP again)",
+                    name,
+                    _value(bridge.state),
                 )
-                continue
-            candidate = _with_keys(props, new, prefix)
-            try:
-                config = load_bridge(candidate, name)
-            except (JMSException, ConfigError, OSError, ValueError) as exc:
-                log.error("SIGHUP: bridge %s keeps its configuration; its XML cannot be used:\n%s", name, exc)
-                continue
-            before = self.bridge_configs.get(name)
-            self.bridge_configs[name] = config
-            props, applied = candidate, applied | keys
-            self.protect_dmqs(config)
-            try:
-                bridge.reserve()
-            except JMSException as exc:
-                log.error("SIGHUP: bridge %s: %s", name, exc)
-            log.info(
-                "SIGHUP: bridge %s reloaded from %s: %s",
-                name,
-                config.source,
-                _config_changes(before, config, sorted(keys)),
-            )
-        for bridge in self.bridges.values():  # the properties now in force (only reloaded bridges' changed)
-            if isinstance(bridge, JMSBridge):
-                bridge.props = props
-        self.props = props
+        self._set_props(props)
+        applied |= self._reload_activelist(new, changed)
         waiting = sorted(changed - applied)
         if waiting:
             log.warning(
@@ -782,6 +773,111 @@ class BridgeServiceManager:
                 "service (or of their bridge, after another SIGHUP): %s",
                 ", ".join(waiting),
             )
+
+    def _set_props(self, props: BrokerProperties) -> None:
+        """The properties now in force, the JMS bridges' too."""
+        from .jmsbridge.bridge import JMSBridge
+
+        self.props = props
+        for bridge in self.bridges.values():
+            if isinstance(bridge, JMSBridge):
+                bridge.props = props
+
+    def _reload_log_levels(
+        self, props: BrokerProperties, new: BrokerProperties, changed: set[str]
+    ) -> tuple[BrokerProperties, set[str]]:
+        """imq.log.level (unless serve -loglevel set it) and each loaded bridge's
+        imq.bridge.<name>.level take effect now; the properties with them, and those keys."""
+        from .logfiles import level_name
+
+        applied = set[str]()
+        if "imq.log.level" in changed and self.service_log is not None:
+            level = new.get("imq.log.level")
+            if self.service_log.pinned:
+                log.warning(
+                    "SIGHUP: imq.log.level is %s, but serve -loglevel set the service log's level: it stays",
+                    level_name(level),
+                )
+            else:
+                self.service_log.set_level(level)
+                log.warning("SIGHUP: the service log is at level %s now (imq.log.level)", level_name(level))
+            props, applied = _with_keys(props, new, "imq.log.level"), applied | {"imq.log.level"}
+        for name, bridge in self.bridges.items():
+            key = _level_key(name)
+            set_log_level = getattr(bridge, "set_log_level", None)
+            if key not in changed or set_log_level is None:
+                continue
+            level = new.bridge(name).log_level
+            try:
+                set_log_level(logging.INFO if level is None else level)
+            except ConfigError as exc:  # its logging configuration file
+                log.error("SIGHUP: bridge %s keeps its log level: %s", name, exc)
+                continue
+            log.info("SIGHUP: bridge %s logs at level %s now (%s)", name, level_name(level or logging.INFO), key)
+            props, applied = _with_keys(props, new, key), applied | {key}
+        return props, applied
+
+    def _reload_bridge(
+        self, bridge: Any, props: BrokerProperties, new: BrokerProperties, changed: set[str], applied: set[str]
+    ) -> tuple[BrokerProperties, set[str]]:
+        """A stopped JMS bridge's properties and XML read again: the properties with its
+        keys, and the keys applied; a bridge whose XML cannot be used keeps what it had."""
+        from .jmsbridge.config import load_bridge
+
+        name = bridge.name
+        prefix = f"imq.bridge.{name}."
+        keys = {k for k in changed if k.startswith(prefix)}
+        candidate = _with_keys(props, new, prefix)
+        try:
+            config = load_bridge(candidate, name)
+        except (JMSException, ConfigError, OSError, ValueError) as exc:
+            log.error("SIGHUP: bridge %s keeps its configuration; its XML cannot be used:\n%s", name, exc)
+            return props, applied
+        before = self.bridge_configs.get(name)
+        self.bridge_configs[name] = config
+        self.protect_dmqs(config)
+        try:
+            bridge.reserve()
+        except JMSException as exc:
+            log.error("SIGHUP: bridge %s: %s", name, exc)
+        log.info(
+            "SIGHUP: bridge %s reloaded from %s: %s", name, config.source, _config_changes(before, config, sorted(keys))
+        )
+        return candidate, applied | keys
+
+    def _reload_activelist(self, new: BrokerProperties, changed: set[str]) -> set[str]:
+        """imq.bridge.activelist changed: bridges no longer listed are stopped and unloaded,
+        bridges new to it loaded (their properties as ``new`` has them) and, unless their
+        autostart is false, started. In an HA cluster the ownership table decides what runs
+        where: the change waits for a restart there. The keys applied."""
+        key = "imq.bridge.activelist"
+        if key not in changed or not self.props.enabled or self.cluster is not None:
+            return set()
+        gone = [n for n in self.bridges if n not in new.activelist]
+        added = [n for n in new.activelist if n not in self.bridges]
+        for name in gone:
+            bridge = self.bridges[name]
+            done = threading.Thread(target=_quietly(self._stop_bridge, name, bridge), name=f"stop:{name}")
+            done.start()
+            done.join(STOP_TIMEOUT)
+            if done.is_alive():
+                log.error("SIGHUP: bridge %s did not stop within %.0f s; unloaded anyway", name, STOP_TIMEOUT)
+            self.bridges = {k: v for k, v in self.bridges.items() if k != name}
+            self.bridge_configs.pop(name, None)
+            if self.host_broker is not None:
+                self.host_broker.release(name)
+            log.info("SIGHUP: bridge %s is no longer in %s: stopped and unloaded", name, key)
+        props = _with_keys(self.props, new, key)
+        for name in added:
+            props = _with_keys(props, new, f"imq.bridge.{name}.")
+        self._set_props(props)
+        self.activelist = props.activelist
+        loaded = self._load(added)
+        for name in loaded:
+            log.info("SIGHUP: bridge %s is new in %s: loaded", name, key)
+            if props.bridge(name).autostart:
+                self._start_bridge(self.bridges[name], report=True)
+        return {key} | {k for k in changed for n in added if k.startswith(f"imq.bridge.{n}.")}
 
     def stop(self) -> None:
         self._closing.set()
@@ -851,6 +947,10 @@ def _same_file(handle: IO[str], path: os.PathLike[str]) -> bool:
 
 def _value(state: Any) -> str:
     return getattr(state, "value", str(state))
+
+
+def _level_key(bridge: str) -> str:
+    return f"imq.bridge.{bridge}.level"
 
 
 def _with_keys(props: BrokerProperties, source: BrokerProperties, prefix: str) -> BrokerProperties:
@@ -935,9 +1035,11 @@ def _quietly(fn: Callable[..., Any], name: str, *args: Any) -> Callable[[], None
 class StompService:
     """The STOMP bridge as the service manages it: listed in the port mapper while started,
     logging to <instance>/bridges/stomp/log.txt while started (imq.bridge.stomp.logfile.*,
-    imq.bridge.stomp.level, or the logging configuration file's imq.bridge.stomp.level)."""
+    imq.bridge.stomp.level, or the logging configuration file's imq.bridge.stomp.level),
+    its buffered lines written every FLUSH_EVERY seconds."""
 
     type = "STOMP"
+    FLUSH_EVERY = 1.0
 
     def __init__(self, manager: BridgeServiceManager, name: str) -> None:
         from .stompbridge import StompBridge, StompConfig
@@ -956,6 +1058,7 @@ class StompService:
         )
         self._lock = threading.Lock()  # a start-up start, admin commands and stop() may meet
         self._log = stomp_log(manager.props)
+        self._flusher: tuple[threading.Thread, threading.Event] | None = None
 
     @property
     def state(self) -> str:
@@ -971,6 +1074,11 @@ class StompService:
 
         with self._lock:
             self._log.open()
+            if self._flusher is None:
+                halt = threading.Event()
+                thread = threading.Thread(target=self._flush, args=(halt,), daemon=True, name="stomp-log")
+                thread.start()
+                self._flusher = thread, halt
             self.bridge.start()
             for row in self.bridge.service_entries():
                 self._manager.portmapper.register(ServiceEntry(*row))
@@ -981,8 +1089,23 @@ class StompService:
             for row in self.bridge.service_entries():
                 self._manager.portmapper.unregister(row[0])
             self.bridge.stop()
+            if self._flusher is not None:
+                thread, halt = self._flusher
+                halt.set()
+                thread.join()
+                self._flusher = None
             self._log.close()
             return self.state
+
+    def _flush(self, halt: threading.Event) -> None:
+        """Write the log's buffered lines (below WARNING) every FLUSH_EVERY seconds: nothing
+        else writes them while the bridge runs."""
+        while not halt.wait(self.FLUSH_EVERY):
+            self._log.flush()
+
+    def set_log_level(self, level: int) -> None:
+        """imq.bridge.stomp.level changed (SIGHUP): it applies now."""
+        self._log.set_level(level)
 
     def info(self) -> dict[str, Any]:
         return {
@@ -1006,6 +1129,7 @@ def stomp_log(props: BrokerProperties) -> BridgeLog:
         bp.logfile_count,
         props.raw.get(LOGGING_CONFIG_PROPERTY),
         level=bp.log_level,
+        json_lines=props.get("imq.log.format") == "json",
     )
 
 

@@ -145,3 +145,29 @@ def test_the_cluster_compares_the_bridge_configuration_the_service_tells_it(post
         ]
     finally:
         a.leave()
+
+
+def test_two_instances_on_one_host_each_run_a_stomp_bridge_on_its_own_port(tmp_path, postgresql):
+    """Each instance's own imq.bridge.stomp.tcp.port. Before, a STOMP port set per instance
+    was refused ("set for this broker only"; every instance had to use the same one, so two
+    could not share a host)."""
+    import socket
+
+    from service_support import stomp_port
+
+    def free_port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return s.getsockname()[1]
+
+    cluster = Cluster(tmp_path, postgresql, {"jb1": host_xml("jb1")})
+    try:
+        ports = {brokerid: free_port() for brokerid in ("A", "B")}
+        running = [
+            cluster.start(brokerid, "jb1,stomp", f"imq.bridge.stomp.tcp.port={port}")
+            for brokerid, port in ports.items()
+        ]
+        assert [i.bridges.get("stomp") for i in running] == ["STARTED", "STARTED"], [i.lines for i in running]
+        assert [stomp_port(i) for i in running] == list(ports.values())
+    finally:
+        cluster.stop()

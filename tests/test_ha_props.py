@@ -72,9 +72,32 @@ def test_the_central_file_gives_the_bridges_and_keeps_them(tmp_path):
         "cluster.properties:4: imq.bridge.activelist is set in the cluster properties (imq.cluster.url); "
         "set it in each broker's own properties",
         "broker.properties:8: imq.bridge.jb.autostart is set for this broker only; in an HA cluster every "
-        "bridge property but imq.bridge.activelist belongs in the cluster properties (imq.cluster.url): "
-        "the same on every instance",
+        "bridge property but imq.bridge.activelist, imq.bridge.admin.* and the STOMP bridge's hostname and "
+        "ports belongs in the cluster properties (imq.cluster.url): the same on every instance",
     ]
+
+
+def test_an_instance_sets_its_own_stomp_port_over_the_central_files(tmp_path):
+    """Two instances on one host need two STOMP ports: an instance's own file (or -D) sets
+    imq.bridge.stomp.tcp.port over the central file's, and the bridge configuration the
+    instances must share leaves it out. Before, it was an error ("set for this broker
+    only") and a difference from every live member."""
+    from bridgemgr.props import bridge_configuration
+
+    (tmp_path / "cluster.properties").write_text("imq.bridge.enabled=true\nimq.bridge.stomp.tcp.port=0\n")
+    configs = []
+    for brokerid, port in (("b1", 7801), ("b2", 7802)):
+        own = tmp_path / f"{brokerid}.properties"
+        own.write_text(
+            f"imq.cluster.ha=true\nimq.cluster.clusterid=c1\nimq.brokerid={brokerid}\nimq.persist.store=jdbc\n"
+            f"{URL}\nimq.cluster.url=cluster.properties\nimq.bridge.activelist=stomp\n"
+            f"imq.bridge.stomp.tcp.port={port}\n"
+        )
+        props, problems = parse_properties([own], [f"imq.bridge.stomp.tls.port={port + 10}"], environ={})
+        assert messages(problems) == []
+        assert (props.stomp.tcp_port, props.stomp.tls_port) == (port, port + 10)
+        configs.append(bridge_configuration(props))
+    assert configs[0] == configs[1] == {"imq.bridge.enabled": "true"}
 
 
 def test_a_missing_central_file_is_named(tmp_path):
@@ -117,6 +140,35 @@ def test_the_central_file_may_be_served_over_http(tmp_path):
     finally:
         server.shutdown()
         server.server_close()
+
+
+def test_an_ha_instance_without_psycopg_names_the_extra(tmp_path, monkeypatch):
+    """Before, the service ended in a raw ModuleNotFoundError (the cluster code imported
+    psycopg itself); now serve says "the service cannot start: imq.cluster.ha needs psycopg:
+    pip install 'imqbridge[postgres]'"."""
+    import sys
+
+    import pytest
+
+    from bridgemgr.jms.errors import StoreError
+    from bridgemgr.props import load_properties
+    from bridgemgr.service import BridgeServiceManager
+
+    monkeypatch.setitem(sys.modules, "psycopg", None)  # as where it is not installed
+    props = load_properties(
+        [],
+        [
+            f"imq.varhome={tmp_path}",
+            "imq.cluster.ha=true",
+            "imq.cluster.clusterid=c1",
+            "imq.brokerid=b1",
+            "imq.persist.store=jdbc",
+            URL,
+        ],
+        environ={},
+    )
+    with pytest.raises(StoreError, match=r"imq\.cluster\.ha needs psycopg: pip install 'imqbridge\[postgres\]'"):
+        BridgeServiceManager(props).start()
 
 
 def test_a_conventional_cluster_is_refused_with_its_reason(tmp_path):

@@ -6,6 +6,9 @@ from __future__ import annotations
 import logging
 import re
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from bridgemgr.logfiles import Throttle
 
 
@@ -83,3 +86,58 @@ def test_a_console_nobody_reads_does_not_hold_up_the_threads_that_log():
     kept = [line for line in lines if line.startswith("line ")]
     left_out = int(re.search(r"\(([\d,]+) console line", lines[-1]).group(1).replace(",", ""))
     assert len(kept) + left_out == 3000
+
+
+def test_lines_about_different_names_are_not_merged_but_ids_and_numbers_are():
+    """The key is the formatted message: before, "jb1 is owned by B1" and "jb2 is owned by
+    B1" were one repeated line (the arguments with digits were left out of the key)."""
+    out = Collect()
+    throttle = Throttle([out], window=60)
+    for name in ("jb1", "jb2", "jb1"):
+        throttle.emit(_record("bridge %s is owned by broker %s: removed", name, "B1"))
+    for n in range(3):
+        throttle.emit(_record("link %s: message %s goes to the DMQ", "l1", f"ID:0a1b2c3d4e5f-{n}"))
+    assert out.lines == [
+        "bridge jb1 is owned by broker B1: removed",
+        "bridge jb2 is owned by broker B1: removed",
+        "link l1: message ID:0a1b2c3d4e5f-0 goes to the DMQ",
+    ]
+    throttle.close()
+
+
+NAMES = st.builds(
+    lambda word, n: word + (str(n) if n is not None else ""),
+    st.text("abjxyz", min_size=1, max_size=6),
+    st.none() | st.integers(0, 99),
+)
+
+
+@settings(max_examples=60)
+@given(NAMES, NAMES, st.integers(0, 10**9))
+def test_the_repeat_key_keeps_names_and_masks_numbers(a, b, n):
+    from bridgemgr.logfiles import repeat_key
+
+    line = "bridge {} moved {} messages to {}:" + str(n)
+    assert (repeat_key(line.format(a, n, "10.0.0.1")) == repeat_key(line.format(b, n + 1, "10.0.0.2"))) == (a == b)
+
+
+def test_third_party_lines_below_warning_pass_only_at_debug(tmp_path):
+    """pika's INFO lines (with object reprs) were 121 of 221 lines of a service log: a
+    third party's logger passes at WARNING and above, all of it at DEBUG."""
+    import io
+
+    from bridgemgr.logfiles import ServiceLogSettings, open_service_log
+
+    settings = ServiceLogSettings(tmp_path / "log.txt", logging.INFO, False, -1, -1)
+    service_log = open_service_log(settings, io.StringIO())
+    try:
+        logging.getLogger("pika.adapters.blocking").info("Created channel=%s", 1)
+        logging.getLogger("pika.adapters.blocking").warning("Connection lost")
+        logging.getLogger("bridgemgr.service").info("bridge jb started")
+        service_log.set_level(logging.DEBUG)
+        logging.getLogger("pika.adapters.blocking").info("Created channel=%s", 2)
+    finally:
+        service_log.close()
+    text = (tmp_path / "log.txt").read_text()
+    assert "channel=1" not in text
+    assert "Connection lost" in text and "bridge jb started" in text and "channel=2" in text

@@ -15,6 +15,7 @@ import sysconfig
 import tomllib
 import zipfile
 from pathlib import Path
+from urllib.parse import urlparse
 
 import pytest
 
@@ -309,6 +310,25 @@ def _command(instructions: list[tuple[str, str]]) -> list[str]:
     return json.loads(_values(instructions, "ENTRYPOINT")[-1]) + json.loads(_values(instructions, "CMD")[-1])
 
 
+def _healthcheck(instructions: list[tuple[str, str]]) -> tuple[dict[str, str], list[str]]:
+    """The HEALTHCHECK's options (--interval=30s -> interval: 30s) and its exec-form command."""
+    options, _, command = _values(instructions, "HEALTHCHECK")[-1].partition("CMD ")
+    return dict(o[2:].split("=", 1) for o in options.split()), json.loads(command)
+
+
+def test_the_containerfile_checks_health_on_the_exposed_metrics_port():
+    instructions = containerfile()
+    options, command = _healthcheck(instructions)
+    assert set(options) == {"interval", "timeout", "start-period", "retries"}
+    assert command[:2] == ["python", "-c"]  # the venv's python: the slim image has no curl
+    url = re.search(r"'(http://127\.0\.0\.1:(\d+)/healthz)'", command[2])
+    assert url, command
+    exposed = {int(p) for args in _values(instructions, "EXPOSE") for p in args.split()}
+    serve = _command(instructions)
+    assert f"imq.metrics.port={url.group(2)}" in serve and "imq.metrics.host=0.0.0.0" in serve
+    assert int(url.group(2)) in exposed
+
+
 def test_the_containerfile_runs_unprivileged_with_its_var_dir_as_a_volume():
     instructions = containerfile()
     assert _values(instructions, "FROM") == ["python:3.11-slim"]
@@ -415,6 +435,10 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
         "imq.bridge.admin.port=0",
         "-D",
         "imq.jms.tcp.port=0",
+        "-D",
+        "imq.metrics.port=0",
+        "-D",
+        "imq.metrics.host=127.0.0.1",
     ]
     serve = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=home)
     lines: list[str] = []
@@ -424,9 +448,15 @@ def test_the_wheel_serves_the_demo_from_a_fresh_venv(tmp_path):
             lines.append(line.rstrip())
             if "Running" in line:
                 break
+        # the HEALTHCHECK's command, run by the venv's python, on the port the service took
+        metrics = next(line.split()[1] for line in lines if line.startswith("metrics: "))
+        _, health = _healthcheck(instructions)
+        health = [str(python), health[1], re.sub(r"127\.0\.0\.1:\d+", urlparse(metrics).netloc, health[2])]
+        assert subprocess.run(health, capture_output=True, timeout=30, env=env).returncode == 0
     finally:
         serve.send_signal(signal.SIGTERM)
         lines += serve.communicate(timeout=60)[0].splitlines()
+    assert subprocess.run(health, capture_output=True, timeout=30, env=env).returncode != 0  # nothing listens
     text = "\n".join(lines)
     assert (
         "demo: sent 1000 persistent orders to demo.in; the JMS bridge 'demo' moved 1000 to demo.out (last: 'ORDER 999')"

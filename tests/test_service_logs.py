@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from bridgemgr.jms import DeliveryMode
-from service_support import Daemon, cli, one_bridge_files, send, take
+from service_support import Daemon, cli, one_bridge_files, send, stomp_port, take
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
@@ -113,8 +113,17 @@ def test_the_service_log_rolls_over_by_size_and_loglevel_quietens_the_console(tm
 
 
 def test_json_format_is_one_object_per_line_with_bridge_and_link(tmp_path):
+    """Every log the service writes: log.txt, the console and the bridges' own files (before,
+    a bridge's file, with its per-message lines, stayed text)."""
     daemon = serve(tmp_path, "imq.log.format=json")
-    console = stopped(daemon)
+    try:
+        send(daemon, PASSWORD, "logs.src", "one")
+        assert len(take(daemon, PASSWORD, "logs.dst", expect=1, quiet=0.2)) == 1
+    finally:
+        console = stopped(daemon)
+    in_bridge_log = [json.loads(line) for line in (instance(tmp_path) / "bridges" / "jb" / "log.txt").open()]
+    moved = next(e for e in in_bridge_log if "transferred message" in e["message"])
+    assert moved["bridge"] == "jb" and moved["link"] == "l1" and moved["logger"].startswith("imq.bridge.jb")
     entries = [json.loads(line) for line in (instance(tmp_path) / "log" / "log.txt").read_text().splitlines()]
     assert entries and all({"time", "level", "logger", "message"} <= e.keys() for e in entries)
     connected = next(e for e in entries if "connected" in e["message"])
@@ -228,3 +237,29 @@ def test_the_stomp_bridge_logs_to_its_own_file(tmp_path):
     assert re.search(r" DEBUG STOMP session stomp-\d+: connection from 127\.0\.0\.1", text)  # FINE
     assert all(mode(f) == 0o600 for f in folder.iterdir()) and os.stat(folder).st_mode & 0o077 == 0
     assert not [line for line in console if "STOMP session" in line], console
+
+
+def test_the_stomp_bridge_log_is_written_again_after_stop_and_start(tmp_path):
+    """stop bridge -t STOMP, start bridge -t STOMP: the bridge's lines go on to
+    bridges/stomp/log.txt. Before, the file took no line after the restart."""
+    props, passfile = one_bridge_files(
+        tmp_path,
+        "logs",
+        XML.format(target=""),
+        PASSWORD,
+        "imq.bridge.activelist=jb,stomp",
+        "imq.bridge.stomp.tcp.port=0",
+        "imq.bridge.stomp.level=FINE",
+    )
+    daemon = Daemon(props)
+    stomp_log = instance(tmp_path) / "bridges" / "stomp" / "log.txt"
+    try:
+        for step in ("stop", "start"):
+            r = cli(daemon, passfile, step, "bridge", "-t", "STOMP")
+            assert r.returncode == 0, r.stdout + r.stderr
+        with socket.create_connection(("127.0.0.1", stomp_port(daemon)), timeout=10) as sock:
+            sock.sendall(b"NOT-A-FRAME\n\n\x00")
+            assert sock.recv(4096).startswith(b"ERROR")
+        wait_for(lambda: "connection from 127.0.0.1" in stomp_log.read_text(), 10, "the STOMP log after a restart")
+    finally:
+        stopped(daemon)

@@ -49,6 +49,7 @@ def test_shipped_transformers_load_by_their_name_and_their_old_names():
     assert "transformers" not in sys.modules
 
 
+@pytest.mark.slow
 def test_an_old_name_that_is_not_shipped_names_the_new_package():
     with pytest.raises(
         JMSException,
@@ -135,6 +136,66 @@ def test_uppercase_keeps_the_read_only_original():
     msg = received(TextMessage("abc"))
     out, _ = run(load_transformer("transformers.uppercase.UppercaseTransformer"), msg)
     assert out.text == "ABC" and msg.text == "abc"
+
+
+def stomp_bytes(body: bytes, content_type: str | None, prop: str = "JMS_STOMP_CONTENT_TYPE") -> BytesMessage:
+    """What the STOMP bridge makes of a SEND with content-length (stomp.py's default)."""
+    msg = BytesMessage(body)
+    msg.set_int_property("n", 7)
+    if content_type is not None:
+        msg.set_string_property(prop, content_type)
+    return received(msg)
+
+
+@pytest.mark.parametrize(
+    "content_type, prop, body, upper",
+    [
+        ("text/plain", "JMS_STOMP_CONTENT_TYPE", b"order 1", b"ORDER 1"),
+        (
+            "Text/Plain; charset=ISO-8859-1",
+            "JMS_STOMP_CONTENT_TYPE",
+            "café".encode("latin-1"),
+            "CAFÉ".encode("latin-1"),
+        ),
+        ('text/plain;charset="utf-8"', "JMS_AMQP_CONTENT_TYPE", "straße".encode(), b"STRASSE"),
+    ],
+)
+def test_uppercase_reads_a_text_plain_bytes_message_as_text(content_type, prop, body, upper):
+    msg = stomp_bytes(body, content_type, prop)
+    out, _ = run(load_transformer("transformers.uppercase.UppercaseTransformer"), msg)
+    assert isinstance(out, BytesMessage) and out.get_body() == upper
+    assert out.get_string_property(prop) == content_type and out.get_int_property("n") == 7
+    assert msg.get_body() == body  # the read-only original is kept
+
+
+@pytest.mark.parametrize("content_type", [None, "application/octet-stream", "text/html", "text/plainish"])
+def test_uppercase_leaves_other_bytes_messages_alone(content_type):
+    msg = stomp_bytes(b"\x00abc", content_type)
+    out, _ = run(load_transformer("transformers.uppercase.UppercaseTransformer"), msg)
+    assert out is msg and out.get_body() == b"\x00abc"
+
+
+@pytest.mark.parametrize(
+    "content_type, body, error",
+    [
+        ("text/plain", b"\xff\xfe", "a text/plain body that is not utf-8"),
+        ("text/plain; charset=ISO-8859-1", "ÿ".encode("latin-1"), "cannot be encoded as ISO-8859-1"),
+        ("text/plain; charset=klingon", b"abc", "unknown charset 'klingon'"),
+    ],
+)
+def test_uppercase_fails_on_a_text_plain_body_it_cannot_read(content_type, body, error):
+    with pytest.raises(MessageFormatException, match=error):
+        run(load_transformer("transformers.uppercase.UppercaseTransformer"), stomp_bytes(body, content_type))
+
+
+@pytest.mark.slow
+@given(st.text())
+@settings(max_examples=100)
+def test_uppercase_of_utf8_text_plain_bytes_is_the_texts_upper_case(text):
+    out, _ = run(
+        load_transformer("transformers.uppercase.UppercaseTransformer"), stomp_bytes(text.encode(), "text/plain")
+    )
+    assert out.get_body() == text.upper().encode()
 
 
 # --- header mapping ------------------------------------------------------------------------------------
@@ -233,6 +294,7 @@ def test_content_router_bad_routes(props, match):
 CHARSETS = ["UTF-8", "UTF-16", "ISO-8859-1", "cp1252", "Shift_JIS"]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(max_size=80), charset=st.sampled_from(CHARSETS))
 def test_text_bytes_round_trip(text, charset):

@@ -38,6 +38,7 @@ def test_passwords_are_stored_only_as_salted_slow_hashes(repo):
     assert stat.S_IMODE(os.stat(repo.path).st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_authenticate(repo):
     repo.add("alice", "pw", "admin")
     assert repo.authenticate("alice", "pw").group == "admin"
@@ -73,6 +74,7 @@ def test_add_delete_list_and_their_errors(repo):
     assert [u.name for u in repo.users()] == ["b"]
 
 
+@pytest.mark.slow
 def test_concurrent_edits_lose_nothing(repo):
     threads = [threading.Thread(target=repo.add, args=(f"u{i}", "pw")) for i in range(8)]
     for t in threads:

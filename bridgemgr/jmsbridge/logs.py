@@ -19,7 +19,7 @@ import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from ..logfiles import LineFormatter, RotatingFile
+from ..logfiles import RotatingFile, formatter
 from ..private import private_dir
 from ..props import LOG_LEVELS, REDACTED, ConfigError, Problem, read_properties_file, shorten
 
@@ -88,7 +88,9 @@ class BridgeLog:
         config_file: str | Path | None = None,
         secrets: Iterable[str] = (),
         level: int | None = None,
+        json_lines: bool = False,
     ) -> None:
+        """``json_lines``: the file as JSON lines (imq.log.format=json), as the service log."""
         self.bridge = bridge
         self.directory = directory
         self.limit = limit
@@ -96,6 +98,7 @@ class BridgeLog:
         self.config_file = config_file
         self.secrets = [s for s in secrets if s]
         self.level = DEFAULT_LEVEL if level is None else level  # imq.bridge.<name>.level
+        self.json_lines = json_lines
         self.logger = logging.getLogger(logger_name(bridge))
         self._handler: logging.Handler | None = None
         self._filter: _Redact | None = None
@@ -107,24 +110,34 @@ class BridgeLog:
     def open(self) -> logging.Logger:
         """Attach the file (and the configured levels); the logger to log to."""
         self.close()
-        prefix = logger_name(self.bridge)
-        levels = read_levels(self.config_file) if self.config_file else {}
-        self.logger.setLevel(levels.get(prefix, self.level))
-        for name, level in levels.items():
-            if name.startswith(prefix + "."):
-                logging.getLogger(name).setLevel(level)
+        self._apply_levels()
         if self.secrets:
             self._filter = _Redact(self.secrets)
             self.logger.addFilter(self._filter)
         if self.path is not None:
             private_dir(self.path.parent)
             handler = RotatingFile(self.path, self.limit, self.count, buffered=True, report=log)
-            handler.setFormatter(LineFormatter(FORMAT))
+            handler.setFormatter(formatter(self.json_lines, FORMAT))
             if self._filter is not None:  # records of child loggers reach the handler only
                 handler.addFilter(self._filter)
             self.logger.addHandler(handler)
             self._handler = handler
         return self.logger
+
+    def _apply_levels(self) -> None:
+        """The logging configuration file's levels, else ``level``, on the bridge's loggers."""
+        prefix = logger_name(self.bridge)
+        levels = read_levels(self.config_file) if self.config_file else {}
+        self.logger.setLevel(levels.get(prefix, self.level))
+        for name, level in levels.items():
+            if name.startswith(prefix + "."):
+                logging.getLogger(name).setLevel(level)
+
+    def set_level(self, level: int) -> None:
+        """imq.bridge.<name>.level changed (SIGHUP): it applies now; the logging
+        configuration file's level for the bridge, when it has one, still wins."""
+        self.level = level
+        self._apply_levels()
 
     def flush(self) -> None:
         """Write the buffered lines (the bridge's housekeeping calls this every second)."""

@@ -15,6 +15,7 @@ Design notes: docs/spark.md#internals-sparksessionpy.
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import sys
 from collections.abc import Iterable, Iterator, Mapping
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 
     from ..props import BrokerProperties
     from .jvmlog import SparkLog
+
+log = logging.getLogger(__name__)
 
 DEFAULT_MASTER = "local[*]"
 DEFAULTS: Mapping[str, str] = {
@@ -208,38 +211,59 @@ def executor_count(spark: SparkSession) -> int:
     return int(spark.sparkContext._jsc.sc().getExecutorMemoryStatus().size()) - 1
 
 
-# what ship_plugins gave this process's SparkContext (by application id): file -> mtime
-_shipped: dict[tuple[str, str], float] = {}
+# what ship_plugins gave this process's SparkContext (by application id): the name Spark
+# knows a file by -> (the path it came from, its mtime)
+_shipped: dict[tuple[str, str], tuple[str, float]] = {}
 
 
 def ship_plugins(spark: SparkSession, folders: Iterable[str | os.PathLike[str]]) -> list[str]:
     """addPyFile every module (*.py), archive (*.zip, *.egg) and package (a folder with
     __init__.py, zipped) in ``folders``, so that the executors import the transformers the
-    service loads from there; the files shipped (a file already shipped unchanged is not
-    shipped again: Spark refuses a second, different file of the same name)."""
+    service loads from there; the files shipped. Spark knows a file by its name and
+    refuses a second one of that name from another path, so a module in two folders is
+    shipped once, from the first folder (the one the service's import finds), and a file
+    already shipped unchanged is not shipped again."""
     import shutil
     import tempfile
 
     from ..private import private_dir
 
+    app = spark.sparkContext.applicationId
     shipped = []
+    seen: set[str] = set()  # modules and file names found in a folder before
     for folder in (Path(f) for f in folders):
         if not folder.is_dir():
             continue
-        for entry in sorted(folder.iterdir()):
+        for entry in sorted(folder.iterdir()):  # a package "x" before a module "x.py", as import
             if entry.is_dir() and (entry / "__init__.py").is_file():
+                module, name = entry.name, f"{entry.name}.zip"
+            elif entry.suffix in (".py", ".zip", ".egg") and entry.is_file():
+                module, name = (entry.stem if entry.suffix == ".py" else ""), entry.name
+            else:
+                continue
+            if name in seen or module in seen:
+                log.info("plugin %s is not shipped to Spark: %s was found before it", entry, module or name)
+                continue
+            seen |= {name} | ({module} if module else set())
+            if entry.is_dir():
                 staging = Path(tempfile.gettempdir()) / f"imqbridge-plugins-{os.getpid()}"
                 private_dir(staging)
                 path = shutil.make_archive(str(staging / entry.name), "zip", folder, entry.name)
                 mtime = max(p.stat().st_mtime for p in entry.rglob("*"))
-            elif entry.suffix in (".py", ".zip", ".egg") and entry.is_file():
-                path, mtime = str(entry), entry.stat().st_mtime
             else:
+                path, mtime = str(entry), entry.stat().st_mtime
+            before = _shipped.get((app, name))
+            if before == (str(entry), mtime):
                 continue
-            key = (spark.sparkContext.applicationId, path)
-            if _shipped.get(key) == mtime:
+            if before is not None and before[0] != str(entry):
+                log.warning(
+                    "plugin %s is not shipped to Spark: its session has %s from %s (restart the service to change it)",
+                    entry,
+                    name,
+                    before[0],
+                )
                 continue
             spark.sparkContext.addPyFile(path)
-            _shipped[key] = mtime
+            _shipped[(app, name)] = (str(entry), mtime)
             shipped.append(path)
     return shipped

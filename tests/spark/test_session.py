@@ -5,7 +5,10 @@ from __future__ import annotations
 import importlib.util
 import struct
 import sys
+import uuid
 from pathlib import Path
+
+import pytest
 
 import bridgemgr
 from bridgemgr.props import load_properties
@@ -142,3 +145,21 @@ def test_executor_workers_fork_from_our_daemon(spark):
 
     found = set(spark.sparkContext.parallelize(range(2), 2).map(probe).collect())
     assert found == {(True, True, True)}
+
+
+@pytest.mark.slow
+def test_a_module_in_two_plugin_folders_is_shipped_once_from_the_first(spark, tmp_path):
+    """The same transformer module in $IMQ_BRIDGE_TRANSFORMER_PATH and lib/ext: before, the
+    second addPyFile failed ("File x.py was already registered with a different path") and
+    the link did not start. Now the first folder's file goes, the one the service imports."""
+    from bridgemgr.spark.session import ship_plugins
+
+    module = f"plugin_{uuid.uuid4().hex[:8]}"
+    folders = [tmp_path / "env", tmp_path / "lib" / "ext"]
+    for folder in folders:
+        folder.mkdir(parents=True)
+        (folder / f"{module}.py").write_text(f"WHERE = {folder.name!r}\n")
+    assert ship_plugins(spark, folders) == [str(folders[0] / f"{module}.py")]
+    assert ship_plugins(spark, folders) == []  # shipped already, unchanged
+    found = spark.sparkContext.parallelize(range(2), 2).map(lambda _: __import__(module).WHERE).collect()
+    assert found == ["env", "env"]

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ...extras import require
 from ...jms.errors import StoreError
 from ...props import BrokerProperties
 from .pgstore import Fence, JdbcSettings, PostgresDatabase, close_quietly, jdbc_settings, loaded_key, schema_name
@@ -168,6 +169,7 @@ class HACluster:
         self._address: str | None = None
         self._config: dict[str, str] = {}
         self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
+        self.holding = False  # we hold our lease (a member, renewed in time): imq_ha_lease_held
         self._lost: Callable[[str | None], None] | None = None  # start()'s
         self._replaced = False  # lost(reason) was called: this process ends
         self._replaced_lock = threading.Lock()
@@ -237,7 +239,7 @@ class HACluster:
     # --- the database -------------------------------------------------------------------
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
         """``work(cursor)`` in one transaction; a failed one drops the connection."""
-        import psycopg
+        (psycopg,) = require("imq.cluster.ha", "psycopg", error=StoreError)  # not installed: which extra
 
         with self._lock:
             try:
@@ -380,6 +382,7 @@ class HACluster:
         our lease is ours still, and we own these."""
         wanted = list(activelist)
         self._lost = lost
+        self.holding = True  # join() made us a member
         self._thread = threading.Thread(
             target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
         )
@@ -392,6 +395,7 @@ class HACluster:
             if self._replaced:
                 return
             self._replaced = True
+        self.holding = False
         self._halt.set()
         if self._lost is not None:
             self._lost(reason)
@@ -404,24 +408,23 @@ class HACluster:
         wanted: list[str],
     ) -> None:
         renewed = time.monotonic()
-        holding = True
         while not self._halt.wait(self.settings.heartbeat):
             try:
                 if not self.renew():
                     self.replaced(self._replacement())
                     return
                 renewed = time.monotonic()
-                if not holding:
+                if not self.holding:
                     rejoined(self.claim(wanted))
-                    holding = True
+                    self.holding = True
                     continue
                 taken = self.take_over()
                 if taken is not None:
                     took_over(*taken)
             except (StoreError, ClusterError) as exc:
                 log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
-                if holding and time.monotonic() - renewed > self.settings.monitor:
-                    holding = False
+                if self.holding and time.monotonic() - renewed > self.settings.monitor:
+                    self.holding = False
                     log.error(
                         "HA cluster %s: broker %s could not renew its lease for %g s; stopping its bridges",
                         self.settings.clusterid,
@@ -600,6 +603,7 @@ class HACluster:
         """A clean stop: our lease expires now, so that a live instance takes our bridges
         over at its next heart-beat (as after a failure)."""
         self.halt()
+        self.holding = False
         try:
             self._transaction(
                 lambda cur: cur.execute(
