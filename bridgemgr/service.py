@@ -406,6 +406,8 @@ class BridgeServiceManager:
             self.cluster = open_cluster(
                 self.props, f"{socket.gethostname()} pid {os.getpid()}", bridge_configuration(self.props)
             )
+            if self.cluster is not None:  # renewed from now: a slow start is no lapse
+                self.cluster.keep_alive()
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
                 self.activelist = tuple(

@@ -45,7 +45,7 @@ _DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tabl
 _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {BROKERS}(brokerid TEXT PRIMARY KEY, state TEXT NOT NULL, "
     "generation BIGINT NOT NULL, lease_expires TIMESTAMPTZ NOT NULL, address TEXT, "
-    "taken_by TEXT, config TEXT NOT NULL)",
+    "taken_by TEXT, config TEXT NOT NULL, urls TEXT)",
     f"CREATE TABLE IF NOT EXISTS {BRIDGES}(bridge TEXT PRIMARY KEY, owner TEXT NOT NULL, "
     "since TIMESTAMPTZ NOT NULL DEFAULT now())",
     # The same table xa/sqllog.py creates, made here first so that the fence can guard it.
@@ -54,9 +54,10 @@ _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {EXCUSES}(bridge TEXT NOT NULL, link TEXT NOT NULL, "
     "message_id TEXT NOT NULL, excused INTEGER NOT NULL, seq BIGSERIAL NOT NULL, "
     "PRIMARY KEY (bridge, link, message_id))",
-    # where clients reach an instance (mq:// URLs), told to those whose broker it took over
-    f"ALTER TABLE {BROKERS} ADD COLUMN IF NOT EXISTS urls TEXT",
 )
+# where clients reach an instance (mq:// URLs), told to those whose broker it took over: a
+# table made before has no such column (ALTER only then: it locks the table out for all)
+_URLS = f"ALTER TABLE {BROKERS} ADD COLUMN urls TEXT"
 MAX_CHAIN = 16  # takeovers followed from a broker to the one serving its store now
 
 
@@ -132,6 +133,8 @@ def store_settings(props: BrokerProperties, generation: int | None = None) -> Jd
     ha = cluster_settings(props)
     if ha is None:
         return jdbc_settings(props, props.get("imq.instancename"))
+    if generation is None:  # (its every write would be fenced)
+        raise StoreError(f"HA broker {ha.brokerid}: its store opens only after it joined its cluster")
     table = f'"{ha.jdbc.schema}".{BROKERS}'
     return dataclasses.replace(
         ha.jdbc,
@@ -171,7 +174,10 @@ class HACluster:
         self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
         self.holding = False  # we hold our lease (a member, renewed in time): imq_ha_lease_held
         self._lost: Callable[[str | None], None] | None = None  # start()'s
-        self._replaced = False  # lost(reason) was called: this process ends
+        # start()'s took_over, rejoined and the activelist: None while the service starts
+        self._callbacks: tuple[Callable[[str, list[str]], None], Callable[[list[str]], None], list[str]] | None = None
+        self._replaced = False  # our generation was replaced: this process ends
+        self._reason = ""  # ... what replaced it
         self._replaced_lock = threading.Lock()
 
     @property
@@ -268,6 +274,13 @@ class HACluster:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for statement in (*_TABLES, *_fence_ddl(schema)):
                 cur.execute(statement)
+            cur.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "AND column_name = 'urls'",
+                (schema, BROKERS),
+            )
+            if cur.fetchone() is None:
+                cur.execute(_URLS)
 
         self._transaction(create)
 
@@ -380,13 +393,22 @@ class HACluster:
         process of our broker id, which the reason says: this process must end, called once,
         also when a store write finds it first); ``rejoined(bridges)``: the database is back,
         our lease is ours still, and we own these."""
-        wanted = list(activelist)
-        self._lost = lost
-        self.holding = True  # join() made us a member
-        self._thread = threading.Thread(
-            target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
-        )
-        self._thread.start()
+        self._callbacks = (took_over, rejoined, list(activelist))
+        with self._replaced_lock:
+            self._lost = lost
+            told = self._replaced
+        self.holding = not told  # join() made us a member
+        if told:  # replaced while the service started: it ends now
+            lost(self._reason)
+        self.keep_alive()
+
+    def keep_alive(self) -> None:
+        """Renew the lease from now on, on a thread of its own (the service's start, between
+        join and start(), may take longer than a monitor interval); takeovers and the
+        callbacks begin with start()."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, daemon=True, name="ha-heartbeat")
+            self._thread.start()
 
     def replaced(self, reason: str) -> None:
         """Our generation is another's now (the heart-beat or a fenced store write found it):
@@ -394,19 +416,13 @@ class HACluster:
         with self._replaced_lock:
             if self._replaced:
                 return
-            self._replaced = True
+            self._replaced, self._reason, lost = True, reason, self._lost
         self.holding = False
         self._halt.set()
-        if self._lost is not None:
-            self._lost(reason)
+        if lost is not None:
+            lost(reason)
 
-    def _beat(
-        self,
-        took_over: Callable[[str, list[str]], None],
-        lost: Callable[[str | None], None],
-        rejoined: Callable[[list[str]], None],
-        wanted: list[str],
-    ) -> None:
+    def _beat(self) -> None:
         renewed = time.monotonic()
         while not self._halt.wait(self.settings.heartbeat):
             try:
@@ -414,6 +430,10 @@ class HACluster:
                     self.replaced(self._replacement())
                     return
                 renewed = time.monotonic()
+                callbacks = self._callbacks
+                if callbacks is None:  # (the service is starting)
+                    continue
+                took_over, rejoined, wanted = callbacks
                 if not self.holding:
                     rejoined(self.claim(wanted))
                     self.holding = True
@@ -423,7 +443,8 @@ class HACluster:
                     took_over(*taken)
             except (StoreError, ClusterError) as exc:
                 log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
-                if self.holding and time.monotonic() - renewed > self.settings.monitor:
+                lost = self._lost
+                if self.holding and lost is not None and time.monotonic() - renewed > self.settings.monitor:
                     self.holding = False
                     log.error(
                         "HA cluster %s: broker %s could not renew its lease for %g s; stopping its bridges",
