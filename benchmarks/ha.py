@@ -41,8 +41,9 @@ from benchcommon import postgresql
 
 from bridgemgr import connect
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue, TextMessage
-from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml, wait_for
+from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml
 from service_support import Daemon, cli, one_bridge_files
+from waiting import wait_for
 
 EMPTY = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
@@ -178,7 +179,7 @@ def drain_rate(instance: Daemon, passfile: Path, bridge: str, source: str, targe
         start = time.monotonic()
         r = cli(instance, passfile, "start", "bridge", "-bn", bridge)
         assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(lambda: len(arrivals.seen) >= n, 600, 0.05)
+        wait_for(lambda: len(arrivals.seen) >= n, 600, interval=0.05)
         return n / (arrivals.seen[n - 1][0] - start)
     finally:
         arrivals.close()
