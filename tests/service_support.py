@@ -201,3 +201,35 @@ class Stomp:
 def stomp_port(daemon: Daemon) -> int:
     host, port = daemon.address.split(":")
     return find_service(host, int(port), ("stomp",)).port
+
+
+# A transformer that fails a message whose text starts with "bad" (module failonbad, for a
+# plugin folder), and a bridge jb whose link l1 moves PREFIX.src to PREFIX.dst through it,
+# a transform failure consumed without transfer: the DMQ gets the bad ones.
+FAIL_ON_BAD = """
+from bridgemgr.transform import MessageTransformer
+
+
+class FailOnBad(MessageTransformer):
+    def transform(self, message, *args):
+        if message.text.startswith("bad"):
+            raise ValueError("bad message")
+        return message
+"""
+
+
+def fail_on_bad_bridge(prefix: str) -> str:
+    """The bridge XML of jb: link l1 from ``prefix``.src to ``prefix``.dst through FailOnBad."""
+    return f"""<?xml version="1.0" encoding="UTF-8"?>
+<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
+<jmsbridge name="jb">
+  <link name="l1" transacted="false">
+    <source connection-factory-ref="host" destination-ref="src"/>
+    <target connection-factory-ref="host" destination-ref="dst"
+            message-transformer-class="failonbad.FailOnBad" consume-no-transfer-on-transform-error="true"/>
+  </link>
+  <connection-factory ref-name="host"/>
+  <destination ref-name="src" name="{prefix}.src"/>
+  <destination ref-name="dst" name="{prefix}.dst"/>
+</jmsbridge>
+"""

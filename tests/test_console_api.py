@@ -21,6 +21,7 @@ from bridgemgr.admin.portmapper import find_service
 from bridgemgr.admin.protocol import Command
 from bridgemgr.guard import LoginThrottle, ThrottleSettings
 from bridgemgr.jms import Queue, TextMessage
+from service_support import FAIL_ON_BAD
 from waiting import wait_for
 
 # a real service (its start takes a second or two): the slow tier
@@ -34,16 +35,6 @@ LOGIN_TIMEOUT = 3
 THROTTLE = ThrottleSettings(base_delay=0.1, max_delay=0.8)
 JSON = {"Content-Type": "application/json"}
 
-FAIL_ON_BAD = """
-from bridgemgr.transform import MessageTransformer
-
-
-class FailOnBad(MessageTransformer):
-    def transform(self, message, *args):
-        if message.text.startswith("bad"):
-            raise ValueError("bad message")
-        return message
-"""
 XML = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
 <jmsbridge name="jb">

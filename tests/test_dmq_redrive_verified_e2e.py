@@ -23,36 +23,14 @@ from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
 from bridgemgr.jmsbridge.dmq import DMQ_MARKER, DeadLetter, dmq_message
 from bridgemgr.jmsbridge.pipeline import DMQReason
 from bridgemgr.users import UserRepository
-from service_support import ROOT, Daemon, one_bridge_files, send, take
+from service_support import FAIL_ON_BAD, ROOT, Daemon, fail_on_bad_bridge, one_bridge_files, send, take
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
 PASSWORD = "Redrive-Secret-1"
 MALLORY = ("mallory", "Mallory-Pw-1")
-FAIL_ON_BAD = """
-from bridgemgr.transform import MessageTransformer
-
-
-class FailOnBad(MessageTransformer):
-    def transform(self, message, *args):
-        if message.text.startswith("bad"):
-            raise ValueError("bad message")
-        return message
-"""
-XML = """<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
-<jmsbridge name="jb">
-  <link name="l1" transacted="false">
-    <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="host" destination-ref="dst"
-            message-transformer-class="failonbad.FailOnBad" consume-no-transfer-on-transform-error="true"/>
-  </link>
-  <connection-factory ref-name="host"/>
-  <destination ref-name="src" name="rd.src"/>
-  <destination ref-name="dst" name="rd.dst"/>
-</jmsbridge>
-"""
+XML = fail_on_bad_bridge("rd")
 
 
 @pytest.fixture(scope="module")

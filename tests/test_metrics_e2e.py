@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from bridgemgr.admin.portmapper import lookup_services
 from bridgemgr.users import UserRepository
-from service_support import Daemon, cli, one_bridge_files, send
+from service_support import FAIL_ON_BAD, Daemon, cli, fail_on_bad_bridge, one_bridge_files, send
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -29,29 +29,7 @@ PASSWORD = "Metrics-Secret-1"
 MALLORY = ("mallory", "Mallory-Pw-1")  # an ordinary user of the broker
 PROM = ("prom", "Prom-Scraper-Pw-1")  # group user, named in imq.metrics.users
 MAX_CONNECTIONS = 3
-FAIL_ON_BAD = """
-from bridgemgr.transform import MessageTransformer
-
-
-class FailOnBad(MessageTransformer):
-    def transform(self, message, *args):
-        if message.text.startswith("bad"):
-            raise ValueError("bad message")
-        return message
-"""
-XML = """<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
-<jmsbridge name="jb">
-  <link name="l1" transacted="false">
-    <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="host" destination-ref="dst"
-            message-transformer-class="failonbad.FailOnBad" consume-no-transfer-on-transform-error="true"/>
-  </link>
-  <connection-factory ref-name="host"/>
-  <destination ref-name="src" name="mx.src"/>
-  <destination ref-name="dst" name="mx.dst"/>
-</jmsbridge>
-"""
+XML = fail_on_bad_bridge("mx")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from urllib.parse import urlparse
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from service_support import Daemon, one_bridge_files, send
+from service_support import FAIL_ON_BAD, Daemon, fail_on_bad_bridge, one_bridge_files, send
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -34,29 +34,7 @@ PASSWORD = "Monitoring-Secret-1"
 HA_ONLY = {"imq_ha_lease_held"}  # series an instance of an HA cluster adds
 TARGET_LABELS = {"job", "instance"}  # what Prometheus adds to every series it scrapes
 CHECKED = re.compile(r"\b((?:imq|process|python)_[A-Za-z0-9_:]*)\b(\s*\{[^}]*\})?")
-FAIL_ON_BAD = """
-from bridgemgr.transform import MessageTransformer
-
-
-class FailOnBad(MessageTransformer):
-    def transform(self, message, *args):
-        if message.text.startswith("bad"):
-            raise ValueError("bad message")
-        return message
-"""
-XML = """<?xml version="1.0" encoding="UTF-8"?>
-<!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
-<jmsbridge name="jb">
-  <link name="l1" transacted="false">
-    <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="host" destination-ref="dst"
-            message-transformer-class="failonbad.FailOnBad" consume-no-transfer-on-transform-error="true"/>
-  </link>
-  <connection-factory ref-name="host"/>
-  <destination ref-name="src" name="mon.src"/>
-  <destination ref-name="dst" name="mon.dst"/>
-</jmsbridge>
-"""
+XML = fail_on_bad_bridge("mon")
 
 
 def get_metrics(url: str, password: str = PASSWORD) -> str:
