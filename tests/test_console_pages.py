@@ -138,7 +138,9 @@ def url(service, fragment: str = "") -> str:
 
 
 def log_in(driver, service, user: str, password: str) -> None:
-    driver.delete_all_cookies()
+    driver.delete_all_cookies()  # (of the page's origin: before leaving it)
+    driver.get("about:blank")  # the page before stops
+    driver.get_log("browser")  # what it logged belongs to the test before
     driver.get(url(service))
     form = wait_for(lambda: visible(driver, "login"), 10, "the login form")
     driver.find_element(By.ID, "login-user").send_keys(user)
@@ -275,7 +277,7 @@ def test_the_destinations_page_browses_a_queue(page, service):
     wait_for(lambda: page.find_elements(By.CSS_SELECTOR, 'tr[data-destination="q/cp.idle"]'), 10, "the queue's row")
 
 
-def test_a_user_who_may_only_read_sees_no_actions(browser, service):
+def test_a_user_who_may_only_read_sees_no_actions_and_logs_out(browser, service):
     log_in(browser, service, *VIEWER)
     browser.get(url(service, "#/link/jb/l1"))
     wait_for(lambda: browser.find_elements(By.CSS_SELECTOR, "#link-facts dd.state"), 10, "the link page")
@@ -283,3 +285,6 @@ def test_a_user_who_may_only_read_sees_no_actions(browser, service):
     assert not browser.find_elements(By.ID, "action-pause")
     errors = [e for e in browser.get_log("browser") if e["level"] == "SEVERE"]
     assert not errors, errors
+    browser.find_element(By.ID, "logout").click()
+    wait_for(lambda: visible(browser, "login") and not visible(browser, "top"), 10, "the login form again")
+    assert not browser.get_cookies()  # the session cookie is gone

@@ -80,17 +80,22 @@ async function logIn(event) {
   const user = $("login-user").value;
   const password = $("login-password").value;
   $("login-password").value = "";
-  const response = await fetch(API + "/session", {
-    method: "POST", headers: {"Content-Type": "application/json"}, credentials: "same-origin",
-    body: JSON.stringify({user, password}),
-  });
-  const answer = await response.json();
-  if (!response.ok) { $("login-error").textContent = answer.message; return; }
-  started(answer.data);
+  try {
+    const response = await fetch(API + "/session", {
+      method: "POST", headers: {"Content-Type": "application/json"}, credentials: "same-origin",
+      body: JSON.stringify({user, password}),
+    });
+    const answer = await response.json();
+    if (!response.ok) { $("login-error").textContent = answer.message; return; }
+    started(answer.data);
+  } catch (e) {
+    $("login-error").textContent = "The service does not answer: " + e.message;
+  }
 }
 
 async function logOut() {
-  try { await api("DELETE", "/session"); } finally { showLogin("Logged out."); }
+  try { await api("DELETE", "/session"); } catch (e) { /* logged out either way */ }
+  showLogin("Logged out.");
 }
 
 function started(who) {
@@ -118,14 +123,18 @@ function route() {
   refresh();
 }
 
+let busy = null; // the view whose refresh is under way: a slow answer is not asked again
+
 async function refresh() {
-  if (!me || !current) return;
-  const mine = current;
+  if (!me || !current || busy === current) return;
+  const mine = busy = current;
   try {
     await mine.refresh();
     if (mine === current) showProblem("");
   } catch (e) {
-    if (mine === current && !(e instanceof Problem && !me)) showProblem(e.message);
+    if (mine === current && me) showProblem(e instanceof Problem ? e.message : "The service does not answer: " + e.message);
+  } finally {
+    if (busy === mine) busy = null;
   }
 }
 
