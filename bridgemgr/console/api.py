@@ -31,7 +31,7 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ..admin.clierror import reply_object
@@ -49,6 +49,8 @@ from ..admin.protocol import (
 from ..guard import LoginThrottle, basic_credentials
 from ..users import User
 from ..version import __version__
+from . import pages
+from .pages import PAGE_CSP
 from .sessions import COOKIE, CSRF_HEADER, SessionStore, csrf_ok
 
 log = logging.getLogger(__name__)
@@ -59,8 +61,8 @@ MAX_BODY = 64 * 1024
 DEFAULT_BROWSE = 100
 REALM = 'Basic realm="imqbridge management", charset="UTF-8"'
 UNAUTHORIZED, FORBIDDEN, TOO_LARGE, UNSUPPORTED = 401, 403, 413, 415
+API_CSP = b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"
 SECURITY_HEADERS = [
-    (b"content-security-policy", b"default-src 'none'; frame-ancestors 'none'; base-uri 'none'; form-action 'none'"),
     (b"x-content-type-options", b"nosniff"),
     (b"x-frame-options", b"DENY"),
     (b"referrer-policy", b"no-referrer"),
@@ -308,7 +310,8 @@ def _failure(status: int, message: str, *headers: tuple[str, str]) -> JSONRespon
 
 
 class _SecurityHeaders:
-    """Adds SECURITY_HEADERS (and HSTS on TLS) to every response."""
+    """Adds SECURITY_HEADERS, the CSP (the API's, or the pages' outside /api) and HSTS on
+    TLS to every response."""
 
     def __init__(self, app: ASGIApp) -> None:
         self.app = app
@@ -317,7 +320,8 @@ class _SecurityHeaders:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        extra = list(SECURITY_HEADERS)
+        csp = API_CSP if scope["path"].startswith(PREFIX) else PAGE_CSP.encode()
+        extra = [(b"content-security-policy", csp), *SECURITY_HEADERS]
         if scope.get("scheme") == "https":
             extra.append((b"strict-transport-security", b"max-age=31536000"))
 
@@ -340,12 +344,13 @@ class ConsoleAPI:
         self.endpoints = [*_endpoints(), _properties(ops)]
 
     def app(self) -> ASGIApp:
-        routes = [
+        routes: list[BaseRoute] = [
             Route(PREFIX + e.path, self._handler(e), methods=[e.method], name=f"{e.method} {e.path}")
             for e in self.endpoints
         ]
         routes.append(Route(PREFIX + "/openapi.json", self._openapi, methods=["GET"], name="openapi"))
         routes.append(Route(PREFIX + SESSION, self._session, methods=["GET", "POST", "DELETE"], name="session"))
+        routes += pages.routes(self.sessions)
 
         async def http_error(request: Request, exc: Exception) -> Response:
             assert isinstance(exc, HTTPException)
