@@ -239,6 +239,34 @@ def test_destinations_create_query_update_list_browse_purge(service):
     assert get(service, "/destinations/q/api.q1/messages")[1]["data"]["messages"] == []
 
 
+def test_destinations_pause_resume_and_destroy_as_the_admin_commands(service):
+    assert post(service, "/destinations", {"type": "q", "name": "api.q2"})[0] == 200
+    send(service, "api.q2", "kept")
+    refused_three_ways(service, "POST", "/destinations/q/api.q2/pause?what=CONSUMERS")
+    status, answer = post(service, "/destinations/q/api.q2/pause?what=CONSUMERS")
+    assert status == 200, answer
+    assert get(service, "/destinations/q/api.q2", READER)[1]["data"]["state"] == "CONSUMERS_PAUSED"
+    assert post(service, "/destinations/q/api.q2/pause?what=SOME")[0] == 400
+    refused_three_ways(service, "POST", "/destinations/q/api.q2/resume")
+    assert post(service, "/destinations/q/api.q2/resume")[0] == 200
+    assert get(service, "/destinations/q/api.q2")[1]["data"]["state"] == "RUNNING"
+
+    refused_three_ways(service, "DELETE", "/destinations/q/api.q2")
+    status, answer = post(service, "/destinations/q/api.q2", method="DELETE")
+    assert status == 200, answer
+    assert get(service, "/destinations/q/api.q2")[0] == 404
+    assert post(service, "/destinations/q/api.q2", method="DELETE")[0] == 404
+
+
+def test_connections_for_admins_and_services_for_all(service):
+    status, answer = get(service, "/connections")
+    assert status == 200 and answer["data"]["connections"], answer
+    assert get(service, "/connections", READER)[0] == 403
+    status, answer = get(service, "/services", READER)
+    assert status == 200 and {s["state"] for s in answer["data"]["services"]} == {"RUNNING"}, answer
+    assert "console" in {s["name"] for s in answer["data"]["services"]}
+
+
 def test_the_dmq_shows_dead_messages_with_their_reason_and_bridge_properties(service):
     send(service, "cq.src", "bad one")
 
@@ -336,7 +364,9 @@ def test_every_endpoint_that_acts_is_refused_to_readers_strangers_and_forged_req
                 status, answer, _ = call(service, method, path, cookie, b"{}")
                 assert status == 403 and "X-CSRF-Token" in answer["message"], (method, path, answer)
             checked += 1
-    assert checked == 15 and admin_login["data"]["mayAct"] is True  # 8 bridge and link actions, 2 txn, 5 dst/dmq
+    # 8 bridge and link actions, 2 txn, 8 dst/dmq (create, update, purge, browse, destroy, pause,
+    # resume, dmq), the connections
+    assert checked == 19 and admin_login["data"]["mayAct"] is True
     assert link_state(service) == "STARTED"
     assert get(service, "/bridges")[1]["data"]["bridges"][0]["state"] == "STARTED"
 

@@ -129,6 +129,15 @@ def _attributes(call: Call) -> Any:
     return call.body.get("attributes", {})
 
 
+def _pause_work(op: str) -> Work:
+    return lambda c: {
+        "op": op,
+        "dst_type": c.params["type"],
+        "destination": c.params["name"],
+        "pause_type": c.query.get("what", "ALL"),
+    }
+
+
 def _bridge_op(op: str) -> Work:
     return lambda c: {"op": op, "bridge": c.params["bridge"]}
 
@@ -258,6 +267,38 @@ def _endpoints() -> list[Endpoint]:
             },
             act=True,
             query=(("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+        ),
+        Endpoint(
+            "DELETE",
+            "/destinations/{type}/{name}",
+            "Destroy a destination and its messages (as imqbridgemgr destroy dst -f)",
+            lambda c: {"op": "DESTROY_DST", "dst_type": c.params["type"], "destination": c.params["name"]},
+            act=True,
+        ),
+        *(
+            Endpoint(
+                "POST",
+                f"/destinations/{{type}}/{{name}}/{verb}",
+                f"{verb.capitalize()} a destination's PRODUCERS, CONSUMERS or ALL (as imqbridgemgr {verb} dst -pst)",
+                _pause_work(op),
+                act=True,
+                query=(("what", "PRODUCERS, CONSUMERS or ALL (default ALL)"),),
+            )
+            for verb, op in (("pause", "PAUSE_DST"), ("resume", "RESUME_DST"))
+        ),
+        Endpoint(
+            "GET",
+            "/connections",
+            "The host broker's connections: id, user, service, producers, consumers, host (as imqbridgemgr list cxn)",
+            lambda c: {"op": "LIST_CXN", **({"service": c.query["service"]} if "service" in c.query else {})},
+            act=True,  # who is connected from where: the admin's to see
+            query=(("service", "only this service's connections (jms, stomp, bridge, embedded)"),),
+        ),
+        Endpoint(
+            "GET",
+            "/services",
+            "The instance's services with their ports and states (as imqbridgemgr list svc)",
+            lambda c: {"op": "LIST_SVC"},
         ),
         Endpoint(
             "GET",
