@@ -4,6 +4,7 @@ another, once (providers/embedded/clusterdst.py)."""
 
 from __future__ import annotations
 
+import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import ExitStack
@@ -95,3 +96,64 @@ def test_a_message_sent_to_one_instance_reaches_a_consumer_on_another_once(membe
     quiet_for(lambda: len(got) + (1 if consumer.receive(0.05) else 0), 1.0, 10)
     assert got == sent
     assert b1.queues.handed_off == 50 and b2.queues.taken_in == 50
+
+
+class Taker:
+    """Receives from one consumer on a thread of its own, keeping each text."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.texts: list[str] = []
+        self._consumer, self._halt = consumer, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            message = self._consumer.receive(0.05)
+            if message is not None:
+                self.texts.append(message.text)
+
+    def close(self) -> None:
+        self._halt.set()
+        self._thread.join(5)
+
+
+def test_competing_consumers_on_three_instances_share_a_queue_each_message_once(members):
+    start, stack = members
+    b1, b2, b3 = start("B1"), start("B2"), start("B3")
+    takers = [Taker(m.connection(stack).create_session().create_consumer(Queue("work"))) for m in (b1, b2, b3)]
+    for taker in takers:
+        stack.callback(taker.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("work"))
+    sent = [f"w{i}" for i in range(300)]
+    for text in sent:
+        producer.send(session.create_text_message(text))
+    total = lambda: sum(len(t.texts) for t in takers)  # noqa: E731
+    wait_for(lambda: total() >= len(sent), 30, "300 messages taken")
+    quiet_for(total, 1.0, 10)
+    got = [text for t in takers for text in t.texts]
+    assert sorted(got) == sorted(sent) and len(got) == len(sent)
+    assert b1.queues.handed_off == b2.queues.taken_in + b3.queues.taken_in
+
+
+def test_a_peer_takes_only_what_its_consumers_selectors_take(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    red = b2.connection(stack).create_session().create_consumer(Queue("paint"), "color = 'red'")
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("paint"))
+    for i in range(20):
+        message = session.create_text_message(f"p{i}")
+        message.set_string_property("color", "red" if i % 2 else "blue")
+        producer.send(message)
+    got: list[str] = []
+    texts_of(red, got, 10, 20)
+    assert got == [f"p{i}" for i in range(1, 20, 2)]
+    assert b1.host.broker.queue_depth("paint") == 10  # the blue ones wait where they were sent
+    b3 = start("B3")
+    anything = b3.connection(stack).create_session().create_consumer(Queue("paint"))
+    blue: list[str] = []
+    texts_of(anything, blue, 10, 20)
+    assert blue == [f"p{i}" for i in range(0, 20, 2)]
+    assert b1.host.broker.queue_depth("paint") == 0

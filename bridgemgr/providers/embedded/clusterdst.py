@@ -337,9 +337,9 @@ class ClusterQueues:
                     if mq.remove(env):
                         credit[id(peer)] -= 1
                         taken.append((peer, env))
-                if mq.paged and len(taken) < BATCH and any(credit.values()):
-                    mq.page_in()  # the next chunk, for the next batch
-                    if len(taken) == 0:
+                if mq.paged and len(mq) == mq.paged and any(credit.values()):
+                    mq.page_in()  # the window is empty: the next chunk, for the next batch
+                    if len(mq) > mq.paged:
                         self._wake.set()
                 if parker not in mq.waiters and not parker.closed:
                     mq.waiters.append(parker)
