@@ -157,3 +157,32 @@ def test_a_peer_takes_only_what_its_consumers_selectors_take(members):
     texts_of(anything, blue, 10, 20)
     assert blue == [f"p{i}" for i in range(0, 20, 2)]
     assert b1.host.broker.queue_depth("paint") == 0
+
+
+def test_a_redelivered_message_keeps_its_delivery_count_on_the_peer(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    session = b1.connection(stack).create_session(transacted=True)
+    session.create_producer(Queue("again")).send(session.create_text_message("once"))
+    session.commit()
+    first = session.create_consumer(Queue("again"))
+    assert first.receive(5).text == "once"
+    session.rollback()  # delivered once on B1, not acknowledged
+    first.close()
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("again"))
+    message = wait_for(lambda: consumer.receive(0.05), 20, "the message on B2")
+    assert (message.text, message.redelivered, message.delivery_count) == ("once", True, 2)
+
+
+def test_serve_instances_a_producer_on_one_and_a_consumer_on_another(tmp_path, postgresql):
+    from ha_support import PASSWORD, Cluster
+    from service_support import send, take
+
+    cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
+    try:
+        b1, b2 = cluster.start("B1", ""), cluster.start("B2", "")
+        sent = [f"m{i}" for i in range(20)]
+        send(b1, PASSWORD, "orders", *sent)
+        assert [m.text for m in take(b2, PASSWORD, "orders", 20, 30, 0.5)] == sent
+    finally:
+        cluster.stop()
