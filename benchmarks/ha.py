@@ -20,6 +20,10 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
   a transacted link (host -> M: two-phase commit, the XA log in the database), on an HA
   instance and on a single (non-HA) instance of the same PostgreSQL server, side by side;
   ratio = HA / single.
+- queues (cluster-wide queues): two instances A and B; --messages persistent 1 KiB
+  messages sent over mq:// to A's queue while a consumer takes them, on A (one instance)
+  and on B (each message handed off to B through the shared store); msg/s from the first
+  send to the last arrival, p50 and p99 latency (send to arrival); ratio = B / A.
 """
 
 from __future__ import annotations
@@ -231,12 +235,65 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
 
 
+def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int) -> dict:
+    """n messages sent to ``queue`` on one instance while a consumer on another (or the
+    same) takes them: msg/s and latencies."""
+    arrived: list[tuple[float, float]] = []  # (sent, arrived)
+    with connect(f"mq://{consumer_at.address}", username="admin", password=PASSWORD) as cconn:
+        consumer = cconn.create_session().create_consumer(Queue(queue))
+        cconn.start()
+
+        def take() -> None:
+            while len(arrived) < n:
+                m = consumer.receive(10)
+                if m is None:
+                    return
+                arrived.append((m.get_double_property("sent"), time.monotonic()))
+
+        taker = threading.Thread(target=take, daemon=True)
+        taker.start()
+        time.sleep(1)  # the consumer's demand is advertised (every 0.2 s)
+        body = b"x" * 1024
+        with connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn:
+            producer = pconn.create_session().create_producer(Queue(queue))
+            first = time.monotonic()
+            for _ in range(n):
+                message = BytesMessage(body)
+                message.set_double_property("sent", time.monotonic())
+                producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+        taker.join(120)
+    latencies = sorted(a - s for s, a in arrived)
+    took = (arrived[-1][1] - first) if arrived else float("inf")
+    return {
+        "messages": len(arrived),
+        "msg_per_s": round(len(arrived) / took, 1),
+        "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
+        "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
+    }
+
+
+def cluster_queues(base: Path, pg: Any, n: int) -> dict:
+    """A queue produced on A and consumed on B vs both on A, the same PostgreSQL."""
+    cluster = Cluster(base / "queues", pg, {}, "imq.bridge.enabled=false")
+    try:
+        a, b = cluster.start("A", ""), cluster.start("B", "")
+        one = queue_run(a, a, "bench.local", n)
+        cross = queue_run(a, b, "bench.cross", n)
+    finally:
+        cluster.stop()
+    return {
+        "one_instance": one,
+        "across_instances": cross,
+        "ratio": round(cross["msg_per_s"] / one["msg_per_s"], 2) if one["msg_per_s"] else None,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--rate", type=int, default=200, help="msg/s the takeover run's producer sends")
     ap.add_argument("--messages", type=int, default=3000, help="per throughput drain")
-    ap.add_argument("--only", choices=("takeover", "throughput"))
+    ap.add_argument("--only", choices=("takeover", "throughput", "queues"))
     args = ap.parse_args()
     out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory() as tmp, postgresql("jdbc") as pg:
@@ -245,10 +302,12 @@ def main() -> None:
         m_props, m_passfile = one_bridge_files(base / "m", "M", EMPTY, PASSWORD, activelist="")
         m = Instance(m_props, m_passfile, "M")
         try:
-            if args.only != "throughput":
+            if args.only in (None, "takeover"):
                 out["takeover"] = takeover(base, pg, m, args.kills, args.rate)
-            if args.only != "takeover":
+            if args.only in (None, "throughput"):
                 out["throughput"] = throughput(base, pg, m, args.messages)
+            if args.only in (None, "queues"):
+                out["queues"] = cluster_queues(base, pg, args.messages)
         finally:
             m.stop()
     print(json.dumps(out, indent=2))
