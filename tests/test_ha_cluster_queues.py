@@ -186,3 +186,49 @@ def test_serve_instances_a_producer_on_one_and_a_consumer_on_another(tmp_path, p
         assert [m.text for m in take(b2, PASSWORD, "orders", 20, 30, 0.5)] == sent
     finally:
         cluster.stop()
+
+
+def configure(member: Member, queue: str, text: str) -> None:
+    """``update dst``'s attributes (name=value) on one instance's queue."""
+    from bridgemgr.dstadmin import _updated
+    from bridgemgr.jms.hostbroker import DestinationAttributes, Principal
+
+    name, _, value = text.partition("=")
+    member.host.configure_destination(
+        Principal("admin"), Queue(queue), _updated(DestinationAttributes(), {name: value})
+    )
+
+
+def test_local_delivery_preferred_goes_to_other_instances_only_without_local_consumers(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    configure(b1, "near", "localDeliveryPreferred=true")
+    local = b1.connection(stack).create_session().create_consumer(Queue("near"))  # open, not receiving
+    remote = Taker(b2.connection(stack).create_session().create_consumer(Queue("near")))
+    stack.callback(remote.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("near"))
+    for i in range(10):
+        producer.send(session.create_text_message(f"n{i}"))
+    quiet_for(lambda: len(remote.texts), 1.0, 10)
+    assert remote.texts == [] and b1.host.broker.queue_depth("near") == 10
+    local.close()
+    wait_for(lambda: len(remote.texts) == 10, 20, "10 messages on B2")
+    assert remote.texts == [f"n{i}" for i in range(10)]
+
+
+def test_a_local_only_queue_never_delivers_to_another_instance(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    configure(b1, "here", "isLocalOnly=true")
+    remote = Taker(b2.connection(stack).create_session().create_consumer(Queue("here")))
+    stack.callback(remote.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("here"))
+    for i in range(5):
+        producer.send(session.create_text_message(f"h{i}"))
+    quiet_for(lambda: len(remote.texts), 1.0, 10)
+    assert remote.texts == [] and b1.host.broker.queue_depth("here") == 5
+    got: list[str] = []
+    texts_of(b1.connection(stack).create_session().create_consumer(Queue("here")), got, 5, 10)
+    assert got == [f"h{i}" for i in range(5)]

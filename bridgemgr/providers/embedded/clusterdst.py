@@ -91,7 +91,8 @@ class _Parker:
     extra: dict[str, Any] = field(default_factory=dict)
 
     def can_take(self, message: Message | None) -> bool:
-        if self.closed:
+        limits = self.queue.limits
+        if self.closed or limits.is_local_only or (limits.local_delivery_preferred and _active(self.queue)):
             return False
         if message is not None:
             if not any(p.credit and p.takes(message) for p in self.peers):
@@ -104,14 +105,19 @@ class _Parker:
         self.wake()
 
 
+def _active(mq: MessageQueue) -> list[Any]:
+    """The consumers of ``mq`` that take messages now (under the broker's lock)."""
+    return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
+
+
 def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
     """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog)
     of our queues (not temporary ones) with active consumers (under the broker's lock)."""
     out: dict[str, tuple[int, str | None, int]] = {}
     for mq in broker.queues.values():
-        if mq.deleted or mq.topic is not None:
+        if mq.deleted or mq.topic is not None or mq.limits.is_local_only:
             continue
-        active = [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
+        active = _active(mq)
         if not active:
             continue
         texts = [getattr(c.selector, "text", None) if c.selector is not None else None for c in active]
@@ -291,7 +297,7 @@ class ClusterQueues:
             if parker is not None and parker.queue is not mq:
                 self._unpark(qkey)
                 parker = None
-            if mq is None or mq.deleted:
+            if mq is None or mq.deleted or mq.limits.is_local_only:
                 continue
             if parker is None:
                 parker = self._parkers[qkey] = _Parker(mq, found, self._wake.set)
@@ -320,8 +326,10 @@ class ClusterQueues:
             now = now_ms()
             for parker in list(self._parkers.values()):
                 mq = parker.queue
-                if mq.deleted or not len(mq):
+                if mq.deleted or not len(mq) or mq.limits.is_local_only:
                     continue
+                if mq.limits.local_delivery_preferred and _active(mq):
+                    continue  # local consumers take them all
                 credit = {id(p): p.credit for p in parker.peers}
                 local = [w for w in mq.waiters if w is not parker]
                 for env in mq.browse():  # in memory, in delivery order

@@ -126,6 +126,8 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
         attributes.backout_threshold,
         attributes.backout_queue,
         attributes.backout_disposition,
+        attributes.local_delivery_preferred,
+        attributes.is_local_only,
     )
 
 
@@ -384,6 +386,8 @@ class EmbeddedHostBroker(HostBroker):
             lim.backout_threshold,
             lim.backout_queue,
             lim.backout_disposition,
+            lim.local_delivery_preferred,
+            lim.is_local_only,
         ), counts
 
     def configure_destination(
