@@ -21,7 +21,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
@@ -76,7 +76,7 @@ class Peer:
         return self.selectors is None or any(s.matches(message) for s in self.selectors)
 
 
-@dataclass
+@dataclass(eq=False)  # found in a queue's waiters by identity
 class _Parker:
     """Parked in a queue's waiters: woken when a message arrives that a peer's consumer
     would take and no local waiting consumer can (local consumers come first)."""
@@ -84,11 +84,7 @@ class _Parker:
     queue: MessageQueue
     peers: list[Peer]
     wake: Callable[[], None]
-    selector: Any = None  # (MessageQueue.take's cursor protocol is not used)
-    scan: Any = None
-    paged_scan: Any = None
     closed: bool = False
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def can_take(self, message: Message | None) -> bool:
         limits = self.queue.limits
