@@ -74,8 +74,7 @@ def members(postgresql, tmp_path: Path) -> Iterator[Any]:
 
 def texts_of(consumer: Any, into: list[str], count: int, timeout: float) -> None:
     def more() -> bool:
-        message = consumer.receive(0.05)
-        if message is not None:
+        while len(into) < count and (message := consumer.receive(0.05)) is not None:
             into.append(message.text)
         return len(into) >= count
 
@@ -232,3 +231,19 @@ def test_a_local_only_queue_never_delivers_to_another_instance(members):
     got: list[str] = []
     texts_of(b1.connection(stack).create_session().create_consumer(Queue("here")), got, 5, 10)
     assert got == [f"h{i}" for i in range(5)]
+
+
+def test_a_backlog_larger_than_the_peers_credit_arrives_whole(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("bulk"))
+    session = b1.connection(stack).create_session(transacted=True)
+    producer = session.create_producer(Queue("bulk"))
+    sent = [f"b{i}" for i in range(2500)]  # twice the 1000 a consumer's instance may hold
+    for i, text in enumerate(sent):
+        producer.send(session.create_text_message(text))
+        if i % 500 == 499:
+            session.commit()
+    got: list[str] = []
+    texts_of(consumer, got, len(sent), 60)
+    assert got == sent

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .host import EmbeddedHostBroker
 
 DEMAND, INBOX = "imq_ha_demand", "imq_ha_inbox"
-CREDIT = 200  # messages a peer may hold waiting per active consumer before we stop handing off
+CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
 _TABLES = (
@@ -133,7 +133,6 @@ class ClusterQueues:
         self._halt = threading.Event()
         self._wake = threading.Event()
         self._threads: list[threading.Thread] = []
-        self._advertised: dict[str, tuple[int, str | None, int]] = {}
         self._parkers: dict[str, _Parker] = {}
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
@@ -248,23 +247,22 @@ class ClusterQueues:
 
     # --- advertising ------------------------------------------------------------------------
     def advertise(self) -> None:
-        """Write our queues' demand (what changed), and read the peers' into parkers."""
+        """Write our queues' demand (rows that differ: a peer's handoff raises our
+        backlog there), and read the peers' into parkers."""
         with self.broker.lock:
             demand = _local_demand(self.broker)
-        old = self._advertised
-        gone = [k for k in old if k not in demand]
-        changed = [(k, *v) for k, v in demand.items() if old.get(k) != v]
         me = self.brokerid
 
         def write(cur: Any) -> list[tuple[str, str, int, str | None, int]]:
-            if gone:
-                cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s AND qkey = ANY(%s)", (me, gone))
-            if changed:
+            cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)", (me, list(demand)))
+            if demand:
                 cur.executemany(
-                    f"INSERT INTO {DEMAND}(brokerid, qkey, consumers, selectors, backlog) "
+                    f"INSERT INTO {DEMAND} AS d(brokerid, qkey, consumers, selectors, backlog) "
                     "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (brokerid, qkey) DO UPDATE SET "
-                    "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog",
-                    [(me, *row) for row in changed],
+                    "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog "
+                    "WHERE (d.consumers, d.selectors, d.backlog) IS DISTINCT FROM "
+                    "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog)",
+                    [(me, k, *v) for k, v in demand.items()],
                 )
             cur.execute(
                 f"SELECT d.brokerid, d.qkey, d.consumers, d.selectors, d.backlog FROM {DEMAND} d "
@@ -275,7 +273,6 @@ class ClusterQueues:
             return list(cur.fetchall())
 
         rows = self._transaction("work", write)
-        self._advertised = demand
         peers: dict[str, list[Peer]] = {}
         for brokerid, qkey, consumers, selectors, backlog in rows:
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
