@@ -21,9 +21,9 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
   instance and on a single (non-HA) instance of the same PostgreSQL server, side by side;
   ratio = HA / single.
 - queues (cluster-wide queues): two instances A and B; --messages persistent 1 KiB
-  messages sent over mq:// to A's queue while a consumer takes them, on A (one instance)
-  and on B (each message handed off to B through the shared store); msg/s from the first
-  send to the last arrival, p50 and p99 latency (send to arrival); ratio = B / A.
+  messages waiting in A's queue, drained by a consumer on A (one instance) and on B (each
+  message handed off to B through the shared store): msg/s, ratio = B / A; then a fifth
+  as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ from benchcommon import postgresql
 
 from bridgemgr import connect
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue, TextMessage
-from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml, wait_for
+from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml
 from service_support import Daemon, cli, one_bridge_files
+from waiting import wait_for
 
 EMPTY = """<?xml version="1.0" encoding="UTF-8"?>
 <!DOCTYPE jmsbridge SYSTEM "sun_jmsbridge_1_0.dtd">
@@ -235,56 +236,72 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
 
 
-def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int) -> dict:
-    """n messages sent to ``queue`` on one instance while a consumer on another (or the
-    same) takes them: msg/s and latencies."""
-    arrived: list[tuple[float, float]] = []  # (sent, arrived)
-    with connect(f"mq://{consumer_at.address}", username="admin", password=PASSWORD) as cconn:
+def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, rate: int) -> dict:
+    """A queue produced on one instance and consumed on another (or the same): msg/s of
+    a consumer draining n waiting messages (sent in transactions of 500), then p50/p99
+    latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s."""
+    body = b"x" * 1024
+    with (
+        connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn,
+        connect(f"mq://{consumer_at.address}", username="admin", password=PASSWORD) as cconn,
+    ):
+        tx = pconn.create_session(transacted=True)
+        bulk = tx.create_producer(Queue(queue))
+        for i in range(n):
+            bulk.send(BytesMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+            if i % 500 == 499 or i == n - 1:
+                tx.commit()
         consumer = cconn.create_session().create_consumer(Queue(queue))
+        started = time.monotonic()
         cconn.start()
+        drained = 0
+        while drained < n and consumer.receive(30) is not None:
+            drained += 1
+        drain_s = time.monotonic() - started
+        arrived: list[tuple[float, float]] = []  # (sent, arrived)
 
-        def take() -> None:
-            while len(arrived) < n:
-                m = consumer.receive(10)
+        def take(count: int) -> None:
+            while len(arrived) < count:
+                m = consumer.receive(30)
                 if m is None:
                     return
                 arrived.append((m.get_double_property("sent"), time.monotonic()))
 
-        taker = threading.Thread(target=take, daemon=True)
+        paced = n // 5
+        taker = threading.Thread(target=take, args=(paced,), daemon=True)
         taker.start()
-        time.sleep(1)  # the consumer's demand is advertised (every 0.2 s)
-        body = b"x" * 1024
-        with connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn:
-            producer = pconn.create_session().create_producer(Queue(queue))
-            first = time.monotonic()
-            for _ in range(n):
-                message = BytesMessage(body)
-                message.set_double_property("sent", time.monotonic())
-                producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+        producer = pconn.create_session().create_producer(Queue(queue))
+        for i in range(paced):
+            due = started + drain_s + i / rate
+            message = BytesMessage(body)
+            time.sleep(max(0.0, due - time.monotonic()))
+            message.set_double_property("sent", time.monotonic())
+            producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
         taker.join(120)
     latencies = sorted(a - s for s, a in arrived)
-    took = (arrived[-1][1] - first) if arrived else float("inf")
     return {
-        "messages": len(arrived),
-        "msg_per_s": round(len(arrived) / took, 1),
+        "drained": drained,
+        "drain_msg_per_s": round(drained / drain_s, 1),
+        "paced_rate": rate,
+        "latency_messages": len(latencies),
         "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
         "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
     }
 
 
-def cluster_queues(base: Path, pg: Any, n: int) -> dict:
+def cluster_queues(base: Path, pg: Any, n: int, rate: int) -> dict:
     """A queue produced on A and consumed on B vs both on A, the same PostgreSQL."""
     cluster = Cluster(base / "queues", pg, {}, "imq.bridge.enabled=false")
     try:
         a, b = cluster.start("A", ""), cluster.start("B", "")
-        one = queue_run(a, a, "bench.local", n)
-        cross = queue_run(a, b, "bench.cross", n)
+        one = queue_run(a, a, "bench.local", n, rate)
+        cross = queue_run(a, b, "bench.cross", n, rate)
     finally:
         cluster.stop()
     return {
         "one_instance": one,
         "across_instances": cross,
-        "ratio": round(cross["msg_per_s"] / one["msg_per_s"], 2) if one["msg_per_s"] else None,
+        "ratio": round(cross["drain_msg_per_s"] / one["drain_msg_per_s"], 2) if one["drain_msg_per_s"] else None,
     }
 
 
@@ -307,7 +324,7 @@ def main() -> None:
             if args.only in (None, "throughput"):
                 out["throughput"] = throughput(base, pg, m, args.messages)
             if args.only in (None, "queues"):
-                out["queues"] = cluster_queues(base, pg, args.messages)
+                out["queues"] = cluster_queues(base, pg, args.messages, args.rate)
         finally:
             m.stop()
     print(json.dumps(out, indent=2))

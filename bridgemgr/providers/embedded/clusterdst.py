@@ -32,7 +32,6 @@ from .cluster import BROKERS, LIVE, instance_schema
 from .pgstore import close_quietly
 from .queues import Envelope, MessageQueue
 from .state import log, now_ms
-from .store import Recovered
 
 if TYPE_CHECKING:
     from .broker import Broker
@@ -106,6 +105,12 @@ def _active(mq: MessageQueue) -> list[Any]:
     return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
 
 
+def _shape(demand: dict[str, tuple[int, str | None, int]]) -> dict[str, tuple[int, str | None, int]]:
+    """What of our demand is worth telling the peers at once: consumers, selectors, and
+    the backlog in steps of a quarter of a consumer's credit."""
+    return {k: (n, sel, backlog // (CREDIT // 4)) for k, (n, sel, backlog) in demand.items()}
+
+
 def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
     """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog)
     of our queues (not temporary ones) with active consumers (under the broker's lock)."""
@@ -132,6 +137,8 @@ class ClusterQueues:
         self._schema = instance_schema(settings.clusterid, settings.brokerid)  # our store's
         self._halt = threading.Event()
         self._wake = threading.Event()
+        self._reread = False  # a peer's demand changed: advertise (and read theirs) now
+        self._demand_channel = f"{settings.jdbc.schema}_demand"
         self._threads: list[threading.Thread] = []
         self._parkers: dict[str, _Parker] = {}
         self._conns: dict[str, Any] = {}
@@ -143,6 +150,12 @@ class ClusterQueues:
         conn = self._conns.get(role)
         if conn is None or conn.closed:
             conn = self._conns[role] = self.settings.jdbc.connect()
+            # A move need not wait for its flush: what makes it matter (an acknowledgement,
+            # a consumer's commit) is a synchronous commit after it in the log, which
+            # flushes it too; one lost with the server leaves the message unacknowledged
+            # where it was, and it is delivered again, as after any crash.
+            conn.execute("SET synchronous_commit TO off")
+            conn.commit()
         return conn
 
     def _transaction(self, role: str, work: Callable[[Any], Any]) -> Any:
@@ -205,16 +218,20 @@ class ClusterQueues:
         self._conns.clear()
 
     def _run_handoff(self) -> None:
-        advertised = 0.0
+        advertised, shape = 0.0, None
         while not self._halt.is_set():
-            self._wake.wait(REFRESH)
+            self._wake.wait(REFRESH / 4)
             self._wake.clear()
             if self._halt.is_set():
                 return
             try:
-                if time.monotonic() - advertised >= REFRESH:
-                    self.advertise()
-                    advertised = time.monotonic()
+                with self.broker.lock:
+                    demand = _local_demand(self.broker)
+                now, changed = time.monotonic(), _shape(demand) != shape
+                if changed or self._reread or now - advertised >= REFRESH:
+                    self._reread = False
+                    self.advertise(demand, changed)
+                    advertised, shape = now, _shape(demand)
                 while self.hand_off() and not self._halt.is_set():
                     pass
             except StoreError as exc:
@@ -231,10 +248,13 @@ class ClusterQueues:
                 conn = self._conn("intake")
                 if listening is not conn:
                     conn.execute(f'LISTEN "{channel(self.settings.clusterid, self.brokerid)}"')
+                    conn.execute(f'LISTEN "{self._demand_channel}"')
                     conn.commit()
                     listening = conn
-                for _ in conn.notifies(timeout=REFRESH, stop_after=1):
-                    pass
+                for note in conn.notifies(timeout=REFRESH, stop_after=1):
+                    if note.channel == self._demand_channel:  # a peer's demand changed: look now
+                        self._reread = True
+                        self._wake.set()
                 while self.take_in() and not self._halt.is_set():
                     pass
             except StoreError as exc:
@@ -246,11 +266,9 @@ class ClusterQueues:
                 self._halt.wait(1)
 
     # --- advertising ------------------------------------------------------------------------
-    def advertise(self) -> None:
-        """Write our queues' demand (rows that differ: a peer's handoff raises our
-        backlog there), and read the peers' into parkers."""
-        with self.broker.lock:
-            demand = _local_demand(self.broker)
+    def advertise(self, demand: dict[str, tuple[int, str | None, int]], changed: bool) -> None:
+        """Write our queues' ``demand`` (rows that differ: a peer's handoff raises our
+        backlog there; ``changed``: NOTIFY the peers), and read the peers' into parkers."""
         me = self.brokerid
 
         def write(cur: Any) -> list[tuple[str, str, int, str | None, int]]:
@@ -264,6 +282,8 @@ class ClusterQueues:
                     "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog)",
                     [(me, k, *v) for k, v in demand.items()],
                 )
+            if changed:
+                cur.execute(f'NOTIFY "{self._demand_channel}"')
             cur.execute(
                 f"SELECT d.brokerid, d.qkey, d.consumers, d.selectors, d.backlog FROM {DEMAND} d "
                 f"JOIN {BROKERS} b ON b.brokerid = d.brokerid AND b.state = 'live' "
@@ -403,61 +423,38 @@ class ClusterQueues:
         """Move one batch of the inbox's rows for us (or for instances we took over) into
         our store and serve them; True if there were some."""
         broker, me = self.broker, self.brokerid
-        moved: list[tuple[Recovered, dict[str, int]]] = []
 
-        def take(cur: Any) -> int:
+        def take(cur: Any) -> list[tuple[int, str, int, bytes]]:
             cur.execute(
-                f"SELECT id FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid FROM "
-                f"{BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
+                f"SELECT id, qkey, dcount, blob FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid "
+                f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
                 "FOR UPDATE SKIP LOCKED",
                 (me, me, BATCH),
             )
-            ids = [r[0] for r in cur.fetchall()]
-            if not ids:
-                return 0
+            rows = cur.fetchall()
+            if not rows:
+                return []
             self._fenced(cur)
-            ours = self._schema
+            ids = [r[0] for r in rows]
             base = broker.reserve_seqs(len(ids))
             cur.execute(
-                f'INSERT INTO "{ours}".msgs(seq, qkey, dcount, blob) SELECT %s + ROW_NUMBER() OVER (ORDER BY id), '
-                f"qkey, dcount, blob FROM {INBOX} WHERE id = ANY(%s)",
+                f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} WHERE id = ANY(%s)",
                 (base, ids),
             )
-            cur.execute(
-                f"SELECT qkey, COUNT(*), COALESCE(SUM(LENGTH(blob)), 0) FROM {INBOX} WHERE id = ANY(%s) GROUP BY qkey",
-                (ids,),
-            )
-            rows = cur.fetchall()
             cur.execute(f"DELETE FROM {INBOX} WHERE id = ANY(%s)", (ids,))
-            moved.append(
-                (
-                    Recovered({q: int(n) for q, n, _ in rows}, [], [], {}, {}, base + len(ids)),
-                    {q: int(b) for q, _, b in rows},
-                )
-            )
-            return len(ids)
+            return [(base + i, qkey, dcount, bytes(blob)) for i, (_, qkey, dcount, blob) in enumerate(rows, 1)]
 
-        with broker.lock:  # nothing enters our queues between the seqs and the adoption
-            count = self._transaction("intake", take)
-            if count:
-                _serve(broker, *moved[0])
-        self.taken_in += count
-        return count > 0
-
-
-def _serve(broker: Broker, rec: Recovered, queue_bytes: dict[str, int]) -> None:
-    """What take_in moved into our store: paged out, as a takeover's (under the lock)."""
-    for qkey, count in rec.backlogs.items():
-        mq = broker._queue_for_key(qkey)
-        if mq is None:
-            continue
-        mq.count += count
-        mq.paged += count
-        if mq.limits.counts_bytes:
-            mq.bytes += queue_bytes[qkey]
-        else:
-            mq.counted_from = rec.max_seq + 1
-        mq.wake_all()
+        with broker.lock:  # nothing enters our queues between the seqs and the pushes
+            moved = self._transaction("intake", take)
+            for seq, qkey, dcount, blob in moved:
+                mq = broker._queue_for_key(qkey)
+                if mq is not None:  # (a queue: made when missing)
+                    env = Envelope(seq, mq, codec.decode(blob), True, len(blob), dcount)
+                    mq.admit(env)
+                    mq.push(env)  # as a send's: in the window, or paged out (its row is there)
+        self.taken_in += len(moved)
+        return bool(moved)
 
 
 def open_cluster_queues(cluster: HACluster, host: EmbeddedHostBroker) -> ClusterQueues:
