@@ -2,26 +2,22 @@
 
     imqbridgemgr <list|start|stop|pause|resume> <bridge|link> [options]
     imqbridgemgr <create|update|query|list> dst -t q|t -n NAME [-o ATTR=VALUE ...]
-    imqbridgemgr purge dst -t q|t -n NAME [-f]
-    imqbridgemgr browse dst -t q -n NAME [-c N]
-    imqbridgemgr list txn -bn BRIDGE
-    imqbridgemgr <commit|rollback> txn -n ID -bn BRIDGE
+    imqbridgemgr <purge|destroy> dst -t q|t -n NAME [-f]      browse dst -t q -n NAME [-c N]
+    imqbridgemgr <pause|resume> dst [-t q|t -n NAME] [-pst PRODUCERS|CONSUMERS|ALL]
+    imqbridgemgr list <cxn [-svn SERVICE]|svc>
+    imqbridgemgr list txn -bn BRIDGE        <commit|rollback> txn -n ID -bn BRIDGE
 
 How it works: the options are checked against the original's rules (``link`` needs
 ``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
 STOMP bridge knows only start, stop and list), the admin port is looked up through
 the port mapper at ``-b host:port``, the user and password come from ``-u`` /
-``-passfile`` or a prompt, every command but ``list`` asks for confirmation unless
-``-f``, and the reply is printed as the original's tables and success line — or, with
-``--json``, as one JSON object. ``list link`` shows the original's five columns; ``-v``
-adds the counters, rate, backlog and last error (``--json`` always has them). Exit
-status: 0 success, 1 failure (2 for usage errors).
-The ``dst`` commands (imqcmd's syntax) create, change, show, list, purge and browse the
-host broker's physical destinations (dstadmin.py does them in the service); purge asks
-for confirmation unless ``-f``, as update does.
-The ``txn`` commands (imqcmd's syntax) list a JMS bridge's in-doubt XA transactions and
-commit or roll one back by hand (a heuristic outcome the operator chooses, e.g. after a
-damaged transaction log stopped the bridge's recovery); both ask for confirmation unless ``-f``.
+``-passfile`` or a prompt, every command that changes something (but ``create dst``) asks
+for confirmation unless ``-f``, and the reply is printed as the original's tables and success
+line — or, with ``--json``, as one JSON object. ``list link -v`` adds the counters, rate,
+backlog and last error. Exit status: 0 success, 1 failure (2 for usage errors).
+The ``dst`` commands and ``list cxn`` / ``list svc`` follow imqcmd (dstadmin.py does them in
+the service); the ``txn`` commands list a JMS bridge's in-doubt XA transactions and commit
+or roll one back by hand (a heuristic outcome the operator chooses).
 """
 
 from __future__ import annotations
@@ -33,9 +29,9 @@ from typing import Any, TypeVar
 import click
 
 from .admin.client import AdminError, AuthenticationFailed, ServiceUnavailable
-from .admin.clierror import CommandFailed
+from .admin.clierror import CommandFailed, reply_object
 from .admin.login import admin_login, admin_options, host_port, open_admin
-from .admin.protocol import BAD_REQUEST, ERROR, MAX_BROWSE, UNAVAILABLE, Command, Reply
+from .admin.protocol import BAD_REQUEST, ERROR, MAX_BROWSE, PAUSE_TYPES, UNAVAILABLE, Command, Reply
 
 STOMP = "STOMP"
 
@@ -55,6 +51,12 @@ EXAMPLES = """Examples:
   imqbridgemgr list dst
   imqbridgemgr purge dst -t q -n orders -f
   imqbridgemgr browse dst -t q -n orders -c 5
+  imqbridgemgr list dst -t t
+  imqbridgemgr pause dst -t q -n orders -pst CONSUMERS -f
+  imqbridgemgr resume dst -t q -n orders -f
+  imqbridgemgr destroy dst -t q -n orders -f
+  imqbridgemgr list cxn -svn stomp
+  imqbridgemgr list svc
   imqbridgemgr browse dst -t q -n mq.sys.dmq -c 100 --json
   imqbridgemgr list txn -bn mq2external
   imqbridgemgr commit txn -n 'mq2external|5f1c9a0e2b7d4c11.2a' -bn mq2external
@@ -64,10 +66,7 @@ EXAMPLES = """Examples:
 def reply_json(reply: Reply) -> str:
     """A reply under --json: status, message and data; a failed one also as the JSON
     error object every failing command prints (admin/clierror.py)."""
-    obj: dict[str, Any] = {"status": reply.status, "message": reply.message, "data": reply.data}
-    if not reply.ok:
-        obj["error"] = {"message": reply.message, "code": reply.status}
-    return json.dumps(obj, indent=2)
+    return json.dumps(reply_object(reply), indent=2)
 
 
 def _failed(exc: AdminError) -> CommandFailed:
@@ -211,12 +210,19 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def reply_options(fn: F) -> F:
-    """The options every admin command shares for its reply: -f, -s, --json, -H."""
+    """The options every admin command shares for its reply: -f, -s, --json, -nocheck
+    (the original's option, accepted and ignored), -H."""
     for option in reversed(
         (
             click.option("-f", "force", is_flag=True, help="Do not ask for confirmation."),
             click.option("-s", "silent", is_flag=True, help="Silent mode: print nothing on success."),
             click.option("--json", "as_json", is_flag=True, help="Print the reply as JSON."),
+            click.option(
+                "-nocheck",
+                is_flag=True,
+                expose_value=False,
+                help="Accepted for the original's scripts; changes nothing here.",
+            ),
             click.option(
                 "-H",
                 "-Help",
@@ -236,14 +242,21 @@ def _command(op: str):
     @click.command(
         op,
         context_settings={"help_option_names": ["-h", "-help", "--help"]},
-        help="List bridges, links or the host broker's destinations (list dst)."
+        help="List bridges, links, the host broker's destinations (list dst), connections (list cxn) "
+        "or the instance's services (list svc)."
         if op == "list"
-        else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax).",
+        else f"{op.capitalize()} a bridge or a link (the original imqbridgemgr syntax)"
+        + (f", or a destination (imqcmd's {op} dst)." if op in ("pause", "resume") else "."),
     )
     @click.argument(
         "argument",
         type=click.Choice(
-            ["bridge", "link", "dst", "txn"] if op == "list" else ["bridge", "link"], case_sensitive=False
+            ["bridge", "link", "dst", "txn", "cxn", "svc"]
+            if op == "list"
+            else ["bridge", "link", "dst"]
+            if op in ("pause", "resume")
+            else ["bridge", "link"],
+            case_sensitive=False,
         ),
     )
     @click.option("-bn", "bridge", metavar="NAME", help="Bridge name.")
@@ -251,8 +264,28 @@ def _command(op: str):
     @click.option(
         "-t",
         "btype",
-        type=click.Choice(["JMS", "STOMP", "q", "t"] if op == "list" else ["JMS", "STOMP"], case_sensitive=False),
-        help="Bridge type (list dst: destination type, q or t).",
+        type=click.Choice(
+            ["JMS", "STOMP"] if op in ("start", "stop") else ["JMS", "STOMP", "q", "t"], case_sensitive=False
+        ),
+        help="Bridge type" + ("" if op in ("start", "stop") else " (dst: destination type, q or t)") + ".",
+    )
+    @click.option(
+        "-n",
+        "name",
+        metavar="NAME",
+        hidden=op not in ("pause", "resume"),
+        help=f"{op} dst: the destination (with -t; without both: every destination).",
+    )
+    @click.option(
+        "-pst",
+        "pause_type",
+        type=click.Choice(list(PAUSE_TYPES), case_sensitive=False),
+        hidden=op not in ("pause", "resume"),
+        help=f"{op} dst: what to {op}: the producers' sends, deliveries to consumers, or both (default ALL).",
+    )
+    @click.option("-tmp", "temporary", is_flag=True, hidden=op != "list", help="list dst: temporary ones too.")
+    @click.option(
+        "-svn", "service", metavar="SERVICE", hidden=op != "list", help="list cxn: only this service's (jms, stomp...)."
     )
     @admin_options
     @reply_options
@@ -280,16 +313,63 @@ def _command(op: str):
         retries: int,
         as_json: bool,
         verbose: bool,
+        name: str | None,
+        pause_type: str | None,
+        temporary: bool,
+        service: str | None,
     ) -> None:
         argument = argument.lower()
+        if (name is not None or pause_type is not None) and (argument != "dst" or op == "list"):
+            raise click.UsageError("-n and -pst are for pause dst and resume dst")
+        if temporary and (argument, op) != ("dst", "list"):
+            raise click.UsageError("-tmp is for list dst")
+        if service is not None and argument != "cxn":
+            raise click.UsageError("-svn is for list cxn")
+        if argument in ("cxn", "svc"):
+            if bridge is not None or link is not None or btype is not None:
+                raise click.UsageError(f"list {argument} takes no -bn, -ln or -t")
+            _run_dst(
+                Command(f"LIST_{argument.upper()}", service=service),
+                "list",
+                broker,
+                user,
+                passfile,
+                silent,
+                secure,
+                cafile,
+                reply_timeout,
+                retries,
+                as_json,
+                "connection" if argument == "cxn" else "service",
+            )
+            return
         if argument == "dst":
             if bridge is not None or link is not None:
-                raise click.UsageError("list dst takes no -bn or -ln")
+                raise click.UsageError(f"{op} dst takes no -bn or -ln")
             dst_type = btype.lower() if btype else None
             if dst_type not in (None, "q", "t"):
-                raise click.UsageError("list dst -t takes q or t")
+                raise click.UsageError(f"{op} dst -t takes q or t")
+            if op != "list":
+                if (dst_type is None) != (name is None):
+                    raise click.UsageError(f"{op} dst takes -t and -n together (neither: every destination)")
+                what = "destination" if name is not None else "destinations"
+                if not force and not click.confirm(
+                    f"Are you sure you want to perform operation [{op}] on "
+                    + ("this destination ?" if name is not None else "all destinations ?"),
+                    default=False,
+                    show_default=False,
+                    prompt_suffix=" (y/n)[n] ",
+                    err=as_json,
+                ):
+                    click.echo(f"The operation [{op}] on the {what} was not performed.", err=as_json)
+                    raise click.exceptions.Exit(0)
+                cmd = Command(
+                    f"{op.upper()}_DST", dst_type=dst_type, destination=name, pause_type=(pause_type or "ALL").upper()
+                )
+                _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
+                return
             _run_dst(
-                Command("LIST_DST", dst_type=dst_type),
+                Command("LIST_DST", dst_type=dst_type, temporary=temporary),
                 "list",
                 broker,
                 user,
@@ -321,7 +401,7 @@ def _command(op: str):
             return
         btype = btype.upper() if btype else None
         if btype in ("Q", "T"):
-            raise click.UsageError(f"-t {btype.lower()} is a destination type: use list dst")
+            raise click.UsageError(f"-t {btype.lower()} is a destination type: use {op} dst")
         bridge = _check_usage(op, argument, bridge, link, btype)
         host_port(broker)
         if (
@@ -359,9 +439,15 @@ def _command(op: str):
 
 
 def _dst_table(rows: list[dict[str, Any]]) -> str:
+    """list dst / query dst: imqcmd's Name, Type, State, Producers, Consumers (a topic:
+    and its subscriptions, durable ones among them), the counts, then the attributes."""
     titles = [
         "Name",
         "Type",
+        "State",
+        "Producers",
+        "Consumers",
+        "Subscriptions",
         "Pending",
         "Unacked",
         "Bytes",
@@ -380,7 +466,11 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
         [
             [
                 r["name"],
-                r["type"],
+                ("temporary " if r.get("temporary") else "") + ("topic" if r["type"] == "t" else "queue"),
+                r["state"],
+                str(r["producers"]),
+                str(r["consumers"]),
+                f"{r['subscriptions']} ({r['durable_subscriptions']} durable)" if r["type"] == "t" else "-",
                 str(r["pending"]),
                 str(r["unacked"]),
                 str(r["bytes"]),
@@ -388,6 +478,25 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
                 *(str(v).lower() if isinstance(v, bool) else str(v) for v in r["attributes"].values()),
             ]
             for r in rows
+        ],
+    )
+
+
+def _cxn_table(rows: list[dict[str, Any]]) -> str:
+    """list cxn: imqcmd's Connection ID, User, Service, Producers, Consumers, Host."""
+    return _table(
+        ["Connection ID", "User", "Service", "Producers", "Consumers", "Host", "Client ID"],
+        [
+            [
+                str(c["id"]),
+                c["user"] or "-",
+                c["service"],
+                str(c["producers"]),
+                str(c["consumers"]),
+                c["host"] or "-",
+                c["client_id"] or "-",
+            ]
+            for c in rows
         ],
     )
 
@@ -449,6 +558,13 @@ def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool, show:
 
 
 def _dst_text(op: str, data: Any) -> str | None:
+    if "connections" in data:
+        return _cxn_table(data["connections"])
+    if "services" in data:
+        return _table(
+            ["Service Name", "Protocol", "Port Number", "Service State"],
+            [[v["name"], v["protocol"], str(v["port"]), v["state"]] for v in data["services"]],
+        )
     if op == "list":
         return _dst_table(data["destinations"])
     if op == "query":
@@ -458,6 +574,13 @@ def _dst_text(op: str, data: Any) -> str | None:
     if op == "purge":
         return f"Purged {data['purged']} message(s)" + (
             f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else "."
+        )
+    if op == "destroy":
+        return f"Destroyed with {data['removed']} message(s)."
+    if op in ("pause", "resume"):
+        return _table(
+            ["Name", "Type", "State"],
+            [[d["name"], "topic" if d["type"] == "t" else "queue", d["state"]] for d in data["destinations"]],
         )
     return None
 
@@ -474,10 +597,12 @@ def _run_dst(
     reply_timeout: int,
     retries: int,
     as_json: bool,
+    what: str = "destination",
 ) -> None:
-    """Send a destination command and print its reply (exit 1 when it failed)."""
+    """Send a destination command (or list cxn, list svc: ``what``) and print its reply
+    (exit 1 when it failed)."""
     reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
-    _answer(reply, op, "destination", silent, as_json, lambda data: _dst_text(op, data))
+    _answer(reply, op, what, silent, as_json, lambda data: _dst_text(op, data))
 
 
 def _dst_command(op: str):
@@ -550,13 +675,15 @@ def _dst_command(op: str):
 
 
 def _purge_browse_command(op: str):
-    purge = op == "purge"
+    purge = op in ("purge", "destroy")  # (both ask, both take -t q|t)
 
     @click.command(
         op,
         context_settings={"help_option_names": ["-h", "-help", "--help"]},
         help="Remove every waiting message of a destination (paged-out ones too)."
-        if purge
+        if op == "purge"
+        else "Remove a destination with its messages (a topic: its durable subscriptions too)."
+        if op == "destroy"
         else "Show the first messages waiting on a queue: headers, properties and a preview.",
     )
     @click.argument("argument", type=click.Choice(["dst"], case_sensitive=False))
@@ -599,14 +726,14 @@ def _purge_browse_command(op: str):
             purge
             and not force
             and not click.confirm(
-                "Are you sure you want to perform operation [purge] on this destination ?",
+                f"Are you sure you want to perform operation [{op}] on this destination ?",
                 default=False,
                 show_default=False,
                 prompt_suffix=" (y/n)[n] ",
                 err=as_json,
             )
         ):
-            click.echo("The operation [purge] on the destination was not performed.", err=as_json)
+            click.echo(f"The operation [{op}] on the destination was not performed.", err=as_json)
             raise click.exceptions.Exit(0)
         cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, count=None if purge else count)
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
@@ -709,7 +836,7 @@ def register(group: click.Group) -> None:
         group.add_command(_command(op))
     for op in ("create", "update", "query"):
         group.add_command(_dst_command(op))
-    for op in ("purge", "browse"):
+    for op in ("purge", "browse", "destroy"):
         group.add_command(_purge_browse_command(op))
     for op in ("commit", "rollback"):
         group.add_command(_txn_command(op))

@@ -15,6 +15,7 @@ import os
 import sys
 import threading
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -283,6 +284,29 @@ def serve(
         service_log.close()
 
 
+class BridgeLines:
+    """serve's status lines: "bridge NAME (TYPE): STATE" once per bridge and state, from
+    the main thread and from the threads whose bridge start has ended."""
+
+    def __init__(self, echo: Callable[[str], None] = click.echo) -> None:
+        self.lock = threading.Lock()
+        self.echo = echo
+        self.shown: dict[str, str] = {}
+
+    def show(self, bridge: Any, under_way: Callable[[], bool] | None = None) -> None:
+        """The bridge's state, or STARTING while ``under_way()`` says its start thread has
+        not ended (or not begun). Asked under the lock: a start that ends meanwhile prints
+        its own line after this one, never before it (which left STARTING as the last word
+        on a bridge whose start had failed at once)."""
+        with self.lock:
+            state = getattr(bridge.state, "value", str(bridge.state))
+            if under_way is not None and under_way():
+                state = "STARTING"
+            if self.shown.get(bridge.name) != state:
+                self.shown[bridge.name] = state
+                self.echo(f"bridge {bridge.name} ({bridge.type}): {state}")
+
+
 def _serve(props: Any, demo: bool, read_properties: Callable[[], Any], service_log: ServiceLog) -> None:
     """serve, once its log is open (``service_log``: SIGHUP sets its level)."""
     from . import gcpolicy
@@ -294,20 +318,9 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any], service_l
     manager.handle_signals()
     # Bridges start on threads of their own: a line per bridge now (STARTING while it
     # connects) and another when its start has ended, whether before or after "Running".
-    output = threading.Lock()
-    shown: dict[str, str] = {}
-
-    def show(bridge: Any, starting: bool = False) -> None:
-        with output:
-            state = getattr(bridge.state, "value", str(bridge.state))
-            if starting:  # its start thread has not ended (or not begun: UNINITIALIZED, STOPPED)
-                state = "STARTING"
-            if shown.get(bridge.name) != state:
-                shown[bridge.name] = state
-                click.echo(f"bridge {bridge.name} ({bridge.type}): {state}")
-
-    manager.on_bridge_started = show
-    with output:  # the service's lines first
+    lines = BridgeLines()
+    manager.on_bridge_started = lines.show
+    with lines.lock:  # the service's lines first
         try:
             manager.start()
         except (ServiceError, StoreError, OSError) as exc:
@@ -327,7 +340,7 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any], service_l
     if demo:  # the demo needs its bridges
         manager.wait_for_starts(60)
     for bridge in manager.bridges.values():
-        show(bridge, starting=manager.start_under_way(bridge))
+        lines.show(bridge, under_way=partial(manager.start_under_way, bridge))
     if demo:
         from .demo import how_to_reach, run_demo
 

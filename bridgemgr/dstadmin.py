@@ -1,5 +1,6 @@
-"""The admin port's destination commands: create, update, query, list, purge and browse
-the host broker's physical destinations.
+"""The admin port's destination commands: create, update, query, list, purge, browse,
+destroy, pause and resume the host broker's physical destinations; list its connections
+and the instance's services.
 
 How it works: the service hands CREATE_DST / UPDATE_DST / QUERY_DST / LIST_DST commands
 here with its host broker. Attributes come as the original's names and strings
@@ -13,14 +14,16 @@ removes the waiting messages (paged-out ones too; those in delivery stay) throug
 HostBroker.purge_destination and says how many; browse shows the first N waiting messages
 of a queue: headers, properties, body type and size, a short printable preview and the
 whole body as JSON (text as it is, bytes base64; an ObjectMessage's serialized form is
-never deserialized).
+never deserialized). Destroy, pause and resume (imqcmd's meaning) and list cxn / list svc:
+docs/operations.md#destinations-connections-and-services.
 """
 
 from __future__ import annotations
 
 import base64
 import dataclasses
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from .admin.protocol import BAD_REQUEST, NOT_FOUND, OK, Command, Reply
 from .jms.destination import Destination, Queue, Topic
@@ -28,6 +31,9 @@ from .jms.errors import JMSException
 from .jms.hostbroker import DestinationAttributes, HostBroker, Principal
 from .jms.message import DeliveryMode, Message
 from .props import BACKOUT_DISPOSITION, BOOL, COUNT, LIMIT, LIMIT_BEHAVIOR, SIZE, TEXT, Kind
+
+if TYPE_CHECKING:
+    from .admin.portmapper import ServiceEntry
 
 # attribute name -> (DestinationAttributes field, kind)
 ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
@@ -74,12 +80,29 @@ def _what(cmd: Command) -> str:
 
 
 def destination_command(
-    broker: HostBroker, principal: Principal, cmd: Command, defaults: DestinationAttributes
+    broker: HostBroker,
+    principal: Principal,
+    cmd: Command,
+    defaults: DestinationAttributes,
+    services: Sequence[ServiceEntry] = (),
 ) -> Reply:
-    """Carry out one destination command; ``defaults``: what create starts from (the
-    imq.autocreate.destination.* attributes)."""
+    """Carry out one destination command (or LIST_CXN, LIST_SVC); ``defaults``: what
+    create starts from (the imq.autocreate.destination.* attributes); ``services``: the
+    port mapper's table (LIST_SVC)."""
     if cmd.op == "LIST_DST":
         return _list(broker, principal, cmd)
+    if cmd.op == "LIST_CXN":
+        return _connections(broker, principal, cmd)
+    if cmd.op == "LIST_SVC":
+        rows = [
+            {"name": e.name, "protocol": e.protocol, "type": e.type, "port": e.port, "state": "RUNNING"}
+            for e in services
+        ]
+        return Reply(OK, f"{len(rows)} service(s)", {"services": rows})
+    if cmd.op in ("PAUSE_DST", "RESUME_DST"):
+        return _pause(broker, principal, cmd)
+    if cmd.op == "DESTROY_DST":
+        return _destroy(broker, principal, cmd)
     if cmd.op == "PURGE_DST":
         return _purge(broker, principal, cmd)
     if cmd.op == "BROWSE_DST":
@@ -93,7 +116,14 @@ def destination_command(
         return Reply(
             OK,
             _what(cmd),
-            {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes), **counts},
+            {
+                "type": cmd.dst_type,
+                "name": cmd.destination,
+                "state": broker.destination_state(principal, dest),
+                "temporary": False,
+                "attributes": attributes_json(attributes),
+                **counts,
+            },
         )
     if cmd.op == "CREATE_DST" and found is not None:
         return Reply(BAD_REQUEST, f"{_what(cmd)} already exists (use update dst to change it)")
@@ -114,17 +144,59 @@ def destination_command(
     )
 
 
+def _rows(broker: HostBroker, principal: Principal, dst_type: str | None, temporary: bool) -> list[dict[str, Any]]:
+    """list dst's rows: queues (``dst_type`` q), topics (t) or both (None), by name."""
+    return [
+        {
+            "type": "t" if dest.is_topic else "q",
+            "name": dest.name,
+            "state": state,
+            "temporary": dest.is_temporary,
+            "attributes": attributes_json(attributes),
+            **counts,
+        }
+        for dest, attributes, counts, state in broker.list_destinations(
+            principal, queues=dst_type != "t", topics=dst_type != "q", temporary=temporary
+        )
+    ]
+
+
 def _list(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
-    rows = []
-    for key in sorted(broker.destinations(principal)):
-        kind, _, name = key.partition(":")
-        if kind != "queue" or cmd.dst_type == "t":
-            continue  # durable subscriptions are listed with their topic's query
-        found = broker.describe_destination(principal, Queue(name))
-        if found is not None:
-            attributes, counts = found
-            rows.append({"type": "q", "name": name, "attributes": attributes_json(attributes), **counts})
+    rows = _rows(broker, principal, cmd.dst_type, cmd.temporary)
     return Reply(OK, f"{len(rows)} destination(s)", {"destinations": rows})
+
+
+def _pause(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+    """pause|resume dst [-t T -n NAME] [-pst PRODUCERS|CONSUMERS|ALL]: one destination, or
+    every one without a name."""
+    pause, what = cmd.op == "PAUSE_DST", cmd.pause_type or "ALL"
+    dest = _destination(cmd) if cmd.destination is not None else None
+    done = broker.pause_destinations(principal, dest, what, pause)
+    if done is None:
+        return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    verb = "paused" if pause else "resumed"
+    rows = [{"type": "t" if d.is_topic else "q", "name": d.name, "state": state} for d, state in done]
+    where = _what(cmd) if dest is not None else f"{len(rows)} destination(s)"
+    return Reply(OK, f"{where}: {what.lower()} {verb}", {"pause_type": what, "destinations": rows})
+
+
+def _destroy(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+    try:
+        removed = broker.destroy_destination(principal, _destination(cmd))
+    except JMSException as exc:
+        return Reply(BAD_REQUEST, str(exc))
+    if removed is None:
+        return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    return Reply(
+        OK,
+        f"{_what(cmd)} destroyed with {removed} message(s)",
+        {"type": cmd.dst_type, "name": cmd.destination, "removed": removed},
+    )
+
+
+def _connections(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+    rows = [c for c in broker.connections(principal) if cmd.service is None or c["service"] == cmd.service]
+    return Reply(OK, f"{len(rows)} connection(s)", {"connections": rows})
 
 
 def _purge(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:

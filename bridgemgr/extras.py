@@ -2,10 +2,11 @@
 which extra to install when a part is used without it.
 
 ``pip install imqbridge`` gives the service, the embedded host broker, the STOMP bridge and
-the STOMP provider; Spark, the Java provider, the PostgreSQL store and the AMQP provider
-need packages of their own (pyproject.toml's optional-dependencies). Each part imports its
-packages when first used, through :func:`require`, so a missing one fails that use with
-"the Spark runner needs pyspark: pip install 'imqbridge[spark]'" instead of a traceback.
+the STOMP provider; Spark, the Java provider, the PostgreSQL store, the AMQP provider and
+the management port need packages of their own (pyproject.toml's optional-dependencies).
+Each part imports its packages when first used, through :func:`require`, so a missing one
+fails that use with "the Spark runner needs pyspark: pip install 'imqbridge[spark]'"
+instead of a traceback.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ EXTRA_OF = {
     "jpype": "java",
     "psycopg": "postgres",
     "pika": "amqp",
+    "starlette": "console",
+    "uvicorn": "console",
 }
 
 

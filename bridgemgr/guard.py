@@ -17,6 +17,8 @@ Design notes: docs/operations.md#internals-guardpy.
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import collections
 import contextlib
 import errno
@@ -384,6 +386,22 @@ def write_eof(transport: asyncio.WriteTransport) -> None:
             raise
         log.debug("a client left before its answer was written: %s", exc)
         transport.close()
+
+
+def basic_credentials(authorization: str | None) -> tuple[str, str] | None:
+    """(user, password) of an HTTP Basic Authorization header (the metrics and management
+    ports); None when absent or malformed."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "basic":
+        return None
+    try:
+        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
+    except (binascii.Error, UnicodeDecodeError):
+        return None
+    user, sep, password = decoded.partition(":")
+    return (user, password) if sep and user else None
 
 
 # --- the accept loop ----------------------------------------------------------------------------

@@ -7,7 +7,8 @@ write histogram; at scrape time ServiceCollector reads them all (the bridges' in
 broker's metrics(), the front ends' connection sets, an HA instance's lease) and turns them into Prometheus metric
 families, which prometheus-client writes in the text format. readiness() answers /readyz
 from the same live state: every bridge of imq.bridge.activelist with autostart must be
-loaded and STARTED and the store must take writes. The HTTP shell that serves these is
+loaded and STARTED with none of its links STARTING (connecting, or its source or target
+unreachable), and the store must take writes. The HTTP shell that serves these is
 metricshttp.py.
 """
 
@@ -232,7 +233,7 @@ def scrape(reg: CollectorRegistry) -> bytes:
 
 def readiness(service: Service) -> list[str]:
     """Why the service is not ready (empty: it is): an autostart bridge not STARTED or
-    not loaded, the store not taking writes."""
+    not loaded, a link of one still (or again) connecting, the store not taking writes."""
     reasons = []
     broker = service.host_broker
     if broker is None:
@@ -253,4 +254,14 @@ def readiness(service: Service) -> list[str]:
             state = getattr(bridge.state, "value", str(bridge.state))
             if state != "STARTED":
                 reasons.append(f"bridge {name} is {state}, not STARTED")
+            reasons.extend(_links_not_connected(name, bridge.info()))
     return reasons
+
+
+def _links_not_connected(bridge: str, info: dict[str, Any]) -> Iterator[str]:
+    """A reason for each link of a bridge that is STARTING: connecting, or connecting
+    again after its source or target became unreachable (with what keeps it)."""
+    for link in info.get("links", []):
+        if link.get("state") == "STARTING":
+            error = link.get("counters", {}).get("current_error")
+            yield f"link {link['name']} of bridge {bridge} is STARTING" + (f": {error}" if error else "")

@@ -21,15 +21,13 @@ broker). Passwords are never logged.
 from __future__ import annotations
 
 import asyncio
-import base64
-import binascii
 import json
 import logging
 import ssl
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .guard import Admission, ServiceGuard, StreamServer
+from .guard import Admission, ServiceGuard, StreamServer, basic_credentials
 from .netloop import NetLoop
 from .users import User
 
@@ -173,7 +171,7 @@ class MetricsServer(StreamServer):
     async def _log_in(self, peer: str, authorization: str | None) -> Response | None:
         """None when the request's credentials are good and the user may read metrics;
         else the 401 or 403 to send."""
-        credentials = _basic(authorization)
+        credentials = basic_credentials(authorization)
         if credentials is None:
             return text(
                 401,
@@ -256,18 +254,3 @@ def _parse(head: bytes) -> tuple[str, str, dict[str, str], Response | None]:
     if headers.get("content-length", "0") != "0" or "transfer-encoding" in headers:
         return method, "", headers, text(400, "a request body is not accepted")
     return method, target.split("?", 1)[0], headers, None
-
-
-def _basic(authorization: str | None) -> tuple[str, str] | None:
-    """(user, password) of an HTTP Basic Authorization header; None when absent or malformed."""
-    if not authorization:
-        return None
-    scheme, _, token = authorization.partition(" ")
-    if scheme.lower() != "basic":
-        return None
-    try:
-        decoded = base64.b64decode(token.strip(), validate=True).decode("utf-8")
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-    user, sep, password = decoded.partition(":")
-    return (user, password) if sep and user else None

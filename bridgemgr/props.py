@@ -411,6 +411,30 @@ FIXED_PROPS: tuple[Prop, ...] = (
         "seconds a metrics connection may take to send a request (and stay idle between them)",
     ),
     Prop("imq.metrics.max_connections", POSITIVE, 100, "open metrics port connections; more are refused"),
+    # The management port (docs/console.md).
+    Prop(
+        "imq.console.port",
+        integer(-1, 65535),
+        -1,
+        "HTTP port of the management REST API (/api/v1); -1 = off, 0 = any free port (the port mapper tells)",
+    ),
+    Prop("imq.console.host", TEXT, "127.0.0.1", "address the management port listens on (loopback only by default)"),
+    Prop("imq.console.tls.enabled", BOOL, False, "the management port speaks HTTPS"),
+    Prop("imq.console.tls.certfile", TEXT, None, "PEM certificate chain of the HTTPS management port"),
+    Prop("imq.console.tls.keyfile", TEXT, None, "PEM private key of the HTTPS management port"),
+    Prop(
+        "imq.console.login.timeout",
+        POSITIVE,
+        10,
+        "seconds a management port connection may stay without a request with good credentials",
+    ),
+    Prop("imq.console.max_connections", POSITIVE, 100, "open management port connections; more are refused"),
+    Prop(
+        "imq.console.session.timeout",
+        POSITIVE,
+        1800,
+        "seconds a browser console session may stay unused before it ends (log in again)",
+    ),
     # Connections not logged in yet, per source address (an IPv6 client's /64), per service
     # (docs/security.md "One client cannot lock everyone out").
     *(
@@ -425,6 +449,7 @@ FIXED_PROPS: tuple[Prop, ...] = (
             ("stomp", "STOMP"),
             ("admin", "admin port"),
             ("metrics", "metrics port"),
+            ("console", "management port"),
             ("portmapper", "port mapper"),
         )
     ),

@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import (
     BAD_REQUEST,
+    BROKER_COMMANDS,
     DST_COMMANDS,
     ERROR,
     NOT_FOUND,
@@ -132,6 +133,7 @@ class BridgeServiceManager:
         self.jms_services: list[Any] = []
         self.admin: Any = None
         self.metrics: Any = None  # the metrics port (metricshttp.MetricsServer), when on
+        self.console: Any = None  # the management port (console/server.py), when on
         self.users: Any = None
         self.login_throttle = LoginThrottle()  # every front end's: guesses count across services
         self.bridges: dict[str, ManagedBridge] = {}
@@ -229,6 +231,7 @@ class BridgeServiceManager:
             log.error("the service account cannot be set up, so Spark links and CLI jobs cannot log in: %s", exc)
         dmq_key(self.props)
         self._open_metrics()
+        self._open_console()
         tls = self._tls("imq.jms.tls") if self.props.get("imq.jms.tls.enabled") else None
         for port, ctx in ((self.props.get("imq.jms.tcp.port"), None),) + (((0, tls),) if tls else ()):
             service = self.host_broker.jms_service(
@@ -294,6 +297,58 @@ class BridgeServiceManager:
         ).start()
         self.portmapper.register(
             ServiceEntry("metrics", "https" if self.metrics.secure else "http", "METRICS", self.metrics.port)
+        )
+
+    def _open_console(self) -> None:
+        """The management port (imq.console.port; -1, the default: none), listed by the
+        port mapper as ``console``: the REST API over ``dispatch``, the admin port's commands."""
+        port = self.props.get("imq.console.port")
+        if port < 0:
+            return
+        from .admin.portmapper import ServiceEntry
+        from .extras import require
+
+        require("the management port (imq.console.port)", "starlette", "uvicorn", error=ServiceError)
+        from .console.api import ConsoleAPI, Operations
+        from .console.server import ConsoleServer
+        from .console.sessions import SessionStore
+
+        assert self.netloop is not None and self.portmapper is not None
+        ops = Operations(
+            self.dispatch, self.users.authenticate, self.users.verified, self._console_may_act, self._redacted
+        )
+        tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
+        self.console = ConsoleServer(
+            self.netloop,
+            ConsoleAPI(ops, self.login_throttle, SessionStore(self.props.get("imq.console.session.timeout"))).app(),
+            host=self.props.get("imq.console.host"),
+            port=port,
+            ssl_context=tls,
+            guard=ServiceGuard.from_props(self.props, "console", self.login_throttle),
+        ).start()
+        self.portmapper.register(
+            ServiceEntry("console", "https" if self.console.secure else "http", "CONSOLE", self.console.port)
+        )
+
+    def _redacted(self) -> dict[str, str]:
+        """The properties in force now (SIGHUP may have changed some), secrets redacted."""
+        return self.props.redacted()
+
+    def _console_may_act(self, user: User, peer: str) -> str | None:
+        """Who may change things on the management port: group admin, and the users the
+        access rules let use the admin service (connection.ADMIN); others only read."""
+        if user.group == "admin":
+            return None
+        access = self.host_broker.access if self.host_broker is not None else None
+        if access is not None and access.get("admin") is not None:
+            try:
+                access.check_connection(Principal(user.name, frozenset({user.group}), peer, "admin"))
+                return None
+            except JMSException:
+                pass
+        return (
+            f"user {user.name!r} may only read: changes need group admin "
+            "(or connection.ADMIN of the access control file)"
         )
 
     def _metrics_admit(self, user: User) -> str | None:
@@ -522,7 +577,11 @@ class BridgeServiceManager:
             return self._list(cmd)
         if cmd.op == "CONFIG":
             return self._config(cmd)
-        if cmd.op in DST_COMMANDS:
+        if cmd.op == "CLUSTER":
+            return self._cluster_members()
+        if cmd.op == "LIST_DMQ":
+            return self._dead_messages(cmd)
+        if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
             return self._transaction(cmd)
@@ -560,7 +619,7 @@ class BridgeServiceManager:
         return Reply(OK, f"{what} is {getattr(state, 'value', state)}", {"state": getattr(state, "value", state)})
 
     def _destination(self, cmd: Command) -> Reply:
-        """create/update/query/list dst on the host broker, as the admin user."""
+        """The dst commands, list cxn and list svc on the host broker, as the admin user."""
         if self.host_broker is None:
             return Reply(UNAVAILABLE, "the host broker is not running")
         from .dstadmin import destination_command
@@ -570,7 +629,8 @@ class BridgeServiceManager:
             auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
         )
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
-        return destination_command(self.host_broker, admin, cmd, defaults)
+        services = self.portmapper.entries() if self.portmapper is not None else []
+        return destination_command(self.host_broker, admin, cmd, defaults, services)
 
     def _transaction(self, cmd: Command) -> Reply:
         """list|commit|rollback txn: a JMS bridge's in-doubt XA transactions, by hand."""
@@ -647,6 +707,60 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def _dead_messages(self, cmd: Command) -> Reply:
+        """A JMS bridge's DMQs: for each on the host broker (the built-in one, and <dmq>s
+        whose connection factory means the host broker), its first ``count`` entries with
+        their reason and JMS_SUN_JMSBRIDGE_* properties; the others are named only."""
+        from .dstadmin import message_json
+        from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import BUILTIN_DMQ_DESTINATION
+        from .jmsbridge.dmq import DMQ_REASON, P
+        from .jmsbridge.resolve import means_host_broker
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        config = self.bridge_configs.get(bridge.name)
+        if not isinstance(bridge, JMSBridge) or config is None or self.host_broker is None:
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has DMQs")
+        admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
+        dmqs: list[dict[str, Any]] = []
+        count = 0
+        for dmq in config.dmqs:
+            queue: str | None = BUILTIN_DMQ_DESTINATION
+            if not dmq.is_builtin:
+                assert dmq.connection_factory_ref is not None and dmq.destination_ref is not None
+                dest = config.destination(dmq.destination_ref)
+                host = means_host_broker(config.connection_factory(dmq.connection_factory_ref))
+                queue = dest.name if host and dest.lookup_name is None and dest.type.value == "queue" else None
+            if queue is None:
+                dmqs.append({"name": dmq.name, "destination": None, "entries": None})
+                continue
+            messages = self.host_broker.browse_destination(admin, queue, cmd.count or 1) or []
+            entries = [
+                {
+                    "reason": m.properties.get(DMQ_REASON),
+                    "bridgeProperties": {k: v for k, v in m.properties.items() if k.startswith(P)},
+                    "message": message_json(m),
+                }
+                for m in messages
+            ]
+            count += len(entries)
+            dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
+        return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
+
+    def _cluster_members(self) -> Reply:
+        """The HA cluster's instances, their leases, and the bridges' owners."""
+        cluster = self.cluster
+        if cluster is None:
+            return Reply(NOT_FOUND, "this service is in no HA cluster (imq.cluster.ha is false)")
+        try:
+            data = cluster.members()
+        except StoreError as exc:
+            return Reply(UNAVAILABLE, f"the HA cluster's tables cannot be read: {exc}")
+        data = {"clusterid": cluster.settings.clusterid, "instance": cluster.brokerid, **data}
+        return Reply(OK, f"HA cluster {cluster.settings.clusterid}: {len(data['instances'])} instance(s)", data)
 
     def _config(self, cmd: Command) -> Reply:
         """What a CLI job (drain, dmq) needs to work on a JMS bridge from another process."""
@@ -883,6 +997,9 @@ class BridgeServiceManager:
         if self.metrics is not None:
             self.metrics.stop()
             self.metrics = None
+        if self.console is not None:
+            self.console.stop()
+            self.console = None
         for service in self.jms_services:
             service.stop()
         self.jms_services = []

@@ -1,4 +1,4 @@
-"""A real `imqbridgemgr serve` process, the CLI as a process, and messages sent to and taken
+"""A real `imqbridgemgr serve` process, the CLI (in this process, or as one), and messages sent to and taken
 from a service's queues over mq://, for end-to-end tests."""
 
 from __future__ import annotations
@@ -54,6 +54,23 @@ class Daemon:
 
 
 def cli(daemon: Daemon, passfile: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    """`imqbridgemgr ARGS -b <daemon> -u admin -passfile PASSFILE -f`, run in this process
+    (click's runner: the same command code, exit status, stdout and stderr as the process
+    gives, without a Python start per call, which made every wait that polls the service
+    through the CLI cost a core; ``timeout`` is pytest-timeout's here). tests/test_cli_native.py
+    and cli_process() run the command as a process."""
+    from click.testing import CliRunner
+
+    from bridgemgr.cli import PROG, main
+
+    argv = [*args, "-b", daemon.address, "-u", "admin", "-passfile", str(passfile), "-f"]
+    result = CliRunner().invoke(main, argv, prog_name=PROG)
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return subprocess.CompletedProcess([PROG, *argv], result.exit_code, result.stdout, result.stderr)
+
+
+def cli_process(daemon: Daemon, passfile: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     """`imqbridgemgr ARGS -b <daemon> -u admin -passfile PASSFILE -f` as a process."""
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     return subprocess.run(

@@ -170,6 +170,7 @@ def rule_keys(draw) -> RuleKey:
     return RuleKey(resource, name, draw(st.sampled_from(ops)), access, ptype)
 
 
+@pytest.mark.slow
 @given(st.dictionaries(rule_keys(), PRINCIPALS, max_size=12))
 def test_rules_survive_a_round_trip_through_their_text(table):
     original = AccessRules(table)
@@ -185,6 +186,7 @@ def test_rules_survive_a_round_trip_through_their_text(table):
         max_size=200,
     )
 )
+@pytest.mark.slow
 def test_any_text_parses_or_fails_naming_its_line(text):
     try:
         AccessRules.parse(text, "f.properties")
@@ -253,6 +255,7 @@ def queue_rules(draw):
     return table
 
 
+@pytest.mark.slow
 @given(
     queue_rules(),
     st.sampled_from(["al", "bo", "cy"]),

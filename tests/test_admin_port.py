@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import ssl
 import time
@@ -17,9 +18,11 @@ from bridgemgr.admin.protocol import (
     MAX_LINE,
     NOT_FOUND,
     OK,
+    PAUSE_TYPES,
     AdminProtocolError,
     Command,
     Reply,
+    encode_request,
     parse_request,
 )
 from bridgemgr.admin.server import AdminServer
@@ -194,3 +197,53 @@ def test_random_bytes_never_take_the_port_down(server):
             pass
     with AdminClient("127.0.0.1", server.port, "admin", "s3cret") as c:
         assert c.request(Command("LIST")).ok
+
+
+_NAMES = st.text(st.characters(min_codepoint=33, max_codepoint=0x2FF), min_size=1, max_size=40)
+
+
+@st.composite
+def _dst_control_commands(draw) -> Command:
+    """PAUSE_DST / RESUME_DST (one destination or every one), DESTROY_DST, LIST_DST with
+    -tmp, LIST_CXN (with -svn) and LIST_SVC, as the CLI makes them."""
+    op = draw(st.sampled_from(["PAUSE_DST", "RESUME_DST", "DESTROY_DST", "LIST_DST", "LIST_CXN", "LIST_SVC"]))
+    if op == "LIST_CXN":
+        return Command(op, service=draw(st.none() | _NAMES))
+    if op == "LIST_SVC":
+        return Command(op)
+    if op == "LIST_DST":
+        return Command(op, dst_type=draw(st.sampled_from([None, "q", "t"])), temporary=draw(st.booleans()))
+    one = op == "DESTROY_DST" or draw(st.booleans())
+    return Command(
+        op,
+        dst_type=draw(st.sampled_from(["q", "t"])) if one else None,
+        destination=draw(_NAMES) if one else None,
+        pause_type=draw(st.sampled_from(PAUSE_TYPES)) if op != "DESTROY_DST" else None,
+    )
+
+
+@settings(max_examples=80, deadline=None)
+@given(_dst_control_commands())
+def test_destination_control_commands_cross_the_wire_unchanged(cmd):
+    assert parse_request(encode_request(cmd)) == cmd
+
+
+@pytest.mark.parametrize(
+    "request_, why",
+    [
+        ({"op": "PAUSE_DST", "pause_type": "SOME"}, "pause type 'SOME'"),
+        ({"op": "PAUSE_DST", "dst_type": "q"}, "needs 'dst_type' (q or t) and 'destination'"),
+        ({"op": "DESTROY_DST"}, "needs 'dst_type' (q or t) and 'destination'"),
+        ({"op": "PURGE_DST", "dst_type": "q", "destination": "x", "pause_type": "ALL"}, "takes no 'pause_type'"),
+        ({"op": "QUERY_DST", "dst_type": "q", "destination": "x", "temporary": True}, "for LIST_DST only"),
+        ({"op": "LIST_SVC", "service": "jms"}, "takes no 'service'"),
+    ],
+)
+def test_malformed_destination_control_commands_get_400(request_, why):
+    with pytest.raises(AdminProtocolError, match=re.escape(why)) as refused:
+        parse_request(json.dumps(request_).encode())
+    assert refused.value.status == BAD_REQUEST
+
+
+def test_pause_without_a_type_means_all():
+    assert parse_request(b'{"op":"PAUSE_DST"}') == Command("PAUSE_DST", pause_type="ALL")

@@ -121,3 +121,46 @@ def test_list_bridge_with_links_and_list_link_counters():
     assert titles.index("Transferred") < titles.index("Rate/s") < titles.index("Backlog") < titles.index("Last Error")
     row = next(x.split() for x in text.splitlines() if x.startswith("l2"))
     assert row[5:] == ["7", "1", "0", "0.0", "-", "-"]  # no backlog known, no error
+
+
+@pytest.mark.parametrize(
+    "args, error",
+    [
+        (["pause", "dst", "-t", "q"], "takes -t and -n together"),
+        (["resume", "dst", "-n", "orders"], "takes -t and -n together"),
+        (["pause", "bridge", "-bn", "b", "-pst", "ALL"], "-n and -pst are for pause dst and resume dst"),
+        (["pause", "dst", "-pst", "SOME"], "Invalid value"),
+        (["list", "bridge", "-tmp"], "-tmp is for list dst"),
+        (["list", "dst", "-svn", "jms"], "-svn is for list cxn"),
+        (["list", "cxn", "-bn", "b"], "list cxn takes no -bn, -ln or -t"),
+        (["destroy", "dst", "-t", "q"], "Missing option '-n'"),
+        (["destroy", "dst", "-t", "x", "-n", "y"], "Invalid value"),
+    ],
+)
+def test_usage_rules_of_the_destination_commands(args, error):
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert error in result.output
+
+
+@pytest.mark.parametrize(
+    "args, asked",
+    [
+        (["destroy", "dst", "-t", "q", "-n", "orders"], "[destroy] on this destination"),
+        (["pause", "dst", "-t", "t", "-n", "news", "-pst", "consumers"], "[pause] on this destination"),
+        (["resume", "dst"], "[resume] on all destinations"),
+    ],
+)
+def test_destroy_pause_and_resume_ask_and_n_does_nothing(args, asked):
+    result = CliRunner().invoke(main, args, input="n\n")
+    assert f"Are you sure you want to perform operation {asked} ? (y/n)[n]" in result.output
+    assert "was not performed" in result.output and result.exit_code == 0
+
+
+def test_nocheck_is_accepted_as_the_original_takes_it(tmp_path):
+    pw = tmp_path / "pw"
+    pw.write_text("imq.imqbridgemgr.password=x\n")
+    for args in (["list", "bridge"], ["list", "dst"], ["stop", "bridge", "-bn", "b", "-f"]):
+        result = CliRunner().invoke(main, [*args, "-nocheck", "-b", "127.0.0.1:1", "-u", "admin", "-passfile", str(pw)])
+        assert result.exit_code == 1, result.output  # it got as far as the (absent) service
+        assert "cannot reach the broker at 127.0.0.1:1" in result.output

@@ -134,6 +134,7 @@ def delivery_frames(
     return frames
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(
     channel=st.integers(1, 65535),
@@ -169,6 +170,7 @@ def with_raw_headers(fields: list[tuple[bytes, bytes]]) -> bytes:
     return struct.pack(">HHQH", 60, 0, 0, pika.BasicProperties.FLAG_HEADERS) + struct.pack(">I", len(table)) + table
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(fields=st.lists(st.tuples(st.binary(min_size=1, max_size=8), raw_field), max_size=8))
 def test_every_field_kind_of_other_clients_reads_as_pika_reads_it_or_is_refused(fields):
@@ -184,6 +186,7 @@ def test_every_field_kind_of_other_clients_reads_as_pika_reads_it_or_is_refused(
     same_properties(mine, theirs)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(props=properties(), cut=st.integers(1, 10_000))
 def test_a_cut_content_header_is_refused_by_name(props, cut):
@@ -193,6 +196,7 @@ def test_a_cut_content_header_is_refused_by_name(props, cut):
         decode_content_header(payload[:-cut], 3)
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(props=properties(), at=st.integers(0, 10_000), byte=st.integers(0, 255))
 def test_a_changed_content_header_reads_as_pika_reads_it_or_is_refused(props, at, byte):
@@ -259,6 +263,7 @@ def test_a_decimal_header_reads_as_pika_reads_it():
     assert decode_content_header(payload, 1)[1].headers == {"d": decimal.Decimal("1.25")}
 
 
+@pytest.mark.slow
 @SETTINGS
 @given(props=properties())
 def test_our_encoding_of_properties_is_pikas(props):
@@ -288,6 +293,7 @@ typed_property = st.one_of(
     ),
     body=st.binary(max_size=100),
 )
+@pytest.mark.slow
 def test_typed_properties_come_back_through_our_reading(props, body):
     message = BytesMessage(body)
     for name, (ptype, value) in props.items():

@@ -111,6 +111,7 @@ def test_javahome_anywhere_sets_the_jvm_jpype_starts_and_a_wrong_one_is_refused(
         (["drain", "-bn", "b", "-ln", "l", "-b", "127.0.0.1:1", "-u", "a", "-passfile", "{pw}"], 1, 503),
     ],
 )
+@pytest.mark.slow
 def test_json_failures_are_one_error_object_on_stdout_with_the_same_exit_status(tmp_path, args, status, code):
     pw = tmp_path / "pw"
     pw.write_text("imq.imqbridgemgr.password=x\n")

@@ -666,6 +666,7 @@ def _decodes_or_refuses(blob: bytes) -> None:
     assert isinstance(result, Message)
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300))
 def test_random_bytes_never_escape_as_other_errors(data):

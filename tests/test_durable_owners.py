@@ -239,6 +239,7 @@ def stomp_leave(broker: Broker, client: Raw) -> None:
     wait_for(lambda: CID not in broker.client_ids)
 
 
+@pytest.mark.slow
 def test_mallory_may_neither_attach_nor_unsubscribe_over_stomp(stomp):
     broker, port = stomp
     alice = stomp_login(port, "alice")

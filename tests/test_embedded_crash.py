@@ -84,7 +84,7 @@ def test_confirmed_sends_survive_kill9(store_spec, window, sync):
     store = store_spec
     confirmed: dict[int, set[int]] = {}
     for rnd in range(ROUNDS):
-        lines = run_and_kill("send", store, rnd, random.randint(30, 600), sync, window=window)
+        lines = run_and_kill("send", store, rnd, random.randint(20, 250), sync, window=window)
         confirmed[rnd] = {int(line.split(":")[1]) for line in lines if line.startswith("sent")}
     texts = [m.text for m in open_and_drain(store, DST, window)]
     assert len(texts) == len(set(texts)), "a message was stored twice"
@@ -100,7 +100,7 @@ def test_transactions_are_all_or_nothing_after_kill9(store_spec, sync):
     store = store_spec
     committed: dict[int, set[str]] = {}
     for rnd in range(ROUNDS):
-        lines = run_and_kill("tx", store, rnd, random.randint(5, 80), sync)
+        lines = run_and_kill("tx", store, rnd, random.randint(5, 40), sync)
         committed[rnd] = {line.split()[1] for line in lines if line.startswith("committed")}
     msgs = open_and_drain(store, DST)
     batches = Counter(m.get_string_property("batch") for m in msgs)
@@ -136,9 +136,9 @@ def test_unacknowledged_messages_survive_kill9_of_a_consumer(tmp_path):
 @pytest.mark.parametrize("window", [1000, 3])
 def test_xa_transfers_are_exactly_once_across_kill9(store_spec, window):
     store = store_spec
-    everything = preload(store, 400)
+    everything = preload(store, 150)
     for rnd in range(ROUNDS):
-        lines = run_and_kill("xa", store, rnd, random.randint(10, 120), window=window)
+        lines = run_and_kill("xa", store, rnd, random.randint(6, 40), window=window)
         printed = {line.split()[1] for line in lines if line.startswith("prepared")}
         # Recovery as a transaction manager does it: commit what it had decided to
         # commit (printed as prepared), presume abort for the rest.

@@ -82,6 +82,7 @@ def test_restart_reads_counts_not_messages(tmp_path, monkeypatch):
     broker.close()
 
 
+@pytest.mark.slow
 def test_the_default_window_holds_a_benchmark_sized_backlog_in_memory(tmp_path):
     """Reading a message back costs a few microseconds: the default window keeps a
     backlog of 20,000 (persistent or not) in memory, none in the store or swap.db."""
@@ -94,6 +95,7 @@ def test_the_default_window_holds_a_benchmark_sized_backlog_in_memory(tmp_path):
     broker.close()
 
 
+@pytest.mark.slow
 def test_a_large_window_is_read_back_a_chunk_at_a_time(tmp_path, monkeypatch):
     """After a restart the first delivery reads one chunk (1,000), not a whole window."""
     broker = Broker(tmp_path / "s", memory_window=50_000)
@@ -277,6 +279,7 @@ def test_the_window_is_a_broker_property(tmp_path):
         host.broker.close()
 
 
+@pytest.mark.slow
 def test_a_flood_waits_for_the_store_instead_of_piling_up_in_memory(tmp_path, monkeypatch):
     from bridgemgr.providers.embedded import store as store_module
 

@@ -240,6 +240,7 @@ def test_a_consumed_message_no_longer_counts_as_pending_bytes(tmp_path):
         store.close()
 
 
+@pytest.mark.slow
 def test_senders_writing_batch_after_batch_leave_the_writer_thread_asleep(store):
     """While senders write their own batches (a persistent send waits for its batch), each
     taking what the acknowledgements left, the writer thread sleeps through its lingers:
@@ -279,6 +280,7 @@ def test_senders_writing_batch_after_batch_leave_the_writer_thread_asleep(store)
     assert rows_on_disk(store) == set()
 
 
+@pytest.mark.slow
 def test_a_sender_waiting_for_each_batch_does_not_wake_the_writer_thread_each_time(store):
     """Each send woke the idle writer thread, which found its batch taken by the sender
     and slept again: a wake-up per message. Once woken for nothing it looks again only

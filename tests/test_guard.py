@@ -7,6 +7,8 @@ import asyncio
 import logging
 import time
 
+import pytest
+
 from bridgemgr.guard import LogEvery, LoginThrottle, ThrottleSettings
 
 
@@ -46,6 +48,7 @@ def test_failures_decay_until_they_are_forgotten():
     assert "admin" not in throttle._users  # forgotten, not kept at zero
 
 
+@pytest.mark.slow
 def test_cycling_addresses_and_user_names_cannot_grow_memory():
     throttle = LoginThrottle(ThrottleSettings(max_entries=100), Clock())
     for n in range(20_000):

@@ -115,8 +115,8 @@ def test_kill_9_of_the_owner_mid_transfer(tmp_path, postgresql, broker_m):
 
 
 @pytest.mark.timeout(1800)
-def test_kill_9_of_the_owner_moving_10000_messages(tmp_path, postgresql, broker_m):
-    kill_the_owner_mid_transfer(tmp_path, postgresql, broker_m, 10_000)
+def test_kill_9_of_the_owner_moving_3000_messages(tmp_path, postgresql, broker_m):
+    kill_the_owner_mid_transfer(tmp_path, postgresql, broker_m, 3_000)
 
 
 def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postgresql, broker_m):

@@ -191,6 +191,7 @@ def test_a_transformer_from_a_configured_folder(broker, tmp_path):
         b.stop()
 
 
+@pytest.mark.slow
 def test_unresolvable_destination_fails_the_start(broker):
     xml = bridge_xml(
         link_xml(dst="ghost"),

@@ -100,6 +100,7 @@ def test_body_that_cannot_be_encoded_is_truncated_to_str():
     codec.encode(dead)  # the DMQ message itself can always be sent
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None)
 @given(
     text=st.text(max_size=50),

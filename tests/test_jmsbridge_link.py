@@ -16,6 +16,7 @@ from bridgemgr.jmsbridge import link as link_module
 from bridgemgr.jmsbridge.bridge import BridgeStartError, JMSBridge
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.link import LinkTuning
+from bridgemgr.jmsbridge.pipeline import keeps_reply_to
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.props import BrokerProperties, load_properties
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory, open_broker
@@ -240,12 +241,14 @@ class OtherProviderFactory(EmbeddedConnectionFactory):
         return conn
 
 
-def _reply_to_bridge(broker: Broker, retain: bool) -> JMSBridge:
+def _reply_to_bridge(broker: Broker, retain: bool, target: str = "host") -> JMSBridge:
     xml = bridge_xml(
         '<link name="l" transacted="false"><source connection-factory-ref="other" '
-        'destination-ref="src"/><target connection-factory-ref="host" destination-ref="dst" '
+        f'destination-ref="src"/><target connection-factory-ref="{target}" destination-ref="dst" '
         f'retain-replyto="{str(retain).lower()}"/></link>',
         cfs='<connection-factory ref-name="other" lookup-name="X" >'
+        '<property name="java.naming.factory.initial" value="x"/></connection-factory>'
+        '<connection-factory ref-name="other-too" lookup-name="Y" >'
         '<property name="java.naming.factory.initial" value="x"/></connection-factory>',
     )
     lookup = lambda name, env: OtherProviderFactory(broker)  # noqa: E731
@@ -253,18 +256,38 @@ def _reply_to_bridge(broker: Broker, retain: bool) -> JMSBridge:
 
 
 @pytest.mark.parametrize("retain", [False, True])
-def test_reply_to_cleared_between_providers_unless_retained(broker, bridges, retain):
+@pytest.mark.parametrize("target", ["host", "other-too"])
+def test_reply_to_cleared_unless_both_ends_are_message_queue_or_retained(broker, bridges, retain, target):
+    """The chapter keeps JMSReplyTo by default only between Message Queue brokers: two
+    ends of one other provider (both "some other provider") clear it too. (Before, one
+    provider at both ends kept it.)"""
     m = TextMessage("ask")
     m.reply_to = Queue("answers")
     send(broker, "src", [m])
-    b = _reply_to_bridge(broker, retain)
+    b = _reply_to_bridge(broker, retain, target)
     b.start()
     bridges.append(b)
     got = drain(broker, "dst", expect=1)[0]
     assert got.reply_to == (Queue("answers") if retain else None)
 
 
-def test_reply_to_kept_within_one_provider(broker, bridges):
+@pytest.mark.parametrize(
+    ("source", "target", "kept"),
+    [
+        ("imqbridge embedded broker", "imqbridge embedded broker", True),
+        ("Open Message Queue", "imqbridge embedded broker", True),
+        ("imqbridge embedded broker", "Oracle GlassFish(tm) Server Message Queue", True),
+        ("ActiveMQ", "ActiveMQ", False),
+        ("imqbridge embedded broker", "ActiveMQ", False),
+        ("RabbitMQ", "imqbridge embedded broker", False),
+    ],
+)
+def test_which_provider_pairs_keep_reply_to_by_default(source, target, kept):
+    assert keeps_reply_to(False, source, target) is kept
+    assert keeps_reply_to(True, source, target) is True
+
+
+def test_reply_to_kept_between_message_queue_brokers(broker, bridges):
     m = TextMessage("ask")
     m.reply_to = Queue("answers")
     send(broker, "src", [m])

@@ -82,6 +82,22 @@ def test_losses_soon_after_connecting_are_failures_in_a_row():
     assert waits == [1, 2, 3]
 
 
+def test_a_failed_setup_waits_between_attempts_and_a_quick_loss_backs_off():
+    backoffs: list[int] = []
+    intervals: list[int] = []
+    clock = Clock()
+    p = ReconnectPolicy(
+        lambda n: backoffs.append(n) is None, clock=clock, between_attempts=lambda n: intervals.append(n) is None
+    )
+    p.lost(connecting=True)
+    assert p.wait()
+    p.connected()
+    clock.now += 0.5
+    p.lost()  # dropped right after connecting
+    assert p.wait()
+    assert (intervals, backoffs) == ([1], [2])
+
+
 def test_a_link_stopped_during_the_backoff_gives_up():
     p, _, _ = policy(answer=False)
     p.lost(connecting=True)

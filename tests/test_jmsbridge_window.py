@@ -30,6 +30,7 @@ BIG = "x" * 4096
 # --- the in-order tracking ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.data())
 def test_any_order_of_answers_settles_only_the_answered_prefix_each_once(data):

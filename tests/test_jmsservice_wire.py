@@ -288,6 +288,7 @@ def test_garbage_only_ever_raises_protocol_errors(data, after_handshake, role):
         assert w.state is wire.State.ERROR
 
 
+@pytest.mark.slow
 @settings(max_examples=200)
 @given(
     st.lists(st.sampled_from(list(wire.ARGS)), min_size=1, max_size=5),

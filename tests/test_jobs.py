@@ -85,6 +85,7 @@ def test_config_tells_a_job_where_the_bridge_and_the_broker_are(service):
         assert stomp.status == 400 and "only a JMS bridge" in stomp.message
 
 
+@pytest.mark.slow
 def test_service_job_loads_the_bridge_and_logs_in_to_the_host_broker(service):
     daemon, passfile, base = service
     job = service_job(daemon.address, "jb", "admin", str(passfile))
@@ -121,6 +122,7 @@ def test_service_job_errors_name_the_problem(service, tmp_path):
         service_job(daemon.address, "jb", "admin", str(wrong), retries=0)
 
 
+@pytest.mark.slow
 def test_a_job_knows_the_backlog_of_a_host_broker_queue_only(service):
     """drain's and dmq archive's ETA: the depth of the link's source (or the DMQ) from the
     admin port's QUERY_DST when the host broker holds it; None when that cannot be told."""
@@ -141,6 +143,7 @@ def test_a_job_knows_the_backlog_of_a_host_broker_queue_only(service):
     assert job.backlog(None, None) is None  # a DMQ on no factory of the bridge
 
 
+@pytest.mark.slow
 def test_a_job_that_cannot_reach_the_service_says_so_in_one_line(tmp_path):
     """-b with a port nothing listens on: one line naming where and what to check, no trace."""
     with socket.socket() as probe:

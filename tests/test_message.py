@@ -464,6 +464,7 @@ def test_write_utf_is_modified_utf8():
     assert [m.read_utf(), m.read_utf(), m.read_utf()] == ["a\x00b", "\U0001f600", "\u00e9\u20ac"]
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None)
 @given(st.text(st.characters(exclude_categories=()), max_size=50))
 def test_modified_utf8_round_trips(text):
@@ -796,6 +797,7 @@ class Text(str):
     """A str subclass: not the plain str the fast path takes."""
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from(["ts", "app_id", "JMSXGroupID", "JMSBad", "1bad", "", "sp ace", "new_name_x"]),

@@ -71,6 +71,7 @@ def test_ipv6_counts_by_its_64_and_a_mapped_ipv4_address_as_itself():
     assert address_key("?") == "?"
 
 
+@pytest.mark.slow
 @given(st.lists(st.tuples(st.sampled_from(["10.0.0.1", "10.0.0.2", "::1", "::2"]), st.booleans()), max_size=60))
 def test_what_is_held_is_what_was_admitted_and_not_released(steps):
     """Any sequence of connects (True) and closes of the oldest open one (False)."""

@@ -59,7 +59,15 @@ def test_wheel_contains_the_dtd_and_the_console_script(tmp_path):
 # --- pyproject: extras, license, URLs, classifiers ----------------------------------------------
 
 PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-OPTIONAL = {"pyspark": "spark", "pyarrow": "spark", "jpype1": "java", "psycopg": "postgres", "pika": "amqp"}
+OPTIONAL = {
+    "pyspark": "spark",
+    "pyarrow": "spark",
+    "jpype1": "java",
+    "psycopg": "postgres",
+    "pika": "amqp",
+    "starlette": "console",
+    "uvicorn": "console",
+}
 
 
 def _name(requirement: str) -> str:
@@ -72,7 +80,7 @@ def test_optional_parts_are_extras_and_the_test_extra_installs_them_all():
     assert not core & (set(OPTIONAL) | {"pandas"}), "pip install imqbridge must not pull the optional parts"
     for package, extra in OPTIONAL.items():
         assert package in {_name(r) for r in extras[extra]}, (package, extra)
-    assert "imqbridge[spark,java,postgres,amqp]" in extras["all"]
+    assert "imqbridge[spark,java,postgres,amqp,console]" in extras["all"]
     assert "imqbridge[all]" in extras["test"]  # tests/run installs [test]: everything it uses
     assert "IMQBRIDGE_EXTRAS=test" in (ROOT / "tests" / "run").read_text()
     assert EXTRA_OF == {
@@ -81,6 +89,8 @@ def test_optional_parts_are_extras_and_the_test_extra_installs_them_all():
         "jpype": "java",
         "psycopg": "postgres",
         "pika": "amqp",
+        "starlette": "console",
+        "uvicorn": "console",
     }  # the import names of the same packages
 
 
@@ -125,7 +135,7 @@ class Blocker:
 
 sys.meta_path.insert(0, Blocker())
 '''
-BLOCKED = "pyspark,pyarrow,jpype,psycopg,pika,pandas"
+BLOCKED = "pyspark,pyarrow,jpype,psycopg,pika,pandas,starlette,uvicorn"
 
 
 def without_extras(tmp_path: Path) -> dict[str, str]:
@@ -246,6 +256,21 @@ def test_a_missing_extra_is_one_line_naming_it(tmp_path):
         "Error: the service cannot start: imq.persist.store=jdbc needs psycopg: pip install 'imqbridge[postgres]'"
     ), store.stderr
     assert "Traceback" not in store.stderr + store.stdout
+
+    console = subprocess.run(
+        [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props), "-D", "imq.console.port=0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=tmp_path,
+        timeout=60,
+    )
+    assert console.returncode == 1
+    assert console.stderr.strip().splitlines()[-1] == (
+        "Error: the service cannot start: the management port (imq.console.port) needs starlette: "
+        "pip install 'imqbridge[console]'"
+    ), console.stderr
+    assert "Traceback" not in console.stderr + console.stdout
 
     (tmp_path / "archive").mkdir()
     report = subprocess.run(

@@ -173,6 +173,7 @@ def test_entries_that_would_break_the_format_are_refused(fields):
 FIELD = st.text(st.characters(min_codepoint=33, max_codepoint=126), min_size=1, max_size=12)
 
 
+@pytest.mark.slow
 @given(
     FIELD.filter(lambda t: t != "."),
     st.lists(st.builds(ServiceEntry, FIELD.filter(lambda t: t != "."), FIELD, FIELD, st.integers(0, 65535))),

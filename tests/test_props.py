@@ -490,6 +490,7 @@ NAME_LISTS = st.lists(
 ).map(",".join)
 
 
+@pytest.mark.slow
 @given(
     st.lists(st.tuples(st.one_of(st.sampled_from(KEYS), st.text(max_size=30)), st.text(max_size=30)), max_size=12),
     NAME_LISTS,

@@ -29,6 +29,7 @@ TYPO = "imq.persist.file.sync.enabeld"
 HINT = f"warning: unknown property {TYPO}; did you mean imq.persist.file.sync.enabled?"
 
 
+@pytest.mark.slow
 def test_check_reports_an_unknown_imq_key_with_the_nearest_known_key(tmp_path):
     props = tmp_path / "broker.properties"
     props.write_text(f"imq.instancename=x\n{TYPO}=true\n")
@@ -57,6 +58,7 @@ NOT_PROPERTIES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", sorted(NOT_PROPERTIES))
 def test_check_and_serve_refuse_a_file_that_is_not_a_properties_file(tmp_path, kind):
     data, line, reason = NOT_PROPERTIES[kind]
@@ -79,6 +81,7 @@ def test_check_and_serve_refuse_a_file_that_is_not_a_properties_file(tmp_path, k
         "imq.bridge.enabled=false\n<not-xml-inside-a-value>=1\n",
     ],
 )
+@pytest.mark.slow
 def test_properties_files_of_every_legal_shape_are_still_read(tmp_path, text):
     path = tmp_path / "broker.properties"
     path.write_text(text)

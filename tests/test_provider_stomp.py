@@ -84,6 +84,7 @@ def test_bad_urls_name_the_problem(url, says):
         st.tuples(st.sampled_from(["h", "broker.example", "10.0.0.7"]), st.integers(1, 65535)), min_size=1, max_size=4
     )
 )
+@pytest.mark.slow
 def test_any_host_list_parses_back(hosts):
     url = "stomp://" + ",".join(f"{h}:{p}" for h, p in hosts)
     assert sp.parse_url(url).hosts == tuple(hosts)

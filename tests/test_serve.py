@@ -68,6 +68,7 @@ def test_serve_runs_the_demo_refuses_a_second_instance_and_stops_on_sigterm(tmp_
     broker.close()
 
 
+@pytest.mark.slow
 def test_serve_with_properties_keeps_messages_across_restarts(tmp_path):
     props = tmp_path / "broker.properties"
     props.write_text(f"imq.varhome={tmp_path / 'var'}\nimq.instancename=b1\nimq.persist.file.sync.enabled=true\n")
@@ -87,6 +88,7 @@ def test_serve_with_properties_keeps_messages_across_restarts(tmp_path):
     broker.close()
 
 
+@pytest.mark.slow
 def test_serve_reports_bad_properties_with_file_and_line(tmp_path):
     props = tmp_path / "bad.properties"
     props.write_text("imq.persist.file.sync.enabled=maybe\n")

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import stat
 
+import pytest
+
 from bridgemgr.props import load_properties
 from bridgemgr.servicekeys import SERVICE_ACCOUNT, dmq_key, ensure_service_account, service_password
 from bridgemgr.spark.runner import spark_link_options
@@ -42,6 +44,7 @@ def test_the_dmq_key_and_the_service_password_are_made_once_0600(tmp_path):
     assert (dmq_key(props), service_password(props)) == (key, password)
 
 
+@pytest.mark.slow
 def test_the_service_account_is_an_admin_made_at_first_start_and_repaired(tmp_path):
     props = props_in(tmp_path)
     users = open_repository(props)  # a fresh repository: the configured admin first

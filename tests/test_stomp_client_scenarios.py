@@ -95,6 +95,7 @@ def queue():
 # --- test_basic ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_subscribe_and_send_keeps_content_type(conn11):
     conn, listener = conn11
     q = queue()
@@ -119,6 +120,7 @@ def test_commit(conn11):
     assert len(listener.wait_messages(3)) == 3 and not listener.errors
 
 
+@pytest.mark.slow
 def test_abort(conn11, broker):
     conn, listener = conn11
     q = queue()

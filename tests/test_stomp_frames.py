@@ -222,6 +222,7 @@ any_header_text = st.text(st.characters(blacklist_categories=("Cs",)), max_size=
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(
     st.sampled_from([SEND, MESSAGE, "ERROR", "RECEIPT", CONNECT, CONNECTED]),
@@ -280,6 +281,7 @@ def test_round_trip_over_any_split(frame_list, version, cuts, heart_beats):
                 assert g.headers[k] == v
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(st.binary(max_size=300), st.sampled_from([PRE_CONNECT, V10, V11, V12]))
 def test_garbage_never_raises_anything_but_a_protocol_error(data, version):
@@ -299,6 +301,7 @@ def test_connect_frames_of_every_version_parse_before_the_version_is_known():
 escape_text = st.text(st.sampled_from([*"ab:\\ncrt \0\ré"]), max_size=10)
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(escape_text, st.sampled_from([V11, V12]))
 def test_unescape_equals_the_escape_by_escape_reference(text, version):
@@ -329,6 +332,7 @@ header_line = escape_text | st.sampled_from(
 LIMITS = [Limits(), Limits(max_frame_size=80, max_headers=3, max_header_length=30)]
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(
     st.sampled_from([SEND, MESSAGE, CONNECT, CONNECTED, "BOGUS"]),
@@ -395,6 +399,7 @@ LIMITS_TIGHT = [
     st.sampled_from([PRE_CONNECT, V10, V11, V12]),
     st.sampled_from(LIMITS_TIGHT),
 )
+@pytest.mark.slow
 @example("", "9" * 20, "\n\n\0", V12, Limits(max_frame_size=30))  # 31 bytes: one too many
 @example("", "12", "\n\n\0", V12, Limits(max_header_length=4))  # "id:12" is 5
 def test_the_usual_ack_parses_as_the_general_path(before, ack, after, version, limits):

@@ -24,6 +24,7 @@ from stomp_support import Driver
 names = st.text(st.characters(blacklist_characters="\0", blacklist_categories=("Cs",)), min_size=1)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(names)
 def test_the_encoding_is_reversible_and_a_valid_property_name(header):
@@ -33,6 +34,7 @@ def test_the_encoding_is_reversible_and_a_valid_property_name(header):
     assert not encoded.startswith("JMS")  # neither the JMS nor the JMSX reserved prefix
 
 
+@pytest.mark.slow
 @settings(max_examples=1000, deadline=None)
 @given(names)
 def test_no_legitimate_name_is_taken_for_an_encoding(name):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
@@ -82,6 +83,7 @@ def outcome(fn: Any) -> tuple[str, object]:
         return (type(exc).__name__, getattr(exc, "detail", str(exc)))
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(
     messages(),

@@ -95,6 +95,7 @@ def round_trip(conn, listener, version, queue):
     conn.disconnect()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["1.0", "1.1", "1.2"])
 def test_stomp_py_over_tcp(bridge, broker, version):
     queue = qname()
@@ -104,6 +105,7 @@ def test_stomp_py_over_tcp(bridge, broker, version):
     assert not listener.errors
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("version", ["1.1", "1.2"])
 def test_stomp_py_over_tls(bridge, broker, certs, version):
     queue = qname()

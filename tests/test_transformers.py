@@ -49,6 +49,7 @@ def test_shipped_transformers_load_by_their_name_and_their_old_names():
     assert "transformers" not in sys.modules
 
 
+@pytest.mark.slow
 def test_an_old_name_that_is_not_shipped_names_the_new_package():
     with pytest.raises(
         JMSException,
@@ -187,6 +188,7 @@ def test_uppercase_fails_on_a_text_plain_body_it_cannot_read(content_type, body,
         run(load_transformer("transformers.uppercase.UppercaseTransformer"), stomp_bytes(body, content_type))
 
 
+@pytest.mark.slow
 @given(st.text())
 @settings(max_examples=100)
 def test_uppercase_of_utf8_text_plain_bytes_is_the_texts_upper_case(text):
@@ -292,6 +294,7 @@ def test_content_router_bad_routes(props, match):
 CHARSETS = ["UTF-8", "UTF-16", "ISO-8859-1", "cp1252", "Shift_JIS"]
 
 
+@pytest.mark.slow
 @settings(max_examples=150, deadline=None)
 @given(text=st.text(max_size=80), charset=st.sampled_from(CHARSETS))
 def test_text_bytes_round_trip(text, charset):

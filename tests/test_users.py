@@ -38,6 +38,7 @@ def test_passwords_are_stored_only_as_salted_slow_hashes(repo):
     assert stat.S_IMODE(os.stat(repo.path).st_mode) == 0o600
 
 
+@pytest.mark.slow
 def test_authenticate(repo):
     repo.add("alice", "pw", "admin")
     assert repo.authenticate("alice", "pw").group == "admin"
@@ -53,6 +54,15 @@ def test_a_changed_file_forgets_cached_logins(repo, tmp_path):
     UserRepository(repo.path).add("alice", "new", replace=True)  # another process, say
     assert repo.authenticate("alice", "old") is None
     assert repo.authenticate("alice", "new")
+
+
+def test_verified_knows_only_credentials_authenticate_passed_since_the_file_changed(repo):
+    repo.add("alice", "old")
+    assert repo.verified("alice", "old") is None  # not checked yet: it never hashes
+    assert repo.authenticate("alice", "old") and repo.verified("alice", "old").name == "alice"
+    assert repo.verified("alice", "OLD") is None and repo.verified("nobody", "old") is None
+    UserRepository(repo.path).add("alice", "new", replace=True)
+    assert repo.verified("alice", "old") is None and repo.verified("alice", "new") is None
 
 
 def test_add_delete_list_and_their_errors(repo):
@@ -73,6 +83,7 @@ def test_add_delete_list_and_their_errors(repo):
     assert [u.name for u in repo.users()] == ["b"]
 
 
+@pytest.mark.slow
 def test_concurrent_edits_lose_nothing(repo):
     threads = [threading.Thread(target=repo.add, args=(f"u{i}", "pw")) for i in range(8)]
     for t in threads:

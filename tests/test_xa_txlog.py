@@ -90,6 +90,7 @@ def test_a_truncated_log_reads_as_a_prefix(recs, data):
     assert (found.problem is None) == (cut in (0, *ends))
 
 
+@pytest.mark.slow
 @given(st.lists(records, min_size=1, max_size=8), st.data())
 def test_a_damaged_byte_is_never_misread(recs, data):
     body = bytearray(b"".join(frame(r) for r in recs))
@@ -332,6 +333,7 @@ FULL_DISK_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_full_disk_is_a_clear_error_and_loses_nothing_written(tmp_path):
     path = tmp_path / "txlog.b"
     out = subprocess.run(
@@ -460,6 +462,7 @@ MMAP_FULL_DISK_CHILD = textwrap.dedent("""
 """)
 
 
+@pytest.mark.slow
 def test_a_mapped_log_on_a_full_disk_is_a_clear_error_not_a_sigbus(tmp_path):
     """txlogMmap mapped a sparse file: the first record stored into a hole the full disk could
     not fill killed the whole service with SIGBUS. Now the file's blocks are allocated when

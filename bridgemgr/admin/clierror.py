@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from .protocol import BAD_REQUEST, ERROR
+from .protocol import BAD_REQUEST, ERROR, Reply
 
 
 class CommandFailed(click.ClickException):
@@ -34,3 +34,12 @@ def error_object(exc: click.ClickException) -> dict[str, Any]:
             message = f"{exc.ctx.command_path}: {message}"
         return {"error": {"message": message, "code": BAD_REQUEST}}
     return {"error": {"message": exc.format_message(), "code": getattr(exc, "status", ERROR)}}
+
+
+def reply_object(reply: Reply) -> dict[str, Any]:
+    """A reply as ``--json`` prints it and the management API answers: status, message and
+    data; a failed one also as the JSON error object above."""
+    obj: dict[str, Any] = {"status": reply.status, "message": reply.message, "data": reply.data}
+    if not reply.ok:
+        obj["error"] = {"message": reply.message, "code": reply.status}
+    return obj

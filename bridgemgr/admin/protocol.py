@@ -5,9 +5,11 @@ per line, in order. The first request must be HELLO with the admin credentials; 
 else before a successful HELLO (a failed HELLO too) gets 400 and the connection closes.
 Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, and CONFIG
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
-LIST_DST, PURGE_DST, BROWSE_DST) and a bridge's in-doubt XA transactions (LIST_TXN,
-COMMIT_TXN, ROLLBACK_TXN). A reply is ``{"status": ..., "message": ..., "data": ...}``,
-with the original product's status codes.
+LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
+the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
+(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ) and the HA
+cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
+"data": ...}``, with the original product's status codes.
 
 Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
 the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
@@ -26,9 +28,33 @@ MAX_LINE = 64 * 1024
 
 OK, BAD_REQUEST, NOT_FOUND, ERROR, NOT_IMPLEMENTED, UNAVAILABLE = 200, 400, 404, 500, 501, 503
 
-DST_COMMANDS = ("CREATE_DST", "UPDATE_DST", "QUERY_DST", "LIST_DST", "PURGE_DST", "BROWSE_DST")
+DST_COMMANDS = (
+    "CREATE_DST",
+    "UPDATE_DST",
+    "QUERY_DST",
+    "LIST_DST",
+    "PURGE_DST",
+    "BROWSE_DST",
+    "DESTROY_DST",
+    "PAUSE_DST",
+    "RESUME_DST",
+)
+BROKER_COMMANDS = ("LIST_CXN", "LIST_SVC")  # the host broker's connections, the instance's services
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
-COMMANDS = ("LIST", "START", "STOP", "PAUSE", "RESUME", "CONFIG", *DST_COMMANDS, *TXN_COMMANDS)
+COMMANDS = (
+    "LIST",
+    "START",
+    "STOP",
+    "PAUSE",
+    "RESUME",
+    "CONFIG",
+    "CLUSTER",
+    "LIST_DMQ",
+    *DST_COMMANDS,
+    *BROKER_COMMANDS,
+    *TXN_COMMANDS,
+)
+PAUSE_TYPES = ("PRODUCERS", "CONSUMERS", "ALL")  # PAUSE_DST, RESUME_DST: what (imqcmd's -pst)
 MAX_BROWSE = 1000  # messages one browse shows at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
@@ -60,6 +86,9 @@ class Command:
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
     count: int | None = None  # BROWSE_DST: how many messages
     txn: str | None = None  # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
+    pause_type: str | None = None  # PAUSE_DST, RESUME_DST: PRODUCERS, CONSUMERS or ALL
+    temporary: bool = False  # LIST_DST: temporary destinations too
+    service: str | None = None  # LIST_CXN: only the connections of this service
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -67,6 +96,14 @@ class Command:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
             if self.count is not None:
                 obj["count"] = self.count
+            if self.pause_type is not None:
+                obj["pause_type"] = self.pause_type
+            if self.temporary:
+                obj["temporary"] = True
+        if self.service is not None:
+            obj["service"] = self.service
+        if self.op == "LIST_DMQ":
+            obj["count"] = self.count
         if self.txn is not None:
             obj["txn"] = self.txn
         return obj
@@ -127,6 +164,11 @@ def parse_request(line: bytes) -> Hello | Command:
         btype = btype.upper()
     if op in DST_COMMANDS:
         return _dst_command(op, obj)
+    if op in BROKER_COMMANDS:
+        service = _name(obj, "service")
+        if service is not None and op != "LIST_CXN":
+            raise AdminProtocolError(f"{op} takes no 'service'")
+        return Command(op, service=service)
     if op in TXN_COMMANDS:
         bridge, txn = _name(obj, "bridge"), _name(obj, "txn")
         if bridge is None:
@@ -134,6 +176,13 @@ def parse_request(line: bytes) -> Hello | Command:
         if (txn is None) != (op == "LIST_TXN"):
             raise AdminProtocolError(f"{op} {'takes no' if op == 'LIST_TXN' else 'needs'} 'txn'")
         return Command(op, bridge=bridge, txn=txn)
+    if op == "LIST_DMQ":
+        bridge, count = _name(obj, "bridge"), obj.get("count")
+        if bridge is None:
+            raise AdminProtocolError("LIST_DMQ needs 'bridge'")
+        if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
+            raise AdminProtocolError(f"LIST_DMQ needs 'count', a number from 1 to {MAX_BROWSE}")
+        return Command(op, bridge=bridge, count=count)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
@@ -142,7 +191,8 @@ def parse_request(line: bytes) -> Hello | Command:
 
 def _dst_command(op: str, obj: dict[str, Any]) -> Command:
     dst_type, name, attributes = obj.get("dst_type"), _name(obj, "destination"), obj.get("attributes") or {}
-    if op != "LIST_DST" and (dst_type not in DST_TYPES or name is None):
+    everyone = op in ("PAUSE_DST", "RESUME_DST") and dst_type is None and name is None  # every destination
+    if op != "LIST_DST" and not everyone and (dst_type not in DST_TYPES or name is None):
         raise AdminProtocolError(f"{op} needs 'dst_type' (q or t) and 'destination'")
     if dst_type is not None and dst_type not in DST_TYPES:
         raise AdminProtocolError(f"destination type {dst_type!r} is not q or t")
@@ -156,7 +206,25 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
             raise AdminProtocolError(f"BROWSE_DST needs 'count', a number from 1 to {MAX_BROWSE}")
     elif count is not None:
         raise AdminProtocolError(f"{op} takes no 'count'")
-    return Command(op, dst_type=dst_type, destination=name, attributes=attributes, count=count)
+    pause_type = obj.get("pause_type")
+    if op in ("PAUSE_DST", "RESUME_DST"):
+        pause_type = "ALL" if pause_type is None else pause_type
+        if pause_type not in PAUSE_TYPES:
+            raise AdminProtocolError(f"pause type {pause_type!r} is not one of {', '.join(PAUSE_TYPES)}")
+    elif pause_type is not None:
+        raise AdminProtocolError(f"{op} takes no 'pause_type'")
+    temporary = obj.get("temporary", False)
+    if not isinstance(temporary, bool) or (temporary and op != "LIST_DST"):
+        raise AdminProtocolError("'temporary' is true or false, for LIST_DST only")
+    return Command(
+        op,
+        dst_type=dst_type,
+        destination=name,
+        attributes=attributes,
+        count=count,
+        pause_type=pause_type,
+        temporary=temporary,
+    )
 
 
 def encode_request(request: Hello | Command) -> bytes:

@@ -272,6 +272,37 @@ class HostBroker(ABC):
         stay with their consumers. (removed, still in delivery); None when it does not exist."""
 
     @abstractmethod
+    def list_destinations(
+        self, principal: Principal, queues: bool = True, topics: bool = True, temporary: bool = False
+    ) -> list[tuple[Destination, DestinationAttributes, dict[str, int], str]]:
+        """Every queue and topic (``temporary``: the temporary ones too), by name: its
+        attributes, counts (describe_destination's, plus producers and consumers; a topic's
+        subscriptions and durable_subscriptions) and state (RUNNING, PRODUCERS_PAUSED,
+        CONSUMERS_PAUSED, PAUSED)."""
+
+    @abstractmethod
+    def destination_state(self, principal: Principal, destination: Destination) -> str:
+        """RUNNING, PRODUCERS_PAUSED, CONSUMERS_PAUSED or PAUSED (pause_destinations)."""
+
+    @abstractmethod
+    def pause_destinations(
+        self, principal: Principal, destination: Destination | None, what: str, pause: bool
+    ) -> list[tuple[Destination, str]] | None:
+        """Pause or resume (``pause``) ``what`` (PRODUCERS: their sends wait; CONSUMERS:
+        nothing is delivered; ALL) of ``destination``, or of every one when None; each
+        one's state after, None when it does not exist."""
+
+    @abstractmethod
+    def destroy_destination(self, principal: Principal, destination: Destination) -> int | None:
+        """Remove ``destination`` with its messages (a topic: its durable subscriptions
+        too) and its attributes: how many messages went, None when it does not exist;
+        JMSException while it has consumers or messages in delivery."""
+
+    @abstractmethod
+    def connections(self, principal: Principal) -> list[dict[str, Any]]:
+        """The open connections: id, user, service, host, client_id, producers, consumers."""
+
+    @abstractmethod
     def browse_destination(self, principal: Principal, name: str, limit: int) -> list[Message] | None:
         """Read-only copies of the first ``limit`` waiting messages of queue ``name``, in
         delivery order; None when it does not exist."""

@@ -247,7 +247,18 @@ class JMSBridge:
         with self.lifecycle.cond:
             if generation != self._generation or not self.lifecycle.move({State.STARTING}, State.STARTED):
                 return
-        self.log.info("bridge %s started with %d link(s)", self.name, len(self._links))
+        links = list(self._links.values())
+        idle = [link for link in links if link.state is not State.STARTED]
+        if not idle:
+            self.log.info("bridge %s started with %d link(s)", self.name, len(links))
+            return
+        self.log.warning(
+            "bridge %s started with %d of %d link(s) running; %s",
+            self.name,
+            len(links) - len(idle),
+            len(links),
+            "; ".join(_not_running(link) for link in idle),
+        )
 
     def stop(self) -> State:
         with self.lifecycle.cond:
@@ -752,6 +763,12 @@ class JMSBridge:
     def metrics(self) -> dict[str, dict[str, Any]]:
         """Counters per link name (also of links not running now)."""
         return {name: c.snapshot() for name, c in self._counters.items()}
+
+
+def _not_running(link: LinkRunner) -> str:
+    """A link of a started bridge that is not running, its state and why."""
+    error = link.counters.current_error or link.counters.last_error
+    return f"link {link.name} is {link.state.value}" + (f": {error}" if error else "")
 
 
 def _where(config: BridgeConfig | None, line: int | None) -> str:

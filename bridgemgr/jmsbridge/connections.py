@@ -1,8 +1,9 @@
 """Dedicated, pooled and shared connections to the providers of a JMS bridge.
 
 A Connector wraps one <connection-factory> and makes connections the way the element says
-(login, connect-attempts, connect-attempt-interval, interruptible by a stop event), each a
-Handle whose `broken` event the provider's exception listener sets. BridgeConnections hands
+(login, connect-attempts, connect-attempt-interval, interruptible by a stop event, each
+failed attempt told to the caller's `failed` callback), each a Handle whose `broken` event
+the provider's exception listener sets. BridgeConnections hands
 them out as Leases by the chapter's rules (connection_kind): DEDICATED for a link source
 and for a target or DMQ that stays connected or names a clientid, POOLED for one that does
 not stay connected and has no client id, SHARED otherwise.
@@ -17,17 +18,23 @@ Design notes: docs/jms-bridges.md#internals-jmsbridgeconnectionspy.
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import Enum
 
 from ..jms.errors import TransportException
+from ..jms.naming import PROVIDER_URL
 from ..jms.spi import Connection, ConnectionFactory, XAConnectionFactory
 from ..props import clip
 from .config import ConnectionFactoryConfig
+from .imqcf import ADDRESS_LIST
 from .pipeline import Interrupted
+
+# Told of each failed connect attempt: what failed, naming the factory, its broker and why.
+AttemptFailed = Callable[[str], None]
 
 
 class ConnectionKind(str, Enum):
@@ -62,6 +69,16 @@ class ConnectError(TransportException, code="BRIDGE_CONNECT"):
     """Every connect attempt a <connection-factory> allows has failed."""
 
 
+def broker_address(config: ConnectionFactoryConfig) -> str:
+    """The broker a <connection-factory> reaches, for messages: its provider URL or
+    imqAddressList without user names and passwords, else the host broker."""
+    env = config.environment
+    url = env.get(PROVIDER_URL) or env.get(ADDRESS_LIST)
+    if not url:
+        return "the host broker" if config.lookup_name is None else "its provider's default broker"
+    return clip(re.sub(r"(//)[^/@,\s]*@", r"\1", url), 200)
+
+
 class Handle:
     """A physical connection and whether its provider has reported it broken."""
 
@@ -69,13 +86,22 @@ class Handle:
         self.connection = connection
         self.connector = connector
         self.broken = threading.Event()
+        self.failure: str | None = None  # what the provider reported when it broke
         self.idle_since = time.monotonic()
         self.closed = False
         connection.set_exception_listener(self._on_exception)
 
     def _on_exception(self, exc: Exception) -> None:
+        self.failure = f"{type(exc).__name__}: {clip(str(exc), 300)}"
         self.broken.set()
         self.connector.log.warning("connection of connection-factory %s failed: %s", self.connector.ref_name, exc)
+
+    def describe_failure(self) -> str:
+        """The broken connection, its factory, its broker and what the provider reported."""
+        cfg = self.connector.config
+        return f"the connection of connection-factory {cfg.ref_name} to {broker_address(cfg)} failed" + (
+            f": {self.failure}" if self.failure else ""
+        )
 
     @property
     def provider_name(self) -> str:
@@ -117,10 +143,12 @@ class Connector:
         stop: threading.Event | None = None,
         attempts: int | None = None,
         xa: bool = False,
+        failed: AttemptFailed | None = None,
     ) -> Handle:
         """A started-later connection (client id set), trying as often as the factory's
-        connect-attempts say (or ``attempts``); ConnectError when every attempt failed,
-        Interrupted when ``stop`` is set while waiting between attempts."""
+        connect-attempts say (or ``attempts``), connect-attempt-interval apart; each failed
+        attempt goes to ``failed``; ConnectError when every attempt failed, Interrupted
+        when ``stop`` is set while waiting between attempts."""
         cfg = self.config
         allowed = cfg.connect_attempts if attempts is None else attempts
         # A host-broker factory is configured by its <property> elements: its client id too.
@@ -134,14 +162,15 @@ class Connector:
             except Exception as exc:  # provider code: any failure is a failed attempt
                 error = exc
             of = "unlimited" if allowed < 0 else str(allowed)
+            cause = f"{type(error).__name__}: {clip(str(error), 300)}"
             self.log.warning(
-                "connect attempt %d (of %s) with connection-factory %s failed: %s: %s",
-                attempt,
-                of,
-                cfg.ref_name,
-                type(error).__name__,
-                clip(str(error), 300),
+                "connect attempt %d (of %s) with connection-factory %s failed: %s", attempt, of, cfg.ref_name, cause
             )
+            if failed is not None:
+                failed(
+                    f"cannot connect with connection-factory {cfg.ref_name} to {broker_address(cfg)} "
+                    f"(attempt {attempt} of {of}, every {cfg.connect_attempt_interval_in_seconds} s): {cause}"
+                )
             if 0 <= allowed <= attempt:
                 raise ConnectError(
                     f"cannot connect with connection-factory {cfg.ref_name} after "
@@ -216,14 +245,16 @@ class ConnectionPool:
     idle: list[Handle] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, stop: threading.Event | None, attempts: int | None, xa: bool) -> Handle:
+    def take(
+        self, stop: threading.Event | None, attempts: int | None, xa: bool, failed: AttemptFailed | None = None
+    ) -> Handle:
         with self.lock:
             while self.idle:
                 handle = self.idle.pop()  # the most recently used: likeliest to be alive
                 if not handle.broken.is_set():
                     return handle
                 handle.close()
-        return self.connector.connect(None, stop, attempts, xa)
+        return self.connector.connect(None, stop, attempts, xa, failed)
 
     def give_back(self, handle: Handle, broken: bool) -> None:
         if broken:
@@ -261,14 +292,16 @@ class SharedConnection:
     refs: dict[Handle, int] = field(default_factory=dict)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def take(self, stop: threading.Event | None, attempts: int | None, xa: bool) -> Handle:
+    def take(
+        self, stop: threading.Event | None, attempts: int | None, xa: bool, failed: AttemptFailed | None = None
+    ) -> Handle:
         with self.lock:
             if self.current is not None and not self.current.broken.is_set():
                 self.refs[self.current] += 1
                 return self.current
         # Connect outside the lock (it may retry for long); a racing taker may connect too,
         # and the later one replaces the current connection when it is free.
-        handle = self.connector.connect(None, stop, attempts, xa)
+        handle = self.connector.connect(None, stop, attempts, xa, failed)
         with self.lock:
             old = self.current
             self.current = handle
@@ -325,6 +358,7 @@ class BridgeConnections:
         stop: threading.Event | None = None,
         attempts: int | None = None,
         xa: bool = False,
+        failed: AttemptFailed | None = None,
     ) -> Lease:
         """A connection of ``cf_ref`` held as ``kind`` says (see Connector.connect)."""
         connector = self.connectors[cf_ref]
@@ -334,7 +368,9 @@ class BridgeConnections:
         elif kind is ConnectionKind.SHARED:
             holder = self._shared.setdefault(cf_ref, SharedConnection(connector))
         handle = (
-            holder.take(stop, attempts, xa) if holder is not None else connector.connect(clientid, stop, attempts, xa)
+            holder.take(stop, attempts, xa, failed)
+            if holder is not None
+            else connector.connect(clientid, stop, attempts, xa, failed)
         )
         with self._cond:
             self._out += 1

@@ -3,7 +3,8 @@ latency histogram and rate.
 
 The Settler calls transferred_unit() per completed unit: last transfer time, the one-minute
 rate and each message's transfer latency into fixed histogram buckets. last_error names
-the latest DMQ reason with its count; current_error is what keeps the link from moving now.
+the latest DMQ reason with its count; current_error is what keeps the link from moving now,
+cleared (and last_error with it when that is the same trouble) once it is connected again.
 
 Rules: each link thread is the only writer of its LinkCounters (plain ints); readers take
 snapshot(), which never tears a value nor changes the counters; a runner whose counters
@@ -56,6 +57,13 @@ class LinkCounters:
         """An error that holds until the link is connected again (current_error)."""
         self.error(text)
         self.current_error = text
+
+    def resolved(self) -> None:
+        """The link is connected again: no current error, and no last error either when
+        that was the trouble just passed (a DMQ reason or a failure since then stays)."""
+        if self.current_error is not None and self.last_error == self.current_error:
+            self.last_error = self.last_error_at = None
+        self.current_error = None
 
     def dead(self, reason: str, taken: bool, why: str | None = None) -> None:
         self.to_dmq += 1
@@ -130,6 +138,10 @@ class SharedCounters(LinkCounters):
     def trouble(self, text: str) -> None:
         with self.lock:
             super().trouble(text)
+
+    def resolved(self) -> None:
+        with self.lock:
+            super().resolved()
 
     def restarted(self, text: str) -> None:
         """The runner started a failed part again (a worker, a query): one reconnect and

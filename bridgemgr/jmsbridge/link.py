@@ -46,6 +46,7 @@ from .pipeline import (
     ProcessingContext,
     RetryWithTolerance,
     Stage,
+    keeps_reply_to,
     run_steps,
 )
 from .reconnect import ReconnectPolicy
@@ -141,6 +142,12 @@ class Link(RunnerBase):
         self._source_session: Session | None = None
         self._prefetch_most = 0  # what prefetch_at_most() asked of the source session
         self.settler = Settler(self.batch, self.counters, log, self.name)
+        # An outage: when the link lost its connection or first failed to connect (time.time()),
+        # the connect attempts that failed since, and whether this run had been connected.
+        self._down_since: float | None = None
+        self._down_attempts = 0
+        self._was_connected = False
+        self._setting_up = setup.config.source.connection_factory_ref  # the factory _connect is at
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -162,6 +169,7 @@ class Link(RunnerBase):
         self._stop.clear()
         self._want = State.STARTED
         self._audited = set()
+        self._down_since, self._down_attempts, self._was_connected = None, 0, False
         self.batch.restart()
         self._thread = threading.Thread(target=self._main, daemon=True, name=f"link {self.bridge_name}/{self.name}")
         self._thread.start()
@@ -196,7 +204,7 @@ class Link(RunnerBase):
 
     # --- the thread -------------------------------------------------------------------------
     def _main(self) -> None:
-        reconnect = ReconnectPolicy(self.operator.backoff)
+        reconnect = ReconnectPolicy(self.operator.backoff, between_attempts=self._between_attempts)
         try:
             while self._want is not State.STOPPED:
                 try:
@@ -206,8 +214,9 @@ class Link(RunnerBase):
                 except ConnectError as exc:  # every connect attempt the factory allows failed
                     self._failed(str(exc))
                     break
-                except CONNECTION_LOST as exc:  # lost again while setting up: try again
+                except CONNECTION_LOST as exc:  # lost again while setting up: a failed attempt
                     reconnect.lost(connecting=True)
+                    self._down_attempts += 1
                     self._lost(exc)
                     if not reconnect.wait():
                         break
@@ -218,8 +227,10 @@ class Link(RunnerBase):
                 except Exception as exc:
                     self._failed(f"cannot start: {type(exc).__name__}: {exc}")
                     break
+                self._reconnected()
+                self.counters.resolved()  # connected: what kept it has passed
                 self.lifecycle.move({State.STARTING, State.RESUMING}, State.STARTED)
-                self.counters.current_error = None  # connected: what kept it has passed
+                self._was_connected = True
                 reconnect.connected()
                 try:
                     self._loop()
@@ -246,11 +257,55 @@ class Link(RunnerBase):
             self.log.info("link %s stopped", self.name)
 
     def _lost(self, exc: BaseException) -> None:
-        self.lifecycle.move({State.STARTED}, State.STARTING)  # until it is connected again
+        self._outage(f"connection lost: {exc}")
         self.counters.reconnects += 1
-        self.counters.trouble(f"connection lost: {exc}")
         self.log.warning("link %s: connection lost (%s); reconnecting", self.name, exc)
         self._disconnect(broken=True)
+
+    def _outage(self, text: str) -> None:
+        """The link cannot move because a connection is lost or cannot be made: STARTING
+        until it is connected again, with ``text`` as its current error."""
+        self.lifecycle.move({State.STARTED, State.RESUMING}, State.STARTING)
+        self.counters.trouble(text)
+        if self._down_since is None:
+            self._down_since = time.time()
+
+    def _between_attempts(self, failures: int) -> bool:
+        """After a connect that failed while setting up (``failures`` in a row): wait the
+        connect-attempt-interval of the factory being set up (with none, the tuning's
+        backoff, so that it does not spin); False when stopped meanwhile."""
+        ref = self._setting_up
+        config = self.connections.connectors[ref].config if ref in self.connections.connectors else None
+        interval = config.connect_attempt_interval_in_seconds if config is not None else 0
+        if interval <= 0:
+            return self.operator.backoff(failures)
+        return not self._stop.wait(interval)
+
+    def _unreachable(self, text: str) -> None:
+        """A connect attempt failed (Connector.connect): ``text`` names the factory, its
+        broker and the cause."""
+        self._down_attempts += 1
+        self._outage(text)
+
+    def _reconnected(self) -> None:
+        """Connected again after an outage: STARTED with no current error, and one line
+        saying how long it lasted."""
+        since = self._down_since
+        if since is None:
+            return
+        attempts = self._down_attempts
+        self._down_since, self._down_attempts = None, 0
+        self.log.info(
+            "link %s %s after %.1f s (%s since %s UTC, %d failed connect attempt(s))",
+            self.name,
+            "reconnected" if self._was_connected else "connected",
+            time.time() - since,
+            "disconnected" if self._was_connected else "unreachable",
+            time.strftime("%H:%M:%S", time.gmtime(since)),
+            attempts,
+        )
+        self.counters.resolved()
+        self.lifecycle.move({State.STARTING}, State.STARTED)
 
     def _failed(self, text: str) -> None:
         self.counters.trouble(text)
@@ -258,12 +313,14 @@ class Link(RunnerBase):
 
     def _connect(self) -> None:
         setup, cfg = self.setup, self.config
+        self._setting_up = cfg.source.connection_factory_ref
         self._source = self.connections.lease(
             cfg.source.connection_factory_ref,
             ConnectionKind.DEDICATED,
             cfg.source.clientid,
             self._stop,
             xa=setup.transaction.xa,
+            failed=self._unreachable,
         )
         self._txn = txn = setup.transaction()
         self.batch.open = False
@@ -294,7 +351,7 @@ class Link(RunnerBase):
             bridge_name=self.bridge_name,
             link_name=self.name,
             target=setup.target,
-            retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
+            retain_reply_to=keeps_reply_to(cfg.target.retain_replyto, source_provider, target_provider),
             tag_bridge_name=setup.bridge.message_transfer_tag_bridge_name,
             consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
             source_provider=source_provider,
@@ -354,8 +411,14 @@ class Link(RunnerBase):
         txn = self._txn
         assert txn is not None
         target = self.config.target
+        self._setting_up = target.connection_factory_ref
         self._target = self.connections.lease(
-            target.connection_factory_ref, self.setup.target_kind, target.clientid, self._stop, xa=txn.xa
+            target.connection_factory_ref,
+            self.setup.target_kind,
+            target.clientid,
+            self._stop,
+            xa=txn.xa,
+            failed=self._unreachable,
         )
         session = txn.open_target(self._target.connection)
         session.cancel = self._stop  # stop gives up a send the target holds (FLOW_CONTROL)
@@ -417,8 +480,9 @@ class Link(RunnerBase):
                         self._complete(pending)
                         continue
                     self._end_unit(pending)
-                    if self._source is not None and self._source.broken:
-                        raise ConnectionLost("the source connection reported a failure")
+                    for end, lease in (("source", self._source), ("target", self._target)):
+                        if lease is not None and lease.broken:
+                            raise ConnectionLost(f"{end}: {lease.handle.describe_failure()}")
                     self._release_idle_target()
                     continue
                 if (
@@ -460,7 +524,11 @@ class Link(RunnerBase):
             return
         out = run_steps(ctx.original, plan, ctx, self.operator)
         if out is not None:
-            producer = self._producer if self._producer is not None else self._open_target()
+            if self._producer is None:  # a pooled target given back while idle
+                self._open_target()
+                self._reconnected()
+            producer = self._producer
+            assert producer is not None
             send = producer.send
             headers = ctx.headers
             windowed = self.window > 1 and not batch.one_by_one and not producer.answers_when_sent
@@ -640,7 +708,7 @@ class Link(RunnerBase):
         when one of them was refused (it went to the DMQ)."""
         first = lost or "no answer"
         self.counters.reconnects += 1
-        self.counters.error(f"target connection lost: {first}")
+        self._outage(f"target connection lost: {first}")
         self.log.warning(
             "link %s: the target connection failed with %d send(s) unanswered (%s); sending them again",
             self.name,
@@ -655,6 +723,7 @@ class Link(RunnerBase):
         refused = False
         try:
             producer = self._open_target()
+            self._reconnected()
             for ctx in resend:
                 ctx.error = None
                 headers = ctx.headers

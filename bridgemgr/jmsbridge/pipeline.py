@@ -111,6 +111,22 @@ NEVER_TOLERATED: Mapping[Stage, tuple[type[BaseException], ...]] = MappingProxyT
 )
 
 
+# The ConnectionMetaData provider names of Message Queue: this broker (in process or over
+# mq://, providers/embedded) and Open Message Queue's own Java client ("... Message Queue").
+EMBEDDED_PROVIDER = "imqbridge embedded broker"
+
+
+def is_message_queue(provider_name: str) -> bool:
+    return provider_name == EMBEDDED_PROVIDER or provider_name.rstrip().endswith("Message Queue")
+
+
+def keeps_reply_to(retain_replyto: bool, source_provider: str, target_provider: str) -> bool:
+    """The chapter's JMSReplyTo rule: a reply-to is provider dependent, so it is cleared
+    unless the target's retain-replyto is true or both ends are Message Queue (two other
+    providers, even the same one, need retain-replyto)."""
+    return retain_replyto or (is_message_queue(source_provider) and is_message_queue(target_provider))
+
+
 @dataclass(frozen=True)
 class LinkPlan:
     """What the steps need to know about a link, fixed when it connects."""
@@ -118,7 +134,7 @@ class LinkPlan:
     bridge_name: str
     link_name: str
     target: Destination | None  # None: AS_SOURCE
-    retain_reply_to: bool  # retain-replyto, or both ends the same provider
+    retain_reply_to: bool  # keeps_reply_to(): retain-replyto, or both ends Message Queue
     tag_bridge_name: bool  # message-transfer-tag-bridge-name
     consume_on_transform_error: bool  # consume-no-transfer-on-transform-error
     source_provider: str

@@ -39,6 +39,7 @@ from ..jmsbridge.pipeline import (
     ProcessingContext,
     RetryWithTolerance,
     Stage,
+    keeps_reply_to,
     run_steps,
 )
 from ..jmsbridge.window import ConfirmWindow
@@ -86,7 +87,7 @@ class Transfer:
                 bridge_name=env.config.name,
                 link_name=cfg.name,
                 target=env.target,
-                retain_reply_to=cfg.target.retain_replyto or source_provider == target_provider,
+                retain_reply_to=keeps_reply_to(cfg.target.retain_replyto, source_provider, target_provider),
                 tag_bridge_name=env.config.message_transfer_tag_bridge_name,
                 consume_on_transform_error=cfg.target.consume_no_transfer_on_transform_error,
                 source_provider=source_provider,

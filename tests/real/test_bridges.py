@@ -1,7 +1,8 @@
 """JMS bridges (bridgemgr.jmsbridge.bridge.JMSBridge) whose links reach real servers
 through the external providers: embedded -> ActiveMQ over JMS (JPype), ActiveMQ ->
 RabbitMQ over STOMP, ActiveMQ -> embedded from a durable topic subscription with a
-selector, a Java transformer on a link, and ActiveMQ stopped for 10 s under traffic.
+selector, a Java transformer on a link, ActiveMQ stopped for 10 s under traffic, and
+ActiveMQ stopped and started again under idle links.
 
 Non-transacted links (CLIENT_ACKNOWLEDGE after the send: at-least-once). Transacted (XA)
 links need the XA coordinator (issue 5); tests/real/test_java_xa.py drives ActiveMQ's
@@ -9,6 +10,7 @@ XAResource through the provider meanwhile."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 import subprocess
 import threading
@@ -29,6 +31,7 @@ from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from jmsbridge_support import FAST, drain, send, wait_until
+from waiting import wait_for
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -316,3 +319,60 @@ def test_activemq_stopped_for_10_seconds_under_traffic(broker, tmp_path):
     assert not lost, f"lost {len(lost)}: {lost[:20]}"
     assert sum(c - 1 for c in counts.values()) <= 2, counts.most_common(3)
     assert drain(broker, src) == []
+
+
+def test_activemq_stopped_under_idle_links_shows_and_they_reconnect_every_interval(activemq, broker, caplog):
+    """The session's ActiveMQ stopped under two idle links, one to it and one from it, and
+    started again: both are STARTING with current_error naming the factory, the broker and
+    the cause (before: STARTED with no error, the dead target connection kept); the
+    attempts are connect-attempt-interval (1 s) apart; one line each says it reconnected;
+    then messages move both ways."""
+    caplog.set_level(logging.INFO)
+    out_src, out_dst, in_src, in_dst = unique("out.src"), unique("out.dst"), unique("in.src"), unique("in.dst")
+    amq = activemq.jndi()
+    links = (
+        '<link name="out" transacted="false"><source connection-factory-ref="host" destination-ref="out-src"/>'
+        '<target connection-factory-ref="amq" destination-ref="out-dst"/></link>'
+        '<link name="in" transacted="false"><source connection-factory-ref="amq" destination-ref="in-src"/>'
+        '<target connection-factory-ref="host" destination-ref="in-dst"/></link>'
+    )
+    dests = "".join(
+        f'<destination ref-name="{ref}" name="{name}"/>'
+        for ref, name in (("out-src", out_src), ("out-dst", out_dst), ("in-src", in_src), ("in-dst", in_dst))
+    )
+    bridge = start_bridge(broker, bridge_xml("b6", links, cf_xml("amq", amq, attrs='connect-attempts="-1"'), dests))
+    out, inbound = bridge.links
+    try:
+        activemq.stop()
+        for link in (out, inbound):
+            wait_until(lambda link=link: "cannot connect" in (link.counters.current_error or ""), 30, link.name)
+            assert link.state is State.STARTING
+            error = link.counters.current_error
+            assert f"connection-factory amq to {activemq.url}" in error and "Connection refused" in error, error
+
+        def attempts(link: str) -> list[float]:
+            return [
+                r.created
+                for r in caplog.records
+                if r.threadName == f"link b6/{link}" and "with connection-factory amq failed" in r.getMessage()
+            ]
+
+        for name in ("out", "in"):
+            seen = wait_for(lambda name=name: len(got := attempts(name)) >= 4 and got, 20, f"4 attempts of {name}")
+            assert 2.4 <= seen[3] - seen[0] <= 4.5, seen  # three 1 s intervals
+    finally:
+        activemq.start()
+    try:
+        for link in (out, inbound):
+            assert link.lifecycle.wait_for({State.STARTED}, 60) is State.STARTED
+            assert link.counters.current_error is None
+        lines = [r.getMessage() for r in caplog.records if "reconnected after" in r.getMessage()]
+        assert sorted(line.split()[1] for line in lines) == ["in", "out"], lines
+        send(broker, out_src, [TextMessage("there")])
+        factory = naming.lookup("ConnectionFactory", amq)
+        assert [m.text for m in take(factory, Queue(out_dst), 1)] == ["there"]
+        with factory.create_connection() as jc:
+            jc.create_session().create_producer(Queue(in_src)).send(TextMessage("back"))
+        assert [m.text for m in drain(broker, in_dst, expect=1, total=30)] == ["back"]
+    finally:
+        bridge.stop()

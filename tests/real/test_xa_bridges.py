@@ -124,14 +124,14 @@ def test_activemq_to_activemq_joins_one_branch(activemq, tmp_path):
 def test_activemq_to_activemq_in_local_transactions(activemq, tmp_path, caplog):
     """Both ends on one ActiveMQ (two connection-factory elements, one JNDI environment):
     each message is one local transaction of one session holding the consumer and the
-    producer, not XA (the link's info and log say so); 3,000 arrive in order, once each,
+    producer, not XA (the link's info and log say so); 500 arrive in order, once each,
     none stays on the source, nothing in doubt."""
     name = "xa3"
     with caplog.at_level("INFO"):
-        got, info = one_broker_link(activemq, tmp_path, name, 3000, 1)
+        got, info = one_broker_link(activemq, tmp_path, name, 500, 1)
     assert info["transaction"] == "local transaction (one resource manager)"
     assert "transacted, local transaction (one resource manager)" in caplog.text
-    assert [m.text for m in got] == [str(i) for i in range(3000)]
+    assert [m.text for m in got] == [str(i) for i in range(500)]
     assert info["counters"]["redelivered"] == 0  # type: ignore[index]
 
 
@@ -227,20 +227,28 @@ def start_child(args: list[str], fault: str | None) -> subprocess.Popen:
     return proc
 
 
-def preload(activemq, queue: str, n: int) -> None:
-    """``n`` text messages "0".."n-1" on an ActiveMQ queue (local transactions of 500)."""
+def preload(activemq, queue: str, n: int, first: int = 0) -> None:
+    """``n`` text messages "first".."first+n-1" on an ActiveMQ queue (local transactions
+    of 500)."""
     with naming.lookup("ConnectionFactory", activemq.jndi()).create_connection() as conn:
         session = conn.create_session(True)
         producer = session.create_producer(Queue(queue))
-        for i in range(n):
+        for i in range(first, first + n):
             producer.send(TextMessage(str(i)))
             if i % 500 == 499:
                 session.commit()
         session.commit()
 
 
-def kill_mid_transfer(args: list[str], kills: int) -> None:
-    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s."""
+def kill_mid_transfer(activemq, args: list[str], kills: int, src: str, dst: str, backlog: int) -> tuple[list, int]:
+    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s, with about
+    ``backlog`` messages waiting on ``src`` at each start: what a run moved is taken from
+    ``dst`` and as many new messages are added (numbered on), so every kill lands
+    mid-transfer on any machine and the last, clean run moves one backlog, not what a slow
+    machine left of a fixed load. Returns what was taken and how many were sent."""
+    moved: list = []
+    preload(activemq, src, backlog)
+    sent = backlog
     for _ in range(kills):
         proc = start_child(args, None)
         try:
@@ -250,16 +258,32 @@ def kill_mid_transfer(args: list[str], kills: int) -> None:
             proc.wait()
         proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
+        taken = take(activemq, dst)
+        assert len(taken) < backlog, "the source emptied before the kill"
+        moved += taken
+        preload(activemq, src, len(taken), first=sent)
+        sent += len(taken)
+    assert moved, "the kills did not land mid-transfer (nothing moved)"
+    return moved, sent
 
 
 @pytest.mark.crash
 def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
-    """5,000 messages, 4 per XA transaction, the bridge process killed 8 times."""
-    n, batch = 5000, 4
+    """4 messages per XA transaction, the bridge process killed 8 times (a backlog of about
+    1,500 kept on the source: each kill's moves are taken and as many new ones added)."""
+    backlog, batch = 1500, 4
     source = tmp_path / "source"
-    fill = Broker(source, sync=True)
-    send(fill, "src", [TextMessage(str(i)) for i in range(n)], delivery_mode=DeliveryMode.PERSISTENT)
-    fill.close()
+
+    def fill(first: int, count: int) -> None:
+        broker = Broker(source, sync=True)
+        try:
+            messages = [TextMessage(str(i)) for i in range(first, first + count)]
+            send(broker, "src", messages, delivery_mode=DeliveryMode.PERSISTENT)
+        finally:
+            broker.close()
+
+    fill(0, backlog)
+    n, moved = backlog, []
     args = [str(source), str(tmp_path / "var"), repr(activemq.jndi()), str(batch)]
     doubts, by_fault = 0, 0
     for i in range(8):
@@ -278,13 +302,17 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
         proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL, "the source emptied before the last kill"
         doubts += amq_in_doubt(activemq, "crash")
+        taken = take(activemq, "dst")
+        moved += taken
+        fill(n, len(taken))
+        n += len(taken)
     proc = start_child(args, None)  # the last run finishes cleanly
     assert proc.stdout.readline().strip() == "done"
     proc.wait(60)
     proc.stdout.close()
     assert by_fault, "the fault hook never fired"
     assert doubts, "no kill landed between prepare and commit at ActiveMQ"
-    got = Counter(int(m.text) for m in take(activemq, "dst"))
+    got = Counter(int(m.text) for m in moved + take(activemq, "dst"))
     missing = sorted(set(range(n)) - set(got))
     assert not missing, f"lost {len(missing)}: {missing[:20]}"
     duplicated = {k: c for k, c in got.items() if c > 1}
@@ -300,15 +328,12 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
 @pytest.mark.crash
 @pytest.mark.slow
 def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_path):
-    """6,000 messages, one local transaction each (both ends one ActiveMQ: one session
-    consumes and sends), the bridge process killed 3 times at random: each message on the
+    """One local transaction per message (both ends one ActiveMQ: one session consumes and
+    sends), the bridge process killed 3 times at random: each message on the
     target once and in order, none left on the source."""
-    n, queue_src, queue_dst = 6000, "local.src", "local.dst"
-    preload(activemq, queue_src, n)
+    queue_src, queue_dst = "local.src", "local.dst"
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true", queue_src, queue_dst]
-    kill_mid_transfer(args, 3)
-    moved = take(activemq, queue_dst)
-    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    moved, n = kill_mid_transfer(activemq, args, 3, queue_src, queue_dst, 2000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
     assert proc.stdout.readline().strip() == "done (local transaction (one resource manager))"
     proc.wait(60)
@@ -325,17 +350,13 @@ def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_p
 
 @pytest.mark.crash
 def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
-    """12,000 messages, one XA transaction each (the target joined to the source's branch,
+    """One XA transaction per message (the target joined to the source's branch,
     both associations ended at the same time, one-phase commit), the bridge process killed
     6 times at random: each message on the target once, none left on the source. (A kill
     counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
     threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
-    n = 12000  # a quiet machine moved 4,000 before the sixth kill
-    preload(activemq, "src", n)
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "false", "src", "dst"]
-    kill_mid_transfer(args, 6)
-    moved = take(activemq, "dst")  # consumed: counted with what the last run moves
-    assert 0 < len(moved) < n, f"the kills did not land mid-transfer ({len(moved)} moved)"
+    moved, n = kill_mid_transfer(activemq, args, 6, "src", "dst", 2000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
     assert proc.stdout.readline().strip() == "done (XA)"
     proc.wait(60)

@@ -59,13 +59,14 @@ class Broker(XABranches, Adoption):
     before the store's ``Store.lock``, never after; waits for the store outside it).
     Who owns (changes) which state:
 
-    - broker.py: settings, ``connections``, ``client_ids``, ``closed``, ``store``,
+    - broker.py: settings, ``connections`` (and their ids), ``client_ids``, ``closed``, ``store``,
       ``swap``, ``memory``, the message ids; attach, detach, close.
     - paging.py: ``memory_window``; which queues page (their ``pager`` and ``window``),
       the queues' ``swapped`` counts.
     - destinations.py: ``queues``, ``topics``, ``known_topics``, ``durable``,
       ``temporary``, ``configured`` (limits), ``producers``, ``dmq``; queues'
       ``consumers`` and ``deleted``; subscription rows, purges.
+    - dstcontrol.py: ``paused`` and ``paused_producers``; destroys.
     - routing.py: ``_seq`` (each envelope's seq), the envelopes going into queues, their
       room (``usage``, queues' counts and bytes), queues' room and pace waiters; message
       rows added to the store.
@@ -126,6 +127,9 @@ class Broker(XABranches, Adoption):
         self.temporary = {}
         self.connections = set()
         self.producers = collections.Counter()  # (metrics)
+        self.paused = {}
+        self.paused_producers = {}
+        self._connection_ids = itertools.count(1)
         self.client_ids = {}
         self.reservations = Reservations()  # the bridge service's client ids and durables
         self.owners = DurableOwners()  # who may attach to or remove a durable subscription
@@ -163,7 +167,27 @@ class Broker(XABranches, Adoption):
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            connection.connection_id = next(self._connection_ids)
             self.connections.add(connection)
+
+    def connection_list(self) -> list[dict[str, Any]]:
+        """Every open connection, by id (imqcmd list cxn): its user, the service it came
+        in through (jms, stomp, bridge: the bridges' own, embedded: other in-process
+        ones), the client's address, client id, producers and consumers."""
+        with self.lock:
+            conns = sorted(self.connections, key=lambda c: c.connection_id)
+            return [
+                {
+                    "id": conn.connection_id,
+                    "user": conn.username,
+                    "service": conn.origin_service,
+                    "host": conn.origin_host,
+                    "client_id": conn.client_id_value,
+                    "producers": sum(s.producer_count() for s in conn.sessions_list()),
+                    "consumers": sum(1 for _ in conn.consumers()),
+                }
+                for conn in conns
+            ]
 
     def claim_client_id(self, connection: Any, client_id: str) -> None:
         self.reservations.check_client_id(connection, client_id)
@@ -212,6 +236,8 @@ class Broker(XABranches, Adoption):
                 for mq in subs:
                     mq.wake_all()
                     mq.wake_producers()
+            for key in list(self.paused_producers):
+                self._release_paused(key)
         if self.memory is not None:
             self.memory.close()
         if self.store is not None:

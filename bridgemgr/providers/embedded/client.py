@@ -84,6 +84,8 @@ class EmbeddedConnectionFactory(XAConnectionFactory):
         broker.authenticate(username, password)
         conn = EmbeddedConnection(broker, username)
         conn.service = self._service
+        if self._service:
+            conn.origin_service = "bridge"
         broker.attach(conn)
         return conn
 
@@ -100,6 +102,9 @@ class EmbeddedConnection(XAConnection):
         self.broker = broker
         self.username = username
         self.service = False  # the bridge service's own: may use reserved client ids and durables
+        self.connection_id = 0  # given by the broker as it attaches the connection (list cxn)
+        self.origin_service = "embedded"  # the service it came in through (list cxn): jms, stomp, bridge
+        self.origin_host: str | None = None  # ...and the client's address, when remote
         # (client id, name, operation) -> why this connection's user may use another user's
         # durable subscription, None if not (owners.py); set by the front end that logged it in
         self.durable_override: Callable[[str, str, str], str | None] | None = None
@@ -219,6 +224,14 @@ class EmbeddedSession(Session):
 
     def unacked(self) -> list[Envelope]:
         return list(self._work.acks)
+
+    def producer_count(self) -> int:
+        """Its open producers, an anonymous one (or a remote client's or STOMP sender's
+        sends) counted once per destination it sent to (list cxn)."""
+        producers = [p for p in list(self._producers) if not p.closed]
+        anonymous = sum(len(p._sent_to.destinations) for p in producers if p._sent_to is not None)
+        bound = sum(1 for p in producers if p.destination is not None)
+        return bound + anonymous + len(self._sent_to.destinations)
 
     # --- destinations -------------------------------------------------------------
     def create_temporary_queue(self) -> TemporaryQueue:

@@ -497,6 +497,7 @@ class ClientConnection:
             return
         try:
             conn = EmbeddedConnection(self.broker, user)
+            conn.origin_service, conn.origin_host = SERVICE, self.peer
             self.broker.attach(conn)
         except JMSException as error:
             self.fail(error)

@@ -287,6 +287,33 @@ class HACluster:
 
         return self._transaction(read)
 
+    def members(self) -> dict[str, Any]:
+        """The cluster as the management API shows it: each instance (broker id, state,
+        address, lease expiry, whether that lease is current, who took it over) and each
+        bridge's owner and since when."""
+
+        def read(cur: Any) -> dict[str, Any]:
+            cur.execute(
+                f"SELECT brokerid, state, address, lease_expires, lease_expires > now(), taken_by "
+                f"FROM {BROKERS} ORDER BY brokerid"
+            )
+            instances = [
+                {
+                    "brokerid": brokerid,
+                    "state": state,
+                    "address": address,
+                    "leaseExpires": expires.isoformat(),
+                    "leaseCurrent": bool(current),
+                    "takenBy": taken_by,
+                }
+                for brokerid, state, address, expires, current, taken_by in cur.fetchall()
+            ]
+            cur.execute(f"SELECT bridge, owner, since FROM {BRIDGES} ORDER BY bridge")
+            bridges = [{"name": b, "owner": o, "since": since.isoformat()} for b, o, since in cur.fetchall()]
+            return {"instances": instances, "bridges": bridges}
+
+        return self._transaction(read)
+
     # --- heart-beats and takeover ---------------------------------------------------------
     def start(
         self,

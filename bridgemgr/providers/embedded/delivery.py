@@ -53,7 +53,8 @@ class Delivery(Routing):
             while True:
                 if consumer.closed or self.closed or mq.deleted:
                     return []
-                if consumer.connection.started:
+                paused = self.consumers_paused(mq)  # pause dst: messages stay, resume wakes it
+                if consumer.connection.started and not paused:
                     now = now_ms()
                     marks: list[tuple[int, int]] = []  # recorded in one store call, not one each
                     try:
@@ -85,7 +86,7 @@ class Delivery(Routing):
                     if remaining <= 0:
                         return []
                 mq.waiters.append(consumer)
-                if consumer.selector is None and consumer.connection.started:
+                if consumer.selector is None and consumer.connection.started and not paused:
                     mq.last_take = time.monotonic()  # (pacing) ready to take any: not stalled
                 consumer.cond.wait(remaining)
                 try:

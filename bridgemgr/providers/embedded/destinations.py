@@ -29,6 +29,11 @@ DMQ_NAME = "mq.sys.dmq"
 _DMQ_KEY = f"q:{DMQ_NAME}"
 
 
+def _pause_key(destination: Destination) -> str:
+    """Where a destination's pause is kept: q:NAME or t:NAME."""
+    return ("t:" if destination.is_topic else "q:") + destination.name
+
+
 class Destinations(Paging):
     """Which message queues exist, their limits, and who is bound to them."""
 
@@ -135,23 +140,40 @@ class Destinations(Paging):
         """A destination's limits and counts (a topic's summed over its subscriptions);
         None when it does not exist."""
         with self.lock:
-            if destination.is_topic:
-                key = f"t:{destination.name}"
-                if destination.name not in self.known_topics and key not in self.configured:
-                    return None
-                queues = self.topics.get(destination.name, [])
-                limits = self.configured.get(key, self.default_limits)
-            else:
-                mq = self.queues.get(destination.name)
-                if mq is None:
-                    return None
-                queues, limits = [mq], mq.limits
-            return limits, {
-                "pending": sum(len(q) for q in queues),
-                "unacked": sum(q.count - len(q) for q in queues),
-                "bytes": sum(q.bytes for q in queues),
-                "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters) for q in queues),
-            }
+            return self._describe(destination)
+
+    def _describe(self, destination: Destination) -> tuple[DestinationLimits, dict[str, int]] | None:
+        """describe_destination under the lock: pending, unacked, bytes, producers waiting,
+        producers, consumers (a topic: also its subscriptions, durable ones among them)."""
+        if destination.is_temporary:
+            tmq = self.temporary.get(destination.name)
+            if tmq is None:
+                return None
+            queues, limits = (self.topics.get(destination.name, []) if destination.is_topic else [tmq]), tmq.limits
+        elif destination.is_topic:
+            key = f"t:{destination.name}"
+            if destination.name not in self.known_topics and key not in self.configured:
+                return None
+            queues = self.topics.get(destination.name, [])
+            limits = self.configured.get(key, self.default_limits)
+        else:
+            mq = self.queues.get(destination.name)
+            if mq is None:
+                return None
+            queues, limits = [mq], mq.limits
+        counts = {
+            "pending": sum(len(q) for q in queues),
+            "unacked": sum(q.count - len(q) for q in queues),
+            "bytes": sum(q.bytes for q in queues),
+            "producers_waiting": sum(len(q.room_waiters) + len(q.pace_waiters) for q in queues)
+            + len(self.paused_producers.get(_pause_key(destination), ())),
+            "producers": self.producers.get(destination, 0),
+            "consumers": sum(len(q.consumers) for q in queues),
+        }
+        if destination.is_topic:
+            counts["subscriptions"] = len(queues)
+            counts["durable_subscriptions"] = sum(1 for q in queues if q.key.startswith("d:"))
+        return limits, counts
 
     def purge(self, destination: Destination) -> tuple[int, int] | None:
         """Remove every waiting message of a queue (a topic: of each of its subscriptions),
@@ -449,6 +471,7 @@ class Destinations(Paging):
         )
         sub = Subscription(client_id, name, topic, selector, no_local, mq, owner=owner)
         self.durable[(client_id, name)] = sub
+        self.known_topics.add(topic.name)  # (also when read back from the store at open)
         self.topics.setdefault(topic.name, []).append(mq)
         if persist and self.store is not None:
             self.store.op("sub_put", client_id, name, topic.name, selector, int(no_local), owner)

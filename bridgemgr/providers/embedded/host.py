@@ -108,6 +108,21 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
     )
 
 
+def _attributes(lim: DestinationLimits) -> DestinationAttributes:
+    return DestinationAttributes(
+        lim.max_num_msgs,
+        lim.max_total_msg_bytes,
+        lim.max_bytes_per_msg,
+        lim.limit_behavior.value,
+        lim.use_dmq,
+        lim.backout_threshold,
+        lim.backout_queue,
+        lim.backout_disposition,
+        lim.local_delivery_preferred,
+        lim.is_local_only,
+    )
+
+
 def _limits(attributes: DestinationAttributes) -> DestinationLimits:
     try:
         behavior = LimitBehavior(attributes.limit_behavior)
@@ -227,6 +242,8 @@ class EmbeddedHostBroker(HostBroker):
         if self.access is not None:
             self.access.check_connection(principal)
         connection = self._factory.create_connection(principal.user)
+        connection.origin_service = principal.service or "embedded"
+        connection.origin_host = principal.address
         control = self.access.get(principal.service) if self.access is not None else None
         connection.durable_override = partial(durable_override, control, principal)
         try:
@@ -377,18 +394,29 @@ class EmbeddedHostBroker(HostBroker):
         if found is None:
             return None
         lim, counts = found
-        return DestinationAttributes(
-            lim.max_num_msgs,
-            lim.max_total_msg_bytes,
-            lim.max_bytes_per_msg,
-            lim.limit_behavior.value,
-            lim.use_dmq,
-            lim.backout_threshold,
-            lim.backout_queue,
-            lim.backout_disposition,
-            lim.local_delivery_preferred,
-            lim.is_local_only,
-        ), counts
+        return _attributes(lim), counts
+
+    def list_destinations(
+        self, principal: Principal, queues: bool = True, topics: bool = True, temporary: bool = False
+    ) -> list[tuple[Destination, DestinationAttributes, dict[str, int], str]]:
+        return [
+            (dest, _attributes(lim), counts, state)
+            for dest, lim, counts, state in self.broker.list_destinations(queues, topics, temporary)
+        ]
+
+    def destination_state(self, principal: Principal, destination: Destination) -> str:
+        return self.broker.destination_state(destination)
+
+    def pause_destinations(
+        self, principal: Principal, destination: Destination | None, what: str, pause: bool
+    ) -> list[tuple[Destination, str]] | None:
+        return self.broker.pause_destinations(destination, what, pause)
+
+    def destroy_destination(self, principal: Principal, destination: Destination) -> int | None:
+        return self.broker.destroy(destination)
+
+    def connections(self, principal: Principal) -> list[dict[str, Any]]:
+        return self.broker.connection_list()
 
     def configure_destination(
         self, principal: Principal, destination: Destination, attributes: DestinationAttributes

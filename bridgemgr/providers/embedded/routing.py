@@ -3,7 +3,8 @@ limits they meet, pacing, the DMQ, and recording them in the store.
 
 A destination's limits apply its limitBehavior when full (FLOW_CONTROL: the producer waits
 for room, ``on_room``); the system-wide limits refuse messages held in memory only;
-pacing holds a queue's producers while its consumers are behind (``on_pace``).
+pacing holds a queue's producers while its consumers are behind (``on_pace``); a
+destination whose producers are paused (pause dst) holds them until resumed (``on_resumed``).
 
 Design notes: docs/embedded-broker.md#internals-providersembeddedbrokerpy.
 """
@@ -28,7 +29,7 @@ from ...jms.errors import (
 )
 from ...jms.message import BytesMessage, Message, TextMessage
 from ...logfiles import COUNTED
-from .destinations import Destinations
+from .dstcontrol import DestinationControl
 from .queues import PACE_HIGH, PACE_LOW, PACE_STALL, Envelope, LimitBehavior, MessageQueue
 from .state import PERSISTENT, Sent, log, now_ms
 from .store import Row
@@ -37,7 +38,7 @@ WIRE_KEEP = 1024  # a queue this long or longer keeps no remote sender's blob (r
 _LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 
 
-class Routing(Destinations):
+class Routing(DestinationControl):
     """Sends: routed, admitted, committed to their queues and recorded."""
 
     # --- sending ----------------------------------------------------------------------------
@@ -224,7 +225,7 @@ class Routing(Destinations):
         return (
             len(mq) > level
             and bool(mq.consumers)
-            and not (mq.deleted or self.closed)
+            and not (mq.deleted or self.closed or self.consumers_paused(mq))
             and time.monotonic() - mq.last_take < PACE_STALL
         )
 
@@ -273,6 +274,8 @@ class Routing(Destinations):
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            if self.paused:
+                self.hold_paused(dest)
             self._throttle(sender)
             for mq in self._targets(dest, sender, message):
                 if mq.limits.limit_behavior is LimitBehavior.FLOW_CONTROL and mq.count and mq.full():
@@ -325,6 +328,8 @@ class Routing(Destinations):
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
+            if self.paused:
+                self.hold_paused(dest)
             envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace)
             ticket = self._commit_envelopes(envs)
             return None if ticket is None else Sent(ticket, envs)
@@ -366,6 +371,8 @@ class Routing(Destinations):
             limited = False
             for i, (message, dest) in enumerate(sends):
                 try:
+                    if self.paused:
+                        self.hold_paused(dest)
                     if dest is not last or dest.is_topic or dest.is_temporary:
                         targets = self._targets(dest, sender, message)
                         last = dest

@@ -1,7 +1,7 @@
 """The embedded broker's state and the records its parts share (broker.py, the facade).
 
 ``BrokerState`` names every attribute of a :class:`Broker` (made in ``Broker.__init__``)
-and which part owns it; the parts (paging, destinations, routing, delivery, localtx,
+and which part owns it; the parts (paging, destinations, dstcontrol, routing, delivery, localtx,
 xabranches, adoption) are mixins over it, each a layer over the ones before, so every
 part reads and changes the same state under the one lock, ``lock``.
 """
@@ -110,6 +110,7 @@ class BrokerState:
     swap: Swap | None
     memory: MemoryMonitor | None  # (its own lock)
     _seq: Iterator[int]  # the next envelope's seq (routing; adoption skips some)
+    _connection_ids: Iterator[int]  # each attached connection's id (list cxn)
     # paging.py: queues' paging settings
     memory_window: int
     # destinations.py: which queues exist, their limits and bindings
@@ -126,6 +127,9 @@ class BrokerState:
     owners: DurableOwners  # who may attach to or remove a durable subscription
     producers: collections.Counter[Destination]  # (metrics)
     dmq: MessageQueue
+    # dstcontrol.py: pauses (destroy changes destinations.py's attributes too)
+    paused: dict[str, str]  # q:NAME / t:NAME -> PRODUCERS, CONSUMERS or ALL (pause dst; memory only)
+    paused_producers: dict[str, list[Callable[[], None]]]  # ...the producers a pause holds
     # routing.py: what a send may be
     usage: SystemUsage  # imq.system.max_count/max_size (the queues count into it)
     max_message_size: int
