@@ -182,6 +182,9 @@ class ClusterQueues:
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
+            cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target"))
+            if None not in cur.fetchone():
+                return  # (CREATE INDEX IF NOT EXISTS would lock the inbox: peers' moves wait)
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for statement in _TABLES:
                 cur.execute(statement)
