@@ -183,7 +183,7 @@ def drain_rate(instance: Daemon, passfile: Path, bridge: str, source: str, targe
         start = time.monotonic()
         r = cli(instance, passfile, "start", "bridge", "-bn", bridge)
         assert r.returncode == 0, r.stdout + r.stderr
-        wait_for(lambda: len(arrivals.seen) >= n, 600, 0.05)
+        wait_for(lambda: len(arrivals.seen) >= n, 600, interval=0.05)
         return n / (arrivals.seen[n - 1][0] - start)
     finally:
         arrivals.close()

@@ -354,9 +354,7 @@ def _serve(props: Any, demo: bool, read_properties: Callable[[], Any], service_l
     click.echo("Running; stop with Ctrl-C or SIGTERM.")
     manager.run()  # a signal during start or the demo is seen here, then it stops
     if manager.taken_over_by is not None:  # HA: its store and bridges are another's now
-        raise click.ClickException(
-            f"taken over by broker {manager.taken_over_by} of the HA cluster; start it again to rejoin"
-        )
+        raise click.ClickException(f"{manager.taken_over_by}; start it again to rejoin")
     click.echo("Stopped cleanly.")
 
 

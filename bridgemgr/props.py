@@ -492,6 +492,12 @@ FIXED_PROPS: tuple[Prop, ...] = (
     ),
     Prop("imq.cluster.heartbeat.interval", POSITIVE, 2, "seconds between renewals of an instance's lease"),
     Prop("imq.cluster.monitor.interval", POSITIVE, 30, "seconds without renewal after which an instance is taken over"),
+    Prop(
+        "imq.cluster.brokerlist",
+        TEXT,
+        None,
+        "the original's conventional cluster (not supported: an error without imq.cluster.ha, ignored with it)",
+    ),
     Prop("imq.persist.store", _enum("file", "jdbc"), "file", "SQLite under var, or PostgreSQL"),
     Prop("imq.persist.file.sync.enabled", BOOL, False, "fsync every store commit"),
     Prop(
@@ -1244,9 +1250,31 @@ def _cluster_checks(props: BrokerProperties) -> list[Problem]:
                     f"{key} is set in the cluster properties ({CLUSTER_URL}); set it in each broker's own properties",
                 )
             )
+    brokerlist = "imq.cluster.brokerlist"
+    if props.get(brokerlist) and not props.get("imq.cluster.ha"):
+        found.append(
+            _problem(
+                props,
+                brokerlist,
+                f"{brokerlist} is set but imq.cluster.ha is not true: the conventional cluster "
+                "model (brokers that route messages to each other, no shared store) is not "
+                "supported, so this broker would run alone and a message sent to it would reach "
+                "only its own consumers and bridges; remove the property, or make the brokers an "
+                "HA cluster (imq.cluster.ha=true, a shared jdbc store: docs/ha.md)",
+            )
+        )
     if not props.get("imq.cluster.ha"):
         return found
     ha_key = "imq.cluster.ha"
+    if props.get(brokerlist):
+        found.append(
+            _problem(
+                props,
+                brokerlist,
+                f"{brokerlist} is ignored in an HA cluster: its instances find each other in the shared store",
+                "warning",
+            )
+        )
     for key in ("imq.cluster.clusterid", "imq.brokerid"):
         if not props.get(key):
             found.append(

@@ -51,7 +51,7 @@ from .admin.protocol import (
     Reply,
 )
 from .guard import LoginThrottle, ServiceGuard
-from .jms.errors import IllegalStateException, JMSException, StoreError
+from .jms.errors import IllegalStateException, JMSException, StoreError, TransportException
 from .jms.hostbroker import DestinationAttributes, Principal
 from .netloop import NetLoop
 from .private import DIR_MODE, open_private_text, private_dir, tighten
@@ -147,7 +147,7 @@ class BridgeServiceManager:
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
-        self.taken_over_by: str | None = None  # the HA instance that took this one over
+        self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
     # --- start ---------------------------------------------------------------------------
     def start(self) -> None:
@@ -196,7 +196,8 @@ class BridgeServiceManager:
                 "access control is off (imq.accesscontrol.enabled=false): every user may "
                 "use every destination, the bridges' DMQs included"
             )
-        host_broker = self.host_broker = open_host_broker(self.props, access or None)
+        generation = self.cluster.generation if self.cluster is not None else None
+        host_broker = self.host_broker = open_host_broker(self.props, access or None, generation)
         log.info(
             "host broker %s started, store %s (fsync %s)",
             host_broker.instance_name,
@@ -241,9 +242,13 @@ class BridgeServiceManager:
                 ssl_context=ctx,
                 authenticator=self._jms_login,
                 guard=ServiceGuard.from_props(self.props, "jms", throttle),
+                brokerid=self.cluster.brokerid if self.cluster is not None else None,
+                locate=self._locate if self.cluster is not None else None,
             )
             self.jms_services.append(service.start())
             self.portmapper.register(service.service_entry())
+        if self.cluster is not None:  # where clients reach us: told to those of a broker we take over
+            self.cluster.advertise(self._client_urls())
         if not self.props.enabled:
             return
         user, password = self.props.admin_user, self.props.admin_password
@@ -458,6 +463,8 @@ class BridgeServiceManager:
             self.cluster = open_cluster(
                 self.props, f"{socket.gethostname()} pid {os.getpid()}", bridge_configuration(self.props)
             )
+            if self.cluster is not None:  # renewed from now: a slow start is no lapse
+                self.cluster.keep_alive()
             if self.cluster is not None and self.props.enabled:
                 owned = self.cluster.claim(self._cluster_bridges(self.props.activelist))
                 self.activelist = tuple(
@@ -494,13 +501,40 @@ class BridgeServiceManager:
             self.bridges = {**self.bridges, name: bridge}
             self._start_bridge(bridge, report=True)
 
+    def _client_urls(self) -> str:
+        """This instance as clients list it: its port mapper, then each jms service."""
+        assert self.portmapper is not None
+        host = self.host if self.host not in ("0.0.0.0", "::", "") else socket.getfqdn()
+        host = f"[{host}]" if ":" in host else host
+        urls = [f"mq://{host}:{self.portmapper.port}"]
+        urls += [f"{'mqssl' if s.ssl_context else 'mqtcp'}://{host}:{s.port}" for s in self.jms_services]
+        return ",".join(urls)
+
+    def _locate(self, home: str) -> tuple[str, str] | None:
+        """(the jms service, in its thread pool) where broker ``home``'s store is served."""
+        from .providers.embedded.cluster import ClusterError
+
+        assert self.cluster is not None
+        try:
+            return self.cluster.locate(home)
+        except (ClusterError, StoreError) as exc:
+            raise TransportException(str(exc)) from None
+
     def _took_over(self, broker: str, names: list[str]) -> None:
         self._owned(names)
 
-    def _lost_lease(self, taker: str | None) -> None:
+    def _lost_lease(self, replaced: str | None) -> None:
         """Our lease is gone (another instance may run our bridges now): stop and unload
-        every JMS bridge before anything else touches the store. Taken over (``taker``: our
-        store is that broker's now), the service stops: restarted, it joins afresh."""
+        every JMS bridge before anything else touches the store. Replaced (``replaced``
+        says by what: a takeover, or a new process of our broker id; our store is another's
+        and every write of ours is fenced), the service stops and serve exits 1."""
+        if replaced is not None:  # the one ERROR line, then the service's exit path
+            log.error("%s: stopping; start it again to rejoin", replaced)
+            for service in self.jms_services:  # its clients are cut first: nothing is theirs here now
+                try:
+                    service.stop()
+                except Exception as exc:
+                    log.warning("the jms service did not stop at once: %s", exc)
         for name, bridge in list(self.bridges.items()):
             if bridge.type != "JMS":
                 continue
@@ -508,13 +542,8 @@ class BridgeServiceManager:
             self.bridges = {k: v for k, v in self.bridges.items() if k != name}
             if self.host_broker is not None:
                 self.host_broker.release(name)
-        if taker is not None:
-            self.taken_over_by = taker
-            log.error(
-                "broker %s was taken over by broker %s of its HA cluster: stopping",
-                self.props.get("imq.brokerid"),
-                taker,
-            )
+        if replaced is not None:
+            self.taken_over_by = replaced
             self.request_stop()
 
     def _start_bridge(self, bridge: ManagedBridge, report: bool = False) -> _Start:
@@ -1266,7 +1295,7 @@ def default_bridge_factories() -> dict[str, BridgeFactory]:
             name=name,
             host=manager.host_broker,
             broker_url=manager.jms_url if manager.jms_services else None,
-            excuses=shared_excuses(cluster.settings.jdbc.connect) if cluster is not None else None,
+            excuses=shared_excuses(cluster.jdbc.connect) if cluster is not None else None,
         )
         try:
             bridge.reserve()  # its links' client ids and durables, also before a start

@@ -117,15 +117,17 @@ class Cluster:
         self.central.write_text("\n".join(lines) + "\n")
         self.instances: list[Instance] = []
 
-    def files(self, brokerid: str, activelist: str, *extra: str) -> tuple[Path, Path]:
-        d = self.base / brokerid
+    def files(self, brokerid: str, activelist: str, *extra: str, home: str = "") -> tuple[Path, Path]:
+        """``home``: the instance's folder (another process of the same broker id needs its
+        own), else named after the broker id."""
+        d = self.base / (home or brokerid)
         d.mkdir(exist_ok=True)
         props = d / "broker.properties"
         props.write_text(
             "\n".join(
                 [
                     f"imq.varhome={d / 'var'}",
-                    f"imq.instancename={brokerid}",
+                    f"imq.instancename={home or brokerid}",
                     "imq.portmapper.port=0",
                     "imq.cluster.ha=true",
                     f"imq.cluster.clusterid={self.clusterid}",
@@ -147,8 +149,8 @@ class Cluster:
         passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
         return props, passfile
 
-    def start(self, brokerid: str, activelist: str, *extra: str) -> Instance:
-        props, passfile = self.files(brokerid, activelist, *extra)
+    def start(self, brokerid: str, activelist: str, *extra: str, home: str = "") -> Instance:
+        props, passfile = self.files(brokerid, activelist, *extra, home=home)
         instance = Instance(props, passfile, brokerid)
         self.instances.append(instance)
         return instance

@@ -62,7 +62,7 @@ def members(postgresql, tmp_path: Path) -> Iterator[Any]:
             )
             cluster = open_cluster(props, brokerid, {})
             stack.callback(cluster.leave)
-            host = open_host_broker(props)
+            host = open_host_broker(props, generation=cluster.generation)
             stack.callback(host.close)
             cluster.attach(host)
             queues = open_cluster_queues(cluster, host)

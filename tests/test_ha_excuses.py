@@ -43,10 +43,10 @@ def members(postgresql):
 
     a, b = open_cluster(props("A"), "a", {}), open_cluster(props("B"), "b", {})
     # the service's excuses stores (service.py) of instances A and B
-    a_store, b_store = shared_excuses(a.settings.jdbc.connect), shared_excuses(b.settings.jdbc.connect)
+    a_store, b_store = shared_excuses(a.jdbc.connect), shared_excuses(b.jdbc.connect)
     assert a.claim(["jb1"]) == ["jb1"]
     try:
-        yield a_store, b_store, a.settings.jdbc
+        yield a_store, b_store, a.jdbc
     finally:
         a.leave()
         b.leave()

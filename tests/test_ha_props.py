@@ -169,3 +169,34 @@ def test_an_ha_instance_without_psycopg_names_the_extra(tmp_path, monkeypatch):
     )
     with pytest.raises(StoreError, match=r"imq\.cluster\.ha needs psycopg: pip install 'imqbridge\[postgres\]'"):
         BridgeServiceManager(props).start()
+
+
+def test_a_conventional_cluster_is_refused_with_its_reason(tmp_path):
+    props_file = tmp_path / "broker.properties"
+    props_file.write_text("imq.instancename=b1\nimq.cluster.brokerlist=host1:7676,host2:7676\n")
+    _, problems = parse_properties([props_file], [], environ={})
+    assert messages(problems) == [
+        "broker.properties:2: imq.cluster.brokerlist is set but imq.cluster.ha is not true: the "
+        "conventional cluster model (brokers that route messages to each other, no shared store) "
+        "is not supported, so this broker would run alone and a message sent to it would reach only "
+        "its own consumers and bridges; remove the property, or make the brokers an HA cluster "
+        "(imq.cluster.ha=true, a shared jdbc store: docs/ha.md)"
+    ]
+    _, problems = parse_properties(
+        [],
+        [
+            "imq.cluster.ha=true",
+            "imq.cluster.clusterid=c1",
+            "imq.brokerid=b1",
+            "imq.persist.store=jdbc",
+            URL,
+            "imq.cluster.brokerlist=host1:7676",
+        ],
+        environ={},
+    )
+    assert [(p.severity, p.message) for p in problems] == [
+        (
+            "warning",
+            "imq.cluster.brokerlist is ignored in an HA cluster: its instances find each other in the shared store",
+        )
+    ]

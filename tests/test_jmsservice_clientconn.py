@@ -123,6 +123,37 @@ def test_a_refused_login_reads_nothing_more_and_fails_when_the_driver_says(broke
     assert d.conn.closed
 
 
+def test_hello_naming_a_taken_over_home_is_sent_where_its_store_is(broker):
+    asked: list[str] = []
+
+    def locate(home: str):
+        asked.append(home)
+        if home == "B2":
+            return "B3", "mq://h3:7676"
+        if home == "B4":
+            raise TransportException("broker B4 of HA cluster c is not taken over yet; try again")
+        return None
+
+    d = Driver(broker, brokerid="B1", locate=locate)
+    (answer,) = d.hello()
+    assert answer.value["broker"] == "B1" and "moved" not in answer.value and asked == []  # no home: no look-up
+    d.conn.connection_lost()
+    d = Driver(broker, brokerid="B1", locate=locate)
+    (answer,) = d.feed(wire.PREAMBLE, wire.request(1, Op.HELLO, "alice", "pw", 0, "test", "B2"))
+    assert answer.value["moved"] == {"home": "B2", "broker": "B3", "urls": "mq://h3:7676"}
+    assert d.conn.closed and d.conn.embedded is None
+    d = Driver(broker, brokerid="B1", locate=locate)
+    (error,) = d.feed(wire.PREAMBLE, wire.request(1, Op.HELLO, "alice", "pw", 0, "test", "B4"))
+    assert error.fatal and "not taken over yet; try again" in str(error.error) and d.conn.closed
+    d = Driver(broker, brokerid="B1", locate=locate, authenticate=lambda u, p: False)
+    assert d.feed(wire.PREAMBLE, wire.request(1, Op.HELLO, "mallory", "guess", 0, "test", "B2")) == []
+    assert d.conn.state is State.REFUSED and asked == ["B2", "B4"]  # told nothing before the password
+    d = Driver(broker, brokerid="B1", locate=locate)
+    (answer,) = d.feed(wire.PREAMBLE, wire.request(1, Op.HELLO, "alice", "pw", 0, "test", "B9"))
+    assert d.conn.state is State.OPEN and answer.value["broker"] == "B1"  # a home served here
+    d.conn.connection_lost()
+
+
 def test_a_request_before_hello_is_a_fatal_error_naming_it_not_an_exception(broker):
     d = Driver(broker)
     (error,) = d.feed(wire.PREAMBLE, wire.request(1, Op.SESSION, 1, False, 1, False))

@@ -188,7 +188,7 @@ def test_causes_that_are_not_the_protocol_are_refused(causes):
             wire.PREAMBLE + wire.request(1, Op.HELLO, "u", "p", True, "bool is not an int"),
             "HELLO argument 3: bool is the wrong type",
         ),
-        (wire.PREAMBLE + wire.request(1, Op.HELLO, "u"), "HELLO takes 4 arguments"),
+        (wire.PREAMBLE + wire.request(1, Op.HELLO, "u"), "HELLO takes 5 arguments"),
         (wire.PREAMBLE + b"\x00\x00\x00\x08\x01\x00\x00\x00\x01\x01IM", "undecodable arguments"),
     ],
 )

@@ -112,6 +112,18 @@ class TransportException(JMSException, code="TRANSPORT"):
     """The connection to a provider failed."""
 
 
+class BrokerMoved(TransportException, code="BROKER_MOVED"):
+    """(HA cluster) The broker a client's last connection reached was taken over: its store
+    is served by another instance, at ``urls`` (mq:// URLs, comma separated). A factory
+    whose address list has one of them connects there."""
+
+    urls: str = ""  # (lost when pickled: what the message says stays)
+
+    def __init__(self, message: str = "", urls: str = "") -> None:
+        super().__init__(message)
+        self.urls = urls
+
+
 class RetriableTransportException(TransportException, code="TRANSPORT_RETRIABLE"):
     """A transport failure that may succeed when tried again (reconnect, resend)."""
 

@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from ..jms import naming
-from ..jms.errors import JMSException, JMSSecurityException, TransportException
+from ..jms.errors import BrokerMoved, JMSException, JMSSecurityException, TransportException
 from ..jms.spi import XAConnectionFactory
 from ..props import Problem, Severity, clip, integer, shorten
 
@@ -275,6 +275,16 @@ def imq_settings(
     return settings, problems
 
 
+def _place(url: str) -> tuple[str, str, int]:
+    """An mq:// URL as (scheme, host, port) to compare: mq:// without a port is 7676."""
+    parts = urlsplit(url.strip())
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    return parts.scheme.lower(), (parts.hostname or "").lower(), port or DEFAULT_MQ_PORT
+
+
 class AddressListFactory(XAConnectionFactory):
     """The broker(s) of an imqAddressList through the mq:// client (XA-capable, as the
     host broker's factory is). Each connect walks the list as the settings say."""
@@ -300,6 +310,9 @@ class AddressListFactory(XAConnectionFactory):
             )
             for a in settings.addresses
         ]
+        # HA cluster: the broker id our last connection reached (docs/ha.md#clients): every
+        # address names it, and one that does not serve its store sends us on (BrokerMoved)
+        self.home: str | None = None
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> Any:
         """The first connection an address accepts; a refused login fails at once (the
@@ -317,7 +330,7 @@ class AddressListFactory(XAConnectionFactory):
                         time.sleep(s.reconnect_interval_ms / 1000)
                     tried += 1
                     try:
-                        return broker.create_connection(username, password)
+                        return self._connect(broker, username, password)
                     except JMSSecurityException:
                         raise
                     except JMSException as exc:
@@ -325,6 +338,23 @@ class AddressListFactory(XAConnectionFactory):
         raise TransportException(
             f"no broker of {ADDRESS_LIST} accepted a connection ({tried} attempt(s)): {'; '.join(last.values())}"
         )
+
+    def _connect(self, broker: Any, username: str | None, password: str | None) -> Any:
+        """A connection through ``broker`` (one address), or through the address of ours
+        that serves our home broker's store when ``broker`` says it does not."""
+        if hasattr(broker, "home"):
+            broker.home = self.home
+        try:
+            conn = broker.create_connection(username, password)
+        except BrokerMoved as moved:
+            there = {_place(url) for url in moved.urls.split(",") if url.strip()}
+            target = next((b for b in self.brokers if _place(b.url) in there), None)
+            if target is None:
+                raise
+            target.home = self.home
+            conn = target.create_connection(username, password)
+        self.home = getattr(conn, "broker", None) or self.home
+        return conn
 
     create_xa_connection = create_connection
 

@@ -39,7 +39,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ...admin.portmapper import DEFAULT_PORT, find_service
-from ...jms.errors import JMSException, TransportException
+from ...jms.errors import BrokerMoved, JMSException, TransportException
 from . import wire
 
 log = logging.getLogger(__name__)
@@ -95,6 +95,7 @@ class Hello:
     password: str | None = None
     heartbeat: float = 30.0
     client_name: str = "python"
+    home: str | None = None  # HA: the broker id the factory's last connection reached
 
 
 def open_channel(
@@ -122,9 +123,23 @@ def open_channel(
             sock = (ssl_context or ssl.create_default_context()).wrap_socket(sock, server_hostname=host)
         sock.sendall(
             wire.PREAMBLE
-            + wire.request(1, wire.Op.HELLO, hello.user, hello.password, int(hello.heartbeat * 1000), hello.client_name)
+            + wire.request(
+                1,
+                wire.Op.HELLO,
+                hello.user,
+                hello.password,
+                int(hello.heartbeat * 1000),
+                hello.client_name,
+                *((hello.home,) if hello.home else ()),
+            )
         )
         welcome = _handshake(sock, reader, where)
+        moved = welcome.get("moved")
+        if isinstance(moved, dict):
+            home, broker = moved.get("home"), moved.get("broker")
+            raise BrokerMoved(
+                f"{where}: broker {home}'s store is served by broker {broker}", str(moved.get("urls") or "")
+            )
     except BaseException as exc:
         sock.close()
         if isinstance(exc, OSError):

@@ -61,6 +61,10 @@ log = logging.getLogger(__name__)
 # (user, password) -> the Principal (with the user's groups) or True when the password
 # is right; False or None when not.
 Authenticate = Callable[[str | None, str | None], "Principal | bool | None"]
+# HA (cluster.py's locate): where the store of the broker a client was last connected to
+# is served now: None here, else (broker id, its mq:// URLs); TransportException while
+# that broker is not taken over yet.
+Locate = Callable[[str], "tuple[str, str] | None"]
 SERVICE = "jms"  # the connection service whose access rules apply
 Post = Callable[[Callable[[], None]], None]
 
@@ -242,6 +246,8 @@ class ClientConnection:
         authenticate: Authenticate,
         post: Post,
         access: AccessControls | None = None,
+        locate: Locate | None = None,
+        brokerid: str | None = None,
         heartbeat: float = 30.0,
         max_frame: int = wire.DEFAULT_MAX_FRAME,
         peer: str = "?",
@@ -263,6 +269,9 @@ class ClientConnection:
         self.consumers: dict[int, RemoteConsumer] = {}
         self.browsers: dict[int, Iterator[Message]] = {}  # read as the client asks
         self._authenticate = authenticate
+        self._locate = locate
+        self.brokerid = brokerid  # HA: told in HELLO's answer (a client's next HELLO names it)
+        self._moved: tuple[str, str] | JMSException | None = None  # HELLO's home, located
         self._access = access.get(SERVICE) if access is not None else None
         self._wire = wire.Wire(wire.Role.SERVER, max_frame)
         self._state = State.HANDSHAKE
@@ -466,13 +475,15 @@ class ClientConnection:
         """Authenticate off the loop (checking a password may be slow on purpose); read
         nothing more until that is done."""
         user, password = req.args[:2]
+        home = req.args[4] if len(req.args) > 4 else None
         self.login_user = user
         self.state = State.AUTHENTICATING
-        self._calls.append(BlockingCall(partial(self._login, user, password), partial(self._hello_done, req)))
+        self._calls.append(BlockingCall(partial(self._login, user, password, home), partial(self._hello_done, req)))
 
-    def _login(self, user: str | None, password: str | None) -> Principal | None:
+    def _login(self, user: str | None, password: str | None, home: str | None = None) -> Principal | None:
         """Blocking: the principal of a right password whose user may use this service;
-        None for a wrong password; JMSSecurityException when the access rules refuse."""
+        None for a wrong password; JMSSecurityException when the access rules refuse. Then
+        (HA) where the store of ``home``, the client's last broker, is served now."""
         ok = self._authenticate(user, password)
         if not ok:
             return None
@@ -480,10 +491,15 @@ class ClientConnection:
         principal = Principal(user, groups, self.peer, SERVICE)
         if self._access is not None:
             self._access.check_connection(principal)
+        if home and self._locate is not None:
+            try:
+                self._moved = self._locate(home)
+            except JMSException as exc:
+                self._moved = exc
         return principal
 
     def _hello_done(self, req: wire.Request, ok: Any, exc: BaseException | None) -> None:
-        user, _, heartbeat_ms, client = req.args
+        user, _, heartbeat_ms, client = req.args[:4]
         if isinstance(exc, JMSSecurityException):  # the access rules refuse the user (logged)
             self.refusal = exc
             self.state = State.REFUSED
@@ -494,6 +510,24 @@ class ClientConnection:
             log.warning("jms client %s (%s): authentication failed for user %r", self.peer, client, user)
             self.refusal = JMSSecurityException(f"authentication failed for user {user!r}")
             self.state = State.REFUSED
+            return
+        moved = self._moved
+        if isinstance(moved, JMSException):  # its home's store is not served anywhere yet
+            self.fail(moved)
+            return
+        if moved is not None:  # served by another instance: the client goes there
+            home = req.args[4]
+            log.info(
+                "jms client %s (%s): broker %s's store is served by broker %s now", self.peer, client, home, moved[0]
+            )
+            self._wire.open()
+            self._out.append(
+                wire.reply(
+                    req.call,
+                    {"rm_id": self.broker.rm_id, "moved": {"home": home, "broker": moved[0], "urls": moved[1]}},
+                )
+            )
+            self.state = State.CLOSED
             return
         try:
             conn = EmbeddedConnection(self.broker, user)
@@ -514,6 +548,7 @@ class ClientConnection:
                 req.call,
                 {
                     "instance": self.broker.instance_name,
+                    "broker": self.brokerid,
                     "rm_id": self.broker.rm_id,
                     "provider": Broker.provider_name,
                     "version": __version__,

@@ -8,8 +8,9 @@ member's; claim() applies the chapter's activelist rules; a heartbeat thread ren
 lease and takes over at most one expired member, moving its bridges and store rows.
 
 Rules: this module knows no bridge keys (the service tells it the configuration); a lost
-lease stops every bridge first; writes to a bridge's XA log and excuses are fenced by its
-ownership row.
+lease stops every bridge first; every write (store batches, a bridge's XA log and excuses)
+is fenced on the lease generation this process joined as (and the ownership row), and a
+process whose generation was replaced ends; clients of a taken-over broker are sent on.
 
 Design notes: docs/ha.md#internals-providersembeddedclusterpy.
 """
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from ...extras import require
 from ...jms.errors import StoreError
 from ...props import BrokerProperties
-from .pgstore import JdbcSettings, close_quietly, jdbc_settings, loaded_key, schema_name
+from .pgstore import Fence, JdbcSettings, PostgresDatabase, close_quietly, jdbc_settings, loaded_key, schema_name
 from .store import PreparedBranch, Recovered
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ _DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tabl
 _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {BROKERS}(brokerid TEXT PRIMARY KEY, state TEXT NOT NULL, "
     "generation BIGINT NOT NULL, lease_expires TIMESTAMPTZ NOT NULL, address TEXT, "
-    "taken_by TEXT, config TEXT NOT NULL)",
+    "taken_by TEXT, config TEXT NOT NULL, urls TEXT)",
     f"CREATE TABLE IF NOT EXISTS {BRIDGES}(bridge TEXT PRIMARY KEY, owner TEXT NOT NULL, "
     "since TIMESTAMPTZ NOT NULL DEFAULT now())",
     # The same table xa/sqllog.py creates, made here first so that the fence can guard it.
@@ -54,14 +55,25 @@ _TABLES = (
     "message_id TEXT NOT NULL, excused INTEGER NOT NULL, seq BIGSERIAL NOT NULL, "
     "PRIMARY KEY (bridge, link, message_id))",
 )
+# where clients reach an instance (mq:// URLs), told to those whose broker it took over: a
+# table made before has no such column (ALTER only then: it locks the table out for all)
+_URLS = f"ALTER TABLE {BROKERS} ADD COLUMN urls TEXT"
+MAX_CHAIN = 16  # takeovers followed from a broker to the one serving its store now
 
 
 def _fence_ddl(schema: str) -> tuple[str, ...]:
     return (
         f'CREATE OR REPLACE FUNCTION "{schema}".imq_fence() RETURNS trigger LANGUAGE plpgsql AS $$\n'
         "DECLARE b TEXT; me TEXT := current_setting('imq.brokerid', true);\n"
+        "  gen TEXT := current_setting('imq.generation', true);\n"
         "BEGIN\n"
         "  IF TG_OP = 'DELETE' THEN b := OLD.bridge; ELSE b := NEW.bridge; END IF;\n"
+        # the lease row first (a takeover locks it first too): no deadlock between them
+        f'  PERFORM 1 FROM "{schema}".{BROKERS} WHERE brokerid = me AND generation::text = gen '
+        f"AND state = '{LIVE}' FOR SHARE;\n"
+        "  IF NOT FOUND THEN\n"
+        "    RAISE EXCEPTION 'fenced: broker % generation % was replaced', me, gen;\n"
+        "  END IF;\n"
         f'  PERFORM 1 FROM "{schema}".{BRIDGES} WHERE bridge = b AND owner = me FOR SHARE;\n'
         "  IF NOT FOUND THEN\n"
         "    RAISE EXCEPTION 'fenced: bridge % is not owned by broker %', b, me;\n"
@@ -114,17 +126,25 @@ def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
     )
 
 
-def store_settings(props: BrokerProperties) -> JdbcSettings:
+def store_settings(props: BrokerProperties, generation: int | None = None) -> JdbcSettings:
     """Where the host broker's jdbc store lives: the instance's schema; for an HA instance
-    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's."""
+    the schema of its broker id in the cluster, its bridges' XA logs in the cluster's, and
+    every write fenced on ``generation`` (the one this process joined as)."""
     ha = cluster_settings(props)
     if ha is None:
         return jdbc_settings(props, props.get("imq.instancename"))
+    if generation is None:  # (its every write would be fenced)
+        raise StoreError(f"HA broker {ha.brokerid}: its store opens only after it joined its cluster")
+    table = f'"{ha.jdbc.schema}".{BROKERS}'
     return dataclasses.replace(
         ha.jdbc,
         schema=instance_schema(ha.clusterid, ha.brokerid),
         txlog_schema=ha.jdbc.schema,
-        fence=f"SELECT 1 FROM \"{ha.jdbc.schema}\".{BROKERS} WHERE brokerid = %s AND state = '{LIVE}' FOR SHARE",
+        generation=generation,
+        fence=Fence(
+            f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
+            f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
+        ),
     )
 
 
@@ -153,10 +173,74 @@ class HACluster:
         self._config: dict[str, str] = {}
         self._broker: Broker | None = None  # attach(): the host broker a takeover adopts into
         self.holding = False  # we hold our lease (a member, renewed in time): imq_ha_lease_held
+        self._lost: Callable[[str | None], None] | None = None  # start()'s
+        # start()'s took_over, rejoined and the activelist: None while the service starts
+        self._callbacks: tuple[Callable[[str, list[str]], None], Callable[[list[str]], None], list[str]] | None = None
+        self._replaced = False  # our generation was replaced: this process ends
+        self._reason = ""  # ... what replaced it
+        self._replaced_lock = threading.Lock()
+
+    @property
+    def jdbc(self) -> JdbcSettings:
+        """Connections for the bridges' shared rows (XA logs, excuses): marked with our broker
+        id and generation, which the fence trigger checks."""
+        return dataclasses.replace(self.settings.jdbc, generation=self.generation)
 
     def attach(self, host: EmbeddedHostBroker) -> None:
-        """The host broker whose store a takeover moves the dead instance's rows into."""
+        """The host broker whose store a takeover moves the dead instance's rows into (and
+        whose fenced writes tell us, first maybe, that we were replaced)."""
         self._broker = host.broker
+        store = host.broker.store
+        if store is not None and isinstance(store.database, PostgresDatabase):
+            store.database.on_fenced = self._fenced_write
+
+    def _fenced_write(self, reason: str) -> None:
+        """(A store writer, its database lock held) tell the service on a thread of its
+        own: stopping the bridges waits for links that may wait for this store."""
+        threading.Thread(target=self.replaced, args=(reason,), daemon=True, name="ha-replaced").start()
+
+    def advertise(self, urls: str) -> None:
+        """Where clients reach this instance (mq:// URLs, comma separated): what a live
+        instance tells the clients of a broker this one took over (locate)."""
+        self._transaction(
+            lambda cur: cur.execute(
+                f"UPDATE {BROKERS} SET urls = %s WHERE brokerid = %s AND generation = %s",
+                (urls, self.brokerid, self.generation),
+            )
+        )
+
+    def locate(self, home: str) -> tuple[str, str] | None:
+        """Where the store of broker ``home`` (a client's last) is served now: None here
+        (or ``home`` is no member), else (broker id, its mq:// URLs); ClusterError while
+        ``home``'s lease is live elsewhere but it cannot be reached yet, or it is not
+        taken over yet (the client tries again)."""
+        if home == self.brokerid:
+            return None
+
+        def read(cur: Any) -> tuple[str, str] | None:
+            broker = home
+            for _ in range(MAX_CHAIN):
+                cur.execute(
+                    f"SELECT state, taken_by, urls, lease_expires > now() FROM {BROKERS} WHERE brokerid = %s",
+                    (broker,),
+                )
+                row = cur.fetchone()
+                if row is None:
+                    return None
+                state, taker, urls, live = row
+                if state == TAKEN and taker:
+                    broker = taker
+                    continue
+                if broker == self.brokerid:
+                    return None
+                if not live or not urls:
+                    raise ClusterError(
+                        f"broker {home} of HA cluster {self.settings.clusterid} is not taken over yet; try again"
+                    )
+                return broker, str(urls)
+            return None
+
+        return self._transaction(read)
 
     # --- the database -------------------------------------------------------------------
     def _transaction(self, work: Callable[[Any], Any]) -> Any:
@@ -190,6 +274,13 @@ class HACluster:
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
             for statement in (*_TABLES, *_fence_ddl(schema)):
                 cur.execute(statement)
+            cur.execute(
+                "SELECT 1 FROM information_schema.columns WHERE table_schema = %s AND table_name = %s "
+                "AND column_name = 'urls'",
+                (schema, BROKERS),
+            )
+            if cur.fetchone() is None:
+                cur.execute(_URLS)
 
         self._transaction(create)
 
@@ -205,7 +296,7 @@ class HACluster:
                 f"SELECT state, lease_expires > now(), address FROM {BROKERS} WHERE brokerid = %s FOR UPDATE", (me,)
             )
             row = cur.fetchone()
-            if row is not None and row[0] == LIVE and row[1] and self.generation == 0:
+            if row is not None and row[0] == LIVE and row[1]:
                 raise ClusterError(
                     f"broker id {me} is in use by a live instance ({row[2]}); give "
                     f"this one another imq.brokerid, or wait {monitor:g} s "
@@ -229,7 +320,7 @@ class HACluster:
                 "VALUES (%s, %s, 1, now() + make_interval(secs => %s), %s, %s) "
                 "ON CONFLICT (brokerid) DO UPDATE SET state = EXCLUDED.state, "
                 f"generation = {BROKERS}.generation + 1, lease_expires = EXCLUDED.lease_expires, "
-                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL "
+                "address = EXCLUDED.address, config = EXCLUDED.config, taken_by = NULL, urls = NULL "
                 "RETURNING generation",
                 (me, LIVE, monitor, address, json.dumps(config, sort_keys=True)),
             )
@@ -323,63 +414,93 @@ class HACluster:
         activelist: Iterable[str],
     ) -> None:
         """Renew the lease on a thread of its own. ``took_over(broker, bridges)``: we took
-        over that broker and now own those bridges; ``lost(taker)``: our lease is gone, stop
-        every bridge now (``taker``: the broker that took us over, store and all: this
-        instance must end; None: the store was out of reach, we join again when it is
-        back); ``rejoined(bridges)``: we are a member again and own these."""
-        wanted = list(activelist)
-        self.holding = True  # join() made us a member
-        self._thread = threading.Thread(
-            target=self._beat, args=(took_over, lost, rejoined, wanted), daemon=True, name="ha-heartbeat"
-        )
-        self._thread.start()
+        over that broker and now own those bridges; ``lost(reason)``: stop every bridge now
+        (``reason`` None: the database was out of reach for a monitor interval, we run them
+        again when it is back; else our generation was replaced, by a takeover or a new
+        process of our broker id, which the reason says: this process must end, called once,
+        also when a store write finds it first); ``rejoined(bridges)``: the database is back,
+        our lease is ours still, and we own these."""
+        self._callbacks = (took_over, rejoined, list(activelist))
+        with self._replaced_lock:
+            self._lost = lost
+            told = self._replaced
+        self.holding = not told  # join() made us a member
+        if told:  # replaced while the service started: it ends now
+            lost(self._reason)
+        self.keep_alive()
 
-    def _beat(
-        self,
-        took_over: Callable[[str, list[str]], None],
-        lost: Callable[[str | None], None],
-        rejoined: Callable[[list[str]], None],
-        wanted: list[str],
-    ) -> None:
+    def keep_alive(self) -> None:
+        """Renew the lease from now on, on a thread of its own (the service's start, between
+        join and start(), may take longer than a monitor interval); takeovers and the
+        callbacks begin with start()."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._beat, daemon=True, name="ha-heartbeat")
+            self._thread.start()
+
+    def replaced(self, reason: str) -> None:
+        """Our generation is another's now (the heart-beat or a fenced store write found it):
+        tell the service once (it stops every bridge and ends), and beat no more."""
+        with self._replaced_lock:
+            if self._replaced:
+                return
+            self._replaced, self._reason, lost = True, reason, self._lost
+        self.holding = False
+        self._halt.set()
+        if lost is not None:
+            lost(reason)
+
+    def _beat(self) -> None:
         renewed = time.monotonic()
         while not self._halt.wait(self.settings.heartbeat):
             try:
-                if not self.holding:
-                    taker = self.taken_by()
-                    if taker is not None:
-                        lost(taker)
-                        return
-                    self.join(self._address or "", self._config)
-                    rejoined(self.claim(wanted))
-                    self.holding, renewed = True, time.monotonic()
-                    continue
-                if time.monotonic() - renewed > self.settings.monitor or not self.renew():
-                    self.holding = False
-                    log.error(
-                        "HA cluster %s: broker %s lost its lease; stopping its bridges",
-                        self.settings.clusterid,
-                        self.brokerid,
-                    )
-                    lost(None)
-                    continue
+                if not self.renew():
+                    self.replaced(self._replacement())
+                    return
                 renewed = time.monotonic()
+                callbacks = self._callbacks
+                if callbacks is None:  # (the service is starting)
+                    continue
+                took_over, rejoined, wanted = callbacks
+                if not self.holding:
+                    rejoined(self.claim(wanted))
+                    self.holding = True
+                    continue
                 taken = self.take_over()
                 if taken is not None:
                     took_over(*taken)
             except (StoreError, ClusterError) as exc:
                 log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
+                lost = self._lost
+                if self.holding and lost is not None and time.monotonic() - renewed > self.settings.monitor:
+                    self.holding = False
+                    log.error(
+                        "HA cluster %s: broker %s could not renew its lease for %g s; stopping its bridges",
+                        self.settings.clusterid,
+                        self.brokerid,
+                        self.settings.monitor,
+                    )
+                    lost(None)
             except Exception:
                 log.exception("HA cluster %s: heart-beat failed", self.settings.clusterid)
 
-    def taken_by(self) -> str | None:
-        """The broker that took us over, if one did."""
+    def _replacement(self) -> str:
+        """What replaced our generation, as the one ERROR line says it."""
 
-        def read(cur: Any) -> str | None:
-            cur.execute(f"SELECT state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
+        def read(cur: Any) -> tuple[Any, ...] | None:
+            cur.execute(f"SELECT generation, state, taken_by FROM {BROKERS} WHERE brokerid = %s", (self.brokerid,))
             row = cur.fetchone()
-            return str(row[1]) if row is not None and row[0] == TAKEN else None
+            return None if row is None else tuple(row)
 
-        return self._transaction(read)
+        row = self._transaction(read)
+        me = f"broker {self.brokerid} generation {self.generation}"
+        if row is None:
+            return f"{me} lost its lease row in HA cluster {self.settings.clusterid}"
+        if row[1] == TAKEN:
+            return f"{me} was taken over by broker {row[2]} of HA cluster {self.settings.clusterid}"
+        return (
+            f"{me} was replaced by generation {row[0]}: another process joined HA cluster "
+            f"{self.settings.clusterid} as broker {self.brokerid}"
+        )
 
     def renew(self) -> bool:
         """Extend our lease by a monitor interval; False when it is no longer ours."""

@@ -35,7 +35,7 @@ from .state import log, now_ms
 
 if TYPE_CHECKING:
     from .broker import Broker
-    from .cluster import ClusterSettings, HACluster
+    from .cluster import HACluster
     from .host import EmbeddedHostBroker
 
 DEMAND, INBOX = "imq_ha_demand", "imq_ha_inbox"
@@ -130,15 +130,17 @@ def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
 class ClusterQueues:
     """This instance's part in the cluster-wide queues: advertising, handing off, taking in."""
 
-    def __init__(self, settings: ClusterSettings, broker: Broker) -> None:
-        self.settings, self.broker, self.brokerid = settings, broker, settings.brokerid
-        # as pgstore's fence: our lease is live (FOR SHARE: a takeover of us waits for us)
-        self._fence = f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND state = '{LIVE}' FOR SHARE"
-        self._schema = instance_schema(settings.clusterid, settings.brokerid)  # our store's
+    def __init__(self, cluster: HACluster, broker: Broker) -> None:
+        self.cluster, self.broker = cluster, broker
+        self.settings, self.brokerid = cluster.settings, cluster.brokerid
+        # as the store's fence: the lease is our generation's, live (FOR SHARE: a takeover
+        # of us waits for our move, or our move finds it and fails)
+        self._fence = f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE"
+        self._schema = instance_schema(self.settings.clusterid, self.brokerid)  # our store's
         self._halt = threading.Event()
         self._wake = threading.Event()
         self._reread = False  # a peer's demand changed: advertise (and read theirs) now
-        self._demand_channel = f"{settings.jdbc.schema}_demand"
+        self._demand_channel = f"{self.settings.jdbc.schema}_demand"
         self._threads: list[threading.Thread] = []
         self._parkers: dict[str, _Parker] = {}
         self._conns: dict[str, Any] = {}
@@ -176,9 +178,9 @@ class ClusterQueues:
             raise
 
     def _fenced(self, cur: Any) -> None:
-        cur.execute(self._fence, (self.brokerid,))
+        cur.execute(self._fence, (self.brokerid, self.cluster.generation))
         if cur.fetchone() is None:
-            raise StoreError(f"fenced: broker {self.brokerid} no longer holds its lease")
+            raise StoreError(f"fenced: broker {self.brokerid} generation {self.cluster.generation} was replaced")
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
@@ -462,6 +464,6 @@ class ClusterQueues:
 
 def open_cluster_queues(cluster: HACluster, host: EmbeddedHostBroker) -> ClusterQueues:
     """Start serving the cluster's queues with ``host``'s broker (an HA instance's)."""
-    queues = ClusterQueues(cluster.settings, host.broker)
+    queues = ClusterQueues(cluster, host.broker)
     queues.start()
     return queues

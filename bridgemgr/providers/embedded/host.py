@@ -57,15 +57,18 @@ if TYPE_CHECKING:
     from ...guard import ServiceGuard
     from ...netloop import NetLoop
     from ...props import BrokerProperties
-    from .clientconn import Authenticate
+    from .clientconn import Authenticate, Locate
     from .jmsservice import JmsService
 
 
-def open_host_broker(props: BrokerProperties, access: AccessControls | None = None) -> EmbeddedHostBroker:
+def open_host_broker(
+    props: BrokerProperties, access: AccessControls | None = None, generation: int | None = None
+) -> EmbeddedHostBroker:
     """The host broker of the instance ``props`` describe: its store in the instance
-    directory (imq.persist.store=file) or in PostgreSQL (jdbc), destinations created on
-    first use with the imq.autocreate.* limits, ``access`` checked on its data path and
-    its jms service; StoreError when the store cannot open."""
+    directory (imq.persist.store=file) or in PostgreSQL (jdbc; an HA instance's writes
+    fenced on the lease ``generation`` it joined as), destinations created on first use
+    with the imq.autocreate.* limits, ``access`` checked on its data path and its jms
+    service; StoreError when the store cannot open."""
     auto = props.autocreate
     database, sync = None, props.get("imq.persist.file.sync.enabled")
     if props.get("imq.persist.store") == "jdbc":
@@ -74,7 +77,7 @@ def open_host_broker(props: BrokerProperties, access: AccessControls | None = No
         from .cluster import store_settings
         from .pgstore import PostgresDatabase
 
-        database, sync = PostgresDatabase(store_settings(props), sync=True), True
+        database, sync = PostgresDatabase(store_settings(props, generation), sync=True), True
     limits = _limits(
         DestinationAttributes(
             auto.max_num_msgs, auto.max_total_msg_bytes, auto.max_bytes_per_msg, auto.limit_behavior, auto.use_dmq
@@ -189,10 +192,14 @@ class EmbeddedHostBroker(HostBroker):
         ssl_context: ssl.SSLContext | None = None,
         authenticator: Authenticate | None = None,
         guard: ServiceGuard | None = None,
+        brokerid: str | None = None,
+        locate: Locate | None = None,
     ) -> JmsService:
         """The broker's ``jms`` connection service on ``host:port`` (not started yet):
         how other processes (CLI jobs, Spark workers) reach it; ``guard``: its login
-        timeout, connection cap and the service's login throttle."""
+        timeout, connection cap and the service's login throttle; an HA instance's
+        ``brokerid`` and ``locate`` (clientconn.Locate) send a client whose last broker
+        was taken over to the instance that serves that broker's store."""
         from .jmsservice import JmsService
 
         return JmsService(
@@ -204,6 +211,8 @@ class EmbeddedHostBroker(HostBroker):
             authenticator=authenticator,
             guard=guard,
             access=self.access,
+            brokerid=brokerid,
+            locate=locate,
         )
 
     def close(self) -> None:

@@ -34,7 +34,7 @@ from ...jms.errors import JMSException, JMSSecurityException, ResourceAllocation
 from ...netloop import NetLoop
 from . import wire
 from .broker import Broker
-from .clientconn import Authenticate, BlockingCall, ClientConnection, State
+from .clientconn import Authenticate, BlockingCall, ClientConnection, Locate, State
 
 if TYPE_CHECKING:
     from ...accesscontrol import AccessControls
@@ -62,6 +62,8 @@ class JmsService:
         max_frame: int = wire.DEFAULT_MAX_FRAME,
         guard: ServiceGuard | None = None,
         threads: int = 8,
+        brokerid: str | None = None,
+        locate: Locate | None = None,
     ) -> None:
         self.broker = broker
         self.netloop = netloop
@@ -69,6 +71,7 @@ class JmsService:
         self.ssl_context = ssl_context
         self.authenticator = authenticator
         self.access = access
+        self.brokerid, self.locate = brokerid, locate  # an HA instance's (clientconn.Locate)
         self.heartbeat = heartbeat
         self.max_frame = max_frame
         self.guard = guard or ServiceGuard("jms")
@@ -169,6 +172,8 @@ class ClientProtocol(asyncio.BufferedProtocol):
             authenticate=service.authenticate,
             post=self.post,
             access=service.access,
+            locate=service.locate,
+            brokerid=service.brokerid,
             heartbeat=service.heartbeat,
             max_frame=service.max_frame,
             now=time.monotonic(),

@@ -6,8 +6,9 @@ PostgreSQL transaction, sync is synchronous_commit. The bridges' XA logs go into
 database (xa/sqllog.py); an HA instance (cluster.py) fences every batch on its lease.
 
 Rules: a connection the database dropped is replaced at the next write and the batch
-retried with backoff; since a commit lost with its connection may have happened, every
-batch statement is idempotent (insert ON CONFLICT DO NOTHING, upserts, deletes).
+retried with backoff; since a commit lost with its connection may have happened, the next
+write first looks which of that batch's messages are there (every other statement is an
+upsert or a delete); a message insert that conflicts is an error, never skipped.
 
 Design notes: docs/embedded-broker.md#internals-providersembeddedpgstorepy.
 """
@@ -58,13 +59,8 @@ _PG_OPS = {
     "dest_put": (
         "INSERT INTO dests(qkey, config) VALUES (?, ?) ON CONFLICT (qkey) DO UPDATE SET config = EXCLUDED.config",
     ),
-    "xa_commit": (
-        "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob "
-        "FROM xa_sends WHERE xid = ? ON CONFLICT (seq) DO NOTHING",
-        *_OPS["xa_commit"][1:],
-    ),
 }
-INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?) ON CONFLICT (seq) DO NOTHING"
+INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"
 # A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
 # in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
 _NUL, _NUL_STORED = "\0", "\ufffe"
@@ -87,6 +83,16 @@ _PREPARE_XA = (
 
 
 @dataclass(frozen=True)
+class Fence:
+    """HA: ``check`` (%s: broker id, generation) finds a row only while this process's
+    generation holds the store, locking it FOR SHARE; ``holder`` (%s: broker id) reads
+    (generation, state, taken_by) of the one that replaced it, for the error."""
+
+    check: str
+    holder: str
+
+
+@dataclass(frozen=True)
 class JdbcSettings:
     """Where a jdbc store lives: a PostgreSQL conninfo (from the JDBC URL and the user and
     password properties) and the schema of this broker instance."""
@@ -97,9 +103,10 @@ class JdbcSettings:
     # connection says which broker id it writes for (the txlog's fencing trigger checks it).
     txlog_schema: str | None = None
     brokerid: str | None = None
-    # HA: a query (one %s: the broker id) that finds a row only while this instance holds
-    # its store, locking it FOR SHARE: run first in every batch's transaction.
-    fence: str | None = None
+    # HA: the lease generation this process joined as (cluster.py); every store batch and
+    # every write of the bridges' XA logs and excuses checks that the cluster still has it.
+    generation: int | None = None
+    fence: Fence | None = None  # HA: how a batch checks it (run first in its transaction)
 
     @property
     def where(self) -> str:
@@ -121,6 +128,8 @@ class JdbcSettings:
                 cur.execute(f'SET search_path TO "{self.schema}"')
                 if self.brokerid is not None:
                     cur.execute("SELECT set_config('imq.brokerid', %s, false)", (self.brokerid,))
+                if self.generation is not None:
+                    cur.execute("SELECT set_config('imq.generation', %s, false)", (str(self.generation),))
             conn.commit()
             return conn
         except psycopg.Error as exc:
@@ -224,6 +233,9 @@ class PostgresDatabase(Database):
             conn.close()
             raise
         self._conn: Any = conn
+        # messages of a write whose connection was lost: its commit may have happened
+        self._uncertain: set[int] = set()
+        self.on_fenced: Callable[[str], None] | None = None  # HA: told why a batch was fenced
 
     def _connect(self) -> Any:
         conn = self.settings.connect()
@@ -321,6 +333,8 @@ class PostgresDatabase(Database):
                         cur.execute("SELECT 1")
                     else:
                         self._fenced(cur)
+                        if self._uncertain:
+                            inserts, deletes, updates = self._settle(cur, inserts, deletes, updates)
                         inserts = {seq: [stored_key(q), d, b] for seq, (q, d, b) in inserts.items()}
                         ops = [_stored_op(name, args) for name, args in ops]
                         write_batch(
@@ -335,25 +349,56 @@ class PostgresDatabase(Database):
                             insert_msg=INSERT_MSG,
                         )
                 conn.commit()
+                self._uncertain = set()
             except BaseException as exc:
                 if self.unavailable(exc):
                     self._drop()
+                    self._uncertain |= inserts.keys()
                 else:
                     conn.rollback()
                 raise
 
+    def _settle(
+        self, cur: Any, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int]
+    ) -> tuple[dict[int, list[Any]], set[int], dict[int, int]]:
+        """After a write whose commit may have happened: its messages that are there are
+        not inserted again (their delivery count updated), and those removed since are
+        deleted; the rest is this batch as it was."""
+        cur.execute("SELECT seq FROM msgs WHERE seq = ANY(%s)", (sorted(self._uncertain),))
+        there = {int(seq) for (seq,) in cur.fetchall()}
+        if not there:
+            return inserts, deletes, updates
+        inserts, deletes, updates = dict(inserts), set(deletes), dict(updates)
+        for seq in there:
+            row = inserts.pop(seq, None)
+            if row is None:
+                deletes.add(seq)
+            else:
+                updates[seq] = row[1]
+        return inserts, deletes, updates
+
     def _fenced(self, cur: Any) -> None:
-        """HA: StoreError unless this instance still holds its store (a takeover moving
-        our rows waits for this batch, or this batch finds the store taken and fails)."""
-        settings = self.settings
-        if settings.fence is None:
+        """HA: StoreError unless this process's generation still holds its store (a
+        takeover moving our rows waits for this batch, or this batch finds the store
+        another's and fails)."""
+        settings, fence = self.settings, self.settings.fence
+        if fence is None:
             return
-        cur.execute(settings.fence, (settings.brokerid,))
-        if cur.fetchone() is None:
-            raise StoreError(
-                f"{self.where}: fenced: broker {settings.brokerid} was taken over by "
-                "another instance of its HA cluster and writes nothing more"
-            )
+        cur.execute(fence.check, (settings.brokerid, settings.generation))
+        if cur.fetchone() is not None:
+            return
+        cur.execute(fence.holder, (settings.brokerid,))
+        row = cur.fetchone()
+        if row is None:
+            now = "(its lease row is gone)"
+        elif row[2]:
+            now = f"by generation {row[0]} (taken over by broker {row[2]})"
+        else:
+            now = f"by generation {row[0]} ({row[1]}: a new process of broker {settings.brokerid})"
+        reason = f"broker {settings.brokerid} generation {settings.generation} was replaced {now}"
+        if self.on_fenced is not None:
+            self.on_fenced(reason)
+        raise StoreError(f"{self.where}: fenced: {reason}; it writes nothing more")
 
     def no_space(self, exc: BaseException) -> bool:
         """SQLSTATE 53100 (disk_full: "could not extend file ...: No space left on device")."""

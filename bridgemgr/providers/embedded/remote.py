@@ -34,6 +34,7 @@ from ...admin.portmapper import DEFAULT_PORT
 from ...jms import codec
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic
 from ...jms.errors import (
+    BrokerMoved,
     IllegalStateException,
     InvalidDestinationException,
     JMSException,
@@ -112,18 +113,50 @@ class RemoteConnectionFactory(XAConnectionFactory):
         self.send_window = send_window
         self.client_name = client_name  # what the service logs; default: this process's pid
         self.xa_timeout = xa_timeout  # s an XA call waits for its answer (a hung service; None: no limit)
+        # HA: the broker id our last connection reached; a new connection names it, and an
+        # instance that does not serve that broker's store now sends us to the one that does
+        self.home: str | None = None
 
     def create_connection(self, username: str | None = None, password: str | None = None) -> RemoteConnection:
         errors: list[JMSException] = []
         for address in self.addresses:
             try:
-                return RemoteConnection(self, address, username, password)
+                return self._connect(address, username, password)
             except JMSException as exc:
                 errors.append(exc)
         if len(errors) == 1:
             raise errors[0]
         last = errors[-1]
         raise type(last)("no broker could be reached: " + "; ".join(str(e) for e in errors))
+
+    def _connect(self, address: Address, username: str | None, password: str | None) -> RemoteConnection:
+        """A connection at ``address``, or where it says our home broker's store went (an
+        address of our list: the password goes nowhere else)."""
+        try:
+            conn = RemoteConnection(self, address, username, password)
+        except BrokerMoved as moved:
+            target = next((listed for a in parse_url(moved.urls) if (listed := self._listed(a))), None)
+            if target is None:  # (a list that has it, imqcf's, may go there)
+                raise BrokerMoved(
+                    f"{moved}; none of its addresses ({moved.urls}) is in this connection's list ({self.url})",
+                    moved.urls,
+                ) from None
+            log.info("%s; connecting there (%s)", moved, target)
+            conn = RemoteConnection(self, target, username, password)
+        if conn.broker is not None:
+            self.home = conn.broker
+        return conn
+
+    def _listed(self, address: Address) -> Address | None:
+        """Our list's entry for ``address`` (the same host, port and kind; its TLS ours)."""
+        return next(
+            (
+                a
+                for a in self.addresses
+                if (a.host, a.port, a.portmapper) == (address.host, address.port, address.portmapper)
+            ),
+            None,
+        )
 
     create_xa_connection = create_connection
 
@@ -149,11 +182,15 @@ class RemoteConnection(XAConnection):
         self._consumers: dict[int, RemoteConsumer] = {}
         self._id_prefix = f"ID:{uuid.uuid4().hex[:12]}-"
         self._ids = itertools.count(1)
-        hello = Hello(username, password, factory.heartbeat, factory.client_name or f"python pid {os.getpid()}")
+        hello = Hello(
+            username, password, factory.heartbeat, factory.client_name or f"python pid {os.getpid()}", factory.home
+        )
         self.channel = open_channel(
             address, hello, factory.ssl_context, factory.connect_timeout, self._event, self._lost
         )
         welcome = self.channel.welcome
+        broker = welcome.get("broker")
+        self.broker = broker if isinstance(broker, str) else None  # HA: the instance's broker id
         self.where = self.channel.where
         self.instance, self.rm_id = welcome["instance"], welcome["rm_id"]
         self._metadata = ConnectionMetaData(welcome["provider"], welcome["version"])

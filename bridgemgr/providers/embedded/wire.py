@@ -123,7 +123,7 @@ _XID = "xid"  # [format_id, gtrid, bqual] -> Xid
 _INTS = "ints"  # a list of ints
 OptStr = (str, type(None))
 ARGS: dict[Op, tuple[Any, ...]] = {
-    Op.HELLO: (OptStr, OptStr, int, str),  # user, password, heart-beat ms, client name
+    Op.HELLO: (OptStr, OptStr, int, str, OptStr),  # user, password, heart-beat ms, client name, [home]
     Op.CLOSE: (),
     Op.SET_CLIENT_ID: (str,),
     Op.START: (),
@@ -161,7 +161,7 @@ ARGS: dict[Op, tuple[Any, ...]] = {
 
 
 # Trailing arguments of an op that a peer may leave out (added later: see the notes).
-OPTIONAL_ARGS: dict[Op, int] = {Op.CONSUMER: 1}
+OPTIONAL_ARGS: dict[Op, int] = {Op.CONSUMER: 1, Op.HELLO: 1}
 
 
 # --- events ---------------------------------------------------------------------------
