@@ -20,6 +20,10 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
   a transacted link (host -> M: two-phase commit, the XA log in the database), on an HA
   instance and on a single (non-HA) instance of the same PostgreSQL server, side by side;
   ratio = HA / single.
+- queues (cluster-wide queues): two instances A and B; --messages persistent 1 KiB
+  messages waiting in A's queue, drained by a consumer on A (one instance) and on B (each
+  message handed off to B through the shared store): msg/s, ratio = B / A; then a fifth
+  as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency.
 """
 
 from __future__ import annotations
@@ -232,12 +236,81 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
 
 
+def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, rate: int) -> dict:
+    """A queue produced on one instance and consumed on another (or the same): msg/s of
+    a consumer draining n waiting messages (sent in transactions of 500), then p50/p99
+    latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s."""
+    body = b"x" * 1024
+    with (
+        connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn,
+        connect(f"mq://{consumer_at.address}", username="admin", password=PASSWORD) as cconn,
+    ):
+        tx = pconn.create_session(transacted=True)
+        bulk = tx.create_producer(Queue(queue))
+        for i in range(n):
+            bulk.send(BytesMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+            if i % 500 == 499 or i == n - 1:
+                tx.commit()
+        consumer = cconn.create_session().create_consumer(Queue(queue))
+        started = time.monotonic()
+        cconn.start()
+        drained = 0
+        while drained < n and consumer.receive(30) is not None:
+            drained += 1
+        drain_s = time.monotonic() - started
+        arrived: list[tuple[float, float]] = []  # (sent, arrived)
+
+        def take(count: int) -> None:
+            while len(arrived) < count:
+                m = consumer.receive(30)
+                if m is None:
+                    return
+                arrived.append((m.get_double_property("sent"), time.monotonic()))
+
+        paced = n // 5
+        taker = threading.Thread(target=take, args=(paced,), daemon=True)
+        taker.start()
+        producer = pconn.create_session().create_producer(Queue(queue))
+        for i in range(paced):
+            due = started + drain_s + i / rate
+            message = BytesMessage(body)
+            time.sleep(max(0.0, due - time.monotonic()))
+            message.set_double_property("sent", time.monotonic())
+            producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+        taker.join(120)
+    latencies = sorted(a - s for s, a in arrived)
+    return {
+        "drained": drained,
+        "drain_msg_per_s": round(drained / drain_s, 1),
+        "paced_rate": rate,
+        "latency_messages": len(latencies),
+        "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
+        "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
+    }
+
+
+def cluster_queues(base: Path, pg: Any, n: int, rate: int) -> dict:
+    """A queue produced on A and consumed on B vs both on A, the same PostgreSQL."""
+    cluster = Cluster(base / "queues", pg, {}, "imq.bridge.enabled=false")
+    try:
+        a, b = cluster.start("A", ""), cluster.start("B", "")
+        one = queue_run(a, a, "bench.local", n, rate)
+        cross = queue_run(a, b, "bench.cross", n, rate)
+    finally:
+        cluster.stop()
+    return {
+        "one_instance": one,
+        "across_instances": cross,
+        "ratio": round(cross["drain_msg_per_s"] / one["drain_msg_per_s"], 2) if one["drain_msg_per_s"] else None,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--rate", type=int, default=200, help="msg/s the takeover run's producer sends")
     ap.add_argument("--messages", type=int, default=3000, help="per throughput drain")
-    ap.add_argument("--only", choices=("takeover", "throughput"))
+    ap.add_argument("--only", choices=("takeover", "throughput", "queues"))
     args = ap.parse_args()
     out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory() as tmp, postgresql("jdbc") as pg:
@@ -246,10 +319,12 @@ def main() -> None:
         m_props, m_passfile = one_bridge_files(base / "m", "M", EMPTY, PASSWORD, activelist="")
         m = Instance(m_props, m_passfile, "M")
         try:
-            if args.only != "throughput":
+            if args.only in (None, "takeover"):
                 out["takeover"] = takeover(base, pg, m, args.kills, args.rate)
-            if args.only != "takeover":
+            if args.only in (None, "throughput"):
                 out["throughput"] = throughput(base, pg, m, args.messages)
+            if args.only in (None, "queues"):
+                out["queues"] = cluster_queues(base, pg, args.messages, args.rate)
         finally:
             m.stop()
     print(json.dumps(out, indent=2))

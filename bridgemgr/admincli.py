@@ -626,7 +626,7 @@ def _dst_command(op: str):
         metavar="ATTR=VALUE",
         multiple=True,
         help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ, "
-        "backoutThreshold, backoutQueue, backoutDisposition.",
+        "backoutThreshold, backoutQueue, backoutDisposition, localDeliveryPreferred, isLocalOnly.",
     )
     @admin_options
     @reply_options

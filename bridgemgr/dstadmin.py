@@ -6,7 +6,8 @@ How it works: the service hands CREATE_DST / UPDATE_DST / QUERY_DST / LIST_DST c
 here with its host broker. Attributes come as the original's names and strings
 (``maxNumMsgs=1000``, ``maxTotalMsgBytes=10m``, ``limitBehavior=REMOVE_OLDEST``,
 ``useDMQ=false``; poison messages: ``backoutThreshold=3``, ``backoutQueue=NAME``,
-``backoutDisposition=dmq|discard``), are checked with the properties' kinds, and go to the broker through
+``backoutDisposition=dmq|discard``; an HA cluster's ``localDeliveryPreferred``,
+``isLocalOnly``), are checked with the properties' kinds, and go to the broker through
 HostBroker.configure_destination (kept in its store). Create refuses a destination that
 exists, update one that does not; update changes only the attributes it names. Purge
 removes the waiting messages (paged-out ones too; those in delivery stay) through
@@ -44,6 +45,8 @@ ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
     "backoutThreshold": ("backout_threshold", COUNT),
     "backoutQueue": ("backout_queue", TEXT),
     "backoutDisposition": ("backout_disposition", BACKOUT_DISPOSITION),
+    "localDeliveryPreferred": ("local_delivery_preferred", BOOL),
+    "isLocalOnly": ("is_local_only", BOOL),
 }
 
 

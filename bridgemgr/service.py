@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .jmsbridge.logs import BridgeLog
     from .logfiles import ServiceLog
     from .providers.embedded.cluster import HACluster
+    from .providers.embedded.clusterdst import ClusterQueues
     from .users import User
 
 log = logging.getLogger(__name__)
@@ -144,6 +145,7 @@ class BridgeServiceManager:
         self._stop = threading.Event()
         self._reload = threading.Event()
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
+        self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
         self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
@@ -158,6 +160,7 @@ class BridgeServiceManager:
             if self.cluster is not None:
                 assert self.host_broker is not None
                 self.cluster.attach(self.host_broker)
+                self._serve_cluster_queues()
             if self.props.enabled:
                 self._guard_bridge_names()
             self._open_front_ends()
@@ -468,6 +471,16 @@ class BridgeServiceManager:
                     n for n in self.props.activelist if n not in self._cluster_bridges(self.props.activelist)
                 ) + tuple(owned)
         except ClusterError as exc:
+            raise ServiceError(f"HA cluster: {exc}") from None
+
+    def _serve_cluster_queues(self) -> None:
+        """HA: queues are the cluster's (providers/embedded/clusterdst.py)."""
+        from .providers.embedded.clusterdst import open_cluster_queues
+
+        assert self.cluster is not None and self.host_broker is not None
+        try:
+            self.cluster_queues = open_cluster_queues(self.cluster, self.host_broker)
+        except StoreError as exc:
             raise ServiceError(f"HA cluster: {exc}") from None
 
     def _cluster_bridges(self, names: Iterable[str]) -> list[str]:
@@ -1025,6 +1038,9 @@ class BridgeServiceManager:
         if self.netloop is not None:
             self.netloop.stop()
             self.netloop = None
+        if self.cluster_queues is not None:
+            self.cluster_queues.stop()
+            self.cluster_queues = None
         if self.host_broker is not None:
             log.info("stopping the host broker")
             host_broker, self.host_broker = self.host_broker, None

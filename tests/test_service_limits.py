@@ -177,7 +177,13 @@ def test_the_system_max_count_refuses_messages_held_in_memory_past_it(service):
     assert len(take(daemon, PASSWORD, "big", expect=21)) == 21
 
 
-NO_BACKOUT = {"backoutThreshold": 0, "backoutQueue": "", "backoutDisposition": "dmq"}
+NO_BACKOUT = {
+    "backoutThreshold": 0,
+    "backoutQueue": "",
+    "backoutDisposition": "dmq",
+    "localDeliveryPreferred": False,
+    "isLocalOnly": False,
+}
 
 
 def test_the_dst_subcommands_create_update_query_and_list(service):

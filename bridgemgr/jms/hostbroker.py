@@ -55,6 +55,8 @@ class DestinationAttributes:
     backout_threshold: int = 0  # deliveries without an acknowledgement before a backout; 0: off
     backout_queue: str = ""  # where a message at the threshold goes ("": none)
     backout_disposition: str = "dmq"  # else: dmq or discard (also unwanted messages, retention off)
+    local_delivery_preferred: bool = False  # HA cluster: to other instances only without local consumers
+    is_local_only: bool = False  # HA cluster: never to consumers on other instances
 
 
 class Client(Protocol):

@@ -121,6 +121,8 @@ def _attributes(lim: DestinationLimits) -> DestinationAttributes:
         lim.backout_threshold,
         lim.backout_queue,
         lim.backout_disposition,
+        lim.local_delivery_preferred,
+        lim.is_local_only,
     )
 
 
@@ -142,6 +144,8 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
         attributes.backout_threshold,
         attributes.backout_queue,
         attributes.backout_disposition,
+        attributes.local_delivery_preferred,
+        attributes.is_local_only,
     )
 
 

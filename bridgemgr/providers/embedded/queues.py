@@ -58,6 +58,10 @@ class DestinationLimits:
     backout_threshold: int = 0
     backout_queue: str = ""
     backout_disposition: str = "dmq"
+    # An HA cluster's queues (clusterdst.py, the original's Table 4-1): messages go to
+    # consumers on other instances only while this one has none active; or never.
+    local_delivery_preferred: bool = False
+    is_local_only: bool = False
 
     @cached_property
     def counts_bytes(self) -> bool:

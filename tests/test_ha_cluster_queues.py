@@ -1,0 +1,249 @@
+"""Cluster-wide queues of an HA cluster (docs/ha.md): instances of one cluster on a real
+PostgreSQL server serve the same queues; a message sent to one reaches a consumer on
+another, once (providers/embedded/clusterdst.py)."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from bridgemgr.jms import Queue
+from waiting import quiet_for, wait_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+
+@dataclass
+class Member:
+    brokerid: str
+    host: Any
+    queues: Any
+    cluster: Any
+
+    def connection(self, stack: ExitStack) -> Any:
+        conn = self.host.connection_factory().create_connection()
+        stack.callback(conn.close)
+        conn.start()
+        return conn
+
+
+@pytest.fixture
+def members(postgresql, tmp_path: Path) -> Iterator[Any]:
+    from bridgemgr.props import load_properties
+    from bridgemgr.providers.embedded.cluster import open_cluster
+    from bridgemgr.providers.embedded.clusterdst import open_cluster_queues
+    from bridgemgr.providers.embedded.host import open_host_broker
+
+    database = postgresql.create_database("cq" + uuid.uuid4().hex[:10])
+    clusterid = "c" + uuid.uuid4().hex[:8]
+
+    with ExitStack() as stack:
+
+        def start(brokerid: str) -> Member:
+            props = load_properties(
+                [],
+                [
+                    f"imq.varhome={tmp_path / brokerid}",
+                    f"imq.instancename={brokerid}",
+                    "imq.cluster.ha=true",
+                    f"imq.cluster.clusterid={clusterid}",
+                    f"imq.brokerid={brokerid}",
+                    "imq.persist.store=jdbc",
+                    f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+                ],
+                environ={},
+            )
+            cluster = open_cluster(props, brokerid, {})
+            stack.callback(cluster.leave)
+            host = open_host_broker(props, generation=cluster.generation)
+            stack.callback(host.close)
+            cluster.attach(host)
+            queues = open_cluster_queues(cluster, host)
+            stack.callback(queues.stop)
+            return Member(brokerid, host, queues, cluster)
+
+        yield start, stack
+
+
+def texts_of(consumer: Any, into: list[str], count: int, timeout: float) -> None:
+    def more() -> bool:
+        while len(into) < count and (message := consumer.receive(0.05)) is not None:
+            into.append(message.text)
+        return len(into) >= count
+
+    wait_for(more, timeout, f"{count} messages")
+
+
+def test_a_message_sent_to_one_instance_reaches_a_consumer_on_another_once(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("orders"))
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("orders"))
+    sent = [f"m{i}" for i in range(50)]
+    for text in sent:
+        producer.send(session.create_text_message(text))
+    got: list[str] = []
+    texts_of(consumer, got, len(sent), 20)
+    quiet_for(lambda: len(got) + (1 if consumer.receive(0.05) else 0), 1.0, 10)
+    assert got == sent
+    assert b1.queues.handed_off == 50 and b2.queues.taken_in == 50
+
+
+class Taker:
+    """Receives from one consumer on a thread of its own, keeping each text."""
+
+    def __init__(self, consumer: Any) -> None:
+        self.texts: list[str] = []
+        self._consumer, self._halt = consumer, threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            message = self._consumer.receive(0.05)
+            if message is not None:
+                self.texts.append(message.text)
+
+    def close(self) -> None:
+        self._halt.set()
+        self._thread.join(5)
+
+
+def test_competing_consumers_on_three_instances_share_a_queue_each_message_once(members):
+    start, stack = members
+    b1, b2, b3 = start("B1"), start("B2"), start("B3")
+    takers = [Taker(m.connection(stack).create_session().create_consumer(Queue("work"))) for m in (b1, b2, b3)]
+    for taker in takers:
+        stack.callback(taker.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("work"))
+    sent = [f"w{i}" for i in range(300)]
+    for text in sent:
+        producer.send(session.create_text_message(text))
+    total = lambda: sum(len(t.texts) for t in takers)  # noqa: E731
+    wait_for(lambda: total() >= len(sent), 30, "300 messages taken")
+    quiet_for(total, 1.0, 10)
+    got = [text for t in takers for text in t.texts]
+    assert sorted(got) == sorted(sent) and len(got) == len(sent)
+    assert b1.queues.handed_off == b2.queues.taken_in + b3.queues.taken_in
+
+
+def test_a_peer_takes_only_what_its_consumers_selectors_take(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    red = b2.connection(stack).create_session().create_consumer(Queue("paint"), "color = 'red'")
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("paint"))
+    for i in range(20):
+        message = session.create_text_message(f"p{i}")
+        message.set_string_property("color", "red" if i % 2 else "blue")
+        producer.send(message)
+    got: list[str] = []
+    texts_of(red, got, 10, 20)
+    assert got == [f"p{i}" for i in range(1, 20, 2)]
+    assert b1.host.broker.queue_depth("paint") == 10  # the blue ones wait where they were sent
+    b3 = start("B3")
+    anything = b3.connection(stack).create_session().create_consumer(Queue("paint"))
+    blue: list[str] = []
+    texts_of(anything, blue, 10, 20)
+    assert blue == [f"p{i}" for i in range(0, 20, 2)]
+    assert b1.host.broker.queue_depth("paint") == 0
+
+
+def test_a_redelivered_message_keeps_its_delivery_count_on_the_peer(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    session = b1.connection(stack).create_session(transacted=True)
+    session.create_producer(Queue("again")).send(session.create_text_message("once"))
+    session.commit()
+    first = session.create_consumer(Queue("again"))
+    assert first.receive(5).text == "once"
+    session.rollback()  # delivered once on B1, not acknowledged
+    first.close()
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("again"))
+    message = wait_for(lambda: consumer.receive(0.05), 20, "the message on B2")
+    assert (message.text, message.redelivered, message.delivery_count) == ("once", True, 2)
+
+
+def test_serve_instances_a_producer_on_one_and_a_consumer_on_another(tmp_path, postgresql):
+    from ha_support import PASSWORD, Cluster
+    from service_support import send, take
+
+    cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
+    try:
+        b1, b2 = cluster.start("B1", ""), cluster.start("B2", "")
+        sent = [f"m{i}" for i in range(20)]
+        send(b1, PASSWORD, "orders", *sent)
+        assert [m.text for m in take(b2, PASSWORD, "orders", 20, 30, 0.5)] == sent
+    finally:
+        cluster.stop()
+
+
+def configure(member: Member, queue: str, text: str) -> None:
+    """``update dst``'s attributes (name=value) on one instance's queue."""
+    from bridgemgr.dstadmin import _updated
+    from bridgemgr.jms.hostbroker import DestinationAttributes, Principal
+
+    name, _, value = text.partition("=")
+    member.host.configure_destination(
+        Principal("admin"), Queue(queue), _updated(DestinationAttributes(), {name: value})
+    )
+
+
+def test_local_delivery_preferred_goes_to_other_instances_only_without_local_consumers(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    configure(b1, "near", "localDeliveryPreferred=true")
+    local = b1.connection(stack).create_session().create_consumer(Queue("near"))  # open, not receiving
+    remote = Taker(b2.connection(stack).create_session().create_consumer(Queue("near")))
+    stack.callback(remote.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("near"))
+    for i in range(10):
+        producer.send(session.create_text_message(f"n{i}"))
+    quiet_for(lambda: len(remote.texts), 1.0, 10)
+    assert remote.texts == [] and b1.host.broker.queue_depth("near") == 10
+    local.close()
+    wait_for(lambda: len(remote.texts) == 10, 20, "10 messages on B2")
+    assert remote.texts == [f"n{i}" for i in range(10)]
+
+
+def test_a_local_only_queue_never_delivers_to_another_instance(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    configure(b1, "here", "isLocalOnly=true")
+    remote = Taker(b2.connection(stack).create_session().create_consumer(Queue("here")))
+    stack.callback(remote.close)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("here"))
+    for i in range(5):
+        producer.send(session.create_text_message(f"h{i}"))
+    quiet_for(lambda: len(remote.texts), 1.0, 10)
+    assert remote.texts == [] and b1.host.broker.queue_depth("here") == 5
+    got: list[str] = []
+    texts_of(b1.connection(stack).create_session().create_consumer(Queue("here")), got, 5, 10)
+    assert got == [f"h{i}" for i in range(5)]
+
+
+def test_a_backlog_larger_than_the_peers_credit_arrives_whole(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("bulk"))
+    session = b1.connection(stack).create_session(transacted=True)
+    producer = session.create_producer(Queue("bulk"))
+    sent = [f"b{i}" for i in range(2500)]  # twice the 1000 a consumer's instance may hold
+    for i, text in enumerate(sent):
+        producer.send(session.create_text_message(text))
+        if i % 500 == 499:
+            session.commit()
+    got: list[str] = []
+    texts_of(consumer, got, len(sent), 60)
+    assert got == sent
