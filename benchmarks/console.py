@@ -28,6 +28,7 @@ import argparse
 import base64
 import http.client
 import json
+import multiprocessing
 import os
 import resource
 import tempfile
@@ -159,12 +160,68 @@ def with_max(samples: list[float]) -> dict[str, float]:
     return {**percentiles(samples), "max_ms": round(max(samples) * 1e3, 3)}
 
 
+class Clients:
+    """A client process (spawned: its HTTP and JSON work do not share the service's
+    interpreter, as a browser's would not): ``overview`` refreshes the overview page every
+    ``period`` s, ``link`` GETs the bench link in a row, from go() to stop(); each sample
+    is (start, seconds) on the machine's monotonic clock (perf_counter, shared)."""
+
+    def __init__(self, port: int, mode: str, period: float = 0.0, limit: int = 0) -> None:
+        ctx = multiprocessing.get_context("spawn")
+        self.ready, self.started, self.halt = ctx.Event(), ctx.Event(), ctx.Event()
+        self.results, child = ctx.Pipe(duplex=False)
+        self.process = ctx.Process(
+            target=run_client, args=(port, mode, period, limit, self.ready, self.started, self.halt, child)
+        )
+        self.process.start()
+        if not self.ready.wait(60):
+            raise RuntimeError("the client process did not start within 60 s")
+
+    def go(self) -> None:
+        self.started.set()
+
+    def stop(self) -> list[tuple[float, float]]:
+        """Stop it now: its samples."""
+        self.halt.set()
+        return self.stop_after()
+
+    def stop_after(self) -> list[tuple[float, float]]:
+        """Its samples once it has taken its ``limit`` of them."""
+        samples: list[tuple[float, float]] = self.results.recv()
+        self.halt.set()
+        self.process.join(30)
+        return samples
+
+
+def run_client(port: int, mode: str, period: float, limit: int, ready: Any, started: Any, halt: Any, out: Any) -> None:
+    page = Overview(port) if mode == "overview" else None
+    client = Client(port)
+    if page is not None:
+        page.refresh()  # warm: connections open, credentials verified once
+    client.call("GET", "/bridges/bench/links/l")
+    ready.set()
+    started.wait()
+    samples: list[tuple[float, float]] = []
+    while not halt.is_set() and (not limit or len(samples) < limit):
+        start = time.perf_counter()
+        if page is not None:
+            page.refresh()
+        else:
+            client.call("GET", "/bridges/bench/links/l")
+        samples.append((start, time.perf_counter() - start))
+        if period:
+            halt.wait(period)  # the page's setInterval pace, not a wait for an event
+    out.send(samples)
+    client.close()
+    if page is not None:
+        page.close()
+
+
 def overview(manager: BridgeServiceManager, requests: int) -> dict:
-    page = Overview(manager.console.port)
-    page.refresh()  # warm: connections open, credentials verified once
-    runs = [page.refresh() for _ in range(requests)]
-    page.close()
-    return {"refreshes": requests, "links_shown": runs[0][1], **with_max([s for s, _ in runs])}
+    clients = Clients(manager.console.port, "overview", limit=requests)
+    clients.go()
+    samples = [seconds for _, seconds in clients.stop_after()]
+    return {"refreshes": len(samples), **with_max(samples)}
 
 
 class Drain:
@@ -175,6 +232,8 @@ class Drain:
         self.broker = manager.host_broker.broker
         self.admin = Client(manager.console.port)
         self.n = n
+        self.start = 0.0  # resume()
+        self.run: dict = {}  # link_gets: what finish() answered
         self.admin.call("POST", "/bridges/bench/links/l/pause")
         conn = EmbeddedConnectionFactory(self.broker).create_connection()
         producer = conn.create_session().create_producer(Queue("bench.src"))
@@ -213,53 +272,40 @@ class Drain:
         return {"messages": self.n, "seconds": round(elapsed, 3), "msg_per_s": round(self.n / elapsed)}
 
 
-def link_request(client: Client) -> float:
-    start = time.perf_counter()
-    client.call("GET", "/bridges/bench/links/l")
-    return time.perf_counter() - start
+def link_gets(manager: BridgeServiceManager, requests: int, drain: Drain | None) -> list[float]:
+    """GET the bench link in a row from a client process: ``requests`` of them, or while
+    ``drain`` moves (those begun before its last message arrived)."""
+    clients = Clients(manager.console.port, "link", limit=0 if drain else requests)
+    if drain is None:
+        clients.go()
+        return [seconds for _, seconds in clients.stop_after()]
+    clients.go()
+    drain.resume()
+    run = drain.finish()
+    drain.run = run
+    return [seconds for start, seconds in clients.stop() if drain.start <= start < drain.start + run["seconds"]]
 
 
 def api_under_load(manager: BridgeServiceManager, n: int, requests: int, body: bytes) -> dict:
-    client = Client(manager.console.port)
-    link_request(client)
-    idle = [link_request(client) for _ in range(requests)]
+    idle = link_gets(manager, requests, None)
     drain = Drain(manager, n, body)
-    drain.resume()
-    loaded: list[float] = []
-    while drain.moved() < n and len(loaded) < requests:
-        loaded.append(link_request(client))
-    client.close()
-    run = drain.finish()
+    loaded = link_gets(manager, requests, drain)
     return {
         "idle": {"requests": len(idle), **with_max(idle)},
         "under_load": {"requests": len(loaded), **with_max(loaded)},
-        "link": run,
-        "target_met_p99_50ms_at_10000": with_max(loaded)["p99_ms"] < 50 and run["msg_per_s"] >= 10_000,
+        "link": drain.run,
+        "target_met_p99_50ms_at_10000": with_max(loaded)["p99_ms"] < 50 and drain.run["msg_per_s"] >= 10_000,
     }
 
 
 def drain_with(manager: BridgeServiceManager, n: int, body: bytes, console_open: bool) -> dict:
     drain = Drain(manager, n, body)
-    stop = threading.Event()
-    refreshes: list[float] = []
-    poller = None
-    if console_open:
-        page = Overview(manager.console.port)
-
-        def poll() -> None:
-            while not stop.is_set():
-                refreshes.append(page.refresh()[0])
-                stop.wait(REFRESH_S)  # the page's setInterval pace, not a wait for an event
-
-        poller = threading.Thread(target=poll)
+    clients = Clients(manager.console.port, "overview", period=REFRESH_S) if console_open else None
+    if clients is not None:
+        clients.go()
     drain.resume()
-    if poller is not None:
-        poller.start()
     run = drain.finish()
-    stop.set()
-    if poller is not None:
-        poller.join()
-        page.close()
+    refreshes = clients.stop() if clients is not None else []
     return {**run, "overview_refreshes": len(refreshes)}
 
 
