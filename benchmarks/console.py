@@ -142,13 +142,9 @@ class Overview:
             with self.lock:
                 self.free.append(client)
 
-    def refresh(self) -> tuple[float, int]:
-        """(seconds, links shown) of one refresh."""
-        start = time.perf_counter()
+    def refresh(self) -> None:
         bridges = self._get("/bridges")["bridges"]
-        details = list(self.pool.map(lambda b: self._get("/bridges/" + b["name"]), bridges))
-        elapsed = time.perf_counter() - start
-        return elapsed, sum(len(d["links"]) for d in details)
+        list(self.pool.map(lambda b: self._get("/bridges/" + b["name"]), bridges))
 
     def close(self) -> None:
         self.pool.shutdown()
@@ -248,10 +244,9 @@ class Drain:
     def moved(self) -> int:
         return self.broker.queue_depth("bench.dst") - self.base
 
-    def resume(self) -> float:
+    def resume(self) -> None:
         self.admin.call("POST", "/bridges/bench/links/l/resume")
         self.start = time.perf_counter()
-        return self.start
 
     def finish(self) -> dict:
         """Wait for the whole backlog on dst, empty dst; msg/s of the drain."""
