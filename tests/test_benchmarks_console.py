@@ -1,0 +1,38 @@
+"""benchmarks/console.py: one tiny real run prints every figure it promises."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_tiny_run_reports_overview_api_and_cost():
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    args = ["--bridges", "2", "--links", "2", "--messages", "300", "--requests", "20", "--rounds", "1"]
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "console.py"), *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=50,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout)
+    assert out["overview"]["refreshes"] == 2
+    assert out["overview"]["p50_ms"] > 0
+    load = out["api_under_load"]
+    assert load["idle"]["requests"] == 20 and load["link"]["messages"] == 300 and load["link"]["msg_per_s"] > 0
+    cost = out["console_cost"]
+    assert len(cost["all_no_console"]) == len(cost["all_console_open"]) == 1
+    assert cost["overview_refreshes_per_run"][0] >= 1 and cost["ratio"] > 0
+    assert out["peak_rss_mb"] > 0
