@@ -109,12 +109,32 @@ class Cluster:
         )
         _wait_port(port, master, log)
         self.url = f"spark://127.0.0.1:{port}"
-        for i in range(workers):
-            self.start_worker(f"worker{i}")
-        self.wait_workers(workers)
+        self._start_workers([f"worker{i}" for i in range(workers)])
         return self
 
+    def _start_workers(self, names: list[str]) -> None:
+        """Start a worker per name, their JVMs together, and wait until all registered."""
+        started = [self._start_worker(name) for name in names]
+        for proc, wport, log in started:
+            _wait_port(wport, proc, log)
+        self.wait_workers(self.live_workers())
+
+    def live_workers(self) -> int:
+        return sum(1 for p in self.procs[1:] if p.poll() is None)
+
+    def restore_workers(self, n: int = 2) -> None:
+        """Start workers in place of the dead ones (a test killed them) until ``n`` live."""
+        base = len(self.procs)
+        self._start_workers([f"worker-r{base + i}" for i in range(n - self.live_workers())])
+
     def start_worker(self, name: str, env: dict[str, str] | None = None, preexec=None) -> subprocess.Popen:
+        proc, wport, log = self._start_worker(name, env, preexec)
+        _wait_port(wport, proc, log)
+        return proc
+
+    def _start_worker(
+        self, name: str, env: dict[str, str] | None = None, preexec=None
+    ) -> tuple[subprocess.Popen, int, Path]:
         work = self.base / name
         work.mkdir(exist_ok=True)
         wport = free_port()
@@ -138,8 +158,7 @@ class Cluster:
             env=env,
             preexec=preexec,
         )
-        _wait_port(wport, proc, log)
-        return proc
+        return proc, wport, log
 
     def alive_workers(self) -> int:
         import json

@@ -1,6 +1,11 @@
 """runner=spark links, drain and the DMQ jobs on a Spark standalone cluster (a master and two
 1-core workers on loopback: the `cluster` fixture): a real `serve` whose
-imq.bridge.spark.master is the cluster's."""
+imq.bridge.spark.master is the cluster's. The tests share one such service (`service`: its
+Spark application costs a driver, an executor and its Python workers to start), whose var
+folder and plugin folder the executors cannot read (an empty tmpfs over them in the
+workers' mount namespace: `Cluster.hidden`), as on workers of other machines: the driver
+ships each slice's records (imq.bridge.spark.sourcelog=auto) and the plugins. Each test
+finds l1 STARTED and c.dst empty (`link`), whatever the tests before it did."""
 
 from __future__ import annotations
 
@@ -12,6 +17,8 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,7 +26,8 @@ import pytest
 from bridgemgr.spark.options import SOURCE_ID_PROPERTY
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from service_support import Daemon, cli, one_bridge_files, send, take
+from service_support import ROOT, Daemon, cli, link_row, one_bridge_files, send, take
+from waiting import wait_for
 
 pytestmark = pytest.mark.slow
 PASSWORD = "Cluster-Secret-1"
@@ -34,6 +42,23 @@ XML = """<?xml version="1.0" encoding="UTF-8"?>
   <destination ref-name="dst" name="c.dst"/>
 </jmsbridge>
 """
+PLUGIN = """from bridgemgr.transform import MessageTransformer
+
+
+class Shout(MessageTransformer):
+    def transform(self, message, *args):
+        message.text = message.text.upper() + "!"
+        return message
+"""
+# the service's driver as the cluster's JVMs (conftest.CLUSTER_JAVA_OPTIONS): C1 only (as
+# by default), and one GC thread
+DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
+N = 600  # messages of the shipped-records tests
+
+
+def shout(text: str) -> str:
+    """What the shared service's l1 delivers for ``text`` (PLUGIN's Shout)."""
+    return text.upper() + "!"
 
 
 def spark_service(tmp_path: Path, cluster, *extra: str, xml: str = XML) -> tuple[Daemon, Path]:
@@ -47,6 +72,7 @@ def spark_service(tmp_path: Path, cluster, *extra: str, xml: str = XML) -> tuple
         "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
         "imq.bridge.spark.conf.spark.driver.memory=512m",
         "imq.bridge.spark.conf.spark.executor.memory=512m",
+        f"imq.bridge.spark.conf.spark.driver.extraJavaOptions={DRIVER_JAVA_OPTIONS}",
         *extra,
     )
     return Daemon(props), passfile
@@ -57,77 +83,105 @@ def state(daemon: Daemon, passfile: Path) -> str:
     return next(line.split()[1] for line in r.stdout.splitlines() if line.startswith("l1 "))
 
 
-def test_a_link_started_with_the_service_pauses_resumes_stops_and_starts_again(tmp_path, cluster):
-    daemon, passfile = spark_service(tmp_path, cluster)
-    try:
-        ids = send(daemon, PASSWORD, "c.src", *(f"a{i}" for i in range(20)))
-        got = take(daemon, PASSWORD, "c.dst", expect=20, wait=120)
-        assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids)
-        for stop, start in (("pause", "resume"), ("stop", "start")):
-            r = cli(daemon, passfile, stop, "link", "-bn", "jb", "-ln", "l1", timeout=120)
-            assert r.returncode == 0, r.stdout + r.stderr
-            r = cli(daemon, passfile, start, "link", "-bn", "jb", "-ln", "l1", timeout=180)
-            assert r.returncode == 0, r.stdout + r.stderr
-            ids = send(daemon, PASSWORD, "c.src", *(f"{start}{i}" for i in range(10)))
-            got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
-            assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), "\n".join(daemon.lines[-40:])
-            assert state(daemon, passfile) == "STARTED"
-    finally:
-        daemon.stop()
+@dataclass
+class Service:
+    """The module's service: its daemon, admin passfile, var folder and a folder for files
+    of its own (drain checkpoints, the jobs' HOME)."""
+
+    daemon: Daemon
+    passfile: Path
+    var: Path
+    base: Path
+    ext: Path  # its plugin folder
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.var / "instances/cluster/bridges/jb/spark/l1/checkpoint"
 
 
-def test_a_resume_whose_query_cannot_start_fails_with_one_line(tmp_path, cluster):
-    """A resume that leaves the link STOPPED is an error naming why, not "successful";
-    `list link -v` shows that one line."""
-    daemon, passfile = spark_service(tmp_path, cluster)
-    try:
-        assert cli(daemon, passfile, "pause", "link", "-bn", "jb", "-ln", "l1", timeout=120).returncode == 0
-        checkpoint = tmp_path / "var/instances/cluster/bridges/jb/spark/l1/checkpoint"
-        shutil.rmtree(checkpoint)
-        checkpoint.write_text("not a folder")
-        r = cli(daemon, passfile, "resume", "link", "-bn", "jb", "-ln", "l1", timeout=120)
-        assert r.returncode != 0, r.stdout
-        assert "did not take effect: the link is STOPPED" in r.stdout + r.stderr
-        assert "cannot start the Spark query" in r.stdout + r.stderr
-        r = cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")
-        out = f"{r.returncode} {r.stdout} {r.stderr}"
-        line = next((x for x in out.splitlines() if x.startswith("l1 ")), out)
-        assert "cannot start the Spark query: " in line and "not a directory" in line
-        assert "STOPPED" in line
-    finally:
-        daemon.stop()
-
-
-PLUGIN = """from bridgemgr.transform import MessageTransformer
-
-
-class Shout(MessageTransformer):
-    def transform(self, message, *args):
-        message.text = message.text.upper() + "!"
-        return message
-"""
-
-
-def test_a_transformer_only_in_the_plugin_folder_reaches_the_executors(tmp_path, cluster):
-    """A plugin folder the executors cannot see (an empty tmpfs over it in the workers'
-    mount namespace): the service ships its modules to Spark."""
-    if not cluster.hidden_works:
-        pytest.skip("cannot hide a folder from the workers here (no mount namespace)")
-    ext = cluster.hidden / "ext"
-    ext.mkdir(exist_ok=True)
+@pytest.fixture(scope="module")
+def service(tmp_path_factory, cluster):
+    base = tmp_path_factory.mktemp("service")
+    hidden = cluster.hidden if cluster.hidden_works else base
+    var, ext = hidden / f"var-{base.name}", hidden / f"ext-{base.name}"
+    ext.mkdir()
     (ext / "cluster_only_plugin.py").write_text(PLUGIN)
     xml = XML.replace(
         'destination-ref="dst"/>', 'destination-ref="dst" message-transformer-class="cluster_only_plugin.Shout"/>'
     )
-    daemon, _ = spark_service(tmp_path, cluster, f"imq.bridge.transformer.path={ext}", xml=xml)
+    daemon, passfile = spark_service(
+        base,
+        cluster,
+        f"imq.varhome={var}",
+        f"imq.bridge.transformer.path={ext}",
+        f"imq.bridge.spark.conf.spark.master.ui.port={cluster.master_ui}",
+        xml=xml,
+    )
+    passfile.chmod(0o600)
     try:
-        send(daemon, PASSWORD, "c.src", *(f"t{i}" for i in range(10)))
-        got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
-        assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), (
-            tmp_path / "var/instances/cluster/bridges/jb/log.txt"
-        ).read_text()[-3000:]
+        yield Service(daemon, passfile, var, base, ext)
     finally:
         daemon.stop()
+
+
+@pytest.fixture
+def link(service):
+    """The shared service with l1 STARTED (a test before may have left it paused, stopped or
+    with a broken checkpoint) and nothing left in c.dst."""
+    now = state(service.daemon, service.passfile)
+    if now != "STARTED":
+        if service.checkpoint.is_file():
+            service.checkpoint.unlink()
+        command = "resume" if now == "PAUSED" else "start"
+        r = cli(service.daemon, service.passfile, command, "link", "-bn", "jb", "-ln", "l1", timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+    take(service.daemon, PASSWORD, "c.dst", quiet=0.2)
+    return service
+
+
+def test_a_link_started_with_the_service_pauses_resumes_stops_and_starts_again(link):
+    daemon, passfile = link.daemon, link.passfile
+    ids = send(daemon, PASSWORD, "c.src", *(f"a{i}" for i in range(20)))
+    got = take(daemon, PASSWORD, "c.dst", expect=20, wait=120)
+    assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids)
+    for stop, start in (("pause", "resume"), ("stop", "start")):
+        r = cli(daemon, passfile, stop, "link", "-bn", "jb", "-ln", "l1", timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        r = cli(daemon, passfile, start, "link", "-bn", "jb", "-ln", "l1", timeout=180)
+        assert r.returncode == 0, r.stdout + r.stderr
+        ids = send(daemon, PASSWORD, "c.src", *(f"{start}{i}" for i in range(10)))
+        got = take(daemon, PASSWORD, "c.dst", expect=10, wait=120)
+        assert {m.get_string_property(SOURCE_ID_PROPERTY) for m in got} == set(ids), "\n".join(daemon.lines[-40:])
+        assert state(daemon, passfile) == "STARTED"
+
+
+def test_a_resume_whose_query_cannot_start_fails_with_one_line(link):
+    """A resume that leaves the link STOPPED is an error naming why, not "successful";
+    `list link -v` shows that one line."""
+    daemon, passfile = link.daemon, link.passfile
+    assert cli(daemon, passfile, "pause", "link", "-bn", "jb", "-ln", "l1", timeout=120).returncode == 0
+    shutil.rmtree(link.checkpoint)
+    link.checkpoint.write_text("not a folder")
+    r = cli(daemon, passfile, "resume", "link", "-bn", "jb", "-ln", "l1", timeout=120)
+    assert r.returncode != 0, r.stdout
+    assert "did not take effect: the link is STOPPED" in r.stdout + r.stderr
+    assert "cannot start the Spark query" in r.stdout + r.stderr
+    r = cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")
+    out = f"{r.returncode} {r.stdout} {r.stderr}"
+    line = next((x for x in out.splitlines() if x.startswith("l1 ")), out)
+    assert "cannot start the Spark query: " in line and "not a directory" in line
+    assert "STOPPED" in line
+
+
+def test_a_transformer_only_in_the_plugin_folder_reaches_the_executors(link, cluster):
+    """A plugin folder the executors cannot see: the service ships its modules to Spark."""
+    if not cluster.hidden_works:
+        pytest.skip("cannot hide a folder from the workers here (no mount namespace)")
+    send(link.daemon, PASSWORD, "c.src", *(f"t{i}" for i in range(10)))
+    got = take(link.daemon, PASSWORD, "c.dst", expect=10, wait=120)
+    assert sorted(m.text for m in got) == sorted(f"T{i}!" for i in range(10)), (
+        link.var / "instances/cluster/bridges/jb/log.txt"
+    ).read_text()[-3000:]
 
 
 HOLDER = """import sys, time
@@ -145,15 +199,12 @@ def master_state(cluster) -> dict:
         return json.load(r)
 
 
-def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path, cluster):
+def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(link, cluster):
     """The service's session takes one core per Spark link (Spark's default: all of them);
     a job that gets no executor says so once and fails after --timeout."""
     from test_master import job
 
-    daemon, passfile = spark_service(
-        tmp_path, cluster, f"imq.bridge.spark.conf.spark.master.ui.port={cluster.master_ui}"
-    )
-    passfile.chmod(0o600)
+    daemon, passfile = link.daemon, link.passfile
     holder = None
     try:
         send(daemon, PASSWORD, "c.src", "x")
@@ -167,12 +218,9 @@ def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path
             start_new_session=True,
             env=dict(os.environ, PYSPARK_PYTHON=sys.executable),
         )
-        deadline = time.monotonic() + 120
-        while master_state(cluster)["coresused"] < 2:
-            assert time.monotonic() < deadline, master_state(cluster)
-            time.sleep(1)
+        wait_for(lambda: master_state(cluster)["coresused"] >= 2, 120, "the holder's executor", interval=0.5)
         began = time.monotonic()
-        r = job(daemon, passfile, tmp_path, "dmq", "report", "-bn", "jb", "--timeout", "4", timeout=120)
+        r = job(daemon, passfile, link.base, "dmq", "report", "-bn", "jb", "--timeout", "4", timeout=120)
         lines = r.stderr.strip().splitlines()
         assert r.returncode == 1, r.stderr
         assert lines[0] == f"running on {cluster.url}", r.stderr
@@ -185,4 +233,108 @@ def test_the_service_leaves_cores_to_jobs_and_a_job_with_none_times_out(tmp_path
         if holder is not None:
             os.killpg(holder.pid, signal.SIGTERM)
             holder.wait(timeout=30)
-        daemon.stop()
+            wait_for(lambda: master_state(cluster)["coresused"] < 2, 60, "the holder's core freed", interval=0.5)
+
+
+def test_a_busy_link_pauses_and_resumes_within_seconds(link):
+    """Pause in the middle of a 20,000-message backlog (it stops between batches), resume:
+    each command takes seconds, and everything arrives, a duplicate only with its source id."""
+    daemon, passfile = link.daemon, link.passfile
+    ids = send(daemon, PASSWORD, "c.src", *(f"b{i}" for i in range(20000)))
+    for op in ("pause", "resume"):
+        began = time.monotonic()
+        r = cli(daemon, passfile, op, "link", "-bn", "jb", "-ln", "l1", timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert time.monotonic() - began < 10, f"{op} took {time.monotonic() - began:.1f} s"
+        if op == "pause":
+            ids += send(daemon, PASSWORD, "c.src", *(f"c{i}" for i in range(10)))
+    got = take(daemon, PASSWORD, "c.dst", expect=len(ids), wait=60, quiet=1.0)
+    source_ids = {m.get_string_property(SOURCE_ID_PROPERTY) for m in got}
+    assert source_ids == set(ids), f"{len(set(ids) - source_ids)} missing"
+
+
+def take_within(daemon: Daemon, n: int, wait: float) -> list:
+    """What reaches c.dst within ``wait`` s (at least ``n`` expected), in short takes."""
+    got: list = []
+    deadline = time.monotonic() + wait
+    while len(got) < n and time.monotonic() < deadline:
+        got += take(daemon, PASSWORD, "c.dst", expect=n - len(got), wait=10, quiet=0.5)
+    return got + take(daemon, PASSWORD, "c.dst", quiet=3.0)
+
+
+def hidden_var(cluster) -> None:
+    if not cluster.hidden_works:
+        pytest.skip(
+            "cannot hide a folder from the workers here (no mount namespace: "
+            "neither root nor unprivileged user namespaces)"
+        )
+
+
+def test_a_link_moves_every_message_when_the_executors_cannot_read_the_drivers_var(link, cluster):
+    hidden_var(cluster)
+    daemon, passfile = link.daemon, link.passfile
+    ids = send(daemon, PASSWORD, "c.src", *(f"h{i}" for i in range(N // 2)))
+    got = take_within(daemon, N // 2, 180)
+    assert len(got) == N // 2, f"{len(got)} of {N // 2} moved; l1: {link_row(daemon, passfile, 'l1')}"
+    # a second round through the same query: later batches, the log trimmed meanwhile
+    ids += send(daemon, PASSWORD, "c.src", *(f"h{i}" for i in range(N // 2, N)))
+    got += take_within(daemon, N // 2, 120)
+    stamps = Counter(m.get_string_property(SOURCE_ID_PROPERTY) for m in got)
+    assert set(stamps) == set(ids), f"{len(set(ids) - set(stamps))} of {N} missing"
+    assert len(got) == N, f"{len(got) - N} duplicate(s)"
+    assert sorted(m.text for m in got) == sorted(shout(f"h{i}") for i in range(N))
+    assert (link.checkpoint / "sourcelog").is_dir()
+    assert state(daemon, passfile) == "STARTED"
+    r = cli(daemon, passfile, "list", "link", "-bn", "jb", "-v")
+    assert r.returncode == 0 and "l1 " in r.stdout
+
+
+def test_a_drain_moves_every_message_when_the_executors_cannot_read_its_checkpoint(link, cluster):
+    """`drain --master spark://...` with its checkpoint (and the service's var) where the
+    workers see an empty folder: the batch jobs carry each slice's records (and the link's
+    transformer, from $IMQ_BRIDGE_TRANSFORMER_PATH), every message reaches the target once,
+    stamped."""
+    hidden_var(cluster)
+    daemon, passfile = link.daemon, link.passfile
+    checkpoint = link.var / f"drain-checkpoint-{time.monotonic_ns()}"
+    assert cli(daemon, passfile, "pause", "link", "-bn", "jb", "-ln", "l1", timeout=120).returncode == 0
+    ids = send(daemon, PASSWORD, "c.src", *(f"d{i}" for i in range(N)))
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "bridgemgr.cli",
+            "drain",
+            "-bn",
+            "jb",
+            "-ln",
+            "l1",
+            "--batch",
+            "200",
+            "--master",
+            cluster.url,
+            "--checkpoint",
+            str(checkpoint),
+            "--json",
+            "-b",
+            daemon.address,
+            "-u",
+            "admin",
+            "-passfile",
+            str(passfile),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        # a drain ships the plugins of $IMQ_BRIDGE_TRANSFORMER_PATH (docs/spark.md)
+        env=dict(os.environ, PYTHONPATH=str(ROOT), HOME=str(link.base), IMQ_BRIDGE_TRANSFORMER_PATH=str(link.ext)),
+    )
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    summary = json.loads(r.stdout)
+    assert summary["transferred"] == N and summary["batches"] >= 3, summary
+    got = take_within(daemon, N, 60)
+    stamps = Counter(m.get_string_property(SOURCE_ID_PROPERTY) for m in got)
+    assert set(stamps) == set(ids), f"{len(set(ids) - set(stamps))} of {N} missing"
+    assert len(got) == N, f"{len(got) - N} duplicate(s)"
+    assert sorted(m.text for m in got) == sorted(shout(f"d{i}") for i in range(N))
+    assert not checkpoint.exists()  # a drain that ends cleanly removes it

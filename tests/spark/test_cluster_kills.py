@@ -26,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from test_cluster import PASSWORD, master_state, spark_service
 
 from service_support import ROOT, Daemon, cli, send, take
+from waiting import quiet_for, wait_for
 
 pytestmark = pytest.mark.slow
 MESSAGES = 3000
@@ -107,46 +108,29 @@ def sender(daemon: Daemon, ids: list[str], total: int) -> threading.Thread:
     return thread
 
 
-def moved_while_killing(tmp_path: Path, cluster, kill) -> None:
-    """A serve with a Spark link on the cluster; ``kill(app_id)`` runs as soon as the first
-    of the messages arrive (a task is sending them); then every message arrives, duplicates carry the
-    same source id, the DMQ is empty."""
-    daemon, _ = spark_service(tmp_path, cluster)
-    collector = Collector(daemon)
-    try:
-        collector.start()
-        warm_up = send(daemon, PASSWORD, "c.src", "warm-up")  # the query runs on an executor
-        collector.wait_for(1, 120)
-        assert collector.source_ids, "\n".join(daemon.lines[-40:])
-        ids: list[str] = []
-        sending = sender(daemon, ids, MESSAGES)
-        collector.wait_for(2, 120, poll=0.01)  # the first batch is being sent: kill now
-        arrived = len(set(collector.source_ids))
-        kill(our_app(cluster))
-        assert arrived < MESSAGES // 2, f"not mid-transfer: {arrived} had arrived"
-        sending.join(120)
-        collector.wait_for(1 + MESSAGES, 100)
-        time.sleep(2)  # a late duplicate
-        collector.done.set()
-        collector.join(10)
-        got = Counter(collector.source_ids)
-        missing = set(ids) - set(got)
-        assert not missing, (
-            f"{len(missing)} of {MESSAGES} lost",
-            (tmp_path / "var/instances/cluster/bridges/jb/log.txt").read_text()[-3000:],
-        )
-        assert None not in got, "a message without its source message id"
-        assert set(got) <= {*ids, *warm_up}, "a message that was not sent"
-        assert take(daemon, PASSWORD, BUILTIN_DMQ, quiet=0.5) == []
-    finally:
-        collector.done.set()
-        daemon.stop()
+def moved_while_killing(daemon: Daemon, cluster, collector: Collector, kill, log: Path) -> list[str]:
+    """``kill(app_id)`` runs as soon as the first of MESSAGES messages sent to the link's
+    source arrive (a task is sending them); then every one of them arrives: their ids."""
+    before = len(set(collector.source_ids))
+    ids: list[str] = []
+    sending = sender(daemon, ids, MESSAGES)
+    collector.wait_for(before + 1, 120, poll=0.01)  # the first batch is being sent: kill now
+    arrived = len(set(collector.source_ids)) - before
+    kill(our_app(cluster))
+    assert arrived < MESSAGES // 2, f"not mid-transfer: {arrived} had arrived"
+    sending.join(120)
+    collector.wait_for(before + MESSAGES, 100)
+    missing = set(ids) - set(collector.source_ids)
+    assert not missing, (
+        f"{len(missing)} of {MESSAGES} lost",
+        log.read_text()[-3000:],
+    )
+    return ids
 
 
-def test_a_killed_executor_loses_nothing(tmp_path, cluster):
-    """SIGKILL the link's executor JVM mid-transfer: its tasks run again on the executor the
-    master starts instead."""
-    killed = []
+def kill_executor(cluster, killed: list[int]):
+    """SIGKILL the link's executor JVM: its tasks run again on the executor the master
+    starts instead."""
 
     def kill(app_id: str) -> None:
         found = executors(cluster, app_id)
@@ -155,13 +139,12 @@ def test_a_killed_executor_loses_nothing(tmp_path, cluster):
             os.kill(pid, signal.SIGKILL)
             killed.append(pid)
 
-    moved_while_killing(tmp_path, cluster, kill)
-    assert killed
+    return kill
 
 
-def test_a_killed_worker_loses_nothing(tmp_path, cluster):
-    """SIGKILL the worker JVM that runs the link's executor mid-transfer (its executor ends
-    with it); the master runs the link on the other worker, and a replacement worker joins."""
+def kill_worker(cluster):
+    """SIGKILL the worker JVM that runs the link's executor (its executor ends with it); the
+    master runs the link on the other worker."""
 
     def kill(app_id: str) -> None:
         found = executors(cluster, app_id)
@@ -170,22 +153,46 @@ def test_a_killed_worker_loses_nothing(tmp_path, cluster):
         [worker] = [p for p in cluster.procs if p.pid == worker_pid]
         os.kill(worker_pid, signal.SIGKILL)
         worker.wait(10)
-        deadline = time.monotonic() + 30
         orphans = [pid for pid, w in found.items() if w == worker_pid]
-        while any(_cmdline(pid) for pid in orphans) and time.monotonic() < deadline:
-            time.sleep(0.5)
-        left = [pid for pid in orphans if _cmdline(pid)]
-        for pid in left:  # (nothing must keep running after the test)
-            os.kill(pid, signal.SIGKILL)
-        assert not left, "the killed worker's executor kept running"
+        try:
+            wait_for(lambda: not any(_cmdline(pid) for pid in orphans), 30, "the killed worker's executor ends")
+        finally:
+            for pid in [pid for pid in orphans if _cmdline(pid)]:  # (nothing must keep running after the test)
+                os.kill(pid, signal.SIGKILL)
 
+    return kill
+
+
+def test_a_killed_executor_and_then_a_killed_worker_lose_nothing(tmp_path, cluster):
+    """One serve with a Spark link on the cluster, a collector on its target throughout:
+    SIGKILL the link's executor JVM mid-transfer, then (once every message of that round
+    arrived) the worker JVM that runs its new executor, mid-transfer of a second round;
+    every message of both rounds arrives, duplicates carry the same source id, the DMQ is
+    empty. A replacement worker joins for the tests after it."""
+    daemon, _ = spark_service(tmp_path, cluster)
+    log = tmp_path / "var/instances/cluster/bridges/jb/log.txt"
+    collector = Collector(daemon)
+    killed: list[int] = []
     try:
-        moved_while_killing(tmp_path, cluster, kill)
+        collector.start()
+        warm_up = send(daemon, PASSWORD, "c.src", "warm-up")  # the query runs on an executor
+        collector.wait_for(1, 120)
+        assert collector.source_ids, "\n".join(daemon.lines[-40:])
+        ids = moved_while_killing(daemon, cluster, collector, kill_executor(cluster, killed), log)
+        assert killed
+        ids += moved_while_killing(daemon, cluster, collector, kill_worker(cluster), log)
+        quiet_for(lambda: len(collector.source_ids), 2.0, 60, "late duplicates")
+        collector.done.set()
+        collector.join(10)
+        got = Counter(collector.source_ids)
+        assert not set(ids) - set(got)
+        assert None not in got, "a message without its source message id"
+        assert set(got) <= {*ids, *warm_up}, "a message that was not sent"
+        assert take(daemon, PASSWORD, BUILTIN_DMQ, quiet=0.5) == []
     finally:
-        live = sum(1 for p in cluster.procs[1:] if p.poll() is None)
-        for i in range(2 - live):
-            cluster.start_worker(f"worker-r{len(cluster.procs)}-{i}")
-        cluster.wait_workers(2)
+        collector.done.set()
+        daemon.stop()
+        cluster.restore_workers(2)
 
 
 def pending(daemon: Daemon, passfile: Path, queue: str) -> int:
@@ -269,12 +276,11 @@ def test_a_drain_that_loses_its_executors_holds_and_stops_and_a_rerun_finishes(t
                     os.kill(worker.pid, signal.SIGKILL)
                     worker.wait(10)
             sent, waiting = len(feeder.ids), pending(daemon, passfile, "c.src")
-            time.sleep(8)  # the executors ended with their workers: nothing delivers (the
+            drain.wait(60)  # the executors ended with their workers: nothing delivers (the
             # drain gives up 10 s after they ended)
             sent_since = len(feeder.ids) - sent
             taken = sent_since - (pending(daemon, passfile, "c.src") - waiting)
             assert taken < sent_since / 4, f"the drain took {taken} of {sent_since} sent while it had no executor"
-            drain.wait(60)
             err = (tmp_path / "drain.err").read_text()
             assert drain.returncode == 1, err
             assert f"the drain lost its executors on {cluster.url}: none for 10 s" in err, err
@@ -284,15 +290,12 @@ def test_a_drain_that_loses_its_executors_holds_and_stops_and_a_rerun_finishes(t
             if drain is not None and drain.poll() is None:
                 os.killpg(drain.pid, signal.SIGKILL)
                 drain.wait()
-            live = sum(1 for p in cluster.procs[1:] if p.poll() is None)
-            for i in range(2 - live):
-                cluster.start_worker(f"worker-d{len(cluster.procs)}-{i}")
-            cluster.wait_workers(2)
+            cluster.restore_workers(2)
         feeder.join(10)
         r = job(daemon, passfile, tmp_path, *args, "--timeout", "60", timeout=180)
         assert r.returncode == 0, r.stderr
         collector.wait_for(len(feeder.ids), 60)
-        time.sleep(1)
+        quiet_for(lambda: len(collector.source_ids), 1.0, 60, "late duplicates")
         collector.done.set()
         collector.join(10)
         got = Counter(collector.source_ids)

@@ -13,7 +13,7 @@ import re
 import time
 
 import pytest
-from test_cluster import PASSWORD, XML
+from test_cluster import DRIVER_JAVA_OPTIONS, PASSWORD, XML
 
 from service_support import Daemon, cli, one_bridge_files, send, take
 
@@ -54,6 +54,7 @@ def test_the_service_answers_while_a_spark_link_fails_and_restarts(tmp_path, clu
         "imq.bridge.spark.conf.spark.driver.host=127.0.0.1",
         "imq.bridge.spark.conf.spark.driver.memory=512m",
         "imq.bridge.spark.conf.spark.executor.memory=512m",
+        f"imq.bridge.spark.conf.spark.driver.extraJavaOptions={DRIVER_JAVA_OPTIONS}",
         "imq.bridge.jb2.type=jms",
         "imq.bridge.jb2.xmlurl=jb2.xml",
         activelist="jb,jb2",

@@ -191,7 +191,7 @@ def test_a_drain_killed_mid_run_loses_nothing_when_run_again(service, tmp_path):
     daemon, passfile = service
     admin = _Admin(daemon.address, "admin", PASSWORD, False, None, 10, 2)
     assert admin.pause_if_running("jb", "l1") is True  # the messages wait for the drain
-    n = 12000
+    n = 6000  # 10 batches of 600: killed after the first 1,000 arrived
     sent = {}
     conn = RemoteConnectionFactory(f"mq://{daemon.address}").create_connection("admin", PASSWORD)
     try:
