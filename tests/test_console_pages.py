@@ -17,6 +17,7 @@ import pytest
 from bridgemgr.admin.protocol import Command
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.providers.embedded import Broker
+from service_support import FAIL_ON_BAD
 from test_jmsbridge_linkdown import Far, far_factory
 from waiting import wait_for
 
@@ -31,16 +32,6 @@ from selenium.webdriver.common.by import By  # noqa: E402
 IMAGES = Path(__file__).resolve().parent.parent / "docs" / "images"
 PASSWORD = "adm1n-s3cret"
 VIEWER = ("viewer", "v1ewer-pw")
-FAIL_ON_BAD = """
-from bridgemgr.transform import MessageTransformer
-
-
-class FailOnBad(MessageTransformer):
-    def transform(self, message, *args):
-        if message.text.startswith("bad"):
-            raise ValueError("bad message")
-        return message
-"""
 
 
 def bridge_xml(far_url: str) -> str:
