@@ -233,3 +233,27 @@ def fail_on_bad_bridge(prefix: str) -> str:
   <destination ref-name="dst" name="{prefix}.dst"/>
 </jmsbridge>
 """
+
+
+def console_service_overrides(base: Path, xml: str, password: str, *extra: str) -> list[str]:
+    """Broker properties (for load_properties(overrides=...)) of an in-process service in
+    ``base`` with bridge jb (``xml``, FailOnBad in its plugin folder), admin ``password``,
+    free ports and the management port on a free port; ``extra`` is added."""
+    (base / "jb.xml").write_text(xml)
+    (base / "plugins").mkdir()
+    (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
+    return [
+        f"imq.varhome={base / 'var'}",
+        "imq.portmapper.port=0",
+        "imq.jms.tcp.port=0",
+        "imq.bridge.enabled=true",
+        "imq.bridge.activelist=jb",
+        "imq.bridge.jb.type=jms",
+        f"imq.bridge.jb.xmlurl={base / 'jb.xml'}",
+        "imq.bridge.admin.user=admin",
+        f"imq.bridge.admin.password={password}",
+        "imq.bridge.admin.port=0",
+        f"imq.bridge.transformer.path={base / 'plugins'}",
+        "imq.console.port=0",
+        *extra,
+    ]

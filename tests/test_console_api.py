@@ -21,7 +21,7 @@ from bridgemgr.admin.portmapper import find_service
 from bridgemgr.admin.protocol import Command
 from bridgemgr.guard import LoginThrottle, ThrottleSettings
 from bridgemgr.jms import Queue, TextMessage
-from service_support import FAIL_ON_BAD
+from service_support import console_service_overrides
 from waiting import wait_for
 
 # a real service (its start takes a second or two): the slow tier
@@ -60,26 +60,14 @@ def service(tmp_path_factory):
     from bridgemgr.service import BridgeServiceManager
 
     base: Path = tmp_path_factory.mktemp("console")
-    (base / "jb.xml").write_text(XML)
-    (base / "plugins").mkdir()
-    (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
-    overrides = [
-        f"imq.varhome={base / 'var'}",
-        "imq.portmapper.port=0",
-        "imq.jms.tcp.port=0",
-        "imq.bridge.enabled=true",
-        "imq.bridge.activelist=jb",
-        "imq.bridge.jb.type=jms",
-        f"imq.bridge.jb.xmlurl={base / 'jb.xml'}",
-        "imq.bridge.admin.user=admin",
-        f"imq.bridge.admin.password={PASSWORD}",
-        "imq.bridge.admin.port=0",
-        f"imq.bridge.transformer.path={base / 'plugins'}",
-        "imq.console.port=0",
+    overrides = console_service_overrides(
+        base,
+        XML,
+        PASSWORD,
         f"imq.console.login.timeout={LOGIN_TIMEOUT}",
         f"imq.console.max_connections={MAX_CONNECTIONS}",
         f"imq.console.max_unauthenticated_per_address={MAX_UNAUTHENTICATED}",
-    ]
+    )
     reloaded: list[str] = []  # what a test adds for a SIGHUP
     manager = BridgeServiceManager(
         load_properties(overrides=overrides), read_properties=lambda: load_properties(overrides=overrides + reloaded)

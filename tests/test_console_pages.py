@@ -17,7 +17,7 @@ import pytest
 from bridgemgr.admin.protocol import Command
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.providers.embedded import Broker
-from service_support import FAIL_ON_BAD
+from service_support import console_service_overrides
 from test_jmsbridge_linkdown import Far, far_factory
 from waiting import wait_for
 
@@ -71,23 +71,7 @@ def service(tmp_path_factory, far):
     from bridgemgr.service import BridgeServiceManager
 
     base: Path = tmp_path_factory.mktemp("pages")
-    (base / "jb.xml").write_text(bridge_xml(far["far"].url))
-    (base / "plugins").mkdir()
-    (base / "plugins" / "failonbad.py").write_text(FAIL_ON_BAD)
-    overrides = [
-        f"imq.varhome={base / 'var'}",
-        "imq.portmapper.port=0",
-        "imq.jms.tcp.port=0",
-        "imq.bridge.enabled=true",
-        "imq.bridge.activelist=jb",
-        "imq.bridge.jb.type=jms",
-        f"imq.bridge.jb.xmlurl={base / 'jb.xml'}",
-        "imq.bridge.admin.user=admin",
-        f"imq.bridge.admin.password={PASSWORD}",
-        "imq.bridge.admin.port=0",
-        f"imq.bridge.transformer.path={base / 'plugins'}",
-        "imq.console.port=0",
-    ]
+    overrides = console_service_overrides(base, bridge_xml(far["far"].url), PASSWORD)
     manager = BridgeServiceManager(load_properties(overrides=overrides))
     manager.start()
     try:
