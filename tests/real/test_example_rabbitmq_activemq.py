@@ -7,17 +7,15 @@ to RabbitMQ's queue orders arrive, each once, at ActiveMQ's queue orders.from-ra
 from __future__ import annotations
 
 import shutil
-import time
 from collections import Counter
 from pathlib import Path
 
 import pika
 import pytest
+from test_bridges import take  # AUTO_ACKNOWLEDGE: ActiveMQ pages a STOMP consumer as it acks
 
 from bridgemgr.jms import naming
 from bridgemgr.jms.destination import Queue
-from bridgemgr.jms.message import Message
-from bridgemgr.jms.spi import AckMode
 from service_support import Daemon
 from waiting import wait_for
 
@@ -26,23 +24,6 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "rabbitmq-activemq"
 XML = "rabbitmq-activemq-bridge.xml"
 COUNT = 300
-
-
-def take(factory, dest: Queue, expect: int, total: float = 60.0) -> list[Message]:
-    """Consume ``expect`` messages (AUTO_ACKNOWLEDGE: ActiveMQ pages a STOMP consumer's
-    queue only as it acknowledges), then what else comes within 0.5 s."""
-    with factory.create_connection() as conn:
-        conn.start()
-        consumer = conn.create_session(False, AckMode.AUTO_ACKNOWLEDGE).create_consumer(dest)
-        out: list[Message] = []
-        deadline = time.monotonic() + total
-        while time.monotonic() < deadline:
-            m = consumer.receive(0.5)
-            if m is not None:
-                out.append(m)
-            elif len(out) >= expect:
-                break
-        return out
 
 
 def test_the_example_bridges_rabbitmq_to_activemq(rabbitmq, activemq, tmp_path):
