@@ -610,3 +610,24 @@ def test_connections_without_a_user_log_in_with_the_default_login(broker, no_bro
         factory.create_connection().close()
         with pytest.raises(JMSSecurityException):  # a named user is never replaced
             factory.create_connection("job", "wrong")
+
+
+def test_a_close_whose_socket_end_is_read_before_close_returns_is_no_loss(harness, caplog):
+    """The service ends the socket once it has answered CLOSE; the client's idle reader may
+    see that end before close() marks the channel closed (a loaded machine): no lost
+    connection is reported, no exception listener told."""
+    conn = harness.factory().create_connection()
+    heard: list[JMSException] = []
+    conn.set_exception_listener(heard.append)
+    channel = conn.channel
+    closing = channel.close
+
+    def close_after_the_end_was_read() -> None:
+        wait_for(lambda: channel.broken is not None, timeout=5, what="the service's end of the socket")
+        closing()
+
+    channel.close = close_after_the_end_was_read
+    with caplog.at_level("WARNING"):
+        conn.close()
+    assert heard == []
+    assert not [r for r in caplog.records if "was lost" in r.getMessage()]

@@ -306,6 +306,7 @@ class RemoteConnection(XAConnection):
         for session in list(self._sessions.values()):
             session._closed_locally()
         if self.channel.broken is None:
+            self.channel.closing = True  # the service ends the socket after its answer: no loss
             try:
                 self.channel.request(wire.Op.CLOSE)
             except JMSException:
