@@ -8,8 +8,9 @@ broker's metrics(), the front ends' connection sets, an HA instance's lease) and
 families, which prometheus-client writes in the text format. readiness() answers /readyz
 from the same live state: every bridge of imq.bridge.activelist with autostart must be
 loaded and STARTED with none of its links STARTING (connecting, or its source or target
-unreachable), and the store must take writes. The HTTP shell that serves these is
-metricshttp.py.
+unreachable), and the store must take writes. On an HA instance every series carries the
+label broker_id (imq.brokerid), so one Prometheus scraping the cluster tells the instances
+apart. The HTTP shell that serves these is metricshttp.py.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from prometheus_client.registry import Collector
 from .props import MEMORY_STATES, BrokerProperties
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+BROKER_LABEL = "broker_id"  # an HA instance's imq.brokerid, on each of its series
 STATES = ("UNINITIALIZED", "STARTING", "STARTED", "PAUSING", "PAUSED", "RESUMING", "STOPPING", "STOPPED")
 
 
@@ -217,13 +219,28 @@ def _merged(families: list[Metric]) -> Iterator[Metric]:
         yield first
 
 
+class BrokerLabelled(Collector):
+    """Another collector's series, each with the label broker_id (an HA instance's)."""
+
+    def __init__(self, collector: Collector, brokerid: str) -> None:
+        self.collector, self.brokerid = collector, brokerid
+
+    def collect(self) -> Iterator[Metric]:
+        for metric in self.collector.collect():
+            metric.samples = [s._replace(labels={**s.labels, BROKER_LABEL: self.brokerid}) for s in metric.samples]
+            yield metric
+
+
 def registry(service: Service) -> CollectorRegistry:
     """A registry with the service's collector, the process's (memory, CPU, files) and
-    Python's garbage collector's (passes and objects collected per generation)."""
+    Python's garbage collector's (passes and objects collected per generation); on an HA
+    instance each of their series labelled with its broker id."""
     reg = CollectorRegistry(auto_describe=False)
-    reg.register(ServiceCollector(service))
-    ProcessCollector(registry=reg)
-    GCCollector(registry=reg)
+    props = service.props
+    brokerid = props.get("imq.brokerid") if props.get("imq.cluster.ha") else None
+    scratch = CollectorRegistry(auto_describe=False)  # (GCCollector registers itself somewhere)
+    for collector in (ServiceCollector(service), ProcessCollector(registry=None), GCCollector(registry=scratch)):
+        reg.register(collector if not brokerid else BrokerLabelled(collector, brokerid))
     return reg
 
 

@@ -69,3 +69,16 @@ def test_the_lease_gauge_follows_the_lease(postgresql):
         assert lease_held(instance) == 0.0
     finally:
         cluster.leave()
+
+
+def labelled(props: BrokerProperties) -> set[str | None]:
+    """The broker_id label values of every series one scrape of an instance shows."""
+    page = scrape(registry(Instance(props))).decode()
+    return {s.labels.get("broker_id") for f in text_string_to_metric_families(page) for s in f.samples}
+
+
+def test_every_series_of_an_ha_instance_names_its_broker():
+    ha = ["imq.cluster.ha=true", "imq.cluster.clusterid=c1", "imq.brokerid=B2", "imq.persist.store=jdbc"]
+    ha.append("imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://127.0.0.1:1/none")
+    assert labelled(load_properties([], ha, environ={})) == {"B2"}  # process_*, python_gc_* too
+    assert labelled(load_properties([], ["imq.brokerid=B2"], environ={})) == {None}  # no HA: no label

@@ -32,6 +32,7 @@ DASHBOARD = MONITORING / "imqbridge-dashboard.json"
 RULES = MONITORING / "imqbridge-alerts.yml"
 PASSWORD = "Monitoring-Secret-1"
 HA_ONLY = {"imq_ha_lease_held"}  # series an instance of an HA cluster adds
+HA_LABELS = {"broker_id"}  # ... and the label it puts on every series
 TARGET_LABELS = {"job", "instance"}  # what Prometheus adds to every series it scrapes
 CHECKED = re.compile(r"\b((?:imq|process|python)_[A-Za-z0-9_:]*)\b(\s*\{[^}]*\})?")
 XML = fail_on_bad_bridge("mon")
@@ -148,8 +149,10 @@ def test_every_expression_names_series_that_exist_with_their_labels(scrape, sour
                 continue
             if name not in scraped:
                 wrong.append(f"{name} (no such series) in {expr}")
-            elif not labels <= scraped[name] | TARGET_LABELS:
-                wrong.append(f"{name} has no label {sorted(labels - scraped[name] - TARGET_LABELS)} in {expr}")
+            elif not labels <= scraped[name] | TARGET_LABELS | HA_LABELS:
+                wrong.append(
+                    f"{name} has no label {sorted(labels - scraped[name] - TARGET_LABELS - HA_LABELS)} in {expr}"
+                )
     assert not wrong, "\n".join(wrong)
 
 
@@ -164,7 +167,11 @@ def test_the_ha_only_series_exist_on_an_ha_instance(tmp_path, postgresql):
     finally:
         cluster.stop()
     assert set(series(page)) >= HA_ONLY
-    assert "\nimq_ha_lease_held 1.0\n" in page
+    assert '\nimq_ha_lease_held{broker_id="A"} 1.0\n' in page
+    unlabelled = [
+        s.name for f in text_string_to_metric_families(page) for s in f.samples if s.labels.get("broker_id") != "A"
+    ]
+    assert not unlabelled, unlabelled  # one Prometheus scraping the cluster tells its instances apart
 
 
 def test_the_dashboard_is_one_grafana_board_on_a_chosen_prometheus():
