@@ -295,7 +295,8 @@ def _command(op: str):
         is_flag=True,
         hidden=op != "list",
         help="list link: also counters, rate (msg/s over the last minute), backlog and "
-        "last error (--json always has them).",
+        "last error; list dst: each destination's counts on each instance of an HA cluster, "
+        "with their age (--json always has them).",
     )
     def command(
         argument: str,
@@ -380,6 +381,7 @@ def _command(op: str):
                 reply_timeout,
                 retries,
                 as_json,
+                verbose=verbose,
             )
             return
         if argument == "txn":
@@ -482,6 +484,19 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
     )
 
 
+def _dst_instances_table(rows: list[dict[str, Any]]) -> str:
+    """list dst -v: each destination's counts on each instance (an HA cluster's live ones:
+    Age is how many seconds ago that instance published them), then their total."""
+    counted = ["producers", "consumers", "pending", "unacked", "bytes"]
+    out = []
+    for r in rows:
+        kind = ("temporary " if r.get("temporary") else "") + ("topic" if r["type"] == "t" else "queue")
+        for i in r.get("instances", []):
+            out.append([r["name"], kind, i["broker_id"], f"{i['age']:.1f}", *(str(i.get(k, 0)) for k in counted)])
+        out.append([r["name"], kind, "(total)", "", *(str(r[k]) for k in counted)])
+    return _table(["Name", "Type", "Broker", "Age (s)", "Producers", "Consumers", "Pending", "Unacked", "Bytes"], out)
+
+
 def _cxn_table(rows: list[dict[str, Any]]) -> str:
     """list cxn: imqcmd's Connection ID, User, Service, Producers, Consumers, Host."""
     return _table(
@@ -557,7 +572,7 @@ def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool, show:
         raise click.exceptions.Exit(1)
 
 
-def _dst_text(op: str, data: Any) -> str | None:
+def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
     if "connections" in data:
         return _cxn_table(data["connections"])
     if "services" in data:
@@ -566,7 +581,7 @@ def _dst_text(op: str, data: Any) -> str | None:
             [[v["name"], v["protocol"], str(v["port"]), v["state"]] for v in data["services"]],
         )
     if op == "list":
-        return _dst_table(data["destinations"])
+        return _dst_table(data["destinations"]) + (_dst_instances_table(data["destinations"]) if verbose else "")
     if op == "query":
         return _dst_table([data])
     if op == "browse":
@@ -598,11 +613,12 @@ def _run_dst(
     retries: int,
     as_json: bool,
     what: str = "destination",
+    verbose: bool = False,
 ) -> None:
     """Send a destination command (or list cxn, list svc: ``what``) and print its reply
-    (exit 1 when it failed)."""
+    (exit 1 when it failed); ``verbose``: list dst -v."""
     reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
-    _answer(reply, op, what, silent, as_json, lambda data: _dst_text(op, data))
+    _answer(reply, op, what, silent, as_json, lambda data: _dst_text(op, data, verbose))
 
 
 def _dst_command(op: str):

@@ -15,7 +15,9 @@ HostBroker.purge_destination and says how many; browse shows the first N waiting
 of a queue: headers, properties, body type and size, a short printable preview and the
 whole body as JSON (text as it is, bytes base64; an ObjectMessage's serialized form is
 never deserialized). Destroy, pause and resume (imqcmd's meaning) and list cxn / list svc:
-docs/operations.md#destinations-connections-and-services.
+docs/operations.md#destinations-connections-and-services. On an HA instance (a
+ClusterCatalog given) create, update and destroy go to every instance and list shows the
+cluster's destinations, each with its instances' counts (docs/ha.md).
 """
 
 from __future__ import annotations
@@ -23,9 +25,9 @@ from __future__ import annotations
 import base64
 import dataclasses
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from .admin.protocol import BAD_REQUEST, NOT_FOUND, OK, Command, Reply
+from .admin.protocol import BAD_REQUEST, NOT_FOUND, OK, UNAVAILABLE, Command, Reply
 from .jms.destination import Destination, Queue, Topic
 from .jms.errors import JMSException
 from .jms.hostbroker import DestinationAttributes, HostBroker, Principal
@@ -48,6 +50,33 @@ ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
     "localDeliveryPreferred": ("local_delivery_preferred", BOOL),
     "isLocalOnly": ("is_local_only", BOOL),
 }
+
+
+COUNTED = (  # what list dst sums over an HA cluster's instances
+    "pending",
+    "unacked",
+    "bytes",
+    "producers_waiting",
+    "producers",
+    "consumers",
+    "subscriptions",
+    "durable_subscriptions",
+)
+_FIELDS = frozenset(f.name for f in dataclasses.fields(DestinationAttributes))
+
+
+class ClusterCatalog(Protocol):
+    """An HA cluster's destinations (providers/embedded/clustercatalog.py)."""
+
+    def record(self, destination: Destination, destroyed: bool) -> list[str]:
+        """Propagate an administrator's change made here; the live instances not caught up."""
+        ...
+
+    def peer_rows(self) -> list[tuple[str, float, list[dict[str, Any]]]]:
+        """The other live instances': (broker id, age in seconds, list dst rows)."""
+        ...
+
+    def consumers_elsewhere(self, destination: Destination) -> dict[str, int]: ...
 
 
 def attributes_json(attributes: DestinationAttributes) -> dict[str, Any]:
@@ -85,12 +114,15 @@ def destination_command(
     cmd: Command,
     defaults: DestinationAttributes,
     services: Sequence[ServiceEntry] = (),
+    cluster: ClusterCatalog | None = None,
+    instance: str = "",
 ) -> Reply:
     """Carry out one destination command (or LIST_CXN, LIST_SVC); ``defaults``: what
     create starts from (the imq.autocreate.destination.* attributes); ``services``: the
-    port mapper's table (LIST_SVC)."""
+    port mapper's table (LIST_SVC); ``cluster``: an HA instance's; ``instance``: this
+    instance's broker id (or name), as list dst names it."""
     if cmd.op == "LIST_DST":
-        return _list(broker, principal, cmd)
+        return _list(broker, principal, cmd, cluster, instance)
     if cmd.op == "LIST_CXN":
         return _connections(broker, principal, cmd)
     if cmd.op == "LIST_SVC":
@@ -102,7 +134,7 @@ def destination_command(
     if cmd.op in ("PAUSE_DST", "RESUME_DST"):
         return _pause(broker, principal, cmd)
     if cmd.op == "DESTROY_DST":
-        return _destroy(broker, principal, cmd)
+        return _destroy(broker, principal, cmd, cluster)
     if cmd.op == "PURGE_DST":
         return _purge(broker, principal, cmd)
     if cmd.op == "BROWSE_DST":
@@ -137,11 +169,28 @@ def destination_command(
     except JMSException as exc:
         return Reply(BAD_REQUEST, f"{_what(cmd)}: {exc}")
     verb = "created" if cmd.op == "CREATE_DST" else "updated"
+    propagated = _propagate(cluster, dest, False, f"{_what(cmd)} {verb} here")
+    if isinstance(propagated, Reply):
+        return propagated
     return Reply(
         OK,
-        f"{_what(cmd)} {verb}",
+        f"{_what(cmd)} {verb}{propagated}",
         {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes)},
     )
+
+
+def _propagate(cluster: ClusterCatalog | None, dest: Destination, destroyed: bool, done: str) -> str | Reply:
+    """An administrator's change made here, on every instance of the HA cluster: what to
+    add to the answer (the instances not caught up in time), or the error reply."""
+    if cluster is None:
+        return ""
+    try:
+        behind = cluster.record(dest, destroyed)
+    except JMSException as exc:
+        return Reply(UNAVAILABLE, f"{done}, but not on the HA cluster's other instances: {exc}")
+    if behind:
+        return f" (broker {', '.join(behind)} not yet: it will be when it reads the cluster's destinations)"
+    return ""
 
 
 def _rows(broker: HostBroker, principal: Principal, dst_type: str | None, temporary: bool) -> list[dict[str, Any]]:
@@ -161,9 +210,49 @@ def _rows(broker: HostBroker, principal: Principal, dst_type: str | None, tempor
     ]
 
 
-def _list(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+def _list(
+    broker: HostBroker, principal: Principal, cmd: Command, cluster: ClusterCatalog | None, instance: str
+) -> Reply:
     rows = _rows(broker, principal, cmd.dst_type, cmd.temporary)
+    try:
+        peers = cluster.peer_rows() if cluster is not None else []
+    except JMSException as exc:
+        return Reply(UNAVAILABLE, f"the HA cluster's destinations cannot be read: {exc}")
+    wanted = {"q", "t"} if cmd.dst_type is None else {cmd.dst_type}
+    peers = [(b, age, [r for r in rows if r["type"] in wanted]) for b, age, rows in peers]
+    rows = cluster_rows(rows, instance, peers)
     return Reply(OK, f"{len(rows)} destination(s)", {"destinations": rows})
+
+
+def cluster_rows(
+    local: list[dict[str, Any]], instance: str, peers: list[tuple[str, float, list[dict[str, Any]]]]
+) -> list[dict[str, Any]]:
+    """list dst's rows: each destination once, with ``instances`` (this one's counts, age
+    0, then each peer's as published, with its age in seconds) and their sums."""
+    merged: dict[tuple[str, str, bool], dict[str, Any]] = {}
+    for row in local:
+        merged[(row["type"], row["name"], row["temporary"])] = {**row, "instances": [_counts(instance, 0.0, row)]}
+    for brokerid, age, rows in peers:
+        for row in rows:
+            entry = merged.get((row["type"], row["name"], False))
+            if entry is None:
+                attributes = DestinationAttributes(**{k: v for k, v in row["attributes"].items() if k in _FIELDS})
+                entry = merged[(row["type"], row["name"], False)] = {
+                    **row,
+                    "temporary": False,
+                    "attributes": attributes_json(attributes),
+                    "instances": [],
+                }
+            entry["instances"].append(_counts(brokerid, age, row))
+    for entry in merged.values():
+        for key in COUNTED:
+            if key in entry:
+                entry[key] = sum(i.get(key, 0) for i in entry["instances"])
+    return sorted(merged.values(), key=lambda r: (r["name"], r["type"] == "t"))
+
+
+def _counts(brokerid: str, age: float, row: dict[str, Any]) -> dict[str, Any]:
+    return {"broker_id": brokerid, "age": round(age, 1), **{k: row[k] for k in COUNTED if k in row}}
 
 
 def _pause(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
@@ -180,16 +269,34 @@ def _pause(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
     return Reply(OK, f"{where}: {what.lower()} {verb}", {"pause_type": what, "destinations": rows})
 
 
-def _destroy(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
+def _destroy(broker: HostBroker, principal: Principal, cmd: Command, cluster: ClusterCatalog | None) -> Reply:
+    dest = _destination(cmd)
+    elsewhere: dict[str, int] | None = None
+    if cluster is not None:
+        try:
+            elsewhere = cluster.consumers_elsewhere(dest)
+            known = any(
+                r["name"] == dest.name and r["type"] == cmd.dst_type for _, _, rows in cluster.peer_rows() for r in rows
+            )
+        except JMSException as exc:
+            return Reply(UNAVAILABLE, f"the HA cluster's destinations cannot be read: {exc}")
+        if elsewhere:
+            where = ", ".join(f"{n} on broker {b}" for b, n in sorted(elsewhere.items()))
+            return Reply(BAD_REQUEST, f"{_what(cmd)} has active consumer(s) ({where}); close them first")
     try:
-        removed = broker.destroy_destination(principal, _destination(cmd))
+        removed = broker.destroy_destination(principal, dest)
     except JMSException as exc:
         return Reply(BAD_REQUEST, str(exc))
-    if removed is None:
+    if removed is None and not (cluster is not None and known):
         return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    propagated = _propagate(cluster, dest, True, f"{_what(cmd)} destroyed here")
+    if isinstance(propagated, Reply):
+        return propagated
+    removed = removed or 0
     return Reply(
         OK,
-        f"{_what(cmd)} destroyed with {removed} message(s)",
+        f"{_what(cmd)} destroyed with {removed} message(s){' here, and on every instance' if cluster else ''}"
+        + propagated,
         {"type": cmd.dst_type, "name": cmd.destination, "removed": removed},
     )
 

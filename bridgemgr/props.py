@@ -529,6 +529,12 @@ FIXED_PROPS: tuple[Prop, ...] = (
     Prop("imq.autocreate.destination.maxBytesPerMsg", SIZE, -1, "bytes per message"),
     Prop("imq.autocreate.destination.limitBehavior", LIMIT_BEHAVIOR, "FLOW_CONTROL", "what a full destination does"),
     Prop("imq.autocreate.destination.useDMQ", BOOL, True, "removed messages go to the DMQ"),
+    Prop(
+        "imq.autocreate.reaptime",
+        POSITIVE,
+        120,
+        "HA cluster: seconds an auto-created queue stays without consumers, producers or messages before it is deleted",
+    ),
     # System-wide limits and memory states (docs/operations.md, "Memory protection").
     Prop("imq.system.max_count", LIMIT, -1, "messages held in memory only, all destinations; -1 = no limit"),
     Prop(

@@ -63,6 +63,7 @@ if TYPE_CHECKING:
     from .jmsbridge.logs import BridgeLog
     from .logfiles import ServiceLog
     from .providers.embedded.cluster import HACluster
+    from .providers.embedded.clustercatalog import ClusterDestinations
     from .providers.embedded.clusterdst import ClusterQueues
     from .users import User
 
@@ -146,6 +147,7 @@ class BridgeServiceManager:
         self._reload = threading.Event()
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
+        self.cluster_destinations: ClusterDestinations | None = None  # ... and destinations (Table 4-2)
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
         self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
@@ -474,12 +476,17 @@ class BridgeServiceManager:
             raise ServiceError(f"HA cluster: {exc}") from None
 
     def _serve_cluster_queues(self) -> None:
-        """HA: queues are the cluster's (providers/embedded/clusterdst.py)."""
+        """HA: queues are the cluster's (providers/embedded/clusterdst.py), and so are the
+        destinations an administrator creates (providers/embedded/clustercatalog.py)."""
+        from .providers.embedded.clustercatalog import open_cluster_destinations
         from .providers.embedded.clusterdst import open_cluster_queues
 
         assert self.cluster is not None and self.host_broker is not None
         try:
             self.cluster_queues = open_cluster_queues(self.cluster, self.host_broker)
+            self.cluster_destinations = open_cluster_destinations(
+                self.cluster, self.host_broker, self.props.get("imq.autocreate.reaptime")
+            )
         except StoreError as exc:
             raise ServiceError(f"HA cluster: {exc}") from None
 
@@ -521,6 +528,12 @@ class BridgeServiceManager:
             raise TransportException(str(exc)) from None
 
     def _took_over(self, broker: str, names: list[str]) -> None:
+        catalog = self.cluster_destinations
+        if catalog is not None:  # what we adopted as the catalog says (destroyed since, changed)
+            try:
+                catalog.reconcile()
+            except StoreError as exc:
+                log.warning("HA cluster: the destinations taken over from broker %s: %s", broker, exc)
         self._owned(names)
 
     def _lost_lease(self, replaced: str | None) -> None:
@@ -659,7 +672,10 @@ class BridgeServiceManager:
         )
         admin = Principal(self.props.admin_user, frozenset({"admin"}), service="admin")
         services = self.portmapper.entries() if self.portmapper is not None else []
-        return destination_command(self.host_broker, admin, cmd, defaults, services)
+        instance = self.cluster.brokerid if self.cluster is not None else self.host_broker.instance_name
+        return destination_command(
+            self.host_broker, admin, cmd, defaults, services, self.cluster_destinations, instance
+        )
 
     def _transaction(self, cmd: Command) -> Reply:
         """list|commit|rollback txn: a JMS bridge's in-doubt XA transactions, by hand."""
@@ -1038,6 +1054,9 @@ class BridgeServiceManager:
         if self.netloop is not None:
             self.netloop.stop()
             self.netloop = None
+        if self.cluster_destinations is not None:
+            self.cluster_destinations.stop()
+            self.cluster_destinations = None
         if self.cluster_queues is not None:
             self.cluster_queues.stop()
             self.cluster_queues = None

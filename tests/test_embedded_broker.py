@@ -668,6 +668,43 @@ def test_limits_survive_restart(tmp_path):
     b.close()
 
 
+def test_an_admin_created_queue_without_messages_is_listed_after_a_restart(tmp_path):
+    b = Broker(tmp_path / "s")
+    b.configure_destination(Q, DestinationLimits(max_num_msgs=1))
+    b.close()
+    b = Broker(tmp_path / "s")
+    try:
+        assert [(d, lim.max_num_msgs) for d, lim, _, _ in b.list_destinations(topics=False) if d == Q] == [(Q, 1)]
+    finally:
+        b.close()
+
+
+def test_only_an_idle_auto_created_queue_is_reaped():
+    b = Broker()
+    try:
+        b.configure_destination(Queue("admin"), DestinationLimits())
+        factory = EmbeddedConnectionFactory(b)
+        sending, taking = factory.create_connection(), factory.create_connection()
+        out, into = sending.create_session(), taking.create_session()
+        taking.start()
+        send_texts(out, Queue("full"), ["1"])
+        producer = out.create_producer(Queue("produced"))
+        producer.send(out.create_text_message("p"))
+        send_texts(out, Queue("idle"), ["x"])
+        into.create_consumer(Queue("watched"))
+        assert into.create_consumer(Queue("produced")).receive(5).text == "p"
+        assert into.create_consumer(Queue("idle")).receive(5).text == "x"
+        assert b.idle_queues() == []  # each has a consumer, a producer or a message
+        taking.close()
+        assert sorted(b.idle_queues()) == ["idle", "watched"]  # "produced": its producer is open
+        assert b.reap_queue("idle") and not b.reap_queue("full") and not b.reap_queue("admin")
+        assert not b.reap_queue("produced") and not b.reap_queue("mq.sys.dmq")
+        assert "idle" not in b.queues and {"full", "admin", "produced", "watched"} <= set(b.queues)
+        sending.close()
+    finally:
+        b.close()
+
+
 def test_the_host_broker_opens_from_properties_and_configures_limits(tmp_path):
     props = load_properties(
         [],

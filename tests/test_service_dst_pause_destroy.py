@@ -79,6 +79,27 @@ def test_list_dst_lists_topics_with_their_subscribers(service):
         assert "The operation [list] on the destinations was successful." in text.stdout
 
 
+def test_list_dst_v_without_ha_shows_the_one_instance(service):
+    daemon, passfile, _ = service
+    send(daemon, PASSWORD, "single.q", "a", "b", "c")
+    row = rows(daemon, passfile, "-t", "q")[("q", "single.q")]
+    assert row["instances"] == [
+        {
+            "broker_id": "dstcmds",
+            "age": 0.0,
+            **{k: row[k] for k in ("pending", "unacked", "bytes", "producers_waiting", "producers", "consumers")},
+        }
+    ]
+    assert row["pending"] == 3
+    text = cli(daemon, passfile, "list", "dst", "-t", "q", "-v")
+    assert text.returncode == 0, text.stderr
+    mine = [line.split() for line in text.stdout.splitlines() if line.startswith("single.q ")]
+    assert mine[1:] == [
+        ["single.q", "queue", "dstcmds", "0.0", "0", "0", "3", "0", str(row["bytes"])],
+        ["single.q", "queue", "(total)", "0", "0", "3", "0", str(row["bytes"])],
+    ]
+
+
 def test_paused_consumers_get_nothing_until_resume_and_every_message_arrives_once(service):
     daemon, passfile, _ = service
     got: list[str] = []

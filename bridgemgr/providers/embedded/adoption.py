@@ -50,6 +50,8 @@ class Adoption(Destinations):
         assert self.store is not None
         for qkey, cfg in rec.destinations.items():
             self.configured[qkey] = _limits_from_json(cfg)
+            if qkey.startswith("q:"):  # an administrator's queue exists with no messages too
+                self._queue(qkey[2:], create=True, check=False).limits = self.configured[qkey]
         for client_id, name, topic, selector, no_local, owner in rec.subscriptions:
             self._make_subscription(client_id, name, Topic(topic), selector, no_local, persist=False, owner=owner)
         locked = {seq: xid for xid, br in rec.prepared.items() for seq in br.acks}

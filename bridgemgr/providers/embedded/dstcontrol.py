@@ -54,6 +54,38 @@ class DestinationControl(Destinations):
                     out.append((dest, found[0], found[1], self._pause_state(dest)))
             return out
 
+    # --- auto-created queues that fell idle (an HA cluster's Table 4-2) --------------------
+    def idle_queues(self) -> list[str]:
+        """The auto-created queues that have no consumers, no producers and no messages
+        (waiting, in delivery or in prepared transactions) now."""
+        with self.lock:
+            return [name for name, mq in self.queues.items() if self._idle(name, mq)]
+
+    def reap_queue(self, name: str) -> bool:
+        """Delete auto-created queue ``name`` if it is still idle (idle_queues); True if so.
+        Nothing is stored of it (an auto-created queue's only rows are its messages)."""
+        with self.lock:
+            mq = self.queues.get(name)
+            if mq is None or not self._idle(name, mq):
+                return False
+            del self.queues[name]
+            mq.deleted = True
+            _release_all(mq)
+            return True
+
+    def _idle(self, name: str, mq: MessageQueue) -> bool:
+        """(under the lock)"""
+        key = f"q:{name}"
+        return not (
+            name == DMQ_NAME
+            or key in self.configured
+            or key in self.paused
+            or mq.consumers
+            or mq.count
+            or mq.room_waiters
+            or self.producers.get(Queue(name))
+        )
+
     # --- pause, resume, destroy (imqcmd pause|resume|destroy dst) ---------------------------
     def _exists(self, destination: Destination) -> bool:
         """Is ``destination`` a physical queue or topic of this broker (under the lock)?"""
