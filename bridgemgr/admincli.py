@@ -572,6 +572,17 @@ def _answer(reply: Reply, op: str, what: str, silent: bool, as_json: bool, show:
         raise click.exceptions.Exit(1)
 
 
+def _not_yet(data: dict[str, Any]) -> str:
+    """create, update, destroy dst on an HA instance: the live instances not caught up."""
+    behind = data.get("not_yet")
+    if not behind:
+        return ""
+    return (
+        f"\nNot yet done on broker {', '.join(behind)} of the HA cluster (it is once that instance "
+        "reads the cluster's destinations)."
+    )
+
+
 def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
     if "connections" in data:
         return _cxn_table(data["connections"])
@@ -584,6 +595,8 @@ def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
         return _dst_table(data["destinations"]) + (_dst_instances_table(data["destinations"]) if verbose else "")
     if op == "query":
         return _dst_table([data])
+    if op in ("create", "update"):
+        return _not_yet(data).lstrip("\n") or None
     if op == "browse":
         return _browse_table(data["messages"])
     if op == "purge":
@@ -591,7 +604,7 @@ def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
             f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else "."
         )
     if op == "destroy":
-        return f"Destroyed with {data['removed']} message(s)."
+        return f"Destroyed with {data['removed']} message(s)." + _not_yet(data)
     if op in ("pause", "resume"):
         return _table(
             ["Name", "Type", "State"],

@@ -169,28 +169,32 @@ def destination_command(
     except JMSException as exc:
         return Reply(BAD_REQUEST, f"{_what(cmd)}: {exc}")
     verb = "created" if cmd.op == "CREATE_DST" else "updated"
-    propagated = _propagate(cluster, dest, False, f"{_what(cmd)} {verb} here")
-    if isinstance(propagated, Reply):
-        return propagated
+    behind = _propagate(cluster, dest, False, f"{_what(cmd)} {verb} here")
+    if isinstance(behind, Reply):
+        return behind
     return Reply(
         OK,
-        f"{_what(cmd)} {verb}{propagated}",
-        {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes)},
+        f"{_what(cmd)} {verb}{_not_yet(behind)}",
+        {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes)}
+        | ({"not_yet": behind} if behind else {}),
     )
 
 
-def _propagate(cluster: ClusterCatalog | None, dest: Destination, destroyed: bool, done: str) -> str | Reply:
-    """An administrator's change made here, on every instance of the HA cluster: what to
-    add to the answer (the instances not caught up in time), or the error reply."""
+def _propagate(cluster: ClusterCatalog | None, dest: Destination, destroyed: bool, done: str) -> list[str] | Reply:
+    """An administrator's change made here, on every instance of the HA cluster: the
+    instances that did not catch up in time, or the error reply."""
     if cluster is None:
-        return ""
+        return []
     try:
-        behind = cluster.record(dest, destroyed)
+        return cluster.record(dest, destroyed)
     except JMSException as exc:
         return Reply(UNAVAILABLE, f"{done}, but not on the HA cluster's other instances: {exc}")
-    if behind:
-        return f" (broker {', '.join(behind)} not yet: it will be when it reads the cluster's destinations)"
-    return ""
+
+
+def _not_yet(behind: list[str]) -> str:
+    if not behind:
+        return ""
+    return f" (not yet on broker {', '.join(behind)}: it will be when it reads the cluster's destinations)"
 
 
 def _rows(broker: HostBroker, principal: Principal, dst_type: str | None, temporary: bool) -> list[dict[str, Any]]:
@@ -271,7 +275,7 @@ def _pause(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
 
 def _destroy(broker: HostBroker, principal: Principal, cmd: Command, cluster: ClusterCatalog | None) -> Reply:
     dest = _destination(cmd)
-    elsewhere: dict[str, int] | None = None
+    known = False  # another instance of the HA cluster has it
     if cluster is not None:
         try:
             elsewhere = cluster.consumers_elsewhere(dest)
@@ -287,17 +291,17 @@ def _destroy(broker: HostBroker, principal: Principal, cmd: Command, cluster: Cl
         removed = broker.destroy_destination(principal, dest)
     except JMSException as exc:
         return Reply(BAD_REQUEST, str(exc))
-    if removed is None and not (cluster is not None and known):
+    if removed is None and not known:
         return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
-    propagated = _propagate(cluster, dest, True, f"{_what(cmd)} destroyed here")
-    if isinstance(propagated, Reply):
-        return propagated
+    behind = _propagate(cluster, dest, True, f"{_what(cmd)} destroyed here")
+    if isinstance(behind, Reply):
+        return behind
     removed = removed or 0
     return Reply(
         OK,
         f"{_what(cmd)} destroyed with {removed} message(s){' here, and on every instance' if cluster else ''}"
-        + propagated,
-        {"type": cmd.dst_type, "name": cmd.destination, "removed": removed},
+        + _not_yet(behind),
+        {"type": cmd.dst_type, "name": cmd.destination, "removed": removed} | ({"not_yet": behind} if behind else {}),
     )
 
 

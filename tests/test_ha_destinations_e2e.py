@@ -6,11 +6,13 @@ through a restart of all three until `destroy dst` on B2 removes it everywhere, 
 instance that was down included; maxNumMsgs is counted per instance, maxBytesPerMsg
 applies to all; `list dst -v` on any instance shows each instance's counts. Auto-created
 queues: a producer's stays on its home, a consumer's is made on every instance, and both
-go when idle (imq.autocreate.reaptime)."""
+go when idle (imq.autocreate.reaptime). A takeover does not bring back a destroyed queue;
+an instance that stalls is named by create dst and catches up."""
 
 from __future__ import annotations
 
 import json
+import signal
 from typing import Any
 
 import pytest
@@ -131,6 +133,9 @@ def test_auto_created_queues_follow_table_4_2_and_go_when_idle(tmp_path, postgre
             conn.create_session().create_consumer(Queue("auto.c"))  # a consumer's: made everywhere
             wait_for(lambda: where(b1, "auto.c") == ["B1", "B2", "B3"], 20, "auto.c on every instance")
             assert where(b1, "auto.p") == ["B1"]  # still: nobody consumes it
+            wait_for(lambda: listed(b1)["auto.c"]["consumers"] == 1, 20, "B3's consumer counted on B1")
+            r = cli(b1, b1.passfile, "destroy", "dst", "-t", "q", "-n", "auto.c")
+            assert r.returncode == 1 and "(1 on broker B3); close them first" in r.stderr, r.stdout + r.stderr
         # idle (no consumer, producer or message) for the reap time: gone from each instance
         wait_for(lambda: "auto.c" not in listed(b1) and "auto.c" not in listed(b2), 30, "auto.c deleted")
         assert where(b2, "auto.p") == ["B1"]  # it holds a message: it stays
@@ -139,5 +144,39 @@ def test_auto_created_queues_follow_table_4_2_and_go_when_idle(tmp_path, postgre
             message = conn.create_session().create_consumer(Queue("auto.p")).receive(10)
             assert message is not None and message.text == "kept"
         wait_for(lambda: "auto.p" not in listed(b3), 30, "auto.p deleted once empty and idle")
+    finally:
+        cluster.stop()
+
+
+def test_a_takeover_does_not_bring_back_a_destroyed_queue(tmp_path, postgresql):
+    cluster = Cluster(tmp_path, postgresql, {})
+    try:
+        b1, b2 = cluster.start("B1", ""), cluster.start("B2", "")
+        dst(b1, "create", "dst", "-t", "q", "-n", "gone")
+        send(b2, "gone", "held by B2")
+        b2.kill()  # destroy waits for it while its lease runs, then goes on without it
+        dst(b1, "destroy", "dst", "-t", "q", "-n", "gone")
+        wait_for(lambda: b1.when("took over broker B2"), 30, "B1 takes B2 over")
+        # B2's store, with queue gone and its message, is B1's now: the catalog says destroyed
+        wait_for(lambda: "gone" not in listed(b1), 10, "the adopted queue destroyed again")
+        with connect(f"mq://{b1.address}", username="admin", password=PASSWORD) as conn:
+            conn.start()
+            assert conn.create_session().create_consumer(Queue("gone")).receive(1) is None
+    finally:
+        cluster.stop()
+
+
+def test_create_names_a_stalled_instance_which_catches_up(tmp_path, postgresql):
+    cluster = Cluster(tmp_path, postgresql, {})
+    slow = ("imq.cluster.monitor.interval=60",)  # (B2 stalls without losing its lease)
+    try:
+        b1, b2 = cluster.start("B1", "", *slow), cluster.start("B2", "", *slow)
+        b2.proc.send_signal(signal.SIGSTOP)
+        try:
+            r = cli(b1, b1.passfile, "create", "dst", "-t", "q", "-n", "late")
+        finally:
+            b2.proc.send_signal(signal.SIGCONT)
+        assert r.returncode == 0 and "Not yet done on broker B2 of the HA cluster" in r.stdout, r.stdout + r.stderr
+        wait_for(lambda: "B2" in where(b2, "late"), 20, "B2 has the queue once it runs again")
     finally:
         cluster.stop()

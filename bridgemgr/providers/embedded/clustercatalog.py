@@ -42,7 +42,7 @@ if TYPE_CHECKING:
 
 CATALOG, APPLIED, COUNTS = "imq_ha_destinations", "imq_ha_catalog_applied", "imq_ha_dstcounts"
 PUBLISH = 1.0  # seconds between two publications of our counts (and looks at the catalog)
-APPLY_TIMEOUT = 10.0  # seconds an admin command waits for every live instance to apply it
+APPLY_TIMEOUT = 5.0  # seconds an admin command waits for every live instance to apply it (< the CLI's 10 s)
 _TABLES = (
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG}_version",
     f"CREATE TABLE IF NOT EXISTS {CATALOG}(dkey TEXT PRIMARY KEY, limits TEXT, destroyed BOOLEAN NOT NULL, "
@@ -75,6 +75,7 @@ class ClusterDestinations:
         self.channel = f"{self.settings.jdbc.schema}_catalog"
         self.applied = 0  # the catalog's version applied here
         self._failed: set[str] = set()  # destroyed keys this broker refused to destroy: tried again
+        self._again = False  # reconcile(): apply the catalog from version 0
         self._idle: dict[str, float] = {}  # auto-created queue -> since when it is idle
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
@@ -100,6 +101,11 @@ class ClusterDestinations:
             if not conn.closed:
                 conn.rollback()
             raise
+
+    def _admin(self, work: Callable[[Any], Any]) -> Any:
+        """A transaction of an admin command's (one at a time on their connection)."""
+        with self._admin_lock:
+            return self._transaction("admin", work)
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
@@ -162,6 +168,8 @@ class ClusterDestinations:
                     pass
                 if self._halt.is_set():
                     return
+                if self._again:
+                    self._again, self.applied = False, 0
                 self.apply()
                 self.reap()
                 self.publish()
@@ -202,10 +210,10 @@ class ClusterDestinations:
             )
 
     def reconcile(self) -> None:
-        """Apply the whole catalog again: a takeover brought another instance's store in,
-        with destinations destroyed meanwhile, or attributes changed since."""
-        self.applied = 0
-        self.apply()
+        """Have the thread apply the whole catalog again, now: a takeover brought another
+        instance's store in, with destinations destroyed meanwhile, or changed since."""
+        self._again = True
+        self._transaction("wake", lambda cur: cur.execute(f'NOTIFY "{self.channel}"'))  # (the heart-beat's)
 
     def _apply_one(self, key: str, limits: str | None, destroyed: bool) -> None:
         broker, dest = self.broker, _destination(key)
@@ -244,14 +252,13 @@ class ClusterDestinations:
             cur.execute(f'NOTIFY "{self.channel}"')
             return version
 
-        with self._admin_lock:
-            version = self._transaction("admin", write)
-            deadline = time.monotonic() + APPLY_TIMEOUT
-            while True:
-                behind = self._transaction("admin", lambda cur: self._behind(cur, version))
-                if not behind or time.monotonic() >= deadline:
-                    return behind
-                time.sleep(0.02)
+        version = self._admin(write)
+        deadline = time.monotonic() + APPLY_TIMEOUT
+        while True:
+            behind = self._admin(lambda cur: self._behind(cur, version))
+            if not behind or time.monotonic() >= deadline:
+                return behind
+            time.sleep(0.02)
 
     def _behind(self, cur: Any, version: int) -> list[str]:
         cur.execute(
@@ -325,8 +332,7 @@ class ClusterDestinations:
             )
             return [(b, max(0.0, float(age)), json.loads(rows)) for b, age, rows in cur.fetchall()]
 
-        with self._admin_lock:
-            return self._transaction("admin", read)
+        return self._admin(read)
 
     def consumers_elsewhere(self, destination: Destination) -> dict[str, int]:
         """Broker id -> the active consumers of ``destination`` another live instance
