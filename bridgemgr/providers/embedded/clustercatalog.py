@@ -196,8 +196,9 @@ class ClusterDestinations:
 
         rows = self._transaction("work", read)
         for key, limits, destroyed, version in rows:
+            again = key in self._failed
             self._failed.discard(key)
-            self._apply_one(key, limits, destroyed)
+            self._apply_one(key, limits, destroyed, again)
             self.applied = max(self.applied, version)
         if rows:
             self._transaction(
@@ -215,7 +216,8 @@ class ClusterDestinations:
         self._again = True
         self._transaction("wake", lambda cur: cur.execute(f'NOTIFY "{self.channel}"'))  # (the heart-beat's)
 
-    def _apply_one(self, key: str, limits: str | None, destroyed: bool) -> None:
+    def _apply_one(self, key: str, limits: str | None, destroyed: bool, again: bool = False) -> None:
+        """``again``: a destroy this broker refused before (logged then, not each time)."""
         broker, dest = self.broker, _destination(key)
         try:
             if destroyed:
@@ -230,7 +232,9 @@ class ClusterDestinations:
         except JMSException as exc:
             if destroyed:
                 self._failed.add(key)
-            log.warning("HA cluster: %s cannot be %s here: %s", dest, "destroyed" if destroyed else "configured", exc)
+            (log.debug if again else log.warning)(
+                "HA cluster: %s cannot be %s here: %s", dest, "destroyed" if destroyed else "configured", exc
+            )
 
     def record(self, destination: Destination, destroyed: bool) -> list[str]:
         """An administrator created, updated (``destroyed`` False) or destroyed it on this
