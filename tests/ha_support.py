@@ -147,6 +147,8 @@ class Cluster:
         )
         passfile = d / "pw.properties"
         passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
+        for secret in (props, passfile):  # they hold passwords: 0600, as the CLI expects
+            secret.chmod(0o600)
         return props, passfile
 
     def start(self, brokerid: str, activelist: str, *extra: str, home: str = "") -> Instance:
