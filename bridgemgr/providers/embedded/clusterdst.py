@@ -20,16 +20,17 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
-from ...jms.errors import StoreError
+from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from .cluster import BROKERS, LIVE, instance_schema
-from .pgstore import close_quietly
+from .pgstore import close_quietly, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
 from .state import log, now_ms
 
@@ -50,6 +51,7 @@ _TABLES = (
     "qkey TEXT NOT NULL, dcount INTEGER NOT NULL, blob BYTEA NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {INBOX}_target ON {INBOX}(target, id)",
 )
+_PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
 
 
@@ -100,6 +102,19 @@ class _Parker:
         self.wake()
 
 
+@dataclass(eq=False)
+class _Nudge:
+    """Parked in a proxy's waiters (r:, x:): a message put there wakes the handoff."""
+
+    wake: Callable[[], None]
+
+    def can_take(self, message: Message | None) -> bool:
+        return True
+
+    def notify(self) -> None:
+        self.wake()
+
+
 def _active(mq: MessageQueue) -> list[Any]:
     """The consumers of ``mq`` that take messages now (under the broker's lock)."""
     return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
@@ -108,7 +123,16 @@ def _active(mq: MessageQueue) -> list[Any]:
 def _shape(demand: dict[str, tuple[int, str | None, int]]) -> dict[str, tuple[int, str | None, int]]:
     """What of our demand is worth telling the peers at once: consumers, selectors, and
     the backlog in steps of a quarter of a consumer's credit."""
-    return {k: (n, sel, backlog // (CREDIT // 4)) for k, (n, sel, backlog) in demand.items()}
+    return {
+        k: (n, sel, backlog if k.startswith("t:") else backlog // (CREDIT // 4))
+        for k, (n, sel, backlog) in demand.items()
+    }
+
+
+def _selectors(selectors: list[Selector | None]) -> str | None:
+    """Selectors as JSON, None when one of them takes any message."""
+    texts = [getattr(s, "text", None) if s is not None else None for s in selectors]
+    return None if any(t is None for t in texts) else json.dumps(sorted(set(texts)))
 
 
 def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
@@ -119,12 +143,23 @@ def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
         if mq.deleted or mq.topic is not None or mq.limits.is_local_only:
             continue
         active = _active(mq)
-        if not active:
-            continue
-        texts = [getattr(c.selector, "text", None) if c.selector is not None else None for c in active]
-        selectors = None if any(t is None for t in texts) else json.dumps(sorted(set(texts)))
-        out[mq.key] = (len(active), selectors, len(mq))
+        if active:
+            out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq))
     return out
+
+
+def _subscribers(broker: Broker, topic: str) -> list[MessageQueue]:
+    """The non-durable subscriptions of ``topic`` (not a temporary one) here (under the lock)."""
+    if topic in broker.temporary:
+        return []
+    return [mq for mq in broker.topics.get(topic, ()) if mq.key.startswith(("sub:", "cc:")) and not mq.deleted]
+
+
+def _any_of(texts: str | None) -> Selector | None:
+    """One selector that takes what any of ``texts`` (JSON, as advertised) takes."""
+    if texts is None:
+        return None
+    return compile_selector(" OR ".join(f"({t})" for t in json.loads(texts)))
 
 
 class ClusterQueues:
@@ -143,6 +178,13 @@ class ClusterQueues:
         self._demand_channel = f"{self.settings.jdbc.schema}_demand"
         self._threads: list[threading.Thread] = []
         self._parkers: dict[str, _Parker] = {}
+        self._nudge = _Nudge(self._wake.set)
+        # our non-durable subscriptions' versions: a peer's copy of a message published
+        # when it knew version V goes to ours of version <= V (made before it was published)
+        self._versions: weakref.WeakKeyDictionary[MessageQueue, int] = weakref.WeakKeyDictionary()
+        self._version = 0
+        self._selected: dict[str, str | None] = {}  # a proxy's selectors, as advertised
+        self._dead: set[str] = set()  # broker ids whose lease ran out or that were taken over
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
@@ -231,7 +273,7 @@ class ClusterQueues:
                 return
             try:
                 with self.broker.lock:
-                    demand = _local_demand(self.broker)
+                    demand = self._demand()
                 now, changed = time.monotonic(), _shape(demand) != shape
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
@@ -271,13 +313,41 @@ class ClusterQueues:
                 self._halt.wait(1)
 
     # --- advertising ------------------------------------------------------------------------
+    def _demand(self) -> dict[str, tuple[int, str | None, int]]:
+        """What we advertise (under the broker's lock): our queues' demand, and per topic
+        ``t:NAME`` our non-durable subscriptions (how many, their selectors, and in place
+        of a backlog the newest one's version)."""
+        out = _local_demand(self.broker)
+        for topic in list(self.broker.topics):
+            subs = _subscribers(self.broker, topic)
+            if not subs:
+                continue
+            for mq in subs:
+                if mq not in self._versions:  # versions grow across restarts: the clock's ms
+                    self._version = max(self._version + 1, now_ms())
+                    self._versions[mq] = self._version
+            out[f"t:{topic}"] = (
+                len(subs),
+                _selectors([mq.selector for mq in subs]),
+                max(map(self._versions.__getitem__, subs)),
+            )
+        return out
+
+    def remote_subscribers(self, topic: str) -> list[str]:
+        """The other instances whose subscribers of ``topic`` our publishers reach now."""
+        with self.broker.lock:
+            return sorted(mq.key.split(":")[1] for mq in self.broker.topics.get(topic, ()) if mq.key.startswith("r:"))
+
     def advertise(self, demand: dict[str, tuple[int, str | None, int]], changed: bool) -> None:
         """Write our queues' ``demand`` (rows that differ: a peer's handoff raises our
         backlog there; ``changed``: NOTIFY the peers), and read the peers' into parkers."""
         me = self.brokerid
 
-        def write(cur: Any) -> list[tuple[str, str, int, str | None, int]]:
-            cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)", (me, list(demand)))
+        def write(cur: Any) -> tuple[list[tuple[str, str, int, str | None, int]], set[str]]:
+            cur.execute(
+                f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
+                (me, [stored_key(k) for k in demand]),
+            )
             if demand:
                 cur.executemany(
                     f"INSERT INTO {DEMAND} AS d(brokerid, qkey, consumers, selectors, backlog) "
@@ -285,7 +355,7 @@ class ClusterQueues:
                     "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog "
                     "WHERE (d.consumers, d.selectors, d.backlog) IS DISTINCT FROM "
                     "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog)",
-                    [(me, k, *v) for k, v in demand.items()],
+                    [(me, stored_key(k), *v) for k, v in demand.items()],
                 )
             if changed:
                 cur.execute(f'NOTIFY "{self._demand_channel}"')
@@ -295,15 +365,53 @@ class ClusterQueues:
                 "AND b.lease_expires > now() WHERE d.brokerid <> %s ORDER BY d.brokerid",
                 (me,),
             )
-            return list(cur.fetchall())
+            rows = list(cur.fetchall())
+            cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE NOT (state = 'live' AND lease_expires > now())")
+            return rows, {r[0] for r in cur.fetchall()}
 
-        rows = self._transaction("work", write)
+        rows, dead = self._transaction("work", write)
         peers: dict[str, list[Peer]] = {}
-        for brokerid, qkey, consumers, selectors, backlog in rows:
+        topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
+        for brokerid, stored, consumers, selectors, backlog in rows:
+            qkey = loaded_key(stored)
+            if qkey.startswith("t:"):
+                topics[f"r:{brokerid}:{backlog}:{qkey[2:]}"] = selectors
+                continue
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
+            self._dead = dead
             self._park(peers)
+            self._reach(topics)
+
+    def _reach(self, topics: dict[str, str | None]) -> None:
+        """Route our publishers' messages to the peers' subscribers (under the lock): one
+        proxy per peer and topic in the topic's subscriptions, r:BROKERID:VERSION:TOPIC,
+        taking what any of them selects; one of an older version takes no more and goes
+        once empty."""
+        broker = self.broker
+        for qkey, selectors in topics.items():
+            mq = broker._proxy_queue(qkey)
+            if self._selected.get(qkey, "") != selectors:  # ("": no JSON text)
+                mq.selector = _any_of(selectors)
+                self._selected[qkey] = selectors
+            subs = broker.topics.setdefault(qkey.split(":", 3)[3], [])
+            if mq not in subs:
+                subs.append(mq)
+        for qkey, mq in list(broker.proxies.items()):
+            if qkey.startswith("r:") and qkey not in topics:
+                subs = broker.topics.get(mq.topic.name if mq.topic is not None else "", [])
+                if mq in subs:
+                    subs.remove(mq)
+                if not mq.count:
+                    del broker.proxies[qkey]
+                    self._selected.pop(qkey, None)
+                    mq.deleted = True
+                    continue
+            if self._nudge not in mq.waiters:
+                mq.waiters.append(self._nudge)
+            if len(mq):
+                self._wake.set()
 
     def _park(self, peers: dict[str, list[Peer]]) -> None:
         """Park a waiter in each of our queues a peer has consumers on (under the lock)."""
@@ -369,6 +477,9 @@ class ClusterQueues:
                         self._wake.set()
                 if parker not in mq.waiters and not parker.closed:
                     mq.waiters.append(parker)
+            lost = self._take_proxies(taken, now)
+            if lost:
+                broker._ack(lost)  # for subscribers that died with their instance
         if not taken:
             return False
         envs = [env for _, env in taken]
@@ -386,9 +497,34 @@ class ClusterQueues:
             raise
         broker.acknowledge(envs)  # gone from here (the store's delete finds no row)
         for peer, _ in taken:
-            peer.backlog += 1
+            if peer.consumers:
+                peer.backlog += 1
         self.handed_off += len(envs)
         return True
+
+    def _take_proxies(self, taken: list[tuple[Peer, Envelope]], now: int) -> list[Envelope]:
+        """Take our proxies' waiting messages (r:, x:) for their instances into ``taken``
+        (under the lock); those of an instance that is gone are returned, to drop."""
+        lost: list[Envelope] = []
+        for qkey, mq in list(self.broker.proxies.items()):
+            if not len(mq):
+                continue
+            target = qkey.split(":", 2)[1]
+            peer = Peer(target, 0, None, 0)  # (no consumers: no credit counted)
+            for env in mq.browse():
+                if len(taken) >= BATCH:
+                    break
+                if env.owner is None and mq.remove(env):
+                    if target in self._dead or env.expired(now):
+                        lost.append(env)
+                    else:
+                        taken.append((peer, env))
+            if mq.paged and len(mq) == mq.paged and len(taken) < BATCH:
+                mq.page_in()
+                self._wake.set()
+            if self._nudge not in mq.waiters:
+                mq.waiters.append(self._nudge)
+        return lost
 
     def _move_out(self, cur: Any, taken: list[tuple[Peer, Envelope]]) -> None:
         """In our transaction: each message's row leaves our store for the inbox of its
@@ -408,17 +544,19 @@ class ClusterQueues:
             if cur.rowcount != len(stored):
                 raise StoreError(f"handoff: {len(stored) - cur.rowcount} of {len(stored)} rows were not in the store")
         loose = [
-            (p.brokerid, env.queue.key, env.dcount, codec.encode(env.message)) for p, env in taken if not env.stored
+            (p.brokerid, stored_key(env.queue.key), env.dcount, codec.encode(env.message))
+            for p, env in taken
+            if not env.stored
         ]
         if loose:
             cur.executemany(f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES (%s, %s, %s, %s)", loose)
         counts: dict[tuple[str, str], int] = {}
         for peer, env in taken:
-            key = (peer.brokerid, env.queue.key)
+            key = (peer.brokerid, stored_key(env.queue.key) if peer.consumers else "")
             counts[key] = counts.get(key, 0) + 1
         cur.executemany(
             f"UPDATE {DEMAND} SET backlog = backlog + %s WHERE brokerid = %s AND qkey = %s",
-            [(n, b, q) for (b, q), n in counts.items()],
+            [(n, b, q) for (b, q), n in counts.items() if q],
         )
         for target in sorted({b for b, _ in counts}):
             cur.execute(f'NOTIFY "{channel(self.settings.clusterid, target)}"')
@@ -441,18 +579,28 @@ class ClusterQueues:
                 return []
             self._fenced(cur)
             ids = [r[0] for r in rows]
-            base = broker.reserve_seqs(len(ids))
-            cur.execute(
-                f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} WHERE id = ANY(%s)",
-                (base, ids),
-            )
+            queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
+            base = broker.reserve_seqs(len(queued))
+            if queued:
+                cur.execute(
+                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                    f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} "
+                    "WHERE id = ANY(%s)",
+                    (base, queued),
+                )
             cur.execute(f"DELETE FROM {INBOX} WHERE id = ANY(%s)", (ids,))
-            return [(base + i, qkey, dcount, bytes(blob)) for i, (_, qkey, dcount, blob) in enumerate(rows, 1)]
+            seqs = iter(range(base + 1, base + len(queued) + 1))
+            return [
+                (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, bytes(blob))
+                for _, qkey, dcount, blob in rows
+            ]
 
         with broker.lock:  # nothing enters our queues between the seqs and the pushes
             moved = self._transaction("intake", take)
             for seq, qkey, dcount, blob in moved:
+                if not seq:
+                    self._fan_out(qkey, codec.decode(blob))
+                    continue
                 mq = broker._queue_for_key(qkey)
                 if mq is not None:  # (a queue: made when missing)
                     env = Envelope(seq, mq, codec.decode(blob), True, len(blob), dcount)
@@ -460,6 +608,39 @@ class ClusterQueues:
                     mq.push(env)  # as a send's: in the window, or paged out (its row is there)
         self.taken_in += len(moved)
         return bool(moved)
+
+    def _fan_out(self, qkey: str, message: Message) -> None:
+        """A peer's copy for our subscribers (r:ME:VERSION:TOPIC) or for a temporary
+        destination of ours (x:ME:NAME) to them, as a publish here would (under the lock;
+        not stored, as ours are not)."""
+        broker = self.broker
+        kind, target, rest = qkey.split(":", 2)
+        if target != self.brokerid:
+            return  # (for subscribers or a temporary destination of an instance that is gone)
+        if kind == "r":
+            version, _, topic = rest.partition(":")
+            targets = [
+                mq
+                for mq in _subscribers(broker, topic)
+                if self._versions.get(mq, int(version) + 1) <= int(version)
+                and (mq.selector is None or mq.selector.matches(message))
+            ]
+        else:
+            tmq = broker.temporary.get(rest)
+            if tmq is None:
+                return  # deleted: its connection ended
+            targets = broker._targets(tmq.destination, None, message) if tmq.destination.is_topic else [tmq]
+        for i, mq in enumerate(targets):
+            try:
+                broker._commit_envelopes(broker._route(message if i == 0 else message.copy(), [mq], hold=False))
+            except JMSException as exc:
+                log.warning(
+                    "HA cluster %s: %s: message %s dropped: %s",
+                    self.settings.clusterid,
+                    mq.destination,
+                    message.message_id,
+                    exc,
+                )
 
 
 def open_cluster_queues(cluster: HACluster, host: EmbeddedHostBroker) -> ClusterQueues:
