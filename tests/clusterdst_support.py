@@ -26,7 +26,7 @@ class Member:
         conn = self.host.connection_factory().create_connection()
         stack.callback(conn.close)
         if client_id is not None:
-            conn.set_client_id(client_id)
+            conn.client_id = client_id
         conn.start()
         return conn
 

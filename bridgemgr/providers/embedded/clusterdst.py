@@ -26,20 +26,21 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
+from ...jms.destination import Topic
 from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from .cluster import BROKERS, LIVE, instance_schema
 from .pgstore import close_quietly, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
-from .state import log, now_ms
+from .state import Subscription, _owned, log, now_ms
 
 if TYPE_CHECKING:
     from .broker import Broker
     from .cluster import HACluster
     from .host import EmbeddedHostBroker
 
-DEMAND, INBOX = "imq_ha_demand", "imq_ha_inbox"
+DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
@@ -50,6 +51,8 @@ _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {INBOX}(id BIGSERIAL PRIMARY KEY, target TEXT NOT NULL, "
     "qkey TEXT NOT NULL, dcount INTEGER NOT NULL, blob BYTEA NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {INBOX}_target ON {INBOX}(target, id)",
+    f"CREATE TABLE IF NOT EXISTS {DURABLES}(client_id TEXT NOT NULL, name TEXT NOT NULL, topic TEXT NOT NULL, "
+    "selector TEXT, no_local INTEGER NOT NULL, owner TEXT, PRIMARY KEY (client_id, name))",
 )
 _PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
@@ -145,6 +148,10 @@ def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
         active = _active(mq)
         if active:
             out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq))
+    for sub in broker.durable.values():  # (its queue selects at publish: its consumers take any)
+        mq = sub.queue
+        if not mq.limits.is_local_only and (active := _active(mq)):
+            out[mq.key] = (len(active), None, len(mq))
     return out
 
 
@@ -226,7 +233,9 @@ class ClusterQueues:
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
-            cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target"))
+            cur.execute(
+                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target", DURABLES)
+            )
             if None not in cur.fetchone():
                 return  # (CREATE INDEX IF NOT EXISTS would lock the inbox: peers' moves wait)
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
@@ -238,6 +247,8 @@ class ClusterQueues:
     # --- the threads ------------------------------------------------------------------------
     def start(self) -> None:
         self.create_tables()
+        with self.broker.lock:  # our durable subscriptions join the cluster's (not replacing one)
+            self.broker.cluster_durables = [("add", sub) for sub in self.broker.durable.values()]
         self._transaction(
             "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
         )
@@ -254,6 +265,7 @@ class ClusterQueues:
         self._threads.clear()
         with self.broker.lock:
             self._unpark_all()
+            self.broker.cluster_durables = None
         try:
             self._transaction(
                 "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
@@ -342,8 +354,12 @@ class ClusterQueues:
         """Write our queues' ``demand`` (rows that differ: a peer's handoff raises our
         backlog there; ``changed``: NOTIFY the peers), and read the peers' into parkers."""
         me = self.brokerid
+        with self.broker.lock:
+            changes = list(self.broker.cluster_durables or ())
+            if self.broker.cluster_durables is not None:
+                self.broker.cluster_durables.clear()
 
-        def write(cur: Any) -> tuple[list[tuple[str, str, int, str | None, int]], set[str]]:
+        def write(cur: Any) -> tuple[list[Any], set[str], dict[tuple[str, str], tuple[Any, ...]]]:
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
                 (me, [stored_key(k) for k in demand]),
@@ -367,9 +383,16 @@ class ClusterQueues:
             )
             rows = list(cur.fetchall())
             cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE NOT (state = 'live' AND lease_expires > now())")
-            return rows, {r[0] for r in cur.fetchall()}
+            dead = {r[0] for r in cur.fetchall()}
+            return rows, dead, self._share_durables(cur, changes)
 
-        rows, dead = self._transaction("work", write)
+        try:
+            rows, dead, durables = self._transaction("work", write)
+        except BaseException:
+            with self.broker.lock:  # told at the next advertisement
+                if self.broker.cluster_durables is not None:
+                    self.broker.cluster_durables[:0] = changes
+            raise
         peers: dict[str, list[Peer]] = {}
         topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
         for brokerid, stored, consumers, selectors, backlog in rows:
@@ -381,8 +404,73 @@ class ClusterQueues:
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
             self._dead = dead
+            self._mirror(durables)
             self._park(peers)
             self._reach(topics)
+
+    def _share_durables(
+        self, cur: Any, changes: list[tuple[str, Subscription]]
+    ) -> dict[tuple[str, str], tuple[Any, ...]]:
+        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables) and
+        read them all: (client id, name) -> (topic, selector, no_local, owner)."""
+        for change, sub in changes:
+            if change == "del":
+                cur.execute(f"DELETE FROM {DURABLES} WHERE client_id = %s AND name = %s", (sub.client_id, sub.name))
+                continue
+            cur.execute(
+                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (client_id, name) "
+                + (
+                    "DO NOTHING"
+                    if change == "add"
+                    else "DO UPDATE SET topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+                    "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
+                ),
+                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner),
+            )
+        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner FROM {DURABLES}")
+        return {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o in cur.fetchall()}
+
+    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+        """Make our durable subscriptions the cluster's (under the lock): one made or
+        changed on another instance is made here (our publishers' messages for it wait
+        here until its subscriber's instance takes them); one removed there goes. One we
+        changed since the read, or that has a subscriber or unacknowledged messages here,
+        stays as it is."""
+        broker = self.broker
+        pending = broker.cluster_durables
+        if pending is None:
+            return
+        mine = {(sub.client_id, sub.name) for _, sub in pending}
+        broker.cluster_durables = None  # (what we do here is the cluster's already)
+        try:
+            for key, (topic, selector, no_local, owner) in durables.items():
+                sub = broker.durable.get(key)
+                if key in mine or (
+                    sub is not None and (sub.topic.name, sub.selector, sub.no_local) == (topic, selector, no_local)
+                ):
+                    continue
+                if sub is not None:
+                    if sub.active is not None or _owned(sub.queue, broker):
+                        continue
+                    broker._drop_subscription(sub)
+                try:
+                    broker._make_subscription(
+                        key[0], key[1], Topic(topic), selector, no_local, persist=True, owner=owner
+                    )
+                except JMSException as exc:
+                    log.warning(
+                        "HA cluster %s: durable subscription %r of client %r: %s",
+                        self.settings.clusterid,
+                        key[1],
+                        key[0],
+                        exc,
+                    )
+            for key, sub in list(broker.durable.items()):
+                if key not in durables and key not in mine and sub.active is None and not _owned(sub.queue, broker):
+                    broker._drop_subscription(sub)
+        finally:
+            broker.cluster_durables = pending
 
     def _reach(self, topics: dict[str, str | None]) -> None:
         """Route our publishers' messages to the peers' subscribers (under the lock): one
@@ -418,7 +506,7 @@ class ClusterQueues:
         for qkey in [k for k in self._parkers if k not in peers]:
             self._unpark(qkey)
         for qkey, found in peers.items():
-            mq = self.broker.queues.get(qkey[2:]) if qkey.startswith("q:") else None
+            mq = self.broker.queues.get(qkey[2:]) if qkey.startswith("q:") else self.broker._queue_for_key(qkey, False)
             parker = self._parkers.get(qkey)
             if parker is not None and parker.queue is not mq:
                 self._unpark(qkey)
