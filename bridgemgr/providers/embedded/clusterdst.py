@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
-from ...jms.destination import Topic
+from ...jms.destination import Destination, Topic
 from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
+GONE_KEEP = 60.0  # seconds a peer's temporary destination that went is known as gone
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
 _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {DEMAND}(brokerid TEXT NOT NULL, qkey TEXT NOT NULL, "
@@ -192,6 +193,9 @@ class ClusterQueues:
         self._version = 0
         self._selected: dict[str, str | None] = {}  # a proxy's selectors, as advertised
         self._dead: set[str] = set()  # broker ids whose lease ran out or that were taken over
+        self._live: set[str] = set()  # ...and those whose lease is live
+        self._temps: dict[str, str] = {}  # the peers' temporary destinations -> their broker id
+        self._gone: dict[str, float] = {}  # ...no longer advertised -> since (time.monotonic())
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
@@ -249,9 +253,14 @@ class ClusterQueues:
         self.create_tables()
         with self.broker.lock:  # our durable subscriptions join the cluster's (not replacing one)
             self.broker.cluster_durables = [("add", sub) for sub in self.broker.durable.values()]
+            self.broker.temp_home = self.brokerid  # temp.<brokerid>.<id>: peers route there
+            self.broker.remote_temporary = self._remote_temporary
         self._transaction(
             "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
         )
+        with self.broker.lock:
+            demand = self._demand()
+        self.advertise(demand, True)  # the peers' subscriptions, durables, temporaries: known now
         for name, target in (("ha-handoff", self._run_handoff), ("ha-intake", self._run_intake)):
             thread = threading.Thread(target=target, daemon=True, name=name)
             thread.start()
@@ -266,6 +275,7 @@ class ClusterQueues:
         with self.broker.lock:
             self._unpark_all()
             self.broker.cluster_durables = None
+            self.broker.remote_temporary = None
         try:
             self._transaction(
                 "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
@@ -343,6 +353,8 @@ class ClusterQueues:
                 _selectors([mq.selector for mq in subs]),
                 max(map(self._versions.__getitem__, subs)),
             )
+        for name in self.broker.temporary:  # (so that a peer's send to one that is gone fails)
+            out[f"tmp:{name}"] = (0, None, 0)
         return out
 
     def remote_subscribers(self, topic: str) -> list[str]:
@@ -359,7 +371,7 @@ class ClusterQueues:
             if self.broker.cluster_durables is not None:
                 self.broker.cluster_durables.clear()
 
-        def write(cur: Any) -> tuple[list[Any], set[str], dict[tuple[str, str], tuple[Any, ...]]]:
+        def write(cur: Any) -> tuple[list[Any], dict[str, bool], dict[tuple[str, str], tuple[Any, ...]]]:
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
                 (me, [stored_key(k) for k in demand]),
@@ -382,12 +394,12 @@ class ClusterQueues:
                 (me,),
             )
             rows = list(cur.fetchall())
-            cur.execute(f"SELECT brokerid FROM {BROKERS} WHERE NOT (state = 'live' AND lease_expires > now())")
-            dead = {r[0] for r in cur.fetchall()}
-            return rows, dead, self._share_durables(cur, changes)
+            cur.execute(f"SELECT brokerid, state = 'live' AND lease_expires > now() FROM {BROKERS}")
+            members = dict(cur.fetchall())
+            return rows, members, self._share_durables(cur, changes)
 
         try:
-            rows, dead, durables = self._transaction("work", write)
+            rows, members, durables = self._transaction("work", write)
         except BaseException:
             with self.broker.lock:  # told at the next advertisement
                 if self.broker.cluster_durables is not None:
@@ -395,18 +407,55 @@ class ClusterQueues:
             raise
         peers: dict[str, list[Peer]] = {}
         topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
+        temps: dict[str, str] = {}
         for brokerid, stored, consumers, selectors, backlog in rows:
             qkey = loaded_key(stored)
             if qkey.startswith("t:"):
                 topics[f"r:{brokerid}:{backlog}:{qkey[2:]}"] = selectors
                 continue
+            if qkey.startswith("tmp:"):
+                temps[qkey[4:]] = brokerid
+                continue
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
-            self._dead = dead
+            self._dead = {b for b, live in members.items() if not live}
+            self._live = {b for b, live in members.items() if live}
+            self._know_temps(temps)
             self._mirror(durables)
             self._park(peers)
             self._reach(topics)
+
+    def _know_temps(self, temps: dict[str, str]) -> None:
+        """The peers' temporary destinations now (under the lock); those gone are kept
+        GONE_KEEP seconds (a send to one fails) and our proxies of them go once empty."""
+        now = time.monotonic()
+        for name in self._temps.keys() - temps.keys():
+            self._gone[name] = now
+        for name in [n for n, since in self._gone.items() if n in temps or now - since > GONE_KEEP]:
+            del self._gone[name]
+        self._temps = temps
+        for qkey, mq in list(self.broker.proxies.items()):
+            if qkey.startswith("x:") and not mq.count and qkey.split(":", 2)[2] not in temps:
+                del self.broker.proxies[qkey]
+                mq.deleted = True
+
+    def _remote_temporary(self, dest: Destination) -> MessageQueue | None:
+        """Where a send to another instance's temporary destination goes (Broker's hook,
+        under the lock): our proxy of it, x:BROKERID:NAME, handed to that instance as a
+        queue's messages are; None when it is gone (or names no live instance)."""
+        owner = self._temps.get(dest.name)
+        if owner is None:
+            kind, _, rest = dest.name.partition(".")
+            owner = rest.partition(".")[0]
+            if kind != "temp" or dest.name in self._gone or owner not in self._live or owner == self.brokerid:
+                return None
+        qkey = f"x:{owner}:{dest.name}"
+        mq = self.broker.proxies.get(qkey)
+        if mq is None:
+            mq = self.broker.proxies[qkey] = MessageQueue(qkey, dest, durable=False, usage=self.broker.usage)
+            mq.waiters.append(self._nudge)
+        return mq
 
     def _share_durables(
         self, cur: Any, changes: list[tuple[str, Subscription]]
@@ -716,7 +765,13 @@ class ClusterQueues:
         else:
             tmq = broker.temporary.get(rest)
             if tmq is None:
-                return  # deleted: its connection ended
+                log.info(
+                    "HA cluster %s: message %s for %s dropped: its connection ended",
+                    self.settings.clusterid,
+                    message.message_id,
+                    rest,
+                )
+                return
             targets = broker._targets(tmq.destination, None, message) if tmq.destination.is_topic else [tmq]
         for i, mq in enumerate(targets):
             try:
