@@ -1,13 +1,18 @@
-"""Cluster-wide queues of an HA cluster: a message reaches a consumer on another instance.
+"""Cluster-wide destinations of an HA cluster: every instance serves the same queues,
+topics, durable subscriptions and temporary destinations.
 
-Each instance advertises in the cluster's table imq_ha_demand the queues it has active
-consumers on (their selectors, its backlog). A queue's waiting message that no local
-consumer is waiting for is handed off to an instance that advertises a consumer whose
-selector takes it: in ONE PostgreSQL transaction its row leaves our store's schema for the
-cluster's inbox (imq_ha_inbox), then NOTIFY wakes the peer, which moves it into its own
-store (new seqs, its delivery count kept) and serves it. A row is in one place at a time,
-so each message is delivered once; a delivered, unacknowledged message stays where it was
-delivered.
+Each instance advertises in the cluster's table imq_ha_demand what it serves: queues and
+durable subscriptions with active consumers (selectors, backlog), its non-durable
+subscriptions per topic (selectors, a version), its temporary destinations. A queue's
+waiting message that no local consumer waits for is handed off to an instance whose
+consumer takes it: in ONE PostgreSQL transaction its row leaves our store's schema for the
+cluster's inbox (imq_ha_inbox), NOTIFY wakes the peer, which moves it into its own store
+and serves it; a row is in one place at a time, so each message is delivered once. A
+publish is stored for each peer with subscribers it selects in a proxy subscription
+(r:BROKERID:VERSION:TOPIC) in the publish's store batch, handed off the same way and fanned
+out there; a send to a peer's temporary destination goes through a proxy (x:). Durable
+subscriptions are kept in imq_ha_durables, mirrored by every instance; their queues are
+served as queues are.
 
 Rules: the broker's lock is taken before our connections' (never the other way); the
 handoff and the intake each fence on the instance's lease.
@@ -167,7 +172,10 @@ def _any_of(texts: str | None) -> Selector | None:
     """One selector that takes what any of ``texts`` (JSON, as advertised) takes."""
     if texts is None:
         return None
-    return compile_selector(" OR ".join(f"({t})" for t in json.loads(texts)))
+    try:
+        return compile_selector(" OR ".join(f"({t})" for t in json.loads(texts)))
+    except JMSException:  # too large together: every message goes, the peer selects
+        return None
 
 
 class ClusterQueues:
@@ -614,7 +622,7 @@ class ClusterQueues:
                         self._wake.set()
                 if parker not in mq.waiters and not parker.closed:
                     mq.waiters.append(parker)
-            lost = self._take_proxies(taken, now)
+            lost = self._take_proxies(taken)
             if lost:
                 broker._ack(lost)  # for subscribers that died with their instance
         if not taken:
@@ -639,7 +647,7 @@ class ClusterQueues:
         self.handed_off += len(envs)
         return True
 
-    def _take_proxies(self, taken: list[tuple[Peer, Envelope]], now: int) -> list[Envelope]:
+    def _take_proxies(self, taken: list[tuple[Peer, Envelope]]) -> list[Envelope]:
         """Take our proxies' waiting messages (r:, x:) for their instances into ``taken``
         (under the lock); those of an instance that is gone are returned, to drop."""
         lost: list[Envelope] = []
@@ -652,7 +660,7 @@ class ClusterQueues:
                 if len(taken) >= BATCH:
                     break
                 if env.owner is None and mq.remove(env):
-                    if target in self._dead or env.expired(now):
+                    if target in self._dead:
                         lost.append(env)
                     else:
                         taken.append((peer, env))
