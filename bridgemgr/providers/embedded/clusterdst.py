@@ -304,7 +304,8 @@ class ClusterQueues:
             try:
                 with self.broker.lock:
                     demand = self._demand()
-                now, changed = time.monotonic(), _shape(demand) != shape
+                    durables = bool(self.broker.cluster_durables)  # made or removed here
+                now, changed = time.monotonic(), _shape(demand) != shape or durables
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
                     self.advertise(demand, changed)
