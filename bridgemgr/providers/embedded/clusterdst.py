@@ -35,6 +35,7 @@ from ...jms.destination import Destination, Topic
 from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
+from ...logfiles import COUNTED
 from .cluster import BROKERS, LIVE, instance_schema
 from .pgstore import close_quietly, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
@@ -779,6 +780,7 @@ class ClusterQueues:
                     self.settings.clusterid,
                     message.message_id,
                     rest,
+                    extra=COUNTED,  # a flood of them: counted lines in the service log
                 )
                 return
             targets = broker._targets(tmq.destination, None, message) if tmq.destination.is_topic else [tmq]
@@ -792,6 +794,7 @@ class ClusterQueues:
                     mq.destination,
                     message.message_id,
                     exc,
+                    extra=COUNTED,
                 )
 
 
