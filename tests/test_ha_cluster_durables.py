@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from bridgemgr.jms import Topic
+from bridgemgr.jms import IllegalStateException, Topic
 from clusterdst_support import cluster_members, texts_of
 from waiting import quiet_for, wait_for
 
@@ -25,6 +25,19 @@ def members(postgresql, tmp_path: Path) -> Iterator[Any]:
 def knows(member: Any, client_id: str, name: str) -> bool:
     with member.host.broker.lock:
         return (client_id, name) in member.host.broker.durable
+
+
+def attach(connection: Any, topic: str, name: str, selector: str | None = None, mode: int = 1) -> Any:
+    """A durable subscriber, once no other instance has one attached (it is told within
+    0.2 s of a detach; a dead instance's, once its lease ran out)."""
+
+    def subscribe() -> Any:
+        try:
+            return connection.create_session(False, mode).create_durable_subscriber(Topic(topic), name, selector)
+        except IllegalStateException:
+            return None
+
+    return wait_for(subscribe, 30, f"durable subscription {name} free")
 
 
 def test_a_durable_subscriber_reattaching_on_a_third_instance_gets_what_was_kept_once(members):
@@ -43,8 +56,7 @@ def test_a_durable_subscriber_reattaching_on_a_third_instance_gets_what_was_kept
         producer.send(message)
         if i % 3:
             sent.append(f"p{i}")
-    on_b3 = b3.connection(stack, client_id="app").create_session()
-    subscriber = on_b3.create_durable_subscriber(Topic("prices"), "p", "kind = 'stock'")
+    subscriber = attach(b3.connection(stack, client_id="app"), "prices", "p", "kind = 'stock'")
     got: list[str] = []
     texts_of(subscriber, got, len(sent), 30)
     quiet_for(lambda: len(got) + (1 if subscriber.receive(0.05) else 0), 1.0, 10)
@@ -106,7 +118,7 @@ def test_kill_9_of_the_instance_holding_the_durable_subscriber_loses_nothing(tmp
         again = connect(f"mq://{b3.address}", "admin", PASSWORD)
         try:
             again.client_id = "app"
-            subscriber = again.create_session(False, CLIENT_ACKNOWLEDGE).create_durable_subscriber(Topic("flow"), "d")
+            subscriber = attach(again, "flow", "d", mode=CLIENT_ACKNOWLEDGE)  # once B2's lease ran out
             again.start()
             got: list[Any] = []
 
@@ -124,3 +136,24 @@ def test_kill_9_of_the_instance_holding_the_durable_subscriber_loses_nothing(tmp
         assert sorted(m.text for m in got if m.redelivered) == texts[10:30]
     finally:
         cluster.stop()
+
+
+def test_a_durable_has_one_subscriber_in_the_cluster(members):
+    start, stack = members
+    b1, b2, b3 = start("B1"), start("B2"), start("B3")
+    holder = b2.connection(stack, client_id="app")
+    holder.create_session().create_durable_subscriber(Topic("t"), "one")
+    elsewhere = b3.connection(stack, client_id="app")
+
+    def refused() -> str | None:
+        try:
+            elsewhere.create_session().create_durable_subscriber(Topic("t"), "one").close()
+        except IllegalStateException as exc:
+            return str(exc)
+        return None
+
+    assert "active subscriber on broker B2" in wait_for(refused, 20, "B3 to refuse a second subscriber")
+    with pytest.raises(IllegalStateException, match="on broker B2"):
+        b1.connection(stack, client_id="app").create_session().unsubscribe("one")
+    holder.close()
+    attach(elsewhere, "t", "one")  # free again once B2's detach is told

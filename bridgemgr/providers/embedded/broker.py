@@ -129,6 +129,7 @@ class Broker(XABranches, Adoption):
         self.proxies = {}
         self.cluster_durables = None
         self.remote_temporary = None
+        self.remote_durable = None
         self.connections = set()
         self.producers = collections.Counter()  # (metrics)
         self.paused = {}

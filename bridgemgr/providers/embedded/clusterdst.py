@@ -204,6 +204,8 @@ class ClusterQueues:
         self._dead: set[str] = set()  # broker ids whose lease ran out or that were taken over
         self._live: set[str] = set()  # ...and those whose lease is live
         self._temps: dict[str, str] = {}  # the peers' temporary destinations -> their broker id
+        # (client id, name) of a durable subscription -> the peer its subscriber is attached to
+        self._attached: dict[tuple[str, str], str] = {}
         self._gone: dict[str, float] = {}  # ...no longer advertised -> since (time.monotonic())
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
@@ -264,6 +266,7 @@ class ClusterQueues:
             self.broker.cluster_durables = [("add", sub) for sub in self.broker.durable.values()]
             self.broker.temp_home = self.brokerid  # temp.<brokerid>.<id>: peers route there
             self.broker.remote_temporary = self._remote_temporary
+            self.broker.remote_durable = self._attached_to
         self._transaction(
             "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
         )
@@ -285,6 +288,7 @@ class ClusterQueues:
             self._unpark_all()
             self.broker.cluster_durables = None
             self.broker.remote_temporary = None
+            self.broker.remote_durable = None
         try:
             self._transaction(
                 "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
@@ -418,6 +422,7 @@ class ClusterQueues:
         peers: dict[str, list[Peer]] = {}
         topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
         temps: dict[str, str] = {}
+        attached: dict[tuple[str, str], str] = {}
         for brokerid, stored, consumers, selectors, backlog in rows:
             qkey = loaded_key(stored)
             if qkey.startswith("t:"):
@@ -426,12 +431,16 @@ class ClusterQueues:
             if qkey.startswith("tmp:"):
                 temps[qkey[4:]] = brokerid
                 continue
+            if qkey.startswith("d:"):
+                client_id, _, name = qkey[2:].partition("\0")
+                attached[(client_id, name)] = brokerid
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
             self._dead = {b for b, live in members.items() if not live}
             self._live = {b for b, live in members.items() if live}
             self._know_temps(temps)
+            self._attached = attached
             self._mirror(durables)
             self._park(peers)
             self._reach(topics)
@@ -466,6 +475,11 @@ class ClusterQueues:
             mq = self.broker.proxies[qkey] = MessageQueue(qkey, dest, durable=False, usage=self.broker.usage)
             mq.waiters.append(self._nudge)
         return mq
+
+    def _attached_to(self, client_id: str, name: str) -> str | None:
+        """The peer a durable subscription's subscriber is attached to, as last read
+        (Broker's hook, under the lock): attaching here or unsubscribing fails meanwhile."""
+        return self._attached.get((client_id, name))
 
     def _share_durables(
         self, cur: Any, changes: list[tuple[str, Subscription]]

@@ -385,6 +385,7 @@ class Destinations(Paging):
                 raise IllegalStateException(
                     f"durable subscription {name!r} of client {client_id!r} already has an active subscriber"
                 )
+            self._check_elsewhere(client_id, name)
             if sub is not None and (sub.topic != topic or sub.selector != selector or sub.no_local != no_local):
                 self._drop_subscription(sub)
                 sub = None
@@ -442,6 +443,15 @@ class Destinations(Paging):
             self.topics.setdefault(dest.name, []).append(mq)
             mq.consumers.append(consumer)
             return mq
+
+    def _check_elsewhere(self, client_id: str, name: str) -> None:
+        """HA: IllegalStateException while another instance of the cluster has a subscriber
+        attached to the durable subscription (clusterdst.py; under the lock)."""
+        elsewhere = self.remote_durable(client_id, name) if self.remote_durable is not None else None
+        if elsewhere is not None:
+            raise IllegalStateException(
+                f"durable subscription {name!r} of client {client_id!r} has an active subscriber on broker {elsewhere}"
+            )
 
     def _check_owner(self, connection: Any, sub: Subscription, action: str) -> str | None:
         """JMSSecurityException unless ``connection`` may ``action`` ``sub`` (owners.py; lock
@@ -517,6 +527,7 @@ class Destinations(Paging):
             self._check_owner(connection, sub, "unsubscribe")
             if sub.active is not None:
                 raise IllegalStateException(f"durable subscription {name!r} has an active subscriber")
+            self._check_elsewhere(client_id, name)
             if any(env.owner is not None for env in _owned(sub.queue, self)):
                 raise IllegalStateException(f"durable subscription {name!r} has unacknowledged messages")
             self._drop_subscription(sub)

@@ -132,6 +132,7 @@ class BrokerState:
     proxies: dict[str, MessageQueue]  # r:/x: keys: messages on their way to another instance
     cluster_durables: list[tuple[str, Subscription]] | None  # durables made or dropped here
     remote_temporary: Callable[[Destination], MessageQueue | None] | None  # another's temp
+    remote_durable: Callable[[str, str], str | None] | None  # where a durable's subscriber is
     # dstcontrol.py: pauses (destroy changes destinations.py's attributes too)
     paused: dict[str, str]  # q:NAME / t:NAME -> PRODUCERS, CONSUMERS or ALL (pause dst; memory only)
     paused_producers: dict[str, list[Callable[[], None]]]  # ...the producers a pause holds
