@@ -62,3 +62,33 @@ def test_a_temporary_topic_gets_a_publish_from_another_instance(members):
     assert wait_for(lambda: one.receive(0.05), 20, "on the first").text == "e"
     assert wait_for(lambda: two.receive(0.05), 20, "on the second").text == "e"
     assert isinstance(events, Topic)
+
+
+def test_serve_instances_request_and_reply_over_mq_with_a_temporary_queue(tmp_path, postgresql):
+    from bridgemgr import connect
+    from bridgemgr.jms import TextMessage
+    from ha_support import PASSWORD, Cluster
+
+    cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
+    try:
+        b1, b2 = cluster.start("B1", ""), cluster.start("B2", "")
+        with (
+            connect(f"mq://{b1.address}", "admin", PASSWORD) as requester,
+            connect(f"mq://{b2.address}", "admin", PASSWORD) as server,
+        ):
+            requester.start()
+            server.start()
+            client, service = requester.create_session(), server.create_session()
+            reply_to = client.create_temporary_queue()
+            assert reply_to.name.startswith("temp.B1.")
+            replies, requests = client.create_consumer(reply_to), service.create_consumer(Queue("rpc"))
+            answer = service.create_producer(None)
+            request = TextMessage("ping")
+            request.reply_to = reply_to
+            client.create_producer(Queue("rpc")).send(request)
+            got = wait_for(lambda: requests.receive(0.1), 30, "the request on B2")
+            answer.send(TextMessage("pong"), destination=got.reply_to)
+            assert wait_for(lambda: replies.receive(0.1), 30, "the reply on B1").text == "pong"
+            assert replies.receive(0.3) is None
+    finally:
+        cluster.stop()

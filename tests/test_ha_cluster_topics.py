@@ -104,3 +104,43 @@ def test_a_persistent_publish_is_in_the_store_for_the_remote_subscriber_when_sen
     finally:
         conn.close()
     assert stored == 1
+
+
+def test_serve_instances_a_publisher_on_one_and_subscribers_on_two_others(tmp_path, postgresql):
+    from bridgemgr import connect
+    from bridgemgr.jms import DeliveryMode, TextMessage
+    from ha_support import PASSWORD, Cluster
+
+    cluster = Cluster(tmp_path, postgresql, {}, "imq.bridge.enabled=false")
+    try:
+        b1, b2, b3 = (cluster.start(b, "") for b in ("B1", "B2", "B3"))
+        with (
+            connect(f"mq://{b1.address}", "admin", PASSWORD) as publisher,
+            connect(f"mq://{b2.address}", "admin", PASSWORD) as on_b2,
+            connect(f"mq://{b3.address}", "admin", PASSWORD) as on_b3,
+        ):
+            subscribers = [c.create_session().create_consumer(Topic("news")) for c in (on_b2, on_b3)]
+            for conn in (on_b2, on_b3):
+                conn.start()
+            producer = publisher.create_session().create_producer(Topic("news"))
+            heard = [False, False]
+
+            def everyone_hears() -> bool:  # (B1 sees a new subscriber elsewhere within 0.2 s)
+                probe = TextMessage("probe")
+                producer.send(probe, delivery_mode=DeliveryMode.NON_PERSISTENT)
+                for i, s in enumerate(subscribers):
+                    while (m := s.receive(0.05)) is not None:
+                        heard[i] = heard[i] or m.text == "probe"
+                return all(heard)
+
+            wait_for(everyone_hears, 30, "B2 and B3 to hear B1's probes")
+            quiet_for(lambda: sum(1 for s in subscribers if s.receive(0.05) is not None), 1.0, 10)
+            sent = [f"n{i}" for i in range(50)]
+            for text in sent:
+                producer.send(TextMessage(text), delivery_mode=DeliveryMode.PERSISTENT)
+            for s in subscribers:
+                got: list[str] = []
+                texts_of(s, got, len(sent), 30)
+                assert got == sent and s.receive(0.3) is None
+    finally:
+        cluster.stop()
