@@ -144,3 +144,18 @@ def test_serve_instances_a_publisher_on_one_and_subscribers_on_two_others(tmp_pa
                 assert got == sent and s.receive(0.3) is None
     finally:
         cluster.stop()
+
+
+def test_a_topic_destroyed_on_the_publishers_instance_still_reaches_other_instances_after(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    subscriber = b2.connection(stack).create_session().create_consumer(Topic("gone"))
+    wait_for(lambda: b1.queues.remote_subscribers("gone") == ["B2"], 20, "B1 to see B2's subscriber")
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Topic("gone"))
+    producer.send(session.create_text_message("before"))
+    assert wait_for(lambda: subscriber.receive(0.05), 20, "the first on B2").text == "before"
+    assert b1.host.broker.destroy(Topic("gone")) == 0  # (no consumer on B1: it may go)
+    wait_for(lambda: b1.queues.remote_subscribers("gone") == ["B2"], 20, "B1 to route to B2 again")
+    producer.send(session.create_text_message("after"))
+    assert wait_for(lambda: subscriber.receive(0.05), 20, "the message on B2").text == "after"

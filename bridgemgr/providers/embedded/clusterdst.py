@@ -551,6 +551,12 @@ class ClusterQueues:
         taking what any of them selects; one of an older version takes no more and goes
         once empty."""
         broker = self.broker
+        for qkey, mq in list(broker.proxies.items()):
+            if mq.deleted:  # (destroy dst of its topic: made again below while wanted)
+                del broker.proxies[qkey]
+                self._selected.pop(qkey, None)
+                if mq.durable and broker.store is not None:
+                    broker.store.op("purge", qkey, next(broker._seq))
         for qkey, selectors in topics.items():
             mq = broker._proxy_queue(qkey)
             if self._selected.get(qkey, "") != selectors:  # ("": no JSON text)
