@@ -159,3 +159,37 @@ def test_a_topic_destroyed_on_the_publishers_instance_still_reaches_other_instan
     wait_for(lambda: b1.queues.remote_subscribers("gone") == ["B2"], 20, "B1 to route to B2 again")
     producer.send(session.create_text_message("after"))
     assert wait_for(lambda: subscriber.receive(0.05), 20, "the message on B2").text == "after"
+
+
+def test_copies_for_an_instance_whose_lease_lapsed_wait_for_it_until_it_is_taken_over(members):
+    start, stack = members
+    b1, b2 = start("B1", threads=False), start("B2")  # B1's cluster part runs when told
+    subscriber = b2.connection(stack).create_session().create_consumer(Topic("lapse"))
+
+    def advertise() -> list[str]:
+        with b1.host.broker.lock:
+            demand = b1.queues._demand()
+        b1.queues.advertise(demand, True)
+        return b1.queues.remote_subscribers("lapse")
+
+    wait_for(lambda: advertise() == ["B2"], 20, "B1 to see B2's subscriber")
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Topic("lapse"))
+    for i in range(3):
+        producer.send(session.create_text_message(f"l{i}"))
+    conn = b1.cluster.settings.jdbc.connect()
+    try:
+
+        def lease(expires: str) -> None:
+            conn.execute(f"UPDATE imq_ha_brokers SET lease_expires = {expires} WHERE brokerid = 'B2'")
+            conn.commit()
+
+        lease("now() - interval '1 second'")  # B2 missed its renewals, nobody took it over yet
+        assert advertise() == []  # no new copies for it...
+        assert b1.queues.hand_off() and b1.queues.handed_off == 3  # ...but these go to it
+        lease("now() + interval '60 seconds'")
+    finally:
+        conn.close()
+    got: list[str] = []
+    texts_of(subscriber, got, 3, 20)
+    assert got == ["l0", "l1", "l2"]

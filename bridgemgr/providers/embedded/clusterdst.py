@@ -201,7 +201,7 @@ class ClusterQueues:
         self._versions: weakref.WeakKeyDictionary[MessageQueue, int] = weakref.WeakKeyDictionary()
         self._version = 0
         self._selected: dict[str, str | None] = {}  # a proxy's selectors, as advertised
-        self._dead: set[str] = set()  # broker ids whose lease ran out or that were taken over
+        self._dead: set[str] = set()  # broker ids taken over (not one whose lease lapsed: it may renew)
         self._live: set[str] = set()  # ...and those whose lease is live
         self._temps: dict[str, str] = {}  # the peers' temporary destinations -> their broker id
         # (client id, name) of a durable subscription -> the peer its subscriber is attached to
@@ -385,7 +385,7 @@ class ClusterQueues:
             if self.broker.cluster_durables is not None:
                 self.broker.cluster_durables.clear()
 
-        def write(cur: Any) -> tuple[list[Any], dict[str, bool], dict[tuple[str, str], tuple[Any, ...]]]:
+        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], dict[tuple[str, str], tuple[Any, ...]]]:
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
                 (me, [stored_key(k) for k in demand]),
@@ -408,7 +408,10 @@ class ClusterQueues:
                 (me,),
             )
             rows = list(cur.fetchall())
-            cur.execute(f"SELECT brokerid, state = 'live' AND lease_expires > now() FROM {BROKERS}")
+            cur.execute(
+                "SELECT brokerid, CASE WHEN state <> 'live' THEN 'taken' WHEN lease_expires > now() THEN 'live' END "
+                f"FROM {BROKERS}"
+            )
             members = dict(cur.fetchall())
             return rows, members, self._share_durables(cur, changes)
 
@@ -437,8 +440,8 @@ class ClusterQueues:
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
-            self._dead = {b for b, live in members.items() if not live}
-            self._live = {b for b, live in members.items() if live}
+            self._dead = {b for b, state in members.items() if state == "taken"}
+            self._live = {b for b, state in members.items() if state == "live"}
             self._know_temps(temps)
             self._attached = attached
             self._mirror(durables)
