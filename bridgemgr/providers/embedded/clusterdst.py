@@ -147,7 +147,8 @@ def _selectors(selectors: list[Selector | None]) -> str | None:
 
 def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
     """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog)
-    of our queues (not temporary ones) with active consumers (under the broker's lock)."""
+    of our queues (not temporary ones) and durable subscriptions with active consumers
+    (under the broker's lock)."""
     out: dict[str, tuple[int, str | None, int]] = {}
     for mq in broker.queues.values():
         if mq.deleted or mq.topic is not None or mq.limits.is_local_only:
@@ -180,7 +181,8 @@ def _any_of(texts: str | None) -> Selector | None:
 
 
 class ClusterQueues:
-    """This instance's part in the cluster-wide queues: advertising, handing off, taking in."""
+    """This instance's part in the cluster-wide destinations: advertising, handing off,
+    taking in."""
 
     def __init__(self, cluster: HACluster, broker: Broker) -> None:
         self.cluster, self.broker = cluster, broker
@@ -204,9 +206,9 @@ class ClusterQueues:
         self._dead: set[str] = set()  # broker ids taken over (not one whose lease lapsed: it may renew)
         self._live: set[str] = set()  # ...and those whose lease is live
         self._temps: dict[str, str] = {}  # the peers' temporary destinations -> their broker id
+        self._gone: dict[str, float] = {}  # ...no longer advertised -> since (time.monotonic())
         # (client id, name) of a durable subscription -> the peer its subscriber is attached to
         self._attached: dict[tuple[str, str], str] = {}
-        self._gone: dict[str, float] = {}  # ...no longer advertised -> since (time.monotonic())
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
