@@ -24,6 +24,12 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
   messages waiting in A's queue, drained by a consumer on A (one instance) and on B (each
   message handed off to B through the shared store): msg/s, ratio = B / A; then a fifth
   as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency.
+- topics (cluster-wide topics, --only topics): three instances A, B, C; a publisher on A
+  publishes --messages persistent 1 KiB messages (transactions of 500) to a topic with
+  one subscriber on each instance (B's and C's copies stored once per instance on A,
+  handed off through the shared store), against three subscribers all on A: msg/s until
+  the last subscriber has them all, ratio = across / one instance; then a fifth as many
+  at --rate msg/s: p50 and p99 latency of each subscriber.
 """
 
 from __future__ import annotations
@@ -44,7 +50,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from benchcommon import postgresql
 
 from bridgemgr import connect
-from bridgemgr.jms import BytesMessage, DeliveryMode, Queue, TextMessage
+from bridgemgr.jms import BytesMessage, DeliveryMode, Queue, TextMessage, Topic
 from ha_support import HEARTBEAT, MONITOR, PASSWORD, Cluster, Instance, link_xml
 from service_support import Daemon, cli, one_bridge_files
 from waiting import wait_for
@@ -305,12 +311,107 @@ def cluster_queues(base: Path, pg: Any, n: int, rate: int) -> dict:
     }
 
 
+class Subscriber:
+    """A topic's subscriber on one instance, on a thread: (sent, arrived) of each message."""
+
+    def __init__(self, at: Instance, topic: str) -> None:
+        self.seen: list[tuple[float, float]] = []
+        self._halt = threading.Event()
+        self._conn = connect(f"mq://{at.address}", username="admin", password=PASSWORD)
+        self._consumer = self._conn.create_session().create_consumer(Topic(topic))
+        self._conn.start()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._halt.is_set():
+            m = self._consumer.receive(0.2)
+            if m is not None:
+                self.seen.append((m.get_double_property("sent"), time.monotonic()))
+
+    def close(self) -> None:
+        self._halt.set()
+        self._thread.join(5)
+        self._conn.close()
+
+
+def topic_run(publisher_at: Instance, subscriber_ats: list[Instance], topic: str, n: int, rate: int) -> dict:
+    """msg/s until every subscriber has n messages published on ``publisher_at``, then
+    p50/p99 latency of n // 5 published at ``rate`` msg/s, per subscriber."""
+    body = b"x" * 1024
+    subscribers = [Subscriber(at, topic) for at in subscriber_ats]
+    try:
+        with connect(f"mq://{publisher_at.address}", username="admin", password=PASSWORD) as conn:
+            probe = conn.create_session().create_producer(Topic(topic))
+
+            def everyone_hears() -> bool:  # (another instance sees a new subscriber within 0.2 s)
+                message = BytesMessage(b"")
+                message.set_double_property("sent", 0.0)
+                probe.send(message, delivery_mode=DeliveryMode.NON_PERSISTENT)
+                return all(s.seen for s in subscribers)
+
+            wait_for(everyone_hears, 60, interval=0.1)
+            time.sleep(0.5)  # stragglers of the probe
+            for s in subscribers:
+                s.seen.clear()
+            tx = conn.create_session(transacted=True)
+            bulk = tx.create_producer(Topic(topic))
+            started = time.monotonic()
+            for i in range(n):
+                message = BytesMessage(body)
+                message.set_double_property("sent", time.monotonic())
+                bulk.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+                if i % 500 == 499 or i == n - 1:
+                    tx.commit()
+            wait_for(lambda: all(len(s.seen) >= n for s in subscribers), 600, interval=0.05)
+            drain_s = max(s.seen[n - 1][1] for s in subscribers) - started
+            for s in subscribers:
+                s.seen.clear()
+            paced = n // 5
+            for i in range(paced):
+                time.sleep(max(0.0, started + drain_s + 1 + i / rate - time.monotonic()))
+                message = BytesMessage(body)
+                message.set_double_property("sent", time.monotonic())
+                probe.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+            wait_for(lambda: all(len(s.seen) >= paced for s in subscribers), 120, interval=0.05)
+    finally:
+        for s in subscribers:
+            s.close()
+
+    def latency(s: Subscriber) -> dict:
+        ms = sorted(1000 * (a - t) for t, a in s.seen)
+        return {"p50_ms": round(ms[len(ms) // 2], 2), "p99_ms": round(ms[int(len(ms) * 0.99) - 1], 2)}
+
+    return {
+        "published": n,
+        "msg_per_s": round(n / drain_s, 1),
+        "paced_rate": rate,
+        "latency": {f"{at.brokerid}#{i}": latency(s) for i, (at, s) in enumerate(zip(subscriber_ats, subscribers))},
+    }
+
+
+def cluster_topics(base: Path, pg: Any, n: int, rate: int) -> dict:
+    """A topic published on A with a subscriber on A, B and C vs three on A."""
+    cluster = Cluster(base / "topics", pg, {}, "imq.bridge.enabled=false")
+    try:
+        a, b, c = cluster.start("A", ""), cluster.start("B", ""), cluster.start("C", "")
+        one = topic_run(a, [a, a, a], "bench.local", n, rate)
+        across = topic_run(a, [a, b, c], "bench.cross", n, rate)
+    finally:
+        cluster.stop()
+    return {
+        "one_instance": one,
+        "across_instances": across,
+        "ratio": round(across["msg_per_s"] / one["msg_per_s"], 2) if one["msg_per_s"] else None,
+    }
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--rate", type=int, default=200, help="msg/s the takeover run's producer sends")
     ap.add_argument("--messages", type=int, default=3000, help="per throughput drain")
-    ap.add_argument("--only", choices=("takeover", "throughput", "queues"))
+    ap.add_argument("--only", choices=("takeover", "throughput", "queues", "topics"))
     args = ap.parse_args()
     out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()]}
     with tempfile.TemporaryDirectory() as tmp, postgresql("jdbc") as pg:
@@ -325,6 +426,8 @@ def main() -> None:
                 out["throughput"] = throughput(base, pg, m, args.messages)
             if args.only in (None, "queues"):
                 out["queues"] = cluster_queues(base, pg, args.messages, args.rate)
+            if args.only in (None, "topics"):
+                out["topics"] = cluster_topics(base, pg, args.messages, args.rate)
         finally:
             m.stop()
     print(json.dumps(out, indent=2))

@@ -125,6 +125,11 @@ class Broker(XABranches, Adoption):
         self.known_topics = set()
         self.durable = {}
         self.temporary = {}
+        self.temp_home = instance_name
+        self.proxies = {}
+        self.cluster_durables = None
+        self.remote_temporary = None
+        self.remote_durable = None
         self.connections = set()
         self.producers = collections.Counter()  # (metrics)
         self.paused = {}

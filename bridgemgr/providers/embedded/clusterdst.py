@@ -1,13 +1,18 @@
-"""Cluster-wide queues of an HA cluster: a message reaches a consumer on another instance.
+"""Cluster-wide destinations of an HA cluster: every instance serves the same queues,
+topics, durable subscriptions and temporary destinations.
 
-Each instance advertises in the cluster's table imq_ha_demand the queues it has active
-consumers on (their selectors, its backlog). A queue's waiting message that no local
-consumer is waiting for is handed off to an instance that advertises a consumer whose
-selector takes it: in ONE PostgreSQL transaction its row leaves our store's schema for the
-cluster's inbox (imq_ha_inbox), then NOTIFY wakes the peer, which moves it into its own
-store (new seqs, its delivery count kept) and serves it. A row is in one place at a time,
-so each message is delivered once; a delivered, unacknowledged message stays where it was
-delivered.
+Each instance advertises in the cluster's table imq_ha_demand what it serves: queues and
+durable subscriptions with active consumers (selectors, backlog), its non-durable
+subscriptions per topic (selectors, a version), its temporary destinations. A queue's
+waiting message that no local consumer waits for is handed off to an instance whose
+consumer takes it: in ONE PostgreSQL transaction its row leaves our store's schema for the
+cluster's inbox (imq_ha_inbox), NOTIFY wakes the peer, which moves it into its own store
+and serves it; a row is in one place at a time, so each message is delivered once. A
+publish is stored for each peer with subscribers it selects in a proxy subscription
+(r:BROKERID:VERSION:TOPIC) in the publish's store batch, handed off the same way and fanned
+out there; a send to a peer's temporary destination goes through a proxy (x:). Durable
+subscriptions are kept in imq_ha_durables, mirrored by every instance; their queues are
+served as queues are.
 
 Rules: the broker's lock is taken before our connections' (never the other way); the
 handoff and the intake each fence on the instance's lease.
@@ -20,27 +25,31 @@ from __future__ import annotations
 import json
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
-from ...jms.errors import StoreError
+from ...jms.destination import Destination, Topic
+from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
+from ...logfiles import COUNTED
 from .cluster import BROKERS, LIVE, instance_schema
-from .pgstore import close_quietly
+from .pgstore import close_quietly, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
-from .state import log, now_ms
+from .state import Subscription, _owned, log, now_ms
 
 if TYPE_CHECKING:
     from .broker import Broker
     from .cluster import HACluster
     from .host import EmbeddedHostBroker
 
-DEMAND, INBOX = "imq_ha_demand", "imq_ha_inbox"
+DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
+GONE_KEEP = 60.0  # seconds a peer's temporary destination that went is known as gone
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
 _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {DEMAND}(brokerid TEXT NOT NULL, qkey TEXT NOT NULL, "
@@ -49,7 +58,10 @@ _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {INBOX}(id BIGSERIAL PRIMARY KEY, target TEXT NOT NULL, "
     "qkey TEXT NOT NULL, dcount INTEGER NOT NULL, blob BYTEA NOT NULL)",
     f"CREATE INDEX IF NOT EXISTS {INBOX}_target ON {INBOX}(target, id)",
+    f"CREATE TABLE IF NOT EXISTS {DURABLES}(client_id TEXT NOT NULL, name TEXT NOT NULL, topic TEXT NOT NULL, "
+    "selector TEXT, no_local INTEGER NOT NULL, owner TEXT, PRIMARY KEY (client_id, name))",
 )
+_PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
 
 
@@ -100,6 +112,19 @@ class _Parker:
         self.wake()
 
 
+@dataclass(eq=False)
+class _Nudge:
+    """Parked in a proxy's waiters (r:, x:): a message put there wakes the handoff."""
+
+    wake: Callable[[], None]
+
+    def can_take(self, message: Message | None) -> bool:
+        return True
+
+    def notify(self) -> None:
+        self.wake()
+
+
 def _active(mq: MessageQueue) -> list[Any]:
     """The consumers of ``mq`` that take messages now (under the broker's lock)."""
     return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
@@ -108,27 +133,56 @@ def _active(mq: MessageQueue) -> list[Any]:
 def _shape(demand: dict[str, tuple[int, str | None, int]]) -> dict[str, tuple[int, str | None, int]]:
     """What of our demand is worth telling the peers at once: consumers, selectors, and
     the backlog in steps of a quarter of a consumer's credit."""
-    return {k: (n, sel, backlog // (CREDIT // 4)) for k, (n, sel, backlog) in demand.items()}
+    return {
+        k: (n, sel, backlog if k.startswith("t:") else backlog // (CREDIT // 4))
+        for k, (n, sel, backlog) in demand.items()
+    }
+
+
+def _selectors(selectors: list[Selector | None]) -> str | None:
+    """Selectors as JSON, None when one of them takes any message."""
+    texts = [getattr(s, "text", None) if s is not None else None for s in selectors]
+    return None if any(t is None for t in texts) else json.dumps(sorted(set(texts)))
 
 
 def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
     """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog)
-    of our queues (not temporary ones) with active consumers (under the broker's lock)."""
+    of our queues (not temporary ones) and durable subscriptions with active consumers
+    (under the broker's lock)."""
     out: dict[str, tuple[int, str | None, int]] = {}
     for mq in broker.queues.values():
         if mq.deleted or mq.topic is not None or mq.limits.is_local_only:
             continue
         active = _active(mq)
-        if not active:
-            continue
-        texts = [getattr(c.selector, "text", None) if c.selector is not None else None for c in active]
-        selectors = None if any(t is None for t in texts) else json.dumps(sorted(set(texts)))
-        out[mq.key] = (len(active), selectors, len(mq))
+        if active:
+            out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq))
+    for sub in broker.durable.values():  # (its queue selects at publish: its consumers take any)
+        mq = sub.queue
+        if not mq.limits.is_local_only and (active := _active(mq)):
+            out[mq.key] = (len(active), None, len(mq))
     return out
 
 
+def _subscribers(broker: Broker, topic: str) -> list[MessageQueue]:
+    """The non-durable subscriptions of ``topic`` (not a temporary one) here (under the lock)."""
+    if topic in broker.temporary:
+        return []
+    return [mq for mq in broker.topics.get(topic, ()) if mq.key.startswith(("sub:", "cc:")) and not mq.deleted]
+
+
+def _any_of(texts: str | None) -> Selector | None:
+    """One selector that takes what any of ``texts`` (JSON, as advertised) takes."""
+    if texts is None:
+        return None
+    try:
+        return compile_selector(" OR ".join(f"({t})" for t in json.loads(texts)))
+    except JMSException:  # too large together: every message goes, the peer selects
+        return None
+
+
 class ClusterQueues:
-    """This instance's part in the cluster-wide queues: advertising, handing off, taking in."""
+    """This instance's part in the cluster-wide destinations: advertising, handing off,
+    taking in."""
 
     def __init__(self, cluster: HACluster, broker: Broker) -> None:
         self.cluster, self.broker = cluster, broker
@@ -143,6 +197,18 @@ class ClusterQueues:
         self._demand_channel = f"{self.settings.jdbc.schema}_demand"
         self._threads: list[threading.Thread] = []
         self._parkers: dict[str, _Parker] = {}
+        self._nudge = _Nudge(self._wake.set)
+        # our non-durable subscriptions' versions: a peer's copy of a message published
+        # when it knew version V goes to ours of version <= V (made before it was published)
+        self._versions: weakref.WeakKeyDictionary[MessageQueue, int] = weakref.WeakKeyDictionary()
+        self._version = 0
+        self._selected: dict[str, str | None] = {}  # a proxy's selectors, as advertised
+        self._dead: set[str] = set()  # broker ids taken over (not one whose lease lapsed: it may renew)
+        self._live: set[str] = set()  # ...and those whose lease is live
+        self._temps: dict[str, str] = {}  # the peers' temporary destinations -> their broker id
+        self._gone: dict[str, float] = {}  # ...no longer advertised -> since (time.monotonic())
+        # (client id, name) of a durable subscription -> the peer its subscriber is attached to
+        self._attached: dict[tuple[str, str], str] = {}
         self._conns: dict[str, Any] = {}
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
@@ -184,7 +250,9 @@ class ClusterQueues:
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
-            cur.execute("SELECT to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target"))
+            cur.execute(
+                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target", DURABLES)
+            )
             if None not in cur.fetchone():
                 return  # (CREATE INDEX IF NOT EXISTS would lock the inbox: peers' moves wait)
             cur.execute("SELECT pg_advisory_xact_lock(%s)", (_DDL_LOCK,))
@@ -196,9 +264,17 @@ class ClusterQueues:
     # --- the threads ------------------------------------------------------------------------
     def start(self) -> None:
         self.create_tables()
+        with self.broker.lock:  # our durable subscriptions join the cluster's (not replacing one)
+            self.broker.cluster_durables = [("add", sub) for sub in self.broker.durable.values()]
+            self.broker.temp_home = self.brokerid  # temp.<brokerid>.<id>: peers route there
+            self.broker.remote_temporary = self._remote_temporary
+            self.broker.remote_durable = self._attached_to
         self._transaction(
             "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
         )
+        with self.broker.lock:
+            demand = self._demand()
+        self.advertise(demand, True)  # the peers' subscriptions, durables, temporaries: known now
         for name, target in (("ha-handoff", self._run_handoff), ("ha-intake", self._run_intake)):
             thread = threading.Thread(target=target, daemon=True, name=name)
             thread.start()
@@ -212,6 +288,9 @@ class ClusterQueues:
         self._threads.clear()
         with self.broker.lock:
             self._unpark_all()
+            self.broker.cluster_durables = None
+            self.broker.remote_temporary = None
+            self.broker.remote_durable = None
         try:
             self._transaction(
                 "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
@@ -231,8 +310,9 @@ class ClusterQueues:
                 return
             try:
                 with self.broker.lock:
-                    demand = _local_demand(self.broker)
-                now, changed = time.monotonic(), _shape(demand) != shape
+                    demand = self._demand()
+                    durables = bool(self.broker.cluster_durables)  # made or removed here
+                now, changed = time.monotonic(), _shape(demand) != shape or durables
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
                     self.advertise(demand, changed)
@@ -271,13 +351,47 @@ class ClusterQueues:
                 self._halt.wait(1)
 
     # --- advertising ------------------------------------------------------------------------
+    def _demand(self) -> dict[str, tuple[int, str | None, int]]:
+        """What we advertise (under the broker's lock): our queues' demand, and per topic
+        ``t:NAME`` our non-durable subscriptions (how many, their selectors, and in place
+        of a backlog the newest one's version)."""
+        out = _local_demand(self.broker)
+        for topic in list(self.broker.topics):
+            subs = _subscribers(self.broker, topic)
+            if not subs:
+                continue
+            for mq in subs:
+                if mq not in self._versions:  # versions grow across restarts: the clock's ms
+                    self._version = max(self._version + 1, now_ms())
+                    self._versions[mq] = self._version
+            out[f"t:{topic}"] = (
+                len(subs),
+                _selectors([mq.selector for mq in subs]),
+                max(map(self._versions.__getitem__, subs)),
+            )
+        for name in self.broker.temporary:  # (so that a peer's send to one that is gone fails)
+            out[f"tmp:{name}"] = (0, None, 0)
+        return out
+
+    def remote_subscribers(self, topic: str) -> list[str]:
+        """The other instances whose subscribers of ``topic`` our publishers reach now."""
+        with self.broker.lock:
+            return sorted(mq.key.split(":")[1] for mq in self.broker.topics.get(topic, ()) if mq.key.startswith("r:"))
+
     def advertise(self, demand: dict[str, tuple[int, str | None, int]], changed: bool) -> None:
         """Write our queues' ``demand`` (rows that differ: a peer's handoff raises our
         backlog there; ``changed``: NOTIFY the peers), and read the peers' into parkers."""
         me = self.brokerid
+        with self.broker.lock:
+            changes = list(self.broker.cluster_durables or ())
+            if self.broker.cluster_durables is not None:
+                self.broker.cluster_durables.clear()
 
-        def write(cur: Any) -> list[tuple[str, str, int, str | None, int]]:
-            cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)", (me, list(demand)))
+        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], dict[tuple[str, str], tuple[Any, ...]]]:
+            cur.execute(
+                f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
+                (me, [stored_key(k) for k in demand]),
+            )
             if demand:
                 cur.executemany(
                     f"INSERT INTO {DEMAND} AS d(brokerid, qkey, consumers, selectors, backlog) "
@@ -285,7 +399,7 @@ class ClusterQueues:
                     "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog "
                     "WHERE (d.consumers, d.selectors, d.backlog) IS DISTINCT FROM "
                     "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog)",
-                    [(me, k, *v) for k, v in demand.items()],
+                    [(me, stored_key(k), *v) for k, v in demand.items()],
                 )
             if changed:
                 cur.execute(f'NOTIFY "{self._demand_channel}"')
@@ -295,22 +409,188 @@ class ClusterQueues:
                 "AND b.lease_expires > now() WHERE d.brokerid <> %s ORDER BY d.brokerid",
                 (me,),
             )
-            return list(cur.fetchall())
+            rows = list(cur.fetchall())
+            cur.execute(
+                "SELECT brokerid, CASE WHEN state <> 'live' THEN 'taken' WHEN lease_expires > now() THEN 'live' END "
+                f"FROM {BROKERS}"
+            )
+            members = dict(cur.fetchall())
+            return rows, members, self._share_durables(cur, changes)
 
-        rows = self._transaction("work", write)
+        try:
+            rows, members, durables = self._transaction("work", write)
+        except BaseException:
+            with self.broker.lock:  # told at the next advertisement
+                if self.broker.cluster_durables is not None:
+                    self.broker.cluster_durables[:0] = changes
+            raise
         peers: dict[str, list[Peer]] = {}
-        for brokerid, qkey, consumers, selectors, backlog in rows:
+        topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
+        temps: dict[str, str] = {}
+        attached: dict[tuple[str, str], str] = {}
+        for brokerid, stored, consumers, selectors, backlog in rows:
+            qkey = loaded_key(stored)
+            if qkey.startswith("t:"):
+                topics[f"r:{brokerid}:{backlog}:{qkey[2:]}"] = selectors
+                continue
+            if qkey.startswith("tmp:"):
+                temps[qkey[4:]] = brokerid
+                continue
+            if qkey.startswith("d:"):
+                client_id, _, name = qkey[2:].partition("\0")
+                attached[(client_id, name)] = brokerid
             compiled = None if selectors is None else [compile_selector(t) for t in json.loads(selectors)]
             peers.setdefault(qkey, []).append(Peer(brokerid, consumers, compiled, backlog))  # type: ignore[arg-type]
         with self.broker.lock:
+            self._dead = {b for b, state in members.items() if state == "taken"}
+            self._live = {b for b, state in members.items() if state == "live"}
+            self._know_temps(temps)
+            self._attached = attached
+            self._mirror(durables)
             self._park(peers)
+            self._reach(topics)
+
+    def _know_temps(self, temps: dict[str, str]) -> None:
+        """The peers' temporary destinations now (under the lock); those gone are kept
+        GONE_KEEP seconds (a send to one fails) and our proxies of them go once empty."""
+        now = time.monotonic()
+        for name in self._temps.keys() - temps.keys():
+            self._gone[name] = now
+        for name in [n for n, since in self._gone.items() if n in temps or now - since > GONE_KEEP]:
+            del self._gone[name]
+        self._temps = temps
+        for qkey, mq in list(self.broker.proxies.items()):
+            if qkey.startswith("x:") and not mq.count and qkey.split(":", 2)[2] not in temps:
+                del self.broker.proxies[qkey]
+                mq.deleted = True
+
+    def _remote_temporary(self, dest: Destination) -> MessageQueue | None:
+        """Where a send to another instance's temporary destination goes (Broker's hook,
+        under the lock): our proxy of it, x:BROKERID:NAME, handed to that instance as a
+        queue's messages are; None when it is gone (or names no live instance)."""
+        owner = self._temps.get(dest.name)
+        if owner is None:
+            kind, _, rest = dest.name.partition(".")
+            owner = rest.partition(".")[0]
+            if kind != "temp" or dest.name in self._gone or owner not in self._live or owner == self.brokerid:
+                return None
+        qkey = f"x:{owner}:{dest.name}"
+        mq = self.broker.proxies.get(qkey)
+        if mq is None:
+            mq = self.broker.proxies[qkey] = MessageQueue(qkey, dest, durable=False, usage=self.broker.usage)
+            mq.waiters.append(self._nudge)
+        return mq
+
+    def _attached_to(self, client_id: str, name: str) -> str | None:
+        """The peer a durable subscription's subscriber is attached to, as last read
+        (Broker's hook, under the lock): attaching here or unsubscribing fails meanwhile."""
+        return self._attached.get((client_id, name))
+
+    def _share_durables(
+        self, cur: Any, changes: list[tuple[str, Subscription]]
+    ) -> dict[tuple[str, str], tuple[Any, ...]]:
+        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables) and
+        read them all: (client id, name) -> (topic, selector, no_local, owner)."""
+        for change, sub in changes:
+            if change == "del":
+                cur.execute(f"DELETE FROM {DURABLES} WHERE client_id = %s AND name = %s", (sub.client_id, sub.name))
+                continue
+            cur.execute(
+                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner) "
+                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (client_id, name) "
+                + (
+                    "DO NOTHING"
+                    if change == "add"
+                    else "DO UPDATE SET topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+                    "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
+                ),
+                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner),
+            )
+        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner FROM {DURABLES}")
+        return {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o in cur.fetchall()}
+
+    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+        """Make our durable subscriptions the cluster's (under the lock): one made or
+        changed on another instance is made here (our publishers' messages for it wait
+        here until its subscriber's instance takes them); one removed there goes. One we
+        changed since the read, or that has a subscriber or unacknowledged messages here,
+        stays as it is."""
+        broker = self.broker
+        pending = broker.cluster_durables
+        if pending is None:
+            return
+        mine = {(sub.client_id, sub.name) for _, sub in pending}
+        broker.cluster_durables = None  # (what we do here is the cluster's already)
+        try:
+            for key, (topic, selector, no_local, owner) in durables.items():
+                sub = broker.durable.get(key)
+                if key in mine or (
+                    sub is not None and (sub.topic.name, sub.selector, sub.no_local) == (topic, selector, no_local)
+                ):
+                    continue
+                if sub is not None:
+                    if sub.active is not None or _owned(sub.queue, broker):
+                        continue
+                    broker._drop_subscription(sub)
+                try:
+                    broker._make_subscription(
+                        key[0], key[1], Topic(topic), selector, no_local, persist=True, owner=owner
+                    )
+                except JMSException as exc:
+                    log.warning(
+                        "HA cluster %s: durable subscription %r of client %r: %s",
+                        self.settings.clusterid,
+                        key[1],
+                        key[0],
+                        exc,
+                    )
+            for key, sub in list(broker.durable.items()):
+                if key not in durables and key not in mine and sub.active is None and not _owned(sub.queue, broker):
+                    broker._drop_subscription(sub)
+        finally:
+            broker.cluster_durables = pending
+
+    def _reach(self, topics: dict[str, str | None]) -> None:
+        """Route our publishers' messages to the peers' subscribers (under the lock): one
+        proxy per peer and topic in the topic's subscriptions, r:BROKERID:VERSION:TOPIC,
+        taking what any of them selects; one of an older version takes no more and goes
+        once empty."""
+        broker = self.broker
+        for qkey, mq in list(broker.proxies.items()):
+            if mq.deleted:  # (destroy dst of its topic: made again below while wanted)
+                del broker.proxies[qkey]
+                self._selected.pop(qkey, None)
+                if mq.durable and broker.store is not None:
+                    broker.store.op("purge", qkey, next(broker._seq))
+        for qkey, selectors in topics.items():
+            mq = broker._proxy_queue(qkey)
+            if self._selected.get(qkey, "") != selectors:  # ("": no JSON text)
+                mq.selector = _any_of(selectors)
+                self._selected[qkey] = selectors
+            subs = broker.topics.setdefault(qkey.split(":", 3)[3], [])
+            if mq not in subs:
+                subs.append(mq)
+        for qkey, mq in list(broker.proxies.items()):
+            if qkey.startswith("r:") and qkey not in topics:
+                subs = broker.topics.get(mq.topic.name if mq.topic is not None else "", [])
+                if mq in subs:
+                    subs.remove(mq)
+                if not mq.count:
+                    del broker.proxies[qkey]
+                    self._selected.pop(qkey, None)
+                    mq.deleted = True
+                    continue
+            if self._nudge not in mq.waiters:
+                mq.waiters.append(self._nudge)
+            if len(mq):
+                self._wake.set()
 
     def _park(self, peers: dict[str, list[Peer]]) -> None:
         """Park a waiter in each of our queues a peer has consumers on (under the lock)."""
         for qkey in [k for k in self._parkers if k not in peers]:
             self._unpark(qkey)
         for qkey, found in peers.items():
-            mq = self.broker.queues.get(qkey[2:]) if qkey.startswith("q:") else None
+            mq = self.broker.queues.get(qkey[2:]) if qkey.startswith("q:") else self.broker._queue_for_key(qkey, False)
             parker = self._parkers.get(qkey)
             if parker is not None and parker.queue is not mq:
                 self._unpark(qkey)
@@ -369,6 +649,9 @@ class ClusterQueues:
                         self._wake.set()
                 if parker not in mq.waiters and not parker.closed:
                     mq.waiters.append(parker)
+            lost = self._take_proxies(taken)
+            if lost:
+                broker._ack(lost)  # for subscribers that died with their instance
         if not taken:
             return False
         envs = [env for _, env in taken]
@@ -386,9 +669,34 @@ class ClusterQueues:
             raise
         broker.acknowledge(envs)  # gone from here (the store's delete finds no row)
         for peer, _ in taken:
-            peer.backlog += 1
+            if peer.consumers:
+                peer.backlog += 1
         self.handed_off += len(envs)
         return True
+
+    def _take_proxies(self, taken: list[tuple[Peer, Envelope]]) -> list[Envelope]:
+        """Take our proxies' waiting messages (r:, x:) for their instances into ``taken``
+        (under the lock); those of an instance that is gone are returned, to drop."""
+        lost: list[Envelope] = []
+        for qkey, mq in list(self.broker.proxies.items()):
+            if not len(mq):
+                continue
+            target = qkey.split(":", 2)[1]
+            peer = Peer(target, 0, None, 0)  # (no consumers: no credit counted)
+            for env in mq.browse():
+                if len(taken) >= BATCH:
+                    break
+                if env.owner is None and mq.remove(env):
+                    if target in self._dead:
+                        lost.append(env)
+                    else:
+                        taken.append((peer, env))
+            if mq.paged and len(mq) == mq.paged and len(taken) < BATCH:
+                mq.page_in()
+                self._wake.set()
+            if self._nudge not in mq.waiters:
+                mq.waiters.append(self._nudge)
+        return lost
 
     def _move_out(self, cur: Any, taken: list[tuple[Peer, Envelope]]) -> None:
         """In our transaction: each message's row leaves our store for the inbox of its
@@ -408,17 +716,19 @@ class ClusterQueues:
             if cur.rowcount != len(stored):
                 raise StoreError(f"handoff: {len(stored) - cur.rowcount} of {len(stored)} rows were not in the store")
         loose = [
-            (p.brokerid, env.queue.key, env.dcount, codec.encode(env.message)) for p, env in taken if not env.stored
+            (p.brokerid, stored_key(env.queue.key), env.dcount, codec.encode(env.message))
+            for p, env in taken
+            if not env.stored
         ]
         if loose:
             cur.executemany(f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES (%s, %s, %s, %s)", loose)
         counts: dict[tuple[str, str], int] = {}
         for peer, env in taken:
-            key = (peer.brokerid, env.queue.key)
+            key = (peer.brokerid, stored_key(env.queue.key) if peer.consumers else "")
             counts[key] = counts.get(key, 0) + 1
         cur.executemany(
             f"UPDATE {DEMAND} SET backlog = backlog + %s WHERE brokerid = %s AND qkey = %s",
-            [(n, b, q) for (b, q), n in counts.items()],
+            [(n, b, q) for (b, q), n in counts.items() if q],
         )
         for target in sorted({b for b, _ in counts}):
             cur.execute(f'NOTIFY "{channel(self.settings.clusterid, target)}"')
@@ -441,18 +751,28 @@ class ClusterQueues:
                 return []
             self._fenced(cur)
             ids = [r[0] for r in rows]
-            base = broker.reserve_seqs(len(ids))
-            cur.execute(
-                f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} WHERE id = ANY(%s)",
-                (base, ids),
-            )
+            queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
+            base = broker.reserve_seqs(len(queued))
+            if queued:
+                cur.execute(
+                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                    f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} "
+                    "WHERE id = ANY(%s)",
+                    (base, queued),
+                )
             cur.execute(f"DELETE FROM {INBOX} WHERE id = ANY(%s)", (ids,))
-            return [(base + i, qkey, dcount, bytes(blob)) for i, (_, qkey, dcount, blob) in enumerate(rows, 1)]
+            seqs = iter(range(base + 1, base + len(queued) + 1))
+            return [
+                (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, bytes(blob))
+                for _, qkey, dcount, blob in rows
+            ]
 
         with broker.lock:  # nothing enters our queues between the seqs and the pushes
             moved = self._transaction("intake", take)
             for seq, qkey, dcount, blob in moved:
+                if not seq:
+                    self._fan_out(qkey, codec.decode(blob))
+                    continue
                 mq = broker._queue_for_key(qkey)
                 if mq is not None:  # (a queue: made when missing)
                     env = Envelope(seq, mq, codec.decode(blob), True, len(blob), dcount)
@@ -460,6 +780,47 @@ class ClusterQueues:
                     mq.push(env)  # as a send's: in the window, or paged out (its row is there)
         self.taken_in += len(moved)
         return bool(moved)
+
+    def _fan_out(self, qkey: str, message: Message) -> None:
+        """A peer's copy for our subscribers (r:ME:VERSION:TOPIC) or for a temporary
+        destination of ours (x:ME:NAME) to them, as a publish here would (under the lock;
+        not stored, as ours are not)."""
+        broker = self.broker
+        kind, target, rest = qkey.split(":", 2)
+        if target != self.brokerid:
+            return  # (for subscribers or a temporary destination of an instance that is gone)
+        if kind == "r":
+            version, _, topic = rest.partition(":")
+            targets = [
+                mq
+                for mq in _subscribers(broker, topic)
+                if self._versions.get(mq, int(version) + 1) <= int(version)
+                and (mq.selector is None or mq.selector.matches(message))
+            ]
+        else:
+            tmq = broker.temporary.get(rest)
+            if tmq is None:
+                log.info(
+                    "HA cluster %s: message %s for %s dropped: its connection ended",
+                    self.settings.clusterid,
+                    message.message_id,
+                    rest,
+                    extra=COUNTED,  # a flood of them: counted lines in the service log
+                )
+                return
+            targets = broker._targets(tmq.destination, None, message) if tmq.destination.is_topic else [tmq]
+        for i, mq in enumerate(targets):
+            try:
+                broker._commit_envelopes(broker._route(message if i == 0 else message.copy(), [mq], hold=False))
+            except JMSException as exc:
+                log.warning(
+                    "HA cluster %s: %s: message %s dropped: %s",
+                    self.settings.clusterid,
+                    mq.destination,
+                    message.message_id,
+                    exc,
+                    extra=COUNTED,
+                )
 
 
 def open_cluster_queues(cluster: HACluster, host: EmbeddedHostBroker) -> ClusterQueues:

@@ -46,7 +46,19 @@ class Destinations(Paging):
             client_id, _, name = rest.partition("\0")
             sub = self.durable.get((client_id, name))
             return sub.queue if sub else None
+        if kind == "r":  # HA: another instance's subscribers' copies (clusterdst.py)
+            return self._proxy_queue(qkey) if create else self.proxies.get(qkey)
         return None
+
+    def _proxy_queue(self, qkey: str) -> MessageQueue:
+        """HA (clusterdst.py): the stored copies of a topic's messages for another
+        instance's subscribers, ``r:BROKERID:VERSION:TOPIC``; made when missing."""
+        mq = self.proxies.get(qkey)
+        if mq is None:
+            topic = Topic(qkey.split(":", 3)[3])
+            mq = self._pages(MessageQueue(qkey, topic, durable=True, topic=topic, usage=self.usage))
+            self.proxies[qkey] = mq
+        return mq
 
     def _limits(self, qkey: str) -> DestinationLimits:
         limits = self.configured.get(qkey)
@@ -279,7 +291,7 @@ class Destinations(Paging):
     def create_temporary(self, connection: Any, topic: Literal[True]) -> TemporaryTopic: ...
     def create_temporary(self, connection: Any, topic: bool) -> TemporaryQueue | TemporaryTopic:
         with self.lock:
-            name = f"temp.{self.instance_name}.{uuid.uuid4().hex[:16]}"
+            name = f"temp.{self.temp_home}.{uuid.uuid4().hex[:16]}"
             dest = TemporaryTopic(name) if topic else TemporaryQueue(name)
             mq = self._pages(MessageQueue(f"tmp:{name}", dest, durable=False, owner=connection, usage=self.usage))
             self.temporary[name] = mq
@@ -373,6 +385,7 @@ class Destinations(Paging):
                 raise IllegalStateException(
                     f"durable subscription {name!r} of client {client_id!r} already has an active subscriber"
                 )
+            self._check_elsewhere(client_id, name)
             if sub is not None and (sub.topic != topic or sub.selector != selector or sub.no_local != no_local):
                 self._drop_subscription(sub)
                 sub = None
@@ -431,6 +444,15 @@ class Destinations(Paging):
             mq.consumers.append(consumer)
             return mq
 
+    def _check_elsewhere(self, client_id: str, name: str) -> None:
+        """HA: IllegalStateException while another instance of the cluster has a subscriber
+        attached to the durable subscription (clusterdst.py; under the lock)."""
+        elsewhere = self.remote_durable(client_id, name) if self.remote_durable is not None else None
+        if elsewhere is not None:
+            raise IllegalStateException(
+                f"durable subscription {name!r} of client {client_id!r} has an active subscriber on broker {elsewhere}"
+            )
+
     def _check_owner(self, connection: Any, sub: Subscription, action: str) -> str | None:
         """JMSSecurityException unless ``connection`` may ``action`` ``sub`` (owners.py; lock
         held); an unowned one it attaches to becomes its user's. Returns the owner."""
@@ -475,6 +497,8 @@ class Destinations(Paging):
         self.topics.setdefault(topic.name, []).append(mq)
         if persist and self.store is not None:
             self.store.op("sub_put", client_id, name, topic.name, selector, int(no_local), owner)
+        if persist and self.cluster_durables is not None:  # HA: the cluster's too
+            self.cluster_durables.append(("put", sub))
         return sub
 
     def _drop_subscription(self, sub: Subscription) -> None:
@@ -488,6 +512,8 @@ class Destinations(Paging):
         if self.store is not None:
             self.store.op("purge", mq.key, next(self._seq))
             self.store.op("sub_del", sub.client_id, sub.name)
+        if self.cluster_durables is not None:
+            self.cluster_durables.append(("del", sub))
 
     def unsubscribe(self, connection: Any, name: str) -> None:
         client_id = connection.client_id_value
@@ -501,6 +527,7 @@ class Destinations(Paging):
             self._check_owner(connection, sub, "unsubscribe")
             if sub.active is not None:
                 raise IllegalStateException(f"durable subscription {name!r} has an active subscriber")
+            self._check_elsewhere(client_id, name)
             if any(env.owner is not None for env in _owned(sub.queue, self)):
                 raise IllegalStateException(f"durable subscription {name!r} has unacknowledged messages")
             self._drop_subscription(sub)

@@ -46,9 +46,11 @@ class Routing(DestinationControl):
         """The message queues a message sent to ``dest`` goes to (under the lock)."""
         if dest.is_temporary:
             mq = self.temporary.get(dest.name)
+            if mq is None and self.remote_temporary is not None:  # HA: another instance's
+                mq = self.remote_temporary(dest)
             if mq is None:
                 raise InvalidDestinationException(f"{dest} no longer exists (its connection closed)")
-            if not dest.is_topic:
+            if not dest.is_topic or mq.key.startswith("x:"):
                 return [mq]
         elif not dest.is_topic:
             return [self._queue(dest.name)]

@@ -127,6 +127,12 @@ class BrokerState:
     owners: DurableOwners  # who may attach to or remove a durable subscription
     producers: collections.Counter[Destination]  # (metrics)
     dmq: MessageQueue
+    temp_home: str  # the instance a temporary destination's name says (temp.<home>.<id>)
+    # clusterdst.py (an HA instance's cluster-wide destinations; empty/None outside one)
+    proxies: dict[str, MessageQueue]  # r:/x: keys: messages on their way to another instance
+    cluster_durables: list[tuple[str, Subscription]] | None  # durables made or dropped here
+    remote_temporary: Callable[[Destination], MessageQueue | None] | None  # another's temp
+    remote_durable: Callable[[str, str], str | None] | None  # where a durable's subscriber is
     # dstcontrol.py: pauses (destroy changes destinations.py's attributes too)
     paused: dict[str, str]  # q:NAME / t:NAME -> PRODUCERS, CONSUMERS or ALL (pause dst; memory only)
     paused_producers: dict[str, list[Callable[[], None]]]  # ...the producers a pause holds
