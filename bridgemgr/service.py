@@ -40,6 +40,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from .admin.protocol import (
     BAD_REQUEST,
     BROKER_COMMANDS,
+    DMQ_MOVES,
     DST_COMMANDS,
     ERROR,
     NOT_FOUND,
@@ -610,6 +611,8 @@ class BridgeServiceManager:
             return self._cluster_members()
         if cmd.op == "LIST_DMQ":
             return self._dead_messages(cmd)
+        if cmd.op in DMQ_MOVES:
+            return self._move_dead_messages(cmd)
         if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -778,6 +781,57 @@ class BridgeServiceManager:
             count += len(entries)
             dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
         return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
+
+    def _move_dead_messages(self, cmd: Command) -> Reply:
+        """redrive|archive dmq: entries of a JMS bridge's DMQ on the host broker, named by
+        JMSMessageID or all, back to their links' targets or into the DMQ's archive file
+        (<instance>/dmqarchive/<bridge>/<dmq>.jsonl), each in a transaction of its own."""
+        from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import BUILTIN_DMQ
+        from .jmsbridge.resolve import means_host_broker
+        from .servicekeys import dmq_key
+        from .spark.dmq import DMQJobError, dmq_endpoint
+        from .spark.dmqmove import archive_entries, redrive_entries
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        config = self.bridge_configs.get(bridge.name)
+        if not isinstance(bridge, JMSBridge) or config is None or self.host_broker is None:
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has DMQs")
+        name = cmd.dmq or BUILTIN_DMQ
+        if name != BUILTIN_DMQ and any(q.name == name for q in config.dmqs):
+            dmq = config.dmq(name)
+            assert dmq.connection_factory_ref is not None
+            if not means_host_broker(config.connection_factory(dmq.connection_factory_ref)):
+                return Reply(
+                    BAD_REQUEST, f"DMQ {name} of bridge {bridge.name} is on another broker: use imqbridgemgr dmq"
+                )
+        try:
+            endpoint = dmq_endpoint(
+                config, name, host_factory=bridge.host_factory, lookup=bridge.lookup, marker_key=dmq_key(self.props)
+            )
+        except DMQJobError as exc:
+            return Reply(NOT_FOUND, str(exc))
+        ids = None if cmd.all_entries else cmd.message_ids
+
+        def on_host(ref: str) -> bool:
+            return means_host_broker(config.connection_factory(ref))
+
+        try:
+            if cmd.op == "REDRIVE_DMQ":
+                outcome = redrive_entries(endpoint, ids, on_host)
+            else:
+                path = self.instance_dir / "dmqarchive" / bridge.name / f"{name}.jsonl"
+                outcome = archive_entries(endpoint, ids, path)
+        except (JMSException, OSError) as exc:
+            return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} failed: {exc}")
+        data = {"bridge": bridge.name, "dmq": name, **outcome.as_dict()}
+        done = "redriven" if cmd.op == "REDRIVE_DMQ" else "archived"
+        failed = outcome.count("failed")
+        message = f"DMQ {name} of bridge {bridge.name}: {outcome.moved} of {len(outcome.entries)} entries {done}"
+        log.info("%s%s", message, f", {failed} failed" if failed else "")
+        return Reply(ERROR if failed else OK, message + (f", {failed} failed" if failed else ""), data)
 
     def _cluster_members(self) -> Reply:
         """The HA cluster's instances, their leases, and the bridges' owners."""

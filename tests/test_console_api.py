@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from bridgemgr.admin.clierror import reply_object
 from bridgemgr.admin.portmapper import find_service
@@ -276,6 +277,120 @@ def test_the_dmq_shows_dead_messages_with_their_reason_and_bridge_properties(ser
     assert get(service, "/dmq/nosuch")[0] == 404 and get(service, "/dmq/jb?count=0")[0] == 400
 
 
+def dead_letters(service, *texts: str) -> list[tuple[str, str]]:
+    """Send ``texts`` (each with "bad", so the link dead-letters them) and wait for their
+    DMQ entries: [(the entry's JMSMessageID, the original's JMSMessageID)], in send order."""
+    conn = service.host_broker.connection_factory().create_connection("admin")
+    try:
+        producer = conn.create_session().create_producer(Queue("cq.src"))
+        sources = []
+        for text in texts:
+            message = TextMessage(text)
+            producer.send(message)
+            sources.append(message.message_id)
+    finally:
+        conn.close()
+
+    def entries():
+        found = {
+            e["bridgeProperties"]["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"]: e["message"]["message_id"]
+            for d in get(service, "/dmq/jb?count=1000")[1]["data"]["dmqs"]
+            for e in d["entries"] or []
+        }
+        return [(found[s], s) for s in sources] if all(s in found for s in sources) else None
+
+    return wait_for(entries, 20, "the dead messages")
+
+
+def redriven(service, source_id: str) -> list[dict]:
+    """The messages on the link's target cq.dst that are copies of ``source_id``."""
+    messages = get(service, "/destinations/q/cq.dst/messages?count=1000")[1]["data"]["messages"]
+    return [m for m in messages if m["properties"].get("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") == source_id]
+
+
+def dmq_ids(service) -> set[str]:
+    answer = get(service, "/dmq/jb?count=1000")[1]
+    return {e["message"]["message_id"] for d in answer["data"]["dmqs"] for e in d["entries"] or []}
+
+
+def test_dmq_entries_chosen_by_id_are_redriven_to_their_links_target(service):
+    (first, first_source), (second, _) = dead_letters(service, "bad redrive-1", "bad redrive-2")
+    chosen = {"message_ids": [first]}
+    refused_three_ways(service, "POST", "/dmq/jb/redrive", chosen)
+    assert {first, second} <= dmq_ids(service)
+    status, answer = post(service, "/dmq/jb/redrive", chosen)
+    assert status == 200, answer
+    assert answer["data"]["moved"] == 1 and answer["data"]["entries"] == [
+        {"message_id": first, "status": "redriven", "link": "l1", "destination": "queue:cq.dst", "detail": None}
+    ]
+    ((copy,),) = (redriven(service, first_source),)  # once, with the original's body and properties
+    assert copy["body"] == "bad redrive-1" and not any("DMQ" in name for name in copy["properties"])
+    assert first not in dmq_ids(service) and second in dmq_ids(service)
+    status, answer = post(service, "/dmq/jb/redrive", chosen)  # again: it is gone, nothing is sent twice
+    assert status == 200 and answer["data"]["entries"][0]["status"] == "gone"
+    assert len(redriven(service, first_source)) == 1
+    assert post(service, "/dmq/jb/redrive", {})[0] == 400  # neither ids nor all
+    assert post(service, "/dmq/jb/redrive", {"all": True, "message_ids": [second]})[0] == 400
+    assert post(service, "/dmq/jb/redrive", {"all": True, "dmq": "far-dmq"})[0] == 400  # on another broker
+    assert post(service, "/dmq/nosuch/redrive", {"all": True})[0] == 404
+
+
+def test_a_forged_dmq_entry_is_not_redriven(service):
+    from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
+
+    forged = TextMessage("forged")
+    forged.set_string_property("JMS_SUN_JMSBRIDGE_SOURCE_DESTINATION", "cq.src")
+    forged.set_string_property("JMS_SUN_JMSBRIDGE_TARGET_DESTINATION", "cq.dst")
+    conn = service.host_broker.connection_factory().create_connection("admin")
+    try:
+        conn.create_session().create_producer(Queue(BUILTIN_DMQ_DESTINATION)).send(forged)
+    finally:
+        conn.close()
+    status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [forged.message_id]})
+    assert status == 200 and answer["data"]["entries"][0]["status"] == "unverified", answer
+    assert forged.message_id in dmq_ids(service)
+    assert post(service, "/dmq/jb/archive", {"message_ids": [forged.message_id]})[0] == 200  # (tidy)
+
+
+def test_the_redrive_dmq_command_does_what_the_api_does(service, tmp_path):
+    from bridgemgr.cli import main
+
+    ((entry, source),) = dead_letters(service, "bad redrive-cli")
+    passfile = tmp_path / "pw"
+    passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
+    passfile.chmod(0o600)
+    login = ["-b", f"127.0.0.1:{service.portmapper.port}", "-u", "admin", "-passfile", str(passfile)]
+    result = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-msgid", entry, "-f", "--json", *login])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["data"]["entries"][0]["status"] == "redriven" and len(redriven(service, source)) == 1
+    again = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-msgid", entry, "-f", "--json", *login])
+    status, api = post(service, "/dmq/jb/redrive", {"message_ids": [entry]})
+    assert status == 200 and json.loads(again.output) == api  # the same code, the same answer
+    usage = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-f", *login])
+    assert usage.exit_code == 2 and "-msgid ID (one or more) or -all" in usage.output
+
+
+def test_archived_dmq_entries_leave_the_dmq_for_a_private_file_once(service):
+    import os
+    import stat
+
+    (first, first_source), (second, _) = dead_letters(service, "bad archive-1", "bad archive-2")
+    path = service.instance_dir / "dmqarchive" / "jb" / "built-in-dmq.jsonl"
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"dmq_message_id": second}) + "\n")  # a crash after the write, before the removal
+    refused_three_ways(service, "POST", "/dmq/jb/archive", {"message_ids": [first]})
+    status, answer = post(service, "/dmq/jb/archive", {"message_ids": [first, second]})
+    assert status == 200 and answer["data"]["moved"] == 2 and answer["data"]["archive"] == str(path), answer
+    assert {first, second}.isdisjoint(dmq_ids(service))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["dmq_message_id"] for r in rows] == [second, first]  # the second not written twice
+    assert rows[1]["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"] == first_source and rows[1]["reason"] == "TRANSFORM_FAILURE"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and redriven(service, first_source) == []
+
+
 def test_transactions_answer_as_the_admin_command(service):
     status, answer = get(service, "/bridges/jb/transactions")
     assert (status, answer) == (answer["status"], reply_object(service.dispatch(Command("LIST_TXN", bridge="jb"))))
@@ -353,8 +468,8 @@ def test_every_endpoint_that_acts_is_refused_to_readers_strangers_and_forged_req
                 assert status == 403 and "X-CSRF-Token" in answer["message"], (method, path, answer)
             checked += 1
     # 8 bridge and link actions, 2 txn, 8 dst/dmq (create, update, purge, browse, destroy, pause,
-    # resume, dmq), the connections
-    assert checked == 19 and admin_login["data"]["mayAct"] is True
+    # resume, dmq), dmq redrive and archive, the connections
+    assert checked == 21 and admin_login["data"]["mayAct"] is True
     assert link_state(service) == "STARTED"
     assert get(service, "/bridges")[1]["data"]["bridges"][0]["state"] == "STARTED"
 

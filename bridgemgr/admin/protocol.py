@@ -7,7 +7,8 @@ Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, a
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
 LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
 the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
-(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ) and the HA
+(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ; REDRIVE_DMQ and
+ARCHIVE_DMQ of entries by JMSMessageID or all) and the HA
 cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
 "data": ...}``, with the original product's status codes.
 
@@ -41,6 +42,7 @@ DST_COMMANDS = (
 )
 BROKER_COMMANDS = ("LIST_CXN", "LIST_SVC")  # the host broker's connections, the instance's services
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
+DMQ_MOVES = ("REDRIVE_DMQ", "ARCHIVE_DMQ")  # chosen DMQ entries back to their targets, or to a file
 COMMANDS = (
     "LIST",
     "START",
@@ -50,12 +52,14 @@ COMMANDS = (
     "CONFIG",
     "CLUSTER",
     "LIST_DMQ",
+    *DMQ_MOVES,
     *DST_COMMANDS,
     *BROKER_COMMANDS,
     *TXN_COMMANDS,
 )
 PAUSE_TYPES = ("PRODUCERS", "CONSUMERS", "ALL")  # PAUSE_DST, RESUME_DST: what (imqcmd's -pst)
 MAX_BROWSE = 1000  # messages one browse shows at most
+MAX_IDS = 1000  # JMSMessageIDs one REDRIVE_DMQ / ARCHIVE_DMQ names at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
 
@@ -89,6 +93,9 @@ class Command:
     pause_type: str | None = None  # PAUSE_DST, RESUME_DST: PRODUCERS, CONSUMERS or ALL
     temporary: bool = False  # LIST_DST: temporary destinations too
     service: str | None = None  # LIST_CXN: only the connections of this service
+    dmq: str | None = None  # REDRIVE_DMQ, ARCHIVE_DMQ: the DMQ's name (None: the built-in one)
+    message_ids: tuple[str, ...] = ()  # ... the entries' JMSMessageIDs
+    all_entries: bool = False  # ... instead: every entry
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -104,6 +111,8 @@ class Command:
             obj["service"] = self.service
         if self.op == "LIST_DMQ":
             obj["count"] = self.count
+        if self.op in DMQ_MOVES:
+            obj.update(dmq=self.dmq, message_ids=list(self.message_ids), all=self.all_entries)
         if self.txn is not None:
             obj["txn"] = self.txn
         return obj
@@ -183,10 +192,27 @@ def parse_request(line: bytes) -> Hello | Command:
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
             raise AdminProtocolError(f"LIST_DMQ needs 'count', a number from 1 to {MAX_BROWSE}")
         return Command(op, bridge=bridge, count=count)
+    if op in DMQ_MOVES:
+        return _dmq_move(op, obj)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
     return cmd
+
+
+def _dmq_move(op: str, obj: dict[str, Any]) -> Command:
+    bridge, dmq, ids, every = _name(obj, "bridge"), _name(obj, "dmq"), obj.get("message_ids") or [], obj.get("all")
+    if bridge is None:
+        raise AdminProtocolError(f"{op} needs 'bridge'")
+    if (
+        not isinstance(ids, list)
+        or len(ids) > MAX_IDS
+        or not all(isinstance(i, str) and 0 < len(i) <= 255 for i in ids)
+    ):
+        raise AdminProtocolError(f"'message_ids' must be a list of at most {MAX_IDS} JMSMessageIDs")
+    if every not in (None, True, False) or bool(ids) == bool(every):
+        raise AdminProtocolError(f"{op} needs 'message_ids' (the entries' JMSMessageIDs) or 'all': true, not both")
+    return Command(op, bridge=bridge, dmq=dmq, message_ids=tuple(ids), all_entries=bool(every))
 
 
 def _dst_command(op: str, obj: dict[str, Any]) -> Command:

@@ -138,6 +138,16 @@ def _pause_work(op: str) -> Work:
     }
 
 
+def _dmq_move(op: str) -> Work:
+    return lambda c: {
+        "op": op,
+        "bridge": c.params["bridge"],
+        "dmq": c.body.get("dmq"),
+        "message_ids": c.body.get("message_ids"),
+        "all": c.body.get("all"),
+    }
+
+
 def _bridge_op(op: str) -> Work:
     return lambda c: {"op": op, "bridge": c.params["bridge"]}
 
@@ -308,6 +318,21 @@ def _endpoints() -> list[Endpoint]:
             lambda c: {"op": "LIST_DMQ", "bridge": c.params["bridge"], "count": _int(c, "count", DEFAULT_BROWSE)},
             act=True,
             query=(("count", f"entries per DMQ, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+        ),
+        *(
+            Endpoint(
+                "POST",
+                f"/dmq/{{bridge}}/{verb}",
+                f"{text} (as imqbridgemgr {verb} dmq): "
+                '{"message_ids": ["ID:..."]} or {"all": true}, and "dmq": a <dmq>\'s name (default the built-in one)',
+                _dmq_move(f"{verb.upper()}_DMQ"),
+                act=True,
+                body=True,
+            )
+            for verb, text in (
+                ("redrive", "Send DMQ entries back to their links' targets, each in one transaction"),
+                ("archive", "Move DMQ entries into the service's archive file"),
+            )
         ),
         Endpoint(
             "GET",
