@@ -613,6 +613,8 @@ class BridgeServiceManager:
             return self._dead_messages(cmd)
         if cmd.op in DMQ_MOVES:
             return self._move_dead_messages(cmd)
+        if cmd.op == "CHECK_XML":
+            return self._check_xml(cmd)
         if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -781,6 +783,17 @@ class BridgeServiceManager:
             count += len(entries)
             dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
         return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
+
+    def _check_xml(self, cmd: Command) -> Reply:
+        """A dry-run check of a bridge XML as ``imqbridgemgr check FILE`` makes it (the same
+        code and problems), with this service's transformer folders; nothing is started or
+        looked up. 400 with the report when it has errors, as the CLI's --json."""
+        from .jmsbridge.checkxml import check_bridge_xml
+
+        report = check_bridge_xml((cmd.xml or "").encode("utf-8"), cmd.source or "bridge.xml", self.props)
+        if not report.ok:
+            return Reply(BAD_REQUEST, report.error_message(), report.to_json())
+        return Reply(OK, f"{len(report.bridges)} bridge(s) checked: no errors", report.to_json())
 
     def _move_dead_messages(self, cmd: Command) -> Reply:
         """redrive|archive dmq: entries of a JMS bridge's DMQ on the host broker, named by

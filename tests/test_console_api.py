@@ -391,6 +391,31 @@ def test_archived_dmq_entries_leave_the_dmq_for_a_private_file_once(service):
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and redriven(service, first_source) == []
 
 
+def test_check_is_a_dry_run_with_the_check_commands_problems(service, tmp_path):
+    from bridgemgr.cli import main
+
+    good = XML.replace('name="jb"', 'name="checked"')
+    refused_three_ways(service, "POST", "/check", {"xml": good})
+    status, answer = post(service, "/check", {"xml": good, "name": "checked.xml"})
+    assert status == 200, answer
+    assert answer["data"]["summary"][0].startswith("bridge checked (jms, XML file): checked.xml: 1 link, 2 DMQs")
+    assert "transformer failonbad.FailOnBad" in answer["data"]["summary"][1]  # found in the service's plugins
+    assert [b["name"] for b in get(service, "/bridges")[1]["data"]["bridges"]] == ["jb"]  # nothing started
+
+    bad = good.replace('destination-ref="dst" message', 'destination-ref="nodst" message')
+    path = tmp_path / "bad.xml"
+    path.write_text(bad)
+    status, answer = post(service, "/check", {"xml": bad, "name": str(path)})
+    result = CliRunner().invoke(main, ["check", "--json", str(path)])
+    cli = json.loads(result.output)
+    assert status == 400 and result.exit_code == 1
+    assert answer["error"] == cli["error"] and answer["data"]["problems"] == cli["problems"], (answer, cli)
+    assert "destination-ref 'nodst' matches no <destination" in answer["message"]
+    status, answer = post(service, "/check", {"xml": "<jmsbridge"})
+    assert status == 400 and "bridge.xml:1" in answer["message"], answer
+    assert post(service, "/check", {})[0] == 400
+
+
 def test_transactions_answer_as_the_admin_command(service):
     status, answer = get(service, "/bridges/jb/transactions")
     assert (status, answer) == (answer["status"], reply_object(service.dispatch(Command("LIST_TXN", bridge="jb"))))
@@ -468,8 +493,8 @@ def test_every_endpoint_that_acts_is_refused_to_readers_strangers_and_forged_req
                 assert status == 403 and "X-CSRF-Token" in answer["message"], (method, path, answer)
             checked += 1
     # 8 bridge and link actions, 2 txn, 8 dst/dmq (create, update, purge, browse, destroy, pause,
-    # resume, dmq), dmq redrive and archive, the connections
-    assert checked == 21 and admin_login["data"]["mayAct"] is True
+    # resume, dmq), dmq redrive and archive, check, the connections
+    assert checked == 22 and admin_login["data"]["mayAct"] is True
     assert link_state(service) == "STARTED"
     assert get(service, "/bridges")[1]["data"]["bridges"][0]["state"] == "STARTED"
 

@@ -8,7 +8,7 @@ for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, 
 LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
 the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
 (LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ; REDRIVE_DMQ and
-ARCHIVE_DMQ of entries by JMSMessageID or all) and the HA
+ARCHIVE_DMQ of entries by JMSMessageID or all), a dry-run check of a bridge XML (CHECK_XML) and the HA
 cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
 "data": ...}``, with the original product's status codes.
 
@@ -52,6 +52,7 @@ COMMANDS = (
     "CONFIG",
     "CLUSTER",
     "LIST_DMQ",
+    "CHECK_XML",
     *DMQ_MOVES,
     *DST_COMMANDS,
     *BROKER_COMMANDS,
@@ -96,6 +97,8 @@ class Command:
     dmq: str | None = None  # REDRIVE_DMQ, ARCHIVE_DMQ: the DMQ's name (None: the built-in one)
     message_ids: tuple[str, ...] = ()  # ... the entries' JMSMessageIDs
     all_entries: bool = False  # ... instead: every entry
+    xml: str | None = field(default=None, repr=False)  # CHECK_XML: a bridge XML document
+    source: str | None = None  # ... the name its problems give it
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -111,6 +114,8 @@ class Command:
             obj["service"] = self.service
         if self.op == "LIST_DMQ":
             obj["count"] = self.count
+        if self.op == "CHECK_XML":
+            obj.update(xml=self.xml, source=self.source)
         if self.op in DMQ_MOVES:
             obj.update(dmq=self.dmq, message_ids=list(self.message_ids), all=self.all_entries)
         if self.txn is not None:
@@ -194,6 +199,11 @@ def parse_request(line: bytes) -> Hello | Command:
         return Command(op, bridge=bridge, count=count)
     if op in DMQ_MOVES:
         return _dmq_move(op, obj)
+    if op == "CHECK_XML":
+        xml, source = obj.get("xml"), _name(obj, "source")
+        if not isinstance(xml, str) or not xml.strip():
+            raise AdminProtocolError("CHECK_XML needs 'xml', the text of a bridge XML document")
+        return Command(op, xml=xml, source=source)
     cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")

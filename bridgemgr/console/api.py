@@ -335,6 +335,15 @@ def _endpoints() -> list[Endpoint]:
             )
         ),
         Endpoint(
+            "POST",
+            "/check",
+            'A dry-run check of a bridge XML, as imqbridgemgr check FILE: {"xml": "<jmsbridge ...>", '
+            '"name": "a name for its problems (default bridge.xml)"}; starts nothing',
+            lambda c: {"op": "CHECK_XML", "xml": c.body.get("xml"), "source": c.body.get("name")},
+            act=True,  # its transformers are found (a module may be imported) as a start finds them
+            body=True,
+        ),
+        Endpoint(
             "GET",
             "/cluster",
             "The HA cluster: its instances with their leases, and each bridge's owner",
