@@ -573,7 +573,8 @@ def _dst_text(op: str, data: Any) -> str | None:
     if op == "query":
         return _dst_table([data])
     if op == "browse":
-        return _browse_table(data["messages"])
+        more = f"More messages follow: add -after {data['next']} for the next page.\n" if data.get("next") else ""
+        return _browse_table(data["messages"]) + more
     if op == "purge":
         return f"Purged {data['purged']} message(s)" + (
             f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else "."
@@ -707,6 +708,13 @@ def _purge_browse_command(op: str):
         hidden=purge,
         help="How many messages to show.",
     )
+    @click.option(
+        "-after",
+        "after",
+        metavar="ID",
+        hidden=purge,
+        help="Only the messages after this one (a JMSMessageID; the next page's, as --json's data.next gives it).",
+    )
     @admin_options
     @reply_options
     def command(
@@ -714,6 +722,7 @@ def _purge_browse_command(op: str):
         dst_type: str,
         name: str,
         count: int,
+        after: str | None,
         broker: str,
         user: str | None,
         passfile: str | None,
@@ -738,7 +747,15 @@ def _purge_browse_command(op: str):
         ):
             click.echo(f"The operation [{op}] on the destination was not performed.", err=as_json)
             raise click.exceptions.Exit(0)
-        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, count=None if purge else count)
+        if purge and after is not None:
+            raise click.UsageError(f"{op} dst takes no -after")
+        cmd = Command(
+            f"{op.upper()}_DST",
+            dst_type=dst_type.lower(),
+            destination=name,
+            count=None if purge else count,
+            after=None if purge else after,
+        )
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
 
     return command

@@ -218,6 +218,10 @@ def test_destinations_create_query_update_list_browse_purge(service):
     send(service, "api.q1", "one", "two", "three")
     status, answer = get(service, "/destinations/q/api.q1/messages?count=2")
     assert status == 200 and [m["body"] for m in answer["data"]["messages"]] == ["one", "two"], answer
+    status, page = get(service, f"/destinations/q/api.q1/messages?count=2&after={answer['data']['next']}")
+    assert [m["body"] for m in page["data"]["messages"]] == ["three"] and page["data"]["next"] is None, page
+    status, page = get(service, "/destinations/q/api.q1/messages?after=ID:gone-1")
+    assert status == 404 and "no longer waiting" in page["error"]["message"], page
     assert get(service, "/destinations/q/api.q1/messages", READER)[0] == 403  # bodies: for those who act
     assert get(service, "/destinations/q/api.q1/messages?count=lots")[0] == 400
 

@@ -90,6 +90,7 @@ class Command:
     destination: str | None = None  # ... its name
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
     count: int | None = None  # BROWSE_DST: how many messages
+    after: str | None = None  # BROWSE_DST: those after the message with this JMSMessageID
     txn: str | None = None  # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
     pause_type: str | None = None  # PAUSE_DST, RESUME_DST: PRODUCERS, CONSUMERS or ALL
     temporary: bool = False  # LIST_DST: temporary destinations too
@@ -106,6 +107,8 @@ class Command:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
             if self.count is not None:
                 obj["count"] = self.count
+            if self.after is not None:
+                obj["after"] = self.after
             if self.pause_type is not None:
                 obj["pause_type"] = self.pause_type
             if self.temporary:
@@ -242,6 +245,9 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
             raise AdminProtocolError(f"BROWSE_DST needs 'count', a number from 1 to {MAX_BROWSE}")
     elif count is not None:
         raise AdminProtocolError(f"{op} takes no 'count'")
+    after = _name(obj, "after")
+    if after is not None and op != "BROWSE_DST":
+        raise AdminProtocolError(f"{op} takes no 'after'")
     pause_type = obj.get("pause_type")
     if op in ("PAUSE_DST", "RESUME_DST"):
         pause_type = "ALL" if pause_type is None else pause_type
@@ -258,6 +264,7 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
         destination=name,
         attributes=attributes,
         count=count,
+        after=after,
         pause_type=pause_type,
         temporary=temporary,
     )

@@ -268,15 +268,24 @@ def _endpoints() -> list[Endpoint]:
         Endpoint(
             "GET",
             "/destinations/{type}/{name}/messages",
-            "The first waiting messages of a queue: headers, properties, body (as imqbridgemgr browse dst)",
+            "A page of a queue's waiting messages: headers, properties, body (as imqbridgemgr browse dst); "
+            "data.next is the cursor of the next page (null: the last)",
             lambda c: {
                 "op": "BROWSE_DST",
                 "dst_type": c.params["type"],
                 "destination": c.params["name"],
                 "count": _int(c, "count", DEFAULT_BROWSE),
+                "after": c.query.get("after"),
             },
             act=True,
-            query=(("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+            query=(
+                ("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),
+                (
+                    "after",
+                    "the cursor: the JMSMessageID of the last message of the page before (its answer's "
+                    "data.next); the messages after it. 404 when that message is no longer waiting",
+                ),
+            ),
         ),
         Endpoint(
             "DELETE",
