@@ -615,6 +615,8 @@ class BridgeServiceManager:
             return self._move_dead_messages(cmd)
         if cmd.op == "CHECK_XML":
             return self._check_xml(cmd)
+        if cmd.op == "LINK_HISTORY":
+            return self._link_history(cmd)
         if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -783,6 +785,21 @@ class BridgeServiceManager:
             count += len(entries)
             dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
         return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
+
+    def _link_history(self, cmd: Command) -> Reply:
+        """A JMS link's last hour: msg/s and mean latency per interval (LinkHistory)."""
+        from .jmsbridge.bridge import JMSBridge
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        if not isinstance(bridge, JMSBridge):
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has links")
+        try:
+            data = bridge.history(cmd.link or "")
+        except JMSException as exc:
+            return Reply(NOT_FOUND, str(exc))
+        return Reply(OK, f"link {cmd.link} of bridge {bridge.name}: {len(data['intervals'])} interval(s)", data)
 
     def _check_xml(self, cmd: Command) -> Reply:
         """A dry-run check of a bridge XML as ``imqbridgemgr check FILE`` makes it (the same

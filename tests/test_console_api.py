@@ -176,6 +176,25 @@ def test_link_and_bridge_actions_change_state_and_are_refused_to_others(service,
     wait_for(lambda: get(service, "/bridges/jb")[1]["data"]["bridge"]["state"] == "STARTED", 30)
 
 
+@pytest.mark.timeout(60)
+def test_a_links_last_hour_is_kept_by_the_service(service):
+    """The bridge samples its links every 5 s whether or not a page is open: messages
+    sent after a sample show in the interval that the next one ends."""
+
+    def intervals(reader=READER):
+        status, answer = get(service, "/bridges/jb/links/l1/history", reader)
+        assert status == 200 and answer["data"]["step"] == 5, answer
+        return answer["data"]["intervals"]
+
+    last = wait_for(intervals, 30, "a first interval")[-1]["end"]
+    send(service, "cq.src", *(f"history {i}" for i in range(7)))
+    later = wait_for(lambda: [i for i in intervals() if i["end"] > last] or None, 30, "the next interval")
+    wait_for(lambda: sum(i["transferred"] for i in intervals() if i["end"] > last) >= 7, 30, "the transfers")
+    busy = [i for i in intervals() if i["end"] > last and i["transferred"]]
+    assert all(i["rate"] > 0 and i["latency_ms"] is not None for i in busy), later
+    assert get(service, "/bridges/jb/links/nosuch/history")[0] == 404
+
+
 def test_the_cluster_of_a_service_in_no_cluster_is_404(service):
     status, answer = get(service, "/cluster", READER)
     assert status == 404 and answer == reply_object(service.dispatch(Command("CLUSTER")))

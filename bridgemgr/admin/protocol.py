@@ -8,9 +8,10 @@ for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, 
 LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
 the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
 (LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ; REDRIVE_DMQ and
-ARCHIVE_DMQ of entries by JMSMessageID or all), a dry-run check of a bridge XML (CHECK_XML) and the HA
-cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
-"data": ...}``, with the original product's status codes.
+ARCHIVE_DMQ of entries by JMSMessageID or all), a dry-run check of a bridge XML
+(CHECK_XML), a link's last hour (LINK_HISTORY) and the HA cluster's instances and owners
+(CLUSTER). A reply is ``{"status": ..., "message": ..., "data": ...}``, with the original
+product's status codes.
 
 Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
 the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
@@ -53,6 +54,7 @@ COMMANDS = (
     "CLUSTER",
     "LIST_DMQ",
     "CHECK_XML",
+    "LINK_HISTORY",
     *DMQ_MOVES,
     *DST_COMMANDS,
     *BROKER_COMMANDS,
@@ -202,6 +204,11 @@ def parse_request(line: bytes) -> Hello | Command:
         return Command(op, bridge=bridge, count=count)
     if op in DMQ_MOVES:
         return _dmq_move(op, obj)
+    if op == "LINK_HISTORY":
+        bridge, link = _name(obj, "bridge"), _name(obj, "link")
+        if bridge is None or link is None:
+            raise AdminProtocolError("LINK_HISTORY needs 'bridge' and 'link'")
+        return Command(op, bridge=bridge, link=link)
     if op == "CHECK_XML":
         xml, source = obj.get("xml"), _name(obj, "source")
         if not isinstance(xml, str) or not xml.strip():

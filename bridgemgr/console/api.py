@@ -179,6 +179,14 @@ def _endpoints() -> list[Endpoint]:
             lambda c: {"op": "LIST", "bridge": c.params["bridge"], "link": c.params["link"]},
         ),
     ]
+    out.append(
+        Endpoint(
+            "GET",
+            "/bridges/{bridge}/links/{link}/history",
+            "A link's last hour, kept by the service: msg/s and mean latency per 5-second interval",
+            lambda c: {"op": "LINK_HISTORY", "bridge": c.params["bridge"], "link": c.params["link"]},
+        )
+    )
     for action in bridge_actions:
         out.append(
             Endpoint(
