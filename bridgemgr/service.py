@@ -715,6 +715,7 @@ class BridgeServiceManager:
         if cmd.bridge is None:
             rows = [
                 {"name": b.name, "type": b.type, "state": _value(b.state)}
+                | ({"links": b.info().get("links", [])} if cmd.with_links else {})
                 for b in self.bridges.values()
                 if cmd.type is None or b.type == cmd.type
             ]

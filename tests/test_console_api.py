@@ -139,6 +139,11 @@ def test_bridges_and_links_show_what_the_admin_command_shows(service):
     status, answer = get(service, "/bridges")
     assert status == 200 and answer["data"]["bridges"] == [{"name": "jb", "type": "JMS", "state": "STARTED"}]
     assert get(service, "/bridges?type=STOMP")[1]["data"]["bridges"] == []
+    status, answer = get(service, "/bridges?links=true", READER)  # the overview's one request
+    assert status == 200 and [b["name"] for b in answer["data"]["bridges"]] == ["jb"], answer
+    assert [x["name"] for x in answer["data"]["bridges"][0]["links"]] == ["l1"]
+    assert answer["data"]["bridges"][0]["links"][0]["counters"]["latency_ms"]["bounds"]
+    assert get(service, "/bridges?links=maybe")[0] == 400
     status, answer = get(service, "/bridges/jb", READER)  # reading needs no right to act
     assert status == 200 and answer["data"]["bridge"]["name"] == "jb"
     status, answer = get(service, "/bridges/jb/links/l1")

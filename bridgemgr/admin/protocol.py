@@ -102,6 +102,7 @@ class Command:
     all_entries: bool = False  # ... instead: every entry
     xml: str | None = field(default=None, repr=False)  # CHECK_XML: a bridge XML document
     source: str | None = None  # ... the name its problems give it
+    with_links: bool = False  # LIST of every bridge: each one's links too (the console's overview)
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -117,6 +118,8 @@ class Command:
                 obj["temporary"] = True
         if self.service is not None:
             obj["service"] = self.service
+        if self.with_links:
+            obj["links"] = True
         if self.op == "LIST_DMQ":
             obj["count"] = self.count
         if self.op == "CHECK_XML":
@@ -214,7 +217,10 @@ def parse_request(line: bytes) -> Hello | Command:
         if not isinstance(xml, str) or not xml.strip():
             raise AdminProtocolError("CHECK_XML needs 'xml', the text of a bridge XML document")
         return Command(op, xml=xml, source=source)
-    cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
+    links = obj.get("links", False)
+    if not isinstance(links, bool) or (links and (op != "LIST" or obj.get("bridge") is not None)):
+        raise AdminProtocolError("'links' is true or false, for LIST of every bridge only")
+    cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"), with_links=links)
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
     return cmd

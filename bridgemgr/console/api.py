@@ -125,6 +125,13 @@ def _int(call: Call, name: str, default: int) -> int:
     return int(text)
 
 
+def _flag(call: Call, name: str) -> bool:
+    text = call.query.get(name, "false")
+    if text not in ("true", "false"):
+        raise Failure(BAD_REQUEST, f"query parameter {name!r} must be true or false, not {text[:40]!r}")
+    return text == "true"
+
+
 def _attributes(call: Call) -> Any:
     return call.body.get("attributes", {})
 
@@ -163,8 +170,11 @@ def _endpoints() -> list[Endpoint]:
             "GET",
             "/bridges",
             "Every bridge: name, type, state (and owner in an HA cluster)",
-            lambda c: {"op": "LIST", "type": c.query.get("type")},
-            query=(("type", "JMS or STOMP: only bridges of that type"),),
+            lambda c: {"op": "LIST", "type": c.query.get("type"), "links": _flag(c, "links")},
+            query=(
+                ("type", "JMS or STOMP: only bridges of that type"),
+                ("links", "true: each bridge's links too, as GET /bridges/{bridge} gives them (one request)"),
+            ),
         ),
         Endpoint(
             "GET",

@@ -182,11 +182,10 @@ function overview(root) {
     el("thead", {}, el("tr", {}, ...["bridge", "type", "link", "state", "msg/s", "last 2 min", "backlog", "to DMQ", "error"]
       .map((h) => el("th", {text: h})))), body));
   return async () => {
-    const {bridges} = await api("GET", "/bridges");
-    const details = await Promise.all(bridges.map((b) => api("GET", "/bridges/" + enc(b.name))));
+    const {bridges} = await api("GET", "/bridges?links=true"); // one request for every bridge's links
     const rows = [];
-    bridges.forEach((b, i) => {
-      const links = details[i].links || [];
+    bridges.forEach((b) => {
+      const links = b.links || [];
       if (!links.length) {
         rows.push(el("tr", {class: b.state === "STARTED" ? "ok" : "bad", "data-bridge": b.name},
           el("td", {text: b.name}), el("td", {text: b.type}), el("td", {class: "muted", text: "-"}),
