@@ -11,7 +11,9 @@ one link bench.src -> bench.dst on the host broker. Measurements:
 - overview: what one refresh of the console's overview fetches (console.js: GET
   /api/v1/bridges?links=true, every bridge with its links in one answer; --per-bridge:
   GET /api/v1/bridges, then GET /api/v1/bridges/{b} for every bridge, six at a time as a
-  browser does, as console.js did before), p50/p99/max over --requests refreshes;
+  browser does, as console.js did before), p50/p99/max over --requests refreshes, and
+  the service's CPU time per refresh (its process's, less what it spends idle) and as a
+  share of one core at one refresh every 2 s: what an open console costs;
 - api_under_load: N persistent 1 KiB messages produced into bench.src while its link is
   paused, the link resumed; GET /api/v1/bridges/bench/links/l in a row (one connection)
   until the backlog has moved, p50/p99/max; the link's msg/s = N / (resume .. last on
@@ -224,11 +226,27 @@ def run_client(
         page.close()
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (the service: the clients are processes of their own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def overview(manager: BridgeServiceManager, requests: int) -> dict:
     clients = Clients(manager.console.port, "overview", limit=requests)
+    wall, used = time.perf_counter(), cpu_seconds()
+    time.sleep(3)  # the service's own CPU while nobody asks (idle links, housekeeping)
+    idle_rate = (cpu_seconds() - used) / (time.perf_counter() - wall)
+    wall, used = time.perf_counter(), cpu_seconds()
     clients.go()
     samples = [seconds for _, seconds in clients.stop_after()]
-    return {"refreshes": len(samples), **with_max(samples)}
+    per_refresh = max(0.0, (cpu_seconds() - used - idle_rate * (time.perf_counter() - wall)) / len(samples))
+    return {
+        "refreshes": len(samples),
+        **with_max(samples),
+        "service_cpu_per_refresh_ms": round(per_refresh * 1e3, 2),
+        "open_console_cpu_share": round(per_refresh / REFRESH_S, 4),
+    }
 
 
 class Drain:
