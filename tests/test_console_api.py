@@ -363,6 +363,26 @@ def test_dmq_entries_chosen_by_id_are_redriven_to_their_links_target(service):
     assert post(service, "/dmq/nosuch/redrive", {"all": True})[0] == 404
 
 
+def test_an_entry_its_target_refuses_stays_in_the_dmq_and_is_sent_nowhere(service):
+    """The first entry's send is refused (too big for the target now): its transaction rolls
+    back, and the commit of the next entry's does not take the first one from the DMQ."""
+    (big, big_source), (small, small_source) = dead_letters(service, "bad " + "x" * 2000, "bad small")
+    post(service, "/destinations", {"type": "q", "name": "cq.dst"})  # (400 when it exists already)
+    limit = {"attributes": {"maxBytesPerMsg": "1k"}}
+    assert post(service, "/destinations/q/cq.dst", limit, method="PATCH")[0] == 200
+    try:
+        status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [big, small]})
+    finally:
+        post(service, "/destinations/q/cq.dst", {"attributes": {"maxBytesPerMsg": "-1"}}, method="PATCH")
+    assert status == 500 and "1 of 2 entries redriven, 1 failed" in answer["message"], answer
+    outcomes = {e["message_id"]: e for e in answer["data"]["entries"]}
+    assert outcomes[big]["status"] == "failed" and "rolled back" in outcomes[big]["detail"], outcomes
+    assert outcomes[small]["status"] == "redriven" and len(redriven(service, small_source)) == 1
+    assert big in dmq_ids(service) and redriven(service, big_source) == []
+    status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [big]})  # the limit lifted: it goes
+    assert status == 200 and answer["data"]["moved"] == 1 and len(redriven(service, big_source)) == 1
+
+
 def test_a_forged_dmq_entry_is_not_redriven(service):
     from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
 
