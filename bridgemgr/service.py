@@ -750,6 +750,7 @@ class BridgeServiceManager:
         whose connection factory means the host broker), its first ``count`` entries with
         their reason and JMS_SUN_JMSBRIDGE_* properties; the others are named only."""
         from .dstadmin import message_json
+        from .jms.message import Message
         from .jmsbridge.bridge import JMSBridge
         from .jmsbridge.config import BUILTIN_DMQ_DESTINATION
         from .jmsbridge.dmq import DMQ_REASON, P
@@ -780,6 +781,8 @@ class BridgeServiceManager:
                     "reason": m.properties.get(DMQ_REASON),
                     "bridgeProperties": {k: v for k, v in m.properties.items() if k.startswith(P)},
                     "message": message_json(m),
+                    # the message that failed, as the DMQ message carries it (None: only its text)
+                    "original": message_json(body) if isinstance(body := m.get_body(), Message) else None,
                 }
                 for m in messages
             ]

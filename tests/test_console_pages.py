@@ -1,9 +1,10 @@
 """The browser console in real headless Chromium (Debian's chromium and chromedriver,
 driven by selenium) against a real service: log in, the overview shows a link STARTED
 whose rate moves while messages flow, pause and resume from the link page, a link whose
-mq:// target service stopped turns red, a DMQ entry with its reason, a browsed message,
-a read-only user without actions, and no console error. Saves the screenshots that
-docs/console.md shows (docs/images/console-overview.png, console-link.png)."""
+mq:// target service stopped turns red, a DMQ entry with its reason, a DMQ entry picked
+and redriven to its link's target, a browsed message, a queue paged through, a read-only
+user without actions, and no console error. Saves the screenshots that
+docs/console.md shows (docs/images/console-overview.png, console-link.png, console-dmq.png)."""
 
 from __future__ import annotations
 
@@ -276,6 +277,8 @@ def test_the_dmq_page_redrives_a_picked_entry_to_its_links_target(page, service)
     page.get(url(service, "#/dmq"))
     pick = wait_for(lambda: page.find_elements(By.CSS_SELECTOR, f'input.dmq-pick[data-id="{dead}"]'), 10, "its row")
     pick[0].click()
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    page.save_screenshot(str(IMAGES / "console-dmq.png"))
     page.find_element(By.CSS_SELECTOR, 'button.dmq-action[data-action="redrive"][data-all="no"]').click()
     outcome = wait_for(lambda: text(page, "#dmq-outcome"), 10, "the outcome")
     assert outcome == "redrive: 1 of 1 moved", outcome

@@ -151,6 +151,7 @@ function chart(values, cls, width, height) {
   const node = svg("svg", {class: cls, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"});
   const shown = values.filter((v) => v !== null);
   const top = Math.max(1, ...shown);
+  if (values.length === 1) values = [values[0], values[0]]; // one interval: a flat line across
   const step = values.length > 1 ? width / (values.length - 1) : width;
   const points = values.map((v, i) => `${(i * step).toFixed(1)},${(height - ((v || 0) / top) * (height - 2) - 1).toFixed(1)}`);
   node.append(svg("polyline", {points: points.join(" ")}));
@@ -356,8 +357,10 @@ function dmq(root) {
             el("input", {type: "checkbox", class: "dmq-pick", "data-dmq": `${data.bridge}/${q.name}`,
               "data-id": e.message.message_id, "aria-label": "pick " + e.message.message_id}),
             el("details", {class: "dmq-entry", "data-reason": e.reason, "data-id": e.message.message_id},
-              el("summary", {text: `#${i + 1} ${e.reason}: ${e.message.preview ?? ""}`.slice(0, 200)}), dl,
-              messageView(e.message))));
+              el("summary", {text: `#${i + 1} ${e.reason}: ${(e.original || e.message).preview ?? ""}`.slice(0, 200)}),
+              dl, el("h3", {text: "the message that failed"}), e.original ? messageView(e.original) : el("p",
+                {class: "muted", text: "only its text is kept (JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED)"}),
+              el("h3", {text: "the DMQ message"}), messageView(e.message))));
         });
       }
     }
