@@ -27,6 +27,7 @@ import faulthandler
 import fcntl
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -856,7 +857,8 @@ class BridgeServiceManager:
             if cmd.op == "REDRIVE_DMQ":
                 outcome = redrive_entries(endpoint, ids, on_host)
             else:
-                path = self.instance_dir / "dmqarchive" / bridge.name / f"{name}.jsonl"
+                safe = lambda text: re.sub(r"[^A-Za-z0-9_.-]|^\.", "_", text)  # noqa: E731  (a file name)
+                path = self.instance_dir / "dmqarchive" / safe(bridge.name) / f"{safe(name)}.jsonl"
                 outcome = archive_entries(endpoint, ids, path)
         except (JMSException, OSError) as exc:
             return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} failed: {exc}")
