@@ -228,7 +228,10 @@ def test_the_link_page_pauses_and_resumes_the_link(page, service):
         wait_for(lambda: link_state(service, "l1") == "PAUSED" and facts_state() == "PAUSED", 10, "paused")
         page.find_element(By.ID, "action-resume").click()
         wait_for(lambda: link_state(service, "l1") == "STARTED" and facts_state() == "STARTED", 10, "resumed")
-        wait_for(lambda: len(page.find_elements(By.CSS_SELECTOR, "#rate-chart polyline")) == 1, 10, "the rate chart")
+        points = "const p = document.querySelector('#rate-chart polyline'); return p && p.getAttribute('points')"
+        # the service's history: a few 5-second intervals on the chart (for the screenshot)
+        wait_for(lambda: len((page.execute_script(points) or "").split()) >= 3, 30, "the rate chart")
+        IMAGES.mkdir(parents=True, exist_ok=True)
         page.save_screenshot(str(IMAGES / "console-link.png"))
 
 

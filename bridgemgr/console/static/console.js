@@ -161,9 +161,10 @@ function chart(values, cls, width, height) {
 function caption(values, unit, step) {
   const shown = values.filter((v) => v !== null);
   const last = shown.length ? shown[shown.length - 1] : 0;
-  const since = Math.round((values.length * step) / 60);
+  const seconds = Math.round(values.length * step);
+  const since = seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
   return el("p", {class: "muted",
-    text: `now ${last.toFixed(1)} ${unit}, top ${Math.max(0, ...shown).toFixed(1)} ${unit}, over ${since} min`});
+    text: `now ${last.toFixed(1)} ${unit}, top ${Math.max(0, ...shown).toFixed(1)} ${unit}, over ${since}`});
 }
 
 function health(l) {
