@@ -9,8 +9,11 @@ would): B idle JMS bridges of L links each (default 50 x 4) and a bridge "bench"
 one link bench.src -> bench.dst on the host broker. Measurements:
 
 - overview: what one refresh of the console's overview fetches (console.js: GET
-  /api/v1/bridges, then GET /api/v1/bridges/{b} for every bridge, six at a time as a
-  browser does), p50/p99/max over --requests refreshes;
+  /api/v1/bridges?links=true, every bridge with its links in one answer; --per-bridge:
+  GET /api/v1/bridges, then GET /api/v1/bridges/{b} for every bridge, six at a time as a
+  browser does, as console.js did before), p50/p99/max over --requests refreshes, and
+  the service's CPU time per refresh (its process's, less what it spends idle) and as a
+  share of one core at one refresh every 2 s: what an open console costs;
 - api_under_load: N persistent 1 KiB messages produced into bench.src while its link is
   paused, the link resumed; GET /api/v1/bridges/bench/links/l in a row (one connection)
   until the backlog has moved, p50/p99/max; the link's msg/s = N / (resume .. last on
@@ -125,7 +128,10 @@ class Client:
 
 
 class Overview:
-    """The overview page's refresh: the bridge list, then each bridge over six connections."""
+    """The overview page's refresh: every bridge with its links in one request (or, with
+    ``per_bridge``, the bridge list, then each bridge over six connections)."""
+
+    per_bridge = False  # set by --per-bridge (in the client process: by run_client)
 
     def __init__(self, port: int) -> None:
         self.clients = [Client(port) for _ in range(BROWSER_CONNECTIONS)]
@@ -143,6 +149,9 @@ class Overview:
                 self.free.append(client)
 
     def refresh(self) -> None:
+        if not self.per_bridge:
+            self._get("/bridges?links=true")
+            return
         bridges = self._get("/bridges")["bridges"]
         list(self.pool.map(lambda b: self._get("/bridges/" + b["name"]), bridges))
 
@@ -167,7 +176,8 @@ class Clients:
         self.ready, self.started, self.halt = ctx.Event(), ctx.Event(), ctx.Event()
         self.results, child = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
-            target=run_client, args=(port, mode, period, limit, self.ready, self.started, self.halt, child)
+            target=run_client,
+            args=(port, mode, period, limit, self.ready, self.started, self.halt, child, Overview.per_bridge),
         )
         self.process.start()
         if not self.ready.wait(60):
@@ -189,7 +199,10 @@ class Clients:
         return samples
 
 
-def run_client(port: int, mode: str, period: float, limit: int, ready: Any, started: Any, halt: Any, out: Any) -> None:
+def run_client(
+    port: int, mode: str, period: float, limit: int, ready: Any, started: Any, halt: Any, out: Any, per_bridge: bool
+) -> None:
+    Overview.per_bridge = per_bridge
     page = Overview(port) if mode == "overview" else None
     client = Client(port)
     if page is not None:
@@ -213,11 +226,27 @@ def run_client(port: int, mode: str, period: float, limit: int, ready: Any, star
         page.close()
 
 
+def cpu_seconds() -> float:
+    """CPU time of this process (the service: the clients are processes of their own)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def overview(manager: BridgeServiceManager, requests: int) -> dict:
     clients = Clients(manager.console.port, "overview", limit=requests)
+    wall, used = time.perf_counter(), cpu_seconds()
+    time.sleep(3)  # the service's own CPU while nobody asks (idle links, housekeeping)
+    idle_rate = (cpu_seconds() - used) / (time.perf_counter() - wall)
+    wall, used = time.perf_counter(), cpu_seconds()
     clients.go()
     samples = [seconds for _, seconds in clients.stop_after()]
-    return {"refreshes": len(samples), **with_max(samples)}
+    per_refresh = max(0.0, (cpu_seconds() - used - idle_rate * (time.perf_counter() - wall)) / len(samples))
+    return {
+        "refreshes": len(samples),
+        **with_max(samples),
+        "service_cpu_per_refresh_ms": round(per_refresh * 1e3, 2),
+        "open_console_cpu_share": round(per_refresh / REFRESH_S, 4),
+    }
 
 
 class Drain:
@@ -333,10 +362,13 @@ def main() -> None:
     ap.add_argument("--links", type=int, default=4)
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--only", choices=("overview", "api", "cost"))
+    ap.add_argument("--per-bridge", action="store_true", help="the overview as one request per bridge (the old way)")
     args = ap.parse_args()
+    Overview.per_bridge = args.per_bridge
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
     out: dict = {
         "bridges": f"{args.bridges} x {args.links} idle links + 1 bench link",
+        "overview_requests": "one per bridge" if args.per_bridge else "one (links=true)",
         "message_bytes": args.size,
         "load_average_1m": round(os.getloadavg()[0], 2),
     }

@@ -6,6 +6,7 @@
     imqbridgemgr <pause|resume> dst [-t q|t -n NAME] [-pst PRODUCERS|CONSUMERS|ALL]
     imqbridgemgr list <cxn [-svn SERVICE]|svc>
     imqbridgemgr list txn -bn BRIDGE        <commit|rollback> txn -n ID -bn BRIDGE
+    imqbridgemgr <redrive|archive> dmq -bn BRIDGE [-dmq NAME] (-msgid ID ... | -all)
 
 How it works: the options are checked against the original's rules (``link`` needs
 ``-bn``; all but ``list link`` need ``-ln`` too; ``-ln`` with ``bridge`` is an error; the
@@ -60,6 +61,8 @@ EXAMPLES = """Examples:
   imqbridgemgr browse dst -t q -n mq.sys.dmq -c 100 --json
   imqbridgemgr list txn -bn mq2external
   imqbridgemgr commit txn -n 'mq2external|5f1c9a0e2b7d4c11.2a' -bn mq2external
+  imqbridgemgr redrive dmq -bn mq2external -msgid ID:a1b2c3 -msgid ID:d4e5f6 -f
+  imqbridgemgr archive dmq -bn mq2external -all -f --json
 """
 
 
@@ -598,7 +601,8 @@ def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
     if op in ("create", "update"):
         return _not_yet(data).lstrip("\n") or None
     if op == "browse":
-        return _browse_table(data["messages"])
+        more = f"More messages follow: add -after {data['next']} for the next page.\n" if data.get("next") else ""
+        return _browse_table(data["messages"]) + more
     if op == "purge":
         return f"Purged {data['purged']} message(s)" + (
             f"; {data['in_delivery']} in delivery stay with their consumers." if data["in_delivery"] else "."
@@ -733,6 +737,13 @@ def _purge_browse_command(op: str):
         hidden=purge,
         help="How many messages to show.",
     )
+    @click.option(
+        "-after",
+        "after",
+        metavar="ID",
+        hidden=purge,
+        help="Only the messages after this one (a JMSMessageID; the next page's, as --json's data.next gives it).",
+    )
     @admin_options
     @reply_options
     def command(
@@ -740,6 +751,7 @@ def _purge_browse_command(op: str):
         dst_type: str,
         name: str,
         count: int,
+        after: str | None,
         broker: str,
         user: str | None,
         passfile: str | None,
@@ -764,7 +776,15 @@ def _purge_browse_command(op: str):
         ):
             click.echo(f"The operation [{op}] on the destination was not performed.", err=as_json)
             raise click.exceptions.Exit(0)
-        cmd = Command(f"{op.upper()}_DST", dst_type=dst_type.lower(), destination=name, count=None if purge else count)
+        if purge and after is not None:
+            raise click.UsageError(f"{op} dst takes no -after")
+        cmd = Command(
+            f"{op.upper()}_DST",
+            dst_type=dst_type.lower(),
+            destination=name,
+            count=None if purge else count,
+            after=None if purge else after,
+        )
         _run_dst(cmd, op, broker, user, passfile, silent, secure, cafile, reply_timeout, retries, as_json)
 
     return command
@@ -860,6 +880,75 @@ def _txn_command(op: str):
     return command
 
 
+def _dmq_table(data: dict[str, Any]) -> str:
+    """Each chosen entry: its JMSMessageID, what became of it, where it went or why not."""
+    rows = [
+        [e["message_id"], e["status"], e.get("destination") or e.get("detail") or data.get("archive") or ""]
+        for e in data["entries"]
+    ]
+    out = _table(["JMSMessageID", "Outcome", "Where / Why"], rows)
+    if data["remaining"]:
+        out += f"{data['remaining']} more entries remain: run the command again.\n"
+    return out
+
+
+def _dmq_move_command(op: str):
+    @click.command(
+        op,
+        context_settings={"help_option_names": ["-h", "-help", "--help"]},
+        help="Send DMQ entries of a JMS bridge back to their links' targets, each in one "
+        "transaction with its removal from the DMQ (entries whose target is on another broker: "
+        "imqbridgemgr dmq redrive)."
+        if op == "redrive"
+        else "Move DMQ entries of a JMS bridge into the service's archive file "
+        "(<instance>/dmqarchive/<bridge>/<dmq>.jsonl, one JSON object a line).",
+    )
+    @click.argument("argument", type=click.Choice(["dmq"], case_sensitive=False))
+    @click.option("-bn", "bridge", metavar="NAME", required=True, help="Bridge name.")
+    @click.option("-dmq", "dmq_name", metavar="NAME", help="The <dmq>'s name (default: the built-in DMQ).")
+    @click.option(
+        "-msgid", "message_ids", metavar="ID", multiple=True, help="An entry's JMSMessageID (repeat for more)."
+    )
+    @click.option("-all", "all_entries", is_flag=True, help="Every entry of the DMQ.")
+    @admin_options
+    @reply_options
+    def command(
+        argument: str,
+        bridge: str,
+        dmq_name: str | None,
+        message_ids: tuple[str, ...],
+        all_entries: bool,
+        broker: str,
+        user: str | None,
+        passfile: str | None,
+        force: bool,
+        silent: bool,
+        secure: bool,
+        cafile: str | None,
+        reply_timeout: int,
+        retries: int,
+        as_json: bool,
+    ) -> None:
+        if bool(message_ids) == all_entries:
+            raise click.UsageError(f"{op} dmq needs -msgid ID (one or more) or -all, not both")
+        if not force and not click.confirm(
+            f"Are you sure you want to perform operation [{op}] on this DMQ ?",
+            default=False,
+            show_default=False,
+            prompt_suffix=" (y/n)[n] ",
+            err=as_json,
+        ):
+            click.echo(f"The operation [{op}] on the DMQ was not performed.", err=as_json)
+            raise click.exceptions.Exit(0)
+        cmd = Command(
+            f"{op.upper()}_DMQ", bridge=bridge, dmq=dmq_name, message_ids=message_ids, all_entries=all_entries
+        )
+        reply = _ask(cmd, broker, user, passfile, secure, cafile, reply_timeout, retries)
+        _answer(reply, op, "DMQ", silent, as_json, _dmq_table)
+
+    return command
+
+
 def register(group: click.Group) -> None:
     for op in ("list", "start", "stop", "pause", "resume"):
         group.add_command(_command(op))
@@ -869,3 +958,5 @@ def register(group: click.Group) -> None:
         group.add_command(_purge_browse_command(op))
     for op in ("commit", "rollback"):
         group.add_command(_txn_command(op))
+    for op in ("redrive", "archive"):
+        group.add_command(_dmq_move_command(op))

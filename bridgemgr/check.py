@@ -17,82 +17,14 @@ Nothing is started, and no secret is ever part of the report.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
 
-from .jms.errors import JMSException
-from .jmsbridge.config import AS_SOURCE, BridgeConfig, load_bridge, load_bridge_config
+from .jmsbridge.checkxml import CheckReport, XMLChecker
+from .jmsbridge.config import load_bridge, load_bridge_config
 from .jmsbridge.fetch import DEFAULT_TIMEOUT
-from .jmsbridge.plugins import inspect_configured_transformer, plugin_folders, transformer_uses
-from .jmsbridge.resolve import HostFactory, check_xa
-from .props import STOMP, BrokerProperties, ConfigError, Problem, bridge_configuration, parse_properties
-
-
-@dataclass(frozen=True)
-class CheckReport:
-    """What a check found: problems (errors and warnings) and a summary of what is fine."""
-
-    problems: tuple[Problem, ...] = ()
-    summary: tuple[str, ...] = ()
-    bridges: tuple[BridgeConfig, ...] = field(default=(), repr=False)
-
-    @property
-    def ok(self) -> bool:
-        return not any(p.severity == "error" for p in self.problems)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "problems": [
-                {"source": p.source, "line": p.line, "severity": p.severity, "message": p.message}
-                for p in self.problems
-            ],
-            "summary": list(self.summary),
-        }
-
-
-def _count(count: int, singular: str, plural: str) -> str:
-    return f"{count} {singular if count == 1 else plural}"
-
-
-def _destination(config: BridgeConfig, ref: str) -> str:
-    if ref == AS_SOURCE:
-        return AS_SOURCE
-    dest = config.destination(ref)
-    if dest.lookup_name is not None:
-        return f"lookup:{dest.lookup_name}"
-    return f"{dest.type.value}:{dest.name}"
-
-
-def summarize(config: BridgeConfig, state: str) -> list[str]:
-    """One line for the bridge, one per link: what an operator checks before a restart."""
-    counts = ", ".join(
-        [
-            _count(len(config.links), "link", "links"),
-            _count(len(config.dmqs), "DMQ", "DMQs"),
-            _count(len(config.connection_factories), "connection factory", "connection factories"),
-            _count(len(config.destinations), "destination", "destinations"),
-        ]
-    )
-    lines = [f"bridge {config.name} ({state}): {config.source}: {counts}"]
-    for link in config.links:
-        flags = ", ".join(
-            ["enabled" if link.enabled else "disabled", "transacted" if link.transacted else "not transacted"]
-        )
-        src, tgt = link.source, link.target
-        line = (
-            f"  link {link.name} ({flags}): {src.connection_factory_ref} "
-            f"{_destination(config, src.destination_ref)} -> "
-            f"{tgt.connection_factory_ref} {_destination(config, tgt.destination_ref)}"
-        )
-        if src.selector:
-            line += f", selector {src.selector!r}"
-        if tgt.message_transformer_class:
-            line += f", transformer {tgt.message_transformer_class}"
-        lines.append(line)
-    return lines
+from .jmsbridge.resolve import HostFactory
+from .props import STOMP, BrokerProperties, Problem, bridge_configuration, parse_properties
 
 
 def _state(props: BrokerProperties, name: str, btype: str) -> str:
@@ -109,43 +41,6 @@ def _stomp_summary(props: BrokerProperties) -> str:
     tls = f"tls port {stomp.tls_port}" if stomp.tls_enabled else "tls off"
     extra = f", transformer {stomp.message_transformer}" if stomp.message_transformer else ""
     return f"bridge {STOMP} ({_state(props, STOMP, STOMP)}): {tcp}, {tls}{extra}"
-
-
-def check_transformers(config: BridgeConfig, props: BrokerProperties | None = None) -> list[Problem]:
-    """A problem for every transformer that does not load as a start would load it (a
-    warning for a disabled link or DMQ, which a start does not load), and a warning for
-    each one whose module had to be imported to tell; ``props`` give the plugin folders
-    (lib/ext ...)."""
-    problems = []
-    folders = plugin_folders(props) if props is not None else None
-    for use in transformer_uses(config):
-        try:
-            inspected = inspect_configured_transformer(use.class_path, use.owner, folders)
-            if inspected.imported:
-                problems.append(
-                    Problem(
-                        config.source,
-                        use.line,
-                        (
-                            f"{use.owner}: transformer {use.class_path} was imported to check it, so its "
-                            f"module's import-time code ran here: {inspected.imported}"
-                        ),
-                        "warning",
-                    )
-                )
-        except JMSException as exc:
-            if use.enabled:
-                problems.append(Problem(config.source, use.line, str(exc)))
-            else:
-                problems.append(
-                    Problem(
-                        config.source,
-                        use.line,
-                        f"{exc} (a start does not load it while {use.owner} is disabled)",
-                        "warning",
-                    )
-                )
-    return problems
 
 
 def _same_file(a: str, b: str) -> bool:
@@ -191,28 +86,12 @@ def run_check(
     from .providers.java import configure_from_properties
 
     overrides = list(overrides)
-    problems: list[Problem] = []
-    summary: list[str] = []
-    configs: list[BridgeConfig] = []
-    checked: list[str] = []  # the XML files and URLs read so far
-    props: BrokerProperties | None = None  # their plugin folders are the transformers'
-
-    def check_xml(state: str, load: Callable[..., BridgeConfig], *args: Any) -> None:
-        try:
-            config = load(*args, timeout=timeout)
-        except ConfigError as exc:
-            problems.extend(exc.problems)
-            return
-        problems.extend(config.warnings)
-        problems.extend(check_transformers(config, props))
-        if resolve:
-            problems.extend(check_xa(config, host_factory))
-        configs.append(config)
-        summary.extend(summarize(config, state))
-        checked.append(config.source)
+    checker = XMLChecker(resolve=resolve, host_factory=host_factory, timeout=timeout)
+    problems, summary = checker.problems, checker.summary
 
     if props_files or overrides:
         props, found = parse_properties(props_files, overrides, environ)
+        checker.props = props
         problems += found
         if props.get("imq.cluster.ha") and not any(p.severity == "error" for p in found):
             problems += _cluster_check(props)
@@ -222,8 +101,8 @@ def run_check(
             if btype == STOMP:
                 summary.append(_stomp_summary(props))
             elif btype == "jms" and props.bridge(name).xmlurl:
-                check_xml(_state(props, name, btype), load_bridge, props, name)
+                checker.xml(_state(props, name, btype), load_bridge, props, name)
     for xml in xml_files:
-        if not any(_same_file(xml, source) for source in checked):
-            check_xml("jms, XML file", load_bridge_config, xml)
-    return CheckReport(tuple(problems), tuple(summary), tuple(configs))
+        if not any(_same_file(xml, source) for source in checker.checked):
+            checker.xml("jms, XML file", load_bridge_config, xml)
+    return checker.report()

@@ -196,11 +196,7 @@ def check(
     if as_json:
         result = report.to_json()
         if not report.ok:  # the error object every failing command prints under --json
-            errors = [p for p in report.problems if p.severity == "error"] or report.problems
-            result["error"] = {
-                "message": str(errors[0]) if len(errors) == 1 else f"{len(errors)} problems, the first: {errors[0]}",
-                "code": 400,
-            }
+            result["error"] = {"message": report.error_message(), "code": 400}
         click.echo(json.dumps(result, indent=2))
     else:
         for problem in report.problems:

@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from .admin.protocol import BAD_REQUEST, NOT_FOUND, OK, UNAVAILABLE, Command, Reply
 from .jms.destination import Destination, Queue, Topic
-from .jms.errors import JMSException
+from .jms.errors import IllegalStateException, JMSException
 from .jms.hostbroker import DestinationAttributes, HostBroker, Principal
 from .jms.message import DeliveryMode, Message
 from .props import BACKOUT_DISPOSITION, BOOL, COUNT, LIMIT, LIMIT_BEHAVIOR, SIZE, TEXT, Kind
@@ -331,13 +331,25 @@ def _browse(broker: HostBroker, principal: Principal, cmd: Command) -> Reply:
             "of its own; its durable subscriptions do)",
         )
     assert cmd.destination is not None and cmd.count is not None  # (the protocol checks)
-    messages = broker.browse_destination(principal, cmd.destination, cmd.count)
+    try:
+        messages = broker.browse_destination(principal, cmd.destination, cmd.count + 1, cmd.after)
+    except IllegalStateException as exc:  # the page's cursor was consumed meanwhile
+        return Reply(NOT_FOUND, f"{_what(cmd)}: {exc}")
     if messages is None:
         return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    more = len(messages) > cmd.count
+    messages = messages[: cmd.count]
+    where = f"after {cmd.after}" if cmd.after else "the first"
     return Reply(
         OK,
-        f"{_what(cmd)}: the first {len(messages)} message(s)",
-        {"type": "q", "name": cmd.destination, "messages": [message_json(m) for m in messages]},
+        f"{_what(cmd)}: {where} {len(messages)} message(s)" + (" (more follow)" if more else ""),
+        {
+            "type": "q",
+            "name": cmd.destination,
+            "messages": [message_json(m) for m in messages],
+            # the next page: browse with after=next (None: this was the last)
+            "next": messages[-1].message_id if more and messages else None,
+        },
     )
 
 

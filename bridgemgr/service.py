@@ -27,6 +27,7 @@ import faulthandler
 import fcntl
 import logging
 import os
+import re
 import signal
 import socket
 import ssl
@@ -40,6 +41,7 @@ from typing import IO, TYPE_CHECKING, Any, Protocol
 from .admin.protocol import (
     BAD_REQUEST,
     BROKER_COMMANDS,
+    DMQ_MOVES,
     DST_COMMANDS,
     ERROR,
     NOT_FOUND,
@@ -623,6 +625,12 @@ class BridgeServiceManager:
             return self._cluster_members()
         if cmd.op == "LIST_DMQ":
             return self._dead_messages(cmd)
+        if cmd.op in DMQ_MOVES:
+            return self._move_dead_messages(cmd)
+        if cmd.op == "CHECK_XML":
+            return self._check_xml(cmd)
+        if cmd.op == "LINK_HISTORY":
+            return self._link_history(cmd)
         if cmd.op in DST_COMMANDS or cmd.op in BROKER_COMMANDS:
             return self._destination(cmd)
         if cmd.op in TXN_COMMANDS:
@@ -724,6 +732,7 @@ class BridgeServiceManager:
         if cmd.bridge is None:
             rows = [
                 {"name": b.name, "type": b.type, "state": _value(b.state)}
+                | ({"links": b.info().get("links", [])} if cmd.with_links else {})
                 for b in self.bridges.values()
                 if cmd.type is None or b.type == cmd.type
             ]
@@ -758,6 +767,7 @@ class BridgeServiceManager:
         whose connection factory means the host broker), its first ``count`` entries with
         their reason and JMS_SUN_JMSBRIDGE_* properties; the others are named only."""
         from .dstadmin import message_json
+        from .jms.message import Message
         from .jmsbridge.bridge import JMSBridge
         from .jmsbridge.config import BUILTIN_DMQ_DESTINATION
         from .jmsbridge.dmq import DMQ_REASON, P
@@ -788,12 +798,92 @@ class BridgeServiceManager:
                     "reason": m.properties.get(DMQ_REASON),
                     "bridgeProperties": {k: v for k, v in m.properties.items() if k.startswith(P)},
                     "message": message_json(m),
+                    # the message that failed, as the DMQ message carries it (None: only its text)
+                    "original": message_json(body) if isinstance(body := m.get_body(), Message) else None,
                 }
                 for m in messages
             ]
             count += len(entries)
             dmqs.append({"name": dmq.name, "destination": queue, "entries": entries})
         return Reply(OK, f"bridge {bridge.name}: {count} dead message(s) shown", {"bridge": bridge.name, "dmqs": dmqs})
+
+    def _link_history(self, cmd: Command) -> Reply:
+        """A JMS link's last hour: msg/s and mean latency per interval (LinkHistory)."""
+        from .jmsbridge.bridge import JMSBridge
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        if not isinstance(bridge, JMSBridge):
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has links")
+        try:
+            data = bridge.history(cmd.link or "")
+        except JMSException as exc:
+            return Reply(NOT_FOUND, str(exc))
+        return Reply(OK, f"link {cmd.link} of bridge {bridge.name}: {len(data['intervals'])} interval(s)", data)
+
+    def _check_xml(self, cmd: Command) -> Reply:
+        """A dry-run check of a bridge XML as ``imqbridgemgr check FILE`` makes it (the same
+        code and problems), with this service's transformer folders; nothing is started or
+        looked up. 400 with the report when it has errors, as the CLI's --json."""
+        from .jmsbridge.checkxml import check_bridge_xml
+
+        report = check_bridge_xml((cmd.xml or "").encode("utf-8"), cmd.source or "bridge.xml", self.props)
+        if not report.ok:
+            return Reply(BAD_REQUEST, report.error_message(), report.to_json())
+        return Reply(OK, f"{len(report.bridges)} bridge(s) checked: no errors", report.to_json())
+
+    def _move_dead_messages(self, cmd: Command) -> Reply:
+        """redrive|archive dmq: entries of a JMS bridge's DMQ on the host broker, named by
+        JMSMessageID or all, back to their links' targets or into the DMQ's archive file
+        (<instance>/dmqarchive/<bridge>/<dmq>.jsonl), each in a transaction of its own."""
+        from .jmsbridge.bridge import JMSBridge
+        from .jmsbridge.config import BUILTIN_DMQ
+        from .jmsbridge.resolve import means_host_broker
+        from .servicekeys import dmq_key
+        from .spark.dmq import DMQJobError, dmq_endpoint
+        from .spark.dmqmove import archive_entries, redrive_entries
+
+        bridge = self._find(cmd)
+        if isinstance(bridge, Reply):
+            return bridge
+        config = self.bridge_configs.get(bridge.name)
+        if not isinstance(bridge, JMSBridge) or config is None or self.host_broker is None:
+            return Reply(BAD_REQUEST, f"bridge {bridge.name} is a {bridge.type} bridge; only a JMS bridge has DMQs")
+        name = cmd.dmq or BUILTIN_DMQ
+        if name != BUILTIN_DMQ and any(q.name == name for q in config.dmqs):
+            dmq = config.dmq(name)
+            assert dmq.connection_factory_ref is not None
+            if not means_host_broker(config.connection_factory(dmq.connection_factory_ref)):
+                return Reply(
+                    BAD_REQUEST, f"DMQ {name} of bridge {bridge.name} is on another broker: use imqbridgemgr dmq"
+                )
+        try:
+            endpoint = dmq_endpoint(
+                config, name, host_factory=bridge.host_factory, lookup=bridge.lookup, marker_key=dmq_key(self.props)
+            )
+        except DMQJobError as exc:
+            return Reply(NOT_FOUND, str(exc))
+        ids = None if cmd.all_entries else cmd.message_ids
+
+        def on_host(ref: str) -> bool:
+            return means_host_broker(config.connection_factory(ref))
+
+        try:
+            if cmd.op == "REDRIVE_DMQ":
+                outcome = redrive_entries(endpoint, ids, on_host)
+            else:
+                safe = lambda text: re.sub(r"[^A-Za-z0-9_.-]|^\.", "_", text)  # noqa: E731  (a file name)
+                path = self.instance_dir / "dmqarchive" / safe(bridge.name) / f"{safe(name)}.jsonl"
+                outcome = archive_entries(endpoint, ids, path)
+        except (JMSException, OSError) as exc:
+            return Reply(ERROR, f"{cmd.op.lower().replace('_', ' ')} of bridge {bridge.name} failed: {exc}")
+        data = {"bridge": bridge.name, "dmq": name, **outcome.as_dict()}
+        done = "redriven" if cmd.op == "REDRIVE_DMQ" else "archived"
+        failed = outcome.count("failed")
+        message = f"DMQ {name} of bridge {bridge.name}: {outcome.moved} of {len(outcome.entries)} entries {done}"
+        log.info("%s%s", message, f", {failed} failed" if failed else "")
+        return Reply(ERROR if failed else OK, message + (f", {failed} failed" if failed else ""), data)
 
     def _cluster_members(self) -> Reply:
         """The HA cluster's instances, their leases, and the bridges' owners."""

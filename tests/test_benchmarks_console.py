@@ -29,7 +29,7 @@ def test_a_tiny_run_reports_overview_api_and_cost():
     assert done.returncode == 0, done.stderr
     out = json.loads(done.stdout)
     assert out["overview"]["refreshes"] == 2
-    assert out["overview"]["p50_ms"] > 0
+    assert out["overview"]["p50_ms"] > 0 and out["overview"]["service_cpu_per_refresh_ms"] >= 0
     load = out["api_under_load"]
     assert load["idle"]["requests"] == 20 and load["link"]["messages"] == 300 and load["link"]["msg_per_s"] > 0
     cost = out["console_cost"]

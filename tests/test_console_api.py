@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from bridgemgr.admin.clierror import reply_object
 from bridgemgr.admin.portmapper import find_service
@@ -138,6 +139,11 @@ def test_bridges_and_links_show_what_the_admin_command_shows(service):
     status, answer = get(service, "/bridges")
     assert status == 200 and answer["data"]["bridges"] == [{"name": "jb", "type": "JMS", "state": "STARTED"}]
     assert get(service, "/bridges?type=STOMP")[1]["data"]["bridges"] == []
+    status, answer = get(service, "/bridges?links=true", READER)  # the overview's one request
+    assert status == 200 and [b["name"] for b in answer["data"]["bridges"]] == ["jb"], answer
+    assert [x["name"] for x in answer["data"]["bridges"][0]["links"]] == ["l1"]
+    assert answer["data"]["bridges"][0]["links"][0]["counters"]["latency_ms"]["bounds"]
+    assert get(service, "/bridges?links=maybe")[0] == 400
     status, answer = get(service, "/bridges/jb", READER)  # reading needs no right to act
     assert status == 200 and answer["data"]["bridge"]["name"] == "jb"
     status, answer = get(service, "/bridges/jb/links/l1")
@@ -173,6 +179,25 @@ def test_link_and_bridge_actions_change_state_and_are_refused_to_others(service,
     assert post(service, "/bridges/jb/stop")[1]["data"] == {"state": "STOPPED"}
     assert post(service, "/bridges/jb/start")[1]["data"]["state"] in ("STARTING", "STARTED")
     wait_for(lambda: get(service, "/bridges/jb")[1]["data"]["bridge"]["state"] == "STARTED", 30)
+
+
+@pytest.mark.timeout(60)
+def test_a_links_last_hour_is_kept_by_the_service(service):
+    """The bridge samples its links every 5 s whether or not a page is open: messages
+    sent after a sample show in the interval that the next one ends."""
+
+    def intervals(reader=READER):
+        status, answer = get(service, "/bridges/jb/links/l1/history", reader)
+        assert status == 200 and answer["data"]["step"] == 5, answer
+        return answer["data"]["intervals"]
+
+    last = wait_for(intervals, 30, "a first interval")[-1]["end"]
+    send(service, "cq.src", *(f"history {i}" for i in range(7)))
+    later = wait_for(lambda: [i for i in intervals() if i["end"] > last] or None, 30, "the next interval")
+    wait_for(lambda: sum(i["transferred"] for i in intervals() if i["end"] > last) >= 7, 30, "the transfers")
+    busy = [i for i in intervals() if i["end"] > last and i["transferred"]]
+    assert all(i["rate"] > 0 and i["latency_ms"] is not None for i in busy), later
+    assert get(service, "/bridges/jb/links/nosuch/history")[0] == 404
 
 
 def test_the_cluster_of_a_service_in_no_cluster_is_404(service):
@@ -217,6 +242,10 @@ def test_destinations_create_query_update_list_browse_purge(service):
     send(service, "api.q1", "one", "two", "three")
     status, answer = get(service, "/destinations/q/api.q1/messages?count=2")
     assert status == 200 and [m["body"] for m in answer["data"]["messages"]] == ["one", "two"], answer
+    status, page = get(service, f"/destinations/q/api.q1/messages?count=2&after={answer['data']['next']}")
+    assert [m["body"] for m in page["data"]["messages"]] == ["three"] and page["data"]["next"] is None, page
+    status, page = get(service, "/destinations/q/api.q1/messages?after=ID:gone-1")
+    assert status == 404 and "no longer waiting" in page["error"]["message"], page
     assert get(service, "/destinations/q/api.q1/messages", READER)[0] == 403  # bodies: for those who act
     assert get(service, "/destinations/q/api.q1/messages?count=lots")[0] == 400
 
@@ -269,11 +298,175 @@ def test_the_dmq_shows_dead_messages_with_their_reason_and_bridge_properties(ser
     assert entry["reason"] == "TRANSFORM_FAILURE" and dmq == "built-in-dmq", entry
     assert entry["bridgeProperties"]["JMS_SUN_JMSBRIDGE_SOURCE_DESTINATION"] == "cq.src"
     assert "bad message" in entry["bridgeProperties"]["JMS_SUN_JMSBRIDGE_DMQ_EXCEPTION"]
+    assert entry["original"]["body"] == "bad one" and entry["message"]["body_type"] == "OBJECT"
     assert get(service, "/dmq/jb?count=10")[1] == reply_object(
         service.dispatch(Command("LIST_DMQ", bridge="jb", count=10))
     )
     assert get(service, "/dmq/jb", READER)[0] == 403  # message bodies: for those who act
     assert get(service, "/dmq/nosuch")[0] == 404 and get(service, "/dmq/jb?count=0")[0] == 400
+
+
+def dead_letters(service, *texts: str) -> list[tuple[str, str]]:
+    """Send ``texts`` (each with "bad", so the link dead-letters them) and wait for their
+    DMQ entries: [(the entry's JMSMessageID, the original's JMSMessageID)], in send order."""
+    conn = service.host_broker.connection_factory().create_connection("admin")
+    try:
+        producer = conn.create_session().create_producer(Queue("cq.src"))
+        sources = []
+        for text in texts:
+            message = TextMessage(text)
+            producer.send(message)
+            sources.append(message.message_id)
+    finally:
+        conn.close()
+
+    def entries():
+        found = {
+            e["bridgeProperties"]["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"]: e["message"]["message_id"]
+            for d in get(service, "/dmq/jb?count=1000")[1]["data"]["dmqs"]
+            for e in d["entries"] or []
+        }
+        return [(found[s], s) for s in sources] if all(s in found for s in sources) else None
+
+    return wait_for(entries, 20, "the dead messages")
+
+
+def redriven(service, source_id: str) -> list[dict]:
+    """The messages on the link's target cq.dst that are copies of ``source_id``."""
+    status, answer = get(service, "/destinations/q/cq.dst/messages?count=1000")
+    if status == 404:  # nothing reached the target yet
+        return []
+    messages = answer["data"]["messages"]
+    return [m for m in messages if m["properties"].get("JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID") == source_id]
+
+
+def dmq_ids(service) -> set[str]:
+    answer = get(service, "/dmq/jb?count=1000")[1]
+    return {e["message"]["message_id"] for d in answer["data"]["dmqs"] for e in d["entries"] or []}
+
+
+def test_dmq_entries_chosen_by_id_are_redriven_to_their_links_target(service):
+    (first, first_source), (second, _) = dead_letters(service, "bad redrive-1", "bad redrive-2")
+    chosen = {"message_ids": [first]}
+    refused_three_ways(service, "POST", "/dmq/jb/redrive", chosen)
+    assert {first, second} <= dmq_ids(service)
+    status, answer = post(service, "/dmq/jb/redrive", chosen)
+    assert status == 200, answer
+    assert answer["data"]["moved"] == 1 and answer["data"]["entries"] == [
+        {"message_id": first, "status": "redriven", "link": "l1", "destination": "queue:cq.dst", "detail": None}
+    ]
+    ((copy,),) = (redriven(service, first_source),)  # once, with the original's body and properties
+    assert copy["body"] == "bad redrive-1" and not any("DMQ" in name for name in copy["properties"])
+    assert first not in dmq_ids(service) and second in dmq_ids(service)
+    status, answer = post(service, "/dmq/jb/redrive", chosen)  # again: it is gone, nothing is sent twice
+    assert status == 200 and answer["data"]["entries"][0]["status"] == "gone"
+    assert len(redriven(service, first_source)) == 1
+    assert post(service, "/dmq/jb/redrive", {})[0] == 400  # neither ids nor all
+    assert post(service, "/dmq/jb/redrive", {"all": True, "message_ids": [second]})[0] == 400
+    assert post(service, "/dmq/jb/redrive", {"all": True, "dmq": "far-dmq"})[0] == 400  # on another broker
+    assert post(service, "/dmq/nosuch/redrive", {"all": True})[0] == 404
+    assert post(service, "/dmq/jb/redrive", {"message_ids": [second]})[1]["data"]["moved"] == 1  # (tidy)
+
+
+def test_an_entry_its_target_refuses_stays_in_the_dmq_and_is_sent_nowhere(service):
+    """The first entry's send is refused (too big for the target now): its transaction rolls
+    back, and the commit of the next entry's does not take the first one from the DMQ."""
+    (big, big_source), (small, small_source) = dead_letters(service, "bad " + "x" * 2000, "bad small")
+    post(service, "/destinations", {"type": "q", "name": "cq.dst"})  # (400 when it exists already)
+    limit = {"attributes": {"maxBytesPerMsg": "1k"}}
+    assert post(service, "/destinations/q/cq.dst", limit, method="PATCH")[0] == 200
+    try:
+        status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [big, small]})
+    finally:
+        post(service, "/destinations/q/cq.dst", {"attributes": {"maxBytesPerMsg": "-1"}}, method="PATCH")
+    assert status == 500 and "1 of 2 entries redriven, 1 failed" in answer["message"], answer
+    outcomes = {e["message_id"]: e for e in answer["data"]["entries"]}
+    assert outcomes[big]["status"] == "failed" and "rolled back" in outcomes[big]["detail"], outcomes
+    assert outcomes[small]["status"] == "redriven" and len(redriven(service, small_source)) == 1
+    assert big in dmq_ids(service) and redriven(service, big_source) == []
+    status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [big]})  # the limit lifted: it goes
+    assert status == 200 and answer["data"]["moved"] == 1 and len(redriven(service, big_source)) == 1
+
+
+def test_a_forged_dmq_entry_is_not_redriven(service):
+    from bridgemgr.jmsbridge.config import BUILTIN_DMQ_DESTINATION
+
+    forged = TextMessage("forged")
+    forged.set_string_property("JMS_SUN_JMSBRIDGE_SOURCE_DESTINATION", "cq.src")
+    forged.set_string_property("JMS_SUN_JMSBRIDGE_TARGET_DESTINATION", "cq.dst")
+    conn = service.host_broker.connection_factory().create_connection("admin")
+    try:
+        conn.create_session().create_producer(Queue(BUILTIN_DMQ_DESTINATION)).send(forged)
+    finally:
+        conn.close()
+    status, answer = post(service, "/dmq/jb/redrive", {"message_ids": [forged.message_id]})
+    assert status == 200 and answer["data"]["entries"][0]["status"] == "unverified", answer
+    assert forged.message_id in dmq_ids(service)
+    assert post(service, "/dmq/jb/archive", {"message_ids": [forged.message_id]})[0] == 200  # (tidy)
+
+
+def test_the_redrive_dmq_command_does_what_the_api_does(service, tmp_path):
+    from bridgemgr.cli import main
+
+    ((entry, source),) = dead_letters(service, "bad redrive-cli")
+    passfile = tmp_path / "pw"
+    passfile.write_text(f"imq.imqbridgemgr.password={PASSWORD}\n")
+    passfile.chmod(0o600)
+    login = ["-b", f"127.0.0.1:{service.portmapper.port}", "-u", "admin", "-passfile", str(passfile)]
+    result = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-msgid", entry, "-f", "--json", *login])
+    assert result.exit_code == 0, result.output
+    answer = json.loads(result.output)
+    assert answer["data"]["entries"][0]["status"] == "redriven" and len(redriven(service, source)) == 1
+    again = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-msgid", entry, "-f", "--json", *login])
+    status, api = post(service, "/dmq/jb/redrive", {"message_ids": [entry]})
+    assert status == 200 and json.loads(again.output) == api  # the same code, the same answer
+    usage = CliRunner().invoke(main, ["redrive", "dmq", "-bn", "jb", "-f", *login])
+    assert usage.exit_code == 2 and "-msgid ID (one or more) or -all" in usage.output
+
+
+def test_archived_dmq_entries_leave_the_dmq_for_a_private_file_once(service):
+    import os
+    import stat
+
+    (first, first_source), (second, _) = dead_letters(service, "bad archive-1", "bad archive-2")
+    path = service.instance_dir / "dmqarchive" / "jb" / "built-in-dmq.jsonl"
+    if path.exists():
+        path.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"dmq_message_id": second}) + "\n")  # a crash after the write, before the removal
+    refused_three_ways(service, "POST", "/dmq/jb/archive", {"message_ids": [first]})
+    status, answer = post(service, "/dmq/jb/archive", {"message_ids": [first, second]})
+    assert status == 200 and answer["data"]["moved"] == 2 and answer["data"]["archive"] == str(path), answer
+    assert {first, second}.isdisjoint(dmq_ids(service))
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert [r["dmq_message_id"] for r in rows] == [second, first]  # the second not written twice
+    assert rows[1]["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"] == first_source and rows[1]["reason"] == "TRANSFORM_FAILURE"
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o600 and redriven(service, first_source) == []
+
+
+def test_check_is_a_dry_run_with_the_check_commands_problems(service, tmp_path):
+    from bridgemgr.cli import main
+
+    good = XML.replace('name="jb"', 'name="checked"')
+    refused_three_ways(service, "POST", "/check", {"xml": good})
+    status, answer = post(service, "/check", {"xml": good, "name": "checked.xml"})
+    assert status == 200, answer
+    assert answer["data"]["summary"][0].startswith("bridge checked (jms, XML file): checked.xml: 1 link, 2 DMQs")
+    assert "transformer failonbad.FailOnBad" in answer["data"]["summary"][1]  # found in the service's plugins
+    assert [b["name"] for b in get(service, "/bridges")[1]["data"]["bridges"]] == ["jb"]  # nothing started
+
+    bad = good.replace('destination-ref="dst" message', 'destination-ref="nodst" message')
+    path = tmp_path / "bad.xml"
+    path.write_text(bad)
+    status, answer = post(service, "/check", {"xml": bad, "name": str(path)})
+    result = CliRunner().invoke(main, ["check", "--json", str(path)])
+    cli = json.loads(result.output)
+    assert status == 400 and result.exit_code == 1
+    assert answer["error"] == cli["error"] and answer["data"]["problems"] == cli["problems"], (answer, cli)
+    assert "destination-ref 'nodst' matches no <destination" in answer["message"]
+    status, answer = post(service, "/check", {"xml": "<jmsbridge"})
+    assert status == 400 and "bridge.xml:1" in answer["message"], answer
+    assert post(service, "/check", {})[0] == 400
 
 
 def test_transactions_answer_as_the_admin_command(service):
@@ -353,8 +546,8 @@ def test_every_endpoint_that_acts_is_refused_to_readers_strangers_and_forged_req
                 assert status == 403 and "X-CSRF-Token" in answer["message"], (method, path, answer)
             checked += 1
     # 8 bridge and link actions, 2 txn, 8 dst/dmq (create, update, purge, browse, destroy, pause,
-    # resume, dmq), the connections
-    assert checked == 19 and admin_login["data"]["mayAct"] is True
+    # resume, dmq), dmq redrive and archive, check, the connections
+    assert checked == 22 and admin_login["data"]["mayAct"] is True
     assert link_state(service) == "STARTED"
     assert get(service, "/bridges")[1]["data"]["bridges"][0]["state"] == "STARTED"
 

@@ -1,5 +1,6 @@
 """GET /api/v1/cluster on an instance of a real HA cluster (two `serve` processes on one
-PostgreSQL database): every instance with its lease, and each bridge's owner."""
+PostgreSQL database): every instance with its lease, and each bridge's owner; the
+console's cluster page shows them in headless Chromium."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import base64
 import http.client
 import json
 from datetime import datetime
+from types import SimpleNamespace
 
 import pytest
 
@@ -51,5 +53,34 @@ def test_the_cluster_shows_its_instances_leases_and_bridge_owners(tmp_path, post
             assert row["takenBy"] == ({"A": "B", "B": "A"}[row["brokerid"]] if row["state"] == "taken" else None)
         assert any(r["state"] == "live" and r["leaseCurrent"] for r in data["instances"]), data
         assert [b["name"] for b in data["bridges"]] == ["jb1"] and data["bridges"][0]["owner"] in ("A", "B")
+    finally:
+        cluster.stop()
+
+
+def test_the_cluster_page_shows_the_instances_and_the_owner(tmp_path, postgresql):
+    pages = pytest.importorskip("test_console_pages")  # (skipped without Chromium and selenium)
+    cluster = Cluster(tmp_path, postgresql, {"jb1": host_xml("jb1")})
+    try:
+        a = cluster.start("A", "jb1", "imq.console.port=0")
+        cluster.start("B", "", "imq.console.port=0")
+        host, port = a.address.rsplit(":", 1)
+        console = SimpleNamespace(console=find_service(host, int(port), ("console",)))
+        script = (
+            "return [...document.querySelectorAll('#cluster table')].map("
+            "t => [...t.querySelectorAll('tbody tr')].map(r => [...r.cells].map(c => c.textContent)))"
+        )
+        with pages.chromium() as driver:
+            pages.log_in(driver, console, "admin", PASSWORD)
+            driver.get(pages.url(console, "#/cluster"))
+            instances, bridges = wait_for(
+                lambda: (t := driver.execute_script(script)) and len(t) == 2 and len(t[0]) == 2 and t,
+                30,
+                "both instances on the cluster page",
+            )
+            assert [r[0] for r in instances] == ["A", "B"] and all(r[1] in ("live", "taken") for r in instances)
+            assert [r[0] for r in bridges] == ["jb1"] and bridges[0][1] in ("A", "B")
+            assert pages.text(driver, "#cluster p") == f"cluster {cluster.clusterid}, this instance A"
+            errors = [e for e in driver.get_log("browser") if e["level"] in ("SEVERE", "ERROR")]
+            assert not errors, errors
     finally:
         cluster.stop()

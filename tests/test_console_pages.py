@@ -1,16 +1,20 @@
 """The browser console in real headless Chromium (Debian's chromium and chromedriver,
 driven by selenium) against a real service: log in, the overview shows a link STARTED
 whose rate moves while messages flow, pause and resume from the link page, a link whose
-mq:// target service stopped turns red, a DMQ entry with its reason, a browsed message,
-a read-only user without actions, and no console error. Saves the screenshots that
-docs/console.md shows (docs/images/console-overview.png, console-link.png)."""
+mq:// target service stopped turns red, a DMQ entry with its reason, a DMQ entry picked
+and redriven to its link's target, a browsed message, a queue paged through, a read-only
+user without actions, and no console error. Saves the screenshots that
+docs/console.md shows (docs/images/console-overview.png, console-link.png, console-dmq.png)."""
 
 from __future__ import annotations
 
 import http.client
 import shutil
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -82,8 +86,9 @@ def service(tmp_path_factory, far):
         manager.stop()
 
 
-@pytest.fixture(scope="module")
-def browser():
+@contextmanager
+def chromium() -> Iterator[Any]:
+    """A headless Chromium driven by selenium, that logs every console message."""
     from selenium.webdriver.chrome.options import Options
     from selenium.webdriver.chrome.service import Service
 
@@ -97,6 +102,12 @@ def browser():
         yield driver
     finally:
         driver.quit()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    with chromium() as driver:
+        yield driver
 
 
 @pytest.fixture
@@ -217,7 +228,10 @@ def test_the_link_page_pauses_and_resumes_the_link(page, service):
         wait_for(lambda: link_state(service, "l1") == "PAUSED" and facts_state() == "PAUSED", 10, "paused")
         page.find_element(By.ID, "action-resume").click()
         wait_for(lambda: link_state(service, "l1") == "STARTED" and facts_state() == "STARTED", 10, "resumed")
-        wait_for(lambda: len(page.find_elements(By.CSS_SELECTOR, "#rate-chart polyline")) == 1, 10, "the rate chart")
+        points = "const p = document.querySelector('#rate-chart polyline'); return p && p.getAttribute('points')"
+        # the service's history: a few 5-second intervals on the chart (for the screenshot)
+        wait_for(lambda: len((page.execute_script(points) or "").split()) >= 3, 30, "the rate chart")
+        IMAGES.mkdir(parents=True, exist_ok=True)
         page.save_screenshot(str(IMAGES / "console-link.png"))
 
 
@@ -242,6 +256,59 @@ def test_the_dmq_page_shows_an_entry_with_its_reason(page, service):
     entry[0].click()
     props = entry[0].find_element(By.CLASS_NAME, "dmq-properties").text
     assert "JMS_SUN_JMSBRIDGE_SOURCE_DESTINATION" in props and "bad message" in props
+
+
+def test_the_dmq_page_redrives_a_picked_entry_to_its_links_target(page, service):
+    conn = service.host_broker.connection_factory().create_connection("admin")
+    try:
+        original = TextMessage("bad, then redriven")
+        conn.create_session().create_producer(Queue("cp.src")).send(original)
+    finally:
+        conn.close()
+
+    def entry_id():
+        dmqs = service.dispatch(Command("LIST_DMQ", bridge="jb", count=1000)).data["dmqs"]
+        ids = [
+            e["message"]["message_id"]
+            for d in dmqs
+            for e in d["entries"] or []
+            if e["bridgeProperties"]["JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"] == original.message_id
+        ]
+        return ids[0] if ids else None
+
+    dead = wait_for(entry_id, 20, "the dead message")
+    page.get(url(service, "#/dmq"))
+    pick = wait_for(lambda: page.find_elements(By.CSS_SELECTOR, f'input.dmq-pick[data-id="{dead}"]'), 10, "its row")
+    pick[0].click()
+    IMAGES.mkdir(parents=True, exist_ok=True)
+    page.save_screenshot(str(IMAGES / "console-dmq.png"))
+    page.find_element(By.CSS_SELECTOR, 'button.dmq-action[data-action="redrive"][data-all="no"]').click()
+    outcome = wait_for(lambda: text(page, "#dmq-outcome"), 10, "the outcome")
+    assert outcome == "redrive: 1 of 1 moved", outcome
+    assert entry_id() is None and not page.find_elements(By.CSS_SELECTOR, f'input.dmq-pick[data-id="{dead}"]')
+    copies, after = [], None
+    while True:  # every page of the link's target (the other tests' messages wait there too)
+        browse = Command("BROWSE_DST", dst_type="q", destination="cp.dst", count=1000, after=after)
+        waiting = service.dispatch(browse).data
+        source = "JMS_SUN_JMSBRIDGE_SOURCE_MESSAGEID"
+        copies += [m["body"] for m in waiting["messages"] if m["properties"].get(source) == original.message_id]
+        if (after := waiting["next"]) is None:
+            break
+    assert copies == ["bad, then redriven"]
+
+
+def test_the_destination_page_pages_through_a_queue(page, service):
+    send(service, "cp.paged", *(f"paged {i}" for i in range(25)))
+    page.get(url(service, "#/destinations/q/cp.paged"))
+    previews = lambda: page.execute_script(  # noqa: E731  (one script: no stale element)
+        "return [...document.querySelectorAll('#browse pre.preview')].map(p => p.textContent)"
+    )
+    wait_for(lambda: previews() == [f"paged {i}" for i in range(20)], 10, "the first page")
+    page.find_element(By.ID, "browse-next").click()
+    wait_for(lambda: previews() == [f"paged {i}" for i in range(20, 25)], 10, "the second page")
+    assert text(page, "#browse-where").startswith("after ID:") and not page.find_elements(By.ID, "browse-next")
+    page.find_element(By.ID, "browse-first").click()
+    wait_for(lambda: previews()[:1] == ["paged 0"], 10, "the first page again")
 
 
 def test_the_destinations_page_browses_a_queue(page, service):

@@ -1,7 +1,8 @@
 """Link counters and the runners' locks: a restarted bridge counts into the counters it
 shows, a runner keeps counters of its own kind only, counters that several threads
 write count every write, a Spark link's snapshot changes nothing, and a parallel link
-whose worker fails does not hold its start command for the whole start timeout."""
+whose worker fails does not hold its start command for the whole start timeout; a
+link's history keeps an hour of rates and latencies in a ring of fixed length."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import pytest
 from bridgemgr.jms.destination import Queue
 from bridgemgr.jmsbridge.config import parse_bridge_config
 from bridgemgr.jmsbridge.connections import ConnectionKind
-from bridgemgr.jmsbridge.counters import LinkCounters, SharedCounters
+from bridgemgr.jmsbridge.counters import LinkCounters, LinkHistory, SharedCounters
 from bridgemgr.jmsbridge.runners import LinkSetup, LinkTuning
 from bridgemgr.jmsbridge.states import State
 from bridgemgr.jmsbridge.transfer import ClientAcknowledge
@@ -186,3 +187,26 @@ def test_a_failed_worker_does_not_hold_the_start_for_the_start_timeout(tmp_path)
         assert "worker" in (link.counters.snapshot()["last_error"] or "")
     finally:
         link.stop()
+
+
+def test_a_links_history_gives_rate_and_latency_per_interval_and_stays_an_hour_long():
+    counters, history = LinkCounters(), LinkHistory(step=10, span=3600)
+    start = 1_000_000.0
+    assert history.due(start) and history.intervals() == []
+    history.sample(counters.snapshot(), start)
+    assert not history.due(start + 9.9) and history.due(start + 10)
+    counters.transferred_unit(50, [int(start * 1000) + 9_000] * 50, int(start * 1000) + 9_020)  # 20 ms each
+    history.sample(counters.snapshot(), start + 10)
+    history.sample(counters.snapshot(), start + 20)  # idle
+    assert history.intervals() == [
+        {"end": start + 10, "seconds": 10, "transferred": 50, "rate": 5.0, "latency_ms": 20.0},
+        {"end": start + 20, "seconds": 10, "transferred": 0, "rate": 0.0, "latency_ms": None},
+    ]
+    fresh = LinkCounters()  # a restart with new counters: they count from zero, not negative
+    fresh.transferred_unit(10, [0] * 10, 40)
+    history.sample(fresh.snapshot(), start + 30)
+    assert history.intervals()[-1]["transferred"] == 10 and history.intervals()[-1]["latency_ms"] == 40.0
+    for i in range(4, 10_000):  # days of samples: still an hour of intervals
+        history.sample(fresh.snapshot(), start + 10 * i)
+    intervals = history.intervals()
+    assert len(intervals) == 360 and intervals[0]["end"] == start + 10 * (10_000 - 360)

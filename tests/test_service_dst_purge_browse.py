@@ -78,12 +78,23 @@ def test_browse_shows_messages_paged_out_too_and_purge_removes_them_all(service)
     assert m0["preview"].startswith("order 0.xxx") and m0["preview"].endswith("...")  # printable, short
     rc, every = as_json(daemon, passfile, "browse", "dst", "-t", "q", "-n", "orders", "-c", "100")
     assert [m["properties"]["n"] for m in every["data"]["messages"]] == list(range(30))  # beyond the window
+    assert first["data"]["next"] == msgs[2]["message_id"] and every["data"]["next"] is None
+    pages, after = [], first["data"]["next"]
+    while after is not None:  # page by page, past the memory window
+        rc, page = as_json(daemon, passfile, "browse", "dst", "-t", "q", "-n", "orders", "-c", "20", "-after", after)
+        assert rc == 0, page
+        pages.append([m["properties"]["n"] for m in page["data"]["messages"]])
+        after = page["data"]["next"]
+    assert pages == [list(range(3, 23)), list(range(23, 30))]
+    rc, gone = as_json(daemon, passfile, "browse", "dst", "-t", "q", "-n", "orders", "-after", "ID:gone-1")
+    assert rc == 1 and gone["error"]["code"] == 404 and "ID:gone-1 is no longer waiting" in gone["message"]
 
     table = cli(daemon, passfile, "browse", "dst", "-t", "q", "-n", "orders", "-c", "2")
     assert table.returncode == 0, table.stderr
     assert "Message 2: ID:" in table.stdout and "property region = 'eu'" in table.stdout
     assert "body TEXT, 108 bytes: order 1.xxx" in table.stdout
     assert "Message 3:" not in table.stdout
+    assert f"add -after {every['data']['messages'][1]['message_id']} for the next page" in table.stdout
 
     asked = run(
         "purge",

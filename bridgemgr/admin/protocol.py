@@ -7,9 +7,11 @@ Then any number of commands: the bridge ops (LIST, START, STOP, PAUSE, RESUME, a
 for CLI jobs), the host broker's physical destinations (CREATE_DST, UPDATE_DST, QUERY_DST,
 LIST_DST, PURGE_DST, BROWSE_DST, DESTROY_DST, PAUSE_DST, RESUME_DST), its connections and
 the instance's services (LIST_CXN, LIST_SVC), a bridge's in-doubt XA transactions
-(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ) and the HA
-cluster's instances and owners (CLUSTER). A reply is ``{"status": ..., "message": ...,
-"data": ...}``, with the original product's status codes.
+(LIST_TXN, COMMIT_TXN, ROLLBACK_TXN), a bridge's dead messages (LIST_DMQ; REDRIVE_DMQ and
+ARCHIVE_DMQ of entries by JMSMessageID or all), a dry-run check of a bridge XML
+(CHECK_XML), a link's last hour (LINK_HISTORY) and the HA cluster's instances and owners
+(CLUSTER). A reply is ``{"status": ..., "message": ..., "data": ...}``, with the original
+product's status codes.
 
 Rule: a line longer than ``MAX_LINE`` bytes, bytes that are not UTF-8 JSON, or an object of
 the wrong shape get 400; the connection is closed after a 400 on an unparseable line.
@@ -41,6 +43,7 @@ DST_COMMANDS = (
 )
 BROKER_COMMANDS = ("LIST_CXN", "LIST_SVC")  # the host broker's connections, the instance's services
 TXN_COMMANDS = ("LIST_TXN", "COMMIT_TXN", "ROLLBACK_TXN")
+DMQ_MOVES = ("REDRIVE_DMQ", "ARCHIVE_DMQ")  # chosen DMQ entries back to their targets, or to a file
 COMMANDS = (
     "LIST",
     "START",
@@ -50,12 +53,16 @@ COMMANDS = (
     "CONFIG",
     "CLUSTER",
     "LIST_DMQ",
+    "CHECK_XML",
+    "LINK_HISTORY",
+    *DMQ_MOVES,
     *DST_COMMANDS,
     *BROKER_COMMANDS,
     *TXN_COMMANDS,
 )
 PAUSE_TYPES = ("PRODUCERS", "CONSUMERS", "ALL")  # PAUSE_DST, RESUME_DST: what (imqcmd's -pst)
 MAX_BROWSE = 1000  # messages one browse shows at most
+MAX_IDS = 1000  # JMSMessageIDs one REDRIVE_DMQ / ARCHIVE_DMQ names at most
 TYPES = ("JMS", "STOMP")
 DST_TYPES = ("q", "t")
 
@@ -85,10 +92,17 @@ class Command:
     destination: str | None = None  # ... its name
     attributes: dict[str, str] = field(default_factory=dict)  # ... name=value to set
     count: int | None = None  # BROWSE_DST: how many messages
+    after: str | None = None  # BROWSE_DST: those after the message with this JMSMessageID
     txn: str | None = None  # COMMIT_TXN, ROLLBACK_TXN: the transaction's id
     pause_type: str | None = None  # PAUSE_DST, RESUME_DST: PRODUCERS, CONSUMERS or ALL
     temporary: bool = False  # LIST_DST: temporary destinations too
     service: str | None = None  # LIST_CXN: only the connections of this service
+    dmq: str | None = None  # REDRIVE_DMQ, ARCHIVE_DMQ: the DMQ's name (None: the built-in one)
+    message_ids: tuple[str, ...] = ()  # ... the entries' JMSMessageIDs
+    all_entries: bool = False  # ... instead: every entry
+    xml: str | None = field(default=None, repr=False)  # CHECK_XML: a bridge XML document
+    source: str | None = None  # ... the name its problems give it
+    with_links: bool = False  # LIST of every bridge: each one's links too (the console's overview)
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {"op": self.op, "type": self.type, "bridge": self.bridge, "link": self.link}
@@ -96,14 +110,22 @@ class Command:
             obj.update(dst_type=self.dst_type, destination=self.destination, attributes=self.attributes)
             if self.count is not None:
                 obj["count"] = self.count
+            if self.after is not None:
+                obj["after"] = self.after
             if self.pause_type is not None:
                 obj["pause_type"] = self.pause_type
             if self.temporary:
                 obj["temporary"] = True
         if self.service is not None:
             obj["service"] = self.service
+        if self.with_links:
+            obj["links"] = True
         if self.op == "LIST_DMQ":
             obj["count"] = self.count
+        if self.op == "CHECK_XML":
+            obj.update(xml=self.xml, source=self.source)
+        if self.op in DMQ_MOVES:
+            obj.update(dmq=self.dmq, message_ids=list(self.message_ids), all=self.all_entries)
         if self.txn is not None:
             obj["txn"] = self.txn
         return obj
@@ -183,10 +205,40 @@ def parse_request(line: bytes) -> Hello | Command:
         if not isinstance(count, int) or isinstance(count, bool) or not 1 <= count <= MAX_BROWSE:
             raise AdminProtocolError(f"LIST_DMQ needs 'count', a number from 1 to {MAX_BROWSE}")
         return Command(op, bridge=bridge, count=count)
-    cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"))
+    if op in DMQ_MOVES:
+        return _dmq_move(op, obj)
+    if op == "LINK_HISTORY":
+        bridge, link = _name(obj, "bridge"), _name(obj, "link")
+        if bridge is None or link is None:
+            raise AdminProtocolError("LINK_HISTORY needs 'bridge' and 'link'")
+        return Command(op, bridge=bridge, link=link)
+    if op == "CHECK_XML":
+        xml, source = obj.get("xml"), _name(obj, "source")
+        if not isinstance(xml, str) or not xml.strip():
+            raise AdminProtocolError("CHECK_XML needs 'xml', the text of a bridge XML document")
+        return Command(op, xml=xml, source=source)
+    links = obj.get("links", False)
+    if not isinstance(links, bool) or (links and (op != "LIST" or obj.get("bridge") is not None)):
+        raise AdminProtocolError("'links' is true or false, for LIST of every bridge only")
+    cmd = Command(op, btype, _name(obj, "bridge"), _name(obj, "link"), with_links=links)
     if cmd.link is not None and cmd.bridge is None:
         raise AdminProtocolError("a link command needs the bridge name too")
     return cmd
+
+
+def _dmq_move(op: str, obj: dict[str, Any]) -> Command:
+    bridge, dmq, ids, every = _name(obj, "bridge"), _name(obj, "dmq"), obj.get("message_ids") or [], obj.get("all")
+    if bridge is None:
+        raise AdminProtocolError(f"{op} needs 'bridge'")
+    if (
+        not isinstance(ids, list)
+        or len(ids) > MAX_IDS
+        or not all(isinstance(i, str) and 0 < len(i) <= 255 for i in ids)
+    ):
+        raise AdminProtocolError(f"'message_ids' must be a list of at most {MAX_IDS} JMSMessageIDs")
+    if every not in (None, True, False) or bool(ids) == bool(every):
+        raise AdminProtocolError(f"{op} needs 'message_ids' (the entries' JMSMessageIDs) or 'all': true, not both")
+    return Command(op, bridge=bridge, dmq=dmq, message_ids=tuple(ids), all_entries=bool(every))
 
 
 def _dst_command(op: str, obj: dict[str, Any]) -> Command:
@@ -206,6 +258,9 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
             raise AdminProtocolError(f"BROWSE_DST needs 'count', a number from 1 to {MAX_BROWSE}")
     elif count is not None:
         raise AdminProtocolError(f"{op} takes no 'count'")
+    after = _name(obj, "after")
+    if after is not None and op != "BROWSE_DST":
+        raise AdminProtocolError(f"{op} takes no 'after'")
     pause_type = obj.get("pause_type")
     if op in ("PAUSE_DST", "RESUME_DST"):
         pause_type = "ALL" if pause_type is None else pause_type
@@ -222,6 +277,7 @@ def _dst_command(op: str, obj: dict[str, Any]) -> Command:
         destination=name,
         attributes=attributes,
         count=count,
+        after=after,
         pause_type=pause_type,
         temporary=temporary,
     )

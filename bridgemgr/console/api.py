@@ -125,6 +125,13 @@ def _int(call: Call, name: str, default: int) -> int:
     return int(text)
 
 
+def _flag(call: Call, name: str) -> bool:
+    text = call.query.get(name, "false")
+    if text not in ("true", "false"):
+        raise Failure(BAD_REQUEST, f"query parameter {name!r} must be true or false, not {text[:40]!r}")
+    return text == "true"
+
+
 def _attributes(call: Call) -> Any:
     return call.body.get("attributes", {})
 
@@ -135,6 +142,16 @@ def _pause_work(op: str) -> Work:
         "dst_type": c.params["type"],
         "destination": c.params["name"],
         "pause_type": c.query.get("what", "ALL"),
+    }
+
+
+def _dmq_move(op: str) -> Work:
+    return lambda c: {
+        "op": op,
+        "bridge": c.params["bridge"],
+        "dmq": c.body.get("dmq"),
+        "message_ids": c.body.get("message_ids"),
+        "all": c.body.get("all"),
     }
 
 
@@ -153,8 +170,11 @@ def _endpoints() -> list[Endpoint]:
             "GET",
             "/bridges",
             "Every bridge: name, type, state (and owner in an HA cluster)",
-            lambda c: {"op": "LIST", "type": c.query.get("type")},
-            query=(("type", "JMS or STOMP: only bridges of that type"),),
+            lambda c: {"op": "LIST", "type": c.query.get("type"), "links": _flag(c, "links")},
+            query=(
+                ("type", "JMS or STOMP: only bridges of that type"),
+                ("links", "true: each bridge's links too, as GET /bridges/{bridge} gives them (one request)"),
+            ),
         ),
         Endpoint(
             "GET",
@@ -169,6 +189,14 @@ def _endpoints() -> list[Endpoint]:
             lambda c: {"op": "LIST", "bridge": c.params["bridge"], "link": c.params["link"]},
         ),
     ]
+    out.append(
+        Endpoint(
+            "GET",
+            "/bridges/{bridge}/links/{link}/history",
+            "A link's last hour, kept by the service: msg/s and mean latency per 5-second interval",
+            lambda c: {"op": "LINK_HISTORY", "bridge": c.params["bridge"], "link": c.params["link"]},
+        )
+    )
     for action in bridge_actions:
         out.append(
             Endpoint(
@@ -258,15 +286,24 @@ def _endpoints() -> list[Endpoint]:
         Endpoint(
             "GET",
             "/destinations/{type}/{name}/messages",
-            "The first waiting messages of a queue: headers, properties, body (as imqbridgemgr browse dst)",
+            "A page of a queue's waiting messages: headers, properties, body (as imqbridgemgr browse dst); "
+            "data.next is the cursor of the next page (null: the last)",
             lambda c: {
                 "op": "BROWSE_DST",
                 "dst_type": c.params["type"],
                 "destination": c.params["name"],
                 "count": _int(c, "count", DEFAULT_BROWSE),
+                "after": c.query.get("after"),
             },
             act=True,
-            query=(("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+            query=(
+                ("count", f"how many messages, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),
+                (
+                    "after",
+                    "the cursor: the JMSMessageID of the last message of the page before (its answer's "
+                    "data.next); the messages after it. 404 when that message is no longer waiting",
+                ),
+            ),
         ),
         Endpoint(
             "DELETE",
@@ -308,6 +345,30 @@ def _endpoints() -> list[Endpoint]:
             lambda c: {"op": "LIST_DMQ", "bridge": c.params["bridge"], "count": _int(c, "count", DEFAULT_BROWSE)},
             act=True,
             query=(("count", f"entries per DMQ, 1 to {MAX_BROWSE} (default {DEFAULT_BROWSE})"),),
+        ),
+        *(
+            Endpoint(
+                "POST",
+                f"/dmq/{{bridge}}/{verb}",
+                f"{text} (as imqbridgemgr {verb} dmq): "
+                '{"message_ids": ["ID:..."]} or {"all": true}, and "dmq": a <dmq>\'s name (default the built-in one)',
+                _dmq_move(f"{verb.upper()}_DMQ"),
+                act=True,
+                body=True,
+            )
+            for verb, text in (
+                ("redrive", "Send DMQ entries back to their links' targets, each in one transaction"),
+                ("archive", "Move DMQ entries into the service's archive file"),
+            )
+        ),
+        Endpoint(
+            "POST",
+            "/check",
+            'A dry-run check of a bridge XML, as imqbridgemgr check FILE: {"xml": "<jmsbridge ...>", '
+            '"name": "a name for its problems (default bridge.xml)"}; starts nothing',
+            lambda c: {"op": "CHECK_XML", "xml": c.body.get("xml"), "source": c.body.get("name")},
+            act=True,  # its transformers are found (a module may be imported) as a start finds them
+            body=True,
         ),
         Endpoint(
             "GET",

@@ -303,6 +303,9 @@ class HostBroker(ABC):
         """The open connections: id, user, service, host, client_id, producers, consumers."""
 
     @abstractmethod
-    def browse_destination(self, principal: Principal, name: str, limit: int) -> list[Message] | None:
+    def browse_destination(
+        self, principal: Principal, name: str, limit: int, after: str | None = None
+    ) -> list[Message] | None:
         """Read-only copies of the first ``limit`` waiting messages of queue ``name``, in
-        delivery order; None when it does not exist."""
+        delivery order (``after``: those after the waiting message with that JMSMessageID;
+        IllegalStateException when it is no longer waiting); None when it does not exist."""

@@ -59,7 +59,7 @@ from .connections import (
     configured_client_id,
     connection_kind,
 )
-from .counters import LinkCounters
+from .counters import HISTORY_STEP, LinkCounters, LinkHistory
 from .dmq import DeadMessageQueues, DMQSender
 from .excuses import ExcusesStore
 from .logs import LOGGING_CONFIG_PROPERTY, BridgeLog
@@ -139,6 +139,7 @@ class JMSBridge:
         self._bridge_log: BridgeLog | None = None
         self._links: dict[str, LinkRunner] = {}
         self._counters: dict[str, LinkCounters] = {}
+        self._history: dict[str, LinkHistory] = {}  # by link name: the last hour, kept across restarts
         self._connections: BridgeConnections | None = None
         self._dmqs: DeadMessageQueues | None = None
         self._xa: BridgeTransactions | None = None
@@ -729,6 +730,28 @@ class JMSBridge:
                     self.log.debug("closed %d idle pooled connection(s)", closed)
             if self._bridge_log is not None:
                 self._bridge_log.flush()
+            self._sample_history(time.time())
+
+    def _sample_history(self, now: float) -> None:
+        """Each running link's counters into its history, when a sample is due."""
+        for name, link in list(self._links.items()):
+            history = self._history.setdefault(name, LinkHistory())
+            if history.due(now):
+                history.sample(link.counters.snapshot(), now)
+
+    def history(self, link: str) -> dict[str, Any]:
+        """The last hour of ``link``: intervals of msg/s and mean latency (LinkHistory);
+        NoSuchLink for a link the configuration does not have."""
+        known = [cfg.name for cfg in self.config.links] if self.config else list(self._links)
+        if link not in known:
+            raise NoSuchLink(f"bridge {self.name} has no link {link!r} (links: {', '.join(known) or 'none'})")
+        found = self._history.get(link)
+        return {
+            "bridge": self.name,
+            "link": link,
+            "step": found.step if found is not None else HISTORY_STEP,
+            "intervals": found.intervals() if found is not None else [],
+        }
 
     def _teardown(self) -> None:
         """The stop steps: links, then DMQs, then every pooled and shared connection."""

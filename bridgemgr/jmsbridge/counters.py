@@ -8,7 +8,8 @@ cleared (and last_error with it when that is the same trouble) once it is connec
 
 Rules: each link thread is the only writer of its LinkCounters (plain ints); readers take
 snapshot(), which never tears a value nor changes the counters; a runner whose counters
-several threads write uses SharedCounters (every write under its lock).
+several threads write uses SharedCounters (every write under its lock). LinkHistory keeps
+the last hour of a link's snapshots (whatever its runner) in a fixed ring.
 
 Design notes: docs/jms-bridges.md#internals-jmsbridgecounterspy.
 """
@@ -17,14 +18,19 @@ from __future__ import annotations
 
 import threading
 import time
+from array import array
 from bisect import bisect_left
 from collections import Counter
 from dataclasses import dataclass, field
+from itertools import pairwise
 from typing import Any
 
 # Transfer latency bucket bounds (ms; Prometheus "le"), and the rate's window (s).
 LATENCY_BOUNDS_MS = (1, 5, 10, 25, 50, 100, 250, 500, 1000, 2500, 5000, 10000)
 RATE_WINDOW = 60
+# A link's history: one sample of its counters every HISTORY_STEP seconds, an hour of them.
+HISTORY_STEP = 5.0
+HISTORY_SPAN = 3600.0
 
 
 @dataclass
@@ -153,3 +159,61 @@ class SharedCounters(LinkCounters):
     def snapshot(self) -> dict[str, Any]:
         with self.lock:
             return super().snapshot()
+
+
+class LinkHistory:
+    """The last HISTORY_SPAN seconds of a link: its counters sampled every ``step``
+    seconds into a ring of doubles allocated once (memory does not grow with uptime: 23 KB
+    for an hour of 5-second samples), given as intervals of transfers per second and mean
+    transfer latency."""
+
+    FIELDS = 4  # time.time(), transferred, latency sum ms, latency count
+
+    def __init__(self, step: float = HISTORY_STEP, span: float = HISTORY_SPAN) -> None:
+        self.step = step
+        self.size = int(span / step) + 1  # samples: one more than the intervals
+        self._ring = array("d", bytes(8 * self.FIELDS * self.size))
+        self._count = 0  # samples taken so far (the newest is at (count - 1) % size)
+        self._lock = threading.Lock()
+
+    def due(self, now: float) -> bool:
+        with self._lock:
+            return self._count == 0 or now - self._ring[((self._count - 1) % self.size) * self.FIELDS] >= self.step
+
+    def sample(self, snapshot: dict[str, Any], now: float) -> None:
+        """Record a counters snapshot (LinkCounters.snapshot()) taken at ``now``."""
+        latency = snapshot["latency_ms"]
+        with self._lock:
+            at = (self._count % self.size) * self.FIELDS
+            self._ring[at : at + self.FIELDS] = array(
+                "d", (now, snapshot["transferred"], latency["sum"], sum(latency["buckets"]))
+            )
+            self._count += 1
+
+    def _samples(self) -> list[tuple[float, ...]]:
+        with self._lock:
+            ring, count = self._ring.tolist(), self._count
+        first = max(0, count - self.size)
+        return [
+            tuple(ring[(i % self.size) * self.FIELDS : (i % self.size + 1) * self.FIELDS]) for i in range(first, count)
+        ]
+
+    def intervals(self) -> list[dict[str, Any]]:
+        """Oldest first: ``end`` (seconds since the epoch), ``seconds``, ``transferred``,
+        ``rate`` (msg/s) and ``latency_ms`` (the mean of the interval's transfers, None
+        without any); counters that went back (a restart with new ones) count from zero."""
+        out = []
+        for (t0, n0, s0, c0), (t1, n1, s1, c1) in pairwise(self._samples()):
+            if n1 < n0 or c1 < c0:
+                n0 = s0 = c0 = 0
+            seconds = max(t1 - t0, 1e-3)
+            out.append(
+                {
+                    "end": round(t1, 3),
+                    "seconds": round(seconds, 3),
+                    "transferred": int(n1 - n0),
+                    "rate": round((n1 - n0) / seconds, 3),
+                    "latency_ms": round((s1 - s0) / (c1 - c0), 3) if c1 > c0 else None,
+                }
+            )
+        return out

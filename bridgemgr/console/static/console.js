@@ -5,13 +5,12 @@
 
 const API = "/api/v1";
 const REFRESH_MS = 2000;
-const HISTORY = 1800; // samples kept per link: one hour at REFRESH_MS
-const SPARK = 60; // samples in an overview sparkline: two minutes
+const SPARK = 60; // samples in an overview sparkline: two minutes (the link page's hour is the service's)
+const PAGE = 20; // messages a browsed page shows
 
 let me = null; // {user, group, mayAct, csrfToken}
 let timer = null;
-const history = new Map(); // "bridge/link" -> [{t, rate, latency}]
-const previous = new Map(); // "bridge/link" -> {count, sum} of the latency histogram
+const history = new Map(); // "bridge/link" -> [{t, rate}]: the overview's sparklines
 
 function $(id) { return document.getElementById(id); }
 
@@ -141,16 +140,9 @@ async function refresh() {
 // --- samples -----------------------------------------------------------------------------
 function sample(bridge, l) {
   const key = bridge + "/" + l.name;
-  const c = l.counters || {};
-  const lat = c.latency_ms || {buckets: [], sum: 0};
-  const count = lat.buckets.reduce((a, b) => a + b, 0);
-  const before = previous.get(key);
-  previous.set(key, {count, sum: lat.sum});
-  const moved = before ? count - before.count : 0;
-  const latency = moved > 0 ? (lat.sum - before.sum) / moved : null;
   const list = history.get(key) || [];
-  list.push({t: Date.now(), rate: c.rate || 0, latency});
-  while (list.length > HISTORY) list.shift();
+  list.push({t: Date.now(), rate: (l.counters || {}).rate || 0});
+  while (list.length > SPARK) list.shift();
   history.set(key, list);
   return list;
 }
@@ -159,18 +151,20 @@ function chart(values, cls, width, height) {
   const node = svg("svg", {class: cls, viewBox: `0 0 ${width} ${height}`, preserveAspectRatio: "none"});
   const shown = values.filter((v) => v !== null);
   const top = Math.max(1, ...shown);
+  if (values.length === 1) values = [values[0], values[0]]; // one interval: a flat line across
   const step = values.length > 1 ? width / (values.length - 1) : width;
   const points = values.map((v, i) => `${(i * step).toFixed(1)},${(height - ((v || 0) / top) * (height - 2) - 1).toFixed(1)}`);
   node.append(svg("polyline", {points: points.join(" ")}));
   return node;
 }
 
-function caption(values, unit) {
+function caption(values, unit, step) {
   const shown = values.filter((v) => v !== null);
   const last = shown.length ? shown[shown.length - 1] : 0;
-  const since = values.length ? Math.round((values.length * REFRESH_MS) / 60000) : 0;
+  const seconds = Math.round(values.length * step);
+  const since = seconds < 120 ? `${seconds} s` : `${Math.round(seconds / 60)} min`;
   return el("p", {class: "muted",
-    text: `now ${last.toFixed(1)} ${unit}, top ${Math.max(0, ...shown).toFixed(1)} ${unit}, over ${since} min`});
+    text: `now ${last.toFixed(1)} ${unit}, top ${Math.max(0, ...shown).toFixed(1)} ${unit}, over ${since}`});
 }
 
 function health(l) {
@@ -190,18 +184,17 @@ function overview(root) {
     el("thead", {}, el("tr", {}, ...["bridge", "type", "link", "state", "msg/s", "last 2 min", "backlog", "to DMQ", "error"]
       .map((h) => el("th", {text: h})))), body));
   return async () => {
-    const {bridges} = await api("GET", "/bridges");
-    const details = await Promise.all(bridges.map((b) => api("GET", "/bridges/" + enc(b.name))));
+    const {bridges} = await api("GET", "/bridges?links=true"); // one request for every bridge's links
     const rows = [];
-    bridges.forEach((b, i) => {
-      const links = details[i].links || [];
+    bridges.forEach((b) => {
+      const links = b.links || [];
       if (!links.length) {
         rows.push(el("tr", {class: b.state === "STARTED" ? "ok" : "bad", "data-bridge": b.name},
           el("td", {text: b.name}), el("td", {text: b.type}), el("td", {class: "muted", text: "-"}),
           el("td", {class: "state", text: b.state}), el("td"), el("td"), el("td"), el("td"), el("td")));
       }
       for (const l of links) {
-        const samples = sample(b.name, l).slice(-SPARK);
+        const samples = sample(b.name, l);
         const c = l.counters || {};
         rows.push(el("tr", {class: health(l), "data-link": `${b.name}/${l.name}`},
           el("td", {text: b.name}), el("td", {text: b.type}),
@@ -233,25 +226,24 @@ function link(root, [bridge, name]) {
   const rateChart = el("div", {id: "rate-chart"});
   const latencyChart = el("div", {id: "latency-chart"});
   const errors = el("dl", {id: "link-errors"});
-  root.append(actions, facts, el("h2", {text: "msg/s (this page's last hour)"}), rateChart,
-    el("h2", {text: "mean latency, ms"}), latencyChart, el("h2", {text: "Errors"}), errors);
+  root.append(actions, facts, el("h2", {text: "msg/s, the last hour"}), rateChart,
+    el("h2", {text: "mean latency, ms, the last hour"}), latencyChart, el("h2", {text: "Errors"}), errors);
   return async () => {
-    const data = await api("GET", path);
+    const [data, hour] = await Promise.all([api("GET", path), api("GET", path + "/history")]);
     const l = data.links[0];
     const c = l.counters || {};
-    const samples = sample(bridge, l);
     const row = (k, v, cls) => [el("dt", {text: k}), el("dd", {class: cls, text: v ?? "-"})];
     facts.replaceChildren(
       ...row("state", l.state, "state " + health(l)), ...row("source", l.source), ...row("target", l.target),
       ...row("transaction", l.transaction), ...row("msg/s", rate(c.rate), "rate"), ...row("backlog", l.backlog),
       ...row("received", c.received), ...row("transferred", c.transferred), ...row("to DMQ", c.to_dmq),
       ...row("redelivered", c.redelivered), ...row("reconnects", c.reconnects));
-    const rates = samples.map((s) => s.rate);
-    rateChart.replaceChildren(chart(rates, "chart", 640, 120), caption(rates, "msg/s"));
-    const lat = samples.map((s) => s.latency);
+    const rates = hour.intervals.map((i) => i.rate);
+    rateChart.replaceChildren(chart(rates, "chart", 640, 120), caption(rates, "msg/s", hour.step));
+    const lat = hour.intervals.map((i) => i.latency_ms);
     const lc = chart(lat, "chart", 640, 120);
     lc.firstChild.setAttribute("class", "latency");
-    latencyChart.replaceChildren(lc, caption(lat, "ms"));
+    latencyChart.replaceChildren(lc, caption(lat, "ms", hour.step));
     errors.replaceChildren(...row("now", c.current_error || "none", c.current_error ? "error" : null),
       ...row("last", c.last_error || "none"),
       ...row("at", c.last_error_at ? new Date(c.last_error_at * 1000).toISOString() : null),
@@ -268,7 +260,7 @@ function destinations(root, [type, name]) {
   root.append(browse);
   if (type === "q" && name) {
     if (!me.mayAct) browse.append(el("p", {class: "muted", text: "Browsing messages needs a user who may act."}));
-    else showMessages(browse, `/destinations/q/${enc(name)}/messages?count=20`, `Messages of queue ${name}`);
+    else showMessages(browse, `/destinations/q/${enc(name)}/messages?count=${PAGE}`, `Messages of queue ${name}`, null);
   }
   return async () => {
     const data = await api("GET", "/destinations");
@@ -290,13 +282,28 @@ function messageView(m) {
   return el("div", {class: "message"}, dl, el("pre", {class: "preview", text: m.preview ?? ""}));
 }
 
-async function showMessages(target, path, title) {
-  target.replaceChildren(el("h2", {text: title}));
+// A page of a queue's messages; "next page" asks for those after its last (data.next).
+async function showMessages(target, path, title, after) {
   try {
-    const data = await api("GET", path);
+    const data = await api("GET", path + (after ? `&after=${enc(after)}` : ""));
+    const pages = el("p", {class: "actions"});
+    if (after) {
+      pages.append(el("button", {type: "button", id: "browse-first", text: "first page",
+        onclick: () => showMessages(target, path, title, null)}));
+    }
+    if (data.next) {
+      pages.append(el("button", {type: "button", id: "browse-next", text: "next page",
+        onclick: () => showMessages(target, path, title, data.next)}));
+    }
+    target.replaceChildren(el("h2", {text: title}),
+      el("p", {class: "muted", id: "browse-where", text: after ? `after ${after}` : "from the first"}));
     if (!data.messages.length) target.append(el("p", {class: "muted", text: "No waiting message."}));
     for (const m of data.messages) target.append(messageView(m));
-  } catch (e) { showProblem(e.message); }
+    target.append(pages);
+  } catch (e) {
+    if (after) target.replaceChildren(el("h2", {text: title}));
+    showProblem(e.message);
+  }
 }
 
 function dmq(root) {
@@ -308,12 +315,28 @@ function dmq(root) {
     return async () => {};
   }
   let loaded = false;
+  let outcome = "";
+  // redrive or archive the picked entries (or all) of one DMQ, then show the list again
+  const move = async (bridge, q, action, all) => {
+    const picked = [...box.querySelectorAll(`input.dmq-pick[data-dmq="${CSS.escape(bridge + "/" + q.name)}"]`)]
+      .filter((i) => i.checked).map((i) => i.dataset.id);
+    if (!all && !picked.length) { showProblem("Pick the entries first (the boxes on the left)."); return; }
+    try {
+      const done = await api("POST", `/dmq/${enc(bridge)}/${action}`,
+        all ? {all: true, dmq: q.name} : {message_ids: picked, dmq: q.name});
+      const kept = done.entries.filter((e) => !["redriven", "archived"].includes(e.status));
+      outcome = `${action}: ${done.moved} of ${done.chosen} moved` +
+        kept.map((e) => `; ${e.message_id} ${e.status}${e.detail ? ": " + e.detail : ""}`).join("");
+    } catch (e) { outcome = ""; showProblem(e.message); }
+    loaded = false;
+    await refresh();
+  };
   return async () => {
-    if (loaded) return; // a list to read at leisure: loaded once per visit
+    if (loaded) return; // a list to read at leisure: loaded once per visit (and after an action)
     const {bridges} = await api("GET", "/bridges?type=JMS");
     const all = await Promise.all(bridges.map((b) => api("GET", `/dmq/${enc(b.name)}?count=50`)));
     loaded = true;
-    const parts = [];
+    const parts = [el("p", {id: "dmq-outcome", text: outcome, hidden: !outcome})];
     for (const data of all) {
       for (const q of data.dmqs) {
         parts.push(el("h2", {text: `bridge ${data.bridge}: ${q.name}` + (q.destination ? ` (queue ${q.destination})` : "")}));
@@ -321,11 +344,24 @@ function dmq(root) {
         const reasons = new Map();
         for (const e of q.entries) reasons.set(e.reason, (reasons.get(e.reason) || 0) + 1);
         parts.push(el("p", {text: q.entries.length ? [...reasons].map(([r, n]) => `${r}: ${n}`).join(", ") : "empty"}));
+        if (q.entries.length) {
+          const button = (action, all, label) => el("button", {type: "button", class: "dmq-action",
+            "data-action": action, "data-all": all ? "yes" : "no", text: label, onclick: () => move(data.bridge, q, action, all)});
+          parts.push(el("p", {class: "actions"}, button("redrive", false, "redrive picked"),
+            button("redrive", true, "redrive all"), button("archive", false, "archive picked"),
+            button("archive", true, "archive all")));
+        }
         q.entries.forEach((e, i) => {
           const dl = el("dl", {class: "dmq-properties"});
           for (const [k, v] of Object.entries(e.bridgeProperties)) dl.append(el("dt", {text: k}), el("dd", {text: v}));
-          parts.push(el("details", {class: "dmq-entry", "data-reason": e.reason},
-            el("summary", {text: `#${i + 1} ${e.reason}: ${e.message.preview ?? ""}`.slice(0, 200)}), dl, messageView(e.message)));
+          parts.push(el("div", {class: "dmq-row"},
+            el("input", {type: "checkbox", class: "dmq-pick", "data-dmq": `${data.bridge}/${q.name}`,
+              "data-id": e.message.message_id, "aria-label": "pick " + e.message.message_id}),
+            el("details", {class: "dmq-entry", "data-reason": e.reason, "data-id": e.message.message_id},
+              el("summary", {text: `#${i + 1} ${e.reason}: ${(e.original || e.message).preview ?? ""}`.slice(0, 200)}),
+              dl, el("h3", {text: "the message that failed"}), e.original ? messageView(e.original) : el("p",
+                {class: "muted", text: "only its text is kept (JMS_SUN_JMSBRIDGE_DMQ_BODY_TRUNCATED)"}),
+              el("h3", {text: "the DMQ message"}), messageView(e.message))));
         });
       }
     }

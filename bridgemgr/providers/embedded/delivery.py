@@ -17,7 +17,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from ...jms.destination import Queue
-from ...jms.errors import InvalidDestinationException, JMSException
+from ...jms.errors import IllegalStateException, InvalidDestinationException, JMSException
 from ...jms.message import Message
 from ...jms.selector import Selector
 from .queues import PACE_LOW, Envelope, MessageQueue
@@ -274,17 +274,28 @@ class Delivery(Routing):
             after = last
             yield from chunk
 
-    def browse_queue(self, name: str, limit: int) -> list[Message] | None:
+    def browse_queue(self, name: str, limit: int, after: str | None = None) -> list[Message] | None:
         """Read-only copies of the first ``limit`` waiting messages of queue ``name`` in
-        delivery order (paged-out ones included); None when it does not exist."""
+        delivery order (paged-out ones included), or of those after the one whose
+        JMSMessageID is ``after`` (IllegalStateException when it is no longer waiting);
+        None when the queue does not exist."""
         with self.lock:
             if name not in self.queues:
                 return None
         out: list[Message] = []
+        found = after is None
         for message in self.browse(Queue(name), None):
             if len(out) >= limit:
                 break
-            out.append(message)
+            if found:
+                out.append(message)
+            else:
+                found = message.message_id == after
+        if not found:
+            raise IllegalStateException(
+                f"message {after} is no longer waiting on queue {name} (consumed, expired or removed): "
+                "browse again from the first page"
+            )
         return out
 
 

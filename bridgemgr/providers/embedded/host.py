@@ -435,8 +435,10 @@ class EmbeddedHostBroker(HostBroker):
     def purge_destination(self, principal: Principal, destination: Destination) -> tuple[int, int] | None:
         return self.broker.purge(destination)
 
-    def browse_destination(self, principal: Principal, name: str, limit: int) -> list[Message] | None:
-        return self.broker.browse_queue(name, limit)
+    def browse_destination(
+        self, principal: Principal, name: str, limit: int, after: str | None = None
+    ) -> list[Message] | None:
+        return self.broker.browse_queue(name, limit, after)
 
     def __repr__(self) -> str:
         return f"EmbeddedHostBroker({self.broker.instance_name!r})"
