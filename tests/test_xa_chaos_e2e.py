@@ -26,7 +26,6 @@ import pytest
 
 from service_support import Daemon, cli, send, take
 from test_xa_faults_e2e import PASSWORD, host_service, target_props
-from test_xa_pg_outage_e2e import database  # noqa: F401  (the fixture)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 
