@@ -51,7 +51,7 @@ class Gate(MessageTransformer):
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-N = 3000
+N = 1000
 
 
 def target_and_host_folder(tmp_path: Path) -> tuple[Daemon, Path]:
