@@ -17,8 +17,6 @@ BACKOUT_THRESHOLD_REACHED.)
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ha_support import PASSWORD, Cluster
@@ -65,7 +63,7 @@ def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monk
         assert a.bridges == {"jb": "STARTED"} and b.bridges == {}, (a.lines, b.lines)
         send(a, PASSWORD, "xa.src", *(f"m{i}" for i in range(n)))
         roll_back_in_an_outage(database, gate)
-        time.sleep(1.5)  # A's writer has written the excuses by now (excuses.RETRY: 1 s)
+        wait_for(lambda: excused_rows(cluster), 10, "A's excuses written to the cluster's table")
         a.kill()
         (gate / "hold").unlink()
         wait_for(lambda: b.when("bridge jb (JMS): STARTED"), 3 * MONITOR)
