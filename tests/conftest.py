@@ -34,7 +34,7 @@ settings.load_profile("imqbridge")
 SLOW_SECONDS = 0.3
 FAST_TIER_SECONDS = 60.0
 SLOW_DIRS = ("real", "spark")
-SERVER_FIXTURES = {"postgresql", "activemq", "rabbitmq", "spark"}
+SERVER_FIXTURES = {"postgresql", "restartable_postgresql", "activemq", "rabbitmq", "spark"}
 
 
 # tests/run runs the suite in two pytest-xdist workers (-n 2 --dist loadgroup): most slow
@@ -130,6 +130,42 @@ def postgresql():
         server.stop()
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def restartable_postgresql():
+    """A PostgreSQL server that tests stop and start (an outage), apart from the one of
+    ``postgresql``: one per worker, each test with a database of its own (``database``),
+    instead of a server started (initdb: seconds) for each test."""
+    from pgserver import PostgreSQL, missing_postgresql
+
+    reason = missing_postgresql()
+    if reason:
+        pytest.skip(reason)
+    base = Path(tempfile.mkdtemp(prefix="imqbridge-pg-outage-"))
+    server = PostgreSQL(base)
+    try:
+        yield server.start()
+    finally:
+        server.stop()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def database(restartable_postgresql):
+    """A database of this test's own on ``restartable_postgresql``, which the test may stop
+    and start (it is running again afterwards, for the next test)."""
+    from pgserver import Database
+
+    server = restartable_postgresql
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    db = Database(server, "t" + uuid.uuid4().hex[:12])
+    server.create_database(db.name)
+    yield db
+    if server.proc is None or server.proc.poll() is not None:
+        server.start()
+    db.drop()
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])

@@ -143,3 +143,40 @@ class PostgreSQL:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+
+@dataclass
+class Database:
+    """One database of ``server`` (a test's own, on a server tests stop and start): what
+    a test asks of a server (url, conninfo, stop_fast, start, create_database), with this
+    database where a name is not given."""
+
+    server: PostgreSQL
+    name: str
+
+    @property
+    def proc(self) -> subprocess.Popen | None:
+        return self.server.proc
+
+    def url(self, database: str = "") -> str:
+        return self.server.url(database or self.name)
+
+    def conninfo(self, database: str = "") -> dict[str, str]:
+        return self.server.conninfo(database or self.name)
+
+    def create_database(self, name: str) -> str:
+        return self.server.create_database(name)
+
+    def stop_fast(self, timeout: float = 60) -> None:
+        self.server.stop_fast(timeout)
+
+    def start(self, timeout: float = 60) -> Database:
+        self.server.start(timeout)
+        return self
+
+    def drop(self) -> None:
+        """Drop this database (its clients are cut)."""
+        import psycopg
+
+        with psycopg.connect(**self.server.conninfo(), autocommit=True) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{self.name}" WITH (FORCE)')

@@ -1,5 +1,6 @@
 """A link's excused redeliveries survive an HA takeover, end to end: instances A and B of
-one HA cluster on a PostgreSQL server of this test's own (it is stopped and started); A
+one HA cluster in a database of this test's own (conftest's `database`: its server is
+stopped and started); A
 owns bridge jb, whose transacted link moves xa.src of A's host broker (its store in the
 shared database) to xa.dst at T (a plain `serve`, file store), batches of 10,
 backoutThreshold 2, a gate transformer holding it at will (test_xa_pg_outage_e2e.py).
@@ -16,14 +17,12 @@ BACKOUT_THRESHOLD_REACHED.)
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from ha_support import PASSWORD, Cluster
 from service_support import Daemon, one_bridge_files, send, take
 from test_xa_faults_e2e import IDLE_XML
-from test_xa_pg_outage_e2e import database, gated_xml, roll_back_in_an_outage  # noqa: F401  (database: the fixture)
+from test_xa_pg_outage_e2e import gated_xml, roll_back_in_an_outage
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
@@ -44,7 +43,7 @@ def excused_rows(cluster: Cluster) -> int | None:
         return int(conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0])
 
 
-def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monkeypatch):  # noqa: F811
+def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monkeypatch):
     n = 30
     (tmp_path / "target").mkdir()
     tprops, _ = one_bridge_files(tmp_path / "target", "target", IDLE_XML, PASSWORD, activelist="")
@@ -64,7 +63,7 @@ def test_outage_rollbacks_stay_excused_after_a_takeover(tmp_path, database, monk
         assert a.bridges == {"jb": "STARTED"} and b.bridges == {}, (a.lines, b.lines)
         send(a, PASSWORD, "xa.src", *(f"m{i}" for i in range(n)))
         roll_back_in_an_outage(database, gate)
-        time.sleep(1.5)  # A's writer has written the excuses by now (excuses.RETRY: 1 s)
+        wait_for(lambda: excused_rows(cluster), 10, "A's excuses written to the cluster's table")
         a.kill()
         (gate / "hold").unlink()
         wait_for(lambda: b.when("bridge jb (JMS): STARTED"), 3 * MONITOR)

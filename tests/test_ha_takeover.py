@@ -16,6 +16,8 @@ from __future__ import annotations
 import signal
 import threading
 import time
+import uuid
+from dataclasses import dataclass
 
 import pytest
 
@@ -33,23 +35,44 @@ EMPTY = """<?xml version="1.0" encoding="UTF-8"?>
 """
 
 
-@pytest.fixture
-def broker_m(tmp_path):
-    (tmp_path / "m").mkdir()
-    props, _ = one_bridge_files(tmp_path / "m", "M", EMPTY, PASSWORD, activelist="")
+@pytest.fixture(scope="module")
+def m_service(tmp_path_factory):
+    """Broker M, one for the module's tests (each moves messages on queues of its own)."""
+    base = tmp_path_factory.mktemp("m")
+    props, _ = one_bridge_files(base, "M", EMPTY, PASSWORD, activelist="")
     daemon = Daemon(props)
     yield daemon
     daemon.stop()
 
 
-class Receiver:
-    """Takes ha.out of broker M on a thread of its own, keeping each text as it comes."""
+@dataclass(frozen=True)
+class BrokerM:
+    """Broker M and this test's queues on it: ``inq`` the link's source, ``outq`` its target."""
 
-    def __init__(self, m: Daemon, queue: str = "ha.out") -> None:
+    daemon: Daemon
+    inq: str
+    outq: str
+
+    @property
+    def address(self) -> str:
+        return self.daemon.address
+
+
+@pytest.fixture
+def broker_m(m_service) -> BrokerM:
+    tag = uuid.uuid4().hex[:8]
+    return BrokerM(m_service, f"ha.in.{tag}", f"ha.out.{tag}")
+
+
+class Receiver:
+    """Takes the test's ha.out queue of broker M on a thread of its own, keeping each text
+    as it comes."""
+
+    def __init__(self, m: BrokerM) -> None:
         self.texts: list[str] = []
         self._halt = threading.Event()
         self._conn = connect(f"mq://{m.address}", username="admin", password=PASSWORD)
-        self._consumer = self._conn.create_session().create_consumer(Queue(queue))
+        self._consumer = self._conn.create_session().create_consumer(Queue(m.outq))
         self._conn.start()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -71,20 +94,20 @@ class Receiver:
         self._conn.close()
 
 
-def sent(m: Daemon, texts: list[str]) -> None:
+def sent(m: BrokerM, texts: list[str]) -> None:
     for i in range(0, len(texts), 500):
-        send(m, PASSWORD, "ha.in", *texts[i : i + 500])
+        send(m.daemon, PASSWORD, m.inq, *texts[i : i + 500])
 
 
-def three_instances(tmp_path, postgresql, m: Daemon) -> Cluster:
+def three_instances(tmp_path, postgresql, m: BrokerM) -> Cluster:
     return Cluster(
         tmp_path / "cluster",
         postgresql,
-        {"jb1": link_xml("jb1", m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2"), "jb3": host_xml("jb3")},
+        {"jb1": link_xml("jb1", m.address, m.inq, m.outq), "jb2": host_xml("jb2"), "jb3": host_xml("jb3")},
     )
 
 
-def kill_the_owner_mid_transfer(tmp_path, postgresql, m: Daemon, count: int) -> None:
+def kill_the_owner_mid_transfer(tmp_path, postgresql, m: BrokerM, count: int) -> None:
     cluster = three_instances(tmp_path, postgresql, m)
     receiver = Receiver(m)
     try:
@@ -123,7 +146,7 @@ def test_a_stopped_owner_that_comes_back_does_not_run_its_bridge(tmp_path, postg
     cluster = Cluster(
         tmp_path / "cluster",
         postgresql,
-        {"jb1": link_xml("jb1", broker_m.address, "ha.in", "ha.out"), "jb2": host_xml("jb2")},
+        {"jb1": link_xml("jb1", broker_m.address, broker_m.inq, broker_m.outq), "jb2": host_xml("jb2")},
     )
     receiver = Receiver(broker_m)
     try:

@@ -1,5 +1,6 @@
 """PostgreSQL stopped and started under a transacted link, end to end: host H (a `serve`
-with imq.persist.store=jdbc in a PostgreSQL server of this test's own, bridge jb moving
+with imq.persist.store=jdbc in a database of this test's own, on a PostgreSQL server that
+tests stop and start (conftest's `database`), bridge jb moving
 xa.src -> xa.dst at target T over mq://, batches of 10; its XA log in the same database)
 and T (another `serve`, file store).
 
@@ -17,10 +18,8 @@ import base64
 import http.client
 import os
 import re
-import shutil
 import signal
 import stat
-import tempfile
 import time
 from pathlib import Path
 
@@ -52,24 +51,7 @@ class Gate(MessageTransformer):
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
-N = 3000
-
-
-@pytest.fixture
-def database():
-    """A PostgreSQL server of this test's own (it is stopped and started)."""
-    from pgserver import PostgreSQL, missing_postgresql
-
-    reason = missing_postgresql()
-    if reason:
-        pytest.skip(reason)
-    base = Path(tempfile.mkdtemp(prefix="imqbridge-pg-outage-"))
-    server = PostgreSQL(base)
-    try:
-        yield server.start()
-    finally:
-        server.stop()
-        shutil.rmtree(base, ignore_errors=True)
+N = 1000
 
 
 def target_and_host_folder(tmp_path: Path) -> tuple[Daemon, Path]:

@@ -25,7 +25,7 @@ from wirecut import WireCutter
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
-N = 500
+N = 200
 
 
 @pytest.mark.parametrize(
