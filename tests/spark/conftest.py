@@ -23,8 +23,9 @@ def spark_class_archive(tmp_path_factory):
     drivers and executors. The archive (None if this JVM cannot write one)."""
     from class_archive import class_archive
 
-    made = class_archive(tmp_path_factory.mktemp("sparkcds"))
-    if made is None or "PYSPARK_SUBMIT_ARGS" in os.environ:
+    # (PYSPARK_SUBMIT_ARGS of the caller's own: left alone, no archive)
+    made = None if "PYSPARK_SUBMIT_ARGS" in os.environ else class_archive(tmp_path_factory.mktemp("sparkcds"))
+    if made is None:
         yield None
         return
     archive, properties = made
