@@ -42,11 +42,14 @@ def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90
 class Cluster:
     """A running standalone cluster: ``url`` is its master (spark://127.0.0.1:PORT).
     ``java_options`` go to every JVM it starts (JAVA_TOOL_OPTIONS: the master, the
-    workers, Spark's launcher and the executors the workers start)."""
+    workers, Spark's launcher and the executors the workers start),
+    ``daemon_java_options`` to the master's and the workers' only (SPARK_DAEMON_JAVA_OPTS:
+    not the launcher's, whose stdout spark-class reads as the command to run)."""
 
     base: Path
     worker_env: dict[str, str] = field(default_factory=dict)
     java_options: str = ""
+    daemon_java_options: str = ""
     url: str = ""
     procs: list[subprocess.Popen] = field(default_factory=list)
     master_ui: int = 0
@@ -60,6 +63,8 @@ class Cluster:
         )
         if self.java_options:
             full["JAVA_TOOL_OPTIONS"] = self.java_options
+        if self.daemon_java_options:
+            full["SPARK_DAEMON_JAVA_OPTS"] = self.daemon_java_options
         command = [str(SPARK_HOME / "bin" / "spark-class"), cls, *args]
         if cls.endswith("Worker") and self.hidden_works:
             # the worker (and its executors) see an empty tmpfs over `hidden`: a folder

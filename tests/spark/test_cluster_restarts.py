@@ -55,6 +55,9 @@ def test_the_service_answers_while_a_spark_link_fails_and_restarts(tmp_path, clu
         "imq.bridge.spark.conf.spark.driver.memory=512m",
         "imq.bridge.spark.conf.spark.executor.memory=512m",
         f"imq.bridge.spark.conf.spark.driver.extraJavaOptions={DRIVER_JAVA_OPTIONS}",
+        # each failure of the query is its batch's task failing twice, not four times (a
+        # cluster's default): half the task starts, and still two stack traces a failure
+        "imq.bridge.spark.conf.spark.task.maxFailures=2",
         "imq.bridge.jb2.type=jms",
         "imq.bridge.jb2.xmlurl=jb2.xml",
         activelist="jb,jb2",

@@ -27,7 +27,7 @@ from support import Harness  # noqa: E402
 from jmsbridge_support import bridge_xml, link_xml, send  # noqa: E402
 from link_crash_child import crash_options  # noqa: E402
 
-N = 3000
+N = 1500  # the first driver is killed once N // 4 arrived: the restart moves the rest
 
 
 class Collector:
