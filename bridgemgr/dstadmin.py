@@ -7,7 +7,8 @@ here with its host broker. Attributes come as the original's names and strings
 (``maxNumMsgs=1000``, ``maxTotalMsgBytes=10m``, ``limitBehavior=REMOVE_OLDEST``,
 ``useDMQ=false``; poison messages: ``backoutThreshold=3``, ``backoutQueue=NAME``,
 ``backoutDisposition=dmq|discard``; an HA cluster's ``localDeliveryPreferred``,
-``isLocalOnly``), are checked with the properties' kinds, and go to the broker through
+``isLocalOnly``; ``maxNumProducers``, ``maxNumActiveConsumers``, ``maxNumBackupConsumers``,
+``consumerFlowLimit``), are checked with the properties' kinds, and go to the broker through
 HostBroker.configure_destination (kept in its store). Create refuses a destination that
 exists, update one that does not; update changes only the attributes it names. Purge
 removes the waiting messages (paged-out ones too; those in delivery stay) through
@@ -49,6 +50,10 @@ ATTRIBUTES: dict[str, tuple[str, Kind[Any]]] = {
     "backoutDisposition": ("backout_disposition", BACKOUT_DISPOSITION),
     "localDeliveryPreferred": ("local_delivery_preferred", BOOL),
     "isLocalOnly": ("is_local_only", BOOL),
+    "maxNumProducers": ("max_num_producers", LIMIT),
+    "maxNumActiveConsumers": ("max_num_active_consumers", LIMIT),
+    "maxNumBackupConsumers": ("max_num_backup_consumers", LIMIT),
+    "consumerFlowLimit": ("consumer_flow_limit", LIMIT),
 }
 
 

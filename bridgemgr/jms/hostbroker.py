@@ -57,6 +57,10 @@ class DestinationAttributes:
     backout_disposition: str = "dmq"  # else: dmq or discard (also unwanted messages, retention off)
     local_delivery_preferred: bool = False  # HA cluster: to other instances only without local consumers
     is_local_only: bool = False  # HA cluster: never to consumers on other instances
+    max_num_producers: int = 100  # producers of the destination (per instance); -1: unlimited
+    max_num_active_consumers: int = -1  # a queue's consumers that receive at once
+    max_num_backup_consumers: int = 0  # a queue's consumers beyond those, waiting to take over
+    consumer_flow_limit: int = 1000  # messages delivered ahead to one consumer; -1: unlimited
 
 
 class Client(Protocol):
@@ -155,6 +159,11 @@ class HostBroker(ABC):
     def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
         """Blocking: the next delivery, waiting up to ``timeout`` seconds (None: until the
         consumer is closed); None when there is none."""
+
+    def consumer_flow_limit(self, principal: Principal, consumer: Consumer) -> int:
+        """The most deliveries ``consumer`` may hold unacknowledged, by its destination's
+        consumerFlowLimit; -1: no bound."""
+        return -1
 
     def receive_many(
         self, principal: Principal, consumer: Consumer, max_messages: int, timeout: float | None, max_bytes: int = 0

@@ -9,7 +9,8 @@ back in its queue (NACK, ABORT, a closed subscription, a lost connection), and a
 transaction is a HostBroker Transaction whose sends and acks commit() applies in one store
 batch. Every call names the connection's authenticated Principal.
 
-Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit minus
+Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit, or its
+destination's if lower, minus
 deliveries not yet acknowledged), a writable transport, the loop having taken its previous
 batch and, for transacted subscriptions, an open transaction; then it takes up to a batch of
 messages in one receive_many (blocking only for the first; at most BATCH messages or about
@@ -121,6 +122,9 @@ class HostConnection:
     ) -> Subscriber:
         """A consumer and its thread; raises JMSException (bad selector, destination, ...)."""
         consumer = self.broker.subscribe(self.principal, self.client, destination, selector, durable_name, no_local)
+        flow = self.broker.consumer_flow_limit(self.principal, consumer)  # the destination's cap
+        if 0 < flow < window:
+            window = flow
         sub = Subscriber(self, consumer, window, render, deliver, paused)
         self.subscribers.append(sub)
         sub.start()

@@ -553,10 +553,10 @@ class _SentTo:
 
     def sent(self, destination: Destination) -> None:
         if destination is not self.last:
-            self.last = destination
             if destination not in self.destinations:
+                self.broker.producer_opened(destination)  # (maxNumProducers: may refuse)
                 self.destinations.add(destination)
-                self.broker.producer_opened(destination)
+            self.last = destination
 
     def close(self) -> None:
         destinations, self.destinations, self.last = self.destinations, set(), None

@@ -158,7 +158,11 @@ class RemoteConsumer(EmbeddedConsumer):
     def room(self) -> int:
         if self.prefetch_bytes and self.inflight_bytes >= self.prefetch_bytes:
             return 0
-        return self.prefetch - len(self.inflight) if self.prefetch else self.credit
+        if not self.prefetch:
+            return self.credit
+        flow = self.queue.limits.consumer_flow_limit  # the destination's cap on the window
+        window = flow if 0 < flow < self.prefetch else self.prefetch
+        return window - len(self.inflight)
 
     def taken(self, tags: list[int]) -> list[Envelope]:
         """Take ``tags`` out of the in-flight messages (CONSUMED, RETURN)."""

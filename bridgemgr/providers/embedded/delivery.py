@@ -53,8 +53,12 @@ class Delivery(Routing):
             while True:
                 if consumer.closed or self.closed or mq.deleted:
                     return []
-                paused = self.consumers_paused(mq)  # pause dst: messages stay, resume wakes it
+                # pause dst: messages stay, resume wakes it; a backup consumer takes nothing
+                paused = self.consumers_paused(mq) or not mq.is_active(consumer)
                 if consumer.connection.started and not paused:
+                    flow = mq.limits.consumer_flow_limit  # a batch is at most consumerFlowLimit
+                    if 0 < flow < limit:
+                        limit = flow
                     now = now_ms()
                     marks: list[tuple[int, int]] = []  # recorded in one store call, not one each
                     try:

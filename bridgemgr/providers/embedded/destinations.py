@@ -18,7 +18,7 @@ from dataclasses import asdict, replace
 from typing import Any, Literal, overload
 
 from ...jms.destination import Destination, Queue, TemporaryQueue, TemporaryTopic, Topic, check_name
-from ...jms.errors import IllegalStateException, InvalidDestinationException
+from ...jms.errors import IllegalStateException, InvalidDestinationException, ResourceAllocationException
 from ...jms.selector import Selector, check_size, compile_selector
 from .owners import owner_name
 from .paging import Paging
@@ -130,6 +130,8 @@ class Destinations(Paging):
                 self.configured[key] = limits
                 mq.limits = limits
                 mq.wake_producers()
+                for consumer in mq.consumers:  # maxNumActiveConsumers, consumerFlowLimit may have grown
+                    consumer.notify()
             if self.store is not None:
                 self.store.op("dest_put", key, _limits_to_json(limits))
                 ticket = self.store.ticket()
@@ -237,9 +239,29 @@ class Destinations(Paging):
         return removed, len(held)
 
     def producer_opened(self, destination: Destination | None) -> None:
+        """One more producer of ``destination`` (a bound one, or a session's first send
+        to it); ResourceAllocationException beyond its maxNumProducers."""
         if destination is not None:
             with self.lock:
+                most = self._producer_limit(destination)
+                if 0 <= most <= self.producers.get(destination, 0):
+                    raise ResourceAllocationException(
+                        f"{destination} has {most} producer(s), its maxNumProducers: no more may be made "
+                        "(update dst -o maxNumProducers=N raises it)"
+                    )
                 self.producers[destination] += 1
+
+    def _producer_limit(self, destination: Destination) -> int:
+        """``destination``'s maxNumProducers (under the lock)."""
+        if destination.is_temporary:
+            tmq = self.temporary.get(destination.name)
+            return tmq.limits.max_num_producers if tmq is not None else -1
+        key = _pause_key(destination)
+        limits = self.configured.get(key)
+        if limits is None:
+            mq = None if destination.is_topic else self.queues.get(destination.name)
+            limits = mq.limits if mq is not None else self._limits(key)
+        return limits.max_num_producers
 
     def producer_closed(self, destination: Destination | None) -> None:
         if destination is not None:
@@ -342,6 +364,7 @@ class Destinations(Paging):
                     )
             if not dest.is_topic:
                 mq = self.temporary[dest.name] if dest.is_temporary else self._queue(dest.name)
+                _check_consumers(mq)
             else:
                 if not dest.is_temporary and dest.name not in self.known_topics:
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
@@ -563,6 +586,17 @@ class Destinations(Paging):
                 consumer.cond.notify_all()
                 if consumer.queue is not None and len(consumer.queue):
                     consumer.queue.wake(None)
+
+
+def _check_consumers(mq: MessageQueue) -> None:
+    """ResourceAllocationException when queue ``mq`` has maxNumActiveConsumers plus
+    maxNumBackupConsumers consumers already (under the lock)."""
+    active, backup = mq.limits.max_num_active_consumers, mq.limits.max_num_backup_consumers
+    if active >= 0 and backup >= 0 and len(mq.consumers) >= active + backup:
+        raise ResourceAllocationException(
+            f"{mq.destination} has {len(mq.consumers)} consumer(s), its maxNumActiveConsumers={active} plus "
+            f"maxNumBackupConsumers={backup}: no more may be made"
+        )
 
 
 def _limits_to_json(limits: DestinationLimits) -> str:

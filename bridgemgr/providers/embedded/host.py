@@ -123,6 +123,10 @@ def _attributes(lim: DestinationLimits) -> DestinationAttributes:
         lim.backout_disposition,
         lim.local_delivery_preferred,
         lim.is_local_only,
+        lim.max_num_producers,
+        lim.max_num_active_consumers,
+        lim.max_num_backup_consumers,
+        lim.consumer_flow_limit,
     )
 
 
@@ -135,6 +139,12 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
         ) from None
     if attributes.backout_disposition not in ("dmq", "discard"):
         raise JMSException(f"backout disposition {attributes.backout_disposition!r} is not dmq or discard")
+    for name, value in (
+        ("maxNumActiveConsumers", attributes.max_num_active_consumers),
+        ("consumerFlowLimit", attributes.consumer_flow_limit),
+    ):
+        if value == 0:
+            raise JMSException(f"{name}=0 would deliver nothing: write -1 (unlimited) or at least 1")
     return DestinationLimits(
         attributes.max_num_msgs,
         attributes.max_total_msg_bytes,
@@ -146,6 +156,10 @@ def _limits(attributes: DestinationAttributes) -> DestinationLimits:
         attributes.backout_disposition,
         attributes.local_delivery_preferred,
         attributes.is_local_only,
+        attributes.max_num_producers,
+        attributes.max_num_active_consumers,
+        attributes.max_num_backup_consumers,
+        attributes.consumer_flow_limit,
     )
 
 
@@ -293,6 +307,10 @@ class EmbeddedHostBroker(HostBroker):
 
     def receive(self, principal: Principal, consumer: Consumer, timeout: float | None) -> Delivery | None:
         return self.broker.receive(consumer, timeout, False)
+
+    def consumer_flow_limit(self, principal: Principal, consumer: Consumer) -> int:
+        queue = cast(EmbeddedConsumer, consumer).queue
+        return queue.limits.consumer_flow_limit if queue is not None else -1
 
     def receive_many(
         self, principal: Principal, consumer: Consumer, max_messages: int, timeout: float | None, max_bytes: int = 0

@@ -62,6 +62,14 @@ class DestinationLimits:
     # consumers on other instances only while this one has none active; or never.
     local_delivery_preferred: bool = False
     is_local_only: bool = False
+    # Producers and consumers (docs/embedded-broker.md, "Producers and consumers"): a
+    # producer beyond max_num_producers is refused; a queue's first max_num_active_consumers
+    # consumers receive, the next max_num_backup_consumers wait to take over, one more is
+    # refused; a consumer is handed at most consumer_flow_limit messages ahead. -1: unlimited.
+    max_num_producers: int = 100
+    max_num_active_consumers: int = -1
+    max_num_backup_consumers: int = 0
+    consumer_flow_limit: int = 1000
 
     @cached_property
     def counts_bytes(self) -> bool:
@@ -313,12 +321,18 @@ class MessageQueue:
             for _ in range(min(len(envs), len(self.waiters))):
                 self.wake(envs[0].message)
 
+    def is_active(self, consumer: Any) -> bool:
+        """May ``consumer`` receive: one of a queue's first max_num_active_consumers (the
+        others are backups, in the order they came)?"""
+        most = self.limits.max_num_active_consumers
+        return most < 0 or self.topic is not None or consumer in self.consumers[:most]
+
     def wake(self, message: Message | None) -> None:
-        """Wake the first waiter that can take ``message`` (any message when None)."""
+        """Wake the first active waiter that can take ``message`` (any message when None)."""
         waiters = self.waiters
         for _ in range(len(waiters)):
             consumer = waiters.popleft()
-            if consumer.can_take(message):
+            if consumer.can_take(message) and self.is_active(consumer):
                 consumer.notify()
                 return
             waiters.append(consumer)

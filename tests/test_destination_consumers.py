@@ -1,0 +1,150 @@
+"""A destination's producers and consumers: maxNumProducers, maxNumActiveConsumers,
+maxNumBackupConsumers and consumerFlowLimit, in process and over mq://."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+
+from bridgemgr.dstadmin import _updated, attributes_json
+from bridgemgr.jms import CLIENT_ACKNOWLEDGE, Queue, TextMessage
+from bridgemgr.jms.errors import JMSException, ResourceAllocationException
+from bridgemgr.jms.hostbroker import DestinationAttributes
+from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded.host import _limits
+from remote.support import Harness
+from waiting import quiet_for, wait_for
+
+Q = Queue("orders")
+
+
+@pytest.fixture
+def broker():
+    b = Broker()
+    yield b
+    b.close()
+
+
+def _connection(broker):
+    conn = EmbeddedConnectionFactory(broker).create_connection()
+    conn.start()
+    return conn
+
+
+def _send(broker, *texts):
+    session = _connection(broker).create_session()
+    producer = session.create_producer(Q)
+    for text in texts:
+        producer.send(TextMessage(text))
+    session.connection.close()
+
+
+def test_the_four_attributes_parse_under_their_names_with_the_originals_defaults():
+    attributes = _updated(
+        DestinationAttributes(),
+        {
+            "maxNumProducers": "5",
+            "maxNumActiveConsumers": "2",
+            "maxNumBackupConsumers": "-1",
+            "consumerFlowLimit": "50",
+        },
+    )
+    shown = attributes_json(attributes)
+    assert (shown["maxNumProducers"], shown["maxNumActiveConsumers"]) == (5, 2)
+    assert (shown["maxNumBackupConsumers"], shown["consumerFlowLimit"]) == (-1, 50)
+    defaults = attributes_json(DestinationAttributes())
+    assert [defaults[n] for n in ("maxNumProducers", "maxNumActiveConsumers", "maxNumBackupConsumers")] == [100, -1, 0]
+    assert defaults["consumerFlowLimit"] == 1000
+    with pytest.raises(ValueError, match="maxNumProducers='many'"):
+        _updated(DestinationAttributes(), {"maxNumProducers": "many"})
+    with pytest.raises(JMSException, match="maxNumActiveConsumers=0"):
+        _limits(dataclasses.replace(DestinationAttributes(), max_num_active_consumers=0))
+
+
+def test_a_producer_beyond_max_num_producers_is_refused_naming_the_destination(broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_producers=2))
+    session = _connection(broker).create_session()
+    first, _ = session.create_producer(Q), session.create_producer(Q)
+    with pytest.raises(ResourceAllocationException, match=r"orders has 2 producer.*maxNumProducers"):
+        session.create_producer(Q)
+    anonymous = session.create_producer()  # its first send there would be a third producer
+    with pytest.raises(ResourceAllocationException, match="maxNumProducers"):
+        anonymous.send(TextMessage("x"), destination=Q)
+    first.close()
+    anonymous.send(TextMessage("x"), destination=Q)  # room again
+    assert broker.describe_destination(Q)[1]["producers"] == 2
+    broker.configure_destination(Q, DestinationLimits(max_num_producers=-1))  # update dst: at once
+    session.create_producer(Q).send(TextMessage("y"))
+    assert broker.queue_depth("orders") == 2
+
+
+def test_the_default_limit_lets_a_hundred_producers_on_one_destination(broker):
+    session = _connection(broker).create_session()
+    for _ in range(100):
+        session.create_producer(Q)
+    with pytest.raises(ResourceAllocationException, match="orders has 100 producer"):
+        session.create_producer(Q)
+
+
+def test_a_backup_consumer_takes_over_with_the_closed_ones_unacknowledged_messages(broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_active_consumers=1, max_num_backup_consumers=1))
+    first = _connection(broker)
+    active = first.create_session(False, CLIENT_ACKNOWLEDGE).create_consumer(Q)
+    backup = _connection(broker).create_session().create_consumer(Q)
+    with pytest.raises(ResourceAllocationException, match="maxNumActiveConsumers=1 plus maxNumBackupConsumers=1"):
+        _connection(broker).create_session().create_consumer(Q)
+    _send(broker, "a", "b", "c")
+    assert [active.receive(1).text, active.receive(1).text] == ["a", "b"]  # not acknowledged
+    assert backup.receive(0.05) is None  # a backup receives nothing while the active one is open
+    first.close()
+    got = [backup.receive(2) for _ in range(3)]
+    assert [m.text for m in got] == ["a", "b", "c"]
+    assert [m.redelivered for m in got] == [True, True, False]
+
+
+def test_update_dst_wakes_a_backup_consumer_when_it_may_become_active(broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_active_consumers=1, max_num_backup_consumers=1))
+    _connection(broker).create_session().create_consumer(Q)  # active, never receives
+    backup = _connection(broker).create_session().create_consumer(Q)
+    _send(broker, "a")
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(backup.receive(5)), daemon=True)
+    thread.start()
+    wait_for(lambda: backup in backup.queue.waiters, 2, "the backup waits")
+    broker.configure_destination(Q, DestinationLimits(max_num_active_consumers=2, max_num_backup_consumers=0))
+    thread.join(5)
+    assert got and got[0] is not None and got[0].text == "a"
+
+
+def test_a_receive_batch_is_capped_at_the_consumer_flow_limit(broker):
+    broker.configure_destination(Q, DestinationLimits(consumer_flow_limit=3))
+    consumer = _connection(broker).create_session(False, CLIENT_ACKNOWLEDGE).create_consumer(Q)
+    _send(broker, *"abcdefgh")
+    assert len(broker.receive_many(consumer, 10, 1)) == 3
+
+
+@pytest.mark.slow
+def test_an_mq_consumer_holds_at_most_the_consumer_flow_limit_and_an_update_raises_it_live(broker):
+    broker.configure_destination(Q, DestinationLimits(consumer_flow_limit=5, max_num_producers=1))
+    _send(broker, *(str(i) for i in range(20)))
+
+    def unacked() -> int:
+        return broker.describe_destination(Q)[1]["unacked"]
+
+    with Harness(broker) as service:
+        conn = service.factory(prefetch=100).create_connection()
+        try:
+            conn.start()
+            session = conn.create_session(False, CLIENT_ACKNOWLEDGE)
+            session.create_consumer(Q)
+            assert quiet_for(unacked, 0.3, 10, "held by the consumer") == 5  # not its prefetch of 100
+            broker.configure_destination(Q, DestinationLimits(consumer_flow_limit=8, max_num_producers=1))
+            assert quiet_for(unacked, 0.3, 10, "held after the update") == 8
+            session.create_producer(Q).send(TextMessage("x"))  # the one producer maxNumProducers=1 allows
+            other = conn.create_session()  # (the service counts a session's sends to Q as one producer)
+            with pytest.raises(ResourceAllocationException, match="orders has 1 producer"):
+                other.create_producer(Q).send(TextMessage("y"))
+        finally:
+            conn.close()
