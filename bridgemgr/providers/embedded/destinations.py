@@ -253,15 +253,9 @@ class Destinations(Paging):
 
     def _producer_limit(self, destination: Destination) -> int:
         """``destination``'s maxNumProducers (under the lock)."""
-        if destination.is_temporary:
-            tmq = self.temporary.get(destination.name)
-            return tmq.limits.max_num_producers if tmq is not None else -1
+        mq = (self.temporary if destination.is_temporary else {}).get(destination.name)
         key = _pause_key(destination)
-        limits = self.configured.get(key)
-        if limits is None:
-            mq = None if destination.is_topic else self.queues.get(destination.name)
-            limits = mq.limits if mq is not None else self._limits(key)
-        return limits.max_num_producers
+        return (mq.limits if mq is not None else self.configured.get(key) or self._limits(key)).max_num_producers
 
     def producer_closed(self, destination: Destination | None) -> None:
         if destination is not None:
@@ -364,7 +358,7 @@ class Destinations(Paging):
                     )
             if not dest.is_topic:
                 mq = self.temporary[dest.name] if dest.is_temporary else self._queue(dest.name)
-                _check_consumers(mq)
+                mq.check_consumers()
             else:
                 if not dest.is_temporary and dest.name not in self.known_topics:
                     if not self.autocreate_topic and f"t:{dest.name}" not in self.configured:
@@ -586,17 +580,6 @@ class Destinations(Paging):
                 consumer.cond.notify_all()
                 if consumer.queue is not None and len(consumer.queue):
                     consumer.queue.wake(None)
-
-
-def _check_consumers(mq: MessageQueue) -> None:
-    """ResourceAllocationException when queue ``mq`` has maxNumActiveConsumers plus
-    maxNumBackupConsumers consumers already (under the lock)."""
-    active, backup = mq.limits.max_num_active_consumers, mq.limits.max_num_backup_consumers
-    if active >= 0 and backup >= 0 and len(mq.consumers) >= active + backup:
-        raise ResourceAllocationException(
-            f"{mq.destination} has {len(mq.consumers)} consumer(s), its maxNumActiveConsumers={active} plus "
-            f"maxNumBackupConsumers={backup}: no more may be made"
-        )
 
 
 def _limits_to_json(limits: DestinationLimits) -> str:

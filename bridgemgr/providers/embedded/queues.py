@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from sortedcontainers import SortedList
 
 from ...jms.destination import Destination
+from ...jms.errors import ResourceAllocationException
 from ...jms.message import Message
 
 if TYPE_CHECKING:
@@ -320,6 +321,16 @@ class MessageQueue:
         if envs:
             for _ in range(min(len(envs), len(self.waiters))):
                 self.wake(envs[0].message)
+
+    def check_consumers(self) -> None:
+        """ResourceAllocationException when this queue has maxNumActiveConsumers plus
+        maxNumBackupConsumers consumers already."""
+        active, backup = self.limits.max_num_active_consumers, self.limits.max_num_backup_consumers
+        if active >= 0 and backup >= 0 and len(self.consumers) >= active + backup:
+            raise ResourceAllocationException(
+                f"{self.destination} has {len(self.consumers)} consumer(s), its maxNumActiveConsumers={active} "
+                f"plus maxNumBackupConsumers={backup}: no more may be made"
+            )
 
     def is_active(self, consumer: Any) -> bool:
         """May ``consumer`` receive: one of a queue's first max_num_active_consumers (the
