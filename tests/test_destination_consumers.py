@@ -4,6 +4,7 @@ maxNumBackupConsumers and consumerFlowLimit, in process and over mq://."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import threading
 
 import pytest
@@ -13,6 +14,7 @@ from bridgemgr.jms import CLIENT_ACKNOWLEDGE, Queue, TextMessage
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException
 from bridgemgr.jms.hostbroker import DestinationAttributes
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
+from bridgemgr.providers.embedded.destinations import _limits_from_json, _limits_to_json
 from bridgemgr.providers.embedded.host import _limits
 from remote.support import Harness
 from waiting import quiet_for, wait_for
@@ -148,3 +150,20 @@ def test_an_mq_consumer_holds_at_most_the_consumer_flow_limit_and_an_update_rais
                 other.create_producer(Q).send(TextMessage("y"))
         finally:
             conn.close()
+
+
+def test_the_attributes_survive_a_restart_and_travel_as_the_ha_catalogs_json(tmp_path):
+    limits = DestinationLimits(
+        max_num_producers=7, max_num_active_consumers=2, max_num_backup_consumers=3, consumer_flow_limit=9
+    )
+    broker = Broker(tmp_path / "store")
+    broker.configure_destination(Q, limits)
+    broker.close()
+    broker = Broker(tmp_path / "store")
+    try:
+        assert broker.describe_destination(Q)[0] == limits
+    finally:
+        broker.close()
+    assert _limits_from_json(json.loads(_limits_to_json(limits))) == limits  # clustercatalog.py's form
+    older = {k: v for k, v in json.loads(_limits_to_json(limits)).items() if k != "max_num_producers"}
+    assert _limits_from_json(older).max_num_producers == 100  # a row written before them: the defaults
