@@ -16,7 +16,9 @@ from bridgemgr.jms.hostbroker import DestinationAttributes
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.destinations import _limits_from_json, _limits_to_json
 from bridgemgr.providers.embedded.host import _limits
+from bridgemgr.stompbridge.frames import MESSAGE
 from remote.support import Harness
+from stomp_support import Driver
 from waiting import quiet_for, wait_for
 
 Q = Queue("orders")
@@ -167,3 +169,39 @@ def test_the_attributes_survive_a_restart_and_travel_as_the_ha_catalogs_json(tmp
     assert _limits_from_json(json.loads(_limits_to_json(limits))) == limits  # clustercatalog.py's form
     older = {k: v for k, v in json.loads(_limits_to_json(limits)).items() if k != "max_num_producers"}
     assert _limits_from_json(older).max_num_producers == 100  # a row written before them: the defaults
+
+
+@pytest.mark.slow
+def test_a_stomp_subscription_holds_at_most_the_flow_limit_and_a_sender_counts_as_a_producer(broker):
+    broker.configure_destination(Q, DestinationLimits(consumer_flow_limit=3, max_num_producers=1))
+    _send(broker, *"abcdef")  # (its producer closed: the count is 0 again)
+    d = Driver(broker)  # imq.bridge.stomp.consumerFlowLimit: 1000
+    d.connect()
+    d.send("SUBSCRIBE", {"destination": "/queue/orders", "id": "1", "ack": "client-individual"})
+    got = d.messages(3)
+    assert [f for f in d.pump(0.1) if f.command == MESSAGE] == []  # 3 held, no more
+    d.send("ACK", {"id": got[0].headers["ack"]})
+    assert [f.body for f in d.messages(1)] == [b"d"]
+    assert not [f for f in d.send("SEND", {"destination": "/queue/orders"}, b"x") if f.command == "ERROR"]
+    other = Driver(broker, name="s2")
+    other.connect()
+    refused = [f for f in other.send("SEND", {"destination": "/queue/orders"}, b"y") if f.command == "ERROR"]
+    assert refused and "maxNumProducers" in refused[0].headers.get("message", "") + refused[0].body.decode()
+    d.close()
+    other.close()
+
+
+def test_a_message_wakes_the_waiting_active_consumer_never_a_waiting_backup(broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_active_consumers=1, max_num_backup_consumers=1))
+    active = _connection(broker).create_session().create_consumer(Q)
+    backup = _connection(broker).create_session().create_consumer(Q)
+    threading.Thread(target=backup.receive, args=(6,), daemon=True).start()
+    wait_for(lambda: backup in backup.queue.waiters, 2, "the backup waits first")
+    got: list = []
+    thread = threading.Thread(target=lambda: got.append(active.receive(4)), daemon=True)
+    thread.start()
+    wait_for(lambda: active in active.queue.waiters, 2, "the active consumer waits")
+    _send(broker, "a")  # one wake-up: it must go to the active consumer, not at its timeout
+    thread.join(2)
+    assert got and got[0] is not None and got[0].text == "a"
+    backup.close()
