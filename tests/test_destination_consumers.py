@@ -13,10 +13,12 @@ from bridgemgr.dstadmin import _updated, attributes_json
 from bridgemgr.jms import CLIENT_ACKNOWLEDGE, Queue, TextMessage
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException
 from bridgemgr.jms.hostbroker import DestinationAttributes
+from bridgemgr.jmsbridge.states import State
 from bridgemgr.providers.embedded import Broker, DestinationLimits, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.destinations import _limits_from_json, _limits_to_json
 from bridgemgr.providers.embedded.host import _limits
 from bridgemgr.stompbridge.frames import MESSAGE
+from jmsbridge_support import bridge_xml, drain, link_xml, make_bridge, texts
 from remote.support import Harness
 from stomp_support import Driver
 from waiting import quiet_for, wait_for
@@ -205,3 +207,24 @@ def test_a_message_wakes_the_waiting_active_consumer_never_a_waiting_backup(brok
     thread.join(2)
     assert got and got[0] is not None and got[0].text == "a"
     backup.close()
+
+
+@pytest.mark.slow
+def test_a_link_and_clients_stay_under_the_default_limits(broker):
+    """A running link is one consumer of its source and one producer of its target: with
+    the defaults (100 producers, every consumer active) it and 99 client producers fit."""
+    bridge = make_bridge(broker, bridge_xml(link_xml()))
+    assert bridge.start() is State.STARTED
+    try:
+        session = _connection(broker).create_session()
+        for _ in range(98):
+            session.create_producer(Queue("dst"))
+        session.create_producer(Queue("src")).send(TextMessage("m"))
+        assert texts(drain(broker, "dst", expect=1)) == ["m"]
+        assert broker.describe_destination(Queue("dst"))[1]["producers"] == 99  # the link's one, not one per send
+        session.create_producer(Queue("dst"))
+        with pytest.raises(ResourceAllocationException, match="dst has 100 producer"):
+            session.create_producer(Queue("dst"))
+        session.create_consumer(Queue("src"))  # a second consumer of the link's source: both active
+    finally:
+        bridge.stop()
