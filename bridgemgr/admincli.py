@@ -465,6 +465,10 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
         "backoutThreshold",
         "backoutQueue",
         "backoutDisposition",
+        "maxNumProducers",
+        "maxNumActiveConsumers",
+        "maxNumBackupConsumers",
+        "consumerFlowLimit",
     ]
     return _table(
         titles,
@@ -480,11 +484,15 @@ def _dst_table(rows: list[dict[str, Any]]) -> str:
                 str(r["unacked"]),
                 str(r["bytes"]),
                 str(r["producers_waiting"]),
-                *(str(v).lower() if isinstance(v, bool) else str(v) for v in r["attributes"].values()),
+                *(_cell(r["attributes"].get(name, "-")) for name in titles[10:]),
             ]
             for r in rows
         ],
     )
+
+
+def _cell(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _dst_instances_table(rows: list[dict[str, Any]]) -> str:
@@ -659,7 +667,8 @@ def _dst_command(op: str):
         metavar="ATTR=VALUE",
         multiple=True,
         help="An attribute to set: maxNumMsgs, maxTotalMsgBytes, maxBytesPerMsg, limitBehavior, useDMQ, "
-        "backoutThreshold, backoutQueue, backoutDisposition, localDeliveryPreferred, isLocalOnly.",
+        "backoutThreshold, backoutQueue, backoutDisposition, localDeliveryPreferred, isLocalOnly, "
+        "maxNumProducers, maxNumActiveConsumers, maxNumBackupConsumers, consumerFlowLimit.",
     )
     @admin_options
     @reply_options

@@ -9,6 +9,7 @@ import threading
 
 import pytest
 
+from bridgemgr.admincli import _dst_table
 from bridgemgr.dstadmin import _updated, attributes_json
 from bridgemgr.jms import CLIENT_ACKNOWLEDGE, Queue, TextMessage
 from bridgemgr.jms.errors import JMSException, ResourceAllocationException
@@ -228,3 +229,17 @@ def test_a_link_and_clients_stay_under_the_default_limits(broker):
         session.create_consumer(Queue("src"))  # a second consumer of the link's source: both active
     finally:
         bridge.stop()
+
+
+def test_query_dsts_table_shows_them(broker):
+    attributes = attributes_json(DestinationAttributes(max_num_producers=5, consumer_flow_limit=50))
+    row = {"name": "orders", "type": "q", "state": "RUNNING", "attributes": attributes, "producers": 0}
+    row |= {"consumers": 0, "pending": 0, "unacked": 0, "bytes": 0, "producers_waiting": 0}
+    titles, values = _dst_table([row]).splitlines()[1].split(), _dst_table([row]).splitlines()[3].split()
+    shown = dict(zip(titles[-4:], values[-4:], strict=True))
+    assert shown == {
+        "maxNumProducers": "5",
+        "maxNumActiveConsumers": "-1",
+        "maxNumBackupConsumers": "0",
+        "consumerFlowLimit": "50",
+    }

@@ -183,6 +183,10 @@ NO_BACKOUT = {
     "backoutDisposition": "dmq",
     "localDeliveryPreferred": False,
     "isLocalOnly": False,
+    "maxNumProducers": 100,
+    "maxNumActiveConsumers": -1,
+    "maxNumBackupConsumers": 0,
+    "consumerFlowLimit": 1000,
 }
 
 
