@@ -161,8 +161,7 @@ class RemoteConsumer(EmbeddedConsumer):
         if not self.prefetch:
             return self.credit
         flow = self.queue.limits.consumer_flow_limit  # the destination's cap on the window
-        window = flow if 0 < flow < self.prefetch else self.prefetch
-        return window - len(self.inflight)
+        return (flow if 0 < flow < self.prefetch else self.prefetch) - len(self.inflight)
 
     def taken(self, tags: list[int]) -> list[Envelope]:
         """Take ``tags`` out of the in-flight messages (CONSUMED, RETURN)."""

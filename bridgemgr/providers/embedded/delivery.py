@@ -54,11 +54,11 @@ class Delivery(Routing):
                 if consumer.closed or self.closed or mq.deleted:
                     return []
                 # pause dst: messages stay, resume wakes it; a backup consumer takes nothing
-                paused = self.consumers_paused(mq) or not mq.is_active(consumer)
+                lim = mq.limits
+                paused = self.consumers_paused(mq) or (lim.max_num_active_consumers >= 0 and not mq.is_active(consumer))
                 if consumer.connection.started and not paused:
-                    flow = mq.limits.consumer_flow_limit  # a batch is at most consumerFlowLimit
-                    if 0 < flow < limit:
-                        limit = flow
+                    if 0 < lim.consumer_flow_limit < limit:  # a batch is at most consumerFlowLimit
+                        limit = lim.consumer_flow_limit
                     now = now_ms()
                     marks: list[tuple[int, int]] = []  # recorded in one store call, not one each
                     try:

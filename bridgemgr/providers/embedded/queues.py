@@ -341,9 +341,10 @@ class MessageQueue:
     def wake(self, message: Message | None) -> None:
         """Wake the first active waiter that can take ``message`` (any message when None)."""
         waiters = self.waiters
+        every = self.limits.max_num_active_consumers < 0
         for _ in range(len(waiters)):
             consumer = waiters.popleft()
-            if consumer.can_take(message) and self.is_active(consumer):
+            if consumer.can_take(message) and (every or self.is_active(consumer)):
                 consumer.notify()
                 return
             waiters.append(consumer)
