@@ -87,6 +87,17 @@ def test_a_producer_beyond_max_num_producers_is_refused_naming_the_destination(b
     assert broker.queue_depth("orders") == 2
 
 
+def test_users_at_the_limit_cannot_keep_the_bridge_services_own_producer_out(broker):
+    broker.configure_destination(Q, DestinationLimits(max_num_producers=1))
+    _connection(broker).create_session().create_producer(Q)  # a user takes the one place
+    service = EmbeddedConnectionFactory(broker, service=True).create_connection()
+    service.create_session().create_producer(Q).send(TextMessage("link"))  # counted, not refused
+    assert broker.describe_destination(Q)[1]["producers"] == 2
+    with pytest.raises(ResourceAllocationException, match="orders has 2 producer"):
+        _connection(broker).create_session().create_producer(Q)
+    service.close()
+
+
 def test_the_default_limit_lets_a_hundred_producers_on_one_destination(broker):
     session = _connection(broker).create_session()
     for _ in range(100):

@@ -208,7 +208,7 @@ class EmbeddedSession(Session):
         self.closed = False
         self.consumers: list[EmbeddedConsumer] = []
         self._producers: list[EmbeddedProducer] = []
-        self._sent_to = _SentTo(self.broker)  # a remote client's or STOMP sender's sends (metrics)
+        self._sent_to = _SentTo(self.broker, self.connection)  # a remote client's or STOMP sender's sends (metrics)
         self._work = Work()
         self.branch: Work | None = None  # the XA branch this session is associated with
         self.listener_lock = threading.Lock()
@@ -250,7 +250,7 @@ class EmbeddedSession(Session):
     def create_producer(self, destination: Destination | None = None) -> EmbeddedProducer:
         self._check_open()
         producer = EmbeddedProducer(self, destination)
-        self.broker.producer_opened(destination)  # counted per destination (metrics)
+        self.broker.producer_opened(destination, self.connection)  # counted per destination
         producer.counted = destination is not None
         self._producers.append(producer)
         return producer
@@ -544,17 +544,18 @@ class _SentTo:
     Producers of a destination). The last one is remembered by identity, so a sender
     that keeps sending to one destination object pays an ``is`` test per send."""
 
-    __slots__ = ("broker", "destinations", "last")
+    __slots__ = ("broker", "connection", "destinations", "last")
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, connection: EmbeddedConnection) -> None:
         self.broker = broker
+        self.connection = connection
         self.destinations: set[Destination] = set()
         self.last: Destination | None = None
 
     def sent(self, destination: Destination) -> None:
         if destination is not self.last:
             if destination not in self.destinations:
-                self.broker.producer_opened(destination)  # (maxNumProducers: may refuse)
+                self.broker.producer_opened(destination, self.connection)  # (maxNumProducers: may refuse)
                 self.destinations.add(destination)
             self.last = destination
 
@@ -573,7 +574,9 @@ class EmbeddedProducer(MessageProducer):
         self.closed = False
         self.counted = False  # counted by the broker as a producer of its destination (metrics)
         # an anonymous producer: counted as a producer of each destination it sent to
-        self._sent_to = _SentTo(session.broker) if destination is None and self.counted_here else None
+        self._sent_to = (
+            _SentTo(session.broker, session.connection) if destination is None and self.counted_here else None
+        )
 
     def _stamp(
         self,

@@ -238,16 +238,17 @@ class Destinations(Paging):
         mq.unpace()
         return removed, len(held)
 
-    def producer_opened(self, destination: Destination | None) -> None:
+    def producer_opened(self, destination: Destination | None, connection: Any) -> None:
         """One more producer of ``destination`` (a bound one, or a session's first send
-        to it); ResourceAllocationException beyond its maxNumProducers."""
+        to it); ResourceAllocationException beyond its maxNumProducers, but for the bridge
+        service's own (counted, never refused: users cannot take a link's place)."""
         if destination is not None:
             with self.lock:
-                most = self._producer_limit(destination)
-                if 0 <= most <= self.producers.get(destination, 0):
+                most, count = self._producer_limit(destination), self.producers.get(destination, 0)
+                if 0 <= most <= count and not self.reservations.is_service(connection):
                     raise ResourceAllocationException(
-                        f"{destination} has {most} producer(s), its maxNumProducers: no more may be made "
-                        "(update dst -o maxNumProducers=N raises it)"
+                        f"{destination} has {count} producer(s), its maxNumProducers={most}: no more may be "
+                        "made (update dst -o maxNumProducers=N raises it)"
                     )
                 self.producers[destination] += 1
 
