@@ -10,15 +10,14 @@ transaction is a HostBroker Transaction whose sends and acks commit() applies in
 batch. Every call names the connection's authenticated Principal.
 
 Each subscription has a Subscriber thread: it waits for credit (consumerFlowLimit, or its
-destination's if lower, minus
-deliveries not yet acknowledged), a writable transport, the loop having taken its previous
-batch and, for transacted subscriptions, an open transaction; then it takes up to a batch of
-messages in one receive_many (blocking only for the first; at most BATCH messages or about
-BATCH_BYTES of bodies), renders them to frame bytes with the session's render function, and
-posts the batch to the event loop in one call. So a client that stops reading holds at most
-the transport's high-water mark plus one batch in our memory. Nothing here blocks the loop
-except the calls marked blocking (durable waits, unsubscribe), which the server runs in a
-pool.
+destination's if lower, minus deliveries not yet acknowledged), a writable transport, the
+loop having taken its previous batch and, for transacted subscriptions, an open
+transaction; then it takes up to a batch of messages in one receive_many (blocking only
+for the first; at most BATCH messages or about BATCH_BYTES of bodies), renders them to
+frame bytes with the session's render function, and posts the batch to the event loop in
+one call. So a client that stops reading holds at most the transport's high-water mark
+plus one batch in our memory. Nothing here blocks the loop except the calls marked
+blocking (durable waits, unsubscribe), which the server runs in a pool.
 """
 
 from __future__ import annotations

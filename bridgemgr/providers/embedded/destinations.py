@@ -255,8 +255,7 @@ class Destinations(Paging):
     def _producer_limit(self, destination: Destination) -> int:
         """``destination``'s maxNumProducers (under the lock)."""
         mq = (self.temporary if destination.is_temporary else {}).get(destination.name)
-        key = _pause_key(destination)
-        return (mq.limits if mq is not None else self.configured.get(key) or self._limits(key)).max_num_producers
+        return (mq.limits if mq is not None else self._limits(_pause_key(destination))).max_num_producers
 
     def producer_closed(self, destination: Destination | None) -> None:
         if destination is not None:
