@@ -14,6 +14,7 @@ from bridgemgr.dstadmin import destination_command
 from bridgemgr.jms import Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException
 from bridgemgr.jms.hostbroker import DestinationAttributes, Principal
+from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.clustercatalog import open_cluster_destinations
 from clusterdst_support import cluster_members
 from waiting import wait_for
@@ -52,8 +53,10 @@ def test_create_dst_on_one_instance_sets_them_on_both_and_producers_count_per_in
         b2.host, Principal("admin"), Command("QUERY_DST", dst_type="q", destination="orders"), DestinationAttributes()
     )
     assert {k: str(v) for k, v in queried.data["attributes"].items() if k in ATTRIBUTES} == ATTRIBUTES
-    for member in (b1, b2):  # per broker: one producer on each instance
-        session = member.connection(stack).create_session()
+    for member in (b1, b2):  # per broker: one producer of a user on each instance
+        user = EmbeddedConnectionFactory(member.host.broker).create_connection()  # (not the service's)
+        stack.callback(user.close)
+        session = user.create_session()
         session.create_producer(Q).send(TextMessage(member.brokerid))
         with pytest.raises(ResourceAllocationException, match="orders has 1 producer"):
             session.create_producer(Q)
