@@ -49,10 +49,12 @@ def open_host(tmp_path, stored: bool) -> EmbeddedHostBroker:
 def drain(host: HostBroker, queue: Queue) -> list[str]:
     client = host.connect(P)
     consumer = host.subscribe(P, client, queue)
-    got = host.receive_many(P, consumer, 10_000, 0)
-    host.acknowledge(P, got)
+    texts: list[str] = []
+    while got := host.receive_many(P, consumer, 10_000, 0):  # a batch is at most consumerFlowLimit
+        host.acknowledge(P, got)
+        texts += [d.message.text for d in got]  # type: ignore[attr-defined]
     host.disconnect(P, client)
-    return [d.message.text for d in got]  # type: ignore[attr-defined]
+    return texts
 
 
 def scenario(tmp_path, stored: bool, seed: int, take) -> list:
