@@ -26,7 +26,7 @@ from functools import partial
 from pathlib import Path
 
 from ..jms.destination import Topic
-from ..jms.errors import JMSException
+from ..jms.errors import JMSException, StoreUnavailable
 from ..jms.message import HEADER_FIELDS, Message
 from ..jms.spi import MessageConsumer, MessageProducer, Session
 from ..logfiles import PER_MESSAGE
@@ -474,6 +474,8 @@ class Link(RunnerBase):
                         batch.open = True
                     message = receive(0 if pending else poll)
                 except CONNECTION_LOST as exc:
+                    raise ConnectionLost(f"receive: {exc}") from exc
+                except StoreUnavailable as exc:  # the source broker's database is restarting
                     raise ConnectionLost(f"receive: {exc}") from exc
                 if message is None:
                     if pending:

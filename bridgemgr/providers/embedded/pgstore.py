@@ -24,7 +24,7 @@ from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...extras import require
-from ...jms.errors import StoreError
+from ...jms.errors import StoreError, StoreUnavailable
 from .store import _OPS, BYTES_SQL, PAGE_SQL, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
 
 SCHEMA = (
@@ -298,7 +298,12 @@ class PostgresDatabase(Database):
 
         try:
             with self._lock:
-                conn = self._connection()
+                try:
+                    conn = self._connection()
+                except StoreError as exc:
+                    if exc.__cause__ is not None and self.unavailable(exc.__cause__):
+                        raise StoreUnavailable(str(exc)) from exc  # the database is restarting
+                    raise
                 try:
                     with conn.cursor() as cur:
                         cur.execute(sql.replace("?", "%s"), args)
@@ -308,9 +313,11 @@ class PostgresDatabase(Database):
                         conn.commit()
         except psycopg.Error as exc:
             with self._lock:
-                if self.unavailable(exc):
+                gone = self.unavailable(exc)
+                if gone:
                     self._drop()
-            raise StoreError(f"{self.where}: cannot read the store: {exc}") from exc
+            refusal = StoreUnavailable if gone else StoreError  # an outage: tried again when it is back
+            raise refusal(f"{self.where}: cannot read the store: {exc}") from exc
 
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
         return [(seq, d, bytes(b)) for seq, d, b in self._read(PAGE_SQL, (stored_key(qkey), after, limit))]
