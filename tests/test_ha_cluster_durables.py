@@ -144,16 +144,19 @@ def test_a_durable_has_one_subscriber_in_the_cluster(members):
     holder = b2.connection(stack, client_id="app")
     holder.create_session().create_durable_subscriber(Topic("t"), "one")
     elsewhere = b3.connection(stack, client_id="app")
+    on_b1 = b1.connection(stack, client_id="app")
 
-    def refused() -> str | None:
+    def refused(conn) -> str | None:
         try:
-            elsewhere.create_session().create_durable_subscriber(Topic("t"), "one").close()
+            conn.create_session().create_durable_subscriber(Topic("t"), "one").close()
         except IllegalStateException as exc:
             return str(exc)
         return None
 
-    assert "active subscriber on broker B2" in wait_for(refused, 20, "B3 to refuse a second subscriber")
+    assert "active subscriber on broker B2" in wait_for(lambda: refused(elsewhere), 20, "B3 to refuse a second")
+    # each instance learns of the attach on its own (within 0.2 s): B1 too, before its unsubscribe
+    assert "active subscriber on broker B2" in wait_for(lambda: refused(on_b1), 20, "B1 to know of B2's")
     with pytest.raises(IllegalStateException, match="on broker B2"):
-        b1.connection(stack, client_id="app").create_session().unsubscribe("one")
+        on_b1.create_session().unsubscribe("one")
     holder.close()
     attach(elsewhere, "t", "one")  # free again once B2's detach is told
