@@ -33,7 +33,7 @@ from ...jms.hostbroker import Principal
 from .cluster import BROKERS, LIVE
 from .clusterdst import DEMAND
 from .destinations import _limits_from_json, _limits_to_json
-from .pgstore import close_quietly
+from .pgstore import close_quietly, in_transaction
 from .state import log
 
 if TYPE_CHECKING:
@@ -84,23 +84,14 @@ class ClusterDestinations:
 
     # --- the database ---------------------------------------------------------------------
     def _transaction(self, role: str, work: Callable[[Any], Any]) -> Any:
-        import psycopg
+        where = f"{self.settings.jdbc.where}: the cluster's destinations"
+        return in_transaction(self._conns, role, self._conn, where, work)
 
+    def _conn(self, role: str) -> Any:
         conn = self._conns.get(role)
         if conn is None or conn.closed:
             conn = self._conns[role] = self.settings.jdbc.connect()
-        try:
-            with conn.cursor() as cur:
-                result = work(cur)
-            conn.commit()
-            return result
-        except psycopg.Error as exc:
-            close_quietly(self._conns.pop(role, None))
-            raise StoreError(f"{self.settings.jdbc.where}: the cluster's destinations: {exc}") from exc
-        except BaseException:
-            if not conn.closed:
-                conn.rollback()
-            raise
+        return conn
 
     def _admin(self, work: Callable[[Any], Any]) -> Any:
         """A transaction of an admin command's (one at a time on their connection)."""

@@ -37,7 +37,7 @@ from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from ...logfiles import COUNTED
 from .cluster import BROKERS, LIVE, instance_schema
-from .pgstore import close_quietly, loaded_key, stored_key
+from .pgstore import close_quietly, in_transaction, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
 from .state import Subscription, _owned, log, now_ms
 
@@ -227,21 +227,7 @@ class ClusterQueues:
         return conn
 
     def _transaction(self, role: str, work: Callable[[Any], Any]) -> Any:
-        import psycopg
-
-        conn = self._conn(role)
-        try:
-            with conn.cursor() as cur:
-                result = work(cur)
-            conn.commit()
-            return result
-        except psycopg.Error as exc:
-            close_quietly(self._conns.pop(role, None))
-            raise StoreError(f"{self.settings.jdbc.where}: cluster-wide queues: {exc}") from exc
-        except BaseException:
-            if not conn.closed:
-                conn.rollback()
-            raise
+        return in_transaction(self._conns, role, self._conn, f"{self.settings.jdbc.where}: cluster-wide queues", work)
 
     def _fenced(self, cur: Any) -> None:
         cur.execute(self._fence, (self.brokerid, self.cluster.generation))

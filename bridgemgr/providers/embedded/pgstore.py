@@ -416,6 +416,29 @@ class PostgresDatabase(Database):
             self._drop()
 
 
+def in_transaction(
+    conns: dict[str, Any], role: str, connection: Callable[[str], Any], what: str, work: Callable[[Any], Any]
+) -> Any:
+    """``work(cursor)`` in one transaction on ``connection(role)``, kept in ``conns``: a
+    psycopg error drops that connection (the next call connects again) and is a StoreError
+    naming ``what``; any other error rolls the transaction back."""
+    import psycopg
+
+    conn = connection(role)
+    try:
+        with conn.cursor() as cur:
+            result = work(cur)
+        conn.commit()
+        return result
+    except psycopg.Error as exc:
+        close_quietly(conns.pop(role, None))
+        raise StoreError(f"{what}: {exc}") from exc
+    except BaseException:
+        if not conn.closed:
+            conn.rollback()
+        raise
+
+
 def close_quietly(conn: Any) -> None:
     """Close a connection that may be lost already (None: nothing), ignoring errors: an
     open transaction on it is rolled back by the database."""
