@@ -23,7 +23,8 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
 - queues (cluster-wide queues): two instances A and B; --messages persistent 1 KiB
   messages waiting in A's queue, drained by a consumer on A (one instance) and on B (each
   message handed off to B through the shared store): msg/s, ratio = B / A; then a fifth
-  as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency.
+  as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency; each
+  message is numbered, lost and duplicates are counted.
 - topics (cluster-wide topics, --only topics): three instances A, B, C; a publisher on A
   publishes --messages persistent 1 KiB messages (transactions of 500) to a topic with
   one subscriber on each instance (B's and C's copies stored once per instance on A,
@@ -245,7 +246,8 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
 def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, rate: int) -> dict:
     """A queue produced on one instance and consumed on another (or the same): msg/s of
     a consumer draining n waiting messages (sent in transactions of 500), then p50/p99
-    latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s."""
+    latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s; each message is
+    numbered: lost and duplicates are counted."""
     body = b"x" * 1024
     with (
         connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn,
@@ -254,16 +256,19 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         tx = pconn.create_session(transacted=True)
         bulk = tx.create_producer(Queue(queue))
         for i in range(n):
-            bulk.send(BytesMessage(body), delivery_mode=DeliveryMode.PERSISTENT)
+            message = BytesMessage(body)
+            message.set_int_property("n", i)
+            bulk.send(message, delivery_mode=DeliveryMode.PERSISTENT)
             if i % 500 == 499 or i == n - 1:
                 tx.commit()
         consumer = cconn.create_session().create_consumer(Queue(queue))
+        numbers: list[int] = []
         started = time.monotonic()
         cconn.start()
-        drained = 0
-        while drained < n and consumer.receive(30) is not None:
-            drained += 1
+        while len(numbers) < n and (m := consumer.receive(30)) is not None:
+            numbers.append(m.get_int_property("n"))
         drain_s = time.monotonic() - started
+        drained = len(numbers)
         arrived: list[tuple[float, float]] = []  # (sent, arrived)
 
         def take(count: int) -> None:
@@ -272,6 +277,7 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
                 if m is None:
                     return
                 arrived.append((m.get_double_property("sent"), time.monotonic()))
+                numbers.append(m.get_int_property("n"))
 
         paced = n // 5
         taker = threading.Thread(target=take, args=(paced,), daemon=True)
@@ -280,10 +286,13 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         for i in range(paced):
             due = started + drain_s + i / rate
             message = BytesMessage(body)
+            message.set_int_property("n", n + i)
             time.sleep(max(0.0, due - time.monotonic()))
             message.set_double_property("sent", time.monotonic())
             producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
         taker.join(120)
+        while (m := consumer.receive(0.5)) is not None:  # (none: nothing was duplicated)
+            numbers.append(m.get_int_property("n"))
     latencies = sorted(a - s for s, a in arrived)
     return {
         "drained": drained,
@@ -292,6 +301,8 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         "latency_messages": len(latencies),
         "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
         "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
+        "lost": n + paced - len(set(numbers)),
+        "duplicates": len(numbers) - len(set(numbers)),
     }
 
 

@@ -4,6 +4,7 @@ another, once (providers/embedded/clusterdst.py)."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -167,4 +168,74 @@ def test_a_backlog_larger_than_the_peers_credit_arrives_whole(members):
             session.commit()
     got: list[str] = []
     texts_of(consumer, got, len(sent), 60)
+    assert got == sent
+
+
+def advertise(member: Member) -> None:
+    """One advertisement of ``member`` (started with threads=False): its demand written,
+    its peers' read."""
+    with member.host.broker.lock:
+        demand = member.queues._demand()
+    member.queues.advertise(demand, True)
+
+
+def test_the_intake_moves_rows_without_holding_the_brokers_lock(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2", threads=False)  # B2's intake runs when told
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("fast"))
+    advertise(b2)  # (B1's threads read it)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("fast"))
+    for i in range(5):
+        producer.send(session.create_text_message(f"f{i}"))
+    wait_for(lambda: b1.queues.handed_off == 5, 20, "5 messages in B2's inbox")
+    pid = b2.queues._conn("intake").info.backend_pid
+    holder, watcher = b2.cluster.settings.jdbc.connect(), b2.cluster.settings.jdbc.connect()
+    stack.callback(watcher.close)
+    stack.callback(holder.close)
+    holder.execute("SELECT 1 FROM imq_ha_brokers WHERE brokerid = 'B2' FOR UPDATE")  # (as a takeover)
+
+    def waits_for_a_lock() -> bool:
+        row = watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
+        watcher.commit()  # (a fresh snapshot of the activity next time)
+        return row is not None and row[0] == "Lock"
+
+    intake = threading.Thread(target=b2.queues.take_in, daemon=True)
+    intake.start()
+    wait_for(waits_for_a_lock, 20, "B2's intake waiting for its lease row")
+    free = b2.host.broker.lock.acquire(timeout=5)  # its consumers, producers, acks go on
+    if free:
+        b2.host.broker.lock.release()
+    holder.rollback()
+    intake.join(20)
+    assert free and not intake.is_alive() and b2.queues.taken_in == 5
+    got: list[str] = []
+    texts_of(consumer, got, 5, 20)
+    assert got == [f"f{i}" for i in range(5)]
+
+
+def test_a_handoff_leaves_no_removal_for_the_store_to_write(members):
+    start, stack = members
+    b1, b2 = start("B1", threads=False), start("B2")  # B1's handoff runs when told
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("moved"))
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("moved"))
+    sent = [f"m{i}" for i in range(20)]
+    for text in sent:
+        producer.send(session.create_text_message(text))  # (persistent: in the store when sent)
+
+    def sees_b2() -> bool:
+        advertise(b1)
+        return "q:moved" in b1.queues._parkers
+
+    wait_for(sees_b2, 20, "B1 to see B2's consumer")
+    store = b1.host.broker.store
+    store.flush()
+    rows = store.rows
+    assert b1.queues.hand_off() and b1.queues.handed_off == 20
+    store.flush()
+    assert store.rows == rows  # the move deleted their rows: no delete per message to write
+    assert b1.host.broker.queue_depth("moved") == 0
+    got: list[str] = []
+    texts_of(consumer, got, 20, 20)
     assert got == sent

@@ -27,6 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -653,7 +654,9 @@ class ClusterQueues:
                 for group in by_queue.values():
                     group[0].queue.push_back(group)
             raise
-        broker.acknowledge(envs)  # gone from here (the store's delete finds no row)
+        with broker.lock:  # gone from here: the move deleted their rows (no delete for the store)
+            for env in envs:
+                env.queue.release(env)
         for peer, _ in taken:
             if peer.consumers:
                 peer.backlog += 1
@@ -722,46 +725,54 @@ class ClusterQueues:
     # --- taking in --------------------------------------------------------------------------
     def take_in(self) -> bool:
         """Move one batch of the inbox's rows for us (or for instances we took over) into
-        our store and serve them; True if there were some."""
+        our store and serve them; True if there were some. The database work is done
+        without the broker's lock (our consumers go on meanwhile): only the commit and the
+        pushes are under it, so no page-in or browser reads a row before it is pushed."""
         broker, me = self.broker, self.brokerid
+        with ExitStack() as held:
 
-        def take(cur: Any) -> list[tuple[int, str, int, bytes]]:
-            cur.execute(
-                f"SELECT id, qkey, dcount, blob FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid "
-                f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
-                "FOR UPDATE SKIP LOCKED",
-                (me, me, BATCH),
-            )
-            rows = cur.fetchall()
-            if not rows:
-                return []
-            self._fenced(cur)
-            ids = [r[0] for r in rows]
-            queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
-            base = broker.reserve_seqs(len(queued))
-            if queued:
+            def take(cur: Any) -> list[tuple[int, str, int, int, Message]]:
                 cur.execute(
-                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                    f"SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM {INBOX} "
-                    "WHERE id = ANY(%s)",
-                    (base, queued),
+                    f"SELECT id, qkey, dcount, blob FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid "
+                    f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
+                    "FOR UPDATE SKIP LOCKED",
+                    (me, me, BATCH),
                 )
-            cur.execute(f"DELETE FROM {INBOX} WHERE id = ANY(%s)", (ids,))
-            seqs = iter(range(base + 1, base + len(queued) + 1))
-            return [
-                (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, bytes(blob))
-                for _, qkey, dcount, blob in rows
-            ]
+                rows = cur.fetchall()
+                if not rows:
+                    return []
+                self._fenced(cur)
+                queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
+                with broker.lock:
+                    base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
+                cur.execute(
+                    f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
+                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved WHERE id = ANY(%s)",
+                    ([r[0] for r in rows], base, queued),
+                )
+                seqs = iter(range(base + 1, base + len(queued) + 1))
+                moved = [
+                    (
+                        0 if qkey.startswith(_PROXIED) else next(seqs),
+                        loaded_key(qkey),
+                        dcount,
+                        len(blob),
+                        codec.decode(blob),
+                    )
+                    for _, qkey, dcount, blob in rows
+                ]
+                held.enter_context(broker.lock)  # the commit and the pushes: nothing reads the rows before
+                return moved
 
-        with broker.lock:  # nothing enters our queues between the seqs and the pushes
             moved = self._transaction("intake", take)
-            for seq, qkey, dcount, blob in moved:
+            for seq, qkey, dcount, size, message in moved:
                 if not seq:
-                    self._fan_out(qkey, codec.decode(blob))
+                    self._fan_out(qkey, message)
                     continue
                 mq = broker._queue_for_key(qkey)
                 if mq is not None:  # (a queue: made when missing)
-                    env = Envelope(seq, mq, codec.decode(blob), True, len(blob), dcount)
+                    env = Envelope(seq, mq, message, True, size, dcount)
                     mq.admit(env)
                     mq.push(env)  # as a send's: in the window, or paged out (its row is there)
         self.taken_in += len(moved)
