@@ -239,3 +239,30 @@ def test_a_handoff_leaves_no_removal_for_the_store_to_write(members):
     got: list[str] = []
     texts_of(consumer, got, 20, 20)
     assert got == sent
+
+
+def test_a_peer_with_nothing_waiting_gets_a_small_first_batch(members):
+    from bridgemgr.providers.embedded.clusterdst import BATCH, FIRST
+
+    start, stack = members
+    b1, b2 = start("B1", threads=False), start("B2")  # B1's handoff runs when told
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("ramp"))
+    session = b1.connection(stack).create_session(transacted=True)
+    producer = session.create_producer(Queue("ramp"))
+    sent = [f"r{i}" for i in range(FIRST + BATCH + 7)]
+    for text in sent:
+        producer.send(session.create_text_message(text))
+    session.commit()
+
+    def sees_b2() -> bool:
+        advertise(b1)
+        return "q:ramp" in b1.queues._parkers
+
+    wait_for(sees_b2, 20, "B1 to see B2's consumer")
+    batches = []
+    while b1.queues.hand_off():
+        batches.append(b1.queues.handed_off - sum(batches))
+    assert batches == [FIRST, BATCH, 7]  # its consumer starts on the first while the next moves
+    got: list[str] = []
+    texts_of(consumer, got, len(sent), 30)
+    assert got == sent

@@ -50,6 +50,7 @@ if TYPE_CHECKING:
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
+FIRST = 50  # rows at most of a handoff to a peer with nothing waiting: its consumers start sooner
 GONE_KEEP = 60.0  # seconds a peer's temporary destination that went is known as gone
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
 _TABLES = (
@@ -615,7 +616,7 @@ class ClusterQueues:
                     continue
                 if mq.limits.local_delivery_preferred and _active(mq):
                     continue  # local consumers take them all
-                credit = {id(p): p.credit for p in parker.peers}
+                credit = {id(p): p.credit if p.backlog else min(p.credit, FIRST) for p in parker.peers}
                 local = [w for w in mq.waiters if w is not parker]
                 for env in mq.browse():  # in memory, in delivery order
                     if len(taken) >= BATCH:
