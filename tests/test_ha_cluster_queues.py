@@ -266,3 +266,50 @@ def test_a_peer_with_nothing_waiting_gets_a_small_first_batch(members):
     got: list[str] = []
     texts_of(consumer, got, len(sent), 30)
     assert got == sent
+
+
+def test_a_replaced_generation_neither_hands_off_nor_takes_in(members):
+    from bridgemgr.jms.errors import StoreError
+
+    start, stack = members
+    b1, b2 = start("B1", threads=False), start("B2", threads=False)  # both run when told
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("fenced"))
+    advertise(b2)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("fenced"))
+    sent = [f"z{i}" for i in range(5)]
+    for text in sent:
+        producer.send(session.create_text_message(text))
+
+    def sees_b2() -> bool:
+        advertise(b1)
+        return "q:fenced" in b1.queues._parkers
+
+    wait_for(sees_b2, 20, "B1 to see B2's consumer")
+    conn = b1.cluster.settings.jdbc.connect()
+    stack.callback(conn.close)
+
+    def generation(brokerid: str, step: int) -> None:  # (another process of that broker id joined)
+        conn.execute("UPDATE imq_ha_brokers SET generation = generation + %s WHERE brokerid = %s", (step, brokerid))
+        conn.commit()
+
+    def inbox() -> int:
+        (count,) = conn.execute("SELECT COUNT(*) FROM imq_ha_inbox").fetchone()
+        conn.commit()
+        return int(count)
+
+    generation("B1", 100)
+    with pytest.raises(StoreError, match="fenced: broker B1"):
+        b1.queues.hand_off()
+    generation("B1", -100)
+    assert inbox() == 0 and b1.host.broker.queue_depth("fenced") == 5  # back in their places
+    assert b1.queues.hand_off() and inbox() == 5
+    generation("B2", 100)
+    with pytest.raises(StoreError, match="fenced: broker B2"):
+        b2.queues.take_in()
+    generation("B2", -100)
+    assert inbox() == 5 and b2.queues.taken_in == 0
+    assert b2.queues.take_in() and inbox() == 0
+    got: list[str] = []
+    texts_of(consumer, got, 5, 20)
+    assert got == sent

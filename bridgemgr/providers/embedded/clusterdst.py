@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from contextlib import ExitStack
+from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -172,6 +172,14 @@ def _subscribers(broker: Broker, topic: str) -> list[MessageQueue]:
     return [mq for mq in broker.topics.get(topic, ()) if mq.key.startswith(("sub:", "cc:")) and not mq.deleted]
 
 
+def _pipelined(conn: Any) -> AbstractContextManager[Any]:
+    """Statements sent together, their results read at the end (psycopg's pipeline mode,
+    where the client library has it)."""
+    import psycopg
+
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
+
+
 def _any_of(texts: str | None) -> Selector | None:
     """One selector that takes what any of ``texts`` (JSON, as advertised) takes."""
     if texts is None:
@@ -233,6 +241,10 @@ class ClusterQueues:
 
     def _fenced(self, cur: Any) -> None:
         cur.execute(self._fence, (self.brokerid, self.cluster.generation))
+        self._check_fence(cur)
+
+    def _check_fence(self, cur: Any) -> None:
+        """StoreError unless ``cur``'s fence query found our lease."""
         if cur.fetchone() is None:
             raise StoreError(f"fenced: broker {self.brokerid} generation {self.cluster.generation} was replaced")
 
@@ -690,38 +702,45 @@ class ClusterQueues:
 
     def _move_out(self, cur: Any, taken: list[tuple[Peer, Envelope]]) -> None:
         """In our transaction: each message's row leaves our store for the inbox of its
-        peer (a message not stored is encoded), and the peers are woken at commit."""
-        self._fenced(cur)
+        peer (a message not stored is encoded), and the peers are woken at commit. The
+        statements go in one round trip (pipelined); the fence's and the move's results
+        are checked after it (a failure rolls them all back)."""
         stored = [(p.brokerid, env.seq, env.dcount) for p, env in taken if env.stored]
-        if stored:
-            targets, seqs, dcounts = (list(column) for column in zip(*stored, strict=True))
-            cur.execute(
-                "WITH h AS (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::integer[]) AS h(target, seq, dcount)), "
-                f'moved AS (DELETE FROM "{self._schema}".msgs m USING h WHERE m.seq = h.seq '
-                "RETURNING h.target, m.seq, m.qkey, h.dcount, m.blob) "
-                f"INSERT INTO {INBOX}(target, qkey, dcount, blob) "
-                "SELECT target, qkey, dcount, blob FROM moved ORDER BY seq",
-                (targets, seqs, dcounts),
-            )
-            if cur.rowcount != len(stored):
-                raise StoreError(f"handoff: {len(stored) - cur.rowcount} of {len(stored)} rows were not in the store")
         loose = [
             (p.brokerid, stored_key(env.queue.key), env.dcount, codec.encode(env.message))
             for p, env in taken
             if not env.stored
         ]
-        if loose:
-            cur.executemany(f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES (%s, %s, %s, %s)", loose)
         counts: dict[tuple[str, str], int] = {}
         for peer, env in taken:
             key = (peer.brokerid, stored_key(env.queue.key) if peer.consumers else "")
             counts[key] = counts.get(key, 0) + 1
-        cur.executemany(
-            f"UPDATE {DEMAND} SET backlog = backlog + %s WHERE brokerid = %s AND qkey = %s",
-            [(n, b, q) for (b, q), n in counts.items() if q],
-        )
-        for target in sorted({b for b, _ in counts}):
-            cur.execute(f'NOTIFY "{channel(self.settings.clusterid, target)}"')
+        conn = cur.connection
+        with conn.cursor() as fence, conn.cursor() as move:
+            with _pipelined(conn):
+                fence.execute(self._fence, (self.brokerid, self.cluster.generation))
+                if stored:
+                    targets, seqs, dcounts = (list(column) for column in zip(*stored, strict=True))
+                    move.execute(
+                        "WITH h AS (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::integer[]) "
+                        f'AS h(target, seq, dcount)), moved AS (DELETE FROM "{self._schema}".msgs m USING h '
+                        "WHERE m.seq = h.seq RETURNING h.target, m.seq, m.qkey, h.dcount, m.blob) "
+                        f"INSERT INTO {INBOX}(target, qkey, dcount, blob) "
+                        "SELECT target, qkey, dcount, blob FROM moved ORDER BY seq",
+                        (targets, seqs, dcounts),
+                    )
+                if loose:
+                    cur.executemany(f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES (%s, %s, %s, %s)", loose)
+                raised = [(n, b, q) for (b, q), n in counts.items() if q]
+                if raised:
+                    cur.executemany(
+                        f"UPDATE {DEMAND} SET backlog = backlog + %s WHERE brokerid = %s AND qkey = %s", raised
+                    )
+                for target in sorted({b for b, _ in counts}):
+                    cur.execute(f'NOTIFY "{channel(self.settings.clusterid, target)}"')
+            self._check_fence(fence)
+            if stored and move.rowcount != len(stored):
+                raise StoreError(f"handoff: {len(stored) - move.rowcount} of {len(stored)} rows were not in the store")
 
     # --- taking in --------------------------------------------------------------------------
     def take_in(self) -> bool:
@@ -742,16 +761,20 @@ class ClusterQueues:
                 rows = cur.fetchall()
                 if not rows:
                     return []
-                self._fenced(cur)
                 queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
                 with broker.lock:
                     base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
-                cur.execute(
-                    f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
-                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved WHERE id = ANY(%s)",
-                    ([r[0] for r in rows], base, queued),
-                )
+                with cur.connection.cursor() as fence:
+                    with _pipelined(cur.connection):  # (one round trip; a fenced move is rolled back)
+                        fence.execute(self._fence, (me, self.cluster.generation))
+                        cur.execute(
+                            f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
+                            f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                            "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved "
+                            "WHERE id = ANY(%s)",
+                            ([r[0] for r in rows], base, queued),
+                        )
+                    self._check_fence(fence)
                 seqs = iter(range(base + 1, base + len(queued) + 1))
                 moved = [
                     (
