@@ -179,7 +179,7 @@ def advertise(member: Member) -> None:
     member.queues.advertise(demand, True)
 
 
-def test_the_intake_moves_rows_without_holding_the_brokers_lock(members):
+def test_the_intake_reads_the_inbox_without_holding_the_brokers_lock(members):
     start, stack = members
     b1, b2 = start("B1"), start("B2", threads=False)  # B2's intake runs when told
     consumer = b2.connection(stack).create_session().create_consumer(Queue("fast"))
@@ -193,7 +193,7 @@ def test_the_intake_moves_rows_without_holding_the_brokers_lock(members):
     holder, watcher = b2.cluster.settings.jdbc.connect(), b2.cluster.settings.jdbc.connect()
     stack.callback(watcher.close)
     stack.callback(holder.close)
-    holder.execute("SELECT 1 FROM imq_ha_brokers WHERE brokerid = 'B2' FOR UPDATE")  # (as a takeover)
+    holder.execute("LOCK TABLE imq_ha_inbox IN ACCESS EXCLUSIVE MODE")  # B2's read of its rows waits
 
     def waits_for_a_lock() -> bool:
         row = watcher.execute("SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchone()
@@ -202,7 +202,7 @@ def test_the_intake_moves_rows_without_holding_the_brokers_lock(members):
 
     intake = threading.Thread(target=b2.queues.take_in, daemon=True)
     intake.start()
-    wait_for(waits_for_a_lock, 20, "B2's intake waiting for its lease row")
+    wait_for(waits_for_a_lock, 20, "B2's intake waiting to read the inbox")
     free = b2.host.broker.lock.acquire(timeout=5)  # its consumers, producers, acks go on
     if free:
         b2.host.broker.lock.release()

@@ -745,9 +745,10 @@ class ClusterQueues:
     # --- taking in --------------------------------------------------------------------------
     def take_in(self) -> bool:
         """Move one batch of the inbox's rows for us (or for instances we took over) into
-        our store and serve them; True if there were some. The database work is done
-        without the broker's lock (our consumers go on meanwhile): only the commit and the
-        pushes are under it, so no page-in or browser reads a row before it is pushed."""
+        our store and serve them; True if there were some. The rows are read and decoded
+        without the broker's lock (our consumers go on meanwhile); it is held from the
+        seqs to the pushes, so a purge's bound (the next seq) covers them only if it saw
+        them in the queue, and no page-in or browser reads a row before it is pushed."""
         broker, me = self.broker, self.brokerid
         with ExitStack() as held:
 
@@ -762,8 +763,9 @@ class ClusterQueues:
                 if not rows:
                     return []
                 queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
-                with broker.lock:
-                    base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
+                messages = [codec.decode(blob) for _, _, _, blob in rows]
+                held.enter_context(broker.lock)  # until the pushes (released if this fails)
+                base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
                 with cur.connection.cursor() as fence:
                     with _pipelined(cur.connection):  # (one round trip; a fenced move is rolled back)
                         fence.execute(self._fence, (me, self.cluster.generation))
@@ -776,18 +778,10 @@ class ClusterQueues:
                         )
                     self._check_fence(fence)
                 seqs = iter(range(base + 1, base + len(queued) + 1))
-                moved = [
-                    (
-                        0 if qkey.startswith(_PROXIED) else next(seqs),
-                        loaded_key(qkey),
-                        dcount,
-                        len(blob),
-                        codec.decode(blob),
-                    )
-                    for _, qkey, dcount, blob in rows
+                return [
+                    (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, len(blob), message)
+                    for (_, qkey, dcount, blob), message in zip(rows, messages, strict=True)
                 ]
-                held.enter_context(broker.lock)  # the commit and the pushes: nothing reads the rows before
-                return moved
 
             moved = self._transaction("intake", take)
             for seq, qkey, dcount, size, message in moved:
