@@ -48,6 +48,7 @@ if TYPE_CHECKING:
 
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 STAMPS = "imq_ha_consumer_stamps"  # a consumer's place in the cluster's order (maxNumActiveConsumers)
+SEEN = "imq_ha_durables_seen"  # broker id -> the highest imq_ha_durables version it mirrored
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
 GONE_KEEP = 60.0  # seconds a peer's temporary destination that went is known as gone
@@ -63,6 +64,12 @@ _TABLES = (
     "selector TEXT, no_local INTEGER NOT NULL, owner TEXT, PRIMARY KEY (client_id, name))",
     f"ALTER TABLE {DEMAND} ADD COLUMN IF NOT EXISTS stamps TEXT",  # (made by an older version)
     f"CREATE SEQUENCE IF NOT EXISTS {STAMPS}",
+    # a durable subscription's row is versioned and, once unsubscribed, a tombstone; each
+    # instance records the highest version it mirrored (its store's copies are that new)
+    f"ALTER TABLE {DURABLES} ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0",
+    f"ALTER TABLE {DURABLES} ADD COLUMN IF NOT EXISTS deleted BOOLEAN NOT NULL DEFAULT false",
+    f"CREATE SEQUENCE IF NOT EXISTS {DURABLES}_version",
+    f"CREATE TABLE IF NOT EXISTS {SEEN}(brokerid TEXT PRIMARY KEY, version BIGINT NOT NULL)",
 )
 _PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
@@ -225,6 +232,7 @@ class ClusterQueues:
         # (client id, name) of a durable subscription -> the peer its subscriber is attached to
         self._attached: dict[tuple[str, str], str] = {}
         self._conns: dict[str, Any] = {}
+        self._seen: int | None = None  # the imq_ha_durables version we mirrored (None: not read yet)
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
 
@@ -252,8 +260,8 @@ class ClusterQueues:
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
             cur.execute(
-                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s), to_regclass(%s)",
-                (DEMAND, f"{INBOX}_target", DURABLES, STAMPS),
+                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s), to_regclass(%s), to_regclass(%s)",
+                (DEMAND, f"{INBOX}_target", DURABLES, STAMPS, SEEN),
             )
             if None not in cur.fetchone():
                 return  # (CREATE INDEX IF NOT EXISTS would lock the inbox: peers' moves wait)
@@ -440,7 +448,7 @@ class ClusterQueues:
             fresh, self._fresh = self._fresh, {}
         written = dict(demand)
 
-        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], dict[tuple[str, str], tuple[Any, ...]]]:
+        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], Any]:
             stamped.update(self._stamp(cur, written, fresh) if fresh else {})
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
@@ -473,7 +481,7 @@ class ClusterQueues:
 
         stamped: dict[str, list[int]] = {}
         try:
-            rows, members, durables = self._transaction("work", write)
+            rows, members, (durables, stale, newest) = self._transaction("work", write)
         except BaseException:
             with self.broker.lock:  # told at the next advertisement
                 if self.broker.cluster_durables is not None:
@@ -511,7 +519,8 @@ class ClusterQueues:
                 for consumer, stamp in zip(fresh[qkey], stamps, strict=True):
                     self._stamps[consumer] = stamp
             self._rank(elsewhere)
-            self._mirror(durables)
+            self._mirror(durables, stale)
+            self._seen = newest
             self._park(peers)
             self._reach(topics)
 
@@ -553,33 +562,60 @@ class ClusterQueues:
 
     def _share_durables(
         self, cur: Any, changes: list[tuple[str, Subscription]]
-    ) -> dict[tuple[str, str], tuple[Any, ...]]:
-        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables) and
-        read them all: (client id, name) -> (topic, selector, no_local, owner)."""
+    ) -> tuple[dict[tuple[str, str], tuple[Any, ...]], set[tuple[str, str]], int]:
+        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables: a new
+        version each, an unsubscribe a tombstone) and read them all: (client id, name) ->
+        (topic, selector, no_local, owner) of the live ones, and the stale ones: an "add"
+        of our store's (at start) that the cluster changed or removed since we last
+        mirrored it (we were down), which our copy must not stand for; the newest version."""
+        if self._seen is None:
+            cur.execute(f"SELECT version FROM {SEEN} WHERE brokerid = %s", (self.brokerid,))
+            row = cur.fetchone()
+            self._seen = row[0] if row else 0
+        seen = self._seen
+        version = f"nextval('{DURABLES}_version')"
+        inserted = set()
         for change, sub in changes:
-            if change == "del":
-                cur.execute(f"DELETE FROM {DURABLES} WHERE client_id = %s AND name = %s", (sub.client_id, sub.name))
-                continue
             cur.execute(
-                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (client_id, name) "
+                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner, version, deleted) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, {version}, %s) ON CONFLICT (client_id, name) "
                 + (
                     "DO NOTHING"
                     if change == "add"
-                    else "DO UPDATE SET topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
-                    "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
-                ),
-                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner),
+                    else f"DO UPDATE SET version = {version}, deleted = EXCLUDED.deleted"
+                    + (
+                        ""
+                        if change == "del"
+                        else ", topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+                        "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
+                    )
+                )
+                + " RETURNING 1",
+                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner, change == "del"),
             )
-        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner FROM {DURABLES}")
-        return {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o in cur.fetchall()}
+            if cur.fetchone() is not None:
+                inserted.add((sub.client_id, sub.name))
+        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner, version, deleted FROM {DURABLES}")
+        rows = cur.fetchall()
+        added = {(sub.client_id, sub.name) for change, sub in changes if change == "add"} - inserted
+        stale = {(c, n) for c, n, *_, v, _ in rows if (c, n) in added and v > seen}
+        live = {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o, _, deleted in rows if not deleted}
+        newest = max((r[6] for r in rows), default=0)
+        if newest > seen:  # mirrored after the commit (a crash before: a stale copy is kept, none lost)
+            cur.execute(
+                f"INSERT INTO {SEEN}(brokerid, version) VALUES (%s, %s) "
+                "ON CONFLICT (brokerid) DO UPDATE SET version = EXCLUDED.version",
+                (self.brokerid, newest),
+            )
+        return live, stale, newest
 
-    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]], stale: set[tuple[str, str]]) -> None:
         """Make our durable subscriptions the cluster's (under the lock): one made or
         changed on another instance is made here (our publishers' messages for it wait
-        here until its subscriber's instance takes them); one removed there goes. One we
-        changed since the read, or that has a subscriber or unacknowledged messages here,
-        stays as it is."""
+        here until its subscriber's instance takes them); one removed there goes, and a
+        ``stale`` one (changed or removed while we were down) goes with its messages,
+        made anew if the cluster has it. One we changed since the read, or that has a
+        subscriber or unacknowledged messages here, stays as it is."""
         broker = self.broker
         pending = broker.cluster_durables
         if pending is None:
@@ -587,6 +623,10 @@ class ClusterQueues:
         mine = {(sub.client_id, sub.name) for _, sub in pending}
         broker.cluster_durables = None  # (what we do here is the cluster's already)
         try:
+            for key in stale - mine:
+                sub = broker.durable.get(key)
+                if sub is not None and sub.active is None and not _owned(sub.queue, broker):
+                    broker._drop_subscription(sub)
             for key, (topic, selector, no_local, owner) in durables.items():
                 sub = broker.durable.get(key)
                 if key in mine or (
