@@ -321,7 +321,8 @@ class ClusterQueues:
             try:
                 with self.broker.lock:
                     demand = self._demand()
-                    durables = bool(self.broker.cluster_durables)  # made or removed here
+                    # durables made or removed here, consumers to stamp
+                    durables = bool(self.broker.cluster_durables or self._fresh)
                 now, changed = time.monotonic(), _shape(demand) != shape or durables
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
