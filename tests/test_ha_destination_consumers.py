@@ -77,12 +77,12 @@ def queue_of(member: Any) -> Any:
     return member.host.broker.queues["orders"]
 
 
-def create_orders(stack: Any, b1: Member, b2: Member) -> None:
-    """Queue orders with one active consumer and one backup, made on both."""
+def create_orders(stack: Any, b1: Member, b2: Member, **more: str) -> None:
+    """Queue orders with one active consumer and one backup (and ``more``), made on both."""
     catalogs = [open_cluster_destinations(m.cluster, m.host, 3600) for m in (b1, b2)]
     for catalog in catalogs:
         stack.callback(catalog.stop)
-    attributes = {"maxNumActiveConsumers": "1", "maxNumBackupConsumers": "1"}
+    attributes = {"maxNumActiveConsumers": "1", "maxNumBackupConsumers": "1", **more}
     command = Command("CREATE_DST", dst_type="q", destination="orders", attributes=attributes)
     reply = destination_command(
         b1.host, Principal("admin"), command, DestinationAttributes(), cluster=catalogs[0], instance="B1"
@@ -153,3 +153,15 @@ def test_a_backup_becomes_active_when_the_active_consumers_instance_is_taken_ove
     assert b2.cluster.take_over() == ("B1", [])
     wait_for(lambda: len(backup.texts) >= len(sent), 20, "the backup to get B1's messages")
     assert backup.texts == sent and backup.redelivered == sent
+
+
+def test_a_backup_does_not_keep_its_instances_messages_from_a_local_delivery_preferred_queue(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    create_orders(stack, b1, b2, localDeliveryPreferred="true")
+    _, oldest, backup = active_and_backup(stack, b1, b2)
+    sent = [f"p{i}" for i in range(4)]
+    send(stack, b2, sent)  # (B2 has a consumer, but no active one: they go to B1's)
+    got: list[str] = []
+    texts_of(oldest, got, len(sent), 20)
+    assert got == sent and backup.texts == []

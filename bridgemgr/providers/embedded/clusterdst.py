@@ -138,8 +138,8 @@ class _Nudge:
 
 
 def _active(mq: MessageQueue) -> list[Any]:
-    """The consumers of ``mq`` that take messages now (under the broker's lock)."""
-    return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
+    """The consumers of ``mq`` that take messages now, not backups (under the broker's lock)."""
+    return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False) and mq.is_active(c)]
 
 
 def _shape(demand: Demand) -> Demand:
@@ -400,7 +400,7 @@ class ClusterQueues:
             fresh = [c for c in consumers if c not in self._stamps]
             if fresh:
                 self._fresh[mq.key] = fresh
-            active = [c for c in _active(mq) if mq.is_active(c)]
+            active = _active(mq)
             stamps = json.dumps([self._stamps[c] for c in consumers if c in self._stamps])
             out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq), stamps)
 
