@@ -460,6 +460,7 @@ class Link(RunnerBase):
         batch = self.batch
         pending = batch.pending
         counters = self.counters
+        largest, excused, clock = self.largest, batch.excused, now_ms
         seen = -1
         try:
             while True:
@@ -487,26 +488,23 @@ class Link(RunnerBase):
                             raise ConnectionLost(f"{end}: {lease.handle.describe_failure()}")
                     self._release_idle_target()
                     continue
-                if (
-                    message.redelivered
-                    and self.settler.units
-                    and not self._settle(pending, wait=True, received=message)
-                ):
-                    continue  # a unit behind failed: the open one, this message with it, is undone
-                counters.received += 1
                 if message.redelivered:
+                    if self.settler.units and not self._settle(pending, wait=True, received=message):
+                        continue  # a unit behind failed: the open one, this message with it, is undone
                     counters.redelivered += 1
-                ctx = ProcessingContext(message, now_ms(), size=message.size())
-                if self.largest.saw(ctx.size):
+                counters.received += 1
+                size = message.size()
+                ctx = ProcessingContext(message, clock(), size=size)
+                if size > largest.size and largest.saw(size):
                     self._bound_prefetch()
-                if batch.excused:
-                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
+                if excused:
+                    ctx.excused = excused.get(ctx.headers[_MESSAGE_ID])
                 try:
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
-                if batch.full():
-                    self._complete(pending)
+                if len(pending) >= batch.size or 0 < batch.max_bytes <= pending.bytes or batch.one_by_one:
+                    self._complete(pending)  # (Batch.full(), inline: it runs for every message)
         except (ConnectionLost, TxLogError) as exc:
             batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
@@ -566,7 +564,7 @@ class Link(RunnerBase):
                 pending.append(ctx)
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
-                elif windowed and (len(self._outstanding) >= self.window or batch.bytes_reached(pending)):
+                elif windowed and (len(self._outstanding.slots) >= self.window or 0 < batch.max_bytes <= pending.bytes):
                     if self._slides:
                         self._slide(pending)
                     else:
@@ -678,13 +676,16 @@ class Link(RunnerBase):
             self._producer.flush()
         except CONNECTION_LOST as exc:
             lost = exc
-        outcomes = window.settled()
-        resend = [ctx for ctx, error in outcomes if _lost(error)] + window.unsettled()
-        lost = lost or next((error for _, error in outcomes if _lost(error)), None)
+        failed = [(ctx, error) for ctx, error in window.settled() if error is not None]
+        unanswered = window.unsettled() if len(window) else []
+        if not failed and not unanswered:  # the common case: every send confirmed
+            return
+        resend = [ctx for ctx, error in failed if _lost(error)] + unanswered
+        lost = lost or next((error for _, error in failed if _lost(error)), None)
         retried: tuple[ProcessingContext, JMSException] | None = None
         refused = False
-        for ctx, error in outcomes:
-            if error is None or _lost(error):
+        for ctx, error in failed:
+            if _lost(error):
                 continue
             if isinstance(error, RETRIED):
                 retried = retried or (ctx, error)
