@@ -68,6 +68,11 @@ _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 PREFETCH_WINDOWS = 3
 # How long a full window waits for its oldest send before it completes the unit whole.
 HEAD_WAIT = 1.0
+# A moving link's thread reads its source backlog this often (ms) and publishes it; readers
+# that must not block (info_now: the management port's loop) take it while it is fresher
+# than PUBLISHED_FRESH seconds (an idle, paused or stuck link: they read it live).
+PUBLISH_EVERY_MS = 100
+PUBLISHED_FRESH = 0.3
 
 # What connecting the target again after it failed under a window may raise.
 _TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
@@ -148,6 +153,7 @@ class Link(RunnerBase):
         self._down_attempts = 0
         self._was_connected = False
         self._setting_up = setup.config.source.connection_factory_ref  # the factory _connect is at
+        self._published: tuple[float, int | None] | None = None  # (time.monotonic(), backlog())
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -159,6 +165,13 @@ class Link(RunnerBase):
             return consumer.backlog()
         except Exception:
             return None
+
+    def published_backlog(self) -> tuple[int | None] | None:
+        published = self._published
+        if published is None or self.lifecycle.state is not State.STARTED:
+            return None
+        at, backlog = published
+        return (backlog,) if time.monotonic() - at <= PUBLISHED_FRESH else None
 
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
     def _on_start(self, timeout: float | None) -> State:
@@ -450,6 +463,7 @@ class Link(RunnerBase):
                 lease.release(broken)
         self._txn = self._consumer = self._producer = self._source_session = None
         self._source = self._target = None
+        self._published = None
 
     # --- the transfer loop --------------------------------------------------------------------
     def _loop(self) -> None:
@@ -461,6 +475,7 @@ class Link(RunnerBase):
         pending = batch.pending
         counters = self.counters
         largest, excused, clock = self.largest, batch.excused, now_ms
+        publish_at = 0  # (ms) when the source backlog is read and published next
         seen = -1
         try:
             while True:
@@ -505,6 +520,9 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if len(pending) >= batch.size or 0 < batch.max_bytes <= pending.bytes or batch.one_by_one:
                     self._complete(pending)  # (Batch.full(), inline: it runs for every message)
+                if ctx.now >= publish_at:
+                    publish_at = ctx.now + PUBLISH_EVERY_MS
+                    self._published = (time.monotonic(), self.backlog())
         except (ConnectionLost, TxLogError) as exc:
             batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
