@@ -38,6 +38,7 @@ from .excuses import Excuses, excuses_path, outage
 from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
+    EMBEDDED_PROVIDER,
     RETRIED,
     Action,
     DMQReason,
@@ -70,7 +71,9 @@ PREFETCH_WINDOWS = 3
 HEAD_WAIT = 1.0
 # A moving link's thread reads its source backlog this often (ms) and publishes it; readers
 # that must not block (info_now: the management port's loop) take it while it is fresher
-# than PUBLISHED_FRESH seconds (an idle, paused or stuck link: they read it live).
+# than PUBLISHED_FRESH seconds (an idle, paused or stuck link: they read it live). Only from
+# this project's broker (a lock and a len in process, nothing over mq://): another
+# provider's backlog may be a round trip it caches (AMQP), which readers would then see late.
 PUBLISH_EVERY_MS = 100
 PUBLISHED_FRESH = 0.3
 
@@ -154,6 +157,7 @@ class Link(RunnerBase):
         self._was_connected = False
         self._setting_up = setup.config.source.connection_factory_ref  # the factory _connect is at
         self._published: tuple[float, int | None] | None = None  # (time.monotonic(), backlog())
+        self._publishes = False  # the source's backlog is published (decided when connecting)
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -360,6 +364,7 @@ class Link(RunnerBase):
         assert self._target is not None
         source_provider = self._source.handle.provider_name
         target_provider = self._target.handle.provider_name
+        self._publishes = source_provider == EMBEDDED_PROVIDER
         self._plan = LinkPlan(
             bridge_name=self.bridge_name,
             link_name=self.name,
@@ -475,7 +480,7 @@ class Link(RunnerBase):
         pending = batch.pending
         counters = self.counters
         largest, excused, clock = self.largest, batch.excused, now_ms
-        publish_at = 0  # (ms) when the source backlog is read and published next
+        publishes, publish_at = self._publishes, 0  # (ms) when the backlog is published next
         seen = -1
         try:
             while True:
@@ -520,7 +525,7 @@ class Link(RunnerBase):
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
                 if len(pending) >= batch.size or 0 < batch.max_bytes <= pending.bytes or batch.one_by_one:
                     self._complete(pending)  # (Batch.full(), inline: it runs for every message)
-                if ctx.now >= publish_at:
+                if publishes and ctx.now >= publish_at:
                     publish_at = ctx.now + PUBLISH_EVERY_MS
                     self._published = (time.monotonic(), self.backlog())
         except (ConnectionLost, TxLogError) as exc:
