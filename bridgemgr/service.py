@@ -324,7 +324,12 @@ class BridgeServiceManager:
 
         assert self.netloop is not None and self.portmapper is not None
         ops = Operations(
-            self.dispatch, self.users.authenticate, self.users.verified, self._console_may_act, self._redacted
+            self.dispatch,
+            self.users.authenticate,
+            self.users.verified,
+            self._console_may_act,
+            self._redacted,
+            self.read_now,
         )
         tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
         self.console = ConsoleServer(
@@ -752,6 +757,8 @@ class BridgeServiceManager:
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
             return bridge
+        if cmd.link is not None and (one := self._link_row(bridge, cmd.link)) is not None:
+            return Reply(OK, f"bridge {bridge.name}", {"bridge": self._head(bridge), "links": [one]})
         info = bridge.info()
         links = info.get("links", [])
         if cmd.link is not None:
@@ -761,6 +768,43 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def read_now(self, cmd: Command) -> Reply | None:
+        """The answer to ``cmd`` when it is a read that can be given without any call that
+        may block (a lock held by a link, the broker, a database): for the management port,
+        which then answers on its event loop, not behind a worker thread. Today a link's
+        LIST (GET .../links/{link}) while the link moves, from what its thread published
+        (JMSBridge.link_info(now=True)); None: dispatch() it."""
+        from .jmsbridge.bridge import JMSBridge
+
+        if cmd.op != "LIST" or cmd.bridge is None or cmd.link is None:
+            return None
+        bridge = self.bridges.get(cmd.bridge)
+        if not isinstance(bridge, JMSBridge) or cmd.type not in (None, bridge.type):
+            return None
+        try:
+            row = bridge.link_info(cmd.link, now=True)
+        except KeyError:
+            return None
+        if row is None:
+            return None
+        return Reply(OK, f"bridge {bridge.name}", {"bridge": self._head(bridge), "links": [row]})
+
+    @staticmethod
+    def _link_row(bridge: ManagedBridge, link: str) -> dict[str, Any] | None:
+        """A JMS bridge's link ``link`` as `list link` shows it; None: not a JMS bridge's link."""
+        from .jmsbridge.bridge import JMSBridge
+
+        if not isinstance(bridge, JMSBridge):
+            return None
+        try:
+            return bridge.link_info(link)
+        except KeyError:
+            return None
+
+    @staticmethod
+    def _head(bridge: ManagedBridge) -> dict[str, Any]:
+        return {"name": bridge.name, "type": bridge.type, "state": _value(bridge.state)}
 
     def _dead_messages(self, cmd: Command) -> Reply:
         """A JMS bridge's DMQs: for each on the host broker (the built-in one, and <dmq>s
