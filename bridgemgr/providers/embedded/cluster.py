@@ -135,17 +135,24 @@ def store_settings(props: BrokerProperties, generation: int | None = None) -> Jd
         return jdbc_settings(props, props.get("imq.instancename"))
     if generation is None:  # (its every write would be fenced)
         raise StoreError(f"HA broker {ha.brokerid}: its store opens only after it joined its cluster")
-    table = f'"{ha.jdbc.schema}".{BROKERS}'
     return dataclasses.replace(
         ha.jdbc,
         schema=instance_schema(ha.clusterid, ha.brokerid),
         txlog_schema=ha.jdbc.schema,
         generation=generation,
-        fence=Fence(
-            f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
-            f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
-        ),
+        fence=lease_fence(f'"{ha.jdbc.schema}".{BROKERS}'),
     )
+
+
+def lease_fence(table: str) -> Fence:
+    """How a transaction fences on a lease row of ``table`` (imq_ha_brokers)."""
+    return Fence(
+        f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
+        f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
+    )
+
+
+_FENCE = lease_fence(BROKERS)  # (the cluster's schema is a cluster connection's search path)
 
 
 def instance_schema(clusterid: str, brokerid: str) -> str:
@@ -193,6 +200,16 @@ class HACluster:
         store = host.broker.store
         if store is not None and isinstance(store.database, PostgresDatabase):
             store.database.on_fenced = self._fenced_write
+
+    def fence(self, cur: Any) -> None:
+        """First in a transaction that writes the cluster's shared rows (its destinations,
+        counts, demand, durables, XA decisions): lock our lease row FOR SHARE while it holds
+        this process's generation, live, so a takeover waits for the commit; else tell the
+        service (which ends this process) and raise StoreError: nothing is written."""
+        reason = _FENCE.replaced(cur, self.brokerid, self.generation)
+        if reason is not None:
+            self._fenced_write(reason)
+            raise StoreError(f"{self.settings.jdbc.where}: fenced: {reason}; it writes nothing more")
 
     def _fenced_write(self, reason: str) -> None:
         """(A store writer, its database lock held) tell the service on a thread of its

@@ -91,6 +91,22 @@ class Fence:
     check: str
     holder: str
 
+    def replaced(self, cur: Any, brokerid: str, generation: int) -> str | None:
+        """In the caller's transaction: None while ``generation`` holds the lease of
+        ``brokerid`` (its row locked FOR SHARE till the commit), else what replaced it."""
+        cur.execute(self.check, (brokerid, generation))
+        if cur.fetchone() is not None:
+            return None
+        cur.execute(self.holder, (brokerid,))
+        row = cur.fetchone()
+        if row is None:
+            now = "(its lease row is gone)"
+        elif row[2]:
+            now = f"by generation {row[0]} (taken over by broker {row[2]})"
+        else:
+            now = f"by generation {row[0]} ({row[1]}: a new process of broker {brokerid})"
+        return f"broker {brokerid} generation {generation} was replaced {now}"
+
 
 @dataclass(frozen=True)
 class JdbcSettings:
@@ -391,18 +407,10 @@ class PostgresDatabase(Database):
         settings, fence = self.settings, self.settings.fence
         if fence is None:
             return
-        cur.execute(fence.check, (settings.brokerid, settings.generation))
-        if cur.fetchone() is not None:
+        assert settings.brokerid is not None and settings.generation is not None
+        reason = fence.replaced(cur, settings.brokerid, settings.generation)
+        if reason is None:
             return
-        cur.execute(fence.holder, (settings.brokerid,))
-        row = cur.fetchone()
-        if row is None:
-            now = "(its lease row is gone)"
-        elif row[2]:
-            now = f"by generation {row[0]} (taken over by broker {row[2]})"
-        else:
-            now = f"by generation {row[0]} ({row[1]}: a new process of broker {settings.brokerid})"
-        reason = f"broker {settings.brokerid} generation {settings.generation} was replaced {now}"
         if self.on_fenced is not None:
             self.on_fenced(reason)
         raise StoreError(f"{self.where}: fenced: {reason}; it writes nothing more")
