@@ -6,6 +6,7 @@ service then ends: serve exits 1)."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -55,7 +56,7 @@ def test_a_replaced_process_writes_no_catalog_counts_demand_or_durables(members)
     with old.host.broker.lock:
         demand = old.queues._demand()
     assert "q:orders" in demand
-    fenced = "fenced: broker A generation 1 was replaced by generation 2"
+    fenced = "fenced: broker A generation 1 was replaced by generation 2: another process joined"
     with pytest.raises(StoreError, match=fenced):
         old_catalog.publish()
     with pytest.raises(StoreError, match=fenced):
@@ -69,9 +70,52 @@ def test_a_replaced_process_writes_no_catalog_counts_demand_or_durables(members)
     assert _rows(new, f"SELECT qkey FROM {DEMAND}") == []
     assert _rows(new, f"SELECT name FROM {DURABLES}") == []
     wait_for(lambda: old.cluster._replaced, 5, "the old process told it was replaced")
-    assert old.cluster._reason == "broker A generation 1 was replaced by generation 2 (live: a new process of broker A)"
+    assert old.cluster._reason == (
+        f"broker A generation 1 was replaced by generation 2: another process joined HA cluster "
+        f"{old.cluster.settings.clusterid} as broker A"
+    )
     # The new process writes as before.
     new_catalog.publish()
     with new.host.broker.lock:
         demand = new.queues._demand()
     new.queues.advertise(demand, True)
+
+
+def test_a_process_paused_inside_a_fenced_transaction_is_taken_over_all_the_same(postgresql):
+    from bridgemgr.props import load_properties
+    from bridgemgr.providers.embedded.cluster import open_cluster
+
+    database = postgresql.create_database("pause" + uuid.uuid4().hex[:10])
+
+    def join(brokerid: str) -> Any:
+        props = load_properties(
+            [],
+            [
+                "imq.cluster.ha=true",
+                "imq.cluster.clusterid=p1",
+                f"imq.brokerid={brokerid}",
+                "imq.cluster.heartbeat.interval=1",
+                "imq.cluster.monitor.interval=3",
+                "imq.persist.store=jdbc",
+                f"imq.persist.jdbc.postgresql.property.url={postgresql.url(database)}",
+            ],
+            environ={},
+        )
+        return open_cluster(props, brokerid, {})
+
+    a, b = join("A"), join("B")
+    paused = a.settings.jdbc.connect()  # one of A's connections, SIGSTOPped inside a write
+    try:
+        a._transaction(
+            lambda cur: cur.execute(
+                "UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 s' WHERE brokerid = 'A'"
+            )
+        )
+        with paused.cursor() as cur:
+            a.fence(cur)  # its lease row locked FOR SHARE, the transaction left open
+        # The server ends the idle transaction after 1 s: B's SKIP LOCKED no longer passes A over.
+        assert wait_for(b.take_over, 10, "B takes A over") == ("A", [])
+    finally:
+        paused.close()
+        for member in (a, b):
+            member.leave()

@@ -117,13 +117,25 @@ def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
     if not clusterid or not brokerid:
         raise StoreError("imq.cluster.ha=true needs imq.cluster.clusterid and imq.brokerid")
     base = jdbc_settings(props, brokerid)
+    heartbeat, monitor = (
+        float(props.get("imq.cluster.heartbeat.interval")),
+        float(props.get("imq.cluster.monitor.interval")),
+    )
     return ClusterSettings(
         clusterid,
         brokerid,
-        float(props.get("imq.cluster.heartbeat.interval")),
-        float(props.get("imq.cluster.monitor.interval")),
-        dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid),
+        heartbeat,
+        monitor,
+        dataclasses.replace(
+            base, schema=cluster_schema(clusterid), brokerid=brokerid, idle_timeout=idle_timeout(heartbeat, monitor)
+        ),
     )
+
+
+def idle_timeout(heartbeat: float, monitor: float) -> float:
+    """Seconds an HA connection's transaction may sit idle (JdbcSettings.idle_timeout): a
+    paused process's lock on its lease row delays a takeover by this much at most."""
+    return max(heartbeat, monitor / 3)
 
 
 def store_settings(props: BrokerProperties, generation: int | None = None) -> JdbcSettings:
@@ -206,10 +218,13 @@ class HACluster:
         counts, demand, durables, XA decisions): lock our lease row FOR SHARE while it holds
         this process's generation, live, so a takeover waits for the commit; else tell the
         service (which ends this process) and raise StoreError: nothing is written."""
-        reason = _FENCE.replaced(cur, self.brokerid, self.generation)
-        if reason is not None:
-            self._fenced_write(reason)
-            raise StoreError(f"{self.settings.jdbc.where}: fenced: {reason}; it writes nothing more")
+        cur.execute(_FENCE.check, (self.brokerid, self.generation))
+        if cur.fetchone() is not None:
+            return
+        cur.execute(_FENCE.holder, (self.brokerid,))
+        reason = self._replaced_by(cur.fetchone())
+        self._fenced_write(reason)
+        raise StoreError(f"{self.settings.jdbc.where}: fenced: {reason}; it writes nothing more")
 
     def _fenced_write(self, reason: str) -> None:
         """(A store writer, its database lock held) tell the service on a thread of its
@@ -508,7 +523,10 @@ class HACluster:
             row = cur.fetchone()
             return None if row is None else tuple(row)
 
-        row = self._transaction(read)
+        return self._replaced_by(self._transaction(read))
+
+    def _replaced_by(self, row: tuple[Any, ...] | None) -> str:
+        """The ERROR line's words for our lease row (generation, state, taken_by) now."""
         me = f"broker {self.brokerid} generation {self.generation}"
         if row is None:
             return f"{me} lost its lease row in HA cluster {self.settings.clusterid}"

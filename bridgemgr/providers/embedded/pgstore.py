@@ -123,6 +123,10 @@ class JdbcSettings:
     # every write of the bridges' XA logs and excuses checks that the cluster still has it.
     generation: int | None = None
     fence: Fence | None = None  # HA: how a batch checks it (run first in its transaction)
+    # HA: seconds a transaction may wait for its client's next statement before the server
+    # ends the session: a paused process (SIGSTOP) must not keep its lease row locked
+    # FOR SHARE (the fence), which a takeover's SKIP LOCKED would pass over till it resumed
+    idle_timeout: float | None = None
 
     @property
     def where(self) -> str:
@@ -146,6 +150,11 @@ class JdbcSettings:
                     cur.execute("SELECT set_config('imq.brokerid', %s, false)", (self.brokerid,))
                 if self.generation is not None:
                     cur.execute("SELECT set_config('imq.generation', %s, false)", (str(self.generation),))
+                if self.idle_timeout is not None:
+                    cur.execute(
+                        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                        (f"{max(1, round(self.idle_timeout * 1000))}ms",),
+                    )
             conn.commit()
             return conn
         except psycopg.Error as exc:
