@@ -151,7 +151,7 @@ class ClusterXA:
     def _decide(self, xid: Xid, decision: str) -> None:
         text = str(xid)
 
-        def record(cur: Any) -> str:
+        def record(cur: Any) -> tuple[str, bool]:
             self.cluster.fence(cur)  # a replaced process decides nothing
             cur.execute(f"SELECT decision, holder FROM {DECISIONS} WHERE xid = %s FOR UPDATE", (text,))
             row = cur.fetchone()
@@ -162,7 +162,7 @@ class ClusterXA:
                         f"(decided on HA cluster {self.settings.clusterid})",
                         xa.XA_HEURCOM if row[0] == COMMIT else xa.XA_HEURRB,
                     )
-                return str(row[1])
+                return str(row[1]), False
             holder = self._holder(cur, text) or self._holder(cur, text)  # (again: a takeover moved it)
             if holder is None:
                 raise XAException(
@@ -175,19 +175,20 @@ class ClusterXA:
                 (text, decision, holder, self.brokerid),
             )
             cur.execute(f'NOTIFY "{self.channel}"')
-            return holder
+            return holder, True
 
         try:
-            holder = self._transaction("caller", record)
+            holder, new = self._transaction("caller", record)
         except StoreError as exc:
             raise XAException(f"{decision}: branch {xid}: {exc}", xa.XAER_RMFAIL) from exc
-        log.info(
-            "HA cluster %s: %s of XA branch %s decided here; broker %s's store holds it",
-            self.settings.clusterid,
-            decision,
-            xid,
-            holder,
-        )
+        if new:
+            log.info(
+                "HA cluster %s: %s of XA branch %s decided here; broker %s's store holds it",
+                self.settings.clusterid,
+                decision,
+                xid,
+                holder,
+            )
         deadline = time.monotonic() + APPLY_TIMEOUT
         while True:
             try:
