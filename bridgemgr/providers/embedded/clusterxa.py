@@ -56,7 +56,6 @@ class ClusterXA:
         self._lock = threading.Lock()  # the callers' connection
         self._halt = threading.Event()
         self._thread: threading.Thread | None = None
-        self.applied = 0  # decisions of other instances applied here (tests, logs)
 
     # --- the database ---------------------------------------------------------------------
     def _conn(self, role: str) -> Any:
@@ -258,7 +257,6 @@ class ClusterXA:
                     if exc.errorcode != xa.XAER_NOTA:  # (NOTA: a local call completed it meanwhile)
                         log.warning("HA cluster %s: %s of branch %s: %s", self.settings.clusterid, decision, xid, exc)
                         continue  # tried again at the next look
-                self.applied += 1
                 log.info("HA cluster %s: XA branch %s: %s applied here", self.settings.clusterid, xid, decision)
             elif work is not None:
                 continue  # (not prepared here: no decision is ours to apply)
