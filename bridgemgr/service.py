@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .providers.embedded.cluster import HACluster
     from .providers.embedded.clustercatalog import ClusterDestinations
     from .providers.embedded.clusterdst import ClusterQueues
+    from .providers.embedded.clusterxa import ClusterXA
     from .users import User
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class BridgeServiceManager:
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
         self.cluster_destinations: ClusterDestinations | None = None  # ... and destinations (Table 4-2)
+        self.cluster_xa: ClusterXA | None = None  # ... and XA branches
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
         self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
@@ -484,9 +486,11 @@ class BridgeServiceManager:
 
     def _serve_cluster_queues(self) -> None:
         """HA: queues are the cluster's (providers/embedded/clusterdst.py), and so are the
-        destinations an administrator creates (providers/embedded/clustercatalog.py)."""
+        destinations an administrator creates (providers/embedded/clustercatalog.py) and
+        the XA branches (providers/embedded/clusterxa.py)."""
         from .providers.embedded.clustercatalog import open_cluster_destinations
         from .providers.embedded.clusterdst import open_cluster_queues
+        from .providers.embedded.clusterxa import open_cluster_xa
 
         assert self.cluster is not None and self.host_broker is not None
         try:
@@ -494,6 +498,7 @@ class BridgeServiceManager:
             self.cluster_destinations = open_cluster_destinations(
                 self.cluster, self.host_broker, self.props.get("imq.autocreate.reaptime")
             )
+            self.cluster_xa = open_cluster_xa(self.cluster, self.host_broker.broker)
         except StoreError as exc:
             raise ServiceError(f"HA cluster: {exc}") from None
 
@@ -1188,6 +1193,9 @@ class BridgeServiceManager:
         if self.netloop is not None:
             self.netloop.stop()
             self.netloop = None
+        if self.cluster_xa is not None:
+            self.cluster_xa.stop()
+            self.cluster_xa = None
         if self.cluster_destinations is not None:
             self.cluster_destinations.stop()
             self.cluster_destinations = None

@@ -36,7 +36,7 @@ from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from ...logfiles import COUNTED
-from .cluster import BROKERS, LIVE, instance_schema
+from .cluster import BROKERS, instance_schema
 from .pgstore import close_quietly, in_transaction, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
 from .state import Subscription, _owned, log, now_ms
@@ -205,9 +205,6 @@ class ClusterQueues:
     def __init__(self, cluster: HACluster, broker: Broker) -> None:
         self.cluster, self.broker = cluster, broker
         self.settings, self.brokerid = cluster.settings, cluster.brokerid
-        # as the store's fence: the lease is our generation's, live (FOR SHARE: a takeover
-        # of us waits for our move, or our move finds it and fails)
-        self._fence = f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE"
         self._schema = instance_schema(self.settings.clusterid, self.brokerid)  # our store's
         self._halt = threading.Event()
         self._wake = threading.Event()
@@ -253,9 +250,14 @@ class ClusterQueues:
         return in_transaction(self._conns, role, self._conn, f"{self.settings.jdbc.where}: cluster-wide queues", work)
 
     def _fenced(self, cur: Any) -> None:
-        cur.execute(self._fence, (self.brokerid, self.cluster.generation))
-        if cur.fetchone() is None:
-            raise StoreError(f"fenced: broker {self.brokerid} generation {self.cluster.generation} was replaced")
+        """As the store's fence: the lease is our generation's, live (FOR SHARE: a takeover
+        of us waits for our write, or our write finds it and fails, and this process ends)."""
+        self.cluster.fence(cur)
+
+    def _clear_demand(self, cur: Any) -> None:
+        """Our demand rows go (at start and stop), fenced: not a new process's of our id."""
+        self._fenced(cur)
+        cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
@@ -279,9 +281,7 @@ class ClusterQueues:
             self.broker.temp_home = self.brokerid  # temp.<brokerid>.<id>: peers route there
             self.broker.remote_temporary = self._remote_temporary
             self.broker.remote_durable = self._attached_to
-        self._transaction(
-            "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
-        )
+        self._transaction("work", self._clear_demand)
         with self.broker.lock:
             demand = self._demand()
         self.advertise(demand, True)  # the peers' subscriptions, durables, temporaries: known now
@@ -302,9 +302,7 @@ class ClusterQueues:
             self.broker.remote_temporary = None
             self.broker.remote_durable = None
         try:
-            self._transaction(
-                "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
-            )
+            self._transaction("work", self._clear_demand)
         except StoreError as exc:
             log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
         for conn in self._conns.values():
@@ -450,6 +448,7 @@ class ClusterQueues:
         written = dict(demand)
 
         def write(cur: Any) -> tuple[list[Any], dict[str, str | None], Any]:
+            self._fenced(cur)  # our demand and durables: not a replaced process's
             stamped.update(self._stamp(cur, written, fresh) if fresh else {})
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
