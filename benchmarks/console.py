@@ -16,8 +16,11 @@ one link bench.src -> bench.dst on the host broker. Measurements:
   share of one core at one refresh every 2 s: what an open console costs;
 - api_under_load: N persistent 1 KiB messages produced into bench.src while its link is
   paused, the link resumed; GET /api/v1/bridges/bench/links/l in a row (one connection)
-  until the backlog has moved, p50/p99/max; the link's msg/s = N / (resume .. last on
-  dst); the same request with the link idle for reference;
+  until the backlog has moved: p50/p99/max next to the link's msg/s over that span
+  (N / (resume .. last on dst)) and the load average; the same request with the link
+  idle for reference; api_under_load_wide_window: the same with a second bridge whose
+  link has imq.bridge.benchwide.link.window=--window (4000; the default is 1000), a
+  setting a user would choose for throughput; a line per run on stderr;
 - console_cost: the same drain with no console client and with one client refreshing the
   overview every 2 s (REFRESH_MS), interleaved over --rounds; ratio = with / without.
 
@@ -34,6 +37,7 @@ import json
 import multiprocessing
 import os
 import resource
+import sys
 import tempfile
 import threading
 import time
@@ -45,7 +49,7 @@ from benchcommon import percentiles
 
 from bridgemgr.admin.protocol import Command
 from bridgemgr.jms import BytesMessage, DeliveryMode, Queue
-from bridgemgr.props import load_properties
+from bridgemgr.props import LINK_WINDOW, load_properties
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from bridgemgr.service import BridgeServiceManager
 
@@ -71,15 +75,17 @@ def bridge_xml(name: str, links: int) -> str:
     )
 
 
-BENCH_XML = """<jmsbridge name="bench"><link name="l" transacted="false">
+BENCH_XML = """<jmsbridge name="{name}"><link name="l" transacted="false">
   <source connection-factory-ref="host" destination-ref="src"/>
   <target connection-factory-ref="host" destination-ref="dst"/>
   </link><connection-factory ref-name="host"/>
-  <destination ref-name="src" name="bench.src"/><destination ref-name="dst" name="bench.dst"/></jmsbridge>"""
+  <destination ref-name="src" name="{name}.src"/><destination ref-name="dst" name="{name}.dst"/></jmsbridge>"""
+BENCH = "bench"  # the bench link's bridge, at the defaults
+WIDE = "benchwide"  # the same link with a wider confirm window (--window): a throughput setting
 
 
-def start_service(base: Path, bridges: int, links: int) -> BridgeServiceManager:
-    names = [f"b{i:02d}" for i in range(bridges)] + ["bench"]
+def start_service(base: Path, bridges: int, links: int, window: int) -> BridgeServiceManager:
+    names = [f"b{i:02d}" for i in range(bridges)] + [BENCH] + ([WIDE] if window else [])
     overrides = [
         f"imq.varhome={base / 'var'}",
         "imq.portmapper.port=0",
@@ -94,8 +100,10 @@ def start_service(base: Path, bridges: int, links: int) -> BridgeServiceManager:
     ]
     for name in names:
         xml = base / f"{name}.xml"
-        xml.write_text(BENCH_XML if name == "bench" else bridge_xml(name, links))
+        xml.write_text(BENCH_XML.format(name=name) if name in (BENCH, WIDE) else bridge_xml(name, links))
         overrides += [f"imq.bridge.{name}.type=jms", f"imq.bridge.{name}.xmlurl={xml}"]
+    if window:
+        overrides.append(f"imq.bridge.{WIDE}.link.window={window}")
     manager = BridgeServiceManager(load_properties(overrides=overrides))
     manager.start()
     deadline = time.monotonic() + 120
@@ -171,13 +179,13 @@ class Clients:
     ``period`` s, ``link`` GETs the bench link in a row, from go() to stop(); each sample
     is (start, seconds) on the machine's monotonic clock (perf_counter, shared)."""
 
-    def __init__(self, port: int, mode: str, period: float = 0.0, limit: int = 0) -> None:
+    def __init__(self, port: int, mode: str, period: float = 0.0, limit: int = 0, bridge: str = BENCH) -> None:
         ctx = multiprocessing.get_context("spawn")
         self.ready, self.started, self.halt = ctx.Event(), ctx.Event(), ctx.Event()
         self.results, child = ctx.Pipe(duplex=False)
         self.process = ctx.Process(
             target=run_client,
-            args=(port, mode, period, limit, self.ready, self.started, self.halt, child, Overview.per_bridge),
+            args=(port, mode, period, limit, self.ready, self.started, self.halt, child, Overview.per_bridge, bridge),
         )
         self.process.start()
         if not self.ready.wait(60):
@@ -200,14 +208,24 @@ class Clients:
 
 
 def run_client(
-    port: int, mode: str, period: float, limit: int, ready: Any, started: Any, halt: Any, out: Any, per_bridge: bool
+    port: int,
+    mode: str,
+    period: float,
+    limit: int,
+    ready: Any,
+    started: Any,
+    halt: Any,
+    out: Any,
+    per_bridge: bool,
+    bridge: str,
 ) -> None:
     Overview.per_bridge = per_bridge
     page = Overview(port) if mode == "overview" else None
     client = Client(port)
+    link = f"/bridges/{bridge}/links/l"
     if page is not None:
         page.refresh()  # warm: connections open, credentials verified once
-    client.call("GET", "/bridges/bench/links/l")
+    client.call("GET", link)
     ready.set()
     started.wait()
     samples: list[tuple[float, float]] = []
@@ -216,7 +234,7 @@ def run_client(
         if page is not None:
             page.refresh()
         else:
-            client.call("GET", "/bridges/bench/links/l")
+            client.call("GET", link)
         samples.append((start, time.perf_counter() - start))
         if period:
             halt.wait(period)  # the page's setInterval pace, not a wait for an event
@@ -250,31 +268,33 @@ def overview(manager: BridgeServiceManager, requests: int) -> dict:
 
 
 class Drain:
-    """n messages into bench.src while its link is paused (over the API), then resumed."""
+    """n messages into {bridge}.src while its link is paused (over the API), then resumed."""
 
-    def __init__(self, manager: BridgeServiceManager, n: int, body: bytes) -> None:
+    def __init__(self, manager: BridgeServiceManager, n: int, body: bytes, bridge: str = BENCH) -> None:
         assert manager.host_broker is not None
         self.broker = manager.host_broker.broker
         self.admin = Client(manager.console.port)
         self.n = n
+        self.bridge = bridge
+        self.dst = f"{bridge}.dst"
         self.start = 0.0  # resume()
         self.run: dict = {}  # link_gets: what finish() answered
-        self.admin.call("POST", "/bridges/bench/links/l/pause")
+        self.admin.call("POST", f"/bridges/{bridge}/links/l/pause")
         conn = EmbeddedConnectionFactory(self.broker).create_connection()
-        producer = conn.create_session().create_producer(Queue("bench.src"))
+        producer = conn.create_session().create_producer(Queue(f"{bridge}.src"))
         producer.delivery_mode = DeliveryMode.PERSISTENT
         for _ in range(n):
             producer.send(BytesMessage(body))
         conn.close()
         if self.broker.store is not None:
             self.broker.store.flush()
-        self.base = self.broker.queue_depth("bench.dst")
+        self.base = self.broker.queue_depth(self.dst)
 
     def moved(self) -> int:
-        return self.broker.queue_depth("bench.dst") - self.base
+        return self.broker.queue_depth(self.dst) - self.base
 
     def resume(self) -> None:
-        self.admin.call("POST", "/bridges/bench/links/l/resume")
+        self.admin.call("POST", f"/bridges/{self.bridge}/links/l/resume")
         self.start = time.perf_counter()
 
     def finish(self) -> dict:
@@ -288,18 +308,18 @@ class Drain:
         self.admin.close()
         conn = EmbeddedConnectionFactory(self.broker).create_connection()
         conn.start()
-        consumer = conn.create_session().create_consumer(Queue("bench.dst"))
+        consumer = conn.create_session().create_consumer(Queue(self.dst))
         for got in range(self.n + self.base):
             if consumer.receive(10) is None:
-                raise RuntimeError(f"bench.dst stalled after {got} messages")
+                raise RuntimeError(f"{self.dst} stalled after {got} messages")
         conn.close()
         return {"messages": self.n, "seconds": round(elapsed, 3), "msg_per_s": round(self.n / elapsed)}
 
 
-def link_gets(manager: BridgeServiceManager, requests: int, drain: Drain | None) -> list[float]:
+def link_gets(manager: BridgeServiceManager, requests: int, drain: Drain | None, bridge: str = BENCH) -> list[float]:
     """GET the bench link in a row from a client process: ``requests`` of them, or while
     ``drain`` moves (those begun before its last message arrived)."""
-    clients = Clients(manager.console.port, "link", limit=0 if drain else requests)
+    clients = Clients(manager.console.port, "link", limit=0 if drain else requests, bridge=bridge)
     if drain is None:
         clients.go()
         return [seconds for _, seconds in clients.stop_after()]
@@ -310,15 +330,27 @@ def link_gets(manager: BridgeServiceManager, requests: int, drain: Drain | None)
     return [seconds for start, seconds in clients.stop() if drain.start <= start < drain.start + run["seconds"]]
 
 
-def api_under_load(manager: BridgeServiceManager, n: int, requests: int, body: bytes) -> dict:
-    idle = link_gets(manager, requests, None)
-    drain = Drain(manager, n, body)
-    loaded = link_gets(manager, requests, drain)
+def api_under_load(
+    manager: BridgeServiceManager, n: int, requests: int, body: bytes, window: int, bridge: str = BENCH
+) -> dict:
+    """The link's GET idle, then while the link drains n messages: p50/p99/max next to the
+    link's msg/s over the same span (the GETs counted are those begun while it moved)."""
+    idle = link_gets(manager, requests, None, bridge)
+    drain = Drain(manager, n, body, bridge)
+    load = round(os.getloadavg()[0], 2)
+    samples = link_gets(manager, requests, drain, bridge)
+    loaded = with_max(samples)
     return {
+        "link_window": window,
         "idle": {"requests": len(idle), **with_max(idle)},
-        "under_load": {"requests": len(loaded), **with_max(loaded)},
+        "under_load": {
+            "requests": len(samples),
+            **loaded,
+            "link_msg_per_s": drain.run["msg_per_s"],
+            "load_average_1m": [load, round(os.getloadavg()[0], 2)],
+        },
         "link": drain.run,
-        "target_met_p99_50ms_at_10000": with_max(loaded)["p99_ms"] < 50 and drain.run["msg_per_s"] >= 10_000,
+        "target_met_p99_50ms_at_10000": loaded["p99_ms"] < 50 and drain.run["msg_per_s"] >= 10_000,
     }
 
 
@@ -363,6 +395,12 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=1024)
     ap.add_argument("--only", choices=("overview", "api", "cost"))
     ap.add_argument("--per-bridge", action="store_true", help="the overview as one request per bridge (the old way)")
+    ap.add_argument(
+        "--window",
+        type=int,
+        default=4000,
+        help="api: also drain a link with this link.window (a throughput setting; 0: not)",
+    )
     args = ap.parse_args()
     Overview.per_bridge = args.per_bridge
     body = bytes(range(256)) * (args.size // 256) + b"x" * (args.size % 256)
@@ -374,14 +412,28 @@ def main() -> None:
     }
     with tempfile.TemporaryDirectory() as tmp:
         start = time.perf_counter()
-        manager = start_service(Path(tmp), args.bridges, args.links)
+        window = args.window if args.only in (None, "api") else 0
+        manager = start_service(Path(tmp), args.bridges, args.links, window)
         out["service_start_s"] = round(time.perf_counter() - start, 2)
         try:
             if args.only in (None, "overview"):
                 out["overview"] = overview(manager, max(1, args.requests // 10))
                 out["overview"]["target_met_under_1s"] = out["overview"]["max_ms"] < 1000
             if args.only in (None, "api"):
-                out["api_under_load"] = api_under_load(manager, args.messages, args.requests, body)
+                out["api_under_load"] = api_under_load(manager, args.messages, args.requests, body, LINK_WINDOW)
+                if window:
+                    out["api_under_load_wide_window"] = api_under_load(
+                        manager, args.messages, args.requests, body, window, WIDE
+                    )
+                for key in ("api_under_load", "api_under_load_wide_window"):
+                    if key in out:
+                        run = out[key]["under_load"]
+                        print(
+                            f"{key}: link.window {out[key]['link_window']}: link GET p50 {run['p50_ms']} ms, "
+                            f"p99 {run['p99_ms']} ms, max {run['max_ms']} ms ({run['requests']} GETs) while the "
+                            f"link moved {run['link_msg_per_s']} msg/s; load average {run['load_average_1m']}",
+                            file=sys.stderr,
+                        )
             if args.only in (None, "cost"):
                 out["console_cost"] = console_cost(manager, args.messages, args.rounds, body)
         finally:

@@ -18,7 +18,9 @@ times, interleaved, and the median is reported (this machine is shared and noisy
 - link: N messages waiting in src, the bridge started; msg/s = N / (start .. the last
   one on dst); with an acknowledge per message (the chapter's rule) and with acknowledge
   batches (--ack-batch, still at-least-once); log-message-transfer off, and once on (an
-  INFO line per message into the bridge's log file);
+  INFO line per message into the bridge's log file); cpu_us_per_msg is the process's CPU
+  time per message during the drain (the link's thread and the store's writer: steadier
+  than msg/s on a loaded machine);
 - flat_out_produce_consume (reference): one producer thread and one consumer thread on
   one queue at once. Messages consumed before the store writes them never touch the disk,
   so this shape does less store work per message than either of the above;
@@ -194,15 +196,21 @@ def link_drain(
     if broker.store is not None:
         broker.store.flush()
     target = far if far is not None else broker
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     bridge.resume()
     while target.queue_depth("dst") < n:  # coarse: a busy poller would slow the link
         time.sleep(0.005)
     elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu  # the link's thread and the store's writer: nothing else runs
     counts = dict(bridge._xa.coordinator.counts) if bridge._xa is not None else None
     bridge.stop()
     consume(target, n, DST)  # empty it for the next run
-    run = {"messages": n, "seconds": round(elapsed, 3), "msg_per_s": round(n / elapsed)}
+    run = {
+        "messages": n,
+        "seconds": round(elapsed, 3),
+        "msg_per_s": round(n / elapsed),
+        "cpu_us_per_msg": round(cpu / n * 1e6, 1),
+    }
     if tx_batch:
         return {
             "batch_size": tx_batch,

@@ -604,8 +604,8 @@ def _dst_text(op: str, data: Any, verbose: bool = False) -> str | None:
         )
     if op == "list":
         return _dst_table(data["destinations"]) + (_dst_instances_table(data["destinations"]) if verbose else "")
-    if op == "query":
-        return _dst_table([data])
+    if op == "query":  # (an HA instance's: and each instance's counts)
+        return _dst_table([data]) + (_dst_instances_table([data]) if data.get("instances") else "")
     if op in ("create", "update"):
         return _not_yet(data).lstrip("\n") or None
     if op == "browse":

@@ -147,21 +147,7 @@ def destination_command(
     dest = _destination(cmd)
     found = broker.describe_destination(principal, dest)
     if cmd.op == "QUERY_DST":
-        if found is None:
-            return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
-        attributes, counts = found
-        return Reply(
-            OK,
-            _what(cmd),
-            {
-                "type": cmd.dst_type,
-                "name": cmd.destination,
-                "state": broker.destination_state(principal, dest),
-                "temporary": False,
-                "attributes": attributes_json(attributes),
-                **counts,
-            },
-        )
+        return _query(broker, principal, cmd, found, cluster, instance)
     if cmd.op == "CREATE_DST" and found is not None:
         return Reply(BAD_REQUEST, f"{_what(cmd)} already exists (use update dst to change it)")
     if cmd.op == "UPDATE_DST" and found is None:
@@ -183,6 +169,46 @@ def destination_command(
         {"type": cmd.dst_type, "name": cmd.destination, "attributes": attributes_json(attributes)}
         | ({"not_yet": behind} if behind else {}),
     )
+
+
+def _query(
+    broker: HostBroker,
+    principal: Principal,
+    cmd: Command,
+    found: tuple[DestinationAttributes, dict[str, Any]] | None,
+    cluster: ClusterCatalog | None,
+    instance: str,
+) -> Reply:
+    """query dst: the destination's attributes and counts; on an HA instance the cluster's,
+    as list dst gives them (the sums, and ``instances``: each live instance's counts)."""
+    dest = _destination(cmd)
+    rows = []
+    if found is not None:
+        attributes, counts = found
+        state = broker.destination_state(principal, dest)
+        rows.append(
+            {
+                "type": cmd.dst_type,
+                "name": cmd.destination,
+                "state": state,
+                "temporary": False,
+                "attributes": attributes_json(attributes),
+                **counts,
+            }
+        )
+    if cluster is not None:
+        try:
+            peers = cluster.peer_rows()
+        except JMSException as exc:
+            return Reply(UNAVAILABLE, f"the HA cluster's destinations cannot be read: {exc}")
+        wanted = [
+            (b, age, [r for r in theirs if (r["type"], r["name"]) == (cmd.dst_type, cmd.destination)])
+            for b, age, theirs in peers
+        ]
+        rows = cluster_rows(rows, instance, wanted)
+    if not rows:
+        return Reply(NOT_FOUND, f"{_what(cmd)} does not exist")
+    return Reply(OK, _what(cmd), rows[0])
 
 
 def _propagate(cluster: ClusterCatalog | None, dest: Destination, destroyed: bool, done: str) -> list[str] | Reply:
@@ -257,6 +283,10 @@ def cluster_rows(
         for key in COUNTED:
             if key in entry:
                 entry[key] = sum(i.get(key, 0) for i in entry["instances"])
+        if "durable_subscriptions" in entry:  # one in the cluster, which every instance holds
+            durable = max(i.get("durable_subscriptions", 0) for i in entry["instances"])
+            entry["subscriptions"] -= entry["durable_subscriptions"] - durable
+            entry["durable_subscriptions"] = durable
     return sorted(merged.values(), key=lambda r: (r["name"], r["type"] == "t"))
 
 

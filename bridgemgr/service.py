@@ -67,6 +67,7 @@ if TYPE_CHECKING:
     from .providers.embedded.cluster import HACluster
     from .providers.embedded.clustercatalog import ClusterDestinations
     from .providers.embedded.clusterdst import ClusterQueues
+    from .providers.embedded.clusterxa import ClusterXA
     from .users import User
 
 log = logging.getLogger(__name__)
@@ -150,6 +151,7 @@ class BridgeServiceManager:
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
         self.cluster_destinations: ClusterDestinations | None = None  # ... and destinations (Table 4-2)
+        self.cluster_xa: ClusterXA | None = None  # ... and XA branches
         self.activelist = props.activelist  # in an HA cluster: after the ownership rules
         self.taken_over_by: str | None = None  # HA: what replaced this instance's generation
 
@@ -324,7 +326,12 @@ class BridgeServiceManager:
 
         assert self.netloop is not None and self.portmapper is not None
         ops = Operations(
-            self.dispatch, self.users.authenticate, self.users.verified, self._console_may_act, self._redacted
+            self.dispatch,
+            self.users.authenticate,
+            self.users.verified,
+            self._console_may_act,
+            self._redacted,
+            self.read_now,
         )
         tls = self._tls("imq.console.tls") if self.props.get("imq.console.tls.enabled") else None
         self.console = ConsoleServer(
@@ -479,9 +486,11 @@ class BridgeServiceManager:
 
     def _serve_cluster_queues(self) -> None:
         """HA: queues are the cluster's (providers/embedded/clusterdst.py), and so are the
-        destinations an administrator creates (providers/embedded/clustercatalog.py)."""
+        destinations an administrator creates (providers/embedded/clustercatalog.py) and
+        the XA branches (providers/embedded/clusterxa.py)."""
         from .providers.embedded.clustercatalog import open_cluster_destinations
         from .providers.embedded.clusterdst import open_cluster_queues
+        from .providers.embedded.clusterxa import open_cluster_xa
 
         assert self.cluster is not None and self.host_broker is not None
         try:
@@ -489,6 +498,7 @@ class BridgeServiceManager:
             self.cluster_destinations = open_cluster_destinations(
                 self.cluster, self.host_broker, self.props.get("imq.autocreate.reaptime")
             )
+            self.cluster_xa = open_cluster_xa(self.cluster, self.host_broker.broker)
         except StoreError as exc:
             raise ServiceError(f"HA cluster: {exc}") from None
 
@@ -752,6 +762,8 @@ class BridgeServiceManager:
         bridge = self._find(cmd)
         if isinstance(bridge, Reply):
             return bridge
+        if cmd.link is not None and (one := self._link_row(bridge, cmd.link)) is not None:
+            return Reply(OK, f"bridge {bridge.name}", {"bridge": self._head(bridge), "links": [one]})
         info = bridge.info()
         links = info.get("links", [])
         if cmd.link is not None:
@@ -761,6 +773,43 @@ class BridgeServiceManager:
                 return Reply(NOT_FOUND, f"bridge {bridge.name} has no link {cmd.link} (links: {known})")
         head = {k: v for k, v in info.items() if k != "links"}
         return Reply(OK, f"bridge {bridge.name}", {"bridge": head, "links": links})
+
+    def read_now(self, cmd: Command) -> Reply | None:
+        """The answer to ``cmd`` when it is a read that can be given without any call that
+        may block (a lock held by a link, the broker, a database): for the management port,
+        which then answers on its event loop, not behind a worker thread. Today a link's
+        LIST (GET .../links/{link}) while the link moves, from what its thread published
+        (JMSBridge.link_info(now=True)); None: dispatch() it."""
+        from .jmsbridge.bridge import JMSBridge
+
+        if cmd.op != "LIST" or cmd.bridge is None or cmd.link is None:
+            return None
+        bridge = self.bridges.get(cmd.bridge)
+        if not isinstance(bridge, JMSBridge) or cmd.type not in (None, bridge.type):
+            return None
+        try:
+            row = bridge.link_info(cmd.link, now=True)
+        except KeyError:
+            return None
+        if row is None:
+            return None
+        return Reply(OK, f"bridge {bridge.name}", {"bridge": self._head(bridge), "links": [row]})
+
+    @staticmethod
+    def _link_row(bridge: ManagedBridge, link: str) -> dict[str, Any] | None:
+        """A JMS bridge's link ``link`` as `list link` shows it; None: not a JMS bridge's link."""
+        from .jmsbridge.bridge import JMSBridge
+
+        if not isinstance(bridge, JMSBridge):
+            return None
+        try:
+            return bridge.link_info(link)
+        except KeyError:
+            return None
+
+    @staticmethod
+    def _head(bridge: ManagedBridge) -> dict[str, Any]:
+        return {"name": bridge.name, "type": bridge.type, "state": _value(bridge.state)}
 
     def _dead_messages(self, cmd: Command) -> Reply:
         """A JMS bridge's DMQs: for each on the host broker (the built-in one, and <dmq>s
@@ -1144,6 +1193,9 @@ class BridgeServiceManager:
         if self.netloop is not None:
             self.netloop.stop()
             self.netloop = None
+        if self.cluster_xa is not None:
+            self.cluster_xa.stop()
+            self.cluster_xa = None
         if self.cluster_destinations is not None:
             self.cluster_destinations.stop()
             self.cluster_destinations = None

@@ -91,6 +91,7 @@ class Taker:
 
     def __init__(self, consumer: Any) -> None:
         self.texts: list[str] = []
+        self.redelivered: list[str] = []  # ...of those flagged JMSRedelivered
         self._consumer, self._halt = consumer, threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -99,6 +100,8 @@ class Taker:
         while not self._halt.is_set():
             message = self._consumer.receive(0.05)
             if message is not None:
+                if message.redelivered:
+                    self.redelivered.append(message.text)
                 self.texts.append(message.text)
 
     def close(self) -> None:

@@ -4,6 +4,7 @@ real PostgreSQL server for the jdbc store (started on first use, once per sessio
 from __future__ import annotations
 
 import faulthandler
+import json
 import os
 import shutil
 import sys
@@ -37,28 +38,61 @@ SLOW_DIRS = ("real", "spark")
 SERVER_FIXTURES = {"postgresql", "restartable_postgresql", "activemq", "rabbitmq", "spark"}
 
 
-# tests/run runs the suite in two pytest-xdist workers (-n 2 --dist loadgroup): most slow
-# tests wait (for a restart, a timeout, a kill), so a second worker halves the wall time
-# (measured: 26.4 -> 16.7 min on 2 cores). A worker takes a whole file at a time, in order,
-# as a serial run would (a module fixture's service is started once, not once per worker;
-# no test may rely on the ones before it: each must pass alone, in any order), and
-# every Spark test: one worker starts the Spark session and the cluster, and Spark's
-# CPU-bound tests do not share the machine's two cores with each other.
+# tests/run runs the suite in pytest-xdist workers (--dist loadgroup): most slow tests wait
+# (for a restart, a timeout, a kill), so more workers than cores still shorten the wall
+# time. The scheduler below gives a worker a whole file at a time, in order, as a serial
+# run would (a module fixture's service is started once, not once per worker; no test may
+# rely on the ones before it: each must pass alone, in any order), and every Spark test to
+# one worker: it alone starts the Spark session and the cluster, and Spark's CPU-bound tests
+# do not share the machine's two cores with each other. (xdist's own loadgroup reads
+# `xdist_group` marks into node ids, which pytest 9 no longer lets it change: every test
+# was then scheduled on its own, and each worker started Spark and every module's service.)
 SERIAL_DIRS = ("spark",)
+
+
+def worker_unit(nodeid: str) -> str:
+    """The unit a worker takes whole: a file, or one of SERIAL_DIRS."""
+    path = nodeid.split("::", 1)[0]
+    parts = Path(path).parts
+    serial = next((d for d in SERIAL_DIRS if d in parts[:-1]), None)
+    return f"dir:{serial}" if serial else path
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByGroup(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return worker_unit(nodeid)
+
+    config.option.loadscopereorder = False  # the order of the collection (below), not by size
+    return ByGroup(config, log)
 
 
 def pytest_collection_modifyitems(config, items):
     here = Path(__file__).parent
     slow_dirs = [here / d for d in SLOW_DIRS]
-    serial_dirs = {here / d: d for d in SERIAL_DIRS}
     for item in items:
         path = Path(item.path)
         if any(d in path.parents for d in slow_dirs) or SERVER_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.slow)
-        group = next(
-            (name for d, name in serial_dirs.items() if d in path.parents), str(path)
-        )  # (a test may run pytest on a file of its own, elsewhere)
-        item.add_marker(pytest.mark.xdist_group(group))
+    if getattr(config.option, "loadgroup", False):  # an xdist worker of tests/run: longest first
+        items[:] = longest_units_first(items)
+
+
+def longest_units_first(items: list[pytest.Item]) -> list[pytest.Item]:
+    """The units of ``worker_unit`` in the order the scheduler should hand them out: the
+    longest first, so no worker starts a long file when the others are done; each unit's
+    tests keep their order. Seconds from tests/durations.json (tests/durations.py writes
+    it from a run); a unit it lacks counts 5 s per slow test and 0.05 s per other."""
+    known = json.loads((Path(__file__).parent / "durations.json").read_text())
+    guess: dict[str, float] = {}
+    for item in items:
+        unit = worker_unit(item.nodeid)
+        guess[unit] = guess.get(unit, 0.0) + (5.0 if item.get_closest_marker("slow") else 0.05)
+    return sorted(items, key=lambda item: -known.get(worker_unit(item.nodeid), guess[worker_unit(item.nodeid)]))
 
 
 _durations: dict[str, float] = {}

@@ -32,6 +32,13 @@ def test_a_tiny_run_reports_overview_api_and_cost():
     assert out["overview"]["p50_ms"] > 0 and out["overview"]["service_cpu_per_refresh_ms"] >= 0
     load = out["api_under_load"]
     assert load["idle"]["requests"] == 20 and load["link"]["messages"] == 300 and load["link"]["msg_per_s"] > 0
+    for key in ("api_under_load", "api_under_load_wide_window"):  # the GETs' figures next to the link's rate
+        run = out[key]["under_load"]
+        assert (
+            run["p50_ms"] <= run["p99_ms"] <= run["max_ms"] and run["link_msg_per_s"] == out[key]["link"]["msg_per_s"]
+        )
+        assert len(run["load_average_1m"]) == 2 and f"{key}: link.window {out[key]['link_window']}" in done.stderr
+    assert out["api_under_load_wide_window"]["link_window"] == 4000
     cost = out["console_cost"]
     assert len(cost["all_no_console"]) == len(cost["all_console_open"]) == 1
     assert cost["overview_refreshes_per_run"][0] >= 1 and cost["ratio"] > 0

@@ -25,7 +25,8 @@ def test_selectors_too_large_together_give_a_proxy_that_takes_every_message():
 
 
 def test_a_new_subscriber_version_is_told_at_once_a_small_backlog_change_is_not():
-    before = {"t:news": (1, None, 1000), "q:orders": (1, None, 10)}
-    assert _shape({**before, "t:news": (2, None, 1001)}) != _shape(before)
-    assert _shape({**before, "t:news": (1, None, 1001)}) != _shape(before)
-    assert _shape({**before, "q:orders": (1, None, 11)}) == _shape(before)
+    before = {"t:news": (1, None, 1000, None), "q:orders": (1, None, 10, None)}
+    assert _shape({**before, "t:news": (2, None, 1001, None)}) != _shape(before)
+    assert _shape({**before, "t:news": (1, None, 1001, None)}) != _shape(before)
+    assert _shape({**before, "q:orders": (1, None, 11, None)}) == _shape(before)
+    assert _shape({**before, "q:orders": (1, None, 11, "[7]")}) != _shape(before)  # a consumer stamped

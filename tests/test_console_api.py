@@ -200,6 +200,38 @@ def test_a_links_last_hour_is_kept_by_the_service(service):
     assert get(service, "/bridges/jb/links/nosuch/history")[0] == 404
 
 
+def test_a_moving_links_get_is_answered_on_the_loop_without_the_brokers_lock(service, monkeypatch):
+    """While a link moves, its GET is answered from what its thread published (counters
+    and the backlog it read), on the port's loop: a thread holding the host broker's lock
+    does not hold the answer up (before, a worker thread read the backlog under that lock
+    and the request waited for it)."""
+    from bridgemgr.jmsbridge import link as link_module
+
+    monkeypatch.setattr(link_module, "PUBLISHED_FRESH", 60.0)  # what it published stays fresh
+    before = get(service, "/bridges/jb/links/l1")[1]["data"]["links"][0]["counters"]["transferred"]
+    send(service, "cq.src", "published 1", "published 2")
+    wait_for(
+        lambda: get(service, "/bridges/jb/links/l1")[1]["data"]["links"][0]["counters"]["transferred"] >= before + 2,
+        30,
+        "the link moved the messages",
+    )
+    conn = http.client.HTTPConnection("127.0.0.1", service.console.port, timeout=5)
+    try:
+        with service.host_broker.broker.lock:
+            start = time.monotonic()
+            conn.request("GET", "/api/v1/bridges/jb/links/l1", headers=ADMIN)
+            response = conn.getresponse()
+            answer = json.loads(response.read())
+            took = time.monotonic() - start
+    finally:
+        conn.close()
+    assert response.status == 200 and took < 5, (response.status, took)
+    (link,) = answer["data"]["links"]
+    same = service.dispatch(Command("LIST", bridge="jb", link="l1")).data["links"][0]
+    assert link.keys() == same.keys() and link["state"] == "STARTED" and isinstance(link["backlog"], int)
+    assert link["counters"]["transferred"] >= before + 2
+
+
 def test_the_cluster_of_a_service_in_no_cluster_is_404(service):
     status, answer = get(service, "/cluster", READER)
     assert status == 404 and answer == reply_object(service.dispatch(Command("CLUSTER")))

@@ -160,3 +160,39 @@ def test_a_durable_has_one_subscriber_in_the_cluster(members):
         on_b1.create_session().unsubscribe("one")
     holder.close()
     attach(elsewhere, "t", "one")  # free again once B2's detach is told
+
+
+def test_a_durable_unsubscribed_while_an_instance_was_down_stays_gone_when_it_starts(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    conn = b2.connection(stack, client_id="app")
+    for name in ("gone", "again"):
+        conn.create_session().create_durable_subscriber(Topic("t"), name).close()
+    wait_for(lambda: knows(b1, "app", "gone") and knows(b1, "app", "again"), 20, "B1 to know the durables")
+    publisher = b2.connection(stack).create_session()
+    publisher.create_producer(Topic("t")).send(publisher.create_text_message("old"))  # kept on B2
+    conn.close()
+    b2.queues.stop()  # B2 is down: its store keeps both, with "old"
+    b2.host.close()
+    b2.cluster.leave()
+    session = b1.connection(stack, client_id="app").create_session()
+    session.unsubscribe("gone")
+    session.unsubscribe("again")
+    session.create_durable_subscriber(Topic("t"), "again").close()  # made again: a new one
+    db = b1.cluster.settings.jdbc.connect()
+    stack.callback(db.close)
+
+    def written() -> bool:  # (with B1's next advertisement)
+        rows = {n: (v, d) for n, v, d in db.execute("SELECT name, version, deleted FROM imq_ha_durables")}
+        db.commit()
+        return rows["gone"][1] and not rows["again"][1] and rows["again"][0] > rows["gone"][0]
+
+    wait_for(written, 20, "B1 to write its changes")
+    b2 = start("B2")  # (its first advertisement, made by start(), mirrors the cluster's)
+    assert not knows(b2, "app", "gone") and knows(b2, "app", "again")
+    assert quiet_for(lambda: (knows(b1, "app", "gone"), knows(b2, "app", "gone")), 1.0, 10) == (False, False)
+    subscriber = attach(b2.connection(stack, client_id="app"), "t", "again")
+    publisher = b1.connection(stack).create_session()
+    publisher.create_producer(Topic("t")).send(publisher.create_text_message("new"))
+    assert wait_for(lambda: subscriber.receive(0.05), 20, "the new message").text == "new"  # not "old"
+    assert subscriber.receive(0.3) is None

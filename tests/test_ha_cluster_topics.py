@@ -22,6 +22,19 @@ def members(postgresql, tmp_path: Path) -> Iterator[Any]:
     yield from cluster_members(postgresql, tmp_path)
 
 
+def _reaches_newest(member: Any, peer: Any, topic: str) -> bool:
+    """Whether ``member`` routes ``topic`` to a proxy of ``peer``'s newest subscription
+    (each of ``peer``'s subscriptions of it has a version, once advertised)."""
+    with peer.host.broker.lock:
+        subscriptions = [mq for mq in peer.host.broker.topics.get(topic, ()) if not mq.key.startswith("r:")]
+        versions = [peer.queues._versions.get(mq) for mq in subscriptions]
+    if not versions or None in versions:
+        return False
+    with member.host.broker.lock:
+        keys = {mq.key for mq in member.host.broker.topics.get(topic, ())}
+    return f"r:{peer.brokerid}:{max(versions)}:{topic}" in keys
+
+
 def test_a_publish_on_one_instance_reaches_subscribers_on_two_others_each_once(members):
     start, stack = members
     b1, b2, b3 = start("B1"), start("B2"), start("B3")
@@ -30,6 +43,8 @@ def test_a_publish_on_one_instance_reaches_subscribers_on_two_others_each_once(m
     on_b3 = b3.connection(stack).create_session().create_consumer(news)
     odd_b3 = b3.connection(stack).create_session().create_consumer(news, "n > 100 AND odd = TRUE")
     on_b1 = b1.connection(stack).create_session().create_consumer(news)
+    # B1 reaches B3's newest subscription (odd_b3): a proxy of an older version would not
+    wait_for(lambda: _reaches_newest(b1, b3, "news"), 20, "B1 to see B3's newest subscription")
     wait_for(lambda: b1.queues.remote_subscribers("news") == ["B2", "B3"], 20, "B1 to see both")
     session = b1.connection(stack).create_session()
     producer = session.create_producer(news)

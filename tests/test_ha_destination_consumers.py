@@ -1,5 +1,6 @@
 """Table 4-1's producer and consumer attributes on an HA pair (real PostgreSQL): set with
-create dst on one instance, the same on both; maxNumProducers counted per instance."""
+create dst on one instance, the same on both; maxNumProducers counted per instance,
+maxNumActiveConsumers and maxNumBackupConsumers over the cluster."""
 
 from __future__ import annotations
 
@@ -11,12 +12,12 @@ import pytest
 
 from bridgemgr.admin.protocol import OK, Command
 from bridgemgr.dstadmin import destination_command
-from bridgemgr.jms import Queue, TextMessage
+from bridgemgr.jms import AckMode, Queue, TextMessage
 from bridgemgr.jms.errors import ResourceAllocationException
 from bridgemgr.jms.hostbroker import DestinationAttributes, Principal
 from bridgemgr.providers.embedded import EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.clustercatalog import open_cluster_destinations
-from clusterdst_support import cluster_members
+from clusterdst_support import Member, Taker, cluster_members, texts_of
 from waiting import wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -60,9 +61,107 @@ def test_create_dst_on_one_instance_sets_them_on_both_and_producers_count_per_in
         session.create_producer(Q).send(TextMessage(member.brokerid))
         with pytest.raises(ResourceAllocationException, match="orders has 1 producer"):
             session.create_producer(Q)
-    for member in (b1, b2):  # the same consumer limits on each: an active one, a backup, no third
-        session = member.connection(stack).create_session()
-        session.create_consumer(Q)
-        session.create_consumer(Q)
+    # global: an active consumer and a backup in the whole cluster, no third on either
+    first = b1.connection(stack).create_session().create_consumer(Q)
+    wait_for(lambda: b2.host.broker.queues["orders"].elsewhere == 1, 10, "B2 to know B1's consumer")
+    session = b2.connection(stack).create_session()
+    session.create_consumer(Q)
+    for member in (b2, b1):
+        wait_for(lambda m=member: queue_of(m).elsewhere + len(queue_of(m).consumers) == 2, 10, "both consumers")
         with pytest.raises(ResourceAllocationException, match="maxNumActiveConsumers=1 plus maxNumBackupConsumers=1"):
-            session.create_consumer(Q)
+            member.connection(stack).create_session().create_consumer(Q)
+    assert first in queue_of(b1).consumers
+
+
+def queue_of(member: Any) -> Any:
+    return member.host.broker.queues["orders"]
+
+
+def create_orders(stack: Any, b1: Member, b2: Member, **more: str) -> None:
+    """Queue orders with one active consumer and one backup (and ``more``), made on both."""
+    catalogs = [open_cluster_destinations(m.cluster, m.host, 3600) for m in (b1, b2)]
+    for catalog in catalogs:
+        stack.callback(catalog.stop)
+    attributes = {"maxNumActiveConsumers": "1", "maxNumBackupConsumers": "1", **more}
+    command = Command("CREATE_DST", dst_type="q", destination="orders", attributes=attributes)
+    reply = destination_command(
+        b1.host, Principal("admin"), command, DestinationAttributes(), cluster=catalogs[0], instance="B1"
+    )
+    assert reply.status == OK and "not_yet" not in reply.data, reply.message
+
+
+def active_and_backup(stack: Any, b1: Member, b2: Member) -> tuple[Any, Any, Any]:
+    """(B1's connection, its consumer: the oldest, active; B2's: a backup, receiving)."""
+    conn = b1.connection(stack)
+    oldest = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE).create_consumer(Q)
+    wait_for(lambda: queue_of(b1).cluster_active == [oldest], 10, "B1's consumer active")
+    backup = b2.connection(stack).create_session(False, AckMode.CLIENT_ACKNOWLEDGE).create_consumer(Q)
+    wait_for(lambda: queue_of(b1).elsewhere == 1, 10, "B1 to know B2's consumer")
+    assert queue_of(b2).cluster_active == [] and queue_of(b2).elsewhere == 1
+    taker = Taker(backup)
+    stack.callback(taker.close)
+    return conn, oldest, taker
+
+
+def send(stack: Any, member: Member, texts: list[str]) -> None:
+    session = member.connection(stack).create_session()
+    producer = session.create_producer(Q)
+    for text in texts:
+        producer.send(session.create_text_message(text))
+
+
+def test_one_consumer_is_active_in_the_cluster_and_a_backup_on_another_takes_over_at_its_close(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    create_orders(stack, b1, b2)
+    conn, oldest, backup = active_and_backup(stack, b1, b2)
+    sent = [f"m{i}" for i in range(6)]
+    send(stack, b2, sent)  # (B2's own backup, receiving, takes none of them)
+    got: list[str] = []
+    texts_of(oldest, got, len(sent), 20)
+    assert got == sent and backup.texts == []
+    conn.close()  # unacknowledged: back to B1's queue, and B2's backup is the oldest now
+    wait_for(lambda: len(backup.texts) >= len(sent), 20, "the backup to get them")
+    assert backup.texts == sent and backup.redelivered == sent
+    assert queue_of(b2).cluster_active is not None and len(queue_of(b2).cluster_active) == 1
+
+
+def test_a_backup_becomes_active_when_the_active_consumers_instance_is_taken_over(members):
+    from bridgemgr.providers.embedded.cluster import instance_schema
+
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    create_orders(stack, b1, b2)
+    _, oldest, backup = active_and_backup(stack, b1, b2)
+    sent = [f"k{i}" for i in range(6)]
+    send(stack, b1, sent)
+    got: list[str] = []
+    texts_of(oldest, got, len(sent), 20)
+    assert got == sent and backup.texts == []
+    conn = b1.cluster.settings.jdbc.connect()
+    stack.callback(conn.close)
+    schema = instance_schema(b1.cluster.settings.clusterid, "B1")
+
+    def counted() -> int:
+        count = conn.execute(f'SELECT COUNT(*) FROM "{schema}".msgs WHERE dcount > 0').fetchone()[0]
+        conn.commit()
+        return int(count)
+
+    wait_for(lambda: counted() == len(sent), 10, "the delivery counts in B1's store")
+    conn.execute("UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 second' WHERE brokerid = 'B1'")
+    conn.commit()  # B1 died: its lease lapsed, and B2 takes its store over
+    assert b2.cluster.take_over() == ("B1", [])
+    wait_for(lambda: len(backup.texts) >= len(sent), 20, "the backup to get B1's messages")
+    assert backup.texts == sent and backup.redelivered == sent
+
+
+def test_a_backup_does_not_keep_its_instances_messages_from_a_local_delivery_preferred_queue(members):
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    create_orders(stack, b1, b2, localDeliveryPreferred="true")
+    _, oldest, backup = active_and_backup(stack, b1, b2)
+    sent = [f"p{i}" for i in range(4)]
+    send(stack, b2, sent)  # (B2 has a consumer, but no active one: they go to B1's)
+    got: list[str] = []
+    texts_of(oldest, got, len(sent), 20)
+    assert got == sent and backup.texts == []

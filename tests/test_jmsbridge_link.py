@@ -129,6 +129,33 @@ def test_transfers_in_order_with_mode_priority_and_properties(broker, bridges):
     assert c.received == 60 and c.to_dmq == 0
 
 
+@pytest.mark.slow
+def test_a_moving_link_publishes_what_a_reader_that_must_not_block_answers(broker, bridges, monkeypatch):
+    """info_now(): info() with the backlog the link's own thread read while it moved, for
+    a reader that must not wait for the broker (the management port's loop); nothing
+    before it moved, when that is no longer fresh (PUBLISHED_FRESH), paused or stopped."""
+    bridges.append(b := run(broker, bridge_xml(link_xml())))
+    (link,) = b.links
+    assert link.info_now() is None  # nothing published yet: ask info()
+    monkeypatch.setattr(link_module, "PUBLISHED_FRESH", 60.0)
+    send(broker, "src", [TextMessage(f"m{i}") for i in range(20)])
+    drain(broker, "dst", expect=20)
+    now = link.info_now()
+    assert now is not None and now.keys() == link.info().keys() and 0 <= now["backlog"] < 20
+    assert now["counters"]["received"] == 20 and b.link_info("l", now=True) == now
+    monkeypatch.setattr(link_module, "PUBLISHED_FRESH", 0.0)
+    assert link.info_now() is None and b.link_info("l", now=True) is None  # no longer fresh
+    assert b.link_info("l")["backlog"] == 0  # (read live)
+    monkeypatch.setattr(link_module, "PUBLISHED_FRESH", 60.0)
+    b.pause_link("l")
+    assert link.info_now() is None
+    b.resume_link("l")
+    b.stop()
+    assert link.info_now() is None and b.link_info("l")["state"] == "STOPPED"
+    with pytest.raises(KeyError):
+        b.link_info("nosuch")
+
+
 def test_same_priority_as_the_original(broker, bridges):
     send(broker, "src", ["low"], priority=1)
     send(broker, "src", ["high"], priority=9)

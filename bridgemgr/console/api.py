@@ -77,13 +77,16 @@ class Operations:
     ``authenticate(user, password)``: the user repository's check (blocking: a hash);
     ``verified(user, password)``: the user when those credentials passed it before (quick);
     ``may_act(user, peer)``: why ``user`` may not change anything, or None;
-    ``properties()``: the effective broker properties, secrets redacted."""
+    ``properties()``: the effective broker properties, secrets redacted;
+    ``read_now``: the answer to a command that needs no blocking call (answered on the
+    event loop, not by ``dispatch`` on a worker thread), or None."""
 
     dispatch: Callable[[Command], Reply]
     authenticate: Callable[[str, str], User | None]
     verified: Callable[[str, str], User | None]
     may_act: Callable[[User, str], str | None]
     properties: Callable[[], dict[str, str]]
+    read_now: Callable[[Command], Reply | None]
 
 
 @dataclass(frozen=True)
@@ -646,7 +649,8 @@ class ConsoleAPI:
             return Reply(exc.status, str(exc))
         assert isinstance(command, Command)  # an endpoint never asks for HELLO
         try:
-            return await asyncio.to_thread(self.ops.dispatch, command)
+            reply = self.ops.read_now(command)  # a link's GET while it moves: on the loop
+            return reply if reply is not None else await asyncio.to_thread(self.ops.dispatch, command)
         except Exception as exc:  # a bug in a bridge must not take the port down
             log.exception("management port: %s failed", command)
             return Reply(ERROR, f"the operation failed: {exc}")

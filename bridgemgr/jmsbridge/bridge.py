@@ -185,6 +185,19 @@ class JMSBridge:
         rows = [self._link_info(config, cfg) for cfg in config.links] if config is not None else []
         return {"name": self.name, "type": self.type, "state": self.state.value, "links": rows}
 
+    def link_info(self, name: str, now: bool = False) -> dict[str, Any] | None:
+        """Link ``name``'s row of info() (KeyError: the configuration has no such link);
+        ``now``: without a call that may block (LinkRunner.info_now), None when the link
+        has published nothing fresh."""
+        config = self.config
+        cfg = next((c for c in config.links if c.name == name), None) if config is not None else None
+        if config is None or cfg is None:
+            raise KeyError(name)
+        link = self._links.get(name)
+        if link is not None and now:
+            return link.info_now()
+        return self._link_info(config, cfg)
+
     def _link_info(self, config: BridgeConfig, cfg: LinkConfig) -> dict[str, Any]:
         link = self._links.get(cfg.name)
         if link is not None:

@@ -38,6 +38,7 @@ from .excuses import Excuses, excuses_path, outage
 from .largest import LargestMessage, largest_path
 from .pipeline import (
     CONNECTION_LOST,
+    EMBEDDED_PROVIDER,
     RETRIED,
     Action,
     DMQReason,
@@ -68,6 +69,13 @@ _DELIVERY_COUNT = HEADER_FIELDS.index("delivery_count")
 PREFETCH_WINDOWS = 3
 # How long a full window waits for its oldest send before it completes the unit whole.
 HEAD_WAIT = 1.0
+# A moving link's thread reads its source backlog this often (ms) and publishes it; readers
+# that must not block (info_now: the management port's loop) take it while it is fresher
+# than PUBLISHED_FRESH seconds (an idle, paused or stuck link: they read it live). Only from
+# this project's broker (a lock and a len in process, nothing over mq://): another
+# provider's backlog may be a round trip it caches (AMQP), which readers would then see late.
+PUBLISH_EVERY_MS = 100
+PUBLISHED_FRESH = 0.3
 
 # What connecting the target again after it failed under a window may raise.
 _TARGET_GONE: tuple[type[BaseException], ...] = (ConnectError, *CONNECTION_LOST)
@@ -148,6 +156,8 @@ class Link(RunnerBase):
         self._down_attempts = 0
         self._was_connected = False
         self._setting_up = setup.config.source.connection_factory_ref  # the factory _connect is at
+        self._published: tuple[float, int | None] | None = None  # (time.monotonic(), backlog())
+        self._publishes = False  # the source's backlog is published (decided when connecting)
 
     def backlog(self) -> int | None:
         """The source consumer's backlog at its provider (read from another thread: a
@@ -159,6 +169,13 @@ class Link(RunnerBase):
             return consumer.backlog()
         except Exception:
             return None
+
+    def published_backlog(self) -> tuple[int | None] | None:
+        published = self._published
+        if published is None or self.lifecycle.state is not State.STARTED:
+            return None
+        at, backlog = published
+        return (backlog,) if time.monotonic() - at <= PUBLISHED_FRESH else None
 
     # --- commands (any thread; RunnerBase checked the state table) ---------------------------
     def _on_start(self, timeout: float | None) -> State:
@@ -347,6 +364,7 @@ class Link(RunnerBase):
         assert self._target is not None
         source_provider = self._source.handle.provider_name
         target_provider = self._target.handle.provider_name
+        self._publishes = source_provider == EMBEDDED_PROVIDER
         self._plan = LinkPlan(
             bridge_name=self.bridge_name,
             link_name=self.name,
@@ -450,6 +468,7 @@ class Link(RunnerBase):
                 lease.release(broken)
         self._txn = self._consumer = self._producer = self._source_session = None
         self._source = self._target = None
+        self._published = None
 
     # --- the transfer loop --------------------------------------------------------------------
     def _loop(self) -> None:
@@ -460,6 +479,8 @@ class Link(RunnerBase):
         batch = self.batch
         pending = batch.pending
         counters = self.counters
+        largest, excused, clock = self.largest, batch.excused, now_ms
+        publishes, publish_at = self._publishes, 0  # (ms) when the backlog is published next
         seen = -1
         try:
             while True:
@@ -487,26 +508,26 @@ class Link(RunnerBase):
                             raise ConnectionLost(f"{end}: {lease.handle.describe_failure()}")
                     self._release_idle_target()
                     continue
-                if (
-                    message.redelivered
-                    and self.settler.units
-                    and not self._settle(pending, wait=True, received=message)
-                ):
-                    continue  # a unit behind failed: the open one, this message with it, is undone
-                counters.received += 1
                 if message.redelivered:
+                    if self.settler.units and not self._settle(pending, wait=True, received=message):
+                        continue  # a unit behind failed: the open one, this message with it, is undone
                     counters.redelivered += 1
-                ctx = ProcessingContext(message, now_ms(), size=message.size())
-                if self.largest.saw(ctx.size):
+                counters.received += 1
+                size = message.size()
+                ctx = ProcessingContext(message, clock(), size=size)
+                if size > largest.size and largest.saw(size):
                     self._bound_prefetch()
-                if batch.excused:
-                    ctx.excused = batch.excused.get(ctx.headers[_MESSAGE_ID])
+                if excused:
+                    ctx.excused = excused.get(ctx.headers[_MESSAGE_ID])
                 try:
                     self._handle(ctx, plan, pending)
                 except CONNECTION_LOST as exc:
                     raise ConnectionLost(f"{ctx.stage.value}: {exc}") from exc
-                if batch.full():
-                    self._complete(pending)
+                if len(pending) >= batch.size or 0 < batch.max_bytes <= pending.bytes or batch.one_by_one:
+                    self._complete(pending)  # (Batch.full(), inline: it runs for every message)
+                if publishes and ctx.now >= publish_at:
+                    publish_at = ctx.now + PUBLISH_EVERY_MS
+                    self._published = (time.monotonic(), self.backlog())
         except (ConnectionLost, TxLogError) as exc:
             batch.undone(pending, exc)  # they come back after the reconnect (or a restart)
             raise
@@ -566,7 +587,7 @@ class Link(RunnerBase):
                 pending.append(ctx)
                 if gone:  # take the answers that came before the loss; resend the rest
                     self._confirm(pending)
-                elif windowed and (len(self._outstanding) >= self.window or batch.bytes_reached(pending)):
+                elif windowed and (len(self._outstanding.slots) >= self.window or 0 < batch.max_bytes <= pending.bytes):
                     if self._slides:
                         self._slide(pending)
                     else:
@@ -678,13 +699,16 @@ class Link(RunnerBase):
             self._producer.flush()
         except CONNECTION_LOST as exc:
             lost = exc
-        outcomes = window.settled()
-        resend = [ctx for ctx, error in outcomes if _lost(error)] + window.unsettled()
-        lost = lost or next((error for _, error in outcomes if _lost(error)), None)
+        failed = [(ctx, error) for ctx, error in window.settled() if error is not None]
+        unanswered = window.unsettled() if len(window) else []
+        if not failed and not unanswered:  # the common case: every send confirmed
+            return
+        resend = [ctx for ctx, error in failed if _lost(error)] + unanswered
+        lost = lost or next((error for _, error in failed if _lost(error)), None)
         retried: tuple[ProcessingContext, JMSException] | None = None
         refused = False
-        for ctx, error in outcomes:
-            if error is None or _lost(error):
+        for ctx, error in failed:
+            if _lost(error):
                 continue
             if isinstance(error, RETRIED):
                 retried = retried or (ctx, error)

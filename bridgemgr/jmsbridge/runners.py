@@ -122,6 +122,8 @@ class LinkRunner(Protocol):
 
     def info(self) -> dict[str, object]: ...
 
+    def info_now(self) -> dict[str, object] | None: ...
+
 
 LinkRunnerFactory = Callable[[LinkSetup, RunnerContext], LinkRunner]
 _runners: dict[str, LinkRunnerFactory] = {}
@@ -223,8 +225,23 @@ class RunnerBase(ABC):
         """Messages waiting at the source, where its provider can tell; else None."""
         return None
 
+    def published_backlog(self) -> tuple[int | None] | None:
+        """The source backlog as the runner's own thread read it moments ago (a 1-tuple,
+        its value None where unknown), or None when only backlog() can tell: what a reader
+        that must not block (the management port's event loop) may answer with."""
+        return None
+
     def info(self) -> dict[str, object]:
         """What the admin `list link` shows, plus the counters and the source backlog."""
+        return self._info(self.backlog())
+
+    def info_now(self) -> dict[str, object] | None:
+        """info() without a call that may block (the provider's backlog): the backlog the
+        runner published (published_backlog()); None when it has none fresh."""
+        published = self.published_backlog()
+        return None if published is None else self._info(published[0])
+
+    def _info(self, backlog: int | None) -> dict[str, object]:
         return {
             "name": self.name,
             "state": self.state.value,
@@ -233,5 +250,5 @@ class RunnerBase(ABC):
             "transacted": self.transacted,
             "transaction": self.setup.transaction.kind,
             "counters": self.counters.snapshot(),
-            "backlog": self.backlog(),
+            "backlog": backlog,
         }

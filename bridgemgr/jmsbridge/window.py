@@ -36,7 +36,12 @@ class _Slot(Generic[T]):
         self.error: JMSException | None = None
 
     def on_completion(self, message: Message) -> None:
-        self.window._settle(self, None)
+        window = self.window
+        with window._lock:  # (inline: a window settles a thousand of these per flush)
+            if not self.settled:
+                self.settled = True
+                if window._waiting:
+                    window._changed.notify_all()
 
     def on_exception(self, message: Message, exception: JMSException) -> None:
         self.window._settle(self, exception)
@@ -46,37 +51,40 @@ class ConfirmWindow(Generic[T]):
     """The outstanding sends of one producer, oldest first."""
 
     def __init__(self) -> None:
-        self._lock = threading.Condition()
-        self._slots: deque[_Slot[T]] = deque()
+        self._lock = threading.Lock()  # a plain lock: settling is the hot path
+        self._changed = threading.Condition(self._lock)  # a slot settled (confirmed_head waits)
+        self._waiting = 0  # threads in confirmed_head(): only then is a settle notified
+        self.slots: deque[_Slot[T]] = deque()  # oldest first; others only read its len()
 
     def __len__(self) -> int:
         """Sends not yet handed back by settled() (settled or not)."""
-        return len(self._slots)
+        return len(self.slots)
 
     def add(self, item: T) -> _Slot[T]:
         """A listener for the next send of ``item`` (pass it to send_async)."""
         slot = _Slot(self, item)
         with self._lock:
-            self._slots.append(slot)
+            self.slots.append(slot)
         return slot
 
     def cancel(self, slot: _Slot[T]) -> None:
         """send_async() raised: that send never left, its listener is never called."""
         with self._lock:
-            self._slots.remove(slot)
+            self.slots.remove(slot)
 
     def _settle(self, slot: _Slot[T], error: JMSException | None) -> None:
         with self._lock:
             if not slot.settled:
                 slot.settled, slot.error = True, error
-                self._lock.notify_all()
+                if self._waiting:
+                    self._changed.notify_all()
 
     def settled(self) -> list[tuple[T, JMSException | None]]:
         """Take the settled prefix, oldest first: (item, None) confirmed, (item, error)
         failed. Each send is handed back once."""
         out: list[tuple[T, JMSException | None]] = []
         with self._lock:
-            slots = self._slots
+            slots = self.slots
             while slots and slots[0].settled:
                 slot = slots.popleft()
                 out.append((slot.item, slot.error))
@@ -87,8 +95,12 @@ class ConfirmWindow(Generic[T]):
         the oldest sends that are confirmed, in order, without taking them (confirmed()
         does). Empty when the oldest is not settled in time, or failed."""
         with self._lock:
-            slots = self._slots
-            self._lock.wait_for(lambda: not slots or slots[0].settled, timeout)
+            slots = self.slots
+            self._waiting += 1
+            try:
+                self._changed.wait_for(lambda: not slots or slots[0].settled, timeout)
+            finally:
+                self._waiting -= 1
             head = []
             for slot in slots:
                 if not slot.settled or slot.error is not None:
@@ -100,12 +112,12 @@ class ConfirmWindow(Generic[T]):
         """Take the ``count`` oldest sends (confirmed_head() gave them)."""
         with self._lock:
             for _ in range(count):
-                self._slots.popleft()
+                self.slots.popleft()
 
     def unsettled(self) -> list[T]:
         """Take every send still waiting (after flush() returned: a provider that broke its
         promise), oldest first; the window is empty afterwards."""
         with self._lock:
-            items = [slot.item for slot in self._slots]
-            self._slots.clear()
+            items = [slot.item for slot in self.slots]
+            self.slots.clear()
         return items

@@ -882,8 +882,9 @@ class ClientConnection:
     def _xa_rollback(self, xid: Xid) -> Deferred:
         return Deferred(partial(self.broker.xa_rollback, xid))
 
-    def _xa_recover(self, flags: int) -> list[list[Any]]:
-        return [[x.format_id, x.gtrid, x.bqual] for x in self.broker.xa_recover()]
+    def _xa_recover(self, flags: int) -> Deferred:
+        # (off the loop: on an HA instance it reads the peers' stores, clusterxa.py)
+        return Deferred(lambda: [[x.format_id, x.gtrid, x.bqual] for x in self.broker.xa_recover()])
 
     def _xa_forget(self, xid: Xid) -> None:
         self.broker.xa_forget(xid)

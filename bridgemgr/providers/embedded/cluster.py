@@ -117,13 +117,25 @@ def cluster_settings(props: BrokerProperties) -> ClusterSettings | None:
     if not clusterid or not brokerid:
         raise StoreError("imq.cluster.ha=true needs imq.cluster.clusterid and imq.brokerid")
     base = jdbc_settings(props, brokerid)
+    heartbeat, monitor = (
+        float(props.get("imq.cluster.heartbeat.interval")),
+        float(props.get("imq.cluster.monitor.interval")),
+    )
     return ClusterSettings(
         clusterid,
         brokerid,
-        float(props.get("imq.cluster.heartbeat.interval")),
-        float(props.get("imq.cluster.monitor.interval")),
-        dataclasses.replace(base, schema=cluster_schema(clusterid), brokerid=brokerid),
+        heartbeat,
+        monitor,
+        dataclasses.replace(
+            base, schema=cluster_schema(clusterid), brokerid=brokerid, idle_timeout=idle_timeout(heartbeat, monitor)
+        ),
     )
+
+
+def idle_timeout(heartbeat: float, monitor: float) -> float:
+    """Seconds an HA connection's transaction may sit idle (JdbcSettings.idle_timeout): a
+    paused process's lock on its lease row delays a takeover by this much at most."""
+    return max(heartbeat, monitor / 3)
 
 
 def store_settings(props: BrokerProperties, generation: int | None = None) -> JdbcSettings:
@@ -135,17 +147,24 @@ def store_settings(props: BrokerProperties, generation: int | None = None) -> Jd
         return jdbc_settings(props, props.get("imq.instancename"))
     if generation is None:  # (its every write would be fenced)
         raise StoreError(f"HA broker {ha.brokerid}: its store opens only after it joined its cluster")
-    table = f'"{ha.jdbc.schema}".{BROKERS}'
     return dataclasses.replace(
         ha.jdbc,
         schema=instance_schema(ha.clusterid, ha.brokerid),
         txlog_schema=ha.jdbc.schema,
         generation=generation,
-        fence=Fence(
-            f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
-            f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
-        ),
+        fence=lease_fence(f'"{ha.jdbc.schema}".{BROKERS}'),
     )
+
+
+def lease_fence(table: str) -> Fence:
+    """How a transaction fences on a lease row of ``table`` (imq_ha_brokers)."""
+    return Fence(
+        f"SELECT 1 FROM {table} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE",
+        f"SELECT generation, state, taken_by FROM {table} WHERE brokerid = %s",
+    )
+
+
+_FENCE = lease_fence(BROKERS)  # (the cluster's schema is a cluster connection's search path)
 
 
 def instance_schema(clusterid: str, brokerid: str) -> str:
@@ -193,6 +212,19 @@ class HACluster:
         store = host.broker.store
         if store is not None and isinstance(store.database, PostgresDatabase):
             store.database.on_fenced = self._fenced_write
+
+    def fence(self, cur: Any) -> None:
+        """First in a transaction that writes the cluster's shared rows (its destinations,
+        counts, demand, durables, XA decisions): lock our lease row FOR SHARE while it holds
+        this process's generation, live, so a takeover waits for the commit; else tell the
+        service (which ends this process) and raise StoreError: nothing is written."""
+        cur.execute(_FENCE.check, (self.brokerid, self.generation))
+        if cur.fetchone() is not None:
+            return
+        cur.execute(_FENCE.holder, (self.brokerid,))
+        reason = self._replaced_by(cur.fetchone())
+        self._fenced_write(reason)
+        raise StoreError(f"{self.settings.jdbc.where}: fenced: {reason}; it writes nothing more")
 
     def _fenced_write(self, reason: str) -> None:
         """(A store writer, its database lock held) tell the service on a thread of its
@@ -491,7 +523,10 @@ class HACluster:
             row = cur.fetchone()
             return None if row is None else tuple(row)
 
-        row = self._transaction(read)
+        return self._replaced_by(self._transaction(read))
+
+    def _replaced_by(self, row: tuple[Any, ...] | None) -> str:
+        """The ERROR line's words for our lease row (generation, state, taken_by) now."""
         me = f"broker {self.brokerid} generation {self.generation}"
         if row is None:
             return f"{me} lost its lease row in HA cluster {self.settings.clusterid}"

@@ -13,7 +13,7 @@ is deleted. Every PUBLISH seconds the thread writes this instance's destinations
 counts into imq_ha_dstcounts, which list dst on any instance reads, with their age.
 
 Rules: the broker's lock is never held while the database is waited for; the thread's
-work and the admin commands' have a connection each.
+work and the admin commands' have a connection each; every write fences on the lease.
 
 Design notes: docs/ha.md#internals-providersembeddedclustercatalogpy.
 """
@@ -117,6 +117,7 @@ class ClusterDestinations:
         mine = {key: _limits_to_json(limits) for key, limits in dict(self.broker.configured).items()}
 
         def seed(cur: Any) -> None:
+            self.cluster.fence(cur)
             for key, limits in sorted(mine.items()):
                 cur.execute(
                     f"INSERT INTO {CATALOG}(dkey, limits, destroyed, version, brokerid) "
@@ -135,9 +136,7 @@ class ClusterDestinations:
         if self._thread is not None:
             self._thread.join(30)
         try:
-            self._transaction(
-                "work", lambda cur: cur.execute(f"DELETE FROM {COUNTS} WHERE brokerid = %s", (self.brokerid,))
-            )
+            self._transaction("work", self._unpublish)
         except StoreError as exc:
             log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
         for conn in self._conns.values():
@@ -192,14 +191,15 @@ class ClusterDestinations:
             self._apply_one(key, limits, destroyed, again)
             self.applied = max(self.applied, version)
         if rows:
-            self._transaction(
-                "work",
-                lambda cur: cur.execute(
-                    f"INSERT INTO {APPLIED}(brokerid, version) VALUES (%s, %s) "
-                    "ON CONFLICT (brokerid) DO UPDATE SET version = EXCLUDED.version",
-                    (self.brokerid, self.applied),
-                ),
-            )
+            self._transaction("work", self._write_applied)
+
+    def _write_applied(self, cur: Any) -> None:
+        self.cluster.fence(cur)
+        cur.execute(
+            f"INSERT INTO {APPLIED}(brokerid, version) VALUES (%s, %s) "
+            "ON CONFLICT (brokerid) DO UPDATE SET version = EXCLUDED.version",
+            (self.brokerid, self.applied),
+        )
 
     def reconcile(self) -> None:
         """Have the thread apply the whole catalog again, now: a takeover brought another
@@ -236,6 +236,7 @@ class ClusterDestinations:
         text = None if destroyed or limits is None else _limits_to_json(limits)
 
         def write(cur: Any) -> int:
+            self.cluster.fence(cur)  # a replaced process's word is no administrator's
             cur.execute(
                 f"INSERT INTO {CATALOG} AS c(dkey, limits, destroyed, version, brokerid) "
                 f"VALUES (%s, %s, %s, nextval('{CATALOG}_version'), %s) ON CONFLICT (dkey) DO UPDATE SET "
@@ -306,14 +307,22 @@ class ClusterDestinations:
             }
             for dest, attributes, counts, state in self.host.list_destinations(_CLUSTER)
         ]
-        self._transaction(
-            "work",
-            lambda cur: cur.execute(
+        text = json.dumps(rows)
+
+        def write(cur: Any) -> None:
+            self.cluster.fence(cur)  # (a new process of our broker id publishes its own)
+            cur.execute(
                 f"INSERT INTO {COUNTS}(brokerid, published, rows) VALUES (%s, now(), %s) "
                 "ON CONFLICT (brokerid) DO UPDATE SET published = EXCLUDED.published, rows = EXCLUDED.rows",
-                (self.brokerid, json.dumps(rows)),
-            ),
-        )
+                (self.brokerid, text),
+            )
+
+        self._transaction("work", write)
+
+    def _unpublish(self, cur: Any) -> None:
+        """At stop: our counts go (fenced: not those of a new process of our broker id)."""
+        self.cluster.fence(cur)
+        cur.execute(f"DELETE FROM {COUNTS} WHERE brokerid = %s", (self.brokerid,))
 
     def peer_rows(self) -> list[tuple[str, float, list[dict[str, Any]]]]:
         """The other live instances' published destinations: (broker id, age in seconds,

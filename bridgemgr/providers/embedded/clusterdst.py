@@ -37,7 +37,7 @@ from ...jms.errors import JMSException, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from ...logfiles import COUNTED
-from .cluster import BROKERS, LIVE, instance_schema
+from .cluster import BROKERS, instance_schema
 from .pgstore import close_quietly, in_transaction, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
 from .state import Subscription, _owned, log, now_ms
@@ -48,6 +48,8 @@ if TYPE_CHECKING:
     from .host import EmbeddedHostBroker
 
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
+STAMPS = "imq_ha_consumer_stamps"  # a consumer's place in the cluster's order (maxNumActiveConsumers)
+SEEN = "imq_ha_durables_seen"  # broker id -> the highest imq_ha_durables version it mirrored
 CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
 FIRST = 50  # rows at most of a handoff to a peer with nothing waiting: its consumers start sooner
@@ -62,9 +64,19 @@ _TABLES = (
     f"CREATE INDEX IF NOT EXISTS {INBOX}_target ON {INBOX}(target, id)",
     f"CREATE TABLE IF NOT EXISTS {DURABLES}(client_id TEXT NOT NULL, name TEXT NOT NULL, topic TEXT NOT NULL, "
     "selector TEXT, no_local INTEGER NOT NULL, owner TEXT, PRIMARY KEY (client_id, name))",
+    f"ALTER TABLE {DEMAND} ADD COLUMN IF NOT EXISTS stamps TEXT",  # (made by an older version)
+    f"CREATE SEQUENCE IF NOT EXISTS {STAMPS}",
+    # a durable subscription's row is versioned and, once unsubscribed, a tombstone; each
+    # instance records the highest version it mirrored (its store's copies are that new)
+    f"ALTER TABLE {DURABLES} ADD COLUMN IF NOT EXISTS version BIGINT NOT NULL DEFAULT 0",
+    f"ALTER TABLE {DURABLES} ADD COLUMN IF NOT EXISTS deleted BOOLEAN NOT NULL DEFAULT false",
+    f"CREATE SEQUENCE IF NOT EXISTS {DURABLES}_version",
+    f"CREATE TABLE IF NOT EXISTS {SEEN}(brokerid TEXT PRIMARY KEY, version BIGINT NOT NULL)",
 )
 _PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
+_STAMP_LOCK = 0x494D5153  # ...and stamps consumers and reads the others' at a time
+Demand = dict[str, tuple[int, str | None, int, str | None]]  # qkey -> consumers, selectors, backlog, stamps
 
 
 def channel(clusterid: str, brokerid: str) -> str:
@@ -106,7 +118,7 @@ class _Parker:
         if message is not None:
             if not any(p.credit and p.takes(message) for p in self.peers):
                 return False
-            if any(w is not self and w.can_take(message) for w in self.queue.waiters):
+            if any(w is not self and w.can_take(message) and self.queue.is_active(w) for w in self.queue.waiters):
                 return False
         return True
 
@@ -128,16 +140,16 @@ class _Nudge:
 
 
 def _active(mq: MessageQueue) -> list[Any]:
-    """The consumers of ``mq`` that take messages now (under the broker's lock)."""
-    return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False)]
+    """The consumers of ``mq`` that take messages now, not backups (under the broker's lock)."""
+    return [c for c in mq.consumers if not c.closed and getattr(c.connection, "started", False) and mq.is_active(c)]
 
 
-def _shape(demand: dict[str, tuple[int, str | None, int]]) -> dict[str, tuple[int, str | None, int]]:
-    """What of our demand is worth telling the peers at once: consumers, selectors, and
-    the backlog in steps of a quarter of a consumer's credit."""
+def _shape(demand: Demand) -> Demand:
+    """What of our demand is worth telling the peers at once: consumers, selectors, the
+    backlog in steps of a quarter of a consumer's credit, and the consumers' stamps."""
     return {
-        k: (n, sel, backlog if k.startswith("t:") else backlog // (CREDIT // 4))
-        for k, (n, sel, backlog) in demand.items()
+        k: (n, sel, backlog if k.startswith("t:") else backlog // (CREDIT // 4), stamps)
+        for k, (n, sel, backlog, stamps) in demand.items()
     }
 
 
@@ -147,22 +159,28 @@ def _selectors(selectors: list[Selector | None]) -> str | None:
     return None if any(t is None for t in texts) else json.dumps(sorted(set(texts)))
 
 
-def _local_demand(broker: Broker) -> dict[str, tuple[int, str | None, int]]:
-    """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog)
-    of our queues (not temporary ones) and durable subscriptions with active consumers
-    (under the broker's lock)."""
-    out: dict[str, tuple[int, str | None, int]] = {}
+def _local_demand(broker: Broker) -> Demand:
+    """qkey -> (active consumers, their selectors as JSON (None: one takes any), backlog,
+    None) of our queues (not temporary ones, nor those with maxNumActiveConsumers: see
+    _ranked_demand) and durable subscriptions with active consumers (under the lock)."""
+    out: Demand = {}
     for mq in broker.queues.values():
-        if mq.deleted or mq.topic is not None or mq.limits.is_local_only:
+        if mq.deleted or mq.topic is not None or mq.limits.is_local_only or _ranked(mq):
             continue
         active = _active(mq)
         if active:
-            out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq))
+            out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq), None)
     for sub in broker.durable.values():  # (its queue selects at publish: its consumers take any)
         mq = sub.queue
         if not mq.limits.is_local_only and (active := _active(mq)):
-            out[mq.key] = (len(active), None, len(mq))
+            out[mq.key] = (len(active), None, len(mq), None)
     return out
+
+
+def _ranked(mq: MessageQueue) -> bool:
+    """Are ``mq``'s consumers active or backups in the cluster's order (a queue of ours
+    with maxNumActiveConsumers, not local only)?"""
+    return mq.topic is None and mq.limits.max_num_active_consumers >= 0 and not mq.limits.is_local_only
 
 
 def _subscribers(broker: Broker, topic: str) -> list[MessageQueue]:
@@ -197,9 +215,6 @@ class ClusterQueues:
     def __init__(self, cluster: HACluster, broker: Broker) -> None:
         self.cluster, self.broker = cluster, broker
         self.settings, self.brokerid = cluster.settings, cluster.brokerid
-        # as the store's fence: the lease is our generation's, live (FOR SHARE: a takeover
-        # of us waits for our move, or our move finds it and fails)
-        self._fence = f"SELECT 1 FROM {BROKERS} WHERE brokerid = %s AND generation = %s AND state = '{LIVE}' FOR SHARE"
         self._schema = instance_schema(self.settings.clusterid, self.brokerid)  # our store's
         self._halt = threading.Event()
         self._wake = threading.Event()
@@ -211,6 +226,10 @@ class ClusterQueues:
         # our non-durable subscriptions' versions: a peer's copy of a message published
         # when it knew version V goes to ours of version <= V (made before it was published)
         self._versions: weakref.WeakKeyDictionary[MessageQueue, int] = weakref.WeakKeyDictionary()
+        # our consumers' places in the cluster's order (queues with maxNumActiveConsumers),
+        # and those the next advertisement stamps, by qkey
+        self._stamps: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+        self._fresh: dict[str, list[Any]] = {}
         self._version = 0
         self._selected: dict[str, str | None] = {}  # a proxy's selectors, as advertised
         self._dead: set[str] = set()  # broker ids taken over (not one whose lease lapsed: it may renew)
@@ -220,6 +239,7 @@ class ClusterQueues:
         # (client id, name) of a durable subscription -> the peer its subscriber is attached to
         self._attached: dict[tuple[str, str], str] = {}
         self._conns: dict[str, Any] = {}
+        self._seen: int | None = None  # the imq_ha_durables version we mirrored (None: not read yet)
         self.handed_off = 0  # messages handed to other instances (tests, logs)
         self.taken_in = 0  # messages other instances handed to us
 
@@ -240,18 +260,20 @@ class ClusterQueues:
         return in_transaction(self._conns, role, self._conn, f"{self.settings.jdbc.where}: cluster-wide queues", work)
 
     def _fenced(self, cur: Any) -> None:
-        cur.execute(self._fence, (self.brokerid, self.cluster.generation))
-        self._check_fence(cur)
+        """As the store's fence: the lease is our generation's, live (FOR SHARE: a takeover
+        of us waits for our write, or our write finds it and fails, and this process ends)."""
+        self.cluster.fence(cur)
 
-    def _check_fence(self, cur: Any) -> None:
-        """StoreError unless ``cur``'s fence query found our lease."""
-        if cur.fetchone() is None:
-            raise StoreError(f"fenced: broker {self.brokerid} generation {self.cluster.generation} was replaced")
+    def _clear_demand(self, cur: Any) -> None:
+        """Our demand rows go (at start and stop), fenced: not a new process's of our id."""
+        self._fenced(cur)
+        cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
 
     def create_tables(self) -> None:
         def create(cur: Any) -> None:
             cur.execute(
-                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s)", (DEMAND, f"{INBOX}_target", DURABLES)
+                "SELECT to_regclass(%s), to_regclass(%s), to_regclass(%s), to_regclass(%s), to_regclass(%s)",
+                (DEMAND, f"{INBOX}_target", DURABLES, STAMPS, SEEN),
             )
             if None not in cur.fetchone():
                 return  # (CREATE INDEX IF NOT EXISTS would lock the inbox: peers' moves wait)
@@ -269,9 +291,7 @@ class ClusterQueues:
             self.broker.temp_home = self.brokerid  # temp.<brokerid>.<id>: peers route there
             self.broker.remote_temporary = self._remote_temporary
             self.broker.remote_durable = self._attached_to
-        self._transaction(
-            "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
-        )
+        self._transaction("work", self._clear_demand)
         with self.broker.lock:
             demand = self._demand()
         self.advertise(demand, True)  # the peers' subscriptions, durables, temporaries: known now
@@ -292,9 +312,7 @@ class ClusterQueues:
             self.broker.remote_temporary = None
             self.broker.remote_durable = None
         try:
-            self._transaction(
-                "work", lambda cur: cur.execute(f"DELETE FROM {DEMAND} WHERE brokerid = %s", (self.brokerid,))
-            )
+            self._transaction("work", self._clear_demand)
         except StoreError as exc:
             log.warning("HA cluster %s: %s", self.settings.clusterid, exc)
         for conn in self._conns.values():
@@ -311,7 +329,8 @@ class ClusterQueues:
             try:
                 with self.broker.lock:
                     demand = self._demand()
-                    durables = bool(self.broker.cluster_durables)  # made or removed here
+                    # durables made or removed here, consumers to stamp
+                    durables = bool(self.broker.cluster_durables or self._fresh)
                 now, changed = time.monotonic(), _shape(demand) != shape or durables
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
@@ -351,11 +370,12 @@ class ClusterQueues:
                 self._halt.wait(1)
 
     # --- advertising ------------------------------------------------------------------------
-    def _demand(self) -> dict[str, tuple[int, str | None, int]]:
+    def _demand(self) -> Demand:
         """What we advertise (under the broker's lock): our queues' demand, and per topic
         ``t:NAME`` our non-durable subscriptions (how many, their selectors, and in place
         of a backlog the newest one's version)."""
         out = _local_demand(self.broker)
+        self._ranked_demand(out)
         for topic in list(self.broker.topics):
             subs = _subscribers(self.broker, topic)
             if not subs:
@@ -368,17 +388,65 @@ class ClusterQueues:
                 len(subs),
                 _selectors([mq.selector for mq in subs]),
                 max(map(self._versions.__getitem__, subs)),
+                None,
             )
         for name in self.broker.temporary:  # (so that a peer's send to one that is gone fails)
-            out[f"tmp:{name}"] = (0, None, 0)
+            out[f"tmp:{name}"] = (0, None, 0, None)
         return out
+
+    def _ranked_demand(self, out: Demand) -> None:
+        """Our queues with maxNumActiveConsumers into ``out`` (under the lock): a row while
+        they have consumers, active or backups, with the stamps of those (a JSON list; the
+        advertisement stamps the new ones, in _fresh) and as consumers the active ones."""
+        self._fresh = {}
+        for mq in self.broker.queues.values():
+            if mq.deleted or not _ranked(mq):
+                continue
+            consumers = [c for c in mq.consumers if not c.closed]
+            if not consumers:
+                continue
+            fresh = [c for c in consumers if c not in self._stamps]
+            if fresh:
+                self._fresh[mq.key] = fresh
+            active = _active(mq)
+            stamps = json.dumps([self._stamps[c] for c in consumers if c in self._stamps])
+            out[mq.key] = (len(active), _selectors([c.selector for c in active]), len(mq), stamps)
+
+    def _stamp(self, cur: Any, demand: Demand, fresh: dict[str, list[Any]]) -> dict[str, list[int]]:
+        """In the advertisement's transaction: a stamp from the cluster's sequence for each
+        new consumer, in ``demand``'s rows (a copy); holding the stamp lock to the commit,
+        so the peers' rows read after it hold every consumer stamped before ours."""
+        cur.execute("SELECT pg_advisory_xact_lock(%s)", (_STAMP_LOCK,))
+        cur.execute(f"SELECT nextval('{STAMPS}') FROM generate_series(1, %s)", (sum(map(len, fresh.values())),))
+        numbers = iter(sorted(row[0] for row in cur.fetchall()))
+        stamped = {qkey: [next(numbers) for _ in new] for qkey, new in fresh.items()}
+        for qkey, stamps in stamped.items():
+            n, selectors, backlog, known = demand[qkey]
+            demand[qkey] = (n, selectors, backlog, json.dumps(json.loads(known or "[]") + stamps))
+        return stamped
+
+    def _rank(self, elsewhere: dict[str, list[int]]) -> None:
+        """Which of our consumers of each queue with maxNumActiveConsumers are active
+        (under the lock): those among the cluster's first (the lowest stamps, ours and the
+        live peers'); one not stamped yet waits for its stamp. A change wakes the waiters."""
+        for mq in self.broker.queues.values():
+            theirs = elsewhere.get(mq.key, []) if _ranked(mq) else []
+            ranked = None
+            if _ranked(mq):
+                ours = [(self._stamps[c], c) for c in mq.consumers if c in self._stamps and not c.closed]
+                order = sorted([(s, None) for s in theirs] + ours, key=lambda entry: entry[0])
+                ranked = [c for _, c in order[: mq.limits.max_num_active_consumers] if c is not None]
+            mq.elsewhere = len(theirs)
+            if ranked != mq.cluster_active:
+                mq.cluster_active = ranked
+                mq.wake_all()  # a consumer made active takes now, a backup stops
 
     def remote_subscribers(self, topic: str) -> list[str]:
         """The other instances whose subscribers of ``topic`` our publishers reach now."""
         with self.broker.lock:
             return sorted(mq.key.split(":")[1] for mq in self.broker.topics.get(topic, ()) if mq.key.startswith("r:"))
 
-    def advertise(self, demand: dict[str, tuple[int, str | None, int]], changed: bool) -> None:
+    def advertise(self, demand: Demand, changed: bool) -> None:
         """Write our queues' ``demand`` (rows that differ: a peer's handoff raises our
         backlog there; ``changed``: NOTIFY the peers), and read the peers' into parkers."""
         me = self.brokerid
@@ -386,25 +454,29 @@ class ClusterQueues:
             changes = list(self.broker.cluster_durables or ())
             if self.broker.cluster_durables is not None:
                 self.broker.cluster_durables.clear()
+            fresh, self._fresh = self._fresh, {}
+        written = dict(demand)
 
-        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], dict[tuple[str, str], tuple[Any, ...]]]:
+        def write(cur: Any) -> tuple[list[Any], dict[str, str | None], Any]:
+            self._fenced(cur)  # our demand and durables: not a replaced process's
+            stamped.update(self._stamp(cur, written, fresh) if fresh else {})
             cur.execute(
                 f"DELETE FROM {DEMAND} WHERE brokerid = %s AND NOT qkey = ANY(%s)",
-                (me, [stored_key(k) for k in demand]),
+                (me, [stored_key(k) for k in written]),
             )
-            if demand:
+            if written:
                 cur.executemany(
-                    f"INSERT INTO {DEMAND} AS d(brokerid, qkey, consumers, selectors, backlog) "
-                    "VALUES (%s, %s, %s, %s, %s) ON CONFLICT (brokerid, qkey) DO UPDATE SET "
-                    "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog "
-                    "WHERE (d.consumers, d.selectors, d.backlog) IS DISTINCT FROM "
-                    "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog)",
-                    [(me, stored_key(k), *v) for k, v in demand.items()],
+                    f"INSERT INTO {DEMAND} AS d(brokerid, qkey, consumers, selectors, backlog, stamps) "
+                    "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (brokerid, qkey) DO UPDATE SET "
+                    "consumers = EXCLUDED.consumers, selectors = EXCLUDED.selectors, backlog = EXCLUDED.backlog, "
+                    "stamps = EXCLUDED.stamps WHERE (d.consumers, d.selectors, d.backlog, d.stamps) IS DISTINCT FROM "
+                    "(EXCLUDED.consumers, EXCLUDED.selectors, EXCLUDED.backlog, EXCLUDED.stamps)",
+                    [(me, stored_key(k), *v) for k, v in written.items()],
                 )
-            if changed:
+            if changed or fresh:
                 cur.execute(f'NOTIFY "{self._demand_channel}"')
             cur.execute(
-                f"SELECT d.brokerid, d.qkey, d.consumers, d.selectors, d.backlog FROM {DEMAND} d "
+                f"SELECT d.brokerid, d.qkey, d.consumers, d.selectors, d.backlog, d.stamps FROM {DEMAND} d "
                 f"JOIN {BROKERS} b ON b.brokerid = d.brokerid AND b.state = 'live' "
                 "AND b.lease_expires > now() WHERE d.brokerid <> %s ORDER BY d.brokerid",
                 (me,),
@@ -417,19 +489,26 @@ class ClusterQueues:
             members = dict(cur.fetchall())
             return rows, members, self._share_durables(cur, changes)
 
+        stamped: dict[str, list[int]] = {}
         try:
-            rows, members, durables = self._transaction("work", write)
+            rows, members, (durables, stale, newest) = self._transaction("work", write)
         except BaseException:
             with self.broker.lock:  # told at the next advertisement
                 if self.broker.cluster_durables is not None:
                     self.broker.cluster_durables[:0] = changes
             raise
+        demand.update(written)  # (with the new stamps: the handoff's shape of what we wrote)
+        elsewhere: dict[str, list[int]] = {}  # qkey -> the live peers' consumers' stamps
         peers: dict[str, list[Peer]] = {}
         topics: dict[str, str | None] = {}  # r:BROKERID:VERSION:TOPIC -> selectors
         temps: dict[str, str] = {}
         attached: dict[tuple[str, str], str] = {}
-        for brokerid, stored, consumers, selectors, backlog in rows:
+        for brokerid, stored, consumers, selectors, backlog, stamps in rows:
             qkey = loaded_key(stored)
+            if stamps:
+                elsewhere.setdefault(qkey, []).extend(json.loads(stamps))
+                if not consumers:
+                    continue  # (backups only: nothing goes there)
             if qkey.startswith("t:"):
                 topics[f"r:{brokerid}:{backlog}:{qkey[2:]}"] = selectors
                 continue
@@ -446,7 +525,12 @@ class ClusterQueues:
             self._live = {b for b, state in members.items() if state == "live"}
             self._know_temps(temps)
             self._attached = attached
-            self._mirror(durables)
+            for qkey, stamps in stamped.items():
+                for consumer, stamp in zip(fresh[qkey], stamps, strict=True):
+                    self._stamps[consumer] = stamp
+            self._rank(elsewhere)
+            self._mirror(durables, stale)
+            self._seen = newest
             self._park(peers)
             self._reach(topics)
 
@@ -488,33 +572,60 @@ class ClusterQueues:
 
     def _share_durables(
         self, cur: Any, changes: list[tuple[str, Subscription]]
-    ) -> dict[tuple[str, str], tuple[Any, ...]]:
-        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables) and
-        read them all: (client id, name) -> (topic, selector, no_local, owner)."""
+    ) -> tuple[dict[tuple[str, str], tuple[Any, ...]], set[tuple[str, str]], int]:
+        """Write our durable subscriptions' changes to the cluster's (imq_ha_durables: a new
+        version each, an unsubscribe a tombstone) and read them all: (client id, name) ->
+        (topic, selector, no_local, owner) of the live ones, and the stale ones: an "add"
+        of our store's (at start) that the cluster changed or removed since we last
+        mirrored it (we were down), which our copy must not stand for; the newest version."""
+        if self._seen is None:
+            cur.execute(f"SELECT version FROM {SEEN} WHERE brokerid = %s", (self.brokerid,))
+            row = cur.fetchone()
+            self._seen = row[0] if row else 0
+        seen = self._seen
+        version = f"nextval('{DURABLES}_version')"
+        inserted = set()
         for change, sub in changes:
-            if change == "del":
-                cur.execute(f"DELETE FROM {DURABLES} WHERE client_id = %s AND name = %s", (sub.client_id, sub.name))
-                continue
             cur.execute(
-                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner) "
-                "VALUES (%s, %s, %s, %s, %s, %s) ON CONFLICT (client_id, name) "
+                f"INSERT INTO {DURABLES}(client_id, name, topic, selector, no_local, owner, version, deleted) "
+                f"VALUES (%s, %s, %s, %s, %s, %s, {version}, %s) ON CONFLICT (client_id, name) "
                 + (
                     "DO NOTHING"
                     if change == "add"
-                    else "DO UPDATE SET topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
-                    "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
-                ),
-                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner),
+                    else f"DO UPDATE SET version = {version}, deleted = EXCLUDED.deleted"
+                    + (
+                        ""
+                        if change == "del"
+                        else ", topic = EXCLUDED.topic, selector = EXCLUDED.selector, "
+                        "no_local = EXCLUDED.no_local, owner = EXCLUDED.owner"
+                    )
+                )
+                + " RETURNING 1",
+                (sub.client_id, sub.name, sub.topic.name, sub.selector, int(sub.no_local), sub.owner, change == "del"),
             )
-        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner FROM {DURABLES}")
-        return {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o in cur.fetchall()}
+            if cur.fetchone() is not None:
+                inserted.add((sub.client_id, sub.name))
+        cur.execute(f"SELECT client_id, name, topic, selector, no_local, owner, version, deleted FROM {DURABLES}")
+        rows = cur.fetchall()
+        added = {(sub.client_id, sub.name) for change, sub in changes if change == "add"} - inserted
+        stale = {(c, n) for c, n, *_, v, _ in rows if (c, n) in added and v > seen}
+        live = {(c, n): (t, s, bool(nl), o) for c, n, t, s, nl, o, _, deleted in rows if not deleted}
+        newest = max((r[6] for r in rows), default=0)
+        if newest > seen:  # mirrored after the commit (a crash before: a stale copy is kept, none lost)
+            cur.execute(
+                f"INSERT INTO {SEEN}(brokerid, version) VALUES (%s, %s) "
+                "ON CONFLICT (brokerid) DO UPDATE SET version = EXCLUDED.version",
+                (self.brokerid, newest),
+            )
+        return live, stale, newest
 
-    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]]) -> None:
+    def _mirror(self, durables: dict[tuple[str, str], tuple[Any, ...]], stale: set[tuple[str, str]]) -> None:
         """Make our durable subscriptions the cluster's (under the lock): one made or
         changed on another instance is made here (our publishers' messages for it wait
-        here until its subscriber's instance takes them); one removed there goes. One we
-        changed since the read, or that has a subscriber or unacknowledged messages here,
-        stays as it is."""
+        here until its subscriber's instance takes them); one removed there goes, and a
+        ``stale`` one (changed or removed while we were down) goes with its messages,
+        made anew if the cluster has it. One we changed since the read, or that has a
+        subscriber or unacknowledged messages here, stays as it is."""
         broker = self.broker
         pending = broker.cluster_durables
         if pending is None:
@@ -522,6 +633,10 @@ class ClusterQueues:
         mine = {(sub.client_id, sub.name) for _, sub in pending}
         broker.cluster_durables = None  # (what we do here is the cluster's already)
         try:
+            for key in stale - mine:
+                sub = broker.durable.get(key)
+                if sub is not None and sub.active is None and not _owned(sub.queue, broker):
+                    broker._drop_subscription(sub)
             for key, (topic, selector, no_local, owner) in durables.items():
                 sub = broker.durable.get(key)
                 if key in mine or (
@@ -629,7 +744,7 @@ class ClusterQueues:
                 if mq.limits.local_delivery_preferred and _active(mq):
                     continue  # local consumers take them all
                 credit = {id(p): p.credit if p.backlog else min(p.credit, FIRST) for p in parker.peers}
-                local = [w for w in mq.waiters if w is not parker]
+                local = [w for w in mq.waiters if w is not parker and mq.is_active(w)]
                 for env in mq.browse():  # in memory, in delivery order
                     if len(taken) >= BATCH:
                         break
@@ -702,9 +817,9 @@ class ClusterQueues:
 
     def _move_out(self, cur: Any, taken: list[tuple[Peer, Envelope]]) -> None:
         """In our transaction: each message's row leaves our store for the inbox of its
-        peer (a message not stored is encoded), and the peers are woken at commit. The
-        statements go in one round trip (pipelined); the fence's and the move's results
-        are checked after it (a failure rolls them all back)."""
+        peer (a message not stored is encoded), and the peers are woken at commit. After
+        the fence the statements go in one round trip (pipelined); the move's row count is
+        checked after it (a failure rolls them all back)."""
         stored = [(p.brokerid, env.seq, env.dcount) for p, env in taken if env.stored]
         loose = [
             (p.brokerid, stored_key(env.queue.key), env.dcount, codec.encode(env.message))
@@ -715,10 +830,10 @@ class ClusterQueues:
         for peer, env in taken:
             key = (peer.brokerid, stored_key(env.queue.key) if peer.consumers else "")
             counts[key] = counts.get(key, 0) + 1
+        self._fenced(cur)
         conn = cur.connection
-        with conn.cursor() as fence, conn.cursor() as move:
+        with conn.cursor() as move:
             with _pipelined(conn):
-                fence.execute(self._fence, (self.brokerid, self.cluster.generation))
                 if stored:
                     targets, seqs, dcounts = (list(column) for column in zip(*stored, strict=True))
                     move.execute(
@@ -738,7 +853,6 @@ class ClusterQueues:
                     )
                 for target in sorted({b for b, _ in counts}):
                     cur.execute(f'NOTIFY "{channel(self.settings.clusterid, target)}"')
-            self._check_fence(fence)
             if stored and move.rowcount != len(stored):
                 raise StoreError(f"handoff: {len(stored) - move.rowcount} of {len(stored)} rows were not in the store")
 
@@ -766,17 +880,13 @@ class ClusterQueues:
                 messages = [codec.decode(blob) for _, _, _, blob in rows]
                 held.enter_context(broker.lock)  # until the pushes (released if this fails)
                 base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
-                with cur.connection.cursor() as fence:
-                    with _pipelined(cur.connection):  # (one round trip; a fenced move is rolled back)
-                        fence.execute(self._fence, (me, self.cluster.generation))
-                        cur.execute(
-                            f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
-                            f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                            "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved "
-                            "WHERE id = ANY(%s)",
-                            ([r[0] for r in rows], base, queued),
-                        )
-                    self._check_fence(fence)
+                self._fenced(cur)
+                cur.execute(
+                    f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
+                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved WHERE id = ANY(%s)",
+                    ([r[0] for r in rows], base, queued),
+                )
                 seqs = iter(range(base + 1, base + len(queued) + 1))
                 return [
                     (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, len(blob), message)

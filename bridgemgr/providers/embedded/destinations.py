@@ -158,7 +158,8 @@ class Destinations(Paging):
 
     def _describe(self, destination: Destination) -> tuple[DestinationLimits, dict[str, int]] | None:
         """describe_destination under the lock: pending, unacked, bytes, producers waiting,
-        producers, consumers (a topic: also its subscriptions, durable ones among them)."""
+        producers, consumers (a topic: also its subscriptions, durable ones among them, not
+        the proxies of an HA cluster's other instances' subscribers; their messages count)."""
         if destination.is_temporary:
             tmq = self.temporary.get(destination.name)
             if tmq is None:
@@ -184,8 +185,8 @@ class Destinations(Paging):
             "producers": self.producers.get(destination, 0),
             "consumers": sum(len(q.consumers) for q in queues),
         }
-        if destination.is_topic:
-            counts["subscriptions"] = len(queues)
+        if destination.is_topic:  # (an HA cluster's proxies, r:, stand for other instances' subscribers)
+            counts["subscriptions"] = sum(1 for q in queues if not q.key.startswith("r:"))
             counts["durable_subscriptions"] = sum(1 for q in queues if q.key.startswith("d:"))
         return limits, counts
 

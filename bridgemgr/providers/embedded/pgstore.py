@@ -91,6 +91,22 @@ class Fence:
     check: str
     holder: str
 
+    def replaced(self, cur: Any, brokerid: str, generation: int) -> str | None:
+        """In the caller's transaction: None while ``generation`` holds the lease of
+        ``brokerid`` (its row locked FOR SHARE till the commit), else what replaced it."""
+        cur.execute(self.check, (brokerid, generation))
+        if cur.fetchone() is not None:
+            return None
+        cur.execute(self.holder, (brokerid,))
+        row = cur.fetchone()
+        if row is None:
+            now = "(its lease row is gone)"
+        elif row[2]:
+            now = f"by generation {row[0]} (taken over by broker {row[2]})"
+        else:
+            now = f"by generation {row[0]} ({row[1]}: a new process of broker {brokerid})"
+        return f"broker {brokerid} generation {generation} was replaced {now}"
+
 
 @dataclass(frozen=True)
 class JdbcSettings:
@@ -107,6 +123,10 @@ class JdbcSettings:
     # every write of the bridges' XA logs and excuses checks that the cluster still has it.
     generation: int | None = None
     fence: Fence | None = None  # HA: how a batch checks it (run first in its transaction)
+    # HA: seconds a transaction may wait for its client's next statement before the server
+    # ends the session: a paused process (SIGSTOP) must not keep its lease row locked
+    # FOR SHARE (the fence), which a takeover's SKIP LOCKED would pass over till it resumed
+    idle_timeout: float | None = None
 
     @property
     def where(self) -> str:
@@ -130,6 +150,11 @@ class JdbcSettings:
                     cur.execute("SELECT set_config('imq.brokerid', %s, false)", (self.brokerid,))
                 if self.generation is not None:
                     cur.execute("SELECT set_config('imq.generation', %s, false)", (str(self.generation),))
+                if self.idle_timeout is not None:
+                    cur.execute(
+                        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)",
+                        (f"{max(1, round(self.idle_timeout * 1000))}ms",),
+                    )
             conn.commit()
             return conn
         except psycopg.Error as exc:
@@ -391,18 +416,10 @@ class PostgresDatabase(Database):
         settings, fence = self.settings, self.settings.fence
         if fence is None:
             return
-        cur.execute(fence.check, (settings.brokerid, settings.generation))
-        if cur.fetchone() is not None:
+        assert settings.brokerid is not None and settings.generation is not None
+        reason = fence.replaced(cur, settings.brokerid, settings.generation)
+        if reason is None:
             return
-        cur.execute(fence.holder, (settings.brokerid,))
-        row = cur.fetchone()
-        if row is None:
-            now = "(its lease row is gone)"
-        elif row[2]:
-            now = f"by generation {row[0]} (taken over by broker {row[2]})"
-        else:
-            now = f"by generation {row[0]} ({row[1]}: a new process of broker {settings.brokerid})"
-        reason = f"broker {settings.brokerid} generation {settings.generation} was replaced {now}"
         if self.on_fenced is not None:
             self.on_fenced(reason)
         raise StoreError(f"{self.where}: fenced: {reason}; it writes nothing more")

@@ -209,6 +209,10 @@ class MessageQueue:
         self.usage = usage
         self.epoch = 0  # bumped when a message lands before the end (see take)
         self.consumers: list[Any] = []
+        # an HA cluster's queue with maxNumActiveConsumers (clusterdst.py): our consumers
+        # that are active cluster-wide (None: decided here), and the other instances' count
+        self.cluster_active: list[Any] | None = None
+        self.elsewhere = 0
         self.deleted = False
         self.enqueued = 0  # messages admitted, ever (metrics)
         self.dequeued = 0  # ... and released: acknowledged, expired, removed
@@ -324,19 +328,24 @@ class MessageQueue:
 
     def check_consumers(self) -> None:
         """ResourceAllocationException when this queue has maxNumActiveConsumers plus
-        maxNumBackupConsumers consumers already."""
+        maxNumBackupConsumers consumers already (an HA cluster's: on all its instances)."""
         active, backup = self.limits.max_num_active_consumers, self.limits.max_num_backup_consumers
-        if active >= 0 and backup >= 0 and len(self.consumers) >= active + backup:
+        if active >= 0 and backup >= 0 and len(self.consumers) + self.elsewhere >= active + backup:
+            elsewhere = f" ({self.elsewhere} on other instances of the HA cluster)" if self.elsewhere else ""
             raise ResourceAllocationException(
-                f"{self.destination} has {len(self.consumers)} consumer(s), its maxNumActiveConsumers={active} "
+                f"{self.destination} has {len(self.consumers) + self.elsewhere} consumer(s){elsewhere}, "
+                f"its maxNumActiveConsumers={active} "
                 f"plus maxNumBackupConsumers={backup}: no more may be made"
             )
 
     def is_active(self, consumer: Any) -> bool:
         """May ``consumer`` receive: one of a queue's first max_num_active_consumers (the
-        others are backups, in the order they came)?"""
+        others are backups, in the order they came; an HA cluster's: cluster_active)?"""
         most = self.limits.max_num_active_consumers
-        return most < 0 or self.topic is not None or consumer in self.consumers[:most]
+        if most < 0 or self.topic is not None:
+            return True
+        ranked = self.cluster_active
+        return consumer in (self.consumers[:most] if ranked is None else ranked)
 
     def wake(self, message: Message | None) -> None:
         """Wake the first active waiter that can take ``message`` (any message when None)."""

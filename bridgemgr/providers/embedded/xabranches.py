@@ -4,11 +4,13 @@ XA branches are :class:`Work` with an Xid and a state (ACTIVE, IDLE, PREPARED,
 ROLLBACK_ONLY; ``_XA_ALLOWED`` says which call is legal in which state). A prepared
 branch is written to the store and survives a crash: at open it comes back with its
 sends held back and the messages it consumed locked until ``commit`` or ``rollback``.
+On an HA instance ``cluster_xa`` (clusterxa.py) completes and lists the branches another
+instance's store holds: a branch started on one instance is the cluster's.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Protocol
 
 from ...jms import xa
 from ...jms.errors import JMSException, StoreFull, StoreUnavailable, XAException
@@ -27,8 +29,21 @@ _XA_ALLOWED: dict[str, frozenset[WorkState]] = {
 }
 
 
+class ClusterBranches(Protocol):
+    """The branches of an HA cluster that other instances' stores hold (clusterxa.py)."""
+
+    def commit(self, xid: Xid) -> None: ...
+
+    def rollback(self, xid: Xid) -> None: ...
+
+    def recover(self) -> list[Xid]: ...
+
+
 class XABranches(LocalTransactions):
     """The XA branches of the broker (``branches``, ``committing``)."""
+
+    # HA: where a commit or rollback of a branch not ours goes, and what recover adds
+    cluster_xa: ClusterBranches | None = None
 
     # --- XA -------------------------------------------------------------------------------------------
     def xa_start(self, session: Any, xid: Xid, flags: int) -> Work:
@@ -110,8 +125,12 @@ class XABranches(LocalTransactions):
         branch committed already whose commit is not written yet is waited for again."""
         with self.lock:
             ticket = self.committing.get(xid)
-            if ticket is None:
+            elsewhere = self._elsewhere(xid) if ticket is None and not one_phase else None
+            if ticket is None and elsewhere is None:
                 ticket = self._xa_commit(xid, one_phase)
+        if elsewhere is not None:  # prepared in another instance's store: done once applied
+            elsewhere.commit(xid)
+            return None
         if wait:
             self.xa_commit_written(xid, ticket)
         return ticket
@@ -155,7 +174,18 @@ class XABranches(LocalTransactions):
                 self.committing[xid] = ticket
         return ticket
 
+    def _elsewhere(self, xid: Xid) -> ClusterBranches | None:
+        """(under the lock) The cluster's branches, when ``xid`` is no branch of ours."""
+        if xid in self.branches or xid in self.committing:
+            return None
+        return self.cluster_xa
+
     def xa_rollback(self, xid: Xid) -> None:
+        with self.lock:
+            elsewhere = self._elsewhere(xid)
+        if elsewhere is not None:
+            elsewhere.rollback(xid)
+            return
         with self.lock:
             if xid in self.committing:
                 raise XAException(f"rollback: branch {xid} is committed (its commit is being written)", xa.XA_HEURCOM)
@@ -181,7 +211,11 @@ class XABranches(LocalTransactions):
 
     def xa_recover(self) -> list[Xid]:
         with self.lock:
-            return [*(xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED), *self.committing]
+            ours = [*(xid for xid, w in self.branches.items() if w.state is WorkState.PREPARED), *self.committing]
+            cluster = self.cluster_xa
+        if cluster is None:
+            return ours
+        return [*ours, *(xid for xid in cluster.recover() if xid not in ours)]  # (XAER_RMFAIL: unreachable)
 
     def xa_forget(self, xid: Xid) -> None:
         with self.lock:
