@@ -384,7 +384,7 @@ def test_1100_idle_sockets_of_one_address_lock_no_other_address_out_with_the_def
             assert admin_login(ports["bridgeadmin"], "admin", PASSWORD, source)[0]["status"] == 200
             assert metrics_login(ports["metrics"], "admin", PASSWORD, source).startswith("HTTP/1.1 200")
             took.append(time.monotonic() - start)
-        assert max(took) < 5, took
+        assert max(took) < 20, took  # four logins; a lockout is a refusal above (7 s seen at load 20)
         log = daemon.text()
         for service in ("stomp", "jms", "admin", "metrics"):  # once a minute each, naming the property
             assert log.count(f"imq.{service}.max_unauthenticated_per_address is 64") == 1, log[-3000:]
