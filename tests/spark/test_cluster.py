@@ -62,7 +62,10 @@ class Shout(MessageTransformer):
 # by default), and one GC thread
 DRIVER_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 N = 600  # messages of the shipped-records tests
-BACKLOG = 15000  # messages the busy link has to move: more than a batch takes (10,000)
+# messages the busy link has to move: three batches (maxPerBatch 10,000), so a pause sent
+# as the first batch arrives finds two still to move: with 1.5 batches, the second was
+# written before the pause landed once (CI, 2026-12-07)
+BACKLOG = 30000
 MESSAGES = 3000  # messages of each round of the kill test
 BUILTIN_DMQ = "imq.bridge.jms.dmq"
 
@@ -186,7 +189,7 @@ def master_state(cluster) -> dict:
 
 
 def test_a_busy_link_pauses_and_resumes_within_seconds(link):
-    """A backlog of 15,000 messages waits while l1 is paused; resume, and pause again once
+    """A backlog of 30,000 messages waits while l1 is paused; resume, and pause again once
     its first batch is arriving (it stops between batches, with a batch or more still to
     move), resume: each command takes seconds, and everything arrives, a duplicate only
     with its source id."""
