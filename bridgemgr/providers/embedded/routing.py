@@ -98,6 +98,8 @@ class Routing(DestinationControl):
                     f"{message.destination}: a message body of {body} bytes is larger than "
                     f"imq.message.max_size={self.max_message_size}"
                 )
+        usage = self.usage
+        system = usage.max_count >= 0 or usage.max_size >= 0  # imq.system.max_count/max_size
         envs: list[Envelope] = []
         try:
             for i, mq in enumerate(targets):
@@ -112,7 +114,7 @@ class Routing(DestinationControl):
                     if body < 0:
                         body = message.body_size()
                     size = body + 200
-                if not stored:  # held in memory only: the system-wide limits apply
+                if system and not stored:  # held in memory only: the system-wide limits apply
                     self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(
@@ -121,8 +123,9 @@ class Routing(DestinationControl):
                     msg,
                     stored,
                     size,
-                    blob=blob if stored else None,
-                    wire=wire if mq.count < WIRE_KEEP else None,
+                    0,
+                    blob if stored else None,
+                    wire if mq.count < WIRE_KEEP else None,
                 )
                 mq.admit(env)
                 envs.append(env)
@@ -349,9 +352,12 @@ class Routing(DestinationControl):
         committed: the producer paced and throttled first (under the lock)."""
         if pace and not dest.is_topic:
             self._pace(targets)
-        self._throttle(sender)
+        if self.memory is not None:
+            self._throttle(sender)
         envs = self._route(message, targets, blob, lazy=True)
-        self._admit(envs)
+        store = self.store
+        if store is not None and store.full:
+            self._admit(envs)
         return envs
 
     def send_many(
