@@ -409,7 +409,11 @@ class Routing(DestinationControl):
         if not tickets or self.store is None:
             return
         try:
-            self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+            if len(tickets) == 1:  # (a lone send's)
+                newest = tickets[0]
+                self.store.wait(newest.ticket if isinstance(newest, Sent) else newest)
+            else:
+                self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
         except StoreFull:
             self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
             raise
