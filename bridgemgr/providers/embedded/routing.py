@@ -325,17 +325,25 @@ class Routing(DestinationControl):
         return ticket
 
     def send(
-        self, sender: Any, message: Message, dest: Destination, blob: bytes | None = None, pace: bool = False
+        self,
+        sender: Any,
+        message: Message,
+        dest: Destination,
+        blob: bytes | None = None,
+        pace: bool = False,
+        lazy: bool = True,
     ) -> Sent | None:
         """Route and enqueue now; what to wait on (wait_all) for a stored send, or None.
         ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
-        producer is paced to a queue's consumers (module comment)."""
+        producer is paced to a queue's consumers (module comment); ``lazy`` off: its row is
+        encoded now, for a caller that waits for it at once (so it is written at once: the
+        header check of a lazy row would only be paid on top)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
             if self.paused:
                 self.hold_paused(dest)
-            envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace)
+            envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace, lazy)
             ticket = self._commit_envelopes(envs)
             return None if ticket is None else Sent(ticket, envs)
 
@@ -347,6 +355,7 @@ class Routing(DestinationControl):
         targets: list[MessageQueue],
         blob: bytes | None,
         pace: bool,
+        lazy: bool = True,
     ) -> list[Envelope]:
         """One send's envelopes, routed (lazily) to ``targets`` and admitted, not yet
         committed: the producer paced and throttled first (under the lock)."""
@@ -354,7 +363,7 @@ class Routing(DestinationControl):
             self._pace(targets)
         if self.memory is not None:
             self._throttle(sender)
-        envs = self._route(message, targets, blob, lazy=True)
+        envs = self._route(message, targets, blob, lazy=lazy)
         store = self.store
         if store is not None and store.full:
             self._admit(envs)
