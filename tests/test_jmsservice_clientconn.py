@@ -271,6 +271,25 @@ def test_durable_sends_of_one_read_wait_for_the_store_in_one_call(tmp_path):
     broker.close()
 
 
+def test_sends_read_while_the_store_is_waited_for_wait_in_the_next_call(tmp_path):
+    """One pool job per store batch, not one per read: the sends of later reads are
+    waited for by one call once the first is done, and answered only then."""
+    broker = Broker(tmp_path / "store")
+    d = Driver(broker)
+    d.hello()
+    d.feed(wire.request(2, Op.SESSION, 1, False, 1, False))
+    d.run_calls = False
+    d.feed(wire.send_request(3, 1, message("a")))
+    assert d.feed(wire.send_request(4, 1, message("b"))) == []
+    assert d.feed(wire.send_request(5, 1, message("c"))) == []
+    assert len(d.held) == 1  # the first read's; the others wait for it to be done
+    d.run_calls = True
+    d.complete(d.held.pop())
+    assert list(replies(d.settle())) == [3, 4, 5]  # 4 and 5 by one more call, in order
+    d.conn.connection_lost()
+    broker.close()
+
+
 # --- flow control, closing, heart-beats ---------------------------------------------------------
 
 

@@ -58,6 +58,8 @@ from .broker import Broker, Sent, Work, now_ms
 from .queues import Envelope, MessageQueue
 
 log = logging.getLogger(__name__)
+# the ack modes whose receive acknowledges as it takes (an enum lookup per receive is slow)
+_ACKED_AS_TAKEN = (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
 
 # How an asynchronous send ended: None (the broker has it) or the exception.
 Answered = Callable[[JMSException | None], None]
@@ -322,21 +324,18 @@ class EmbeddedSession(Session):
         return self._work if self.transacted else None
 
     def _acks_now(self) -> bool:
-        return (
-            self.branch is None
-            and not self.transacted
-            and self.ack_mode in (AckMode.AUTO_ACKNOWLEDGE, AckMode.DUPS_OK_ACKNOWLEDGE)
-        )
+        return self.branch is None and not self.transacted and self.ack_mode in _ACKED_AS_TAKEN
 
     def _send(self, snapshot: Message, destination: Destination, blob: bytes | None = None) -> None:
         """``blob``: the snapshot as a remote client encoded it (the jms service)."""
-        sent = self._route(snapshot, destination, blob)
+        sent = self._route(snapshot, destination, blob, lazy=False)
         if sent is not None:
             self.broker.wait_all((sent,))
 
-    def _route(self, snapshot: Message, destination: Destination, blob: bytes | None) -> Sent | None:
+    def _route(self, snapshot: Message, destination: Destination, blob: bytes | None, lazy: bool = True) -> Sent | None:
         """Into the transaction, or to the broker (what to wait on for a stored send),
-        waiting while the broker holds the producer (FLOW_CONTROL, the memory state)."""
+        waiting while the broker holds the producer (FLOW_CONTROL, the memory state);
+        ``lazy``: see Broker.send (off for a send waited for at once)."""
         work = self._work_now()
         while True:
             try:
@@ -344,7 +343,7 @@ class EmbeddedSession(Session):
                     self.broker.check_room(self.connection, snapshot, destination)
                     work.sends.append((snapshot, destination, self.connection, blob))
                     return None
-                return self.broker.send(self.connection, snapshot, destination, blob)
+                return self.broker.send(self.connection, snapshot, destination, blob, lazy=lazy)
             except ProducerFlowControl as held:
                 self._wait_room(held)
 

@@ -284,6 +284,7 @@ class ClientConnection:
         self._out: list[bytes] = [wire.PREAMBLE]
         self._calls: list[BlockingCall] = []
         self._durable: list[tuple[int, int | None, int | Sent]] = []  # (call, sid, ticket) answered once durable
+        self._durable_wait = False  # a blocking call waits for the store for some of them
         self._last_read = self._last_write = now
         self._held: wire.Request | None = None  # a SEND the broker holds, sent again on resume_held
         self._hold: Callable[[Callable[[], None]], None] | None = None  # ... its on_room, for take_hold
@@ -325,9 +326,12 @@ class ClientConnection:
         return data
 
     def take_calls(self) -> Sequence[BlockingCall]:
-        """The blocking calls to start now; one waits for the store for the whole read."""
-        if self._durable:
+        """The blocking calls to start now. One waits for the store for everything to be
+        answered once durable; what comes while it waits is waited for by the next, when it
+        is done (one pool job per store batch, not one per read)."""
+        if self._durable and not self._durable_wait:
             waiting, self._durable = self._durable, []
+            self._durable_wait = True
             self._calls.append(
                 BlockingCall(
                     partial(self.broker.wait_all, [t for _, _, t in waiting]), partial(self._durable_done, waiting)
@@ -470,6 +474,7 @@ class ClientConnection:
     def _durable_done(
         self, waiting: list[tuple[int, int | None, int | Sent]], result: Any, exc: BaseException | None
     ) -> None:
+        self._durable_wait = False
         for call, sid, _ in waiting:
             self._answer(call, sid, None, exc)
 

@@ -35,6 +35,21 @@ class Delivery(Routing):
         With ``ack_now`` (AUTO/DUPS_OK) it is acknowledged as it is taken; otherwise its
         delivery count is recorded so a crash still reports it redelivered.
         """
+        mq: MessageQueue = consumer.queue
+        with self.lock:  # first the common case: one ready for a consumer that may take it
+            if (
+                consumer.connection.started
+                and not (consumer.closed or self.closed or mq.deleted or self.paused)
+                and mq.limits.max_num_active_consumers < 0
+            ):
+                marks: list[tuple[int, int]] = []
+                env = self._take_next(consumer, mq, now_ms(), ack_now, marks)
+                if env is not None:
+                    if marks:
+                        assert self.store is not None  # a stored envelope: there is a store
+                        self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
+                    self._took(consumer, mq)
+                    return env
         envs = self._take(consumer, 1, timeout, 0, ack_now)
         return envs[0] if envs else None
 
@@ -77,10 +92,7 @@ class Delivery(Routing):
                             assert self.store is not None  # stored envelopes: there is a store
                             self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
                     if envs:
-                        if consumer.selector is None:  # (pacing) one that takes any message
-                            mq.last_take = time.monotonic()
-                            if mq.pace_waiters and len(mq) <= PACE_LOW:
-                                mq.unpace()
+                        self._took(consumer, mq)
                         return envs
                     if not consumer.retain and len(mq):
                         self._sweep_unwanted(mq)
@@ -97,6 +109,14 @@ class Delivery(Routing):
                     mq.waiters.remove(consumer)
                 except ValueError:
                     pass
+
+    @staticmethod
+    def _took(consumer: Any, mq: MessageQueue) -> None:
+        """(pacing) ``consumer`` took: one that takes any message is not stalled."""
+        if consumer.selector is None:
+            mq.last_take = time.monotonic()
+            if mq.pace_waiters and len(mq) <= PACE_LOW:
+                mq.unpace()
 
     def _take_next(
         self, consumer: Any, mq: MessageQueue, now: int, ack_now: bool, marks: list[tuple[int, int]]

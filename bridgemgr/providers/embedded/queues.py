@@ -268,18 +268,21 @@ class MessageQueue:
         return self.pager is not None and env.seq > self.high and bool(self.paged or len(self._list) >= self.window)
 
     def push(self, env: Envelope) -> None:
-        if self.pager is not None and env.seq > self.high:
-            if not self.beyond_window(env):
-                self.high = env.seq
-            elif self.pager.page_out(env):
+        items = self._list
+        pager = self.pager
+        seq = env.seq
+        if pager is not None and seq > self.high:
+            if not (self.paged or len(items) >= self.window):  # (beyond_window, inlined)
+                self.high = seq
+            elif pager.page_out(env):
                 self._page_out(env)
                 return
-        item = (-env.message.priority, env.seq, env)
-        items = self._list
+        item = (-env.message.priority, seq, env)
         if items and item < items[-1]:
             self.epoch += 1
         items.add(item)
-        self.wake(env.message)
+        if self.waiters:
+            self.wake(env.message)
 
     def _page_out(self, env: Envelope) -> None:
         """Count a message the pager keeps out of memory (a stored one's row is recorded;

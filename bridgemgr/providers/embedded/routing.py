@@ -98,6 +98,8 @@ class Routing(DestinationControl):
                     f"{message.destination}: a message body of {body} bytes is larger than "
                     f"imq.message.max_size={self.max_message_size}"
                 )
+        usage = self.usage
+        system = usage.max_count >= 0 or usage.max_size >= 0  # imq.system.max_count/max_size
         envs: list[Envelope] = []
         try:
             for i, mq in enumerate(targets):
@@ -112,7 +114,7 @@ class Routing(DestinationControl):
                     if body < 0:
                         body = message.body_size()
                     size = body + 200
-                if not stored:  # held in memory only: the system-wide limits apply
+                if system and not stored:  # held in memory only: the system-wide limits apply
                     self._check_system(mq, size)
                 msg = message if i == 0 else message.copy()
                 env = Envelope(
@@ -121,8 +123,9 @@ class Routing(DestinationControl):
                     msg,
                     stored,
                     size,
-                    blob=blob if stored else None,
-                    wire=wire if mq.count < WIRE_KEEP else None,
+                    0,
+                    blob if stored else None,
+                    wire if mq.count < WIRE_KEEP else None,
                 )
                 mq.admit(env)
                 envs.append(env)
@@ -322,17 +325,25 @@ class Routing(DestinationControl):
         return ticket
 
     def send(
-        self, sender: Any, message: Message, dest: Destination, blob: bytes | None = None, pace: bool = False
+        self,
+        sender: Any,
+        message: Message,
+        dest: Destination,
+        blob: bytes | None = None,
+        pace: bool = False,
+        lazy: bool = True,
     ) -> Sent | None:
         """Route and enqueue now; what to wait on (wait_all) for a stored send, or None.
         ``blob``: ``message`` as a remote client encoded it (see ``_route``); ``pace``: the
-        producer is paced to a queue's consumers (module comment)."""
+        producer is paced to a queue's consumers (module comment); ``lazy`` off: its row is
+        encoded now, for a caller that waits for it at once (so it is written at once: the
+        header check of a lazy row would only be paid on top)."""
         with self.lock:
             if self.closed:
                 raise IllegalStateException("the broker is closed")
             if self.paused:
                 self.hold_paused(dest)
-            envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace)
+            envs = self._admit_send(sender, message, dest, self._targets(dest, sender, message), blob, pace, lazy)
             ticket = self._commit_envelopes(envs)
             return None if ticket is None else Sent(ticket, envs)
 
@@ -344,14 +355,18 @@ class Routing(DestinationControl):
         targets: list[MessageQueue],
         blob: bytes | None,
         pace: bool,
+        lazy: bool = True,
     ) -> list[Envelope]:
         """One send's envelopes, routed (lazily) to ``targets`` and admitted, not yet
         committed: the producer paced and throttled first (under the lock)."""
         if pace and not dest.is_topic:
             self._pace(targets)
-        self._throttle(sender)
-        envs = self._route(message, targets, blob, lazy=True)
-        self._admit(envs)
+        if self.memory is not None:
+            self._throttle(sender)
+        envs = self._route(message, targets, blob, lazy=lazy)
+        store = self.store
+        if store is not None and store.full:
+            self._admit(envs)
         return envs
 
     def send_many(
@@ -403,7 +418,11 @@ class Routing(DestinationControl):
         if not tickets or self.store is None:
             return
         try:
-            self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+            if len(tickets) == 1:  # (a lone send's)
+                newest = tickets[0]
+                self.store.wait(newest.ticket if isinstance(newest, Sent) else newest)
+            else:
+                self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
         except StoreFull:
             self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
             raise

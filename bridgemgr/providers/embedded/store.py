@@ -93,6 +93,7 @@ CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid);
 CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 """
 
+INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"
 # Ordered ops: name -> SQL statements run with the op's arguments.
 _OPS: dict[str, tuple[str, ...]] = {
     "sub_put": (
@@ -274,6 +275,12 @@ class SQLiteDatabase(Database):
         ops: list[tuple[str, tuple[Any, ...]]],
     ) -> None:
         db = self._db
+        if len(inserts) == 1 and not (deletes or updates or ops):
+            # A lone sender's batch (one per message while it waits for each): its INSERT
+            # alone, atomic by itself (autocommit), without building a batch's statements
+            for seq, (qkey, dcount, blob) in inserts.items():
+                db.execute(INSERT_MSG, (seq, qkey, dcount, blob))
+            return
         steps: list[tuple[str, list[tuple[Any, ...]]]] = []
         write_batch(
             lambda sql, args: steps.append((sql, args)),
@@ -367,7 +374,7 @@ def write_batch(
     statements: dict[str, tuple[str, ...]],
     prepare_xa: str | tuple[str, ...],
     mark: str = "?",
-    insert_msg: str = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)",
+    insert_msg: str = INSERT_MSG,
     rows_per_insert: int = 1,
 ) -> None:
     """A batch's statements in the fixed order (inserts, ordered ops, delivery counts,
