@@ -177,3 +177,49 @@ def test_a_job_that_cannot_reach_the_service_says_so_in_one_line(tmp_path):
         assert out.returncode == 1 and len(lines) == 1, out.stderr
         assert lines[0].startswith("Error: ") and f"127.0.0.1:{port}" in lines[0], lines
         assert "Traceback" not in out.stderr
+
+
+PY4J_RESET = """
+import socket, struct, threading
+
+import click
+
+from bridgemgr.spark.jobs import job_options
+
+
+@click.command()
+@job_options(bridge_required=False)
+def main(**_):
+    jvm = socket.create_server(("127.0.0.1", 0))
+
+    def reset():  # a JVM ended under the call: the connection is reset
+        while True:
+            conn, _ = jvm.accept()
+            conn.recv(100)
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            conn.close()
+
+    threading.Thread(target=reset, daemon=True).start()
+    from py4j.java_gateway import GatewayClient, GatewayParameters
+
+    client = GatewayClient(gateway_parameters=GatewayParameters(port=jvm.getsockname()[1]))
+    print("answer", client.send_command("c\\no0\\nrun\\ne\\n"))
+
+
+main()
+"""
+
+
+@pytest.mark.slow  # two interpreters start (about 1.5 s each)
+def test_py4j_logs_of_a_failed_jvm_call_stay_off_a_jobs_stderr_unless_at_debug():
+    """A failed drain printed py4j's "Exception while sending command." and its trace (19
+    lines) after its one error line as it exited: a job's stderr has no py4j record unless
+    -loglevel DEBUG asks for them."""
+    pytest.importorskip("py4j")
+    plain = subprocess.run([sys.executable, "-c", PY4J_RESET], capture_output=True, text=True, timeout=60)
+    assert plain.returncode == 0 and plain.stdout.startswith("answer"), plain.stdout + plain.stderr
+    assert plain.stderr == "", plain.stderr
+    debug = subprocess.run(
+        [sys.executable, "-c", PY4J_RESET, "-loglevel", "DEBUG"], capture_output=True, text=True, timeout=60
+    )
+    assert "Exception while sending command." in debug.stderr, debug.stderr

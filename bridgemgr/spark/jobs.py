@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import re
 import time
 import traceback
@@ -215,7 +216,24 @@ def _set_level(ctx: click.Context, param: click.Parameter, value: str | None) ->
         raise click.BadParameter(f"{value!r}; write one of {', '.join(LOG_LEVELS)}") from None
     ctx.meta["imq.job_output"] = JobOutput(level, job_output().debug)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(level)
+    root = logging.getLogger()
+    root.setLevel(level)
+    if level > logging.DEBUG:
+        for handler in root.handlers:
+            if not any(isinstance(f, Py4JSendErrors) for f in handler.filters):
+                handler.addFilter(Py4JSendErrors())
+
+
+class Py4JSendErrors(logging.Filter):
+    """Drops py4j's own records of a failed JVM call ("Exception while sending command.",
+    logged on the root logger with its trace): the call raises as well, and the job reports
+    that in its one line (a failed drain once printed 19 such lines after its error line, as
+    the process exited and its JVM was ended under a call). -loglevel DEBUG keeps them."""
+
+    _PACKAGE = f"{os.sep}py4j{os.sep}"
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self._PACKAGE not in record.pathname
 
 
 def _set_debug(ctx: click.Context, param: click.Parameter, value: bool) -> None:
