@@ -13,6 +13,7 @@ types depends on it); inside a package it does not make a cycle, since nothing r
 from __future__ import annotations
 
 import ast
+import functools
 import io
 import os
 import re
@@ -238,7 +239,11 @@ def _imports(module: str) -> Iterator[Import]:
     return parse_imports(module, MODULES[module].read_text(), _is_package(module))
 
 
-IMPORTS = [imp for module in MODULES for imp in _imports(module) if imp.target.startswith("bridgemgr")]
+@functools.cache
+def imports() -> list[Import]:
+    """Every import of one bridgemgr module by another (parsed once, when a test first asks:
+    not at collection, which every xdist worker pays)."""
+    return [imp for module in MODULES for imp in _imports(module) if imp.target.startswith("bridgemgr")]
 
 
 # The package itself (bridgemgr/__init__.py: __version__, and connect() for users' own
@@ -355,7 +360,7 @@ def test_the_parser_sees_every_kind_of_import():
 
 def test_no_cycle_between_layers():
     edges: dict[tuple[str, str], list[Import]] = {}
-    for imp in IMPORTS:
+    for imp in imports():
         a, b = _layer(imp.module), _layer(_resolved(imp.target))
         if a != b and FACE not in (a, b):
             edges.setdefault((a, b), []).append(imp)
@@ -365,7 +370,7 @@ def test_no_cycle_between_layers():
 
 def test_no_cycle_between_the_modules_of_a_package():
     edges: dict[tuple[str, str], list[Import]] = {}
-    for imp in IMPORTS:
+    for imp in imports():
         if imp.type_only:
             continue
         target = _resolved(imp.target)
@@ -380,7 +385,7 @@ def test_no_cycle_between_the_modules_of_a_package():
 def test_jms_is_the_bottom_layer():
     outside = [
         imp.where()
-        for imp in IMPORTS
+        for imp in imports()
         if _layer(imp.module) == "bridgemgr.jms" and _layer(_resolved(imp.target)) != "bridgemgr.jms"
     ]
     assert not outside, "bridgemgr/jms imports the rest of bridgemgr:\n" + "\n".join(outside)
@@ -398,7 +403,7 @@ def _broker_internals(imp: Import) -> list[str]:
 
 def test_nothing_outside_the_embedded_broker_touches_its_internals():
     found: dict[tuple[str, str], Import] = {}
-    for imp in IMPORTS:
+    for imp in imports():
         if _layer(imp.module) != EMBEDDED:
             for what in _broker_internals(imp):
                 found.setdefault((imp.module.removeprefix("bridgemgr."), what), imp)
