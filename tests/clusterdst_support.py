@@ -34,6 +34,15 @@ class Member:
 Start = Callable[..., Member]
 
 
+def take_over(member: Member, timeout: float = 10.0) -> tuple[str, list[str]]:
+    """What ``member``'s takeover of an expired member took. A takeover skips a member
+    whose row one of that member's own writes holds (FOR SHARE, the fence) and the monitor
+    tries again at its next heart-beat; so does this, until one is taken."""
+    taken: list[Any] = []
+    wait_for(lambda: taken.append(member.cluster.take_over()) or taken[-1] is not None, timeout, "a takeover")
+    return taken[-1]
+
+
 def cluster_members(postgresql: Any, tmp_path: Path) -> Iterator[tuple[Start, ExitStack]]:
     """(start(brokerid, threads=True), the stack that stops them): ``threads=False`` gives
     a member whose ClusterQueues a test drives itself (advertise, hand_off, take_in)."""

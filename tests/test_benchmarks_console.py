@@ -34,9 +34,11 @@ def test_a_tiny_run_reports_overview_api_and_cost():
     assert load["idle"]["requests"] == 20 and load["link"]["messages"] == 300 and load["link"]["msg_per_s"] > 0
     for key in ("api_under_load", "api_under_load_wide_window"):  # the GETs' figures next to the link's rate
         run = out[key]["under_load"]
-        assert (
-            run["p50_ms"] <= run["p99_ms"] <= run["max_ms"] and run["link_msg_per_s"] == out[key]["link"]["msg_per_s"]
-        )
+        assert run["link_msg_per_s"] == out[key]["link"]["msg_per_s"]
+        if run["requests"]:
+            assert run["p50_ms"] <= run["p99_ms"] <= run["max_ms"]
+        else:  # the link moved its 300 before a GET began (seen with link.window 4000)
+            assert run["p50_ms"] is run["max_ms"] is None and not out[key]["target_met_p99_50ms_at_10000"]
         assert len(run["load_average_1m"]) == 2 and f"{key}: link.window {out[key]['link_window']}" in done.stderr
     assert out["api_under_load_wide_window"]["link_window"] == 4000
     cost = out["console_cost"]

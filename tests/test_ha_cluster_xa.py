@@ -18,7 +18,7 @@ from bridgemgr.jms import xa as xacodes
 from bridgemgr.jms.errors import XAException
 from bridgemgr.jms.xa import Xid
 from bridgemgr.providers.embedded.clusterxa import DECISIONS, open_cluster_xa
-from clusterdst_support import Member, cluster_members, texts_of
+from clusterdst_support import Member, cluster_members, take_over, texts_of
 from waiting import quiet_for, wait_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -152,7 +152,7 @@ def test_a_commit_through_b2_of_a_stalled_b1s_branch_is_applied_by_its_taker(mem
             "UPDATE imq_ha_brokers SET lease_expires = now() - interval '1 s' WHERE brokerid = 'B1'"
         )
     )
-    assert b3.cluster.take_over() == ("B1", [])
+    assert take_over(b3) == ("B1", [])
     committer.join(30)
     assert outcome == ["ok"]
     assert _decisions(b2) == []
