@@ -233,7 +233,7 @@ def run_client(
     ready.set()
     started.wait()
     samples: list[tuple[float, float]] = []
-    while not halt.is_set() and (not limit or len(samples) < limit):
+    while not samples or (not halt.is_set() and (not limit or len(samples) < limit)):  # one at least
         start = time.perf_counter()
         if page is not None:
             page.refresh()
