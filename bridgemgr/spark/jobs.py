@@ -225,10 +225,11 @@ def _set_level(ctx: click.Context, param: click.Parameter, value: str | None) ->
 
 
 class Py4JSendErrors(logging.Filter):
-    """Drops py4j's own records of a failed JVM call ("Exception while sending command.",
-    logged on the root logger with its trace): the call raises as well, and the job reports
-    that in its one line (a failed drain once printed 19 such lines after its error line, as
-    the process exited and its JVM was ended under a call). -loglevel DEBUG keeps them."""
+    """Drops every record logged from py4j's code. Its ERROR is "Exception while sending
+    command." with a trace, on the root logger, for a JVM call that failed; the call fails
+    to its caller as well, and the job reports that in its one line (a failed drain once
+    printed 19 such lines after its error line, its JVM ended under a call as the process
+    exited). -loglevel DEBUG keeps them."""
 
     _PACKAGE = f"{os.sep}py4j{os.sep}"
 

@@ -45,9 +45,7 @@ class Delivery(Routing):
                 marks: list[tuple[int, int]] = []
                 env = self._take_next(consumer, mq, now_ms(), ack_now, marks)
                 if env is not None:
-                    if marks:
-                        assert self.store is not None  # a stored envelope: there is a store
-                        self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
+                    self._record_deliveries(mq, marks)
                     self._took(consumer, mq)
                     return env
         envs = self._take(consumer, 1, timeout, 0, ack_now)
@@ -88,9 +86,7 @@ class Delivery(Routing):
                             if max_bytes:
                                 size += env.message.body_size()
                     finally:
-                        if marks:
-                            assert self.store is not None  # stored envelopes: there is a store
-                            self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
+                        self._record_deliveries(mq, marks)
                     if envs:
                         self._took(consumer, mq)
                         return envs
@@ -109,6 +105,12 @@ class Delivery(Routing):
                     mq.waiters.remove(consumer)
                 except ValueError:
                     pass
+
+    def _record_deliveries(self, mq: MessageQueue, marks: list[tuple[int, int]]) -> None:
+        """The delivery counts of what was taken, in one store call (not one each)."""
+        if marks:
+            assert self.store is not None  # stored envelopes: there is a store
+            self.store.mark_delivered_all(marks, bool(mq.limits.backout_threshold))
 
     @staticmethod
     def _took(consumer: Any, mq: MessageQueue) -> None:

@@ -265,14 +265,18 @@ class MessageQueue:
 
     def beyond_window(self, env: Envelope) -> bool:
         """Would ``push`` page ``env`` out: its window is full, or older messages are?"""
-        return self.pager is not None and env.seq > self.high and bool(self.paged or len(self._list) >= self.window)
+        return self.pager is not None and env.seq > self.high and self._window_full()
+
+    def _window_full(self) -> bool:
+        """Paging has begun or the in-memory window is full: a newer message waits on disk."""
+        return bool(self.paged or len(self._list) >= self.window)
 
     def push(self, env: Envelope) -> None:
         items = self._list
         pager = self.pager
         seq = env.seq
         if pager is not None and seq > self.high:
-            if not (self.paged or len(items) >= self.window):  # (beyond_window, inlined)
+            if not self._window_full():
                 self.high = seq
             elif pager.page_out(env):
                 self._page_out(env)

@@ -361,12 +361,9 @@ class Routing(DestinationControl):
         committed: the producer paced and throttled first (under the lock)."""
         if pace and not dest.is_topic:
             self._pace(targets)
-        if self.memory is not None:
-            self._throttle(sender)
+        self._throttle(sender)
         envs = self._route(message, targets, blob, lazy=lazy)
-        store = self.store
-        if store is not None and store.full:
-            self._admit(envs)
+        self._admit(envs)
         return envs
 
     def send_many(
@@ -418,11 +415,7 @@ class Routing(DestinationControl):
         if not tickets or self.store is None:
             return
         try:
-            if len(tickets) == 1:  # (a lone send's)
-                newest = tickets[0]
-                self.store.wait(newest.ticket if isinstance(newest, Sent) else newest)
-            else:
-                self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+            self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
         except StoreFull:
             self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
             raise
