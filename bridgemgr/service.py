@@ -1068,22 +1068,12 @@ class BridgeServiceManager:
     def _reload_log_levels(
         self, props: BrokerProperties, new: BrokerProperties, changed: set[str]
     ) -> tuple[BrokerProperties, set[str]]:
-        """imq.log.level (unless serve -loglevel set it) and each loaded bridge's
-        imq.bridge.<name>.level take effect now; the properties with them, and those keys."""
+        """Each loaded bridge's imq.bridge.<name>.level and imq.log.level (unless serve
+        -loglevel set it) take effect now, the service log last: once its line is out, every
+        level is in force. The properties with them, and those keys."""
         from .logfiles import level_name
 
         applied = set[str]()
-        if "imq.log.level" in changed and self.service_log is not None:
-            level = new.get("imq.log.level")
-            if self.service_log.pinned:
-                log.warning(
-                    "SIGHUP: imq.log.level is %s, but serve -loglevel set the service log's level: it stays",
-                    level_name(level),
-                )
-            else:
-                self.service_log.set_level(level)
-                log.warning("SIGHUP: the service log is at level %s now (imq.log.level)", level_name(level))
-            props, applied = _with_keys(props, new, "imq.log.level"), applied | {"imq.log.level"}
         for name, bridge in self.bridges.items():
             key = _level_key(name)
             set_log_level = getattr(bridge, "set_log_level", None)
@@ -1097,6 +1087,17 @@ class BridgeServiceManager:
                 continue
             log.info("SIGHUP: bridge %s logs at level %s now (%s)", name, level_name(level or logging.INFO), key)
             props, applied = _with_keys(props, new, key), applied | {key}
+        if "imq.log.level" in changed and self.service_log is not None:
+            level = new.get("imq.log.level")
+            if self.service_log.pinned:
+                log.warning(
+                    "SIGHUP: imq.log.level is %s, but serve -loglevel set the service log's level: it stays",
+                    level_name(level),
+                )
+            else:
+                self.service_log.set_level(level)
+                log.warning("SIGHUP: the service log is at level %s now (imq.log.level)", level_name(level))
+            props, applied = _with_keys(props, new, "imq.log.level"), applied | {"imq.log.level"}
         return props, applied
 
     def _reload_bridge(

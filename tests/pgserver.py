@@ -6,21 +6,16 @@ fast shutdown at the end."""
 from __future__ import annotations
 
 import shutil
-import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ports import free_port
+
 PG_BIN = Path("/usr/lib/postgresql/15/bin")
 USER = "postgres"
 HOST = "127.0.0.1"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def missing_postgresql() -> str | None:

@@ -24,7 +24,8 @@ from bridgemgr.jmsbridge.imqcf import (
 )
 from bridgemgr.jmsbridge.resolve import check_xa, resolve_connection_factories
 from bridgemgr.props import ConfigError
-from remote.support import Harness, free_port
+from ports import free_port
+from remote.support import Harness
 
 SECRET = "cf-default-pw-5e1d-never-shown"
 

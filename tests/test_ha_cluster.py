@@ -11,6 +11,7 @@ import time
 import pytest
 
 from ha_support import Cluster, Instance, check, host_xml
+from ports import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(300)]
 
@@ -151,14 +152,8 @@ def test_two_instances_on_one_host_each_run_a_stomp_bridge_on_its_own_port(tmp_p
     """Each instance's own imq.bridge.stomp.tcp.port. Before, a STOMP port set per instance
     was refused ("set for this broker only"; every instance had to use the same one, so two
     could not share a host)."""
-    import socket
 
     from service_support import stomp_port
-
-    def free_port() -> int:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            return s.getsockname()[1]
 
     cluster = Cluster(tmp_path, postgresql, {"jb1": host_xml("jb1")})
     try:

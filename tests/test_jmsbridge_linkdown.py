@@ -27,7 +27,7 @@ from bridgemgr.providers.embedded import Broker, EmbeddedConnectionFactory
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.jmsservice import JmsService
 from jmsbridge_support import FAST, bridge_xml, drain, host, link_xml, send
-from remote.support import free_port
+from ports import free_port
 from test_jmsbridge_reconnect import Provider
 from waiting import wait_for
 

@@ -12,7 +12,8 @@ import pytest
 from bridgemgr.jms import Queue, TextMessage, xa
 from bridgemgr.jms.errors import InvalidDestinationException, TransportException
 from bridgemgr.jms.xa import Xid
-from remote.support import Harness, expect_line, free_port, spawn
+from ports import free_port
+from remote.support import Harness, expect_line, spawn
 from waiting import wait_for
 
 pytestmark = [pytest.mark.crash, pytest.mark.slow]

@@ -22,7 +22,7 @@ from bridgemgr.admin.portmapper import (
     parse_table,
 )
 from bridgemgr.netloop import NetLoop
-from remote.support import free_port
+from ports import free_port
 
 
 @pytest.fixture

@@ -21,7 +21,8 @@ from bridgemgr.providers.embedded import DestinationLimits, EmbeddedConnectionFa
 from bridgemgr.providers.embedded.client import EmbeddedConnection
 from bridgemgr.providers.embedded.host import EmbeddedHostBroker
 from bridgemgr.providers.embedded.remote import Address, RemoteConnection, RemoteConnectionFactory, parse_url
-from remote.support import Harness, free_port
+from ports import free_port
+from remote.support import Harness
 from waiting import wait_for
 
 Q = Queue("orders")

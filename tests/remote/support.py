@@ -135,9 +135,3 @@ def expect_line(proc: subprocess.Popen, prefix: str, timeout: float = 20.0) -> s
         if line.startswith(prefix):
             return line[len(prefix) :].strip()
     raise AssertionError(f"no {prefix!r} line within {timeout} s")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]

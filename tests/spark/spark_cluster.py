@@ -16,14 +16,10 @@ from pathlib import Path
 
 import pyspark
 
+from ports import free_port
+
 SPARK_HOME = Path(pyspark.__file__).resolve().parent
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _wait_port(port: int, proc: subprocess.Popen, log: Path, timeout: float = 90) -> None:
