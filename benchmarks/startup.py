@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import resource
-import signal
 import statistics
 import subprocess
 import sys
@@ -26,41 +25,11 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-XML = """<?xml version="1.0" encoding="UTF-8"?>
-<jmsbridge name="jb">
-  <link name="l1" transacted="false">
-    <source connection-factory-ref="host" destination-ref="src"/>
-    <target connection-factory-ref="host" destination-ref="dst"/>
-  </link>
-  <connection-factory ref-name="host"/>
-  <destination ref-name="src" name="start.src"/>
-  <destination ref-name="dst" name="start.dst"/>
-</jmsbridge>
-"""
+sys.path.insert(0, str(ROOT / "tests"))
+from ha_support import host_xml  # noqa: E402
+from service_support import Daemon, one_bridge_files  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
-
-
-def instance(base: Path) -> Path:
-    """The properties of an instance under ``base`` with bridge jb."""
-    (base / "jb.xml").write_text(XML)
-    props = base / "broker.properties"
-    props.write_text(
-        "\n".join(
-            [
-                f"imq.varhome={base / 'var'}",
-                "imq.instancename=startup",
-                "imq.portmapper.port=0",
-                "imq.bridge.enabled=true",
-                "imq.bridge.admin.user=admin",
-                "imq.bridge.admin.password=Startup-Bench-1",
-                "imq.bridge.activelist=jb",
-                "imq.bridge.jb.type=jms",
-                "imq.bridge.jb.xmlurl=jb.xml",
-            ]
-        )
-        + "\n"
-    )
-    return props
 
 
 def process_cost(pid: int) -> tuple[float, float]:
@@ -76,30 +45,14 @@ def process_cost(pid: int) -> tuple[float, float]:
 
 
 def serve(props: Path) -> dict[str, float]:
-    """Start serve, measure it at "Running" with jb STARTED, stop it cleanly."""
+    """Start serve, measure it once it runs with jb STARTED, stop it cleanly."""
     began = time.perf_counter()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bridgemgr.cli", "serve", "-props", str(props)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        env=dict(os.environ, PYTHONPATH=str(ROOT)),
-    )
-    assert proc.stdout is not None
-    running = started = False
-    lines = []
-    for line in proc.stdout:
-        lines.append(line)
-        running = running or "Running" in line
-        started = started or line.startswith("bridge jb (JMS): STARTED")
-        if running and started:
-            break
-    else:
-        raise SystemExit("serve did not come up:\n" + "".join(lines))
+    daemon = Daemon(props)  # (returns at "Running", every bridge's start ended)
     wall = time.perf_counter() - began
-    cpu, rss = process_cost(proc.pid)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    if daemon.bridges != {"jb": "STARTED"}:
+        raise SystemExit("serve did not start jb:\n" + "\n".join(daemon.lines))
+    cpu, rss = process_cost(daemon.proc.pid)
+    daemon.stop()
     return {"wall_s": wall, "cpu_s": cpu, "rss_mib": rss}
 
 
@@ -135,7 +88,7 @@ def main() -> None:
     first, again, calls = [], [], []
     for _ in range(args.starts):
         with tempfile.TemporaryDirectory(prefix="imqbridge-startup-") as tmp:
-            props = instance(Path(tmp))
+            props, _ = one_bridge_files(Path(tmp), "startup", host_xml("jb"), "Startup-Bench-1")
             first.append(serve(props))
             again.append(serve(props))
         calls.append(cli())
