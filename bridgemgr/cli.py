@@ -10,6 +10,7 @@ With ``--json`` on the line, a failure is printed as one JSON error object on st
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -91,6 +92,31 @@ class Imqbridgemgr(click.Group):
             i = args.index("-javahome", 1)
             args = args[i : i + 2] + args[:i] + args[i + 2 :]
         return super().parse_args(ctx, args)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *LAZY_COMMANDS})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """The Spark commands' modules load when one of them is asked for: they import
+        the broker properties and Spark's log pipe, 80 ms of every other command's start."""
+        if cmd_name in LAZY_COMMANDS and cmd_name not in self.commands:
+            module, _, name = LAZY_COMMANDS[cmd_name].partition(":")
+            self.add_command(getattr(importlib.import_module(module, __package__), name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """(An unknown command loads the lazy ones: click's "Did you mean" reads
+        ``commands``.)"""
+        if args and args[0] not in self.commands and args[0] not in LAZY_COMMANDS:
+            for lazy in LAZY_COMMANDS:
+                self.get_command(ctx, lazy)
+        return super().resolve_command(ctx, args)
+
+
+# command -> "module:attribute" (relative to this package), loaded by Imqbridgemgr.get_command
+LAZY_COMMANDS = {"dmq": ".spark.dmqcli:dmq", "drain": ".spark.drain:drain"}
 
 
 def _show_examples(ctx: click.Context, _param: click.Parameter, value: bool) -> None:
@@ -600,12 +626,8 @@ def keytool(
 
 
 from .admincli import register as _register_admin_commands  # noqa: E402  (list/start/stop/pause/resume)
-from .spark.dmqcli import dmq  # noqa: E402  (dmq archive|report|redrive)
-from .spark.drain import drain  # noqa: E402  (drain -bn -ln)
 
 _register_admin_commands(main)
-main.add_command(dmq)
-main.add_command(drain)
 
 if __name__ == "__main__":
     main(prog_name=PROG)
