@@ -10,11 +10,12 @@ alternating which goes first, with this same interpreter, each tree's own script
 own ``bridgemgr`` (PYTHONPATH and the working folder are that tree; a script REF lacks is
 copied from the working tree). Every number in a benchmark's JSON is a figure, named by
 its path (``persistent_no_sync.flat_out.msg_per_s``); the median over the rounds of each
-side is reported with ``ratio`` = working tree / REF. Both trees' ``bridgemgr`` are compiled
-to bytecode first: where PYTHONDONTWRITEBYTECODE is set, REF's fresh worktree would
-otherwise compile every module in every process (0.6 s more CPU for each `serve`). Prints a table on stderr and the
-JSON on stdout. Run it before any change to the broker, the store, the STOMP bridge or a
-link, and quote it in the closing note (docs/benchmarks.md says how to read it).
+side is reported with ``ratio`` = working tree / REF. Both trees are compiled to bytecode
+first (``bridgemgr``, ``benchmarks``, ``tests``): where PYTHONDONTWRITEBYTECODE is set,
+REF's fresh worktree would otherwise compile every module in every process (0.3-0.6 s more
+CPU for each `serve`). Prints a table on stderr and the JSON on stdout. Run it before any
+change to the broker, the store, the STOMP bridge or a link, and quote it in the closing
+note (docs/benchmarks.md says how to read it).
 """
 
 from __future__ import annotations
@@ -127,9 +128,8 @@ def main() -> None:
         )
         try:
             for tree in (ref_tree, ROOT):  # both with bytecode (see the module's docstring)
-                subprocess.run(
-                    [sys.executable, "-m", "compileall", "-q", "-j", "0", str(tree / "bridgemgr")], check=True
-                )
+                folders = [str(tree / name) for name in ("bridgemgr", "benchmarks", "tests") if (tree / name).is_dir()]
+                subprocess.run([sys.executable, "-m", "compileall", "-q", "-j", "0", *folders], check=True)
             runs: dict[str, tuple[list, list]] = {bench: ([], []) for bench in opts.benches}
             for i in range(opts.rounds):
                 for bench in opts.benches:

@@ -71,12 +71,16 @@ def missing_package(name: str) -> str | None:
     return None
 
 
-def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None) -> None:
+def wait_port(
+    port: int, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None, since: int = 0
+) -> None:
+    """Until ``port`` accepts; an error with the tail of ``log`` when ``proc`` ended, or its
+    log from offset ``since`` (this start's lines) says a port was taken, or on timeout."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
             break
-        if log is not None and log.exists() and "Address already in use" in log.read_text(errors="replace"):
+        if log is not None and _logged_since(log, since, b"Address already in use"):
             break  # (ActiveMQ's JVM stays up when a connector cannot bind)
         try:
             with socket.create_connection((HOST, port), timeout=1):
@@ -85,6 +89,15 @@ def wait_port(port: int, timeout: float, proc: subprocess.Popen | None = None, l
             time.sleep(0.2)
     tail = log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else ""
     raise RuntimeError(f"port {port} did not open within {timeout} s\n{tail}")
+
+
+def _logged_since(log: Path, since: int, text: bytes) -> bool:
+    try:
+        with log.open("rb") as f:
+            f.seek(since)
+            return text in f.read()
+    except FileNotFoundError:
+        return False
 
 
 ACTIVEMQ_XML = """<beans xmlns="http://www.springframework.org/schema/beans"
@@ -153,6 +166,7 @@ class ActiveMQ:
             )
         )
         log = self.base / "activemq.log"
+        since = log.stat().st_size if log.exists() else 0  # (a restart appends to it)
         self.proc = subprocess.Popen(
             [
                 "java",
@@ -172,8 +186,8 @@ class ActiveMQ:
             start_new_session=True,
         )
         try:
-            wait_port(self.openwire_port, timeout, self.proc, log)
-            wait_port(self.stomp_port, timeout, self.proc, log)
+            wait_port(self.openwire_port, timeout, self.proc, log, since)
+            wait_port(self.stomp_port, timeout, self.proc, log, since)
         except BaseException:
             self.stop()
             raise
