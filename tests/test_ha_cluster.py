@@ -152,7 +152,6 @@ def test_two_instances_on_one_host_each_run_a_stomp_bridge_on_its_own_port(tmp_p
     """Each instance's own imq.bridge.stomp.tcp.port. Before, a STOMP port set per instance
     was refused ("set for this broker only"; every instance had to use the same one, so two
     could not share a host)."""
-
     from service_support import stomp_port
 
     cluster = Cluster(tmp_path, postgresql, {"jb1": host_xml("jb1")})

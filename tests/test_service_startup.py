@@ -145,6 +145,7 @@ def test_a_service_without_java_bridges_loads_no_jvm_library(tmp_path):
     try:
         assert daemon.bridges == {"jb": "STARTED"}, daemon.lines
         maps = Path(f"/proc/{daemon.proc.pid}/maps").read_text()
-        assert "_jpype" not in maps and "numpy" not in maps, [line for line in maps.splitlines() if "_jpype" in line]
+        loaded = [line for line in maps.splitlines() if "_jpype" in line or "numpy" in line]
+        assert not loaded, loaded
     finally:
         daemon.stop()
