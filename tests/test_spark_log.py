@@ -4,14 +4,17 @@ a file bounded as the service log is (jvmlog.py); here a real process writes a l
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from bridgemgr.spark.jvmlog import JvmLog, SparkLog
+from bridgemgr.spark.jvmlog import JvmLog, RotatingBytes, SparkLog
 from spark_log_support import FILES, LIMIT, check_files
 
 
@@ -44,6 +47,28 @@ def test_a_chatty_process_fills_rolling_files_and_nothing_is_lost_at_its_end(tmp
     output.close(10.0)
     assert output.ended.is_set()
     check_rolled(path, lines, "the end, no newline")
+
+
+@given(
+    lines=st.lists(st.binary(max_size=60).map(lambda b: b.replace(b"\n", b"-") + b"\n"), min_size=1, max_size=40),
+    cuts=st.lists(st.integers(min_value=0, max_value=2400), max_size=30),
+)
+def test_lines_read_in_any_pieces_stay_whole_in_their_files(tmp_path_factory, lines, cuts):
+    """A pipe is read in chunks that may end mid-line (the chatty test above once saw a file
+    end with half a line and the next start with its rest): each file holds whole lines."""
+    path = tmp_path_factory.mktemp("pieces") / "spark.log"
+    stream = b"".join(lines)
+    file = RotatingBytes(path, limit=100, count=1000)
+    edges = sorted({0, len(stream), *(c for c in cuts if c < len(stream))})
+    for start, end in itertools.pairwise(edges):
+        file.write(stream[start:end])
+    file.flush()
+    file.close()
+    older = sorted(path.parent.glob("spark.log.*"), key=lambda p: -int(p.suffix[1:]))
+    texts = [p.read_bytes() for p in [*older, path]]
+    assert b"".join(texts) == stream
+    assert all(len(t) <= 100 for t in texts)
+    assert all(t.endswith(b"\n") for t in texts if t), "a file ends mid-line"
 
 
 @pytest.mark.slow

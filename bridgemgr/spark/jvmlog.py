@@ -66,7 +66,9 @@ class RotatingBytes:
     are written first; a line longer than the limit is cut at it, so no file is ever
     larger) or once it is ``max_age`` seconds old (from when it was opened; a file last
     written longer ago rolls over at open). A failed write costs its bytes (counted) and
-    is said once through ``report``, and once more when writing works again."""
+    is said once through ``report``, and once more when writing works again. The end of a
+    line still being written waits in memory for the rest (up to ``limit``), so a line
+    read in two pieces is not split across two files; flush() writes it as it is."""
 
     def __init__(
         self, path: Path, limit: int = 0, count: int = 1, *, max_age: float = 0, report: logging.Logger = log
@@ -75,6 +77,7 @@ class RotatingBytes:
         self.bounds = FileBounds.of(path, limit, count, max_age)
         self.failures = WriteFailures(path, report)
         self.lost = 0  # bytes not written since writing last failed
+        self.tail = b""  # the start of a line whose end has not come yet
         private_dir(path.parent)
         self.fd = -1
         self._open()
@@ -82,6 +85,24 @@ class RotatingBytes:
             self._roll_over()
 
     def write(self, data: bytes) -> None:
+        """Write the whole lines of what came so far; hold the start of an unended line,
+        unless it is as long as a file may be."""
+        data = self.tail + data
+        cut = data.rfind(b"\n") + 1
+        if len(data) - cut < (self.bounds.limit if self.bounds.limit > 0 else CHUNK):
+            data, self.tail = data[:cut], data[cut:]
+        else:
+            self.tail = b""
+        self._write(data)
+
+    def flush(self) -> None:
+        """Write the unended line held back (its writer paused mid-line, or ended)."""
+        data, self.tail = self.tail, b""
+        self._write(data)
+
+    def _write(self, data: bytes) -> None:
+        if not data:
+            return
         try:
             if self.fd < 0:  # (a roll-over that failed to open the new file)
                 self._open()
@@ -178,13 +199,15 @@ class JvmLog:
         while True:
             try:
                 chunk = os.read(self._read_fd, CHUNK)
-            except BlockingIOError:
+            except BlockingIOError:  # the writer is between writes: its unended line too
+                self.file.flush()
                 return True
             except OSError as exc:
                 if exc.errno == errno.EINTR:
                     continue
                 raise
             if not chunk:
+                self.file.flush()
                 return False
             self.file.write(chunk)
 
