@@ -25,7 +25,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException, StoreError
@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 CATALOG, APPLIED, COUNTS = "imq_ha_destinations", "imq_ha_catalog_applied", "imq_ha_dstcounts"
 PUBLISH = 1.0  # seconds between two publications of our counts (and looks at the catalog)
 APPLY_TIMEOUT = 5.0  # seconds an admin command waits for every live instance to apply it (< the CLI's 10 s)
+_T = TypeVar("_T")
 _TABLES = (
     f"CREATE SEQUENCE IF NOT EXISTS {CATALOG}_version",
     f"CREATE TABLE IF NOT EXISTS {CATALOG}(dkey TEXT PRIMARY KEY, limits TEXT, destroyed BOOLEAN NOT NULL, "
@@ -81,6 +82,7 @@ class ClusterDestinations:
         self._thread: threading.Thread | None = None
         self._conns: dict[str, Any] = {}
         self._admin_lock = threading.Lock()  # the admin commands' connection
+        self._publish_lock = threading.Lock()  # one publish at a time (publish())
 
     # --- the database ---------------------------------------------------------------------
     def _transaction(self, role: str, work: Callable[[Any], Any]) -> Any:
@@ -190,8 +192,8 @@ class ClusterDestinations:
             self._failed.discard(key)
             self._apply_one(key, limits, destroyed, again)
             self.applied = max(self.applied, version)
-        if rows:
-            self._transaction("work", self._write_applied)
+        if rows:  # what we publish is current once the administrator hears "applied"
+            self._publish_with(self._write_applied)
 
     def _write_applied(self, cur: Any) -> None:
         self.cluster.fence(cur)
@@ -248,7 +250,9 @@ class ClusterDestinations:
             cur.execute(f'NOTIFY "{self.channel}"')
             return version
 
-        version = self._admin(write)
+        # our own published rows change with the catalog's: a list dst on a peer after the
+        # command returns no longer shows a destroyed queue here
+        version = self._publish_with(write, role="admin")
         deadline = time.monotonic() + APPLY_TIMEOUT
         while True:
             behind = self._admin(lambda cur: self._behind(cur, version))
@@ -297,27 +301,36 @@ class ClusterDestinations:
     # --- counts ----------------------------------------------------------------------------
     def publish(self) -> None:
         """Write this instance's destinations (not temporary ones) and their counts."""
-        rows = [
-            {
-                "type": "t" if dest.is_topic else "q",
-                "name": dest.name,
-                "state": state,
-                "attributes": dataclasses.asdict(attributes),
-                **counts,
-            }
-            for dest, attributes, counts, state in self.host.list_destinations(_CLUSTER)
-        ]
-        text = json.dumps(rows)
+        self._publish_with(lambda cur: None)
 
-        def write(cur: Any) -> None:
-            self.cluster.fence(cur)  # (a new process of our broker id publishes its own)
-            cur.execute(
-                f"INSERT INTO {COUNTS}(brokerid, published, rows) VALUES (%s, now(), %s) "
-                "ON CONFLICT (brokerid) DO UPDATE SET published = EXCLUDED.published, rows = EXCLUDED.rows",
-                (self.brokerid, text),
-            )
+    def _publish_with(self, also: Callable[[Any], _T], role: str = "work") -> _T:
+        """publish(), with ``also``'s writes in the same transaction (its result returned).
+        One publisher at a time, each reading the broker just before it writes: an older
+        view never lands after a newer one."""
+        with self._publish_lock:
+            rows = [
+                {
+                    "type": "t" if dest.is_topic else "q",
+                    "name": dest.name,
+                    "state": state,
+                    "attributes": dataclasses.asdict(attributes),
+                    **counts,
+                }
+                for dest, attributes, counts, state in self.host.list_destinations(_CLUSTER)
+            ]
+            text = json.dumps(rows)
 
-        self._transaction("work", write)
+            def write(cur: Any) -> _T:
+                result = also(cur)
+                self.cluster.fence(cur)  # (a new process of our broker id publishes its own)
+                cur.execute(
+                    f"INSERT INTO {COUNTS}(brokerid, published, rows) VALUES (%s, now(), %s) "
+                    "ON CONFLICT (brokerid) DO UPDATE SET published = EXCLUDED.published, rows = EXCLUDED.rows",
+                    (self.brokerid, text),
+                )
+                return result
+
+            return self._admin(write) if role == "admin" else self._transaction(role, write)
 
     def _unpublish(self, cur: Any) -> None:
         """At stop: our counts go (fenced: not those of a new process of our broker id)."""
