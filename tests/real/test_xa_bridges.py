@@ -241,21 +241,20 @@ def preload(activemq, queue: str, n: int, first: int = 0) -> None:
 
 
 def kill_mid_transfer(activemq, args: list[str], kills: int, src: str, dst: str, backlog: int) -> tuple[list, int]:
-    """Start the bridge child ``kills`` times, each killed -9 after 0.5-1.5 s, with about
-    ``backlog`` messages waiting on ``src`` at each start: what a run moved is taken from
-    ``dst`` and as many new messages are added (numbered on), so every kill lands
-    mid-transfer on any machine and the last, clean run moves one backlog, not what a slow
-    machine left of a fixed load. Returns what was taken and how many were sent."""
+    """Start the bridge child ``kills`` times, each killed -9 once it says it moved a
+    random share (up to a third) of the ``backlog`` messages waiting on ``src`` at each
+    start: what a run moved is taken from ``dst`` and as many new messages are added
+    (numbered on), so every kill lands mid-transfer however fast the machine moves them
+    (after a time, a quiet machine once moved all 1,000 first) and the last, clean run
+    moves one backlog. Returns what was taken and how many were sent."""
     moved: list = []
     preload(activemq, src, backlog)
     sent = backlog
     for _ in range(kills):
         proc = start_child(args, None)
-        try:
-            proc.wait(random.uniform(0.5, 1.5))
-        except subprocess.TimeoutExpired:
-            os.kill(proc.pid, signal.SIGKILL)
-            proc.wait()
+        wait_moved(proc, random.randint(1, backlog // 3))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
         proc.stdout.close()
         assert proc.returncode == -signal.SIGKILL, "the child ended before it was killed"
         taken = take(activemq, dst)
@@ -265,6 +264,19 @@ def kill_mid_transfer(activemq, args: list[str], kills: int, src: str, dst: str,
         sent += len(taken)
     assert moved, "the kills did not land mid-transfer (nothing moved)"
     return moved, sent
+
+
+def wait_moved(proc: subprocess.Popen, at_least: int) -> None:
+    """Read the child's "moved N" lines until N >= ``at_least``."""
+    for line in proc.stdout:
+        if line.startswith("moved ") and int(line.split()[1]) >= at_least:
+            return
+    raise AssertionError(f"the child ended before it moved {at_least}")
+
+
+def last_line(proc: subprocess.Popen) -> str:
+    """The child's first line that is not a "moved N" (its "done ...")."""
+    return next((line.strip() for line in proc.stdout if not line.startswith("moved ")), "")
 
 
 @pytest.mark.crash
@@ -329,14 +341,13 @@ def test_kill9_mid_transfer_on_an_xa_link_to_activemq(activemq, tmp_path):
 @pytest.mark.slow
 def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_path):
     """One local transaction per message (both ends one ActiveMQ: one session consumes and
-    sends), the bridge process killed 3 times at random (a backlog of 1,000: a run moved at
-    most 126 on a loaded 2-core machine): each message on the target once and in order,
-    none left on the source."""
+    sends), the bridge process killed 3 times mid-transfer (kill_mid_transfer: a backlog
+    of 1,000): each message on the target once and in order, none left on the source."""
     queue_src, queue_dst = "local.src", "local.dst"
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "true", queue_src, queue_dst]
     moved, n = kill_mid_transfer(activemq, args, 3, queue_src, queue_dst, 1000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
-    assert proc.stdout.readline().strip() == "done (local transaction (one resource manager))"
+    assert last_line(proc) == "done (local transaction (one resource manager))"
     proc.wait(60)
     proc.stdout.close()
     order = [int(m.text) for m in moved + take(activemq, queue_dst)]
@@ -353,14 +364,14 @@ def test_kill9_mid_transfer_on_a_local_activemq_to_activemq_link(activemq, tmp_p
 def test_kill9_mid_transfer_on_a_joined_activemq_to_activemq_link(activemq, tmp_path):
     """One XA transaction per message (the target joined to the source's branch,
     both associations ended at the same time, one-phase commit), the bridge process killed
-    4 times at random (a backlog of 1,000): each message on the target once, none left on
-    the source. (A kill
+    4 times mid-transfer (a backlog of 1,000): each message on the target once, none left
+    on the source. (A kill
     counts as a delivery of every message ActiveMQ had prefetched to the link: the backout
     threshold is off, or the head of the queue would reach the DMQ after five kills.)"""
     args = ["activemq", str(tmp_path / "var"), repr(activemq.jndi()), "1", "false", "src", "dst"]
     moved, n = kill_mid_transfer(activemq, args, 4, "src", "dst", 1000)
     proc = start_child([*args, str(n - len(moved))], None)  # the last run finishes cleanly
-    assert proc.stdout.readline().strip() == "done (XA)"
+    assert last_line(proc) == "done (XA)"
     proc.wait(60)
     proc.stdout.close()
     got = Counter(int(m.text) for m in moved + take(activemq, "dst"))

@@ -14,7 +14,8 @@ else XA with the target joining the source's branch, one phase; the host broker,
 the DMQ, lives in VARHOME; the backout threshold is off: ActiveMQ counts a kill as a
 delivery of every message it had prefetched); "done" then comes once the link has moved
 LEFT messages (what the source holds) or, without LEFT, nothing for 3 s, saying what the
-link's units were ("done (XA)")."""
+link's units were ("done (XA)"). It prints "moved N" each time the link's count of
+transferred messages grows (the test kills it on that)."""
 
 from __future__ import annotations
 
@@ -118,6 +119,7 @@ def activemq_to_activemq(
     while time.monotonic() - still < 3 and (left is None or counters.transferred < left):
         if counters.transferred != moved:
             moved, still = counters.transferred, time.monotonic()
+            print(f"moved {moved}", flush=True)  # (the test kills on progress, not time)
         time.sleep(0.05)
     kind = bridge.links[0].info()["transaction"]
     bridge.stop()
