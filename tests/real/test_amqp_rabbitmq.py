@@ -206,6 +206,30 @@ def test_client_acknowledge_and_recover(conn):
     assert consumer.receive(0.5) is None
 
 
+def test_an_acknowledgement_waits_until_the_one_before_it_is_written(conn):
+    """At most one of a session's acknowledgements waits for the I/O thread: a link's
+    window slides only as far as RabbitMQ can know (a crash repeats under two windows; a
+    busy I/O thread once let three runs of acknowledgements wait in the process)."""
+    q = qname("paced")
+    fill(conn, q, 3)
+    session = conn.create_session(False, AckMode.CLIENT_ACKNOWLEDGE)
+    consumer = session.create_consumer(q)
+    assert [consumer.receive(5).text for _ in range(3)] == ["0", "1", "2"]
+    gate = threading.Event()
+    conn.hand_over(lambda: gate.wait(10))  # the I/O thread busy
+    session.acknowledge_oldest(1)  # handed over: returns at once
+    second = threading.Thread(target=session.acknowledge_oldest, args=(1,))
+    second.start()
+    second.join(0.5)
+    assert second.is_alive(), "a second acknowledgement went on while the first was unwritten"
+    gate.set()
+    second.join(10)
+    assert not second.is_alive()
+    session.acknowledge()
+    session.close()
+    assert drain(conn, q, quiet=0.5) == []
+
+
 def test_individual_acknowledge_acks_that_message_only(conn):
     q = qname("individual")
     fill(conn, q, 3)

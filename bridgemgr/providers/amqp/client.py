@@ -568,6 +568,7 @@ class AmqpSession(Session):
         self.closed = False
         self._consumers: list[AmqpConsumer] = []
         self._unacked: list[_Delivery] = []  # handed over, not acknowledged (or not committed)
+        self._ack_written: Future[None] | None = None  # the last paced basic.ack, once written
         self.recovering = False  # basic.recover sent, recover-ok not yet here (I/O thread)
         # confirms (I/O thread): delivery tag -> (settle, message id); message id -> tag
         self._unconfirmed: OrderedDict[int, tuple[Settle, str | None]] = OrderedDict()
@@ -787,15 +788,36 @@ class AmqpSession(Session):
                 msg._ack = self.acknowledge
         return msg
 
-    def _ack(self, deliveries: list[_Delivery]) -> None:
+    def _ack(self, deliveries: list[_Delivery], paced: bool = False) -> None:
+        """basic.ack on the I/O thread. ``paced`` (a client's acknowledge): first wait
+        until the one before has been written, so at most one waits in this process: a
+        crash then repeats what the broker never saw acknowledged, under two of a link's
+        windows (a busy machine let the I/O thread fall three runs behind)."""
         if not deliveries:
             return
         if len(deliveries) > 1 and len(self._consumers) == 1:
             last = deliveries[-1].tag
-            self.channel.soon(lambda c: c.basic_ack(last, multiple=True))
+            ack: Callable[[Any], Any] = lambda c: c.basic_ack(last, multiple=True)  # noqa: E731
+        else:
+            tags = [d.tag for d in deliveries]
+            ack = lambda c: [c.basic_ack(t) for t in tags]  # noqa: E731
+        if not paced:
+            self.channel.soon(ack)
             return
-        tags = [d.tag for d in deliveries]
-        self.channel.soon(lambda c: [c.basic_ack(t) for t in tags])
+        before = self._ack_written
+        if before is not None and not before.done():
+            self.connection.wait(before, "an acknowledgement")
+        written: Future[None] = Future()
+        self._ack_written = written
+
+        def run() -> None:
+            try:
+                if not self.channel.closed:
+                    ack(self.channel.pika)
+            finally:
+                written.set_result(None)
+
+        self.connection.hand_over(run)
 
     def _ack_one(self, delivery: _Delivery) -> None:
         if delivery in self._unacked:
@@ -808,7 +830,7 @@ class AmqpSession(Session):
             return
         self._check()
         pending, self._unacked = self._unacked, []
-        self._ack(pending)
+        self._ack(pending, paced=True)
 
     def acknowledge_oldest(self, count: int) -> bool:
         """basic.ack (multiple) of the ``count`` oldest unacknowledged deliveries."""
@@ -816,7 +838,7 @@ class AmqpSession(Session):
             return False
         self._check()
         done, self._unacked = self._unacked[:count], self._unacked[count:]
-        self._ack(done)
+        self._ack(done, paced=True)
         return True
 
     def _requeue(self) -> None:
@@ -850,7 +872,7 @@ class AmqpSession(Session):
         if not self.transacted:
             raise IllegalStateException("commit() on a session that is not transacted")
         pending, self._unacked = self._unacked, []
-        self._ack(pending)
+        self._ack(pending, paced=True)
         self.channel.call(lambda c, done: c.tx_commit(callback=done), "tx.commit")
 
     def rollback(self) -> None:
