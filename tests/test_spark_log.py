@@ -73,17 +73,19 @@ def test_lines_read_in_any_pieces_stay_whole_in_their_files(tmp_path_factory, li
 
 @pytest.mark.slow
 def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp_path):
-    """A quiet pipe costs no CPU (the thread waits in poll), and close() takes what came,
-    then says in the file that later output is not there."""
+    """A quiet pipe costs no CPU (the thread waits in poll), a line the writer left unended
+    is written once the pipe stays quiet, and close() takes what came, then says on a line
+    of its own that later output is not in the file."""
     path = tmp_path / "log" / "spark.log"
     output = JvmLog(SparkLog(path, -1, -1))
     child = subprocess.Popen(
-        [sys.executable, "-c", "import os, time\nos.write(2, b'before\\n'); time.sleep(60)"], stderr=output.write_fd
+        [sys.executable, "-c", "import os, time\nos.write(2, b'before\\nhalf a line'); time.sleep(60)"],
+        stderr=output.write_fd,
     )
     try:
         output.started()
         deadline = time.monotonic() + 30
-        while not path.read_text() and time.monotonic() < deadline:
+        while path.read_text() != "before\nhalf a line" and time.monotonic() < deadline:
             time.sleep(0.05)
         cpu = time.thread_time(), time.process_time()
         time.sleep(0.5)
@@ -91,7 +93,9 @@ def test_a_writer_that_outlives_close_neither_holds_it_up_nor_loses_silently(tmp
         start = time.monotonic()
         output.close(0.5)
         assert time.monotonic() - start < 2.0
-        assert path.read_text() == ("before\n(the JVM still runs: what it writes from here on is not in this file)\n")
+        assert path.read_text() == (
+            "before\nhalf a line\n(the JVM still runs: what it writes from here on is not in this file)\n"
+        )
     finally:
         child.kill()
         child.wait()

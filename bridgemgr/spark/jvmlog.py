@@ -38,6 +38,7 @@ SPARK_LOG = "spark.log"  # the service's Spark JVM output, beside the service lo
 CHUNK = 65536  # bytes read (and written) at a time
 PIPE_SIZE = 1 << 20  # what the pipe holds before the JVM waits (Linux's default max)
 CLOSE_WAIT = 10.0  # s the JVM is given to end at exit, its last lines read
+HOLD_MS = 50  # a quiet pipe's unended line waits this long for its end before it is written
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class RotatingBytes:
         self.failures = WriteFailures(path, report)
         self.lost = 0  # bytes not written since writing last failed
         self.tail = b""  # the start of a line whose end has not come yet
+        self.mid_line = False  # the file ends with an unended line (flush() wrote it)
         private_dir(path.parent)
         self.fd = -1
         self._open()
@@ -86,21 +88,24 @@ class RotatingBytes:
 
     def write(self, data: bytes) -> None:
         """Write the whole lines of what came so far; hold the start of an unended line,
-        unless it is as long as a file may be."""
-        data = self.tail + data
-        cut = data.rfind(b"\n") + 1
-        if len(data) - cut < (self.bounds.limit if self.bounds.limit > 0 else CHUNK):
-            data, self.tail = data[:cut], data[cut:]
+        unless it is as long as a file may be. (One write per chunk: the held line joins
+        the chunk's whole lines in one copy; with none held, they go out as a view.)"""
+        last = data.rfind(b"\n") + 1
+        if not last:  # no line ends here
+            self.tail += data
         else:
-            self.tail = b""
-        self._write(data)
+            whole = memoryview(data)[:last]
+            self._write(b"".join((self.tail, whole)) if self.tail else whole)
+            self.tail = data[last:]
+        if len(self.tail) >= (self.bounds.limit or CHUNK):
+            self.flush()
 
     def flush(self) -> None:
         """Write the unended line held back (its writer paused mid-line, or ended)."""
         data, self.tail = self.tail, b""
         self._write(data)
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, data: bytes | memoryview) -> None:
         if not data:
             return
         try:
@@ -108,16 +113,17 @@ class RotatingBytes:
                 self._open()
             if self.bounds.too_old(self.size, self.opened, time.time()):
                 self._roll_over()
-            while self.bounds.too_big(self.size, len(data)):
+            rest = bytes(data) if self.bounds.too_big(self.size, len(data)) else b""
+            while rest and self.bounds.too_big(self.size, len(rest)):
                 room = self.bounds.limit - self.size
-                cut = data.rfind(b"\n", 0, room) + 1  # the whole lines that fit
+                cut = rest.rfind(b"\n", 0, room) + 1  # the whole lines that fit
                 if not cut:
                     if self.size:  # the line starts in the next file
                         self._roll_over()
                         continue
                     cut = room  # a line longer than a file
-                self._put(data[:cut])
-                data = data[cut:]
+                self._put(rest[:cut])
+                data = rest = rest[cut:]
                 self._roll_over()
             if data:
                 self._put(data)
@@ -129,7 +135,8 @@ class RotatingBytes:
             self.failures.writing(f" ({self.lost} bytes were lost)")
             self.lost = 0
 
-    def _put(self, data: bytes) -> None:
+    def _put(self, data: bytes | memoryview) -> None:
+        self.mid_line = data[-1:] != b"\n"
         view = memoryview(data)
         while view:
             n = os.write(self.fd, view)
@@ -182,10 +189,19 @@ class JvmLog:
         poller.register(self._wake_read, select.POLLIN)
         try:
             while True:
-                events = dict(poller.poll())
+                # an unended line is written once the pipe stayed empty for HOLD ms: not
+                # in the middle of a burst, where its end is about to come
+                events = dict(poller.poll(HOLD_MS if self.file.tail else None))
+                if not events:
+                    self.file.flush()
+                    continue
                 if self._wake_read in events:
                     self._take_what_is_there()
-                    self.file.write(b"(the JVM still runs: what it writes from here on is not in this file)\n")
+                    self.file.flush()
+                    self.file.write(
+                        b"\n" * self.file.mid_line
+                        + b"(the JVM still runs: what it writes from here on is not in this file)\n"
+                    )
                     return
                 if not self._take_what_is_there():
                     self.ended.set()
@@ -199,8 +215,7 @@ class JvmLog:
         while True:
             try:
                 chunk = os.read(self._read_fd, CHUNK)
-            except BlockingIOError:  # the writer is between writes: its unended line too
-                self.file.flush()
+            except BlockingIOError:
                 return True
             except OSError as exc:
                 if exc.errno == errno.EINTR:
