@@ -795,29 +795,18 @@ class AmqpSession(Session):
         windows (a busy machine let the I/O thread fall three runs behind)."""
         if not deliveries:
             return
+        if paced and self._ack_written is not None and not self._ack_written.done():
+            self.connection.wait(self._ack_written, "an acknowledgement")
         if len(deliveries) > 1 and len(self._consumers) == 1:
             last = deliveries[-1].tag
-            ack: Callable[[Any], Any] = lambda c: c.basic_ack(last, multiple=True)  # noqa: E731
+            self.channel.soon(lambda c: c.basic_ack(last, multiple=True))
         else:
             tags = [d.tag for d in deliveries]
-            ack = lambda c: [c.basic_ack(t) for t in tags]  # noqa: E731
-        if not paced:
-            self.channel.soon(ack)
-            return
-        before = self._ack_written
-        if before is not None and not before.done():
-            self.connection.wait(before, "an acknowledgement")
-        written: Future[None] = Future()
-        self._ack_written = written
-
-        def run() -> None:
-            try:
-                if not self.channel.closed:
-                    ack(self.channel.pika)
-            finally:
-                written.set_result(None)
-
-        self.connection.hand_over(run)
+            self.channel.soon(lambda c: [c.basic_ack(t) for t in tags])
+        if paced:  # (the I/O thread runs what it is handed in order: after the ack)
+            written: Future[None] = Future()
+            self._ack_written = written
+            self.connection.hand_over(lambda: written.set_result(None))
 
     def _ack_one(self, delivery: _Delivery) -> None:
         if delivery in self._unacked:
@@ -872,7 +861,7 @@ class AmqpSession(Session):
         if not self.transacted:
             raise IllegalStateException("commit() on a session that is not transacted")
         pending, self._unacked = self._unacked, []
-        self._ack(pending, paced=True)
+        self._ack(pending)
         self.channel.call(lambda c, done: c.tx_commit(callback=done), "tx.commit")
 
     def rollback(self) -> None:
