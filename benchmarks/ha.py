@@ -269,6 +269,25 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
             numbers.append(m.get_int_property("n"))
         drain_s = time.monotonic() - started
         drained = len(numbers)
+
+        def fill(first: int) -> None:  # n more, in transactions of 500, flat out
+            for i in range(first, first + n):
+                message = BytesMessage(body)
+                message.set_int_property("n", i)
+                bulk.send(message, delivery_mode=DeliveryMode.PERSISTENT)
+                if i % 500 == 499 or i == first + n - 1:
+                    tx.commit()
+
+        filler = threading.Thread(target=fill, args=(n,), daemon=True)
+        flow_started = time.monotonic()
+        filler.start()
+        flowed = 0
+        while flowed < n and (m := consumer.receive(30)) is not None:
+            numbers.append(m.get_int_property("n"))
+            flowed += 1
+        flow_s = time.monotonic() - flow_started
+        filler.join(60)
+        started = flow_started + flow_s - drain_s  # (the paced sends' schedule below starts now)
         arrived: list[tuple[float, float]] = []  # (sent, arrived)
 
         def take(count: int) -> None:
@@ -286,7 +305,7 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         for i in range(paced):
             due = started + drain_s + i / rate
             message = BytesMessage(body)
-            message.set_int_property("n", n + i)
+            message.set_int_property("n", 2 * n + i)
             time.sleep(max(0.0, due - time.monotonic()))
             message.set_double_property("sent", time.monotonic())
             producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
@@ -297,11 +316,12 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
     return {
         "drained": drained,
         "drain_msg_per_s": round(drained / drain_s, 1),
+        "flow_msg_per_s": round(flowed / flow_s, 1),
         "paced_rate": rate,
         "latency_messages": len(latencies),
         "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
         "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
-        "lost": n + paced - len(set(numbers)),
+        "lost": 2 * n + paced - len(set(numbers)),
         "duplicates": len(numbers) - len(set(numbers)),
     }
 
@@ -319,6 +339,7 @@ def cluster_queues(base: Path, pg: Any, n: int, rate: int) -> dict:
         "one_instance": one,
         "across_instances": cross,
         "ratio": round(cross["drain_msg_per_s"] / one["drain_msg_per_s"], 2) if one["drain_msg_per_s"] else None,
+        "flow_ratio": round(cross["flow_msg_per_s"] / one["flow_msg_per_s"], 2) if one["flow_msg_per_s"] else None,
     }
 
 

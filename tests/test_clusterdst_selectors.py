@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from bridgemgr.jms import TextMessage
-from bridgemgr.providers.embedded.clusterdst import _any_of, _shape
+from bridgemgr.providers.embedded.clusterdst import CREDIT, _any_of, _raised_by, _shape
 
 
 def test_a_proxy_selects_what_any_of_the_peers_subscribers_selects():
@@ -30,3 +30,18 @@ def test_a_new_subscriber_version_is_told_at_once_a_small_backlog_change_is_not(
     assert _shape({**before, "t:news": (1, None, 1001, None)}) != _shape(before)
     assert _shape({**before, "q:orders": (1, None, 11, None)}) == _shape(before)
     assert _shape({**before, "q:orders": (1, None, 11, "[7]")}) != _shape(before)  # a consumer stamped
+
+
+def test_a_consumer_that_took_what_the_peers_handed_over_is_told_at_once():
+    # we wrote backlog 0; the peers then handed us CREDIT messages (raising our row by as
+    # many) and our consumer took them all: our backlog is 0 again, but the table says
+    # CREDIT, and the peers hand off nothing more until they hear otherwise
+    written = {"q:orders": (1, None, 0, None), "t:news": (1, None, 1000, None)}
+    now = dict(written)
+    assert _shape(now) == _shape(written)  # (what was compared before: nothing to tell)
+    table = _raised_by(written, {"q:orders": CREDIT})
+    assert table["q:orders"] == (1, None, CREDIT, None) and table["t:news"] == written["t:news"]
+    assert _shape(now) != _shape(table)
+    assert _raised_by(written, {}) is written
+    # a handful taken in and still waiting: the table holds what we have (nothing to tell)
+    assert _shape({**now, "q:orders": (1, None, 3, None)}) == _shape(_raised_by(written, {"q:orders": 3}))

@@ -40,6 +40,7 @@ from ...logfiles import COUNTED
 from .cluster import BROKERS, instance_schema
 from .pgstore import close_quietly, in_transaction, loaded_key, stored_key
 from .queues import Envelope, MessageQueue
+from .routing import WIRE_KEEP
 from .state import Subscription, _owned, log, now_ms
 
 if TYPE_CHECKING:
@@ -50,11 +51,12 @@ if TYPE_CHECKING:
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
 STAMPS = "imq_ha_consumer_stamps"  # a consumer's place in the cluster's order (maxNumActiveConsumers)
 SEEN = "imq_ha_durables_seen"  # broker id -> the highest imq_ha_durables version it mirrored
-CREDIT = 1000  # messages a peer may hold waiting per active consumer before we stop handing off
+CREDIT = 2000  # messages a peer may hold waiting per active consumer before we stop handing off
 BATCH = 500  # rows per handoff or intake transaction
 FIRST = 50  # rows at most of a handoff to a peer with nothing waiting: its consumers start sooner
 GONE_KEEP = 60.0  # seconds a peer's temporary destination that went is known as gone
 REFRESH = 0.2  # seconds between advertisements of our demand (and looks at the inbox)
+FED_LOOK = 0.01  # seconds between looks at our demand while the table says messages wait here
 _TABLES = (
     f"CREATE TABLE IF NOT EXISTS {DEMAND}(brokerid TEXT NOT NULL, qkey TEXT NOT NULL, "
     "consumers INTEGER NOT NULL, selectors TEXT, backlog BIGINT NOT NULL, "
@@ -153,6 +155,16 @@ def _shape(demand: Demand) -> Demand:
     }
 
 
+def _raised_by(rows: Demand, raised: dict[str, int]) -> Demand:
+    """Our demand as the table holds it once the peers raised our backlog there by what
+    they handed us (``raised``: what we took in since we wrote ``rows``). Compared with
+    our demand now, it says when to tell the peers that our consumers took what they
+    sent: the credit they hand off against."""
+    if not raised:
+        return rows
+    return {k: (n, sel, backlog + raised.get(k, 0), stamps) for k, (n, sel, backlog, stamps) in rows.items()}
+
+
 def _selectors(selectors: list[Selector | None]) -> str | None:
     """Selectors as JSON, None when one of them takes any message."""
     texts = [getattr(s, "text", None) if s is not None else None for s in selectors]
@@ -219,6 +231,7 @@ class ClusterQueues:
         self._halt = threading.Event()
         self._wake = threading.Event()
         self._reread = False  # a peer's demand changed: advertise (and read theirs) now
+        self._raised: dict[str, int] = {}  # qkey -> messages taken in since the last look (under the lock)
         self._demand_channel = f"{self.settings.jdbc.schema}_demand"
         self._threads: list[threading.Thread] = []
         self._parkers: dict[str, _Parker] = {}
@@ -255,6 +268,11 @@ class ClusterQueues:
             conn.execute("SET synchronous_commit TO off")
             conn.commit()
         return conn
+
+    def _own_pid(self) -> int | None:
+        """The server process of our advertisements' connection (its NOTIFYs are ours)."""
+        conn = self._conns.get("work")
+        return None if conn is None or conn.closed else conn.info.backend_pid
 
     def _transaction(self, role: str, work: Callable[[Any], Any]) -> Any:
         return in_transaction(self._conns, role, self._conn, f"{self.settings.jdbc.where}: cluster-wide queues", work)
@@ -320,9 +338,12 @@ class ClusterQueues:
         self._conns.clear()
 
     def _run_handoff(self) -> None:
-        advertised, shape = 0.0, None
+        advertised, rows = 0.0, None  # rows: our demand as the table holds it, to our knowledge
+        fed: set[str] = set()  # queues holding messages the peers handed us
         while not self._halt.is_set():
-            self._wake.wait(REFRESH / 4)
+            # while they wait, look sooner: the peers' credit is our backlog there, and our
+            # consumers may take a quarter of it in milliseconds
+            self._wake.wait(FED_LOOK if fed else REFRESH / 4)
             self._wake.clear()
             if self._halt.is_set():
                 return
@@ -331,11 +352,16 @@ class ClusterQueues:
                     demand = self._demand()
                     # durables made or removed here, consumers to stamp
                     durables = bool(self.broker.cluster_durables or self._fresh)
-                now, changed = time.monotonic(), _shape(demand) != shape or durables
+                    raised, self._raised = self._raised, {}
+                if rows is not None:
+                    rows = _raised_by(rows, raised)
+                fed = {k for k in fed.union(raised) if k in demand and demand[k][2]}
+                now = time.monotonic()
+                changed = rows is None or _shape(demand) != _shape(rows) or durables
                 if changed or self._reread or now - advertised >= REFRESH:
                     self._reread = False
                     self.advertise(demand, changed)
-                    advertised, shape = now, _shape(demand)
+                    advertised, rows = now, demand
                 while self.hand_off() and not self._halt.is_set():
                     pass
             except StoreError as exc:
@@ -356,7 +382,8 @@ class ClusterQueues:
                     conn.commit()
                     listening = conn
                 for note in conn.notifies(timeout=REFRESH, stop_after=1):
-                    if note.channel == self._demand_channel:  # a peer's demand changed: look now
+                    # a peer's demand changed (not ours: our advertisement sent it): look now
+                    if note.channel == self._demand_channel and note.pid != self._own_pid():
                         self._reread = True
                         self._wake.set()
                 while self.take_in() and not self._halt.is_set():
@@ -744,13 +771,14 @@ class ClusterQueues:
                 if mq.limits.local_delivery_preferred and _active(mq):
                     continue  # local consumers take them all
                 credit = {id(p): p.credit if p.backlog else min(p.credit, FIRST) for p in parker.peers}
+                left = sum(credit.values())  # (none: the window is not looked through)
                 local = [w for w in mq.waiters if w is not parker and mq.is_active(w)]
-                for env in mq.browse():  # in memory, in delivery order
+                for env in mq.browse() if left else ():  # in memory, in delivery order
                     if len(taken) >= BATCH:
                         break
                     if env.expired(now) or env.owner is not None:
                         continue
-                    if any(w.can_take(env.message) for w in local):
+                    if local and any(w.can_take(env.message) for w in local):
                         continue  # a local consumer waits for it: it goes there
                     peer = next((p for p in parker.peers if credit[id(p)] and p.takes(env.message)), None)
                     if peer is None:
@@ -758,6 +786,9 @@ class ClusterQueues:
                     if mq.remove(env):
                         credit[id(peer)] -= 1
                         taken.append((peer, env))
+                        left -= 1
+                        if not left:
+                            break
                 if mq.paged and len(mq) == mq.paged and any(credit.values()):
                     mq.page_in()  # the window is empty: the next chunk, for the next batch
                     if len(mq) > mq.paged:
@@ -866,41 +897,47 @@ class ClusterQueues:
         broker, me = self.broker, self.brokerid
         with ExitStack() as held:
 
-            def take(cur: Any) -> list[tuple[int, str, int, int, Message]]:
+            def take(cur: Any) -> list[tuple[int, str, int, bytes, Message]]:
                 cur.execute(
                     f"SELECT id, qkey, dcount, blob FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid "
                     f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
                     "FOR UPDATE SKIP LOCKED",
                     (me, me, BATCH),
+                    binary=True,  # (bytea as text is hex: twice the bytes, 2.8 ms to read 500 rows, not 1.1)
                 )
                 rows = cur.fetchall()
                 if not rows:
                     return []
                 queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
                 messages = [codec.decode(blob) for _, _, _, blob in rows]
-                held.enter_context(broker.lock)  # until the pushes (released if this fails)
+                held.enter_context(broker.lock)
                 base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
                 self._fenced(cur)
+                ids = [r[0] for r in rows]
                 cur.execute(
                     f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
                     f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved WHERE id = ANY(%s)",
-                    ([r[0] for r in rows], base, queued),
+                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved"
+                    # (a filter of 500 ids on 500 rows took 1.9 of the statement's 5 ms)
+                    + (" WHERE id = ANY(%s)" if len(queued) < len(ids) else ""),
+                    (ids, base, queued) if len(queued) < len(ids) else (ids, base),
                 )
                 seqs = iter(range(base + 1, base + len(queued) + 1))
                 return [
-                    (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, len(blob), message)
+                    (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, bytes(blob), message)
                     for (_, qkey, dcount, blob), message in zip(rows, messages, strict=True)
                 ]
 
             moved = self._transaction("intake", take)
-            for seq, qkey, dcount, size, message in moved:
+            for seq, qkey, dcount, blob, message in moved:
                 if not seq:
                     self._fan_out(qkey, message)
                     continue
                 mq = broker._queue_for_key(qkey)
+                self._raised[qkey] = self._raised.get(qkey, 0) + 1
                 if mq is not None:  # (a queue: made when missing)
-                    env = Envelope(seq, mq, message, True, size, dcount)
+                    wire = blob if mq.count < WIRE_KEEP else None  # (sent to remote consumers as it is)
+                    env = Envelope(seq, mq, message, True, len(blob), dcount, None, wire)
                     mq.admit(env)
                     mq.push(env)  # as a send's: in the window, or paged out (its row is there)
         self.taken_in += len(moved)

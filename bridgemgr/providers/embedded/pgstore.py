@@ -317,8 +317,9 @@ class PostgresDatabase(Database):
             branch.sends = [(seq, loaded_key(q), b) for seq, q, b in branch.sends]
         return rec
 
-    def _read(self, sql: str, args: tuple[Any, ...]) -> list[tuple[Any, ...]]:
-        """One read in a transaction of its own (the writer shares the connection)."""
+    def _read(self, sql: str, args: tuple[Any, ...], binary: bool = False) -> list[tuple[Any, ...]]:
+        """One read in a transaction of its own (the writer shares the connection);
+        ``binary``: rows in PostgreSQL's binary format (a bytea as text is hex)."""
         import psycopg
 
         try:
@@ -331,7 +332,7 @@ class PostgresDatabase(Database):
                     raise
                 try:
                     with conn.cursor() as cur:
-                        cur.execute(sql.replace("?", "%s"), args)
+                        cur.execute(sql.replace("?", "%s"), args, binary=binary)
                         return cur.fetchall()
                 finally:
                     if not conn.closed:
@@ -345,7 +346,8 @@ class PostgresDatabase(Database):
             raise refusal(f"{self.where}: cannot read the store: {exc}") from exc
 
     def page(self, qkey: str, after: int, limit: int) -> list[tuple[int, int, bytes]]:
-        return [(seq, d, bytes(b)) for seq, d, b in self._read(PAGE_SQL, (stored_key(qkey), after, limit))]
+        rows = self._read(PAGE_SQL, (stored_key(qkey), after, limit), binary=True)
+        return [(seq, d, bytes(b)) for seq, d, b in rows]
 
     def queue_bytes(self, qkey: str) -> int:
         return int(self._read(BYTES_SQL, (stored_key(qkey),))[0][0])
