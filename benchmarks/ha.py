@@ -22,9 +22,11 @@ instances of one HA cluster (tests/ha_support.py: heart-beat 1 s, monitor 3 s) a
   ratio = HA / single.
 - queues (cluster-wide queues): two instances A and B; --messages persistent 1 KiB
   messages waiting in A's queue, drained by a consumer on A (one instance) and on B (each
-  message handed off to B through the shared store): msg/s, ratio = B / A; then a fifth
-  as many sent at --rate msg/s while that consumer takes them: p50 and p99 latency; each
-  message is numbered, lost and duplicates are counted.
+  message handed off to B through the shared store): msg/s, ratio = B / A; then
+  --flow-messages sent to A flat out (transactions of 500) while that consumer takes
+  them: msg/s from the first send to the last arrival, flow_ratio = B / A; then a fifth
+  of --messages sent at --rate msg/s: p50 and p99 latency; each message is numbered,
+  lost and duplicates are counted.
 - topics (cluster-wide topics, --only topics): three instances A, B, C; a publisher on A
   publishes --messages persistent 1 KiB messages (transactions of 500) to a topic with
   one subscriber on each instance (B's and C's copies stored once per instance on A,
@@ -243,11 +245,13 @@ def throughput(base: Path, pg: Any, m: Daemon, n: int) -> dict:
     return {**rounded, "ratio_ha_to_single": ratio, "messages": n, "message_bytes": 1024}
 
 
-def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, rate: int) -> dict:
+def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, rate: int, flow: int) -> dict:
     """A queue produced on one instance and consumed on another (or the same): msg/s of
-    a consumer draining n waiting messages (sent in transactions of 500), then p50/p99
-    latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s; each message is
-    numbered: lost and duplicates are counted."""
+    a consumer draining n waiting messages (sent in transactions of 500); msg/s of the
+    queue fed and drained at once (``flow`` messages sent flat out in transactions of
+    500 while the consumer takes them: from the first send to the last arrival); then
+    p50/p99 latency (send to arrival) of n // 5 messages sent at ``rate`` msg/s; each
+    message is numbered: lost and duplicates are counted."""
     body = b"x" * 1024
     with (
         connect(f"mq://{producer_at.address}", username="admin", password=PASSWORD) as pconn,
@@ -271,18 +275,18 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         drained = len(numbers)
 
         def fill(first: int) -> None:  # n more, in transactions of 500, flat out
-            for i in range(first, first + n):
+            for i in range(first, first + flow):
                 message = BytesMessage(body)
                 message.set_int_property("n", i)
                 bulk.send(message, delivery_mode=DeliveryMode.PERSISTENT)
-                if i % 500 == 499 or i == first + n - 1:
+                if i % 500 == 499 or i == first + flow - 1:
                     tx.commit()
 
         filler = threading.Thread(target=fill, args=(n,), daemon=True)
         flow_started = time.monotonic()
         filler.start()
         flowed = 0
-        while flowed < n and (m := consumer.receive(30)) is not None:
+        while flowed < flow and (m := consumer.receive(30)) is not None:
             numbers.append(m.get_int_property("n"))
             flowed += 1
         flow_s = time.monotonic() - flow_started
@@ -305,7 +309,7 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         for i in range(paced):
             due = started + drain_s + i / rate
             message = BytesMessage(body)
-            message.set_int_property("n", 2 * n + i)
+            message.set_int_property("n", n + flow + i)
             time.sleep(max(0.0, due - time.monotonic()))
             message.set_double_property("sent", time.monotonic())
             producer.send(message, delivery_mode=DeliveryMode.PERSISTENT)
@@ -321,18 +325,18 @@ def queue_run(producer_at: Instance, consumer_at: Instance, queue: str, n: int, 
         "latency_messages": len(latencies),
         "latency_p50_ms": round(1000 * latencies[len(latencies) // 2], 2) if latencies else None,
         "latency_p99_ms": round(1000 * latencies[int(len(latencies) * 0.99) - 1], 2) if latencies else None,
-        "lost": 2 * n + paced - len(set(numbers)),
+        "lost": n + flow + paced - len(set(numbers)),
         "duplicates": len(numbers) - len(set(numbers)),
     }
 
 
-def cluster_queues(base: Path, pg: Any, n: int, rate: int) -> dict:
+def cluster_queues(base: Path, pg: Any, n: int, rate: int, flow: int) -> dict:
     """A queue produced on A and consumed on B vs both on A, the same PostgreSQL."""
     cluster = Cluster(base / "queues", pg, {}, "imq.bridge.enabled=false")
     try:
         a, b = cluster.start("A", ""), cluster.start("B", "")
-        one = queue_run(a, a, "bench.local", n, rate)
-        cross = queue_run(a, b, "bench.cross", n, rate)
+        one = queue_run(a, a, "bench.local", n, rate, flow)
+        cross = queue_run(a, b, "bench.cross", n, rate, flow)
     finally:
         cluster.stop()
     return {
@@ -443,6 +447,9 @@ def main() -> None:
     ap.add_argument("--kills", type=int, default=5)
     ap.add_argument("--rate", type=int, default=200, help="msg/s the takeover run's producer sends")
     ap.add_argument("--messages", type=int, default=3000, help="per throughput drain")
+    ap.add_argument(
+        "--flow-messages", type=int, default=10000, help="queues: sent while consumed (a flow needs a longer run)"
+    )
     ap.add_argument("--only", choices=("takeover", "throughput", "queues", "topics"))
     args = ap.parse_args()
     out: dict = {"load_average": [round(x, 2) for x in os.getloadavg()]}
@@ -457,7 +464,7 @@ def main() -> None:
             if args.only in (None, "throughput"):
                 out["throughput"] = throughput(base, pg, m, args.messages)
             if args.only in (None, "queues"):
-                out["queues"] = cluster_queues(base, pg, args.messages, args.rate)
+                out["queues"] = cluster_queues(base, pg, args.messages, args.rate, args.flow_messages)
             if args.only in (None, "topics"):
                 out["topics"] = cluster_topics(base, pg, args.messages, args.rate)
         finally:
