@@ -313,3 +313,36 @@ def test_a_replaced_generation_neither_hands_off_nor_takes_in(members):
     got: list[str] = []
     texts_of(consumer, got, 5, 20)
     assert got == sent
+
+
+def test_an_inbox_row_that_is_not_a_message_is_kept_aside_and_the_rest_come_in(members, caplog):
+    from bridgemgr.providers.embedded.clusterdst import INBOX, REJECTED
+
+    start, stack = members
+    b1, b2 = start("B1"), start("B2", threads=False)  # B2's intake runs when told
+    conn = b1.cluster.settings.jdbc.connect()
+    stack.callback(conn.close)
+    # (written by an instance of a newer version, or damaged): first in B2's inbox
+    (bad,) = conn.execute(
+        f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES ('B2', 'q:mixed', 0, %s) RETURNING id",
+        (b"\x7fnot a message",),
+    ).fetchone()
+    conn.commit()
+    consumer = b2.connection(stack).create_session().create_consumer(Queue("mixed"))
+    advertise(b2)
+    session = b1.connection(stack).create_session()
+    producer = session.create_producer(Queue("mixed"))
+    for i in range(3):
+        producer.send(session.create_text_message(f"g{i}"))
+    wait_for(lambda: b1.queues.handed_off == 3, 20, "3 messages in B2's inbox")
+    while b2.queues.take_in():
+        pass
+    got: list[str] = []
+    texts_of(consumer, got, 3, 20)
+    assert got == ["g0", "g1", "g2"] and b2.queues.taken_in == 3
+    rows = conn.execute(f"SELECT id, target, qkey, blob, reason FROM {REJECTED}").fetchall()
+    assert [(r[0], r[1], r[2], bytes(r[3])) for r in rows] == [(bad, "B2", "q:mixed", b"\x7fnot a message")]
+    assert rows[0][4]  # why it was not taken in
+    assert conn.execute(f"SELECT COUNT(*) FROM {INBOX}").fetchone()[0] == 0
+    conn.commit()
+    assert any(f"inbox row {bad} for q:mixed is not a message" in r.getMessage() for r in caplog.records)

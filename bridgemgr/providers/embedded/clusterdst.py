@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from ...jms import codec
 from ...jms.destination import Destination, Topic
-from ...jms.errors import JMSException, StoreError
+from ...jms.errors import JMSException, MessageCodecError, StoreError
 from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from ...logfiles import COUNTED
@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .host import EmbeddedHostBroker
 
 DEMAND, INBOX, DURABLES = "imq_ha_demand", "imq_ha_inbox", "imq_ha_durables"
+REJECTED = "imq_ha_inbox_rejected"  # inbox rows the intake could not decode, kept for the operator
 STAMPS = "imq_ha_consumer_stamps"  # a consumer's place in the cluster's order (maxNumActiveConsumers)
 SEEN = "imq_ha_durables_seen"  # broker id -> the highest imq_ha_durables version it mirrored
 CREDIT = 2000  # messages a peer may hold waiting per active consumer before we stop handing off
@@ -74,6 +75,8 @@ _TABLES = (
     f"ALTER TABLE {DURABLES} ADD COLUMN IF NOT EXISTS deleted BOOLEAN NOT NULL DEFAULT false",
     f"CREATE SEQUENCE IF NOT EXISTS {DURABLES}_version",
     f"CREATE TABLE IF NOT EXISTS {SEEN}(brokerid TEXT PRIMARY KEY, version BIGINT NOT NULL)",
+    f"CREATE TABLE IF NOT EXISTS {REJECTED}(id BIGINT PRIMARY KEY, target TEXT NOT NULL, qkey TEXT NOT NULL, "
+    "dcount INTEGER NOT NULL, blob BYTEA NOT NULL, reason TEXT NOT NULL, rejected TIMESTAMPTZ NOT NULL DEFAULT now())",
 )
 _PROXIED = ("r:", "x:")  # inbox rows for our subscribers or temporary destinations: not stored
 _DDL_LOCK = 0x494D5144  # advisory lock: one instance creates these tables at a time
@@ -905,29 +908,45 @@ class ClusterQueues:
                     (me, me, BATCH),
                     binary=True,  # (bytea as text is hex: twice the bytes, 2.8 ms to read 500 rows, not 1.1)
                 )
-                rows = cur.fetchall()
-                if not rows:
+                rows, messages = [], []
+                for row in cur.fetchall():
+                    try:
+                        messages.append(codec.decode(row[3]))
+                    except MessageCodecError as exc:  # (kept aside: the rows after it come in)
+                        rejected.append((row[0], row[1], str(exc)))
+                        continue
+                    rows.append(row)
+                if not (rows or rejected):
                     return []
                 queued = [r[0] for r in rows if not r[1].startswith(_PROXIED)]  # (the rest: in memory)
-                messages = [codec.decode(blob) for _, _, _, blob in rows]
-                held.enter_context(broker.lock)
+                held.enter_context(broker.lock)  # until the pushes (released if this fails)
                 base = broker.reserve_seqs(len(queued))  # (unused if this fails: never reused)
                 self._fenced(cur)
+                if rejected:
+                    cur.execute(
+                        f"WITH bad AS (SELECT * FROM unnest(%s::bigint[], %s::text[]) AS bad(id, reason)), "
+                        f"moved AS (DELETE FROM {INBOX} i USING bad WHERE i.id = bad.id "
+                        "RETURNING i.id, i.target, i.qkey, i.dcount, i.blob, bad.reason) "
+                        f"INSERT INTO {REJECTED}(id, target, qkey, dcount, blob, reason) SELECT * FROM moved",
+                        ([r[0] for r in rejected], [r[2] for r in rejected]),
+                    )
                 ids = [r[0] for r in rows]
-                cur.execute(
-                    f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
-                    f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
-                    "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved"
-                    # (a filter of 500 ids on 500 rows took 1.9 of the statement's 5 ms)
-                    + (" WHERE id = ANY(%s)" if len(queued) < len(ids) else ""),
-                    (ids, base, queued) if len(queued) < len(ids) else (ids, base),
-                )
+                if ids:
+                    cur.execute(
+                        f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
+                        f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
+                        "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved"
+                        # (a filter of 500 ids on 500 rows took 1.9 of the statement's 5 ms)
+                        + (" WHERE id = ANY(%s)" if len(queued) < len(ids) else ""),
+                        (ids, base, queued) if len(queued) < len(ids) else (ids, base),
+                    )
                 seqs = iter(range(base + 1, base + len(queued) + 1))
                 return [
                     (0 if qkey.startswith(_PROXIED) else next(seqs), loaded_key(qkey), dcount, bytes(blob), message)
                     for (_, qkey, dcount, blob), message in zip(rows, messages, strict=True)
                 ]
 
+            rejected: list[tuple[int, str, str]] = []  # inbox rows that are not messages: id, qkey, why
             moved = self._transaction("intake", take)
             for seq, qkey, dcount, blob, message in moved:
                 if not seq:
@@ -940,8 +959,18 @@ class ClusterQueues:
                     env = Envelope(seq, mq, message, True, len(blob), dcount, None, wire)
                     mq.admit(env)
                     mq.push(env)  # as a send's: in the window, or paged out (its row is there)
+        for row_id, qkey, why in rejected:
+            log.error(
+                "HA cluster %s: inbox row %d for %s is not a message (%s); it is kept in %s, the "
+                "rows after it are taken in",
+                self.settings.clusterid,
+                row_id,
+                loaded_key(qkey),
+                why,
+                REJECTED,
+            )
         self.taken_in += len(moved)
-        return bool(moved)
+        return bool(moved or rejected)
 
     def _fan_out(self, qkey: str, message: Message) -> None:
         """A peer's copy for our subscribers (r:ME:VERSION:TOPIC) or for a temporary
