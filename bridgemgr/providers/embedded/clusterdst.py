@@ -26,7 +26,7 @@ import json
 import threading
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import AbstractContextManager, ExitStack, nullcontext
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -166,6 +166,29 @@ def _raised_by(rows: Demand, raised: dict[str, int]) -> Demand:
     if not raised:
         return rows
     return {k: (n, sel, backlog + raised.get(k, 0), stamps) for k, (n, sel, backlog, stamps) in rows.items()}
+
+
+def _ints(values: Iterable[int]) -> str:
+    """A PostgreSQL array literal of ``values`` (for ``%s::bigint[]``): psycopg dumps a list
+    element by element in Python, 8% of a handoff's CPU for its three arrays."""
+    return "{" + ",".join(map(str, values)) + "}"
+
+
+def _texts(values: Iterable[str]) -> str:
+    """A PostgreSQL array literal of ``values`` (for ``%s::text[]``), each quoted."""
+    return "{" + ",".join('"' + v.replace("\\", "\\\\").replace('"', '\\"') + '"' for v in values) + "}"
+
+
+def _window(mq: MessageQueue, first: int) -> Iterator[Envelope]:
+    """``mq``'s waiting messages in memory, in delivery order (under the lock): the first
+    ``first`` copied at once, the rest only if the caller goes on past them (a handoff
+    takes at most a batch, and copying a window of 20,000 for each cost more than the
+    batch's move)."""
+    head = mq.head(first)
+    yield from head
+    if len(head) == first:
+        seen = set(map(id, head))
+        yield from (env for env in mq.browse() if id(env) not in seen)
 
 
 def _selectors(selectors: list[Selector | None]) -> str | None:
@@ -776,7 +799,7 @@ class ClusterQueues:
                 credit = {id(p): p.credit if p.backlog else min(p.credit, FIRST) for p in parker.peers}
                 left = sum(credit.values())  # (none: the window is not looked through)
                 local = [w for w in mq.waiters if w is not parker and mq.is_active(w)]
-                for env in mq.browse() if left else ():  # in memory, in delivery order
+                for env in _window(mq, 2 * min(left, BATCH)) if left else ():  # in memory, in delivery order
                     if len(taken) >= BATCH:
                         break
                     if env.expired(now) or env.owner is not None:
@@ -876,7 +899,7 @@ class ClusterQueues:
                         "WHERE m.seq = h.seq RETURNING h.target, m.seq, m.qkey, h.dcount, m.blob) "
                         f"INSERT INTO {INBOX}(target, qkey, dcount, blob) "
                         "SELECT target, qkey, dcount, blob FROM moved ORDER BY seq",
-                        (targets, seqs, dcounts),
+                        (_texts(targets), _ints(seqs), _ints(dcounts)),
                     )
                 if loose:
                     cur.executemany(f"INSERT INTO {INBOX}(target, qkey, dcount, blob) VALUES (%s, %s, %s, %s)", loose)
@@ -933,12 +956,13 @@ class ClusterQueues:
                 ids = [r[0] for r in rows]
                 if ids:
                     cur.execute(
-                        f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s) RETURNING id, qkey, dcount, blob) "
+                        f"WITH moved AS (DELETE FROM {INBOX} WHERE id = ANY(%s::bigint[]) "
+                        "RETURNING id, qkey, dcount, blob) "
                         f'INSERT INTO "{self._schema}".msgs(seq, qkey, dcount, blob) '
                         "SELECT %s + ROW_NUMBER() OVER (ORDER BY id), qkey, dcount, blob FROM moved"
                         # (a filter of 500 ids on 500 rows took 1.9 of the statement's 5 ms)
-                        + (" WHERE id = ANY(%s)" if len(queued) < len(ids) else ""),
-                        (ids, base, queued) if len(queued) < len(ids) else (ids, base),
+                        + (" WHERE id = ANY(%s::bigint[])" if len(queued) < len(ids) else ""),
+                        (_ints(ids), base, _ints(queued)) if len(queued) < len(ids) else (_ints(ids), base),
                     )
                 seqs = iter(range(base + 1, base + len(queued) + 1))
                 return [

@@ -500,6 +500,10 @@ class MessageQueue:
         """Waiting messages in memory in delivery order (a snapshot; see ``browse_paged``)."""
         return [item[2] for item in self._list]
 
+    def head(self, limit: int) -> list[Envelope]:
+        """The first ``limit`` of :meth:`browse`, without copying the rest of the window."""
+        return [item[2] for item in self._list.islice(0, limit)]
+
     def browse_paged(self, after: int, limit: int) -> tuple[list[Envelope], int | None]:
         """Stored messages after seq ``after`` (start at ``high``), for a browser: paged
         out, or paged in since the browser took its snapshot of the window."""
