@@ -454,3 +454,35 @@ def test_closing_the_broker_under_the_service_tells_the_clients(tmp_path):
         b.close()
         assert lost.wait(5)
         assert "shut down" in str(errors[0])
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_persistent_send_is_written_on_the_loop_unless_the_store_fsyncs(tmp_path, sync):
+    """Without fsync a store write is a copy into the page cache: the service's loop
+    writes a strict send's batch itself when nobody else is writing, rather than hand the
+    wait to its pool and the answer back (two thread hand-offs per send). With fsync the
+    pool waits, so the loop goes on serving the other connections."""
+    from bridgemgr.providers.embedded import Broker
+
+    broker = Broker(tmp_path / "store", sync=sync)
+    harness = Harness(broker)
+    try:
+        conn = harness.factory().create_connection()
+        conn.start()
+        jobs: list[object] = []
+        submit = harness.service.executor.submit
+        harness.service.executor.submit = lambda fn, *a, **k: jobs.append(fn) or submit(fn, *a, **k)
+        producer = conn.create_session().create_producer(Q)
+        for i in range(20):
+            producer.send(TextMessage(f"p{i}"), delivery_mode=DeliveryMode.PERSISTENT)
+        assert broker.store.stats()["rows"] >= 20  # each written before its send returned
+        assert (len(jobs) >= 20) if sync else not jobs
+        conn.close()
+    finally:
+        harness.close()
+        broker.close()
+    broker = Broker(tmp_path / "store")
+    try:
+        assert broker.queue_depth("orders") == 20
+    finally:
+        broker.close()

@@ -85,10 +85,13 @@ class State(Enum):
 
 @dataclass(slots=True, eq=False)
 class BlockingCall:
-    """Work the driver runs in its thread pool, then reports with ``complete``."""
+    """Work the driver runs in its thread pool, then reports with ``complete``; ``quick``,
+    when given, is tried on the loop first: True when it did what ``fn`` would wait for,
+    so ``fn`` runs there too and returns at once."""
 
     fn: Callable[[], Any]
     done: Callable[[Any, BaseException | None], None]
+    quick: Callable[[], bool] | None = None
 
 
 class Deferred:
@@ -332,9 +335,12 @@ class ClientConnection:
         if self._durable and not self._durable_wait:
             waiting, self._durable = self._durable, []
             self._durable_wait = True
+            tickets = [t for _, _, t in waiting]
             self._calls.append(
                 BlockingCall(
-                    partial(self.broker.wait_all, [t for _, _, t in waiting]), partial(self._durable_done, waiting)
+                    partial(self.broker.wait_all, tickets),
+                    partial(self._durable_done, waiting),
+                    partial(self.broker.write_now, tickets),
                 )
             )
         if not self._calls:

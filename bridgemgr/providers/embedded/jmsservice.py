@@ -287,6 +287,14 @@ class ClientProtocol(asyncio.BufferedProtocol):
         self._settle()
 
     def _run_call(self, call: BlockingCall) -> None:
+        if call.quick is not None and call.quick():  # done on the loop: fn returns at once
+            future = self.loop.create_future()
+            try:
+                future.set_result(call.fn())
+            except Exception as exc:
+                future.set_exception(exc)
+            self._call_done(call, future)
+            return
         future = self.loop.run_in_executor(self.service.executor, call.fn)
         future.add_done_callback(partial(self._call_done, call))
 

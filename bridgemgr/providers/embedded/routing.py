@@ -420,6 +420,13 @@ class Routing(DestinationControl):
             self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
             raise
 
+    def write_now(self, tickets: Sequence[int | Sent]) -> bool:
+        """Write what ``tickets`` wait for on this thread if that cannot block
+        (``Store.write_now``); True when ``wait_all`` will then return at once."""
+        if not tickets or self.store is None:
+            return True
+        return self.store.write_now(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+
     def _withdraw(self, envs: list[Envelope]) -> None:
         """Take sent envelopes that still wait in their queues out again (wait_all)."""
         removed: list[int] = []

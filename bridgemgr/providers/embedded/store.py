@@ -64,13 +64,13 @@ Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many:
 # message inserted and deleted. The WAL file grows to about 40 MB and stays (reused, not
 # shrunk).
 WAL_CHECKPOINT_BYTES = 40_960_000
-# Page size of a new store.db (SQLite's default 4 KiB; one made before keeps its own): a
-# 1 KiB message row is a quarter of a 4 KiB page, so each batch's inserts and deletes
-# touched, logged and checkpointed four times as many pages, each with its own b-tree
-# and WAL frame work. Measured on 20000-message batches written then deleted: 6.2 -> 4.2
-# us of writer CPU per message at 16 KiB (32 and 64 KiB no better); one-row fsynced
-# commits were no slower (their frames are larger, their fsyncs as many).
-PAGE_SIZE = 16384
+# Page size of a new store.db: SQLite's default 4 KiB (one made before keeps its own).
+# Large pages suit large batches (20,000 messages written then deleted: 4.2 us of writer
+# CPU per message at 16 KiB, 6.2 at 4 KiB), but since every persistent send is answered
+# only once written, one producer commits a transaction per message, and each writes its
+# dirty pages whole to the WAL: insert + delete of a 1 KiB row, one commit each, 40-43 us
+# of CPU at 16 KiB, 22-30 at 4 KiB (8 KiB no better than 16 in the broker benchmark).
+PAGE_SIZE = 4096
 # Messages a batch inserts per SQLite statement (a multi-row VALUES). Python's sqlite3
 # lets go of the GIL around every statement it steps, so executemany's statement per row
 # handed the GIL back and forth with the event loop once per message: measured with a
@@ -710,6 +710,23 @@ class Store:
                     return
                 claim = self._take()  # also while closing: close() waits for this write
             self._commit(claim)
+
+    def write_now(self, ticket: int) -> bool:
+        """Write batch ``ticket`` on the calling thread if that cannot wait for anyone: a
+        file store without fsync (a write is a copy into the page cache) that nobody is
+        writing. True once the batch is settled (``wait`` then returns, or raises what the
+        write met); False when the caller should ``wait`` where blocking is allowed (the
+        jms service's pool: its event loop writes here instead, two thread hand-offs less)."""
+        if self.sync or not isinstance(self.database, SQLiteDatabase):
+            return False
+        with self.lock:
+            if self._settled(ticket):
+                return True
+            if self._writing or self._full is not None or self._closing:
+                return False
+            claim = self._take()
+        self._commit(claim)
+        return True
 
     @property
     def behind(self) -> bool:
