@@ -5,6 +5,7 @@ lifecycle, and hypothesis throwing random bytes and frame sequences at the serve
 
 from __future__ import annotations
 
+import itertools
 import socket
 import ssl
 import time
@@ -561,3 +562,67 @@ def test_random_streams_never_crash_leak_or_lose_committed_messages(bridge, brok
     probe = Raw(bridge.tcp_port)  # and the server still works
     probe.connect()
     probe.close()
+
+
+@pytest.mark.parametrize("sync", [False, True])
+def test_a_receipt_is_written_on_the_loop_unless_the_store_fsyncs(netloop, users, tmp_path, sync):
+    """Without fsync the store write a RECEIPT waits for is a copy into the page cache:
+    the loop writes it itself when nobody else is writing, rather than hand the wait to
+    the bridge's pool and the receipt back. With fsync the pool waits, so the loop goes
+    on serving the other connections. Either way the RECEIPT comes once it is written."""
+    broker = Broker(tmp_path / "store", sync=sync)
+    bridge = make_bridge(netloop, broker, users)
+    queue = qname()
+    try:
+        jobs: list[object] = []
+        pool = bridge.call_pool()
+        submit = pool.submit
+        pool.submit = lambda fn, *a, **k: jobs.append(fn) or submit(fn, *a, **k)  # type: ignore[method-assign]
+        conn, listener = stomp_conn("1.2", bridge.tcp_port)
+        conn.connect("admin", "secret", wait=True)
+        jobs.clear()  # (the password check)
+        for i in range(10):
+            conn.send(f"/queue/{queue}", f"m{i}", headers={"persistent": "true"}, receipt=f"r{i}")
+            listener.wait_receipt(f"r{i}")
+            assert broker.store.stats()["rows"] >= i + 1  # written before its RECEIPT
+        conn.disconnect()
+        assert (len(jobs) >= 10) if sync else not jobs
+    finally:
+        bridge.stop()
+        broker.close()
+    broker = Broker(tmp_path / "store")
+    try:
+        assert broker.queue_depth(queue) == 10
+    finally:
+        broker.close()
+
+
+def test_pipelined_receipts_written_now_on_the_loop_now_in_the_pool_all_arrive(netloop, users, tmp_path):
+    """A connection stops reading while its store wait runs in the pool. When the wait of
+    the next SEND of that read is written on the loop, reading must go on: it once stayed
+    stopped, and the producer's next frames were never read."""
+    broker = Broker(tmp_path / "store")
+    bridge = make_bridge(netloop, broker, users)
+    queue = qname()
+    turns = itertools.count()  # the pool, the loop, the pool, ...
+    write_now = bridge.broker.write_now
+    bridge.broker.write_now = lambda principal, ticket: next(turns) % 2 == 1 and write_now(principal, ticket)
+    raw = Raw(bridge.tcp_port)
+    try:
+        raw.connect()
+        for wave in range(3):
+            send = [
+                Frame("SEND", {"destination": f"/queue/{queue}", "persistent": "true", "receipt": f"r{wave}-{i}"})
+                for i in range(2)
+            ]
+            between = [Frame("BEGIN", {"transaction": f"t{wave}"}), Frame("ABORT", {"transaction": f"t{wave}"})]
+            # one read: the first SEND waits in the pool, the frames after it wait for it,
+            # and the second SEND's wait is written on the loop
+            two = b"".join(encode_frame(frame, raw.version) for frame in [send[0], *between, send[1]])
+            raw.send(two)
+            raw.wait(lambda f, wave=wave: f.command == "RECEIPT" and f.headers["receipt-id"] == f"r{wave}-1")
+        assert broker.queue_depth(queue) == 6
+    finally:
+        raw.sock.close()
+        bridge.stop()
+        broker.close()

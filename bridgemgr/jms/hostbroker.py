@@ -250,6 +250,12 @@ class HostBroker(ABC):
     def wait_durable(self, principal: Principal, ticket: Ticket) -> None:
         """Blocking: until the store has written what ``ticket`` stands for."""
 
+    def write_now(self, principal: Principal, ticket: Ticket) -> bool:
+        """Write what ``ticket`` stands for on the calling thread (an event loop's) if
+        that cannot block; True when ``wait_durable`` then returns at once, False when it
+        must be called where blocking is allowed (the default: always)."""
+        return False
+
     # --- destination admin ------------------------------------------------------------------------------
     @abstractmethod
     def destinations(self, principal: Principal) -> dict[str, dict[str, int]]:

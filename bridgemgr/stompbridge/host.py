@@ -82,6 +82,11 @@ class HostConnection:
         """Blocking: until the store has written ``ticket``."""
         self.broker.wait_durable(self.principal, ticket)
 
+    def write_now(self, ticket: Ticket) -> bool:
+        """Write ``ticket`` on this thread if that cannot block; True when
+        ``wait_durable`` then returns at once."""
+        return self.broker.write_now(self.principal, ticket)
+
     # --- acknowledging and transactions ---------------------------------------------------
     def acknowledge(self, deliveries: Sequence[Delivery]) -> None:
         if deliveries:

@@ -412,10 +412,15 @@ class StompProtocol(asyncio.Protocol):
         """Write what is ready, start the pending blocking call, close when done."""
         session, transport = self.session, self.transport
         assert session is not None and transport is not None
-        data = session.data_to_send(self.loop.time())
-        if data and not transport.is_closing():
-            transport.write(data)
-        call = session.take_call()
+        while True:
+            call = session.take_call()
+            if call is not None and call.quick is not None and call.quick():
+                self._complete_now(session, call)  # done on the loop: on with the frames read
+                continue
+            data = session.data_to_send(self.loop.time())
+            if data and not transport.is_closing():
+                transport.write(data)
+            break
         if call is not None:
             if session.state is State.AUTHENTICATING:  # the password check of CONNECT/STOMP
                 self._login = self.loop.create_task(self._log_in(call))
@@ -423,6 +428,8 @@ class StompProtocol(asyncio.Protocol):
                 self._run_call(call)
             if not transport.is_closing():
                 transport.pause_reading()  # frames wait in the socket, not in our memory
+        elif not session.waiting and not transport.is_closing():
+            transport.resume_reading()  # (paused for a call whose next one was done here)
         if session.closed:
             if self._timer is not None:
                 self._timer.cancel()
@@ -430,6 +437,16 @@ class StompProtocol(asyncio.Protocol):
             transport.close()
         elif self._timer is None and session.tick_interval:
             self._timer = self.loop.call_later(session.tick_interval, self._tick)
+
+    @staticmethod
+    def _complete_now(session: StompSession, call: PendingCall) -> None:
+        """Run a call whose ``quick`` did its work (``fn`` returns at once) on the loop."""
+        try:
+            result = call.fn()
+        except Exception as exc:
+            session.complete_call(None, exc)
+        else:
+            session.complete_call(result)
 
     def _run_call(self, call: PendingCall) -> None:
         if call.wait is not None:  # a held send: no thread waits, the broker calls back

@@ -177,6 +177,7 @@ class PendingCall:
     done: Callable[[Any], None]
     frame: Frame | None
     wait: Callable[[Callable[[], None]], None] | None = None
+    quick: Callable[[], bool] | None = None  # tried on the loop first: True when fn now returns at once
 
 
 def _wait_blocking(on_room: Callable[[Callable[[], None]], None]) -> None:
@@ -506,7 +507,10 @@ class StompSession:
         receipt = frame.headers.get("receipt")
         if result is not None and self.host is not None and (receipt is not None or self.host.store_behind()):
             self._call = PendingCall(
-                partial(self.host.wait_durable, result), lambda _: self._confirm(frame, None, next_state), frame
+                partial(self.host.wait_durable, result),
+                lambda _: self._confirm(frame, None, next_state),
+                frame,
+                quick=partial(self.host.write_now, result),
             )
             return
         if receipt is not None:
@@ -524,6 +528,7 @@ class StompSession:
                 partial(host.wait_durable, ticket),
                 lambda _: self._confirm_run(receipts, None),
                 receipts[0] if receipts else None,
+                quick=partial(host.write_now, ticket),
             )
             return
         for frame in receipts:

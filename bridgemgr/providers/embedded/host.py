@@ -406,6 +406,9 @@ class EmbeddedHostBroker(HostBroker):
         if ticket is not None:
             self.broker.wait_all((cast("int | Sent", ticket),))
 
+    def write_now(self, principal: Principal, ticket: Ticket) -> bool:
+        return ticket is None or self.broker.write_now((cast("int | Sent", ticket),))
+
     # --- destination admin ------------------------------------------------------------------------------
     def destinations(self, principal: Principal) -> dict[str, dict[str, int]]:
         return self.broker.destinations()

@@ -57,6 +57,7 @@ COMMIT_BOUNDS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5
 NO_ROOM = 1 << 20  # bytes free below which an I/O error counts as no space left
 SQLITE_FULL, SQLITE_IOERR = 13, 10
 BEHIND = 32 << 20  # bytes of pending inserts past which senders wait for the writer
+NOW_BYTES, NOW_ROWS = 256 << 10, 1024  # at most this pending for write_now (on an event loop: ~ms)
 Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many: seq, qkey, blob, dcount
 # WAL bytes between checkpoints (SQLite's default 1000 pages, 4 MB): a message's insert
 # and its delete seconds later mostly dirty the same pages, and a checkpoint copies each
@@ -714,9 +715,10 @@ class Store:
     def write_now(self, ticket: int) -> bool:
         """Write batch ``ticket`` on the calling thread if that cannot wait for anyone: a
         file store without fsync (a write is a copy into the page cache) that nobody is
-        writing. True once the batch is settled (``wait`` then returns, or raises what the
-        write met); False when the caller should ``wait`` where blocking is allowed (the
-        jms service's pool: its event loop writes here instead, two thread hand-offs less)."""
+        writing, with little pending (NOW_BYTES, NOW_ROWS). True once the batch is settled
+        (``wait`` then returns, or raises what the write met); False when the caller
+        should ``wait`` where blocking is allowed (the jms service and the STOMP bridge
+        write here on their event loop instead of a pool: two thread hand-offs less)."""
         if self.sync or not isinstance(self.database, SQLiteDatabase):
             return False
         with self.lock:
@@ -724,6 +726,9 @@ class Store:
                 return True
             if self._writing or self._full is not None or self._closing:
                 return False
+            rows = len(self._inserts) + len(self._deletes) + len(self._updates)
+            if self._pending_bytes > NOW_BYTES or rows > NOW_ROWS:
+                return False  # (what nobody waited for piled up: a batch too long for a loop)
             claim = self._take()
         self._commit(claim)
         return True
