@@ -892,7 +892,7 @@ class ClusterQueues:
         with conn.cursor() as move:
             with _pipelined(conn):
                 if stored:
-                    targets, seqs, dcounts = (list(column) for column in zip(*stored, strict=True))
+                    targets, seqs, dcounts = zip(*stored, strict=True)
                     move.execute(
                         "WITH h AS (SELECT * FROM unnest(%s::text[], %s::bigint[], %s::integer[]) "
                         f'AS h(target, seq, dcount)), moved AS (DELETE FROM "{self._schema}".msgs m USING h '
@@ -921,6 +921,7 @@ class ClusterQueues:
         seqs to the pushes, so a purge's bound (the next seq) covers them only if it saw
         them in the queue, and no page-in or browser reads a row before it is pushed."""
         broker, me = self.broker, self.brokerid
+        rejected: list[tuple[int, str, str]] = []  # inbox rows that are not messages: id, qkey, why
         with ExitStack() as held:
 
             def take(cur: Any) -> list[tuple[int, str, int, bytes, Message]]:
@@ -970,7 +971,6 @@ class ClusterQueues:
                     for (_, qkey, dcount, blob), message in zip(rows, messages, strict=True)
                 ]
 
-            rejected: list[tuple[int, str, str]] = []  # inbox rows that are not messages: id, qkey, why
             moved = self._transaction("intake", take)
             for seq, qkey, dcount, blob, message in moved:
                 if not seq:

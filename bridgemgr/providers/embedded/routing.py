@@ -38,6 +38,11 @@ WIRE_KEEP = 1024  # a queue this long or longer keeps no remote sender's blob (r
 _LAZY_KINDS = (TextMessage, BytesMessage)  # encoded for the store only when still pending (_route)
 
 
+def _newest(tickets: Sequence[int | Sent]) -> int:
+    """The newest store batch of ``tickets`` (batches are written in order: it covers them all)."""
+    return max(t.ticket if isinstance(t, Sent) else t for t in tickets)
+
+
 class Routing(DestinationControl):
     """Sends: routed, admitted, committed to their queues and recorded."""
 
@@ -415,7 +420,7 @@ class Routing(DestinationControl):
         if not tickets or self.store is None:
             return
         try:
-            self.store.wait(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+            self.store.wait(_newest(tickets))
         except StoreFull:
             self._withdraw([env for t in tickets if isinstance(t, Sent) for env in t.envs])
             raise
@@ -425,7 +430,7 @@ class Routing(DestinationControl):
         (``Store.write_now``); True when ``wait_all`` will then return at once."""
         if not tickets or self.store is None:
             return True
-        return self.store.write_now(max(t.ticket if isinstance(t, Sent) else t for t in tickets))
+        return self.store.write_now(_newest(tickets))
 
     def _withdraw(self, envs: list[Envelope]) -> None:
         """Take sent envelopes that still wait in their queues out again (wait_all)."""
