@@ -73,6 +73,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 STOP_TIMEOUT = 30.0
+SIGNAL_LOOK = 0.1  # s between run()'s looks at what a signal asked (signal handlers set flags)
 ADMIN_START_WAIT = 5.0  # an admin start is answered within this (the CLI waits 10 s by default)
 
 
@@ -148,6 +149,10 @@ class BridgeServiceManager:
         self._lock_file: IO[str] | None = None
         self._stop = threading.Event()
         self._reload = threading.Event()
+        # what a signal asked, as plain flags: a handler runs on the main thread between two
+        # bytecodes, maybe inside run()'s Event.wait holding the Event's lock, and an
+        # Event.set there waited for that lock forever (a SIGTERM once left serve running)
+        self._stop_signalled = self._reload_signalled = False
         self.cluster: HACluster | None = None  # imq.cluster.ha: the HA cluster's membership
         self.cluster_queues: ClusterQueues | None = None  # ... and its cluster-wide queues
         self.cluster_destinations: ClusterDestinations | None = None  # ... and destinations (Table 4-2)
@@ -1001,8 +1006,8 @@ class BridgeServiceManager:
         thread's stack to stderr (call from the main thread; a JVM started later leaves
         them to Python: providers/java/jvm.py's SIGNAL_OPTIONS)."""
         for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self.request_stop)
-        signal.signal(signal.SIGHUP, self.request_reload)
+            signal.signal(sig, self._signalled_stop)
+        signal.signal(signal.SIGHUP, self._signalled_reload)
         faulthandler.register(signal.SIGQUIT, file=sys.stderr, all_threads=True)
 
     def request_stop(self, *_: object) -> None:
@@ -1011,12 +1016,19 @@ class BridgeServiceManager:
     def request_reload(self, *_: object) -> None:
         self._reload.set()
 
+    def _signalled_stop(self, *_: object) -> None:
+        self._stop_signalled = True  # (no lock in a signal handler: see __init__)
+
+    def _signalled_reload(self, *_: object) -> None:
+        self._reload_signalled = True
+
     def run(self) -> None:
-        """Block until request_stop (a signal, once handle_signals was called), then stop;
-        reload on request meanwhile."""
+        """Block until request_stop or a stop signal (once handle_signals was called; run()
+        sees it within SIGNAL_LOOK), then stop; reload on request meanwhile."""
         try:
-            while not self._stop.wait(0.5):
-                if self._reload.is_set():
+            while not (self._stop.wait(SIGNAL_LOOK) or self._stop_signalled):
+                if self._reload_signalled or self._reload.is_set():
+                    self._reload_signalled = False
                     self._reload.clear()
                     self.reload()
         finally:
