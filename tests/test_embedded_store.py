@@ -310,16 +310,66 @@ def test_a_sender_waiting_for_each_batch_does_not_wake_the_writer_thread_each_ti
 
 def test_a_batch_of_one_statement_is_written_without_begin_and_commit(store):
     """A single statement is atomic by itself: a send or an acknowledgement written alone
-    skips two round trips; a batch of more is still one transaction."""
+    skips two round trips, a send with the acknowledgements recorded beside it goes as one
+    INSERT into the send_acks view (its trigger does both); any other batch of more is
+    one transaction."""
     seen: list[str] = []
     store.database._db.set_trace_callback(seen.append)
     store.add_many([(1, "q:a", b"one", 0)])
     store.wait(store.ticket())
     assert [s.split()[0] for s in seen] == ["INSERT"]
     assert rows_on_disk(store) == {1}
+    for seq in (2, 3, 4):
+        store.add_many([(seq, "q:a", b"x", 0)])
+    store.flush()
     seen.clear()
-    store.add_many([(2, "q:a", b"two", 0)])
+    store.add_many([(5, "q:a", b"five", 0)])
     store.remove(1)
+    store.remove(3)
+    store.wait(store.ticket())
+    assert len(set(seen)) == 1  # (the trigger's statements are traced as the INSERT's text)
+    assert seen[0].startswith("INSERT INTO send_acks(") and seen[0].endswith("'[1, 3]')")
+    assert rows_on_disk(store) == {2, 4, 5}
+    seen.clear()
+    store.add_many([(6, "q:a", b"six", 0), (7, "q:a", b"seven", 0)])
+    store.remove(2)
     store.wait(store.ticket())
     assert [s.split()[0] for s in seen] == ["BEGIN", "INSERT", "DELETE", "COMMIT"]
-    assert rows_on_disk(store) == {2}
+    assert rows_on_disk(store) == {4, 5, 6, 7}
+
+
+def test_a_send_whose_insert_fails_leaves_the_acknowledgements_beside_it_unwritten(tmp_path):
+    """The send_acks statement is atomic: when its row cannot go in, the deletes of the
+    trigger are rolled back with it (the waiter hears the error; nothing half-written)."""
+    store = Store(tmp_path)
+    store.load()
+    try:
+        store.add_many([(1, "q:a", b"one", 0), (2, "q:a", b"two", 0)])
+        store.flush()
+        with sqlite3.connect(store.path) as other:  # seq 3 taken behind the broker's back
+            other.execute("INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (3, 'q:b', 0, x'00')")
+        store.add_many([(3, "q:a", b"three", 0)])
+        store.remove(1)
+        with pytest.raises(StoreError, match="UNIQUE"):
+            store.wait(store.ticket())
+        assert rows_on_disk(store) == {1, 2, 3}  # 1 still there: its delete rolled back
+    finally:
+        store.close()
+
+
+def test_many_acknowledgements_beside_a_send_take_a_transaction(store):
+    """Past SEND_ACKS_MAX deletes (a consumer that caught up on a backlog) the batch is
+    BEGIN..COMMIT with runs of deletes, not a long JSON list."""
+    from bridgemgr.providers.embedded.store import SEND_ACKS_MAX
+
+    for seq in range(1, SEND_ACKS_MAX + 2):
+        store.add_many([(seq, "q:a", b"x", 0)])
+    store.flush()
+    seen: list[str] = []
+    store.database._db.set_trace_callback(seen.append)
+    store.add_many([(1000, "q:a", b"y", 0)])
+    for seq in range(1, SEND_ACKS_MAX + 2):
+        store.remove(seq)
+    store.wait(store.ticket())
+    assert seen[0] == "BEGIN IMMEDIATE"
+    assert rows_on_disk(store) == {1000}

@@ -95,6 +95,18 @@ CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
 """
 
 INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"
+# A send and the acknowledgements recorded with it in one statement (SQLiteDatabase.write):
+# a trigger's statements run in the INSERT's own transaction, so it is atomic by itself.
+SEND_ACKS = """
+CREATE TEMP VIEW IF NOT EXISTS send_acks(seq, qkey, dcount, blob, acks) AS
+    SELECT NULL, NULL, NULL, NULL, NULL WHERE 0;
+CREATE TEMP TRIGGER IF NOT EXISTS send_acks_write INSTEAD OF INSERT ON send_acks BEGIN
+    INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (NEW.seq, NEW.qkey, NEW.dcount, NEW.blob);
+    DELETE FROM msgs WHERE seq IN (SELECT value FROM json_each(NEW.acks));
+END;
+"""
+INSERT_SEND_ACKS = "INSERT INTO send_acks(seq, qkey, dcount, blob, acks) VALUES (?, ?, ?, ?, ?)"
+SEND_ACKS_MAX = 64  # at most this many acknowledgements ride in a send's statement
 # Ordered ops: name -> SQL statements run with the op's arguments.
 _OPS: dict[str, tuple[str, ...]] = {
     "sub_put": (
@@ -236,6 +248,11 @@ class SQLiteDatabase(Database):
                 )
         except sqlite3.Error as exc:
             raise StoreError(f"{self.path}: cannot open the store: {exc}") from exc
+        try:
+            db.executescript(SEND_ACKS)
+            self._send_acks = True
+        except sqlite3.Error:  # an SQLite built without JSON: such batches take BEGIN..COMMIT
+            self._send_acks = False
         self._db = db
         self._rows_per_insert = max(1, min(INSERT_ROWS, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4))
         # Paging reads on a connection of their own: WAL lets them run beside the writer.
@@ -281,6 +298,13 @@ class SQLiteDatabase(Database):
             # alone, atomic by itself (autocommit), without building a batch's statements
             for seq, (qkey, dcount, blob) in inserts.items():
                 db.execute(INSERT_MSG, (seq, qkey, dcount, blob))
+            return
+        if len(inserts) == 1 and 0 < len(deletes) <= SEND_ACKS_MAX and not (updates or ops) and self._send_acks:
+            # A waiting sender's batch with the acknowledgements of the consumers taking
+            # its messages: one statement, not four calls (BEGIN, INSERT, DELETE, COMMIT)
+            # that each let go of the GIL and hand it to a consumer thread and back
+            for seq, (qkey, dcount, blob) in inserts.items():
+                db.execute(INSERT_SEND_ACKS, (seq, qkey, dcount, blob, json.dumps(sorted(deletes))))
             return
         steps: list[tuple[str, list[tuple[Any, ...]]]] = []
         write_batch(
