@@ -168,8 +168,81 @@ def test_deletes_go_as_runs_of_consecutive_seqs_and_remove_exactly_those_rows(st
 
 def test_the_wal_is_checkpointed_every_forty_megabytes(store):
     """Inserts and their deletes seconds later dirty the same pages: a longer WAL copies
-    each page once per checkpoint (measured: a fifth less writer CPU per message)."""
-    assert store.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (10000,)  # 4 KiB pages
+    each page once per checkpoint (measured: a fifth less writer CPU per message). The
+    store runs them; SQLite's own is there for one that falls four intervals behind."""
+    assert store.database._checkpoint_frames == 10000  # 4 KiB pages
+    assert store.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (40000,)
+
+
+def checkpoint_every(monkeypatch, frames: int) -> None:
+    """New stores checkpoint every ``frames`` frames of WAL (4 KiB pages)."""
+    from bridgemgr.providers.embedded import store as module
+
+    monkeypatch.setattr(module, "WAL_CHECKPOINT_BYTES", frames * 4096)
+
+
+def recording_checkpoints(store: Store, monkeypatch) -> list[str]:
+    """The names of the threads that run ``store``'s checkpoints, in order."""
+    threads: list[str] = []
+    checkpoint = store.database.checkpoint
+    monkeypatch.setattr(
+        store.database, "checkpoint", lambda: (threads.append(threading.current_thread().name), checkpoint())[1]
+    )
+    return threads
+
+
+def test_a_checkpoint_due_after_a_write_on_an_event_loop_is_run_by_the_writer_thread(tmp_path, monkeypatch):
+    """SQLite's automatic checkpoint ran in the commit that crossed the interval, on the
+    thread that committed: a STOMP or mq:// send written on the event loop (write_now)
+    waited 7-10 ms for the WAL to be copied. The writer thread runs it now, and write_now
+    leaves the writes to a waiting thread until it has (the loop never waits for one)."""
+    checkpoint_every(monkeypatch, 40)
+    store = Store(tmp_path)
+    store.linger = 60.0  # the writer thread writes nothing of its own meanwhile
+    store.load()
+    threads = recording_checkpoints(store, monkeypatch)
+    try:
+        seq, refused = 0, 0
+        while not store.checkpoints:
+            seq += 1
+            store.add_many([(seq, "q:a", b"x" * 1000, 0)])
+            if seq > 1:
+                store.remove(seq - 1)
+            if not store.write_now(store.ticket()):  # a checkpoint wanted: the pool waits
+                refused += 1
+                wait_for(lambda: store.checkpoints, what="the writer thread's checkpoint")
+            assert seq < 2000, "no checkpoint after 2,000 writes of 40 frames' interval"
+        assert refused == 1
+        assert threads == [f"store-writer:{store.path}"]
+        store.add_many([(seq + 1, "q:a", b"x", 0)])
+        assert store.write_now(store.ticket())  # written on the loop again, the WAL started over
+        assert not store.database.checkpoint_due()
+        assert rows_on_disk(store) == {seq, seq + 1}
+    finally:
+        store.close()
+
+
+def test_a_waiting_sender_runs_a_due_checkpoint_itself(tmp_path, monkeypatch):
+    """Off an event loop the writer of the batch that made a checkpoint due runs it at
+    once (as SQLite's own did), and the WAL starts over at the next write."""
+    checkpoint_every(monkeypatch, 40)
+    store = Store(tmp_path)
+    store.load()
+    threads = recording_checkpoints(store, monkeypatch)
+    try:
+        seq = 0
+        while not store.checkpoints:
+            seq += 1
+            store.add_many([(seq, "q:a", b"x" * 1000, 0)])
+            store.wait(store.ticket())
+            assert seq < 2000, "no checkpoint after 2,000 writes of 40 frames' interval"
+        assert threads == [threading.current_thread().name]
+        store.add_many([(seq + 1, "q:a", b"x", 0)])
+        store.wait(store.ticket())
+        assert not store.database.checkpoint_due()
+        assert len(rows_on_disk(store)) == seq + 1
+    finally:
+        store.close()
 
 
 def test_a_new_store_has_4_kib_pages_and_one_with_16_kib_pages_keeps_them(tmp_path):
@@ -196,7 +269,8 @@ def test_a_new_store_has_4_kib_pages_and_one_with_16_kib_pages_keeps_them(tmp_pa
         assert old.load().backlogs == {"q:a": 1}
         assert old.page("q:a", 0, 10) == [(1, 0, b"kept")]
         assert old.database._db.execute("PRAGMA page_size").fetchone() == (16384,)
-        assert old.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (2500,)
+        assert old.database._checkpoint_frames == 2500
+        assert old.database._db.execute("PRAGMA wal_autocheckpoint").fetchone() == (10000,)
     finally:
         old.close()
 
@@ -373,3 +447,29 @@ def test_many_acknowledgements_beside_a_send_take_a_transaction(store):
     store.wait(store.ticket())
     assert seen[0] == "BEGIN IMMEDIATE"
     assert rows_on_disk(store) == {1000}
+
+
+def test_a_failed_checkpoint_fails_no_write_and_leaves_them_to_sqlite(tmp_path, monkeypatch, caplog):
+    """A checkpoint that fails is not the batch's failure: the waiter hears nothing of it,
+    one warning is logged, and SQLite's own automatic checkpoint is left to do them."""
+    checkpoint_every(monkeypatch, 40)
+    store = Store(tmp_path)
+    store.load()
+    tried: list[int] = []
+
+    def broken() -> None:
+        tried.append(1)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(store.database, "checkpoint", broken)
+    try:
+        for seq in range(1, 400):
+            store.add_many([(seq, "q:a", b"x" * 1000, 0)])
+            store.wait(store.ticket())
+        assert tried == [1]
+        assert [r.getMessage() for r in caplog.records if "checkpoint" in r.getMessage()] == [
+            f"store {store.path}: a WAL checkpoint failed (disk I/O error); SQLite's own checkpoints take over"
+        ]
+        assert len(rows_on_disk(store)) == 399
+    finally:
+        store.close()

@@ -25,8 +25,10 @@ import errno
 import functools
 import json
 import logging
+import mmap
 import os
 import sqlite3
+import struct
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -63,8 +65,11 @@ Row = tuple[int, str, bytes | Message, int]  # a message row for Store.add_many:
 # and its delete seconds later mostly dirty the same pages, and a checkpoint copies each
 # page once however often the WAL holds it; measured: 8.0 -> 6.5 us of writer CPU per
 # message inserted and deleted. The WAL file grows to about 40 MB and stays (reused, not
-# shrunk).
+# shrunk). The store runs them (Store._commit), never a write on an event loop; SQLite's
+# own automatic checkpoint stays at WAL_SAFETY times that, should ours fall behind.
 WAL_CHECKPOINT_BYTES = 40_960_000
+WAL_SAFETY = 4
+_MX_FRAME = 16  # offset of mxFrame, the WAL's last frame, in the wal-index header (-shm)
 # Page size of a new store.db: SQLite's default 4 KiB (one made before keeps its own).
 # Large pages suit large batches (20,000 messages written then deleted: 4.2 us of writer
 # CPU per message at 16 KiB, 6.2 at 4 KiB), but since every persistent send is answered
@@ -205,6 +210,14 @@ class Database:
         """Bytes the store takes on disk; None where it cannot tell cheaply."""
         return None
 
+    def checkpoint_due(self) -> bool:
+        """A checkpoint should run before the next write (a cheap look, after each write)."""
+        return False
+
+    def checkpoint(self) -> None:
+        """Run the checkpoint ``checkpoint_due`` asked for (by the one writer: no write
+        runs beside it, so it copies the whole WAL and the next write starts it over)."""
+
     def close(self) -> None:
         raise NotImplementedError
 
@@ -229,7 +242,7 @@ class SQLiteDatabase(Database):
             db.execute("PRAGMA journal_mode=WAL")
             db.execute(f"PRAGMA synchronous={'FULL' if sync else 'OFF'}")
             page_size = db.execute("PRAGMA page_size").fetchone()[0]
-            db.execute(f"PRAGMA wal_autocheckpoint={WAL_CHECKPOINT_BYTES // page_size}")
+            db.execute(f"PRAGMA wal_autocheckpoint={WAL_SAFETY * WAL_CHECKPOINT_BYTES // page_size}")
             db.executescript(SCHEMA)
             row = db.execute("SELECT v FROM meta WHERE k = 'schema'").fetchone()
             if row is None:
@@ -257,6 +270,11 @@ class SQLiteDatabase(Database):
         self._rows_per_insert = max(1, min(INSERT_ROWS, db.getlimit(sqlite3.SQLITE_LIMIT_VARIABLE_NUMBER) // 4))
         # Paging reads on a connection of their own: WAL lets them run beside the writer.
         self._reader = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+        self._checkpoint_frames = WAL_CHECKPOINT_BYTES // page_size
+        # The WAL's frame count, read from the wal-index header (https://www.sqlite.org/
+        # walformat.html; native byte order) with no call into SQLite: after every write.
+        with open(f"{self.path}-shm", "rb") as shm:
+            self._wal_index = mmap.mmap(shm.fileno(), 0, access=mmap.ACCESS_READ)
 
     def size(self) -> int | None:
         total = 0
@@ -350,7 +368,15 @@ class SQLiteDatabase(Database):
             return fs.f_bavail * fs.f_frsize < NO_ROOM
         return super().no_space(exc)
 
+    def checkpoint_due(self) -> bool:
+        return bool(struct.unpack_from("=I", self._wal_index, _MX_FRAME)[0] >= self._checkpoint_frames)
+
+    def checkpoint(self) -> None:
+        # (fetchall: a statement left unfinished would hold a read of the WAL)
+        self._db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
+
     def close(self) -> None:
+        self._wal_index.close()
         self._reader.close()
         self._db.close()
 
@@ -528,6 +554,9 @@ class Store:
         self._failed = 0  # last batch that failed for lack of space (its changes pending again)
         self._attempts = 0  # failed writes in a row while full (the retry backoff)
         self._closing = False
+        self._checkpoint_wanted = False  # a write on a loop found one due: the writer runs it
+        self._checkpoint_failed = False
+        self.checkpoints = 0
         self.batches = 0  # written batches (benchmarks report batch sizes)
         self.rows = 0
         # seconds per batch write (its fsync included when sync): counts per COMMIT_BOUNDS bucket
@@ -748,13 +777,13 @@ class Store:
         with self.lock:
             if self._settled(ticket):
                 return True
-            if self._writing or self._full is not None or self._closing:
-                return False
+            if self._writing or self._full is not None or self._closing or self._checkpoint_wanted:
+                return False  # (a checkpoint is due: the next write off the loop runs it)
             rows = len(self._inserts) + len(self._deletes) + len(self._updates)
             if self._pending_bytes > NOW_BYTES or rows > NOW_ROWS:
                 return False  # (what nobody waited for piled up: a batch too long for a loop)
             claim = self._take()
-        self._commit(claim)
+        self._commit(claim, on_loop=True)
         return True
 
     @property
@@ -778,9 +807,10 @@ class Store:
         self._claim = claim
         return claim
 
-    def _commit(self, claim: _Claim) -> bool:
+    def _commit(self, claim: _Claim, on_loop: bool = False) -> bool:
         """Write a taken batch (outside the lock); False when it failed (see ``_full`` and
-        ``_error``)."""
+        ``_error``). Then, still the one writer, a checkpoint if one is due, unless
+        ``on_loop`` (write_now): the writer thread is woken to run it."""
         started = time.perf_counter()
         try:
             for row in claim.inserts.values():  # lazy rows still pending at the cut
@@ -821,7 +851,15 @@ class Store:
                 self._claim = None
                 self._written.notify_all()
             return False
+        due = not self._checkpoint_failed and self.database.checkpoint_due()
+        if due and not on_loop:
+            self._checkpoint()
         with self.lock:
+            if due and on_loop:
+                self._checkpoint_wanted = True
+                self._work.notify()
+            elif due:
+                self._checkpoint_wanted = False
             if self._full is not None:
                 log.warning(
                     "store %s: %s after %.1f s; writing again",
@@ -841,6 +879,18 @@ class Store:
                 self.commit_buckets[bisect.bisect_left(COMMIT_BOUNDS, took)] += 1
             self._written.notify_all()
         return True
+
+    def _checkpoint(self) -> None:
+        """The database's checkpoint (by the writer, nobody writing beside it). A failure
+        is not the batch's: it is logged once, and SQLite's own automatic checkpoint
+        (WAL_SAFETY) is left to do them from then on."""
+        try:
+            self.database.checkpoint()
+        except sqlite3.Error as exc:
+            log.warning("store %s: a WAL checkpoint failed (%s); SQLite's own checkpoints take over", self.path, exc)
+            self._checkpoint_failed = True
+            return
+        self.checkpoints += 1
 
     def _restore(self, claim: _Claim) -> None:
         """Put a batch that could not be written back in front of what was recorded since,
@@ -868,7 +918,9 @@ class Store:
         while True:
             with self.lock:
                 probe = woken = False
-                while not (self._dirty() or self._closing or self._full is not None or probe):
+                while not (
+                    self._dirty() or self._closing or self._full is not None or probe or self._checkpoint_wanted
+                ):
                     if woken:  # for changes their caller wrote itself (a send it waits for)
                         # so not woken per change while such callers go on: it looks
                         # again after a linger (what nobody waits for is written by then)
@@ -881,7 +933,7 @@ class Store:
                     woken = not probe
                 if self._full is not None and not self._closing:
                     self._work.wait(backoff_delay(RETRY_BASE, self._attempts, RETRY_CAP))
-                else:
+                elif not self._checkpoint_wanted:
                     self._gather()  # the linger counts from the first change (_changed)
                 # A caller is writing: what it leaves is ours, but a caller that takes
                 # it first writes it (every batch wakes the waiters here: a sender
@@ -893,9 +945,10 @@ class Store:
                     continue
                 if self._error is not None or (self._closing and not self._dirty()):
                     return
-                if not self._dirty() and self._full is None and not probe:
+                if not self._dirty() and self._full is None and not probe and not self._checkpoint_wanted:
                     continue
-                claim = self._take()  # while full or idle, also an empty one: a probe
+                # while full or idle, or for a checkpoint, also an empty one (a probe)
+                claim = self._take()
             if not self._commit(claim):
                 with self.lock:
                     if self._error is not None:
@@ -914,11 +967,15 @@ class Store:
         """Let a batch grow for the linger (LINGER): one wake-up per batch, not
         per change, and a message consumed meanwhile never touches the disk. A caller that
         waits meanwhile writes the batch at once itself; close() ends the wait, and so
-        do pending messages of half BEHIND (written before senders must wait for them)."""
+        do pending messages of half BEHIND (written before senders must wait for them)
+        and a checkpoint wanted."""
         start = self._first_change
         deadline = (time.monotonic() if start is None else start) + self.linger
         while (
-            not self._closing and self._pending_bytes < BEHIND // 2 and (remaining := deadline - time.monotonic()) > 0
+            not self._closing
+            and not self._checkpoint_wanted
+            and self._pending_bytes < BEHIND // 2
+            and (remaining := deadline - time.monotonic()) > 0
         ):
             self._work.wait(remaining)
 
