@@ -402,7 +402,7 @@ def test_a_batch_of_one_statement_is_written_without_begin_and_commit(store):
     store.remove(3)
     store.wait(store.ticket())
     assert len(set(seen)) == 1  # (the trigger's statements are traced as the INSERT's text)
-    assert seen[0].startswith("INSERT INTO send_acks(") and seen[0].endswith("'[1, 3]')")
+    assert seen[0].startswith("INSERT INTO send_acks(") and seen[0].endswith(("'[1,3]')", "'[3,1]')"))
     assert rows_on_disk(store) == {2, 4, 5}
     seen.clear()
     store.add_many([(6, "q:a", b"six", 0), (7, "q:a", b"seven", 0)])

@@ -322,7 +322,8 @@ class SQLiteDatabase(Database):
             # its messages: one statement, not four calls (BEGIN, INSERT, DELETE, COMMIT)
             # that each let go of the GIL and hand it to a consumer thread and back
             for seq, (qkey, dcount, blob) in inserts.items():
-                db.execute(INSERT_SEND_ACKS, (seq, qkey, dcount, blob, json.dumps(sorted(deletes))))
+                acks = "[" + ",".join(map(str, deletes)) + "]"  # (a JSON array: 0.3 us, json.dumps 2.1)
+                db.execute(INSERT_SEND_ACKS, (seq, qkey, dcount, blob, acks))
             return
         steps: list[tuple[str, list[tuple[Any, ...]]]] = []
         write_batch(
