@@ -43,6 +43,7 @@ class Service(Protocol):
     host_broker: Any
     jms_services: list[Any]
     cluster: Any  # providers/embedded/cluster.py's HACluster on an HA instance, else None
+    cluster_queues: Any  # ... and its clusterdst.ClusterQueues (once it serves), else None
 
 
 def _histogram(
@@ -77,6 +78,13 @@ class ServiceCollector(Collector):
                 "1 while this HA instance holds its lease in the cluster",
                 value=int(cluster.holding),
             )
+            queues = self.service.cluster_queues
+            for name, doc in (  # (each a counter of ClusterQueues; 0 until it serves)
+                ("handed_off", "Messages this instance handed to other instances' consumers"),
+                ("taken_in", "Messages other instances handed to this one, taken in from the inbox"),
+                ("inbox_rejected", "Inbox rows for this instance that were not messages, set aside for the operator"),
+            ):
+                yield CounterMetricFamily(f"imq_ha_{name}", doc, value=getattr(queues, name) if queues else 0)
 
     # --- bridges and links --------------------------------------------------------------
     def _bridges(self) -> Iterator[Metric]:

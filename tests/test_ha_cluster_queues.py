@@ -346,3 +346,43 @@ def test_an_inbox_row_that_is_not_a_message_is_kept_aside_and_the_rest_come_in(m
     assert conn.execute(f"SELECT COUNT(*) FROM {INBOX}").fetchone()[0] == 0
     conn.commit()
     assert any(f"inbox row {bad} for q:mixed is not a message" in r.getMessage() for r in caplog.records)
+    # what an operator alerts on: imq_ha_inbox_rejected_total on the instance it was for
+    assert ha_counters(b2) == {
+        "imq_ha_handed_off_total": 0,
+        "imq_ha_taken_in_total": 3,
+        "imq_ha_inbox_rejected_total": 1,
+    }
+    assert ha_counters(b1) == {
+        "imq_ha_handed_off_total": 3,
+        "imq_ha_taken_in_total": 0,
+        "imq_ha_inbox_rejected_total": 0,
+    }
+
+
+def ha_counters(member: Any) -> dict[str, float]:
+    """The imq_ha_* counters one scrape of ``member``'s /metrics shows."""
+    from types import SimpleNamespace
+
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from bridgemgr.metrics import registry, scrape
+    from bridgemgr.props import load_properties
+
+    ha = [
+        "imq.cluster.ha=true",
+        "imq.cluster.clusterid=c1",
+        f"imq.brokerid={member.brokerid}",
+        "imq.persist.store=jdbc",
+    ]
+    ha.append("imq.persist.jdbc.postgresql.property.url=jdbc:postgresql://127.0.0.1:1/none")  # (labels only)
+    props = load_properties([], ha, environ={})
+    service = SimpleNamespace(
+        props=props, bridges={}, host_broker=None, jms_services=[], cluster=member.cluster, cluster_queues=member.queues
+    )
+    page = scrape(registry(service)).decode()
+    return {
+        s.name: s.value
+        for f in text_string_to_metric_families(page)
+        for s in f.samples
+        if s.name.startswith("imq_ha_") and s.name.endswith("_total")
+    }

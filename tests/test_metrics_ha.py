@@ -25,6 +25,7 @@ class Instance:
 
     props: BrokerProperties
     cluster: Any = None
+    cluster_queues: Any = None
     bridges: dict[str, Any] = field(default_factory=dict)
     host_broker: Any = None
     jms_services: list[Any] = field(default_factory=list)

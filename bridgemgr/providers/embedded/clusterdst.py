@@ -279,8 +279,9 @@ class ClusterQueues:
         self._attached: dict[tuple[str, str], str] = {}
         self._conns: dict[str, Any] = {}
         self._seen: int | None = None  # the imq_ha_durables version we mirrored (None: not read yet)
-        self.handed_off = 0  # messages handed to other instances (tests, logs)
+        self.handed_off = 0  # messages handed to other instances (tests, /metrics)
         self.taken_in = 0  # messages other instances handed to us
+        self.inbox_rejected = 0  # inbox rows for us set aside in imq_ha_inbox_rejected
 
     # --- the database ---------------------------------------------------------------------
     def _conn(self, role: str) -> Any:
@@ -994,6 +995,7 @@ class ClusterQueues:
                 REJECTED,
             )
         self.taken_in += len(moved)
+        self.inbox_rejected += len(rejected)
         return bool(moved or rejected)
 
     def _fan_out(self, qkey: str, message: Message) -> None:
