@@ -509,3 +509,71 @@ def test_a_durable_subscription_and_its_paged_messages_survive_a_restart(store_s
     assert drain(conn.create_session().create_durable_subscriber(Topic("news"), "d1")) == [str(i) for i in range(60)]
     conn.close()
     broker.close()
+
+
+def damage_row(store_spec: str, seq: int, blob: bytes) -> None:
+    """Overwrite the blob of row ``seq`` behind the broker's back (disk damage, or a row
+    of a newer version)."""
+    from stores import jdbc
+
+    settings = jdbc(store_spec)
+    if settings is None:
+        import sqlite3
+
+        with sqlite3.connect(f"{store_spec}/store.db") as db:
+            assert db.execute("UPDATE msgs SET blob = ? WHERE seq = ?", (blob, seq)).rowcount == 1
+        return
+    conn = settings.connect()
+    try:
+        cur = conn.execute(f'UPDATE "{settings.schema}".msgs SET blob = %s WHERE seq = %s', (blob, seq))
+        assert cur.rowcount == 1
+        conn.commit()
+    finally:
+        conn.close()
+
+
+def rejected_rows(broker: Broker) -> list[tuple]:
+    """(seq, qkey, blob, reason) of the store's table rejected, read through its database."""
+    db = broker.store.database
+    if hasattr(db, "_reader"):
+        rows = db._reader.execute("SELECT seq, qkey, blob, reason FROM rejected").fetchall()
+    else:
+        conn = db.settings.connect()
+        try:
+            rows = conn.execute(f'SELECT seq, qkey, blob, reason FROM "{db.settings.schema}".rejected').fetchall()
+        finally:
+            conn.close()
+    return [(seq, qkey, bytes(blob), reason) for seq, qkey, blob, reason in rows]
+
+
+def test_a_stored_row_that_is_not_a_message_is_set_aside_and_the_rest_delivered(store_spec, caplog):
+    """A damaged row (or one a newer version wrote) failed every page-in of its queue, so
+    nothing behind it was delivered again. It is now moved to the store's table rejected
+    with the reason and an ERROR line, leaves the queue's counts, and the rest come in
+    order, across a restart too."""
+    broker = open_at(store_spec, memory_window=WINDOW)
+    put(started(broker), 12)
+    seqs = sorted(seq for seq, _, _ in broker.store.page(f"q:{Q.name}", 0, 100))
+    broker.close()
+    damage_row(store_spec, seqs[7], b"\x7fnot a message")
+    broker = open_at(store_spec, memory_window=WINDOW)
+    try:
+        consumer = started(broker).create_session().create_consumer(Q)
+        assert drain(consumer) == [str(i) for i in range(12) if i != 7]
+        depth = broker.destinations()[f"queue:{Q.name}"]
+        assert (depth["pending"], depth["unacked"]) == (0, 0)
+        broker.store.flush()
+        ((seq, qkey, blob, reason),) = rejected_rows(broker)
+        assert (seq, qkey, blob) == (seqs[7], f"q:{Q.name}", b"\x7fnot a message") and reason
+        assert any(
+            f"row {seqs[7]} of queue://{Q.name} is not a message" in r.getMessage() and r.levelname == "ERROR"
+            for r in caplog.records
+        ), [r.getMessage() for r in caplog.records]
+    finally:
+        broker.close()
+    broker = open_at(store_spec, memory_window=WINDOW)
+    try:
+        assert f"queue:{Q.name}" not in broker.destinations()  # no row of it left to recover
+        assert len(rejected_rows(broker)) == 1
+    finally:
+        broker.close()

@@ -7,13 +7,16 @@ back in seq order (queues.py, "Paging"). Opening the store reads per-destination
 not messages. Each queue counts the bytes of its messages (encoded size; estimated for one
 not encoded: held in memory only, or a lazy row, see ``_route``) for its limits and
 /metrics, an int add per put and take; those recovered at open only where a byte limit
-is set (their sizes are a table scan).
+is set (their sizes are a table scan). A store row that is not a message (damaged, or
+written by a newer version) is set aside into the store's table ``rejected`` as it is
+paged in, with an ERROR line; the messages after it are delivered.
 """
 
 from __future__ import annotations
 
 from ...jms import codec
-from ...jms.errors import JMSException
+from ...jms.errors import JMSException, MessageCodecError
+from ...jms.message import Message
 from .queues import Envelope, MessageQueue
 from .state import BrokerState, log
 
@@ -28,28 +31,61 @@ class Paging(BrokerState):
         if not (mq.swapped and self.swap is not None):  # the common case: the store alone
             if not stored:
                 return [], None
-            return (
-                [
-                    Envelope(seq, mq, decode(blob), True, len(blob) if seq >= counted else 0, dcount)
-                    for seq, dcount, blob in stored
-                    if seq not in skip
-                ],
-                stored[-1][0],
-            )
+            try:
+                return (
+                    [
+                        Envelope(seq, mq, decode(blob), True, len(blob) if seq >= counted else 0, dcount)
+                        for seq, dcount, blob in stored
+                        if seq not in skip
+                    ],
+                    stored[-1][0],
+                )
+            except MessageCodecError:  # (rare: the rows again, one by one)
+                envs = []
+                for seq, dcount, blob in stored:
+                    message = None if seq in skip else self._stored_message(mq, seq, blob)
+                    if message is not None:
+                        envs.append(Envelope(seq, mq, message, True, len(blob) if seq >= counted else 0, dcount))
+                return envs, stored[-1][0]
         rows = sorted(
             [(seq, dcount, blob, True) for seq, dcount, blob in stored]
             + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
         )[:limit]
         if not rows:
             return [], None
-        return (
-            [
-                Envelope(seq, mq, decode(blob), kept, len(blob) if seq >= counted else 0, dcount)
-                for seq, dcount, blob, kept in rows
-                if not (kept and seq in skip)
-            ],
-            rows[-1][0],
-        )
+        envs = []
+        for seq, dcount, blob, kept in rows:
+            if kept and seq in skip:
+                continue
+            message = self._stored_message(mq, seq, blob) if kept else decode(blob)  # (the swap file: ours)
+            if message is not None:
+                envs.append(Envelope(seq, mq, message, kept, len(blob) if seq >= counted else 0, dcount))
+        return envs, rows[-1][0]
+
+    def _stored_message(self, mq: MessageQueue, seq: int, blob: bytes) -> Message | None:
+        """The message of a row paged in; None when it is not one: the row is set aside
+        (moved to the table ``rejected`` in the store's next batch, with the reason) and
+        leaves the queue's counts."""
+        try:
+            return codec.decode(blob)
+        except MessageCodecError as exc:
+            assert self.store is not None  # (a stored row)
+            log.error(
+                "store %s: row %d of %s is not a message (%s); it is kept in the store's table "
+                "rejected, the messages after it are delivered",
+                self.store.path,
+                seq,
+                mq.destination,
+                exc,
+            )
+            self.store.op("reject", str(exc), seq)
+            self.store.remove(seq)
+            mq.paged -= 1
+            mq.count -= 1
+            mq.dequeued += 1
+            if seq >= mq.counted_from:
+                mq.bytes -= len(blob)
+            return None
 
     def page_out(self, env: Envelope) -> bool:
         """(queues.Pager) A stored message is in the store already; a non-persistent one

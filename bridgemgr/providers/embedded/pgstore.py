@@ -39,6 +39,8 @@ SCHEMA = (
     "CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq BIGINT NOT NULL, "
     "qkey TEXT NOT NULL, blob BYTEA NOT NULL)",
     "CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq BIGINT NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS rejected(seq BIGINT PRIMARY KEY, qkey TEXT NOT NULL, dcount INTEGER NOT NULL, "
+    "blob BYTEA NOT NULL, reason TEXT NOT NULL, rejected TIMESTAMPTZ NOT NULL DEFAULT now())",
     "CREATE INDEX IF NOT EXISTS msgs_qkey ON msgs(qkey, seq)",
     "CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid)",
     "CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid)",

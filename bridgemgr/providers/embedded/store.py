@@ -94,6 +94,9 @@ CREATE TABLE IF NOT EXISTS xa(xid TEXT PRIMARY KEY, state TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_sends(xid TEXT NOT NULL, seq INTEGER NOT NULL, qkey TEXT NOT NULL,
                                     blob BLOB NOT NULL);
 CREATE TABLE IF NOT EXISTS xa_acks(xid TEXT NOT NULL, seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS rejected(seq INTEGER PRIMARY KEY, qkey TEXT NOT NULL, dcount INTEGER NOT NULL,
+                                    blob BLOB NOT NULL, reason TEXT NOT NULL,
+                                    rejected TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP);
 CREATE INDEX IF NOT EXISTS msgs_qkey ON msgs(qkey, seq);
 CREATE INDEX IF NOT EXISTS xa_sends_xid ON xa_sends(xid);
 CREATE INDEX IF NOT EXISTS xa_acks_xid ON xa_acks(xid);
@@ -122,6 +125,11 @@ _OPS: dict[str, tuple[str, ...]] = {
     "dest_del": ("DELETE FROM dests WHERE qkey = ?",),
     "purge": ("DELETE FROM msgs WHERE qkey = ? AND seq < ?",),
     "purge_between": ("DELETE FROM msgs WHERE qkey = ? AND seq > ? AND seq < ?",),
+    # (reason, seq): a row that is not a message, kept for the operator (its delete follows)
+    "reject": (
+        "INSERT INTO rejected(seq, qkey, dcount, blob, reason) "
+        "SELECT seq, qkey, dcount, blob, ? FROM msgs WHERE seq = ?",
+    ),
     "xa_commit": (
         "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
         "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
