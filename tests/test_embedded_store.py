@@ -473,3 +473,23 @@ def test_a_failed_checkpoint_fails_no_write_and_leaves_them_to_sqlite(tmp_path, 
         assert len(rows_on_disk(store)) == 399
     finally:
         store.close()
+
+
+def test_a_checkpoint_no_longer_due_stops_being_wanted_at_the_next_write_off_the_loop(tmp_path):
+    """Wanted by a write on a loop, then made needless (SQLite's own checkpoint ran, or
+    another writer's): the next write off the loop forgets it, so write_now writes on the
+    loop again and the writer thread does not write empty batches for it."""
+    store = Store(tmp_path)
+    store.linger = 60.0
+    store.load()
+    try:
+        with store.lock:
+            store._checkpoint_wanted = True  # (as write_now leaves it)
+        store.add_many([(1, "q:a", b"x", 0)])
+        store.wait(store.ticket())  # the pool's write (or the writer thread's): nothing is due
+        assert not store._checkpoint_wanted and store.checkpoints == 0
+        store.add_many([(2, "q:a", b"y", 0)])
+        assert store.write_now(store.ticket())
+        assert rows_on_disk(store) == {1, 2}
+    finally:
+        store.close()

@@ -864,10 +864,11 @@ class Store:
         if due and not on_loop:
             self._checkpoint()
         with self.lock:
-            if due and on_loop:
-                self._checkpoint_wanted = True
-                self._work.notify()
-            elif due:
+            if on_loop:
+                if due:
+                    self._checkpoint_wanted = True
+                    self._work.notify()
+            else:  # it ran, or is no longer due (SQLite's own may have run)
                 self._checkpoint_wanted = False
             if self._full is not None:
                 log.warning(
