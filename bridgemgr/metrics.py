@@ -199,6 +199,11 @@ class ServiceCollector(Collector):
                 "imq_store_writable", "1 while the store takes writes", value=0 if store["problem"] else 1
             )
             yield CounterMetricFamily("imq_store_rows_written", "Rows written or deleted", value=store["rows"])
+            yield CounterMetricFamily(
+                "imq_store_rows_rejected",
+                "Stored rows that were not messages when read back, set aside in the store's table rejected",
+                value=store["rejected"],
+            )
             yield _histogram(
                 "imq_store_commit_seconds",
                 "A store batch write, its fsync included when imq.persist.file.sync.enabled",

@@ -563,6 +563,7 @@ def test_a_stored_row_that_is_not_a_message_is_set_aside_and_the_rest_delivered(
         depth = broker.destinations()[f"queue:{Q.name}"]
         assert (depth["pending"], depth["unacked"]) == (0, 0)
         broker.store.flush()
+        assert broker.metrics()["store"]["rejected"] == 1  # (/metrics: imq_store_rows_rejected_total)
         ((seq, qkey, blob, reason),) = rejected_rows(broker)
         assert (seq, qkey, blob) == (seqs[7], f"q:{Q.name}", b"\x7fnot a message") and reason
         assert any(

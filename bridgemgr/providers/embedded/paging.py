@@ -78,8 +78,7 @@ class Paging(BrokerState):
                 mq.destination,
                 exc,
             )
-            self.store.op("reject", str(exc), seq)
-            self.store.remove(seq)
+            self.store.set_aside(seq, str(exc))
             mq.paged -= 1
             mq.count -= 1
             mq.dequeued += 1

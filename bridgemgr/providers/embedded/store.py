@@ -566,6 +566,7 @@ class Store:
         self._checkpoint_wanted = False  # a write on a loop found one due: the writer runs it
         self._checkpoint_failed = False
         self.checkpoints = 0
+        self.rejected = 0  # rows set aside: not messages (set_aside)
         self.batches = 0  # written batches (benchmarks report batch sizes)
         self.rows = 0
         # seconds per batch write (its fsync included when sync): counts per COMMIT_BOUNDS bucket
@@ -1025,14 +1026,24 @@ class Store:
                 return f"{self.path}: the store is closed"
         return None
 
+    def set_aside(self, seq: int, reason: str) -> None:
+        """Move message row ``seq``, which is not a message, to the table rejected with
+        ``reason`` (in the next batch, like a removal)."""
+        with self.lock:
+            self.op("reject", reason, seq)
+            self.remove(seq)
+            self.rejected += 1
+
     def metrics(self) -> dict[str, Any]:
-        """Size on disk, batch writes and their latency histogram, and any problem."""
+        """Size on disk, batch writes and their latency histogram, rows set aside, and any
+        problem."""
         with self.lock:
             buckets, total, batches = list(self.commit_buckets), self.commit_seconds, self.batches
         return {
             "size": self.database.size(),
             "batches": batches,
             "rows": self.rows,
+            "rejected": self.rejected,
             "commit_bounds": COMMIT_BOUNDS,
             "commit_buckets": buckets,
             "commit_seconds": total,
