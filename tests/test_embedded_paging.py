@@ -511,9 +511,9 @@ def test_a_durable_subscription_and_its_paged_messages_survive_a_restart(store_s
     broker.close()
 
 
-def damage_row(store_spec: str, seq: int, blob: bytes) -> None:
-    """Overwrite the blob of row ``seq`` behind the broker's back (disk damage, or a row
-    of a newer version)."""
+def damage_row(store_spec: str, seq: int, blob: bytes, table: str = "msgs") -> None:
+    """Overwrite the blob of row ``seq`` of ``table`` behind the broker's back (disk
+    damage, or a row of a newer version)."""
     from stores import jdbc
 
     settings = jdbc(store_spec)
@@ -521,13 +521,29 @@ def damage_row(store_spec: str, seq: int, blob: bytes) -> None:
         import sqlite3
 
         with sqlite3.connect(f"{store_spec}/store.db") as db:
-            assert db.execute("UPDATE msgs SET blob = ? WHERE seq = ?", (blob, seq)).rowcount == 1
+            assert db.execute(f"UPDATE {table} SET blob = ? WHERE seq = ?", (blob, seq)).rowcount == 1
         return
     conn = settings.connect()
     try:
-        cur = conn.execute(f'UPDATE "{settings.schema}".msgs SET blob = %s WHERE seq = %s', (blob, seq))
+        cur = conn.execute(f'UPDATE "{settings.schema}".{table} SET blob = %s WHERE seq = %s', (blob, seq))
         assert cur.rowcount == 1
         conn.commit()
+    finally:
+        conn.close()
+
+
+def prepared_send_seqs(store_spec: str) -> list[int]:
+    from stores import jdbc
+
+    settings = jdbc(store_spec)
+    if settings is None:
+        import sqlite3
+
+        with sqlite3.connect(f"{store_spec}/store.db") as db:
+            return [seq for (seq,) in db.execute("SELECT seq FROM xa_sends")]
+    conn = settings.connect()
+    try:
+        return [seq for (seq,) in conn.execute(f'SELECT seq FROM "{settings.schema}".xa_sends')]
     finally:
         conn.close()
 
@@ -576,5 +592,51 @@ def test_a_stored_row_that_is_not_a_message_is_set_aside_and_the_rest_delivered(
     try:
         assert f"queue:{Q.name}" not in broker.destinations()  # no row of it left to recover
         assert len(rejected_rows(broker)) == 1
+    finally:
+        broker.close()
+
+
+def test_rows_of_a_prepared_branch_that_are_not_messages_are_set_aside_and_the_broker_opens(store_spec, caplog):
+    """A prepared XA branch's rows are read when the store opens: one that was not a
+    message stopped the broker from opening at all. The message it acknowledged and its
+    send are set aside (the table rejected, an ERROR line each), the broker opens, and the
+    branch commits the rest."""
+    broker = open_at(store_spec, memory_window=WINDOW)
+    xconn = EmbeddedConnectionFactory(broker).create_xa_connection()
+    xconn.start()
+    put(xconn, 6)
+    seqs = sorted(seq for seq, _, _ in broker.store.page(f"q:{Q.name}", 0, 100))
+    xs = xconn.create_xa_session()
+    res = xs.xa_resource
+    res.start(xid(1), xa.TMNOFLAGS)
+    consumer = xs.create_consumer(Q)
+    assert [consumer.receive(1).text for _ in range(2)] == ["0", "1"]
+    xs.create_producer(Q).send(TextMessage("sent in the branch"))
+    res.end(xid(1), xa.TMSUCCESS)
+    res.prepare(xid(1))
+    broker.close()
+    (send,) = prepared_send_seqs(store_spec)
+    damage_row(store_spec, seqs[0], b"\x7fnot a message")  # "0", acknowledged in the branch
+    damage_row(store_spec, send, b"\x7fnot one either", table="xa_sends")
+    broker = open_at(store_spec, memory_window=WINDOW)
+    try:
+        xconn = EmbeddedConnectionFactory(broker).create_xa_connection()
+        xconn.start()
+        xconn.create_xa_session().xa_resource.commit(xid(1), False)
+        assert drain(xconn.create_session().create_consumer(Q)) == ["2", "3", "4", "5"]
+        broker.store.flush()
+        assert sorted((seq, blob) for seq, _, blob, _ in rejected_rows(broker)) == [
+            (seqs[0], b"\x7fnot a message"),
+            (send, b"\x7fnot one either"),
+        ]
+        errors = [r.getMessage() for r in caplog.records if r.levelname == "ERROR"]
+        assert any(f"row {seqs[0]} of queue://{Q.name} is not a message" in e for e in errors), errors
+        assert any(f"send {send} of prepared XA branch" in e for e in errors), errors
+        assert broker.metrics()["store"]["rejected"] == 2
+    finally:
+        broker.close()
+    broker = open_at(store_spec, memory_window=WINDOW)
+    try:
+        assert f"queue:{Q.name}" not in broker.destinations() and prepared_send_seqs(store_spec) == []
     finally:
         broker.close()

@@ -8,6 +8,7 @@ from collections.abc import Callable
 
 from ...jms import codec
 from ...jms.destination import Topic
+from ...jms.errors import MessageCodecError
 from ...jms.xa import Xid
 from .destinations import Destinations, _limits_from_json
 from .queues import Envelope
@@ -73,7 +74,10 @@ class Adoption(Destinations):
             mq = self._queue_for_key(qkey)
             if mq is None:
                 continue
-            env = Envelope(seq, mq, codec.decode(blob), True, len(blob) if seq >= mq.counted_from else 0, dcount)
+            message = self._stored_message(mq, seq, blob)
+            if message is None:  # set aside (paging.py); the branch's commit finds it gone
+                continue
+            env = Envelope(seq, mq, message, True, len(blob) if seq >= mq.counted_from else 0, dcount)
             mq.paged -= 1
             mq.skip.add(seq)
             env.owner = branches[locked[seq]]
@@ -83,7 +87,21 @@ class Adoption(Destinations):
             for seq, qkey, blob in br.sends:
                 mq = self._queue_for_key(qkey, create=True)
                 if mq is not None:
-                    env = Envelope(seq, mq, codec.decode(blob), True, len(blob) if seq >= mq.counted_from else 0)
+                    try:
+                        message = codec.decode(blob)
+                    except MessageCodecError as exc:
+                        log.error(
+                            "store %s: send %d of prepared XA branch %s to %s is not a message (%s); it "
+                            "is kept in the store's table rejected, the branch goes on without it",
+                            self.store.path,
+                            seq,
+                            xid,
+                            mq.destination,
+                            exc,
+                        )
+                        self.store.set_aside(seq, str(exc), prepared=True)
+                        continue
+                    env = Envelope(seq, mq, message, True, len(blob) if seq >= mq.counted_from else 0)
                     mq.admit(env)  # a prepared send holds its room until commit or rollback
                     work.prepared_sends.append(env)
             self.branches[xids[xid]] = work

@@ -130,6 +130,13 @@ _OPS: dict[str, tuple[str, ...]] = {
         "INSERT INTO rejected(seq, qkey, dcount, blob, reason) "
         "SELECT seq, qkey, dcount, blob, ? FROM msgs WHERE seq = ?",
     ),
+    # (reason, seq): the same for a prepared XA branch's send (each statement of an op
+    # takes all its arguments: the delete's reason is only checked to be there)
+    "reject_prepared": (
+        "INSERT INTO rejected(seq, qkey, dcount, blob, reason) "
+        "SELECT seq, qkey, 0, blob, ? FROM xa_sends WHERE seq = ?",
+        "DELETE FROM xa_sends WHERE CAST(? AS TEXT) IS NOT NULL AND seq = ?",
+    ),
     "xa_commit": (
         "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
         "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
@@ -1026,12 +1033,16 @@ class Store:
                 return f"{self.path}: the store is closed"
         return None
 
-    def set_aside(self, seq: int, reason: str) -> None:
+    def set_aside(self, seq: int, reason: str, prepared: bool = False) -> None:
         """Move message row ``seq``, which is not a message, to the table rejected with
-        ``reason`` (in the next batch, like a removal)."""
+        ``reason`` (in the next batch, like a removal); ``prepared``: a prepared XA
+        branch's send (its commit then has no such send)."""
         with self.lock:
-            self.op("reject", reason, seq)
-            self.remove(seq)
+            if prepared:
+                self.op("reject_prepared", reason, seq)
+            else:
+                self.op("reject", reason, seq)
+                self.remove(seq)
             self.rejected += 1
 
     def metrics(self) -> dict[str, Any]:
