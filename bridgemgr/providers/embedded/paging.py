@@ -40,19 +40,15 @@ class Paging(BrokerState):
                     ],
                     stored[-1][0],
                 )
-            except MessageCodecError:  # (rare: the rows again, one by one)
-                envs = []
-                for seq, dcount, blob in stored:
-                    message = None if seq in skip else self._stored_message(mq, seq, blob)
-                    if message is not None:
-                        envs.append(Envelope(seq, mq, message, True, len(blob) if seq >= counted else 0, dcount))
-                return envs, stored[-1][0]
-        rows = sorted(
-            [(seq, dcount, blob, True) for seq, dcount, blob in stored]
-            + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
-        )[:limit]
-        if not rows:
-            return [], None
+            except MessageCodecError:  # (rare: the rows again, one by one, below)
+                rows = [(seq, dcount, blob, True) for seq, dcount, blob in stored]
+        else:
+            rows = sorted(
+                [(seq, dcount, blob, True) for seq, dcount, blob in stored]
+                + [(seq, 0, blob, False) for seq, blob in self.swap.page(mq.key, after, limit)]
+            )[:limit]
+            if not rows:
+                return [], None
         envs = []
         for seq, dcount, blob, kept in rows:
             if kept and seq in skip:

@@ -130,13 +130,12 @@ _OPS: dict[str, tuple[str, ...]] = {
         "INSERT INTO rejected(seq, qkey, dcount, blob, reason) "
         "SELECT seq, qkey, dcount, blob, ? FROM msgs WHERE seq = ?",
     ),
-    # (reason, seq): the same for a prepared XA branch's send (each statement of an op
-    # takes all its arguments: the delete's reason is only checked to be there)
+    # (reason, seq): the same for a prepared XA branch's send (xa_send_del follows)
     "reject_prepared": (
         "INSERT INTO rejected(seq, qkey, dcount, blob, reason) "
         "SELECT seq, qkey, 0, blob, ? FROM xa_sends WHERE seq = ?",
-        "DELETE FROM xa_sends WHERE CAST(? AS TEXT) IS NOT NULL AND seq = ?",
     ),
+    "xa_send_del": ("DELETE FROM xa_sends WHERE seq = ?",),
     "xa_commit": (
         "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT seq, qkey, 0, blob FROM xa_sends WHERE xid = ?",
         "DELETE FROM msgs WHERE seq IN (SELECT seq FROM xa_acks WHERE xid = ?)",
@@ -1040,6 +1039,7 @@ class Store:
         with self.lock:
             if prepared:
                 self.op("reject_prepared", reason, seq)
+                self.op("xa_send_del", seq)
             else:
                 self.op("reject", reason, seq)
                 self.remove(seq)
