@@ -927,10 +927,13 @@ class ClusterQueues:
 
             def take(cur: Any) -> list[tuple[int, str, int, bytes, Message]]:
                 cur.execute(
-                    f"SELECT id, qkey, dcount, blob FROM {INBOX} WHERE target = %s OR target IN (SELECT brokerid "
-                    f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s) ORDER BY id LIMIT %s "
-                    "FOR UPDATE SKIP LOCKED",
-                    (me, me, BATCH),
+                    # each target's rows through the index in id order (its killed entries
+                    # skipped): an OR of the targets scanned the whole table, dead rows too
+                    f"SELECT i.id, i.qkey, i.dcount, i.blob FROM unnest(%s::text || ARRAY(SELECT brokerid "
+                    f"FROM {BROKERS} WHERE state = 'taken' AND taken_by = %s)) AS t(target), LATERAL "
+                    f"(SELECT id, qkey, dcount, blob FROM {INBOX} WHERE {INBOX}.target = t.target ORDER BY id "
+                    "LIMIT %s FOR UPDATE SKIP LOCKED) i ORDER BY i.id LIMIT %s",
+                    (me, me, BATCH, BATCH),
                     binary=True,  # (bytea as text is hex: twice the bytes, 2.8 ms to read 500 rows, not 1.1)
                 )
                 rows, messages = [], []
