@@ -27,7 +27,7 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import AbstractContextManager, ExitStack, nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -38,7 +38,7 @@ from ...jms.message import Message
 from ...jms.selector import Selector, compile_selector
 from ...logfiles import COUNTED
 from .cluster import BROKERS, instance_schema
-from .pgstore import close_quietly, in_transaction, loaded_key, stored_key
+from .pgstore import close_quietly, in_transaction, loaded_key, pipelined, stored_key
 from .queues import Envelope, MessageQueue
 from .routing import WIRE_KEEP
 from .state import Subscription, _owned, log, now_ms
@@ -226,14 +226,6 @@ def _subscribers(broker: Broker, topic: str) -> list[MessageQueue]:
     if topic in broker.temporary:
         return []
     return [mq for mq in broker.topics.get(topic, ()) if mq.key.startswith(("sub:", "cc:")) and not mq.deleted]
-
-
-def _pipelined(conn: Any) -> AbstractContextManager[Any]:
-    """Statements sent together, their results read at the end (psycopg's pipeline mode,
-    where the client library has it)."""
-    import psycopg
-
-    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
 
 
 def _any_of(texts: str | None) -> Selector | None:
@@ -891,7 +883,7 @@ class ClusterQueues:
         self._fenced(cur)
         conn = cur.connection
         with conn.cursor() as move:
-            with _pipelined(conn):
+            with pipelined(conn):
                 if stored:
                     targets, seqs, dcounts = zip(*stored, strict=True)
                     move.execute(

@@ -19,6 +19,7 @@ import dataclasses
 import re
 import threading
 from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlsplit
@@ -371,7 +372,8 @@ class PostgresDatabase(Database):
         with self._lock:
             conn = self._connection()
             try:
-                with conn.cursor() as cur:
+                with pipelined(conn), conn.cursor() as cur:
+                    # the batch's statements and its COMMIT in one round trip, not one each
                     if not (inserts or deletes or updates or ops):  # the idle store's probe
                         cur.execute("SELECT 1")
                     else:
@@ -392,7 +394,7 @@ class PostgresDatabase(Database):
                             insert_msg=INSERT_MSG,
                             arrays=_ARRAYS,
                         )
-                conn.commit()
+                    conn.commit()
                 self._uncertain = set()
             except BaseException as exc:
                 if self.unavailable(exc):
@@ -466,6 +468,14 @@ def in_transaction(
         if not conn.closed:
             conn.rollback()
         raise
+
+
+def pipelined(conn: Any) -> AbstractContextManager[Any]:
+    """Statements sent together, their results read at the end (psycopg's pipeline mode,
+    where the client library has it)."""
+    import psycopg
+
+    return conn.pipeline() if psycopg.Pipeline.is_supported() else nullcontext()
 
 
 def close_quietly(conn: Any) -> None:
