@@ -101,8 +101,13 @@ def test_a_bridge_stuck_connecting_holds_up_nothing(service):
     assert states == UP
     host, port = daemon.address.split(":")
     assert "stomp" in {e.name for e in lookup_services(host, int(port))}
-    r = cli(daemon, passfile, "list", "link", "-bn", "stuck")
-    assert re.search(r"^far\s+STARTING\s", r.stdout, re.M), r.stdout
+    # (the bridge is STARTING from the first of its start steps; its link, once started)
+    wait_for(
+        lambda: re.search(r"^far\s+STARTING\s", cli(daemon, passfile, "list", "link", "-bn", "stuck").stdout, re.M),
+        10,
+        "link far to be STARTING",
+        interval=0.2,
+    )
 
     # The working bridge moves messages meanwhile.
     with connect(f"mq://{daemon.address}", username="admin", password="Secret-1") as conn:
