@@ -1,6 +1,8 @@
 """The jdbc store's batches on a real PostgreSQL: a batch's messages go as one statement
 of arrays (not a statement per row), its lone deletes as one, and every row lands or
-leaves exactly as recorded; a batch with a row that cannot be written writes nothing."""
+leaves exactly as recorded; a batch with a row that cannot be written writes nothing. A
+waiting sender's batch (one message and the acknowledgements beside it) is one statement
+in autocommit, and in an HA instance it writes nothing once the lease is another's."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import uuid
 import psycopg
 import pytest
 
+from bridgemgr.jms.errors import StoreError
+from bridgemgr.providers.embedded.cluster import lease_fence
 from bridgemgr.providers.embedded.pgstore import JdbcSettings, PostgresDatabase
 
 pytestmark = pytest.mark.slow
@@ -20,17 +24,23 @@ def pg_store(postgresql, monkeypatch):
     schema = f"imq_t_{uuid.uuid4().hex[:12]}"
     db = PostgresDatabase(JdbcSettings(postgresql.conninfo(), schema), False)
     sent: list[str] = []
-    executemany = psycopg.Cursor.executemany
-
-    def recording(self, query, params_seq, **kwargs):
-        sent.append(str(query))
-        return executemany(self, query, params_seq, **kwargs)
-
-    monkeypatch.setattr(psycopg.Cursor, "executemany", recording)
+    record(monkeypatch, sent)
     try:
         yield db, sent, lambda: rows(postgresql, schema)
     finally:
         db.close()
+
+
+def record(monkeypatch, sent: list[str]) -> None:
+    """Note the text of each statement a cursor sends (execute or executemany)."""
+    for name in ("execute", "executemany"):
+        real = getattr(psycopg.Cursor, name)
+
+        def recording(self, query, *args, _real=real, **kwargs):
+            sent.append(str(query))
+            return _real(self, query, *args, **kwargs)
+
+        monkeypatch.setattr(psycopg.Cursor, name, recording)
 
 
 def rows(postgresql, schema: str) -> dict[int, tuple[str, int, bytes]]:
@@ -61,3 +71,53 @@ def test_a_batch_with_a_row_already_there_fails_and_writes_none_of_its_rows(pg_s
     assert stored() == {1: ("q:a", 0, b"one")}
     db.write({seq: ["q:a", 0, b"x"] for seq in (5, 6)}, {1}, {}, [])  # the connection is usable again
     assert set(stored()) == {5, 6}
+
+
+def test_a_waiting_senders_batch_is_one_statement_without_begin_or_commit(pg_store):
+    db, sent, stored = pg_store
+    db.write({seq: ["q:a", 0, b"m%d" % seq] for seq in range(1, 5)}, set(), {}, [])
+    sent.clear()
+    db.write({5: ["d:c\0s", 2, b"five"]}, {1, 3, 4}, {}, [])
+    assert len(sent) == 1 and sent[0].startswith("WITH gone AS (DELETE"), sent
+    assert stored() == {2: ("q:a", 0, b"m2"), 5: ("d:c\ufffes", 2, b"five")}
+    sent.clear()
+    db.write({6: ["q:a", 0, b"six"]}, set(), {}, [])  # alone: a plain INSERT
+    assert len(sent) == 1 and sent[0].startswith("INSERT INTO msgs"), sent
+    assert db._conn.autocommit is False  # (the other batches are transactions)
+    with pytest.raises(psycopg.errors.UniqueViolation):
+        db.write({6: ["q:a", 0, b"again"]}, {2}, {}, [])
+    assert stored() == {2: ("q:a", 0, b"m2"), 5: ("d:c\ufffes", 2, b"five"), 6: ("q:a", 0, b"six")}
+    db.write({seq: ["q:a", 0, b"x"] for seq in (7, 8)}, {2}, {}, [])  # a transaction again
+    assert set(stored()) == {5, 6, 7, 8}
+
+
+def test_an_ha_instances_one_statement_batch_writes_nothing_once_its_lease_is_anothers(postgresql, monkeypatch):
+    schema = f"imq_t_{uuid.uuid4().hex[:12]}"
+    table = f'"{schema}".leases'
+    with psycopg.connect(**postgresql.conninfo(), autocommit=True) as conn:
+        conn.execute(f'CREATE SCHEMA "{schema}"')
+        conn.execute(
+            f"CREATE TABLE {table}(brokerid TEXT PRIMARY KEY, state TEXT NOT NULL, generation BIGINT NOT NULL, "
+            "taken_by TEXT)"
+        )
+        conn.execute(f"INSERT INTO {table} VALUES ('B1', 'live', 7, NULL)")
+    settings = JdbcSettings(postgresql.conninfo(), schema, brokerid="B1", generation=7, fence=lease_fence(table))
+    db = PostgresDatabase(settings, False)
+    told: list[str] = []
+    db.on_fenced = told.append
+    sent: list[str] = []
+    record(monkeypatch, sent)
+    try:
+        db.write({1: ["q:a", 0, b"one"]}, set(), {}, [])
+        db.write({2: ["q:a", 0, b"two"]}, {1}, {}, [])
+        assert len(sent) == 2 and all(s.startswith("WITH fence AS (SELECT 1 FROM") for s in sent), sent
+        assert rows(postgresql, schema) == {2: ("q:a", 0, b"two")}
+        with psycopg.connect(**postgresql.conninfo(), autocommit=True) as conn:
+            conn.execute(f"UPDATE {table} SET generation = 8 WHERE brokerid = 'B1'")  # B1 started again
+        for deletes in (set(), {2}):
+            with pytest.raises(StoreError, match="generation 7 was replaced by generation 8"):
+                db.write({3: ["q:a", 0, b"three"]}, deletes, {}, [])
+        assert rows(postgresql, schema) == {2: ("q:a", 0, b"two")}
+        assert len(told) == 2 and "replaced" in told[0]
+    finally:
+        db.close()

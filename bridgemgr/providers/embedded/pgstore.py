@@ -26,7 +26,17 @@ from urllib.parse import parse_qsl, unquote, urlsplit
 
 from ...extras import require
 from ...jms.errors import StoreError, StoreUnavailable
-from .store import _OPS, BYTES_SQL, PAGE_SQL, SCHEMA_VERSION, Database, Recovered, recovered, write_batch
+from .store import (
+    _OPS,
+    BYTES_SQL,
+    PAGE_SQL,
+    SCHEMA_VERSION,
+    SEND_ACKS_MAX,
+    Database,
+    Recovered,
+    recovered,
+    write_batch,
+)
 
 SCHEMA = (
     "CREATE TABLE IF NOT EXISTS meta(k TEXT PRIMARY KEY, v TEXT NOT NULL)",
@@ -71,6 +81,11 @@ _ARRAYS = (
     "SELECT * FROM unnest(%b::bigint[], %b::text[], %b::integer[], %b::bytea[])",
     "DELETE FROM msgs WHERE seq = ANY(%b::bigint[])",
 )
+# A waiting sender's batch as one statement (PostgresDatabase._one_statement): its message
+# and the acknowledgements beside it (gone); in an HA instance only while the fence holds.
+_GONE = "gone AS (DELETE FROM msgs WHERE seq = ANY(%b::bigint[]){}) "
+_ONE = "INSERT INTO msgs(seq, qkey, dcount, blob) VALUES (%s, %s, %s, %b)"
+_ONE_FENCED = "INSERT INTO msgs(seq, qkey, dcount, blob) SELECT %s, %s, %s, %b WHERE EXISTS (SELECT FROM fence)"
 # A durable subscription's key is "d:<client id>\0<name>", and PostgreSQL text holds no NUL:
 # in the database the NUL is U+FFFE (a noncharacter, in no queue name or client id).
 _NUL, _NUL_STORED = "\0", "\ufffe"
@@ -372,6 +387,8 @@ class PostgresDatabase(Database):
         with self._lock:
             conn = self._connection()
             try:
+                if self._one_statement(conn, inserts, deletes, updates, ops):
+                    return
                 with pipelined(conn), conn.cursor() as cur:
                     # the batch's statements and its COMMIT in one round trip, not one each
                     if not (inserts or deletes or updates or ops):  # the idle store's probe
@@ -403,6 +420,53 @@ class PostgresDatabase(Database):
                 else:
                     conn.rollback()
                 raise
+
+    def _one_statement(
+        self,
+        conn: Any,
+        inserts: dict[int, list[Any]],
+        deletes: set[int],
+        updates: dict[int, int],
+        ops: list[tuple[str, tuple[Any, ...]]],
+    ) -> bool:
+        """A waiting sender's batch (one message, and the acknowledgements its consumer
+        made meanwhile, up to SEND_ACKS_MAX) as ONE statement in autocommit, the HA fence
+        in it: no BEGIN and COMMIT around it (230-240 us a batch, not 360-460; 90-100 us
+        of client CPU, not 230-300). False: not such a batch, nothing done."""
+        if updates or ops or self._uncertain or len(inserts) != 1 or len(deletes) > SEND_ACKS_MAX:
+            return False
+        import psycopg
+        from psycopg.pq import TransactionStatus
+
+        if conn.info.transaction_status is not TransactionStatus.IDLE:
+            return False  # (autocommit is set only between transactions)
+        ((seq, (qkey, dcount, blob)),) = inserts.items()
+        args: list[Any] = [seq, stored_key(qkey), dcount, blob]
+        fence = self.settings.fence
+        if fence is None:
+            sql = f"WITH {_GONE.format('')}{_ONE}" if deletes else _ONE
+        else:  # written only while the lease row is ours (locked FOR SHARE to the end)
+            gone = f", {_GONE.format(' AND EXISTS (SELECT FROM fence)')}" if deletes else " "
+            sql = f"WITH fence AS ({fence.check}){gone}{_ONE_FENCED}"
+            args[:0] = [self.settings.brokerid, self.settings.generation]
+        if deletes:
+            args.insert(2 if fence is not None else 0, sorted(deletes))
+        conn.autocommit = True
+        try:
+            with conn.cursor() as cur:
+                cur.execute(sql, args)
+                written = cur.rowcount
+        finally:
+            try:
+                conn.autocommit = False
+            except psycopg.Error:  # a broken connection: never used again in autocommit
+                self._drop()
+        if written != 1:  # fenced: nothing was written; the fence says why (and raises)
+            with conn.cursor() as cur:
+                self._fenced(cur)
+            conn.rollback()
+            raise StoreError(f"{self.where}: a message was not written")
+        return True
 
     def _settle(
         self, cur: Any, inserts: dict[int, list[Any]], deletes: set[int], updates: dict[int, int]
