@@ -165,3 +165,44 @@ def test_a_backup_does_not_keep_its_instances_messages_from_a_local_delivery_pre
     got: list[str] = []
     texts_of(oldest, got, len(sent), 20)
     assert got == sent and backup.texts == []
+
+
+def test_a_takeover_does_not_bring_back_a_queue_the_cluster_destroyed(members):
+    """An instance is stopped (its lease ends at once) while an administrator destroys a
+    queue it had messages of: the instance that takes its store over takes neither that
+    queue nor its messages, not even until the catalog is applied again (a send there in
+    that window was taken, and lost with the queue); its other queues come along."""
+    start, stack = members
+    b1, b2 = start("B1"), start("B2")
+    catalogs = [open_cluster_destinations(m.cluster, m.host, 3600) for m in (b1, b2)]
+    for catalog in catalogs:
+        stack.callback(catalog.stop)
+    command = Command("CREATE_DST", dst_type="q", destination="adm", attributes={"maxNumMsgs": "10"})
+    reply = destination_command(
+        b1.host, Principal("admin"), command, DestinationAttributes(), cluster=catalogs[0], instance="B1"
+    )
+    assert reply.status == OK, reply.message
+    session = b1.connection(stack).create_session()
+    for name in ("adm", "kept"):
+        session.create_producer(Queue(name)).send(session.create_text_message(f"to {name}"))
+    b1.host.broker.store.flush()
+    catalogs[0].stop()
+    b1.queues.stop()
+    b1.host.close()  # B1 stops: its store holds adm (configured) and one message of each
+    b1.cluster.leave()
+    catalogs[1].stop()  # (B2's own catalog thread would destroy adm again after the takeover)
+    conn = b2.cluster.settings.jdbc.connect()
+    stack.callback(conn.close)
+    conn.execute(  # an administrator destroys adm on B2 meanwhile (B2's broker has none)
+        "INSERT INTO imq_ha_destinations(dkey, limits, destroyed, version, brokerid) "
+        "VALUES ('q:adm', NULL, true, nextval('imq_ha_destinations_version'), 'B2') "
+        "ON CONFLICT (dkey) DO UPDATE SET destroyed = true, version = EXCLUDED.version"
+    )
+    conn.commit()
+    b2.host.broker.destroy(Queue("adm"))
+    assert take_over(b2) == ("B1", [])
+    broker = b2.host.broker
+    assert "adm" not in broker.queues and broker.describe_destination(Queue("adm")) is None
+    receiver = b2.connection(stack).create_session().create_consumer(Queue("kept"))
+    message = receiver.receive(10)
+    assert message is not None and message.text == "to kept"

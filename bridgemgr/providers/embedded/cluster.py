@@ -29,7 +29,16 @@ from typing import TYPE_CHECKING, Any
 from ...extras import require
 from ...jms.errors import StoreError
 from ...props import BrokerProperties
-from .pgstore import Fence, JdbcSettings, PostgresDatabase, close_quietly, jdbc_settings, loaded_key, schema_name
+from .pgstore import (
+    Fence,
+    JdbcSettings,
+    PostgresDatabase,
+    close_quietly,
+    jdbc_settings,
+    loaded_key,
+    schema_name,
+    stored_key,
+)
 from .store import PreparedBranch, Recovered
 
 if TYPE_CHECKING:
@@ -39,6 +48,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 BROKERS, BRIDGES, TXLOG = "imq_ha_brokers", "imq_ha_bridges", "imq_bridge_txlog"
+CATALOG = "imq_ha_destinations"  # the administrators' destinations (clustercatalog.py)
 EXCUSES = "imq_bridge_excuses"  # jmsbridge/excuses.py's TABLE
 LIVE, TAKEN = "live", "taken"
 _DDL_LOCK = 0x494D5148  # advisory lock: one instance creates the cluster's tables at a time
@@ -606,6 +616,7 @@ class HACluster:
         if None in cur.fetchone():
             return Recovered({}, [], [], {}, {}, 0), {}
         t, o = f'"{theirs}"', f'"{ours}"'
+        self._drop_destroyed(cur, t, dead)
         cur.execute(f"SELECT COUNT(*) FROM (SELECT seq FROM {t}.msgs UNION SELECT seq FROM {t}.xa_sends) s")
         count = int(cur.fetchone()[0])
         base = broker.reserve_seqs(count)
@@ -674,6 +685,32 @@ class HACluster:
             Recovered({q: int(n) for q, n, _ in rows}, locked, subs, dests, prepared, top),
             {q: int(b) for q, _, b in rows},
         )
+
+    def _drop_destroyed(self, cur: Any, theirs: str, dead: str) -> None:
+        """Before the move: the dead instance's queues and destination settings that an
+        administrator destroyed in the cluster meanwhile go, with the queues' messages,
+        as they would at its own next start. Adopted, such a queue was ours until the
+        catalog was applied again, and a send to it was taken (to be destroyed after)."""
+        cur.execute("SELECT to_regclass(%s)", (CATALOG,))
+        if cur.fetchone()[0] is None:
+            return
+        cur.execute(f"SELECT dkey FROM {CATALOG} WHERE destroyed")
+        gone = [stored_key(key) for (key,) in cur.fetchall()]
+        if not gone:
+            return
+        cur.execute(f"DELETE FROM {theirs}.msgs WHERE qkey = ANY(%s)", (gone,))
+        removed = cur.rowcount
+        cur.execute(f"DELETE FROM {theirs}.dests WHERE qkey = ANY(%s) RETURNING qkey", (gone,))
+        dropped = sorted({loaded_key(k) for (k,) in cur.fetchall()})
+        if removed or dropped:
+            log.info(
+                "HA cluster %s: broker %s's destinations destroyed in the cluster are not taken over: "
+                "%s (%d message(s))",
+                self.settings.clusterid,
+                dead,
+                ", ".join(dropped) or "-",
+                removed,
+            )
 
     def halt(self) -> None:
         """Stop the heart-beats (no takeover begins after this returns)."""

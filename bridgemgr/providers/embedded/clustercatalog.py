@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from ...jms.destination import Destination, Queue, Topic
 from ...jms.errors import JMSException, StoreError
 from ...jms.hostbroker import Principal
-from .cluster import BROKERS, LIVE
+from .cluster import BROKERS, CATALOG, LIVE
 from .clusterdst import DEMAND
 from .destinations import _limits_from_json, _limits_to_json
 from .pgstore import close_quietly, in_transaction
@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from .cluster import HACluster
     from .host import EmbeddedHostBroker
 
-CATALOG, APPLIED, COUNTS = "imq_ha_destinations", "imq_ha_catalog_applied", "imq_ha_dstcounts"
+APPLIED, COUNTS = "imq_ha_catalog_applied", "imq_ha_dstcounts"
 PUBLISH = 1.0  # seconds between two publications of our counts (and looks at the catalog)
 APPLY_TIMEOUT = 5.0  # seconds an admin command waits for every live instance to apply it (< the CLI's 10 s)
 _T = TypeVar("_T")
