@@ -31,9 +31,9 @@ from .store import (
     BYTES_SQL,
     PAGE_SQL,
     SCHEMA_VERSION,
-    SEND_ACKS_MAX,
     Database,
     Recovered,
+    a_waiting_send,
     recovered,
     write_batch,
 )
@@ -430,10 +430,10 @@ class PostgresDatabase(Database):
         ops: list[tuple[str, tuple[Any, ...]]],
     ) -> bool:
         """A waiting sender's batch (one message, and the acknowledgements its consumer
-        made meanwhile, up to SEND_ACKS_MAX) as ONE statement in autocommit, the HA fence
+        made meanwhile: store.a_waiting_send) as ONE statement in autocommit, the HA fence
         in it: no BEGIN and COMMIT around it (224-260 us a batch here, not 400-450; 90-110
         us of client CPU, not 230-300). False: not such a batch, nothing done."""
-        if updates or ops or self._uncertain or len(inserts) != 1 or len(deletes) > SEND_ACKS_MAX:
+        if self._uncertain or not a_waiting_send(inserts, deletes, updates, ops):
             return False
         import psycopg
         from psycopg.pq import TransactionStatus

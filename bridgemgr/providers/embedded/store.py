@@ -115,6 +115,14 @@ END;
 """
 INSERT_SEND_ACKS = "INSERT INTO send_acks(seq, qkey, dcount, blob, acks) VALUES (?, ?, ?, ?, ?)"
 SEND_ACKS_MAX = 64  # at most this many acknowledgements ride in a send's statement
+
+
+def a_waiting_send(inserts: dict[int, Any], deletes: set[int], updates: dict[int, int], ops: list[Any]) -> bool:
+    """A batch of a sender that waits for each send: one message and at most SEND_ACKS_MAX
+    acknowledgements beside it, nothing else (each database writes it as one statement)."""
+    return len(inserts) == 1 and len(deletes) <= SEND_ACKS_MAX and not (updates or ops)
+
+
 # Ordered ops: name -> SQL statements run with the op's arguments.
 _OPS: dict[str, tuple[str, ...]] = {
     "sub_put": (
@@ -331,7 +339,7 @@ class SQLiteDatabase(Database):
             for seq, (qkey, dcount, blob) in inserts.items():
                 db.execute(INSERT_MSG, (seq, qkey, dcount, blob))
             return
-        if len(inserts) == 1 and 0 < len(deletes) <= SEND_ACKS_MAX and not (updates or ops) and self._send_acks:
+        if deletes and a_waiting_send(inserts, deletes, updates, ops) and self._send_acks:
             # A waiting sender's batch with the acknowledgements of the consumers taking
             # its messages: one statement, not four calls (BEGIN, INSERT, DELETE, COMMIT)
             # that each let go of the GIL and hand it to a consumer thread and back
